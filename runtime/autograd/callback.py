@@ -1,0 +1,75 @@
+"""Nodes whose backward is a Python callable: ``Cell.bprop``, ``ops.Custom(bprop=)``.
+
+``record_callback`` turns outputs computed with recording off into results of
+one node. Outputs that are inputs, leaves that require grad, or results of
+other nodes are aliased first (a new tensor over the same data), so recording
+never rewrites another tensor's history.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Sequence
+
+from .grad_mode import _state
+from .node import Node, attach_outputs, edge_of, meta_of
+
+__all__ = ["CallbackNode", "record_callback", "needs_grad"]
+
+
+def _tensor_type():
+    from ..tensor import Tensor
+    return Tensor
+
+
+def needs_grad(inputs: Sequence[Any]) -> bool:
+    """Would an op on ``inputs`` be recorded now?"""
+    if not _state.enabled:
+        return False
+    Tensor = _tensor_type()
+    return any(isinstance(a, Tensor) and a.requires_grad for a in inputs)
+
+
+class CallbackNode(Node):
+    """``backward(grads, create_graph) -> grads per input``, written by a user."""
+
+    __slots__ = ("_name", "_backward")
+    strict = True
+
+    def __init__(self, name: str, inputs: Sequence[Any], outputs: Sequence[Any],
+                 backward: Callable[[List[Any], bool], Sequence[Any]]) -> None:
+        Tensor = _tensor_type()
+        self._name = name
+        self._backward = backward
+        self.next_edges = tuple(edge_of(a) if isinstance(a, Tensor) and a.requires_grad else None
+                                for a in inputs)
+        self.input_meta = tuple(meta_of(a) if isinstance(a, Tensor) else None for a in inputs)
+        self.out_meta = tuple(meta_of(o) for o in outputs)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self._name
+
+    def apply(self, grads, create_graph):
+        if self._backward is None:
+            raise RuntimeError(f"backward through {self._name} a second time: what it saved was freed "
+                               f"after the first backward; pass retain_graph=True the first time")
+        return self._backward(list(grads), create_graph)
+
+    def release(self) -> None:
+        self._backward = None
+
+
+def record_callback(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
+                    backward: Callable[[List[Any], bool], Sequence[Any]]) -> List[Any]:
+    """Record one node producing ``outputs``; returns the outputs to hand to the user."""
+    Tensor = _tensor_type()
+    input_ids = {id(a) for a in inputs if isinstance(a, Tensor)}
+    outs = []
+    for o in outputs:
+        if not isinstance(o, Tensor):
+            raise TypeError(f"{name} returned {type(o).__name__}; outputs of a differentiable op must be Tensors")
+        if id(o) in input_ids or o._node is not None or o.requires_grad:
+            o = Tensor._from_array(o._data)
+        outs.append(o)
+    node = CallbackNode(name, inputs, outs, backward)
+    attach_outputs(node, outs)
+    return outs

@@ -1,0 +1,162 @@
+"""``value_and_grad`` and ``grad`` with MindSpore's calling conventions.
+
+The inputs at ``grad_position`` become fresh leaves (or, inside an outer
+``value_and_grad``, differentiable aliases, so gradients of gradients work);
+the function runs with recording on; the engine returns gradients for those
+inputs and the weights, zeros where an input does not reach the output.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import engine
+from .grad_mode import enable_grad
+
+__all__ = ["value_and_grad", "grad"]
+
+Position = Optional[Union[int, Sequence[int]]]
+
+
+class _Depth(threading.local):
+    n = 0
+
+
+_depth = _Depth()
+
+
+def _tensor_type():
+    from ..tensor import Tensor
+    return Tensor
+
+
+def _positions(grad_position: Position) -> Tuple[Optional[Tuple[int, ...]], bool]:
+    if grad_position is None:
+        return None, False
+    if isinstance(grad_position, (int, np.integer)) and not isinstance(grad_position, bool):
+        return (int(grad_position),), True
+    if isinstance(grad_position, (tuple, list)) and grad_position and all(
+            isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in grad_position):
+        return tuple(int(p) for p in grad_position), False
+    raise TypeError(f"grad_position must be an int, a non-empty tuple of ints, or None; got {grad_position!r}")
+
+
+def _weights(weights: Any) -> Tuple[Optional[List[Any]], bool]:
+    Tensor = _tensor_type()
+    if weights is None:
+        return None, False
+    if isinstance(weights, Tensor):
+        return [weights], True
+    ws = list(weights)
+    for w in ws:
+        if not isinstance(w, Tensor):
+            raise TypeError(f"weights must be Parameters (or Tensors), got {type(w).__name__}")
+    return ws, False
+
+
+def _grad_input(value: Any, position: int):
+    """A tensor standing for input ``position`` that the engine can differentiate to."""
+    Tensor = _tensor_type()
+    if not isinstance(value, Tensor):
+        raise TypeError(f"the input at grad_position {position} must be a Tensor, got {type(value).__name__}")
+    if value.requires_grad:  # nested: keep the link to the outer graph
+        from ..ops import math as m
+        return m.reshape(value, value.shape)
+    t = Tensor._from_array(value._data)
+    if t._data.dtype.kind == "f":
+        t.requires_grad = True
+    return t
+
+
+def _heads(out: Any, has_aux: bool) -> List[Any]:
+    Tensor = _tensor_type()
+    if has_aux:
+        if not isinstance(out, (tuple, list)) or len(out) < 1:
+            raise TypeError("with has_aux=True the function must return a tuple (output, aux...)")
+        out = out[0]
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    for o in items:
+        if not isinstance(o, Tensor):
+            raise TypeError(f"the function to differentiate must return Tensors, got {type(o).__name__}")
+    return items
+
+
+def _run(fn: Callable, positions, weights, has_aux: bool, args: tuple, kwargs: dict):
+    args = list(args)
+    targets = []
+    if positions is not None:
+        for p in positions:
+            if not -len(args) <= p < len(args):
+                raise ValueError(f"grad_position {p} is out of range: the function was called with "
+                                 f"{len(args)} positional inputs")
+            args[p] = _grad_input(args[p], p)
+            targets.append(args[p])
+    nested = _depth.n > 0
+    _depth.n += 1
+    try:
+        with enable_grad():
+            out = fn(*args, **kwargs)
+    finally:
+        _depth.n -= 1
+    heads = [h for h in _heads(out, has_aux) if h.requires_grad]
+    all_targets = targets + (weights or [])
+    if heads:
+        grads = engine.grad(heads, all_targets, retain_graph=nested, create_graph=nested)
+    else:
+        grads = [None] * len(all_targets)
+    Tensor = _tensor_type()
+    grads = [Tensor._from_array(np.zeros(t.shape, dtype=t._data.dtype)) if g is None else g
+             for g, t in zip(grads, all_targets)]
+    return out, grads[:len(targets)], grads[len(targets):]
+
+
+def _shape_result(positions, single_pos, weights, single_w, in_grads, w_grads):
+    ig = None
+    if positions is not None:
+        ig = in_grads[0] if single_pos else tuple(in_grads)
+    if weights is None:
+        return ig
+    wg = w_grads[0] if single_w else tuple(w_grads)
+    if positions is None:
+        return wg
+    return (ig, wg)
+
+
+def value_and_grad(fn: Callable, grad_position: Position = 0, weights: Any = None,
+                   has_aux: bool = False) -> Callable:
+    """``fn`` -> a function returning ``(fn(*args), gradients)``.
+
+    grad_position: int -> one gradient; tuple -> tuple; None -> weights only.
+    weights: a Parameter or a list of them; with inputs too the gradients are
+    ``(input_grads, weight_grads)``. has_aux: only the first output is
+    differentiated; the value is still the whole output.
+    """
+    positions, single_pos = _positions(grad_position)
+    ws, single_w = _weights(weights)
+    if positions is None and ws is None:
+        raise ValueError("value_and_grad needs grad_position or weights (both are None)")
+
+    def value_and_grad_fn(*args: Any, **kwargs: Any):
+        out, ig, wg = _run(fn, positions, ws, has_aux, args, kwargs)
+        return out, _shape_result(positions, single_pos, ws, single_w, ig, wg)
+
+    return value_and_grad_fn
+
+
+def grad(fn: Callable, grad_position: Position = 0, weights: Any = None, has_aux: bool = False) -> Callable:
+    """Like ``value_and_grad`` but returns only the gradients (``(grads, aux)`` with has_aux)."""
+    positions, single_pos = _positions(grad_position)
+    ws, single_w = _weights(weights)
+    if positions is None and ws is None:
+        raise ValueError("grad needs grad_position or weights (both are None)")
+
+    def grad_fn(*args: Any, **kwargs: Any):
+        out, ig, wg = _run(fn, positions, ws, has_aux, args, kwargs)
+        g = _shape_result(positions, single_pos, ws, single_w, ig, wg)
+        if has_aux:
+            return g, tuple(out[1:])
+        return g
+
+    return grad_fn

@@ -1,0 +1,50 @@
+"""Whether ops record the graph: a per-thread switch, as in PyTorch.
+
+The C++ side reads ``_state.enabled`` directly (see include/opbuilder/detail/
+runtime_bridge.h), so keep the attribute name and the object stable.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from typing import Callable, Iterator, TypeVar
+
+__all__ = ["is_grad_enabled", "set_grad_enabled", "no_grad", "enable_grad"]
+
+F = TypeVar("F", bound=Callable)
+
+
+class _GradState(threading.local):
+    enabled = True
+
+
+_state = _GradState()
+
+
+def is_grad_enabled() -> bool:
+    return _state.enabled
+
+
+class set_grad_enabled(contextlib.ContextDecorator):
+    """Context manager (and decorator) that turns recording on or off."""
+
+    def __init__(self, mode: bool) -> None:
+        self._mode = bool(mode)
+        self._prev: list = []
+
+    def __enter__(self) -> None:
+        self._prev.append(_state.enabled)
+        _state.enabled = self._mode
+
+    def __exit__(self, *exc) -> None:
+        _state.enabled = self._prev.pop()
+
+
+def no_grad() -> set_grad_enabled:
+    """``with runtime.no_grad():`` runs ops without recording them."""
+    return set_grad_enabled(False)
+
+
+def enable_grad() -> set_grad_enabled:
+    return set_grad_enabled(True)

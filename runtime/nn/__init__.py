@@ -1,0 +1,4 @@
+"""Neural-network building blocks: ``Cell``."""
+from .cell import Cell
+
+__all__ = ["Cell"]

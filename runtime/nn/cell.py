@@ -1,0 +1,132 @@
+"""``nn.Cell``: a module that owns Parameters and sub-cells, run by ``construct``.
+
+Assigning a ``Parameter`` or a ``Cell`` to an attribute registers it (in
+assignment order); ``parameters_and_names`` walks them recursively with
+dotted names. A cell that defines ``bprop(self, *inputs, out, dout)`` is one
+node in the graph: ``construct`` runs with recording off and ``bprop`` gives
+the input gradients.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Dict, Iterator, List, Tuple
+
+from ..autograd.callback import needs_grad, record_callback
+from ..autograd.grad_mode import no_grad, set_grad_enabled
+from ..tensor import Parameter, Tensor
+
+__all__ = ["Cell"]
+
+
+class Cell:
+    """Base class of networks. Subclasses define ``construct``."""
+
+    def __init__(self, auto_prefix: bool = True) -> None:
+        object.__setattr__(self, "_params", OrderedDict())
+        object.__setattr__(self, "_cells", OrderedDict())
+        object.__setattr__(self, "training", False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        params: Dict[str, Parameter] = self.__dict__.get("_params")  # type: ignore[assignment]
+        if params is None and isinstance(value, (Parameter, Cell)):
+            raise AttributeError(f"cannot assign {type(value).__name__} '{name}' before "
+                                 f"Cell.__init__() was called; call super().__init__() first")
+        if params is not None:
+            cells = self.__dict__["_cells"]
+            params.pop(name, None)
+            cells.pop(name, None)
+            if isinstance(value, Parameter):
+                if value.name is None:
+                    value.name = name
+                params[name] = value
+            elif isinstance(value, Cell):
+                cells[name] = value
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self.__dict__["_params"].pop(name, None)
+        self.__dict__["_cells"].pop(name, None)
+        object.__delattr__(self, name)
+
+    def construct(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define construct()")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        bprop = getattr(type(self), "bprop", None)
+        if bprop is None or not needs_grad(args):
+            return self.construct(*args, **kwargs)
+        return self._call_with_bprop(args, kwargs)
+
+    def _call_with_bprop(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        with no_grad():
+            out = self.construct(*args, **kwargs)
+        single = isinstance(out, Tensor)
+        outs = [out] if single else list(out)
+        out_arrays = [o._data for o in outs]
+        name = f"{type(self).__name__}.bprop"
+
+        def backward(grads: List[Any], create_graph: bool):
+            o = [Tensor._from_array(a) for a in out_arrays]
+            out_v = o[0] if single else tuple(o)
+            dout = grads[0] if single else tuple(grads)
+            with set_grad_enabled(create_graph):
+                res = self.bprop(*args, out_v, dout)
+            if isinstance(res, Tensor) or not isinstance(res, (tuple, list)):
+                raise TypeError(f"{name} must return a tuple with one gradient per input, "
+                                f"got {type(res).__name__}")
+            if len(res) != len(args):
+                raise ValueError(f"{name} returned {len(res)} gradients for {len(args)} inputs")
+            return res
+
+        outs = record_callback(name, args, outs, backward)
+        return outs[0] if single else type(out)(outs) if isinstance(out, tuple) else outs
+
+    # ---- parameters ------------------------------------------------------
+    def parameters_and_names(self, name_prefix: str = "", expand: bool = True) -> Iterator[Tuple[str, Parameter]]:
+        """(dotted name, parameter) for every parameter, each once, sub-cells included."""
+        seen = set()
+        for prefix, cell in self._walk(name_prefix):
+            for n, p in cell._params.items():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield (f"{prefix}.{n}" if prefix else n), p
+            if not expand:
+                break
+
+    def _walk(self, prefix: str) -> Iterator[Tuple[str, "Cell"]]:
+        stack = [(prefix, self)]
+        seen = set()
+        while stack:
+            p, cell = stack.pop(0)
+            if id(cell) in seen:
+                continue
+            seen.add(id(cell))
+            yield p, cell
+            for n, c in cell._cells.items():
+                stack.append((f"{p}.{n}" if p else n, c))
+
+    def get_parameters(self, expand: bool = True) -> Iterator[Parameter]:
+        for _, p in self.parameters_and_names(expand=expand):
+            yield p
+
+    def trainable_params(self, recurse: bool = True) -> List[Parameter]:
+        """Parameters that require grad, in registration order."""
+        return [p for p in self.get_parameters(expand=recurse) if p.requires_grad]
+
+    def untrainable_params(self, recurse: bool = True) -> List[Parameter]:
+        return [p for p in self.get_parameters(expand=recurse) if not p.requires_grad]
+
+    def cells_and_names(self) -> Iterator[Tuple[str, "Cell"]]:
+        return self._walk("")
+
+    def name_cells(self) -> "OrderedDict[str, Cell]":
+        return OrderedDict(self._cells)
+
+    def set_train(self, mode: bool = True) -> "Cell":
+        for _, c in self._walk(""):
+            object.__setattr__(c, "training", mode)
+        return self
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={type(c).__name__}" for n, c in self._cells.items())
+        return f"{type(self).__name__}({inner})"

@@ -1,0 +1,382 @@
+"""Built-in differentiable ops: each forward beside its derivative rules.
+
+Every public function accepts Tensors, numpy arrays and Python numbers; a
+Python number takes the dtype of the tensor it meets (see ``as_tensor``).
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .. import dtypes as _dt
+from ..tensor import Tensor, as_tensor
+from .primitive import Primitive, defvjp
+
+Axis = Optional[Union[int, Sequence[int]]]
+
+__all__ = [
+    "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu",
+    "sqrt", "abs", "matmul", "sum", "mean", "reshape", "transpose", "broadcast_to", "sum_to", "cast",
+    "where", "getitem", "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
+    "zeros_like", "ones_like",
+]
+
+
+def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
+    """Both operands as Tensors; a Python number takes the tensor's dtype, and a
+    Python float next to an integer tensor makes both float32 (as MindSpore)."""
+    if isinstance(x, Tensor):
+        if isinstance(y, float) and x._data.dtype.kind in "biu":
+            x = cast(x, _dt.float32)
+        return x, as_tensor(y, like=x)
+    if isinstance(y, Tensor):
+        if isinstance(x, float) and y._data.dtype.kind in "biu":
+            y = cast(y, _dt.float32)
+        return as_tensor(x, like=y), y
+    return as_tensor(x), as_tensor(y)
+
+
+def _one(x: Any) -> Tensor:
+    return x if isinstance(x, Tensor) else as_tensor(x)
+
+
+# ---- elementwise binary ---------------------------------------------------
+_add = Primitive("add", np.add)
+defvjp(_add, lambda g, ans, x, y: g, lambda g, ans, x, y: g)
+
+_sub = Primitive("sub", np.subtract)
+defvjp(_sub, lambda g, ans, x, y: g, lambda g, ans, x, y: neg(g))
+
+_mul = Primitive("mul", np.multiply)
+defvjp(_mul, lambda g, ans, x, y: mul(g, y), lambda g, ans, x, y: mul(g, x))
+
+
+def _true_divide(x, y):
+    if x.dtype.kind in "biu" and y.dtype.kind in "biu":
+        return np.true_divide(x, y, dtype=np.float32)
+    return np.true_divide(x, y)
+
+
+_div = Primitive("div", _true_divide)
+defvjp(_div, lambda g, ans, x, y: div(g, y), lambda g, ans, x, y: neg(mul(g, div(ans, y))))
+
+_pow = Primitive("pow", np.power)
+defvjp(_pow,
+       lambda g, ans, x, y: mul(g, mul(y, pow(x, sub(y, 1)))),
+       lambda g, ans, x, y: mul(g, mul(ans, log(where(greater(x, 0), x, 1)))))
+
+
+def add(x: Any, y: Any) -> Tensor:
+    return _add(*_pair(x, y))
+
+
+def sub(x: Any, y: Any) -> Tensor:
+    return _sub(*_pair(x, y))
+
+
+def mul(x: Any, y: Any) -> Tensor:
+    return _mul(*_pair(x, y))
+
+
+def div(x: Any, y: Any) -> Tensor:
+    return _div(*_pair(x, y))
+
+
+def pow(x: Any, y: Any) -> Tensor:  # noqa: A001 (mirrors the op's name)
+    return _pow(*_pair(x, y))
+
+
+# ---- elementwise unary ----------------------------------------------------
+_neg = Primitive("neg", np.negative)
+defvjp(_neg, lambda g, ans, x: neg(g))
+_exp = Primitive("exp", np.exp)
+defvjp(_exp, lambda g, ans, x: mul(g, ans))
+_log = Primitive("log", np.log)
+defvjp(_log, lambda g, ans, x: div(g, x))
+_sin = Primitive("sin", np.sin)
+defvjp(_sin, lambda g, ans, x: mul(g, cos(x)))
+_cos = Primitive("cos", np.cos)
+defvjp(_cos, lambda g, ans, x: neg(mul(g, sin(x))))
+_tanh = Primitive("tanh", np.tanh)
+defvjp(_tanh, lambda g, ans, x: mul(g, sub(1, mul(ans, ans))))
+_sqrt = Primitive("sqrt", np.sqrt)
+defvjp(_sqrt, lambda g, ans, x: div(g, mul(ans, 2)))
+
+
+def _sigmoid(x):
+    return (1 / (1 + np.exp(-x))).astype(x.dtype, copy=False)
+
+
+_sigmoid_p = Primitive("sigmoid", _sigmoid)
+defvjp(_sigmoid_p, lambda g, ans, x: mul(g, mul(ans, sub(1, ans))))
+_relu = Primitive("relu", lambda x: np.maximum(x, 0))
+defvjp(_relu, lambda g, ans, x: mul(g, cast(greater(x, 0), _dt.from_numpy_dtype(g._data.dtype))))
+_sign = Primitive("sign", np.sign)
+_abs = Primitive("abs", np.abs)
+defvjp(_abs, lambda g, ans, x: mul(g, _sign(x)))
+
+
+def neg(x: Any) -> Tensor:
+    return _neg(_one(x))
+
+
+def exp(x: Any) -> Tensor:
+    return _exp(_one(x))
+
+
+def log(x: Any) -> Tensor:
+    return _log(_one(x))
+
+
+def sin(x: Any) -> Tensor:
+    return _sin(_one(x))
+
+
+def cos(x: Any) -> Tensor:
+    return _cos(_one(x))
+
+
+def tanh(x: Any) -> Tensor:
+    return _tanh(_one(x))
+
+
+def sigmoid(x: Any) -> Tensor:
+    return _sigmoid_p(_one(x))
+
+
+def relu(x: Any) -> Tensor:
+    return _relu(_one(x))
+
+
+def sqrt(x: Any) -> Tensor:
+    return _sqrt(_one(x))
+
+
+def abs(x: Any) -> Tensor:  # noqa: A001
+    return _abs(_one(x))
+
+
+# ---- comparisons and selection (comparisons record nothing) ---------------
+_less = Primitive("less", np.less)
+_less_equal = Primitive("less_equal", np.less_equal)
+_greater = Primitive("greater", np.greater)
+_greater_equal = Primitive("greater_equal", np.greater_equal)
+_equal = Primitive("equal", np.equal)
+_not_equal = Primitive("not_equal", np.not_equal)
+
+
+def less(x: Any, y: Any) -> Tensor:
+    return _less(*_pair(x, y))
+
+
+def less_equal(x: Any, y: Any) -> Tensor:
+    return _less_equal(*_pair(x, y))
+
+
+def greater(x: Any, y: Any) -> Tensor:
+    return _greater(*_pair(x, y))
+
+
+def greater_equal(x: Any, y: Any) -> Tensor:
+    return _greater_equal(*_pair(x, y))
+
+
+def equal(x: Any, y: Any) -> Tensor:
+    return _equal(*_pair(x, y))
+
+
+def not_equal(x: Any, y: Any) -> Tensor:
+    return _not_equal(*_pair(x, y))
+
+
+_where = Primitive("where", np.where)
+defvjp(_where, None,
+       lambda g, ans, c, x, y: where(c, g, 0),
+       lambda g, ans, c, x, y: where(c, 0, g))
+
+
+def where(condition: Any, x: Any, y: Any) -> Tensor:
+    """Elementwise ``x if condition else y`` (differentiable in x and y)."""
+    c = _one(condition)
+    x, y = _pair(x, y)
+    return _where(c, x, y)
+
+
+# ---- linear algebra -------------------------------------------------------
+def _as_matrices(g, x, y):
+    """x, y and g with 1-D operands promoted to matrices (as matmul does)."""
+    x2 = reshape(x, (1, x.shape[0])) if x.ndim == 1 else x
+    y2 = reshape(y, (y.shape[0], 1)) if y.ndim == 1 else y
+    batch = np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
+    g2 = reshape(g, batch + (x2.shape[-2], y2.shape[-1]))
+    return g2, x2, y2
+
+
+def _matmul_vjp_x(g, ans, x, y):
+    g2, x2, y2 = _as_matrices(g, x, y)
+    gx = matmul(g2, _swap_last(y2))  # batch + x2's matrix shape; the engine sums the batch
+    return reshape(gx, gx.shape[:-2] + (x.shape[0],)) if x.ndim == 1 else gx
+
+
+def _matmul_vjp_y(g, ans, x, y):
+    g2, x2, y2 = _as_matrices(g, x, y)
+    gy = matmul(_swap_last(x2), g2)
+    return reshape(gy, gy.shape[:-1]) if y.ndim == 1 else gy
+
+
+def _swap_last(t: Tensor) -> Tensor:
+    axes = list(range(t.ndim))
+    axes[-1], axes[-2] = axes[-2], axes[-1]
+    return transpose(t, tuple(axes))
+
+
+_matmul = Primitive("matmul", np.matmul)
+defvjp(_matmul, _matmul_vjp_x, _matmul_vjp_y)
+
+
+def matmul(x: Any, y: Any) -> Tensor:
+    x, y = _pair(x, y)
+    if x.ndim == 0 or y.ndim == 0:
+        raise ValueError(f"matmul needs tensors of at least 1 dimension, got shapes {list(x.shape)} "
+                         f"and {list(y.shape)}")
+    return _matmul(x, y)
+
+
+# ---- reductions -----------------------------------------------------------
+def _norm_axis(axis: Axis, ndim: int) -> Optional[Tuple[int, ...]]:
+    if axis is None:
+        return None
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -ndim <= a < builtins.max(ndim, 1):
+            raise ValueError(f"axis {a} is out of range for a tensor of {ndim} dimensions")
+        out.append(a % ndim if ndim else 0)
+    return tuple(out)
+
+
+def _kept_shape(shape, axis):
+    if axis is None:
+        return (1,) * len(shape)
+    return tuple(1 if i in axis else s for i, s in enumerate(shape))
+
+
+def _sum_vjp(g, ans, x, axis=None, keepdims=False):
+    if not keepdims:
+        g = reshape(g, _kept_shape(x.shape, axis))
+    return broadcast_to(g, x.shape)
+
+
+def _mean_vjp(g, ans, x, axis=None, keepdims=False):
+    count = x.size if axis is None else int(np.prod([x.shape[a] for a in axis]))
+    return div(_sum_vjp(g, ans, x, axis, keepdims), count)
+
+
+_sum = Primitive("sum", lambda x, axis=None, keepdims=False: np.sum(x, axis=axis, keepdims=keepdims))
+defvjp(_sum, _sum_vjp)
+_mean = Primitive("mean", lambda x, axis=None, keepdims=False: np.mean(x, axis=axis, keepdims=keepdims))
+defvjp(_mean, _mean_vjp)
+
+
+def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    x = _one(x)
+    return _sum(x, axis=_norm_axis(axis, x.ndim), keepdims=bool(keepdims))
+
+
+def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
+    x = _one(x)
+    return _mean(x, axis=_norm_axis(axis, x.ndim), keepdims=bool(keepdims))
+
+
+# ---- shape ops -------------------------------------------------------------
+_reshape = Primitive("reshape", lambda x, shape: np.reshape(x, shape))
+defvjp(_reshape, lambda g, ans, x, shape: reshape(g, x.shape))
+
+
+def reshape(x: Any, shape: Sequence[int]) -> Tensor:
+    x = _one(x)
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    return _reshape(x, shape=shape)
+
+
+_transpose = Primitive("transpose", lambda x, axes: np.transpose(x, axes))
+defvjp(_transpose, lambda g, ans, x, axes: transpose(g, tuple(np.argsort(axes).tolist())))
+
+
+def transpose(x: Any, axes: Optional[Sequence[int]] = None) -> Tensor:
+    x = _one(x)
+    if axes is None:
+        axes = tuple(range(x.ndim - 1, -1, -1))
+    axes = tuple(int(a) % builtins.max(x.ndim, 1) for a in axes)
+    if sorted(axes) != list(range(x.ndim)):
+        raise ValueError(f"transpose axes {list(axes)} are not a permutation of {x.ndim} dimensions")
+    return _transpose(x, axes=axes)
+
+
+def _sum_to_array(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and x.shape[lead + i] != 1)
+    out = np.sum(x, axis=axes, keepdims=True) if axes else x
+    return np.reshape(out, shape)
+
+
+_broadcast_to = Primitive("broadcast_to", lambda x, shape: np.broadcast_to(x, shape))
+defvjp(_broadcast_to, lambda g, ans, x, shape: sum_to(g, x.shape))
+_sum_to = Primitive("sum_to", _sum_to_array)
+defvjp(_sum_to, lambda g, ans, x, shape: broadcast_to(g, x.shape))
+
+
+def broadcast_to(x: Any, shape: Sequence[int]) -> Tensor:
+    return _broadcast_to(_one(x), shape=tuple(int(s) for s in shape))
+
+
+def sum_to(x: Any, shape: Sequence[int]) -> Tensor:
+    """Sum ``x`` down to ``shape`` (the inverse of broadcasting to x's shape)."""
+    return _sum_to(_one(x), shape=tuple(int(s) for s in shape))
+
+
+_cast = Primitive("cast", lambda x, dtype: x.astype(dtype.np, copy=False))
+defvjp(_cast, lambda g, ans, x, dtype: cast(g, _dt.from_numpy_dtype(x._data.dtype)))
+
+
+def cast(x: Any, dtype: Any) -> Tensor:
+    return _cast(_one(x), dtype=_dt.to_dtype(dtype))
+
+
+# ---- indexing ----------------------------------------------------------------
+def _plain_index(index: Any) -> Any:
+    if isinstance(index, Tensor):
+        return index._data
+    if isinstance(index, tuple):
+        return tuple(i._data if isinstance(i, Tensor) else i for i in index)
+    return index
+
+
+def _scatter_add(g, index, shape):
+    out = np.zeros(shape, dtype=g.dtype)
+    np.add.at(out, index, g)
+    return out
+
+
+_getitem = Primitive("getitem", lambda x, index: x[index])
+_scatter = Primitive("scatter_add", _scatter_add)
+defvjp(_getitem, lambda g, ans, x, index: _scatter(g, index=index, shape=x.shape))
+defvjp(_scatter, lambda g, ans, u, index, shape: _getitem(g, index=index))
+
+
+def getitem(x: Any, index: Any) -> Tensor:
+    return _getitem(_one(x), index=_plain_index(index))
+
+
+# ---- constructors (not recorded) ----------------------------------------
+def zeros_like(x: Any) -> Tensor:
+    x = _one(x)
+    return Tensor._from_array(np.zeros(x.shape, dtype=x._data.dtype))
+
+
+def ones_like(x: Any) -> Tensor:
+    x = _one(x)
+    return Tensor._from_array(np.ones(x.shape, dtype=x._data.dtype))

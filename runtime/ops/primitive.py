@@ -1,0 +1,99 @@
+"""Primitive ops: a numpy function plus a table of derivative rules.
+
+``Primitive(name, fn)`` runs ``fn`` on the inputs' arrays; ``defvjp(prim,
+*rules)`` gives one rule per positional argument, ``rule(g, ans, *args,
+**kwargs)`` returning that argument's gradient. Rules are written with
+runtime ops, so they record a graph themselves when a higher-order gradient
+is asked for (``create_graph``). The engine sums a rule's result down to the
+argument's shape, so rules need not undo broadcasting.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..autograd.grad_mode import _state
+from ..autograd.node import Node, edge_of
+
+__all__ = ["Primitive", "defvjp", "PrimitiveNode"]
+
+Rule = Optional[Callable[..., Any]]
+
+
+class Primitive:
+    """A named numpy function; differentiable once ``defvjp`` gives it rules."""
+
+    __slots__ = ("name", "fn", "vjps")
+
+    def __init__(self, name: str, fn: Callable[..., Any]) -> None:
+        self.name = name
+        self.fn = fn
+        self.vjps: Optional[Tuple[Rule, ...]] = None
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        """Apply to Tensors (already converted); record a node if needed."""
+        out = self.fn(*[a._data for a in args], **kwargs)
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        res = _Tensor._from_array(out)
+        if _state.enabled and self.vjps is not None:
+            for a in args:
+                if a.requires_grad:
+                    node = PrimitiveNode(self, args, kwargs, out)
+                    res._node = node
+                    res.requires_grad = True
+                    break
+        return res
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+
+def defvjp(prim: Primitive, *rules: Rule) -> None:
+    """Register derivative rules, one per positional argument (None: not differentiable)."""
+    prim.vjps = tuple(rules)
+
+
+class PrimitiveNode(Node):
+    __slots__ = ("prim", "args", "kwargs", "versions", "out")
+
+    def __init__(self, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray) -> None:
+        self.prim = prim
+        self.args = args
+        self.kwargs = kwargs
+        self.out = out
+        self.versions = tuple(a._version for a in args)
+        self.next_edges = tuple(edge_of(a) if a.requires_grad else None for a in args)
+        self.input_meta = tuple((a._data.shape, a._data.dtype) for a in args)
+        self.out_meta = ((out.shape, out.dtype),)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.prim.name
+
+    def apply(self, grads, create_graph):
+        args = self.args
+        if args is None:
+            raise RuntimeError(f"backward through {self.name} a second time: its saved tensors were "
+                               f"freed after the first backward; pass retain_graph=True the first time")
+        for i, (a, v) in enumerate(zip(args, self.versions)):
+            if a._version != v:
+                raise RuntimeError(f"one of the tensors needed for gradient computation has been modified "
+                                   f"by an in-place operation: argument {i} of {self.name} is at version "
+                                   f"{a._version}; expected version {v}")
+        ans = _Tensor._from_array(self.out)
+        if create_graph:
+            ans._node = self
+            ans.requires_grad = True
+        g = grads[0]
+        kw = self.kwargs
+        return [None if (e is None or rule is None) else rule(g, ans, *args, **kw)
+                for rule, e in zip(self.prim.vjps, self.next_edges)]
+
+    def release(self) -> None:
+        self.args = None
+        self.out = None
+
+
+from ..tensor import Tensor as _Tensor  # noqa: E402

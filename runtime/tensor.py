@@ -1,0 +1,255 @@
+"""``Tensor`` and ``Parameter``: numpy arrays that remember how they were made.
+
+A tensor is a thin object over one numpy array (``_data``). Everything the
+autograd engine needs lives in a few instance attributes whose class-level
+defaults keep a fresh tensor cheap: ``requires_grad``, ``grad``, ``_node``
+(the node that produced it, ``None`` for leaves), ``_out_index`` (which output
+of that node) and ``_version`` (bumped by in-place changes). The C++ side
+(include/opbuilder/detail/runtime_bridge.h) reads and writes the same names.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from . import dtypes as _dt
+from .autograd import grad_mode as _gm
+
+__all__ = ["Tensor", "Parameter", "as_tensor"]
+
+_new = object.__new__
+
+
+def _infer_array(data: Any, dtype: Optional[_dt.DType]) -> np.ndarray:
+    """numpy array for ``data``; Python floats default to float32 (as MindSpore)."""
+    if isinstance(data, Tensor):
+        data = data._data
+    if dtype is not None:
+        arr = np.asarray(data, dtype=dtype.np)
+    else:
+        arr = np.asarray(data)
+        if arr.dtype == np.float64 and not isinstance(data, (np.ndarray, np.generic)):
+            arr = arr.astype(np.float32)
+    _dt.from_numpy_dtype(arr.dtype)  # TypeError for object, complex, str ...
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return arr
+
+
+def _format_value(arr: np.ndarray) -> str:
+    if arr.ndim == 0:
+        v = arr.item()
+        if isinstance(v, float):
+            return np.format_float_positional(v, trim="-")
+        return str(v)
+    return np.array2string(arr, separator=", ")
+
+
+class Tensor:
+    """An n-dimensional array on the CPU that can take part in autograd.
+
+    ``Tensor(data, dtype=None)``: ``data`` is anything numpy accepts; Python
+    floats become float32 unless ``dtype`` says otherwise. A numpy array of a
+    supported dtype is used without copying.
+    """
+
+    # numpy defers ``ndarray * Tensor`` to ``Tensor.__rmul__``
+    __array_priority__ = 1000
+
+    requires_grad: bool = False
+    grad: Optional["Tensor"] = None
+    _node = None
+    _out_index: int = 0
+    _version: int = 0
+
+    def __init__(self, input_data: Any = None, dtype: Any = None, *, requires_grad: bool = False) -> None:
+        if input_data is None:
+            raise TypeError("Tensor() needs input_data (a number, a nested list or a numpy array)")
+        self._data = _infer_array(input_data, None if dtype is None else _dt.to_dtype(dtype))
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @staticmethod
+    def _from_array(arr: np.ndarray) -> "Tensor":
+        """Wrap an ndarray without checks (the fast path used by ops)."""
+        t = _new(Tensor)
+        t._data = arr
+        return t
+
+    # ---- properties -------------------------------------------------
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return self._data.shape
+
+    @property
+    def dtype(self) -> _dt.DType:
+        return _dt.from_numpy_dtype(self._data.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def size(self) -> int:
+        return self._data.size
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
+
+    @property
+    def T(self) -> "Tensor":
+        return _math.transpose(self)
+
+    def asnumpy(self) -> np.ndarray:
+        """The data as a numpy array (shared, not copied)."""
+        return self._data
+
+    def numpy(self) -> np.ndarray:
+        return self._data
+
+    def item(self) -> Any:
+        return self._data.item()
+
+    def tolist(self) -> Any:
+        return self._data.tolist()
+
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        if dtype is not None and np.dtype(dtype) != self._data.dtype:
+            return self._data.astype(dtype)
+        if copy:
+            return self._data.copy()
+        return self._data
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        """Mark a leaf as needing gradients; only floating tensors can."""
+        if requires_grad and self._data.dtype.kind != "f":
+            raise TypeError(f"only floating-point tensors can require gradients, got dtype {self.dtype}")
+        if not requires_grad and self._node is not None:
+            raise RuntimeError("requires_grad can only be turned off on a leaf; use detach()")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def detach(self) -> "Tensor":
+        """A new leaf sharing this tensor's data, outside the graph."""
+        return Tensor._from_array(self._data)
+
+    def astype(self, dtype: Any) -> "Tensor":
+        return _math.cast(self, _dt.to_dtype(dtype))
+
+    def backward(self, gradient: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+        from .autograd.engine import backward
+        backward([self], None if gradient is None else [gradient],
+                 retain_graph=retain_graph, create_graph=create_graph)
+
+    # ---- printing ---------------------------------------------------
+    def __repr__(self) -> str:
+        return f"Tensor(shape={list(self._data.shape)}, dtype={self.dtype}, value= {_format_value(self._data)})"
+
+    def __str__(self) -> str:
+        return str(self._data)
+
+    # ---- python protocol --------------------------------------------
+    def __len__(self) -> int:
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return len(self._data)
+
+    def __bool__(self) -> bool:
+        return bool(self._data)
+
+    def __float__(self) -> float:
+        return float(self._data)
+
+    def __int__(self) -> int:
+        return int(self._data)
+
+    def __index__(self) -> int:
+        return self._data.__index__()
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    __hash__ = object.__hash__
+
+    # ---- arithmetic (differentiable) --------------------------------
+    def __add__(self, o): return _math.add(self, o)
+    def __radd__(self, o): return _math.add(o, self)
+    def __sub__(self, o): return _math.sub(self, o)
+    def __rsub__(self, o): return _math.sub(o, self)
+    def __mul__(self, o): return _math.mul(self, o)
+    def __rmul__(self, o): return _math.mul(o, self)
+    def __truediv__(self, o): return _math.div(self, o)
+    def __rtruediv__(self, o): return _math.div(o, self)
+    def __matmul__(self, o): return _math.matmul(self, o)
+    def __rmatmul__(self, o): return _math.matmul(o, self)
+    def __pow__(self, o): return _math.pow(self, o)
+    def __rpow__(self, o): return _math.pow(o, self)
+    def __neg__(self): return _math.neg(self)
+    def __pos__(self): return self
+    def __getitem__(self, index): return _math.getitem(self, index)
+
+    # ---- comparisons (not differentiable, give bool tensors) --------
+    def __lt__(self, o): return _math.less(self, o)
+    def __le__(self, o): return _math.less_equal(self, o)
+    def __gt__(self, o): return _math.greater(self, o)
+    def __ge__(self, o): return _math.greater_equal(self, o)
+    def __eq__(self, o): return _math.equal(self, o)  # type: ignore[override]
+    def __ne__(self, o): return _math.not_equal(self, o)  # type: ignore[override]
+
+    # ---- method forms of common ops ---------------------------------
+    def sum(self, axis=None, keepdims: bool = False): return _math.sum(self, axis, keepdims)
+    def mean(self, axis=None, keepdims: bool = False): return _math.mean(self, axis, keepdims)
+    def reshape(self, *shape): return _math.reshape(self, shape[0] if len(shape) == 1 else shape)
+    def transpose(self, *axes): return _math.transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
+    def broadcast_to(self, shape): return _math.broadcast_to(self, shape)
+    def exp(self): return _math.exp(self)
+    def log(self): return _math.log(self)
+    def sin(self): return _math.sin(self)
+    def cos(self): return _math.cos(self)
+    def tanh(self): return _math.tanh(self)
+    def sigmoid(self): return _math.sigmoid(self)
+    def relu(self): return _math.relu(self)
+    def sqrt(self): return _math.sqrt(self)
+    def abs(self): return _math.abs(self)
+
+
+class Parameter(Tensor):
+    """A tensor a ``Cell`` owns and trains; requires grad by default."""
+
+    def __init__(self, default_input: Any, name: Optional[str] = None, requires_grad: bool = True) -> None:
+        super().__init__(default_input)
+        self.name = name
+        self.requires_grad_(requires_grad)
+
+    def set_data(self, data: Any) -> "Parameter":
+        """Replace the values (same dtype), bumping the version like an in-place op."""
+        arr = _infer_array(data, self.dtype)
+        self._data = arr
+        self._version = self._version + 1
+        return self
+
+    def __repr__(self) -> str:
+        return (f"Parameter (name={self.name}, shape={tuple(self._data.shape)}, dtype={self.dtype}, "
+                f"requires_grad={self.requires_grad})")
+
+
+def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
+    """``value`` as a Tensor; a Python number takes ``like``'s dtype (float32 for a
+    float next to an integer tensor), so ``Tensor(1.0, float32) * 2`` stays float32."""
+    if isinstance(value, Tensor):
+        return value
+    if like is not None and isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
+        dt = like._data.dtype
+        if isinstance(value, float) and dt.kind != "f":
+            dt = np.dtype(np.float32)
+        elif isinstance(value, int) and not isinstance(value, bool) and dt.kind == "b":
+            dt = np.dtype(np.int64)
+        return Tensor._from_array(np.asarray(value, dtype=dt))
+    return Tensor(value)
+
+
+from .ops import math as _math  # noqa: E402  (ops need Tensor defined first)
