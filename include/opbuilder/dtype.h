@@ -1,0 +1,118 @@
+// Element types of opbuilder tensors, their sizes and names.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace opbuilder {
+
+// Unscoped on purpose: both `kFloat32` and `DataType::kFloat32` work.
+enum DataType : int {
+  kBool = 0,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kUInt8,
+  kFloat16,
+  kFloat32,
+  kFloat64,
+  kTypeUnknown,
+};
+
+inline constexpr int kNumDataTypes = static_cast<int>(kTypeUnknown);
+
+inline std::size_t ElementSize(DataType t) {
+  switch (t) {
+    case kBool: case kInt8: case kUInt8: return 1;
+    case kInt16: case kFloat16: return 2;
+    case kInt32: case kFloat32: return 4;
+    case kInt64: case kFloat64: return 8;
+    default: return 0;
+  }
+}
+
+// The names runtime dtypes and the aot ABI use ("float32", "bool", ...).
+inline const char *DataTypeName(DataType t) {
+  switch (t) {
+    case kBool: return "bool";
+    case kInt8: return "int8";
+    case kInt16: return "int16";
+    case kInt32: return "int32";
+    case kInt64: return "int64";
+    case kUInt8: return "uint8";
+    case kFloat16: return "float16";
+    case kFloat32: return "float32";
+    case kFloat64: return "float64";
+    default: return "unknown";
+  }
+}
+
+// IEEE 754 binary16, stored as bits; converts to and from float.
+struct Half {
+  std::uint16_t bits = 0;
+
+  Half() = default;
+  Half(float f) : bits(FromFloat(f)) {}  // NOLINT(google-explicit-constructor)
+  operator float() const { return ToFloat(bits); }  // NOLINT(google-explicit-constructor)
+
+  static float ToFloat(std::uint16_t h) {
+    std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+    std::uint32_t exp = (h >> 10) & 0x1fu;
+    std::uint32_t man = h & 0x3ffu;
+    std::uint32_t out;
+    if (exp == 0x1f) {
+      out = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+      out = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {
+      out = sign;
+    } else {  // subnormal half: normalise
+      int e = -1;
+      do { ++e; man <<= 1; } while ((man & 0x400u) == 0);
+      out = sign | ((112u - static_cast<std::uint32_t>(e)) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &out, sizeof f);
+    return f;
+  }
+
+  static std::uint16_t FromFloat(float f) {
+    std::uint32_t x;
+    std::memcpy(&x, &f, sizeof x);
+    std::uint32_t sign = (x >> 16) & 0x8000u;
+    std::uint32_t abs = x & 0x7fffffffu;
+    if (abs >= 0x7f800000u) {  // inf or nan
+      return static_cast<std::uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
+    }
+    if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow -> inf
+    if (abs < 0x38800000u) {  // result is subnormal or zero
+      if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);
+      std::uint32_t man = (abs & 0x7fffffu) | 0x800000u;
+      const int shift = 126 - static_cast<int>(abs >> 23);  // 14..24: value = man * 2^-shift half-ulps
+      std::uint32_t half = man >> shift;
+      std::uint32_t rem = man & ((1u << shift) - 1u);
+      std::uint32_t mid = 1u << (shift - 1);
+      if (rem > mid || (rem == mid && (half & 1u))) ++half;
+      return static_cast<std::uint16_t>(sign | half);
+    }
+    std::uint32_t half = ((abs - 0x38000000u) >> 13);
+    std::uint32_t rem = abs & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
+    return static_cast<std::uint16_t>(sign | half);
+  }
+};
+
+template <typename T> struct DataTypeOf;
+template <> struct DataTypeOf<bool> { static constexpr DataType value = kBool; };
+template <> struct DataTypeOf<std::int8_t> { static constexpr DataType value = kInt8; };
+template <> struct DataTypeOf<std::int16_t> { static constexpr DataType value = kInt16; };
+template <> struct DataTypeOf<std::int32_t> { static constexpr DataType value = kInt32; };
+template <> struct DataTypeOf<std::int64_t> { static constexpr DataType value = kInt64; };
+template <> struct DataTypeOf<std::uint8_t> { static constexpr DataType value = kUInt8; };
+template <> struct DataTypeOf<Half> { static constexpr DataType value = kFloat16; };
+template <> struct DataTypeOf<float> { static constexpr DataType value = kFloat32; };
+template <> struct DataTypeOf<double> { static constexpr DataType value = kFloat64; };
+
+}  // namespace opbuilder
