@@ -1,0 +1,44 @@
+"""Shared fixtures: one cache directory per test session, each test operator built once."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CUSTOM_SRC = ROOT / "custom_src"
+CPP = Path(__file__).resolve().parent / "cpp"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory):
+    """OPBUILDER_CACHE_DIR for the whole session (so ops compile once per session)."""
+    d = tmp_path_factory.mktemp("opbuilder-cache")
+    old = os.environ.get("OPBUILDER_CACHE_DIR")
+    os.environ["OPBUILDER_CACHE_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("OPBUILDER_CACHE_DIR", None)
+    else:
+        os.environ["OPBUILDER_CACHE_DIR"] = old
+
+
+def _load(name, sources, **kw):
+    from opbuilder import CustomOpBuilder
+    return CustomOpBuilder(name, [str(s) for s in sources], **kw).load()
+
+
+@pytest.fixture(scope="session")
+def my_ops(cache_dir):
+    return _load("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
+
+
+@pytest.fixture(scope="session")
+def ms_ops(cache_dir):
+    return _load("ms_ops", [CUSTOM_SRC / "ms_style_ops.cpp"])
+
+
+@pytest.fixture(scope="session")
+def api_ops(cache_dir):
+    return _load("tensor_api_ops", [CPP / "tensor_api_ops.cpp"])

@@ -1,0 +1,104 @@
+"""CustomOpBuilder: warm path, errors, cache-directory safety."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from opbuilder import BuildError, CustomOpBuilder, UnsafeCacheDirError
+
+ROOT = Path(__file__).resolve().parents[1]
+FUNCTION_OPS = str(ROOT / "custom_src" / "function_ops.cpp")
+
+
+def test_load_again_returns_the_same_module(my_ops):
+    assert CustomOpBuilder("my_ops", [FUNCTION_OPS]).load() is my_ops
+
+
+def test_build_returns_the_library_path(my_ops, cache_dir):
+    path = Path(CustomOpBuilder("my_ops", [FUNCTION_OPS]).build())
+    assert path.is_file() and path.suffix == ".so" and cache_dir in path.parents
+
+
+def test_warm_load_in_a_child_process_starts_no_process(my_ops):
+    child = textwrap.dedent(f"""
+        import os, subprocess
+        def refuse(*a, **k):
+            raise AssertionError("a process was started on the warm path")
+        subprocess.Popen = refuse
+        os.posix_spawn = os.posix_spawnp = os.fork = os.system = refuse
+        import runtime
+        from opbuilder import CustomOpBuilder
+        m = CustomOpBuilder("my_ops", [{FUNCTION_OPS!r}]).load()
+        x = runtime.Tensor(2.0)
+        print(m.mul(x, x).item())
+    """)
+    res = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "4.0"
+    assert "building" not in res.stderr  # silent on the warm path
+
+
+def test_compile_error_is_a_build_error_with_file_and_line(tmp_path):
+    src = tmp_path / "broken.cpp"
+    src.write_text('#include "opbuilder/extension.h"\n\nint f() {\n  return undefined_name;\n}\n')
+    with pytest.raises(BuildError) as info:
+        CustomOpBuilder("broken_op", [str(src)]).load()
+    err = info.value
+    assert isinstance(err, RuntimeError)
+    msg = str(err)
+    assert "broken_op" in msg.splitlines()[0]
+    assert f"{src}:4:" in msg and "undefined_name" in msg
+    assert err.log_path and Path(err.log_path).is_file() and "undefined_name" in err.log
+    assert f"full log: {err.log_path}" in msg
+
+
+def test_unknown_backend_lists_the_accepted_values():
+    with pytest.raises(ValueError, match="unknown backend 'Ascend'; accepted values: 'CPU', 'GPU'"):
+        CustomOpBuilder("x", [FUNCTION_OPS], backend="Ascend")
+
+
+def test_missing_source_is_named():
+    with pytest.raises(FileNotFoundError, match="nope.cpp"):
+        CustomOpBuilder("x", ["nope.cpp"])
+
+
+@pytest.mark.parametrize("name", ["my-ops", "1ops", "class", ""])
+def test_name_must_be_an_identifier(name):
+    with pytest.raises(ValueError, match="valid Python identifier"):
+        CustomOpBuilder(name, [FUNCTION_OPS])
+
+
+def test_unexpected_keyword_is_a_type_error():
+    with pytest.raises(TypeError, match="unexpected keyword argument\\(s\\) op_def"):
+        CustomOpBuilder("x", [FUNCTION_OPS], op_def="y")
+
+
+def test_cuda_source_needs_the_gpu_backend(tmp_path):
+    cu = tmp_path / "k.cu"
+    cu.write_text("")
+    with pytest.raises(ValueError, match="backend='GPU'"):
+        CustomOpBuilder("k", [str(cu)])
+
+
+def test_cache_dir_is_created_private(tmp_path, monkeypatch, my_ops):
+    root = tmp_path / "fresh-cache"
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(root))
+    src = tmp_path / "tiny.cpp"
+    src.write_text("int tiny() { return 1; }\n")
+    from opbuilder import build_library
+    build_library("tiny", [str(src)])
+    assert (os.stat(root).st_mode & 0o777) == 0o700
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o777, 0o702])
+def test_group_or_other_writable_cache_dir_is_refused(tmp_path, monkeypatch, mode):
+    root = tmp_path / "shared-cache"
+    root.mkdir()
+    os.chmod(root, mode)
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(root))
+    with pytest.raises(UnsafeCacheDirError, match=f"{root}.*writable by group or others"):
+        CustomOpBuilder("my_ops", [FUNCTION_OPS]).load()
+    assert os.listdir(root) == []  # nothing built there

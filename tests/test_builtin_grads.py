@@ -1,0 +1,112 @@
+"""Built-in ops: gradients match central differences (float64), broadcasting included."""
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Tensor, ops as F
+
+rng = np.random.default_rng(0)
+
+
+def T(*shape, positive=False):
+    a = rng.standard_normal(shape)
+    return Tensor(np.abs(a) + 0.5 if positive else a)
+
+
+UNARY = {
+    "neg": F.neg, "exp": F.exp, "sin": F.sin, "cos": F.cos, "tanh": F.tanh, "sigmoid": F.sigmoid,
+    "relu": F.relu, "sum": F.sum, "mean": F.mean,
+    "sum_axis": lambda x: F.sum(x, axis=1), "mean_keep": lambda x: F.mean(x, axis=(0,), keepdims=True),
+    "reshape": lambda x: F.reshape(x, (4, 3)), "transpose": F.transpose,
+    "transpose_axes": lambda x: F.transpose(x, (1, 0)), "broadcast_to": lambda x: F.broadcast_to(x, (2, 3, 4)),
+    "getitem": lambda x: x[1:, ::2], "abs": F.abs,
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_ops(name):
+    assert rt.gradcheck(UNARY[name], [T(3, 4)])
+
+
+@pytest.mark.parametrize("name,fn", [("log", F.log), ("sqrt", F.sqrt)])
+def test_positive_domain_ops(name, fn):
+    assert rt.gradcheck(fn, [T(3, 4, positive=True)])
+
+
+BINARY = {"add": F.add, "sub": F.sub, "mul": F.mul, "div": F.div}
+BROADCAST = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (3,)), ((5, 1), ())]
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("sx,sy", BROADCAST)
+def test_binary_ops_with_broadcasting(name, sx, sy):
+    x, y = T(*sx), T(*sy, positive=True)
+    assert rt.gradcheck(BINARY[name], [x, y])
+
+
+@pytest.mark.parametrize("sx,sy", BROADCAST)
+def test_pow_with_broadcasting(sx, sy):
+    assert rt.gradcheck(F.pow, [T(*sx, positive=True), T(*sy)])
+
+
+@pytest.mark.parametrize("sx,sy", [((3, 4), (4, 2)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),
+                                   ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 1)), ((3, 4), (2, 4, 5))])
+def test_matmul_shapes(sx, sy):
+    assert rt.gradcheck(F.matmul, [T(*sx), T(*sy)])
+
+
+def test_where_is_differentiable_in_both_branches():
+    c = Tensor(rng.standard_normal((3, 4)) > 0)
+    assert rt.gradcheck(lambda x, y: F.where(c, x, y), [T(3, 4), T(4)])
+
+
+def test_reuse_accumulates_gradients():
+    x = Tensor(np.array([1.5, -2.0]), requires_grad=True)
+    y = x * x + x * 3 + F.exp(x)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), 2 * x.asnumpy() + 3 + np.exp(x.asnumpy()))
+
+
+def test_random_compositions():
+    ops1 = [F.tanh, F.sigmoid, F.sin, lambda t: t * t, lambda t: F.exp(t * 0.1)]
+    ops2 = [F.add, F.mul, F.sub, lambda a, b: a / (1.5 + b * b)]
+    local = np.random.default_rng(42)
+    for trial in range(20):
+        shapes = [(2, 3), (3,), (2, 1), ()]
+        picks = [shapes[i] for i in local.integers(0, len(shapes), 3)]
+        xs = [Tensor(local.standard_normal(s)) for s in picks]
+        seq = [(local.integers(len(ops1)), local.integers(len(ops2)), local.integers(3)) for _ in range(4)]
+
+        def f(a, b, c, seq=seq):
+            vals = [a, b, c]
+            h = a
+            for u, v, k in seq:
+                h = ops2[v](ops1[u](h), vals[k])
+            return h.sum(axis=0) if h.ndim else h
+
+        assert rt.gradcheck(f, xs), f"trial {trial}"
+
+
+def test_gradients_keep_input_dtype():
+    x = Tensor(np.ones(3, np.float32), requires_grad=True)
+    y = x * Tensor(np.ones(3, np.float64))  # promotes to float64
+    y.sum().backward()
+    assert x.grad.dtype == rt.float32
+
+
+def test_no_grad_records_nothing():
+    x = Tensor(1.0, requires_grad=True)
+    with rt.no_grad():
+        y = x * 2
+        assert not rt.is_grad_enabled()
+    assert rt.is_grad_enabled()
+    assert not y.requires_grad and y._node is None
+
+
+def test_in_place_change_of_saved_tensor_is_detected():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    w = rt.Parameter(np.array([3.0, 4.0]))
+    y = (x * w).sum()
+    w.set_data([5.0, 6.0])
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.backward()

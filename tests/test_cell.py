@@ -1,0 +1,100 @@
+"""nn.Cell: parameter and sub-cell registration, and a user bprop."""
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Parameter, Tensor, nn
+
+
+class Inner(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = Parameter(np.ones(2, np.float32))
+        self.frozen = Parameter(np.zeros(2, np.float32), requires_grad=False)
+
+    def construct(self, x):
+        return x * self.w + self.frozen
+
+
+class Outer(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.inner = Inner()
+        self.scale = Parameter(2.0, name="scale")
+        self.shared = self.inner.w  # the same Parameter twice: listed once
+
+    def construct(self, x):
+        return self.inner(x) * self.scale
+
+
+def test_registration_and_listing():
+    net = Outer()
+    names = [n for n, _ in net.parameters_and_names()]
+    # a cell's own parameters first, in assignment order; a shared one is listed once
+    assert names == ["scale", "shared", "inner.frozen"]
+    assert [id(p) for p in net.trainable_params()] == [id(net.scale), id(net.inner.w)]
+    assert net.inner.w.name == "w"  # named where it was first registered
+    assert len(list(net.get_parameters())) == 3
+    assert net(Tensor(np.array([1.0, 2.0], np.float32))).asnumpy().tolist() == [2.0, 4.0]
+
+
+def test_reassigning_an_attribute_unregisters():
+    net = Inner()
+    net.w = 3
+    assert [n for n, _ in net.parameters_and_names()] == ["frozen"]
+
+
+def test_parameter_before_init_is_an_error():
+    class Bad(nn.Cell):
+        def __init__(self):
+            self.p = Parameter(1.0)
+            super().__init__()
+
+    with pytest.raises(AttributeError, match="super\\(\\).__init__"):
+        Bad()
+
+
+def test_construct_is_required():
+    with pytest.raises(NotImplementedError, match="construct"):
+        nn.Cell()(Tensor(1.0))
+
+
+class Square(nn.Cell):
+    def construct(self, x):
+        return x * x
+
+    def bprop(self, x, out, dout):
+        return (dout * 10,)  # deliberately not 2x: shows bprop replaced the backward
+
+
+def test_user_bprop_replaces_backward():
+    g = rt.grad(Square())(Tensor(3.0))
+    assert g.item() == 10.0
+    assert Square()(Tensor(3.0)).item() == 9.0
+
+
+class AddCell(nn.Cell):
+    def construct(self, x, y):
+        return x + y
+
+    def bprop(self, x, y, out, dout):
+        return (y, x)  # the seed's pattern: gradients need not be the true ones
+
+
+def test_bprop_with_two_inputs_and_grad_position():
+    t1, t2 = Tensor([1.0, 2.0, 3.0]), Tensor([3.0, 2.0, 1.0])
+    g = rt.grad(AddCell(), grad_position=(0,))(t1, t2)
+    np.testing.assert_array_equal(g[0].asnumpy(), [3.0, 2.0, 1.0])
+
+
+class BadBprop(nn.Cell):
+    def construct(self, x):
+        return x * 2
+
+    def bprop(self, x, out, dout):
+        return dout
+
+
+def test_bprop_must_return_a_tuple():
+    with pytest.raises(TypeError, match="BadBprop.bprop must return a tuple"):
+        rt.grad(BadBprop())(Tensor(1.0))

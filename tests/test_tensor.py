@@ -1,0 +1,100 @@
+"""runtime.Tensor: construction, dtypes, operators, printing."""
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Parameter, Tensor
+
+
+@pytest.mark.parametrize("data,dtype", [
+    (1.0, rt.float32), ([1.0, 2.0], rt.float32), (3, rt.int64), (True, rt.bool_),
+    (np.float64(1.0), rt.float64), (np.zeros(2, np.float16), rt.float16), (np.zeros(2, np.uint8), rt.uint8),
+    (np.zeros(2, np.int8), rt.int8), (np.zeros(2, np.int16), rt.int16), (np.zeros(2, np.int32), rt.int32),
+])
+def test_dtype_inference(data, dtype):
+    assert Tensor(data).dtype == dtype
+
+
+def test_explicit_dtype_and_names():
+    t = Tensor([1, 2], rt.float64)
+    assert t.dtype == rt.float64 and t.asnumpy().dtype == np.float64
+    assert Tensor([1, 2], "int32").dtype == rt.int32
+    assert repr(rt.float32) == "Float32" and rt.bool_.name == "bool"
+
+
+def test_numpy_array_is_shared_not_copied():
+    a = np.arange(4.0)
+    t = Tensor(a)
+    assert t.asnumpy() is a and np.asarray(t) is a
+
+
+@pytest.mark.parametrize("bad", [np.zeros(2, np.complex64), np.zeros(2, np.uint32), ["a", "b"]])
+def test_unsupported_dtype_is_type_error(bad):
+    with pytest.raises(TypeError, match="supported"):
+        Tensor(bad)
+
+
+def test_none_data_is_type_error():
+    with pytest.raises(TypeError, match="input_data"):
+        Tensor()
+
+
+def test_properties():
+    t = Tensor(np.zeros((2, 3), np.float32))
+    assert t.shape == (2, 3) and t.ndim == 2 and t.size == 6 and len(t) == 2
+    assert not t.requires_grad and t.grad is None and t.is_leaf
+
+
+def test_scalars_keep_the_tensor_dtype():
+    x = Tensor(1.0, rt.float32) * 2
+    assert x.dtype == rt.float32 and x.item() == 2.0
+    assert (2 * Tensor(1.0, rt.float32)).dtype == rt.float32
+    assert (Tensor(3, rt.int32) + 1).dtype == rt.int32
+    assert (Tensor(3, rt.int32) * 0.5).dtype == rt.float32
+    assert (Tensor(np.float16(1.0)) - 1.5).dtype == rt.float16
+    assert (1.0 / Tensor(4.0, rt.float64)).dtype == rt.float64
+
+
+def test_operators_follow_numpy():
+    a = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    b = np.array([0.5, -1.0], np.float32)
+    A, B = Tensor(a), Tensor(b)
+    for got, want in [(A + B, a + b), (A - B, a - b), (A * B, a * b), (A / B, a / b), (A @ B, a @ b),
+                      (A ** 2, a ** 2), (-A, -a), (2 ** B, 2 ** b), (A[0], a[0]), (A[:, 1], a[:, 1])]:
+        np.testing.assert_allclose(got.asnumpy(), want)
+        assert got.dtype == rt.float32
+
+
+def test_comparisons_give_bool_tensors_without_grad():
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    for r, want in [(x < 2, [1, 0, 0]), (x <= 2, [1, 1, 0]), (x > 2, [0, 0, 1]), (x >= 2, [0, 1, 1]),
+                    (x == 2, [0, 1, 0]), (x != 2, [1, 0, 1])]:
+        assert r.dtype == rt.bool_ and not r.requires_grad
+        np.testing.assert_array_equal(r.asnumpy(), want)
+
+
+def test_tensors_are_hashable_by_identity():
+    a, b = Tensor(1.0), Tensor(1.0)
+    assert len({a, b}) == 2
+
+
+def test_repr_like_mindspore():
+    assert repr(Tensor(6.0, rt.float32)) == "Tensor(shape=[], dtype=Float32, value= 6)"
+    assert repr(Tensor(0.5, rt.float64)) == "Tensor(shape=[], dtype=Float64, value= 0.5)"
+    assert repr(Tensor([1, 2], rt.int32)) == "Tensor(shape=[2], dtype=Int32, value= [1, 2])"
+    assert str(Tensor(12.0, rt.float32)) == "12.0"
+
+
+def test_requires_grad_only_for_floating_tensors():
+    with pytest.raises(TypeError, match="floating"):
+        Tensor([1, 2]).requires_grad_(True)
+
+
+def test_parameter():
+    p = Parameter(2.0)
+    assert p.requires_grad and p.dtype == rt.float32 and p.name is None
+    q = Parameter(np.ones(3), name="w", requires_grad=False)
+    assert not q.requires_grad and q.name == "w" and "name=w" in repr(q)
+    v = p._version
+    p.set_data(3.0)
+    assert p.item() == 3.0 and p._version == v + 1

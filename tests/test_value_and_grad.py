@@ -1,0 +1,114 @@
+"""value_and_grad / grad with MindSpore's conventions."""
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Parameter, Tensor, nn, ops as F
+
+
+def f(x, y):
+    return x * x * y
+
+
+x0, y0 = Tensor(3.0, rt.float32), Tensor(2.0, rt.float32)
+
+
+def test_int_position_gives_one_gradient():
+    out, g = rt.value_and_grad(f, grad_position=0)(x0, y0)
+    assert out.item() == 18.0 and isinstance(g, Tensor) and g.item() == 12.0
+
+
+def test_tuple_position_gives_tuple():
+    _, g = rt.value_and_grad(f, grad_position=(1, 0))(x0, y0)
+    assert isinstance(g, tuple) and [t.item() for t in g] == [9.0, 12.0]
+
+
+def test_inputs_need_no_requires_grad_and_are_not_modified():
+    a = Tensor(3.0)
+    rt.grad(f)(a, y0)
+    assert not a.requires_grad and a.grad is None
+
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = Parameter(np.array([1.0, 2.0], np.float32), name="w")
+        self.b = Parameter(0.5)
+
+    def construct(self, x):
+        return (x * self.w).sum() + self.b
+
+
+def test_weights_only_and_both():
+    net = Net()
+    x = Tensor(np.array([3.0, 4.0], np.float32))
+    _, wg = rt.value_and_grad(net, grad_position=None, weights=net.trainable_params())(x)
+    assert isinstance(wg, tuple) and len(wg) == 2
+    np.testing.assert_array_equal(wg[0].asnumpy(), [3.0, 4.0])
+    assert wg[1].item() == 1.0
+    _, (ig, wg2) = rt.value_and_grad(net, grad_position=0, weights=net.trainable_params())(x)
+    np.testing.assert_array_equal(ig.asnumpy(), [1.0, 2.0])
+    assert len(wg2) == 2
+    g_single = rt.grad(net, grad_position=None, weights=net.w)(x)  # one Parameter -> one gradient
+    np.testing.assert_array_equal(g_single.asnumpy(), [3.0, 4.0])
+
+
+def test_has_aux_differentiates_first_output_only():
+    def g(x):
+        return x * x, x * 100
+    (out, aux), gx = rt.value_and_grad(g, has_aux=True)(Tensor(3.0))
+    assert out.item() == 9.0 and aux.item() == 300.0 and gx.item() == 6.0
+    gx2, auxs = rt.grad(g, has_aux=True)(Tensor(3.0))
+    assert gx2.item() == 6.0 and auxs[0].item() == 300.0
+
+
+def test_multiple_outputs_are_summed():
+    _, g = rt.value_and_grad(lambda x: (x * 2, x * 3))(Tensor(1.0))
+    assert g.item() == 5.0
+
+
+def test_unused_inputs_get_zeros_of_their_shape():
+    _, (gx, gy) = rt.value_and_grad(lambda x, y: x * 2, (0, 1))(Tensor(1.0), Tensor(np.ones((2, 3))))
+    assert gx.item() == 2.0 and gy.shape == (2, 3) and not gy.asnumpy().any()
+    _, g = rt.value_and_grad(lambda x: Tensor(5.0))(Tensor(np.ones(4)))
+    assert g.shape == (4,) and not g.asnumpy().any()
+
+
+def test_gradient_of_gradient():
+    d1 = rt.grad(lambda x: x * x * x)
+    d2 = rt.grad(d1)
+    d3 = rt.grad(d2)
+    x = Tensor(2.0, rt.float64)
+    assert d1(x).item() == 12.0 and d2(x).item() == 12.0 and d3(x).item() == 6.0
+    assert rt.grad(rt.grad(lambda x: F.sin(x)))(x).item() == pytest.approx(-np.sin(2.0))
+
+
+@pytest.mark.parametrize("bad", ["0", (0, "1"), (), 1.5, True])
+def test_bad_grad_position_is_type_error(bad):
+    with pytest.raises(TypeError, match="grad_position"):
+        rt.value_and_grad(f, grad_position=bad)
+
+
+def test_grad_position_out_of_range():
+    with pytest.raises(ValueError, match="grad_position 2 is out of range"):
+        rt.value_and_grad(f, grad_position=2)(x0, y0)
+
+
+def test_non_tensor_input_at_grad_position():
+    with pytest.raises(TypeError, match="grad_position 0 must be a Tensor"):
+        rt.grad(f)(3.0, y0)
+
+
+def test_neither_positions_nor_weights():
+    with pytest.raises(ValueError, match="both are None"):
+        rt.value_and_grad(f, grad_position=None)
+
+
+def test_bad_weights():
+    with pytest.raises(TypeError, match="weights must be Parameters"):
+        rt.grad(f, weights=[1.0])
+
+
+def test_function_must_return_tensors():
+    with pytest.raises(TypeError, match="must return Tensors"):
+        rt.grad(lambda x: 1.0)(x0)
