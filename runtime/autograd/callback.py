@@ -80,9 +80,12 @@ def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], 
     """The backward of a node whose gradients come from a user's ``bprop(*inputs, out, dout)``.
 
     ``out`` and ``dout`` are one Tensor for a single-output forward, tuples
-    otherwise; ``bprop`` must return a tuple with one gradient per input.
+    otherwise; ``bprop`` returns a tuple with one gradient per input. It may
+    leave out trailing gradients of inputs that need none (MindSpore code such
+    as ``return (y,)`` for ``(x, y)`` with only x differentiated).
     """
     Tensor = _tensor_type()
+    needed = [isinstance(a, Tensor) and a.requires_grad for a in inputs]  # as when the forward ran
 
     def backward(grads: List[Any], create_graph: bool) -> Sequence[Any]:
         o = [Tensor._from_array(a) for a in out_arrays]
@@ -93,7 +96,7 @@ def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], 
         if isinstance(res, Tensor) or not isinstance(res, (tuple, list)):
             raise TypeError(f"{name} must return a tuple with one gradient per input, "
                             f"got {type(res).__name__}")
-        if len(res) != len(inputs):
+        if len(res) > len(inputs) or any(needed[len(res):]):
             raise ValueError(f"{name} returned {len(res)} gradients for {len(inputs)} inputs")
         return res
 
