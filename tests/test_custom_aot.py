@@ -218,3 +218,20 @@ def test_inputs_must_be_tensors_arrays_or_numbers():
         op(Tensor([1.0]), "2")
     with pytest.raises(TypeError, match="unsupported tensor dtype complex128"):
         op(Tensor([1.0]), np.array([1j]))
+
+
+def test_the_compiled_call_path_rejects_what_custom_never_passes():
+    from runtime.ops.aot_trampoline import trampoline
+    tr = trampoline()
+    with pytest.raises(TypeError, match=r"run\(fn, extra, inputs, out_specs, scratch\) takes 5 arguments, got 2"):
+        tr.run(0, 0)
+    with pytest.raises(TypeError, match="argument 2 must be a tuple"):
+        tr.run(0, 0, [], (), ())
+    with pytest.raises(TypeError, match="input 0 is a str, not a numpy array"):
+        tr.run(0, 0, ("x",), (), ())
+    with pytest.raises(TypeError, match="input 0 has a dtype aot operators do not take"):
+        tr.run(0, 0, (np.array([1j]),), (), ())
+    with pytest.raises(TypeError, match="out_specs entries must be \\(shape, dtype\\)"):
+        tr.run(0, 0, (), ((1,),), ())
+    with pytest.raises(ValueError, match="negative dimensions"):
+        tr.run(0, 0, (), (((-1,), np.float32),), ())

@@ -195,10 +195,16 @@ bool Gather(CallArgs *args, PyObject *inputs, PyObject *out_specs, PyObject *scr
   return true;
 }
 
-bool CheckTuples(PyObject *const *a, std::initializer_list<int> tuple_positions) {
-  for (int i : tuple_positions) {
+// The arguments run and init share: count, the two addresses, tuples after them.
+bool ParseCall(PyObject *const *a, Py_ssize_t n, Py_ssize_t want, const char *usage, void **fn, void **extra) {
+  if (n != want) {
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, got %zd", usage, want, n);
+    return false;
+  }
+  if (!AsAddress(a[0], fn) || !AsAddress(a[1], extra)) return false;
+  for (Py_ssize_t i = 2; i < want; ++i) {
     if (!PyTuple_Check(a[i])) {
-      PyErr_Format(PyExc_TypeError, "argument %d must be a tuple", i);
+      PyErr_Format(PyExc_TypeError, "%s: argument %zd must be a tuple", usage, i);
       return false;
     }
   }
@@ -210,13 +216,8 @@ bool ErrorRecorded(void *extra) {
 }
 
 PyObject *Run(PyObject *, PyObject *const *a, Py_ssize_t n) {
-  if (n != 5) {
-    PyErr_SetString(PyExc_TypeError, "run(fn, extra, inputs, out_specs, scratch) takes 5 arguments");
-    return nullptr;
-  }
   void *fn_addr = nullptr, *extra = nullptr;
-  if (!AsAddress(a[0], &fn_addr) || !AsAddress(a[1], &extra)) return nullptr;
-  if (!CheckTuples(a, {2, 3, 4})) return nullptr;
+  if (!ParseCall(a, n, 5, "run(fn, extra, inputs, out_specs, scratch)", &fn_addr, &extra)) return nullptr;
   const size_t nin = static_cast<size_t>(PyTuple_GET_SIZE(a[2]));
   const size_t nout = static_cast<size_t>(PyTuple_GET_SIZE(a[3]));
   CallArgs args(nin + nout + static_cast<size_t>(PyTuple_GET_SIZE(a[4])));
@@ -232,13 +233,8 @@ PyObject *Run(PyObject *, PyObject *const *a, Py_ssize_t n) {
 }
 
 PyObject *Init(PyObject *, PyObject *const *a, Py_ssize_t n) {
-  if (n != 4) {
-    PyErr_SetString(PyExc_TypeError, "init(fn, extra, inputs, out_specs) takes 4 arguments");
-    return nullptr;
-  }
   void *fn_addr = nullptr, *extra = nullptr;
-  if (!AsAddress(a[0], &fn_addr) || !AsAddress(a[1], &extra)) return nullptr;
-  if (!CheckTuples(a, {2, 3})) return nullptr;
+  if (!ParseCall(a, n, 4, "init(fn, extra, inputs, out_specs)", &fn_addr, &extra)) return nullptr;
   CallArgs args(static_cast<size_t>(PyTuple_GET_SIZE(a[2]) + PyTuple_GET_SIZE(a[3])));
   if (!Gather(&args, a[2], a[3], nullptr)) return nullptr;
   InitFn fn = reinterpret_cast<InitFn>(fn_addr);

@@ -98,7 +98,7 @@ class Custom:
         """Set an attribute the kernel reads with ``AotExtra::Attr`` (before the first call)."""
         if self._initialized:
             raise RuntimeError(f"Custom '{self.name}': attributes must be set before the first call "
-                               f"(its Init already ran with the old ones)")
+                               f"(the kernel, and its Init if it has one, already ran with the old ones)")
         self._prim_attrs[name] = value
         if self._kernel is not None:
             self._extra = self._make_extra()
