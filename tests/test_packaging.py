@@ -23,7 +23,8 @@ def wheel(tmp_path_factory):
 def test_wheel_contains_packages_headers_and_examples(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for must in ["opbuilder/__init__.py", "runtime/__init__.py", "opbuilder/include/opbuilder/extension.h",
-                 "opbuilder/include/ms_extension.h", "opbuilder/custom_src/function_ops.cpp"]:
+                 "opbuilder/include/ms_extension.h", "opbuilder/custom_src/function_ops.cpp",
+                 "opbuilder/include/opbuilder/aot.h", "runtime/ops/aot_call.cpp", "opbuilder/custom_src/aot_add.cpp"]:
         assert must in names, must
 
 
@@ -42,3 +43,20 @@ def test_installed_copy_builds_and_runs_the_demo(wheel, tmp_path):
                          timeout=600)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0] == "out: 12.0"
+
+
+def test_installed_copy_runs_an_aot_op(wheel, tmp_path):
+    site = tmp_path / "site"
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
+                          str(wheel)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    src = site / "opbuilder" / "custom_src" / "aot_add.cpp"
+    code = ("import runtime as rt\n"
+            f"assert rt.__file__.startswith({str(site)!r}), rt.__file__\n"
+            f"op = rt.ops.Custom({str(src) + ':CustomAdd'!r}, out_shape=[2], out_dtype=rt.float32)\n"
+            "print(op(rt.Tensor([1.0, 2.0]), rt.Tensor([3.0, 5.0])).asnumpy().tolist())\n")
+    env = dict(os.environ, PYTHONPATH=str(site), OPBUILDER_CACHE_DIR=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0] == "[4.0, 7.0]"

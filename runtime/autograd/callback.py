@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Sequence
 
-from .grad_mode import _state
+from .grad_mode import _state, set_grad_enabled
 from .node import Node, attach_outputs, edge_of, meta_of
 
-__all__ = ["CallbackNode", "record_callback", "needs_grad"]
+__all__ = ["CallbackNode", "record_callback", "needs_grad", "bprop_backward"]
 
 
 def _tensor_type():
@@ -73,3 +73,31 @@ def record_callback(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
     node = CallbackNode(name, inputs, outs, backward)
     attach_outputs(node, outs)
     return outs
+
+
+def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], single: bool,
+                   bprop: Callable[..., Any]) -> Callable[[List[Any], bool], Sequence[Any]]:
+    """The backward of a node whose gradients come from a user's ``bprop(*inputs, out, dout)``.
+
+    ``out`` and ``dout`` are one Tensor for a single-output forward, tuples
+    otherwise; ``bprop`` returns a tuple with one gradient per input. It may
+    leave out trailing gradients of inputs that need none (MindSpore code such
+    as ``return (y,)`` for ``(x, y)`` with only x differentiated).
+    """
+    Tensor = _tensor_type()
+    needed = [isinstance(a, Tensor) and a.requires_grad for a in inputs]  # as when the forward ran
+
+    def backward(grads: List[Any], create_graph: bool) -> Sequence[Any]:
+        o = [Tensor._from_array(a) for a in out_arrays]
+        out_v = o[0] if single else tuple(o)
+        dout = grads[0] if single else tuple(grads)
+        with set_grad_enabled(create_graph):
+            res = bprop(*inputs, out_v, dout)
+        if isinstance(res, Tensor) or not isinstance(res, (tuple, list)):
+            raise TypeError(f"{name} must return a tuple with one gradient per input, "
+                            f"got {type(res).__name__}")
+        if len(res) > len(inputs) or any(needed[len(res):]):
+            raise ValueError(f"{name} returned {len(res)} gradients for {len(inputs)} inputs")
+        return res
+
+    return backward

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Dict, Iterator, List, Tuple
 
-from ..autograd.callback import needs_grad, record_callback
-from ..autograd.grad_mode import no_grad, set_grad_enabled
+from ..autograd.callback import bprop_backward, needs_grad, record_callback
+from ..autograd.grad_mode import no_grad
 from ..tensor import Parameter, Tensor
 
 __all__ = ["Cell"]
@@ -62,22 +62,8 @@ class Cell:
             out = self.construct(*args, **kwargs)
         single = isinstance(out, Tensor)
         outs = [out] if single else list(out)
-        out_arrays = [o._data for o in outs]
         name = f"{type(self).__name__}.bprop"
-
-        def backward(grads: List[Any], create_graph: bool):
-            o = [Tensor._from_array(a) for a in out_arrays]
-            out_v = o[0] if single else tuple(o)
-            dout = grads[0] if single else tuple(grads)
-            with set_grad_enabled(create_graph):
-                res = self.bprop(*args, out_v, dout)
-            if isinstance(res, Tensor) or not isinstance(res, (tuple, list)):
-                raise TypeError(f"{name} must return a tuple with one gradient per input, "
-                                f"got {type(res).__name__}")
-            if len(res) != len(args):
-                raise ValueError(f"{name} returned {len(res)} gradients for {len(args)} inputs")
-            return res
-
+        backward = bprop_backward(name, args, [o._data for o in outs], single, self.bprop)
         outs = record_callback(name, args, outs, backward)
         return outs[0] if single else type(out)(outs) if isinstance(out, tuple) else outs
 

@@ -1,0 +1,100 @@
+"""Finding an aot kernel: ``"path:Symbol"`` -> (built) library -> resolved addresses.
+
+A path ending in a source suffix (.cpp .cc .cxx .C; .cu with the GPU backend)
+is built by the builder as a plain shared library, cached by content like
+every build; anything else is taken as a shared library. The library is
+opened once per path and ``Symbol`` (and the optional ``SymbolInit``) resolved
+once, so a call only passes addresses.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional
+
+__all__ = ["AotKernel", "resolve_aot", "split_func"]
+
+CXX_SOURCES = (".cpp", ".cc", ".cxx", ".C")
+CUDA_SOURCES = (".cu",)
+
+_libraries: Dict[str, ctypes.CDLL] = {}
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class AotKernel:
+    """A resolved aot function: where it lives and the addresses to call."""
+
+    symbol: str
+    library: str
+    fn: int
+    init: Optional[int]
+    backend: str  # "CPU", or "GPU" for a kernel built from .cu
+
+
+def split_func(func: str) -> "tuple[str, str]":
+    """``"path/lib.so:Symbol"`` -> (path, symbol); ValueError naming the expected form."""
+    path, sep, symbol = func.rpartition(":")
+    if not sep or not path or not symbol:
+        raise ValueError(f"aot func {func!r} must be 'path/to/lib.so:Symbol' or 'path/to/op.cpp:Symbol'")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", symbol):
+        raise ValueError(f"aot func {func!r}: {symbol!r} is not a C symbol name")
+    return path, symbol
+
+
+def _library_name(source: Path) -> str:
+    """A builder name for a source: its stem plus a hash of its path (two op.cpp do not collide)."""
+    stem = re.sub(r"\W", "_", source.stem) or "op"
+    tag = hashlib.blake2b(str(source).encode(), digest_size=4).hexdigest()
+    return f"aot_{stem}_{tag}"
+
+
+def _build(source: Path, backend: str) -> str:
+    from opbuilder import build_library
+    return build_library(_library_name(source), [source], backend=backend)
+
+
+def _open(path: str) -> ctypes.CDLL:
+    with _lock:
+        lib = _libraries.get(path)
+        if lib is None:
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                raise OSError(f"aot library {path} could not be loaded: {e}") from None
+            _libraries[path] = lib
+    return lib
+
+
+def _address(lib: ctypes.CDLL, symbol: str) -> Optional[int]:
+    try:
+        return ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
+    except AttributeError:
+        return None
+
+
+def resolve_aot(func: str) -> AotKernel:
+    """Build (for a source) and open the library of ``func``, and resolve its symbols."""
+    path_s, symbol = split_func(func)
+    path = Path(os.path.expanduser(path_s)).absolute()
+    backend = "GPU" if path.suffix in CUDA_SOURCES else "CPU"
+    if path.suffix in CXX_SOURCES + CUDA_SOURCES:
+        if not path.is_file():
+            raise FileNotFoundError(f"aot source {path} (from func {func!r}) not found")
+        library = _build(path, backend)
+    else:
+        if not path.is_file():
+            raise FileNotFoundError(f"aot library {path} (from func {func!r}) not found; give a shared library, "
+                                    f"or a source ({', '.join(CXX_SOURCES + CUDA_SOURCES)}) to build")
+        library = str(path)
+    lib = _open(library)
+    fn = _address(lib, symbol)
+    if fn is None:
+        raise AttributeError(f"symbol '{symbol}' not found in aot library {library} (from func {func!r}); "
+                             f"is it defined there, spelled the same, and declared extern \"C\"?")
+    return AotKernel(symbol=symbol, library=library, fn=fn, init=_address(lib, symbol + "Init"), backend=backend)

@@ -1,0 +1,278 @@
+"""``ops.Custom``: an operator from an aot C function or a Python function, with an optional bprop.
+
+``Custom(func, out_shape, out_dtype, func_type, bprop, reg_info)`` is called
+like any op. Per call: inputs to numpy arrays, the outputs' shapes and dtypes
+(fixed, or computed from the inputs' by callables), the dtype check against
+the op-info, the kernel, and, when an input requires grad, one graph node
+whose backward is ``bprop(*inputs, out, dout)``.
+
+aot kernels go through a small compiled call path (aot_call.cpp) that reads
+the arrays' pointers, shapes and dtypes, allocates the outputs and calls the
+C function; the symbol and the ``extra`` block are resolved once, when the
+op is made.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..autograd.callback import bprop_backward, record_callback
+from ..autograd.grad_mode import _state
+from ..dtypes import float32, from_numpy_dtype, to_dtype
+from ..tensor import Tensor
+from .aot_extra import ExtraBlock
+from .aot_library import AotKernel, resolve_aot
+from .op_info import OpInfo, parse_reg_info
+
+__all__ = ["Custom"]
+
+FUNC_TYPES = ("aot", "pyfunc")
+_MEMO_SIZE = 256  # input signatures whose output specs are remembered per op
+_MISSING = object()
+Spec = Tuple[Tuple[int, ...], np.dtype]
+ShapeArg = Union[None, Sequence[Any], Callable[..., Any]]
+DtypeArg = Union[None, Any, Callable[..., Any]]
+
+
+class Custom:
+    """An operator whose forward is ``func``; see docs/custom_ops.md.
+
+    ``func``: for ``func_type="aot"`` a string ``"path/lib.so:Symbol"`` or
+    ``"path/op.cpp:Symbol"`` (built on first use); for ``"pyfunc"`` a Python
+    function on numpy arrays. ``out_shape``/``out_dtype``: a shape and a dtype
+    (lists of them for several outputs), or callables of the input shapes /
+    dtypes. ``bprop(*inputs, out, dout)`` returns a tuple of input gradients.
+    ``reg_info``: op-info from ``CustomRegOp(...).get_op_info()`` (wins over
+    ``custom_info_register``).
+    """
+
+    def __init__(self, func: Union[str, Callable[..., Any]], out_shape: ShapeArg = None,
+                 out_dtype: DtypeArg = None, func_type: str = "aot", bprop: Optional[Callable[..., Any]] = None,
+                 reg_info: Any = None) -> None:
+        if func_type not in FUNC_TYPES:
+            raise ValueError(f"func_type {func_type!r} is not supported; accepted: {', '.join(FUNC_TYPES)}")
+        if bprop is not None and not callable(bprop):
+            raise TypeError(f"bprop must be callable (bprop(*inputs, out, dout) -> tuple), got "
+                            f"{type(bprop).__name__}")
+        self.func = func
+        self.func_type = func_type
+        self.out_shape = out_shape
+        self.out_dtype = out_dtype
+        self.bprop = bprop
+        self._kernel: Optional[AotKernel] = None
+        if func_type == "aot":
+            if not isinstance(func, str):
+                raise TypeError(f"an aot func is a string 'path/lib.so:Symbol', got {type(func).__name__}")
+            if out_shape is None:
+                raise ValueError(f"aot op {func!r} needs out_shape (a shape, a list of shapes, or a callable "
+                                 f"of the input shapes)")
+            self._kernel = resolve_aot(func)
+            self.name = self._kernel.symbol
+            target = self._kernel.backend
+        else:
+            if not callable(func):
+                raise TypeError(f"a pyfunc func must be callable, got {type(func).__name__}")
+            self.name = getattr(func, "__name__", type(func).__name__)
+            target = "CPU"
+        info = reg_info if reg_info is not None else getattr(func, "reg_info", None)
+        self._info: Optional[OpInfo] = parse_reg_info(info, target) if info is not None else None
+        self._prim_attrs: dict = {}
+        self._fixed: Optional[Tuple[Spec, ...]] = None
+        if not callable(out_shape) and not callable(out_dtype) and out_shape is not None and out_dtype is not None:
+            self._fixed = self._normalize(out_shape, out_dtype)
+        self._memo: Dict[tuple, Optional[Tuple[Spec, ...]]] = {}
+        self._extra: Optional[ExtraBlock] = None
+        self._initialized = False
+        self._scratch: Tuple[np.ndarray, ...] = ()
+        if self._kernel is not None:
+            from .aot_trampoline import trampoline
+            self._run = trampoline().run
+            self._extra = self._make_extra()
+
+    def __repr__(self) -> str:
+        return f"Custom(func={self.func!r}, func_type={self.func_type!r})"
+
+    def add_prim_attr(self, name: str, value: Any) -> "Custom":
+        """Set an attribute the kernel reads with ``AotExtra::Attr`` (before the first call)."""
+        if self._initialized:
+            raise RuntimeError(f"Custom '{self.name}': attributes must be set before the first call "
+                               f"(the kernel, and its Init if it has one, already ran with the old ones)")
+        self._prim_attrs[name] = value
+        if self._kernel is not None:
+            self._extra = self._make_extra()
+        return self
+
+    # ---- the call --------------------------------------------------------
+    def __call__(self, *inputs: Any) -> Any:
+        arrays = tuple([x._data if isinstance(x, Tensor) else _array(self.name, i, x)
+                        for i, x in enumerate(inputs)])
+        specs = self._fixed
+        if specs is None or self._info is not None:
+            # output specs (and the op-info check) depend only on the inputs' shapes and dtypes
+            sig = tuple([(a.shape, a.dtype) for a in arrays]) if specs is None else tuple([a.dtype for a in arrays])
+            specs = self._memo.get(sig, _MISSING)
+            if specs is _MISSING:
+                specs = self._prepare(arrays, sig)
+        if self._kernel is not None:
+            outs = self._call_aot(arrays, specs)
+        else:
+            outs = self._call_py(arrays, specs)
+        res = [Tensor._from_array(o) for o in outs]
+        if _state.enabled:
+            for x in inputs:
+                if isinstance(x, Tensor) and x.requires_grad:
+                    res = self._record(inputs, outs, res)
+                    break
+        return res[0] if len(res) == 1 else tuple(res)
+
+    def _record(self, inputs: Sequence[Any], outs: Sequence[np.ndarray], res: List[Tensor]) -> List[Tensor]:
+        name = f"Custom({self.name})"
+        if self.bprop is None:
+            backward = self._no_bprop
+        else:
+            backward = bprop_backward(f"{name} bprop", inputs, outs, len(outs) == 1, self.bprop)
+        return record_callback(name, inputs, res, backward)
+
+    def _no_bprop(self, grads: List[Any], create_graph: bool) -> Sequence[Any]:
+        raise RuntimeError(f"Custom '{self.name}' has no bprop, so no gradient flows through it; pass "
+                           f"bprop=fn(*inputs, out, dout) to ops.Custom, or call it in an nn.Cell that "
+                           f"defines bprop")
+
+    # ---- outputs: shapes and dtypes --------------------------------------
+    def _specs(self, arrays: Sequence[np.ndarray]) -> Optional[Tuple[Spec, ...]]:
+        shapes = self.out_shape
+        if callable(shapes):
+            shapes = shapes(*[list(a.shape) for a in arrays])
+        dtypes = self.out_dtype
+        if callable(dtypes):
+            dtypes = dtypes(*[from_numpy_dtype(a.dtype) for a in arrays])
+        if shapes is None:  # a pyfunc that declares nothing: taken from its results
+            return None
+        if dtypes is None:
+            dtypes = from_numpy_dtype(arrays[0].dtype) if arrays else float32
+        return self._normalize(shapes, dtypes)
+
+    def _normalize(self, shapes: Any, dtypes: Any) -> Tuple[Spec, ...]:
+        """((shape, numpy dtype), ...) from one shape and dtype, or lists of them."""
+        multi = isinstance(shapes, (list, tuple)) and len(shapes) > 0 and all(
+            isinstance(s, (list, tuple)) for s in shapes)
+        shape_list = list(shapes) if multi else [shapes]
+        dtype_list = list(dtypes) if isinstance(dtypes, (list, tuple)) else [dtypes]
+        if len(shape_list) != len(dtype_list):
+            raise ValueError(f"Custom '{self.name}': out_shape gives {len(shape_list)} output(s) but out_dtype "
+                             f"{len(dtype_list)}")
+        specs = []
+        for k, (s, d) in enumerate(zip(shape_list, dtype_list)):
+            if not isinstance(s, (list, tuple)) or not all(
+                    isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0 for n in s):
+                raise ValueError(f"Custom '{self.name}': output {k} shape {s!r} is not a list of "
+                                 f"non-negative ints")
+            try:
+                dt = to_dtype(d).np
+            except TypeError as e:
+                raise TypeError(f"Custom '{self.name}': output {k} dtype: {e}") from None
+            specs.append((tuple(int(n) for n in s), dt))
+        return tuple(specs)
+
+    def _prepare(self, arrays: Sequence[np.ndarray], sig: tuple) -> Optional[Tuple[Spec, ...]]:
+        """Output specs for inputs like ``arrays``, checked against the op-info; remembered by ``sig``."""
+        specs = self._fixed if self._fixed is not None else self._specs(arrays)
+        info = self._info
+        if info is not None:
+            if info.n_inputs and len(arrays) != info.n_inputs:
+                raise TypeError(f"Custom '{self.name}' takes {info.n_inputs} inputs (its reg_info), "
+                                f"got {len(arrays)}")
+            if specs is not None:
+                if info.n_outputs and len(specs) != info.n_outputs:
+                    raise ValueError(f"Custom '{self.name}': reg_info declares {info.n_outputs} outputs, "
+                                     f"out_shape gives {len(specs)}")
+                info.check_dtypes(f"Custom '{self.name}'", [a.dtype for a in arrays], [d for _, d in specs])
+        if len(self._memo) >= _MEMO_SIZE:
+            self._memo.clear()
+        self._memo[sig] = specs
+        return specs
+
+    # ---- aot ---------------------------------------------------------------
+    def _make_extra(self) -> ExtraBlock:
+        attrs = self._info.attr_values(f"Custom '{self.name}'", self._prim_attrs) if self._info else \
+            dict(self._prim_attrs)
+        return ExtraBlock(attrs)
+
+    def _call_aot(self, arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> Tuple[np.ndarray, ...]:
+        k = self._kernel
+        assert k is not None and self._extra is not None
+        if k.backend != "CPU":
+            raise RuntimeError(f"aot operator '{k.symbol}' in {k.library} was built for the GPU backend, but this "
+                               f"runtime's tensors are numpy arrays in host memory; call a CPU build instead")
+        if not self._initialized:
+            self._init(arrays, specs)
+        res = self._run(k.fn, self._extra.address, arrays, specs, self._scratch)
+        if type(res) is int:
+            self._fail(k.symbol, res)
+        return res
+
+    def _init(self, arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> None:
+        """Run ``<Symbol>Init`` (if the library has one) and allocate the workspaces it asks for."""
+        k = self._kernel
+        extra = self._extra
+        assert k is not None and extra is not None
+        if k.init is not None:
+            from .aot_trampoline import trampoline
+            tr = trampoline()
+            status = tr.init(k.init, extra.address, arrays, specs)
+            weakref.finalize(self, _release, tr.release, extra)
+            if status != 0 or extra.data.error:
+                self._fail(k.symbol + "Init", status)
+            self._scratch = tuple(np.empty(n, np.uint8) for n in extra.workspace_sizes())
+        self._initialized = True
+
+    def _fail(self, symbol: str, status: int) -> None:
+        k = self._kernel
+        assert k is not None and self._extra is not None
+        err = self._extra.take_error()
+        where = f"aot operator '{symbol}' in {k.library}"
+        if status != 0:
+            raise RuntimeError(f"{where} returned status {status}" + (f": {err}" if err else ""))
+        raise RuntimeError(f"{where}: {err}")
+
+    # ---- pyfunc ------------------------------------------------------------
+    def _call_py(self, arrays: Tuple[np.ndarray, ...], specs: Optional[Tuple[Spec, ...]]) -> List[np.ndarray]:
+        res = self.func(*arrays)  # type: ignore[operator]
+        items = list(res) if isinstance(res, (tuple, list)) else [res]
+        if specs is not None and len(items) != len(specs):
+            raise ValueError(f"pyfunc '{self.name}' returned {len(items)} outputs, out_shape declares {len(specs)}")
+        outs = []
+        for k, r in enumerate(items):
+            o = r._data if isinstance(r, Tensor) else np.asarray(r)
+            try:
+                from_numpy_dtype(o.dtype)
+            except TypeError as e:
+                raise TypeError(f"pyfunc '{self.name}' output {k}: {e}") from None
+            if specs is not None:
+                shape, dt = specs[k]
+                if o.shape != shape:
+                    raise ValueError(f"pyfunc '{self.name}' output {k} has shape {list(o.shape)}, out_shape "
+                                     f"declares {list(shape)}")
+                if o.dtype != dt:
+                    o = o.astype(dt)
+            if any(np.may_share_memory(o, a) for a in arrays):
+                o = o.copy()  # an output never aliases an input
+            outs.append(o)
+        return outs
+
+
+def _release(release: Callable[[int], None], block: ExtraBlock) -> None:
+    """Delete what an Init kept with SetKernelData (``block`` stays alive until then)."""
+    release(block.address)
+
+
+def _array(op: str, i: int, x: Any) -> np.ndarray:
+    """An input that is not a Tensor: a numpy array or a Python number."""
+    if isinstance(x, np.ndarray):
+        from_numpy_dtype(x.dtype)
+        return x
+    if isinstance(x, (bool, int, float, np.generic)):
+        return Tensor(x)._data
+    raise TypeError(f"Custom '{op}': input {i} is a {type(x).__name__}; pass Tensors, numpy arrays or numbers")
