@@ -57,7 +57,7 @@ def _grad_input(value: Any, position: int):
     Tensor = _tensor.Tensor
     if not isinstance(value, Tensor):
         raise TypeError(f"the input at grad_position {position} must be a Tensor, got {type(value).__name__}")
-    if value.requires_grad:  # nested: keep the link to the outer graph
+    if value.requires_grad and _gm._state.enabled:  # keep the link to the outer graph
         from ..ops import math as m
         return m.reshape(value, value.shape)
     t = Tensor._from_array(value._data)
@@ -82,16 +82,19 @@ def _heads(out: Any, has_aux: bool) -> List[Any]:
 def _run(fn: Callable, positions, weights, has_aux: bool, args: tuple, kwargs: dict):
     args = list(args)
     targets = []
+    # a graph of the gradients is built inside an outer value_and_grad, or when
+    # an input already takes part in a graph (gradcheck of a gradient, say)
+    nested = _depth.n > 0
     if positions is not None:
         n = len(args)
         for p in positions:
             if not -n <= p < n:
                 raise ValueError(f"grad_position {p} is out of range: the function was called with "
                                  f"{n} positional inputs")
+            nested = nested or (getattr(args[p], "requires_grad", False) and _gm._state.enabled)
             args[p] = _grad_input(args[p], p)
             targets.append(args[p])
     depth = _depth
-    nested = depth.n > 0
     depth.n += 1
     state = _gm._state
     prev_mode = state.enabled
