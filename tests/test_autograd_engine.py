@@ -80,3 +80,29 @@ def test_gradcheck_reports_the_input():
 def test_gradcheck_needs_a_floating_input():
     with pytest.raises(ValueError, match="at least one floating-point Tensor"):
         rt.gradcheck(lambda t: t, [Tensor(np.arange(3))])
+
+
+class Explodes(Function):
+    """x * 1 whose backward must not run."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1
+
+    @staticmethod
+    def backward(ctx, g):
+        raise AssertionError("Explodes.backward ran")
+
+
+@pytest.mark.parametrize("head", [lambda z: z, lambda z: z.sum()], ids=["one_node", "graph"])
+def test_nodes_that_reach_no_target_do_not_run(head):
+    x, w = Tensor(np.ones(3), requires_grad=True), Tensor(np.ones(3), requires_grad=True)
+    out = head(Explodes.apply(x))
+    assert rt.autograd.grad([out], [w], [Tensor(np.ones(out.shape))]) == [None]
+
+
+@pytest.mark.parametrize("wrap", [lambda z: z, lambda z: z.sum()], ids=["one_node", "graph"])
+def test_a_leaf_used_twice_by_one_node_gets_both_gradients(my_ops, wrap):
+    x = Tensor(np.array([1.5, -2.0]))
+    g = rt.grad(lambda t: wrap(my_ops.mul(t, t)))(x)
+    np.testing.assert_allclose(g.asnumpy(), 2 * x.asnumpy())

@@ -126,8 +126,6 @@ def once_differentiable_sources(node, grads) -> list:
 
 def _topo_order(roots: Sequence[Node]) -> List[Node]:
     """Nodes reachable from ``roots``, each after every node that feeds it grads."""
-    if len(roots) == 1 and not any(type(e) is tuple for e in roots[0].next_edges):
-        return list(roots)
     order: List[Node] = []
     seen = set()
     for root in roots:
@@ -169,6 +167,80 @@ def _needed(order: List[Node], leaf_ids, target_nodes) -> set:
     return needed
 
 
+def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool):
+    """Run one node's backward on its output gradients ``buf``.
+
+    Returns ``(edges, grads)``: ``grads[i]`` is the gradient for ``edges[i]``,
+    checked and fitted to argument ``i`` (``None`` where there is no edge or
+    no gradient).
+    """
+    for g in buf:
+        if g is None:  # (not `None in buf`: that would call Tensor.__eq__)
+            if node.materialize_grads:
+                metas = node.out_meta
+                buf = [_zeros(metas[k]) if g is None else g for k, g in enumerate(buf)]
+            break
+    results = node.apply(buf, create_graph)
+    if not retain_graph:
+        node.release()
+    edges = node.next_edges
+    results = _check_count(node, results, len(edges))
+    Tensor = _tensor.Tensor
+    once = None
+    metas = None
+    for i, g in enumerate(results):
+        if g is None:
+            continue
+        if edges[i] is None:
+            results[i] = None
+            continue
+        if metas is None:
+            metas = node.input_meta
+        meta = metas[i]
+        if type(g) is not Tensor or g._data.shape != meta[0] or g._data.dtype != meta[1]:
+            g = _reduce_to(node, i, g, meta)
+        if create_graph and not node.differentiable:
+            if once is None:
+                once = once_differentiable_sources(node, buf)
+            g = Tensor._from_array(g._data)
+            if once:
+                g.requires_grad = True
+                g._node = _OnceDifferentiable(node.name, once, g)
+        results[i] = g
+    return edges, results
+
+
+def _one_node(node, k: int, g, targets: Sequence[Any], retain_graph: bool, create_graph: bool) -> List[Any]:
+    """``run_backward`` for one output of a node whose arguments are all leaves, targets all leaves."""
+    wanted = {id(t) for t in targets}
+    for e in node.next_edges:
+        if e is not None and id(e) in wanted:
+            break
+    else:
+        return [None] * len(targets)  # no target is reached: the node need not run
+    buf = [None] * len(node.out_meta)
+    buf[k] = g
+    edges, results = _node_backward(node, buf, retain_graph, create_graph)
+    by_leaf: Dict[int, Any] = {}
+    for e, r in zip(edges, results):
+        if r is not None and id(e) in wanted:
+            prev = by_leaf.get(id(e))
+            by_leaf[id(e)] = r if prev is None else _accumulate(prev, r)
+    return [by_leaf.get(id(t)) for t in targets]
+
+
+def _is_one_node(outputs: Sequence[Any], targets: Optional[Sequence[Any]]) -> bool:
+    if targets is None or len(outputs) != 1 or outputs[0]._node is None:
+        return False
+    for e in outputs[0]._node.next_edges:
+        if type(e) is tuple:
+            return False
+    for t in targets:
+        if t._node is not None:
+            return False
+    return True
+
+
 def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Optional[Sequence[Any]],
                  retain_graph: bool, create_graph: bool) -> Optional[List[Any]]:
     """Propagate ``grad_outputs`` from ``outputs`` back through the graph.
@@ -176,6 +248,21 @@ def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: O
     ``targets is None``: accumulate into ``.grad`` of every leaf reached.
     Otherwise return one gradient (or ``None`` if unreached) per target tensor.
     """
+    state = _gm._state
+    prev_mode = state.enabled
+    state.enabled = create_graph
+    try:
+        if _is_one_node(outputs, targets):
+            out = outputs[0]
+            return _one_node(out._node, out._out_index, grad_outputs[0], targets, retain_graph, create_graph)
+        return _run_graph(outputs, grad_outputs, targets, retain_graph, create_graph)
+    finally:
+        state.enabled = prev_mode
+
+
+def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Optional[Sequence[Any]],
+               retain_graph: bool, create_graph: bool) -> Optional[List[Any]]:
+    """``run_backward`` for any graph (recording mode already set)."""
     Tensor = _tensor.Tensor
     buffers: Dict[int, List[Any]] = {}
     leaf_grads: Dict[int, Any] = {}
@@ -210,60 +297,29 @@ def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: O
     order = _topo_order(roots)
     needed = _needed(order, target_leaf_ids, target_nodes) if targets is not None else None
 
-    state = _gm._state
-    prev_mode = state.enabled
-    state.enabled = create_graph
-    try:
-        for node in order:
-            buf = buffers.pop(id(node), None)
-            if buf is None:
+    for node in order:
+        buf = buffers.pop(id(node), None)
+        if buf is None:
+            continue
+        if target_nodes:
+            for k in target_nodes.get(id(node), ()):
+                captured[(id(node), k)] = buf[k]
+        if needed is not None and id(node) not in needed:
+            continue
+        edges, results = _node_backward(node, buf, retain_graph, create_graph)
+        for e, g in zip(edges, results):
+            if g is None:
                 continue
-            if target_nodes:
-                for k in target_nodes.get(id(node), ()):
-                    captured[(id(node), k)] = buf[k]
-            if needed is not None and id(node) not in needed:
-                continue
-            for g in buf:
-                if g is None:  # (not `None in buf`: that would call Tensor.__eq__)
-                    if node.materialize_grads:
-                        metas = node.out_meta
-                        buf = [_zeros(metas[k]) if g is None else g for k, g in enumerate(buf)]
-                    break
-            results = node.apply(buf, create_graph)
-            if not retain_graph:
-                node.release()
-            edges = node.next_edges
-            results = _check_count(node, results, len(edges))
-            once = None
-            metas = None
-            for i, g in enumerate(results):
-                e = edges[i]
-                if g is None or e is None:
-                    continue
-                if metas is None:
-                    metas = node.input_meta
-                meta = metas[i]
-                if type(g) is not Tensor or g._data.shape != meta[0] or g._data.dtype != meta[1]:
-                    g = _reduce_to(node, i, g, meta)
-                if create_graph and not node.differentiable:
-                    if once is None:
-                        once = once_differentiable_sources(node, buf)
-                    g = Tensor._from_array(g._data)
-                    if once:
-                        g.requires_grad = True
-                        g._node = _OnceDifferentiable(node.name, once, g)
-                if type(e) is tuple:
-                    child, k = e
-                    cb = buffers.get(id(child))
-                    if cb is None:
-                        cb = buffers[id(child)] = [None] * len(child.out_meta)
-                    cb[k] = g if cb[k] is None else _accumulate(cb[k], g)
-                elif target_leaf_ids is None or id(e) in target_leaf_ids:
-                    lg = leaf_grads.get(id(e))
-                    leaf_grads[id(e)] = g if lg is None else _accumulate(lg, g)
-                    leaves[id(e)] = e
-    finally:
-        state.enabled = prev_mode
+            if type(e) is tuple:
+                child, k = e
+                cb = buffers.get(id(child))
+                if cb is None:
+                    cb = buffers[id(child)] = [None] * len(child.out_meta)
+                cb[k] = g if cb[k] is None else _accumulate(cb[k], g)
+            elif target_leaf_ids is None or id(e) in target_leaf_ids:
+                lg = leaf_grads.get(id(e))
+                leaf_grads[id(e)] = g if lg is None else _accumulate(lg, g)
+                leaves[id(e)] = e
 
     if targets is None:
         for key, g in leaf_grads.items():
