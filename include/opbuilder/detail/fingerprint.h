@@ -47,6 +47,14 @@ inline std::uint64_t LoadBytes(const char *p, std::size_t n) {
   return v;
 }
 
+inline void Prefetch(const char *p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p);
+#else
+  (void)p;
+#endif
+}
+
 // Every byte of [p, p + n), in four independent lanes (for speed).
 inline std::uint64_t HashBytes(const char *p, std::size_t n, std::uint64_t h) {
   std::uint64_t l[4] = {h, h + 1, h + 2, h + 3};
@@ -82,11 +90,15 @@ inline std::uint64_t Fingerprint(const Tensor &t, double phase) {
   if (t.is_contiguous()) {
     if (nbytes <= kFullFingerprintBytes) return HashBytes(base, nbytes, h);
     const std::size_t span = nbytes / static_cast<std::size_t>(kFingerprintChunks);  // >= 64
-    const auto shift = static_cast<std::size_t>(phase * static_cast<double>(span - 64));
+    const char *first = base + static_cast<std::size_t>(phase * static_cast<double>(span - 64));
+    // Ask for every chunk first: the misses then overlap instead of queueing.
+    for (std::int64_t c = 0; c < kFingerprintChunks; ++c) Prefetch(first + static_cast<std::size_t>(c) * span);
+    std::uint64_t l[4] = {h, h + 1, h + 2, h + 3};
     for (std::int64_t c = 0; c < kFingerprintChunks; ++c) {
-      h = HashBytes(base + static_cast<std::size_t>(c) * span + shift, 64, h);
+      const char *p = first + static_cast<std::size_t>(c) * span;
+      for (int k = 0; k < 8; ++k) l[k & 3] = FpStep(l[k & 3], LoadBytes(p + 8 * k, 8));
     }
-    return h;
+    return FpStep(FpStep(FpStep(l[0], l[1]), l[2]), l[3]);
   }
   const ShapeVector strides = t.strides();
   if (nbytes <= kFullFingerprintBytes) {
@@ -95,9 +107,12 @@ inline std::uint64_t Fingerprint(const Tensor &t, double phase) {
   }
   const std::int64_t step = n / kFingerprintSamples;  // >= 1
   const auto first = static_cast<std::int64_t>(phase * static_cast<double>(step));
+  std::int64_t offsets[kFingerprintSamples];
   for (std::int64_t k = 0; k < kFingerprintSamples; ++k) {
-    h = FpStep(h, LoadBytes(base + StridedOffset(t, strides, first + k * step), es));
+    offsets[k] = StridedOffset(t, strides, first + k * step);
+    Prefetch(base + offsets[k]);
   }
+  for (std::int64_t k = 0; k < kFingerprintSamples; ++k) h = FpStep(h, LoadBytes(base + offsets[k], es));
   return h;
 }
 
