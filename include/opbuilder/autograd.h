@@ -268,6 +268,17 @@ inline TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, TensorPtrL
 
 inline py::object WeakRef(PyObject *o) { return Steal(PyWeakref_NewRef(o, nullptr)); }
 
+// The object a weak reference points to, or None if it is gone.
+inline py::object WeakTarget(PyObject *ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject *o = nullptr;
+  if (PyWeakref_GetRef(ref, &o) < 0) throw py::error_already_set();
+  return o == nullptr ? py::none() : py::reinterpret_steal<py::object>(o);
+#else
+  return py::reinterpret_borrow<py::object>(PyWeakref_GetObject(ref));
+#endif
+}
+
 // After Forward, before recording: dirty arguments, arguments changed without
 // MarkDirty (their fingerprints differ), dirty leaves that require grad.
 inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const TensorPtrList &outs,
@@ -411,7 +422,11 @@ inline TensorPtrList AutogradContext::GetSavedTensors() const {
   for (std::size_t i = 0; i < st.saved.size(); ++i) {
     const detail::SavedSlot &s = st.saved[i];
     PyObject *src = s.version_source.get();
-    if (src != nullptr && s.weak) src = PyWeakref_GetObject(src);
+    pybind11::object target;
+    if (src != nullptr && s.weak) {
+      target = detail::WeakTarget(src);
+      src = target.ptr();
+    }
     if (src != nullptr && src != Py_None) {
       const std::int64_t now = detail::PyVersion(rt, src);
       if (now != s.version) {

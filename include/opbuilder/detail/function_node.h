@@ -124,7 +124,8 @@ inline PyObject *MetasToPython(const Runtime &rt, const std::vector<TensorMeta> 
   return t.release().ptr();
 }
 
-inline PyObject *NodeGetMeta(NodeObject *self, PyObject **cache, const std::vector<TensorMeta> &ms) {
+// The cached metadata tuple, built on first use (new reference).
+inline PyObject *CachedMeta(PyObject **cache, const std::vector<TensorMeta> &ms) {
   if (*cache == nullptr) {
     try {
       *cache = MetasToPython(Runtime::Get(), ms);
@@ -133,19 +134,18 @@ inline PyObject *NodeGetMeta(NodeObject *self, PyObject **cache, const std::vect
       return nullptr;
     }
   }
-  (void)self;
   Py_INCREF(*cache);
   return *cache;
 }
 
 inline PyObject *NodeInputMeta(PyObject *o, void *) {
   auto *self = reinterpret_cast<NodeObject *>(o);
-  return NodeGetMeta(self, &self->in_meta, self->state->in_meta);
+  return CachedMeta(&self->in_meta, self->state->in_meta);
 }
 
 inline PyObject *NodeOutMeta(PyObject *o, void *) {
   auto *self = reinterpret_cast<NodeObject *>(o);
-  return NodeGetMeta(self, &self->out_meta, self->state->out_meta);
+  return CachedMeta(&self->out_meta, self->state->out_meta);
 }
 
 inline PyObject *NodeMaterialize(PyObject *o, void *) {
@@ -153,7 +153,9 @@ inline PyObject *NodeMaterialize(PyObject *o, void *) {
 }
 
 // apply(grads, create_graph): output gradients (runtime.Tensor or None) in,
-// one gradient per Forward argument out. Checking them is the engine's job.
+// one gradient per Forward argument out. A gradient for a non-tensor argument
+// is refused here (only the node knows which arguments were tensors); count,
+// shape and dtype are the engine's to check.
 inline PyObject *NodeApply(PyObject *o, PyObject *const *args, Py_ssize_t nargs) {
   auto *self = reinterpret_cast<NodeObject *>(o);
   if (nargs != 2) {
