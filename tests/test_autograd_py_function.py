@@ -13,7 +13,7 @@ def T(*shape, requires_grad=False):
     return Tensor(rng.standard_normal(shape), requires_grad=requires_grad)
 
 
-class Exp(Function):  # numpy forward, runtime-op backward, saves its output
+class Exp(Function):  # the example of runtime/autograd/function.py's docstring, as written there
     @staticmethod
     def forward(ctx, x):
         out = Tensor(np.exp(x.asnumpy()))
