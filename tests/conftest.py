@@ -42,3 +42,8 @@ def ms_ops(cache_dir):
 @pytest.fixture(scope="session")
 def api_ops(cache_dir):
     return _load("tensor_api_ops", [CPP / "tensor_api_ops.cpp"])
+
+
+@pytest.fixture(scope="session")
+def autograd_ops(cache_dir):
+    return _load("autograd_ops", [CPP / "autograd_ops.cpp"])

@@ -9,18 +9,24 @@
 //   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return CustomMul::Apply(x, y); });
 //
 // Apply works out which tensor arguments need grad (grad mode on, the
-// argument requires grad), runs Forward with recording off and, when any
-// does, records a node whose backward calls Backward. The node follows the
-// protocol of runtime/autograd/node.py; the engine checks what Backward
-// returns (count, shape, dtype) and names the Function in any error.
+// argument requires grad). When none does it just runs Forward (the fast
+// path: no allocation beyond Forward's own, no Python calls). Otherwise it
+// fingerprints the tensor arguments, runs Forward with recording off, checks
+// that only MarkDirty'd arguments changed, and records a node
+// (detail/function_node.h) whose backward calls Backward. The engine checks
+// what Backward returns (count, shape, dtype) and names the Function in any
+// error. A Forward that throws records nothing.
 #pragma once
 
 #include "opbuilder/detail/visibility.h"
 
 #include <pybind11/pybind11.h>
 
+#include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
@@ -33,6 +39,8 @@
 #endif
 
 #include "opbuilder/casters.h"
+#include "opbuilder/detail/fingerprint.h"
+#include "opbuilder/detail/function_node.h"
 #include "opbuilder/detail/runtime_bridge.h"
 #include "opbuilder/tensor.h"
 
@@ -40,32 +48,45 @@ namespace opbuilder {
 
 namespace detail OB_HIDDEN {
 
-// What Apply and the recorded node keep in a context (not for operator authors).
+// A tensor kept for Backward and the version it had when kept.
 struct SavedSlot {
   TensorPtr tensor;
-  PyRef version_source;  // the runtime.Tensor (for outputs: a weak reference)
+  PyRef version_source;  // the runtime.Tensor (for outputs: a weak reference to it)
   bool weak = false;
   std::int64_t version = 0;
 };
 
+// What Apply and the recorded node keep in a context (not for operator authors).
 struct ContextState {
   const std::string *name = nullptr;
-  TensorPtrList inputs;  // one per Forward argument, nullptr for non-tensors
-  std::vector<bool> needs;
+  // The Forward arguments while Apply runs (nullptr for non-tensors); nullptr after.
+  Tensor *const *args = nullptr;
+  std::size_t nargs = 0;
+  std::vector<bool> needs;  // per argument; empty when nothing needs a gradient
   TensorPtrList saved_raw;
   std::vector<SavedSlot> saved;
   bool saved_final = false;
   bool released = false;
+  bool materialize_grads = true;
   TensorPtrList non_differentiable;
   TensorPtrList dirty;
-  bool materialize_grads = true;
 
-  bool IsDirty(const TensorPtr &t) const {
-    for (const auto &d : dirty) if (d == t) return true;
+  int ArgIndex(const Tensor *t) const {
+    for (std::size_t i = 0; i < nargs; ++i) {
+      if (t != nullptr && args[i] == t) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  bool IsDirty(const Tensor *t) const {
+    for (const auto &d : dirty) {
+      if (d.get() == t) return true;
+    }
     return false;
   }
-  bool IsNonDifferentiable(const TensorPtr &t) const {
-    for (const auto &d : non_differentiable) if (d == t) return true;
+  bool IsNonDifferentiable(const Tensor *t) const {
+    for (const auto &d : non_differentiable) {
+      if (d.get() == t) return true;
+    }
     return false;
   }
 };
@@ -75,6 +96,7 @@ struct ContextState {
 class AutogradContext;
 namespace detail OB_HIDDEN {
 inline ContextState &State(AutogradContext &ctx);
+inline const ContextState &State(const AutogradContext &ctx);
 }  // namespace detail
 
 class OB_HIDDEN AutogradContext {
@@ -84,17 +106,21 @@ class OB_HIDDEN AutogradContext {
   AutogradContext &operator=(const AutogradContext &) = delete;
 
   // Keep tensors for Backward (replaces what was saved before; nullptr allowed).
+  // Save inputs and outputs here, not in saved_data: their versions are checked.
   void SaveForBackward(const TensorPtrList &tensors) { st_.saved_raw = tensors; }
 
-  // The saved tensors; an error if one was modified in place since it was saved.
+  // The saved tensors, by position; an error naming the Function and the slot
+  // if one was modified in place since it was saved.
   TensorPtrList GetSavedTensors() const;
 
-  // Does this Forward argument (by identity) need a gradient?
+  // Does this Forward argument (by identity) need a gradient? Inside Forward only.
   bool NeedGrad(const TensorPtr &tensor) const {
-    for (std::size_t i = 0; i < st_.inputs.size(); ++i) {
-      if (st_.inputs[i] && st_.inputs[i] == tensor) return st_.needs[i];
+    if (st_.args == nullptr) {
+      throw std::runtime_error(function_name() +
+                               ": NeedGrad(tensor) works inside Forward; in Backward use NeedsInputGrad(i)");
     }
-    return false;
+    const int i = st_.ArgIndex(tensor.get());
+    return i >= 0 && NeedsInputGrad(static_cast<std::size_t>(i));
   }
 
   // Does Forward argument `i` (counting every argument after ctx) need a gradient?
@@ -105,7 +131,7 @@ class OB_HIDDEN AutogradContext {
     st_.non_differentiable.insert(st_.non_differentiable.end(), outputs.begin(), outputs.end());
   }
 
-  // These inputs were modified in place (and are returned as outputs).
+  // These arguments were modified in place by Forward, which returns them.
   void MarkDirty(const TensorPtrList &inputs) { st_.dirty.insert(st_.dirty.end(), inputs.begin(), inputs.end()); }
 
   // false: gradients of unused outputs arrive as nullptr instead of zeros.
@@ -119,6 +145,7 @@ class OB_HIDDEN AutogradContext {
 
  private:
   friend detail::ContextState &detail::State(AutogradContext &ctx);
+  friend const detail::ContextState &detail::State(const AutogradContext &ctx);
   detail::ContextState st_;
 };
 
@@ -127,6 +154,21 @@ namespace detail OB_HIDDEN {
 namespace py = pybind11;
 
 inline ContextState &State(AutogradContext &ctx) { return ctx.st_; }
+inline const ContextState &State(const AutogradContext &ctx) { return ctx.st_; }
+
+// ---- what the node (function_node.h) needs of a context -------------------
+inline void ContextDeleter::operator()(AutogradContext *ctx) const { delete ctx; }
+inline bool ContextMaterializeGrads(const AutogradContext &ctx) { return State(ctx).materialize_grads; }
+inline void ContextRelease(AutogradContext &ctx) {
+  State(ctx).released = true;
+  State(ctx).saved.clear();
+  ctx.saved_data.clear();
+}
+inline int ContextVisit(AutogradContext &ctx, visitproc visit, void *arg) {
+  for (auto &kv : ctx.saved_data) Py_VISIT(kv.second.ptr());
+  return 0;
+}
+inline void ContextClear(AutogradContext &ctx) { ctx.saved_data.clear(); }
 
 inline std::string Demangle(const char *name) {
 #if defined(__GNUG__)
@@ -141,218 +183,188 @@ inline std::string Demangle(const char *name) {
   return name;
 }
 
+// The class name for messages ("(anonymous namespace)::" left out).
 template <typename T>
 const std::string &FunctionName() {
-  static const std::string name = Demangle(typeid(T).name());
+  static const std::string name = [] {
+    std::string n = Demangle(typeid(T).name());
+    const std::string anon = "(anonymous namespace)::";
+    for (std::size_t p; (p = n.find(anon)) != std::string::npos;) n.erase(p, anon.size());
+    return n;
+  }();
   return name;
 }
 
-struct TensorMeta {
-  bool is_tensor = false;
-  ShapeVector shape;
-  DataType dtype = kFloat32;
-};
-
-inline py::object MetaToPython(const Runtime &rt, const TensorMeta &m) {
-  if (!m.is_tensor) return py::none();
-  py::tuple shape(m.shape.size());
-  for (std::size_t i = 0; i < m.shape.size(); ++i) shape[i] = py::int_(m.shape[i]);
-  return py::make_tuple(shape, py::reinterpret_borrow<py::object>(rt.descr[m.dtype]));
+// The same name as a Python str (borrowed, lives as long as the module).
+template <typename T>
+PyObject *FunctionNamePy() {
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<py::str> storage;
+  return storage.call_once_and_store_result([] { return py::str(FunctionName<T>()); }).get_stored().ptr();
 }
 
-using BackwardFn = TensorPtrList (*)(AutogradContext *, TensorPtrList);
-
-// The recorded node: the engine calls apply(grads, create_graph).
-struct FunctionNode {
-  const std::string *name = nullptr;
-  std::shared_ptr<AutogradContext> ctx;
-  BackwardFn backward = nullptr;
-  py::tuple next_edges;
-  std::vector<TensorMeta> in_meta;
-  std::vector<TensorMeta> out_meta;
-
-  py::list apply(const py::list &grads, bool /*create_graph*/) {
-    if (State(*ctx).released) {
-      throw std::runtime_error("backward through " + *name +
-                               " a second time: its saved tensors were freed after the first backward; "
-                               "pass retain_graph=True the first time");
-    }
-    const auto &rt = Runtime::Get();
-    TensorPtrList g;
-    g.reserve(grads.size());
-    for (const auto &item : grads) {
-      g.push_back(item.is_none() ? nullptr : TensorFromPy(rt, item.ptr()));
-    }
-    TensorPtrList res = backward(ctx.get(), std::move(g));
-    py::list out;
-    for (const auto &r : res) {
-      out.append(r ? Steal(ToPython(rt, r)) : py::none());
-    }
-    return out;
+template <typename A>
+Tensor *TensorArg(const A &arg) {
+  if constexpr (std::is_same_v<std::decay_t<A>, TensorPtr>) {
+    return arg.get();
+  } else {
+    return nullptr;
   }
-
-  void release() {
-    State(*ctx).released = true;
-    State(*ctx).saved.clear();
-    ctx->saved_data.clear();
-  }
-
-  py::tuple metas(const std::vector<TensorMeta> &ms) const {
-    const auto &rt = Runtime::Get();
-    py::tuple t(ms.size());
-    for (std::size_t i = 0; i < ms.size(); ++i) t[i] = MetaToPython(rt, ms[i]);
-    return t;
-  }
-};
-
-// Registers the node class once per extension module (module_local: every
-// extension built from this header has its own copy).
-inline void EnsureNodeClass() {
-  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<py::object> storage;
-  storage.call_once_and_store_result([]() {
-    py::module_ scope = py::reinterpret_steal<py::module_>(PyModule_New("opbuilder_function_nodes"));
-    py::class_<FunctionNode> cls(scope, "CppFunctionNode", py::module_local());
-    cls.def_property_readonly("name", [](const FunctionNode &n) { return *n.name; })
-        .def_readonly("next_edges", &FunctionNode::next_edges)
-        .def_property_readonly("input_meta", [](const FunctionNode &n) { return n.metas(n.in_meta); })
-        .def_property_readonly("out_meta", [](const FunctionNode &n) { return n.metas(n.out_meta); })
-        .def_property_readonly("materialize_grads",
-                               [](const FunctionNode &n) { return State(*n.ctx).materialize_grads; })
-        .def_property_readonly("strict", [](const FunctionNode &) { return true; })
-        .def_property_readonly("differentiable", [](const FunctionNode &) { return false; })
-        .def("apply", &FunctionNode::apply)
-        .def("release", &FunctionNode::release)
-        .def("__repr__", [](const FunctionNode &n) { return "<C++ Function node " + *n.name + ">"; });
-    return py::object(cls);
-  });
 }
 
-inline TensorMeta MetaOf(const TensorPtr &t) {
-  TensorMeta m;
-  if (t) {
-    m.is_tensor = true;
-    m.shape = t->shape();
-    m.dtype = t->dtype();
+inline int IndexOf(const TensorPtrList &list, const Tensor *t) {
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (list[i].get() == t) return static_cast<int>(i);
   }
-  return m;
+  return -1;
+}
+
+// The same tensor for the purpose of "was it modified": one object, or two
+// C++ views of one runtime.Tensor (an argument passed twice).
+inline bool SameTensor(const Tensor *a, const Tensor *b) {
+  return a == b || (a->py_object() != nullptr && a->py_object() == b->py_object());
 }
 
 // A tensor sharing `t`'s memory but bound to no Python object.
 inline TensorPtr Alias(const TensorPtr &t) { return std::make_shared<Tensor>(*t); }
 
-template <typename A>
-void CollectTensor(TensorPtrList &out, const A &arg) {
-  if constexpr (std::is_same_v<std::decay_t<A>, TensorPtr>) {
-    out.push_back(arg);
-  } else {
-    out.push_back(nullptr);
+inline void CheckOutputs(const TensorPtrList &outs, const std::string &name) {
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    if (!outs[j]) throw std::runtime_error(name + "::Forward returned a null tensor as output " + std::to_string(j));
   }
 }
 
-inline int IndexOf(const TensorPtrList &list, const TensorPtr &t) {
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    if (list[i] && list[i] == t) return static_cast<int>(i);
+// MarkDirty'd tensors: arguments of Forward, returned by it; their versions go up.
+inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPtrList &outs) {
+  const std::string &name = *c.name;
+  for (std::size_t k = 0; k < c.dirty.size(); ++k) {
+    const Tensor *d = c.dirty[k].get();
+    const int i = c.ArgIndex(d);
+    if (i < 0) throw std::runtime_error(name + ": MarkDirty was given a tensor that is not an argument of Forward");
+    bool seen = false;
+    for (std::size_t m = 0; m < k; ++m) seen = seen || c.dirty[m].get() == d;
+    if (!seen && d->py_object() != nullptr) BumpVersion(rt, d->py_object());
   }
-  return -1;
+  for (const auto &d : c.dirty) {
+    if (IndexOf(outs, d.get()) < 0) {
+      throw std::runtime_error(name + ": argument " + std::to_string(c.ArgIndex(d.get())) +
+                               " was given to MarkDirty but not returned by Forward; "
+                               "an argument modified in place must be returned as an output");
+    }
+  }
 }
 
-// Outputs without recording: bump dirty inputs' versions; alias returned inputs.
-inline TensorPtr FinishOutputNoGrad(const Runtime &rt, AutogradContext &ctx, const TensorPtr &out,
-                                    const std::string &name) {
-  if (!out) throw std::runtime_error(name + "::Forward returned a null tensor");
-  if (IndexOf(State(ctx).inputs, out) < 0) return out;
-  if (State(ctx).IsDirty(out)) {
-    if (PyObject *p = out->py_object()) BumpVersion(rt, p);
-    return out;
+// Outputs without recording: dirty arguments' versions go up; other returned
+// arguments become aliases (new Python objects over the same memory).
+inline TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, TensorPtrList outs) {
+  CheckOutputs(outs, *c.name);
+  if (!c.dirty.empty()) FinishDirty(rt, c, outs);
+  for (auto &o : outs) {
+    if (c.ArgIndex(o.get()) >= 0 && !c.IsDirty(o.get())) o = Alias(o);
   }
-  return Alias(out);
+  c.args = nullptr;
+  c.nargs = 0;
+  return outs;
 }
-
-template <typename R>
-struct ApplyImpl {
-  static R NoGrad(const Runtime &rt, AutogradContext &ctx, R out, const std::string &name);
-  static R Record(const Runtime &rt, std::shared_ptr<AutogradContext> ctx, R out, py::tuple edges,
-                  BackwardFn backward, const std::string &name);
-};
-
-inline TensorPtrList AsList(const TensorPtr &t) { return TensorPtrList{t}; }
-inline TensorPtrList AsList(const TensorPtrList &l) { return l; }
 
 inline py::object WeakRef(PyObject *o) { return Steal(PyWeakref_NewRef(o, nullptr)); }
 
-// Records the node and turns Forward's outputs into runtime.Tensors that are its results.
-inline TensorPtrList RecordOutputs(const Runtime &rt, std::shared_ptr<AutogradContext> ctx,
-                                   const TensorPtrList &outs, py::tuple edges, BackwardFn backward,
-                                   const std::string &name) {
-  ContextState &c = State(*ctx);
-  // Validate everything before changing any tensor's history.
-  for (std::size_t j = 0; j < outs.size(); ++j) {
-    if (!outs[j]) throw std::runtime_error(name + "::Forward returned a null tensor as output " + std::to_string(j));
-    if (c.IsDirty(outs[j]) && IndexOf(c.inputs, outs[j]) >= 0) {
-      PyObject *p = outs[j]->py_object();
-      if (p != nullptr && outs[j]->requires_grad()) {
-        py::object node = Steal(PyObject_GetAttr(p, rt.s_node));
-        if (node.is_none()) {
-          throw std::runtime_error(name + " modifies input " + std::to_string(IndexOf(c.inputs, outs[j])) +
-                                   " in place (MarkDirty), but it is a leaf that requires grad; "
-                                   "in-place changes of such leaves are not allowed");
-        }
-      }
-    }
+// The object a weak reference points to, or None if it is gone.
+inline py::object WeakTarget(PyObject *ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject *o = nullptr;
+  if (PyWeakref_GetRef(ref, &o) < 0) throw py::error_already_set();
+  return o == nullptr ? py::none() : py::reinterpret_steal<py::object>(o);
+#else
+  return py::reinterpret_borrow<py::object>(PyWeakref_GetObject(ref));
+#endif
+}
+
+// After Forward, before recording: dirty arguments, arguments changed without
+// MarkDirty (their fingerprints differ), dirty leaves that require grad.
+inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const TensorPtrList &outs,
+                               const std::uint64_t *fingerprints, double phase) {
+  const std::string &name = *c.name;
+  FinishDirty(rt, c, outs);
+  for (std::size_t i = 0; i < c.nargs; ++i) {
+    const Tensor *a = c.args[i];
+    if (a == nullptr) continue;
+    bool dirty = false;
+    for (const auto &d : c.dirty) dirty = dirty || SameTensor(a, d.get());
+    if (dirty || Fingerprint(*a, phase) == fingerprints[i]) continue;
+    if (a->py_object() != nullptr) BumpVersion(rt, a->py_object());  // it did change
+    throw std::runtime_error(name + "::Forward modified argument " + std::to_string(i) +
+                             " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return it, "
+                             "or write the result to a new tensor");
   }
   for (const auto &d : c.dirty) {
-    if (IndexOf(c.inputs, d) < 0) throw std::runtime_error(name + ": MarkDirty was given a tensor that is not an input");
+    PyObject *p = d->py_object();
+    if (p == nullptr || !d->requires_grad()) continue;
+    py::object node = Steal(PyObject_GetAttr(p, rt.s_node));
+    if (node.is_none()) {
+      throw std::runtime_error(name + " modifies argument " + std::to_string(c.ArgIndex(d.get())) +
+                               " in place (MarkDirty), but it is a leaf that requires grad; in-place changes "
+                               "of such leaves are not allowed (use a copy, e.g. x * 1)");
+    }
   }
+}
 
-  EnsureNodeClass();
-  FunctionNode fn;
-  fn.name = &name;
-  fn.ctx = ctx;
-  fn.backward = backward;
-  fn.next_edges = std::move(edges);
-  fn.in_meta.reserve(c.inputs.size());
-  for (const auto &t : c.inputs) fn.in_meta.push_back(MetaOf(t));
-  fn.out_meta.reserve(outs.size());
-  for (const auto &t : outs) fn.out_meta.push_back(MetaOf(t));
-  py::object node = py::cast(std::move(fn), py::return_value_policy::move);
+// Records the node and turns Forward's outputs into runtime.Tensors that are its results.
+inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradContext, ContextDeleter> ctx,
+                                   const TensorPtrList &outs, const py::object &edges,
+                                   const std::uint64_t *fingerprints, double phase, BackwardFn backward,
+                                   PyObject *name_py) {
+  ContextState &c = State(*ctx);
+  CheckOutputs(outs, *c.name);
+  CheckForwardWrites(rt, c, outs, fingerprints, phase);
+
+  auto state = std::make_unique<NodeState>();
+  state->backward = backward;
+  state->in_meta.reserve(c.nargs);
+  for (std::size_t i = 0; i < c.nargs; ++i) state->in_meta.push_back(MetaOf(c.args[i]));
+  state->out_meta.reserve(outs.size());
+  for (const auto &t : outs) state->out_meta.push_back(MetaOf(t.get()));
+  state->ctx = std::move(ctx);
+  py::object node = Steal(NewNode(state.release(), edges.ptr(), name_py));
 
   TensorPtrList result;
   result.reserve(outs.size());
-  std::vector<PyObject *> out_objs;
+  PyObject *out_objs_small[4];
+  std::vector<PyObject *> out_objs_big;
+  PyObject **out_objs = outs.size() <= 4 ? out_objs_small : (out_objs_big.resize(outs.size()), out_objs_big.data());
   for (std::size_t j = 0; j < outs.size(); ++j) {
     TensorPtr o = outs[j];
-    const bool is_input = IndexOf(c.inputs, o) >= 0;
-    if (is_input && c.IsDirty(o) && o->py_object() != nullptr) {
-      BumpVersion(rt, o->py_object());  // in place: this input becomes the output
-    } else if (is_input || o->py_object() != nullptr) {
-      o = Alias(o);
+    const bool is_arg = c.ArgIndex(o.get()) >= 0;
+    if (!(is_arg && c.IsDirty(o.get()) && o->py_object() != nullptr) && (is_arg || o->py_object() != nullptr)) {
+      o = Alias(o);  // never rewrite the history of a tensor that is not ours, unless in place
     }
     py::object obj = Steal(ToPython(rt, o));
-    if (!c.IsNonDifferentiable(outs[j])) {
-      py::object idx = Steal(PyLong_FromSize_t(j));
-      if (PyObject_SetAttr(obj.ptr(), rt.s_node, node.ptr()) < 0 ||
-          PyObject_SetAttr(obj.ptr(), rt.s_out_index, idx.ptr()) < 0 ||
-          PyObject_SetAttr(obj.ptr(), rt.s_requires_grad, Py_True) < 0) {
-        throw py::error_already_set();
+    if (!c.IsNonDifferentiable(outs[j].get())) {
+      if (PyObject_SetAttr(obj.ptr(), rt.s_node, node.ptr()) < 0) throw py::error_already_set();
+      if (j != 0) {  // 0 is the class default
+        py::object idx = Steal(PyLong_FromSize_t(j));
+        if (PyObject_SetAttr(obj.ptr(), rt.s_out_index, idx.ptr()) < 0) throw py::error_already_set();
       }
+      if (PyObject_SetAttr(obj.ptr(), rt.s_requires_grad, Py_True) < 0) throw py::error_already_set();
       o->set_requires_grad(true);
     }
-    out_objs.push_back(obj.ptr());
-    result.push_back(o);
+    out_objs[j] = obj.ptr();  // kept alive by `result`
+    result.push_back(std::move(o));
   }
 
   // Saved tensors: outputs are held without their Python object (a weak
   // reference tracks their version), so the node does not keep itself alive.
   c.saved.clear();
+  c.saved.reserve(c.saved_raw.size());
   for (const auto &s : c.saved_raw) {
     SavedSlot slot;
     if (s) {
-      int oj = IndexOf(outs, s);
+      const int oj = IndexOf(outs, s.get());
       if (oj >= 0) {
+        PyObject *obj = out_objs[oj];
         slot.tensor = Alias(s);
-        slot.version_source = PyRef::Steal(WeakRef(out_objs[static_cast<std::size_t>(oj)]).release().ptr());
+        slot.version_source = PyRef::Steal(WeakRef(obj).release().ptr());
         slot.weak = true;
-        slot.version = PyVersion(rt, out_objs[static_cast<std::size_t>(oj)]);
+        slot.version = PyVersion(rt, obj);
       } else {
         slot.tensor = s;
         if (PyObject *p = s->py_object()) {
@@ -365,40 +377,34 @@ inline TensorPtrList RecordOutputs(const Runtime &rt, std::shared_ptr<AutogradCo
   }
   c.saved_raw.clear();
   c.saved_final = true;
-  c.inputs.clear();  // Backward uses NeedsInputGrad(i); do not keep inputs alive
+  c.args = nullptr;  // Backward uses NeedsInputGrad(i); do not keep arguments alive
+  c.nargs = 0;
   return result;
 }
 
-template <>
-struct ApplyImpl<TensorPtr> {
-  static TensorPtr NoGrad(const Runtime &rt, AutogradContext &ctx, TensorPtr out, const std::string &name) {
-    return FinishOutputNoGrad(rt, ctx, out, name);
+inline TensorPtrList AsList(TensorPtr t) { return TensorPtrList{std::move(t)}; }
+inline TensorPtrList AsList(TensorPtrList l) { return l; }
+template <typename R>
+R FromList(TensorPtrList l) {
+  if constexpr (std::is_same_v<R, TensorPtr>) {
+    return std::move(l[0]);
+  } else {
+    return l;
   }
-  static TensorPtr Record(const Runtime &rt, std::shared_ptr<AutogradContext> ctx, TensorPtr out, py::tuple edges,
-                          BackwardFn backward, const std::string &name) {
-    return RecordOutputs(rt, std::move(ctx), AsList(out), std::move(edges), backward, name)[0];
-  }
-};
-
-template <>
-struct ApplyImpl<TensorPtrList> {
-  static TensorPtrList NoGrad(const Runtime &rt, AutogradContext &ctx, TensorPtrList outs, const std::string &name) {
-    for (auto &o : outs) o = FinishOutputNoGrad(rt, ctx, o, name);
-    return outs;
-  }
-  static TensorPtrList Record(const Runtime &rt, std::shared_ptr<AutogradContext> ctx, TensorPtrList outs,
-                              py::tuple edges, BackwardFn backward, const std::string &name) {
-    return RecordOutputs(rt, std::move(ctx), outs, std::move(edges), backward, name);
-  }
-};
-
-// The edge to input tensor `t` (which requires grad): itself if a leaf, else (node, index).
-inline py::object EdgeOf(const Runtime &rt, PyObject *t) {
-  py::object node = Steal(PyObject_GetAttr(t, rt.s_node));
-  if (node.is_none()) return py::reinterpret_borrow<py::object>(t);
-  py::object idx = Steal(PyObject_GetAttr(t, rt.s_out_index));
-  return Steal(PyTuple_Pack(2, node.ptr(), idx.ptr()));
 }
+
+// The edge to argument `t` (which requires grad): itself if a leaf, else (node, index). New reference.
+inline PyObject *EdgeOf(const Runtime &rt, PyObject *t) {
+  py::object node = Steal(PyObject_GetAttr(t, rt.s_node));
+  if (node.is_none()) {
+    Py_INCREF(t);
+    return t;
+  }
+  py::object idx = Steal(PyObject_GetAttr(t, rt.s_out_index));
+  return Steal(PyTuple_Pack(2, node.ptr(), idx.ptr())).release().ptr();
+}
+
+inline bool WantsGrad(const Tensor *t) { return t != nullptr && t->requires_grad() && t->py_object() != nullptr; }
 
 }  // namespace detail
 
@@ -409,13 +415,18 @@ inline TensorPtrList AutogradContext::GetSavedTensors() const {
                              ": saved tensors were freed after the first backward; pass retain_graph=True");
   }
   if (!st.saved_final) return st.saved_raw;  // inside Forward
+  detail::GilForRefcount gil;  // versions live in Python objects; Backward may have released the GIL
   const auto &rt = detail::Runtime::Get();
   TensorPtrList out;
   out.reserve(st.saved.size());
   for (std::size_t i = 0; i < st.saved.size(); ++i) {
     const detail::SavedSlot &s = st.saved[i];
     PyObject *src = s.version_source.get();
-    if (src != nullptr && s.weak) src = PyWeakref_GetObject(src);
+    pybind11::object target;
+    if (src != nullptr && s.weak) {
+      target = detail::WeakTarget(src);
+      src = target.ptr();
+    }
     if (src != nullptr && src != Py_None) {
       const std::int64_t now = detail::PyVersion(rt, src);
       if (now != s.version) {
@@ -437,49 +448,63 @@ class Function {
     using R = decltype(Derived::Forward(std::declval<AutogradContext *>(), std::forward<Args>(args)...));
     static_assert(std::is_same_v<R, TensorPtr> || std::is_same_v<R, TensorPtrList>,
                   "Function<T>: T::Forward must return TensorPtr or TensorPtrList");
+    constexpr std::size_t kN = sizeof...(Args);
     const auto &rt = detail::Runtime::Get();
-    const std::string &name = detail::FunctionName<Derived>();
-    TensorPtrList inputs;
-    inputs.reserve(sizeof...(Args));
-    (detail::CollectTensor(inputs, args), ...);
-
-    std::vector<bool> needs(inputs.size(), false);
-    bool record = false;
-    if (detail::GradEnabled(rt)) {
-      for (std::size_t i = 0; i < inputs.size(); ++i) {
-        if (inputs[i] && inputs[i]->requires_grad() && inputs[i]->py_object() != nullptr) {
-          needs[i] = record = true;
-        }
-      }
-    }
-    if (!record) {
+    const std::array<Tensor *, kN + 1> in{{detail::TensorArg(args)..., nullptr}};
+    bool wants = false;
+    for (std::size_t i = 0; i < kN; ++i) wants = wants || detail::WantsGrad(in[i]);
+    if (!wants || !detail::GradEnabled(rt)) {  // the fast path: nothing to record
       AutogradContext ctx;
       detail::ContextState &st = detail::State(ctx);
-      st.name = &name;
-      st.needs = std::move(needs);
-      st.inputs = std::move(inputs);
+      st.name = &detail::FunctionName<Derived>();
+      st.args = in.data();
+      st.nargs = kN;
       R out = Derived::Forward(&ctx, std::forward<Args>(args)...);
-      return detail::ApplyImpl<R>::NoGrad(rt, ctx, std::move(out), name);
+      if constexpr (std::is_same_v<R, TensorPtr>) {
+        if (st.dirty.empty() && out && st.ArgIndex(out.get()) < 0) return out;
+      }
+      return detail::FromList<R>(detail::FinishNoGrad(rt, st, detail::AsList(std::move(out))));
     }
-    pybind11::tuple edges(inputs.size());
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      edges[i] = needs[i] ? detail::EdgeOf(rt, inputs[i]->py_object()) : pybind11::none();
-    }
-    auto ctx = std::make_shared<AutogradContext>();
+
+    std::unique_ptr<AutogradContext, detail::ContextDeleter> ctx(new AutogradContext);
     detail::ContextState &st = detail::State(*ctx);
-    st.name = &name;
-    st.needs = std::move(needs);
-    st.inputs = std::move(inputs);
+    st.name = &detail::FunctionName<Derived>();
+    st.args = in.data();
+    st.nargs = kN;
+    st.needs.assign(kN, false);
+    pybind11::object edges = detail::Steal(PyTuple_New(static_cast<Py_ssize_t>(kN)));
+    for (std::size_t i = 0; i < kN; ++i) {
+      PyObject *e = Py_None;
+      if (detail::WantsGrad(in[i])) {
+        st.needs[i] = true;
+        e = detail::EdgeOf(rt, in[i]->py_object());
+      } else {
+        Py_INCREF(e);
+      }
+      PyTuple_SET_ITEM(edges.ptr(), static_cast<Py_ssize_t>(i), e);
+    }
+    const double phase = detail::NextFingerprintPhase();
+    std::array<std::uint64_t, kN + 1> fingerprints{};
+    for (std::size_t i = 0; i < kN; ++i) {
+      if (in[i] != nullptr) fingerprints[i] = detail::Fingerprint(*in[i], phase);
+    }
     R out;
     {
-      detail::GradModeGuard off(rt, false);
+      detail::GradModeGuard off(rt, false, true);  // recording: grad mode was on
       out = Derived::Forward(ctx.get(), std::forward<Args>(args)...);
     }
-    return detail::ApplyImpl<R>::Record(rt, ctx, std::move(out), std::move(edges), &BackwardThunk, name);
+    return detail::FromList<R>(detail::RecordOutputs(rt, std::move(ctx), detail::AsList(std::move(out)), edges,
+                                                     fingerprints.data(), phase, &BackwardThunk,
+                                                     detail::FunctionNamePy<Derived>()));
   }
 
  private:
   static TensorPtrList BackwardThunk(AutogradContext *ctx, TensorPtrList grads) {
+    if (detail::State(*ctx).released) {
+      throw std::runtime_error("backward through " + ctx->function_name() +
+                               " a second time: its saved tensors were freed after the first backward; "
+                               "pass retain_graph=True the first time");
+    }
     return Derived::Backward(ctx, std::move(grads));
   }
 };

@@ -66,12 +66,16 @@ inline bool IsContiguousLayout(const ShapeVector &shape, const ShapeVector &stri
   return true;
 }
 
+// 64-byte aligned storage. malloc with the alignment done here rather than
+// aligned_alloc: glibc hands a freed block back for the next request of the
+// same size, but aligned_alloc asks for more than that block (its alignment
+// slack), so repeated large calls grew the heap and touched fresh pages.
 inline std::shared_ptr<void> AllocateStorage(std::size_t nbytes) {
-  std::size_t n = (nbytes + 63) / 64 * 64;
-  if (n == 0) n = 64;
-  void *p = std::aligned_alloc(64, n);
-  if (p == nullptr) throw std::bad_alloc();
-  return std::shared_ptr<void>(p, [](void *q) { std::free(q); });
+  if (nbytes > std::numeric_limits<std::size_t>::max() - 64) throw std::bad_alloc();
+  void *base = std::malloc(nbytes + 64);
+  if (base == nullptr) throw std::bad_alloc();
+  auto *p = reinterpret_cast<void *>((reinterpret_cast<std::uintptr_t>(base) + 63) & ~std::uintptr_t{63});
+  return std::shared_ptr<void>(p, [base](void *) { std::free(base); });
 }
 
 // Copies a strided array of `esize`-byte elements into contiguous `dst`.

@@ -5,6 +5,10 @@ One routine, ``run_backward``, serves both ``Tensor.backward`` (accumulate into
 leaves or not). Gradients flowing into an edge are summed; a gradient whose
 shape the input broadcasts to is summed down to the input's shape; anything
 else a node returns that does not fit its inputs is an error naming the node.
+
+It is written for small graphs as much as big ones: every node attribute is
+read once per pass, a gradient that already fits its input is checked with two
+comparisons, and a graph of one node skips the topological sort.
 """
 from __future__ import annotations
 
@@ -13,59 +17,54 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import grad_mode as _gm
-from .node import Node
+from .node import Node, meta_of
+from .. import tensor as _tensor  # a module object: Tensor is looked up when first needed
 
 __all__ = ["backward", "grad", "run_backward"]
 
 
-def _tensor_type():
-    from ..tensor import Tensor
-    return Tensor
+def _math():
+    from ..ops import math
+    return math
 
 
-def _ones_like(t) -> Any:
-    return _tensor_type()._from_array(np.ones(t._data.shape, dtype=t._data.dtype))
+def _ones(shape, dtype) -> Any:
+    a = np.empty(shape, dtype)
+    a.fill(1)
+    return _tensor.Tensor._from_array(a)
 
 
 def _zeros(meta) -> Any:
     shape, dtype = meta
-    return _tensor_type()._from_array(np.zeros(shape, dtype=dtype))
+    return _tensor.Tensor._from_array(np.zeros(shape, dtype=dtype))
 
 
 def _accumulate(a, b):
-    if a is None:
-        return b
-    from ..ops import math as m
-    return m.add(a, b)
+    return b if a is None else _math().add(a, b)
 
 
 def _reduce_to(node, i: int, g, meta):
-    """Check gradient ``g`` for argument ``i`` of ``node`` against its input."""
-    Tensor = _tensor_type()
+    """Gradient ``g`` for argument ``i`` of ``node``, made to fit the argument or rejected."""
+    Tensor = _tensor.Tensor
     if not isinstance(g, Tensor):
         if isinstance(g, np.ndarray):
             g = Tensor._from_array(g)
         else:
             raise TypeError(f"backward of {node.name} returned {type(g).__name__} for argument {i}; "
                             f"expected a Tensor or None")
-    if meta is None:
-        raise RuntimeError(f"backward of {node.name} returned a gradient for argument {i}, "
-                           f"which is not a tensor")
     shape, dtype = meta
     gshape = g._data.shape
     if gshape != shape:
-        from ..ops import math as m
         if not _broadcasts_to(shape, gshape):
             raise RuntimeError(f"backward of {node.name} returned a gradient of shape {list(gshape)} "
                                f"for argument {i}, whose shape is {list(shape)} (not a broadcast of it)")
-        g = m.sum_to(g, shape)
+        g = _math().sum_to(g, shape)
     if g._data.dtype != dtype:
         if node.strict:
             raise TypeError(f"backward of {node.name} returned a gradient of dtype {g._data.dtype} "
                             f"for argument {i}, whose dtype is {dtype}")
-        from ..ops import math as m
         from ..dtypes import from_numpy_dtype
-        g = m.cast(g, from_numpy_dtype(dtype))
+        g = _math().cast(g, from_numpy_dtype(dtype))
     return g
 
 
@@ -78,25 +77,51 @@ def _broadcasts_to(shape, target) -> bool:
     return True
 
 
+def _check_count(node, results, n_args: int) -> list:
+    """One gradient per argument (extra entries must be None), as a list."""
+    results = [] if results is None else list(results)
+    n = len(results)
+    if n != n_args:
+        if n < n_args or any(r is not None for r in results[n_args:]):
+            raise RuntimeError(f"backward of {node.name} returned {n} gradients, but its forward took "
+                               f"{n_args} arguments (expected one gradient, or None, per argument)")
+        del results[n_args:]
+    return results
+
+
 class _OnceDifferentiable(Node):
-    """Stands behind gradients computed by a once-differentiable backward."""
+    """Stands behind gradients computed by a backward that records no graph.
+
+    Its edges lead to everything those gradients depend on (the node's inputs
+    and the incoming gradients that require grad), so a higher-order gradient
+    that would flow through them reaches this node and fails clearly instead
+    of coming out silently zero.
+    """
 
     __slots__ = ("_what",)
     strict = True
 
-    def __init__(self, what: str, sources: Sequence[Any]) -> None:
+    def __init__(self, what: str, sources: Sequence[Any], grad: Any) -> None:
         self._what = what
         self.next_edges = tuple(sources)
         self.input_meta = tuple(None for _ in sources)
-        self.out_meta = ()
+        self.out_meta = (meta_of(grad),)
 
     @property
     def name(self) -> str:  # type: ignore[override]
         return self._what
 
     def apply(self, grads, create_graph):
-        raise RuntimeError(f"{self._what} is once-differentiable: its backward is C++ code that "
-                           f"records no graph, so a higher-order gradient through it cannot be taken")
+        raise RuntimeError(f"{self._what} is once-differentiable: its backward records no graph "
+                           f"(C++ code, or numpy), so a higher-order gradient through it cannot be taken")
+
+
+def once_differentiable_sources(node, grads) -> list:
+    """What the gradients computed by ``node`` from ``grads`` depend on, as edges."""
+    sources = [e for e in node.next_edges if e is not None]
+    sources += [(g._node, g._out_index) if g._node is not None else g
+                for g in grads if g is not None and g.requires_grad]
+    return sources
 
 
 def _topo_order(roots: Sequence[Node]) -> List[Node]:
@@ -124,109 +149,6 @@ def _topo_order(roots: Sequence[Node]) -> List[Node]:
     return order
 
 
-def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Optional[Sequence[Any]],
-                 retain_graph: bool, create_graph: bool) -> Optional[List[Any]]:
-    """Propagate ``grad_outputs`` from ``outputs`` back through the graph.
-
-    ``targets is None``: accumulate into ``.grad`` of every leaf reached.
-    Otherwise return one gradient (or ``None`` if unreached) per target tensor.
-    """
-    Tensor = _tensor_type()
-    buffers: Dict[int, List[Any]] = {}
-    leaf_grads: Dict[int, Any] = {}
-    leaves: Dict[int, Any] = {}
-    roots: List[Node] = []
-    for out, g in zip(outputs, grad_outputs):
-        node = out._node
-        if node is None:
-            if out.requires_grad:
-                leaf_grads[id(out)] = _accumulate(leaf_grads.get(id(out)), g)
-                leaves[id(out)] = out
-            continue
-        buf = buffers.get(id(node))
-        if buf is None:
-            buf = buffers[id(node)] = [None] * len(node.out_meta)
-            roots.append(node)
-        buf[out._out_index] = _accumulate(buf[out._out_index], g)
-
-    # targets that are outputs of nodes: capture the grad arriving at (node, index)
-    captured: Dict[tuple, Any] = {}
-    target_nodes: Dict[int, List[int]] = {}
-    target_leaf_ids = None
-    if targets is not None:
-        target_leaf_ids = set()
-        for t in targets:
-            if t._node is None:
-                target_leaf_ids.add(id(t))
-            else:
-                target_nodes.setdefault(id(t._node), []).append(t._out_index)
-
-    order = _topo_order(roots)
-    needed = _needed(order, target_leaf_ids, target_nodes) if targets is not None else None
-
-    with _gm.set_grad_enabled(create_graph):
-        for node in order:
-            buf = buffers.pop(id(node), None)
-            if buf is None:
-                continue
-            idxs = target_nodes.get(id(node))
-            if idxs:
-                for k in idxs:
-                    captured[(id(node), k)] = buf[k]
-            if needed is not None and id(node) not in needed:
-                continue
-            if node.materialize_grads:
-                buf = [_zeros(node.out_meta[k]) if g is None else g for k, g in enumerate(buf)]
-            results = node.apply(buf, create_graph)
-            if not retain_graph:
-                node.release()
-            edges = node.next_edges
-            results = list(results) if results is not None else []
-            if len(results) > len(edges):
-                raise RuntimeError(f"backward of {node.name} returned {len(results)} gradients, "
-                                   f"but its forward took {len(edges)} arguments")
-            once = create_graph and not node.differentiable
-            metas = node.input_meta
-            for i, g in enumerate(results):
-                e = edges[i]
-                if g is None or e is None:
-                    continue
-                g = _reduce_to(node, i, g, metas[i])
-                if once:
-                    g = Tensor._from_array(g._data)
-                    grad_sources = [(x._node, x._out_index) if x._node is not None else x
-                                    for x in buf if x is not None and x.requires_grad]
-                    if grad_sources:
-                        g.requires_grad = True
-                        g._node = _OnceDifferentiable(node.name, grad_sources)
-                if type(e) is tuple:
-                    child, k = e
-                    cb = buffers.get(id(child))
-                    if cb is None:
-                        cb = buffers[id(child)] = [None] * len(child.out_meta)
-                    cb[k] = _accumulate(cb[k], g)
-                else:
-                    if target_leaf_ids is not None and id(e) not in target_leaf_ids:
-                        continue
-                    leaf_grads[id(e)] = _accumulate(leaf_grads.get(id(e)), g)
-                    leaves[id(e)] = e
-
-    if targets is None:
-        for key, g in leaf_grads.items():
-            leaf = leaves[key]
-            if not create_graph:
-                g = Tensor._from_array(g._data)
-            leaf.grad = g if leaf.grad is None else _accumulate(leaf.grad, g)
-        return None
-    result = []
-    for t in targets:
-        if t._node is None:
-            result.append(leaf_grads.get(id(t)))
-        else:
-            result.append(captured.get((id(t._node), t._out_index)))
-    return result
-
-
 def _needed(order: List[Node], leaf_ids, target_nodes) -> set:
     """Ids of nodes whose backward must run to reach some target."""
     needed = set()
@@ -245,10 +167,175 @@ def _needed(order: List[Node], leaf_ids, target_nodes) -> set:
     return needed
 
 
+def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool):
+    """Run one node's backward on its output gradients ``buf``.
+
+    Returns ``(edges, grads)``: ``grads[i]`` is the gradient for ``edges[i]``,
+    checked and fitted to argument ``i`` (``None`` where there is no edge or
+    no gradient).
+    """
+    for g in buf:
+        if g is None:  # (not `None in buf`: that would call Tensor.__eq__)
+            if node.materialize_grads:
+                metas = node.out_meta
+                buf = [_zeros(metas[k]) if g is None else g for k, g in enumerate(buf)]
+            break
+    results = node.apply(buf, create_graph)
+    if not retain_graph:
+        node.release()
+    edges = node.next_edges
+    results = _check_count(node, results, len(edges))
+    Tensor = _tensor.Tensor
+    once = None
+    metas = None
+    for i, g in enumerate(results):
+        if g is None:
+            continue
+        if edges[i] is None:
+            results[i] = None
+            continue
+        if metas is None:
+            metas = node.input_meta
+        meta = metas[i]
+        if type(g) is not Tensor or g._data.shape != meta[0] or g._data.dtype != meta[1]:
+            g = _reduce_to(node, i, g, meta)
+        if create_graph and not node.differentiable:
+            if once is None:
+                once = once_differentiable_sources(node, buf)
+            g = Tensor._from_array(g._data)
+            if once:
+                g.requires_grad = True
+                g._node = _OnceDifferentiable(node.name, once, g)
+        results[i] = g
+    return edges, results
+
+
+def _one_node(node, k: int, g, targets: Sequence[Any], retain_graph: bool, create_graph: bool) -> List[Any]:
+    """``run_backward`` for one output of a node whose arguments are all leaves, targets all leaves."""
+    wanted = {id(t) for t in targets}
+    for e in node.next_edges:
+        if e is not None and id(e) in wanted:
+            break
+    else:
+        return [None] * len(targets)  # no target is reached: the node need not run
+    buf = [None] * len(node.out_meta)
+    buf[k] = g
+    edges, results = _node_backward(node, buf, retain_graph, create_graph)
+    by_leaf: Dict[int, Any] = {}
+    for e, r in zip(edges, results):
+        if r is not None and id(e) in wanted:
+            prev = by_leaf.get(id(e))
+            by_leaf[id(e)] = r if prev is None else _accumulate(prev, r)
+    return [by_leaf.get(id(t)) for t in targets]
+
+
+def _is_one_node(outputs: Sequence[Any], targets: Optional[Sequence[Any]]) -> bool:
+    if targets is None or len(outputs) != 1 or outputs[0]._node is None:
+        return False
+    for e in outputs[0]._node.next_edges:
+        if type(e) is tuple:
+            return False
+    for t in targets:
+        if t._node is not None:
+            return False
+    return True
+
+
+def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Optional[Sequence[Any]],
+                 retain_graph: bool, create_graph: bool) -> Optional[List[Any]]:
+    """Propagate ``grad_outputs`` from ``outputs`` back through the graph.
+
+    ``targets is None``: accumulate into ``.grad`` of every leaf reached.
+    Otherwise return one gradient (or ``None`` if unreached) per target tensor.
+    """
+    state = _gm._state
+    prev_mode = state.enabled
+    state.enabled = create_graph
+    try:
+        if _is_one_node(outputs, targets):
+            out = outputs[0]
+            return _one_node(out._node, out._out_index, grad_outputs[0], targets, retain_graph, create_graph)
+        return _run_graph(outputs, grad_outputs, targets, retain_graph, create_graph)
+    finally:
+        state.enabled = prev_mode
+
+
+def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Optional[Sequence[Any]],
+               retain_graph: bool, create_graph: bool) -> Optional[List[Any]]:
+    """``run_backward`` for any graph (recording mode already set)."""
+    Tensor = _tensor.Tensor
+    buffers: Dict[int, List[Any]] = {}
+    leaf_grads: Dict[int, Any] = {}
+    leaves: Dict[int, Any] = {}
+    roots: List[Node] = []
+    for out, g in zip(outputs, grad_outputs):
+        node = out._node
+        if node is None:
+            if out.requires_grad:
+                leaf_grads[id(out)] = _accumulate(leaf_grads.get(id(out)), g)
+                leaves[id(out)] = out
+            continue
+        buf = buffers.get(id(node))
+        if buf is None:
+            buf = buffers[id(node)] = [None] * len(node.out_meta)
+            roots.append(node)
+        k = out._out_index
+        buf[k] = _accumulate(buf[k], g)
+
+    # targets that are outputs of nodes: capture the grad arriving at (node, index)
+    captured: Dict[tuple, Any] = {}
+    target_nodes: Dict[int, List[int]] = {}
+    target_leaf_ids = None
+    if targets is not None:
+        target_leaf_ids = set()
+        for t in targets:
+            if t._node is None:
+                target_leaf_ids.add(id(t))
+            else:
+                target_nodes.setdefault(id(t._node), []).append(t._out_index)
+
+    order = _topo_order(roots)
+    needed = _needed(order, target_leaf_ids, target_nodes) if targets is not None else None
+
+    for node in order:
+        buf = buffers.pop(id(node), None)
+        if buf is None:
+            continue
+        if target_nodes:
+            for k in target_nodes.get(id(node), ()):
+                captured[(id(node), k)] = buf[k]
+        if needed is not None and id(node) not in needed:
+            continue
+        edges, results = _node_backward(node, buf, retain_graph, create_graph)
+        for e, g in zip(edges, results):
+            if g is None:
+                continue
+            if type(e) is tuple:
+                child, k = e
+                cb = buffers.get(id(child))
+                if cb is None:
+                    cb = buffers[id(child)] = [None] * len(child.out_meta)
+                cb[k] = g if cb[k] is None else _accumulate(cb[k], g)
+            elif target_leaf_ids is None or id(e) in target_leaf_ids:
+                lg = leaf_grads.get(id(e))
+                leaf_grads[id(e)] = g if lg is None else _accumulate(lg, g)
+                leaves[id(e)] = e
+
+    if targets is None:
+        for key, g in leaf_grads.items():
+            leaf = leaves[key]
+            if not create_graph:
+                g = Tensor._from_array(g._data)
+            leaf.grad = g if leaf.grad is None else _accumulate(leaf.grad, g)
+        return None
+    return [leaf_grads.get(id(t)) if t._node is None else captured.get((id(t._node), t._out_index))
+            for t in targets]
+
+
 def _as_grad(g, like):
-    Tensor = _tensor_type()
+    Tensor = _tensor.Tensor
     if g is None:
-        return _ones_like(like)
+        return _ones(like._data.shape, like._data.dtype)
     if isinstance(g, Tensor):
         return g
     return Tensor._from_array(np.asarray(g, dtype=like._data.dtype))

@@ -13,7 +13,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import engine
-from .grad_mode import enable_grad
+from . import grad_mode as _gm
+from .. import tensor as _tensor  # a module object: Tensor is looked up when first needed
 
 __all__ = ["value_and_grad", "grad"]
 
@@ -25,11 +26,6 @@ class _Depth(threading.local):
 
 
 _depth = _Depth()
-
-
-def _tensor_type():
-    from ..tensor import Tensor
-    return Tensor
 
 
 def _positions(grad_position: Position) -> Tuple[Optional[Tuple[int, ...]], bool]:
@@ -44,7 +40,7 @@ def _positions(grad_position: Position) -> Tuple[Optional[Tuple[int, ...]], bool
 
 
 def _weights(weights: Any) -> Tuple[Optional[List[Any]], bool]:
-    Tensor = _tensor_type()
+    Tensor = _tensor.Tensor
     if weights is None:
         return None, False
     if isinstance(weights, Tensor):
@@ -58,20 +54,20 @@ def _weights(weights: Any) -> Tuple[Optional[List[Any]], bool]:
 
 def _grad_input(value: Any, position: int):
     """A tensor standing for input ``position`` that the engine can differentiate to."""
-    Tensor = _tensor_type()
+    Tensor = _tensor.Tensor
     if not isinstance(value, Tensor):
         raise TypeError(f"the input at grad_position {position} must be a Tensor, got {type(value).__name__}")
-    if value.requires_grad:  # nested: keep the link to the outer graph
+    if value.requires_grad and _gm._state.enabled:  # keep the link to the outer graph
         from ..ops import math as m
         return m.reshape(value, value.shape)
     t = Tensor._from_array(value._data)
-    if t._data.dtype.kind == "f":
+    if value._data.dtype.kind == "f":
         t.requires_grad = True
     return t
 
 
 def _heads(out: Any, has_aux: bool) -> List[Any]:
-    Tensor = _tensor_type()
+    Tensor = _tensor.Tensor
     if has_aux:
         if not isinstance(out, (tuple, list)) or len(out) < 1:
             raise TypeError("with has_aux=True the function must return a tuple (output, aux...)")
@@ -86,30 +82,42 @@ def _heads(out: Any, has_aux: bool) -> List[Any]:
 def _run(fn: Callable, positions, weights, has_aux: bool, args: tuple, kwargs: dict):
     args = list(args)
     targets = []
+    # a graph of the gradients is built inside an outer value_and_grad, or when
+    # an input already takes part in a graph (gradcheck of a gradient, say)
+    nested = _depth.n > 0
     if positions is not None:
+        n = len(args)
         for p in positions:
-            if not -len(args) <= p < len(args):
+            if not -n <= p < n:
                 raise ValueError(f"grad_position {p} is out of range: the function was called with "
-                                 f"{len(args)} positional inputs")
+                                 f"{n} positional inputs")
+            nested = nested or (getattr(args[p], "requires_grad", False) and _gm._state.enabled)
             args[p] = _grad_input(args[p], p)
             targets.append(args[p])
-    nested = _depth.n > 0
-    _depth.n += 1
+    depth = _depth
+    depth.n += 1
+    state = _gm._state
+    prev_mode = state.enabled
+    state.enabled = True
     try:
-        with enable_grad():
-            out = fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
     finally:
-        _depth.n -= 1
+        state.enabled = prev_mode
+        depth.n -= 1
     heads = [h for h in _heads(out, has_aux) if h.requires_grad]
-    all_targets = targets + (weights or [])
+    all_targets = targets + weights if weights else targets
     if heads:
-        grads = engine.grad(heads, all_targets, retain_graph=nested, create_graph=nested)
+        seeds = [engine._ones(h._data.shape, h._data.dtype) for h in heads]
+        grads = engine.run_backward(heads, seeds, all_targets, nested, nested)
     else:
         grads = [None] * len(all_targets)
-    Tensor = _tensor_type()
-    grads = [Tensor._from_array(np.zeros(t.shape, dtype=t._data.dtype)) if g is None else g
-             for g, t in zip(grads, all_targets)]
-    return out, grads[:len(targets)], grads[len(targets):]
+    Tensor = _tensor.Tensor
+    for i, g in enumerate(grads):
+        if g is None:
+            t = all_targets[i]._data
+            grads[i] = Tensor._from_array(np.zeros(t.shape, dtype=t.dtype))
+    n = len(targets)
+    return out, grads[:n], grads[n:]
 
 
 def _shape_result(positions, single_pos, weights, single_w, in_grads, w_grads):

@@ -81,9 +81,11 @@ inline bool GradEnabled(const Runtime &rt) {
   return on;
 }
 
+// Sets the grad mode for a scope and puts the previous one back.
 class GradModeGuard {
  public:
-  GradModeGuard(const Runtime &rt, bool mode) : rt_(rt) {
+  GradModeGuard(const Runtime &rt, bool mode) : GradModeGuard(rt, mode, GradEnabled(rt)) {}
+  GradModeGuard(const Runtime &rt, bool mode, bool prev) : rt_(rt), prev_(prev) {
     if (PyObject_SetAttr(rt_.grad_state, rt_.s_enabled, mode ? Py_True : Py_False) < 0) {
       throw py::error_already_set();
     }
@@ -92,7 +94,7 @@ class GradModeGuard {
     // restoring cannot fail for a threading.local attribute; keep any pending error
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
-    PyObject_SetAttr(rt_.grad_state, rt_.s_enabled, Py_True);
+    PyObject_SetAttr(rt_.grad_state, rt_.s_enabled, prev_ ? Py_True : Py_False);
     PyErr_Restore(t, v, tb);
   }
   GradModeGuard(const GradModeGuard &) = delete;
@@ -100,6 +102,7 @@ class GradModeGuard {
 
  private:
   const Runtime &rt_;
+  bool prev_;
 };
 
 // ---- numpy -> Tensor ----------------------------------------------------
@@ -179,12 +182,31 @@ inline void DeleteStorageCapsule(PyObject *capsule) {
 // A new numpy array over the tensor's memory (new reference).
 inline PyObject *ArrayFromTensor(const Runtime &rt, const Tensor &t) {
   using A = py::detail::npy_api;
-  const auto nd = static_cast<int>(t.ndim());
+  const auto nd = static_cast<std::size_t>(t.ndim());
   const auto es = static_cast<Py_intptr_t>(t.element_size());
-  std::vector<Py_intptr_t> dims(t.shape().begin(), t.shape().end());
-  std::vector<Py_intptr_t> strides(static_cast<std::size_t>(nd));
-  const ShapeVector st = t.strides();
-  for (int i = 0; i < nd; ++i) strides[static_cast<std::size_t>(i)] = st[static_cast<std::size_t>(i)] * es;
+  Py_intptr_t small[2][8];
+  std::vector<Py_intptr_t> big;
+  Py_intptr_t *dims = small[0], *strides = small[1];
+  if (nd > 8) {
+    big.resize(2 * nd);
+    dims = big.data();
+    strides = big.data() + nd;
+  }
+  const ShapeVector &shape = t.shape();
+  if (t.is_contiguous()) {
+    Py_intptr_t acc = es;
+    for (std::size_t i = nd; i-- > 0;) {
+      dims[i] = static_cast<Py_intptr_t>(shape[i]);
+      strides[i] = acc;
+      acc *= shape[i] > 0 ? static_cast<Py_intptr_t>(shape[i]) : 1;
+    }
+  } else {
+    const ShapeVector st = t.strides();
+    for (std::size_t i = 0; i < nd; ++i) {
+      dims[i] = static_cast<Py_intptr_t>(shape[i]);
+      strides[i] = static_cast<Py_intptr_t>(st[i]) * es;
+    }
+  }
 
   PyObject *base = nullptr;
   int flags = A::NPY_ARRAY_WRITEABLE_;
@@ -193,12 +215,14 @@ inline PyObject *ArrayFromTensor(const Runtime &rt, const Tensor &t) {
     if (rt.api->PyArray_Check_(base)) flags = py::detail::array_proxy(base)->flags & A::NPY_ARRAY_WRITEABLE_;
     Py_INCREF(base);
   } else {
-    base = PyCapsule_New(new std::shared_ptr<void>(t.storage()), "opbuilder.storage", DeleteStorageCapsule);
+    auto owned = std::make_unique<std::shared_ptr<void>>(t.storage());
+    base = PyCapsule_New(owned.get(), "opbuilder.storage", DeleteStorageCapsule);
     if (base == nullptr) throw py::error_already_set();
+    owned.release();  // the capsule owns it now
   }
   PyObject *descr = rt.descr[t.dtype()];
   Py_INCREF(descr);
-  PyObject *arr = rt.api->PyArray_NewFromDescr_(rt.api->PyArray_Type_, descr, nd, dims.data(), strides.data(),
+  PyObject *arr = rt.api->PyArray_NewFromDescr_(rt.api->PyArray_Type_, descr, static_cast<int>(nd), dims, strides,
                                                 t.data_ptr(), flags, nullptr);
   if (arr == nullptr) {
     Py_DECREF(base);

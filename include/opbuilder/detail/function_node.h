@@ -1,0 +1,302 @@
+// The graph node that Function<T>::Apply records (not for operator authors).
+//
+// It follows the node protocol of runtime/autograd/node.py: `next_edges`,
+// `input_meta`, `out_meta`, `name`, `materialize_grads`, `strict`,
+// `differentiable`, `apply(grads, create_graph)`, `release()`. It is a plain
+// CPython type rather than a pybind11 class because the engine reads these
+// attributes on every backward: member and getset descriptors cost a few
+// nanoseconds where pybind11's property dispatch costs a few hundred.
+// `input_meta`/`out_meta` are built on first use, so recording stays cheap.
+// The type is garbage-collected: a cycle through `saved_data` (a value that
+// refers to an output) is collected like any Python cycle.
+#pragma once
+
+#include "opbuilder/detail/visibility.h"
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(__has_include)
+#if __has_include(<pybind11/detail/exception_translation.h>)
+#include <pybind11/detail/exception_translation.h>
+#define OB_HAVE_PYBIND11_TRANSLATE 1
+#endif
+#endif
+
+#include <structmember.h>
+
+#include "opbuilder/detail/runtime_bridge.h"
+#include "opbuilder/tensor.h"
+
+namespace opbuilder {
+
+class AutogradContext;
+
+namespace detail OB_HIDDEN {
+
+namespace py = pybind11;
+
+// Sets the Python error for the C++ exception being handled (call inside catch).
+inline void SetPythonErrorFromCurrentException() {
+#ifdef OB_HAVE_PYBIND11_TRANSLATE
+  py::detail::try_translate_exceptions();  // pybind11's mapping, registered translators included
+#else
+  try {
+    throw;
+  } catch (py::error_already_set &e) {
+    e.restore();
+  } catch (const py::builtin_exception &e) {
+    e.set_error();
+  } catch (const std::invalid_argument &e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::out_of_range &e) {
+    PyErr_SetString(PyExc_IndexError, e.what());
+  } catch (const std::exception &e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+  }
+#endif
+}
+
+struct TensorMeta {
+  bool is_tensor = false;
+  ShapeVector shape;
+  DataType dtype = kFloat32;
+};
+
+inline TensorMeta MetaOf(const Tensor *t) {
+  TensorMeta m;
+  if (t != nullptr) {
+    m.is_tensor = true;
+    m.shape = t->shape();
+    m.dtype = t->dtype();
+  }
+  return m;
+}
+
+using BackwardFn = TensorPtrList (*)(AutogradContext *, TensorPtrList);
+
+// What the node needs of AutogradContext; defined in autograd.h (the only
+// file that includes this one), after the class.
+struct ContextDeleter {
+  void operator()(AutogradContext *ctx) const;
+};
+bool ContextMaterializeGrads(const AutogradContext &ctx);
+void ContextRelease(AutogradContext &ctx);
+int ContextVisit(AutogradContext &ctx, visitproc visit, void *arg);
+void ContextClear(AutogradContext &ctx);
+
+// What the node keeps on the C++ side.
+struct NodeState {
+  std::unique_ptr<AutogradContext, ContextDeleter> ctx;
+  BackwardFn backward = nullptr;
+  std::vector<TensorMeta> in_meta;
+  std::vector<TensorMeta> out_meta;
+};
+
+struct NodeObject {
+  PyObject_HEAD
+  PyObject *next_edges;  // tuple, one entry per Forward argument
+  PyObject *name;        // str
+  PyObject *in_meta;     // tuple, built on first use (nullptr until then)
+  PyObject *out_meta;
+  NodeState *state;
+};
+
+inline PyObject *MetasToPython(const Runtime &rt, const std::vector<TensorMeta> &ms) {
+  py::tuple t(ms.size());
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    const TensorMeta &m = ms[i];
+    if (!m.is_tensor) {
+      t[i] = py::none();
+      continue;
+    }
+    py::tuple shape(m.shape.size());
+    for (std::size_t d = 0; d < m.shape.size(); ++d) shape[d] = py::int_(m.shape[d]);
+    t[i] = py::make_tuple(shape, py::reinterpret_borrow<py::object>(rt.descr[m.dtype]));
+  }
+  return t.release().ptr();
+}
+
+// The cached metadata tuple, built on first use (new reference).
+inline PyObject *CachedMeta(PyObject **cache, const std::vector<TensorMeta> &ms) {
+  if (*cache == nullptr) {
+    try {
+      *cache = MetasToPython(Runtime::Get(), ms);
+    } catch (...) {
+      SetPythonErrorFromCurrentException();
+      return nullptr;
+    }
+  }
+  Py_INCREF(*cache);
+  return *cache;
+}
+
+inline PyObject *NodeInputMeta(PyObject *o, void *) {
+  auto *self = reinterpret_cast<NodeObject *>(o);
+  return CachedMeta(&self->in_meta, self->state->in_meta);
+}
+
+inline PyObject *NodeOutMeta(PyObject *o, void *) {
+  auto *self = reinterpret_cast<NodeObject *>(o);
+  return CachedMeta(&self->out_meta, self->state->out_meta);
+}
+
+inline PyObject *NodeMaterialize(PyObject *o, void *) {
+  return PyBool_FromLong(ContextMaterializeGrads(*reinterpret_cast<NodeObject *>(o)->state->ctx));
+}
+
+// apply(grads, create_graph): output gradients (runtime.Tensor or None) in,
+// one gradient per Forward argument out. A gradient for a non-tensor argument
+// is refused here (only the node knows which arguments were tensors); count,
+// shape and dtype are the engine's to check.
+inline PyObject *NodeApply(PyObject *o, PyObject *const *args, Py_ssize_t nargs) {
+  auto *self = reinterpret_cast<NodeObject *>(o);
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "apply(grads, create_graph) takes two arguments");
+    return nullptr;
+  }
+  try {
+    const Runtime &rt = Runtime::Get();
+    py::object seq = Steal(PySequence_Fast(args[0], "apply: grads must be a sequence"));
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+    PyObject **items = PySequence_Fast_ITEMS(seq.ptr());
+    TensorPtrList grads;
+    grads.reserve(static_cast<std::size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      grads.push_back(items[i] == Py_None ? nullptr : TensorFromPy(rt, items[i]));
+    }
+    NodeState *s = self->state;
+    TensorPtrList res = s->backward(s->ctx.get(), std::move(grads));
+    for (std::size_t i = 0; i < res.size() && i < s->in_meta.size(); ++i) {
+      if (res[i] && !s->in_meta[i].is_tensor) {
+        throw std::runtime_error("backward of " + std::string(PyUnicode_AsUTF8(self->name)) +
+                                 " returned a gradient for argument " + std::to_string(i) + ", which is not a tensor");
+      }
+    }
+    py::list out(res.size());
+    for (std::size_t i = 0; i < res.size(); ++i) {
+      PyObject *r = res[i] ? ToPython(rt, res[i]) : (Py_INCREF(Py_None), Py_None);
+      PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), r);
+    }
+    return out.release().ptr();
+  } catch (...) {
+    SetPythonErrorFromCurrentException();
+    return nullptr;
+  }
+}
+
+inline PyObject *NodeRelease(PyObject *o, PyObject *) {
+  NodeState *s = reinterpret_cast<NodeObject *>(o)->state;
+  try {
+    ContextRelease(*s->ctx);
+  } catch (...) {
+    SetPythonErrorFromCurrentException();
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+inline PyObject *NodeRepr(PyObject *o) {
+  auto *self = reinterpret_cast<NodeObject *>(o);
+  return PyUnicode_FromFormat("<C++ Function node %U>", self->name);
+}
+
+inline int NodeTraverse(PyObject *o, visitproc visit, void *arg) {
+  auto *self = reinterpret_cast<NodeObject *>(o);
+  Py_VISIT(Py_TYPE(o));
+  Py_VISIT(self->next_edges);
+  if (self->state != nullptr && self->state->ctx) return ContextVisit(*self->state->ctx, visit, arg);
+  return 0;
+}
+
+inline int NodeClear(PyObject *o) {
+  auto *self = reinterpret_cast<NodeObject *>(o);
+  Py_CLEAR(self->next_edges);
+  if (self->state != nullptr && self->state->ctx) ContextClear(*self->state->ctx);
+  return 0;
+}
+
+inline void NodeDealloc(PyObject *o) {
+  auto *self = reinterpret_cast<NodeObject *>(o);
+  PyTypeObject *tp = Py_TYPE(o);
+  PyObject_GC_UnTrack(o);
+  Py_TRASHCAN_BEGIN(o, NodeDealloc)
+  Py_CLEAR(self->next_edges);
+  Py_CLEAR(self->name);
+  Py_CLEAR(self->in_meta);
+  Py_CLEAR(self->out_meta);
+  delete self->state;
+  self->state = nullptr;
+  tp->tp_free(o);
+  Py_DECREF(tp);
+  Py_TRASHCAN_END
+}
+
+// The node type, created once per extension module (each module built from
+// this header has its own, as pybind11's module_local classes do).
+inline PyTypeObject *NodeType() {
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<py::object> storage;
+  return reinterpret_cast<PyTypeObject *>(
+      storage
+          .call_once_and_store_result([]() {
+            static PyMemberDef members[] = {
+                {const_cast<char *>("next_edges"), T_OBJECT, offsetof(NodeObject, next_edges), READONLY, nullptr},
+                {const_cast<char *>("name"), T_OBJECT, offsetof(NodeObject, name), READONLY, nullptr},
+                {nullptr, 0, 0, 0, nullptr}};
+            static PyGetSetDef getset[] = {
+                {const_cast<char *>("input_meta"), NodeInputMeta, nullptr, nullptr, nullptr},
+                {const_cast<char *>("out_meta"), NodeOutMeta, nullptr, nullptr, nullptr},
+                {const_cast<char *>("materialize_grads"), NodeMaterialize, nullptr, nullptr, nullptr},
+                {nullptr, nullptr, nullptr, nullptr, nullptr}};
+            static PyMethodDef methods[] = {
+                {"apply", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(NodeApply)), METH_FASTCALL,
+                 "apply(grads, create_graph) -> one gradient per Forward argument"},
+                {"release", NodeRelease, METH_NOARGS, "drop what was saved for backward"},
+                {nullptr, nullptr, 0, nullptr}};
+            static PyType_Slot slots[] = {{Py_tp_dealloc, reinterpret_cast<void *>(NodeDealloc)},
+                                          {Py_tp_traverse, reinterpret_cast<void *>(NodeTraverse)},
+                                          {Py_tp_clear, reinterpret_cast<void *>(NodeClear)},
+                                          {Py_tp_repr, reinterpret_cast<void *>(NodeRepr)},
+                                          {Py_tp_members, members},
+                                          {Py_tp_getset, getset},
+                                          {Py_tp_methods, methods},
+                                          {0, nullptr}};
+            static PyType_Spec spec = {"opbuilder.CppFunctionNode", static_cast<int>(sizeof(NodeObject)), 0,
+                                       Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
+            py::object type = Steal(PyType_FromSpec(&spec));
+            // a user-written backward: wrong dtypes are errors; C++ records no graph
+            if (PyObject_SetAttrString(type.ptr(), "strict", Py_True) < 0 ||
+                PyObject_SetAttrString(type.ptr(), "differentiable", Py_False) < 0) {
+              throw py::error_already_set();
+            }
+            return type;
+          })
+          .get_stored()
+          .ptr());
+}
+
+// A new node object owning `state` (new reference).
+inline PyObject *NewNode(NodeState *state, PyObject *edges, PyObject *name) {
+  std::unique_ptr<NodeState> owned(state);
+  auto *self = PyObject_GC_New(NodeObject, NodeType());  // takes a reference to the type
+  if (self == nullptr) throw py::error_already_set();
+  Py_INCREF(edges);
+  Py_INCREF(name);
+  self->next_edges = edges;
+  self->name = name;
+  self->in_meta = nullptr;
+  self->out_meta = nullptr;
+  self->state = owned.release();
+  PyObject_GC_Track(reinterpret_cast<PyObject *>(self));
+  return reinterpret_cast<PyObject *>(self);
+}
+
+}  // namespace detail
+}  // namespace opbuilder

@@ -1,0 +1,321 @@
+"""``Function``: an operator written in Python (numpy) with its own backward.
+
+    class Exp(Function):
+        @staticmethod
+        def forward(ctx, x):
+            out = Tensor(np.exp(x.asnumpy()))
+            ctx.save_for_backward(out)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            out, = ctx.saved_tensors
+            return grad * out
+
+    y = Exp.apply(x)
+
+The contract is the C++ ``Function<T>``'s (include/opbuilder/autograd.h) in
+Python names: ``forward`` runs with recording off and returns a Tensor (or a
+numpy array) or a tuple of them; ``backward`` gets one gradient per output and
+returns one per ``forward`` argument (``None`` for none). The ``ctx`` has
+``save_for_backward``/``saved_tensors`` (version-checked),
+``needs_input_grad``, ``mark_dirty``, ``mark_non_differentiable``,
+``set_materialize_grads``, and takes any other attribute for backward.
+
+Higher order: ``backward`` runs with recording on when a higher-order gradient
+is asked for, so one written with runtime ops is differentiable. A gradient it
+returns as a numpy array, or every gradient of a backward decorated with
+``once_differentiable``, cannot be differentiated again: asking is a clear error.
+"""
+from __future__ import annotations
+
+import random
+import weakref
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
+
+import numpy as np
+
+from . import engine
+from .grad_mode import _state
+from .node import Node, edge_of, meta_of
+from .. import tensor as _tensor
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Inputs of up to this many bytes are compared whole; larger ones by samples.
+_FULL_BYTES = 4096
+_SAMPLES = 256
+
+
+def once_differentiable(backward: F) -> F:
+    """Mark a ``backward`` (numpy code, say) whose results cannot be differentiated again."""
+    backward._once_differentiable = True  # type: ignore[attr-defined]
+    return backward
+
+
+def _fingerprint(arr: np.ndarray, phase: float) -> bytes:
+    """The bytes of ``arr`` (small arrays) or of evenly spaced samples of it (large ones)."""
+    if arr.nbytes <= _FULL_BYTES:
+        return arr.tobytes()
+    step = arr.size // _SAMPLES
+    flat = np.arange(_SAMPLES) * step + int(phase * step)
+    return arr[np.unravel_index(flat, arr.shape)].tobytes()
+
+
+class _SavedOutput:
+    """An output kept for backward without keeping its Python object (no cycle through the node)."""
+
+    __slots__ = ("data", "ref", "index", "version")
+
+    def __init__(self, out: Any, index: int) -> None:
+        self.data = out._data
+        self.ref = weakref.ref(out)
+        self.index = index
+        self.version = out._version
+
+    def unpack(self, node: Optional[Node]) -> Any:
+        """A tensor over the output's data; in a higher-order pass, with the output's history."""
+        t = _tensor.Tensor._from_array(self.data)
+        if node is not None:
+            t._node, t._out_index, t.requires_grad = node, self.index, True
+        return t
+
+
+class FunctionCtx:
+    """What ``forward`` leaves for ``backward``."""
+
+    def __init__(self, name: str, needs_input_grad: Tuple[bool, ...]) -> None:
+        self.needs_input_grad = needs_input_grad
+        self._fn_name = name
+        self._saved_raw: Tuple[Any, ...] = ()
+        self._saved: Optional[List[Any]] = None  # set when the node is recorded
+        self._released = False
+        self._dirty: List[Any] = []
+        self._non_differentiable: List[Any] = []
+        self._materialize = True
+        self._backward_node: Optional[Node] = None  # the node, while a create_graph backward runs
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        """Keep tensors (inputs, outputs or others; None allowed) for backward."""
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, _tensor.Tensor):
+                raise TypeError(f"{self._fn_name}: save_for_backward takes Tensors (or None), got "
+                                f"{type(t).__name__} at position {i}; keep other values as ctx attributes")
+        self._saved_raw = tensors
+
+    @property
+    def saved_tensors(self) -> Tuple[Any, ...]:
+        """The saved tensors; an error naming the Function and slot if one changed in place since."""
+        if self._released:
+            raise RuntimeError(f"{self._fn_name}: saved tensors were freed after the first backward; "
+                               f"pass retain_graph=True")
+        if self._saved is None:
+            return tuple(self._saved_raw)
+        out = []
+        for i, s in enumerate(self._saved):
+            if s is None:
+                out.append(None)
+                continue
+            if isinstance(s, _SavedOutput):
+                live = s.ref()
+                t, version = s.unpack(self._backward_node), s.version
+                now = live._version if live is not None else version
+            else:
+                t, version = s
+                now = t._version
+            if now != version:
+                raise RuntimeError(f"one of the tensors saved for backward by {self._fn_name} (saved slot {i}) "
+                                   f"has been modified by an in-place operation: it is at version {now}, "
+                                   f"but was saved at version {version}")
+            out.append(t)
+        return tuple(out)
+
+    def mark_dirty(self, *tensors: Any) -> None:
+        """These arguments were modified in place by forward, which returns them."""
+        self._dirty.extend(tensors)
+
+    def mark_non_differentiable(self, *tensors: Any) -> None:
+        """These outputs get no gradient and have ``requires_grad == False``."""
+        self._non_differentiable.extend(tensors)
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """False: gradients of unused outputs arrive as None instead of zeros."""
+        self._materialize = bool(value)
+
+
+def _contains(items: Sequence[Any], x: Any) -> bool:
+    return any(i is x for i in items)
+
+
+class FunctionNode(Node):
+    """The node a ``Function.apply`` records."""
+
+    __slots__ = ("_fn", "_ctx")
+    strict = True
+
+    def __init__(self, fn: type, ctx: FunctionCtx, args: Sequence[Any], outputs: Sequence[Any]) -> None:
+        Tensor = _tensor.Tensor
+        self._fn = fn
+        self._ctx = ctx
+        self.next_edges = tuple(edge_of(a) if need else None for a, need in zip(args, ctx.needs_input_grad))
+        self.input_meta = tuple(meta_of(a) if isinstance(a, Tensor) else None for a in args)
+        self.out_meta = tuple(meta_of(o) for o in outputs)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self._fn.__name__
+
+    @property
+    def materialize_grads(self) -> bool:  # type: ignore[override]
+        return self._ctx._materialize
+
+    @property
+    def differentiable(self) -> bool:  # type: ignore[override]
+        return not getattr(self._fn.backward, "_once_differentiable", False)
+
+    def apply(self, grads, create_graph):
+        ctx = self._ctx
+        if ctx._released:
+            raise RuntimeError(f"backward through {self.name} a second time: what it saved was freed "
+                               f"after the first backward; pass retain_graph=True the first time")
+        ctx._backward_node = self if create_graph else None
+        try:
+            res = self._fn.backward(ctx, *grads)
+        finally:
+            ctx._backward_node = None
+        res = list(res) if isinstance(res, (tuple, list)) else [res]
+        once = None
+        for i, r in enumerate(res):
+            if r is None or i >= len(self.input_meta):
+                continue
+            if self.input_meta[i] is None:
+                raise RuntimeError(f"backward of {self.name} returned a gradient for argument {i}, "
+                                   f"which is not a tensor")
+            if create_graph and isinstance(r, np.ndarray):  # computed outside the graph
+                if once is None:
+                    once = engine.once_differentiable_sources(self, grads)
+                t = _tensor.Tensor._from_array(r)
+                if once:
+                    t.requires_grad = True
+                    t._node = engine._OnceDifferentiable(f"{self.name} (its gradient {i} is a numpy array)",
+                                                         once, t)
+                res[i] = t
+        return res
+
+    def release(self) -> None:
+        self._ctx._released = True
+        self._ctx._saved = None
+
+
+class Function:
+    """Base class of Python operators with a custom backward; call ``MyFunction.apply(*args)``."""
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, *args: Any) -> Any:
+        raise NotImplementedError("a Function must define forward(ctx, *args)")
+
+    @staticmethod
+    def backward(ctx: FunctionCtx, *grad_outputs: Any) -> Any:
+        raise NotImplementedError("a Function must define backward(ctx, *grad_outputs)")
+
+    @classmethod
+    def apply(cls, *args: Any) -> Any:
+        """Run ``forward`` (recording off) and, if any argument needs grad, record one node."""
+        Tensor = _tensor.Tensor
+        name = cls.__name__
+        enabled = _state.enabled
+        needs = tuple(enabled and isinstance(a, Tensor) and a.requires_grad for a in args)
+        record = any(needs)
+        ctx = FunctionCtx(name, needs)
+        before = None
+        if record:
+            phase = random.random()
+            before = [(a._data, _fingerprint(a._data, phase)) if isinstance(a, Tensor) else None for a in args]
+        _state.enabled = False
+        try:
+            result = cls.forward(ctx, *args)
+        finally:
+            _state.enabled = enabled
+        single = not isinstance(result, (tuple, list))
+        outs = [_as_output(name, o) for o in ([result] if single else result)]
+        _finish_dirty(name, ctx, args, outs)
+        if record:
+            _check_forward_writes(name, ctx, args, before, phase)
+            outs = _record(cls, ctx, args, outs)
+        else:
+            outs = [Tensor._from_array(o._data) if _contains(args, o) and not _contains(ctx._dirty, o) else o
+                    for o in outs]
+        return outs[0] if single else tuple(outs)
+
+
+def _as_output(name: str, o: Any) -> Any:
+    Tensor = _tensor.Tensor
+    if isinstance(o, Tensor):
+        return o
+    if isinstance(o, np.ndarray):
+        return Tensor(o)
+    raise TypeError(f"{name}.forward returned {type(o).__name__}; it must return Tensors (or numpy arrays)")
+
+
+def _finish_dirty(name: str, ctx: FunctionCtx, args: Sequence[Any], outs: Sequence[Any]) -> None:
+    """Dirty tensors are arguments, returned by forward; their versions go up."""
+    seen: List[Any] = []
+    for d in ctx._dirty:
+        if not _contains(args, d):
+            raise RuntimeError(f"{name}: mark_dirty was given a tensor that is not an argument of forward")
+        if not _contains(seen, d):
+            seen.append(d)
+            d._version += 1
+    for d in ctx._dirty:
+        if not _contains(outs, d):
+            i = next(k for k, a in enumerate(args) if a is d)
+            raise RuntimeError(f"{name}: argument {i} was given to mark_dirty but not returned by forward; "
+                               f"an argument modified in place must be returned as an output")
+
+
+def _check_forward_writes(name: str, ctx: FunctionCtx, args: Sequence[Any], before, phase: float) -> None:
+    """Arguments changed without mark_dirty, and dirty leaves that require grad, are errors."""
+    for i, (a, b) in enumerate(zip(args, before)):
+        if b is None or _contains(ctx._dirty, a):
+            continue
+        data, fp = b
+        if a._data is not data or _fingerprint(data, phase) != fp:
+            a._version += 1  # it did change
+            raise RuntimeError(f"{name}.forward modified argument {i} in place without mark_dirty; mark it "
+                               f"(ctx.mark_dirty(tensor)) and return it, or compute a new tensor")
+    for d in ctx._dirty:
+        if d.requires_grad and d._node is None:
+            i = next(k for k, a in enumerate(args) if a is d)
+            raise RuntimeError(f"{name} modifies argument {i} in place (mark_dirty), but it is a leaf that "
+                               f"requires grad; in-place changes of such leaves are not allowed "
+                               f"(use a copy, e.g. x * 1)")
+
+
+def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -> List[Any]:
+    """Make ``outs`` the results of a new node and keep what was saved."""
+    Tensor = _tensor.Tensor
+    returned = list(outs)
+    final: List[Any] = []
+    for o in outs:
+        in_place = _contains(ctx._dirty, o) and not _contains(final, o)
+        if not in_place and (_contains(args, o) or _contains(final, o) or o._node is not None or o.requires_grad):
+            o = Tensor._from_array(o._data)  # never rewrite the history of a tensor that is not ours
+        final.append(o)
+    node = FunctionNode(cls, ctx, args, final)
+    for j, (o, r) in enumerate(zip(final, returned)):
+        if not _contains(ctx._non_differentiable, r):
+            o._node, o._out_index, o.requires_grad = node, j, True
+    saved: List[Any] = []
+    for s in ctx._saved_raw:
+        j = next((k for k, r in enumerate(returned) if r is s), None)
+        if s is None:
+            saved.append(None)
+        elif j is not None:
+            saved.append(_SavedOutput(final[j], j))
+        else:
+            saved.append((s, s._version))
+    ctx._saved = saved
+    ctx._saved_raw = ()
+    return final

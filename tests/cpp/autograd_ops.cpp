@@ -1,0 +1,271 @@
+// Test operators for Function<T> / AutogradContext semantics (tests/test_autograd_*.py).
+// One module, built once per test session; also built with ASan/UBSan by
+// tests/test_autograd_sanitizers.py.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "opbuilder/extension.h"
+
+namespace py = pybind11;
+using namespace opbuilder;
+
+namespace {
+
+// ---- small float32/float64 kernels over contiguous tensors -------------------
+template <typename F>
+TensorPtr Map(const TensorPtr &x, F f) {
+  TensorPtr xc = x->contiguous();
+  auto out = std::make_shared<Tensor>(xc->dtype(), xc->shape());
+  if (xc->dtype() == kFloat64) {
+    const double *p = xc->data<double>();
+    double *o = out->data<double>();
+    for (std::int64_t i = 0; i < xc->numel(); ++i) o[i] = f(p[i]);
+  } else {
+    const float *p = xc->data<float>();
+    float *o = out->data<float>();
+    for (std::int64_t i = 0; i < xc->numel(); ++i) o[i] = static_cast<float>(f(p[i]));
+  }
+  return out;
+}
+
+template <typename F>
+TensorPtr Zip(const TensorPtr &x, const TensorPtr &y, F f) {
+  if (x->shape() != y->shape() || x->dtype() != y->dtype()) {
+    throw std::invalid_argument("expected two tensors of one shape and dtype");
+  }
+  TensorPtr xc = x->contiguous(), yc = y->contiguous();
+  auto out = std::make_shared<Tensor>(xc->dtype(), xc->shape());
+  if (xc->dtype() == kFloat64) {
+    const double *a = xc->data<double>(), *b = yc->data<double>();
+    double *o = out->data<double>();
+    for (std::int64_t i = 0; i < xc->numel(); ++i) o[i] = f(a[i], b[i]);
+  } else {
+    const float *a = xc->data<float>(), *b = yc->data<float>();
+    float *o = out->data<float>();
+    for (std::int64_t i = 0; i < xc->numel(); ++i) o[i] = static_cast<float>(f(a[i], b[i]));
+  }
+  return out;
+}
+
+TensorPtr Mul(const TensorPtr &x, const TensorPtr &y) { return Zip(x, y, [](double a, double b) { return a * b; }); }
+TensorPtr Scale(const TensorPtr &x, double k) { return Map(x, [k](double a) { return a * k; }); }
+
+// Adds y into x's memory (x contiguous).
+void AddInto(const TensorPtr &x, const TensorPtr &y) {
+  if (!x->is_contiguous()) throw std::invalid_argument("add_: x must be contiguous");
+  TensorPtr s = Zip(x, y, [](double a, double b) { return a + b; });
+  std::memcpy(x->data_ptr(), s->data_ptr(), x->nbytes());
+}
+
+std::vector<bool> g_last_null;  // which grad_outputs the last Backward got as nullptr
+
+// ---- multiple outputs, materialized or not ------------------------------------
+struct TwoScales : Function<TwoScales> {  // (x * 2, x * 3)
+  static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x, bool materialize) {
+    ctx->SetMaterializeGrads(materialize);
+    return {Scale(x, 2), Scale(x, 3)};
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    g_last_null = {!g[0], !g[1]};
+    TensorPtr gx;
+    if (g[0]) gx = Scale(g[0], 2);
+    if (g[1]) gx = gx ? Zip(gx, Scale(g[1], 3), [](double a, double b) { return a + b; }) : Scale(g[1], 3);
+    return {gx, nullptr};
+  }
+};
+
+// ---- MarkNonDifferentiable: (x * x, sign(x)) -----------------------------------
+struct SquareAndSign : Function<SquareAndSign> {
+  static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x) {
+    TensorPtr sign = Map(x, [](double a) { return a > 0 ? 1.0 : (a < 0 ? -1.0 : 0.0); });
+    ctx->MarkNonDifferentiable({sign});
+    ctx->SaveForBackward({x});
+    return {Mul(x, x), sign};
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    g_last_null = {!g[0], !g[1]};
+    return {Mul(Scale(ctx->GetSavedTensors()[0], 2), g[0])};
+  }
+};
+
+// ---- MarkDirty: x += y, returns x -----------------------------------------------
+struct AddInplace : Function<AddInplace> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
+    AddInto(x, y);
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], g[0]}; }
+};
+
+// MarkDirty misuse: `mode` "not_returned" (marks x, returns a new tensor) or "not_input".
+struct BadDirty : Function<BadDirty> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const std::string &mode) {
+    TensorPtr out = Scale(x, 1);
+    ctx->MarkDirty({mode == "not_input" ? out : x});
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], nullptr}; }
+};
+
+// Writes into x (float64, any strides) without MarkDirty: doubles every element
+// ("all") or flips one bit of the first ("one"); returns 2 * x (computed first).
+struct SneakyScale : Function<SneakyScale> {
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x, const std::string &mode) {
+    TensorPtr out = Scale(x, 2);
+    double *p = x->data<double>();
+    if (mode == "one") {
+      char *c = reinterpret_cast<char *>(p);
+      c[0] = static_cast<char>(c[0] ^ 1);
+      return out;
+    }
+    const ShapeVector shape = x->shape(), strides = x->strides();
+    for (std::int64_t i = 0; i < x->numel(); ++i) {
+      std::int64_t off = 0;
+      for (std::size_t d = shape.size(), rest = static_cast<std::size_t>(i); d-- > 0;) {
+        off += static_cast<std::int64_t>(rest % static_cast<std::size_t>(shape[d])) * strides[d];
+        rest /= static_cast<std::size_t>(shape[d]);
+      }
+      p[off] *= 2;
+    }
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Scale(g[0], 2), nullptr}; }
+};
+
+// ---- saved tensors ----------------------------------------------------------------
+struct MulSaved : Function<MulSaved> {  // x * y, saves both inputs
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
+    ctx->SaveForBackward({x, y});
+    return Mul(x, y);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    TensorPtrList s = ctx->GetSavedTensors();
+    return {ctx->NeedsInputGrad(0) ? Mul(g[0], s[1]) : nullptr, ctx->NeedsInputGrad(1) ? Mul(g[0], s[0]) : nullptr};
+  }
+};
+
+struct ExpSavesOutput : Function<ExpSavesOutput> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    TensorPtr out = Map(x, [](double a) { return std::exp(a); });
+    ctx->SaveForBackward({out});
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) { return {Mul(g[0], ctx->GetSavedTensors()[0])}; }
+};
+
+// ---- what Backward returns ---------------------------------------------------------
+// x * y (one shape); Backward misbehaves as `mode` says.
+struct Misbehave : Function<Misbehave> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y, const std::string &mode) {
+    ctx->saved_data["mode"] = py::str(mode);
+    ctx->SaveForBackward({x, y});
+    return Mul(x, y);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    const std::string mode = ctx->saved_data["mode"].cast<std::string>();
+    TensorPtrList s = ctx->GetSavedTensors();
+    TensorPtr gx = Mul(g[0], s[1]), gy = Mul(g[0], s[0]);
+    if (mode == "too_few") return {gx, gy};
+    if (mode == "too_many") return {gx, gy, nullptr, gx};
+    if (mode == "extra_nulls") return {gx, gy, nullptr, nullptr, nullptr};
+    if (mode == "bad_shape") return {Tensor::zeros(gx->dtype(), {7}), gy, nullptr};
+    if (mode == "broadcast") {  // the gradient of x as if x had a leading dimension of 3
+      TensorPtr third = Scale(gx, 1.0 / 3.0);
+      ShapeVector shape{3};
+      shape.insert(shape.end(), gx->shape().begin(), gx->shape().end());
+      auto out = std::make_shared<Tensor>(gx->dtype(), shape);
+      for (int k = 0; k < 3; ++k) {
+        std::memcpy(static_cast<char *>(out->data_ptr()) + k * third->nbytes(), third->data_ptr(), third->nbytes());
+      }
+      return {out, gy, nullptr};
+    }
+    if (mode == "bad_dtype") {
+      auto f = std::make_shared<Tensor>(kFloat32, gx->shape());
+      for (std::int64_t i = 0; i < gx->numel(); ++i) f->data<float>()[i] = static_cast<float>(gx->data<double>()[i]);
+      return {f, gy, nullptr};
+    }
+    if (mode == "non_tensor") return {gx, gy, gx};
+    if (mode == "need_grad") return {ctx->NeedGrad(s[0]) ? gx : nullptr, gy, nullptr};
+    if (mode == "invalid_argument") throw std::invalid_argument("Misbehave: bad value in Backward");
+    if (mode == "out_of_range") throw std::out_of_range("Misbehave: index out of range in Backward");
+    if (mode == "runtime_error") throw std::runtime_error("Misbehave: failure in Backward");
+    return {gx, gy, nullptr};
+  }
+};
+
+// Throws from Forward after marking x dirty (and writing to it); `kind` picks the exception.
+struct FailingForward : Function<FailingForward> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const std::string &kind) {
+    ctx->MarkDirty({x});
+    ctx->SaveForBackward({x});
+    if (kind == "invalid_argument") throw std::invalid_argument("FailingForward: bad value");
+    if (kind == "out_of_range") throw std::out_of_range("FailingForward: index out of range");
+    throw std::runtime_error("FailingForward: failure");
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], nullptr}; }
+};
+
+// ---- threads: the kernel runs with the GIL released ----------------------------------
+// x * y computed `repeat` times with the GIL released; tensors are made, copied and
+// dropped there; Backward reads its saved tensors with the GIL released too.
+struct ReleasingMul : Function<ReleasingMul> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y, std::int64_t repeat) {
+    ctx->SaveForBackward({x, y});
+    TensorPtr out;
+    {
+      py::gil_scoped_release nogil;
+      for (std::int64_t r = 0; r < repeat; ++r) {
+        TensorPtr copy = std::make_shared<Tensor>(*x);  // a second C++ view of a Python-owned buffer
+        TensorPtr tmp = Mul(copy, y);
+        out = tmp;
+      }
+    }
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    TensorPtrList grads(3);
+    py::gil_scoped_release nogil;
+    TensorPtrList s = ctx->GetSavedTensors();  // takes the GIL itself
+    grads[0] = ctx->NeedsInputGrad(0) ? Mul(g[0], s[1]) : nullptr;
+    grads[1] = ctx->NeedsInputGrad(1) ? Mul(g[0], s[0]) : nullptr;
+    s.clear();  // drops references to Python-owned buffers without the GIL
+    g.clear();  // the last C++ references to the incoming gradients' Python objects
+    return grads;
+  }
+};
+
+}  // namespace
+
+PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
+  m.def("two_scales", [](const TensorPtr &x, bool materialize) { return TwoScales::Apply(x, materialize); });
+  m.def("square_and_sign", [](const TensorPtr &x) { return SquareAndSign::Apply(x); });
+  m.def("last_null", []() { return g_last_null; });
+  m.def("add_", [](const TensorPtr &x, const TensorPtr &y) { return AddInplace::Apply(x, y); });
+  m.def("bad_dirty", [](const TensorPtr &x, const std::string &mode) { return BadDirty::Apply(x, mode); });
+  m.def("sneaky_scale", [](const TensorPtr &x, const std::string &mode) { return SneakyScale::Apply(x, mode); });
+  m.def("mul_saved", [](const TensorPtr &x, const TensorPtr &y) { return MulSaved::Apply(x, y); });
+  m.def("exp_saves_output", [](const TensorPtr &x) { return ExpSavesOutput::Apply(x); });
+  m.def("misbehave", [](const TensorPtr &x, const TensorPtr &y, const std::string &mode) {
+    return Misbehave::Apply(x, y, mode);
+  });
+  m.def("failing_forward", [](const TensorPtr &x, const std::string &kind) { return FailingForward::Apply(x, kind); });
+  m.def("releasing_mul", [](const TensorPtr &x, const TensorPtr &y, std::int64_t repeat) {
+    return ReleasingMul::Apply(x, y, repeat);
+  });
+  // Drops the given tensors (views of Python buffers) on a thread that never held the GIL.
+  m.def("drop_in_thread", [](TensorPtrList tensors) {
+    py::gil_scoped_release nogil;
+    std::thread t([ts = std::move(tensors)]() mutable {
+      TensorPtrList copies = ts;  // copy and drop them here too
+      copies.clear();
+      ts.clear();
+    });
+    t.join();
+  });
+}

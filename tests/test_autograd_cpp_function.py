@@ -1,0 +1,267 @@
+"""C++ Function<T> / AutogradContext semantics (operators in tests/cpp/autograd_ops.cpp)."""
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Tensor, ops as F
+
+rng = np.random.default_rng(1)
+
+
+def T(*shape, requires_grad=False):
+    return Tensor(rng.standard_normal(shape), requires_grad=requires_grad)
+
+
+def nonleaf(*shape):
+    """A tensor with history (x * 1 of a leaf that requires grad)."""
+    return T(*shape, requires_grad=True) * 1
+
+
+# ---- multiple outputs --------------------------------------------------------------
+def test_multiple_outputs_gradients_match_numerical(autograd_ops):
+    assert rt.gradcheck(lambda x: autograd_ops.two_scales(x, True), [T(2, 3)])
+    assert rt.gradcheck(lambda x: autograd_ops.two_scales(x, False), [T(4)])
+
+
+def test_outputs_are_results_of_one_node_by_position(autograd_ops):
+    a, b = autograd_ops.two_scales(T(3, requires_grad=True), True)
+    assert a._node is b._node and (a._out_index, b._out_index) == (0, 1)
+    assert a.requires_grad and b.requires_grad and a._node.name == "TwoScales"
+
+
+@pytest.mark.parametrize("materialize,use,expect_null", [
+    (True, 0, [False, False]), (True, 1, [False, False]),
+    (False, 0, [False, True]), (False, 1, [True, False])])
+def test_unused_output_gradient_is_zeros_or_null(autograd_ops, materialize, use, expect_null):
+    x = T(3, requires_grad=True)
+    outs = autograd_ops.two_scales(x, materialize)
+    outs[use].sum().backward()
+    assert autograd_ops.last_null() == expect_null
+    np.testing.assert_allclose(x.grad.asnumpy(), np.full(3, 2.0 if use == 0 else 3.0))
+
+
+# ---- MarkNonDifferentiable ----------------------------------------------------------
+def test_non_differentiable_output_has_no_grad_and_passes_none(autograd_ops):
+    x = T(4, requires_grad=True)
+    sq, sign = autograd_ops.square_and_sign(x)
+    assert sq.requires_grad and not sign.requires_grad and sign._node is None
+    np.testing.assert_array_equal(sign.asnumpy(), np.sign(x.asnumpy()))
+    (sq + sign * 5).sum().backward()  # nothing flows through sign
+    np.testing.assert_allclose(x.grad.asnumpy(), 2 * x.asnumpy())
+    assert autograd_ops.last_null() == [False, False]  # materialized: zeros for sign
+    assert rt.gradcheck(lambda t: autograd_ops.square_and_sign(t)[0], [T(2, 2)])
+
+
+# ---- MarkDirty ---------------------------------------------------------------------
+def test_in_place_op_returns_its_input_with_new_version_and_history(autograd_ops):
+    w = nonleaf(3)
+    y = T(3)
+    before = w.asnumpy().copy()
+    r = autograd_ops.add_(w, y)
+    assert r is w and w._version == 1 and w._node.name == "AddInplace"
+    np.testing.assert_allclose(w.asnumpy(), before + y.asnumpy())
+
+
+def test_in_place_op_gradients_match_numerical(autograd_ops):
+    assert rt.gradcheck(lambda a, b: autograd_ops.add_(a * 1, b) * a, [T(2, 3), T(2, 3)])
+
+
+def test_in_place_op_without_grad_bumps_version(autograd_ops):
+    x, y = T(2), T(2)
+    r = autograd_ops.add_(x, y)
+    assert r is x and x._version == 1 and x._node is None and not x.requires_grad
+
+
+def test_in_place_op_on_leaf_that_requires_grad_is_an_error(autograd_ops):
+    x = T(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="AddInplace modifies argument 0 in place .*leaf that requires grad"):
+        autograd_ops.add_(x, T(2))
+    assert x._node is None and x._version == 1  # it was written: the version says so
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_mark_dirty_of_a_tensor_not_returned_is_an_error(autograd_ops, grad):
+    x = nonleaf(2) if grad else T(2)
+    with pytest.raises(RuntimeError, match="BadDirty: argument 0 was given to MarkDirty but not returned"):
+        autograd_ops.bad_dirty(x, "not_returned")
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_mark_dirty_of_a_tensor_that_is_no_argument_is_an_error(autograd_ops, grad):
+    x = nonleaf(2) if grad else T(2)
+    with pytest.raises(RuntimeError, match="BadDirty: MarkDirty was given a tensor that is not an argument"):
+        autograd_ops.bad_dirty(x, "not_input")
+
+
+# ---- in-place writes without MarkDirty ----------------------------------------------
+@pytest.mark.parametrize("shape,mode", [((3,), "all"), ((3,), "one"), ((16, 16), "one"),
+                                        ((1000, 1000), "all")])
+def test_unmarked_write_to_an_argument_is_an_error_that_records_nothing(autograd_ops, shape, mode):
+    x = nonleaf(*shape)
+    node, version = x._node, x._version
+    with pytest.raises(RuntimeError, match="SneakyScale::Forward modified argument 0 in place without MarkDirty"):
+        autograd_ops.sneaky_scale(x, mode)
+    assert x._node is node and x._version == version + 1
+
+
+@pytest.mark.parametrize("rows", [4, 300])  # compared whole / by samples
+def test_unmarked_write_to_a_strided_argument_is_an_error(autograd_ops, rows):
+    x = nonleaf(rows, 40)[:, ::2]
+    assert not x.asnumpy().flags.c_contiguous
+    with pytest.raises(RuntimeError, match="SneakyScale::Forward modified argument 0"):
+        autograd_ops.sneaky_scale(x, "all")
+
+
+def test_unmarked_write_is_not_checked_without_recording(autograd_ops):
+    # documented: the fingerprint is taken only when a node is recorded
+    x = T(3)
+    before = x.asnumpy().copy()
+    out = autograd_ops.sneaky_scale(x, "all")
+    np.testing.assert_allclose(x.asnumpy(), 2 * before)  # written in place, unnoticed
+    np.testing.assert_allclose(out.asnumpy(), 2 * before)
+
+
+# ---- saved tensors -----------------------------------------------------------------
+def test_saved_input_changed_in_place_is_detected(autograd_ops):
+    x, y = T(3, requires_grad=True), T(3)
+    z = autograd_ops.mul_saved(x, y)
+    autograd_ops.add_(y, T(3))  # y needs no grad: no node, but its version goes up
+    with pytest.raises(RuntimeError, match=r"saved for backward by MulSaved \(saved slot 1\) has been modified "
+                                           r"by an in-place operation: it is at version 1, but was saved at "
+                                           r"version 0"):
+        z.sum().backward()
+
+
+def test_saved_output_changed_in_place_is_detected(autograd_ops):
+    x = T(3, requires_grad=True)
+    out = autograd_ops.exp_saves_output(x)
+    autograd_ops.add_(out, T(3))
+    with pytest.raises(RuntimeError, match=r"ExpSavesOutput \(saved slot 0\) has been modified by an in-place"):
+        out.sum().backward()
+
+
+def test_saved_output_gradients_match_numerical(autograd_ops):
+    assert rt.gradcheck(autograd_ops.exp_saves_output, [T(2, 3)])
+
+
+def test_backward_twice_needs_retain_graph(autograd_ops):
+    x, y = T(2, requires_grad=True), T(2)
+    z = autograd_ops.mul_saved(x, y)
+    ones = Tensor(np.ones(2))
+    z.backward(ones, retain_graph=True)
+    z.backward(ones)
+    np.testing.assert_allclose(x.grad.asnumpy(), 2 * y.asnumpy())
+    with pytest.raises(RuntimeError, match="backward through MulSaved a second time"):
+        z.backward(ones)
+
+
+# ---- what Backward returns -----------------------------------------------------------
+def _misbehave(ops, mode):
+    x, y = T(2, 3, requires_grad=True), T(2, 3, requires_grad=True)
+    ops.misbehave(x, y, mode).sum().backward()
+    return x, y
+
+
+@pytest.mark.parametrize("mode,got", [("too_few", 2), ("too_many", 4)])
+def test_wrong_number_of_gradients_is_an_error(autograd_ops, mode, got):
+    with pytest.raises(RuntimeError, match=f"backward of Misbehave returned {got} gradients, but its forward "
+                                           f"took 3 arguments"):
+        _misbehave(autograd_ops, mode)
+
+
+def test_trailing_null_gradients_are_accepted(autograd_ops):
+    x, y = _misbehave(autograd_ops, "extra_nulls")
+    np.testing.assert_allclose(x.grad.asnumpy(), y.asnumpy())
+
+
+def test_gradient_of_an_unrelated_shape_is_an_error(autograd_ops):
+    with pytest.raises(RuntimeError, match=r"backward of Misbehave returned a gradient of shape \[7\] for "
+                                           r"argument 0, whose shape is \[2, 3\]"):
+        _misbehave(autograd_ops, "bad_shape")
+
+
+def test_gradient_of_a_broadcast_shape_is_summed_down(autograd_ops):
+    x, y = _misbehave(autograd_ops, "broadcast")
+    np.testing.assert_allclose(x.grad.asnumpy(), y.asnumpy())
+    assert x.grad.shape == (2, 3)
+
+
+def test_gradient_of_the_wrong_dtype_is_an_error(autograd_ops):
+    with pytest.raises(TypeError, match="backward of Misbehave returned a gradient of dtype float32 for "
+                                        "argument 0, whose dtype is float64"):
+        _misbehave(autograd_ops, "bad_dtype")
+
+
+def test_gradient_for_a_non_tensor_argument_is_an_error(autograd_ops):
+    with pytest.raises(RuntimeError, match="backward of Misbehave returned a gradient for argument 2, which is "
+                                           "not a tensor"):
+        _misbehave(autograd_ops, "non_tensor")
+
+
+def test_need_grad_by_tensor_in_backward_is_an_error(autograd_ops):
+    with pytest.raises(RuntimeError, match="Misbehave: NeedGrad\\(tensor\\) works inside Forward; in Backward "
+                                           "use NeedsInputGrad"):
+        _misbehave(autograd_ops, "need_grad")
+
+
+# ---- exceptions ----------------------------------------------------------------------
+EXCEPTIONS = [("invalid_argument", ValueError, "bad value"), ("out_of_range", IndexError, "index out of range"),
+              ("runtime_error", RuntimeError, "failure")]
+
+
+@pytest.mark.parametrize("kind,exc,text", EXCEPTIONS)
+def test_backward_exceptions_become_python_exceptions(autograd_ops, kind, exc, text):
+    with pytest.raises(exc, match=f"Misbehave: {text} in Backward"):
+        _misbehave(autograd_ops, kind)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("kind,exc,text", EXCEPTIONS)
+def test_failed_forward_raises_and_records_nothing(autograd_ops, kind, exc, text, grad):
+    x = nonleaf(3) if grad else T(3)
+    node, version = x._node, x._version
+    with pytest.raises(exc, match=f"FailingForward: {text}"):
+        autograd_ops.failing_forward(x, kind)
+    assert x._node is node and x._version == version and x.requires_grad == grad
+    assert rt.is_grad_enabled()
+
+
+# ---- higher order ----------------------------------------------------------------------
+def test_higher_order_gradient_through_a_cpp_function_names_it(autograd_ops):
+    f = lambda t: autograd_ops.mul_saved(t, t).sum()  # noqa: E731
+    np.testing.assert_allclose(rt.grad(f)(Tensor(np.array([1.0, 2.0]))).asnumpy(), [2.0, 4.0])
+    with pytest.raises(RuntimeError, match="MulSaved is once-differentiable"):
+        rt.grad(rt.grad(f))(Tensor(np.array([1.0, 2.0])))
+
+
+def test_higher_order_gradient_not_through_the_cpp_function_works(autograd_ops):
+    # the inner gradient of sin(x) * c, where c comes from a C++ op on a constant: d2/dx2 = -sin(x) * c
+    c = Tensor(np.array([2.0, 3.0]))
+
+    def f(x):
+        return (F.sin(x) * autograd_ops.mul_saved(c, c)).sum()
+
+    x = Tensor(np.array([0.5, 1.0]))
+    np.testing.assert_allclose(rt.grad(rt.grad(f))(x).asnumpy(), -np.sin(x.asnumpy()) * c.asnumpy() ** 2)
+
+
+# ---- compositions with built-in ops -------------------------------------------------------
+def test_random_compositions_with_builtin_ops_and_broadcasting(autograd_ops, my_ops):
+    ops1 = [F.tanh, F.sin, lambda t: autograd_ops.exp_saves_output(t * 0.3),
+            lambda t: autograd_ops.two_scales(t, True)[1], lambda t: autograd_ops.square_and_sign(t)[0]]
+    ops2 = [F.add, my_ops.mul, lambda a, b: F.sub(a, b),
+            lambda a, b: autograd_ops.mul_saved(*[F.broadcast_to(t, np.broadcast_shapes(a.shape, b.shape))
+                                                  for t in (a, b)])]
+    local = np.random.default_rng(17)
+    shapes = [(2, 3), (3,), (2, 1), ()]
+    for trial in range(12):
+        xs = [Tensor(local.standard_normal(shapes[i])) for i in local.integers(0, len(shapes), 3)]
+        seq = [(local.integers(len(ops1)), local.integers(len(ops2)), local.integers(3)) for _ in range(4)]
+
+        def f(a, b, c, seq=seq):
+            vals, h = [a, b, c], a
+            for u, v, k in seq:
+                h = ops2[v](ops1[u](h), vals[k])
+            return h
+
+        assert rt.gradcheck(f, xs), f"trial {trial}: {seq}"

@@ -1,0 +1,108 @@
+"""The engine across node kinds: higher-order gradients of built-in ops, gradcheck's report."""
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Tensor, ops as F
+from runtime.autograd import Function
+
+OPS1 = [F.tanh, F.sigmoid, F.sin, lambda t: t * t, lambda t: F.exp(t * 0.1), lambda t: F.mean(t, axis=-1,
+                                                                                                  keepdims=True)]
+OPS2 = [F.add, F.mul, F.sub, lambda a, b: a / (1.5 + b * b)]
+SHAPES = [(2, 3), (3,), (2, 1), ()]
+
+
+def _random_function(local):
+    seq = [(local.integers(len(OPS1)), local.integers(len(OPS2)), local.integers(3)) for _ in range(3)]
+
+    def f(a, b, c):
+        vals, h = [a, b, c], a
+        for u, v, k in seq:
+            h = OPS2[v](OPS1[u](h), vals[k])
+        return h.sum()
+
+    return f, seq
+
+
+def test_second_order_gradients_of_random_broadcasting_compositions():
+    local = np.random.default_rng(23)
+    for trial in range(10):
+        xs = [Tensor(local.standard_normal(SHAPES[i])) for i in local.integers(0, len(SHAPES), 3)]
+        f, seq = _random_function(local)
+        for pos in range(3):  # the gradient w.r.t. each input, differentiated w.r.t. all of them
+            assert rt.gradcheck(rt.grad(f, grad_position=pos), xs), f"trial {trial}, position {pos}: {seq}"
+
+
+def test_third_order_gradient_of_builtin_ops():
+    x = Tensor(np.array([0.4, -0.7]))
+    d3 = rt.grad(rt.grad(rt.grad(lambda t: (F.sin(t) * t).sum())))(x)
+    a = x.asnumpy()
+    np.testing.assert_allclose(d3.asnumpy(), -3 * np.sin(a) - a * np.cos(a))
+
+
+def test_backward_with_create_graph_builds_a_differentiable_gradient():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (g,) = rt.autograd.grad([(x * x * x).sum()], [x], create_graph=True)
+    assert g.requires_grad
+    g.sum().backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), 6 * x.asnumpy())
+
+
+class WrongAtOneElement(Function):
+    """x * 2 whose backward is off at element (1, 2)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        out = g.asnumpy() * 2
+        out[1, 2] += 0.5
+        return out
+
+
+def test_gradcheck_reports_the_worst_element():
+    x = Tensor(np.random.default_rng(0).standard_normal((2, 4)))
+    with pytest.raises(rt.GradcheckError, match=r"gradcheck failed: input 0, element \[1, 2\]: analytic "
+                                                r"-?[0-9.]+ vs numerical -?[0-9.]+ \(\|diff\| 0.\d+ > atol"):
+        rt.gradcheck(WrongAtOneElement.apply, [x])
+    assert rt.gradcheck(WrongAtOneElement.apply, [x], raise_exception=False) is False
+    assert rt.gradcheck(lambda t: t * 2, [x])
+
+
+def test_gradcheck_reports_the_input():
+    y = Tensor(np.ones((2, 4)))
+    with pytest.raises(rt.GradcheckError, match=r"input 1, element \[1, 2\]"):
+        rt.gradcheck(lambda a, b: a * WrongAtOneElement.apply(b), [Tensor(np.ones(4)), y])
+
+
+def test_gradcheck_needs_a_floating_input():
+    with pytest.raises(ValueError, match="at least one floating-point Tensor"):
+        rt.gradcheck(lambda t: t, [Tensor(np.arange(3))])
+
+
+class Explodes(Function):
+    """x * 1 whose backward must not run."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1
+
+    @staticmethod
+    def backward(ctx, g):
+        raise AssertionError("Explodes.backward ran")
+
+
+@pytest.mark.parametrize("head", [lambda z: z, lambda z: z.sum()], ids=["one_node", "graph"])
+def test_nodes_that_reach_no_target_do_not_run(head):
+    x, w = Tensor(np.ones(3), requires_grad=True), Tensor(np.ones(3), requires_grad=True)
+    out = head(Explodes.apply(x))
+    assert rt.autograd.grad([out], [w], [Tensor(np.ones(out.shape))]) == [None]
+
+
+@pytest.mark.parametrize("wrap", [lambda z: z, lambda z: z.sum()], ids=["one_node", "graph"])
+def test_a_leaf_used_twice_by_one_node_gets_both_gradients(my_ops, wrap):
+    x = Tensor(np.array([1.5, -2.0]))
+    g = rt.grad(lambda t: wrap(my_ops.mul(t, t)))(x)
+    np.testing.assert_allclose(g.asnumpy(), 2 * x.asnumpy())

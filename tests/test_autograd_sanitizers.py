@@ -1,0 +1,130 @@
+"""tests/cpp/autograd_ops.cpp built with -fsanitize=address,undefined and exercised in a subprocess.
+
+The subprocess preloads the compiler's libasan (Python itself is not
+instrumented) and runs this file as a script: forward and backward, multiple
+outputs, MarkDirty, saved tensors and their version errors, the fingerprint on
+large and strided inputs, every Backward error path, exceptions, and the
+GIL-releasing kernel from several threads. Any ASan report or undefined
+behaviour ends the process with an error.
+"""
+import gc
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+CPP = Path(__file__).resolve().parent / "cpp"
+FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+
+
+def _runtime_file(name: str) -> str:
+    """The compiler's copy of a runtime library, or "" if it has none."""
+    try:
+        out = subprocess.run([os.environ.get("CXX", "c++"), f"-print-file-name={name}"], capture_output=True,
+                             text=True).stdout.strip()
+    except OSError:
+        return ""
+    return out if os.path.isabs(out) and os.path.exists(out) else ""
+
+
+def test_autograd_ops_are_clean_under_asan_and_ubsan(cache_dir, tmp_path):
+    libasan = _runtime_file("libasan.so")
+    if not libasan:
+        pytest.skip("the compiler's AddressSanitizer runtime (libasan.so) is not installed")
+    from opbuilder import CustomOpBuilder
+    lib = CustomOpBuilder("autograd_ops_asan", [str(CPP / "autograd_ops.cpp")], cflags=FLAGS,
+                          ldflags=["-fsanitize=address,undefined"]).build()
+    # libstdc++ preloaded too: ASan must find __cxa_throw when it starts (python does not link it)
+    preload = f"{libasan} {_runtime_file('libstdc++.so.6')}"
+    env = dict(os.environ, LD_PRELOAD=preload, ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    res = subprocess.run([sys.executable, __file__, str(lib)], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0 and res.stdout.strip().endswith("exercise: OK"), res.stdout + res.stderr[-8000:]
+    assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr, res.stderr[-8000:]
+
+
+def _expect(exc, fn, *args):
+    try:
+        fn(*args)
+    except exc:
+        return
+    raise AssertionError(f"{fn} did not raise {exc.__name__}")
+
+
+def exercise(lib_path: str) -> None:
+    """Everything the operators can do, once (run under the sanitizers)."""
+    import importlib.util
+
+    import runtime as rt
+    from runtime import Tensor
+    spec = importlib.util.spec_from_file_location("autograd_ops_asan", lib_path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    rng = np.random.default_rng(0)
+
+    def T(*shape, grad=False):
+        return Tensor(rng.standard_normal(shape), requires_grad=grad)
+
+    for materialize in (True, False):
+        x = T(3, grad=True)
+        a, b = m.two_scales(x, materialize)
+        (a * b).sum().backward(retain_graph=True)
+        a.sum().backward()
+        _expect(RuntimeError, a.sum().backward)  # freed
+    x = T(4, grad=True)
+    sq, sign = m.square_and_sign(x)
+    (sq + sign).sum().backward()
+    w = T(3, grad=True) * 1
+    m.add_(w, T(3)).sum().backward()
+    m.add_(T(3), T(3))
+    _expect(RuntimeError, m.add_, T(2, grad=True), T(2))
+    for mode in ("not_returned", "not_input"):
+        _expect(RuntimeError, m.bad_dirty, T(2, grad=True) * 1, mode)
+        _expect(RuntimeError, m.bad_dirty, T(2), mode)
+    for shape, mode in (((3,), "all"), ((3,), "one"), ((700, 700), "all")):
+        _expect(RuntimeError, m.sneaky_scale, T(*shape, grad=True) * 1, mode)
+    _expect(RuntimeError, m.sneaky_scale, (T(300, 40, grad=True) * 1)[:, ::2], "all")
+    m.sneaky_scale(T(5), "all")
+    x, y = T(3, grad=True), T(3)
+    z = m.mul_saved(x, y)
+    m.add_(y, T(3))
+    _expect(RuntimeError, z.sum().backward)
+    out = m.exp_saves_output(T(3, grad=True))
+    out.sum().backward(retain_graph=True)
+    m.add_(out, T(3))
+    _expect(RuntimeError, out.sum().backward)
+    for mode in ("too_few", "too_many", "extra_nulls", "bad_shape", "broadcast", "bad_dtype", "non_tensor",
+                 "need_grad", "invalid_argument", "out_of_range", "runtime_error", "ok"):
+        try:
+            m.misbehave(T(2, 3, grad=True), T(2, 3, grad=True), mode).sum().backward()
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            pass
+    for kind in ("invalid_argument", "out_of_range", "runtime_error"):
+        _expect(Exception, m.failing_forward, T(3, grad=True) * 1, kind)
+    _expect(RuntimeError, rt.grad(rt.grad(lambda t: m.mul_saved(t, t).sum())), T(2))
+    m.mul_saved(np.ones(3), np.ones(3))  # bare numpy arrays
+    rt.value_and_grad(lambda p, q: m.mul_saved(p, q).sum(), (0, 1))(T(4), T(4))
+
+    def work(k):
+        for _ in range(10):
+            p, q = T(32, grad=True), T(32, grad=True)
+            (m.releasing_mul(p, q, 5) ** 2).sum().backward()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    arrays = [np.arange(4.0) for _ in range(3)]
+    m.drop_in_thread([Tensor(a) for a in arrays] + arrays)
+    gc.collect()
+    print("exercise: OK")
+
+
+if __name__ == "__main__":
+    exercise(sys.argv[1])
