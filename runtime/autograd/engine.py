@@ -77,12 +77,20 @@ def _broadcasts_to(shape, target) -> bool:
     return True
 
 
-def _check_count(node, results, n_args: int) -> list:
-    """One gradient per argument (extra entries must be None), as a list."""
+def _check_count(node, results, edges) -> list:
+    """One gradient per argument, as a list. Trailing entries may be left off
+    when their arguments need no gradient, and extra entries must be None."""
     results = [] if results is None else list(results)
-    n = len(results)
-    if n != n_args:
-        if n < n_args or any(r is not None for r in results[n_args:]):
+    n, n_args = len(results), len(edges)
+    if n < n_args:
+        missing = [i for i in range(n, n_args) if edges[i] is not None]
+        if missing:
+            raise RuntimeError(f"backward of {node.name} returned {n} gradients, but its forward took {n_args} "
+                               f"arguments and argument {missing[0]} needs a gradient (return one gradient, "
+                               f"or None, per argument)")
+        results += [None] * (n_args - n)
+    elif n > n_args:
+        if any(r is not None for r in results[n_args:]):
             raise RuntimeError(f"backward of {node.name} returned {n} gradients, but its forward took "
                                f"{n_args} arguments (expected one gradient, or None, per argument)")
         del results[n_args:]
@@ -184,7 +192,7 @@ def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool)
     if not retain_graph:
         node.release()
     edges = node.next_edges
-    results = _check_count(node, results, len(edges))
+    results = _check_count(node, results, edges)
     Tensor = _tensor.Tensor
     once = None
     metas = None
