@@ -89,7 +89,7 @@ def _plan(spec: BuildSpec) -> _Plan:
         identity.append(f"nvcc={nvcc.identity}")
         cuda_flags = ["-std=c++17", "-Xcompiler", "-fPIC", *opt, *defines, *system, *includes,
                       *(["-Xcompiler", "-fvisibility=hidden"] if visibility else []), *spec.cuda_cflags]
-        lib = cuda_lib_dir(nvcc)
+        lib = cuda_lib_dir(nvcc, spec.root)
         link += ([f"-L{lib}", f"-Wl,-rpath,{lib}"] if lib else []) + ["-lcudart"]
     identity += ["cxx_flags", *flags, *includes, "cuda_flags", *cuda_flags, "link", *link]
     return _Plan(sources=spec.sources, objects=tuple(_object_name(s) for s in spec.sources),

@@ -142,12 +142,35 @@ def find_nvcc(state_dir: Optional[Path]) -> Compiler:
     return Compiler(argv, real, *_probe(argv, real, state_dir))
 
 
-def cuda_lib_dir(nvcc: Compiler) -> Optional[str]:
-    root = Path(nvcc.path).resolve().parent.parent
-    for sub in ("lib64", "lib", "targets/x86_64-linux/lib"):
-        if (root / sub / "libcudart.so").exists() or (root / sub).is_dir():
-            return str(root / sub)
-    return None
+def cuda_lib_dir(nvcc: Compiler, state_dir: Optional[Path] = None) -> Optional[str]:
+    """The CUDA toolkit's library directory (where libcudart is), found once per nvcc.
+
+    ``$CUDA_HOME``/``$CUDA_PATH`` if set; else the toolkit nvcc itself reports
+    (``TOP`` in its ``-dryrun`` output), which also works when nvcc on PATH
+    is a wrapper script.
+    """
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+
+    def probe():
+        roots = [home] if home else []
+        if not home:
+            import subprocess
+            try:
+                out = subprocess.run([*nvcc.argv, "-dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                                     capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                roots += [os.path.normpath(ln.split("=", 1)[1].strip().strip('"'))
+                          for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("#$ TOP=")]
+            except (OSError, subprocess.SubprocessError):
+                pass
+            roots.append(os.path.dirname(os.path.dirname(nvcc.path)))
+        for root in roots:
+            for sub in ("lib64", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib", "lib"):
+                d = os.path.join(root, sub)
+                if os.path.isfile(os.path.join(d, "libcudart.so")):
+                    return {"lib": d}, [nvcc.path]
+        return {"lib": None}, [nvcc.path]
+
+    return remembered(state_dir, f"cuda lib {nvcc.path} home={home}", probe)["lib"]  # type: ignore[return-value]
 
 
 def ext_suffix() -> str:

@@ -101,3 +101,17 @@ def test_default_jobs_are_bounded_by_cores_and_memory(monkeypatch):
 def test_compiler_family_is_known(cache_dir):
     cxx = find_compiler(cache_dir)
     assert cxx.family in ("gcc", "clang") and cxx.version and cxx.path in cxx.identity
+
+
+def test_gpu_backend_compiles_cuda_with_nvcc(tmp_path):
+    from opbuilder.toolchain import find_nvcc, which
+
+    if which("nvcc") is None and not (os.environ.get("NVCC") or os.environ.get("CUDA_HOME")):
+        pytest.skip("no nvcc here")
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void add1(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] += 1; }\n"
+                   'extern "C" int launch(float *x, int n) { add1<<<1, 32>>>(x, n); return 0; }\n')
+    lib = build_library("cuda_k", [src], backend="GPU", build_dir=tmp_path / "cache")
+    import ctypes
+    assert hasattr(ctypes.CDLL(lib), "launch")  # linked against libcudart from nvcc's own toolkit
+    assert find_nvcc(None).family == "nvcc"
