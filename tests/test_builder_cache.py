@@ -142,3 +142,27 @@ def test_only_the_newest_builds_are_kept(tmp_path):
     assert not any(lib.exists() for lib in libs[:2])
     assert len(list((op_dir / "deps").glob("*.json"))) == KEEP_BUILDS  # manifests of dropped builds go too
     assert ctypes.CDLL(str(libs[-1])).p_value() == KEEP_BUILDS + 1
+
+
+def test_a_source_edited_while_it_compiles_is_built_again(tmp_path, monkeypatch):
+    src = tmp_path / "racy.cpp"
+    src.write_text('extern "C" int racy() { return 1; }\n')
+    log = tmp_path / "cxx.log"
+    flag = tmp_path / "edit-once"
+    flag.touch()
+    inner = wrapper_cxx(tmp_path, log)
+    editing = tmp_path / "editing-cxx.sh"  # compiles, then (once) saves a new version of the source
+    editing.write_text(f"""#!/bin/sh
+'{inner}' "$@"; rc=$?
+case " $* " in *" -c "*)
+  if [ -e '{flag}' ]; then rm '{flag}'; echo 'extern "C" int racy() {{ return 2; }}' > '{src}'; fi;;
+esac
+exit $rc
+""")
+    editing.chmod(0o755)
+    monkeypatch.setenv("CXX", str(editing))
+    lib = build_library("racy", [src], build_dir=tmp_path / "cache")
+    assert ctypes.CDLL(lib).racy() == 2  # never published version 1 under version 2's contents
+    assert compiled_sources(log) == ["racy.cpp", "racy.cpp"]
+    log.write_text("")
+    assert build_library("racy", [src], build_dir=tmp_path / "cache") == lib and compiled_sources(log) == []
