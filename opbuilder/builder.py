@@ -20,7 +20,7 @@ import os
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import fingerprint as fp
 from .cache_dir import cache_root, ensure_private_dir
@@ -34,7 +34,8 @@ __all__ = ["CustomOpBuilder", "build_library"]
 
 PathLike = Union[str, os.PathLike]
 
-_loaded: Dict[Tuple[str, str], ModuleType] = {}
+_loaded: Dict[Tuple[str, str], ModuleType] = {}  # (op dir, key) -> module, in this process
+_names_used: Set[str] = set()  # module names this process has imported a build under
 _loaded_lock = threading.Lock()
 _ATTEMPTS = 3  # builds whose inputs changed while compiling are redone this many times at most
 
@@ -240,12 +241,18 @@ class CustomOpBuilder:
                 mod = _loaded.get(memo)
                 if mod is not None:
                     return mod
+                # The first build imported in this process is module `name`; a later one (after an
+                # edit) gets a name of its own, or pybind11 would return the module it made first.
+                module_name = self.spec.name
+                if module_name in _names_used:
+                    module_name = f"_opbuilder_{key}.{self.spec.name}"
                 try:
-                    mod = import_extension(self.spec.name, lib)
+                    mod = import_extension(self.spec.name, lib, module_name)
                 except BuildError:
                     if attempt == 0 and not lib.exists():
                         continue  # pruned by another process between lookup and import: build again
                     raise
+                _names_used.add(self.spec.name)
                 _loaded[memo] = mod
                 return mod
         raise AssertionError("unreachable")

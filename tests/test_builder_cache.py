@@ -166,3 +166,35 @@ exit $rc
     assert compiled_sources(log) == ["racy.cpp", "racy.cpp"]
     log.write_text("")
     assert build_library("racy", [src], build_dir=tmp_path / "cache") == lib and compiled_sources(log) == []
+
+
+PYBIND11_OP = """\
+#include "opbuilder/extension.h"
+namespace py = pybind11;
+struct Counter { int start = VERSION; };
+PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
+  py::class_<Counter>(m, "Counter", py::module_local()).def(py::init<>()).def_readonly("start", &Counter::start);
+  m.def("version", [] { return VERSION; });
+}
+"""
+
+
+def test_pybind11_module_edited_and_reloaded_in_process_runs_the_new_code(tmp_path):
+    # pybind11 hands back the module it created first for a name it has seen: each new build
+    # must be imported under a name of its own
+    src = tmp_path / "pb_reload.cpp"
+    src.write_text(PYBIND11_OP.replace("VERSION", "1"))
+    first = CustomOpBuilder("pb_reload", [src]).load()
+    assert first.version() == 1 and first.Counter().start == 1 and first.__name__ == "pb_reload"
+    src.write_text(PYBIND11_OP.replace("VERSION", "2"))
+    second = CustomOpBuilder("pb_reload", [src]).load()
+    assert second.version() == 2 and second.Counter().start == 2
+    assert second.__name__.endswith(".pb_reload") and first.version() == 1
+
+
+def test_a_class_registered_by_an_earlier_build_is_explained():
+    from opbuilder.importer import _explain
+
+    why = _explain(ImportError('generic_type: type "Foo" is already registered!'))
+    assert 'an earlier build loaded in this process registered "Foo"' in why
+    assert "py::module_local()" in why and "restart Python" in why
