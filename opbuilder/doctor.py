@@ -14,7 +14,8 @@ from typing import Callable, List, Optional
 
 __all__ = ["Check", "run_checks"]
 
-_CXX17 = "#include <optional>\n#include <utility>\nint main() { auto [a, b] = std::pair<int, int>(1, 2); return std::optional<int>(a + b).value() - 3; }\n"
+_CXX17 = ("#include <optional>\n#include <utility>\n"
+          "int main() { auto [a, b] = std::pair<int, int>(1, 2); return std::optional<int>(a + b).value() - 3; }\n")
 
 
 class Check:

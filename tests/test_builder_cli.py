@@ -104,3 +104,17 @@ def test_doctor_names_each_problem_with_a_fix(tmp_path):
     assert fix_after("error parallel jobs: MAX_JOBS must be a positive integer") == \
         "fix: set MAX_JOBS to a positive integer, or unset it"
     assert lines[-1] == "3 problem(s) found"
+
+
+def test_clean_skips_an_operator_that_is_being_built(tmp_path, cache):
+    from opbuilder.lock import build_lock
+
+    src = tmp_path / "busy.cpp"
+    src.write_text('extern "C" int busy() { return 1; }\n')
+    assert _cli("build", "busy", str(src), "--library", OPBUILDER_CACHE_DIR=str(cache)).returncode == 0
+    with build_lock(cache / "busy.lib", "busy"):  # as a running build holds it
+        res = _cli("cache", "clean", "busy", OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 1 and "skipped busy: being built by another process right now" in res.stderr
+    assert (cache / "busy.lib").is_dir()
+    assert _cli("cache", "clean", "busy", OPBUILDER_CACHE_DIR=str(cache)).returncode == 0
+    assert not (cache / "busy.lib").exists()

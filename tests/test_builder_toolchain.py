@@ -11,7 +11,8 @@ from builder_util import PYTHON, child_env, compiled_sources, version_probes, wr
 from opbuilder import build_library
 from opbuilder.toolchain import available_memory, default_jobs, find_compiler, ninja_path
 
-BUILD = "import sys; from opbuilder import build_library; print(build_library('tc', [sys.argv[1]], build_dir=sys.argv[2]))"
+BUILD = ("import sys; from opbuilder import build_library; "
+         "print(build_library('tc', [sys.argv[1]], build_dir=sys.argv[2]))")
 
 
 def test_cxx_is_honoured_and_probed_once_across_processes(tmp_path):
@@ -44,7 +45,8 @@ def test_a_changed_compiler_is_probed_again_and_a_new_version_rebuilds(tmp_path,
         f.write("# the binary changed, its version did not\n")
     assert build_library("tc", [src], build_dir=tmp_path / "cache") == first  # same identity: a warm hit
     assert version_probes(log) == 2 and compiled_sources(log) == ["tc.cpp"]
-    text = open(cxx).read().replace("#!/bin/sh\n", "#!/bin/sh\n[ \"$1\" = --version ] && echo 'g++ (other) 99.1' && exit 0\n")
+    fake_version = "[ \"$1\" = --version ] && echo 'g++ (other) 99.1' && exit 0\n"
+    text = open(cxx).read().replace("#!/bin/sh\n", "#!/bin/sh\n" + fake_version)
     with open(cxx, "w") as f:
         f.write(text)  # a new version: a new key
     assert build_library("tc", [src], build_dir=tmp_path / "cache") != first
