@@ -13,8 +13,8 @@ nothing cached on this machine is used or touched.
 
 Rows:
   cold, no PCH yet        opbuilder's very first build with an empty cache:
-                          toolchain probed, extension.h precompiled beside the
-                          operator's own compile
+                          toolchain probed, extension.h precompiled by a
+                          background process nobody waits for
   cold, PCH present       a new operator (nothing built for it) once the
                           precompiled header exists: every later cold build
   warm load()             a new process loading the built operator (median)
@@ -140,6 +140,8 @@ def measure(framework: str, work: Path, warm_runs: int) -> Dict[str, float]:
 
     print(f"  {framework}: cold build ...", file=sys.stderr, flush=True)
     out["cold"] = load()
+    if framework == "opbuilder":
+        _wait_for_pch(work / "cache")  # built in the background; let it finish before timing anything else
     load()  # unmeasured: writes bytecode caches for the warm runs
     out["warm"] = statistics.median(load() for _ in range(warm_runs))
     out["warm_process"] = _whole_process(whole, env, max(3, warm_runs // 3))
@@ -153,6 +155,15 @@ def measure(framework: str, work: Path, warm_runs: int) -> Dict[str, float]:
         out["cold_pch"] = load("bench_ops_again")
         out["import"] = statistics.median(_run(IMPORT_CHILD, [], env) for _ in range(max(3, warm_runs // 3)))
     return out
+
+
+def _wait_for_pch(cache: Path, timeout: float = 600) -> None:
+    import time
+    deadline = time.monotonic() + timeout
+    while not list(cache.glob(".pch/*/pch.h.gch")):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the precompiled header never appeared under {cache}/.pch (see its build.log)")
+        time.sleep(0.1)
 
 
 def _fmt(seconds: Optional[float]) -> str:

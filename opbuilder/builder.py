@@ -6,6 +6,7 @@ The pipeline, one step per module (docs/builder.md walks it):
   fingerprint.py  base key from contents; full key adds the headers recorded from the last build
   lock.py         per-operator flock; waiters re-check after acquiring it
   pch.py          the precompiled opbuilder/extension.h, built once per toolchain and flags
+                  by a detached low-priority process
   ninja_file.py   build.ninja for what is stale; objects kept per operator
   ninja_run.py    run ninja with a progress line; clean up after a killed build
   publish.py      object records, copy the library to <op>/<key>/ atomically, prune
@@ -157,14 +158,15 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Pat
     identity = fp.digest_of(plan.identity)
     steps, pch = _compile_steps(spec, plan, build_dir)
     todo = publish.stale_steps(build_dir, steps, identity)
-    pch_target = (str(pch.header), str(pch.gch), (*plan.flags,), spec.name) if pch and not pch.built else None
     (build_dir / plan.output).unlink(missing_ok=True)  # always relink from the objects now recorded
     write_build_file(build_dir / "build.ninja", todo, plan.objects, plan.output, plan.cxx.argv,
                      (*plan.flags, *plan.includes), plan.nvcc.argv if plan.nvcc else (), plan.cuda_flags,
-                     plan.link_flags, pch_target)
+                     plan.link_flags)
+    jobs = default_jobs()
+    pch_started = pch is not None and not pch.built and jobs > 1 and pchmod.start_build(pch, plan.cxx.argv, plan.flags)
     log.info("%s: compiling %d of %d source(s)%s", spec.name, len(todo), len(steps),
-             " and the precompiled header" if pch_target else "")
-    started = run_ninja(ninja_path(), build_dir, default_jobs(), spec.name, spec.verbose)
+             "; precompiling opbuilder/extension.h in the background" if pch_started else "")
+    started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose)
     changed = publish.record_objects(build_dir, todo, identity, started, spec.root)
     if changed:
         log.warning("%s: %s changed while it was being compiled; building again", spec.name, changed[0])

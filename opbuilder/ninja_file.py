@@ -1,8 +1,8 @@
 """Writing ``build.ninja`` for one build of one operator, and reading the depfiles it leaves.
 
 The builder decides what is stale from content records (``publish.py``), so
-the file lists only the objects to compile now, the link (of every object),
-and, when it is missing, the precompiled header. Objects that are current
+the file lists only the objects to compile now and the link (of every
+object). Objects that are current
 appear only as inputs of the link: ninja's own timestamp logic never
 recompiles a source whose contents did not change. One object per source,
 named by stem plus a hash of its path (two ``ops.cpp`` in different folders
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 __all__ = ["Step", "write_build_file", "parse_depfile", "depfile_inputs"]
 
@@ -36,8 +36,7 @@ def _cmd(args: Iterable[str]) -> str:
 
 def write_build_file(path: Path, compile_steps: Sequence[Step], all_objects: Sequence[str], output: str,
                      cxx: Sequence[str], cxx_flags: Sequence[str], nvcc: Sequence[str], cuda_flags: Sequence[str],
-                     link_flags: Sequence[str], pch: Optional[Tuple[str, str, Sequence[str], str]] = None) -> None:
-    """``pch``: (header, gch, flags, tag) to also precompile ``header`` into ``gch``."""
+                     link_flags: Sequence[str]) -> None:
     lines: List[str] = ["ninja_required_version = 1.3", ""]
     lines += ["rule cxx", f"  command = {_cmd(cxx)} -MMD -MF $out.d {_cmd(cxx_flags)} $extra -c $in -o $out",
               "  description = compiling $srcname", ""]
@@ -53,15 +52,6 @@ def write_build_file(path: Path, compile_steps: Sequence[Step], all_objects: Seq
             lines.append(f"  extra = {_cmd(s.extra)}")
     objs = " ".join(_path(o) for o in all_objects)
     lines += [f"build {_path(output)}: link {objs}", f"default {_path(output)}", ""]
-    if pch is not None:
-        # only an accelerator: if it fails, the build goes on (its messages are in pch.log)
-        header, gch, flags, tag = pch
-        tmp = _cmd([f"{gch}.tmp-{tag}"])
-        lines += ["rule pch",
-                  f"  command = {_cmd(cxx)} {_cmd(flags)} -x c++-header $in -o {tmp} >pch.log 2>&1 && "
-                  f"mv -f {tmp} $out || rm -f {tmp}",
-                  "  description = precompiling opbuilder/extension.h (once per toolchain and flags)", "",
-                  f"build {_path(gch)}: pch {_path(header)}", f"default {_path(gch)}", ""]
     tmp_file = path.with_name(path.name + ".tmp")
     tmp_file.write_text("\n".join(lines))
     tmp_file.replace(path)

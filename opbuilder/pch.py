@@ -16,20 +16,29 @@ next to it. The key hashes everything the PCH depends on (compiler identity,
 flags, opbuilder's headers, pybind11, Python). Sources compile with
 ``-include <dir>/pch.h``: gcc loads the ``.gch`` if it is there and valid and
 otherwise reads ``pch.h`` as text -- the same code either way, so the
-library's own key does not depend on the PCH. The ``.gch`` is built beside
-the first build that wants it (never waited for) under a temporary name,
-then renamed into place. The newest few PCHs are kept.
+library's own key does not depend on the PCH.
+
+The ``.gch`` is built by a detached, low-priority process that the first
+build wanting it starts next to its own compile: nobody waits for it (a build
+that comes before it is ready reads the header as text), it only uses a core
+the operator's compile leaves idle, and it survives the builder exiting. It
+holds ``<key>/.lock`` while it works (one PCH build at a time), writes under a
+temporary name and renames into place; its output is in ``<key>/build.log``.
+It is not started when the build may run only one job (``MAX_JOBS=1`` or
+little free memory). The three most recently used PCHs are kept.
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional, Sequence
 
-__all__ = ["Pch", "HEADER", "enabled", "eligible", "prepare", "prune"]
+__all__ = ["Pch", "HEADER", "enabled", "eligible", "prepare", "prune", "start_build"]
 
 HEADER = "opbuilder/extension.h"
 _STARTS_WITH = ("opbuilder/extension.h", "ms_extension.h")  # ms_extension.h begins by including extension.h
@@ -106,3 +115,43 @@ def prune(root: Path, keep: int = KEEP, current: Optional[str] = None) -> None:
         if d.name != current and d.stat().st_mtime < hour_ago:
             shutil.rmtree(d, ignore_errors=True)
 
+
+_WORKER = ("import sys; sys.path.insert(0, sys.argv[1]); from opbuilder.pch import build_now; "
+           "sys.exit(build_now(sys.argv[2], sys.argv[3:]))")
+
+
+def start_build(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> bool:
+    """Start the detached process that precompiles ``pch`` (unless one is at it); True if started."""
+    from .lock import try_lock
+
+    with try_lock(pch.dir) as free:
+        if not free or pch.built:
+            return False
+    env = {k: v for k, v in os.environ.items() if k != "OPBUILDER_BUILD_DIR"}
+    argv = [sys.executable, "-c", _WORKER, str(Path(__file__).resolve().parents[1]), str(pch.dir), *cxx, *flags]
+    subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    return True
+
+
+def build_now(directory: str, command: List[str]) -> int:
+    """In the detached process: compile ``<directory>/pch.h`` with ``command`` (compiler and flags)."""
+    from .lock import try_lock
+
+    pch = Pch(Path(directory))
+    try:
+        os.nice(10)  # the operator's own compile comes first
+    except OSError:
+        pass
+    with try_lock(pch.dir) as free:
+        if not free or pch.built:
+            return 0
+        tmp = pch.dir / f".pch.h.gch.tmp-{os.getpid()}"
+        with open(pch.dir / "build.log", "w") as log:
+            rc = subprocess.call([*command, "-x", "c++-header", str(pch.header), "-o", str(tmp)],
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        if rc == 0:
+            os.replace(tmp, pch.gch)
+        else:
+            tmp.unlink(missing_ok=True)
+        return rc
