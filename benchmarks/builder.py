@@ -21,6 +21,9 @@ Rows:
   one-file incremental    extra.cpp edited, rebuilt in a new process
   header-edit rebuild     bench_config.h edited, rebuilt in a new process
 PyTorch has no PCH, so both cold rows compare with its one cold build.
+A second table gives the CPU time (user + system) of the loading process and
+the processes it waited for (compilers, ninja) -- steadier than wall time on
+a shared machine; the background PCH compile is not in it (nobody waits).
 Child processes run with bytecode caching on (as an installed package has),
 after one unmeasured run that writes it.
 """
@@ -44,27 +47,37 @@ TORCH_SOURCE = Path(__file__).resolve().parent / "torch_mul_op.cpp"
 HEADER_USE = '\n#include "bench_config.h"\nint bench_config_value() { return BENCH_CONFIG; }\n'
 
 OB_CHILD = """
-import json, sys, time
+import json, resource, sys, time
 import runtime
 from opbuilder import CustomOpBuilder
+def _cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 name, srcs = sys.argv[1], sys.argv[2:]
+c0 = _cpu()
 t0 = time.perf_counter()
 m = CustomOpBuilder(name, srcs).load()
 t1 = time.perf_counter()
+c1 = _cpu()
 assert m.mul(runtime.Tensor(2.0), runtime.Tensor(3.0)).item() == 6.0
-print(json.dumps({"seconds": t1 - t0}))
+print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0}))
 """
 
 TORCH_CHILD = """
-import json, sys, time
+import json, resource, sys, time
 import torch
 from torch.utils import cpp_extension
+def _cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 name, build_dir, srcs = sys.argv[1], sys.argv[2], sys.argv[3:]
+c0 = _cpu()
 t0 = time.perf_counter()
 m = cpp_extension.load(name, srcs, build_directory=build_dir, verbose=False)
 t1 = time.perf_counter()
+c1 = _cpu()
 assert m.mul(torch.tensor([2.0]), torch.tensor([3.0])).item() == 6.0
-print(json.dumps({"seconds": t1 - t0}))
+print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0}))
 """
 
 IMPORT_CHILD = """
@@ -85,12 +98,13 @@ def _env(**extra: str) -> Dict[str, str]:
     return env
 
 
-def _run(code: str, args: List[str], env: Dict[str, str]) -> float:
+def _run(code: str, args: List[str], env: Dict[str, str]) -> Dict[str, float]:
+    """Run one measuring child; its {"seconds": wall, "cpu": cpu of it and its waited-for children}."""
     res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                          timeout=1800)
     if res.returncode != 0:
         raise SystemExit(f"benchmark step failed:\n{res.stderr[-3000:]}")
-    return float(json.loads(res.stdout.strip().splitlines()[-1])["seconds"])
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def _whole_process(code: str, env: Dict[str, str], runs: int) -> float:
@@ -118,42 +132,48 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 
 def measure(framework: str, work: Path, warm_runs: int) -> Dict[str, float]:
-    """Every scenario for one framework, each in new processes; seconds."""
+    """Every scenario for one framework, each in new processes; seconds (``<row>_cpu``: CPU seconds)."""
     out: Dict[str, float] = {}
+
+    def build(row: str, *name: str) -> None:
+        res = load(*name)
+        out[row], out[row + "_cpu"] = res["seconds"], res["cpu"]
+
     if framework == "opbuilder":
         srcs = _sources(work / "src", DEMO_SOURCE, "ob_op")
         env = _env(OPBUILDER_CACHE_DIR=str(work / "cache"))
 
-        def load(name: str = "bench_ops") -> float:
+        def load(name: str = "bench_ops") -> Dict[str, float]:
             return _run(OB_CHILD, [name, *srcs], env)
         whole = f"import runtime; from opbuilder import CustomOpBuilder; CustomOpBuilder('bench_ops', {srcs!r}).load()"
     else:
         srcs = _sources(work / "src", TORCH_SOURCE, "torch_op")
-        build = work / "build"
-        build.mkdir(parents=True)
+        build_dir = work / "build"
+        build_dir.mkdir(parents=True)
         env = _env(TORCH_EXTENSIONS_DIR=str(work / "ext"))
 
-        def load(name: str = "bench_torch") -> float:
-            return _run(TORCH_CHILD, [name, str(build), *srcs], env)
+        def load(name: str = "bench_torch") -> Dict[str, float]:
+            return _run(TORCH_CHILD, [name, str(build_dir), *srcs], env)
         whole = (f"import torch; from torch.utils import cpp_extension; "
-                 f"cpp_extension.load('bench_torch', {srcs!r}, build_directory={str(build)!r})")
+                 f"cpp_extension.load('bench_torch', {srcs!r}, build_directory={str(build_dir)!r})")
 
     print(f"  {framework}: cold build ...", file=sys.stderr, flush=True)
-    out["cold"] = load()
+    build("cold")
     if framework == "opbuilder":
         _wait_for_pch(work / "cache")  # built in the background; let it finish before timing anything else
     load()  # unmeasured: writes bytecode caches for the warm runs
-    out["warm"] = statistics.median(load() for _ in range(warm_runs))
+    out["warm"] = statistics.median(load()["seconds"] for _ in range(warm_runs))
     out["warm_process"] = _whole_process(whole, env, max(3, warm_runs // 3))
     print(f"  {framework}: incremental and header-edit rebuilds ...", file=sys.stderr, flush=True)
     _edit(Path(srcs[1]), "return 1;", "return 2;")
-    out["incremental"] = load()
+    build("incremental")
     _edit(Path(srcs[0]).with_name("bench_config.h"), "BENCH_CONFIG 1", "BENCH_CONFIG 2")
-    out["header"] = load()
+    build("header")
     if framework == "opbuilder":
         print("  opbuilder: cold build of a new operator, PCH present ...", file=sys.stderr, flush=True)
-        out["cold_pch"] = load("bench_ops_again")
-        out["import"] = statistics.median(_run(IMPORT_CHILD, [], env) for _ in range(max(3, warm_runs // 3)))
+        build("cold_pch", "bench_ops_again")
+        out["import"] = statistics.median(_run(IMPORT_CHILD, [], env)["seconds"]
+                                          for _ in range(max(3, warm_runs // 3)))
     return out
 
 
@@ -215,11 +235,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             ("warm: whole new process, import + load", "warm_process", "warm_process"),
             ("one-file incremental rebuild", "incremental", "incremental"),
             ("header-edit rebuild", "header", "header")]
-    print(f"{'':42s}{'opbuilder':>12s}{'torch load':>14s}{'ratio':>8s}")
+    print(f"{'wall time':42s}{'opbuilder':>12s}{'torch load':>14s}{'ratio':>8s}")
     for label, ours, theirs in rows:
         a, b = ob.get(ours), th.get(theirs)
         ratio = f"{a / b:.3f}" if a is not None and b else "-"
         print(f"{label:42s}{_fmt(a):>12s}{_fmt(b):>14s}{ratio:>8s}")
+    print(f"{'CPU time of the build (less noisy)':42s}")
+    for label, ours, theirs in rows:
+        a, b = ob.get(ours + "_cpu"), th.get(theirs + "_cpu")
+        if a is not None:
+            ratio = f"{a / b:.3f}" if b else "-"
+            print(f"{label:42s}{_fmt(a):>12s}{_fmt(b):>14s}{ratio:>8s}")
     print(f"{'import opbuilder (after import runtime)':42s}{_fmt(ob.get('import')):>12s}")
     return 0
 
