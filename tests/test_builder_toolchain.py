@@ -117,3 +117,43 @@ def test_gpu_backend_compiles_cuda_with_nvcc(tmp_path):
     import ctypes
     assert hasattr(ctypes.CDLL(lib), "launch")  # linked against libcudart from nvcc's own toolkit
     assert find_nvcc(None).family == "nvcc"
+
+
+def test_remembered_facts_are_probed_again_only_when_their_files_change(tmp_path, monkeypatch):
+    import time
+
+    from opbuilder.headers import _digest_now
+    from opbuilder.probe_cache import SETTLE_NS, remembered
+
+    inc = tmp_path / "include"
+    (inc / "opbuilder").mkdir(parents=True)
+    header = inc / "opbuilder" / "x.h"
+    header.write_text("int x;\n")
+    time.sleep(SETTLE_NS / 1e9 + 0.05)
+    probes = []
+
+    def probe():
+        probes.append(1)
+        return _digest_now(str(inc))
+
+    settle = SETTLE_NS / 1e9 + 0.05
+    first = remembered(tmp_path, "headers test", probe)["digest"]
+    assert remembered(tmp_path, "headers test", probe)["digest"] == first and len(probes) == 1
+    os.utime(header, (1, 1))  # touched: probed again, same digest
+    time.sleep(settle)
+    assert remembered(tmp_path, "headers test", probe)["digest"] == first and len(probes) == 2
+    assert remembered(tmp_path, "headers test", probe)["digest"] == first and len(probes) == 2
+    header.write_text("int y;\n")  # edited: a new digest
+    time.sleep(settle)
+    second = remembered(tmp_path, "headers test", probe)["digest"]
+    assert second != first and len(probes) == 3
+    (inc / "opbuilder" / "new.h").write_text("int z;\n")  # a header added to a watched directory
+    time.sleep(settle)
+    assert remembered(tmp_path, "headers test", probe)["digest"] not in (first, second) and len(probes) == 4
+    import opbuilder.probe_cache
+
+    monkeypatch.setattr(opbuilder.probe_cache, "SETTLE_NS", 60_000_000_000)  # "moments ago", deterministically
+    header.write_text("int w;\n")  # changed moments ago: used, but not remembered (file clocks are coarse)
+    remembered(tmp_path, "headers test", probe)
+    remembered(tmp_path, "headers test", probe)
+    assert len(probes) == 6
