@@ -1,98 +1,104 @@
 """CustomOpBuilder: sources -> key -> (warm: import) | (cold: lock, ninja, publish) -> module.
 
-The pipeline, one step per module:
-  spec.py        validate the arguments
-  toolchain.py   compiler identity (probed once, remembered), ninja, pybind11
-  fingerprint.py base key from contents; full key adds the headers recorded
-                 from the last build's depfiles
-  lock.py        per-operator flock; waiters re-check after acquiring it
-  ninja_file.py  build.ninja with depfiles; objects kept per operator
-  ninja_run.py   run ninja with a progress line; BuildError on failure
-  publish.py     copy the library to <op>/<key>/ atomically, record manifests
-  importer.py    import it
+The pipeline, one step per module (docs/builder.md walks it):
+  spec.py         validate the arguments
+  toolchain.py    compiler identity, pybind11, Python (probed once, remembered by probe_cache.py)
+  fingerprint.py  base key from contents; full key adds the headers recorded from the last build
+  lock.py         per-operator flock; waiters re-check after acquiring it
+  pch.py          the precompiled opbuilder/extension.h, built once per toolchain and flags
+                  by a detached low-priority process
+  ninja_file.py   build.ninja for what is stale; objects kept per operator
+  ninja_run.py    run ninja with a progress line; clean up after a killed build
+  publish.py      object records, copy the library to <op>/<key>/ atomically, prune
+  importer.py     import it
+
+The warm path (everything up to ``_lookup``) imports nothing slow and starts
+no process; the cold path's modules are imported when it first runs.
 """
 from __future__ import annotations
 
-import logging
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import fingerprint as fp
-from . import publish
 from .cache_dir import cache_root, ensure_private_dir
+from .errors import BuildError
 from .headers import headers_digest, include_dir
 from .importer import import_extension
-from .lock import build_lock
-from .ninja_file import Step, headers_from_depfiles, object_name, write_build_file
-from .ninja_run import run_ninja
 from .spec import CUDA_SUFFIXES, BuildSpec, make_spec
-from .toolchain import (Compiler, cuda_lib_dir, default_jobs, ext_suffix, find_compiler, find_nvcc, ninja_path,
-                        pybind11_info, python_abi, python_include)
+from .toolchain import Compiler, ext_suffix, find_compiler, find_nvcc, python_info
 
 __all__ = ["CustomOpBuilder", "build_library"]
 
-log = logging.getLogger("opbuilder")
 PathLike = Union[str, os.PathLike]
 
-_loaded: Dict[Tuple[str, str], ModuleType] = {}
+_loaded: Dict[Tuple[str, str], ModuleType] = {}  # (op dir, key) -> module, in this process
+_names_used: Set[str] = set()  # module names this process has imported a build under
 _loaded_lock = threading.Lock()
+_ATTEMPTS = 3  # builds whose inputs changed while compiling are redone this many times at most
 
 
-@dataclass(frozen=True)
 class _Plan:
-    """Everything that decides the binary, as command lines."""
+    """Everything that decides the binary, as command-line pieces, and its identity for keys."""
 
-    steps: Tuple[Step, ...]
-    output: str
-    cxx: Tuple[str, ...]
-    cxx_flags: Tuple[str, ...]
-    nvcc: Tuple[str, ...]
-    cuda_flags: Tuple[str, ...]
-    link_flags: Tuple[str, ...]
-    identity: Tuple[str, ...]
+    __slots__ = ("sources", "objects", "rules", "output", "cxx", "flags", "includes", "nvcc", "cuda_flags",
+                 "link_flags", "identity", "pch_parts")
+
+    def __init__(self, **kw) -> None:
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def _object_name(source: Path) -> str:
+    """The object of one source: its stem plus a hash of its path (two ops.cpp in different folders)."""
+    return f"obj/{source.stem}-{fp.digest_of([str(source)])[:8]}.o"
 
 
 def _plan(spec: BuildSpec) -> _Plan:
     cxx = find_compiler(spec.root)
     opt = ["-O0", "-g"] if spec.debug else ["-O2"]
-    common = ["-isystem", str(include_dir())]
-    defines: List[str] = []
-    identity = [f"kind={spec.kind}", f"backend={spec.backend}", f"headers={headers_digest()}",
+    hdr = headers_digest(spec.root)
+    system = ["-isystem", str(include_dir())]
+    identity = [f"kind={spec.kind}", f"backend={spec.backend}", f"name={spec.name}", f"headers={hdr}",
                 f"cxx={cxx.identity}"]
+    defines: List[str] = []
+    pch_parts: Tuple[str, ...] = ()
     if spec.kind == "module":
-        pb_version, pb_include = pybind11_info()
-        common += ["-isystem", pb_include, "-isystem", python_include()]
+        py = python_info(spec.root)
+        system += ["-isystem", py.pybind11_include, "-isystem", py.python_include]
         defines = [f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}"]
-        identity += [f"pybind11={pb_version}", f"python={python_abi()}"]
+        identity += [f"pybind11={py.pybind11_version}", f"python={py.abi}"]
+        pch_parts = ("pch", f"cxx={cxx.identity}", f"headers={hdr}", f"pybind11={py.pybind11_version}",
+                     f"python={py.abi}")
         output = spec.name + ext_suffix()
         visibility = ["-fvisibility=hidden"]
     else:
         output = f"lib{spec.name}.so"
         visibility = []
-    includes = [f"-I{p}" for p in spec.include_paths]
-    cxx_flags = ["-std=c++17", "-fPIC", *opt, *visibility, *defines, *common, *includes, *spec.cflags]
+    # the module name reaches C++ sources through a generated header (see pch.py), so that
+    # these flags are the same for every operator and a precompiled header can be shared
+    flags = ("-std=c++17", "-fPIC", *opt, *visibility, *system, *spec.cflags)
+    includes = tuple(f"-I{p}" for p in spec.include_paths)
     link = list(spec.ldflags)
-    nvcc: Tuple[str, ...] = ()
+    nvcc: Optional[Compiler] = None
     cuda_flags: List[str] = []
-    steps = []
-    for s in spec.sources:
-        rule = "cuda" if s.suffix in CUDA_SUFFIXES else "cxx"
-        steps.append(Step(s, object_name(s), rule))
     if spec.backend == "GPU":
-        nv = find_nvcc(spec.root)
-        nvcc = nv.argv
-        identity.append(f"nvcc={nv.identity}")
-        cuda_flags = ["-std=c++17", "-Xcompiler", "-fPIC", *opt, *defines, *common, *includes,
+        from .toolchain import cuda_lib_dir
+        nvcc = find_nvcc(spec.root)
+        identity.append(f"nvcc={nvcc.identity}")
+        cuda_flags = ["-std=c++17", "-Xcompiler", "-fPIC", *opt, *defines, *system, *includes,
                       *(["-Xcompiler", "-fvisibility=hidden"] if visibility else []), *spec.cuda_cflags]
-        lib = cuda_lib_dir(nv)
+        lib = cuda_lib_dir(nvcc, spec.root)
         link += ([f"-L{lib}", f"-Wl,-rpath,{lib}"] if lib else []) + ["-lcudart"]
-    identity += ["cxx_flags", *cxx_flags, "cuda_flags", *cuda_flags, "link", *link]
-    return _Plan(tuple(steps), output, cxx.argv, tuple(cxx_flags), nvcc, tuple(cuda_flags), tuple(link),
-                 tuple(identity))
+    identity += ["cxx_flags", *flags, *includes, "cuda_flags", *cuda_flags, "link", *link]
+    return _Plan(sources=spec.sources, objects=tuple(_object_name(s) for s in spec.sources),
+                 rules=tuple("cuda" if s.suffix in CUDA_SUFFIXES else "cxx" for s in spec.sources),
+                 output=output, cxx=cxx, flags=flags, includes=includes, nvcc=nvcc, cuda_flags=tuple(cuda_flags),
+                 link_flags=tuple(link), identity=tuple(identity),
+                 pch_parts=pch_parts + flags if pch_parts else ())
 
 
 def _lookup(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path]]:
@@ -100,31 +106,79 @@ def _lookup(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path
     headers = fp.read_manifest(spec.op_dir, base)
     if headers is None:
         return None
-    key = fp.full_key(base, headers)
-    if key is None:
+    digests = fp.current_digests(headers)
+    if digests is None:
         return None
+    key = fp.full_key(base, digests)
     lib = spec.op_dir / key / plan.output
     return (key, lib) if lib.is_file() else None
 
 
-def _compile(spec: BuildSpec, plan: _Plan, base: str) -> Tuple[str, Path]:
+def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
+    """One Step per source, with the forced includes a module's C++ sources get; and the PCH, if any."""
+    from . import pch as pchmod
+    from .ninja_file import Step
+
+    steps = []
+    pch = None
+    name_h = build_dir / "opbuilder_name.h"
+    if spec.kind == "module":
+        text = (f"// written by opbuilder: the module name for PYBIND11_MODULE(OB_EXTENSION_NAME, m)\n"
+                f"#undef OB_EXTENSION_NAME\n#define OB_EXTENSION_NAME {spec.name}\n"
+                f"#undef MS_EXTENSION_NAME\n#define MS_EXTENSION_NAME {spec.name}\n")
+        if not name_h.is_file() or name_h.read_text() != text:
+            fp.write_text_atomic(name_h, text)
+    use_pch = spec.kind == "module" and plan.cxx.family == "gcc" and pchmod.enabled()
+    for src, obj, rule in zip(plan.sources, plan.objects, plan.rules):
+        extra: Tuple[str, ...] = ()
+        if spec.kind == "module" and rule == "cxx":
+            extra = ("-include", str(name_h))
+            if use_pch and pchmod.eligible(src):
+                if pch is None:
+                    pch = pchmod.prepare(spec.root, fp.digest_of(plan.pch_parts))
+                extra = ("-Winvalid-pch", "-include", str(pch.header)) + extra
+        steps.append(Step(src, obj, rule, extra))
+    return steps, pch
+
+
+def _compile(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path]]:
+    """Build the current contents and publish them; None if an input changed while compiling."""
+    import logging
+
+    from . import pch as pchmod
+    from . import publish
+    from .ninja_file import write_build_file
+    from .ninja_run import run_ninja, stop_leftovers
+    from .toolchain import default_jobs, ninja_path
+
+    log = logging.getLogger("opbuilder")
     build_dir = spec.op_dir / "build"
     (build_dir / "obj").mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_build_file(build_dir / "build.ninja", plan.steps, plan.output, plan.cxx, plan.cxx_flags, plan.nvcc,
-                     plan.cuda_flags, plan.link_flags)
+    stop_leftovers(build_dir)  # a killed build may have left compilers writing here
     identity = fp.digest_of(plan.identity)
-    publish.invalidate_stale_objects(build_dir, [s.obj for s in plan.steps], identity)
-    run_ninja(ninja_path(), build_dir, default_jobs(), spec.name, spec.verbose)
-    depfiles = {s.obj: build_dir / (s.obj + ".d") for s in plan.steps}
-    headers = headers_from_depfiles(depfiles, spec.sources)
-    publish.record_objects(build_dir, depfiles, identity)
+    steps, pch = _compile_steps(spec, plan, build_dir)
+    todo = publish.stale_steps(build_dir, steps, identity)
+    (build_dir / plan.output).unlink(missing_ok=True)  # always relink from the objects now recorded
+    write_build_file(build_dir / "build.ninja", todo, plan.objects, plan.output, plan.cxx.argv,
+                     (*plan.flags, *plan.includes), plan.nvcc.argv if plan.nvcc else (), plan.cuda_flags,
+                     plan.link_flags)
+    jobs = default_jobs()
+    pch_started = pch is not None and not pch.built and jobs > 1 and pchmod.start_build(pch, plan.cxx.argv, plan.flags)
+    log.info("%s: compiling %d of %d source(s)%s", spec.name, len(todo), len(steps),
+             "; precompiling opbuilder/extension.h in the background" if pch_started else "")
+    started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose)
+    changed = publish.record_objects(build_dir, todo, identity, started, spec.root)
+    if changed:
+        log.warning("%s: %s changed while it was being compiled; building again", spec.name, changed[0])
+        return None
+    headers = publish.recorded_inputs(build_dir, plan.objects, spec.sources)
     key = fp.full_key(base, headers)
-    if key is None:
-        raise RuntimeError(f"a header of operator '{spec.name}' disappeared during the build; build again")
     lib = publish.publish_library(build_dir / plan.output, spec.op_dir / key, plan.output)
-    fp.write_json_atomic(fp.manifest_path(spec.op_dir, base), {"headers": headers})
-    publish.write_build_info(spec.op_dir / key, spec)
+    fp.write_json_atomic(fp.manifest_path(spec.op_dir, base), {"headers": sorted(headers)})
+    publish.write_build_info(spec.op_dir / key, spec, base)
     publish.prune_old_builds(spec.op_dir, keep=publish.KEEP_BUILDS, current=key)
+    if pch is not None:
+        pchmod.prune(spec.root, current=pch.dir.name)
     return key, lib
 
 
@@ -132,16 +186,26 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     """(full key, library path), building if the current contents were never built."""
     ensure_private_dir(spec.root)
     plan = _plan(spec)
-    base = fp.base_key(plan.identity, spec.sources)
-    hit = _lookup(spec, plan, base)
+    hit = _lookup(spec, plan, fp.base_key(plan.identity, spec.sources))
     if hit is not None:
         return hit
+    from .lock import build_lock
+
     ensure_private_dir(spec.op_dir)
     with build_lock(spec.op_dir, spec.name):
-        hit = _lookup(spec, plan, base)  # another process may have built it meanwhile
-        if hit is not None:
-            return hit
-        return _compile(spec, plan, base)
+        for _ in range(_ATTEMPTS):
+            base = fp.base_key(plan.identity, spec.sources)  # contents now, under the lock
+            hit = _lookup(spec, plan, base)  # another process may have built it meanwhile
+            if hit is None:
+                hit = _compile(spec, plan, base)
+            if hit is not None:
+                return hit
+    raise BuildError(f"building operator '{spec.name}' failed: its sources kept changing while they were "
+                     f"being compiled; save them and load again", name=spec.name)
+
+
+def _verbose(verbose: bool) -> bool:
+    return bool(verbose) or os.environ.get("OPBUILDER_VERBOSE", "") not in ("", "0")
 
 
 class CustomOpBuilder:
@@ -149,8 +213,8 @@ class CustomOpBuilder:
 
     ``CustomOpBuilder("my_ops", ["ops.cpp"]).load()`` returns the module; the
     first call compiles (seconds), later ones in any process import the cached
-    library (milliseconds, no subprocess). Editing a source or a header it
-    includes makes the next ``load()`` rebuild and return the new code.
+    library (about a millisecond, no subprocess). Editing a source or a header
+    it includes makes the next ``load()`` rebuild and return the new code.
     """
 
     def __init__(self, name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str = "CPU",
@@ -162,9 +226,8 @@ class CustomOpBuilder:
             raise TypeError(f"CustomOpBuilder got unexpected keyword argument(s) {', '.join(sorted(kwargs))}; "
                             f"accepted: name, sources, backend, include_paths, cflags, ldflags, cuda_cflags, "
                             f"build_dir, debug_mode, verbose")
-        verbose = verbose or os.environ.get("OPBUILDER_VERBOSE", "") not in ("", "0")
         self.spec = make_spec(name, sources, backend, "module", include_paths, cflags, cuda_cflags, ldflags,
-                              debug_mode, verbose, cache_root(build_dir))
+                              debug_mode, _verbose(verbose), cache_root(build_dir))
         self.name = name
 
     def build(self) -> str:
@@ -173,14 +236,28 @@ class CustomOpBuilder:
 
     def load(self) -> ModuleType:
         """The module for the sources as they are now (the same object if unchanged)."""
-        key, lib = _build(self.spec)
-        memo = (str(self.spec.op_dir), key)
-        with _loaded_lock:
-            mod = _loaded.get(memo)
-            if mod is None:
-                mod = import_extension(self.spec.name, lib)
+        for attempt in range(2):
+            key, lib = _build(self.spec)
+            memo = (str(self.spec.op_dir), key)
+            with _loaded_lock:
+                mod = _loaded.get(memo)
+                if mod is not None:
+                    return mod
+                # The first build imported in this process is module `name`; a later one (after an
+                # edit) gets a name of its own, or pybind11 would return the module it made first.
+                module_name = self.spec.name
+                if module_name in _names_used:
+                    module_name = f"_opbuilder_{key}.{self.spec.name}"
+                try:
+                    mod = import_extension(self.spec.name, lib, module_name)
+                except BuildError:
+                    if attempt == 0 and not lib.exists():
+                        continue  # pruned by another process between lookup and import: build again
+                    raise
+                _names_used.add(self.spec.name)
                 _loaded[memo] = mod
-        return mod
+                return mod
+        raise AssertionError("unreachable")
 
 
 def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str = "CPU",
@@ -189,7 +266,6 @@ def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backe
                   debug_mode: bool = False, verbose: bool = False,
                   cuda_cflags: Optional[Sequence[str]] = None) -> str:
     """Build a plain shared library (no pybind11, symbols exported), e.g. for aot ops; its path."""
-    verbose = verbose or os.environ.get("OPBUILDER_VERBOSE", "") not in ("", "0")
     spec = make_spec(name, sources, backend, "library", include_paths, cflags, cuda_cflags, ldflags, debug_mode,
-                     verbose, cache_root(build_dir))
+                     _verbose(verbose), cache_root(build_dir))
     return str(_build(spec)[1])

@@ -1,4 +1,4 @@
-"""The cache directory: where it is, and whether it is safe to trust.
+"""The cache directory: where it is, whether it is safe to trust, and what is in it.
 
 ``OPBUILDER_CACHE_DIR`` (default ``~/.cache/opbuilder``). Directories are
 created mode 0700. A cache directory that another user owns, or that group or
@@ -7,14 +7,16 @@ library that we would load.
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
-from typing import Optional, Union
+from typing import List, Optional, Union
 
 from .errors import UnsafeCacheDirError
 
-__all__ = ["cache_root", "ensure_private_dir", "check_private_dir"]
+__all__ = ["cache_root", "ensure_private_dir", "check_private_dir", "CachedOp", "list_operators",
+           "remove_operator", "dir_size"]
 
 
 def cache_root(override: Optional[Union[str, os.PathLike]] = None) -> Path:
@@ -51,3 +53,74 @@ def ensure_private_dir(path: Path) -> Path:
         os.chmod(path, 0o700)
     check_private_dir(path)
     return path
+
+
+# What is in the cache: for ``python -m opbuilder cache list|clean``.
+
+class CachedOp:
+    """One operator's directory in the cache and its published builds (newest first)."""
+
+    def __init__(self, name: str, kind: str, path: Path, builds: List[dict], size: int) -> None:
+        self.name, self.kind, self.path, self.builds, self.size = name, kind, path, builds, size
+
+
+def dir_size(path: Path) -> int:
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(d, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _op_entry(path: Path) -> Optional[CachedOp]:
+    name, kind = (path.name[:-4], "library") if path.name.endswith(".lib") else (path.name, "module")
+    if not name.isidentifier() or not ((path / "build").is_dir() or (path / ".lock").exists()):
+        return None
+    builds = []
+    for d in path.iterdir():
+        info = d / "build.json"
+        if d.is_dir() and info.is_file():
+            try:
+                data = json.loads(info.read_text())
+            except (OSError, ValueError):
+                continue
+            libs = [p for p in d.iterdir() if p.suffix == ".so" and not p.name.startswith(".")]
+            data.update(key=d.name, library=str(libs[0]) if libs else None)
+            builds.append(data)
+    builds.sort(key=lambda b: b.get("built_at", 0), reverse=True)
+    return CachedOp(name, kind, path, builds, dir_size(path))
+
+
+def list_operators(root: Path, name: Optional[str] = None) -> List[CachedOp]:
+    """The operators cached under ``root`` (only ``name``'s, module and library, if given)."""
+    if not root.is_dir():
+        return []
+    out = []
+    for p in sorted(root.iterdir()):
+        if p.is_dir() and (name is None or p.name in (name, f"{name}.lib")):
+            entry = _op_entry(p)
+            if entry is not None:
+                out.append(entry)
+    return out
+
+
+def remove_operator(op: CachedOp) -> bool:
+    """Delete an operator's directory unless a build of it is running (then False)."""
+    import shutil
+
+    from .lock import try_lock
+
+    with try_lock(op.path) as free:
+        if not free:
+            return False
+        for child in op.path.iterdir():
+            if child.name != ".lock":
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+    shutil.rmtree(op.path, ignore_errors=True)
+    return True

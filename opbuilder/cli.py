@@ -1,11 +1,27 @@
-"""Command line: ``python -m opbuilder <command>``."""
+"""Command line: ``python -m opbuilder <command>`` (also installed as ``opbuilder``).
+
+  build NAME SOURCE... [--backend CPU|GPU] ...   build into the cache now (prebuild for deployment)
+  cache list [NAME]                              what is cached, and how big
+  cache clean [NAME]                             delete one operator's builds, or the whole cache
+  doctor                                         check compiler, ninja, pybind11, cache dir; say how to fix
+  demo [--ms-style]                              the design's example, end to end
+"""
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import List, Optional
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -15,12 +31,110 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build(args: argparse.Namespace) -> int:
+    from .builder import CustomOpBuilder, build_library
+
+    kw = dict(backend=args.backend, include_paths=args.include or None, cflags=args.cflags,
+              ldflags=args.ldflags, build_dir=args.cache_dir, debug_mode=args.debug, verbose=args.verbose)
+    if args.library:
+        path = build_library(args.name, args.sources, **kw)
+    else:
+        path = CustomOpBuilder(args.name, args.sources, **kw).build()
+    print(path)
+    return 0
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from .cache_dir import cache_root, check_private_dir, dir_size, list_operators, remove_operator
+
+    root = cache_root(args.cache_dir)
+    if root.exists():
+        check_private_dir(root)  # refuse to report on (or delete from) a directory others can write
+    ops = list_operators(root, args.name)
+    if args.name is not None and not ops:
+        print(f"opbuilder: nothing cached for operator '{args.name}' in {root}", file=sys.stderr)
+        return 1
+    if args.action == "list":
+        print(f"cache: {root}")
+        for op in ops:
+            newest = op.builds[0] if op.builds else None
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(newest["built_at"])) if newest else "-"
+            print(f"{op.name:24s} {op.kind:8s} {len(op.builds)} build(s)  newest {when}  {_size(op.size)}")
+            for b in op.builds if args.name else op.builds[:1]:
+                print(f"    {b['key']}  {b.get('library') or '(no library)'}")
+                print(f"        sources: {' '.join(b.get('sources', []))}")
+        pch = root / ".pch"
+        if args.name is None and pch.is_dir():
+            n = sum(1 for d in pch.iterdir() if d.is_dir())
+            print(f"precompiled headers: {n}  {_size(dir_size(pch))}")
+        if args.name is None:
+            print(f"total: {_size(dir_size(root)) if root.exists() else '0 B'}")
+        return 0
+    # clean
+    freed, busy = 0, []
+    for op in ops:
+        size = op.size
+        if remove_operator(op):
+            freed += size
+            print(f"removed {op.path}")
+        else:
+            busy.append(op.name)
+    if args.name is None and root.exists():
+        import shutil
+        for extra in (root / ".pch", root / "toolchains.json"):
+            if extra.exists():
+                freed += dir_size(extra) if extra.is_dir() else extra.stat().st_size
+                shutil.rmtree(extra, ignore_errors=True) if extra.is_dir() else extra.unlink(missing_ok=True)
+                print(f"removed {extra}")
+    print(f"freed {_size(freed)}")
+    if busy:
+        print(f"opbuilder: skipped {', '.join(busy)}: being built by another process right now; "
+              f"run the command again when it is done", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import run_checks
+
+    checks = run_checks()
+    for c in checks:
+        for line in c.lines():
+            print(line)
+    errors = [c for c in checks if c.status == "error"]
+    print(f"{len(errors)} problem(s) found" if errors else "everything a build needs is here")
+    return 1 if errors else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m opbuilder", description="JIT builder for C++ tensor operators")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    d = sub.add_parser("demo", help="build the example operator and take its gradient inside an nn.Cell")
-    d.add_argument("--ms-style", action="store_true", help="use the MindSpore-style source (ms_extension.h)")
-    d.set_defaults(func=_cmd_demo)
+
+    b = sub.add_parser("build", help="build an operator into the cache now (prebuild for deployment)")
+    b.add_argument("name", metavar="NAME", help="operator (module) name, a Python identifier")
+    b.add_argument("sources", metavar="SOURCE", nargs="+", help="C++ (.cpp/.cc/...) or, with GPU, .cu sources")
+    b.add_argument("--backend", default="CPU", help="CPU (default) or GPU")
+    b.add_argument("-I", "--include", action="append", default=[], metavar="DIR", help="an include path")
+    b.add_argument("--cflags", default=None, help="extra compiler flags, one string")
+    b.add_argument("--ldflags", default=None, help="extra linker flags, one string")
+    b.add_argument("--library", action="store_true", help="a plain shared library (build_library), not a module")
+    b.add_argument("--debug", action="store_true", help="-O0 -g instead of -O2")
+    b.add_argument("--verbose", action="store_true", help="show the commands")
+    b.add_argument("--cache-dir", default=None, help="cache directory (default: $OPBUILDER_CACHE_DIR)")
+    b.set_defaults(func=_cmd_build)
+
+    c = sub.add_parser("cache", help="list or clean the cache")
+    c.add_argument("action", choices=["list", "clean"])
+    c.add_argument("name", metavar="NAME", nargs="?", default=None, help="one operator (default: all)")
+    c.add_argument("--cache-dir", default=None, help="cache directory (default: $OPBUILDER_CACHE_DIR)")
+    c.set_defaults(func=_cmd_cache)
+
+    d = sub.add_parser("doctor", help="check the compiler, ninja, pybind11 and the cache directory")
+    d.set_defaults(func=_cmd_doctor)
+
+    e = sub.add_parser("demo", help="build the example operator and take its gradient inside an nn.Cell")
+    e.add_argument("--ms-style", action="store_true", help="use the MindSpore-style source (ms_extension.h)")
+    e.set_defaults(func=_cmd_demo)
     return p
 
 
@@ -30,7 +144,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return args.func(args)
     except Exception as e:  # a CLI prints the error, not a traceback
         from .errors import BuildError, UnsafeCacheDirError
-        if isinstance(e, (BuildError, UnsafeCacheDirError, FileNotFoundError, ValueError)):
+        if isinstance(e, (BuildError, UnsafeCacheDirError, FileNotFoundError, ValueError, TypeError)):
             print(f"opbuilder: error: {e}", file=sys.stderr)
             return 1
         raise

@@ -8,23 +8,27 @@ their contents. A warm load computes both from files alone.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-__all__ = ["file_digest", "digest_of", "base_key", "full_key", "manifest_path", "read_manifest",
-           "write_json_atomic"]
+try:  # the same blake2b that hashlib hands out, without hashlib's OpenSSL import on the warm path
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - other Pythons
+    from hashlib import blake2b
+
+__all__ = ["blake2b", "file_digest", "digest_of", "base_key", "full_key", "current_digests", "manifest_path",
+           "read_manifest", "write_text_atomic", "write_json_atomic"]
 
 
 def file_digest(path: Path) -> str:
     with open(path, "rb") as f:
-        return hashlib.blake2b(f.read(), digest_size=16).hexdigest()
+        return blake2b(f.read(), digest_size=16).hexdigest()
 
 
 def digest_of(parts: Iterable[str]) -> str:
-    h = hashlib.blake2b(digest_size=12)
+    h = blake2b(digest_size=12)
     for p in parts:
         h.update(p.encode())
         h.update(b"\0")
@@ -38,15 +42,23 @@ def base_key(ingredients: Sequence[str], sources: Sequence[Path]) -> str:
     return digest_of(parts)
 
 
-def full_key(base: str, headers: Sequence[str]) -> Optional[str]:
-    """``None`` if a recorded header is gone (then the build must run again)."""
+def full_key(base: str, header_digests: Dict[str, str]) -> str:
+    """The key of a build: its base key plus the contents of the headers it included."""
     parts = [base]
-    for h in sorted(headers):
+    for h in sorted(header_digests):
+        parts += [h, header_digests[h]]
+    return digest_of(parts)
+
+
+def current_digests(headers: Sequence[str]) -> Optional[Dict[str, str]]:
+    """Digest of each header as it is now; ``None`` if one is gone (then the build must run again)."""
+    out = {}
+    for h in headers:
         try:
-            parts += [h, file_digest(Path(h))]
+            out[h] = file_digest(Path(h))
         except OSError:
             return None
-    return digest_of(parts)
+    return out
 
 
 def manifest_path(op_dir: Path, base: str) -> Path:
@@ -61,8 +73,13 @@ def read_manifest(op_dir: Path, base: str) -> Optional[List[str]]:
         return None
 
 
-def write_json_atomic(path: Path, data: Dict) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``path`` so that readers see the old or the new contents, never a part."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data: Dict) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))

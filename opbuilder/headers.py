@@ -1,35 +1,56 @@
 """Where opbuilder's C++ headers are, and a hash of their contents.
 
 In a source checkout they are in ``include/`` beside the package; an
-installed wheel carries them as ``opbuilder/include``.
+installed wheel carries them as ``opbuilder/include``. The digest is part of
+every cache key; it is computed once and remembered (``probe_cache``) until
+a header or a header directory changes.
 """
 from __future__ import annotations
 
-import hashlib
-from functools import lru_cache
+import os
 from pathlib import Path
+from typing import List, Optional, Tuple
+
+from .fingerprint import blake2b
+from .probe_cache import remembered
 
 __all__ = ["include_dir", "headers_digest"]
 
 _PKG = Path(__file__).resolve().parent
+_include_dir: Optional[Path] = None
 
 
-@lru_cache(maxsize=None)
 def include_dir() -> Path:
-    for candidate in (_PKG / "include", _PKG.parent / "include"):
-        if (candidate / "opbuilder" / "extension.h").is_file():
-            return candidate
-    raise FileNotFoundError(f"opbuilder's C++ headers were not found next to {_PKG}; reinstall opbuilder")
+    """The directory to put on the include path for ``#include "opbuilder/extension.h"``."""
+    global _include_dir
+    if _include_dir is None:
+        for candidate in (_PKG / "include", _PKG.parent / "include"):
+            if (candidate / "opbuilder" / "extension.h").is_file():
+                _include_dir = candidate
+                break
+        else:
+            raise FileNotFoundError(f"opbuilder's C++ headers were not found next to {_PKG}; reinstall opbuilder")
+    return _include_dir
 
 
-@lru_cache(maxsize=None)
-def headers_digest() -> str:
+def _digest_now(root: str) -> Tuple[dict, List[str]]:
+    h = blake2b(digest_size=16)
+    watched = []
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        watched.append(d)  # a directory's stamp changes when a header is added, removed or renamed
+        for name in sorted(files):
+            if not name.endswith((".h", ".hpp", ".cuh")):
+                continue
+            p = os.path.join(d, name)
+            with open(p, "rb") as f:
+                data = f.read()
+            h.update(os.path.relpath(p, root).encode() + b"\0" + data + b"\0")
+            watched.append(p)
+    return {"digest": h.hexdigest()}, watched
+
+
+def headers_digest(state_dir: Optional[Path] = None) -> str:
     """Content hash of every header opbuilder ships (part of every cache key)."""
-    h = hashlib.blake2b(digest_size=16)
-    root = include_dir()
-    for p in sorted(root.rglob("*.h")):
-        h.update(str(p.relative_to(root)).encode())
-        h.update(b"\0")
-        h.update(p.read_bytes())
-        h.update(b"\0")
-    return h.hexdigest()
+    root = str(include_dir())
+    return str(remembered(state_dir, f"headers {root}", lambda: _digest_now(root))["digest"])

@@ -38,13 +38,27 @@ def _explain(err: ImportError) -> Optional[str]:
         sym = m.group(1)
         return (f"undefined symbol {demangle(sym)} ({sym}): declared and used but never defined; "
                 f"add the source that defines it, or the library (ldflags=['-l...'])")
+    m = re.search(r'generic_type: type "([^"]+)" is already registered', str(err))
+    if m:
+        return (f"{err}: pybind11 registers a C++ class once per process, and an earlier build loaded "
+                f"in this process registered \"{m.group(1)}\"; to reload a module with classes in the same "
+                f"process, declare them with py::module_local() (or in an anonymous namespace), "
+                f"or restart Python")
     return None
 
 
-def import_extension(name: str, path: Path) -> ModuleType:
-    """Load the extension at ``path`` as module ``name`` (not put in sys.modules)."""
-    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
-    spec = importlib.util.spec_from_file_location(name, str(path), loader=loader)
+def import_extension(name: str, path: Path, module_name: Optional[str] = None) -> ModuleType:
+    """Load the extension at ``path`` (operator ``name``) as module ``module_name`` (default ``name``).
+
+    The module is not put in ``sys.modules``. Its init function is
+    ``PyInit_<last part of module_name>``, so a dotted ``module_name`` ending
+    in ``.name`` imports the same library under a name of its own: pybind11
+    (3.x) hands back a module it already created under the same name instead
+    of running the new library's code.
+    """
+    module_name = module_name or name
+    loader = importlib.machinery.ExtensionFileLoader(module_name, str(path))
+    spec = importlib.util.spec_from_file_location(module_name, str(path), loader=loader)
     assert spec is not None
     try:
         module = importlib.util.module_from_spec(spec)

@@ -1,7 +1,10 @@
 """A per-operator build lock that the kernel releases when its holder dies.
 
-filelock's Unix lock is ``flock(2)``: a build killed with SIGKILL drops it at
-once, so no later ``load()`` waits on a dead process.
+filelock's ``UnixFileLock`` is ``flock(2)`` on ``<op>/.lock``: a build killed
+with SIGKILL drops it at once, so no later ``load()`` waits on a dead
+process (what the dead build left running is dealt with in ninja_run.py).
+Never a "soft" lock file whose mere existence means locked: that is what
+makes other builders hang forever after a crash.
 """
 from __future__ import annotations
 
@@ -13,14 +16,19 @@ from typing import Iterator
 
 import filelock
 
-__all__ = ["build_lock"]
+__all__ = ["build_lock", "try_lock"]
 
 log = logging.getLogger("opbuilder")
 
 
+def _lock(op_dir: Path) -> filelock.BaseFileLock:
+    return filelock.UnixFileLock(str(op_dir / ".lock"))
+
+
 @contextlib.contextmanager
 def build_lock(op_dir: Path, name: str) -> Iterator[None]:
-    lock = filelock.FileLock(str(op_dir / ".lock"))
+    """Hold the build lock of one operator; says so on stderr if another process has it."""
+    lock = _lock(op_dir)
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
@@ -29,5 +37,20 @@ def build_lock(op_dir: Path, name: str) -> Iterator[None]:
         lock.acquire()
     try:
         yield
+    finally:
+        lock.release()
+
+
+@contextlib.contextmanager
+def try_lock(op_dir: Path) -> Iterator[bool]:
+    """The lock if it is free right now (yields True), else yields False without waiting."""
+    lock = _lock(op_dir)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        yield False
+        return
+    try:
+        yield True
     finally:
         lock.release()

@@ -1,72 +1,60 @@
-"""Writing ``build.ninja`` for one operator, and reading the depfiles it leaves.
+"""Writing ``build.ninja`` for one build of one operator, and reading the depfiles it leaves.
 
-One object per source (named by stem plus a hash of its path, so two
-``ops.cpp`` in different folders do not collide), depfiles kept next to the
-objects, one link step.
+The builder decides what is stale from content records (``publish.py``), so
+the file lists only the objects to compile now and the link (of every
+object). Objects that are current
+appear only as inputs of the link: ninja's own timestamp logic never
+recompiles a source whose contents did not change. One object per source,
+named by stem plus a hash of its path (two ``ops.cpp`` in different folders
+do not collide); depfiles (``-MMD``) next to the objects.
 """
 from __future__ import annotations
 
-import hashlib
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, Iterable, List, Sequence, Tuple
 
-__all__ = ["Step", "object_name", "write_build_file", "parse_depfile"]
+__all__ = ["Step", "write_build_file", "parse_depfile", "depfile_inputs"]
 
 
-@dataclass(frozen=True)
 class Step:
-    source: Path
-    obj: str  # relative to the build directory
-    rule: str  # "cxx" or "cuda"
+    """Compile one source into ``obj`` (relative to the build directory) with ``rule`` and extra flags."""
+
+    __slots__ = ("source", "obj", "rule", "extra")
+
+    def __init__(self, source: Path, obj: str, rule: str, extra: Tuple[str, ...] = ()) -> None:
+        self.source, self.obj, self.rule, self.extra = source, obj, rule, extra
 
 
-def object_name(source: Path) -> str:
-    tag = hashlib.blake2b(str(source).encode(), digest_size=4).hexdigest()
-    return f"obj/{source.stem}-{tag}.o"
-
-
-def _ninja_path(p: str) -> str:
+def _path(p: str) -> str:
     return p.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
-def _cmd(args: Sequence[str]) -> str:
+def _cmd(args: Iterable[str]) -> str:
     return " ".join(shlex.quote(a) for a in args).replace("$", "$$")
 
 
-def write_build_file(path: Path, steps: Sequence[Step], output: str, cxx: Sequence[str], cxx_flags: Sequence[str],
-                     nvcc: Sequence[str], cuda_flags: Sequence[str], link_flags: Sequence[str]) -> None:
+def write_build_file(path: Path, compile_steps: Sequence[Step], all_objects: Sequence[str], output: str,
+                     cxx: Sequence[str], cxx_flags: Sequence[str], nvcc: Sequence[str], cuda_flags: Sequence[str],
+                     link_flags: Sequence[str]) -> None:
     lines: List[str] = ["ninja_required_version = 1.3", ""]
-    lines += [
-        "rule cxx",
-        f"  command = {_cmd(cxx)} -MMD -MF $out.d {_cmd(cxx_flags)} -c $in -o $out",
-        "  depfile = $out.d",
-        "  description = compiling $srcname",
-        "",
-    ]
-    if any(s.rule == "cuda" for s in steps):
-        lines += [
-            "rule cuda",
-            f"  command = {_cmd(nvcc)} -MD -MF $out.d {_cmd(cuda_flags)} -c $in -o $out",
-            "  depfile = $out.d",
-            "  description = compiling $srcname (nvcc)",
-            "",
-        ]
-    lines += [
-        "rule link",
-        f"  command = {_cmd(cxx)} -shared -o $out $in {_cmd(link_flags)}",
-        "  description = linking $out",
-        "",
-    ]
-    for s in steps:
-        lines.append(f"build {_ninja_path(s.obj)}: {s.rule} {_ninja_path(str(s.source))}")
+    lines += ["rule cxx", f"  command = {_cmd(cxx)} -MMD -MF $out.d {_cmd(cxx_flags)} $extra -c $in -o $out",
+              "  description = compiling $srcname", ""]
+    if any(s.rule == "cuda" for s in compile_steps):
+        lines += ["rule cuda", f"  command = {_cmd(nvcc)} -MD -MF $out.d {_cmd(cuda_flags)} -c $in -o $out",
+                  "  description = compiling $srcname (nvcc)", ""]
+    lines += ["rule link", f"  command = {_cmd(cxx)} -shared -o $out $in {_cmd(link_flags)}",
+              "  description = linking $out", ""]
+    for s in compile_steps:
+        lines.append(f"build {_path(s.obj)}: {s.rule} {_path(str(s.source))}")
         lines.append(f"  srcname = {s.source.name.replace('$', '$$')}")
-    objs = " ".join(_ninja_path(s.obj) for s in steps)
-    lines += [f"build {_ninja_path(output)}: link {objs}", f"default {_ninja_path(output)}", ""]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines))
-    tmp.replace(path)
+        if s.extra:
+            lines.append(f"  extra = {_cmd(s.extra)}")
+    objs = " ".join(_path(o) for o in all_objects)
+    lines += [f"build {_path(output)}: link {objs}", f"default {_path(output)}", ""]
+    tmp_file = path.with_name(path.name + ".tmp")
+    tmp_file.write_text("\n".join(lines))
+    tmp_file.replace(path)
 
 
 def parse_depfile(path: Path) -> List[str]:
@@ -74,7 +62,7 @@ def parse_depfile(path: Path) -> List[str]:
     text = path.read_text(errors="replace").replace("\\\r\n", " ").replace("\\\n", " ")
     deps: List[str] = []
     seen_colon = False
-    token = []
+    token: List[str] = []
     i = 0
     while i < len(text):
         c = text[i]
@@ -88,8 +76,10 @@ def parse_depfile(path: Path) -> List[str]:
             continue
         if c.isspace():
             if token:
-                _push("".join(token), deps, seen_colon)
-                if not seen_colon and "".join(token).endswith(":"):
+                tok = "".join(token)
+                if seen_colon:
+                    deps.append(tok)
+                elif tok.endswith(":"):
                     seen_colon = True
                 token = []
             if c == "\n" and seen_colon:
@@ -98,22 +88,21 @@ def parse_depfile(path: Path) -> List[str]:
             continue
         token.append(c)
         i += 1
-    if token:
-        _push("".join(token), deps, seen_colon)
+    if token and seen_colon:
+        deps.append("".join(token))
     return deps
 
 
-def _push(tok: str, deps: List[str], seen_colon: bool) -> None:
-    if seen_colon:
-        deps.append(tok)
-
-
-def headers_from_depfiles(depfiles: Dict[str, Path], sources: Sequence[Path]) -> List[str]:
-    srcs = {str(s) for s in sources}
-    out = set()
-    for d in depfiles.values():
-        for dep in parse_depfile(d):
-            p = str(Path(dep).absolute())
-            if p not in srcs:
-                out.add(p)
-    return sorted(out)
+def depfile_inputs(depfile: Path, build_dir: Path, skip_under: Path) -> List[str]:
+    """Absolute paths of an object's inputs from its depfile, without files the builder itself
+    wrote under ``skip_under`` (the precompiled header, the module-name header)."""
+    out: Dict[str, None] = {}
+    skip = str(skip_under) + "/"
+    for dep in parse_depfile(depfile):
+        p = Path(dep)
+        if not p.is_absolute():
+            p = build_dir / p
+        s = str(p)
+        if not s.startswith(skip):
+            out[s] = None
+    return list(out)

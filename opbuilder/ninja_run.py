@@ -1,18 +1,33 @@
-"""Running ninja: a one-line progress status, the full log kept, errors made readable."""
+"""Running ninja: a one-line progress status, the full log kept, errors made readable,
+and nothing left running by a build that was killed.
+
+ninja runs each command in a process group of its own, so SIGKILL of the
+Python process -- or of its whole process group -- leaves ninja or the
+compilers it started running, still writing into the build directory. Every
+process of a build inherits ``OPBUILDER_BUILD_DIR=<build dir>`` in its
+environment and a build writes a ``.building`` marker that only a finished
+run removes; the next build of the operator (holding the lock, so no live
+build of it exists) finds a marker, kills whatever still carries that
+variable, and only then touches the directory.
+"""
 from __future__ import annotations
 
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 from .errors import BuildError
 
-__all__ = ["run_ninja", "first_errors"]
+__all__ = ["run_ninja", "first_errors", "stop_leftovers", "MARKER", "ENV_MARK"]
+
+MARKER = ".building"
+ENV_MARK = "OPBUILDER_BUILD_DIR"
 
 log = logging.getLogger("opbuilder")
 _STATUS = "@@opbuilder "
@@ -61,29 +76,95 @@ def first_errors(output: str, limit: int = 6) -> List[str]:
     return picked
 
 
-def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) -> float:
-    """Run ninja in ``build_dir``; raise BuildError naming ``name`` on failure."""
+def _leftover_pids(build_dir: Path) -> List[int]:
+    """Live processes (not zombies) whose environment marks them as part of a build of ``build_dir``."""
+    needle = f"{ENV_MARK}={build_dir}\0".encode()
+    me = os.getpid()
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle not in f.read():
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone, or not ours to read
+        if state not in (b"Z", b"X"):
+            pids.append(int(entry))
+    return pids
+
+
+def stop_leftovers(build_dir: Path) -> int:
+    """If the last build of ``build_dir`` never finished, kill what it left running; how many.
+
+    Call with the operator's lock held (so no live build of it exists).
+    """
+    marker = build_dir / MARKER
+    if not marker.exists():
+        return 0
+    killed = set()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pids = _leftover_pids(build_dir)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        time.sleep(0.02)
+    if killed:
+        log.info("stopped %d process(es) left running by a killed build in %s", len(killed), build_dir)
+    marker.unlink(missing_ok=True)
+    return len(killed)
+
+
+def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) -> int:
+    """Run ninja in ``build_dir``; raise BuildError naming ``name`` on failure.
+
+    Returns the start of the run on the file-system clock (the marker's ctime,
+    in ns), so callers can tell inputs that changed while it ran.
+    """
     env = dict(os.environ)
     env["NINJA_STATUS"] = _STATUS + "[%f/%t] "
+    env[ENV_MARK] = str(build_dir)
     argv = [ninja, "-j", str(jobs)] + (["-v"] if verbose else [])
     status = _Status(name)
+    marker = build_dir / MARKER
+    marker.write_text(f"{os.getpid()}\n")
+    started = marker.stat().st_ctime_ns
     t0 = time.perf_counter()
     log.info("building %s in %s (%d jobs)", name, build_dir, jobs)
     proc = subprocess.Popen(argv, cwd=build_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, errors="replace")
     out: List[str] = []
     assert proc.stdout is not None
-    for line in proc.stdout:
-        m = _STATUS_RE.match(line)
-        if m:
-            what = m.group(3).strip()
-            if verbose:
-                sys.stderr.write(what + "\n")
-            status.show(f"[{m.group(1)}/{m.group(2)}] {what if not verbose else ''}".rstrip())
-            out.append(what + "\n")
-        else:
-            out.append(line)
-    rc = proc.wait()
+    try:
+        for line in proc.stdout:
+            m = _STATUS_RE.match(line)
+            if m:
+                what = m.group(3).strip()
+                if verbose:
+                    sys.stderr.write(what + "\n")
+                status.show(f"[{m.group(1)}/{m.group(2)}] {what if not verbose else ''}".rstrip())
+                out.append(what + "\n")
+            else:
+                out.append(line)
+        rc = proc.wait()
+    except BaseException:  # KeyboardInterrupt: stop ninja (it stops its commands) before leaving
+        proc.terminate()
+        proc.wait()
+        raise
+    marker.unlink(missing_ok=True)
     elapsed = time.perf_counter() - t0
     text = "".join(out)
     log_path = build_dir / "build.log"
@@ -95,4 +176,5 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) 
                f"\nfull log: {log_path}")
         raise BuildError(msg, name=name, log=text, log_path=str(log_path))
     status.done(f"built {name} in {elapsed:.1f}s")
-    return elapsed
+    log.info("built %s in %.1fs", name, elapsed)
+    return started

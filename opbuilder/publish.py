@@ -3,10 +3,13 @@
 A library is copied to ``<op>/<key>/.name.tmp-PID`` and renamed into place,
 so a path that exists is always complete; a published file is never
 rewritten (a new key gets a new directory), so processes that loaded it are
-safe. Objects are trusted only if a record of their inputs' contents says
-they are current: after a crash or an edit, anything else is deleted before
-ninja runs, and anything current is marked newer than its inputs, so
-``touch`` never causes a recompile.
+safe.
+
+Objects are trusted only through ``build/objects.json``, a record of the
+contents (digests) of every input each object was compiled from, written
+after a successful build. Before a build, an object whose record no longer
+matches the files -- or that has no record, as after a build was killed
+mid-compile -- is deleted and compiled again; the others are not touched.
 """
 from __future__ import annotations
 
@@ -15,17 +18,18 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Dict, Iterable
+from typing import Dict, List, Optional, Sequence
 
 from .fingerprint import file_digest, write_json_atomic
-from .ninja_file import parse_depfile
+from .ninja_file import Step, depfile_inputs
 
-__all__ = ["publish_library", "invalidate_stale_objects", "record_objects", "prune_old_builds", "KEEP_BUILDS",
-           "write_build_info"]
+__all__ = ["publish_library", "stale_steps", "record_objects", "recorded_inputs", "prune_old_builds",
+           "KEEP_BUILDS", "write_build_info"]
 
 KEEP_BUILDS = 4
 _RECORD = "objects.json"
 _IDENTITY = "<compile identity>"  # flags, toolchain and opbuilder's headers (not in depfiles: -isystem)
+Record = Dict[str, Dict[str, str]]
 
 
 def publish_library(built: Path, key_dir: Path, filename: str) -> Path:
@@ -40,14 +44,14 @@ def publish_library(built: Path, key_dir: Path, filename: str) -> Path:
     return final
 
 
-def write_build_info(key_dir: Path, spec) -> None:
+def write_build_info(key_dir: Path, spec, base: str) -> None:
     write_json_atomic(key_dir / "build.json", {
-        "name": spec.name, "kind": spec.kind, "backend": spec.backend,
+        "name": spec.name, "kind": spec.kind, "backend": spec.backend, "base": base,
         "sources": [str(s) for s in spec.sources], "built_at": time.time(),
     })
 
 
-def _load_record(build_dir: Path) -> Dict[str, Dict[str, str]]:
+def load_record(build_dir: Path) -> Record:
     try:
         data = json.loads((build_dir / _RECORD).read_text())
         return data if isinstance(data, dict) else {}
@@ -56,7 +60,7 @@ def _load_record(build_dir: Path) -> Dict[str, Dict[str, str]]:
 
 
 def _current(deps: Dict[str, str], identity: str) -> bool:
-    if deps.get(_IDENTITY) != identity:
+    if not isinstance(deps, dict) or deps.get(_IDENTITY) != identity:
         return False
     for path, digest in deps.items():
         if path == _IDENTITY:
@@ -66,47 +70,91 @@ def _current(deps: Dict[str, str], identity: str) -> bool:
                 return False
         except OSError:
             return False
-    return bool(deps)
+    return True
 
 
-def invalidate_stale_objects(build_dir: Path, objects: Iterable[str], identity: str) -> None:
-    """Delete objects whose recorded inputs or compile identity changed (or that have no
-    record); mark the rest current."""
-    record = _load_record(build_dir)
-    now = time.time()
-    for obj in objects:
-        path = build_dir / obj
-        if not path.exists():
+def stale_steps(build_dir: Path, steps: Sequence[Step], identity: str) -> List[Step]:
+    """The steps whose object must be compiled; their stale objects and records are removed first,
+    so a build that dies half-way leaves nothing that looks current."""
+    record = load_record(build_dir)
+    todo = []
+    for s in steps:
+        path = build_dir / s.obj
+        if path.exists() and _current(record.get(s.obj, {}), identity):
             continue
-        if _current(record.get(obj, {}), identity):
-            os.utime(path, (now, now))
-        else:
-            path.unlink()
-            dep = build_dir / (obj + ".d")
-            if dep.exists():
-                dep.unlink()
-    for tmp in build_dir.glob("*.tmp*"):
+        todo.append(s)
+        record.pop(s.obj, None)
+        for p in (path, build_dir / (s.obj + ".d")):
+            p.unlink(missing_ok=True)
+    for tmp in build_dir.glob("obj/*.tmp*"):
         tmp.unlink(missing_ok=True)
-
-
-def record_objects(build_dir: Path, depfiles: Dict[str, Path], identity: str) -> None:
-    record = _load_record(build_dir)
-    for obj, d in depfiles.items():
-        deps = {_IDENTITY: identity}
-        for dep in parse_depfile(d):
-            p = Path(dep).absolute()
-            deps[str(p)] = file_digest(p)
-        record[obj] = deps
     write_json_atomic(build_dir / _RECORD, record)
+    return todo
+
+
+def record_objects(build_dir: Path, compiled: Sequence[Step], identity: str, started_ns: int,
+                   skip_under: Path) -> Optional[List[str]]:
+    """Record the inputs' digests of freshly compiled objects.
+
+    Returns the inputs that changed after the build started (then the
+    object may hold older contents than its record would claim, so it is not
+    recorded and is deleted), or None if all is well.
+    """
+    record = load_record(build_dir)
+    changed: List[str] = []
+    for s in compiled:
+        inputs = depfile_inputs(build_dir / (s.obj + ".d"), build_dir, skip_under)
+        late = [p for p in inputs if _ctime_ns(p) > started_ns]
+        if late:
+            changed += late
+            (build_dir / s.obj).unlink(missing_ok=True)
+            continue
+        deps = {_IDENTITY: identity}
+        for p in inputs:
+            deps[p] = file_digest(Path(p))
+        record[s.obj] = deps
+    write_json_atomic(build_dir / _RECORD, record)
+    return changed or None
+
+
+def _ctime_ns(path: str) -> int:
+    """When the file last changed, by the kernel's clock (unlike mtime, ``touch -d`` cannot move it)."""
+    try:
+        return os.stat(path).st_ctime_ns
+    except OSError:
+        return 1 << 62  # gone: certainly changed
+
+
+def recorded_inputs(build_dir: Path, objects: Sequence[str], sources: Sequence[Path]) -> Dict[str, str]:
+    """Digest of every header the objects were compiled from (sources left out: the base key has them)."""
+    record = load_record(build_dir)
+    srcs = {str(s) for s in sources}
+    out: Dict[str, str] = {}
+    for obj in objects:
+        for path, digest in record.get(obj, {}).items():
+            if path != _IDENTITY and path not in srcs:
+                out[path] = digest
+    return out
 
 
 def prune_old_builds(op_dir: Path, keep: int, current: str) -> None:
-    """Keep the newest ``keep`` published builds of an operator, drop the rest."""
+    """Keep the newest ``keep`` published builds of an operator (and their manifests), drop the rest."""
     builds = []
     for d in op_dir.iterdir():
         if d.is_dir() and d.name not in ("build", "deps") and (d / "build.json").exists():
             builds.append((d.stat().st_mtime, d))
     builds.sort(reverse=True)
-    for _, d in builds[keep:]:
-        if d.name != current:
+    kept_bases = set()
+    for i, (_, d) in enumerate(builds):
+        if i < keep or d.name == current:
+            try:
+                kept_bases.add(json.loads((d / "build.json").read_text()).get("base"))
+            except (OSError, ValueError):
+                pass
+        else:
             shutil.rmtree(d, ignore_errors=True)
+    deps = op_dir / "deps"
+    if deps.is_dir():
+        for m in deps.glob("*.json"):
+            if m.stem not in kept_bases:
+                m.unlink(missing_ok=True)

@@ -2,118 +2,203 @@
 
 The compiler comes from ``CXX`` (default ``c++``); its identity (resolved
 path and ``--version`` line) is probed once and remembered in the cache
-directory, keyed by the binary's size, mtime and inode, so the warm path
-runs no process. ninja comes from the installed ``ninja`` package.
+directory (``probe_cache``), so the warm path runs no process. The same goes
+for pybind11's version and include directory and Python's include
+directory. ninja comes from the installed ``ninja`` package, not PATH.
+Everything here that the warm path calls avoids slow imports (subprocess,
+shutil, sysconfig, pybind11 itself): those happen only when a probe runs.
 """
 from __future__ import annotations
 
-import json
+import importlib.machinery
+import importlib.util
 import os
-import shlex
-import shutil
-import subprocess
 import sys
-import sysconfig
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
-__all__ = ["Compiler", "find_compiler", "find_nvcc", "ninja_path", "python_include", "pybind11_info",
-           "ext_suffix", "default_jobs"]
+from .probe_cache import remembered
+
+__all__ = ["Compiler", "PythonInfo", "find_compiler", "find_nvcc", "python_info", "ninja_path", "ext_suffix",
+           "default_jobs", "cuda_lib_dir", "which"]
 
 
-@dataclass(frozen=True)
 class Compiler:
-    """A resolved compiler command: argv prefix plus an identity string for cache keys."""
+    """A resolved compiler: argv prefix, the binary it resolves to, and what it is.
 
-    argv: Tuple[str, ...]
-    path: str
-    identity: str
+    ``identity`` (path and version line) goes into every cache key;
+    ``family`` ("gcc", "clang", "nvcc" or "unknown") decides what the builder
+    may ask of it (a precompiled header only with gcc).
+    """
+
+    __slots__ = ("argv", "path", "identity", "family", "version")
+
+    def __init__(self, argv: Tuple[str, ...], path: str, identity: str, family: str, version: str) -> None:
+        self.argv, self.path, self.identity, self.family, self.version = argv, path, identity, family, version
+
+    def __repr__(self) -> str:
+        return f"Compiler({self.path!r}, {self.version!r}, family={self.family!r})"
+
+
+class PythonInfo:
+    """What a pybind11 module is compiled against: this Python and the installed pybind11."""
+
+    __slots__ = ("pybind11_version", "pybind11_include", "python_include", "abi")
+
+    def __init__(self, pybind11_version: str, pybind11_include: str, python_include: str, abi: str) -> None:
+        self.pybind11_version, self.pybind11_include = pybind11_version, pybind11_include
+        self.python_include, self.abi = python_include, abi
+
+
+def which(cmd: str) -> Optional[str]:
+    """``cmd`` if it is a path to an executable, else its first match on PATH (like ``shutil.which``,
+    without importing shutil on the warm path)."""
+    if os.sep in cmd:
+        return cmd if os.path.isfile(cmd) and os.access(cmd, os.X_OK) else None
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        p = os.path.join(d or ".", cmd)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def _split(cmd: str) -> Tuple[str, ...]:
+    if not any(c in cmd for c in " \t\"'\\"):
+        return (cmd,) if cmd else ()
+    import shlex
+    return tuple(shlex.split(cmd))
+
+
+def _family(version_text: str) -> str:
+    low = version_text.lower()
+    if "clang" in low:
+        return "clang"
+    if "nvidia" in low or "cuda compilation tools" in low:
+        return "nvcc"
+    if "free software foundation" in low or "(gcc)" in low:
+        return "gcc"
+    return "unknown"
+
+
+def _probe(argv: Tuple[str, ...], real: str, state_dir: Optional[Path]) -> Tuple[str, str, str]:
+    """(identity, family, version line) of a compiler: its ``--version``, run at most once per binary."""
+
+    def probe():
+        import subprocess
+        try:
+            out = subprocess.run(list(argv) + ["--version"], capture_output=True, text=True, timeout=60,
+                                 stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise FileNotFoundError(f"could not run the compiler {argv[0]}: {e}") from None
+        text = (out.stdout or out.stderr).strip()
+        if out.returncode != 0 or not text:
+            raise FileNotFoundError(f"the compiler {argv[0]} does not answer --version (exit {out.returncode}): "
+                                    f"{text[:200] or 'no output'}; set CXX to a working C++ compiler")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        version = next((ln for ln in lines if " release " in ln), lines[0])  # nvcc says it on a later line
+        identity = " ".join(argv[1:] + (real,) + tuple(ln for ln in lines if "copyright" not in ln.lower()))
+        return {"identity": identity, "family": _family(text), "version": version}, [real]
+
+    facts = remembered(state_dir, f"compiler {' '.join(argv)} -> {real}", probe)
+    return str(facts["identity"]), str(facts["family"]), str(facts.get("version", ""))
 
 
 def _resolve(cmd: str, what: str) -> Tuple[Tuple[str, ...], str]:
-    argv = tuple(shlex.split(cmd))
+    argv = _split(cmd)
     if not argv:
-        raise FileNotFoundError(f"{what} is empty")
-    exe = shutil.which(argv[0])
+        raise FileNotFoundError(f"{what} is set but empty; unset it or set it to a compiler")
+    exe = which(argv[0])
     if exe is None:
         raise FileNotFoundError(f"{what} compiler '{argv[0]}' was not found on PATH; "
                                 f"install g++ (or clang++) or set {what} to the compiler's path")
-    real = os.path.realpath(exe)
-    return (exe,) + argv[1:], real
-
-
-def _probe_version(argv: Tuple[str, ...]) -> str:
-    try:
-        out = subprocess.run(list(argv) + ["--version"], capture_output=True, text=True, timeout=60)
-    except OSError as e:
-        raise FileNotFoundError(f"could not run {argv[0]}: {e}") from None
-    text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[0] if text else "unknown"
-
-
-def _identity(argv: Tuple[str, ...], real: str, state_dir: Optional[Path]) -> str:
-    """'<resolved path> <version line>', probed at most once per binary."""
-    st = os.stat(real)
-    stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
-    key = " ".join(argv[1:] + (real,))
-    cache_file = state_dir / "toolchains.json" if state_dir is not None else None
-    cached = {}
-    if cache_file is not None:
-        try:
-            cached = json.loads(cache_file.read_text())
-        except (OSError, ValueError):
-            cached = {}
-        hit = cached.get(key)
-        if hit and hit.get("stamp") == stamp:
-            return hit["identity"]
-    identity = f"{key} {_probe_version(argv)}"
-    if cache_file is not None:
-        cached[key] = {"stamp": stamp, "identity": identity}
-        tmp = cache_file.with_name(f".toolchains.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(cached, indent=1))
-            os.replace(tmp, cache_file)
-        except OSError:
-            pass
-    return identity
+    return (exe,) + argv[1:], os.path.realpath(exe)
 
 
 def find_compiler(state_dir: Optional[Path]) -> Compiler:
     """The C++ compiler: ``$CXX``, else c++, g++ or clang++ from PATH."""
     env = os.environ.get("CXX")
-    if env:
-        argv, real = _resolve(env, "CXX")
-    else:
+    if env is None or env == "":
         for cand in ("c++", "g++", "clang++"):
-            if shutil.which(cand):
-                argv, real = _resolve(cand, "CXX")
+            if which(cand):
+                env = cand
                 break
         else:
-            raise FileNotFoundError("no C++ compiler found (tried c++, g++, clang++); install g++ or set CXX")
-    return Compiler(argv, real, _identity(argv, real, state_dir))
+            raise FileNotFoundError("no C++ compiler found (tried c++, g++, clang++ on PATH); "
+                                    "install g++ (e.g. apt-get install g++) or set CXX")
+    argv, real = _resolve(env, "CXX")
+    return Compiler(argv, real, *_probe(argv, real, state_dir))
 
 
 def find_nvcc(state_dir: Optional[Path]) -> Compiler:
     """nvcc for the GPU backend: ``$NVCC``, ``$CUDA_HOME/bin/nvcc``, or PATH."""
     env = os.environ.get("NVCC")
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    cand = env or (str(Path(cuda_home) / "bin" / "nvcc") if cuda_home else "nvcc")
+    cand = env or (os.path.join(cuda_home, "bin", "nvcc") if cuda_home else "nvcc")
     try:
         argv, real = _resolve(cand, "NVCC")
     except FileNotFoundError:
         raise FileNotFoundError("backend='GPU' needs nvcc: install the CUDA toolkit, or set CUDA_HOME "
                                 "or NVCC") from None
-    return Compiler(argv, real, _identity(argv, real, state_dir))
+    return Compiler(argv, real, *_probe(argv, real, state_dir))
 
 
-def cuda_lib_dir(nvcc: Compiler) -> Optional[str]:
-    root = Path(nvcc.path).resolve().parent.parent
-    for sub in ("lib64", "lib", "targets/x86_64-linux/lib"):
-        if (root / sub / "libcudart.so").exists() or (root / sub).is_dir():
-            return str(root / sub)
-    return None
+def cuda_lib_dir(nvcc: Compiler, state_dir: Optional[Path] = None) -> Optional[str]:
+    """The CUDA toolkit's library directory (where libcudart is), found once per nvcc.
+
+    ``$CUDA_HOME``/``$CUDA_PATH`` if set; else the toolkit nvcc itself reports
+    (``TOP`` in its ``-dryrun`` output), which also works when nvcc on PATH
+    is a wrapper script.
+    """
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+
+    def probe():
+        roots = [home] if home else []
+        if not home:
+            import subprocess
+            try:
+                out = subprocess.run([*nvcc.argv, "-dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                                     capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                roots += [os.path.normpath(ln.split("=", 1)[1].strip().strip('"'))
+                          for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("#$ TOP=")]
+            except (OSError, subprocess.SubprocessError):
+                pass
+            roots.append(os.path.dirname(os.path.dirname(nvcc.path)))
+        for root in roots:
+            for sub in ("lib64", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib", "lib"):
+                d = os.path.join(root, sub)
+                if os.path.isfile(os.path.join(d, "libcudart.so")):
+                    return {"lib": d}, [nvcc.path]
+        return {"lib": None}, [nvcc.path]
+
+    return remembered(state_dir, f"cuda lib {nvcc.path} home={home}", probe)["lib"]  # type: ignore[return-value]
+
+
+def ext_suffix() -> str:
+    """The file suffix of an extension module for this Python (``.cpython-311-x86_64-linux-gnu.so``)."""
+    return importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def python_info(state_dir: Optional[Path]) -> PythonInfo:
+    """pybind11's version and headers and Python's headers, probed once per interpreter and pybind11."""
+    spec = importlib.util.find_spec("pybind11")  # the one this process would import; cheap, imports nothing
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("the 'pybind11' Python package is missing: python -m pip install pybind11")
+    pkg = os.path.dirname(spec.origin)
+
+    def probe():
+        import sysconfig
+
+        import pybind11
+        include = pybind11.get_include()
+        facts = {"pybind11_version": pybind11.__version__, "pybind11_include": include,
+                 "python_include": sysconfig.get_paths()["include"]}
+        return facts, [spec.origin, os.path.join(pkg, "_version.py"),
+                       os.path.join(include, "pybind11", "detail", "common.h")]
+
+    facts = remembered(state_dir, f"python {sys.executable} {sys.version} pybind11 {spec.origin}", probe)
+    abi = f"{sys.implementation.cache_tag} {ext_suffix()}"
+    return PythonInfo(str(facts["pybind11_version"]), str(facts["pybind11_include"]),
+                      str(facts["python_include"]), abi)
 
 
 def ninja_path() -> str:
@@ -124,56 +209,39 @@ def ninja_path() -> str:
         raise FileNotFoundError("the 'ninja' Python package is missing: python -m pip install ninja") from None
     exe = Path(ninja.BIN_DIR) / ("ninja.exe" if os.name == "nt" else "ninja")
     if not exe.exists():
-        raise FileNotFoundError(f"the ninja package has no binary at {exe}; reinstall it")
+        raise FileNotFoundError(f"the ninja package has no binary at {exe}; reinstall it "
+                                f"(python -m pip install --force-reinstall ninja)")
     return str(exe)
 
 
-@lru_cache(maxsize=None)
-def python_include() -> str:
-    return sysconfig.get_paths()["include"]
-
-
-@lru_cache(maxsize=None)
-def pybind11_info() -> Tuple[str, str]:
-    """(version, include dir) of the installed pybind11."""
-    import pybind11
-    return pybind11.__version__, pybind11.get_include()
-
-
-@lru_cache(maxsize=None)
-def ext_suffix() -> str:
-    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-
-
-def python_abi() -> str:
-    return f"{sys.implementation.cache_tag} {ext_suffix()}"
+_GIB = 1 << 30
 
 
 def default_jobs() -> int:
-    """``MAX_JOBS`` if set, else cores, bounded by free memory (~1 GiB per compile)."""
+    """``MAX_JOBS`` if set, else the usable cores, bounded by free memory (about 1 GiB per compile)."""
     env = os.environ.get("MAX_JOBS")
     if env:
         try:
-            return max(1, int(env))
+            jobs = int(env)
         except ValueError:
-            raise ValueError(f"MAX_JOBS must be a positive integer, got {env!r}") from None
+            jobs = 0
+        if jobs < 1:
+            raise ValueError(f"MAX_JOBS must be a positive integer, got {env!r}")
+        return jobs
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    avail = _available_memory()
+    avail = available_memory()
     if avail is not None:
-        cores = min(cores, max(1, avail // (1 << 30)))
+        cores = min(cores, max(1, avail // _GIB))
     return max(1, cores)
 
 
-def _available_memory() -> Optional[int]:
+def available_memory() -> Optional[int]:
+    """Bytes of memory available to new processes (Linux ``MemAvailable``), or None if unknown."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError):
         return None
     return None
-
-
-def split_flags(flags: Optional[List[str]]) -> List[str]:
-    return list(flags or [])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from opbuilder import BuildError, CustomOpBuilder, UnsafeCacheDirError
+from opbuilder import BuildError, CustomOpBuilder, UnsafeCacheDirError, build_library
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTION_OPS = str(ROOT / "custom_src" / "function_ops.cpp")
@@ -88,7 +88,6 @@ def test_cache_dir_is_created_private(tmp_path, monkeypatch, my_ops):
     monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(root))
     src = tmp_path / "tiny.cpp"
     src.write_text("int tiny() { return 1; }\n")
-    from opbuilder import build_library
     build_library("tiny", [str(src)])
     assert (os.stat(root).st_mode & 0o777) == 0o700
 
@@ -102,3 +101,35 @@ def test_group_or_other_writable_cache_dir_is_refused(tmp_path, monkeypatch, mod
     with pytest.raises(UnsafeCacheDirError, match=f"{root}.*writable by group or others"):
         CustomOpBuilder("my_ops", [FUNCTION_OPS]).load()
     assert os.listdir(root) == []  # nothing built there
+
+
+def test_link_error_names_the_missing_library(tmp_path):
+    src = tmp_path / "l.cpp"
+    src.write_text('extern "C" int l() { return 1; }\n')
+    with pytest.raises(BuildError) as info:
+        build_library("linkfail", [str(src)], ldflags=["-lopbuilder_no_such_library"])
+    msg = str(info.value)
+    assert msg.splitlines()[0] == "building operator 'linkfail' failed:"
+    assert "cannot find -lopbuilder_no_such_library" in msg and "full log: " in msg
+
+
+def test_duplicate_definition_is_a_readable_link_error(tmp_path):
+    for name in ("one", "two"):
+        (tmp_path / f"{name}.cpp").write_text("int twice(int x) { return x; }\n")
+    with pytest.raises(BuildError) as info:
+        build_library("dupdef", [str(tmp_path / "one.cpp"), str(tmp_path / "two.cpp")])
+    msg = str(info.value)
+    assert "dupdef" in msg.splitlines()[0]
+    assert "multiple definition of `twice(int)'" in msg
+
+
+def test_undefined_symbol_at_import_is_named_demangled(tmp_path):
+    from builder_util import tiny_module
+
+    src = tiny_module(tmp_path / "undef_op.cpp", "ob_missing_symbol(41)",
+                      decls="namespace ob { int helper(int); }\nint ob_missing_symbol(int x) { return ob::helper(x); }")
+    with pytest.raises(BuildError) as info:
+        CustomOpBuilder("undef_op", [str(src)]).load()
+    msg = str(info.value)
+    assert msg.startswith("operator 'undef_op' was built but cannot be imported: undefined symbol ob::helper(int)")
+    assert "(_ZN2ob6helperEi)" in msg and "library: " in msg

@@ -1,0 +1,254 @@
+"""Builder speed: opbuilder against PyTorch's cpp_extension.load, measured in the same run.
+
+    python benchmarks/builder.py [--warm-runs 15] [--no-torch] [--keep]
+
+The operator is the demo's multiply (custom_src/function_ops.cpp) and, for
+PyTorch, the same multiply as a torch::autograd::Function
+(benchmarks/torch_mul_op.cpp), each with one small extra source
+(``extra.cpp``) and one project header (``bench_config.h``) so that the
+incremental and header-edit scenarios exist. Every measurement runs in a new
+Python process and times only the ``load()`` call (the framework is imported
+first); each framework builds into its own fresh temporary directory, so
+nothing cached on this machine is used or touched.
+
+Rows:
+  cold, no PCH yet        opbuilder's very first build with an empty cache:
+                          toolchain probed, extension.h precompiled by a
+                          background process nobody waits for
+  cold, PCH present       a new operator (nothing built for it) once the
+                          precompiled header exists: every later cold build
+  warm load()             a new process loading the built operator (median)
+  one-file incremental    extra.cpp edited, rebuilt in a new process
+  header-edit rebuild     bench_config.h edited, rebuilt in a new process
+PyTorch has no PCH, so both cold rows compare with its one cold build.
+A second table gives the CPU time (user + system) of the loading process and
+the processes it waited for (compilers, ninja) -- steadier than wall time on
+a shared machine; the background PCH compile is not in it (nobody waits).
+Child processes run with bytecode caching on (as an installed package has),
+after one unmeasured run that writes it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_SOURCE = ROOT / "custom_src" / "function_ops.cpp"
+TORCH_SOURCE = Path(__file__).resolve().parent / "torch_mul_op.cpp"
+HEADER_USE = '\n#include "bench_config.h"\nint bench_config_value() { return BENCH_CONFIG; }\n'
+
+OB_CHILD = """
+import json, resource, sys, time
+import runtime
+from opbuilder import CustomOpBuilder
+def _cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+name, srcs = sys.argv[1], sys.argv[2:]
+c0 = _cpu()
+t0 = time.perf_counter()
+m = CustomOpBuilder(name, srcs).load()
+t1 = time.perf_counter()
+c1 = _cpu()
+assert m.mul(runtime.Tensor(2.0), runtime.Tensor(3.0)).item() == 6.0
+print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0}))
+"""
+
+TORCH_CHILD = """
+import json, resource, sys, time
+import torch
+from torch.utils import cpp_extension
+def _cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+name, build_dir, srcs = sys.argv[1], sys.argv[2], sys.argv[3:]
+c0 = _cpu()
+t0 = time.perf_counter()
+m = cpp_extension.load(name, srcs, build_directory=build_dir, verbose=False)
+t1 = time.perf_counter()
+c1 = _cpu()
+assert m.mul(torch.tensor([2.0]), torch.tensor([3.0])).item() == 6.0
+print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0}))
+"""
+
+IMPORT_CHILD = """
+import json, sys, time
+import runtime
+t0 = time.perf_counter()
+import opbuilder
+print(json.dumps({"seconds": time.perf_counter() - t0}))
+"""
+
+
+def _env(**extra: str) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("OPBUILDER_VERBOSE", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+def _run(code: str, args: List[str], env: Dict[str, str]) -> Dict[str, float]:
+    """Run one measuring child; its {"seconds": wall, "cpu": cpu of it and its waited-for children}."""
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                         timeout=1800)
+    if res.returncode != 0:
+        raise SystemExit(f"benchmark step failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _whole_process(code: str, env: Dict[str, str], runs: int) -> float:
+    import time
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=env, timeout=600)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _sources(work: Path, main_source: Path, stem: str) -> List[str]:
+    """The operator's sources in ``work``: the main one (using bench_config.h) and extra.cpp."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "bench_config.h").write_text("#define BENCH_CONFIG 1\n")
+    (work / "extra.cpp").write_text("int bench_extra() { return 1; }\n")
+    main = work / f"{stem}.cpp"
+    main.write_text(main_source.read_text() + HEADER_USE)
+    return [str(main), str(work / "extra.cpp")]
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    path.write_text(path.read_text().replace(old, new))
+
+
+def measure(framework: str, work: Path, warm_runs: int) -> Dict[str, float]:
+    """Every scenario for one framework, each in new processes; seconds (``<row>_cpu``: CPU seconds)."""
+    out: Dict[str, float] = {}
+
+    def build(row: str, *name: str) -> None:
+        res = load(*name)
+        out[row], out[row + "_cpu"] = res["seconds"], res["cpu"]
+
+    if framework == "opbuilder":
+        srcs = _sources(work / "src", DEMO_SOURCE, "ob_op")
+        env = _env(OPBUILDER_CACHE_DIR=str(work / "cache"))
+
+        def load(name: str = "bench_ops") -> Dict[str, float]:
+            return _run(OB_CHILD, [name, *srcs], env)
+        whole = f"import runtime; from opbuilder import CustomOpBuilder; CustomOpBuilder('bench_ops', {srcs!r}).load()"
+    else:
+        srcs = _sources(work / "src", TORCH_SOURCE, "torch_op")
+        build_dir = work / "build"
+        build_dir.mkdir(parents=True)
+        env = _env(TORCH_EXTENSIONS_DIR=str(work / "ext"))
+
+        def load(name: str = "bench_torch") -> Dict[str, float]:
+            return _run(TORCH_CHILD, [name, str(build_dir), *srcs], env)
+        whole = (f"import torch; from torch.utils import cpp_extension; "
+                 f"cpp_extension.load('bench_torch', {srcs!r}, build_directory={str(build_dir)!r})")
+
+    print(f"  {framework}: cold build ...", file=sys.stderr, flush=True)
+    build("cold")
+    if framework == "opbuilder":
+        _wait_for_pch(work / "cache")  # built in the background; let it finish before timing anything else
+    load()  # unmeasured: writes bytecode caches for the warm runs
+    out["warm"] = statistics.median(load()["seconds"] for _ in range(warm_runs))
+    out["warm_process"] = _whole_process(whole, env, max(3, warm_runs // 3))
+    print(f"  {framework}: incremental and header-edit rebuilds ...", file=sys.stderr, flush=True)
+    _edit(Path(srcs[1]), "return 1;", "return 2;")
+    build("incremental")
+    _edit(Path(srcs[0]).with_name("bench_config.h"), "BENCH_CONFIG 1", "BENCH_CONFIG 2")
+    build("header")
+    if framework == "opbuilder":
+        print("  opbuilder: cold build of a new operator, PCH present ...", file=sys.stderr, flush=True)
+        build("cold_pch", "bench_ops_again")
+        out["import"] = statistics.median(_run(IMPORT_CHILD, [], env)["seconds"]
+                                          for _ in range(max(3, warm_runs // 3)))
+    return out
+
+
+def _wait_for_pch(cache: Path, timeout: float = 600) -> None:
+    import time
+    deadline = time.monotonic() + timeout
+    while not list(cache.glob(".pch/*/pch.h.gch")):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the precompiled header never appeared under {cache}/.pch (see its build.log)")
+        time.sleep(0.1)
+
+
+def _fmt(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.2f} ms" if seconds < 0.1 else f"{seconds:.1f} s"
+
+
+def _compiler() -> str:
+    cxx = os.environ.get("CXX") or "c++"
+    try:
+        return subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        return cxx
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--warm-runs", type=int, default=15, help="new processes per warm measurement (median)")
+    ap.add_argument("--no-torch", action="store_true", help="skip PyTorch even if it is installed")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directories (printed)")
+    args = ap.parse_args(argv)
+
+    try:
+        import torch  # noqa: F401
+        torch_version: Optional[str] = torch.__version__
+    except ImportError:
+        torch_version = None
+    if args.no_torch:
+        torch_version = None
+
+    work = Path(tempfile.mkdtemp(prefix="opbuilder-bench-"))
+    os.chmod(work, 0o700)
+    try:
+        ob = measure("opbuilder", work / "opbuilder", args.warm_runs)
+        th = measure("torch", work / "torch", args.warm_runs) if torch_version else {}
+    finally:
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"builder benchmark: {_compiler()}; {cores} cores; Python {platform.python_version()}; "
+          f"torch {torch_version or 'not installed'}; load average {os.getloadavg()[0]:.2f} at the end")
+    rows = [("cold build, no PCH yet (empty cache)", "cold", "cold"),
+            ("cold build, PCH present (new operator)", "cold_pch", "cold"),
+            ("warm load() in a new process (median)", "warm", "warm"),
+            ("warm: whole new process, import + load", "warm_process", "warm_process"),
+            ("one-file incremental rebuild", "incremental", "incremental"),
+            ("header-edit rebuild", "header", "header")]
+    print(f"{'wall time':42s}{'opbuilder':>12s}{'torch load':>14s}{'ratio':>8s}")
+    for label, ours, theirs in rows:
+        a, b = ob.get(ours), th.get(theirs)
+        ratio = f"{a / b:.3f}" if a is not None and b else "-"
+        print(f"{label:42s}{_fmt(a):>12s}{_fmt(b):>14s}{ratio:>8s}")
+    print(f"{'CPU time of the build (less noisy)':42s}")
+    for label, ours, theirs in rows:
+        a, b = ob.get(ours + "_cpu"), th.get(theirs + "_cpu")
+        if a is not None:
+            ratio = f"{a / b:.3f}" if b else "-"
+            print(f"{label:42s}{_fmt(a):>12s}{_fmt(b):>14s}{ratio:>8s}")
+    print(f"{'import opbuilder (after import runtime)':42s}{_fmt(ob.get('import')):>12s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

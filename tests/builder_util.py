@@ -1,0 +1,102 @@
+"""Helpers for the builder tests: tiny sources that compile in a fraction of a second,
+and CXX wrapper scripts that log (and can stall) every compiler run."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from opbuilder.probe_cache import SETTLE_NS
+
+REAL_CXX = shutil.which("c++") or shutil.which("g++")
+
+# A Python extension module on the bare C API: a real module that load() imports,
+# without pybind11, so each build costs well under a second.
+TINY_MODULE = """\
+#include <Python.h>
+{includes}
+#define OB_CAT2(a, b) a##b
+#define OB_CAT(a, b) OB_CAT2(a, b)
+{decls}
+static PyObject *value(PyObject *, PyObject *) {{ return PyLong_FromLong({value}); }}
+static PyMethodDef methods[] = {{{{"value", value, METH_NOARGS, nullptr}}, {{nullptr, nullptr, 0, nullptr}}}};
+static PyModuleDef def = {{PyModuleDef_HEAD_INIT, "tiny", nullptr, -1, methods}};
+PyMODINIT_FUNC OB_CAT(PyInit_, OB_EXTENSION_NAME)(void) {{ return PyModule_Create(&def); }}
+"""
+
+
+def tiny_module(path: Path, value: str = "1", includes: str = "", decls: str = "") -> Path:
+    """Write a bare-C-API module whose ``value()`` returns the C++ expression ``value``."""
+    path.write_text(TINY_MODULE.format(value=value, includes=includes, decls=decls))
+    return path
+
+
+def wrapper_cxx(directory: Path, log: Path, stall_flag: Optional[Path] = None) -> str:
+    """A CXX that appends each command line to ``log`` and runs the real compiler.
+
+    While ``stall_flag`` exists, a compile (``-c``) instead writes garbage to its
+    output, records its pid in ``<flag>.pid``, creates ``<flag>.started`` and
+    sleeps; if it ever wakes up it writes garbage again: a build killed
+    mid-compile, with a compiler left running.
+    """
+    stall = ""
+    if stall_flag is not None:
+        stall = textwrap.dedent(f"""\
+            case " $* " in *" -c "*)
+              if [ -e '{stall_flag}' ]; then
+                out=; prev=
+                for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+                echo 'not an object file' > "$out"
+                echo $$ > '{stall_flag}.pid'
+                touch '{stall_flag}.started'
+                sleep 120
+                echo 'written after the build was killed' > "$out"
+                exit 0
+              fi;;
+            esac
+            """)
+    script = directory / "cxx-wrapper.sh"
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{log}'\n{stall}exec '{REAL_CXX}' \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    time.sleep(SETTLE_NS / 1e9 + 0.05)  # so its --version answer may be remembered (see probe_cache)
+    return str(script)
+
+
+def compiled_sources(log: Path) -> List[str]:
+    """File names of the sources compiled (``-c``) according to a wrapper log, in order."""
+    if not log.exists():
+        return []
+    out = []
+    for line in log.read_text().splitlines():
+        args = line.split()
+        if "-c" in args:
+            out.append(Path(args[args.index("-c") + 1]).name)
+    return out
+
+
+def version_probes(log: Path) -> int:
+    return sum(1 for line in log.read_text().splitlines() if line.strip() == "--version") if log.exists() else 0
+
+
+def process_gone(pid: int) -> bool:
+    """True if ``pid`` no longer runs (gone, or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def child_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env.update(extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    return env
+
+
+PYTHON = sys.executable

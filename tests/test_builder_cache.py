@@ -1,0 +1,200 @@
+"""The content-addressed cache: headers count, touch does not, reload in-process,
+published files never rewritten, incremental rebuilds, old builds pruned."""
+import ctypes
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from builder_util import PYTHON, child_env, compiled_sources, tiny_module, wrapper_cxx
+from opbuilder import BuildError, CustomOpBuilder, build_library
+
+
+def _touch(*paths):
+    for p in paths:
+        st = os.stat(p)
+        os.utime(p, ns=(st.st_atime_ns + 5_000_000_000, st.st_mtime_ns + 5_000_000_000))
+
+
+def test_header_edit_is_seen_in_process_and_in_a_new_process(tmp_path):
+    header = tmp_path / "value.h"
+    header.write_text("#define OB_VALUE 1\n")
+    src = tiny_module(tmp_path / "hdr_op.cpp", "OB_VALUE", includes='#include "value.h"')
+    builder = CustomOpBuilder("hdr_op", [src])
+
+    first = builder.load()
+    assert first.value() == 1
+    first_lib = Path(builder.build())
+    first_bytes = first_lib.read_bytes()
+
+    header.write_text("#define OB_VALUE 2\n")
+    second = builder.load()  # same process: the new code, as a new module object
+    assert second is not first and second.value() == 2
+    assert first.value() == 1  # the module loaded before still runs its own code
+    second_lib = Path(builder.build())
+    assert second_lib != first_lib and first_lib.read_bytes() == first_bytes  # never overwritten
+
+    _touch(header, src)  # new mtimes, same contents: nothing to rebuild
+    assert builder.load() is second
+
+    header.write_text("#define OB_VALUE 3\n")
+    code = f"from opbuilder import CustomOpBuilder; print(CustomOpBuilder('hdr_op', [{str(src)!r}]).load().value())"
+    res = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300, env=child_env())
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "3"
+    assert "building hdr_op" in res.stderr  # the new process rebuilt for the header edit
+    assert builder.load().value() == 3  # and this process now finds that build
+
+
+def test_a_header_that_disappears_is_a_build_error_naming_it(tmp_path):
+    header = tmp_path / "gone.h"
+    header.write_text("#define OB_VALUE 5\n")
+    src = tiny_module(tmp_path / "gone_op.cpp", "OB_VALUE", includes='#include "gone.h"')
+    assert CustomOpBuilder("gone_op", [src]).load().value() == 5
+    header.unlink()
+    with pytest.raises(BuildError) as info:  # the recorded header is gone: rebuild, and the compiler says why
+        CustomOpBuilder("gone_op", [src]).load()
+    assert "gone.h" in str(info.value) and "gone_op" in str(info.value).splitlines()[0]
+
+
+@pytest.fixture
+def three_sources(tmp_path, monkeypatch):
+    """Three C sources (b and c include common.h) built as one library through a logging CXX."""
+    log = tmp_path / "cxx.log"
+    monkeypatch.setenv("CXX", wrapper_cxx(tmp_path, log))
+    (tmp_path / "common.h").write_text("#define BASE 100\n")
+    srcs = []
+    for name, body in (("a", "return 1;"), ("b", "return BASE + 2;"), ("c", "return BASE + 3;")):
+        inc = '#include "common.h"\n' if name != "a" else ""
+        p = tmp_path / f"{name}.cpp"
+        p.write_text(f'{inc}extern "C" int {name}_value() {{ {body} }}\n')
+        srcs.append(p)
+    return tmp_path, srcs, log
+
+
+def _values(lib):
+    so = ctypes.CDLL(lib)
+    return so.a_value(), so.b_value(), so.c_value()
+
+
+def test_editing_one_of_three_sources_recompiles_only_that_one(three_sources):
+    root, srcs, log = three_sources
+    cache = root / "cache"
+    lib = build_library("three", srcs, build_dir=cache)
+    assert sorted(compiled_sources(log)) == ["a.cpp", "b.cpp", "c.cpp"]
+    assert _values(lib) == (1, 102, 103)
+
+    log.write_text("")
+    srcs[0].write_text('extern "C" int a_value() { return 11; }\n')
+    lib2 = build_library("three", srcs, build_dir=cache)
+    assert compiled_sources(log) == ["a.cpp"]
+    assert lib2 != lib and _values(lib2) == (11, 102, 103)
+
+    log.write_text("")
+    (root / "common.h").write_text("#define BASE 200\n")
+    lib3 = build_library("three", srcs, build_dir=cache)
+    assert sorted(compiled_sources(log)) == ["b.cpp", "c.cpp"]
+    assert _values(lib3) == (11, 202, 203)
+
+
+def test_touch_alone_rebuilds_nothing(three_sources):
+    root, srcs, log = three_sources
+    cache = root / "cache"
+    lib = build_library("three", srcs, build_dir=cache)
+    log.write_text("")
+    _touch(*srcs, root / "common.h")
+    assert build_library("three", srcs, build_dir=cache) == lib
+    assert log.read_text() == ""  # not even a compiler probe
+    # and touching, then editing another file, still compiles only the edited one
+    _touch(*srcs, root / "common.h")
+    srcs[2].write_text('#include "common.h"\nextern "C" int c_value() { return BASE + 33; }\n')
+    assert _values(build_library("three", srcs, build_dir=cache)) == (1, 102, 133)
+    assert compiled_sources(log) == ["c.cpp"]
+
+
+def test_going_back_to_earlier_contents_is_a_warm_hit(three_sources):
+    root, srcs, log = three_sources
+    cache = root / "cache"
+    original = srcs[0].read_text()
+    lib = build_library("three", srcs, build_dir=cache)
+    srcs[0].write_text('extern "C" int a_value() { return 7; }\n')
+    build_library("three", srcs, build_dir=cache)
+    log.write_text("")
+    srcs[0].write_text(original)
+    assert build_library("three", srcs, build_dir=cache) == lib
+    assert compiled_sources(log) == []
+
+
+def test_only_the_newest_builds_are_kept(tmp_path):
+    from opbuilder.publish import KEEP_BUILDS
+
+    src = tmp_path / "p.cpp"
+    cache = tmp_path / "cache"
+    libs = []
+    for i in range(KEEP_BUILDS + 2):
+        src.write_text(f'extern "C" int p_value() {{ return {i}; }}\n')
+        libs.append(Path(build_library("pruned", [src], build_dir=cache)))
+    op_dir = cache / "pruned.lib"
+    kept = sorted(d for d in op_dir.iterdir() if (d / "build.json").exists())
+    assert len(kept) == KEEP_BUILDS
+    assert all(lib.exists() for lib in libs[-KEEP_BUILDS:])
+    assert not any(lib.exists() for lib in libs[:2])
+    assert len(list((op_dir / "deps").glob("*.json"))) == KEEP_BUILDS  # manifests of dropped builds go too
+    assert ctypes.CDLL(str(libs[-1])).p_value() == KEEP_BUILDS + 1
+
+
+def test_a_source_edited_while_it_compiles_is_built_again(tmp_path, monkeypatch):
+    src = tmp_path / "racy.cpp"
+    src.write_text('extern "C" int racy() { return 1; }\n')
+    log = tmp_path / "cxx.log"
+    flag = tmp_path / "edit-once"
+    flag.touch()
+    inner = wrapper_cxx(tmp_path, log)
+    editing = tmp_path / "editing-cxx.sh"  # compiles, then (once) saves a new version of the source
+    editing.write_text(f"""#!/bin/sh
+'{inner}' "$@"; rc=$?
+case " $* " in *" -c "*)
+  if [ -e '{flag}' ]; then rm '{flag}'; echo 'extern "C" int racy() {{ return 2; }}' > '{src}'; fi;;
+esac
+exit $rc
+""")
+    editing.chmod(0o755)
+    monkeypatch.setenv("CXX", str(editing))
+    lib = build_library("racy", [src], build_dir=tmp_path / "cache")
+    assert ctypes.CDLL(lib).racy() == 2  # never published version 1 under version 2's contents
+    assert compiled_sources(log) == ["racy.cpp", "racy.cpp"]
+    log.write_text("")
+    assert build_library("racy", [src], build_dir=tmp_path / "cache") == lib and compiled_sources(log) == []
+
+
+PYBIND11_OP = """\
+#include "opbuilder/extension.h"
+namespace py = pybind11;
+struct Counter { int start = VERSION; };
+PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
+  py::class_<Counter>(m, "Counter", py::module_local()).def(py::init<>()).def_readonly("start", &Counter::start);
+  m.def("version", [] { return VERSION; });
+}
+"""
+
+
+def test_pybind11_module_edited_and_reloaded_in_process_runs_the_new_code(tmp_path):
+    # pybind11 hands back the module it created first for a name it has seen: each new build
+    # must be imported under a name of its own
+    src = tmp_path / "pb_reload.cpp"
+    src.write_text(PYBIND11_OP.replace("VERSION", "1"))
+    first = CustomOpBuilder("pb_reload", [src]).load()
+    assert first.version() == 1 and first.Counter().start == 1 and first.__name__ == "pb_reload"
+    src.write_text(PYBIND11_OP.replace("VERSION", "2"))
+    second = CustomOpBuilder("pb_reload", [src]).load()
+    assert second.version() == 2 and second.Counter().start == 2
+    assert second.__name__.endswith(".pb_reload") and first.version() == 1
+
+
+def test_a_class_registered_by_an_earlier_build_is_explained():
+    from opbuilder.importer import _explain
+
+    why = _explain(ImportError('generic_type: type "Foo" is already registered!'))
+    assert 'an earlier build loaded in this process registered "Foo"' in why
+    assert "py::module_local()" in why and "restart Python" in why

@@ -1,0 +1,120 @@
+"""python -m opbuilder build / cache list / cache clean / doctor, as a user runs them."""
+import ctypes
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from builder_util import PYTHON, child_env, tiny_module
+
+
+def _cli(*args, **env):
+    return subprocess.run([PYTHON, "-m", "opbuilder", *args], capture_output=True, text=True, timeout=300,
+                          env=child_env(**env))
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return tmp_path / "cli-cache"
+
+
+def test_build_then_list_then_clean_one_operator(tmp_path, cache):
+    src = tiny_module(tmp_path / "cli_op.cpp", "9")
+    res = _cli("build", "cli_op", str(src), OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 0, res.stderr
+    lib = Path(res.stdout.strip())
+    assert lib.is_file() and cache in lib.parents and lib.name.startswith("cli_op.")
+    # a load() in a new process finds the prebuilt module without building
+    code = f"from opbuilder import CustomOpBuilder; print(CustomOpBuilder('cli_op', [{str(src)!r}]).load().value())"
+    run = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=child_env(OPBUILDER_CACHE_DIR=str(cache)))
+    assert run.stdout.strip() == "9" and "building" not in run.stderr
+
+    plain = tmp_path / "plain.cpp"
+    plain.write_text('extern "C" int plain() { return PLAIN; }\n')
+    res = _cli("build", "cli_lib", str(plain), "--library", "--cflags=-DPLAIN=3", OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 0, res.stderr
+    lib2 = Path(res.stdout.strip())
+    assert lib2.name == "libcli_lib.so" and ctypes.CDLL(str(lib2)).plain() == 3
+
+    listing = _cli("cache", "list", OPBUILDER_CACHE_DIR=str(cache))
+    assert listing.returncode == 0
+    assert listing.stdout.splitlines()[0] == f"cache: {cache}"
+    rows = {line.split()[0]: line.split()[1] for line in listing.stdout.splitlines() if line and line[0] != " "}
+    assert rows.get("cli_op") == "module" and rows.get("cli_lib") == "library"
+    one = _cli("cache", "list", "cli_op", OPBUILDER_CACHE_DIR=str(cache))
+    assert str(lib) in one.stdout and str(src) in one.stdout and "cli_lib" not in one.stdout
+
+    clean = _cli("cache", "clean", "cli_op", OPBUILDER_CACHE_DIR=str(cache))
+    assert clean.returncode == 0 and f"removed {cache / 'cli_op'}" in clean.stdout
+    assert not (cache / "cli_op").exists() and lib2.is_file()  # the other operator is untouched
+    gone = _cli("cache", "list", "cli_op", OPBUILDER_CACHE_DIR=str(cache))
+    assert gone.returncode == 1 and "nothing cached for operator 'cli_op'" in gone.stderr
+
+    everything = _cli("cache", "clean", OPBUILDER_CACHE_DIR=str(cache))
+    assert everything.returncode == 0 and not (cache / "cli_lib.lib").exists()
+
+
+def test_build_errors_are_printed_without_a_traceback(tmp_path, cache):
+    src = tmp_path / "bad.cpp"
+    src.write_text("int f() { return nope; }\n")
+    res = _cli("build", "bad_op", str(src), "--library", OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 1
+    assert "opbuilder: error: building operator 'bad_op' failed:" in res.stderr
+    assert f"{src}:1:" in res.stderr and "Traceback" not in res.stderr
+    res = _cli("build", "bad_op", str(tmp_path / "missing.cpp"), OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 1 and "source file of operator 'bad_op' not found" in res.stderr
+    res = _cli("build", "bad_op", str(src), "--backend", "TPU", OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 1 and "unknown backend 'TPU'; accepted values: 'CPU', 'GPU'" in res.stderr
+
+
+def test_cache_commands_refuse_a_shared_directory(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    for action in ("list", "clean"):
+        res = _cli("cache", action, OPBUILDER_CACHE_DIR=str(shared))
+        assert res.returncode == 1 and f"{shared} is writable by group or others" in res.stderr
+
+
+def test_doctor_reports_all_is_well(cache):
+    res = _cli("doctor", OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 0, res.stdout
+    for what in ("cache directory", "C++ compiler", "pybind11", "Python headers", "ninja", "parallel jobs"):
+        assert any(line.startswith(f"ok    {what}: ") for line in res.stdout.splitlines()), what
+    assert res.stdout.splitlines()[-1] == "everything a build needs is here"
+
+
+def test_doctor_names_each_problem_with_a_fix(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o775)
+    res = _cli("doctor", OPBUILDER_CACHE_DIR=str(shared), CXX="/no/such/g++", MAX_JOBS="lots")
+    assert res.returncode == 1
+    lines = res.stdout.splitlines()
+
+    def fix_after(prefix):
+        i = next(i for i, line in enumerate(lines) if line.startswith(prefix))
+        return lines[i + 1].strip()
+
+    assert fix_after(f"error cache directory: opbuilder cache directory {shared} is writable") == \
+        f"fix: chmod 700 {shared}"
+    assert fix_after("error C++ compiler: CXX compiler '/no/such/g++' was not found").startswith("fix: install g++")
+    assert fix_after("error parallel jobs: MAX_JOBS must be a positive integer") == \
+        "fix: set MAX_JOBS to a positive integer, or unset it"
+    assert lines[-1] == "3 problem(s) found"
+
+
+def test_clean_skips_an_operator_that_is_being_built(tmp_path, cache):
+    from opbuilder.lock import build_lock
+
+    src = tmp_path / "busy.cpp"
+    src.write_text('extern "C" int busy() { return 1; }\n')
+    assert _cli("build", "busy", str(src), "--library", OPBUILDER_CACHE_DIR=str(cache)).returncode == 0
+    with build_lock(cache / "busy.lib", "busy"):  # as a running build holds it
+        res = _cli("cache", "clean", "busy", OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 1 and "skipped busy: being built by another process right now" in res.stderr
+    assert (cache / "busy.lib").is_dir()
+    assert _cli("cache", "clean", "busy", OPBUILDER_CACHE_DIR=str(cache)).returncode == 0
+    assert not (cache / "busy.lib").exists()

@@ -1,0 +1,90 @@
+"""Real processes: concurrent cold loads compile once; a build killed with SIGKILL
+leaves nothing that the next load waits on or trusts."""
+import ctypes
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from builder_util import PYTHON, child_env, compiled_sources, process_gone, tiny_module, wrapper_cxx
+from opbuilder import build_library
+
+CHILD = """
+import os, sys, time
+import runtime
+from opbuilder import CustomOpBuilder
+ready, go = sys.argv[1], sys.argv[2]
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.005)
+m = CustomOpBuilder("shared_op", [sys.argv[3]]).load()
+print(m.value(), m.__file__)
+"""
+
+
+def test_four_concurrent_cold_loads_compile_once(tmp_path):
+    log = tmp_path / "cxx.log"
+    cxx = wrapper_cxx(tmp_path, log)
+    slow_cxx = tmp_path / "slow-cxx.sh"  # a compile that lasts long enough for every loader to arrive
+    slow_cxx.write_text(f"#!/bin/sh\ncase \" $* \" in *\" -c \"*) sleep 2;; esac\nexec '{cxx}' \"$@\"\n")
+    slow_cxx.chmod(0o755)
+    src = tiny_module(tmp_path / "shared_op.cpp", "42")
+    env = child_env(CXX=str(slow_cxx), OPBUILDER_CACHE_DIR=str(tmp_path / "cache"))
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([PYTHON, "-c", CHILD, str(tmp_path / f"ready{i}"), str(go), str(src)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready{i}").exists() for i in range(4)):
+        assert time.monotonic() < deadline, "the loader processes did not start"
+        time.sleep(0.01)
+    go.touch()  # all four call load() at the same moment
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err for _, err in results]
+    outs = {out.strip() for out, _ in results}
+    assert len(outs) == 1 and outs.pop().startswith("42 ")  # one working module, the same file for all
+    assert compiled_sources(log) == ["shared_op.cpp"]  # exactly one compile
+    assert sum("waiting for another process that is building shared_op" in err for _, err in results) >= 1
+
+
+BUILD_VICTIM = """
+import sys
+from opbuilder import build_library
+build_library("victim", [sys.argv[1]], build_dir=sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("target", ["process group", "python process"])
+def test_sigkill_mid_build_leaves_nothing_to_wait_on_or_trust(tmp_path, monkeypatch, capfd, target):
+    log = tmp_path / "cxx.log"
+    stall = tmp_path / "stall"
+    cxx = wrapper_cxx(tmp_path, log, stall_flag=stall)
+    src = tmp_path / "victim.cpp"
+    src.write_text('extern "C" int victim_value() { return 31; }\n')
+    cache = tmp_path / "cache"
+    stall.touch()
+    child = subprocess.Popen([PYTHON, "-c", BUILD_VICTIM, str(src), str(cache)], env=child_env(CXX=cxx),
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = stall.with_name("stall.started")
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert child.poll() is None and time.monotonic() < deadline, "the build never reached the compiler"
+        time.sleep(0.01)
+    if target == "process group":
+        os.killpg(child.pid, signal.SIGKILL)
+    else:
+        os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    compiler = int(stall.with_name("stall.pid").read_text())
+    assert not process_gone(compiler)  # ninja runs commands in their own group: the compiler outlived the kill
+    stall.unlink()
+
+    capfd.readouterr()
+    monkeypatch.setenv("CXX", cxx)
+    lib = build_library("victim", [src], build_dir=cache)  # would hang or link garbage if anything were trusted
+    err = capfd.readouterr().err
+    assert "waiting for another process" not in err
+    assert ctypes.CDLL(lib).victim_value() == 31
+    assert process_gone(compiler)  # the leftover compiler was stopped before the rebuild
+    assert not (cache / "victim.lib" / "build" / ".building").exists()

@@ -1,0 +1,53 @@
+"""The precompiled opbuilder/extension.h: built once per toolchain and flags, used only
+where forcing it first cannot change a source's meaning, and accepted by the compiler."""
+import time
+
+import pytest
+
+from opbuilder import CustomOpBuilder, pch
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('#include "opbuilder/extension.h"\n', True),
+    ('// a comment\n/* a\n block */\n#include <vector>\n#include <string>\n\n#include "opbuilder/extension.h"\n', True),
+    ('#include <opbuilder/extension.h>\n', True),
+    ('#include <stdexcept>\n#  include "ms_extension.h"\n', True),
+    ('#define PYBIND11_DETAILED_ERROR_MESSAGES\n#include "opbuilder/extension.h"\n', False),
+    ('#include "my_config.h"\n#include "opbuilder/extension.h"\n', False),
+    ('#ifdef FAST\n#include "opbuilder/extension.h"\n#endif\n', False),
+    ('#include <pybind11/pybind11.h>\nPYBIND11_MODULE(x, m) {}\n', False),
+    ('int f() { return 1; }\n#include "opbuilder/extension.h"\n', False),
+    ('', False),
+])
+def test_eligible_only_when_the_header_comes_first(tmp_path, text, expected):
+    src = tmp_path / "s.cpp"
+    src.write_text(text)
+    assert pch.eligible(src) is expected
+
+
+def _wait_for_gch(cache_dir, timeout=600):
+    deadline = time.monotonic() + timeout
+    while True:
+        dirs = [d for d in (cache_dir / ".pch").iterdir() if d.is_dir()] if (cache_dir / ".pch").is_dir() else []
+        if dirs and all((d / "pch.h.gch").is_file() for d in dirs):
+            return dirs
+        assert time.monotonic() < deadline, "the precompiled header was never built"
+        time.sleep(0.2)
+
+
+def test_one_pch_serves_every_operator_and_the_compiler_accepts_it(cache_dir, my_ops, ms_ops, api_ops, tmp_path):
+    if not pch.enabled():
+        pytest.skip("OPBUILDER_PCH is off")
+    dirs = _wait_for_gch(cache_dir)  # started in the background by the first of these builds
+    assert len(dirs) == 1  # one PCH for all three operators (same toolchain and flags)
+    assert not list(dirs[0].glob(".pch.h.gch.tmp-*")) and (dirs[0] / "build.log").read_text() == ""
+    for op in ("my_ops", "ms_ops", "tensor_api_ops"):
+        assert f"-include {dirs[0] / 'pch.h'}" in (cache_dir / op / "build" / "build.ninja").read_text()
+    # an operator compiled now that the .gch exists: gcc must take it (-Winvalid-pch would say otherwise)
+    src = tmp_path / "pch_user.cpp"
+    src.write_text('#include <vector>\n#include "opbuilder/extension.h"\n'
+                   'PYBIND11_MODULE(OB_EXTENSION_NAME, m) { m.def("three", [] { return 3; }); }\n')
+    assert CustomOpBuilder("pch_user", [src]).load().three() == 3
+    log = (cache_dir / "pch_user" / "build" / "build.log").read_text()
+    assert "pch.h.gch" not in log and "Winvalid-pch" not in log
+    assert f"-include {dirs[0] / 'pch.h'}" in (cache_dir / "pch_user" / "build" / "build.ninja").read_text()

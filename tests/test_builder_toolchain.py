@@ -1,0 +1,159 @@
+"""Toolchain: CXX honoured, its identity probed once per binary, ninja from the package,
+MAX_JOBS and the default job count."""
+import json
+import logging
+import os
+import subprocess
+
+import pytest
+
+from builder_util import PYTHON, child_env, compiled_sources, version_probes, wrapper_cxx
+from opbuilder import build_library
+from opbuilder.toolchain import available_memory, default_jobs, find_compiler, ninja_path
+
+BUILD = ("import sys; from opbuilder import build_library; "
+         "print(build_library('tc', [sys.argv[1]], build_dir=sys.argv[2]))")
+
+
+def test_cxx_is_honoured_and_probed_once_across_processes(tmp_path):
+    log = tmp_path / "cxx.log"
+    cxx = wrapper_cxx(tmp_path, log)
+    src = tmp_path / "tc.cpp"
+    cache = tmp_path / "cache"
+    libs = []
+    for value in (1, 2, 3):  # three processes, three different builds
+        src.write_text(f'extern "C" int tc() {{ return {value}; }}\n')
+        res = subprocess.run([PYTHON, "-c", BUILD, str(src), str(cache)], capture_output=True, text=True,
+                             timeout=300, env=child_env(CXX=cxx))
+        assert res.returncode == 0, res.stderr
+        libs.append(res.stdout.strip())
+    assert compiled_sources(log) == ["tc.cpp"] * 3  # every compile went through $CXX
+    assert version_probes(log) == 1  # its identity was probed by the first process only
+    remembered = json.loads((cache / "toolchains.json").read_text())
+    assert any(cxx in key for key in remembered)
+    assert len(set(libs)) == 3
+
+
+def test_a_changed_compiler_is_probed_again_and_a_new_version_rebuilds(tmp_path, monkeypatch):
+    log = tmp_path / "cxx.log"
+    cxx = wrapper_cxx(tmp_path, log)
+    monkeypatch.setenv("CXX", cxx)
+    src = tmp_path / "tc.cpp"
+    src.write_text('extern "C" int tc() { return 1; }\n')
+    first = build_library("tc", [src], build_dir=tmp_path / "cache")
+    with open(cxx, "a") as f:
+        f.write("# the binary changed, its version did not\n")
+    assert build_library("tc", [src], build_dir=tmp_path / "cache") == first  # same identity: a warm hit
+    assert version_probes(log) == 2 and compiled_sources(log) == ["tc.cpp"]
+    fake_version = "[ \"$1\" = --version ] && echo 'g++ (other) 99.1' && exit 0\n"
+    text = open(cxx).read().replace("#!/bin/sh\n", "#!/bin/sh\n" + fake_version)
+    with open(cxx, "w") as f:
+        f.write(text)  # a new version: a new key
+    assert build_library("tc", [src], build_dir=tmp_path / "cache") != first
+    assert compiled_sources(log) == ["tc.cpp", "tc.cpp"]
+
+
+def test_missing_compiler_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", "/no/such/compiler-g++")
+    src = tmp_path / "x.cpp"
+    src.write_text("int x;\n")
+    with pytest.raises(FileNotFoundError, match="CXX compiler '/no/such/compiler-g\\+\\+' was not found"):
+        build_library("nocxx", [src], build_dir=tmp_path / "cache")
+
+
+def test_ninja_comes_from_the_package_not_path(tmp_path, monkeypatch):
+    import ninja
+
+    assert os.path.dirname(ninja_path()) == ninja.BIN_DIR
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ninja").write_text("#!/bin/sh\necho 'the ninja on PATH was used' >&2\nexit 1\n")
+    (fake / "ninja").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    src = tmp_path / "n.cpp"
+    src.write_text('extern "C" int n() { return 4; }\n')
+    assert build_library("ninja_pkg", [src], build_dir=tmp_path / "cache")
+
+
+def test_max_jobs_is_passed_to_ninja(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("MAX_JOBS", "1")
+    assert default_jobs() == 1
+    src = tmp_path / "j.cpp"
+    src.write_text('extern "C" int j() { return 5; }\n')
+    with caplog.at_level(logging.INFO, logger="opbuilder"):
+        build_library("jobs", [src], build_dir=tmp_path / "cache")
+    assert any("(1 jobs)" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many", "1.5"])
+def test_bad_max_jobs_is_a_value_error(monkeypatch, bad):
+    monkeypatch.setenv("MAX_JOBS", bad)
+    with pytest.raises(ValueError, match=f"MAX_JOBS must be a positive integer, got '{bad}'"):
+        default_jobs()
+
+
+def test_default_jobs_are_bounded_by_cores_and_memory(monkeypatch):
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    jobs = default_jobs()
+    assert 1 <= jobs <= len(os.sched_getaffinity(0))
+    mem = available_memory()
+    assert mem is not None and jobs <= max(1, mem // (1 << 30))
+
+
+def test_compiler_family_is_known(cache_dir):
+    cxx = find_compiler(cache_dir)
+    assert cxx.family in ("gcc", "clang") and cxx.version and cxx.path in cxx.identity
+
+
+def test_gpu_backend_compiles_cuda_with_nvcc(tmp_path):
+    from opbuilder.toolchain import find_nvcc, which
+
+    if which("nvcc") is None and not (os.environ.get("NVCC") or os.environ.get("CUDA_HOME")):
+        pytest.skip("no nvcc here")
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void add1(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] += 1; }\n"
+                   'extern "C" int launch(float *x, int n) { add1<<<1, 32>>>(x, n); return 0; }\n')
+    lib = build_library("cuda_k", [src], backend="GPU", build_dir=tmp_path / "cache")
+    import ctypes
+    assert hasattr(ctypes.CDLL(lib), "launch")  # linked against libcudart from nvcc's own toolkit
+    assert find_nvcc(None).family == "nvcc"
+
+
+def test_remembered_facts_are_probed_again_only_when_their_files_change(tmp_path, monkeypatch):
+    import time
+
+    from opbuilder.headers import _digest_now
+    from opbuilder.probe_cache import SETTLE_NS, remembered
+
+    inc = tmp_path / "include"
+    (inc / "opbuilder").mkdir(parents=True)
+    header = inc / "opbuilder" / "x.h"
+    header.write_text("int x;\n")
+    time.sleep(SETTLE_NS / 1e9 + 0.05)
+    probes = []
+
+    def probe():
+        probes.append(1)
+        return _digest_now(str(inc))
+
+    settle = SETTLE_NS / 1e9 + 0.05
+    first = remembered(tmp_path, "headers test", probe)["digest"]
+    assert remembered(tmp_path, "headers test", probe)["digest"] == first and len(probes) == 1
+    os.utime(header, (1, 1))  # touched: probed again, same digest
+    time.sleep(settle)
+    assert remembered(tmp_path, "headers test", probe)["digest"] == first and len(probes) == 2
+    assert remembered(tmp_path, "headers test", probe)["digest"] == first and len(probes) == 2
+    header.write_text("int y;\n")  # edited: a new digest
+    time.sleep(settle)
+    second = remembered(tmp_path, "headers test", probe)["digest"]
+    assert second != first and len(probes) == 3
+    (inc / "opbuilder" / "new.h").write_text("int z;\n")  # a header added to a watched directory
+    time.sleep(settle)
+    assert remembered(tmp_path, "headers test", probe)["digest"] not in (first, second) and len(probes) == 4
+    import opbuilder.probe_cache
+
+    monkeypatch.setattr(opbuilder.probe_cache, "SETTLE_NS", 60_000_000_000)  # "moments ago", deterministically
+    header.write_text("int w;\n")  # changed moments ago: used, but not remembered (file clocks are coarse)
+    remembered(tmp_path, "headers test", probe)
+    remembered(tmp_path, "headers test", probe)
+    assert len(probes) == 6
