@@ -119,12 +119,11 @@ def find_compiler(state_dir: Optional[Path]) -> Compiler:
     env = os.environ.get("CXX")
     if env is None or env == "":
         for cand in ("c++", "g++", "clang++"):
-            if which(cand):
-                env = cand
-                break
-        else:
-            raise FileNotFoundError("no C++ compiler found (tried c++, g++, clang++ on PATH); "
-                                    "install g++ (e.g. apt-get install g++) or set CXX")
+            exe = which(cand)  # one PATH search per candidate (the warm path pays for it)
+            if exe:
+                return Compiler((exe,), os.path.realpath(exe), *_probe((exe,), os.path.realpath(exe), state_dir))
+        raise FileNotFoundError("no C++ compiler found (tried c++, g++, clang++ on PATH); "
+                                "install g++ (e.g. apt-get install g++) or set CXX")
     argv, real = _resolve(env, "CXX")
     return Compiler(argv, real, *_probe(argv, real, state_dir))
 

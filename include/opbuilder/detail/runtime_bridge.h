@@ -54,7 +54,7 @@ inline Runtime LoadRuntime() {
   r.api = &py::detail::npy_api::get();
   using A = py::detail::npy_api;
   const int nums[kNumDataTypes] = {A::NPY_BOOL_,  A::NPY_INT8_,  A::NPY_INT16_,   A::NPY_INT32_,  A::NPY_INT64_,
-                                   A::NPY_UINT8_, 23 /*HALF*/,   A::NPY_FLOAT32_, A::NPY_FLOAT64_};
+                                   A::NPY_UINT8_, 23 /*HALF*/,   A::NPY_FLOAT_,   A::NPY_DOUBLE_};
   for (int i = 0; i < kNumDataTypes; ++i) {
     r.descr[i] = r.api->PyArray_DescrFromType_(nums[i]);
     if (r.descr[i] == nullptr) throw py::error_already_set();
