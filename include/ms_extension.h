@@ -50,14 +50,8 @@ using tensor::TensorPtrList;
 }  // namespace pynative
 
 namespace pyboost {
-template <typename T>
-using Function = opbuilder::Function<T>;
-using AutogradContext = opbuilder::AutogradContext;
-using tensor::BaseTensor;
-using tensor::BaseTensorPtr;
-using tensor::BaseTensorPtrList;
-using tensor::TensorPtr;
-using tensor::TensorPtrList;
+// The tutorials also place Function classes in mindspore::pyboost: same names.
+using namespace ::mindspore::pynative::autograd;
 }  // namespace pyboost
 
 }  // namespace mindspore

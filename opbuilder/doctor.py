@@ -40,7 +40,7 @@ def _cache_dir() -> Check:
         parent = next(p for p in root.parents if p.exists())
         if not os.access(parent, os.W_OK):
             return Check("cache directory", "error", f"{root} does not exist and {parent} is not writable",
-                         f"set OPBUILDER_CACHE_DIR to a directory you can write to")
+                         "set OPBUILDER_CACHE_DIR to a directory you can write to")
         return Check("cache directory", "ok", f"{root} (will be created, mode 0700)")
     try:
         check_private_dir(root)

@@ -14,7 +14,6 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from . import dtypes as _dt
-from .autograd import grad_mode as _gm
 
 __all__ = ["Tensor", "Parameter", "as_tensor"]
 

@@ -132,6 +132,20 @@ def _shape_result(positions, single_pos, weights, single_w, in_grads, w_grads):
     return (ig, wg)
 
 
+def _differentiator(fn: Callable, grad_position: Position, weights: Any, has_aux: bool, api: str):
+    """``(*args) -> (output, shaped gradients)``: the one body of value_and_grad and grad."""
+    positions, single_pos = _positions(grad_position)
+    ws, single_w = _weights(weights)
+    if positions is None and ws is None:
+        raise ValueError(f"{api} needs grad_position or weights (both are None)")
+
+    def run(args: tuple, kwargs: dict):
+        out, ig, wg = _run(fn, positions, ws, has_aux, args, kwargs)
+        return out, _shape_result(positions, single_pos, ws, single_w, ig, wg)
+
+    return run
+
+
 def value_and_grad(fn: Callable, grad_position: Position = 0, weights: Any = None,
                    has_aux: bool = False) -> Callable:
     """``fn`` -> a function returning ``(fn(*args), gradients)``.
@@ -141,30 +155,20 @@ def value_and_grad(fn: Callable, grad_position: Position = 0, weights: Any = Non
     ``(input_grads, weight_grads)``. has_aux: only the first output is
     differentiated; the value is still the whole output.
     """
-    positions, single_pos = _positions(grad_position)
-    ws, single_w = _weights(weights)
-    if positions is None and ws is None:
-        raise ValueError("value_and_grad needs grad_position or weights (both are None)")
+    run = _differentiator(fn, grad_position, weights, has_aux, "value_and_grad")
 
     def value_and_grad_fn(*args: Any, **kwargs: Any):
-        out, ig, wg = _run(fn, positions, ws, has_aux, args, kwargs)
-        return out, _shape_result(positions, single_pos, ws, single_w, ig, wg)
+        return run(args, kwargs)
 
     return value_and_grad_fn
 
 
 def grad(fn: Callable, grad_position: Position = 0, weights: Any = None, has_aux: bool = False) -> Callable:
     """Like ``value_and_grad`` but returns only the gradients (``(grads, aux)`` with has_aux)."""
-    positions, single_pos = _positions(grad_position)
-    ws, single_w = _weights(weights)
-    if positions is None and ws is None:
-        raise ValueError("grad needs grad_position or weights (both are None)")
+    run = _differentiator(fn, grad_position, weights, has_aux, "grad")
 
     def grad_fn(*args: Any, **kwargs: Any):
-        out, ig, wg = _run(fn, positions, ws, has_aux, args, kwargs)
-        g = _shape_result(positions, single_pos, ws, single_w, ig, wg)
-        if has_aux:
-            return g, tuple(out[1:])
-        return g
+        out, g = run(args, kwargs)
+        return (g, tuple(out[1:])) if has_aux else g
 
     return grad_fn

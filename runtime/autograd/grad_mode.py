@@ -6,9 +6,8 @@ runtime_bridge.h), so keep the attribute name and the object stable.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, TypeVar
 
 __all__ = ["is_grad_enabled", "set_grad_enabled", "no_grad", "enable_grad"]
 
