@@ -62,6 +62,22 @@ def test_in_place_op_returns_its_input_with_new_version_and_history(autograd_ops
     np.testing.assert_allclose(w.asnumpy(), before + y.asnumpy())
 
 
+@pytest.mark.parametrize("backward", [True, False])
+def test_in_place_and_non_differentiable_outputs_are_freed(autograd_ops, backward):
+    """Nothing the node keeps refers back to its outputs (no cycle the collector cannot see)."""
+    import gc
+    import weakref
+    w = nonleaf(3)
+    autograd_ops.add_(w, T(3))  # w is now the node's output, in place
+    sq, sign = autograd_ops.square_and_sign(nonleaf(4))
+    refs = [weakref.ref(t) for t in (w, sq, sign)]
+    if backward:
+        (w.sum() + sq.sum()).backward()
+    del w, sq, sign
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
+
+
 def test_in_place_op_gradients_match_numerical(autograd_ops):
     assert rt.gradcheck(lambda a, b: autograd_ops.add_(a * 1, b) * a, [T(2, 3), T(2, 3)])
 

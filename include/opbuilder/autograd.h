@@ -379,6 +379,10 @@ inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradCo
   c.saved_final = true;
   c.args = nullptr;  // Backward uses NeedsInputGrad(i); do not keep arguments alive
   c.nargs = 0;
+  // Only Apply reads these. A dirty input is now an output of this node: holding it here
+  // would make a cycle (tensor -> node -> ctx -> tensor) that the collector cannot see.
+  TensorPtrList().swap(c.dirty);
+  TensorPtrList().swap(c.non_differentiable);
   return result;
 }
 
