@@ -137,7 +137,7 @@ class Tensor:
     def astype(self, dtype: Any) -> "Tensor":
         return _math.cast(self, _dt.to_dtype(dtype))
 
-    def backward(self, gradient: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
+    def backward(self, gradient: Any = None, retain_graph: Optional[bool] = None, create_graph: bool = False) -> None:
         """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
         from .autograd.engine import backward
         backward([self], None if gradient is None else [gradient],

@@ -1,4 +1,6 @@
 """C++ Function<T> / AutogradContext semantics (operators in tests/cpp/autograd_ops.cpp)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -288,3 +290,44 @@ def test_random_compositions_with_builtin_ops_and_broadcasting(autograd_ops, my_
             return h
 
         assert rt.gradcheck(f, xs), f"trial {trial}: {seq}"
+
+
+def test_full_write_check_catches_a_single_byte_in_a_large_argument(autograd_ops, cache_dir):
+    """OPBUILDER_CHECK_WRITES=full hashes every byte (read once per process: run in a child)."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+    src = Path(__file__).resolve().parent / "cpp" / "autograd_ops.cpp"
+    code = textwrap.dedent(f"""
+        import numpy as np, runtime as rt
+        from opbuilder import CustomOpBuilder
+        m = CustomOpBuilder("autograd_ops", [{str(src)!r}]).load()
+        x = rt.Tensor(np.ones(1 << 20), requires_grad=True) * 1
+        try:
+            m.sneaky_scale(x, "one_middle")
+        except RuntimeError as e:
+            print("caught:", e)
+
+        class Sneaky(rt.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                a.asnumpy().view(np.uint8)[a.asnumpy().nbytes // 2 + 3] ^= 1
+                return a * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2
+
+        try:
+            Sneaky.apply(rt.Tensor(np.ones(1 << 20), requires_grad=True) * 1)
+        except RuntimeError as e:
+            print("caught:", e)
+    """)
+    env = dict(os.environ, OPBUILDER_CHECK_WRITES="full", OPBUILDER_CACHE_DIR=str(cache_dir))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2, res.stdout
+    assert "SneakyScale::Forward modified argument 0 in place without MarkDirty" in lines[0]
+    assert "Sneaky.forward modified argument 0 in place without mark_dirty" in lines[1]

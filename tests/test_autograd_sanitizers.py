@@ -110,16 +110,25 @@ def exercise(lib_path: str) -> None:
     m.mul_saved(np.ones(3), np.ones(3))  # bare numpy arrays
     rt.value_and_grad(lambda p, q: m.mul_saved(p, q).sum(), (0, 1))(T(4), T(4))
 
+    errors = []
+
     def work(k):
-        for _ in range(10):
-            p, q = T(32, grad=True), T(32, grad=True)
-            (m.releasing_mul(p, q, 5) ** 2).sum().backward()
+        try:
+            for _ in range(10):
+                p, q = T(32, grad=True), T(32, grad=True)
+                (m.releasing_mul(p, q, 5) ** 2).sum().backward()
+        except BaseException as e:  # a thread's exception would otherwise only be printed
+            errors.append(e)
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise errors[0]
+    m.hold([Tensor(np.full(8, float(k))) for k in range(200)])
+    m.drop_held_concurrently(4)  # last references dropped on threads without the GIL
     arrays = [np.arange(4.0) for _ in range(3)]
     m.drop_in_thread([Tensor(a) for a in arrays] + arrays)
     gc.collect()

@@ -64,3 +64,29 @@ def test_tensors_dropped_on_a_thread_without_the_gil(autograd_ops):
     assert after == before
     for k, a in enumerate(arrays):
         np.testing.assert_array_equal(a, np.arange(5.0) + k)
+
+
+def test_last_references_dropped_on_threads_without_the_gil(autograd_ops):
+    """C++ threads without the GIL drop the last references to Python-owned tensors while this
+    thread keeps allocating Python objects: the drops must take the GIL (else the allocator is
+    corrupted) and every object must be freed."""
+    import gc
+    import threading
+    import weakref
+    for _ in range(3):
+        tensors = [Tensor(np.full(16, float(k))) for k in range(1000)]
+        refs = [weakref.ref(t) for t in tensors]
+        autograd_ops.hold(tensors)
+        del tensors
+        assert all(r() is not None for r in refs)  # only C++ holds them now
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (autograd_ops.drop_held_concurrently(8), done.set()))
+        worker.start()
+        churn = 0
+        while not done.is_set():
+            junk = [{"k": [i] * 4} for i in range(200)]  # allocation and deallocation, under the GIL
+            churn += len(junk)
+            del junk
+        worker.join()
+        gc.collect()
+        assert churn > 0 and [r() for r in refs] == [None] * 1000

@@ -38,6 +38,29 @@ def test_registration_and_listing():
     assert net(Tensor(np.array([1.0, 2.0], np.float32))).asnumpy().tolist() == [2.0, 4.0]
 
 
+def test_parameters_are_listed_depth_first_like_mindspore():
+    class Leaf(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.p = Parameter(1.0)
+
+    class A(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.leaf = Leaf()
+
+    class Top(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.a = A()
+            self.b = Leaf()
+            self.q = Parameter(2.0)
+
+    top = Top()
+    assert [n for n, _ in top.parameters_and_names()] == ["q", "a.leaf.p", "b.p"]
+    assert [n for n, _ in top.cells_and_names()] == ["", "a", "a.leaf", "b"]
+
+
 def test_reassigning_an_attribute_unregisters():
     net = Inner()
     net.w = 3
@@ -98,3 +121,18 @@ class BadBprop(nn.Cell):
 def test_bprop_must_return_a_tuple():
     with pytest.raises(TypeError, match="BadBprop.bprop must return a tuple"):
         rt.grad(BadBprop())(Tensor(1.0))
+
+
+class NumpyBprop(nn.Cell):
+    def construct(self, x):
+        return x * x
+
+    def bprop(self, x, out, dout):
+        return (2 * x.asnumpy() * dout.asnumpy(),)  # numpy: first order only
+
+
+def test_bprop_returning_numpy_is_first_order_only():
+    x = Tensor(np.array([1.5, -2.0]))
+    np.testing.assert_allclose(rt.grad(NumpyBprop())(x).asnumpy(), [3.0, -4.0])
+    with pytest.raises(RuntimeError, match="NumpyBprop.bprop is once-differentiable"):
+        rt.grad(lambda t: rt.grad(NumpyBprop())(t).sum())(x)

@@ -124,3 +124,12 @@ def test_builder_arguments_are_checked():
     with pytest.raises(ValueError, match="a dtype_format row has 2 entries, but 2 inputs and 1 outputs"):
         CustomRegOp().input(0, "a").input(1, "b").output(0, "y") \
             .dtype_format(DataType.F32_Default, DataType.F32_Default).get_op_info()
+
+
+def test_pyfunc_without_out_shape_still_checks_input_dtypes():
+    op = ops.Custom(lambda a, b: a + b, func_type="pyfunc", reg_info=add_info(F32))
+    np.testing.assert_array_equal(op(Tensor(np.ones(2, np.float32)), Tensor(np.ones(2, np.float32))).asnumpy(),
+                                  [2.0, 2.0])
+    with pytest.raises(TypeError, match=r"dtypes \(float64, float64\).* are not supported by its reg_info "
+                                        r"'custom_add'; supported .*float32, float32"):
+        op(Tensor(np.ones(2)), Tensor(np.ones(2)))

@@ -112,3 +112,42 @@ def test_bad_weights():
 def test_function_must_return_tensors():
     with pytest.raises(TypeError, match="must return Tensors"):
         rt.grad(lambda x: 1.0)(x0)
+
+
+def test_other_inputs_are_constants_and_the_callers_graph_is_left_alone():
+    """A weight reached only through an input's history is not differentiated (as MindSpore),
+    and the caller's graph is neither followed nor freed."""
+    w = Parameter(2.0)
+    y = w * 3  # history through w
+    _, g = rt.value_and_grad(lambda a, b: (a * b * w).sum(), None, w)(Tensor(1.0), y)
+    assert g.item() == 6.0  # d/dw of a*b*w with b constant: a*b = 6 (not 12 through y)
+    y.sum().backward()  # the caller's graph is intact
+    assert w.grad.item() == 3.0
+
+
+def test_a_weight_passed_as_an_input_is_still_a_weight():
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    _, g = rt.value_and_grad(lambda x, v: (x * v).sum(), None, [w])(Tensor(np.array([3.0, 4.0])), w)
+    np.testing.assert_array_equal(g[0].asnumpy(), [3.0, 4.0])
+
+
+def test_every_gradient_has_its_own_buffer():
+    _, (ga, gb) = rt.value_and_grad(lambda a, b: a + b, (0, 1))(Tensor(np.ones(2)), Tensor(np.ones(2)))
+    assert ga is not gb and not np.shares_memory(ga.asnumpy(), gb.asnumpy())
+    x1, x2 = Tensor(np.ones(2), requires_grad=True), Tensor(np.ones(2), requires_grad=True)
+    (x1 + x2).backward(gradient=np.array([1.0, 2.0]))
+    assert not np.shares_memory(x1.grad.asnumpy(), x2.grad.asnumpy())
+    seed = np.array([5.0, 6.0])
+    x3 = Tensor(np.ones(2), requires_grad=True)
+    x3.backward(gradient=seed)  # a leaf's gradient is a copy of the caller's array
+    seed[0] = 0.0
+    np.testing.assert_array_equal(x3.grad.asnumpy(), [5.0, 6.0])
+
+
+def test_backward_with_create_graph_keeps_the_graph():
+    x = Tensor(np.array([0.5, 1.5]), requires_grad=True)
+    F.exp(x).sum().backward(create_graph=True)
+    g1 = x.grad
+    x.grad = None
+    g1.sum().backward()  # second order through exp: needs the first graph kept
+    np.testing.assert_allclose(x.grad.asnumpy(), np.exp([0.5, 1.5]))

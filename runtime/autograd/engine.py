@@ -205,9 +205,10 @@ def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool)
         if metas is None:
             metas = node.input_meta
         meta = metas[i]
+        plain = type(g) is np.ndarray  # computed outside the runtime: it has no graph
         if type(g) is not Tensor or g._data.shape != meta[0] or g._data.dtype != meta[1]:
             g = _reduce_to(node, i, g, meta)
-        if create_graph and not node.differentiable:
+        if create_graph and (plain or not node.differentiable):
             if once is None:
                 once = once_differentiable_sources(node, buf)
             g = Tensor._from_array(g._data)
@@ -262,8 +263,13 @@ def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: O
     try:
         if _is_one_node(outputs, targets):
             out = outputs[0]
-            return _one_node(out._node, out._out_index, grad_outputs[0], targets, retain_graph, create_graph)
-        return _run_graph(outputs, grad_outputs, targets, retain_graph, create_graph)
+            res = _one_node(out._node, out._out_index, grad_outputs[0], targets, retain_graph, create_graph)
+        else:
+            res = _run_graph(outputs, grad_outputs, targets, retain_graph, create_graph)
+        if res is None:
+            return None
+        seen = {id(g._data) for g in grad_outputs}
+        return [None if g is None else _own(g, seen, create_graph) for g in res]
     finally:
         state.enabled = prev_mode
 
@@ -329,15 +335,28 @@ def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Opt
                 leaf_grads[id(e)] = g if lg is None else _accumulate(lg, g)
                 leaves[id(e)] = e
 
+    # Each gradient handed out owns its buffer: a rule may return one tensor for two
+    # inputs (add), and a caller's gradient= may reach a leaf unchanged.
+    seen = {id(g._data) for g in grad_outputs}
     if targets is None:
         for key, g in leaf_grads.items():
             leaf = leaves[key]
-            if not create_graph:
-                g = Tensor._from_array(g._data)
+            g = _own(g, seen, create_graph)
             leaf.grad = g if leaf.grad is None else _accumulate(leaf.grad, g)
         return None
     return [leaf_grads.get(id(t)) if t._node is None else captured.get((id(t._node), t._out_index))
             for t in targets]
+
+
+def _own(g, seen: set, create_graph: bool):
+    """``g`` as a tensor whose buffer no other result (or caller's array) shares."""
+    if id(g._data) in seen:
+        if create_graph:
+            from ..ops import math as m
+            return m.mul(g, 1)  # a copy that keeps the gradient's graph
+        return _tensor.Tensor._from_array(g._data.copy())
+    seen.add(id(g._data))
+    return g if create_graph else _tensor.Tensor._from_array(g._data)
 
 
 def _as_grad(g, like):
@@ -350,8 +369,12 @@ def _as_grad(g, like):
 
 
 def backward(tensors: Sequence[Any], grad_tensors: Optional[Sequence[Any]] = None,
-             retain_graph: bool = False, create_graph: bool = False) -> None:
-    """Accumulate gradients of ``tensors`` into ``.grad`` of the leaves they depend on."""
+             retain_graph: Optional[bool] = None, create_graph: bool = False) -> None:
+    """Accumulate gradients of ``tensors`` into ``.grad`` of the leaves they depend on.
+
+    ``retain_graph`` defaults to ``create_graph`` (a graph of the gradients refers to it)."""
+    if retain_graph is None:
+        retain_graph = create_graph
     if grad_tensors is None:
         grad_tensors = [None] * len(tensors)
     for t, g in zip(tensors, grad_tensors):

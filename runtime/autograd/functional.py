@@ -66,6 +66,14 @@ def _grad_input(value: Any, position: int):
     return t
 
 
+def _constant(value: Any, weights: set) -> Any:
+    """A tensor input without its history (weights and other values unchanged)."""
+    if isinstance(value, _tensor.Tensor) and (value.requires_grad or value._node is not None) \
+            and not isinstance(value, _tensor.Parameter) and id(value) not in weights:
+        return _tensor.Tensor._from_array(value._data)
+    return value
+
+
 def _heads(out: Any, has_aux: bool) -> List[Any]:
     Tensor = _tensor.Tensor
     if has_aux:
@@ -94,6 +102,15 @@ def _run(fn: Callable, positions, weights, has_aux: bool, args: tuple, kwargs: d
             nested = nested or (getattr(args[p], "requires_grad", False) and _gm._state.enabled)
             args[p] = _grad_input(args[p], p)
             targets.append(args[p])
+    if not nested:
+        # At the top level the other inputs are constants of fn (as in MindSpore): their
+        # history is neither followed (a weight reached through them is not counted) nor freed.
+        keep = {id(w) for w in weights} if weights else set()
+        args = [_constant(a, keep) for a in args]
+        kwargs = {k: _constant(v, keep) for k, v in kwargs.items()}
+        if positions is not None:
+            for p, t in zip(positions, targets):
+                args[p] = t
     depth = _depth
     depth.n += 1
     state = _gm._state

@@ -80,16 +80,16 @@ class Cell:
                 break
 
     def _walk(self, prefix: str) -> Iterator[Tuple[str, "Cell"]]:
+        """(dotted name, cell) depth-first, each cell once, a cell before its children (as MindSpore)."""
         stack = [(prefix, self)]
         seen = set()
         while stack:
-            p, cell = stack.pop(0)
+            p, cell = stack.pop()
             if id(cell) in seen:
                 continue
             seen.add(id(cell))
             yield p, cell
-            for n, c in cell._cells.items():
-                stack.append((f"{p}.{n}" if p else n, c))
+            stack.extend((f"{p}.{n}" if p else n, c) for n, c in reversed(list(cell._cells.items())))
 
     def get_parameters(self, expand: bool = True) -> Iterator[Parameter]:
         for _, p in self.parameters_and_names(expand=expand):

@@ -189,6 +189,8 @@ class Custom:
                     raise ValueError(f"Custom '{self.name}': reg_info declares {info.n_outputs} outputs, "
                                      f"out_shape gives {len(specs)}")
                 info.check_dtypes(f"Custom '{self.name}'", [a.dtype for a in arrays], [d for _, d in specs])
+            else:  # a pyfunc whose outputs are known only after the call: check the inputs now
+                info.check_dtypes(f"Custom '{self.name}'", [a.dtype for a in arrays], None)
         if len(self._memo) >= _MEMO_SIZE:
             self._memo.clear()
         self._memo[sig] = specs

@@ -148,15 +148,20 @@ class OpInfo:
         self.rows: List[Tuple[str, ...]] = [tuple(p[0] for p in row) for row in info.get("dtype_format") or ()]
         self.attrs: List[Dict[str, Any]] = list(info.get("attr") or ())
 
-    def check_dtypes(self, op: str, in_dtypes: Sequence[np.dtype], out_dtypes: Sequence[np.dtype]) -> None:
-        """TypeError unless (inputs, outputs) dtypes match a row ("" matches anything)."""
+    def check_dtypes(self, op: str, in_dtypes: Sequence[np.dtype],
+                     out_dtypes: Optional[Sequence[np.dtype]]) -> None:
+        """TypeError unless (inputs, outputs) dtypes match a row ("" matches anything);
+        ``out_dtypes=None`` (outputs not known before the call): the inputs alone must match."""
         if not self.rows:
             return
-        call = tuple(np.dtype(d).name for d in in_dtypes) + tuple(np.dtype(d).name for d in out_dtypes)
-        for row in self.rows:
-            if len(row) == len(call) and all(r == "" or r == c for r, c in zip(row, call)):
-                return
         nin = len(in_dtypes)
+        call = tuple(np.dtype(d).name for d in in_dtypes) + tuple(np.dtype(d).name for d in out_dtypes or ())
+        for row in self.rows:
+            if out_dtypes is None:
+                if len(row) >= nin and all(r == "" or r == c for r, c in zip(row[:nin], call)):
+                    return
+            elif len(row) == len(call) and all(r == "" or r == c for r, c in zip(row, call)):
+                return
         listed = "; ".join(_format_row(row, nin) for row in self.rows)
         raise TypeError(f"{op}: dtypes {_format_row(call, nin)} are not supported by its reg_info "
                         f"'{self.op_name}'; supported (inputs -> outputs): {listed}")

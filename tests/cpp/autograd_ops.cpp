@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <algorithm>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -119,8 +121,8 @@ struct SneakyScale : Function<SneakyScale> {
   static TensorPtr Forward(AutogradContext *, const TensorPtr &x, const std::string &mode) {
     TensorPtr out = Scale(x, 2);
     double *p = x->data<double>();
-    if (mode == "one") {
-      char *c = reinterpret_cast<char *>(p);
+    if (mode == "one" || mode == "one_middle") {  // one byte: the first, or one in the middle
+      char *c = reinterpret_cast<char *>(p) + (mode == "one" ? 0 : x->nbytes() / 2 + 3);
       c[0] = static_cast<char>(c[0] ^ 1);
       return out;
     }
@@ -243,6 +245,10 @@ struct ReleasingMul : Function<ReleasingMul> {
 
 }  // namespace
 
+namespace {
+TensorPtrList g_held;  // see hold / drop_held_concurrently
+}  // namespace
+
 PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
   m.def("two_scales", [](const TensorPtr &x, bool materialize) { return TwoScales::Apply(x, materialize); });
   m.def("square_and_sign", [](const TensorPtr &x) { return SquareAndSign::Apply(x); });
@@ -260,6 +266,26 @@ PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
     return ReleasingMul::Apply(x, y, repeat);
   });
   // Drops the given tensors (views of Python buffers) on a thread that never held the GIL.
+  // Keeps tensors in C++ only, then drops them from several threads with the GIL released:
+  // the last references to their Python objects go on those threads.
+  m.def("hold", [](TensorPtrList tensors) {
+    g_held.insert(g_held.end(), tensors.begin(), tensors.end());
+  });
+  m.def("drop_held_concurrently", [](int nthreads) {
+    TensorPtrList all;
+    all.swap(g_held);
+    py::gil_scoped_release nogil;
+    std::vector<std::thread> threads;
+    const std::size_t per = (all.size() + static_cast<std::size_t>(nthreads) - 1) / static_cast<std::size_t>(nthreads);
+    for (std::size_t begin = 0; begin < all.size(); begin += per) {
+      TensorPtrList mine(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(begin)),
+                         std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), begin + per))));
+      threads.emplace_back([m = std::move(mine)]() mutable {
+        for (auto &t : m) t.reset();
+      });
+    }
+    for (auto &t : threads) t.join();
+  });
   m.def("drop_in_thread", [](TensorPtrList tensors) {
     py::gil_scoped_release nogil;
     std::thread t([ts = std::move(tensors)]() mutable {

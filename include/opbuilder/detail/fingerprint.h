@@ -15,6 +15,9 @@
 //    1 - (1 - f)^(elements read); a change to a few isolated elements may be
 //    missed.
 //  * Larger strided buffers: kFingerprintSamples single elements, likewise.
+// With OPBUILDER_CHECK_WRITES=full in the environment (read once per process)
+// every byte of every buffer takes part: exact, at a full pass over each input
+// before and after Forward (for debugging; the default costs well under a us).
 // Never caught: writes that leave the bytes as they were, writes to memory
 // that is not a tensor argument (a tensor inside a TensorPtrList argument),
 // and writes after Forward returns.
@@ -23,6 +26,7 @@
 #include "opbuilder/detail/visibility.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "opbuilder/tensor.h"
@@ -33,6 +37,15 @@ namespace detail OB_HIDDEN {
 constexpr std::size_t kFullFingerprintBytes = 4096;
 constexpr std::int64_t kFingerprintChunks = 64;  // of 64 bytes each
 constexpr std::int64_t kFingerprintSamples = 256;
+
+// Buffers of up to this many bytes are hashed whole (all of them with OPBUILDER_CHECK_WRITES=full).
+inline std::size_t FullFingerprintBytes() {
+  static const std::size_t limit = [] {
+    const char *v = std::getenv("OPBUILDER_CHECK_WRITES");
+    return v != nullptr && std::strcmp(v, "full") == 0 ? static_cast<std::size_t>(-1) : kFullFingerprintBytes;
+  }();
+  return limit;
+}
 
 // One step of the hash: bijective in h for a fixed v and in v for a fixed h.
 inline std::uint64_t FpStep(std::uint64_t h, std::uint64_t v) {
@@ -88,7 +101,7 @@ inline std::uint64_t Fingerprint(const Tensor &t, double phase) {
   std::uint64_t h = static_cast<std::uint64_t>(n);
   if (n == 0) return h;
   if (t.is_contiguous()) {
-    if (nbytes <= kFullFingerprintBytes) return HashBytes(base, nbytes, h);
+    if (nbytes <= FullFingerprintBytes()) return HashBytes(base, nbytes, h);
     const std::size_t span = nbytes / static_cast<std::size_t>(kFingerprintChunks);  // >= 64
     const char *first = base + static_cast<std::size_t>(phase * static_cast<double>(span - 64));
     // Ask for every chunk first: the misses then overlap instead of queueing.
@@ -101,7 +114,7 @@ inline std::uint64_t Fingerprint(const Tensor &t, double phase) {
     return FpStep(FpStep(FpStep(l[0], l[1]), l[2]), l[3]);
   }
   const ShapeVector strides = t.strides();
-  if (nbytes <= kFullFingerprintBytes) {
+  if (nbytes <= FullFingerprintBytes()) {
     for (std::int64_t i = 0; i < n; ++i) h = FpStep(h, LoadBytes(base + StridedOffset(t, strides, i), es));
     return h;
   }
