@@ -62,10 +62,13 @@ class Tensor:
     _out_index: int = 0
     _version: int = 0
 
-    def __init__(self, input_data: Any = None, dtype: Any = None, *, requires_grad: bool = False) -> None:
-        if input_data is None:
-            raise TypeError("Tensor() needs input_data (a number, a nested list or a numpy array)")
-        self._data = _infer_array(input_data, None if dtype is None else _dt.to_dtype(dtype))
+    def __init__(self, data: Any = None, dtype: Any = None, *, requires_grad: bool = False,
+                 input_data: Any = None) -> None:
+        if data is None:
+            data = input_data  # MindSpore's keyword
+        if data is None:
+            raise TypeError("Tensor() needs data (a number, a nested list or a numpy array)")
+        self._data = _infer_array(data, None if dtype is None else _dt.to_dtype(dtype))
         if requires_grad:
             self.requires_grad_(True)
 
@@ -219,8 +222,9 @@ class Tensor:
 class Parameter(Tensor):
     """A tensor a ``Cell`` owns and trains; requires grad by default."""
 
-    def __init__(self, default_input: Any, name: Optional[str] = None, requires_grad: bool = True) -> None:
-        super().__init__(default_input)
+    def __init__(self, data: Any = None, name: Optional[str] = None, requires_grad: bool = True, *,
+                 default_input: Any = None) -> None:
+        super().__init__(data if data is not None else default_input)  # default_input: MindSpore's keyword
         self.name = name
         self.requires_grad_(requires_grad)
 

@@ -110,3 +110,18 @@ def test_in_place_change_of_saved_tensor_is_detected():
     w.set_data([5.0, 6.0])
     with pytest.raises(RuntimeError, match="modified by an in-place operation"):
         y.backward()
+
+
+def test_saved_tensors_of_builtin_ops_are_released_after_backward():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = (F.exp(x) * x).sum()
+    node = y._node
+    y.backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), np.exp([1.0, 2.0]) * (1 + np.array([1.0, 2.0])))
+    assert node.args is None  # what sum saved is gone
+    with pytest.raises(RuntimeError, match="backward through sum a second time"):
+        y.backward()
+    z = (F.exp(x) * x).sum()
+    z.backward(retain_graph=True)
+    z.backward()  # kept the first time: a second pass works and accumulates
+    np.testing.assert_allclose(x.grad.asnumpy(), 3 * np.exp([1.0, 2.0]) * (1 + np.array([1.0, 2.0])))

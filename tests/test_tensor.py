@@ -35,8 +35,15 @@ def test_unsupported_dtype_is_type_error(bad):
 
 
 def test_none_data_is_type_error():
-    with pytest.raises(TypeError, match="input_data"):
+    with pytest.raises(TypeError, match="Tensor\\(\\) needs data"):
         Tensor()
+    with pytest.raises(TypeError, match="Tensor\\(\\) needs data"):
+        Parameter(None)
+
+
+def test_keyword_names_of_the_design_and_of_mindspore():
+    assert Tensor(data=[1.0]).shape == (1,) and Tensor(input_data=[1.0, 2.0]).shape == (2,)
+    assert Parameter(data=1.0).item() == 1.0 and Parameter(default_input=2.0, name="p").item() == 2.0
 
 
 def test_properties():

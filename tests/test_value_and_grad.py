@@ -85,7 +85,7 @@ def test_gradient_of_gradient():
 
 @pytest.mark.parametrize("bad", ["0", (0, "1"), (), 1.5, True])
 def test_bad_grad_position_is_type_error(bad):
-    with pytest.raises(TypeError, match="grad_position"):
+    with pytest.raises(TypeError, match="grad_position must be an int, a non-empty tuple of ints, or None; got"):
         rt.value_and_grad(f, grad_position=bad)
 
 

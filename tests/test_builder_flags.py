@@ -1,0 +1,49 @@
+"""What the compile and link commands contain: -O2 by default, -O0 -g in debug mode, LTO."""
+import shlex
+
+import pytest
+
+from opbuilder import CustomOpBuilder
+
+
+def _commands(cache_dir, name):
+    text = (cache_dir / name / "build" / "build.ninja").read_text()
+    rules = {}
+    for block in text.split("\nrule ")[1:]:
+        rule, body = block.split("\n", 1)
+        command = next(line for line in body.splitlines() if line.strip().startswith("command = "))
+        rules[rule.strip()] = shlex.split(command.split("command = ", 1)[1])
+    return rules
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    src = tmp_path / "tiny.cpp"
+    src.write_text("int tiny_value() { return 7; }\n")  # builds as a module; .build() does not import
+    return str(src)
+
+
+def test_default_build_is_optimized_with_lto(cache_dir, tiny, monkeypatch):
+    monkeypatch.delenv("OPBUILDER_LTO", raising=False)
+    CustomOpBuilder("flags_default", [tiny]).build()
+    rules = _commands(cache_dir, "flags_default")
+    assert "-O2" in rules["cxx"] and "-g" not in rules["cxx"] and "-O0" not in rules["cxx"]
+    from opbuilder.toolchain import find_compiler
+    gcc = find_compiler(cache_dir).family == "gcc"
+    assert ("-flto" in rules["cxx"]) == gcc  # gcc: LTO, code generation split over the jobs at link time
+    assert any(a.startswith("-flto=") for a in rules["link"]) == gcc
+
+
+def test_debug_mode_is_unoptimized_with_symbols_and_no_lto(cache_dir, tiny):
+    CustomOpBuilder("flags_debug", [tiny], debug_mode=True).build()
+    rules = _commands(cache_dir, "flags_debug")
+    assert "-O0" in rules["cxx"] and "-g" in rules["cxx"] and "-O2" not in rules["cxx"]
+    assert "-flto" not in rules["cxx"] and not any(a.startswith("-flto") for a in rules["link"])
+
+
+def test_lto_can_be_turned_off(cache_dir, tiny, monkeypatch):
+    monkeypatch.setenv("OPBUILDER_LTO", "0")
+    CustomOpBuilder("flags_nolto", [tiny]).build()
+    rules = _commands(cache_dir, "flags_nolto")
+    assert "-O2" in rules["cxx"] and "-flto" not in rules["cxx"]
+    assert not any(a.startswith("-flto") for a in rules["link"])
