@@ -30,6 +30,8 @@ def test_default_build_is_optimized_with_lto(cache_dir, tiny, monkeypatch):
     assert "-O2" in rules["cxx"] and "-g" not in rules["cxx"] and "-O0" not in rules["cxx"]
     from opbuilder.toolchain import find_compiler
     gcc = find_compiler(cache_dir).family == "gcc"
+    # gcc: -O2 plus the loop vectorizer with -O3's cost model
+    assert ("-ftree-vectorize" in rules["cxx"] and "-fvect-cost-model=dynamic" in rules["cxx"]) == gcc
     assert ("-flto" in rules["cxx"]) == gcc  # gcc: LTO, code generation split over the jobs at link time
     assert any(a.startswith("-flto=") for a in rules["link"]) == gcc
 
@@ -38,6 +40,7 @@ def test_debug_mode_is_unoptimized_with_symbols_and_no_lto(cache_dir, tiny):
     CustomOpBuilder("flags_debug", [tiny], debug_mode=True).build()
     rules = _commands(cache_dir, "flags_debug")
     assert "-O0" in rules["cxx"] and "-g" in rules["cxx"] and "-O2" not in rules["cxx"]
+    assert "-ftree-vectorize" not in rules["cxx"]
     assert "-flto" not in rules["cxx"] and not any(a.startswith("-flto") for a in rules["link"])
 
 
