@@ -149,8 +149,9 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
     return steps, pch
 
 
-def _compile(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path]]:
-    """Build the current contents and publish them; None if an input changed while compiling."""
+def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -> Optional[Tuple[str, Path]]:
+    """Build the sources whose digests ``base`` was computed from and publish them under it;
+    None if an input changed after that (then nothing is recorded or published)."""
     import logging
 
     from . import pch as pchmod
@@ -165,7 +166,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Pat
     stop_leftovers(build_dir)  # a killed build may have left compilers writing here
     identity = fp.digest_of(plan.identity)
     steps, pch = _compile_steps(spec, plan, build_dir)
-    todo = publish.stale_steps(build_dir, steps, identity)
+    todo = publish.stale_steps(build_dir, steps, identity, sources)
     (build_dir / plan.output).unlink(missing_ok=True)  # always relink from the objects now recorded
     jobs = default_jobs()
     # LTO's parallel code generation: the job count is not part of the key (same code either way)
@@ -177,7 +178,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Pat
     log.info("%s: compiling %d of %d source(s)%s", spec.name, len(todo), len(steps),
              "; precompiling opbuilder/extension.h in the background" if pch_started else "")
     started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose)
-    changed = publish.record_objects(build_dir, todo, identity, started, spec.root)
+    changed = publish.record_objects(build_dir, todo, identity, started, spec.root, sources)
     if changed:
         log.warning("%s: %s changed while it was being compiled; building again", spec.name, changed[0])
         return None
@@ -196,7 +197,7 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     """(full key, library path), building if the current contents were never built."""
     ensure_private_dir(spec.root)
     plan = _plan(spec)
-    hit = _lookup(spec, plan, fp.base_key(plan.identity, spec.sources))
+    hit = _lookup(spec, plan, fp.base_key(plan.identity, fp.source_digests(spec.sources)))
     if hit is not None:
         return hit
     from .lock import build_lock
@@ -204,10 +205,11 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     ensure_private_dir(spec.op_dir)
     with build_lock(spec.op_dir, spec.name):
         for _ in range(_ATTEMPTS):
-            base = fp.base_key(plan.identity, spec.sources)  # contents now, under the lock
+            sources = fp.source_digests(spec.sources)  # contents now, under the lock
+            base = fp.base_key(plan.identity, sources)
             hit = _lookup(spec, plan, base)  # another process may have built it meanwhile
             if hit is None:
-                hit = _compile(spec, plan, base)
+                hit = _compile(spec, plan, base, sources)
             if hit is not None:
                 return hit
     raise BuildError(f"building operator '{spec.name}' failed: its sources kept changing while they were "

@@ -18,8 +18,8 @@ try:  # the same blake2b that hashlib hands out, without hashlib's OpenSSL impor
 except ImportError:  # pragma: no cover - other Pythons
     from hashlib import blake2b
 
-__all__ = ["blake2b", "file_digest", "digest_of", "base_key", "full_key", "current_digests", "manifest_path",
-           "read_manifest", "write_text_atomic", "write_json_atomic"]
+__all__ = ["blake2b", "file_digest", "digest_of", "source_digests", "base_key", "full_key", "current_digests",
+           "manifest_path", "read_manifest", "write_text_atomic", "write_json_atomic"]
 
 
 def file_digest(path: Path) -> str:
@@ -35,10 +35,21 @@ def digest_of(parts: Iterable[str]) -> str:
     return h.hexdigest()
 
 
-def base_key(ingredients: Sequence[str], sources: Sequence[Path]) -> str:
+def source_digests(sources: Sequence[Path]) -> Dict[str, str]:
+    """Digest of each source's bytes, by path, in the order given."""
+    return {str(s): file_digest(s) for s in sources}
+
+
+def base_key(ingredients: Sequence[str], sources: Dict[str, str]) -> str:
+    """The key of what is known before compiling: ``ingredients`` and the sources' digests.
+
+    The builder keeps the digests it hashed here and checks after compiling
+    that the sources still have them, so a library is never published under
+    contents it was not compiled from.
+    """
     parts = list(ingredients)
-    for s in sources:
-        parts += [str(s), file_digest(s)]
+    for path, digest in sources.items():
+        parts += [path, digest]
     return digest_of(parts)
 
 
