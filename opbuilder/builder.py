@@ -216,6 +216,15 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
                      f"being compiled; save them and load again", name=spec.name)
 
 
+def _build_kept(spec: BuildSpec) -> Tuple[str, Path]:
+    """``_build``, and once more if the library is already gone: another process may prune it
+    (the oldest builds, ``cache clean``) between our lookup and its use."""
+    key, lib = _build(spec)
+    if not lib.is_file():
+        key, lib = _build(spec)
+    return key, lib
+
+
 def _verbose(verbose: bool) -> bool:
     return bool(verbose) or os.environ.get("OPBUILDER_VERBOSE", "") not in ("", "0")
 
@@ -244,12 +253,12 @@ class CustomOpBuilder:
 
     def build(self) -> str:
         """Build if needed; the path of the shared library."""
-        return str(_build(self.spec)[1])
+        return str(_build_kept(self.spec)[1])
 
     def load(self) -> ModuleType:
         """The module for the sources as they are now (the same object if unchanged)."""
         for attempt in range(2):
-            key, lib = _build(self.spec)
+            key, lib = _build_kept(self.spec)
             memo = (str(self.spec.op_dir), key)
             with _loaded_lock:
                 mod = _loaded.get(memo)
@@ -280,4 +289,4 @@ def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backe
     """Build a plain shared library (no pybind11, symbols exported), e.g. for aot ops; its path."""
     spec = make_spec(name, sources, backend, "library", include_paths, cflags, cuda_cflags, ldflags, debug_mode,
                      _verbose(verbose), cache_root(build_dir))
-    return str(_build(spec)[1])
+    return str(_build_kept(spec)[1])

@@ -144,6 +144,33 @@ def test_only_the_newest_builds_are_kept(tmp_path):
     assert ctypes.CDLL(str(libs[-1])).p_value() == KEEP_BUILDS + 1
 
 
+@pytest.mark.parametrize("call", ["build", "load"])
+def test_a_library_pruned_right_after_its_lookup_is_built_again(tmp_path, monkeypatch, call):
+    import shutil
+
+    import opbuilder.builder
+
+    src = tiny_module(tmp_path / f"pruned_{call}.cpp", "6")
+    builder = CustomOpBuilder(f"pruned_{call}", [src], build_dir=tmp_path / "cache")
+    first = Path(builder.build())
+    real_lookup = opbuilder.builder._lookup
+    pruned = []
+
+    def lookup_then_prune(*args):
+        hit = real_lookup(*args)
+        if hit is not None and not pruned:
+            shutil.rmtree(hit[1].parent)  # what another process pruning old builds does, just after the lookup
+            pruned.append(hit[1])
+        return hit
+
+    monkeypatch.setattr(opbuilder.builder, "_lookup", lookup_then_prune)
+    if call == "build":
+        assert builder.build() == str(first)
+    else:
+        assert builder.load().value() == 6
+    assert pruned == [first] and first.is_file()  # built again, under the same key
+
+
 def test_a_source_edited_while_it_compiles_is_built_again(tmp_path, monkeypatch):
     src = tmp_path / "racy.cpp"
     src.write_text('extern "C" int racy() { return 1; }\n')
