@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
@@ -19,7 +20,7 @@ except ImportError:  # pragma: no cover - other Pythons
     from hashlib import blake2b
 
 __all__ = ["blake2b", "file_digest", "digest_of", "source_digests", "base_key", "full_key", "current_digests",
-           "manifest_path", "read_manifest", "write_text_atomic", "write_json_atomic"]
+           "manifest_path", "read_manifest", "temp_path", "write_text_atomic", "write_json_atomic"]
 
 
 def file_digest(path: Path) -> str:
@@ -84,10 +85,16 @@ def read_manifest(op_dir: Path, base: str) -> Optional[List[str]]:
         return None
 
 
+def temp_path(path: Path) -> Path:
+    """A name beside ``path`` to write before renaming onto it; unique per process and thread,
+    so concurrent writers never write into each other's file."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``path`` so that readers see the old or the new contents, never a part."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path(path)
     tmp.write_text(text)
     os.replace(tmp, path)
 
