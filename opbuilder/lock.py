@@ -16,13 +16,15 @@ from typing import Iterator
 
 import filelock
 
+from .cache_dir import LOCK_FILE
+
 __all__ = ["build_lock", "try_lock"]
 
 log = logging.getLogger("opbuilder")
 
 
 def _lock(op_dir: Path) -> filelock.BaseFileLock:
-    return filelock.UnixFileLock(str(op_dir / ".lock"))
+    return filelock.UnixFileLock(str(op_dir / LOCK_FILE))
 
 
 @contextlib.contextmanager
