@@ -88,3 +88,31 @@ def test_sigkill_mid_build_leaves_nothing_to_wait_on_or_trust(tmp_path, monkeypa
     assert ctypes.CDLL(lib).victim_value() == 31
     assert process_gone(compiler)  # the leftover compiler was stopped before the rebuild
     assert not (cache / "victim.lib" / "build" / ".building").exists()
+
+
+NO_FLOCK = """\
+#include <errno.h>
+extern "C" int flock(int, int) { errno = ENOSYS; return -1; }  // a file system without flock(2)
+"""
+
+
+def test_a_file_system_without_flock_is_an_error_naming_the_directory_not_a_soft_lock(tmp_path):
+    # a soft lock (a file whose existence means locked) outlives a SIGKILL and blocks every later build
+    from builder_util import REAL_CXX
+
+    shim = tmp_path / "no_flock.so"
+    (tmp_path / "no_flock.cpp").write_text(NO_FLOCK)
+    subprocess.run([REAL_CXX, "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "no_flock.cpp")], check=True)
+    log = tmp_path / "cxx.log"
+    src = tmp_path / "unlocked.cpp"
+    src.write_text('extern "C" int unlocked() { return 1; }\n')
+    cache = tmp_path / "cache"
+    res = subprocess.run([PYTHON, "-m", "opbuilder", "build", "unlocked", str(src), "--library",
+                          "--cache-dir", str(cache)], capture_output=True, text=True, timeout=300,
+                         env=child_env(CXX=wrapper_cxx(tmp_path, log), LD_PRELOAD=str(shim)))
+    op_dir = cache / "unlocked.lib"
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert (f"opbuilder: error: building operator 'unlocked' failed: cannot lock {op_dir / '.lock'}: "
+            f"the file system of {op_dir} does not support flock(2)") in res.stderr
+    assert "OPBUILDER_CACHE_DIR" in res.stderr
+    assert compiled_sources(log) == [] and not (op_dir / "build").exists()
