@@ -59,7 +59,7 @@ build_library("victim", [sys.argv[1]], build_dir=sys.argv[2])
 def test_sigkill_mid_build_leaves_nothing_to_wait_on_or_trust(tmp_path, monkeypatch, capfd, target):
     log = tmp_path / "cxx.log"
     stall = tmp_path / "stall"
-    cxx = wrapper_cxx(tmp_path, log, stall_flag=stall)
+    cxx = wrapper_cxx(tmp_path, log, stall_flag=stall, daemons=True)
     src = tmp_path / "victim.cpp"
     src.write_text('extern "C" int victim_value() { return 31; }\n')
     cache = tmp_path / "cache"
@@ -77,17 +77,26 @@ def test_sigkill_mid_build_leaves_nothing_to_wait_on_or_trust(tmp_path, monkeypa
         os.kill(child.pid, signal.SIGKILL)
     child.wait()
     compiler = int(stall.with_name("stall.pid").read_text())
-    assert not process_gone(compiler)  # ninja runs commands in their own group: the compiler outlived the kill
-    stall.unlink()
+    # servers the compiler wrapper started (they carry the build's environment too)
+    daemons = [int(stall.with_name(f"stall.daemon-{kind}").read_text()) for kind in ("cwd", "session")]
+    try:
+        assert not process_gone(compiler)  # ninja runs commands in their own group: the compiler outlived the kill
+        stall.unlink()
 
-    capfd.readouterr()
-    monkeypatch.setenv("CXX", cxx)
-    lib = build_library("victim", [src], build_dir=cache)  # would hang or link garbage if anything were trusted
-    err = capfd.readouterr().err
-    assert "waiting for another process" not in err
-    assert ctypes.CDLL(lib).victim_value() == 31
-    assert process_gone(compiler)  # the leftover compiler was stopped before the rebuild
-    assert not (cache / "victim.lib" / "build" / ".building").exists()
+        capfd.readouterr()
+        monkeypatch.setenv("CXX", cxx)
+        lib = build_library("victim", [src], build_dir=cache)  # would hang or link garbage if anything were trusted
+        err = capfd.readouterr().err
+        assert "waiting for another process" not in err
+        assert ctypes.CDLL(lib).victim_value() == 31
+        assert process_gone(compiler)  # the leftover compiler was stopped before the rebuild
+        assert not (cache / "victim.lib" / "build" / ".building").exists()
+        # a server that works in another directory or in a session of its own is not a leftover
+        assert [process_gone(pid) for pid in daemons] == [False, False]
+    finally:
+        for pid in daemons:
+            if not process_gone(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 NO_FLOCK = """\
