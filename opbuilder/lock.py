@@ -53,7 +53,7 @@ def _attempt(lock: filelock.BaseFileLock, op_dir: Path, name: Optional[str], tim
         held = True
     except filelock.Timeout:
         held = False
-    except NotImplementedError as e:  # filelock < 3.13: flock missing
+    except NotImplementedError as e:  # filelock before 3.24: flock missing
         raise _no_flock(op_dir, str(e), name) from e
     except OSError as e:  # fallback_to_soft=False: flock missing
         if e.errno != errno.ENOSYS:
