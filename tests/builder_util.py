@@ -39,8 +39,8 @@ def tiny_module(path: Path, value: str = "1", includes: str = "", decls: str = "
 
 # a server as a compiler wrapper may start one: it moves to / or to a session of its own, then says its pid
 _DAEMON = ("import os, sys, time; os.setsid() if sys.argv[2] == \"session\" else os.chdir(\"/\"); "
-           "open(sys.argv[1] + \".tmp\", \"w\").write(str(os.getpid())); os.rename(sys.argv[1] + \".tmp\", sys.argv[1]); "
-           "time.sleep(300)")
+           "open(sys.argv[1] + \".tmp\", \"w\").write(str(os.getpid())); "
+           "os.rename(sys.argv[1] + \".tmp\", sys.argv[1]); time.sleep(300)")
 
 
 def wrapper_cxx(directory: Path, log: Path, stall_flag: Optional[Path] = None, daemons: bool = False) -> str:
