@@ -153,8 +153,9 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
     return steps, pch
 
 
-def _compile(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path]]:
-    """Build the current contents and publish them; None if an input changed while compiling."""
+def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -> Optional[Tuple[str, Path]]:
+    """Build the sources whose digests ``base`` was computed from and publish them under it;
+    None if an input changed after that (then nothing is recorded or published)."""
     import logging
 
     from . import pch as pchmod
@@ -169,7 +170,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Pat
     stop_leftovers(build_dir)  # a killed build may have left compilers writing here
     identity = fp.digest_of(plan.identity)
     steps, pch = _compile_steps(spec, plan, build_dir)
-    todo = publish.stale_steps(build_dir, steps, identity)
+    todo = publish.stale_steps(build_dir, steps, identity, sources)
     (build_dir / plan.output).unlink(missing_ok=True)  # always relink from the objects now recorded
     jobs = default_jobs()
     # LTO's parallel code generation: the job count is not part of the key (same code either way)
@@ -181,7 +182,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Pat
     log.info("%s: compiling %d of %d source(s)%s", spec.name, len(todo), len(steps),
              "; precompiling opbuilder/extension.h in the background" if pch_started else "")
     started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose)
-    changed = publish.record_objects(build_dir, todo, identity, started, spec.root)
+    changed = publish.record_objects(build_dir, todo, identity, started, spec.root, sources)
     if changed:
         log.warning("%s: %s changed while it was being compiled; building again", spec.name, changed[0])
         return None
@@ -200,7 +201,7 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     """(full key, library path), building if the current contents were never built."""
     ensure_private_dir(spec.root)
     plan = _plan(spec)
-    hit = _lookup(spec, plan, fp.base_key(plan.identity, spec.sources))
+    hit = _lookup(spec, plan, fp.base_key(plan.identity, fp.source_digests(spec.sources)))
     if hit is not None:
         return hit
     from .lock import build_lock
@@ -208,14 +209,24 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     ensure_private_dir(spec.op_dir)
     with build_lock(spec.op_dir, spec.name):
         for _ in range(_ATTEMPTS):
-            base = fp.base_key(plan.identity, spec.sources)  # contents now, under the lock
+            sources = fp.source_digests(spec.sources)  # contents now, under the lock
+            base = fp.base_key(plan.identity, sources)
             hit = _lookup(spec, plan, base)  # another process may have built it meanwhile
             if hit is None:
-                hit = _compile(spec, plan, base)
+                hit = _compile(spec, plan, base, sources)
             if hit is not None:
                 return hit
     raise BuildError(f"building operator '{spec.name}' failed: its sources kept changing while they were "
                      f"being compiled; save them and load again", name=spec.name)
+
+
+def _build_kept(spec: BuildSpec) -> Tuple[str, Path]:
+    """``_build``, and once more if the library is already gone: another process may prune it
+    (the oldest builds, ``cache clean``) between our lookup and its use."""
+    key, lib = _build(spec)
+    if not lib.is_file():
+        key, lib = _build(spec)
+    return key, lib
 
 
 def _verbose(verbose: bool) -> bool:
@@ -246,12 +257,12 @@ class CustomOpBuilder:
 
     def build(self) -> str:
         """Build if needed; the path of the shared library."""
-        return str(_build(self.spec)[1])
+        return str(_build_kept(self.spec)[1])
 
     def load(self) -> ModuleType:
         """The module for the sources as they are now (the same object if unchanged)."""
         for attempt in range(2):
-            key, lib = _build(self.spec)
+            key, lib = _build_kept(self.spec)
             memo = (str(self.spec.op_dir), key)
             with _loaded_lock:
                 mod = _loaded.get(memo)
@@ -282,4 +293,4 @@ def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backe
     """Build a plain shared library (no pybind11, symbols exported), e.g. for aot ops; its path."""
     spec = make_spec(name, sources, backend, "library", include_paths, cflags, cuda_cflags, ldflags, debug_mode,
                      _verbose(verbose), cache_root(build_dir))
-    return str(_build(spec)[1])
+    return str(_build_kept(spec)[1])

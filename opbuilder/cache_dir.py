@@ -16,7 +16,9 @@ from typing import List, Optional, Union
 from .errors import UnsafeCacheDirError
 
 __all__ = ["cache_root", "ensure_private_dir", "check_private_dir", "CachedOp", "list_operators",
-           "remove_operator", "dir_size"]
+           "remove_operator", "dir_size", "LOCK_FILE"]
+
+LOCK_FILE = ".lock"  # the lock file in an operator's directory (lock.py); never removed
 
 
 def cache_root(override: Optional[Union[str, os.PathLike]] = None) -> Path:
@@ -76,8 +78,12 @@ def dir_size(path: Path) -> int:
 
 
 def _op_entry(path: Path) -> Optional[CachedOp]:
+    """The operator cached in ``path``; None if it is not one, or if all it holds is its lock file
+    (what ``remove_operator`` leaves)."""
     name, kind = (path.name[:-4], "library") if path.name.endswith(".lib") else (path.name, "module")
-    if not name.isidentifier() or not ((path / "build").is_dir() or (path / ".lock").exists()):
+    if not name.isidentifier() or not ((path / "build").is_dir() or (path / LOCK_FILE).exists()):
+        return None
+    if all(child.name == LOCK_FILE for child in path.iterdir()):
         return None
     builds = []
     for d in path.iterdir():
@@ -108,7 +114,15 @@ def list_operators(root: Path, name: Optional[str] = None) -> List[CachedOp]:
 
 
 def remove_operator(op: CachedOp) -> bool:
-    """Delete an operator's directory unless a build of it is running (then False)."""
+    """Delete everything an operator has cached, unless a build of it is running (then False).
+
+    All of it goes while its lock is held, except the lock file itself: a
+    build waiting for the lock has it open, and gets the lock once we are
+    done. Were the file removed, that build would hold a lock on a file no
+    longer in the directory while another process created a new one and
+    locked that: two builds in one directory at once (filelock leaves its
+    files in place for the same reason).
+    """
     import shutil
 
     from .lock import try_lock
@@ -117,10 +131,9 @@ def remove_operator(op: CachedOp) -> bool:
         if not free:
             return False
         for child in op.path.iterdir():
-            if child.name != ".lock":
+            if child.name != LOCK_FILE:
                 if child.is_dir() and not child.is_symlink():
                     shutil.rmtree(child, ignore_errors=True)
                 else:
                     child.unlink(missing_ok=True)
-    shutil.rmtree(op.path, ignore_errors=True)
     return True

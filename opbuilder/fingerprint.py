@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
@@ -18,8 +19,8 @@ try:  # the same blake2b that hashlib hands out, without hashlib's OpenSSL impor
 except ImportError:  # pragma: no cover - other Pythons
     from hashlib import blake2b
 
-__all__ = ["blake2b", "file_digest", "digest_of", "base_key", "full_key", "current_digests", "manifest_path",
-           "read_manifest", "write_text_atomic", "write_json_atomic"]
+__all__ = ["blake2b", "file_digest", "digest_of", "source_digests", "base_key", "full_key", "current_digests",
+           "manifest_path", "read_manifest", "temp_path", "write_text_atomic", "write_json_atomic"]
 
 
 def file_digest(path: Path) -> str:
@@ -35,10 +36,21 @@ def digest_of(parts: Iterable[str]) -> str:
     return h.hexdigest()
 
 
-def base_key(ingredients: Sequence[str], sources: Sequence[Path]) -> str:
+def source_digests(sources: Sequence[Path]) -> Dict[str, str]:
+    """Digest of each source's bytes, by path, in the order given."""
+    return {str(s): file_digest(s) for s in sources}
+
+
+def base_key(ingredients: Sequence[str], sources: Dict[str, str]) -> str:
+    """The key of what is known before compiling: ``ingredients`` and the sources' digests.
+
+    The builder keeps the digests it hashed here and checks after compiling
+    that the sources still have them, so a library is never published under
+    contents it was not compiled from.
+    """
     parts = list(ingredients)
-    for s in sources:
-        parts += [str(s), file_digest(s)]
+    for path, digest in sources.items():
+        parts += [path, digest]
     return digest_of(parts)
 
 
@@ -73,10 +85,16 @@ def read_manifest(op_dir: Path, base: str) -> Optional[List[str]]:
         return None
 
 
+def temp_path(path: Path) -> Path:
+    """A name beside ``path`` to write before renaming onto it; unique per process and thread,
+    so concurrent writers never write into each other's file."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``path`` so that readers see the old or the new contents, never a part."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path(path)
     tmp.write_text(text)
     os.replace(tmp, path)
 

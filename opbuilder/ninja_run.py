@@ -5,10 +5,17 @@ ninja runs each command in a process group of its own, so SIGKILL of the
 Python process -- or of its whole process group -- leaves ninja or the
 compilers it started running, still writing into the build directory. Every
 process of a build inherits ``OPBUILDER_BUILD_DIR=<build dir>`` in its
-environment and a build writes a ``.building`` marker that only a finished
-run removes; the next build of the operator (holding the lock, so no live
-build of it exists) finds a marker, kills whatever still carries that
-variable, and only then touches the directory.
+environment and a build writes a ``.building`` marker (its pid and session)
+that only a finished run removes; the next build of the operator (holding the
+lock, so no live build of it exists) finds a marker, kills the leftovers, and
+only then touches the directory.
+
+A leftover is a process that carries that variable, works in the build
+directory (ninja starts every command there) and is in the dead build's
+session (ninja's commands stay in it). A server that a compiler wrapper
+started during the build (an sccache server, say) inherited the variable
+too, but daemons move to a session of their own or to another directory:
+those are left alone.
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from .errors import BuildError
 
@@ -76,9 +83,11 @@ def first_errors(output: str, limit: int = 6) -> List[str]:
     return picked
 
 
-def _leftover_pids(build_dir: Path) -> List[int]:
-    """Live processes (not zombies) whose environment marks them as part of a build of ``build_dir``."""
+def _leftover_pids(build_dir: Path, session: Optional[int]) -> List[int]:
+    """Live processes (not zombies) of a build of ``build_dir``: its variable in their environment,
+    ``build_dir`` as their working directory and, if known, ``session`` as their session."""
     needle = f"{ENV_MARK}={build_dir}\0".encode()
+    cwd = os.path.realpath(build_dir)
     me = os.getpid()
     pids = []
     try:
@@ -92,6 +101,10 @@ def _leftover_pids(build_dir: Path) -> List[int]:
             with open(f"/proc/{entry}/environ", "rb") as f:
                 if needle not in f.read():
                     continue
+            if os.readlink(f"/proc/{entry}/cwd") != cwd:
+                continue  # a daemon that moved elsewhere
+            if session is not None and os.getsid(int(entry)) != session:
+                continue  # a daemon in a session of its own
             with open(f"/proc/{entry}/stat", "rb") as f:
                 state = f.read().rsplit(b")", 1)[1].split()[0]
         except (OSError, IndexError):
@@ -99,6 +112,14 @@ def _leftover_pids(build_dir: Path) -> List[int]:
         if state not in (b"Z", b"X"):
             pids.append(int(entry))
     return pids
+
+
+def _marker_session(marker: Path) -> Optional[int]:
+    """The session of the build that wrote ``marker`` (``PID SID``); None if it does not say."""
+    try:
+        return int(marker.read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def stop_leftovers(build_dir: Path) -> int:
@@ -109,10 +130,11 @@ def stop_leftovers(build_dir: Path) -> int:
     marker = build_dir / MARKER
     if not marker.exists():
         return 0
+    session = _marker_session(marker)
     killed = set()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        pids = _leftover_pids(build_dir)
+        pids = _leftover_pids(build_dir, session)
         if not pids:
             break
         for pid in pids:
@@ -140,7 +162,7 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) 
     argv = [ninja, "-j", str(jobs)] + (["-v"] if verbose else [])
     status = _Status(name)
     marker = build_dir / MARKER
-    marker.write_text(f"{os.getpid()}\n")
+    marker.write_text(f"{os.getpid()} {os.getsid(0)}\n")
     started = marker.stat().st_ctime_ns
     t0 = time.perf_counter()
     log.info("building %s in %s (%d jobs)", name, build_dir, jobs)

@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from .fingerprint import write_text_atomic
+
 __all__ = ["Pch", "HEADER", "enabled", "eligible", "prepare", "prune", "start_build"]
 
 HEADER = "opbuilder/extension.h"
@@ -94,9 +96,7 @@ def prepare(root: Path, key: str) -> Pch:
         d.mkdir(mode=0o700, exist_ok=True)
     text = f'// written by opbuilder: precompiled as pch.h.gch\n#include "{HEADER}"\n'
     if not pch.header.is_file():
-        tmp = pch.dir / f".pch.h.{os.getpid()}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, pch.header)
+        write_text_atomic(pch.header, text)
     now = time.time()
     os.utime(pch.dir, (now, now))  # recently used: kept by prune()
     return pch

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from .fingerprint import temp_path
+
 __all__ = ["remembered", "stamp"]
 
 FILE_NAME = "toolchains.json"
@@ -75,7 +77,7 @@ def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple
     if file is not None and _settled(stamps):
         data = dict(_read(file))
         data[lookup] = {"facts": facts, "stamps": stamps}
-        tmp = f"{file}.{os.getpid()}.tmp"
+        tmp = str(temp_path(Path(file)))  # one per process and thread: threads write at once too
         try:
             with open(tmp, "w") as f:
                 json.dump(data, f, indent=1, sort_keys=True)

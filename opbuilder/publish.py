@@ -10,6 +10,15 @@ contents (digests) of every input each object was compiled from, written
 after a successful build. Before a build, an object whose record no longer
 matches the files -- or that has no record, as after a build was killed
 mid-compile -- is deleted and compiled again; the others are not touched.
+
+What is recorded is what was compiled: a source's digest is the one hashed
+into the base key, and the build counts as "changed while compiling" (not
+recorded, not published, built again) if a source no longer has that digest
+afterwards or if any input's ctime is at or after the build's start. ``>=``,
+not ``>``: file clocks tick coarsely, and a save in the same tick as the
+start may come after the compiler read the file. A spurious rebuild costs
+seconds; a wrong record would publish a library under contents it was not
+built from.
 """
 from __future__ import annotations
 
@@ -23,8 +32,8 @@ from typing import Dict, List, Optional, Sequence
 from .fingerprint import file_digest, write_json_atomic
 from .ninja_file import Step, depfile_inputs
 
-__all__ = ["publish_library", "stale_steps", "record_objects", "recorded_inputs", "prune_old_builds",
-           "KEEP_BUILDS", "write_build_info"]
+__all__ = ["publish_library", "stale_steps", "record_objects", "changed_since", "recorded_inputs",
+           "prune_old_builds", "KEEP_BUILDS", "write_build_info"]
 
 KEEP_BUILDS = 4
 _RECORD = "objects.json"
@@ -59,28 +68,35 @@ def load_record(build_dir: Path) -> Record:
         return {}
 
 
-def _current(deps: Dict[str, str], identity: str) -> bool:
+def _digest(path: str) -> Optional[str]:
+    try:
+        return file_digest(Path(path))
+    except OSError:
+        return None
+
+
+def _current(deps: Dict[str, str], identity: str, sources: Dict[str, str]) -> bool:
+    """True if an object's record matches: the sources as hashed into the key, other inputs as they are now."""
     if not isinstance(deps, dict) or deps.get(_IDENTITY) != identity:
         return False
     for path, digest in deps.items():
         if path == _IDENTITY:
             continue
-        try:
-            if file_digest(Path(path)) != digest:
-                return False
-        except OSError:
+        now = sources[path] if path in sources else _digest(path)
+        if now != digest:
             return False
     return True
 
 
-def stale_steps(build_dir: Path, steps: Sequence[Step], identity: str) -> List[Step]:
+def stale_steps(build_dir: Path, steps: Sequence[Step], identity: str, sources: Dict[str, str]) -> List[Step]:
     """The steps whose object must be compiled; their stale objects and records are removed first,
-    so a build that dies half-way leaves nothing that looks current."""
+    so a build that dies half-way leaves nothing that looks current. ``sources`` are the digests
+    the base key was computed from."""
     record = load_record(build_dir)
     todo = []
     for s in steps:
         path = build_dir / s.obj
-        if path.exists() and _current(record.get(s.obj, {}), identity):
+        if path.exists() and _current(record.get(s.obj, {}), identity, sources):
             continue
         todo.append(s)
         record.pop(s.obj, None)
@@ -93,36 +109,49 @@ def stale_steps(build_dir: Path, steps: Sequence[Step], identity: str) -> List[S
 
 
 def record_objects(build_dir: Path, compiled: Sequence[Step], identity: str, started_ns: int,
-                   skip_under: Path) -> Optional[List[str]]:
-    """Record the inputs' digests of freshly compiled objects.
+                   skip_under: Path, sources: Dict[str, str]) -> Optional[List[str]]:
+    """Record the inputs' digests of freshly compiled objects, if they are what was compiled.
 
-    Returns the inputs that changed after the build started (then the
-    object may hold older contents than its record would claim, so it is not
-    recorded and is deleted), or None if all is well.
+    ``sources`` are the digests the base key was computed from. Returns the
+    files that changed after the key was computed or the build started (then
+    the build's objects may hold other contents than a record or the key would
+    claim: such an object is deleted, not recorded), or None if all is well.
     """
     record = load_record(build_dir)
     changed: List[str] = []
     for s in compiled:
         inputs = depfile_inputs(build_dir / (s.obj + ".d"), build_dir, skip_under)
-        late = [p for p in inputs if _ctime_ns(p) > started_ns]
+        # digests first, ctimes after: a file unchanged since the start (by its ctime, read later)
+        # still had, when it was digested, the contents the compiler read
+        digests = {p: _digest(p) for p in inputs}
+        late = [p for p in inputs if digests[p] is None or (p in sources and digests[p] != sources[p])]
+        late += [p for p in changed_since(inputs, started_ns) if p not in late]
         if late:
             changed += late
             (build_dir / s.obj).unlink(missing_ok=True)
             continue
         deps = {_IDENTITY: identity}
-        for p in inputs:
-            deps[p] = file_digest(Path(p))
+        deps.update(digests)
         record[s.obj] = deps
     write_json_atomic(build_dir / _RECORD, record)
+    # a source compiled earlier (its object was current) must also still be what the key says
+    changed += [p for p, digest in sources.items() if p not in changed and _digest(p) != digest]
     return changed or None
 
 
-def _ctime_ns(path: str) -> int:
-    """When the file last changed, by the kernel's clock (unlike mtime, ``touch -d`` cannot move it)."""
-    try:
-        return os.stat(path).st_ctime_ns
-    except OSError:
-        return 1 << 62  # gone: certainly changed
+def changed_since(paths: Sequence[str], started_ns: int) -> List[str]:
+    """The files whose ctime is at or after ``started_ns`` (or that are gone): possibly changed
+    after a build that started then read them. ctime, unlike mtime, cannot be set back (``touch -d``)."""
+    late = []
+    for p in paths:
+        try:
+            ctime = os.stat(p).st_ctime_ns
+        except OSError:
+            late.append(p)
+            continue
+        if ctime >= started_ns:
+            late.append(p)
+    return late
 
 
 def recorded_inputs(build_dir: Path, objects: Sequence[str], sources: Sequence[Path]) -> Dict[str, str]:

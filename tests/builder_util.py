@@ -14,6 +14,7 @@ from typing import List, Optional
 from opbuilder.probe_cache import SETTLE_NS
 
 REAL_CXX = shutil.which("c++") or shutil.which("g++")
+PYTHON = sys.executable
 
 # A Python extension module on the bare C API: a real module that load() imports,
 # without pybind11, so each build costs well under a second.
@@ -36,23 +37,37 @@ def tiny_module(path: Path, value: str = "1", includes: str = "", decls: str = "
     return path
 
 
-def wrapper_cxx(directory: Path, log: Path, stall_flag: Optional[Path] = None) -> str:
+# a server as a compiler wrapper may start one: it moves to / or to a session of its own, then says its pid
+_DAEMON = ("import os, sys, time; os.setsid() if sys.argv[2] == \"session\" else os.chdir(\"/\"); "
+           "open(sys.argv[1] + \".tmp\", \"w\").write(str(os.getpid())); "
+           "os.rename(sys.argv[1] + \".tmp\", sys.argv[1]); time.sleep(300)")
+
+
+def wrapper_cxx(directory: Path, log: Path, stall_flag: Optional[Path] = None, daemons: bool = False) -> str:
     """A CXX that appends each command line to ``log`` and runs the real compiler.
 
     While ``stall_flag`` exists, a compile (``-c``) instead writes garbage to its
     output, records its pid in ``<flag>.pid``, creates ``<flag>.started`` and
     sleeps; if it ever wakes up it writes garbage again: a build killed
-    mid-compile, with a compiler left running.
+    mid-compile, with a compiler left running. With ``daemons``, it first
+    starts two servers, as a caching compiler wrapper may, and waits for their
+    pids in ``<flag>.daemon-cwd`` (one working in /) and
+    ``<flag>.daemon-session`` (one in a session of its own); both sleep 300 s.
     """
     stall = ""
     if stall_flag is not None:
+        lines = []
+        for kind in ("cwd", "session") if daemons else ():
+            ready = f"{stall_flag}.daemon-{kind}"
+            lines += [f"'{PYTHON}' -c '{_DAEMON}' '{ready}' {kind} &", f"while [ ! -e '{ready}' ]; do sleep 0.01; done"]
+        start_daemons = "".join(" " * 16 + line + "\n" for line in lines)
         stall = textwrap.dedent(f"""\
             case " $* " in *" -c "*)
               if [ -e '{stall_flag}' ]; then
                 out=; prev=
                 for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
                 echo 'not an object file' > "$out"
-                echo $$ > '{stall_flag}.pid'
+{start_daemons}                echo $$ > '{stall_flag}.pid'
                 touch '{stall_flag}.started'
                 sleep 120
                 echo 'written after the build was killed' > "$out"
@@ -98,5 +113,3 @@ def child_env(**extra: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     return env
 
-
-PYTHON = sys.executable

@@ -144,6 +144,33 @@ def test_only_the_newest_builds_are_kept(tmp_path):
     assert ctypes.CDLL(str(libs[-1])).p_value() == KEEP_BUILDS + 1
 
 
+@pytest.mark.parametrize("call", ["build", "load"])
+def test_a_library_pruned_right_after_its_lookup_is_built_again(tmp_path, monkeypatch, call):
+    import shutil
+
+    import opbuilder.builder
+
+    src = tiny_module(tmp_path / f"pruned_{call}.cpp", "6")
+    builder = CustomOpBuilder(f"pruned_{call}", [src], build_dir=tmp_path / "cache")
+    first = Path(builder.build())
+    real_lookup = opbuilder.builder._lookup
+    pruned = []
+
+    def lookup_then_prune(*args):
+        hit = real_lookup(*args)
+        if hit is not None and not pruned:
+            shutil.rmtree(hit[1].parent)  # what another process pruning old builds does, just after the lookup
+            pruned.append(hit[1])
+        return hit
+
+    monkeypatch.setattr(opbuilder.builder, "_lookup", lookup_then_prune)
+    if call == "build":
+        assert builder.build() == str(first)
+    else:
+        assert builder.load().value() == 6
+    assert pruned == [first] and first.is_file()  # built again, under the same key
+
+
 def test_a_source_edited_while_it_compiles_is_built_again(tmp_path, monkeypatch):
     src = tmp_path / "racy.cpp"
     src.write_text('extern "C" int racy() { return 1; }\n')
@@ -166,6 +193,49 @@ exit $rc
     assert compiled_sources(log) == ["racy.cpp", "racy.cpp"]
     log.write_text("")
     assert build_library("racy", [src], build_dir=tmp_path / "cache") == lib and compiled_sources(log) == []
+
+
+def test_a_source_saved_after_its_key_was_computed_is_never_published_under_that_key(tmp_path, monkeypatch):
+    # the window between hashing the sources (under the lock) and the compiler reading them:
+    # the save lands just before ninja starts, so no ctime comparison can see it
+    import opbuilder.ninja_run
+
+    src = tmp_path / "window.cpp"
+    src.write_text('extern "C" int window() { return 1; }\n')
+    log = tmp_path / "cxx.log"
+    monkeypatch.setenv("CXX", wrapper_cxx(tmp_path, log))
+    real_run_ninja = opbuilder.ninja_run.run_ninja
+    saves = []
+
+    def save_then_run_ninja(*args, **kwargs):
+        if not saves:
+            src.write_text('extern "C" int window() { return 2; }\n')
+            saves.append(src)
+        return real_run_ninja(*args, **kwargs)
+
+    monkeypatch.setattr(opbuilder.ninja_run, "run_ninja", save_then_run_ninja)
+    cache = tmp_path / "cache"
+    lib = build_library("window", [src], build_dir=cache)
+    assert saves == [src]
+    assert ctypes.CDLL(lib).window() == 2  # the contents compiled last...
+    assert compiled_sources(log) == ["window.cpp", "window.cpp"]  # ...found changed, and built again
+    log.write_text("")
+    assert build_library("window", [src], build_dir=cache) == lib and compiled_sources(log) == []  # ...keyed by them
+    src.write_text('extern "C" int window() { return 1; }\n')  # the contents the first key was made from
+    first = build_library("window", [src], build_dir=cache)
+    assert first != lib and ctypes.CDLL(first).window() == 1 and compiled_sources(log) == ["window.cpp"]
+
+
+def test_a_file_changed_in_the_tick_a_build_starts_counts_as_changed(tmp_path):
+    # file clocks are coarse: a save in the same tick as the build's start may come after the compiler read it
+    from opbuilder.publish import changed_since
+
+    header = tmp_path / "same_tick.h"
+    header.write_text("#define X 1\n")
+    ctime = os.stat(header).st_ctime_ns
+    assert changed_since([str(header)], ctime) == [str(header)]
+    assert changed_since([str(header)], ctime + 1) == []
+    assert changed_since([str(tmp_path / "gone.h")], ctime + 1) == [str(tmp_path / "gone.h")]
 
 
 PYBIND11_OP = """\

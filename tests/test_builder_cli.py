@@ -9,6 +9,10 @@ import pytest
 from builder_util import PYTHON, child_env, tiny_module
 
 
+def _names(directory):
+    return sorted(p.name for p in directory.iterdir())
+
+
 def _cli(*args, **env):
     return subprocess.run([PYTHON, "-m", "opbuilder", *args], capture_output=True, text=True, timeout=300,
                           env=child_env(**env))
@@ -48,12 +52,14 @@ def test_build_then_list_then_clean_one_operator(tmp_path, cache):
 
     clean = _cli("cache", "clean", "cli_op", OPBUILDER_CACHE_DIR=str(cache))
     assert clean.returncode == 0 and f"removed {cache / 'cli_op'}" in clean.stdout
-    assert not (cache / "cli_op").exists() and lib2.is_file()  # the other operator is untouched
+    assert _names(cache / "cli_op") == [".lock"] and lib2.is_file()  # the other operator is untouched
     gone = _cli("cache", "list", "cli_op", OPBUILDER_CACHE_DIR=str(cache))
     assert gone.returncode == 1 and "nothing cached for operator 'cli_op'" in gone.stderr
 
     everything = _cli("cache", "clean", OPBUILDER_CACHE_DIR=str(cache))
-    assert everything.returncode == 0 and not (cache / "cli_lib.lib").exists()
+    assert everything.returncode == 0 and _names(cache / "cli_lib.lib") == [".lock"]
+    after = _cli("cache", "list", OPBUILDER_CACHE_DIR=str(cache))
+    assert after.returncode == 0 and after.stdout.splitlines()[1:] == ["total: 0 B"]
 
 
 def test_build_errors_are_printed_without_a_traceback(tmp_path, cache):
@@ -117,4 +123,23 @@ def test_clean_skips_an_operator_that_is_being_built(tmp_path, cache):
     assert res.returncode == 1 and "skipped busy: being built by another process right now" in res.stderr
     assert (cache / "busy.lib").is_dir()
     assert _cli("cache", "clean", "busy", OPBUILDER_CACHE_DIR=str(cache)).returncode == 0
-    assert not (cache / "busy.lib").exists()
+    assert _names(cache / "busy.lib") == [".lock"]
+
+
+def test_clean_keeps_the_lock_file_that_waiting_builds_have_open(tmp_path, cache):
+    # a build waiting for the lock has .lock open: removing it would let a later build lock a new
+    # file while the waiting one, once it holds the old one, builds in the same directory
+    src = tmp_path / "kept.cpp"
+    src.write_text('extern "C" int kept() { return 8; }\n')
+    assert _cli("build", "kept", str(src), "--library", OPBUILDER_CACHE_DIR=str(cache)).returncode == 0
+    lock = cache / "kept.lib" / ".lock"
+    with open(lock) as waiting_build:
+        res = _cli("cache", "clean", "kept", OPBUILDER_CACHE_DIR=str(cache))
+        assert res.returncode == 0 and f"removed {cache / 'kept.lib'}" in res.stdout
+        assert _names(cache / "kept.lib") == [".lock"]
+        assert os.fstat(waiting_build.fileno()).st_nlink == 1
+        assert os.fstat(waiting_build.fileno()).st_ino == lock.stat().st_ino  # still the file everyone locks
+    gone = _cli("cache", "list", "kept", OPBUILDER_CACHE_DIR=str(cache))
+    assert gone.returncode == 1 and "nothing cached for operator 'kept'" in gone.stderr
+    res = _cli("build", "kept", str(src), "--library", OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 0 and ctypes.CDLL(res.stdout.strip()).kept() == 8

@@ -59,7 +59,7 @@ build_library("victim", [sys.argv[1]], build_dir=sys.argv[2])
 def test_sigkill_mid_build_leaves_nothing_to_wait_on_or_trust(tmp_path, monkeypatch, capfd, target):
     log = tmp_path / "cxx.log"
     stall = tmp_path / "stall"
-    cxx = wrapper_cxx(tmp_path, log, stall_flag=stall)
+    cxx = wrapper_cxx(tmp_path, log, stall_flag=stall, daemons=True)
     src = tmp_path / "victim.cpp"
     src.write_text('extern "C" int victim_value() { return 31; }\n')
     cache = tmp_path / "cache"
@@ -77,14 +77,51 @@ def test_sigkill_mid_build_leaves_nothing_to_wait_on_or_trust(tmp_path, monkeypa
         os.kill(child.pid, signal.SIGKILL)
     child.wait()
     compiler = int(stall.with_name("stall.pid").read_text())
-    assert not process_gone(compiler)  # ninja runs commands in their own group: the compiler outlived the kill
-    stall.unlink()
+    # servers the compiler wrapper started (they carry the build's environment too)
+    daemons = [int(stall.with_name(f"stall.daemon-{kind}").read_text()) for kind in ("cwd", "session")]
+    try:
+        assert not process_gone(compiler)  # ninja runs commands in their own group: the compiler outlived the kill
+        stall.unlink()
 
-    capfd.readouterr()
-    monkeypatch.setenv("CXX", cxx)
-    lib = build_library("victim", [src], build_dir=cache)  # would hang or link garbage if anything were trusted
-    err = capfd.readouterr().err
-    assert "waiting for another process" not in err
-    assert ctypes.CDLL(lib).victim_value() == 31
-    assert process_gone(compiler)  # the leftover compiler was stopped before the rebuild
-    assert not (cache / "victim.lib" / "build" / ".building").exists()
+        capfd.readouterr()
+        monkeypatch.setenv("CXX", cxx)
+        lib = build_library("victim", [src], build_dir=cache)  # would hang or link garbage if anything were trusted
+        err = capfd.readouterr().err
+        assert "waiting for another process" not in err
+        assert ctypes.CDLL(lib).victim_value() == 31
+        assert process_gone(compiler)  # the leftover compiler was stopped before the rebuild
+        assert not (cache / "victim.lib" / "build" / ".building").exists()
+        # a server that works in another directory or in a session of its own is not a leftover
+        assert [process_gone(pid) for pid in daemons] == [False, False]
+    finally:
+        for pid in daemons:
+            if not process_gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+NO_FLOCK = """\
+#include <errno.h>
+extern "C" int flock(int, int) { errno = ENOSYS; return -1; }  // a file system without flock(2)
+"""
+
+
+def test_a_file_system_without_flock_is_an_error_naming_the_directory_not_a_soft_lock(tmp_path):
+    # a soft lock (a file whose existence means locked) outlives a SIGKILL and blocks every later build
+    from builder_util import REAL_CXX
+
+    shim = tmp_path / "no_flock.so"
+    (tmp_path / "no_flock.cpp").write_text(NO_FLOCK)
+    subprocess.run([REAL_CXX, "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "no_flock.cpp")], check=True)
+    log = tmp_path / "cxx.log"
+    src = tmp_path / "unlocked.cpp"
+    src.write_text('extern "C" int unlocked() { return 1; }\n')
+    cache = tmp_path / "cache"
+    res = subprocess.run([PYTHON, "-m", "opbuilder", "build", "unlocked", str(src), "--library",
+                          "--cache-dir", str(cache)], capture_output=True, text=True, timeout=300,
+                         env=child_env(CXX=wrapper_cxx(tmp_path, log), LD_PRELOAD=str(shim)))
+    op_dir = cache / "unlocked.lib"
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert (f"opbuilder: error: building operator 'unlocked' failed: cannot lock {op_dir / '.lock'}: "
+            f"the file system of {op_dir} does not support flock(2)") in res.stderr
+    assert "OPBUILDER_CACHE_DIR" in res.stderr
+    assert compiled_sources(log) == [] and not (op_dir / "build").exists()

@@ -157,3 +157,32 @@ def test_remembered_facts_are_probed_again_only_when_their_files_change(tmp_path
     remembered(tmp_path, "headers test", probe)
     remembered(tmp_path, "headers test", probe)
     assert len(probes) == 6
+
+
+def test_threads_remembering_at_once_leave_a_valid_file_and_no_temporary_ones(tmp_path):
+    # every thread writes toolchains.json through a temporary file and a rename: one each
+    import threading
+
+    from opbuilder.probe_cache import FILE_NAME, remembered
+
+    threads, rounds = 8, 25
+    barrier = threading.Barrier(threads, timeout=120)
+    wrong = []
+
+    def remember(i):
+        for r in range(rounds):
+            barrier.wait()  # all threads write at the same moment
+            facts = {"value": "x" * (37 * i + r)}  # records of different lengths
+            got = remembered(tmp_path, f"thread {i} round {r}", lambda: (facts, []))
+            if got != facts:
+                wrong.append((i, r, got))
+
+    workers = [threading.Thread(target=remember, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert wrong == []
+    data = json.loads((tmp_path / FILE_NAME).read_text())  # never two writers' bytes in one file
+    assert isinstance(data, dict) and data
+    assert [p.name for p in tmp_path.iterdir()] == [FILE_NAME]
