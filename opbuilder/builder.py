@@ -64,10 +64,9 @@ def _lto_enabled() -> bool:
 def _plan(spec: BuildSpec) -> _Plan:
     cxx = find_compiler(spec.root)
     opt = ["-O0", "-g"] if spec.debug else ["-O2"]
-    if not spec.debug and cxx.family == "gcc":
-        # -O2 with the loop vectorizer -O3 uses: gcc 12's -O2 model skips loops whose trip count is
-        # unknown (a plain elementwise kernel runs ~4x slower); older gcc does not vectorize at -O2
-        opt += ["-ftree-vectorize", "-fvect-cost-model=dynamic"]
+    # gcc only (not nvcc): -O2 with the loop vectorizer -O3 uses; gcc 12's -O2 model skips loops whose
+    # trip count is unknown (a plain elementwise kernel ran ~4x slower); older gcc does not vectorize at -O2
+    vectorize = ["-ftree-vectorize", "-fvect-cost-model=dynamic"] if not spec.debug and cxx.family == "gcc" else []
     hdr = headers_digest(spec.root)
     system = ["-isystem", str(include_dir())]
     identity = [f"kind={spec.kind}", f"backend={spec.backend}", f"name={spec.name}", f"headers={hdr}",
@@ -92,7 +91,7 @@ def _plan(spec: BuildSpec) -> _Plan:
     lto = ("-flto",) if spec.kind == "module" and not spec.debug and cxx.family == "gcc" and _lto_enabled() else ()
     # the module name reaches C++ sources through a generated header (see pch.py), so that
     # these flags are the same for every operator and a precompiled header can be shared
-    flags = ("-std=c++17", "-fPIC", *opt, *lto, *visibility, *system, *spec.cflags)
+    flags = ("-std=c++17", "-fPIC", *opt, *vectorize, *lto, *visibility, *system, *spec.cflags)
     includes = tuple(f"-I{p}" for p in spec.include_paths)
     link = list(spec.ldflags)
     nvcc: Optional[Compiler] = None
