@@ -4,9 +4,10 @@
 
 The operator is the demo's multiply (custom_src/function_ops.cpp) and, for
 PyTorch, the same multiply as a torch::autograd::Function
-(benchmarks/torch_mul_op.cpp), each with one small extra source
-(``extra.cpp``) and one project header (``bench_config.h``) so that the
-incremental and header-edit scenarios exist. Every measurement runs in a new
+(benchmarks/torch_mul_op.cpp), one source each, including one project header
+(``bench_config.h``) so that the header-edit scenario exists. The one-file
+incremental scenario needs several sources: it edits ``extra.cpp`` of a
+second operator built from the same source plus ``extra.cpp``. Every measurement runs in a new
 Python process and times only the ``load()`` call (the framework is imported
 first); each framework builds into its own fresh temporary directory, so
 nothing cached on this machine is used or touched.
@@ -18,7 +19,7 @@ Rows:
   cold, PCH present       a new operator (nothing built for it) once the
                           precompiled header exists: every later cold build
   warm load()             a new process loading the built operator (median)
-  one-file incremental    extra.cpp edited, rebuilt in a new process
+  one-file incremental    extra.cpp of the two-source operator edited, rebuilt
   header-edit rebuild     bench_config.h edited, rebuilt in a new process
 PyTorch has no PCH, so both cold rows compare with its one cold build.
 A second table gives the CPU time (user + system) of the loading process and
@@ -118,7 +119,7 @@ def _whole_process(code: str, env: Dict[str, str], runs: int) -> float:
 
 
 def _sources(work: Path, main_source: Path, stem: str) -> List[str]:
-    """The operator's sources in ``work``: the main one (using bench_config.h) and extra.cpp."""
+    """The sources in ``work``: the main one (the demo operator, using bench_config.h) and extra.cpp."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "bench_config.h").write_text("#define BENCH_CONFIG 1\n")
     (work / "extra.cpp").write_text("int bench_extra() { return 1; }\n")
@@ -132,43 +133,49 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 
 def measure(framework: str, work: Path, warm_runs: int) -> Dict[str, float]:
-    """Every scenario for one framework, each in new processes; seconds (``<row>_cpu``: CPU seconds)."""
-    out: Dict[str, float] = {}
+    """Every scenario for one framework, each in new processes; seconds (``<row>_cpu``: CPU seconds).
 
-    def build(row: str, *name: str) -> None:
-        res = load(*name)
-        out[row], out[row + "_cpu"] = res["seconds"], res["cpu"]
+    Cold, warm and header-edit rows use the demo operator as it is, one source; the
+    incremental row needs several, so it edits extra.cpp of a two-source operator.
+    """
+    out: Dict[str, float] = {}
+    main, extra = _sources(work / "src", DEMO_SOURCE if framework == "opbuilder" else TORCH_SOURCE,
+                           "ob_op" if framework == "opbuilder" else "torch_op")
+    ops = {"bench_ops": [main], "bench_multi": [main, extra], "bench_ops_again": [main]}
 
     if framework == "opbuilder":
-        srcs = _sources(work / "src", DEMO_SOURCE, "ob_op")
         env = _env(OPBUILDER_CACHE_DIR=str(work / "cache"))
 
-        def load(name: str = "bench_ops") -> Dict[str, float]:
-            return _run(OB_CHILD, [name, *srcs], env)
-        whole = f"import runtime; from opbuilder import CustomOpBuilder; CustomOpBuilder('bench_ops', {srcs!r}).load()"
+        def load(name: str) -> Dict[str, float]:
+            return _run(OB_CHILD, [name, *ops[name]], env)
+        whole = f"import runtime; from opbuilder import CustomOpBuilder; CustomOpBuilder('bench_ops', {[main]!r}).load()"
     else:
-        srcs = _sources(work / "src", TORCH_SOURCE, "torch_op")
-        build_dir = work / "build"
-        build_dir.mkdir(parents=True)
         env = _env(TORCH_EXTENSIONS_DIR=str(work / "ext"))
 
-        def load(name: str = "bench_torch") -> Dict[str, float]:
-            return _run(TORCH_CHILD, [name, str(build_dir), *srcs], env)
-        whole = (f"import torch; from torch.utils import cpp_extension; "
-                 f"cpp_extension.load('bench_torch', {srcs!r}, build_directory={str(build_dir)!r})")
+        def load(name: str) -> Dict[str, float]:
+            build_dir = work / "build" / name  # torch keeps one build.ninja per directory
+            build_dir.mkdir(parents=True, exist_ok=True)
+            return _run(TORCH_CHILD, [name, str(build_dir), *ops[name]], env)
+        whole = (f"import torch; from torch.utils import cpp_extension; cpp_extension.load('bench_ops', "
+                 f"{[main]!r}, build_directory={str(work / 'build' / 'bench_ops')!r})")
+
+    def build(row: str, name: str) -> None:
+        res = load(name)
+        out[row], out[row + "_cpu"] = res["seconds"], res["cpu"]
 
     print(f"  {framework}: cold build ...", file=sys.stderr, flush=True)
-    build("cold")
+    build("cold", "bench_ops")
     if framework == "opbuilder":
         _wait_for_pch(work / "cache")  # built in the background; let it finish before timing anything else
-    load()  # unmeasured: writes bytecode caches for the warm runs
-    out["warm"] = statistics.median(load()["seconds"] for _ in range(warm_runs))
+    load("bench_ops")  # unmeasured: writes bytecode caches for the warm runs
+    out["warm"] = statistics.median(load("bench_ops")["seconds"] for _ in range(warm_runs))
     out["warm_process"] = _whole_process(whole, env, max(3, warm_runs // 3))
     print(f"  {framework}: incremental and header-edit rebuilds ...", file=sys.stderr, flush=True)
-    _edit(Path(srcs[1]), "return 1;", "return 2;")
-    build("incremental")
-    _edit(Path(srcs[0]).with_name("bench_config.h"), "BENCH_CONFIG 1", "BENCH_CONFIG 2")
-    build("header")
+    load("bench_multi")  # unmeasured: the two-source operator's first build
+    _edit(Path(extra), "return 1;", "return 2;")
+    build("incremental", "bench_multi")
+    _edit(Path(main).with_name("bench_config.h"), "BENCH_CONFIG 1", "BENCH_CONFIG 2")
+    build("header", "bench_ops")
     if framework == "opbuilder":
         print("  opbuilder: cold build of a new operator, PCH present ...", file=sys.stderr, flush=True)
         build("cold_pch", "bench_ops_again")

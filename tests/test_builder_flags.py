@@ -50,3 +50,14 @@ def test_lto_can_be_turned_off(cache_dir, tiny, monkeypatch):
     rules = _commands(cache_dir, "flags_nolto")
     assert "-O2" in rules["cxx"] and "-flto" not in rules["cxx"]
     assert not any(a.startswith("-flto") for a in rules["link"])
+
+
+def test_several_sources_are_built_without_lto(cache_dir, tiny, tmp_path, monkeypatch):
+    """LTO would make every relink generate code for all objects: a one-file edit would cost a full build."""
+    monkeypatch.delenv("OPBUILDER_LTO", raising=False)
+    other = tmp_path / "other.cpp"
+    other.write_text("int other_value() { return 8; }\n")
+    CustomOpBuilder("flags_two", [tiny, str(other)]).build()
+    rules = _commands(cache_dir, "flags_two")
+    assert "-O2" in rules["cxx"] and "-flto" not in rules["cxx"]
+    assert not any(a.startswith("-flto") for a in rules["link"])
