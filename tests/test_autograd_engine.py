@@ -98,7 +98,13 @@ class Explodes(Function):
 def test_nodes_that_reach_no_target_do_not_run(head):
     x, w = Tensor(np.ones(3), requires_grad=True), Tensor(np.ones(3), requires_grad=True)
     out = head(Explodes.apply(x))
-    assert rt.autograd.grad([out], [w], [Tensor(np.ones(out.shape))]) == [None]
+    assert rt.autograd.grad([out], [w], [Tensor(np.ones(out.shape))], allow_unused=True) == [None]
+
+
+def test_autograd_grad_of_an_unused_input_is_an_error_unless_allowed():
+    x, w = Tensor(np.ones(3), requires_grad=True), Tensor(np.ones(3), requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"input 1 was not used to compute the outputs \(pass allow_unused=True"):
+        rt.autograd.grad([(x * 2).sum()], [x, w])
 
 
 @pytest.mark.parametrize("wrap", [lambda z: z, lambda z: z.sum()], ids=["one_node", "graph"])

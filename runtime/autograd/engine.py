@@ -390,8 +390,12 @@ def backward(tensors: Sequence[Any], grad_tensors: Optional[Sequence[Any]] = Non
 
 def grad(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Optional[Sequence[Any]] = None,
          retain_graph: Optional[bool] = None, create_graph: bool = False,
-         allow_unused: bool = True) -> List[Any]:
-    """Gradients of ``outputs`` with respect to ``inputs`` (``None`` where unreached)."""
+         allow_unused: bool = False) -> List[Any]:
+    """Gradients of ``outputs`` with respect to ``inputs``, as PyTorch's ``autograd.grad``.
+
+    An input that no output depends on is an error, unless ``allow_unused=True``,
+    which gives ``None`` for it.
+    """
     outputs = list(outputs)
     if grad_outputs is None:
         grad_outputs = [None] * len(outputs)
@@ -399,6 +403,9 @@ def grad(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Optional[S
     if retain_graph is None:
         retain_graph = create_graph
     res = run_backward(outputs, gs, list(inputs), retain_graph, create_graph)
-    if not allow_unused and any(r is None for r in res):
-        raise RuntimeError("one of the inputs was not used to compute the outputs")
+    if not allow_unused:
+        unused = [i for i, r in enumerate(res) if r is None]
+        if unused:
+            raise RuntimeError(f"autograd.grad: input {unused[0]} was not used to compute the outputs "
+                               f"(pass allow_unused=True to get None for it)")
     return res
