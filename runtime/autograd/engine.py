@@ -277,7 +277,6 @@ def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: O
 def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Optional[Sequence[Any]],
                retain_graph: bool, create_graph: bool) -> Optional[List[Any]]:
     """``run_backward`` for any graph (recording mode already set)."""
-    Tensor = _tensor.Tensor
     buffers: Dict[int, List[Any]] = {}
     leaf_grads: Dict[int, Any] = {}
     leaves: Dict[int, Any] = {}
