@@ -95,6 +95,9 @@ def _env(**extra: str) -> Dict[str, str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("OPBUILDER_VERBOSE", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    # as in an activated virtual environment: torch runs `ninja` from PATH in every load(), and
+    # a version manager's shim found first (pyenv's costs ~80 ms) would be timed instead of ninja
+    env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH", "")) if p)
     env.update(extra)
     return env
 
