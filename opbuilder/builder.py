@@ -180,9 +180,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     write_build_file(build_dir / "build.ninja", todo, plan.objects, plan.output, plan.cxx.argv,
                      (*plan.flags, *plan.includes), plan.nvcc.argv if plan.nvcc else (), plan.cuda_flags,
                      link_flags)
-    pch_started = pch is not None and not pch.built and jobs > 1 and pchmod.start_build(pch, plan.cxx.argv, plan.flags)
-    log.info("%s: compiling %d of %d source(s)%s", spec.name, len(todo), len(steps),
-             "; precompiling opbuilder/extension.h in the background" if pch_started else "")
+    log.info("%s: compiling %d of %d source(s)", spec.name, len(todo), len(steps))
     started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose)
     changed = publish.record_objects(build_dir, todo, identity, started, spec.root, sources)
     if changed:
@@ -196,6 +194,9 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     publish.prune_old_builds(spec.op_dir, keep=publish.KEEP_BUILDS, current=key)
     if pch is not None:
         pchmod.prune(spec.root, current=pch.dir.name)
+        # started only now: run next to the compile, it slowed that compile by ~0.6 s of ~10.5
+        if not pch.built and jobs > 1 and pchmod.start_build(pch, plan.cxx.argv, plan.flags):
+            log.info("%s: precompiling opbuilder/extension.h in the background", spec.name)
     return key, lib
 
 
