@@ -15,17 +15,18 @@ namespace mindspore {
 
 using ShapeVector = opbuilder::ShapeVector;
 
-// MindSpore's TypeId values, as opbuilder DataTypes.
+// MindSpore's TypeId: opbuilder's DataType, whose kNumberType* enumerators carry
+// MindSpore's spellings (TypeId::kNumberTypeFloat32 and kNumberTypeFloat32 both work).
 using TypeId = opbuilder::DataType;
-inline constexpr TypeId kNumberTypeBool = opbuilder::kBool;
-inline constexpr TypeId kNumberTypeInt8 = opbuilder::kInt8;
-inline constexpr TypeId kNumberTypeInt16 = opbuilder::kInt16;
-inline constexpr TypeId kNumberTypeInt32 = opbuilder::kInt32;
-inline constexpr TypeId kNumberTypeInt64 = opbuilder::kInt64;
-inline constexpr TypeId kNumberTypeUInt8 = opbuilder::kUInt8;
-inline constexpr TypeId kNumberTypeFloat16 = opbuilder::kFloat16;
-inline constexpr TypeId kNumberTypeFloat32 = opbuilder::kFloat32;
-inline constexpr TypeId kNumberTypeFloat64 = opbuilder::kFloat64;
+using opbuilder::kNumberTypeBool;
+using opbuilder::kNumberTypeInt8;
+using opbuilder::kNumberTypeInt16;
+using opbuilder::kNumberTypeInt32;
+using opbuilder::kNumberTypeInt64;
+using opbuilder::kNumberTypeUInt8;
+using opbuilder::kNumberTypeFloat16;
+using opbuilder::kNumberTypeFloat32;
+using opbuilder::kNumberTypeFloat64;
 
 namespace tensor {
 using BaseTensor = opbuilder::Tensor;

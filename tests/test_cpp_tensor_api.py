@@ -114,6 +114,10 @@ def test_headers_compile_without_warnings(tmp_path):
                    "  static TensorPtrList Backward(AutogradContext *c, TensorPtrList g) {\n"
                    "    (void)c->GetSavedTensors(); return {g[0]}; }\n};\n"
                    "struct UserState { TensorPtr t; ShapeVector s; };  // user types holding ours\n"
+                   "using namespace mindspore;  // both namespaces open: MindSpore's names are not ambiguous\n"
+                   "static_assert(TypeId::kNumberTypeFloat32 == kFloat32 && kNumberTypeInt64 == DataType::kInt64);\n"
+                   "inline TensorPtr MsEmpty() { return std::make_shared<tensor::BaseTensor>(TypeId::kNumberTypeFloat16,"
+                   " ShapeVector{2}); }\n"
                    "PYBIND11_MODULE(w, m) { m.def(\"f\", [](const TensorPtr &x) { return F::Apply(x, 2); }); }\n")
     cmd = ["c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", f"-I{include_dir()}",
            "-isystem", pybind11.get_include(), "-isystem", sysconfig.get_paths()["include"], str(src)]

@@ -19,6 +19,17 @@ enum DataType : int {
   kFloat32,
   kFloat64,
   kTypeUnknown,
+  // MindSpore's TypeId spellings of the same values, for ms_extension.h: being
+  // enumerators, `TypeId::kNumberTypeFloat32` works as well as `kNumberTypeFloat32`.
+  kNumberTypeBool = kBool,
+  kNumberTypeInt8 = kInt8,
+  kNumberTypeInt16 = kInt16,
+  kNumberTypeInt32 = kInt32,
+  kNumberTypeInt64 = kInt64,
+  kNumberTypeUInt8 = kUInt8,
+  kNumberTypeFloat16 = kFloat16,
+  kNumberTypeFloat32 = kFloat32,
+  kNumberTypeFloat64 = kFloat64,
 };
 
 inline constexpr int kNumDataTypes = static_cast<int>(kTypeUnknown);
