@@ -77,6 +77,41 @@ def test_gradcheck_reports_the_input():
         rt.gradcheck(lambda a, b: a * WrongAtOneElement.apply(b), [Tensor(np.ones(4)), y])
 
 
+class WrongTwice(Function):
+    """x * 2 whose backward is off by 0.1 at flat element 0 and by 0.7 at flat element 5."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        out = g.asnumpy() * 2
+        out.flat[0] += 0.1
+        out.flat[5] += 0.7
+        return out
+
+
+def test_gradcheck_names_the_worst_element_not_the_first():
+    rng = np.random.default_rng(1)
+    a, b = Tensor(rng.standard_normal((2, 4))), Tensor(rng.standard_normal((2, 4)))
+    # off by 0.1 at [0, 0] and by 0.7 at [1, 1]: the larger error, found later, is reported
+    with pytest.raises(rt.GradcheckError, match=r"input 0, element \[1, 1\]: analytic"):
+        rt.gradcheck(lambda x, y: WrongTwice.apply(x) + y, [a, b])
+    # input 0 off by 0.5 at [1, 2], input 1 by 0.7 at [1, 1]: the later input is the worse one
+    with pytest.raises(rt.GradcheckError, match=r"input 1, element \[1, 1\]: analytic"):
+        rt.gradcheck(lambda x, y: WrongAtOneElement.apply(x) + WrongTwice.apply(y), [a, b])
+
+
+def test_gradcheck_failure_in_float32_says_why():
+    x = Tensor(np.random.default_rng(2).uniform(0.5, 1.0, (3,)).astype(np.float32))
+    with pytest.raises(rt.GradcheckError, match=r"the inputs include float32: differences at that precision "
+                                                r"are inaccurate at eps=1e-06; check with float64 inputs"):
+        rt.gradcheck(rt.ops.sin, [x])
+    assert rt.gradcheck(rt.ops.sin, [x], eps=1e-2, atol=1e-3, rtol=1e-2)  # a coarser check passes
+    assert rt.gradcheck(rt.ops.sin, [Tensor(x.asnumpy().astype(np.float64))])  # float64 passes at the defaults
+
+
 def test_gradcheck_needs_a_floating_input():
     with pytest.raises(ValueError, match="at least one floating-point Tensor"):
         rt.gradcheck(lambda t: t, [Tensor(np.arange(3))])

@@ -90,6 +90,10 @@ def gradcheck(fn: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6, 
         _, i, j, a_v, n_v = worst
         msg = (f"gradcheck failed: input {i}, element {list(j)}: analytic {a_v:.8g} vs numerical {n_v:.8g} "
                f"(|diff| {abs(a_v - n_v):.3g} > atol {atol:g} + rtol {rtol:g} * |numerical|)")
+        low = sorted({str(inputs[c]._data.dtype) for c in checked} - {"float64"})
+        if low:  # the usual cause of a failure that is not a wrong gradient
+            msg += (f"; the inputs include {', '.join(low)}: differences at that precision are inaccurate "
+                    f"at eps={eps:g}; check with float64 inputs, or a larger eps and tolerances")
         if raise_exception:
             raise GradcheckError(msg)
         return False
