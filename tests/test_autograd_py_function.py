@@ -245,7 +245,8 @@ class Bad(Function):
 
 
 @pytest.mark.parametrize("mode,exc,msg", [
-    ("too_few", RuntimeError, "backward of Bad returned 1 gradients, but its forward took 3 arguments"),
+    ("too_few", RuntimeError, r"backward of Bad returned 1 gradients, but its forward took 3 arguments and "
+                              r"argument 1 needs a gradient \(return one gradient, or None, per argument\)"),
     ("too_many", RuntimeError, "backward of Bad returned 4 gradients, but its forward took 3 arguments"),
     ("bad_shape", RuntimeError, r"backward of Bad returned a gradient of shape \[7\] for argument 0, whose "
                                 r"shape is \[2\]"),
