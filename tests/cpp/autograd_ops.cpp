@@ -8,6 +8,7 @@
 #include <string>
 #include <algorithm>
 #include <iterator>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -161,6 +162,15 @@ struct ExpSavesOutput : Function<ExpSavesOutput> {
   static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) { return {Mul(g[0], ctx->GetSavedTensors()[0])}; }
 };
 
+// The other exception kinds, with pybind11's mapping (the same in Forward and Backward).
+inline void ThrowOther(const std::string &kind, const std::string &who, const std::string &where) {
+  if (kind == "domain_error") throw std::domain_error(who + "outside the domain" + where);
+  if (kind == "overflow_error") throw std::overflow_error(who + "too large" + where);
+  if (kind == "logic_error") throw std::logic_error(who + "broken logic" + where);
+  if (kind == "bad_alloc") throw std::bad_alloc();
+  if (kind == "not_std") throw 42;  // not a std::exception at all
+}
+
 // ---- what Backward returns ---------------------------------------------------------
 // x * y (one shape); Backward misbehaves as `mode` says.
 struct Misbehave : Function<Misbehave> {
@@ -198,6 +208,7 @@ struct Misbehave : Function<Misbehave> {
     if (mode == "invalid_argument") throw std::invalid_argument("Misbehave: bad value in Backward");
     if (mode == "out_of_range") throw std::out_of_range("Misbehave: index out of range in Backward");
     if (mode == "runtime_error") throw std::runtime_error("Misbehave: failure in Backward");
+    ThrowOther(mode, "Misbehave: ", " in Backward");
     return {gx, gy, nullptr};
   }
 };
@@ -209,6 +220,7 @@ struct FailingForward : Function<FailingForward> {
     ctx->SaveForBackward({x});
     if (kind == "invalid_argument") throw std::invalid_argument("FailingForward: bad value");
     if (kind == "out_of_range") throw std::out_of_range("FailingForward: index out of range");
+    ThrowOther(kind, "FailingForward: ", "");
     throw std::runtime_error("FailingForward: failure");
   }
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], nullptr}; }

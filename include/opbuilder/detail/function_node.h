@@ -16,6 +16,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -41,25 +42,39 @@ namespace detail OB_HIDDEN {
 
 namespace py = pybind11;
 
-// Sets the Python error for the C++ exception being handled (call inside catch).
+// Sets the Python error for the C++ exception being handled (call inside catch):
+// the mapping pybind11 gives Forward (which it calls), so an exception becomes the
+// same Python type whichever of the two threw it.
 inline void SetPythonErrorFromCurrentException() {
 #ifdef OB_HAVE_PYBIND11_TRANSLATE
   py::detail::try_translate_exceptions();  // pybind11's mapping, registered translators included
 #else
+  // pybind11 before 2.13.6 has no public entry to its translators: its built-in
+  // mapping, without translators a module registered itself
   try {
     throw;
   } catch (py::error_already_set &e) {
     e.restore();
   } catch (const py::builtin_exception &e) {
     e.set_error();
-  } catch (const std::invalid_argument &e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::bad_alloc &e) {
+    PyErr_SetString(PyExc_MemoryError, e.what());
   } catch (const std::out_of_range &e) {
     PyErr_SetString(PyExc_IndexError, e.what());
+  } catch (const std::overflow_error &e) {
+    PyErr_SetString(PyExc_OverflowError, e.what());
+  } catch (const std::domain_error &e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::invalid_argument &e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::length_error &e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::range_error &e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const std::exception &e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
   } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception (not a std::exception)");
   }
 #endif
 }
