@@ -51,6 +51,25 @@ def test_dtypes_outside_the_registered_combinations_are_rejected():
         bad_out(Tensor([1.0]), Tensor([2.0]))
 
 
+@pytest.mark.parametrize("const,dtype", [("BOOL_Default", rt.bool_), ("I8_Default", rt.int8),
+                                         ("I16_Default", rt.int16), ("I32_Default", rt.int32),
+                                         ("I64_Default", rt.int64), ("U8_Default", rt.uint8),
+                                         ("F16_Default", rt.float16), ("F32_Default", rt.float32),
+                                         ("F64_Default", rt.float64)])
+def test_each_datatype_constant_admits_its_dtype_only(const, dtype):
+    row = getattr(DataType, const)
+    info = CustomRegOp("ident").input(0, "x").output(0, "y").dtype_format(row, row).get_op_info()
+    op = ops.Custom(lambda a: a.copy(), out_shape=lambda s: s, out_dtype=lambda d: d, func_type="pyfunc",
+                    reg_info=info)
+    assert op(Tensor(np.ones(2), dtype)).dtype == dtype
+    other = rt.int8 if dtype is rt.bool_ else rt.bool_
+    other_name = "int8" if dtype is rt.bool_ else "bool"
+    with pytest.raises(TypeError, match=rf"dtypes \({other_name}\) -> \({other_name}\) are not supported by its "
+                                        rf"reg_info 'ident'; supported \(inputs -> outputs\): \({row[0]}\) -> "
+                                        rf"\({row[0]}\)$"):
+        op(Tensor(np.ones(2), other))
+
+
 def test_none_none_accepts_any_dtype():
     info = CustomRegOp("lr").input(0, "x").output(0, "y").dtype_format(DataType.None_None, DataType.None_None) \
         .get_op_info()
