@@ -268,3 +268,32 @@ def test_a_class_registered_by_an_earlier_build_is_explained():
     why = _explain(ImportError('generic_type: type "Foo" is already registered!'))
     assert 'an earlier build loaded in this process registered "Foo"' in why
     assert "py::module_local()" in why and "restart Python" in why
+
+
+def test_everything_that_decides_the_binary_is_in_the_key(tmp_path):
+    """Each of these changes gives a build of its own (same name, same source): a key that left one
+    out would hand back a library built with other flags."""
+    src = tmp_path / "keyed.cpp"
+    src.write_text('extern "C" int keyed_value() { return 7; }\n')
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    variants = {"plain": {}, "cflags": {"cflags": ["-DKEYED=1"]}, "ldflags": {"ldflags": ["-lm"]},
+                "include_paths": {"include_paths": [inc]}, "debug_mode": {"debug_mode": True}}
+    libs = {what: build_library("keyed", [src], **kw) for what, kw in variants.items()}
+    assert len(set(libs.values())) == len(libs), libs
+    assert len({Path(lib).parent.parent for lib in libs.values()}) == 1  # one operator, five builds
+    assert build_library("keyed", [src], debug_mode=True) == libs["debug_mode"]  # and each is found again
+
+
+def test_module_keys_cover_the_toolchain_python_pybind11_and_opbuilders_headers(tmp_path):
+    import pybind11
+    import sysconfig
+    from opbuilder import builder
+    from opbuilder.headers import headers_digest
+    src = tiny_module(tmp_path / "ident_op.cpp", "1")
+    spec = CustomOpBuilder("ident_op", [src]).spec
+    identity = builder._plan(spec).identity  # what the key hashes besides the sources' contents
+    assert f"pybind11={pybind11.__version__}" in identity
+    assert any(part.startswith("python=") and sysconfig.get_config_var("EXT_SUFFIX") in part for part in identity)
+    assert f"headers={headers_digest(spec.root)}" in identity
+    assert "backend=CPU" in identity and any(part.startswith("cxx=") for part in identity)
