@@ -1,6 +1,6 @@
 """The example operator end to end: build it, load it, call it.
 
-    python benchmarks/load_and_call.py [--calls-only]
+    python benchmarks/load_and_call.py [--warm-runs 9]
 
 Prints, for custom_src/function_ops.cpp's ``mul``:
   * cold build: ``load()`` in a new process on an empty cache directory
@@ -71,7 +71,7 @@ def _us(seconds: float) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--warm-runs", type=int, default=9)
+    ap.add_argument("--warm-runs", type=int, default=9, help="new processes for the warm load() (median)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="opbuilder-bench-") as tmp:
