@@ -343,3 +343,22 @@ def test_full_write_check_catches_a_single_byte_in_a_large_argument(autograd_ops
     assert len(lines) == 2, res.stdout
     assert "SneakyScale::Forward modified argument 0 in place without MarkDirty" in lines[0]
     assert "Sneaky.forward modified argument 0 in place without mark_dirty" in lines[1]
+
+
+# ---- plain values among the arguments ------------------------------------------------------
+def test_double_and_int_vector_arguments_and_needs_input_grad_by_forward_position(autograd_ops):
+    rng = np.random.default_rng(4)
+    x, y = Tensor(rng.standard_normal((2, 3))), Tensor(rng.standard_normal((2, 3)))
+    out = autograd_ops.mixed_args(0.5, x, [3, -2], y)
+    np.testing.assert_allclose(out.asnumpy(), 1.5 * x.asnumpy() - 2 * y.asnumpy())
+    assert autograd_ops.mixed_needs() == [False, False, False, False] and not out.requires_grad
+    # positions count every Forward argument: x is 1 and y is 3, not 0 and 1
+    autograd_ops.mixed_args(0.5, Tensor(x.asnumpy(), requires_grad=True), [3, -2], y)
+    assert autograd_ops.mixed_needs() == [False, True, False, False]
+    autograd_ops.mixed_args(0.5, x, [3, -2], Tensor(y.asnumpy(), requires_grad=True))
+    assert autograd_ops.mixed_needs() == [False, False, False, True]
+    assert rt.gradcheck(lambda a, b: autograd_ops.mixed_args(0.5, a, [3, -2], b), [x, y])
+    gx = rt.grad(lambda a: autograd_ops.mixed_args(0.5, a, [3, -2], y).sum())(x)
+    np.testing.assert_allclose(gx.asnumpy(), np.full((2, 3), 1.5))
+    with pytest.raises(ValueError, match="MixedArgs: w must have two entries"):
+        autograd_ops.mixed_args(0.5, x, [3], y)

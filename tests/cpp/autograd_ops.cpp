@@ -162,6 +162,30 @@ struct ExpSavesOutput : Function<ExpSavesOutput> {
   static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) { return {Mul(g[0], ctx->GetSavedTensors()[0])}; }
 };
 
+// ---- plain values among the arguments, before and between tensors -------------------
+// alpha * w[0] * x + w[1] * y. NeedsInputGrad(i) indexes Forward's arguments (alpha is 0,
+// x is 1, w is 2, y is 3); what Forward and Backward saw is kept for the test to read.
+std::vector<bool> g_mixed_needs;
+
+struct MixedArgs : Function<MixedArgs> {
+  static TensorPtr Forward(AutogradContext *ctx, double alpha, const TensorPtr &x, const std::vector<int64_t> &w,
+                           const TensorPtr &y) {
+    if (w.size() != 2) throw std::invalid_argument("MixedArgs: w must have two entries");
+    g_mixed_needs.clear();
+    for (size_t i = 0; i < 4; ++i) g_mixed_needs.push_back(ctx->NeedsInputGrad(i));
+    ctx->saved_data["a"] = py::float_(alpha * static_cast<double>(w[0]));
+    ctx->saved_data["b"] = py::int_(w[1]);
+    return Zip(Scale(x, alpha * static_cast<double>(w[0])), Scale(y, static_cast<double>(w[1])),
+               [](double p, double q) { return p + q; });
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    const double a = ctx->saved_data["a"].cast<double>();
+    const auto b = ctx->saved_data["b"].cast<int64_t>();
+    return {nullptr, ctx->NeedsInputGrad(1) ? Scale(g[0], a) : nullptr, nullptr,
+            ctx->NeedsInputGrad(3) ? Scale(g[0], static_cast<double>(b)) : nullptr};
+  }
+};
+
 // The other exception kinds, with pybind11's mapping (the same in Forward and Backward).
 inline void ThrowOther(const std::string &kind, const std::string &who, const std::string &where) {
   if (kind == "domain_error") throw std::domain_error(who + "outside the domain" + where);
@@ -268,6 +292,10 @@ PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
   m.def("add_", [](const TensorPtr &x, const TensorPtr &y) { return AddInplace::Apply(x, y); });
   m.def("bad_dirty", [](const TensorPtr &x, const std::string &mode) { return BadDirty::Apply(x, mode); });
   m.def("sneaky_scale", [](const TensorPtr &x, const std::string &mode) { return SneakyScale::Apply(x, mode); });
+  m.def("mixed_args", [](double alpha, const TensorPtr &x, const std::vector<int64_t> &w, const TensorPtr &y) {
+    return MixedArgs::Apply(alpha, x, w, y);
+  });
+  m.def("mixed_needs", []() { return g_mixed_needs; });
   m.def("mul_saved", [](const TensorPtr &x, const TensorPtr &y) { return MulSaved::Apply(x, y); });
   m.def("exp_saves_output", [](const TensorPtr &x) { return ExpSavesOutput::Apply(x); });
   m.def("misbehave", [](const TensorPtr &x, const TensorPtr &y, const std::string &mode) {
