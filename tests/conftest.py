@@ -46,4 +46,5 @@ def api_ops(cache_dir):
 
 @pytest.fixture(scope="session")
 def autograd_ops(cache_dir):
-    return _load("autograd_ops", [CPP / "autograd_ops.cpp"])
+    # the headers' templates instantiated by a real build must be warning-free too
+    return _load("autograd_ops", [CPP / "autograd_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])

@@ -46,6 +46,12 @@ def test_tensor_metadata(api_ops):
     assert c["contiguous"] and c["strides"] == [3, 1]
 
 
+def test_mindspore_size_names(api_ops):
+    assert api_ops.ms_sizes(Tensor(np.zeros((2, 3, 4)))) == (24, 192, True, True)
+    assert api_ops.ms_sizes(Tensor(np.zeros((5,), np.int16))) == (5, 10, True, False)
+    assert api_ops.ms_sizes(Tensor(np.zeros((0, 3), np.float32))) == (0, 0, True, False)
+
+
 def test_contiguous_copies_only_when_needed(api_ops):
     a = np.arange(12.0).reshape(3, 4)
     t = Tensor(a)
@@ -118,6 +124,8 @@ def test_headers_compile_without_warnings(tmp_path):
                    "static_assert(TypeId::kNumberTypeFloat32 == kFloat32 && kNumberTypeInt64 == DataType::kInt64);\n"
                    "inline TensorPtr MsEmpty() { return std::make_shared<tensor::BaseTensor>(TypeId::kNumberTypeFloat16,"
                    " ShapeVector{2}); }\n"
+                   "inline size_t MsBytes(const tensor::TensorPtr &t) { tensor::Tensor &r = *t; return r.Size(); }\n"
+                   "inline pynative::autograd::TensorPtrList MsList() { return {MsEmpty()}; }\n"
                    "PYBIND11_MODULE(w, m) { m.def(\"f\", [](const TensorPtr &x) { return F::Apply(x, 2); }); }\n")
     cmd = ["c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", f"-I{include_dir()}",
            "-isystem", pybind11.get_include(), "-isystem", sysconfig.get_paths()["include"], str(src)]

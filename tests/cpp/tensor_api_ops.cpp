@@ -4,6 +4,7 @@
 #include <string>
 
 #include "opbuilder/extension.h"
+#include "ms_extension.h"
 
 namespace py = pybind11;
 using namespace opbuilder;
@@ -13,6 +14,11 @@ std::uintptr_t g_last_alloc = 0;
 }
 
 PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
+  // the MindSpore names' sizes: DataSize() counts elements, Size() bytes; data_c() is the data
+  m.def("ms_sizes", [](const mindspore::tensor::BaseTensorPtr &t) {
+    return py::make_tuple(t->DataSize(), t->Size(), t->data_c() == t->data_ptr(),
+                          t->data_type() == mindspore::TypeId::kNumberTypeFloat64);
+  });
   m.def("data_ptr", [](const TensorPtr &t) { return reinterpret_cast<std::uintptr_t>(t->data_ptr()); });
   m.def("info", [](const TensorPtr &t) {
     py::dict d;
