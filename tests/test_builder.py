@@ -49,10 +49,11 @@ def test_compile_error_is_a_build_error_with_file_and_line(tmp_path):
     err = info.value
     assert isinstance(err, RuntimeError)
     msg = str(err)
-    assert "broken_op" in msg.splitlines()[0]
-    assert f"{src}:4:" in msg and "undefined_name" in msg
+    lines = msg.splitlines()
+    assert lines[0] == "building operator 'broken_op' failed:"
+    assert f"{src}:4:" in lines[1] and "error" in lines[1] and "undefined_name" in lines[1]  # the first error next
+    assert lines[-1] == f"full log: {err.log_path}"  # and the log last
     assert err.log_path and Path(err.log_path).is_file() and "undefined_name" in err.log
-    assert f"full log: {err.log_path}" in msg
 
 
 def test_unknown_backend_lists_the_accepted_values():
