@@ -36,11 +36,14 @@ def test_build_then_list_then_clean_one_operator(tmp_path, cache):
     assert run.stdout.strip() == "9" and "building" not in run.stderr
 
     plain = tmp_path / "plain.cpp"
-    plain.write_text('extern "C" int plain() { return PLAIN; }\n')
-    res = _cli("build", "cli_lib", str(plain), "--library", "--cflags=-DPLAIN=3", OPBUILDER_CACHE_DIR=str(cache))
+    plain.write_text('int other();\nextern "C" int plain() { return PLAIN + other(); }\n')
+    other = tmp_path / "other.cpp"
+    other.write_text("int other() { return 40; }\n")
+    res = _cli("build", "cli_lib", str(plain), str(other), "--backend", "CPU", "--library", "--cflags=-DPLAIN=3",
+               OPBUILDER_CACHE_DIR=str(cache))
     assert res.returncode == 0, res.stderr
     lib2 = Path(res.stdout.strip())
-    assert lib2.name == "libcli_lib.so" and ctypes.CDLL(str(lib2)).plain() == 3
+    assert lib2.name == "libcli_lib.so" and ctypes.CDLL(str(lib2)).plain() == 43  # both sources linked
 
     listing = _cli("cache", "list", OPBUILDER_CACHE_DIR=str(cache))
     assert listing.returncode == 0
