@@ -113,7 +113,10 @@ def _ninja() -> Check:
         exe = ninja_path()
         res = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
     except (FileNotFoundError, OSError, subprocess.SubprocessError) as e:
-        return Check("ninja", "error", str(e).split(":")[0], "python -m pip install ninja")
+        import importlib.util
+        missing = importlib.util.find_spec("ninja") is None  # else installed but broken
+        return Check("ninja", "error", str(e).split(":")[0],
+                     "python -m pip install ninja" if missing else "python -m pip install --force-reinstall ninja")
     if res.returncode != 0:
         return Check("ninja", "error", f"{exe} --version failed", "python -m pip install --force-reinstall ninja")
     return Check("ninja", "ok", f"{res.stdout.strip()} ({exe})")

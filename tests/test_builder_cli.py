@@ -146,3 +146,27 @@ def test_clean_keeps_the_lock_file_that_waiting_builds_have_open(tmp_path, cache
     assert gone.returncode == 1 and "nothing cached for operator 'kept'" in gone.stderr
     res = _cli("build", "kept", str(src), "--library", OPBUILDER_CACHE_DIR=str(cache))
     assert res.returncode == 0 and ctypes.CDLL(res.stdout.strip()).kept() == 8
+
+
+def test_doctor_explains_broken_ninja_and_pybind11_installs(tmp_path, cache):
+    # packages that import but lack what a build needs, found before the real ones, as after
+    # an interrupted or partial install
+    broken = tmp_path / "broken"
+    (broken / "ninja").mkdir(parents=True)
+    (broken / "ninja" / "__init__.py").write_text(f"BIN_DIR = {str(tmp_path / 'no-bin')!r}\n")
+    (broken / "pybind11").mkdir()
+    (broken / "pybind11" / "__init__.py").write_text(
+        f"__version__ = '2.13.6'\ndef get_include():\n    return {str(tmp_path / 'no-include')!r}\n")
+    res = _cli("doctor", OPBUILDER_CACHE_DIR=str(cache), PYTHONPATH=str(broken))
+    assert res.returncode == 1
+    lines = res.stdout.splitlines()
+
+    def fix_after(prefix):
+        i = next(i for i, line in enumerate(lines) if line.startswith(prefix))
+        return lines[i + 1].strip()
+
+    assert fix_after(f"error pybind11: no headers under {tmp_path / 'no-include'}") == \
+        "fix: python -m pip install --force-reinstall pybind11"
+    assert fix_after(f"error ninja: the ninja package has no binary at {tmp_path / 'no-bin' / 'ninja'}") == \
+        "fix: python -m pip install --force-reinstall ninja"
+    assert lines[-1] == "2 problem(s) found"
