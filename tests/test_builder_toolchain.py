@@ -98,6 +98,17 @@ def test_default_jobs_are_bounded_by_cores_and_memory(monkeypatch):
     assert 1 <= jobs <= len(os.sched_getaffinity(0))
     mem = available_memory()
     assert mem is not None and jobs <= max(1, mem // (1 << 30))
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # read independently of opbuilder
+    assert 0 < mem <= total
+
+
+@pytest.mark.parametrize("gib,cores,expected", [(1.5, 8, 1), (0.2, 8, 1), (3.5, 8, 3), (64, 2, 2)])
+def test_default_jobs_take_one_gib_per_compile(monkeypatch, gib, cores, expected):
+    from opbuilder import toolchain
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(toolchain, "available_memory", lambda: int(gib * (1 << 30)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert default_jobs() == expected
 
 
 def test_compiler_family_is_known(cache_dir):
