@@ -85,6 +85,31 @@ def test_max_jobs_is_passed_to_ninja(tmp_path, monkeypatch, caplog):
     assert any("(1 jobs)" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("max_jobs,overlap", [("1", False), ("3", True)])
+def test_max_jobs_bounds_the_compiles_running_at_once(tmp_path, monkeypatch, max_jobs, overlap):
+    """Each compile holds a directory while it runs; one that finds it taken ran beside another."""
+    import time
+    from builder_util import REAL_CXX, SETTLE_NS
+    busy, seen = tmp_path / "busy", tmp_path / "overlapped"
+    script = tmp_path / "cxx-slot.sh"
+    script.write_text(f"""#!/bin/sh
+case " $* " in *" -c "*)
+  if mkdir '{busy}' 2>/dev/null; then sleep 0.5; rmdir '{busy}'; else touch '{seen}'; sleep 0.5; fi;;
+esac
+exec '{REAL_CXX}' "$@"
+""")
+    script.chmod(0o755)
+    time.sleep(SETTLE_NS / 1e9 + 0.05)
+    monkeypatch.setenv("CXX", str(script))
+    monkeypatch.setenv("MAX_JOBS", max_jobs)
+    srcs = []
+    for k in range(3):
+        srcs.append(tmp_path / f"slot{k}.cpp")
+        srcs[-1].write_text(f'extern "C" int slot{k}() {{ return {k}; }}\n')
+    build_library("slots", srcs, build_dir=tmp_path / "cache")
+    assert seen.exists() is overlap
+
+
 @pytest.mark.parametrize("bad", ["0", "-2", "many", "1.5"])
 def test_bad_max_jobs_is_a_value_error(monkeypatch, bad):
     monkeypatch.setenv("MAX_JOBS", bad)
