@@ -151,7 +151,8 @@ def measure(framework: str, work: Path, warm_runs: int) -> Dict[str, float]:
 
         def load(name: str) -> Dict[str, float]:
             return _run(OB_CHILD, [name, *ops[name]], env)
-        whole = f"import runtime; from opbuilder import CustomOpBuilder; CustomOpBuilder('bench_ops', {[main]!r}).load()"
+        whole = (f"import runtime; from opbuilder import CustomOpBuilder; "
+                 f"CustomOpBuilder('bench_ops', {[main]!r}).load()")
     else:
         env = _env(TORCH_EXTENSIONS_DIR=str(work / "ext"))
 

@@ -48,18 +48,23 @@ def test_backward_with_create_graph_builds_a_differentiable_gradient():
     np.testing.assert_allclose(x.grad.asnumpy(), 6 * x.asnumpy())
 
 
-class WrongAtOneElement(Function):
-    """x * 2 whose backward is off at element (1, 2)."""
+def off_at(offsets):
+    """A Function x * 2 whose backward is off by ``offsets[k]`` at flat element k."""
+    class OffAt(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
 
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
+        @staticmethod
+        def backward(ctx, g):
+            out = g.asnumpy() * 2
+            for k, d in offsets.items():
+                out.flat[k] += d
+            return out
+    return OffAt
 
-    @staticmethod
-    def backward(ctx, g):
-        out = g.asnumpy() * 2
-        out[1, 2] += 0.5
-        return out
+
+WrongAtOneElement = off_at({6: 0.5})  # element [1, 2] of a (2, 4) input
 
 
 def test_gradcheck_reports_the_worst_element():
@@ -77,19 +82,7 @@ def test_gradcheck_reports_the_input():
         rt.gradcheck(lambda a, b: a * WrongAtOneElement.apply(b), [Tensor(np.ones(4)), y])
 
 
-class WrongTwice(Function):
-    """x * 2 whose backward is off by 0.1 at flat element 0 and by 0.7 at flat element 5."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, g):
-        out = g.asnumpy() * 2
-        out.flat[0] += 0.1
-        out.flat[5] += 0.7
-        return out
+WrongTwice = off_at({0: 0.1, 5: 0.7})  # elements [0, 0] and [1, 1] of a (2, 4) input
 
 
 def test_gradcheck_names_the_worst_element_not_the_first():

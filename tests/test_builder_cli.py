@@ -18,6 +18,12 @@ def _cli(*args, **env):
                           env=child_env(**env))
 
 
+def _fix_after(lines, prefix):
+    """The fix doctor prints under its line starting with ``prefix``."""
+    i = next(i for i, line in enumerate(lines) if line.startswith(prefix))
+    return lines[i + 1].strip()
+
+
 @pytest.fixture
 def cache(tmp_path):
     return tmp_path / "cli-cache"
@@ -103,14 +109,11 @@ def test_doctor_names_each_problem_with_a_fix(tmp_path):
     assert res.returncode == 1
     lines = res.stdout.splitlines()
 
-    def fix_after(prefix):
-        i = next(i for i, line in enumerate(lines) if line.startswith(prefix))
-        return lines[i + 1].strip()
-
-    assert fix_after(f"error cache directory: opbuilder cache directory {shared} is writable") == \
+    assert _fix_after(lines, f"error cache directory: opbuilder cache directory {shared} is writable") == \
         f"fix: chmod 700 {shared}"
-    assert fix_after("error C++ compiler: CXX compiler '/no/such/g++' was not found").startswith("fix: install g++")
-    assert fix_after("error parallel jobs: MAX_JOBS must be a positive integer") == \
+    assert _fix_after(lines, "error C++ compiler: CXX compiler '/no/such/g++' was not found") \
+        .startswith("fix: install g++")
+    assert _fix_after(lines, "error parallel jobs: MAX_JOBS must be a positive integer") == \
         "fix: set MAX_JOBS to a positive integer, or unset it"
     assert lines[-1] == "3 problem(s) found"
 
@@ -161,12 +164,8 @@ def test_doctor_explains_broken_ninja_and_pybind11_installs(tmp_path, cache):
     assert res.returncode == 1
     lines = res.stdout.splitlines()
 
-    def fix_after(prefix):
-        i = next(i for i, line in enumerate(lines) if line.startswith(prefix))
-        return lines[i + 1].strip()
-
-    assert fix_after(f"error pybind11: no headers under {tmp_path / 'no-include'}") == \
+    assert _fix_after(lines, f"error pybind11: no headers under {tmp_path / 'no-include'}") == \
         "fix: python -m pip install --force-reinstall pybind11"
-    assert fix_after(f"error ninja: the ninja package has no binary at {tmp_path / 'no-bin' / 'ninja'}") == \
+    assert _fix_after(lines, f"error ninja: the ninja package has no binary at {tmp_path / 'no-bin' / 'ninja'}") == \
         "fix: python -m pip install --force-reinstall ninja"
     assert lines[-1] == "2 problem(s) found"

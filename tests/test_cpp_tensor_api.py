@@ -122,8 +122,8 @@ def test_headers_compile_without_warnings(tmp_path):
                    "struct UserState { TensorPtr t; ShapeVector s; };  // user types holding ours\n"
                    "using namespace mindspore;  // both namespaces open: MindSpore's names are not ambiguous\n"
                    "static_assert(TypeId::kNumberTypeFloat32 == kFloat32 && kNumberTypeInt64 == DataType::kInt64);\n"
-                   "inline TensorPtr MsEmpty() { return std::make_shared<tensor::BaseTensor>(TypeId::kNumberTypeFloat16,"
-                   " ShapeVector{2}); }\n"
+                   "inline TensorPtr MsEmpty() {\n"
+                   "  return std::make_shared<tensor::BaseTensor>(TypeId::kNumberTypeFloat16, ShapeVector{2}); }\n"
                    "inline size_t MsBytes(const tensor::TensorPtr &t) { tensor::Tensor &r = *t; return r.Size(); }\n"
                    "inline pynative::autograd::TensorPtrList MsList() { return {MsEmpty()}; }\n"
                    "PYBIND11_MODULE(w, m) { m.def(\"f\", [](const TensorPtr &x) { return F::Apply(x, 2); }); }\n")
