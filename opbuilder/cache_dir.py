@@ -48,6 +48,11 @@ def check_private_dir(path: Path) -> None:
 def ensure_private_dir(path: Path) -> Path:
     """Create ``path`` (0700) if missing, then check it."""
     try:
+        check_private_dir(path)  # the usual case, one stat: it exists
+        return path
+    except FileNotFoundError:
+        pass
+    try:
         os.makedirs(path, mode=0o700, exist_ok=False)
     except FileExistsError:
         pass

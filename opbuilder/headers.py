@@ -16,7 +16,7 @@ from .probe_cache import remembered
 
 __all__ = ["include_dir", "headers_digest"]
 
-_PKG = Path(__file__).resolve().parent
+_PKG = os.path.dirname(os.path.realpath(__file__))
 _include_dir: Optional[Path] = None
 
 
@@ -24,9 +24,9 @@ def include_dir() -> Path:
     """The directory to put on the include path for ``#include "opbuilder/extension.h"``."""
     global _include_dir
     if _include_dir is None:
-        for candidate in (_PKG / "include", _PKG.parent / "include"):
-            if (candidate / "opbuilder" / "extension.h").is_file():
-                _include_dir = candidate
+        for candidate in (os.path.join(_PKG, "include"), os.path.join(os.path.dirname(_PKG), "include")):
+            if os.path.isfile(os.path.join(candidate, "opbuilder", "extension.h")):  # os.path: on the warm path
+                _include_dir = Path(candidate)
                 break
         else:
             raise FileNotFoundError(f"opbuilder's C++ headers were not found next to {_PKG}; reinstall opbuilder")

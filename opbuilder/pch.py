@@ -13,7 +13,7 @@ cannot change what the source means. ``OPBUILDER_PCH=0`` turns it off.
 
 How: ``<cache>/.pch/<key>/pch.h`` includes the header and ``pch.h.gch`` sits
 next to it. The key hashes everything the PCH depends on (compiler identity,
-flags, opbuilder's headers, pybind11, Python). Sources compile with
+flags but ``-flto``, opbuilder's headers, pybind11, Python). Sources compile with
 ``-include <dir>/pch.h``: gcc loads the ``.gch`` if it is there and valid and
 otherwise reads ``pch.h`` as text -- the same code either way, so the
 library's own key does not depend on the PCH.

@@ -80,30 +80,39 @@ def _family(version_text: str) -> str:
     return "unknown"
 
 
-def _probe(argv: Tuple[str, ...], real: str, state_dir: Optional[Path]) -> Tuple[str, str, str]:
-    """(identity, family, version line) of a compiler: its ``--version``, run at most once per binary."""
+def _probe(argv: Tuple[str, ...], state_dir: Optional[Path]) -> Compiler:
+    """The compiler ``argv`` (its first item a found executable), probed at most once per binary.
+
+    The record is looked up by ``argv`` and trusted while ``argv[0]``'s stamp
+    matches. The stamp follows symlinks, so pointing a link (``c++``,
+    ``update-alternatives``) at another binary changes it too; the warm path
+    therefore resolves no links and runs no ``--version``.
+    """
+    exe = argv[0]
 
     def probe():
         import subprocess
+        real = os.path.realpath(exe)
         try:
             out = subprocess.run(list(argv) + ["--version"], capture_output=True, text=True, timeout=60,
                                  stdin=subprocess.DEVNULL)
         except (OSError, subprocess.SubprocessError) as e:
-            raise FileNotFoundError(f"could not run the compiler {argv[0]}: {e}") from None
+            raise FileNotFoundError(f"could not run the compiler {exe}: {e}") from None
         text = (out.stdout or out.stderr).strip()
         if out.returncode != 0 or not text:
-            raise FileNotFoundError(f"the compiler {argv[0]} does not answer --version (exit {out.returncode}): "
+            raise FileNotFoundError(f"the compiler {exe} does not answer --version (exit {out.returncode}): "
                                     f"{text[:200] or 'no output'}; set CXX to a working C++ compiler")
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         version = next((ln for ln in lines if " release " in ln), lines[0])  # nvcc says it on a later line
         identity = " ".join(argv[1:] + (real,) + tuple(ln for ln in lines if "copyright" not in ln.lower()))
-        return {"identity": identity, "family": _family(text), "version": version}, [real]
+        return {"identity": identity, "family": _family(text), "version": version, "path": real}, [exe]
 
-    facts = remembered(state_dir, f"compiler {' '.join(argv)} -> {real}", probe)
-    return str(facts["identity"]), str(facts["family"]), str(facts.get("version", ""))
+    facts = remembered(state_dir, f"compiler {' '.join(argv)}", probe)
+    return Compiler(argv, str(facts["path"]), str(facts["identity"]), str(facts["family"]),
+                    str(facts.get("version", "")))
 
 
-def _resolve(cmd: str, what: str) -> Tuple[Tuple[str, ...], str]:
+def _resolve(cmd: str, what: str) -> Tuple[str, ...]:
     argv = _split(cmd)
     if not argv:
         raise FileNotFoundError(f"{what} is set but empty; unset it or set it to a compiler")
@@ -111,7 +120,7 @@ def _resolve(cmd: str, what: str) -> Tuple[Tuple[str, ...], str]:
     if exe is None:
         raise FileNotFoundError(f"{what} compiler '{argv[0]}' was not found on PATH; "
                                 f"install g++ (or clang++) or set {what} to the compiler's path")
-    return (exe,) + argv[1:], os.path.realpath(exe)
+    return (exe,) + argv[1:]
 
 
 def find_compiler(state_dir: Optional[Path]) -> Compiler:
@@ -121,11 +130,10 @@ def find_compiler(state_dir: Optional[Path]) -> Compiler:
         for cand in ("c++", "g++", "clang++"):
             exe = which(cand)  # one PATH search per candidate (the warm path pays for it)
             if exe:
-                return Compiler((exe,), os.path.realpath(exe), *_probe((exe,), os.path.realpath(exe), state_dir))
+                return _probe((exe,), state_dir)
         raise FileNotFoundError("no C++ compiler found (tried c++, g++, clang++ on PATH); "
                                 "install g++ (e.g. apt-get install g++) or set CXX")
-    argv, real = _resolve(env, "CXX")
-    return Compiler(argv, real, *_probe(argv, real, state_dir))
+    return _probe(_resolve(env, "CXX"), state_dir)
 
 
 def find_nvcc(state_dir: Optional[Path]) -> Compiler:
@@ -134,11 +142,11 @@ def find_nvcc(state_dir: Optional[Path]) -> Compiler:
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     cand = env or (os.path.join(cuda_home, "bin", "nvcc") if cuda_home else "nvcc")
     try:
-        argv, real = _resolve(cand, "NVCC")
+        argv = _resolve(cand, "NVCC")
     except FileNotFoundError:
         raise FileNotFoundError("backend='GPU' needs nvcc: install the CUDA toolkit, or set CUDA_HOME "
                                 "or NVCC") from None
-    return Compiler(argv, real, *_probe(argv, real, state_dir))
+    return _probe(argv, state_dir)
 
 
 def cuda_lib_dir(nvcc: Compiler, state_dir: Optional[Path] = None) -> Optional[str]:

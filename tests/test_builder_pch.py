@@ -62,3 +62,11 @@ def test_one_pch_serves_every_operator_and_the_compiler_accepts_it(cache_dir, my
     log = (cache_dir / "pch_user" / "build" / "build.log").read_text()
     assert "pch.h.gch" not in log and "Winvalid-pch" not in log
     assert f"-include {dirs[0] / 'pch.h'}" in (cache_dir / "pch_user" / "build" / "build.ninja").read_text()
+    # a two-source operator is compiled without -flto; the same PCH serves it, and gcc takes it too
+    other = tmp_path / "pch_other.cpp"
+    other.write_text("int pch_other() { return 4; }\n")
+    CustomOpBuilder("pch_two", [src, other]).build()
+    ninja = (cache_dir / "pch_two" / "build" / "build.ninja").read_text()
+    assert "-flto" not in ninja and f"-include {dirs[0] / 'pch.h'}" in ninja
+    log = (cache_dir / "pch_two" / "build" / "build.log").read_text()
+    assert "pch.h.gch" not in log and "Winvalid-pch" not in log
