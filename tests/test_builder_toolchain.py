@@ -53,6 +53,33 @@ def test_a_changed_compiler_is_probed_again_and_a_new_version_rebuilds(tmp_path,
     assert compiled_sources(log) == ["tc.cpp", "tc.cpp"]
 
 
+def test_a_compiler_symlink_pointed_elsewhere_is_probed_again(tmp_path, monkeypatch):
+    """The warm path resolves no links: the record is stamped through the symlink, so re-pointing it
+    (as update-alternatives does) must still be noticed and, with another version, rebuild."""
+    log = tmp_path / "cxx.log"
+    first_cxx = wrapper_cxx(tmp_path, log)
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other_cxx = wrapper_cxx(other_dir, log)
+    text = open(other_cxx).read().replace(  # logs the call, then answers --version itself
+        "exec ", "[ \"$1\" = --version ] && echo 'g++ (other) 98.2' && exit 0\nexec ", 1)
+    with open(other_cxx, "w") as f:
+        f.write(text)
+    link = tmp_path / "c++"
+    link.symlink_to(first_cxx)
+    monkeypatch.setenv("CXX", str(link))
+    src = tmp_path / "tc.cpp"
+    src.write_text('extern "C" int tc() { return 1; }\n')
+    first = build_library("tc", [src], build_dir=tmp_path / "cache")
+    assert build_library("tc", [src], build_dir=tmp_path / "cache") == first and version_probes(log) == 1
+    link.unlink()
+    link.symlink_to(other_cxx)
+    assert build_library("tc", [src], build_dir=tmp_path / "cache") != first
+    assert version_probes(log) == 2 and compiled_sources(log) == ["tc.cpp", "tc.cpp"]
+    compiler = find_compiler(tmp_path / "cache")
+    assert compiler.path == os.path.realpath(other_cxx) and compiler.version == "g++ (other) 98.2"
+
+
 def test_missing_compiler_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("CXX", "/no/such/compiler-g++")
     src = tmp_path / "x.cpp"
