@@ -164,7 +164,8 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
 
 def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -> Optional[Tuple[str, Path]]:
     """Build the sources whose digests ``base`` was computed from and publish them under it;
-    None if an input changed after that (then nothing is recorded or published)."""
+    None if an input changed after that, or the PCH was removed while it compiled (then nothing
+    is recorded or published, and the caller builds again)."""
     import logging
 
     from . import pch as pchmod
@@ -188,7 +189,13 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
                      (*plan.flags, *plan.includes), plan.nvcc.argv if plan.nvcc else (), plan.cuda_flags,
                      link_flags)
     log.info("%s: compiling %d of %d source(s)", spec.name, len(todo), len(steps))
-    started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose)
+    try:
+        started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose)
+    except BuildError:
+        if pch is not None and not pch.header.is_file():  # `cache clean` removed it while we compiled
+            log.warning("%s: the precompiled header was removed during the build; building again", spec.name)
+            return None
+        raise
     changed = publish.record_objects(build_dir, todo, identity, started, spec.root, sources)
     if changed:
         log.warning("%s: %s changed while it was being compiled; building again", spec.name, changed[0])
@@ -226,8 +233,8 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
                 hit = _compile(spec, plan, base, sources)
             if hit is not None:
                 return hit
-    raise BuildError(f"building operator '{spec.name}' failed: its sources kept changing while they were "
-                     f"being compiled; save them and load again", name=spec.name)
+    raise BuildError(f"building operator '{spec.name}' failed: its sources kept changing (or the cache was "
+                     f"being cleaned) while they were being compiled; save them and load again", name=spec.name)
 
 
 def _build_kept(spec: BuildSpec) -> Tuple[str, Path]:

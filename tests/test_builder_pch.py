@@ -70,3 +70,32 @@ def test_one_pch_serves_every_operator_and_the_compiler_accepts_it(cache_dir, my
     assert "-flto" not in ninja and f"-include {dirs[0] / 'pch.h'}" in ninja
     log = (cache_dir / "pch_two" / "build" / "build.log").read_text()
     assert "pch.h.gch" not in log and "Winvalid-pch" not in log
+
+
+def test_a_pch_removed_during_a_build_is_made_again_and_the_build_retried(tmp_path, monkeypatch, caplog):
+    """`cache clean` may remove the PCH directory while a compile is about to read it: that build
+    is redone (with pch.h written again) instead of failing."""
+    import logging
+    import stat
+
+    from builder_util import REAL_CXX
+
+    if not pch.enabled():
+        pytest.skip("OPBUILDER_PCH is off")
+    flag = tmp_path / "removed"
+    script = tmp_path / "cxx-removes-pch.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"case \" $* \" in *\" -c \"*) if [ ! -e '{flag}' ]; then touch '{flag}'\n"
+        "  for a in \"$@\"; do case \"$a\" in */pch.h) rm -rf \"$(dirname \"$a\")\";; esac; done; fi;; esac\n"
+        f"exec '{REAL_CXX}' \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("CXX", str(script))
+    src = tmp_path / "pch_gone.cpp"
+    src.write_text('#include "opbuilder/extension.h"\n'
+                   'PYBIND11_MODULE(OB_EXTENSION_NAME, m) { m.def("five", [] { return 5; }); }\n')
+    with caplog.at_level(logging.WARNING, logger="opbuilder"):
+        mod = CustomOpBuilder("pch_gone", [src], build_dir=tmp_path / "cache").load()
+    assert mod.five() == 5
+    assert flag.exists()  # the first compile did run without its PCH directory
+    assert any("precompiled header was removed during the build" in r.getMessage() for r in caplog.records)
