@@ -23,7 +23,7 @@ import filelock
 from .cache_dir import LOCK_FILE
 from .errors import BuildError
 
-__all__ = ["build_lock", "try_lock"]
+__all__ = ["build_lock", "try_lock", "wait_lock"]
 
 log = logging.getLogger("opbuilder")
 
@@ -89,5 +89,16 @@ def try_lock(op_dir: Path) -> Iterator[bool]:
         return
     try:
         yield True
+    finally:
+        lock.release()
+
+
+@contextlib.contextmanager
+def wait_lock(directory: Path) -> Iterator[None]:
+    """Hold ``directory``'s lock, waiting as long as it takes and saying nothing (short critical sections)."""
+    lock = _lock(directory)
+    _attempt(lock, directory, None, -1)
+    try:
+        yield
     finally:
         lock.release()

@@ -74,17 +74,26 @@ def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple
                 return rec["facts"]
     facts, paths = probe()
     stamps = [(p, stamp(p)) for p in paths]
-    if file is not None and _settled(stamps):
-        data = dict(_read(file))
-        data[lookup] = {"facts": facts, "stamps": stamps}
-        tmp = str(temp_path(Path(file)))  # one per process and thread: threads write at once too
-        try:
+    if file is not None and state_dir is not None and _settled(stamps):
+        _store(state_dir, file, lookup, {"facts": facts, "stamps": stamps})
+    return facts
+
+
+def _store(state_dir: Path, file: str, lookup: str, record: dict) -> None:
+    """Add one record to the file: read, merge and replace under the cache directory's lock, so
+    processes probing at once do not drop each other's records (the warm path only reads)."""
+    from .lock import wait_lock
+
+    tmp = str(temp_path(Path(file)))  # one per process and thread: threads write at once too
+    try:
+        with wait_lock(state_dir):
+            data = dict(_read(file))
+            data[lookup] = record
             with open(tmp, "w") as f:
                 json.dump(data, f, indent=1, sort_keys=True)
             os.replace(tmp, file)
-        except OSError:  # a read-only cache still works, it just probes every time
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-    return facts
+    except OSError:  # a read-only cache still works, it just probes every time
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

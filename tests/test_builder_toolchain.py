@@ -247,5 +247,40 @@ def test_threads_remembering_at_once_leave_a_valid_file_and_no_temporary_ones(tm
         w.join()
     assert wrong == []
     data = json.loads((tmp_path / FILE_NAME).read_text())  # never two writers' bytes in one file
-    assert isinstance(data, dict) and data
-    assert [p.name for p in tmp_path.iterdir()] == [FILE_NAME]
+    assert isinstance(data, dict) and len(data) == threads * rounds  # merged under the lock: none lost
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", FILE_NAME]  # no temporary file left
+
+
+_PROBE_ONE = """
+import sys, time
+from pathlib import Path
+from opbuilder.probe_cache import remembered
+state, name, source, go = Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4])
+while not go.exists():
+    time.sleep(0.005)
+def probe():
+    time.sleep(0.2)  # every process reads the file before any writes it
+    return {"value": name}, [source]
+print(remembered(state, "fact " + name, probe)["value"])
+"""
+
+
+def test_processes_probing_at_once_keep_every_fact(tmp_path):
+    """Records are merged under the cache directory's lock: none is lost to a concurrent writer."""
+    import time
+
+    from opbuilder.probe_cache import SETTLE_NS
+
+    source = tmp_path / "source.txt"
+    source.write_text("x\n")
+    time.sleep(SETTLE_NS / 1e9 + 0.05)  # settled: its facts may be stored
+    state, go = tmp_path / "state", tmp_path / "go"
+    state.mkdir()
+    names = [f"p{i}" for i in range(6)]
+    procs = [subprocess.Popen([PYTHON, "-c", _PROBE_ONE, str(state), n, str(source), str(go)],
+                              stdout=subprocess.PIPE, text=True, env=child_env()) for n in names]
+    time.sleep(0.5)  # all started and waiting
+    go.touch()
+    assert [p.communicate(timeout=120)[0].strip() for p in procs] == names
+    stored = json.loads((state / "toolchains.json").read_text())
+    assert sorted(stored) == sorted(f"fact {n}" for n in names)
