@@ -82,6 +82,7 @@ def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple
 def _store(state_dir: Path, file: str, lookup: str, record: dict) -> None:
     """Add one record to the file: read, merge and replace under the cache directory's lock, so
     processes probing at once do not drop each other's records (the warm path only reads)."""
+    from .errors import BuildError
     from .lock import wait_lock
 
     tmp = str(temp_path(Path(file)))  # one per process and thread: threads write at once too
@@ -92,6 +93,8 @@ def _store(state_dir: Path, file: str, lookup: str, record: dict) -> None:
             with open(tmp, "w") as f:
                 json.dump(data, f, indent=1, sort_keys=True)
             os.replace(tmp, file)
+    except BuildError:  # no flock on this file system: store nothing; the build's lock says so, naming the op
+        pass
     except OSError:  # a read-only cache still works, it just probes every time
         try:
             os.unlink(tmp)
