@@ -71,7 +71,7 @@ def _plan(spec: BuildSpec) -> _Plan:
     # gcc only, and changing no generated code: the assembler reads from a pipe as cc1plus writes, and
     # the garbage collector waits until 512 MB are in use (by default it runs from 128 MB, ~5% of a
     # pybind11 module's compile); together ~0.6 s of a ~10 s cold build
-    speed = ["-pipe", f"--param=ggc-min-heapsize={GCC_GC_HEAP_KB}"] if cxx.family == "gcc" else []
+    speed = ["-pipe", "--param", f"ggc-min-heapsize={GCC_GC_HEAP_KB}"] if cxx.family == "gcc" else []
     hdr = headers_digest(spec.root)
     system = ["-isystem", str(include_dir())]
     identity = [f"kind={spec.kind}", f"backend={spec.backend}", f"name={spec.name}", f"headers={hdr}",
