@@ -94,11 +94,14 @@ def try_lock(op_dir: Path) -> Iterator[bool]:
 
 
 @contextlib.contextmanager
-def wait_lock(directory: Path) -> Iterator[None]:
-    """Hold ``directory``'s lock, waiting as long as it takes and saying nothing (short critical sections)."""
+def wait_lock(directory: Path, timeout: float) -> Iterator[bool]:
+    """``directory``'s lock, waiting up to ``timeout`` seconds and saying nothing; yields whether it is held
+    (for short critical sections whose work may be skipped, such as caching a probe's result)."""
     lock = _lock(directory)
-    _attempt(lock, directory, None, -1)
+    if not _attempt(lock, directory, None, timeout):
+        yield False
+        return
     try:
-        yield
+        yield True
     finally:
         lock.release()

@@ -107,9 +107,9 @@ def _probe(argv: Tuple[str, ...], state_dir: Optional[Path]) -> Compiler:
         identity = " ".join(argv[1:] + (real,) + tuple(ln for ln in lines if "copyright" not in ln.lower()))
         return {"identity": identity, "family": _family(text), "version": version, "path": real}, [exe]
 
-    facts = remembered(state_dir, f"compiler {' '.join(argv)}", probe)
-    return Compiler(argv, str(facts["path"]), str(facts["identity"]), str(facts["family"]),
-                    str(facts.get("version", "")))
+    facts = remembered(state_dir, f"compiler {' '.join(argv)}", probe, inputs=[exe])
+    return Compiler(argv, str(facts.get("path") or os.path.realpath(exe)), str(facts["identity"]),
+                    str(facts["family"]), str(facts.get("version", "")))
 
 
 def _resolve(cmd: str, what: str) -> Tuple[str, ...]:

@@ -128,3 +128,4 @@ def test_a_file_system_without_flock_is_an_error_naming_the_directory_not_a_soft
             f"the file system of {op_dir} does not support flock(2)") in res.stderr
     assert "OPBUILDER_CACHE_DIR" in res.stderr
     assert compiled_sources(log) == [] and not (op_dir / "build").exists()
+    assert (cache / "toolchains.json").is_file()  # probes are still remembered (merged without the lock)

@@ -259,7 +259,7 @@ state, name, source, go = Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.
 while not go.exists():
     time.sleep(0.005)
 def probe():
-    time.sleep(0.2)  # every process reads the file before any writes it
+    time.sleep(0.2)  # lines the processes up, so that their writes to the file overlap
     return {"value": name}, [source]
 print(remembered(state, "fact " + name, probe)["value"])
 """
@@ -284,3 +284,64 @@ def test_processes_probing_at_once_keep_every_fact(tmp_path):
     assert [p.communicate(timeout=120)[0].strip() for p in procs] == names
     stored = json.loads((state / "toolchains.json").read_text())
     assert sorted(stored) == sorted(f"fact {n}" for n in names)
+
+
+def test_a_compiler_link_pointed_elsewhere_while_probing_is_not_remembered(tmp_path, monkeypatch):
+    """The link's target changes during the probe (its times do not): the facts are used once, not stored,
+    so the next lookup probes the compiler the link names now."""
+    log = tmp_path / "cxx.log"
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = wrapper_cxx(other_dir, log)
+    with open(other) as f:
+        text = f.read().replace("exec ", "[ \"$1\" = --version ] && echo 'g++ (other) 98.3' && exit 0\nexec ", 1)
+    with open(other, "w") as f:
+        f.write(text)
+    link = tmp_path / "c++"
+    first = wrapper_cxx(tmp_path, log)
+    with open(first) as f:  # answers --version after pointing the link at the other compiler
+        text = f.read().replace("exec ", f"[ \"$1\" = --version ] && ln -sfn '{other}' '{link}'\nexec ", 1)
+    with open(first, "w") as f:
+        f.write(text)
+    link.symlink_to(first)
+    import time
+
+    from opbuilder.probe_cache import SETTLE_NS
+    time.sleep(SETTLE_NS / 1e9 + 0.05)
+    monkeypatch.setenv("CXX", str(link))
+    state = tmp_path / "state"
+    state.mkdir()
+    assert find_compiler(state).path == os.path.realpath(first)  # probed through the first target
+    assert os.path.realpath(link) == os.path.realpath(other)
+    again = find_compiler(state)
+    assert again.path == os.path.realpath(other) and again.version == "g++ (other) 98.3"
+    assert version_probes(log) == 2
+
+
+def test_a_stopped_holder_of_the_cache_lock_delays_a_probe_only_briefly(tmp_path, monkeypatch):
+    """A probe's record is only a cache: if the lock is not free within LOCK_WAIT_S it is not stored."""
+    import threading
+
+    from opbuilder import probe_cache
+    from opbuilder.lock import wait_lock
+
+    monkeypatch.setattr(probe_cache, "LOCK_WAIT_S", 0.3)
+    holding, release = threading.Event(), threading.Event()
+
+    def holder():
+        with wait_lock(tmp_path, -1) as held:  # another open file: flock excludes us like another process
+            assert held
+            holding.set()
+            release.wait(60)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert holding.wait(60)
+        assert probe_cache.remembered(tmp_path, "fact", lambda: ({"v": 1}, [])) == {"v": 1}
+        assert not (tmp_path / probe_cache.FILE_NAME).exists()  # not stored, and no hang
+    finally:
+        release.set()
+        t.join()
+    assert probe_cache.remembered(tmp_path, "fact", lambda: ({"v": 2}, [])) == {"v": 2}
+    assert json.loads((tmp_path / probe_cache.FILE_NAME).read_text())["fact"]["facts"] == {"v": 2}
