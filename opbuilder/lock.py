@@ -16,7 +16,7 @@ import logging
 import sys
 from inspect import signature
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import ContextManager, Dict, Iterator, Optional
 
 import filelock
 
@@ -81,22 +81,9 @@ def build_lock(op_dir: Path, name: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def try_lock(op_dir: Path) -> Iterator[bool]:
-    """The lock if it is free right now (yields True), else yields False without waiting."""
-    lock = _lock(op_dir)
-    if not _attempt(lock, op_dir, None, 0):
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        lock.release()
-
-
-@contextlib.contextmanager
 def wait_lock(directory: Path, timeout: float) -> Iterator[bool]:
-    """``directory``'s lock, waiting up to ``timeout`` seconds and saying nothing; yields whether it is held
-    (for short critical sections whose work may be skipped, such as caching a probe's result)."""
+    """``directory``'s lock, waiting up to ``timeout`` seconds (< 0: as long as it takes) and saying nothing;
+    yields whether it is held (for work that may be skipped, such as caching a probe's result)."""
     lock = _lock(directory)
     if not _attempt(lock, directory, None, timeout):
         yield False
@@ -105,3 +92,8 @@ def wait_lock(directory: Path, timeout: float) -> Iterator[bool]:
         yield True
     finally:
         lock.release()
+
+
+def try_lock(op_dir: Path) -> ContextManager[bool]:
+    """The lock if it is free right now (yields True), else yields False without waiting."""
+    return wait_lock(op_dir, 0)
