@@ -53,7 +53,8 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError(f"operator name {name!r} must be a valid Python identifier (it becomes the module name)")
     if not isinstance(backend, str) or backend.upper() not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; accepted values: {', '.join(map(repr, BACKENDS))}")
+        raise ValueError(f"unknown backend {backend!r}; accepted values: {', '.join(map(repr, BACKENDS))} (the "
+                         f"{backend} backend is not available: opbuilder builds for these backends only)")
     backend = backend.upper()
     if isinstance(sources, (str, Path)):
         sources = [sources]
