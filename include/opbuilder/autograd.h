@@ -61,6 +61,9 @@ struct ContextState {
   const std::string *name = nullptr;
   // The Forward arguments while Apply runs (nullptr for non-tensors); nullptr after.
   Tensor *const *args = nullptr;
+  // Per argument, while Apply runs: the caller's tensor where Forward was given a
+  // private contiguous copy of it (nullptr where Forward got the caller's own).
+  Tensor *const *originals = nullptr;
   std::size_t nargs = 0;
   std::vector<bool> needs;  // per argument; empty when nothing needs a gradient
   TensorPtrList saved_raw;
@@ -234,6 +237,8 @@ inline void CheckOutputs(const TensorPtrList &outs, const std::string &name) {
 }
 
 // MarkDirty'd tensors: arguments of Forward, returned by it; their versions go up.
+// A MarkDirty'd argument that Forward got as a private copy is written back to
+// the caller's tensor; a read-only one is refused (its memory was never written).
 inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPtrList &outs) {
   const std::string &name = *c.name;
   for (std::size_t k = 0; k < c.dirty.size(); ++k) {
@@ -242,7 +247,16 @@ inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPt
     if (i < 0) throw std::runtime_error(name + ": MarkDirty was given a tensor that is not an argument of Forward");
     bool seen = false;
     for (std::size_t m = 0; m < k; ++m) seen = seen || c.dirty[m].get() == d;
-    if (!seen && d->py_object() != nullptr) BumpVersion(rt, d->py_object());
+    if (seen) continue;
+    Tensor *orig = c.originals != nullptr ? c.originals[i] : nullptr;
+    if (!(orig != nullptr ? orig : d)->is_writable()) {
+      throw py::value_error(name + ": argument " + std::to_string(i) +
+                            " is read-only memory (a numpy array with writeable=False, a bytes buffer or a "
+                            "read-only memory map), but Forward marked it dirty (an in-place write); pass a "
+                            "writable copy, e.g. x * 1");
+    }
+    if (orig != nullptr) orig->copy_from(*d);
+    if (d->py_object() != nullptr) BumpVersion(rt, d->py_object());
   }
   for (const auto &d : c.dirty) {
     if (IndexOf(outs, d.get()) < 0) {
@@ -262,6 +276,7 @@ inline TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, TensorPtrL
     if (c.ArgIndex(o.get()) >= 0 && !c.IsDirty(o.get())) o = Alias(o);
   }
   c.args = nullptr;
+  c.originals = nullptr;
   c.nargs = 0;
   return outs;
 }
@@ -291,7 +306,8 @@ inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const T
     bool dirty = false;
     for (const auto &d : c.dirty) dirty = dirty || SameTensor(a, d.get());
     if (dirty || Fingerprint(*a, phase) == fingerprints[i]) continue;
-    if (a->py_object() != nullptr) BumpVersion(rt, a->py_object());  // it did change
+    const bool own = c.originals[i] == nullptr;  // else the write went to a private copy
+    if (own && a->py_object() != nullptr) BumpVersion(rt, a->py_object());  // it did change
     throw std::runtime_error(name + "::Forward modified argument " + std::to_string(i) +
                              " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return it, "
                              "or write the result to a new tensor");
@@ -338,7 +354,7 @@ inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradCo
       o = Alias(o);  // never rewrite the history of a tensor that is not ours, unless in place
     }
     py::object obj = Steal(ToPython(rt, o));
-    if (!c.IsNonDifferentiable(outs[j].get())) {
+    if (!c.IsNonDifferentiable(outs[j].get()) && IsFloating(o->dtype())) {  // integer outputs: no gradient
       if (PyObject_SetAttr(obj.ptr(), rt.s_node, node.ptr()) < 0) throw py::error_already_set();
       if (j != 0) {  // 0 is the class default
         py::object idx = Steal(PyLong_FromSize_t(j));
@@ -378,6 +394,7 @@ inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradCo
   c.saved_raw.clear();
   c.saved_final = true;
   c.args = nullptr;  // Backward uses NeedsInputGrad(i); do not keep arguments alive
+  c.originals = nullptr;
   c.nargs = 0;
   // Only Apply reads these. A dirty input is now an output of this node: holding it here
   // would make a cycle (tensor -> node -> ctx -> tensor) that the collector cannot see.
@@ -408,7 +425,51 @@ inline PyObject *EdgeOf(const Runtime &rt, PyObject *t) {
   return Steal(PyTuple_Pack(2, node.ptr(), idx.ptr())).release().ptr();
 }
 
-inline bool WantsGrad(const Tensor *t) { return t != nullptr && t->requires_grad() && t->py_object() != nullptr; }
+inline bool WantsGrad(const Tensor *t) {
+  return t != nullptr && t->requires_grad() && t->py_object() != nullptr && IsFloating(t->dtype());
+}
+
+// ---- what Forward and Backward are given ------------------------------------
+// A Function sees C-contiguous, writable tensors unless it declares
+//   static constexpr bool kAcceptsViews = true;
+// and then gets every tensor as the caller passed it (any strides, read-only memory).
+template <typename T, typename = void>
+struct AcceptsViews : std::false_type {};
+template <typename T>
+struct AcceptsViews<T, std::void_t<decltype(T::kAcceptsViews)>> : std::bool_constant<T::kAcceptsViews> {};
+
+inline bool NeedsPrivateCopy(const Tensor &t) { return !t.is_contiguous() || !t.is_writable(); }
+
+// A private contiguous copy standing for `t`: same requires_grad, bound to the
+// same runtime.Tensor (so grad edges, versions and MarkDirty refer to the caller's).
+inline TensorPtr PrivateCopy(const Tensor &t) {
+  TensorPtr c = t.contiguous_copy();
+  c->set_requires_grad(t.requires_grad());
+  if (PyObject *o = t.py_object()) c->BindPython(PyRef::Borrow(o));
+  return c;
+}
+
+// What Forward gets for an argument: tensors made contiguous where needed
+// (`*orig` set to the caller's tensor then), everything else as it came.
+template <bool kViews, typename A>
+decltype(auto) ForwardArg(A &&arg, Tensor **orig) {
+  using D = std::decay_t<A>;
+  if constexpr (!kViews && std::is_same_v<D, TensorPtr>) {
+    if (arg && NeedsPrivateCopy(*arg)) {
+      *orig = arg.get();
+      return PrivateCopy(*arg);
+    }
+    return TensorPtr(arg);
+  } else if constexpr (!kViews && std::is_same_v<D, TensorPtrList>) {
+    TensorPtrList list(std::forward<A>(arg));
+    for (auto &t : list) {
+      if (t && NeedsPrivateCopy(*t)) t = PrivateCopy(*t);
+    }
+    return list;
+  } else {
+    return std::forward<A>(arg);
+  }
+}
 
 }  // namespace detail
 
@@ -447,8 +508,25 @@ inline TensorPtrList AutogradContext::GetSavedTensors() const {
 template <typename Derived>
 class Function {
  public:
+  // Runs Forward (and records a node for Backward when an input needs grad).
+  // Tensor arguments that are strided views or read-only memory reach Forward
+  // as private contiguous copies, unless Derived declares kAcceptsViews.
   template <typename... Args>
   static auto Apply(Args &&...args) {
+    return Prepare(std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
+  }
+
+ private:
+  static constexpr bool kViews = detail::AcceptsViews<Derived>::value;
+
+  template <std::size_t... I, typename... Args>
+  static auto Prepare(std::index_sequence<I...>, Args &&...args) {
+    std::array<Tensor *, sizeof...(Args) + 1> originals{};
+    return Run(originals.data(), detail::ForwardArg<kViews>(std::forward<Args>(args), &originals[I])...);
+  }
+
+  template <typename... Args>
+  static auto Run(Tensor *const *originals, Args &&...args) {
     using R = decltype(Derived::Forward(std::declval<AutogradContext *>(), std::forward<Args>(args)...));
     static_assert(std::is_same_v<R, TensorPtr> || std::is_same_v<R, TensorPtrList>,
                   "Function<T>: T::Forward must return TensorPtr or TensorPtrList");
@@ -462,6 +540,7 @@ class Function {
       detail::ContextState &st = detail::State(ctx);
       st.name = &detail::FunctionName<Derived>();
       st.args = in.data();
+      st.originals = originals;
       st.nargs = kN;
       R out = Derived::Forward(&ctx, std::forward<Args>(args)...);
       if constexpr (std::is_same_v<R, TensorPtr>) {
@@ -474,6 +553,7 @@ class Function {
     detail::ContextState &st = detail::State(*ctx);
     st.name = &detail::FunctionName<Derived>();
     st.args = in.data();
+    st.originals = originals;
     st.nargs = kN;
     st.needs.assign(kN, false);
     pybind11::object edges = detail::Steal(PyTuple_New(static_cast<Py_ssize_t>(kN)));
@@ -508,6 +588,11 @@ class Function {
       throw std::runtime_error("backward through " + ctx->function_name() +
                                " a second time: its saved tensors were freed after the first backward; "
                                "pass retain_graph=True the first time");
+    }
+    if constexpr (!kViews) {
+      for (auto &g : grads) {
+        if (g && detail::NeedsPrivateCopy(*g)) g = g->contiguous_copy();  // a broadcast gradient, say
+      }
     }
     return Derived::Backward(ctx, std::move(grads));
   }

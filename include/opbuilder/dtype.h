@@ -34,6 +34,9 @@ enum DataType : int {
 
 inline constexpr int kNumDataTypes = static_cast<int>(kTypeUnknown);
 
+// Float16/32/64: the dtypes gradients flow to (integer and bool tensors are not differentiable).
+inline constexpr bool IsFloating(DataType t) { return t == kFloat16 || t == kFloat32 || t == kFloat64; }
+
 inline std::size_t ElementSize(DataType t) {
   switch (t) {
     case kBool: case kInt8: case kUInt8: return 1;

@@ -21,6 +21,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "opbuilder/detail/pyref.h"
 #include "opbuilder/dtype.h"
 
@@ -43,6 +47,33 @@ inline std::int64_t CheckedNumel(const ShapeVector &shape) {
     n *= d;
   }
   return n;
+}
+
+// std::bad_alloc with a message (pybind11 raises it as MemoryError with this text).
+class AllocationError : public std::bad_alloc {
+ public:
+  explicit AllocationError(std::string msg) : msg_(std::move(msg)) {}
+  const char *what() const noexcept override { return msg_.c_str(); }
+
+ private:
+  std::string msg_;
+};
+
+inline std::string ShapeString(const ShapeVector &shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Bytes for `numel` elements of `dtype` in `shape`; MemoryError if that overflows.
+inline std::size_t CheckedNbytes(const ShapeVector &shape, std::int64_t numel, DataType dtype) {
+  const std::size_t es = ElementSize(dtype);
+  const auto n = static_cast<std::uint64_t>(numel);
+  if (n > (std::numeric_limits<std::size_t>::max() - 64) / es) {
+    throw AllocationError("opbuilder::Tensor: cannot allocate a tensor of shape " + ShapeString(shape) + " and dtype " +
+                          DataTypeName(dtype) + ": its size in bytes overflows");
+  }
+  return static_cast<std::size_t>(n) * es;
 }
 
 inline ShapeVector ContiguousStrides(const ShapeVector &shape) {
@@ -70,29 +101,72 @@ inline bool IsContiguousLayout(const ShapeVector &shape, const ShapeVector &stri
 // aligned_alloc: glibc hands a freed block back for the next request of the
 // same size, but aligned_alloc asks for more than that block (its alignment
 // slack), so repeated large calls grew the heap and touched fresh pages.
+//
+// Large blocks are offered transparent huge pages, as numpy does for its arrays:
+// a fresh 200 MB output otherwise takes ~50,000 page faults on first touch, which
+// made a 50M-element Function ~1.7x slower than the same work in numpy.
 inline std::shared_ptr<void> AllocateStorage(std::size_t nbytes) {
   if (nbytes > std::numeric_limits<std::size_t>::max() - 64) throw std::bad_alloc();
   void *base = std::malloc(nbytes + 64);
   if (base == nullptr) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr std::size_t kHugeFrom = std::size_t{4} << 20;
+  if (nbytes >= kHugeFrom) {
+    const std::uintptr_t b = reinterpret_cast<std::uintptr_t>(base);
+    const std::uintptr_t page = (b + 4095) & ~std::uintptr_t{4095};
+    (void)madvise(reinterpret_cast<void *>(page), nbytes + 64 - (page - b), MADV_HUGEPAGE);  // a hint only
+  }
+#endif
   auto *p = reinterpret_cast<void *>((reinterpret_cast<std::uintptr_t>(base) + 63) & ~std::uintptr_t{63});
   return std::shared_ptr<void>(p, [base](void *) { std::free(base); });
 }
 
-// Copies a strided array of `esize`-byte elements into contiguous `dst`.
-inline void CopyToContiguous(char *dst, const char *src, const ShapeVector &shape,
-                             const ShapeVector &strides, std::size_t esize) {
+// One row of n elements of E; fixed-size memcpy (a plain load and store once
+// compiled) keeps the copy free of type punning.
+template <typename E>
+inline void CopyRow(char *dst, std::int64_t dst_step, const char *src, std::int64_t src_step, std::int64_t n) {
+  if (dst_step == 1 && src_step == 1) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(E));
+    return;
+  }
+  const auto de = dst_step * static_cast<std::int64_t>(sizeof(E));
+  const auto se = src_step * static_cast<std::int64_t>(sizeof(E));
+  for (std::int64_t i = 0; i < n; ++i) std::memcpy(dst + i * de, src + i * se, sizeof(E));
+}
+
+// Copies `shape` elements of `esize` bytes between two strided layouts
+// (strides in elements; the destination's must not overlap itself).
+inline void CopyStrided(char *dst, const ShapeVector &dst_strides, const char *src, const ShapeVector &src_strides,
+                        const ShapeVector &shape, std::size_t esize) {
+  if (CheckedNumel(shape) == 0) return;
   const std::size_t nd = shape.size();
-  std::int64_t total = CheckedNumel(shape);
-  if (total == 0) return;
+  if (nd == 0) {
+    std::memcpy(dst, src, esize);
+    return;
+  }
+  const auto es = static_cast<std::int64_t>(esize);
+  const std::int64_t rows = CheckedNumel(shape) / shape[nd - 1];
+  const std::int64_t n = shape[nd - 1], ds = dst_strides[nd - 1], ss = src_strides[nd - 1];
   std::vector<std::int64_t> idx(nd, 0);
-  std::int64_t offset = 0;  // in elements, relative to src
-  for (std::int64_t n = 0; n < total; ++n) {
-    std::memcpy(dst + static_cast<std::size_t>(n) * esize,
-                src + offset * static_cast<std::int64_t>(esize), esize);
-    for (std::size_t d = nd; d-- > 0;) {
-      if (++idx[d] < shape[d]) { offset += strides[d]; break; }
-      offset -= strides[d] * (shape[d] - 1);
-      idx[d] = 0;
+  std::int64_t doff = 0, soff = 0;  // in elements
+  for (std::int64_t r = 0; r < rows; ++r) {
+    char *d = dst + doff * es;
+    const char *s = src + soff * es;
+    switch (esize) {
+      case 1: CopyRow<std::uint8_t>(d, ds, s, ss, n); break;
+      case 2: CopyRow<std::uint16_t>(d, ds, s, ss, n); break;
+      case 4: CopyRow<std::uint32_t>(d, ds, s, ss, n); break;
+      default: CopyRow<std::uint64_t>(d, ds, s, ss, n); break;
+    }
+    for (std::size_t k = nd - 1; k-- > 0;) {  // the next row: odometer over the outer dimensions
+      if (++idx[k] < shape[k]) {
+        doff += dst_strides[k];
+        soff += src_strides[k];
+        break;
+      }
+      doff -= dst_strides[k] * (shape[k] - 1);
+      soff -= src_strides[k] * (shape[k] - 1);
+      idx[k] = 0;
     }
   }
 }
@@ -102,16 +176,26 @@ inline void CopyToContiguous(char *dst, const char *src, const ShapeVector &shap
 class Tensor : public std::enable_shared_from_this<Tensor> {
  public:
   // A new tensor with uninitialised memory (as torch::empty); see zeros().
+  // MemoryError (naming shape and dtype) when its size overflows or malloc fails.
   Tensor(DataType dtype, ShapeVector shape) : dtype_(dtype), shape_(std::move(shape)) {
     CheckDtype(dtype);
     numel_ = detail::CheckedNumel(shape_);
-    storage_ = detail::AllocateStorage(static_cast<std::size_t>(numel_) * ElementSize(dtype));
+    const std::size_t nbytes = detail::CheckedNbytes(shape_, numel_, dtype);
+    try {
+      storage_ = detail::AllocateStorage(nbytes);
+    } catch (const std::bad_alloc &) {
+      throw detail::AllocationError("opbuilder::Tensor: out of memory allocating " + std::to_string(nbytes) +
+                                    " bytes for a tensor of shape " + detail::ShapeString(shape_) + " and dtype " +
+                                    DataTypeName(dtype));
+    }
     data_ = storage_.get();
   }
 
-  // A view of memory kept alive by `storage`; `strides` in elements (empty: contiguous).
-  Tensor(DataType dtype, ShapeVector shape, ShapeVector strides, void *data, std::shared_ptr<void> storage)
-      : storage_(std::move(storage)), data_(data), dtype_(dtype), shape_(std::move(shape)) {
+  // A view of memory kept alive by `storage`; `strides` in elements (empty: contiguous);
+  // `writable` false for memory that must not be written (a read-only numpy array).
+  Tensor(DataType dtype, ShapeVector shape, ShapeVector strides, void *data, std::shared_ptr<void> storage,
+         bool writable = true)
+      : storage_(std::move(storage)), data_(data), dtype_(dtype), shape_(std::move(shape)), writable_(writable) {
     CheckDtype(dtype);
     numel_ = detail::CheckedNumel(shape_);
     if (!strides.empty()) {
@@ -126,7 +210,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   Tensor(const Tensor &other)
       : std::enable_shared_from_this<Tensor>(),
         storage_(other.storage_), data_(other.data_), dtype_(other.dtype_), shape_(other.shape_),
-        strides_(other.strides_), numel_(other.numel_), requires_grad_(other.requires_grad_) {}
+        strides_(other.strides_), numel_(other.numel_), writable_(other.writable_), requires_grad_(other.requires_grad_) {}
   Tensor &operator=(const Tensor &) = delete;
 
   static TensorPtr empty(DataType dtype, ShapeVector shape) {
@@ -150,32 +234,58 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   std::size_t element_size() const { return ElementSize(dtype_); }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * ElementSize(dtype_); }
   bool is_contiguous() const { return strides_.empty(); }
+  // False for a view of read-only memory (numpy writeable=False, a bytes
+  // buffer, a read-only memory map): never write through data_ptr() then.
+  bool is_writable() const { return writable_; }
   std::string device() const { return "cpu"; }
   bool requires_grad() const { return requires_grad_; }
 
+  // The first element's address, whatever the layout (index it with strides()).
   void *data_ptr() const { return data_; }
 
-  // Typed pointer to the first element; throws TypeError if T is not the dtype.
+  // Typed pointer to the data of a C-contiguous tensor, for flat loops over
+  // numel() elements. TypeError if T is not the dtype; ValueError if the
+  // tensor is a strided view (a flat loop would read the wrong elements).
   template <typename T>
   T *data() const {
     if (DataTypeOf<T>::value != dtype_) {
       throw pybind11::type_error(std::string("opbuilder::Tensor::data<T>(): tensor has dtype ") +
                                  DataTypeName(dtype_) + ", but T is " + DataTypeName(DataTypeOf<T>::value));
     }
+    CheckContiguous("data<T>()");
     return static_cast<T *>(data_);
   }
 
   // This tensor if already C-contiguous, else a contiguous copy.
   TensorPtr contiguous() const {
     if (is_contiguous()) return std::const_pointer_cast<Tensor>(shared_from_this());
+    return contiguous_copy();
+  }
+
+  // A new C-contiguous, writable copy (always copies).
+  TensorPtr contiguous_copy() const {
     auto out = std::make_shared<Tensor>(dtype_, shape_);
-    detail::CopyToContiguous(static_cast<char *>(out->data_), static_cast<const char *>(data_), shape_, strides_,
-                             element_size());
+    detail::CopyStrided(static_cast<char *>(out->data_), detail::ContiguousStrides(shape_),
+                        static_cast<const char *>(data_), strides(), shape_, element_size());
     return out;
   }
 
+  // Writes `src` (same dtype and shape, any layout) into this tensor's memory.
+  void copy_from(const Tensor &src) {
+    if (src.dtype_ != dtype_ || src.shape_ != shape_) {
+      throw std::invalid_argument("opbuilder::Tensor::copy_from: dtype or shape differs");
+    }
+    if (!writable_) throw pybind11::value_error("opbuilder::Tensor::copy_from: the tensor is read-only");
+    detail::CopyStrided(static_cast<char *>(data_), strides(), static_cast<const char *>(src.data_), src.strides(),
+                        shape_, element_size());
+  }
+
   // ---- MindSpore-compatible names (see ms_extension.h) ----
-  void *data_c() const { return data_; }
+  // as data<T>(): the data of a C-contiguous tensor (ValueError for a strided view)
+  void *data_c() const {
+    CheckContiguous("data_c()");
+    return data_;
+  }
   std::int64_t DataSize() const { return numel_; }
   std::size_t Size() const { return nbytes(); }
 
@@ -191,6 +301,12 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
       throw std::invalid_argument("opbuilder::Tensor: unknown DataType " + std::to_string(static_cast<int>(t)));
     }
   }
+  void CheckContiguous(const char *what) const {
+    if (is_contiguous()) return;
+    throw pybind11::value_error(std::string("opbuilder::Tensor::") + what + ": the tensor is not contiguous (shape " +
+                                detail::ShapeString(shape_) + ", strides " + detail::ShapeString(strides_) +
+                                "); call contiguous() first, or index data_ptr() with strides()");
+  }
   std::size_t NormDim(std::int64_t d) const {
     return static_cast<std::size_t>(d < 0 ? d + ndim() : d);
   }
@@ -201,6 +317,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   ShapeVector shape_;
   ShapeVector strides_;  // empty when contiguous
   std::int64_t numel_ = 0;
+  bool writable_ = true;
   bool requires_grad_ = false;
   detail::PyRef py_;  // the runtime.Tensor this tensor is, if any
 };

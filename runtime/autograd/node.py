@@ -63,9 +63,10 @@ def meta_of(t: Any) -> Meta:
 
 
 def attach_outputs(node: Node, outputs: Sequence[Any]) -> None:
-    """Make ``outputs`` the results of ``node`` (requires_grad, history)."""
+    """Make ``outputs`` the results of ``node`` (requires_grad, history); integer
+    and bool outputs are not differentiable and stay out of the graph."""
     for i, t in enumerate(outputs):
-        if t is not None:
+        if t is not None and t._data.dtype.kind == "f":
             t._node = node
             t._out_index = i
             t.requires_grad = True

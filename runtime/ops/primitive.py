@@ -37,7 +37,7 @@ class Primitive:
         if type(out) is not np.ndarray:
             out = np.asarray(out)
         res = _Tensor._from_array(out)
-        if _state.enabled and self.vjps is not None:
+        if _state.enabled and self.vjps is not None and out.dtype.kind == "f":  # integer results: no gradient
             for a in args:
                 if a.requires_grad:
                     node = PrimitiveNode(self, args, kwargs, out)

@@ -137,6 +137,7 @@ inline TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *o
   const auto es = static_cast<std::int64_t>(ElementSize(dt));
   const int nd = a->nd;
   bool usable = (a->flags & A::NPY_ARRAY_ALIGNED_) != 0;
+  const bool writable = (a->flags & A::NPY_ARRAY_WRITEABLE_) != 0;  // the copy below, if any, stands for it
   ShapeVector shape(a->dimensions, a->dimensions + nd);
   ShapeVector strides;
   if (!(a->flags & A::NPY_ARRAY_C_CONTIGUOUS_)) {
@@ -156,7 +157,7 @@ inline TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *o
   }
   Py_INCREF(src);
   std::shared_ptr<void> storage(a->data, PyOwnerDeleter{src});
-  auto t = std::make_shared<Tensor>(dt, std::move(shape), std::move(strides), a->data, std::move(storage));
+  auto t = std::make_shared<Tensor>(dt, std::move(shape), std::move(strides), a->data, std::move(storage), writable);
   if (owner != nullptr) t->BindPython(PyRef::Borrow(owner));
   t->set_requires_grad(requires_grad);
   return t;
