@@ -1,8 +1,21 @@
 """Differentiable built-in ops (``runtime.ops.add`` ...) and custom-op entry points."""
+from typing import Any
+
 from .math import *  # noqa: F401,F403
 from .math import __all__ as _math_all
 from .primitive import Primitive, defvjp
+from .reduce_extra import maximum, minimum, softmax
 from .custom import Custom
 from .op_info import CustomRegOp, DataType, custom_info_register
+from .printing import Print, print_
 
-__all__ = list(_math_all) + ["Primitive", "defvjp", "Custom", "CustomRegOp", "DataType", "custom_info_register"]
+__all__ = list(_math_all) + ["maximum", "minimum", "softmax", "Primitive", "defvjp", "Custom", "CustomRegOp",
+                             "DataType", "custom_info_register", "print_", "Print", "CustomOpBuilder"]
+
+
+def __getattr__(name: str) -> Any:
+    """``ops.CustomOpBuilder`` is ``opbuilder.CustomOpBuilder`` (imported on first use, as MindSpore's is)."""
+    if name == "CustomOpBuilder":
+        from opbuilder import CustomOpBuilder
+        return CustomOpBuilder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

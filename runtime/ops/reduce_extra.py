@@ -1,0 +1,183 @@
+"""More differentiable built-in ops: max/min (of a whole tensor, or along a dim with indices),
+elementwise maximum/minimum, and softmax. Each forward beside its derivative rules, as in math.py.
+
+Gradient conventions (PyTorch's and MindSpore's): the max of a whole tensor
+shares its gradient evenly among the elements equal to it; the max along a
+dim sends it to the element whose index it returns; ``maximum(x, y)`` splits
+it evenly where ``x == y``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Tuple
+
+import numpy as np
+
+from ..tensor import Tensor
+from .math import _norm_axis, _one, _pair, mul, reshape, sub, sum as _sum
+from .primitive import Primitive, defvjp
+
+__all__ = ["amax", "amin", "max_dim", "min_dim", "argmax", "argmin", "maximum", "minimum", "softmax"]
+
+
+def _const(arr: np.ndarray) -> Tensor:
+    return Tensor._from_array(arr)
+
+
+def _not_empty(x: Tensor, what: str) -> None:
+    if x.size == 0:
+        raise ValueError(f"{what} of an empty tensor (shape {list(x.shape)}) has no value")
+
+
+# ---- the extreme of a whole tensor ------------------------------------------
+def _tie_share(x: Tensor, ans: Tensor) -> Tensor:
+    """1/k at the k elements equal to the result, 0 elsewhere."""
+    hit = (x._data == ans._data).astype(x._data.dtype)
+    return _const(hit / hit.sum())
+
+
+_amax = Primitive("amax", np.max)
+defvjp(_amax, lambda g, ans, x: mul(g, _tie_share(x, ans)))
+_amin = Primitive("amin", np.min)
+defvjp(_amin, lambda g, ans, x: mul(g, _tie_share(x, ans)))
+
+
+def amax(x: Any) -> Tensor:
+    """The largest element (0-d)."""
+    x = _one(x)
+    _not_empty(x, "max")
+    return _amax(x)
+
+
+def amin(x: Any) -> Tensor:
+    """The smallest element (0-d)."""
+    x = _one(x)
+    _not_empty(x, "min")
+    return _amin(x)
+
+
+# ---- the extreme along one dim, with its index -------------------------------
+def _along(pick: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def fn(x: np.ndarray, axis: int, keepdims: bool) -> np.ndarray:
+        vals = np.take_along_axis(x, pick(x, axis=axis, keepdims=True), axis)
+        return vals if keepdims else np.squeeze(vals, axis)
+    return fn
+
+
+def _picked_vjp(pick: Callable[..., np.ndarray]) -> Callable[..., Tensor]:
+    def rule(g: Tensor, ans: Tensor, x: Tensor, axis: int, keepdims: bool) -> Tensor:
+        hit = np.zeros(x.shape, x._data.dtype)
+        np.put_along_axis(hit, pick(x._data, axis=axis, keepdims=True), 1, axis)
+        if not keepdims:
+            g = reshape(g, tuple(1 if i == axis else s for i, s in enumerate(x.shape)))
+        return mul(g, _const(hit))
+    return rule
+
+
+_max_dim = Primitive("max_dim", _along(np.argmax))
+defvjp(_max_dim, _picked_vjp(np.argmax))
+_min_dim = Primitive("min_dim", _along(np.argmin))
+defvjp(_min_dim, _picked_vjp(np.argmin))
+
+
+def _dim_op(x: Any, dim: Any, keepdim: Any, what: str) -> Tuple[Tensor, int, bool]:
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+        raise TypeError(f"{what}: dim must be an int, got {type(dim).__name__}")
+    if not isinstance(keepdim, (bool, np.bool_)):
+        raise TypeError(f"{what}: keepdim must be a bool, got {type(keepdim).__name__}")
+    x = _one(x)
+    axis = _norm_axis(dim, x.ndim)
+    assert axis is not None
+    if x.ndim and x.shape[axis[0]] == 0:
+        raise ValueError(f"{what} along dim {int(dim)} of a tensor of shape {list(x.shape)}: that dim is empty")
+    return x, axis[0], bool(keepdim)
+
+
+def _with_index(prim: Primitive, pick: Callable[..., np.ndarray], x: Any, dim: int, keepdim: bool,
+                what: str) -> Tuple[Tensor, Tensor]:
+    x, axis, keep = _dim_op(x, dim, keepdim, what)
+    if x.ndim == 0:  # a scalar is its own extreme, at index 0
+        return reshape(x, ()), _const(np.zeros((), np.int64))
+    return prim(x, axis=axis, keepdims=keep), _const(pick(x._data, axis=axis, keepdims=keep).astype(np.int64))
+
+
+def max_dim(x: Any, dim: int, keepdim: bool = False) -> Tuple[Tensor, Tensor]:
+    """(values, indices) of the largest elements along ``dim``; indices are int64."""
+    return _with_index(_max_dim, np.argmax, x, dim, keepdim, "max")
+
+
+def min_dim(x: Any, dim: int, keepdim: bool = False) -> Tuple[Tensor, Tensor]:
+    """(values, indices) of the smallest elements along ``dim``; indices are int64."""
+    return _with_index(_min_dim, np.argmin, x, dim, keepdim, "min")
+
+
+def _arg(pick: Callable[..., np.ndarray], x: Any, dim: Any, keepdim: bool, what: str) -> Tensor:
+    if dim is None:
+        x = _one(x)
+        _not_empty(x, what)
+        idx = pick(x._data.reshape(-1))
+        return _const(np.asarray(idx, np.int64).reshape((1,) * x.ndim if keepdim else ()))
+    x, axis, keep = _dim_op(x, dim, keepdim, what)
+    if x.ndim == 0:
+        return _const(np.zeros((), np.int64))
+    return _const(pick(x._data, axis=axis, keepdims=keep).astype(np.int64))
+
+
+def argmax(x: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Index of the largest element (of the flattened tensor when ``dim`` is None); int64, not differentiable."""
+    return _arg(np.argmax, x, dim, keepdim, "argmax")
+
+
+def argmin(x: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Index of the smallest element (of the flattened tensor when ``dim`` is None); int64, not differentiable."""
+    return _arg(np.argmin, x, dim, keepdim, "argmin")
+
+
+# ---- elementwise maximum / minimum --------------------------------------------
+def _share(wins: Callable[[np.ndarray, np.ndarray], np.ndarray], a: Tensor, b: Tensor, g: Tensor) -> Tensor:
+    """The part of the gradient that goes to ``a``: 1 where it wins, 1/2 on a tie, else 0."""
+    pa, pb = a._data, b._data
+    return _const(np.where(wins(pa, pb), 1.0, np.where(pa == pb, 0.5, 0.0)).astype(g._data.dtype))
+
+
+_maximum = Primitive("maximum", np.maximum)
+defvjp(_maximum,
+       lambda g, ans, x, y: mul(g, _share(np.greater, x, y, g)),
+       lambda g, ans, x, y: mul(g, _share(np.greater, y, x, g)))
+_minimum = Primitive("minimum", np.minimum)
+defvjp(_minimum,
+       lambda g, ans, x, y: mul(g, _share(np.less, x, y, g)),
+       lambda g, ans, x, y: mul(g, _share(np.less, y, x, g)))
+
+
+def maximum(x: Any, y: Any) -> Tensor:
+    """Elementwise larger of ``x`` and ``y`` (broadcast)."""
+    return _maximum(*_pair(x, y))
+
+
+def minimum(x: Any, y: Any) -> Tensor:
+    """Elementwise smaller of ``x`` and ``y`` (broadcast)."""
+    return _minimum(*_pair(x, y))
+
+
+# ---- softmax -------------------------------------------------------------------
+def _softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+_softmax = Primitive("softmax", _softmax_np)
+defvjp(_softmax, lambda g, ans, x, axis: mul(ans, sub(g, _sum(mul(g, ans), axis=axis, keepdims=True))))
+
+
+def softmax(x: Any, axis: int = -1) -> Tensor:
+    """exp(x) / sum(exp(x)) along ``axis`` (computed stably); floating-point tensors only."""
+    x = _one(x)
+    if x._data.dtype.kind != "f":
+        raise TypeError(f"softmax needs a floating-point tensor, got {x.dtype}; cast it first")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"softmax: axis must be an int, got {type(axis).__name__}")
+    ax = _norm_axis(axis, x.ndim)
+    assert ax is not None
+    if x.ndim == 0:
+        return _softmax(reshape(x, (1,)), axis=0).reshape(())
+    return _softmax(x, axis=ax[0])
