@@ -4,7 +4,10 @@
 //   z = ops.mul(x, y)        # runtime.Tensor in, runtime.Tensor out, no copies
 //
 // Backward returns dout * y and dout * x in the output's (broadcast) shape;
-// the runtime sums each down to its input's shape.
+// the runtime sums each down to its input's shape. The kernel walks strides,
+// so CustomMul takes views as they are (kAcceptsViews): a transpose or a
+// broadcast input is never copied. A Function without kAcceptsViews gets
+// C-contiguous tensors and may loop over data<T>() flat.
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,8 +45,8 @@ std::vector<int64_t> BroadcastStrides(const TensorPtr &t, const ShapeVector &out
 
 template <typename T>
 void MulKernel(const TensorPtr &x, const TensorPtr &y, const TensorPtr &out) {
-  const T *px = x->data<T>();
-  const T *py = y->data<T>();
+  const T *px = static_cast<const T *>(x->data_ptr());  // x, y may be strided views
+  const T *py = static_cast<const T *>(y->data_ptr());
   T *po = out->data<T>();
   const int64_t n = out->numel();
   if (x->is_contiguous() && y->is_contiguous() && x->shape() == y->shape()) {
@@ -90,6 +93,8 @@ TensorPtr Mul(const TensorPtr &x, const TensorPtr &y) {
 
 class CustomMul : public Function<CustomMul> {
  public:
+  static constexpr bool kAcceptsViews = true;  // Mul handles any strides
+
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
     auto out = Mul(x, y);
     const bool gx = ctx->NeedGrad(x);

@@ -37,12 +37,18 @@ using TensorPtrList = std::vector<TensorPtr>;
 
 namespace detail OB_HIDDEN {
 
+inline std::string ShapeString(const ShapeVector &shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 inline std::int64_t CheckedNumel(const ShapeVector &shape) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) {
     if (d < 0) throw std::invalid_argument("opbuilder::Tensor: negative dimension in shape");
     if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) {
-      throw std::length_error("opbuilder::Tensor: shape has too many elements");
+      throw std::length_error("opbuilder::Tensor: shape " + ShapeString(shape) + " has too many elements");
     }
     n *= d;
   }
@@ -58,12 +64,6 @@ class AllocationError : public std::bad_alloc {
  private:
   std::string msg_;
 };
-
-inline std::string ShapeString(const ShapeVector &shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // Bytes for `numel` elements of `dtype` in `shape`; MemoryError if that overflows.
 inline std::size_t CheckedNbytes(const ShapeVector &shape, std::int64_t numel, DataType dtype) {
