@@ -11,8 +11,10 @@
 //       int status when the kernel failed (or recorded an error in extra)
 //   init(fn, extra, inputs, out_specs) -> int status of <Symbol>Init
 //
-// fn and extra are addresses (int); inputs a tuple of ndarrays (made
-// C-contiguous here when they are not); out_specs a tuple of (shape tuple,
+// fn and extra are addresses (int); inputs a tuple of ndarrays (copied here
+// when they are not C-contiguous, aligned and writable: a read-only input
+// reaches the kernel as a private copy, so a kernel that writes into it
+// neither faults on nor changes read-only memory); out_specs a tuple of (shape tuple,
 // numpy dtype) for the outputs this call allocates; scratch a tuple of
 // ndarrays passed after the outputs (Init's workspaces).
 #define PY_SSIZE_T_CLEAN
@@ -88,7 +90,7 @@ class CallArgs {
       return false;
     }
     PyArrayObject *a = reinterpret_cast<PyArrayObject *>(obj);
-    if (make_contiguous && !PyArray_ISCARRAY_RO(a)) {
+    if (make_contiguous && !PyArray_ISCARRAY(a)) {  // not C-contiguous, aligned and writable: a private copy
       a = reinterpret_cast<PyArrayObject *>(PyArray_NewCopy(a, NPY_CORDER));
       if (a == nullptr) return false;
     } else {

@@ -2,7 +2,8 @@
 
 A path ending in a source suffix (.cpp .cc .cxx .C; .cu with the GPU backend)
 is built by the builder as a plain shared library, cached by content like
-every build; anything else is taken as a shared library. The library is
+every build, with the build options given (include paths, compile and link
+flags: part of the cache key); anything else is taken as a shared library. The library is
 opened once per path and ``Symbol`` (and the optional ``SymbolInit``) resolved
 once, so a call only passes addresses.
 """
@@ -15,9 +16,9 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Optional, Sequence, Union
 
-__all__ = ["AotKernel", "resolve_aot", "split_func"]
+__all__ = ["AotKernel", "BuildOptions", "resolve_aot", "split_func"]
 
 CXX_SOURCES = (".cpp", ".cc", ".cxx", ".C")
 CUDA_SOURCES = (".cu",)
@@ -37,6 +38,18 @@ class AotKernel:
     backend: str  # "CPU", or "GPU" for a kernel built from .cu
 
 
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to build an aot source: ``opbuilder.build_library``'s include_paths, cflags and ldflags."""
+
+    include_paths: Optional[Sequence[Any]] = None
+    cflags: Optional[Union[str, Sequence[str]]] = None
+    ldflags: Optional[Union[str, Sequence[str]]] = None
+
+    def __bool__(self) -> bool:
+        return bool(self.include_paths or self.cflags or self.ldflags)
+
+
 def split_func(func: str) -> "tuple[str, str]":
     """``"path/lib.so:Symbol"`` -> (path, symbol); ValueError naming the expected form."""
     path, sep, symbol = func.rpartition(":")
@@ -54,9 +67,10 @@ def _library_name(source: Path) -> str:
     return f"aot_{stem}_{tag}"
 
 
-def _build(source: Path, backend: str) -> str:
+def _build(source: Path, backend: str, options: BuildOptions) -> str:
     from opbuilder import build_library
-    return build_library(_library_name(source), [source], backend=backend)
+    return build_library(_library_name(source), [source], backend=backend, include_paths=options.include_paths,
+                         cflags=options.cflags, ldflags=options.ldflags)
 
 
 def _open(path: str) -> ctypes.CDLL:
@@ -78,16 +92,20 @@ def _address(lib: ctypes.CDLL, symbol: str) -> Optional[int]:
         return None
 
 
-def resolve_aot(func: str) -> AotKernel:
-    """Build (for a source) and open the library of ``func``, and resolve its symbols."""
+def resolve_aot(func: str, options: BuildOptions = BuildOptions()) -> AotKernel:
+    """Build (for a source, with ``options``) and open the library of ``func``, and resolve its symbols."""
     path_s, symbol = split_func(func)
     path = Path(os.path.expanduser(path_s)).absolute()
     backend = "GPU" if path.suffix in CUDA_SOURCES else "CPU"
     if path.suffix in CXX_SOURCES + CUDA_SOURCES:
         if not path.is_file():
             raise FileNotFoundError(f"aot source {path} (from func {func!r}) not found")
-        library = _build(path, backend)
+        library = _build(path, backend, options)
     else:
+        if options:
+            raise ValueError(f"include_paths, cflags and ldflags build an aot source; {path} (from func {func!r}) "
+                             f"is a prebuilt library: pass its source ({', '.join(CXX_SOURCES + CUDA_SOURCES)}) "
+                             f"to build it with them")
         if not path.is_file():
             raise FileNotFoundError(f"aot library {path} (from func {func!r}) not found; give a shared library, "
                                     f"or a source ({', '.join(CXX_SOURCES + CUDA_SOURCES)}) to build")

@@ -9,7 +9,9 @@ whose backward is ``bprop(*inputs, out, dout)``.
 aot kernels go through a small compiled call path (aot_call.cpp) that reads
 the arrays' pointers, shapes and dtypes, allocates the outputs and calls the
 C function; the symbol and the ``extra`` block are resolved once, when the
-op is made.
+op is made. A kernel writes its outputs, and the inputs its op-info declares
+``inplace``; an input that is read-only reaches it as a private copy, so an
+undeclared write can never land in read-only memory (inplace.py).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from ..autograd.grad_mode import _state
 from ..dtypes import float32, from_numpy_dtype, to_dtype
 from ..tensor import Tensor
 from .aot_extra import ExtraBlock
-from .aot_library import AotKernel, resolve_aot
+from .aot_library import AotKernel, BuildOptions, resolve_aot
+from .inplace import InplaceWrites
 from .op_info import OpInfo, parse_reg_info
 
 __all__ = ["Custom"]
@@ -36,6 +39,11 @@ ShapeArg = Union[None, Sequence[Any], Callable[..., Any]]
 DtypeArg = Union[None, Any, Callable[..., Any]]
 
 
+def _is_fn(spec: Any) -> bool:
+    """A callable out_shape/out_dtype (a dtype class such as ``np.float32`` is a dtype, not a function)."""
+    return callable(spec) and not isinstance(spec, type)
+
+
 class Custom:
     """An operator whose forward is ``func``; see docs/custom_ops.md.
 
@@ -45,12 +53,15 @@ class Custom:
     (lists of them for several outputs), or callables of the input shapes /
     dtypes. ``bprop(*inputs, out, dout)`` returns a tuple of input gradients.
     ``reg_info``: op-info from ``CustomRegOp(...).get_op_info()`` (wins over
-    ``custom_info_register``).
+    ``custom_info_register``). ``include_paths``, ``cflags``, ``ldflags``:
+    build options for an aot source (as ``opbuilder.build_library`` takes them).
     """
 
     def __init__(self, func: Union[str, Callable[..., Any]], out_shape: ShapeArg = None,
                  out_dtype: DtypeArg = None, func_type: str = "aot", bprop: Optional[Callable[..., Any]] = None,
-                 reg_info: Any = None) -> None:
+                 reg_info: Any = None, *, include_paths: Optional[Sequence[Any]] = None,
+                 cflags: Optional[Union[str, Sequence[str]]] = None,
+                 ldflags: Optional[Union[str, Sequence[str]]] = None) -> None:
         if func_type not in FUNC_TYPES:
             raise ValueError(f"func_type {func_type!r} is not supported; accepted: {', '.join(FUNC_TYPES)}")
         if bprop is not None and not callable(bprop):
@@ -62,25 +73,31 @@ class Custom:
         self.out_dtype = out_dtype
         self.bprop = bprop
         self._kernel: Optional[AotKernel] = None
+        options = BuildOptions(include_paths, cflags, ldflags)
         if func_type == "aot":
             if not isinstance(func, str):
                 raise TypeError(f"an aot func is a string 'path/lib.so:Symbol', got {type(func).__name__}")
             if out_shape is None:
                 raise ValueError(f"aot op {func!r} needs out_shape (a shape, a list of shapes, or a callable "
                                  f"of the input shapes)")
-            self._kernel = resolve_aot(func)
+            self._kernel = resolve_aot(func, options)
             self.name = self._kernel.symbol
             target = self._kernel.backend
         else:
             if not callable(func):
                 raise TypeError(f"a pyfunc func must be callable, got {type(func).__name__}")
+            if options:
+                raise ValueError(f"include_paths, cflags and ldflags build an aot source; pyfunc "
+                                 f"{getattr(func, '__name__', func)!r} is not built")
             self.name = getattr(func, "__name__", type(func).__name__)
             target = "CPU"
         info = reg_info if reg_info is not None else getattr(func, "reg_info", None)
         self._info: Optional[OpInfo] = parse_reg_info(info, target) if info is not None else None
+        self._writes: Optional[InplaceWrites] = InplaceWrites(self.name, self._info.inplace) \
+            if self._info is not None and self._info.inplace else None
         self._prim_attrs: dict = {}
         self._fixed: Optional[Tuple[Spec, ...]] = None
-        if not callable(out_shape) and not callable(out_dtype) and out_shape is not None and out_dtype is not None:
+        if not _is_fn(out_shape) and not _is_fn(out_dtype) and out_shape is not None and out_dtype is not None:
             self._fixed = self._normalize(out_shape, out_dtype)
         self._memo: Dict[tuple, Optional[Tuple[Spec, ...]]] = {}
         self._extra: Optional[ExtraBlock] = None
@@ -115,10 +132,15 @@ class Custom:
             specs = self._memo.get(sig, _MISSING)
             if specs is _MISSING:
                 specs = self._prepare(arrays, sig)
+        writes = self._writes
+        if writes is not None:
+            arrays, back = writes.before(inputs, arrays)
         if self._kernel is not None:
             outs = self._call_aot(arrays, specs)
         else:
             outs = self._call_py(arrays, specs)
+        if writes is not None:
+            writes.after(inputs, back)
         res = [Tensor._from_array(o) for o in outs]
         if _state.enabled:
             for x in inputs:
@@ -143,11 +165,21 @@ class Custom:
     # ---- outputs: shapes and dtypes --------------------------------------
     def _specs(self, arrays: Sequence[np.ndarray]) -> Optional[Tuple[Spec, ...]]:
         shapes = self.out_shape
-        if callable(shapes):
-            shapes = shapes(*[list(a.shape) for a in arrays])
+        if _is_fn(shapes):
+            in_shapes = [list(a.shape) for a in arrays]
+            shapes = shapes(*in_shapes)
+            if shapes is None:
+                raise ValueError(f"Custom '{self.name}': its out_shape function returned None for input shapes "
+                                 f"{in_shapes}; it must return the output's shape (a list of ints, [] for a "
+                                 f"scalar) or a list of shapes, one per output")
         dtypes = self.out_dtype
-        if callable(dtypes):
-            dtypes = dtypes(*[from_numpy_dtype(a.dtype) for a in arrays])
+        if _is_fn(dtypes):
+            in_dtypes = [from_numpy_dtype(a.dtype) for a in arrays]
+            dtypes = dtypes(*in_dtypes)
+            if dtypes is None:
+                raise ValueError(f"Custom '{self.name}': its out_dtype function returned None for input dtypes "
+                                 f"{in_dtypes}; it must return the output's dtype (e.g. rt.float32) or a list "
+                                 f"of dtypes, one per output")
         if shapes is None:  # a pyfunc that declares nothing: taken from its results
             return None
         if dtypes is None:

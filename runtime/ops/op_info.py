@@ -54,7 +54,7 @@ class CustomRegOp:
 
     def input(self, index: Optional[int] = None, name: Optional[str] = None, param_type: str = "required",
               **kwargs: Any) -> "CustomRegOp":
-        """Describe input ``index`` (order of the call's arguments)."""
+        """Describe input ``index`` (order of the call's arguments); ``inplace=True``: the kernel writes it."""
         self.inputs.append(_io_entry("input", index, name, param_type, kwargs))
         return self
 
@@ -139,11 +139,12 @@ def custom_info_register(*reg_info: Any) -> Callable[[Callable[..., Any]], Calla
 # ---- reading an op-info ---------------------------------------------------
 
 class OpInfo:
-    """The parts of one op-info that a call needs: dtype rows, counts, attributes."""
+    """The parts of one op-info that a call needs: dtype rows, counts, attributes, in-place inputs."""
 
     def __init__(self, info: Dict[str, Any]) -> None:
         self.op_name: str = info.get("op_name") or "Custom"
         self.n_inputs = len(info.get("inputs") or ())
+        self.inplace: Tuple[int, ...] = _inplace_inputs(self.op_name, info.get("inputs") or ())
         self.n_outputs = len(info.get("outputs") or ())
         self.rows: List[Tuple[str, ...]] = [tuple(p[0] for p in row) for row in info.get("dtype_format") or ()]
         self.attrs: List[Dict[str, Any]] = list(info.get("attr") or ())
@@ -184,6 +185,19 @@ class OpInfo:
         for name, v in overrides.items():
             values.setdefault(name, v)
         return values
+
+
+def _inplace_inputs(op_name: str, inputs: Sequence[Dict[str, Any]]) -> Tuple[int, ...]:
+    """Indices of the inputs declared ``inplace=True`` (by their ``index``, else their position)."""
+    out = []
+    for k, entry in enumerate(inputs):
+        flag = entry.get("inplace", False)
+        if not isinstance(flag, bool):
+            raise ValueError(f"op-info '{op_name}': input {entry.get('name') or k} has inplace={flag!r}; "
+                             f"it must be True or False")
+        if flag:
+            out.append(k if entry.get("index") is None else int(entry["index"]))
+    return tuple(sorted(set(out)))
 
 
 def _format_row(row: Sequence[str], nin: int) -> str:

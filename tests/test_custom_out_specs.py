@@ -1,0 +1,62 @@
+"""ops.Custom's out_dtype given as numpy types, and out_shape/out_dtype functions that return None."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Tensor, ops
+
+ROOT = Path(__file__).resolve().parents[1]
+ADD = str(ROOT / "custom_src" / "aot_add.cpp")
+OPS = str(ROOT / "custom_src" / "aot_ops.cpp")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.dtype("float32"), "float32", rt.float32],
+                         ids=["np.float32", "np.dtype", "str", "rt.float32"])
+def test_out_dtype_as_a_numpy_type_a_numpy_dtype_or_a_name(dtype):
+    op = ops.Custom(f"{ADD}:CustomAdd", out_shape=[3], out_dtype=dtype, func_type="aot")
+    out = op(Tensor([1.0, 2.0, 3.0]), Tensor([3.0, 2.0, 1.0]))
+    assert out.dtype == rt.float32 and out.tolist() == [4.0, 4.0, 4.0]
+
+
+def test_out_dtype_lists_of_numpy_types_and_a_shape_function_beside_a_numpy_type():
+    sincos = ops.Custom(f"{OPS}:SinCos", out_shape=lambda x: [x, x], out_dtype=[np.float64, np.dtype("float64")])
+    s, c = sincos(Tensor(np.array([0.0, 1.0])))
+    assert s.dtype == c.dtype == rt.float64
+    np.testing.assert_allclose(c.asnumpy(), np.cos([0.0, 1.0]))
+    leaky = ops.Custom(f"{OPS}:LeakyRelu", out_shape=lambda x: x, out_dtype=np.float64)
+    assert leaky(Tensor(np.array([-1.0, 2.0]))).tolist() == [-0.01, 2.0]
+
+
+def test_a_numpy_type_as_a_pyfunc_out_dtype():
+    op = ops.Custom(lambda x: x * 2, out_shape=lambda x: x, out_dtype=np.int64, func_type="pyfunc")
+    out = op(Tensor([1, 2], rt.int32))
+    assert out.dtype == rt.int64 and out.tolist() == [2, 4]
+
+
+def test_an_out_shape_function_returning_none_names_the_op():
+    op = ops.Custom(f"{ADD}:CustomAdd", out_shape=lambda x, y: None, out_dtype=np.float32)
+    with pytest.raises(ValueError, match=r"Custom 'CustomAdd': its out_shape function returned None for input "
+                                         r"shapes \[\[3\], \[3\]\]; it must return the output's shape \(a list "
+                                         r"of ints, \[\] for a scalar\) or a list of shapes"):
+        op(Tensor([1.0, 2.0, 3.0]), Tensor([1.0, 2.0, 3.0]))
+
+    def double(x):
+        return x * 2
+
+    py = ops.Custom(double, out_shape=lambda x: None, func_type="pyfunc")
+    with pytest.raises(ValueError, match="Custom 'double': its out_shape function returned None"):
+        py(Tensor([1.0]))
+
+
+def test_an_out_dtype_function_returning_none_names_the_op():
+    op = ops.Custom(f"{ADD}:CustomAdd", out_shape=[1], out_dtype=lambda x, y: None)
+    with pytest.raises(ValueError, match=r"Custom 'CustomAdd': its out_dtype function returned None for input "
+                                         r"dtypes \[Float32, Float32\]; it must return the output's dtype"):
+        op(Tensor([1.0]), Tensor([2.0]))
+
+
+def test_a_dtype_that_is_not_one_is_still_a_type_error():
+    with pytest.raises(TypeError, match="Custom 'CustomAdd': output 0 dtype: unsupported tensor dtype complex64"):
+        ops.Custom(f"{ADD}:CustomAdd", out_shape=[1], out_dtype=np.complex64)
