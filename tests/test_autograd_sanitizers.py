@@ -48,6 +48,53 @@ def test_autograd_ops_are_clean_under_asan_and_ubsan(cache_dir, tmp_path):
     assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr, res.stderr[-8000:]
 
 
+def test_seed_style_ops_on_views_are_clean_under_asan_and_ubsan(cache_dir):
+    # private contiguous copies, strided write-back, broadcast gradients, refused read-only writes
+    libasan = _runtime_file("libasan.so")
+    if not libasan:
+        pytest.skip("the compiler's AddressSanitizer runtime (libasan.so) is not installed")
+    from opbuilder import CustomOpBuilder
+    lib = CustomOpBuilder("seed_style_ops_asan", [str(CPP / "seed_style_ops.cpp")], cflags=FLAGS,
+                          ldflags=["-fsanitize=address,undefined"]).build()
+    preload = f"{libasan} {_runtime_file('libstdc++.so.6')}"
+    env = dict(os.environ, LD_PRELOAD=preload, ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    res = subprocess.run([sys.executable, __file__, str(lib), "views"], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0 and res.stdout.strip().endswith("exercise: OK"), res.stdout + res.stderr[-8000:]
+    assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr, res.stderr[-8000:]
+
+
+def exercise_views(lib_path: str) -> None:
+    """The view paths of tests/cpp/seed_style_ops.cpp, once each (run under the sanitizers)."""
+    import importlib.util
+
+    import runtime as rt
+    from runtime import Tensor, ops
+    spec = importlib.util.spec_from_file_location("seed_style_ops_asan", lib_path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    xa = np.random.default_rng(0).standard_normal((5, 6))
+    for v in (Tensor(xa).T, Tensor(xa)[::-1, ::2], ops.broadcast_to(Tensor(xa)[0:1], (3, 5, 6)), xa[:, 1]):
+        arr = np.asarray(v.asnumpy() if isinstance(v, Tensor) else v)
+        assert np.array_equal(m.square(v).asnumpy(), arr * arr)
+        assert np.array_equal(m.view_square(v).asnumpy(), arr * arr)
+    for f in (m.square, m.view_square):
+        g = rt.grad(lambda t: ops.sum(f(t.T), 0))(Tensor(xa))
+        assert np.allclose(g.asnumpy(), 2 * xa)
+    base = np.zeros((4, 6))
+    m.add_(Tensor(base[:, ::2]), Tensor(np.ones((4, 3))))
+    assert base[:, ::2].sum() == 12 and base[:, 1::2].sum() == 0
+    ro = xa.copy()
+    ro.flags.writeable = False
+    _expect(ValueError, m.add_, Tensor(ro), Tensor(xa))
+    m.sneaky_write(Tensor(ro))
+    _expect(ValueError, m.raw_first, Tensor(xa).T)
+    _expect(MemoryError, m.empty, [1 << 60, 4])
+    assert m.sum_list([Tensor(xa).T, xa.T]).shape == (6, 5)
+    print("exercise: OK")
+
+
 def _expect(exc, fn, *args):
     try:
         fn(*args)
@@ -136,4 +183,4 @@ def exercise(lib_path: str) -> None:
 
 
 if __name__ == "__main__":
-    exercise(sys.argv[1])
+    (exercise_views if sys.argv[2:] == ["views"] else exercise)(sys.argv[1])
