@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from typing import List, Optional
@@ -138,10 +140,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (``cache list | head``): stop quietly, with the status of a
+    command ended by SIGPIPE, and point stdout at /dev/null so the interpreter's last flush does not fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        args = build_parser().parse_args(argv)
+        status = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not in the flush at exit
+        return status
+    except BrokenPipeError:
+        return _reader_gone()
     except Exception as e:  # a CLI prints the error, not a traceback
         from .errors import BuildError, UnsafeCacheDirError
         if isinstance(e, (BuildError, UnsafeCacheDirError, FileNotFoundError, ValueError, TypeError)):
