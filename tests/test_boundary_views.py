@@ -162,6 +162,10 @@ def test_two_million_elements_in_a_child_process(seed_ops, cache_dir):
         np.testing.assert_allclose(g.asnumpy(), 2 * xa / xa.size, rtol=1e-5)
         b = ops.broadcast_to(Tensor(xa[0]), (2, n // 2))
         np.testing.assert_array_equal(m.square(b).asnumpy(), np.broadcast_to(xa[0] * xa[0], (2, n // 2)))
+        g = rt.grad(lambda t: ops.sum(m.square(ops.broadcast_to(t, (2, n // 2)))))(Tensor(xa[0]))
+        np.testing.assert_allclose(g.asnumpy(), 4 * xa[0], rtol=1e-6)
+        g = rt.grad(lambda t: ops.sum(ops.broadcast_to(ops.sum(m.square(t)), (n,))))(Tensor(xa))
+        np.testing.assert_allclose(g.asnumpy(), 2 * n * xa, rtol=1e-5)
         print("ok")
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
