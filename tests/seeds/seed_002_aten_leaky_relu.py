@@ -14,7 +14,7 @@ import torch
 ms.set_context(device_target="CPU")
 
 TORCH = os.path.dirname(torch.__file__)
-ATEN = dict(cflags=["-isystem", os.path.join(TORCH, "include")],
+ATEN = dict(cflags=["-std=c++20", "-isystem", os.path.join(TORCH, "include")],  # recent ATen headers need C++20
             ldflags=[f"-L{TORCH}/lib", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{TORCH}/lib"])
 
 
