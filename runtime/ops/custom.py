@@ -166,25 +166,25 @@ class Custom:
     def _specs(self, arrays: Sequence[np.ndarray]) -> Optional[Tuple[Spec, ...]]:
         shapes = self.out_shape
         if _is_fn(shapes):
-            in_shapes = [list(a.shape) for a in arrays]
-            shapes = shapes(*in_shapes)
-            if shapes is None:
-                raise ValueError(f"Custom '{self.name}': its out_shape function returned None for input shapes "
-                                 f"{in_shapes}; it must return the output's shape (a list of ints, [] for a "
-                                 f"scalar) or a list of shapes, one per output")
+            shapes = self._declared(shapes, "shape", [list(a.shape) for a in arrays],
+                                    "the output's shape (a list of ints, [] for a scalar) or a list of shapes")
         dtypes = self.out_dtype
         if _is_fn(dtypes):
-            in_dtypes = [from_numpy_dtype(a.dtype) for a in arrays]
-            dtypes = dtypes(*in_dtypes)
-            if dtypes is None:
-                raise ValueError(f"Custom '{self.name}': its out_dtype function returned None for input dtypes "
-                                 f"{in_dtypes}; it must return the output's dtype (e.g. rt.float32) or a list "
-                                 f"of dtypes, one per output")
+            dtypes = self._declared(dtypes, "dtype", [from_numpy_dtype(a.dtype) for a in arrays],
+                                    "the output's dtype (e.g. rt.float32) or a list of dtypes")
         if shapes is None:  # a pyfunc that declares nothing: taken from its results
             return None
         if dtypes is None:
             dtypes = from_numpy_dtype(arrays[0].dtype) if arrays else float32
         return self._normalize(shapes, dtypes)
+
+    def _declared(self, fn: Callable[..., Any], what: str, args: List[Any], want: str) -> Any:
+        """``fn(*args)``, the out_shape/out_dtype function's answer; None is an error naming the op."""
+        out = fn(*args)
+        if out is None:
+            raise ValueError(f"Custom '{self.name}': its out_{what} function returned None for input {what}s "
+                             f"{args}; it must return {want}, one per output")
+        return out
 
     def _normalize(self, shapes: Any, dtypes: Any) -> Tuple[Spec, ...]:
         """((shape, numpy dtype), ...) from one shape and dtype, or lists of them."""
