@@ -35,7 +35,9 @@ def _positions(grad_position: Position) -> Tuple[Optional[Tuple[int, ...]], bool
         return (int(grad_position),), True
     if isinstance(grad_position, (tuple, list)) and grad_position and all(
             isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in grad_position):
-        return tuple(int(p) for p in grad_position), False
+        # one position in a tuple gives the gradient itself, as MindSpore does (seed 004:
+        # grad(f, grad_position=(0,)) prints [3. 2. 1.])
+        return tuple(int(p) for p in grad_position), len(grad_position) == 1
     raise TypeError(f"grad_position must be an int, a non-empty tuple of ints, or None; got {grad_position!r}")
 
 
