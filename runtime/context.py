@@ -7,8 +7,9 @@ imports changed. What each setting does here:
 - ``device_target``: ``"CPU"`` is the one this runtime has (its tensors are
   numpy arrays in host memory). Any other target is a ``ValueError`` naming
   the available ones.
-- ``mode``: stored and reported back. Graph compilation does not exist yet,
-  so ``GRAPH_MODE`` runs eagerly, as ``PYNATIVE_MODE`` does; results are the same.
+- ``mode``: ``GRAPH_MODE`` makes calling an ``nn.Cell`` run its ``construct``
+  through ``runtime.jit`` (traced once per signature, run on ``ms_backend``);
+  ``PYNATIVE_MODE`` runs it eagerly. Results and gradients are the same.
 - ``device_id``: a non-negative int, stored (there is one CPU device).
 """
 from __future__ import annotations

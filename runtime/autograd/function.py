@@ -40,6 +40,7 @@ from . import engine
 from .grad_mode import _state
 from .node import Node, edge_of, meta_of
 from .. import tensor as _tensor
+from ..jit.tracing import hook as _trace
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -225,6 +226,8 @@ class Function:
     @classmethod
     def apply(cls, *args: Any) -> Any:
         """Run ``forward`` (recording off) and, if any argument needs grad, record one node."""
+        if _trace.tracer is not None:  # runtime.jit is recording this thread's ops
+            return _trace.tracer.call_op("function", cls.__name__, cls.apply, args, {})
         Tensor = _tensor.Tensor
         name = cls.__name__
         enabled = _state.enabled

@@ -13,6 +13,8 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 from ..autograd.callback import bprop_backward, needs_grad, record_callback
 from ..autograd.grad_mode import no_grad
+from ..context import GRAPH_MODE, _settings
+from ..jit.tracing import hook as _trace
 from ..tensor import Parameter, Tensor
 
 __all__ = ["Cell"]
@@ -52,6 +54,14 @@ class Cell:
         raise NotImplementedError(f"{type(self).__name__} must define construct()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _settings["mode"] == GRAPH_MODE and _trace.tracer is None:
+            return _graph_call(self, args, kwargs)
+        bprop = getattr(type(self), "bprop", None)
+        if bprop is not None and _trace.tracer is not None:  # traced: one node, differentiated by bprop
+            return _trace.tracer.call_op("cell", f"{type(self).__name__}.bprop", self._eager_call, args, kwargs)
+        return self._eager_call(*args, **kwargs)
+
+    def _eager_call(self, *args: Any, **kwargs: Any) -> Any:
         bprop = getattr(type(self), "bprop", None)
         if bprop is None or not needs_grad(args):
             return self.construct(*args, **kwargs)
@@ -116,3 +126,13 @@ class Cell:
     def __repr__(self) -> str:
         inner = ", ".join(f"{n}={type(c).__name__}" for n, c in self._cells.items())
         return f"{type(self).__name__}({inner})"
+
+
+def _graph_call(cell: Cell, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    """GRAPH_MODE: run the cell through ``jit`` (ms_backend), one graph per signature, kept on the cell."""
+    jitted = cell.__dict__.get("_graph_jit")
+    if jitted is None:
+        from ..jit import jit
+        jitted = jit(Cell.__call__)
+        object.__setattr__(cell, "_graph_jit", jitted)
+    return jitted(cell, *args, **kwargs)

@@ -23,6 +23,7 @@ import numpy as np
 from ..autograd.callback import bprop_backward, record_callback
 from ..autograd.grad_mode import _state
 from ..dtypes import float32, from_numpy_dtype, to_dtype
+from ..jit.tracing import hook as _trace
 from ..tensor import Tensor
 from .aot_extra import ExtraBlock
 from .aot_library import AotKernel, BuildOptions, resolve_aot
@@ -123,6 +124,8 @@ class Custom:
 
     # ---- the call --------------------------------------------------------
     def __call__(self, *inputs: Any) -> Any:
+        if _trace.tracer is not None:  # runtime.jit is recording this thread's ops
+            return _trace.tracer.call_op("custom", f"Custom({self.name})", self, inputs, {})
         arrays = tuple([x._data if isinstance(x, Tensor) else _array(self.name, i, x)
                         for i, x in enumerate(inputs)])
         specs = self._fixed

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..autograd.grad_mode import _state
 from ..autograd.node import Node, edge_of
+from ..jit.tracing import hook as _trace
 
 __all__ = ["Primitive", "defvjp", "PrimitiveNode"]
 
@@ -33,6 +34,8 @@ class Primitive:
 
     def __call__(self, *args: Any, **kwargs: Any):
         """Apply to Tensors (already converted); record a node if needed."""
+        if _trace.tracer is not None:  # runtime.jit is recording this thread's ops
+            return _trace.tracer.call_op("primitive", self.name, self, args, kwargs)
         out = self.fn(*[a._data for a in args], **kwargs)
         if type(out) is not np.ndarray:
             out = np.asarray(out)

@@ -1,0 +1,119 @@
+"""``Graph``: what a trace recorded, in topological order.
+
+A value in a graph is an ``Input`` (the i-th tensor argument of the traced
+call), a ``Const`` (a Python value or a tensor captured by the function, kept
+by reference so later in-place updates of a Parameter are seen) or an
+``Output`` of an earlier node. A ``Node`` names its op, keeps the callable
+that runs it (``target``), its inputs, its attributes (keyword arguments) and
+the shapes and dtypes of its outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = ["Graph", "Node", "Input", "Const", "Output", "Ref"]
+
+
+@dataclass(frozen=True)
+class Input:
+    """The ``index``-th tensor argument of the call."""
+    index: int
+
+    def __str__(self) -> str:
+        return f"%in{self.index}"
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """A value fixed at trace time (a Python value, or a captured tensor held by reference)."""
+    value: Any
+
+    def __str__(self) -> str:
+        v = self.value
+        if hasattr(v, "_data"):
+            return f"const[{_meta(v._data.shape, v._data.dtype)}]"
+        return repr(v)
+
+
+@dataclass(frozen=True)
+class Output:
+    """Output ``index`` of node ``node``."""
+    node: int
+    index: int = 0
+
+    def __str__(self) -> str:
+        return f"%{self.node}" if self.index == 0 else f"%{self.node}.{self.index}"
+
+
+Ref = Union[Input, Const, Output]
+
+
+def _meta(shape: Tuple[int, ...], dtype: Any) -> str:
+    return f"{np.dtype(dtype).name}{list(shape)}"
+
+
+@dataclass
+class Node:
+    """One op: ``target(*inputs, **attrs)`` gives ``len(out_shapes)`` tensors (``multi``: as a tuple)."""
+    id: int
+    op: str
+    kind: str  # "primitive", "function", "cpp", "custom", "fused", or a backend's own
+    target: Callable[..., Any]
+    inputs: List[Ref]
+    attrs: Dict[str, Any]
+    out_shapes: List[Tuple[int, ...]]
+    out_dtypes: List[np.dtype]
+    multi: bool = False
+    sub: Optional["Graph"] = None  # a fused node: the nodes it replaces
+
+    def __str__(self) -> str:
+        outs = ", ".join(_meta(s, d) for s, d in zip(self.out_shapes, self.out_dtypes))
+        args = ", ".join(str(r) for r in self.inputs)
+        attrs = "".join(f", {k}={v!r}" for k, v in self.attrs.items())
+        return f"%{self.id} = {self.op}({args}{attrs}) -> {outs}"
+
+
+@dataclass
+class Graph:
+    """Inputs (shape and dtype per tensor argument), nodes in topological order, outputs."""
+    input_shapes: List[Tuple[int, ...]]
+    input_dtypes: List[np.dtype]
+    nodes: List[Node] = field(default_factory=list)
+    outputs: List[Ref] = field(default_factory=list)
+    name: str = "graph"
+
+    def __str__(self) -> str:
+        ins = ", ".join(f"%in{i}: {_meta(s, d)}" for i, (s, d) in enumerate(zip(self.input_shapes,
+                                                                              self.input_dtypes)))
+        lines = [f"graph {self.name}({ins}) {{"]
+        for n in self.nodes:
+            lines.append("  " + str(n).replace("\n", "\n  "))
+            if n.sub is not None:
+                lines.extend("    | " + str(s) for s in n.sub.nodes)
+        lines.append("  return " + ", ".join(str(r) for r in self.outputs))
+        lines.append("}")
+        return "\n".join(lines)
+
+    def run_node(self, node: Node, args: Sequence[Any]) -> List[Any]:
+        """Run one node on its input values with the runtime's own kernel; its outputs as a list."""
+        out = node.target(*args, **node.attrs)
+        return list(out) if node.multi else [out]
+
+    def run(self, inputs: Sequence[Any]) -> List[Any]:
+        """Interpret the graph node by node (the reference every backend must agree with)."""
+        env: Dict[Tuple[int, int], Any] = {}
+
+        def get(r: Ref) -> Any:
+            if isinstance(r, Input):
+                return inputs[r.index]
+            if isinstance(r, Const):
+                return r.value
+            return env[(r.node, r.index)]
+
+        for n in self.nodes:
+            for k, v in enumerate(self.run_node(n, [get(r) for r in n.inputs])):
+                env[(n.id, k)] = v
+        return [get(r) for r in self.outputs]

@@ -1,0 +1,85 @@
+"""The cache key of a jitted call, and flattening of arguments and results.
+
+The key holds, per argument leaf, a tensor's shape and dtype (and which
+earlier argument it is, when the same tensor is passed twice) or a plain
+value itself (hashable values by value, others by identity). A new key means
+a new trace; the same key reuses the built graph.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+from ..tensor import Tensor
+
+__all__ = ["signature", "flatten_result", "unflatten_result"]
+
+_DEVICE = "CPU"
+
+
+def _leaf_key(x: Any) -> Any:
+    try:
+        hash(x)
+    except TypeError:
+        return ("id", id(x))
+    return ("v", type(x), x)
+
+
+def _walk(x: Any, tensors: List[Tensor], seen: Dict[int, int], key: List[Any]) -> None:
+    if isinstance(x, Tensor):
+        first = seen.get(id(x))
+        if first is None:
+            seen[id(x)] = len(tensors)
+            tensors.append(x)
+            a = x._data
+            key.append((a.shape, a.dtype.str, _DEVICE))
+        else:
+            key.append(("same", first))
+    elif type(x) in (tuple, list):
+        key.append((type(x), len(x)))
+        for y in x:
+            _walk(y, tensors, seen, key)
+    elif type(x) is dict:
+        key.append((dict, tuple(x)))
+        for y in x.values():
+            _walk(y, tensors, seen, key)
+    else:
+        key.append(_leaf_key(x))
+
+
+def signature(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[Tuple[Any, ...], List[Tensor]]:
+    """(cache key, the distinct tensors in argument order)."""
+    tensors: List[Tensor] = []
+    key: List[Any] = []
+    seen: Dict[int, int] = {}
+    for a in args:
+        if type(a) is Tensor and id(a) not in seen:  # the common case, inline
+            seen[id(a)] = len(tensors)
+            tensors.append(a)
+            d = a._data
+            key.append((d.shape, d.dtype.str, _DEVICE))
+        else:
+            _walk(a, tensors, seen, key)
+    if kwargs:
+        key.append(tuple(kwargs))
+        for v in kwargs.values():
+            _walk(v, tensors, seen, key)
+    return tuple(key), tensors
+
+
+def flatten_result(out: Any, leaves: List[Any]) -> Any:
+    """A spec of ``out``'s structure; its tensors appended to ``leaves``."""
+    if isinstance(out, Tensor):
+        leaves.append(out)
+        return len(leaves) - 1
+    if type(out) in (tuple, list):
+        return (type(out), [flatten_result(o, leaves) for o in out])
+    return ("const", out)
+
+
+def unflatten_result(spec: Any, values: List[Any]) -> Any:
+    """Rebuild a result from its spec and its tensors."""
+    if type(spec) is int:
+        return values[spec]
+    if spec[0] == "const":
+        return spec[1]
+    return spec[0](unflatten_result(s, values) for s in spec[1])

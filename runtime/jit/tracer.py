@@ -1,0 +1,82 @@
+"""Recording a graph while a function runs eagerly (``capture_mode="trace"``).
+
+Every op the function calls runs as usual (with tracing paused inside it, so
+an op built from other ops is one node) and is recorded as one ``Node``;
+tensors are told apart by identity: an argument is an ``Input``, an op's
+result an ``Output``, any other tensor a ``Const`` (captured by reference).
+Python control flow and Python values are fixed at trace time.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+from ..graph.graph import Const, Graph, Input, Node, Output, Ref
+from ..tensor import Tensor
+from .tracing import flag, hook
+
+__all__ = ["Tracer"]
+
+
+class Tracer:
+    """Collects the nodes of one trace; ``with tracer:`` makes it this thread's active tracer."""
+
+    def __init__(self, inputs: Sequence[Tensor], name: str) -> None:
+        self.graph = Graph([tuple(t._data.shape) for t in inputs], [t._data.dtype for t in inputs], name=name)
+        self._refs: Dict[int, Ref] = {}
+        self._keep: List[Any] = list(inputs)  # ids stay unique while the trace runs
+        for i, t in enumerate(inputs):
+            self._refs.setdefault(id(t), Input(i))
+        self._prev: Any = None
+
+    def __enter__(self) -> "Tracer":
+        self._prev = hook.tracer
+        hook.tracer = self
+        flag.value += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        flag.value -= 1
+        hook.tracer = self._prev
+
+    def ref(self, x: Any) -> Ref:
+        """The graph value for ``x``: a known tensor's reference, or a constant."""
+        if isinstance(x, Tensor):
+            r = self._refs.get(id(x))
+            if r is not None:
+                return r
+        return Const(x)
+
+    def call_op(self, kind: str, name: str, target: Any, args: Sequence[Any], attrs: Dict[str, Any]) -> Any:
+        """Run ``target(*args, **attrs)`` with tracing paused, then record it as one node."""
+        hook.tracer = None
+        flag.value -= 1
+        try:
+            out = target(*args, **attrs)
+        finally:
+            flag.value += 1
+            hook.tracer = self
+        self.record(kind, name, target, args, attrs, out)
+        return out
+
+    def record(self, kind: str, name: str, target: Any, args: Sequence[Any], attrs: Dict[str, Any],
+               out: Any) -> None:
+        multi = isinstance(out, (tuple, list))
+        outs = list(out) if multi else [out]
+        for o in outs:
+            if not isinstance(o, Tensor):
+                raise TypeError(f"jit: op {name} returned a {type(o).__name__}; a traced op must return "
+                                f"Tensors")
+        node = Node(id=len(self.graph.nodes), op=name, kind=kind, target=target,
+                    inputs=[self.ref(a) for a in args], attrs=dict(attrs),
+                    out_shapes=[tuple(o._data.shape) for o in outs], out_dtypes=[o._data.dtype for o in outs],
+                    multi=multi)
+        self.graph.nodes.append(node)
+        for k, o in enumerate(outs):
+            self._refs[id(o)] = Output(node.id, k)
+            self._keep.append(o)
+
+    def finish(self, outputs: Sequence[Any]) -> Graph:
+        """Set the graph's outputs (the traced function's result tensors) and return the graph."""
+        self.graph.outputs = [self.ref(o) for o in outputs]
+        self._keep = []
+        return self.graph

@@ -1,0 +1,39 @@
+"""The switch that ops check to know whether a trace is being recorded.
+
+Ops dispatch through ``Primitive.__call__``, ``autograd.Function.apply``,
+``ops.Custom.__call__`` and C++ ``Function<T>::Apply``. Each checks one thing
+on its fast path: ``hook.tracer`` (Python) or the int behind ``flag`` (C++,
+read through its address, see include/opbuilder/detail/runtime_bridge.h).
+When a trace is active the op hands itself to the tracer, which runs it with
+tracing off and records one graph node. Dependency-free (stdlib only) so the
+C++ side can import it cheaply.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, Callable, Tuple
+
+__all__ = ["hook", "flag", "flag_address", "cpp_hook"]
+
+
+class _Hook(threading.local):
+    tracer: Any = None  # the active runtime.jit.tracer.Tracer of this thread, or None
+
+
+hook = _Hook()
+# Non-zero while any thread traces; C++ ops then call cpp_hook, which checks the thread.
+flag = ctypes.c_int(0)
+
+
+def flag_address() -> int:
+    """The address of ``flag`` (read by C++ ``Function<T>::Apply``)."""
+    return ctypes.addressof(flag)
+
+
+def cpp_hook(name: str, replay: Callable[..., Any], args: Tuple[Any, ...]) -> Any:
+    """Called by a C++ ``Function<T>::Apply`` while ``flag`` is set: record it (this thread) or just run it."""
+    tracer = hook.tracer
+    if tracer is None:
+        return replay(*args)
+    return tracer.call_op("cpp", name, replay, args, {})
