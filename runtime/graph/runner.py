@@ -37,4 +37,6 @@ def make_runner(graph: Graph) -> Callable[[Sequence[Any]], List[Any]]:
         lines.append(f"    v{n.id} = t{n.id}({', '.join(args)})")
     lines.append(f"    return [{', '.join(name(r) for r in graph.outputs)}]")
     exec(compile("\n".join(lines), f"<jit {graph.name}>", "exec"), ns)  # noqa: S102 (our own text)
-    return ns["run"]
+    run = ns["run"]
+    run.graph = graph  # what it runs (after a backend's rewrites), for JitFunction.graph
+    return run

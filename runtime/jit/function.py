@@ -71,7 +71,7 @@ class JitFunction:
         return unflatten_result(spec, outs)
 
     def graph(self, *args: Any, **kwargs: Any) -> Graph:
-        """The graph for this signature (traced and built now if it was not)."""
+        """The graph for this signature as its backend runs it (traced and built now if it was not)."""
         key, tensors = signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
@@ -99,6 +99,6 @@ class JitFunction:
             if not self.backend.differentiable:
                 from ..graph.ms_backend import build
                 fallback = build(graph, {"jit_level": "O0"})
-            entry = _Entry(graph, run, spec, grad_consts, fallback)
+            entry = _Entry(getattr(run, "graph", graph), run, spec, grad_consts, fallback)
             self._cache[key] = entry
             return entry

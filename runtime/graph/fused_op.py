@@ -1,0 +1,104 @@
+"""A fused group as an operator: its generated kernel, built and called as an aot ``ops.Custom``.
+
+The source (kernel_source.py) is written once under the builder's cache
+(``<cache>/jit_kernels/<symbol>.cpp``, named by a hash of its text) and built
+by ``ops.Custom``'s own path (``opbuilder.build_library``, cached by content),
+so a process with a warm cache runs no compiler. The gradient re-runs the
+group's nodes with the runtime's ops and differentiates them, so it is exact
+and differentiable again.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Sequence, Tuple
+
+from ..autograd.engine import grad as _autograd_grad
+from ..autograd.grad_mode import enable_grad, is_grad_enabled
+from ..ops.custom import Custom
+from ..tensor import Tensor
+from .graph import Graph
+from .kernel_source import kernel_source, vector_math
+
+__all__ = ["fused_target", "kernel_dir", "CFLAGS"]
+
+CFLAGS = ["-O3", "-fno-math-errno", "-Wall", "-Wextra"]
+
+
+def _cpu_flags() -> List[str]:
+    """-mavx2 -mfma when this CPU has them (named in the flags, so part of the build's cache key)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            words = set(f.read(1 << 16).split())
+    except OSError:
+        return []
+    return ["-mavx2", "-mfma"] if {"avx2", "fma"} <= words else []
+
+
+_SIMD = vector_math()
+_FLAGS = CFLAGS + _cpu_flags()
+_LDFLAGS = ["-lmvec", "-lm"] if _SIMD else ["-lm"]
+_ops: Dict[str, Custom] = {}  # symbol -> op, per process
+
+
+def kernel_dir() -> Path:
+    """Where generated kernel sources live: ``jit_kernels`` in the builder's cache."""
+    from opbuilder.cache_dir import cache_root, ensure_private_dir
+    return ensure_private_dir(cache_root() / "jit_kernels")
+
+
+def _write_once(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` unless it holds it already (atomic: a temp file, then rename)."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _bprop(sub: Graph) -> Callable[..., Tuple[Any, ...]]:
+    nin = len(sub.input_shapes)
+
+    def bprop(*args: Any) -> Tuple[Any, ...]:
+        inputs, dout = args[:nin], args[-1]
+        douts = list(dout) if isinstance(dout, tuple) else [dout]
+        create = is_grad_enabled()  # on when a higher-order gradient is asked for
+        want = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+        with enable_grad():
+            xs = list(inputs)
+            if not create:  # differentiate a private copy of the group, not the caller's graph
+                for i in want:
+                    xs[i] = Tensor._from_array(inputs[i]._data)
+                    xs[i].requires_grad = True
+            outs = sub.run(xs)
+            gs = _autograd_grad(outs, [xs[i] for i in want], grad_outputs=douts, create_graph=create,
+                                allow_unused=True)
+        res: List[Any] = [None] * nin
+        for i, g in zip(want, gs):
+            res[i] = g
+        return tuple(res)
+
+    return bprop
+
+
+def fused_target(sub: Graph) -> Callable[..., Any]:
+    """The operator running ``sub``'s nodes as one generated kernel (built now if the cache lacks it)."""
+    symbol, text = kernel_source(sub, _SIMD)
+    key = symbol + repr([n.out_shapes[0] for n in sub.nodes[:1]]) + str(len(sub.outputs))
+    op = _ops.get(key)
+    if op is None:
+        path = kernel_dir() / f"{symbol}.cpp"
+        _write_once(path, text)
+        shape = sub.nodes[0].out_shapes[0]
+        dtype = sub.nodes[0].out_dtypes[0]
+        nout = len(sub.outputs)
+        op = Custom(f"{path}:{symbol}", out_shape=[shape] * nout if nout > 1 else shape,
+                    out_dtype=[dtype] * nout if nout > 1 else dtype, func_type="aot", bprop=_bprop(sub),
+                    cflags=_FLAGS, ldflags=_LDFLAGS)
+        _ops[key] = op
+    return op
