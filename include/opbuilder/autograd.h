@@ -19,8 +19,10 @@
 #pragma once
 
 #include "opbuilder/detail/visibility.h"
+#include "opbuilder/casters.h"
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <array>
 #include <cstdint>
@@ -513,10 +515,25 @@ class Function {
   // as private contiguous copies, unless Derived declares kAcceptsViews.
   template <typename... Args>
   static auto Apply(Args &&...args) {
+    if (*detail::Runtime::Get().trace_flag != 0) return Traced(std::forward<Args>(args)...);
     return Prepare(std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
   }
 
  private:
+  // runtime.jit is tracing: hand the call to its hook (runtime/jit/tracing.py cpp_hook), which
+  // records one graph node whose target is `replay` (this Apply without the check) and runs it.
+  template <typename... Args>
+  static auto Traced(Args &&...args) {
+    using R = decltype(Prepare(std::index_sequence_for<Args...>{}, std::forward<Args>(args)...));
+    pybind11::cpp_function replay([](std::decay_t<Args>... a) -> R {
+      return Prepare(std::index_sequence_for<Args...>{}, a...);
+    });
+    pybind11::tuple py_args = pybind11::make_tuple(args...);
+    auto hook = pybind11::reinterpret_borrow<pybind11::object>(detail::Runtime::Get().trace_hook);
+    auto name = pybind11::reinterpret_borrow<pybind11::object>(detail::FunctionNamePy<Derived>());
+    return hook(name, replay, py_args).template cast<R>();
+  }
+
   static constexpr bool kViews = detail::AcceptsViews<Derived>::value;
 
   template <std::size_t... I, typename... Args>

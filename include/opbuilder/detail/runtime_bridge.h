@@ -35,6 +35,10 @@ struct Runtime {
   PyObject *s_enabled = nullptr;
   PyObject *descr[kNumDataTypes] = {};
   py::detail::npy_api *api = nullptr;
+  // runtime.jit: non-zero while a trace records ops (runtime/jit/tracing.py owns the int),
+  // and the function a traced Function<T>::Apply hands itself to.
+  const volatile int *trace_flag = nullptr;
+  PyObject *trace_hook = nullptr;
 
   static Runtime &Get();
 };
@@ -52,6 +56,9 @@ inline Runtime LoadRuntime() {
   r.s_version = PyUnicode_InternFromString("_version");
   r.s_enabled = PyUnicode_InternFromString("enabled");
   r.api = &py::detail::npy_api::get();
+  py::module_ tracing = py::module_::import("runtime.jit.tracing");
+  r.trace_flag = reinterpret_cast<const volatile int *>(tracing.attr("flag_address")().cast<std::uintptr_t>());
+  r.trace_hook = py::object(tracing.attr("cpp_hook")).release().ptr();
   using A = py::detail::npy_api;
   const int nums[kNumDataTypes] = {A::NPY_BOOL_,  A::NPY_INT8_,  A::NPY_INT16_,   A::NPY_INT32_,  A::NPY_INT64_,
                                    A::NPY_UINT8_, 23 /*HALF*/,   A::NPY_FLOAT_,   A::NPY_DOUBLE_};

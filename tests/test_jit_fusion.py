@@ -1,0 +1,125 @@
+"""jit_level="O1": fused C++ kernels agree with eager on random elementwise/broadcast/reduction graphs
+(float32, float64), their gradients agree with central differences, and a warm cache builds nothing."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opbuilder
+import runtime as rt
+from runtime import Tensor, jit, mint
+from runtime.autograd.gradcheck import gradcheck
+
+from builder_util import child_env
+
+UNARY = [mint.sin, mint.cos, mint.tanh, mint.exp, mint.sigmoid, mint.neg, mint.relu, mint.abs]
+BINARY = [mint.add, mint.sub, mint.mul]
+SHAPES = [(3, 4), (4,), (3, 1), (1, 4), ()]
+
+
+def random_program(seed: int):
+    """A random chain of elementwise and broadcasting ops over three inputs, ending in a reduction
+    half of the time; returns (fn, input shapes)."""
+    rng = np.random.default_rng(seed)
+    shapes = [(3, 4)] + [SHAPES[i] for i in rng.integers(0, len(SHAPES), 2)]
+    steps = [(int(rng.integers(0, 2)), int(rng.integers(0, 8)), int(rng.integers(0, 3)), int(rng.integers(0, 8)))
+             for _ in range(6)]
+    reduce = bool(rng.integers(0, 2))
+
+    def fn(a, b, c):
+        vals = [a, b, c]
+        for binary, k, j, m in steps:
+            x = vals[-1]
+            y = vals[j % len(vals)]
+            vals.append(BINARY[k % 3](x, y) if binary else UNARY[k](x) * 0.5 + y * 0.25)
+            if m == 0:
+                vals.append(mint.sqrt(mint.square(vals[-1]) + 1.0) / 2.0)
+        out = vals[-1] + vals[3]
+        return (out, mint.sum(out, dim=0)) if reduce else out
+
+    return fn, shapes
+
+
+def _inputs(shapes, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return [Tensor(rng.uniform(-1.5, 1.5, s).astype(dtype)) for s in shapes]
+
+
+def _flat(o):
+    return [t.asnumpy() for t in (o if isinstance(o, tuple) else (o,))]
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float32, 2e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("seed", range(4))
+def test_o0_and_o1_equal_eager_on_random_graphs(seed, dtype, rtol):
+    fn, shapes = random_program(seed)
+    xs = _inputs(shapes, dtype, seed)
+    want = _flat(fn(*xs))
+    o1 = jit(fn, jit_level="O1")
+    for level in (jit(fn, jit_level="O0"), o1):
+        for got, w in zip(_flat(level(*xs)), want):
+            assert got.dtype == w.dtype
+            np.testing.assert_allclose(got, w, rtol=rtol, atol=rtol)
+    assert any(n.kind == "fused" for n in o1.graph(*xs).nodes)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_o1_gradients_match_central_differences(seed):
+    fn, shapes = random_program(seed)
+    xs = _inputs(shapes, np.float64, seed + 100)
+    gradcheck(jit(fn, jit_level="O1"), xs)
+
+
+def test_o1_second_order_gradient():
+    j = jit(lambda x: mint.sin(x) * x, jit_level="O1")
+    x = Tensor(np.linspace(-1, 1, 5))
+    g2 = rt.grad(rt.grad(lambda t: mint.sum(j(t))))(x)
+    xv = x.asnumpy()
+    np.testing.assert_allclose(g2.asnumpy(), 2 * np.cos(xv) - xv * np.sin(xv), rtol=1e-10)
+
+
+def test_o1_views_empty_and_shared_outputs():
+    j = jit(lambda x, y: (mint.exp(x * y), mint.exp(x * y) + 1), jit_level="O1")
+    base = np.random.default_rng(3).standard_normal((4, 3))
+    x, y = Tensor(base.T), Tensor(np.broadcast_to(np.arange(4.0), (3, 4)))
+    a, b = j(x, y)
+    np.testing.assert_allclose(a.asnumpy(), np.exp(base.T * y.asnumpy()), rtol=1e-12)
+    np.testing.assert_allclose(b.asnumpy(), a.asnumpy() + 1, rtol=1e-12)
+    e, _ = j(Tensor(np.zeros((0, 4))), Tensor(np.zeros(4)))
+    assert e.shape == (0, 4)
+    graph = j.graph(x, y)
+    fused = [n for n in graph.nodes if n.kind == "fused"]
+    assert len(fused) == 1 and len(fused[0].out_shapes) == 2 and "fused[mul+exp" in str(graph)
+
+
+def test_a_warm_cache_runs_no_compiler_in_a_new_process(cache_dir):
+    script = textwrap.dedent("""
+        import subprocess, sys
+        import numpy as np
+        import runtime as rt
+        from runtime import Tensor, jit, mint
+        spawned = []
+        real = subprocess.Popen.__init__
+        def spy(self, *a, **k):
+            spawned.append(a[0] if a else k.get("args"))
+            real(self, *a, **k)
+        subprocess.Popen.__init__ = spy
+        j = jit(lambda x: 0.5 * x * (1 + mint.tanh(0.79788456 * (x + 0.044715 * x * x * x))), jit_level="O1")
+        x = Tensor(np.linspace(-2, 2, 7).astype(np.float32))
+        print(float(mint.sum(j(x)).asnumpy()), len(spawned), spawned)
+    """)
+    env = child_env(OPBUILDER_CACHE_DIR=str(cache_dir))
+    env["PYTHONPATH"] = f"{Path(opbuilder.__file__).parents[1]}:{env['PYTHONPATH']}"
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    cold, warm = (r.stdout.split() for r in runs)
+    assert cold[0] == warm[0]
+    assert int(warm[1]) == 0, f"the warm process started {warm[2:]}"
+    assert "compiling ob_fused_" not in runs[1].stderr
