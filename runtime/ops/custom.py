@@ -32,7 +32,8 @@ from .op_info import OpInfo, parse_reg_info
 
 __all__ = ["Custom"]
 
-FUNC_TYPES = ("aot", "pyfunc")
+FUNC_TYPES = ("aot", "pyfunc", "hybrid", "akg")
+HYBRID_TYPES = ("hybrid", "akg")  # a hybrid DSL function, compiled by runtime.hybrid ("akg": MindSpore's name)
 _MEMO_SIZE = 256  # input signatures whose output specs are remembered per op
 _MISSING = object()
 Spec = Tuple[Tuple[int, ...], np.dtype]
@@ -59,10 +60,13 @@ class Custom:
     """
 
     def __init__(self, func: Union[str, Callable[..., Any]], out_shape: ShapeArg = None,
-                 out_dtype: DtypeArg = None, func_type: str = "aot", bprop: Optional[Callable[..., Any]] = None,
+                 out_dtype: DtypeArg = None, func_type: Optional[str] = None, bprop: Optional[Callable[..., Any]] = None,
                  reg_info: Any = None, *, include_paths: Optional[Sequence[Any]] = None,
                  cflags: Optional[Union[str, Sequence[str]]] = None,
                  ldflags: Optional[Union[str, Sequence[str]]] = None) -> None:
+        from ..hybrid import HybridKernel
+        if func_type is None:  # a @kernel function needs no func_type; anything else is aot
+            func_type = "hybrid" if isinstance(func, HybridKernel) else "aot"
         if func_type not in FUNC_TYPES:
             raise ValueError(f"func_type {func_type!r} is not supported; accepted: {', '.join(FUNC_TYPES)}")
         if bprop is not None and not callable(bprop):
@@ -74,6 +78,7 @@ class Custom:
         self.out_dtype = out_dtype
         self.bprop = bprop
         self._kernel: Optional[AotKernel] = None
+        self._hybrid: Optional[HybridKernel] = None
         options = BuildOptions(include_paths, cflags, ldflags)
         if func_type == "aot":
             if not isinstance(func, str):
@@ -84,6 +89,14 @@ class Custom:
             self._kernel = resolve_aot(func, options)
             self.name = self._kernel.symbol
             target = self._kernel.backend
+        elif func_type in HYBRID_TYPES:
+            if options:
+                raise ValueError(f"include_paths, cflags and ldflags build an aot source; hybrid kernel "
+                                 f"{getattr(func, '__name__', func)!r} is generated and built by runtime.hybrid")
+            self._hybrid = func if isinstance(func, HybridKernel) else HybridKernel(func)
+            self._hybrid.check()  # the DSL's errors, with file and line, when the op is made
+            self.name = self._hybrid.__name__
+            target = "CPU"
         else:
             if not callable(func):
                 raise TypeError(f"a pyfunc func must be callable, got {type(func).__name__}")
@@ -98,13 +111,14 @@ class Custom:
             if self._info is not None and self._info.inplace else None
         self._prim_attrs: dict = {}
         self._fixed: Optional[Tuple[Spec, ...]] = None
-        if not _is_fn(out_shape) and not _is_fn(out_dtype) and out_shape is not None and out_dtype is not None:
+        if not _is_fn(out_shape) and not _is_fn(out_dtype) and out_shape is not None and out_dtype is not None \
+                and self._hybrid is None:
             self._fixed = self._normalize(out_shape, out_dtype)
         self._memo: Dict[tuple, Optional[Tuple[Spec, ...]]] = {}
         self._extra: Optional[ExtraBlock] = None
         self._initialized = False
         self._scratch: Tuple[np.ndarray, ...] = ()
-        if self._kernel is not None:
+        if self._kernel is not None or self._hybrid is not None:
             from .aot_trampoline import trampoline
             self._run = trampoline().run
             self._extra = self._make_extra()
@@ -140,6 +154,9 @@ class Custom:
             arrays, back = writes.before(inputs, arrays)
         if self._kernel is not None:
             outs = self._call_aot(arrays, specs)
+        elif self._hybrid is not None:
+            from .custom_hybrid import call_hybrid
+            outs = call_hybrid(self, arrays, specs)
         else:
             outs = self._call_py(arrays, specs)
         if writes is not None:
@@ -213,7 +230,11 @@ class Custom:
 
     def _prepare(self, arrays: Sequence[np.ndarray], sig: tuple) -> Optional[Tuple[Spec, ...]]:
         """Output specs for inputs like ``arrays``, checked against the op-info; remembered by ``sig``."""
-        specs = self._fixed if self._fixed is not None else self._specs(arrays)
+        if self._hybrid is not None:
+            from .custom_hybrid import hybrid_specs
+            specs = hybrid_specs(self, arrays)
+        else:
+            specs = self._fixed if self._fixed is not None else self._specs(arrays)
         info = self._info
         if info is not None:
             if info.n_inputs and len(arrays) != info.n_inputs:

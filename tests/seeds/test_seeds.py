@@ -52,3 +52,8 @@ def test_seed_004_custom_add_with_a_cell_bprop():
     assert res == "[4. 4. 4.]"
     # as the seed prints: grad with a one-element grad_position gives the gradient itself
     assert res_g == "[3. 2. 1.]"
+
+
+def test_seed_001_hybrid_square_with_a_hybrid_bprop():
+    # GRAPH_MODE, two func_type="akg" DSL kernels compiled by runtime.hybrid; the gradient 2 * x * dout
+    assert run_seed("seed_001_hybrid_grad.py") == "[ 2.  8. 18.]\n"

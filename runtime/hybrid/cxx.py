@@ -1,0 +1,480 @@
+"""C++ from a validated DSL function, specialized on the inputs' dtypes and ranks.
+
+Shapes stay run-time values: each tensor ``x`` of rank r gets sizes
+``x_n0 .. x_n{r-1}`` read from the aot ABI's ``shapes`` array, and an element
+``x[i, j]`` is ``x[i * x_n1 + j]``; a new shape runs the same library. The
+entry point is an aot C function (``extern "C" int symbol(nparam, params,
+ndims, shapes, dtypes, stream, extra)``), called by ``ops.Custom``'s aot path.
+
+Types follow dsl.py (numpy's promotion, Python numbers weak): each operation
+is computed in its result type, so the generated code matches the Python
+target. A scalar keeps one C++ type: the promotion of everything assigned to
+it (found by iterating to a fixed point). Loop hints: ``vectorize`` and
+``parallel`` assert independent iterations (``#pragma GCC ivdep``),
+``unroll`` asks for unrolling; ``serial``/``reduce``/``range`` are plain loops.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .cxx_prelude import PRELUDE
+from .dsl import CASTS, CTYPES, GRID, INTRINSICS, VType, promote, result_of
+from .errors import HybridTypeError
+from .shapes import _Unknown, static_dtype
+from .source import ParsedKernel
+from .validate import KernelInfo
+
+__all__ = ["generate", "tensor_types"]
+
+_SMALL = ("float16", "int8", "int16", "uint8", "bool")  # C++ promotes these: cast each result back
+_ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitAnd: "&", ast.BitOr: "|",
+          ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
+_CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+_INT64 = VType("int64", True)
+
+
+class _NotYet(Exception):
+    """A scalar's type is not known yet (the fixed-point pass retries)."""
+
+
+def _rank_of(shape: ast.expr, ranks: Dict[str, int]) -> int:
+    if isinstance(shape, ast.Attribute):
+        assert isinstance(shape.value, ast.Name)
+        return ranks[shape.value.id]
+    assert isinstance(shape, (ast.Tuple, ast.List))
+    return len(shape.elts)
+
+
+def tensor_types(parsed: ParsedKernel, info: KernelInfo,
+                 inputs: Sequence[Tuple[str, int]]) -> Dict[str, Tuple[str, int]]:
+    """(dtype, rank) of every tensor (inputs, outputs, temporaries) for inputs of these dtypes and ranks."""
+    types = dict(zip(info.inputs, inputs))
+    for name, call in info.decls.items():
+        try:
+            dt = static_dtype(call.args[1], {k: v[0] for k, v in types.items()})
+        except _Unknown as e:
+            raise parsed.error(e.node, str(e), HybridTypeError) from None
+        types[name] = (dt, _rank_of(call.args[0], {k: v[1] for k, v in types.items()}))
+    return types
+
+
+class _Gen:
+    def __init__(self, parsed: ParsedKernel, info: KernelInfo, inputs: Sequence[Tuple[str, int]],
+                 debug: bool) -> None:
+        self.p = parsed
+        self.info = info
+        self.debug = debug
+        self.tensors = tensor_types(parsed, info, inputs)
+        self.scalars: Dict[str, Optional[VType]] = {n: None for n in info.scalars}
+        self.lines: List[str] = []
+        self.depth = 1
+        self.tmp = 0
+        self.grids: Dict[str, int] = {}
+
+    def err(self, node: ast.AST, msg: str) -> HybridTypeError:
+        return self.p.error(node, msg, HybridTypeError)  # type: ignore[return-value]
+
+    # ---- types and conversions -------------------------------------------
+    def conv(self, code: str, t: VType, dtype: str, node: Optional[ast.AST] = None) -> str:
+        """``code`` (of type ``t``) as a value of ``dtype``."""
+        if t.dtype == dtype and not (t.weak and dtype != "int64" and dtype != "float64"):
+            return code
+        ct = CTYPES[dtype]
+        return f"static_cast<{ct}>({code})"
+
+    def literal(self, value: object) -> Tuple[str, VType]:
+        if isinstance(value, bool):
+            return ("true" if value else "false"), VType("bool")
+        if isinstance(value, int):
+            if not -2 ** 63 <= value < 2 ** 63:
+                raise ValueError(f"the integer {value} does not fit in int64")
+            return (f"INT64_C({value})" if value >= 0 else f"(-INT64_C({-value}))"), _INT64
+        r = repr(float(value))
+        if r in ("inf", "-inf", "nan"):
+            r = {"inf": "HUGE_VAL", "-inf": "(-HUGE_VAL)", "nan": "NAN"}[r]
+        return r, VType("float64", True)
+
+    # ---- expressions ------------------------------------------------------
+    def expr(self, node: ast.expr) -> Tuple[str, VType]:
+        if isinstance(node, ast.Constant):
+            try:
+                return self.literal(node.value)
+            except ValueError as e:
+                raise self.err(node, str(e)) from None
+        if isinstance(node, ast.Name):
+            return self.name(node)
+        if isinstance(node, ast.BinOp):
+            return self.binop(node)
+        if isinstance(node, ast.UnaryOp):
+            return self.unary(node)
+        if isinstance(node, ast.BoolOp):
+            op = " && " if isinstance(node.op, ast.And) else " || "
+            parts = [self.truth(v) for v in node.values]
+            return "(" + op.join(parts) + ")", VType("bool")
+        if isinstance(node, ast.Compare):
+            return self.compare(node)
+        if isinstance(node, ast.IfExp):
+            c = self.truth(node.test)
+            a, ta = self.expr(node.body)
+            b, tb = self.expr(node.orelse)
+            t = promote(ta, tb)
+            return f"({c} ? {self.conv(a, ta, t.dtype)} : {self.conv(b, tb, t.dtype)})", t
+        if isinstance(node, ast.Subscript):
+            return self.subscript(node)
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        raise self.err(node, f"{type(node).__name__} is not a value here")
+
+    def truth(self, node: ast.expr) -> str:
+        code, t = self.expr(node)
+        return code if t.dtype == "bool" else f"({code} != 0)"
+
+    def name(self, node: ast.Name) -> Tuple[str, VType]:
+        n = node.id
+        if n in self.tensors:
+            dt, rank = self.tensors[n]
+            if rank != 0:
+                raise self.err(node, f"'{n}' is a tensor of rank {rank}; index it ({n}[...]) to read an element")
+            return f"{n}[0]", VType(dt)
+        if n in self.scalars:
+            t = self.scalars[n]
+            if t is None:
+                raise _NotYet(n)
+            return n, t
+        if n in self.info.loop_vars:
+            return n, _INT64
+        if n in self.info.grid_vars:
+            raise self.err(node, f"'{n}' is a grid index (a tuple); use it as an index x[{n}] or read {n}[k]")
+        if n in self.info.constants:
+            return self.literal(self.info.constants[n])
+        raise self.err(node, f"'{n}' is used before it is assigned")
+
+    def binop(self, node: ast.BinOp) -> Tuple[str, VType]:
+        a, ta = self.expr(node.left)
+        b, tb = self.expr(node.right)
+        op = type(node.op)
+        if ta.dtype == "bool" and tb.dtype == "bool" and op not in (ast.BitAnd, ast.BitOr, ast.BitXor):
+            raise self.err(node, "arithmetic on two bool values; convert one with int32(...) first")
+        t = promote(ta, tb)
+        if op in (ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift) and t.kind == "f":
+            raise self.err(node, f"the bitwise operator {type(node.op).__name__} needs integer operands")
+        if op is ast.Div:
+            if t.kind != "f":
+                t = VType("float64", t.weak)
+        ct = CTYPES[t.dtype]
+        ca, cb = self.conv(a, ta, t.dtype), self.conv(b, tb, t.dtype)
+        if op is ast.FloorDiv:
+            code = f"ob::floordiv<{ct}>({ca}, {cb})"
+        elif op is ast.Mod:
+            code = f"ob::mod<{ct}>({ca}, {cb})"
+        elif op is ast.Pow:
+            code = f"ob::power<{ct}>({ca}, {cb})"
+        else:
+            code = f"({ca} {_ARITH[op]} {cb})"
+            if t.dtype in _SMALL:
+                code = f"static_cast<{ct}>{code}"
+        return code, t
+
+    def unary(self, node: ast.UnaryOp) -> Tuple[str, VType]:
+        if isinstance(node.op, ast.Not):
+            return f"(!{self.truth(node.operand)})", VType("bool")
+        a, t = self.expr(node.operand)
+        if isinstance(node.op, ast.UAdd):
+            return a, t
+        if isinstance(node.op, ast.Invert):
+            if t.kind == "f":
+                raise self.err(node, "'~' needs an integer or bool operand")
+            return (f"(!{a})" if t.dtype == "bool" else f"static_cast<{CTYPES[t.dtype]}>(~{a})"), t
+        if t.dtype == "bool":
+            raise self.err(node, "unary minus on a bool value")
+        code = f"(-{a})"
+        return (f"static_cast<{CTYPES[t.dtype]}>{code}" if t.dtype in _SMALL else code), t
+
+    def compare(self, node: ast.Compare) -> Tuple[str, VType]:
+        parts = []
+        left = self.expr(node.left)
+        for op, comp in zip(node.ops, node.comparators):
+            right = self.expr(comp)
+            t = promote(left[1], right[1])
+            parts.append(f"({self.conv(left[0], left[1], t.dtype)} {_CMP[type(op)]} "
+                         f"{self.conv(right[0], right[1], t.dtype)})")
+            left = right
+        return ("(" + " && ".join(parts) + ")" if len(parts) > 1 else parts[0]), VType("bool")
+
+    def index_code(self, node: ast.Subscript) -> Tuple[str, str]:
+        """(C++ element reference, dtype) of ``x[i, j, ...]``."""
+        assert isinstance(node.value, ast.Name)
+        n = node.value.id
+        dt, rank = self.tensors[n]
+        sl = node.slice
+        items: List[str] = []
+        for e in (sl.elts if isinstance(sl, ast.Tuple) else [sl]):
+            if isinstance(e, ast.Name) and e.id in self.info.grid_vars:
+                items += [f"{e.id}_{k}" for k in range(self.grids[e.id])]
+                continue
+            if isinstance(e, ast.Tuple) and not e.elts:
+                continue  # x[()] of a rank-0 tensor
+            code, t = self.expr(e)
+            if t.kind not in "iu":
+                raise self.err(e, f"an index must be an integer, got {t.dtype} ({ast.unparse(e)})")
+            items.append(self.conv(code, t, "int64"))
+        if len(items) != rank:
+            raise self.err(node, f"'{n}' has rank {rank} but is indexed with {len(items)} index(es)")
+        if self.debug:
+            where = f"{self.p.filename}:{node.lineno}: {ast.unparse(node)}".replace("\\", "\\\\").replace('"', '\\"')
+            items = [f"ob_check.at({c}, {n}_n{k}, \"{where}\")" for k, c in enumerate(items)]
+        if rank == 0:
+            return f"{n}[0]", dt
+        flat = items[0]
+        for k in range(1, rank):
+            flat = f"({flat}) * {n}_n{k} + {items[k]}"
+        return f"{n}[{flat}]", dt
+
+    def subscript(self, node: ast.Subscript) -> Tuple[str, VType]:
+        base = node.value
+        if isinstance(base, ast.Attribute):  # x.shape[k]
+            assert isinstance(base.value, ast.Name)
+            n = base.value.id
+            rank = self.tensors[n][1]
+            k = ast.literal_eval(node.slice)
+            if not -rank <= k < rank:
+                raise self.err(node, f"{ast.unparse(node)}: '{n}' has rank {rank}")
+            return f"{n}_n{k % rank}", _INT64
+        assert isinstance(base, ast.Name)
+        if base.id in self.info.grid_vars:
+            k = ast.literal_eval(node.slice)
+            rank = self.grids[base.id]
+            if not 0 <= k < rank:
+                raise self.err(node, f"{ast.unparse(node)}: the grid has rank {rank}")
+            return f"{base.id}_{k}", _INT64
+        code, dt = self.index_code(node)
+        return code, VType(dt)
+
+    def call(self, node: ast.Call) -> Tuple[str, VType]:
+        assert isinstance(node.func, ast.Name)
+        fn = INTRINSICS[node.func.id]
+        args = [self.expr(a) for a in node.args]
+        types = [t for _, t in args]
+        rt = result_of(fn, types)
+        name = fn.name
+        if name in ("float", "int") or name in CASTS:
+            c, t = args[0]
+            return self.conv(c, t, rt.dtype), rt
+        if rt.dtype == "bool":  # isnan & co: in the argument's own (promoted) type
+            t = types[0]
+            work = "float" if t.dtype == "float16" else CTYPES[promote(t).dtype] if t.weak else CTYPES[t.dtype]
+            return fn.cxx.format(f"static_cast<{work}>({args[0][0]})"), rt
+        work_dt = "float32" if rt.dtype == "float16" else rt.dtype
+        conv = [self.conv(c, t, work_dt) for c, t in args]
+        if name in ("max", "min"):
+            code = conv[-1]
+            for c in reversed(conv[:-1]):
+                code = f"ob::{name}<{CTYPES[work_dt]}>({c}, {code})"
+        else:
+            code = fn.cxx.format(*conv)
+        if rt.dtype != work_dt or rt.dtype in _SMALL:
+            code = f"static_cast<{CTYPES[rt.dtype]}>({code})"
+        return code, rt
+
+    # ---- statements -------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def assign(self, target: ast.expr, value: ast.expr, stmt: ast.stmt) -> None:
+        code, t = self.expr(value)
+        if isinstance(target, ast.Name):
+            n = target.id
+            cur = self.scalars[n]
+            new = t if cur is None else promote(cur, t)
+            if new != cur:
+                self.scalars[n] = new
+                self.changed = True
+            dest = self.scalars[n]
+            assert dest is not None
+            self.emit(f"{n} = {self.conv(code, t, dest.dtype)};")
+        else:
+            assert isinstance(target, ast.Subscript)
+            ref, dt = self.index_code(target)
+            self.emit(f"{ref} = {self.conv(code, t, dt)};")
+
+    def stmts(self, body: Sequence[ast.stmt]) -> None:
+        for s in body:
+            self.stmt(s)
+
+    def stmt(self, s: ast.stmt) -> None:
+        if isinstance(s, (ast.Pass, ast.Expr, ast.Return)):
+            return
+        if isinstance(s, (ast.Assign, ast.AugAssign)):
+            target = s.targets[0] if isinstance(s, ast.Assign) else s.target
+            if isinstance(s, ast.Assign) and isinstance(target, ast.Name) and target.id in self.info.decls:
+                self.decl(target.id)
+                return
+            self.emit(f"// {ast.unparse(s)}")
+            value = s.value
+            if isinstance(s, ast.AugAssign):
+                load = ast.Name(target.id, ast.Load()) if isinstance(target, ast.Name) else target
+                value = ast.copy_location(ast.BinOp(load, s.op, s.value), s)
+            self.assign(target, value, s)
+            return
+        if isinstance(s, ast.If):
+            self.emit(f"if ({self.truth(s.test)}) {{  // line {s.lineno}" if self.debug else
+                      f"if ({self.truth(s.test)}) {{")
+            self.block(s.body)
+            orelse = s.orelse
+            while len(orelse) == 1 and isinstance(orelse[0], ast.If):
+                self.emit(f"}} else if ({self.truth(orelse[0].test)}) {{")
+                self.block(orelse[0].body)
+                orelse = orelse[0].orelse
+            if orelse:
+                self.emit("} else {")
+                self.block(orelse)
+            self.emit("}")
+            return
+        assert isinstance(s, ast.For)
+        self.loop(s)
+
+    def block(self, body: Sequence[ast.stmt]) -> None:
+        self.depth += 1
+        self.stmts(body)
+        self.depth -= 1
+
+    def loop(self, s: ast.For) -> None:
+        it = s.iter
+        assert isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and isinstance(s.target, ast.Name)
+        var = s.target.id
+        kind = it.func.id
+        if kind == GRID:
+            shape = it.args[0]
+            if isinstance(shape, ast.Attribute):
+                assert isinstance(shape.value, ast.Name)
+                t = shape.value.id
+                extents = [f"{t}_n{k}" for k in range(self.tensors[t][1])]
+            else:
+                assert isinstance(shape, (ast.Tuple, ast.List))
+                extents = [self.conv(*self.index_expr(e), "int64") for e in shape.elts]
+            self.grids[var] = len(extents)
+            opened = 0
+            for k, ext in enumerate(extents):
+                self.emit(f"for (int64_t {var}_{k} = 0, {var}_{k}_end = {ext}; {var}_{k} < {var}_{k}_end; "
+                          f"++{var}_{k}) {{")
+                self.depth += 1
+                opened += 1
+            self.stmts(s.body)
+            for _ in range(opened):
+                self.depth -= 1
+                self.emit("}")
+            return
+        bounds = [self.conv(*self.index_expr(a), "int64") for a in it.args]
+        start, stop = ("INT64_C(0)", bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
+        step = 1
+        if len(it.args) == 3:
+            try:
+                step = ast.literal_eval(it.args[2])
+            except ValueError:
+                step = None
+            if type(step) is not int or step == 0:
+                raise self.err(it, f"the step of {kind}(...) must be a non-zero integer constant")
+        if kind in ("vectorize", "parallel"):
+            self.emit("#pragma GCC ivdep")
+        elif kind == "unroll":
+            self.emit("#pragma GCC unroll 8")
+        cmp = "<" if step > 0 else ">"
+        inc = f"++{var}" if step == 1 else f"{var} += {step}"
+        self.emit(f"for (int64_t {var} = {start}, {var}_end = {stop}; {var} {cmp} {var}_end; {inc}) {{")
+        self.block(s.body)
+        self.emit("}")
+
+    def index_expr(self, e: ast.expr) -> Tuple[str, VType]:
+        code, t = self.expr(e)
+        if t.kind not in "iu":
+            raise self.err(e, f"a loop bound or size must be an integer, got {t.dtype} ({ast.unparse(e)})")
+        return code, t
+
+    def decl(self, name: str) -> None:
+        if name not in self.info.temporaries:
+            return  # an output: allocated by the runtime, its sizes read at entry
+        call = self.info.decls[name]
+        dt, rank = self.tensors[name]
+        shape = call.args[0]
+        if isinstance(shape, ast.Attribute):
+            assert isinstance(shape.value, ast.Name)
+            dims = [f"{shape.value.id}_n{k}" for k in range(rank)]
+        else:
+            assert isinstance(shape, (ast.Tuple, ast.List))
+            dims = [self.conv(*self.index_expr(e), "int64") for e in shape.elts]
+        self.emit(f"// {ast.unparse(call)}")
+        for k, d in enumerate(dims):
+            self.emit(f"const int64_t {name}_n{k} = {d} > 0 ? {d} : 0;")
+        size = " * ".join(f"{name}_n{k}" for k in range(rank)) or "1"
+        ct = CTYPES[dt]
+        self.emit(f"std::unique_ptr<{ct}[]> {name}_buf(new {ct}[{size}]());")
+        self.emit(f"{ct} *__restrict {name} = {name}_buf.get();")
+        self.emit(" ".join(f"(void){v};" for v in [name] + [f"{name}_n{k}" for k in range(rank)]))
+
+    # ---- the whole kernel -------------------------------------------------
+    def body(self) -> List[str]:
+        """Statement lines; iterated until every scalar's type is fixed."""
+        for _ in range(32):
+            self.changed = False
+            self.lines, self.depth, self.grids = [], 1, {}
+            try:
+                self.stmts(self.p.tree.body)
+            except _NotYet:
+                self.changed = True
+                continue
+            if not self.changed:
+                return self.lines
+        missing = sorted(n for n, t in self.scalars.items() if t is None)
+        node = self._first_use(missing[0]) if missing else self.p.tree
+        raise self.err(node, f"scalar '{missing[0] if missing else '?'}' is used before it is assigned")
+
+    def _first_use(self, name: str) -> ast.AST:
+        for node in ast.walk(self.p.tree):
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+                return node
+        return self.p.tree
+
+
+def generate(parsed: ParsedKernel, info: KernelInfo, symbol: str, inputs: Sequence[Tuple[str, int]],
+             debug: bool = False) -> str:
+    """The C++ source of ``symbol`` for inputs of these (dtype, rank)."""
+    g = _Gen(parsed, info, inputs, debug)
+    body = g.body()
+    params = info.inputs + info.outputs
+    sig = ", ".join(f"{g.tensors[n][0]}[{g.tensors[n][1]}d]" for n in info.inputs)
+    outs = ", ".join(f"{g.tensors[n][0]}[{g.tensors[n][1]}d]" for n in info.outputs)
+    out = [f"// hybrid kernel '{parsed.name}' ({parsed.filename}), generated by runtime.hybrid",
+           f"// inputs: {sig or 'none'} -> outputs: {outs}" + ("; debug build" if debug else ""),
+           PRELUDE]
+    if debug:
+        out.append('#include "opbuilder/aot.h"\n')
+    out.append(f'extern "C" int {symbol}(int nparam, void **params, int *ndims, int64_t **shapes, '
+               f'const char **dtypes, void *stream, void *extra) {{')
+    out.append("  (void)ndims; (void)dtypes; (void)stream; (void)extra;")
+    out.append(f"  if (nparam < {len(params)}) return 1;")
+    if debug:
+        out.append("  ob::Check ob_check{static_cast<opbuilder::aot::ExtraData *>(extra)->error};")
+    for i, n in enumerate(params):
+        dt, rank = g.tensors[n]
+        const = "const " if n in info.inputs else ""
+        ct = CTYPES[dt]
+        out.append(f"  {const}{ct} *__restrict {n} = static_cast<{const}{ct} *>(params[{i}]);")
+        for k in range(rank):
+            out.append(f"  const int64_t {n}_n{k} = shapes[{i}][{k}];")
+        out.append("  " + " ".join(f"(void){v};" for v in [n] + [f"{n}_n{k}" for k in range(rank)]))
+    if debug:
+        for n in info.outputs:
+            dt, rank = g.tensors[n]
+            if dt.startswith("float"):  # NaN-filled: a read of an element never written shows
+                size = " * ".join(f"{n}_n{k}" for k in range(rank)) or "1"
+                out.append(f"  for (int64_t i = 0, e = {size}; i < e; ++i) {n}[i] = "
+                           f"static_cast<{CTYPES[dt]}>(NAN);")
+    for n in sorted(g.scalars):
+        t = g.scalars[n]
+        assert t is not None
+        out.append(f"  {CTYPES[t.dtype]} {n} = {CTYPES[t.dtype]}();")
+    out += body
+    out.append("  return " + ("ob_check.failed ? 1 : 0;" if debug else "0;"))
+    out.append("}")
+    return "\n".join(out) + "\n"

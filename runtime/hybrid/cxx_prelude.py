@@ -1,0 +1,89 @@
+"""The helpers every generated kernel starts with (C++17, header-free apart from the standard library).
+
+Each one gives numpy's answer where C++'s differs: floor division and modulo
+round toward minus infinity, max/min propagate NaN, integer division by zero
+gives 0 instead of a trap, sign(NaN) is NaN. In debug builds ``ob::at``
+checks an index against its extent and records the first failure (file:line
+of the DSL source) instead of reading outside the tensor.
+"""
+from __future__ import annotations
+
+__all__ = ["PRELUDE"]
+
+PRELUDE = r"""#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <type_traits>
+
+namespace ob {
+
+template <typename T> inline T floordiv(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0) return 0;
+    T q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? static_cast<T>(q - 1) : q;
+  } else {
+    return std::floor(a / b);
+  }
+}
+template <typename T> inline T mod(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0) return 0;
+    T r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+  } else {
+    T r = std::fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  }
+}
+template <typename T> inline T power(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b < 0) return 0;
+    T r = 1;
+    while (b > 0) {
+      if (b & 1) r = static_cast<T>(r * a);
+      a = static_cast<T>(a * a);
+      b = static_cast<T>(b >> 1);
+    }
+    return r;
+  } else {
+    return std::pow(a, b);
+  }
+}
+template <typename T> inline T max(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> inline T min(T a, T b) { return (a < b || a != a) ? a : b; }
+template <typename T> inline T abs(T a) { return a < 0 ? static_cast<T>(-a) : a; }
+template <typename T> inline T sign(T a) { return a > 0 ? T(1) : a < 0 ? T(-1) : a; }
+template <typename T> inline T rsqrt(T a) { return T(1) / std::sqrt(a); }
+template <typename T> inline T floor(T a) { if constexpr (std::is_integral_v<T>) return a; else return std::floor(a); }
+template <typename T> inline T ceil(T a) { if constexpr (std::is_integral_v<T>) return a; else return std::ceil(a); }
+template <typename T> inline T trunc(T a) { if constexpr (std::is_integral_v<T>) return a; else return std::trunc(a); }
+template <typename T> inline T nearbyint(T a) {
+  if constexpr (std::is_integral_v<T>) return a; else return std::nearbyint(a);
+}
+template <typename T> inline bool isnan(T a) { if constexpr (std::is_integral_v<T>) return false; else return a != a; }
+template <typename T> inline bool isinf(T a) {
+  if constexpr (std::is_integral_v<T>) return false; else return std::isinf(a);
+}
+template <typename T> inline bool isfinite(T a) {
+  if constexpr (std::is_integral_v<T>) return true; else return std::isfinite(a);
+}
+
+// The first out-of-range index of a debug build: where, which index, its value and extent.
+struct Check {
+  char *error;  // the AotExtra error buffer (512 bytes)
+  bool failed = false;
+  int64_t at(int64_t i, int64_t n, const char *where) {
+    if (i >= 0 && i < n) return i;
+    if (!failed) {
+      failed = true;
+      std::snprintf(error, 512, "%s: index %lld is out of range for a dimension of size %lld", where,
+                    static_cast<long long>(i), static_cast<long long>(n));
+    }
+    return 0;
+  }
+};
+
+}  // namespace ob
+"""

@@ -1,0 +1,25 @@
+"""Errors of the hybrid DSL, each naming the file and line of the user's source."""
+from __future__ import annotations
+
+__all__ = ["HybridError", "HybridSyntaxError", "HybridTypeError"]
+
+
+class HybridError(Exception):
+    """A hybrid kernel cannot be compiled; ``filename``/``lineno`` say where in the user's source."""
+
+    def __init__(self, message: str, filename: str = "<unknown>", lineno: int = 0) -> None:
+        self.filename = filename
+        self.lineno = lineno
+        self.reason = message
+        super().__init__(f"{filename}:{lineno}: {message}")
+
+
+class HybridSyntaxError(HybridError, SyntaxError):
+    """A construct the DSL does not have (``while``, ``break``, an unknown function, ...)."""
+
+    def __str__(self) -> str:  # SyntaxError's own formatting would repeat the location
+        return self.args[0]
+
+
+class HybridTypeError(HybridError, TypeError):
+    """A construct used with the wrong kind of value (a tensor indexed with too few indices, ...)."""

@@ -1,0 +1,173 @@
+"""``HybridKernel``: a DSL function, checked, with its specializations, and the ``kernel`` decorator.
+
+A ``HybridKernel`` is called like the function on numpy arrays (the Python
+target) and is what ``ops.Custom`` builds and calls. Per (dtypes, ranks) of
+its inputs it generates C++ once (cxx.py) and builds it (library.py); the
+resolved kernel is kept in the process, the library in the builder's cache.
+
+Targets: ``"cpu"`` (compiled; the default) or ``"python"``; the environment
+variable ``OPBUILDER_HYBRID_TARGET`` overrides the default. Debug builds
+(``debug=True`` or ``OPBUILDER_HYBRID_DEBUG=1``) check every index against
+its extent (an out-of-range index is a RuntimeError naming the DSL line) and
+fill float outputs with NaN first, so reading an element never written shows.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..ops.aot_library import AotKernel
+from .cxx import generate, tensor_types
+from .pytarget import run_python
+from .shapes import declared_specs
+from .source import ParsedKernel, parse
+from .validate import KernelInfo, validate
+
+__all__ = ["HybridKernel", "kernel", "ms_kernel", "TARGETS", "TARGET_ENV", "DEBUG_ENV"]
+
+TARGETS = ("cpu", "python")
+TARGET_ENV = "OPBUILDER_HYBRID_TARGET"
+DEBUG_ENV = "OPBUILDER_HYBRID_DEBUG"
+Signature = Tuple[Tuple[str, int], ...]  # (dtype name, rank) per input
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() not in ("", "0", "false", "no", "off")
+
+
+def _check_target(target: str) -> str:
+    t = target.lower()
+    if t not in TARGETS:
+        raise ValueError(f"hybrid target {target!r} is not one of {', '.join(TARGETS)} (GPU code generation "
+                         f"is not available yet)")
+    return t
+
+
+class HybridKernel:
+    """A function in the hybrid DSL; see docs/hybrid.md."""
+
+    def __init__(self, func: Callable[..., Any], target: Optional[str] = None, debug: Optional[bool] = None) -> None:
+        if isinstance(func, HybridKernel):
+            func = func.func
+        if not callable(func) or not hasattr(func, "__code__"):
+            raise TypeError(f"a hybrid kernel is a Python function, got {type(func).__name__}")
+        self.func = func
+        self.__name__ = getattr(func, "__name__", "kernel")
+        self.__doc__ = getattr(func, "__doc__", None)
+        self._target = _check_target(target) if target is not None else None
+        self._debug = debug
+        self._parsed: Optional[ParsedKernel] = None
+        self._info: Optional[KernelInfo] = None
+        self._built: Dict[Signature, AotKernel] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"HybridKernel({self.__name__}, target={self.target!r})"
+
+    @property
+    def target(self) -> str:
+        """Where the kernel runs: the target given, else $OPBUILDER_HYBRID_TARGET, else "cpu"."""
+        return self._target or _check_target(os.environ.get(TARGET_ENV) or "cpu")
+
+    @property
+    def debug(self) -> bool:
+        return self._debug if self._debug is not None else _env_flag(DEBUG_ENV)
+
+    # ---- checking --------------------------------------------------------
+    def check(self) -> KernelInfo:
+        """Parse and validate the function (once); HybridSyntaxError naming file and line otherwise."""
+        if self._info is None:
+            parsed = parse(self.func)
+            self._info = validate(parsed, self.func)
+            self._parsed = parsed
+        return self._info
+
+    @property
+    def parsed(self) -> ParsedKernel:
+        self.check()
+        assert self._parsed is not None
+        return self._parsed
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.check().outputs)
+
+    def output_specs(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any]) -> List[Tuple[Tuple[int, ...], str]]:
+        """(shape, dtype name) of each output for inputs of these shapes and dtypes, from the declarations."""
+        info = self.check()
+        return declared_specs(self.parsed, info, shapes, [np.dtype(d).name for d in dtypes])
+
+    def output_types(self, sig: Signature) -> List[Tuple[str, int]]:
+        """(dtype name, rank) of each output for inputs of these (dtype, rank): fixed by the code."""
+        info = self.check()
+        types = tensor_types(self.parsed, info, sig)
+        return [types[n] for n in info.outputs]
+
+    # ---- the two targets ------------------------------------------------
+    def __call__(self, *inputs: Any) -> Any:
+        """Run on numpy arrays (or Tensors) with the Python target, as MindSpore's kernel functions run."""
+        self.check()
+        arrays = [_as_array(x) for x in inputs]
+        outs = run_python(self.func, arrays, self.debug)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def symbol(self, sig: Signature) -> str:
+        """The C symbol of one specialization: the kernel's name plus a hash of what decides its code."""
+        info = self.check()
+        key = repr((self.parsed.normalized, sorted(info.constants.items()), sig, self.debug, "cpu"))
+        stem = re.sub(r"\W", "_", self.__name__)[:40]
+        return f"hybrid_{stem}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+    def source(self, *inputs: Any) -> str:
+        """The generated C++ for inputs like these (arrays, Tensors, or (dtype, rank) pairs)."""
+        sig = _signature(inputs)
+        return generate(self.parsed, self.check(), self.symbol(sig), sig, self.debug)
+
+    def compiled(self, sig: Signature) -> AotKernel:
+        """The built kernel for inputs of these (dtype, rank); generated and built on first use."""
+        k = self._built.get(sig)
+        if k is None:
+            with self._lock:
+                k = self._built.get(sig)
+                if k is None:
+                    from .library import build_kernel
+                    symbol = self.symbol(sig)
+                    text = generate(self.parsed, self.check(), symbol, sig, self.debug)
+                    k = build_kernel(symbol, text)
+                    self._built[sig] = k
+        return k
+
+
+def _as_array(x: Any) -> np.ndarray:
+    data = getattr(x, "_data", None)
+    return data if isinstance(data, np.ndarray) else np.asarray(x)
+
+
+def _signature(inputs: Sequence[Any]) -> Signature:
+    sig = []
+    for x in inputs:
+        if isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], int):
+            sig.append((np.dtype(x[0]).name if not isinstance(x[0], str) else x[0], x[1]))
+        else:
+            a = _as_array(x)
+            sig.append((a.dtype.name, a.ndim))
+    return tuple(sig)
+
+
+def kernel(func: Optional[Callable[..., Any]] = None, *, target: Optional[str] = None,
+           debug: Optional[bool] = None) -> Union[HybridKernel, Callable[[Callable[..., Any]], HybridKernel]]:
+    """Mark a function as a hybrid DSL kernel: ``@kernel`` or ``@kernel(target="python", debug=True)``.
+
+    ``ops.Custom(k)`` of the result needs no func_type; calling it directly runs the Python target.
+    """
+    if func is None:
+        return lambda f: HybridKernel(f, target, debug)
+    return HybridKernel(func, target, debug)
+
+
+ms_kernel = kernel

@@ -1,0 +1,55 @@
+"""A DSL function's syntax tree, with line numbers of the file it was written in.
+
+``parse(func)`` reads the function's source (``inspect``), parses it with
+``ast`` and moves every line number to where it is in the file, so errors
+and debug checks name the user's line. ``ParsedKernel.normalized`` is the
+tree without positions or comments: what the cache key is made of, so
+editing a comment or moving the function rebuilds nothing.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import HybridSyntaxError
+
+__all__ = ["ParsedKernel", "parse"]
+
+
+@dataclass(frozen=True)
+class ParsedKernel:
+    """The parsed DSL function: its tree (decorators dropped), file, name and normalized text."""
+
+    tree: ast.FunctionDef
+    filename: str
+    name: str
+    normalized: str
+
+    def error(self, node: Any, message: str, cls: type = HybridSyntaxError) -> Exception:
+        """An error at ``node``'s line (``cls`` is a HybridError subclass)."""
+        return cls(f"{message} (in hybrid kernel '{self.name}')", self.filename, getattr(node, "lineno", 0))
+
+
+def parse(func: Callable[..., Any]) -> ParsedKernel:
+    """Parse ``func``'s source; HybridSyntaxError if it has none or is not a plain ``def``."""
+    name = getattr(func, "__name__", repr(func))
+    code = getattr(func, "__code__", None)
+    filename = code.co_filename if code is not None else "<unknown>"
+    first = code.co_firstlineno if code is not None else 1
+    try:
+        text = inspect.getsource(func)
+    except (OSError, TypeError) as e:
+        raise HybridSyntaxError(f"the source of hybrid kernel '{name}' cannot be read ({e}); define it with def "
+                                f"in a file", filename, first) from None
+    module = ast.parse(textwrap.dedent(text))
+    if not module.body or not isinstance(module.body[0], ast.FunctionDef):
+        raise HybridSyntaxError(f"hybrid kernel '{name}' must be a function defined with def (lambdas and "
+                                f"async functions are not kernels)", filename, first)
+    tree = module.body[0]
+    ast.increment_lineno(tree, first - 1)
+    tree.decorator_list = []
+    normalized = ast.dump(tree, annotate_fields=False, include_attributes=False)
+    return ParsedKernel(tree=tree, filename=filename, name=name, normalized=normalized)

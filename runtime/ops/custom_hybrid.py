@@ -1,0 +1,100 @@
+"""``ops.Custom`` for hybrid DSL kernels (func_type "hybrid"/"akg", or a ``@kernel`` function).
+
+Output specs: ``out_shape``/``out_dtype`` when given, else the kernel's
+``output_tensor`` declarations evaluated on the input shapes. Given ones are
+checked against the declarations (the generated code is specialized on the
+outputs' dtypes and ranks, and its loops are sized by the declared shapes),
+so a disagreement is a ValueError naming the output, never a write out of
+bounds. The call: the specialization for the inputs' (dtype, rank) is built
+once and run through the aot call path; the Python target runs the function
+itself over numpy.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, List, Tuple
+
+import numpy as np
+
+from ..hybrid.errors import HybridTypeError
+
+if TYPE_CHECKING:
+    from .custom import Custom
+
+__all__ = ["hybrid_specs", "call_hybrid"]
+
+Spec = Tuple[Tuple[int, ...], np.dtype]
+
+
+def _given(op: "Custom", arrays: Tuple[np.ndarray, ...], declared: List[Tuple[Any, str]]) -> Tuple[Spec, ...]:
+    """The specs out_shape/out_dtype give, the declared ones filling in what they leave out."""
+    from .custom import _is_fn
+    from ..dtypes import from_numpy_dtype
+    shapes: Any = op.out_shape
+    if _is_fn(shapes):
+        shapes = op._declared(shapes, "shape", [list(a.shape) for a in arrays],
+                              "the output's shape (a list of ints, [] for a scalar) or a list of shapes")
+    dtypes: Any = op.out_dtype
+    if _is_fn(dtypes):
+        dtypes = op._declared(dtypes, "dtype", [from_numpy_dtype(a.dtype) for a in arrays],
+                              "the output's dtype (e.g. rt.float32) or a list of dtypes")
+    if shapes is None:
+        shapes = [list(s) for s, _ in declared]
+        shapes = shapes[0] if len(shapes) == 1 else shapes
+    if dtypes is None:
+        dtypes = [d for _, d in declared]
+        dtypes = dtypes[0] if len(dtypes) == 1 else dtypes
+    return op._normalize(shapes, dtypes)
+
+
+def hybrid_specs(op: "Custom", arrays: Tuple[np.ndarray, ...]) -> Tuple[Spec, ...]:
+    """The output specs of one call of a hybrid op, checked against the kernel's declarations."""
+    hk = op._hybrid
+    assert hk is not None
+    sig = tuple((a.dtype.name, a.ndim) for a in arrays)
+    if len(arrays) != len(hk.check().inputs):
+        raise TypeError(f"Custom '{op.name}': hybrid kernel takes {len(hk.check().inputs)} inputs "
+                        f"({', '.join(hk.check().inputs)}), got {len(arrays)}")
+    types = hk.output_types(sig)
+    try:
+        declared = [(s, d) for s, d in hk.output_specs([a.shape for a in arrays], [a.dtype for a in arrays])]
+    except HybridTypeError:
+        if op.out_shape is None:
+            raise
+        declared = [(None, d) for d, _ in types]  # sizes known only to the caller's out_shape
+    if op.out_shape is None and op.out_dtype is None:
+        return tuple((tuple(s), np.dtype(d)) for s, d in declared)
+    given = _given(op, arrays, [(s if s is not None else [0] * r, d) for (s, d), (_, r) in zip(declared, types)])
+    if len(given) != len(types):
+        raise ValueError(f"Custom '{op.name}': out_shape/out_dtype give {len(given)} output(s), the hybrid kernel "
+                         f"returns {len(types)}")
+    for k, ((shape, dt), (dshape, ddt), (_, rank)) in enumerate(zip(given, declared, types)):
+        if dt != np.dtype(ddt):
+            raise ValueError(f"Custom '{op.name}': output {k} has out_dtype {dt.name} but the kernel declares "
+                             f"{ddt} (output_tensor); make them agree")
+        if len(shape) != rank or (dshape is not None and tuple(shape) != tuple(dshape)):
+            want = list(dshape) if dshape is not None else f"rank {rank}"
+            raise ValueError(f"Custom '{op.name}': output {k} has out_shape {list(shape)} but the kernel declares "
+                             f"{want} (output_tensor) for inputs of shapes {[list(a.shape) for a in arrays]}")
+    return given
+
+
+def call_hybrid(op: "Custom", arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> List[np.ndarray]:
+    """Run the op's hybrid kernel on ``arrays``: compiled (aot call path) or with the Python target."""
+    hk = op._hybrid
+    assert hk is not None and op._extra is not None
+    if hk.target == "python":
+        res = hk(*arrays)
+        items = list(res) if isinstance(res, tuple) else [res]
+        outs = []
+        for o, (shape, dt) in zip(items, specs):
+            if o.shape != shape:
+                raise ValueError(f"hybrid kernel '{op.name}' (python target) made an output of shape "
+                                 f"{list(o.shape)}, out_shape declares {list(shape)}")
+            outs.append(np.ascontiguousarray(o, dtype=dt))
+        return outs
+    k = hk.compiled(tuple((a.dtype.name, a.ndim) for a in arrays))
+    res = op._run(k.fn, op._extra.address, arrays, specs, ())
+    if type(res) is int:
+        err = op._extra.take_error()
+        raise RuntimeError(f"hybrid kernel '{op.name}' failed" + (f": {err}" if err else f" (status {res})"))
+    return list(res)
