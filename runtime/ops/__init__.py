@@ -10,12 +10,17 @@ from .op_info import CustomRegOp, DataType, custom_info_register
 from .printing import Print, print_
 
 __all__ = list(_math_all) + ["maximum", "minimum", "softmax", "Primitive", "defvjp", "Custom", "CustomRegOp",
-                             "DataType", "custom_info_register", "print_", "Print", "CustomOpBuilder"]
+                             "DataType", "custom_info_register", "print_", "Print", "CustomOpBuilder", "kernel",
+                             "ms_kernel"]
 
 
 def __getattr__(name: str) -> Any:
-    """``ops.CustomOpBuilder`` is ``opbuilder.CustomOpBuilder`` (imported on first use, as MindSpore's is)."""
+    """``ops.CustomOpBuilder`` is ``opbuilder.CustomOpBuilder`` (imported on first use, as MindSpore's is);
+    ``ops.kernel``/``ops.ms_kernel`` mark hybrid DSL functions (runtime.hybrid)."""
     if name == "CustomOpBuilder":
         from opbuilder import CustomOpBuilder
         return CustomOpBuilder
+    if name in ("kernel", "ms_kernel"):  # the hybrid DSL's decorator (runtime.hybrid, imported on first use)
+        from .. import hybrid
+        return getattr(hybrid, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
