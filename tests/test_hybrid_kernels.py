@@ -1,0 +1,247 @@
+"""Hybrid DSL kernels compiled to C++ agree with the same functions run by the Python target (numpy).
+
+Three kernels cover the DSL (1-D, 2-D, 3-D; intrinsics, if/elif/else, temporaries, reductions, several
+outputs, grid loops, loop hints, shape-inferred outputs); each is built once per dtype it is checked in.
+"""
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Tensor, ops
+from runtime.hybrid import HybridKernel, kernel
+
+EPS = 0.5  # a constant from the module, baked into the generated code
+
+
+@kernel
+def elementwise(x, y):
+    z = output_tensor(x.shape, x.dtype)
+    flags = output_tensor(x.shape, "int32")
+    for i in vectorize(x.shape[0]):
+        a = x[i]
+        b = y[i]
+        if a > b:
+            z[i] = a - b * 2
+            flags[i] = 1
+        elif a == b:
+            z[i] = max(a, b, 0)
+            flags[i] = 0
+        else:
+            z[i] = min(abs(a), abs(b)) + sign(a)
+            flags[i] = -1
+        if not (a > 0 and b > 0) or a == 0:
+            z[i] += 1
+    return z, flags
+
+
+@kernel
+def matmul_stats(a, b):
+    m = a.shape[0]
+    n = b.shape[1]
+    c = output_tensor((m, n), a.dtype)
+    rowmax = output_tensor((m,), "float64")
+    col = allocate((n,), "float64")
+    for j in range(n):
+        col[j] = 0.0
+    for i in parallel(m):
+        best = -1e300
+        for j in range(n):
+            acc = 0.0
+            for k in reduce(a.shape[1]):
+                acc = acc + a[i, k] * b[k, j]
+            c[i, j] = acc
+            col[j] += float(acc)
+            best = max(best, float(acc))
+        rowmax[i] = best + col[0] * 0
+    return c, rowmax
+
+
+@kernel
+def volume(x):
+    out = output_tensor(x.shape, "float64")
+    idx = output_tensor((x.shape[0], x.shape[-1]), "int64")
+    for g in grid(x.shape):
+        v = float64(x[g])
+        out[g] = sqrt(abs(v)) + exp(-abs(v) * EPS) + floor(v / 3) + (v // 2) + (v % 3) + tanh(v) + erf(v)
+        out[g] += power(abs(v), 2) * 0.001 + (1.0 if g[1] % 2 == 0 else -1.0)
+    for i in range(x.shape[0]):
+        for k in serial(x.shape[2] - 1, -1, -1):
+            count = 0
+            for j in range(x.shape[1]):
+                if x[i, j, k] >= x[i, 0, k] and j != 0:
+                    count += 1
+            idx[i, k] = count * 10 + (i ^ k) + (k << 1)
+    return out, idx
+
+
+def _rand(rng, shape, dtype):
+    if np.dtype(dtype).kind == "f":
+        return (rng.standard_normal(shape) * 3).astype(dtype)
+    return rng.integers(-9, 10, shape).astype(dtype)
+
+
+def _tol(dtype):
+    return {"float16": dict(rtol=2e-2, atol=2e-2), "float32": dict(rtol=1e-4, atol=1e-4)}.get(
+        np.dtype(dtype).name, dict(rtol=1e-9, atol=1e-9))
+
+
+def _compare(k, *inputs, dtype="float64"):
+    got = ops.Custom(k)(*[Tensor(i) if isinstance(i, np.ndarray) else i for i in inputs])
+    want = k(*inputs)  # the Python target
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g = g.asnumpy()
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), **_tol(dtype))
+    return got
+
+
+DTYPES = ["float16", "float32", "float64", "int32"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_1d_branches_and_intrinsics_match_the_python_target(dtype):
+    rng = np.random.default_rng(1)
+    x = _rand(rng, 37, dtype)
+    y = _rand(rng, 37, dtype)
+    y[:5] = x[:5]  # the elif branch
+    x[5] = 0
+    _compare(elementwise, x, y, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_2d_reduction_temporaries_and_two_outputs_match(dtype):
+    rng = np.random.default_rng(2)
+    a = _rand(rng, (5, 7), dtype)
+    b = _rand(rng, (7, 3), dtype)
+    c, rowmax = _compare(matmul_stats, a, b, dtype=dtype)
+    if dtype != "float16":
+        np.testing.assert_allclose(c.asnumpy().astype(np.float64), a.astype(np.float64) @ b.astype(np.float64),
+                                   **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_3d_grid_loops_and_integer_ops_match(dtype):
+    rng = np.random.default_rng(3)
+    x = _rand(rng, (3, 4, 5), dtype)
+    _compare(volume, x, dtype=dtype)
+
+
+def test_a_new_shape_and_views_reuse_the_same_library():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    _compare(elementwise, x[:, 0].copy(), x[:, 1].copy(), dtype="float32")
+    first = elementwise.compiled((("float32", 1), ("float32", 1)))
+    # a strided column and a broadcast view: other shapes and layouts, the same specialization
+    _compare(elementwise, x[::2, 1], np.broadcast_to(x[0, 2], (3,)), dtype="float32")
+    _compare(elementwise, x[:0, 1], x[:0, 2], dtype="float32")  # empty
+    assert elementwise.compiled((("float32", 1), ("float32", 1))) is first
+    # a transposed 2-D input
+    a = rng.standard_normal((7, 5)).astype(np.float64)
+    _compare(matmul_stats, a.T, a, dtype="float64")
+
+
+def test_output_shapes_are_inferred_from_output_tensor_without_running_loops():
+    assert matmul_stats.output_specs([(5, 7), (7, 3)], [np.float32, np.float32]) == [
+        ((5, 3), "float32"), ((5,), "float64")]
+    assert volume.output_specs([(2, 3, 4)], [np.int32]) == [((2, 3, 4), "float64"), ((2, 4), "int64")]
+    c, rowmax = ops.Custom(matmul_stats)(Tensor(np.ones((2, 3), np.float32)), Tensor(np.ones((3, 4), np.float32)))
+    assert c.shape == (2, 4) and c.dtype == rt.float32 and rowmax.shape == (2,) and rowmax.dtype == rt.float64
+
+
+def test_given_out_shape_and_dtype_are_used_when_they_agree():
+    op = ops.Custom(elementwise, out_shape=lambda x, y: [x, x], out_dtype=lambda x, y: [x, rt.int32],
+                    func_type="hybrid")
+    z, flags = op(Tensor(np.array([1.0, 2.0])), Tensor(np.array([2.0, 2.0])))
+    np.testing.assert_array_equal(flags.asnumpy(), [-1, 0])
+
+
+def test_rank0_inputs_are_scalars_and_an_int_input_promotes_like_numpy():
+    @kernel
+    def scale(x, s):
+        y = output_tensor(x.shape, x.dtype)
+        for i in range(x.shape[0]):
+            y[i] = x[i] * s + s[()] / 2
+        return y
+
+    x = np.arange(4, dtype=np.float32)
+    got = _compare(scale, x, np.array(3, np.int32), dtype="float32")[0]
+    assert got.dtype == rt.float32  # float32 * int32 is computed in float64 (numpy), stored into float32 y
+    np.testing.assert_allclose(got.asnumpy(), x * 3 + 1.5)
+
+
+def test_python_target_by_decorator_and_by_environment(monkeypatch):
+    calls = []
+
+    def traced(x):
+        y = output_tensor(x.shape, x.dtype)
+        for i in range(x.shape[0]):
+            y[i] = x[i] + 1
+        return y
+
+    k = kernel(traced, target="python")
+    assert k.target == "python"
+    out = ops.Custom(k)(Tensor(np.array([1.0, 2.0], np.float32)))
+    np.testing.assert_array_equal(out.asnumpy(), [2.0, 3.0])
+    assert k._built == {}  # nothing generated or built
+    monkeypatch.setenv("OPBUILDER_HYBRID_TARGET", "python")
+    k2 = kernel(traced)
+    assert k2.target == "python"
+    ops.Custom(k2)(Tensor(np.array([1.0], np.float32)))
+    assert k2._built == {} and not calls
+    with pytest.raises(ValueError, match="hybrid target 'gpu' is not one of cpu, python"):
+        kernel(traced, target="gpu")
+
+
+def test_the_dsl_names_are_not_written_into_the_module():
+    elementwise(np.ones(2), np.ones(2))
+    assert "output_tensor" not in globals() and "vectorize" not in globals() and "sqrt" not in globals()
+
+
+def test_generated_source_is_inspectable_and_kept_in_the_cache(cache_dir):
+    src = elementwise.source(np.ones(3, np.float32), np.ones(3, np.float32))
+    assert 'extern "C" int hybrid_elementwise_' in src
+    assert "const float *__restrict x = static_cast<const float *>(params[0]);" in src
+    assert "#pragma GCC ivdep" in src  # the vectorize hint
+    ops.Custom(elementwise)(Tensor(np.ones(3, np.float32)), Tensor(np.ones(3, np.float32)))
+    kept = list((cache_dir / "hybrid").glob("hybrid_elementwise_*.cpp"))
+    assert any(p.read_text() == src for p in kept)
+
+
+def test_debug_build_fills_outputs_with_nan_and_checks_indices():
+    def square(x):  # seed 001's forward: reads its output before writing it
+        y = output_tensor(x.shape, x.dtype)
+        for i0 in range(x.shape[0]):
+            y[i0] = y[i0] * y[i0]
+        return y
+
+    x = Tensor(np.array([1.0, 4.0, 9.0], np.float32))
+    assert np.isnan(ops.Custom(kernel(square, debug=True))(x).asnumpy()).all()
+    assert np.isnan(kernel(square, target="python", debug=True)(x)).all()
+
+    def shifted(x):
+        y = output_tensor(x.shape, x.dtype)
+        for i in range(x.shape[0]):
+            y[i] = x[i + 1]
+        return y
+
+    line = shifted.__code__.co_firstlineno + 3
+    with pytest.raises(RuntimeError, match=rf"test_hybrid_kernels.py:{line}: x\[i \+ 1\]: index 3 is out of range "
+                                           rf"for a dimension of size 3"):
+        ops.Custom(kernel(shifted, debug=True))(x)
+
+
+def test_a_plain_function_with_func_type_akg_and_a_kernel_object_are_the_same():
+    def double(x):
+        y = output_tensor(x.shape, x.dtype)
+        for i in range(x.shape[0]):
+            y[i] = x[i] * 2
+        return y
+
+    a = ops.Custom(double, func_type="akg")
+    b = ops.Custom(kernel(double))
+    assert isinstance(a._hybrid, HybridKernel) and a.func_type == "akg" and b.func_type == "hybrid"
+    x = Tensor(np.array([1.0, 2.0], np.float32))
+    np.testing.assert_array_equal(a(x).asnumpy(), b(x).asnumpy())
