@@ -430,10 +430,9 @@ class _Gen:
         raise self.err(node, f"scalar '{missing[0] if missing else '?'}' is used before it is assigned")
 
     def _first_use(self, name: str) -> ast.AST:
-        for node in ast.walk(self.p.tree):
-            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-                return node
-        return self.p.tree
+        uses = [n for n in ast.walk(self.p.tree) if isinstance(n, ast.Name) and n.id == name
+                and isinstance(n.ctx, ast.Load)]
+        return min(uses, key=lambda n: (n.lineno, n.col_offset)) if uses else self.p.tree
 
 
 def generate(parsed: ParsedKernel, info: KernelInfo, symbol: str, inputs: Sequence[Tuple[str, int]],
