@@ -189,8 +189,9 @@ def test_func_must_be_path_colon_symbol(func):
 
 
 def test_unknown_func_type_lists_the_accepted_ones():
-    with pytest.raises(ValueError, match="func_type 'akg' is not supported; accepted: aot, pyfunc"):
-        ops.Custom(lambda x: x, func_type="akg")
+    # "akg" (hybrid DSL kernels) is supported now; "tbe" (Ascend TBE) is not
+    with pytest.raises(ValueError, match="func_type 'tbe' is not supported; accepted: aot, pyfunc, hybrid, akg"):
+        ops.Custom(lambda x: x, func_type="tbe")
 
 
 def test_aot_needs_out_shape_and_a_string_func():
