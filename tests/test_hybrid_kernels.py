@@ -245,3 +245,19 @@ def test_a_plain_function_with_func_type_akg_and_a_kernel_object_are_the_same():
     assert isinstance(a._hybrid, HybridKernel) and a.func_type == "akg" and b.func_type == "hybrid"
     x = Tensor(np.array([1.0, 2.0], np.float32))
     np.testing.assert_array_equal(a(x).asnumpy(), b(x).asnumpy())
+
+
+def test_generated_cxx_has_no_warnings_under_wall_wextra(tmp_path):
+    import shutil
+    import subprocess
+    from opbuilder import include_dir
+    cxx = shutil.which("c++") or shutil.which("g++")
+    cases = [(elementwise, [("float16", 1), ("int32", 1)], False), (matmul_stats, [("float32", 2)] * 2, True),
+             (volume, [("int32", 3)], True)]
+    for k, sig, debug in cases:
+        src = kernel(k.func, debug=debug).source(*sig)
+        path = tmp_path / f"{k.__name__}.cpp"
+        path.write_text(src)
+        res = subprocess.run([cxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-isystem",
+                              str(include_dir()), str(path)], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
