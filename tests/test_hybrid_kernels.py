@@ -173,8 +173,6 @@ def test_rank0_inputs_are_scalars_and_an_int_input_promotes_like_numpy():
 
 
 def test_python_target_by_decorator_and_by_environment(monkeypatch):
-    calls = []
-
     def traced(x):
         y = output_tensor(x.shape, x.dtype)
         for i in range(x.shape[0]):
@@ -190,7 +188,7 @@ def test_python_target_by_decorator_and_by_environment(monkeypatch):
     k2 = kernel(traced)
     assert k2.target == "python"
     ops.Custom(k2)(Tensor(np.array([1.0], np.float32)))
-    assert k2._built == {} and not calls
+    assert k2._built == {}
     with pytest.raises(ValueError, match="hybrid target 'gpu' is not one of cpu, python"):
         kernel(traced, target="gpu")
 
