@@ -19,17 +19,20 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import fingerprint as fp
-from .cache_dir import cache_root, ensure_private_dir
-from .errors import BuildError
+from .cache_dir import cache_root
+from .errors import BuildError, UnsafeCacheDirError, cache_os_error
 from .headers import headers_digest, include_dir
-from .importer import import_extension
+from .importer import import_extension, loader_error
+from .published import verified_library
 from .spec import CUDA_SUFFIXES, BuildSpec, make_spec
 from .toolchain import Compiler, ext_suffix, find_compiler, find_nvcc, python_info
+from .trust import check_dir, read_file, stamp_of, trusted_root
 
 __all__ = ["CustomOpBuilder", "build_library"]
 
@@ -123,7 +126,13 @@ def _plan(spec: BuildSpec) -> _Plan:
 
 
 def _lookup(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path]]:
-    """The published library for the current contents, if there is one."""
+    """The published library for the current contents, if there is one and it is intact (published.py).
+    Every directory on the way is checked (trust.py): a link or another user's entry is refused."""
+    try:
+        check_dir(spec.op_dir)
+        check_dir(spec.op_dir / "deps")
+    except FileNotFoundError:
+        return None
     headers = fp.read_manifest(spec.op_dir, base)
     if headers is None:
         return None
@@ -131,8 +140,8 @@ def _lookup(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path
     if digests is None:
         return None
     key = fp.full_key(base, digests)
-    lib = spec.op_dir / key / plan.output
-    return (key, lib) if lib.is_file() else None
+    key_dir = spec.op_dir / key
+    return (key, key_dir / plan.output) if verified_library(key_dir, plan.output) else None
 
 
 def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
@@ -147,7 +156,11 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
         text = (f"// written by opbuilder: the module name for PYBIND11_MODULE(OB_EXTENSION_NAME, m)\n"
                 f"#undef OB_EXTENSION_NAME\n#define OB_EXTENSION_NAME {spec.name}\n"
                 f"#undef MS_EXTENSION_NAME\n#define MS_EXTENSION_NAME {spec.name}\n")
-        if not name_h.is_file() or name_h.read_text() != text:
+        try:
+            current: Optional[bytes] = read_file(name_h)
+        except FileNotFoundError:
+            current = None
+        if current != text.encode():
             fp.write_text_atomic(name_h, text)
     use_pch = spec.kind == "module" and plan.cxx.family == "gcc" and pchmod.enabled()
     for src, obj, rule in zip(plan.sources, plan.objects, plan.rules):
@@ -173,11 +186,13 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     from .ninja_file import write_build_file
     from .ninja_run import run_ninja, stop_leftovers
     from .toolchain import default_jobs, ninja_path
+    from .trust import check_tree, make_dir, make_dirs
 
     log = logging.getLogger("opbuilder")
     build_dir = spec.op_dir / "build"
-    (build_dir / "obj").mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_dirs(spec.op_dir, build_dir / "obj")
     stop_leftovers(build_dir)  # a killed build may have left compilers writing here
+    check_tree(build_dir)  # everything ninja and the compiler will read, link or overwrite
     identity = fp.digest_of(plan.identity)
     steps, pch = _compile_steps(spec, plan, build_dir)
     todo = publish.stale_steps(build_dir, steps, identity, sources)
@@ -202,9 +217,12 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
         return None
     headers = publish.recorded_inputs(build_dir, plan.objects, spec.sources)
     key = fp.full_key(base, headers)
-    lib = publish.publish_library(build_dir / plan.output, spec.op_dir / key, plan.output)
-    fp.write_json_atomic(fp.manifest_path(spec.op_dir, base), {"headers": sorted(headers)})
-    publish.write_build_info(spec.op_dir / key, spec, base)
+    key_dir = make_dir(spec.op_dir / key)
+    record = publish.publish_library(build_dir / plan.output, key_dir, plan.output)
+    make_dir(spec.op_dir / "deps")
+    fp.write_json_atomic(fp.manifest_path(spec.op_dir, base), {"headers": sorted(headers)}, durable=True)
+    publish.write_build_info(key_dir, spec, base, record)
+    lib = key_dir / plan.output
     publish.prune_old_builds(spec.op_dir, keep=publish.KEEP_BUILDS, current=key)
     if pch is not None:
         pchmod.prune(spec.root, current=pch.dir.name)
@@ -214,16 +232,32 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     return key, lib
 
 
+def _trusted(spec: BuildSpec) -> BuildSpec:
+    """``spec`` with its cache root checked, created if missing, and resolved (trust.trusted_root)."""
+    root = trusted_root(spec.root)
+    return spec if root == spec.root else replace(spec, root=root)
+
+
+def _os_error(spec: BuildSpec, err: OSError) -> BaseException:
+    """What to raise for an OSError out of the builder: a BuildError saying what to do when it is a
+    cache that cannot be written (read-only, full, an unwritable HOME), else the error itself."""
+    if isinstance(err, UnsafeCacheDirError) or err.errno is None:
+        return err
+    return cache_os_error(spec.name, err, spec.root) or err
+
+
 def _build(spec: BuildSpec) -> Tuple[str, Path]:
-    """(full key, library path), building if the current contents were never built."""
-    ensure_private_dir(spec.root)
+    """(full key, library path), building if the current contents were never built (or the library
+    published for them is damaged: then the new one replaces it). ``spec`` is ``_trusted``."""
     plan = _plan(spec)
     hit = _lookup(spec, plan, fp.base_key(plan.identity, fp.source_digests(spec.sources)))
     if hit is not None:
         return hit
-    from .lock import build_lock
+    from .lock import build_lock, lock_timeout
+    from .trust import make_dir
 
-    ensure_private_dir(spec.op_dir)
+    lock_timeout()  # a bad OPBUILDER_LOCK_TIMEOUT is a ValueError now, not only when another build holds the lock
+    make_dir(spec.op_dir)
     with build_lock(spec.op_dir, spec.name):
         for _ in range(_ATTEMPTS):
             sources = fp.source_digests(spec.sources)  # contents now, under the lock
@@ -244,6 +278,28 @@ def _build_kept(spec: BuildSpec) -> Tuple[str, Path]:
     if not lib.is_file():
         key, lib = _build(spec)
     return key, lib
+
+
+def _build_checked(spec: BuildSpec) -> Tuple[BuildSpec, str, Path]:
+    """``_build_kept`` on the trusted spec, with a cache that cannot be written explained (BuildError)."""
+    try:
+        spec = _trusted(spec)
+        return (spec, *_build_kept(spec))
+    except OSError as e:
+        raise _os_error(spec, e) from e
+
+
+def _distrust(spec: BuildSpec, lib: Path, stamp: List[int], err: BaseException) -> None:
+    """A library that passed its checks but that the loader rejects: forget it (under the lock, if it
+    is still the same file), so the next build replaces it."""
+    import logging
+
+    from .lock import build_lock
+    from .published import distrust
+
+    logging.getLogger("opbuilder").warning("opbuilder: %s cannot be loaded (%s); building it again", lib, err)
+    with build_lock(spec.op_dir, spec.name):
+        distrust(lib.parent, lib.name, stamp)
 
 
 def _verbose(verbose: bool) -> bool:
@@ -274,31 +330,41 @@ class CustomOpBuilder:
 
     def build(self) -> str:
         """Build if needed; the path of the shared library."""
-        return str(_build_kept(self.spec)[1])
+        return str(_build_checked(self.spec)[2])
 
     def load(self) -> ModuleType:
         """The module for the sources as they are now (the same object if unchanged)."""
-        for attempt in range(2):
-            key, lib = _build_kept(self.spec)
-            memo = (str(self.spec.op_dir), key)
+        for attempt in range(3):
+            spec, key, lib = _build_checked(self.spec)
+            memo = (str(spec.op_dir), key)
             with _loaded_lock:
                 mod = _loaded.get(memo)
                 if mod is not None:
                     return mod
                 # The first build imported in this process is module `name`; a later one (after an
                 # edit) gets a name of its own, or pybind11 would return the module it made first.
-                module_name = self.spec.name
+                module_name = spec.name
                 if module_name in _names_used:
-                    module_name = f"_opbuilder_{key}.{self.spec.name}"
+                    module_name = f"_opbuilder_{key}.{spec.name}"
                 try:
-                    mod = import_extension(self.spec.name, lib, module_name)
-                except BuildError:
-                    if attempt == 0 and not lib.exists():
+                    stamp = stamp_of(os.lstat(lib))
+                    mod = import_extension(spec.name, lib, module_name)
+                except FileNotFoundError:
+                    if attempt == 0:
                         continue  # pruned by another process between lookup and import: build again
                     raise
-                _names_used.add(self.spec.name)
-                _loaded[memo] = mod
-                return mod
+                except BuildError as e:
+                    if attempt == 0 and not lib.exists():
+                        continue  # pruned by another process between lookup and import: build again
+                    if attempt < 2 and loader_error(e.__cause__):
+                        damaged = e.__cause__
+                    else:
+                        raise
+                else:
+                    _names_used.add(spec.name)
+                    _loaded[memo] = mod
+                    return mod
+            _distrust(spec, lib, stamp, damaged)  # outside _loaded_lock: it may wait for the build lock
         raise AssertionError("unreachable")
 
 
@@ -310,4 +376,4 @@ def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backe
     """Build a plain shared library (no pybind11, symbols exported), e.g. for aot ops; its path."""
     spec = make_spec(name, sources, backend, "library", include_paths, cflags, cuda_cflags, ldflags, debug_mode,
                      _verbose(verbose), cache_root(build_dir))
-    return str(_build_kept(spec)[1])
+    return str(_build_checked(spec)[2])

@@ -1,19 +1,19 @@
 """The cache directory: where it is, whether it is safe to trust, and what is in it.
 
 ``OPBUILDER_CACHE_DIR`` (default ``~/.cache/opbuilder``). Directories are
-created mode 0700. A cache directory that another user owns, or that group or
-others can write to, is refused: anyone who can write there could plant a
-library that we would load.
+created mode 0700. A cache directory that is a symbolic link, that another
+user owns, that group or others can write to, or that sits below a directory
+someone else can write (see trust.py) is refused: anyone who can write there
+could plant a library that we would load.
 """
 from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 from typing import List, Optional, Union
 
-from .errors import UnsafeCacheDirError
+from .trust import trusted_root
 
 __all__ = ["cache_root", "ensure_private_dir", "check_private_dir", "CachedOp", "list_operators",
            "remove_operator", "dir_size", "LOCK_FILE"]
@@ -30,36 +30,15 @@ def cache_root(override: Optional[Union[str, os.PathLike]] = None) -> Path:
     return Path.home() / ".cache" / "opbuilder"
 
 
-def check_private_dir(path: Path) -> None:
-    """Raise UnsafeCacheDirError unless ``path`` is ours and not group/other-writable."""
-    st = os.stat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeCacheDirError(f"opbuilder cache path {path} is not a directory")
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
-        raise UnsafeCacheDirError(
-            f"opbuilder cache directory {path} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); "
-            f"nothing is built or loaded from it. Set OPBUILDER_CACHE_DIR to a directory of your own.")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeCacheDirError(
-            f"opbuilder cache directory {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
-            f"nothing is built or loaded from it. Fix: chmod 700 {path}")
+def check_private_dir(path: Path) -> Path:
+    """Raise UnsafeCacheDirError unless ``path`` is a directory of ours (not a symlink), not
+    group/other-writable, under directories nobody else can write; its real path."""
+    return trusted_root(path, create=False)
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (0700) if missing, then check it."""
-    try:
-        check_private_dir(path)  # the usual case, one stat: it exists
-        return path
-    except FileNotFoundError:
-        pass
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=False)
-    except FileExistsError:
-        pass
-    else:
-        os.chmod(path, 0o700)
-    check_private_dir(path)
-    return path
+    """Create ``path`` (0700, parents too) if missing, then check it; its real path."""
+    return trusted_root(path)
 
 
 # What is in the cache: for ``python -m opbuilder cache list|clean``.
@@ -93,11 +72,13 @@ def _op_entry(path: Path) -> Optional[CachedOp]:
     builds = []
     for d in path.iterdir():
         info = d / "build.json"
-        if d.is_dir() and info.is_file():
+        if d.is_dir() and not d.is_symlink() and info.is_file():
             try:
                 data = json.loads(info.read_text())
             except (OSError, ValueError):
                 continue
+            if not isinstance(data, dict) or not isinstance(data.get("built_at"), (int, float)):
+                continue  # not a record this version wrote: the next load rebuilds it
             libs = [p for p in d.iterdir() if p.suffix == ".so" and not p.name.startswith(".")]
             data.update(key=d.name, library=str(libs[0]) if libs else None)
             builds.append(data)
@@ -111,7 +92,7 @@ def list_operators(root: Path, name: Optional[str] = None) -> List[CachedOp]:
         return []
     out = []
     for p in sorted(root.iterdir()):
-        if p.is_dir() and (name is None or p.name in (name, f"{name}.lib")):
+        if p.is_dir() and not p.is_symlink() and (name is None or p.name in (name, f"{name}.lib")):
             entry = _op_entry(p)
             if entry is not None:
                 out.append(entry)

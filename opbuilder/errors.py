@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["BuildError", "UnsafeCacheDirError"]
+__all__ = ["BuildError", "UnsafeCacheDirError", "warn_broken", "cache_os_error"]
 
 
 class BuildError(RuntimeError):
@@ -22,3 +22,32 @@ class BuildError(RuntimeError):
 
 class UnsafeCacheDirError(PermissionError):
     """The cache directory could be written by another user, so nothing in it is trusted."""
+
+
+def warn_broken(path: object, why: str, then: str) -> None:
+    """Say (as a warning on the "opbuilder" logger) that a bookkeeping file is not what opbuilder
+    writes there, and what is done instead: it is treated as absent, never trusted."""
+    import logging  # not on the warm path unless something is broken
+
+    logging.getLogger("opbuilder").warning("opbuilder: %s is broken (%s); %s", path, why, then)
+
+
+def cache_os_error(name: str, err: OSError, root: object) -> Optional[BuildError]:
+    """A ``BuildError`` that says what to do about a file-system failure in the cache ``root`` (no
+    write access, a full disk, a path too long), or None for other errors (raised as they are)."""
+    import errno
+
+    where = err.filename or root
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        why = (f"no room to write {where} ({err.strerror}); nothing partial was kept. Free some space there "
+               f"(python -m opbuilder cache clean removes old builds) or set OPBUILDER_CACHE_DIR to a file system "
+               f"with room, and load again")
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = (f"cannot write {where} in the opbuilder cache {root} ({err.strerror}). Make it writable, or set "
+               f"OPBUILDER_CACHE_DIR to a directory you can write to (builds already in a read-only cache still load)")
+    elif err.errno in (errno.ENAMETOOLONG, errno.ENOTDIR):
+        why = (f"cannot create {where} ({err.strerror}); set OPBUILDER_CACHE_DIR to a directory with a shorter "
+               f"path that you can write to")
+    else:
+        return None
+    return BuildError(f"building operator '{name}' failed: {why}", name=name)

@@ -14,6 +14,9 @@ import threading
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from .errors import warn_broken
+from .trust import read_file, write_file
+
 try:  # the same blake2b that hashlib hands out, without hashlib's OpenSSL import on the warm path
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - other Pythons
@@ -78,11 +81,21 @@ def manifest_path(op_dir: Path, base: str) -> Path:
 
 
 def read_manifest(op_dir: Path, base: str) -> Optional[List[str]]:
+    """The headers recorded for ``base``; None if there is no manifest, or (with a warning) if it is
+    not one opbuilder wrote: then the operator is built again and the manifest rewritten."""
+    path = manifest_path(op_dir, base)
     try:
-        data = json.loads(manifest_path(op_dir, base).read_text())
-        return list(data["headers"])
-    except (OSError, ValueError, KeyError, TypeError):
+        data = json.loads(read_file(path))
+    except FileNotFoundError:
         return None
+    except ValueError as e:
+        warn_broken(path, f"not JSON: {e}", "building the operator again")
+        return None
+    headers = data.get("headers") if isinstance(data, dict) else None
+    if not isinstance(headers, list) or not all(isinstance(h, str) and os.path.isabs(h) for h in headers):
+        warn_broken(path, 'not {"headers": [absolute paths]}', "building the operator again")
+        return None
+    return headers
 
 
 def temp_path(path: Path) -> Path:
@@ -91,13 +104,11 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``path`` so that readers see the old or the new contents, never a part."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = temp_path(path)
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def write_text_atomic(path: Path, text: str, durable: bool = False) -> None:
+    """Write ``path`` (mode 0600) so that readers see the old or the new contents, never a part;
+    its directory must exist (and be checked: trust.py)."""
+    write_file(path, text.encode(), durable=durable)
 
 
-def write_json_atomic(path: Path, data: Dict) -> None:
-    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
+def write_json_atomic(path: Path, data: Dict, durable: bool = False) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True), durable)

@@ -53,4 +53,4 @@ def _digest_now(root: str) -> Tuple[dict, List[str]]:
 def headers_digest(state_dir: Optional[Path] = None) -> str:
     """Content hash of every header opbuilder ships (part of every cache key)."""
     root = str(include_dir())
-    return str(remembered(state_dir, f"headers {root}", lambda: _digest_now(root))["digest"])
+    return str(remembered(state_dir, f"headers {root}", lambda: _digest_now(root), schema={"digest": str})["digest"])

@@ -11,7 +11,7 @@ from typing import Optional
 
 from .errors import BuildError
 
-__all__ = ["import_extension", "demangle"]
+__all__ = ["import_extension", "demangle", "loader_error"]
 
 
 def demangle(symbol: str) -> str:
@@ -30,6 +30,18 @@ def demangle(symbol: str) -> str:
             ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
     except (OSError, AttributeError):
         return symbol
+
+
+# what the dynamic loader says of a file that is not a whole, valid library (truncated, zeroed, garbage)
+_LOADER = re.compile(r"invalid ELF header|file too short|ELF load command|cannot map zero-fill|wrong ELF class|"
+                     r"ELF file|cannot read file data|only ET_DYN and ET_EXEC|no dynamic section|"
+                     r"cannot open shared object file|cannot apply additional memory protection")
+
+
+def loader_error(err: BaseException) -> bool:
+    """True if ``err`` (an ImportError) says the library file itself is damaged, so building it
+    again can help (an undefined symbol or a missing init function would only fail again)."""
+    return isinstance(err, ImportError) and _LOADER.search(str(err)) is not None
 
 
 def _explain(err: ImportError) -> Optional[str]:

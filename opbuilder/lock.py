@@ -7,23 +7,35 @@ Never a "soft" lock file whose mere existence means locked: that is what
 makes other builders hang forever after a crash. On a file system without
 ``flock`` (some FUSE and network mounts) filelock may fall back to one; the
 builder never does: it raises a ``BuildError`` that names the directory.
+
+A build that waits for the lock says which process holds it (its pid, from
+``/proc/locks``) and whether that process is stopped (Ctrl-Z, SIGSTOP: it
+keeps the lock and will not finish until continued), and gives up after
+``OPBUILDER_LOCK_TIMEOUT`` seconds (default 1800) with a ``BuildError`` that
+says so.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import logging
+import os
 import sys
+import time
 from inspect import signature
 from pathlib import Path
-from typing import ContextManager, Dict, Iterator, Optional
+from typing import ContextManager, Dict, Iterator, Optional, Tuple
 
 import filelock
 
 from .cache_dir import LOCK_FILE
 from .errors import BuildError
+from .trust import check_file
 
-__all__ = ["build_lock", "try_lock", "wait_lock"]
+__all__ = ["build_lock", "try_lock", "wait_lock", "lock_timeout", "lock_holder", "LOCK_TIMEOUT_S"]
+
+LOCK_TIMEOUT_S = 1800.0  # default of OPBUILDER_LOCK_TIMEOUT: how long a build waits for another's lock
+_POLL_S = 1.0  # how often a waiting build looks at the holder again
 
 log = logging.getLogger("opbuilder")
 
@@ -35,7 +47,101 @@ if "fallback_to_soft" not in signature(filelock.UnixFileLock.__init__).parameter
 
 
 def _lock(op_dir: Path) -> filelock.BaseFileLock:
-    return filelock.UnixFileLock(str(op_dir / LOCK_FILE), **_NO_SOFT)
+    path = op_dir / LOCK_FILE
+    try:
+        check_file(path)  # opened (created, if missing) by filelock, which would follow a symlink
+    except FileNotFoundError:
+        pass
+    return filelock.UnixFileLock(str(path), mode=0o600, **_NO_SOFT)
+
+
+def lock_timeout() -> float:
+    """Seconds a build waits for another process's build lock: ``OPBUILDER_LOCK_TIMEOUT`` or 1800."""
+    env = os.environ.get("OPBUILDER_LOCK_TIMEOUT", "").strip()
+    if not env:
+        return LOCK_TIMEOUT_S
+    try:
+        seconds = float(env)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:
+        raise ValueError(f"OPBUILDER_LOCK_TIMEOUT must be a positive number of seconds (or inf), got {env!r}")
+    return seconds
+
+
+def lock_holder(path: Path) -> Optional[Tuple[int, bool]]:
+    """(pid, stopped) of the process holding the flock on ``path``, from ``/proc/locks``; None if unknown."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    exact = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    found = None
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 6438 fe:00:2154551 0 EOF" (waiters: "1: -> FLOCK ...")
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK" or not parts[4].isdigit():
+            continue
+        if parts[5] == exact:
+            found = int(parts[4])
+            break
+        if found is None and parts[5].endswith(f":{st.st_ino}"):  # overlay file systems report another device
+            found = int(parts[4])
+    if not found:
+        return None
+    try:
+        with open(f"/proc/{found}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return found, False
+    return found, state in (b"T", b"t")
+
+
+def _describe(holder: Optional[Tuple[int, bool]]) -> str:
+    if holder is None:
+        return "holder unknown"
+    pid, stopped = holder
+    return f"pid {pid}, stopped" if stopped else f"pid {pid}, running"
+
+
+def _stopped_note(name: str, pid: int) -> str:
+    return (f"opbuilder: process {pid}, which holds the build lock of {name}, is stopped (Ctrl-Z or SIGSTOP) and "
+            f"will not finish until it is continued (kill -CONT {pid}, or fg in its shell)\n")
+
+
+def _wait(lock: filelock.BaseFileLock, op_dir: Path, name: str) -> None:
+    """Wait for ``lock``, saying who holds it, until OPBUILDER_LOCK_TIMEOUT; then a BuildError."""
+    timeout = lock_timeout()
+    path = op_dir / LOCK_FILE
+    holder = lock_holder(path)
+    sys.stderr.write(f"opbuilder: waiting for another process that is building {name} ({_describe(holder)}); "
+                     f"giving up after {timeout:g} s (OPBUILDER_LOCK_TIMEOUT)\n")
+    log.info("waiting for the build lock of %s (%s)", name, _describe(holder))
+    told = holder is not None and holder[1]
+    if told:
+        sys.stderr.write(_stopped_note(name, holder[0]))  # type: ignore[index]
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        if _attempt(lock, op_dir, name, min(_POLL_S, left)):
+            return
+        holder = lock_holder(path)
+        stopped = holder is not None and holder[1]
+        if stopped and not told:
+            sys.stderr.write(_stopped_note(name, holder[0]))  # type: ignore[index]
+        told = stopped
+    holder = lock_holder(path)
+    if holder is not None and holder[1]:
+        advice = (f"process {holder[0]} is stopped: continue it (kill -CONT {holder[0]}, or fg in its shell) or end "
+                  f"it, then load again")
+    else:
+        advice = "load again once that build is done, or set OPBUILDER_LOCK_TIMEOUT higher"
+    raise BuildError(f"building operator '{name}' failed: gave up after waiting {timeout:g} s "
+                     f"(OPBUILDER_LOCK_TIMEOUT) for the build lock {path}, held by another process "
+                     f"({_describe(holder)}); {advice}", name=name)
 
 
 def _no_flock(op_dir: Path, why: str, name: Optional[str]) -> BuildError:
@@ -68,12 +174,11 @@ def _attempt(lock: filelock.BaseFileLock, op_dir: Path, name: Optional[str], tim
 
 @contextlib.contextmanager
 def build_lock(op_dir: Path, name: str) -> Iterator[None]:
-    """Hold the build lock of one operator; says so on stderr if another process has it."""
+    """Hold the build lock of one operator; says so on stderr (and who holds it) if another process
+    has it, and gives up after OPBUILDER_LOCK_TIMEOUT seconds."""
     lock = _lock(op_dir)
     if not _attempt(lock, op_dir, name, 0):
-        sys.stderr.write(f"opbuilder: waiting for another process that is building {name}\n")
-        log.info("waiting for the build lock of %s", name)
-        _attempt(lock, op_dir, name, -1)
+        _wait(lock, op_dir, name)
     try:
         yield
     finally:

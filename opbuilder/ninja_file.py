@@ -14,6 +14,8 @@ import shlex
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence, Tuple
 
+from .trust import write_file
+
 __all__ = ["Step", "write_build_file", "parse_depfile", "depfile_inputs"]
 
 
@@ -52,9 +54,7 @@ def write_build_file(path: Path, compile_steps: Sequence[Step], all_objects: Seq
             lines.append(f"  extra = {_cmd(s.extra)}")
     objs = " ".join(_path(o) for o in all_objects)
     lines += [f"build {_path(output)}: link {objs}", f"default {_path(output)}", ""]
-    tmp_file = path.with_name(path.name + ".tmp")
-    tmp_file.write_text("\n".join(lines))
-    tmp_file.replace(path)
+    write_file(path, "\n".join(lines).encode())
 
 
 def parse_depfile(path: Path) -> List[str]:

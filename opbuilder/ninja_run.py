@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from .errors import BuildError
+from .trust import read_file, write_file
 
 __all__ = ["run_ninja", "first_errors", "stop_leftovers", "MARKER", "ENV_MARK"]
 
@@ -117,8 +118,8 @@ def _leftover_pids(build_dir: Path, session: Optional[int]) -> List[int]:
 def _marker_session(marker: Path) -> Optional[int]:
     """The session of the build that wrote ``marker`` (``PID SID``); None if it does not say."""
     try:
-        return int(marker.read_text().split()[1])
-    except (OSError, IndexError, ValueError):
+        return int(read_file(marker).split()[1])
+    except (FileNotFoundError, IndexError, ValueError):
         return None
 
 
@@ -162,12 +163,14 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) 
     argv = [ninja, "-j", str(jobs)] + (["-v"] if verbose else [])
     status = _Status(name)
     marker = build_dir / MARKER
-    marker.write_text(f"{os.getpid()} {os.getsid(0)}\n")
-    started = marker.stat().st_ctime_ns
+    write_file(marker, f"{os.getpid()} {os.getsid(0)}\n".encode())
+    started = os.lstat(marker).st_ctime_ns
     t0 = time.perf_counter()
     log.info("building %s in %s (%d jobs)", name, build_dir, jobs)
+    # umask 077: what ninja and the compilers create (objects, depfiles, the library) is ours alone,
+    # as everything else in the cache (trust.py refuses group- or other-writable files)
     proc = subprocess.Popen(argv, cwd=build_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace")
+                            stdin=subprocess.DEVNULL, text=True, errors="replace", umask=0o077)
     out: List[str] = []
     assert proc.stdout is not None
     try:
@@ -190,7 +193,7 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) 
     elapsed = time.perf_counter() - t0
     text = "".join(out)
     log_path = build_dir / "build.log"
-    log_path.write_text(text)
+    write_file(log_path, text.encode())
     if rc != 0:
         status.done(f"building {name} failed")
         errs = first_errors(text) or [ln for ln in text.splitlines() if ln.strip()][-8:]

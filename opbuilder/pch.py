@@ -28,6 +28,13 @@ holds ``<key>/.lock`` while it works (one PCH build at a time), writes under a
 temporary name and renames into place; its output is in ``<key>/build.log``.
 It is not started when the build may run only one job (``MAX_JOBS=1`` or
 little free memory). The three most recently used PCHs are kept.
+
+The PCH is compiled into every eligible source, so it is trusted only as the
+rest of the cache is (trust.py): ``.pch``, its key directory, ``pch.h`` and
+``pch.h.gch`` must be real, ours, and writable by nobody else, or the build
+is refused. A precompile that was killed leaves its temporary ``.gch`` (100+
+MB) and gcc's temporary files (in ``<key>/.tmp``, its TMPDIR); the next
+build that finds the PCH's lock free removes them.
 """
 from __future__ import annotations
 
@@ -41,8 +48,9 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from .fingerprint import write_text_atomic
+from .trust import check_file, make_dir, read_file
 
-__all__ = ["Pch", "HEADER", "enabled", "eligible", "prepare", "prune", "start_build"]
+__all__ = ["Pch", "HEADER", "enabled", "eligible", "prepare", "prune", "start_build", "clear_leftovers"]
 
 HEADER = "opbuilder/extension.h"
 _STARTS_WITH = ("opbuilder/extension.h", "ms_extension.h")  # ms_extension.h begins by including extension.h
@@ -95,10 +103,18 @@ def prepare(root: Path, key: str) -> Pch:
     """The PCH directory for ``key`` with its ``pch.h`` written (the .gch may not exist yet)."""
     pch = Pch(root / ".pch" / key)
     for d in (pch.dir.parent, pch.dir):
-        d.mkdir(mode=0o700, exist_ok=True)
+        make_dir(d)  # refuses a symlink, another user's directory, a group-writable one
     text = f'// written by opbuilder: precompiled as pch.h.gch\n#include "{HEADER}"\n'
-    if not pch.header.is_file():
+    try:
+        current = read_file(pch.header)
+    except FileNotFoundError:
+        current = None
+    if current != text.encode():
         write_text_atomic(pch.header, text)
+    try:
+        check_file(pch.gch)  # gcc loads it in place of pch.h
+    except FileNotFoundError:
+        pass
     now = time.time()
     os.utime(pch.dir, (now, now))  # recently used: kept by prune()
     return pch
@@ -106,18 +122,44 @@ def prepare(root: Path, key: str) -> Pch:
 
 def prune(root: Path, keep: int = KEEP, current: Optional[str] = None) -> None:
     """Keep the ``keep`` most recently used PCHs; the rest cost disk (100+ MB each)."""
+    from .lock import try_lock
+
     base = root / ".pch"
     try:
-        dirs = sorted((d for d in base.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
+        with os.scandir(base) as entries:
+            dirs = sorted(((e.stat(follow_symlinks=False).st_mtime, Path(e.path)) for e in entries
+                           if e.is_dir(follow_symlinks=False)), reverse=True)
     except OSError:
         return
     hour_ago = time.time() - 3600
-    for d in dirs[keep:]:
+    for i, (mtime, d) in enumerate(dirs):
         # one used in the last hour may be in use by a compile right now
-        if d.name != current and d.stat().st_mtime < hour_ago:
+        if i >= keep and d.name != current and mtime < hour_ago:
             shutil.rmtree(d, ignore_errors=True)
+        elif d.name != current:
+            try:
+                with try_lock(d) as free:
+                    if free:
+                        clear_leftovers(Pch(d))
+            except OSError:
+                pass
 
 
+def clear_leftovers(pch: Pch) -> int:
+    """Remove what a killed precompile left in ``pch.dir`` (its temporary .gch, gcc's temporary files);
+    how many. Call with the PCH's lock held, so that no precompile of it is running."""
+    gone = 0
+    for tmp in pch.dir.glob(".pch.h.gch.tmp-*"):
+        tmp.unlink(missing_ok=True)
+        gone += 1
+    tmpdir = pch.dir / _TMPDIR
+    if os.path.lexists(tmpdir):
+        shutil.rmtree(tmpdir, ignore_errors=True) if tmpdir.is_dir() and not tmpdir.is_symlink() else tmpdir.unlink()
+        gone += 1
+    return gone
+
+
+_TMPDIR = ".tmp"  # the precompile's TMPDIR, inside its directory, so that what it leaves is found
 _WORKER = ("import sys; sys.path.insert(0, sys.argv[1]); from opbuilder.pch import build_now; "
            "sys.exit(build_now(sys.argv[2], sys.argv[3:]))")
 
@@ -127,12 +169,18 @@ def start_build(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> bool:
     from .lock import try_lock
 
     with try_lock(pch.dir) as free:
-        if not free or pch.built:
+        if not free:
+            return False
+        if clear_leftovers(pch):
+            import logging
+            logging.getLogger("opbuilder").info("removed what a killed precompile left in %s", pch.dir)
+        if pch.built:
             return False
     env = {k: v for k, v in os.environ.items() if k != "OPBUILDER_BUILD_DIR"}
+    env["TMPDIR"] = str(pch.dir / _TMPDIR)
     argv = [sys.executable, "-c", _WORKER, str(Path(__file__).resolve().parents[1]), str(pch.dir), *cxx, *flags]
     subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, umask=0o077)
     return True
 
 
@@ -145,15 +193,22 @@ def build_now(directory: str, command: List[str]) -> int:
         os.nice(10)  # the operator's own compile comes first
     except OSError:
         pass
+    os.umask(0o077)
     with try_lock(pch.dir) as free:
         if not free or pch.built:
             return 0
+        clear_leftovers(pch)
+        make_dir(pch.dir / _TMPDIR)
         tmp = pch.dir / f".pch.h.gch.tmp-{os.getpid()}"
-        with open(pch.dir / "build.log", "w") as log:
+        log_tmp = pch.dir / f".build.log.tmp-{os.getpid()}"
+        log_fd = os.open(log_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(log_fd, "w") as log:
             rc = subprocess.call([*command, "-x", "c++-header", str(pch.header), "-o", str(tmp)],
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        os.replace(log_tmp, pch.dir / "build.log")
         if rc == 0:
             os.replace(tmp, pch.gch)
         else:
             tmp.unlink(missing_ok=True)
+        clear_leftovers(pch)
         return rc

@@ -18,9 +18,10 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .fingerprint import temp_path
+from .errors import UnsafeCacheDirError, warn_broken
+from .trust import read_file, stamp_of, write_file
 
 __all__ = ["remembered", "stamp"]
 
@@ -41,19 +42,43 @@ def stamp(path: str) -> Optional[List[int]]:
 
 
 def _read(file: str) -> dict:
-    st = stamp(file)
+    """The file's records, parsed once per process while its stamp stays the same. It is checked
+    like everything in the cache (ours, not a link, written by no one else: trust.py), since what
+    it says decides include paths; one that is not a JSON object is treated as empty, with a warning."""
+    try:
+        st = stamp_of(os.lstat(file))
+    except FileNotFoundError:
+        _parsed.pop(file, None)
+        return {}
     memo = _parsed.get(file)
-    if memo is not None and st is not None and memo[0] == st:
+    if memo is not None and memo[0] == st:
         return memo[1]
     try:
-        with open(file, "rb") as f:
-            data = json.loads(f.read())
-        if not isinstance(data, dict):
-            data = {}
-    except (OSError, ValueError):
+        data = json.loads(read_file(Path(file)))
+    except FileNotFoundError:
+        data = {}
+    except ValueError as e:
+        warn_broken(file, f"not JSON: {e}", "probing the toolchain again")
+        data = {}
+    if not isinstance(data, dict):
+        warn_broken(file, "not a JSON object", "probing the toolchain again")
         data = {}
     _parsed[file] = (st, data)
     return data
+
+
+def _facts(file: str, lookup: str, rec: object, schema: Dict[str, Any]) -> Optional[Facts]:
+    """The facts of a stored record if it has the shape this version writes (else None, with a warning)."""
+    if rec is None:
+        return None
+    ok = (isinstance(rec, dict) and isinstance(rec.get("stamps"), list) and isinstance(rec.get("facts"), dict)
+          and all(isinstance(s, list) and len(s) == 2 and isinstance(s[0], str)
+                  and (s[1] is None or isinstance(s[1], list)) for s in rec["stamps"])
+          and all(isinstance(rec["facts"].get(k), t) for k, t in schema.items()))
+    if not ok:
+        warn_broken(f"{file} (record {lookup!r})", "not the shape opbuilder writes", "probing it again")
+        return None
+    return rec["facts"]  # type: ignore[index]
 
 
 def _settled(stamps: Sequence[Tuple[str, Optional[List[int]]]]) -> bool:
@@ -62,7 +87,7 @@ def _settled(stamps: Sequence[Tuple[str, Optional[List[int]]]]) -> bool:
 
 
 def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple[Facts, List[str]]],
-               inputs: Optional[Sequence[str]] = None) -> Facts:
+               inputs: Optional[Sequence[str]] = None, schema: Optional[Dict[str, Any]] = None) -> Facts:
     """The facts for ``lookup``: stored ones while their files' stamps match, else ``probe()``'d.
 
     ``probe`` returns (facts, the files they were derived from). With no
@@ -74,9 +99,9 @@ def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple
     file = str(state_dir / FILE_NAME) if state_dir is not None else None
     if file is not None:
         rec = _read(file).get(lookup)
-        if isinstance(rec, dict) and isinstance(rec.get("stamps"), list) and "facts" in rec:
-            if all(stamp(p) == s for p, s in rec["stamps"]):
-                return rec["facts"]
+        facts = _facts(file, lookup, rec, schema or {})
+        if facts is not None and all(stamp(p) == s for p, s in rec["stamps"]):  # type: ignore[index]
+            return facts
     before = [(p, stamp(p)) for p in inputs] if inputs is not None else None
     facts, paths = probe()
     stamps = [(p, stamp(p)) for p in paths]
@@ -91,13 +116,15 @@ LOCK_WAIT_S = 10.0  # a probe's record is only a cache: past this, it is not sto
 def _store(state_dir: Path, file: str, lookup: str, record: dict) -> None:
     """Add one record to the file: read, merge and replace under the cache directory's lock, so
     processes probing at once do not drop each other's records (the warm path only reads)."""
-    from .errors import BuildError
+    from .errors import BuildError, UnsafeCacheDirError
     from .lock import wait_lock
 
     try:
         with wait_lock(state_dir, LOCK_WAIT_S) as held:
             if held:  # else a stopped process holds it: store nothing rather than wait on it
                 _merge(file, lookup, record)
+    except UnsafeCacheDirError:
+        raise
     except BuildError:  # no flock on this file system: merge unlocked (a concurrent probe may lose a record)
         _merge(file, lookup, record)
     except OSError:  # a read-only cache (no lock file) still works, it just probes every time
@@ -105,15 +132,11 @@ def _store(state_dir: Path, file: str, lookup: str, record: dict) -> None:
 
 
 def _merge(file: str, lookup: str, record: dict) -> None:
-    tmp = str(temp_path(Path(file)))  # one per process and thread: threads write at once too
     try:
         data = dict(_read(file))
         data[lookup] = record
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, file)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        write_file(Path(file), json.dumps(data, indent=1, sort_keys=True).encode())
+    except UnsafeCacheDirError:
+        raise
+    except OSError:  # a read-only or full cache: the fact is probed again next time
+        pass

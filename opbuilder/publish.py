@@ -1,9 +1,14 @@
-"""Publishing builds atomically, and keeping the object directory honest.
+"""Publishing builds atomically, checking them before use, and keeping the object directory honest.
 
-A library is copied to ``<op>/<key>/.name.tmp-PID`` and renamed into place,
-so a path that exists is always complete; a published file is never
-rewritten (a new key gets a new directory), so processes that loaded it are
-safe.
+A library is copied to ``<op>/<key>/.name.tmp-PID`` (mode 0700, ``O_EXCL``),
+flushed to disk (fsync) and renamed over the final name, so a path that
+exists is always complete; its size, SHA-256 and stat stamp go into
+``build.json`` beside it (published.py checks them before every use). A
+library that failed that check is replaced the same way, by a rename, so a
+process that mapped the old file keeps its copy.
+
+Builds are kept by use (published.py stamps the key directory when a load
+uses it): the ``KEEP_BUILDS`` most recently used builds per operator stay.
 
 Objects are trusted only through ``build/objects.json``, a record of the
 contents (digests) of every input each object was compiled from, written
@@ -29,43 +34,98 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from .errors import warn_broken
 from .fingerprint import file_digest, write_json_atomic
 from .ninja_file import Step, depfile_inputs
+from .published import INFO
+from .trust import read_file, stamp_of
 
 __all__ = ["publish_library", "stale_steps", "record_objects", "changed_since", "recorded_inputs",
            "prune_old_builds", "KEEP_BUILDS", "write_build_info"]
 
-KEEP_BUILDS = 4
+KEEP_BUILDS = 8  # builds kept per operator: the most recently used
 _RECORD = "objects.json"
 _IDENTITY = "<compile identity>"  # flags, toolchain and opbuilder's headers (not in depfiles: -isystem)
+_OBJECT = "<object>"  # the digest of the object file itself: a truncated or damaged object is compiled again
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 Record = Dict[str, Dict[str, str]]
 
 
-def publish_library(built: Path, key_dir: Path, filename: str) -> Path:
+def publish_library(built: Path, key_dir: Path, filename: str) -> Dict[str, object]:
+    """Copy ``built`` to ``key_dir/filename``: written under a new name, fsync'd, renamed over
+    whatever is there (a damaged copy being replaced). Returns the record for ``build.json``:
+    size, SHA-256 and stat stamp. A failure (a full disk) leaves no partial file behind."""
+    import hashlib
+
     final = key_dir / filename
-    if final.is_file():
-        return final
-    key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for old in key_dir.glob(f".{filename}.tmp-*"):  # a publish killed half-way (we hold the lock)
+        old.unlink(missing_ok=True)
     tmp = key_dir / f".{filename}.tmp-{os.getpid()}"
-    shutil.copyfile(built, tmp)
-    os.chmod(tmp, 0o700)
-    os.replace(tmp, final)
-    return final
+    h = hashlib.sha256()
+    src = os.open(built, os.O_RDONLY | _NOFOLLOW)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o700)
+        try:
+            os.fchmod(fd, 0o700)
+            while True:
+                chunk = os.read(src, 1 << 20)
+                if not chunk:
+                    break
+                h.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(src)
+    _fsync_dir(key_dir)
+    st = os.lstat(final)
+    return {"size": st.st_size, "sha256": h.hexdigest(), "stamp": stamp_of(st)}
 
 
-def write_build_info(key_dir: Path, spec, base: str) -> None:
-    write_json_atomic(key_dir / "build.json", {
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (so a crash cannot leave the old name or none)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_build_info(key_dir: Path, spec, base: str, library: Dict[str, object]) -> None:
+    write_json_atomic(key_dir / INFO, {
         "name": spec.name, "kind": spec.kind, "backend": spec.backend, "base": base,
-        "sources": [str(s) for s in spec.sources], "built_at": time.time(),
-    })
+        "sources": [str(s) for s in spec.sources], "built_at": time.time(), "library": library,
+    }, durable=True)
 
 
 def load_record(build_dir: Path) -> Record:
+    """``objects.json``: for each object, its inputs' digests; entries of another shape are dropped
+    (their objects are compiled again)."""
+    path = build_dir / _RECORD
     try:
-        data = json.loads((build_dir / _RECORD).read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+        data = json.loads(read_file(path))
+    except FileNotFoundError:
         return {}
+    except ValueError as e:
+        warn_broken(path, f"not JSON: {e}", "compiling every object again")
+        return {}
+    if not isinstance(data, dict):
+        warn_broken(path, "not a JSON object", "compiling every object again")
+        return {}
+    return {obj: deps for obj, deps in data.items()
+            if isinstance(deps, dict) and all(isinstance(v, str) for v in deps.values())}
 
 
 def _digest(path: str) -> Optional[str]:
@@ -80,7 +140,7 @@ def _current(deps: Dict[str, str], identity: str, sources: Dict[str, str]) -> bo
     if not isinstance(deps, dict) or deps.get(_IDENTITY) != identity:
         return False
     for path, digest in deps.items():
-        if path == _IDENTITY:
+        if path in (_IDENTITY, _OBJECT):
             continue
         now = sources[path] if path in sources else _digest(path)
         if now != digest:
@@ -96,7 +156,8 @@ def stale_steps(build_dir: Path, steps: Sequence[Step], identity: str, sources: 
     todo = []
     for s in steps:
         path = build_dir / s.obj
-        if path.exists() and _current(record.get(s.obj, {}), identity, sources):
+        deps = record.get(s.obj, {})
+        if path.exists() and _current(deps, identity, sources) and _digest(str(path)) == deps.get(_OBJECT):
             continue
         todo.append(s)
         record.pop(s.obj, None)
@@ -130,7 +191,7 @@ def record_objects(build_dir: Path, compiled: Sequence[Step], identity: str, sta
             changed += late
             (build_dir / s.obj).unlink(missing_ok=True)
             continue
-        deps = {_IDENTITY: identity}
+        deps = {_IDENTITY: identity, _OBJECT: _digest(str(build_dir / s.obj)) or ""}
         deps.update(digests)
         record[s.obj] = deps
     write_json_atomic(build_dir / _RECORD, record)
@@ -161,23 +222,28 @@ def recorded_inputs(build_dir: Path, objects: Sequence[str], sources: Sequence[P
     out: Dict[str, str] = {}
     for obj in objects:
         for path, digest in record.get(obj, {}).items():
-            if path != _IDENTITY and path not in srcs:
+            if path not in (_IDENTITY, _OBJECT) and path not in srcs:
                 out[path] = digest
     return out
 
 
 def prune_old_builds(op_dir: Path, keep: int, current: str) -> None:
-    """Keep the newest ``keep`` published builds of an operator (and their manifests), drop the rest."""
+    """Keep the ``keep`` most recently used builds of an operator (and their manifests), and
+    ``current``; drop the rest. Call with the operator's lock held."""
     builds = []
-    for d in op_dir.iterdir():
-        if d.is_dir() and d.name not in ("build", "deps") and (d / "build.json").exists():
-            builds.append((d.stat().st_mtime, d))
+    with os.scandir(op_dir) as entries:
+        for e in entries:
+            if e.name in ("build", "deps") or e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
+                continue
+            builds.append((e.stat(follow_symlinks=False).st_mtime, e.name))
     builds.sort(reverse=True)
     kept_bases = set()
-    for i, (_, d) in enumerate(builds):
-        if i < keep or d.name == current:
+    for i, (_, name) in enumerate(builds):
+        d = op_dir / name
+        if i < keep or name == current:
             try:
-                kept_bases.add(json.loads((d / "build.json").read_text()).get("base"))
+                data = json.loads(read_file(d / INFO))
+                kept_bases.add(data.get("base") if isinstance(data, dict) else None)
             except (OSError, ValueError):
                 pass
         else:

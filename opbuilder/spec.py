@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Tuple, Union
 
-__all__ = ["BuildSpec", "make_spec", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES"]
+__all__ = ["BuildSpec", "make_spec", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME"]
 
 BACKENDS = ("CPU", "GPU")
 CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C")
 CUDA_SUFFIXES = (".cu",)
+MAX_NAME = 100  # characters in an operator name: with suffixes and temporary-file parts, well under 255
 PathLike = Union[str, Path]
 
 
@@ -52,6 +53,13 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
     """Check the user's arguments and resolve paths; errors say what to change."""
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError(f"operator name {name!r} must be a valid Python identifier (it becomes the module name)")
+    if not name.isascii():
+        # Python looks for PyInitU_<punycode> in a module with a non-ASCII name, which PYBIND11_MODULE never defines
+        raise ValueError(f"operator name {name!r} must be ASCII (letters, digits, _): Python cannot import an "
+                         f"extension module with a non-ASCII name")
+    if len(name) > MAX_NAME:
+        raise ValueError(f"operator name {name[:20]}... is {len(name)} characters long; at most {MAX_NAME} are "
+                         f"accepted (it names files in the cache, whose names the file system limits)")
     if not isinstance(backend, str) or backend.upper() not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; accepted values: {', '.join(map(repr, BACKENDS))} (the "
                          f"{backend} backend is not available: opbuilder builds for these backends only)")

@@ -80,6 +80,9 @@ def _family(version_text: str) -> str:
     return "unknown"
 
 
+_COMPILER_FACTS = {"identity": str, "family": str, "version": str, "path": str}
+
+
 def _probe(argv: Tuple[str, ...], state_dir: Optional[Path]) -> Compiler:
     """The compiler ``argv`` (its first item a found executable), probed at most once per binary.
 
@@ -107,9 +110,8 @@ def _probe(argv: Tuple[str, ...], state_dir: Optional[Path]) -> Compiler:
         identity = " ".join(argv[1:] + (real,) + tuple(ln for ln in lines if "copyright" not in ln.lower()))
         return {"identity": identity, "family": _family(text), "version": version, "path": real}, [exe]
 
-    facts = remembered(state_dir, f"compiler {' '.join(argv)}", probe, inputs=[exe])
-    return Compiler(argv, str(facts.get("path") or os.path.realpath(exe)), str(facts["identity"]),
-                    str(facts["family"]), str(facts.get("version", "")))
+    facts = remembered(state_dir, f"compiler {' '.join(argv)}", probe, inputs=[exe], schema=_COMPILER_FACTS)
+    return Compiler(argv, str(facts["path"]), str(facts["identity"]), str(facts["family"]), str(facts["version"]))
 
 
 def _resolve(cmd: str, what: str) -> Tuple[str, ...]:
@@ -177,7 +179,8 @@ def cuda_lib_dir(nvcc: Compiler, state_dir: Optional[Path] = None) -> Optional[s
                     return {"lib": d}, [nvcc.path]
         return {"lib": None}, [nvcc.path]
 
-    return remembered(state_dir, f"cuda lib {nvcc.path} home={home}", probe)["lib"]  # type: ignore[return-value]
+    return remembered(state_dir, f"cuda lib {nvcc.path} home={home}", probe,  # type: ignore[return-value]
+                      schema={"lib": (str, type(None))})["lib"]
 
 
 def ext_suffix() -> str:
@@ -202,7 +205,8 @@ def python_info(state_dir: Optional[Path]) -> PythonInfo:
         return facts, [spec.origin, os.path.join(pkg, "_version.py"),
                        os.path.join(include, "pybind11", "detail", "common.h")]
 
-    facts = remembered(state_dir, f"python {sys.executable} {sys.version} pybind11 {spec.origin}", probe)
+    facts = remembered(state_dir, f"python {sys.executable} {sys.version} pybind11 {spec.origin}", probe,
+                       schema={"pybind11_version": str, "pybind11_include": str, "python_include": str})
     abi = f"{sys.implementation.cache_tag} {ext_suffix()}"
     return PythonInfo(str(facts["pybind11_version"]), str(facts["pybind11_include"]),
                       str(facts["python_include"]), abi)

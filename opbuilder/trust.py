@@ -1,0 +1,244 @@
+"""Trusting what is in the cache directory: nothing another user could have put there.
+
+Every directory and file the builder reads, compiles in, links or loads under
+the cache is checked without following symbolic links: one ``lstat`` per
+directory, an ``O_NOFOLLOW`` open and ``fstat`` per file read. It must be a
+real directory or a regular file, owned by us (the effective uid), and not
+writable by group or others; anything else raises ``UnsafeCacheDirError``
+naming the path and the fix. An entry that passes can be changed only by us
+(or root), and so can everything inside a directory that passes, so a path
+checked this way may be handed on (to the compiler, to ``dlopen``): nobody
+else can swap a component between the check and the use.
+
+The directories above the cache root are checked once per load as well
+(``trusted_root``): each must belong to root or to us and must not be
+writable by others unless it is sticky (``/tmp``), or by a group other than
+our own; otherwise whoever can write there could rename the cache away and
+put their own in its place.
+
+What the builder creates gets explicit modes whatever the umask: directories
+0700, files 0600 (libraries 0700). Files are written under a temporary name
+opened with ``O_EXCL | O_NOFOLLOW`` and renamed into place.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import Optional
+
+from .errors import UnsafeCacheDirError
+
+__all__ = ["trusted_root", "check_dir", "check_file", "check_tree", "read_file", "make_dir", "make_dirs",
+           "write_file", "stamp_of"]
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO planted where a file should be must not block the open
+
+
+def _refuse(path: Path, problem: str, fix: str) -> UnsafeCacheDirError:
+    return UnsafeCacheDirError(f"opbuilder cache entry {path} {problem}; nothing is built or loaded from it. "
+                               f"Fix: {fix}")
+
+
+def _check(path: Path, st: os.stat_result, want_dir: bool) -> os.stat_result:
+    """Raise unless ``st`` (an lstat of ``path``) is a directory/regular file of ours, not group/other-writable."""
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise _refuse(path, f"is a symbolic link (to {target}), and opbuilder follows none in its cache",
+                      f"remove the link (rm {path}); opbuilder creates what it needs")
+    if want_dir and not stat.S_ISDIR(mode):
+        raise _refuse(path, "is not a directory", f"remove it (rm {path}); opbuilder creates what it needs")
+    if not want_dir and not stat.S_ISREG(mode):
+        raise _refuse(path, "is not a regular file", f"remove it (rm -r {path}); opbuilder writes it again")
+    if st.st_uid != os.geteuid():
+        raise _refuse(path, f"belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})",
+                      f"remove it (rm -r {path}), or set OPBUILDER_CACHE_DIR to a directory of your own")
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise _refuse(path, f"is writable by group or others (mode {stat.S_IMODE(mode):o})", f"chmod go-w {path}")
+    return st
+
+
+def check_dir(path: Path) -> os.stat_result:
+    """lstat ``path`` and refuse it unless it is a directory of ours that only we can write.
+    ``FileNotFoundError`` if it does not exist."""
+    return _check(path, os.lstat(path), True)
+
+
+def check_file(path: Path) -> os.stat_result:
+    """lstat ``path`` and refuse it unless it is a regular file of ours that only we can write."""
+    return _check(path, os.lstat(path), False)
+
+
+def check_tree(directory: Path) -> None:
+    """Check ``directory`` and everything in it, at every depth (what the compiler will read or overwrite)."""
+    check_dir(directory)
+    todo = [directory]
+    while todo:
+        d = todo.pop()
+        with os.scandir(d) as entries:
+            for e in entries:
+                st = e.stat(follow_symlinks=False)
+                _check(Path(e.path), st, stat.S_ISDIR(st.st_mode))
+                if stat.S_ISDIR(st.st_mode):
+                    todo.append(Path(e.path))
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of a regular file of ours, opened without following a symlink.
+    ``FileNotFoundError`` if it does not exist; ``UnsafeCacheDirError`` if it is not to be trusted."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # the last component is a symlink
+            check_file(path)  # raises, naming the link
+        raise
+    try:
+        _check(path, os.fstat(fd), False)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def make_dir(path: Path) -> Path:
+    """``path`` as a checked directory of ours, created 0700 (whatever the umask) if it is missing;
+    its parent must exist and be checked already."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    else:
+        os.chmod(path, 0o700)
+    check_dir(path)
+    return path
+
+
+def make_dirs(base: Path, path: Path) -> Path:
+    """``make_dir`` for each component of ``path`` below ``base`` (a checked directory), top down."""
+    rel = path.relative_to(base)
+    d = base
+    for part in rel.parts:
+        d = d / part
+        make_dir(d)
+    return path
+
+
+def write_file(path: Path, data: bytes, mode: int = 0o600, durable: bool = False) -> None:
+    """Replace ``path`` with ``data`` so readers see the old or the new contents, never a part.
+
+    Written to a new file beside it (``O_EXCL | O_NOFOLLOW``, mode set
+    explicitly), flushed to disk first when ``durable``, then renamed over
+    ``path`` (a symlink there is replaced, never followed). On any failure
+    (a full disk) the temporary file is removed and the error raised.
+    """
+    import threading
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def stamp_of(st: os.stat_result) -> list:
+    """What changes whenever a file's contents may have: size, mtime, ctime, inode, device."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _check_above(real: Path, root: Path) -> None:
+    """Refuse if a directory above the cache could be written by someone other than us and root."""
+    for d in real.parents:
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            continue  # created by us, 0700, when the cache is
+        mode = st.st_mode
+        problem = None
+        if stat.S_ISLNK(mode):
+            problem = "became a symbolic link while it was being checked"
+        elif st.st_uid not in (0, os.geteuid()):
+            problem = f"belongs to uid {st.st_uid}"
+        elif not mode & stat.S_ISVTX and (mode & stat.S_IWOTH or (mode & stat.S_IWGRP and st.st_gid != os.getegid())):
+            problem = f"is writable by {'others' if mode & stat.S_IWOTH else f'group {st.st_gid}'} " \
+                      f"(mode {stat.S_IMODE(mode):o}) and not sticky"
+        if problem:
+            raise UnsafeCacheDirError(
+                f"{d}, a directory above the opbuilder cache {root}, {problem}: another user could replace "
+                f"the cache with their own; nothing is built or loaded from it. Fix: set OPBUILDER_CACHE_DIR to "
+                f"a directory whose parents only you and root can write (or chmod o-w,g-w {d})")
+
+
+def trusted_root(root: Path, create: bool = True) -> Path:
+    """The cache root, created (0700) if missing (else ``FileNotFoundError``) and checked, with the
+    links above it resolved.
+
+    The root itself must not be a symbolic link; links above it are resolved
+    once here and the real path is what the builder uses, after checking that
+    nobody but us and root can write to any directory along it.
+    """
+    st: Optional[os.stat_result]
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        target = os.path.realpath(root)
+        raise UnsafeCacheDirError(
+            f"opbuilder cache directory {root} is a symbolic link (to {target}); nothing is built or loaded from "
+            f"it: whoever can change the link can change what is loaded. Fix: set OPBUILDER_CACHE_DIR={target} "
+            f"(the directory itself)")
+    real = Path(os.path.realpath(root))
+    _check_above(real, root)
+    if st is None:
+        if not create:
+            raise FileNotFoundError(2, "the opbuilder cache directory does not exist", str(root))
+        missing = [real]
+        missing += [p for p in real.parents if not os.path.lexists(p)]
+        for d in reversed(missing):
+            make_dir(d) if d == real else _make_parent(d)
+    st = os.lstat(real)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeCacheDirError(f"opbuilder cache path {real} is not a directory; set OPBUILDER_CACHE_DIR "
+                                  f"to a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafeCacheDirError(
+            f"opbuilder cache directory {real} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); nothing is "
+            f"built or loaded from it. Set OPBUILDER_CACHE_DIR to a directory of your own.")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeCacheDirError(
+            f"opbuilder cache directory {real} is writable by group or others (mode "
+            f"{stat.S_IMODE(st.st_mode):o}); nothing is built or loaded from it. Fix: chmod 700 {real}")
+    return real
+
+
+def _make_parent(d: Path) -> None:
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        return
+    os.chmod(d, 0o700)
