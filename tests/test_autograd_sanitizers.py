@@ -31,38 +31,30 @@ def _runtime_file(name: str) -> str:
     return out if os.path.isabs(out) and os.path.exists(out) else ""
 
 
-def test_autograd_ops_are_clean_under_asan_and_ubsan(cache_dir, tmp_path):
+def _run_sanitized(name: str, source: str, *mode: str) -> None:
+    """Build `source` with ASan and UBSan and run this file's exercise on it in a child process."""
     libasan = _runtime_file("libasan.so")
     if not libasan:
         pytest.skip("the compiler's AddressSanitizer runtime (libasan.so) is not installed")
     from opbuilder import CustomOpBuilder
-    lib = CustomOpBuilder("autograd_ops_asan", [str(CPP / "autograd_ops.cpp")], cflags=FLAGS,
-                          ldflags=["-fsanitize=address,undefined"]).build()
+    lib = CustomOpBuilder(name, [str(CPP / source)], cflags=FLAGS, ldflags=["-fsanitize=address,undefined"]).build()
     # libstdc++ preloaded too: ASan must find __cxa_throw when it starts (python does not link it)
     preload = f"{libasan} {_runtime_file('libstdc++.so.6')}"
     env = dict(os.environ, LD_PRELOAD=preload, ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    res = subprocess.run([sys.executable, __file__, str(lib)], env=env, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, __file__, str(lib), *mode], env=env, capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0 and res.stdout.strip().endswith("exercise: OK"), res.stdout + res.stderr[-8000:]
     assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr, res.stderr[-8000:]
+
+
+def test_autograd_ops_are_clean_under_asan_and_ubsan(cache_dir):
+    _run_sanitized("autograd_ops_asan", "autograd_ops.cpp")
 
 
 def test_seed_style_ops_on_views_are_clean_under_asan_and_ubsan(cache_dir):
     # private contiguous copies, strided write-back, broadcast gradients, refused read-only writes
-    libasan = _runtime_file("libasan.so")
-    if not libasan:
-        pytest.skip("the compiler's AddressSanitizer runtime (libasan.so) is not installed")
-    from opbuilder import CustomOpBuilder
-    lib = CustomOpBuilder("seed_style_ops_asan", [str(CPP / "seed_style_ops.cpp")], cflags=FLAGS,
-                          ldflags=["-fsanitize=address,undefined"]).build()
-    preload = f"{libasan} {_runtime_file('libstdc++.so.6')}"
-    env = dict(os.environ, LD_PRELOAD=preload, ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    res = subprocess.run([sys.executable, __file__, str(lib), "views"], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert res.returncode == 0 and res.stdout.strip().endswith("exercise: OK"), res.stdout + res.stderr[-8000:]
-    assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr, res.stderr[-8000:]
+    _run_sanitized("seed_style_ops_asan", "seed_style_ops.cpp", "views")
 
 
 def exercise_views(lib_path: str) -> None:
