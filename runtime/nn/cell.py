@@ -34,6 +34,8 @@ class Cell:
             raise AttributeError(f"cannot assign {type(value).__name__} '{name}' before "
                                  f"Cell.__init__() was called; call super().__init__() first")
         if params is not None:
+            if value is not None and params.get(name) is value:  # `self.w -= x` rebinds the same Parameter
+                return
             cells = self.__dict__["_cells"]
             params.pop(name, None)
             cells.pop(name, None)

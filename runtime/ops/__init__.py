@@ -4,12 +4,19 @@ from typing import Any
 from .math import *  # noqa: F401,F403
 from .math import __all__ as _math_all
 from .primitive import Primitive, defvjp
-from .reduce_extra import maximum, minimum, softmax
+from .reduce_extra import argmax, argmin, maximum, minimum, softmax
+from .reduce_index import max, min  # noqa: A004
+from .softmax_extra import clamp, clip, gelu, log_softmax, logsumexp
+from .array_ops import cat, concat, expand_dims, gather, one_hot, split, squeeze, stack
+from .dense import dense
+from .assign import assign
 from .custom import Custom
 from .op_info import CustomRegOp, DataType, custom_info_register
 from .printing import Print, print_
 
-__all__ = list(_math_all) + ["maximum", "minimum", "softmax", "Primitive", "defvjp", "Custom", "CustomRegOp",
+__all__ = list(_math_all) + ["maximum", "minimum", "softmax", "argmax", "argmin", "max", "min", "clip", "clamp",
+                             "gelu", "log_softmax", "logsumexp", "cat", "concat", "expand_dims", "gather",
+                             "one_hot", "split", "squeeze", "stack", "dense", "assign", "Primitive", "defvjp", "Custom", "CustomRegOp",
                              "DataType", "custom_info_register", "print_", "Print", "CustomOpBuilder", "kernel",
                              "ms_kernel"]
 

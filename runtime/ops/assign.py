@@ -1,0 +1,101 @@
+"""Writes into an existing tensor: ``x[i] = v``, ``x -= v`` (and ``+=``, ``*=``, ``/=``), ``ops.assign``.
+
+The tensor keeps its identity (a Parameter stays the Parameter its Cell
+registered), its dtype and its shape; its buffer is written and its version
+goes up, so a recorded node that saved it reports the change at backward.
+
+These writes are not recorded in the graph. While gradients are recorded a
+write is refused when it would lose one: into a tensor that came out of a
+recorded op (it has a node), or of a value that requires grad. A leaf such as
+a Parameter may be updated in place at any time (an optimizer's step).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..autograd.grad_mode import _state
+from ..tensor import Tensor
+
+__all__ = ["setitem", "inplace_binary", "assign"]
+
+
+def _value(value: Any) -> Any:
+    return value._data if isinstance(value, Tensor) else value
+
+
+def _check_writable(target: Tensor, value: Any, what: str) -> None:
+    if _state.enabled:
+        if target._node is not None:
+            raise RuntimeError(f"{what}: the tensor written is the output of a recorded op, and an in-place "
+                               f"write would not be differentiated; build a new tensor (ops.where, "
+                               f"ops.concat) or write under runtime.no_grad()")
+        if isinstance(value, Tensor) and value.requires_grad:
+            raise RuntimeError(f"{what}: the value written requires grad, and an in-place write does not "
+                               f"record a gradient for it; write value.detach(), or build a new tensor "
+                               f"(ops.where, ops.concat)")
+    if not target._data.flags.writeable:
+        target._data = target._data.copy()  # a read-only source (broadcast view, bytes): take a private copy
+
+
+def _written(target: Tensor) -> None:
+    target._version += 1
+
+
+def setitem(target: Tensor, index: Any, value: Any) -> None:
+    """``target[index] = value`` in place (numpy's indexing and broadcasting rules)."""
+    _check_writable(target, value, "Tensor.__setitem__")
+    if isinstance(index, Tensor):
+        index = index._data
+    elif isinstance(index, tuple):
+        index = tuple(i._data if isinstance(i, Tensor) else i for i in index)
+    v = _value(value)
+    arr = np.asarray(v)
+    if arr.dtype.kind == "f" and target._data.dtype.kind in "biu":
+        raise TypeError(f"Tensor.__setitem__: cannot write {arr.dtype} values into a {target.dtype} tensor "
+                        f"without losing the fraction; cast the value first")
+    try:
+        target._data[index] = v
+    except ValueError as e:
+        raise ValueError(f"Tensor.__setitem__: cannot write a value of shape {list(arr.shape)} into "
+                         f"tensor[{index!r}] of a tensor of shape {list(target.shape)}: {e}") from None
+    _written(target)
+
+
+def inplace_binary(target: Tensor, other: Any, ufunc: Callable[..., Any], symbol: str) -> Tensor:
+    """``target <symbol>= other`` in place: same object, dtype and shape; version bumped."""
+    what = f"'{symbol}='"
+    _check_writable(target, other, what)
+    o = _value(other)
+    if symbol == "/" and target._data.dtype.kind != "f":
+        raise TypeError(f"{what} on a {target.dtype} tensor would need a floating-point result; "
+                        f"use x = x / y, or cast the tensor first")
+    try:
+        ufunc(target._data, o, out=target._data, casting="same_kind")
+    except TypeError as e:  # numpy's UFuncTypeError: e.g. a float into an int tensor
+        raise TypeError(f"{what}: cannot write the result into a {target.dtype} tensor in place ({e}); "
+                        f"use x = x {symbol} y to get a new tensor") from None
+    except ValueError as e:
+        oshape = list(np.shape(o))
+        raise ValueError(f"{what}: a tensor of shape {list(target.shape)} cannot be updated in place with a "
+                         f"value of shape {oshape}: the result would not keep its shape ({e})") from None
+    _written(target)
+    return target
+
+
+def assign(variable: Tensor, value: Any) -> Tensor:
+    """Write ``value`` (broadcast to ``variable``'s shape, cast to its dtype) into ``variable``; return it."""
+    if not isinstance(variable, Tensor):
+        raise TypeError(f"assign: variable must be a Parameter or Tensor, got {type(variable).__name__}")
+    _check_writable(variable, value, "assign")
+    v = np.asarray(_value(value))
+    try:
+        np.copyto(variable._data, np.broadcast_to(v, variable.shape), casting="same_kind")
+    except ValueError as e:
+        raise ValueError(f"assign: a value of shape {list(v.shape)} does not fit a variable of shape "
+                         f"{list(variable.shape)} ({e})") from None
+    except TypeError as e:
+        raise TypeError(f"assign: cannot write {v.dtype} values into a {variable.dtype} variable ({e})") from None
+    _written(variable)
+    return variable

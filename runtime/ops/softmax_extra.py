@@ -1,0 +1,171 @@
+"""Log-space and clipping ops for training: ``log_softmax``, ``logsumexp``, ``clip``, ``gelu``.
+
+Each forward sits beside its derivative rule, as in math.py. The forwards
+subtract the maximum before ``exp`` so large logits do not overflow; the
+rules are written with runtime ops, so they are differentiable again.
+"""
+from __future__ import annotations
+
+import math as _pymath
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from ..tensor import Tensor
+from .math import _norm_axis, _one, add, exp, mul, reshape, sub, sum as _sum, tanh
+from .primitive import Primitive, defvjp
+from .reduce_extra import maximum, minimum
+
+__all__ = ["log_softmax", "logsumexp", "clip", "clamp", "gelu"]
+
+
+def _float(x: Tensor, what: str) -> None:
+    if x._data.dtype.kind != "f":
+        raise TypeError(f"{what} needs a floating-point tensor, got {x.dtype}; cast it first")
+
+
+def _int_axis(axis: Any, what: str) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{what}: axis must be an int, got {type(axis).__name__}")
+    return int(axis)
+
+
+# ---- log_softmax ------------------------------------------------------------------
+def _log_softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+_log_softmax = Primitive("log_softmax", _log_softmax_np)
+# d/dx: g - softmax(x) * sum(g); softmax(x) is exp(ans)
+defvjp(_log_softmax, lambda g, ans, x, axis: sub(g, mul(exp(ans), _sum(g, axis=axis, keepdims=True))))
+
+
+def log_softmax(logits: Any, axis: int = -1) -> Tensor:
+    """log(softmax(logits)) along ``axis``, computed without overflow."""
+    x = _one(logits)
+    _float(x, "log_softmax")
+    ax = _norm_axis(_int_axis(axis, "log_softmax"), max(x.ndim, 1))  # a 0-d tensor takes axis 0 or -1
+    assert ax is not None
+    if x.ndim == 0:
+        return reshape(_log_softmax(reshape(x, (1,)), axis=0), ())
+    return _log_softmax(x, axis=ax[0])
+
+
+# ---- logsumexp ----------------------------------------------------------------------
+def _logsumexp_np(x: np.ndarray, axis: tuple, keepdims: bool) -> np.ndarray:
+    if x.size == 0:
+        return np.log(np.sum(np.exp(x), axis=axis, keepdims=keepdims))  # -inf, as log(0)
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis)
+
+
+def _logsumexp_vjp(g: Tensor, ans: Tensor, x: Tensor, axis: tuple, keepdims: bool) -> Tensor:
+    if not keepdims:
+        kept = tuple(1 if i in axis else s for i, s in enumerate(x.shape))
+        g, ans = reshape(g, kept), reshape(ans, kept)
+    return mul(g, exp(sub(x, ans)))  # g * softmax(x)
+
+
+_logsumexp = Primitive("logsumexp", _logsumexp_np)
+defvjp(_logsumexp, _logsumexp_vjp)
+
+
+def logsumexp(input: Any, axis: Union[int, Sequence[int]], keep_dims: bool = False) -> Tensor:  # noqa: A002
+    """log(sum(exp(input))) over ``axis`` (an int or a tuple of ints), computed without overflow."""
+    x = _one(input)
+    _float(x, "logsumexp")
+    if not isinstance(keep_dims, (bool, np.bool_)):
+        raise TypeError(f"logsumexp: keep_dims must be a bool, got {type(keep_dims).__name__}")
+    axes = _norm_axis(axis, x.ndim)
+    if axes is None:
+        raise TypeError("logsumexp: axis must be an int or a tuple of ints, got None")
+    if x.ndim == 0:
+        return reshape(x, ())  # a scalar is its own logsumexp
+    return _logsumexp(x, axis=tuple(sorted(set(axes))), keepdims=bool(keep_dims))
+
+
+# ---- clip ----------------------------------------------------------------------------
+def _clip_np(x: np.ndarray, lo: Optional[float], hi: Optional[float]) -> np.ndarray:
+    out = x
+    if lo is not None:
+        out = np.maximum(out, np.asarray(lo, x.dtype))
+    if hi is not None:
+        out = np.minimum(out, np.asarray(hi, x.dtype))
+    return out
+
+
+def _clip_vjp(g: Tensor, ans: Tensor, x: Tensor, lo: Optional[float], hi: Optional[float]) -> Tensor:
+    inside = np.ones(x.shape, dtype=bool)
+    if lo is not None:
+        inside &= x._data >= lo
+    if hi is not None:
+        inside &= x._data <= hi
+    return mul(g, Tensor._from_array(inside.astype(g._data.dtype)))
+
+
+_clip = Primitive("clip", _clip_np)
+defvjp(_clip, _clip_vjp)
+
+
+def _bound(v: Any, what: str) -> Optional[float]:
+    if v is None or isinstance(v, Tensor):
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"clip: {what} must be a number, a Tensor or None, got {type(v).__name__}")
+    return v
+
+
+def clip(input: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A001,A002
+    """``input`` limited to [min, max]; the gradient passes where min <= input <= max.
+
+    Number bounds are constants; Tensor bounds broadcast and are differentiable
+    (through ``maximum``/``minimum``, which split the gradient evenly on a tie).
+    """
+    x = _one(input)
+    lo, hi = _bound(min, "min"), _bound(max, "max")
+    if lo is None and hi is None:
+        raise ValueError("clip: at least one of min and max must be given")
+    if isinstance(lo, Tensor) or isinstance(hi, Tensor):
+        out = x if lo is None else maximum(x, lo)
+        return out if hi is None else minimum(out, hi)
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"clip: min ({lo}) is greater than max ({hi})")
+    return _clip(x, lo=lo, hi=hi)
+
+
+clamp = clip
+
+
+# ---- gelu ------------------------------------------------------------------------------
+_SQRT_2_OVER_PI = _pymath.sqrt(2.0 / _pymath.pi)
+_erf = np.frompyfunc(_pymath.erf, 1, 1)
+
+
+def _gelu_exact_np(x: np.ndarray) -> np.ndarray:
+    return (0.5 * x * (1.0 + _erf(x / _pymath.sqrt(2.0)).astype(x.dtype))).astype(x.dtype, copy=False)
+
+
+def _gelu_exact_vjp(g: Tensor, ans: Tensor, x: Tensor) -> Tensor:
+    xd = x._data
+    cdf = 0.5 * (1.0 + _erf(xd / _pymath.sqrt(2.0)).astype(xd.dtype))
+    pdf = np.exp(-0.5 * xd * xd) / _pymath.sqrt(2.0 * _pymath.pi)
+    return mul(g, Tensor._from_array((cdf + xd * pdf).astype(xd.dtype, copy=False)))
+
+
+_gelu_exact = Primitive("gelu", _gelu_exact_np)
+defvjp(_gelu_exact, _gelu_exact_vjp)
+
+
+def gelu(input_x: Any, approximate: str = "none") -> Tensor:
+    """GELU: x * Phi(x) (``approximate="none"``, through erf) or its tanh form (``"tanh"``)."""
+    x = _one(input_x)
+    _float(x, "gelu")
+    if approximate == "tanh":
+        inner = mul(add(x, mul(mul(mul(x, x), x), 0.044715)), _SQRT_2_OVER_PI)
+        return mul(mul(x, 0.5), add(tanh(inner), 1.0))
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _gelu_exact(x)
