@@ -194,12 +194,12 @@ class Tensor:
     def __pos__(self): return self
     def __getitem__(self, index): return _math.getitem(self, index)
 
-    # ---- in place (same object, dtype, shape; version bumped; see ops/assign.py) ----
-    def __setitem__(self, index, value): _assign.setitem(self, index, value)
-    def __iadd__(self, o): return _assign.inplace_binary(self, o, np.add, "+")
-    def __isub__(self, o): return _assign.inplace_binary(self, o, np.subtract, "-")
-    def __imul__(self, o): return _assign.inplace_binary(self, o, np.multiply, "*")
-    def __itruediv__(self, o): return _assign.inplace_binary(self, o, np.true_divide, "/")
+    # ---- in place (same object, dtype, shape; version bumped; see ops/writes.py) ----
+    def __setitem__(self, index, value): _writes.setitem(self, index, value)
+    def __iadd__(self, o): return _writes.inplace_binary(self, o, np.add, "+")
+    def __isub__(self, o): return _writes.inplace_binary(self, o, np.subtract, "-")
+    def __imul__(self, o): return _writes.inplace_binary(self, o, np.multiply, "*")
+    def __itruediv__(self, o): return _writes.inplace_binary(self, o, np.true_divide, "/")
 
     # ---- comparisons (not differentiable, give bool tensors) --------
     def __lt__(self, o): return _math.less(self, o)
@@ -263,4 +263,4 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
 
 
 from .ops import math as _math  # noqa: E402  (ops need Tensor defined first)
-from .ops import assign as _assign  # noqa: E402
+from .ops import writes as _writes  # noqa: E402

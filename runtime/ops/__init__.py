@@ -9,7 +9,7 @@ from .reduce_index import max, min  # noqa: A004
 from .softmax_extra import clamp, clip, gelu, log_softmax, logsumexp
 from .array_ops import cat, concat, expand_dims, gather, one_hot, split, squeeze, stack
 from .dense import dense
-from .assign import assign
+from .writes import assign
 from .custom import Custom
 from .op_info import CustomRegOp, DataType, custom_info_register
 from .printing import Print, print_
