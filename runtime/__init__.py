@@ -17,11 +17,13 @@ from . import context, mint  # noqa: F401
 from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context  # noqa: F401
 from . import graph  # noqa: F401
 from .jit import jit  # noqa: F401
+from .seed import get_seed, set_seed  # noqa: F401
+from .checkpoint import load_checkpoint, load_param_into_net, save_checkpoint  # noqa: F401
 
 __all__ = [
     "Tensor", "Parameter", "DType", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "bool_", "ops", "nn", "autograd", "value_and_grad", "grad", "no_grad", "enable_grad",
     "set_grad_enabled", "is_grad_enabled", "gradcheck", "GradcheckError",
     "context", "set_context", "get_context", "GRAPH_MODE", "PYNATIVE_MODE", "mint",
-    "graph", "jit",
+    "graph", "jit", "set_seed", "get_seed", "save_checkpoint", "load_checkpoint", "load_param_into_net",
 ]

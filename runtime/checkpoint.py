@@ -1,0 +1,143 @@
+"""Checkpoints as safetensors files: ``save_checkpoint``, ``load_checkpoint``, ``load_param_into_net``.
+
+A checkpoint maps a parameter's path in its cell (``body.0.weight``, from
+``parameters_and_names``) to its values, in the safetensors format, so other
+tools (``safetensors.numpy.load_file``) read it. A save writes a temporary
+file beside the target, flushes it to disk and renames it over the target, so
+a crash never leaves a half-written checkpoint under the real name. A file
+that is truncated or not a safetensors file is a ``ValueError`` naming it.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Dict, List, Tuple, Union
+
+import numpy as np
+
+from .tensor import Parameter, Tensor
+
+__all__ = ["save_checkpoint", "load_checkpoint", "load_param_into_net"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _st():
+    """safetensors.numpy, imported on first use (it is a dependency of the package, not of ``import runtime``)."""
+    try:
+        import safetensors.numpy as st
+    except ImportError as e:  # pragma: no cover - the package depends on it
+        raise ImportError("checkpoints need the 'safetensors' package: pip install safetensors") from e
+    return st
+
+
+def _named(save_obj: Any) -> Dict[str, np.ndarray]:
+    from .nn.cell import Cell
+    if isinstance(save_obj, Cell):
+        items = list(save_obj.parameters_and_names())
+    elif isinstance(save_obj, dict):
+        items = list(save_obj.items())
+    elif isinstance(save_obj, (list, tuple)):
+        items = []
+        for k, entry in enumerate(save_obj):
+            if isinstance(entry, Parameter):
+                if not entry.name:
+                    raise ValueError(f"save_checkpoint: parameter {k} of the list has no name")
+                items.append((entry.name, entry))
+            elif isinstance(entry, dict) and "name" in entry and "data" in entry:
+                items.append((entry["name"], entry["data"]))
+            else:
+                raise TypeError(f"save_checkpoint: list entries must be Parameters or {{'name': ..., 'data': ...}} "
+                                f"dicts, got {type(entry).__name__}")
+    else:
+        raise TypeError(f"save_checkpoint: save_obj must be a Cell, a list of Parameters or a dict, "
+                        f"got {type(save_obj).__name__}")
+    out: Dict[str, np.ndarray] = {}
+    for name, value in items:
+        if not isinstance(name, str):
+            raise TypeError(f"save_checkpoint: names must be strings, got {type(name).__name__}")
+        if name in out:
+            raise ValueError(f"save_checkpoint: the name {name!r} appears twice")
+        arr = value._data if isinstance(value, Tensor) else np.asarray(value)
+        out[name] = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
+    return out
+
+
+def save_checkpoint(save_obj: Any, ckpt_file_name: PathLike) -> None:
+    """Write the parameters of a Cell (or a list of Parameters, or a name -> array dict) to a
+    safetensors file, atomically (a temporary file renamed over the target)."""
+    tensors = _named(save_obj)
+    path = os.fspath(ckpt_file_name)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+        with os.fdopen(fd, "wb") as f:
+            f.write(_st().save(tensors, metadata={"format": "np"}))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def load_checkpoint(ckpt_file_name: PathLike) -> Dict[str, Parameter]:
+    """The checkpoint's parameters by name, each a Parameter named so (integer ones do not require grad)."""
+    path = os.fspath(ckpt_file_name)
+    with open(path, "rb") as f:  # a missing file: FileNotFoundError naming it
+        data = f.read()
+    try:
+        arrays = _st().load(data)
+    except Exception as e:  # safetensors raises its own SafetensorError, or others on garbage
+        raise ValueError(f"{path} is not a readable checkpoint: the file is truncated or corrupt, or not a "
+                         f"safetensors file ({type(e).__name__}: {e})") from None
+    return {name: Parameter(np.array(arr), name=name, requires_grad=arr.dtype.kind == "f")
+            for name, arr in arrays.items()}
+
+
+def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
+                        strict_load: bool = False) -> Tuple[List[str], List[str]]:
+    """Copy each checkpoint entry into the net's parameter of the same path, in place.
+
+    Returns (the net's parameters not loaded, the checkpoint's entries not used), as MindSpore 2.x.
+    A shape or dtype mismatch is an error naming the parameter; ``strict_load=True`` also refuses
+    any name left over on either side.
+    """
+    from .nn.cell import Cell
+    if not isinstance(net, Cell):
+        raise TypeError(f"load_param_into_net: net must be a Cell, got {type(net).__name__}")
+    if not isinstance(parameter_dict, dict):
+        raise TypeError(f"load_param_into_net: parameter_dict must be a dict, got {type(parameter_dict).__name__}")
+    named = list(net.parameters_and_names())
+    updates = []
+    for name, p in named:
+        if name not in parameter_dict:
+            continue
+        value = parameter_dict[name]
+        arr = value._data if isinstance(value, Tensor) else np.asarray(value)
+        if arr.shape != p._data.shape:
+            raise ValueError(f"load_param_into_net: {name!r} has shape {list(arr.shape)} in the checkpoint and "
+                             f"{list(p._data.shape)} in the net")
+        if arr.dtype != p._data.dtype:
+            raise TypeError(f"load_param_into_net: {name!r} is {arr.dtype} in the checkpoint and "
+                            f"{p._data.dtype} in the net")
+        updates.append((p, arr))
+    net_names = {n for n, _ in named}
+    not_loaded = [n for n, _ in named if n not in parameter_dict]
+    unused = [n for n in parameter_dict if n not in net_names]
+    if strict_load and (not_loaded or unused):
+        raise ValueError(f"load_param_into_net(strict_load=True): the net's parameters not in the checkpoint: "
+                         f"{not_loaded}; the checkpoint's entries not in the net: {unused}")
+    for p, arr in updates:  # checked first, then written: a mismatch leaves the net unchanged
+        if p._data.flags.writeable:
+            np.copyto(p._data, arr)
+        else:
+            p._data = arr.copy()
+        p._version += 1
+    return not_loaded, unused

@@ -1,0 +1,225 @@
+"""Optimizers (MindSpore's ``nn`` names): ``SGD``, ``Momentum``, ``Adam``, ``AdamWeightDecay``.
+
+``optimizer(grads)`` updates ``optimizer.parameters`` in place (same
+Parameter objects, version bumped), one gradient per parameter in that
+order, as ``value_and_grad(fn, None, optimizer.parameters)`` returns them.
+The learning rate is a number, a list (one per step; the last one holds
+after the end) or a callable ``step -> lr``. The arithmetic is numpy's,
+in place, outside any graph.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, List, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..tensor import Parameter, Tensor
+
+__all__ = ["Optimizer", "SGD", "Momentum", "Adam", "AdamWeightDecay"]
+
+LearningRate = Union[float, Sequence[float], Callable[[int], float]]
+
+
+def _nonneg(value: Any, what: str, cls: str, upper: float = math.inf, open_upper: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{cls}: {what} must be a number, got {type(value).__name__}")
+    v = float(value)
+    if v < 0 or v > upper or (open_upper and v == upper):
+        bound = f"in [0, {upper})" if open_upper else (f"in [0, {upper}]" if upper != math.inf else ">= 0")
+        raise ValueError(f"{cls}: {what} must be {bound}, got {value}")
+    return v
+
+
+class Optimizer:
+    """Base: keeps the parameters, the learning-rate schedule and the step count."""
+
+    def __init__(self, learning_rate: LearningRate, parameters: Any, weight_decay: float = 0.0) -> None:
+        name = type(self).__name__
+        if isinstance(parameters, Tensor) or parameters is None:
+            raise TypeError(f"{name}: parameters must be a list of Parameters (e.g. net.trainable_params())")
+        params = list(parameters)
+        if not params:
+            raise ValueError(f"{name}: the parameter list is empty (did the network register any Parameter?)")
+        for p in params:
+            if not isinstance(p, Parameter):
+                raise TypeError(f"{name}: parameters must be Parameters, got {type(p).__name__}")
+            if p._data.dtype.kind != "f":
+                raise TypeError(f"{name}: parameter {p.name!r} is {p.dtype}; only floating parameters train")
+        if len({id(p) for p in params}) != len(params):
+            raise ValueError(f"{name}: a parameter is listed twice")
+        self._params: Tuple[Parameter, ...] = tuple(params)
+        self._lr = self._schedule(learning_rate)
+        self.weight_decay = _nonneg(weight_decay, "weight_decay", name)
+        self.global_step = 0
+
+    def _schedule(self, lr: LearningRate) -> Callable[[int], float]:
+        name = type(self).__name__
+        if callable(lr):
+            return lr
+        if isinstance(lr, Tensor):
+            lr = lr._data.tolist()
+        if isinstance(lr, (list, tuple)):
+            if not lr:
+                raise ValueError(f"{name}: a learning-rate list must not be empty")
+            steps = [_nonneg(v, "every learning rate", name) for v in lr]
+            return lambda step: steps[min(step, len(steps) - 1)]
+        value = _nonneg(lr, "learning_rate", name)
+        return lambda step: value
+
+    @property
+    def parameters(self) -> Tuple[Parameter, ...]:
+        return self._params
+
+    def get_lr(self) -> float:
+        """The learning rate the next step uses."""
+        return float(self._lr(self.global_step))
+
+    def _arrays(self, grads: Sequence[Any]) -> List[np.ndarray]:
+        name = type(self).__name__
+        if isinstance(grads, Tensor):
+            grads = (grads,)
+        grads = list(grads)
+        if len(grads) != len(self._params):
+            raise ValueError(f"{name}: got {len(grads)} gradients for {len(self._params)} parameters; pass one "
+                             f"per parameter, in optimizer.parameters order")
+        out = []
+        for p, g in zip(self._params, grads):
+            a = g._data if isinstance(g, Tensor) else np.asarray(g)
+            if a.shape != p._data.shape:
+                raise ValueError(f"{name}: the gradient for parameter {p.name!r} has shape {list(a.shape)}, the "
+                                 f"parameter {list(p._data.shape)}")
+            out.append(a)
+        return out
+
+    def __call__(self, grads: Sequence[Any]) -> bool:
+        """One update of every parameter from ``grads``; returns True (as MindSpore's optimizers do)."""
+        arrays = self._arrays(grads)
+        lr = self.get_lr()
+        for i, (p, g) in enumerate(zip(self._params, arrays)):
+            w = p._data
+            if not w.flags.writeable:
+                w = p._data = w.copy()
+            self._update(i, w, g.astype(w.dtype, copy=False), lr)
+            p._version += 1
+        self.global_step += 1
+        return True
+
+    def _update(self, i: int, w: np.ndarray, g: np.ndarray, lr: float) -> None:
+        raise NotImplementedError
+
+    def _decayed(self, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return g + self.weight_decay * w if self.weight_decay else g
+
+
+class SGD(Optimizer):
+    """v = momentum * v + (1 - dampening) * g (v = g on the first step); w -= lr * (g + momentum * v if
+    nesterov else v). weight_decay adds weight_decay * w to g first."""
+
+    def __init__(self, params: Any, learning_rate: LearningRate = 0.1, momentum: float = 0.0,
+                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False) -> None:
+        super().__init__(learning_rate, params, weight_decay)
+        self.momentum = _nonneg(momentum, "momentum", "SGD")
+        self.dampening = _nonneg(dampening, "dampening", "SGD")
+        if nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0")
+        self.nesterov = bool(nesterov)
+        self.accum: List[Any] = [None] * len(self._params)
+
+    def _update(self, i, w, g, lr):
+        g = self._decayed(w, g)
+        if self.momentum:
+            v = self.accum[i]
+            if v is None:
+                v = self.accum[i] = g.copy()
+            else:
+                v *= self.momentum
+                v += (1 - self.dampening) * g
+            g = g + self.momentum * v if self.nesterov else v
+        w -= lr * g
+
+
+class Momentum(Optimizer):
+    """v = momentum * v + g; w -= lr * v (lr * (g + momentum * v) with use_nesterov)."""
+
+    def __init__(self, params: Any, learning_rate: LearningRate, momentum: float, weight_decay: float = 0.0,
+                 loss_scale: float = 1.0, use_nesterov: bool = False) -> None:
+        super().__init__(learning_rate, params, weight_decay)
+        self.momentum = _nonneg(momentum, "momentum", "Momentum")
+        self.loss_scale = float(loss_scale)
+        if self.loss_scale <= 0:
+            raise ValueError(f"Momentum: loss_scale must be positive, got {loss_scale}")
+        self.use_nesterov = bool(use_nesterov)
+        self.moments = [np.zeros_like(p._data) for p in self._params]
+
+    def _update(self, i, w, g, lr):
+        g = self._decayed(w, g / self.loss_scale if self.loss_scale != 1.0 else g)
+        v = self.moments[i]
+        v *= self.momentum
+        v += g
+        w -= lr * (g + self.momentum * v) if self.use_nesterov else lr * v
+
+
+class Adam(Optimizer):
+    """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr * sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps).
+    weight_decay adds weight_decay * w to g first."""
+
+    def __init__(self, params: Any, learning_rate: LearningRate = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8, use_locking: bool = False, use_nesterov: bool = False, weight_decay: float = 0.0,
+                 loss_scale: float = 1.0, use_amsgrad: bool = False) -> None:
+        super().__init__(learning_rate, params, weight_decay)
+        self.beta1 = _nonneg(beta1, "beta1", "Adam", 1.0, open_upper=True)
+        self.beta2 = _nonneg(beta2, "beta2", "Adam", 1.0, open_upper=True)
+        self.eps = _nonneg(eps, "eps", "Adam")
+        if self.eps == 0:
+            raise ValueError("Adam: eps must be positive")
+        if use_amsgrad:
+            raise NotImplementedError("Adam: use_amsgrad is not supported")
+        self.use_nesterov = bool(use_nesterov)
+        self.loss_scale = float(loss_scale)
+        self.moment1 = [np.zeros_like(p._data) for p in self._params]
+        self.moment2 = [np.zeros_like(p._data) for p in self._params]
+
+    def _update(self, i, w, g, lr):
+        if self.loss_scale != 1.0:
+            g = g / self.loss_scale
+        g = self._decayed(w, g)
+        b1, b2, t = self.beta1, self.beta2, self.global_step + 1
+        m, v = self.moment1[i], self.moment2[i]
+        m *= b1
+        m += (1 - b1) * g
+        v *= b2
+        v += (1 - b2) * (g * g)
+        lr_t = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        num = m * b1 + (1 - b1) * g if self.use_nesterov else m
+        denom = np.sqrt(v)
+        denom += self.eps
+        w -= (lr_t * num) / denom
+
+
+class AdamWeightDecay(Optimizer):
+    """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; u = m / (sqrt(v) + eps) + weight_decay * w; w -= lr * u
+    (no bias correction, as MindSpore's)."""
+
+    def __init__(self, params: Any, learning_rate: LearningRate = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-6, weight_decay: float = 0.0) -> None:
+        super().__init__(learning_rate, params, weight_decay)
+        self.beta1 = _nonneg(beta1, "beta1", "AdamWeightDecay", 1.0, open_upper=True)
+        self.beta2 = _nonneg(beta2, "beta2", "AdamWeightDecay", 1.0, open_upper=True)
+        self.eps = _nonneg(eps, "eps", "AdamWeightDecay")
+        if self.eps == 0:
+            raise ValueError("AdamWeightDecay: eps must be positive")
+        self.moments1 = [np.zeros_like(p._data) for p in self._params]
+        self.moments2 = [np.zeros_like(p._data) for p in self._params]
+
+    def _update(self, i, w, g, lr):
+        b1, b2 = self.beta1, self.beta2
+        m, v = self.moments1[i], self.moments2[i]
+        m *= b1
+        m += (1 - b1) * g
+        v *= b2
+        v += (1 - b2) * (g * g)
+        u = m / (np.sqrt(v) + self.eps)
+        if self.weight_decay:
+            u += self.weight_decay * w
+        w -= lr * u

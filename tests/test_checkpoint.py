@@ -1,0 +1,119 @@
+"""Checkpoints: a round trip through a safetensors file (a model with a custom C++ op included),
+a file other tools read, atomic saves, clear errors on truncated/corrupt files and mismatches."""
+import os
+
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import runtime as rt
+from runtime import Parameter, Tensor, nn
+
+from conftest import CUSTOM_SRC, _load
+
+
+class CustomNet(nn.Cell):
+    """Dense -> the C++ ``mul`` op (my_ops, custom_src/function_ops.cpp) by a Parameter -> Dense."""
+
+    def __init__(self, ops):
+        super().__init__()
+        self.ops = ops
+        self.fc1 = nn.Dense(4, 6)
+        self.scale = Parameter(np.full(6, 0.5, np.float32), name="scale")
+        self.head = nn.SequentialCell([nn.ReLU(), nn.Dense(6, 3)])
+
+    def construct(self, x):
+        return self.head(self.ops.mul(self.fc1(x), self.scale))
+
+
+@pytest.fixture(scope="session")
+def mul_ops(cache_dir):
+    return _load("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
+
+
+def test_round_trip_with_a_custom_op_model(tmp_path, mul_ops):
+    rt.set_seed(1)
+    net = CustomNet(mul_ops)
+    x = Tensor(np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
+    y = Tensor(np.array([0, 1, 2, 0, 1]))
+    opt = nn.Adam(net.trainable_params(), 0.05)
+    grad_fn = rt.value_and_grad(lambda a, b: nn.CrossEntropyLoss()(net(a), b), None, opt.parameters)
+    for _ in range(3):  # train a little, so the values are not the initial ones
+        _, grads = grad_fn(x, y)
+        opt(grads)
+    assert np.abs(grads[2].asnumpy()).sum() > 0  # the C++ op passes gradients to its Parameter
+    path = tmp_path / "net.safetensors"
+    rt.save_checkpoint(net, path)
+    assert [p.name for p in tmp_path.iterdir()] == ["net.safetensors"]  # no temporary left behind
+
+    on_disk = safetensors.numpy.load_file(str(path))  # other tools read it
+    names = ["fc1.weight", "fc1.bias", "scale", "head.1.weight", "head.1.bias"]
+    assert sorted(on_disk) == sorted(names)
+    np.testing.assert_array_equal(on_disk["scale"], net.scale.asnumpy())
+
+    loaded = rt.load_checkpoint(path)
+    assert set(loaded) == set(names) and all(isinstance(p, Parameter) and p.name == n for n, p in loaded.items())
+    rt.set_seed(2)
+    fresh = CustomNet(mul_ops)
+    before = fresh.fc1.weight
+    assert not np.array_equal(fresh(x).asnumpy(), net(x).asnumpy())
+    assert rt.load_param_into_net(fresh, loaded) == ([], [])
+    assert fresh.fc1.weight is before  # loaded in place
+    np.testing.assert_array_equal(fresh(x).asnumpy(), net(x).asnumpy())
+
+
+def test_lists_dicts_and_names_left_over(tmp_path):
+    p = Parameter(np.arange(3.0), name="a")
+    q = Parameter(np.zeros((0, 2), np.float32), name="empty")
+    rt.save_checkpoint([p, q, {"name": "step", "data": np.int64(7)}], tmp_path / "l.ckpt")
+    loaded = rt.load_checkpoint(tmp_path / "l.ckpt")
+    assert loaded["a"].tolist() == [0, 1, 2] and loaded["empty"].shape == (0, 2)
+    assert loaded["step"].tolist() == 7 and loaded["step"].dtype == rt.int64
+
+    net = nn.Dense(2, 2)
+    rt.save_checkpoint({"weight": np.ones((2, 2), np.float32), "extra": np.ones(1)}, tmp_path / "d.ckpt")
+    not_loaded, unused = rt.load_param_into_net(net, rt.load_checkpoint(tmp_path / "d.ckpt"))
+    assert (not_loaded, unused) == (["bias"], ["extra"])
+    assert net.weight.tolist() == [[1, 1], [1, 1]]
+    with pytest.raises(ValueError, match=r"strict_load=True.*not in the checkpoint: \['bias'\]"):
+        rt.load_param_into_net(net, rt.load_checkpoint(tmp_path / "d.ckpt"), strict_load=True)
+
+
+def test_a_save_over_an_existing_file_is_atomic(tmp_path):
+    path = tmp_path / "c.ckpt"
+    rt.save_checkpoint({"w": np.ones(4)}, path)
+    good = path.read_bytes()
+    with pytest.raises(TypeError, match="list entries must be Parameters"):
+        rt.save_checkpoint([Parameter(np.zeros(2), name="x"), 3], path)
+    assert path.read_bytes() == good and os.listdir(tmp_path) == ["c.ckpt"]
+
+
+def test_truncated_and_corrupt_files_are_clear_errors(tmp_path):
+    path = tmp_path / "c.ckpt"
+    rt.save_checkpoint({"w": np.ones((10, 10))}, path)
+    data = path.read_bytes()
+    for name, content in [("truncated", data[: len(data) - 17]), ("header_cut", data[:20]),
+                          ("garbage", b"\x00\xffnot a checkpoint" * 3), ("empty", b"")]:
+        bad = tmp_path / f"{name}.ckpt"
+        bad.write_bytes(content)
+        with pytest.raises(ValueError, match=rf"{name}.ckpt is not a readable checkpoint: the file is truncated "
+                                             rf"or corrupt"):
+            rt.load_checkpoint(bad)
+    with pytest.raises(FileNotFoundError):
+        rt.load_checkpoint(tmp_path / "missing.ckpt")
+
+
+def test_mismatches_leave_the_net_unchanged(tmp_path):
+    net = nn.Dense(2, 3)
+    w = net.weight.asnumpy().copy()
+    with pytest.raises(ValueError, match=r"'bias' has shape \[2\] in the checkpoint and \[3\] in the net"):
+        rt.load_param_into_net(net, {"weight": np.zeros((3, 2), np.float32), "bias": np.zeros(2, np.float32)})
+    with pytest.raises(TypeError, match="'weight' is float64 in the checkpoint and float32 in the net"):
+        rt.load_param_into_net(net, {"weight": np.zeros((3, 2))})
+    np.testing.assert_array_equal(net.weight.asnumpy(), w)
+    with pytest.raises(TypeError, match="save_obj must be a Cell, a list of Parameters or a dict"):
+        rt.save_checkpoint(Tensor(np.ones(2)), tmp_path / "x.ckpt")
+    with pytest.raises(ValueError, match="parameter 0 of the list has no name"):
+        rt.save_checkpoint([Parameter(np.ones(2))], tmp_path / "x.ckpt")
+    with pytest.raises(TypeError, match="net must be a Cell"):
+        rt.load_param_into_net({}, {})

@@ -1,0 +1,178 @@
+"""Optimizers: each update against a numpy implementation of its formula for a few steps,
+learning-rate schedules, MindSpore's training idiom on regression and classification, bad inputs."""
+import math
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Parameter, Tensor, nn
+
+RNG = np.random.default_rng(5)
+STEPS = 4
+
+
+def run(opt_cls, **kw):
+    """Parameters after STEPS updates by ``opt_cls`` with fixed gradients, and those inputs."""
+    w0 = [RNG.standard_normal((3, 2)), RNG.standard_normal(2)]
+    grads = [[RNG.standard_normal(w.shape) for w in w0] for _ in range(STEPS)]
+    params = [Parameter(w.copy(), name=f"p{i}") for i, w in enumerate(w0)]
+    opt = opt_cls(params, **kw)
+    for g in grads:
+        assert opt(tuple(Tensor(a) for a in g)) is True
+    return [p.asnumpy() for p in params], w0, grads, params
+
+
+def ref_sgd(w0, grads, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+    ws, bufs = [w.copy() for w in w0], [None] * len(w0)
+    for gs in grads:
+        for i, g in enumerate(gs):
+            g = g + weight_decay * ws[i]
+            if momentum:
+                bufs[i] = g.copy() if bufs[i] is None else momentum * bufs[i] + (1 - dampening) * g
+                g = g + momentum * bufs[i] if nesterov else bufs[i]
+            ws[i] = ws[i] - lr * g
+    return ws
+
+
+def ref_momentum(w0, grads, lr, momentum, weight_decay=0.0, nesterov=False):
+    ws, vs = [w.copy() for w in w0], [np.zeros_like(w) for w in w0]
+    for gs in grads:
+        for i, g in enumerate(gs):
+            g = g + weight_decay * ws[i]
+            vs[i] = momentum * vs[i] + g
+            ws[i] = ws[i] - lr * (g + momentum * vs[i] if nesterov else vs[i])
+    return ws
+
+
+def ref_adam(w0, grads, lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, nesterov=False):
+    ws = [w.copy() for w in w0]
+    ms, vs = [np.zeros_like(w) for w in w0], [np.zeros_like(w) for w in w0]
+    for t, gs in enumerate(grads, 1):
+        for i, g in enumerate(gs):
+            g = g + weight_decay * ws[i]
+            ms[i] = b1 * ms[i] + (1 - b1) * g
+            vs[i] = b2 * vs[i] + (1 - b2) * g * g
+            lr_t = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+            num = b1 * ms[i] + (1 - b1) * g if nesterov else ms[i]
+            ws[i] = ws[i] - lr_t * num / (np.sqrt(vs[i]) + eps)
+    return ws
+
+
+def ref_adamw(w0, grads, lr, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0):
+    ws = [w.copy() for w in w0]
+    ms, vs = [np.zeros_like(w) for w in w0], [np.zeros_like(w) for w in w0]
+    for gs in grads:
+        for i, g in enumerate(gs):
+            ms[i] = b1 * ms[i] + (1 - b1) * g
+            vs[i] = b2 * vs[i] + (1 - b2) * g * g
+            ws[i] = ws[i] - lr * (ms[i] / (np.sqrt(vs[i]) + eps) + weight_decay * ws[i])
+    return ws
+
+
+CASES = [
+    ("sgd", nn.SGD, dict(learning_rate=0.1), lambda w, g: ref_sgd(w, g, 0.1)),
+    ("sgd_momentum_wd", nn.SGD, dict(learning_rate=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
+     lambda w, g: ref_sgd(w, g, 0.05, 0.9, 0.1, 0.01)),
+    ("sgd_nesterov", nn.SGD, dict(learning_rate=0.05, momentum=0.8, nesterov=True),
+     lambda w, g: ref_sgd(w, g, 0.05, 0.8, nesterov=True)),
+    ("momentum", nn.Momentum, dict(learning_rate=0.1, momentum=0.9), lambda w, g: ref_momentum(w, g, 0.1, 0.9)),
+    ("momentum_nesterov_wd", nn.Momentum, dict(learning_rate=0.1, momentum=0.9, weight_decay=0.1,
+                                               use_nesterov=True),
+     lambda w, g: ref_momentum(w, g, 0.1, 0.9, 0.1, True)),
+    ("adam", nn.Adam, dict(learning_rate=0.01), lambda w, g: ref_adam(w, g, 0.01)),
+    ("adam_wd_nesterov", nn.Adam, dict(learning_rate=0.02, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.1,
+                                       use_nesterov=True),
+     lambda w, g: ref_adam(w, g, 0.02, 0.8, 0.99, 1e-6, 0.1, True)),
+    ("adamw", nn.AdamWeightDecay, dict(learning_rate=0.01, weight_decay=0.05),
+     lambda w, g: ref_adamw(w, g, 0.01, weight_decay=0.05)),
+]
+
+
+@pytest.mark.parametrize("name,cls,kw,ref", CASES, ids=[c[0] for c in CASES])
+def test_update_matches_the_numpy_formula(name, cls, kw, ref):
+    got, w0, grads, params = run(cls, **kw)
+    for a, b in zip(got, ref(w0, grads)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    assert all(p._version == STEPS for p in params)  # in place: one version per step
+
+
+def test_learning_rate_schedules():
+    got, w0, grads, _ = run(nn.SGD, learning_rate=[0.1, 0.2])  # the last one holds after the end
+    ws = [w.copy() for w in w0]
+    for lr, gs in zip([0.1, 0.2, 0.2, 0.2], grads):
+        ws = [w - lr * g for w, g in zip(ws, gs)]
+    for a, b in zip(got, ws):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    opt = nn.Adam([Parameter(np.zeros(2))], learning_rate=lambda step: 0.5 ** step)
+    assert opt.get_lr() == 1.0
+    opt((Tensor(np.ones(2)),))
+    assert opt.get_lr() == 0.5 and opt.global_step == 1
+
+
+class MLP(nn.Cell):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.body = nn.SequentialCell([nn.Dense(n_in, 16, activation="tanh"), nn.Dense(16, n_out)])
+
+    def construct(self, x):
+        return self.body(x)
+
+
+def train(net, loss_fn, opt, x, y, steps):
+    def forward_fn(data, label):
+        logits = net(data)
+        return loss_fn(logits, label), logits
+
+    grad_fn = rt.value_and_grad(forward_fn, None, opt.parameters, has_aux=True)  # MindSpore's idiom
+    losses = []
+    for _ in range(steps):
+        (loss, logits), grads = grad_fn(x, y)
+        opt(grads)
+        losses.append(loss.item())
+    return losses, logits
+
+
+def test_regression_and_classification_loops_reduce_the_loss():
+    rt.set_seed(0)
+    x = RNG.standard_normal((64, 3)).astype(np.float32)
+    y = (np.sin(x.sum(1, keepdims=True))).astype(np.float32)
+    net = MLP(3, 1)
+    params = net.trainable_params()
+    losses, _ = train(net, nn.MSELoss(), nn.Adam(params, 0.02), Tensor(x), Tensor(y), 60)
+    assert losses[-1] < 0.2 * losses[0]
+    assert net.trainable_params() == params and all(isinstance(p, Parameter) for p in params)
+
+    labels = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
+    net = MLP(3, 3)
+    losses, logits = train(net, nn.CrossEntropyLoss(), nn.Momentum(net.trainable_params(), 0.1, 0.9),
+                           Tensor(x), Tensor(labels), 60)
+    assert losses[-1] < 0.5 * losses[0]
+    accuracy = (rt.ops.argmax(logits, 1).asnumpy() == labels).mean()
+    assert accuracy > 0.8
+
+
+def test_bad_optimizer_inputs():
+    p = Parameter(np.zeros((2, 2), np.float32), name="w")
+    with pytest.raises(ValueError, match="the parameter list is empty"):
+        nn.SGD([])
+    with pytest.raises(TypeError, match="parameters must be Parameters, got Tensor"):
+        nn.Adam([Tensor(np.zeros(2))])
+    with pytest.raises(TypeError, match="parameters must be a list of Parameters"):
+        nn.Adam(p)
+    with pytest.raises(ValueError, match="a parameter is listed twice"):
+        nn.SGD([p, p])
+    with pytest.raises(ValueError, match="learning_rate must be >= 0, got -0.1"):
+        nn.SGD([p], -0.1)
+    with pytest.raises(ValueError, match=r"beta1 must be in \[0, 1.0\), got 1.0"):
+        nn.Adam([p], beta1=1.0)
+    with pytest.raises(ValueError, match="nesterov needs momentum > 0"):
+        nn.SGD([p], nesterov=True)
+    with pytest.raises(TypeError, match="only floating parameters train"):
+        nn.SGD([Parameter(np.zeros(2, np.int32), requires_grad=False)])
+    opt = nn.SGD([p])
+    with pytest.raises(ValueError, match="got 2 gradients for 1 parameters"):
+        opt((Tensor(np.zeros((2, 2))), Tensor(np.zeros((2, 2)))))
+    with pytest.raises(ValueError, match=r"the gradient for parameter 'w' has shape \[3\], the parameter \[2, 2\]"):
+        opt((Tensor(np.zeros(3)),))
+    assert p.tolist() == [[0, 0], [0, 0]] and opt.global_step == 0
