@@ -10,6 +10,7 @@ written in C++ against ``mindspore/include/custom_backend_api.h`` or
 from .graph import Const, Graph, Input, Node, Output  # noqa: F401
 from .registry import get_backend, list_backends, register_backend  # noqa: F401
 from . import ms_backend  # noqa: F401  (registers "ms_backend")
+from .plugin import register_custom_backend  # noqa: F401
 
 __all__ = ["Graph", "Node", "Input", "Const", "Output", "register_backend", "list_backends",
-           "get_backend"]
+           "get_backend", "register_custom_backend"]
