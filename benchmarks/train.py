@@ -1,0 +1,262 @@
+"""Training-step speed and memory: the runtime against PyTorch eager on the CPU, same run.
+
+    python benchmarks/train.py [--threads 1] [--rounds 7]   # about a minute; torch optional
+
+Rows (each side does the same work: same shapes, same data, float32, same thread count):
+- MLP 784-256-256-10, batch 64, ReLU, cross-entropy, Adam: one training step
+  (forward, backward, update). The runtime uses MindSpore's idiom
+  (value_and_grad(..., optimizer.parameters, has_aux=True), optimizer(grads));
+  torch uses zero_grad / backward / step.
+- the overhead-bound MLP 784-32-32-10, batch 64, the same way.
+- the engine: value_and_grad of a chain of 11 and 51 adds on 1-element
+  tensors (per-node cost), and one built-in add recording grad on 1-element
+  tensors (dispatch cost).
+- peak memory (VmHWM) of a fresh process that imports its framework and
+  trains the big MLP for 20 steps, one process per side.
+
+Timings are interleaved: each round times every case once, round-robin, and
+the best round counts. Thread count: OMP/OpenBLAS/MKL variables are set
+before numpy loads, and torch.set_num_threads. Each goal is printed with
+PASS or FAIL from the numbers of this run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import timeit
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+
+def _threads_from_argv() -> int:
+    for i, a in enumerate(sys.argv):
+        if a == "--threads" and i + 1 < len(sys.argv):
+            return int(sys.argv[i + 1])
+        if a.startswith("--threads="):
+            return int(a.split("=", 1)[1])
+    return 1
+
+
+THREADS = _threads_from_argv()
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = str(THREADS)  # before numpy (and torch) load their BLAS
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+
+import runtime as rt  # noqa: E402
+from runtime import Tensor, nn  # noqa: E402
+
+BATCH = 64
+
+
+def best_of(cases: Dict[str, Callable[[], object]], number: int, rounds: int) -> Dict[str, float]:
+    """Seconds per call of each case: the best of ``rounds`` rounds of ``number`` calls, round-robin."""
+    for fn in cases.values():
+        fn()
+    best = {name: float("inf") for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            best[name] = min(best[name], timeit.timeit(fn, number=number) / number)
+    return best
+
+
+def data(n_in: int, classes: int = 10):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((BATCH, n_in)).astype(np.float32), rng.integers(0, classes, BATCH).astype(np.int64)
+
+
+# ---- the runtime's side ----------------------------------------------------------------
+def rt_step(sizes) -> Callable[[], object]:
+    rt.set_seed(0)
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Dense(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    net = nn.SequentialCell(layers)
+    loss_fn = nn.CrossEntropyLoss()
+    opt = nn.Adam(net.trainable_params(), 1e-3)
+    x, y = data(sizes[0], sizes[-1])
+    x, y = Tensor(x), Tensor(y)
+
+    def forward_fn(a, b):
+        logits = net(a)
+        return loss_fn(logits, b), logits
+
+    grad_fn = rt.value_and_grad(forward_fn, None, opt.parameters, has_aux=True)
+
+    def step():
+        (loss, _), grads = grad_fn(x, y)
+        opt(grads)
+        return loss
+    return step
+
+
+def rt_chain(n: int) -> Callable[[], object]:
+    x = Tensor(np.ones(1, np.float32))
+
+    def f(a):
+        for _ in range(n):
+            a = a + 1.0
+        return a
+    vg = rt.value_and_grad(f)
+    return lambda: vg(x)
+
+
+def rt_add() -> Callable[[], object]:
+    a = Tensor(np.ones(1, np.float32), requires_grad=True)
+    b = Tensor(np.ones(1, np.float32))
+    return lambda: a + b
+
+
+# ---- torch's side -----------------------------------------------------------------------
+def load_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(THREADS)
+    return torch
+
+
+def torch_step(torch, sizes) -> Callable[[], object]:
+    torch.manual_seed(0)
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(torch.nn.ReLU())
+    net = torch.nn.Sequential(*layers)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    opt = torch.optim.Adam(net.parameters(), 1e-3)
+    x, y = data(sizes[0], sizes[-1])
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def torch_chain(torch, n: int) -> Callable[[], object]:
+    x = torch.ones(1)
+
+    def run():
+        a = x.clone().requires_grad_(True)  # a fresh leaf per call, as value_and_grad makes one
+        out = a
+        for _ in range(n):
+            out = out + 1.0
+        return out, torch.autograd.grad(out, a, torch.ones_like(out))
+    return run
+
+
+def torch_add(torch) -> Callable[[], object]:
+    a = torch.ones(1, requires_grad=True)
+    b = torch.ones(1)
+    return lambda: a + b
+
+
+# ---- peak memory in a fresh process -------------------------------------------------------
+_MEM_SCRIPT = """
+import os, sys
+sys.path.insert(0, {root!r})
+sys.argv = ["train.py", "--threads", "{threads}"]
+import importlib.util
+spec = importlib.util.spec_from_file_location("bench_train", {path!r})
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+if {side!r} == "torch":
+    t = m.load_torch(); step = m.torch_step(t, (784, 256, 256, 10))
+else:
+    step = m.rt_step((784, 256, 256, 10))
+for _ in range(20):
+    step()
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child of a process that loaded torch
+# would report the parent's peak
+print([line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")][0])
+"""
+
+
+def peak_mib(side: str) -> Optional[float]:
+    code = _MEM_SCRIPT.format(root=str(HERE.parent), threads=THREADS, path=str(Path(__file__).resolve()), side=side)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        print(out.stderr[-2000:], file=sys.stderr)
+        return None
+    return int(out.stdout.split()[-1]) / 1024
+
+
+def goal(text: str, ok: bool) -> None:
+    print(f"  goal: {text}: {'PASS' if ok else 'FAIL'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    torch = load_torch()
+    print(f"threads: {THREADS}; torch: {torch.__version__ if torch else 'not installed'}; numpy {np.__version__}")
+
+    rows = [
+        ("MLP 784-256-256-10 Adam step", (784, 256, 256, 10), 10, 1.0),
+        ("MLP 784-32-32-10 Adam step", (784, 32, 32, 10), 50, 1.1),
+    ]
+    for title, sizes, number, limit in rows:
+        cases = {"runtime": rt_step(sizes)}
+        if torch:
+            cases["torch"] = torch_step(torch, sizes)
+        t = best_of(cases, number, args.rounds)
+        line = f"{title}: runtime {t['runtime'] * 1e3:.3f} ms"
+        if torch:
+            ratio = t["runtime"] / t["torch"]
+            print(f"{line}, torch {t['torch'] * 1e3:.3f} ms, ratio {ratio:.2f}x")
+            goal(f"runtime / torch <= {limit}", ratio <= limit)
+        else:
+            print(line)
+
+    for n in (11, 51):
+        cases = {"runtime": rt_chain(n)}
+        if torch:
+            cases["torch"] = torch_chain(torch, n)
+        t = best_of(cases, 200, args.rounds)
+        line = f"value_and_grad of {n} adds (1 element): runtime {t['runtime'] / n * 1e6:.2f} us/node"
+        if torch:
+            ratio = t["runtime"] / t["torch"]
+            print(f"{line}, torch {t['torch'] / n * 1e6:.2f} us/node, ratio {ratio:.2f}x")
+            goal("per-node cost <= torch's", ratio <= 1.0)
+        else:
+            print(line)
+
+    cases = {"runtime": rt_add()}
+    if torch:
+        cases["torch"] = torch_add(torch)
+    t = best_of(cases, 5000, args.rounds)
+    line = f"add recording grad (1 element): runtime {t['runtime'] * 1e6:.2f} us"
+    if torch:
+        ratio = t["runtime"] / t["torch"]
+        print(f"{line}, torch {t['torch'] * 1e6:.2f} us, ratio {ratio:.2f}x")
+        goal("dispatch <= torch's", ratio <= 1.0)
+    else:
+        print(line)
+
+    mine = peak_mib("runtime")
+    theirs = peak_mib("torch") if torch else None
+    if mine is not None:
+        line = f"peak memory, 20 steps of the big MLP in a fresh process: runtime {mine:.0f} MiB"
+        if theirs is not None:
+            print(f"{line}, torch {theirs:.0f} MiB, ratio {mine / theirs:.2f}")
+            goal("runtime <= a quarter of torch's", mine <= theirs / 4)
+        else:
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
