@@ -179,22 +179,30 @@ class Adam(Optimizer):
         self.loss_scale = float(loss_scale)
         self.moment1 = [np.zeros_like(p._data) for p in self._params]
         self.moment2 = [np.zeros_like(p._data) for p in self._params]
+        self._scratch = [np.empty_like(p._data) for p in self._params]
 
     def _update(self, i, w, g, lr):
         if self.loss_scale != 1.0:
             g = g / self.loss_scale
         g = self._decayed(w, g)
         b1, b2, t = self.beta1, self.beta2, self.global_step + 1
-        m, v = self.moment1[i], self.moment2[i]
+        m, v, s = self.moment1[i], self.moment2[i], self._scratch[i]
+        # every step in place, through one scratch buffer: no large temporaries (each one a fresh
+        # allocation, and page faults, per parameter per step)
         m *= b1
-        m += (1 - b1) * g
+        np.multiply(g, 1 - b1, out=s)
+        m += s
         v *= b2
-        v += (1 - b2) * (g * g)
+        np.multiply(g, g, out=s)
+        s *= 1 - b2
+        v += s
         lr_t = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
         num = m * b1 + (1 - b1) * g if self.use_nesterov else m
-        denom = np.sqrt(v)
-        denom += self.eps
-        w -= (lr_t * num) / denom
+        np.sqrt(v, out=s)
+        s += self.eps
+        np.divide(num, s, out=s)
+        s *= lr_t
+        w -= s
 
 
 class AdamWeightDecay(Optimizer):
