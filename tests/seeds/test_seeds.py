@@ -57,3 +57,16 @@ def test_seed_004_custom_add_with_a_cell_bprop():
 def test_seed_001_hybrid_square_with_a_hybrid_bprop():
     # GRAPH_MODE, two func_type="akg" DSL kernels compiled by runtime.hybrid; the gradient 2 * x * dout
     assert run_seed("seed_001_hybrid_grad.py") == "[ 2.  8. 18.]\n"
+
+
+def test_seed_000_custom_backend_plugin():
+    # the seed's plugin, its two defects fixed, built with build_library, registered and used by jit; its
+    # MS_LOG(WARNING) lines go to stderr, once for the one build and once for the one run
+    res = subprocess.run([sys.executable, str(SEEDS / "seed_000_custom_backend.py")], cwd=ROOT, env=child_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "[[0.841471 0.841471]\n [0.841471 0.841471]]\n[[1. 1.]\n [1. 1.]]\n"
+    logs = [line for line in res.stderr.splitlines() if line.startswith("[")]
+    assert [line.split("] ", 1)[0] for line in logs] == ["[WARNING", "[WARNING"]
+    assert logs[0].endswith("Build] MSCustomBackendBase use the origin ms_backend to build the graph.")
+    assert logs[1].endswith("Run] MSCustomBackendBase use the origin ms_backend to run the graph.")
