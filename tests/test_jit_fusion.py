@@ -123,3 +123,44 @@ def test_a_warm_cache_runs_no_compiler_in_a_new_process(cache_dir):
     assert cold[0] == warm[0]
     assert int(warm[1]) == 0, f"the warm process started {warm[2:]}"
     assert "compiling ob_fused_" not in runs[1].stderr
+
+
+def _reduce_net(op, dim, keepdim):
+    def fn(x, y):
+        t = mint.tanh(x) * y + 0.5
+        return t * 2.0, op(mint.exp(t) - y, dim=dim, keepdim=keepdim)
+    return fn
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice")
+@pytest.mark.parametrize("dtype,rtol", [(np.float32, 2e-6), (np.float64, 1e-12)])
+@pytest.mark.parametrize("op,dim,keepdim", [(mint.sum, -1, False), (mint.mean, -1, True), (mint.sum, None, False),
+                                            (mint.mean, (0, 1), True)])
+def test_o1_fuses_a_trailing_sum_or_mean_over_the_last_or_all_axes(op, dim, keepdim, dtype, rtol):
+    fn = _reduce_net(op, dim, keepdim)
+    j = jit(fn, jit_level="O1")
+    rng = np.random.default_rng(5)
+    for shape in [(3, 37), (1, 5), (0, 4), (4, 0)]:
+        x, y = Tensor(rng.uniform(-1, 1, shape).astype(dtype)), Tensor(rng.uniform(-1, 1, shape[-1:]).astype(dtype))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            want, got = fn(x, y), j(x, y)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g.asnumpy(), w.asnumpy(), rtol=rtol, atol=rtol)
+    fused = [n for n in j.graph(x, y).nodes if n.kind == "fused"]
+    assert [n.op for n in fused] == [f"fused[tanh+mul+add+mul+exp+sub+{op.__name__}]"]
+    assert fused[0].out_shapes[-1] == want[1].shape and len(fused[0].out_shapes) == 2
+
+
+def test_o1_reduction_gradients_match_central_differences():
+    rng = np.random.default_rng(6)
+    x, y = Tensor(rng.uniform(-1, 1, (3, 4))), Tensor(rng.uniform(-1, 1, 4))
+    for op, dim in [(mint.sum, -1), (mint.mean, None)]:
+        gradcheck(jit(_reduce_net(op, dim, False), jit_level="O1"), [x, y])
+
+
+def test_o1_leaves_other_reductions_to_their_own_node():
+    j = jit(lambda x: mint.sum(mint.sin(x) * 2.0, dim=0), jit_level="O1")
+    x = Tensor(np.random.default_rng(7).standard_normal((3, 4)))
+    assert [n.op for n in j.graph(x).nodes] == ["fused[sin+mul]", "sum"]
+    np.testing.assert_allclose(j(x).asnumpy(), np.sum(np.sin(x.asnumpy()) * 2.0, axis=0), rtol=1e-12)

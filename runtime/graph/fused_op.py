@@ -23,7 +23,7 @@ from .kernel_source import kernel_source, vector_math
 
 __all__ = ["fused_target", "kernel_dir", "CFLAGS"]
 
-CFLAGS = ["-O3", "-fno-math-errno", "-Wall", "-Wextra"]
+CFLAGS = ["-O3", "-fno-math-errno", "-fopenmp-simd", "-Wall", "-Wextra"]
 
 
 def _cpu_flags() -> List[str]:
@@ -89,15 +89,15 @@ def _bprop(sub: Graph) -> Callable[..., Tuple[Any, ...]]:
 def fused_target(sub: Graph) -> Callable[..., Any]:
     """The operator running ``sub``'s nodes as one generated kernel (built now if the cache lacks it)."""
     symbol, text = kernel_source(sub, _SIMD)
-    key = symbol + repr([n.out_shapes[0] for n in sub.nodes[:1]]) + str(len(sub.outputs))
+    shapes = [sub.nodes[r.node].out_shapes[r.index] for r in sub.outputs]  # type: ignore[union-attr]
+    key = symbol + repr(shapes)
     op = _ops.get(key)
     if op is None:
         path = kernel_dir() / f"{symbol}.cpp"
         _write_once(path, text)
-        shape = sub.nodes[0].out_shapes[0]
         dtype = sub.nodes[0].out_dtypes[0]
         nout = len(sub.outputs)
-        op = Custom(f"{path}:{symbol}", out_shape=[shape] * nout if nout > 1 else shape,
+        op = Custom(f"{path}:{symbol}", out_shape=shapes if nout > 1 else shapes[0],
                     out_dtype=[dtype] * nout if nout > 1 else dtype, func_type="aot", bprop=_bprop(sub),
                     cflags=_FLAGS, ldflags=_LDFLAGS)
         _ops[key] = op

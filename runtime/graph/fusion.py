@@ -3,7 +3,10 @@
 A node can fuse when it is a built-in elementwise op (kernel_source.OPS) on
 float32 or float64 tensors of one dtype. A group is a run of such nodes that
 are consecutive in the graph's (topological) order and share one output shape,
-so putting the fused node where the run was keeps the order valid. Groups of
+so putting the fused node where the run was keeps the order valid. The node
+right after a run may join it when it is a sum or mean of one of the run's
+values over the last axis or over all axes: the kernel reduces in the same
+loop (``reduction``). Groups of
 one node are left alone (fusing them saves nothing). The fused node's target
 is a generated C++ kernel (fused_op.py); the nodes it replaces are kept in
 ``node.sub`` and give its gradient.
@@ -15,9 +18,9 @@ from typing import Dict, List, Set, Tuple
 import numpy as np
 
 from .graph import Const, Graph, Input, Node, Output, Ref
-from .kernel_source import OPS
+from .kernel_source import OPS, REDUCTIONS
 
-__all__ = ["fuse", "fusible"]
+__all__ = ["fuse", "fusible", "reduction"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -39,6 +42,23 @@ def fusible(graph: Graph, node: Node, nodes: Dict[int, Node]) -> bool:
     return dt in _FLOATS and all(_dtype_of(graph, r, nodes) == dt for r in node.inputs)
 
 
+def reduction(node: Node, run: List[Node]) -> str:
+    """``"last"`` or ``"all"`` when ``node`` is a sum/mean of a value of ``run`` over its last axis or all
+    axes (so it can end the run's kernel), else ``""``."""
+    if not run or node.kind != "primitive" or node.op not in REDUCTIONS or len(node.inputs) != 1:
+        return ""
+    r = node.inputs[0]
+    shape = run[0].out_shapes[0]
+    if not isinstance(r, Output) or r.node not in {m.id for m in run} or node.out_dtypes[0] != run[0].out_dtypes[0]:
+        return ""
+    if set(node.attrs) - {"axis", "keepdims"} or not shape:
+        return ""
+    axis = node.attrs.get("axis")
+    if axis is None or tuple(axis) == tuple(range(len(shape))):
+        return "all"
+    return "last" if tuple(axis) == (len(shape) - 1,) else ""
+
+
 def _groups(graph: Graph) -> List[List[Node]]:
     nodes = {n.id: n for n in graph.nodes}
     groups: List[List[Node]] = []
@@ -47,6 +67,10 @@ def _groups(graph: Graph) -> List[List[Node]]:
         if fusible(graph, n, nodes) and (not run or (run[0].out_shapes[0] == n.out_shapes[0]
                                                      and run[0].out_dtypes[0] == n.out_dtypes[0])):
             run.append(n)
+            continue
+        if reduction(n, run):  # a trailing sum/mean ends the run inside its kernel
+            groups.append(run + [n])
+            run = []
             continue
         groups.append(run)
         run = [n] if fusible(graph, n, nodes) else []
@@ -92,7 +116,8 @@ def _subgraph(graph: Graph, group: List[Node], users: Dict[int, Set[int]]) -> Tu
                 sub.input_shapes.append(tuple(shape))
                 sub.input_dtypes.append(n.out_dtypes[0])
             inputs.append(Input(k))
-        sub.nodes.append(Node(renum[n.id], n.op, n.kind, n.target, inputs, {}, n.out_shapes, n.out_dtypes))
+        sub.nodes.append(Node(renum[n.id], n.op, n.kind, n.target, inputs, dict(n.attrs), n.out_shapes,
+                              n.out_dtypes))
     out_ids = [n.id for n in group if users.get(n.id, set()) - ids]
     sub.outputs = [Output(renum[i], 0) for i in out_ids]
     return sub, outer_inputs, out_ids
@@ -105,6 +130,7 @@ def fuse(graph: Graph) -> Graph:
     if not groups:
         return graph
     users = _uses(graph)
+    by_id = {n.id: n for n in graph.nodes}
     first = {g[0].id: g for g in groups}
     dropped = {n.id for g in groups for n in g}
     moved: Dict[Tuple[int, int], Ref] = {}
@@ -125,9 +151,10 @@ def fuse(graph: Graph) -> Graph:
                 continue
             nid = len(out.nodes)
             target = fused_target(sub)
+            shapes = [by_id[i].out_shapes[0] for i in out_ids]
             out.nodes.append(Node(nid, f"fused[{'+'.join(s.op for s in sub.nodes)}]", "fused", target,
-                                  [remap(r) for r in ins], {}, [sub.nodes[0].out_shapes[0]] * len(out_ids),
-                                  [sub.nodes[0].out_dtypes[0]] * len(out_ids), multi=len(out_ids) > 1, sub=sub))
+                                  [remap(r) for r in ins], {}, shapes, [sub.nodes[0].out_dtypes[0]] * len(out_ids),
+                                  multi=len(out_ids) > 1, sub=sub))
             for k, i in enumerate(out_ids):
                 moved[(i, 0)] = Output(nid, k)
         elif n.id not in dropped:
