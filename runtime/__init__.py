@@ -13,7 +13,8 @@ from . import autograd  # noqa: F401
 from .autograd.functional import grad, value_and_grad  # noqa: F401
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 from .autograd.gradcheck import GradcheckError, gradcheck  # noqa: F401
-from . import context, mint  # noqa: F401
+from . import context, cuda, mint  # noqa: F401
+from .interop import from_dlpack  # noqa: F401
 from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context  # noqa: F401
 from . import graph  # noqa: F401
 from .jit import jit  # noqa: F401
@@ -24,6 +25,6 @@ __all__ = [
     "Tensor", "Parameter", "DType", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "bool_", "ops", "nn", "autograd", "value_and_grad", "grad", "no_grad", "enable_grad",
     "set_grad_enabled", "is_grad_enabled", "gradcheck", "GradcheckError",
-    "context", "set_context", "get_context", "GRAPH_MODE", "PYNATIVE_MODE", "mint",
+    "context", "cuda", "from_dlpack", "set_context", "get_context", "GRAPH_MODE", "PYNATIVE_MODE", "mint",
     "graph", "jit", "set_seed", "get_seed", "save_checkpoint", "load_checkpoint", "load_param_into_net",
 ]

@@ -4,19 +4,21 @@
 ``GRAPH_MODE`` / ``PYNATIVE_MODE`` let a MindSpore script run with only its
 imports changed. What each setting does here:
 
-- ``device_target``: ``"CPU"`` is the one this runtime has (its tensors are
-  numpy arrays in host memory). Any other target is a ``ValueError`` naming
-  the available ones.
+- ``device_target``: ``"CPU"`` (numpy arrays in host memory) or ``"GPU"``
+  (CuPy arrays on CUDA device ``device_id``): new tensors are made there.
+  ``"GPU"`` without a usable device is a ``ValueError`` saying why (CuPy not
+  installed, no device, driver too old); checking it imports CuPy, choosing
+  ``"CPU"`` never does. ``"Ascend"`` is not supported.
 - ``mode``: ``GRAPH_MODE`` makes calling an ``nn.Cell`` run its ``construct``
   through ``runtime.jit`` (traced once per signature, run on ``ms_backend``);
   ``PYNATIVE_MODE`` runs it eagerly. Results and gradients are the same.
-- ``device_id``: a non-negative int, stored (there is one CPU device).
+- ``device_id``: a non-negative int: the GPU that ``"GPU"`` means (there is one CPU device).
 """
 from __future__ import annotations
 
 from typing import Any, Dict, Tuple
 
-__all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "set_context", "get_context", "available_targets"]
+__all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "set_context", "get_context", "available_targets", "default_device"]
 
 GRAPH_MODE = 0
 PYNATIVE_MODE = 1
@@ -24,20 +26,30 @@ _MODES = {GRAPH_MODE: "GRAPH_MODE", PYNATIVE_MODE: "PYNATIVE_MODE"}
 _KNOWN_TARGETS = ("CPU", "GPU", "Ascend")  # MindSpore's names
 
 _settings: Dict[str, Any] = {"mode": PYNATIVE_MODE, "device_target": "CPU", "device_id": 0}
+_default_device = "CPU"  # what new tensors get: "CPU" or "GPU:<device_id>"
 
 
 def available_targets() -> Tuple[str, ...]:
-    """The device targets this runtime can run on."""
-    return ("CPU",)
+    """The device targets this runtime can run on here ("GPU" when CuPy sees a device; imports CuPy)."""
+    from . import cuda
+    return ("CPU", "GPU") if cuda.is_available() else ("CPU",)
+
+
+def default_device() -> str:
+    """The device new tensors are made on: ``"CPU"`` or ``"GPU:N"``."""
+    return _default_device
 
 
 def _check_target(value: Any) -> str:
-    have = ", ".join(available_targets())
-    if value in available_targets():
+    if value == "CPU":
         return value
     if value == "GPU":
-        raise ValueError(f"device_target 'GPU' is not available yet: this runtime has no GPU support (its tensors "
-                         f"are numpy arrays in host memory); available device targets: {have}")
+        from . import cuda
+        why = cuda.unavailable_reason()
+        if why is None:
+            return value
+        raise ValueError(f"device_target 'GPU' is not usable here: {why}; available device targets: CPU")
+    have = ", ".join(available_targets())
     if value == "Ascend":
         raise ValueError(f"device_target 'Ascend' is not available: this runtime has no Ascend support; "
                          f"available device targets: {have}")
@@ -67,8 +79,16 @@ def set_context(**kwargs: Any) -> None:
     if unknown:
         raise ValueError(f"set_context: {', '.join(map(repr, unknown))} is not a setting of this runtime; "
                          f"settings: {', '.join(_CHECKS)}")
+    global _default_device
     checked = {key: _CHECKS[key](value) for key, value in kwargs.items()}
+    merged = {**_settings, **checked}
+    if merged["device_target"] == "GPU":
+        from . import cuda
+        if merged["device_id"] >= cuda.device_count():
+            raise ValueError(f"device_id {merged['device_id']} is not a GPU here: {cuda.device_count()} CUDA "
+                             f"device(s) are visible")
     _settings.update(checked)
+    _default_device = "CPU" if merged["device_target"] == "CPU" else f"GPU:{merged['device_id']}"
 
 
 def get_context(attr_key: str) -> Any:

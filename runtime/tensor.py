@@ -13,6 +13,8 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from . import context as _context
+from . import device as _device
 from . import dtypes as _dt
 
 __all__ = ["Tensor", "Parameter", "as_tensor"]
@@ -20,10 +22,13 @@ __all__ = ["Tensor", "Parameter", "as_tensor"]
 _new = object.__new__
 
 
-def _infer_array(data: Any, dtype: Optional[_dt.DType]) -> np.ndarray:
-    """numpy array for ``data``; Python floats default to float32 (as MindSpore)."""
+def _infer_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str] = None) -> Any:
+    """The array for ``data`` on ``device`` (a parsed name; None: the data's own device if it
+    is a GPU array, else the context's); Python floats default to float32 (as MindSpore)."""
     if isinstance(data, Tensor):
         data = data._data
+    if _device.is_device_array(data):  # GPU data: CuPy, or anything with __cuda_array_interface__
+        return _device_array(data, dtype, device)
     if dtype is not None:
         arr = np.asarray(data, dtype=dtype.np)
     else:
@@ -33,7 +38,17 @@ def _infer_array(data: Any, dtype: Optional[_dt.DType]) -> np.ndarray:
     _dt.from_numpy_dtype(arr.dtype)  # TypeError for object, complex, str ...
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    return arr
+    if device is None:
+        device = _context.default_device()
+    return arr if device == _device.CPU else _device.to_device(arr, device)
+
+
+def _device_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str]) -> Any:
+    """A CuPy array for GPU ``data`` (zero-copy when dtype and device already fit)."""
+    cp = _device.array_module(None)
+    arr = cp.asarray(data) if dtype is None else cp.asarray(data, dtype=dtype.np)
+    _dt.from_numpy_dtype(arr.dtype)
+    return arr if device is None else _device.to_device(arr, device)
 
 
 def _format_value(arr: np.ndarray) -> str:
@@ -48,9 +63,12 @@ def _format_value(arr: np.ndarray) -> str:
 class Tensor:
     """An n-dimensional array on the CPU that can take part in autograd.
 
-    ``Tensor(data, dtype=None)``: ``data`` is anything numpy accepts; Python
-    floats become float32 unless ``dtype`` says otherwise. A numpy array of a
-    supported dtype is used without copying.
+    ``Tensor(data, dtype=None, device=None)``: ``data`` is anything numpy
+    accepts (or a CuPy array); Python floats become float32 unless ``dtype``
+    says otherwise. A numpy or CuPy array of a supported dtype is used without
+    copying. ``device``: ``"CPU"``, ``"GPU"``, ``"GPU:N"``, ``"cuda"``,
+    ``"cuda:N"``; None keeps a GPU array where it is and puts anything else on
+    the context's device (``set_context(device_target=...)``).
     """
 
     # numpy defers ``ndarray * Tensor`` to ``Tensor.__rmul__``
@@ -62,13 +80,14 @@ class Tensor:
     _out_index: int = 0
     _version: int = 0
 
-    def __init__(self, data: Any = None, dtype: Any = None, *, requires_grad: bool = False,
-                 input_data: Any = None) -> None:
+    def __init__(self, data: Any = None, dtype: Any = None, device: Optional[str] = None, *,
+                 requires_grad: bool = False, input_data: Any = None) -> None:
         if data is None:
             data = input_data  # MindSpore's keyword
         if data is None:
             raise TypeError("Tensor() needs data (a number, a nested list or a numpy array)")
-        self._data = _infer_array(data, None if dtype is None else _dt.to_dtype(dtype))
+        self._data = _infer_array(data, None if dtype is None else _dt.to_dtype(dtype),
+                                  None if device is None else _device.parse_device(device))
         if requires_grad:
             self.requires_grad_(True)
 
@@ -97,6 +116,20 @@ class Tensor:
         return self._data.size
 
     @property
+    def device(self) -> str:
+        """``"CPU"`` or ``"GPU:N"``: where the data lives."""
+        return _device.device_of(self._data)
+
+    def to(self, device: str) -> "Tensor":
+        """This tensor on ``device`` (itself when already there); differentiable, the gradient goes back."""
+        return _math.to_device(self, _device.parse_device(device))
+
+    def move_to(self, to: str, blocking: bool = True) -> "Tensor":
+        """MindSpore's name: a copy on ``"CPU"`` or ``"GPU"`` (``blocking`` is accepted; copies are ordered
+        on the current stream)."""
+        return _math.to_device(self, _device.parse_device(to))
+
+    @property
     def is_leaf(self) -> bool:
         return self._node is None
 
@@ -105,11 +138,27 @@ class Tensor:
         return _math.transpose(self)
 
     def asnumpy(self) -> np.ndarray:
-        """The data as a numpy array (shared, not copied)."""
-        return self._data
+        """The data as a numpy array: shared on the CPU, copied to the host from a GPU."""
+        d = self._data
+        return d if isinstance(d, np.ndarray) else _device.to_device(d, _device.CPU)
 
     def numpy(self) -> np.ndarray:
-        return self._data
+        return self.asnumpy()
+
+    # ---- interop: DLPack (zero-copy, CPU and GPU) and CUDA's array interface ----
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        """A DLPack capsule over this tensor's memory (its array's own ``__dlpack__``)."""
+        return self._data.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        return self._data.__dlpack_device__()
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        d = self._data
+        if isinstance(d, np.ndarray):
+            raise AttributeError("a CPU tensor has no __cuda_array_interface__ (use __dlpack__ or asnumpy())")
+        return d.__cuda_array_interface__
 
     def item(self) -> Any:
         return self._data.item()
@@ -118,6 +167,9 @@ class Tensor:
         return self._data.tolist()
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        if not isinstance(self._data, np.ndarray):
+            raise TypeError(f"a tensor on {self.device} is not converted to numpy implicitly; call asnumpy() "
+                            f"to copy it to the host")
         if dtype is not None and np.dtype(dtype) != self._data.dtype:
             return self._data.astype(dtype)
         if copy:
@@ -148,10 +200,10 @@ class Tensor:
 
     # ---- printing ---------------------------------------------------
     def __repr__(self) -> str:
-        return f"Tensor(shape={list(self._data.shape)}, dtype={self.dtype}, value= {_format_value(self._data)})"
+        return f"Tensor(shape={list(self._data.shape)}, dtype={self.dtype}, value= {_format_value(self.asnumpy())})"
 
     def __str__(self) -> str:
-        return str(self._data)
+        return str(self.asnumpy())
 
     # ---- python protocol --------------------------------------------
     def __len__(self) -> int:
@@ -237,7 +289,7 @@ class Parameter(Tensor):
 
     def set_data(self, data: Any) -> "Parameter":
         """Replace the values (same dtype), bumping the version like an in-place op."""
-        arr = _infer_array(data, self.dtype)
+        arr = _infer_array(data, self.dtype, self.device)
         self._data = arr
         self._version = self._version + 1
         return self
@@ -258,7 +310,10 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
             dt = np.dtype(np.float32)
         elif isinstance(value, int) and not isinstance(value, bool) and dt.kind == "b":
             dt = np.dtype(np.int64)
-        return Tensor._from_array(np.asarray(value, dtype=dt))
+        arr = np.asarray(value, dtype=dt)
+        if type(like._data) is not np.ndarray:  # a number next to a GPU tensor goes to its device
+            arr = _device.to_device(arr, like.device)
+        return Tensor._from_array(arr)
     return Tensor(value)
 
 

@@ -1,4 +1,6 @@
 """runtime.set_context / get_context / runtime.context: MindSpore's run settings, with their errors."""
+import re
+
 import pytest
 
 import runtime as rt
@@ -42,15 +44,22 @@ def test_graph_mode_runs_eagerly_with_the_same_results():
 
 def test_ascend_names_the_targets_this_machine_has():
     with pytest.raises(ValueError, match=r"device_target 'Ascend' is not available: this runtime has no Ascend "
-                                         r"support; available device targets: CPU$"):
+                                         r"support; available device targets: " + ", ".join(context.available_targets()) + "$"):
         rt.set_context(device_target="Ascend")
     assert rt.get_context("device_target") == "CPU"
 
 
-def test_gpu_is_not_available_yet():
-    with pytest.raises(ValueError, match=r"device_target 'GPU' is not available yet: this runtime has no GPU "
-                                         r"support .*; available device targets: CPU$"):
+def test_gpu_without_a_usable_device_says_why_and_keeps_the_cpu():
+    why = rt.cuda.unavailable_reason()
+    if why is None:
+        pytest.skip("a GPU is usable here (tests/test_gpu_runtime.py covers set_context(device_target='GPU'))")
+    assert why.startswith(("CuPy is not installed", "CuPy could not be imported", "no CUDA device",
+                           "the NVIDIA driver is too old", "CUDA could not be initialised"))
+    with pytest.raises(ValueError, match=r"^device_target 'GPU' is not usable here: " + re.escape(why) +
+                       r"; available device targets: CPU$"):
         context.set_context(device_target="GPU")
+    assert rt.get_context("device_target") == "CPU" and context.default_device() == "CPU"
+    assert rt.Tensor([1.0]).device == "CPU"
 
 
 def test_an_unknown_target_lists_mindspores_and_the_available_ones():

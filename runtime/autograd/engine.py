@@ -18,6 +18,8 @@ import numpy as np
 
 from . import grad_mode as _gm
 from .node import Node, meta_of
+from .. import device as _device
+from .. import dtypes as _dt
 from .. import tensor as _tensor  # a module object: Tensor is looked up when first needed
 
 __all__ = ["backward", "grad", "run_backward"]
@@ -28,15 +30,18 @@ def _math():
     return math
 
 
-def _ones(shape, dtype) -> Any:
-    a = np.empty(shape, dtype)
+def _ones(shape, dtype, like: Any = None) -> Any:
+    """Ones on the device of the array ``like`` (the host when None or a numpy array)."""
+    a = (np if like is None or type(like) is np.ndarray else _device.array_module(like)).empty(shape, dtype)
     a.fill(1)
     return _tensor.Tensor._from_array(a)
 
 
-def _zeros(meta) -> Any:
+def _zeros(meta, like: Any = None) -> Any:
+    """Zeros for ``meta`` on the device of the Tensor ``like`` (a gradient beside the missing one)."""
     shape, dtype = meta
-    return _tensor.Tensor._from_array(np.zeros(shape, dtype=dtype))
+    xp = np if like is None or type(like._data) is np.ndarray else _device.array_module(like._data)
+    return _tensor.Tensor._from_array(xp.zeros(shape, dtype=dtype))
 
 
 def _accumulate(a, b):
@@ -186,7 +191,8 @@ def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool)
         if g is None:  # (not `None in buf`: that would call Tensor.__eq__)
             if node.materialize_grads:
                 metas = node.out_meta
-                buf = [_zeros(metas[k]) if g is None else g for k, g in enumerate(buf)]
+                present = next((x for x in buf if x is not None), None)
+                buf = [_zeros(metas[k], present) if g is None else g for k, g in enumerate(buf)]
             break
     results = node.apply(buf, create_graph)
     if not retain_graph:
@@ -361,10 +367,10 @@ def _own(g, seen: set, create_graph: bool):
 def _as_grad(g, like):
     Tensor = _tensor.Tensor
     if g is None:
-        return _ones(like._data.shape, like._data.dtype)
+        return _ones(like._data.shape, like._data.dtype, like._data)
     if isinstance(g, Tensor):
         return g
-    return Tensor._from_array(np.asarray(g, dtype=like._data.dtype))
+    return Tensor(g, _dt.from_numpy_dtype(like._data.dtype), like.device)
 
 
 def backward(tensors: Sequence[Any], grad_tensors: Optional[Sequence[Any]] = None,

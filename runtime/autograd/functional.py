@@ -14,6 +14,7 @@ import numpy as np
 
 from . import engine
 from . import grad_mode as _gm
+from .. import device as _device
 from .. import tensor as _tensor  # a module object: Tensor is looked up when first needed
 
 __all__ = ["value_and_grad", "grad"]
@@ -126,7 +127,7 @@ def _run(fn: Callable, positions, weights, has_aux: bool, args: tuple, kwargs: d
     heads = [h for h in _heads(out, has_aux) if h.requires_grad]
     all_targets = targets + weights if weights else targets
     if heads:
-        seeds = [engine._ones(h._data.shape, h._data.dtype) for h in heads]
+        seeds = [engine._ones(h._data.shape, h._data.dtype, h._data) for h in heads]
         grads = engine.run_backward(heads, seeds, all_targets, nested, nested)
     else:
         grads = [None] * len(all_targets)
@@ -134,7 +135,7 @@ def _run(fn: Callable, positions, weights, has_aux: bool, args: tuple, kwargs: d
     for i, g in enumerate(grads):
         if g is None:
             t = all_targets[i]._data
-            grads[i] = Tensor._from_array(np.zeros(t.shape, dtype=t.dtype))
+            grads[i] = Tensor._from_array(_device.array_module(t).zeros(t.shape, dtype=t.dtype))
     n = len(targets)
     return out, grads[:n], grads[n:]
 

@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .. import device as _device
 from .. import dtypes as _dt
 from ..tensor import Tensor, as_tensor
 from .primitive import Primitive, defvjp
@@ -20,7 +21,7 @@ __all__ = [
     "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu",
     "sqrt", "abs", "matmul", "sum", "mean", "reshape", "transpose", "broadcast_to", "sum_to", "cast",
     "where", "getitem", "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
-    "zeros_like", "ones_like",
+    "zeros_like", "ones_like", "to_device",
 ]
 
 
@@ -356,8 +357,13 @@ def _plain_index(index: Any) -> Any:
 
 
 def _scatter_add(g, index, shape):
-    out = np.zeros(shape, dtype=g.dtype)
-    np.add.at(out, index, g)
+    xp = _device.array_module(g)
+    out = xp.zeros(shape, dtype=g.dtype)
+    if xp is np:
+        np.add.at(out, index, g)
+    else:
+        import cupyx
+        cupyx.scatter_add(out, index, g)
     return out
 
 
@@ -374,9 +380,22 @@ def getitem(x: Any, index: Any) -> Tensor:
 # ---- constructors (not recorded) ----------------------------------------
 def zeros_like(x: Any) -> Tensor:
     x = _one(x)
-    return Tensor._from_array(np.zeros(x.shape, dtype=x._data.dtype))
+    return Tensor._from_array(_device.array_module(x._data).zeros(x.shape, dtype=x._data.dtype))
 
 
 def ones_like(x: Any) -> Tensor:
     x = _one(x)
-    return Tensor._from_array(np.ones(x.shape, dtype=x._data.dtype))
+    return Tensor._from_array(_device.array_module(x._data).ones(x.shape, dtype=x._data.dtype))
+
+
+# ---- devices -------------------------------------------------------------------
+_to_device = Primitive("to_device", lambda x, device: _device.to_device(x, device))
+defvjp(_to_device, lambda g, ans, x, device: to_device(g, _device.device_of(x._data)))
+
+
+def to_device(x: Any, device: str) -> Tensor:
+    """``x`` on ``device`` (a parsed name, see runtime.device); ``x`` itself when already there."""
+    x = _one(x)
+    if _device.device_of(x._data) == device:
+        return x
+    return _to_device(x, device=device)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..autograd.node import Node, edge_of
 from ..jit.tracing import hook as _trace
@@ -36,9 +37,13 @@ class Primitive:
         """Apply to Tensors (already converted); record a node if needed."""
         if _trace.tracer is not None:  # runtime.jit is recording this thread's ops
             return _trace.tracer.call_op("primitive", self.name, self, args, kwargs)
-        out = self.fn(*[a._data for a in args], **kwargs)
+        try:
+            out = self.fn(*[a._data for a in args], **kwargs)
+        except TypeError:  # numpy and CuPy arrays in one call: say so, naming both devices
+            _device.check_same(args, f"op '{self.name}'")
+            raise
         if type(out) is not np.ndarray:
-            out = np.asarray(out)
+            out = _result(out, args, self.name)
         res = _Tensor._from_array(out)
         if _state.enabled and self.vjps is not None and out.dtype.kind == "f":  # integer results: no gradient
             for a in args:
@@ -51,6 +56,15 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+def _result(out: Any, args: Sequence[Any], name: str) -> Any:
+    """A result that is not a plain ndarray: a numpy scalar made an array, or a GPU array
+    (then every input must have been on its device)."""
+    if _device.is_device_array(out):
+        _device.check_same(args, f"op '{name}'")
+        return out
+    return np.asarray(out)
 
 
 def defvjp(prim: Primitive, *rules: Rule) -> None:

@@ -1,0 +1,41 @@
+"""``runtime.from_dlpack``: a Tensor over another library's memory, without copying.
+
+Any object with ``__dlpack__`` and ``__dlpack_device__`` (numpy, PyTorch,
+CuPy, JAX arrays, and ``runtime.Tensor`` itself) is taken: host memory
+through ``numpy.from_dlpack``, CUDA memory through ``cupy.from_dlpack``. The
+result shares memory with ``obj``; ``Tensor.__dlpack__`` is the way back.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import dtypes as _dt
+from .tensor import Tensor
+
+__all__ = ["from_dlpack"]
+
+_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
+_NAMES = {4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI", 10: "ROCm", 11: "ROCm host", 14: "oneAPI"}
+
+
+def from_dlpack(obj: Any) -> Tensor:
+    """A Tensor sharing ``obj``'s memory (on the CPU or a CUDA device), found through DLPack."""
+    if not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
+        raise TypeError(f"from_dlpack needs an object with __dlpack__ and __dlpack_device__ (a numpy, torch, "
+                        f"CuPy or JAX array), got {type(obj).__name__}")
+    kind, index = obj.__dlpack_device__()
+    if kind in (_KDL_CPU, _KDL_CUDA_HOST):
+        arr = np.from_dlpack(obj)
+    elif kind in (_KDL_CUDA, _KDL_CUDA_MANAGED):
+        from .cuda import _cupy
+        arr = _cupy().from_dlpack(obj)
+    else:
+        raise ValueError(f"from_dlpack: {type(obj).__name__} lives on a {_NAMES.get(int(kind), f'type {kind}')} "
+                         f"device ({index}); this runtime has CPU and CUDA tensors")
+    try:
+        _dt.from_numpy_dtype(arr.dtype)
+    except TypeError as e:
+        raise TypeError(f"from_dlpack: {e}") from None
+    return Tensor._from_array(arr)
