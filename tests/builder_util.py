@@ -113,3 +113,33 @@ def child_env(**extra: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     return env
 
+
+
+def build_cache(directory: Path, name: str, value: str) -> Path:
+    """A cache in ``directory/cache`` holding one built tiny module ``name`` (its ``value()``
+    returns ``value``), from the source ``directory/<name>.cpp``; the cache's path."""
+    from opbuilder import CustomOpBuilder
+
+    cache = directory / "cache"
+    CustomOpBuilder(name, [tiny_module(directory / f"{name}.cpp", value)], build_dir=cache).build()
+    return cache
+
+
+def copy_cache(cache: Path, dst: Path) -> Path:
+    """A copy of a built cache (links kept as links, modes kept): each test damages its own."""
+    shutil.copytree(cache, dst, symlinks=True)
+    return dst
+
+
+def key_dir(cache: Path, name: str) -> Path:
+    """The one published build of operator ``name`` in ``cache``."""
+    dirs = [d for d in (cache / name).iterdir() if d.name not in ("build", "deps") and not d.name.startswith(".")]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def run_python(code: str, *args: str, timeout: int = 300, **env: str):
+    """Run ``code`` in a new Python process (a crash is its exit status, not ours)."""
+    import subprocess
+    return subprocess.run([PYTHON, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                          env=child_env(**env))
