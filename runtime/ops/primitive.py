@@ -9,13 +9,14 @@ argument's shape, so rules need not undo broadcasting.
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import device as _device
 from ..autograd.grad_mode import _state
-from ..autograd.node import Node, edge_of
+from ..autograd.node import Node
 from ..jit.tracing import hook as _trace
 
 __all__ = ["Primitive", "defvjp", "PrimitiveNode"]
@@ -44,12 +45,12 @@ class Primitive:
             raise
         if type(out) is not np.ndarray:
             out = _result(out, args, self.name)
-        res = _Tensor._from_array(out)
+        res = _new(_Tensor)
+        res._data = out
         if _state.enabled and self.vjps is not None and out.dtype.kind == "f":  # integer results: no gradient
             for a in args:
                 if a.requires_grad:
-                    node = PrimitiveNode(self, args, kwargs, out)
-                    res._node = node
+                    res._node = _record(self, args, kwargs, out)
                     res.requires_grad = True
                     break
         return res
@@ -76,14 +77,7 @@ class PrimitiveNode(Node):
     __slots__ = ("prim", "args", "kwargs", "versions", "out")
 
     def __init__(self, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray) -> None:
-        self.prim = prim
-        self.args = args
-        self.kwargs = kwargs
-        self.out = out
-        self.versions = tuple(a._version for a in args)
-        self.next_edges = tuple(edge_of(a) if a.requires_grad else None for a in args)
-        self.input_meta = tuple((a._data.shape, a._data.dtype) for a in args)
-        self.out_meta = ((out.shape, out.dtype),)
+        _fill(self, prim, args, kwargs, out)
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -94,12 +88,10 @@ class PrimitiveNode(Node):
         if args is None:
             raise RuntimeError(f"backward through {self.name} a second time: its saved tensors were "
                                f"freed after the first backward; pass retain_graph=True the first time")
-        for i, (a, v) in enumerate(zip(args, self.versions)):
-            if a._version != v:
-                raise RuntimeError(f"one of the tensors needed for gradient computation has been modified "
-                                   f"by an in-place operation: argument {i} of {self.name} is at version "
-                                   f"{a._version}; expected version {v}")
-        ans = _Tensor._from_array(self.out)
+        if tuple(map(_version_of, args)) != self.versions:
+            self._stale()
+        ans = _new(_Tensor)
+        ans._data = self.out
         if create_graph:
             ans._node = self
             ans.requires_grad = True
@@ -108,9 +100,44 @@ class PrimitiveNode(Node):
         return [None if (e is None or rule is None) else rule(g, ans, *args, **kw)
                 for rule, e in zip(self.prim.vjps, self.next_edges)]
 
+    def _stale(self) -> None:
+        for i, (a, v) in enumerate(zip(self.args, self.versions)):
+            if a._version != v:
+                raise RuntimeError(f"one of the tensors needed for gradient computation has been modified "
+                                   f"by an in-place operation: argument {i} of {self.name} is at version "
+                                   f"{a._version}; expected version {v}")
+
     def release(self) -> None:
         self.args = None
         self.out = None
+
+
+_new = object.__new__
+_version_of = attrgetter("_version")
+
+
+def _fill(node: PrimitiveNode, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any],
+          out: np.ndarray) -> PrimitiveNode:
+    """Set ``node``'s fields in one pass over ``args`` (the recording hot path)."""
+    node.prim = prim
+    node.args = args
+    node.kwargs = kwargs
+    node.out = out
+    edges = []
+    metas = []
+    for a in args:
+        d = a._data
+        metas.append((d.shape, d.dtype))
+        edges.append((a if a._node is None else (a._node, a._out_index)) if a.requires_grad else None)
+    node.versions = tuple(map(_version_of, args))
+    node.next_edges = tuple(edges)
+    node.input_meta = tuple(metas)
+    node.out_meta = ((out.shape, out.dtype),)
+    return node
+
+
+def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray) -> PrimitiveNode:
+    return _fill(_new(PrimitiveNode), prim, args, kwargs, out)
 
 
 from ..tensor import Tensor as _Tensor  # noqa: E402
