@@ -222,3 +222,24 @@ def test_bad_arguments_are_clear_errors():
         register_backend("x_backend", 3)
     with pytest.raises(TypeError, match="backend name must be a non-empty str"):
         register_backend("", lambda g, c: None)
+
+
+def test_o0_runner_drops_each_intermediate_after_its_last_use_and_keeps_outputs():
+    def fn(x):
+        a = mint.sin(x)           # %0: used by %1 and %3
+        b = a * 2.0               # %1: returned and used by %2
+        c = mint.exp(b)           # %2: used by %3 only
+        return b, c + a           # %3
+    j = jit(fn)
+    x = f64(4)
+    b, d = j(x)
+    run = j._cache[next(iter(j._cache))].run
+    lines = run.source.splitlines()
+    at = {ln.strip().split(" =")[0]: i for i, ln in enumerate(lines) if " = t" in ln}
+    dels = {v: i for i, ln in enumerate(lines) if ln.strip().startswith("del ")
+            for v in ln.strip()[4:].split(", ")}
+    assert set(dels) == {"v0", "v2"}, run.source          # outputs v1 and v3 are never dropped
+    assert dels["v0"] == at["v3"] + 1 and dels["v2"] == at["v3"] + 1, run.source
+    xa = x.asnumpy()
+    np.testing.assert_allclose(b.asnumpy(), np.sin(xa) * 2, rtol=1e-12)
+    np.testing.assert_allclose(d.asnumpy(), np.exp(np.sin(xa) * 2) + np.sin(xa), rtol=1e-12)
