@@ -5,7 +5,9 @@ is built by the builder as a plain shared library, cached by content like
 every build, with the build options given (include paths, compile and link
 flags: part of the cache key); anything else is taken as a shared library. The library is
 opened once per path and ``Symbol`` (and the optional ``SymbolInit``) resolved
-once, so a call only passes addresses.
+once, so a call only passes addresses. A library that uses CUDA (built from
+.cu, or a prebuilt one carrying device code or linking the CUDA runtime: see
+cuda_elf.py) is marked so, and only ever gets device tensors.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Union
+
+from .cuda_elf import cuda_use
 
 __all__ = ["AotKernel", "BuildOptions", "resolve_aot", "split_func"]
 
@@ -36,6 +40,7 @@ class AotKernel:
     fn: int
     init: Optional[int]
     backend: str  # "CPU", or "GPU" for a kernel built from .cu
+    cuda: Optional[str] = None  # why the library is CUDA code (its params must be device pointers), or None
 
 
 @dataclass(frozen=True)
@@ -115,4 +120,6 @@ def resolve_aot(func: str, options: BuildOptions = BuildOptions()) -> AotKernel:
     if fn is None:
         raise AttributeError(f"symbol '{symbol}' not found in aot library {library} (from func {func!r}); "
                              f"is it defined there, spelled the same, and declared extern \"C\"?")
-    return AotKernel(symbol=symbol, library=library, fn=fn, init=_address(lib, symbol + "Init"), backend=backend)
+    cuda = "built from a .cu source by nvcc" if backend == "GPU" else cuda_use(library)
+    return AotKernel(symbol=symbol, library=library, fn=fn, init=_address(lib, symbol + "Init"), backend=backend,
+                     cuda=cuda)

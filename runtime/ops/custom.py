@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..autograd.callback import bprop_backward, record_callback
+from ..device import device_of, is_device_array
 from ..autograd.grad_mode import _state
 from ..dtypes import float32, from_numpy_dtype, to_dtype
 from ..jit.tracing import hook as _trace
@@ -261,15 +262,50 @@ class Custom:
     def _call_aot(self, arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> Tuple[np.ndarray, ...]:
         k = self._kernel
         assert k is not None and self._extra is not None
-        if k.backend != "CPU":
-            raise RuntimeError(f"aot operator '{k.symbol}' in {k.library} was built for the GPU backend, but this "
-                               f"runtime's tensors are numpy arrays in host memory; call a CPU build instead")
+        if k.cuda is not None:
+            return self._call_aot_device(arrays, specs)
         if not self._initialized:
             self._init(arrays, specs)
-        res = self._run(k.fn, self._extra.address, arrays, specs, self._scratch)
+        try:
+            res = self._run(k.fn, self._extra.address, arrays, specs, self._scratch)
+        except TypeError:
+            if any(type(a) is not np.ndarray and is_device_array(a) for a in arrays):
+                raise RuntimeError(f"aot operator '{k.symbol}' in {k.library} is host code (it neither carries "
+                                   f"device code nor links the CUDA runtime), but its inputs are on "
+                                   f"{device_of(next(a for a in arrays if is_device_array(a)))}; move them to the "
+                                   f"CPU (Tensor.to('CPU')) or call a CUDA build") from None
+            raise
         if type(res) is int:
             self._fail(k.symbol, res)
         return res
+
+    def _call_aot_device(self, arrays: Tuple[Any, ...], specs: Tuple[Spec, ...]) -> Tuple[Any, ...]:
+        """A CUDA library: device pointers and the current stream; host tensors are refused, never passed."""
+        k = self._kernel
+        assert k is not None and self._extra is not None
+        host = [i for i, a in enumerate(arrays) if isinstance(a, np.ndarray)]
+        if host or not arrays:
+            from ..cuda import unavailable_reason
+            why = unavailable_reason()
+            raise RuntimeError(
+                f"aot operator '{k.symbol}' in {k.library} is CUDA code ({k.cuda}) and needs tensors on a GPU "
+                f"device, but input(s) {host} are on the CPU (host memory): its kernel would be handed host "
+                f"pointers. Put the inputs on the GPU (Tensor(..., device='GPU'), .to('GPU'), or "
+                f"set_context(device_target='GPU'))" + (f"; no GPU is usable here: {why}" if why else ""))
+        from .aot_device import call_on_device, init_on_device
+        if not self._initialized:
+            if k.init is not None:
+                from .aot_trampoline import trampoline
+                status = init_on_device(k.init, self._extra.address, arrays, specs)
+                weakref.finalize(self, _release, trampoline().release, self._extra)
+                if status != 0 or self._extra.data.error:
+                    self._fail(k.symbol + "Init", status)
+            self._initialized = True
+        sizes = self._extra.workspace_sizes() if k.init is not None else ()
+        status, outs = call_on_device(k.fn, self._extra.address, arrays, specs, sizes, f"aot operator '{k.symbol}'")
+        if status != 0 or self._extra.data.error:
+            self._fail(k.symbol, status)
+        return tuple(outs)
 
     def _init(self, arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> None:
         """Run ``<Symbol>Init`` (if the library has one) and allocate the workspaces it asks for."""
