@@ -304,6 +304,12 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
     float next to an integer tensor), so ``Tensor(1.0, float32) * 2`` stays float32."""
     if isinstance(value, Tensor):
         return value
+    if type(value) is float and like is not None:  # the common case: a float next to a float CPU tensor
+        d = like._data
+        if type(d) is np.ndarray and d.dtype.kind == "f":
+            t = _new(Tensor)
+            t._data = np.asarray(value, d.dtype)
+            return t
     if like is not None and isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
         dt = like._data.dtype
         if isinstance(value, float) and dt.kind != "f":

@@ -29,6 +29,8 @@ def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
     """Both operands as Tensors; a Python number takes the tensor's dtype, and a
     Python float next to an integer tensor makes both float32 (as MindSpore)."""
     if isinstance(x, Tensor):
+        if isinstance(y, Tensor):
+            return x, y
         if isinstance(y, float) and x._data.dtype.kind in "biu":
             x = cast(x, _dt.float32)
         return x, as_tensor(y, like=x)
