@@ -121,7 +121,8 @@ def prepare(root: Path, key: str) -> Pch:
 
 
 def prune(root: Path, keep: int = KEEP, current: Optional[str] = None) -> None:
-    """Keep the ``keep`` most recently used PCHs; the rest cost disk (100+ MB each)."""
+    """Keep the ``keep`` most recently used PCHs (the rest cost disk: 100+ MB each), and clear what
+    killed precompiles left in those kept. Every build that uses a PCH calls this."""
     from .lock import try_lock
 
     base = root / ".pch"
@@ -136,7 +137,7 @@ def prune(root: Path, keep: int = KEEP, current: Optional[str] = None) -> None:
         # one used in the last hour may be in use by a compile right now
         if i >= keep and d.name != current and mtime < hour_ago:
             shutil.rmtree(d, ignore_errors=True)
-        elif d.name != current:
+        else:  # kept: without what a killed precompile of it left (unless one is running now)
             try:
                 with try_lock(d) as free:
                     if free:

@@ -79,8 +79,10 @@ def publish_library(built: Path, key_dir: Path, filename: str) -> Dict[str, obje
         finally:
             os.close(fd)
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is None:
+            e.filename = str(final)  # os.write's errors (a full disk) name no file
         raise
     finally:
         os.close(src)

@@ -157,11 +157,13 @@ def write_file(path: Path, data: bytes, mode: int = 0o600, durable: bool = False
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and e.filename is None:
+            e.filename = str(path)  # os.write's errors (a full disk) name no file
         raise
 
 
