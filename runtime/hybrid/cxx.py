@@ -71,6 +71,7 @@ class _Gen:
         self.depth = 1
         self.tmp = 0
         self.grids: Dict[str, int] = {}
+        self.nonneg_vars: set = set()  # loop indices in scope that never go negative
 
     def err(self, node: ast.AST, msg: str) -> HybridTypeError:
         return self.p.error(node, msg, HybridTypeError)  # type: ignore[return-value]
@@ -208,28 +209,47 @@ class _Gen:
         n = node.value.id
         dt, rank = self.tensors[n]
         sl = node.slice
-        items: List[str] = []
+        items: List[Tuple[str, bool]] = []
         for e in (sl.elts if isinstance(sl, ast.Tuple) else [sl]):
             if isinstance(e, ast.Name) and e.id in self.info.grid_vars:
-                items += [f"{e.id}_{k}" for k in range(self.grids[e.id])]
+                items += [(f"{e.id}_{k}", True) for k in range(self.grids[e.id])]
                 continue
             if isinstance(e, ast.Tuple) and not e.elts:
                 continue  # x[()] of a rank-0 tensor
             code, t = self.expr(e)
             if t.kind not in "iu":
                 raise self.err(e, f"an index must be an integer, got {t.dtype} ({ast.unparse(e)})")
-            items.append(self.conv(code, t, "int64"))
+            items.append((self.conv(code, t, "int64"), self.nonneg(e)))
         if len(items) != rank:
             raise self.err(node, f"'{n}' has rank {rank} but is indexed with {len(items)} index(es)")
-        if self.debug:
-            where = f"{self.p.filename}:{node.lineno}: {ast.unparse(node)}".replace("\\", "\\\\").replace('"', '\\"')
-            items = [f"ob_check.at({c}, {n}_n{k}, \"{where}\")" for k, c in enumerate(items)]
+        if self.debug:  # checks the index after wrapping a negative one once, as Python does
+            text = getattr(node, "ob_text", None) or ast.unparse(node)
+            where = f"{self.p.where(node)}:{node.lineno}: {text}".replace("\\", "\\\\").replace('"', '\\"')
+            items = [f"ob_check.at({c}, {n}_n{k}, \"{where}\")" for k, (c, _) in enumerate(items)]
+        else:  # -1 is the last element: wrapped once, unless the index is known not to be negative
+            items = [c if known else f"ob::wrap({c}, {n}_n{k})" for k, (c, known) in enumerate(items)]
         if rank == 0:
             return f"{n}[0]", dt
         flat = items[0]
         for k in range(1, rank):
             flat = f"({flat}) * {n}_n{k} + {items[k]}"
         return f"{n}[{flat}]", dt
+
+    def nonneg(self, e: ast.expr) -> bool:
+        """Whether the int expression ``e`` is known never to be negative (its index needs no wrapping)."""
+        if isinstance(e, ast.Constant):
+            return type(e.value) is int and e.value >= 0
+        if isinstance(e, ast.Name):
+            return e.id in self.nonneg_vars and e.id not in self.scalars
+        if isinstance(e, ast.Subscript):
+            return isinstance(e.value, ast.Attribute) or (isinstance(e.value, ast.Name) and
+                                                          e.value.id in self.info.grid_vars)
+        if isinstance(e, ast.BinOp):
+            if isinstance(e.op, ast.Mod):  # Python's modulo takes the divisor's sign
+                return isinstance(e.right, ast.Constant) and type(e.right.value) is int and e.right.value > 0
+            if isinstance(e.op, (ast.Add, ast.Mult, ast.FloorDiv, ast.RShift, ast.BitAnd, ast.BitOr)):
+                return self.nonneg(e.left) and self.nonneg(e.right)
+        return False
 
     def subscript(self, node: ast.Subscript) -> Tuple[str, VType]:
         base = node.value
@@ -382,7 +402,18 @@ class _Gen:
         cmp = "<" if step > 0 else ">"
         inc = f"++{var}" if step == 1 else f"{var} += {step}"
         self.emit(f"for (int64_t {var} = {start}, {var}_end = {stop}; {var} {cmp} {var}_end; {inc}) {{")
+        if step > 0:
+            known = len(it.args) == 1 or self.nonneg(it.args[0])
+        else:  # counts down to just above the stop
+            stop_node = it.args[1]
+            known = self.nonneg(stop_node) or (isinstance(stop_node, ast.UnaryOp) and
+                                               isinstance(stop_node.op, ast.USub) and
+                                               isinstance(stop_node.operand, ast.Constant) and
+                                               stop_node.operand.value == 1)
+        outer = set(self.nonneg_vars)
+        self.nonneg_vars = (outer | {var}) if known else (outer - {var})
         self.block(s.body)
+        self.nonneg_vars = outer
         self.emit("}")
 
     def index_expr(self, e: ast.expr) -> Tuple[str, VType]:
@@ -410,6 +441,9 @@ class _Gen:
         ct = CTYPES[dt]
         self.emit(f"std::unique_ptr<{ct}[]> {name}_buf(new {ct}[{size}]());")
         self.emit(f"{ct} *__restrict {name} = {name}_buf.get();")
+        if self.debug and getattr(call, "ob_uninit", False) and dt.startswith("float"):
+            # an output of an inlined DSL call: NaN-filled in debug builds, as the Python target's outputs are
+            self.emit(f"for (int64_t i = 0, e = {size}; i < e; ++i) {name}[i] = static_cast<{ct}>(NAN);")
         self.emit(" ".join(f"(void){v};" for v in [name] + [f"{name}_n{k}" for k in range(rank)]))
 
     # ---- the whole kernel -------------------------------------------------
@@ -417,7 +451,7 @@ class _Gen:
         """Statement lines; iterated until every scalar's type is fixed."""
         for _ in range(32):
             self.changed = False
-            self.lines, self.depth, self.grids = [], 1, {}
+            self.lines, self.depth, self.grids, self.nonneg_vars = [], 1, {}, set()
             try:
                 self.stmts(self.p.tree.body)
             except _NotYet:

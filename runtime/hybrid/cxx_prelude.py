@@ -1,7 +1,8 @@
 """The helpers every generated kernel starts with (C++17, header-free apart from the standard library).
 
 Each one gives numpy's answer where C++'s differs: floor division and modulo
-round toward minus infinity, max/min propagate NaN, integer division by zero
+round toward minus infinity, max/min propagate NaN, a negative index
+wraps once (``wrap``; -1 is the last element, as in Python), integer division by zero
 gives 0 instead of a trap, sign(NaN) is NaN. In debug builds ``ob::at``
 checks an index against its extent and records the first failure (file:line
 of the DSL source) instead of reading outside the tensor.
@@ -51,6 +52,8 @@ template <typename T> inline T power(T a, T b) {
     return std::pow(a, b);
   }
 }
+// Python's meaning of a negative index, wrapped once: -1 is the last element.
+inline int64_t wrap(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
 template <typename T> inline T max(T a, T b) { return (a > b || a != a) ? a : b; }
 template <typename T> inline T min(T a, T b) { return (a < b || a != a) ? a : b; }
 template <typename T> inline T abs(T a) { return a < 0 ? static_cast<T>(-a) : a; }
@@ -75,7 +78,8 @@ struct Check {
   char *error;  // the AotExtra error buffer (512 bytes)
   bool failed = false;
   int64_t at(int64_t i, int64_t n, const char *where) {
-    if (i >= 0 && i < n) return i;
+    const int64_t j = i < 0 ? i + n : i;  // -1 is the last element, as in Python
+    if (j >= 0 && j < n) return j;
     if (!failed) {
       failed = true;
       std::snprintf(error, 512, "%s: index %lld is out of range for a dimension of size %lld", where,

@@ -25,8 +25,9 @@ from ..ops.aot_library import AotKernel
 from .cxx import generate, tensor_types
 from .pytarget import run_python
 from .shapes import declared_specs
-from .source import ParsedKernel, parse
-from .validate import KernelInfo, validate
+from .inline import Expanded, expand
+from .source import ParsedKernel
+from .validate import KernelInfo
 
 __all__ = ["HybridKernel", "kernel", "ms_kernel", "TARGETS", "TARGET_ENV", "DEBUG_ENV"]
 
@@ -61,8 +62,7 @@ class HybridKernel:
         self.__doc__ = getattr(func, "__doc__", None)
         self._target = _check_target(target) if target is not None else None
         self._debug = debug
-        self._parsed: Optional[ParsedKernel] = None
-        self._info: Optional[KernelInfo] = None
+        self._expanded: Optional[Expanded] = None
         self._built: Dict[Signature, AotKernel] = {}
         self._lock = threading.Lock()
 
@@ -80,18 +80,17 @@ class HybridKernel:
 
     # ---- checking --------------------------------------------------------
     def check(self) -> KernelInfo:
-        """Parse and validate the function (once); HybridSyntaxError naming file and line otherwise."""
-        if self._info is None:
-            parsed = parse(self.func)
-            self._info = validate(parsed, self.func)
-            self._parsed = parsed
-        return self._info
+        """Parse, inline the DSL functions it calls, and validate (once); HybridSyntaxError naming file:line."""
+        if self._expanded is None:
+            self._expanded = expand(self.func)
+        return self._expanded.info
 
     @property
     def parsed(self) -> ParsedKernel:
+        """The function's tree, with the DSL functions it calls inlined."""
         self.check()
-        assert self._parsed is not None
-        return self._parsed
+        assert self._expanded is not None
+        return self._expanded.parsed
 
     @property
     def n_outputs(self) -> int:
@@ -113,13 +112,16 @@ class HybridKernel:
         """Run on numpy arrays (or Tensors) with the Python target, as MindSpore's kernel functions run."""
         self.check()
         arrays = [_as_array(x) for x in inputs]
-        outs = run_python(self.func, arrays, self.debug)
+        assert self._expanded is not None
+        outs = run_python(self.func, arrays, self.debug, self._expanded.calls)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def symbol(self, sig: Signature) -> str:
         """The C symbol of one specialization: the kernel's name plus a hash of what decides its code."""
         info = self.check()
-        key = repr((self.parsed.normalized, sorted(info.constants.items()), sig, self.debug, "cpu"))
+        assert self._expanded is not None
+        key = repr((self.parsed.normalized, self._expanded.sources, sorted(info.constants.items()), sig,
+                    self.debug, "cpu"))
         stem = re.sub(r"\W", "_", self.__name__)[:40]
         return f"hybrid_{stem}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 

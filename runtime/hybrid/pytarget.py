@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import itertools
 import types
-from typing import Any, Callable, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from .dsl import INTRINSICS, LOOPS, dtype_name
 
+if TYPE_CHECKING:
+    from .inline import Callee
+
 __all__ = ["run_python", "dsl_namespace"]
 
 
-def _declare(fill_nan: bool) -> Callable[[Any, Any], np.ndarray]:
+def _declare(fill_nan: bool, zeros: bool = False) -> Callable[[Any, Any], np.ndarray]:
     def declare(shape: Any, dtype: Any) -> np.ndarray:
         name = dtype_name(dtype)
         if name is None:
             raise TypeError(f"{dtype!r} is not a dtype of the hybrid DSL")
+        if zeros:  # allocate: zero-filled, as the generated C++ allocates it
+            return np.zeros(tuple(int(d) for d in shape), np.dtype(name))
         out = np.empty(tuple(int(d) for d in shape), np.dtype(name))
         if fill_nan and out.dtype.kind == "f":
             out.fill(np.nan)
@@ -41,14 +46,27 @@ def dsl_namespace(debug: bool) -> Dict[str, Any]:
     ns.update({name: range for name in LOOPS})
     ns["grid"] = _grid
     ns["output_tensor"] = _declare(debug)
-    ns["allocate"] = _declare(debug)
+    ns["allocate"] = _declare(debug, zeros=True)
     return ns
 
 
-def run_python(func: Callable[..., Any], arrays: Sequence[np.ndarray], debug: bool = False) -> List[np.ndarray]:
-    """Run ``func`` on numpy arrays with the DSL's names; its outputs as a list."""
+def _call(callee: "Callee", debug: bool) -> Callable[..., Any]:
+    """A called DSL function as the caller's body sees it: run by this target, one output or a tuple."""
+    def run(*args: Any) -> Any:
+        outs = run_python(callee.func, [np.asarray(a) for a in args], debug, callee.calls)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return run
+
+
+def run_python(func: Callable[..., Any], arrays: Sequence[np.ndarray], debug: bool = False,
+               calls: Optional[Dict[str, "Callee"]] = None) -> List[np.ndarray]:
+    """Run ``func`` on numpy arrays with the DSL's names; its outputs as a list.
+
+    ``calls``: the DSL functions it calls, by name (inline.py found them), run by this target too.
+    """
     scope = dict(getattr(func, "__globals__", {}))
     scope.update(dsl_namespace(debug))
+    scope.update({name: _call(c, debug) for name, c in (calls or {}).items()})
     code = func.__code__  # type: ignore[attr-defined]
     fn = types.FunctionType(code, scope, code.co_name, None, getattr(func, "__closure__", None))
     res = fn(*arrays)

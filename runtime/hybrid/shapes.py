@@ -54,7 +54,7 @@ class _ShapeEval:
     def shape(self, node: ast.expr) -> Tuple[int, ...]:
         if isinstance(node, ast.Attribute):
             assert isinstance(node.value, ast.Name)
-            return self.shapes[node.value.id]
+            return self._shape_of(node.value)
         assert isinstance(node, (ast.Tuple, ast.List))
         dims = []
         for e in node.elts:
@@ -66,6 +66,11 @@ class _ShapeEval:
             dims.append(v)
         return tuple(dims)
 
+    def _shape_of(self, name: ast.Name) -> Tuple[int, ...]:
+        if name.id not in self.shapes:  # a temporary sized at run time
+            raise _Unknown(name, f"the shape of '{name.id}' is not computed from the input shapes alone")
+        return self.shapes[name.id]
+
     def value(self, node: ast.expr) -> Any:
         if isinstance(node, ast.Constant):
             return node.value
@@ -75,7 +80,7 @@ class _ShapeEval:
             raise _Unknown(node, self.unknown.get(node.id, f"'{node.id}' is not known before the loops run"))
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
             assert isinstance(node.value.value, ast.Name)
-            shape = self.shapes[node.value.value.id]
+            shape = self._shape_of(node.value.value)
             k = self.value(node.slice)
             if not -len(shape) <= k < len(shape):
                 raise _Unknown(node, f"{ast.unparse(node)}: the tensor has rank {len(shape)}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -29,8 +30,18 @@ class ParsedKernel:
     normalized: str
 
     def error(self, node: Any, message: str, cls: type = HybridSyntaxError) -> Exception:
-        """An error at ``node``'s line (``cls`` is a HybridError subclass)."""
-        return cls(f"{message} (in hybrid kernel '{self.name}')", self.filename, getattr(node, "lineno", 0))
+        """An error at ``node``'s line (``cls`` is a HybridError subclass).
+
+        A node inlined from a called DSL function (inline.py) names that function's file and its own names.
+        """
+        for mangled, original in getattr(node, "ob_names", {}).items():
+            message = re.sub(rf"\b{re.escape(mangled)}\b", original, message)
+        name = getattr(node, "ob_kernel", self.name)
+        return cls(f"{message} (in hybrid kernel '{name}')", self.where(node), getattr(node, "lineno", 0))
+
+    def where(self, node: Any) -> str:
+        """The file ``node`` was written in: this kernel's, or that of the DSL function it was inlined from."""
+        return getattr(node, "ob_file", self.filename)
 
 
 def parse(func: Callable[..., Any]) -> ParsedKernel:

@@ -79,6 +79,8 @@ class _Validator:
                                      "**kwargs or keyword-only parameters); each is an input tensor")
         self.info = KernelInfo(inputs=[a.arg for a in args.args], outputs=[])
         self.assigned: Set[str] = set()
+        self.scope: Set[str] = set()  # the loop indices of the loops around the statement being checked
+        self.loops: Dict[str, int] = {}  # loop index -> line of its (last) loop
 
     def err(self, node: Any, msg: str) -> HybridSyntaxError:
         return self.p.error(node, msg)  # type: ignore[return-value]
@@ -234,7 +236,10 @@ class _Validator:
             for a in it.args:
                 self.expr(a)
             self.info.loop_vars.add(name)
+        self.loops[name] = s.lineno
+        outer, self.scope = self.scope, loop_vars | {name}
         self.block(s.body, False, loop_vars | {name})
+        self.scope = outer
 
     def ret(self, s: ast.Return) -> None:
         v = s.value
@@ -254,8 +259,16 @@ class _Validator:
         sl = node.slice
         for e in (sl.elts if isinstance(sl, ast.Tuple) else [sl]):
             if isinstance(e, ast.Name) and e.id in self.info.grid_vars:
+                self.in_scope(e)
                 continue
             self.expr(e)
+
+    def in_scope(self, node: ast.Name) -> None:
+        """A loop index is read only inside its loop (the C++ loop variable ends with the loop)."""
+        n = node.id
+        if n in self.loops and n not in self.scope and n not in self.assigned:
+            raise self.err(node, f"loop index '{n}' is read after its loop (line {self.loops[n]}) ended; inside "
+                                 f"the loop, copy it into a scalar (last = {n}) and read that")
 
     def expr(self, node: ast.expr) -> None:
         info = self.info
@@ -307,6 +320,7 @@ class _Validator:
                     raise self.err(node, "index a shape with a constant: x.shape[0]")
                 return
             if isinstance(base, ast.Name) and base.id in info.grid_vars:
+                self.in_scope(base)
                 k = node.slice
                 if not (isinstance(k, ast.Constant) and type(k.value) is int):
                     raise self.err(node, f"index the grid index '{base.id}' with a constant: {base.id}[0]")
@@ -356,6 +370,8 @@ class _Validator:
     def name(self, node: ast.Name) -> None:
         info = self.info
         n = node.id
+        if n in info.loop_vars or n in info.grid_vars:
+            self.in_scope(node)
         if n in info.tensors() or n in info.scalars or n in info.loop_vars or n in info.grid_vars \
                 or n in self.assigned:
             return
