@@ -134,3 +134,25 @@ def test_undefined_symbol_at_import_is_named_demangled(tmp_path):
     msg = str(info.value)
     assert msg.startswith("operator 'undef_op' was built but cannot be imported: undefined symbol ob::helper(int)")
     assert "(_ZN2ob6helperEi)" in msg and "library: " in msg
+
+
+def test_a_non_ascii_name_is_refused_before_compiling():
+    # Python imports a module named 'ñ_ops' through PyInitU_..., which PYBIND11_MODULE never defines
+    with pytest.raises(ValueError, match="operator name 'ñ_ops' must be ASCII"):
+        CustomOpBuilder("ñ_ops", [FUNCTION_OPS])
+
+
+def test_an_overlong_name_is_refused_with_its_length():
+    with pytest.raises(ValueError, match="is 230 characters long; at most 100 are accepted"):
+        CustomOpBuilder("o" * 230, [FUNCTION_OPS])
+    with pytest.raises(ValueError, match="is 230 characters long"):
+        build_library("o" * 230, [FUNCTION_OPS])
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "nan"])
+def test_a_bad_lock_timeout_is_a_value_error(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("OPBUILDER_LOCK_TIMEOUT", value)
+    src = tmp_path / "timed.cpp"
+    src.write_text('extern "C" int timed() { return 1; }\n')
+    with pytest.raises(ValueError, match=f"OPBUILDER_LOCK_TIMEOUT must be a positive number of seconds.*{value!r}"):
+        build_library("timed", [str(src)], build_dir=tmp_path / "cache")
