@@ -194,6 +194,23 @@ def k_in(x):
     return y
 
 
+def k_loop_index_after_loop(x):
+    y = output_tensor(x.shape, x.dtype)
+    for i in range(x.shape[0]):
+        y[i] = x[i]
+    y[0] = x[i]  # <-
+    return y
+
+
+def k_grid_index_after_loop(x):
+    y = output_tensor(x.shape, x.dtype)
+    for g in grid(x.shape):
+        y[g] = x[g]
+    for i in range(2):
+        y[g] = 0  # <-
+    return y
+
+
 SYNTAX = [
     (k_while, r"'while' loops are not supported"),
     (k_break, r"'break' are not supported"),
@@ -221,6 +238,9 @@ SYNTAX = [
     (k_defaults, r"kernel parameters must be plain positional names"),
     (k_matmul_operator, r"the operator MatMult is not supported"),
     (k_in, r"the comparison In is not supported"),
+    (k_loop_index_after_loop, r"loop index 'i' is read after its loop \(line \d+\) ended; inside the loop, copy "
+                              r"it into a scalar"),
+    (k_grid_index_after_loop, r"loop index 'g' is read after its loop \(line \d+\) ended"),
 ]
 
 

@@ -259,3 +259,40 @@ def test_generated_cxx_has_no_warnings_under_wall_wextra(tmp_path):
         res = subprocess.run([cxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-isystem",
                               str(include_dir()), str(path)], capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
+
+
+@kernel
+def negatives(x, idx):
+    y = output_tensor((x.shape[0], 4), x.dtype)
+    before = allocate((x.shape[0],), x.dtype)  # zero-filled in both targets: read before it is written
+    for i in range(x.shape[0]):
+        y[i, 0] = x[i - 1] + before[i]  # i = 0 reads the last element, as in Python
+        y[i, 1] = x[-1] * x[idx[i]]  # idx holds negative entries
+        y[-1 - i, 2] = x[i]
+        before[i] = x[i]
+    for i in serial(x.shape[0] - 1, -1, -1):
+        y[i, 3] = x[i] + before[i - x.shape[0]]
+    return y
+
+
+def test_negative_indices_wrap_once_as_in_python_in_both_targets():
+    x = np.array([1.5, -2.0, 4.0, 8.0, 0.25])
+    idx = np.array([-1, 0, -5, 4, -3], np.int64)
+    want = np.stack([np.roll(x, 1), x[-1] * x[idx], x[::-1], 2 * x], axis=1)
+    np.testing.assert_array_equal(negatives(x, idx), want)  # the Python target: numpy's own indexing
+    got = _compare(negatives, x, idx)[0]
+    np.testing.assert_array_equal(got.asnumpy(), want)
+    src = negatives.source(x, idx)
+    assert "x[ob::wrap((i - INT64_C(1)), x_n0)]" in src and "x[ob::wrap(idx[i], x_n0)]" in src
+    assert "before[i] = x[i];" in src  # an index known not to be negative is used as it is
+    assert "y[(i) * y_n1 + INT64_C(3)] = " in src  # a loop counting down to 0 is not wrapped either
+
+
+def test_debug_build_reports_a_negative_index_beyond_the_wrap():
+    x = Tensor(np.array([1.0, 2.0, 3.0]))
+    bad = Tensor(np.array([0, -4, 1], np.int64))
+    with pytest.raises(RuntimeError, match=r"test_hybrid_kernels.py:\d+: x\[idx\[i\]\]: index -4 is out of range "
+                                           r"for a dimension of size 3"):
+        ops.Custom(kernel(negatives.func, debug=True))(x, bad)
+    with pytest.raises(IndexError):  # the Python target: numpy refuses it too
+        kernel(negatives.func, target="python", debug=True)(x, bad)
