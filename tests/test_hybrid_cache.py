@@ -67,3 +67,49 @@ def test_warm_processes_compile_nothing_and_edits_rebuild(tmp_path):
     (tmp_path / "kmod.py").write_text(KERNEL.format(comment="first", factor=3))
     assert _run(tmp_path, cxx, 3) == "[0.0, 3.0, 6.0]"
     assert _hybrid_compiles(log) == 2
+
+
+CALLEE = """\
+from runtime.ops import kernel
+
+@kernel
+def inner(x):
+    # {comment}
+    y = output_tensor(x.shape, x.dtype)
+    for i in range(x.shape[0]):
+        y[i] = x[i] + {offset}
+    return y
+"""
+
+CALLER = """\
+from runtime.ops import kernel
+from inner_mod import inner
+
+@kernel
+def twice(x):
+    t = inner(x)
+    y = output_tensor(x.shape, x.dtype)
+    for i in range(x.shape[0]):
+        y[i] = t[i] * 2
+    return y
+"""
+
+
+def test_editing_a_called_dsl_function_rebuilds_the_caller_and_a_comment_edit_does_not(tmp_path):
+    log = tmp_path / "cxx.log"
+    cxx = wrapper_cxx(tmp_path, log)
+    (tmp_path / "driver.py").write_text(DRIVER)
+    (tmp_path / "kmod.py").write_text(CALLER)
+    (tmp_path / "inner_mod.py").write_text(CALLEE.format(comment="first", offset=1))
+
+    assert _run(tmp_path, cxx, 3) == "[2.0, 4.0, 6.0]"
+    assert _hybrid_compiles(log) == 1
+    before = log.read_text()
+
+    (tmp_path / "inner_mod.py").write_text(CALLEE.format(comment="an edited comment", offset=1))
+    assert _run(tmp_path, cxx, 2) == "[2.0, 4.0]"
+    assert log.read_text() == before
+
+    (tmp_path / "inner_mod.py").write_text(CALLEE.format(comment="first", offset=5))
+    assert _run(tmp_path, cxx, 3) == "[10.0, 12.0, 14.0]"
+    assert _hybrid_compiles(log) == 2
