@@ -137,47 +137,50 @@ def once_differentiable_sources(node, grads) -> list:
     return sources
 
 
-def _topo_order(roots: Sequence[Node]) -> List[Node]:
-    """Nodes reachable from ``roots``, each after every node that feeds it grads."""
+def _topo_order(roots: Sequence[Node], leaf_ids: Optional[set] = None,
+                target_nodes: Optional[Dict[Node, List[int]]] = None):
+    """Nodes reachable from ``roots``, each after every node that feeds it grads.
+
+    With ``leaf_ids`` (the ids of the target leaves) and ``target_nodes`` (target
+    output indices per node) also the set of nodes whose backward must run to
+    reach some target, found as each node is finished (its inputs' nodes are by
+    then): ``(order, needed)``; without, ``(order, None)``. Nodes are keys by
+    identity (no node type defines ``__eq__``).
+    """
     order: List[Node] = []
     seen = set()
+    needed = None if leaf_ids is None else set()
     for root in roots:
-        if id(root) in seen:
+        if root in seen:
             continue
-        seen.add(id(root))
+        seen.add(root)
         stack = [(root, iter(root.next_edges))]
         while stack:
             node, it = stack[-1]
             for e in it:
                 if type(e) is tuple:
                     child = e[0]
-                    if id(child) not in seen:
-                        seen.add(id(child))
+                    if child not in seen:
+                        seen.add(child)
                         stack.append((child, iter(child.next_edges)))
                         break
             else:
                 stack.pop()
                 order.append(node)
+                if needed is not None:
+                    for e in node.next_edges:
+                        if e is None:
+                            continue
+                        if type(e) is tuple:
+                            child, k = e
+                            if child in needed or (target_nodes and k in target_nodes.get(child, ())):
+                                needed.add(node)
+                                break
+                        elif id(e) in leaf_ids:
+                            needed.add(node)
+                            break
     order.reverse()
-    return order
-
-
-def _needed(order: List[Node], leaf_ids, target_nodes) -> set:
-    """Ids of nodes whose backward must run to reach some target."""
-    needed = set()
-    for node in reversed(order):  # inputs before consumers
-        for e in node.next_edges:
-            if e is None:
-                continue
-            if type(e) is tuple:
-                child, k = e
-                if id(child) in needed or k in target_nodes.get(id(child), ()):
-                    needed.add(id(node))
-                    break
-            elif id(e) in leaf_ids:
-                needed.add(id(node))
-                break
-    return needed
+    return order, needed
 
 
 def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool):
@@ -198,11 +201,16 @@ def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool)
     if not retain_graph:
         node.release()
     edges = node.next_edges
-    results = _check_count(node, results, edges)
+    if results is not None and type(results) in (list, tuple) and len(results) == len(edges):
+        results = list(results)  # the common case: one gradient per argument
+    else:
+        results = _check_count(node, results, edges)
     Tensor = _tensor.Tensor
     once = None
     metas = None
-    for i, g in enumerate(results):
+    i = -1
+    for g in results:
+        i += 1
         if g is None:
             continue
         if edges[i] is None:
@@ -283,7 +291,7 @@ def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: O
 def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Optional[Sequence[Any]],
                retain_graph: bool, create_graph: bool) -> Optional[List[Any]]:
     """``run_backward`` for any graph (recording mode already set)."""
-    buffers: Dict[int, List[Any]] = {}
+    buffers: Dict[Node, List[Any]] = {}  # nodes are keys by identity
     leaf_grads: Dict[int, Any] = {}
     leaves: Dict[int, Any] = {}
     roots: List[Node] = []
@@ -294,16 +302,16 @@ def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Opt
                 leaf_grads[id(out)] = _accumulate(leaf_grads.get(id(out)), g)
                 leaves[id(out)] = out
             continue
-        buf = buffers.get(id(node))
+        buf = buffers.get(node)
         if buf is None:
-            buf = buffers[id(node)] = [None] * len(node.out_meta)
+            buf = buffers[node] = [None] * len(node.out_meta)
             roots.append(node)
         k = out._out_index
         buf[k] = _accumulate(buf[k], g)
 
     # targets that are outputs of nodes: capture the grad arriving at (node, index)
     captured: Dict[tuple, Any] = {}
-    target_nodes: Dict[int, List[int]] = {}
+    target_nodes: Dict[Node, List[int]] = {}
     target_leaf_ids = None
     if targets is not None:
         target_leaf_ids = set()
@@ -311,34 +319,41 @@ def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Opt
             if t._node is None:
                 target_leaf_ids.add(id(t))
             else:
-                target_nodes.setdefault(id(t._node), []).append(t._out_index)
+                target_nodes.setdefault(t._node, []).append(t._out_index)
 
-    order = _topo_order(roots)
-    needed = _needed(order, target_leaf_ids, target_nodes) if targets is not None else None
+    order, needed = _topo_order(roots, target_leaf_ids, target_nodes)
 
+    pop = buffers.pop
+    get = buffers.get
+    node_backward = _node_backward
     for node in order:
-        buf = buffers.pop(id(node), None)
+        buf = pop(node, None)
         if buf is None:
             continue
         if target_nodes:
-            for k in target_nodes.get(id(node), ()):
-                captured[(id(node), k)] = buf[k]
-        if needed is not None and id(node) not in needed:
+            for k in target_nodes.get(node, ()):
+                captured[(node, k)] = buf[k]
+        if needed is not None and node not in needed:
             continue
-        edges, results = _node_backward(node, buf, retain_graph, create_graph)
+        edges, results = node_backward(node, buf, retain_graph, create_graph)
         for e, g in zip(edges, results):
             if g is None:
                 continue
             if type(e) is tuple:
                 child, k = e
-                cb = buffers.get(id(child))
+                cb = get(child)
                 if cb is None:
-                    cb = buffers[id(child)] = [None] * len(child.out_meta)
+                    n_out = len(child.out_meta)
+                    if n_out == 1 and k == 0:  # one output: its buffer is complete at once
+                        buffers[child] = [g]
+                        continue
+                    cb = buffers[child] = [None] * n_out
                 cb[k] = g if cb[k] is None else _accumulate(cb[k], g)
             elif target_leaf_ids is None or id(e) in target_leaf_ids:
-                lg = leaf_grads.get(id(e))
-                leaf_grads[id(e)] = g if lg is None else _accumulate(lg, g)
-                leaves[id(e)] = e
+                eid = id(e)
+                lg = leaf_grads.get(eid)
+                leaf_grads[eid] = g if lg is None else _accumulate(lg, g)
+                leaves[eid] = e
 
     # Each gradient handed out owns its buffer: a rule may return one tensor for two
     # inputs (add), and a caller's gradient= may reach a leaf unchanged.
@@ -349,7 +364,7 @@ def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Opt
             g = _own(g, seen, create_graph)
             leaf.grad = g if leaf.grad is None else _accumulate(leaf.grad, g)
         return None
-    return [leaf_grads.get(id(t)) if t._node is None else captured.get((id(t._node), t._out_index))
+    return [leaf_grads.get(id(t)) if t._node is None else captured.get((t._node, t._out_index))
             for t in targets]
 
 
