@@ -8,6 +8,11 @@ Rows (each side does the same work: same shapes, same data, float32, same thread
   (value_and_grad(..., optimizer.parameters, has_aux=True), optimizer(grads));
   torch uses zero_grad / backward / step.
 - the overhead-bound MLP 784-32-32-10, batch 64, the same way.
+- the big MLP with the custom C++ swish activation of examples/swish_op.cpp
+  (opbuilder's Function<T>) in place of ReLU, against torch with the same two
+  loops as a torch::autograd::Function (benchmarks/torch_swish.cpp, built by
+  torch.utils.cpp_extension.load). Both built with the same flags: -O3 and the
+  vectorizer flags opbuilder adds for gcc (SWISH_CFLAGS) on both sides.
 - the engine: value_and_grad of a chain of 11 and 51 adds on 1-element
   tensors (per-node cost), and one built-in add recording grad on 1-element
   tensors (dispatch cost).
@@ -52,6 +57,8 @@ import runtime as rt  # noqa: E402
 from runtime import Tensor, nn  # noqa: E402
 
 BATCH = 64
+# one -O level and the vectorizer flags opbuilder's builder adds for gcc, given to both sides' builds
+SWISH_CFLAGS = ["-O3", "-ftree-vectorize", "-fvect-cost-model=dynamic"]
 
 
 def best_of(cases: Dict[str, Callable[[], object]], number: int, rounds: int) -> Dict[str, float]:
@@ -71,13 +78,29 @@ def data(n_in: int, classes: int = 10):
 
 
 # ---- the runtime's side ----------------------------------------------------------------
-def rt_step(sizes) -> Callable[[], object]:
+class _Swish(nn.Cell):
+    def __init__(self, ops) -> None:
+        super().__init__()
+        self.ops = ops
+
+    def construct(self, x):
+        return self.ops.swish(x)
+
+
+def load_rt_swish():
+    from opbuilder import CustomOpBuilder
+    return CustomOpBuilder("bench_swish_ops", [str(HERE.parent / "examples" / "swish_op.cpp")],
+                           cflags=SWISH_CFLAGS).load()
+
+
+def rt_step(sizes, swish_ops=None) -> Callable[[], object]:
+    """One Adam step of an MLP; ReLU between layers, or the C++ swish when ``swish_ops`` is given."""
     rt.set_seed(0)
     layers = []
     for i in range(len(sizes) - 1):
         layers.append(nn.Dense(sizes[i], sizes[i + 1]))
         if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
+            layers.append(nn.ReLU() if swish_ops is None else _Swish(swish_ops))
     net = nn.SequentialCell(layers)
     loss_fn = nn.CrossEntropyLoss()
     opt = nn.Adam(net.trainable_params(), 1e-3)
@@ -124,13 +147,24 @@ def load_torch():
     return torch
 
 
-def torch_step(torch, sizes) -> Callable[[], object]:
+def load_torch_swish(torch):
+    from torch.utils.cpp_extension import load
+    return load("bench_torch_swish", [str(HERE / "torch_swish.cpp")], extra_cflags=SWISH_CFLAGS, verbose=False)
+
+
+def torch_step(torch, sizes, swish_ops=None) -> Callable[[], object]:
+    """torch's side of ``rt_step``: the same layers, with the torch C++ swish when ``swish_ops`` is given."""
     torch.manual_seed(0)
+
+    class Swish(torch.nn.Module):
+        def forward(self, x):
+            return swish_ops.swish(x)
+
     layers = []
     for i in range(len(sizes) - 1):
         layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
         if i < len(sizes) - 2:
-            layers.append(torch.nn.ReLU())
+            layers.append(torch.nn.ReLU() if swish_ops is None else Swish())
     net = torch.nn.Sequential(*layers)
     loss_fn = torch.nn.CrossEntropyLoss()
     opt = torch.optim.Adam(net.parameters(), 1e-3)
@@ -206,13 +240,16 @@ def main() -> None:
     print(f"threads: {THREADS}; torch: {torch.__version__ if torch else 'not installed'}; numpy {np.__version__}")
 
     rows = [
-        ("MLP 784-256-256-10 Adam step", (784, 256, 256, 10), 10, 1.0),
-        ("MLP 784-32-32-10 Adam step", (784, 32, 32, 10), 50, 1.1),
+        ("MLP 784-256-256-10 Adam step", (784, 256, 256, 10), 10, 1.0, False),
+        ("MLP 784-32-32-10 Adam step", (784, 32, 32, 10), 50, 1.1, False),
+        ("MLP 784-256-256-10, C++ swish activation, Adam step", (784, 256, 256, 10), 10, 1.0, True),
     ]
-    for title, sizes, number, limit in rows:
-        cases = {"runtime": rt_step(sizes)}
+    rt_swish = load_rt_swish()
+    torch_swish = load_torch_swish(torch) if torch else None
+    for title, sizes, number, limit, swish in rows:
+        cases = {"runtime": rt_step(sizes, rt_swish if swish else None)}
         if torch:
-            cases["torch"] = torch_step(torch, sizes)
+            cases["torch"] = torch_step(torch, sizes, torch_swish if swish else None)
         t = best_of(cases, number, args.rounds)
         line = f"{title}: runtime {t['runtime'] * 1e3:.3f} ms"
         if torch:
