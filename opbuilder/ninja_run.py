@@ -164,6 +164,11 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) 
     status = _Status(name)
     marker = build_dir / MARKER
     write_file(marker, f"{os.getpid()} {os.getsid(0)}\n".encode())
+    # its ctime is the start; changed again once its ctime was read, it gets a fine-grained one where
+    # the kernel has multigrain timestamps (6.13+) instead of the clock tick's floor, which a source
+    # saved just before, in the same tick, shares (that build would count as changed and run twice)
+    os.lstat(marker)
+    os.chmod(marker, 0o600)
     started = os.lstat(marker).st_ctime_ns
     t0 = time.perf_counter()
     log.info("building %s in %s (%d jobs)", name, build_dir, jobs)

@@ -178,7 +178,6 @@ def start_build(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> bool:
         if pch.built:
             return False
     env = {k: v for k, v in os.environ.items() if k != "OPBUILDER_BUILD_DIR"}
-    env["TMPDIR"] = str(pch.dir / _TMPDIR)
     argv = [sys.executable, "-c", _WORKER, str(Path(__file__).resolve().parents[1]), str(pch.dir), *cxx, *flags]
     subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, umask=0o077)
@@ -199,7 +198,7 @@ def build_now(directory: str, command: List[str]) -> int:
         if not free or pch.built:
             return 0
         clear_leftovers(pch)
-        make_dir(pch.dir / _TMPDIR)
+        os.environ["TMPDIR"] = str(make_dir(pch.dir / _TMPDIR))  # gcc's temporary files: found if we are killed
         tmp = pch.dir / f".pch.h.gch.tmp-{os.getpid()}"
         log_tmp = pch.dir / f".build.log.tmp-{os.getpid()}"
         log_fd = os.open(log_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

@@ -3,6 +3,7 @@ published files never rewritten, incremental rebuilds, old builds pruned."""
 import ctypes
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,46 @@ def test_only_the_newest_builds_are_kept(tmp_path):
     assert not any(lib.exists() for lib in libs[:2])
     assert len(list((op_dir / "deps").glob("*.json"))) == KEEP_BUILDS  # manifests of dropped builds go too
     assert ctypes.CDLL(str(libs[-1])).p_value() == KEEP_BUILDS + 1
+
+
+def test_five_alternating_variants_compile_once_each(tmp_path, monkeypatch):
+    # keeping only the newest few builds used to drop the one needed next: every switch recompiled
+    log = tmp_path / "cxx.log"
+    monkeypatch.setenv("CXX", wrapper_cxx(tmp_path, log))
+    srcs = [tmp_path / f"alt{i}.cpp" for i in range(5)]
+    for i, src in enumerate(srcs):
+        src.write_text(f'extern "C" int alt() {{ return {i}; }}\n')
+    time.sleep(0.1)  # saved well before any build starts (one saved in its first clock tick is built twice)
+    cache = tmp_path / "cache"
+    libs = {}
+    for _ in range(3):
+        for i, src in enumerate(srcs):
+            lib = build_library("alt", [src], build_dir=cache)
+            assert libs.setdefault(i, lib) == lib and ctypes.CDLL(lib).alt() == i
+    assert sorted(compiled_sources(log)) == [src.name for src in srcs]  # each once
+    assert len({Path(lib).parent.parent for lib in libs.values()}) == 1  # five builds of one operator
+
+
+def test_the_least_recently_used_build_goes_not_the_one_just_used(tmp_path):
+    from opbuilder.publish import KEEP_BUILDS
+    from opbuilder.published import USE_STAMP_S
+
+    src = tmp_path / "lru.cpp"
+    cache = tmp_path / "cache"
+
+    def build(i):
+        src.write_text(f'extern "C" int lru() {{ return {i}; }}\n')
+        return Path(build_library("lru", [src], build_dir=cache))
+
+    libs = [build(i) for i in range(KEEP_BUILDS)]
+    now = time.time()
+    for i, lib in enumerate(libs):  # built (and last used) long ago, build 0 first
+        os.utime(lib.parent, (now - 10 * USE_STAMP_S + i, now - 10 * USE_STAMP_S + i))
+    assert build(0) == libs[0]  # build 0 is used again (a warm hit), so it is now the most recently used
+    assert libs[0].parent.stat().st_mtime >= now
+    newest = build(KEEP_BUILDS)  # one more build: the least recently used one (build 1) makes room
+    assert newest.exists() and libs[0].exists()
+    assert not libs[1].exists() and all(lib.exists() for lib in libs[2:])
 
 
 @pytest.mark.parametrize("call", ["build", "load"])

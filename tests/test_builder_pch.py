@@ -99,3 +99,44 @@ def test_a_pch_removed_during_a_build_is_made_again_and_the_build_retried(tmp_pa
     assert mod.five() == 5
     assert flag.exists()  # the first compile did run without its PCH directory
     assert any("precompiled header was removed during the build" in r.getMessage() for r in caplog.records)
+
+
+STALLING_PRECOMPILE = """#!/bin/sh
+# a precompile that writes part of its output (and a temporary file of its own) and is then killed
+out=; prev=
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+head -c 1048576 /dev/zero > "$out"
+echo partial > "$TMPDIR/cc-temporary.s"
+touch "$(dirname "$out")/started"
+sleep 120
+"""
+
+
+def test_what_a_killed_precompile_leaves_is_removed_by_the_next_build(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from builder_util import PYTHON, child_env
+
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    target = pch.prepare(root, "killed")
+    compiler = tmp_path / "stalling-cxx.sh"
+    compiler.write_text(STALLING_PRECOMPILE)
+    compiler.chmod(0o755)
+    worker = subprocess.Popen([PYTHON, "-c", "import sys; from opbuilder.pch import build_now; "
+                               "build_now(sys.argv[1], sys.argv[2:])", str(target.dir), str(compiler)],
+                              env=child_env(), start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (target.dir / "started").exists():
+        assert worker.poll() is None and time.monotonic() < deadline, "the precompile never started"
+        time.sleep(0.01)
+    os.killpg(worker.pid, signal.SIGKILL)  # the worker and its compiler
+    worker.wait()
+    leftovers = list(target.dir.glob(".pch.h.gch.tmp-*"))
+    assert len(leftovers) == 1 and leftovers[0].stat().st_size == 1 << 20
+    assert (target.dir / ".tmp" / "cc-temporary.s").exists()
+    pch.prune(root, current="killed")  # what every build that uses this PCH does
+    assert list(target.dir.glob(".pch.h.gch.tmp-*")) == [] and not (target.dir / ".tmp").exists()
+    assert not target.built and target.header.is_file()  # the rest stays
