@@ -115,7 +115,10 @@ def _sigmoid(x):
 _sigmoid_p = Primitive("sigmoid", _sigmoid)
 defvjp(_sigmoid_p, lambda g, ans, x: mul(g, mul(ans, sub(1, ans))))
 _relu = Primitive("relu", lambda x: np.maximum(x, 0))
-defvjp(_relu, lambda g, ans, x: mul(g, cast(greater(x, 0), _dt.from_numpy_dtype(g._data.dtype))))
+# relu's rule as one op, g * (x > 0) (NaN in g stays NaN, as a multiply by the mask does), linear in g
+_relu_grad = Primitive("relu_grad", lambda g, x: g * (x > 0))
+defvjp(_relu_grad, lambda gg, ans, g, x: _relu_grad(gg, x), None)
+defvjp(_relu, lambda g, ans, x: _relu_grad(g, x))
 _sign = Primitive("sign", np.sign)
 _abs = Primitive("abs", np.abs)
 defvjp(_abs, lambda g, ans, x: mul(g, _sign(x)))
