@@ -39,7 +39,11 @@ class Primitive:
         if _trace.tracer is not None:  # runtime.jit is recording this thread's ops
             return _trace.tracer.call_op("primitive", self.name, self, args, kwargs)
         try:
-            out = self.fn(*[a._data for a in args], **kwargs)
+            if len(args) == 2:  # most ops: no list built for two arguments
+                x, y = args
+                out = self.fn(x._data, y._data, **kwargs)
+            else:
+                out = self.fn(*[a._data for a in args], **kwargs)
         except TypeError:  # numpy and CuPy arrays in one call: say so, naming both devices
             _device.check_same(args, f"op '{self.name}'")
             raise
@@ -77,7 +81,7 @@ class PrimitiveNode(Node):
     __slots__ = ("prim", "args", "kwargs", "versions", "out")
 
     def __init__(self, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray) -> None:
-        _fill(self, prim, args, kwargs, out)
+        _record(prim, args, kwargs, out, self)
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -116,9 +120,11 @@ _new = object.__new__
 _version_of = attrgetter("_version")
 
 
-def _fill(node: PrimitiveNode, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any],
-          out: np.ndarray) -> PrimitiveNode:
-    """Set ``node``'s fields in one pass over ``args`` (the recording hot path)."""
+def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray,
+            node: Optional[PrimitiveNode] = None) -> PrimitiveNode:
+    """A node (or ``node``) with its fields set in one pass over ``args`` (the recording hot path)."""
+    if node is None:
+        node = _new(PrimitiveNode)
     node.prim = prim
     node.args = args
     node.kwargs = kwargs
@@ -134,10 +140,6 @@ def _fill(node: PrimitiveNode, prim: Primitive, args: Sequence[Any], kwargs: Dic
     node.input_meta = tuple(metas)
     node.out_meta = ((out.shape, out.dtype),)
     return node
-
-
-def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray) -> PrimitiveNode:
-    return _fill(_new(PrimitiveNode), prim, args, kwargs, out)
 
 
 from ..tensor import Tensor as _Tensor  # noqa: E402
