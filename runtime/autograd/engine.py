@@ -220,7 +220,8 @@ def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool)
             metas = node.input_meta
         meta = metas[i]
         plain = type(g) is np.ndarray  # computed outside the runtime: it has no graph
-        if type(g) is not Tensor or g._data.shape != meta[0] or g._data.dtype != meta[1]:
+        d = g._data if type(g) is Tensor else None
+        if d is None or d.shape != meta[0] or (d.dtype is not meta[1] and d.dtype != meta[1]):
             g = _reduce_to(node, i, g, meta)
         if create_graph and (plain or not node.differentiable):
             if once is None:

@@ -101,8 +101,16 @@ class PrimitiveNode(Node):
             ans.requires_grad = True
         g = grads[0]
         kw = self.kwargs
+        vjps = self.prim.vjps
+        edges = self.next_edges
+        if len(edges) == 2 and len(vjps) == 2 and not kw:  # a binary op: no comprehension, no **{}
+            r0, r1 = vjps
+            e0, e1 = edges
+            x, y = args
+            return [None if (e0 is None or r0 is None) else r0(g, ans, x, y),
+                    None if (e1 is None or r1 is None) else r1(g, ans, x, y)]
         return [None if (e is None or rule is None) else rule(g, ans, *args, **kw)
-                for rule, e in zip(self.prim.vjps, self.next_edges)]
+                for rule, e in zip(vjps, edges)]
 
     def _stale(self) -> None:
         for i, (a, v) in enumerate(zip(self.args, self.versions)):
