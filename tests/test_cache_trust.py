@@ -224,3 +224,16 @@ def test_the_cli_refuses_a_symlinked_cache(cache, tmp_path):
                          capture_output=True, text=True, timeout=120, env=child_env())
     assert res.returncode == 1 and f"{link} is a symbolic link" in res.stderr, res.stderr
     assert json.loads((cache / "toolchains.json").read_text())  # untouched
+
+
+def test_the_pch_files_are_private_under_umask_002(tmp_path):
+    from opbuilder import pch
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    old = os.umask(0o002)
+    try:
+        made = pch.prepare(root, "umask")
+    finally:
+        os.umask(old)
+    modes = {p: os.lstat(p).st_mode & 0o777 for p in (root / ".pch", made.dir, made.header)}
+    assert modes == {root / ".pch": 0o700, made.dir: 0o700, made.header: 0o600}
