@@ -17,6 +17,10 @@
 #include "opbuilder/dtype.h"
 #include "opbuilder/tensor.h"
 
+#if defined(__CUDACC__) || defined(OPBUILDER_WITH_CUDA)
+#include "opbuilder/cuda.h"
+#endif
+
 #ifndef OB_EXTENSION_NAME
 #define OB_EXTENSION_NAME opbuilder_extension
 #endif

@@ -171,6 +171,32 @@ inline void CopyStrided(char *dst, const ShapeVector &dst_strides, const char *s
   }
 }
 
+// "cpu" -> -1; "cuda", "cuda:N", "GPU", "GPU:N" (any case) -> the CUDA device index.
+inline int ParseDevice(const std::string &device) {
+  std::string d;
+  for (char c : device) d += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  if (d == "cpu") return -1;
+  for (const char *kind : {"cuda", "gpu"}) {
+    const std::string k(kind);
+    if (d == k) return 0;
+    if (d.size() > k.size() + 1 && d.compare(0, k.size() + 1, k + ":") == 0 &&
+        d.find_first_not_of("0123456789", k.size() + 1) == std::string::npos && d.size() - k.size() - 1 <= 6) {
+      return std::stoi(d.substr(k.size() + 1));
+    }
+  }
+  throw pybind11::value_error("opbuilder::Tensor: device '" + device +
+                              "' is not a device name; accepted: 'cpu', 'cuda', 'cuda:N', 'GPU', 'GPU:N'");
+}
+
+// Device memory from the runtime's allocator (CuPy's pool, ordered on the current
+// stream): the Python owner of the block goes into the storage's deleter.
+inline std::shared_ptr<void> AllocateDeviceStorage(std::size_t nbytes, int device, bool zero) {
+  pybind11::gil_scoped_acquire gil;
+  pybind11::object block = pybind11::module_::import("runtime.device_memory").attr("allocate")(nbytes, device, zero);
+  auto ptr = reinterpret_cast<void *>(block.attr("data").attr("ptr").cast<std::uintptr_t>());
+  return std::shared_ptr<void>(ptr, PyOwnerDeleter{block.release().ptr()});
+}
+
 }  // namespace detail
 
 class Tensor : public std::enable_shared_from_this<Tensor> {
@@ -191,11 +217,17 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
     data_ = storage_.get();
   }
 
+  // A new tensor on `device` ("cpu", "cuda:N" / "GPU:N"); device memory comes from
+  // the runtime's allocator (CuPy's pool) and is uninitialised.
+  Tensor(DataType dtype, ShapeVector shape, const std::string &device) : Tensor(dtype, std::move(shape), detail::ParseDevice(device), false) {}
+
   // A view of memory kept alive by `storage`; `strides` in elements (empty: contiguous);
   // `writable` false for memory that must not be written (a read-only numpy array).
+  // `device`: -1 for host memory, else the CUDA device `data` is on.
   Tensor(DataType dtype, ShapeVector shape, ShapeVector strides, void *data, std::shared_ptr<void> storage,
-         bool writable = true)
-      : storage_(std::move(storage)), data_(data), dtype_(dtype), shape_(std::move(shape)), writable_(writable) {
+         bool writable = true, int device = -1)
+      : storage_(std::move(storage)), data_(data), dtype_(dtype), shape_(std::move(shape)), writable_(writable),
+        device_(device) {
     CheckDtype(dtype);
     numel_ = detail::CheckedNumel(shape_);
     if (!strides.empty()) {
@@ -210,7 +242,8 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   Tensor(const Tensor &other)
       : std::enable_shared_from_this<Tensor>(),
         storage_(other.storage_), data_(other.data_), dtype_(other.dtype_), shape_(other.shape_),
-        strides_(other.strides_), numel_(other.numel_), writable_(other.writable_), requires_grad_(other.requires_grad_) {}
+        strides_(other.strides_), numel_(other.numel_), writable_(other.writable_), device_(other.device_),
+        requires_grad_(other.requires_grad_) {}
   Tensor &operator=(const Tensor &) = delete;
 
   static TensorPtr empty(DataType dtype, ShapeVector shape) {
@@ -221,8 +254,15 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
     std::memset(t->data_, 0, t->nbytes());
     return t;
   }
-  static TensorPtr empty_like(const TensorPtr &t) { return empty(t->dtype(), t->shape()); }
-  static TensorPtr zeros_like(const TensorPtr &t) { return zeros(t->dtype(), t->shape()); }
+  // On t's device (device memory from the runtime's pool, ordered on the current stream).
+  static TensorPtr empty_like(const TensorPtr &t) {
+    if (t->device_ >= 0) return std::shared_ptr<Tensor>(new Tensor(t->dtype(), t->shape(), t->device_, false));
+    return empty(t->dtype(), t->shape());
+  }
+  static TensorPtr zeros_like(const TensorPtr &t) {
+    if (t->device_ >= 0) return std::shared_ptr<Tensor>(new Tensor(t->dtype(), t->shape(), t->device_, true));
+    return zeros(t->dtype(), t->shape());
+  }
 
   const ShapeVector &shape() const { return shape_; }
   std::int64_t shape(std::int64_t dim) const { return shape_.at(NormDim(dim)); }
@@ -237,7 +277,10 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   // False for a view of read-only memory (numpy writeable=False, a bytes
   // buffer, a read-only memory map): never write through data_ptr() then.
   bool is_writable() const { return writable_; }
-  std::string device() const { return "cpu"; }
+  // "cpu", or "cuda:N" for a tensor in the memory of CUDA device N (then data_ptr() is a device pointer).
+  std::string device() const { return device_ < 0 ? std::string("cpu") : "cuda:" + std::to_string(device_); }
+  int device_index() const { return device_; }  // -1 on the host
+  bool is_cuda() const { return device_ >= 0; }
   bool requires_grad() const { return requires_grad_; }
 
   // The first element's address, whatever the layout (index it with strides()).
@@ -264,6 +307,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
 
   // A new C-contiguous, writable copy (always copies).
   TensorPtr contiguous_copy() const {
+    CheckHost("contiguous_copy()");
     auto out = std::make_shared<Tensor>(dtype_, shape_);
     detail::CopyStrided(static_cast<char *>(out->data_), detail::ContiguousStrides(shape_),
                         static_cast<const char *>(data_), strides(), shape_, element_size());
@@ -276,6 +320,8 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
       throw std::invalid_argument("opbuilder::Tensor::copy_from: dtype or shape differs");
     }
     if (!writable_) throw pybind11::value_error("opbuilder::Tensor::copy_from: the tensor is read-only");
+    CheckHost("copy_from()");
+    src.CheckHost("copy_from()");
     detail::CopyStrided(static_cast<char *>(data_), strides(), static_cast<const char *>(src.data_), src.strides(),
                         shape_, element_size());
   }
@@ -301,6 +347,25 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
       throw std::invalid_argument("opbuilder::Tensor: unknown DataType " + std::to_string(static_cast<int>(t)));
     }
   }
+  // Device allocation: storage from the runtime's allocator.
+  Tensor(DataType dtype, ShapeVector shape, int device, bool zero) : dtype_(dtype), shape_(std::move(shape)), device_(device) {
+    CheckDtype(dtype);
+    numel_ = detail::CheckedNumel(shape_);
+    const std::size_t nbytes = detail::CheckedNbytes(shape_, numel_, dtype);
+    if (device < 0) {
+      storage_ = detail::AllocateStorage(nbytes);
+      if (zero) std::memset(storage_.get(), 0, nbytes);
+    } else {
+      storage_ = detail::AllocateDeviceStorage(nbytes, device, zero);
+    }
+    data_ = storage_.get();
+  }
+  void CheckHost(const char *what) const {
+    if (device_ < 0) return;
+    throw pybind11::value_error(std::string("opbuilder::Tensor::") + what + " runs on host memory, and this tensor is on " +
+                                device() + "; do it in your CUDA code (the runtime hands Function ops contiguous "
+                                "device tensors)");
+  }
   void CheckContiguous(const char *what) const {
     if (is_contiguous()) return;
     throw pybind11::value_error(std::string("opbuilder::Tensor::") + what + ": the tensor is not contiguous (shape " +
@@ -318,6 +383,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   ShapeVector strides_;  // empty when contiguous
   std::int64_t numel_ = 0;
   bool writable_ = true;
+  int device_ = -1;  // -1: host memory; else the CUDA device
   bool requires_grad_ = false;
   detail::PyRef py_;  // the runtime.Tensor this tensor is, if any
 };

@@ -170,10 +170,35 @@ inline TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *o
   return t;
 }
 
+// ---- GPU tensors (CuPy arrays): runtime/device_memory.py does the Python side ----
+inline py::object DeviceMemoryModule() { return py::module_::import("runtime.device_memory"); }
+
+// A Tensor over a GPU array's memory (made C-contiguous on its device first).
+inline TensorPtr TensorFromDeviceArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad) {
+  py::tuple d = DeviceMemoryModule().attr("describe")(py::handle(array));
+  py::object arr = d[0];
+  void *ptr = reinterpret_cast<void *>(d[1].cast<std::uintptr_t>());
+  ShapeVector shape = d[2].cast<ShapeVector>();
+  DataType dt = DataTypeOfDescr(rt, d[3].ptr());
+  const int device = d[4].cast<int>();
+  std::shared_ptr<void> storage(ptr, PyOwnerDeleter{arr.release().ptr()});
+  auto t = std::make_shared<Tensor>(dt, std::move(shape), ShapeVector{}, ptr, std::move(storage), true, device);
+  if (owner != nullptr) t->BindPython(PyRef::Borrow(owner));
+  t->set_requires_grad(requires_grad);
+  return t;
+}
+
 inline TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj) {
   py::object arr = Steal(PyObject_GetAttr(obj, rt.s_data));
   if (!rt.api->PyArray_Check_(arr.ptr())) {
-    throw py::type_error("opbuilder: runtime.Tensor._data is not a numpy array");
+    if (!PyObject_HasAttrString(arr.ptr(), "__cuda_array_interface__")) {
+      throw py::type_error("opbuilder: runtime.Tensor._data is neither a numpy array nor a GPU array");
+    }
+    PyObject *rg = PyObject_GetAttr(obj, rt.s_requires_grad);
+    if (rg == nullptr) throw py::error_already_set();
+    const bool requires_grad = PyObject_IsTrue(rg) == 1;
+    Py_DECREF(rg);
+    return TensorFromDeviceArray(rt, arr.ptr(), obj, requires_grad);
   }
   PyObject *rg = PyObject_GetAttr(obj, rt.s_requires_grad);
   if (rg == nullptr) throw py::error_already_set();
@@ -187,8 +212,28 @@ inline void DeleteStorageCapsule(PyObject *capsule) {
   delete static_cast<std::shared_ptr<void> *>(PyCapsule_GetPointer(capsule, "opbuilder.storage"));
 }
 
-// A new numpy array over the tensor's memory (new reference).
+// A new CuPy array over a GPU tensor's memory (new reference).
+inline PyObject *DeviceArrayFromTensor(const Runtime &rt, const Tensor &t) {
+  if (!t.is_contiguous()) throw py::value_error("opbuilder: a strided GPU tensor cannot be returned to Python");
+  py::object owner;
+  if (auto *del = std::get_deleter<PyOwnerDeleter>(t.storage())) {
+    owner = py::reinterpret_borrow<py::object>(del->owner);
+  } else {
+    auto held = std::make_unique<std::shared_ptr<void>>(t.storage());
+    owner = Steal(PyCapsule_New(held.get(), "opbuilder.storage", DeleteStorageCapsule));
+    held.release();
+  }
+  py::object dtype = py::reinterpret_borrow<py::object>(rt.descr[t.dtype()]);
+  py::tuple shape(static_cast<std::size_t>(t.ndim()));
+  for (std::int64_t i = 0; i < t.ndim(); ++i) shape[static_cast<std::size_t>(i)] = t.shape()[static_cast<std::size_t>(i)];
+  py::object arr = DeviceMemoryModule().attr("wrap")(reinterpret_cast<std::uintptr_t>(t.data_ptr()), t.nbytes(), shape,
+                                                      dtype, t.device_index(), owner);
+  return arr.release().ptr();
+}
+
+// A new numpy array over the tensor's memory (new reference); a CuPy array for a GPU tensor.
 inline PyObject *ArrayFromTensor(const Runtime &rt, const Tensor &t) {
+  if (t.is_cuda()) return DeviceArrayFromTensor(rt, t);
   using A = py::detail::npy_api;
   const auto nd = static_cast<std::size_t>(t.ndim());
   const auto es = static_cast<Py_intptr_t>(t.element_size());

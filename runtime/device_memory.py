@@ -1,0 +1,48 @@
+"""The C++ side's way to GPU memory: allocation from CuPy's pool, and device arrays in and out.
+
+include/opbuilder/tensor.h and detail/runtime_bridge.h call these for GPU
+tensors only (a CPU tensor never reaches this module, so the CPU path never
+imports CuPy). Allocations come from CuPy's memory pool on the current
+stream, so a Function op's outputs are ordered like every CuPy op.
+"""
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import numpy as np
+
+__all__ = ["allocate", "describe", "wrap", "current_stream_ptr"]
+
+
+def _cp() -> Any:
+    from .cuda import _cupy
+    return _cupy()
+
+
+def allocate(nbytes: int, device: int, zero: bool) -> Any:
+    """A CuPy uint8 array of ``nbytes`` on ``device`` (its ``data.ptr`` is the block; it owns it)."""
+    cp = _cp()
+    with cp.cuda.Device(device):
+        return cp.zeros(nbytes, cp.uint8) if zero else cp.empty(nbytes, cp.uint8)
+
+
+def describe(arr: Any) -> Tuple[Any, int, Tuple[int, ...], np.dtype, int]:
+    """(owner, device pointer, shape, numpy dtype, device) of a GPU array made C-contiguous on its device."""
+    cp = _cp()
+    if not isinstance(arr, cp.ndarray):
+        arr = cp.asarray(arr)  # anything with __cuda_array_interface__, zero-copy
+    with arr.device:
+        arr = cp.ascontiguousarray(arr)
+    return arr, int(arr.data.ptr), tuple(arr.shape), np.dtype(arr.dtype), int(arr.device.id)
+
+
+def wrap(ptr: int, nbytes: int, shape: Tuple[int, ...], dtype: np.dtype, device: int, owner: Any) -> Any:
+    """A C-contiguous CuPy array over ``nbytes`` at ``ptr`` on ``device``, keeping ``owner`` alive."""
+    cp = _cp()
+    mem = cp.cuda.UnownedMemory(ptr, nbytes, owner, device)
+    return cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(mem, 0))
+
+
+def current_stream_ptr() -> int:
+    """The current CUDA stream (``cudaStream_t`` as an int) that C++ code launches on."""
+    return int(_cp().cuda.get_current_stream().ptr)
