@@ -1,0 +1,52 @@
+"""CUDA sources build with nvcc on a machine without a GPU: a .cu Function op (opbuilder/cuda.h's
+CurrentStream and OB_CUDA_CHECK) builds and imports, and what it can do without a device is checked."""
+from pathlib import Path
+
+import pytest
+
+import runtime as rt
+from runtime import Tensor
+
+from conftest import _load
+
+CU = Path(__file__).resolve().parent / "cuda" / "cuda_function_ops.cu"
+
+
+def _toolkit_problem():
+    from opbuilder.toolchain import cuda_lib_dir, find_nvcc
+    try:
+        nvcc = find_nvcc(None)
+    except FileNotFoundError:
+        return "nvcc (the CUDA toolkit) is not installed"
+    lib = cuda_lib_dir(nvcc)
+    if lib is None or not (Path(lib) / "libcudart.so").exists():
+        return f"libcudart.so is not beside nvcc ({lib}); set CUDA_HOME to the CUDA toolkit"
+    return None
+
+
+@pytest.fixture(scope="session")
+def cuda_ops(cache_dir):
+    problem = _toolkit_problem()
+    if problem:
+        pytest.skip(problem)
+    return _load("cuda_function_ops", [CU], backend="GPU", cflags=["-Xcompiler", "-Wall,-Wextra"])
+
+
+def test_a_cu_function_op_builds_with_nvcc_and_imports(cuda_ops):
+    assert callable(cuda_ops.square_plus) and cuda_ops.device_of(Tensor([1.0])) == "cpu"
+
+
+def test_a_cuda_function_op_given_a_host_tensor_is_its_own_clear_error(cuda_ops):
+    with pytest.raises(ValueError, match=r"^x must be a GPU tensor, got one on cpu$"):
+        cuda_ops.square_plus(Tensor([1.0, 2.0], rt.float64), 2.0)
+
+
+@pytest.mark.skipif(rt.cuda.is_available(), reason="a GPU is usable here")
+def test_current_stream_without_a_gpu_is_a_value_error_saying_why(cuda_ops):
+    with pytest.raises(ValueError, match=r"^no usable GPU: "):
+        cuda_ops.stream()
+
+
+def test_ob_cuda_check_turns_a_cuda_error_into_a_runtime_error(cuda_ops):
+    with pytest.raises(RuntimeError, match=r"^CUDA error cuda\w+: .* \(cudaSetDevice\(-1\) at .*cuda_function_ops\.cu:\d+\)$"):
+        cuda_ops.bad_launch()
