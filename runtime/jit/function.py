@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..autograd.grad_mode import _state, no_grad
-from ..graph.graph import Const, Graph
+from ..autograd.node import attach_outputs
+from ..graph.graph import Const, Graph, Output
 from ..graph.registry import Backend, Runner, get_backend
 from ..tensor import Tensor
 from .signature import flatten_result, signature, unflatten_result
+from .backward import BackwardGraph, build_backward, grad_sources
+from .grad_node import JitGradNode
 from .tracer import Tracer
 from .tracing import hook
 
@@ -26,12 +29,21 @@ __all__ = ["JitFunction", "CAPTURE_MODES"]
 
 
 @dataclass
+class _Grad:
+    """What a call that records a gradient runs: the forward also returning saved values, the backward."""
+    forward: Runner
+    backward: Runner
+    plan: BackwardGraph
+
+
+@dataclass
 class _Entry:
     graph: Graph
     run: Runner
     out_spec: Any
     grad_consts: bool  # a captured tensor (a Parameter, say) requires grad
-    fallback: Optional[Runner] = None  # ms_backend O0, for a backend that cannot differentiate
+    traced: Graph  # as traced, before the backend's rewrites
+    grad: Optional[_Grad] = None  # built on the first call that records a gradient
     calls: int = field(default=0)
 
 
@@ -45,6 +57,7 @@ class JitFunction:
         self._cache: Dict[Tuple[Any, ...], _Entry] = {}
         self._lock = threading.Lock()
         self.traces = 0  # how many times the function was traced (one per new signature)
+        self.backward_traces = 0  # how many backward graphs were built (one per signature differentiated)
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -59,12 +72,11 @@ class JitFunction:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._build(key, tensors, args, kwargs)
-        run = entry.run
-        if entry.fallback is not None and _state.enabled and (entry.grad_consts or any(
-                t.requires_grad for t in tensors)):
-            run = entry.fallback
         entry.calls += 1
-        outs = run(tensors)
+        if _state.enabled and (entry.grad_consts or any(t.requires_grad for t in tensors)):
+            outs = self._run_with_grad(entry, tensors)
+        else:
+            outs = entry.run(tensors)
         spec = entry.out_spec
         if type(spec) is int:
             return outs[spec]
@@ -77,6 +89,49 @@ class JitFunction:
         if entry is None:
             entry = self._build(key, tensors, args, kwargs)
         return entry.graph
+
+    def backward_graph(self, *args: Any, **kwargs: Any) -> Graph:
+        """The backward graph for this signature as its backend runs it (built now if it was not).
+
+        Its inputs are the forward values it reads, the call's inputs and the
+        output gradients; its outputs the gradients of the float tensor inputs
+        (then of captured tensors that require grad) that some gradient reaches.
+        """
+        key, tensors = signature(args, kwargs)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._build(key, tensors, args, kwargs)
+        return self._grad(entry, tensors).backward.graph  # type: ignore[attr-defined]
+
+    def _run_with_grad(self, entry: _Entry, tensors: List[Tensor]) -> List[Any]:
+        """Run the forward with nothing recorded, then record one node whose backward is the backward graph."""
+        g = entry.grad or self._grad(entry, tensors)
+        n = len(entry.traced.outputs)
+        with no_grad():
+            res = g.forward(tensors)
+        outs = [Tensor._from_array(o._data) for o in res[:n]]  # fresh: an output may be an input, or twice
+        node = JitGradNode(getattr(self.fn, "__qualname__", "graph"), entry.traced, g.plan, g.backward, tensors,
+                           list(res[n:]), outs)
+        attach_outputs(node, outs)
+        return outs
+
+    def _grad(self, entry: _Entry, tensors: List[Tensor]) -> _Grad:
+        with self._lock:
+            if entry.grad is not None:
+                return entry.grad
+            graph = entry.traced
+            plan = build_backward(graph, tensors, grad_sources(graph, tensors))
+            self.backward_traces += 1
+            fwd = Graph(graph.input_shapes, graph.input_dtypes, list(graph.nodes),
+                        list(graph.outputs) + [Output(n, k) for n, k in plan.saved], name=graph.name)
+            backend = self.backend
+            if not backend.differentiable:  # it runs calls that record nothing; gradients go to ms_backend
+                backend = get_backend("ms_backend")
+            config = dict(self.config)
+            entry.grad = _Grad(backend.factory(fwd, dict(config)), backend.factory(plan.graph, dict(config)), plan)
+            if not hasattr(entry.grad.backward, "graph"):
+                entry.grad.backward.graph = plan.graph  # type: ignore[attr-defined]
+            return entry.grad
 
     def _build(self, key: Tuple[Any, ...], tensors: List[Tensor], args: Tuple[Any, ...],
                kwargs: Dict[str, Any]) -> _Entry:
@@ -95,10 +150,6 @@ class JitFunction:
             run = self.backend.factory(graph, dict(self.config))
             grad_consts = any(isinstance(r, Const) and isinstance(r.value, Tensor) and r.value.requires_grad
                               for n in graph.nodes for r in n.inputs)
-            fallback = None
-            if not self.backend.differentiable:
-                from ..graph.ms_backend import build
-                fallback = build(graph, {"jit_level": "O0"})
-            entry = _Entry(getattr(run, "graph", graph), run, spec, grad_consts, fallback)
+            entry = _Entry(getattr(run, "graph", graph), run, spec, grad_consts, graph)
             self._cache[key] = entry
             return entry

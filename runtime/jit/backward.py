@@ -1,0 +1,230 @@
+"""The backward graph of a traced forward graph, built symbolically.
+
+For each forward node in reverse order, its derivative rules (``defvjp``)
+run under a ``Tracer`` on stand-in tensors: one per forward input, per
+forward node output (so a rule's ``ans`` is that node's value, not a
+constant) and per output gradient. What the rules compute is recorded as
+nodes of a new ``Graph``; gradients reaching one value are summed with a
+traced ``add``, and fitted to their argument (``sum_to``, ``cast``) as the
+engine would. A node whose backward is not made of runtime ops (a C++
+``Function``, an ``ops.Custom``, a ``Cell`` with ``bprop``, a Python
+``autograd.Function``) becomes one opaque ``<op>.backward`` node whose
+target runs that op again on fresh leaves and differentiates it with
+autograd, i.e. calls the op's own backward.
+
+The backward graph's inputs are the stand-ins it uses, named by ``keys``:
+``("in", i)`` forward input ``i``, ``("val", node, k)`` a saved forward
+value, ``("grad", j)`` the gradient of forward output ``j``. Its outputs are
+the gradients of ``sources`` (float tensor inputs, then captured tensors that
+require grad) that some gradient reaches.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..autograd.engine import grad as _autograd_grad
+from ..autograd.grad_mode import enable_grad, no_grad
+from ..graph.graph import Const, Graph, Input, Node, Output, Ref
+from ..tensor import Tensor
+from .tracer import Tracer
+
+__all__ = ["BackwardGraph", "build_backward", "forward_values", "grad_sources"]
+
+Key = Tuple[Any, ...]
+
+
+@dataclass
+class BackwardGraph:
+    graph: Graph
+    keys: List[Key]  # what each input of ``graph`` stands for
+    saved: List[Tuple[int, int]]  # forward values (node, index) the backward reads, in "val" key order
+    sources: List[Key]  # ("in", i) or ("const", tensor): one per gradient the jitted call's node gives
+    outputs: List[int]  # positions in ``sources`` that ``graph``'s outputs are the gradients of
+
+
+def _is_float(t: Any) -> bool:
+    return isinstance(t, Tensor) and t._data.dtype.kind == "f"
+
+
+def grad_sources(graph: Graph, inputs: Sequence[Tensor]) -> List[Key]:
+    """Float tensor inputs, then captured float tensors that require grad (each once)."""
+    keys: List[Key] = [("in", i) for i, t in enumerate(inputs) if _is_float(t)]
+    seen = set()
+    for n in graph.nodes:
+        for r in n.inputs:
+            v = r.value if isinstance(r, Const) else None
+            if _is_float(v) and v.requires_grad and id(v) not in seen:
+                seen.add(id(v))
+                keys.append(("const", v))
+    return keys
+
+
+def forward_values(graph: Graph, inputs: Sequence[Tensor]) -> Dict[Tuple[int, int], Any]:
+    """Every node output of ``graph`` run on ``inputs`` with the runtime's kernels, nothing recorded."""
+    env: Dict[Tuple[int, int], Any] = {}
+
+    def get(r: Ref) -> Any:
+        if isinstance(r, Input):
+            return inputs[r.index]
+        return r.value if isinstance(r, Const) else env[(r.node, r.index)]
+
+    with no_grad():
+        for n in graph.nodes:
+            for k, v in enumerate(graph.run_node(n, [get(r) for r in n.inputs])):
+                env[(n.id, k)] = v
+    return env
+
+
+def _opaque_backward(node: Node, diff: List[int]) -> Callable[..., Tuple[Any, ...]]:
+    """A target computing ``node``'s input gradients (args ``diff``) by its own backward."""
+    nin = len(node.inputs)
+
+    def backward(*vals: Any) -> Tuple[Any, ...]:
+        ins, gs = list(vals[:nin]), vals[nin:]
+        with enable_grad():
+            for i in diff:
+                ins[i] = Tensor._from_array(ins[i]._data)
+                ins[i].requires_grad = True
+            out = node.target(*ins, **node.attrs)
+            outs = list(out) if node.multi else [out]
+            pairs = [(o, g) for o, g in zip(outs, gs) if g is not None and o.requires_grad]
+            res = _autograd_grad([o for o, _ in pairs], [ins[i] for i in diff],
+                                 grad_outputs=[g for _, g in pairs], allow_unused=True) if pairs else \
+                [None] * len(diff)
+        from ..ops.math import zeros_like
+        return tuple(zeros_like(vals[i]) if r is None else r for i, r in zip(diff, res))
+
+    backward.__qualname__ = f"{node.op}.backward"
+    return backward
+
+
+class _Builder:
+    """Traces the backward of one forward graph on stand-ins holding the forward values."""
+
+    def __init__(self, graph: Graph, inputs: Sequence[Tensor], env: Dict[Tuple[int, int], Any]) -> None:
+        self.fwd = graph
+        self.keys: List[Key] = []
+        stand: List[Tensor] = []
+        self.val: Dict[Key, Tensor] = {}
+        for i, t in enumerate(inputs):
+            self._stand(("in", i), t, stand)
+        for (n, k), v in env.items():
+            if isinstance(v, Tensor):
+                self._stand(("val", n, k), v, stand)
+        for j, r in enumerate(graph.outputs):
+            v = self.value(r)
+            if _is_float(v):
+                self._stand(("grad", j), Tensor._from_array(v._data.copy()), stand)
+        self.stand_arrays = {id(t._data) for t in stand}
+        self.tracer = Tracer(stand, f"{graph.name}.backward")
+        self.grads: Dict[Key, Tensor] = {}
+
+    def _stand(self, key: Key, like: Tensor, stand: List[Tensor]) -> None:
+        t = Tensor._from_array(like._data)
+        self.keys.append(key)
+        self.val[key] = t
+        stand.append(t)
+
+    def value(self, r: Ref) -> Any:
+        if isinstance(r, Input):
+            return self.val[("in", r.index)]
+        if isinstance(r, Output):
+            return self.val[("val", r.node, r.index)]
+        return r.value
+
+    @staticmethod
+    def key(r: Ref) -> Optional[Key]:
+        if isinstance(r, Input):
+            return ("in", r.index)
+        if isinstance(r, Output):
+            return ("out", r.node, r.index)
+        return ("const", id(r.value)) if _is_float(r.value) and r.value.requires_grad else None
+
+    def add_grad(self, key: Key, g: Tensor, like: Any) -> None:
+        from ..dtypes import from_numpy_dtype
+        from ..ops import math
+        if g._data.shape != like._data.shape:
+            g = math.sum_to(g, like._data.shape)
+        if g._data.dtype != like._data.dtype:
+            g = math.cast(g, from_numpy_dtype(like._data.dtype))
+        prev = self.grads.get(key)
+        self.grads[key] = g if prev is None else math.add(prev, g)
+
+    def node(self, n: Node) -> None:
+        douts = [self.grads.get(("out", n.id, k)) for k in range(len(n.out_shapes))]
+        if all(g is None for g in douts):
+            return
+        args = [self.value(r) for r in n.inputs]
+        diff = [i for i, r in enumerate(n.inputs) if self.key(r) is not None and _is_float(args[i])]
+        if not diff:
+            return
+        vjps = getattr(n.target, "vjps", None) if n.kind == "primitive" else None
+        if n.kind == "primitive":
+            if vjps is None:
+                return  # not differentiable (comparisons, argmax...)
+            ans = self.val[("val", n.id, 0)]
+            for i in diff:
+                rule = vjps[i] if i < len(vjps) else None
+                if rule is not None:
+                    before = len(self.tracer.graph.nodes)
+                    g = rule(douts[0], ans, *args, **n.attrs)
+                    self._check_consts(n, before)
+                    self.add_grad(self.key(n.inputs[i]), g, args[i])
+            return
+        from ..ops import math
+        gs = [math.zeros_like(self.val[("val", n.id, k)]) if g is None else g for k, g in enumerate(douts)]
+        res = self.tracer.call_op("backward", f"{n.op}.backward", _opaque_backward(n, diff), [*args, *gs], {})
+        for i, g in zip(diff, res):
+            self.add_grad(self.key(n.inputs[i]), g, args[i])
+
+    def _check_consts(self, n: Node, start: int) -> None:
+        for b in self.tracer.graph.nodes[start:]:
+            for r in b.inputs:
+                if isinstance(r, Const) and isinstance(r.value, Tensor) and id(r.value._data) in self.stand_arrays:
+                    raise RuntimeError(f"jit: the derivative rule of {n.op} used a tensor wrapping a forward "
+                                       f"value outside the runtime's ops; the backward graph would freeze it "
+                                       f"as a constant")
+
+
+def build_backward(graph: Graph, inputs: Sequence[Tensor], sources: List[Key]) -> BackwardGraph:
+    """The backward graph of ``graph`` (traced, not rewritten by a backend) for these inputs' values."""
+    env = forward_values(graph, inputs)
+    b = _Builder(graph, inputs, env)
+    with no_grad(), b.tracer:
+        for j, r in enumerate(graph.outputs):
+            g = b.val.get(("grad", j))
+            k = b.key(r)
+            if g is not None and k is not None:
+                prev = b.grads.get(k)
+                from ..ops import math
+                b.grads[k] = g if prev is None else math.add(prev, g)
+        for n in reversed(graph.nodes):
+            b.node(n)
+    outs, which = [], []
+    for s, key in enumerate(sources):
+        g = b.grads.get(key if key[0] == "in" else ("const", id(key[1])))
+        if g is not None:
+            outs.append(g)
+            which.append(s)
+    bgraph = b.tracer.finish(outs)
+    keys, bgraph = _prune_inputs(bgraph, b.keys)
+    saved = [(k[1], k[2]) for k in keys if k[0] == "val"]
+    return BackwardGraph(bgraph, keys, saved, sources, which)
+
+
+def _prune_inputs(graph: Graph, keys: List[Key]) -> Tuple[List[Key], Graph]:
+    """Drop the inputs no node or output reads; renumber the rest."""
+    refs = [r for n in graph.nodes for r in n.inputs] + list(graph.outputs)
+    used = sorted({r.index for r in refs if isinstance(r, Input)})
+    new = {old: i for i, old in enumerate(used)}
+
+    def remap(r: Ref) -> Ref:
+        return Input(new[r.index]) if isinstance(r, Input) else r
+
+    for n in graph.nodes:
+        n.inputs = [remap(r) for r in n.inputs]
+    graph.outputs = [remap(r) for r in graph.outputs]
+    graph.input_shapes = [graph.input_shapes[i] for i in used]
+    graph.input_dtypes = [graph.input_dtypes[i] for i in used]
+    return [keys[i] for i in used], graph

@@ -1,0 +1,86 @@
+"""The one autograd node a jitted call records: its backward runs the cached backward graph.
+
+The forward ran on the backend with nothing recorded, also returning the
+forward values the backward graph reads (``saved``). ``apply`` feeds the
+backward graph's runner those values, the call's inputs and the incoming
+gradients. A higher-order gradient (``create_graph``) cannot come from the
+saved values, which have no history: it re-runs the forward graph with the
+runtime's ops, recorded, and differentiates that, so grad of grad works.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Sequence
+
+from ..autograd.engine import grad as _autograd_grad
+from ..autograd.grad_mode import enable_grad
+from ..autograd.node import Node, edge_of
+from ..graph.graph import Graph
+from ..graph.registry import Runner
+from ..tensor import Tensor
+from .backward import BackwardGraph
+
+__all__ = ["JitGradNode"]
+
+
+class JitGradNode(Node):
+    __slots__ = ("_name", "inputs", "saved", "plan", "run", "forward", "nout")
+
+    def __init__(self, name: str, forward: Graph, plan: BackwardGraph, run: Runner, inputs: Sequence[Tensor],
+                 saved: List[Any], outs: Sequence[Any]) -> None:
+        self._name = name
+        self.forward = forward
+        self.plan = plan
+        self.run = run
+        self.inputs = list(inputs)
+        self.saved = saved
+        self.nout = len(outs)
+        tensors = self._source_tensors()
+        self.next_edges = tuple(edge_of(t) if t.requires_grad else None for t in tensors)
+        self.input_meta = tuple((t._data.shape, t._data.dtype) for t in tensors)
+        self.out_meta = tuple((o._data.shape, o._data.dtype) for o in outs)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"jit({self._name})"
+
+    def _source_tensors(self) -> List[Tensor]:
+        return [self.inputs[k[1]] if k[0] == "in" else k[1] for k in self.plan.sources]
+
+    def apply(self, grads: Sequence[Any], create_graph: bool) -> List[Any]:
+        if self.saved is None:
+            raise RuntimeError(f"backward through {self.name} a second time: its saved values were freed after "
+                               f"the first backward; pass retain_graph=True the first time")
+        if create_graph:
+            return self._differentiable(grads)
+        vals = {("val",) + nk: v for nk, v in zip(self.plan.saved, self.saved)}
+        args = []
+        for k in self.plan.keys:
+            if k[0] == "in":
+                args.append(self.inputs[k[1]])
+            elif k[0] == "grad":
+                args.append(grads[k[1]])
+            else:
+                args.append(vals[k])
+        outs = self.run(args)
+        res: List[Any] = [None] * len(self.plan.sources)
+        for s, g in zip(self.plan.outputs, outs):
+            res[s] = g
+        return res
+
+    def _differentiable(self, grads: Sequence[Any]) -> List[Any]:
+        """The gradients with a graph: the forward re-run op by op, recorded, then differentiated."""
+        sources = self._source_tensors()
+        with enable_grad():
+            outs = self.forward.run(self.inputs)
+            pairs = [(o, g) for o, g in zip(outs, grads) if isinstance(o, Tensor) and o.requires_grad]
+            want = [i for i, t in enumerate(sources) if t.requires_grad]
+            gs = _autograd_grad([o for o, _ in pairs], [sources[i] for i in want],
+                                grad_outputs=[g for _, g in pairs], create_graph=True, allow_unused=True)
+        res: List[Any] = [None] * len(sources)
+        for i, g in zip(want, gs):
+            res[i] = g
+        return res
+
+    def release(self) -> None:
+        self.saved = None
+        self.inputs = []
