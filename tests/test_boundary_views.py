@@ -323,3 +323,21 @@ def test_empty_and_zero_size_views(seed_ops):
     assert seed_ops.square(Tensor(np.zeros((3, 4)))[:, 4:]).shape == (3, 0)
     g = rt.grad(lambda t: ops.sum(seed_ops.square(t)))(Tensor(np.zeros((0, 2))))
     assert g.shape == (0, 2)
+
+
+def test_overflowing_results_of_built_in_and_aot_ops_are_memory_errors():
+    big = 1 << 31
+    x = ops.broadcast_to(Tensor(np.ones(1, np.float32)), (big,))
+    y = ops.broadcast_to(Tensor(np.ones((1, 1), np.float32)), (big, 1))
+    with pytest.raises(MemoryError, match=r"op 'mul': cannot allocate its result for inputs of shapes "
+                                          r"\[\[2147483648\], \[2147483648, 1\]\] and dtypes Float32, Float32: its size"):
+        x * y
+    from conftest import CUSTOM_SRC
+    msg = r"Custom 'CustomAdd': cannot allocate output 0 of shape \[4611686018427387904, 4\] and dtype Float32: its size"
+    with pytest.raises(MemoryError, match=msg):  # a fixed out_shape: when the op is made
+        ops.Custom(f"{CUSTOM_SRC / 'aot_add.cpp'}:CustomAdd", out_shape=[1 << 62, 4], out_dtype=rt.float32,
+                   func_type="aot")
+    add = ops.Custom(f"{CUSTOM_SRC / 'aot_add.cpp'}:CustomAdd", out_shape=lambda a, b: [1 << 62, 4],
+                     out_dtype=rt.float32, func_type="aot")
+    with pytest.raises(MemoryError, match=msg):  # computed from the inputs: at the call
+        add(Tensor([1.0, 2.0]), Tensor([3.0, 4.0]))

@@ -15,6 +15,8 @@ undeclared write can never land in read-only memory (inplace.py).
 """
 from __future__ import annotations
 
+import math
+import sys
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -226,7 +228,11 @@ class Custom:
                 dt = to_dtype(d).np
             except TypeError as e:
                 raise TypeError(f"Custom '{self.name}': output {k} dtype: {e}") from None
-            specs.append((tuple(int(n) for n in s), dt))
+            shape = tuple(int(n) for n in s)
+            if math.prod(shape) * dt.itemsize > sys.maxsize:
+                raise MemoryError(f"Custom '{self.name}': cannot allocate output {k} of shape {list(shape)} and "
+                                  f"dtype {from_numpy_dtype(dt)}: its size in bytes overflows")
+            specs.append((shape, dt))
         return tuple(specs)
 
     def _prepare(self, arrays: Sequence[np.ndarray], sig: tuple) -> Optional[Tuple[Spec, ...]]:

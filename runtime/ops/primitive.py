@@ -47,6 +47,12 @@ class Primitive:
         except TypeError:  # numpy and CuPy arrays in one call: say so, naming both devices
             _device.check_same(args, f"op '{self.name}'")
             raise
+        except ValueError as e:  # numpy's "array is too big": a result whose size in bytes overflows
+            if "too big" not in str(e):
+                raise
+            raise MemoryError(f"op '{self.name}': cannot allocate its result for inputs of shapes "
+                              f"{[list(a.shape) for a in args]} and dtypes {', '.join(str(a.dtype) for a in args)}: "
+                              f"its size in bytes overflows") from e
         if type(out) is not np.ndarray:
             out = _result(out, args, self.name)
         res = _new(_Tensor)
