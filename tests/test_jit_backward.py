@@ -61,7 +61,10 @@ def test_a_differentiable_python_backend_receives_the_backward_graph():
     np.testing.assert_allclose(gx.asnumpy(), np.cos(x.asnumpy()) * w.asnumpy(), rtol=1e-12)
     names = [g.name for g in seen]
     assert [n.rsplit(".", 2)[-2:] for n in names] == [["<locals>", "<lambda>"]] * 2 + [["<lambda>", "backward"]], names  # forward, forward with saves, backward
-    assert [n.op for n in seen[2].nodes] == ["mul", "mul", "cos", "mul"], str(seen[2])  # x's and w's
+    assert [n.op for n in seen[2].nodes] == ["mul", "cos", "mul"], str(seen[2])  # x's only: w needs none
+    gw = rt.grad(lambda b: mint.sum(j(x, b)))(w)  # another input requires grad: another backward graph
+    np.testing.assert_allclose(gw.asnumpy(), np.sin(x.asnumpy()), rtol=1e-12)
+    assert len(seen) == 5 and [n.op for n in seen[4].nodes] == ["mul"] and j.backward_traces == 2, str(seen[4])
 
 
 def test_a_backend_that_cannot_differentiate_gets_ms_backend_for_the_backward():

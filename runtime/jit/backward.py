@@ -47,9 +47,9 @@ def _is_float(t: Any) -> bool:
     return isinstance(t, Tensor) and t._data.dtype.kind == "f"
 
 
-def grad_sources(graph: Graph, inputs: Sequence[Tensor]) -> List[Key]:
-    """Float tensor inputs, then captured float tensors that require grad (each once)."""
-    keys: List[Key] = [("in", i) for i, t in enumerate(inputs) if _is_float(t)]
+def grad_sources(graph: Graph, inputs: Sequence[Tensor], wanted: Sequence[bool]) -> List[Key]:
+    """Float tensor inputs that are ``wanted``, then captured float tensors that require grad (each once)."""
+    keys: List[Key] = [("in", i) for i, t in enumerate(inputs) if _is_float(t) and wanted[i]]
     seen = set()
     for n in graph.nodes:
         for r in n.inputs:
@@ -102,8 +102,13 @@ def _opaque_backward(node: Node, diff: List[int]) -> Callable[..., Tuple[Any, ..
 class _Builder:
     """Traces the backward of one forward graph on stand-ins holding the forward values."""
 
-    def __init__(self, graph: Graph, inputs: Sequence[Tensor], env: Dict[Tuple[int, int], Any]) -> None:
+    def __init__(self, graph: Graph, inputs: Sequence[Tensor], env: Dict[Tuple[int, int], Any],
+                 sources: List[Key]) -> None:
         self.fwd = graph
+        self.req = {k for k in sources if k[0] == "in"}  # values a gradient must reach
+        for n in graph.nodes:
+            if any(self.key(r) is not None for r in n.inputs):
+                self.req.update(("out", n.id, k) for k in range(len(n.out_shapes)))
         self.keys: List[Key] = []
         stand: List[Tensor] = []
         self.val: Dict[Key, Tensor] = {}
@@ -133,12 +138,14 @@ class _Builder:
             return self.val[("val", r.node, r.index)]
         return r.value
 
-    @staticmethod
-    def key(r: Ref) -> Optional[Key]:
+    def key(self, r: Ref) -> Optional[Key]:
+        """The gradient slot of ``r``; None when no wanted gradient flows through it."""
         if isinstance(r, Input):
-            return ("in", r.index)
+            k: Key = ("in", r.index)
+            return k if k in self.req else None
         if isinstance(r, Output):
-            return ("out", r.node, r.index)
+            k = ("out", r.node, r.index)
+            return k if k in self.req else None
         return ("const", id(r.value)) if _is_float(r.value) and r.value.requires_grad else None
 
     def add_grad(self, key: Key, g: Tensor, like: Any) -> None:
@@ -190,7 +197,7 @@ class _Builder:
 def build_backward(graph: Graph, inputs: Sequence[Tensor], sources: List[Key]) -> BackwardGraph:
     """The backward graph of ``graph`` (traced, not rewritten by a backend) for these inputs' values."""
     env = forward_values(graph, inputs)
-    b = _Builder(graph, inputs, env)
+    b = _Builder(graph, inputs, env, sources)
     with no_grad(), b.tracer:
         for j, r in enumerate(graph.outputs):
             g = b.val.get(("grad", j))

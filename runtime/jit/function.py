@@ -43,7 +43,7 @@ class _Entry:
     out_spec: Any
     grad_consts: bool  # a captured tensor (a Parameter, say) requires grad
     traced: Graph  # as traced, before the backend's rewrites
-    grad: Optional[_Grad] = None  # built on the first call that records a gradient
+    grad: Dict[Tuple[bool, ...], _Grad] = field(default_factory=dict)  # per inputs requiring grad
     calls: int = field(default=0)
 
 
@@ -101,11 +101,15 @@ class JitFunction:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._build(key, tensors, args, kwargs)
-        return self._grad(entry, tensors).backward.graph  # type: ignore[attr-defined]
+        wanted = tuple(t.requires_grad for t in tensors)
+        if not any(wanted):  # plain tensors: the graph that differentiates every float input
+            wanted = (True,) * len(tensors)
+        return self._grad(entry, tensors, wanted).backward.graph  # type: ignore[attr-defined]
 
     def _run_with_grad(self, entry: _Entry, tensors: List[Tensor]) -> List[Any]:
         """Run the forward with nothing recorded, then record one node whose backward is the backward graph."""
-        g = entry.grad or self._grad(entry, tensors)
+        wanted = tuple(t.requires_grad for t in tensors)
+        g = entry.grad.get(wanted) or self._grad(entry, tensors, wanted)
         n = len(entry.traced.outputs)
         with no_grad():
             res = g.forward(tensors)
@@ -115,12 +119,12 @@ class JitFunction:
         attach_outputs(node, outs)
         return outs
 
-    def _grad(self, entry: _Entry, tensors: List[Tensor]) -> _Grad:
+    def _grad(self, entry: _Entry, tensors: List[Tensor], wanted: Tuple[bool, ...]) -> _Grad:
         with self._lock:
-            if entry.grad is not None:
-                return entry.grad
+            if wanted in entry.grad:
+                return entry.grad[wanted]
             graph = entry.traced
-            plan = build_backward(graph, tensors, grad_sources(graph, tensors))
+            plan = build_backward(graph, tensors, grad_sources(graph, tensors, wanted))
             self.backward_traces += 1
             fwd = Graph(graph.input_shapes, graph.input_dtypes, list(graph.nodes),
                         list(graph.outputs) + [Output(n, k) for n, k in plan.saved], name=graph.name)
@@ -128,10 +132,11 @@ class JitFunction:
             if not backend.differentiable:  # it runs calls that record nothing; gradients go to ms_backend
                 backend = get_backend("ms_backend")
             config = dict(self.config)
-            entry.grad = _Grad(backend.factory(fwd, dict(config)), backend.factory(plan.graph, dict(config)), plan)
-            if not hasattr(entry.grad.backward, "graph"):
-                entry.grad.backward.graph = plan.graph  # type: ignore[attr-defined]
-            return entry.grad
+            g = _Grad(backend.factory(fwd, dict(config)), backend.factory(plan.graph, dict(config)), plan)
+            if not hasattr(g.backward, "graph"):
+                g.backward.graph = plan.graph  # type: ignore[attr-defined]
+            entry.grad[wanted] = g
+            return g
 
     def _build(self, key: Tuple[Any, ...], tensors: List[Tensor], args: Tuple[Any, ...],
                kwargs: Dict[str, Any]) -> _Entry:
