@@ -452,16 +452,19 @@ inline TensorPtr PrivateCopy(const Tensor &t) {
 }
 
 // What Forward gets for an argument: tensors made contiguous where needed
-// (`*orig` set to the caller's tensor then), everything else as it came.
+// (the copy kept in `*copy`, `*orig` set to the caller's tensor), everything
+// else as it came. A tensor passes by reference: no reference count is touched
+// on the common path.
 template <bool kViews, typename A>
-decltype(auto) ForwardArg(A &&arg, Tensor **orig) {
+decltype(auto) ForwardArg(A &&arg, Tensor **orig, TensorPtr *copy) {
   using D = std::decay_t<A>;
   if constexpr (!kViews && std::is_same_v<D, TensorPtr>) {
     if (arg && NeedsPrivateCopy(*arg)) {
       *orig = arg.get();
-      return PrivateCopy(*arg);
+      *copy = PrivateCopy(*arg);
+      return static_cast<const TensorPtr &>(*copy);
     }
-    return TensorPtr(arg);
+    return static_cast<const TensorPtr &>(arg);
   } else if constexpr (!kViews && std::is_same_v<D, TensorPtrList>) {
     TensorPtrList list(std::forward<A>(arg));
     for (auto &t : list) {
@@ -515,8 +518,9 @@ class Function {
   // as private contiguous copies, unless Derived declares kAcceptsViews.
   template <typename... Args>
   static auto Apply(Args &&...args) {
-    if (*detail::Runtime::Get().trace_flag != 0) return Traced(std::forward<Args>(args)...);
-    return Prepare(std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
+    const detail::Runtime &rt = detail::Runtime::Get();
+    if (*rt.trace_flag != 0) return Traced(std::forward<Args>(args)...);
+    return Prepare(rt, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
   }
 
  private:
@@ -524,9 +528,10 @@ class Function {
   // records one graph node whose target is `replay` (this Apply without the check) and runs it.
   template <typename... Args>
   static auto Traced(Args &&...args) {
-    using R = decltype(Prepare(std::index_sequence_for<Args...>{}, std::forward<Args>(args)...));
+    using R =
+        decltype(Prepare(detail::Runtime::Get(), std::index_sequence_for<Args...>{}, std::forward<Args>(args)...));
     pybind11::cpp_function replay([](std::decay_t<Args>... a) -> R {
-      return Prepare(std::index_sequence_for<Args...>{}, a...);
+      return Prepare(detail::Runtime::Get(), std::index_sequence_for<Args...>{}, a...);
     });
     pybind11::tuple py_args = pybind11::make_tuple(args...);
     auto hook = pybind11::reinterpret_borrow<pybind11::object>(detail::Runtime::Get().trace_hook);
@@ -537,18 +542,19 @@ class Function {
   static constexpr bool kViews = detail::AcceptsViews<Derived>::value;
 
   template <std::size_t... I, typename... Args>
-  static auto Prepare(std::index_sequence<I...>, Args &&...args) {
+  static auto Prepare(const detail::Runtime &rt, std::index_sequence<I...>, Args &&...args) {
     std::array<Tensor *, sizeof...(Args) + 1> originals{};
-    return Run(originals.data(), detail::ForwardArg<kViews>(std::forward<Args>(args), &originals[I])...);
+    std::array<TensorPtr, sizeof...(Args) + 1> copies;
+    return Run(rt, originals.data(),
+               detail::ForwardArg<kViews>(std::forward<Args>(args), &originals[I], &copies[I])...);
   }
 
   template <typename... Args>
-  static auto Run(Tensor *const *originals, Args &&...args) {
+  static auto Run(const detail::Runtime &rt, Tensor *const *originals, Args &&...args) {
     using R = decltype(Derived::Forward(std::declval<AutogradContext *>(), std::forward<Args>(args)...));
     static_assert(std::is_same_v<R, TensorPtr> || std::is_same_v<R, TensorPtrList>,
                   "Function<T>: T::Forward must return TensorPtr or TensorPtrList");
     constexpr std::size_t kN = sizeof...(Args);
-    const auto &rt = detail::Runtime::Get();
     const std::array<Tensor *, kN + 1> in{{detail::TensorArg(args)..., nullptr}};
     bool wants = false;
     for (std::size_t i = 0; i < kN; ++i) wants = wants || detail::WantsGrad(in[i]);

@@ -219,7 +219,8 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
 
   // A new tensor on `device` ("cpu", "cuda:N" / "GPU:N"); device memory comes from
   // the runtime's allocator (CuPy's pool) and is uninitialised.
-  Tensor(DataType dtype, ShapeVector shape, const std::string &device) : Tensor(dtype, std::move(shape), detail::ParseDevice(device), false) {}
+  Tensor(DataType dtype, ShapeVector shape, const std::string &device)
+      : Tensor(dtype, std::move(shape), detail::ParseDevice(device), false) {}
 
   // A view of memory kept alive by `storage`; `strides` in elements (empty: contiguous);
   // `writable` false for memory that must not be written (a read-only numpy array).
@@ -348,7 +349,8 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
     }
   }
   // Device allocation: storage from the runtime's allocator.
-  Tensor(DataType dtype, ShapeVector shape, int device, bool zero) : dtype_(dtype), shape_(std::move(shape)), device_(device) {
+  Tensor(DataType dtype, ShapeVector shape, int device, bool zero)
+      : dtype_(dtype), shape_(std::move(shape)), device_(device) {
     CheckDtype(dtype);
     numel_ = detail::CheckedNumel(shape_);
     const std::size_t nbytes = detail::CheckedNbytes(shape_, numel_, dtype);
@@ -362,7 +364,8 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   }
   void CheckHost(const char *what) const {
     if (device_ < 0) return;
-    throw pybind11::value_error(std::string("opbuilder::Tensor::") + what + " runs on host memory, and this tensor is on " +
+    throw pybind11::value_error(std::string("opbuilder::Tensor::") + what +
+                                " runs on host memory, and this tensor is on " +
                                 device() + "; do it in your CUDA code (the runtime hands Function ops contiguous "
                                 "device tensors)");
   }

@@ -225,7 +225,7 @@ inline PyObject *DeviceArrayFromTensor(const Runtime &rt, const Tensor &t) {
   }
   py::object dtype = py::reinterpret_borrow<py::object>(rt.descr[t.dtype()]);
   py::tuple shape(static_cast<std::size_t>(t.ndim()));
-  for (std::int64_t i = 0; i < t.ndim(); ++i) shape[static_cast<std::size_t>(i)] = t.shape()[static_cast<std::size_t>(i)];
+  for (std::size_t i = 0; i < t.shape().size(); ++i) shape[i] = t.shape()[i];
   py::object arr = DeviceMemoryModule().attr("wrap")(reinterpret_cast<std::uintptr_t>(t.data_ptr()), t.nbytes(), shape,
                                                       dtype, t.device_index(), owner);
   return arr.release().ptr();
