@@ -140,3 +140,18 @@ def test_a_leaf_used_twice_by_one_node_gets_both_gradients(my_ops, wrap):
     x = Tensor(np.array([1.5, -2.0]))
     g = rt.grad(lambda t: wrap(my_ops.mul(t, t)))(x)
     np.testing.assert_allclose(g.asnumpy(), 2 * x.asnumpy())
+
+
+def test_a_recorded_binary_op_keeps_its_metas_after_backward_frees_it():
+    x = Tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    y = Tensor(np.ones((3,), np.float64), requires_grad=True)
+    out = x * y
+    node = out._node
+    before = (node.input_meta, node.out_meta)
+    assert before == ((((2, 3), np.dtype(np.float32)), ((3,), np.dtype(np.float64))),
+                      (((2, 3), np.dtype(np.float64)),))
+    out.sum().backward()
+    assert node.args is None  # the saved tensors are freed ...
+    assert (node.input_meta, node.out_meta) == before  # ... what the engine checks gradients against is kept
+    assert x.grad.shape == (2, 3) and x.grad.dtype == rt.float32
+    assert y.grad.shape == (3,) and np.allclose(y.grad.asnumpy(), 2.0)

@@ -72,23 +72,23 @@ defvjp(_pow,
 
 
 def add(x: Any, y: Any) -> Tensor:
-    return _add(*_pair(x, y))
+    return _add.call2(*_pair(x, y))
 
 
 def sub(x: Any, y: Any) -> Tensor:
-    return _sub(*_pair(x, y))
+    return _sub.call2(*_pair(x, y))
 
 
 def mul(x: Any, y: Any) -> Tensor:
-    return _mul(*_pair(x, y))
+    return _mul.call2(*_pair(x, y))
 
 
 def div(x: Any, y: Any) -> Tensor:
-    return _div(*_pair(x, y))
+    return _div.call2(*_pair(x, y))
 
 
 def pow(x: Any, y: Any) -> Tensor:  # noqa: A001 (mirrors the op's name)
-    return _pow(*_pair(x, y))
+    return _pow.call2(*_pair(x, y))
 
 
 # ---- elementwise unary ----------------------------------------------------

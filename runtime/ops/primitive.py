@@ -60,9 +60,28 @@ class Primitive:
         if _state.enabled and self.vjps is not None and out.dtype.kind == "f":  # integer results: no gradient
             for a in args:
                 if a.requires_grad:
-                    res._node = _record(self, args, kwargs, out)
+                    res._node = _record2(self, *args, kwargs, out) if len(args) == 2 \
+                        else _record(self, args, kwargs, out)
                     res.requires_grad = True
                     break
+        return res
+
+    def call2(self, x: Any, y: Any):
+        """``self(x, y)`` for two Tensors and no keywords: the binary ops' hot path."""
+        if _trace.tracer is not None:
+            return _trace.tracer.call_op("primitive", self.name, self, (x, y), {})
+        try:
+            out = self.fn(x._data, y._data)
+        except (TypeError, ValueError):
+            return self(x, y)  # the general path says what went wrong (the function is pure)
+        if type(out) is not np.ndarray:
+            out = _result(out, (x, y), self.name)
+        res = _new(_Tensor)
+        res._data = out
+        if (x.requires_grad or y.requires_grad) and _state.enabled and self.vjps is not None \
+                and out.dtype.kind == "f":  # integer results: no gradient
+            res._node = _record2(self, x, y, {}, out)
+            res.requires_grad = True
         return res
 
     def __repr__(self) -> str:
@@ -84,7 +103,11 @@ def defvjp(prim: Primitive, *rules: Rule) -> None:
 
 
 class PrimitiveNode(Node):
-    __slots__ = ("prim", "args", "kwargs", "versions", "out")
+    """A recorded primitive call. Its metas are read when asked (recording builds no tuples
+    for them): from the saved arguments and result while held (a backward first checks that
+    the arguments' versions are unchanged), then from what ``release`` kept."""
+
+    __slots__ = ("prim", "args", "kwargs", "versions", "out", "_metas")
 
     def __init__(self, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray) -> None:
         _record(prim, args, kwargs, out, self)
@@ -92,6 +115,20 @@ class PrimitiveNode(Node):
     @property
     def name(self) -> str:  # type: ignore[override]
         return self.prim.name
+
+    @property
+    def input_meta(self):  # type: ignore[override]
+        args = self.args
+        if args is None:
+            return self._metas[0]
+        return tuple([(a._data.shape, a._data.dtype) for a in args])
+
+    @property
+    def out_meta(self):  # type: ignore[override]
+        out = self.out
+        if out is None:
+            return self._metas[1]
+        return ((out.shape, out.dtype),)
 
     def apply(self, grads, create_graph):
         args = self.args
@@ -126,6 +163,8 @@ class PrimitiveNode(Node):
                                    f"{a._version}; expected version {v}")
 
     def release(self) -> None:
+        if self.args is not None:
+            self._metas = (self.input_meta, self.out_meta)
         self.args = None
         self.out = None
 
@@ -143,16 +182,22 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
     node.args = args
     node.kwargs = kwargs
     node.out = out
-    edges = []
-    metas = []
-    for a in args:
-        d = a._data
-        metas.append((d.shape, d.dtype))
-        edges.append((a if a._node is None else (a._node, a._out_index)) if a.requires_grad else None)
     node.versions = tuple(map(_version_of, args))
-    node.next_edges = tuple(edges)
-    node.input_meta = tuple(metas)
-    node.out_meta = ((out.shape, out.dtype),)
+    node.next_edges = tuple([(a if a._node is None else (a._node, a._out_index)) if a.requires_grad else None
+                             for a in args])
+    return node
+
+
+def _record2(prim: Primitive, x: Any, y: Any, kwargs: Dict[str, Any], out: np.ndarray) -> PrimitiveNode:
+    """``_record`` for two arguments, unrolled (every recorded binary op comes here)."""
+    node = _new(PrimitiveNode)
+    node.prim = prim
+    node.args = (x, y)
+    node.kwargs = kwargs
+    node.out = out
+    node.versions = (x._version, y._version)
+    node.next_edges = ((x if x._node is None else (x._node, x._out_index)) if x.requires_grad else None,
+                       (y if y._node is None else (y._node, y._out_index)) if y.requires_grad else None)
     return node
 
 
