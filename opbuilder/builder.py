@@ -30,6 +30,7 @@ from .errors import BuildError, UnsafeCacheDirError, cache_os_error
 from .headers import headers_digest, include_dir
 from .importer import import_extension, loader_error
 from .published import verified_library
+from .relocate import portable, prefix_map_flags, project_root
 from .spec import CUDA_SUFFIXES, BuildSpec, make_spec
 from .toolchain import Compiler, ext_suffix, find_compiler, find_nvcc, python_info
 from .trust import check_dir, read_file, stamp_of, trusted_root
@@ -49,7 +50,7 @@ class _Plan:
     """Everything that decides the binary, as command-line pieces, and its identity for keys."""
 
     __slots__ = ("sources", "objects", "rules", "output", "cxx", "flags", "includes", "nvcc", "cuda_flags",
-                 "link_flags", "identity", "pch_parts", "pch_flags")
+                 "link_flags", "identity", "pch_parts", "pch_flags", "project", "path_maps", "cuda_path_maps")
 
     def __init__(self, **kw) -> None:
         for k, v in kw.items():
@@ -57,8 +58,23 @@ class _Plan:
 
 
 def _object_name(source: Path) -> str:
-    """The object of one source: its stem plus a hash of its path (two ops.cpp in different folders)."""
+    """The object of one source: its stem plus a hash of its absolute path (two ops.cpp in different
+    folders; two checkouts of one project, whose objects are recorded with their own inputs)."""
     return f"obj/{source.stem}-{fp.digest_of([str(source)])[:8]}.o"
+
+
+def _key_flags(flags: Sequence[str], places: Dict[str, str], project: Path) -> List[str]:
+    """``flags`` as keys see them: the toolchain's include directories by what they are (their contents
+    are keyed by version and digest), the project's by their paths in it (relocate.py)."""
+    out = []
+    for f in flags:
+        if f in places:
+            out.append(places[f])
+        elif f.startswith("-I"):
+            out.append("-I" + portable(f[2:], project))
+        else:
+            out.append(f)
+    return out
 
 
 def _lto_enabled() -> bool:
@@ -76,7 +92,9 @@ def _plan(spec: BuildSpec) -> _Plan:
     # pybind11 module's compile); together ~0.6 s of a ~10 s cold build
     speed = ["-pipe", "--param", f"ggc-min-heapsize={GCC_GC_HEAP_KB}"] if cxx.family == "gcc" else []
     hdr = headers_digest(spec.root)
+    project = project_root(spec.sources)
     system = ["-isystem", str(include_dir())]
+    places = {str(include_dir()): "<opbuilder include>"}
     identity = [f"kind={spec.kind}", f"backend={spec.backend}", f"name={spec.name}", f"headers={hdr}",
                 f"cxx={cxx.identity}"]
     defines: List[str] = []
@@ -84,6 +102,7 @@ def _plan(spec: BuildSpec) -> _Plan:
     if spec.kind == "module":
         py = python_info(spec.root)
         system += ["-isystem", py.pybind11_include, "-isystem", py.python_include]
+        places.update({py.pybind11_include: "<pybind11 include>", py.python_include: "<python include>"})
         defines = [f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}"]
         identity += [f"pybind11={py.pybind11_version}", f"python={py.abi}"]
         pch_parts = ("pch", f"cxx={cxx.identity}", f"headers={hdr}", f"pybind11={py.pybind11_version}",
@@ -117,12 +136,17 @@ def _plan(spec: BuildSpec) -> _Plan:
                       *(["-Xcompiler", "-fvisibility=hidden"] if visibility else []), *spec.cuda_cflags]
         lib = cuda_lib_dir(nvcc, spec.root)
         link += ([f"-L{lib}", f"-Wl,-rpath,{lib}"] if lib else []) + ["-lcudart"]
-    identity += ["cxx_flags", *flags, *includes, "cuda_flags", *cuda_flags, "link", *link]
+    identity += ["cxx_flags", *_key_flags((*flags, *includes), places, project),
+                 "cuda_flags", *_key_flags(cuda_flags, places, project), "link", *link]
+    # not in the key: where the project lives is written as "." in the binary (relocate.py)
+    path_maps = prefix_map_flags(project, cxx.family)
+    cuda_path_maps = tuple(x for m in path_maps for x in ("-Xcompiler", m))
     return _Plan(sources=spec.sources, objects=tuple(_object_name(s) for s in spec.sources),
                  rules=tuple("cuda" if s.suffix in CUDA_SUFFIXES else "cxx" for s in spec.sources),
                  output=output, cxx=cxx, flags=flags, includes=includes, nvcc=nvcc, cuda_flags=tuple(cuda_flags),
                  link_flags=tuple(link), identity=tuple(identity),
-                 pch_parts=pch_parts + pch_flags if pch_parts else (), pch_flags=pch_flags)
+                 pch_parts=pch_parts + pch_flags if pch_parts else (), pch_flags=pch_flags, project=project,
+                 path_maps=path_maps, cuda_path_maps=cuda_path_maps)
 
 
 def _lookup(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path]]:
@@ -136,7 +160,7 @@ def _lookup(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path
     headers = fp.read_manifest(spec.op_dir, base)
     if headers is None:
         return None
-    digests = fp.current_digests(headers)
+    digests = fp.current_digests(headers, plan.project)
     if digests is None:
         return None
     key = fp.full_key(base, digests)
@@ -184,6 +208,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     from . import pch as pchmod
     from . import publish
     from .ninja_file import write_build_file
+    from .launcher import compiler_launcher
     from .ninja_run import run_ninja, stop_leftovers
     from .toolchain import default_jobs, ninja_path
     from .trust import check_tree, make_dir, make_dirs
@@ -200,9 +225,13 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     jobs = default_jobs()
     # LTO's parallel code generation: the job count is not part of the key (same code either way)
     link_flags = plan.link_flags + ((f"-flto={jobs}",) if "-flto" in plan.flags else ())
+    # the build directory (the compiler's working directory, in debug information) is written as "." too
+    maps = plan.path_maps + prefix_map_flags(build_dir, plan.cxx.family)
+    cuda_maps = plan.cuda_path_maps + tuple(x for m in prefix_map_flags(build_dir, plan.cxx.family)
+                                            for x in ("-Xcompiler", m))
     write_build_file(build_dir / "build.ninja", todo, plan.objects, plan.output, plan.cxx.argv,
-                     (*plan.flags, *plan.includes), plan.nvcc.argv if plan.nvcc else (), plan.cuda_flags,
-                     link_flags)
+                     (*plan.flags, *plan.includes, *maps), plan.nvcc.argv if plan.nvcc else (),
+                     (*plan.cuda_flags, *cuda_maps), link_flags, launcher=compiler_launcher())
     log.info("%s: compiling %d of %d source(s)", spec.name, len(todo), len(steps))
     try:
         started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose)
@@ -215,7 +244,8 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     if changed:
         log.warning("%s: %s changed while it was being compiled; building again", spec.name, changed[0])
         return None
-    headers = publish.recorded_inputs(build_dir, plan.objects, spec.sources)
+    headers = {portable(p, plan.project): d
+               for p, d in publish.recorded_inputs(build_dir, plan.objects, spec.sources).items()}
     key = fp.full_key(base, headers)
     key_dir = make_dir(spec.op_dir / key)
     record = publish.publish_library(build_dir / plan.output, key_dir, plan.output)
@@ -250,7 +280,7 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     """(full key, library path), building if the current contents were never built (or the library
     published for them is damaged: then the new one replaces it). ``spec`` is ``_trusted``."""
     plan = _plan(spec)
-    hit = _lookup(spec, plan, fp.base_key(plan.identity, fp.source_digests(spec.sources)))
+    hit = _lookup(spec, plan, fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project))
     if hit is not None:
         return hit
     from .lock import build_lock, lock_timeout
@@ -261,7 +291,7 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     with build_lock(spec.op_dir, spec.name):
         for _ in range(_ATTEMPTS):
             sources = fp.source_digests(spec.sources)  # contents now, under the lock
-            base = fp.base_key(plan.identity, sources)
+            base = fp.base_key(plan.identity, sources, plan.project)
             hit = _lookup(spec, plan, base)  # another process may have built it meanwhile
             if hit is None:
                 hit = _compile(spec, plan, base, sources)

@@ -5,6 +5,9 @@ flags, backend, kind, compiler identity, Python ABI, pybind11 version and
 opbuilder's own headers. The headers a build included are learned from the
 compiler's depfiles and kept in a manifest per base key; the *full key* adds
 their contents. A warm load computes both from files alone.
+
+Files are named in keys and manifests as relocate.py says: relative to the
+operator's project root when under it, so a checkout elsewhere has the same keys.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from .errors import warn_broken
+from .relocate import portable, resolve
 from .trust import read_file, write_file
 
 try:  # the same blake2b that hashlib hands out, without hashlib's OpenSSL import on the warm path
@@ -44,8 +48,9 @@ def source_digests(sources: Sequence[Path]) -> Dict[str, str]:
     return {str(s): file_digest(s) for s in sources}
 
 
-def base_key(ingredients: Sequence[str], sources: Dict[str, str]) -> str:
-    """The key of what is known before compiling: ``ingredients`` and the sources' digests.
+def base_key(ingredients: Sequence[str], sources: Dict[str, str], root: Path) -> str:
+    """The key of what is known before compiling: ``ingredients`` and the sources' digests, each
+    source named relative to the project ``root`` (relocate.py).
 
     The builder keeps the digests it hashed here and checks after compiling
     that the sources still have them, so a library is never published under
@@ -53,24 +58,26 @@ def base_key(ingredients: Sequence[str], sources: Dict[str, str]) -> str:
     """
     parts = list(ingredients)
     for path, digest in sources.items():
-        parts += [path, digest]
+        parts += [portable(path, root), digest]
     return digest_of(parts)
 
 
 def full_key(base: str, header_digests: Dict[str, str]) -> str:
-    """The key of a build: its base key plus the contents of the headers it included."""
+    """The key of a build: its base key plus the contents of the headers it included (by their
+    names in the manifest: relocate.portable)."""
     parts = [base]
     for h in sorted(header_digests):
         parts += [h, header_digests[h]]
     return digest_of(parts)
 
 
-def current_digests(headers: Sequence[str]) -> Optional[Dict[str, str]]:
-    """Digest of each header as it is now; ``None`` if one is gone (then the build must run again)."""
+def current_digests(headers: Sequence[str], root: Path) -> Optional[Dict[str, str]]:
+    """Digest of each header (named as in a manifest, relative to ``root`` or absolute) as it is now;
+    ``None`` if one is gone (then the build must run again)."""
     out = {}
     for h in headers:
         try:
-            out[h] = file_digest(Path(h))
+            out[h] = file_digest(Path(resolve(h, root)))
         except OSError:
             return None
     return out
@@ -92,10 +99,16 @@ def read_manifest(op_dir: Path, base: str) -> Optional[List[str]]:
         warn_broken(path, f"not JSON: {e}", "building the operator again")
         return None
     headers = data.get("headers") if isinstance(data, dict) else None
-    if not isinstance(headers, list) or not all(isinstance(h, str) and os.path.isabs(h) for h in headers):
-        warn_broken(path, 'not {"headers": [absolute paths]}', "building the operator again")
+    if not isinstance(headers, list) or not all(isinstance(h, str) and _well_named(h) for h in headers):
+        warn_broken(path, 'not {"headers": [paths, absolute or relative to the project]}',
+                    "building the operator again")
         return None
     return headers
+
+
+def _well_named(name: str) -> bool:
+    """An absolute path, or one relative to the project root that stays inside it."""
+    return os.path.isabs(name) or (bool(name) and ".." not in name.split("/"))
 
 
 def temp_path(path: Path) -> Path:

@@ -38,12 +38,16 @@ def _cmd(args: Iterable[str]) -> str:
 
 def write_build_file(path: Path, compile_steps: Sequence[Step], all_objects: Sequence[str], output: str,
                      cxx: Sequence[str], cxx_flags: Sequence[str], nvcc: Sequence[str], cuda_flags: Sequence[str],
-                     link_flags: Sequence[str]) -> None:
+                     link_flags: Sequence[str], launcher: Sequence[str] = ()) -> None:
+    """The build file: compile ``compile_steps`` (each through ``launcher``, if any: sccache, ccache),
+    then link ``all_objects`` into ``output``."""
     lines: List[str] = ["ninja_required_version = 1.3", ""]
-    lines += ["rule cxx", f"  command = {_cmd(cxx)} -MMD -MF $out.d {_cmd(cxx_flags)} $extra -c $in -o $out",
+    lines += ["rule cxx",
+              f"  command = {_cmd((*launcher, *cxx))} -MMD -MF $out.d {_cmd(cxx_flags)} $extra -c $in -o $out",
               "  description = compiling $srcname", ""]
     if any(s.rule == "cuda" for s in compile_steps):
-        lines += ["rule cuda", f"  command = {_cmd(nvcc)} -MD -MF $out.d {_cmd(cuda_flags)} -c $in -o $out",
+        lines += ["rule cuda",
+                  f"  command = {_cmd((*launcher, *nvcc))} -MD -MF $out.d {_cmd(cuda_flags)} -c $in -o $out",
                   "  description = compiling $srcname (nvcc)", ""]
     lines += ["rule link", f"  command = {_cmd(cxx)} -shared -o $out $in {_cmd(link_flags)}",
               "  description = linking $out", ""]

@@ -134,7 +134,8 @@ def test_a_toolchains_json_of_the_wrong_shape_is_probed_again_with_a_warning(cac
 
 
 MANIFEST_DAMAGE = {"not JSON": "{", "a list": "[]", "headers not a list": '{"headers": "h.h"}',
-                   "headers not paths": '{"headers": [1, 2]}', "relative paths": '{"headers": ["h.h"]}',
+                   "headers not paths": '{"headers": [1, 2]}', "paths climbing out of the project": '{"headers": ["../h.h"]}',
+                   "an empty path": '{"headers": [""]}',
                    "no headers": "{}"}
 
 

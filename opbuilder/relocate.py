@@ -1,0 +1,52 @@
+"""Relocatable keys: paths named relative to the operator's project, never where a checkout lives.
+
+The *project root* of an operator is the nearest directory at or above its
+sources' common directory that holds ``.git`` (a checkout), else that common
+directory itself. Keys name every file under the root by its path relative to
+the root (``src/ops.cpp``), and files elsewhere (system headers, another
+project's include path) by their absolute path. So the same sources in
+another clone or copy hash to the same key; contents are hashed as before.
+
+What could still put the root's absolute path into the binary (``__FILE__``,
+debug information) is mapped away when compiling: ``-ffile-prefix-map=ROOT=.``
+for gcc and clang, passed to nvcc's host compiler with ``-Xcompiler``. The
+map is not part of any key.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence, Tuple
+
+__all__ = ["project_root", "portable", "resolve", "prefix_map_flags"]
+
+
+def project_root(sources: Sequence[Path]) -> Path:
+    """The directory that paths in keys are relative to (see the module's docstring)."""
+    common = os.path.commonpath([os.path.dirname(s) for s in sources])
+    d = common
+    while True:
+        if os.path.lexists(os.path.join(d, ".git")):
+            return Path(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            return Path(common)
+        d = parent
+
+
+def portable(path: str, root: Path) -> str:
+    """``path`` (absolute) as keys name it: relative to ``root`` if it is under it, else as it is."""
+    prefix = str(root).rstrip("/") + "/"
+    return path[len(prefix):] if path.startswith(prefix) else path
+
+
+def resolve(name: str, root: Path) -> str:
+    """The absolute path a key's name stands for, under ``root`` (inverse of ``portable``)."""
+    return name if os.path.isabs(name) else os.path.join(str(root), name)
+
+
+def prefix_map_flags(root: Path, family: str) -> Tuple[str, ...]:
+    """Compiler flags that write ``root`` as ``.`` wherever the compiler would embed it (gcc >= 8, clang >= 10)."""
+    if family not in ("gcc", "clang"):
+        return ()
+    return (f"-ffile-prefix-map={root}=.",)

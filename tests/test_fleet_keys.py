@@ -1,0 +1,110 @@
+"""Relocatable keys (the same sources elsewhere are a cache hit, and the same library) and the
+compiler launcher (sees every compile, changes no key). Real compiles of tiny sources."""
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from builder_util import compiled_sources, key_dir, run_python, tiny_module, wrapper_cxx
+from opbuilder import CustomOpBuilder, build_library
+
+
+def _checkout(where: Path, value: str = "42") -> Path:
+    """A project under ``where`` (a git checkout: .git at its top): src/ops.cpp includes include/ops.h
+    through a sibling include path. Returns the source."""
+    (where / ".git").mkdir(parents=True)
+    (where / "include").mkdir()
+    (where / "include" / "ops.h").write_text(f"#define OPS_VALUE {value}\n")
+    (where / "src").mkdir()
+    return tiny_module(where / "src" / "ops.cpp", "OPS_VALUE", includes='#include "ops.h"')
+
+
+def _builder(src: Path, cache: Path, **kw) -> CustomOpBuilder:
+    return CustomOpBuilder("reloc_ops", [src], include_paths=[src.parents[1] / "include"], build_dir=cache, **kw)
+
+
+def test_the_same_checkout_in_another_directory_compiles_nothing(tmp_path, monkeypatch):
+    log = tmp_path / "cxx.log"
+    monkeypatch.setenv("CXX", wrapper_cxx(tmp_path, log))
+    cache = tmp_path / "cache"
+    first = _builder(_checkout(tmp_path / "one" / "clone"), cache).build()
+    assert compiled_sources(log) == ["ops.cpp"]
+    log.write_text("")
+    second_src = _checkout(tmp_path / "two" / "deeper" / "clone")  # another depth, the same contents
+    assert _builder(second_src, cache).build() == first
+    assert compiled_sources(log) == []
+    # in a new process too, and the module works
+    res = run_python("import sys; from opbuilder import CustomOpBuilder as B; "
+                     "print(B('reloc_ops', [sys.argv[1]], include_paths=[sys.argv[2]], build_dir=sys.argv[3])"
+                     ".load().value())", str(second_src), str(second_src.parents[1] / "include"), str(cache),
+                     CXX=str(tmp_path / "cxx-wrapper.sh"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "42" and compiled_sources(log) == []
+    # a header with other contents in the second checkout is another key: compiled
+    (second_src.parents[1] / "include" / "ops.h").write_text("#define OPS_VALUE 43\n")
+    assert _builder(second_src, cache).build() != first
+    assert compiled_sources(log) == ["ops.cpp"]
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["O2", "debug"])
+def test_two_checkouts_built_in_two_caches_give_the_same_library(tmp_path, debug):
+    libs = []
+    for i in range(2):
+        src = _checkout(tmp_path / f"checkout{i}" / ("x" * (i + 1)))
+        libs.append(Path(_builder(src, tmp_path / f"cache{i}", debug_mode=debug).build()))
+    assert libs[0].parent.name == libs[1].parent.name  # the key
+    assert libs[0].read_bytes() == libs[1].read_bytes()
+    for lib in libs:  # no checkout's or cache's path is left in the binary (__FILE__, debug information)
+        assert str(tmp_path).encode() not in lib.read_bytes()
+
+
+def _launcher(directory: Path, log: Path) -> str:
+    script = directory / "launcher.sh"
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{log}'\nexec \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+def test_the_launcher_runs_every_compile_and_changes_no_key(tmp_path, monkeypatch):
+    srcs = [tiny_module(tmp_path / "mod.cpp", "3"), tmp_path / "helper.cpp"]
+    srcs[1].write_text("int helper_three() { return 3; }\n")
+    cxx_log = tmp_path / "cxx.log"
+    monkeypatch.setenv("CXX", wrapper_cxx(tmp_path, cxx_log))
+    plain = Path(CustomOpBuilder("launched", srcs, build_dir=tmp_path / "plain").build())
+    cxx_log.write_text("")
+    launched_log = tmp_path / "launcher.log"
+    monkeypatch.setenv("OPBUILDER_COMPILER_LAUNCHER", _launcher(tmp_path, launched_log))
+    via = Path(CustomOpBuilder("launched", srcs, build_dir=tmp_path / "via").build())
+    # each compile went through the launcher, which ran the compiler; the link did not
+    assert sorted(compiled_sources(launched_log)) == ["helper.cpp", "mod.cpp"]
+    assert sorted(compiled_sources(cxx_log)) == ["helper.cpp", "mod.cpp"]
+    assert not any("-shared" in line for line in launched_log.read_text().splitlines())
+    assert via.parent.name == plain.parent.name
+    # with the launcher on, the cache built without it is a hit; and off again, the one built with it
+    launched_log.write_text("")
+    cxx_log.write_text("")
+    assert Path(CustomOpBuilder("launched", srcs, build_dir=tmp_path / "plain").build()) == plain
+    monkeypatch.delenv("OPBUILDER_COMPILER_LAUNCHER")
+    assert Path(CustomOpBuilder("launched", srcs, build_dir=tmp_path / "via").build()) == via
+    assert launched_log.read_text() == "" and compiled_sources(cxx_log) == []
+
+
+def test_a_launcher_that_is_not_there_is_an_error_naming_the_variable(tmp_path, monkeypatch):
+    src = tmp_path / "x.cpp"
+    src.write_text("int x;\n")
+    monkeypatch.setenv("OPBUILDER_COMPILER_LAUNCHER", "no-such-launcher-xyz --flag")
+    with pytest.raises(FileNotFoundError, match=r"OPBUILDER_COMPILER_LAUNCHER names 'no-such-launcher-xyz', "
+                                                r"which was not found on PATH"):
+        build_library("nolauncher", [src], build_dir=tmp_path / "cache")
+
+
+def test_the_launcher_is_used_for_library_builds_too(tmp_path, monkeypatch):
+    log = tmp_path / "launcher.log"
+    monkeypatch.setenv("OPBUILDER_COMPILER_LAUNCHER", _launcher(tmp_path, log))
+    src = tmp_path / "lib.cpp"
+    src.write_text('extern "C" int seven() { return 7; }\n')
+    build_library("launched_lib", [src], build_dir=tmp_path / "cache")
+    assert compiled_sources(log) == ["lib.cpp"]
+    assert key_dir(tmp_path / "cache", "launched_lib.lib").is_dir()
