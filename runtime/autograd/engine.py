@@ -198,6 +198,7 @@ def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool)
                 buf = [_zeros(metas[k], present) if g is None else g for k, g in enumerate(buf)]
             break
     results = node.apply(buf, create_graph)
+    metas = node.input_meta  # before release: a node may build it from what release frees
     if not retain_graph:
         node.release()
     edges = node.next_edges
@@ -207,7 +208,6 @@ def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool)
         results = _check_count(node, results, edges)
     Tensor = _tensor.Tensor
     once = None
-    metas = None
     i = -1
     for g in results:
         i += 1
@@ -216,10 +216,8 @@ def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool)
         if edges[i] is None:
             results[i] = None
             continue
-        if metas is None:
-            metas = node.input_meta
         meta = metas[i]
-        plain = type(g) is np.ndarray  # computed outside the runtime: it has no graph
+        plain = create_graph and type(g) is np.ndarray  # computed outside the runtime: it has no graph
         d = g._data if type(g) is Tensor else None
         if d is None or d.shape != meta[0] or (d.dtype is not meta[1] and d.dtype != meta[1]):
             g = _reduce_to(node, i, g, meta)

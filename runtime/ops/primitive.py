@@ -103,11 +103,11 @@ def defvjp(prim: Primitive, *rules: Rule) -> None:
 
 
 class PrimitiveNode(Node):
-    """A recorded primitive call. Its metas are read when asked (recording builds no tuples
-    for them): from the saved arguments and result while held (a backward first checks that
-    the arguments' versions are unchanged), then from what ``release`` kept."""
+    """A recorded primitive call. Its ``input_meta`` is built when first asked (recording builds
+    no tuples for it), from the saved arguments (a backward first checks that their versions
+    are unchanged), and kept when ``release`` frees them."""
 
-    __slots__ = ("prim", "args", "kwargs", "versions", "out", "_metas")
+    __slots__ = ("prim", "args", "kwargs", "versions", "out", "_input_meta")
 
     def __init__(self, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray) -> None:
         _record(prim, args, kwargs, out, self)
@@ -118,24 +118,21 @@ class PrimitiveNode(Node):
 
     @property
     def input_meta(self):  # type: ignore[override]
-        args = self.args
-        if args is None:
-            return self._metas[0]
-        return tuple([(a._data.shape, a._data.dtype) for a in args])
-
-    @property
-    def out_meta(self):  # type: ignore[override]
-        out = self.out
-        if out is None:
-            return self._metas[1]
-        return ((out.shape, out.dtype),)
+        m = self._input_meta
+        if m is None:
+            m = self._input_meta = tuple([(a._data.shape, a._data.dtype) for a in self.args])
+        return m
 
     def apply(self, grads, create_graph):
         args = self.args
         if args is None:
             raise RuntimeError(f"backward through {self.name} a second time: its saved tensors were "
                                f"freed after the first backward; pass retain_graph=True the first time")
-        if tuple(map(_version_of, args)) != self.versions:
+        if len(args) == 2:
+            x, y = args
+            if (x._version, y._version) != self.versions:
+                self._stale()
+        elif tuple(map(_version_of, args)) != self.versions:
             self._stale()
         ans = _new(_Tensor)
         ans._data = self.out
@@ -149,7 +146,6 @@ class PrimitiveNode(Node):
         if len(edges) == 2 and len(vjps) == 2 and not kw:  # a binary op: no comprehension, no **{}
             r0, r1 = vjps
             e0, e1 = edges
-            x, y = args
             return [None if (e0 is None or r0 is None) else r0(g, ans, x, y),
                     None if (e1 is None or r1 is None) else r1(g, ans, x, y)]
         return [None if (e is None or rule is None) else rule(g, ans, *args, **kw)
@@ -163,8 +159,8 @@ class PrimitiveNode(Node):
                                    f"{a._version}; expected version {v}")
 
     def release(self) -> None:
-        if self.args is not None:
-            self._metas = (self.input_meta, self.out_meta)
+        if self._input_meta is None and self.args is not None:
+            self.input_meta  # noqa: B018 (kept: the engine checks gradients against it after release)
         self.args = None
         self.out = None
 
@@ -182,9 +178,11 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
     node.args = args
     node.kwargs = kwargs
     node.out = out
+    node._input_meta = None
     node.versions = tuple(map(_version_of, args))
     node.next_edges = tuple([(a if a._node is None else (a._node, a._out_index)) if a.requires_grad else None
                              for a in args])
+    node.out_meta = ((out.shape, out.dtype),)
     return node
 
 
@@ -195,9 +193,11 @@ def _record2(prim: Primitive, x: Any, y: Any, kwargs: Dict[str, Any], out: np.nd
     node.args = (x, y)
     node.kwargs = kwargs
     node.out = out
+    node._input_meta = None
     node.versions = (x._version, y._version)
     node.next_edges = ((x if x._node is None else (x._node, x._out_index)) if x.requires_grad else None,
                        (y if y._node is None else (y._node, y._out_index)) if y.requires_grad else None)
+    node.out_meta = ((out.shape, out.dtype),)
     return node
 
 
