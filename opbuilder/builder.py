@@ -32,6 +32,7 @@ from .importer import import_extension, loader_error
 from .published import verified_library
 from .relocate import portable, prefix_map_flags, project_root
 from .spec import CUDA_SUFFIXES, BuildSpec, make_spec
+from .store import prebuilt_stores
 from .toolchain import Compiler, ext_suffix, find_compiler, find_nvcc, python_info
 from .trust import check_dir, read_file, stamp_of, trusted_root
 
@@ -149,23 +150,35 @@ def _plan(spec: BuildSpec) -> _Plan:
                  path_maps=path_maps, cuda_path_maps=cuda_path_maps)
 
 
-def _lookup(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path]]:
-    """The published library for the current contents, if there is one and it is intact (published.py).
-    Every directory on the way is checked (trust.py): a link or another user's entry is refused."""
+def _lookup(spec: BuildSpec, plan: _Plan, base: str, op_dir: Optional[Path] = None,
+            store_owner: Optional[int] = None) -> Optional[Tuple[str, Path]]:
+    """The published library for the current contents, if there is one and it is intact (published.py),
+    in the cache or (``op_dir``, ``store_owner``) a prebuilt store. Every directory on the way is checked
+    (trust.py): a link or an entry of another user (than the store's owner) is refused."""
+    op_dir = spec.op_dir if op_dir is None else op_dir
     try:
-        check_dir(spec.op_dir)
-        check_dir(spec.op_dir / "deps")
+        check_dir(op_dir, store_owner)
+        check_dir(op_dir / "deps", store_owner)
     except FileNotFoundError:
         return None
-    headers = fp.read_manifest(spec.op_dir, base)
+    headers = fp.read_manifest(op_dir, base, store_owner)
     if headers is None:
         return None
     digests = fp.current_digests(headers, plan.project)
     if digests is None:
         return None
     key = fp.full_key(base, digests)
-    key_dir = spec.op_dir / key
-    return (key, key_dir / plan.output) if verified_library(key_dir, plan.output) else None
+    key_dir = op_dir / key
+    return (key, key_dir / plan.output) if verified_library(key_dir, plan.output, store_owner) else None
+
+
+def _prebuilt(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path]]:
+    """The build for the current contents from the first store in OPBUILDER_PREBUILT_DIR that has it intact."""
+    for store in prebuilt_stores():
+        hit = _lookup(spec, plan, base, store[0] / spec.op_dir.name, store[1])
+        if hit is not None:
+            return hit
+    return None
 
 
 def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
@@ -280,7 +293,8 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     """(full key, library path), building if the current contents were never built (or the library
     published for them is damaged: then the new one replaces it). ``spec`` is ``_trusted``."""
     plan = _plan(spec)
-    hit = _lookup(spec, plan, fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project))
+    base = fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project)
+    hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
     if hit is not None:
         return hit
     from .lock import build_lock, lock_timeout
@@ -386,7 +400,7 @@ class CustomOpBuilder:
                 except BuildError as e:
                     if attempt == 0 and not lib.exists():
                         continue  # pruned by another process between lookup and import: build again
-                    if attempt < 2 and loader_error(e.__cause__):
+                    if attempt < 2 and loader_error(e.__cause__) and lib.parent.parent == spec.op_dir:
                         damaged = e.__cause__
                     else:
                         raise

@@ -1,6 +1,9 @@
 """Command line: ``python -m opbuilder <command>`` (also installed as ``opbuilder``).
 
-  build NAME SOURCE... [--backend CPU|GPU] ...   build into the cache now (prebuild for deployment)
+  build NAME SOURCE... [--backend CPU|GPU] ...   build into the cache now (prebuild for deployment);
+                                                 with --into DIR, also into a prebuilt store
+  export NAME... -o FILE.tar                     the cache's builds of operators, as a bundle
+  import FILE.tar [--into DIR]                   a bundle's builds, into a store (default: the cache)
   cache list [NAME]                              what is cached, and how big
   cache clean [NAME]                             delete one operator's builds, or the whole cache
   doctor                                         check compiler, ninja, pybind11, cache dir; say how to fix
@@ -38,11 +41,54 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     kw = dict(backend=args.backend, include_paths=args.include or None, cflags=args.cflags,
               ldflags=args.ldflags, build_dir=args.cache_dir, debug_mode=args.debug, verbose=args.verbose)
+    into = None
+    if args.into is not None:
+        from pathlib import Path
+
+        from .store import open_store
+        into = open_store(Path(args.into))  # refused before compiling, if it is not ours or others can write it
     if args.library:
         path = build_library(args.name, args.sources, **kw)
     else:
         path = CustomOpBuilder(args.name, args.sources, **kw).build()
+    if into is not None:
+        from pathlib import Path
+
+        from .store import install
+        lib = Path(path)
+        path = str(install(lib.parent.parent, lib.parent.name, into, _owner_of(lib.parent.parent)))
     print(path)
+    return 0
+
+
+def _owner_of(op_dir) -> int:
+    """Who owns the operator directory a build came from: the cache (us) or a prebuilt store."""
+    return os.lstat(op_dir).st_uid
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bundle import export_bundle
+    from .cache_dir import cache_root, check_private_dir
+
+    root = check_private_dir(cache_root(args.cache_dir))
+    members = export_bundle(root, args.names, Path(args.output).absolute())
+    print(f"wrote {args.output}: {sum(1 for m in members if m.endswith('.so'))} build(s) of "
+          f"{', '.join(args.names)}")
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bundle import import_bundle
+    from .cache_dir import cache_root, ensure_private_dir
+    from .store import open_store
+
+    store = open_store(Path(args.into)) if args.into else ensure_private_dir(cache_root(args.cache_dir))
+    for lib in import_bundle(Path(args.bundle), store):
+        print(lib)
     return 0
 
 
@@ -123,7 +169,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--debug", action="store_true", help="-O0 -g instead of -O2")
     b.add_argument("--verbose", action="store_true", help="show the commands")
     b.add_argument("--cache-dir", default=None, help="cache directory (default: $OPBUILDER_CACHE_DIR)")
+    b.add_argument("--into", default=None, metavar="DIR",
+                   help="also install the build into this prebuilt store (for OPBUILDER_PREBUILT_DIR)")
     b.set_defaults(func=_cmd_build)
+
+    x = sub.add_parser("export", help="write the cache's builds of operators into a bundle (a tar file)")
+    x.add_argument("names", metavar="NAME", nargs="+", help="operators (modules and --library builds)")
+    x.add_argument("-o", "--output", required=True, metavar="FILE.tar", help="the bundle to write")
+    x.add_argument("--cache-dir", default=None, help="cache directory (default: $OPBUILDER_CACHE_DIR)")
+    x.set_defaults(func=_cmd_export)
+
+    m = sub.add_parser("import", help="install a bundle's builds into a prebuilt store or the cache")
+    m.add_argument("bundle", metavar="FILE.tar")
+    m.add_argument("--into", default=None, metavar="DIR", help="a prebuilt store (default: the cache)")
+    m.add_argument("--cache-dir", default=None, help="cache directory (default: $OPBUILDER_CACHE_DIR)")
+    m.set_defaults(func=_cmd_import)
 
     c = sub.add_parser("cache", help="list or clean the cache")
     c.add_argument("action", choices=["list", "clean"])

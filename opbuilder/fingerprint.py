@@ -87,12 +87,12 @@ def manifest_path(op_dir: Path, base: str) -> Path:
     return op_dir / "deps" / f"{base}.json"
 
 
-def read_manifest(op_dir: Path, base: str) -> Optional[List[str]]:
+def read_manifest(op_dir: Path, base: str, owner: Optional[int] = None) -> Optional[List[str]]:
     """The headers recorded for ``base``; None if there is no manifest, or (with a warning) if it is
     not one opbuilder wrote: then the operator is built again and the manifest rewritten."""
     path = manifest_path(op_dir, base)
     try:
-        data = json.loads(read_file(path))
+        data = json.loads(read_file(path, owner))
     except FileNotFoundError:
         return None
     except ValueError as e:

@@ -51,10 +51,10 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 Record = Dict[str, Dict[str, str]]
 
 
-def publish_library(built: Path, key_dir: Path, filename: str) -> Dict[str, object]:
-    """Copy ``built`` to ``key_dir/filename``: written under a new name, fsync'd, renamed over
-    whatever is there (a damaged copy being replaced). Returns the record for ``build.json``:
-    size, SHA-256 and stat stamp. A failure (a full disk) leaves no partial file behind."""
+def publish_library(built: Path, key_dir: Path, filename: str, mode: int = 0o700) -> Dict[str, object]:
+    """Copy ``built`` to ``key_dir/filename`` (``mode``: 0755 in a prebuilt store): written under a new
+    name, fsync'd, renamed over whatever is there (a damaged copy being replaced). Returns the record
+    for ``build.json``: size, SHA-256 and stat stamp. A failure (a full disk) leaves no partial file behind."""
     import hashlib
 
     final = key_dir / filename
@@ -64,9 +64,9 @@ def publish_library(built: Path, key_dir: Path, filename: str) -> Dict[str, obje
     h = hashlib.sha256()
     src = os.open(built, os.O_RDONLY | _NOFOLLOW)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o700)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
         try:
-            os.fchmod(fd, 0o700)
+            os.fchmod(fd, mode)
             while True:
                 chunk = os.read(src, 1 << 20)
                 if not chunk:

@@ -44,11 +44,11 @@ def _sha256_of(fd: int) -> str:
         h.update(chunk)
 
 
-def _library_record(info: Path) -> Optional[dict]:
+def _library_record(info: Path, owner: Optional[int] = None) -> Optional[dict]:
     """``build.json``'s parsed contents if it records a library (size, SHA-256, stamp); else None
     (with a warning if it exists but is not what opbuilder writes)."""
     try:
-        data = json.loads(read_file(info))
+        data = json.loads(read_file(info, owner))
     except FileNotFoundError:
         return None  # a publish that was killed before its record: built again
     except ValueError as e:
@@ -62,32 +62,42 @@ def _library_record(info: Path) -> Optional[dict]:
     return data
 
 
-def verified_library(key_dir: Path, filename: str) -> bool:
+def verified_library(key_dir: Path, filename: str, store_owner: Optional[int] = None) -> bool:
     """True if ``key_dir/filename`` is a library as it was published: its size matches its record and,
-    unless its stat stamp is the recorded one, its SHA-256 too. Marks the build used (see USE_STAMP_S)."""
+    unless its stat stamp is the recorded one, its SHA-256 too. Marks the build used (see USE_STAMP_S).
+
+    With ``store_owner`` (a prebuilt store, which load() never writes), entries must be that user's, the
+    stamp is compared without its device (a store shared over NFS), nothing is written, and a library
+    that fails is ignored with a warning naming it (the operator is then built into the cache)."""
     lib = key_dir / filename
     try:
-        dir_st = check_dir(key_dir)
-        st = check_file(lib)
+        dir_st = check_dir(key_dir, store_owner)
+        st = check_file(lib, store_owner)
     except FileNotFoundError:
         return False
     info = key_dir / INFO
-    data = _library_record(info)
+    data = _library_record(info, store_owner)
     if data is None:
         return False
     rec = data["library"]
+    then = ("building it again (the new file replaces it)" if store_owner is None else
+            "it is never loaded: ignoring the prebuilt store's copy and building into the cache")
     if st.st_size != rec["size"]:
-        warn_broken(lib, f"{st.st_size} bytes where {rec['size']} were published",
-                    "building it again (the new file replaces it)")
+        warn_broken(lib, f"{st.st_size} bytes where {rec['size']} were published", then)
         return False
-    if stamp_of(st) != rec["stamp"]:
+    stamp = stamp_of(st)
+    if store_owner is not None:
+        if stamp[:4] == rec["stamp"][:4]:
+            return True
+        return _same_digest(lib, rec["sha256"], then)
+    if stamp != rec["stamp"]:
         fd = os.open(lib, os.O_RDONLY | _NOFOLLOW)
         try:
             digest = _sha256_of(fd)
         finally:
             os.close(fd)
         if digest != rec["sha256"]:
-            warn_broken(lib, "its SHA-256 is not the one published", "building it again (the new file replaces it)")
+            warn_broken(lib, "its SHA-256 is not the one published", then)
             return False
         rec["stamp"] = stamp_of(st)  # the same bytes (a copied or restored cache): trusted by stamp from now on
         try:
@@ -100,6 +110,17 @@ def verified_library(key_dir: Path, filename: str) -> bool:
         except OSError:
             pass
     return True
+
+
+def _same_digest(lib: Path, sha256: str, then: str) -> bool:
+    fd = os.open(lib, os.O_RDONLY | _NOFOLLOW)
+    try:
+        digest = _sha256_of(fd)
+    finally:
+        os.close(fd)
+    if digest != sha256:
+        warn_broken(lib, "its SHA-256 is not the one recorded when it was stored", then)
+    return digest == sha256
 
 
 def distrust(key_dir: Path, filename: str, stamp: List[int]) -> None:

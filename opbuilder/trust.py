@@ -26,11 +26,11 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 from .errors import UnsafeCacheDirError
 
-__all__ = ["trusted_root", "check_dir", "check_file", "check_tree", "read_file", "make_dir", "make_dirs",
+__all__ = ["trusted_root", "trusted_store", "check_dir", "check_file", "check_tree", "read_file", "make_dir", "make_dirs",
            "write_file", "stamp_of"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -43,8 +43,9 @@ def _refuse(path: Path, problem: str, fix: str) -> UnsafeCacheDirError:
                                f"Fix: {fix}")
 
 
-def _check(path: Path, st: os.stat_result, want_dir: bool) -> os.stat_result:
-    """Raise unless ``st`` (an lstat of ``path``) is a directory/regular file of ours, not group/other-writable."""
+def _check(path: Path, st: os.stat_result, want_dir: bool, owner: Optional[int] = None) -> os.stat_result:
+    """Raise unless ``st`` (an lstat of ``path``) is a directory/regular file of ours (of ``owner``, in a
+    prebuilt store), not group/other-writable."""
     mode = st.st_mode
     if stat.S_ISLNK(mode):
         try:
@@ -57,7 +58,10 @@ def _check(path: Path, st: os.stat_result, want_dir: bool) -> os.stat_result:
         raise _refuse(path, "is not a directory", f"remove it (rm {path}); opbuilder creates what it needs")
     if not want_dir and not stat.S_ISREG(mode):
         raise _refuse(path, "is not a regular file", f"remove it (rm -r {path}); opbuilder writes it again")
-    if st.st_uid != os.geteuid():
+    if owner is not None and st.st_uid != owner:
+        raise _refuse(path, f"belongs to uid {st.st_uid}, not to the owner of its prebuilt store (uid {owner})",
+                      f"have the store's owner remove it (rm -r {path}) and fill the store again")
+    if owner is None and st.st_uid != os.geteuid():
         raise _refuse(path, f"belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})",
                       f"remove it (rm -r {path}), or set OPBUILDER_CACHE_DIR to a directory of your own")
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -65,15 +69,16 @@ def _check(path: Path, st: os.stat_result, want_dir: bool) -> os.stat_result:
     return st
 
 
-def check_dir(path: Path) -> os.stat_result:
-    """lstat ``path`` and refuse it unless it is a directory of ours that only we can write.
-    ``FileNotFoundError`` if it does not exist."""
-    return _check(path, os.lstat(path), True)
+def check_dir(path: Path, owner: Optional[int] = None) -> os.stat_result:
+    """lstat ``path`` and refuse it unless it is a directory of ours (of ``owner``) that only its owner
+    can write. ``FileNotFoundError`` if it does not exist."""
+    return _check(path, os.lstat(path), True, owner)
 
 
-def check_file(path: Path) -> os.stat_result:
-    """lstat ``path`` and refuse it unless it is a regular file of ours that only we can write."""
-    return _check(path, os.lstat(path), False)
+def check_file(path: Path, owner: Optional[int] = None) -> os.stat_result:
+    """lstat ``path`` and refuse it unless it is a regular file of ours (of ``owner``) that only its
+    owner can write."""
+    return _check(path, os.lstat(path), False, owner)
 
 
 def check_tree(directory: Path) -> None:
@@ -90,17 +95,17 @@ def check_tree(directory: Path) -> None:
                     todo.append(Path(e.path))
 
 
-def read_file(path: Path) -> bytes:
-    """The bytes of a regular file of ours, opened without following a symlink.
+def read_file(path: Path, owner: Optional[int] = None) -> bytes:
+    """The bytes of a regular file of ours (of ``owner``), opened without following a symlink.
     ``FileNotFoundError`` if it does not exist; ``UnsafeCacheDirError`` if it is not to be trusted."""
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK)
     except OSError as e:
         if e.errno == errno.ELOOP:  # the last component is a symlink
-            check_file(path)  # raises, naming the link
+            check_file(path, owner)  # raises, naming the link
         raise
     try:
-        _check(path, os.fstat(fd), False)
+        _check(path, os.fstat(fd), False, owner)
         chunks = []
         while True:
             chunk = os.read(fd, 1 << 20)
@@ -172,8 +177,10 @@ def stamp_of(st: os.stat_result) -> list:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
-def _check_above(real: Path, root: Path) -> None:
-    """Refuse if a directory above the cache could be written by someone other than us and root."""
+def _check_above(real: Path, root: Path, owner: Optional[int] = None) -> None:
+    """Refuse if a directory above the cache could be written by someone other than us and root (and,
+    for a prebuilt store, its ``owner``)."""
+    owners = (0, os.geteuid()) if owner is None else (0, os.geteuid(), owner)
     for d in real.parents:
         try:
             st = os.lstat(d)
@@ -183,7 +190,7 @@ def _check_above(real: Path, root: Path) -> None:
         problem = None
         if stat.S_ISLNK(mode):
             problem = "became a symbolic link while it was being checked"
-        elif st.st_uid not in (0, os.geteuid()):
+        elif st.st_uid not in owners:
             problem = f"belongs to uid {st.st_uid}"
         elif not mode & stat.S_ISVTX and (mode & stat.S_IWOTH or (mode & stat.S_IWGRP and st.st_gid != os.getegid())):
             problem = f"is writable by {'others' if mode & stat.S_IWOTH else f'group {st.st_gid}'} " \
@@ -236,6 +243,33 @@ def trusted_root(root: Path, create: bool = True) -> Path:
             f"opbuilder cache directory {real} is writable by group or others (mode "
             f"{stat.S_IMODE(st.st_mode):o}); nothing is built or loaded from it. Fix: chmod 700 {real}")
     return real
+
+
+def trusted_store(root: Path) -> Optional[Tuple[Path, int]]:
+    """A prebuilt store (``OPBUILDER_PREBUILT_DIR``): its real path and owner, or None if it does not exist.
+
+    Anyone may own it (root, a CI user), but only its owner may write to it
+    or to anything in it (checked entry by entry as it is read), and the
+    directories above it must be writable only by root, us or that owner;
+    otherwise ``UnsafeCacheDirError`` naming it.
+    """
+    try:
+        st = os.stat(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    real = Path(os.path.realpath(root))
+    _check_above(real, root, st.st_uid)
+    st = os.lstat(real)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeCacheDirError(f"opbuilder prebuilt store {root} is not a directory; nothing is loaded from it. "
+                                  f"Fix: set OPBUILDER_PREBUILT_DIR to directories filled by "
+                                  f"'python -m opbuilder build ... --into DIR'")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeCacheDirError(
+            f"opbuilder prebuilt store {real} is writable by users other than its owner (uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):o}): any of them could plant code that load() would run; nothing is loaded "
+            f"from it. Fix: chmod go-w {real} (as its owner), or take it out of OPBUILDER_PREBUILT_DIR")
+    return real, st.st_uid
 
 
 def _make_parent(d: Path) -> None:

@@ -1,0 +1,128 @@
+"""Bundles: built operators in one tar file, to move them between machines (CI artifact -> cluster).
+
+``export`` writes, for each operator named, every intact build in the cache
+(its library hashed in full first) with its ``build.json`` and manifest, as
+``<op>/<key>/<library>``, ``<op>/<key>/build.json`` and
+``<op>/deps/<base>.json``: regular files only, owned by nobody in particular.
+
+``import`` refuses the whole bundle, before writing anything, unless every
+member is a regular file or directory with a name of that shape: no ``..``,
+no absolute path, no link or device can write outside the target. Members are
+unpacked (with tarfile's ``data`` filter as well) into a private temporary
+directory, then each build is installed like ``build --into`` does
+(store.install: its SHA-256 must be the one its ``build.json`` records).
+A bundle is trusted as far as whoever made it: import only your own CI's.
+"""
+from __future__ import annotations
+
+import os
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import List, Sequence
+
+from .store import KEY_RE, LIB_RE, OP_RE, install, library_in
+
+__all__ = ["export_bundle", "import_bundle"]
+
+
+def _intact_builds(op_dir: Path) -> List[str]:
+    """Keys of the builds in ``op_dir`` whose library has the SHA-256 its build.json records."""
+    from .published import INFO, _library_record, _same_digest
+
+    keys = []
+    for d in sorted(op_dir.iterdir()):
+        if not KEY_RE.fullmatch(d.name) or d.is_symlink() or not d.is_dir():
+            continue
+        data = _library_record(d / INFO)
+        lib = library_in(d)
+        if data is not None and lib is not None and _same_digest(lib, data["library"]["sha256"], "not exported"):
+            keys.append(d.name)
+    return keys
+
+
+def export_bundle(root: Path, names: Sequence[str], out: Path) -> List[str]:
+    """Write the intact builds of ``names`` (modules and ``--library`` builds) from the cache ``root``
+    into the tar ``out``; the members written. ValueError if a name has no build."""
+    import json
+
+    from .fingerprint import manifest_path
+    from .published import INFO
+    from .trust import check_dir, read_file
+
+    members: List[str] = []
+    files = []
+    for name in names:
+        found = False
+        for op in (name, f"{name}.lib"):
+            op_dir = root / op
+            if not op_dir.is_dir():
+                continue
+            check_dir(op_dir)
+            for key in _intact_builds(op_dir):
+                data = json.loads(read_file(op_dir / key / INFO))
+                lib = library_in(op_dir / key)
+                assert lib is not None
+                files += [(lib, f"{op}/{key}/{lib.name}", 0o755), (op_dir / key / INFO, f"{op}/{key}/{INFO}", 0o644),
+                          (manifest_path(op_dir, data["base"]), f"{op}/deps/{data['base']}.json", 0o644)]
+                found = True
+        if not found:
+            raise ValueError(f"operator '{name}' has no intact build in {root}; build it first "
+                             f"(python -m opbuilder build {name} SOURCE...)")
+
+    def plain(info: tarfile.TarInfo, mode: int) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mode = mode
+        return info
+
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    with tarfile.open(tmp, "w") as tar:
+        for path, arcname, mode in files:
+            if arcname not in members:
+                read_file(path)  # ours, a regular file, not a link (trust.py)
+                tar.add(path, arcname=arcname, recursive=False, filter=lambda i, m=mode: plain(i, m))
+                members.append(arcname)
+    os.replace(tmp, out)
+    return members
+
+
+def _refusal(bundle: Path, member: tarfile.TarInfo) -> str:
+    """Why ``member`` may not be unpacked, or "" if it may."""
+    kind = ("a symbolic link" if member.issym() else "a hard link" if member.islnk() else
+            None if member.isfile() or member.isdir() else "not a regular file or directory")
+    if kind:
+        return f"{member.name!r} is {kind}"
+    parts = member.name.split("/")
+    if member.isdir():
+        parts = [p for p in parts if p]
+    shapes = (len(parts) in (1, 2) and member.isdir() and OP_RE.fullmatch(parts[0]) is not None
+              and (len(parts) == 1 or parts[1] == "deps" or KEY_RE.fullmatch(parts[1]) is not None))
+    shapes = shapes or (len(parts) == 3 and member.isfile() and OP_RE.fullmatch(parts[0]) is not None and (
+        (parts[1] == "deps" and parts[2].endswith(".json") and KEY_RE.fullmatch(parts[2][:-5]) is not None)
+        or (KEY_RE.fullmatch(parts[1]) is not None and (parts[2] == "build.json" or LIB_RE.fullmatch(parts[2])))))
+    return "" if shapes else f"{member.name!r} is not a path opbuilder writes into a bundle (OP/KEY/FILE, OP/deps/BASE.json)"
+
+
+def import_bundle(bundle: Path, store: Path) -> List[Path]:
+    """Install every build in the tar ``bundle`` into ``store`` (checked, ours: store.open_store); the
+    libraries installed. ValueError naming the member if the bundle holds anything of another shape
+    (then nothing is written), or a library whose SHA-256 is not the one recorded."""
+    import shutil
+
+    with tarfile.open(bundle, "r:*") as tar:
+        members = tar.getmembers()
+        for m in members:
+            why = _refusal(bundle, m)
+            if why:
+                raise ValueError(f"bundle {bundle} refused, nothing was imported: {why}")
+        tmp = Path(tempfile.mkdtemp(prefix="opbuilder-import-"))
+        try:
+            tar.extractall(tmp, members=members, filter="data")
+            installed = []
+            for op_dir in sorted(p for p in tmp.iterdir() if p.is_dir()):
+                for key_dir in sorted(p for p in op_dir.iterdir() if p.name != "deps"):
+                    installed.append(install(op_dir, key_dir.name, store))
+            return installed
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)

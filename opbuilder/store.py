@@ -1,0 +1,114 @@
+"""Prebuilt stores: read-only directories of built operators searched before the cache.
+
+``OPBUILDER_PREBUILT_DIR`` lists them (``:``-separated). A store has the
+cache's layout for what a lookup reads (``<op>/deps/<base>.json``,
+``<op>/<key>/<library>`` and ``build.json`` with the library's size, SHA-256
+and stat stamp), and nothing else. ``load()`` never writes to one: its
+libraries are checked like the cache's (published.py, with the store owner
+in place of us, trust.py) and one that fails is ignored with a warning, the
+operator then being built into the cache as usual. A store may belong to
+another user (root, a CI account) but must be writable by nobody else.
+
+Stores are filled by ``python -m opbuilder build ... --into DIR`` and
+``python -m opbuilder import FILE.tar --into DIR`` (``install``), run as the
+store's owner: directories 0755, ``build.json`` and manifests 0644,
+libraries 0755, each written under a temporary name and renamed into place.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from .trust import trusted_store
+
+__all__ = ["prebuilt_stores", "ENV", "open_store", "install", "library_in", "KEY_RE", "OP_RE", "LIB_RE"]
+
+ENV = "OPBUILDER_PREBUILT_DIR"
+OP_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.lib)?")  # an operator's directory: NAME or NAME.lib
+KEY_RE = re.compile(r"[0-9a-f]{8,64}")  # a key directory, a manifest's base key
+LIB_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.so")  # a library's file name
+
+
+def prebuilt_stores() -> List[Tuple[Path, int]]:
+    """(real path, owner) of each existing store in OPBUILDER_PREBUILT_DIR, in order; one that others
+    than its owner can write is an ``UnsafeCacheDirError`` naming it. On the warm path: a few lstats."""
+    value = os.environ.get(ENV)
+    if not value:
+        return []
+    out = []
+    for entry in value.split(":"):
+        if entry:
+            store = trusted_store(Path(os.path.expanduser(entry)).absolute())
+            if store is not None:
+                out.append(store)
+    return out
+
+
+def open_store(directory: Path) -> Path:
+    """``directory`` as a store to fill: created (0755) if missing, and ours, writable by nobody else."""
+    from .errors import UnsafeCacheDirError
+
+    directory = directory.expanduser().absolute()
+    if not directory.exists():
+        os.makedirs(directory, 0o755)
+        os.chmod(directory, 0o755)
+    store = trusted_store(directory)
+    assert store is not None
+    if store[1] != os.geteuid():
+        raise UnsafeCacheDirError(f"prebuilt store {store[0]} belongs to uid {store[1]}; only its owner may fill it "
+                                  f"(run this command as that user)")
+    return store[0]
+
+
+def _dir(path: Path) -> Path:
+    from .trust import check_dir
+
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    else:
+        os.chmod(path, 0o755)
+    check_dir(path)
+    return path
+
+
+def library_in(key_dir: Path) -> Optional[Path]:
+    """The one library in a key directory (its name depends on the Python that built it), or None."""
+    libs = [p for p in key_dir.iterdir() if LIB_RE.fullmatch(p.name)]
+    return libs[0] if len(libs) == 1 else None
+
+
+def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None) -> Path:
+    """Copy the build ``key`` of the operator directory ``src_op`` (a cache's, a store's, or an unpacked
+    bundle's) into ``store`` (checked, ours: ``open_store``), with its manifest; its stored library.
+    Its SHA-256 is computed while copying and must be the one ``build.json`` records (else ValueError
+    naming it, and nothing of it is left in the store); the copy's stamp is recorded anew."""
+    from .fingerprint import manifest_path
+    from .publish import publish_library
+    from .published import INFO, _library_record
+    from .trust import read_file, write_file
+
+    key_dir = src_op / key
+    data = _library_record(key_dir / INFO, src_owner)
+    lib = library_in(key_dir)
+    if data is None or lib is None or not isinstance(data.get("base"), str) or not KEY_RE.fullmatch(data["base"]):
+        raise ValueError(f"{key_dir} is not a build opbuilder published (no library, or no build.json recording "
+                         f"its base key, size and SHA-256); nothing of it was stored")
+    manifest = read_file(manifest_path(src_op, data["base"]), src_owner)
+    json.loads(manifest)  # a manifest that is not JSON is not stored (a lookup would warn about it)
+    dst_op = _dir(store / src_op.name)
+    dst_key = _dir(dst_op / key)
+    record = publish_library(lib, dst_key, lib.name, mode=0o755)
+    if record["sha256"] != data["library"]["sha256"]:
+        (dst_key / lib.name).unlink(missing_ok=True)
+        raise ValueError(f"{lib}: its SHA-256 is not the one its build.json records (changed since it was built); "
+                         f"it was not stored")
+    data["library"] = record
+    write_file(dst_key / INFO, json.dumps(data, indent=1, sort_keys=True).encode(), mode=0o644, durable=True)
+    _dir(dst_op / "deps")
+    write_file(manifest_path(dst_op, data["base"]), manifest, mode=0o644, durable=True)
+    return dst_key / lib.name

@@ -1,0 +1,244 @@
+"""Prebuilt stores (OPBUILDER_PREBUILT_DIR, `build --into`) and bundles (`export`, `import`): real
+CLI processes, real compiles of tiny sources, a logging CXX that counts compiles."""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import shutil
+import subprocess
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from builder_util import PYTHON, child_env, compiled_sources, tiny_module, wrapper_cxx
+from opbuilder import CustomOpBuilder, UnsafeCacheDirError
+
+NAME = "stored_op"
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "opbuilder", *args], capture_output=True, text=True, timeout=300,
+                          env=child_env(**env))
+
+
+@pytest.fixture
+def filled(tmp_path, monkeypatch):
+    """A store filled by `build --into` (CI's cache in ci/cache) from a checkout in ci/src; the CXX log."""
+    log = tmp_path / "cxx.log"
+    cxx = wrapper_cxx(tmp_path, log)
+    monkeypatch.setenv("CXX", cxx)
+    (tmp_path / "ci" / "src").mkdir(parents=True)
+    src = tiny_module(tmp_path / "ci" / "src" / "op.cpp", "31")
+    store = tmp_path / "store"
+    res = _cli("build", NAME, str(src), "--cache-dir", str(tmp_path / "ci" / "cache"), "--into", str(store), CXX=cxx)
+    assert res.returncode == 0, res.stderr
+    lib = Path(res.stdout.strip())
+    assert store in lib.parents and lib.is_file() and compiled_sources(log) == ["op.cpp"]
+    log.write_text("")
+    return tmp_path, store, lib, log
+
+
+def _clone(tmp_path: Path, where: str) -> Path:
+    """The same source in another checkout."""
+    (tmp_path / where).mkdir(parents=True)
+    return tiny_module(tmp_path / where / "op.cpp", "31")
+
+
+LOAD = textwrap.dedent("""
+    import os, subprocess, sys
+    if sys.argv[2] == "no-process":
+        def refuse(*a, **k):
+            raise AssertionError("a process was started on the warm path")
+        subprocess.Popen = refuse
+        os.posix_spawn = os.posix_spawnp = os.fork = os.system = refuse
+    from opbuilder import CustomOpBuilder
+    m = CustomOpBuilder(sys.argv[3], [sys.argv[1]]).load()
+    print(m.value(), m.__file__)
+""")
+
+
+def _load_in_child(src: Path, cache: Path, store: Path, mode: str = "any") -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-c", LOAD, str(src), mode, NAME], capture_output=True, text=True, timeout=300,
+                          env=child_env(OPBUILDER_CACHE_DIR=str(cache), OPBUILDER_PREBUILT_DIR=f"/nonexistent:{store}"))
+
+
+def _tree(directory: Path) -> dict:
+    return {str(p): (p.stat().st_mode, p.read_bytes() if p.is_file() else None, p.stat().st_mtime_ns)
+            for p in sorted(directory.rglob("*"))}
+
+
+def test_a_store_filled_by_the_cli_serves_a_new_cache_and_another_checkout_without_compiling(filled):
+    tmp_path, store, lib, log = filled
+    before = _tree(store)
+    src = _clone(tmp_path, "user/checkout")
+    cache = tmp_path / "user" / "cache"
+    res = _load_in_child(src, cache, store)
+    assert res.returncode == 0, res.stderr
+    value, path = res.stdout.split()
+    assert value == "31" and Path(path) == lib
+    assert compiled_sources(log) == [] and not (cache / NAME).exists()
+    # the warm path from the store starts no process once the toolchain is remembered in the cache
+    res = _load_in_child(src, cache, store, "no-process")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["31", str(lib)] and "building" not in res.stderr
+    assert _tree(store) == before  # load() never writes to a store
+
+
+def test_a_library_build_is_served_from_the_store(tmp_path, monkeypatch):
+    src = tmp_path / "aot.cpp"
+    src.write_text('extern "C" int answer() { return 54; }\n')
+    store = tmp_path / "store"
+    log = tmp_path / "cxx.log"
+    monkeypatch.setenv("CXX", wrapper_cxx(tmp_path, log))
+    res = _cli("build", "aot_lib", str(src), "--library", "--cache-dir", str(tmp_path / "ci"), "--into", str(store))
+    assert res.returncode == 0, res.stderr
+    assert compiled_sources(log) == ["aot.cpp"]
+    log.write_text("")
+    shutil.rmtree(tmp_path / "ci")
+    from opbuilder import build_library
+    monkeypatch.setenv("OPBUILDER_PREBUILT_DIR", str(store))
+    path = Path(build_library("aot_lib", [src], build_dir=tmp_path / "cache"))
+    assert store in path.parents and compiled_sources(log) == []
+    import ctypes
+    assert ctypes.CDLL(str(path)).answer() == 54
+
+
+@pytest.mark.parametrize("damage", ["one byte changed", "truncated"])
+def test_a_tampered_stored_library_is_never_imported(filled, monkeypatch, caplog, damage):
+    tmp_path, store, lib, log = filled
+    data = bytearray(lib.read_bytes())
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    else:
+        i = data.index(b"\0" * 16) + 8  # a byte nobody will miss, so the library would still load
+        data[i] = 1
+    lib.write_bytes(bytes(data))
+    monkeypatch.setenv("OPBUILDER_PREBUILT_DIR", str(store))
+    src = _clone(tmp_path, "user/checkout")
+    cache = tmp_path / "user" / "cache"
+    with caplog.at_level(logging.WARNING, logger="opbuilder"):
+        mod = CustomOpBuilder(NAME, [src], build_dir=cache).load()
+    assert mod.value() == 31 and cache in Path(mod.__file__).parents  # built into the cache as usual
+    assert compiled_sources(log) == ["op.cpp"]
+    assert str(lib) in caplog.text and "never loaded" in caplog.text
+    assert lib.read_bytes() == bytes(data)  # the store is left as it is
+
+
+def test_a_store_others_can_write_is_refused_naming_it(filled, monkeypatch):
+    tmp_path, store, lib, log = filled
+    monkeypatch.setenv("OPBUILDER_PREBUILT_DIR", str(store))
+    src = _clone(tmp_path, "user/checkout")
+    store.chmod(0o777)
+    with pytest.raises(UnsafeCacheDirError, match=rf"prebuilt store {store} is writable by users other than its "
+                                                  rf"owner .*mode 777.*chmod go-w {store}"):
+        CustomOpBuilder(NAME, [src], build_dir=tmp_path / "cache").load()
+    store.chmod(0o755)
+    lib.parent.chmod(0o775)  # an entry inside it
+    with pytest.raises(UnsafeCacheDirError, match=rf"{lib.parent} is writable by group or others"):
+        CustomOpBuilder(NAME, [src], build_dir=tmp_path / "cache").load()
+    assert compiled_sources(log) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the store to another user needs root (chown)")
+def test_a_store_of_another_user_that_only_it_can_write_is_used(filled, monkeypatch):
+    tmp_path, store, lib, log = filled
+    for p in [store, *store.rglob("*")]:
+        os.chown(p, 65534, 65534)  # nobody: as a store CI or root filled
+    monkeypatch.setenv("OPBUILDER_PREBUILT_DIR", str(store))
+    mod = CustomOpBuilder(NAME, [_clone(tmp_path, "user/checkout")], build_dir=tmp_path / "cache").load()
+    assert mod.value() == 31 and Path(mod.__file__) == lib and compiled_sources(log) == []
+    os.chown(lib, 0, 0)  # one entry of another owner than the store's
+    with pytest.raises(UnsafeCacheDirError, match=rf"{lib} belongs to uid 0, not to the owner of its prebuilt "
+                                                  rf"store \(uid 65534\)"):
+        CustomOpBuilder(NAME, [_clone(tmp_path, "user/other")], build_dir=tmp_path / "cache2").load()
+
+
+def test_export_import_round_trip_serves_another_cache_without_compiling(filled):
+    tmp_path, store, lib, log = filled
+    bundle = tmp_path / "ops.tar"
+    res = _cli("export", NAME, "-o", str(bundle), "--cache-dir", str(tmp_path / "ci" / "cache"))
+    assert res.returncode == 0, res.stderr
+    with tarfile.open(bundle) as tar:
+        names = sorted(m.name for m in tar.getmembers())
+    assert len(names) == 3 and names[0].startswith(f"{NAME}/") and any(n.endswith(".so") for n in names)
+    cluster = tmp_path / "cluster-store"
+    res = _cli("import", str(bundle), "--into", str(cluster))
+    assert res.returncode == 0, res.stderr
+    src = _clone(tmp_path, "node/checkout")
+    res = _load_in_child(src, tmp_path / "node" / "cache", cluster)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[0] == "31" and cluster in Path(res.stdout.split()[1]).parents
+    assert compiled_sources(log) == []
+    # into a cache (the default target): then a plain load() finds it there
+    res = _cli("import", str(bundle), "--cache-dir", str(tmp_path / "node2"))
+    assert res.returncode == 0, res.stderr
+    res = _load_in_child(src, tmp_path / "node2", tmp_path / "no-store")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "node2") in Path(res.stdout.split()[1]).parents and compiled_sources(log) == []
+
+
+def test_exporting_an_operator_that_was_never_built_names_it(tmp_path):
+    (tmp_path / "cache").mkdir(mode=0o700)
+    res = _cli("export", "never_built", "-o", str(tmp_path / "x.tar"), "--cache-dir", str(tmp_path / "cache"))
+    assert res.returncode == 1
+    assert "operator 'never_built' has no intact build in" in res.stderr and not (tmp_path / "x.tar").exists()
+
+
+def _crafted(path: Path, member: tarfile.TarInfo, data: bytes = b"planted") -> Path:
+    with tarfile.open(path, "w") as tar:
+        if member.isfile():
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+        else:
+            tar.addfile(member)
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    m = tarfile.TarInfo(name)
+    m.type, m.linkname, m.mode = kind, link, 0o644
+    return m
+
+
+CRAFTED = {
+    "../ escapes": (_member("stored_op/../../escaped.json"), "is not a path opbuilder writes"),
+    "absolute path": (_member("/tmp/opbuilder-escaped.json"), "is not a path opbuilder writes"),
+    "symbolic link": (_member("stored_op/abcdef0123456789abcdef01/x.so", tarfile.SYMTYPE, "/etc/passwd"),
+                      "is a symbolic link"),
+    "hard link": (_member("stored_op/abcdef0123456789abcdef01/x.so", tarfile.LNKTYPE, "/etc/passwd"),
+                  "is a hard link"),
+    "device": (_member("stored_op/deps/abcdef0123456789abcdef01.json", tarfile.CHRTYPE), "is not a regular file or directory"),
+    "another file": (_member("stored_op/abcdef0123456789abcdef01/run.sh"), "is not a path opbuilder writes"),
+}
+
+
+@pytest.mark.parametrize("case", list(CRAFTED))
+def test_a_crafted_bundle_is_refused_and_nothing_is_written(tmp_path, case):
+    member, why = CRAFTED[case]
+    bundle = _crafted(tmp_path / "evil.tar", member)
+    target = tmp_path / "deep" / "er" / "store"
+    res = _cli("import", str(bundle), "--into", str(target))
+    assert res.returncode == 1
+    assert f"bundle {bundle} refused, nothing was imported: {member.name!r} {why}" in res.stderr, res.stderr
+    assert list(target.iterdir()) == []
+    assert not (tmp_path / "deep" / "escaped.json").exists() and not Path("/tmp/opbuilder-escaped.json").exists()
+
+
+def test_a_bundle_whose_library_was_changed_is_refused_naming_it(filled):
+    tmp_path, store, lib, log = filled
+    bundle = tmp_path / "ops.tar"
+    assert _cli("export", NAME, "-o", str(bundle), "--cache-dir", str(tmp_path / "ci" / "cache")).returncode == 0
+    changed = tmp_path / "changed.tar"
+    with tarfile.open(bundle) as src, tarfile.open(changed, "w") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read()
+            if m.name.endswith(".so"):
+                data = data[:-1] + bytes([data[-1] ^ 1])
+            dst.addfile(m, io.BytesIO(data))
+    res = _cli("import", str(changed), "--into", str(tmp_path / "cluster"))
+    assert res.returncode == 1
+    assert "its SHA-256 is not the one its build.json records" in res.stderr and lib.name in res.stderr
+    assert not list((tmp_path / "cluster").rglob("*.so"))
