@@ -101,7 +101,8 @@ def _refusal(bundle: Path, member: tarfile.TarInfo) -> str:
     shapes = shapes or (len(parts) == 3 and member.isfile() and OP_RE.fullmatch(parts[0]) is not None and (
         (parts[1] == "deps" and parts[2].endswith(".json") and KEY_RE.fullmatch(parts[2][:-5]) is not None)
         or (KEY_RE.fullmatch(parts[1]) is not None and (parts[2] == "build.json" or LIB_RE.fullmatch(parts[2])))))
-    return "" if shapes else f"{member.name!r} is not a path opbuilder writes into a bundle (OP/KEY/FILE, OP/deps/BASE.json)"
+    return "" if shapes else (f"{member.name!r} is not a path opbuilder writes into a bundle "
+                              f"(OP/KEY/FILE, OP/deps/BASE.json)")
 
 
 def import_bundle(bundle: Path, store: Path) -> List[Path]:

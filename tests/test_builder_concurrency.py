@@ -127,5 +127,7 @@ def test_a_file_system_without_flock_is_an_error_naming_the_directory_not_a_soft
     assert (f"opbuilder: error: building operator 'unlocked' failed: cannot lock {op_dir / '.lock'}: "
             f"the file system of {op_dir} does not support flock(2)") in res.stderr
     assert "OPBUILDER_CACHE_DIR" in res.stderr
+    # the way out on a shared file system: a node-local cache and a read-only store on the shared one
+    assert "OPBUILDER_PREBUILT_DIR=DIR; see docs/fleet.md" in res.stderr
     assert compiled_sources(log) == [] and not (op_dir / "build").exists()
     assert (cache / "toolchains.json").is_file()  # probes are still remembered (merged without the lock)

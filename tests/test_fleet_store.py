@@ -210,7 +210,8 @@ CRAFTED = {
                       "is a symbolic link"),
     "hard link": (_member("stored_op/abcdef0123456789abcdef01/x.so", tarfile.LNKTYPE, "/etc/passwd"),
                   "is a hard link"),
-    "device": (_member("stored_op/deps/abcdef0123456789abcdef01.json", tarfile.CHRTYPE), "is not a regular file or directory"),
+    "device": (_member("stored_op/deps/abcdef0123456789abcdef01.json", tarfile.CHRTYPE),
+               "is not a regular file or directory"),
     "another file": (_member("stored_op/abcdef0123456789abcdef01/run.sh"), "is not a path opbuilder writes"),
 }
 
@@ -242,3 +243,19 @@ def test_a_bundle_whose_library_was_changed_is_refused_naming_it(filled):
     assert res.returncode == 1
     assert "its SHA-256 is not the one its build.json records" in res.stderr and lib.name in res.stderr
     assert not list((tmp_path / "cluster").rglob("*.so"))
+
+
+def test_doctor_reports_each_store_and_refuses_one_others_can_write(tmp_path):
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir(mode=0o755)
+    bad.mkdir()
+    bad.chmod(0o777)
+    res = _cli("doctor", OPBUILDER_PREBUILT_DIR=f"{good}:{tmp_path / 'missing'}:{bad}",
+               OPBUILDER_CACHE_DIR=str(tmp_path / "cache"))
+    lines = res.stdout.splitlines()
+    assert f"ok    prebuilt store: {good} (owner uid {os.geteuid()}, read-only to load())" in lines
+    assert f"note  prebuilt store: {tmp_path / 'missing'} does not exist (skipped)" in lines
+    i = lines.index(f"error prebuilt store: opbuilder prebuilt store {bad} is writable by users other than its "
+                    f"owner (uid {os.geteuid()}, mode 777): refused")
+    assert lines[i + 1].strip().startswith("fix: make it writable by its owner only")
+    assert res.returncode == 1
