@@ -8,7 +8,7 @@ inputs and the weights, zeros where an input does not reach the output.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Collection, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -69,7 +69,7 @@ def _grad_input(value: Any, position: int):
     return t
 
 
-def _constant(value: Any, weights: set) -> Any:
+def _constant(value: Any, weights: Collection[int]) -> Any:
     """A tensor input without its history (weights and other values unchanged)."""
     if isinstance(value, _tensor.Tensor) and (value.requires_grad or value._node is not None) \
             and not isinstance(value, _tensor.Parameter) and id(value) not in weights:
@@ -96,8 +96,8 @@ def _run(fn: Callable, positions, weights, has_aux: bool, args: tuple, kwargs: d
     # a graph of the gradients is built inside an outer value_and_grad, or when
     # an input already takes part in a graph (gradcheck of a gradient, say)
     nested = _depth.n > 0
+    n = len(args)
     if positions is not None:
-        n = len(args)
         for p in positions:
             if not -n <= p < n:
                 raise ValueError(f"grad_position {p} is out of range: the function was called with "
@@ -108,12 +108,13 @@ def _run(fn: Callable, positions, weights, has_aux: bool, args: tuple, kwargs: d
     if not nested:
         # At the top level the other inputs are constants of fn (as in MindSpore): their
         # history is neither followed (a weight reached through them is not counted) nor freed.
-        keep = {id(w) for w in weights} if weights else set()
-        args = [_constant(a, keep) for a in args]
-        kwargs = {k: _constant(v, keep) for k, v in kwargs.items()}
-        if positions is not None:
-            for p, t in zip(positions, targets):
-                args[p] = t
+        keep = {id(w) for w in weights} if weights else ()
+        at = () if positions is None else {p % n for p in positions}
+        for i in range(n):
+            if i not in at:
+                args[i] = _constant(args[i], keep)
+        if kwargs:
+            kwargs = {k: _constant(v, keep) for k, v in kwargs.items()}
     depth = _depth
     depth.n += 1
     state = _gm._state
