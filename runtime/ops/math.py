@@ -31,6 +31,12 @@ def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
     if isinstance(x, Tensor):
         if isinstance(y, Tensor):
             return x, y
+        if type(y) is float:  # the common case, a float next to a float CPU tensor, without as_tensor's checks
+            d = x._data
+            if type(d) is np.ndarray and d.dtype.kind == "f":
+                t = _new(Tensor)
+                t._data = np.asarray(y, d.dtype)
+                return x, t
         if isinstance(y, float) and x._data.dtype.kind in "biu":
             x = cast(x, _dt.float32)
         return x, as_tensor(y, like=x)
@@ -39,6 +45,9 @@ def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
             y = cast(y, _dt.float32)
         return as_tensor(x, like=y), y
     return as_tensor(x), as_tensor(y)
+
+
+_new = object.__new__
 
 
 def _one(x: Any) -> Tensor:
