@@ -203,11 +203,13 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
     for src, obj, rule in zip(plan.sources, plan.objects, plan.rules):
         extra: Tuple[str, ...] = ()
         if spec.kind == "module" and rule == "cxx":
-            extra = ("-include", str(name_h))
+            # relative to the build directory, where ninja runs the compiler: the same command in
+            # every cache, so a compiler launcher's cache (sccache) hits across machines
+            extra = ("-include", name_h.name)
             if use_pch and pchmod.eligible(src):
                 if pch is None:
                     pch = pchmod.prepare(spec.root, fp.digest_of(plan.pch_parts))
-                extra = ("-Winvalid-pch", "-include", str(pch.header)) + extra
+                extra = ("-Winvalid-pch", "-include", os.path.relpath(pch.header, build_dir)) + extra
         steps.append(Step(src, obj, rule, extra))
     return steps, pch
 
@@ -238,10 +240,11 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     jobs = default_jobs()
     # LTO's parallel code generation: the job count is not part of the key (same code either way)
     link_flags = plan.link_flags + ((f"-flto={jobs}",) if "-flto" in plan.flags else ())
-    # the build directory (the compiler's working directory, in debug information) is written as "." too
-    maps = plan.path_maps + prefix_map_flags(build_dir, plan.cxx.family)
-    cuda_maps = plan.cuda_path_maps + tuple(x for m in prefix_map_flags(build_dir, plan.cxx.family)
-                                            for x in ("-Xcompiler", m))
+    # with debug information, the build directory (the compiler's working directory) is written as "." too
+    # (only then: the map names the cache, and a command that does not is the same on every machine)
+    build_map = prefix_map_flags(build_dir, plan.cxx.family) if spec.debug else ()
+    maps = plan.path_maps + build_map
+    cuda_maps = plan.cuda_path_maps + tuple(x for m in build_map for x in ("-Xcompiler", m))
     write_build_file(build_dir / "build.ninja", todo, plan.objects, plan.output, plan.cxx.argv,
                      (*plan.flags, *plan.includes, *maps), plan.nvcc.argv if plan.nvcc else (),
                      (*plan.cuda_flags, *cuda_maps), link_flags, launcher=compiler_launcher())

