@@ -133,8 +133,12 @@ def _plan(spec: BuildSpec) -> _Plan:
         from .toolchain import cuda_lib_dir
         nvcc = find_nvcc(spec.root)
         identity.append(f"nvcc={nvcc.identity}")
+        arch: List[str] = []
+        if any(s.suffix in CUDA_SUFFIXES for s in spec.sources):
+            from .cuda_arch import arch_flags
+            arch = arch_flags(spec.cuda_cflags, spec.root)[0]  # in cuda_flags, so in the key
         cuda_flags = ["-std=c++17", "-Xcompiler", "-fPIC", *opt, *defines, *system, *includes,
-                      *(["-Xcompiler", "-fvisibility=hidden"] if visibility else []), *spec.cuda_cflags]
+                      *(["-Xcompiler", "-fvisibility=hidden"] if visibility else []), *arch, *spec.cuda_cflags]
         lib = cuda_lib_dir(nvcc, spec.root)
         link += ([f"-L{lib}", f"-Wl,-rpath,{lib}"] if lib else []) + ["-lcudart"]
     identity += ["cxx_flags", *_key_flags((*flags, *includes), places, project),
