@@ -176,3 +176,17 @@ def test_bad_optimizer_inputs():
     with pytest.raises(ValueError, match=r"the gradient for parameter 'w' has shape \[3\], the parameter \[2, 2\]"):
         opt((Tensor(np.zeros(3)),))
     assert p.tolist() == [[0, 0], [0, 0]] and opt.global_step == 0
+
+
+def test_adam_moment1_and_moment2_are_the_moments_of_its_formula():
+    b1, b2 = 0.8, 0.95
+    w0 = RNG.standard_normal((3, 2))
+    grads = [RNG.standard_normal((3, 2)) for _ in range(STEPS)]
+    opt = nn.Adam([Parameter(w0.copy())], learning_rate=0.01, beta1=b1, beta2=b2)
+    m, v = np.zeros_like(w0), np.zeros_like(w0)
+    for g in grads:
+        opt((Tensor(g),))
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+    np.testing.assert_allclose(opt.moment1[0], m, rtol=1e-12)
+    np.testing.assert_allclose(opt.moment2[0], v, rtol=1e-12)

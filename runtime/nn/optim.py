@@ -162,7 +162,11 @@ class Momentum(Optimizer):
 
 class Adam(Optimizer):
     """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr * sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps).
-    weight_decay adds weight_decay * w to g first."""
+    weight_decay adds weight_decay * w to g first.
+
+    The moments are kept divided by (1-b1) and (1-b2) (``M = b1 M + g``, ``V = b2 V + g^2``), and
+    the constants move into the update; ``moment1``/``moment2`` give m and v themselves (copies).
+    """
 
     def __init__(self, params: Any, learning_rate: LearningRate = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-8, use_locking: bool = False, use_nesterov: bool = False, weight_decay: float = 0.0,
@@ -177,31 +181,39 @@ class Adam(Optimizer):
             raise NotImplementedError("Adam: use_amsgrad is not supported")
         self.use_nesterov = bool(use_nesterov)
         self.loss_scale = float(loss_scale)
-        self.moment1 = [np.zeros_like(p._data) for p in self._params]
-        self.moment2 = [np.zeros_like(p._data) for p in self._params]
+        self._m = [np.zeros_like(p._data) for p in self._params]  # m / (1 - beta1)
+        self._v = [np.zeros_like(p._data) for p in self._params]  # v / (1 - beta2)
         self._scratch = [np.empty_like(p._data) for p in self._params]
+
+    @property
+    def moment1(self) -> List[np.ndarray]:
+        return [(1 - self.beta1) * m for m in self._m]
+
+    @property
+    def moment2(self) -> List[np.ndarray]:
+        return [(1 - self.beta2) * v for v in self._v]
 
     def _update(self, i, w, g, lr):
         if self.loss_scale != 1.0:
             g = g / self.loss_scale
         g = self._decayed(w, g)
         b1, b2, t = self.beta1, self.beta2, self.global_step + 1
-        m, v, s = self.moment1[i], self.moment2[i], self._scratch[i]
-        # every step in place, through one scratch buffer: no large temporaries (each one a fresh
-        # allocation, and page faults, per parameter per step)
+        m, v, s = self._m[i], self._v[i], self._scratch[i]
+        # ten passes over memory, each in place (no temporaries): the moments' scale factors
+        # (1-b1), (1-b2) fold into the scalars below instead of costing two passes per step
         m *= b1
-        np.multiply(g, 1 - b1, out=s)
-        m += s
+        m += g
         v *= b2
         np.multiply(g, g, out=s)
-        s *= 1 - b2
         v += s
-        lr_t = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
-        num = m * b1 + (1 - b1) * g if self.use_nesterov else m
+        root = math.sqrt(1 - b2)
+        # lr sqrt(1-b2^t)/(1-b1^t) * (1-b1) M / (sqrt(1-b2) sqrt(V) + eps)
+        scale = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t) * (1 - b1) / root
+        num = m * b1 + g if self.use_nesterov else m  # (b1 m + (1-b1) g) / (1-b1)
         np.sqrt(v, out=s)
-        s += self.eps
+        s += self.eps / root
         np.divide(num, s, out=s)
-        s *= lr_t
+        s *= scale
         w -= s
 
 
