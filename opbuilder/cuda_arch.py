@@ -127,4 +127,4 @@ def arch_flags(user_flags: Sequence[str], state_dir: Optional[Path]) -> Tuple[Li
     if caps:
         found = parse_arch_list(";".join(caps), "nvidia-smi's compute_cap")
         return gencode_flags(found[:-1] + (found[-1]._replace(ptx=True),)), "the visible GPUs"
-    return gencode_flags(DEFAULT), "the default (no GPU visible)"
+    return gencode_flags(DEFAULT), "the default: no GPU visible"

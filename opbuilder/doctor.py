@@ -2,7 +2,7 @@
 
 Each check names what it looked at, what it found, and for a problem, the
 fix. Problems that stop every build are errors; what only some builds need
-(nvcc for ``backend="GPU"``) is a note.
+(nvcc for ``backend="GPU"``, CuPy and a driver for GPU tensors) is a note.
 """
 from __future__ import annotations
 
@@ -133,15 +133,10 @@ def _jobs() -> Check:
     return Check("parallel jobs", "ok", f"{jobs} (from {src})")
 
 
-def _nvcc() -> Check:
-    from .toolchain import find_nvcc
+def _cuda() -> List[Check]:
+    from .doctor_cuda import cuda_checks  # nvcc and its host compiler, CuPy, the driver
 
-    try:
-        nvcc = find_nvcc(None)
-    except FileNotFoundError:
-        return Check("nvcc", "note", "not found (needed only for backend='GPU')",
-                     "install the CUDA toolkit, or set CUDA_HOME or NVCC")
-    return Check("nvcc", "ok", f"{nvcc.path} ({nvcc.version})")
+    return cuda_checks()
 
 
 def _launcher() -> Check:
@@ -180,7 +175,7 @@ def _prebuilt() -> List[Check]:
 
 def run_checks() -> List[Check]:
     """Every check, in the order a build needs them."""
-    steps: List[Callable[[], object]] = [_cache_dir, _compiler, _python, _ninja, _jobs, _nvcc, _launcher, _prebuilt]
+    steps: List[Callable[[], object]] = [_cache_dir, _compiler, _python, _ninja, _jobs, _cuda, _launcher, _prebuilt]
     out: List[Check] = []
     for step in steps:
         res = step()

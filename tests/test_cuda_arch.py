@@ -59,7 +59,7 @@ def test_without_a_gpu_the_default_is_sm_80_with_its_ptx(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
     monkeypatch.delenv(TORCH_ENV, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
-    assert arch_flags([], tmp_path) == ([G.format(80), P.format(80)], "the default (no GPU visible)")
+    assert arch_flags([], tmp_path) == ([G.format(80), P.format(80)], "the default: no GPU visible")
     assert gencode_flags(DEFAULT) == [G.format(80), P.format(80)]
 
 
