@@ -71,7 +71,9 @@ def _logging_script(path: Path, log: Path, body: str) -> str:
 
 
 def _nvcc_compiles(log: Path):
-    return [line for line in log.read_text().splitlines() if " -c " in f" {line} " and "-dryrun" not in line] if log.exists() else []
+    """nvcc's compile commands in the wrapper's log (not the toolkit probe's -dryrun)."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [line for line in lines if " -c " in f" {line} " and "-dryrun" not in line]
 
 
 @pytest.fixture
