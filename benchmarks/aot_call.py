@@ -27,7 +27,6 @@ import ctypes
 import os
 import sys
 import tempfile
-import timeit
 from pathlib import Path
 from typing import Callable, Dict
 
@@ -37,14 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def best_us(cases: Dict[str, Callable[[], object]], number: int, rounds: int) -> Dict[str, float]:
-    """Microseconds per call of each case: the best of ``rounds`` rounds of ``number`` calls, round-robin."""
-    for fn in cases.values():
-        fn()  # warm
-    best = {name: float("inf") for name in cases}
-    for _ in range(rounds):
-        for name, fn in cases.items():
-            best[name] = min(best[name], timeit.timeit(fn, number=number) / number * 1e6)
-    return best
+    """Microseconds per call of each case (benchmarks/timing.py's best_of, round-robin)."""
+    from timing import best_of
+    return {name: t * 1e6 for name, t in best_of(cases, number, rounds).items()}
 
 
 def ctypes_call(lib_path: str, a: np.ndarray, b: np.ndarray):

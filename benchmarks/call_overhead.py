@@ -24,7 +24,6 @@ import argparse
 import os
 import platform
 import sys
-import timeit
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
@@ -32,20 +31,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+from timing import best_of  # noqa: E402  (benchmarks/timing.py)
 
 import runtime as rt  # noqa: E402
 from runtime import Tensor  # noqa: E402
-
-
-def best_of(cases: Dict[str, Callable[[], object]], number: int, rounds: int) -> Dict[str, float]:
-    """Seconds per call of each case: the best of `rounds` rounds of `number` calls, round-robin."""
-    for fn in cases.values():
-        fn()
-    best = {name: float("inf") for name in cases}
-    for _ in range(rounds):
-        for name, fn in cases.items():
-            best[name] = min(best[name], timeit.timeit(fn, number=number) / number)
-    return best
 
 
 def load_opbuilder():

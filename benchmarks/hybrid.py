@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import timeit
 from pathlib import Path
 from typing import Callable, Dict
 
@@ -31,6 +30,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+from timing import best_of  # noqa: E402  (benchmarks/timing.py)
 
 from runtime import Tensor, ops  # noqa: E402
 from runtime.hybrid import kernel  # noqa: E402
@@ -75,15 +75,6 @@ def small(x, y):
     for i in range(x.shape[0]):
         z[i] = sqrt(abs(x[i])) + y[i] if x[i] > 0 else exp(y[i])
     return z
-
-
-def best_of(cases: Dict[str, Callable[[], object]], number: int, rounds: int) -> Dict[str, float]:
-    """Seconds per call of each case: the best round's mean, rounds interleaved across cases."""
-    best = {k: float("inf") for k in cases}
-    for _ in range(rounds):
-        for k, fn in cases.items():
-            best[k] = min(best[k], timeit.timeit(fn, number=number) / number)
-    return best
 
 
 def square_rows() -> None:

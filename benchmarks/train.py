@@ -30,7 +30,6 @@ import argparse
 import os
 import subprocess
 import sys
-import timeit
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
@@ -52,6 +51,7 @@ import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+from timing import best_of  # noqa: E402  (benchmarks/timing.py)
 
 import runtime as rt  # noqa: E402
 from runtime import Tensor, nn  # noqa: E402
@@ -59,17 +59,6 @@ from runtime import Tensor, nn  # noqa: E402
 BATCH = 64
 # one -O level and the vectorizer flags opbuilder's builder adds for gcc, given to both sides' builds
 SWISH_CFLAGS = ["-O3", "-ftree-vectorize", "-fvect-cost-model=dynamic"]
-
-
-def best_of(cases: Dict[str, Callable[[], object]], number: int, rounds: int) -> Dict[str, float]:
-    """Seconds per call of each case: the best of ``rounds`` rounds of ``number`` calls, round-robin."""
-    for fn in cases.values():
-        fn()
-    best = {name: float("inf") for name in cases}
-    for _ in range(rounds):
-        for name, fn in cases.items():
-            best[name] = min(best[name], timeit.timeit(fn, number=number) / number)
-    return best
 
 
 def data(n_in: int, classes: int = 10):

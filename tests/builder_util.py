@@ -143,3 +143,17 @@ def run_python(code: str, *args: str, timeout: int = 300, **env: str):
     import subprocess
     return subprocess.run([PYTHON, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
                           env=child_env(**env))
+
+
+def cuda_toolkit_problem() -> Optional[str]:
+    """Why a GPU build cannot link here (None if it can): nvcc and, beside it, libcudart."""
+    from opbuilder.toolchain import cuda_lib_dir, find_nvcc
+    try:
+        nvcc = find_nvcc(None)
+    except FileNotFoundError:
+        return "nvcc (the CUDA toolkit) is not installed"
+    lib = cuda_lib_dir(nvcc)
+    if lib is None or not (Path(lib) / "libcudart.so").exists():
+        return (f"libcudart.so is not where the builder looks for it beside {nvcc.path} ({lib}); "
+                f"set CUDA_HOME to the CUDA toolkit")
+    return None

@@ -7,26 +7,15 @@ import pytest
 import runtime as rt
 from runtime import Tensor
 
+from builder_util import cuda_toolkit_problem
 from conftest import _load
 
 CU = Path(__file__).resolve().parent / "cuda" / "cuda_function_ops.cu"
 
 
-def _toolkit_problem():
-    from opbuilder.toolchain import cuda_lib_dir, find_nvcc
-    try:
-        nvcc = find_nvcc(None)
-    except FileNotFoundError:
-        return "nvcc (the CUDA toolkit) is not installed"
-    lib = cuda_lib_dir(nvcc)
-    if lib is None or not (Path(lib) / "libcudart.so").exists():
-        return f"libcudart.so is not beside nvcc ({lib}); set CUDA_HOME to the CUDA toolkit"
-    return None
-
-
 @pytest.fixture(scope="session")
 def cuda_ops(cache_dir):
-    problem = _toolkit_problem()
+    problem = cuda_toolkit_problem()
     if problem:
         pytest.skip(problem)
     return _load("cuda_function_ops", [CU], backend="GPU", cflags=["-Xcompiler", "-Wall,-Wextra"])
