@@ -64,16 +64,10 @@ def open_store(directory: Path) -> Path:
 
 
 def _dir(path: Path) -> Path:
-    from .trust import check_dir
+    """A store directory: readable by the users the store serves, writable by its owner only."""
+    from .trust import make_dir
 
-    try:
-        os.mkdir(path, 0o755)
-    except FileExistsError:
-        pass
-    else:
-        os.chmod(path, 0o755)
-    check_dir(path)
-    return path
+    return make_dir(path, 0o755)
 
 
 def library_in(key_dir: Path) -> Optional[Path]:

@@ -117,15 +117,15 @@ def read_file(path: Path, owner: Optional[int] = None) -> bytes:
         os.close(fd)
 
 
-def make_dir(path: Path) -> Path:
-    """``path`` as a checked directory of ours, created 0700 (whatever the umask) if it is missing;
-    its parent must exist and be checked already."""
+def make_dir(path: Path, mode: int = 0o700) -> Path:
+    """``path`` as a checked directory of ours, created with ``mode`` (whatever the umask) if it is
+    missing; its parent must exist and be checked already."""
     try:
-        os.mkdir(path, 0o700)
+        os.mkdir(path, mode)
     except FileExistsError:
         pass
     else:
-        os.chmod(path, 0o700)
+        os.chmod(path, mode)
     check_dir(path)
     return path
 

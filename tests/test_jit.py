@@ -10,6 +10,8 @@ from runtime import Parameter, Tensor, jit, mint, nn, ops
 from runtime.autograd.gradcheck import gradcheck
 from runtime.graph import Graph, list_backends, register_backend
 
+from jit_ops import Cube
+
 from conftest import CUSTOM_SRC
 
 RNG = np.random.default_rng(7)
@@ -105,17 +107,6 @@ def test_grad_and_value_and_grad_of_a_jitted_function_match_eager_and_numerics()
 
 
 def test_python_function_and_aot_custom_ops_inside_a_jitted_function_are_nodes_and_differentiate():
-    class Cube(rt.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return Tensor(x.asnumpy() ** 3)
-
-        @staticmethod
-        def backward(ctx, g):
-            x, = ctx.saved_tensors
-            return g * 3 * x * x
-
     add = ops.Custom(f"{CUSTOM_SRC / 'aot_add.cpp'}:CustomAdd", out_shape=lambda a, b: a, out_dtype=lambda a, b: a,
                      func_type="aot", bprop=lambda a, b, out, dout: (dout, dout))
     j = jit(lambda x, y: mint.sin(add(Cube.apply(x), y)))
