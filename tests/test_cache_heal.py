@@ -224,12 +224,15 @@ def test_a_full_disk_while_publishing_is_a_build_error_and_leaves_no_partial_fil
 
 
 # Read-only caches and an unwritable HOME: as root nothing is read-only, so the child gives up root
-# first (after importing what it needs: the interpreter's own files may be readable by root alone).
+# first (after importing what it needs: the interpreter's own files may be readable by root alone, as
+# with a pyenv Python under /root; then the stamps of pybind11's files cannot be taken, and the child
+# probes Python again, which must not need to read anything).
 AS_NOBODY = """
 import os, sys, json, hashlib, logging, subprocess, sysconfig, shlex, shutil, dataclasses
 import opbuilder.builder, opbuilder.publish, opbuilder.published, opbuilder.lock, opbuilder.ninja_run
 import opbuilder.ninja_file, opbuilder.pch, opbuilder.toolchain, pybind11
 from opbuilder import BuildError, CustomOpBuilder
+sysconfig.get_paths()  # loads the interpreter's _sysconfigdata module while it can still be read
 if os.geteuid() == 0:
     os.setgroups([])
     os.setgid(65534)
