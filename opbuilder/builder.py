@@ -29,6 +29,7 @@ from .cache_dir import cache_root
 from .errors import BuildError, UnsafeCacheDirError, cache_os_error
 from .headers import headers_digest, include_dir
 from .importer import import_extension, loader_error
+from .launcher import launcher_requested
 from .published import verified_library
 from .relocate import portable, prefix_map_flags, project_root
 from .spec import CUDA_SUFFIXES, BuildSpec, make_spec
@@ -117,9 +118,12 @@ def _plan(spec: BuildSpec) -> _Plan:
     # generation and the link runs it in parallel partitions, so a single source uses every core
     # (~25% less wall time on 2 cores; pybind11's own CMake also links modules with LTO). Not with
     # several sources: ninja compiles those in parallel already, and an LTO relink would generate
-    # code for every object again, making a one-file incremental rebuild cost a full one.
+    # code for every object again, making a one-file incremental rebuild cost a full one. Nor with a
+    # compiler launcher: sccache and ccache cache compiles, never links, and with LTO the link is where
+    # the code is generated, so every machine would still generate it (measured: a second machine 0.36x
+    # of the first's cold build with LTO, 0.03x without).
     lto = ("-flto",) if (spec.kind == "module" and len(spec.sources) == 1 and not spec.debug
-                         and cxx.family == "gcc" and _lto_enabled()) else ()
+                         and cxx.family == "gcc" and _lto_enabled() and not launcher_requested()) else ()
     # the module name reaches C++ sources through a generated header (see pch.py), so that
     # these flags are the same for every operator and a precompiled header can be shared
     flags = ("-std=c++17", "-fPIC", *opt, *vectorize, *speed, *lto, *visibility, *system, *spec.cflags)
@@ -134,14 +138,21 @@ def _plan(spec: BuildSpec) -> _Plan:
         nvcc = find_nvcc(spec.root)
         identity.append(f"nvcc={nvcc.identity}")
         arch: List[str] = []
+        ccbin: Tuple[str, ...] = ()
         if any(s.suffix in CUDA_SUFFIXES for s in spec.sources):
             from .cuda_arch import arch_flags
+            from .toolchain import nvcc_host
             arch = arch_flags(spec.cuda_cflags, spec.root)[0]  # in cuda_flags, so in the key
-        cuda_flags = ["-std=c++17", "-Xcompiler", "-fPIC", *opt, *defines, *system, *includes,
+            ccbin, host = nvcc_host(nvcc, spec.cuda_cflags, spec.root)  # CUDAHOSTCXX, or g++ on PATH
+            identity.append(f"nvcc_host={host}")
+        cuda_flags = ["-std=c++17", *ccbin, "-Xcompiler", "-fPIC", *opt, *defines, *system, *includes,
                       *(["-Xcompiler", "-fvisibility=hidden"] if visibility else []), *arch, *spec.cuda_cflags]
         lib = cuda_lib_dir(nvcc, spec.root)
         link += ([f"-L{lib}", f"-Wl,-rpath,{lib}"] if lib else []) + ["-lcudart"]
-    identity += ["cxx_flags", *_key_flags((*flags, *includes), places, project),
+    # -flto is not in the key: here it is a way to build one source (code generation in parallel at link
+    # time), like the job count, not another program; with and without it (OPBUILDER_LTO, a launcher)
+    # the same sources share one cache entry and one store entry
+    identity += ["cxx_flags", *_key_flags((*pch_flags, *includes), places, project),
                  "cuda_flags", *_key_flags(cuda_flags, places, project), "link", *link]
     # not in the key: where the project lives is written as "." in the binary (relocate.py)
     path_maps = prefix_map_flags(project, cxx.family)
@@ -237,7 +248,9 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     make_dirs(spec.op_dir, build_dir / "obj")
     stop_leftovers(build_dir)  # a killed build may have left compilers writing here
     check_tree(build_dir)  # everything ninja and the compiler will read, link or overwrite
-    identity = fp.digest_of(plan.identity)
+    # what the objects were compiled with: the key's identity, plus -flto, which the key leaves out
+    # (an -flto object holds no code, so one built the other way is stale)
+    identity = fp.digest_of(plan.identity + tuple(f for f in plan.flags if f == "-flto"))
     steps, pch = _compile_steps(spec, plan, build_dir)
     todo = publish.stale_steps(build_dir, steps, identity, sources)
     (build_dir / plan.output).unlink(missing_ok=True)  # always relink from the objects now recorded

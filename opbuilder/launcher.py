@@ -13,9 +13,14 @@ from typing import Tuple
 
 from .toolchain import which
 
-__all__ = ["compiler_launcher", "ENV"]
+__all__ = ["compiler_launcher", "launcher_requested", "ENV"]
 
 ENV = "OPBUILDER_COMPILER_LAUNCHER"
+
+
+def launcher_requested() -> bool:
+    """Whether ``OPBUILDER_COMPILER_LAUNCHER`` is set (reads the environment only: fit for the warm path)."""
+    return bool(os.environ.get(ENV, "").strip())
 
 
 def compiler_launcher() -> Tuple[str, ...]:

@@ -64,3 +64,41 @@ def test_several_sources_are_built_without_lto(cache_dir, tiny, tmp_path, monkey
     rules = _commands(cache_dir, "flags_two")
     assert "-O2" in rules["cxx"] and "-flto" not in rules["cxx"]
     assert not any(a.startswith("-flto") for a in rules["link"])
+
+
+def test_lto_is_a_way_to_build_not_part_of_the_key(cache_dir, tiny, monkeypatch):
+    """Toggling LTO reuses the cached build (same key, like the job count); a rebuild in the same
+    build directory recompiles the objects, which an -flto compile leaves without code."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from opbuilder.toolchain import find_compiler
+
+    monkeypatch.delenv("OPBUILDER_LTO", raising=False)
+    with_lto = Path(CustomOpBuilder("flags_toggle", [tiny]).build())
+    monkeypatch.setenv("OPBUILDER_LTO", "0")
+    assert Path(CustomOpBuilder("flags_toggle", [tiny]).build()) == with_lto  # a cache hit: same key
+    # the same key built the other way in the same build directory: its objects are compiled again
+    shutil.rmtree(with_lto.parent)
+    without = Path(CustomOpBuilder("flags_toggle", [tiny]).build())
+    assert without == with_lto and without.is_file()
+    rules = _commands(cache_dir, "flags_toggle")
+    assert "-flto" not in rules["cxx"]
+    if find_compiler(cache_dir).family == "gcc":  # the object was recompiled: it holds code, not only GIMPLE
+        obj = next((cache_dir / "flags_toggle" / "build" / "obj").glob("*.o"))
+        syms = subprocess.run(["nm", str(obj)], capture_output=True, text=True).stdout
+        assert "tiny_value" in syms and "__gnu_lto" not in syms
+
+
+def test_a_compiler_launcher_builds_without_lto(cache_dir, tiny, tmp_path, monkeypatch):
+    """sccache/ccache cache compiles, not links; with LTO the link generates the code, so it is off."""
+    monkeypatch.delenv("OPBUILDER_LTO", raising=False)
+    launcher = tmp_path / "launch.sh"
+    launcher.write_text('#!/bin/sh\nexec "$@"\n')
+    launcher.chmod(0o755)
+    monkeypatch.setenv("OPBUILDER_COMPILER_LAUNCHER", str(launcher))
+    CustomOpBuilder("flags_launched", [tiny]).build()
+    rules = _commands(cache_dir, "flags_launched")
+    assert rules["cxx"][0] == str(launcher) and "-O2" in rules["cxx"] and "-flto" not in rules["cxx"]
+    assert not any(a.startswith("-flto") for a in rules["link"])
