@@ -57,6 +57,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
         from .store import install
         lib = Path(path)
         path = str(install(lib.parent.parent, lib.parent.name, into, _owner_of(lib.parent.parent)))
+        from .cache_dir import cache_root
+        from .probe_cache import share
+        share(cache_root(args.cache_dir), into)  # the toolchain facts: a new cache on this node probes nothing
     print(path)
     return 0
 

@@ -11,6 +11,11 @@ A fact whose files changed in the last moments before the probe is not
 stored: file clocks are coarse (a few ms), so a second edit in the same tick
 could leave the stamp as it was. Records are merged into the file under the
 cache directory's flock, so processes probing at once keep each other's.
+
+A prebuilt store (store.py) holds the records of the cache that filled it
+(``share``); a cache without a record uses a store's while its stamps match
+(the same machine, or the same files on a shared file system), so a new
+cache loading operators from a store starts no process either.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .errors import UnsafeCacheDirError, warn_broken
 from .trust import read_file, stamp_of, write_file
 
-__all__ = ["remembered", "stamp"]
+__all__ = ["remembered", "stamp", "share"]
 
 FILE_NAME = "toolchains.json"
 SETTLE_NS = 100_000_000  # well over the file clock's tick
@@ -41,10 +46,11 @@ def stamp(path: str) -> Optional[List[int]]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
-def _read(file: str) -> dict:
+def _read(file: str, owner: Optional[int] = None) -> dict:
     """The file's records, parsed once per process while its stamp stays the same. It is checked
-    like everything in the cache (ours, not a link, written by no one else: trust.py), since what
-    it says decides include paths; one that is not a JSON object is treated as empty, with a warning."""
+    like everything in the cache (ours, or a store's owner's; not a link, written by no one else:
+    trust.py), since what it says decides include paths; one that is not a JSON object is treated as
+    empty, with a warning."""
     try:
         st = stamp_of(os.lstat(file))
     except FileNotFoundError:
@@ -54,7 +60,7 @@ def _read(file: str) -> dict:
     if memo is not None and memo[0] == st:
         return memo[1]
     try:
-        data = json.loads(read_file(Path(file)))
+        data = json.loads(read_file(Path(file), owner))
     except FileNotFoundError:
         data = {}
     except ValueError as e:
@@ -102,12 +108,42 @@ def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple
         facts = _facts(file, lookup, rec, schema or {})
         if facts is not None and all(stamp(p) == s for p, s in rec["stamps"]):  # type: ignore[index]
             return facts
+        facts = _from_stores(lookup, schema or {})
+        if facts is not None:
+            return facts
     before = [(p, stamp(p)) for p in inputs] if inputs is not None else None
     facts, paths = probe()
     stamps = [(p, stamp(p)) for p in paths]
     if file is not None and state_dir is not None and _settled(stamps) and (before is None or before == stamps):
         _store(state_dir, file, lookup, {"facts": facts, "stamps": stamps})
     return facts
+
+
+def _from_stores(lookup: str, schema: Dict[str, Any]) -> Optional[Facts]:
+    """The facts a prebuilt store recorded for ``lookup``, if their files' stamps match here."""
+    from .store import prebuilt_stores
+
+    for store, owner in prebuilt_stores():
+        file = str(store / FILE_NAME)
+        rec = _read(file, owner).get(lookup)
+        facts = _facts(file, lookup, rec, schema)
+        if facts is not None and all(stamp(p) == s for p, s in rec["stamps"]):  # type: ignore[index]
+            return facts
+    return None
+
+
+def share(state_dir: Path, store: Path) -> int:
+    """Add the cache's records whose stamps still match to the store's file (0644; the store is ours,
+    store.open_store), so a cache that loads from the store needs no probe; returns how many."""
+    current = {k: r for k, r in _read(str(state_dir / FILE_NAME)).items()
+               if _facts(str(state_dir / FILE_NAME), k, r, {}) is not None
+               and all(stamp(p) == s for p, s in r["stamps"])}
+    if current:
+        file = str(store / FILE_NAME)
+        data = dict(_read(file))
+        data.update(current)
+        write_file(Path(file), json.dumps(data, indent=1, sort_keys=True).encode(), mode=0o644)
+    return len(current)
 
 
 LOCK_WAIT_S = 10.0  # a probe's record is only a cache: past this, it is not stored

@@ -3,7 +3,8 @@
 ``OPBUILDER_PREBUILT_DIR`` lists them (``:``-separated). A store has the
 cache's layout for what a lookup reads (``<op>/deps/<base>.json``,
 ``<op>/<key>/<library>`` and ``build.json`` with the library's size, SHA-256
-and stat stamp), and nothing else. ``load()`` never writes to one: its
+and stat stamp), plus ``toolchains.json``: the toolchain facts of the cache
+that filled it (probe_cache.share), used while their files' stamps match. ``load()`` never writes to one: its
 libraries are checked like the cache's (published.py, with the store owner
 in place of us, trust.py) and one that fails is ignored with a warning, the
 operator then being built into the cache as usual. A store may belong to

@@ -75,12 +75,15 @@ def test_a_store_filled_by_the_cli_serves_a_new_cache_and_another_checkout_witho
     before = _tree(store)
     src = _clone(tmp_path, "user/checkout")
     cache = tmp_path / "user" / "cache"
-    res = _load_in_child(src, cache, store)
+    # a new cache on this node starts no process, not even the compiler's --version: `build --into`
+    # left the toolchain facts in the store, and their files' stamps match here
+    res = _load_in_child(src, cache, store, "no-process")
     assert res.returncode == 0, res.stderr
     value, path = res.stdout.split()
     assert value == "31" and Path(path) == lib
     assert compiled_sources(log) == [] and not (cache / NAME).exists()
-    # the warm path from the store starts no process once the toolchain is remembered in the cache
+    facts = store / "toolchains.json"
+    assert "compiler" in facts.read_text() and facts.stat().st_mode & 0o777 == 0o644
     res = _load_in_child(src, cache, store, "no-process")
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["31", str(lib)] and "building" not in res.stderr
