@@ -2,6 +2,7 @@
 major versions fit together. CuPy is imported here only (and only when installed)."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -62,7 +63,20 @@ def _nvcc() -> Tuple[List[Check], Optional[int]]:
     major = int(m.group(1)) if m else None
     checks = [Check("nvcc", "ok", f"{nvcc.path} ({nvcc.version}; CUDA {major if m else 'unknown'})")]
     argv = list(nvcc.argv)
-    host = argv[argv.index("-ccbin") + 1] if "-ccbin" in argv[:-1] else (which("g++") or "g++ on PATH")
+    if "-ccbin" in argv[:-1]:
+        host = argv[argv.index("-ccbin") + 1]
+    elif os.environ.get("CUDAHOSTCXX"):
+        from .toolchain import nvcc_host
+        try:
+            ccbin, _ = nvcc_host(nvcc, (), None)
+        except FileNotFoundError as e:
+            checks.append(Check("nvcc host compiler", "error", str(e),
+                                "set CUDAHOSTCXX to a host compiler nvcc supports (g++-N), or unset it"))
+            return checks, major
+        argv += ccbin
+        host = f"{ccbin[1]} (from CUDAHOSTCXX)"
+    else:
+        host = which("g++") or "g++ on PATH"
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "probe.cu").write_text(_TINY_CU)
         try:
@@ -79,7 +93,7 @@ def _nvcc() -> Tuple[List[Check], Optional[int]]:
         checks.append(Check("nvcc host compiler", "error",
                             f"{host} is newer than nvcc {nvcc.version.split(',')[-1].strip()} supports: "
                             f"{too_new.group(0)[:160]}",
-                            "give nvcc an older host compiler: NVCC='nvcc -ccbin g++-N' (every build), or "
+                            "give nvcc an older host compiler: CUDAHOSTCXX=g++-N (every build), or "
                             "cuda_cflags=['-ccbin', 'g++-N'] (one operator); or install a newer CUDA toolkit"))
     else:
         first = next((ln for ln in out.splitlines() if "error" in ln.lower()), out.strip()[:300])

@@ -15,7 +15,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 from .probe_cache import remembered
 
@@ -149,6 +149,27 @@ def find_nvcc(state_dir: Optional[Path]) -> Compiler:
         raise FileNotFoundError("backend='GPU' needs nvcc: install the CUDA toolkit, or set CUDA_HOME "
                                 "or NVCC") from None
     return _probe(argv, state_dir)
+
+
+_CCBIN = ("-ccbin", "--compiler-bindir")
+
+
+def nvcc_host(nvcc: Compiler, cuda_cflags: Sequence[str], state_dir: Optional[Path]) -> Tuple[Tuple[str, ...], str]:
+    """The host compiler nvcc compiles a ``.cu`` with: (flags for nvcc, what goes into the key).
+
+    ``-ccbin`` in ``NVCC`` or an operator's ``cuda_cflags`` decides it (the flag is in the key); else
+    ``$CUDAHOSTCXX`` (CMake's name), passed as ``-ccbin``; else nvcc's own choice, ``g++`` on PATH.
+    Both of the last two are keyed by the compiler's identity (path and ``--version``), so moving
+    to another host compiler rebuilds the ``.cu`` sources. Probed once per binary (probe_cache)."""
+    words = (*nvcc.argv, *cuda_cflags)
+    if any(w in _CCBIN or w.startswith(tuple(f"{c}=" for c in _CCBIN)) for w in words):
+        return (), "ccbin in the flags"
+    env = os.environ.get("CUDAHOSTCXX")
+    if env:
+        host = _probe(_resolve(env, "CUDAHOSTCXX"), state_dir)
+        return ("-ccbin", host.argv[0]), host.identity
+    exe = which("g++")
+    return (), (_probe((exe,), state_dir).identity if exe else "no g++ on PATH")
 
 
 def cuda_lib_dir(nvcc: Compiler, state_dir: Optional[Path] = None) -> Optional[str]:

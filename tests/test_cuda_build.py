@@ -39,3 +39,40 @@ def test_current_stream_without_a_gpu_is_a_value_error_saying_why(cuda_ops):
 def test_ob_cuda_check_turns_a_cuda_error_into_a_runtime_error(cuda_ops):
     with pytest.raises(RuntimeError, match=r"^CUDA error cuda\w+: .* \(cudaSetDevice\(-1\) at .*cuda_function_ops\.cu:\d+\)$"):
         cuda_ops.bad_launch()
+
+
+def test_cudahostcxx_is_nvccs_host_compiler_and_part_of_the_key(tmp_path, monkeypatch):
+    """CMake's CUDAHOSTCXX picks the compiler nvcc hands host code to (-ccbin); it is in the key, so
+    moving to another host compiler rebuilds the .cu sources, and moving back finds the first build."""
+    problem = cuda_toolkit_problem()
+    if problem:
+        pytest.skip(problem)
+    import ctypes
+    import time
+
+    from builder_util import REAL_CXX
+    from opbuilder import build_library
+    from opbuilder.probe_cache import SETTLE_NS
+
+    src = tmp_path / "host.cu"
+    src.write_text('extern "C" int host_answer() { return 41 + 1; }\n')
+    log = tmp_path / "host.log"
+    host = tmp_path / "host-g++"
+    host.write_text(f"#!/bin/sh\necho \"$@\" >> '{log}'\nexec '{REAL_CXX}' \"$@\"\n")
+    host.chmod(0o755)
+    time.sleep(SETTLE_NS / 1e9 + 0.05)  # a compiler written this instant is probed again each time
+    cache = tmp_path / "cache"
+    monkeypatch.delenv("CUDAHOSTCXX", raising=False)
+    default = Path(build_library("hosted", [src], backend="GPU", build_dir=cache))
+    assert not log.exists()
+    monkeypatch.setenv("CUDAHOSTCXX", str(host))
+    hosted = Path(build_library("hosted", [src], backend="GPU", build_dir=cache))
+    assert hosted != default and log.read_text().strip()  # a new key, and nvcc ran our host compiler
+    assert f"-ccbin {host}" in (cache / "hosted.lib" / "build" / "build.ninja").read_text()
+    assert ctypes.CDLL(str(hosted)).host_answer() == 42
+    log.unlink()
+    monkeypatch.delenv("CUDAHOSTCXX")
+    assert Path(build_library("hosted", [src], backend="GPU", build_dir=cache)) == default and not log.exists()
+    monkeypatch.setenv("CUDAHOSTCXX", str(tmp_path / "no-such-g++"))
+    with pytest.raises(FileNotFoundError, match=r"CUDAHOSTCXX compiler '.*no-such-g\+\+' was not found on PATH"):
+        build_library("hosted", [src], backend="GPU", build_dir=cache)

@@ -67,9 +67,17 @@ def test_doctor_names_a_host_compiler_too_new_for_nvcc_and_the_fix(tmp_path, nvc
     line, fix = _line(lines, "error nvcc host compiler: ")
     assert line.startswith(f"error nvcc host compiler: {host} is newer than nvcc ") and \
         "unsupported GNU version" in line
-    assert fix == "fix: give nvcc an older host compiler: NVCC='nvcc -ccbin g++-N' (every build), or " \
+    assert fix == "fix: give nvcc an older host compiler: CUDAHOSTCXX=g++-N (every build), or " \
                   "cuda_cflags=['-ccbin', 'g++-N'] (one operator); or install a newer CUDA toolkit"
     assert not any(line.startswith("ok    GPU architectures") for line in lines)
+    # the same compiler named by CUDAHOSTCXX (CMake's variable) is the one doctor tries
+    code, lines = _doctor(tmp_path, CUDAHOSTCXX=str(host))
+    assert code == 1
+    line, _ = _line(lines, "error nvcc host compiler: ")
+    assert line.startswith(f"error nvcc host compiler: {host} (from CUDAHOSTCXX) is newer than nvcc "), line
+    code, lines = _doctor(tmp_path, CUDAHOSTCXX=REAL_CXX)
+    assert _line(lines, "ok    nvcc host compiler: ")[0] == \
+        f"ok    nvcc host compiler: {REAL_CXX} (from CUDAHOSTCXX) (nvcc compiles a .cu with it)"
 
 
 def test_a_malformed_arch_list_is_a_doctor_error(tmp_path, nvcc):
