@@ -83,8 +83,7 @@ def _lto_enabled() -> bool:
     return os.environ.get("OPBUILDER_LTO", "1").lower() not in ("0", "", "off", "false", "no")
 
 
-def _plan(spec: BuildSpec) -> _Plan:
-    cxx = find_compiler(spec.root)
+def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     opt = ["-O0", "-g"] if spec.debug else ["-O2"]
     # gcc only (not nvcc): -O2 with the loop vectorizer -O3 uses; gcc 12's -O2 model skips loops whose
     # trip count is unknown (a plain elementwise kernel ran ~4x slower); older gcc does not vectorize at -O2
@@ -191,6 +190,23 @@ def _prebuilt(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Pa
     """The build for the current contents from the first store in OPBUILDER_PREBUILT_DIR that has it intact."""
     for store in prebuilt_stores():
         hit = _lookup(spec, plan, base, store[0] / spec.op_dir.name, store[1])
+        if hit is not None:
+            return hit
+    return None
+
+
+def _prebuilt_for_stored_compilers(spec: BuildSpec) -> Optional[Tuple[str, Path]]:
+    """On a node without a C++ compiler: the build for the current contents in a prebuilt store,
+    looked up with each compiler identity the stores' toolchain facts record (the machine that
+    filled them had it). Nothing can be compiled here, so only a store can serve the operator."""
+    from .toolchain import stored_compilers
+
+    for cxx in stored_compilers():
+        try:
+            plan = _plan(spec, cxx)
+        except FileNotFoundError:  # nvcc missing as well (a GPU operator): its facts cannot be had here
+            continue
+        hit = _prebuilt(spec, plan, fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project))
         if hit is not None:
             return hit
     return None
@@ -312,7 +328,17 @@ def _os_error(spec: BuildSpec, err: OSError) -> BaseException:
 def _build(spec: BuildSpec) -> Tuple[str, Path]:
     """(full key, library path), building if the current contents were never built (or the library
     published for them is damaged: then the new one replaces it). ``spec`` is ``_trusted``."""
-    plan = _plan(spec)
+    try:
+        cxx = find_compiler(spec.root)
+    except FileNotFoundError as e:
+        hit = _prebuilt_for_stored_compilers(spec)
+        if hit is not None:
+            return hit
+        if prebuilt_stores():
+            raise FileNotFoundError(f"{e}; and no prebuilt store (OPBUILDER_PREBUILT_DIR) has a build of "
+                                    f"'{spec.name}' for these sources") from None
+        raise
+    plan = _plan(spec, cxx)
     base = fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project)
     hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
     if hit is not None:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .errors import UnsafeCacheDirError, warn_broken
 from .trust import read_file, stamp_of, write_file
 
-__all__ = ["remembered", "stamp", "share"]
+__all__ = ["remembered", "stamp", "share", "stored_records"]
 
 FILE_NAME = "toolchains.json"
 SETTLE_NS = 100_000_000  # well over the file clock's tick
@@ -130,6 +130,21 @@ def _from_stores(lookup: str, schema: Dict[str, Any]) -> Optional[Facts]:
         if facts is not None and all(stamp(p) == s for p, s in rec["stamps"]):  # type: ignore[index]
             return facts
     return None
+
+
+def stored_records(prefix: str, schema: Dict[str, Any]) -> List[Tuple[str, Facts]]:
+    """(lookup, facts) of every well-formed record in the prebuilt stores whose lookup starts with
+    ``prefix``, stamps not checked: for a node that lacks the files they came from (builder.py)."""
+    from .store import prebuilt_stores
+
+    out = []
+    for store, owner in prebuilt_stores():
+        file = str(store / FILE_NAME)
+        for lookup, rec in _read(file, owner).items():
+            facts = _facts(file, lookup, rec, schema) if lookup.startswith(prefix) else None
+            if facts is not None:
+                out.append((lookup, facts))
+    return out
 
 
 def share(state_dir: Path, store: Path) -> int:

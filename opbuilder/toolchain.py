@@ -15,7 +15,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .probe_cache import remembered
 
@@ -136,6 +136,17 @@ def find_compiler(state_dir: Optional[Path]) -> Compiler:
         raise FileNotFoundError("no C++ compiler found (tried c++, g++, clang++ on PATH); "
                                 "install g++ (e.g. apt-get install g++) or set CXX")
     return _probe(_resolve(env, "CXX"), state_dir)
+
+
+def stored_compilers() -> List[Compiler]:
+    """The C++ compilers the prebuilt stores' toolchain facts record (probe_cache.share): what a node
+    without a compiler can still look up builds with, since their identities are in the stored keys."""
+    from .probe_cache import stored_records
+
+    prefix = "compiler "
+    return [Compiler(tuple(lookup[len(prefix):].split(" ")), str(f["path"]), str(f["identity"]), str(f["family"]),
+                     str(f["version"]))
+            for lookup, f in stored_records(prefix, _COMPILER_FACTS) if f["family"] != "nvcc"]
 
 
 def find_nvcc(state_dir: Optional[Path]) -> Compiler:

@@ -333,8 +333,10 @@ def test_module_keys_cover_the_toolchain_python_pybind11_and_opbuilders_headers(
     from opbuilder.headers import headers_digest
     src = tiny_module(tmp_path / "ident_op.cpp", "1")
     spec = CustomOpBuilder("ident_op", [src]).spec
-    identity = builder._plan(spec).identity  # what the key hashes besides the sources' contents
+    from opbuilder.toolchain import find_compiler
+    cxx = find_compiler(spec.root)
+    identity = builder._plan(spec, cxx).identity  # what the key hashes besides the sources' contents
     assert f"pybind11={pybind11.__version__}" in identity
     assert any(part.startswith("python=") and sysconfig.get_config_var("EXT_SUFFIX") in part for part in identity)
     assert f"headers={headers_digest(spec.root)}" in identity
-    assert "backend=CPU" in identity and any(part.startswith("cxx=") for part in identity)
+    assert "backend=CPU" in identity and f"cxx={cxx.identity}" in identity

@@ -90,6 +90,40 @@ def test_a_store_filled_by_the_cli_serves_a_new_cache_and_another_checkout_witho
     assert _tree(store) == before  # load() never writes to a store
 
 
+NO_COMPILER = textwrap.dedent("""
+    import sys
+    from opbuilder import CustomOpBuilder
+    try:
+        print(CustomOpBuilder(sys.argv[2], [sys.argv[1]]).load().value())
+    except FileNotFoundError as e:
+        print("FileNotFoundError:", e)
+""")
+
+
+def test_a_node_without_a_compiler_loads_what_the_store_holds(filled):
+    """The key holds the compiler's identity; a node with no compiler takes it from the store's
+    toolchain facts (build --into left them there), so a deployed operator still loads."""
+    tmp_path, store, lib, log = filled
+    bare = tmp_path / "bare-bin"  # a PATH with Python on it and no compiler
+    bare.mkdir()
+    os.symlink(PYTHON, bare / "python")
+    env = child_env(OPBUILDER_CACHE_DIR=str(tmp_path / "node" / "cache"), OPBUILDER_PREBUILT_DIR=str(store),
+                    PATH=str(bare))
+    env.pop("CXX", None)
+    src = _clone(tmp_path, "node/checkout")
+    res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(src), NAME], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode == 0 and res.stdout.strip() == "31", res.stdout + res.stderr
+    # a source the store has no build of cannot be served, and the error says both things
+    other = tiny_module(tmp_path / "node" / "checkout" / "new.cpp", "2")
+    res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(other), "unstored"], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.stdout.strip() == ("FileNotFoundError: no C++ compiler found (tried c++, g++, clang++ on PATH); "
+                                  "install g++ (e.g. apt-get install g++) or set CXX; and no prebuilt store "
+                                  "(OPBUILDER_PREBUILT_DIR) has a build of 'unstored' for these sources"), res.stderr
+    assert compiled_sources(log) == []
+
+
 def test_a_library_build_is_served_from_the_store(tmp_path, monkeypatch):
     src = tmp_path / "aot.cpp"
     src.write_text('extern "C" int answer() { return 54; }\n')
