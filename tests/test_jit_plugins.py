@@ -20,7 +20,7 @@ from builder_util import child_env
 from conftest import CPP, ROOT
 
 SEED_CPP = ROOT / "tests" / "seeds" / "seed_000_custom_backend.cpp"
-NATIVE = ["native_backend"] + [f"native_{k}" for k in range(1, 12)]
+NATIVE = ["native_backend", "native_grad"] + [f"native_{k}" for k in range(1, 12)]
 RNG = np.random.default_rng(11)
 
 
@@ -106,6 +106,24 @@ def test_gradients_through_plugin_backends_match_central_differences(native_lib,
         np.testing.assert_allclose(g.asnumpy(), np.cos(x.asnumpy()) * y.asnumpy(), rtol=1e-14)
 
 
+def test_a_plugin_declared_differentiable_builds_and_runs_the_backward_graph(native_lib, capfd):
+    """Backend::Differentiable() -> true: the backward graph is handed to the plugin too, and it runs the
+    nodes it knows (cos, mul) with its own loops; gradients still match central differences."""
+    j = jit(lambda x, y: mint.sin(x) * y + mint.sum(mint.exp(y), dim=0), backend="native_grad", log="1")
+    x, y = Tensor(RNG.standard_normal((2, 3))), Tensor(RNG.standard_normal(3))
+    capfd.readouterr()
+    g = rt.grad(lambda a: mint.sum(j(a, y)))(x)
+    np.testing.assert_allclose(g.asnumpy(), np.cos(x.asnumpy()) * y.asnumpy(), rtol=1e-14)
+    err = capfd.readouterr().err
+    assert "<lambda>.backward level=O0 nodes=3\n" in err, err
+    assert "native: %1 cos (primitive) in0 -> float64[2, 3]" in err
+    assert "native: run own: cos mul | delegated: mul" in err  # the backward graph, run by the plugin
+    gradcheck(j, [x, y])
+    # a second-order gradient is taken through the recorded forward, not handed to the plugin
+    gg = rt.grad(lambda a: mint.sum(rt.grad(lambda b: mint.sum(j(b, y)))(a)))(x)
+    np.testing.assert_allclose(gg.asnumpy(), -np.sin(x.asnumpy()) * y.asnumpy(), rtol=1e-13)
+
+
 def test_there_is_no_limit_on_the_number_of_backends(native_lib):
     assert set(NATIVE) <= set(list_backends()) and len(list_backends()) > 10
     x = Tensor(RNG.standard_normal(5))
@@ -162,7 +180,7 @@ def test_a_library_that_registers_no_backend_is_a_runtime_error(cache_dir):
 
 def test_a_name_the_library_does_not_register_lists_the_ones_it_does(native_lib):
     with pytest.raises(RuntimeError, match=r"registers no backend named 'nativ' \(it registers: native_backend, "
-                                           r"native_1, native_2"):
+                                           r"native_grad, native_1, native_2"):
         register_custom_backend("nativ", native_lib)
 
 

@@ -3,6 +3,7 @@
 // every other node (broadcasts, reductions, matmul, ...) back to the runtime's kernel.
 // Options (jit(..., option=...)): log="1" prints the graph in Build and what ran where in Run;
 // fail="build" / fail="run" throws there; fail="foreign_output" returns a tensor the runtime never gave.
+// "native_grad" is the same backend declared differentiable (it also gets backward graphs).
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -154,9 +155,17 @@ class NativeBackend : public ob::Backend {
   std::vector<Built> graphs_;
 };
 
+// The same backend declared differentiable: a call that records a gradient runs its forward graph
+// here and, when the gradient is asked for, the backward graph too.
+class NativeGradBackend : public NativeBackend {
+ public:
+  bool Differentiable() const override { return true; }
+};
+
 }  // namespace
 
 OB_REGISTER_BACKEND("native_backend", NativeBackend)
+OB_REGISTER_BACKEND("native_grad", NativeGradBackend)
 // More names for the same class: the runtime sets no limit on how many backends are registered.
 OB_REGISTER_BACKEND("native_1", NativeBackend)
 OB_REGISTER_BACKEND("native_2", NativeBackend)
