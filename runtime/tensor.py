@@ -16,6 +16,8 @@ import numpy as np
 from . import context as _context
 from . import device as _device
 from . import dtypes as _dt
+from .jit.tracing import hook as _trace
+from .jit.tracing import no_trace as _no_trace
 
 __all__ = ["Tensor", "Parameter", "as_tensor"]
 
@@ -139,6 +141,11 @@ class Tensor:
 
     def asnumpy(self) -> np.ndarray:
         """The data as a numpy array: shared on the CPU, copied to the host from a GPU."""
+        if _trace.tracer is not None:
+            _leak(self, "asnumpy() of a tensor")
+        return self._host()
+
+    def _host(self) -> np.ndarray:
         d = self._data
         return d if isinstance(d, np.ndarray) else _device.to_device(d, _device.CPU)
 
@@ -161,12 +168,18 @@ class Tensor:
         return d.__cuda_array_interface__
 
     def item(self) -> Any:
+        if _trace.tracer is not None:
+            _leak(self, "item() of a tensor")
         return self._data.item()
 
     def tolist(self) -> Any:
+        if _trace.tracer is not None:
+            _leak(self, "tolist() of a tensor")
         return self._data.tolist()
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        if _trace.tracer is not None:
+            _leak(self, "np.asarray (or a numpy function) on a tensor")
         if not isinstance(self._data, np.ndarray):
             raise TypeError(f"a tensor on {self.device} is not converted to numpy implicitly; call asnumpy() "
                             f"to copy it to the host")
@@ -200,10 +213,10 @@ class Tensor:
 
     # ---- printing ---------------------------------------------------
     def __repr__(self) -> str:
-        return f"Tensor(shape={list(self._data.shape)}, dtype={self.dtype}, value= {_format_value(self.asnumpy())})"
+        return f"Tensor(shape={list(self._data.shape)}, dtype={self.dtype}, value= {_format_value(self._host())})"
 
-    def __str__(self) -> str:
-        return str(self.asnumpy())
+    def __str__(self) -> str:  # printing inside a trace shows the traced values and does not stop it
+        return str(self._host())
 
     # ---- python protocol --------------------------------------------
     def __len__(self) -> int:
@@ -212,15 +225,23 @@ class Tensor:
         return len(self._data)
 
     def __bool__(self) -> bool:
+        if _trace.tracer is not None:
+            _leak(self, "bool() of a tensor (an if or while on it)")
         return bool(self._data)
 
     def __float__(self) -> float:
+        if _trace.tracer is not None:
+            _leak(self, "float() of a tensor")
         return float(self._data)
 
     def __int__(self) -> int:
+        if _trace.tracer is not None:
+            _leak(self, "int() of a tensor")
         return int(self._data)
 
     def __index__(self) -> int:
+        if _trace.tracer is not None:
+            _leak(self, "a tensor used as an index")
         return self._data.__index__()
 
     def __iter__(self):
@@ -278,6 +299,11 @@ class Tensor:
     def abs(self): return _math.abs(self)
 
 
+def _leak(t: Tensor, what: str) -> None:
+    """Inside a trace: the graph would keep this value as traced, so the trace stops (jit runs eagerly)."""
+    _no_trace(f"{what} turns its value into a Python value, which a graph would keep as traced")
+
+
 class Parameter(Tensor):
     """A tensor a ``Cell`` owns and trains; requires grad by default."""
 
@@ -289,6 +315,7 @@ class Parameter(Tensor):
 
     def set_data(self, data: Any) -> "Parameter":
         """Replace the values (same dtype), bumping the version like an in-place op."""
+        _no_trace(f"Parameter.set_data on {self.name or 'a Parameter'} (an in-place write a graph does not hold)")
         arr = _infer_array(data, self.dtype, self.device)
         self._data = arr
         self._version = self._version + 1

@@ -9,7 +9,10 @@ inlined into that trace.
 from __future__ import annotations
 
 import functools
+import os
 import threading
+import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -22,7 +25,7 @@ from .signature import flatten_result, signature, unflatten_result
 from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
 from .tracer import Tracer
-from .tracing import hook
+from .tracing import TraceBreak, hook
 
 __all__ = ["JitFunction", "CAPTURE_MODES"]
 
@@ -45,6 +48,23 @@ class _Entry:
     traced: Graph  # as traced, before the backend's rewrites
     grad: Dict[Tuple[bool, ...], _Grad] = field(default_factory=dict)  # per inputs requiring grad
     calls: int = field(default=0)
+
+
+@dataclass
+class _Eager:
+    """A signature whose trace stopped (tracing.TraceBreak): the function runs eagerly for it."""
+    reason: str
+    calls: int = field(default=0)
+
+
+_RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_site(err: BaseException) -> str:
+    """'at file:line, ' of the innermost frame outside the runtime where ``err`` was raised, or ''."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if not os.path.abspath(f.filename).startswith(_RUNTIME_DIR + os.sep)]
+    return f"at {frames[-1].filename}:{frames[-1].lineno}, " if frames else ""
 
 
 class JitFunction:
@@ -73,6 +93,8 @@ class JitFunction:
         if entry is None:
             entry = self._build(key, tensors, args, kwargs)
         entry.calls += 1
+        if type(entry) is _Eager:  # its trace stopped: op by op, as without jit
+            return self.fn(*args, **kwargs)
         if _state.enabled and (entry.grad_consts or any(t.requires_grad for t in tensors)):
             outs = self._run_with_grad(entry, tensors)
         else:
@@ -88,7 +110,7 @@ class JitFunction:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._build(key, tensors, args, kwargs)
-        return entry.graph
+        return self._captured(entry).graph
 
     def backward_graph(self, *args: Any, **kwargs: Any) -> Graph:
         """The backward graph for this signature as its backend runs it (built now if it was not).
@@ -104,7 +126,13 @@ class JitFunction:
         wanted = tuple(t.requires_grad for t in tensors)
         if not any(wanted):  # plain tensors: the graph that differentiates every float input
             wanted = (True,) * len(tensors)
-        return self._grad(entry, tensors, wanted).backward.graph  # type: ignore[attr-defined]
+        return self._grad(self._captured(entry), tensors, wanted).backward.graph  # type: ignore[attr-defined]
+
+    def _captured(self, entry: Any) -> _Entry:
+        if type(entry) is _Eager:
+            raise RuntimeError(f"jit({getattr(self.fn, '__qualname__', 'graph')}): this signature has no graph; "
+                               f"it runs eagerly because its trace stopped: {entry.reason}")
+        return entry
 
     def _run_with_grad(self, entry: _Entry, tensors: List[Tensor]) -> List[Any]:
         """Run the forward with nothing recorded, then record one node whose backward is the backward graph."""
@@ -146,8 +174,16 @@ class JitFunction:
                 return entry
             name = getattr(self.fn, "__qualname__", "graph")
             tracer = Tracer(tensors, name)
-            with no_grad(), tracer:
-                out = self.fn(*args, **kwargs)
+            try:
+                with no_grad(), tracer:
+                    out = self.fn(*args, **kwargs)
+            except TraceBreak as e:  # nothing was written yet: the write or the value stopped it first
+                eager = _Eager(f"{_user_site(e)}{e}")
+                self._cache[key] = eager
+                warnings.warn(f"jit({name}): not captured: {eager.reason}; this signature runs eagerly, op by "
+                              f"op, with the same results and gradients as without jit", RuntimeWarning,
+                              stacklevel=4)
+                return eager  # type: ignore[return-value]
             leaves: List[Any] = []
             spec = flatten_result(out, leaves)
             graph = tracer.finish(leaves)

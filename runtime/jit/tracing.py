@@ -14,7 +14,7 @@ import ctypes
 import threading
 from typing import Any, Callable, Tuple
 
-__all__ = ["hook", "flag", "flag_address", "cpp_hook"]
+__all__ = ["hook", "flag", "flag_address", "cpp_hook", "TraceBreak", "no_trace"]
 
 
 class _Hook(threading.local):
@@ -24,6 +24,20 @@ class _Hook(threading.local):
 hook = _Hook()
 # Non-zero while any thread traces; C++ ops then call cpp_hook, which checks the thread.
 flag = ctypes.c_int(0)
+
+
+class TraceBreak(BaseException):
+    """Raised inside a trace by what a graph cannot hold: a tensor's value turned into a Python value
+    (``bool(t)``, ``t.item()``, ``t.asnumpy()``: the graph would keep the traced value) or a tensor
+    written in place outside an op (``t[i] = v``, ``t += 1``, ``ops.assign``, ``set_data``: the graph
+    would not write it). The jitted function then runs that signature eagerly (function.py). A
+    BaseException, so that a user's ``except Exception`` around the code does not swallow it."""
+
+
+def no_trace(what: str) -> None:
+    """Stop the trace of this thread, if one is recording, because of ``what``."""
+    if hook.tracer is not None:
+        raise TraceBreak(what)
 
 
 def flag_address() -> int:

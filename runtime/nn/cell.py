@@ -58,6 +58,10 @@ class Cell:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _settings["mode"] == GRAPH_MODE and _trace.tracer is None:
             return _graph_call(self, args, kwargs)
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
+        """A call as in PYNATIVE_MODE (or traced): what GRAPH_MODE captures, or runs when it cannot."""
         bprop = getattr(type(self), "bprop", None)
         if bprop is not None and _trace.tracer is not None:  # traced: one node, differentiated by bprop
             return _trace.tracer.call_op("cell", f"{type(self).__name__}.bprop", self._eager_call, args, kwargs)
@@ -135,6 +139,9 @@ def _graph_call(cell: Cell, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> An
     jitted = cell.__dict__.get("_graph_jit")
     if jitted is None:
         from ..jit import jit
-        jitted = jit(Cell.__call__)
+        def run(c: Cell, *a: Any, **k: Any) -> Any:  # a call whose trace stops runs eagerly (sub-cells as graphs)
+            return c._call(*a, **k)
+        run.__qualname__ = f"{type(cell).__name__}.construct"
+        jitted = jit(run)
         object.__setattr__(cell, "_graph_jit", jitted)
     return jitted(cell, *args, **kwargs)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..autograd.grad_mode import _state
+from ..jit.tracing import no_trace as _no_trace
 from ..tensor import Tensor
 
 __all__ = ["setitem", "inplace_binary", "assign"]
@@ -26,6 +27,7 @@ def _value(value: Any) -> Any:
 
 
 def _check_writable(target: Tensor, value: Any, what: str) -> None:
+    _no_trace(f"{what} writes a tensor in place outside an op, which a graph does not hold")
     if _state.enabled:
         if target._node is not None:
             raise RuntimeError(f"{what}: the tensor written is the output of a recorded op, and an in-place "
