@@ -37,9 +37,9 @@ def _infer_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str] = 
         arr = np.asarray(data)
         if arr.dtype == np.float64 and not isinstance(data, (np.ndarray, np.generic)):
             arr = arr.astype(np.float32)
-    _dt.from_numpy_dtype(arr.dtype)  # TypeError for object, complex, str ...
-    if not arr.dtype.isnative:
+    if not arr.dtype.isnative:  # big-endian data (from a file, say): the same values in this machine's order
         arr = arr.astype(arr.dtype.newbyteorder("="))
+    _dt.from_numpy_dtype(arr.dtype)  # TypeError for object, complex, str ...
     if device is None:
         device = _context.default_device()
     return arr if device == _device.CPU else _device.to_device(arr, device)
@@ -313,10 +313,26 @@ class Parameter(Tensor):
         self.name = name
         self.requires_grad_(requires_grad)
 
-    def set_data(self, data: Any) -> "Parameter":
-        """Replace the values (same dtype), bumping the version like an in-place op."""
+    def set_data(self, data: Any, slice_shape: bool = False) -> "Parameter":
+        """Replace the values, bumping the version like an in-place op.
+
+        The shape must stay the same unless ``slice_shape=True`` (as MindSpore's);
+        the values are converted to the Parameter's dtype when numpy can do it
+        without changing their kind (float64 -> float32, int -> float), never
+        float -> int, which would truncate them silently."""
         _no_trace(f"Parameter.set_data on {self.name or 'a Parameter'} (an in-place write a graph does not hold)")
+        who = f"Parameter {self.name!r}" if self.name else "Parameter"
+        src = data._data if isinstance(data, Tensor) else data
+        src_dtype = getattr(src, "dtype", None)
+        if src_dtype is None:
+            src_dtype = np.asarray(src).dtype
+        if not np.can_cast(src_dtype, self._data.dtype, casting="same_kind") and src_dtype != np.bool_:
+            raise TypeError(f"set_data: {who} is {self.dtype}, and data of dtype {src_dtype} would lose its values "
+                            f"when converted; convert it yourself (astype) if that is meant")
         arr = _infer_array(data, self.dtype, self.device)
+        if arr.shape != self._data.shape and not slice_shape:
+            raise ValueError(f"set_data: {who} has shape {tuple(self._data.shape)}, the new data {tuple(arr.shape)}; "
+                             f"pass slice_shape=True to change the shape")
         self._data = arr
         self._version = self._version + 1
         return self

@@ -155,3 +155,20 @@ def test_a_recorded_binary_op_keeps_its_metas_after_backward_frees_it():
     assert (node.input_meta, node.out_meta) == before  # ... what the engine checks gradients against is kept
     assert x.grad.shape == (2, 3) and x.grad.dtype == rt.float32
     assert y.grad.shape == (3,) and np.allclose(y.grad.asnumpy(), 2.0)
+
+
+def test_autograd_grad_takes_single_tensors_and_refuses_a_non_scalar_without_grad_outputs():
+    from runtime.autograd import grad
+    x = Tensor(np.array([1.0, 2.0, 3.0]))
+    x.requires_grad_()
+    loss = F.sum(x * x)
+    (g,) = grad(loss, x, retain_graph=True)
+    np.testing.assert_array_equal(g.asnumpy(), [2.0, 4.0, 6.0])
+    (g,) = grad([loss], x)
+    np.testing.assert_array_equal(g.asnumpy(), [2.0, 4.0, 6.0])
+    y = x * 3.0
+    with pytest.raises(RuntimeError, match=r"^autograd\.grad: output 0 has shape \[3\]; without grad_outputs each "
+                                           r"output must have one element$"):
+        grad(y, x)
+    (g,) = grad(y, x, grad_outputs=Tensor(np.ones(3)))
+    np.testing.assert_array_equal(g.asnumpy(), [3.0, 3.0, 3.0])

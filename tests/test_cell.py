@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import runtime as rt
-from runtime import Parameter, Tensor, nn
+from runtime import Parameter, Tensor, nn, ops
 
 
 class Inner(nn.Cell):
@@ -33,7 +33,7 @@ def test_registration_and_listing():
     # a cell's own parameters first, in assignment order; a shared one is listed once
     assert names == ["scale", "shared", "inner.frozen"]
     assert [id(p) for p in net.trainable_params()] == [id(net.scale), id(net.inner.w)]
-    assert net.inner.w.name == "w"  # named where it was first registered
+    assert net.inner.w.name == "inner.w"  # named where it was first registered, with its cell path (auto_prefix)
     assert len(list(net.get_parameters())) == 3
     assert net(Tensor(np.array([1.0, 2.0], np.float32))).asnumpy().tolist() == [2.0, 4.0]
 
@@ -160,3 +160,29 @@ def test_bprop_returning_numpy_is_first_order_only():
     np.testing.assert_allclose(rt.grad(NumpyBprop())(x).asnumpy(), [3.0, -4.0])
     with pytest.raises(RuntimeError, match="NumpyBprop.bprop is once-differentiable"):
         rt.grad(lambda t: rt.grad(NumpyBprop())(t).sum())(x)
+
+
+class ScaledBprop(nn.Cell):
+    """construct x * w; bprop deliberately 100x, so which one ran is visible."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = Parameter(Tensor(np.array(2.0)), name="w")
+
+    def construct(self, x):
+        return x * self.w
+
+    def bprop(self, x, out, dout):
+        return (dout * self.w * 100,)
+
+
+def test_a_bprop_cell_gives_its_parameters_the_same_gradient_however_grad_is_asked():
+    """bprop decides the gradients whenever one is recorded, also when only the cell's own Parameters
+    require grad: never autodiff through construct. Its Parameters get none from it (zeros), as in MindSpore."""
+    c = ScaledBprop()
+    x = Tensor(np.array([1.0, 2.0, 3.0]))
+    f = lambda t: ops.sum(c(t))  # noqa: E731
+    (gw,) = rt.grad(f, None, [c.w])(x)
+    gx, (gw2,) = rt.grad(f, 0, [c.w])(x)
+    assert gw.asnumpy() == 0.0 and gw2.asnumpy() == 0.0
+    np.testing.assert_array_equal(gx.asnumpy(), [200.0, 200.0, 200.0])

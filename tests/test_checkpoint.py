@@ -117,3 +117,36 @@ def test_mismatches_leave_the_net_unchanged(tmp_path):
         rt.save_checkpoint([Parameter(np.ones(2))], tmp_path / "x.ckpt")
     with pytest.raises(TypeError, match="net must be a Cell"):
         rt.load_param_into_net({}, {})
+
+
+class TwoLayers(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Dense(3, 4)
+        self.fc2 = nn.Dense(4, 2)
+        self.seq = nn.SequentialCell([nn.Dense(2, 2), nn.ReLU()])
+
+
+def test_parameter_names_carry_their_cell_path_so_a_list_of_them_saves_and_loads(tmp_path):
+    """auto_prefix (MindSpore's): `fc1.weight`, not two `weight`s; the names are the paths load_param_into_net uses."""
+    net = TwoLayers()
+    names = [p.name for p in net.trainable_params()]
+    assert names == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "seq.0.weight", "seq.0.bias"]
+    assert names == [n for n, _ in net.parameters_and_names()]
+    path = str(tmp_path / "list.ckpt")
+    rt.save_checkpoint(net.trainable_params(), path)
+    other = TwoLayers()
+    assert rt.load_param_into_net(other, rt.load_checkpoint(path), strict_load=True) == ([], [])
+    for a, b in zip(net.trainable_params(), other.trainable_params()):
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_auto_prefix_false_keeps_the_sub_cells_names():
+    class Wrapper(nn.Cell):
+        def __init__(self, backbone):
+            super().__init__(auto_prefix=False)
+            self.backbone = backbone
+
+    inner = TwoLayers()
+    Wrapper(inner)
+    assert [p.name for p in inner.trainable_params()][:2] == ["fc1.weight", "fc1.bias"]

@@ -166,3 +166,22 @@ def test_pyfunc_without_out_shape_takes_its_results_as_they_are():
         ops.Custom(lambda x: np.array(["a"]), func_type="pyfunc")(Tensor(x))
     with pytest.raises(TypeError, match="a pyfunc func must be callable"):
         ops.Custom("x.so:f", func_type="pyfunc")
+
+
+def test_pyfunc_out_dtype_applies_without_out_shape():
+    op = ops.Custom(lambda x: x.astype(np.float32), out_dtype=rt.float64, func_type="pyfunc")
+    out = op(Tensor(np.ones(3, np.float32)))
+    assert out.dtype == rt.float64 and out.asnumpy().tolist() == [1.0, 1.0, 1.0]
+    two = ops.Custom(lambda x: (x, x * 2), out_dtype=lambda d: [rt.float16, d], func_type="pyfunc")
+    a, b = two(Tensor(np.ones(2, np.float32)))
+    assert (a.dtype, b.dtype) == (rt.float16, rt.float32)
+
+
+def test_a_bprop_returning_none_for_an_input_that_requires_grad_is_an_error():
+    op = ops.Custom(lambda x, y: x * y, lambda a, b: a, lambda a, b: a, func_type="pyfunc",
+                    bprop=lambda x, y, out, dout: (dout * y, None))
+    x, y = Tensor(np.array([1.0, 2.0])), Tensor(np.array([3.0, 4.0]))
+    gx = rt.grad(lambda a: ops.sum(op(a, y)))(x)  # y needs no gradient: its None is fine
+    np.testing.assert_array_equal(gx.asnumpy(), [3.0, 4.0])
+    with pytest.raises(ValueError, match=r"returned None for input 1, which requires grad; return its gradient"):
+        rt.grad(lambda a, b: ops.sum(op(a, b)), (0, 1))(x, y)

@@ -190,3 +190,18 @@ def test_adam_moment1_and_moment2_are_the_moments_of_its_formula():
         v = b2 * v + (1 - b2) * g * g
     np.testing.assert_allclose(opt.moment1[0], m, rtol=1e-12)
     np.testing.assert_allclose(opt.moment2[0], v, rtol=1e-12)
+
+
+@pytest.mark.parametrize("opt_cls", [nn.Momentum, nn.Adam])
+def test_weight_decay_comes_before_the_loss_scale_as_in_mindspore(opt_cls):
+    """MindSpore's optimizers decay the gradient, then divide it by loss_scale: (g + wd w) / loss_scale."""
+    kw = dict(momentum=0.9) if opt_cls is nn.Momentum else {}
+    w = Parameter(np.array([1.0]), name="w")
+    scaled = opt_cls([w], learning_rate=0.1, weight_decay=0.1, loss_scale=4.0, **kw)
+    scaled((Tensor(np.array([4.0])),))
+    w_ref = Parameter(np.array([1.0]), name="w_ref")
+    plain = opt_cls([w_ref], learning_rate=0.1, **kw)
+    plain((Tensor(np.array([(4.0 + 0.1 * 1.0) / 4.0])),))
+    np.testing.assert_allclose(w.asnumpy(), w_ref.asnumpy(), rtol=1e-15)
+    if opt_cls is nn.Momentum:  # v = 1.025, w = 1 - 0.1 * 1.025
+        np.testing.assert_allclose(w.asnumpy(), [0.8975], rtol=1e-15)

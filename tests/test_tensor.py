@@ -105,3 +105,28 @@ def test_parameter():
     v = p._version
     p.set_data(3.0)
     assert p.item() == 3.0 and p._version == v + 1
+
+
+def test_big_endian_arrays_become_native_tensors():
+    t = Tensor(np.arange(3, dtype=">f4"))
+    assert t.dtype == rt.float32 and t.asnumpy().dtype.isnative
+    np.testing.assert_array_equal(t.asnumpy(), [0.0, 1.0, 2.0])
+
+
+def test_set_data_keeps_the_shape_and_refuses_lossy_conversions():
+    p = Parameter(Tensor(np.zeros(3, np.float32)), name="w")
+    p.set_data(np.ones(3))  # float64 -> float32: same kind
+    assert p.dtype == rt.float32 and p.asnumpy().tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match=r"^set_data: Parameter 'w' has shape \(3,\), the new data \(2, 2\); "
+                                         r"pass slice_shape=True to change the shape$"):
+        p.set_data(np.ones((2, 2)))
+    assert p.shape == (3,)
+    p.set_data(np.ones((2, 2)), slice_shape=True)
+    assert p.shape == (2, 2)
+    i = Parameter(Tensor(np.zeros(3, np.int32)), name="steps", requires_grad=False)
+    with pytest.raises(TypeError, match=r"^set_data: Parameter 'steps' is Int32, and data of dtype float64 would "
+                                        r"lose its values"):
+        i.set_data([1.7, 2.2, 3.9])
+    assert i.asnumpy().tolist() == [0, 0, 0]
+    i.set_data([1, 2, 3])
+    assert i.asnumpy().tolist() == [1, 2, 3]

@@ -98,6 +98,10 @@ def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], 
                             f"got {type(res).__name__}")
         if len(res) > len(inputs) or any(needed[len(res):]):
             raise ValueError(f"{name} returned {len(res)} gradients for {len(inputs)} inputs")
+        missing = [i for i, g in enumerate(res) if g is None and needed[i]]
+        if missing:
+            raise ValueError(f"{name} returned None for input {missing[0]}, which requires grad; return its "
+                             f"gradient (zeros_like of the input if none flows to it)")
         return res
 
     return backward

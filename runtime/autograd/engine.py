@@ -410,14 +410,25 @@ def backward(tensors: Sequence[Any], grad_tensors: Optional[Sequence[Any]] = Non
 def grad(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Optional[Sequence[Any]] = None,
          retain_graph: Optional[bool] = None, create_graph: bool = False,
          allow_unused: bool = False) -> List[Any]:
-    """Gradients of ``outputs`` with respect to ``inputs``, as PyTorch's ``autograd.grad``.
+    """Gradients of ``outputs`` with respect to ``inputs``, as PyTorch's ``autograd.grad``: each may be
+    one Tensor or a sequence of them; an output with more than one element needs its ``grad_outputs``.
 
     An input that no output depends on is an error, unless ``allow_unused=True``,
     which gives ``None`` for it.
     """
-    outputs = list(outputs)
+    Tensor = _tensor.Tensor
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     if grad_outputs is None:
         grad_outputs = [None] * len(outputs)
+    elif isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs]
+    for k, (t, g) in enumerate(zip(outputs, grad_outputs)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"autograd.grad: output {k} is a {type(t).__name__}, not a Tensor")
+        if g is None and t._data.size != 1:
+            raise RuntimeError(f"autograd.grad: output {k} has shape {list(t._data.shape)}; without grad_outputs "
+                               f"each output must have one element")
     gs = [_as_grad(g, t) for t, g in zip(outputs, grad_outputs)]
     if retain_graph is None:
         retain_graph = create_graph

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from typing import Any, Dict, Iterator, List, Tuple
 
 from ..autograd.callback import bprop_backward, needs_grad, record_callback
+from ..autograd.grad_mode import _state as _grad_state
 from ..autograd.grad_mode import no_grad
 from ..context import GRAPH_MODE, _settings
 from ..jit.tracing import hook as _trace
@@ -24,6 +25,9 @@ class Cell:
     """Base class of networks. Subclasses define ``construct``."""
 
     def __init__(self, auto_prefix: bool = True) -> None:
+        """``auto_prefix`` (MindSpore's): a sub-cell assigned to this cell gets its attribute name put in
+        front of its Parameters' names (``fc1.weight``), so a network's names are unique, as its paths."""
+        object.__setattr__(self, "_auto_prefix", bool(auto_prefix))
         object.__setattr__(self, "_params", OrderedDict())
         object.__setattr__(self, "_cells", OrderedDict())
         object.__setattr__(self, "training", False)
@@ -45,6 +49,9 @@ class Cell:
                 params[name] = value
             elif isinstance(value, Cell):
                 cells[name] = value
+                if self.__dict__.get("_auto_prefix", True):
+                    for p in value.get_parameters():
+                        p.name = f"{name}.{p.name}" if p.name else name
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
@@ -69,7 +76,10 @@ class Cell:
 
     def _eager_call(self, *args: Any, **kwargs: Any) -> Any:
         bprop = getattr(type(self), "bprop", None)
-        if bprop is None or not needs_grad(args):
+        # bprop decides the gradients whenever one is recorded, also when only the cell's own Parameters
+        # require grad (they then get none from it, as in MindSpore): never autodiff through construct
+        if bprop is None or not (needs_grad(args) or (_grad_state.enabled and
+                                                      any(p.requires_grad for p in self.get_parameters()))):
             return self.construct(*args, **kwargs)
         return self._call_with_bprop(args, kwargs)
 

@@ -140,7 +140,8 @@ class SGD(Optimizer):
 
 
 class Momentum(Optimizer):
-    """v = momentum * v + g; w -= lr * v (lr * (g + momentum * v) with use_nesterov)."""
+    """v = momentum * v + g; w -= lr * v (lr * (g + momentum * v) with use_nesterov); g is
+    (gradient + weight_decay * w) / loss_scale, in that order as in MindSpore."""
 
     def __init__(self, params: Any, learning_rate: LearningRate, momentum: float, weight_decay: float = 0.0,
                  loss_scale: float = 1.0, use_nesterov: bool = False) -> None:
@@ -153,7 +154,9 @@ class Momentum(Optimizer):
         self.moments = [np.zeros_like(p._data) for p in self._params]
 
     def _update(self, i, w, g, lr):
-        g = self._decayed(w, g / self.loss_scale if self.loss_scale != 1.0 else g)
+        g = self._decayed(w, g)  # then divided by loss_scale, in MindSpore's order: (g + wd * w) / loss_scale
+        if self.loss_scale != 1.0:
+            g = g / self.loss_scale
         v = self.moments[i]
         v *= self.momentum
         v += g
@@ -162,7 +165,7 @@ class Momentum(Optimizer):
 
 class Adam(Optimizer):
     """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr * sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps).
-    weight_decay adds weight_decay * w to g first.
+    g is (gradient + weight_decay * w) / loss_scale, in that order as in MindSpore.
 
     The moments are kept divided by (1-b1) and (1-b2) (``M = b1 M + g``, ``V = b2 V + g^2``), and
     the constants move into the update; ``moment1``/``moment2`` give m and v themselves (copies).
@@ -194,9 +197,9 @@ class Adam(Optimizer):
         return [(1 - self.beta2) * v for v in self._v]
 
     def _update(self, i, w, g, lr):
+        g = self._decayed(w, g)  # then divided by loss_scale, in MindSpore's order: (g + wd * w) / loss_scale
         if self.loss_scale != 1.0:
             g = g / self.loss_scale
-        g = self._decayed(w, g)
         b1, b2, t = self.beta1, self.beta2, self.global_step + 1
         m, v, s = self._m[i], self._v[i], self._scratch[i]
         # ten passes over memory, each in place (no temporaries): the moments' scale factors

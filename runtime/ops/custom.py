@@ -338,11 +338,28 @@ class Custom:
         raise RuntimeError(f"{where}: {err}")
 
     # ---- pyfunc ------------------------------------------------------------
+    def _result_dtypes(self, arrays: Sequence[np.ndarray], n: int) -> Optional[List[np.dtype]]:
+        """The numpy dtypes out_dtype declares for a pyfunc without out_shape (None: none declared)."""
+        dtypes = self.out_dtype
+        if dtypes is None:
+            return None
+        if _is_fn(dtypes):
+            dtypes = self._declared(dtypes, "dtype", [from_numpy_dtype(a.dtype) for a in arrays],
+                                    "the output's dtype (e.g. rt.float32) or a list of dtypes")
+        listed = list(dtypes) if isinstance(dtypes, (list, tuple)) else [dtypes]
+        if len(listed) != n:
+            raise ValueError(f"pyfunc '{self.name}' returned {n} outputs, out_dtype declares {len(listed)}")
+        try:
+            return [to_dtype(d).np for d in listed]
+        except TypeError as e:
+            raise TypeError(f"Custom '{self.name}': out_dtype: {e}") from None
+
     def _call_py(self, arrays: Tuple[np.ndarray, ...], specs: Optional[Tuple[Spec, ...]]) -> List[np.ndarray]:
         res = self.func(*arrays)  # type: ignore[operator]
         items = list(res) if isinstance(res, (tuple, list)) else [res]
         if specs is not None and len(items) != len(specs):
             raise ValueError(f"pyfunc '{self.name}' returned {len(items)} outputs, out_shape declares {len(specs)}")
+        dtypes_only = self._result_dtypes(arrays, len(items)) if specs is None else None
         outs = []
         for k, r in enumerate(items):
             o = r._data if isinstance(r, Tensor) else np.asarray(r)
@@ -357,6 +374,8 @@ class Custom:
                                      f"declares {list(shape)}")
                 if o.dtype != dt:
                     o = o.astype(dt)
+            elif dtypes_only is not None and o.dtype != dtypes_only[k]:
+                o = o.astype(dtypes_only[k])
             if any(np.may_share_memory(o, a) for a in arrays):
                 o = o.copy()  # an output never aliases an input
             outs.append(o)
