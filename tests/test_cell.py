@@ -186,3 +186,20 @@ def test_a_bprop_cell_gives_its_parameters_the_same_gradient_however_grad_is_ask
     gx, (gw2,) = rt.grad(f, 0, [c.w])(x)
     assert gw.asnumpy() == 0.0 and gw2.asnumpy() == 0.0
     np.testing.assert_array_equal(gx.asnumpy(), [200.0, 200.0, 200.0])
+
+
+def test_a_bprop_cell_called_with_keywords_gets_them_in_place():
+    class Mul(nn.Cell):
+        def construct(self, x, y):
+            return x * y
+
+        def bprop(self, x, y, out, dout):
+            return (dout * y, dout * x)
+
+    c = Mul()
+    x, y = Tensor(np.array([1.0, 2.0])), Tensor(np.array([3.0, 5.0]))
+    gx, gy = rt.grad(lambda a, b: ops.sum(c(a, y=b)), (0, 1))(x, y)
+    np.testing.assert_array_equal(gx.asnumpy(), [3.0, 5.0])
+    np.testing.assert_array_equal(gy.asnumpy(), [1.0, 2.0])
+    with pytest.raises(TypeError, match=r"^Mul: got an unexpected keyword argument 'z'$"):
+        rt.grad(lambda a: ops.sum(c(a, y, z=y)))(x)

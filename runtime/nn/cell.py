@@ -84,6 +84,17 @@ class Cell:
         return self._call_with_bprop(args, kwargs)
 
     def _call_with_bprop(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        if kwargs:  # bprop(*inputs, out, dout) takes the inputs positionally: bind keywords to their places
+            import inspect
+            try:
+                bound = inspect.signature(self.construct).bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{type(self).__name__}: {e}") from None
+            bound.apply_defaults()
+            if bound.kwargs:
+                raise TypeError(f"{type(self).__name__} has a bprop, which takes the inputs positionally; "
+                                f"construct's keyword-only arguments {sorted(bound.kwargs)} cannot reach it")
+            args, kwargs = tuple(bound.args), {}
         with no_grad():
             out = self.construct(*args, **kwargs)
         single = isinstance(out, Tensor)
