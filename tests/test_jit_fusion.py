@@ -164,3 +164,21 @@ def test_o1_leaves_other_reductions_to_their_own_node():
     x = Tensor(np.random.default_rng(7).standard_normal((3, 4)))
     assert [n.op for n in j.graph(x).nodes] == ["fused[sin+mul]", "sum"]
     np.testing.assert_allclose(j(x).asnumpy(), np.sum(np.sin(x.asnumpy()) * 2.0, axis=0), rtol=1e-12)
+
+
+def test_an_unused_trailing_sum_does_not_join_the_fused_kernel():
+    """The kernel writes a fused reduction to its last output; an unused one would write over another."""
+    @jit(jit_level="O1")
+    def f(x):
+        y = x * 2.0 + 1.0
+        mint.sum(y)  # computed, never used
+        return y
+
+    @jit(jit_level="O1")
+    def g(x):
+        y = x * 2.0 + 1.0
+        mint.sum(y, -1)
+        return y
+
+    np.testing.assert_array_equal(f(Tensor(np.ones((2, 3), np.float32))).asnumpy(), np.full((2, 3), 3.0))
+    np.testing.assert_array_equal(g(Tensor(np.ones((3, 4), np.float32))).asnumpy(), np.full((3, 4), 3.0))

@@ -105,10 +105,10 @@ def test_graph_mode_gradients_after_a_stopped_trace_match_pynative(graph_mode):
     net = Gated()
     x = Tensor(np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32))
     fn = rt.value_and_grad(lambda t: ops.sum(net(t)), None, net.trainable_params())
-    with pytest.warns(RuntimeWarning, match=r"float\(\) of a tensor"):
+    with pytest.warns(RuntimeWarning, match=r"float\(\) of a tensor") as caught:
         loss, grads = fn(x)
-    dense = net.dense._graph_jit
-    assert dense.traces == 1 and dense.graph(net.dense, x).nodes  # the sub-cell is still a graph
+    assert [str(w.message).split(":")[0] for w in caught] == ["jit(Gated.construct)"]
+    assert net.dense._graph_jit.traces == 1  # the sub-cell is still a graph
     rt.set_context(mode=rt.PYNATIVE_MODE)
     loss_p, grads_p = fn(x)
     np.testing.assert_allclose(loss.asnumpy(), loss_p.asnumpy(), rtol=1e-6)
@@ -160,3 +160,83 @@ def test_what_a_graph_holds_is_still_captured_without_a_warning(capsys):
         np.testing.assert_array_equal(j(x, w).asnumpy(), [6.0, 6.0, 6.0])
         np.testing.assert_array_equal(j(x * 2, w).asnumpy(), [10.0, 10.0, 10.0])
     assert j.traces == 1 and capsys.readouterr().out.count("tracing") == 1
+
+
+def test_a_tensor_index_grad_inside_and_dropout_in_training_stop_the_trace(graph_mode):
+    from runtime import mint
+    rt.set_context(mode=rt.PYNATIVE_MODE)
+    take = jit(lambda x, idx: x[idx])
+    x = Tensor(np.arange(5.0))
+    with pytest.warns(RuntimeWarning, match="a tensor used as an index"):
+        np.testing.assert_array_equal(take(x, Tensor(np.array([0, 1]))).asnumpy(), [0.0, 1.0])
+    np.testing.assert_array_equal(take(x, Tensor(np.array([3, 4]))).asnumpy(), [3.0, 4.0])
+    inner = jit(lambda t: rt.grad(lambda u: mint.sum(mint.sin(u)))(t))
+    with pytest.warns(RuntimeWarning, match="grad inside a traced function"):
+        inner(Tensor(np.array([0.0])))
+    np.testing.assert_allclose(inner(Tensor(np.array([3.0]))).asnumpy(), np.cos([3.0]), rtol=1e-15)
+
+    rt.set_context(mode=rt.GRAPH_MODE)
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.drop = nn.Dropout(p=0.5)
+
+        def construct(self, x):
+            return self.drop(x) * 1.0
+
+    net = Net()
+    ones = Tensor(np.ones(64, np.float32))
+    np.testing.assert_array_equal(net(ones).asnumpy(), np.ones(64))  # evaluation: the identity, a graph
+    net.set_train(True)  # the training flags are part of the signature: a new trace, which stops
+    with pytest.warns(RuntimeWarning, match="Dropout in training draws a new random mask"):
+        a = net(ones).asnumpy()
+    b = net(ones).asnumpy()
+    assert set(np.unique(a)) <= {0.0, 2.0} and not np.array_equal(a, b)  # a new mask each call
+    net.set_train(False)
+    np.testing.assert_array_equal(net(ones).asnumpy(), np.ones(64))
+
+
+def test_graph_mode_sees_a_replaced_parameter(graph_mode):
+    class Scale(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(Tensor(np.array([1.0, 2.0])), name="w")
+
+        def construct(self, x):
+            return x * self.w
+
+    c = Scale()
+    x = Tensor(np.array([1.0, 1.0]))
+    np.testing.assert_array_equal(c(x).asnumpy(), [1.0, 2.0])
+    c.w = Parameter(Tensor(np.array([10.0, 20.0])), name="w")
+    np.testing.assert_array_equal(c(x).asnumpy(), [10.0, 20.0])
+
+
+def test_the_signature_keys_floats_by_bits_and_arrays_by_contents():
+    div = jit(lambda x, s: x / s)
+    x = Tensor(np.array([1.0]))
+    with np.errstate(divide="ignore"):
+        assert div(x, 0.0).asnumpy()[0] == np.inf and div(x, -0.0).asnumpy()[0] == -np.inf
+    nan = jit(lambda x, s: x + s)
+    for _ in range(3):
+        nan(x, float("nan"))
+    assert nan.traces == 1
+    add = jit(lambda x, a: x + Tensor(a.copy()))
+    got = [add(x, np.full(1, float(i))).asnumpy()[0] for i in range(6)]  # freed arrays' ids are reused
+    assert got == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and add.traces == 6
+    add(x, np.full(1, 2.0))
+    assert add.traces == 6  # the same contents: the same graph
+
+
+def test_a_captured_parameter_that_changes_shape_is_traced_again(tmp_path):
+    from runtime import mint
+    w = Parameter(Tensor(np.ones(4, np.float32)), name="w")
+    f = jit(lambda x: mint.exp(x * w) + 1.0, jit_level="O1")
+    x = Tensor(np.zeros(4, np.float32))
+    np.testing.assert_array_equal(f(x).asnumpy(), np.full(4, 2.0))
+    w.set_data(np.ones(1 << 20, np.float32), slice_shape=True)  # the fused kernel's loops no longer fit
+    with pytest.raises(ValueError, match="could not be broadcast"):  # what eager says, not a fused overrun
+        f(x)
+    w.set_data(np.full(4, 2.0, np.float32), slice_shape=True)
+    np.testing.assert_allclose(f(Tensor(np.ones(4, np.float32))).asnumpy(), np.exp(np.full(4, 2.0)) + 1, rtol=1e-6)

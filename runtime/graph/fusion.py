@@ -61,6 +61,7 @@ def reduction(node: Node, run: List[Node]) -> str:
 
 def _groups(graph: Graph) -> List[List[Node]]:
     nodes = {n.id: n for n in graph.nodes}
+    used = _uses(graph)
     groups: List[List[Node]] = []
     run: List[Node] = []
     for n in graph.nodes:
@@ -68,7 +69,9 @@ def _groups(graph: Graph) -> List[List[Node]]:
                                                      and run[0].out_dtypes[0] == n.out_dtypes[0])):
             run.append(n)
             continue
-        if reduction(n, run):  # a trailing sum/mean ends the run inside its kernel
+        # a trailing sum/mean ends the run inside its kernel, if something uses it: the kernel writes the
+        # reduction to its last output, which for an unused one would be another output's memory
+        if reduction(n, run) and used.get(n.id):
             groups.append(run + [n])
             run = []
             continue

@@ -48,6 +48,16 @@ class _Entry:
     traced: Graph  # as traced, before the backend's rewrites
     grad: Dict[Tuple[bool, ...], _Grad] = field(default_factory=dict)  # per inputs requiring grad
     calls: int = field(default=0)
+    consts: Tuple[Tuple[Tensor, Any, Any], ...] = ()  # captured tensors with their traced shape and dtype
+
+    def stale(self) -> bool:
+        """A captured tensor (a Parameter, say) has another shape or dtype than when traced: the graph,
+        and a fused kernel's loops, no longer fit it."""
+        for t, shape, dtype in self.consts:
+            d = t._data
+            if d.shape != shape or d.dtype != dtype:
+                return True
+        return False
 
 
 @dataclass
@@ -91,6 +101,10 @@ class JitFunction:
         key, tensors = signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
+            entry = self._build(key, tensors, args, kwargs)
+        elif type(entry) is not _Eager and entry.consts and entry.stale():
+            with self._lock:
+                self._cache.pop(key, None)
             entry = self._build(key, tensors, args, kwargs)
         entry.calls += 1
         if type(entry) is _Eager:  # its trace stopped: op by op, as without jit
@@ -191,6 +205,9 @@ class JitFunction:
             run = self.backend.factory(graph, dict(self.config))
             grad_consts = any(isinstance(r, Const) and isinstance(r.value, Tensor) and r.value.requires_grad
                               for n in graph.nodes for r in n.inputs)
-            entry = _Entry(getattr(run, "graph", graph), run, spec, grad_consts, graph)
+            captured = {id(r.value): r.value for n in graph.nodes for r in n.inputs
+                        if isinstance(r, Const) and isinstance(r.value, Tensor)}
+            entry = _Entry(getattr(run, "graph", graph), run, spec, grad_consts, graph,
+                           consts=tuple((t, t._data.shape, t._data.dtype) for t in captured.values()))
             self._cache[key] = entry
             return entry

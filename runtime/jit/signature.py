@@ -2,12 +2,17 @@
 
 The key holds, per argument leaf, a tensor's shape and dtype (and which
 earlier argument it is, when the same tensor is passed twice) or a plain
-value itself (hashable values by value, others by identity). A new key means
+value itself (hashable values by value, floats by their bits, numpy arrays by
+their contents, other values by identity, held so that no other object takes
+their id). A new key means
 a new trace; the same key reuses the built graph.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Dict, List, Tuple
+
+import numpy as np
 
 from ..tensor import Tensor
 
@@ -16,11 +21,31 @@ __all__ = ["signature", "flatten_result", "unflatten_result"]
 _DEVICE = "CPU"
 
 
+class _Same:
+    """An unhashable argument keyed by identity; holding it keeps its id from being reused by another
+    object (a freed array's id often is), which would otherwise find this object's graph."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is _Same and other.obj is self.obj
+
+
 def _leaf_key(x: Any) -> Any:
+    if isinstance(x, float):  # by its bits: 0.0 and -0.0 differ, and NaN is equal to itself
+        return ("f", type(x), float(x).hex())
+    if isinstance(x, np.ndarray):  # by value: a graph keeps an array's contents as they were
+        return ("nd", x.shape, x.dtype.str, hashlib.blake2b(np.ascontiguousarray(x).tobytes()).digest())
     try:
         hash(x)
     except TypeError:
-        return ("id", id(x))
+        return ("id", _Same(x))
     return ("v", type(x), x)
 
 

@@ -160,9 +160,12 @@ def _graph_call(cell: Cell, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> An
     jitted = cell.__dict__.get("_graph_jit")
     if jitted is None:
         from ..jit import jit
-        def run(c: Cell, *a: Any, **k: Any) -> Any:  # a call whose trace stops runs eagerly (sub-cells as graphs)
+        def run(c: Cell, state: Any, *a: Any, **k: Any) -> Any:  # a call whose trace stops runs eagerly
             return c._call(*a, **k)
         run.__qualname__ = f"{type(cell).__name__}.construct"
         jitted = jit(run)
         object.__setattr__(cell, "_graph_jit", jitted)
-    return jitted(cell, *args, **kwargs)
+    # part of the signature: each cell's training flag (set_train) and which Parameters it holds (one
+    # replaced by another is a new graph, not the old one captured)
+    state = tuple((c.training, tuple(map(id, c._params.values()))) for _, c in cell._walk(""))
+    return jitted(cell, state, *args, **kwargs)
