@@ -349,3 +349,21 @@ def test_build_options_and_non_functions_are_refused():
         ops.Custom("lib.so:f", func_type="akg")
     with pytest.raises(HybridSyntaxError, match=r"must be a function defined with def"):
         ops.Custom(lambda x: x, func_type="hybrid")
+
+
+def data_sized(x):
+    n = int(x[0])
+    y = output_tensor((n,), x.dtype)
+    for i in range(n):
+        y[i] = 7.0
+    return y
+
+
+def test_an_output_sized_from_data_must_match_out_shape_before_anything_is_written():
+    op = ops.Custom(data_sized, out_shape=(2,), out_dtype=rt.float32, func_type="hybrid")
+    np.testing.assert_array_equal(op(Tensor(np.array([2.0], np.float32))).asnumpy(), [7.0, 7.0])
+    line = inspect.getsourcelines(data_sized)[1] + 2
+    with pytest.raises(RuntimeError, match=rf"test_hybrid_errors\.py:{line}: output 'y' is declared with shape "
+                                           rf"\(200000,\) here, but was allocated as \(2,\) \(out_shape\): make "
+                                           rf"them agree"):
+        op(Tensor(np.array([200000.0], np.float32)))  # the loops would have written 200000 floats into 2

@@ -296,3 +296,47 @@ def test_debug_build_reports_a_negative_index_beyond_the_wrap():
         ops.Custom(kernel(negatives.func, debug=True))(x, bad)
     with pytest.raises(IndexError):  # the Python target: numpy refuses it too
         kernel(negatives.func, target="python", debug=True)(x, bad)
+
+
+def k_floordiv(a, b):
+    c = output_tensor(a.shape, a.dtype)
+    for i in range(a.shape[0]):
+        c[i] = a[i] // b[i]
+    return c
+
+
+def k_mod(a, b):
+    c = output_tensor(a.shape, a.dtype)
+    for i in range(a.shape[0]):
+        c[i] = a[i] % b[i]
+    return c
+
+
+def k_pow(a, b):
+    c = output_tensor(a.shape, a.dtype)
+    for i in range(a.shape[0]):
+        c[i] = a[i] ** b[i]
+    return c
+
+
+BINARY = {"//": k_floordiv, "%": k_mod, "**": k_pow}
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_the_lowest_integer_divided_by_minus_one_wraps_as_numpy(dtype):
+    a = np.array([np.iinfo(dtype).min, 7, -7], dtype)
+    b = np.array([-1, -1, 2], dtype)
+    with np.errstate(over="ignore"):
+        want_div, want_mod = a // b, a % b
+    np.testing.assert_array_equal(ops.Custom(kernel(k_floordiv))(Tensor(a), Tensor(b)).asnumpy(), want_div)
+    np.testing.assert_array_equal(ops.Custom(kernel(k_mod))(Tensor(a), Tensor(b)).asnumpy(), want_mod)
+
+
+@pytest.mark.parametrize("op", ["//", "%", "**"])
+def test_float16_floor_division_modulo_and_power_compile_and_match(op):
+    a = np.array([1.5, -2.25, 3.0], np.float16)
+    b = np.array([0.5, 2.0, 2.0], np.float16)
+    want = {"//": a // b, "%": a % b, "**": a ** b}[op]
+    got = ops.Custom(kernel(BINARY[op]))(Tensor(a), Tensor(b)).asnumpy()
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-3)

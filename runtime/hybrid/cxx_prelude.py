@@ -19,23 +19,33 @@ PRELUDE = r"""#include <cmath>
 
 namespace ob {
 
+// float16 (_Float16) has no std::floor/fmod/pow overloads of its own: compute in float and round back
+template <typename T> using wide_t = std::conditional_t<(sizeof(T) < sizeof(float)), float, T>;
 template <typename T> inline T floordiv(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     if (b == 0) return 0;
+    if constexpr (std::is_signed_v<T>) {  // the lowest value // -1 overflows (a trap): numpy wraps it
+      if (b == -1) return static_cast<T>(std::make_unsigned_t<T>(0) - static_cast<std::make_unsigned_t<T>>(a));
+    }
     T q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? static_cast<T>(q - 1) : q;
   } else {
-    return std::floor(a / b);
+    using W = wide_t<T>;
+    return static_cast<T>(std::floor(static_cast<W>(a) / static_cast<W>(b)));
   }
 }
 template <typename T> inline T mod(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     if (b == 0) return 0;
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return 0;  // the lowest value % -1 would trap
+    }
     T r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
   } else {
-    T r = std::fmod(a, b);
-    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    using W = wide_t<T>;
+    W r = std::fmod(static_cast<W>(a), static_cast<W>(b));
+    return static_cast<T>((r != 0 && ((r < 0) != (static_cast<W>(b) < 0))) ? r + static_cast<W>(b) : r);
   }
 }
 template <typename T> inline T power(T a, T b) {
@@ -49,7 +59,8 @@ template <typename T> inline T power(T a, T b) {
     }
     return r;
   } else {
-    return std::pow(a, b);
+    using W = wide_t<T>;
+    return static_cast<T>(std::pow(static_cast<W>(a), static_cast<W>(b)));
   }
 }
 // Python's meaning of a negative index, wrapped once: -1 is the last element.
