@@ -182,3 +182,13 @@ def test_an_unused_trailing_sum_does_not_join_the_fused_kernel():
 
     np.testing.assert_array_equal(f(Tensor(np.ones((2, 3), np.float32))).asnumpy(), np.full((2, 3), 3.0))
     np.testing.assert_array_equal(g(Tensor(np.ones((3, 4), np.float32))).asnumpy(), np.full((3, 4), 3.0))
+
+
+def test_a_rank_past_the_kernels_loop_nest_runs_unfused():
+    @jit(jit_level="O1")
+    def f(x):
+        return mint.exp(x * 2.0) + 1.0
+
+    x = Tensor(np.full((1,) * 17 + (2,), 0.5))
+    np.testing.assert_allclose(f(x).asnumpy(), np.exp(x.asnumpy() * 2.0) + 1.0, rtol=1e-15)
+    assert not any(n.kind == "fused" for n in f.graph(x).nodes)

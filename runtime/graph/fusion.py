@@ -18,7 +18,7 @@ from typing import Dict, List, Set, Tuple
 import numpy as np
 
 from .graph import Const, Graph, Input, Node, Output, Ref
-from .kernel_source import OPS, REDUCTIONS
+from .kernel_source import MAX_DIMS, OPS, REDUCTIONS
 
 __all__ = ["fuse", "fusible", "reduction"]
 
@@ -37,6 +37,8 @@ def _dtype_of(graph: Graph, r: Ref, nodes: Dict[int, Node]):
 def fusible(graph: Graph, node: Node, nodes: Dict[int, Node]) -> bool:
     """Whether ``node`` is a built-in elementwise op on floating tensors of one dtype."""
     if node.kind != "primitive" or node.op not in OPS or node.attrs or len(node.out_dtypes) != 1:
+        return False
+    if len(node.out_shapes[0]) > MAX_DIMS:  # past the generated kernel's loop nest: the runtime's op runs it
         return False
     dt = node.out_dtypes[0]
     return dt in _FLOATS and all(_dtype_of(graph, r, nodes) == dt for r in node.inputs)
