@@ -367,3 +367,17 @@ def test_an_output_sized_from_data_must_match_out_shape_before_anything_is_writt
                                            rf"\(200000,\) here, but was allocated as \(2,\) \(out_shape\): make "
                                            rf"them agree"):
         op(Tensor(np.array([200000.0], np.float32)))  # the loops would have written 200000 floats into 2
+
+
+def bool_max(a):
+    c = output_tensor(a.shape, "float64")
+    for i in range(a.shape[0]):
+        c[i] = float64(max(a[i], a[i]))
+    return c
+
+
+def test_max_min_power_of_bools_is_a_type_error_naming_the_line():
+    line = inspect.getsourcelines(bool_max)[1] + 3
+    with pytest.raises(HybridTypeError, match=rf"test_hybrid_errors\.py:{line}: max\(\) of bool values is not "
+                                              rf"supported; cast them first"):
+        ops.Custom(bool_max)(Tensor(np.array([True, False])))

@@ -277,6 +277,9 @@ class _Gen:
         fn = INTRINSICS[node.func.id]
         args = [self.expr(a) for a in node.args]
         types = [t for _, t in args]
+        if fn.name in ("max", "min", "power") and any(t.dtype == "bool" for t in types):
+            raise self.err(node, f"{fn.name}() of bool values is not supported; cast them first "
+                                 f"(int8(x), float32(x))")
         rt = result_of(fn, types)
         name = fn.name
         if name in ("float", "int") or name in CASTS:
