@@ -380,4 +380,4 @@ def test_max_min_power_of_bools_is_a_type_error_naming_the_line():
     line = inspect.getsourcelines(bool_max)[1] + 3
     with pytest.raises(HybridTypeError, match=rf"test_hybrid_errors\.py:{line}: max\(\) of bool values is not "
                                               rf"supported; cast them first"):
-        ops.Custom(bool_max)(Tensor(np.array([True, False])))
+        ops.Custom(bool_max, func_type="hybrid")(Tensor(np.array([True, False])))
