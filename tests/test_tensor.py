@@ -130,3 +130,9 @@ def test_set_data_keeps_the_shape_and_refuses_lossy_conversions():
     assert i.asnumpy().tolist() == [0, 0, 0]
     i.set_data([1, 2, 3])
     assert i.asnumpy().tolist() == [1, 2, 3]
+
+
+def test_a_shape_mismatch_names_the_op_and_the_shapes():
+    with pytest.raises(ValueError, match=r"^op 'add': the shapes of its inputs \[\[3\], \[4\]\] do not broadcast "
+                                         r"together$"):
+        Tensor(np.ones(3)) + Tensor(np.ones(4))

@@ -48,6 +48,9 @@ class Primitive:
             _device.check_same(args, f"op '{self.name}'")
             raise
         except ValueError as e:  # numpy's "array is too big": a result whose size in bytes overflows
+            if "could not be broadcast" in str(e):
+                raise ValueError(f"op '{self.name}': the shapes of its inputs "
+                                 f"{[list(a.shape) for a in args]} do not broadcast together") from e
             if "too big" not in str(e):
                 raise
             raise MemoryError(f"op '{self.name}': cannot allocate its result for inputs of shapes "
