@@ -9,8 +9,10 @@
 member is a regular file or directory with a name of that shape: no ``..``,
 no absolute path, no link or device can write outside the target. Members are
 unpacked (with tarfile's ``data`` filter as well) into a private temporary
-directory, then each build is installed like ``build --into`` does
-(store.install: its SHA-256 must be the one its ``build.json`` records).
+directory; every build must then be whole (library, ``build.json``, manifest)
+with the SHA-256 its ``build.json`` records, or nothing is installed; then
+each is installed like ``build --into`` does (store.install). A bundle with
+no build is an error.
 A bundle is trusted as far as whoever made it: import only your own CI's.
 """
 from __future__ import annotations
@@ -120,10 +122,46 @@ def import_bundle(bundle: Path, store: Path) -> List[Path]:
         tmp = Path(tempfile.mkdtemp(prefix="opbuilder-import-"))
         try:
             tar.extractall(tmp, members=members, filter="data")
-            installed = []
-            for op_dir in sorted(p for p in tmp.iterdir() if p.is_dir()):
-                for key_dir in sorted(p for p in op_dir.iterdir() if p.name != "deps"):
-                    installed.append(install(op_dir, key_dir.name, store))
-            return installed
+            builds = [(op_dir, key_dir.name) for op_dir in sorted(p for p in tmp.iterdir() if p.is_dir())
+                      for key_dir in sorted(p for p in op_dir.iterdir() if p.name != "deps")]
+            if not builds:
+                raise ValueError(f"bundle {bundle} holds no build (export writes OP/KEY/LIBRARY, build.json and "
+                                 f"its manifest); nothing was imported")
+            for op_dir, key in builds:  # every build whole and as recorded before any is installed
+                why = _incomplete(op_dir, key)
+                if why:
+                    raise ValueError(f"bundle {bundle} refused, nothing was imported: {op_dir.name}/{key}: {why}")
+            return [install(op_dir, key, store) for op_dir, key in builds]
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _incomplete(op_dir: Path, key: str) -> str:
+    """Why the unpacked build ``op_dir/key`` cannot be installed (no library, no build.json recording its
+    SHA-256, no manifest, or a library that is not the one recorded), or "" if it can."""
+    import hashlib
+    import json
+
+    from .fingerprint import manifest_path
+    from .published import INFO, _library_record
+
+    key_dir = op_dir / key
+    data = _library_record(key_dir / INFO) if (key_dir / INFO).is_file() else None
+    lib = library_in(key_dir) if key_dir.is_dir() else None
+    if data is None or lib is None:
+        return "it has no library or no build.json recording the library's size and SHA-256"
+    base = data.get("base")
+    if not isinstance(base, str) or not KEY_RE.fullmatch(base):
+        return "its build.json records no base key"
+    manifest = manifest_path(op_dir, base)
+    try:
+        json.loads(manifest.read_bytes())
+    except (OSError, ValueError):
+        return f"its manifest deps/{base}.json is missing or not JSON"
+    digest = hashlib.sha256()
+    with open(lib, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != data["library"]["sha256"]:
+        return f"{lib.name}: its SHA-256 is not the one its build.json records (changed since it was built)"
+    return ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -296,3 +297,27 @@ def test_doctor_reports_each_store_and_refuses_one_others_can_write(tmp_path):
                     f"owner (uid {os.geteuid()}, mode 777): refused")
     assert lines[i + 1].strip().startswith("fix: make it writable by its owner only")
     assert res.returncode == 1
+
+
+def test_a_bundle_with_one_incomplete_build_installs_nothing_and_an_empty_one_is_an_error(filled):
+    tmp_path, store, lib, log = filled
+    bundle = tmp_path / "ops.tar"
+    assert _cli("export", NAME, "-o", str(bundle), "--cache-dir", str(tmp_path / "ci" / "cache")).returncode == 0
+    partial = tmp_path / "partial.tar"
+    with tarfile.open(bundle) as src, tarfile.open(partial, "w") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read() if m.isfile() else None
+            dst.addfile(m, io.BytesIO(data) if data is not None else None)
+            if m.isfile() and "/deps/" not in m.name:  # the same build again as a second operator, no manifest
+                copy = tarfile.TarInfo("zzz_" + m.name)
+                copy.size, copy.mode = m.size, m.mode
+                dst.addfile(copy, io.BytesIO(data))
+    res = _cli("import", str(partial), "--into", str(tmp_path / "cluster"))
+    assert res.returncode == 1
+    assert re.search(rf"bundle {re.escape(str(partial))} refused, nothing was imported: zzz_{NAME}/[0-9a-f]+: its "
+                     rf"manifest deps/[0-9a-f]+\.json is missing or not JSON", res.stderr), res.stderr
+    assert not (tmp_path / "cluster").exists() or not list((tmp_path / "cluster").rglob("*"))  # not even the good one
+    empty = tmp_path / "empty.tar"
+    tarfile.open(empty, "w").close()
+    res = _cli("import", str(empty), "--into", str(tmp_path / "cluster"))
+    assert res.returncode == 1 and f"bundle {empty} holds no build" in res.stderr and "nothing was imported" in res.stderr
