@@ -266,17 +266,23 @@ def test_a_crafted_bundle_is_refused_and_nothing_is_written(tmp_path, case):
     assert not (tmp_path / "deep" / "escaped.json").exists() and not Path("/tmp/opbuilder-escaped.json").exists()
 
 
-def test_a_bundle_whose_library_was_changed_is_refused_naming_it(filled):
-    tmp_path, store, lib, log = filled
+def _exported_and_rewritten(tmp_path: Path, out_name: str, rewrite) -> Path:
+    """CI's build exported into a bundle, then each member passed through ``rewrite(member, data)``,
+    which returns the (member, data) pairs to write instead."""
     bundle = tmp_path / "ops.tar"
     assert _cli("export", NAME, "-o", str(bundle), "--cache-dir", str(tmp_path / "ci" / "cache")).returncode == 0
-    changed = tmp_path / "changed.tar"
-    with tarfile.open(bundle) as src, tarfile.open(changed, "w") as dst:
+    out = tmp_path / out_name
+    with tarfile.open(bundle) as src, tarfile.open(out, "w") as dst:
         for m in src.getmembers():
-            data = src.extractfile(m).read()
-            if m.name.endswith(".so"):
-                data = data[:-1] + bytes([data[-1] ^ 1])
-            dst.addfile(m, io.BytesIO(data))
+            for member, data in rewrite(m, src.extractfile(m).read() if m.isfile() else None):
+                dst.addfile(member, io.BytesIO(data) if data is not None else None)
+    return out
+
+
+def test_a_bundle_whose_library_was_changed_is_refused_naming_it(filled):
+    tmp_path, store, lib, log = filled
+    changed = _exported_and_rewritten(tmp_path, "changed.tar", lambda m, data: [
+        (m, data[:-1] + bytes([data[-1] ^ 1]) if m.name.endswith(".so") else data)])
     res = _cli("import", str(changed), "--into", str(tmp_path / "cluster"))
     assert res.returncode == 1
     assert "its SHA-256 is not the one its build.json records" in res.stderr and lib.name in res.stderr
@@ -301,17 +307,15 @@ def test_doctor_reports_each_store_and_refuses_one_others_can_write(tmp_path):
 
 def test_a_bundle_with_one_incomplete_build_installs_nothing_and_an_empty_one_is_an_error(filled):
     tmp_path, store, lib, log = filled
-    bundle = tmp_path / "ops.tar"
-    assert _cli("export", NAME, "-o", str(bundle), "--cache-dir", str(tmp_path / "ci" / "cache")).returncode == 0
-    partial = tmp_path / "partial.tar"
-    with tarfile.open(bundle) as src, tarfile.open(partial, "w") as dst:
-        for m in src.getmembers():
-            data = src.extractfile(m).read() if m.isfile() else None
-            dst.addfile(m, io.BytesIO(data) if data is not None else None)
-            if m.isfile() and "/deps/" not in m.name:  # the same build again as a second operator, no manifest
-                copy = tarfile.TarInfo("zzz_" + m.name)
-                copy.size, copy.mode = m.size, m.mode
-                dst.addfile(copy, io.BytesIO(data))
+
+    def and_a_copy_without_manifest(m, data):  # the same build again as a second operator, no manifest
+        if not m.isfile() or "/deps/" in m.name:
+            return [(m, data)]
+        copy = tarfile.TarInfo("zzz_" + m.name)
+        copy.size, copy.mode = m.size, m.mode
+        return [(m, data), (copy, data)]
+
+    partial = _exported_and_rewritten(tmp_path, "partial.tar", and_a_copy_without_manifest)
     res = _cli("import", str(partial), "--into", str(tmp_path / "cluster"))
     assert res.returncode == 1
     assert re.search(rf"bundle {re.escape(str(partial))} refused, nothing was imported: zzz_{NAME}/[0-9a-f]+: its "
