@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import List, Sequence
 
-from .store import KEY_RE, LIB_RE, OP_RE, install, library_in
+from .store import KEY_RE, LIB_RE, OP_RE, install, library_in, sha256_of
 
 __all__ = ["export_bundle", "import_bundle"]
 
@@ -113,15 +113,24 @@ def import_bundle(bundle: Path, store: Path) -> List[Path]:
     (then nothing is written), or a library whose SHA-256 is not the one recorded."""
     import shutil
 
-    with tarfile.open(bundle, "r:*") as tar:
+    try:
+        tar = tarfile.open(bundle, "r:*")
         members = tar.getmembers()
+    except tarfile.TarError as e:
+        raise ValueError(f"bundle {bundle} is not a tar file opbuilder can read ({e}; truncated, or not made by "
+                         f"'python -m opbuilder export'); nothing was imported") from None
+    with tar:
         for m in members:
             why = _refusal(bundle, m)
             if why:
                 raise ValueError(f"bundle {bundle} refused, nothing was imported: {why}")
         tmp = Path(tempfile.mkdtemp(prefix="opbuilder-import-"))
         try:
-            tar.extractall(tmp, members=members, filter="data")
+            try:
+                tar.extractall(tmp, members=members, filter="data")
+            except tarfile.TarError as e:
+                raise ValueError(f"bundle {bundle} cannot be unpacked ({e}; truncated?); nothing was imported") \
+                    from None
             builds = [(op_dir, key_dir.name) for op_dir in sorted(p for p in tmp.iterdir() if p.is_dir())
                       for key_dir in sorted(p for p in op_dir.iterdir() if p.name != "deps")]
             if not builds:
@@ -139,7 +148,6 @@ def import_bundle(bundle: Path, store: Path) -> List[Path]:
 def _incomplete(op_dir: Path, key: str) -> str:
     """Why the unpacked build ``op_dir/key`` cannot be installed (no library, no build.json recording its
     SHA-256, no manifest, or a library that is not the one recorded), or "" if it can."""
-    import hashlib
     import json
 
     from .fingerprint import manifest_path
@@ -158,10 +166,6 @@ def _incomplete(op_dir: Path, key: str) -> str:
         json.loads(manifest.read_bytes())
     except (OSError, ValueError):
         return f"its manifest deps/{base}.json is missing or not JSON"
-    digest = hashlib.sha256()
-    with open(lib, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != data["library"]["sha256"]:
+    if sha256_of(lib) != data["library"]["sha256"]:
         return f"{lib.name}: its SHA-256 is not the one its build.json records (changed since it was built)"
     return ""

@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence, Tuple
 
+from .relocate import clean_path
 from .trust import write_file
 
 __all__ = ["Step", "write_build_file", "parse_depfile", "depfile_inputs"]
@@ -106,7 +107,7 @@ def depfile_inputs(depfile: Path, build_dir: Path, skip_under: Path) -> List[str
         p = Path(dep)
         if not p.is_absolute():
             p = build_dir / p
-        s = str(p)
+        s = clean_path(str(p))
         if not s.startswith(skip):
             out[s] = None
     return list(out)

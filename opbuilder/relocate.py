@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Sequence, Tuple
 
-__all__ = ["project_root", "portable", "resolve", "prefix_map_flags"]
+__all__ = ["project_root", "portable", "resolve", "prefix_map_flags", "clean_path"]
 
 
 def project_root(sources: Sequence[Path]) -> Path:
@@ -34,9 +34,28 @@ def project_root(sources: Sequence[Path]) -> Path:
         d = parent
 
 
+def clean_path(path: str) -> str:
+    """An absolute ``path`` without ``.`` and ``..`` (``src/../include/v.h`` from ``-I ../include``), so that
+    keys name each file one way. Lexically when that is the same file (the usual case, and it keeps
+    the checkout's own spelling); through the links otherwise (``link/..`` is the link target's parent)."""
+    norm = os.path.normpath(path)
+    if norm == path:
+        return path
+    try:
+        if os.path.samefile(norm, path):
+            return norm
+    except OSError:
+        return norm
+    return os.path.realpath(path)
+
+
 def portable(path: str, root: Path) -> str:
-    """``path`` (absolute) as keys name it: relative to ``root`` if it is under it, else as it is."""
-    prefix = str(root).rstrip("/") + "/"
+    """``path`` (absolute) as keys name it: relative to ``root`` if it is under it (``.`` for ``root``
+    itself), else as it is."""
+    r = str(root).rstrip("/")
+    if path == r:
+        return "."
+    prefix = r + "/"
     return path[len(prefix):] if path.startswith(prefix) else path
 
 

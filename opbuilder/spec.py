@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Tuple, Union
 
+from .relocate import clean_path
+
 __all__ = ["BuildSpec", "make_spec", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME"]
 
 BACKENDS = ("CPU", "GPU")
@@ -68,7 +70,7 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
         sources = [sources]
     srcs = []
     for s in sources:
-        p = Path(s).expanduser().absolute()
+        p = Path(clean_path(str(Path(s).expanduser().absolute())))
         if not p.is_file():
             raise FileNotFoundError(f"source file of operator '{name}' not found: {s}")
         suffixes = CXX_SUFFIXES + (CUDA_SUFFIXES if backend == "GPU" else ())
@@ -83,7 +85,7 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
         raise ValueError(f"operator '{name}' lists a source twice")
     incs = []
     for inc in include_paths or ():
-        p = Path(inc).expanduser().absolute()
+        p = Path(clean_path(str(Path(inc).expanduser().absolute())))
         if not p.is_dir():
             raise FileNotFoundError(f"include path of operator '{name}' is not a directory: {inc}")
         incs.append(p)

@@ -77,6 +77,17 @@ def library_in(key_dir: Path) -> Optional[Path]:
     return libs[0] if len(libs) == 1 else None
 
 
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None) -> Path:
     """Copy the build ``key`` of the operator directory ``src_op`` (a cache's, a store's, or an unpacked
     bundle's) into ``store`` (checked, ours: ``open_store``), with its manifest; its stored library.
@@ -95,6 +106,9 @@ def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None
                          f"its base key, size and SHA-256); nothing of it was stored")
     manifest = read_file(manifest_path(src_op, data["base"]), src_owner)
     json.loads(manifest)  # a manifest that is not JSON is not stored (a lookup would warn about it)
+    if sha256_of(lib) != data["library"]["sha256"]:  # before anything is written: a good copy stays
+        raise ValueError(f"{lib}: its SHA-256 is not the one its build.json records (changed since it was built); "
+                         f"it was not stored")
     dst_op = _dir(store / src_op.name)
     dst_key = _dir(dst_op / key)
     record = publish_library(lib, dst_key, lib.name, mode=0o755)

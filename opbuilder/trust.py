@@ -178,11 +178,21 @@ def stamp_of(st: os.stat_result) -> list:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
-def _check_above(real: Path, root: Path, owner: Optional[int] = None) -> None:
+def _check_above(real: Path, root: Path, owner: Optional[int] = None, links: bool = False) -> None:
     """Refuse if a directory above the cache could be written by someone other than us and root (and,
-    for a prebuilt store, its ``owner``)."""
+    for a prebuilt store, its ``owner``). For a store: ``real`` may be the path as given, whose
+    symbolic links are then allowed (their directories are what is checked), and a sticky directory
+    writable by others is not enough when the store belongs to another user (anyone could have made
+    it there first)."""
     owners = (0, os.geteuid()) if owner is None else (0, os.geteuid(), owner)
-    for d in real.parents:
+    what, var = ("cache", "OPBUILDER_CACHE_DIR") if owner is None else ("prebuilt store", "OPBUILDER_PREBUILT_DIR")
+    for d, child in zip(real.parents, [real, *real.parents]):
+        # in a sticky directory others can write, an entry belongs to whoever made it first: fine when
+        # the entry on our way is ours or root's; for a store, one of its owner's there could be anyone's
+        try:
+            sticky_ok = owner is None or os.lstat(child).st_uid in (0, os.geteuid())
+        except OSError:
+            sticky_ok = True  # not there (a cache made later, by us)
         try:
             st = os.lstat(d)
         except FileNotFoundError:
@@ -190,16 +200,20 @@ def _check_above(real: Path, root: Path, owner: Optional[int] = None) -> None:
         mode = st.st_mode
         problem = None
         if stat.S_ISLNK(mode):
+            if links:
+                continue  # the directory holding it is checked as the next parent, its target by the caller
             problem = "became a symbolic link while it was being checked"
         elif st.st_uid not in owners:
             problem = f"belongs to uid {st.st_uid}"
-        elif not mode & stat.S_ISVTX and (mode & stat.S_IWOTH or (mode & stat.S_IWGRP and st.st_gid != os.getegid())):
+        elif (mode & stat.S_IWOTH or (mode & stat.S_IWGRP and st.st_gid != os.getegid())) and \
+                not (mode & stat.S_ISVTX and sticky_ok):
             problem = f"is writable by {'others' if mode & stat.S_IWOTH else f'group {st.st_gid}'} " \
-                      f"(mode {stat.S_IMODE(mode):o}) and not sticky"
+                      f"(mode {stat.S_IMODE(mode):o})" + \
+                      (" and not sticky" if sticky_ok else f", and {child} in it belongs to another user")
         if problem:
             raise UnsafeCacheDirError(
-                f"{d}, a directory above the opbuilder cache {root}, {problem}: another user could replace "
-                f"the cache with their own; nothing is built or loaded from it. Fix: set OPBUILDER_CACHE_DIR to "
+                f"{d}, a directory above the opbuilder {what} {root}, {problem}: another user could replace "
+                f"the {what} with their own; nothing is built or loaded from it. Fix: set {var} to "
                 f"a directory whose parents only you and root can write (or chmod o-w,g-w {d})")
 
 
@@ -259,6 +273,9 @@ def trusted_store(root: Path) -> Optional[Tuple[Path, int]]:
     except (FileNotFoundError, NotADirectoryError):
         return None
     real = Path(os.path.realpath(root))
+    _check_above(Path(os.path.abspath(root)), root, st.st_uid, links=True)  # where the links are
+    for link in (p for p in [Path(os.path.abspath(root)), *Path(os.path.abspath(root)).parents] if p.is_symlink()):
+        _check_above(Path(os.path.realpath(link)) / "x", root, st.st_uid)  # each link's target, and above it
     _check_above(real, root, st.st_uid)
     st = os.lstat(real)
     if not stat.S_ISDIR(st.st_mode):

@@ -163,3 +163,33 @@ def test_a_second_cache_sharing_an_sccache_store_gets_sccache_hits(tmp_path, mon
         assert Path(first).read_bytes() == Path(second).read_bytes()
     finally:
         subprocess.run([SCCACHE, "--stop-server"], capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("how", ["-I ../include", '#include "../include/ops.h"', "-I <project root>"])
+def test_headers_reached_through_dotdot_or_the_root_are_warm_hits_in_any_checkout(tmp_path, monkeypatch, caplog,
+                                                                               how):
+    """`src/../include/ops.h` is named `include/ops.h` in keys (it used to be refused as a broken manifest and
+    relinked on every load), and an include path equal to the project root is keyed as `.`, not absolutely."""
+    import logging
+
+    log = tmp_path / "cxx.log"
+    monkeypatch.setenv("CXX", wrapper_cxx(tmp_path, log))
+    monkeypatch.setenv("OPBUILDER_PCH", "0")
+    cache = tmp_path / "cache"
+    libs = []
+    for where in ("a", "b/deeper"):
+        src = _checkout(tmp_path / where)
+        if how == '#include "../include/ops.h"':
+            src.write_text(src.read_text().replace('#include "ops.h"', '#include "../include/ops.h"'))
+            incs = []
+        elif how == "-I <project root>":
+            src.write_text(src.read_text().replace('#include "ops.h"', '#include "include/ops.h"'))
+            incs = [src.parents[1]]
+        else:
+            incs = [src.parent / ".." / "include"]
+        monkeypatch.chdir(src.parent)
+        with caplog.at_level(logging.WARNING, logger="opbuilder"):
+            for _ in range(2):
+                libs.append(CustomOpBuilder("dotdot_ops", [src], include_paths=incs, build_dir=cache).build())
+    assert "broken" not in caplog.text, caplog.text
+    assert len(set(libs)) == 1 and compiled_sources(log) == ["ops.cpp"]  # one compile for both checkouts

@@ -325,3 +325,53 @@ def test_a_bundle_with_one_incomplete_build_installs_nothing_and_an_empty_one_is
     tarfile.open(empty, "w").close()
     res = _cli("import", str(empty), "--into", str(tmp_path / "cluster"))
     assert res.returncode == 1 and f"bundle {empty} holds no build" in res.stderr and "nothing was imported" in res.stderr
+
+
+def test_a_store_reached_through_a_link_others_could_repoint_is_refused(filled, monkeypatch):
+    tmp_path, store, lib, log = filled
+    open_dir = tmp_path / "world"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)  # anyone could point this link at a store of their own
+    (open_dir / "store").symlink_to(store)
+    monkeypatch.setenv("OPBUILDER_PREBUILT_DIR", str(open_dir / "store"))
+    with pytest.raises(UnsafeCacheDirError, match=rf"{open_dir}, a directory above the opbuilder prebuilt store "
+                                                  rf"{open_dir / 'store'}, is writable by others .*OPBUILDER_PREBUILT_DIR"):
+        CustomOpBuilder(NAME, [_clone(tmp_path, "user/checkout")], build_dir=tmp_path / "cache").load()
+    assert compiled_sources(log) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the store to another user needs root (chown)")
+def test_another_users_store_in_a_sticky_world_writable_directory_is_refused(filled, monkeypatch):
+    """In a /tmp-like directory anyone may have made that store first; one of our own there is fine."""
+    tmp_path, store, lib, log = filled
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    shutil.move(str(store), sticky / "store")
+    monkeypatch.setenv("OPBUILDER_PREBUILT_DIR", str(sticky / "store"))
+    mod = CustomOpBuilder(NAME, [_clone(tmp_path, "user/a")], build_dir=tmp_path / "cache").load()
+    assert sticky / "store" in Path(mod.__file__).parents  # ours: used
+    for p in [sticky / "store", *(sticky / "store").rglob("*")]:
+        os.chown(p, 65534, 65534, follow_symlinks=False)
+    with pytest.raises(UnsafeCacheDirError, match=rf"{sticky}, a directory above the opbuilder prebuilt store .*"
+                                                  rf"is writable by others \(mode 1777\), and {sticky / 'store'} "
+                                                  rf"in it belongs to another user"):
+        CustomOpBuilder(NAME, [_clone(tmp_path, "user/b")], build_dir=tmp_path / "cache2").load()
+
+
+def test_a_file_that_is_not_a_tar_is_an_error_not_a_traceback(tmp_path):
+    junk = tmp_path / "junk.tar"
+    junk.write_text("not a tar\n")
+    res = _cli("import", str(junk), "--into", str(tmp_path / "cluster"))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert f"bundle {junk} is not a tar file opbuilder can read" in res.stderr and "nothing was imported" in res.stderr
+
+
+def test_a_changed_library_under_a_key_the_store_has_leaves_the_good_copy(filled):
+    tmp_path, store, lib, log = filled
+    good = lib.read_bytes()
+    changed = _exported_and_rewritten(tmp_path, "changed.tar", lambda m, data: [
+        (m, data[:-1] + bytes([data[-1] ^ 1]) if m.name.endswith(".so") else data)])
+    res = _cli("import", str(changed), "--into", str(store))
+    assert res.returncode == 1 and "its SHA-256 is not the one its build.json records" in res.stderr
+    assert lib.read_bytes() == good  # the store's library is untouched
