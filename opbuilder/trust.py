@@ -273,9 +273,11 @@ def trusted_store(root: Path) -> Optional[Tuple[Path, int]]:
     except (FileNotFoundError, NotADirectoryError):
         return None
     real = Path(os.path.realpath(root))
-    _check_above(Path(os.path.abspath(root)), root, st.st_uid, links=True)  # where the links are
-    for link in (p for p in [Path(os.path.abspath(root)), *Path(os.path.abspath(root)).parents] if p.is_symlink()):
-        _check_above(Path(os.path.realpath(link)) / "x", root, st.st_uid)  # each link's target, and above it
+    given = Path(os.path.abspath(root))
+    if given != real:  # links on the way: the directories holding them, and each link's target, are checked too
+        _check_above(given, root, st.st_uid, links=True)
+        for link in (p for p in [given, *given.parents] if p.is_symlink()):
+            _check_above(Path(os.path.realpath(link)) / "x", root, st.st_uid)
     _check_above(real, root, st.st_uid)
     st = os.lstat(real)
     if not stat.S_ISDIR(st.st_mode):
