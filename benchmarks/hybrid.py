@@ -9,6 +9,8 @@ Rows, all measured in this one run:
 - matmul 256x256x256 float32 written as loops: i-j-k with a scalar accumulator (a dot product per element:
   the inner loop is a reduction, which gcc does not vectorize without -ffast-math), and i-k-j with the
   inner loop over j under ``vectorize`` (contiguous rows of b and c: SIMD), vs numpy's BLAS ``a @ b``.
+- warm call overhead: ops.Custom of a kernel that reads module constants, on 8 float32 elements (what a call
+  costs besides its loop: specs, the constants' freshness check, the aot call).
 - cold build of a small kernel (goal: at most 1.5 s) and a new process with the cache warm: its first call's
   time and how many compiler processes it ran (goal: none), counted with a logging CXX wrapper.
 
@@ -77,6 +79,26 @@ def small(x, y):
     return z
 
 
+SCALE = 2.0  # module constants: each call checks they still have the values the kernel was built with
+OFFSET = 1
+
+
+@kernel
+def scaled(x):
+    y = output_tensor(x.shape, x.dtype)
+    for i in range(x.shape[0]):
+        y[i] = x[i] * SCALE + OFFSET
+    return y
+
+
+def call_rows() -> None:
+    op = ops.Custom(scaled)
+    t = Tensor(np.ones(8, np.float32))
+    np.testing.assert_array_equal(op(t).asnumpy(), np.full(8, 3.0, np.float32))
+    r = best_of({"call": lambda: op(t)}, number=2000, rounds=7)
+    print(f"warm call, 8 float32, kernel reading 2 module constants: {r['call'] * 1e6:6.1f} us per call")
+
+
 def square_rows() -> None:
     x = np.random.default_rng(0).standard_normal(4 << 20).astype(np.float32)
     op = ops.Custom(square)
@@ -139,6 +161,9 @@ def build_rows() -> None:
 
 if __name__ == "__main__":
     os.environ["OPBUILDER_CACHE_DIR"] = tempfile.mkdtemp(prefix="hybrid-bench-")  # cold builds are cold
+    call_rows()
+    if "--calls" in sys.argv:  # the call-overhead row alone
+        sys.exit(0)
     square_rows()
     matmul_rows()
     build_rows()

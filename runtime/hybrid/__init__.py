@@ -10,7 +10,7 @@ kernel.py (specializations); pytarget.py runs the same function over numpy.
 See docs/hybrid.md.
 """
 from .errors import HybridError, HybridSyntaxError, HybridTypeError
-from .kernel import DEBUG_ENV, TARGET_ENV, TARGETS, HybridKernel, kernel, ms_kernel
+from .kernel import DEBUG_ENV, TARGET_ENV, TARGETS, HybridKernel, build_together, kernel, ms_kernel
 
-__all__ = ["HybridKernel", "kernel", "ms_kernel", "HybridError", "HybridSyntaxError", "HybridTypeError",
+__all__ = ["HybridKernel", "kernel", "ms_kernel", "build_together", "HybridError", "HybridSyntaxError", "HybridTypeError",
            "TARGETS", "TARGET_ENV", "DEBUG_ENV"]

@@ -42,6 +42,15 @@ class Expanded:
     info: KernelInfo
     calls: Dict[str, Callee]  # name in the function's body -> callee (the Python target calls these)
     sources: Tuple[str, ...]  # normalized source of every DSL function called, directly or not
+    # every name read from outside a function (module constants, DSL callees), its own and its callees':
+    # (the function, the name, the value it had); the code is only valid while each still has that value
+    bindings: Tuple[Tuple[Callable[..., Any], str, Any], ...] = ()
+
+
+def _own_bindings(func: Callable[..., Any], info: KernelInfo) -> List[Tuple[Callable[..., Any], str, Any]]:
+    """The constants ``func`` reads from outside, as the objects its scope holds (not their ``.item()``)."""
+    outer = _outer_names(func)
+    return [(func, n, outer.get(n)) for n in sorted(info.constants)]
 
 
 def _plain(v: Any) -> Any:
@@ -119,12 +128,15 @@ class _Expander:
         parsed = parse(func)
         callees = _dsl_callees(parsed, func)
         if not callees:
-            return Expanded(parsed, validate(parsed, func), {}, ())
+            info = validate(parsed, func)
+            return Expanded(parsed, info, {}, (), tuple(_own_bindings(func, info)))
         self.parsed, self.func = parsed, func
         self.taken = _locals(parsed.tree) | {n.id for n in ast.walk(parsed.tree) if isinstance(n, ast.Name)}
         self.counter = 0
         self.calls: Dict[str, Callee] = {}
         self.sources: List[str] = []
+        outer = _outer_names(func)
+        self.bindings: List[Tuple[Callable[..., Any], str, Any]] = [(func, n, outer.get(n)) for n in sorted(callees)]
         tree = parsed.tree
         self._check_positions(tree, callees)
         ret = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Return) else None
@@ -145,7 +157,8 @@ class _Expander:
         merged.body = body
         normalized = ast.dump(merged, annotate_fields=False, include_attributes=False)
         out = ParsedKernel(tree=merged, filename=parsed.filename, name=parsed.name, normalized=normalized)
-        return Expanded(out, validate(out, func), self.calls, tuple(self.sources))
+        info = validate(out, func)
+        return Expanded(out, info, self.calls, tuple(self.sources), tuple(self.bindings + _own_bindings(func, info)))
 
     def _cycle(self, node: ast.AST, target: Callable[..., Any], name: str) -> None:
         codes = [c for c, _ in self.stack]
@@ -183,6 +196,7 @@ class _Expander:
         info, cp = sub.info, sub.parsed
         self.calls[name] = Callee(target, sub.calls)
         self.sources += [cp.normalized, *sub.sources]
+        self.bindings += sub.bindings
         if call.keywords or len(call.args) != len(info.inputs):
             raise self.parsed.error(call, f"'{name}' takes {len(info.inputs)} tensor argument(s) "
                                           f"({', '.join(info.inputs)}), given by position; got "

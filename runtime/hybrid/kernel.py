@@ -29,16 +29,76 @@ from .inline import Expanded, expand
 from .source import ParsedKernel
 from .validate import KernelInfo
 
-__all__ = ["HybridKernel", "kernel", "ms_kernel", "TARGETS", "TARGET_ENV", "DEBUG_ENV"]
+__all__ = ["HybridKernel", "kernel", "ms_kernel", "build_together", "TARGETS", "TARGET_ENV", "DEBUG_ENV"]
 
 TARGETS = ("cpu", "python")
 TARGET_ENV = "OPBUILDER_HYBRID_TARGET"
 DEBUG_ENV = "OPBUILDER_HYBRID_DEBUG"
 Signature = Tuple[Tuple[str, int], ...]  # (dtype name, rank) per input
+_MISSING = object()
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether two values of an outside name give the same generated code (floats by their bits: -0.0, NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (float, np.floating)):
+        return float(a).hex() == float(b).hex()
+    try:
+        return bool(a == b)
+    except Exception:  # an object whose == is not a bool (an array): compare identity only
+        return False
+
+
+class _Watch:
+    """The outside names a checked kernel read, each looked up where the function looks it up (a closure
+    cell, else its module's globals), with the value it had: ``current()`` says whether all still have it.
+
+    A warm call pays one dict lookup and an identity test per name; a rebinding to an equal value (a notebook
+    cell run again) is noted on the first call that sees it and costs nothing afterwards."""
+
+    def __init__(self, bindings: Sequence[Tuple[Callable[..., Any], str, Any]]) -> None:
+        self.items: List[List[Any]] = []
+        for func, name, value in bindings:
+            code = getattr(func, "__code__", None)
+            cell = None
+            if code is not None and name in code.co_freevars:
+                cell = func.__closure__[code.co_freevars.index(name)]  # type: ignore[index]
+            self.items.append([cell if cell is not None else getattr(func, "__globals__", {}), cell is not None,
+                               name, value])
+
+    def current(self) -> bool:
+        for item in self.items:
+            where, is_cell, name, value = item
+            if is_cell:
+                try:
+                    cur = where.cell_contents
+                except ValueError:
+                    cur = _MISSING
+            else:
+                cur = where.get(name, _MISSING)
+            if cur is not value:
+                if not _same_value(cur, value):
+                    return False
+                item[3] = cur  # equal: the identity test passes from now on
+        return True
+
+
+_ENV_KEYS = {name: os.fsencode(name) for name in (TARGET_ENV, DEBUG_ENV)}
+
+
+def _env(name: str) -> str:
+    """``os.environ.get(name, "")``, read on every call (a setting changed at run time applies to the next
+    call) without os.environ's per-lookup key encoding: both are read by each warm call."""
+    data = getattr(os.environ, "_data", None)
+    if os.name == "posix" and isinstance(data, dict):
+        v = data.get(_ENV_KEYS[name])
+        return "" if v is None else os.fsdecode(v)
+    return os.environ.get(name, "")
 
 
 def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() not in ("", "0", "false", "no", "off")
+    return _env(name).lower() not in ("", "0", "false", "no", "off")
 
 
 def _check_target(target: str) -> str:
@@ -63,8 +123,9 @@ class HybridKernel:
         self._target = _check_target(target) if target is not None else None
         self._debug = debug
         self._expanded: Optional[Expanded] = None
-        self._built: Dict[Signature, AotKernel] = {}
-        self._lock = threading.Lock()
+        self._watch: Optional[_Watch] = None
+        self._built: Dict[Tuple[Signature, bool], AotKernel] = {}
+        self._lock = threading.RLock()  # check() re-expands inside compiled()'s lock
 
     def __repr__(self) -> str:
         return f"HybridKernel({self.__name__}, target={self.target!r})"
@@ -72,7 +133,7 @@ class HybridKernel:
     @property
     def target(self) -> str:
         """Where the kernel runs: the target given, else $OPBUILDER_HYBRID_TARGET, else "cpu"."""
-        return self._target or _check_target(os.environ.get(TARGET_ENV) or "cpu")
+        return self._target or _check_target(_env(TARGET_ENV) or "cpu")
 
     @property
     def debug(self) -> bool:
@@ -80,10 +141,23 @@ class HybridKernel:
 
     # ---- checking --------------------------------------------------------
     def check(self) -> KernelInfo:
-        """Parse, inline the DSL functions it calls, and validate (once); HybridSyntaxError naming file:line."""
-        if self._expanded is None:
-            self._expanded = expand(self.func)
-        return self._expanded.info
+        """Parse, inline the DSL functions it calls, and validate; HybridSyntaxError naming file:line.
+
+        Done once, and again whenever a name it reads from outside (a module constant, a DSL function it
+        calls) has been rebound since: the code generated from the old value is dropped, so a changed
+        constant is used (or refused, if it is no longer a number) by the next call, never silently ignored.
+        """
+        e = self._expanded
+        if e is None or (self._watch is not None and not self._watch.current()):
+            with self._lock:
+                e = self._expanded
+                if e is None or (self._watch is not None and not self._watch.current()):
+                    self._expanded = None
+                    self._built = {}
+                    e = expand(self.func)
+                    self._watch = _Watch(e.bindings) if e.bindings else None
+                    self._expanded = e
+        return e.info
 
     @property
     def parsed(self) -> ParsedKernel:
@@ -131,18 +205,40 @@ class HybridKernel:
         return generate(self.parsed, self.check(), self.symbol(sig), sig, self.debug)
 
     def compiled(self, sig: Signature) -> AotKernel:
-        """The built kernel for inputs of these (dtype, rank); generated and built on first use."""
-        k = self._built.get(sig)
+        """The built kernel for inputs of these (dtype, rank); generated and built on first use (and again
+        after a module constant it reads changed, or the debug setting did)."""
+        self.check()
+        key = (sig, self.debug)
+        k = self._built.get(key)
         if k is None:
             with self._lock:
-                k = self._built.get(sig)
+                k = self._built.get(key)
                 if k is None:
                     from .library import build_kernel
                     symbol = self.symbol(sig)
                     text = generate(self.parsed, self.check(), symbol, sig, self.debug)
                     k = build_kernel(symbol, text)
-                    self._built[sig] = k
+                    self._built[key] = k
         return k
+
+
+def build_together(specs: Sequence[Tuple[HybridKernel, Signature]], cflags: Sequence[str] = (),
+                   ldflags: Sequence[str] = ()) -> List[AotKernel]:
+    """Build these specializations (kernel, input (dtype, rank) signature) as one library: one compiler run
+    for many kernels (a test suite's, a model's). Each kernel then uses its own without building.
+
+    ``cflags``/``ldflags`` are added to the usual flags (e.g. ``-fsanitize=address,undefined``).
+    """
+    from .library import build_kernels
+    items = []
+    for k, sig in specs:
+        symbol = k.symbol(sig)
+        items.append((symbol, generate(k.parsed, k.check(), symbol, sig, k.debug)))
+    built = build_kernels(items, cflags, ldflags)
+    for (k, sig), aot in zip(specs, built):
+        with k._lock:
+            k._built[(sig, k.debug)] = aot
+    return built
 
 
 def _as_array(x: Any) -> np.ndarray:
