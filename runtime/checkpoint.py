@@ -33,7 +33,8 @@ def _st():
 
 def _named(save_obj: Any) -> Dict[str, np.ndarray]:
     from .nn.cell import Cell
-    if isinstance(save_obj, Cell):
+    from .nn.optim import Optimizer
+    if isinstance(save_obj, (Cell, Optimizer)):
         items = list(save_obj.parameters_and_names())
     elif isinstance(save_obj, dict):
         items = list(save_obj.items())
@@ -50,7 +51,7 @@ def _named(save_obj: Any) -> Dict[str, np.ndarray]:
                 raise TypeError(f"save_checkpoint: list entries must be Parameters or {{'name': ..., 'data': ...}} "
                                 f"dicts, got {type(entry).__name__}")
     else:
-        raise TypeError(f"save_checkpoint: save_obj must be a Cell, a list of Parameters or a dict, "
+        raise TypeError(f"save_checkpoint: save_obj must be a Cell, an optimizer, a list of Parameters or a dict, "
                         f"got {type(save_obj).__name__}")
     out: Dict[str, np.ndarray] = {}
     for name, value in items:
@@ -65,9 +66,13 @@ def _named(save_obj: Any) -> Dict[str, np.ndarray]:
 
 def save_checkpoint(save_obj: Any, ckpt_file_name: PathLike) -> None:
     """Write the parameters of a Cell (or a list of Parameters, or a name -> array dict) to a
-    safetensors file, atomically (a temporary file renamed over the target)."""
+    safetensors file, atomically (a temporary file renamed over the target). An optimizer writes its
+    parameters and its state (``global_step``, ``moment1.<name>`` ...), to resume training from."""
     tensors = _named(save_obj)
     path = os.fspath(ckpt_file_name)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"save_checkpoint: {path} is a directory; give the path of the file to write "
+                                f"(e.g. {os.path.join(path, 'model.safetensors')})")
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
@@ -106,31 +111,43 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
     """Copy each checkpoint entry into the net's parameter of the same path, in place.
 
     Returns (the net's parameters not loaded, the checkpoint's entries not used), as MindSpore 2.x.
-    A shape or dtype mismatch is an error naming the parameter; ``strict_load=True`` also refuses
-    any name left over on either side.
+    A shape or dtype mismatch is an error naming the parameter, raised before anything is written;
+    ``strict_load=True`` also refuses any name left over on either side. ``net`` may be an optimizer
+    (what ``save_checkpoint(optimizer, path)`` wrote): its parameters and its state are loaded; the
+    state is all or nothing (part of it would resume a different run), so an incomplete one is an error.
     """
     from .nn.cell import Cell
-    if not isinstance(net, Cell):
-        raise TypeError(f"load_param_into_net: net must be a Cell, got {type(net).__name__}")
+    from .nn.optim import Optimizer
+    if not isinstance(net, (Cell, Optimizer)):
+        raise TypeError(f"load_param_into_net: net must be a Cell or an optimizer, got {type(net).__name__}")
     if not isinstance(parameter_dict, dict):
         raise TypeError(f"load_param_into_net: parameter_dict must be a dict, got {type(parameter_dict).__name__}")
-    named = list(net.parameters_and_names())
+    state: Dict[str, np.ndarray] = {}
+    if isinstance(net, Optimizer):
+        named = [(n, p) for n, p in zip(net._param_names(), net.parameters)]
+        state = net._state()
+    else:
+        named = list(net.parameters_and_names())
     updates = []
     for name, p in named:
         if name not in parameter_dict:
             continue
-        value = parameter_dict[name]
-        arr = value._data if isinstance(value, Tensor) else np.asarray(value)
-        if arr.shape != p._data.shape:
-            raise ValueError(f"load_param_into_net: {name!r} has shape {list(arr.shape)} in the checkpoint and "
-                             f"{list(p._data.shape)} in the net")
-        if arr.dtype != p._data.dtype:
-            raise TypeError(f"load_param_into_net: {name!r} is {arr.dtype} in the checkpoint and "
-                            f"{p._data.dtype} in the net")
-        updates.append((p, arr))
-    net_names = {n for n, _ in named}
-    not_loaded = [n for n, _ in named if n not in parameter_dict]
-    unused = [n for n in parameter_dict if n not in net_names]
+        updates.append((p, _checked(name, parameter_dict[name], p._data)))
+    state_in = {}
+    for name, current in state.items():
+        if name in parameter_dict:
+            if name == "global_step":
+                state_in[name] = _step(parameter_dict[name])
+            else:
+                state_in[name] = _checked(name, parameter_dict[name], current)
+    if state_in and len(state_in) != len(state):
+        missing = [n for n in state if n not in state_in]
+        raise ValueError(f"load_param_into_net: the checkpoint holds part of the optimizer's state; missing: "
+                         f"{missing}. Nothing was loaded")
+    net_names = [n for n, _ in named] + list(state)
+    not_loaded = [n for n in net_names if n not in parameter_dict]
+    known = set(net_names)
+    unused = [n for n in parameter_dict if n not in known]
     if strict_load and (not_loaded or unused):
         raise ValueError(f"load_param_into_net(strict_load=True): the net's parameters not in the checkpoint: "
                          f"{not_loaded}; the checkpoint's entries not in the net: {unused}")
@@ -140,4 +157,26 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         else:
             p._data = arr.copy()
         p._version += 1
+    if state_in:
+        net._load_state(state_in)
     return not_loaded, unused
+
+
+def _checked(name: str, value: Any, current: np.ndarray) -> np.ndarray:
+    """``value``'s array, after checking it has ``current``'s shape and dtype."""
+    arr = value._data if isinstance(value, Tensor) else np.asarray(value)
+    if arr.shape != current.shape:
+        raise ValueError(f"load_param_into_net: {name!r} has shape {list(arr.shape)} in the checkpoint and "
+                         f"{list(current.shape)} in the net")
+    if arr.dtype != current.dtype:
+        raise TypeError(f"load_param_into_net: {name!r} is {arr.dtype} in the checkpoint and "
+                        f"{current.dtype} in the net")
+    return arr
+
+
+def _step(value: Any) -> np.ndarray:
+    arr = value._data if isinstance(value, Tensor) else np.asarray(value)
+    if arr.dtype.kind not in "iu" or arr.size != 1 or int(arr.reshape(-1)[0]) < 0:
+        raise ValueError(f"load_param_into_net: 'global_step' must be one non-negative integer, got "
+                         f"{arr.dtype} of shape {list(arr.shape)}")
+    return arr

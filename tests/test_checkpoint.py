@@ -111,7 +111,7 @@ def test_mismatches_leave_the_net_unchanged(tmp_path):
     with pytest.raises(TypeError, match="'weight' is float64 in the checkpoint and float32 in the net"):
         rt.load_param_into_net(net, {"weight": np.zeros((3, 2))})
     np.testing.assert_array_equal(net.weight.asnumpy(), w)
-    with pytest.raises(TypeError, match="save_obj must be a Cell, a list of Parameters or a dict"):
+    with pytest.raises(TypeError, match="save_obj must be a Cell, an optimizer, a list of Parameters or a dict"):
         rt.save_checkpoint(Tensor(np.ones(2)), tmp_path / "x.ckpt")
     with pytest.raises(ValueError, match="parameter 0 of the list has no name"):
         rt.save_checkpoint([Parameter(np.ones(2))], tmp_path / "x.ckpt")
@@ -150,3 +150,80 @@ def test_auto_prefix_false_keeps_the_sub_cells_names():
     inner = TwoLayers()
     Wrapper(inner)
     assert [p.name for p in inner.trainable_params()][:2] == ["fc1.weight", "fc1.bias"]
+
+
+def _mlp():
+    return nn.SequentialCell([nn.Dense(3, 5, activation="tanh"), nn.Dense(5, 2)])
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: nn.Adam(ps, 0.05, weight_decay=0.01),
+    lambda ps: nn.Momentum(ps, 0.1, 0.9, use_nesterov=True),
+    lambda ps: nn.SGD(ps, 0.1, momentum=0.9, dampening=0.2),
+    lambda ps: nn.AdamWeightDecay(ps, 0.05, weight_decay=0.1),
+], ids=["Adam", "Momentum", "SGD", "AdamWeightDecay"])
+def test_an_optimizer_checkpoint_resumes_training_exactly(tmp_path, make_opt):
+    """save_checkpoint(optimizer) writes its parameters and state (MindSpore's names: global_step,
+    moment1.<name> ...); loading it into a fresh net and optimizer continues the very same run (the
+    optimizer could not be saved at all: a resumed Adam restarted its moments and bias correction)."""
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal((8, 3)).astype(np.float32))
+    y = Tensor(rng.standard_normal((8, 2)).astype(np.float32))
+
+    def steps(net, opt, n):
+        grad_fn = rt.value_and_grad(lambda a, b: nn.MSELoss()(net(a), b), None, opt.parameters)
+        for _ in range(n):
+            opt(grad_fn(x, y)[1])
+
+    rt.set_seed(0)
+    net = _mlp()
+    opt = make_opt(net.trainable_params())
+    steps(net, opt, 3)
+    path = tmp_path / "opt.safetensors"
+    rt.save_checkpoint(opt, path)
+    stored = safetensors.numpy.load_file(str(path))
+    assert stored["global_step"].tolist() == [3] and stored["global_step"].dtype == np.int32
+    assert {"0.weight", "0.bias", "1.weight", "1.bias"} <= set(stored)
+    steps(net, opt, 4)
+
+    rt.set_seed(1)  # other initial weights: all must come from the checkpoint
+    net2 = _mlp()
+    opt2 = make_opt(net2.trainable_params())
+    assert rt.load_param_into_net(opt2, rt.load_checkpoint(path)) == ([], [])
+    assert opt2.global_step == 3
+    steps(net2, opt2, 4)
+    for a, b in zip(net.trainable_params(), net2.trainable_params()):  # Adam stores m, v: float32 rounding
+        np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), rtol=1e-5, atol=1e-7)
+    assert opt2.global_step == opt.global_step == 7
+
+
+def test_an_optimizer_checkpoint_refuses_part_of_its_state_and_wrong_entries(tmp_path):
+    net = _mlp()
+    opt = nn.Adam(net.trainable_params())
+    opt([Tensor(np.ones(p.shape, np.float32)) for p in opt.parameters])
+    state = dict(opt.parameters_and_names())
+    assert sorted(n for n in state if n.startswith("moment1.")) == ["moment1.0.bias", "moment1.0.weight",
+                                                                    "moment1.1.bias", "moment1.1.weight"]
+    fresh = nn.Adam(_mlp().trainable_params())
+    before = [p.asnumpy().copy() for p in fresh.parameters]
+    partial = {k: v for k, v in state.items() if k != "moment2.1.bias"}
+    with pytest.raises(ValueError, match=r"holds part of the optimizer's state; missing: \['moment2.1.bias'\]"):
+        rt.load_param_into_net(fresh, partial)
+    bad = dict(state, **{"moment1.0.weight": Tensor(np.zeros((5, 3)))})  # float64, not float32
+    with pytest.raises(TypeError, match="'moment1.0.weight' is float64 in the checkpoint and float32 in the net"):
+        rt.load_param_into_net(fresh, bad)
+    with pytest.raises(ValueError, match="'global_step' must be one non-negative integer, got float32"):
+        rt.load_param_into_net(fresh, dict(state, global_step=np.array([1.0], np.float32)))
+    assert fresh.global_step == 0 and all(np.array_equal(p.asnumpy(), b) for p, b in zip(fresh.parameters, before))
+    # weights alone (a net's checkpoint) load into an optimizer, the state listed as not loaded
+    not_loaded, unused = rt.load_param_into_net(fresh, dict(net.parameters_and_names()))
+    assert unused == [] and "global_step" in not_loaded and "0.weight" not in not_loaded
+    unnamed = nn.SGD([Parameter(np.zeros(2))], momentum=0.9)
+    with pytest.raises(ValueError, match="SGD: parameter 0 has no name, so its state cannot be saved"):
+        rt.save_checkpoint(unnamed, tmp_path / "x.safetensors")
+
+
+def test_a_directory_as_the_target_is_a_clear_error(tmp_path):
+    with pytest.raises(IsADirectoryError, match="is a directory; give the path of the file to write"):
+        rt.save_checkpoint(_mlp(), tmp_path)
+    assert os.listdir(tmp_path) == []

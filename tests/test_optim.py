@@ -192,16 +192,65 @@ def test_adam_moment1_and_moment2_are_the_moments_of_its_formula():
     np.testing.assert_allclose(opt.moment2[0], v, rtol=1e-12)
 
 
-@pytest.mark.parametrize("opt_cls", [nn.Momentum, nn.Adam])
-def test_weight_decay_comes_before_the_loss_scale_as_in_mindspore(opt_cls):
-    """MindSpore's optimizers decay the gradient, then divide it by loss_scale: (g + wd w) / loss_scale."""
+@pytest.mark.parametrize("opt_cls", [nn.Momentum, nn.Adam, nn.SGD])
+def test_weight_decay_is_not_divided_by_the_loss_scale_as_in_mindspore(opt_cls):
+    """MindSpore's Optimizer keeps weight_decay * loss_scale, decays, then divides by loss_scale:
+    (g + wd ls w) / ls = g / ls + wd w (SGD's kernel: g / ls, then + wd w). The decay must not shrink
+    with the loss scale (it did: (g + wd w) / ls)."""
     kw = dict(momentum=0.9) if opt_cls is nn.Momentum else {}
     w = Parameter(np.array([1.0]), name="w")
     scaled = opt_cls([w], learning_rate=0.1, weight_decay=0.1, loss_scale=4.0, **kw)
     scaled((Tensor(np.array([4.0])),))
     w_ref = Parameter(np.array([1.0]), name="w_ref")
     plain = opt_cls([w_ref], learning_rate=0.1, **kw)
-    plain((Tensor(np.array([(4.0 + 0.1 * 1.0) / 4.0])),))
+    plain((Tensor(np.array([4.0 / 4.0 + 0.1 * 1.0])),))
     np.testing.assert_allclose(w.asnumpy(), w_ref.asnumpy(), rtol=1e-15)
-    if opt_cls is nn.Momentum:  # v = 1.025, w = 1 - 0.1 * 1.025
-        np.testing.assert_allclose(w.asnumpy(), [0.8975], rtol=1e-15)
+    if opt_cls is not nn.Adam:  # v = 1.1, w = 1 - 0.1 * 1.1
+        np.testing.assert_allclose(w.asnumpy(), [0.89], rtol=1e-15)
+
+
+@pytest.mark.parametrize("opt_cls", [nn.Momentum, nn.Adam, nn.AdamWeightDecay])
+def test_weight_decay_skips_beta_and_gamma_parameters_as_in_mindspore(opt_cls):
+    """Ungrouped, MindSpore decays only parameters without 'beta' or 'gamma' in their names (a norm
+    layer's shift and scale); the others take the plain update."""
+    kw = dict(momentum=0.9) if opt_cls is nn.Momentum else {}
+    names = ["fc.weight", "norm.gamma", "norm.beta", "fc.bias"]
+    params = [Parameter(np.array([1.0, -2.0]), name=n) for n in names]
+    opt = opt_cls(params, learning_rate=0.1, weight_decay=0.5, **kw)
+    assert opt.decay_flags == (True, False, False, True)
+    refs = [Parameter(np.array([1.0, -2.0]), name=n) for n in names]
+    decayed = opt_cls(refs[:1] + refs[3:], learning_rate=0.1, weight_decay=0.5, **kw)
+    plain = opt_cls(refs[1:3], learning_rate=0.1, **kw)
+    for g in (np.array([0.3, 0.1]), np.array([-0.2, 0.4])):
+        opt([Tensor(g)] * 4)
+        decayed([Tensor(g)] * 2)
+        plain([Tensor(g)] * 2)
+    for p, r in zip(params, refs):
+        np.testing.assert_allclose(p.asnumpy(), r.asnumpy(), rtol=1e-15)
+    assert not np.allclose(params[0].asnumpy(), params[1].asnumpy())  # the decay did something
+
+
+def test_sgd_takes_mindspores_loss_scale():
+    w = Parameter(np.array([1.0, 2.0]), name="w")
+    nn.SGD([w], learning_rate=0.5, momentum=0.9, loss_scale=8.0)((Tensor(np.array([8.0, -16.0])),))
+    np.testing.assert_allclose(w.asnumpy(), [0.5, 3.0], rtol=1e-15)
+    for bad in (0.0, -1.0, "2"):
+        with pytest.raises(ValueError, match=f"SGD: loss_scale must be a positive number, got {bad!r}"):
+            nn.SGD([w], loss_scale=bad)
+
+
+@pytest.mark.parametrize("g", [20.0, 1e-4])
+def test_adam_on_float16_parameters_keeps_float32_moments(g):
+    """The second moment is kept scaled by 1/(1-beta2) (1000x): in float16 it overflowed to inf after
+    ~160 steps of g = 20 (the parameter stopped moving), and g^2 of a small g underflowed to 0, so a
+    step was m / (eps / sqrt(1 - beta2)) (the parameter jumped by thousands)."""
+    w16 = Parameter(np.ones(3, np.float16), name="w16")
+    w64 = Parameter(np.ones(3), name="w64")
+    o16, o64 = nn.Adam([w16], learning_rate=0.01), nn.Adam([w64], learning_rate=0.01)
+    for _ in range(300):
+        o16((Tensor(np.full(3, g, np.float16)),))
+        o64((Tensor(np.full(3, np.float16(g), np.float64)),))
+    assert w16.dtype == rt.float16 and o16.moment2[0].dtype == np.float32
+    assert np.all(np.isfinite(o16.moment2[0]))
+    # float16 weights round each step of 0.01 (their spacing near 2 is 0.002): close, not equal
+    np.testing.assert_allclose(w16.asnumpy().astype(np.float64), w64.asnumpy(), atol=0.1)

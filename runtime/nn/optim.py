@@ -10,7 +10,7 @@ in place, outside any graph.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -34,7 +34,8 @@ def _nonneg(value: Any, what: str, cls: str, upper: float = math.inf, open_upper
 class Optimizer:
     """Base: keeps the parameters, the learning-rate schedule and the step count."""
 
-    def __init__(self, learning_rate: LearningRate, parameters: Any, weight_decay: float = 0.0) -> None:
+    def __init__(self, learning_rate: LearningRate, parameters: Any, weight_decay: float = 0.0,
+                 loss_scale: float = 1.0) -> None:
         name = type(self).__name__
         if isinstance(parameters, Tensor) or parameters is None:
             raise TypeError(f"{name}: parameters must be a list of Parameters (e.g. net.trainable_params())")
@@ -51,6 +52,14 @@ class Optimizer:
         self._params: Tuple[Parameter, ...] = tuple(params)
         self._lr = self._schedule(learning_rate)
         self.weight_decay = _nonneg(weight_decay, "weight_decay", name)
+        if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float, np.floating, np.integer)) \
+                or not float(loss_scale) > 0:
+            raise ValueError(f"{name}: loss_scale must be a positive number, got {loss_scale!r}")
+        self.loss_scale = float(loss_scale)
+        # MindSpore decays only the parameters without 'beta' or 'gamma' in their names (norm layers' shift
+        # and scale), when the parameters are not grouped
+        self.decay_flags: Tuple[bool, ...] = tuple(not p.name or ("beta" not in p.name and "gamma" not in p.name)
+                                                   for p in params)
         self.global_step = 0
 
     def _schedule(self, lr: LearningRate) -> Callable[[int], float]:
@@ -108,17 +117,68 @@ class Optimizer:
     def _update(self, i: int, w: np.ndarray, g: np.ndarray, lr: float) -> None:
         raise NotImplementedError
 
-    def _decayed(self, w: np.ndarray, g: np.ndarray) -> np.ndarray:
-        return g + self.weight_decay * w if self.weight_decay else g
+    def _decayed(self, i: int, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """MindSpore's order: (g + weight_decay * loss_scale * w) / loss_scale, i.e. g / loss_scale +
+        weight_decay * w (its Optimizer keeps weight_decay * loss_scale), the decay only where
+        ``decay_flags[i]``."""
+        if self.weight_decay and self.decay_flags[i]:
+            g = g + (self.weight_decay * self.loss_scale) * w
+        return g / self.loss_scale if self.loss_scale != 1.0 else g
+
+    # ---- state, for checkpoints -----------------------------------------------------------
+    def _param_names(self) -> List[str]:
+        name = type(self).__name__
+        names = []
+        for k, p in enumerate(self._params):
+            if not p.name:
+                raise ValueError(f"{name}: parameter {k} has no name, so its state cannot be saved by name; "
+                                 f"give it one (Parameter(..., name=...)) or register it in a Cell")
+            names.append(p.name)
+        return names
+
+    def _state(self) -> Dict[str, np.ndarray]:
+        """Name -> array of what the next updates depend on, besides the parameters: ``global_step``
+        (int32, shape [1], as MindSpore's) and the per-parameter buffers under MindSpore's prefixes."""
+        out = {"global_step": np.array([self.global_step], np.int32)}
+        for prefix, arrays in self._buffers():
+            for n, a in zip(self._param_names(), arrays):
+                out[f"{prefix}.{n}"] = a
+        return out
+
+    def _buffers(self) -> List[Tuple[str, List[np.ndarray]]]:
+        """(MindSpore's prefix, one array per parameter, true values) for each state buffer."""
+        return []
+
+    def _set_buffers(self, values: Dict[str, List[np.ndarray]], step: int) -> None:
+        """Take the buffers (by prefix, one array per parameter) and the step count."""
+        self.global_step = step
+
+    def parameters_and_names(self) -> Iterator[Tuple[str, Tensor]]:
+        """(name, tensor) of the parameters, then of the optimizer's state (copies), as MindSpore's
+        optimizer Cell lists them: ``save_checkpoint(optimizer, path)`` writes both, and
+        ``load_param_into_net(optimizer, load_checkpoint(path))`` resumes training where it stopped."""
+        for n, p in zip(self._param_names(), self._params):
+            yield n, p
+        for n, a in self._state().items():
+            yield n, Tensor._from_array(np.array(a))
+
+    def _load_state(self, entries: Dict[str, np.ndarray]) -> None:
+        """Replace the state from ``entries`` (every name of ``_state()``, checked by the caller)."""
+        step = int(np.asarray(entries["global_step"]).reshape(-1)[0])
+        names = self._param_names()
+        self._set_buffers({prefix: [entries[f"{prefix}.{n}"] for n in names] for prefix, _ in self._buffers()},
+                          step)
 
 
 class SGD(Optimizer):
     """v = momentum * v + (1 - dampening) * g (v = g on the first step); w -= lr * (g + momentum * v if
-    nesterov else v). weight_decay adds weight_decay * w to g first."""
+    nesterov else v). g is gradient / loss_scale + weight_decay * w (MindSpore's SGD kernel decays every
+    parameter, after the loss scale is taken out)."""
 
     def __init__(self, params: Any, learning_rate: LearningRate = 0.1, momentum: float = 0.0,
-                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False) -> None:
-        super().__init__(learning_rate, params, weight_decay)
+                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
+                 loss_scale: float = 1.0) -> None:
+        super().__init__(learning_rate, params, weight_decay, loss_scale)
         self.momentum = _nonneg(momentum, "momentum", "SGD")
         self.dampening = _nonneg(dampening, "dampening", "SGD")
         if nesterov and (self.momentum <= 0 or self.dampening != 0):
@@ -127,7 +187,10 @@ class SGD(Optimizer):
         self.accum: List[Any] = [None] * len(self._params)
 
     def _update(self, i, w, g, lr):
-        g = self._decayed(w, g)
+        if self.loss_scale != 1.0:
+            g = g / self.loss_scale
+        if self.weight_decay:
+            g = g + self.weight_decay * w
         if self.momentum:
             v = self.accum[i]
             if v is None:
@@ -138,43 +201,67 @@ class SGD(Optimizer):
             g = g + self.momentum * v if self.nesterov else v
         w -= lr * g
 
+    def _buffers(self):
+        if not self.momentum:
+            return []
+        return [("accum", [np.zeros_like(p._data) if a is None else a.copy()
+                           for a, p in zip(self.accum, self._params)])]
+
+    def _set_buffers(self, values, step):
+        super()._set_buffers(values, step)
+        if self.momentum:  # no step taken yet: the first one starts the buffer from its gradient
+            self.accum = [np.array(a, dtype=p._data.dtype) if step else None
+                          for a, p in zip(values["accum"], self._params)]
+
 
 class Momentum(Optimizer):
     """v = momentum * v + g; w -= lr * v (lr * (g + momentum * v) with use_nesterov); g is
-    (gradient + weight_decay * w) / loss_scale, in that order as in MindSpore."""
+    (gradient + weight_decay * loss_scale * w) / loss_scale, as in MindSpore (whose optimizers keep
+    weight_decay * loss_scale), the decay only on parameters without 'beta' or 'gamma' in their names."""
 
     def __init__(self, params: Any, learning_rate: LearningRate, momentum: float, weight_decay: float = 0.0,
                  loss_scale: float = 1.0, use_nesterov: bool = False) -> None:
-        super().__init__(learning_rate, params, weight_decay)
+        super().__init__(learning_rate, params, weight_decay, loss_scale)
         self.momentum = _nonneg(momentum, "momentum", "Momentum")
-        self.loss_scale = float(loss_scale)
-        if self.loss_scale <= 0:
-            raise ValueError(f"Momentum: loss_scale must be positive, got {loss_scale}")
         self.use_nesterov = bool(use_nesterov)
         self.moments = [np.zeros_like(p._data) for p in self._params]
 
     def _update(self, i, w, g, lr):
-        g = self._decayed(w, g)  # then divided by loss_scale, in MindSpore's order: (g + wd * w) / loss_scale
-        if self.loss_scale != 1.0:
-            g = g / self.loss_scale
+        g = self._decayed(i, w, g)
         v = self.moments[i]
         v *= self.momentum
         v += g
         w -= lr * (g + self.momentum * v) if self.use_nesterov else lr * v
 
+    def _buffers(self):
+        return [("moments", [v.copy() for v in self.moments])]
+
+    def _set_buffers(self, values, step):
+        super()._set_buffers(values, step)
+        self.moments = [np.array(a, dtype=p._data.dtype) for a, p in zip(values["moments"], self._params)]
+
+
+def _state_dtype(p: Parameter) -> Any:
+    """Adam's moments of a float16 parameter are kept in float32: its second moment, kept scaled by
+    1/(1-beta2), would overflow float16 (g = 10 with beta2 = 0.999 already does), and a small g^2 would
+    underflow to 0 and blow the step up."""
+    return np.float32 if p._data.dtype == np.float16 else p._data.dtype
+
 
 class Adam(Optimizer):
     """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr * sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps).
-    g is (gradient + weight_decay * w) / loss_scale, in that order as in MindSpore.
+    g is (gradient + weight_decay * loss_scale * w) / loss_scale, as in MindSpore, the decay only on
+    parameters without 'beta' or 'gamma' in their names.
 
     The moments are kept divided by (1-b1) and (1-b2) (``M = b1 M + g``, ``V = b2 V + g^2``), and
-    the constants move into the update; ``moment1``/``moment2`` give m and v themselves (copies).
+    the constants move into the update; ``moment1``/``moment2`` give m and v themselves (copies;
+    float32 for float16 parameters, whose moments are kept in float32).
     """
 
     def __init__(self, params: Any, learning_rate: LearningRate = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-8, use_locking: bool = False, use_nesterov: bool = False, weight_decay: float = 0.0,
                  loss_scale: float = 1.0, use_amsgrad: bool = False) -> None:
-        super().__init__(learning_rate, params, weight_decay)
+        super().__init__(learning_rate, params, weight_decay, loss_scale)
         self.beta1 = _nonneg(beta1, "beta1", "Adam", 1.0, open_upper=True)
         self.beta2 = _nonneg(beta2, "beta2", "Adam", 1.0, open_upper=True)
         self.eps = _nonneg(eps, "eps", "Adam")
@@ -183,10 +270,9 @@ class Adam(Optimizer):
         if use_amsgrad:
             raise NotImplementedError("Adam: use_amsgrad is not supported")
         self.use_nesterov = bool(use_nesterov)
-        self.loss_scale = float(loss_scale)
-        self._m = [np.zeros_like(p._data) for p in self._params]  # m / (1 - beta1)
-        self._v = [np.zeros_like(p._data) for p in self._params]  # v / (1 - beta2)
-        self._scratch = [np.empty_like(p._data) for p in self._params]
+        self._m = [np.zeros_like(p._data, dtype=_state_dtype(p)) for p in self._params]  # m / (1 - beta1)
+        self._v = [np.zeros_like(p._data, dtype=_state_dtype(p)) for p in self._params]  # v / (1 - beta2)
+        self._scratch = [np.empty_like(p._data, dtype=_state_dtype(p)) for p in self._params]
 
     @property
     def moment1(self) -> List[np.ndarray]:
@@ -197,11 +283,9 @@ class Adam(Optimizer):
         return [(1 - self.beta2) * v for v in self._v]
 
     def _update(self, i, w, g, lr):
-        g = self._decayed(w, g)  # then divided by loss_scale, in MindSpore's order: (g + wd * w) / loss_scale
-        if self.loss_scale != 1.0:
-            g = g / self.loss_scale
-        b1, b2, t = self.beta1, self.beta2, self.global_step + 1
         m, v, s = self._m[i], self._v[i], self._scratch[i]
+        g = self._decayed(i, w, g.astype(m.dtype, copy=False))
+        b1, b2, t = self.beta1, self.beta2, self.global_step + 1
         # ten passes over memory, each in place (no temporaries): the moments' scale factors
         # (1-b1), (1-b2) fold into the scalars below instead of costing two passes per step
         m *= b1
@@ -219,10 +303,19 @@ class Adam(Optimizer):
         s *= scale
         w -= s
 
+    def _buffers(self):
+        return [("moment1", self.moment1), ("moment2", self.moment2)]
+
+    def _set_buffers(self, values, step):
+        super()._set_buffers(values, step)
+        self._m = [np.array(a, dtype=m.dtype) / (1 - self.beta1) for a, m in zip(values["moment1"], self._m)]
+        self._v = [np.array(a, dtype=v.dtype) / (1 - self.beta2) for a, v in zip(values["moment2"], self._v)]
+
 
 class AdamWeightDecay(Optimizer):
     """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; u = m / (sqrt(v) + eps) + weight_decay * w; w -= lr * u
-    (no bias correction, as MindSpore's)."""
+    (no bias correction, as MindSpore's; the decay only on parameters without 'beta' or 'gamma' in
+    their names)."""
 
     def __init__(self, params: Any, learning_rate: LearningRate = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-6, weight_decay: float = 0.0) -> None:
@@ -243,6 +336,14 @@ class AdamWeightDecay(Optimizer):
         v *= b2
         v += (1 - b2) * (g * g)
         u = m / (np.sqrt(v) + self.eps)
-        if self.weight_decay:
+        if self.weight_decay and self.decay_flags[i]:
             u += self.weight_decay * w
         w -= lr * u
+
+    def _buffers(self):
+        return [("adam_m", [m.copy() for m in self.moments1]), ("adam_v", [v.copy() for v in self.moments2])]
+
+    def _set_buffers(self, values, step):
+        super()._set_buffers(values, step)
+        self.moments1 = [np.array(a, dtype=p._data.dtype) for a, p in zip(values["adam_m"], self._params)]
+        self.moments2 = [np.array(a, dtype=p._data.dtype) for a, p in zip(values["adam_v"], self._params)]
