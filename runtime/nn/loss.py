@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .. import device as _device
 from ..ops import math as _m
 from ..ops.primitive import Primitive, defvjp
 from ..ops.softmax_extra import log_softmax
@@ -72,16 +73,17 @@ def _nll_np(x: np.ndarray, labels: np.ndarray, weight: np.ndarray, valid: np.nda
     shifted = x - np.max(x, axis=1, keepdims=True)
     lse = np.log(np.sum(np.exp(shifted), axis=1))
     safe = np.where(valid, labels, 0)
-    picked = shifted[np.arange(x.shape[0]), safe]
+    picked = shifted[_device.array_module(x).arange(x.shape[0]), safe]
     return np.where(valid, (lse - picked) * weight[safe], 0).astype(x.dtype, copy=False)
 
 
 def _nll_vjp(g: Tensor, ans: Tensor, x: Tensor, labels: np.ndarray, weight: np.ndarray,
              valid: np.ndarray) -> Tensor:
     n, c = x.shape
+    xp = _device.array_module(x._data)
     safe = np.where(valid, labels, 0)
-    hot = np.zeros((n, c), x._data.dtype)
-    hot[np.arange(n), safe] = 1
+    hot = xp.zeros((n, c), x._data.dtype)
+    hot[xp.arange(n), safe] = 1
     w = (np.where(valid, weight[safe], 0)).astype(x._data.dtype)[:, None]
     probs = _m.exp(log_softmax(x, 1))
     return _m.mul(_m.mul(_m.reshape(g, (n, 1)), Tensor._from_array(w)),
@@ -98,7 +100,7 @@ def _class_labels(name: str, logits: Tensor, labels: Tensor, ignore_index: Optio
     if lab.shape != (n,):
         raise ValueError(f"{name}: integer labels must have shape [{n}] for logits of shape [{n}, {c}], "
                          f"got {list(lab.shape)}")
-    valid = np.ones(n, bool) if ignore_index is None else lab != ignore_index
+    valid = _device.array_module(lab).ones(n, bool) if ignore_index is None else lab != ignore_index
     bad = valid & ((lab < 0) | (lab >= c))
     if bad.any():
         raise IndexError(f"{name}: label {int(lab[bad][0])} is out of range for {c} classes")
@@ -126,7 +128,8 @@ class CrossEntropyLoss(LossBase):
     def __init__(self, weight: Any = None, ignore_index: int = -100, reduction: str = "mean",
                  label_smoothing: float = 0.0) -> None:
         super().__init__(reduction)
-        self.weight = None if weight is None else np.asarray(weight._data if isinstance(weight, Tensor) else weight)
+        self.weight = None if weight is None else \
+            (weight.asnumpy() if isinstance(weight, Tensor) else np.asarray(weight))  # a GPU Tensor too
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"CrossEntropyLoss: label_smoothing must be in [0, 1], got {label_smoothing}")
         self.ignore_index = ignore_index
@@ -142,9 +145,10 @@ class CrossEntropyLoss(LossBase):
             if logits.ndim == 1:
                 y = _m.reshape(y, (1,))
             if self.label_smoothing:
-                return self._smoothed(x, y)
+                out = self._smoothed(x, y)
+                return out if logits.ndim == 2 or self.reduction != "none" else _m.reshape(out, ())
             lab, valid = _class_labels("CrossEntropyLoss", x, y, self.ignore_index)
-            w = np.ones(c, x._data.dtype) if self.weight is None else self.weight.astype(x._data.dtype)
+            w = self._class_weight(x, c)
             per = _nll(x, labels=lab, weight=w, valid=valid)
             if self.reduction == "mean":
                 return _m.div(_m.sum(per), max(float(np.sum(np.where(valid, w[np.where(valid, lab, 0)], 0))),
@@ -154,8 +158,13 @@ class CrossEntropyLoss(LossBase):
             return per if logits.ndim == 2 else _m.reshape(per, ())
         return self._soft(x, y, logits.ndim)
 
+    def _class_weight(self, x: Tensor, c: int) -> Any:
+        """The per-class weights as an array on x's device, in x's dtype (ones without ``weight``)."""
+        xp = _device.array_module(x._data)
+        return xp.ones(c, x._data.dtype) if self.weight is None else xp.asarray(self.weight).astype(x._data.dtype)
+
     def _targets_weight(self, x: Tensor) -> Optional[Tensor]:
-        return None if self.weight is None else Tensor._from_array(self.weight.astype(x._data.dtype))
+        return None if self.weight is None else Tensor._from_array(self._class_weight(x, x.shape[1]))
 
     def _soft(self, x: Tensor, y: Tensor, ndim: int) -> Tensor:
         if y._data.dtype.kind != "f":
@@ -181,8 +190,9 @@ class CrossEntropyLoss(LossBase):
     def _smoothed(self, x: Tensor, y: Tensor) -> Tensor:
         lab, valid = _class_labels("CrossEntropyLoss", x, y, self.ignore_index)
         n, c = x.shape
-        hot = np.zeros((n, c), x._data.dtype)
-        hot[np.arange(n)[valid], lab[valid]] = 1
+        xp = _device.array_module(x._data)
+        hot = xp.zeros((n, c), x._data.dtype)
+        hot[xp.arange(n)[valid], lab[valid]] = 1
         logp = log_softmax(x, 1)
         smooth = Tensor._from_array((hot * (1 - self.label_smoothing) + self.label_smoothing / c) *
                                     valid[:, None].astype(x._data.dtype))
@@ -190,7 +200,8 @@ class CrossEntropyLoss(LossBase):
         terms = _m.mul(logp, smooth) if w is None else _m.mul(_m.mul(logp, smooth), w)
         per = _m.neg(_m.sum(terms, 1))
         if self.reduction == "mean":
-            wl = np.ones(c) if self.weight is None else self.weight
+            xp = _device.array_module(x._data)
+            wl = xp.ones(c) if self.weight is None else xp.asarray(self.weight)
             return _m.div(_m.sum(per), max(float(np.sum(wl[lab[valid]])), 1e-38))
         return _m.sum(per) if self.reduction == "sum" else per
 
@@ -211,7 +222,8 @@ class SoftmaxCrossEntropyWithLogits(LossBase):
                 raise TypeError(f"SoftmaxCrossEntropyWithLogits(sparse=True): labels must be integer class "
                                 f"indices, got {y.dtype}")
             lab, valid = _class_labels("SoftmaxCrossEntropyWithLogits", x, _m.reshape(y, (x.shape[0],)), None)
-            per = _nll(x, labels=lab, weight=np.ones(x.shape[1], x._data.dtype), valid=valid)
+            per = _nll(x, labels=lab, weight=_device.array_module(x._data).ones(x.shape[1], x._data.dtype),
+                       valid=valid)
         else:
             if y._data.dtype.kind != "f":
                 raise TypeError(f"SoftmaxCrossEntropyWithLogits(sparse=False): labels must be floating one-hot "
