@@ -80,9 +80,10 @@ class Flatten(Cell):
 
     def construct(self, x: Tensor) -> Tensor:
         nd = x.ndim
-        s = self.start_dim % nd if nd else 0
-        e = self.end_dim % nd if nd else 0
-        if nd == 0 or s > e:
+        inside = nd and all(-nd <= d < nd for d in (self.start_dim, self.end_dim))  # not wrapped around
+        s = self.start_dim % nd if inside else 0
+        e = self.end_dim % nd if inside else 0
+        if not inside or s > e:
             raise ValueError(f"Flatten: start_dim {self.start_dim} and end_dim {self.end_dim} do not select "
                              f"dims of a tensor of shape {list(x.shape)}")
         return _m.reshape(x, x.shape[:s] + (-1,) + x.shape[e + 1:])

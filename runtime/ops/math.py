@@ -264,13 +264,23 @@ def matmul(x: Any, y: Any) -> Tensor:
 def _norm_axis(axis: Axis, ndim: int) -> Optional[Tuple[int, ...]]:
     if axis is None:
         return None
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool):
+        axes: Tuple[Any, ...] = (axis,)
+    elif isinstance(axis, (tuple, list, range)) or (isinstance(axis, np.ndarray) and axis.ndim == 1):
+        axes = tuple(axis)
+    else:
+        raise TypeError(f"axis must be None, an int or a tuple of ints, got {type(axis).__name__} {axis!r}")
     out = []
     for a in axes:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"axis must be None, an int or a tuple of ints, got {type(a).__name__} {a!r} in {axis!r}")
         a = int(a)
         if not -ndim <= a < builtins.max(ndim, 1):
             raise ValueError(f"axis {a} is out of range for a tensor of {ndim} dimensions")
-        out.append(a % ndim if ndim else 0)
+        a = a % ndim if ndim else 0
+        if a in out:
+            raise ValueError(f"axis {list(axes)} names dimension {a} twice (for a tensor of {ndim} dimensions)")
+        out.append(a)
     return tuple(out)
 
 
@@ -326,9 +336,14 @@ def transpose(x: Any, axes: Optional[Sequence[int]] = None) -> Tensor:
     x = _one(x)
     if axes is None:
         axes = tuple(range(x.ndim - 1, -1, -1))
-    axes = tuple(int(a) % builtins.max(x.ndim, 1) for a in axes)
+    given = tuple(axes)
+    if any(isinstance(a, bool) or not isinstance(a, (int, np.integer)) for a in given):
+        raise TypeError(f"transpose axes must be ints, got {list(given)}")
+    if any(not -x.ndim <= int(a) < builtins.max(x.ndim, 1) for a in given):  # not wrapped: (0, 5) is no (0, 1)
+        raise ValueError(f"transpose axes {list(given)} are out of range for a tensor of {x.ndim} dimensions")
+    axes = tuple(int(a) % builtins.max(x.ndim, 1) for a in given)
     if sorted(axes) != list(range(x.ndim)):
-        raise ValueError(f"transpose axes {list(axes)} are not a permutation of {x.ndim} dimensions")
+        raise ValueError(f"transpose axes {list(given)} are not a permutation of {x.ndim} dimensions")
     return _transpose(x, axes=axes)
 
 

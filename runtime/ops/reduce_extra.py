@@ -161,6 +161,8 @@ def minimum(x: Any, y: Any) -> Tensor:
 
 # ---- softmax -------------------------------------------------------------------
 def _softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
+    if x.size == 0:  # numpy's max has no identity: an empty axis would be an error
+        return x.copy()
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
 

@@ -32,6 +32,8 @@ def _int_axis(axis: Any, what: str) -> int:
 
 # ---- log_softmax ------------------------------------------------------------------
 def _log_softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
+    if x.size == 0:  # numpy's max has no identity: an empty axis would be an error
+        return x.copy()
     shifted = x - np.max(x, axis=axis, keepdims=True)
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
