@@ -126,7 +126,26 @@ def _cupy() -> Tuple[Check, Optional[int]]:
         return Check("CuPy", "error", f"installed but not usable: {type(e).__name__}: {str(e)[:200]}",
                      "reinstall the cupy-cudaXXx wheel matching your driver's CUDA major"), None
     major = runtime // 1000
-    return Check("CuPy", "ok", f"{cupy.__version__} (CUDA runtime {major}.{runtime % 1000 // 10})"), major
+    what = f"{cupy.__version__} (CUDA runtime {major}.{runtime % 1000 // 10})"
+    missing = _cupy_libraries(cupy)
+    if missing:
+        return Check("CuPy", "error", f"{what} cannot load the CUDA libraries its kernels need: {'; '.join(missing)}",
+                     f"pip install 'cupy-cuda{major}x[ctk]' (the wheel brings neither), or install the CUDA "
+                     f"{major} toolkit"), major
+    return Check("CuPy", "ok", what), major
+
+
+def _cupy_libraries(cupy) -> List[str]:
+    """The CUDA libraries CuPy cannot load ("NVRTC: ..."): NVRTC compiles every kernel, cuBLAS does matmul."""
+    missing = []
+    for name, load in (("NVRTC", lambda: cupy.cuda.nvrtc.getVersion()), ("cuBLAS", lambda: cupy.cuda.cublas)):
+        try:
+            load()
+        except AttributeError:  # a CuPy without this entry point: nothing is known
+            continue
+        except Exception as e:  # ImportError, or cuda.pathfinder's DynamicLibNotFoundError
+            missing.append(f"{name}: {str(e).splitlines()[0].split(': ')[0][:120]}")
+    return missing
 
 
 def _driver() -> Tuple[Check, Optional[int]]:

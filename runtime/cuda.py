@@ -3,11 +3,12 @@
 CuPy is optional (``pip install 'opbuilder[cuda12]'`` or ``[cuda13]``) and
 imported only by these functions, never by ``import runtime``.
 ``is_available()`` and ``device_count()`` answer False / 0 on a machine
-without CuPy, without a device, or with a driver older than CuPy's CUDA,
-without raising; ``unavailable_reason()`` says which. Streams are CuPy's:
-``with runtime.cuda.stream(s):`` makes ``s`` current, so built-in ops (CuPy),
-C++ Function ops (``opbuilder::cuda::CurrentStream()``) and aot ops (their
-``stream`` argument) launch on it.
+without CuPy, without an NVIDIA driver or a device, with a driver older than
+CuPy's CUDA, or where CuPy cannot load the CUDA libraries its kernels need
+(NVRTC, cuBLAS), without raising; ``unavailable_reason()`` says which.
+Streams are CuPy's: ``with runtime.cuda.stream(s):`` makes ``s`` current, so
+built-in ops (CuPy), C++ Function ops (``opbuilder::cuda::CurrentStream()``)
+and aot ops (their ``stream`` argument) launch on it.
 """
 from __future__ import annotations
 
@@ -43,9 +44,12 @@ def _probe() -> "tuple[int, Optional[str]]":
         status = getattr(e, "status", None)
         if status == _INSUFFICIENT_DRIVER:
             try:
-                have = _version(rt.driverGetVersion())
+                driver = rt.driverGetVersion()
             except Exception:
-                have = "unknown"
+                driver = None
+            if driver == 0:  # CUDA's answer when no driver (libcuda) is installed
+                return 0, "no NVIDIA driver is installed (the CUDA runtime found no libcuda)"
+            have = "unknown" if driver is None else _version(driver)
             return 0, (f"the NVIDIA driver is too old: it supports CUDA {have}, CuPy was built for CUDA "
                        f"{_version(rt.runtimeGetVersion())}; update the driver or install the CuPy for its CUDA "
                        f"major ({_INSTALL})")
@@ -54,7 +58,31 @@ def _probe() -> "tuple[int, Optional[str]]":
         return 0, f"CUDA could not be initialised: {type(e).__name__}: {e}"
     if n == 0:
         return 0, "no CUDA device is visible (none installed, or hidden by CUDA_VISIBLE_DEVICES)"
+    missing = _library_problem(cupy)
+    if missing is not None:
+        return 0, missing
     return int(n), None
+
+
+def _library_problem(cupy: Any) -> Optional[str]:
+    """Why CuPy cannot run its kernels (NVRTC compiles every one, cuBLAS does matmul), or None.
+
+    The cupy-cudaXXx wheels bring neither: they come from a CUDA toolkit or the ``[ctk]`` extra.
+    Needs no device: only the libraries are loaded.
+    """
+    missing = []
+    for name, load in (("NVRTC", lambda: cupy.cuda.nvrtc.getVersion()), ("cuBLAS", lambda: cupy.cuda.cublas)):
+        try:
+            load()
+        except AttributeError:  # a CuPy without this entry point: nothing is known, nothing claimed
+            continue
+        except Exception as e:  # CuPy raises ImportError or cuda.pathfinder's DynamicLibNotFoundError
+            missing.append(f"{name}: {str(e).splitlines()[0].split(': ')[0][:120]}")
+    if not missing:
+        return None
+    major = int(cupy.cuda.runtime.runtimeGetVersion()) // 1000
+    return (f"CuPy cannot load the CUDA libraries its kernels need: {'; '.join(missing)}; "
+            f"pip install 'cupy-cuda{major}x[ctk]', or install the CUDA {major} toolkit")
 
 
 def is_available() -> bool:
