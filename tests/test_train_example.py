@@ -66,3 +66,12 @@ def test_example_runs_as_a_script(swish_ops, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "step    2  loss" in out.stdout or "train" in out.stderr  # plain lines, or tqdm's bar
     assert "reloaded accuracy" in out.stdout and (tmp_path / "classifier.safetensors").exists()
+
+
+def test_example_is_deterministic_under_set_seed(swish_ops, example, tmp_path):
+    """Same --seed, same run: set_seed fixes the initial weights, and nothing else draws at random."""
+    a = example.main(["--steps", "8", "--out", str(tmp_path / "a"), "--quiet"])
+    b = example.main(["--steps", "8", "--out", str(tmp_path / "b"), "--quiet"])
+    c = example.main(["--steps", "8", "--out", str(tmp_path / "c"), "--quiet", "--seed", "1"])
+    assert a["losses"] == b["losses"] and a["losses"][-1] < a["losses"][0]
+    assert c["losses"] != a["losses"]
