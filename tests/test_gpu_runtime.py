@@ -3,7 +3,6 @@ device, built-in ops and an MLP matching the CPU, streams, DLPack with CuPy and 
 
 Skipped with the reason (no CuPy, no device, driver too old) where no GPU is usable.
 """
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 import runtime as rt
 from runtime import Tensor, nn, ops
 
+from builder_util import cuda_toolkit_problem
 from conftest import _load
 
 HERE = Path(__file__).resolve().parent
@@ -21,14 +21,24 @@ pytestmark = [pytest.mark.gpu,
 
 
 @pytest.fixture(scope="session")
-def cuda_ops(cache_dir):
+def nvcc():
+    """nvcc's path; the tests that build CUDA code skip, saying why, on a GPU machine without the toolkit."""
+    problem = cuda_toolkit_problem()
+    if problem:
+        pytest.skip(problem)
+    from opbuilder.toolchain import find_nvcc
+    return find_nvcc(None).path
+
+
+@pytest.fixture(scope="session")
+def cuda_ops(cache_dir, nvcc):
     return _load("cuda_function_ops", [HERE / "cuda" / "cuda_function_ops.cu"], backend="GPU")
 
 
 @pytest.fixture(scope="session")
-def seed_so(tmp_path_factory):
+def seed_so(tmp_path_factory, nvcc):
     out = tmp_path_factory.mktemp("seed004_gpu") / "custom_add.so"
-    subprocess.run([shutil.which("nvcc"), "--shared", "-Xcompiler", "-fPIC", "-o", str(out),
+    subprocess.run([nvcc, "--shared", "-Xcompiler", "-fPIC", "-o", str(out),
                     str(HERE / "cuda" / "seed004_custom_add.cu")], check=True, timeout=300)
     return out
 
@@ -41,7 +51,7 @@ def gpu_context():
 
 
 @pytest.mark.parametrize("func", ["seed_so", "cu_source"])
-def test_seed_004_as_written(request, gpu_context, func):
+def test_seed_004_as_written(request, gpu_context, nvcc, func):
     path = request.getfixturevalue("seed_so") if func == "seed_so" else HERE / "cuda" / "seed004_custom_add.cu"
     t1 = Tensor([1., 2., 3.], rt.float32)
     t2 = Tensor([3., 2., 1.], rt.float32)
@@ -129,6 +139,29 @@ def test_dlpack_round_trips_share_memory_with_cupy_and_torch():
     assert back._data.data.ptr == a.data.ptr
 
 
-def test_cuda_error_from_a_function_op_is_a_runtime_error(cuda_ops):
+def test_cuda_error_from_a_function_op_is_a_runtime_error_and_the_next_op_runs(cuda_ops):
     with pytest.raises(RuntimeError, match=r"^CUDA error cudaErrorInvalidDevice"):
         cuda_ops.bad_launch()
+    # the failed call was the thread's last CUDA error: OB_CUDA_CHECK cleared it, so the next op's
+    # OB_CUDA_CHECK(cudaGetLastError()) does not raise it again
+    y = cuda_ops.square_plus(Tensor([1.0, 2.0], rt.float64, "GPU"), 1.0)
+    assert y.asnumpy().tolist() == [2.0, 6.0]
+
+
+@pytest.mark.parametrize("make, labels", [
+    (lambda: nn.CrossEntropyLoss(), [0, 1, 2, 3, 1, 2]),
+    (lambda: nn.CrossEntropyLoss(weight=Tensor([1.0, 2.0, 3.0, 4.0], rt.float64), reduction="sum"),
+     [0, 1, 2, 3, 1, -100]),
+    (lambda: nn.CrossEntropyLoss(weight=np.array([1.0, 2.0, 3.0, 4.0]), label_smoothing=0.1), [0, 1, 2, 3, 1, 2]),
+    (lambda: nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), [0, 1, 2, 3, 1, 2]),
+])
+def test_cross_entropy_with_class_labels_gives_the_cpus_loss_and_gradient(make, labels):
+    x = np.random.default_rng(2).normal(size=(6, 4))
+
+    def run(device):
+        return rt.value_and_grad(lambda a: make()(a, Tensor(np.array(labels), device=device)), 0)(
+            Tensor(x, rt.float64, device))
+    (loss_c, g_c), (loss_g, g_g) = run("CPU"), run("GPU")
+    assert loss_g.device == g_g.device == "GPU:0"
+    np.testing.assert_allclose(float(loss_g), float(loss_c), rtol=1e-12)
+    np.testing.assert_allclose(g_g.asnumpy(), g_c.asnumpy(), rtol=1e-12, atol=1e-15)

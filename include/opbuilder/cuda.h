@@ -46,10 +46,13 @@ inline cudaStream_t CurrentStream() {
 }  // namespace opbuilder
 
 // Evaluates a CUDA runtime call; anything but cudaSuccess throws opbuilder::cuda::CudaError.
+// The runtime also records a failed call as the thread's last error; it is cleared here (it is
+// reported by the exception), or the next op's OB_CUDA_CHECK(cudaGetLastError()) would raise it again.
 #define OB_CUDA_CHECK(expr)                                                      \
   do {                                                                           \
     const cudaError_t ob_cuda_status_ = (expr);                                  \
     if (ob_cuda_status_ != cudaSuccess) {                                        \
+      static_cast<void>(cudaGetLastError());                                     \
       throw ::opbuilder::cuda::CudaError(ob_cuda_status_, #expr, __FILE__, __LINE__); \
     }                                                                            \
   } while (0)
