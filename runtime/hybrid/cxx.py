@@ -29,7 +29,7 @@ __all__ = ["generate", "tensor_types"]
 
 _SMALL = ("float16", "int8", "int16", "uint8", "bool")  # C++ promotes these: cast each result back
 _ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitAnd: "&", ast.BitOr: "|",
-          ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
+          ast.BitXor: "^"}
 _CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 _INT64 = VType("int64", True)
 
@@ -83,6 +83,8 @@ class _Gen:
         if t.dtype == dtype and not (t.weak and dtype != "int64" and dtype != "float64"):
             return code
         ct = CTYPES[dtype]
+        if t.kind == "f" and dtype not in ("float16", "float32", "float64", "bool"):
+            return f"ob::f2i<{ct}>({code})"  # NaN and out-of-range values too: defined, never UB
         return f"static_cast<{ct}>({code})"
 
     def literal(self, value: object) -> Tuple[str, VType]:
@@ -172,6 +174,8 @@ class _Gen:
             code = f"ob::mod<{ct}>({ca}, {cb})"
         elif op is ast.Pow:
             code = f"ob::power<{ct}>({ca}, {cb})"
+        elif op in (ast.LShift, ast.RShift):  # a count past the width is 0 (or -1), as numpy's; never UB
+            code = f"ob::{'shl' if op is ast.LShift else 'shr'}<{ct}>({ca}, {cb})"
         else:
             code = f"({ca} {_ARITH[op]} {cb})"
             if t.dtype in _SMALL:
@@ -199,6 +203,8 @@ class _Gen:
         for op, comp in zip(node.ops, node.comparators):
             right = self.expr(comp)
             t = promote(left[1], right[1])
+            if t.kind in "iu" and (left[1].weak or right[1].weak):
+                t = _INT64  # a Python int is compared by value (uint8 < -2 is False), as numpy 2 does
             parts.append(f"({self.conv(left[0], left[1], t.dtype)} {_CMP[type(op)]} "
                          f"{self.conv(right[0], right[1], t.dtype)})")
             left = right

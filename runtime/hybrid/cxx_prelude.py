@@ -21,6 +21,32 @@ namespace ob {
 
 // float16 (_Float16) has no std::floor/fmod/pow overloads of its own: compute in float and round back
 template <typename T> using wide_t = std::conditional_t<(sizeof(T) < sizeof(float)), float, T>;
+// numpy's float divmod (npy_divmod): the quotient snapped to an integer, the remainder with b's sign
+template <typename W> inline W fdivmod(W a, W b, W *mod) {
+  W m = std::fmod(a, b);
+  if (b == 0) {
+    *mod = m;
+    return a / b;
+  }
+  W div = (a - m) / b;
+  if (m != 0) {
+    if ((b < 0) != (m < 0)) {
+      m += b;
+      div -= 1;
+    }
+  } else {
+    m = std::copysign(W(0), b);
+  }
+  W q;
+  if (div != 0) {
+    q = std::floor(div);
+    if (div - q > W(0.5)) q += 1;
+  } else {
+    q = std::copysign(W(0), a / b);
+  }
+  *mod = m;
+  return q;
+}
 template <typename T> inline T floordiv(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     if (b == 0) return 0;
@@ -31,7 +57,8 @@ template <typename T> inline T floordiv(T a, T b) {
     return (a % b != 0 && ((a < 0) != (b < 0))) ? static_cast<T>(q - 1) : q;
   } else {
     using W = wide_t<T>;
-    return static_cast<T>(std::floor(static_cast<W>(a) / static_cast<W>(b)));
+    W m;
+    return static_cast<T>(fdivmod(static_cast<W>(a), static_cast<W>(b), &m));
   }
 }
 template <typename T> inline T mod(T a, T b) {
@@ -44,9 +71,20 @@ template <typename T> inline T mod(T a, T b) {
     return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
   } else {
     using W = wide_t<T>;
-    W r = std::fmod(static_cast<W>(a), static_cast<W>(b));
-    return static_cast<T>((r != 0 && ((r < 0) != (static_cast<W>(b) < 0))) ? r + static_cast<W>(b) : r);
+    W m;
+    fdivmod(static_cast<W>(a), static_cast<W>(b), &m);
+    return static_cast<T>(m);
   }
+}
+// numpy's shifts: a count outside [0, bits of T) shifts everything out (0, or -1 for a negative a >>)
+template <typename T> inline T shl(T a, T b) {
+  using U = std::make_unsigned_t<std::conditional_t<std::is_same_v<T, bool>, unsigned char, T>>;
+  if (b < 0 || static_cast<uint64_t>(b) >= sizeof(T) * 8) return 0;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) << b));
+}
+template <typename T> inline T shr(T a, T b) {
+  if (b < 0 || static_cast<uint64_t>(b) >= sizeof(T) * 8) return a < 0 ? static_cast<T>(-1) : static_cast<T>(0);
+  return static_cast<T>(a >> b);
 }
 template <typename T> inline T power(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
@@ -63,12 +101,28 @@ template <typename T> inline T power(T a, T b) {
     return static_cast<T>(std::pow(static_cast<W>(a), static_cast<W>(b)));
   }
 }
+// A float to an integer type, defined for every value (C++ leaves NaN and out-of-range values undefined):
+// numpy's result on x86-64, where int64 takes an out-of-range or NaN value as its lowest value and the
+// narrower types go through int32 (out of range: INT32_MIN), then keep their low bits (int8(300.0) is 44).
+template <typename To, typename From> inline To f2i(From v) {
+  using W = wide_t<From>;
+  const W w = static_cast<W>(v);
+  if constexpr (sizeof(To) == 8) {
+    return (w >= W(-9223372036854775808.0) && w < W(9223372036854775808.0)) ? static_cast<To>(w) : INT64_MIN;
+  } else {
+    const int32_t i = (w >= W(-2147483648.0) && w < W(2147483648.0)) ? static_cast<int32_t>(w) : INT32_MIN;
+    return static_cast<To>(static_cast<std::make_unsigned_t<To>>(static_cast<uint32_t>(i)));
+  }
+}
 // Python's meaning of a negative index, wrapped once: -1 is the last element.
 inline int64_t wrap(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
 template <typename T> inline T max(T a, T b) { return (a > b || a != a) ? a : b; }
 template <typename T> inline T min(T a, T b) { return (a < b || a != a) ? a : b; }
-template <typename T> inline T abs(T a) { return a < 0 ? static_cast<T>(-a) : a; }
-template <typename T> inline T sign(T a) { return a > 0 ? T(1) : a < 0 ? T(-1) : a; }
+template <typename T> inline T abs(T a) {
+  if constexpr (std::is_integral_v<T>) return a < 0 ? static_cast<T>(-a) : a;
+  else return static_cast<T>(std::fabs(static_cast<wide_t<T>>(a)));  // abs(-0.0) is 0.0
+}
+template <typename T> inline T sign(T a) { return a > 0 ? T(1) : a < 0 ? T(-1) : a == 0 ? T(0) : a; }
 template <typename T> inline T rsqrt(T a) { return T(1) / std::sqrt(a); }
 template <typename T> inline T floor(T a) { if constexpr (std::is_integral_v<T>) return a; else return std::floor(a); }
 template <typename T> inline T ceil(T a) { if constexpr (std::is_integral_v<T>) return a; else return std::ceil(a); }

@@ -71,6 +71,8 @@ def value_type(v: Any) -> VType:
     """The VType of a Python-target value (a numpy scalar, a Python number, a 0-d array)."""
     if isinstance(v, (bool, np.bool_)):
         return VType("bool")
+    if isinstance(v, np.generic):  # before float: np.float64 is a subclass of Python's float, yet not weak
+        return VType(v.dtype.name)
     if isinstance(v, int):
         return VType("int64", True)
     if isinstance(v, float):
@@ -112,7 +114,13 @@ class Intrinsic:
         self.name, self.arity, self.rule, self.cxx, self.py = name, arity, rule, cxx, py
 
     def __call__(self, *args: Any) -> Any:  # the Python target
-        t = result_of(self, [value_type(a) for a in args])
+        ts = [value_type(a) for a in args]
+        t = result_of(self, ts)
+        if self.rule in (_rule_float, _rule_float2, _rule_promote) and not t.weak:
+            # computed in the result type, as the C++ does (numpy would compute sin of an int8 in float16)
+            args = tuple(np.dtype(t.dtype).type(a) for a in args)
+        elif self.rule is _rule_same and ts[0].kind in "iub" and self.name not in ("abs", "sign"):
+            return np.dtype(t.dtype).type(args[0])  # floor/ceil/trunc/round of an int: the int itself
         out = self.py(*args)
         return out if t.weak else np.dtype(t.dtype).type(out)
 
@@ -133,16 +141,18 @@ def _rsqrt(x: Any) -> Any:
 
 
 def _fmax(*xs: Any) -> Any:
-    out = xs[0]
-    for x in xs[1:]:
-        out = np.maximum(out, x)
+    """NaN-propagating max folded from the right, as ob::max: of two equal values (0.0, -0.0) the second,
+    as numpy's float32/float64 maximum loops give (its float16 loop gives the first)."""
+    out = xs[-1]
+    for x in reversed(xs[:-1]):
+        out = x if (x > out or x != x) else out
     return out
 
 
 def _fmin(*xs: Any) -> Any:
-    out = xs[0]
-    for x in xs[1:]:
-        out = np.minimum(out, x)
+    out = xs[-1]
+    for x in reversed(xs[:-1]):
+        out = x if (x < out or x != x) else out
     return out
 
 
@@ -163,7 +173,8 @@ for _n, _f in {"floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": n
     INTRINSICS[_n] = Intrinsic(_n, (1, 1), _rule_same, f"ob::{_c}({{0}})", _f)
 INTRINSICS["abs"] = Intrinsic("abs", (1, 1), _rule_same, "ob::abs({0})", np.abs)
 INTRINSICS["sign"] = Intrinsic("sign", (1, 1), _rule_same, "ob::sign({0})", np.sign)
-INTRINSICS["power"] = Intrinsic("power", (2, 2), _rule_promote, "ob::power({0}, {1})", np.power)
+# numpy's scalar a ** b (np.power's array loops take sqrt for b == 0.5: power(-0.0, 0.5) would be -0.0)
+INTRINSICS["power"] = Intrinsic("power", (2, 2), _rule_promote, "ob::power({0}, {1})", lambda a, b: a ** b)
 INTRINSICS["max"] = Intrinsic("max", (2, 8), _rule_promote, "ob::max", _fmax)
 INTRINSICS["min"] = Intrinsic("min", (2, 8), _rule_promote, "ob::min", _fmin)
 INTRINSICS["atan2"] = Intrinsic("atan2", (2, 2), _rule_float2, "std::atan2({0}, {1})", np.arctan2)

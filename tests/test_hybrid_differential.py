@@ -1,0 +1,343 @@
+"""Differential test: every operator, intrinsic and cast of the hybrid DSL, run by the compiled C++ and by the
+Python target (numpy), on inputs with negatives, zeros, -0.0, NaN, +-inf, the integer extremes and values
+that overflow, and on empty inputs. Results are compared bit for bit (NaN positions equal, the sign of zeros
+too), except the float math functions (sin, exp, erf, ...), allowed a few ulp: glibc's libm, which the C++
+calls, and numpy's own SIMD implementations (float32 sin/cos/exp/log, float64 ones on AVX-512) are each
+within a few ulp of the exact result, not always the same rounding. Every case also checks that the DSL
+gives the expression numpy's result dtype.
+
+All cases are a few generated kernels built as one library (one compiler run, ``build_together``); each
+takes one input per dtype, so one specialization covers every mixed-dtype pair. The same library is built
+once more with -fsanitize=address,undefined (and float-cast-overflow) and every case run in a child
+process: no case may be undefined behaviour in the generated C++.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
+N = 12  # values per input
+FLOAT_MATH = ["sqrt", "rsqrt", "exp", "expm1", "exp2", "log", "log1p", "log2", "log10", "sin", "cos", "tan",
+              "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf"]
+ULP = {"float16": 1, "float32": 4, "float64": 4}  # allowed for FLOAT_MATH and the atan2/power of floats
+
+
+def values(dtype: str) -> np.ndarray:
+    """N special values of ``dtype``."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        big = {"float16": 60000.0, "float32": 3e38, "float64": 1e300}[dtype]
+        v = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 7.0, big, np.nan, np.inf, -np.inf]
+    elif dt.kind == "b":
+        v = [False, True] * (N // 2)
+    else:
+        info = np.iinfo(dt)
+        v = [0, 1, -1, 2, -7, 7, 3, info.min, info.max, info.min + 1, info.max - 1, -2]
+        if dt.kind == "u":
+            v = [0, 1, 255, 2, 249, 7, 3, 128, 127, 254, 200, 8]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.array(v, dtype=object).astype(dt)
+
+
+INPUTS = {d: f"x_{d}" for d in DTYPES}
+BINOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**", "and": "&",
+          "or": "|", "xor": "^", "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
+          "gt": ">", "ge": ">="}
+ARITH = ("add", "sub", "mul", "div", "floordiv", "mod", "pow", "lshift", "rshift")
+FUNCS2 = ["max", "min", "power", "fmod", "atan2"]
+MIXED = [("int8", "uint8"), ("uint8", "int8"), ("int16", "int32"), ("int32", "int64"), ("int8", "float16"),
+         ("int16", "float32"), ("int32", "float32"), ("int64", "float64"), ("float16", "float32"),
+         ("float32", "float64"), ("bool", "int8"), ("uint8", "float16"), ("int64", "uint8"), ("bool", "float32")]
+WEAK = ["3", "-2", "2.5", "-0.0"]  # Python numbers (NEP 50 "weak" scalars), on the right and on the left
+
+
+def _np_dtype(expr: str, env: Dict[str, object]) -> "np.dtype | None":
+    """numpy's dtype of ``expr`` on scalars of the inputs' dtypes; None if numpy refuses the operation."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return np.asarray(eval(expr, {"np": np, **env})).dtype
+        except (TypeError, ValueError, OverflowError):
+            return None
+
+
+class Case:
+    """One expression over ``a`` (index i) and maybe ``b`` (index j); its output is (N,) or (N, N)."""
+
+    def __init__(self, name: str, expr: str, np_expr: str, dtype: np.dtype, two: bool, math: bool = False,
+                 ulp_dtype: str = "") -> None:
+        self.name, self.expr, self.np_expr, self.dtype, self.two = name, expr, np_expr, dtype, two
+        self.math, self.ulp_dtype = math, ulp_dtype
+
+
+def _sample_env() -> Dict[str, object]:
+    return {INPUTS[d]: np.dtype(d).type(1) for d in DTYPES}
+
+
+def binary_cases() -> List[Case]:
+    env = _sample_env()
+    pairs = [(d, d) for d in DTYPES] + MIXED
+    cases = []
+    for a, b in pairs:
+        xa, xb = f"{INPUTS[a]}[i]", f"{INPUTS[b]}[j]"
+        for op, sym in BINOPS.items():
+            expr = f"{xa} {sym} {xb}"
+            if op == "pow" and np.dtype(b).kind in "iu":  # numpy refuses negative integer powers: an error case
+                expr = f"({xa} ** {xb} if {xb} >= 0 else {xa})"
+            dt = _np_dtype(f"{INPUTS[a]} {sym} {INPUTS[b]}", env)
+            if a == b == "bool" and op in ARITH:
+                continue  # the DSL refuses arithmetic on two bools (tests/test_hybrid_errors.py)
+            if dt is not None:
+                cases.append(Case(f"{op}_{a}_{b}", expr, "", dt, True, ulp_dtype=dt.name if op == "pow" else ""))
+        for fn in FUNCS2:
+            if fn == "power" and np.dtype(b).kind in "iu":
+                continue
+            dt = _np_dtype(f"np.{ {'max': 'maximum', 'min': 'minimum', 'atan2': 'arctan2'}.get(fn, fn)}"
+                           f"({INPUTS[a]}, {INPUTS[b]})", env)
+            if fn in ("fmod", "atan2") and np.dtype(a).kind != "f" and np.dtype(b).kind != "f":
+                dt = np.dtype("float64")  # the DSL's rule: int arguments give float64 (numpy: float16/32 too)
+            if dt is not None and not (fn in ("max", "min", "power") and "bool" in (a, b)):
+                cases.append(Case(f"{fn}_{a}_{b}", f"{fn}({xa}, {xb})", "", dt, True,
+                                  ulp_dtype=dt.name if fn in ("atan2", "power") else ""))
+    for d in DTYPES:
+        xa = f"{INPUTS[d]}[i]"
+        for w in WEAK:
+            for op, sym in BINOPS.items():
+                for left in (False, True):
+                    expr = f"{w} {sym} {xa}" if left else f"{xa} {sym} {w}"
+                    npx = f"{w} {sym} {INPUTS[d]}" if left else f"{INPUTS[d]} {sym} {w}"
+                    if op == "pow" and left and np.dtype(d).kind in "iu" and "." not in w:
+                        expr = f"({w} ** {xa} if {xa} >= 0 else {xa})"
+                    if op == "pow" and not left and w == "-2" and np.dtype(d).kind in "iub":
+                        continue  # an int to a negative int power: the error case
+                    dt = _np_dtype(npx, env)
+                    if dt is not None:
+                        tag = w.replace("-", "m").replace(".", "p")
+                        cases.append(Case(f"{op}_{d}_{tag}{'_l' if left else ''}", expr, "", dt, False,
+                                          ulp_dtype=dt.name if op == "pow" else ""))
+    return cases
+
+
+def unary_cases() -> List[Case]:
+    env = _sample_env()
+    cases = []
+    for d in DTYPES:
+        x = f"{INPUTS[d]}[i]"
+        kind = np.dtype(d).kind
+        forms = {"neg": (f"-{x}", f"-{INPUTS[d]}"), "pos": (f"+{x}", f"+{INPUTS[d]}"),
+                 "inv": (f"~{x}", f"~{INPUTS[d]}"), "not": (f"not {x}", "np.bool_(True)"),
+                 "isnan": (f"isnan({x})", "np.bool_(True)"), "isinf": (f"isinf({x})", "np.bool_(True)"),
+                 "isfinite": (f"isfinite({x})", "np.bool_(True)")}
+        for fn in ("abs", "sign", "floor", "ceil", "trunc", "round"):
+            if kind != "b":  # keep the argument's dtype (numpy's rint of an int is a float: the DSL's rule)
+                forms[fn] = (f"{fn}({x})", f"{INPUTS[d]}")
+        for fn in FLOAT_MATH:
+            forms[fn] = (f"{fn}({x})", f"np.float64(1)" if kind != "f" else INPUTS[d])
+        for name, (expr, npx) in forms.items():
+            dt = _np_dtype(npx, env)
+            if dt is not None:
+                cases.append(Case(f"{name}_{d}", expr, "", dt, False, math=name in FLOAT_MATH,
+                                  ulp_dtype=dt.name if name in FLOAT_MATH else ""))
+        for t in DTYPES:  # casts
+            fn = "bool_" if t == "bool" else t
+            cases.append(Case(f"cast_{d}_{t}", f"{fn}({x})", "", np.dtype(t), False))
+        cases.append(Case(f"float_{d}", f"float({x})", "", np.dtype("float64"), False))
+        if kind != "f":
+            cases.append(Case(f"int_{d}", f"int({x})", "", np.dtype("int64"), False))
+    for d in ("float32", "int32", "uint8"):
+        x, y = f"{INPUTS[d]}[i]", f"{INPUTS['float64']}[i]"
+        cases += [Case(f"max3_{d}", f"max({x}, {y}, 0)", "", np.dtype("float64"), False),
+                  Case(f"min4_{d}", f"min({x}, 1, {y}, {x})", "", np.dtype("float64"), False),
+                  Case(f"select_{d}", f"({x} if {y} > 0 else {y})", "", np.dtype("float64"), False),
+                  Case(f"chain_{d}", f"(0 <= {x} < 4)", "", np.dtype("bool"), False),
+                  Case(f"logic_{d}", f"({x} > 0 and not {y} < 0 or {x} == {y})", "", np.dtype("bool"), False)]
+    return cases
+
+
+def _kernel_source(name: str, cases: List[Case]) -> str:
+    params = ", ".join(INPUTS[d] for d in DTYPES)
+    n = f"{INPUTS['int8']}.shape[0]"
+    lines = [f"def {name}({params}):"]
+    for c in cases:
+        shape = f"({n}, {n})" if c.two else f"({n},)"
+        lines.append(f"    o_{c.name} = output_tensor({shape}, \"{c.dtype.name}\")")
+    lines.append(f"    for i in range({n}):")
+    lines.append(f"        for j in range({n}):")
+    lines.append("            pass")
+    for c in cases:
+        if c.two:
+            lines.append(f"            v_{c.name} = {c.expr}")
+            lines.append(f"            o_{c.name}[i, j] = v_{c.name}")
+    lines.append(f"        for j in range(1):")
+    lines.append("            pass")
+    for c in cases:
+        if not c.two:
+            lines.append(f"            v_{c.name} = {c.expr}")
+            lines.append(f"            o_{c.name}[i] = v_{c.name}")
+    lines.append("    return " + ", ".join(f"o_{c.name}" for c in cases))
+    return "\n".join(lines) + "\n"
+
+
+CHUNK = 120  # outputs per kernel
+
+
+def _groups() -> List[Tuple[str, List[Case]]]:
+    cases = binary_cases() + unary_cases()
+    return [(f"diff_{k // CHUNK}", cases[k:k + CHUNK]) for k in range(0, len(cases), CHUNK)]
+
+
+def make_module(path: Path):
+    """Write the generated kernels' module to ``path`` and import it: (module, [(name, cases)])."""
+    groups = _groups()
+    text = "from runtime.hybrid import kernel\n\n\n" + "\n\n".join(
+        "@kernel\n" + _kernel_source(name, cases) for name, cases in groups)
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, groups
+
+
+def inputs(n: int = N) -> List[np.ndarray]:
+    return [values(d)[:n] for d in DTYPES]
+
+
+def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """How many representable values apart two float arrays are (same dtype; finite or equal infinities)."""
+    bits = {2: np.int16, 4: np.int32, 8: np.int64}[got.dtype.itemsize]
+    g, w = got.view(bits).astype(np.int64), want.view(bits).astype(np.int64)
+    g = np.where(g < 0, np.iinfo(bits).min - g, g)  # a monotonic integer line through -0.0/0.0
+    w = np.where(w < 0, np.iinfo(bits).min - w, w)
+    return np.abs(g - w)
+
+
+def compare(case: Case, got: np.ndarray, want: np.ndarray) -> str:
+    """'' when the two results agree, else what differs (first few elements)."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return f"{case.name}: {got.dtype}{got.shape} vs python target {want.dtype}{want.shape}"
+    if got.dtype.kind != "f":
+        bad = got != want
+    else:
+        nan_g, nan_w = np.isnan(got), np.isnan(want)
+        same = (got.view(f"u{got.itemsize}") == want.view(f"u{got.itemsize}")) | (nan_g & nan_w)
+        if case.ulp_dtype:
+            ok = np.isfinite(got) & np.isfinite(want) & (np.signbit(got) == np.signbit(want))
+            ulp = np.zeros(got.shape, np.int64)
+            ulp[ok] = _ulps(got[ok], want[ok])
+            same |= ok & (ulp <= ULP[case.ulp_dtype])
+        bad = ~same
+    if not bad.any():
+        return ""
+    idx = np.argwhere(bad)[:4]
+    return f"{case.name} [{case.expr}]: " + "; ".join(
+        f"at {tuple(int(k) for k in ix)} C++ {got[tuple(ix)]!r} python {want[tuple(ix)]!r}" for ix in idx)
+
+
+def run_all(mod, groups, n: int = N) -> List[str]:
+    """Run every case through both targets; the disagreements."""
+    from runtime import Tensor, ops
+    xs = inputs(n)
+    problems = []
+    for name, cases in groups:
+        k = getattr(mod, name)
+        got = ops.Custom(k)(*[Tensor(x) for x in xs])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = k(*xs)
+        for c, g, w in zip(cases, got, want):
+            msg = compare(c, g.asnumpy(), np.asarray(w))
+            if msg:
+                problems.append(msg)
+    return problems
+
+
+def declared_types(mod, groups) -> List[str]:
+    """Cases whose DSL type (the generated scalar's C++ type) is not numpy's result dtype."""
+    from runtime.hybrid.dsl import CTYPES
+    sig = tuple((d, 1) for d in DTYPES)
+    bad = []
+    for name, cases in groups:
+        src = getattr(mod, name).source(*sig)
+        for c in cases:
+            m = re.search(rf"^  (\w+) v_{c.name} = ", src, re.M)
+            if m is None or m.group(1) != CTYPES[c.dtype.name]:
+                bad.append(f"{c.name} [{c.expr}]: the DSL types it {m.group(1) if m else '?'}, numpy "
+                           f"{c.dtype.name}")
+    return bad
+
+
+@pytest.fixture(scope="session")
+def diff_kernels(tmp_path_factory, cache_dir):
+    from runtime.hybrid import build_together
+    mod, groups = make_module(tmp_path_factory.mktemp("hybrid_diff") / "hybrid_diff_cases.py")
+    sig = tuple((d, 1) for d in DTYPES)
+    build_together([(getattr(mod, name), sig) for name, _ in groups])
+    return mod, groups
+
+
+def test_every_case_has_numpys_result_dtype(diff_kernels):
+    mod, groups = diff_kernels
+    assert declared_types(mod, groups) == []
+
+
+def test_compiled_and_python_targets_agree_on_every_case(diff_kernels):
+    mod, groups = diff_kernels
+    problems = run_all(mod, groups)
+    assert not problems, f"{len(problems)} disagreements:\n" + "\n".join(problems[:400])
+
+
+def test_empty_inputs_run_no_iteration_in_both_targets(diff_kernels):
+    mod, groups = diff_kernels
+    assert run_all(mod, groups, n=0) == []
+
+
+SANITIZE = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer"]
+
+
+def _runtime_file(name: str) -> str:
+    """The compiler's copy of a runtime library, or "" if it has none."""
+    try:
+        out = subprocess.run([os.environ.get("CXX", "c++"), f"-print-file-name={name}"], capture_output=True,
+                             text=True).stdout.strip()
+    except OSError:
+        return ""
+    return out if os.path.isabs(out) and os.path.exists(out) else ""
+
+
+def test_no_case_is_undefined_behaviour_under_asan_and_ubsan(diff_kernels):
+    libasan = _runtime_file("libasan.so")
+    if not libasan:
+        pytest.skip("the compiler's AddressSanitizer runtime (libasan.so) is not installed")
+    mod, _ = diff_kernels
+    env = dict(os.environ, LD_PRELOAD=f"{libasan} {_runtime_file('libstdc++.so.6')}",
+               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1", UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    res = subprocess.run([sys.executable, __file__, mod.__file__], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode == 0 and res.stdout.strip().endswith("sanitized: OK"), res.stdout + res.stderr[-8000:]
+    assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr, res.stderr[-8000:]
+
+
+if __name__ == "__main__":  # the sanitized child: build every case with the sanitizers, run both sizes
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from runtime.hybrid import build_together
+    spec = importlib.util.spec_from_file_location("hybrid_diff_sanitized", sys.argv[1])
+    _mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(_mod)
+    _groups_ = _groups()
+    build_together([(getattr(_mod, name), tuple((d, 1) for d in DTYPES)) for name, _ in _groups_], SANITIZE,
+                   ["-fsanitize=address,undefined,float-cast-overflow"])
+    _problems = run_all(_mod, _groups_) + run_all(_mod, _groups_, n=0)
+    print("\n".join(_problems[:20]))
+    print("sanitized: OK" if not _problems else "sanitized: disagreements")
