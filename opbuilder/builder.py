@@ -29,7 +29,7 @@ from .cache_dir import cache_root
 from .errors import BuildError, UnsafeCacheDirError, cache_os_error
 from .headers import headers_digest, include_dir
 from .importer import import_extension, loader_error
-from .launcher import launcher_requested
+from .launcher import launcher_is_sccache, launcher_requested
 from .published import verified_library
 from .relocate import portable, prefix_map_flags, project_root
 from .spec import CUDA_SUFFIXES, BuildSpec, make_spec
@@ -153,9 +153,15 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     # the same sources share one cache entry and one store entry
     identity += ["cxx_flags", *_key_flags((*pch_flags, *includes), places, project),
                  "cuda_flags", *_key_flags(cuda_flags, places, project), "link", *link]
-    # not in the key: where the project lives is written as "." in the binary (relocate.py)
-    path_maps = prefix_map_flags(project, cxx.family)
-    cuda_path_maps = tuple(x for m in path_maps for x in ("-Xcompiler", m))
+    # not in the key: where the project lives is written as "." in the binary (relocate.py), and the
+    # toolchain's include directories by what they are (pybind11's and Python's headers assert(), so
+    # __FILE__ would name the virtual environment); these come after the project's, so they win for a
+    # virtual environment inside the project. Under sccache in a form it does not hash, so checkouts at
+    # other paths share its compiles (docs/fleet.md); nvcc gets the plain form (it splits -Xcompiler at commas)
+    maps = [(project, ".")] + [(Path(d), n.strip("<>").replace(" ", "-")) for d, n in places.items()]
+    path_maps = tuple(f for d, n in maps for f in prefix_map_flags(d, cxx.family, launcher_is_sccache(), n))
+    cuda_path_maps = tuple(x for d, n in maps for m in prefix_map_flags(d, cxx.family, False, n)
+                           for x in ("-Xcompiler", m))
     return _Plan(sources=spec.sources, objects=tuple(_object_name(s) for s in spec.sources),
                  rules=tuple("cuda" if s.suffix in CUDA_SUFFIXES else "cxx" for s in spec.sources),
                  output=output, cxx=cxx, flags=flags, includes=includes, nvcc=nvcc, cuda_flags=tuple(cuda_flags),

@@ -13,7 +13,7 @@ from typing import Tuple
 
 from .toolchain import which
 
-__all__ = ["compiler_launcher", "launcher_requested", "ENV"]
+__all__ = ["compiler_launcher", "launcher_requested", "launcher_is_sccache", "ENV"]
 
 ENV = "OPBUILDER_COMPILER_LAUNCHER"
 
@@ -21,6 +21,12 @@ ENV = "OPBUILDER_COMPILER_LAUNCHER"
 def launcher_requested() -> bool:
     """Whether ``OPBUILDER_COMPILER_LAUNCHER`` is set (reads the environment only: fit for the warm path)."""
     return bool(os.environ.get(ENV, "").strip())
+
+
+def launcher_is_sccache() -> bool:
+    """Whether the launcher's program is sccache (reads the environment only: fit for the warm path)."""
+    words = os.environ.get(ENV, "").split()
+    return bool(words) and os.path.basename(words[0]).startswith("sccache")
 
 
 def compiler_launcher() -> Tuple[str, ...]:

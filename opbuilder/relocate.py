@@ -9,8 +9,10 @@ another clone or copy hash to the same key; contents are hashed as before.
 
 What could still put the root's absolute path into the binary (``__FILE__``,
 debug information) is mapped away when compiling: ``-ffile-prefix-map=ROOT=.``
-for gcc and clang, passed to nvcc's host compiler with ``-Xcompiler``. The
-map is not part of any key.
+for gcc and clang, passed to nvcc's host compiler with ``-Xcompiler`` (the
+builder maps the toolchain's include directories the same way, to fixed
+names). Under sccache gcc gets it as ``-Wp,-ffile-prefix-map=...``, which
+sccache does not hash (``prefix_map_flags``). No map is part of any key.
 """
 from __future__ import annotations
 
@@ -64,8 +66,18 @@ def resolve(name: str, root: Path) -> str:
     return name if os.path.isabs(name) else os.path.join(str(root), name)
 
 
-def prefix_map_flags(root: Path, family: str) -> Tuple[str, ...]:
-    """Compiler flags that write ``root`` as ``.`` wherever the compiler would embed it (gcc >= 8, clang >= 10)."""
+def prefix_map_flags(root: Path, family: str, via_preprocessor: bool = False, to: str = ".") -> Tuple[str, ...]:
+    """Compiler flags that write ``root`` as ``to`` wherever the compiler would embed it (gcc >= 8, clang >= 10).
+    Of several maps that match a path, gcc applies the last one given.
+
+    ``via_preprocessor`` (gcc under sccache): the same map as ``-Wp,-ffile-prefix-map=ROOT=.``, which gcc
+    hands to the compiler proper unchanged (``__FILE__`` and debug information are mapped alike) and
+    which sccache counts as a preprocessor flag: not hashed, its effect being in the preprocessed text
+    that ``SCCACHE_BASEDIRS`` makes checkout-independent. The plain flag is hashed as written (sccache
+    0.16), so two checkouts at different paths never share a compile. Not with ccache, which does not
+    cache a compile with such a ``-Wp`` option, nor for a path holding a comma (``-Wp`` splits there)."""
     if family not in ("gcc", "clang"):
         return ()
-    return (f"-ffile-prefix-map={root}=.",)
+    if via_preprocessor and family == "gcc" and "," not in str(root) + to:
+        return (f"-Wp,-ffile-prefix-map={root}={to}",)
+    return (f"-ffile-prefix-map={root}={to}",)

@@ -151,16 +151,27 @@ def test_a_second_cache_sharing_an_sccache_store_gets_sccache_hits(tmp_path, mon
         return {line.rsplit(None, 1)[0].strip(): line.rsplit(None, 1)[1] for line in out.splitlines()
                 if line.strip() and line.split()[-1].isdigit()}
 
-    try:
-        srcs = [tiny_module(tmp_path / "mod.cpp", "5"), tmp_path / "helper.cpp"]
+    def checkout(where: Path) -> list:
+        """The project in a git checkout at ``where``; __FILE__ is kept in the module (mapped to ./...)."""
+        (where / ".git").mkdir(parents=True)
+        srcs = [tiny_module(where / "mod.cpp", "5", decls="__attribute__((used)) static const char *ob_where = "
+                                                          "__FILE__;"), where / "helper.cpp"]
         srcs[1].write_text("int helper_five() { return 5; }\n")
-        first = CustomOpBuilder("sccached", srcs, build_dir=tmp_path / "machine1" / "cache").build()
+        return srcs
+
+    try:
+        first = CustomOpBuilder("sccached", checkout(tmp_path / "machine1" / "src"),
+                                build_dir=tmp_path / "machine1" / "cache").build()
         after_first = stats()
         assert after_first["Cache misses"] == "2" and after_first["Cache hits"] == "0"
-        second = CustomOpBuilder("sccached", srcs, build_dir=tmp_path / "machine2" / "cache").build()
+        # another machine: its own cache and its checkout at another path (nothing else set: the prefix map
+        # goes to sccache as -Wp,..., which it does not hash, so neither path is in what it hashes)
+        second = CustomOpBuilder("sccached", checkout(tmp_path / "machine2" / "deeper" / "src"),
+                                 build_dir=tmp_path / "machine2" / "cache").build()
         after_second = stats()
         assert after_second["Cache hits"] == "2" and after_second["Cache misses"] == "2"  # both from the store
         assert Path(first).read_bytes() == Path(second).read_bytes()
+        assert b"./mod.cpp" in Path(first).read_bytes() and str(tmp_path).encode() not in Path(first).read_bytes()
     finally:
         subprocess.run([SCCACHE, "--stop-server"], capture_output=True, timeout=60)
 
@@ -204,3 +215,16 @@ def test_a_launcher_given_relative_to_the_current_directory_works(tmp_path, monk
     src.write_text('extern "C" int rel() { return 3; }\n')
     build_library("rel_launched", [src], build_dir=tmp_path / "cache")
     assert compiled_sources(log) == ["rel.cpp"]
+
+
+def test_the_toolchains_include_directories_are_not_in_the_binary(tmp_path):
+    """Python's (and pybind11's) headers assert() in inline functions, so __FILE__ put the place of the
+    Python installation or virtual environment into every module: mapped to what the keys call them."""
+    import sysconfig
+
+    python_include = sysconfig.get_paths()["include"]
+    src = tiny_module(tmp_path / "asserting.cpp", "1", decls="__attribute__((used)) static Py_ssize_t "
+                                                             "ob_size(PyObject *t) { return PyTuple_GET_SIZE(t); }")
+    data = Path(CustomOpBuilder("asserting_ops", [src], build_dir=tmp_path / "cache").build()).read_bytes()
+    assert b"python-include/cpython/tupleobject.h" in data
+    assert python_include.encode() not in data
