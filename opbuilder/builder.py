@@ -202,17 +202,19 @@ def _prebuilt(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Pa
 
 
 def _prebuilt_for_stored_compilers(spec: BuildSpec) -> Optional[Tuple[str, Path]]:
-    """On a node without a C++ compiler: the build for the current contents in a prebuilt store,
-    looked up with each compiler identity the stores' toolchain facts record (the machine that
-    filled them had it). Nothing can be compiled here, so only a store can serve the operator."""
+    """On a node without a C++ compiler: the build for the current contents in a prebuilt store (or
+    imported into the cache from a bundle), looked up with each compiler identity the stores' toolchain
+    facts record (the machine that filled them had it) and each that came with a bundle's builds.
+    Nothing can be compiled here, so only what was built elsewhere can serve the operator."""
     from .toolchain import stored_compilers
 
-    for cxx in stored_compilers():
+    for cxx in stored_compilers(spec.root):
         try:
             plan = _plan(spec, cxx)
         except FileNotFoundError:  # nvcc missing as well (a GPU operator): its facts cannot be had here
             continue
-        hit = _prebuilt(spec, plan, fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project))
+        base = fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project)
+        hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
         if hit is not None:
             return hit
     return None
@@ -306,7 +308,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     record = publish.publish_library(build_dir / plan.output, key_dir, plan.output)
     make_dir(spec.op_dir / "deps")
     fp.write_json_atomic(fp.manifest_path(spec.op_dir, base), {"headers": sorted(headers)}, durable=True)
-    publish.write_build_info(key_dir, spec, base, record)
+    publish.write_build_info(key_dir, spec, base, record, plan.cxx)
     lib = key_dir / plan.output
     publish.prune_old_builds(spec.op_dir, keep=publish.KEEP_BUILDS, current=key)
     if pch is not None:

@@ -1,9 +1,14 @@
 """Bundles: built operators in one tar file, to move them between machines (CI artifact -> cluster).
 
-``export`` writes, for each operator named, every intact build in the cache
-(its library hashed in full first) with its ``build.json`` and manifest, as
-``<op>/<key>/<library>``, ``<op>/<key>/build.json`` and
-``<op>/deps/<base>.json``: regular files only, owned by nobody in particular.
+``export`` writes, for each operator named (a Python identifier: no ``/``,
+no ``..``), every intact build in the cache (its library hashed in full
+first) with its ``build.json`` and manifest, as ``<op>/<key>/<library>``,
+``<op>/<key>/build.json`` and ``<op>/deps/<base>.json``: regular files only,
+owned by nobody in particular, into a temporary file renamed over the output
+when complete (a failed export leaves the output as it was, and nothing else).
+``build.json`` records the C++ compiler the build was keyed with; ``import``
+adds those records to the target's ``toolchains.json`` as facts no probe uses
+(probe_cache.add_bundled_compilers), so a node with no compiler finds the builds.
 
 ``import`` refuses the whole bundle, before writing anything, unless every
 member is a regular file or directory with a name of that shape: no ``..``,
@@ -17,6 +22,7 @@ A bundle is trusted as far as whoever made it: import only your own CI's.
 """
 from __future__ import annotations
 
+import keyword
 import os
 import tarfile
 import tempfile
@@ -43,15 +49,35 @@ def _intact_builds(op_dir: Path) -> List[str]:
     return keys
 
 
+def _check_names(names: Sequence[str]) -> None:
+    """ValueError unless ``names`` is a non-empty list of operator names (what ``build`` accepts: no
+    ``/``, no ``..``, nothing that would name a directory outside the cache)."""
+    if not names:
+        raise ValueError("export needs at least one operator name (python -m opbuilder export NAME... -o FILE.tar)")
+    for name in names:
+        if not isinstance(name, str) or not OP_RE.fullmatch(name) or name.endswith(".lib") or keyword.iskeyword(name):
+            raise ValueError(f"cannot export {name!r}: not an operator name (a Python identifier, as given to "
+                             f"'python -m opbuilder build NAME'); nothing was written")
+
+
 def export_bundle(root: Path, names: Sequence[str], out: Path) -> List[str]:
     """Write the intact builds of ``names`` (modules and ``--library`` builds) from the cache ``root``
-    into the tar ``out``; the members written. ValueError if a name has no build."""
+    into the tar ``out``; the members written. ValueError if a name is not an operator name or has no
+    build. The tar is written beside ``out`` under a temporary name and renamed over it only when
+    complete: on any failure ``out`` is as it was and no temporary file is left."""
     import json
 
     from .fingerprint import manifest_path
     from .published import INFO
     from .trust import check_dir, read_file
 
+    _check_names(names)
+    if out.is_dir():
+        raise ValueError(f"cannot write the bundle {out}: it is a directory; give a file name (-o {out}/ops.tar); "
+                         f"nothing was written")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"cannot write the bundle {out}: its directory {out.parent} does not exist "
+                                f"(create it first); nothing was written")
     members: List[str] = []
     files = []
     for name in names:
@@ -70,7 +96,7 @@ def export_bundle(root: Path, names: Sequence[str], out: Path) -> List[str]:
                 found = True
         if not found:
             raise ValueError(f"operator '{name}' has no intact build in {root}; build it first "
-                             f"(python -m opbuilder build {name} SOURCE...)")
+                             f"(python -m opbuilder build {name} SOURCE...); nothing was written")
 
     def plain(info: tarfile.TarInfo, mode: int) -> tarfile.TarInfo:
         info.uid = info.gid = 0
@@ -79,13 +105,20 @@ def export_bundle(root: Path, names: Sequence[str], out: Path) -> List[str]:
         return info
 
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    with tarfile.open(tmp, "w") as tar:
-        for path, arcname, mode in files:
-            if arcname not in members:
-                read_file(path)  # ours, a regular file, not a link (trust.py)
-                tar.add(path, arcname=arcname, recursive=False, filter=lambda i, m=mode: plain(i, m))
-                members.append(arcname)
-    os.replace(tmp, out)
+    try:
+        with tarfile.open(tmp, "w") as tar:
+            for path, arcname, mode in files:
+                if arcname not in members:
+                    read_file(path)  # ours, a regular file, not a link (trust.py)
+                    tar.add(path, arcname=arcname, recursive=False, filter=lambda i, m=mode: plain(i, m))
+                    members.append(arcname)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return members
 
 
@@ -107,11 +140,17 @@ def _refusal(bundle: Path, member: tarfile.TarInfo) -> str:
                               f"(OP/KEY/FILE, OP/deps/BASE.json)")
 
 
-def import_bundle(bundle: Path, store: Path) -> List[Path]:
-    """Install every build in the tar ``bundle`` into ``store`` (checked, ours: store.open_store); the
-    libraries installed. ValueError naming the member if the bundle holds anything of another shape
-    (then nothing is written), or a library whose SHA-256 is not the one recorded."""
+def import_bundle(bundle: Path, store: Path, cache: bool = False) -> List[Path]:
+    """Install every build in the tar ``bundle`` into ``store`` (checked, ours: store.open_store; with
+    ``cache``, our cache, under each operator's build lock); the libraries installed. ValueError naming
+    the member if the bundle holds anything of another shape (then nothing is written), or a library
+    whose SHA-256 is not the one recorded. The compilers the builds record go into the target's
+    ``toolchains.json`` (probe_cache.add_bundled_compilers), for nodes that have none."""
+    import json
     import shutil
+
+    from .probe_cache import add_bundled_compilers
+    from .published import INFO
 
     try:
         tar = tarfile.open(bundle, "r:*")
@@ -140,9 +179,25 @@ def import_bundle(bundle: Path, store: Path) -> List[Path]:
                 why = _incomplete(op_dir, key)
                 if why:
                     raise ValueError(f"bundle {bundle} refused, nothing was imported: {op_dir.name}/{key}: {why}")
-            return [install(op_dir, key, store) for op_dir, key in builds]
+            libs = [_install(op_dir, key, store, cache) for op_dir, key in builds]
+            compilers = [json.loads((op_dir / key / INFO).read_bytes()).get("compiler") for op_dir, key in builds]
+            add_bundled_compilers(store, [c for c in compilers if c is not None], 0o600 if cache else 0o644)
+            return libs
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _install(op_dir: Path, key: str, target: Path, cache: bool) -> Path:
+    """store.install, in a cache under the operator's build lock (a build of it may be publishing or
+    pruning), with the cache's modes."""
+    if not cache:
+        return install(op_dir, key, target)
+    from .lock import build_lock
+    from .trust import make_dir
+
+    name = op_dir.name[:-4] if op_dir.name.endswith(".lib") else op_dir.name
+    with build_lock(make_dir(target / op_dir.name), name):
+        return install(op_dir, key, target, private=True)
 
 
 def _incomplete(op_dir: Path, key: str) -> str:
@@ -161,6 +216,12 @@ def _incomplete(op_dir: Path, key: str) -> str:
     base = data.get("base")
     if not isinstance(base, str) or not KEY_RE.fullmatch(base):
         return "its build.json records no base key"
+    if data.get("compiler") is not None:
+        from .probe_cache import compiler_facts_problem
+
+        why = compiler_facts_problem(data["compiler"])
+        if why:
+            return f"its build.json: {why}"
     manifest = manifest_path(op_dir, base)
     try:
         json.loads(manifest.read_bytes())

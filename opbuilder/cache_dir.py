@@ -62,10 +62,10 @@ def dir_size(path: Path) -> int:
 
 
 def _op_entry(path: Path) -> Optional[CachedOp]:
-    """The operator cached in ``path``; None if it is not one, or if all it holds is its lock file
-    (what ``remove_operator`` leaves)."""
+    """The operator cached in ``path`` (built here: ``build/``, ``.lock``; or imported from a bundle:
+    ``deps/``); None if it is not one, or if all it holds is its lock file (what ``remove_operator`` leaves)."""
     name, kind = (path.name[:-4], "library") if path.name.endswith(".lib") else (path.name, "module")
-    if not name.isidentifier() or not ((path / "build").is_dir() or (path / LOCK_FILE).exists()):
+    if not name.isidentifier() or not any((path / p).exists() for p in ("build", LOCK_FILE, "deps")):
         return None
     if all(child.name == LOCK_FILE for child in path.iterdir()):
         return None

@@ -90,7 +90,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     from .store import open_store
 
     store = open_store(Path(args.into)) if args.into else ensure_private_dir(cache_root(args.cache_dir))
-    for lib in import_bundle(Path(args.bundle), store):
+    for lib in import_bundle(Path(args.bundle), store, cache=not args.into):
         print(lib)
     return 0
 
@@ -224,5 +224,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .errors import BuildError, UnsafeCacheDirError
         if isinstance(e, (BuildError, UnsafeCacheDirError, FileNotFoundError, ValueError, TypeError)):
             print(f"opbuilder: error: {e}", file=sys.stderr)
+            return 1
+        if isinstance(e, OSError):  # a file that cannot be written (permissions, a full disk): named, no traceback
+            print(f"opbuilder: error: {e.strerror or e}: {e.filename}", file=sys.stderr)
             return 1
         raise

@@ -10,7 +10,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 __all__ = ["Check", "run_checks"]
 
@@ -168,9 +168,110 @@ def _prebuilt() -> List[Check]:
             continue
         if store is None:
             out.append(Check("prebuilt store", "note", f"{entry} does not exist (skipped)"))
-        else:
-            out.append(Check("prebuilt store", "ok", f"{store[0]} (owner uid {store[1]}, read-only to load())"))
+            continue
+        ops, builds, unsafe, broken, rehashed = _store_entries(*store)
+        out.append(Check("prebuilt store", "ok", f"{store[0]} (owner uid {store[1]}, read-only to load()); "
+                                                 f"{builds} build(s) of {ops} operator(s) checked as load() does: "
+                                                 f"owner, modes, no links, library sizes (not hashed)"))
+        for path, why in unsafe[:_LISTED]:
+            out.append(Check("prebuilt store entry", "error", f"{path} {why}: load() refuses it (UnsafeCacheDirError)",
+                             f"as the store's owner: chmod go-w {path}, or rm -r {path} and fill the store again"))
+        for path, why in broken[:_LISTED]:
+            out.append(Check("prebuilt store entry", "error", f"{path} {why}: load() ignores it and builds into "
+                                                              f"the cache (a node without a compiler cannot)",
+                             "as the store's owner: fill the store again (build --into, import --into)"))
+        hidden = max(0, len(unsafe) - _LISTED) + max(0, len(broken) - _LISTED)
+        if hidden:
+            out.append(Check("prebuilt store entry", "error", f"{hidden} more unsafe or broken entries in {store[0]}"))
+        if rehashed:
+            out.append(Check("prebuilt store", "note", f"{rehashed} library(ies) in {store[0]} have other stat stamps "
+                                                       f"than recorded (copied without import?): every load hashes "
+                                                       f"them (about 1 ms per MB)",
+                             "fill the store with 'python -m opbuilder import' or 'build --into'"))
     return out
+
+
+_LISTED = 10  # unsafe or broken store entries named one by one
+
+
+def _store_entries(store: Path, owner: int) -> Tuple[int, int, List[Tuple[Path, str]], List[Tuple[Path, str]], int]:
+    """(operators, builds, unsafe entries, broken entries, libraries whose stamp is not the recorded one) of a
+    prebuilt store. Every entry a lookup reads is checked as ``load()`` checks it (trust.py: a real directory
+    or regular file of the store's owner that nobody else can write), without following links; each
+    build.json is read and its library's size compared; no library is hashed, so this takes a few system
+    calls per build however big the store is."""
+    import json
+
+    from .errors import UnsafeCacheDirError
+    from .store import KEY_RE, LIB_RE, OP_RE
+    from .trust import check_dir, check_file, read_file
+
+    unsafe: List[Tuple[Path, str]] = []
+    broken: List[Tuple[Path, str]] = []
+    ops = builds = rehashed = 0
+
+    def safe(path: Path, is_dir: bool) -> Optional[os.stat_result]:
+        try:
+            return (check_dir if is_dir else check_file)(path, owner)
+        except UnsafeCacheDirError as e:
+            unsafe.append((path, str(e).split(f"{path} ", 1)[-1].split(";")[0]))
+        except OSError as e:
+            broken.append((path, f"cannot be read ({e.strerror})"))
+        return None
+
+    def parsed(path: Path) -> object:
+        try:
+            return json.loads(read_file(path, owner))
+        except UnsafeCacheDirError as e:
+            unsafe.append((path, str(e).split(f"{path} ", 1)[-1].split(";")[0]))
+        except (OSError, ValueError) as e:
+            broken.append((path, f"is not JSON ({e})"))
+        return None
+
+    facts = store / "toolchains.json"  # read by load() on a node whose toolchain facts it lacks
+    if os.path.lexists(facts) and safe(facts, False) is not None:
+        data = parsed(facts)
+        if data is not None and not isinstance(data, dict):
+            broken.append((facts, "is not a JSON object"))
+    for op in sorted(store.iterdir()):
+        if not OP_RE.fullmatch(op.name) or safe(op, True) is None:
+            continue  # load() reads no other names
+        ops += 1
+        deps = op / "deps"
+        manifests = set()
+        if os.path.lexists(deps) and safe(deps, True) is not None:
+            for m in sorted(deps.iterdir()):
+                if m.suffix == ".json" and KEY_RE.fullmatch(m.stem) and safe(m, False) is not None:
+                    data = parsed(m)
+                    if isinstance(data, dict) and isinstance(data.get("headers"), list):
+                        manifests.add(m.stem)
+                    elif data is not None:
+                        broken.append((m, 'is not {"headers": [...]}'))
+        for key_dir in sorted(op.iterdir()):
+            if not KEY_RE.fullmatch(key_dir.name) or safe(key_dir, True) is None:
+                continue
+            builds += 1
+            libs = [p for p in key_dir.iterdir() if LIB_RE.fullmatch(p.name)]
+            info = key_dir / "build.json"
+            if len(libs) != 1 or not os.path.lexists(info):
+                broken.append((key_dir, "holds no library or no build.json"))
+                continue
+            st = safe(libs[0], False)
+            if st is None or safe(info, False) is None:
+                continue
+            data = parsed(info)
+            rec = data.get("library") if isinstance(data, dict) else None
+            if data is None:
+                continue
+            if not (isinstance(rec, dict) and isinstance(rec.get("size"), int) and isinstance(rec.get("stamp"), list)):
+                broken.append((info, "does not record the library's size and SHA-256"))
+            elif st.st_size != rec["size"]:
+                broken.append((libs[0], f"has {st.st_size} bytes where its build.json records {rec['size']}"))
+            elif not isinstance(data.get("base"), str) or data["base"] not in manifests:
+                broken.append((key_dir, f"has no manifest (deps/{data.get('base')}.json): no lookup reaches it"))
+            elif [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] != rec["stamp"][:4]:
+                rehashed += 1
+    return ops, builds, unsafe, broken, rehashed
 
 
 def run_checks() -> List[Check]:

@@ -16,6 +16,13 @@ A prebuilt store (store.py) holds the records of the cache that filled it
 (``share``); a cache without a record uses a store's while its stamps match
 (the same machine, or the same files on a shared file system), so a new
 cache loading operators from a store starts no process either.
+
+A bundle's builds carry the facts of the C++ compiler that built them
+(bundle.py); ``import`` adds them as ``bundled compiler <digest>`` records
+(``add_bundled_compilers``). No probe ever looks such a record up, so it never
+stands in for a node's own compiler: only a node with no C++ compiler at all
+looks builds up with it (toolchain.stored_compilers), and everything else in
+those keys (sources, headers, flags, pybind11, Python) is still the node's own.
 """
 from __future__ import annotations
 
@@ -28,9 +35,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .errors import UnsafeCacheDirError, warn_broken
 from .trust import read_file, stamp_of, write_file
 
-__all__ = ["remembered", "stamp", "share", "stored_records"]
+__all__ = ["remembered", "stamp", "share", "stored_records", "add_bundled_compilers", "compiler_facts_problem",
+           "BUNDLED_COMPILER"]
 
 FILE_NAME = "toolchains.json"
+BUNDLED_COMPILER = "bundled compiler "  # the lookup prefix of a compiler's facts that came in a bundle
 SETTLE_NS = 100_000_000  # well over the file clock's tick
 _parsed: Dict[str, Tuple[Optional[list], dict]] = {}  # file -> (its stamp, its contents), per process
 
@@ -132,13 +141,14 @@ def _from_stores(lookup: str, schema: Dict[str, Any]) -> Optional[Facts]:
     return None
 
 
-def stored_records(prefix: str, schema: Dict[str, Any]) -> List[Tuple[str, Facts]]:
-    """(lookup, facts) of every well-formed record in the prebuilt stores whose lookup starts with
-    ``prefix``, stamps not checked: for a node that lacks the files they came from (builder.py)."""
+def stored_records(prefix: str, schema: Dict[str, Any], cache: Optional[Path] = None) -> List[Tuple[str, Facts]]:
+    """(lookup, facts) of every well-formed record in the prebuilt stores (and the ``cache``, a checked
+    root, first) whose lookup starts with ``prefix``, stamps not checked: for a node that lacks the
+    files they came from (builder.py)."""
     from .store import prebuilt_stores
 
     out = []
-    for store, owner in prebuilt_stores():
+    for store, owner in ([(cache, None)] if cache is not None else []) + prebuilt_stores():
         file = str(store / FILE_NAME)
         for lookup, rec in _read(file, owner).items():
             facts = _facts(file, lookup, rec, schema) if lookup.startswith(prefix) else None
@@ -154,11 +164,61 @@ def share(state_dir: Path, store: Path) -> int:
                if _facts(str(state_dir / FILE_NAME), k, r, {}) is not None
                and all(stamp(p) == s for p, s in r["stamps"])}
     if current:
-        file = str(store / FILE_NAME)
-        data = dict(_read(file))
-        data.update(current)
-        write_file(Path(file), json.dumps(data, indent=1, sort_keys=True).encode(), mode=0o644)
+        _merge_records(store, current, 0o644)
     return len(current)
+
+
+_FAMILIES = ("gcc", "clang", "unknown")  # a C++ compiler's (nvcc's facts have no use without nvcc)
+
+
+def compiler_facts_problem(facts: object) -> str:
+    """Why ``facts`` (a build.json's "compiler") are not a C++ compiler's facts as opbuilder records
+    them, or "" if they are: four one-line strings, a known family."""
+    if not isinstance(facts, dict) or set(facts) != {"identity", "family", "version", "path"}:
+        return "its compiler record is not {identity, family, version, path}"
+    for k, v in facts.items():
+        if not isinstance(v, str) or not v or len(v) > 4096 or any(ord(c) < 32 or ord(c) == 127 for c in v):
+            return f"its compiler record's {k} is not one line of text"
+    if facts["family"] not in _FAMILIES:
+        return f"its compiler record's family {facts['family']!r} is not one of {', '.join(_FAMILIES)}"
+    return ""
+
+
+def add_bundled_compilers(directory: Path, compilers: Sequence[Facts], mode: int) -> int:
+    """Add the C++ compilers' facts that came with a bundle's builds (checked: compiler_facts_problem)
+    to ``directory``'s file (a store, ours, or the cache), each under a lookup no probe asks for
+    (see the module's docstring); returns how many are new."""
+    from .fingerprint import digest_of
+
+    records = {}
+    for facts in compilers:
+        assert not compiler_facts_problem(facts), facts
+        lookup = BUNDLED_COMPILER + digest_of([str(facts[k]) for k in ("identity", "family", "version", "path")])
+        records[lookup] = {"facts": dict(facts), "stamps": []}
+    return _merge_records(directory, records, mode)
+
+
+def _merge_records(directory: Path, records: Dict[str, dict], mode: int) -> int:
+    """Merge ``records`` into ``directory``'s file under its lock (so two fillers at once keep each
+    other's records; without flock, unlocked), written under a new name and renamed; how many were new."""
+    from .errors import BuildError
+    from .lock import wait_lock
+
+    def merge() -> int:
+        file = str(directory / FILE_NAME)
+        data = dict(_read(file))
+        new = sum(1 for k in records if k not in data)
+        data.update(records)
+        write_file(Path(file), json.dumps(data, indent=1, sort_keys=True).encode(), mode=mode)
+        return new
+
+    if not records:
+        return 0
+    try:
+        with wait_lock(directory, LOCK_WAIT_S * 6):  # held or not (a stopped holder): the facts are written
+            return merge()
+    except BuildError:  # no flock on this file system
+        return merge()
 
 
 LOCK_WAIT_S = 10.0  # a probe's record is only a cache: past this, it is not stored

@@ -105,11 +105,15 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_build_info(key_dir: Path, spec, base: str, library: Dict[str, object]) -> None:
-    write_json_atomic(key_dir / INFO, {
-        "name": spec.name, "kind": spec.kind, "backend": spec.backend, "base": base,
-        "sources": [str(s) for s in spec.sources], "built_at": time.time(), "library": library,
-    }, durable=True)
+def write_build_info(key_dir: Path, spec, base: str, library: Dict[str, object], compiler=None) -> None:
+    """``build.json``: what was built, from what, the library's record, and the C++ compiler's facts
+    (the identity in its key: a node without a compiler looks a bundle's builds up with it, bundle.py)."""
+    info = {"name": spec.name, "kind": spec.kind, "backend": spec.backend, "base": base,
+            "sources": [str(s) for s in spec.sources], "built_at": time.time(), "library": library}
+    if compiler is not None:
+        info["compiler"] = {"identity": compiler.identity, "family": compiler.family, "version": compiler.version,
+                            "path": compiler.path}
+    write_json_atomic(key_dir / INFO, info, durable=True)
 
 
 def load_record(build_dir: Path) -> Record:

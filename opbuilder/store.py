@@ -13,7 +13,8 @@ another user (root, a CI account) but must be writable by nobody else.
 Stores are filled by ``python -m opbuilder build ... --into DIR`` and
 ``python -m opbuilder import FILE.tar --into DIR`` (``install``), run as the
 store's owner: directories 0755, ``build.json`` and manifests 0644,
-libraries 0755, each written under a temporary name and renamed into place.
+libraries 0755, each written under a temporary name and renamed into place
+(``import`` into a cache uses the cache's modes, 0700 and 0600).
 """
 from __future__ import annotations
 
@@ -64,13 +65,6 @@ def open_store(directory: Path) -> Path:
     return store[0]
 
 
-def _dir(path: Path) -> Path:
-    """A store directory: readable by the users the store serves, writable by its owner only."""
-    from .trust import make_dir
-
-    return make_dir(path, 0o755)
-
-
 def library_in(key_dir: Path) -> Optional[Path]:
     """The one library in a key directory (its name depends on the Python that built it), or None."""
     libs = [p for p in key_dir.iterdir() if LIB_RE.fullmatch(p.name)]
@@ -88,11 +82,12 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None) -> Path:
+def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None, private: bool = False) -> Path:
     """Copy the build ``key`` of the operator directory ``src_op`` (a cache's, a store's, or an unpacked
     bundle's) into ``store`` (checked, ours: ``open_store``), with its manifest; its stored library.
     Its SHA-256 is computed while copying and must be the one ``build.json`` records (else ValueError
-    naming it, and nothing of it is left in the store); the copy's stamp is recorded anew."""
+    naming it, and nothing of it is left in the store); the copy's stamp is recorded anew. ``private``:
+    into our cache, with its modes (directories and library 0700, records 0600)."""
     from .fingerprint import manifest_path
     from .publish import publish_library
     from .published import INFO, _library_record
@@ -109,15 +104,18 @@ def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None
     if sha256_of(lib) != data["library"]["sha256"]:  # before anything is written: a good copy stays
         raise ValueError(f"{lib}: its SHA-256 is not the one its build.json records (changed since it was built); "
                          f"it was not stored")
-    dst_op = _dir(store / src_op.name)
-    dst_key = _dir(dst_op / key)
-    record = publish_library(lib, dst_key, lib.name, mode=0o755)
+    from .trust import make_dir
+
+    dmode, fmode = (0o700, 0o600) if private else (0o755, 0o644)
+    dst_op = make_dir(store / src_op.name, dmode)
+    dst_key = make_dir(dst_op / key, dmode)
+    record = publish_library(lib, dst_key, lib.name, mode=dmode)
     if record["sha256"] != data["library"]["sha256"]:
         (dst_key / lib.name).unlink(missing_ok=True)
         raise ValueError(f"{lib}: its SHA-256 is not the one its build.json records (changed since it was built); "
                          f"it was not stored")
     data["library"] = record
-    write_file(dst_key / INFO, json.dumps(data, indent=1, sort_keys=True).encode(), mode=0o644, durable=True)
-    _dir(dst_op / "deps")
-    write_file(manifest_path(dst_op, data["base"]), manifest, mode=0o644, durable=True)
+    write_file(dst_key / INFO, json.dumps(data, indent=1, sort_keys=True).encode(), mode=fmode, durable=True)
+    make_dir(dst_op / "deps", dmode)
+    write_file(manifest_path(dst_op, data["base"]), manifest, mode=fmode, durable=True)
     return dst_key / lib.name

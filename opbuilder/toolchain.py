@@ -138,15 +138,22 @@ def find_compiler(state_dir: Optional[Path]) -> Compiler:
     return _probe(_resolve(env, "CXX"), state_dir)
 
 
-def stored_compilers() -> List[Compiler]:
-    """The C++ compilers the prebuilt stores' toolchain facts record (probe_cache.share): what a node
-    without a compiler can still look up builds with, since their identities are in the stored keys."""
-    from .probe_cache import stored_records
+def stored_compilers(cache: Optional[Path] = None) -> List[Compiler]:
+    """The C++ compilers the prebuilt stores' toolchain facts record (probe_cache.share), and those that
+    came with a bundle's builds into them or into the ``cache``: what a node without a compiler can
+    still look up builds with, since their identities are in the stored keys."""
+    from .probe_cache import BUNDLED_COMPILER, stored_records
 
     prefix = "compiler "
-    return [Compiler(tuple(lookup[len(prefix):].split(" ")), str(f["path"]), str(f["identity"]), str(f["family"]),
-                     str(f["version"]))
-            for lookup, f in stored_records(prefix, _COMPILER_FACTS) if f["family"] != "nvcc"]
+    out, seen = [], set()
+    records = [(tuple(lookup[len(prefix):].split(" ")), f) for lookup, f in stored_records(prefix, _COMPILER_FACTS)]
+    # those that came with a bundle's builds (bundle.py): looked up here only, never instead of a probe
+    records += [((str(f["path"]),), f) for _, f in stored_records(BUNDLED_COMPILER, _COMPILER_FACTS, cache)]
+    for argv, f in records:
+        if f["family"] != "nvcc" and (f["identity"], f["family"]) not in seen:
+            seen.add((f["identity"], f["family"]))
+            out.append(Compiler(argv, str(f["path"]), str(f["identity"]), str(f["family"]), str(f["version"])))
+    return out
 
 
 def find_nvcc(state_dir: Optional[Path]) -> Compiler:

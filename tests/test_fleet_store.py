@@ -297,7 +297,8 @@ def test_doctor_reports_each_store_and_refuses_one_others_can_write(tmp_path):
     res = _cli("doctor", OPBUILDER_PREBUILT_DIR=f"{good}:{tmp_path / 'missing'}:{bad}",
                OPBUILDER_CACHE_DIR=str(tmp_path / "cache"))
     lines = res.stdout.splitlines()
-    assert f"ok    prebuilt store: {good} (owner uid {os.geteuid()}, read-only to load())" in lines
+    assert f"ok    prebuilt store: {good} (owner uid {os.geteuid()}, read-only to load()); 0 build(s) of 0 " \
+           f"operator(s) checked as load() does: owner, modes, no links, library sizes (not hashed)" in lines
     assert f"note  prebuilt store: {tmp_path / 'missing'} does not exist (skipped)" in lines
     i = lines.index(f"error prebuilt store: opbuilder prebuilt store {bad} is writable by users other than its "
                     f"owner (uid {os.geteuid()}, mode 777): refused")
@@ -375,3 +376,196 @@ def test_a_changed_library_under_a_key_the_store_has_leaves_the_good_copy(filled
     res = _cli("import", str(changed), "--into", str(store))
     assert res.returncode == 1 and "its SHA-256 is not the one its build.json records" in res.stderr
     assert lib.read_bytes() == good  # the store's library is untouched
+
+
+def _bare_env(tmp_path: Path, **extra: str) -> dict:
+    """The environment of a node without a C++ compiler: PATH holds Python only, CXX unset."""
+    bare = tmp_path / "bare-bin"
+    if not bare.exists():
+        bare.mkdir()
+        os.symlink(PYTHON, bare / "python")
+    env = child_env(PATH=str(bare), **extra)
+    env.pop("CXX", None)
+    return env
+
+
+@pytest.mark.parametrize("into", ["store", "cache"])
+def test_a_node_without_a_compiler_loads_an_operator_that_came_in_a_bundle(filled, into):
+    """The bundle carries the compiler facts its builds were keyed with (build.json), and import adds them
+    to the target's toolchains.json: a node with no compiler looks the operator up with them."""
+    tmp_path, store, lib, log = filled
+    bundle = tmp_path / "ops.tar"
+    assert _cli("export", NAME, "-o", str(bundle), "--cache-dir", str(tmp_path / "ci" / "cache")).returncode == 0
+    target = tmp_path / "node" / into
+    res = _cli("import", str(bundle), *(["--into", str(target)] if into == "store" else ["--cache-dir", str(target)]))
+    assert res.returncode == 0, res.stderr
+    facts = (target / "toolchains.json")
+    assert facts.stat().st_mode & 0o777 == (0o644 if into == "store" else 0o600)
+    env = _bare_env(tmp_path, OPBUILDER_CACHE_DIR=str(target if into == "cache" else tmp_path / "node" / "cache"),
+                    **({"OPBUILDER_PREBUILT_DIR": str(target)} if into == "store" else {}))
+    src = _clone(tmp_path, "node/checkout")
+    res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(src), NAME], capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert res.returncode == 0 and res.stdout.strip() == "31", res.stdout + res.stderr
+    assert compiled_sources(log) == []
+
+
+def _with_compiler_record(tmp_path: Path, out_name: str, change) -> Path:
+    """CI's bundle with the compiler record of its build.json passed through ``change``."""
+    import json
+
+    def rewrite(m, data):
+        if m.name.endswith("/build.json"):
+            info = json.loads(data)
+            info["compiler"] = change(info["compiler"])
+            data = json.dumps(info).encode()
+            m.size = len(data)
+        return [(m, data)]
+
+    return _exported_and_rewritten(tmp_path, out_name, rewrite)
+
+
+def test_a_bundles_compiler_facts_never_stand_in_for_a_nodes_own_compiler(filled):
+    """A record that says the node's own compiler is another one (stale or forged) is not used by a node
+    that has a compiler: it probes its own (--version), and its keys are its own."""
+    tmp_path, store, lib, log = filled
+    import json
+
+    forged = _with_compiler_record(tmp_path, "forged.tar", lambda c: dict(c, identity="a forged identity"))
+    cluster = tmp_path / "cluster"
+    res = _cli("import", str(forged), "--into", str(cluster))
+    assert res.returncode == 0, res.stderr
+    records = json.loads((cluster / "toolchains.json").read_text())
+    assert [r["facts"]["identity"] for r in records.values()] == ["a forged identity"]
+    res = _load_in_child(_clone(tmp_path, "node/checkout"), tmp_path / "node" / "cache", cluster)
+    assert res.returncode == 0, res.stderr
+    # the store's build is keyed with CI's real identity: found with the node's own (probed) one
+    assert res.stdout.split()[0] == "31" and cluster in Path(res.stdout.split()[1]).parents
+    from builder_util import version_probes
+    assert version_probes(log) == 1 and compiled_sources(log) == []
+
+
+@pytest.mark.parametrize("bad", ["control character", "nvcc", "missing field"])
+def test_a_bundle_with_a_malformed_compiler_record_is_refused_naming_it(filled, bad):
+    tmp_path, store, lib, log = filled
+    change = {"control character": lambda c: dict(c, identity=c["identity"] + "\0pybind11=0"),
+              "nvcc": lambda c: dict(c, family="nvcc"),
+              "missing field": lambda c: {k: v for k, v in c.items() if k != "version"}}[bad]
+    why = {"control character": "its compiler record's identity is not one line of text",
+           "nvcc": "its compiler record's family 'nvcc' is not one of gcc, clang, unknown",
+           "missing field": "its compiler record is not {identity, family, version, path}"}[bad]
+    bundle = _with_compiler_record(tmp_path, "bad.tar", change)
+    res = _cli("import", str(bundle), "--into", str(tmp_path / "cluster"))
+    assert res.returncode == 1
+    assert re.search(rf"bundle {re.escape(str(bundle))} refused, nothing was imported: {NAME}/[0-9a-f]+: its "
+                     rf"build.json: {re.escape(why)}", res.stderr), res.stderr
+    assert not list((tmp_path / "cluster").rglob("*.so")) and not (tmp_path / "cluster" / "toolchains.json").exists()
+
+
+def test_an_operator_imported_into_a_cache_is_listed_and_cleaned(filled):
+    tmp_path, store, lib, log = filled
+    bundle = tmp_path / "ops.tar"
+    assert _cli("export", NAME, "-o", str(bundle), "--cache-dir", str(tmp_path / "ci" / "cache")).returncode == 0
+    cache = tmp_path / "node" / "cache"
+    res = _cli("import", str(bundle), "--cache-dir", str(cache))
+    assert res.returncode == 0, res.stderr
+    key = Path(res.stdout.strip()).parent.name
+    res = _cli("cache", "list", NAME, "--cache-dir", str(cache))
+    assert res.returncode == 0, res.stderr
+    assert re.search(rf"^{NAME} +module +1 build\(s\)", res.stdout, re.M) and key in res.stdout, res.stdout
+    res = _cli("cache", "clean", NAME, "--cache-dir", str(cache))
+    assert res.returncode == 0 and f"removed {cache / NAME}" in res.stdout, res.stdout + res.stderr
+    assert [p.name for p in (cache / NAME).iterdir()] == [".lock"]
+
+
+@pytest.mark.parametrize("name", ["../cache/" + NAME, "a/b", NAME + ".lib", "", "class"])
+def test_exporting_a_name_that_is_not_an_operator_name_writes_nothing(filled, name):
+    """A name is looked up as a directory of the cache: `../x` used to export from outside it (members named
+    `../cache/...`, which import refuses)."""
+    tmp_path, store, lib, log = filled
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "ops.tar").write_bytes(b"the bundle of yesterday")
+    res = _cli("export", NAME, name, "-o", str(out_dir / "ops.tar"), "--cache-dir", str(tmp_path / "ci" / "cache"))
+    assert res.returncode == 1
+    assert res.stderr.strip() == (f"opbuilder: error: cannot export {name!r}: not an operator name (a Python "
+                                  f"identifier, as given to 'python -m opbuilder build NAME'); nothing was written")
+    assert [p.name for p in out_dir.iterdir()] == ["ops.tar"]
+    assert (out_dir / "ops.tar").read_bytes() == b"the bundle of yesterday"
+
+
+def test_an_export_that_fails_while_writing_leaves_the_old_bundle_and_no_temporary_file(filled):
+    tmp_path, store, lib, log = filled
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "ops.tar").write_bytes(b"the bundle of yesterday")
+    manifest = next((tmp_path / "ci" / "cache" / NAME / "deps").iterdir())
+    manifest.chmod(0o660)  # refused when it is added, after the tar was started
+    res = _cli("export", NAME, "-o", str(out_dir / "ops.tar"), "--cache-dir", str(tmp_path / "ci" / "cache"))
+    assert res.returncode == 1 and f"{manifest} is writable by group or others" in res.stderr, res.stderr
+    assert [p.name for p in out_dir.iterdir()] == ["ops.tar"]
+    assert (out_dir / "ops.tar").read_bytes() == b"the bundle of yesterday"
+    # an operator that has no build: the same
+    res = _cli("export", "never_built", "-o", str(out_dir / "ops.tar"), "--cache-dir", str(tmp_path / "ci" / "cache"))
+    assert res.returncode == 1 and "operator 'never_built' has no intact build in" in res.stderr
+    assert [p.name for p in out_dir.iterdir()] == ["ops.tar"]
+
+
+def test_export_to_a_directory_or_into_a_missing_one_is_an_error_naming_it(filled):
+    tmp_path, store, lib, log = filled
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    res = _cli("export", NAME, "-o", str(out_dir), "--cache-dir", str(tmp_path / "ci" / "cache"))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == (f"opbuilder: error: cannot write the bundle {out_dir}: it is a directory; give a "
+                                  f"file name (-o {out_dir}/ops.tar); nothing was written")
+    res = _cli("export", NAME, "-o", str(tmp_path / "missing" / "ops.tar"), "--cache-dir",
+               str(tmp_path / "ci" / "cache"))
+    assert res.returncode == 1
+    assert res.stderr.strip() == (f"opbuilder: error: cannot write the bundle {tmp_path / 'missing' / 'ops.tar'}: "
+                                  f"its directory {tmp_path / 'missing'} does not exist (create it first); nothing "
+                                  f"was written")
+    assert list(out_dir.iterdir()) == [] and [p.name for p in tmp_path.glob(".*.tmp")] == []
+
+
+def test_export_of_no_operator_is_an_error(tmp_path):
+    from opbuilder.bundle import export_bundle
+
+    with pytest.raises(ValueError, match=r"^export needs at least one operator name \(python -m opbuilder export "
+                                         r"NAME\.\.\. -o FILE\.tar\)$"):
+        export_bundle(tmp_path, [], tmp_path / "x.tar")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_doctor_names_unsafe_and_broken_entries_of_a_store(filled):
+    """doctor checks what a lookup reads, as load() does (owner, modes, links, sizes), naming each bad entry."""
+    tmp_path, store, lib, log = filled
+    res = _cli("doctor", OPBUILDER_PREBUILT_DIR=str(store), OPBUILDER_CACHE_DIR=str(tmp_path / "cache"))
+    assert (f"ok    prebuilt store: {store} (owner uid {os.geteuid()}, read-only to load()); 1 build(s) of 1 "
+            f"operator(s) checked as load() does: owner, modes, no links, library sizes (not hashed)") \
+        in res.stdout.splitlines(), res.stdout
+    assert "prebuilt store entry" not in res.stdout
+    # a second operator whose library was cut short, and a key directory others can write
+    shutil.copytree(store / NAME, store / "other_op", symlinks=True)
+    short = next((store / "other_op").glob("*/*.so"))
+    short.write_bytes(short.read_bytes()[:100])
+    lib.parent.chmod(0o775)
+    (store / "stray.so").symlink_to(lib)  # a name no lookup reads: not reported
+    res = _cli("doctor", OPBUILDER_PREBUILT_DIR=str(store), OPBUILDER_CACHE_DIR=str(tmp_path / "cache"))
+    lines = res.stdout.splitlines()
+    assert f"error prebuilt store entry: {lib.parent} is writable by group or others (mode 775): load() refuses " \
+           f"it (UnsafeCacheDirError)" in lines, res.stdout
+    assert f"error prebuilt store entry: {short} has 100 bytes where its build.json records {lib.stat().st_size}: " \
+           f"load() ignores it and builds into the cache (a node without a compiler cannot)" in lines, res.stdout
+    assert "stray" not in res.stdout and res.returncode == 1
+    # a copy made without import: other stamps, every load hashes it (a note, not an error)
+    lib.parent.chmod(0o755)
+    shutil.rmtree(store / "other_op")
+    data = lib.read_bytes()
+    lib.unlink()
+    lib.write_bytes(data)
+    lib.chmod(0o755)
+    res = _cli("doctor", OPBUILDER_PREBUILT_DIR=str(store), OPBUILDER_CACHE_DIR=str(tmp_path / "cache"))
+    assert f"note  prebuilt store: 1 library(ies) in {store} have other stat stamps than recorded (copied without " \
+           f"import?): every load hashes them (about 1 ms per MB)" in res.stdout.splitlines(), res.stdout
+    assert "prebuilt store entry" not in res.stdout
