@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Tuple, Union
 
 import numpy as np
 
+from . import device as _device
 from .tensor import Parameter, Tensor
 
 __all__ = ["save_checkpoint", "load_checkpoint", "load_param_into_net"]
@@ -59,7 +60,8 @@ def _named(save_obj: Any) -> Dict[str, np.ndarray]:
             raise TypeError(f"save_checkpoint: names must be strings, got {type(name).__name__}")
         if name in out:
             raise ValueError(f"save_checkpoint: the name {name!r} appears twice")
-        arr = value._data if isinstance(value, Tensor) else np.asarray(value)
+        arr = value._data if isinstance(value, Tensor) else value
+        arr = _device.to_device(arr, _device.CPU) if _device.is_device_array(arr) else np.asarray(arr)  # the file's
         out[name] = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
     return out
 
@@ -152,7 +154,8 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         raise ValueError(f"load_param_into_net(strict_load=True): the net's parameters not in the checkpoint: "
                          f"{not_loaded}; the checkpoint's entries not in the net: {unused}")
     for p, arr in updates:  # checked first, then written: a mismatch leaves the net unchanged
-        if p._data.flags.writeable:
+        arr = _device.to_device(arr, _device.device_of(p._data))  # a host checkpoint into GPU parameters too
+        if _device.writeable(p._data):
             np.copyto(p._data, arr)
         else:
             p._data = arr.copy()

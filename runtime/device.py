@@ -15,7 +15,7 @@ from typing import Any, Iterable
 import numpy as np
 
 __all__ = ["CPU", "parse_device", "device_of", "array_module", "is_device_array", "to_device", "check_same",
-           "DeviceMismatchError"]
+           "DeviceMismatchError", "like", "add_at", "writeable", "on_default_device"]
 
 CPU = "CPU"
 _FORMS = "'CPU', 'GPU', 'GPU:N', 'cuda', 'cuda:N'"
@@ -67,6 +67,51 @@ def array_module(arr: Any) -> Any:
         return np
     from .cuda import _cupy
     return _cupy()
+
+
+def like(value: Any, arr: Any, what: str) -> Any:
+    """``value`` (a number, list, numpy or CuPy array) as an array on ``arr``'s device.
+
+    Host data next to a GPU ``arr`` (indices, masks, constants: what numpy code
+    builds with ``np.asarray``) is copied there, since CuPy refuses numpy arrays
+    in its calls; GPU data next to an array on another device is a
+    ``DeviceMismatchError`` naming ``what``, not an implicit copy.
+    """
+    if isinstance(arr, np.ndarray):
+        if is_device_array(value):
+            raise DeviceMismatchError(f"{what} is on {device_of(value)} but the tensor it goes with is on CPU; "
+                                      f"move it with Tensor.to(device) or Tensor.move_to(...)")
+        return np.asarray(value)
+    if is_device_array(value):
+        if device_of(value) != device_of(arr):
+            raise DeviceMismatchError(f"{what} is on {device_of(value)} but the tensor it goes with is on "
+                                      f"{device_of(arr)}; move it with Tensor.to(device) or Tensor.move_to(...)")
+        return value
+    return to_device(np.asarray(value), device_of(arr))
+
+
+def add_at(out: Any, index: Any, values: Any) -> None:
+    """``out[index] += values`` with repeated indices accumulating (numpy's ``np.add.at``, CuPy's
+    ``cupyx.scatter_add``; CuPy does not dispatch ufunc methods such as ``np.add.at``)."""
+    if isinstance(out, np.ndarray):
+        np.add.at(out, index, values)
+    else:
+        import cupyx
+        cupyx.scatter_add(out, index, values)
+
+
+def writeable(arr: Any) -> bool:
+    """Whether ``arr`` may be written in place: numpy's flag (a broadcast view, a bytes buffer or a
+    read-only memory map is not); CuPy arrays have no read-only form (and no such flag)."""
+    return getattr(arr.flags, "writeable", True)
+
+
+def on_default_device(arr: np.ndarray) -> Any:
+    """A host array made by a constructor (zeros, an initializer's values) on the context's device
+    (``set_context(device_target=...)``): itself on the CPU, a copy on a GPU."""
+    from .context import default_device
+    device = default_device()
+    return arr if device == CPU else to_device(arr, device)
 
 
 def to_device(arr: Any, device: str) -> Any:

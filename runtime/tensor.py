@@ -242,7 +242,12 @@ class Tensor:
     def __index__(self) -> int:
         if _trace.tracer is not None:
             _leak(self, "a tensor used as an index")
-        return self._data.__index__()
+        d = self._data
+        if type(d) is np.ndarray:
+            return d.__index__()
+        if d.ndim != 0 or d.dtype.kind not in "iu":  # CuPy arrays have no __index__: numpy's rule and message
+            raise TypeError("only integer scalar arrays can be converted to a scalar index")
+        return int(d)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -363,6 +368,8 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
         if type(like._data) is not np.ndarray:  # a number next to a GPU tensor goes to its device
             arr = _device.to_device(arr, like.device)
         return Tensor._from_array(arr)
+    if like is not None and isinstance(value, np.generic) and type(like._data) is not np.ndarray:
+        return Tensor(value, device=like.device)  # a numpy scalar is a number too: on the GPU tensor's device
     return Tensor(value)
 
 

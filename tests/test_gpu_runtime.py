@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import runtime as rt
-from runtime import Tensor, nn, ops
+from runtime import Tensor, mint, nn, ops
 
 from builder_util import cuda_toolkit_problem
 from conftest import _load
@@ -165,3 +165,213 @@ def test_cross_entropy_with_class_labels_gives_the_cpus_loss_and_gradient(make, 
     assert loss_g.device == g_g.device == "GPU:0"
     np.testing.assert_allclose(float(loss_g), float(loss_c), rtol=1e-12)
     np.testing.assert_allclose(g_g.asnumpy(), g_c.asnumpy(), rtol=1e-12, atol=1e-15)
+
+
+# ---- every built-in op, layer, optimizer and checkpoint path on the device, against the CPU ----------------------
+# (each of these failed under CuPy's rules before the fix it pins: numpy arrays made next to CuPy ones, numpy's
+# writeable flag, np.add.at and a frompyfunc ufunc, which CuPy does not dispatch, and so on; see docs/gpu.md)
+
+def _outputs_and_grads(fn, arrays, device):
+    """fn's tensor outputs and the gradient of a weighted sum of its float outputs w.r.t. each float input."""
+    ts = [Tensor(a, None, device) if isinstance(a, np.ndarray) else a for a in arrays]
+    outs = fn(*ts)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    floats = tuple(i for i, a in enumerate(arrays) if isinstance(a, np.ndarray) and a.dtype.kind == "f")
+    weights = [np.random.default_rng(5 + k).normal(size=o.shape) for k, o in enumerate(outs)]
+
+    def loss(*xs):
+        res = fn(*xs)
+        res = list(res) if isinstance(res, (tuple, list)) else [res]
+        return sum((r * Tensor(w, r.dtype, device)).sum() for r, w in zip(res, weights) if r.dtype == rt.float64)
+    if floats and any(o.dtype == rt.float64 for o in outs):
+        grads = rt.grad(loss, floats)(*ts)
+        outs += list(grads) if isinstance(grads, tuple) else [grads]
+    return outs
+
+
+def _same_on_both(fn, *arrays, rtol=1e-12, atol=1e-14):
+    cpu, gpu = _outputs_and_grads(fn, arrays, "CPU"), _outputs_and_grads(fn, arrays, "GPU")
+    assert len(cpu) == len(gpu)
+    for c, g in zip(cpu, gpu):
+        assert g.device == "GPU:0" and g.dtype == c.dtype and g.shape == c.shape
+        np.testing.assert_allclose(g.asnumpy(), c.asnumpy(), rtol=rtol, atol=atol)
+
+
+_X = np.random.default_rng(3).normal(size=(3, 4))
+_Y = np.random.default_rng(4).normal(size=(3, 4))
+
+
+@pytest.mark.parametrize("fn, arrays", [
+    (lambda x: ops.max(x, 1), (_X,)),                       # its rule made a numpy one-hot (np.zeros)
+    (lambda x: ops.min(x, 0, True), (_X,)),
+    (lambda x: ops.max(x), (_X,)),                          # argmax of the whole tensor went through np.asarray
+    (lambda x: (ops.argmax(x), ops.argmin(x, 1, True)), (_X,)),
+    (lambda x: ops.max(x, 0), (np.array(1.5),)),            # a 0-d input's index was a host array
+    (lambda x: ops.clip(x, -0.5, 0.5), (_X,)),              # bounds were 0-d numpy arrays, which CuPy refuses
+    (lambda x: ops.clip(x, 0, 2), (np.array([-1, 1, 3]),)),
+    (lambda x: ops.gelu(x, "none"), (_X,)),                 # math.erf through np.frompyfunc
+    (lambda x: ops.split(x, [1, 3], 1), (_X,)),             # the pieces' rule padded into np.zeros
+    (lambda x, i: ops.gather(x, i, 1), (_X, np.array([2, 0, 3, 2]))),  # the rule's np.add.at
+    (lambda x: ops.gather(x, [0, 2, 2], 0), (_X,)),         # host indices next to a GPU tensor
+    (lambda i: ops.one_hot(i, 4, 2.0, -1.0, 0), (np.array([2, 0, 1, 2]),)),  # np.arange, 0-d on/off values
+    (lambda x, y: mint.max(x, 1)[0].sum() * mint.min(y, 0, True)[0], (_X, _Y)),
+])
+def test_builtin_ops_give_the_cpus_values_and_gradients(fn, arrays):
+    _same_on_both(fn, *arrays)
+
+
+def test_printing_a_gpu_tensor_prints_what_the_cpu_prints(capsys):
+    def printed(device):
+        ops.print_(Tensor(_X, rt.float32, device), Tensor(0.7, rt.float32, device),
+                   Tensor(np.array([[1], [1]]), rt.int32, device))
+        return capsys.readouterr().out
+    assert printed("GPU") == printed("CPU")
+
+
+def test_writes_into_a_gpu_tensor_take_numbers_lists_numpy_arrays_and_gpu_tensors():
+    def written(device):
+        x = Tensor(np.zeros((3, 4)), rt.float64, device)
+        x[0] = 1.0
+        x[1, 1:3] = np.array([5.0, 6.0])    # CuPy's basic-index fill refuses a non-scalar numpy array
+        x[2] = Tensor(np.arange(4.0), device=device)
+        x[x > 5] = 9.0
+        x[[1, 2], 3] = [7.0, 8.0]
+        x += 1
+        x /= np.full((3, 4), 2.0)
+        ops.assign(x, ops.add(x, 1.0).detach())
+        y = ops.assign(Tensor(np.zeros(4), rt.float64, device), 3.0)  # a number was broadcast as a numpy array
+        return x, y
+    (xc, yc), (xg, yg) = written("CPU"), written("GPU")
+    assert xg.device == yg.device == "GPU:0"
+    np.testing.assert_array_equal(xg.asnumpy(), xc.asnumpy())
+    np.testing.assert_array_equal(yg.asnumpy(), yc.asnumpy())
+
+
+def test_a_gpu_value_written_into_a_cpu_tensor_is_a_device_mismatch():
+    x = Tensor(np.zeros(3))
+    with pytest.raises(rt.device.DeviceMismatchError, match=r"Tensor.__setitem__: the value is on GPU:0 .* on CPU"):
+        x[0:2] = Tensor(np.ones(2), device="GPU")
+    with pytest.raises(rt.device.DeviceMismatchError, match=r"gather: input_indices is on GPU:0"):
+        ops.gather(Tensor(_X), Tensor(np.array([0, 1]), device="GPU"), 0)
+
+
+def test_a_gpu_integer_tensor_is_an_index_and_numpy_scalars_go_to_its_device():
+    i = Tensor(np.array(2), device="GPU")
+    assert [10, 20, 30][i] == 30  # CuPy arrays have no __index__
+    with pytest.raises(TypeError, match="only integer scalar arrays"):
+        [10, 20][Tensor(np.array([1]), device="GPU")]
+    x = Tensor(_X, rt.float32, "GPU")
+    for y, c in [(np.float64(2.0) * x, np.float64(2.0) * Tensor(_X, rt.float32)),
+                 (x - np.float32(1.0), Tensor(_X, rt.float32) - np.float32(1.0))]:
+        assert y.device == "GPU:0" and y.dtype == c.dtype
+        np.testing.assert_array_equal(y.asnumpy(), c.asnumpy())
+
+
+def test_dropout_initializers_and_mint_constructors_make_their_tensors_on_the_device(gpu_context):
+    rt.set_seed(7)
+    d = nn.Dropout(p=0.3).set_train(True)
+    out_g = d(Tensor(_X, rt.float64))  # the mask was a host array multiplied into a GPU tensor
+    rt.set_seed(7)
+    out_c = d(Tensor(_X, rt.float64, "CPU"))
+    assert out_g.device == "GPU:0"
+    np.testing.assert_array_equal(out_g.asnumpy(), out_c.asnumpy())
+    from runtime.nn.init import initializer
+    assert initializer("normal", (2, 2)).device == "GPU:0"
+    assert initializer(Tensor(_X, device="GPU"), (3, 4), rt.float64).device == "GPU:0"
+    assert mint.zeros((2, 3)).device == mint.ones(3, dtype=rt.int32).device == "GPU:0"
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: nn.SGD(p, 0.1, momentum=0.9, nesterov=True, weight_decay=0.01, loss_scale=4.0),
+    lambda p: nn.SGD(p, [0.1, 0.05], momentum=0.5, dampening=0.2),
+    lambda p: nn.Momentum(p, 0.1, 0.9, weight_decay=0.1, loss_scale=2.0),
+    lambda p: nn.Adam(p, 0.01, weight_decay=0.01, loss_scale=8.0, use_nesterov=True),
+    lambda p: nn.AdamWeightDecay(p, 0.01, weight_decay=0.1),
+])
+@pytest.mark.parametrize("dtype", [rt.float64, rt.float16])
+def test_optimizers_step_gpu_parameters_as_on_the_cpu_and_checkpoint_their_state(tmp_path, make, dtype):
+    # (every step read numpy's writeable flag, which CuPy's flags do not have; state came back as numpy)
+    def trained(device, steps=3):
+        w = rt.Parameter(Tensor(_X.copy(), dtype, device), name="w")
+        b = rt.Parameter(Tensor(_Y[0].copy(), dtype, device), name="beta")
+        opt = make([w, b])
+        for k in range(steps):
+            opt([Tensor(np.cos(_X * (k + 1)), dtype, device), Tensor(np.sin(_Y[0] * (k + 1)), dtype, device)])
+        return opt
+    cpu, gpu = trained("CPU"), trained("GPU")
+    tol = dict(rtol=1e-12, atol=1e-14) if dtype == rt.float64 else dict(rtol=1e-3, atol=1e-3)
+    for (n, c), (_, g) in zip(cpu.parameters_and_names(), gpu.parameters_and_names()):
+        assert g.device == "GPU:0", n
+        np.testing.assert_allclose(g.asnumpy().astype(np.float64), c.asnumpy().astype(np.float64), **tol)
+    # saved from the GPU, resumed on the GPU and on the CPU: the next step is the one the run would take
+    path = tmp_path / "opt.safetensors"
+    rt.save_checkpoint(gpu, path)
+    for device in ("GPU", "CPU"):
+        resumed = make([rt.Parameter(Tensor(np.zeros_like(_X), dtype, device), name="w"),
+                        rt.Parameter(Tensor(np.zeros_like(_Y[0]), dtype, device), name="beta")])
+        rt.load_param_into_net(resumed, rt.load_checkpoint(path))
+        grads = [np.cos(_X * 9), np.sin(_Y[0] * 9)]
+        resumed([Tensor(g, dtype, device) for g in grads])
+        ref = trained("CPU")
+        ref([Tensor(g, dtype) for g in grads])
+        for p, q in zip(resumed.parameters, ref.parameters):
+            assert p.device == ("GPU:0" if device == "GPU" else "CPU")
+            np.testing.assert_allclose(p.asnumpy().astype(np.float64), q.asnumpy().astype(np.float64), **tol)
+
+
+def test_an_optimizer_refuses_gradients_from_another_device():
+    w = rt.Parameter(Tensor(_X.copy(), rt.float64, "GPU"), name="w")
+    with pytest.raises(rt.device.DeviceMismatchError,
+                       match=r"SGD: the gradient for parameter 'w' is on CPU, the parameter on GPU:0"):
+        nn.SGD([w], 0.1)([Tensor(_X)])
+    nn.SGD([w], 0.1)([np.ones_like(_X)])  # host data (not a tensor) goes to the parameter's device
+    np.testing.assert_allclose(w.asnumpy(), _X - 0.1)
+
+
+def test_a_gpu_network_saves_and_loads_its_checkpoint(tmp_path, gpu_context):
+    rt.set_seed(3)
+    net = nn.SequentialCell([nn.Dense(4, 3), nn.Tanh()])
+    rt.save_checkpoint(net, tmp_path / "m.safetensors")  # parameters copied to the host for the file
+    loaded = rt.load_checkpoint(tmp_path / "m.safetensors")
+    rt.set_seed(4)
+    other = nn.SequentialCell([nn.Dense(4, 3), nn.Tanh()])
+    rt.load_param_into_net(other, loaded)  # host arrays into GPU parameters (CuPy's copyto refuses them)
+    for (n, p), (_, q) in zip(net.parameters_and_names(), other.parameters_and_names()):
+        assert q.device == "GPU:0"
+        np.testing.assert_array_equal(q.asnumpy(), p.asnumpy())
+
+
+def test_gradcheck_takes_gpu_inputs():
+    x = Tensor(_X, rt.float64, "GPU", requires_grad=True)
+    assert rt.gradcheck(lambda a: ops.tanh(a) * ops.gelu(a, "none"), (x,))
+    with pytest.raises(rt.GradcheckError):
+        rt.gradcheck(_wrong_square, (x,))
+
+
+def _wrong_square(a):
+    class Square(rt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            x, = ctx.saved_tensors
+            return g * x  # should be 2 * g * x
+    return Square.apply(a)
+
+
+@pytest.mark.parametrize("level", ["O0", "O1"])
+def test_jit_traces_gpu_inputs_apart_from_cpu_ones(level):
+    # the signature keyed every tensor as on the CPU: a graph traced on the CPU (with CPU constants) ran for
+    # GPU inputs; O1's fused kernels are host code, so a GPU signature runs at O0
+    f = rt.jit(lambda x, y: ops.tanh(x * y + 1.0) * 2.0, jit_level=level)
+    res = {}
+    for device in ("CPU", "GPU"):
+        x, y = Tensor(_X, rt.float64, device), Tensor(_Y, rt.float64, device)
+        res[device] = [f(x, y)] + list(rt.value_and_grad(lambda a, b: f(a, b).sum(), (0, 1))(x, y)[1])
+    assert f.traces == 2
+    for c, g in zip(res["CPU"], res["GPU"]):
+        assert g.device == "GPU:0"
+        np.testing.assert_allclose(g.asnumpy(), c.asnumpy(), rtol=1e-12)

@@ -12,6 +12,7 @@ from typing import Any, Callable, List, Sequence
 
 import numpy as np
 
+from .. import device as _device
 from . import engine
 from .grad_mode import enable_grad, no_grad
 
@@ -58,7 +59,8 @@ def gradcheck(fn: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6, 
         outs = _outputs(fn(*leaves))
     if not outs:
         raise ValueError("gradcheck: the function returned no floating-point Tensor")
-    weights = [rng.standard_normal(o._data.shape) for o in outs]
+    # the weights are drawn on the host and live on their output's device (GPU outputs too)
+    weights = [_device.to_device(rng.standard_normal(o._data.shape), _device.device_of(o._data)) for o in outs]
     diff_outs = [(o, w) for o, w in zip(outs, weights) if o.requires_grad]
     if diff_outs:
         sens = [Tensor._from_array(w.astype(o._data.dtype)) for o, w in diff_outs]
@@ -70,15 +72,18 @@ def gradcheck(fn: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6, 
     worst = None
     for k, i in enumerate(checked):
         base = inputs[i]._data
-        a = np.zeros(base.shape) if analytic[k] is None else analytic[k]._data.astype(np.float64)
+        device = _device.device_of(base)
+        host = _device.to_device(base, _device.CPU)  # differences are taken on the host, evaluated on the device
+        a = np.zeros(base.shape) if analytic[k] is None else \
+            _device.to_device(analytic[k]._data, _device.CPU).astype(np.float64)
         num = np.zeros(base.shape)
         for idx in np.ndindex(base.shape):
             vals = []
             for step in (eps, -eps):
-                x = base.astype(np.float64).copy()
+                x = host.astype(np.float64)  # (a copy)
                 x[idx] += step
                 args = list(inputs)
-                args[i] = Tensor._from_array(x.astype(base.dtype))
+                args[i] = Tensor._from_array(_device.to_device(x.astype(base.dtype), device))
                 with no_grad():
                     vals.append(_weighted_sum(_outputs(fn(*args)), weights))
             num[idx] = (vals[0] - vals[1]) / (2 * eps)

@@ -14,7 +14,9 @@ import threading
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from ..autograd.grad_mode import _state, no_grad
 from ..autograd.node import attach_outputs
@@ -173,12 +175,20 @@ class JitFunction:
             backend = self.backend
             if not backend.differentiable:  # it runs calls that record nothing; gradients go to ms_backend
                 backend = get_backend("ms_backend")
-            config = dict(self.config)
+            config = self._config(list(tensors) + [t for t, _, _ in entry.consts])
             g = _Grad(backend.factory(fwd, dict(config)), backend.factory(plan.graph, dict(config)), plan)
             if not hasattr(g.backward, "graph"):
                 g.backward.graph = plan.graph  # type: ignore[attr-defined]
             entry.grad[wanted] = g
             return g
+
+    def _config(self, tensors: Sequence[Tensor]) -> Dict[str, Any]:
+        """The backend's config for a signature: O1's fused kernels are host code, so a signature with
+        a GPU tensor (an input or a captured one) runs at O0 (op by op, each op on the device)."""
+        config = dict(self.config)
+        if config.get("jit_level") == "O1" and any(type(t._data) is not np.ndarray for t in tensors):
+            config["jit_level"] = "O0"
+        return config
 
     def _build(self, key: Tuple[Any, ...], tensors: List[Tensor], args: Tuple[Any, ...],
                kwargs: Dict[str, Any]) -> _Entry:
@@ -202,11 +212,11 @@ class JitFunction:
             spec = flatten_result(out, leaves)
             graph = tracer.finish(leaves)
             self.traces += 1
-            run = self.backend.factory(graph, dict(self.config))
             grad_consts = any(isinstance(r, Const) and isinstance(r.value, Tensor) and r.value.requires_grad
                               for n in graph.nodes for r in n.inputs)
             captured = {id(r.value): r.value for n in graph.nodes for r in n.inputs
                         if isinstance(r, Const) and isinstance(r.value, Tensor)}
+            run = self.backend.factory(graph, self._config(tensors + list(captured.values())))
             entry = _Entry(getattr(run, "graph", graph), run, spec, grad_consts, graph,
                            consts=tuple((t, t._data.shape, t._data.dtype) for t in captured.values()))
             self._cache[key] = entry

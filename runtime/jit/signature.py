@@ -1,6 +1,6 @@
 """The cache key of a jitted call, and flattening of arguments and results.
 
-The key holds, per argument leaf, a tensor's shape and dtype (and which
+The key holds, per argument leaf, a tensor's shape, dtype and device (and which
 earlier argument it is, when the same tensor is passed twice) or a plain
 value itself (hashable values by value, floats by their bits, numpy arrays by
 their contents, other values by identity, held so that no other object takes
@@ -14,11 +14,12 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from ..device import device_of
 from ..tensor import Tensor
 
 __all__ = ["signature", "flatten_result", "unflatten_result"]
 
-_DEVICE = "CPU"
+_DEVICE = "CPU"  # a numpy array's (a graph traced with GPU inputs holds constants on that GPU)
 
 
 class _Same:
@@ -56,7 +57,7 @@ def _walk(x: Any, tensors: List[Tensor], seen: Dict[int, int], key: List[Any]) -
             seen[id(x)] = len(tensors)
             tensors.append(x)
             a = x._data
-            key.append((a.shape, a.dtype.str, _DEVICE))
+            key.append((a.shape, a.dtype.str, _DEVICE if type(a) is np.ndarray else device_of(a)))
         else:
             key.append(("same", first))
     elif type(x) in (tuple, list):
@@ -81,7 +82,7 @@ def signature(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[Tuple[Any,
             seen[id(a)] = len(tensors)
             tensors.append(a)
             d = a._data
-            key.append((d.shape, d.dtype.str, _DEVICE))
+            key.append((d.shape, d.dtype.str, _DEVICE if type(d) is np.ndarray else device_of(d)))
         else:
             _walk(a, tensors, seen, key)
     if kwargs:

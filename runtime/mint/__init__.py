@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .. import device as _device
 from .. import dtypes as _dt
 from ..ops import math as _m
 from ..ops import reduce_extra as _r
@@ -223,13 +224,13 @@ def _size(size: Any) -> Tuple[int, ...]:
 
 
 def zeros(size: Any, *, dtype: Any = None) -> Tensor:
-    """A tensor of zeros (float32 unless ``dtype`` says otherwise)."""
-    return Tensor._from_array(np.zeros(_size(size), _dt.to_dtype(dtype or _dt.float32).np))
+    """A tensor of zeros (float32 unless ``dtype`` says otherwise) on the context's device."""
+    return Tensor._from_array(_device.on_default_device(np.zeros(_size(size), _dt.to_dtype(dtype or _dt.float32).np)))
 
 
 def ones(size: Any, *, dtype: Any = None) -> Tensor:
-    """A tensor of ones (float32 unless ``dtype`` says otherwise)."""
-    return Tensor._from_array(np.ones(_size(size), _dt.to_dtype(dtype or _dt.float32).np))
+    """A tensor of ones (float32 unless ``dtype`` says otherwise) on the context's device."""
+    return Tensor._from_array(_device.on_default_device(np.ones(_size(size), _dt.to_dtype(dtype or _dt.float32).np)))
 
 
 def zeros_like(input: Any, *, dtype: Any = None) -> Tensor:  # noqa: A002

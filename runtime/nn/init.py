@@ -13,6 +13,7 @@ from typing import Any, Sequence, Tuple
 
 import numpy as np
 
+from .. import device as _device
 from .. import dtypes as _dt
 from .. import seed as _seed
 from ..tensor import Tensor
@@ -171,11 +172,12 @@ def initializer(init: Any, shape: Sequence[int] = None, dtype: Any = _dt.float32
     """A Tensor of ``shape`` and ``dtype`` filled by ``init`` (see the module docstring)."""
     dt = _dt.to_dtype(dtype).np
     if isinstance(init, (Tensor, np.ndarray)):
-        arr = np.asarray(init._data if isinstance(init, Tensor) else init)
+        arr = init._data if isinstance(init, Tensor) else np.asarray(init)  # a GPU tensor's stays there
         if shape is not None and arr.shape != _shape(shape):
             raise ValueError(f"initializer: the given array has shape {list(arr.shape)}, expected "
                              f"{list(_shape(shape))}")
-        return Tensor._from_array(arr.astype(dt))
+        arr = arr.astype(dt)
+        return Tensor._from_array(arr if _device.is_device_array(arr) else _device.on_default_device(arr))
     if shape is None:
         raise TypeError("initializer: shape is needed unless init is an array")
     sh = _shape(shape)
@@ -189,4 +191,6 @@ def initializer(init: Any, shape: Sequence[int] = None, dtype: Any = _dt.float32
     if not isinstance(init, Initializer):
         raise TypeError(f"initializer: init must be an Initializer, a name, a number or an array, "
                         f"got {type(init).__name__}")
-    return Tensor._from_array(np.array(init(sh), dtype=dt, order="C"))  # (ascontiguousarray makes 0-d 1-d)
+    # drawn on the host (set_seed repeats it on any device), then put on the context's device;
+    # (ascontiguousarray would make 0-d 1-d)
+    return Tensor._from_array(_device.on_default_device(np.array(init(sh), dtype=dt, order="C")))

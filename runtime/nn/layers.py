@@ -9,6 +9,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from .. import device as _device
 from .. import dtypes as _dt
 from .. import seed as _seed
 from ..jit.tracing import no_trace as _no_trace
@@ -149,4 +150,4 @@ class Dropout(Cell):
         _no_trace("Dropout in training draws a new random mask on every call, which a graph would keep as traced")
         keep = _seed.generator().random(x.shape) >= self.p
         scale = (keep / (1.0 - self.p)).astype(x._data.dtype)
-        return _m.mul(x, Tensor._from_array(scale))
+        return _m.mul(x, Tensor._from_array(_device.like(scale, x._data, "Dropout's mask")))  # drawn on the host

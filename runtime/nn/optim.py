@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple, Union
 
 import numpy as np
 
+from .. import device as _device
 from ..tensor import Parameter, Tensor
 
 __all__ = ["Optimizer", "SGD", "Momentum", "Adam", "AdamWeightDecay"]
@@ -94,7 +95,15 @@ class Optimizer:
                              f"per parameter, in optimizer.parameters order")
         out = []
         for p, g in zip(self._params, grads):
-            a = g._data if isinstance(g, Tensor) else np.asarray(g)
+            if isinstance(g, Tensor):
+                a = g._data
+                if (type(a) is not np.ndarray or type(p._data) is not np.ndarray) and \
+                        _device.device_of(a) != _device.device_of(p._data):
+                    raise _device.DeviceMismatchError(
+                        f"{name}: the gradient for parameter {p.name!r} is on {_device.device_of(a)}, the parameter "
+                        f"on {_device.device_of(p._data)}; compute the gradients where the parameters are")
+            else:  # an array or list: host data goes to the parameter's device
+                a = _device.like(g, p._data, f"{name}: the gradient for parameter {p.name!r}")
             if a.shape != p._data.shape:
                 raise ValueError(f"{name}: the gradient for parameter {p.name!r} has shape {list(a.shape)}, the "
                                  f"parameter {list(p._data.shape)}")
@@ -107,7 +116,7 @@ class Optimizer:
         lr = self.get_lr()
         for i, (p, g) in enumerate(zip(self._params, arrays)):
             w = p._data
-            if not w.flags.writeable:
+            if not _device.writeable(w):
                 w = p._data = w.copy()
             self._update(i, w, g.astype(w.dtype, copy=False), lr)
             p._version += 1
@@ -139,7 +148,8 @@ class Optimizer:
     def _state(self) -> Dict[str, np.ndarray]:
         """Name -> array of what the next updates depend on, besides the parameters: ``global_step``
         (int32, shape [1], as MindSpore's) and the per-parameter buffers under MindSpore's prefixes."""
-        out = {"global_step": np.array([self.global_step], np.int32)}
+        step = np.array([self.global_step], np.int32)
+        out = {"global_step": _device.to_device(step, _device.device_of(self._params[0]._data))}  # the params
         for prefix, arrays in self._buffers():
             for n, a in zip(self._param_names(), arrays):
                 out[f"{prefix}.{n}"] = a
@@ -160,14 +170,21 @@ class Optimizer:
         for n, p in zip(self._param_names(), self._params):
             yield n, p
         for n, a in self._state().items():
-            yield n, Tensor._from_array(np.array(a))
+            yield n, Tensor._from_array(_device.array_module(a).array(a))  # a copy, on the parameters' device
 
     def _load_state(self, entries: Dict[str, np.ndarray]) -> None:
         """Replace the state from ``entries`` (every name of ``_state()``, checked by the caller)."""
-        step = int(np.asarray(entries["global_step"]).reshape(-1)[0])
+        step = int(entries["global_step"].reshape(-1)[0])  # an array (checked by the caller), maybe a GPU one
         names = self._param_names()
         self._set_buffers({prefix: [entries[f"{prefix}.{n}"] for n in names] for prefix, _ in self._buffers()},
                           step)
+
+
+def _restored(a: Any, like: Any, dtype: Any) -> Any:
+    """A checkpoint's array ``a`` as a new array in ``dtype`` on the device of ``like`` (the parameter's
+    or its buffer's): state saved from a GPU run resumes on the CPU and the other way round."""
+    src = a if _device.is_device_array(a) else np.asarray(a)
+    return _device.to_device(src, _device.device_of(like)).astype(dtype)
 
 
 class SGD(Optimizer):
@@ -210,7 +227,7 @@ class SGD(Optimizer):
     def _set_buffers(self, values, step):
         super()._set_buffers(values, step)
         if self.momentum:  # no step taken yet: the first one starts the buffer from its gradient
-            self.accum = [np.array(a, dtype=p._data.dtype) if step else None
+            self.accum = [_restored(a, p._data, p._data.dtype) if step else None
                           for a, p in zip(values["accum"], self._params)]
 
 
@@ -238,7 +255,7 @@ class Momentum(Optimizer):
 
     def _set_buffers(self, values, step):
         super()._set_buffers(values, step)
-        self.moments = [np.array(a, dtype=p._data.dtype) for a, p in zip(values["moments"], self._params)]
+        self.moments = [_restored(a, p._data, p._data.dtype) for a, p in zip(values["moments"], self._params)]
 
 
 def _state_dtype(p: Parameter) -> Any:
@@ -308,8 +325,8 @@ class Adam(Optimizer):
 
     def _set_buffers(self, values, step):
         super()._set_buffers(values, step)
-        self._m = [np.array(a, dtype=m.dtype) / (1 - self.beta1) for a, m in zip(values["moment1"], self._m)]
-        self._v = [np.array(a, dtype=v.dtype) / (1 - self.beta2) for a, v in zip(values["moment2"], self._v)]
+        self._m = [_restored(a, m, m.dtype) / (1 - self.beta1) for a, m in zip(values["moment1"], self._m)]
+        self._v = [_restored(a, v, v.dtype) / (1 - self.beta2) for a, v in zip(values["moment2"], self._v)]
 
 
 class AdamWeightDecay(Optimizer):
@@ -345,5 +362,5 @@ class AdamWeightDecay(Optimizer):
 
     def _set_buffers(self, values, step):
         super()._set_buffers(values, step)
-        self.moments1 = [np.array(a, dtype=p._data.dtype) for a, p in zip(values["adam_m"], self._params)]
-        self.moments2 = [np.array(a, dtype=p._data.dtype) for a, p in zip(values["adam_v"], self._params)]
+        self.moments1 = [_restored(a, p._data, p._data.dtype) for a, p in zip(values["adam_m"], self._params)]
+        self.moments2 = [_restored(a, p._data, p._data.dtype) for a, p in zip(values["adam_v"], self._params)]

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .. import device as _device
 from .. import dtypes as _dt
 from ..tensor import Tensor
 from .math import _norm_axis, _one, reshape
@@ -43,7 +44,7 @@ def _slice_np(x: np.ndarray, axis: int, start: int, stop: int) -> np.ndarray:
 
 
 def _pad_np(g: np.ndarray, axis: int, start: int, shape: Tuple[int, ...]) -> np.ndarray:
-    out = np.zeros(shape, dtype=g.dtype)
+    out = _device.array_module(g).zeros(shape, dtype=g.dtype)
     out[_index(g.ndim, axis, slice(start, start + g.shape[axis]))] = g
     return out
 
@@ -182,11 +183,11 @@ def expand_dims(input_x: Any, axis: int) -> Tensor:
 
 # ---- gather / one_hot ------------------------------------------------------------------------
 def _take_back_np(g: np.ndarray, indices: np.ndarray, axis: int, shape: Tuple[int, ...]) -> np.ndarray:
-    out = np.zeros(shape, dtype=g.dtype)
+    out = _device.array_module(g).zeros(shape, dtype=g.dtype)
     moved = np.moveaxis(out, axis, 0)  # a view: writes land in out
     gm = g.reshape(shape[:axis] + indices.shape + shape[axis + 1:])
     gm = np.moveaxis(gm.reshape(shape[:axis] + (indices.size,) + shape[axis + 1:]), axis, 0)
-    np.add.at(moved, indices.reshape(-1), gm)
+    _device.add_at(moved, indices.reshape(-1), gm)
     return out
 
 
@@ -212,7 +213,7 @@ def gather(input_params: Any, input_indices: Any, axis: int, batch_dims: int = 0
     ax = _axis(axis, x.ndim, "gather")
     if _int(batch_dims, "gather: batch_dims") != 0:
         raise NotImplementedError("gather: only batch_dims=0 is supported")
-    idx = _int_array(input_indices, "gather: input_indices")
+    idx = _device.like(_int_array(input_indices, "gather: input_indices"), x._data, "gather: input_indices")
     n = x.shape[ax]
     if idx.size and (idx.min() < -n or idx.max() >= n):
         raise IndexError(f"gather: input_indices must lie in [{-n}, {n}) for axis {ax} of length {n}, got "
@@ -230,11 +231,13 @@ def one_hot(indices: Any, depth: int, on_value: Any = 1.0, off_value: Any = 0.0,
     d = _int(depth, "one_hot: depth")
     if d < 0:
         raise ValueError(f"one_hot: depth must be non-negative, got {d}")
-    on = on_value._data if isinstance(on_value, Tensor) else np.asarray(
-        on_value, np.float32 if isinstance(on_value, float) else None)
-    off = np.asarray(off_value._data if isinstance(off_value, Tensor) else off_value, on.dtype)
+    on = _device.like(on_value._data if isinstance(on_value, Tensor) else np.asarray(
+        on_value, np.float32 if isinstance(on_value, float) else None), idx, "one_hot: on_value")
+    off = _device.like(off_value._data if isinstance(off_value, Tensor) else off_value, idx,
+                       "one_hot: off_value").astype(on.dtype, copy=False)
     _dt.from_numpy_dtype(on.dtype)
-    hot = idx[..., None] == np.arange(d)
+    hot = idx[..., None] == _device.array_module(idx).arange(d)  # on the indices' device
     out = np.where(hot, on, off).astype(on.dtype, copy=False)
     a = _axis(axis, idx.ndim + 1, "one_hot")
-    return Tensor._from_array(np.ascontiguousarray(np.moveaxis(out, -1, a)))
+    # (np.ascontiguousarray converts its argument to numpy: it is not handed to CuPy)
+    return Tensor._from_array(_device.array_module(out).ascontiguousarray(np.moveaxis(out, -1, a)))

@@ -17,6 +17,7 @@ from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 
+from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..tensor import Tensor
 
@@ -47,7 +48,7 @@ class InplaceWrites:
             if not isinstance(x, (Tensor, np.ndarray)):
                 raise TypeError(f"Custom '{self.op}' writes its input {i} in place, so it must be a Tensor or a "
                                 f"numpy array, not a {type(x).__name__}")
-            if not a.flags.writeable:
+            if not _device.writeable(a):
                 raise ValueError(f"Custom '{self.op}' writes its input {i} in place (its reg_info says inplace), "
                                  f"but that array is read-only (writeable=False: a bytes buffer, a read-only "
                                  f"memory map, or a flag its owner set); nothing was written. Pass a writable "
@@ -56,7 +57,7 @@ class InplaceWrites:
                 raise RuntimeError(f"Custom '{self.op}' writes its input {i} in place, and that input requires "
                                    f"grad: an in-place write cannot be differentiated here. Call it under "
                                    f"runtime.no_grad(), or on a tensor that does not require grad")
-            if not (a.flags.c_contiguous and a.flags.aligned):
+            if not (a.flags.c_contiguous and getattr(a.flags, "aligned", True)):  # CuPy's are always aligned
                 out[i] = np.ascontiguousarray(a)
                 back.append((a, out[i]))
         return tuple(out), back

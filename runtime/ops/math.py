@@ -390,13 +390,8 @@ def _plain_index(index: Any) -> Any:
 
 
 def _scatter_add(g, index, shape):
-    xp = _device.array_module(g)
-    out = xp.zeros(shape, dtype=g.dtype)
-    if xp is np:
-        np.add.at(out, index, g)
-    else:
-        import cupyx
-        cupyx.scatter_add(out, index, g)
+    out = _device.array_module(g).zeros(shape, dtype=g.dtype)
+    _device.add_at(out, index, g)
     return out
 
 

@@ -35,7 +35,7 @@ def _scalar(arr: np.ndarray) -> str:
 
 def format_tensor(t: Tensor) -> str:
     """One tensor as MindSpore prints it."""
-    arr = t._data
+    arr = t._host()  # a GPU tensor's values, copied to the host
     head = f"Tensor(shape={list(arr.shape)}, dtype={t.dtype}, value="
     if arr.ndim == 0:
         return f"{head} {_scalar(arr)})"

@@ -12,6 +12,7 @@ from typing import Any, Callable, Tuple
 
 import numpy as np
 
+from .. import device as _device
 from ..tensor import Tensor
 from .math import _norm_axis, _one, _pair, mul, reshape, sub, sum as _sum
 from .primitive import Primitive, defvjp
@@ -65,7 +66,7 @@ def _along(pick: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 
 def _picked_vjp(pick: Callable[..., np.ndarray]) -> Callable[..., Tensor]:
     def rule(g: Tensor, ans: Tensor, x: Tensor, axis: int, keepdims: bool) -> Tensor:
-        hit = np.zeros(x.shape, x._data.dtype)
+        hit = _device.array_module(x._data).zeros(x.shape, x._data.dtype)
         np.put_along_axis(hit, pick(x._data, axis=axis, keepdims=True), 1, axis)
         if not keepdims:
             g = reshape(g, tuple(1 if i == axis else s for i, s in enumerate(x.shape)))
@@ -96,7 +97,7 @@ def _with_index(prim: Primitive, pick: Callable[..., np.ndarray], x: Any, dim: i
                 what: str) -> Tuple[Tensor, Tensor]:
     x, axis, keep = _dim_op(x, dim, keepdim, what)
     if x.ndim == 0:  # a scalar is its own extreme, at index 0
-        return reshape(x, ()), _const(np.zeros((), np.int64))
+        return reshape(x, ()), _const(_device.array_module(x._data).zeros((), np.int64))
     return prim(x, axis=axis, keepdims=keep), _const(pick(x._data, axis=axis, keepdims=keep).astype(np.int64))
 
 
@@ -114,11 +115,11 @@ def _arg(pick: Callable[..., np.ndarray], x: Any, dim: Any, keepdim: bool, what:
     if dim is None:
         x = _one(x)
         _not_empty(x, what)
-        idx = pick(x._data.reshape(-1))
-        return _const(np.asarray(idx, np.int64).reshape((1,) * x.ndim if keepdim else ()))
+        idx = _device.array_module(x._data).asarray(pick(x._data.reshape(-1)), np.int64)  # CuPy's is a 0-d array
+        return _const(idx.reshape((1,) * x.ndim if keepdim else ()))
     x, axis, keep = _dim_op(x, dim, keepdim, what)
     if x.ndim == 0:
-        return _const(np.zeros((), np.int64))
+        return _const(_device.array_module(x._data).zeros((), np.int64))
     return _const(pick(x._data, axis=axis, keepdims=keep).astype(np.int64))
 
 

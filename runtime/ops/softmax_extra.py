@@ -11,6 +11,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from .. import device as _device
 from ..tensor import Tensor
 from .math import _norm_axis, _one, add, exp, mul, reshape, sub, sum as _sum, tanh
 from .primitive import Primitive, defvjp
@@ -91,16 +92,16 @@ def logsumexp(input: Any, axis: Union[int, Sequence[int]], keep_dims: bool = Fal
 
 # ---- clip ----------------------------------------------------------------------------
 def _clip_np(x: np.ndarray, lo: Optional[float], hi: Optional[float]) -> np.ndarray:
-    out = x
+    out = x  # the bounds as scalars of x's dtype (CuPy takes scalars, not 0-d numpy arrays)
     if lo is not None:
-        out = np.maximum(out, np.asarray(lo, x.dtype))
+        out = np.maximum(out, x.dtype.type(lo))
     if hi is not None:
-        out = np.minimum(out, np.asarray(hi, x.dtype))
+        out = np.minimum(out, x.dtype.type(hi))
     return out
 
 
 def _clip_vjp(g: Tensor, ans: Tensor, x: Tensor, lo: Optional[float], hi: Optional[float]) -> Tensor:
-    inside = np.ones(x.shape, dtype=bool)
+    inside = _device.array_module(x._data).ones(x.shape, dtype=bool)
     if lo is not None:
         inside &= x._data >= lo
     if hi is not None:
@@ -143,16 +144,25 @@ clamp = clip
 
 # ---- gelu ------------------------------------------------------------------------------
 _SQRT_2_OVER_PI = _pymath.sqrt(2.0 / _pymath.pi)
-_erf = np.frompyfunc(_pymath.erf, 1, 1)
+_erf_host = np.frompyfunc(_pymath.erf, 1, 1)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf elementwise in x's dtype: Python's math.erf on the host; on a GPU CuPy's
+    ``cupyx.scipy.special.erf`` (a frompyfunc ufunc has no CuPy counterpart)."""
+    if isinstance(x, np.ndarray):
+        return _erf_host(x).astype(x.dtype)
+    from cupyx.scipy.special import erf
+    return erf(x).astype(x.dtype, copy=False)
 
 
 def _gelu_exact_np(x: np.ndarray) -> np.ndarray:
-    return (0.5 * x * (1.0 + _erf(x / _pymath.sqrt(2.0)).astype(x.dtype))).astype(x.dtype, copy=False)
+    return (0.5 * x * (1.0 + _erf(x / _pymath.sqrt(2.0)))).astype(x.dtype, copy=False)
 
 
 def _gelu_exact_vjp(g: Tensor, ans: Tensor, x: Tensor) -> Tensor:
     xd = x._data
-    cdf = 0.5 * (1.0 + _erf(xd / _pymath.sqrt(2.0)).astype(xd.dtype))
+    cdf = 0.5 * (1.0 + _erf(xd / _pymath.sqrt(2.0)))
     pdf = np.exp(-0.5 * xd * xd) / _pymath.sqrt(2.0 * _pymath.pi)
     return mul(g, Tensor._from_array((cdf + xd * pdf).astype(xd.dtype, copy=False)))
 

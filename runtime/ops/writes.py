@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..jit.tracing import no_trace as _no_trace
 from ..tensor import Tensor
@@ -22,8 +23,12 @@ from ..tensor import Tensor
 __all__ = ["setitem", "inplace_binary", "assign"]
 
 
-def _value(value: Any) -> Any:
-    return value._data if isinstance(value, Tensor) else value
+def _value(value: Any, target: Tensor, what: str) -> Any:
+    """The value to write into ``target``: a number as it is, anything else an array on target's device."""
+    v = value._data if isinstance(value, Tensor) else value
+    if isinstance(v, (bool, int, float)):
+        return v
+    return _device.like(v, target._data, f"{what}: the value")
 
 
 def _check_writable(target: Tensor, value: Any, what: str) -> None:
@@ -37,7 +42,7 @@ def _check_writable(target: Tensor, value: Any, what: str) -> None:
             raise RuntimeError(f"{what}: the value written requires grad, and an in-place write does not "
                                f"record a gradient for it; write value.detach(), or build a new tensor "
                                f"(ops.where, ops.concat)")
-    if not target._data.flags.writeable:
+    if not _device.writeable(target._data):
         target._data = target._data.copy()  # a read-only source (broadcast view, bytes): take a private copy
 
 
@@ -52,8 +57,8 @@ def setitem(target: Tensor, index: Any, value: Any) -> None:
         index = index._data
     elif isinstance(index, tuple):
         index = tuple(i._data if isinstance(i, Tensor) else i for i in index)
-    v = _value(value)
-    arr = np.asarray(v)
+    v = _value(value, target, "Tensor.__setitem__")
+    arr = np.asarray(v) if isinstance(v, (bool, int, float)) else v
     if arr.dtype.kind == "f" and target._data.dtype.kind in "biu":
         raise TypeError(f"Tensor.__setitem__: cannot write {arr.dtype} values into a {target.dtype} tensor "
                         f"without losing the fraction; cast the value first")
@@ -69,7 +74,7 @@ def inplace_binary(target: Tensor, other: Any, ufunc: Callable[..., Any], symbol
     """``target <symbol>= other`` in place: same object, dtype and shape; version bumped."""
     what = f"'{symbol}='"
     _check_writable(target, other, what)
-    o = _value(other)
+    o = _value(other, target, what)
     if symbol == "/" and target._data.dtype.kind != "f":
         raise TypeError(f"{what} on a {target.dtype} tensor would need a floating-point result; "
                         f"use x = x / y, or cast the tensor first")
@@ -91,7 +96,7 @@ def assign(variable: Tensor, value: Any) -> Tensor:
     if not isinstance(variable, Tensor):
         raise TypeError(f"assign: variable must be a Parameter or Tensor, got {type(variable).__name__}")
     _check_writable(variable, value, "assign")
-    v = np.asarray(_value(value))
+    v = _device.like(value._data if isinstance(value, Tensor) else value, variable._data, "assign: the value")
     try:
         np.copyto(variable._data, np.broadcast_to(v, variable.shape), casting="same_kind")
     except ValueError as e:
