@@ -172,3 +172,20 @@ def test_autograd_grad_takes_single_tensors_and_refuses_a_non_scalar_without_gra
         grad(y, x)
     (g,) = grad(y, x, grad_outputs=Tensor(np.ones(3)))
     np.testing.assert_array_equal(g.asnumpy(), [3.0, 3.0, 3.0])
+
+
+def test_grad_outputs_may_be_one_array_and_must_match_the_outputs_in_number():
+    """A bare numpy array as grad_outputs was walked row by row (a [3] gradient for a [2, 3] output);
+    a list of the wrong length was silently cut to the shorter one."""
+    from runtime.autograd import backward, grad
+    x = Tensor(np.arange(6.0).reshape(2, 3)).requires_grad_()
+    y = x * 3.0
+    g_out = np.arange(6.0).reshape(2, 3)
+    (g,) = grad(y, x, grad_outputs=g_out, retain_graph=True)
+    np.testing.assert_array_equal(g.asnumpy(), 3.0 * g_out)
+    with pytest.raises(RuntimeError, match=r"^autograd\.grad: grad_outputs has 2 gradient\(s\) for 1 output\(s\)"):
+        grad([y], x, grad_outputs=[g_out, g_out])
+    with pytest.raises(RuntimeError, match=r"^backward\(\): grad_tensors has 0 gradient\(s\) for 1 output\(s\)"):
+        backward(y, [])
+    backward(y, g_out)  # one tensor and one array, as torch.autograd.backward takes them
+    np.testing.assert_array_equal(x.grad.asnumpy(), 3.0 * g_out)

@@ -87,3 +87,15 @@ def test_label_smoothed_cross_entropy_of_one_sample_is_0d(weight):
     target = np.full(3, 0.2 / 3) + 0.8 * (np.arange(3) == 1)
     np.testing.assert_allclose(out.asnumpy(), -(w * target * logp).sum(), rtol=1e-12)
     assert gradcheck(lambda t: loss(t, Tensor(np.array(1))), [Tensor(x)])
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_softmax_of_a_0d_tensor_is_one_as_log_softmax_is_zero(axis):
+    """softmax normalised the axis against 0 dimensions ('axis -1 is out of range'), so its 0-d branch
+    never ran; log_softmax already took axis 0 or -1 of a 0-d tensor."""
+    x = Tensor(np.float64(2.5))
+    assert ops.softmax(x, axis).shape == () and float(ops.softmax(x, axis)) == 1.0
+    assert float(ops.log_softmax(x, axis)) == 0.0
+    assert gradcheck(lambda t: ops.softmax(t, axis) * t, [x])
+    with pytest.raises(ValueError, match="axis 1"):
+        ops.softmax(x, 1)

@@ -387,15 +387,29 @@ def _as_grad(g, like):
     return Tensor(g, _dt.from_numpy_dtype(like._data.dtype), like.device)
 
 
+def _grads_for(outputs: Sequence[Any], grads: Any, who: str, what: str) -> List[Any]:
+    """One gradient (or None) per output: ``grads`` may be None, one tensor or array (for a single
+    output; an array is not a sequence of gradients), or a sequence as long as ``outputs``."""
+    if grads is None:
+        return [None] * len(outputs)
+    if isinstance(grads, (_tensor.Tensor, np.ndarray)) or _device.is_device_array(grads):
+        grads = [grads]
+    grads = list(grads)
+    if len(grads) != len(outputs):
+        raise RuntimeError(f"{who}: {what} has {len(grads)} gradient(s) for {len(outputs)} output(s); "
+                           f"give one per output (None for a one-element output)")
+    return grads
+
+
 def backward(tensors: Sequence[Any], grad_tensors: Optional[Sequence[Any]] = None,
              retain_graph: Optional[bool] = None, create_graph: bool = False) -> None:
     """Accumulate gradients of ``tensors`` into ``.grad`` of the leaves they depend on.
 
     ``retain_graph`` defaults to ``create_graph`` (a graph of the gradients refers to it)."""
+    tensors = [tensors] if isinstance(tensors, _tensor.Tensor) else list(tensors)
     if retain_graph is None:
         retain_graph = create_graph
-    if grad_tensors is None:
-        grad_tensors = [None] * len(tensors)
+    grad_tensors = _grads_for(tensors, grad_tensors, "backward()", "grad_tensors")
     for t, g in zip(tensors, grad_tensors):
         if not t.requires_grad:
             raise RuntimeError("backward() on a tensor that does not require grad and has no history; "
@@ -419,10 +433,7 @@ def grad(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Optional[S
     Tensor = _tensor.Tensor
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-    if grad_outputs is None:
-        grad_outputs = [None] * len(outputs)
-    elif isinstance(grad_outputs, Tensor):
-        grad_outputs = [grad_outputs]
+    grad_outputs = _grads_for(outputs, grad_outputs, "autograd.grad", "grad_outputs")
     for k, (t, g) in enumerate(zip(outputs, grad_outputs)):
         if not isinstance(t, Tensor):
             raise TypeError(f"autograd.grad: output {k} is a {type(t).__name__}, not a Tensor")

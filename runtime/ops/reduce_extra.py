@@ -179,7 +179,7 @@ def softmax(x: Any, axis: int = -1) -> Tensor:
         raise TypeError(f"softmax needs a floating-point tensor, got {x.dtype}; cast it first")
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"softmax: axis must be an int, got {type(axis).__name__}")
-    ax = _norm_axis(axis, x.ndim)
+    ax = _norm_axis(axis, max(x.ndim, 1))  # a 0-d tensor takes axis 0 or -1, as log_softmax
     assert ax is not None
     if x.ndim == 0:
         return _softmax(reshape(x, (1,)), axis=0).reshape(())
