@@ -362,3 +362,36 @@ def test_double_and_int_vector_arguments_and_needs_input_grad_by_forward_positio
     np.testing.assert_allclose(gx.asnumpy(), np.full((2, 3), 1.5))
     with pytest.raises(ValueError, match="MixedArgs: w must have two entries"):
         autograd_ops.mixed_args(0.5, x, [3], y)
+
+
+# ---- std::optional<TensorPtr> and TensorPtrList arguments ------------------------------
+def test_an_optional_tensor_argument_needs_and_gets_a_gradient(autograd_ops):
+    x, y, b = T(2, 3), T(2, 3), T(2, 3)
+    # it was no tensor to Apply: NeedGrad false, no edge, and its gradient refused as "not a tensor"
+    assert rt.gradcheck(lambda a, c, d: autograd_ops.mul_opt_bias(a, c, d), [x, y, b])
+    rt.grad(lambda a, c, d: autograd_ops.mul_opt_bias(a, c, d).sum(), grad_position=(0, 1, 2))(x, y, b)
+    assert autograd_ops.opt_needs() == [True, True, True, True]
+    gb = rt.grad(lambda d: autograd_ops.mul_opt_bias(x, y, b=d).sum())(b)
+    np.testing.assert_array_equal(gb.asnumpy(), np.ones((2, 3)))
+    assert autograd_ops.opt_needs() == [False, False, True, True]
+    assert rt.gradcheck(lambda a, c: autograd_ops.mul_opt_bias(a, c), [x, y])  # left out: None
+    rt.grad(lambda a: autograd_ops.mul_opt_bias(a, y).sum())(x)
+    assert autograd_ops.opt_needs() == [True, False, False, False]
+    strided = Tensor(rng.standard_normal((3, 2)), requires_grad=True).T  # a view reaches Forward as a copy
+    gs = rt.grad(lambda d: (autograd_ops.mul_opt_bias(x, y, d) * 3).sum())(strided)
+    np.testing.assert_array_equal(gs.asnumpy(), np.full((2, 3), 3.0))
+
+
+def test_a_tensor_in_a_list_argument_that_requires_grad_is_an_error_not_a_zero_gradient(autograd_ops):
+    x, b = T(3), T(3)
+    np.testing.assert_allclose(autograd_ops.sum_list(x, [b, b]).asnumpy(), x.asnumpy() + 2 * b.asnumpy())
+    gx = rt.grad(lambda a: autograd_ops.sum_list(a, [b]).sum())(x)  # the list needs no gradient: fine
+    np.testing.assert_array_equal(gx.asnumpy(), np.ones(3))
+    with pytest.raises(RuntimeError, match=r"SumList: argument 1 is a list of tensors and its element 1 requires "
+                                           r"grad, but Function<T> gives gradients to TensorPtr arguments only"):
+        rt.grad(lambda a, c: autograd_ops.sum_list(a, [b, c]).sum(), grad_position=(0, 1))(x, b)
+    with pytest.raises(RuntimeError, match="SumList: argument 1 is a list of tensors"):  # even with x needing none
+        rt.grad(lambda c: autograd_ops.sum_list(x, [c]).sum())(b)
+    with rt.no_grad():  # nothing recorded: no gradient asked for
+        out = autograd_ops.sum_list(x, [Tensor(b.asnumpy(), requires_grad=True)])
+    np.testing.assert_allclose(out.asnumpy(), x.asnumpy() + b.asnumpy())

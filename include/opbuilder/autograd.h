@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -207,10 +208,13 @@ PyObject *FunctionNamePy() {
   return storage.call_once_and_store_result([] { return py::str(FunctionName<T>()); }).get_stored().ptr();
 }
 
+// The tensor a Forward argument is (a TensorPtr, or an engaged std::optional<TensorPtr>), else nullptr.
 template <typename A>
 Tensor *TensorArg(const A &arg) {
   if constexpr (std::is_same_v<std::decay_t<A>, TensorPtr>) {
     return arg.get();
+  } else if constexpr (std::is_same_v<std::decay_t<A>, std::optional<TensorPtr>>) {
+    return arg ? arg->get() : nullptr;
   } else {
     return nullptr;
   }
@@ -431,6 +435,22 @@ inline bool WantsGrad(const Tensor *t) {
   return t != nullptr && t->requires_grad() && t->py_object() != nullptr && IsFloating(t->dtype());
 }
 
+// A TensorPtrList argument is one argument with one Backward entry: its tensors get no gradient.
+// One that wants a gradient while it would be recorded is an error, not a silent zero.
+template <typename A>
+void CheckListArg(const A &arg, std::size_t index, const std::string &name) {
+  if constexpr (std::is_same_v<std::decay_t<A>, TensorPtrList>) {
+    for (std::size_t k = 0; k < arg.size(); ++k) {
+      if (WantsGrad(arg[k].get())) {
+        throw std::runtime_error(name + ": argument " + std::to_string(index) + " is a list of tensors and its " +
+                                 "element " + std::to_string(k) + " requires grad, but Function<T> gives " +
+                                 "gradients to TensorPtr arguments only (Backward returns one per argument); " +
+                                 "pass that tensor as a TensorPtr argument, or stop its gradient first");
+      }
+    }
+  }
+}
+
 // ---- what Forward and Backward are given ------------------------------------
 // A Function sees C-contiguous, writable tensors unless it declares
 //   static constexpr bool kAcceptsViews = true;
@@ -451,10 +471,10 @@ inline TensorPtr PrivateCopy(const Tensor &t) {
   return c;
 }
 
-// What Forward gets for an argument: tensors made contiguous where needed
-// (the copy kept in `*copy`, `*orig` set to the caller's tensor), everything
-// else as it came. A tensor passes by reference: no reference count is touched
-// on the common path.
+// What Forward gets for an argument: tensors (TensorPtr, std::optional<TensorPtr>,
+// the elements of a TensorPtrList) made contiguous where needed (the copy kept in
+// `*copy`, `*orig` set to the caller's tensor), everything else as it came. A
+// tensor passes by reference: no reference count is touched on the common path.
 template <bool kViews, typename A>
 decltype(auto) ForwardArg(A &&arg, Tensor **orig, TensorPtr *copy) {
   using D = std::decay_t<A>;
@@ -465,6 +485,13 @@ decltype(auto) ForwardArg(A &&arg, Tensor **orig, TensorPtr *copy) {
       return static_cast<const TensorPtr &>(*copy);
     }
     return static_cast<const TensorPtr &>(arg);
+  } else if constexpr (!kViews && std::is_same_v<D, std::optional<TensorPtr>>) {
+    if (arg && *arg && NeedsPrivateCopy(**arg)) {
+      *orig = arg->get();
+      *copy = PrivateCopy(**arg);
+      return std::optional<TensorPtr>(*copy);
+    }
+    return std::optional<TensorPtr>(std::forward<A>(arg));
   } else if constexpr (!kViews && std::is_same_v<D, TensorPtrList>) {
     TensorPtrList list(std::forward<A>(arg));
     for (auto &t : list) {
@@ -558,6 +585,12 @@ class Function {
     const std::array<Tensor *, kN + 1> in{{detail::TensorArg(args)..., nullptr}};
     bool wants = false;
     for (std::size_t i = 0; i < kN; ++i) wants = wants || detail::WantsGrad(in[i]);
+    if constexpr ((std::is_same_v<std::decay_t<Args>, TensorPtrList> || ...)) {
+      if (detail::GradEnabled(rt)) {
+        std::size_t index = 0;
+        (detail::CheckListArg(args, index++, detail::FunctionName<Derived>()), ...);
+      }
+    }
     if (!wants || !detail::GradEnabled(rt)) {  // the fast path: nothing to record
       AutogradContext ctx;
       detail::ContextState &st = detail::State(ctx);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <iterator>
 #include <new>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -279,6 +280,34 @@ struct ReleasingMul : Function<ReleasingMul> {
   }
 };
 
+// x * y (+ b): an optional tensor argument is a tensor like any other (needs grad, gets one).
+std::vector<bool> g_opt_needs;
+struct MulOptBias : Function<MulOptBias> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y,
+                           const std::optional<TensorPtr> &b) {
+    g_opt_needs = {ctx->NeedsInputGrad(0), ctx->NeedsInputGrad(1), ctx->NeedsInputGrad(2),
+                   b.has_value() && ctx->NeedGrad(*b)};
+    if (b && !(*b)->is_contiguous()) throw std::invalid_argument("MulOptBias: b reached Forward strided");
+    ctx->SaveForBackward({x, y});
+    TensorPtr out = Mul(x, y);
+    return b ? Zip(out, *b, [](double p, double q) { return p + q; }) : out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    TensorPtrList s = ctx->GetSavedTensors();
+    return {Mul(g[0], s[1]), Mul(g[0], s[0]), ctx->NeedsInputGrad(2) ? g[0] : nullptr};
+  }
+};
+
+// The sum of a list of tensors: one argument, so its tensors get no gradient.
+struct SumList : Function<SumList> {
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x, const TensorPtrList &rest) {
+    TensorPtr out = Scale(x, 1);
+    for (const auto &t : rest) out = Zip(out, t, [](double p, double q) { return p + q; });
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], nullptr}; }
+};
+
 }  // namespace
 
 namespace {
@@ -301,6 +330,11 @@ PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
   m.def("misbehave", [](const TensorPtr &x, const TensorPtr &y, const std::string &mode) {
     return Misbehave::Apply(x, y, mode);
   });
+  m.def("mul_opt_bias", [](const TensorPtr &x, const TensorPtr &y, std::optional<TensorPtr> b) {
+    return MulOptBias::Apply(x, y, b);
+  }, py::arg("x"), py::arg("y"), py::arg("b") = py::none());
+  m.def("opt_needs", []() { return g_opt_needs; });
+  m.def("sum_list", [](const TensorPtr &x, const TensorPtrList &rest) { return SumList::Apply(x, rest); });
   m.def("failing_forward", [](const TensorPtr &x, const std::string &kind) { return FailingForward::Apply(x, kind); });
   m.def("releasing_mul", [](const TensorPtr &x, const TensorPtr &y, std::int64_t repeat) {
     return ReleasingMul::Apply(x, y, repeat);
