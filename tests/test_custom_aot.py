@@ -1,5 +1,6 @@
 """ops.Custom with aot kernels: the C ABI as the kernel sees it, building sources, errors."""
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,28 @@ def test_a_prebuilt_library_path():
     op = ops.Custom(f"{lib}:CustomAdd", out_shape=[1], out_dtype=rt.float32)
     assert op._kernel.library == lib
     assert op(Tensor([1.5]), Tensor([2.0])).item() == 3.5
+
+
+def test_a_library_rebuilt_at_the_same_path_is_the_new_code(tmp_path):
+    # the seed's workflow: g++ --shared -o add.so add.cc, use it, edit, rebuild to the same path, use it
+    src, lib = tmp_path / "k.cc", tmp_path / "k.so"
+
+    def build(value):
+        src.write_text('#include <cstdint>\nextern "C" int K(int, void **params, int *, int64_t **, const char **, '
+                       f'void *, void *) {{ static_cast<float *>(params[1])[0] = {value}f; return 0; }}\n')
+        subprocess.run(["g++", "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True, timeout=120)
+
+    build(1.0)
+    old = ops.Custom(f"{lib}:K", out_shape=[1], out_dtype=rt.float32)
+    assert old(Tensor([0.0])).item() == 1.0
+    build(2.0)
+    # the loader still holds the first build under this path: it was handed back, old code, silently
+    assert ops.Custom(f"{lib}:K", out_shape=[1], out_dtype=rt.float32)(Tensor([0.0])).item() == 2.0
+    assert ops.Custom(f"{lib}:K", out_shape=[1], out_dtype=rt.float32)(Tensor([0.0])).item() == 2.0
+    assert old(Tensor([0.0])).item() == 1.0  # an op made before keeps the code it was made with
+    build(3.0)
+    assert ops.Custom(f"{lib}:K", out_shape=[1], out_dtype=rt.float32)(Tensor([0.0])).item() == 3.0
+    assert sorted(tmp_path.iterdir()) == sorted([src, lib])  # no copy left beside it
 
 
 def test_params_are_inputs_then_outputs_with_their_shapes_and_dtype_names():

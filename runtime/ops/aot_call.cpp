@@ -22,7 +22,9 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -213,9 +215,34 @@ bool ParseCall(PyObject *const *a, Py_ssize_t n, Py_ssize_t want, const char *us
   return true;
 }
 
-bool ErrorRecorded(void *extra) {
-  return extra != nullptr && static_cast<opbuilder::aot::ExtraData *>(extra)->error[0] != '\0';
-}
+// The `extra` one kernel call gets: the op's attributes, kernel data and workspace sizes,
+// with an error buffer of its own, so that an error a call records (AotExtra::Attr) is
+// that call's, never another thread's running the same op at the same time.
+class CallExtra {
+ public:
+  explicit CallExtra(void *shared) : shared_(static_cast<opbuilder::aot::ExtraData *>(shared)) {
+    if (shared_ == nullptr) return;
+    std::memcpy(&local_, shared_, offsetof(opbuilder::aot::ExtraData, error));
+    local_.error[0] = '\0';
+  }
+  void *get() { return shared_ != nullptr ? &local_ : nullptr; }
+  // After the call, with the GIL held: kernel data the call replaced goes to the op, and
+  // its error (if any) to the op's buffer, where the caller reads it next. True if one.
+  bool Finish() {
+    if (shared_ == nullptr) return false;
+    if (local_.kernel_data != shared_->kernel_data) {
+      shared_->kernel_data = local_.kernel_data;
+      shared_->kernel_data_deleter = local_.kernel_data_deleter;
+    }
+    if (local_.error[0] == '\0') return false;
+    std::memcpy(shared_->error, local_.error, sizeof(local_.error));
+    return true;
+  }
+
+ private:
+  opbuilder::aot::ExtraData *shared_;
+  opbuilder::aot::ExtraData local_;
+};
 
 PyObject *Run(PyObject *, PyObject *const *a, Py_ssize_t n) {
   void *fn_addr = nullptr, *extra = nullptr;
@@ -225,12 +252,13 @@ PyObject *Run(PyObject *, PyObject *const *a, Py_ssize_t n) {
   CallArgs args(nin + nout + static_cast<size_t>(PyTuple_GET_SIZE(a[4])));
   if (!Gather(&args, a[2], a[3], a[4])) return nullptr;
   KernelFn fn = reinterpret_cast<KernelFn>(fn_addr);
+  CallExtra call_extra(extra);
   int status = 0;
   Py_BEGIN_ALLOW_THREADS
   status = fn(static_cast<int>(args.filled()), args.params(), args.ndims(), args.shapes(), args.dtypes(), nullptr,
-              extra);
+              call_extra.get());
   Py_END_ALLOW_THREADS
-  if (status != 0 || ErrorRecorded(extra)) return PyLong_FromLong(status);
+  if (call_extra.Finish() || status != 0) return PyLong_FromLong(status);
   return args.Take(nin, nin + nout);
 }
 

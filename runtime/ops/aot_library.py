@@ -4,8 +4,10 @@ A path ending in a source suffix (.cpp .cc .cxx .C; .cu with the GPU backend)
 is built by the builder as a plain shared library, cached by content like
 every build, with the build options given (include paths, compile and link
 flags: part of the cache key); anything else is taken as a shared library. The library is
-opened once per path and ``Symbol`` (and the optional ``SymbolInit``) resolved
-once, so a call only passes addresses. A library that uses CUDA (built from
+opened once per path (and again when the file there was rebuilt since: a
+changed library is new code, never the old one the loader still holds) and
+``Symbol`` (and the optional ``SymbolInit``) resolved once, so a call only
+passes addresses. A library that uses CUDA (built from
 .cu, or a prebuilt one carrying device code or linking the CUDA runtime: see
 cuda_elf.py) is marked so, and only ever gets device tensors.
 """
@@ -15,10 +17,12 @@ import ctypes
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from .cuda_elf import cuda_use
 
@@ -27,7 +31,7 @@ __all__ = ["AotKernel", "BuildOptions", "resolve_aot", "split_func"]
 CXX_SOURCES = (".cpp", ".cc", ".cxx", ".C")
 CUDA_SOURCES = (".cu",)
 
-_libraries: Dict[str, ctypes.CDLL] = {}
+_libraries: Dict[str, Tuple[Tuple[int, int, int, int], ctypes.CDLL]] = {}  # path -> (its identity, library)
 _lock = threading.Lock()
 
 
@@ -78,15 +82,40 @@ def _build(source: Path, backend: str, options: BuildOptions) -> str:
                          cflags=options.cflags, ldflags=options.ldflags)
 
 
+def _identity(path: str) -> Tuple[int, int, int, int]:
+    """What tells one build of a file from the next: device, inode, size, modification time."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _load_copy(path: str) -> ctypes.CDLL:
+    """``path`` loaded from a private copy (removed again once loaded: the mapping stays).
+
+    The dynamic loader hands back the library it already has for a path (or
+    for the same inode, which a file overwritten in place keeps), so a library
+    rebuilt at a path this process has loaded from is only ever new code when
+    it is loaded under another name."""
+    tmp = tempfile.mkdtemp(prefix="opbuilder-aot-")
+    try:
+        copy = os.path.join(tmp, os.path.basename(path))
+        shutil.copyfile(path, copy)
+        return ctypes.CDLL(copy)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _open(path: str) -> ctypes.CDLL:
+    """The library at ``path``, opened once per build of it: a file changed since it was loaded is loaded anew."""
+    ident = _identity(path)
     with _lock:
-        lib = _libraries.get(path)
-        if lib is None:
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError as e:
-                raise OSError(f"aot library {path} could not be loaded: {e}") from None
-            _libraries[path] = lib
+        known = _libraries.get(path)
+        if known is not None and known[0] == ident:
+            return known[1]
+        try:
+            lib = ctypes.CDLL(path) if known is None else _load_copy(path)
+        except OSError as e:
+            raise OSError(f"aot library {path} could not be loaded: {e}") from None
+        _libraries[path] = (ident, lib)
     return lib
 
 

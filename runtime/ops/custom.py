@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -120,6 +121,7 @@ class Custom:
         self._memo: Dict[tuple, Optional[Tuple[Spec, ...]]] = {}
         self._extra: Optional[ExtraBlock] = None
         self._initialized = False
+        self._init_lock = threading.Lock()  # Init runs once, even when first calls come from several threads
         self._scratch: Tuple[np.ndarray, ...] = ()
         if self._kernel is not None or self._hybrid is not None:
             from .aot_trampoline import trampoline
@@ -271,7 +273,9 @@ class Custom:
         if k.cuda is not None:
             return self._call_aot_device(arrays, specs)
         if not self._initialized:
-            self._init(arrays, specs)
+            with self._init_lock:
+                if not self._initialized:
+                    self._init(arrays, specs)
         try:
             res = self._run(k.fn, self._extra.address, arrays, specs, self._scratch)
         except TypeError:
@@ -300,13 +304,15 @@ class Custom:
                 f"set_context(device_target='GPU'))" + (f"; no GPU is usable here: {why}" if why else ""))
         from .aot_device import call_on_device, init_on_device
         if not self._initialized:
-            if k.init is not None:
-                from .aot_trampoline import trampoline
-                status = init_on_device(k.init, self._extra.address, arrays, specs)
-                weakref.finalize(self, _release, trampoline().release, self._extra)
-                if status != 0 or self._extra.data.error:
-                    self._fail(k.symbol + "Init", status)
-            self._initialized = True
+            with self._init_lock:
+                if not self._initialized:
+                    if k.init is not None:
+                        from .aot_trampoline import trampoline
+                        status = init_on_device(k.init, self._extra.address, arrays, specs)
+                        weakref.finalize(self, _release, trampoline().release, self._extra)
+                        if status != 0 or self._extra.data.error:
+                            self._fail(k.symbol + "Init", status)
+                    self._initialized = True
         sizes = self._extra.workspace_sizes() if k.init is not None else ()
         status, outs = call_on_device(k.fn, self._extra.address, arrays, specs, sizes, f"aot operator '{k.symbol}'")
         if status != 0 or self._extra.data.error:
