@@ -4,6 +4,7 @@ The pipeline, one step per module (docs/builder.md walks it):
   spec.py         validate the arguments
   toolchain.py    compiler identity, pybind11, Python (probed once, remembered by probe_cache.py)
   fingerprint.py  base key from contents; full key adds the headers recorded from the last build
+  search_path.py  which headers are tracked, and which missing files would change the build
   lock.py         per-operator flock; waiters re-check after acquiring it
   pch.py          the precompiled opbuilder/extension.h, built once per toolchain and flags
                   by a detached low-priority process
@@ -52,7 +53,8 @@ class _Plan:
     """Everything that decides the binary, as command-line pieces, and its identity for keys."""
 
     __slots__ = ("sources", "objects", "rules", "output", "cxx", "flags", "includes", "nvcc", "cuda_flags",
-                 "link_flags", "identity", "pch_parts", "pch_flags", "project", "path_maps", "cuda_path_maps")
+                 "link_flags", "identity", "pch_parts", "pch_flags", "project", "path_maps", "cuda_path_maps",
+                 "toolchain_dirs")
 
     def __init__(self, **kw) -> None:
         for k, v in kw.items():
@@ -96,8 +98,10 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     project = project_root(spec.sources)
     system = ["-isystem", str(include_dir())]
     places = {str(include_dir()): "<opbuilder include>"}
+    # deps=2: builds record the headers of user -isystem directories and the files whose creation would
+    # change them (search_path.py); builds recorded without are not trusted to be current
     identity = [f"kind={spec.kind}", f"backend={spec.backend}", f"name={spec.name}", f"headers={hdr}",
-                f"cxx={cxx.identity}"]
+                f"cxx={cxx.identity}", "deps=2"]
     defines: List[str] = []
     pch_parts: Tuple[str, ...] = ()
     if spec.kind == "module":
@@ -167,7 +171,7 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
                  output=output, cxx=cxx, flags=flags, includes=includes, nvcc=nvcc, cuda_flags=tuple(cuda_flags),
                  link_flags=tuple(link), identity=tuple(identity),
                  pch_parts=pch_parts + pch_flags if pch_parts else (), pch_flags=pch_flags, project=project,
-                 path_maps=path_maps, cuda_path_maps=cuda_path_maps)
+                 path_maps=path_maps, cuda_path_maps=cuda_path_maps, toolchain_dirs=tuple(places))
 
 
 def _lookup(spec: BuildSpec, plan: _Plan, base: str, op_dir: Optional[Path] = None,
@@ -253,6 +257,17 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
     return steps, pch
 
 
+def _search_paths(spec: BuildSpec, plan: _Plan, build_dir: Path):
+    """Per compile rule, the include search path its depfiles are read with (search_path.py)."""
+    from .search_path import search_path
+    from .toolchain import system_include_dirs
+
+    untracked = (*plan.toolchain_dirs, *system_include_dirs(plan.cxx, spec.root))
+    where = (str(build_dir), str(plan.project), untracked)
+    return {"cxx": search_path((*plan.flags, *plan.includes), (*spec.cflags, *plan.includes), *where),
+            "cuda": search_path(plan.cuda_flags, (*spec.cuda_cflags, *plan.includes), *where)}
+
+
 def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -> Optional[Tuple[str, Path]]:
     """Build the sources whose digests ``base`` was computed from and publish them under it;
     None if an input changed after that, or the PCH was removed while it compiled (then nothing
@@ -297,7 +312,8 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
             log.warning("%s: the precompiled header was removed during the build; building again", spec.name)
             return None
         raise
-    changed = publish.record_objects(build_dir, todo, identity, started, spec.root, sources)
+    changed = publish.record_objects(build_dir, todo, identity, started, spec.root, sources,
+                                     _search_paths(spec, plan, build_dir))
     if changed:
         log.warning("%s: %s changed while it was being compiled; building again", spec.name, changed[0])
         return None

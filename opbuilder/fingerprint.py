@@ -3,8 +3,9 @@
 The *base key* hashes what is known before compiling: every source's bytes,
 flags, backend, kind, compiler identity, Python ABI, pybind11 version and
 opbuilder's own headers. The headers a build included are learned from the
-compiler's depfiles and kept in a manifest per base key; the *full key* adds
-their contents. A warm load computes both from files alone.
+compiler's depfiles and kept in a manifest per base key, with the files that
+must still be missing (search_path.py); the *full key* adds their contents, or
+``ABSENT`` for those not there. A warm load computes both from files alone.
 
 Files are named in keys and manifests as relocate.py says: relative to the
 operator's project root when under it, so a checkout elsewhere has the same keys.
@@ -26,13 +27,31 @@ try:  # the same blake2b that hashlib hands out, without hashlib's OpenSSL impor
 except ImportError:  # pragma: no cover - other Pythons
     from hashlib import blake2b
 
-__all__ = ["blake2b", "file_digest", "digest_of", "source_digests", "base_key", "full_key", "current_digests",
+__all__ = ["blake2b", "file_digest", "file_state", "bytes_digest", "ABSENT", "digest_of", "source_digests", "base_key", "full_key", "current_digests",
            "manifest_path", "read_manifest", "temp_path", "write_text_atomic", "write_json_atomic"]
+
+
+ABSENT = "-"  # the state of a file that is not there (search_path.py: files whose creation changes a build)
+_MISSING = (FileNotFoundError, NotADirectoryError, IsADirectoryError)  # what the compiler's search skips too
+
+
+def bytes_digest(data: bytes) -> str:
+    return blake2b(data, digest_size=16).hexdigest()
 
 
 def file_digest(path: Path) -> str:
     with open(path, "rb") as f:
-        return blake2b(f.read(), digest_size=16).hexdigest()
+        return bytes_digest(f.read())
+
+
+def file_state(path: Path) -> Optional[str]:
+    """A file's digest, ``ABSENT`` if there is none (nothing there, or a directory), None if it cannot be read."""
+    try:
+        return file_digest(path)
+    except _MISSING:
+        return ABSENT
+    except OSError:
+        return None
 
 
 def digest_of(parts: Iterable[str]) -> str:
@@ -72,12 +91,15 @@ def full_key(base: str, header_digests: Dict[str, str]) -> str:
 
 
 def current_digests(headers: Sequence[str], root: Path) -> Optional[Dict[str, str]]:
-    """Digest of each header (named as in a manifest, relative to ``root`` or absolute) as it is now;
-    ``None`` if one is gone (then the build must run again)."""
+    """Digest of each header (named as in a manifest, relative to ``root`` or absolute) as it is now,
+    ``ABSENT`` for one that is not there (a header deleted since, or a file recorded as missing: one
+    created since gives a digest, so another key); ``None`` if one cannot be read (built again)."""
     out = {}
     for h in headers:
         try:
             out[h] = file_digest(Path(resolve(h, root)))
+        except _MISSING:
+            out[h] = ABSENT
         except OSError:
             return None
     return out

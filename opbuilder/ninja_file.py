@@ -6,7 +6,8 @@ object). Objects that are current
 appear only as inputs of the link: ninja's own timestamp logic never
 recompiles a source whose contents did not change. One object per source,
 named by stem plus a hash of its path (two ``ops.cpp`` in different folders
-do not collide); depfiles (``-MMD``) next to the objects.
+do not collide); depfiles (``-MD``: every file read, system headers too; search_path.py picks
+what is tracked) next to the objects.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def write_build_file(path: Path, compile_steps: Sequence[Step], all_objects: Seq
     then link ``all_objects`` into ``output``."""
     lines: List[str] = ["ninja_required_version = 1.3", ""]
     lines += ["rule cxx",
-              f"  command = {_cmd((*launcher, *cxx))} -MMD -MF $out.d {_cmd(cxx_flags)} $extra -c $in -o $out",
+              f"  command = {_cmd((*launcher, *cxx))} -MD -MF $out.d {_cmd(cxx_flags)} $extra -c $in -o $out",
               "  description = compiling $srcname", ""]
     if any(s.rule == "cuda" for s in compile_steps):
         lines += ["rule cuda",
@@ -63,7 +64,7 @@ def write_build_file(path: Path, compile_steps: Sequence[Step], all_objects: Seq
 
 
 def parse_depfile(path: Path) -> List[str]:
-    """Prerequisites listed in a Make-style depfile (gcc -MMD / nvcc -MD)."""
+    """Prerequisites listed in a Make-style depfile (gcc / nvcc -MD)."""
     text = path.read_text(errors="replace").replace("\\\r\n", " ").replace("\\\n", " ")
     deps: List[str] = []
     seen_colon = False

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .errors import warn_broken
-from .fingerprint import file_digest, write_json_atomic
+from .fingerprint import ABSENT, bytes_digest, file_state, write_json_atomic
 from .ninja_file import Step, depfile_inputs
 from .published import INFO
+from .search_path import SearchPath, absent_candidates, tracked
 from .trust import read_file, stamp_of
 
 __all__ = ["publish_library", "stale_steps", "record_objects", "changed_since", "recorded_inputs",
@@ -135,8 +136,14 @@ def load_record(build_dir: Path) -> Record:
 
 
 def _digest(path: str) -> Optional[str]:
+    """The file's digest, ``ABSENT`` if it is not there, None if it cannot be read."""
+    return file_state(Path(path))
+
+
+def _read(path: str) -> Optional[bytes]:
     try:
-        return file_digest(Path(path))
+        with open(path, "rb") as f:
+            return f.read()
     except OSError:
         return None
 
@@ -176,29 +183,45 @@ def stale_steps(build_dir: Path, steps: Sequence[Step], identity: str, sources: 
 
 
 def record_objects(build_dir: Path, compiled: Sequence[Step], identity: str, started_ns: int,
-                   skip_under: Path, sources: Dict[str, str]) -> Optional[List[str]]:
+                   skip_under: Path, sources: Dict[str, str],
+                   search: Optional[Dict[str, SearchPath]] = None) -> Optional[List[str]]:
     """Record the inputs' digests of freshly compiled objects, if they are what was compiled.
 
-    ``sources`` are the digests the base key was computed from. Returns the
-    files that changed after the key was computed or the build started (then
-    the build's objects may hold other contents than a record or the key would
-    claim: such an object is deleted, not recorded), or None if all is well.
+    ``sources`` are the digests the base key was computed from; ``search``, per
+    rule, the compile's include search path (search_path.py): which inputs are
+    tracked, and which missing files are recorded as ``ABSENT`` (a header that
+    would shadow one found, a ``__has_include`` target). Returns the files that
+    changed after the key was computed or the build started (then the build's
+    objects may hold other contents than a record or the key would claim: such
+    an object is deleted, not recorded), or None if all is well.
     """
     record = load_record(build_dir)
     changed: List[str] = []
     for s in compiled:
         inputs = depfile_inputs(build_dir / (s.obj + ".d"), build_dir, skip_under)
+        path = search.get(s.rule) if search else None
+        if path is not None:
+            keep = set(tracked(inputs, path))
+            inputs = [p for p in inputs if p in keep or p in sources]
         # digests first, ctimes after: a file unchanged since the start (by its ctime, read later)
         # still had, when it was digested, the contents the compiler read
-        digests = {p: _digest(p) for p in inputs}
+        texts = {p: _read(p) for p in inputs}
+        digests = {p: (bytes_digest(t) if t is not None else None) for p, t in texts.items()}
+        absent: List[str] = []
+        found: List[str] = []  # files where the compiler may have looked (and found nothing) before they appeared
+        if path is not None:
+            headers = [p for p in inputs if p != str(s.source)]
+            for c in absent_candidates(str(s.source), headers, path, texts):  # type: ignore[arg-type]
+                (absent if _digest(c) == ABSENT else found).append(c)
         late = [p for p in inputs if digests[p] is None or (p in sources and digests[p] != sources[p])]
-        late += [p for p in changed_since(inputs, started_ns) if p not in late]
+        late += [p for p in changed_since([*inputs, *found], started_ns) if p not in late]
         if late:
             changed += late
             (build_dir / s.obj).unlink(missing_ok=True)
             continue
         deps = {_IDENTITY: identity, _OBJECT: _digest(str(build_dir / s.obj)) or ""}
-        deps.update(digests)
+        deps.update(digests)  # type: ignore[arg-type]
+        deps.update((p, ABSENT) for p in absent)
         record[s.obj] = deps
     write_json_atomic(build_dir / _RECORD, record)
     # a source compiled earlier (its object was current) must also still be what the key says

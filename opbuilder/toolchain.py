@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence, Tuple
 from .probe_cache import remembered
 
 __all__ = ["Compiler", "PythonInfo", "find_compiler", "find_nvcc", "python_info", "ninja_path", "ext_suffix",
-           "default_jobs", "cuda_lib_dir", "which"]
+           "default_jobs", "cuda_lib_dir", "which", "system_include_dirs"]
 
 
 class Compiler:
@@ -154,6 +154,32 @@ def stored_compilers(cache: Optional[Path] = None) -> List[Compiler]:
             seen.add((f["identity"], f["family"]))
             out.append(Compiler(argv, str(f["path"]), str(f["identity"]), str(f["family"]), str(f["version"])))
     return out
+
+
+def system_include_dirs(cxx: Compiler, state_dir: Optional[Path]) -> Tuple[str, ...]:
+    """The directories ``cxx`` searches for ``#include <...>`` on its own (libstdc++'s, libc's), from
+    ``-E -v``; probed once per binary. Empty if the compiler does not say (then their headers are tracked)."""
+    def probe():
+        import subprocess
+        try:
+            out = subprocess.run([*cxx.argv, "-E", "-x", "c++", "-v", os.devnull, "-o", os.devnull],
+                                 capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            lines = out.stderr.splitlines()
+        except (OSError, subprocess.SubprocessError):
+            lines = []
+        dirs, inside = [], False
+        for ln in lines:
+            if ln.startswith("#include <...> search starts here"):
+                inside = True
+            elif ln.startswith("End of search list"):
+                inside = False
+            elif inside and ln.startswith(" "):
+                dirs.append(os.path.normpath(ln.strip().split(" (framework directory)")[0]))
+        return {"dirs": dirs}, [cxx.argv[0]]
+
+    facts = remembered(state_dir, f"include dirs {' '.join(cxx.argv)}", probe, inputs=[cxx.argv[0]],
+                       schema={"dirs": list})
+    return tuple(str(d) for d in facts["dirs"])  # type: ignore[union-attr]
 
 
 def find_nvcc(state_dir: Optional[Path]) -> Compiler:
