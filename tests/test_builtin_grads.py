@@ -125,3 +125,32 @@ def test_saved_tensors_of_builtin_ops_are_released_after_backward():
     z.backward(retain_graph=True)
     z.backward()  # kept the first time: a second pass works and accumulates
     np.testing.assert_allclose(x.grad.asnumpy(), 3 * np.exp([1.0, 2.0]) * (1 + np.array([1.0, 2.0])))
+
+
+@pytest.mark.parametrize("fdt", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("idt", [np.bool_, np.int8, np.int32, np.int64, np.uint8])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "matmul", "maximum"])
+def test_a_float_tensor_next_to_an_integer_tensor_keeps_its_dtype(fdt, idt, op):
+    """float32 * int32 gave float64 (numpy's rule); MindSpore and PyTorch keep the float's dtype, and a
+    bprop written as dout * n with an integer n then failed with 'gradient of dtype float64'."""
+    fn = {"matmul": F.matmul, "maximum": F.maximum}.get(op) or getattr(F, op)
+    f = Tensor(np.array([0.5, -1.5, 2.0], fdt))
+    i = Tensor(np.array([1, 0, 1], idt) if idt is np.bool_ else np.array([3, 1, 2], idt))
+    for a, b in ((f, i), (i, f)):
+        with np.errstate(divide="ignore"):  # 1 / 0 where the bool divisor is False
+            out = fn(a, b)
+        assert out.dtype == f.dtype, (op, a.dtype, b.dtype, out.dtype)
+        with np.errstate(divide="ignore"):
+            want = getattr(np, {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide",
+                                "matmul": "matmul", "maximum": "maximum"}[op])(
+                a.asnumpy().astype(np.float64), b.asnumpy().astype(np.float64))
+        np.testing.assert_allclose(out.asnumpy().astype(np.float64), want, rtol=1e-3 if fdt is np.float16 else 1e-6)
+
+
+def test_the_float_operand_of_a_mixed_op_gets_its_gradient():
+    n = Tensor(np.array([3, 1, 2], np.int32))
+    x = Tensor(np.array([0.5, -1.5, 2.0]))
+    assert rt.gradcheck(lambda t: F.mul(t, n) + F.div(n, t), [x])
+    g = rt.grad(lambda t: F.sum(F.mul(t.astype(rt.float32), n)))(x)
+    assert g.dtype == rt.float64
+    np.testing.assert_array_equal(g.asnumpy(), [3.0, 1.0, 2.0])

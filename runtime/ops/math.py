@@ -28,10 +28,15 @@ __all__ = [
 
 def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
     """Both operands as Tensors; a Python number takes the tensor's dtype, and a
-    Python float next to an integer tensor makes both float32 (as MindSpore)."""
+    Python float next to an integer tensor makes both float32 (as MindSpore).
+    A float tensor next to an integer or bool tensor casts that one to the
+    float's dtype (as MindSpore and PyTorch: float32 * int32 is float32, where
+    numpy would give float64)."""
     if isinstance(x, Tensor):
         if isinstance(y, Tensor):
-            return x, y
+            if x._data.dtype is y._data.dtype:
+                return x, y
+            return _float_wins(x, y)
         if type(y) is float:  # the common case, a float next to a float CPU tensor, without as_tensor's checks
             d = x._data
             if type(d) is np.ndarray and d.dtype.kind == "f":
@@ -49,6 +54,15 @@ def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
 
 
 _new = object.__new__
+
+
+def _float_wins(x: Tensor, y: Tensor) -> Tuple[Tensor, Tensor]:
+    kx, ky = x._data.dtype.kind, y._data.dtype.kind
+    if kx in "fc" and ky in "biu":
+        return x, cast(y, _dt.from_numpy_dtype(x._data.dtype))
+    if ky in "fc" and kx in "biu":
+        return cast(x, _dt.from_numpy_dtype(y._data.dtype)), y
+    return x, y
 
 
 def _one(x: Any) -> Tensor:
