@@ -35,7 +35,7 @@ from .published import verified_library
 from .relocate import portable, prefix_map_flags, project_root
 from .spec import CUDA_SUFFIXES, BuildSpec, make_spec
 from .store import prebuilt_stores
-from .toolchain import Compiler, ext_suffix, find_compiler, find_nvcc, python_info
+from .toolchain import Compiler, ext_suffix, find_compiler, find_nvcc, native_cpu, python_info, wants_native_cpu
 from .trust import check_dir, read_file, stamp_of, trusted_root
 
 __all__ = ["CustomOpBuilder", "build_library"]
@@ -102,6 +102,8 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     # change them (search_path.py); builds recorded without are not trusted to be current
     identity = [f"kind={spec.kind}", f"backend={spec.backend}", f"name={spec.name}", f"headers={hdr}",
                 f"cxx={cxx.identity}", "deps=2"]
+    if wants_native_cpu((*spec.cflags, *spec.cuda_cflags)):  # -march=native: this CPU's code, not another's
+        identity.append(f"native_cpu={native_cpu()}")
     defines: List[str] = []
     pch_parts: Tuple[str, ...] = ()
     if spec.kind == "module":
@@ -111,7 +113,7 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
         defines = [f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}"]
         identity += [f"pybind11={py.pybind11_version}", f"python={py.abi}"]
         pch_parts = ("pch", f"cxx={cxx.identity}", f"headers={hdr}", f"pybind11={py.pybind11_version}",
-                     f"python={py.abi}")
+                     f"python={py.abi}", *(p for p in identity if p.startswith("native_cpu=")))
         output = spec.name + ext_suffix()
         visibility = ["-fvisibility=hidden"]
     else:
@@ -305,6 +307,9 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
                      (*plan.flags, *plan.includes, *maps), plan.nvcc.argv if plan.nvcc else (),
                      (*plan.cuda_flags, *cuda_maps), link_flags, launcher=compiler_launcher())
     log.info("%s: compiling %d of %d source(s)", spec.name, len(todo), len(steps))
+    from .search_path import linked_archives
+    archives = {p: d for p in linked_archives(plan.link_flags, str(build_dir))
+                for d in [fp.file_state(Path(p))] if d is not None}
     try:
         started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose)
     except BuildError:
@@ -317,8 +322,13 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     if changed:
         log.warning("%s: %s changed while it was being compiled; building again", spec.name, changed[0])
         return None
+    relinked = [p for p, d in archives.items() if fp.file_state(Path(p)) != d]
+    if relinked:  # what was linked is not known: the archive changed during the link
+        log.warning("%s: %s changed while it was being linked; building again", spec.name, relinked[0])
+        return None
+    # static archives are copied into the library: keyed by their contents, like headers
     headers = {portable(p, plan.project): d
-               for p, d in publish.recorded_inputs(build_dir, plan.objects, spec.sources).items()}
+               for p, d in {**publish.recorded_inputs(build_dir, plan.objects, spec.sources), **archives}.items()}
     key = fp.full_key(base, headers)
     key_dir = make_dir(spec.op_dir / key)
     record = publish.publish_library(build_dir / plan.output, key_dir, plan.output)

@@ -22,6 +22,12 @@ so every directory of an included file counts), which costs at most a
 rebuild; what it cannot see: a ``__has_include`` whose argument is a macro,
 a name spelled with ``..`` found past the first directory, and new files in
 the toolchain's or the compiler's own directories.
+
+The link reads files too: a static archive or object in ``ldflags`` (given
+by path, or ``-lNAME`` found as ``libNAME.a`` in an ``-L`` directory) is
+copied into the library, so ``linked_archives`` names them and the builder
+keys the build by their contents like a header's. Shared libraries are not:
+the dynamic loader reads them when the module is imported.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .relocate import clean_path
 
-__all__ = ["SearchPath", "search_path", "tracked", "absent_candidates"]
+__all__ = ["SearchPath", "search_path", "tracked", "absent_candidates", "linked_archives"]
 
 _DIR_FLAGS = {"-I": "bracket", "-iquote": "quote", "-isystem": "bracket", "-idirafter": "after"}
 _HAS_INCLUDE = re.compile(rb'__has_include(?:_next)?\s*\(\s*(?:"([^"\n]+)"|<([^>\n]+)>)\s*\)')
@@ -151,4 +157,36 @@ def absent_candidates(source: str, headers: Sequence[str], search: SearchPath,
                 add(d, name)
     for h in (source, *headers):
         out.pop(h, None)
+    return list(out)
+
+
+_STATIC = (".a", ".o", ".lo")
+
+
+def linked_archives(ldflags: Sequence[str], cwd: str) -> List[str]:
+    """The static archives and objects a link with ``ldflags`` (run in ``cwd``) copies code from: those
+    named by path, and ``-lNAME`` / ``-l:FILE`` as the first ``-L`` directory that has the library
+    holds it (``libNAME.a``; tracked also when a ``libNAME.so`` beside it is the one linked, which costs at
+    most a rebuild). Libraries in no ``-L`` directory (the system's) are not named: the compiler's identity
+    keys its own."""
+    dirs: List[str] = []
+    out: Dict[str, None] = {}
+    flags = list(ldflags)
+    i = 0
+    while i < len(flags):
+        f = flags[i]
+        if f in ("-L", "-l") and i + 1 < len(flags):
+            f, i = f + flags[i + 1], i + 1
+        if f.startswith("-L"):
+            dirs.append(clean_path(os.path.join(cwd, os.path.expanduser(f[2:]))))
+        elif f.startswith("-l"):
+            names = [f[3:]] if f.startswith("-l:") else [f"lib{f[2:]}.a", f"lib{f[2:]}.so"]
+            for d in dirs:
+                found = [os.path.join(d, n) for n in names if os.path.isfile(os.path.join(d, n))]
+                if found:
+                    out.update((p, None) for p in found if p.endswith(_STATIC))
+                    break
+        elif not f.startswith("-") and f.endswith(_STATIC):
+            out[clean_path(os.path.join(cwd, os.path.expanduser(f)))] = None
+        i += 1
     return list(out)

@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence, Tuple
 from .probe_cache import remembered
 
 __all__ = ["Compiler", "PythonInfo", "find_compiler", "find_nvcc", "python_info", "ninja_path", "ext_suffix",
-           "default_jobs", "cuda_lib_dir", "which", "system_include_dirs"]
+           "default_jobs", "cuda_lib_dir", "which", "system_include_dirs", "native_cpu", "wants_native_cpu"]
 
 
 class Compiler:
@@ -246,6 +246,40 @@ def cuda_lib_dir(nvcc: Compiler, state_dir: Optional[Path] = None) -> Optional[s
 
     return remembered(state_dir, f"cuda lib {nvcc.path} home={home}", probe,  # type: ignore[return-value]
                       schema={"lib": (str, type(None))})["lib"]
+
+
+CPUINFO = "/proc/cpuinfo"
+# what gcc's and clang's -march=native read from CPUID, as Linux shows it (x86, then Arm, RISC-V); not the
+# clock speed, stepping or microcode, which change no code
+_CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "flags", "cache size", "CPU implementer",
+               "CPU architecture", "CPU variant", "CPU part", "Features", "isa", "uarch")
+_NATIVE_FLAGS = ("-march=native", "-mtune=native", "-mcpu=native")
+_native_cpu: List[str] = []
+
+
+def wants_native_cpu(flags: Sequence[str]) -> bool:
+    """Whether ``flags`` ask the compiler for the code of the CPU it runs on (``-march=native``, ...)."""
+    return any(n in f for f in flags for n in _NATIVE_FLAGS)
+
+
+def native_cpu() -> str:
+    """This machine's CPU as ``-march=native`` sees it: its first processor's vendor, family, model,
+    feature flags and cache size from /proc/cpuinfo (read once per process; "unknown" without it).
+    In the key of builds with such a flag, so a cache or store shared by machines with other CPUs
+    never serves one machine's native code to another (it may not run there: SIGILL)."""
+    if not _native_cpu:
+        fields = []
+        try:
+            with open(CPUINFO, "rb") as f:
+                block = f.read(1 << 16).decode(errors="replace").split("\n\n", 1)[0]
+            for line in block.splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() in _CPU_FIELDS:
+                    fields.append(f"{key.strip()}={' '.join(value.split())}")
+        except OSError:
+            pass
+        _native_cpu.append("; ".join(fields) or "unknown")
+    return _native_cpu[0]
 
 
 def ext_suffix() -> str:

@@ -102,3 +102,29 @@ def test_a_compiler_launcher_builds_without_lto(cache_dir, tiny, tmp_path, monke
     rules = _commands(cache_dir, "flags_launched")
     assert rules["cxx"][0] == str(launcher) and "-O2" in rules["cxx"] and "-flto" not in rules["cxx"]
     assert not any(a.startswith("-flto") for a in rules["link"])
+
+
+_CPU = "processor\t: {n}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\ncpu MHz\t\t: {mhz}\nflags\t\t: {flags}\n\n"
+
+
+def test_march_native_builds_are_keyed_by_the_cpu(tmp_path, tiny, monkeypatch):
+    """-march=native is another program on another CPU: a cache shared by machines (a home directory
+    on a cluster) must not hand one machine's native build to another, where it may not run."""
+    from opbuilder import toolchain
+
+    cpuinfo = tmp_path / "cpuinfo"
+
+    def machine(flags, mhz="2600.000"):
+        cpuinfo.write_text(_CPU.format(n=0, mhz=mhz, flags=flags) + _CPU.format(n=1, mhz="800.0", flags="x"))
+        monkeypatch.setattr(toolchain, "_native_cpu", [])  # a new process on that machine
+
+    monkeypatch.setattr(toolchain, "CPUINFO", str(cpuinfo))
+    native = CustomOpBuilder("flags_native", [tiny], cflags=["-O2", "-march=native"], build_dir=tmp_path / "c")
+    plain = CustomOpBuilder("flags_native", [tiny], cflags=["-O2"], build_dir=tmp_path / "c")
+    machine("fpu sse2 avx2")
+    first, first_plain = native.build(), plain.build()
+    machine("fpu sse2 avx2", mhz="3400.125")  # the same CPU at another clock speed: the same build
+    assert native.build() == first
+    machine("fpu sse2 avx2 avx512f")  # another CPU
+    assert native.build() != first
+    assert plain.build() == first_plain  # without -march=native the CPU is not in the key

@@ -1,8 +1,10 @@
 """Files that change a build without being edited: a header created earlier on the include search path
 (it shadows the one the build used), a file that __has_include asked for, headers of a user -isystem
-directory. Each must make the next load() rebuild (never a stale module), and nothing else may."""
+directory, a static archive linked in. Each must make the next load() rebuild (never a stale module),
+and nothing else may."""
 import ctypes
 import json
+import subprocess
 from pathlib import Path
 
 from builder_util import compiled_sources, tiny_module, wrapper_cxx
@@ -87,3 +89,29 @@ def test_a_shadowing_header_recompiles_only_the_object_that_includes_it(tmp_path
     lib = ctypes.CDLL(build_library(*args, **kw))
     assert (lib.a_value(), lib.b_value()) == (100, 7)
     assert compiled_sources(log) == ["a.cpp"]  # b.cpp's object was current, a.cpp's was not
+
+
+def _archive(directory: Path, value: int) -> Path:
+    """``directory/libhelper.a`` holding ``int helper()`` returning ``value``."""
+    (directory / "helper.cpp").write_text(f"int helper() {{ return {value}; }}\n")
+    subprocess.run(["c++", "-fPIC", "-c", str(directory / "helper.cpp"), "-o", str(directory / "helper.o")],
+                   check=True)
+    (directory / "libhelper.a").unlink(missing_ok=True)
+    subprocess.run(["ar", "rcs", str(directory / "libhelper.a"), str(directory / "helper.o")], check=True)
+    return directory / "libhelper.a"
+
+
+def test_a_static_archive_rebuilt_is_linked_again(tmp_path, monkeypatch):
+    log = tmp_path / "cxx.log"
+    monkeypatch.setenv("CXX", wrapper_cxx(tmp_path, log))
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    archive = _archive(libs, 1)
+    src = tiny_module(tmp_path / "arch_op.cpp", "helper()", decls="int helper();")
+    by_l = CustomOpBuilder("arch_op", [src], ldflags=[f"-L{libs}", "-lhelper"], build_dir=tmp_path / "cache")
+    by_path = CustomOpBuilder("arch_op", [src], ldflags=[str(archive)], build_dir=tmp_path / "cache")
+    assert by_l.load().value() == 1 and by_path.load().value() == 1
+    _archive(libs, 2)
+    assert by_l.load().value() == 2 and by_path.load().value() == 2
+    log.write_text("")
+    assert by_l.load().value() == 2 and log.read_text() == ""  # then warm: no compile, no link
