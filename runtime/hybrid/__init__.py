@@ -9,8 +9,8 @@ rules) -> shapes.py (output shapes) -> cxx.py (C++) -> library.py (build) ->
 kernel.py (specializations); pytarget.py runs the same function over numpy.
 See docs/hybrid.md.
 """
-from .errors import HybridError, HybridSyntaxError, HybridTypeError
+from .errors import HybridError, HybridOverflowError, HybridSyntaxError, HybridTypeError
 from .kernel import DEBUG_ENV, TARGET_ENV, TARGETS, HybridKernel, build_together, kernel, ms_kernel
 
 __all__ = ["HybridKernel", "kernel", "ms_kernel", "build_together", "HybridError", "HybridSyntaxError", "HybridTypeError",
-           "TARGETS", "TARGET_ENV", "DEBUG_ENV"]
+           "HybridOverflowError", "TARGETS", "TARGET_ENV", "DEBUG_ENV"]

@@ -12,26 +12,53 @@ target. A scalar keeps one C++ type: the promotion of everything assigned to
 it (found by iterating to a fixed point). Loop hints: ``vectorize`` and
 ``parallel`` assert independent iterations (``#pragma GCC ivdep``),
 ``unroll`` asks for unrolling; ``serial``/``reduce``/``range`` are plain loops.
+
+Where numpy (or Python) raises, so does the kernel: a negative integer power,
+int() of NaN or infinity, an element assignment out of an integer dtype's
+range, a Python int out of the range of the integer dtype it meets. Each such
+check is a "site" with its exception and message (file:line, the operation);
+a failed check throws ``ob::Raise``, the entry function returns
+``RAISE_BASE + site`` and the runtime raises the site's exception
+(``Generated.raises``). A Python int known when the code is generated (a
+literal, a module constant) is checked then: ``HybridOverflowError``.
 """
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Sequence, Tuple
+import re
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Type
+
+import numpy as np
 
 from .cxx_prelude import PRELUDE
 from .dsl import CASTS, CTYPES, GRID, INTRINSICS, VType, promote, result_of
-from .errors import HybridTypeError
+from .errors import HybridOverflowError, HybridTypeError
 from .shapes import _Unknown, static_dtype
 from .source import ParsedKernel
 from .validate import KernelInfo
 
-__all__ = ["generate", "tensor_types"]
+__all__ = ["generate", "generate_kernel", "tensor_types", "Generated", "RAISE_BASE"]
+
+RAISE_BASE = 1000  # a kernel's status for its check site k (an error numpy raises) is RAISE_BASE + k
 
 _SMALL = ("float16", "int8", "int16", "uint8", "bool")  # C++ promotes these: cast each result back
 _ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitAnd: "&", ast.BitOr: "|",
           ast.BitXor: "^"}
 _CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 _INT64 = VType("int64", True)
+_NARROW = ("int8", "int16", "int32", "uint8")  # integer dtypes a Python int (an int64 here) may not fit
+
+
+def _fits(v: int, dtype: str) -> bool:
+    info = np.iinfo(dtype)
+    return int(info.min) <= v <= int(info.max)
+
+
+class Generated(NamedTuple):
+    """A generated kernel: its C++ and, per check site, the exception it raises (type and message)."""
+
+    text: str
+    raises: Tuple[Tuple[Type[Exception], str], ...]
 
 
 class _NotYet(Exception):
@@ -73,9 +100,87 @@ class _Gen:
         self.tmp = 0
         self.grids: Dict[str, int] = {}
         self.nonneg_vars: set = set()  # loop indices in scope that never go negative
+        self.raises: List[Tuple[Type[Exception], str]] = []  # check sites: status RAISE_BASE + index
 
     def err(self, node: ast.AST, msg: str) -> HybridTypeError:
         return self.p.error(node, msg, HybridTypeError)  # type: ignore[return-value]
+
+    # ---- where numpy raises -------------------------------------------------
+    def text(self, node: ast.AST) -> str:
+        """The DSL text of ``node``, with an inlined callee's own names."""
+        s = ast.unparse(node)
+        for mangled, original in getattr(node, "ob_names", {}).items():
+            s = re.sub(rf"\b{re.escape(mangled)}\b", original, s)
+        return s
+
+    def site(self, node: ast.AST, *problems: Tuple[Type[Exception], str]) -> int:
+        """New check sites for ``node``, one per (exception, message); the status of the first."""
+        first = RAISE_BASE + len(self.raises)
+        where = f"{self.p.where(node)}:{getattr(node, 'lineno', 0)}: {self.text(node)}"
+        kernel = getattr(node, "ob_kernel", self.p.name)
+        self.raises += [(exc, f"{where}: {msg} (in hybrid kernel '{kernel}')") for exc, msg in problems]
+        return first
+
+    def static_int(self, e: ast.expr) -> Optional[int]:
+        """The value of a Python int known when the code is generated (a literal, a module constant), or None."""
+        if isinstance(e, ast.Constant):
+            return e.value if type(e.value) is int else None
+        if isinstance(e, ast.Name):
+            n = e.id
+            if n in self.tensors or n in self.scalars or n in self.info.loop_vars or n in self.info.grid_vars:
+                return None
+            v = self.info.constants.get(n)
+            return v if type(v) is int else None
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+            v = self.static_int(e.operand)
+            return None if v is None else -v if isinstance(e.op, ast.USub) else v
+        return None
+
+    def operand(self, code: str, t: VType, dtype: str, node: ast.AST, src: ast.expr) -> str:
+        """``code`` (the value of ``src``, of type ``t``) as an operand of ``dtype`` in numpy's operation
+        ``node``: a Python int out of an integer dtype's range is numpy's OverflowError."""
+        if t.weak and t.kind == "i" and dtype in _NARROW:
+            v = self.static_int(src)
+            if v is not None:
+                if not _fits(v, dtype):
+                    raise self.p.error(node, f"{self.text(node)}: Python integer {v} out of bounds for {dtype} "
+                                             f"(numpy raises OverflowError here)", HybridOverflowError)
+                return self.conv(code, t, dtype)
+            s = self.site(node, (OverflowError, f"a Python integer (here {self.text(src)}) out of bounds for "
+                                                f"{dtype}"))
+            return f"ob::fit<{CTYPES[dtype]}>({code}, {s})"
+        return self.conv(code, t, dtype)
+
+    def float_to_int(self, code: str, dtype: str, node: ast.AST, out_of_range: str) -> str:
+        """A float as ``dtype`` the way Python's int() and numpy's assignment do it: NaN is a ValueError, an
+        infinity or a value out of range an OverflowError."""
+        s = self.site(node, (ValueError, "cannot convert float NaN to integer"),
+                      (OverflowError, "cannot convert float infinity to integer"),
+                      (OverflowError, out_of_range))
+        return f"ob::f2i_checked<{CTYPES[dtype]}>({code}, {s})"
+
+    def store(self, code: str, t: VType, dtype: str, node: ast.AST, src: ast.expr) -> str:
+        """``code`` (of type ``t``) assigned to an element of ``dtype``, as numpy's ``a[i] = v``: into an
+        integer dtype, NaN is a ValueError and a value out of its range an OverflowError. numpy 2 checks every
+        value stored into a signed integer dtype, but only Python numbers stored into uint8: a numpy scalar is
+        cast into it (an int8 -1 is 255, a float NaN 0), as ``conv`` does."""
+        if np.dtype(dtype).kind not in "iu" or t.kind == "b" or (dtype == "uint8" and not t.weak):
+            return self.conv(code, t, dtype)
+        if t.kind == "f":
+            return self.float_to_int(code, dtype, node, f"the value is out of bounds for {dtype}")
+        src_info, info = np.iinfo(t.dtype), np.iinfo(dtype)
+        if not t.weak and info.min <= src_info.min and src_info.max <= info.max:
+            return self.conv(code, t, dtype)
+        v = self.static_int(src) if t.weak else None
+        if v is not None:
+            if not _fits(v, dtype):
+                raise self.p.error(node, f"{self.text(node)}: Python integer {v} out of bounds for {dtype} "
+                                         f"(numpy raises OverflowError here)", HybridOverflowError)
+            return self.conv(code, t, dtype)
+        if t.weak and dtype == "int64":
+            return code
+        s = self.site(node, (OverflowError, f"the value is out of bounds for {dtype}"))
+        return f"ob::fit<{CTYPES[dtype]}>({code}, {s})"
 
     # ---- types and conversions -------------------------------------------
     def conv(self, code: str, t: VType, dtype: str, node: Optional[ast.AST] = None) -> str:
@@ -113,9 +218,14 @@ class _Gen:
         if isinstance(node, ast.UnaryOp):
             return self.unary(node)
         if isinstance(node, ast.BoolOp):
-            op = " && " if isinstance(node.op, ast.And) else " || "
-            parts = [self.truth(v) for v in node.values]
-            return "(" + op.join(parts) + ")", VType("bool")
+            for v in node.values:
+                tv = self.expr(v)[1]
+                if tv.dtype != "bool":
+                    raise self.err(node, f"'{self.text(node)}': 'and'/'or' of a non-bool value ({self.text(v)}, "
+                                         f"{'a Python ' + tv.kind.replace('i', 'int').replace('f', 'float') if tv.weak else tv.dtype}) "
+                                         f"gives one of the values in Python, not a bool; compare it "
+                                         f"({self.text(v)} != 0) or convert it (bool_(...))")
+            return self.truth(node), VType("bool")
         if isinstance(node, ast.Compare):
             return self.compare(node)
         if isinstance(node, ast.IfExp):
@@ -131,6 +241,9 @@ class _Gen:
         raise self.err(node, f"{type(node).__name__} is not a value here")
 
     def truth(self, node: ast.expr) -> str:
+        if isinstance(node, ast.BoolOp):  # a condition: only the operands' truth matters, in both targets
+            op = " && " if isinstance(node.op, ast.And) else " || "
+            return "(" + op.join(self.truth(v) for v in node.values) + ")"
         code, t = self.expr(node)
         return code if t.dtype == "bool" else f"({code} != 0)"
 
@@ -167,11 +280,13 @@ class _Gen:
             if t.kind != "f":
                 t = VType("float64", t.weak)
         ct = CTYPES[t.dtype]
-        ca, cb = self.conv(a, ta, t.dtype), self.conv(b, tb, t.dtype)
+        ca, cb = self.operand(a, ta, t.dtype, node, node.left), self.operand(b, tb, t.dtype, node, node.right)
         if op is ast.FloorDiv:
             code = f"ob::floordiv<{ct}>({ca}, {cb})"
         elif op is ast.Mod:
             code = f"ob::mod<{ct}>({ca}, {cb})"
+        elif op is ast.Pow and t.kind == "i":
+            code = f"ob::ipower<{ct}>({ca}, {cb}, {self.pow_site(node, t)})"
         elif op is ast.Pow:
             code = f"ob::power<{ct}>({ca}, {cb})"
         elif op in (ast.LShift, ast.RShift):  # a count past the width is 0 (or -1), as numpy's; never UB
@@ -181,6 +296,12 @@ class _Gen:
             if t.dtype in _SMALL:
                 code = f"static_cast<{ct}>{code}"
         return code, t
+
+    def pow_site(self, node: ast.AST, t: VType) -> int:
+        msg = "Integers to negative integer powers are not allowed"
+        if t.weak:  # two Python ints: Python's answer is a float, the DSL's type an int
+            msg += " (Python gives a float for two Python ints, the DSL an int64: write float(a) ** b)"
+        return self.site(node, (ValueError, msg))
 
     def unary(self, node: ast.UnaryOp) -> Tuple[str, VType]:
         if isinstance(node.op, ast.Not):
@@ -290,14 +411,22 @@ class _Gen:
         name = fn.name
         if name in ("float", "int") or name in CASTS:
             c, t = args[0]
+            if rt.kind in "iu" and t.kind == "f" and (name == "int" or t.weak):
+                # Python's int() (np.int8(2.5) too): NaN and infinities raise; the DSL's int is an int64
+                return self.float_to_int(c, rt.dtype, node, f"the value is out of bounds for {rt.dtype}" if name != "int"
+                                         else "the value is out of int64's range (the DSL's int is an int64)"), rt
+            if name != "int":
+                return self.operand(c, t, rt.dtype, node, node.args[0]), rt
             return self.conv(c, t, rt.dtype), rt
         if rt.dtype == "bool":  # isnan & co: in the argument's own (promoted) type
             t = types[0]
             work = "float" if t.dtype == "float16" else CTYPES[promote(t).dtype] if t.weak else CTYPES[t.dtype]
             return fn.cxx.format(f"static_cast<{work}>({args[0][0]})"), rt
         work_dt = "float32" if rt.dtype == "float16" else rt.dtype
-        conv = [self.conv(c, t, work_dt) for c, t in args]
-        if name in ("max", "min"):
+        conv = [self.operand(c, t, work_dt, node, a) for (c, t), a in zip(args, node.args)]
+        if name == "power" and rt.kind == "i":
+            code = f"ob::ipower<{CTYPES[work_dt]}>({conv[0]}, {conv[1]}, {self.pow_site(node, rt)})"
+        elif name in ("max", "min"):
             code = conv[-1]
             for c in reversed(conv[:-1]):
                 code = f"ob::{name}<{CTYPES[work_dt]}>({c}, {code})"
@@ -312,8 +441,8 @@ class _Gen:
         self.lines.append("  " * self.depth + line)
 
     def assign(self, target: ast.expr, value: ast.expr, stmt: ast.stmt) -> None:
-        code, t = self.expr(value)
         if isinstance(target, ast.Name):
+            code, t = self.expr(value)
             n = target.id
             cur = self.scalars[n]
             new = t if cur is None else promote(cur, t)
@@ -324,9 +453,19 @@ class _Gen:
             assert dest is not None
             self.emit(f"{n} = {self.conv(code, t, dest.dtype)};")
         else:
-            assert isinstance(target, ast.Subscript)
-            ref, dt = self.index_code(target)
-            self.emit(f"{ref} = {self.conv(code, t, dt)};")
+            assert isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+            val = self.stored(value, self.tensors[target.value.id][0], stmt)
+            ref, _ = self.index_code(target)
+            self.emit(f"{ref} = {val};")
+
+    def stored(self, value: ast.expr, dtype: str, stmt: ast.stmt) -> str:
+        """``value`` assigned to an element of ``dtype``. Of ``a if c else b``, Python stores the branch taken
+        as it is (a Python float 0.1 stays 0.1, not a float16 0.1): each branch is converted on its own."""
+        if isinstance(value, ast.IfExp):
+            return (f"({self.truth(value.test)} ? {self.stored(value.body, dtype, stmt)} : "
+                    f"{self.stored(value.orelse, dtype, stmt)})")
+        code, t = self.expr(value)
+        return self.store(code, t, dtype, stmt, value)
 
     def stmts(self, body: Sequence[ast.stmt]) -> None:
         for s in body:
@@ -484,7 +623,7 @@ class _Gen:
         """Statement lines; iterated until every scalar's type is fixed."""
         for _ in range(32):
             self.changed = False
-            self.lines, self.depth, self.grids, self.nonneg_vars = [], 1, {}, set()
+            self.lines, self.depth, self.grids, self.nonneg_vars, self.raises = [], 1, {}, set(), []
             try:
                 self.stmts(self.p.tree.body)
             except _NotYet:
@@ -502,9 +641,9 @@ class _Gen:
         return min(uses, key=lambda n: (n.lineno, n.col_offset)) if uses else self.p.tree
 
 
-def generate(parsed: ParsedKernel, info: KernelInfo, symbol: str, inputs: Sequence[Tuple[str, int]],
-             debug: bool = False) -> str:
-    """The C++ source of ``symbol`` for inputs of these (dtype, rank)."""
+def generate_kernel(parsed: ParsedKernel, info: KernelInfo, symbol: str, inputs: Sequence[Tuple[str, int]],
+                    debug: bool = False) -> Generated:
+    """The C++ source of ``symbol`` for inputs of these (dtype, rank), and its check sites."""
     g = _Gen(parsed, info, inputs, debug)
     body = g.body()
     params = info.inputs + info.outputs
@@ -540,7 +679,20 @@ def generate(parsed: ParsedKernel, info: KernelInfo, symbol: str, inputs: Sequen
         t = g.scalars[n]
         assert t is not None
         out.append(f"  {CTYPES[t.dtype]} {n} = {CTYPES[t.dtype]}();")
-    out += body
+    if g.raises:  # only kernels with a check pay for the handler (none on the path that does not throw)
+        out.append("  try {")
+        out += ["  " + line for line in body]
+        out.append("  } catch (const ob::Raise &r) {")
+        out.append("    return r.status;  // the first error, as Python stops at it; the outputs are dropped")
+        out.append("  }")
+    else:
+        out += body
     out.append("  return " + ("ob_check.failed ? 1 : 0;" if debug else "0;"))
     out.append("}")
-    return "\n".join(out) + "\n"
+    return Generated("\n".join(out) + "\n", tuple(g.raises))
+
+
+def generate(parsed: ParsedKernel, info: KernelInfo, symbol: str, inputs: Sequence[Tuple[str, int]],
+             debug: bool = False) -> str:
+    """The C++ source of ``symbol`` for inputs of these (dtype, rank)."""
+    return generate_kernel(parsed, info, symbol, inputs, debug).text

@@ -5,7 +5,9 @@ round toward minus infinity, max/min propagate NaN, a negative index
 wraps once (``wrap``; -1 is the last element, as in Python), integer division by zero
 gives 0 instead of a trap, sign(NaN) is NaN. In debug builds ``ob::at``
 checks an index against its extent and records the first failure (file:line
-of the DSL source) instead of reading outside the tensor.
+of the DSL source) instead of reading outside the tensor. Where numpy raises
+(a negative integer power, int() of NaN, an element assignment or a Python
+int out of an integer dtype's range), the checked helpers throw ``Raise``.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ __all__ = ["PRELUDE"]
 PRELUDE = r"""#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <type_traits>
 
@@ -113,6 +116,41 @@ template <typename To, typename From> inline To f2i(From v) {
     const int32_t i = (w >= W(-2147483648.0) && w < W(2147483648.0)) ? static_cast<int32_t>(w) : INT32_MIN;
     return static_cast<To>(static_cast<std::make_unsigned_t<To>>(static_cast<uint32_t>(i)));
   }
+}
+// Where numpy or Python raise, a kernel throws Raise with the status of that check (its site in the table
+// cxx.py keeps: the exception, the DSL file:line and the operation); the entry function catches it and
+// returns the status, the runtime raises the exception (kernel.py). Only generated code throws it, and it never
+// leaves the entry function; the checks below are called only where a value can be out of what numpy accepts.
+struct Raise {
+  int status;
+};
+[[noreturn]] __attribute__((cold, noinline)) inline void raise(int status) { throw Raise{status}; }
+// a ** b of integers: numpy refuses a negative exponent (ValueError)
+template <typename T> inline T ipower(T a, T b, int site) {
+  if constexpr (std::is_signed_v<T>) {
+    if (__builtin_expect(b < 0, 0)) raise(site);
+  }
+  return power(a, b);
+}
+// An integer (a Python int, or a wider type being stored) as the integer type To: numpy raises OverflowError
+// for a value out of To's range ("Python integer 300 out of bounds for int8").
+template <typename To, typename From> inline To fit(From v, int site) {
+  const int64_t w = static_cast<int64_t>(v);  // every DSL integer type fits in int64
+  if (__builtin_expect(w < int64_t{std::numeric_limits<To>::min()} || w > int64_t{std::numeric_limits<To>::max()}, 0))
+    raise(site);
+  return static_cast<To>(v);
+}
+// A float as the integer type To, as Python's int() and numpy's element assignment convert it: truncated;
+// NaN raises ValueError (status site), an infinity OverflowError (site + 1), another value whose truncation is
+// out of To's range OverflowError (site + 2).
+template <typename To, typename From> inline To f2i_checked(From v, int site) {
+  const double d = static_cast<double>(static_cast<wide_t<From>>(v));
+  bool ok;
+  if constexpr (sizeof(To) == 8) ok = d >= -9223372036854775808.0 && d < 9223372036854775808.0;
+  else ok = d > static_cast<double>(std::numeric_limits<To>::min()) - 1.0 &&
+            d < static_cast<double>(std::numeric_limits<To>::max()) + 1.0;
+  if (__builtin_expect(!ok, 0)) raise(d != d ? site : std::isinf(d) ? site + 1 : site + 2);
+  return static_cast<To>(d);
 }
 // Python's meaning of a negative index, wrapped once: -1 is the last element.
 inline int64_t wrap(int64_t i, int64_t n) { return i < 0 ? i + n : i; }

@@ -188,4 +188,15 @@ CASTS = {"float16": "float16", "float32": "float32", "float64": "float64", "int8
 for _n, _d in CASTS.items():
     INTRINSICS[_n] = Intrinsic(_n, (1, 1), (lambda d: lambda ts: VType(d))(_d), "{0}", np.dtype(_d).type)
 INTRINSICS["float"] = Intrinsic("float", (1, 1), lambda ts: VType("float64", True), "{0}", float)
-INTRINSICS["int"] = Intrinsic("int", (1, 1), lambda ts: VType("int64", True), "{0}", int)
+
+
+def _int(x: Any) -> int:
+    """Python's int(), within the DSL's int (an int64): NaN is a ValueError, infinities and values out of
+    int64's range an OverflowError (Python's int would grow; the compiled target cannot)."""
+    v = int(x)
+    if not -2 ** 63 <= v < 2 ** 63:
+        raise OverflowError(f"int() of a float out of int64's range (the DSL's int is an int64): {x!r}")
+    return v
+
+
+INTRINSICS["int"] = Intrinsic("int", (1, 1), lambda ts: VType("int64", True), "{0}", _int)

@@ -1,7 +1,7 @@
 """Errors of the hybrid DSL, each naming the file and line of the user's source."""
 from __future__ import annotations
 
-__all__ = ["HybridError", "HybridSyntaxError", "HybridTypeError"]
+__all__ = ["HybridError", "HybridSyntaxError", "HybridTypeError", "HybridOverflowError"]
 
 
 class HybridError(Exception):
@@ -23,3 +23,9 @@ class HybridSyntaxError(HybridError, SyntaxError):
 
 class HybridTypeError(HybridError, TypeError):
     """A construct used with the wrong kind of value (a tensor indexed with too few indices, ...)."""
+
+
+class HybridOverflowError(HybridError, OverflowError):
+    """A Python int constant that does not fit the integer dtype numpy would convert it to (``x[i] + 300``
+    for an int8 ``x``): numpy raises OverflowError when the line runs; the compiled target refuses the
+    kernel for those dtypes when it is generated."""

@@ -10,6 +10,11 @@ variable ``OPBUILDER_HYBRID_TARGET`` overrides the default. Debug builds
 (``debug=True`` or ``OPBUILDER_HYBRID_DEBUG=1``) check every index against
 its extent (an out-of-range index is a RuntimeError naming the DSL line) and
 fill float outputs with NaN first, so reading an element never written shows.
+
+Where numpy or Python would raise (a negative integer power, int() of NaN, an
+element assignment out of an integer dtype's range, ``int8 + 300``), the
+compiled kernel stops and returns the status of that check; ``raised`` turns
+it into the same exception (ValueError, OverflowError) naming the DSL line.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..ops.aot_library import AotKernel
-from .cxx import generate, tensor_types
+from .cxx import RAISE_BASE, generate, generate_kernel, tensor_types
 from .pytarget import run_python
 from .shapes import declared_specs
 from .inline import Expanded, expand
@@ -125,6 +130,7 @@ class HybridKernel:
         self._expanded: Optional[Expanded] = None
         self._watch: Optional[_Watch] = None
         self._built: Dict[Tuple[Signature, bool], AotKernel] = {}
+        self._raises: Dict[str, Tuple[Tuple[type, str], ...]] = {}  # per built symbol: its check sites
         self._lock = threading.RLock()  # check() re-expands inside compiled()'s lock
 
     def __repr__(self) -> str:
@@ -216,10 +222,22 @@ class HybridKernel:
                 if k is None:
                     from .library import build_kernel
                     symbol = self.symbol(sig)
-                    text = generate(self.parsed, self.check(), symbol, sig, self.debug)
-                    k = build_kernel(symbol, text)
+                    gen = generate_kernel(self.parsed, self.check(), symbol, sig, self.debug)
+                    k = build_kernel(symbol, gen.text)
+                    self._raises[symbol] = gen.raises
                     self._built[key] = k
         return k
+
+    def raised(self, symbol: str, status: int) -> Optional[Exception]:
+        """The exception a compiled kernel's non-zero ``status`` stands for: where numpy or Python would raise
+        (ValueError, OverflowError), the kernel stopped at that check and returned its status. None for
+        another status (a debug index check, a failed output size check)."""
+        sites = self._raises.get(symbol, ())
+        k = status - RAISE_BASE
+        if not 0 <= k < len(sites):
+            return None
+        exc, message = sites[k]
+        return exc(message)
 
 
 def build_together(specs: Sequence[Tuple[HybridKernel, Signature]], cflags: Sequence[str] = (),
@@ -230,13 +248,16 @@ def build_together(specs: Sequence[Tuple[HybridKernel, Signature]], cflags: Sequ
     ``cflags``/``ldflags`` are added to the usual flags (e.g. ``-fsanitize=address,undefined``).
     """
     from .library import build_kernels
-    items = []
+    items, raises = [], []
     for k, sig in specs:
         symbol = k.symbol(sig)
-        items.append((symbol, generate(k.parsed, k.check(), symbol, sig, k.debug)))
+        gen = generate_kernel(k.parsed, k.check(), symbol, sig, k.debug)
+        items.append((symbol, gen.text))
+        raises.append(gen.raises)
     built = build_kernels(items, cflags, ldflags)
-    for (k, sig), aot in zip(specs, built):
+    for (k, sig), aot, sites in zip(specs, built, raises):
         with k._lock:
+            k._raises[aot.symbol] = sites
             k._built[(sig, k.debug)] = aot
     return built
 

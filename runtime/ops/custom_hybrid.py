@@ -96,5 +96,8 @@ def call_hybrid(op: "Custom", arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec,
     res = op._run(k.fn, op._extra.address, arrays, specs, ())
     if type(res) is int:
         err = op._extra.take_error()
+        exc = hk.raised(k.symbol, res)  # numpy's ValueError/OverflowError, where the kernel stopped at its check
+        if exc is not None:
+            raise exc
         raise RuntimeError(f"hybrid kernel '{op.name}' failed" + (f": {err}" if err else f" (status {res})"))
     return list(res)
