@@ -9,6 +9,8 @@ Rows, all measured in this one run:
 - matmul 256x256x256 float32 written as loops: i-j-k with a scalar accumulator (a dot product per element:
   the inner loop is a reduction, which gcc does not vectorize without -ffast-math), and i-k-j with the
   inner loop over j under ``vectorize`` (contiguous rows of b and c: SIMD), vs numpy's BLAS ``a @ b``.
+- a loop with a run-time check: ``y[i] = x[i] * i`` on 4M int32 (numpy raises OverflowError once the Python
+  int ``i`` is out of int32's range, so each iteration checks it) vs numpy ``x * arange``: what a check costs.
 - warm call overhead: ops.Custom of a kernel that reads module constants, on 8 float32 elements (what a call
   costs besides its loop: specs, the constants' freshness check, the aot call).
 - cold build of a small kernel (goal: at most 1.5 s) and a new process with the cache warm: its first call's
@@ -79,6 +81,14 @@ def small(x, y):
     return z
 
 
+@kernel
+def times_index(x):
+    y = output_tensor(x.shape, x.dtype)
+    for i in vectorize(x.shape[0]):
+        y[i] = x[i] * i
+    return y
+
+
 SCALE = 2.0  # module constants: each call checks they still have the values the kernel was built with
 OFFSET = 1
 
@@ -111,6 +121,17 @@ def square_rows() -> None:
           f"ratio {r['hybrid'] / r['numpy']:.2f}x (goal <= 1.3x)")
     print(f"                     python target {py:7.2f} s (scaled from 20k elements): hybrid is "
           f"{py / r['hybrid']:,.0f}x faster (goal >= 100x)")
+
+
+def checked_rows() -> None:
+    x = np.random.default_rng(2).integers(-100, 100, 4 << 20).astype(np.int32)
+    idx = np.arange(x.size, dtype=np.int32)
+    op = ops.Custom(times_index)
+    t = Tensor(x)
+    np.testing.assert_array_equal(op(t).asnumpy(), x * idx)
+    r = best_of({"hybrid": lambda: op(t), "numpy": lambda: x * idx}, number=20, rounds=7)
+    print(f"x[i] * i, 4M int32, i checked against int32's range:  hybrid {r['hybrid'] * 1e3:7.2f} ms   "
+          f"numpy x*arange {r['numpy'] * 1e3:7.2f} ms   ratio {r['hybrid'] / r['numpy']:.2f}x")
 
 
 def matmul_rows() -> None:
@@ -165,5 +186,6 @@ if __name__ == "__main__":
     if "--calls" in sys.argv:  # the call-overhead row alone
         sys.exit(0)
     square_rows()
+    checked_rows()
     matmul_rows()
     build_rows()
