@@ -33,7 +33,7 @@ from .importer import import_extension, loader_error
 from .launcher import launcher_is_sccache, launcher_requested
 from .published import verified_library
 from .relocate import portable, prefix_map_flags, project_root
-from .spec import CUDA_SUFFIXES, BuildSpec, make_spec
+from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, make_spec
 from .store import prebuilt_stores
 from .toolchain import Compiler, ext_suffix, find_compiler, find_nvcc, native_cpu, python_info, wants_native_cpu
 from .trust import check_dir, read_file, stamp_of, trusted_root
@@ -69,15 +69,17 @@ def _object_name(source: Path) -> str:
 
 def _key_flags(flags: Sequence[str], places: Dict[str, str], project: Path) -> List[str]:
     """``flags`` as keys see them: the toolchain's include directories by what they are (their contents
-    are keyed by version and digest), the project's by their paths in it (relocate.py)."""
+    are keyed by version and digest), paths in the project (``-I``, ``-isystem``, ``-L`` ..., joined or
+    separate) by their paths in it (relocate.py)."""
     out = []
-    for f in flags:
+    for i, f in enumerate(flags):
         if f in places:
             out.append(places[f])
-        elif f.startswith("-I"):
-            out.append("-I" + portable(f[2:], project))
+        elif i > 0 and flags[i - 1] in PATH_FLAGS:
+            out.append(portable(f, project))
         else:
-            out.append(f)
+            flag = next((p for p in PATH_FLAGS if f.startswith(p) and len(f) > len(p)), None)
+            out.append(f if flag is None else flag + portable(f[len(flag):], project))
     return out
 
 
@@ -158,7 +160,7 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     # time), like the job count, not another program; with and without it (OPBUILDER_LTO, a launcher)
     # the same sources share one cache entry and one store entry
     identity += ["cxx_flags", *_key_flags((*pch_flags, *includes), places, project),
-                 "cuda_flags", *_key_flags(cuda_flags, places, project), "link", *link]
+                 "cuda_flags", *_key_flags(cuda_flags, places, project), "link", *_key_flags(link, {}, project)]
     # not in the key: where the project lives is written as "." in the binary (relocate.py), and the
     # toolchain's include directories by what they are (pybind11's and Python's headers assert(), so
     # __FILE__ would name the virtual environment); these come after the project's, so they win for a

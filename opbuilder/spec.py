@@ -2,19 +2,23 @@
 from __future__ import annotations
 
 import keyword
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Tuple, Union
 
 from .relocate import clean_path
 
-__all__ = ["BuildSpec", "make_spec", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME"]
+__all__ = ["BuildSpec", "make_spec", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME", "PATH_FLAGS"]
 
 BACKENDS = ("CPU", "GPU")
 CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C")
 CUDA_SUFFIXES = (".cu",)
 MAX_NAME = 100  # characters in an operator name: with suffixes and temporary-file parts, well under 255
 PathLike = Union[str, Path]
+# flags whose argument is a path (``-Idir`` or ``-I dir``): relative ones are made absolute at once
+PATH_FLAGS = ("-I", "-iquote", "-isystem", "-idirafter", "-include", "-imacros", "-L")
+_STATIC = (".a", ".o", ".so")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,40 @@ def _as_list(value: Optional[Union[str, Iterable[str]]], what: str) -> Tuple[str
         if not isinstance(v, str):
             raise TypeError(f"{what} must be strings, got {type(v).__name__}: {v!r}")
     return out
+
+
+def _absolute(path: str) -> str:
+    return path if os.path.isabs(path) or path.startswith("~") else clean_path(os.path.abspath(path))
+
+
+def _flag_path(flag: str, path: str) -> str:
+    # -include x.h is looked up in the working directory, then along the include path: absolute only if
+    # it names a file here (else the compiler's search finds it, as before)
+    if flag in ("-include", "-imacros") and not os.path.isfile(path):
+        return path
+    return _absolute(path)
+
+
+def _absolute_paths(flags: Tuple[str, ...], link: bool = False) -> Tuple[str, ...]:
+    """``flags`` with the relative paths of ``PATH_FLAGS`` (and, in link flags, of libraries and objects
+    named by a relative path that exists) made absolute against the current directory, as sources and
+    include paths are: the compiler runs in the cache's build directory, where they would mean nothing."""
+    out = []
+    i = 0
+    while i < len(flags):
+        f = flags[i]
+        if f in PATH_FLAGS and i + 1 < len(flags):
+            out += [f, _flag_path(f, flags[i + 1])]
+            i += 2
+            continue
+        flag = next((p for p in PATH_FLAGS if f.startswith(p) and len(f) > len(p)), None)
+        if flag is not None:
+            f = flag + _flag_path(flag, f[len(flag):])
+        elif link and not f.startswith("-") and (f.endswith(_STATIC) or ".so." in f) and os.path.isfile(f):
+            f = _absolute(f)
+        out.append(f)
+        i += 1
+    return tuple(out)
 
 
 def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str, kind: str,
@@ -90,5 +128,6 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
             raise FileNotFoundError(f"include path of operator '{name}' is not a directory: {inc}")
         incs.append(p)
     return BuildSpec(name=name, sources=tuple(srcs), backend=backend, kind=kind, include_paths=tuple(incs),
-                     cflags=_as_list(cflags, "cflags"), cuda_cflags=_as_list(cuda_cflags, "cuda_cflags"),
-                     ldflags=_as_list(ldflags, "ldflags"), debug=bool(debug), verbose=bool(verbose), root=root)
+                     cflags=_absolute_paths(_as_list(cflags, "cflags")),
+                     cuda_cflags=_absolute_paths(_as_list(cuda_cflags, "cuda_cflags")),
+                     ldflags=_absolute_paths(_as_list(ldflags, "ldflags"), link=True), debug=bool(debug), verbose=bool(verbose), root=root)

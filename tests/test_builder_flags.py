@@ -128,3 +128,27 @@ def test_march_native_builds_are_keyed_by_the_cpu(tmp_path, tiny, monkeypatch):
     machine("fpu sse2 avx2 avx512f")  # another CPU
     assert native.build() != first
     assert plain.build() == first_plain  # without -march=native the CPU is not in the key
+
+
+def test_relative_paths_in_flags_are_relative_to_the_current_directory(tmp_path, monkeypatch):
+    """As sources and include_paths are: the compiler runs in the cache's build directory, so a relative
+    -I in cflags used to name a directory there (the header was 'not found')."""
+    import subprocess
+
+    from builder_util import tiny_module
+
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "cfg.h").write_text("#define CFG 20\n")
+    (tmp_path / "pre.h").write_text("#define PRE 1\n")
+    (tmp_path / "helper.cpp").write_text("int helper() { return 3; }\n")
+    subprocess.run(["c++", "-fPIC", "-c", str(tmp_path / "helper.cpp"), "-o", str(tmp_path / "helper.o")], check=True)
+    tiny_module(tmp_path / "rel_op.cpp", "CFG + PRE + helper()", includes="#include <cfg.h>",
+                decls="int helper();")
+    monkeypatch.chdir(tmp_path)
+    op = CustomOpBuilder("flags_relative", ["rel_op.cpp"], cflags=["-Iinc", "-include", "pre.h"],
+                         ldflags=["helper.o"], build_dir=tmp_path / "cache").load()
+    assert op.value() == 24
+    # a -include name that is not a file here is still looked up along the include path
+    inc_only = CustomOpBuilder("flags_relative", ["rel_op.cpp"], cflags=["-I", "inc", "-include", "cfg.h"],
+                               ldflags=["helper.o"], build_dir=tmp_path / "cache")
+    assert inc_only.spec.cflags == ("-I", str(tmp_path / "inc"), "-include", "cfg.h")
