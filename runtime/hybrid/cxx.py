@@ -218,14 +218,17 @@ class _Gen:
         if isinstance(node, ast.UnaryOp):
             return self.unary(node)
         if isinstance(node, ast.BoolOp):
+            parts = []
             for v in node.values:
-                tv = self.expr(v)[1]
+                code, tv = self.expr(v)
                 if tv.dtype != "bool":
+                    what = f"a Python {'int' if tv.kind == 'i' else 'float'}" if tv.weak else tv.dtype
                     raise self.err(node, f"'{self.text(node)}': 'and'/'or' of a non-bool value ({self.text(v)}, "
-                                         f"{'a Python ' + tv.kind.replace('i', 'int').replace('f', 'float') if tv.weak else tv.dtype}) "
-                                         f"gives one of the values in Python, not a bool; compare it "
+                                         f"{what}) gives one of the values in Python, not a bool; compare it "
                                          f"({self.text(v)} != 0) or convert it (bool_(...))")
-            return self.truth(node), VType("bool")
+                parts.append(code)
+            op = " && " if isinstance(node.op, ast.And) else " || "
+            return "(" + op.join(parts) + ")", VType("bool")
         if isinstance(node, ast.Compare):
             return self.compare(node)
         if isinstance(node, ast.IfExp):
