@@ -267,9 +267,13 @@ def _search_paths(spec: BuildSpec, plan: _Plan, build_dir: Path):
     from .toolchain import system_include_dirs
 
     untracked = (*plan.toolchain_dirs, *system_include_dirs(plan.cxx, spec.root))
-    where = (str(build_dir), str(plan.project), untracked)
-    return {"cxx": search_path((*plan.flags, *plan.includes), (*spec.cflags, *plan.includes), *where),
-            "cuda": search_path(plan.cuda_flags, (*spec.cuda_cflags, *plan.includes), *where)}
+    where = (str(build_dir), str(plan.project))
+    out = {"cxx": search_path((*plan.flags, *plan.includes), (*spec.cflags, *plan.includes), *where, untracked)}
+    if plan.nvcc is not None:  # the CUDA toolkit's headers are keyed by nvcc's identity (its release)
+        toolkit = os.path.dirname(os.path.dirname(os.path.realpath(plan.nvcc.path)))
+        cuda = (os.path.join(toolkit, "include"), os.path.join(toolkit, "targets"))
+        out["cuda"] = search_path(plan.cuda_flags, (*spec.cuda_cflags, *plan.includes), *where, untracked + cuda)
+    return out
 
 
 def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -> Optional[Tuple[str, Path]]:
