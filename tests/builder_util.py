@@ -157,3 +157,33 @@ def cuda_toolkit_problem() -> Optional[str]:
         return (f"libcudart.so is not where the builder looks for it beside {nvcc.path} ({lib}); "
                 f"set CUDA_HOME to the CUDA toolkit")
     return None
+
+
+def _runtime_file(name: str) -> str:
+    """The compiler's copy of a runtime library, or "" if it has none."""
+    import subprocess
+    try:
+        out = subprocess.run([os.environ.get("CXX", "c++"), f"-print-file-name={name}"], capture_output=True,
+                             text=True).stdout.strip()
+    except OSError:
+        return ""
+    return out if os.path.isabs(out) and os.path.exists(out) else ""
+
+
+def require_asan() -> None:
+    """Skip the calling test where the compiler has no AddressSanitizer runtime."""
+    import pytest
+    if not _runtime_file("libasan.so"):
+        pytest.skip("the compiler's AddressSanitizer runtime (libasan.so) is not installed")
+
+
+def run_sanitized_child(args: List[str], ok_marker: str, cwd: Optional[Path] = None) -> None:
+    """Run ``python args...`` with ASan and UBSan preloaded (libstdc++ too: ASan must find __cxa_throw when
+    it starts, and python does not link it); assert it printed ``ok_marker`` last and no sanitizer report."""
+    import subprocess
+    require_asan()
+    env = dict(os.environ, LD_PRELOAD=f"{_runtime_file('libasan.so')} {_runtime_file('libstdc++.so.6')}",
+               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1", UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    res = subprocess.run([PYTHON, *args], env=env, capture_output=True, text=True, timeout=600, cwd=cwd)
+    assert res.returncode == 0 and res.stdout.strip().endswith(ok_marker), res.stdout + res.stderr[-8000:]
+    assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr, res.stderr[-8000:]

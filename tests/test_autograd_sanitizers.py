@@ -8,8 +8,6 @@ GIL-releasing kernel from several threads. Any ASan report or undefined
 behaviour ends the process with an error.
 """
 import gc
-import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -21,31 +19,13 @@ CPP = Path(__file__).resolve().parent / "cpp"
 FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
 
 
-def _runtime_file(name: str) -> str:
-    """The compiler's copy of a runtime library, or "" if it has none."""
-    try:
-        out = subprocess.run([os.environ.get("CXX", "c++"), f"-print-file-name={name}"], capture_output=True,
-                             text=True).stdout.strip()
-    except OSError:
-        return ""
-    return out if os.path.isabs(out) and os.path.exists(out) else ""
-
-
 def _run_sanitized(name: str, source: str, *mode: str) -> None:
     """Build `source` with ASan and UBSan and run this file's exercise on it in a child process."""
-    libasan = _runtime_file("libasan.so")
-    if not libasan:
-        pytest.skip("the compiler's AddressSanitizer runtime (libasan.so) is not installed")
+    from builder_util import require_asan, run_sanitized_child
+    require_asan()
     from opbuilder import CustomOpBuilder
     lib = CustomOpBuilder(name, [str(CPP / source)], cflags=FLAGS, ldflags=["-fsanitize=address,undefined"]).build()
-    # libstdc++ preloaded too: ASan must find __cxa_throw when it starts (python does not link it)
-    preload = f"{libasan} {_runtime_file('libstdc++.so.6')}"
-    env = dict(os.environ, LD_PRELOAD=preload, ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    res = subprocess.run([sys.executable, __file__, str(lib), *mode], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert res.returncode == 0 and res.stdout.strip().endswith("exercise: OK"), res.stdout + res.stderr[-8000:]
-    assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr, res.stderr[-8000:]
+    run_sanitized_child([__file__, str(lib), *mode], "exercise: OK")
 
 
 def test_autograd_ops_are_clean_under_asan_and_ubsan(cache_dir):

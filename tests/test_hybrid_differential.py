@@ -19,9 +19,7 @@ process: no case may be undefined behaviour in the generated C++.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -507,27 +505,11 @@ SANITIZE = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-r
             "-fno-omit-frame-pointer"]
 
 
-def _runtime_file(name: str) -> str:
-    """The compiler's copy of a runtime library, or "" if it has none."""
-    try:
-        out = subprocess.run([os.environ.get("CXX", "c++"), f"-print-file-name={name}"], capture_output=True,
-                             text=True).stdout.strip()
-    except OSError:
-        return ""
-    return out if os.path.isabs(out) and os.path.exists(out) else ""
-
-
 def test_no_case_is_undefined_behaviour_under_asan_and_ubsan(diff_kernels):
-    libasan = _runtime_file("libasan.so")
-    if not libasan:
-        pytest.skip("the compiler's AddressSanitizer runtime (libasan.so) is not installed")
+    from builder_util import require_asan, run_sanitized_child
+    require_asan()
     mod, _ = diff_kernels
-    env = dict(os.environ, LD_PRELOAD=f"{libasan} {_runtime_file('libstdc++.so.6')}",
-               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1", UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    res = subprocess.run([sys.executable, __file__, mod.__file__], env=env, capture_output=True, text=True,
-                         timeout=600, cwd=Path(__file__).resolve().parents[1])
-    assert res.returncode == 0 and res.stdout.strip().endswith("sanitized: OK"), res.stdout + res.stderr[-8000:]
-    assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr, res.stderr[-8000:]
+    run_sanitized_child([__file__, mod.__file__], "sanitized: OK", cwd=Path(__file__).resolve().parents[1])
 
 
 if __name__ == "__main__":  # the sanitized child: build every case with the sanitizers, run both sizes
