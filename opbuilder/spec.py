@@ -59,8 +59,10 @@ def _absolute(path: str) -> str:
 
 def _flag_path(flag: str, path: str) -> str:
     # -include x.h is looked up in the working directory, then along the include path: absolute only if
-    # it names a file here (else the compiler's search finds it, as before)
-    if flag in ("-include", "-imacros") and not os.path.isfile(path):
+    # it names a file here (else the compiler's search finds it, as before). Not relative to the current
+    # directory, so left as written: -I- (no directory) and sysroot-relative paths (=dir, $SYSROOT/dir)
+    if path == "-" or path.startswith(("=", "$SYSROOT")) or \
+            (flag in ("-include", "-imacros") and not os.path.isfile(path)):
         return path
     return _absolute(path)
 

@@ -152,3 +152,16 @@ def test_relative_paths_in_flags_are_relative_to_the_current_directory(tmp_path,
     inc_only = CustomOpBuilder("flags_relative", ["rel_op.cpp"], cflags=["-I", "inc", "-include", "cfg.h"],
                                ldflags=["helper.o"], build_dir=tmp_path / "cache")
     assert inc_only.spec.cflags == ("-I", str(tmp_path / "inc"), "-include", "cfg.h")
+
+
+def test_flags_whose_path_is_not_relative_to_the_current_directory_are_left_as_written(tmp_path, tiny, monkeypatch):
+    """-I- (gcc's split of the quote and bracket search) names no directory, and -I=dir, -isystem =dir and
+    $SYSROOT/dir are relative to the sysroot: made absolute against the current directory, they named
+    directories that do not exist ('-I-' became '-I<cwd>/-', and the split was lost)."""
+    monkeypatch.chdir(tmp_path)
+    flags = ["-I-", "-I=usr/inc", "-isystem", "=usr/sys", "-idirafter$SYSROOT/after", "-iquote", "$SYSROOT/q",
+             "-Ilocal"]
+    spec = CustomOpBuilder("flags_sysroot", [tiny], cflags=flags, ldflags=["-L=usr/lib"],
+                           build_dir=tmp_path / "cache").spec
+    assert spec.cflags == (*flags[:-1], f"-I{tmp_path / 'local'}")
+    assert spec.ldflags == ("-L=usr/lib",)
