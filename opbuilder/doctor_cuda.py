@@ -7,11 +7,11 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from .doctor import Check
 
-__all__ = ["cuda_checks", "cuda_mismatches", "driver_cuda_major"]
+__all__ = ["cuda_checks", "cuda_mismatches", "driver_cuda_major", "cupy_library_problems"]
 
 _TINY_CU = "#include <cuda_runtime.h>\n__global__ void opbuilder_probe(float *x) { x[0] = 1; }\n"
 _TOO_NEW = re.compile(r"unsupported (GNU|clang|Microsoft Visual Studio) version!?[^\n]*")
@@ -127,7 +127,7 @@ def _cupy() -> Tuple[Check, Optional[int]]:
                      "reinstall the cupy-cudaXXx wheel matching your driver's CUDA major"), None
     major = runtime // 1000
     what = f"{cupy.__version__} (CUDA runtime {major}.{runtime % 1000 // 10})"
-    missing = _cupy_libraries(cupy)
+    missing = cupy_library_problems(cupy)
     if missing:
         return Check("CuPy", "error", f"{what} cannot load the CUDA libraries its kernels need: {'; '.join(missing)}",
                      f"pip install 'cupy-cuda{major}x[ctk]' (the wheel brings neither), or install the CUDA "
@@ -135,13 +135,14 @@ def _cupy() -> Tuple[Check, Optional[int]]:
     return Check("CuPy", "ok", what), major
 
 
-def _cupy_libraries(cupy) -> List[str]:
-    """The CUDA libraries CuPy cannot load ("NVRTC: ..."): NVRTC compiles every kernel, cuBLAS does matmul."""
+def cupy_library_problems(cupy: Any) -> List[str]:
+    """The CUDA libraries CuPy cannot load ("NVRTC: ..."): NVRTC compiles every kernel, cuBLAS does matmul.
+    Needs no device: only the libraries are loaded (doctor, and runtime.cuda's probe)."""
     missing = []
     for name, load in (("NVRTC", lambda: cupy.cuda.nvrtc.getVersion()), ("cuBLAS", lambda: cupy.cuda.cublas)):
         try:
             load()
-        except AttributeError:  # a CuPy without this entry point: nothing is known
+        except AttributeError:  # a CuPy without this entry point: nothing is known, nothing claimed
             continue
         except Exception as e:  # ImportError, or cuda.pathfinder's DynamicLibNotFoundError
             missing.append(f"{name}: {str(e).splitlines()[0].split(': ')[0][:120]}")

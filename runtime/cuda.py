@@ -70,14 +70,9 @@ def _library_problem(cupy: Any) -> Optional[str]:
     The cupy-cudaXXx wheels bring neither: they come from a CUDA toolkit or the ``[ctk]`` extra.
     Needs no device: only the libraries are loaded.
     """
-    missing = []
-    for name, load in (("NVRTC", lambda: cupy.cuda.nvrtc.getVersion()), ("cuBLAS", lambda: cupy.cuda.cublas)):
-        try:
-            load()
-        except AttributeError:  # a CuPy without this entry point: nothing is known, nothing claimed
-            continue
-        except Exception as e:  # CuPy raises ImportError or cuda.pathfinder's DynamicLibNotFoundError
-            missing.append(f"{name}: {str(e).splitlines()[0].split(': ')[0][:120]}")
+    from opbuilder.doctor_cuda import cupy_library_problems  # doctor's check of the same libraries
+
+    missing = cupy_library_problems(cupy)
     if not missing:
         return None
     major = int(cupy.cuda.runtime.runtimeGetVersion()) // 1000
