@@ -33,7 +33,7 @@ from .importer import import_extension, loader_error
 from .launcher import launcher_is_sccache, launcher_requested
 from .published import verified_library
 from .relocate import portable, prefix_map_flags, project_root
-from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, make_spec
+from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
 from .store import prebuilt_stores
 from .toolchain import Compiler, ext_suffix, find_compiler, find_nvcc, native_cpu, python_info, wants_native_cpu
 from .trust import check_dir, read_file, stamp_of, trusted_root
@@ -78,7 +78,7 @@ def _key_flags(flags: Sequence[str], places: Dict[str, str], project: Path) -> L
         elif i > 0 and flags[i - 1] in PATH_FLAGS:
             out.append(portable(f, project))
         else:
-            flag = next((p for p in PATH_FLAGS if f.startswith(p) and len(f) > len(p)), None)
+            flag = joined_path_flag(f)
             out.append(f if flag is None else flag + portable(f[len(flag):], project))
     return out
 

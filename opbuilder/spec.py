@@ -9,7 +9,8 @@ from typing import Iterable, Optional, Sequence, Tuple, Union
 
 from .relocate import clean_path
 
-__all__ = ["BuildSpec", "make_spec", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME", "PATH_FLAGS"]
+__all__ = ["BuildSpec", "make_spec", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME", "PATH_FLAGS",
+           "joined_path_flag"]
 
 BACKENDS = ("CPU", "GPU")
 CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C")
@@ -18,7 +19,7 @@ MAX_NAME = 100  # characters in an operator name: with suffixes and temporary-fi
 PathLike = Union[str, Path]
 # flags whose argument is a path (``-Idir`` or ``-I dir``): relative ones are made absolute at once
 PATH_FLAGS = ("-I", "-iquote", "-isystem", "-idirafter", "-include", "-imacros", "-L")
-_STATIC = (".a", ".o", ".so")
+_LINKED = (".a", ".o", ".so")  # libraries and objects named in ldflags
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ def _as_list(value: Optional[Union[str, Iterable[str]]], what: str) -> Tuple[str
     return out
 
 
+def joined_path_flag(flag: str) -> Optional[str]:
+    """The ``PATH_FLAGS`` entry that ``flag`` begins with, its path joined to it (``-Idir``), or None."""
+    return next((p for p in PATH_FLAGS if flag.startswith(p) and len(flag) > len(p)), None)
+
+
 def _absolute(path: str) -> str:
     return path if os.path.isabs(path) or path.startswith("~") else clean_path(os.path.abspath(path))
 
@@ -79,10 +85,10 @@ def _absolute_paths(flags: Tuple[str, ...], link: bool = False) -> Tuple[str, ..
             out += [f, _flag_path(f, flags[i + 1])]
             i += 2
             continue
-        flag = next((p for p in PATH_FLAGS if f.startswith(p) and len(f) > len(p)), None)
+        flag = joined_path_flag(f)
         if flag is not None:
             f = flag + _flag_path(flag, f[len(flag):])
-        elif link and not f.startswith("-") and (f.endswith(_STATIC) or ".so." in f) and os.path.isfile(f):
+        elif link and not f.startswith("-") and (f.endswith(_LINKED) or ".so." in f) and os.path.isfile(f):
             f = _absolute(f)
         out.append(f)
         i += 1
