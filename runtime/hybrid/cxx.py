@@ -140,16 +140,22 @@ class _Gen:
         """``code`` (the value of ``src``, of type ``t``) as an operand of ``dtype`` in numpy's operation
         ``node``: a Python int out of an integer dtype's range is numpy's OverflowError."""
         if t.weak and t.kind == "i" and dtype in _NARROW:
-            v = self.static_int(src)
-            if v is not None:
-                if not _fits(v, dtype):
-                    raise self.p.error(node, f"{self.text(node)}: Python integer {v} out of bounds for {dtype} "
-                                             f"(numpy raises OverflowError here)", HybridOverflowError)
-                return self.conv(code, t, dtype)
-            s = self.site(node, (OverflowError, f"a Python integer (here {self.text(src)}) out of bounds for "
-                                                f"{dtype}"))
-            return f"ob::fit<{CTYPES[dtype]}>({code}, {s})"
+            return self.fitted(code, t, dtype, node, src, f"a Python integer (here {self.text(src)}) out of "
+                                                          f"bounds for {dtype}")
         return self.conv(code, t, dtype)
+
+    def fitted(self, code: str, t: VType, dtype: str, node: ast.AST, src: ast.expr, message: str) -> str:
+        """``code`` (an integer of type ``t``, the value of ``src``) as the integer ``dtype``, where numpy raises
+        OverflowError for a value out of its range: a Python int known now (a literal, a module constant) is
+        checked now (HybridOverflowError), anything else when the kernel runs (OverflowError: ``message``)."""
+        v = self.static_int(src) if t.weak else None
+        if v is not None:
+            if not _fits(v, dtype):
+                raise self.p.error(node, f"{self.text(node)}: Python integer {v} out of bounds for {dtype} "
+                                         f"(numpy raises OverflowError here)", HybridOverflowError)
+            return self.conv(code, t, dtype)
+        s = self.site(node, (OverflowError, message))
+        return f"ob::fit<{CTYPES[dtype]}>({code}, {s})"
 
     def float_to_int(self, code: str, dtype: str, node: ast.AST, out_of_range: str) -> str:
         """A float as ``dtype`` the way Python's int() and numpy's assignment do it: NaN is a ValueError, an
@@ -171,16 +177,9 @@ class _Gen:
         src_info, info = np.iinfo(t.dtype), np.iinfo(dtype)
         if not t.weak and info.min <= src_info.min and src_info.max <= info.max:
             return self.conv(code, t, dtype)
-        v = self.static_int(src) if t.weak else None
-        if v is not None:
-            if not _fits(v, dtype):
-                raise self.p.error(node, f"{self.text(node)}: Python integer {v} out of bounds for {dtype} "
-                                         f"(numpy raises OverflowError here)", HybridOverflowError)
-            return self.conv(code, t, dtype)
-        if t.weak and dtype == "int64":
+        if t.weak and dtype == "int64" and self.static_int(src) is None:
             return code
-        s = self.site(node, (OverflowError, f"the value is out of bounds for {dtype}"))
-        return f"ob::fit<{CTYPES[dtype]}>({code}, {s})"
+        return self.fitted(code, t, dtype, node, src, f"the value is out of bounds for {dtype}")
 
     # ---- types and conversions -------------------------------------------
     def conv(self, code: str, t: VType, dtype: str, node: Optional[ast.AST] = None) -> str:
