@@ -96,12 +96,10 @@ def current_digests(headers: Sequence[str], root: Path) -> Optional[Dict[str, st
     created since gives a digest, so another key); ``None`` if one cannot be read (built again)."""
     out = {}
     for h in headers:
-        try:
-            out[h] = file_digest(Path(resolve(h, root)))
-        except _MISSING:
-            out[h] = ABSENT
-        except OSError:
+        state = file_state(Path(resolve(h, root)))
+        if state is None:
             return None
+        out[h] = state
     return out
 
 
