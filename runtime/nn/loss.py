@@ -200,7 +200,6 @@ class CrossEntropyLoss(LossBase):
         terms = _m.mul(logp, smooth) if w is None else _m.mul(_m.mul(logp, smooth), w)
         per = _m.neg(_m.sum(terms, 1))
         if self.reduction == "mean":
-            xp = _device.array_module(x._data)
             wl = xp.ones(c) if self.weight is None else xp.asarray(self.weight)
             return _m.div(_m.sum(per), max(float(np.sum(wl[lab[valid]])), 1e-38))
         return _m.sum(per) if self.reduction == "sum" else per
