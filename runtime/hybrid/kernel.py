@@ -94,7 +94,9 @@ _ENV_KEYS = {name: os.fsencode(name) for name in (TARGET_ENV, DEBUG_ENV)}
 
 def _env(name: str) -> str:
     """``os.environ.get(name, "")``, read on every call (a setting changed at run time applies to the next
-    call) without os.environ's per-lookup key encoding: both are read by each warm call."""
+    call) from os.environ's private ``_data`` (where it has one): ``os.environ.get`` encodes the key, and for
+    an unset name raises and catches a KeyError inside, about 0.6 us against 0.1 us; both names are read by
+    each warm call, which took 8.3 us against 6.9 us with ``_data`` (benchmarks/hybrid.py --calls)."""
     data = getattr(os.environ, "_data", None)
     if os.name == "posix" and isinstance(data, dict):
         v = data.get(_ENV_KEYS[name])
