@@ -65,6 +65,9 @@ def test_argmax_and_max_with_indices():
     x = Tensor(np.array([[1.0, 5.0, 2.0], [7.0, 0.0, 7.0]]))
     assert ops.argmax(x, 1).tolist() == [1, 0]
     assert ops.argmin(x).tolist() == 4
+    # MindSpore's keywords: ops.argmax(input, dim=None, keepdim=False)
+    assert ops.argmax(input=x, dim=0, keepdim=True).tolist() == [[1, 0, 1]]
+    assert ops.argmin(input=x, dim=1).tolist() == [0, 1]
     v, i = ops.max(x, 1)
     assert v.tolist() == [5.0, 7.0] and i.tolist() == [1, 0]
     v, i = ops.min(x, axis=None)

@@ -123,14 +123,14 @@ def _arg(pick: Callable[..., np.ndarray], x: Any, dim: Any, keepdim: bool, what:
     return _const(pick(x._data, axis=axis, keepdims=keep).astype(np.int64))
 
 
-def argmax(x: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+def argmax(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A002 (MindSpore's name)
     """Index of the largest element (of the flattened tensor when ``dim`` is None); int64, not differentiable."""
-    return _arg(np.argmax, x, dim, keepdim, "argmax")
+    return _arg(np.argmax, input, dim, keepdim, "argmax")
 
 
-def argmin(x: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+def argmin(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A002 (MindSpore's name)
     """Index of the smallest element (of the flattened tensor when ``dim`` is None); int64, not differentiable."""
-    return _arg(np.argmin, x, dim, keepdim, "argmin")
+    return _arg(np.argmin, input, dim, keepdim, "argmin")
 
 
 # ---- elementwise maximum / minimum --------------------------------------------
