@@ -15,6 +15,8 @@ import pytest
 from runtime import Tensor, ops
 from runtime.hybrid import HybridOverflowError, HybridTypeError, build_together, kernel
 
+from thread_util import in_the_gap, run_in_threads, stopped_after_its_kernel_call
+
 HERE = __file__
 SHIFT = 3
 
@@ -194,6 +196,30 @@ def test_concurrent_calls_of_one_op_each_get_their_own_outcome(built):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def gather_pow(x, idx):
+    y = output_tensor(idx.shape, x.dtype)
+    for i in range(idx.shape[0]):
+        y[i] = x[idx[i]] ** idx[i]  # <-
+    return y
+
+
+def test_calls_failing_at_once_each_raise_their_own_error():
+    """A debug build's index error is text the call leaves beside its status; a call of the same op failing in
+    another thread (here at a check, whose exception needs no text) must neither take it nor be given it."""
+    op = ops.Custom(kernel(gather_pow, debug=True))
+    x = Tensor(np.array([1, 2, 3], np.int64))
+    stopped, resume = threading.Event(), threading.Event()
+    first, second = run_in_threads([
+        lambda: stopped_after_its_kernel_call(lambda: op(x, Tensor(np.array([5], np.int64))), stopped, resume),
+        lambda: in_the_gap(lambda: op(x, Tensor(np.array([-1], np.int64))), stopped, resume)])
+    line = _line(gather_pow)
+    assert isinstance(first, RuntimeError), first
+    assert str(first) == (f"hybrid kernel 'gather_pow' failed: {HERE}:{line}: x[idx[i]]: index 5 is out of range "
+                          f"for a dimension of size 3")
+    assert type(second) is ValueError and str(second).startswith(f"{HERE}:{line}: "), second
+    assert "Integers to negative integer powers are not allowed" in str(second)
 
 
 def test_a_module_constant_rebound_out_of_range_is_refused_at_the_next_call(built):

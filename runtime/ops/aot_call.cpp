@@ -7,9 +7,17 @@
 // directly: a call costs well under a microsecond here, where setting up the
 // same call through ctypes costs about ten.
 //
-//   run(fn, extra, inputs, out_specs, scratch) -> tuple of outputs, or the
-//       int status when the kernel failed (or recorded an error in extra)
+//   run(fn, extra, inputs, out_specs, scratch) -> tuple of outputs
+//   call(fn, extra, nparam, params, ndims, shapes, dtypes, stream) -> None: the
+//       same call on argument arrays made by the caller (addresses; the GPU
+//       path, aot_device.py, which has device pointers, not numpy arrays)
 //   init(fn, extra, inputs, out_specs) -> int status of <Symbol>Init
+//
+// A kernel call that fails (a non-zero status, or an error recorded in its
+// extra) raises KernelFailed(status, error text). Each call gets its own copy
+// of the op's extra header with an empty error buffer (CallExtra), so the text
+// is that call's, whatever other threads' calls of the op record meanwhile;
+// nothing of it is left in the op's buffer.
 //
 // fn and extra are addresses (int); inputs a tuple of ndarrays (copied here
 // when they are not C-contiguous, aligned and writable: a read-only input
@@ -215,6 +223,8 @@ bool ParseCall(PyObject *const *a, Py_ssize_t n, Py_ssize_t want, const char *us
   return true;
 }
 
+PyObject *g_kernel_failed = nullptr;  // the KernelFailed exception type
+
 // The `extra` one kernel call gets: the op's attributes, kernel data and workspace sizes,
 // with an error buffer of its own, so that an error a call records (AotExtra::Attr) is
 // that call's, never another thread's running the same op at the same time.
@@ -226,23 +236,46 @@ class CallExtra {
     local_.error[0] = '\0';
   }
   void *get() { return shared_ != nullptr ? &local_ : nullptr; }
-  // After the call, with the GIL held: kernel data the call replaced goes to the op, and
-  // its error (if any) to the op's buffer, where the caller reads it next. True if one.
-  bool Finish() {
-    if (shared_ == nullptr) return false;
+  // After the call, with the GIL held: kernel data the call replaced goes to the op.
+  // The error it recorded ("" if none) stays the call's own.
+  const char *Finish() {
+    if (shared_ == nullptr) return "";
     if (local_.kernel_data != shared_->kernel_data) {
       shared_->kernel_data = local_.kernel_data;
       shared_->kernel_data_deleter = local_.kernel_data_deleter;
     }
-    if (local_.error[0] == '\0') return false;
-    std::memcpy(shared_->error, local_.error, sizeof(local_.error));
-    return true;
+    local_.error[sizeof(local_.error) - 1] = '\0';
+    return local_.error;
   }
 
  private:
   opbuilder::aot::ExtraData *shared_;
   opbuilder::aot::ExtraData local_;
 };
+
+// One kernel call, the one way run and call make it: on its own CallExtra, with the GIL
+// released. False with KernelFailed(status, error text) set when the kernel failed.
+bool Invoke(KernelFn fn, void *extra, int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+            void *stream) {
+  CallExtra call_extra(extra);
+  int status = 0;
+  Py_BEGIN_ALLOW_THREADS
+  status = fn(nparam, params, ndims, shapes, dtypes, stream, call_extra.get());
+  Py_END_ALLOW_THREADS
+  const char *error = call_extra.Finish();
+  if (status == 0 && error[0] == '\0') return true;
+  PyObject *args = Py_BuildValue("(is)", status, error);
+  if (args == nullptr) {  // text that is not UTF-8: its bytes, escaped
+    PyErr_Clear();
+    PyObject *text = PyUnicode_DecodeUTF8(error, static_cast<Py_ssize_t>(std::strlen(error)), "replace");
+    if (text == nullptr) return false;
+    args = Py_BuildValue("(iN)", status, text);
+    if (args == nullptr) return false;
+  }
+  PyErr_SetObject(g_kernel_failed, args);
+  Py_DECREF(args);
+  return false;
+}
 
 PyObject *Run(PyObject *, PyObject *const *a, Py_ssize_t n) {
   void *fn_addr = nullptr, *extra = nullptr;
@@ -251,15 +284,37 @@ PyObject *Run(PyObject *, PyObject *const *a, Py_ssize_t n) {
   const size_t nout = static_cast<size_t>(PyTuple_GET_SIZE(a[3]));
   CallArgs args(nin + nout + static_cast<size_t>(PyTuple_GET_SIZE(a[4])));
   if (!Gather(&args, a[2], a[3], a[4])) return nullptr;
-  KernelFn fn = reinterpret_cast<KernelFn>(fn_addr);
-  CallExtra call_extra(extra);
-  int status = 0;
-  Py_BEGIN_ALLOW_THREADS
-  status = fn(static_cast<int>(args.filled()), args.params(), args.ndims(), args.shapes(), args.dtypes(), nullptr,
-              call_extra.get());
-  Py_END_ALLOW_THREADS
-  if (call_extra.Finish() || status != 0) return PyLong_FromLong(status);
+  if (!Invoke(reinterpret_cast<KernelFn>(fn_addr), extra, static_cast<int>(args.filled()), args.params(),
+              args.ndims(), args.shapes(), args.dtypes(), nullptr)) {
+    return nullptr;
+  }
   return args.Take(nin, nin + nout);
+}
+
+// The kernel call on argument arrays the caller made: every argument an address.
+PyObject *Call(PyObject *, PyObject *const *a, Py_ssize_t n) {
+  constexpr Py_ssize_t kWant = 8;
+  if (n != kWant) {
+    PyErr_Format(PyExc_TypeError, "call(fn, extra, nparam, params, ndims, shapes, dtypes, stream) takes %zd "
+                 "arguments, got %zd", kWant, n);
+    return nullptr;
+  }
+  void *addr[kWant] = {};
+  for (Py_ssize_t i = 0; i < kWant; ++i) {
+    if (i != 2 && !AsAddress(a[i], &addr[i])) return nullptr;
+  }
+  const long nparam = PyLong_AsLong(a[2]);
+  if (nparam == -1 && PyErr_Occurred()) return nullptr;
+  if (nparam < 0 || nparam > INT32_MAX) {
+    PyErr_Format(PyExc_ValueError, "call: nparam %ld is out of range", nparam);
+    return nullptr;
+  }
+  if (!Invoke(reinterpret_cast<KernelFn>(addr[0]), addr[1], static_cast<int>(nparam), static_cast<void **>(addr[3]),
+              static_cast<int *>(addr[4]), static_cast<int64_t **>(addr[5]), static_cast<const char **>(addr[6]),
+              addr[7])) {
+    return nullptr;
+  }
+  Py_RETURN_NONE;
 }
 
 PyObject *Init(PyObject *, PyObject *const *a, Py_ssize_t n) {
@@ -289,7 +344,9 @@ PyObject *Release(PyObject *, PyObject *arg) {
 
 PyMethodDef kMethods[] = {
     {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&Run)), METH_FASTCALL,
-     "run(fn, extra, inputs, out_specs, scratch) -> outputs tuple, or the int status on failure"},
+     "run(fn, extra, inputs, out_specs, scratch) -> outputs tuple; KernelFailed(status, error) on failure"},
+    {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&Call)), METH_FASTCALL,
+     "call(fn, extra, nparam, params, ndims, shapes, dtypes, stream) -> None; KernelFailed(status, error)"},
     {"init", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&Init)), METH_FASTCALL,
      "init(fn, extra, inputs, out_specs) -> int status"},
     {"release", &Release, METH_O, "release(extra): delete the kernel data an Init kept"},
@@ -304,8 +361,24 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, OB_STR(OB_EXTENSION_NAME), "aot op
 extern "C" __attribute__((visibility("default"))) PyObject *OB_CAT(PyInit_, OB_EXTENSION_NAME)(void) {
   import_array();
   PyObject *m = PyModule_Create(&kModule);
-  if (m != nullptr && (PyModule_AddIntConstant(m, "ABI_VERSION", opbuilder::aot::kAbiVersion) < 0 ||
-                       PyModule_AddIntConstant(m, "EXTRA_SIZE", sizeof(opbuilder::aot::ExtraData)) < 0)) {
+  if (m == nullptr) return nullptr;
+  if (g_kernel_failed == nullptr) {
+    g_kernel_failed = PyErr_NewExceptionWithDoc(OB_STR(OB_EXTENSION_NAME) ".KernelFailed",
+                                                "An aot kernel call failed: args are (status, error text).",
+                                                nullptr, nullptr);
+  }
+  if (g_kernel_failed == nullptr) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  Py_INCREF(g_kernel_failed);
+  if (PyModule_AddObject(m, "KernelFailed", g_kernel_failed) < 0) {  // steals the reference only on success
+    Py_DECREF(g_kernel_failed);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  if (PyModule_AddIntConstant(m, "ABI_VERSION", opbuilder::aot::kAbiVersion) < 0 ||
+      PyModule_AddIntConstant(m, "EXTRA_SIZE", sizeof(opbuilder::aot::ExtraData)) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

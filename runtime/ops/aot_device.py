@@ -1,36 +1,42 @@
 """Calling an aot C function on GPU tensors: device pointers in, CuPy outputs out, the current stream.
 
-The host path (aot_call.cpp) reads numpy arrays; this one reads CuPy arrays:
-``params`` are device pointers (inputs made C-contiguous on their device: a
-strided view goes as a contiguous copy, so an in-place write to it is lost; outputs and Init's workspaces allocated from CuPy's pool), ``stream`` is
-CuPy's current stream (``runtime.cuda.stream(s)`` sets it; never stream 0 by
-accident), and nothing synchronizes around the call: the kernel is ordered
-on that stream like every CuPy op.
+The host path (aot_call.cpp's ``run``) reads numpy arrays; this one reads
+CuPy arrays: ``params`` are device pointers (inputs made C-contiguous on
+their device: a strided view goes as a contiguous copy, so an in-place write
+to it is lost; outputs and Init's workspaces allocated from CuPy's pool),
+``stream`` is CuPy's current stream (``runtime.cuda.stream(s)`` sets it;
+never stream 0 by accident), and nothing synchronizes around the call: the
+kernel is ordered on that stream like every CuPy op. The call itself is
+aot_call.cpp's ``call``, the host path's own (the kernel's own ``extra``, its
+failure raised with its own error text), reached through ``call_pointers``,
+which runs on host memory too: only ``call_on_device`` needs a GPU.
 """
 from __future__ import annotations
 
 import ctypes
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 import numpy as np
 
 from ..device import device_of
 
-__all__ = ["call_on_device", "init_on_device", "KERNEL_TYPE", "INIT_TYPE"]
+__all__ = ["call_on_device", "call_pointers", "init_on_device", "INIT_TYPE"]
 
 _I64P = ctypes.POINTER(ctypes.c_int64)
-KERNEL_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-                               ctypes.POINTER(ctypes.c_int), ctypes.POINTER(_I64P), ctypes.POINTER(ctypes.c_char_p),
-                               ctypes.c_void_p, ctypes.c_void_p)
 INIT_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(_I64P),
                              ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p)
 _NAMES = {"float16": b"float16", "float32": b"float32", "float64": b"float64", "int8": b"int8", "int16": b"int16",
           "int32": b"int32", "int64": b"int64", "uint8": b"uint8", "bool": b"bool"}
+Layout = Tuple[Tuple[int, ...], Any]  # (shape, dtype) of one param
 
 
-def call_on_device(fn: int, extra: int, arrays: Sequence[Any], specs: Sequence[Tuple[Tuple[int, ...], np.dtype]],
-                   scratch_sizes: Sequence[int], what: str) -> "Tuple[int, List[Any]]":
-    """(status, outputs) of the aot function at address ``fn`` on CuPy ``arrays``; all on one device."""
+def call_on_device(call: Callable[..., None], fn: int, extra: int, arrays: Sequence[Any],
+                   specs: Sequence[Tuple[Tuple[int, ...], np.dtype]], scratch_sizes: Sequence[int],
+                   what: str) -> List[Any]:
+    """The outputs of the aot function at address ``fn`` on CuPy ``arrays`` (all on one device).
+
+    The device part only: the params on the device and the current stream. The call is ``call_pointers``,
+    the one the host path's tests run; a failure raises the call path's KernelFailed."""
     from ..cuda import _cupy
     cp = _cupy()
     devices = {device_of(a) for a in arrays}
@@ -43,12 +49,21 @@ def call_on_device(fn: int, extra: int, arrays: Sequence[Any], specs: Sequence[T
         outs = [cp.empty(shape, dtype=dt) for shape, dt in specs]
         scratch = [cp.empty(int(n), dtype=cp.uint8) for n in scratch_sizes]
         every = ins + outs + scratch
-        n = len(every)
-        params = (ctypes.c_void_p * n)(*[a.data.ptr for a in every])
-        ndims, shapes, dtypes, _keep = _describe([(a.shape, a.dtype) for a in every])
-        stream = cp.cuda.get_current_stream().ptr
-        status = KERNEL_TYPE(fn)(n, params, ndims, shapes, dtypes, stream, extra)
-    return int(status), outs
+        call_pointers(call, fn, extra, [a.data.ptr for a in every], [(a.shape, a.dtype) for a in every],
+                      cp.cuda.get_current_stream().ptr)
+    return outs
+
+
+def call_pointers(call: Callable[..., None], fn: int, extra: int, pointers: Sequence[int],
+                  layouts: Sequence[Layout], stream: int) -> None:
+    """Call the aot function at ``fn`` on params at these addresses, of these (shape, dtype), through
+    ``call`` (the compiled call path's ``call``: the kernel gets its own ``extra``, runs without the GIL,
+    and a failure raises KernelFailed(status, error text)). Device or host memory alike."""
+    n = len(pointers)
+    params = (ctypes.c_void_p * max(n, 1))(*pointers)
+    ndims, shapes, dtypes, _keep = _describe(layouts)
+    call(fn, extra, n, ctypes.addressof(params), ctypes.addressof(ndims), ctypes.addressof(shapes),
+         ctypes.addressof(dtypes), stream)
 
 
 def init_on_device(fn: int, extra: int, arrays: Sequence[Any],
@@ -58,9 +73,9 @@ def init_on_device(fn: int, extra: int, arrays: Sequence[Any],
     return int(INIT_TYPE(fn)(ndims, shapes, dtypes, extra))
 
 
-def _describe(items: Sequence[Tuple[Tuple[int, ...], Any]]) -> Tuple[Any, Any, Any, List[Any]]:
+def _describe(items: Sequence[Layout]) -> Tuple[Any, Any, Any, List[Any]]:
     """ndims, shapes and dtypes arrays for the C ABI (and the buffers they point into, to keep alive)."""
-    n = len(items)
+    n = max(len(items), 1)
     ndims = (ctypes.c_int * n)(*[len(shape) for shape, _ in items])
     dims = [(ctypes.c_int64 * max(len(shape), 1))(*shape) for shape, _ in items]
     shapes = (_I64P * n)(*[ctypes.cast(d, _I64P) for d in dims])

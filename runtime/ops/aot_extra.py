@@ -2,7 +2,8 @@
 
 One ``ExtraBlock`` per ``Custom`` op: the attribute records built from Python
 values, the kernel data and workspace sizes an ``<Symbol>Init`` sets, and the
-error text ``AotExtra::Attr`` records. The ctypes layout mirrors
+error text ``AotExtra::Attr`` records during Init (a kernel call gets a copy
+of this header with an error buffer of its own: aot_call.cpp). The ctypes layout mirrors
 ``opbuilder::aot::ExtraData``; the call path checks both agree in size and
 ABI version when it is loaded.
 """
@@ -123,7 +124,7 @@ class ExtraBlock:
         return b
 
     def take_error(self) -> str:
-        """The error a kernel recorded ("" if none), cleared so the next call starts clean."""
+        """The error Init recorded ("" if none), cleared so the next Init (after a failed one) starts clean."""
         msg = self.data.error.decode(errors="replace")
         self.data.error = b""
         return msg

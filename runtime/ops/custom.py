@@ -122,10 +122,13 @@ class Custom:
         self._extra: Optional[ExtraBlock] = None
         self._initialized = False
         self._init_lock = threading.Lock()  # Init runs once, even when first calls come from several threads
-        self._scratch: Tuple[np.ndarray, ...] = ()
+        self._workspaces: Optional[_Workspaces] = None  # Init's, when it asked for some
         if self._kernel is not None or self._hybrid is not None:
             from .aot_trampoline import trampoline
-            self._run = trampoline().run
+            path = trampoline()
+            self._run = path.run  # numpy arrays
+            self._call = path.call  # argument arrays made by aot_device.py
+            self._failed = path.KernelFailed  # (status, error text) of the one call that failed
             self._extra = self._make_extra()
 
     def __repr__(self) -> str:
@@ -273,11 +276,13 @@ class Custom:
         if k.cuda is not None:
             return self._call_aot_device(arrays, specs)
         if not self._initialized:
-            with self._init_lock:
-                if not self._initialized:
-                    self._init(arrays, specs)
+            self._init_once(self._init_host, arrays, specs)
+        ws = self._workspaces
+        scratch = ws.take() if ws is not None else ()
         try:
-            res = self._run(k.fn, self._extra.address, arrays, specs, self._scratch)
+            return self._run(k.fn, self._extra.address, arrays, specs, scratch)
+        except self._failed as e:
+            raise self._error(k.symbol, *e.args) from None
         except TypeError:
             if any(type(a) is not np.ndarray and is_device_array(a) for a in arrays):
                 raise RuntimeError(f"aot operator '{k.symbol}' in {k.library} is host code (it neither carries "
@@ -285,12 +290,15 @@ class Custom:
                                    f"{device_of(next(a for a in arrays if is_device_array(a)))}; move them to the "
                                    f"CPU (Tensor.to('CPU')) or call a CUDA build") from None
             raise
-        if type(res) is int:
-            self._fail(k.symbol, res)
-        return res
+        finally:
+            if ws is not None:
+                ws.give(scratch)
 
     def _call_aot_device(self, arrays: Tuple[Any, ...], specs: Tuple[Spec, ...]) -> Tuple[Any, ...]:
-        """A CUDA library: device pointers and the current stream; host tensors are refused, never passed."""
+        """A CUDA library: device pointers and the current stream; host tensors are refused, never passed.
+
+        Only the arrays differ from the host path: Init runs once through ``_init_once`` and the kernel
+        call goes through the same compiled call (its own ``extra``, a failure raised as ``_error``)."""
         k = self._kernel
         assert k is not None and self._extra is not None
         host = [i for i, a in enumerate(arrays) if isinstance(a, np.ndarray)]
@@ -304,44 +312,51 @@ class Custom:
                 f"set_context(device_target='GPU'))" + (f"; no GPU is usable here: {why}" if why else ""))
         from .aot_device import call_on_device, init_on_device
         if not self._initialized:
-            with self._init_lock:
-                if not self._initialized:
-                    if k.init is not None:
-                        from .aot_trampoline import trampoline
-                        status = init_on_device(k.init, self._extra.address, arrays, specs)
-                        weakref.finalize(self, _release, trampoline().release, self._extra)
-                        if status != 0 or self._extra.data.error:
-                            self._fail(k.symbol + "Init", status)
-                    self._initialized = True
+            self._init_once(init_on_device, arrays, specs)
         sizes = self._extra.workspace_sizes() if k.init is not None else ()
-        status, outs = call_on_device(k.fn, self._extra.address, arrays, specs, sizes, f"aot operator '{k.symbol}'")
-        if status != 0 or self._extra.data.error:
-            self._fail(k.symbol, status)
-        return tuple(outs)
+        try:
+            return tuple(call_on_device(self._call, k.fn, self._extra.address, arrays, specs, sizes,
+                                        f"aot operator '{k.symbol}'"))
+        except self._failed as e:
+            raise self._error(k.symbol, *e.args) from None
 
-    def _init(self, arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> None:
-        """Run ``<Symbol>Init`` (if the library has one) and allocate the workspaces it asks for."""
+    def _init_once(self, run_init: Callable[[int, int, Tuple[Any, ...], Tuple[Spec, ...]], int],
+                   arrays: Tuple[Any, ...], specs: Tuple[Spec, ...]) -> None:
+        """Run ``<Symbol>Init`` (if the library has one) as ``run_init(init, extra, arrays, specs) -> status``,
+        once per op: first calls from several threads wait for the one Init (each running its own would
+        replace the kernel data the others use). A failed Init raises, and the next call tries again."""
         k = self._kernel
         extra = self._extra
         assert k is not None and extra is not None
-        if k.init is not None:
-            from .aot_trampoline import trampoline
-            tr = trampoline()
-            status = tr.init(k.init, extra.address, arrays, specs)
-            weakref.finalize(self, _release, tr.release, extra)
-            if status != 0 or extra.data.error:
-                self._fail(k.symbol + "Init", status)
-            self._scratch = tuple(np.empty(n, np.uint8) for n in extra.workspace_sizes())
-        self._initialized = True
+        with self._init_lock:
+            if self._initialized:
+                return
+            if k.init is not None:
+                from .aot_trampoline import trampoline
+                status = run_init(k.init, extra.address, arrays, specs)
+                weakref.finalize(self, _release, trampoline().release, extra)
+                err = extra.take_error()
+                if status != 0 or err:
+                    raise self._error(k.symbol + "Init", status, err)
+            self._initialized = True
 
-    def _fail(self, symbol: str, status: int) -> None:
+    def _init_host(self, init: int, extra: int, arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> int:
+        """Init on the CPU: its status; the workspaces it asked for are allocated as calls need them."""
+        from .aot_trampoline import trampoline
+        status = trampoline().init(init, extra, arrays, specs)
+        assert self._extra is not None
+        sizes = self._extra.workspace_sizes()
+        self._workspaces = _Workspaces(sizes) if sizes else None
+        return status
+
+    def _error(self, symbol: str, status: int, err: str) -> RuntimeError:
+        """The RuntimeError for a failed call of ``symbol`` (the kernel, or its Init): its status, its error text."""
         k = self._kernel
-        assert k is not None and self._extra is not None
-        err = self._extra.take_error()
+        assert k is not None
         where = f"aot operator '{symbol}' in {k.library}"
         if status != 0:
-            raise RuntimeError(f"{where} returned status {status}" + (f": {err}" if err else ""))
-        raise RuntimeError(f"{where}: {err}")
+            return RuntimeError(f"{where} returned status {status}" + (f": {err}" if err else ""))
+        return RuntimeError(f"{where}: {err}")
 
     # ---- pyfunc ------------------------------------------------------------
     def _result_dtypes(self, arrays: Sequence[np.ndarray], n: int) -> Optional[List[np.dtype]]:
@@ -386,6 +401,24 @@ class Custom:
                 o = o.copy()  # an output never aliases an input
             outs.append(o)
         return outs
+
+
+class _Workspaces:
+    """The host workspaces an Init asked for: a set per running call (calls from several threads never share
+    one), each kept for later calls, so one thread's calls all use the first set."""
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self.sizes = tuple(sizes)
+        self.free: List[Tuple[np.ndarray, ...]] = []  # list.pop and append are atomic under the GIL
+
+    def take(self) -> Tuple[np.ndarray, ...]:
+        try:
+            return self.free.pop()
+        except IndexError:
+            return tuple(np.empty(n, np.uint8) for n in self.sizes)
+
+    def give(self, scratch: Tuple[np.ndarray, ...]) -> None:
+        self.free.append(scratch)
 
 
 def _release(release: Callable[[int], None], block: ExtraBlock) -> None:

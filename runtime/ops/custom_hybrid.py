@@ -93,11 +93,11 @@ def call_hybrid(op: "Custom", arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec,
             outs.append(np.ascontiguousarray(o, dtype=dt))
         return outs
     k = hk.compiled(tuple((a.dtype.name, a.ndim) for a in arrays))
-    res = op._run(k.fn, op._extra.address, arrays, specs, ())
-    if type(res) is int:
-        err = op._extra.take_error()
-        exc = hk.raised(k.symbol, res)  # numpy's ValueError/OverflowError, where the kernel stopped at its check
-        if exc is not None:
-            raise exc
-        raise RuntimeError(f"hybrid kernel '{op.name}' failed" + (f": {err}" if err else f" (status {res})"))
-    return list(res)
+    try:
+        return list(op._run(k.fn, op._extra.address, arrays, specs, ()))
+    except op._failed as e:  # this call's own status and error text (a debug index error, an output size)
+        status, err = e.args
+    exc = hk.raised(k.symbol, status)  # numpy's ValueError/OverflowError, where the kernel stopped at its check
+    if exc is not None:
+        raise exc
+    raise RuntimeError(f"hybrid kernel '{op.name}' failed" + (f": {err}" if err else f" (status {status})"))

@@ -61,3 +61,28 @@ extern "C" int ErrorsInOneCall(int, void **params, int *, int64_t **, const char
   static_cast<float *>(params[1])[0] = x;
   return 0;
 }
+
+// x < 0: reads an attribute the op lacks (an error recorded, status 0); x == 0: status 7, no error recorded;
+// x > 0: out[0] = x.
+extern "C" int BySign(int, void **params, int *, int64_t **, const char **, void *, void *extra) {
+  const float x = static_cast<const float *>(params[0])[0];
+  if (x == 0) return 7;
+  if (x < 0) static_cast<AotExtra *>(extra)->Attr<int64_t>("missing");
+  static_cast<float *>(params[1])[0] = x;
+  return 0;
+}
+
+extern "C" int KeepsInWorkspaceInit(int *, int64_t **, const char **, AotExtra *extra) {
+  extra->SetWorkSpace({sizeof(float)});
+  return 0;
+}
+
+// Two calls at once: each keeps its input in its workspace until both have done so, then copies it out.
+extern "C" int KeepsInWorkspace(int, void **params, int *, int64_t **, const char **, void *, void *) {
+  auto *kept = static_cast<float *>(params[2]);
+  kept[0] = static_cast<const float *>(params[0])[0];
+  ++g_arrived;
+  WaitFor([] { return g_arrived.load() >= 2; });
+  static_cast<float *>(params[1])[0] = kept[0];
+  return 0;
+}
