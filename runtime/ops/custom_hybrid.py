@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, List, Tuple
 import numpy as np
 
 from ..hybrid.errors import HybridTypeError
+from ..hybrid.kernel import signature_of
 
 if TYPE_CHECKING:
     from .custom import Custom
@@ -50,7 +51,7 @@ def hybrid_specs(op: "Custom", arrays: Tuple[np.ndarray, ...]) -> Tuple[Spec, ..
     """The output specs of one call of a hybrid op, checked against the kernel's declarations."""
     hk = op._hybrid
     assert hk is not None
-    sig = tuple((a.dtype.name, a.ndim) for a in arrays)
+    sig = signature_of(arrays)
     if len(arrays) != len(hk.check().inputs):
         raise TypeError(f"Custom '{op.name}': hybrid kernel takes {len(hk.check().inputs)} inputs "
                         f"({', '.join(hk.check().inputs)}), got {len(arrays)}")
@@ -92,7 +93,7 @@ def call_hybrid(op: "Custom", arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec,
                                  f"{list(o.shape)}, out_shape declares {list(shape)}")
             outs.append(np.ascontiguousarray(o, dtype=dt))
         return outs
-    k = hk.compiled(tuple((a.dtype.name, a.ndim) for a in arrays))
+    k = hk.compiled(signature_of(arrays))
     try:
         return list(op._run(k.fn, op._extra.address, arrays, specs, ()))
     except op._failed as e:  # this call's own status and error text (a debug index error, an output size)
