@@ -205,20 +205,41 @@ def gather_pow(x, idx):
     return y
 
 
-def test_calls_failing_at_once_each_raise_their_own_error():
-    """A debug build's index error is text the call leaves beside its status; a call of the same op failing in
-    another thread (here at a check, whose exception needs no text) must neither take it nor be given it."""
-    op = ops.Custom(kernel(gather_pow, debug=True))
-    x = Tensor(np.array([1, 2, 3], np.int64))
+def sized_pow(x):
+    n = int(x[0])
+    y = output_tensor((n,), x.dtype)  # <-
+    for i in range(n):
+        y[i] = x[i] ** x[1]
+    return y
+
+
+CALLS_FAILING_AT_ONCE = {
+    # op, the first call's inputs (an error with text), the second's (a check's exception, no text), the text
+    "debug index": (lambda: ops.Custom(kernel(gather_pow, debug=True)),
+                    [[1, 2, 3], [5]], [[1, 2, 3], [-1]],
+                    lambda: f"{HERE}:{_line(gather_pow)}: x[idx[i]]: index 5 is out of range for a dimension of "
+                            f"size 3"),
+    "output size": (lambda: ops.Custom(sized_pow, out_shape=(2,), func_type="hybrid"),
+                    [[3, 1, 1]], [[2, -1, 1]],
+                    lambda: f"{HERE}:{_line(sized_pow)}: output 'y' is declared with shape (3,) here, but was "
+                            f"allocated as (2,) (out_shape): make them agree"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CALLS_FAILING_AT_ONCE))
+def test_calls_failing_at_once_each_raise_their_own_error(case):
+    """A debug build's index error and an output's size error are text the call leaves beside its status;
+    a call of the same op failing in another thread (at a check, whose exception needs no text) in the gap
+    between that call and the look at its outcome took the text, and the call raised 'failed (status N)'."""
+    make_op, first_in, second_in, text = CALLS_FAILING_AT_ONCE[case]
+    op = make_op()
+    first_in, second_in = [[Tensor(np.array(v, np.int64)) for v in args] for args in (first_in, second_in)]
     stopped, resume = threading.Event(), threading.Event()
     first, second = run_in_threads([
-        lambda: stopped_after_its_kernel_call(lambda: op(x, Tensor(np.array([5], np.int64))), stopped, resume),
-        lambda: in_the_gap(lambda: op(x, Tensor(np.array([-1], np.int64))), stopped, resume)])
-    line = _line(gather_pow)
-    assert isinstance(first, RuntimeError), first
-    assert str(first) == (f"hybrid kernel 'gather_pow' failed: {HERE}:{line}: x[idx[i]]: index 5 is out of range "
-                          f"for a dimension of size 3")
-    assert type(second) is ValueError and str(second).startswith(f"{HERE}:{line}: "), second
+        lambda: stopped_after_its_kernel_call(lambda: op(*first_in), stopped, resume),
+        lambda: in_the_gap(lambda: op(*second_in), stopped, resume)])
+    assert type(first) is RuntimeError and str(first) == f"hybrid kernel '{op.name}' failed: {text()}", first
+    assert type(second) is ValueError, second
     assert "Integers to negative integer powers are not allowed" in str(second)
 
 
