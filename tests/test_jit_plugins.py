@@ -230,3 +230,25 @@ def test_ms_log_info_and_debug_print_only_when_verbose_and_exception_fails_the_b
     assert lines(loud, r"^\[INFO\] ms_log_backend.cpp:\d+ Build\] info: 1 nodes$")
     assert lines(loud, r"^\[DEBUG\] ms_log_backend.cpp:\d+ Build\] debug: level O1$")
     assert out["0"].stdout.splitlines()[1] == (f"backend 'logging_backend' ({lib}): Build failed: asked to fail, 42")
+
+
+def test_a_plugin_delegating_a_cpp_function_op_runs_its_forward_once_per_gradient_call(native_lib, capfd):
+    """The plugin hands the op (forward graph) and its <op>.backward node (backward graph) back to the
+    runtime: the backward calls the node the forward recorded instead of running the op again."""
+    from conftest import _load
+    counted = _load("jit_counted_ops", [CPP / "jit_counted_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+    w = Tensor(RNG.standard_normal(4))
+    j = jit(lambda x: mint.sin(counted.scaled_mul(mint.exp(x), w, 2.0)), backend="native_grad", log="1")
+    x = Tensor(RNG.standard_normal(4))
+    g = rt.grad(lambda a: mint.sum(j(a)))
+    g(x)
+    capfd.readouterr()
+    before = counted.forwards()
+    got = g(x)
+    assert counted.forwards() - before == 1
+    err = capfd.readouterr().err
+    assert "native: run own: exp sin | delegated: ScaledMul\n" in err, err  # the forward, as before
+    assert "delegated: ScaledMul.backward" in err, err
+    e = np.exp(x.asnumpy())
+    np.testing.assert_allclose(got.asnumpy(), np.cos(2 * e * w.asnumpy()) * 2 * w.asnumpy() * e, rtol=1e-13)
+    gradcheck(j, [x])

@@ -43,16 +43,25 @@ class _RunCtx:
     def __init__(self, cgraph: CGraph) -> None:
         self.cgraph = cgraph
         self.arrays: List[np.ndarray] = []
+        self.tensors: List[Optional[Tensor]] = []  # the runtime's tensor over each array, where there is one
         self.keep: List[Any] = []
         self.error: Optional[BaseException] = None
 
-    def put(self, arr: np.ndarray) -> abi.Tensor:
-        arr = np.ascontiguousarray(arr)
-        shape = (C.c_int64 * max(arr.ndim, 1))(*arr.shape)
-        name = _dtype_bytes(arr.dtype)
+    def put(self, arr: np.ndarray, tensor: Optional[Tensor] = None) -> abi.Tensor:
+        c = np.ascontiguousarray(arr)
+        shape = (C.c_int64 * max(c.ndim, 1))(*c.shape)
+        name = _dtype_bytes(c.dtype)
         self.keep.append(shape)
-        self.arrays.append(arr)
-        return abi.Tensor(arr.ctypes.data, name, arr.ndim, shape, len(self.arrays) - 1)
+        self.arrays.append(c)
+        self.tensors.append(tensor if c is arr else None)
+        return abi.Tensor(c.ctypes.data, name, c.ndim, shape, len(self.arrays) - 1)
+
+    def tensor(self, t: abi.Tensor, what: str) -> Tensor:
+        """The tensor a handle names: the call's input or the node output it came from (so an op run by
+        ``run_node`` sees the same tensor, with its version and history, as under ms_backend), else a new one."""
+        arr = self.get(t, what)
+        known = self.tensors[t.handle]
+        return known if known is not None and known._data is arr else Tensor._from_array(arr)
 
     def get(self, t: abi.Tensor, what: str) -> np.ndarray:
         h = t.handle
@@ -139,9 +148,9 @@ def _run_builtin(run: _RunCtx, gid: int, nin: int, inputs: Any, cap: int, nout: 
     nout[0] = n
     if cap < n:
         raise RuntimeError(f"run_builtin: room for {cap} outputs, the graph has {n}")
-    xs = [Tensor._from_array(run.get(inputs[k], f"run_builtin input {k}")) for k in range(nin)]
+    xs = [run.tensor(inputs[k], f"run_builtin input {k}") for k in range(nin)]
     for k, o in enumerate(runner(xs)):
-        outputs[k] = run.put(o._data)
+        outputs[k] = run.put(o._data, o)
 
 
 def _run_node(run: _RunCtx, index: int, args: Any, outs: Any) -> None:
@@ -149,11 +158,10 @@ def _run_node(run: _RunCtx, index: int, args: Any, outs: Any) -> None:
     if not 0 <= index < len(graph.nodes):
         raise RuntimeError(f"run_node: node {index} is not in graph {graph.name} ({len(graph.nodes)} nodes)")
     node = graph.nodes[index]
-    vals = [r.value if isinstance(r, Const) else
-            Tensor._from_array(run.get(args[k], f"run_node({node.op}) argument {k}"))
+    vals = [r.value if isinstance(r, Const) else run.tensor(args[k], f"run_node({node.op}) argument {k}")
             for k, r in enumerate(node.inputs)]
     for k, o in enumerate(graph.run_node(node, vals)):
-        outs[k] = run.put(o._data)
+        outs[k] = run.put(o._data, o)
 
 
 def _alloc(run: _RunCtx, dtype: bytes, ndim: int, shape: Any, out: Any) -> None:
@@ -206,7 +214,7 @@ def _factory(rec: Any, name: str, path: str, lib: C.CDLL) -> Any:
             ctx = _RunCtx(cg)
             ins = (abi.Tensor * max(len(inputs), 1))()
             for k, t in enumerate(inputs):
-                ins[k] = ctx.put(t._data)
+                ins[k] = ctx.put(t._data, t)
             outs = (abi.Tensor * max(nout, 1))()
             rid = next(_run_ids)
             rrec = abi.Run(rid, len(inputs), ins, nout, outs)

@@ -8,9 +8,11 @@ nodes of a new ``Graph``; gradients reaching one value are summed with a
 traced ``add``, and fitted to their argument (``sum_to``, ``cast``) as the
 engine would. A node whose backward is not made of runtime ops (a C++
 ``Function``, an ``ops.Custom``, a ``Cell`` with ``bprop``, a Python
-``autograd.Function``) becomes one opaque ``<op>.backward`` node whose
-target runs that op again on fresh leaves and differentiates it with
-autograd, i.e. calls the op's own backward.
+``autograd.Function``) becomes one opaque ``<op>.backward`` node
+(``opaque`` names them with the inputs they differentiate). Its target calls
+the backward of the node the op recorded in the same call's forward
+(kept.py); where the forward kept none (a plugin ran the op itself) it runs
+the op again on fresh leaves and differentiates that with autograd.
 
 The backward graph's inputs are the stand-ins it uses, named by ``keys``:
 ``("in", i)`` forward input ``i``, ``("val", node, k)`` a saved forward
@@ -27,6 +29,7 @@ from ..autograd.engine import grad as _autograd_grad
 from ..autograd.grad_mode import enable_grad, no_grad
 from ..graph.graph import Const, Graph, Input, Node, Output, Ref
 from ..tensor import Tensor
+from .kept import kept_backward
 from .tracer import Tracer
 
 __all__ = ["BackwardGraph", "build_backward", "forward_values", "grad_sources"]
@@ -41,6 +44,8 @@ class BackwardGraph:
     saved: List[Tuple[int, int]]  # forward values (node, index) the backward reads, in "val" key order
     sources: List[Key]  # ("in", i) or ("const", tensor): one per gradient the jitted call's node gives
     outputs: List[int]  # positions in ``sources`` that ``graph``'s outputs are the gradients of
+    opaque: Dict[int, List[int]]  # forward node id -> inputs its <op>.backward node differentiates
+    owner: object  # this graph's token in a call's kept contexts (kept.CallContexts)
 
 
 def _is_float(t: Any) -> bool:
@@ -76,12 +81,18 @@ def forward_values(graph: Graph, inputs: Sequence[Tensor]) -> Dict[Tuple[int, in
     return env
 
 
-def _opaque_backward(node: Node, diff: List[int]) -> Callable[..., Tuple[Any, ...]]:
-    """A target computing ``node``'s input gradients (args ``diff``) by its own backward."""
+def _opaque_backward(node: Node, diff: List[int], owner: object) -> Callable[..., Tuple[Any, ...]]:
+    """A target computing ``node``'s input gradients (args ``diff``) by its own backward: the node the
+    op recorded in this call's forward, or (none kept) the op run again and differentiated."""
     nin = len(node.inputs)
+    key = node.id
 
     def backward(*vals: Any) -> Tuple[Any, ...]:
         ins, gs = list(vals[:nin]), vals[nin:]
+        res = kept_backward(owner, key, diff, gs)
+        if res is not None:
+            from ..ops.math import zeros_like
+            return tuple(zeros_like(vals[i]) if r is None else r for i, r in zip(diff, res))
         with enable_grad():
             for i in diff:
                 ins[i] = Tensor._from_array(ins[i]._data)
@@ -124,6 +135,8 @@ class _Builder:
         self.stand_arrays = {id(t._data) for t in stand}
         self.tracer = Tracer(stand, f"{graph.name}.backward")
         self.grads: Dict[Key, Tensor] = {}
+        self.opaque: Dict[int, List[int]] = {}
+        self.owner = object()
 
     def _stand(self, key: Key, like: Tensor, stand: List[Tensor]) -> None:
         t = Tensor._from_array(like._data)
@@ -181,7 +194,12 @@ class _Builder:
             return
         from ..ops import math
         gs = [math.zeros_like(self.val[("val", n.id, k)]) if g is None else g for k, g in enumerate(douts)]
-        res = self.tracer.call_op("backward", f"{n.op}.backward", _opaque_backward(n, diff), [*args, *gs], {})
+        # recorded, not run: the op's forward and backward need not run to build the graph (an op writing its
+        # input in place would write the stand-in); its gradients have the shapes and dtypes of its inputs
+        res = tuple(math.zeros_like(args[i]) for i in diff)
+        self.tracer.record("backward", f"{n.op}.backward", _opaque_backward(n, diff, self.owner), [*args, *gs], {},
+                           res)
+        self.opaque[n.id] = diff
         for i, g in zip(diff, res):
             self.add_grad(self.key(n.inputs[i]), g, args[i])
 
@@ -217,7 +235,7 @@ def build_backward(graph: Graph, inputs: Sequence[Tensor], sources: List[Key]) -
     bgraph = b.tracer.finish(outs)
     keys, bgraph = _prune_inputs(bgraph, b.keys)
     saved = [(k[1], k[2]) for k in keys if k[0] == "val"]
-    return BackwardGraph(bgraph, keys, saved, sources, which)
+    return BackwardGraph(bgraph, keys, saved, sources, which, b.opaque, b.owner)
 
 
 def _prune_inputs(graph: Graph, keys: List[Key]) -> Tuple[List[Key], Graph]:

@@ -13,8 +13,8 @@ import os
 import threading
 import traceback
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from ..tensor import Tensor
 from .signature import flatten_result, signature, unflatten_result
 from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
+from .kept import CallContexts, active, keeping
 from .tracer import Tracer
 from .tracing import TraceBreak, hook
 
@@ -39,6 +40,13 @@ class _Grad:
     forward: Runner
     backward: Runner
     plan: BackwardGraph
+    # with opaque ops to keep (kept.py): the graph's tensor constants (never marked or handed out as a
+    # call's own), the outputs handed out as they came (an opaque op's, so its saved-output version checks
+    # see the caller's in-place writes), and the saved values given as new tensors (those same outputs:
+    # the node holding them would otherwise make a cycle through its own output)
+    consts: FrozenSet[int] = frozenset()
+    reuse: FrozenSet[int] = frozenset()
+    alias: FrozenSet[int] = frozenset()
 
 
 @dataclass
@@ -77,6 +85,23 @@ def _user_site(err: BaseException) -> str:
     frames = [f for f in traceback.extract_tb(err.__traceback__)
               if not os.path.abspath(f.filename).startswith(_RUNTIME_DIR + os.sep)]
     return f"at {frames[-1].filename}:{frames[-1].lineno}, " if frames else ""
+
+
+def _keep_plan(graph: Graph, plan: BackwardGraph) -> Dict[str, FrozenSet[int]]:
+    """``_Grad``'s ``consts``, ``reuse`` and ``alias`` for a plan with opaque ops to keep."""
+    consts = frozenset(id(r.value) for n in graph.nodes for r in n.inputs
+                       if isinstance(r, Const) and isinstance(r.value, Tensor))
+    read = {r for i in plan.opaque for r in graph.nodes[i].inputs if isinstance(r, Output)}
+    reuse, seen = set(), set()
+    for k, r in enumerate(graph.outputs):
+        # an opaque op's output, once, that no opaque op holds as an input (its node would then hold the
+        # output, whose node holds the call's node: a cycle through the kept nodes)
+        if isinstance(r, Output) and r.node in plan.opaque and r not in seen and r not in read:
+            reuse.add(k)
+        seen.add(r)
+    handed = {graph.outputs[k] for k in reuse}
+    alias = frozenset(j for j, (n, k) in enumerate(plan.saved) if Output(n, k) in handed)
+    return {"consts": consts, "reuse": frozenset(reuse), "alias": alias}
 
 
 class JitFunction:
@@ -155,11 +180,27 @@ class JitFunction:
         wanted = tuple(t.requires_grad for t in tensors)
         g = entry.grad.get(wanted) or self._grad(entry, tensors, wanted)
         n = len(entry.traced.outputs)
-        with no_grad():
-            res = g.forward(tensors)
-        outs = [Tensor._from_array(o._data) for o in res[:n]]  # fresh: an output may be an input, or twice
+        calls = None
+        if not g.plan.opaque:
+            with no_grad():
+                res = g.forward(tensors)
+            outs = [Tensor._from_array(o._data) for o in res[:n]]  # fresh: an output may be an input, or twice
+            saved = list(res[n:])
+        else:  # opaque ops keep the node they record (kept.py) for this call's backward
+            external = g.consts.union(map(id, tensors))
+            calls = CallContexts(g.plan.owner, external)
+            prev = active.forward
+            active.forward = calls
+            try:
+                with no_grad():
+                    res = g.forward(tensors)
+            finally:
+                active.forward = prev
+            outs = [o if k in g.reuse and o._node is not None and id(o) not in external
+                    else Tensor._from_array(o._data) for k, o in enumerate(res[:n])]
+            saved = [Tensor._from_array(v._data) if j in g.alias else v for j, v in enumerate(res[n:])]
         node = JitGradNode(getattr(self.fn, "__qualname__", "graph"), entry.traced, g.plan, g.backward, tensors,
-                           list(res[n:]), outs)
+                           saved, outs, calls)
         attach_outputs(node, outs)
         return outs
 
@@ -170,13 +211,16 @@ class JitFunction:
             graph = entry.traced
             plan = build_backward(graph, tensors, grad_sources(graph, tensors, wanted))
             self.backward_traces += 1
-            fwd = Graph(graph.input_shapes, graph.input_dtypes, list(graph.nodes),
+            nodes = [replace(n, target=keeping(n, plan.opaque[n.id], plan.owner)) if n.id in plan.opaque else n
+                     for n in graph.nodes]
+            fwd = Graph(graph.input_shapes, graph.input_dtypes, nodes,
                         list(graph.outputs) + [Output(n, k) for n, k in plan.saved], name=graph.name)
+            extra = _keep_plan(graph, plan) if plan.opaque else {}
             backend = self.backend
             if not backend.differentiable:  # it runs calls that record nothing; gradients go to ms_backend
                 backend = get_backend("ms_backend")
             config = self._config(list(tensors) + [t for t, _, _ in entry.consts])
-            g = _Grad(backend.factory(fwd, dict(config)), backend.factory(plan.graph, dict(config)), plan)
+            g = _Grad(backend.factory(fwd, dict(config)), backend.factory(plan.graph, dict(config)), plan, **extra)
             if not hasattr(g.backward, "graph"):
                 g.backward.graph = plan.graph  # type: ignore[attr-defined]
             entry.grad[wanted] = g

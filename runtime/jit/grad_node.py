@@ -1,15 +1,17 @@
 """The one autograd node a jitted call records: its backward runs the cached backward graph.
 
 The forward ran on the backend with nothing recorded, also returning the
-forward values the backward graph reads (``saved``). ``apply`` feeds the
-backward graph's runner those values, the call's inputs and the incoming
-gradients. A higher-order gradient (``create_graph``) cannot come from the
-saved values, which have no history: it re-runs the forward graph with the
-runtime's ops, recorded, and differentiates that, so grad of grad works.
+forward values the backward graph reads (``saved``); the opaque ops on a
+gradient's path recorded their own nodes (``kept``, kept.py). ``apply`` feeds
+the backward graph's runner those values, the call's inputs and the incoming
+gradients, with ``kept`` as this thread's ``active.backward`` meanwhile. A
+higher-order gradient (``create_graph``) cannot come from the saved values,
+which have no history: it re-runs the forward graph with the runtime's ops,
+recorded, and differentiates that, so grad of grad works.
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 from ..autograd.engine import grad as _autograd_grad
 from ..autograd.grad_mode import enable_grad
@@ -18,16 +20,18 @@ from ..graph.graph import Graph
 from ..graph.registry import Runner
 from ..tensor import Tensor
 from .backward import BackwardGraph
+from .kept import CallContexts, active
 
 __all__ = ["JitGradNode"]
 
 
 class JitGradNode(Node):
-    __slots__ = ("_name", "inputs", "saved", "plan", "run", "forward", "nout")
+    __slots__ = ("_name", "inputs", "saved", "plan", "run", "forward", "nout", "kept")
 
     def __init__(self, name: str, forward: Graph, plan: BackwardGraph, run: Runner, inputs: Sequence[Tensor],
-                 saved: List[Any], outs: Sequence[Any]) -> None:
+                 saved: List[Any], outs: Sequence[Any], kept: Optional[CallContexts] = None) -> None:
         self._name = name
+        self.kept = kept
         self.forward = forward
         self.plan = plan
         self.run = run
@@ -61,7 +65,15 @@ class JitGradNode(Node):
                 args.append(grads[k[1]])
             else:
                 args.append(vals[k])
-        outs = self.run(args)
+        if self.kept is None:
+            outs = self.run(args)
+        else:
+            prev = active.backward
+            active.backward = self.kept
+            try:
+                outs = self.run(args)
+            finally:
+                active.backward = prev
         res: List[Any] = [None] * len(self.plan.sources)
         for s, g in zip(self.plan.outputs, outs):
             res[s] = g
@@ -84,3 +96,6 @@ class JitGradNode(Node):
     def release(self) -> None:
         self.saved = None
         self.inputs = []
+        if self.kept is not None:
+            self.kept.release()
+            self.kept = None

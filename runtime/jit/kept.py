@@ -1,0 +1,142 @@
+"""What a jitted call's forward keeps for its backward: the autograd node of each opaque op.
+
+An op whose backward is its own (a C++ ``Function``, an ``ops.Custom`` with
+a bprop, a ``Cell`` with ``bprop``, a Python ``autograd.Function``) is one
+opaque ``<op>.backward`` node of the backward graph. In the forward graph of
+a call that records a gradient, such a node runs through ``keeping``: the op
+runs with recording on, as it would eagerly, so it records its own node
+(its ``ctx``, saved tensors and ``saved_data``, a bprop's ``out``), and that
+node goes into the call's ``CallContexts``. The call's ``JitGradNode`` holds
+them; while it runs the backward graph they are this thread's
+``active.backward``, and the opaque node's target (backward.py) calls the
+kept node's backward with the incoming gradients instead of running the op
+again.
+
+Per-call state never lives on the cached graphs: it travels through this
+thread-local ``active`` only for the duration of one forward or one backward
+run. A backend that runs the op some other way (a plugin running the node
+itself, another thread) leaves no context, and the backward recomputes.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from ..autograd.engine import _node_backward
+from ..autograd.grad_mode import _state
+from ..autograd.node import Node as AutogradNode
+from ..graph.graph import Node
+from ..tensor import Tensor
+
+__all__ = ["CallContexts", "active", "keeping", "kept_backward"]
+
+
+class CallContexts:
+    """The autograd nodes one call's opaque ops recorded, by forward node id."""
+
+    __slots__ = ("owner", "nodes", "external")
+
+    def __init__(self, owner: object, external: FrozenSet[int]) -> None:
+        self.owner = owner  # the BackwardGraph's token: node ids are only unique within one graph
+        # node id -> (the op's autograd node or None, per output: is it that node's output)
+        self.nodes: Dict[int, Tuple[Any, Tuple[bool, ...]]] = {}
+        self.external = external  # ids of the call's input tensors and the graph's tensor constants
+
+    def release(self) -> None:
+        """Free what the kept nodes saved (the call's backward ran without retain_graph)."""
+        for node, _ in self.nodes.values():
+            if node is not None:
+                node.release()
+        self.nodes = {}
+
+
+class _Active(threading.local):
+    forward: Optional[CallContexts] = None  # filled by the forward run in progress on this thread
+    backward: Optional[CallContexts] = None  # read by the backward run in progress on this thread
+
+
+active = _Active()
+
+
+class _Intermediate(AutogradNode):
+    """The history of an intermediate value of a jitted forward that an opaque op differentiates.
+
+    Eagerly such a value came out of a recorded op; in the jitted forward it
+    came out of one run with nothing recorded. Pointing at this node makes it
+    a non-leaf again, so the op treats it as it would eagerly (an in-place
+    ``MarkDirty`` of it is allowed). Nothing ever walks past it: the kept
+    node's backward is called directly, not through the engine.
+    """
+
+    __slots__ = ()
+    name = "jit intermediate"
+
+    def __init__(self) -> None:
+        self.next_edges = ()
+        self.input_meta = ()
+        self.out_meta = ()
+
+    def apply(self, grads: Sequence[Any], create_graph: bool) -> Sequence[Any]:
+        raise RuntimeError("internal: a jitted forward's intermediate value has no backward of its own")
+
+
+_INTERMEDIATE = _Intermediate()
+
+
+def keeping(node: Node, diff: Sequence[int], owner: object) -> Callable[..., Any]:
+    """A target for ``node`` in the forward graph of a call that records a gradient.
+
+    With a call's contexts active it runs the op with recording on, its
+    inputs ``diff`` requiring grad, and keeps the node the op recorded;
+    otherwise it runs the op as the traced target does.
+    """
+    target, key, multi = node.target, node.id, node.multi
+
+    def run(*args: Any, **attrs: Any) -> Any:
+        calls = active.forward
+        if calls is None or calls.owner is not owner:
+            return target(*args, **attrs)
+        ins = list(args)
+        for i in diff:
+            t = ins[i]
+            if not t.requires_grad:  # an intermediate value (inputs and parameters on the path already do)
+                if id(t) in calls.external:  # an op handed an input through: never mark the caller's tensor
+                    t = ins[i] = Tensor._from_array(t._data)
+                t.requires_grad = True
+                if t._node is None:
+                    t._node = _INTERMEDIATE
+        prev = _state.enabled
+        _state.enabled = True
+        try:
+            out = target(*ins, **attrs)
+        finally:
+            _state.enabled = prev
+        outs = out if multi else (out,)
+        recorded = None
+        for o in outs:
+            if o._node is not None:
+                recorded = o._node
+                break
+        calls.nodes[key] = (recorded, tuple(o._node is recorded and o._out_index == k for k, o in enumerate(outs)))
+        return out
+
+    run.__qualname__ = f"{node.op}.keeping"
+    return run
+
+
+def kept_backward(owner: object, key: int, diff: Sequence[int], gs: Sequence[Any]) -> Optional[List[Any]]:
+    """The gradients of inputs ``diff`` of forward node ``key`` from the node its op recorded in this
+    call's forward, or None when there is none (no call contexts, or the op ran elsewhere)."""
+    calls = active.backward
+    if calls is None or calls.owner is not owner:
+        return None
+    kept = calls.nodes.get(key)
+    if kept is None:
+        return None
+    node, attached = kept
+    if node is None:  # no output was differentiable: nothing flows back, as eagerly
+        return [None] * len(diff)
+    buf = [g if a else None for g, a in zip(gs, attached)]
+    buf += [None] * (len(node.out_meta) - len(buf))
+    _, res = _node_backward(node, buf, True, False)  # released with the call's node (retain_graph)
+    return [res[i] for i in diff]
