@@ -1,5 +1,6 @@
 """runtime.jit speed: a GELU (tanh form) chain on 1M float32 (eager vs O0 vs O1, and PyTorch eager and
 torch.compile when torch is importable), a cached jitted call on 1-element tensors vs the same ops
+eagerly, a jitted value_and_grad of a small net whose heavy part is a C++ Function op (1M float32) vs
 eagerly, and the cold build of a fused kernel. Ratios are from one run of this script.
 
     python benchmarks/jit.py [--rounds N]
@@ -51,6 +52,31 @@ def torch_rows(x: np.ndarray, rounds: int):
     return eager, comp
 
 
+def custom_op_rows(rounds: int):
+    """value_and_grad of a net around two C++ Function ops (tests/cpp/jit_counted_ops.cpp) on 1M float32:
+    eager, jitted; and how many op forwards one jitted step runs (1 per op: its backward uses the forward's
+    node; 2 when the backward ran the op again)."""
+    from opbuilder import CustomOpBuilder
+    from runtime import Parameter
+    root = Path(__file__).resolve().parents[1]
+    cops = CustomOpBuilder("jit_counted_ops", [str(root / "tests" / "cpp" / "jit_counted_ops.cpp")]).load()
+    rng = np.random.default_rng(1)
+    w = Parameter(Tensor(rng.standard_normal(1 << 20).astype(np.float32)), name="w")
+
+    def net(x):
+        h = cops.scaled_mul(mint.sin(x), w, 1.5)
+        return mint.sum(cops.tanh(h) * x)
+
+    x = Tensor(rng.standard_normal(1 << 20).astype(np.float32))
+    eager = rt.value_and_grad(net, grad_position=0, weights=[w])
+    jitted = rt.value_and_grad(jit(net), grad_position=0, weights=[w])
+    jitted(x)
+    before = cops.forwards()
+    jitted(x)
+    per_step = cops.forwards() - before
+    return best(lambda: eager(x), rounds, 5), best(lambda: jitted(x), rounds, 5), per_step
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -81,6 +107,8 @@ def main() -> int:
     e_small = best(lambda: gelu(s), args.rounds, 2000)
     j_small = best(lambda: small(s), args.rounds, 2000)
 
+    e_vg, j_vg, per_step = custom_op_rows(args.rounds)
+
     ms = lambda v: "—" if v is None else f"{v * 1e3:8.3f} ms"  # noqa: E731
     print(f"numpy {np.__version__}; best of {args.rounds} rounds; GELU (tanh) on {x.size} float32")
     print("| case | time | eager / case |\n|---|---|---|")
@@ -90,12 +118,15 @@ def main() -> int:
     print(f"\nO1 max abs difference from eager: {err:.2e}")
     print(f"1-element GELU: eager {e_small * 1e6:.2f} us, cached jitted call (O0) {j_small * 1e6:.2f} us "
           f"(jit / eager = {j_small / e_small:.2f})")
+    print(f"value_and_grad, net around 2 C++ Function ops on 1M float32: eager {ms(e_vg)}, jitted {ms(j_vg)} "
+          f"(jit / eager = {j_vg / e_vg:.2f}); op forwards per jitted step: {per_step}")
     print(f"cold build of a fused kernel (trace + generate + compile + load): {cold:.2f} s")
     print(f"[{'met' if t_o0 <= eager else 'MISSED'}] O0 no slower than eager ({eager / t_o0:.2f}x)")
     print(f"[{'met' if eager / t_o1 >= 3 else 'MISSED'}] O1 at least 3x faster than eager ({eager / t_o1:.2f}x)")
     if t_eager is not None:
         print(f"[{'met' if t_o1 < t_eager else 'MISSED'}] O1 faster than torch eager ({t_eager / t_o1:.2f}x)")
     print(f"[{'met' if j_small <= e_small else 'MISSED'}] cached 1-element jitted call no slower than eager")
+    print(f"[{'met' if per_step == 2 else 'MISSED'}] a jitted step runs each C++ op's forward once ({per_step} for 2)")
     print(f"[{'met' if cold <= 1.5 else 'MISSED'}] cold fused-kernel build <= 1.5 s")
     return 0
 
