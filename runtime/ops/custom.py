@@ -123,6 +123,7 @@ class Custom:
         self._initialized = False
         self._init_lock = threading.Lock()  # Init runs once, even when first calls come from several threads
         self._workspaces: Optional[_Workspaces] = None  # Init's, when it asked for some
+        self._released: Optional[ExtraBlock] = None  # the block whose kernel data is deleted with the op
         if self._kernel is not None or self._hybrid is not None:
             from .aot_trampoline import trampoline
             path = trampoline()
@@ -334,7 +335,9 @@ class Custom:
             if k.init is not None:
                 from .aot_trampoline import trampoline
                 status = run_init(k.init, extra.address, arrays, specs)
-                weakref.finalize(self, _release, trampoline().release, extra)
+                if self._released is not extra:  # once per block, however often a failing Init is retried
+                    weakref.finalize(self, _release, trampoline().release, extra)
+                    self._released = extra
                 err = extra.take_error()
                 if status != 0 or err:
                     raise self._error(k.symbol + "Init", status, err)
