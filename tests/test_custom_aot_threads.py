@@ -34,7 +34,7 @@ def test_an_error_recorded_by_one_call_is_raised_by_that_call_only():
     op = ops.Custom(f"{SRC}:ErrorsInOneCall", out_shape=[1], out_dtype=rt.float32)
     _reset(op)
     bad, good = run_in_threads([lambda: op(Tensor([-1.0])), lambda: op(Tensor([2.0]))])
-    # the error went to whichever call looked first: the good one raised it, the bad one returned
+    # the error is the call's that recorded it: the bad one raises it, the good one returns
     assert isinstance(bad, RuntimeError)
     assert "aot operator 'ErrorsInOneCall'" in str(bad) and "attribute 'missing' is not set" in str(bad)
     assert not isinstance(good, Exception), good
@@ -49,7 +49,7 @@ def test_calls_failing_at_once_each_raise_their_own_error():
     first_r, second_r = run_in_threads([
         lambda: stopped_after_its_kernel_call(lambda: op(Tensor([-1.0])), stopped, resume),  # records an error
         lambda: in_the_gap(lambda: op(Tensor([0.0])), stopped, resume)])  # status 7, no error text
-    # the first call's error went through the op's buffer: the second call raised it and the first none
+    # each raises its own (through the op's buffer, the second call took the first's text and the first none)
     where = f"aot operator 'BySign' in {op._kernel.library}"
     assert isinstance(first_r, RuntimeError) and isinstance(second_r, RuntimeError)
     assert str(first_r) == f"{where}: attribute 'missing' is not set on this op; it has no attributes (give " \

@@ -14,7 +14,8 @@
 //   init(fn, extra, inputs, out_specs) -> int status of <Symbol>Init
 //
 // A kernel call that fails (a non-zero status, or an error recorded in its
-// extra) raises KernelFailed(status, error text). Each call gets its own copy
+// extra, or a C++ exception it let out: "threw a C++ exception: <what()>")
+// raises KernelFailed(status, error text). Each call gets its own copy
 // of the op's extra header with an empty error buffer (CallExtra), so the text
 // is that call's, whatever other threads' calls of the op record meanwhile;
 // nothing of it is left in the op's buffer.
@@ -32,7 +33,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <type_traits>
 #include <vector>
 
@@ -253,16 +256,36 @@ class CallExtra {
   opbuilder::aot::ExtraData local_;
 };
 
+// A C++ exception a kernel or Init let out (aot.h: none may cross the C ABI) as error text, so it
+// is raised as a RuntimeError instead of unwinding into the interpreter (std::terminate). Called in
+// a catch block; writes into the call's error buffer unless the call recorded an error first.
+void Thrown(char *error) {
+  if (error[0] != '\0') return;
+  try {
+    throw;
+  } catch (const std::exception &e) {
+    std::snprintf(error, opbuilder::aot::kErrorSize, "threw a C++ exception: %s", e.what());
+  } catch (...) {
+    std::snprintf(error, opbuilder::aot::kErrorSize, "threw a C++ exception (not a std::exception)");
+  }
+}
+
 // One kernel call, the one way run and call make it: on its own CallExtra, with the GIL
 // released. False with KernelFailed(status, error text) set when the kernel failed.
 bool Invoke(KernelFn fn, void *extra, int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
             void *stream) {
   CallExtra call_extra(extra);
   int status = 0;
+  char thrown[opbuilder::aot::kErrorSize] = "";
   Py_BEGIN_ALLOW_THREADS
-  status = fn(nparam, params, ndims, shapes, dtypes, stream, call_extra.get());
+  try {
+    status = fn(nparam, params, ndims, shapes, dtypes, stream, call_extra.get());
+  } catch (...) {
+    Thrown(thrown);
+  }
   Py_END_ALLOW_THREADS
-  const char *error = call_extra.Finish();
+  const char *recorded = call_extra.Finish();  // an error recorded before a throw was the first
+  const char *error = recorded[0] != '\0' ? recorded : thrown;
   if (status == 0 && error[0] == '\0') return true;
   PyObject *args = Py_BuildValue("(is)", status, error);
   if (args == nullptr) {  // text that is not UTF-8: its bytes, escaped
@@ -325,7 +348,15 @@ PyObject *Init(PyObject *, PyObject *const *a, Py_ssize_t n) {
   InitFn fn = reinterpret_cast<InitFn>(fn_addr);
   int status = 0;
   Py_BEGIN_ALLOW_THREADS
-  status = fn(args.ndims(), args.shapes(), args.dtypes(), static_cast<opbuilder::AotExtra *>(extra));
+  try {
+    status = fn(args.ndims(), args.shapes(), args.dtypes(), static_cast<opbuilder::AotExtra *>(extra));
+  } catch (...) {  // its text in the op's error buffer, which the caller reads (ExtraBlock.take_error)
+    if (extra != nullptr) {
+      Thrown(static_cast<opbuilder::aot::ExtraData *>(extra)->error);
+    } else {
+      status = -1;
+    }
+  }
   Py_END_ALLOW_THREADS
   return PyLong_FromLong(status);
 }
