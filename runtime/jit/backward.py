@@ -46,6 +46,10 @@ class BackwardGraph:
     outputs: List[int]  # positions in ``sources`` that ``graph``'s outputs are the gradients of
     opaque: Dict[int, List[int]]  # forward node id -> inputs its <op>.backward node differentiates
     owner: object  # this graph's token in a call's kept contexts (kept.CallContexts)
+    # forward values (node, index) a primitive on a gradient's path takes, with the first such primitive
+    # the backward meets (argument index, op name): eagerly, its node checks the value's version
+    readers: Dict[Tuple[int, int], Tuple[int, str]]
+    prim_read: frozenset  # the saved forward values (node, index) the graph's non-opaque nodes read
 
 
 def _is_float(t: Any) -> bool:
@@ -136,6 +140,7 @@ class _Builder:
         self.tracer = Tracer(stand, f"{graph.name}.backward")
         self.grads: Dict[Key, Tensor] = {}
         self.opaque: Dict[int, List[int]] = {}
+        self.readers: Dict[Tuple[int, int], Tuple[int, str]] = {}
         self.owner = object()
 
     def _stand(self, key: Key, like: Tensor, stand: List[Tensor]) -> None:
@@ -183,6 +188,9 @@ class _Builder:
         if n.kind == "primitive":
             if vjps is None:
                 return  # not differentiable (comparisons, argmax...)
+            for j, r in enumerate(n.inputs):
+                if isinstance(r, Output):
+                    self.readers.setdefault((r.node, r.index), (j, getattr(n.target, "name", n.op)))
             ans = self.val[("val", n.id, 0)]
             for i in diff:
                 rule = vjps[i] if i < len(vjps) else None
@@ -235,7 +243,10 @@ def build_backward(graph: Graph, inputs: Sequence[Tensor], sources: List[Key]) -
     bgraph = b.tracer.finish(outs)
     keys, bgraph = _prune_inputs(bgraph, b.keys)
     saved = [(k[1], k[2]) for k in keys if k[0] == "val"]
-    return BackwardGraph(bgraph, keys, saved, sources, which, b.opaque, b.owner)
+    read = {r.index for n in bgraph.nodes if n.kind != "backward" for r in n.inputs if isinstance(r, Input)}
+    read.update(r.index for r in bgraph.outputs if isinstance(r, Input))
+    prim_read = frozenset((keys[i][1], keys[i][2]) for i in read if keys[i][0] == "val")
+    return BackwardGraph(bgraph, keys, saved, sources, which, b.opaque, b.owner, b.readers, prim_read)
 
 
 def _prune_inputs(graph: Graph, keys: List[Key]) -> Tuple[List[Key], Graph]:

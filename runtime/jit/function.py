@@ -13,6 +13,7 @@ import os
 import threading
 import traceback
 import warnings
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
@@ -47,6 +48,9 @@ class _Grad:
     consts: FrozenSet[int] = frozenset()
     reuse: FrozenSet[int] = frozenset()
     alias: FrozenSet[int] = frozenset()
+    # outputs whose memory the backward reads: (position, what eager's version error names or None, whether
+    # the op's own tensor, which a kept node may check, is to see a write to the output handed out)
+    watch: Tuple[Tuple[int, Optional[str], bool], ...] = ()
 
 
 @dataclass
@@ -102,6 +106,34 @@ def _keep_plan(graph: Graph, plan: BackwardGraph) -> Dict[str, FrozenSet[int]]:
     handed = {graph.outputs[k] for k in reuse}
     alias = frozenset(j for j, (n, k) in enumerate(plan.saved) if Output(n, k) in handed)
     return {"consts": consts, "reuse": frozenset(reuse), "alias": alias}
+
+
+def _watch_plan(graph: Graph, plan: BackwardGraph) -> Tuple[Tuple[int, Optional[str], bool], ...]:
+    """``_Grad``'s ``watch``: the outputs that are forward values the backward reads.
+
+    A primitive on a gradient's path that takes the value would, eagerly, fail its version check: the
+    error names it. A value only a primitive's own derivative reads (``exp``'s output, say) is named as
+    that op's output. A value an opaque op made or takes is checked by the node the op kept, on the op's
+    own tensor, which the output handed out (a new tensor over the same memory) passes its writes to.
+    """
+    nodes = {n.id: n for n in graph.nodes}
+    opaque_in = {(r.node, r.index) for i in plan.opaque for r in nodes[i].inputs if isinstance(r, Output)}
+    watch = []
+    for k, r in enumerate(graph.outputs):
+        if not isinstance(r, Output):
+            continue
+        key = (r.node, r.index)
+        msg = None
+        if key in plan.readers:
+            j, name = plan.readers[key]
+            msg = f"argument {j} of {name}"
+        elif key in plan.prim_read:
+            n = nodes[r.node]
+            msg = f"output {r.index} of {getattr(n.target, 'name', n.op)}"
+        kept = r.node in plan.opaque or key in opaque_in
+        if msg is not None or kept:
+            watch.append((k, msg, kept))
+    return tuple(watch)
 
 
 class JitFunction:
@@ -199,8 +231,13 @@ class JitFunction:
             outs = [o if k in g.reuse and o._node is not None and id(o) not in external
                     else Tensor._from_array(o._data) for k, o in enumerate(res[:n])]
             saved = [Tensor._from_array(v._data) if j in g.alias else v for j, v in enumerate(res[n:])]
+        # the version each output whose memory the backward reads had when handed out, with the op's own
+        # tensor (when the output handed out is another over its memory) for a kept node to see a write in
+        watched = [(weakref.ref(outs[k]), outs[k]._version, msg,
+                    res[k] if kept and calls is not None and res[k] is not outs[k] else None)
+                   for k, msg, kept in g.watch]
         node = JitGradNode(getattr(self.fn, "__qualname__", "graph"), entry.traced, g.plan, g.backward, tensors,
-                           saved, outs, calls)
+                           saved, outs, calls, watched)
         attach_outputs(node, outs)
         return outs
 
@@ -216,6 +253,7 @@ class JitFunction:
             fwd = Graph(graph.input_shapes, graph.input_dtypes, nodes,
                         list(graph.outputs) + [Output(n, k) for n, k in plan.saved], name=graph.name)
             extra = _keep_plan(graph, plan) if plan.opaque else {}
+            extra["watch"] = _watch_plan(graph, plan)
             backend = self.backend
             if not backend.differentiable:  # it runs calls that record nothing; gradients go to ms_backend
                 backend = get_backend("ms_backend")

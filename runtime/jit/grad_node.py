@@ -11,7 +11,7 @@ recorded, and differentiates that, so grad of grad works.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ..autograd.engine import grad as _autograd_grad
 from ..autograd.grad_mode import enable_grad
@@ -26,11 +26,13 @@ __all__ = ["JitGradNode"]
 
 
 class JitGradNode(Node):
-    __slots__ = ("_name", "inputs", "saved", "plan", "run", "forward", "nout", "kept")
+    __slots__ = ("_name", "inputs", "saved", "plan", "run", "forward", "nout", "kept", "watched")
 
     def __init__(self, name: str, forward: Graph, plan: BackwardGraph, run: Runner, inputs: Sequence[Tensor],
-                 saved: List[Any], outs: Sequence[Any], kept: Optional[CallContexts] = None) -> None:
+                 saved: List[Any], outs: Sequence[Any], kept: Optional[CallContexts] = None,
+                 watched: Sequence[Tuple[Any, int, Optional[str], Optional[Tensor]]] = ()) -> None:
         self._name = name
+        self.watched = watched
         self.kept = kept
         self.forward = forward
         self.plan = plan
@@ -54,6 +56,8 @@ class JitGradNode(Node):
         if self.saved is None:
             raise RuntimeError(f"backward through {self.name} a second time: its saved values were freed after "
                                f"the first backward; pass retain_graph=True the first time")
+        if self.watched:
+            self._check_versions()
         if create_graph:
             return self._differentiable(grads)
         vals = {("val",) + nk: v for nk, v in zip(self.plan.saved, self.saved)}
@@ -79,6 +83,24 @@ class JitGradNode(Node):
             res[s] = g
         return res
 
+    def _check_versions(self) -> None:
+        """Fail, as eagerly, when an output handed out whose memory the backward reads was written in place
+        since: the op's own tensor over that memory takes the write (its kept node checks it, with the
+        error eager gives), and a value a primitive reads fails here, naming it as eager's check does."""
+        stale = None
+        for ref, version, msg, own in self.watched:
+            out = ref()
+            if out is None or out._version == version:
+                continue
+            if own is not None:
+                own._version += out._version - version
+            if msg is not None and stale is None:
+                stale = (msg, out._version, version)
+        if stale is not None:
+            raise RuntimeError(f"one of the tensors needed for gradient computation has been modified by an "
+                               f"in-place operation: {stale[0]} is at version {stale[1]}; expected version "
+                               f"{stale[2]}")
+
     def _differentiable(self, grads: Sequence[Any]) -> List[Any]:
         """The gradients with a graph: the forward re-run op by op, recorded, then differentiated."""
         sources = self._source_tensors()
@@ -96,6 +118,7 @@ class JitGradNode(Node):
     def release(self) -> None:
         self.saved = None
         self.inputs = []
+        self.watched = ()
         if self.kept is not None:
             self.kept.release()
             self.kept = None
