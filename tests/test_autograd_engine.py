@@ -189,3 +189,31 @@ def test_grad_outputs_may_be_one_array_and_must_match_the_outputs_in_number():
         backward(y, [])
     backward(y, g_out)  # one tensor and one array, as torch.autograd.backward takes them
     np.testing.assert_array_equal(x.grad.asnumpy(), 3.0 * g_out)
+
+
+@pytest.mark.parametrize("op", ["exp", "tanh", "sigmoid", "sqrt"])
+def test_an_output_its_own_rule_reads_written_in_place_is_a_version_error(op):
+    """exp's node kept its output unchecked: y += 1 under no_grad, then backward, gave e^x + 1 silently
+    (PyTorch raises; so does a jitted call since 590fd1f)."""
+    x = Tensor(np.array([0.3, 0.7])).requires_grad_()
+    y = getattr(F, op)(x)
+    with rt.no_grad():
+        y += 1.0
+    with pytest.raises(RuntimeError, match=rf"^one of the tensors needed for gradient computation has been "
+                                           rf"modified by an in-place operation: output 0 of {op} is at version 1; "
+                                           rf"expected version 0$"):
+        F.sum(y).backward()
+
+
+def test_an_output_no_rule_reads_may_be_written_in_place_before_backward():
+    """mul and mean keep their inputs, not their outputs: writing an output leaves the gradient right."""
+    x = Tensor(np.array([0.3, 0.7])).requires_grad_()
+    y = x * 3.0
+    m = F.mean(x * 2.0)
+    with rt.no_grad():
+        y += 1.0
+        m += 1.0
+    m.backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), [1.0, 1.0])
+    y.backward(Tensor(np.ones(2)))
+    np.testing.assert_allclose(x.grad.asnumpy(), [4.0, 4.0])

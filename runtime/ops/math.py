@@ -312,7 +312,7 @@ def _sum_vjp(g, ans, x, axis=None, keepdims=False):
 
 def _mean_vjp(g, ans, x, axis=None, keepdims=False):
     count = x.size if axis is None else int(np.prod([x.shape[a] for a in axis]))
-    return div(_sum_vjp(g, ans, x, axis, keepdims), count)
+    return div(_sum_vjp(g, None, x, axis, keepdims), count)
 
 
 _sum = Primitive("sum", lambda x, axis=None, keepdims=False: np.sum(x, axis=axis, keepdims=keepdims))

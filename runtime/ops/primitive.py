@@ -9,6 +9,8 @@ argument's shape, so rules need not undo broadcasting.
 """
 from __future__ import annotations
 
+import dis
+import weakref
 from operator import attrgetter
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -27,12 +29,13 @@ Rule = Optional[Callable[..., Any]]
 class Primitive:
     """A named numpy function; differentiable once ``defvjp`` gives it rules."""
 
-    __slots__ = ("name", "fn", "vjps")
+    __slots__ = ("name", "fn", "vjps", "reads_ans")
 
     def __init__(self, name: str, fn: Callable[..., Any]) -> None:
         self.name = name
         self.fn = fn
         self.vjps: Optional[Tuple[Rule, ...]] = None
+        self.reads_ans = False  # a rule reads the op's output: its node checks the output's version
 
     def __call__(self, *args: Any, **kwargs: Any):
         """Apply to Tensors (already converted); record a node if needed."""
@@ -63,9 +66,11 @@ class Primitive:
         if _state.enabled and self.vjps is not None and out.dtype.kind == "f":  # integer results: no gradient
             for a in args:
                 if a.requires_grad:
-                    res._node = _record2(self, *args, kwargs, out) if len(args) == 2 \
+                    res._node = node = _record2(self, *args, kwargs, out) if len(args) == 2 \
                         else _record(self, args, kwargs, out)
                     res.requires_grad = True
+                    if self.reads_ans:
+                        node.out_ref = weakref.ref(res)
                     break
         return res
 
@@ -83,8 +88,10 @@ class Primitive:
         res._data = out
         if (x.requires_grad or y.requires_grad) and _state.enabled and self.vjps is not None \
                 and out.dtype.kind == "f":  # integer results: no gradient
-            res._node = _record2(self, x, y, {}, out)
+            res._node = node = _record2(self, x, y, {}, out)
             res.requires_grad = True
+            if self.reads_ans:
+                node.out_ref = weakref.ref(res)
         return res
 
     def __repr__(self) -> str:
@@ -103,6 +110,15 @@ def _result(out: Any, args: Sequence[Any], name: str) -> Any:
 def defvjp(prim: Primitive, *rules: Rule) -> None:
     """Register derivative rules, one per positional argument (None: not differentiable)."""
     prim.vjps = tuple(rules)
+    prim.reads_ans = any(_reads_ans(r) for r in rules if r is not None)
+
+
+def _reads_ans(rule: Callable[..., Any]) -> bool:
+    """Whether ``rule`` reads its ``ans`` argument (a callable that is not plain Python code: assume so)."""
+    code = getattr(rule, "__code__", None)
+    if code is None:
+        return True
+    return any(i.argval == "ans" and i.opname.startswith("LOAD_") for i in dis.get_instructions(code))
 
 
 class PrimitiveNode(Node):
@@ -110,7 +126,7 @@ class PrimitiveNode(Node):
     no tuples for it), from the saved arguments (a backward first checks that their versions
     are unchanged), and kept when ``release`` frees them."""
 
-    __slots__ = ("prim", "args", "kwargs", "versions", "out", "_input_meta")
+    __slots__ = ("prim", "args", "kwargs", "versions", "out", "out_ref", "_input_meta")
 
     def __init__(self, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray) -> None:
         _record(prim, args, kwargs, out, self)
@@ -137,6 +153,13 @@ class PrimitiveNode(Node):
                 self._stale()
         elif tuple(map(_version_of, args)) != self.versions:
             self._stale()
+        ref = self.out_ref
+        if ref is not None:  # a rule reads the output: it must be as the op made it (a new tensor: version 0)
+            t = ref()
+            if t is not None and t._version:
+                raise RuntimeError(f"one of the tensors needed for gradient computation has been modified by an "
+                                   f"in-place operation: output 0 of {self.name} is at version {t._version}; "
+                                   f"expected version 0")
         ans = _new(_Tensor)
         ans._data = self.out
         if create_graph:
@@ -181,6 +204,7 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
     node.args = args
     node.kwargs = kwargs
     node.out = out
+    node.out_ref = None
     node._input_meta = None
     node.versions = tuple(map(_version_of, args))
     node.next_edges = tuple([(a if a._node is None else (a._node, a._out_index)) if a.requires_grad else None
@@ -196,6 +220,7 @@ def _record2(prim: Primitive, x: Any, y: Any, kwargs: Dict[str, Any], out: np.nd
     node.args = (x, y)
     node.kwargs = kwargs
     node.out = out
+    node.out_ref = None
     node._input_meta = None
     node.versions = (x._version, y._version)
     node.next_edges = ((x if x._node is None else (x._node, x._out_index)) if x.requires_grad else None,
