@@ -203,3 +203,25 @@ def test_softmax_div_and_relu_errors():
         mint.div(Tensor([1.0]), 2.0, rounding_mode="round")
     with pytest.raises(ValueError, match=r"relu\(inplace=True\) is not supported"):
         mint.nn.functional.relu(Tensor([1.0]), inplace=True)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.int8])
+def test_integer_div_with_rounding_is_exact_and_refuses_zero(dtype):
+    """Integer floor/trunc division went through float64: past 2**53 the quotient was off, and a zero
+    divisor gave garbage (inf cast to int)."""
+    info = np.iinfo(dtype)
+    a = np.array([info.max, info.min, 7, 0, info.max - 1], dtype)
+    b = np.array([1, 3, 2, 5, 2], dtype) if info.min == 0 else np.array([1, 3, -2, -5, 2], dtype)
+    floor = mint.div(Tensor(a), Tensor(b), rounding_mode="floor").asnumpy()
+    trunc = mint.div(Tensor(a), Tensor(b), rounding_mode="trunc").asnumpy()
+    want_floor = [int(x) // int(y) for x, y in zip(a, b)]
+    want_trunc = [abs(int(x)) // abs(int(y)) * (1 if (x < 0) == (y < 0) else -1) for x, y in zip(a, b)]
+    assert floor.dtype == dtype and floor.tolist() == want_floor
+    assert trunc.dtype == dtype and trunc.tolist() == want_trunc
+    with pytest.raises(ZeroDivisionError, match=r"^div\(rounding_mode='floor'\): integer division by zero$"):
+        mint.div(Tensor(a), Tensor(np.zeros(5, dtype)), rounding_mode="floor")
+
+
+def test_int64_floor_division_past_two_to_the_53():
+    a = np.array([2**62 + 1, 9007199254740993], np.int64)
+    assert mint.div(Tensor(a), Tensor(np.array([1, 1], np.int64)), rounding_mode="floor").tolist() == a.tolist()

@@ -68,8 +68,20 @@ def sub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:  # noqa: A002
 _ROUNDING = {"floor": np.floor, "trunc": np.trunc}
 
 
+def _int_div(x: Any, y: Any, rounding: str) -> Any:
+    """Integer quotient rounded down or toward zero, exact (the float route loses values past 2**53)."""
+    if not y.all():
+        raise ZeroDivisionError(f"div(rounding_mode={rounding!r}): integer division by zero")
+    q = np.floor_divide(x, y)
+    if rounding == "trunc":  # floor is one below trunc where the division is inexact and the signs differ
+        q = q + ((np.remainder(x, y) != 0) & ((x < 0) != (y < 0))).astype(q.dtype)
+    return q
+
+
 def _rounded_div(rounding: str):
     def fn(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if x.dtype.kind in "biu" and y.dtype.kind in "biu" and not (x.dtype.kind == y.dtype.kind == "b"):
+            return _int_div(x, y, rounding)
         out = _ROUNDING[rounding](np.true_divide(x, y))
         return out.astype(np.result_type(x, y), copy=False)
     prim = Primitive(f"div_{rounding}", fn)
