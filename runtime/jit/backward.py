@@ -189,8 +189,9 @@ class _Builder:
             if vjps is None:
                 return  # not differentiable (comparisons, argmax...)
             for j, r in enumerate(n.inputs):
-                if isinstance(r, Output):
-                    self.readers.setdefault((r.node, r.index), (j, getattr(n.target, "name", n.op)))
+                if isinstance(r, (Output, Input)):
+                    key = (r.node, r.index) if isinstance(r, Output) else ("in", r.index)
+                    self.readers.setdefault(key, (j, getattr(n.target, "name", n.op)))
             ans = self.val[("val", n.id, 0)]
             for i in diff:
                 rule = vjps[i] if i < len(vjps) else None

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..autograd.grad_mode import _state, no_grad
 from ..autograd.node import attach_outputs
-from ..graph.graph import Const, Graph, Output
+from ..graph.graph import Const, Graph, Input, Output
 from ..graph.registry import Backend, Runner, get_backend
 from ..tensor import Tensor
 from .signature import flatten_result, signature, unflatten_result
@@ -120,6 +120,10 @@ def _watch_plan(graph: Graph, plan: BackwardGraph) -> Tuple[Tuple[int, Optional[
     opaque_in = {(r.node, r.index) for i in plan.opaque for r in nodes[i].inputs if isinstance(r, Output)}
     watch = []
     for k, r in enumerate(graph.outputs):
+        if isinstance(r, Input):  # an input handed back: as eagerly, a write to it is a write to the input
+            reader = plan.readers.get(("in", r.index))
+            watch.append((k, None if reader is None else f"argument {reader[0]} of {reader[1]}", True))
+            continue
         if not isinstance(r, Output):
             continue
         key = (r.node, r.index)
@@ -234,7 +238,7 @@ class JitFunction:
         # the version each output whose memory the backward reads had when handed out, with the op's own
         # tensor (when the output handed out is another over its memory) for a kept node to see a write in
         watched = [(weakref.ref(outs[k]), outs[k]._version, msg,
-                    res[k] if kept and calls is not None and res[k] is not outs[k] else None)
+                    res[k] if kept and res[k] is not outs[k] else None)
                    for k, msg, kept in g.watch]
         node = JitGradNode(getattr(self.fn, "__qualname__", "graph"), entry.traced, g.plan, g.backward, tensors,
                            saved, outs, calls, watched)
