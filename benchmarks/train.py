@@ -19,43 +19,28 @@ Rows (each side does the same work: same shapes, same data, float32, same thread
 - peak memory (VmHWM) of a fresh process that imports its framework and
   trains the big MLP for 20 steps, one process per side.
 
-Timings are interleaved: each round times every case once, round-robin, and
-the best round counts. Thread count: OMP/OpenBLAS/MKL variables are set
-before numpy loads, and torch.set_num_threads. Each goal is printed with
-PASS or FAIL from the numbers of this run.
+Timings come from benchmarks/timing.py: interleaved rounds, each figure the median with the min-max,
+ratios taken round by round; every side on --threads threads (default 1: the thread variables are set
+before numpy and torch load, and torch.set_num_threads). Each goal prints MET or MISSED; a row that
+cannot be measured (the peak-memory child failing) prints FAIL and the exit status is 1.
 """
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable
 
-
-def _threads_from_argv() -> int:
-    for i, a in enumerate(sys.argv):
-        if a == "--threads" and i + 1 < len(sys.argv):
-            return int(sys.argv[i + 1])
-        if a.startswith("--threads="):
-            return int(a.split("=", 1)[1])
-    return 1
-
-
-THREADS = _threads_from_argv()
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = str(THREADS)  # before numpy (and torch) load their BLAS
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import timing  # noqa: E402  (first: pins the thread count before numpy and torch load)
+from timing import THREADS, Report, Unmeasured, interleaved, ratio  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
-from timing import best_of  # noqa: E402  (benchmarks/timing.py)
 
 import runtime as rt  # noqa: E402
 from runtime import Tensor, nn  # noqa: E402
 
+HERE = timing.HERE
 BATCH = 64
 # one -O level and the vectorizer flags opbuilder's builder adds for gcc, given to both sides' builds
 SWISH_CFLAGS = ["-O3", "-ftree-vectorize", "-fvect-cost-model=dynamic"]
@@ -128,12 +113,7 @@ def rt_add() -> Callable[[], object]:
 
 # ---- torch's side -----------------------------------------------------------------------
 def load_torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.set_num_threads(THREADS)
-    return torch
+    return timing.load_torch()
 
 
 def load_torch_swish(torch):
@@ -189,8 +169,7 @@ def torch_add(torch) -> Callable[[], object]:
 
 # ---- peak memory in a fresh process -------------------------------------------------------
 _MEM_SCRIPT = """
-import os, sys
-sys.path.insert(0, {root!r})
+import sys
 sys.argv = ["train.py", "--threads", "{threads}"]
 import importlib.util
 spec = importlib.util.spec_from_file_location("bench_train", {path!r})
@@ -207,26 +186,35 @@ print([line.split()[1] for line in open("/proc/self/status") if line.startswith(
 """
 
 
-def peak_mib(side: str) -> Optional[float]:
-    code = _MEM_SCRIPT.format(root=str(HERE.parent), threads=THREADS, path=str(Path(__file__).resolve()), side=side)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        print(out.stderr[-2000:], file=sys.stderr)
-        return None
+def peak_mib(side: str) -> float:
+    """VmHWM of a fresh process training the big MLP for 20 steps; Unmeasured when the child fails."""
+    code = _MEM_SCRIPT.format(threads=THREADS, path=str(Path(__file__).resolve()), side=side)
+    out = timing.run_child([sys.executable, "-c", code], timeout=600, what=f"the {side} peak-memory child")
     return int(out.stdout.split()[-1]) / 1024
 
 
-def goal(text: str, ok: bool) -> None:
-    print(f"  goal: {text}: {'PASS' if ok else 'FAIL'}")
+def compare(report: Report, title: str, cases, number: int, rounds: int, unit: str, per: float,
+            goal_text: str, limit: float) -> None:
+    """One row: the runtime's figure, torch's when present, their ratio, and the goal on the ratio."""
+    t = interleaved(cases, number, rounds)
+    scale = lambda s: timing.Stat([v / per for v in s.samples])  # noqa: E731
+    line = f"{title}: runtime {scale(t['runtime']).fmt(unit)}"
+    if "torch" not in t:
+        print(line)
+        return
+    r = ratio(t["runtime"], t["torch"])
+    print(f"{line}, torch {scale(t['torch']).fmt(unit)}, runtime / torch {r.fmt('x')}")
+    report.goal(f"{goal_text} <= {limit}x", r.median <= limit, f"{r.median:.2f}x")
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     torch = load_torch()
-    print(f"threads: {THREADS}; torch: {torch.__version__ if torch else 'not installed'}; numpy {np.__version__}")
+    timing.header("training step, runtime vs torch eager", args.rounds, torch)
+    report = Report()
 
     rows = [
         ("MLP 784-256-256-10 Adam step", (784, 256, 256, 10), 10, 1.0, False),
@@ -239,50 +227,37 @@ def main() -> None:
         cases = {"runtime": rt_step(sizes, rt_swish if swish else None)}
         if torch:
             cases["torch"] = torch_step(torch, sizes, torch_swish if swish else None)
-        t = best_of(cases, number, args.rounds)
-        line = f"{title}: runtime {t['runtime'] * 1e3:.3f} ms"
-        if torch:
-            ratio = t["runtime"] / t["torch"]
-            print(f"{line}, torch {t['torch'] * 1e3:.3f} ms, ratio {ratio:.2f}x")
-            goal(f"runtime / torch <= {limit}", ratio <= limit)
-        else:
-            print(line)
+        compare(report, title, cases, number, args.rounds, "ms", 1, f"{title}: runtime / torch", limit)
 
     for n in (11, 51):
         cases = {"runtime": rt_chain(n)}
         if torch:
             cases["torch"] = torch_chain(torch, n)
-        t = best_of(cases, 200, args.rounds)
-        line = f"value_and_grad of {n} adds (1 element): runtime {t['runtime'] / n * 1e6:.2f} us/node"
-        if torch:
-            ratio = t["runtime"] / t["torch"]
-            print(f"{line}, torch {t['torch'] / n * 1e6:.2f} us/node, ratio {ratio:.2f}x")
-            goal("per-node cost <= torch's", ratio <= 1.0)
-        else:
-            print(line)
+        compare(report, f"value_and_grad of {n} adds (1 element), per node", cases, 200, args.rounds, "us", n,
+                f"{n} adds: per-node cost, runtime / torch", 1.0)
 
     cases = {"runtime": rt_add()}
     if torch:
         cases["torch"] = torch_add(torch)
-    t = best_of(cases, 5000, args.rounds)
-    line = f"add recording grad (1 element): runtime {t['runtime'] * 1e6:.2f} us"
-    if torch:
-        ratio = t["runtime"] / t["torch"]
-        print(f"{line}, torch {t['torch'] * 1e6:.2f} us, ratio {ratio:.2f}x")
-        goal("dispatch <= torch's", ratio <= 1.0)
-    else:
-        print(line)
+    compare(report, "add recording grad (1 element)", cases, 5000, args.rounds, "us", 1,
+            "dispatch, runtime / torch", 1.0)
 
-    mine = peak_mib("runtime")
-    theirs = peak_mib("torch") if torch else None
-    if mine is not None:
-        line = f"peak memory, 20 steps of the big MLP in a fresh process: runtime {mine:.0f} MiB"
-        if theirs is not None:
-            print(f"{line}, torch {theirs:.0f} MiB, ratio {mine / theirs:.2f}")
-            goal("runtime <= a quarter of torch's", mine <= theirs / 4)
-        else:
+    title = "peak memory, 20 steps of the big MLP in a fresh process (one sample per side)"
+    try:
+        mine = peak_mib("runtime")
+        theirs = peak_mib("torch") if torch else None
+    except Unmeasured as e:
+        report.fail(title, e)
+    else:
+        line = f"{title}: runtime {mine:.0f} MiB"
+        if theirs is None:
             print(line)
+        else:
+            print(f"{line}, torch {theirs:.0f} MiB, ratio {mine / theirs:.2f}")
+            report.goal("peak memory: runtime <= a quarter of torch's", mine <= theirs / 4,
+                        f"{mine / theirs:.2f} of torch's")
+    return report.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
