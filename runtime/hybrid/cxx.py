@@ -34,7 +34,7 @@ import numpy as np
 from . import names
 from .cxx_prelude import PRELUDE
 from .dsl import CASTS, CTYPES, GRID, INTRINSICS, VType, promote, result_of
-from .errors import HybridOverflowError, HybridTypeError
+from .errors import HybridOverflowError, HybridTypeError, negative_size_message
 from .shapes import _Unknown, static_dtype
 from .source import ParsedKernel
 from .validate import KernelInfo
@@ -602,7 +602,7 @@ class _Gen:
         self.emit(f"// {_comment(ast.unparse(call))}")
         sizes = [names.size(name, k) for k in range(rank)]
         for n_k, d in zip(sizes, dims):
-            self.emit(f"const int64_t {n_k} = {d} > 0 ? {d} : 0;")
+            self.emit(f"const int64_t {n_k} = {d};")
         size = " * ".join(sizes) or "1"
         ct, var, buf = CTYPES[dt], names.var(name), names.buffer(name)
         self.emit(f"std::unique_ptr<{ct}[]> {buf}(new {ct}[{size}]());")
@@ -613,15 +613,26 @@ class _Gen:
         self.emit(" ".join(f"(void){v};" for v in [var] + sizes))
 
     def declared_dims(self, call: ast.Call) -> List[str]:
-        """The sizes of an ``output_tensor``/``allocate`` declared as a tuple, as C++ int64 expressions."""
+        """The sizes of an ``output_tensor``/``allocate`` declared as a tuple, as C++ int64 expressions; a size
+        that can be negative is checked first: numpy's ValueError, as the Python target's declaration raises."""
         shape = call.args[0]
         assert isinstance(shape, (ast.Tuple, ast.List))
-        return [self.conv(*self.index_expr(e), "int64") for e in shape.elts]
+        dims = [self.conv(*self.index_expr(e), "int64") for e in shape.elts]
+        signed = [d for d, e in zip(dims, shape.elts) if not self.nonneg(e)]
+        if signed:
+            assert isinstance(call.func, ast.Name)
+            message = negative_size_message(self.p.where(call), call.lineno, call.func.id,
+                                            getattr(call, "ob_kernel", self.p.name))
+            self.raises.append((ValueError, message))
+            status = RAISE_BASE + len(self.raises) - 1
+            self.emit(f"if ({' || '.join(f'{d} < 0' for d in signed)}) ob::raise({status});")
+        return dims
 
     def output_check(self, name: str) -> None:
         """An output declared with sizes the kernel computes (``(n,)``, maybe from data) must have been
         allocated with them: out_shape may say otherwise, and the loops would then write past its end.
-        A mismatch returns status 3 with a message, before anything is written."""
+        A negative size is numpy's ValueError; a mismatch returns status 3 with a message, before anything
+        is written."""
         call = self.info.decls[name]
         shape = call.args[0]
         if not isinstance(shape, (ast.Tuple, ast.List)) or not shape.elts:
@@ -632,8 +643,8 @@ class _Gen:
         fmt = ", ".join(["%lld"] * len(dims)) + ("," if len(dims) == 1 else "")
         sizes = [names.size(name, k) for k in range(len(dims))]
         got = ", ".join(f"static_cast<long long>({n_k})" for n_k in sizes)
-        want = ", ".join(f"static_cast<long long>({d} > 0 ? {d} : 0)" for d in dims)
-        cond = " || ".join(f"({d} > 0 ? {d} : 0) != {n_k}" for d, n_k in zip(dims, sizes))
+        want = ", ".join(f"static_cast<long long>({d})" for d in dims)
+        cond = " || ".join(f"{d} != {n_k}" for d, n_k in zip(dims, sizes))
         self.emit(f"if ({cond}) {{")
         self.emit(f'  std::snprintf(static_cast<opbuilder::aot::ExtraData *>(extra)->error, 512, "{where}: output '
                   f"'{name}' is declared with shape ({fmt}) here, but was allocated as ({fmt}) (out_shape): "
