@@ -37,7 +37,8 @@ UINT64_C INT64_MAX INT64_MIN INT32_MIN INT8_MIN UINT8_MAX SIZE_MAX FILENAME_MAX 
 math_errhandling L_tmpnam SEEK_SET TMP_MAX offsetof va_arg setjmp unix linux i386 __cplusplus __GNUC__ __FILE__
 __LINE__ _GNU_SOURCE __STDC__ __x86_64__ __builtin_expect isnan signbit fpclassify""".split()
 GENERATED = """params nparam ndims shapes dtypes stream extra ob_check ob std opbuilder r e i j k n x y z i0 i0_end
-i_end x_n0 x_n1 g_0 g_0_end t_buf u_i u_i_end u_x_n0 u_0x u_i_0end u_10003b1 u_ u__ static_cast main""".split()
+i_end x_n0 x_n1 g_0 g_0_end t_buf u_i u_i_end u_x_n0 u_0x u_i_0end u_10003b1 u_ u__ static_cast main
+_10003b1 x_0 x_00 i_0end""".split()  # the last ones spell the escapes of other names (α, x_, ...)
 UNDERSCORED = "_ __ ___ _x __x _X __X __init__ _0 _1000 _n0 x_ x__ a__b _end _buf".split()
 UNICODE = "α β_1 变量 ñ Ωmega x_α 日本 ǅ ﬁx π_end ζ_n0".split()
 DSL = set(INTRINSICS) | set(DECLS) | set(LOOPS) | {GRID}
