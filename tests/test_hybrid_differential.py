@@ -273,12 +273,13 @@ def run_all(mod, groups, n: int = N) -> List[str]:
 def declared_types(mod, groups) -> List[str]:
     """Cases whose DSL type (the generated scalar's C++ type) is not numpy's result dtype."""
     from runtime.hybrid.dsl import CTYPES
+    from runtime.hybrid.names import var as cxx_var
     sig = tuple((d, 1) for d in DTYPES)
     bad = []
     for name, cases in groups:
         src = getattr(mod, name).source(*sig)
         for c in cases:
-            m = re.search(rf"^  (\w+) v_{c.name} = ", src, re.M)
+            m = re.search(rf"^  (\w+) {cxx_var('v_' + c.name)} = ", src, re.M)
             if m is None or m.group(1) != CTYPES[c.dtype.name]:
                 bad.append(f"{c.name} [{c.expr}]: the DSL types it {m.group(1) if m else '?'}, numpy "
                            f"{c.dtype.name}")

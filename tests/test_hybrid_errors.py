@@ -1,6 +1,7 @@
 """Every construct outside the hybrid DSL is an error naming it and the file:line it is on, raised when the
 op is made (or, for type errors, when it is first built for some dtypes), never a crash. Nothing here
-compiles: each error comes before code generation or the build."""
+compiles but the deepest nesting the DSL accepts: each error comes before code generation or the build."""
+import importlib.util
 import inspect
 import re
 
@@ -10,6 +11,7 @@ import pytest
 import runtime as rt
 from runtime import Tensor, ops
 from runtime.hybrid import HybridSyntaxError, HybridTypeError, kernel
+from runtime.hybrid.source import MAX_NESTING
 
 HERE = __file__
 NOT_A_CONSTANT = [1, 2]
@@ -381,3 +383,54 @@ def test_max_min_power_of_bools_is_a_type_error_naming_the_line():
     with pytest.raises(HybridTypeError, match=rf"test_hybrid_errors\.py:{line}: max\(\) of bool values is not "
                                               rf"supported; cast them first"):
         ops.Custom(bool_max, func_type="hybrid")(Tensor(np.array([True, False])))
+
+
+def _long_sums(directory, terms):
+    """A module with a kernel whose one statement sums ``terms`` elements, and one calling it (inlined)."""
+    path = directory / f"long_sum_{terms}.py"
+    path.write_text("def long_sum(x):\n"
+                    "    y = output_tensor(x.shape, x.dtype)\n"
+                    "    for i in range(x.shape[0]):\n"
+                    f"        y[i] = {' + '.join(['x[i] * 0.5'] + ['x[i]'] * (terms - 1))}\n"
+                    "    return y\n\n\n"
+                    "def calls_long_sum(x):\n"
+                    "    y = long_sum(x)\n"
+                    "    return y\n")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, str(path)
+
+
+def test_an_expression_nested_too_deep_is_a_syntax_error_naming_its_line_in_both_targets(tmp_path):
+    """A sum of 400 terms is nested 400 levels deep: each step after parsing walks the tree recursively, and the
+    generator ran out of Python's recursion limit (a bare RecursionError) while the Python target ran it."""
+    mod, path = _long_sums(tmp_path, 400)
+    message = re.escape(f"{path}:4: statements and expressions are nested more than {MAX_NESTING} levels deep here "
+                        f"(a sum of n terms is about n levels); the hybrid DSL takes at most {MAX_NESTING}: split "
+                        f"the expression into several statements (s = a + b, then s = s + c, ...) (in hybrid "
+                        f"kernel 'long_sum')")
+    x = np.ones(3, np.float32)
+    for func in (mod.long_sum, mod.calls_long_sum):
+        with pytest.raises(HybridSyntaxError, match="^" + message + "$"):
+            ops.Custom(func, func_type="hybrid")
+        with pytest.raises(HybridSyntaxError, match="^" + message + "$"):
+            kernel(func)(x)
+        with pytest.raises(HybridSyntaxError, match="^" + message + "$"):
+            kernel(func).source(x)
+
+
+def test_the_deepest_nesting_accepted_builds_and_agrees_with_the_python_target(tmp_path):
+    """MAX_NESTING levels leave room on Python's stack for every step, the inlining of a called function's body
+    (copy.deepcopy) included; one level more is refused. Levels here: the loop, the assignment, one per '+',
+    the '*', the element x[i] and its names: a sum of MAX_NESTING - 4 terms is MAX_NESTING levels."""
+    from runtime.hybrid import build_together
+    mod, path = _long_sums(tmp_path, MAX_NESTING - 4)
+    x = np.arange(4, dtype=np.float64) - 1.5
+    ks = [kernel(mod.long_sum), kernel(mod.calls_long_sum)]
+    build_together([(k, (("float64", 1),)) for k in ks])
+    for k in ks:
+        np.testing.assert_array_equal(ops.Custom(k)(Tensor(x)).asnumpy(), k(x))
+    deeper, _ = _long_sums(tmp_path, MAX_NESTING - 3)
+    with pytest.raises(HybridSyntaxError, match=f"nested more than {MAX_NESTING} levels deep"):
+        kernel(deeper.calls_long_sum).check()

@@ -201,7 +201,7 @@ def test_the_dsl_names_are_not_written_into_the_module():
 def test_generated_source_is_inspectable_and_kept_in_the_cache(cache_dir):
     src = elementwise.source(np.ones(3, np.float32), np.ones(3, np.float32))
     assert 'extern "C" int hybrid_elementwise_' in src
-    assert "const float *__restrict x = static_cast<const float *>(params[0]);" in src
+    assert "const float *__restrict u_x = static_cast<const float *>(params[0]);" in src  # names.var("x")
     assert "#pragma GCC ivdep" in src  # the vectorize hint
     ops.Custom(elementwise)(Tensor(np.ones(3, np.float32)), Tensor(np.ones(3, np.float32)))
     kept = list((cache_dir / "hybrid").glob("hybrid_elementwise_*.cpp"))
@@ -283,9 +283,9 @@ def test_negative_indices_wrap_once_as_in_python_in_both_targets():
     got = _compare(negatives, x, idx)[0]
     np.testing.assert_array_equal(got.asnumpy(), want)
     src = negatives.source(x, idx)
-    assert "x[ob::wrap((i - INT64_C(1)), x_n0)]" in src and "x[ob::wrap(idx[i], x_n0)]" in src
-    assert "before[i] = x[i];" in src  # an index known not to be negative is used as it is
-    assert "y[(i) * y_n1 + INT64_C(3)] = " in src  # a loop counting down to 0 is not wrapped either
+    assert "u_x[ob::wrap((u_i - INT64_C(1)), u_x_n0)]" in src and "u_x[ob::wrap(u_idx[u_i], u_x_n0)]" in src
+    assert "u_before[u_i] = u_x[u_i];" in src  # an index known not to be negative is used as it is
+    assert "u_y[(u_i) * u_y_n1 + INT64_C(3)] = " in src  # a loop counting down to 0 is not wrapped either
 
 
 def test_debug_build_reports_a_negative_index_beyond_the_wrap():

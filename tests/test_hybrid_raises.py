@@ -12,6 +12,7 @@ import threading
 import numpy as np
 import pytest
 
+import runtime as rt
 from runtime import Tensor, ops
 from runtime.hybrid import HybridOverflowError, HybridTypeError, build_together, kernel
 
@@ -314,3 +315,81 @@ def test_a_conditional_stored_as_it_is_converts_the_branch_taken_as_numpy_does(c
     x = np.array([1.5, -1.0, 0.0], np.float16)  # the else branch is the Python float 0.1, not a float16 0.1
     got = ops.Custom(k_select_store)(Tensor(x)).asnumpy()
     assert np.array_equal(got, k_select_store(x)) and got[1] == np.float32(0.1)
+
+
+@kernel
+def k_alloc_from_data(x):
+    n = int(x[0])
+    y = output_tensor(x.shape, x.dtype)
+    t = allocate((2, n), x.dtype)  # <-
+    for i in range(x.shape[0]):
+        for j in range(n):
+            t[1, j] = x[i] + j
+        y[i] = t[1, n - 1] if n > 0 else x[i]
+    return y
+
+
+@kernel
+def k_out_from_data(x):
+    n = int(x[0]) - 1
+    y = output_tensor((n,), x.dtype)  # <-
+    for i in range(n):
+        y[i] = x[i] * 2.0
+    return y
+
+
+@kernel
+def k_alloc_from_shape(x):
+    y = output_tensor(x.shape, x.dtype)
+    t = allocate((x.shape[0] - 4,), x.dtype)  # <-
+    for i in range(x.shape[0]):
+        t[0] = x[i]
+        y[i] = t[0]
+    return y
+
+
+@kernel
+def k_out_from_shape(x):
+    y = output_tensor((x.shape[0], x.shape[0] - 4), x.dtype)  # <-
+    for i in range(x.shape[0]):
+        y[i, 0] = x[i]
+    return y
+
+
+def _negative(k, what):
+    return re.escape(f"{HERE}:{_line(k)}: {what}(...): negative dimensions are not allowed (in hybrid kernel "
+                     f"'{k.__name__}')")
+
+
+def test_a_negative_size_from_data_is_numpys_value_error_in_both_targets():
+    """allocate/output_tensor of a negative size: numpy's ValueError, naming the line, in both targets (the
+    compiled kernel clamped the size to 0 and went on writing into it)."""
+    x = np.array([-3.0, 1.0, 2.0], np.float32)
+    with pytest.raises(ValueError, match="^" + _negative(k_alloc_from_data, "allocate") + "$"):
+        ops.Custom(k_alloc_from_data)(Tensor(x))
+    with pytest.raises(ValueError, match="^" + _negative(k_alloc_from_data, "allocate") + "$"):
+        k_alloc_from_data(x)
+    with pytest.raises(ValueError, match="^" + _negative(k_out_from_data, "output_tensor") + "$"):
+        ops.Custom(k_out_from_data, out_shape=[0], out_dtype=rt.float32)(Tensor(x))  # declared -4, given 0
+    with pytest.raises(ValueError, match="^" + _negative(k_out_from_data, "output_tensor") + "$"):
+        k_out_from_data(x)
+    good = np.array([2.0, 1.0, 5.0], np.float32)  # sizes from data that are not negative run as before
+    np.testing.assert_array_equal(ops.Custom(k_alloc_from_data)(Tensor(good)).asnumpy(), k_alloc_from_data(good))
+    np.testing.assert_array_equal(ops.Custom(k_out_from_data, out_shape=[1], out_dtype=rt.float32)(
+        Tensor(good)).asnumpy(), k_out_from_data(good))
+
+
+def test_a_negative_size_from_the_shapes_is_the_same_value_error_before_the_kernel_runs():
+    """A size computed from the input shapes alone is known before the call (the output shapes ops.Custom
+    infers): the same ValueError as the declaration gives when it runs (it was a HybridTypeError saying the
+    shapes cannot be inferred)."""
+    x = np.ones(3, np.float32)
+    for k, what in ((k_alloc_from_shape, "allocate"), (k_out_from_shape, "output_tensor")):
+        for target in ("cpu", "python"):
+            with pytest.raises(ValueError, match="^" + _negative(k, what) + "$"):
+                ops.Custom(kernel(k.func, target=target))(Tensor(x))
+        with pytest.raises(ValueError, match="^" + _negative(k, what) + "$"):
+            k(x)
+    five = np.arange(5, dtype=np.float32)  # sizes from the shapes that are not negative run as before
+    np.testing.assert_array_equal(ops.Custom(k_out_from_shape)(Tensor(five)).asnumpy(), k_out_from_shape(five))
+    np.testing.assert_array_equal(ops.Custom(k_alloc_from_shape)(Tensor(five)).asnumpy(), k_alloc_from_shape(five))

@@ -1,8 +1,9 @@
 """C++ from a validated DSL function, specialized on the inputs' dtypes and ranks.
 
 Shapes stay run-time values: each tensor ``x`` of rank r gets sizes
-``x_n0 .. x_n{r-1}`` read from the aot ABI's ``shapes`` array, and an element
-``x[i, j]`` is ``x[i * x_n1 + j]``; a new shape runs the same library. The
+``u_x_n0 .. u_x_n{r-1}`` read from the aot ABI's ``shapes`` array, and an element
+``x[i, j]`` is ``u_x[u_i * u_x_n1 + u_j]``; a new shape runs the same library. Every DSL name reaches
+C++ through names.py, which keeps it apart from keywords, macros and the generator's own names. The
 entry point is an aot C function (``extern "C" int symbol(nparam, params,
 ndims, shapes, dtypes, stream, extra)``), called by ``ops.Custom``'s aot path.
 
@@ -30,9 +31,10 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Type
 
 import numpy as np
 
+from . import names
 from .cxx_prelude import PRELUDE
 from .dsl import CASTS, CTYPES, GRID, INTRINSICS, VType, promote, result_of
-from .errors import HybridOverflowError, HybridTypeError
+from .errors import HybridOverflowError, HybridTypeError, negative_size_message
 from .shapes import _Unknown, static_dtype
 from .source import ParsedKernel
 from .validate import KernelInfo
@@ -52,6 +54,16 @@ _NARROW = ("int8", "int16", "int32", "uint8")  # integer dtypes a Python int (an
 def _fits(v: int, dtype: str) -> bool:
     info = np.iinfo(dtype)
     return int(info.min) <= v <= int(info.max)
+
+
+def _c_string(text: str) -> str:
+    """``text`` (a file name, DSL source) as the inside of a C++ string literal."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _comment(text: str) -> str:
+    """``text`` as the rest of a ``//`` comment line: no line break, no backslash that would continue it."""
+    return text.replace("\n", " ").replace("\r", " ").rstrip("\\ \t")
 
 
 class Generated(NamedTuple):
@@ -255,14 +267,14 @@ class _Gen:
             dt, rank = self.tensors[n]
             if rank != 0:
                 raise self.err(node, f"'{n}' is a tensor of rank {rank}; index it ({n}[...]) to read an element")
-            return f"{n}[0]", VType(dt)
+            return f"{names.var(n)}[0]", VType(dt)
         if n in self.scalars:
             t = self.scalars[n]
             if t is None:
                 raise _NotYet(n)
-            return n, t
+            return names.var(n), t
         if n in self.info.loop_vars:
-            return n, _INT64
+            return names.var(n), _INT64
         if n in self.info.grid_vars:
             raise self.err(node, f"'{n}' is a grid index (a tuple); use it as an index x[{n}] or read {n}[k]")
         if n in self.info.constants:
@@ -342,7 +354,7 @@ class _Gen:
         items: List[Tuple[str, bool]] = []
         for e in (sl.elts if isinstance(sl, ast.Tuple) else [sl]):
             if isinstance(e, ast.Name) and e.id in self.info.grid_vars:
-                items += [(f"{e.id}_{k}", True) for k in range(self.grids[e.id])]
+                items += [(names.grid_index(e.id, k), True) for k in range(self.grids[e.id])]
                 continue
             if isinstance(e, ast.Tuple) and not e.elts:
                 continue  # x[()] of a rank-0 tensor
@@ -354,16 +366,16 @@ class _Gen:
             raise self.err(node, f"'{n}' has rank {rank} but is indexed with {len(items)} index(es)")
         if self.debug:  # checks the index after wrapping a negative one once, as Python does
             text = getattr(node, "ob_text", None) or ast.unparse(node)
-            where = f"{self.p.where(node)}:{node.lineno}: {text}".replace("\\", "\\\\").replace('"', '\\"')
-            items = [f"ob_check.at({c}, {n}_n{k}, \"{where}\")" for k, (c, _) in enumerate(items)]
+            where = _c_string(f"{self.p.where(node)}:{node.lineno}: {text}")
+            items = [f"ob_check.at({c}, {names.size(n, k)}, \"{where}\")" for k, (c, _) in enumerate(items)]
         else:  # -1 is the last element: wrapped once, unless the index is known not to be negative
-            items = [c if known else f"ob::wrap({c}, {n}_n{k})" for k, (c, known) in enumerate(items)]
+            items = [c if known else f"ob::wrap({c}, {names.size(n, k)})" for k, (c, known) in enumerate(items)]
         if rank == 0:
-            return f"{n}[0]", dt
+            return f"{names.var(n)}[0]", dt
         flat = items[0]
         for k in range(1, rank):
-            flat = f"({flat}) * {n}_n{k} + {items[k]}"
-        return f"{n}[{flat}]", dt
+            flat = f"({flat}) * {names.size(n, k)} + {items[k]}"
+        return f"{names.var(n)}[{flat}]", dt
 
     def nonneg(self, e: ast.expr) -> bool:
         """Whether the int expression ``e`` is known never to be negative (its index needs no wrapping)."""
@@ -390,14 +402,14 @@ class _Gen:
             k = ast.literal_eval(node.slice)
             if not -rank <= k < rank:
                 raise self.err(node, f"{ast.unparse(node)}: '{n}' has rank {rank}")
-            return f"{n}_n{k % rank}", _INT64
+            return names.size(n, k % rank), _INT64
         assert isinstance(base, ast.Name)
         if base.id in self.info.grid_vars:
             k = ast.literal_eval(node.slice)
             rank = self.grids[base.id]
             if not 0 <= k < rank:
                 raise self.err(node, f"{ast.unparse(node)}: the grid has rank {rank}")
-            return f"{base.id}_{k}", _INT64
+            return names.grid_index(base.id, k), _INT64
         code, dt = self.index_code(node)
         return code, VType(dt)
 
@@ -453,7 +465,7 @@ class _Gen:
                 self.changed = True
             dest = self.scalars[n]
             assert dest is not None
-            self.emit(f"{n} = {self.conv(code, t, dest.dtype)};")
+            self.emit(f"{names.var(n)} = {self.conv(code, t, dest.dtype)};")
         else:
             assert isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
             val = self.stored(value, self.tensors[target.value.id][0], stmt)
@@ -481,7 +493,7 @@ class _Gen:
             if isinstance(s, ast.Assign) and isinstance(target, ast.Name) and target.id in self.info.decls:
                 self.decl(target.id)
                 return
-            self.emit(f"// {ast.unparse(s)}")
+            self.emit(f"// {_comment(ast.unparse(s))}")
             value = s.value
             if isinstance(s, ast.AugAssign):
                 load = ast.Name(target.id, ast.Load()) if isinstance(target, ast.Name) else target
@@ -520,15 +532,15 @@ class _Gen:
             if isinstance(shape, ast.Attribute):
                 assert isinstance(shape.value, ast.Name)
                 t = shape.value.id
-                extents = [f"{t}_n{k}" for k in range(self.tensors[t][1])]
+                extents = [names.size(t, k) for k in range(self.tensors[t][1])]
             else:
                 assert isinstance(shape, (ast.Tuple, ast.List))
                 extents = [self.conv(*self.index_expr(e), "int64") for e in shape.elts]
             self.grids[var] = len(extents)
             opened = 0
             for k, ext in enumerate(extents):
-                self.emit(f"for (int64_t {var}_{k} = 0, {var}_{k}_end = {ext}; {var}_{k} < {var}_{k}_end; "
-                          f"++{var}_{k}) {{")
+                ix, ix_end = names.grid_index(var, k), names.grid_end(var, k)
+                self.emit(f"for (int64_t {ix} = 0, {ix_end} = {ext}; {ix} < {ix_end}; ++{ix}) {{")
                 self.depth += 1
                 opened += 1
             self.stmts(s.body)
@@ -551,8 +563,9 @@ class _Gen:
         elif kind == "unroll":
             self.emit("#pragma GCC unroll 8")
         cmp = "<" if step > 0 else ">"
-        inc = f"++{var}" if step == 1 else f"{var} += {step}"
-        self.emit(f"for (int64_t {var} = {start}, {var}_end = {stop}; {var} {cmp} {var}_end; {inc}) {{")
+        cv, cv_end = names.var(var), names.end(var)
+        inc = f"++{cv}" if step == 1 else f"{cv} += {step}"
+        self.emit(f"for (int64_t {cv} = {start}, {cv_end} = {stop}; {cv} {cmp} {cv_end}; {inc}) {{")
         if step > 0:
             known = len(it.args) == 1 or self.nonneg(it.args[0])
         else:  # counts down to just above the stop
@@ -582,37 +595,56 @@ class _Gen:
         shape = call.args[0]
         if isinstance(shape, ast.Attribute):
             assert isinstance(shape.value, ast.Name)
-            dims = [f"{shape.value.id}_n{k}" for k in range(rank)]
+            dims = [names.size(shape.value.id, k) for k in range(rank)]
         else:
             assert isinstance(shape, (ast.Tuple, ast.List))
-            dims = [self.conv(*self.index_expr(e), "int64") for e in shape.elts]
-        self.emit(f"// {ast.unparse(call)}")
-        for k, d in enumerate(dims):
-            self.emit(f"const int64_t {name}_n{k} = {d} > 0 ? {d} : 0;")
-        size = " * ".join(f"{name}_n{k}" for k in range(rank)) or "1"
-        ct = CTYPES[dt]
-        self.emit(f"std::unique_ptr<{ct}[]> {name}_buf(new {ct}[{size}]());")
-        self.emit(f"{ct} *__restrict {name} = {name}_buf.get();")
+            dims = self.declared_dims(call)
+        self.emit(f"// {_comment(ast.unparse(call))}")
+        sizes = [names.size(name, k) for k in range(rank)]
+        for n_k, d in zip(sizes, dims):
+            self.emit(f"const int64_t {n_k} = {d};")
+        size = " * ".join(sizes) or "1"
+        ct, var, buf = CTYPES[dt], names.var(name), names.buffer(name)
+        self.emit(f"std::unique_ptr<{ct}[]> {buf}(new {ct}[{size}]());")
+        self.emit(f"{ct} *__restrict {var} = {buf}.get();")
         if self.debug and getattr(call, "ob_uninit", False) and dt.startswith("float"):
             # an output of an inlined DSL call: NaN-filled in debug builds, as the Python target's outputs are
-            self.emit(f"for (int64_t i = 0, e = {size}; i < e; ++i) {name}[i] = static_cast<{ct}>(NAN);")
-        self.emit(" ".join(f"(void){v};" for v in [name] + [f"{name}_n{k}" for k in range(rank)]))
+            self.emit(f"for (int64_t i = 0, e = {size}; i < e; ++i) {var}[i] = static_cast<{ct}>(NAN);")
+        self.emit(" ".join(f"(void){v};" for v in [var] + sizes))
+
+    def declared_dims(self, call: ast.Call) -> List[str]:
+        """The sizes of an ``output_tensor``/``allocate`` declared as a tuple, as C++ int64 expressions; a size
+        that can be negative is checked first: numpy's ValueError, as the Python target's declaration raises."""
+        shape = call.args[0]
+        assert isinstance(shape, (ast.Tuple, ast.List))
+        dims = [self.conv(*self.index_expr(e), "int64") for e in shape.elts]
+        signed = [d for d, e in zip(dims, shape.elts) if not self.nonneg(e)]
+        if signed:
+            assert isinstance(call.func, ast.Name)
+            message = negative_size_message(self.p.where(call), call.lineno, call.func.id,
+                                            getattr(call, "ob_kernel", self.p.name))
+            self.raises.append((ValueError, message))
+            status = RAISE_BASE + len(self.raises) - 1
+            self.emit(f"if ({' || '.join(f'{d} < 0' for d in signed)}) ob::raise({status});")
+        return dims
 
     def output_check(self, name: str) -> None:
         """An output declared with sizes the kernel computes (``(n,)``, maybe from data) must have been
         allocated with them: out_shape may say otherwise, and the loops would then write past its end.
-        A mismatch returns status 3 with a message, before anything is written."""
+        A negative size is numpy's ValueError; a mismatch returns status 3 with a message, before anything
+        is written."""
         call = self.info.decls[name]
         shape = call.args[0]
         if not isinstance(shape, (ast.Tuple, ast.List)) or not shape.elts:
             return  # x.shape: what the runtime allocated from the same inputs
-        dims = [self.conv(*self.index_expr(e), "int64") for e in shape.elts]
+        dims = self.declared_dims(call)
         self.needs_extra = True
-        where = f"{self.p.where(call)}:{call.lineno}".replace("\\", "\\\\").replace('"', '\\"')
+        where = _c_string(f"{self.p.where(call)}:{call.lineno}").replace("%", "%%")  # in a printf format
         fmt = ", ".join(["%lld"] * len(dims)) + ("," if len(dims) == 1 else "")
-        got = ", ".join(f"static_cast<long long>({name}_n{k})" for k in range(len(dims)))
-        want = ", ".join(f"static_cast<long long>({d} > 0 ? {d} : 0)" for d in dims)
-        cond = " || ".join(f"({d} > 0 ? {d} : 0) != {name}_n{k}" for k, d in enumerate(dims))
+        sizes = [names.size(name, k) for k in range(len(dims))]
+        got = ", ".join(f"static_cast<long long>({n_k})" for n_k in sizes)
+        want = ", ".join(f"static_cast<long long>({d})" for d in dims)
+        cond = " || ".join(f"{d} != {n_k}" for d, n_k in zip(dims, sizes))
         self.emit(f"if ({cond}) {{")
         self.emit(f'  std::snprintf(static_cast<opbuilder::aot::ExtraData *>(extra)->error, 512, "{where}: output '
                   f"'{name}' is declared with shape ({fmt}) here, but was allocated as ({fmt}) (out_shape): "
@@ -651,7 +683,7 @@ def generate_kernel(parsed: ParsedKernel, info: KernelInfo, symbol: str, inputs:
     params = info.inputs + info.outputs
     sig = ", ".join(f"{g.tensors[n][0]}[{g.tensors[n][1]}d]" for n in info.inputs)
     outs = ", ".join(f"{g.tensors[n][0]}[{g.tensors[n][1]}d]" for n in info.outputs)
-    out = [f"// hybrid kernel '{parsed.name}' ({parsed.filename}), generated by runtime.hybrid",
+    out = [f"// hybrid kernel '{_comment(parsed.name)}' ({_comment(parsed.filename)}), generated by runtime.hybrid",
            f"// inputs: {sig or 'none'} -> outputs: {outs}" + ("; debug build" if debug else ""),
            PRELUDE]
     if debug or g.needs_extra:
@@ -665,22 +697,22 @@ def generate_kernel(parsed: ParsedKernel, info: KernelInfo, symbol: str, inputs:
     for i, n in enumerate(params):
         dt, rank = g.tensors[n]
         const = "const " if n in info.inputs else ""
-        ct = CTYPES[dt]
-        out.append(f"  {const}{ct} *__restrict {n} = static_cast<{const}{ct} *>(params[{i}]);")
-        for k in range(rank):
-            out.append(f"  const int64_t {n}_n{k} = shapes[{i}][{k}];")
-        out.append("  " + " ".join(f"(void){v};" for v in [n] + [f"{n}_n{k}" for k in range(rank)]))
+        ct, var = CTYPES[dt], names.var(n)
+        sizes = [names.size(n, k) for k in range(rank)]
+        out.append(f"  {const}{ct} *__restrict {var} = static_cast<{const}{ct} *>(params[{i}]);")
+        out += [f"  const int64_t {n_k} = shapes[{i}][{k}];" for k, n_k in enumerate(sizes)]
+        out.append("  " + " ".join(f"(void){v};" for v in [var] + sizes))
     if debug:
         for n in info.outputs:
             dt, rank = g.tensors[n]
             if dt.startswith("float"):  # NaN-filled: a read of an element never written shows
-                size = " * ".join(f"{n}_n{k}" for k in range(rank)) or "1"
-                out.append(f"  for (int64_t i = 0, e = {size}; i < e; ++i) {n}[i] = "
+                size = " * ".join(names.size(n, k) for k in range(rank)) or "1"
+                out.append(f"  for (int64_t i = 0, e = {size}; i < e; ++i) {names.var(n)}[i] = "
                            f"static_cast<{CTYPES[dt]}>(NAN);")
     for n in sorted(g.scalars):
         t = g.scalars[n]
         assert t is not None
-        out.append(f"  {CTYPES[t.dtype]} {n} = {CTYPES[t.dtype]}();")
+        out.append(f"  {CTYPES[t.dtype]} {names.var(n)} = {CTYPES[t.dtype]}();")
     if g.raises:  # only kernels with a check pay for the handler (none on the path that does not throw)
         out.append("  try {")
         out += ["  " + line for line in body]

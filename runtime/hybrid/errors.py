@@ -1,7 +1,7 @@
 """Errors of the hybrid DSL, each naming the file and line of the user's source."""
 from __future__ import annotations
 
-__all__ = ["HybridError", "HybridSyntaxError", "HybridTypeError", "HybridOverflowError"]
+__all__ = ["HybridError", "HybridSyntaxError", "HybridTypeError", "HybridOverflowError", "negative_size_message"]
 
 
 class HybridError(Exception):
@@ -29,3 +29,9 @@ class HybridOverflowError(HybridError, OverflowError):
     """A Python int constant that does not fit the integer dtype numpy would convert it to (``x[i] + 300``
     for an int8 ``x``): numpy raises OverflowError when the line runs; the compiled target refuses the
     kernel for those dtypes when it is generated."""
+
+
+def negative_size_message(filename: str, lineno: int, what: str, kernel: str) -> str:
+    """The ValueError message of an ``output_tensor``/``allocate`` (``what``) given a negative size, the same
+    in both targets and in the output shapes ``ops.Custom`` infers (numpy's own words, with the place)."""
+    return f"{filename}:{lineno}: {what}(...): negative dimensions are not allowed (in hybrid kernel '{kernel}')"

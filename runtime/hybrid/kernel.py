@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -31,6 +30,7 @@ from .cxx import RAISE_BASE, generate, generate_kernel, tensor_types
 from .pytarget import run_python
 from .shapes import declared_specs
 from .inline import Expanded, expand
+from .names import symbol_stem
 from .source import ParsedKernel
 from .validate import KernelInfo
 
@@ -217,8 +217,7 @@ class HybridKernel:
         assert self._expanded is not None
         key = repr((self.parsed.normalized, self._expanded.sources, sorted(info.constants.items()), sig,
                     self.debug, "cpu"))
-        stem = re.sub(r"\W", "_", self.__name__)[:40]
-        return f"hybrid_{stem}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+        return f"hybrid_{symbol_stem(self.__name__)}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
     def source(self, *inputs: Any) -> str:
         """The generated C++ for inputs like these (arrays, Tensors, or (dtype, rank) pairs)."""

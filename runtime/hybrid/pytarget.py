@@ -9,12 +9,14 @@ arithmetic follows numpy's promotion, as the generated C++ does.
 from __future__ import annotations
 
 import itertools
+import sys
 import types
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from .dsl import INTRINSICS, LOOPS, dtype_name
+from .errors import negative_size_message
 
 if TYPE_CHECKING:
     from .inline import Callee
@@ -22,14 +24,19 @@ if TYPE_CHECKING:
 __all__ = ["run_python", "dsl_namespace"]
 
 
-def _declare(fill_nan: bool, zeros: bool = False) -> Callable[[Any, Any], np.ndarray]:
+def _declare(what: str, fill_nan: bool, zeros: bool = False) -> Callable[[Any, Any], np.ndarray]:
     def declare(shape: Any, dtype: Any) -> np.ndarray:
         name = dtype_name(dtype)
         if name is None:
             raise TypeError(f"{dtype!r} is not a dtype of the hybrid DSL")
+        dims = tuple(int(d) for d in shape)
+        if any(d < 0 for d in dims):  # numpy's ValueError, naming the place as the compiled target does
+            caller = sys._getframe(1)  # the DSL function's frame: its file, line and name
+            raise ValueError(negative_size_message(caller.f_code.co_filename, caller.f_lineno, what,
+                                                   caller.f_code.co_name))
         if zeros:  # allocate: zero-filled, as the generated C++ allocates it
-            return np.zeros(tuple(int(d) for d in shape), np.dtype(name))
-        out = np.empty(tuple(int(d) for d in shape), np.dtype(name))
+            return np.zeros(dims, np.dtype(name))
+        out = np.empty(dims, np.dtype(name))
         if fill_nan and out.dtype.kind == "f":
             out.fill(np.nan)
         return out
@@ -45,8 +52,8 @@ def dsl_namespace(debug: bool) -> Dict[str, Any]:
     ns: Dict[str, Any] = dict(INTRINSICS)
     ns.update({name: range for name in LOOPS})
     ns["grid"] = _grid
-    ns["output_tensor"] = _declare(debug)
-    ns["allocate"] = _declare(debug, zeros=True)
+    ns["output_tensor"] = _declare("output_tensor", debug)
+    ns["allocate"] = _declare("allocate", debug, zeros=True)
     return ns
 
 

@@ -4,7 +4,8 @@ The top-level statements before each declaration are evaluated on the input
 shapes: scalar assignments whose values are sizes (``n = x.shape[0] * 2``)
 are computed, anything else marks its name as unknown. A declared shape or
 dtype that needs an unknown value (a tensor element, a loop result) is a
-HybridTypeError saying to pass ``out_shape``.
+HybridTypeError saying to pass ``out_shape``; a negative size is the
+ValueError the declaration raises when it runs, in both targets.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import operator
 from typing import Any, Dict, List, Sequence, Tuple
 
 from .dsl import INTRINSICS, dtype_name
-from .errors import HybridTypeError
+from .errors import HybridTypeError, negative_size_message
 from .source import ParsedKernel
 from .validate import KernelInfo
 
@@ -27,6 +28,10 @@ class _Unknown(Exception):
     def __init__(self, node: ast.AST, why: str) -> None:
         super().__init__(why)
         self.node = node
+
+
+class _Negative(Exception):
+    """A declared size is negative: numpy's ValueError when the declaration runs, in both targets."""
 
 
 def static_dtype(node: ast.expr, tensor_dtypes: Dict[str, str]) -> str:
@@ -45,7 +50,8 @@ def static_dtype(node: ast.expr, tensor_dtypes: Dict[str, str]) -> str:
 
 
 class _ShapeEval:
-    def __init__(self, info: KernelInfo, shapes: Dict[str, Tuple[int, ...]]) -> None:
+    def __init__(self, parsed: ParsedKernel, info: KernelInfo, shapes: Dict[str, Tuple[int, ...]]) -> None:
+        self.parsed = parsed
         self.info = info
         self.shapes = dict(shapes)
         self.values: Dict[str, Any] = dict(info.constants)
@@ -62,7 +68,7 @@ class _ShapeEval:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise _Unknown(e, f"the size {ast.unparse(e)} is not an int")
             if v < 0:
-                raise _Unknown(e, f"the size {ast.unparse(e)} is {v}, negative")
+                raise _Negative()
             dims.append(v)
         return tuple(dims)
 
@@ -104,6 +110,10 @@ class _ShapeEval:
                     dtypes[name] = static_dtype(call.args[1], dtypes)
                     try:
                         shape = self.shape(call.args[0])
+                    except _Negative:
+                        assert isinstance(call.func, ast.Name)
+                        raise ValueError(negative_size_message(self.parsed.where(call), call.lineno, call.func.id,
+                                                               getattr(call, "ob_kernel", self.parsed.name))) from None
                     except _Unknown:
                         if name in self.info.temporaries:  # sized at run time; no output depends on it
                             continue
@@ -135,7 +145,7 @@ def declared_specs(parsed: ParsedKernel, info: KernelInfo, shapes: Sequence[Sequ
     if len(shapes) != len(info.inputs):
         raise TypeError(f"hybrid kernel '{parsed.name}' takes {len(info.inputs)} inputs "
                         f"({', '.join(info.inputs)}), got {len(shapes)}")
-    ev = _ShapeEval(info, {n: tuple(int(d) for d in s) for n, s in zip(info.inputs, shapes)})
+    ev = _ShapeEval(parsed, info, {n: tuple(int(d) for d in s) for n, s in zip(info.inputs, shapes)})
     known = dict(zip(info.inputs, dtypes))
     try:
         decl = ev.top_level(parsed.tree.body, known)

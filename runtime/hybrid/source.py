@@ -5,6 +5,12 @@
 and debug checks name the user's line. ``ParsedKernel.normalized`` is the
 tree without positions or comments: what the cache key is made of, so
 editing a comment or moving the function rebuilds nothing.
+
+Nesting is bounded (``MAX_NESTING`` levels of statements and expressions):
+each later step walks the tree recursively (the checks, the C++ generator,
+``ast.unparse`` and ``copy.deepcopy`` take up to ~4 Python frames a level),
+so a deeper function (a sum of 400 terms is 400 levels) is refused here with
+a HybridSyntaxError naming its line, never a RecursionError halfway.
 """
 from __future__ import annotations
 
@@ -13,11 +19,15 @@ import inspect
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, List, Tuple
 
 from .errors import HybridSyntaxError
 
-__all__ = ["ParsedKernel", "parse"]
+__all__ = ["ParsedKernel", "parse", "MAX_NESTING"]
+
+# Levels of nested statements and expressions a DSL function may have: ~4 frames a level at most (see
+# above) stays far inside Python's default recursion limit of 1000 even when called from a deep stack.
+MAX_NESTING = 100
 
 
 @dataclass(frozen=True)
@@ -62,5 +72,21 @@ def parse(func: Callable[..., Any]) -> ParsedKernel:
     tree = module.body[0]
     ast.increment_lineno(tree, first - 1)
     tree.decorator_list = []
+    _check_nesting(tree, filename, name)
     normalized = ast.dump(tree, annotate_fields=False, include_attributes=False)
     return ParsedKernel(tree=tree, filename=filename, name=name, normalized=normalized)
+
+
+def _check_nesting(tree: ast.FunctionDef, filename: str, name: str) -> None:
+    """HybridSyntaxError at the first statement or expression nested deeper than MAX_NESTING (walked without
+    recursion, so any depth Python itself accepted is measured)."""
+    stack: List[Tuple[ast.AST, int]] = [(s, 1) for s in reversed(tree.body)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            line = getattr(node, "lineno", tree.lineno)
+            raise HybridSyntaxError(f"statements and expressions are nested more than {MAX_NESTING} levels deep "
+                                    f"here (a sum of n terms is about n levels); the hybrid DSL takes at most "
+                                    f"{MAX_NESTING}: split the expression into several statements (s = a + b, "
+                                    f"then s = s + c, ...) (in hybrid kernel '{name}')", filename, line)
+        stack += [(c, depth + 1) for c in ast.iter_child_nodes(node) if isinstance(c, (ast.stmt, ast.expr))]
