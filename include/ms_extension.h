@@ -1,11 +1,14 @@
 // MindSpore-style names over opbuilder's C++ API, so a source written for
-// MindSpore's ms_extension.h compiles with only its kernel launches changed
-// (custom::CustomLaunchAclnn has no CPU meaning; call your own kernel).
+// MindSpore's ms_extension.h compiles unchanged. custom::CustomLaunchAclnn runs
+// the common aclnn operators (Mul, Add, ReduceSum, Matmul, ...) on the host:
+// see mindspore/aclnn_host.h.
 //
-// Costs nothing beyond opbuilder/extension.h: every name is an alias.
+// Costs little beyond opbuilder/extension.h: the names are aliases, and
+// CustomLaunchAclnn is a template compiled only where it is called.
 #pragma once
 
 #include "opbuilder/extension.h"
+#include "mindspore/aclnn_host.h"
 
 #ifndef MS_EXTENSION_NAME
 #define MS_EXTENSION_NAME OB_EXTENSION_NAME

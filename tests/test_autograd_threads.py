@@ -66,27 +66,64 @@ def test_tensors_dropped_on_a_thread_without_the_gil(autograd_ops):
         np.testing.assert_array_equal(a, np.arange(5.0) + k)
 
 
+def _drop_last_references_while_allocating(autograd_ops):
+    """Hand 1000 tensors to C++ only, have C++ threads without the GIL drop them while this thread
+    allocates; every tensor must be freed. The order is forced, not left to timing: the drops start
+    only once this thread has allocated (churning), and it allocates until they are all done."""
+    import gc
+    import threading
+    import weakref
+    tensors = [Tensor(np.full(16, float(k))) for k in range(1000)]
+    refs = [weakref.ref(t) for t in tensors]
+    autograd_ops.hold(tensors)
+    del tensors
+    assert all(r() is not None for r in refs)  # only C++ holds them now
+    churning, done = threading.Event(), threading.Event()
+
+    def drop():
+        try:
+            if churning.wait(60):
+                autograd_ops.drop_held_concurrently(8)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=drop)
+    worker.start()
+    churn = churn_before_drops = 0
+    while not done.is_set():
+        junk = [{"k": [i] * 4} for i in range(200)]  # allocation and deallocation, under the GIL
+        churn += len(junk)
+        del junk
+        if not churning.is_set():
+            churn_before_drops = churn
+            churning.set()
+    worker.join()
+    gc.collect()
+    assert churn_before_drops > 0 and [r() for r in refs] == [None] * 1000
+
+
 def test_last_references_dropped_on_threads_without_the_gil(autograd_ops):
     """C++ threads without the GIL drop the last references to Python-owned tensors while this
     thread keeps allocating Python objects: the drops must take the GIL (else the allocator is
     corrupted) and every object must be freed."""
-    import gc
-    import threading
-    import weakref
     for _ in range(3):
-        tensors = [Tensor(np.full(16, float(k))) for k in range(1000)]
-        refs = [weakref.ref(t) for t in tensors]
-        autograd_ops.hold(tensors)
-        del tensors
-        assert all(r() is not None for r in refs)  # only C++ holds them now
-        done = threading.Event()
-        worker = threading.Thread(target=lambda: (autograd_ops.drop_held_concurrently(8), done.set()))
-        worker.start()
-        churn = 0
-        while not done.is_set():
-            junk = [{"k": [i] * 4} for i in range(200)]  # allocation and deallocation, under the GIL
-            churn += len(junk)
-            del junk
-        worker.join()
-        gc.collect()
-        assert churn > 0 and [r() for r in refs] == [None] * 1000
+        _drop_last_references_while_allocating(autograd_ops)
+
+
+def test_the_drops_wait_for_a_late_allocating_thread(autograd_ops):
+    """The interleaving does not depend on scheduling: this thread is held up for 0.5 s right after it
+    starts the dropping thread (as a loaded machine may hold it up). The drops still happen while it
+    allocates; before, they could all finish first and the loop never ran (churn == 0)."""
+    import threading
+    import time
+
+    def late_after_start(frame, event, arg):
+        if event == "return" and frame.f_code is threading.Thread.start.__code__:
+            sys.setprofile(None)
+            time.sleep(0.5)  # releases the GIL: the other thread runs on meanwhile
+
+    sys.setprofile(late_after_start)  # this thread only
+    try:
+        _drop_last_references_while_allocating(autograd_ops)
+    finally:
+        sys.setprofile(None)

@@ -1,7 +1,7 @@
 // Seed 000's plugin (custom_backend.cpp), a backend that logs and delegates to ms_backend.
 // Changed from the seed: its three #include lines lost their names on the web page (here <memory>,
 // <string>, <utility>); Build and Run return what they computed (the seed returns nothing, which is
-// undefined behaviour); BackendType::kMsBackend is spelled kMSBackend, as MindSpore declares it.
+// undefined behaviour).
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,7 +22,7 @@ class MSCustomBackendBase : public BackendBase {
   // The backend graph Run interface by the graph_id which are generated through the graph Build interface above.
   RunningStatus Run(BackendGraphId graph_id, const VectorRef &inputs, VectorRef *outputs) {
     MS_LOG(WARNING) << "MSCustomBackendBase use the origin ms_backend to run the graph.";
-    return mindspore::backend::BackendManager::GetInstance().Run(BackendType::kMSBackend, graph_id, inputs, outputs);
+    return mindspore::backend::BackendManager::GetInstance().Run(BackendType::kMsBackend, graph_id, inputs, outputs);
   }
 };
 

@@ -110,7 +110,8 @@ using BackendGraphId = uint32_t;
 
 enum RunningStatus { kRunningSuccess = 0, kRunningFailure };
 
-enum BackendType { kMSBackend = 0, kGEBackend, kCustomBackend, kInvalidBackend };
+// kMsBackend: the spelling MindSpore's tutorials use (seed 000), the same value as kMSBackend.
+enum BackendType { kMSBackend = 0, kMsBackend = kMSBackend, kGEBackend, kCustomBackend, kInvalidBackend };
 
 // The jit_level and the options given to runtime.jit.
 class BackendJitConfig : public ::opbuilder::backend::Config {

@@ -1,8 +1,9 @@
 # Seed 003: CustomOpBuilder with the Function interface (forward and backward in C++), in an nn.Cell
 # under value_and_grad. Changed from the seed: the imports (mindspore -> runtime) and backend "Ascend" ->
-# "CPU" (this machine has no Ascend; custom_src/function_ops.cpp is the seed's operator with its aclnn
-# kernel calls replaced by CPU ones).
-# Run from the repository root: python tests/seeds/seed_003_custom_op_builder.py
+# "CPU" (this machine has no Ascend). custom_src/function_ops.cpp beside this script is the seed's C++
+# as it stands, custom::CustomLaunchAclnn("aclnnMul", ...) included (ms_extension.h runs it on the host);
+# tests/seeds/test_seeds.py checks it against the seed's code block (function_ops.seed.txt).
+# Run from this folder, as the seed runs from its project folder: python seed_003_custom_op_builder.py
 import numpy as np
 import runtime as ms
 from runtime import Tensor, Parameter, nn
