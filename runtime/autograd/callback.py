@@ -82,7 +82,9 @@ def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], 
     ``out`` and ``dout`` are one Tensor for a single-output forward, tuples
     otherwise; ``bprop`` returns a tuple with one gradient per input. It may
     leave out trailing gradients of inputs that need none (MindSpore code such
-    as ``return (y,)`` for ``(x, y)`` with only x differentiated).
+    as ``return (y,)`` for ``(x, y)`` with only x differentiated). ``None`` for
+    an input means no gradient flows to it (a zero gradient), as a ``None``
+    from a ``Function``'s backward does (PyTorch's rule).
     """
     Tensor = _tensor_type()
     needed = [isinstance(a, Tensor) and a.requires_grad for a in inputs]  # as when the forward ran
@@ -98,10 +100,6 @@ def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], 
                             f"got {type(res).__name__}")
         if len(res) > len(inputs) or any(needed[len(res):]):
             raise ValueError(f"{name} returned {len(res)} gradients for {len(inputs)} inputs")
-        missing = [i for i, g in enumerate(res) if g is None and needed[i]]
-        if missing:
-            raise ValueError(f"{name} returned None for input {missing[0]}, which requires grad; return its "
-                             f"gradient (zeros_like of the input if none flows to it)")
         return res
 
     return backward
