@@ -40,6 +40,53 @@ def assert_private(grads, *others):
             assert not np.shares_memory(a, b)
 
 
+# ---- an argument returned unchanged, saved, then written --------------------------------
+class SquareAndSelf(Function):
+    """(x * x, x); saves x."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return Tensor(x.asnumpy() ** 2), x
+
+    @staticmethod
+    def backward(ctx, g0, g1):
+        x, = ctx.saved_tensors
+        return 2 * x * g0 + g1
+
+
+def _square_and_self(kind, request):
+    return request.getfixturevalue("own_ops").square_and_self if kind == "cpp" else SquareAndSelf.apply
+
+
+@pytest.mark.parametrize("kind", ["cpp", "py"])
+@pytest.mark.parametrize("through", ["argument", "output"])
+def test_a_saved_argument_returned_unchanged_and_written_is_a_version_error(request, kind, through):
+    leaf = f64(1.0, 2.0, 3.0)
+    leaf.requires_grad_(True)
+    x = leaf * 1
+    y, same = _square_and_self(kind, request)(x)
+    assert same is not x and np.shares_memory(same._data, x._data)
+    with rt.no_grad():
+        (x if through == "argument" else same).__iadd__(10)
+    with pytest.raises(RuntimeError, match=r"saved for backward by SquareAndSelf \(saved slot 0\) has been "
+                                           r"modified by an in-place operation: it is at version 1, but was "
+                                           r"saved at version 0"):
+        (y.sum() + same.sum()).backward()
+
+
+@pytest.mark.parametrize("kind", ["cpp", "py"])
+def test_a_saved_argument_returned_unchanged_gives_the_right_gradient(request, kind):
+    op = _square_and_self(kind, request)
+    x = f64(1.0, -2.0, 0.5)
+    assert rt.gradcheck(lambda a: op(a * 1), [x])
+    leaf = f64(1.0, 2.0, 3.0)
+    leaf.requires_grad_(True)
+    y, same = op(leaf * 1)
+    (y.sum() + (same * 3).sum()).backward()
+    np.testing.assert_allclose(leaf.grad.asnumpy(), [5.0, 7.0, 9.0])
+
+
 # ---- None for an input that needs a gradient: a zero gradient, for all three ------------
 class NoneForW(Function):
     @staticmethod
