@@ -11,6 +11,7 @@ from typing import Any, Callable, List, Sequence
 
 from .grad_mode import _state, set_grad_enabled
 from .node import Node, attach_outputs, edge_of, meta_of
+from .ownership import own_results
 
 __all__ = ["CallbackNode", "record_callback", "needs_grad", "bprop_backward"]
 
@@ -52,7 +53,10 @@ class CallbackNode(Node):
         if self._backward is None:
             raise RuntimeError(f"backward through {self._name} a second time: what it saved was freed "
                                f"after the first backward; pass retain_graph=True the first time")
-        return self._backward(list(grads), create_graph)
+        res = self._backward(list(grads), create_graph)
+        res = list(res) if type(res) is not list else res
+        own_results(res, grads, create_graph)  # an input or `out` returned as a gradient: copied
+        return res
 
     def release(self) -> None:
         self._backward = None

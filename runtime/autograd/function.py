@@ -39,6 +39,7 @@ import numpy as np
 from . import engine
 from .grad_mode import _state
 from .node import Node, edge_of, meta_of
+from .ownership import own_results
 from .. import tensor as _tensor
 from ..jit.tracing import hook as _trace
 
@@ -209,6 +210,8 @@ class FunctionNode(Node):
                     t._node = engine._OnceDifferentiable(f"{self.name} (its gradient {i} is a numpy array)",
                                                          once, t)
                 res[i] = t
+        r = t = None  # (the loop's names would count as references to a result)
+        own_results(res, grads, create_graph)  # a saved or input tensor returned as a gradient: copied
         return res
 
     def release(self) -> None:
