@@ -177,11 +177,20 @@ def test_pyfunc_out_dtype_applies_without_out_shape():
     assert (a.dtype, b.dtype) == (rt.float16, rt.float32)
 
 
-def test_a_bprop_returning_none_for_an_input_that_requires_grad_is_an_error():
+def test_a_bprop_returning_none_for_an_input_that_requires_grad_gives_it_a_zero_gradient():
+    # one rule for Function, C++ Function and bprop (PyTorch's): None means no gradient flows
     op = ops.Custom(lambda x, y: x * y, lambda a, b: a, lambda a, b: a, func_type="pyfunc",
                     bprop=lambda x, y, out, dout: (dout * y, None))
     x, y = Tensor(np.array([1.0, 2.0])), Tensor(np.array([3.0, 4.0]))
     gx = rt.grad(lambda a: ops.sum(op(a, y)))(x)  # y needs no gradient: its None is fine
     np.testing.assert_array_equal(gx.asnumpy(), [3.0, 4.0])
-    with pytest.raises(ValueError, match=r"returned None for input 1, which requires grad; return its gradient"):
-        rt.grad(lambda a, b: ops.sum(op(a, b)), (0, 1))(x, y)
+    gx, gy = rt.grad(lambda a, b: ops.sum(op(a, b)), (0, 1))(x, y)
+    np.testing.assert_array_equal(gx.asnumpy(), [3.0, 4.0])
+    np.testing.assert_array_equal(gy.asnumpy(), [0.0, 0.0])
+    # through another path the input still gets that path's gradient
+    gx, gy = rt.grad(lambda a, b: ops.sum(op(a, b) + b * 2), (0, 1))(x, y)
+    np.testing.assert_array_equal(gy.asnumpy(), [2.0, 2.0])
+    too_many = ops.Custom(lambda x, y: x * y, lambda a, b: a, lambda a, b: a, func_type="pyfunc",
+                          bprop=lambda x, y, out, dout: (dout * y, None, None))
+    with pytest.raises(ValueError, match=r"Custom\(.*\) bprop returned 3 gradients for 2 inputs"):
+        rt.grad(lambda a, b: ops.sum(too_many(a, b)), (0, 1))(x, y)

@@ -51,12 +51,22 @@ namespace opbuilder {
 
 namespace detail OB_HIDDEN {
 
-// A tensor kept for Backward and the version it had when kept.
+// A version a saved slot checks: the runtime.Tensor (or a weak reference to it) and its version then.
+struct VersionWatch {
+  PyRef source;
+  bool weak = false;
+  std::int64_t version = 0;
+};
+
+// A tensor kept for Backward and the version it had when kept. An argument Forward returns
+// unchanged is handed out as a new runtime.Tensor over its memory: a write through either
+// changes what was saved, so the slot watches the argument and (weakly) each such output.
 struct SavedSlot {
   TensorPtr tensor;
   PyRef version_source;  // the runtime.Tensor (for outputs: a weak reference to it)
   bool weak = false;
   std::int64_t version = 0;
+  std::vector<VersionWatch> aliases;  // outputs over a saved argument's memory
 };
 
 // What Apply and the recorded node keep in a context (not for operator authors).
@@ -150,6 +160,10 @@ class OB_HIDDEN AutogradContext {
   const std::string &function_name() const { return *st_.name; }
 
  private:
+  // An error naming the slot if `src` (a runtime.Tensor, or a weak reference to one) moved from `version`.
+  void CheckSavedVersion(const detail::Runtime &rt, std::size_t slot, PyObject *src, bool weak,
+                         std::int64_t version) const;
+
   friend detail::ContextState &detail::State(AutogradContext &ctx);
   friend const detail::ContextState &detail::State(const AutogradContext &ctx);
   detail::ContextState st_;
@@ -381,7 +395,22 @@ inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradCo
     SavedSlot slot;
     if (s) {
       const int oj = IndexOf(outs, s.get());
-      if (oj >= 0) {
+      if (oj >= 0 && c.ArgIndex(s.get()) >= 0 && !c.IsDirty(s.get())) {
+        // an argument returned unchanged: its own version, and each output over it
+        slot.tensor = s;
+        if (PyObject *p = s->py_object()) {
+          slot.version_source = PyRef::Borrow(p);
+          slot.version = PyVersion(rt, p);
+        }
+        for (std::size_t j = 0; j < outs.size(); ++j) {
+          if (outs[j].get() != s.get()) continue;
+          VersionWatch w;
+          w.source = PyRef::Steal(WeakRef(out_objs[j]).release().ptr());
+          w.weak = true;
+          w.version = PyVersion(rt, out_objs[j]);
+          slot.aliases.push_back(std::move(w));
+        }
+      } else if (oj >= 0) {
         PyObject *obj = out_objs[oj];
         slot.tensor = Alias(s);
         slot.version_source = PyRef::Steal(WeakRef(obj).release().ptr());
@@ -505,6 +534,22 @@ decltype(auto) ForwardArg(A &&arg, Tensor **orig, TensorPtr *copy) {
 
 }  // namespace detail
 
+inline void AutogradContext::CheckSavedVersion(const detail::Runtime &rt, std::size_t slot, PyObject *src, bool weak,
+                                               std::int64_t version) const {
+  pybind11::object target;
+  if (src != nullptr && weak) {
+    target = detail::WeakTarget(src);
+    src = target.ptr();
+  }
+  if (src == nullptr || src == Py_None) return;  // no Python object, or one that is gone
+  const std::int64_t now = detail::PyVersion(rt, src);
+  if (now != version) {
+    throw std::runtime_error("one of the tensors saved for backward by " + function_name() + " (saved slot " +
+                             std::to_string(slot) + ") has been modified by an in-place operation: it is at version " +
+                             std::to_string(now) + ", but was saved at version " + std::to_string(version));
+  }
+}
+
 inline TensorPtrList AutogradContext::GetSavedTensors() const {
   const detail::ContextState &st = st_;
   if (st.released) {
@@ -518,20 +563,8 @@ inline TensorPtrList AutogradContext::GetSavedTensors() const {
   out.reserve(st.saved.size());
   for (std::size_t i = 0; i < st.saved.size(); ++i) {
     const detail::SavedSlot &s = st.saved[i];
-    PyObject *src = s.version_source.get();
-    pybind11::object target;
-    if (src != nullptr && s.weak) {
-      target = detail::WeakTarget(src);
-      src = target.ptr();
-    }
-    if (src != nullptr && src != Py_None) {
-      const std::int64_t now = detail::PyVersion(rt, src);
-      if (now != s.version) {
-        throw std::runtime_error("one of the tensors saved for backward by " + function_name() + " (saved slot " +
-                                 std::to_string(i) + ") has been modified by an in-place operation: it is at version " +
-                                 std::to_string(now) + ", but was saved at version " + std::to_string(s.version));
-      }
-    }
+    CheckSavedVersion(rt, i, s.version_source.get(), s.weak, s.version);
+    for (const auto &w : s.aliases) CheckSavedVersion(rt, i, w.source.get(), w.weak, w.version);
     out.push_back(s.tensor);
   }
   return out;

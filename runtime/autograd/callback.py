@@ -11,6 +11,7 @@ from typing import Any, Callable, List, Sequence
 
 from .grad_mode import _state, set_grad_enabled
 from .node import Node, attach_outputs, edge_of, meta_of
+from .ownership import own_results
 
 __all__ = ["CallbackNode", "record_callback", "needs_grad", "bprop_backward"]
 
@@ -52,7 +53,10 @@ class CallbackNode(Node):
         if self._backward is None:
             raise RuntimeError(f"backward through {self._name} a second time: what it saved was freed "
                                f"after the first backward; pass retain_graph=True the first time")
-        return self._backward(list(grads), create_graph)
+        res = self._backward(list(grads), create_graph)
+        res = list(res) if type(res) is not list else res
+        own_results(res, grads, create_graph)  # an input or `out` returned as a gradient: copied
+        return res
 
     def release(self) -> None:
         self._backward = None
@@ -82,7 +86,9 @@ def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], 
     ``out`` and ``dout`` are one Tensor for a single-output forward, tuples
     otherwise; ``bprop`` returns a tuple with one gradient per input. It may
     leave out trailing gradients of inputs that need none (MindSpore code such
-    as ``return (y,)`` for ``(x, y)`` with only x differentiated).
+    as ``return (y,)`` for ``(x, y)`` with only x differentiated). ``None`` for
+    an input means no gradient flows to it (a zero gradient), as a ``None``
+    from a ``Function``'s backward does (PyTorch's rule).
     """
     Tensor = _tensor_type()
     needed = [isinstance(a, Tensor) and a.requires_grad for a in inputs]  # as when the forward ran
@@ -98,10 +104,6 @@ def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], 
                             f"got {type(res).__name__}")
         if len(res) > len(inputs) or any(needed[len(res):]):
             raise ValueError(f"{name} returned {len(res)} gradients for {len(inputs)} inputs")
-        missing = [i for i, g in enumerate(res) if g is None and needed[i]]
-        if missing:
-            raise ValueError(f"{name} returned None for input {missing[0]}, which requires grad; return its "
-                             f"gradient (zeros_like of the input if none flows to it)")
         return res
 
     return backward

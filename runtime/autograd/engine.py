@@ -18,6 +18,7 @@ import numpy as np
 
 from . import grad_mode as _gm
 from .node import Node, meta_of
+from .ownership import claim, private_copy
 from .. import device as _device
 from .. import dtypes as _dt
 from .. import tensor as _tensor  # a module object: Tensor is looked up when first needed
@@ -281,8 +282,10 @@ def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: O
             res = _run_graph(outputs, grad_outputs, targets, retain_graph, create_graph)
         if res is None:
             return None
-        seen = {id(g._data) for g in grad_outputs}
-        return [None if g is None else _own(g, seen, create_graph) for g in res]
+        claimed: Dict[int, List[Any]] = {}
+        for g in grad_outputs:
+            claim(claimed, g._data)
+        return [None if g is None else _own(g, claimed, create_graph) for g in res]
     finally:
         state.enabled = prev_mode
 
@@ -354,27 +357,26 @@ def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Opt
                 leaf_grads[eid] = g if lg is None else _accumulate(lg, g)
                 leaves[eid] = e
 
-    # Each gradient handed out owns its buffer: a rule may return one tensor for two
-    # inputs (add), and a caller's gradient= may reach a leaf unchanged.
-    seen = {id(g._data) for g in grad_outputs}
+    # Each gradient handed out owns its memory: a rule may return one tensor for two
+    # inputs (add) or a view of another gradient (transpose), and a caller's gradient=
+    # may reach a leaf unchanged.
     if targets is None:
+        claimed: Dict[int, List[Any]] = {}
+        for g in grad_outputs:
+            claim(claimed, g._data)
         for key, g in leaf_grads.items():
             leaf = leaves[key]
-            g = _own(g, seen, create_graph)
+            g = _own(g, claimed, create_graph)
             leaf.grad = g if leaf.grad is None else _accumulate(leaf.grad, g)
         return None
     return [leaf_grads.get(id(t)) if t._node is None else captured.get((t._node, t._out_index))
             for t in targets]
 
 
-def _own(g, seen: set, create_graph: bool):
-    """``g`` as a tensor whose buffer no other result (or caller's array) shares."""
-    if id(g._data) in seen:
-        if create_graph:
-            from ..ops import math as m
-            return m.mul(g, 1)  # a copy that keeps the gradient's graph
-        return _tensor.Tensor._from_array(g._data.copy())
-    seen.add(id(g._data))
+def _own(g, claimed: Dict[int, List[Any]], create_graph: bool):
+    """``g`` as a tensor whose memory no other result (or caller's array) overlaps."""
+    if not claim(claimed, g._data):
+        return private_copy(g, create_graph)  # a copy that keeps the gradient's graph
     return g if create_graph else _tensor.Tensor._from_array(g._data)
 
 

@@ -39,6 +39,7 @@ import numpy as np
 from . import engine
 from .grad_mode import _state
 from .node import Node, edge_of, meta_of
+from .ownership import own_results
 from .. import tensor as _tensor
 from ..jit.tracing import hook as _trace
 
@@ -126,8 +127,12 @@ class FunctionCtx:
                 t, version = s.unpack(self._backward_node), s.version
                 now = live._version if live is not None else version
             else:
-                t, version = s
+                t, version, aliases = s
                 now = t._version
+                for ref, v in aliases:
+                    live = ref()
+                    if now == version and live is not None and live._version != v:
+                        now, version = live._version, v
             if now != version:
                 raise RuntimeError(f"one of the tensors saved for backward by {self._fn_name} (saved slot {i}) "
                                    f"has been modified by an in-place operation: it is at version {now}, "
@@ -205,6 +210,8 @@ class FunctionNode(Node):
                     t._node = engine._OnceDifferentiable(f"{self.name} (its gradient {i} is a numpy array)",
                                                          once, t)
                 res[i] = t
+        r = t = None  # (the loop's names would count as references to a result)
+        own_results(res, grads, create_graph)  # a saved or input tensor returned as a gradient: copied
         return res
 
     def release(self) -> None:
@@ -317,10 +324,15 @@ def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -
         j = next((k for k, r in enumerate(returned) if r is s), None)
         if s is None:
             saved.append(None)
+        elif j is not None and _contains(args, s) and not _contains(ctx._dirty, s):
+            # an argument returned unchanged goes out as a new tensor over its memory: a write
+            # through either changes what was saved, so watch the argument and each such output
+            aliases = tuple((weakref.ref(o), o._version) for o, r in zip(final, returned) if r is s)
+            saved.append((s, s._version, aliases))
         elif j is not None:
             saved.append(_SavedOutput(final[j], j))
         else:
-            saved.append((s, s._version))
+            saved.append((s, s._version, ()))
     ctx._saved = saved
     ctx._saved_raw = ()
     return final

@@ -167,6 +167,46 @@ inline PyObject *NodeMaterialize(PyObject *o, void *) {
   return PyBool_FromLong(ContextMaterializeGrads(*reinterpret_cast<NodeObject *>(o)->state->ctx));
 }
 
+// ---- every gradient handed to the user owns its memory (runtime/autograd/ownership.py) ----
+// A gradient Backward made and holds nowhere else (in saved_data, a static, ...) goes out
+// as it is; so does one over an incoming gradient's memory (the engine compares those);
+// anything else (a saved or input tensor, say) goes out as a copy.
+
+// Nothing but `r` refers to its tensor or memory: the list Backward returned holds the only
+// reference, and the storage is C++'s own (or a Python block nothing else refers to).
+inline bool FreshGradient(const TensorPtr &r) {
+  if (r.use_count() != 1 || r->py_object() != nullptr || r->storage().use_count() > 1) return false;
+  if (auto *del = std::get_deleter<PyOwnerDeleter>(r->storage())) {
+    PyObject *owner = del->owner;
+    if (Py_REFCNT(owner) != 1) return false;
+    const auto &api = py::detail::npy_api::get();
+    return !api.PyArray_Check_(owner) || py::detail::array_proxy(owner)->base == nullptr;
+  }
+  return true;
+}
+
+// `r` is one of the incoming gradients `grads[0..n)` (runtime.Tensors or None), or a view of one.
+inline bool OverIncoming(const Runtime &rt, const Tensor &r, PyObject *const *grads, Py_ssize_t n) {
+  auto *del = std::get_deleter<PyOwnerDeleter>(r.storage());
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    if (grads[k] == Py_None) continue;
+    if (r.py_object() == grads[k]) return true;
+    if (del != nullptr) {
+      py::object data = Steal(PyObject_GetAttr(grads[k], rt.s_data));
+      if (data.ptr() == del->owner) return true;
+    }
+  }
+  return false;
+}
+
+// A new runtime.Tensor with `r`'s values in memory of its own (new reference).
+inline PyObject *PrivateGradient(const Runtime &rt, const TensorPtr &r) {
+  if (!r->is_cuda()) return ToPython(rt, r->contiguous_copy());
+  py::object t = Steal(ToPython(rt, r));
+  py::object data = Steal(PyObject_GetAttr(t.ptr(), rt.s_data));
+  return NewPyTensor(rt, data.attr("copy")().ptr());
+}
+
 // apply(grads, create_graph): output gradients (runtime.Tensor or None) in,
 // one gradient per Forward argument out. A gradient for a non-tensor argument
 // is refused here (only the node knows which arguments were tensors); count,
@@ -197,7 +237,14 @@ inline PyObject *NodeApply(PyObject *o, PyObject *const *args, Py_ssize_t nargs)
     }
     py::list out(res.size());
     for (std::size_t i = 0; i < res.size(); ++i) {
-      PyObject *r = res[i] ? ToPython(rt, res[i]) : (Py_INCREF(Py_None), Py_None);
+      PyObject *r = Py_None;
+      if (!res[i]) {
+        Py_INCREF(r);
+      } else if (FreshGradient(res[i]) || OverIncoming(rt, *res[i], items, n)) {
+        r = ToPython(rt, res[i]);
+      } else {
+        r = PrivateGradient(rt, res[i]);
+      }
       PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), r);
     }
     return out.release().ptr();
