@@ -1,0 +1,74 @@
+"""What a GRAPH_MODE trace of a cell reads besides its arguments: the cell tree's attributes.
+
+``CellState(cell)`` is a snapshot, taken on every GRAPH_MODE call, of each
+cell's instance attributes reached from ``cell``: plain values by type and
+exact value (``jit.signature.exact_key``: floats by bits, containers walked),
+tensors (Parameters too) and sub-cells by identity. It is one leaf of the jit
+signature, so ``net.temperature = 100.0``, a swapped tensor attribute, a
+flipped flag or a replaced sub-cell is a new key: a new trace, as eagerly the
+next call would read the new value. A tensor attribute is keyed by identity
+only: the graph holds it by reference and sees its in-place updates.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, Dict, List
+
+from ..jit.signature import exact_key
+from ..tensor import Tensor
+
+__all__ = ["CellState"]
+
+_F64 = struct.Struct("<d").pack
+_PLAIN = frozenset({int, str, bool, type(None)})
+_SKIP = frozenset({"_params", "_cells", "_graph_jit"})  # bookkeeping (Parameters and cells are attributes too)
+
+
+class CellState:
+    """A hashable snapshot of a cell tree's attributes; equal only when every attribute is exactly equal.
+
+    Tensors and cells are keyed by id and held (``held``): while a snapshot is a cache key, no other
+    object can take the id of one it holds, so equal ids are the same object."""
+
+    __slots__ = ("key", "held", "_hash")
+
+    def __init__(self, cell: Any) -> None:
+        key: List[Any] = []
+        self.held: List[Any] = [cell]
+        _snap(cell, key, self.held, {id(cell): 0})
+        self.key = tuple(key)
+        self._hash = hash(self.key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is CellState and other._hash == self._hash and other.key == self.key
+
+
+def _snap(cell: Any, key: List[Any], held: List[Any], seen: Dict[int, int]) -> None:
+    d = cell.__dict__
+    cells = d["_cells"]
+    key.append(tuple(d))  # the attribute names, in order (_graph_jit is one from Cell.__init__ on)
+    for name, v in d.items():
+        if name in _SKIP:
+            continue
+        t = type(v)
+        if t in _PLAIN:
+            key.append((t, v))
+        elif t is float:
+            key.append((t, _F64(v)))
+        elif isinstance(v, Tensor):
+            key.append(id(v))
+            held.append(v)
+        elif name in cells:
+            first = seen.get(id(v))
+            if first is None:  # by identity, then its own attributes
+                seen[id(v)] = len(seen)
+                key.append(("cell", id(v)))
+                held.append(v)
+                _snap(v, key, held, seen)
+            else:
+                key.append(("seen", first))
+        else:
+            key.append(exact_key(v))
