@@ -188,3 +188,30 @@ def test_a_cell_whose_stopped_trace_changes_its_attributes_every_call_runs_as_py
     finally:
         rt.set_context(mode=rt.PYNATIVE_MODE)
     assert got == [4.0, 8.0, 12.0, 16.0, 20.0] and len(c._graph_jit._cache) == 2
+
+
+SCALE = 2.0  # a module global read by GlobalReader.construct
+
+
+class GlobalReader(nn.Cell):
+    shift = 1.0  # a class attribute read through self
+
+    def construct(self, x):
+        return mint.exp(x * SCALE) + self.shift
+
+
+@pytest.mark.parametrize("change", ["global", "class_attribute"])
+def test_a_global_or_class_attribute_read_by_construct_is_part_of_the_signature(change):
+    global SCALE
+    net, x = GlobalReader(), Tensor(RNG.standard_normal(3))
+    assert_graph_matches_pynative(net, x)
+    saved = SCALE, GlobalReader.shift
+    try:
+        if change == "global":
+            SCALE = -1.5
+        else:
+            GlobalReader.shift = 4.0
+        assert_graph_matches_pynative(net, x)
+        assert net._graph_jit.traces == 2
+    finally:
+        SCALE, GlobalReader.shift = saved

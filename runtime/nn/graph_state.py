@@ -7,12 +7,16 @@ tensors (Parameters too) and sub-cells by identity. It is one leaf of the jit
 signature, so ``net.temperature = 100.0``, a swapped tensor attribute, a
 flipped flag or a replaced sub-cell is a new key: a new trace, as eagerly the
 next call would read the new value. A tensor attribute is keyed by identity
-only: the graph holds it by reference and sees its in-place updates.
+only: the graph holds it by reference and sees its in-place updates. So are
+the module globals and class attributes that a cell's ``construct`` names
+(its code's names, nested code included) and that held a value, not a
+function, class or module, when the class was first snapshotted.
 """
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, List
+import types
+from typing import Any, Dict, List, Tuple
 
 from ..jit.signature import exact_key
 from ..tensor import Tensor
@@ -21,6 +25,7 @@ __all__ = ["CellState"]
 
 _F64 = struct.Struct("<d").pack
 _PLAIN = frozenset({int, str, bool, type(None)})
+_MISSING = object()
 _SKIP = frozenset({"_params", "_cells", "_graph_jit"})  # bookkeeping (Parameters and cells are attributes too)
 
 
@@ -72,3 +77,46 @@ def _snap(cell: Any, key: List[Any], held: List[Any], seen: Dict[int, int]) -> N
                 key.append(("seen", first))
         else:
             key.append(exact_key(v))
+    g, names, cls_names = _reads(type(cell))
+    if names:
+        key.append(tuple(exact_key(g.get(n, _MISSING)) for n in names))
+    if cls_names:
+        cls = type(cell)
+        key.append(tuple(exact_key(getattr(cls, n, _MISSING)) for n in cls_names))
+
+
+_READS: Dict[type, Tuple[Dict[str, Any], Tuple[str, ...], Tuple[str, ...]]] = {}
+
+
+def _reads(cls: type) -> Tuple[Dict[str, Any], Tuple[str, ...], Tuple[str, ...]]:
+    """(construct's globals, the global names it reads holding values, the class attributes it reads
+    holding values), found once per class from construct's code."""
+    found = _READS.get(cls)
+    if found is not None:
+        return found
+    fn = getattr(cls, "construct", None)
+    code = getattr(fn, "__code__", None)
+    g: Dict[str, Any] = getattr(fn, "__globals__", {})
+    names: set = set()
+    stack = [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    found = (g, tuple(sorted(n for n in names if n in g and _is_value(g[n]))),
+             tuple(sorted(n for n in names if _is_value(_class_attr(cls, n)))))
+    _READS[cls] = found
+    return found
+
+
+def _class_attr(cls: type, name: str) -> Any:
+    for k in cls.__mro__:
+        if name in k.__dict__:
+            return k.__dict__[name]
+    return _MISSING
+
+
+def _is_value(v: Any) -> bool:
+    """A value a trace would fix (a number, a flag, a tensor...), not code or a namespace."""
+    return v is not _MISSING and not callable(v) and not isinstance(v, (types.ModuleType, property,
+                                                                         staticmethod, classmethod))
