@@ -4,6 +4,7 @@ trace, so results match the same calls without jit, bit for bit; equal values re
 from __future__ import annotations
 
 import collections
+import math
 import struct
 
 import numpy as np
@@ -55,6 +56,8 @@ FAMILIES = {
     "np_float16_zero_sign": ([np.float16(0.0), np.float16(-0.0)], lambda x, s: x / s,
                              np.array([1.0, -2.0], np.float16)),
     "nan_payload": ([nan_with(1), nan_with(2)], lambda x, s: x + s, np.array([0.0, 1.0])),
+    "complex_zero_sign": ([complex(1.0, 0.0), complex(1.0, -0.0)], lambda x, s: x * math.copysign(1.0, s.imag),
+                          np.array([1.0, -2.0])),
     "np_float64_nan_payload": ([np.float64(nan_with(1)), np.float64(nan_with(2))], lambda x, s: x + s,
                                np.array([0.0, 1.0])),
 }
