@@ -85,13 +85,11 @@ def _snap(cell: Any, key: List[Any], held: List[Any], seen: Dict[int, int]) -> N
         key.append(tuple(exact_key(getattr(cls, n, _MISSING)) for n in cls_names))
 
 
-_READS: Dict[type, Tuple[Dict[str, Any], Tuple[str, ...], Tuple[str, ...]]] = {}
-
-
 def _reads(cls: type) -> Tuple[Dict[str, Any], Tuple[str, ...], Tuple[str, ...]]:
     """(construct's globals, the global names it reads holding values, the class attributes it reads
-    holding values), found once per class from construct's code."""
-    found = _READS.get(cls)
+    holding values), found once per class from construct's code and kept on the class itself (so it
+    goes with the class)."""
+    found = cls.__dict__.get("_graph_reads")
     if found is not None:
         return found
     fn = getattr(cls, "construct", None)
@@ -105,7 +103,7 @@ def _reads(cls: type) -> Tuple[Dict[str, Any], Tuple[str, ...], Tuple[str, ...]]
         stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
     found = (g, tuple(sorted(n for n in names if n in g and _is_value(g[n]))),
              tuple(sorted(n for n in names if _is_value(_class_attr(cls, n)))))
-    _READS[cls] = found
+    type.__setattr__(cls, "_graph_reads", found)
     return found
 
 
