@@ -118,3 +118,30 @@ def test_unhashable_unknown_values_are_still_keyed_by_identity():
     x, one, two = Tensor(np.array([1.0])), Opaque(1.0), Opaque(2.0)
     assert f(x, one).asnumpy()[0] == 1.0 and f(x, two).asnumpy()[0] == 2.0 and f(x, one).asnumpy()[0] == 1.0
     assert f.traces == 2
+
+
+def test_namedtuple_and_dict_results_carry_each_calls_values_and_gradients():
+    from collections import OrderedDict
+
+    import runtime as rt
+    from runtime import mint
+    from runtime.autograd.gradcheck import gradcheck
+
+    Pair = collections.namedtuple("Pair", "a b")
+
+    def fn(x):
+        return {"pair": Pair(x * 2.0, mint.sin(x)), "od": OrderedDict(c=x * x), "k": 3}
+
+    j = jit(fn)
+    for v in ([1.0, 2.0], [5.0, -1.0]):  # the call that traces, then a cached one with other values
+        x = Tensor(np.array(v))
+        got, want = j(x), fn(x)
+        assert type(got["pair"]) is Pair and type(got["od"]) is OrderedDict and got["k"] == 3
+        for a, b in ((got["pair"].a, want["pair"].a), (got["pair"].b, want["pair"].b),
+                     (got["od"]["c"], want["od"]["c"])):
+            np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+    assert j.traces == 1
+    x = Tensor(np.array([0.3, -0.7]))
+    loss = lambda f: lambda t: mint.sum(f(t)["pair"].b * f(t)["od"]["c"])  # noqa: E731
+    np.testing.assert_allclose(rt.grad(loss(j))(x).asnumpy(), rt.grad(loss(fn))(x).asnumpy(), rtol=1e-12)
+    gradcheck(lambda t: (j(t)["pair"].b, j(t)["od"]["c"]), [x])

@@ -133,12 +133,17 @@ def signature(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[Tuple[Any,
 
 
 def flatten_result(out: Any, leaves: List[Any]) -> Any:
-    """A spec of ``out``'s structure; its tensors appended to ``leaves``."""
+    """A spec of ``out``'s structure; its tensors appended to ``leaves``. Tuples, lists, namedtuples
+    and dicts are walked (their tensors are graph outputs); anything else is returned as traced."""
     if isinstance(out, Tensor):
         leaves.append(out)
         return len(leaves) - 1
-    if type(out) in (tuple, list):
-        return (type(out), [flatten_result(o, leaves) for o in out])
+    t = type(out)
+    if isinstance(out, (tuple, list)):
+        kind = "fields" if isinstance(out, tuple) and hasattr(t, "_fields") else "items"
+        return (kind, t, [flatten_result(o, leaves) for o in out])
+    if isinstance(out, dict):
+        return ("dict", t, list(out), [flatten_result(o, leaves) for o in out.values()])
     return ("const", out)
 
 
@@ -146,6 +151,11 @@ def unflatten_result(spec: Any, values: List[Any]) -> Any:
     """Rebuild a result from its spec and its tensors."""
     if type(spec) is int:
         return values[spec]
-    if spec[0] == "const":
+    kind = spec[0]
+    if kind == "const":
         return spec[1]
-    return spec[0](unflatten_result(s, values) for s in spec[1])
+    if kind == "items":
+        return spec[1](unflatten_result(s, values) for s in spec[2])
+    if kind == "fields":  # a namedtuple takes its fields as arguments
+        return spec[1](*(unflatten_result(s, values) for s in spec[2]))
+    return spec[1](zip(spec[2], (unflatten_result(s, values) for s in spec[3])))
