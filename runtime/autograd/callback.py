@@ -71,7 +71,9 @@ def record_callback(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
     for o in outputs:
         if not isinstance(o, Tensor):
             raise TypeError(f"{name} returned {type(o).__name__}; outputs of a differentiable op must be Tensors")
-        if id(o) in input_ids or o._node is not None or o.requires_grad:
+        # an input, another op's output, or one returned at an earlier position too (each position is its
+        # own output, with its own gradient): a new tensor over the same memory
+        if id(o) in input_ids or o._node is not None or o.requires_grad or any(o is p for p in outs):
             o = Tensor._from_array(o._data)
         outs.append(o)
     node = CallbackNode(name, inputs, outs, backward)

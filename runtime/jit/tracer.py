@@ -55,6 +55,8 @@ class Tracer:
         finally:
             flag.value += 1
             hook.tracer = self
+        if isinstance(out, (tuple, list)) and len(out) > 1:
+            out = _distinct(out)
         self.record(kind, name, target, args, attrs, out)
         return out
 
@@ -80,3 +82,17 @@ class Tracer:
         self.graph.outputs = [self.ref(o) for o in outputs]
         self._keep = []
         return self.graph
+
+
+def _distinct(outs: Any) -> Any:
+    """``outs`` with one tensor per position: a tensor an op returned at two positions is, after the first,
+    a new tensor over the same memory, as an op recording a gradient hands it out (autograd.Function,
+    C++ Function<T>). The trace tells tensors apart by identity: one object would be one graph value, and
+    the gradients of both positions would all reach the last one."""
+    fresh: List[Any] = []
+    for o in outs:
+        dup = isinstance(o, Tensor) and any(o is p for p in fresh)
+        fresh.append(Tensor._from_array(o._data) if dup else o)
+    if all(o is p for o, p in zip(outs, fresh)):
+        return outs
+    return type(outs)(fresh) if type(outs) in (tuple, list) else type(outs)(*fresh)

@@ -8,6 +8,7 @@ the input gradients.
 """
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -17,6 +18,7 @@ from ..autograd.grad_mode import no_grad
 from ..context import GRAPH_MODE, _settings
 from ..jit.tracing import hook as _trace
 from ..tensor import Parameter, Tensor
+from .graph_state import CellState
 
 __all__ = ["Cell"]
 
@@ -31,6 +33,7 @@ class Cell:
         object.__setattr__(self, "_params", OrderedDict())
         object.__setattr__(self, "_cells", OrderedDict())
         object.__setattr__(self, "training", False)
+        object.__setattr__(self, "_graph_jit", None)  # GRAPH_MODE's jitted construct, made on first use
 
     def __setattr__(self, name: str, value: Any) -> None:
         params: Dict[str, Parameter] = self.__dict__.get("_params")  # type: ignore[assignment]
@@ -156,7 +159,12 @@ class Cell:
 
 
 def _graph_call(cell: Cell, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-    """GRAPH_MODE: run the cell through ``jit`` (ms_backend), one graph per signature, kept on the cell."""
+    """GRAPH_MODE: run the cell through ``jit`` (ms_backend), one graph per signature, kept on the cell.
+
+    Part of the signature: a snapshot of the cell tree's attributes (graph_state.py), so a trace never
+    runs with values other than those it read. A cell whose traces keep changing its own attributes
+    (``self.calls += 1`` in construct) would trace on every call: after two such traces in a row it
+    runs as in PYNATIVE_MODE, with a warning."""
     jitted = cell.__dict__.get("_graph_jit")
     if jitted is None:
         from ..jit import jit
@@ -164,8 +172,23 @@ def _graph_call(cell: Cell, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> An
             return c._call(*a, **k)
         run.__qualname__ = f"{type(cell).__name__}.construct"
         jitted = jit(run)
+        jitted.state_writes = 0  # new signatures in a row whose call changed the cell's attributes
         object.__setattr__(cell, "_graph_jit", jitted)
-    # part of the signature: each cell's training flag (set_train) and which Parameters it holds (one
-    # replaced by another is a new graph, not the old one captured)
-    state = tuple((c.training, tuple(map(id, c._params.values()))) for _, c in cell._walk(""))
-    return jitted(cell, state, *args, **kwargs)
+    if jitted.state_writes >= _STATE_WRITES:
+        return cell._call(*args, **kwargs)
+    state = CellState(cell)
+    known = len(jitted._cache)
+    out = jitted(cell, state, *args, **kwargs)
+    if len(jitted._cache) != known:  # a new signature: traced (or run eagerly, its trace stopped)
+        if CellState(cell) == state:
+            jitted.state_writes = 0
+        else:
+            jitted.state_writes += 1
+            if jitted.state_writes >= _STATE_WRITES:
+                warnings.warn(f"GRAPH_MODE: {type(cell).__name__}.construct changes the cell's attributes on "
+                              f"every trace; it runs as in PYNATIVE_MODE from now on", RuntimeWarning,
+                              stacklevel=3)
+    return out
+
+
+_STATE_WRITES = 2  # traces in a row changing the cell's attributes after which a cell runs eagerly

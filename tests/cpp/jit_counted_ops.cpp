@@ -88,11 +88,28 @@ struct Scale_ : Function<Scale_> {
   }
 };
 
+// k * x, returned twice ({out, out}: one tensor at two positions); Backward weighs output 0's gradient
+// by k and output 1's by w (w == k: the true derivative), so a test sees which position a gradient reached.
+struct Twice : Function<Twice> {
+  static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x, double k, double w) {
+    ++g_forwards;
+    ctx->saved_data["k"] = py::float_(k);
+    ctx->saved_data["w"] = py::float_(w);
+    auto out = Zip(x, x, [k](double a, double) { return k * a; });
+    return {out, out};
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    const double k = ctx->saved_data["k"].cast<double>(), w = ctx->saved_data["w"].cast<double>();
+    return {Zip(g[0], g[1], [k, w](double a, double b) { return k * a + w * b; }), nullptr, nullptr};
+  }
+};
+
 }  // namespace
 
 PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
   m.def("scaled_mul", [](const TensorPtr &x, const TensorPtr &y, double k) { return ScaledMul::Apply(x, y, k); });
   m.def("tanh", [](const TensorPtr &x) { return Tanh::Apply(x); });
   m.def("scale_", [](const TensorPtr &x, double k) { return Scale_::Apply(x, k); });
+  m.def("twice", [](const TensorPtr &x, double k, double w) { return Twice::Apply(x, k, w); });
   m.def("forwards", []() { return g_forwards.load(); }, "how many times a Forward of this module ran");
 }
