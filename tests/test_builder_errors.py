@@ -1,0 +1,67 @@
+"""Errors that name their cause: a compiler that is not one, a cache directory that cannot be made,
+a module name that is not the operator's, a Function<T> without Forward/Backward, compiler warnings."""
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from opbuilder import BuildError, CustomOpBuilder, ToolchainError, build_library
+
+
+@pytest.fixture
+def plain(tmp_path):
+    src = tmp_path / "plain.cpp"
+    src.write_text('extern "C" int plain() { return 1; }\n')
+    return src
+
+
+# ---- the compiler -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cxx", ["/bin/false", "false"])
+def test_a_compiler_that_does_not_answer_version_is_named_with_its_variable(tmp_path, plain, monkeypatch, cxx):
+    monkeypatch.setenv("CXX", cxx)
+    with pytest.raises(ToolchainError) as info:
+        build_library("falsecxx", [plain], build_dir=tmp_path / "cache")
+    assert re.match(rf"CXX={cxx!r} is not a working compiler: '\S*false --version' exited with status 1"
+                    rf"(; its first line: '.*'|, printing nothing)\. Set it to a C\+\+ compiler \(g\+\+, clang\+\+\)$",
+                    str(info.value)), str(info.value)
+    err = info.value
+    assert isinstance(err, BuildError) and isinstance(err, FileNotFoundError) and err.name == "falsecxx"
+
+
+def test_a_compiler_that_writes_nothing_is_named(tmp_path, plain, monkeypatch):
+    script = tmp_path / "silent-cxx.sh"  # answers --version as a compiler does, then compiles nothing
+    script.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'silent 1.0' \nexit 0\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("CXX", str(script))
+    with pytest.raises(BuildError, match=rf"^building operator 'silent' failed: CXX='{re.escape(str(script))}' "
+                                         rf"\(\S+silent-cxx.sh\) exited successfully compiling plain.cpp but wrote "
+                                         rf"no obj/plain-\w+\.o: it does not work as a C\+\+ compiler \(-c, -o, -MD "
+                                         rf"-MF as g\+\+ and clang\+\+ take them\); set CXX to one$"):
+        build_library("silent", [plain], build_dir=tmp_path / "cache")
+
+
+# ---- the cache directory ------------------------------------------------------------------------
+
+def test_a_cache_dir_that_cannot_be_created_names_the_variable_and_its_value(plain, monkeypatch):
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", "/proc/self/x")
+    with pytest.raises(BuildError, match=r"^building operator 'nocache' failed: cannot create the opbuilder cache "
+                                         r"directory /proc/self/x \(No such file or directory: /proc/\d+/x\); set "
+                                         r"OPBUILDER_CACHE_DIR to a directory you can create and write to \(the "
+                                         r"cache directory is OPBUILDER_CACHE_DIR='/proc/self/x'\)$"):
+        build_library("nocache", [plain])
+    with pytest.raises(BuildError, match=r"^building operator 'nocache' failed: .* \(the cache directory is "
+                                         r"build_dir='/proc/self/y'\)$"):
+        CustomOpBuilder("nocache", [plain], build_dir="/proc/self/y").build()
+
+
+def test_a_cache_dir_below_a_file_says_so(tmp_path, plain, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(blocker / "cache"))
+    with pytest.raises(BuildError, match=rf"^building operator 'filecache' failed: cannot create "
+                                         rf"{re.escape(str(blocker))}/cache \(Not a directory: a part of that path is "
+                                         rf"a file\); set OPBUILDER_CACHE_DIR to a directory you can write to \(the "
+                                         rf"cache directory is OPBUILDER_CACHE_DIR='{re.escape(str(blocker))}/cache'\)$"):
+        build_library("filecache", [plain])
