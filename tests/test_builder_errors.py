@@ -65,3 +65,28 @@ def test_a_cache_dir_below_a_file_says_so(tmp_path, plain, monkeypatch):
                                          rf"a file\); set OPBUILDER_CACHE_DIR to a directory you can write to \(the "
                                          rf"cache directory is OPBUILDER_CACHE_DIR='{re.escape(str(blocker))}/cache'\)$"):
         build_library("filecache", [plain])
+
+
+# ---- the module name ----------------------------------------------------------------------------
+
+_FIX = (r"declare the module as PYBIND11_MODULE\(OB_EXTENSION_NAME, m\) \(MS_EXTENSION_NAME also works\): "
+        r"opbuilder defines both as the operator's name, '{name}'\nlibrary: \S+\.so$")
+
+
+def test_a_module_declared_under_another_name_says_to_use_the_macro(tmp_path):
+    src = tmp_path / "named.cpp"  # what PYBIND11_MODULE(other_name, m) defines, on the bare C API (cheap)
+    src.write_text('#include <Python.h>\nstatic PyModuleDef def = {PyModuleDef_HEAD_INIT, "x", nullptr, -1, nullptr};\n'
+                   'PyMODINIT_FUNC PyInit_other_name(void) { return PyModule_Create(&def); }\n')
+    with pytest.raises(BuildError, match=r"^operator 'named_op' was built but cannot be imported: the library "
+                                         r"declares the Python module 'other_name', not 'named_op' \(PyInit_named_op "
+                                         r"is missing\); " + _FIX.format(name="named_op")):
+        CustomOpBuilder("named_op", [src]).load()
+
+
+def test_a_module_without_any_module_says_to_declare_one(tmp_path):
+    src = tmp_path / "nomodule.cpp"
+    src.write_text("int no_module_here() { return 1; }\n")
+    with pytest.raises(BuildError, match=r"^operator 'nomodule_op' was built but cannot be imported: the library "
+                                         r"defines no Python module \(no PyInit_ function\); "
+                                         + _FIX.format(name="nomodule_op")):
+        CustomOpBuilder("nomodule_op", [src]).load()
