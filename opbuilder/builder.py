@@ -133,7 +133,10 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
                          and cxx.family == "gcc" and _lto_enabled() and not launcher_requested()) else ()
     # the module name reaches C++ sources through a generated header (see pch.py), so that
     # these flags are the same for every operator and a precompiled header can be shared
-    flags = ("-std=c++17", "-fPIC", *opt, *vectorize, *speed, *lto, *visibility, *system, *spec.cflags)
+    # -Werror=return-type: falling off the end of a function that returns a value is undefined behaviour
+    # that gcc only warns about (a missing `return` built "fine" and crashed with a double free)
+    flags = ("-std=c++17", "-fPIC", *opt, "-Werror=return-type", *vectorize, *speed, *lto, *visibility, *system,
+             *spec.cflags)
     # -flto changes nothing gcc keeps in a PCH (it checks it): one PCH serves one- and several-source modules
     pch_flags = tuple(f for f in flags if f != "-flto")
     includes = tuple(f"-I{p}" for p in spec.include_paths)
@@ -276,6 +279,28 @@ def _search_paths(spec: BuildSpec, plan: _Plan, build_dir: Path):
     return out
 
 
+def _not_users(spec: BuildSpec, plan: _Plan) -> Tuple[str, ...]:
+    """Directories whose headers are not the user's: opbuilder's, pybind11's, Python's, the compiler's
+    own, the CUDA toolkit's, and the cache (the generated headers)."""
+    from .toolchain import system_include_dirs
+
+    dirs = (*plan.toolchain_dirs, *system_include_dirs(plan.cxx, spec.root), str(spec.root))
+    if plan.nvcc is not None:
+        dirs += (os.path.dirname(os.path.dirname(os.path.realpath(plan.nvcc.path))),)
+    return dirs
+
+
+def _report_warnings(spec: BuildSpec, plan: _Plan, build_dir: Path) -> None:
+    """Say on stderr how many warnings the compile gave about the user's own files (verbose: which)."""
+    from .compiler_warnings import report, user_warnings
+
+    try:
+        text = read_file(build_dir / "build.log").decode(errors="replace")
+    except FileNotFoundError:
+        return
+    report(spec.name, user_warnings(text, str(build_dir), _not_users(spec, plan)), spec.verbose)
+
+
 def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -> Optional[Tuple[str, Path]]:
     """Build the sources whose digests ``base`` was computed from and publish them under it;
     None if an input changed after that, or the PCH was removed while it compiled (then nothing
@@ -344,6 +369,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     publish.write_build_info(key_dir, spec, base, record, plan.cxx)
     lib = key_dir / plan.output
     publish.prune_old_builds(spec.op_dir, keep=publish.KEEP_BUILDS, current=key)
+    _report_warnings(spec, plan, build_dir)
     if pch is not None:
         pchmod.prune(spec.root, current=pch.dir.name)
         # started only now: run next to the compile, it slowed that compile by ~0.6 s of ~10.5

@@ -90,3 +90,70 @@ def test_a_module_without_any_module_says_to_declare_one(tmp_path):
                                          r"defines no Python module \(no PyInit_ function\); "
                                          + _FIX.format(name="nomodule_op")):
         CustomOpBuilder("nomodule_op", [src]).load()
+
+
+# ---- compiler warnings --------------------------------------------------------------------------
+
+WARNED = '#warning "check this"\nextern "C" int warned() { return 1; }\n#warning "and this"\n'
+
+
+def test_warnings_in_the_users_source_are_summed_up_on_stderr(tmp_path, capsys):
+    src = tmp_path / "warned.cpp"
+    src.write_text(WARNED)
+    build_library("warned", [src], build_dir=tmp_path / "cache")
+    err = capsys.readouterr().err
+    assert "opbuilder: warned: 2 compiler warnings in warned.cpp (verbose=True shows them)\n" in err, err
+    assert "check this" not in err
+    build_library("warned", [src], build_dir=tmp_path / "cache")  # warm: nothing compiled, nothing said
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_verbose_shows_the_warnings_themselves(tmp_path, capsys, monkeypatch, how):
+    src = tmp_path / "warned.cpp"
+    src.write_text(WARNED)
+    if how == "environment":
+        monkeypatch.setenv("OPBUILDER_VERBOSE", "1")
+    build_library("warned_v", [src], build_dir=tmp_path / "cache", verbose=how == "argument")
+    err = capsys.readouterr().err
+    head = "opbuilder: warned_v: 2 compiler warnings in warned.cpp:\n"
+    assert head in err, err
+    shown = err.split(head, 1)[1].splitlines()
+    assert shown[0].startswith(f"{src}:1:") and 'warning: #warning "check this"' in shown[0]
+    assert any(line.startswith(f"{src}:3:") and 'warning: #warning "and this"' in line for line in shown)
+
+
+def test_only_warnings_about_the_users_files_count(tmp_path):
+    """Real compiler output: a warning in a header of a directory that is not the user's is left out,
+    the context before a warning (In function ...) and the excerpt after it are kept."""
+    import subprocess
+
+    from builder_util import REAL_CXX
+    from opbuilder.compiler_warnings import user_warnings
+
+    theirs, mine = tmp_path / "third_party", tmp_path / "project"
+    theirs.mkdir()
+    mine.mkdir()
+    (theirs / "lib.h").write_text('#warning "from a library"\n')
+    (mine / "own.h").write_text('#warning "from my header"\n')
+    (mine / "op.cpp").write_text('#include "lib.h"\n#include "own.h"\nint f() {\n  int unused = 1;\n  return 0;\n}\n')
+    out = subprocess.run([REAL_CXX, "-Wall", f"-I{theirs}", f"-I{mine}", "-c", "op.cpp", "-o", "op.o"],
+                         cwd=mine, capture_output=True, text=True).stderr
+    assert "from a library" in out  # the compiler did warn about it
+    found = user_warnings(out, str(mine), [str(theirs)])
+    assert [Path(f).name for f, _ in found] == ["own.h", "op.cpp"], out
+    text = found[1][1].splitlines()
+    assert "In function" in text[0] and "unused variable" in text[1] and "int unused = 1;" in text[2], out
+    assert all("from a library" not in t for _, t in found)
+
+
+def test_a_missing_return_is_an_error_by_default(tmp_path):
+    src = tmp_path / "noreturn.cpp"
+    src.write_text("int pick(int x) {\n  if (x > 0) return 1;\n}\n")
+    with pytest.raises(BuildError) as info:
+        build_library("noreturn", [src], build_dir=tmp_path / "cache")
+    lines = str(info.value).splitlines()
+    assert lines[0] == "building operator 'noreturn' failed:"
+    assert re.match(rf"{re.escape(str(src))}:3:1: error: .* \[-Werror(=|,-W)return-type\]$", lines[1]), lines
+    # the user's own flags come after it: they may turn it back into a warning
+    build_library("noreturn", [src], build_dir=tmp_path / "cache", cflags=["-Wno-error=return-type"])
