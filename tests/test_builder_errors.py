@@ -157,3 +157,38 @@ def test_a_missing_return_is_an_error_by_default(tmp_path):
     assert re.match(rf"{re.escape(str(src))}:3:1: error: .* \[-Werror(=|,-W)return-type\]$", lines[1]), lines
     # the user's own flags come after it: they may turn it back into a warning
     build_library("noreturn", [src], build_dir=tmp_path / "cache", cflags=["-Wno-error=return-type"])
+
+
+# ---- Function<T> without Forward/Backward or with a wrong signature ------------------------------
+
+FUNCTION_CHECKS = Path(__file__).resolve().parent / "cpp" / "function_checks_ops.cpp"
+
+
+@pytest.mark.parametrize("cls, why", [
+    ("NoForward", r"T has no Forward\. Declare it in T"),
+    ("NoBackward", r"T has no Backward\. Declare it in T"),
+    ("MemberForward", r"T::Forward cannot be called as T::Forward\(AutogradContext \*ctx, <the arguments given to "
+                      r"Apply>\): it must be static"),
+    ("NoContext", r"T::Forward cannot be called as T::Forward\(AutogradContext \*ctx"),
+    ("IntForward", r"T::Forward must return TensorPtr or TensorPtrList"),
+    ("OneGradBackward", r"T::Backward cannot be called as T::Backward\(AutogradContext \*ctx, TensorPtrList "
+                        r"grad_outputs\)"),
+    ("TensorBackward", r"T::Backward must return TensorPtrList"),
+])
+def test_a_function_without_forward_or_backward_is_one_static_assert_naming_the_class(cls, why):
+    name = f"checks_{cls.lower()}"
+    with pytest.raises(BuildError) as info:
+        CustomOpBuilder(name, [FUNCTION_CHECKS], cflags=[f"-DCHECK={cls}"]).build()
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"building operator '{name}' failed:"
+    assert re.match(r"\S+/opbuilder/detail/function_checks\.h:\d+:\d+: error: static assert(ion)? failed: "
+                    r"Function<T>: " + why, lines[1]), lines
+    assert re.match(rf"  in Function<{cls}>, required from {re.escape(str(FUNCTION_CHECKS))}:\d+", lines[2]), lines
+    assert sum(": error:" in line for line in lines) == 1, lines  # the assertion is the only error
+
+
+def test_a_function_with_a_template_and_an_overloaded_forward_passes_the_checks():
+    mod = CustomOpBuilder("checks_template", [FUNCTION_CHECKS], cflags=["-DCHECK=TemplateForward"]).load()
+    import runtime as rt
+
+    assert mod.f(rt.Tensor([1.0, 2.0])).tolist() == [1.0, 2.0]
