@@ -62,8 +62,9 @@ def _module_name_hint(err: ImportError, path: Path) -> Optional[str]:
     return f"the library defines no Python module (no PyInit_ function); {fix}"
 
 
-def _explain(err: ImportError, path: Path) -> Optional[str]:
-    hint = _module_name_hint(err, path)
+def _explain(err: ImportError, path: Optional[Path] = None) -> Optional[str]:
+    """A readable reason for an import failure of the library at ``path``; None if there is none."""
+    hint = _module_name_hint(err, path) if path is not None else None
     if hint:
         return hint
     m = re.search(r"undefined symbol: (\S+)", str(err))
