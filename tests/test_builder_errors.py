@@ -83,6 +83,15 @@ def test_a_module_declared_under_another_name_says_to_use_the_macro(tmp_path):
         CustomOpBuilder("named_op", [src]).load()
 
 
+def test_pybind11_module_under_another_name_says_to_use_the_macro(tmp_path):
+    src = tmp_path / "pyb_named.cpp"
+    src.write_text("#include <pybind11/pybind11.h>\nPYBIND11_MODULE(wrong_name, m) { m.def(\"one\", [] { return 1; }); }\n")
+    with pytest.raises(BuildError, match=r"^operator 'pyb_named' was built but cannot be imported: the library "
+                                         r"declares the Python module 'wrong_name', not 'pyb_named' \(PyInit_pyb_named "
+                                         r"is missing\); " + _FIX.format(name="pyb_named")):
+        CustomOpBuilder("pyb_named", [src]).load()
+
+
 def test_a_module_without_any_module_says_to_declare_one(tmp_path):
     src = tmp_path / "nomodule.cpp"
     src.write_text("int no_module_here() { return 1; }\n")
