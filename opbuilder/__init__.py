@@ -5,10 +5,10 @@
 in ``opbuilder/extension.h`` and returns it. See docs/builder.md.
 """
 from .builder import CustomOpBuilder, build_library
-from .errors import BuildError, UnsafeCacheDirError
+from .errors import BuildError, ToolchainError, UnsafeCacheDirError
 from .headers import include_dir
 
-__all__ = ["CustomOpBuilder", "build_library", "BuildError", "UnsafeCacheDirError", "include_dir", "load"]
+__all__ = ["CustomOpBuilder", "build_library", "BuildError", "ToolchainError", "UnsafeCacheDirError", "include_dir", "load"]
 __version__ = "0.1.0"
 
 

@@ -26,8 +26,8 @@ from types import ModuleType
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import fingerprint as fp
-from .cache_dir import cache_root
-from .errors import BuildError, UnsafeCacheDirError, cache_os_error
+from .cache_dir import cache_root, root_origin
+from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .headers import headers_digest, include_dir
 from .importer import import_extension, loader_error
 from .launcher import launcher_is_sccache, launcher_requested
@@ -133,7 +133,10 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
                          and cxx.family == "gcc" and _lto_enabled() and not launcher_requested()) else ()
     # the module name reaches C++ sources through a generated header (see pch.py), so that
     # these flags are the same for every operator and a precompiled header can be shared
-    flags = ("-std=c++17", "-fPIC", *opt, *vectorize, *speed, *lto, *visibility, *system, *spec.cflags)
+    # -Werror=return-type: falling off the end of a function that returns a value is undefined behaviour
+    # that gcc only warns about (a missing `return` built "fine" and crashed with a double free)
+    flags = ("-std=c++17", "-fPIC", *opt, "-Werror=return-type", *vectorize, *speed, *lto, *visibility, *system,
+             *spec.cflags)
     # -flto changes nothing gcc keeps in a PCH (it checks it): one PCH serves one- and several-source modules
     pch_flags = tuple(f for f in flags if f != "-flto")
     includes = tuple(f"-I{p}" for p in spec.include_paths)
@@ -276,6 +279,28 @@ def _search_paths(spec: BuildSpec, plan: _Plan, build_dir: Path):
     return out
 
 
+def _not_users(spec: BuildSpec, plan: _Plan) -> Tuple[str, ...]:
+    """Directories whose headers are not the user's: opbuilder's, pybind11's, Python's, the compiler's
+    own, the CUDA toolkit's, and the cache (the generated headers)."""
+    from .toolchain import system_include_dirs
+
+    dirs = (*plan.toolchain_dirs, *system_include_dirs(plan.cxx, spec.root), str(spec.root))
+    if plan.nvcc is not None:
+        dirs += (os.path.dirname(os.path.dirname(os.path.realpath(plan.nvcc.path))),)
+    return dirs
+
+
+def _report_warnings(spec: BuildSpec, plan: _Plan, build_dir: Path) -> None:
+    """Say on stderr how many warnings the compile gave about the user's own files (verbose: which)."""
+    from .compiler_warnings import report, user_warnings
+
+    try:
+        text = read_file(build_dir / "build.log").decode(errors="replace")
+    except FileNotFoundError:
+        return
+    report(spec.name, user_warnings(text, str(build_dir), _not_users(spec, plan)), spec.verbose)
+
+
 def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -> Optional[Tuple[str, Path]]:
     """Build the sources whose digests ``base`` was computed from and publish them under it;
     None if an input changed after that, or the PCH was removed while it compiled (then nothing
@@ -323,6 +348,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
             log.warning("%s: the precompiled header was removed during the build; building again", spec.name)
             return None
         raise
+    _check_outputs(spec, plan, build_dir, todo)
     changed = publish.record_objects(build_dir, todo, identity, started, spec.root, sources,
                                      _search_paths(spec, plan, build_dir))
     if changed:
@@ -343,12 +369,28 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     publish.write_build_info(key_dir, spec, base, record, plan.cxx)
     lib = key_dir / plan.output
     publish.prune_old_builds(spec.op_dir, keep=publish.KEEP_BUILDS, current=key)
+    _report_warnings(spec, plan, build_dir)
     if pch is not None:
         pchmod.prune(spec.root, current=pch.dir.name)
         # started only now: run next to the compile, it slowed that compile by ~0.6 s of ~10.5
         if not pch.built and jobs > 1 and pchmod.start_build(pch, plan.cxx.argv, plan.pch_flags):
             log.info("%s: precompiling opbuilder/extension.h in the background", spec.name)
     return key, lib
+
+
+def _check_outputs(spec: BuildSpec, plan: _Plan, build_dir: Path, steps) -> None:
+    """A BuildError naming the compiler if a compile that succeeded left no object or depfile: the
+    command is not a compiler (``CXX=/bin/true``), and reading the missing files would fail obscurely."""
+    for s in steps:
+        for out in (s.obj, s.obj + ".d"):
+            if not (build_dir / out).is_file():
+                cuda = s.rule == "cuda" and plan.nvcc is not None
+                var, tool = ("NVCC", plan.nvcc) if cuda else ("CXX", plan.cxx)
+                env = os.environ.get(var)
+                who = f"{var}={env!r} ({tool.path})" if env else f"the compiler {tool.path}"
+                raise BuildError(f"building operator '{spec.name}' failed: {who} exited successfully compiling "
+                                 f"{s.source.name} but wrote no {out}: it does not work as a C++ compiler "
+                                 f"(-c, -o, -MD -MF as g++ and clang++ take them); set {var} to one", name=spec.name)
 
 
 def _trusted(spec: BuildSpec) -> BuildSpec:
@@ -365,6 +407,18 @@ def _os_error(spec: BuildSpec, err: OSError) -> BaseException:
     return cache_os_error(spec.name, err, spec.root) or err
 
 
+def _root_error(spec: BuildSpec, err: OSError) -> BaseException:
+    """What to raise when the cache root cannot be created or used: an unsafe one as it is; else a
+    BuildError naming where the root came from (``OPBUILDER_CACHE_DIR='/proc/self/x'``) and why."""
+    if isinstance(err, UnsafeCacheDirError) or err.errno is None:
+        return err
+    known = cache_os_error(spec.name, err, spec.root)
+    why = str(known) if known is not None else (
+        f"building operator '{spec.name}' failed: cannot create the opbuilder cache directory {spec.root} "
+        f"({err.strerror}: {err.filename}); set OPBUILDER_CACHE_DIR to a directory you can create and write to")
+    return BuildError(f"{why} (the cache directory is {root_origin(spec.root)})", name=spec.name)
+
+
 def _build(spec: BuildSpec) -> Tuple[str, Path]:
     """(full key, library path), building if the current contents were never built (or the library
     published for them is damaged: then the new one replaces it). ``spec`` is ``_trusted``."""
@@ -375,8 +429,10 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
         if hit is not None:
             return hit
         if prebuilt_stores():
-            raise FileNotFoundError(f"{e}; and no prebuilt store (OPBUILDER_PREBUILT_DIR) has a build of "
-                                    f"'{spec.name}' for these sources") from None
+            raise ToolchainError(f"{e}; and no prebuilt store (OPBUILDER_PREBUILT_DIR) has a build of "
+                                 f"'{spec.name}' for these sources", name=spec.name) from None
+        if isinstance(e, ToolchainError):
+            e.name = spec.name
         raise
     plan = _plan(spec, cxx)
     base = fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project)
@@ -414,6 +470,9 @@ def _build_checked(spec: BuildSpec) -> Tuple[BuildSpec, str, Path]:
     """``_build_kept`` on the trusted spec, with a cache that cannot be written explained (BuildError)."""
     try:
         spec = _trusted(spec)
+    except OSError as e:
+        raise _root_error(spec, e) from e
+    try:
         return (spec, *_build_kept(spec))
     except OSError as e:
         raise _os_error(spec, e) from e

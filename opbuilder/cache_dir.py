@@ -15,7 +15,7 @@ from typing import List, Optional, Union
 
 from .trust import trusted_root
 
-__all__ = ["cache_root", "ensure_private_dir", "check_private_dir", "CachedOp", "list_operators",
+__all__ = ["cache_root", "root_origin", "ensure_private_dir", "check_private_dir", "CachedOp", "list_operators",
            "remove_operator", "dir_size", "LOCK_FILE"]
 
 LOCK_FILE = ".lock"  # the lock file in an operator's directory (lock.py); never removed
@@ -28,6 +28,17 @@ def cache_root(override: Optional[Union[str, os.PathLike]] = None) -> Path:
     if env:
         return Path(env).expanduser().absolute()
     return Path.home() / ".cache" / "opbuilder"
+
+
+def root_origin(root: Path) -> str:
+    """Where the cache root ``root`` came from, for messages: ``OPBUILDER_CACHE_DIR='...'``, the
+    default under ``HOME``, or a ``build_dir`` argument."""
+    env = os.environ.get("OPBUILDER_CACHE_DIR")
+    if env and cache_root() == root:
+        return f"OPBUILDER_CACHE_DIR={env!r}"
+    if root == Path.home() / ".cache" / "opbuilder":
+        return f"the default ~/.cache/opbuilder, with HOME={os.environ.get('HOME', '')!r}"
+    return f"build_dir={str(root)!r}"
 
 
 def check_private_dir(path: Path) -> Path:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["BuildError", "UnsafeCacheDirError", "warn_broken", "cache_os_error"]
+__all__ = ["BuildError", "ToolchainError", "UnsafeCacheDirError", "warn_broken", "cache_os_error"]
 
 
 class BuildError(RuntimeError):
@@ -18,6 +18,17 @@ class BuildError(RuntimeError):
         self.name = name
         self.log = log
         self.log_path = log_path
+
+
+class ToolchainError(BuildError, FileNotFoundError):
+    """A tool the build needs is missing or does not work (``CXX=/bin/false``, no nvcc, no ninja).
+
+    The message names the variable that chose the tool and its value. It is a
+    ``FileNotFoundError`` too, as these errors were before it existed.
+    """
+
+    def __init__(self, message: str, *, name: str = "") -> None:
+        super().__init__(message, name=name)
 
 
 class UnsafeCacheDirError(PermissionError):
@@ -45,9 +56,12 @@ def cache_os_error(name: str, err: OSError, root: object) -> Optional[BuildError
     elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         why = (f"cannot write {where} in the opbuilder cache {root} ({err.strerror}). Make it writable, or set "
                f"OPBUILDER_CACHE_DIR to a directory you can write to (builds already in a read-only cache still load)")
-    elif err.errno in (errno.ENAMETOOLONG, errno.ENOTDIR):
+    elif err.errno == errno.ENAMETOOLONG:
         why = (f"cannot create {where} ({err.strerror}); set OPBUILDER_CACHE_DIR to a directory with a shorter "
                f"path that you can write to")
+    elif err.errno == errno.ENOTDIR:
+        why = (f"cannot create {where} ({err.strerror}: a part of that path is a file); set OPBUILDER_CACHE_DIR "
+               f"to a directory you can write to")
     else:
         return None
     return BuildError(f"building operator '{name}' failed: {why}", name=name)

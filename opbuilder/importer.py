@@ -44,7 +44,29 @@ def loader_error(err: BaseException) -> bool:
     return isinstance(err, ImportError) and _LOADER.search(str(err)) is not None
 
 
-def _explain(err: ImportError) -> Optional[str]:
+def _module_name_hint(err: ImportError, path: Path) -> Optional[str]:
+    """Why the library has no ``PyInit_<name>``: the module names its ``PyInit_`` functions declare,
+    or none at all, and the macro that gives the operator's name."""
+    m = re.search(r"module export function \(PyInit_(\w+)\)", str(err))
+    if m is None:
+        return None
+    from .elf_symbols import exported_functions
+
+    want = m.group(1)
+    declared = sorted(f[len("PyInit_"):] for f in exported_functions(path, "PyInit_"))
+    fix = (f"declare the module as PYBIND11_MODULE(OB_EXTENSION_NAME, m) (MS_EXTENSION_NAME also works): "
+           f"opbuilder defines both as the operator's name, '{want}'")
+    if declared:
+        names = ", ".join(f"'{d}'" for d in declared)
+        return f"the library declares the Python module {names}, not '{want}' (PyInit_{want} is missing); {fix}"
+    return f"the library defines no Python module (no PyInit_ function); {fix}"
+
+
+def _explain(err: ImportError, path: Optional[Path] = None) -> Optional[str]:
+    """A readable reason for an import failure of the library at ``path``; None if there is none."""
+    hint = _module_name_hint(err, path) if path is not None else None
+    if hint:
+        return hint
     m = re.search(r"undefined symbol: (\S+)", str(err))
     if m:
         sym = m.group(1)
@@ -76,7 +98,7 @@ def import_extension(name: str, path: Path, module_name: Optional[str] = None) -
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
     except ImportError as e:
-        why = _explain(e) or str(e)
+        why = _explain(e, path) or str(e)
         raise BuildError(f"operator '{name}' was built but cannot be imported: {why}\nlibrary: {path}",
                          name=name, log=str(e)) from e
     return module

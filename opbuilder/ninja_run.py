@@ -69,19 +69,59 @@ class _Status:
 
 
 def first_errors(output: str, limit: int = 6) -> List[str]:
-    """The compiler's first error lines (file:line: error ...) and link errors, with context."""
+    """The compiler's first error lines (file:line: error ...) and link errors, with context.
+
+    A failed ``static_assert`` comes first (opbuilder's checks of a ``Function<T>`` are ones), followed
+    by the template it fired in and the user's line that required it: the assertion's message is
+    fixed text, those lines name the user's class.
+    """
     lines = output.splitlines()
+    asserts: List[str] = []
     picked: List[str] = []
     for i, line in enumerate(lines):
         if _ERROR_RE.match(line) or _LINK_RE.search(line):
-            picked.append(line)
+            into = asserts if _ASSERT_RE.search(line) else picked
+            into.append(line)
+            if into is asserts:
+                into += _instantiation(lines, i)
             # gcc follows an error with the offending source line and a caret
             for extra in lines[i + 1:i + 3]:
                 if extra.startswith(" ") and not _ERROR_RE.match(extra):
-                    picked.append(extra)
-            if sum(1 for p in picked if not p.startswith(" ")) >= limit:
+                    into.append(extra)
+            if sum(1 for p in asserts + picked if not p.startswith(" ")) >= limit:
                 break
-    return picked
+    return asserts + picked
+
+
+_ASSERT_RE = re.compile(r"error: static assert(ion)? failed|error: static_assert failed")
+_QUOTED = r"[\u2018'`](?P<what>.*)[\u2019']"
+_INSTANCE_RE = re.compile(r"[Ii]n instantiation of (?:template class )?" + _QUOTED)
+_HERE_RE = re.compile(r"^(?P<loc>[^\s:][^:]*:\d+(?::\d+)?):\s+required from here")
+_CHECKS_RE = re.compile(r"FunctionChecks<(?P<cls>[^,<>]+)")
+
+
+def _instantiation(lines: List[str], i: int) -> List[str]:
+    """For the static_assert error at ``lines[i]``: the template it fired in and where the user's code
+    required it (gcc prints both before the error, clang as notes after it), as indented lines."""
+    what = here = None
+    j = i - 1
+    while j >= 0 and not _ERROR_RE.match(lines[j]) and (what is None or here is None):  # gcc
+        m = _HERE_RE.match(lines[j])
+        here = here or (m.group("loc") if m else None)
+        m = _INSTANCE_RE.search(lines[j])
+        what = what or (m.group("what") if m else None)
+        j -= 1
+    for line in lines[i + 1:i + 40]:  # clang: "note: in instantiation of template class '...' requested here"
+        if what is not None or _ERROR_RE.match(line):
+            break
+        m = _INSTANCE_RE.search(line)
+        if m:
+            what, here = m.group("what"), line.split(": note:", 1)[0]
+    if what is None:
+        return []
+    cls = _CHECKS_RE.search(what)
+    name = f"Function<{cls.group('cls').strip()}>" if cls else what
+    return [f"  in {name}" + (f", required from {here}" if here else "")]
 
 
 def _leftover_pids(build_dir: Path, session: Optional[int]) -> List[int]:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from .errors import ToolchainError
 from .probe_cache import remembered
 
 __all__ = ["Compiler", "PythonInfo", "find_compiler", "find_nvcc", "python_info", "ninja_path", "ext_suffix",
@@ -83,15 +84,18 @@ def _family(version_text: str) -> str:
 _COMPILER_FACTS = {"identity": str, "family": str, "version": str, "path": str}
 
 
-def _probe(argv: Tuple[str, ...], state_dir: Optional[Path]) -> Compiler:
+def _probe(argv: Tuple[str, ...], state_dir: Optional[Path], chosen_by: str = "") -> Compiler:
     """The compiler ``argv`` (its first item a found executable), probed at most once per binary.
 
     The record is looked up by ``argv`` and trusted while ``argv[0]``'s stamp
     matches. The stamp follows symlinks, so pointing a link (``c++``,
     ``update-alternatives``) at another binary changes it too; the warm path
-    therefore resolves no links and runs no ``--version``.
+    therefore resolves no links and runs no ``--version``. ``chosen_by`` says
+    where ``argv`` came from (``CXX='/bin/false'``), for the error when it does
+    not run or does not answer ``--version``.
     """
     exe = argv[0]
+    origin = chosen_by or f"the compiler {exe}"
 
     def probe():
         import subprocess
@@ -100,11 +104,13 @@ def _probe(argv: Tuple[str, ...], state_dir: Optional[Path]) -> Compiler:
             out = subprocess.run(list(argv) + ["--version"], capture_output=True, text=True, timeout=60,
                                  stdin=subprocess.DEVNULL)
         except (OSError, subprocess.SubprocessError) as e:
-            raise FileNotFoundError(f"could not run the compiler {exe}: {e}") from None
+            raise ToolchainError(f"{origin} cannot be run ({e}); set it to a working C++ compiler") from None
         text = (out.stdout or out.stderr).strip()
         if out.returncode != 0 or not text:
-            raise FileNotFoundError(f"the compiler {exe} does not answer --version (exit {out.returncode}): "
-                                    f"{text[:200] or 'no output'}; set CXX to a working C++ compiler")
+            first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+            said = f"; its first line: {first!r}" if first else ", printing nothing"
+            raise ToolchainError(f"{origin} is not a working compiler: '{' '.join(argv)} --version' exited with "
+                                 f"status {out.returncode}{said}. Set it to a C++ compiler (g++, clang++)")
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         version = next((ln for ln in lines if " release " in ln), lines[0])  # nvcc says it on a later line
         identity = " ".join(argv[1:] + (real,) + tuple(ln for ln in lines if "copyright" not in ln.lower()))
@@ -117,11 +123,11 @@ def _probe(argv: Tuple[str, ...], state_dir: Optional[Path]) -> Compiler:
 def _resolve(cmd: str, what: str) -> Tuple[str, ...]:
     argv = _split(cmd)
     if not argv:
-        raise FileNotFoundError(f"{what} is set but empty; unset it or set it to a compiler")
+        raise ToolchainError(f"{what} is set but empty; unset it or set it to a compiler")
     exe = which(argv[0])
     if exe is None:
-        raise FileNotFoundError(f"{what} compiler '{argv[0]}' was not found on PATH; "
-                                f"install g++ (or clang++) or set {what} to the compiler's path")
+        raise ToolchainError(f"{what} compiler '{argv[0]}' was not found on PATH; "
+                             f"install g++ (or clang++) or set {what} to the compiler's path")
     return (exe,) + argv[1:]
 
 
@@ -133,9 +139,9 @@ def find_compiler(state_dir: Optional[Path]) -> Compiler:
             exe = which(cand)  # one PATH search per candidate (the warm path pays for it)
             if exe:
                 return _probe((exe,), state_dir)
-        raise FileNotFoundError("no C++ compiler found (tried c++, g++, clang++ on PATH); "
-                                "install g++ (e.g. apt-get install g++) or set CXX")
-    return _probe(_resolve(env, "CXX"), state_dir)
+        raise ToolchainError("no C++ compiler found (tried c++, g++, clang++ on PATH); "
+                             "install g++ (e.g. apt-get install g++) or set CXX")
+    return _probe(_resolve(env, "CXX"), state_dir, f"CXX={env!r}")
 
 
 def stored_compilers(cache: Optional[Path] = None) -> List[Compiler]:
@@ -190,9 +196,9 @@ def find_nvcc(state_dir: Optional[Path]) -> Compiler:
     try:
         argv = _resolve(cand, "NVCC")
     except FileNotFoundError:
-        raise FileNotFoundError("backend='GPU' needs nvcc: install the CUDA toolkit, or set CUDA_HOME "
-                                "or NVCC") from None
-    return _probe(argv, state_dir)
+        raise ToolchainError("backend='GPU' needs nvcc: install the CUDA toolkit, or set CUDA_HOME "
+                             "or NVCC") from None
+    return _probe(argv, state_dir, f"NVCC={env!r}" if env else "")
 
 
 _CCBIN = ("-ccbin", "--compiler-bindir")
@@ -210,7 +216,7 @@ def nvcc_host(nvcc: Compiler, cuda_cflags: Sequence[str], state_dir: Optional[Pa
         return (), "ccbin in the flags"
     env = os.environ.get("CUDAHOSTCXX")
     if env:
-        host = _probe(_resolve(env, "CUDAHOSTCXX"), state_dir)
+        host = _probe(_resolve(env, "CUDAHOSTCXX"), state_dir, f"CUDAHOSTCXX={env!r}")
         return ("-ccbin", host.argv[0]), host.identity
     exe = which("g++")
     return (), (_probe((exe,), state_dir).identity if exe else "no g++ on PATH")
@@ -291,7 +297,7 @@ def python_info(state_dir: Optional[Path]) -> PythonInfo:
     """pybind11's version and headers and Python's headers, probed once per interpreter and pybind11."""
     spec = importlib.util.find_spec("pybind11")  # the one this process would import; cheap, imports nothing
     if spec is None or spec.origin is None:
-        raise FileNotFoundError("the 'pybind11' Python package is missing: python -m pip install pybind11")
+        raise ToolchainError("the 'pybind11' Python package is missing: python -m pip install pybind11")
     pkg = os.path.dirname(spec.origin)
 
     def probe():
@@ -316,11 +322,11 @@ def ninja_path() -> str:
     try:
         import ninja  # type: ignore
     except ImportError:
-        raise FileNotFoundError("the 'ninja' Python package is missing: python -m pip install ninja") from None
+        raise ToolchainError("the 'ninja' Python package is missing: python -m pip install ninja") from None
     exe = Path(ninja.BIN_DIR) / ("ninja.exe" if os.name == "nt" else "ninja")
     if not exe.exists():
-        raise FileNotFoundError(f"the ninja package has no binary at {exe}; reinstall it "
-                                f"(python -m pip install --force-reinstall ninja)")
+        raise ToolchainError(f"the ninja package has no binary at {exe}; reinstall it "
+                             f"(python -m pip install --force-reinstall ninja)")
     return str(exe)
 
 

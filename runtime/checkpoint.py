@@ -5,7 +5,10 @@ A checkpoint maps a parameter's path in its cell (``body.0.weight``, from
 tools (``safetensors.numpy.load_file``) read it. A save writes a temporary
 file beside the target, flushes it to disk and renames it over the target, so
 a crash never leaves a half-written checkpoint under the real name. A file
-that is truncated or not a safetensors file is a ``ValueError`` naming it.
+that is truncated or not a safetensors file is a ``ValueError`` naming it; an
+entry in a dtype this runtime cannot hold (BF16, F8_*) is a ``TypeError`` naming
+the entry and the dtype. ``__metadata__`` is the format's own header entry, so
+no parameter may be named so: such a save is refused before anything is written.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from .tensor import Parameter, Tensor
 __all__ = ["save_checkpoint", "load_checkpoint", "load_param_into_net"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+RESERVED_NAMES = ("__metadata__",)  # keys of the safetensors header that are not tensors
 
 
 def _st():
@@ -60,6 +64,9 @@ def _named(save_obj: Any) -> Dict[str, np.ndarray]:
             raise TypeError(f"save_checkpoint: names must be strings, got {type(name).__name__}")
         if name in out:
             raise ValueError(f"save_checkpoint: the name {name!r} appears twice")
+        if name in RESERVED_NAMES:
+            raise ValueError(f"save_checkpoint: the name {name!r} is reserved by the safetensors format (its "
+                             f"header's metadata); rename that entry. Nothing was written")
         arr = value._data if isinstance(value, Tensor) else value
         arr = _device.to_device(arr, _device.CPU) if _device.is_device_array(arr) else np.asarray(arr)  # the file's
         out[name] = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
@@ -102,10 +109,37 @@ def load_checkpoint(ckpt_file_name: PathLike) -> Dict[str, Parameter]:
     try:
         arrays = _st().load(data)
     except Exception as e:  # safetensors raises its own SafetensorError, or others on garbage
+        _check_dtypes(path, data)
         raise ValueError(f"{path} is not a readable checkpoint: the file is truncated or corrupt, or not a "
                          f"safetensors file ({type(e).__name__}: {e})") from None
     return {name: Parameter(np.array(arr), name=name, requires_grad=arr.dtype.kind == "f")
             for name, arr in arrays.items()}
+
+
+# the safetensors dtypes that safetensors.numpy loads (not BF16, F8_E4M3, F8_E5M2 ...: numpy has no such type)
+LOADABLE_DTYPES = ("BOOL", "U8", "I8", "U16", "I16", "F16", "U32", "I32", "F32", "U64", "I64", "F64", "C64")
+_HEADER_LEN = 8  # a safetensors file starts with its JSON header's length, a little-endian uint64
+
+
+def _check_dtypes(path: str, data: bytes) -> None:
+    """Raise a TypeError naming the first entry whose dtype safetensors.numpy cannot load (BF16, F8_*),
+    if the header is readable JSON and has one; else return (the file is then reported as corrupt)."""
+    import json
+
+    if len(data) < _HEADER_LEN:
+        return
+    size = int.from_bytes(data[:_HEADER_LEN], "little")
+    try:
+        header = json.loads(data[_HEADER_LEN:_HEADER_LEN + size])
+    except ValueError:
+        return
+    if not isinstance(header, dict):
+        return
+    for name, entry in header.items():
+        dtype = entry.get("dtype") if isinstance(entry, dict) and name not in RESERVED_NAMES else None
+        if isinstance(dtype, str) and dtype not in LOADABLE_DTYPES:
+            raise TypeError(f"{path}: entry {name!r} has dtype {dtype}, which load_checkpoint cannot load "
+                            f"(supported: {', '.join(LOADABLE_DTYPES)})") from None
 
 
 def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],

@@ -28,6 +28,7 @@ def test_default_build_is_optimized_with_lto(cache_dir, tiny, monkeypatch):
     CustomOpBuilder("flags_default", [tiny]).build()
     rules = _commands(cache_dir, "flags_default")
     assert "-O2" in rules["cxx"] and "-g" not in rules["cxx"] and "-O0" not in rules["cxx"]
+    assert "-Werror=return-type" in rules["cxx"]  # falling off a non-void function is an error
     from opbuilder.toolchain import find_compiler
     gcc = find_compiler(cache_dir).family == "gcc"
     # gcc: -O2 plus the loop vectorizer with -O3's cost model

@@ -227,3 +227,50 @@ def test_a_directory_as_the_target_is_a_clear_error(tmp_path):
     with pytest.raises(IsADirectoryError, match="is a directory; give the path of the file to write"):
         rt.save_checkpoint(_mlp(), tmp_path)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("how", ["dict", "list", "parameters"])
+def test_a_reserved_name_is_refused_and_the_file_left_intact(tmp_path, how):
+    path = tmp_path / "c.ckpt"
+    rt.save_checkpoint({"w": np.ones(4)}, path)
+    good = path.read_bytes()
+    if how == "dict":
+        obj = {"w": np.ones(2), "__metadata__": np.zeros(2, np.float32)}
+    elif how == "list":
+        obj = [{"name": "__metadata__", "data": np.zeros(2)}]
+    else:
+        obj = [Parameter(np.ones(2, np.float32), name="b"), Parameter(np.zeros(2, np.float32), name="__metadata__")]
+    with pytest.raises(ValueError, match=r"save_checkpoint: the name '__metadata__' is reserved by the safetensors "
+                                         r"format \(its header's metadata\); rename that entry. Nothing was written"):
+        rt.save_checkpoint(obj, path)
+    assert path.read_bytes() == good and os.listdir(tmp_path) == ["c.ckpt"]
+    assert rt.load_checkpoint(path)["w"].asnumpy().tolist() == [1.0] * 4
+
+
+def _safetensors_bytes(entries):
+    """A safetensors file by hand: ``entries`` maps a name to (dtype name, shape, raw bytes)."""
+    import json
+    import struct
+
+    header, blob = {}, b""
+    for name, (dtype, shape, raw) in entries.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + blob
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F8_E4M3", "F8_E5M2"])
+def test_a_dtype_the_loader_lacks_is_named(tmp_path, dtype):
+    size = 2 if dtype == "BF16" else 1
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(_safetensors_bytes({"ok": ("F32", [1], b"\0" * 4), "w": (dtype, [3], b"\0" * 3 * size)}))
+    with pytest.raises(TypeError, match=rf"m.safetensors: entry 'w' has dtype {dtype}, which load_checkpoint cannot "
+                                        rf"load \(supported: BOOL, U8, .*, F64, C64\)"):
+        rt.load_checkpoint(path)
+
+
+def test_a_file_written_by_hand_with_known_dtypes_loads():
+    """The hand-made files above are well formed: with a dtype the loader has, they load."""
+    arrays = safetensors.numpy.load(_safetensors_bytes({"w": ("F32", [2], np.float32([1.5, 2]).tobytes())}))
+    assert arrays["w"].tolist() == [1.5, 2.0]

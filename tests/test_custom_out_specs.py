@@ -60,3 +60,29 @@ def test_an_out_dtype_function_returning_none_names_the_op():
 def test_a_dtype_that_is_not_one_is_still_a_type_error():
     with pytest.raises(TypeError, match="Custom 'CustomAdd': output 0 dtype: unsupported tensor dtype complex64"):
         ops.Custom(f"{ADD}:CustomAdd", out_shape=[1], out_dtype=np.complex64)
+
+
+_RETURNS = (r"; a pyfunc must return its outputs as Tensors, numpy arrays or numbers \(a tuple or list of them "
+            r"for several\)")
+
+
+@pytest.mark.parametrize("declared", [{}, {"out_shape": lambda x: x, "out_dtype": rt.float32},
+                                      {"out_shape": lambda x: [x, x], "out_dtype": [rt.float32, rt.float32]},
+                                      {"out_dtype": rt.float32}], ids=["nothing", "one", "two", "dtype"])
+def test_a_pyfunc_returning_none_says_so(declared):
+    def forgot_return(x):
+        x * 2
+
+    op = ops.Custom(forgot_return, func_type="pyfunc", **declared)
+    with pytest.raises(TypeError, match=r"^pyfunc 'forgot_return' returned None" + _RETURNS + "$"):
+        op(Tensor([1.0, 2.0]))
+
+
+def test_a_pyfunc_output_that_is_none_or_not_an_array_is_named():
+    pair = ops.Custom(lambda x: (x * 2, None), func_type="pyfunc")
+    with pytest.raises(TypeError, match=r"^pyfunc '<lambda>' output 1 is None" + _RETURNS):
+        pair(Tensor([1.0]))
+    odd = ops.Custom(lambda x: [x, {"a": 1}], out_shape=lambda x: [x, x], out_dtype=[rt.float32] * 2,
+                     func_type="pyfunc")
+    with pytest.raises(TypeError, match=r"^pyfunc '<lambda>' output 1 is a dict \(\{'a': 1\}\)" + _RETURNS):
+        odd(Tensor([1.0]))

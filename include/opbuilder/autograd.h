@@ -43,6 +43,7 @@
 
 #include "opbuilder/casters.h"
 #include "opbuilder/detail/fingerprint.h"
+#include "opbuilder/detail/function_checks.h"
 #include "opbuilder/detail/function_node.h"
 #include "opbuilder/detail/runtime_bridge.h"
 #include "opbuilder/tensor.h"
@@ -609,11 +610,20 @@ class Function {
                detail::ForwardArg<kViews>(std::forward<Args>(args), &originals[I], &copies[I])...);
   }
 
+  // Forward and Backward are called only when FunctionChecks (detail/function_checks.h) found them
+  // callable; otherwise its static_assert is the one error the compiler reports for them.
   template <typename... Args>
   static auto Run(const detail::Runtime &rt, Tensor *const *originals, Args &&...args) {
+    if constexpr (detail::FunctionChecks<Derived, Args...>::ok) {
+      return RunChecked(rt, originals, std::forward<Args>(args)...);
+    } else {
+      return TensorPtr();
+    }
+  }
+
+  template <typename... Args>
+  static auto RunChecked(const detail::Runtime &rt, Tensor *const *originals, Args &&...args) {
     using R = decltype(Derived::Forward(std::declval<AutogradContext *>(), std::forward<Args>(args)...));
-    static_assert(std::is_same_v<R, TensorPtr> || std::is_same_v<R, TensorPtrList>,
-                  "Function<T>: T::Forward must return TensorPtr or TensorPtrList");
     constexpr std::size_t kN = sizeof...(Args);
     const std::array<Tensor *, kN + 1> in{{detail::TensorArg(args)..., nullptr}};
     bool wants = false;

@@ -380,6 +380,8 @@ class Custom:
 
     def _call_py(self, arrays: Tuple[np.ndarray, ...], specs: Optional[Tuple[Spec, ...]]) -> List[np.ndarray]:
         res = self.func(*arrays)  # type: ignore[operator]
+        if res is None:  # a missing return: said before any count is compared
+            raise TypeError(f"pyfunc '{self.name}' returned None; {_RETURNS}")
         items = list(res) if isinstance(res, (tuple, list)) else [res]
         if specs is not None and len(items) != len(specs):
             raise ValueError(f"pyfunc '{self.name}' returned {len(items)} outputs, out_shape declares {len(specs)}")
@@ -387,6 +389,8 @@ class Custom:
         outs = []
         for k, r in enumerate(items):
             o = r._data if isinstance(r, Tensor) else np.asarray(r)
+            if o.dtype == object:  # None, a string, a dict ...: not a tensor's values
+                raise TypeError(f"pyfunc '{self.name}' {_which_output(k, res)} {_what(r)}; {_RETURNS}")
             try:
                 from_numpy_dtype(o.dtype)
             except TypeError as e:
@@ -427,6 +431,19 @@ class _Workspaces:
 def _release(release: Callable[[int], None], block: ExtraBlock) -> None:
     """Delete what an Init kept with SetKernelData (``block`` stays alive until then)."""
     release(block.address)
+
+
+_RETURNS = "a pyfunc must return its outputs as Tensors, numpy arrays or numbers (a tuple or list of them for several)"
+
+
+def _which_output(k: int, res: Any) -> str:
+    """'returned' for a single result, 'output k is' for one of a tuple or list."""
+    return f"output {k} is" if isinstance(res, (tuple, list)) else "returned"
+
+
+def _what(r: Any) -> str:
+    """How a pyfunc result that holds no tensor values is described: ``None``, or its type."""
+    return "None" if r is None else f"a {type(r).__name__} ({r!r:.60})"
 
 
 def _array(op: str, i: int, x: Any) -> np.ndarray:
