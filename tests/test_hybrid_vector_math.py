@@ -12,7 +12,6 @@ import importlib.util
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
