@@ -19,26 +19,16 @@ from ..autograd.grad_mode import enable_grad, is_grad_enabled
 from ..ops.custom import Custom
 from ..tensor import Tensor
 from .graph import Graph
-from .kernel_source import kernel_source, vector_math
+from .. import vector_math
+from .kernel_source import kernel_source
 
 __all__ = ["fused_target", "kernel_dir", "CFLAGS"]
 
-CFLAGS = ["-O3", "-fno-math-errno", "-fopenmp-simd", "-Wall", "-Wextra"]
+CFLAGS = ["-O3", "-Wall", "-Wextra"] + vector_math.cflags()  # no errno, omp simd, this CPU's vector width
 
-
-def _cpu_flags() -> List[str]:
-    """-mavx2 -mfma when this CPU has them (named in the flags, so part of the build's cache key)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            words = set(f.read(1 << 16).split())
-    except OSError:
-        return []
-    return ["-mavx2", "-mfma"] if {"avx2", "fma"} <= words else []
-
-
-_SIMD = vector_math()
-_FLAGS = CFLAGS + _cpu_flags()
-_LDFLAGS = ["-lmvec", "-lm"] if _SIMD else ["-lm"]
+_SIMD = vector_math.available()
+_FLAGS = CFLAGS
+_LDFLAGS = vector_math.ldflags()
 _ops: Dict[str, Custom] = {}  # symbol -> op, per process
 
 

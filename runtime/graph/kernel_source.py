@@ -24,6 +24,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from .. import vector_math as _vector_math
 from .graph import Graph, Input, Output
 
 __all__ = ["OPS", "REDUCTIONS", "input_kinds", "kernel_source"]
@@ -43,15 +44,10 @@ MATH = ("exp", "log", "sin", "cos", "tanh", "pow")
 
 
 def vector_math() -> bool:
-    """Whether glibc's libmvec has vector tanh/exp/... (x86-64, glibc 2.35 or newer): loops then vectorize."""
-    import os
-    import platform
-    try:
-        lib, version = os.confstr("CS_GNU_LIBC_VERSION").split()  # type: ignore[union-attr]
-        major, minor = (int(v) for v in version.split(".")[:2])
-    except (ValueError, OSError, AttributeError):
-        return False
-    return lib == "glibc" and platform.machine() == "x86_64" and (major, minor) >= (2, 35)
+    """Whether glibc's libmvec has vector tanh/exp/... (runtime/vector_math.py): loops then vectorize."""
+    return _vector_math.available()
+
+
 MAX_DIMS = 16
 
 
@@ -70,9 +66,7 @@ def kernel_source(sub: Graph, simd: bool = False) -> Tuple[str, str]:
     ctype = _CTYPES[np.dtype(sub.nodes[0].out_dtypes[0])]
     fn = {m: m + ("f" if ctype == "float" else "") for m in MATH}
     used = sorted({m for n in sub.nodes for m in MATH if "{" + m + "}" in OPS.get(n.op, "")})
-    attr = '__attribute__((simd("notinbranch"))) ' if simd else ""
-    decls = "\n".join(f'extern "C" {attr}{ctype} {fn[m]}({ctype}{", " + ctype if m == "pow" else ""}) noexcept;'
-                      for m in used)
+    decls = _vector_math.declarations(used, (ctype,)) if simd else ""
     nin, nout = len(kinds), len(sub.outputs)
     body: List[str] = []
     for j, k in enumerate(kinds):

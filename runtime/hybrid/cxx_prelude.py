@@ -8,12 +8,16 @@ checks an index against its extent and records the first failure (file:line
 of the DSL source) instead of reading outside the tensor. Where numpy raises
 (a negative integer power, int() of NaN, an element assignment or a Python
 int out of an integer dtype's range), the checked helpers throw ``Raise``.
+Where glibc has libmvec, the libm functions are declared with their vector
+variants (runtime/vector_math.py), so a loop over ``exp``/``log1p``/... vectorizes.
 """
 from __future__ import annotations
 
+from .. import vector_math
+
 __all__ = ["PRELUDE"]
 
-PRELUDE = r"""#include <cmath>
+_HELPERS = r"""#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -194,3 +198,14 @@ struct Check {
 
 }  // namespace ob
 """
+
+
+def _prelude() -> str:
+    if not vector_math.available():
+        return _HELPERS
+    names = vector_math.UNARY + vector_math.BINARY
+    return _HELPERS + "// glibc's vector math (libmvec): a loop over these calls vectorizes\n" + \
+        vector_math.declarations(names) + "\n"
+
+
+PRELUDE = _prelude()

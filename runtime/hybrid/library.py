@@ -13,12 +13,15 @@ import time
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
+from .. import vector_math
 from ..ops.aot_library import AotKernel, BuildOptions, resolve_aot
 
-__all__ = ["build_kernel", "build_kernels", "source_path", "CFLAGS"]
+__all__ = ["build_kernel", "build_kernels", "source_path", "CFLAGS", "LDFLAGS"]
 
-# -fwrapv: integer overflow wraps, as numpy's does; -fno-math-errno: sqrt & co need no errno, so loops vectorize
-CFLAGS = ("-fwrapv", "-fno-math-errno")
+# -fwrapv: integer overflow wraps, as numpy's does; vector_math: no errno (sqrt, exp & co have no side effect,
+# so loops vectorize), libmvec's variants at this CPU's width, no fma contraction (numpy rounds a*b+c twice)
+CFLAGS = ("-fwrapv", *vector_math.cflags())
+LDFLAGS = tuple(vector_math.ldflags())
 
 
 def source_path(symbol: str, text: str) -> Path:
@@ -41,7 +44,7 @@ def _write(symbol: str, text: str) -> Path:
 
 
 def _options(cflags: Sequence[str], ldflags: Sequence[str]) -> BuildOptions:
-    return BuildOptions(cflags=list(CFLAGS) + list(cflags), ldflags=list(ldflags) or None)
+    return BuildOptions(cflags=list(CFLAGS) + list(cflags), ldflags=list(LDFLAGS) + list(ldflags))
 
 
 def build_kernel(symbol: str, text: str, cflags: Sequence[str] = (), ldflags: Sequence[str] = ()) -> AotKernel:

@@ -12,6 +12,10 @@
 //       same call on argument arrays made by the caller (addresses; the GPU
 //       path, aot_device.py, which has device pointers, not numpy arrays)
 //   init(fn, extra, inputs, out_specs) -> int status of <Symbol>Init
+//   run_tensors(fn, extra, tensors, out_specs, Tensor, grad) -> the op's result: run on the tensors'
+//       arrays, each output wrapped as a new Tensor (the one, or a tuple); None, having called nothing,
+//       when an input is not a Tensor or (grad true) one requires grad: the caller's general path then
+//       runs the call (Custom.__call__'s fast path for a ready host op with fixed output specs)
 //
 // A kernel call that fails (a non-zero status, or an error recorded in its
 // extra, or a C++ exception it let out: "threw a C++ exception: <what()>")
@@ -162,6 +166,7 @@ class CallArgs {
   }
 
   size_t filled() const { return filled_; }
+  PyObject *owned(size_t i) { return owned_[i]; }
   void **params() { return params_.data(); }
   int *ndims() { return ndims_.data(); }
   int64_t **shapes() { return shapes_.data(); }
@@ -227,6 +232,9 @@ bool ParseCall(PyObject *const *a, Py_ssize_t n, Py_ssize_t want, const char *us
 }
 
 PyObject *g_kernel_failed = nullptr;  // the KernelFailed exception type
+PyObject *g_data = nullptr;           // "_data": a Tensor's array
+PyObject *g_requires_grad = nullptr;  // "requires_grad"
+PyObject *g_empty = nullptr;          // ()
 
 // The `extra` one kernel call gets: the op's attributes, kernel data and workspace sizes,
 // with an error buffer of its own, so that an error a call records (AotExtra::Attr) is
@@ -314,6 +322,95 @@ PyObject *Run(PyObject *, PyObject *const *a, Py_ssize_t n) {
   return args.Take(nin, nin + nout);
 }
 
+// New references, dropped when this goes out of scope.
+class Refs {
+ public:
+  explicit Refs(size_t n) : refs_(n) {}
+  Refs(const Refs &) = delete;
+  Refs &operator=(const Refs &) = delete;
+  ~Refs() {
+    for (size_t i = 0; i < filled_; ++i) Py_DECREF(refs_[i]);
+  }
+  void Add(PyObject *obj) { refs_[filled_++] = obj; }
+  PyObject *operator[](size_t i) { return refs_[i]; }
+
+ private:
+  size_t filled_ = 0;
+  Slots<PyObject *> refs_;
+};
+
+// A new instance of `type` holding `array` as its _data: object.__new__(type), then the attribute.
+PyObject *Wrap(PyTypeObject *type, PyObject *array) {
+  PyObject *t = PyBaseObject_Type.tp_new(type, g_empty, nullptr);
+  if (t == nullptr) return nullptr;
+  if (PyObject_SetAttr(t, g_data, array) < 0) {
+    Py_DECREF(t);
+    return nullptr;
+  }
+  return t;
+}
+
+PyObject *RunTensors(PyObject *, PyObject *const *a, Py_ssize_t n) {
+  void *fn_addr = nullptr, *extra = nullptr;
+  const char *usage = "run_tensors(fn, extra, tensors, out_specs, Tensor, grad)";
+  if (n != 6) {
+    PyErr_Format(PyExc_TypeError, "%s takes 6 arguments, got %zd", usage, n);
+    return nullptr;
+  }
+  if (!ParseCall(a, 4, 4, usage, &fn_addr, &extra)) return nullptr;  // the first four: addresses, tuples
+  if (!PyType_Check(a[4])) {
+    PyErr_SetString(PyExc_TypeError, "run_tensors: argument 4 must be the Tensor type");
+    return nullptr;
+  }
+  PyTypeObject *type = reinterpret_cast<PyTypeObject *>(a[4]);
+  const int grad = PyObject_IsTrue(a[5]);
+  if (grad < 0) return nullptr;
+  PyObject *tensors = a[2];
+  const size_t nin = static_cast<size_t>(PyTuple_GET_SIZE(tensors));
+  const size_t nout = static_cast<size_t>(PyTuple_GET_SIZE(a[3]));
+  Refs arrays(nin);
+  for (size_t i = 0; i < nin; ++i) {
+    PyObject *x = PyTuple_GET_ITEM(tensors, static_cast<Py_ssize_t>(i));
+    if (!PyObject_TypeCheck(x, type)) Py_RETURN_NONE;
+    if (grad) {
+      PyObject *flag = PyObject_GetAttr(x, g_requires_grad);
+      if (flag == nullptr) return nullptr;
+      const int on = PyObject_IsTrue(flag);
+      Py_DECREF(flag);
+      if (on < 0) return nullptr;
+      if (on) Py_RETURN_NONE;  // a graph node to record: the general path
+    }
+    PyObject *data = PyObject_GetAttr(x, g_data);
+    if (data == nullptr) return nullptr;
+    arrays.Add(data);
+  }
+  CallArgs args(nin + nout);
+  for (size_t i = 0; i < nin; ++i) {
+    if (!args.Add(arrays[i], true, "input", static_cast<Py_ssize_t>(i))) return nullptr;
+  }
+  for (size_t i = 0; i < nout; ++i) {
+    if (!args.AddOutput(PyTuple_GET_ITEM(a[3], static_cast<Py_ssize_t>(i)), static_cast<Py_ssize_t>(i))) {
+      return nullptr;
+    }
+  }
+  if (!Invoke(reinterpret_cast<KernelFn>(fn_addr), extra, static_cast<int>(args.filled()), args.params(),
+              args.ndims(), args.shapes(), args.dtypes(), nullptr)) {
+    return nullptr;
+  }
+  if (nout == 1) return Wrap(type, args.owned(nin));
+  PyObject *res = PyTuple_New(static_cast<Py_ssize_t>(nout));
+  if (res == nullptr) return nullptr;
+  for (size_t i = 0; i < nout; ++i) {
+    PyObject *t = Wrap(type, args.owned(nin + i));
+    if (t == nullptr) {
+      Py_DECREF(res);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(res, static_cast<Py_ssize_t>(i), t);
+  }
+  return res;
+}
+
 // The kernel call on argument arrays the caller made: every argument an address.
 PyObject *Call(PyObject *, PyObject *const *a, Py_ssize_t n) {
   constexpr Py_ssize_t kWant = 8;
@@ -380,6 +477,8 @@ PyMethodDef kMethods[] = {
      "call(fn, extra, nparam, params, ndims, shapes, dtypes, stream) -> None; KernelFailed(status, error)"},
     {"init", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&Init)), METH_FASTCALL,
      "init(fn, extra, inputs, out_specs) -> int status"},
+    {"run_tensors", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&RunTensors)), METH_FASTCALL,
+     "run_tensors(fn, extra, tensors, out_specs, Tensor, grad) -> Tensor(s), or None for the general path"},
     {"release", &Release, METH_O, "release(extra): delete the kernel data an Init kept"},
     {nullptr, nullptr, 0, nullptr},
 };
@@ -391,6 +490,10 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, OB_STR(OB_EXTENSION_NAME), "aot op
 
 extern "C" __attribute__((visibility("default"))) PyObject *OB_CAT(PyInit_, OB_EXTENSION_NAME)(void) {
   import_array();
+  if (g_data == nullptr) g_data = PyUnicode_InternFromString("_data");
+  if (g_requires_grad == nullptr) g_requires_grad = PyUnicode_InternFromString("requires_grad");
+  if (g_empty == nullptr) g_empty = PyTuple_New(0);
+  if (g_data == nullptr || g_requires_grad == nullptr || g_empty == nullptr) return nullptr;
   PyObject *m = PyModule_Create(&kModule);
   if (m == nullptr) return nullptr;
   if (g_kernel_failed == nullptr) {

@@ -28,7 +28,7 @@ from ..device import device_of, is_device_array
 from ..autograd.grad_mode import _state
 from ..dtypes import float32, from_numpy_dtype, to_dtype
 from ..jit.tracing import hook as _trace
-from ..tensor import Tensor
+from ..tensor import Tensor, _new
 from .aot_extra import ExtraBlock
 from .aot_library import AotKernel, BuildOptions, resolve_aot
 from .inplace import InplaceWrites
@@ -124,6 +124,8 @@ class Custom:
         self._init_lock = threading.Lock()  # Init runs once, even when first calls come from several threads
         self._workspaces: Optional[_Workspaces] = None  # Init's, when it asked for some
         self._released: Optional[ExtraBlock] = None  # the block whose kernel data is deleted with the op
+        self._host: Optional[Tuple[Any, ...]] = None  # _ready_host's, after the first call
+        self._fast: Optional[Tuple[Any, ...]] = None  # _ready_host's, for fixed output specs
         if self._kernel is not None or self._hybrid is not None:
             from .aot_trampoline import trampoline
             path = trampoline()
@@ -149,8 +151,21 @@ class Custom:
     def __call__(self, *inputs: Any) -> Any:
         if _trace.tracer is not None:  # runtime.jit is recording this thread's ops
             return _trace.tracer.call_op("custom", f"Custom({self.name})", self, inputs, {})
-        arrays = tuple([x._data if isinstance(x, Tensor) else _array(self.name, i, x)
-                        for i, x in enumerate(inputs)])
+        fast = self._fast
+        if fast is not None:  # one C call: Tensors' arrays in, the kernel, the outputs as Tensors (or None)
+            try:
+                out = fast[0](fast[1], fast[2], inputs, fast[3], Tensor, _state.enabled)
+            except self._failed as e:
+                raise self._error(fast[4], *e.args) from None
+            except TypeError:
+                self._refuse_device(tuple([getattr(x, "_data", x) for x in inputs]))
+                raise
+            if out is not None:
+                return out
+        arrays = tuple([x._data for x in inputs if isinstance(x, Tensor)])
+        if len(arrays) != len(inputs):  # numpy arrays or numbers among them: checked one by one
+            arrays = tuple([x._data if isinstance(x, Tensor) else _array(self.name, i, x)
+                            for i, x in enumerate(inputs)])
         specs = self._fixed
         if specs is None or self._info is not None:
             # output specs (and the op-info check) depend only on the inputs' shapes and dtypes
@@ -158,11 +173,43 @@ class Custom:
             specs = self._memo.get(sig, _MISSING)
             if specs is _MISSING:
                 specs = self._prepare(arrays, sig)
+        host = self._host
+        if host is not None:  # a host aot kernel whose Init ran, with nothing to do around its call
+            try:
+                outs = host[0](host[1], host[2], arrays, specs, ())
+            except self._failed as e:
+                raise self._error(host[3], *e.args) from None
+            except TypeError:
+                self._refuse_device(arrays)
+                raise
+        else:
+            outs = self._call_general(inputs, arrays, specs)
+        if len(outs) == 1:
+            res = _new(Tensor)
+            res._data = outs[0]
+            if _state.enabled:
+                for x in inputs:
+                    if isinstance(x, Tensor) and x.requires_grad:
+                        return self._record(inputs, outs, [res])[0]
+            return res
+        many = [Tensor._from_array(o) for o in outs]
+        if _state.enabled:
+            for x in inputs:
+                if isinstance(x, Tensor) and x.requires_grad:
+                    many = self._record(inputs, outs, many)
+                    break
+        return many[0] if len(many) == 1 else tuple(many)
+
+    def _call_general(self, inputs: Tuple[Any, ...], arrays: Tuple[np.ndarray, ...],
+                      specs: Any) -> Sequence[np.ndarray]:
+        """The kernel call of every op but a ready host aot kernel: inplace writes, devices, Init, pyfuncs."""
         writes = self._writes
         if writes is not None:
             arrays, back = writes.before(inputs, arrays)
         if self._kernel is not None:
             outs = self._call_aot(arrays, specs)
+            if self._host is None:
+                self._ready_host()
         elif self._hybrid is not None:
             from .custom_hybrid import call_hybrid
             outs = call_hybrid(self, arrays, specs)
@@ -170,13 +217,20 @@ class Custom:
             outs = self._call_py(arrays, specs)
         if writes is not None:
             writes.after(inputs, back)
-        res = [Tensor._from_array(o) for o in outs]
-        if _state.enabled:
-            for x in inputs:
-                if isinstance(x, Tensor) and x.requires_grad:
-                    res = self._record(inputs, outs, res)
-                    break
-        return res[0] if len(res) == 1 else tuple(res)
+        return outs
+
+    def _ready_host(self) -> None:
+        """Once a host aot kernel's Init has run and its calls need no workspaces or inplace writes, the
+        direct paths of __call__: ``_host`` (run, fn, extra address, symbol), the call _call_aot makes; and
+        with fixed output specs and no op-info to check, ``_fast`` (run_tensors, fn, extra, specs, symbol)."""
+        k = self._kernel
+        if k is None or k.cuda is not None or not self._initialized or self._workspaces is not None \
+                or self._writes is not None or self._extra is None:
+            return
+        self._host = (self._run, k.fn, self._extra.address, k.symbol)
+        if self._fixed is not None and self._info is None:
+            from .aot_trampoline import trampoline
+            self._fast = (trampoline().run_tensors, k.fn, self._extra.address, self._fixed, k.symbol)
 
     def _record(self, inputs: Sequence[Any], outs: Sequence[np.ndarray], res: List[Tensor]) -> List[Tensor]:
         name = f"Custom({self.name})"
@@ -285,15 +339,21 @@ class Custom:
         except self._failed as e:
             raise self._error(k.symbol, *e.args) from None
         except TypeError:
-            if any(type(a) is not np.ndarray and is_device_array(a) for a in arrays):
-                raise RuntimeError(f"aot operator '{k.symbol}' in {k.library} is host code (it neither carries "
-                                   f"device code nor links the CUDA runtime), but its inputs are on "
-                                   f"{device_of(next(a for a in arrays if is_device_array(a)))}; move them to the "
-                                   f"CPU (Tensor.to('CPU')) or call a CUDA build") from None
+            self._refuse_device(arrays)
             raise
         finally:
             if ws is not None:
                 ws.give(scratch)
+
+    def _refuse_device(self, arrays: Tuple[Any, ...]) -> None:
+        """After the call path refused an argument (TypeError): device arrays given to host code say so."""
+        k = self._kernel
+        assert k is not None
+        if any(type(a) is not np.ndarray and is_device_array(a) for a in arrays):
+            raise RuntimeError(f"aot operator '{k.symbol}' in {k.library} is host code (it neither carries "
+                               f"device code nor links the CUDA runtime), but its inputs are on "
+                               f"{device_of(next(a for a in arrays if is_device_array(a)))}; move them to the "
+                               f"CPU (Tensor.to('CPU')) or call a CUDA build") from None
 
     def _call_aot_device(self, arrays: Tuple[Any, ...], specs: Tuple[Spec, ...]) -> Tuple[Any, ...]:
         """A CUDA library: device pointers and the current stream; host tensors are refused, never passed.
