@@ -104,7 +104,7 @@ def load_checkpoint(ckpt_file_name: PathLike) -> Dict[str, Parameter]:
     except Exception as e:  # safetensors raises its own SafetensorError, or others on garbage
         raise ValueError(f"{path} is not a readable checkpoint: the file is truncated or corrupt, or not a "
                          f"safetensors file ({type(e).__name__}: {e})") from None
-    return {name: Parameter(np.array(arr), name=name, requires_grad=arr.dtype.kind == "f")
+    return {name: Parameter(arr, name=name, requires_grad=arr.dtype.kind == "f")
             for name, arr in arrays.items()}
 
 

@@ -114,7 +114,7 @@ def test_gradients_against_central_differences(name):
 
 def test_gradients_on_views_and_empty_shapes():
     base = RNG.standard_normal((4, 6))
-    view = Tensor(base[:, ::2])  # a strided view
+    view = rt.from_numpy(base[:, ::2])  # a strided view (Tensor() would copy it)
     assert not view.asnumpy().flags.c_contiguous
     assert gradcheck(lambda x: ops.log_softmax(x, 1), [view])
     assert gradcheck(lambda x, y: ops.concat([x, y], 0), [Tensor(base.T[:2, :3]), view])

@@ -260,7 +260,7 @@ def _as_output(name: str, o: Any) -> Any:
     if isinstance(o, Tensor):
         return o
     if isinstance(o, np.ndarray):
-        return Tensor(o)
+        return _tensor._shared(o)  # the forward's own array, not copied
     raise TypeError(f"{name}.forward returned {type(o).__name__}; it must return Tensors (or numpy arrays)")
 
 
