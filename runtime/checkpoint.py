@@ -17,6 +17,7 @@ import numpy as np
 
 from . import device as _device
 from .tensor import Parameter, Tensor
+from .versions import rebind
 
 __all__ = ["save_checkpoint", "load_checkpoint", "load_param_into_net"]
 
@@ -158,7 +159,7 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         if _device.writeable(p._data):
             np.copyto(p._data, arr)
         else:
-            p._data = arr.copy()
+            rebind(p, arr.copy())  # memory of its own now: its old views keep their counter
         p._version += 1
     if state_in:
         net._load_state(state_in)

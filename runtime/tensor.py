@@ -7,6 +7,12 @@ defaults keep a fresh tensor cheap: ``requires_grad``, ``grad``, ``_node``
 of that node) and ``_version`` (bumped by in-place changes). The C++ side
 (include/opbuilder/detail/runtime_bridge.h) reads and writes the same names.
 
+``_version`` is the value of a counter shared by every tensor over the same
+memory (views, ``detach()``, ``from_numpy`` of one array), as in PyTorch, so a
+write through any of them is seen by the version checks of all of them. A
+tensor gets its own counter when it is first written or viewed; until then it
+reads a shared zero.
+
 ``Tensor(data)`` and ``Parameter(data)`` copy an array they are given;
 ``from_numpy`` and ``as_tensor`` share its memory, and ops wrap their fresh
 results without copying.
@@ -22,6 +28,7 @@ from . import device as _device
 from . import dtypes as _dt
 from .jit.tracing import hook as _trace
 from .jit.tracing import no_trace as _no_trace
+from .versions import UNWRITTEN, Version, owner_counter, rebind, set_version, share_version, version_of
 
 __all__ = ["Tensor", "Parameter", "as_tensor", "from_numpy"]
 
@@ -94,7 +101,9 @@ class Tensor:
     grad: Optional["Tensor"] = None
     _node = None
     _out_index: int = 0
-    _version: int = 0
+    _vc: Version = UNWRITTEN
+    _version = property(version_of, set_version,
+                        doc="The write count of this tensor's memory (shared with its views; see the module doc).")
 
     def __init__(self, data: Any = None, dtype: Any = None, device: Optional[str] = None, *,
                  requires_grad: bool = False, input_data: Any = None) -> None:
@@ -213,8 +222,11 @@ class Tensor:
         return self
 
     def detach(self) -> "Tensor":
-        """A new leaf sharing this tensor's data, outside the graph."""
-        return Tensor._from_array(self._data)
+        """A new leaf sharing this tensor's data and version counter, outside the graph."""
+        t = _new(Tensor)
+        t._data = self._data
+        share_version(t, self)
+        return t
 
     def astype(self, dtype: Any) -> "Tensor":
         return _math.cast(self, _dt.to_dtype(dtype))
@@ -352,7 +364,7 @@ class Parameter(Tensor):
         if arr.shape != self._data.shape and not slice_shape:
             raise ValueError(f"set_data: {who} has shape {tuple(self._data.shape)}, the new data {tuple(arr.shape)}; "
                              f"pass slice_shape=True to change the shape")
-        self._data = arr
+        rebind(self, arr)  # its old views keep the old memory and counter
         self._version = self._version + 1
         return self
 
@@ -397,13 +409,16 @@ def _shared(data: Any, dtype: Any = None, device: Optional[str] = None) -> Tenso
 
 def from_numpy(array: np.ndarray) -> Tensor:
     """A Tensor over ``array``'s memory, not a copy (as ``torch.from_numpy``): a write to either is
-    seen by the other."""
+    seen by the other. Tensors made from one array (or views of it) share one version counter,
+    so a write through any of them is seen by the version checks of gradients that saved another."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
     if not array.dtype.isnative:
         raise TypeError(f"from_numpy: the array's dtype {array.dtype} is not in this machine's byte order, so "
                         f"its memory cannot be shared; Tensor(array) makes a converted copy")
-    return _shared(array, device=_device.CPU)
+    t = _shared(array, device=_device.CPU)
+    t._vc = owner_counter(t._data, t._vc)
+    return t
 
 
 from .ops import math as _math  # noqa: E402  (ops need Tensor defined first)

@@ -68,7 +68,7 @@ def record_callback(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
         if not isinstance(o, Tensor):
             raise TypeError(f"{name} returned {type(o).__name__}; outputs of a differentiable op must be Tensors")
         if id(o) in input_ids or o._node is not None or o.requires_grad:
-            o = Tensor._from_array(o._data)
+            o = o.detach()  # a new tensor over its memory, counting writes on its counter
         outs.append(o)
     node = CallbackNode(name, inputs, outs, backward)
     attach_outputs(node, outs)
