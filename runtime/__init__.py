@@ -6,7 +6,7 @@ built by ``opbuilder`` take part like built-in ones.
 """
 from .dtypes import (DType, bool_, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
                      uint8)
-from .tensor import Parameter, Tensor  # noqa: F401  (import order: tensor before ops)
+from .tensor import Parameter, Tensor, from_numpy  # noqa: F401  (import order: tensor before ops)
 from . import ops  # noqa: F401
 from . import nn  # noqa: F401
 from . import autograd  # noqa: F401
@@ -25,6 +25,6 @@ __all__ = [
     "Tensor", "Parameter", "DType", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "bool_", "ops", "nn", "autograd", "value_and_grad", "grad", "no_grad", "enable_grad",
     "set_grad_enabled", "is_grad_enabled", "gradcheck", "GradcheckError",
-    "context", "cuda", "from_dlpack", "set_context", "get_context", "GRAPH_MODE", "PYNATIVE_MODE", "mint",
-    "graph", "jit", "set_seed", "get_seed", "save_checkpoint", "load_checkpoint", "load_param_into_net",
+    "context", "cuda", "from_dlpack", "from_numpy", "set_context", "get_context", "GRAPH_MODE", "PYNATIVE_MODE",
+    "mint", "graph", "jit", "set_seed", "get_seed", "save_checkpoint", "load_checkpoint", "load_param_into_net",
 ]

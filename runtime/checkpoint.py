@@ -20,6 +20,7 @@ import numpy as np
 
 from . import device as _device
 from .tensor import Parameter, Tensor
+from .versions import rebind
 
 __all__ = ["save_checkpoint", "load_checkpoint", "load_param_into_net"]
 
@@ -112,7 +113,7 @@ def load_checkpoint(ckpt_file_name: PathLike) -> Dict[str, Parameter]:
         _check_dtypes(path, data)
         raise ValueError(f"{path} is not a readable checkpoint: the file is truncated or corrupt, or not a "
                          f"safetensors file ({type(e).__name__}: {e})") from None
-    return {name: Parameter(np.array(arr), name=name, requires_grad=arr.dtype.kind == "f")
+    return {name: Parameter(arr, name=name, requires_grad=arr.dtype.kind == "f")
             for name, arr in arrays.items()}
 
 
@@ -192,7 +193,7 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         if _device.writeable(p._data):
             np.copyto(p._data, arr)
         else:
-            p._data = arr.copy()
+            rebind(p, arr.copy())  # memory of its own now: its old views keep their counter
         p._version += 1
     if state_in:
         net._load_state(state_in)

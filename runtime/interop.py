@@ -13,6 +13,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .tensor import Tensor
+from .versions import share_version
 
 __all__ = ["from_dlpack"]
 
@@ -38,4 +39,7 @@ def from_dlpack(obj: Any) -> Tensor:
         _dt.from_numpy_dtype(arr.dtype)
     except TypeError as e:
         raise TypeError(f"from_dlpack: {e}") from None
-    return Tensor._from_array(arr)
+    t = Tensor._from_array(arr)
+    if isinstance(obj, Tensor):  # one memory: one version counter
+        share_version(t, obj)
+    return t

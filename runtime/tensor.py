@@ -6,6 +6,16 @@ defaults keep a fresh tensor cheap: ``requires_grad``, ``grad``, ``_node``
 (the node that produced it, ``None`` for leaves), ``_out_index`` (which output
 of that node) and ``_version`` (bumped by in-place changes). The C++ side
 (include/opbuilder/detail/runtime_bridge.h) reads and writes the same names.
+
+``_version`` is the value of a counter shared by every tensor over the same
+memory (views, ``detach()``, ``from_numpy`` of one array), as in PyTorch, so a
+write through any of them is seen by the version checks of all of them. A
+tensor gets its own counter when it is first written or viewed; until then it
+reads a shared zero.
+
+``Tensor(data)`` and ``Parameter(data)`` copy an array they are given;
+``from_numpy`` and ``as_tensor`` share its memory, and ops wrap their fresh
+results without copying.
 """
 from __future__ import annotations
 
@@ -18,19 +28,21 @@ from . import device as _device
 from . import dtypes as _dt
 from .jit.tracing import hook as _trace
 from .jit.tracing import no_trace as _no_trace
+from .versions import UNWRITTEN, Version, owner_counter, rebind, set_version, share_version, version_of
 
-__all__ = ["Tensor", "Parameter", "as_tensor"]
+__all__ = ["Tensor", "Parameter", "as_tensor", "from_numpy"]
 
 _new = object.__new__
 
 
-def _infer_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str] = None) -> Any:
+def _infer_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str] = None, copy: bool = False) -> Any:
     """The array for ``data`` on ``device`` (a parsed name; None: the data's own device if it
-    is a GPU array, else the context's); Python floats default to float32 (as MindSpore)."""
+    is a GPU array, else the context's); Python floats default to float32 (as MindSpore).
+    ``copy``: never the caller's memory (a Tensor's constructor); else shared where it can be."""
     if isinstance(data, Tensor):
         data = data._data
     if _device.is_device_array(data):  # GPU data: CuPy, or anything with __cuda_array_interface__
-        return _device_array(data, dtype, device)
+        return _device_array(data, dtype, device, copy)
     if dtype is not None:
         arr = np.asarray(data, dtype=dtype.np)
     else:
@@ -42,15 +54,23 @@ def _infer_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str] = 
     _dt.from_numpy_dtype(arr.dtype)  # TypeError for object, complex, str ...
     if device is None:
         device = _context.default_device()
-    return arr if device == _device.CPU else _device.to_device(arr, device)
+    if device != _device.CPU:
+        return _device.to_device(arr, device)  # a copy onto the device
+    if copy and (arr is data or arr.base is not None):  # still the caller's memory (an array, a buffer)
+        arr = arr.copy()
+    return arr
 
 
-def _device_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str]) -> Any:
-    """A CuPy array for GPU ``data`` (zero-copy when dtype and device already fit)."""
+def _device_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str], copy: bool = False) -> Any:
+    """A CuPy array for GPU ``data`` (zero-copy when dtype and device already fit, unless ``copy``)."""
     cp = _device.array_module(None)
     arr = cp.asarray(data) if dtype is None else cp.asarray(data, dtype=dtype.np)
     _dt.from_numpy_dtype(arr.dtype)
-    return arr if device is None else _device.to_device(arr, device)
+    if device is not None and _device.device_of(arr) != device:
+        return _device.to_device(arr, device)  # a copy onto the other device
+    if copy and (arr is data or arr.base is not None or not isinstance(data, cp.ndarray)):
+        arr = arr.copy()
+    return arr
 
 
 def _format_value(arr: np.ndarray) -> str:
@@ -67,8 +87,9 @@ class Tensor:
 
     ``Tensor(data, dtype=None, device=None)``: ``data`` is anything numpy
     accepts (or a CuPy array); Python floats become float32 unless ``dtype``
-    says otherwise. A numpy or CuPy array of a supported dtype is used without
-    copying. ``device``: ``"CPU"``, ``"GPU"``, ``"GPU:N"``, ``"cuda"``,
+    says otherwise. The data is copied (as by ``torch.tensor``), so a later
+    change to the caller's array does not reach the tensor; ``from_numpy``
+    shares it. ``device``: ``"CPU"``, ``"GPU"``, ``"GPU:N"``, ``"cuda"``,
     ``"cuda:N"``; None keeps a GPU array where it is and puts anything else on
     the context's device (``set_context(device_target=...)``).
     """
@@ -80,7 +101,9 @@ class Tensor:
     grad: Optional["Tensor"] = None
     _node = None
     _out_index: int = 0
-    _version: int = 0
+    _vc: Version = UNWRITTEN
+    _version = property(version_of, set_version,
+                        doc="The write count of this tensor's memory (shared with its views; see the module doc).")
 
     def __init__(self, data: Any = None, dtype: Any = None, device: Optional[str] = None, *,
                  requires_grad: bool = False, input_data: Any = None) -> None:
@@ -89,7 +112,7 @@ class Tensor:
         if data is None:
             raise TypeError("Tensor() needs data (a number, a nested list or a numpy array)")
         self._data = _infer_array(data, None if dtype is None else _dt.to_dtype(dtype),
-                                  None if device is None else _device.parse_device(device))
+                                  None if device is None else _device.parse_device(device), copy=True)
         if requires_grad:
             self.requires_grad_(True)
 
@@ -199,8 +222,11 @@ class Tensor:
         return self
 
     def detach(self) -> "Tensor":
-        """A new leaf sharing this tensor's data, outside the graph."""
-        return Tensor._from_array(self._data)
+        """A new leaf sharing this tensor's data and version counter, outside the graph."""
+        t = _new(Tensor)
+        t._data = self._data
+        share_version(t, self)
+        return t
 
     def astype(self, dtype: Any) -> "Tensor":
         return _math.cast(self, _dt.to_dtype(dtype))
@@ -324,7 +350,7 @@ class Parameter(Tensor):
         The shape must stay the same unless ``slice_shape=True`` (as MindSpore's);
         the values are converted to the Parameter's dtype when numpy can do it
         without changing their kind (float64 -> float32, int -> float), never
-        float -> int, which would truncate them silently."""
+        float -> int, which would truncate them silently. The data is copied (as by the constructor)."""
         _no_trace(f"Parameter.set_data on {self.name or 'a Parameter'} (an in-place write a graph does not hold)")
         who = f"Parameter {self.name!r}" if self.name else "Parameter"
         src = data._data if isinstance(data, Tensor) else data
@@ -334,11 +360,11 @@ class Parameter(Tensor):
         if not np.can_cast(src_dtype, self._data.dtype, casting="same_kind") and src_dtype != np.bool_:
             raise TypeError(f"set_data: {who} is {self.dtype}, and data of dtype {src_dtype} would lose its values "
                             f"when converted; convert it yourself (astype) if that is meant")
-        arr = _infer_array(data, self.dtype, self.device)
+        arr = _infer_array(data, self.dtype, self.device, copy=True)  # never the caller's buffer
         if arr.shape != self._data.shape and not slice_shape:
             raise ValueError(f"set_data: {who} has shape {tuple(self._data.shape)}, the new data {tuple(arr.shape)}; "
                              f"pass slice_shape=True to change the shape")
-        self._data = arr
+        rebind(self, arr)  # its old views keep the old memory and counter
         self._version = self._version + 1
         return self
 
@@ -369,8 +395,30 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
             arr = _device.to_device(arr, like.device)
         return Tensor._from_array(arr)
     if like is not None and isinstance(value, np.generic) and type(like._data) is not np.ndarray:
-        return Tensor(value, device=like.device)  # a numpy scalar is a number too: on the GPU tensor's device
-    return Tensor(value)
+        return _shared(value, device=like.device)  # a numpy scalar is a number too: on the GPU tensor's device
+    return _shared(value)
+
+
+def _shared(data: Any, dtype: Any = None, device: Optional[str] = None) -> Tensor:
+    """A Tensor over ``data``'s memory where it can be (``Tensor(data)`` without the copy)."""
+    t = _new(Tensor)
+    t._data = _infer_array(data, None if dtype is None else _dt.to_dtype(dtype),
+                           None if device is None else _device.parse_device(device))
+    return t
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A Tensor over ``array``'s memory, not a copy (as ``torch.from_numpy``): a write to either is
+    seen by the other. Tensors made from one array (or views of it) share one version counter,
+    so a write through any of them is seen by the version checks of gradients that saved another."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
+    if not array.dtype.isnative:
+        raise TypeError(f"from_numpy: the array's dtype {array.dtype} is not in this machine's byte order, so "
+                        f"its memory cannot be shared; Tensor(array) makes a converted copy")
+    t = _shared(array, device=_device.CPU)
+    t._vc = owner_counter(t._data, t._vc)
+    return t
 
 
 from .ops import math as _math  # noqa: E402  (ops need Tensor defined first)

@@ -90,6 +90,17 @@ def test_in_place_op_without_grad_bumps_version(autograd_ops):
     assert r is x and x._version == 1 and x._node is None and not x.requires_grad
 
 
+def test_in_place_op_on_a_view_bumps_the_version_of_its_base(autograd_ops):
+    """MarkDirty sets ``_version`` through the view, on the counter of the memory it views: the check of
+    the saved exp output (the view's base) sees the write."""
+    y = T(2, 2, requires_grad=True).exp()
+    with rt.no_grad():
+        autograd_ops.add_(y.reshape(4), T(4))
+    assert y._version == 1
+    with pytest.raises(RuntimeError, match=r"output 0 of exp is at version 1; expected version 0"):
+        y.sum().backward()
+
+
 def test_in_place_op_on_leaf_that_requires_grad_is_an_error(autograd_ops):
     x = T(2, requires_grad=True)
     with pytest.raises(RuntimeError, match="AddInplace modifies argument 0 in place .*leaf that requires grad"):

@@ -55,12 +55,12 @@ def exercise_views(lib_path: str) -> None:
         g = rt.grad(lambda t: ops.sum(f(t.T), 0))(Tensor(xa))
         assert np.allclose(g.asnumpy(), 2 * xa)
     base = np.zeros((4, 6))
-    m.add_(Tensor(base[:, ::2]), Tensor(np.ones((4, 3))))
+    m.add_(rt.from_numpy(base[:, ::2]), Tensor(np.ones((4, 3))))
     assert base[:, ::2].sum() == 12 and base[:, 1::2].sum() == 0
     ro = xa.copy()
     ro.flags.writeable = False
-    _expect(ValueError, m.add_, Tensor(ro), Tensor(xa))
-    m.sneaky_write(Tensor(ro))
+    _expect(ValueError, m.add_, rt.from_numpy(ro), Tensor(xa))
+    m.sneaky_write(rt.from_numpy(ro))
     _expect(ValueError, m.raw_first, Tensor(xa).T)
     _expect(MemoryError, m.empty, [1 << 60, 4])
     assert m.sum_list([Tensor(xa).T, xa.T]).shape == (6, 5)

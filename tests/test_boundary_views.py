@@ -216,22 +216,22 @@ def test_marking_read_only_memory_dirty_is_an_error(seed_ops):
     before = a.copy()
     with pytest.raises(ValueError, match=r"AddInPlace: argument 0 is read-only memory .* marked it dirty .* "
                                          r"pass a writable copy"):
-        seed_ops.add_(Tensor(a), Tensor(np.ones((2, 3))))
+        seed_ops.add_(rt.from_numpy(a), Tensor(np.ones((2, 3))))
     np.testing.assert_array_equal(a, before)
     buf = bytes(np.arange(6, dtype=np.float64).tobytes())
     view = np.frombuffer(buf, dtype=np.float64).reshape(2, 3)
     with pytest.raises(ValueError, match="read-only memory"):
-        seed_ops.add_(Tensor(view), Tensor(np.ones((2, 3))))
+        seed_ops.add_(rt.from_numpy(view), Tensor(np.ones((2, 3))))
     assert buf == np.arange(6, dtype=np.float64).tobytes()
 
 
 def test_an_undeclared_write_to_a_read_only_input_lands_in_a_private_copy(seed_ops):
     a = _readonly(_base((2, 3)))
     before = a.copy()
-    seed_ops.sneaky_write(Tensor(a))  # no grad: not detected, but harmless
+    seed_ops.sneaky_write(rt.from_numpy(a))  # no grad: not detected, but harmless
     np.testing.assert_array_equal(a, before)
     with pytest.raises(RuntimeError, match=r"SneakyWrite::Forward modified argument 0 in place without MarkDirty"):
-        seed_ops.sneaky_write(Tensor(a, requires_grad=True))
+        seed_ops.sneaky_write(rt.from_numpy(a).requires_grad_())
     np.testing.assert_array_equal(a, before)
 
 
@@ -242,14 +242,14 @@ def test_read_only_memory_map_in_a_child_process(seed_ops, cache_dir, tmp_path):
         import sys
         sys.path.insert(0, {str(CPP.parent)!r})
         import numpy as np
-        from runtime import Tensor
+        from runtime import Tensor, from_numpy
         from conftest import _load, CPP
         m = _load("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
         mm = np.memmap({str(path)!r}, dtype=np.float64, mode="r", shape=(3, 4))
-        m.sneaky_write(Tensor(mm))
+        m.sneaky_write(from_numpy(mm))
         assert (np.asarray(mm) == np.arange(12).reshape(3, 4)).all()
         try:
-            m.add_(Tensor(mm), Tensor(np.ones((3, 4))))
+            m.add_(from_numpy(mm), Tensor(np.ones((3, 4))))
         except ValueError as e:
             print("refused:", e)
     """)
@@ -263,7 +263,7 @@ def test_read_only_memory_map_in_a_child_process(seed_ops, cache_dir, tmp_path):
 def test_in_place_op_on_a_strided_view_writes_back(seed_ops):
     base = np.zeros((4, 6))
     view = base[:, ::2]
-    out = seed_ops.add_(Tensor(view), Tensor(np.ones((4, 3))))
+    out = seed_ops.add_(rt.from_numpy(view), Tensor(np.ones((4, 3))))
     np.testing.assert_array_equal(base[:, ::2], np.ones((4, 3)))
     np.testing.assert_array_equal(base[:, 1::2], np.zeros((4, 3)))
     np.testing.assert_array_equal(out.asnumpy(), np.ones((4, 3)))

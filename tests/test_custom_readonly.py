@@ -58,7 +58,7 @@ def test_an_array_marked_read_only_is_never_written(assign_add, tmp_path):
     out = run_child("""
         a = np.ones(3, np.float32)
         a.flags.writeable = False
-        res = undeclared(Tensor(a), Tensor([1.0, 2.0, 3.0]))
+        res = undeclared(rt.from_numpy(a), Tensor([1.0, 2.0, 3.0]))
         assert res.tolist() == [2.0, 3.0, 4.0], res      # the kernel ran, on a private copy
         assert a.tolist() == [1.0, 1.0, 1.0], a           # the caller's array is as it was
         print("ok")
@@ -70,7 +70,7 @@ def test_the_bytes_of_an_immutable_bytes_object_are_never_written(assign_add, tm
     out = run_child("""
         b = np.full(4, 2.0, np.float32).tobytes()
         x = np.frombuffer(b, np.float32)
-        res = undeclared(Tensor(x), Tensor(np.ones(4, np.float32)))
+        res = undeclared(rt.from_numpy(x), Tensor(np.ones(4, np.float32)))
         assert res.tolist() == [3.0] * 4, res
         assert b == np.full(4, 2.0, np.float32).tobytes()
         print("ok")
@@ -82,7 +82,7 @@ def test_a_read_only_memory_map_does_not_fault_and_keeps_its_file(assign_add, tm
     np.arange(6, dtype=np.float64).tofile(tmp_path / "data.bin")
     out = run_child("""
         m = np.memmap("data.bin", np.float64, mode="r")
-        res = undeclared(Tensor(m), Tensor(np.ones(6)))   # the kernel writes x: SIGSEGV if it got the map
+        res = undeclared(rt.from_numpy(m), Tensor(np.ones(6)))   # the kernel writes x: SIGSEGV if it got the map
         assert res.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], res
         print("ok")
     """, tmp_path)
@@ -94,7 +94,7 @@ def test_an_undeclared_write_into_a_writable_input_reaches_it_uncopied(assign_ad
     # writable C-contiguous inputs are passed as they are (no copy per call); docs/custom_ops.md says so
     undeclared = ops.Custom(f"{INPLACE}:AssignAdd", lambda x, y: x, lambda x, y: x)
     a = np.ones(2, np.float32)
-    undeclared(Tensor(a), Tensor([1.0, 1.0]))
+    undeclared(rt.from_numpy(a), Tensor([1.0, 1.0]))
     assert a.tolist() == [2.0, 2.0]
 
 
@@ -134,7 +134,7 @@ def test_a_declared_write_into_an_array_marked_read_only_is_refused(assign_add):
     a.flags.writeable = False
     with pytest.raises(ValueError, match=r"Custom 'AssignAdd' writes its input 0 in place \(its reg_info says "
                                          r"inplace\), but that array is read-only .*nothing was written"):
-        assign_add(Tensor(a), Tensor([1.0, 1.0, 1.0], rt.float32))
+        assign_add(rt.from_numpy(a), Tensor([1.0, 1.0, 1.0], rt.float32))
     assert a.tolist() == [1.0, 1.0, 1.0]
 
 
@@ -150,7 +150,7 @@ def test_a_declared_write_into_a_read_only_memory_map_is_refused(assign_add, tmp
     out = run_child("""
         m = np.memmap("data.bin", np.float32, mode="r")
         with pytest.raises(ValueError, match="Custom 'AssignAdd' writes its input 0 in place .* read-only"):
-            declared(Tensor(m), Tensor(np.ones(3, np.float32)))
+            declared(rt.from_numpy(m), Tensor(np.ones(3, np.float32)))
         print("refused")
     """, tmp_path)
     assert out == "refused\n"

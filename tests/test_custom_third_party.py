@@ -40,7 +40,7 @@ def test_openblas_gemm_matches_numpy(gemm_lib):
     np.testing.assert_allclose(out.asnumpy(), a @ b, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(matmul_op(gemm_lib, transpose_a=True)(Tensor(a.T.copy()), Tensor(b)).asnumpy(),
                                a @ b, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(matmul_op(gemm_lib, transpose_b=True)(Tensor(a), Tensor(b.T)).asnumpy(),
+    np.testing.assert_allclose(matmul_op(gemm_lib, transpose_b=True)(Tensor(a), rt.from_numpy(b.T)).asnumpy(),
                                a @ b, rtol=1e-5, atol=1e-6)  # b.T is a view: made contiguous first
     np.testing.assert_array_equal(matmul_op(gemm_lib)(Tensor(np.zeros((2, 0))), Tensor(np.zeros((0, 3)))).asnumpy(),
                                   np.zeros((2, 3)))
@@ -97,6 +97,6 @@ def test_seed_aten_leaky_relu_out(torch_leaky_relu_lib):
     net = TorchLeakyReluNet(torch_leaky_relu_lib)
     np.testing.assert_allclose(net(Tensor(x0)).asnumpy(), [[0.0, -0.001], [-0.002, 1.0]], rtol=1e-6)
     x = np.random.default_rng(0).standard_normal((3, 5))  # float64 too, and a non-contiguous view
-    np.testing.assert_allclose(net(Tensor(x.T)).asnumpy(), np.where(x.T > 0, x.T, 0.01 * x.T))
+    np.testing.assert_allclose(net(rt.from_numpy(x.T)).asnumpy(), np.where(x.T > 0, x.T, 0.01 * x.T))
     with pytest.raises(RuntimeError, match="'LeakyRelu' in .* returned status 3"):
         net(Tensor(np.array([1, -2], np.int32)))  # ATen has no integer leaky_relu: its exception becomes a status

@@ -50,7 +50,8 @@ def test_cpu_tensors_say_cpu_and_moving_to_the_cpu_is_the_same_tensor():
     t = Tensor([1.0, 2.0], device="cpu")
     assert t.device == "CPU" and (t * 2).device == "CPU"
     assert t.to("CPU") is t and t.move_to("CPU") is t and t.to("cuda".replace("cuda", "cpu")) is t
-    assert rt.Tensor(t, device="CPU")._data is t._data  # no copy on the device it is on
+    c = rt.Tensor(t, device="CPU")  # a constructor copies (as torch.tensor); to() above is the no-copy move
+    assert c.tolist() == t.tolist() and not np.shares_memory(c.asnumpy(), t.asnumpy())
 
 
 def test_the_positional_third_argument_is_the_device():

@@ -50,7 +50,7 @@ def test_custom_mul_broadcasts_like_numpy(ops):
     b = rng.standard_normal((3, 1)).astype(np.float32)
     np.testing.assert_array_equal(ops.mul(Tensor(a), Tensor(b)).asnumpy(), a * b)
     # non-contiguous input (a transposed view)
-    np.testing.assert_array_equal(ops.mul(Tensor(a.transpose(0, 2, 1)), Tensor(b.T)).asnumpy(),
+    np.testing.assert_array_equal(ops.mul(rt.from_numpy(a.transpose(0, 2, 1)), rt.from_numpy(b.T)).asnumpy(),
                                   a.transpose(0, 2, 1) * b.T)
 
 

@@ -22,9 +22,9 @@ def test_explicit_dtype_and_names():
     assert repr(rt.float32) == "Float32" and rt.bool_.name == "bool"
 
 
-def test_numpy_array_is_shared_not_copied():
+def test_from_numpy_shares_the_array_not_a_copy():
     a = np.arange(4.0)
-    t = Tensor(a)
+    t = rt.from_numpy(a)
     assert t.asnumpy() is a and np.asarray(t) is a
 
 

@@ -72,9 +72,9 @@ def record_callback(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
         if not isinstance(o, Tensor):
             raise TypeError(f"{name} returned {type(o).__name__}; outputs of a differentiable op must be Tensors")
         # an input, another op's output, or one returned at an earlier position too (each position is its
-        # own output, with its own gradient): a new tensor over the same memory
+        # own output, with its own gradient): a new tensor over the same memory, counting writes on its counter
         if id(o) in input_ids or o._node is not None or o.requires_grad or any(o is p for p in outs):
-            o = Tensor._from_array(o._data)
+            o = o.detach()
         outs.append(o)
     node = CallbackNode(name, inputs, outs, backward)
     attach_outputs(node, outs)

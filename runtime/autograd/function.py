@@ -257,7 +257,7 @@ class Function:
             _check_forward_writes(name, ctx, args, before, phase)
             outs = _record(cls, ctx, args, outs)
         else:
-            outs = [Tensor._from_array(o._data) if _contains(args, o) and not _contains(ctx._dirty, o) else o
+            outs = [o.detach() if _contains(args, o) and not _contains(ctx._dirty, o) else o
                     for o in outs]
         return outs[0] if single else tuple(outs)
 
@@ -267,7 +267,7 @@ def _as_output(name: str, o: Any) -> Any:
     if isinstance(o, Tensor):
         return o
     if isinstance(o, np.ndarray):
-        return Tensor(o)
+        return _tensor._shared(o)  # the forward's own array, not copied
     raise TypeError(f"{name}.forward returned {type(o).__name__}; it must return Tensors (or numpy arrays)")
 
 
@@ -307,13 +307,12 @@ def _check_forward_writes(name: str, ctx: FunctionCtx, args: Sequence[Any], befo
 
 def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -> List[Any]:
     """Make ``outs`` the results of a new node and keep what was saved."""
-    Tensor = _tensor.Tensor
     returned = list(outs)
     final: List[Any] = []
     for o in outs:
         in_place = _contains(ctx._dirty, o) and not _contains(final, o)
         if not in_place and (_contains(args, o) or _contains(final, o) or o._node is not None or o.requires_grad):
-            o = Tensor._from_array(o._data)  # never rewrite the history of a tensor that is not ours
+            o = o.detach()  # never rewrite the history of a tensor that is not ours (its memory and counter)
         final.append(o)
     node = FunctionNode(cls, ctx, args, final)
     for j, (o, r) in enumerate(zip(final, returned)):

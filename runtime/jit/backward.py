@@ -188,8 +188,9 @@ class _Builder:
         if n.kind == "primitive":
             if vjps is None:
                 return  # not differentiable (comparisons, argmax...)
+            reads = getattr(n.target, "reads_args", ())  # as eagerly: only an input whose values a rule reads
             for j, r in enumerate(n.inputs):
-                if isinstance(r, (Output, Input)):
+                if isinstance(r, (Output, Input)) and (j >= len(reads) or reads[j]):
                     key = (r.node, r.index) if isinstance(r, Output) else ("in", r.index)
                     self.readers.setdefault(key, (j, getattr(n.target, "name", n.op)))
             ans = self.val[("val", n.id, 0)]

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import device as _device
 from ..tensor import Parameter, Tensor
+from ..versions import rebind
 
 __all__ = ["Optimizer", "SGD", "Momentum", "Adam", "AdamWeightDecay"]
 
@@ -117,7 +118,8 @@ class Optimizer:
         for i, (p, g) in enumerate(zip(self._params, arrays)):
             w = p._data
             if not _device.writeable(w):
-                w = p._data = w.copy()
+                w = w.copy()
+                rebind(p, w)  # memory of its own now: its old views keep their counter
             self._update(i, w, g.astype(w.dtype, copy=False), lr)
             p._version += 1
         self.global_step += 1

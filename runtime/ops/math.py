@@ -383,7 +383,7 @@ def sum_to(x: Any, shape: Sequence[int]) -> Tensor:
     return _sum_to(_one(x), shape=tuple(int(s) for s in shape))
 
 
-_cast = Primitive("cast", lambda x, dtype: x.astype(dtype.np, copy=False))
+_cast = Primitive("cast", lambda x, dtype: x.view() if x.dtype == dtype.np else x.astype(dtype.np))
 defvjp(_cast, lambda g, ans, x, dtype: cast(g, _dt.from_numpy_dtype(x._data.dtype)))
 
 

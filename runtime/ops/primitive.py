@@ -1,6 +1,8 @@
 """Primitive ops: a numpy function plus a table of derivative rules.
 
-``Primitive(name, fn)`` runs ``fn`` on the inputs' arrays; ``defvjp(prim,
+``Primitive(name, fn)`` runs ``fn`` on the inputs' arrays; ``fn`` returns new
+memory or a numpy view (an input returned unchanged as ``x.view()``), so that
+a view of an input shares its version counter. ``defvjp(prim,
 *rules)`` gives one rule per positional argument, ``rule(g, ans, *args,
 **kwargs)`` returning that argument's gradient. Rules are written with
 runtime ops, so they record a graph themselves when a higher-order gradient
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import dis
 import weakref
-from operator import attrgetter
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -29,13 +30,14 @@ Rule = Optional[Callable[..., Any]]
 class Primitive:
     """A named numpy function; differentiable once ``defvjp`` gives it rules."""
 
-    __slots__ = ("name", "fn", "vjps", "reads_ans")
+    __slots__ = ("name", "fn", "vjps", "reads_ans", "reads_args")
 
     def __init__(self, name: str, fn: Callable[..., Any]) -> None:
         self.name = name
         self.fn = fn
         self.vjps: Optional[Tuple[Rule, ...]] = None
         self.reads_ans = False  # a rule reads the op's output: its node checks the output's version
+        self.reads_args: Tuple[bool, ...] = ()  # per argument: a rule reads its values (its version is checked)
 
     def __call__(self, *args: Any, **kwargs: Any):
         """Apply to Tensors (already converted); record a node if needed."""
@@ -63,6 +65,8 @@ class Primitive:
             out = _result(out, args, self.name)
         res = _new(_Tensor)
         res._data = out
+        if out.base is not None:  # a view (reshape, slice...): maybe of an input
+            _share_input_version(res, out, args)
         if _state.enabled and self.vjps is not None and out.dtype.kind == "f":  # integer results: no gradient
             for a in args:
                 if a.requires_grad:
@@ -75,7 +79,8 @@ class Primitive:
         return res
 
     def call2(self, x: Any, y: Any):
-        """``self(x, y)`` for two Tensors and no keywords: the binary ops' hot path."""
+        """``self(x, y)`` for two Tensors and no keywords: the binary ops' hot path (elementwise
+        and matmul functions, whose result is new memory, never a view of an input)."""
         if _trace.tracer is not None:
             return _trace.tracer.call_op("primitive", self.name, self, (x, y), {})
         try:
@@ -98,6 +103,16 @@ class Primitive:
         return f"<primitive {self.name}>"
 
 
+def _share_input_version(res: Any, out: Any, args: Sequence[Any]) -> None:
+    """``out`` views an input's memory: ``res`` counts writes on that input's version counter,
+    so a write through either is seen by the version checks of nodes that saved the other."""
+    root = _root(out)
+    for a in args:
+        if _root(a._data) is root:
+            share_version(res, a)
+            return
+
+
 def _result(out: Any, args: Sequence[Any], name: str) -> Any:
     """A result that is not a plain ndarray: a numpy scalar made an array, or a GPU array
     (then every input must have been on its device)."""
@@ -111,6 +126,7 @@ def defvjp(prim: Primitive, *rules: Rule) -> None:
     """Register derivative rules, one per positional argument (None: not differentiable)."""
     prim.vjps = tuple(rules)
     prim.reads_ans = any(_reads_ans(r) for r in rules if r is not None)
+    prim.reads_args = tuple(any(_reads_values(r, i) for r in rules if r is not None) for i in range(len(rules)))
 
 
 def _reads_ans(rule: Callable[..., Any]) -> bool:
@@ -119,6 +135,32 @@ def _reads_ans(rule: Callable[..., Any]) -> bool:
     if code is None:
         return True
     return any(i.argval == "ans" and i.opname.startswith("LOAD_") for i in dis.get_instructions(code))
+
+
+_META = frozenset({"shape", "dtype", "ndim", "size", "device"})  # what an in-place write never changes
+
+
+def _reads_values(rule: Callable[..., Any], position: int) -> bool:
+    """Whether ``rule`` reads the values of argument ``position`` (``rule(g, ans, *args)``), not only
+    its shape or dtype (``x.shape``, ``x._data.dtype``): a write into an argument the rules read
+    no value of (transpose's, add's) cannot change the gradient, so its version is not checked.
+    Anything this cannot see through (not plain Python, ``*args``, a closure) counts as a read."""
+    code = getattr(rule, "__code__", None)
+    if code is None or 2 + position >= code.co_argcount:
+        return True
+    name = code.co_varnames[2 + position]
+    ins = list(dis.get_instructions(code))
+    for k, i in enumerate(ins):
+        if i.argval != name or not i.opname.startswith(("LOAD_", "MAKE_CELL")):
+            continue
+        a = ins[k + 1] if k + 1 < len(ins) else None
+        b = ins[k + 2] if k + 2 < len(ins) else None
+        if a is not None and a.opname == "LOAD_ATTR" and (
+                a.argval in _META or (a.argval == "_data" and b is not None and b.opname == "LOAD_ATTR"
+                                      and b.argval in _META)):
+            continue
+        return True
+    return False
 
 
 class PrimitiveNode(Node):
@@ -149,7 +191,7 @@ class PrimitiveNode(Node):
                                f"freed after the first backward; pass retain_graph=True the first time")
         if len(args) == 2:
             x, y = args
-            if (x._version, y._version) != self.versions:
+            if (x._vc.value, y._vc.value) != self.versions:
                 self._stale()
         elif tuple(map(_version_of, args)) != self.versions:
             self._stale()
@@ -178,8 +220,10 @@ class PrimitiveNode(Node):
                 for rule, e in zip(vjps, edges)]
 
     def _stale(self) -> None:
+        """Raise for the first changed argument whose values a rule reads (shape-only ones may change)."""
+        reads = self.prim.reads_args
         for i, (a, v) in enumerate(zip(self.args, self.versions)):
-            if a._version != v:
+            if a._version != v and (i >= len(reads) or reads[i]):
                 raise RuntimeError(f"one of the tensors needed for gradient computation has been modified "
                                    f"by an in-place operation: argument {i} of {self.name} is at version "
                                    f"{a._version}; expected version {v}")
@@ -192,7 +236,6 @@ class PrimitiveNode(Node):
 
 
 _new = object.__new__
-_version_of = attrgetter("_version")
 
 
 def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray,
@@ -222,7 +265,7 @@ def _record2(prim: Primitive, x: Any, y: Any, kwargs: Dict[str, Any], out: np.nd
     node.out = out
     node.out_ref = None
     node._input_meta = None
-    node.versions = (x._version, y._version)
+    node.versions = (x._vc.value, y._vc.value)  # _version without its property's call
     node.next_edges = ((x if x._node is None else (x._node, x._out_index)) if x.requires_grad else None,
                        (y if y._node is None else (y._node, y._out_index)) if y.requires_grad else None)
     node.out_meta = ((out.shape, out.dtype),)
@@ -230,3 +273,4 @@ def _record2(prim: Primitive, x: Any, y: Any, kwargs: Dict[str, Any], out: np.nd
 
 
 from ..tensor import Tensor as _Tensor  # noqa: E402
+from ..versions import memory_owner as _root, share_version, version_of as _version_of  # noqa: E402

@@ -97,7 +97,7 @@ def _clip_np(x: np.ndarray, lo: Optional[float], hi: Optional[float]) -> np.ndar
         out = np.maximum(out, x.dtype.type(lo))
     if hi is not None:
         out = np.minimum(out, x.dtype.type(hi))
-    return out
+    return x.view() if out is x else out  # no bounds: a view of x (a Primitive's result is never x itself)
 
 
 def _clip_vjp(g: Tensor, ans: Tensor, x: Tensor, lo: Optional[float], hi: Optional[float]) -> Tensor:

@@ -19,6 +19,7 @@ from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..jit.tracing import no_trace as _no_trace
 from ..tensor import Tensor
+from ..versions import rebind
 
 __all__ = ["setitem", "inplace_binary", "assign"]
 
@@ -42,8 +43,8 @@ def _check_writable(target: Tensor, value: Any, what: str) -> None:
             raise RuntimeError(f"{what}: the value written requires grad, and an in-place write does not "
                                f"record a gradient for it; write value.detach(), or build a new tensor "
                                f"(ops.where, ops.concat)")
-    if not _device.writeable(target._data):
-        target._data = target._data.copy()  # a read-only source (broadcast view, bytes): take a private copy
+    if not _device.writeable(target._data):  # a read-only source (broadcast view, bytes): take a private copy
+        rebind(target, target._data.copy())
 
 
 def _written(target: Tensor) -> None:
