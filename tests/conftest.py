@@ -10,6 +10,20 @@ ROOT = Path(__file__).resolve().parents[1]
 CUSTOM_SRC = ROOT / "custom_src"
 CPP = Path(__file__).resolve().parent / "cpp"
 
+# fixtures whose setup compiles: every test using one is marked `build` (tests/build_guard.py)
+BUILD_FIXTURES = frozenset({
+    "my_ops", "ms_ops", "api_ops", "autograd_ops",
+    "aclnn_ops", "assign_add", "big_cache", "built", "counted", "cu",
+    "cuda_ops", "diff_kernels", "gemm_lib", "host_so", "mul_ops", "name_kernels",
+    "native_lib", "nvcc", "own_ops", "project", "seed_003_ops", "seed_backend",
+    "seed_ms_ops", "seed_ops", "seed_so", "swish_ops", "torch_leaky_relu_lib",
+})
+
+
+def pytest_configure(config):
+    from build_guard import BuildGuard
+    config.pluginmanager.register(BuildGuard(BUILD_FIXTURES), "build_guard")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def cache_dir(tmp_path_factory):

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 CPP = Path(__file__).resolve().parent / "cpp"
 FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
 

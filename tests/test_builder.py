@@ -9,6 +9,8 @@ import pytest
 
 from opbuilder import BuildError, CustomOpBuilder, UnsafeCacheDirError, build_library
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTION_OPS = str(ROOT / "custom_src" / "function_ops.cpp")
 

@@ -11,6 +11,8 @@ import pytest
 from builder_util import PYTHON, child_env, compiled_sources, tiny_module, wrapper_cxx
 from opbuilder import BuildError, CustomOpBuilder, build_library
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 
 def _touch(*paths):
     for p in paths:

@@ -11,6 +11,8 @@ import pytest
 from builder_util import PYTHON, child_env, compiled_sources, process_gone, tiny_module, wrapper_cxx
 from opbuilder import build_library
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 CHILD = """
 import os, sys, time
 import runtime

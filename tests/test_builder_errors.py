@@ -8,6 +8,8 @@ import pytest
 
 from opbuilder import BuildError, CustomOpBuilder, ToolchainError, build_library
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 
 @pytest.fixture
 def plain(tmp_path):

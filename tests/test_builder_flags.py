@@ -5,6 +5,8 @@ import pytest
 
 from opbuilder import CustomOpBuilder
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 
 def _commands(cache_dir, name):
     text = (cache_dir / name / "build" / "build.ninja").read_text()

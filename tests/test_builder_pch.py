@@ -78,6 +78,7 @@ def test_one_pch_serves_every_operator_and_the_compiler_accepts_it(cache_dir, my
     assert "pch.h.gch" not in log and "Winvalid-pch" not in log
 
 
+@pytest.mark.build
 def test_a_pch_removed_during_a_build_is_made_again_and_the_build_retried(tmp_path, monkeypatch, caplog):
     """`cache clean` may remove the PCH directory while a compile is about to read it: that build
     is redone (with pch.h written again) instead of failing."""

@@ -3,6 +3,9 @@ verbose shows the commands; everything also goes to logging.getLogger("opbuilder
 import logging
 
 from opbuilder import build_library
+import pytest
+
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
 
 def _source(tmp_path, name, value):

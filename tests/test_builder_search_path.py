@@ -9,6 +9,9 @@ from pathlib import Path
 
 from builder_util import compiled_sources, tiny_module, wrapper_cxx
 from opbuilder import CustomOpBuilder, build_library
+import pytest
+
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
 
 def _manifest_headers(cache: Path, name: str):

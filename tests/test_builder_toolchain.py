@@ -11,6 +11,8 @@ from builder_util import PYTHON, child_env, compiled_sources, version_probes, wr
 from opbuilder import build_library
 from opbuilder.toolchain import available_memory, default_jobs, find_compiler, ninja_path
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 BUILD = ("import sys; from opbuilder import build_library; "
          "print(build_library('tc', [sys.argv[1]], build_dir=sys.argv[2]))")
 

@@ -16,6 +16,8 @@ from builder_util import PYTHON, build_cache, child_env, copy_cache, key_dir, ru
 from opbuilder import BuildError, CustomOpBuilder
 from opbuilder.toolchain import ext_suffix
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 NAME = "healer"
 LIB = NAME + ext_suffix()
 

@@ -182,6 +182,7 @@ def test_everything_built_under_umask_002_is_private(tmp_path):
     assert {"toolchains.json", "objects.json", "build.json", ".lock"} <= names
 
 
+@pytest.mark.build
 def test_fresh_parents_of_the_cache_are_created_private(built, tmp_path):
     old = os.umask(0o002)
     try:

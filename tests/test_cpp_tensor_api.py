@@ -107,6 +107,7 @@ def test_cpp_exceptions_map_to_python_types(api_ops, kind, exc):
         api_ops.throw_(kind)
 
 
+@pytest.mark.build
 def test_headers_compile_without_warnings(tmp_path):
     """extension.h and ms_extension.h under -Wall -Wextra -Werror (C++17)."""
     import pybind11

@@ -13,6 +13,8 @@ from opbuilder.cuda_arch import DEFAULT, ENV, TORCH_ENV, arch_flags, gencode_fla
 from opbuilder.probe_cache import SETTLE_NS
 from opbuilder.toolchain import which
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 G = "-gencode=arch=compute_{0},code=sm_{0}"
 P = "-gencode=arch=compute_{0},code=compute_{0}"
 NO_NVCC = which("nvcc") is None and not (os.environ.get("NVCC") or os.environ.get("CUDA_HOME"))

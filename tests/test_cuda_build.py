@@ -41,6 +41,7 @@ def test_ob_cuda_check_turns_a_cuda_error_into_a_runtime_error(cuda_ops):
         cuda_ops.bad_launch()
 
 
+@pytest.mark.build
 def test_cudahostcxx_is_nvccs_host_compiler_and_part_of_the_key(tmp_path, monkeypatch):
     """CMake's CUDAHOSTCXX picks the compiler nvcc hands host code to (-ccbin); it is in the key, so
     moving to another host compiler rebuilds the .cu sources, and moving back finds the first build."""

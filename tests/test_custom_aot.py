@@ -10,6 +10,8 @@ import runtime as rt
 from opbuilder import build_library
 from runtime import Tensor, nn, ops
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 ADD = str(ROOT / "custom_src" / "aot_add.cpp")
 OPS = str(ROOT / "custom_src" / "aot_ops.cpp")

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import runtime as rt
 from runtime import Tensor, ops
+import pytest
+
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
 SRC = str(Path(__file__).resolve().parent / "cpp" / "aot_failing_ops.cpp")
 

@@ -11,6 +11,8 @@ from runtime import Tensor, ops
 
 from thread_util import in_the_gap, run_in_threads, stopped_after_its_kernel_call
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 SRC = str(Path(__file__).resolve().parent / "cpp" / "aot_thread_ops.cpp")
 
 

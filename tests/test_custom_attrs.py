@@ -9,6 +9,8 @@ import runtime as rt
 from runtime import Tensor, ops
 from runtime.ops import CustomRegOp, DataType
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 OPS = str(ROOT / "custom_src" / "aot_ops.cpp")
 ATTR = str(ROOT / "tests" / "cpp" / "aot_attr_ops.cpp")

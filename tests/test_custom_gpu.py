@@ -12,6 +12,8 @@ from runtime import Tensor, ops
 
 from builder_util import cuda_toolkit_problem
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 CU = ROOT / "custom_src" / "custom_add.cu"
 

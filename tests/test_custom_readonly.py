@@ -111,6 +111,7 @@ def test_a_declared_write_updates_the_tensor_and_its_version(assign_add):
     assert a.tolist() == [1.5, 2.5]
 
 
+@pytest.mark.build
 def test_a_declared_write_into_a_strided_view_is_written_back():
     info = CustomRegOp("assign_add").input(0, "x", inplace=True).input(1, "y").output(0, "out").get_op_info()
     op = ops.Custom(f"{INPLACE}:AssignAdd", lambda x, y: x, lambda x, y: x, reg_info=info)

@@ -8,6 +8,8 @@ import pytest
 import runtime as rt
 from runtime import Tensor
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 
 @pytest.fixture(params=["my_ops", "ms_ops"])
 def ops(request):

@@ -12,6 +12,8 @@ import pytest
 from builder_util import compiled_sources, key_dir, run_python, tiny_module, wrapper_cxx
 from opbuilder import CustomOpBuilder, build_library
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 
 def _checkout(where: Path, value: str = "42") -> Path:
     """A project under ``where`` (a git checkout: .git at its top): src/ops.cpp includes include/ops.h

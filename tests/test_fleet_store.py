@@ -145,6 +145,7 @@ def test_a_library_build_is_served_from_the_store(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("damage", ["one byte changed", "truncated"])
+@pytest.mark.build
 def test_a_tampered_stored_library_is_never_imported(filled, monkeypatch, caplog, damage):
     tmp_path, store, lib, log = filled
     data = bytearray(lib.read_bytes())

@@ -267,6 +267,7 @@ def _square_and_self(kind, request):
 
 @pytest.mark.parametrize("kind", ["cpp", "py"])
 @pytest.mark.parametrize("through", ["argument", "output"])
+@pytest.mark.build
 def test_a_saved_argument_returned_unchanged_and_written_is_a_version_error(request, kind, through):
     leaf = f64(1.0, 2.0, 3.0)
     leaf.requires_grad_(True)

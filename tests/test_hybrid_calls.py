@@ -52,6 +52,7 @@ def chain(x, w):  # calls spread, which calls scaled and stats; returns a callee
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.build
 def test_calls_are_inlined_and_agree_with_the_python_target(dtype):
     rng = np.random.default_rng(7)
     x = rng.integers(-5, 6, 9).astype(dtype)
@@ -196,6 +197,7 @@ def k_calls_shifted(x):
     return y
 
 
+@pytest.mark.build
 def test_a_debug_index_check_in_a_callee_names_its_line_and_text():
     x = Tensor(np.array([1.0, 2.0, 3.0], np.float32))
     with pytest.raises(RuntimeError, match=re.escape(f"{hybrid_callees.__file__}:{_line(shifted.func)}: x[i + 1]: ") +

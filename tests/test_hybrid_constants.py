@@ -11,6 +11,8 @@ import pytest
 from runtime import Tensor, ops
 from runtime.hybrid import HybridSyntaxError, kernel
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 MODULE = '''
 from runtime.hybrid import kernel
 

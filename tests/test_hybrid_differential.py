@@ -469,6 +469,7 @@ def _constant_cases() -> List[Tuple[str, str, str]]:
     return out
 
 
+@pytest.mark.build
 def test_a_python_int_constant_out_of_range_is_refused_when_generated_as_numpy_refuses_it(tmp_path):
     """numpy raises OverflowError for int8 + 300 when the line runs; with the constant known, the compiled
     target refuses the kernel for those dtypes when it generates it (nothing is built), naming file:line."""
@@ -506,6 +507,7 @@ SANITIZE = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-r
             "-fno-omit-frame-pointer"]
 
 
+@pytest.mark.build
 def test_no_case_is_undefined_behaviour_under_asan_and_ubsan(diff_kernels):
     from builder_util import require_asan, run_sanitized_child
     require_asan()

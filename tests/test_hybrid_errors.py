@@ -361,6 +361,7 @@ def data_sized(x):
     return y
 
 
+@pytest.mark.build
 def test_an_output_sized_from_data_must_match_out_shape_before_anything_is_written():
     op = ops.Custom(data_sized, out_shape=(2,), out_dtype=rt.float32, func_type="hybrid")
     np.testing.assert_array_equal(op(Tensor(np.array([2.0], np.float32))).asnumpy(), [7.0, 7.0])
@@ -420,6 +421,7 @@ def test_an_expression_nested_too_deep_is_a_syntax_error_naming_its_line_in_both
             kernel(func).source(x)
 
 
+@pytest.mark.build
 def test_the_deepest_nesting_accepted_builds_and_agrees_with_the_python_target(tmp_path):
     """MAX_NESTING levels leave room on Python's stack for every step, the inlining of a called function's body
     (copy.deepcopy) included; one level more is refused. Levels here: the loop, the assignment, one per '+',

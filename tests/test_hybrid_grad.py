@@ -7,6 +7,8 @@ from runtime import Tensor, from_numpy, ops
 from runtime.autograd.gradcheck import gradcheck
 from runtime.hybrid import kernel
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 
 @kernel
 def fwd(x, y):

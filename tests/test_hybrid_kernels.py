@@ -10,6 +10,8 @@ import runtime as rt
 from runtime import Tensor, ops
 from runtime.hybrid import HybridKernel, kernel
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 EPS = 0.5  # a constant from the module, baked into the generated code
 
 

@@ -172,6 +172,7 @@ def test_every_identifier_gives_the_python_targets_results(name_kernels):
     assert set(POOL) <= used  # every name of the pool took part
 
 
+@pytest.mark.build
 def test_generated_names_are_ascii_c_identifiers_apart_from_keywords_and_every_macro(tmp_path):
     # the macros the prelude's headers (and opbuilder/aot.h, which debug builds include) define, as g++ sees them
     header = tmp_path / "prelude.cpp"
@@ -286,6 +287,7 @@ odd.__name__ = 'odd"name\\nwith%s\\\\'
 '''
 
 
+@pytest.mark.build
 def test_file_and_kernel_names_reach_cxx_as_text(tmp_path):
     """The kernel's file and name appear in the generated code (comments, the debug index check's and the
     output size check's messages): quotes, backslashes, line breaks and printf's '%' are text there."""

@@ -18,6 +18,8 @@ from runtime.hybrid import HybridOverflowError, HybridTypeError, build_together,
 
 from thread_util import in_the_gap, run_in_threads, stopped_after_its_kernel_call
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 HERE = __file__
 SHIFT = 3
 

@@ -9,6 +9,8 @@ import pytest
 
 from runtime import Tensor, ops
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 ROWS = 24
 
 

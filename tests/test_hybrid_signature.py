@@ -6,6 +6,9 @@ import numpy as np
 from runtime import Tensor, ops
 from runtime.hybrid import kernel
 from runtime.hybrid.kernel import signature_of
+import pytest
+
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
 
 def test_each_dtype_is_named_as_numpy_names_it():

@@ -19,6 +19,8 @@ import pytest
 from runtime import Tensor, ops, vector_math
 from runtime.hybrid import kernel
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 UNARY = ["exp", "expm1", "exp2", "log", "log1p", "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan",
          "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf"]
 ULP = 4  # as test_hybrid_differential.py allows the float math functions

@@ -106,6 +106,7 @@ def test_grad_and_value_and_grad_of_a_jitted_function_match_eager_and_numerics()
     gradcheck(j, [Tensor(RNG.standard_normal((3, 2))).T if False else Tensor(RNG.standard_normal((3, 2)).T), y])
 
 
+@pytest.mark.build
 def test_python_function_and_aot_custom_ops_inside_a_jitted_function_are_nodes_and_differentiate():
     add = ops.Custom(f"{CUSTOM_SRC / 'aot_add.cpp'}:CustomAdd", out_shape=lambda a, b: a, out_dtype=lambda a, b: a,
                      func_type="aot", bprop=lambda a, b, out, dout: (dout, dout))

@@ -25,6 +25,7 @@ def net(x, y):
 
 @pytest.mark.parametrize("level", ["O0", "O1"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.build
 def test_gradients_run_the_backward_graph_built_once_and_match_eager(level, dtype):
     j = jit(net, jit_level=level)
     x = Tensor(RNG.standard_normal((2, 3)).astype(dtype))

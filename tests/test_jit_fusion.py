@@ -17,6 +17,8 @@ from runtime.autograd.gradcheck import gradcheck
 
 from builder_util import child_env
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 UNARY = [mint.sin, mint.cos, mint.tanh, mint.exp, mint.sigmoid, mint.neg, mint.relu, mint.abs]
 BINARY = [mint.add, mint.sub, mint.mul]
 SHAPES = [(3, 4), (4,), (3, 1), (1, 4), ()]

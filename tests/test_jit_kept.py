@@ -125,6 +125,7 @@ def test_a_python_function_and_a_graph_mode_cell_with_bprop_run_their_forward_on
 
 
 @pytest.mark.parametrize("level", ["O0", "O1"])
+@pytest.mark.build
 def test_gradients_through_kept_nodes_match_central_differences_first_and_second_order(counted, level):
     w = Tensor(RNG.standard_normal((3, 4)))
     j = jit(lambda x, v: mint.exp(counted.tanh(counted.scaled_mul(x * 2 + 1, v, 0.5))) * v, jit_level=level)

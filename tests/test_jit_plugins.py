@@ -19,6 +19,8 @@ from opbuilder.headers import include_dir
 from builder_util import child_env
 from conftest import CPP, ROOT
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 SEED_CPP = ROOT / "tests" / "seeds" / "seed_000_custom_backend.cpp"
 NATIVE = ["native_backend", "native_grad"] + [f"native_{k}" for k in range(1, 12)]
 RNG = np.random.default_rng(11)

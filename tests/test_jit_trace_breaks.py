@@ -229,6 +229,7 @@ def test_the_signature_keys_floats_by_bits_and_arrays_by_contents():
     assert add.traces == 6  # the same contents: the same graph
 
 
+@pytest.mark.build
 def test_a_captured_parameter_that_changes_shape_is_traced_again(tmp_path):
     from runtime import mint
     w = Parameter(Tensor(np.ones(4, np.float32)), name="w")

@@ -92,7 +92,7 @@ def _distinct(outs: Any) -> Any:
     fresh: List[Any] = []
     for o in outs:
         dup = isinstance(o, Tensor) and any(o is p for p in fresh)
-        fresh.append(Tensor._from_array(o._data) if dup else o)
+        fresh.append(o.detach() if dup else o)  # the same memory and version counter
     if all(o is p for o, p in zip(outs, fresh)):
         return outs
     return type(outs)(fresh) if type(outs) in (tuple, list) else type(outs)(*fresh)
