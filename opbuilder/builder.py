@@ -139,10 +139,12 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
         py = python_info(spec.root)
         nb = nanobind_info(spec.root)
         system += ["-isystem", py.python_include, "-isystem", nb.include, "-isystem", nb.robin_map]
+        # nanobind's own sources (nb_combined.cpp includes them) are keyed by its version, like its
+        # headers: a warm lookup hashes none of their ~350 KB
         places.update({py.python_include: "<python include>", nb.include: "<nanobind include>",
-                       nb.robin_map: "<robin_map include>"})
+                       nb.robin_map: "<robin_map include>", nb.source: "<nanobind source>"})
         identity = [p for p in identity if not p.startswith("headers=")]  # opbuilder's headers are not read
-        identity += [f"nanobind={nb.version}", f"python={py.abi}"]
+        identity += [f"nanobind={nb.version}", f"python={py.abi}", "nanobind_sources=by-version"]
         output = "libnanobind.so"
         visibility = ["-fvisibility=hidden", "-fno-strict-aliasing", "-DNB_BUILD", "-DNB_SHARED",
                       "-DNB_COMPACT_ASSERTIONS"]
