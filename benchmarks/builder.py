@@ -1,6 +1,7 @@
 """Builder speed: opbuilder against PyTorch's cpp_extension.load, measured in the same run.
 
     python benchmarks/builder.py [--warm-runs 15] [--no-torch] [--keep] [--warm-only]
+    python benchmarks/builder.py --bindings [--rounds 3]
 
 The operator is the demo's multiply (custom_src/function_ops.cpp) and, for
 PyTorch, the same multiply as a torch::autograd::Function
@@ -35,6 +36,17 @@ opbuilder links a one-source module with gcc's LTO (its choice, to use every
 core for code generation) and precompiles its header; torch does neither.
 Child processes run with bytecode caching on (as an installed package has),
 after one unmeasured run that writes it.
+
+The demo operator is bound with nanobind (OB_MODULE): its first cold build includes nanobind's
+shared runtime, and there is no precompiled header; "cold build, PCH present" is then a new
+operator with the runtime already built.
+
+``--bindings`` compares the binding layers, interleaved (A B C ... A B C ..., medians with
+min-max over ``--rounds``), each a new process and a fresh cache: the README operator bound with
+nanobind (its runtime already built / not yet built, i.e. a newcomer's first operator), the
+same with -flto off, the binding source edited and loaded again, the same source bound with
+pybind11 (no PCH yet, as a newcomer), and the floor: a bare pybind11 and a bare nanobind
+one-function module compiled by the compiler directly (nanobind: its user TU only).
 """
 from __future__ import annotations
 
@@ -63,9 +75,12 @@ def _cpu():
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 name, srcs = sys.argv[1], sys.argv[2:]
+binding = None
+if srcs and srcs[0].startswith("--binding="):
+    binding, srcs = srcs[0].split("=", 1)[1], srcs[1:]
 c0 = _cpu()
 t0 = time.perf_counter()
-m = CustomOpBuilder(name, srcs).load()
+m = CustomOpBuilder(name, srcs, binding=binding).load()
 t1 = time.perf_counter()
 assert m.mul(runtime.Tensor(2.0), runtime.Tensor(3.0)).item() == 6.0
 import os
@@ -187,7 +202,8 @@ def measure(framework: str, work: Path, warm_runs: int, warm_only: bool = False)
 
     print(f"  {framework}: cold build ...", file=sys.stderr, flush=True)
     build("cold", "bench_ops")
-    if framework == "opbuilder":
+    from opbuilder.binding import PYBIND11, detect_binding
+    if framework == "opbuilder" and detect_binding("bench_ops", [Path(main)]) == PYBIND11:
         _wait_for_pch(work / "cache")  # built in the background; let it finish before timing anything else
     load("bench_ops")  # unmeasured: writes bytecode caches for the warm runs
     out["warm"] = statistics.median(load("bench_ops")["seconds"] for _ in range(warm_runs))
@@ -217,6 +233,99 @@ def _wait_for_pch(cache: Path, timeout: float = 600) -> None:
         time.sleep(0.1)
 
 
+BARE_PYBIND11 = ("#include <pybind11/pybind11.h>\n"
+                 "PYBIND11_MODULE(bare, m) { m.def(\"f\", [](int a) { return a + 1; }); }\n")
+BARE_NANOBIND = ("#include <nanobind/nanobind.h>\n"
+                 "NB_MODULE(bare, m) { m.def(\"f\", [](int a) { return a + 1; }); }\n")
+
+
+def _bare_compile(work: Path, binding: str) -> Dict[str, float]:
+    """The floor: one bare one-function module compiled and linked by the compiler directly, -O2
+    (nanobind: the user TU only, against its shared runtime)."""
+    import sysconfig
+    import time
+    src = work / f"bare_{binding}.cpp"
+    src.write_text(BARE_PYBIND11 if binding == "pybind11" else BARE_NANOBIND)
+    if binding == "pybind11":
+        import pybind11
+        inc = ["-isystem", pybind11.get_include()]
+    else:
+        import nanobind
+        inc = ["-isystem", nanobind.include_dir(), "-DNB_SHARED"]
+    cmd = [os.environ.get("CXX") or "c++", "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", *inc,
+           "-isystem", sysconfig.get_paths()["include"], str(src), "-o", str(work / f"bare_{binding}.so")]
+    r0 = os.times()
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    t1 = time.perf_counter()
+    r1 = os.times()
+    return {"seconds": t1 - t0, "cpu": (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system)}
+
+
+def bindings(work: Path, rounds: int) -> int:
+    """The ``--bindings`` table (see the module docstring)."""
+    base = work / "runtime-cache"
+    src_dir = work / "src"
+    src_dir.mkdir(parents=True)
+    # a cache holding nanobind's runtime (and the probed toolchain), copied for each "runtime built" row
+    seed = src_dir / "seed.cpp"
+    seed.write_text(BARE_NANOBIND.replace("<nanobind/nanobind.h>", '"opbuilder/extension.h"')
+                    .replace("NB_MODULE(bare, m)", "OB_MODULE(m)"))
+    _run(OB_CHILD.replace("assert m.mul", "# "), ["seed_op", str(seed)], _env(OPBUILDER_CACHE_DIR=str(base)))
+    samples: Dict[str, List[Dict[str, float]]] = {}
+
+    def fresh(tag: str, with_runtime: bool) -> Path:
+        d = work / f"{tag}-{len(samples.get(tag, []))}"
+        if with_runtime:
+            shutil.copytree(base, d, symlinks=True)
+        else:
+            d.mkdir(mode=0o700)
+        return d
+
+    def op_source(tag: str, r: int) -> str:
+        p = src_dir / f"{tag}_{r}.cpp"
+        p.write_text(DEMO_SOURCE.read_text() + f"\n// {tag} round {r}\n")
+        return str(p)
+
+    def add(tag: str, res: Dict[str, float]) -> None:
+        samples.setdefault(tag, []).append(res)
+
+    for r in range(rounds):
+        print(f"  round {r + 1}/{rounds} ...", file=sys.stderr, flush=True)
+        add("nb_new", _run(OB_CHILD, ["bench_nb", op_source("nb_new", r)],
+                           _env(OPBUILDER_CACHE_DIR=str(fresh("nb_new", True)))))
+        add("bare_pybind11", _bare_compile(work, "pybind11"))
+        add("nb_first", _run(OB_CHILD, ["bench_nb", op_source("nb_first", r)],
+                             _env(OPBUILDER_CACHE_DIR=str(fresh("nb_first", False)))))
+        cache = fresh("nb_nolto", True)
+        src = op_source("nb_nolto", r)
+        add("nb_nolto", _run(OB_CHILD, ["bench_nb", src], _env(OPBUILDER_CACHE_DIR=str(cache), OPBUILDER_LTO="0")))
+        _edit(Path(src), f"// nb_nolto round {r}", f"// nb_nolto round {r}, edited")
+        add("nb_edit", _run(OB_CHILD, ["bench_nb", src], _env(OPBUILDER_CACHE_DIR=str(cache))))
+        add("pb_first", _run(OB_CHILD, ["bench_pb", "--binding=pybind11", op_source("pb_first", r)],
+                             _env(OPBUILDER_CACHE_DIR=str(fresh("pb_first", False)), OPBUILDER_PCH="0")))
+        add("bare_nanobind", _bare_compile(work, "nanobind"))
+
+    def stat(tag: str, what: str) -> str:
+        v = [x[what] for x in samples[tag]]
+        return f"{statistics.median(v):6.2f} s ({min(v):.2f}-{max(v):.2f})"
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"binding benchmark: {_compiler()}; {cores} cores; {rounds} interleaved rounds; load average "
+          f"{os.getloadavg()[0]:.2f} at the end")
+    rows = [("nb_new", "nanobind README op, runtime built"), ("nb_first", "nanobind, first op (runtime too)"),
+            ("nb_nolto", "nanobind, runtime built, -flto off"), ("nb_edit", "nanobind, binding source edited"),
+            ("pb_first", "pybind11 README op, no PCH"), ("bare_pybind11", "bare pybind11 module (c++ only)"),
+            ("bare_nanobind", "bare nanobind module (c++ only)")]
+    print(f"{'':38s}{'wall, median (min-max)':>26s}{'CPU, median (min-max)':>26s}")
+    for tag, label in rows:
+        print(f"{label:38s}{stat(tag, 'seconds'):>26s}{stat(tag, 'cpu'):>26s}")
+    nb = statistics.median(x["seconds"] for x in samples["nb_new"])
+    pb = statistics.median(x["seconds"] for x in samples["bare_pybind11"])
+    print(f"nanobind README op / bare pybind11 module: {nb / pb:.2f} (wall)")
+    return 0
+
+
 def _fmt(seconds: Optional[float]) -> str:
     if seconds is None:
         return "-"
@@ -237,7 +346,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch even if it is installed")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directories (printed)")
     ap.add_argument("--warm-only", action="store_true", help="only the warm rows, opbuilder only (one build)")
+    ap.add_argument("--bindings", action="store_true", help="nanobind against pybind11, interleaved")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of --bindings")
     args = ap.parse_args(argv)
+    if args.bindings:
+        work = Path(tempfile.mkdtemp(prefix="opbuilder-bench-"))
+        os.chmod(work, 0o700)
+        try:
+            return bindings(work, args.rounds)
+        finally:
+            shutil.rmtree(work, ignore_errors=True) if not args.keep else print(f"kept {work}", file=sys.stderr)
 
     try:
         import torch  # noqa: F401

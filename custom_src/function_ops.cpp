@@ -112,7 +112,8 @@ class CustomMul : public Function<CustomMul> {
   }
 };
 
-PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
+// nanobind (the builder sees OB_MODULE); PYBIND11_MODULE(OB_EXTENSION_NAME, m) builds with pybind11
+OB_MODULE(m) {
   m.doc() = "Example operators written with opbuilder's Function API";
   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return CustomMul::Apply(x, y); },
         "x * y with broadcasting (float32 or float64), differentiable in both");

@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import fingerprint as fp
+from .binding import NANOBIND, PYBIND11, detect_binding
 from .cache_dir import cache_root, root_origin
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .headers import headers_digest, include_dir
@@ -35,7 +36,8 @@ from .published import verified_library
 from .relocate import portable, prefix_map_flags, project_root
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
 from .store import prebuilt_stores
-from .toolchain import Compiler, ext_suffix, find_compiler, find_nvcc, native_cpu, python_info, wants_native_cpu
+from .toolchain import (Compiler, ext_suffix, find_compiler, find_nvcc, nanobind_info, native_cpu, python_info,
+                        wants_native_cpu)
 from .trust import check_dir, read_file, stamp_of, trusted_root
 
 __all__ = ["CustomOpBuilder", "build_library"]
@@ -54,7 +56,7 @@ class _Plan:
 
     __slots__ = ("sources", "objects", "rules", "output", "cxx", "flags", "includes", "nvcc", "cuda_flags",
                  "link_flags", "identity", "pch_parts", "pch_flags", "project", "path_maps", "cuda_path_maps",
-                 "toolchain_dirs")
+                 "toolchain_dirs", "binding")
 
     def __init__(self, **kw) -> None:
         for k, v in kw.items():
@@ -107,8 +109,23 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     if wants_native_cpu((*spec.cflags, *spec.cuda_cflags)):  # -march=native: this CPU's code, not another's
         identity.append(f"native_cpu={native_cpu()}")
     defines: List[str] = []
+    binding_defines: List[str] = []
     pch_parts: Tuple[str, ...] = ()
-    if spec.kind == "module":
+    binding: Optional[str] = None
+    if spec.kind == "module" and _binding(spec) == NANOBIND:
+        # nanobind: its runtime is a shared library built once per toolchain (nanobind_runtime.py)
+        binding = NANOBIND
+        py = python_info(spec.root)
+        nb = nanobind_info(spec.root)
+        system += ["-isystem", nb.include, "-isystem", py.python_include]
+        places.update({nb.include: "<nanobind include>", py.python_include: "<python include>"})
+        binding_defines = ["-DOB_BINDING_NANOBIND", "-DNB_SHARED"]
+        defines = [f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}", *binding_defines]
+        identity += ["binding=nanobind", f"nanobind={nb.version}", f"python={py.abi}"]
+        output = spec.name + ext_suffix()
+        visibility = ["-fvisibility=hidden"]
+    elif spec.kind == "module":
+        binding = PYBIND11
         py = python_info(spec.root)
         system += ["-isystem", py.pybind11_include, "-isystem", py.python_include]
         places.update({py.pybind11_include: "<pybind11 include>", py.python_include: "<python include>"})
@@ -118,6 +135,19 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
                      f"python={py.abi}", *(p for p in identity if p.startswith("native_cpu=")))
         output = spec.name + ext_suffix()
         visibility = ["-fvisibility=hidden"]
+    elif spec.kind == "runtime":  # nanobind's runtime (nb_combined.cpp), as nanobind's CMake builds it
+        py = python_info(spec.root)
+        nb = nanobind_info(spec.root)
+        system += ["-isystem", py.python_include, "-isystem", nb.include, "-isystem", nb.robin_map]
+        # nanobind's own sources (nb_combined.cpp includes them) are keyed by its version, like its
+        # headers: a warm lookup hashes none of their ~350 KB
+        places.update({py.python_include: "<python include>", nb.include: "<nanobind include>",
+                       nb.robin_map: "<robin_map include>", nb.source: "<nanobind source>"})
+        identity = [p for p in identity if not p.startswith("headers=")]  # opbuilder's headers are not read
+        identity += [f"nanobind={nb.version}", f"python={py.abi}", "nanobind_sources=by-version"]
+        output = "libnanobind.so"
+        visibility = ["-fvisibility=hidden", "-fno-strict-aliasing", "-DNB_BUILD", "-DNB_SHARED",
+                      "-DNB_COMPACT_ASSERTIONS"]
     else:
         output = f"lib{spec.name}.so"
         visibility = []
@@ -129,13 +159,14 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     # compiler launcher: sccache and ccache cache compiles, never links, and with LTO the link is where
     # the code is generated, so every machine would still generate it (measured: a second machine 0.36x
     # of the first's cold build with LTO, 0.03x without).
-    lto = ("-flto",) if (spec.kind == "module" and len(spec.sources) == 1 and not spec.debug
+    lto = ("-flto",) if (spec.kind in ("module", "runtime") and len(spec.sources) == 1 and not spec.debug
                          and cxx.family == "gcc" and _lto_enabled() and not launcher_requested()) else ()
     # the module name reaches C++ sources through a generated header (see pch.py), so that
     # these flags are the same for every operator and a precompiled header can be shared
     # -Werror=return-type: falling off the end of a function that returns a value is undefined behaviour
     # that gcc only warns about (a missing `return` built "fine" and crashed with a double free)
-    flags = ("-std=c++17", "-fPIC", *opt, "-Werror=return-type", *vectorize, *speed, *lto, *visibility, *system,
+    flags = ("-std=c++17", "-fPIC", *opt, "-Werror=return-type", *vectorize, *speed, *lto, *visibility,
+             *binding_defines, *system,
              *spec.cflags)
     # -flto changes nothing gcc keeps in a PCH (it checks it): one PCH serves one- and several-source modules
     pch_flags = tuple(f for f in flags if f != "-flto")
@@ -178,7 +209,7 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
                  output=output, cxx=cxx, flags=flags, includes=includes, nvcc=nvcc, cuda_flags=tuple(cuda_flags),
                  link_flags=tuple(link), identity=tuple(identity),
                  pch_parts=pch_parts + pch_flags if pch_parts else (), pch_flags=pch_flags, project=project,
-                 path_maps=path_maps, cuda_path_maps=cuda_path_maps, toolchain_dirs=tuple(places))
+                 path_maps=path_maps, cuda_path_maps=cuda_path_maps, toolchain_dirs=tuple(places), binding=binding)
 
 
 def _lookup(spec: BuildSpec, plan: _Plan, base: str, op_dir: Optional[Path] = None,
@@ -249,7 +280,7 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
             current = None
         if current != text.encode():
             fp.write_text_atomic(name_h, text)
-    use_pch = spec.kind == "module" and plan.cxx.family == "gcc" and pchmod.enabled()
+    use_pch = plan.binding == PYBIND11 and plan.cxx.family == "gcc" and pchmod.enabled()
     for src, obj, rule in zip(plan.sources, plan.objects, plan.rules):
         extra: Tuple[str, ...] = ()
         if spec.kind == "module" and rule == "cxx":
@@ -509,22 +540,30 @@ class CustomOpBuilder:
                  ldflags: Optional[Sequence[str]] = None, build_dir: Optional[PathLike] = None,
                  debug_mode: bool = False, verbose: bool = False, **kwargs) -> None:
         cuda_cflags = kwargs.pop("cuda_cflags", None)
+        binding = kwargs.pop("binding", None)
         if kwargs:
             raise TypeError(f"CustomOpBuilder got unexpected keyword argument(s) {', '.join(sorted(kwargs))}; "
                             f"accepted: name, sources, backend, include_paths, cflags, ldflags, cuda_cflags, "
-                            f"build_dir, debug_mode, verbose")
+                            f"build_dir, debug_mode, verbose, binding")
         self.spec = make_spec(name, sources, backend, "module", include_paths, cflags, cuda_cflags, ldflags,
-                              debug_mode, _verbose(verbose), cache_root(build_dir))
+                              debug_mode, _verbose(verbose), cache_root(build_dir), binding)
         self.name = name
 
     def build(self) -> str:
-        """Build if needed; the path of the shared library."""
-        return str(_build_checked(self.spec)[2])
+        """Build if needed (with nanobind's shared runtime, for a nanobind operator); the path of the
+        shared library."""
+        return str(_build_with_runtime(self.spec)[1][2])
+
+    def runtime_library(self) -> Optional[str]:
+        """The path of nanobind's shared runtime this operator loads (built if needed), or None for
+        an operator bound with pybind11."""
+        rt = _runtime_for(self.spec)
+        return None if rt is None else str(rt)
 
     def load(self) -> ModuleType:
         """The module for the sources as they are now (the same object if unchanged)."""
         for attempt in range(3):
-            spec, key, lib = _build_checked(self.spec)
+            runtime, (spec, key, lib) = _build_with_runtime(self.spec)
             memo = (str(spec.op_dir), key)
             with _loaded_lock:
                 mod = _loaded.get(memo)
@@ -537,6 +576,9 @@ class CustomOpBuilder:
                     module_name = f"_opbuilder_{key}.{spec.name}"
                 try:
                     stamp = stamp_of(os.lstat(lib))
+                    if runtime is not None:
+                        from .nanobind_runtime import preload
+                        preload(runtime)
                     mod = import_extension(spec.name, lib, module_name)
                 except FileNotFoundError:
                     if attempt == 0:
@@ -555,6 +597,67 @@ class CustomOpBuilder:
                     return mod
             _distrust(spec, lib, stamp, damaged)  # outside _loaded_lock: it may wait for the build lock
         raise AssertionError("unreachable")
+
+
+def _binding(spec: BuildSpec) -> str:
+    """The binding library of a module: as asked (``binding=``), else read from its sources."""
+    return spec.binding or detect_binding(spec.name, spec.sources)
+
+
+def _runtime_for(spec: BuildSpec) -> Optional[Path]:
+    """nanobind's shared runtime (built if needed) when ``spec``'s sources are bound with nanobind;
+    None for pybind11 sources (BuildError, binding.py, for sources that mix both or define no module)."""
+    if spec.kind != "module" or _binding(spec) != NANOBIND:
+        return None
+    from . import nanobind_runtime
+    if nanobind_runtime.loaded() is not None:  # this process has one: later loads need no lookup
+        return nanobind_runtime.loaded()
+    return _build_checked(nanobind_runtime.runtime_spec(spec.root, spec.verbose))[2]
+
+
+def _cached(spec: BuildSpec) -> Optional[Path]:
+    """The library already built for ``spec`` (the cache or a prebuilt store), without building or
+    locking; None when it must be built (or cannot be looked up here: ``_build_checked`` says why)."""
+    try:
+        spec = _trusted(spec)
+        plan = _plan(spec, find_compiler(spec.root))
+        base = fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project)
+        hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
+    except (OSError, BuildError):
+        return None
+    return None if hit is None else hit[1]
+
+
+def _build_with_runtime(spec: BuildSpec) -> Tuple[Optional[Path], Tuple[BuildSpec, str, Path]]:
+    """(nanobind's shared runtime or None, ``_build_checked(spec)``). A runtime not built yet is
+    built in a thread beside the operator's own compile: a newcomer waits for the longer of the two,
+    not their sum (the operator only needs it when it is imported)."""
+    if spec.kind != "module" or _binding(spec) != NANOBIND:
+        return None, _build_checked(spec)
+    from . import nanobind_runtime
+    if nanobind_runtime.loaded() is not None:  # this process has one: later loads need no lookup
+        return nanobind_runtime.loaded(), _build_checked(spec)
+    rt_spec = nanobind_runtime.runtime_spec(spec.root, spec.verbose)
+    runtime = _cached(rt_spec)
+    if runtime is not None:
+        return runtime, _build_checked(spec)
+    result: Dict[str, object] = {}
+
+    def build_runtime() -> None:
+        try:
+            result["lib"] = _build_checked(rt_spec)[2]
+        except BaseException as e:  # raised in the caller's thread below
+            result["error"] = e
+
+    worker = threading.Thread(target=build_runtime, name="opbuilder-nanobind-runtime", daemon=True)
+    worker.start()
+    try:
+        built = _build_checked(spec)
+    finally:
+        worker.join()
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    return result["lib"], built  # type: ignore[return-value]
 
 
 def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str = "CPU",

@@ -47,14 +47,20 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
         from .store import open_store
         into = open_store(Path(args.into))  # refused before compiling, if it is not ours or others can write it
+    runtime = None
     if args.library:
         path = build_library(args.name, args.sources, **kw)
     else:
-        path = CustomOpBuilder(args.name, args.sources, **kw).build()
+        builder = CustomOpBuilder(args.name, args.sources, **kw)
+        path = builder.build()
+        runtime = builder.runtime_library()  # nanobind's shared runtime, which the operator loads
     if into is not None:
         from pathlib import Path
 
         from .store import install
+        for extra in [runtime] if runtime is not None else []:
+            dep = Path(extra)
+            install(dep.parent.parent, dep.parent.name, into, _owner_of(dep.parent.parent))
         lib = Path(path)
         path = str(install(lib.parent.parent, lib.parent.name, into, _owner_of(lib.parent.parent)))
         from .cache_dir import cache_root

@@ -13,6 +13,7 @@ __all__ = ["BuildSpec", "make_spec", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES"
            "joined_path_flag"]
 
 BACKENDS = ("CPU", "GPU")
+BINDINGS = ("nanobind", "pybind11")
 CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C")
 CUDA_SUFFIXES = (".cu",)
 MAX_NAME = 100  # characters in an operator name: with suffixes and temporary-file parts, well under 255
@@ -35,6 +36,7 @@ class BuildSpec:
     debug: bool
     verbose: bool
     root: Path
+    binding: Optional[str] = None  # modules: "nanobind" or "pybind11"; None: read from the sources (binding.py)
 
     @property
     def op_dir(self) -> Path:
@@ -97,7 +99,7 @@ def _absolute_paths(flags: Tuple[str, ...], link: bool = False) -> Tuple[str, ..
 
 def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str, kind: str,
               include_paths: Optional[Sequence[PathLike]], cflags, cuda_cflags, ldflags,
-              debug: bool, verbose: bool, root: Path) -> BuildSpec:
+              debug: bool, verbose: bool, root: Path, binding: Optional[str] = None) -> BuildSpec:
     """Check the user's arguments and resolve paths; errors say what to change."""
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError(f"operator name {name!r} must be a valid Python identifier (it becomes the module name)")
@@ -112,6 +114,9 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
         raise ValueError(f"unknown backend {backend!r}; accepted values: {', '.join(map(repr, BACKENDS))} (the "
                          f"{backend} backend is not available: opbuilder builds for these backends only)")
     backend = backend.upper()
+    if binding is not None and binding not in BINDINGS:
+        raise ValueError(f"unknown binding {binding!r}; accepted values: None (read from the sources), "
+                         f"{', '.join(map(repr, BINDINGS))}")
     if isinstance(sources, (str, Path)):
         sources = [sources]
     srcs = []
@@ -138,4 +143,5 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
     return BuildSpec(name=name, sources=tuple(srcs), backend=backend, kind=kind, include_paths=tuple(incs),
                      cflags=_absolute_paths(_as_list(cflags, "cflags")),
                      cuda_cflags=_absolute_paths(_as_list(cuda_cflags, "cuda_cflags")),
-                     ldflags=_absolute_paths(_as_list(ldflags, "ldflags"), link=True), debug=bool(debug), verbose=bool(verbose), root=root)
+                     ldflags=_absolute_paths(_as_list(ldflags, "ldflags"), link=True), debug=bool(debug),
+                     verbose=bool(verbose), root=root, binding=binding)

@@ -361,3 +361,31 @@ def available_memory() -> Optional[int]:
     except (OSError, ValueError):
         return None
     return None
+
+
+class NanobindInfo:
+    """What a nanobind module and nanobind's shared runtime are compiled against."""
+
+    __slots__ = ("version", "include", "source", "robin_map")
+
+    def __init__(self, version: str, include: str, source: str, robin_map: str) -> None:
+        self.version, self.include, self.source, self.robin_map = version, include, source, robin_map
+
+
+def nanobind_info(state_dir: Optional[Path]) -> NanobindInfo:
+    """The installed nanobind's version, headers and runtime source, probed once per nanobind."""
+    spec = importlib.util.find_spec("nanobind")  # cheap, imports nothing
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("the 'nanobind' Python package is missing (operators written with OB_MODULE "
+                                "are bound with it): python -m pip install nanobind")
+    pkg = os.path.dirname(spec.origin)
+
+    def probe():
+        import nanobind
+        facts = {"version": nanobind.__version__, "include": nanobind.include_dir(),
+                 "source": nanobind.source_dir(), "robin_map": os.path.join(pkg, "ext", "robin_map", "include")}
+        return facts, [spec.origin, os.path.join(facts["include"], "nanobind", "nanobind.h")]
+
+    facts = remembered(state_dir, f"nanobind {spec.origin}", probe,
+                       schema={"version": str, "include": str, "source": str, "robin_map": str})
+    return NanobindInfo(str(facts["version"]), str(facts["include"]), str(facts["source"]), str(facts["robin_map"]))

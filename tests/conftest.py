@@ -58,7 +58,12 @@ def api_ops(cache_dir):
     return _load("tensor_api_ops", [CPP / "tensor_api_ops.cpp"])
 
 
-@pytest.fixture(scope="session")
-def autograd_ops(cache_dir):
+BINDINGS = ("nanobind", "pybind11")
+
+
+@pytest.fixture(scope="session", params=BINDINGS)
+def autograd_ops(cache_dir, request):
+    """tests/cpp/autograd_ops.cpp bound with each layer: Function<T>'s behaviour is shared."""
     # the headers' templates instantiated by a real build must be warning-free too
-    return _load("autograd_ops", [CPP / "autograd_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+    return _load("autograd_ops", [CPP / "autograd_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+                 binding=request.param)

@@ -21,17 +21,22 @@ CPP = Path(__file__).resolve().parent / "cpp"
 FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
 
 
-def _run_sanitized(name: str, source: str, *mode: str) -> None:
-    """Build `source` with ASan and UBSan and run this file's exercise on it in a child process."""
+def _run_sanitized(name: str, source: str, *mode: str, binding=None) -> None:
+    """Build `source` with ASan and UBSan and run this file's exercise on it in a child process
+    (which first loads nanobind's shared runtime, for a nanobind build, as load() does)."""
     from builder_util import require_asan, run_sanitized_child
     require_asan()
     from opbuilder import CustomOpBuilder
-    lib = CustomOpBuilder(name, [str(CPP / source)], cflags=FLAGS, ldflags=["-fsanitize=address,undefined"]).build()
-    run_sanitized_child([__file__, str(lib), *mode], "exercise: OK")
+    b = CustomOpBuilder(name, [str(CPP / source)], cflags=FLAGS, ldflags=["-fsanitize=address,undefined"],
+                        binding=binding)
+    lib = b.build()
+    runtime = b.runtime_library()
+    run_sanitized_child([__file__, str(lib), *mode, *([f"--preload={runtime}"] if runtime else [])], "exercise: OK")
 
 
-def test_autograd_ops_are_clean_under_asan_and_ubsan(cache_dir):
-    _run_sanitized("autograd_ops_asan", "autograd_ops.cpp")
+@pytest.mark.parametrize("binding", ["nanobind", "pybind11"])
+def test_autograd_ops_are_clean_under_asan_and_ubsan(cache_dir, binding):
+    _run_sanitized(f"autograd_ops_asan_{binding}", "autograd_ops.cpp", binding=binding)
 
 
 def test_seed_style_ops_on_views_are_clean_under_asan_and_ubsan(cache_dir):
@@ -83,7 +88,7 @@ def exercise(lib_path: str) -> None:
 
     import runtime as rt
     from runtime import Tensor
-    spec = importlib.util.spec_from_file_location("autograd_ops_asan", lib_path)
+    spec = importlib.util.spec_from_file_location(Path(lib_path).name.split(".")[0], lib_path)
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
     rng = np.random.default_rng(0)
@@ -157,4 +162,10 @@ def exercise(lib_path: str) -> None:
 
 
 if __name__ == "__main__":
-    (exercise_views if sys.argv[2:] == ["views"] else exercise)(sys.argv[1])
+    args = [a for a in sys.argv[2:] if not a.startswith("--preload=")]
+    for a in sys.argv[2:]:
+        if a.startswith("--preload="):  # nanobind's shared runtime, before the module
+            import ctypes
+            import os
+            ctypes.CDLL(a.split("=", 1)[1], mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+    (exercise_views if args == ["views"] else exercise)(sys.argv[1])

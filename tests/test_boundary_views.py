@@ -15,13 +15,19 @@ import runtime as rt
 from runtime import Tensor, ops
 from runtime.autograd.gradcheck import gradcheck
 
-from conftest import CPP, _load
+from conftest import BINDINGS, CPP, _load
 from builder_util import child_env
 
 
-@pytest.fixture(scope="session")
-def seed_ops(cache_dir):
-    return _load("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+@pytest.fixture(scope="session", params=BINDINGS)
+def seed_ops(cache_dir, request):
+    """tests/cpp/seed_style_ops.cpp bound with each layer (views are the core's, not the binding's)."""
+    return _load("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+                 binding=request.param)
+
+
+def _binding_of(module) -> str:
+    return "nanobind" if type(module.mul).__name__ == "nb_func" else "pybind11"
 
 
 @pytest.fixture(scope="session")
@@ -151,7 +157,8 @@ def test_two_million_elements_in_a_child_process(seed_ops, cache_dir):
         import runtime as rt
         from runtime import Tensor, ops
         from conftest import _load, CPP
-        m = _load("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+        m = _load("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+                  binding={_binding_of(seed_ops)!r})
         n = 2_000_000
         xa = np.random.default_rng(0).standard_normal((2, n // 2)).astype(np.float32)
         g = rt.grad(lambda t: ops.sum(m.square(t)))(Tensor(xa))
@@ -244,7 +251,8 @@ def test_read_only_memory_map_in_a_child_process(seed_ops, cache_dir, tmp_path):
         import numpy as np
         from runtime import Tensor, from_numpy
         from conftest import _load, CPP
-        m = _load("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+        m = _load("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+                  binding={_binding_of(seed_ops)!r})
         mm = np.memmap({str(path)!r}, dtype=np.float64, mode="r", shape=(3, 4))
         m.sneaky_write(from_numpy(mm))
         assert (np.asarray(mm) == np.arange(12).reshape(3, 4)).all()

@@ -19,12 +19,11 @@
 #pragma once
 
 #include "opbuilder/detail/visibility.h"
-#include "opbuilder/casters.h"
 
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
+#include <Python.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -41,7 +40,8 @@
 #include <cxxabi.h>
 #endif
 
-#include "opbuilder/casters.h"
+#include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/fingerprint.h"
 #include "opbuilder/detail/function_checks.h"
 #include "opbuilder/detail/function_node.h"
@@ -154,8 +154,9 @@ class OB_HIDDEN AutogradContext {
   // false: gradients of unused outputs arrive as nullptr instead of zeros.
   void SetMaterializeGrads(bool materialize) { st_.materialize_grads = materialize; }
 
-  // Plain values for Backward: ctx->saved_data["k"] = py::cast(3); ...cast<int>().
-  std::unordered_map<std::string, pybind11::object> saved_data;
+  // Plain values for Backward: ctx->saved_data["k"] = 3; ...cast<int>() (numbers, strings,
+  // tensors, lists of them; with pybind11 also ctx->saved_data["k"] = py::cast(3)).
+  std::unordered_map<std::string, detail::SavedValue> saved_data;
 
   // The Function's class name, for messages.
   const std::string &function_name() const { return *st_.name; }
@@ -171,8 +172,6 @@ class OB_HIDDEN AutogradContext {
 };
 
 namespace detail OB_HIDDEN {
-
-namespace py = pybind11;
 
 inline ContextState &State(AutogradContext &ctx) { return ctx.st_; }
 inline const ContextState &State(const AutogradContext &ctx) { return ctx.st_; }
@@ -219,8 +218,14 @@ const std::string &FunctionName() {
 // The same name as a Python str (borrowed, lives as long as the module).
 template <typename T>
 PyObject *FunctionNamePy() {
-  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<py::str> storage;
-  return storage.call_once_and_store_result([] { return py::str(FunctionName<T>()); }).get_stored().ptr();
+  static std::atomic<PyObject *> stored{nullptr};  // made under the GIL; a race leaks one str at most
+  PyObject *s = stored.load(std::memory_order_acquire);
+  if (s != nullptr) return s;
+  s = Check(PyUnicode_FromStringAndSize(FunctionName<T>().data(), static_cast<Py_ssize_t>(FunctionName<T>().size())));
+  PyObject *expected = nullptr;
+  if (stored.compare_exchange_strong(expected, s, std::memory_order_acq_rel)) return s;
+  Py_DECREF(s);
+  return expected;
 }
 
 // The tensor a Forward argument is (a TensorPtr, or an engaged std::optional<TensorPtr>), else nullptr.
@@ -271,8 +276,8 @@ inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPt
     if (seen) continue;
     Tensor *orig = c.originals != nullptr ? c.originals[i] : nullptr;
     if (!(orig != nullptr ? orig : d)->is_writable()) {
-      throw py::value_error(name + ": argument " + std::to_string(i) +
-                            " is read-only memory (a numpy array with writeable=False, a bytes buffer or a "
+      throw ValueError(name + ": argument " + std::to_string(i) +
+                       " is read-only memory (a numpy array with writeable=False, a bytes buffer or a "
                             "read-only memory map), but Forward marked it dirty (an in-place write); pass a "
                             "writable copy, e.g. x * 1");
     }
@@ -302,16 +307,16 @@ inline TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, TensorPtrL
   return outs;
 }
 
-inline py::object WeakRef(PyObject *o) { return Steal(PyWeakref_NewRef(o, nullptr)); }
+inline PyRef WeakRef(PyObject *o) { return PyRef::Steal(Check(PyWeakref_NewRef(o, nullptr))); }
 
 // The object a weak reference points to, or None if it is gone.
-inline py::object WeakTarget(PyObject *ref) {
+inline PyRef WeakTarget(PyObject *ref) {
 #if PY_VERSION_HEX >= 0x030D0000
   PyObject *o = nullptr;
-  if (PyWeakref_GetRef(ref, &o) < 0) throw py::error_already_set();
-  return o == nullptr ? py::none() : py::reinterpret_steal<py::object>(o);
+  if (PyWeakref_GetRef(ref, &o) < 0) throw PythonError();
+  return o == nullptr ? PyRef::Borrow(Py_None) : PyRef::Steal(o);
 #else
-  return py::reinterpret_borrow<py::object>(PyWeakref_GetObject(ref));
+  return PyRef::Borrow(PyWeakref_GetObject(ref));
 #endif
 }
 
@@ -336,8 +341,8 @@ inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const T
   for (const auto &d : c.dirty) {
     PyObject *p = d->py_object();
     if (p == nullptr || !d->requires_grad()) continue;
-    py::object node = Steal(PyObject_GetAttr(p, rt.s_node));
-    if (node.is_none()) {
+    PyRef node = PyRef::Steal(Check(PyObject_GetAttr(p, rt.s_node)));
+    if (node.get() == Py_None) {
       throw std::runtime_error(name + " modifies argument " + std::to_string(c.ArgIndex(d.get())) +
                                " in place (MarkDirty), but it is a leaf that requires grad; in-place changes "
                                "of such leaves are not allowed (use a copy, e.g. x * 1)");
@@ -347,21 +352,22 @@ inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const T
 
 // Records the node and turns Forward's outputs into runtime.Tensors that are its results.
 inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradContext, ContextDeleter> ctx,
-                                   const TensorPtrList &outs, const py::object &edges,
+                                   const TensorPtrList &outs, PyObject *edges,
                                    const std::uint64_t *fingerprints, double phase, BackwardFn backward,
-                                   PyObject *name_py) {
+                                   ErrorFn set_error, PyObject *name_py) {
   ContextState &c = State(*ctx);
   CheckOutputs(outs, *c.name);
   CheckForwardWrites(rt, c, outs, fingerprints, phase);
 
   auto state = std::make_unique<NodeState>();
   state->backward = backward;
+  state->set_error = set_error;
   state->in_meta.reserve(c.nargs);
   for (std::size_t i = 0; i < c.nargs; ++i) state->in_meta.push_back(MetaOf(c.args[i]));
   state->out_meta.reserve(outs.size());
   for (const auto &t : outs) state->out_meta.push_back(MetaOf(t.get()));
   state->ctx = std::move(ctx);
-  py::object node = Steal(NewNode(state.release(), edges.ptr(), name_py));
+  PyRef node = PyRef::Steal(NewNode(state.release(), edges, name_py));
 
   TensorPtrList result;
   result.reserve(outs.size());
@@ -374,17 +380,17 @@ inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradCo
     if (!(is_arg && c.IsDirty(o.get()) && o->py_object() != nullptr) && (is_arg || o->py_object() != nullptr)) {
       o = Alias(o);  // never rewrite the history of a tensor that is not ours, unless in place
     }
-    py::object obj = Steal(ToPython(rt, o));
+    PyRef obj = PyRef::Steal(ToPython(rt, o));
     if (!c.IsNonDifferentiable(outs[j].get()) && IsFloating(o->dtype())) {  // integer outputs: no gradient
-      if (PyObject_SetAttr(obj.ptr(), rt.s_node, node.ptr()) < 0) throw py::error_already_set();
+      Check(PyObject_SetAttr(obj.get(), rt.s_node, node.get()));
       if (j != 0) {  // 0 is the class default
-        py::object idx = Steal(PyLong_FromSize_t(j));
-        if (PyObject_SetAttr(obj.ptr(), rt.s_out_index, idx.ptr()) < 0) throw py::error_already_set();
+        PyRef idx = PyRef::Steal(Check(PyLong_FromSize_t(j)));
+        Check(PyObject_SetAttr(obj.get(), rt.s_out_index, idx.get()));
       }
-      if (PyObject_SetAttr(obj.ptr(), rt.s_requires_grad, Py_True) < 0) throw py::error_already_set();
-      o->set_requires_grad(true);
+      Check(PyObject_SetAttr(obj.get(), rt.s_requires_grad, Py_True));
+      TensorAccess::SetRequiresGrad(*o, true);
     }
-    out_objs[j] = obj.ptr();  // kept alive by `result`
+    out_objs[j] = obj.get();  // kept alive by `result`
     result.push_back(std::move(o));
   }
 
@@ -406,7 +412,7 @@ inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradCo
         for (std::size_t j = 0; j < outs.size(); ++j) {
           if (outs[j].get() != s.get()) continue;
           VersionWatch w;
-          w.source = PyRef::Steal(WeakRef(out_objs[j]).release().ptr());
+          w.source = WeakRef(out_objs[j]);
           w.weak = true;
           w.version = PyVersion(rt, out_objs[j]);
           slot.aliases.push_back(std::move(w));
@@ -414,7 +420,7 @@ inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradCo
       } else if (oj >= 0) {
         PyObject *obj = out_objs[oj];
         slot.tensor = Alias(s);
-        slot.version_source = PyRef::Steal(WeakRef(obj).release().ptr());
+        slot.version_source = WeakRef(obj);
         slot.weak = true;
         slot.version = PyVersion(rt, obj);
       } else {
@@ -452,13 +458,13 @@ R FromList(TensorPtrList l) {
 
 // The edge to argument `t` (which requires grad): itself if a leaf, else (node, index). New reference.
 inline PyObject *EdgeOf(const Runtime &rt, PyObject *t) {
-  py::object node = Steal(PyObject_GetAttr(t, rt.s_node));
-  if (node.is_none()) {
+  PyRef node = PyRef::Steal(Check(PyObject_GetAttr(t, rt.s_node)));
+  if (node.get() == Py_None) {
     Py_INCREF(t);
     return t;
   }
-  py::object idx = Steal(PyObject_GetAttr(t, rt.s_out_index));
-  return Steal(PyTuple_Pack(2, node.ptr(), idx.ptr())).release().ptr();
+  PyRef idx = PyRef::Steal(Check(PyObject_GetAttr(t, rt.s_out_index)));
+  return Check(PyTuple_Pack(2, node.get(), idx.get()));
 }
 
 inline bool WantsGrad(const Tensor *t) {
@@ -496,8 +502,8 @@ inline bool NeedsPrivateCopy(const Tensor &t) { return !t.is_contiguous() || !t.
 // same runtime.Tensor (so grad edges, versions and MarkDirty refer to the caller's).
 inline TensorPtr PrivateCopy(const Tensor &t) {
   TensorPtr c = t.contiguous_copy();
-  c->set_requires_grad(t.requires_grad());
-  if (PyObject *o = t.py_object()) c->BindPython(PyRef::Borrow(o));
+  TensorAccess::SetRequiresGrad(*c, t.requires_grad());
+  if (PyObject *o = t.py_object()) TensorAccess::BindPython(*c, PyRef::Borrow(o));
   return c;
 }
 
@@ -537,10 +543,10 @@ decltype(auto) ForwardArg(A &&arg, Tensor **orig, TensorPtr *copy) {
 
 inline void AutogradContext::CheckSavedVersion(const detail::Runtime &rt, std::size_t slot, PyObject *src, bool weak,
                                                std::int64_t version) const {
-  pybind11::object target;
+  detail::PyRef target;
   if (src != nullptr && weak) {
     target = detail::WeakTarget(src);
-    src = target.ptr();
+    src = target.get();
   }
   if (src == nullptr || src == Py_None) return;  // no Python object, or one that is gone
   const std::int64_t now = detail::PyVersion(rt, src);
@@ -587,17 +593,16 @@ class Function {
  private:
   // runtime.jit is tracing: hand the call to its hook (runtime/jit/tracing.py cpp_hook), which
   // records one graph node whose target is `replay` (this Apply without the check) and runs it.
+  // Making `replay` a Python callable is the binding layer's job (detail/binding.h).
   template <typename... Args>
   static auto Traced(Args &&...args) {
     using R =
         decltype(Prepare(detail::Runtime::Get(), std::index_sequence_for<Args...>{}, std::forward<Args>(args)...));
-    pybind11::cpp_function replay([](std::decay_t<Args>... a) -> R {
+    auto replay = [](std::decay_t<Args>... a) -> R {
       return Prepare(detail::Runtime::Get(), std::index_sequence_for<Args...>{}, a...);
-    });
-    pybind11::tuple py_args = pybind11::make_tuple(args...);
-    auto hook = pybind11::reinterpret_borrow<pybind11::object>(detail::Runtime::Get().trace_hook);
-    auto name = pybind11::reinterpret_borrow<pybind11::object>(detail::FunctionNamePy<Derived>());
-    return hook(name, replay, py_args).template cast<R>();
+    };
+    return detail::Binding<Derived>::template Trace<R>(detail::Runtime::Get().trace_hook,
+                                                       detail::FunctionNamePy<Derived>(), replay, args...);
   }
 
   static constexpr bool kViews = detail::AcceptsViews<Derived>::value;
@@ -655,7 +660,7 @@ class Function {
     st.originals = originals;
     st.nargs = kN;
     st.needs.assign(kN, false);
-    pybind11::object edges = detail::Steal(PyTuple_New(static_cast<Py_ssize_t>(kN)));
+    detail::PyRef edges = detail::PyRef::Steal(detail::Check(PyTuple_New(static_cast<Py_ssize_t>(kN))));
     for (std::size_t i = 0; i < kN; ++i) {
       PyObject *e = Py_None;
       if (detail::WantsGrad(in[i])) {
@@ -664,7 +669,7 @@ class Function {
       } else {
         Py_INCREF(e);
       }
-      PyTuple_SET_ITEM(edges.ptr(), static_cast<Py_ssize_t>(i), e);
+      PyTuple_SET_ITEM(edges.get(), static_cast<Py_ssize_t>(i), e);
     }
     const double phase = detail::NextFingerprintPhase();
     std::array<std::uint64_t, kN + 1> fingerprints{};
@@ -676,8 +681,9 @@ class Function {
       detail::GradModeGuard off(rt, false, true);  // recording: grad mode was on
       out = Derived::Forward(ctx.get(), std::forward<Args>(args)...);
     }
-    return detail::FromList<R>(detail::RecordOutputs(rt, std::move(ctx), detail::AsList(std::move(out)), edges,
+    return detail::FromList<R>(detail::RecordOutputs(rt, std::move(ctx), detail::AsList(std::move(out)), edges.get(),
                                                      fingerprints.data(), phase, &BackwardThunk,
+                                                     &detail::Binding<Derived>::SetErrorFromCurrentException,
                                                      detail::FunctionNamePy<Derived>()));
   }
 

@@ -11,17 +11,20 @@
 
 #include "opbuilder/detail/visibility.h"
 
+#include <Python.h>
 #include <cuda_runtime_api.h>
-#include <pybind11/pybind11.h>
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/pyref.h"
+
 namespace opbuilder {
 namespace cuda {
 
-// A CUDA error as a C++ exception; pybind11 raises it as RuntimeError with this text.
+// A CUDA error as a C++ exception; both binding layers raise it as RuntimeError with this text.
 class CudaError : public std::runtime_error {
  public:
   CudaError(cudaError_t code, const char *expr, const char *file, int line)
@@ -37,9 +40,12 @@ class CudaError : public std::runtime_error {
 // The runtime's current stream (runtime.cuda.current_stream(); set with runtime.cuda.stream(s)).
 // Launch on it so a Function op is ordered with the ops before and after it.
 inline cudaStream_t CurrentStream() {
-  pybind11::gil_scoped_acquire gil;
-  pybind11::object ptr = pybind11::module_::import("runtime.device_memory").attr("current_stream_ptr")();
-  return reinterpret_cast<cudaStream_t>(ptr.cast<std::uintptr_t>());
+  detail::GilForRefcount gil;
+  detail::PyRef m = detail::PyRef::Steal(detail::Check(PyImport_ImportModule("runtime.device_memory")));
+  detail::PyRef ptr = detail::PyRef::Steal(detail::Check(PyObject_CallMethod(m.get(), "current_stream_ptr", nullptr)));
+  void *p = PyLong_AsVoidPtr(ptr.get());
+  if (PyErr_Occurred()) throw detail::PythonError();
+  return reinterpret_cast<cudaStream_t>(p);
 }
 
 }  // namespace cuda

@@ -2,25 +2,38 @@
 //
 //   #include "opbuilder/extension.h"
 //   using namespace opbuilder;
+//   OB_MODULE(m) { m.def("mul", ...); }
 //
 // Tensor / TensorPtr / TensorPtrList / ShapeVector / DataType (tensor.h,
-// dtype.h), Function<T> and AutogradContext (autograd.h), and the pybind11
-// conversions to and from runtime.Tensor (casters.h). The builder defines
-// OB_EXTENSION_NAME as the module's name for PYBIND11_MODULE.
+// dtype.h), Function<T> and AutogradContext (autograd.h): these depend on no
+// binding library. Then one binding layer: nanobind (nanobind.h), which the
+// builder selects (OB_BINDING_NANOBIND) for sources that define their module
+// with OB_MODULE or NB_MODULE; else pybind11 (casters.h), for sources written
+// with PYBIND11_MODULE(OB_EXTENSION_NAME, m), as before. The builder defines
+// OB_EXTENSION_NAME as the module's name.
 #pragma once
 
+#ifndef OB_EXTENSION_NAME
+#define OB_EXTENSION_NAME opbuilder_extension
+#endif
+
+#if defined(OB_BINDING_NANOBIND)
+#include "opbuilder/nanobind.h"
+#else
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "opbuilder/autograd.h"
 #include "opbuilder/casters.h"
+#ifndef OB_MODULE
+// Outside the builder's nanobind mode, OB_MODULE is a pybind11 module (same source, either layer).
+#define OB_MODULE(m) PYBIND11_MODULE(OB_EXTENSION_NAME, m)
+#endif
+#endif
+
+#include "opbuilder/autograd.h"
 #include "opbuilder/dtype.h"
 #include "opbuilder/tensor.h"
 
 #if defined(__CUDACC__) || defined(OPBUILDER_WITH_CUDA)
 #include "opbuilder/cuda.h"
-#endif
-
-#ifndef OB_EXTENSION_NAME
-#define OB_EXTENSION_NAME opbuilder_extension
 #endif

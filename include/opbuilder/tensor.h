@@ -8,7 +8,7 @@
 
 #include "opbuilder/detail/visibility.h"
 
-#include <pybind11/pybind11.h>
+#include <Python.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/pyref.h"
 #include "opbuilder/dtype.h"
 
@@ -55,7 +56,7 @@ inline std::int64_t CheckedNumel(const ShapeVector &shape) {
   return n;
 }
 
-// std::bad_alloc with a message (pybind11 raises it as MemoryError with this text).
+// std::bad_alloc with a message (both binding layers raise it as MemoryError with this text).
 class AllocationError : public std::bad_alloc {
  public:
   explicit AllocationError(std::string msg) : msg_(std::move(msg)) {}
@@ -184,18 +185,25 @@ inline int ParseDevice(const std::string &device) {
       return std::stoi(d.substr(k.size() + 1));
     }
   }
-  throw pybind11::value_error("opbuilder::Tensor: device '" + device +
-                              "' is not a device name; accepted: 'cpu', 'cuda', 'cuda:N', 'GPU', 'GPU:N'");
+  throw ValueError("opbuilder::Tensor: device '" + device +
+                   "' is not a device name; accepted: 'cpu', 'cuda', 'cuda:N', 'GPU', 'GPU:N'");
 }
 
 // Device memory from the runtime's allocator (CuPy's pool, ordered on the current
 // stream): the Python owner of the block goes into the storage's deleter.
 inline std::shared_ptr<void> AllocateDeviceStorage(std::size_t nbytes, int device, bool zero) {
-  pybind11::gil_scoped_acquire gil;
-  pybind11::object block = pybind11::module_::import("runtime.device_memory").attr("allocate")(nbytes, device, zero);
-  auto ptr = reinterpret_cast<void *>(block.attr("data").attr("ptr").cast<std::uintptr_t>());
-  return std::shared_ptr<void>(ptr, PyOwnerDeleter{block.release().ptr()});
+  GilForRefcount gil;
+  PyRef m = PyRef::Steal(Check(PyImport_ImportModule("runtime.device_memory")));
+  PyRef block = PyRef::Steal(Check(PyObject_CallMethod(m.get(), "allocate", "nii", static_cast<Py_ssize_t>(nbytes),
+                                                       device, zero ? 1 : 0)));
+  PyRef data = PyRef::Steal(Check(PyObject_GetAttrString(block.get(), "data")));
+  PyRef ptr = PyRef::Steal(Check(PyObject_GetAttrString(data.get(), "ptr")));
+  void *p = PyLong_AsVoidPtr(ptr.get());
+  if (PyErr_Occurred()) throw PythonError();
+  return std::shared_ptr<void>(p, PyOwnerDeleter{block.release()});
 }
+
+struct TensorAccess;
 
 }  // namespace detail
 
@@ -293,8 +301,8 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   template <typename T>
   T *data() const {
     if (DataTypeOf<T>::value != dtype_) {
-      throw pybind11::type_error(std::string("opbuilder::Tensor::data<T>(): tensor has dtype ") +
-                                 DataTypeName(dtype_) + ", but T is " + DataTypeName(DataTypeOf<T>::value));
+      throw detail::TypeError(std::string("opbuilder::Tensor::data<T>(): tensor has dtype ") + DataTypeName(dtype_) +
+                              ", but T is " + DataTypeName(DataTypeOf<T>::value));
     }
     CheckContiguous("data<T>()");
     return static_cast<T *>(data_);
@@ -320,7 +328,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
     if (src.dtype_ != dtype_ || src.shape_ != shape_) {
       throw std::invalid_argument("opbuilder::Tensor::copy_from: dtype or shape differs");
     }
-    if (!writable_) throw pybind11::value_error("opbuilder::Tensor::copy_from: the tensor is read-only");
+    if (!writable_) throw detail::ValueError("opbuilder::Tensor::copy_from: the tensor is read-only");
     CheckHost("copy_from()");
     src.CheckHost("copy_from()");
     detail::CopyStrided(static_cast<char *>(data_), strides(), static_cast<const char *>(src.data_), src.strides(),
@@ -336,13 +344,12 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   std::int64_t DataSize() const { return numel_; }
   std::size_t Size() const { return nbytes(); }
 
-  // ---- used by the Python bridge; not part of the operator-author API ----
+  // ---- read by the Python bridge ----
   const std::shared_ptr<void> &storage() const { return storage_; }
-  PyObject *py_object() const { return py_.get(); }
-  void BindPython(detail::PyRef obj) { py_ = std::move(obj); }
-  void set_requires_grad(bool r) { requires_grad_ = r; }
+  PyObject *py_object() const { return py_.get(); }  // the runtime.Tensor this tensor is, if any
 
  private:
+  friend struct detail::TensorAccess;
   static void CheckDtype(DataType t) {
     if (static_cast<int>(t) < 0 || t >= kTypeUnknown) {
       throw std::invalid_argument("opbuilder::Tensor: unknown DataType " + std::to_string(static_cast<int>(t)));
@@ -364,16 +371,16 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   }
   void CheckHost(const char *what) const {
     if (device_ < 0) return;
-    throw pybind11::value_error(std::string("opbuilder::Tensor::") + what +
-                                " runs on host memory, and this tensor is on " +
-                                device() + "; do it in your CUDA code (the runtime hands Function ops contiguous "
+    throw detail::ValueError(std::string("opbuilder::Tensor::") + what +
+                             " runs on host memory, and this tensor is on " +
+                             device() + "; do it in your CUDA code (the runtime hands Function ops contiguous "
                                 "device tensors)");
   }
   void CheckContiguous(const char *what) const {
     if (is_contiguous()) return;
-    throw pybind11::value_error(std::string("opbuilder::Tensor::") + what + ": the tensor is not contiguous (shape " +
-                                detail::ShapeString(shape_) + ", strides " + detail::ShapeString(strides_) +
-                                "); call contiguous() first, or index data_ptr() with strides()");
+    throw detail::ValueError(std::string("opbuilder::Tensor::") + what + ": the tensor is not contiguous (shape " +
+                             detail::ShapeString(shape_) + ", strides " + detail::ShapeString(strides_) +
+                             "); call contiguous() first, or index data_ptr() with strides()");
   }
   std::size_t NormDim(std::int64_t d) const {
     return static_cast<std::size_t>(d < 0 ? d + ndim() : d);
@@ -390,5 +397,13 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   bool requires_grad_ = false;
   detail::PyRef py_;  // the runtime.Tensor this tensor is, if any
 };
+
+namespace detail OB_HIDDEN {
+// What only the bridge and Function<T> change on a Tensor.
+struct TensorAccess {
+  static void BindPython(Tensor &t, PyRef obj) { t.py_ = std::move(obj); }
+  static void SetRequiresGrad(Tensor &t, bool r) { t.requires_grad_ = r; }
+};
+}  // namespace detail
 
 }  // namespace opbuilder

@@ -1,6 +1,6 @@
 // Test operators for Function<T> / AutogradContext semantics (tests/test_autograd_*.py).
-// One module, built once per test session; also built with ASan/UBSan by
-// tests/test_autograd_sanitizers.py.
+// One module per binding layer (nanobind, pybind11), built once per test session; also built
+// with ASan/UBSan by tests/test_autograd_sanitizers.py.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -13,9 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "opbuilder/extension.h"
+#include "binding_compat.h"  // py:: is pybind11 or nanobind, as the test builds it
 
-namespace py = pybind11;
 using namespace opbuilder;
 
 namespace {
@@ -187,7 +186,7 @@ struct MixedArgs : Function<MixedArgs> {
   }
 };
 
-// The other exception kinds, with pybind11's mapping (the same in Forward and Backward).
+// The other exception kinds, with the binding's mapping (the same in Forward and Backward).
 inline void ThrowOther(const std::string &kind, const std::string &who, const std::string &where) {
   if (kind == "domain_error") throw std::domain_error(who + "outside the domain" + where);
   if (kind == "overflow_error") throw std::overflow_error(who + "too large" + where);
@@ -200,7 +199,7 @@ inline void ThrowOther(const std::string &kind, const std::string &who, const st
 // x * y (one shape); Backward misbehaves as `mode` says.
 struct Misbehave : Function<Misbehave> {
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y, const std::string &mode) {
-    ctx->saved_data["mode"] = py::str(mode);
+    ctx->saved_data["mode"] = mode;  // a plain value: either binding converts it
     ctx->SaveForBackward({x, y});
     return Mul(x, y);
   }
@@ -314,7 +313,7 @@ namespace {
 TensorPtrList g_held;  // see hold / drop_held_concurrently
 }  // namespace
 
-PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
+OB_MODULE(m) {
   m.def("two_scales", [](const TensorPtr &x, bool materialize) { return TwoScales::Apply(x, materialize); });
   m.def("square_and_sign", [](const TensorPtr &x) { return SquareAndSign::Apply(x); });
   m.def("last_null", []() { return g_last_null; });

@@ -7,9 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "opbuilder/extension.h"
+#include "binding_compat.h"  // py:: is pybind11 or nanobind, as the test builds it
 
-namespace py = pybind11;
 using namespace opbuilder;
 
 namespace {
@@ -181,7 +180,7 @@ class FloorInt : public Function<FloorInt> {
 
 }  // namespace
 
-PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
+OB_MODULE(m) {
   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return SeedMul::Apply(x, y); });
   m.def("square", [](const TensorPtr &x) { return SeedSquare::Apply(x); });
   m.def("view_square", [](const TensorPtr &x) { return ViewSquare::Apply(x); });

@@ -13,8 +13,9 @@
 
 #include "opbuilder/detail/visibility.h"
 
-#include <pybind11/pybind11.h>
+#include <Python.h>
 
+#include <atomic>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -22,15 +23,10 @@
 #include <utility>
 #include <vector>
 
-#if defined(__has_include)
-#if __has_include(<pybind11/detail/exception_translation.h>)
-#include <pybind11/detail/exception_translation.h>
-#define OB_HAVE_PYBIND11_TRANSLATE 1
-#endif
-#endif
-
 #include <structmember.h>
 
+#include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/runtime_bridge.h"
 #include "opbuilder/tensor.h"
 
@@ -39,45 +35,6 @@ namespace opbuilder {
 class AutogradContext;
 
 namespace detail OB_HIDDEN {
-
-namespace py = pybind11;
-
-// Sets the Python error for the C++ exception being handled (call inside catch):
-// the mapping pybind11 gives Forward (which it calls), so an exception becomes the
-// same Python type whichever of the two threw it.
-inline void SetPythonErrorFromCurrentException() {
-#ifdef OB_HAVE_PYBIND11_TRANSLATE
-  py::detail::try_translate_exceptions();  // pybind11's mapping, registered translators included
-#else
-  // pybind11 before 2.13.6 has no public entry to its translators: its built-in
-  // mapping, without translators a module registered itself
-  try {
-    throw;
-  } catch (py::error_already_set &e) {
-    e.restore();
-  } catch (const py::builtin_exception &e) {
-    e.set_error();
-  } catch (const std::bad_alloc &e) {
-    PyErr_SetString(PyExc_MemoryError, e.what());
-  } catch (const std::out_of_range &e) {
-    PyErr_SetString(PyExc_IndexError, e.what());
-  } catch (const std::overflow_error &e) {
-    PyErr_SetString(PyExc_OverflowError, e.what());
-  } catch (const std::domain_error &e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::invalid_argument &e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::length_error &e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::range_error &e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::exception &e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception (not a std::exception)");
-  }
-#endif
-}
 
 struct TensorMeta {
   bool is_tensor = false;
@@ -111,6 +68,7 @@ void ContextClear(AutogradContext &ctx);
 struct NodeState {
   std::unique_ptr<AutogradContext, ContextDeleter> ctx;
   BackwardFn backward = nullptr;
+  ErrorFn set_error = SetNeutralOrStdError;  // the binding layer's mapping of Backward's exceptions
   std::vector<TensorMeta> in_meta;
   std::vector<TensorMeta> out_meta;
 };
@@ -125,18 +83,22 @@ struct NodeObject {
 };
 
 inline PyObject *MetasToPython(const Runtime &rt, const std::vector<TensorMeta> &ms) {
-  py::tuple t(ms.size());
+  PyRef t = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(ms.size()))));
   for (std::size_t i = 0; i < ms.size(); ++i) {
     const TensorMeta &m = ms[i];
+    PyObject *item = Py_None;
     if (!m.is_tensor) {
-      t[i] = py::none();
-      continue;
+      Py_INCREF(item);
+    } else {
+      PyRef shape = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(m.shape.size()))));
+      for (std::size_t d = 0; d < m.shape.size(); ++d) {
+        PyTuple_SET_ITEM(shape.get(), static_cast<Py_ssize_t>(d), Check(PyLong_FromLongLong(m.shape[d])));
+      }
+      item = Check(PyTuple_Pack(2, shape.get(), rt.descr[m.dtype]));
     }
-    py::tuple shape(m.shape.size());
-    for (std::size_t d = 0; d < m.shape.size(); ++d) shape[d] = py::int_(m.shape[d]);
-    t[i] = py::make_tuple(shape, py::reinterpret_borrow<py::object>(rt.descr[m.dtype]));
+    PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(i), item);
   }
-  return t.release().ptr();
+  return t.release();
 }
 
 // The cached metadata tuple, built on first use (new reference).
@@ -145,7 +107,7 @@ inline PyObject *CachedMeta(PyObject **cache, const std::vector<TensorMeta> &ms)
     try {
       *cache = MetasToPython(Runtime::Get(), ms);
     } catch (...) {
-      SetPythonErrorFromCurrentException();
+      SetNeutralOrStdError();
       return nullptr;
     }
   }
@@ -174,13 +136,12 @@ inline PyObject *NodeMaterialize(PyObject *o, void *) {
 
 // Nothing but `r` refers to its tensor or memory: the list Backward returned holds the only
 // reference, and the storage is C++'s own (or a Python block nothing else refers to).
-inline bool FreshGradient(const TensorPtr &r) {
+inline bool FreshGradient(const Runtime &rt, const TensorPtr &r) {
   if (r.use_count() != 1 || r->py_object() != nullptr || r->storage().use_count() > 1) return false;
   if (auto *del = std::get_deleter<PyOwnerDeleter>(r->storage())) {
     PyObject *owner = del->owner;
     if (Py_REFCNT(owner) != 1) return false;
-    const auto &api = py::detail::npy_api::get();
-    return !api.PyArray_Check_(owner) || py::detail::array_proxy(owner)->base == nullptr;
+    return !rt.api->IsArray(owner) || ArrayFields(owner)->base == nullptr;
   }
   return true;
 }
@@ -192,8 +153,8 @@ inline bool OverIncoming(const Runtime &rt, const Tensor &r, PyObject *const *gr
     if (grads[k] == Py_None) continue;
     if (r.py_object() == grads[k]) return true;
     if (del != nullptr) {
-      py::object data = Steal(PyObject_GetAttr(grads[k], rt.s_data));
-      if (data.ptr() == del->owner) return true;
+      PyRef data = PyRef::Steal(Check(PyObject_GetAttr(grads[k], rt.s_data)));
+      if (data.get() == del->owner) return true;
     }
   }
   return false;
@@ -202,9 +163,10 @@ inline bool OverIncoming(const Runtime &rt, const Tensor &r, PyObject *const *gr
 // A new runtime.Tensor with `r`'s values in memory of its own (new reference).
 inline PyObject *PrivateGradient(const Runtime &rt, const TensorPtr &r) {
   if (!r->is_cuda()) return ToPython(rt, r->contiguous_copy());
-  py::object t = Steal(ToPython(rt, r));
-  py::object data = Steal(PyObject_GetAttr(t.ptr(), rt.s_data));
-  return NewPyTensor(rt, data.attr("copy")().ptr());
+  PyRef t = PyRef::Steal(Check(ToPython(rt, r)));
+  PyRef data = PyRef::Steal(Check(PyObject_GetAttr(t.get(), rt.s_data)));
+  PyRef copy = PyRef::Steal(Check(PyObject_CallMethod(data.get(), "copy", nullptr)));
+  return NewPyTensor(rt, copy.get());
 }
 
 // apply(grads, create_graph): output gradients (runtime.Tensor or None) in,
@@ -219,9 +181,9 @@ inline PyObject *NodeApply(PyObject *o, PyObject *const *args, Py_ssize_t nargs)
   }
   try {
     const Runtime &rt = Runtime::Get();
-    py::object seq = Steal(PySequence_Fast(args[0], "apply: grads must be a sequence"));
-    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
-    PyObject **items = PySequence_Fast_ITEMS(seq.ptr());
+    PyRef seq = PyRef::Steal(Check(PySequence_Fast(args[0], "apply: grads must be a sequence")));
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.get());
+    PyObject **items = PySequence_Fast_ITEMS(seq.get());
     TensorPtrList grads;
     grads.reserve(static_cast<std::size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
@@ -235,21 +197,21 @@ inline PyObject *NodeApply(PyObject *o, PyObject *const *args, Py_ssize_t nargs)
                                  " returned a gradient for argument " + std::to_string(i) + ", which is not a tensor");
       }
     }
-    py::list out(res.size());
+    PyRef out = PyRef::Steal(Check(PyList_New(static_cast<Py_ssize_t>(res.size()))));
     for (std::size_t i = 0; i < res.size(); ++i) {
       PyObject *r = Py_None;
       if (!res[i]) {
         Py_INCREF(r);
-      } else if (FreshGradient(res[i]) || OverIncoming(rt, *res[i], items, n)) {
+      } else if (FreshGradient(rt, res[i]) || OverIncoming(rt, *res[i], items, n)) {
         r = ToPython(rt, res[i]);
       } else {
         r = PrivateGradient(rt, res[i]);
       }
-      PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), r);
+      PyList_SET_ITEM(out.get(), static_cast<Py_ssize_t>(i), r);
     }
-    return out.release().ptr();
+    return out.release();
   } catch (...) {
-    SetPythonErrorFromCurrentException();
+    self->state->set_error();
     return nullptr;
   }
 }
@@ -259,7 +221,7 @@ inline PyObject *NodeRelease(PyObject *o, PyObject *) {
   try {
     ContextRelease(*s->ctx);
   } catch (...) {
-    SetPythonErrorFromCurrentException();
+    s->set_error();
     return nullptr;
   }
   Py_RETURN_NONE;
@@ -303,11 +265,7 @@ inline void NodeDealloc(PyObject *o) {
 
 // The node type, created once per extension module (each module built from
 // this header has its own, as pybind11's module_local classes do).
-inline PyTypeObject *NodeType() {
-  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<py::object> storage;
-  return reinterpret_cast<PyTypeObject *>(
-      storage
-          .call_once_and_store_result([]() {
+inline PyTypeObject *MakeNodeType() {
             static PyMemberDef members[] = {
                 {const_cast<char *>("next_edges"), T_OBJECT, offsetof(NodeObject, next_edges), READONLY, nullptr},
                 {const_cast<char *>("name"), T_OBJECT, offsetof(NodeObject, name), READONLY, nullptr},
@@ -332,23 +290,30 @@ inline PyTypeObject *NodeType() {
                                           {0, nullptr}};
             static PyType_Spec spec = {"opbuilder.CppFunctionNode", static_cast<int>(sizeof(NodeObject)), 0,
                                        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
-            py::object type = Steal(PyType_FromSpec(&spec));
+            PyRef type = PyRef::Steal(Check(PyType_FromSpec(&spec)));
             // a user-written backward: wrong dtypes are errors; C++ records no graph
-            if (PyObject_SetAttrString(type.ptr(), "strict", Py_True) < 0 ||
-                PyObject_SetAttrString(type.ptr(), "differentiable", Py_False) < 0) {
-              throw py::error_already_set();
-            }
-            return type;
-          })
-          .get_stored()
-          .ptr());
+            Check(PyObject_SetAttrString(type.get(), "strict", Py_True));
+            Check(PyObject_SetAttrString(type.get(), "differentiable", Py_False));
+            return reinterpret_cast<PyTypeObject *>(type.release());
+}
+
+// Made on first use under the GIL and kept for the life of the process.
+inline PyTypeObject *NodeType() {
+  static std::atomic<PyTypeObject *> stored{nullptr};
+  PyTypeObject *t = stored.load(std::memory_order_acquire);
+  if (t != nullptr) return t;
+  t = MakeNodeType();
+  PyTypeObject *expected = nullptr;
+  if (stored.compare_exchange_strong(expected, t, std::memory_order_acq_rel)) return t;
+  Py_DECREF(t);
+  return expected;
 }
 
 // A new node object owning `state` (new reference).
 inline PyObject *NewNode(NodeState *state, PyObject *edges, PyObject *name) {
   std::unique_ptr<NodeState> owned(state);
   auto *self = PyObject_GC_New(NodeObject, NodeType());  // takes a reference to the type
-  if (self == nullptr) throw py::error_already_set();
+  if (self == nullptr) throw PythonError();
   Py_INCREF(edges);
   Py_INCREF(name);
   self->next_edges = edges;

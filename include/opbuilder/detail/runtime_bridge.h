@@ -1,26 +1,31 @@
 // The bridge to the Python runtime: runtime.Tensor <-> opbuilder::Tensor
-// without copying data, and the runtime's grad-mode switch.
+// without copying data, the runtime's grad-mode switch, tensor versions.
 //
-// A runtime.Tensor is a Python object whose `_data` attribute is a numpy
-// array (see runtime/tensor.py). Going in, the tensor views the array's
-// buffer and keeps the array alive; going out, a tensor allocated in C++
-// becomes a numpy array whose base is a capsule owning the storage.
+// Binding-neutral: it uses the Python C API only (numpy through its C API
+// table, numpy_api.h), so operators bound with pybind11 and with nanobind share
+// it. A runtime.Tensor is a Python object whose `_data` attribute is a numpy
+// array (see runtime/tensor.py). Going in, the tensor views the array's buffer
+// and keeps the array alive; going out, a tensor allocated in C++ becomes a
+// numpy array whose base is a capsule owning the storage.
 #pragma once
 
 #include "opbuilder/detail/visibility.h"
 
-#include <pybind11/numpy.h>
-#include <pybind11/pybind11.h>
+#include <Python.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/numpy_api.h"
+#include "opbuilder/detail/pyref.h"
 #include "opbuilder/tensor.h"
 
 namespace opbuilder {
 namespace detail OB_HIDDEN {
-
-namespace py = pybind11;
 
 // Cached objects of the runtime and numpy, looked up once per module.
 struct Runtime {
@@ -34,7 +39,8 @@ struct Runtime {
   PyObject *s_version = nullptr;
   PyObject *s_enabled = nullptr;
   PyObject *descr[kNumDataTypes] = {};
-  py::detail::npy_api *api = nullptr;
+  NumpyApi np;
+  const NumpyApi *api = &np;
   // runtime.jit: non-zero while a trace records ops (runtime/jit/tracing.py owns the int),
   // and the function a traced Function<T>::Apply hands itself to.
   const volatile int *trace_flag = nullptr;
@@ -43,46 +49,60 @@ struct Runtime {
   static Runtime &Get();
 };
 
+// A module's attribute (new reference).
+inline PyObject *ImportAttr(const char *module, const char *name) {
+  PyRef m = PyRef::Steal(Check(PyImport_ImportModule(module)));
+  return Check(PyObject_GetAttrString(m.get(), name));
+}
+
+// Calls `fn(args...)` (a tuple it builds from new references it steals); new reference.
+inline PyObject *CallSteal(PyObject *fn, PyObject *args) {
+  PyRef a = PyRef::Steal(Check(args));
+  return Check(PyObject_Call(fn, a.get(), nullptr));
+}
+
 inline Runtime LoadRuntime() {
   Runtime r;
-  r.tensor_type = reinterpret_cast<PyTypeObject *>(
-      py::object(py::module_::import("runtime.tensor").attr("Tensor")).release().ptr());
-  r.grad_state = py::object(py::module_::import("runtime.autograd.grad_mode").attr("_state")).release().ptr();
-  r.empty_tuple = PyTuple_New(0);
-  r.s_data = PyUnicode_InternFromString("_data");
-  r.s_requires_grad = PyUnicode_InternFromString("requires_grad");
-  r.s_node = PyUnicode_InternFromString("_node");
-  r.s_out_index = PyUnicode_InternFromString("_out_index");
-  r.s_version = PyUnicode_InternFromString("_version");
-  r.s_enabled = PyUnicode_InternFromString("enabled");
-  r.api = &py::detail::npy_api::get();
-  py::module_ tracing = py::module_::import("runtime.jit.tracing");
-  r.trace_flag = reinterpret_cast<const volatile int *>(tracing.attr("flag_address")().cast<std::uintptr_t>());
-  r.trace_hook = py::object(tracing.attr("cpp_hook")).release().ptr();
-  using A = py::detail::npy_api;
-  const int nums[kNumDataTypes] = {A::NPY_BOOL_,  A::NPY_INT8_,  A::NPY_INT16_,   A::NPY_INT32_,  A::NPY_INT64_,
-                                   A::NPY_UINT8_, 23 /*HALF*/,   A::NPY_FLOAT_,   A::NPY_DOUBLE_};
-  for (int i = 0; i < kNumDataTypes; ++i) {
-    r.descr[i] = r.api->PyArray_DescrFromType_(nums[i]);
-    if (r.descr[i] == nullptr) throw py::error_already_set();
-  }
+  r.tensor_type = reinterpret_cast<PyTypeObject *>(ImportAttr("runtime.tensor", "Tensor"));
+  r.grad_state = ImportAttr("runtime.autograd.grad_mode", "_state");
+  r.empty_tuple = Check(PyTuple_New(0));
+  r.s_data = Check(PyUnicode_InternFromString("_data"));
+  r.s_requires_grad = Check(PyUnicode_InternFromString("requires_grad"));
+  r.s_node = Check(PyUnicode_InternFromString("_node"));
+  r.s_out_index = Check(PyUnicode_InternFromString("_out_index"));
+  r.s_version = Check(PyUnicode_InternFromString("_version"));
+  r.s_enabled = Check(PyUnicode_InternFromString("enabled"));
+  r.np = NumpyApi::Load();
+  PyRef flag_address = PyRef::Steal(ImportAttr("runtime.jit.tracing", "flag_address"));
+  PyRef addr = PyRef::Steal(Check(PyObject_CallNoArgs(flag_address.get())));
+  const auto a = static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(addr.get()));
+  if (PyErr_Occurred()) throw PythonError();
+  r.trace_flag = reinterpret_cast<const volatile int *>(a);
+  r.trace_hook = ImportAttr("runtime.jit.tracing", "cpp_hook");
+  const int int64 = sizeof(long) == 8 ? kNpyLong : kNpyLongLong;
+  const int nums[kNumDataTypes] = {kNpyBool, kNpyByte, kNpyShort, kNpyInt,   int64,
+                                   kNpyUByte, kNpyHalf, kNpyFloat, kNpyDouble};
+  for (int i = 0; i < kNumDataTypes; ++i) r.descr[i] = Check(r.np.DescrFromType(nums[i]));
   return r;
 }
 
+// Loaded on first use and kept for the life of the process. Callers hold the GIL;
+// loading may release it (imports), so two threads may both load: one result is kept.
 inline Runtime &Runtime::Get() {
-  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<Runtime> storage;
-  return storage.call_once_and_store_result(LoadRuntime).get_stored();
-}
-
-inline py::object Steal(PyObject *o) {
-  if (o == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::object>(o);
+  static std::atomic<Runtime *> stored{nullptr};
+  Runtime *r = stored.load(std::memory_order_acquire);
+  if (r != nullptr) return *r;
+  auto loaded = std::make_unique<Runtime>(LoadRuntime());
+  loaded->api = &loaded->np;
+  Runtime *expected = nullptr;
+  if (stored.compare_exchange_strong(expected, loaded.get(), std::memory_order_acq_rel)) return *loaded.release();
+  return *expected;
 }
 
 // ---- grad mode ----------------------------------------------------------
 inline bool GradEnabled(const Runtime &rt) {
   PyObject *v = PyObject_GetAttr(rt.grad_state, rt.s_enabled);
-  if (v == nullptr) throw py::error_already_set();
+  if (v == nullptr) throw PythonError();
   bool on = (v == Py_True);
   Py_DECREF(v);
   return on;
@@ -93,9 +113,7 @@ class GradModeGuard {
  public:
   GradModeGuard(const Runtime &rt, bool mode) : GradModeGuard(rt, mode, GradEnabled(rt)) {}
   GradModeGuard(const Runtime &rt, bool mode, bool prev) : rt_(rt), prev_(prev) {
-    if (PyObject_SetAttr(rt_.grad_state, rt_.s_enabled, mode ? Py_True : Py_False) < 0) {
-      throw py::error_already_set();
-    }
+    Check(PyObject_SetAttr(rt_.grad_state, rt_.s_enabled, mode ? Py_True : Py_False));
   }
   ~GradModeGuard() {
     // restoring cannot fail for a threading.local attribute; keep any pending error
@@ -114,40 +132,37 @@ class GradModeGuard {
 
 // ---- numpy -> Tensor ----------------------------------------------------
 inline DataType DataTypeOfDescr(const Runtime &rt, PyObject *descr) {
-  using A = py::detail::npy_api;
-  auto *d = reinterpret_cast<py::detail::PyArrayDescr_Proxy *>(descr);
-  if (d->byteorder == '>') throw py::type_error("opbuilder: big-endian arrays are not supported");
-  const int tn = d->type_num;
-  if (tn == A::NPY_BOOL_) return kBool;
-  if (tn == A::NPY_BYTE_) return kInt8;
-  if (tn == A::NPY_UBYTE_) return kUInt8;
-  if (tn == A::NPY_SHORT_) return kInt16;
-  if (tn == A::NPY_INT32_ || (tn == A::NPY_INT_ && sizeof(int) == 4)) return kInt32;
-  if (tn == A::NPY_INT64_ || (tn == A::NPY_LONGLONG_ && sizeof(long long) == 8) ||
-      (tn == A::NPY_LONG_ && sizeof(long) == 8)) {
-    return kInt64;
-  }
-  if (tn == 23) return kFloat16;
-  if (tn == A::NPY_FLOAT_) return kFloat32;
-  if (tn == A::NPY_DOUBLE_) return kFloat64;
   (void)rt;
-  std::string name = py::str(py::handle(descr)).cast<std::string>();
-  throw py::type_error("opbuilder: unsupported tensor dtype " + name +
-                       "; supported: bool, int8, int16, int32, int64, uint8, float16, float32, float64");
+  const NpyDescr *d = DescrFields(descr);
+  if (d->byteorder == '>') throw TypeError("opbuilder: big-endian arrays are not supported");
+  const int tn = d->type_num;
+  if (tn == kNpyBool) return kBool;
+  if (tn == kNpyByte) return kInt8;
+  if (tn == kNpyUByte) return kUInt8;
+  if (tn == kNpyShort) return kInt16;
+  if (tn == kNpyInt && sizeof(int) == 4) return kInt32;
+  if ((tn == kNpyLongLong && sizeof(long long) == 8) || (tn == kNpyLong && sizeof(long) == 8)) return kInt64;
+  if (tn == kNpyHalf) return kFloat16;
+  if (tn == kNpyFloat) return kFloat32;
+  if (tn == kNpyDouble) return kFloat64;
+  PyRef s = PyRef::Steal(Check(PyObject_Str(descr)));
+  const char *name = PyUnicode_AsUTF8(s.get());
+  if (name == nullptr) throw PythonError();
+  throw TypeError(std::string("opbuilder: unsupported tensor dtype ") + name +
+                  "; supported: bool, int8, int16, int32, int64, uint8, float16, float32, float64");
 }
 
 // A Tensor viewing `array`'s buffer; binds it to `owner` (a runtime.Tensor) if given.
 inline TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad) {
-  using A = py::detail::npy_api;
-  auto *a = py::detail::array_proxy(array);
+  NpyArray *a = ArrayFields(array);
   DataType dt = DataTypeOfDescr(rt, a->descr);
   const auto es = static_cast<std::int64_t>(ElementSize(dt));
   const int nd = a->nd;
-  bool usable = (a->flags & A::NPY_ARRAY_ALIGNED_) != 0;
-  const bool writable = (a->flags & A::NPY_ARRAY_WRITEABLE_) != 0;  // the copy below, if any, stands for it
+  bool usable = (a->flags & kNpyAligned) != 0;
+  const bool writable = (a->flags & kNpyWriteable) != 0;  // the copy below, if any, stands for it
   ShapeVector shape(a->dimensions, a->dimensions + nd);
   ShapeVector strides;
-  if (!(a->flags & A::NPY_ARRAY_C_CONTIGUOUS_)) {
+  if (!(a->flags & kNpyCContiguous)) {
     strides.resize(static_cast<std::size_t>(nd));
     for (int i = 0; i < nd; ++i) {
       if (a->strides[i] % es != 0) usable = false;
@@ -155,56 +170,71 @@ inline TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *o
     }
   }
   PyObject *src = array;
-  py::object copy;
+  PyRef copy;
   if (!usable) {  // unaligned or odd strides: work on an aligned contiguous copy
-    copy = Steal(rt.api->PyArray_NewCopy_(array, 0));
-    src = copy.ptr();
-    a = py::detail::array_proxy(src);
+    copy = PyRef::Steal(Check(rt.api->NewCopy(array, 0)));
+    src = copy.get();
+    a = ArrayFields(src);
     strides.clear();
   }
   Py_INCREF(src);
   std::shared_ptr<void> storage(a->data, PyOwnerDeleter{src});
   auto t = std::make_shared<Tensor>(dt, std::move(shape), std::move(strides), a->data, std::move(storage), writable);
-  if (owner != nullptr) t->BindPython(PyRef::Borrow(owner));
-  t->set_requires_grad(requires_grad);
+  if (owner != nullptr) TensorAccess::BindPython(*t, PyRef::Borrow(owner));
+  TensorAccess::SetRequiresGrad(*t, requires_grad);
   return t;
 }
 
 // ---- GPU tensors (CuPy arrays): runtime/device_memory.py does the Python side ----
-inline py::object DeviceMemoryModule() { return py::module_::import("runtime.device_memory"); }
+inline PyObject *DeviceMemoryAttr(const char *name) { return ImportAttr("runtime.device_memory", name); }
 
 // A Tensor over a GPU array's memory (made C-contiguous on its device first).
 inline TensorPtr TensorFromDeviceArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad) {
-  py::tuple d = DeviceMemoryModule().attr("describe")(py::handle(array));
-  py::object arr = d[0];
-  void *ptr = reinterpret_cast<void *>(d[1].cast<std::uintptr_t>());
-  ShapeVector shape = d[2].cast<ShapeVector>();
-  DataType dt = DataTypeOfDescr(rt, d[3].ptr());
-  const int device = d[4].cast<int>();
-  std::shared_ptr<void> storage(ptr, PyOwnerDeleter{arr.release().ptr()});
+  PyRef describe = PyRef::Steal(DeviceMemoryAttr("describe"));
+  PyRef d = PyRef::Steal(Check(PyObject_CallOneArg(describe.get(), array)));
+  if (!PyTuple_Check(d.get()) || PyTuple_GET_SIZE(d.get()) != 5) {
+    throw TypeError("opbuilder: runtime.device_memory.describe returned something other than a 5-tuple");
+  }
+  PyObject *arr = PyTuple_GET_ITEM(d.get(), 0);
+  void *ptr = PyLong_AsVoidPtr(PyTuple_GET_ITEM(d.get(), 1));
+  if (PyErr_Occurred()) throw PythonError();
+  PyRef seq = PyRef::Steal(Check(PySequence_Fast(PyTuple_GET_ITEM(d.get(), 2), "shape must be a sequence")));
+  ShapeVector shape;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
+    shape.push_back(PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq.get(), i)));
+  }
+  if (PyErr_Occurred()) throw PythonError();
+  DataType dt = DataTypeOfDescr(rt, PyTuple_GET_ITEM(d.get(), 3));
+  const int device = static_cast<int>(PyLong_AsLong(PyTuple_GET_ITEM(d.get(), 4)));
+  if (PyErr_Occurred()) throw PythonError();
+  Py_INCREF(arr);
+  std::shared_ptr<void> storage(ptr, PyOwnerDeleter{arr});
   auto t = std::make_shared<Tensor>(dt, std::move(shape), ShapeVector{}, ptr, std::move(storage), true, device);
-  if (owner != nullptr) t->BindPython(PyRef::Borrow(owner));
-  t->set_requires_grad(requires_grad);
+  if (owner != nullptr) TensorAccess::BindPython(*t, PyRef::Borrow(owner));
+  TensorAccess::SetRequiresGrad(*t, requires_grad);
   return t;
 }
 
 inline TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj) {
-  py::object arr = Steal(PyObject_GetAttr(obj, rt.s_data));
-  if (!rt.api->PyArray_Check_(arr.ptr())) {
-    if (!PyObject_HasAttrString(arr.ptr(), "__cuda_array_interface__")) {
-      throw py::type_error("opbuilder: runtime.Tensor._data is neither a numpy array nor a GPU array");
-    }
-    PyObject *rg = PyObject_GetAttr(obj, rt.s_requires_grad);
-    if (rg == nullptr) throw py::error_already_set();
-    const bool requires_grad = PyObject_IsTrue(rg) == 1;
-    Py_DECREF(rg);
-    return TensorFromDeviceArray(rt, arr.ptr(), obj, requires_grad);
-  }
-  PyObject *rg = PyObject_GetAttr(obj, rt.s_requires_grad);
-  if (rg == nullptr) throw py::error_already_set();
+  PyRef arr = PyRef::Steal(Check(PyObject_GetAttr(obj, rt.s_data)));
+  PyObject *rg = Check(PyObject_GetAttr(obj, rt.s_requires_grad));
   const bool requires_grad = PyObject_IsTrue(rg) == 1;
   Py_DECREF(rg);
-  return TensorFromArray(rt, arr.ptr(), obj, requires_grad);
+  if (!rt.api->IsArray(arr.get())) {
+    if (!PyObject_HasAttrString(arr.get(), "__cuda_array_interface__")) {
+      throw TypeError("opbuilder: runtime.Tensor._data is neither a numpy array nor a GPU array");
+    }
+    return TensorFromDeviceArray(rt, arr.get(), obj, requires_grad);
+  }
+  return TensorFromArray(rt, arr.get(), obj, requires_grad);
+}
+
+// A runtime.Tensor or a numpy array as a Tensor; nullptr for anything else (the casters' load()).
+inline TensorPtr TensorFromObject(PyObject *o) {
+  const Runtime &rt = Runtime::Get();
+  if (PyObject_TypeCheck(o, rt.tensor_type)) return TensorFromPy(rt, o);
+  if (rt.api->IsArray(o)) return TensorFromArray(rt, o, nullptr, false);
+  return nullptr;
 }
 
 // ---- Tensor -> numpy / runtime.Tensor ------------------------------------
@@ -212,29 +242,35 @@ inline void DeleteStorageCapsule(PyObject *capsule) {
   delete static_cast<std::shared_ptr<void> *>(PyCapsule_GetPointer(capsule, "opbuilder.storage"));
 }
 
+// The Python object that keeps `t`'s storage alive: its numpy/CuPy owner, or a new capsule (new reference).
+inline PyObject *StorageOwner(const Tensor &t) {
+  if (auto *del = std::get_deleter<PyOwnerDeleter>(t.storage())) {
+    Py_INCREF(del->owner);
+    return del->owner;
+  }
+  auto held = std::make_unique<std::shared_ptr<void>>(t.storage());
+  PyObject *cap = Check(PyCapsule_New(held.get(), "opbuilder.storage", DeleteStorageCapsule));
+  held.release();  // the capsule owns it now
+  return cap;
+}
+
 // A new CuPy array over a GPU tensor's memory (new reference).
 inline PyObject *DeviceArrayFromTensor(const Runtime &rt, const Tensor &t) {
-  if (!t.is_contiguous()) throw py::value_error("opbuilder: a strided GPU tensor cannot be returned to Python");
-  py::object owner;
-  if (auto *del = std::get_deleter<PyOwnerDeleter>(t.storage())) {
-    owner = py::reinterpret_borrow<py::object>(del->owner);
-  } else {
-    auto held = std::make_unique<std::shared_ptr<void>>(t.storage());
-    owner = Steal(PyCapsule_New(held.get(), "opbuilder.storage", DeleteStorageCapsule));
-    held.release();
+  if (!t.is_contiguous()) throw ValueError("opbuilder: a strided GPU tensor cannot be returned to Python");
+  PyRef owner = PyRef::Steal(StorageOwner(t));
+  PyRef shape = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(t.ndim()))));
+  for (std::size_t i = 0; i < t.shape().size(); ++i) {
+    PyTuple_SET_ITEM(shape.get(), static_cast<Py_ssize_t>(i), Check(PyLong_FromLongLong(t.shape()[i])));
   }
-  py::object dtype = py::reinterpret_borrow<py::object>(rt.descr[t.dtype()]);
-  py::tuple shape(static_cast<std::size_t>(t.ndim()));
-  for (std::size_t i = 0; i < t.shape().size(); ++i) shape[i] = t.shape()[i];
-  py::object arr = DeviceMemoryModule().attr("wrap")(reinterpret_cast<std::uintptr_t>(t.data_ptr()), t.nbytes(), shape,
-                                                      dtype, t.device_index(), owner);
-  return arr.release().ptr();
+  PyRef wrap = PyRef::Steal(DeviceMemoryAttr("wrap"));
+  return CallSteal(wrap.get(), Py_BuildValue("(NnOOiO)", Check(PyLong_FromVoidPtr(t.data_ptr())),
+                                             static_cast<Py_ssize_t>(t.nbytes()), shape.get(), rt.descr[t.dtype()],
+                                             t.device_index(), owner.get()));
 }
 
 // A new numpy array over the tensor's memory (new reference); a CuPy array for a GPU tensor.
 inline PyObject *ArrayFromTensor(const Runtime &rt, const Tensor &t) {
   if (t.is_cuda()) return DeviceArrayFromTensor(rt, t);
-  using A = py::detail::npy_api;
   const auto nd = static_cast<std::size_t>(t.ndim());
   const auto es = static_cast<Py_intptr_t>(t.element_size());
   Py_intptr_t small[2][8];
@@ -261,37 +297,29 @@ inline PyObject *ArrayFromTensor(const Runtime &rt, const Tensor &t) {
     }
   }
 
-  PyObject *base = nullptr;
-  int flags = A::NPY_ARRAY_WRITEABLE_;
+  int flags = kNpyWriteable;
   if (auto *del = std::get_deleter<PyOwnerDeleter>(t.storage())) {
-    base = del->owner;
-    if (rt.api->PyArray_Check_(base)) flags = py::detail::array_proxy(base)->flags & A::NPY_ARRAY_WRITEABLE_;
-    Py_INCREF(base);
-  } else {
-    auto owned = std::make_unique<std::shared_ptr<void>>(t.storage());
-    base = PyCapsule_New(owned.get(), "opbuilder.storage", DeleteStorageCapsule);
-    if (base == nullptr) throw py::error_already_set();
-    owned.release();  // the capsule owns it now
+    if (rt.api->IsArray(del->owner)) flags = ArrayFields(del->owner)->flags & kNpyWriteable;
   }
+  PyObject *base = StorageOwner(t);
   PyObject *descr = rt.descr[t.dtype()];
   Py_INCREF(descr);
-  PyObject *arr = rt.api->PyArray_NewFromDescr_(rt.api->PyArray_Type_, descr, static_cast<int>(nd), dims, strides,
-                                                t.data_ptr(), flags, nullptr);
+  PyObject *arr = rt.api->NewFromDescr(rt.api->array_type, descr, static_cast<int>(nd), dims, strides, t.data_ptr(),
+                                       flags, nullptr);
   if (arr == nullptr) {
     Py_DECREF(base);
-    throw py::error_already_set();
+    throw PythonError();
   }
-  py::detail::array_proxy(arr)->base = base;  // steals our reference
+  ArrayFields(arr)->base = base;  // steals our reference
   return arr;
 }
 
 // A new runtime.Tensor object (without running __init__) holding `array`.
 inline PyObject *NewPyTensor(const Runtime &rt, PyObject *array) {
-  PyObject *obj = rt.tensor_type->tp_new(rt.tensor_type, rt.empty_tuple, nullptr);
-  if (obj == nullptr) throw py::error_already_set();
+  PyObject *obj = Check(rt.tensor_type->tp_new(rt.tensor_type, rt.empty_tuple, nullptr));
   if (PyObject_SetAttr(obj, rt.s_data, array) < 0) {
     Py_DECREF(obj);
-    throw py::error_already_set();
+    throw PythonError();
   }
   return obj;
 }
@@ -303,23 +331,31 @@ inline PyObject *ToPython(const Runtime &rt, const TensorPtr &t) {
     Py_INCREF(o);
     return o;
   }
-  py::object arr = Steal(ArrayFromTensor(rt, *t));
-  PyObject *obj = NewPyTensor(rt, arr.ptr());
-  t->BindPython(PyRef::Borrow(obj));
+  PyRef arr = PyRef::Steal(ArrayFromTensor(rt, *t));
+  PyObject *obj = NewPyTensor(rt, arr.get());
+  TensorAccess::BindPython(*t, PyRef::Borrow(obj));
   return obj;
 }
 
+// The casters' cast(): None for a null TensorPtr (new reference).
+inline PyObject *TensorToObject(const TensorPtr &t) {
+  if (!t) {
+    Py_INCREF(Py_None);
+    return Py_None;
+  }
+  return ToPython(Runtime::Get(), t);
+}
+
 inline std::int64_t PyVersion(const Runtime &rt, PyObject *obj) {
-  PyObject *v = PyObject_GetAttr(obj, rt.s_version);
-  if (v == nullptr) throw py::error_already_set();
+  PyObject *v = Check(PyObject_GetAttr(obj, rt.s_version));
   long long n = PyLong_AsLongLong(v);
   Py_DECREF(v);
   return n;
 }
 
 inline void BumpVersion(const Runtime &rt, PyObject *obj) {
-  py::object v = Steal(PyLong_FromLongLong(PyVersion(rt, obj) + 1));
-  if (PyObject_SetAttr(obj, rt.s_version, v.ptr()) < 0) throw py::error_already_set();
+  PyRef v = PyRef::Steal(Check(PyLong_FromLongLong(PyVersion(rt, obj) + 1)));
+  Check(PyObject_SetAttr(obj, rt.s_version, v.get()));
 }
 
 }  // namespace detail

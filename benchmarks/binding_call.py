@@ -1,0 +1,49 @@
+"""Call overhead of one operator bound with nanobind and with pybind11, same source, same run.
+
+    python benchmarks/binding_call.py [--rounds 15]
+
+The README operator (custom_src/function_ops.cpp, its OB_MODULE built once with each binding,
+-O2 both) on one element: forward without grad, forward recording a node, and value_and_grad.
+Cases are timed round-robin (benchmarks/timing.py best_of), so load from other processes hurts
+both alike; the best round counts.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+from timing import best_of  # noqa: E402
+
+import runtime as rt  # noqa: E402
+from runtime import Tensor  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args(argv)
+    from opbuilder import CustomOpBuilder
+    src = [str(HERE.parent / "custom_src" / "function_ops.cpp")]
+    mods = {b: CustomOpBuilder(f"bench_call_{b}", src, binding=b).load() for b in ("nanobind", "pybind11")}
+    x, y = Tensor(np.ones(1, np.float32) * 2), Tensor(np.ones(1, np.float32) * 3)
+    xg = Tensor(np.ones(1, np.float32) * 2, requires_grad=True)
+    rows = [("forward, no grad, 1 element", lambda m: (lambda: m.mul(x, y)), 20000),
+            ("forward, recording grad, 1 element", lambda m: (lambda: m.mul(xg, y)), 20000),
+            ("value_and_grad, 1 element",
+             lambda m: (lambda f=rt.value_and_grad(lambda a, b: m.mul(a, b), grad_position=(0, 1)): f(x, y)), 2000)]
+    print(f"binding call overhead; load average {os.getloadavg()[0]:.2f}")
+    print(f"{'':40s}{'nanobind':>12s}{'pybind11':>12s}")
+    for label, make, number in rows:
+        r = best_of({b: make(m) for b, m in mods.items()}, number, args.rounds)
+        print(f"{label:40s}{r['nanobind'] * 1e6:9.2f} us{r['pybind11'] * 1e6:9.2f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+// What the binding-neutral core asks of a binding layer, and saved_data's values.
+//
+// `Binding<Dep>` is declared here and defined by exactly one binding layer:
+// opbuilder/casters.h (pybind11) or opbuilder/nanobind.h (nanobind). `Dep` only
+// defers the lookup to where an operator's code is instantiated, after its
+// binding header was included; including both layers in one file is a
+// redefinition error, so a source can never mix them silently. It provides:
+//   static PyObject *ToPython(V &&v);             // new reference, or throws
+//   template <class T> static T FromPython(PyObject *o);
+//   static void SetErrorFromCurrentException();   // inside a catch: set the Python error
+//   template <class R, class F, class... A>
+//   static R Trace(PyObject *hook, PyObject *name, F replay, const A &...args);
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/pyref.h"
+#include "opbuilder/detail/visibility.h"
+
+namespace opbuilder {
+namespace detail OB_HIDDEN {
+
+template <typename Dep>
+struct Binding;
+
+// Sets the Python error for the exception being handled (the node's error path).
+using ErrorFn = void (*)();
+
+// One value of AutogradContext::saved_data: held as a Python object, converted
+// by the operator's binding layer on the way in (operator=) and out (cast<T>()).
+class SavedValue {
+ public:
+  SavedValue() = default;
+  template <typename V, typename = std::enable_if_t<!std::is_same_v<std::decay_t<V>, SavedValue>>>
+  SavedValue &operator=(V &&v) {
+    obj_ = PyRef::Steal(Binding<std::decay_t<V>>::ToPython(std::forward<V>(v)));
+    return *this;
+  }
+  template <typename T>
+  T cast() const {
+    if (!obj_) throw std::runtime_error("saved_data: no value was stored under this key");
+    return Binding<T>::template FromPython<T>(obj_.get());
+  }
+  PyObject *ptr() const { return obj_.get(); }
+  explicit operator bool() const { return static_cast<bool>(obj_); }
+
+ private:
+  PyRef obj_;
+};
+
+// The std exceptions' Python types, as both binding libraries map them (call inside a catch).
+inline void SetStdError() {
+  try {
+    throw;
+  } catch (const std::bad_alloc &e) {
+    PyErr_SetString(PyExc_MemoryError, e.what());
+  } catch (const std::out_of_range &e) {
+    PyErr_SetString(PyExc_IndexError, e.what());
+  } catch (const std::overflow_error &e) {
+    PyErr_SetString(PyExc_OverflowError, e.what());
+  } catch (const std::domain_error &e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::invalid_argument &e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::length_error &e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::range_error &e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::exception &e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception (not a std::exception)");
+  }
+}
+
+// The neutral exceptions (errors.h), else the std mapping (call inside a catch).
+inline void SetNeutralOrStdError() {
+  if (!SetNeutralError(std::current_exception())) SetStdError();
+}
+
+}  // namespace detail
+}  // namespace opbuilder

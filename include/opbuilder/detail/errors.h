@@ -1,0 +1,95 @@
+// Python exceptions from the binding-neutral core, without pybind11 or nanobind.
+//
+// The core (tensor.h, autograd.h, the bridge) throws these; each binding layer
+// (casters.h for pybind11, nanobind.h for nanobind) registers a translator that
+// raises the named Python type. ValueError derives from std::invalid_argument,
+// which both libraries already raise as ValueError.
+#pragma once
+
+#include <Python.h>
+
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+#include "opbuilder/detail/pyref.h"
+#include "opbuilder/detail/visibility.h"
+
+namespace opbuilder {
+namespace detail OB_HIDDEN {
+
+class TypeError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class ValueError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// A Python error that a C API call left set, taken out of the interpreter so the
+// exception can travel through C++; the translator puts it back unchanged.
+class PythonError : public std::exception {
+ public:
+  PythonError() {
+    PyObject *t = nullptr, *v = nullptr, *tb = nullptr;
+    PyErr_Fetch(&t, &v, &tb);
+    if (t == nullptr) {
+      t = PyExc_SystemError;
+      Py_INCREF(t);
+      v = PyUnicode_FromString("opbuilder: a Python C API call failed without setting an error");
+    }
+    PyErr_NormalizeException(&t, &v, &tb);
+    type_ = PyRef::Steal(t);
+    value_ = PyRef::Steal(v);
+    tb_ = PyRef::Steal(tb);
+    PyObject *s = v != nullptr ? PyObject_Str(v) : nullptr;
+    const char *u = s != nullptr ? PyUnicode_AsUTF8(s) : nullptr;
+    what_ = u != nullptr ? u : "Python error";
+    Py_XDECREF(s);
+    PyErr_Clear();  // from a failed str(); the error itself is held above
+  }
+  const char *what() const noexcept override { return what_.c_str(); }
+  // Sets the held error as the current Python error (the GIL held).
+  void Restore() const {
+    PyObject *t = type_.get(), *v = value_.get(), *tb = tb_.get();
+    Py_XINCREF(t);
+    Py_XINCREF(v);
+    Py_XINCREF(tb);
+    PyErr_Restore(t, v, tb);
+  }
+
+ private:
+  PyRef type_, value_, tb_;
+  std::string what_;
+};
+
+// A new reference, or PythonError if the call that made it failed.
+inline PyObject *Check(PyObject *o) {
+  if (o == nullptr) throw PythonError();
+  return o;
+}
+inline void Check(int rc) {
+  if (rc < 0) throw PythonError();
+}
+
+// Sets the Python error for one of the exceptions above (call inside a catch);
+// false for any other exception, which the binding library maps itself.
+inline bool SetNeutralError(const std::exception_ptr &p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const PythonError &e) {
+    e.Restore();
+  } catch (const TypeError &e) {
+    PyErr_SetString(PyExc_TypeError, e.what());
+  } catch (const ValueError &e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace detail
+}  // namespace opbuilder

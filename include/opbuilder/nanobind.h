@@ -1,0 +1,217 @@
+// The nanobind binding layer: casters for TensorPtr, TensorPtrList and
+// std::optional<TensorPtr> over the binding-neutral bridge, what the core asks
+// of a binding (detail/binding.h), and OB_MODULE.
+//
+//   OB_MODULE(m) { m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { ... }); }
+//
+// nanobind's runtime (libnanobind) is built once per toolchain by the builder
+// and loaded before the module; this header only declares what it exports.
+//
+// A conversion that fails for a reason worth reading (an unsupported dtype, a
+// Python error) is kept by the caster and raised when the function is called,
+// with its own type and message, as the pybind11 layer does: nanobind's
+// from_python cannot throw, and a plain `false` would only say "incompatible
+// function arguments".
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <exception>
+#include <optional>
+#include <utility>
+
+#include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/runtime_bridge.h"
+#include "opbuilder/tensor.h"
+
+namespace opbuilder {
+namespace detail OB_HIDDEN {
+
+// Also raises what is not a std::exception (`throw 42`) as RuntimeError, as pybind11 does;
+// nanobind itself would report it as a SystemError.
+inline void TranslateNeutral(const std::exception_ptr &p, void *) {
+  if (SetNeutralError(p)) return;
+  try {
+    std::rethrow_exception(p);
+  } catch (const std::exception &) {
+    throw;  // nanobind's own mapping, and translators registered before this one
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "Unknown C++ exception (not a std::exception)");
+  }
+}
+
+// The core's exceptions as Python errors, for every nanobind function (nanobind keeps one
+// list of translators per process; each module adds its own, once).
+inline void RegisterNanobindTranslator() {
+  static const bool done = (nanobind::register_exception_translator(TranslateNeutral), true);
+  (void)done;
+}
+
+template <typename Dep>
+struct Binding {
+  template <typename V>
+  static PyObject *ToPython(V &&v) {
+    return nanobind::cast(std::forward<V>(v)).release().ptr();
+  }
+  template <typename T>
+  static T FromPython(PyObject *o) {
+    return nanobind::cast<T>(nanobind::handle(o));
+  }
+  static void SetErrorFromCurrentException() {
+    try {
+      throw;
+    } catch (nanobind::python_error &e) {
+      e.restore();
+    } catch (const nanobind::builtin_exception &e) {
+      PyErr_SetString(e.type() == nanobind::exception_type::type_error    ? PyExc_TypeError
+                      : e.type() == nanobind::exception_type::value_error ? PyExc_ValueError
+                      : e.type() == nanobind::exception_type::index_error ? PyExc_IndexError
+                      : e.type() == nanobind::exception_type::key_error   ? PyExc_KeyError
+                                                                         : PyExc_RuntimeError,
+                      e.what());
+    } catch (...) {
+      SetNeutralOrStdError();
+    }
+  }
+  template <typename R, typename F, typename... A>
+  static R Trace(PyObject *hook, PyObject *name, F replay, const A &...args) {
+    nanobind::object fn = nanobind::cpp_function(std::move(replay));
+    nanobind::object py_args = nanobind::make_tuple(args...);
+    nanobind::object out = nanobind::handle(hook)(nanobind::handle(name), fn, py_args);
+    return nanobind::cast<R>(out);
+  }
+};
+
+// A conversion's result, or the exception it threw (raised when the value is taken).
+template <typename V>
+struct Deferred {
+  V value{};
+  std::exception_ptr error;
+  V &get() {
+    if (error) std::rethrow_exception(error);
+    return value;
+  }
+  // A tensor from `o` into `out`: false if `o` is no tensor; a throwing conversion is kept.
+  bool Load(PyObject *o, TensorPtr &out) noexcept {
+    try {
+      RegisterNanobindTranslator();
+      out = TensorFromObject(o);
+      return out != nullptr;
+    } catch (...) {
+      error = std::current_exception();
+      return true;
+    }
+  }
+};
+
+// from_cpp's error path: the Python error set, a null handle returned.
+inline PyObject *ToObjectOrNull(const TensorPtr &t) noexcept {
+  try {
+    RegisterNanobindTranslator();
+    return TensorToObject(t);
+  } catch (...) {
+    SetNeutralOrStdError();
+    return nullptr;
+  }
+}
+
+}  // namespace detail
+}  // namespace opbuilder
+
+namespace nanobind {
+namespace detail {
+
+#define OB_NB_CASTER_COMMON(V, descr)                                      \
+  using Value = V;                                                         \
+  static constexpr auto Name = descr;                                      \
+  template <typename T_>                                                   \
+  using Cast = movable_cast_t<T_>;                                         \
+  template <typename T_>                                                   \
+  static constexpr bool can_cast() {                                       \
+    return true;                                                           \
+  }                                                                        \
+  explicit operator Value *() { return &d.get(); }                         \
+  explicit operator Value &() { return d.get(); }                          \
+  explicit operator Value &&() { return std::move(d.get()); }              \
+  ::opbuilder::detail::Deferred<Value> d;
+
+template <>
+struct type_caster<opbuilder::TensorPtr> {
+  OB_NB_CASTER_COMMON(opbuilder::TensorPtr, const_name("runtime.Tensor"))
+  bool from_python(handle src, uint8_t, cleanup_list *) noexcept { return d.Load(src.ptr(), d.value); }
+  static handle from_cpp(const opbuilder::TensorPtr &t, rv_policy, cleanup_list *) noexcept {
+    return opbuilder::detail::ToObjectOrNull(t);
+  }
+};
+
+template <>
+struct type_caster<std::optional<opbuilder::TensorPtr>> {
+  OB_NB_CASTER_COMMON(std::optional<opbuilder::TensorPtr>, const_name("runtime.Tensor | None"))
+  bool from_python(handle src, uint8_t, cleanup_list *) noexcept {
+    if (src.is_none()) {
+      d.value.reset();
+      return true;
+    }
+    opbuilder::TensorPtr t;
+    if (!d.Load(src.ptr(), t)) return false;
+    d.value = std::move(t);
+    return true;
+  }
+  static handle from_cpp(const std::optional<opbuilder::TensorPtr> &t, rv_policy, cleanup_list *) noexcept {
+    if (!t) return none().release();
+    return opbuilder::detail::ToObjectOrNull(*t);
+  }
+};
+
+template <>
+struct type_caster<opbuilder::TensorPtrList> {
+  OB_NB_CASTER_COMMON(opbuilder::TensorPtrList, const_name("list[runtime.Tensor]"))
+  bool from_python(handle src, uint8_t, cleanup_list *) noexcept {
+    PyObject *o = src.ptr();
+    if (!PyList_Check(o) && !PyTuple_Check(o)) return false;
+    PyObject *seq = PySequence_Fast(o, "");  // a list or tuple: cannot fail
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    bool ok = true;
+    d.value.clear();
+    d.value.reserve(static_cast<std::size_t>(n));
+    for (Py_ssize_t i = 0; i < n && ok && !d.error; ++i) {
+      opbuilder::TensorPtr t;
+      ok = d.Load(items[i], t);
+      d.value.push_back(std::move(t));
+    }
+    Py_DECREF(seq);
+    return ok;
+  }
+  static handle from_cpp(const opbuilder::TensorPtrList &ts, rv_policy, cleanup_list *) noexcept {
+    PyObject *list = PyList_New(static_cast<Py_ssize_t>(ts.size()));
+    if (list == nullptr) return handle();
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      PyObject *o = opbuilder::detail::ToObjectOrNull(ts[i]);
+      if (o == nullptr) {
+        Py_DECREF(list);
+        return handle();
+      }
+      PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), o);
+    }
+    return list;
+  }
+};
+
+#undef OB_NB_CASTER_COMMON
+
+}  // namespace detail
+}  // namespace nanobind
+
+// The module of an operator bound with nanobind; the builder names it (OB_EXTENSION_NAME).
+#define OB_MODULE(m)                                                 \
+  static void ob_module_body_(::nanobind::module_ &);                \
+  NB_MODULE(OB_EXTENSION_NAME, m) {                                  \
+    ::opbuilder::detail::RegisterNanobindTranslator();               \
+    ob_module_body_(m);                                              \
+  }                                                                  \
+  static void ob_module_body_(::nanobind::module_ &m)

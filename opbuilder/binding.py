@@ -1,0 +1,77 @@
+"""Which binding library a module's sources use: pybind11 or nanobind, read from the sources.
+
+A source set is nanobind when a source defines its module with ``OB_MODULE(m)`` or ``NB_MODULE(...)``
+(or includes ``<nanobind/...>``), and pybind11 when one uses ``PYBIND11_MODULE(...)`` (or includes
+``<pybind11/...>`` or ``ms_extension.h``). Comments and string literals are skipped, so a comment
+that mentions a macro decides nothing. Sources that mention both are an error: the builder never
+guesses which of the two a module needs. Sources that mention neither (a module written on the
+plain Python C API, or one whose module macro is in a header) build as they always did, on the
+pybind11 path; a nanobind module in a header would fail to compile there (nanobind's headers
+are not on that path), never load wrongly.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, Sequence, Tuple
+
+from .errors import BuildError
+
+__all__ = ["PYBIND11", "NANOBIND", "detect_binding"]
+
+PYBIND11 = "pybind11"
+NANOBIND = "nanobind"
+
+# comments and literals (kept apart so that a quote inside a comment or a // inside a string is skipped whole)
+_SKIP = re.compile(r'//[^\n]*|/\*.*?\*/|R"([^(\s]{0,16})\(.*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
+                   re.S)
+_NB_MODULE = re.compile(r"\b(?:OB_MODULE|NB_MODULE)\s*\(")
+_PB_MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(")
+_NB_INCLUDE = re.compile(r'#\s*include\s*<nanobind/')
+_PB_INCLUDE = re.compile(r'#\s*include\s*(?:<pybind11/|"ms_extension\.h"|<ms_extension\.h>)')
+_memo: Dict[Tuple[str, bytes], Tuple[bool, bool, bool, bool]] = {}
+
+
+def _strip(text: str, literals: bool) -> str:
+    """``text`` without comments; with string and character literals emptied too if ``literals``."""
+    def sub(m: "re.Match[str]") -> str:
+        t = m.group(0)
+        if t.startswith("/"):
+            return " "
+        return '""' if literals else t
+    return _SKIP.sub(sub, text)
+
+
+def _scan(path: Path) -> Tuple[bool, bool, bool, bool]:
+    """(nanobind module, pybind11 module, nanobind include, pybind11 include) in one source."""
+    with open(path, "rb") as f:
+        data = f.read()
+    memo = _memo.get((str(path), data))
+    if memo is not None:
+        return memo
+    raw = data.decode(errors="replace")
+    code = _strip(raw, literals=True)  # macros in code only
+    text = _strip(raw, literals=False)  # include names ("ms_extension.h") kept
+    out = (_NB_MODULE.search(code) is not None, _PB_MODULE.search(code) is not None,
+           _NB_INCLUDE.search(text) is not None, _PB_INCLUDE.search(text) is not None)
+    _memo[(str(path), data)] = out
+    return out
+
+
+def detect_binding(name: str, sources: Sequence[Path]) -> str:
+    """``PYBIND11`` or ``NANOBIND`` for operator ``name``'s sources as they are now (remembered per
+    contents); BuildError if they mix the two."""
+    nb, pb = [], []
+    for s in sources:
+        nb_mod, pb_mod, nb_inc, pb_inc = _scan(s)
+        if nb_mod or nb_inc:
+            nb.append(s.name)
+        if pb_mod or pb_inc:
+            pb.append(s.name)
+    if nb and pb:
+        raise BuildError(f"operator '{name}' mixes binding libraries: {', '.join(nb)} use(s) nanobind "
+                         f"(OB_MODULE, NB_MODULE or <nanobind/...>) and {', '.join(pb)} use(s) pybind11 "
+                         f"(PYBIND11_MODULE, <pybind11/...> or ms_extension.h); one module is bound with one of "
+                         f"them: write it with OB_MODULE(m) (nanobind) or PYBIND11_MODULE(OB_EXTENSION_NAME, m)",
+                         name=name)
+    return NANOBIND if nb else PYBIND11

@@ -1,0 +1,52 @@
+"""nanobind's shared runtime: built once per toolchain, loaded before every nanobind operator.
+
+nanobind keeps its runtime (``src/nb_combined.cpp``: function dispatch, type casters' support,
+the exception translators) in one library instead of compiling it into every module, which is
+what makes a nanobind operator compile in about a second. It is built through the same pipeline
+as an operator (keyed, locked, verified, published atomically; ``_nanobind.lib`` in the cache,
+listed by ``cache list``, carried by ``build --into`` stores and bundles). Operators do not name
+it in their binary (no path is baked in, so stores and bundles stay relocatable): it is loaded
+with RTLD_GLOBAL before the first nanobind operator of a process is imported, and the
+operator's undefined ``nanobind::detail`` symbols resolve to it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Optional
+
+from .spec import BuildSpec
+from .toolchain import nanobind_info
+
+__all__ = ["RUNTIME_NAME", "runtime_spec", "preload", "loaded"]
+
+RUNTIME_NAME = "_nanobind"  # its cache directory: _nanobind.lib
+_loaded: Optional[str] = None
+_lock = threading.Lock()
+
+
+def runtime_spec(root: Path, verbose: bool = False) -> BuildSpec:
+    """The build of nanobind's runtime for the installed nanobind, in the cache ``root``."""
+    nb = nanobind_info(root)
+    return BuildSpec(name=RUNTIME_NAME, sources=(Path(nb.source) / "nb_combined.cpp",), backend="CPU",
+                     kind="runtime", include_paths=(), cflags=(), cuda_cflags=(), ldflags=(), debug=False,
+                     verbose=verbose, root=root)
+
+
+def loaded() -> Optional[Path]:
+    """The runtime this process loaded, if any."""
+    return None if _loaded is None else Path(_loaded)
+
+
+def preload(library: Path) -> None:
+    """Load the runtime at ``library`` into the process's global symbol scope, once per process
+    (a later call with another build keeps the first: nanobind's state lives in the one loaded)."""
+    global _loaded
+    if _loaded is not None:
+        return
+    with _lock:
+        if _loaded is None:
+            import ctypes
+            ctypes.CDLL(str(library), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+            _loaded = str(library)

@@ -1,0 +1,167 @@
+"""Operators bound with nanobind: which binding a source set gets (binding.py), nanobind's shared
+runtime built once per toolchain and loaded before the operator, and the fleet features
+(`build --into` stores with the runtime, bundles, a node without a compiler)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from builder_util import PYTHON, child_env
+from conftest import CUSTOM_SRC, _load
+from opbuilder import BuildError, CustomOpBuilder
+from opbuilder.binding import NANOBIND, PYBIND11, detect_binding
+from runtime import Tensor
+
+NB_SOURCE = """\
+#include "opbuilder/extension.h"
+using namespace opbuilder;
+OB_MODULE(m) {{ m.def("value", []() {{ return {value}; }}); }}
+"""
+
+
+def _src(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+# ---- which binding ---------------------------------------------------------------------------
+@pytest.mark.parametrize("text,binding", [
+    ("OB_MODULE(m) { }", NANOBIND),
+    ("NB_MODULE(OB_EXTENSION_NAME, m) { }", NANOBIND),
+    ("#include <nanobind/stl/map.h>\nOB_MODULE(m) {}", NANOBIND),
+    ("PYBIND11_MODULE(OB_EXTENSION_NAME, m) { }", PYBIND11),
+    ('#include "ms_extension.h"\nPYBIND11_MODULE(MS_EXTENSION_NAME, m) {}', PYBIND11),
+    # comments and strings decide nothing
+    ("// was PYBIND11_MODULE(OB_EXTENSION_NAME, m)\n/* #include <pybind11/numpy.h> */\nOB_MODULE(m) {}", NANOBIND),
+    ('const char *s = "OB_MODULE(m)";\nPYBIND11_MODULE(OB_EXTENSION_NAME, m) {}', PYBIND11),
+    # neither: a module on the plain C API builds as it always did
+    ("PyMODINIT_FUNC PyInit_x(void) { return nullptr; }", PYBIND11),
+])
+def test_the_binding_is_read_from_the_sources(tmp_path, text, binding):
+    assert detect_binding("op", [_src(tmp_path / "op.cpp", text)]) == binding
+
+
+def test_sources_that_mix_the_two_bindings_are_an_error_naming_them(tmp_path):
+    a = _src(tmp_path / "a.cpp", "OB_MODULE(m) {}")
+    b = _src(tmp_path / "b.cpp", "#include <pybind11/numpy.h>\nint f();")
+    with pytest.raises(BuildError, match=re.escape(
+            "operator 'mixed' mixes binding libraries: a.cpp use(s) nanobind (OB_MODULE, NB_MODULE or "
+            "<nanobind/...>) and b.cpp use(s) pybind11 (PYBIND11_MODULE, <pybind11/...> or ms_extension.h)")):
+        CustomOpBuilder("mixed", [a, b]).load()
+    one = _src(tmp_path / "one.cpp", "OB_MODULE(m) {}\nPYBIND11_MODULE(OB_EXTENSION_NAME, m) {}")
+    with pytest.raises(BuildError, match="operator 'one' mixes binding libraries: one.cpp use"):
+        CustomOpBuilder("one", [one]).build()
+
+
+def test_an_unknown_binding_is_a_value_error(tmp_path):
+    with pytest.raises(ValueError, match=re.escape(
+            "unknown binding 'boost'; accepted values: None (read from the sources), 'nanobind', 'pybind11'")):
+        CustomOpBuilder("op", [_src(tmp_path / "op.cpp", "OB_MODULE(m) {}")], binding="boost")
+
+
+# ---- the README operator, bound with nanobind ---------------------------------------------------
+@pytest.fixture(scope="module")
+def nb_ops(cache_dir):
+    return _load("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
+
+
+def test_the_readme_operator_is_a_nanobind_module_with_correct_gradients(nb_ops):
+    assert type(nb_ops.mul).__name__ == "nb_func"
+    x = Tensor(np.array([[1.0, -2.0, 3.0]]), requires_grad=True)
+    y = Tensor(np.array([[0.5], [4.0]]), requires_grad=True)
+    assert rt.gradcheck(nb_ops.mul, [x, y])
+    out, grads = rt.value_and_grad(lambda a, b: nb_ops.mul(a, b).sum(), grad_position=(0, 1))(x, y)
+    np.testing.assert_allclose(grads[0].asnumpy(), [[4.5, 4.5, 4.5]])
+    np.testing.assert_allclose(grads[1].asnumpy(), [[2.0], [2.0]])
+
+
+def test_a_tensor_the_operator_cannot_take_names_why(nb_ops):
+    x = Tensor(np.ones(2))
+    with pytest.raises(TypeError, match=r"^opbuilder: unsupported tensor dtype complex64; supported: bool, int8"):
+        nb_ops.mul(np.ones(2, np.complex64), x)
+    with pytest.raises(ValueError, match=r"^mul: expected two float32 or two float64 tensors, got int64 and int64$"):
+        nb_ops.mul(Tensor(np.ones(2, np.int64)), Tensor(np.ones(2, np.int64)))
+    with pytest.raises(TypeError, match=r"incompatible function arguments"):
+        nb_ops.mul(x, "not a tensor")
+
+
+def test_the_shared_runtime_is_built_once_and_listed(cache_dir, nb_ops, tmp_path):
+    other = _load("nb_value_op", [_src(tmp_path / "value.cpp", NB_SOURCE.format(value=7))])
+    assert other.value() == 7
+    runtime = cache_dir / "_nanobind.lib"
+    builds = [d for d in runtime.iterdir() if d.name != "build" and (d / "libnanobind.so").is_file()]
+    assert len(builds) == 1  # one runtime for both operators
+    res = subprocess.run([PYTHON, "-m", "opbuilder", "cache", "list", "--cache-dir", str(cache_dir)],
+                         capture_output=True, text=True, timeout=120, env=child_env())
+    assert re.search(r"^_nanobind\s+library\s+1 build", res.stdout, re.M), res.stdout
+    # the operator itself does not name the runtime's path: it is loaded before the module
+    assert str(cache_dir).encode() not in (Path(other.__file__)).read_bytes()
+
+
+# ---- fleet: a store filled by `build --into`, bundles, a node without a compiler -------------------
+NO_COMPILER = textwrap.dedent("""
+    import sys
+    from opbuilder import CustomOpBuilder
+    print(CustomOpBuilder(sys.argv[2], [sys.argv[1]]).load().value())
+""")
+
+
+def _bare_env(tmp_path: Path, **extra: str) -> dict:
+    bare = tmp_path / "bare-bin"  # a PATH with Python on it and no compiler
+    bare.mkdir(exist_ok=True)
+    if not (bare / "python").exists():
+        (bare / "python").symlink_to(PYTHON)
+    env = child_env(PATH=str(bare), **extra)
+    env.pop("CXX", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def nb_store(cache_dir, tmp_path_factory):
+    """A store filled by `build --into` with a nanobind operator (from the session's cache, whose
+    runtime is reused), and the operator's source in a checkout."""
+    tmp = tmp_path_factory.mktemp("nb-fleet")
+    (tmp / "ci").mkdir()
+    src = _src(tmp / "ci" / "op.cpp", NB_SOURCE.format(value=31))
+    store = tmp / "store"
+    res = subprocess.run([PYTHON, "-m", "opbuilder", "build", "nb_stored", str(src), "--cache-dir", str(cache_dir),
+                          "--into", str(store)], capture_output=True, text=True, timeout=600, env=child_env())
+    assert res.returncode == 0, res.stderr
+    return tmp, store, src
+
+
+def test_build_into_stores_the_shared_runtime_and_a_node_without_a_compiler_loads_it(nb_store):
+    tmp, store, _ = nb_store
+    assert [p.name for p in (store / "_nanobind.lib").glob("*/libnanobind.so")] == ["libnanobind.so"]
+    (tmp / "node").mkdir(exist_ok=True)
+    src = _src(tmp / "node" / "op.cpp", NB_SOURCE.format(value=31))  # another checkout: relocatable keys
+    env = _bare_env(tmp, OPBUILDER_CACHE_DIR=str(tmp / "node" / "cache"), OPBUILDER_PREBUILT_DIR=str(store))
+    res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(src), "nb_stored"], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode == 0 and res.stdout.strip() == "31", res.stdout + res.stderr
+
+
+def test_a_bundle_carries_the_shared_runtime_to_a_node_without_a_compiler(nb_store, cache_dir):
+    tmp, _, _ = nb_store
+    bundle = tmp / "ops.tar"
+    res = subprocess.run([PYTHON, "-m", "opbuilder", "export", "nb_stored", "-o", str(bundle), "--cache-dir",
+                          str(cache_dir)], capture_output=True, text=True, timeout=120, env=child_env())
+    assert res.returncode == 0, res.stderr
+    import tarfile
+    with tarfile.open(bundle) as tar:
+        assert any(n.startswith("_nanobind.lib/") and n.endswith("/libnanobind.so") for n in tar.getnames())
+    target = tmp / "bundle-node" / "store"
+    res = subprocess.run([PYTHON, "-m", "opbuilder", "import", str(bundle), "--into", str(target)],
+                         capture_output=True, text=True, timeout=120, env=child_env())
+    assert res.returncode == 0, res.stderr
+    src = _src(tmp / "bundle-node" / "op.cpp", NB_SOURCE.format(value=31))
+    env = _bare_env(tmp, OPBUILDER_CACHE_DIR=str(tmp / "bundle-node" / "cache"), OPBUILDER_PREBUILT_DIR=str(target))
+    res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(src), "nb_stored"], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode == 0 and res.stdout.strip() == "31", res.stdout + res.stderr
