@@ -7,11 +7,18 @@ in ``opbuilder/extension.h`` and returns it. See docs/builder.md.
 from .builder import CustomOpBuilder, build_library
 from .errors import BuildError, UnsafeCacheDirError
 from .headers import include_dir
+from .interop_common import Spec
 
-__all__ = ["CustomOpBuilder", "build_library", "BuildError", "UnsafeCacheDirError", "include_dir", "load"]
+__all__ = ["CustomOpBuilder", "build_library", "BuildError", "UnsafeCacheDirError", "include_dir", "load", "to_torch", "Spec"]
 __version__ = "0.1.0"
 
 
 def load(name, sources, **kwargs):
     """Shorthand for ``CustomOpBuilder(name, sources, **kwargs).load()``."""
     return CustomOpBuilder(name, sources, **kwargs).load()
+
+
+def to_torch(module, shape_fn=None, backend="CPU"):
+    """``module``'s functions as PyTorch operators; imports torch (see docs/interop.md)."""
+    from .interop_torch import to_torch as _to_torch
+    return _to_torch(module, shape_fn=shape_fn, backend=backend)
