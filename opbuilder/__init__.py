@@ -9,7 +9,7 @@ from .errors import BuildError, UnsafeCacheDirError
 from .headers import include_dir
 from .interop_common import Spec
 
-__all__ = ["CustomOpBuilder", "build_library", "BuildError", "UnsafeCacheDirError", "include_dir", "load", "to_torch", "Spec"]
+__all__ = ["CustomOpBuilder", "build_library", "BuildError", "UnsafeCacheDirError", "include_dir", "load", "to_torch", "to_jax", "Spec"]
 __version__ = "0.1.0"
 
 
@@ -22,3 +22,9 @@ def to_torch(module, shape_fn=None, backend="CPU"):
     """``module``'s functions as PyTorch operators; imports torch (see docs/interop.md)."""
     from .interop_torch import to_torch as _to_torch
     return _to_torch(module, shape_fn=shape_fn, backend=backend)
+
+
+def to_jax(module, shape_fn=None):
+    """``module``'s functions as JAX functions; imports jax (see docs/interop.md)."""
+    from .interop_jax import to_jax as _to_jax
+    return _to_jax(module, shape_fn=shape_fn)
