@@ -7,9 +7,10 @@ in ``opbuilder/extension.h`` and returns it. See docs/builder.md.
 from .builder import CustomOpBuilder, build_library
 from .errors import BuildError, UnsafeCacheDirError
 from .headers import include_dir
+from .inline import load_inline
 from .interop_common import Spec
 
-__all__ = ["CustomOpBuilder", "build_library", "BuildError", "UnsafeCacheDirError", "include_dir", "load", "to_torch", "to_jax", "Spec"]
+__all__ = ["CustomOpBuilder", "build_library", "BuildError", "UnsafeCacheDirError", "include_dir", "load", "to_torch", "to_jax", "Spec", "load_inline"]
 __version__ = "0.1.0"
 
 
