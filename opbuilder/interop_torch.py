@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 import runtime as _rt
+from runtime import dtypes as _dtypes
+from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, module_functions
 
@@ -77,11 +79,23 @@ def _code(who: str, k: int, a: Any) -> str:
                     f"floats, bools, strings and non-empty lists of tensors, ints or floats")
 
 
+# torch dtypes whose numpy view the runtime takes as it is (the fast path of _to_runtime)
+_PLAIN = frozenset(getattr(torch, n) for n in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                                              "uint8", "bool", "complex64", "complex128"))
+
+
 def _to_runtime(who: str, k: int, t: torch.Tensor, devices: Tuple[str, ...]) -> Any:
-    if t.device.type not in devices:
-        raise ValueError(f"{who}: argument {k} is a {t.device.type} tensor; this operator runs on "
+    if t.is_cpu and t.dtype in _PLAIN:
+        return _Tensor._from_array(t.detach().numpy())
+    dev = t.device.type
+    if dev not in devices:
+        raise ValueError(f"{who}: argument {k} is a {dev} tensor; this operator runs on "
                          f"{' and '.join(devices)} tensors (move it with .to('{devices[0]}'))")
     try:
+        if dev == "cpu":  # Tensor.numpy() shares memory and is several times cheaper than DLPack
+            arr = t.detach().numpy()
+            _dtypes.from_numpy_dtype(arr.dtype)
+            return _Tensor._from_array(arr)
         return _rt.from_dlpack(t.detach())
     except (TypeError, BufferError, RuntimeError) as e:
         raise TypeError(f"{who}: argument {k} has dtype {t.dtype}, which opbuilder's runtime does not support "
@@ -165,8 +179,8 @@ class _Op:
             call, retain = _Call(need, index, outs), False
         else:
             retain = True  # torch may call backward again on its graph (gradcheck does)
-        pairs = [(o, _rt.from_dlpack(g.detach())) for o, g in zip(call.outputs, grads)
-                 if o.requires_grad and g is not None]
+        pairs = [(o, _to_runtime(self.name, i, g, self.devices))
+                 for i, (o, g) in enumerate(zip(call.outputs, grads)) if o.requires_grad and g is not None]
         res: List[Optional[torch.Tensor]] = [None] * len(flat)
         if pairs and call.inputs:
             gs = _rt.autograd.grad([o for o, _ in pairs], call.inputs, [g for _, g in pairs],
@@ -254,13 +268,23 @@ def _wrapper(op: _Op) -> Callable:
     ensure_c = torch._dynamo.assume_constant_result(ensure)
     packet = getattr(torch.ops, op.ns)
 
+    fast: Dict[str, Tuple[Any, List[Optional[bool]]]] = {}  # sig -> (OpOverload, single), eager calls
+
     def call(*args: Any) -> Any:
-        sig = "".join(_code(op.name, k, a) for k, a in enumerate(args))
+        sig = "".join([_code(op.name, k, a) for k, a in enumerate(args)])
+        if not torch.compiler.is_compiling():
+            hit = fast.get(sig)
+            if hit is not None:
+                _mode.grad = torch.is_grad_enabled()
+                out = hit[0](*args)
+                return out[0] if hit[1][0] else out
         specs = tuple(_spec_key(a, c) for a, c in zip(args, sig))
         opname, single = ensure_c(sig, specs).split("|")
+        overload = getattr(packet, opname).default
         if not torch.compiler.is_compiling():
             _mode.grad = torch.is_grad_enabled()
-        out = getattr(packet, opname).default(*args)
+            fast[sig] = (overload, op.by_sig[sig][1])
+        out = overload(*args)
         return out[0] if (single == "1" or op.by_sig[sig][1][0]) else out
 
     call.__name__ = call.__qualname__ = op.name
