@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode
 
 import runtime as _rt
 from runtime import dtypes as _dtypes
@@ -37,6 +38,7 @@ _namespaces = itertools.count()
 _kept: "weakref.WeakValueDictionary[int, _Call]" = weakref.WeakValueDictionary()
 # torch's grad mode at the user's call (the kernel itself runs with grad off, below autograd)
 _mode = threading.local()
+_function_mode = torch._C._is_torch_function_mode_enabled
 
 
 class _Call:
@@ -255,6 +257,30 @@ class _Op:
         return fake
 
 
+class _Eager(torch.autograd.Function):
+    """What the registered operator's autograd does (same forward and backward kernels), for eager
+    calls that no mode or tensor subclass needs to see: torch.library's Python autograd layer
+    (pytree, defaults, redispatch) costs more than the C++ op itself on small tensors."""
+
+    @staticmethod
+    def forward(ctx: Any, op: "_Op", sig: str, *args: Any) -> Tuple[torch.Tensor, ...]:
+        outs = op.forward_impl(sig, args)
+        ctx.op, ctx.sig = op, sig
+        ctx.args = tuple(None if c == "t" else a for a, c in zip(args, sig))
+        ctx.ntensor = sig.count("t")
+        ctx.save_for_backward(*[a for a, c in zip(args, sig) if c == "t"], *outs)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> Tuple[Any, ...]:
+        saved = ctx.saved_tensors
+        tensors, outputs = iter(saved[:ctx.ntensor]), list(saved[ctx.ntensor:])
+        args = [next(tensors) if c == "t" else a for a, c in zip(ctx.args, ctx.sig)]
+        gs = [torch.zeros_like(o) if g is None else g for o, g in zip(outputs, grads)]
+        flat = iter(ctx.op.backward_impl(ctx.sig, outputs, gs, args))
+        return (None, None) + tuple(next(flat) if c == "t" else None for c in ctx.sig)
+
+
 def _wrapper(op: _Op) -> Callable:
     """The user-facing function: picks (or defines) the operator for the call's signature."""
     def ensure(sig: str, specs: Tuple[Any, ...]) -> str:
@@ -275,8 +301,17 @@ def _wrapper(op: _Op) -> Callable:
         if not torch.compiler.is_compiling():
             hit = fast.get(sig)
             if hit is not None:
-                _mode.grad = torch.is_grad_enabled()
-                out = hit[0](*args)
+                grad = _mode.grad = torch.is_grad_enabled()
+                # nothing to record and no mode or subclass that must see the operator: the kernel
+                # the dispatcher would pick, called directly (torch's Python op dispatch is ~10 us)
+                if "L" not in sig and _current_mode() is None and not _function_mode() and all(
+                        type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t"):
+                    if grad and any(a.requires_grad for a, c in zip(args, sig) if c == "t"):
+                        out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
+                    else:
+                        out = op.forward_impl(sig, args)
+                else:
+                    out = hit[0](*args)
                 return out[0] if hit[1][0] else out
         specs = tuple(_spec_key(a, c) for a, c in zip(args, sig))
         opname, single = ensure_c(sig, specs).split("|")

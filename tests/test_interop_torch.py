@@ -88,7 +88,22 @@ def test_backward_matches_and_forward_runs_once(my_ops):
 def test_gradcheck_float64(tmul):
     x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     y = torch.randn(4, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(tmul.mul, (x, y))
+    assert torch.autograd.gradcheck(tmul.mul, (x, y))  # eager calls: the direct autograd.Function
+    op = getattr(torch.ops, tmul._namespace).mul_tt.default  # the registered operator's own autograd
+    assert torch.autograd.gradcheck(lambda a, b: tuple(op(a, b)), (x, y))
+
+
+def test_registered_autograd_runs_forward_once(my_ops):
+    ns, calls = _counting(my_ops.mul)
+    t = opbuilder.to_torch(ns)
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(4, dtype=torch.float64)
+    t.mul(x.detach(), y)  # defines the operator
+    calls.clear()
+    (z,) = getattr(torch.ops, t._namespace).mul_tt.default(x, y)
+    z.sum().backward()
+    assert len(calls) == 1
+    torch.testing.assert_close(x.grad, y)
 
 
 def test_kept_graph_lives_with_the_output(tmul):
@@ -205,3 +220,27 @@ def test_torch_not_imported_unless_asked(cache_dir):
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+
+
+def test_dispatch_modes_see_the_operator(tmul):
+    # eager calls with nothing to record skip torch's dispatcher; a dispatch mode must still see the op
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x, y = torch.randn(3), torch.randn(3)
+    tmul.mul(x, y)  # the signature is known: the direct path is in use
+    with Log() as log:
+        out = tmul.mul(x, y)
+    assert f"{tmul._namespace}.mul_tt.default" in log.ops
+    torch.testing.assert_close(out, x * y)
+    with torch.no_grad():
+        z = tmul.mul(x.requires_grad_(), y)
+    assert z.grad_fn is None and not z.requires_grad
