@@ -59,6 +59,8 @@ def as_specs(who: str, result: Any) -> Tuple[List[Spec], bool]:
     single = isinstance(result, Spec) or (isinstance(result, tuple) and len(result) == 2
                                           and not isinstance(result[0], Spec) and not isinstance(result[1], Spec)
                                           and isinstance(result[0], (tuple, list)))
+    if not single and not isinstance(result, (list, tuple)):
+        raise TypeError(f"{who}: the shape rule must return Spec(shape, dtype) or a list of them, got {result!r}")
     items = [result] if single else list(result)
     specs = []
     for r in items:

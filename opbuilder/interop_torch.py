@@ -3,8 +3,11 @@
 Each function becomes a ``torch.library`` operator (one per call signature,
 defined on first use: tensors and plain ints, floats, bools, strings and lists
 have fixed schema types). Tensors cross without copies both ways: torch ->
-runtime through DLPack, runtime -> torch through ``torch.from_numpy`` on the
-buffer the kernel wrote. Autograd: the forward runs once through the runtime
+runtime through ``Tensor.numpy()`` (DLPack off the CPU), runtime -> torch through
+``torch.from_numpy`` on the buffer the kernel wrote. Eager calls that no mode
+or tensor subclass must see skip torch.library's Python layers and call the
+same kernels directly (through a ``torch.autograd.Function`` when recording
+grad). Autograd: the forward runs once through the runtime
 with the inputs that require grad marked; the runtime graph is kept alive by
 the output's memory, and torch's backward runs the runtime backward on it (the
 C++ ``Backward``). Where no graph was kept (a compiled graph, ``opcheck``),
@@ -39,6 +42,7 @@ _kept: "weakref.WeakValueDictionary[int, _Call]" = weakref.WeakValueDictionary()
 # torch's grad mode at the user's call (the kernel itself runs with grad off, below autograd)
 _mode = threading.local()
 _function_mode = torch._C._is_torch_function_mode_enabled
+_define_lock = threading.RLock()
 
 
 class _Call:
@@ -199,11 +203,12 @@ class _Op:
         arguments as ``_spec_key`` gives them)."""
         opname = f"{self.name}_{sig}" if sig else self.name
         params = ", ".join(f"{_SCHEMA[c]} a{k}" for k, c in enumerate(sig))
+        single: List[Optional[bool]] = [None]
+        if self.shape_fn is not None:  # first: a rule that fails leaves nothing half-defined
+            single[0] = as_specs(self.name, self.shape_fn(*_specs(args, sig)))[1]
         self.lib.define(f"{opname}({params}) -> Tensor[]")
         self.lib.define(f"{opname}_backward(Tensor[] outputs, Tensor[] grads{', ' if params else ''}{params}) "
                         f"-> Tensor[]")
-        single: List[Optional[bool]] = [None]
-        self.by_sig[sig] = (None, single)
         # every device reaches the Python kernel, which names the devices it takes (a clear error)
         key = "CompositeExplicitAutograd"
         self.lib.impl(opname, lambda *a: self.forward_impl(sig, a), key)
@@ -211,7 +216,6 @@ class _Op:
                       key)
         qual = f"{self.ns}::{opname}"
         if self.shape_fn is not None:
-            single[0] = as_specs(self.name, self.shape_fn(*_specs(args, sig)))[1]
             torch.library.register_fake(qual, self._fake(sig), lib=self.lib)
             torch.library.register_fake(f"{qual}_backward", lambda outputs, grads, *a: [
                 torch.empty_like(t) for x, c in zip(a, sig) if c in "tL" for t in ([x] if c == "t" else x)],
@@ -286,9 +290,10 @@ def _wrapper(op: _Op) -> Callable:
     def ensure(sig: str, specs: Tuple[Any, ...]) -> str:
         # runs eagerly even while torch.compile traces (assume_constant_result): defining an
         # operator is not traceable, and its name is a constant of the call's signature
-        entry = op.by_sig.get(sig)
-        if entry is None:
-            entry = op.define(sig, specs)
+        with _define_lock:  # two threads' first calls define the operator once
+            entry = op.by_sig.get(sig)
+            if entry is None:
+                entry = op.define(sig, specs)
         return f"{entry[0]}|{int(bool(entry[1][0]))}"
 
     ensure_c = torch._dynamo.assume_constant_result(ensure)

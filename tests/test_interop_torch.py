@@ -244,3 +244,19 @@ def test_dispatch_modes_see_the_operator(tmul):
     with torch.no_grad():
         z = tmul.mul(x.requires_grad_(), y)
     assert z.grad_fn is None and not z.requires_grad
+
+
+def test_bad_shape_rule_then_a_good_call(my_ops):
+    calls = []
+
+    def rule(x, y):
+        calls.append(1)
+        if len(calls) == 1:
+            return "nonsense"
+        return _broadcast(x, y)
+    t = opbuilder.to_torch(my_ops, shape_fn={"mul": rule})
+    x = torch.randn(3)
+    with pytest.raises(TypeError, match=r"^mul: the shape rule must return Spec\(shape, dtype\) or a list of them, "
+                                        r"got 'nonsense'$"):
+        t.mul(x, x)
+    torch.testing.assert_close(t.mul(x, x), x * x)  # nothing was left half-defined
