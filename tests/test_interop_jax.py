@@ -157,3 +157,16 @@ def test_bad_shape_fn(my_ops):
     j = opbuilder.to_jax(my_ops, shape_fn={"mul": lambda a, b: "nonsense"})
     with pytest.raises(TypeError, match=r"^mul: the shape rule must return Spec\(shape, dtype\) or a list of them"):
         j.mul(jnp.ones(2), jnp.ones(2))
+
+
+def test_integer_output_gets_no_gradient():
+    import runtime as rt
+
+    def with_index(x):  # a differentiable output and an integer one, from runtime ops
+        return [x * 3.0, rt.Tensor(np.arange(x.shape[0], dtype=np.int64))]
+    j = opbuilder.to_jax(types.SimpleNamespace(with_index=with_index))
+    x = jnp.arange(4.0)
+    val, idx = j.with_index(x)
+    np.testing.assert_array_equal(np.asarray(idx), np.arange(4))
+    g = jax.jit(jax.grad(lambda a: j.with_index(a)[0].sum()))(x)
+    np.testing.assert_allclose(np.asarray(g), np.full(4, 3.0))
