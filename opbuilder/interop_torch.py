@@ -126,7 +126,8 @@ class _Op:
         self.by_sig: Dict[str, Tuple[Any, List[bool]]] = {}
 
     # ---- the runtime side ----
-    def _runtime_args(self, args: Sequence[Any], sig: str, grad: bool) -> Tuple[list, list, list]:
+    def _runtime_args(self, args: Sequence[Any], sig: str, grad: Callable[[torch.Tensor, str], bool]
+                      ) -> Tuple[list, list, list]:
         """Runtime arguments, the flat runtime tensors needing grad, and their flat indices."""
         out, need, index, flat = [], [], [], 0
         for k, (a, c) in enumerate(zip(args, sig)):
