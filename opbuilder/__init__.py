@@ -4,14 +4,31 @@
 (once; cached by content) into a pybind11 module written against the C++ API
 in ``opbuilder/extension.h`` and returns it. See docs/builder.md.
 """
+from typing import Any, Callable, Dict, Optional
+
 from .builder import CustomOpBuilder, build_library
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError
 from .headers import include_dir
+from .inline import load_inline
+from .interop_common import Spec
 
-__all__ = ["CustomOpBuilder", "build_library", "BuildError", "ToolchainError", "UnsafeCacheDirError", "include_dir", "load"]
+__all__ = ["CustomOpBuilder", "build_library", "BuildError", "ToolchainError", "UnsafeCacheDirError", "include_dir",
+           "load", "load_inline", "to_torch", "to_jax", "Spec"]
 __version__ = "0.1.0"
 
 
 def load(name, sources, **kwargs):
     """Shorthand for ``CustomOpBuilder(name, sources, **kwargs).load()``."""
     return CustomOpBuilder(name, sources, **kwargs).load()
+
+
+def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backend: str = "CPU") -> Any:
+    """``module``'s functions as PyTorch operators; imports torch (see docs/interop.md)."""
+    from .interop_torch import to_torch as _to_torch
+    return _to_torch(module, shape_fn=shape_fn, backend=backend)
+
+
+def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None) -> Any:
+    """``module``'s functions as JAX functions; imports jax (see docs/interop.md)."""
+    from .interop_jax import to_jax as _to_jax
+    return _to_jax(module, shape_fn=shape_fn)

@@ -1,0 +1,95 @@
+"""What calling a C++ operator from PyTorch through opbuilder.to_torch costs.
+
+    python benchmarks/interop.py [--rounds 7]   # about a minute (plus first builds)
+
+Every operator runs bench::MulKernel (benchmarks/mul_kernel.h), built -O3:
+opbuilder's Function<T> (benchmarks/opbuilder_mul.cpp) wrapped by
+``opbuilder.to_torch``, and torch's own C++ extension op, a
+torch::autograd::Function (benchmarks/torch_function_mul.cpp). Rows: one
+element forward (the call's fixed cost), one element forward + backward
+(torch.autograd.grad), and one million elements: the wrapped op on torch
+tensors against the same op on runtime tensors (goal: within 1.1x).
+
+Timings: benchmarks/timing.py; interleaved rounds, medians with min-max,
+one thread on every side. Needs torch.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import timing  # noqa: E402  (first: pins the thread count before numpy and torch load)
+from timing import Report, interleaved, ratio  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import runtime as rt  # noqa: E402
+
+HERE = timing.HERE
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds per group (default 7)")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    R = args.rounds
+    report = Report()
+    torch = timing.load_torch()
+    timing.header("calling a C++ operator from PyTorch (opbuilder.to_torch)", R, torch)
+    if torch is None:
+        report.fail("all rows", "torch is not installed")
+        return report.finish()
+
+    import opbuilder
+    from torch.utils.cpp_extension import load
+    ob = opbuilder.CustomOpBuilder("bench_mul", [str(HERE / "opbuilder_mul.cpp")], cflags=["-O3"]).load()
+    tf = load("bench_torch_function_mul", [str(HERE / "torch_function_mul.cpp")], extra_cflags=["-O3"],
+              extra_include_paths=[str(HERE)], verbose=False)
+    wrapped = opbuilder.to_torch(ob)
+
+    # ---- one element ---------------------------------------------------------------------
+    tx, ty = torch.full((1,), 2.0), torch.full((1,), 3.0)
+    r1 = interleaved({"wrapped": lambda: wrapped.mul(tx, ty), "tf": lambda: tf.mul(tx, ty)}, 5000, R)
+
+    gx, gy = tx.clone().requires_grad_(True), ty.clone().requires_grad_(True)
+
+    def fwd_bwd(f):
+        def run():
+            out = f(gx, gy)
+            return torch.autograd.grad(out, (gx, gy))
+        return run
+    r2 = interleaved({"wrapped": fwd_bwd(wrapped.mul), "tf": fwd_bwd(tf.mul)}, 1000, R)
+
+    # ---- one million elements: the same op on torch tensors and on runtime tensors -----------
+    n = 1 << 20
+    rng = np.random.default_rng(0)
+    xa, ya = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x, y = rt.Tensor(xa), rt.Tensor(ya)
+    bx, by = torch.from_numpy(xa.copy()), torch.from_numpy(ya.copy())
+    rm = interleaved({"wrapped": lambda: wrapped.mul(bx, by), "runtime": lambda: ob.mul(x, y),
+                      "tf": lambda: tf.mul(bx, by)}, 20, 2 * R)
+
+    print()
+    timing.table(["case", "to_torch(op) on torch tensors", "other side", "ratio"], [
+        ["forward, no grad, 1 element", r1["wrapped"].fmt("auto"), "torch C++ Function " + r1["tf"].fmt("auto"),
+         ratio(r1["wrapped"], r1["tf"]).fmt("x")],
+        ["forward + backward, 1 element", r2["wrapped"].fmt("auto"), "torch C++ Function " + r2["tf"].fmt("auto"),
+         ratio(r2["wrapped"], r2["tf"]).fmt("x")],
+        [f"forward, no grad, {n} elements", rm["wrapped"].fmt("auto"), "op on runtime tensors "
+         + rm["runtime"].fmt("auto"), ratio(rm["wrapped"], rm["runtime"]).fmt("x")],
+        [f"forward, no grad, {n} elements", rm["wrapped"].fmt("auto"), "torch C++ Function " + rm["tf"].fmt("auto"),
+         ratio(rm["wrapped"], rm["tf"]).fmt("x")],
+    ])
+    print("\nThe 1-element rows are the fixed cost of the Python layer (signature, conversions, the kept "
+          "runtime graph, torch.autograd.Function); torch's C++ Function has none of it.\n")
+    big = ratio(rm["wrapped"], rm["runtime"])
+    report.goal("1M elements: to_torch op on torch tensors within 1.1x of the op on runtime tensors",
+                big.median <= 1.1, f"{big.median:.3f}x")
+    return report.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

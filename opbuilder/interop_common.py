@@ -1,0 +1,73 @@
+"""What the framework bridges (``to_torch``, ``to_jax``) share: finding a module's
+functions, describing call signatures, and the ``Spec`` a shape rule returns.
+
+A shape rule (``shape_fn``) is framework-neutral: it is called with the op's
+arguments, each tensor replaced by a ``Spec`` (shape tuple, numpy dtype), and
+returns one ``Spec`` or a list of them, one per output. No framework is
+imported here.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = ["Spec", "module_functions", "check_shape_fns", "as_specs"]
+
+
+class Spec(NamedTuple):
+    """The shape and dtype of one tensor, as a shape rule sees and returns it."""
+    shape: Tuple[int, ...]
+    dtype: np.dtype
+
+
+ShapeFn = Callable[..., Union[Spec, Sequence[Spec]]]
+
+
+def module_functions(module: Any) -> Dict[str, Callable]:
+    """The public functions of a loaded operator module, by name."""
+    out = {}
+    for name in dir(module):
+        if name.startswith("_"):
+            continue
+        f = getattr(module, name)
+        if callable(f) and not isinstance(f, type):
+            out[name] = f
+    if not out:
+        raise ValueError(f"{getattr(module, '__name__', module)!r} has no public functions to wrap")
+    return out
+
+
+def check_shape_fns(who: str, funcs: Dict[str, Callable], shape_fn: Optional[Dict[str, ShapeFn]]) -> Dict[str, ShapeFn]:
+    """``shape_fn`` checked: a dict from function names of the module to callables."""
+    if shape_fn is None:
+        return {}
+    if not isinstance(shape_fn, dict):
+        raise TypeError(f"{who}: shape_fn must be a dict from function name to a callable, got "
+                        f"{type(shape_fn).__name__}")
+    for name, fn in shape_fn.items():
+        if name not in funcs:
+            raise ValueError(f"{who}: shape_fn names {name!r}, which the module does not define "
+                             f"(it has {', '.join(sorted(funcs))})")
+        if not callable(fn):
+            raise TypeError(f"{who}: shape_fn[{name!r}] is a {type(fn).__name__}, not a callable")
+    return dict(shape_fn)
+
+
+def as_specs(who: str, result: Any) -> Tuple[List[Spec], bool]:
+    """A shape rule's result as a list of ``Spec`` and whether the op returns a single tensor."""
+    single = isinstance(result, Spec) or (isinstance(result, tuple) and len(result) == 2
+                                          and not isinstance(result[0], Spec) and not isinstance(result[1], Spec)
+                                          and isinstance(result[0], (tuple, list)))
+    if not single and not isinstance(result, (list, tuple)):
+        raise TypeError(f"{who}: the shape rule must return Spec(shape, dtype) or a list of them, got {result!r}")
+    items = [result] if single else list(result)
+    specs = []
+    for r in items:
+        try:
+            shape, dtype = r
+            specs.append(Spec(tuple(int(d) for d in shape), np.dtype(dtype)))
+        except (TypeError, ValueError):
+            raise TypeError(f"{who}: the shape rule must return Spec(shape, dtype) or a list of them, "
+                            f"got {r!r}") from None
+    return specs, single

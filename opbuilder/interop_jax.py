@@ -1,0 +1,188 @@
+"""``to_jax(module)``: an operator module's functions as JAX functions.
+
+Each function is a ``jax.custom_vjp`` whose forward and backward call the
+operator on the host through ``jax.pure_callback``, so it works eagerly and
+under ``jax.jit``, ``jax.grad`` and ``jax.vmap`` (a loop over the batch:
+``vmap_method="sequential"``) on the CPU. Array arguments are the operator's
+tensors; every other argument (ints, floats, bools, strings, lists) is static.
+
+Output shapes: from ``shape_fn`` when given (no extra work); otherwise the
+operator runs once on zeros of the arguments' shapes per distinct signature
+(shapes, dtypes, static values) -- one extra forward, cached.
+
+Backward recomputes: the backward callback runs the forward again with grad
+recording and then the runtime backward (the C++ ``Backward``). JAX's
+residuals must be arrays and a jitted function runs many times, so keeping the
+runtime graph per call would need a handle threaded through XLA and a rule for
+freeing graphs whose pullback is never called; recomputing has neither problem,
+at the cost of a second forward in a gradient step.
+
+Not done: an XLA FFI custom call straight into the operator's library, which
+would skip the host callback's copies. See docs/interop.md. Importing this
+module imports jax; nothing else in opbuilder does.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import jax
+import numpy as np
+
+import runtime as _rt
+
+from .interop_common import Spec, as_specs, check_shape_fns, module_functions
+
+__all__ = ["to_jax"]
+
+
+def _is_array(a: Any) -> bool:
+    return isinstance(a, (jax.Array, np.ndarray)) or hasattr(a, "aval")
+
+
+def _static_key(a: Any) -> Any:
+    if isinstance(a, list):
+        return ("list", tuple(_static_key(e) for e in a))
+    if isinstance(a, tuple):
+        return ("tuple", tuple(_static_key(e) for e in a))
+    try:
+        hash(a)
+    except TypeError:
+        raise TypeError(f"a JAX operator's non-array arguments must be ints, floats, bools, strings or lists of "
+                        f"them, got {type(a).__name__}") from None
+    return a
+
+
+def _to_runtime(who: str, k: int, arr: np.ndarray) -> Any:
+    arr = np.asarray(arr)
+    try:
+        return _rt.from_dlpack(arr if arr.flags.writeable else arr.copy())
+    except (TypeError, BufferError) as e:
+        raise TypeError(f"{who}: argument {k} has dtype {arr.dtype}, which opbuilder's runtime does not "
+                        f"support ({e})") from None
+
+
+class _JaxOp:
+    """One module function as JAX functions, one ``custom_vjp`` per static signature."""
+
+    def __init__(self, name: str, fn: Callable, shape_fn: Optional[Callable]) -> None:
+        self.name, self.fn, self.shape_fn = name, fn, shape_fn
+        self.by_sig: Dict[Any, Callable] = {}
+        self.out_specs: Dict[Any, Tuple[List[Spec], bool]] = {}
+
+    def _call_args(self, positions: Tuple[int, ...], statics: Tuple[Any, ...], arrays: Sequence[Any]) -> list:
+        args: List[Any] = list(statics)
+        for p, a in zip(positions, arrays):
+            args.insert(p, a)
+        return args
+
+    def _host_forward(self, positions, statics, arrays, grad: bool):
+        rt = [_to_runtime(self.name, p, a) for p, a in zip(positions, arrays)]
+        need = []
+        if grad:
+            for r in rt:
+                if r._data.dtype.kind == "f":
+                    r.requires_grad_(True)
+                    need.append(r)
+        with _rt.enable_grad() if grad else _rt.no_grad():
+            res = self.fn(*self._call_args(positions, statics, rt))
+        single = not isinstance(res, (list, tuple))
+        return rt, need, ([res] if single else list(res)), single
+
+    def specs(self, positions, statics, arrays) -> Tuple[List[Spec], bool]:
+        """The outputs' shapes and dtypes: the shape rule's, or one run on zeros (cached)."""
+        key = (positions, _static_key(list(statics)), tuple((tuple(a.shape), str(a.dtype)) for a in arrays))
+        got = self.out_specs.get(key)
+        if got is None:
+            in_specs = [Spec(tuple(a.shape), np.dtype(a.dtype)) for a in arrays]
+            if self.shape_fn is not None:
+                got = as_specs(self.name, self.shape_fn(*self._call_args(positions, statics, in_specs)))
+            else:
+                zeros = [np.zeros(s.shape, s.dtype) for s in in_specs]
+                _, _, outs, single = self._host_forward(positions, statics, zeros, grad=False)
+                got = ([Spec(tuple(o.shape), np.dtype(o._data.dtype)) for o in outs], single)
+            self.out_specs[key] = got
+        return got
+
+    def function(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
+        key = (positions, _static_key(list(statics)))
+        f = self.by_sig.get(key)
+        if f is None:
+            f = self.by_sig[key] = self._make(positions, statics)
+        return f
+
+    def _make(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
+        op = self
+
+        def forward_cb(*arrays):
+            _, _, outs, _ = op._host_forward(positions, statics, arrays, grad=False)
+            return tuple(np.asarray(o._data) for o in outs)
+
+        def backward_cb(n_out, *arrays_and_cts):
+            arrays, cts = arrays_and_cts[:-n_out], arrays_and_cts[-n_out:]
+            rt, need, outs, _ = op._host_forward(positions, statics, arrays, grad=True)
+            pairs = [(o, _to_runtime(op.name, i, g)) for i, (o, g) in enumerate(zip(outs, cts)) if o.requires_grad]
+            grads = [np.zeros(np.shape(a), np.asarray(a).dtype) for a in arrays]
+            if pairs and need:
+                gs = _rt.autograd.grad([o for o, _ in pairs], need, [g for _, g in pairs], allow_unused=True)
+                it = iter(gs)
+                for i, r in enumerate(rt):
+                    if r.requires_grad:
+                        g = next(it)
+                        if g is not None:
+                            grads[i] = np.asarray(g._data, dtype=grads[i].dtype)
+            return tuple(grads)
+
+        def out_struct(arrays):
+            specs, single = op.specs(positions, statics, arrays)
+            return [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs], single
+
+        @jax.custom_vjp
+        def f(*arrays):
+            structs, single = out_struct(arrays)
+            outs = jax.pure_callback(forward_cb, tuple(structs), *arrays, vmap_method="sequential")
+            return outs[0] if single else tuple(outs)
+
+        def f_fwd(*arrays):
+            return f(*arrays), arrays
+
+        def f_bwd(arrays, ct):
+            cts = (ct,) if not isinstance(ct, tuple) else ct
+            structs = tuple(jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in arrays)
+            grads = jax.pure_callback(lambda *xs: backward_cb(len(cts), *xs), structs, *arrays, *cts,
+                                      vmap_method="sequential")
+            return tuple(g if np.issubdtype(a.dtype, np.inexact) else None for a, g in zip(arrays, grads))
+
+        f.defvjp(f_fwd, f_bwd)
+        return f
+
+
+def _wrapper(op: _JaxOp) -> Callable:
+    def call(*args: Any) -> Any:
+        positions = tuple(k for k, a in enumerate(args) if _is_array(a))
+        statics = tuple(a for a in args if not _is_array(a))
+        for k, a in enumerate(args):
+            if not _is_array(a) and not isinstance(a, (bool, int, float, str, list, tuple)):
+                raise TypeError(f"{op.name}: argument {k} is a {type(a).__name__}; a JAX operator takes arrays, "
+                                f"ints, floats, bools, strings and lists of them")
+        if not positions:
+            raise TypeError(f"{op.name}: a JAX operator needs at least one array argument")
+        return op.function(positions, statics)(*[args[p] for p in positions])
+
+    call.__name__ = call.__qualname__ = op.name
+    call.__doc__ = op.fn.__doc__
+    return call
+
+
+def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None) -> types.SimpleNamespace:
+    """``module``'s functions as JAX functions (custom_vjp over host callbacks; jit, grad, vmap).
+
+    ``shape_fn`` maps a function name to its shape rule (see ``Spec``); without one, the output
+    shapes come from one run of the operator on zeros per distinct signature.
+    """
+    funcs = module_functions(module)
+    shape_fns = check_shape_fns("to_jax", funcs, shape_fn)
+    out = types.SimpleNamespace()
+    for name, fn in funcs.items():
+        setattr(out, name, _wrapper(_JaxOp(name, fn, shape_fns.get(name))))
+    return out

@@ -1,0 +1,172 @@
+"""opbuilder.to_jax: operator modules as JAX functions (custom_vjp over host callbacks)."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax", reason="jax is not installed (pip install 'opbuilder[jax]')")
+jnp = pytest.importorskip("jax.numpy")
+
+import opbuilder  # noqa: E402
+from opbuilder import Spec  # noqa: E402
+
+pytestmark = pytest.mark.build
+
+
+@pytest.fixture(scope="module", autouse=True)
+def x64():
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", old)
+
+
+def _counting(module, names):
+    calls = []
+
+    def wrap(fn):
+        def f(*a):
+            calls.append(a)
+            return fn(*a)
+        return f
+    return types.SimpleNamespace(**{n: wrap(getattr(module, n)) for n in names}), calls
+
+
+def _central(f, args, argnum, eps=1e-6):
+    """d sum(f(args)) / d args[argnum] by central differences, in float64."""
+    base = [np.array(a, dtype=np.float64) for a in args]
+    g = np.zeros_like(base[argnum])
+    for i in np.ndindex(g.shape):
+        hi = [b.copy() for b in base]
+        lo = [b.copy() for b in base]
+        hi[argnum][i] += eps
+        lo[argnum][i] -= eps
+        g[i] = (float(np.sum(f(*hi))) - float(np.sum(f(*lo)))) / (2 * eps)
+    return g
+
+
+def _data(shape_x=(3, 4), shape_y=(4,), seed=0):
+    r = np.random.default_rng(seed)
+    return jnp.asarray(r.standard_normal(shape_x)), jnp.asarray(r.standard_normal(shape_y))
+
+
+def test_eager_and_jit(my_ops):
+    j = opbuilder.to_jax(my_ops)
+    x, y = _data()
+    expect = np.asarray(x) * np.asarray(y)
+    np.testing.assert_allclose(np.asarray(j.mul(x, y)), expect)
+    np.testing.assert_allclose(np.asarray(jax.jit(j.mul)(x, y)), expect)
+    assert j.mul(x, y).dtype == jnp.float64
+
+
+def test_grad_matches_central_differences(my_ops):
+    j = opbuilder.to_jax(my_ops)
+    x, y = _data()
+
+    def loss(a, b):
+        return (j.mul(a, b) ** 2).sum()
+
+    gx, gy = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, y)
+
+    def plain(a, b):
+        return (a * b) ** 2
+    np.testing.assert_allclose(np.asarray(gx), _central(plain, (x, y), 0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(gy), _central(plain, (x, y), 1), rtol=1e-6, atol=1e-6)
+    # the numbers came from the C++ Backward: check one against the op itself, too
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda a: j.mul(a, y).sum())(x)),
+                               _central(lambda a, b: np.asarray(j.mul(a, b)), (x, y), 0), rtol=1e-6, atol=1e-6)
+
+
+def test_vmap_forward_and_grad(my_ops):
+    j = opbuilder.to_jax(my_ops)
+    x, _ = _data()
+    w = jnp.arange(4.0) + 1
+    np.testing.assert_allclose(np.asarray(jax.vmap(lambda r: j.mul(r, w))(x)), np.asarray(x) * np.asarray(w))
+    g = jax.vmap(jax.grad(lambda r: j.mul(r, r).sum()))(x)
+    np.testing.assert_allclose(np.asarray(g), 2 * np.asarray(x))
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(j.mul))(x, x)), np.asarray(x) ** 2)
+
+
+def test_shape_fn_skips_the_probe_run(my_ops):
+    ns, calls = _counting(my_ops, ["mul"])
+    j = opbuilder.to_jax(ns, shape_fn={"mul": lambda a, b: Spec(np.broadcast_shapes(a.shape, b.shape), a.dtype)})
+    x, y = _data()
+    lowered = jax.jit(j.mul).lower(x, y)  # tracing needs shapes only
+    assert calls == []
+    lowered.compile()(x, y).block_until_ready()
+    assert len(calls) == 1
+
+
+def test_probe_run_once_per_signature(my_ops):
+    ns, calls = _counting(my_ops, ["mul"])
+    j = opbuilder.to_jax(ns)
+    x, y = _data()
+    j.mul(x, y).block_until_ready()
+    assert len(calls) == 2  # one run on zeros for the output's shape, then the real one
+    assert np.count_nonzero(np.asarray(calls[0][0].asnumpy())) == 0
+    j.mul(y, x).block_until_ready()
+    j.mul(x, y).block_until_ready()
+    assert len(calls) == 5  # (y, x): a new signature, probed then run; (x, y) again: run only
+
+
+def test_static_args_and_multiple_outputs(autograd_ops):
+    j = opbuilder.to_jax(autograd_ops)
+    x, y = _data((3,), (3,))
+    out = jax.jit(lambda a, b: j.mixed_args(0.5, a, [4, 3], b))(x, y)
+    np.testing.assert_allclose(np.asarray(out), 2.0 * np.asarray(x) + 3 * np.asarray(y))
+    gx, gy = jax.grad(lambda a, b: j.mixed_args(0.5, a, [4, 3], b).sum(), argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(np.asarray(gx), np.full(3, 2.0))
+    np.testing.assert_allclose(np.asarray(gy), np.full(3, 3.0))
+    sq, sign = j.square_and_sign(x)
+    np.testing.assert_allclose(np.asarray(sq), np.asarray(x) ** 2)
+    np.testing.assert_allclose(np.asarray(sign), np.sign(np.asarray(x)))
+    g = jax.grad(lambda a: j.square_and_sign(a)[0].sum())(x)
+    np.testing.assert_allclose(np.asarray(g), _central(lambda a: np.asarray(a) ** 2, (x,), 0), rtol=1e-6)
+
+
+def test_unsupported_dtype(my_ops):
+    j = opbuilder.to_jax(my_ops)
+    a = jnp.ones(2, jnp.bfloat16)
+    with pytest.raises(TypeError, match=r"^mul: argument 0 has dtype bfloat16, which opbuilder's runtime does not "
+                                        r"support \("):
+        j.mul(a, a)
+
+
+def test_unsupported_argument(my_ops):
+    j = opbuilder.to_jax(my_ops)
+    with pytest.raises(TypeError, match=r"^mul: argument 1 is a dict; a JAX operator takes arrays, ints, floats, "
+                                        r"bools, strings and lists of them$"):
+        j.mul(jnp.ones(2), {})
+    with pytest.raises(TypeError, match=r"^mul: a JAX operator needs at least one array argument$"):
+        j.mul(1.0, 2.0)
+
+
+def test_op_errors_reach_the_caller(my_ops):
+    j = opbuilder.to_jax(my_ops)
+    a = jnp.ones(2, jnp.int8)
+    with pytest.raises(ValueError, match=r"^mul: expected two float32 or two float64 tensors, got int8 and int8"):
+        j.mul(a, a)
+
+
+def test_bad_shape_fn(my_ops):
+    with pytest.raises(ValueError, match=r"^to_jax: shape_fn names 'add', which the module does not define "
+                                         r"\(it has mul\)$"):
+        opbuilder.to_jax(my_ops, shape_fn={"add": lambda a, b: a})
+    j = opbuilder.to_jax(my_ops, shape_fn={"mul": lambda a, b: "nonsense"})
+    with pytest.raises(TypeError, match=r"^mul: the shape rule must return Spec\(shape, dtype\) or a list of them"):
+        j.mul(jnp.ones(2), jnp.ones(2))
+
+
+def test_integer_output_gets_no_gradient():
+    import runtime as rt
+
+    def with_index(x):  # a differentiable output and an integer one, from runtime ops
+        return [x * 3.0, rt.Tensor(np.arange(x.shape[0], dtype=np.int64))]
+    j = opbuilder.to_jax(types.SimpleNamespace(with_index=with_index))
+    x = jnp.arange(4.0)
+    val, idx = j.with_index(x)
+    np.testing.assert_array_equal(np.asarray(idx), np.arange(4))
+    g = jax.jit(jax.grad(lambda a: j.with_index(a)[0].sum()))(x)
+    np.testing.assert_allclose(np.asarray(g), np.full(4, 3.0))
