@@ -3,7 +3,8 @@
 A test is marked ``build`` when it uses a fixture named in ``BUILD_FIXTURES`` (conftest.py) or is
 marked by hand (``pytestmark`` or a decorator). The guard watches the processes that tests and
 fixtures start, through Python's audit hook: a compiler or ninja started by an unmarked test, or by
-a fixture missing from ``BUILD_FIXTURES``, fails that test and names the fix. So the fast subset
+a fixture (missing from ``BUILD_FIXTURES``) set up for an unmarked test, fails that test and names
+the fix. A full run sees only the first user of a fixture; ``-m "not build"`` sees every one. So the fast subset
 cannot start compiling without anyone noticing. Compilers started by child Python processes are not
 seen; tests that start children are few and cheap.
 
@@ -58,7 +59,10 @@ class BuildGuard:
     def pytest_fixture_setup(self, fixturedef, request):
         before = len(_spawned)
         result = yield
-        if len(_spawned) > before and fixturedef.argname not in self.build_fixtures:
+        # the test that asked for it (request.node is its module or session for wider scopes)
+        item = getattr(request, "_pyfuncitem", None) or request.node
+        if (len(_spawned) > before and fixturedef.argname not in self.build_fixtures
+                and item.get_closest_marker("build") is None):
             _violation(f"fixture {fixturedef.argname!r} ({fixturedef.baseid or 'conftest'})",
                        "add its name to BUILD_FIXTURES in tests/conftest.py")
         return result

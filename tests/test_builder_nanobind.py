@@ -18,6 +18,8 @@ from opbuilder import BuildError, CustomOpBuilder
 from opbuilder.binding import NANOBIND, PYBIND11, detect_binding
 from runtime import Tensor
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 NB_SOURCE = """\
 #include "opbuilder/extension.h"
 using namespace opbuilder;
