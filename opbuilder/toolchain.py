@@ -15,7 +15,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import ToolchainError
 from .probe_cache import remembered
@@ -293,12 +293,24 @@ def ext_suffix() -> str:
     return importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
+_origins: Dict[str, Optional[str]] = {}
+
+
+def _package_origin(name: str) -> Optional[str]:
+    """The ``__init__.py`` of the package ``name`` this process would import, found once per
+    process (a search of sys.path that imports nothing; warm loads ask for it several times)."""
+    if name not in _origins:
+        spec = importlib.util.find_spec(name)
+        _origins[name] = None if spec is None else spec.origin
+    return _origins[name]
+
+
 def python_info(state_dir: Optional[Path]) -> PythonInfo:
     """pybind11's version and headers and Python's headers, probed once per interpreter and pybind11."""
-    spec = importlib.util.find_spec("pybind11")  # the one this process would import; cheap, imports nothing
-    if spec is None or spec.origin is None:
+    origin = _package_origin("pybind11")
+    if origin is None:
         raise ToolchainError("the 'pybind11' Python package is missing: python -m pip install pybind11")
-    pkg = os.path.dirname(spec.origin)
+    pkg = os.path.dirname(origin)
 
     def probe():
         import sysconfig
@@ -307,10 +319,10 @@ def python_info(state_dir: Optional[Path]) -> PythonInfo:
         include = pybind11.get_include()
         facts = {"pybind11_version": pybind11.__version__, "pybind11_include": include,
                  "python_include": sysconfig.get_paths()["include"]}
-        return facts, [spec.origin, os.path.join(pkg, "_version.py"),
+        return facts, [origin, os.path.join(pkg, "_version.py"),
                        os.path.join(include, "pybind11", "detail", "common.h")]
 
-    facts = remembered(state_dir, f"python {sys.executable} {sys.version} pybind11 {spec.origin}", probe,
+    facts = remembered(state_dir, f"python {sys.executable} {sys.version} pybind11 {origin}", probe,
                        schema={"pybind11_version": str, "pybind11_include": str, "python_include": str})
     abi = f"{sys.implementation.cache_tag} {ext_suffix()}"
     return PythonInfo(str(facts["pybind11_version"]), str(facts["pybind11_include"]),
@@ -374,18 +386,18 @@ class NanobindInfo:
 
 def nanobind_info(state_dir: Optional[Path]) -> NanobindInfo:
     """The installed nanobind's version, headers and runtime source, probed once per nanobind."""
-    spec = importlib.util.find_spec("nanobind")  # cheap, imports nothing
-    if spec is None or spec.origin is None:
+    origin = _package_origin("nanobind")
+    if origin is None:
         raise FileNotFoundError("the 'nanobind' Python package is missing (operators written with OB_MODULE "
                                 "are bound with it): python -m pip install nanobind")
-    pkg = os.path.dirname(spec.origin)
+    pkg = os.path.dirname(origin)
 
     def probe():
         import nanobind
         facts = {"version": nanobind.__version__, "include": nanobind.include_dir(),
                  "source": nanobind.source_dir(), "robin_map": os.path.join(pkg, "ext", "robin_map", "include")}
-        return facts, [spec.origin, os.path.join(facts["include"], "nanobind", "nanobind.h")]
+        return facts, [origin, os.path.join(facts["include"], "nanobind", "nanobind.h")]
 
-    facts = remembered(state_dir, f"nanobind {spec.origin}", probe,
+    facts = remembered(state_dir, f"nanobind {origin}", probe,
                        schema={"version": str, "include": str, "source": str, "robin_map": str})
     return NanobindInfo(str(facts["version"]), str(facts["include"]), str(facts["source"]), str(facts["robin_map"]))
