@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from .errors import BuildError
 
-__all__ = ["PYBIND11", "NANOBIND", "detect_binding"]
+__all__ = ["PYBIND11", "NANOBIND", "binding_of_text", "detect_binding"]
 
 PYBIND11 = "pybind11"
 NANOBIND = "nanobind"
@@ -49,13 +49,24 @@ def _scan(path: Path) -> Tuple[bool, bool, bool, bool]:
     memo = _memo.get((str(path), data))
     if memo is not None:
         return memo
-    raw = data.decode(errors="replace")
-    code = _strip(raw, literals=True)  # macros in code only
-    text = _strip(raw, literals=False)  # include names ("ms_extension.h") kept
-    out = (_NB_MODULE.search(code) is not None, _PB_MODULE.search(code) is not None,
-           _NB_INCLUDE.search(text) is not None, _PB_INCLUDE.search(text) is not None)
+    out = _scan_text(data.decode(errors="replace"))
     _memo[(str(path), data)] = out
     return out
+
+
+def _scan_text(raw: str) -> Tuple[bool, bool, bool, bool]:
+    code = _strip(raw, literals=True)  # macros in code only
+    text = _strip(raw, literals=False)  # include names ("ms_extension.h") kept
+    return (_NB_MODULE.search(code) is not None, _PB_MODULE.search(code) is not None,
+            _NB_INCLUDE.search(text) is not None, _PB_INCLUDE.search(text) is not None)
+
+
+def binding_of_text(text: str) -> Optional[str]:
+    """``PYBIND11`` or ``NANOBIND`` when C++ source ``text`` names one of them (its module macro or an
+    include), None when it names neither (or both: the build of the file says so)."""
+    nb_mod, pb_mod, nb_inc, pb_inc = _scan_text(text)
+    nb, pb = nb_mod or nb_inc, pb_mod or pb_inc
+    return None if nb == pb else (NANOBIND if nb else PYBIND11)
 
 
 def detect_binding(name: str, sources: Sequence[Path]) -> str:

@@ -55,6 +55,14 @@ def test_edited_source_rebuilds(inl, cache_dir):
     assert len(list((cache_dir / "inline" / "inl_ops").iterdir())) == 2
 
 
+def test_functions_are_bound_with_nanobind_unless_the_code_is_written_for_pybind11(inl, cache_dir):
+    assert type(inl.twice).__name__ == "nb_func"  # nanobind's function type: the fast-building binding
+    pb = opbuilder.load_inline("inl_pb", "#include <pybind11/pybind11.h>\n#include <cstdint>\n"
+                               "int64_t four() { return 4; }\n", functions=["four"])
+    assert pb.four() == 4
+    assert type(pb.four).__name__ == "builtin_function_or_method"  # pybind11's
+
+
 def test_own_module_block(cache_dir):
     src = ("#include <cstdint>\nint64_t three() { return 3; }\n"
            "PYBIND11_MODULE(OB_EXTENSION_NAME, m) { m.def(\"three\", &three); }\n")
