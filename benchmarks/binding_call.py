@@ -4,7 +4,7 @@
 
 The README operator (custom_src/function_ops.cpp, its OB_MODULE built once with each binding,
 -O2 both) on one element: forward without grad, forward recording a node, and value_and_grad.
-Cases are timed round-robin (benchmarks/timing.py best_of), so load from other processes hurts
+Cases are timed round-robin (benchmarks/timing.py interleaved), so load from other processes hurts
 both alike; the best round counts.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
-from timing import best_of  # noqa: E402
+from timing import interleaved  # noqa: E402  (before numpy: it pins numpy's threads)
+
+import numpy as np  # noqa: E402
 
 import runtime as rt  # noqa: E402
 from runtime import Tensor  # noqa: E402
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     print(f"binding call overhead; load average {os.getloadavg()[0]:.2f}")
     print(f"{'':40s}{'nanobind':>12s}{'pybind11':>12s}")
     for label, make, number in rows:
-        r = best_of({b: make(m) for b, m in mods.items()}, number, args.rounds)
+        r = {b: st.lo for b, st in interleaved({b: make(m) for b, m in mods.items()}, number, args.rounds).items()}
         print(f"{label:40s}{r['nanobind'] * 1e6:9.2f} us{r['pybind11'] * 1e6:9.2f} us")
     return 0
 

@@ -32,8 +32,8 @@ steadier than wall time on a shared machine, and all the work a build costs.
 Both sides compile with the same optimisation flags: torch adds no -O flag of
 its own, so it gets opbuilder's (-O2 -ftree-vectorize
 -fvect-cost-model=dynamic) through extra_cflags. What still differs:
-opbuilder links a one-source module with gcc's LTO (its choice, to use every
-core for code generation) and precompiles its header; torch does neither.
+opbuilder links a one-source pybind11 module with gcc's LTO (its choice, to use
+every core for code generation; a nanobind module is built without) and precompiles its header; torch does neither.
 Child processes run with bytecode caching on (as an installed package has),
 after one unmeasured run that writes it.
 

@@ -333,6 +333,7 @@ def test_empty_and_zero_size_views(seed_ops):
     assert g.shape == (0, 2)
 
 
+@pytest.mark.build  # the AOT op compiles custom_src/aot_add.cpp (tests/build_guard.py)
 def test_overflowing_results_of_built_in_and_aot_ops_are_memory_errors():
     big = 1 << 31
     x = ops.broadcast_to(Tensor(np.ones(1, np.float32)), (big,))

@@ -69,6 +69,21 @@ def test_several_sources_are_built_without_lto(cache_dir, tiny, tmp_path, monkey
     assert not any(a.startswith("-flto") for a in rules["link"])
 
 
+def test_a_nanobind_module_is_built_without_lto_and_its_runtime_with(cache_dir, tmp_path, monkeypatch):
+    """A nanobind module's one small TU has too little code for LTO's parallel code generation to pay
+    (it only adds the intermediate form's write and read); nanobind's big runtime keeps it."""
+    monkeypatch.delenv("OPBUILDER_LTO", raising=False)
+    src = tmp_path / "nb_tiny.cpp"
+    src.write_text('#include "opbuilder/extension.h"\nOB_MODULE(m) { m.def("seven", []() { return 7; }); }\n')
+    assert CustomOpBuilder("flags_nb", [str(src)]).load().seven() == 7
+    rules = _commands(cache_dir, "flags_nb")
+    assert "-DOB_BINDING_NANOBIND" in rules["cxx"] and "-O2" in rules["cxx"]
+    assert "-flto" not in rules["cxx"] and not any(a.startswith("-flto") for a in rules["link"])
+    from opbuilder.toolchain import find_compiler
+    runtime = _commands(cache_dir, "_nanobind.lib")
+    assert ("-flto" in runtime["cxx"]) == (find_compiler(cache_dir).family == "gcc")
+
+
 def test_lto_is_a_way_to_build_not_part_of_the_key(cache_dir, tiny, monkeypatch):
     """Toggling LTO reuses the cached build (same key, like the job count); a rebuild in the same
     build directory recompiles the objects, which an -flto compile leaves without code."""
