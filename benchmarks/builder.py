@@ -1,7 +1,10 @@
 """Builder speed: opbuilder against PyTorch's cpp_extension.load, measured in the same run.
 
-    python benchmarks/builder.py [--warm-runs 15] [--no-torch] [--keep] [--warm-only]
+    python benchmarks/builder.py [--samples 3] [--warm-runs 9] [--no-torch] [--keep] [--warm-only]
     python benchmarks/builder.py --bindings [--rounds 3]
+
+Run time: about 12 minutes with torch and the default 3 samples on a quiet 2-core machine (a torch build
+takes ~35 s; 5 torch builds per sample), about 3 minutes with ``--no-torch``.
 
 The operator is the demo's multiply (custom_src/function_ops.cpp) and, for
 PyTorch, the same multiply as a torch::autograd::Function
@@ -10,36 +13,38 @@ PyTorch, the same multiply as a torch::autograd::Function
 incremental scenario needs several sources: it edits ``extra.cpp`` of a
 second operator built from the same source plus ``extra.cpp``. Every measurement runs in a new
 Python process and times only the ``load()`` call (the framework is imported
-first); each framework builds into its own fresh temporary directory, so
+first); each framework builds into its own fresh temporary directories, so
 nothing cached on this machine is used or touched.
 
-Rows:
-  cold, no PCH yet        opbuilder's very first build with an empty cache:
-                          toolchain probed, extension.h precompiled by a
-                          background process nobody waits for
-  cold, PCH present       a new operator (nothing built for it) once the
-                          precompiled header exists: every later cold build
-  warm load()             a new process loading the built operator (median)
+Each row is timed interleaved (benchmarks/timing.py): opbuilder, torch, torch, opbuilder ... (the order
+rotated each sample), ``--samples`` samples each, so load from other processes falls on both sides alike;
+every figure is the median with the min-max, and a ratio is taken sample by sample (the two ran back to
+back). Rows compare like with like:
+  first build             an empty cache / build directory on both sides (opbuilder also builds
+                          nanobind's shared runtime and probes the toolchain: a newcomer's first build)
+  new operator, warm      a new operator (nothing built for it) with the shared state already warm on both
+                          sides (opbuilder: toolchain probe, nanobind runtime, PCH if any; torch: its
+                          extensions directory): every later cold build
+  warm load()             a new process loading the built operator
+  warm: whole process     import + load() as a whole new process
   one-file incremental    extra.cpp of the two-source operator edited, rebuilt
   header-edit rebuild     bench_config.h edited, rebuilt in a new process
-PyTorch has no PCH, so both cold rows compare with its one cold build.
 ``--warm-only`` builds once and measures only the warm rows (opbuilder alone),
 and says whether the warm ``load()`` meets its goal of 2 ms (WARM_GOAL_S).
-A second table gives the CPU time (user + system) of the loading process and
-every process it started (compilers, ninja, and opbuilder's background PCH
-compile, which the measuring child waits for after timing load()) --
-steadier than wall time on a shared machine, and all the work a build costs.
+The CPU table gives the CPU time (user + system) of the loading process and the
+processes it waited for during ``load()`` (compilers, ninja), on both sides alike -- steadier than wall
+time on a shared machine. Work opbuilder leaves running in the background after ``load()`` returns (a
+pybind11 operator's detached PCH compile) is not in that figure; it is printed on its own line.
 Both sides compile with the same optimisation flags: torch adds no -O flag of
 its own, so it gets opbuilder's (-O2 -ftree-vectorize
 -fvect-cost-model=dynamic) through extra_cflags. What still differs:
 opbuilder links a one-source pybind11 module with gcc's LTO (its choice, to use
 every core for code generation; a nanobind module is built without) and precompiles its header; torch does neither.
 Child processes run with bytecode caching on (as an installed package has),
-after one unmeasured run that writes it.
+after one unmeasured run that writes it. Goal lines (MET/MISSED) follow the tables.
 
-The demo operator is bound with nanobind (OB_MODULE): its first cold build includes nanobind's
-shared runtime, and there is no precompiled header; "cold build, PCH present" is then a new
-operator with the runtime already built.
+The demo operator is bound with nanobind (OB_MODULE): its first build includes nanobind's
+shared runtime, and there is no precompiled header.
 
 ``--bindings`` compares the binding layers, interleaved (A B C ... A B C ..., medians with
 min-max over ``--rounds``), each a new process and a fresh cache: the README operator bound with
@@ -53,14 +58,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import timing  # noqa: E402  (first: pins the thread count before numpy and torch load)
+from timing import Report, Stat, ratio  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SOURCE = ROOT / "custom_src" / "function_ops.cpp"
@@ -82,14 +90,15 @@ c0 = _cpu()
 t0 = time.perf_counter()
 m = CustomOpBuilder(name, srcs, binding=binding).load()
 t1 = time.perf_counter()
+c1 = _cpu()
 assert m.mul(runtime.Tensor(2.0), runtime.Tensor(3.0)).item() == 6.0
 import os
-while True:  # every process the load started, the background precompile included, is counted
+while True:  # work load() left running (a detached PCH compile): counted apart, as torch has none
     try:
         os.wait()
     except ChildProcessError:
         break
-print(json.dumps({"seconds": t1 - t0, "cpu": _cpu() - c0}))
+print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0, "bg_cpu": _cpu() - c1}))
 """
 
 TORCH_CHILD = """
@@ -109,15 +118,6 @@ c1 = _cpu()
 assert m.mul(torch.tensor([2.0]), torch.tensor([3.0])).item() == 6.0
 print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0}))
 """
-
-IMPORT_CHILD = """
-import json, sys, time
-import runtime
-t0 = time.perf_counter()
-import opbuilder
-print(json.dumps({"seconds": time.perf_counter() - t0}))
-"""
-
 
 def _env(**extra: str) -> Dict[str, str]:
     env = dict(os.environ)
@@ -140,16 +140,6 @@ def _run(code: str, args: List[str], env: Dict[str, str]) -> Dict[str, float]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _whole_process(code: str, env: Dict[str, str], runs: int) -> float:
-    import time
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=env, timeout=600)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def _sources(work: Path, main_source: Path, stem: str) -> List[str]:
     """The sources in ``work``: the main one (the demo operator, using bench_config.h) and extra.cpp."""
     work.mkdir(parents=True, exist_ok=True)
@@ -167,61 +157,108 @@ def _edit(path: Path, old: str, new: str) -> None:
 WARM_GOAL_S = 0.002  # a warm load() in a new process: checks, hashing of keys, import
 
 
-def measure(framework: str, work: Path, warm_runs: int, warm_only: bool = False) -> Dict[str, float]:
-    """Every scenario for one framework, each in new processes; seconds (``<row>_cpu``: CPU seconds).
+# goals (median ratios opbuilder / torch, wall time): opbuilder should cost at most half of torch's
+BUILD_GOALS = {"first": 0.5, "new_op": 0.5, "incremental": 0.5, "header": 0.5}
 
-    Cold, warm and header-edit rows use the demo operator as it is, one source; the
-    incremental row needs several, so it edits extra.cpp of a two-source operator.
-    """
-    out: Dict[str, float] = {}
-    main, extra = _sources(work / "src", DEMO_SOURCE if framework == "opbuilder" else TORCH_SOURCE,
-                           "ob_op" if framework == "opbuilder" else "torch_op")
-    ops = {"bench_ops": [main], "bench_multi": [main, extra], "bench_ops_again": [main]}
 
-    if framework == "opbuilder":
-        env = _env(OPBUILDER_CACHE_DIR=str(work / "cache"))
+class Side:
+    """One framework's fresh work directory: sources, a shared cache (or extensions directory) and how a
+    new process loads an operator there."""
 
-        def load(name: str) -> Dict[str, float]:
-            return _run(OB_CHILD, [name, *ops[name]], env)
-        whole = (f"import runtime; from opbuilder import CustomOpBuilder; "
-                 f"CustomOpBuilder('bench_ops', {[main]!r}).load()")
-    else:
-        env = _env(TORCH_EXTENSIONS_DIR=str(work / "ext"))
+    def __init__(self, framework: str, work: Path) -> None:
+        self.framework, self.work = framework, work
+        self.main, self.extra = _sources(work / "src", DEMO_SOURCE if framework == "opbuilder" else TORCH_SOURCE,
+                                         "ob_op" if framework == "opbuilder" else "torch_op")
+        self.ops = {"bench_ops": [self.main], "bench_multi": [self.main, self.extra]}
 
-        def load(name: str) -> Dict[str, float]:
-            build_dir = work / "build" / name  # torch keeps one build.ninja per directory
-            build_dir.mkdir(parents=True, exist_ok=True)
-            return _run(TORCH_CHILD, [name, str(build_dir), *ops[name]], env)
-        whole = (f"import torch; from torch.utils import cpp_extension; cpp_extension.load('bench_ops', "
-                 f"{[main]!r}, build_directory={str(work / 'build' / 'bench_ops')!r}, "
-                 f"extra_cflags=['-O2', '-ftree-vectorize', '-fvect-cost-model=dynamic'])")
+    def new_op(self, name: str) -> str:
+        """A new operator's name, its source a copy of the main one (a different key, nothing built)."""
+        src = Path(self.main).with_name(f"{name}.cpp")
+        src.write_text(Path(self.main).read_text() + f"\n// {name}\n")
+        self.ops[name] = [str(src)]
+        return name
 
-    def build(row: str, name: str) -> None:
-        res = load(name)
-        out[row], out[row + "_cpu"] = res["seconds"], res["cpu"]
+    def _state(self, fresh: Optional[str]) -> Path:
+        d = self.work / (fresh or "shared")
+        d.mkdir(parents=True, exist_ok=True)
+        return d
 
-    print(f"  {framework}: cold build ...", file=sys.stderr, flush=True)
-    build("cold", "bench_ops")
-    from opbuilder.binding import PYBIND11, detect_binding
-    if framework == "opbuilder" and detect_binding("bench_ops", [Path(main)]) == PYBIND11:
-        _wait_for_pch(work / "cache")  # built in the background; let it finish before timing anything else
-    load("bench_ops")  # unmeasured: writes bytecode caches for the warm runs
-    out["warm"] = statistics.median(load("bench_ops")["seconds"] for _ in range(warm_runs))
-    out["warm_process"] = _whole_process(whole, env, max(3, warm_runs // 3))
-    if warm_only:
-        return out
-    print(f"  {framework}: incremental and header-edit rebuilds ...", file=sys.stderr, flush=True)
-    load("bench_multi")  # unmeasured: the two-source operator's first build
-    _edit(Path(extra), "return 1;", "return 2;")
-    build("incremental", "bench_multi")
-    _edit(Path(main).with_name("bench_config.h"), "BENCH_CONFIG 1", "BENCH_CONFIG 2")
-    build("header", "bench_ops")
-    if framework == "opbuilder":
-        print("  opbuilder: cold build of a new operator, PCH present ...", file=sys.stderr, flush=True)
-        build("cold_pch", "bench_ops_again")
-        out["import"] = statistics.median(_run(IMPORT_CHILD, [], env)["seconds"]
-                                          for _ in range(max(3, warm_runs // 3)))
+    def load(self, name: str, fresh: Optional[str] = None) -> Dict[str, float]:
+        """``load()`` of ``name`` in a new process: in the shared state, or in a new empty one (``fresh``)."""
+        state = self._state(fresh)
+        if self.framework == "opbuilder":
+            return _run(OB_CHILD, [name, *self.ops[name]], _env(OPBUILDER_CACHE_DIR=str(state / "cache")))
+        build_dir = state / "build" / name  # torch keeps one build.ninja per directory
+        build_dir.mkdir(parents=True, exist_ok=True)
+        return _run(TORCH_CHILD, [name, str(build_dir), *self.ops[name]], _env(TORCH_EXTENSIONS_DIR=str(state / "ext")))
+
+    def whole_process(self) -> Dict[str, float]:
+        """Seconds of a whole new process: import + warm load() of bench_ops in the shared state."""
+        import time
+        state = self._state(None)
+        if self.framework == "opbuilder":
+            code = (f"import runtime; from opbuilder import CustomOpBuilder; "
+                    f"CustomOpBuilder('bench_ops', {[self.main]!r}).load()")
+            env = _env(OPBUILDER_CACHE_DIR=str(state / "cache"))
+        else:
+            code = (f"import torch; from torch.utils import cpp_extension; cpp_extension.load('bench_ops', "
+                    f"{[self.main]!r}, build_directory={str(state / 'build' / 'bench_ops')!r}, "
+                    f"extra_cflags=['-O2', '-ftree-vectorize', '-fvect-cost-model=dynamic'])")
+            env = _env(TORCH_EXTENSIONS_DIR=str(state / "ext"))
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=env, timeout=600)
+        return {"seconds": time.perf_counter() - t0}
+
+
+def _interleaved(sides: List[Side], samples: int, step: Callable[[Side, int], Dict[str, float]],
+                 what: str) -> Dict[str, List[Dict[str, float]]]:
+    """``step(side, i)`` for every side, ``samples`` times, the order rotated each sample (A B, B A ...)."""
+    out: Dict[str, List[Dict[str, float]]] = {s.framework: [] for s in sides}
+    for i in range(samples):
+        print(f"  {what}: sample {i + 1}/{samples} ...", file=sys.stderr, flush=True)
+        for side in sides[i % len(sides):] + sides[:i % len(sides)]:
+            out[side.framework].append(step(side, i))
     return out
+
+
+def measure(sides: List[Side], samples: int, warm_runs: int, warm_only: bool = False
+            ) -> Dict[str, Dict[str, List[Dict[str, float]]]]:
+    """Every row, each side interleaved with the other: row -> framework -> one result per sample."""
+    rows: Dict[str, Dict[str, List[Dict[str, float]]]] = {}
+    if not warm_only:
+        rows["first"] = _interleaved(sides, samples, lambda s, i: s.load("bench_ops", fresh=f"first-{i}"),
+                                     "first build, empty state")
+    for side in sides:  # unmeasured: the shared state's first build, and one load that writes bytecode
+        print(f"  {side.framework}: building in the shared state (unmeasured) ...", file=sys.stderr, flush=True)
+        side.load("bench_ops")
+        if side.framework == "opbuilder" and _binding(side.main) == "pybind11":
+            _wait_for_pch(side.work / "shared" / "cache")  # built in the background; let it finish
+        side.load("bench_ops")
+    rows["warm"] = _interleaved(sides, warm_runs, lambda s, i: s.load("bench_ops"), "warm load()")
+    rows["warm_process"] = _interleaved(sides, max(3, warm_runs // 3), lambda s, i: s.whole_process(),
+                                        "warm whole process")
+    if warm_only:
+        return rows
+    rows["new_op"] = _interleaved(sides, samples, lambda s, i: s.load(s.new_op(f"bench_new{i}")),
+                                  "new operator, warm shared state")
+    for side in sides:
+        side.load("bench_multi")  # unmeasured: the two-source operator's first build
+
+    def incremental(side: Side, i: int) -> Dict[str, float]:
+        _edit(Path(side.extra), f"return {i + 1};", f"return {i + 2};")
+        return side.load("bench_multi")
+
+    def header(side: Side, i: int) -> Dict[str, float]:
+        _edit(Path(side.main).with_name("bench_config.h"), f"BENCH_CONFIG {i + 1}", f"BENCH_CONFIG {i + 2}")
+        return side.load("bench_ops")
+    rows["incremental"] = _interleaved(sides, samples, incremental, "one-file incremental")
+    rows["header"] = _interleaved(sides, samples, header, "header edit")
+    return rows
+
+
+def _binding(source: str) -> str:
+    from opbuilder.binding import detect_binding
+    return detect_binding("bench_ops", [Path(source)])
 
 
 def _wait_for_pch(cache: Path, timeout: float = 600) -> None:
@@ -342,7 +379,9 @@ def _compiler() -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--warm-runs", type=int, default=15, help="new processes per warm measurement (median)")
+    ap.add_argument("--samples", type=int, default=3, help="interleaved samples of each build row (per side)")
+    ap.add_argument("--warm-runs", type=int, default=9, help="new processes per warm load() row (per side)")
+    ap.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP threads of every side (timing.py)")
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch even if it is installed")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directories (printed)")
     ap.add_argument("--warm-only", action="store_true", help="only the warm rows, opbuilder only (one build)")
@@ -357,19 +396,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True) if not args.keep else print(f"kept {work}", file=sys.stderr)
 
-    try:
-        import torch  # noqa: F401
-        torch_version: Optional[str] = torch.__version__
-    except ImportError:
-        torch_version = None
-    if args.no_torch or args.warm_only:
-        torch_version = None
-
+    import importlib.util
+    use_torch = not (args.no_torch or args.warm_only) and importlib.util.find_spec("torch") is not None
+    timing.header("builder: opbuilder against torch's cpp_extension.load", None,
+                  timing.load_torch() if use_torch else None)
+    print(f"each figure: median (min-max) of {args.samples} interleaved samples per side, warm rows of "
+          f"{args.warm_runs} (whole process: {max(3, args.warm_runs // 3)}); ratios sample by sample")
+    report = Report()
     work = Path(tempfile.mkdtemp(prefix="opbuilder-bench-"))
     os.chmod(work, 0o700)
     try:
-        ob = measure("opbuilder", work / "opbuilder", args.warm_runs, args.warm_only)
-        th = measure("torch", work / "torch", args.warm_runs) if torch_version else {}
+        sides = [Side("opbuilder", work / "opbuilder")] + ([Side("torch", work / "torch")] if use_torch else [])
+        rows = measure(sides, args.samples, args.warm_runs, args.warm_only)
+    except SystemExit as e:  # a child failed: its stderr is in the message
+        report.fail("every row", e)
+        return report.finish()
     finally:
         if args.keep:
             print(f"kept {work}", file=sys.stderr)
@@ -377,31 +418,39 @@ def main(argv: Optional[List[str]] = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"builder benchmark: {_compiler()}; {cores} cores; Python {platform.python_version()}; "
-          f"torch {torch_version or 'not installed'}; load average {os.getloadavg()[0]:.2f} at the end")
-    rows = [("cold build, no PCH yet (empty cache)", "cold", "cold"),
-            ("cold build, PCH present (new operator)", "cold_pch", "cold"),
-            ("warm load() in a new process (median)", "warm", "warm"),
-            ("warm: whole new process, import + load", "warm_process", "warm_process"),
-            ("one-file incremental rebuild", "incremental", "incremental"),
-            ("header-edit rebuild", "header", "header")]
-    print(f"{'wall time':42s}{'opbuilder':>12s}{'torch load':>14s}{'ratio':>8s}")
-    for label, ours, theirs in rows:
-        a, b = ob.get(ours), th.get(theirs)
-        ratio = f"{a / b:.3f}" if a is not None and b else "-"
-        print(f"{label:42s}{_fmt(a):>12s}{_fmt(b):>14s}{ratio:>8s}")
-    print(f"{'CPU time of the build (less noisy)':42s}")
-    for label, ours, theirs in rows:
-        a, b = ob.get(ours + "_cpu"), th.get(theirs + "_cpu")
-        if a is not None:
-            ratio = f"{a / b:.3f}" if b else "-"
-            print(f"{label:42s}{_fmt(a):>12s}{_fmt(b):>14s}{ratio:>8s}")
-    if ob.get("import") is not None:
-        print(f"{'import opbuilder (after import runtime)':42s}{_fmt(ob.get('import')):>12s}")
-    verdict = "within" if ob["warm"] <= WARM_GOAL_S else "OVER"
-    print(f"warm load() {_fmt(ob['warm'])}: {verdict} its goal of {_fmt(WARM_GOAL_S)}")
-    return 0
+    print(f"{_compiler()}; {cores} cores; load average {os.getloadavg()[0]:.2f} at the end")
+    labels = [("first", "first build (empty cache / build dir)"), ("new_op", "new operator, warm shared state"),
+              ("warm", "warm load() in a new process"), ("warm_process", "warm: whole new process, import + load"),
+              ("incremental", "one-file incremental rebuild"), ("header", "header-edit rebuild")]
 
+    def stat(row: str, fw: str, what: str) -> Optional[Stat]:
+        got = rows.get(row, {}).get(fw)
+        return Stat([x[what] for x in got]) if got and what in got[0] else None
+
+    for what, title in (("seconds", "wall time"), ("cpu", "CPU time of the load() (less noisy)")):
+        table = []
+        for row, label in labels:
+            a, b = stat(row, "opbuilder", what), stat(row, "torch", what)
+            if a is None:
+                continue
+            table.append([label, a.fmt("auto"), b.fmt("auto") if b else "-", ratio(a, b).fmt("x") if b else "-"])
+        if table:
+            print()
+            timing.table([title, "opbuilder", "torch load", "opbuilder / torch"], table)
+    bg = [x.get("bg_cpu", 0.0) for r in rows.values() for x in r.get("opbuilder", [])]
+    print(f"\nopbuilder's background work after load() (not in the CPU table): "
+          f"{max(bg) if bg else 0.0:.2f} s at most")
+    print()
+    warm = stat("warm", "opbuilder", "seconds")
+    report.goal(f"warm load() in a new process <= {_fmt(WARM_GOAL_S)} (docs/builder.md)", warm.median <= WARM_GOAL_S,
+                _fmt(warm.median))
+    for row, limit in BUILD_GOALS.items():
+        a, b = stat(row, "opbuilder", "seconds"), stat(row, "torch", "seconds")
+        if a is not None and b is not None:
+            r = ratio(a, b)
+            report.goal(f"{dict(labels)[row]}: opbuilder <= {limit}x torch's (wall)", r.median <= limit,
+                        f"{r.median:.2f}x")
+    return report.finish()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,9 +10,11 @@ from .softmax_extra import clamp, clip, gelu, log_softmax, logsumexp
 from .array_ops import cat, concat, expand_dims, gather, one_hot, split, squeeze, stack
 from .dense import dense
 from .writes import assign
-from .custom import Custom
-from .op_info import CustomRegOp, DataType, custom_info_register
-from .printing import Print, print_
+
+# Names whose modules a first op call does not need (ops.Custom's machinery pulls in json, hashlib,
+# ctypes ...): imported on first use by __getattr__ below.
+LAZY_NAMES = {"Custom": "custom", "CustomRegOp": "op_info", "DataType": "op_info",
+              "custom_info_register": "op_info", "Print": "printing", "print_": "printing"}
 
 __all__ = list(_math_all) + ["maximum", "minimum", "softmax", "argmax", "argmin", "max", "min", "clip", "clamp",
                              "gelu", "log_softmax", "logsumexp", "cat", "concat", "expand_dims", "gather",
@@ -23,7 +25,13 @@ __all__ = list(_math_all) + ["maximum", "minimum", "softmax", "argmax", "argmin"
 
 def __getattr__(name: str) -> Any:
     """``ops.CustomOpBuilder`` is ``opbuilder.CustomOpBuilder`` (imported on first use, as MindSpore's is);
-    ``ops.kernel``/``ops.ms_kernel`` mark hybrid DSL functions (runtime.hybrid)."""
+    ``ops.kernel``/``ops.ms_kernel`` mark hybrid DSL functions (runtime.hybrid); ``ops.Custom`` and the
+    other LAZY_NAMES import their module on first use and are kept as plain attributes."""
+    if name in LAZY_NAMES:
+        from importlib import import_module
+        value = getattr(import_module(f"{__name__}.{LAZY_NAMES[name]}"), name)
+        globals()[name] = value
+        return value
     if name == "CustomOpBuilder":
         from opbuilder import CustomOpBuilder
         return CustomOpBuilder

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dis
 import weakref
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -125,22 +125,30 @@ def _result(out: Any, args: Sequence[Any], name: str) -> Any:
 def defvjp(prim: Primitive, *rules: Rule) -> None:
     """Register derivative rules, one per positional argument (None: not differentiable)."""
     prim.vjps = tuple(rules)
-    prim.reads_ans = any(_reads_ans(r) for r in rules if r is not None)
-    prim.reads_args = tuple(any(_reads_values(r, i) for r in rules if r is not None) for i in range(len(rules)))
+    # each rule disassembled once (dis is most of what defining the built-in ops costs at import)
+    ins = {id(r): _instructions(r) for r in rules if r is not None}
+    prim.reads_ans = any(_reads_ans(ins[id(r)]) for r in rules if r is not None)
+    prim.reads_args = tuple(any(_reads_values(r, ins[id(r)], i) for r in rules if r is not None)
+                            for i in range(len(rules)))
 
 
-def _reads_ans(rule: Callable[..., Any]) -> bool:
-    """Whether ``rule`` reads its ``ans`` argument (a callable that is not plain Python code: assume so)."""
+def _instructions(rule: Callable[..., Any]) -> Optional[List[dis.Instruction]]:
+    """``rule``'s bytecode instructions; None when it is not plain Python code."""
     code = getattr(rule, "__code__", None)
-    if code is None:
+    return None if code is None else list(dis.get_instructions(code))
+
+
+def _reads_ans(ins: Optional[List[dis.Instruction]]) -> bool:
+    """Whether a rule (its instructions) reads its ``ans`` argument (not plain Python code: assume so)."""
+    if ins is None:
         return True
-    return any(i.argval == "ans" and i.opname.startswith("LOAD_") for i in dis.get_instructions(code))
+    return any(i.argval == "ans" and i.opname.startswith("LOAD_") for i in ins)
 
 
 _META = frozenset({"shape", "dtype", "ndim", "size", "device"})  # what an in-place write never changes
 
 
-def _reads_values(rule: Callable[..., Any], position: int) -> bool:
+def _reads_values(rule: Callable[..., Any], ins: Optional[List[dis.Instruction]], position: int) -> bool:
     """Whether ``rule`` reads the values of argument ``position`` (``rule(g, ans, *args)``), not only
     its shape or dtype (``x.shape``, ``x._data.dtype``): a write into an argument the rules read
     no value of (transpose's, add's) cannot change the gradient, so its version is not checked.
@@ -149,7 +157,8 @@ def _reads_values(rule: Callable[..., Any], position: int) -> bool:
     if code is None or 2 + position >= code.co_argcount:
         return True
     name = code.co_varnames[2 + position]
-    ins = list(dis.get_instructions(code))
+    if ins is None:
+        return True
     for k, i in enumerate(ins):
         if i.argval != name or not i.opname.startswith(("LOAD_", "MAKE_CELL")):
             continue
