@@ -6,7 +6,8 @@ fixtures start, through Python's audit hook: a compiler or ninja started by an u
 a fixture (missing from ``BUILD_FIXTURES``) set up for an unmarked test, fails that test and names
 the fix. A full run sees only the first user of a fixture; ``-m "not build"`` sees every one. So the fast subset
 cannot start compiling without anyone noticing. Compilers started by child Python processes are not
-seen; tests that start children are few and cheap.
+seen: tests whose children compile are marked by hand (the seeds, installed copies, warm-process
+checks).
 
 ``OPBUILDER_BUILD_GUARD=report:<file>`` appends the offenders to ``<file>`` instead of failing.
 """

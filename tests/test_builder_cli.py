@@ -29,6 +29,7 @@ def cache(tmp_path):
     return tmp_path / "cli-cache"
 
 
+@pytest.mark.build
 def test_build_then_list_then_clean_one_operator(tmp_path, cache):
     src = tiny_module(tmp_path / "cli_op.cpp", "9")
     res = _cli("build", "cli_op", str(src), OPBUILDER_CACHE_DIR=str(cache))

@@ -9,6 +9,8 @@ import pytest
 
 from builder_util import PYTHON, child_env, tiny_module
 
+pytestmark = pytest.mark.build  # every test here compiles, some in child processes (tests/build_guard.py)
+
 HOLDER = """
 import sys, time
 from pathlib import Path

@@ -7,6 +7,8 @@ import pytest
 import runtime as rt
 from runtime import Tensor, ops
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 ADD = str(ROOT / "custom_src" / "aot_add.cpp")
 OPS = str(ROOT / "custom_src" / "aot_ops.cpp")

@@ -18,6 +18,8 @@ from builder_util import child_env
 from runtime import Tensor, ops
 from runtime.ops import CustomRegOp, DataType
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 INPLACE = str(ROOT / "custom_src" / "aot_inplace.cpp")
 
@@ -111,7 +113,6 @@ def test_a_declared_write_updates_the_tensor_and_its_version(assign_add):
     assert a.tolist() == [1.5, 2.5]
 
 
-@pytest.mark.build
 def test_a_declared_write_into_a_strided_view_is_written_back():
     info = CustomRegOp("assign_add").input(0, "x", inplace=True).input(1, "y").output(0, "out").get_op_info()
     op = ops.Custom(f"{INPLACE}:AssignAdd", lambda x, y: x, lambda x, y: x, reg_info=info)

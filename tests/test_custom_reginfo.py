@@ -9,6 +9,8 @@ import runtime as rt
 from runtime import Tensor, ops
 from runtime.ops import CustomRegOp, DataType, custom_info_register
 
+pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 ADD = str(ROOT / "custom_src" / "aot_add.cpp")
 OPS = str(ROOT / "custom_src" / "aot_ops.cpp")

@@ -195,6 +195,7 @@ def test_a_store_of_another_user_that_only_it_can_write_is_used(filled, monkeypa
         CustomOpBuilder(NAME, [_clone(tmp_path, "user/other")], build_dir=tmp_path / "cache2").load()
 
 
+@pytest.mark.build
 def test_export_import_round_trip_serves_another_cache_without_compiling(filled):
     tmp_path, store, lib, log = filled
     bundle = tmp_path / "ops.tar"
@@ -538,6 +539,7 @@ def test_export_of_no_operator_is_an_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.build
 def test_doctor_names_unsafe_and_broken_entries_of_a_store(filled):
     """doctor checks what a lookup reads, as load() does (owner, modes, links, sizes), naming each bad entry."""
     tmp_path, store, lib, log = filled

@@ -6,6 +6,9 @@ import sys
 from pathlib import Path
 
 from builder_util import child_env, wrapper_cxx
+import pytest
+
+pytestmark = pytest.mark.build  # every test here compiles, some in child processes (tests/build_guard.py)
 
 KERNEL = """\
 from runtime.ops import kernel

@@ -262,6 +262,7 @@ for name, x in (("read_bound", x1), ("write_bound", x1), ("size_index", x2), ("k
 '''
 
 
+@pytest.mark.build
 def test_the_issues_kernels_agree_with_the_python_target(tmp_path):
     """Before the fix: read_bound gave x + 4, size_index zeros, keywords did not build, and write_bound rewrote
     its loop's real bound (a crash): run in a child process, whose crash is its exit status."""

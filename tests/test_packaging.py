@@ -28,6 +28,7 @@ def test_wheel_contains_packages_headers_and_examples(wheel):
         assert must in names, must
 
 
+@pytest.mark.build
 def test_installed_copy_builds_and_runs_the_demo(wheel, tmp_path):
     site = tmp_path / "site"
     res = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
@@ -49,6 +50,7 @@ def test_installed_copy_builds_and_runs_the_demo(wheel, tmp_path):
     ]
 
 
+@pytest.mark.build
 def test_installed_copy_runs_an_aot_op(wheel, tmp_path):
     site = tmp_path / "site"
     res = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),

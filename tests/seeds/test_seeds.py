@@ -12,6 +12,8 @@ import runtime as rt
 from builder_util import child_env
 from runtime import Tensor
 
+pytestmark = pytest.mark.build  # every test here compiles, some in child processes (tests/build_guard.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = Path(__file__).resolve().parent
 SEED_003_CPP = SEEDS / "seed_003" / "custom_src" / "function_ops.cpp"
