@@ -9,20 +9,23 @@ from typing import Any, Callable, Dict, Optional
 from .builder import CustomOpBuilder, build_library
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError
 from .headers import include_dir
-from .interop_common import Spec
 
 __all__ = ["CustomOpBuilder", "build_library", "BuildError", "ToolchainError", "UnsafeCacheDirError", "include_dir",
            "load", "load_inline", "to_torch", "to_jax", "Spec"]
 __version__ = "0.1.0"
 
 
+_LAZY = {"load_inline": ".inline", "Spec": ".interop_common"}
+
+
 def __getattr__(name: str) -> Any:
-    """``load_inline`` imports its module (and hashlib's OpenSSL) on first use: a process that only loads
-    built operators never needs it (PEP 562)."""
-    if name == "load_inline":
-        from .inline import load_inline
-        globals()[name] = load_inline
-        return load_inline
+    """``load_inline`` (hashlib's OpenSSL) and ``Spec`` (the interop shape records) import their modules
+    on first use: a process that only loads built operators never needs them (PEP 562)."""
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
