@@ -6,19 +6,9 @@ import numpy as np
 import pytest
 
 import runtime as rt
+from numeric_util import central as _central
 from runtime import Parameter, Tensor, nn
 from runtime.tensor import as_tensor
-
-
-def _central(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """d f / d x by central differences in float64."""
-    g = np.zeros_like(x, dtype=np.float64)
-    for i in np.ndindex(x.shape):
-        up, down = x.astype(np.float64), x.astype(np.float64)
-        up[i] += eps
-        down[i] -= eps
-        g[i] = (f(up) - f(down)) / (2 * eps)
-    return g
 
 
 def test_a_loader_that_refills_one_buffer_gets_the_right_gradient():

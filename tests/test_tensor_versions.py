@@ -7,20 +7,10 @@ import numpy as np
 import pytest
 
 import runtime as rt
+from numeric_util import central as _central
 from runtime import Parameter, Tensor, jit, ops
 
 OUT_OF_EXP = r"output 0 of exp is at version 1; expected version 0"
-
-
-def _central(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """d f / d x by central differences in float64."""
-    g = np.zeros_like(x, dtype=np.float64)
-    for i in np.ndindex(x.shape):
-        up, down = x.astype(np.float64), x.astype(np.float64)
-        up[i] += eps
-        down[i] -= eps
-        g[i] = (f(up) - f(down)) / (2 * eps)
-    return g
 
 
 def _plus_100(v: Tensor) -> None:
