@@ -88,13 +88,18 @@ def test_memory_is_compared_exactly_not_by_owner():
 
 
 # ---- Python Functions and bprops whose backward returns memory held elsewhere -----------
-class ReturnsSaved(Function):
-    """x * w; gives w the saved x as its gradient (right for a seed of ones)."""
+class _SavedMul(Function):
+    """x * w, saving both; the classes below differ only in their backward."""
 
     @staticmethod
     def forward(ctx, x, w):
         ctx.save_for_backward(x, w)
         return Tensor(x.asnumpy() * w.asnumpy())
+
+
+
+class ReturnsSaved(_SavedMul):
+    """x * w; gives w the saved x as its gradient (right for a seed of ones)."""
 
     @staticmethod
     def backward(ctx, g):
@@ -102,15 +107,10 @@ class ReturnsSaved(Function):
         return g * w, x
 
 
-class ReturnsFresh(Function):
+class ReturnsFresh(_SavedMul):
     """x * w with the usual gradients; remembers where w's gradient was made."""
 
     last = 0
-
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return Tensor(x.asnumpy() * w.asnumpy())
 
     @staticmethod
     def backward(ctx, g):
@@ -132,13 +132,8 @@ class ReturnsIncoming(Function):
         return g, g
 
 
-class ReturnsKept(Function):
+class ReturnsKept(_SavedMul):
     """x * w with the usual gradients; keeps w's gradient on ctx too."""
-
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return Tensor(x.asnumpy() * w.asnumpy())
 
     @staticmethod
     def backward(ctx, g):
