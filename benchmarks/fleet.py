@@ -1,4 +1,4 @@
-"""Compile once per fleet: figures from one run (docs/fleet.md). Each goal is printed with whether it held.
+"""Compile once per fleet: figures from one run (docs/reference/fleet.md). Each goal is printed with whether it held.
 
 1. 16 processes load one operator on a cold node cache: one compile, every process gets a working
    module; goal: wall time at most 1.2x one cold build.

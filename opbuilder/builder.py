@@ -1,6 +1,6 @@
 """CustomOpBuilder: sources -> key -> (warm: import) | (cold: lock, ninja, publish) -> module.
 
-The pipeline, one step per module (docs/builder.md walks it):
+The pipeline, one step per module (docs/reference/builder.md walks it):
   spec.py         validate the arguments
   toolchain.py    compiler identity, pybind11, Python (probed once, remembered by probe_cache.py)
   fingerprint.py  base key from contents; full key adds the headers recorded from the last build
@@ -204,7 +204,8 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     # toolchain's include directories by what they are (pybind11's and Python's headers assert(), so
     # __FILE__ would name the virtual environment); these come after the project's, so they win for a
     # virtual environment inside the project. Under sccache in a form it does not hash, so checkouts at
-    # other paths share its compiles (docs/fleet.md); nvcc gets the plain form (it splits -Xcompiler at commas)
+    # other paths share its compiles (docs/reference/fleet.md); nvcc gets the plain form (it splits
+    # -Xcompiler at commas)
     maps = [(project, ".")] + [(Path(d), n.strip("<>").replace(" ", "-")) for d, n in places.items()]
     path_maps = tuple(f for d, n in maps for f in prefix_map_flags(d, cxx.family, launcher_is_sccache(), n))
     cuda_path_maps = tuple(x for d, n in maps for m in prefix_map_flags(d, cxx.family, False, n)

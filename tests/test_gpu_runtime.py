@@ -169,7 +169,7 @@ def test_cross_entropy_with_class_labels_gives_the_cpus_loss_and_gradient(make, 
 
 # ---- every built-in op, layer, optimizer and checkpoint path on the device, against the CPU ----------------------
 # (each of these failed under CuPy's rules before the fix it pins: numpy arrays made next to CuPy ones, numpy's
-# writeable flag, np.add.at and a frompyfunc ufunc, which CuPy does not dispatch, and so on; see docs/gpu.md)
+# writeable flag, np.add.at and a frompyfunc ufunc, which CuPy does not dispatch, and so on; see docs/reference/gpu.md)
 
 def _outputs_and_grads(fn, arrays, device):
     """fn's tensor outputs and the gradient of a weighted sum of its float outputs w.r.t. each float input."""
