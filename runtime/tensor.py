@@ -5,7 +5,8 @@ autograd engine needs lives in a few instance attributes whose class-level
 defaults keep a fresh tensor cheap: ``requires_grad``, ``grad``, ``_node``
 (the node that produced it, ``None`` for leaves), ``_out_index`` (which output
 of that node) and ``_version`` (bumped by in-place changes). The C++ side
-(include/opbuilder/detail/runtime_bridge.h) reads and writes the same names.
+(include/opbuilder/detail/runtime_bridge.h) reads and writes the same names
+(runtime/_native.py lists them).
 
 ``_version`` is the value of a counter shared by every tensor over the same
 memory (views, ``detach()``, ``from_numpy`` of one array), as in PyTorch, so a
