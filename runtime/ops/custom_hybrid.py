@@ -15,6 +15,7 @@ from typing import Any, Callable, List, Optional, Protocol, Tuple
 
 import numpy as np
 
+from ..dtypes import from_numpy_dtype
 from ..hybrid.errors import HybridTypeError
 from ..hybrid.kernel import HybridKernel, signature_of
 from .custom_spec import Spec, is_spec_fn
@@ -39,7 +40,6 @@ class HybridOp(Protocol):
 
 def _given(op: HybridOp, arrays: Tuple[np.ndarray, ...], declared: List[Tuple[Any, str]]) -> Tuple[Spec, ...]:
     """The specs out_shape/out_dtype give, the declared ones filling in what they leave out."""
-    from ..dtypes import from_numpy_dtype
     shapes: Any = op.out_shape
     if is_spec_fn(shapes):
         shapes = op._declared(shapes, "shape", [list(a.shape) for a in arrays],
