@@ -16,9 +16,7 @@ from typing import List, Optional, Union
 from .trust import trusted_root
 
 __all__ = ["cache_root", "root_origin", "ensure_private_dir", "check_private_dir", "CachedOp", "list_operators",
-           "remove_operator", "dir_size", "LOCK_FILE"]
-
-LOCK_FILE = ".lock"  # the lock file in an operator's directory (lock.py); never removed
+           "remove_operator", "dir_size"]
 
 
 def cache_root(override: Optional[Union[str, os.PathLike]] = None) -> Path:
@@ -75,6 +73,8 @@ def dir_size(path: Path) -> int:
 def _op_entry(path: Path) -> Optional[CachedOp]:
     """The operator cached in ``path`` (built here: ``build/``, ``.lock``; or imported from a bundle:
     ``deps/``); None if it is not one, or if all it holds is its lock file (what ``remove_operator`` leaves)."""
+    from .lock import LOCK_FILE  # lock.py (and filelock) only for the CLI's listing, not a warm load()
+
     name, kind = (path.name[:-4], "library") if path.name.endswith(".lib") else (path.name, "module")
     if not name.isidentifier() or not any((path / p).exists() for p in ("build", LOCK_FILE, "deps")):
         return None
@@ -122,7 +122,7 @@ def remove_operator(op: CachedOp) -> bool:
     """
     import shutil
 
-    from .lock import try_lock
+    from .lock import LOCK_FILE, try_lock
 
     with try_lock(op.path) as free:
         if not free:

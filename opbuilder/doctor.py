@@ -12,23 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
+from .doctor_check import Check
+
 __all__ = ["Check", "run_checks"]
 
 _CXX17 = ("#include <optional>\n#include <utility>\n"
           "int main() { auto [a, b] = std::pair<int, int>(1, 2); return std::optional<int>(a + b).value() - 3; }\n")
-
-
-class Check:
-    """One finding: ``status`` is "ok", "error" or "note"; ``fix`` says what to do about a problem."""
-
-    def __init__(self, what: str, status: str, detail: str, fix: Optional[str] = None) -> None:
-        self.what, self.status, self.detail, self.fix = what, status, detail, fix
-
-    def lines(self) -> List[str]:
-        out = [f"{self.status:5s} {self.what}: {self.detail}"]
-        if self.fix:
-            out.append(f"      fix: {self.fix}")
-        return out
 
 
 def _cache_dir() -> Check:

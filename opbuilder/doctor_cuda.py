@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
-from .doctor import Check
+from .doctor_check import Check
 
 __all__ = ["cuda_checks", "cuda_mismatches", "driver_cuda_major", "cupy_library_problems"]
 

@@ -28,11 +28,12 @@ from typing import ContextManager, Dict, Iterator, Optional, Tuple
 
 import filelock
 
-from .cache_dir import LOCK_FILE
 from .errors import BuildError
 from .trust import check_file
 
-__all__ = ["build_lock", "try_lock", "wait_lock", "lock_timeout", "lock_holder", "LOCK_TIMEOUT_S"]
+__all__ = ["build_lock", "try_lock", "wait_lock", "lock_timeout", "lock_holder", "LOCK_TIMEOUT_S", "LOCK_FILE"]
+
+LOCK_FILE = ".lock"  # the lock file in an operator's directory; never removed (cache_dir.remove_operator)
 
 LOCK_TIMEOUT_S = 1800.0  # default of OPBUILDER_LOCK_TIMEOUT: how long a build waits for another's lock
 _POLL_S = 1.0  # how often a waiting build looks at the holder again

@@ -1,7 +1,7 @@
 """The C++ side's way to GPU memory: allocation from CuPy's pool, and device arrays in and out.
 
-include/opbuilder/tensor.h and detail/runtime_bridge.h call these for GPU
-tensors only (a CPU tensor never reaches this module, so the CPU path never
+include/opbuilder/tensor.h and detail/runtime_bridge.h call these (through
+runtime/_native.py) for GPU tensors only (a CPU tensor never reaches this module, so the CPU path never
 imports CuPy). Allocations come from CuPy's memory pool on the current
 stream, so a Function op's outputs are ordered like every CuPy op.
 """

@@ -5,7 +5,8 @@ autograd engine needs lives in a few instance attributes whose class-level
 defaults keep a fresh tensor cheap: ``requires_grad``, ``grad``, ``_node``
 (the node that produced it, ``None`` for leaves), ``_out_index`` (which output
 of that node) and ``_version`` (bumped by in-place changes). The C++ side
-(include/opbuilder/detail/runtime_bridge.h) reads and writes the same names.
+(include/opbuilder/detail/runtime_bridge.h) reads and writes the same names
+(runtime/_native.py lists them).
 
 ``_version`` is the value of a counter shared by every tensor over the same
 memory (views, ``detach()``, ``from_numpy`` of one array), as in PyTorch, so a
@@ -16,6 +17,11 @@ reads a shared zero.
 ``Tensor(data)`` and ``Parameter(data)`` copy an array they are given;
 ``from_numpy`` and ``as_tensor`` share its memory, and ops wrap their fresh
 results without copying.
+
+This module imports no op: the operators (``t + u``, ``t[i] = v``), the
+method forms of ops (``t.sum()``, ``t.to(...)``) and ``backward`` are
+attached to ``Tensor`` by runtime/ops/tensor_methods.py, which
+``import runtime`` loads, so ops depend on tensors and never the reverse.
 """
 from __future__ import annotations
 
@@ -145,22 +151,9 @@ class Tensor:
         """``"CPU"`` or ``"GPU:N"``: where the data lives."""
         return _device.device_of(self._data)
 
-    def to(self, device: str) -> "Tensor":
-        """This tensor on ``device`` (itself when already there); differentiable, the gradient goes back."""
-        return _math.to_device(self, _device.parse_device(device))
-
-    def move_to(self, to: str, blocking: bool = True) -> "Tensor":
-        """MindSpore's name: a copy on ``"CPU"`` or ``"GPU"`` (``blocking`` is accepted; copies are ordered
-        on the current stream)."""
-        return _math.to_device(self, _device.parse_device(to))
-
     @property
     def is_leaf(self) -> bool:
         return self._node is None
-
-    @property
-    def T(self) -> "Tensor":
-        return _math.transpose(self)
 
     def asnumpy(self) -> np.ndarray:
         """The data as a numpy array: shared on the CPU, copied to the host from a GPU."""
@@ -228,15 +221,6 @@ class Tensor:
         share_version(t, self)
         return t
 
-    def astype(self, dtype: Any) -> "Tensor":
-        return _math.cast(self, _dt.to_dtype(dtype))
-
-    def backward(self, gradient: Any = None, retain_graph: Optional[bool] = None, create_graph: bool = False) -> None:
-        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
-        from .autograd.engine import backward
-        backward([self], None if gradient is None else [gradient],
-                 retain_graph=retain_graph, create_graph=create_graph)
-
     # ---- printing ---------------------------------------------------
     def __repr__(self) -> str:
         return f"Tensor(shape={list(self._data.shape)}, dtype={self.dtype}, value= {_format_value(self._host())})"
@@ -280,54 +264,6 @@ class Tensor:
             yield self[i]
 
     __hash__ = object.__hash__
-
-    # ---- arithmetic (differentiable) --------------------------------
-    def __add__(self, o): return _math.add(self, o)
-    def __radd__(self, o): return _math.add(o, self)
-    def __sub__(self, o): return _math.sub(self, o)
-    def __rsub__(self, o): return _math.sub(o, self)
-    def __mul__(self, o): return _math.mul(self, o)
-    def __rmul__(self, o): return _math.mul(o, self)
-    def __truediv__(self, o): return _math.div(self, o)
-    def __rtruediv__(self, o): return _math.div(o, self)
-    def __matmul__(self, o): return _math.matmul(self, o)
-    def __rmatmul__(self, o): return _math.matmul(o, self)
-    def __pow__(self, o): return _math.pow(self, o)
-    def __rpow__(self, o): return _math.pow(o, self)
-    def __neg__(self): return _math.neg(self)
-    def __pos__(self): return self
-    def __getitem__(self, index): return _math.getitem(self, index)
-
-    # ---- in place (same object, dtype, shape; version bumped; see ops/writes.py) ----
-    def __setitem__(self, index, value): _writes.setitem(self, index, value)
-    def __iadd__(self, o): return _writes.inplace_binary(self, o, np.add, "+")
-    def __isub__(self, o): return _writes.inplace_binary(self, o, np.subtract, "-")
-    def __imul__(self, o): return _writes.inplace_binary(self, o, np.multiply, "*")
-    def __itruediv__(self, o): return _writes.inplace_binary(self, o, np.true_divide, "/")
-
-    # ---- comparisons (not differentiable, give bool tensors) --------
-    def __lt__(self, o): return _math.less(self, o)
-    def __le__(self, o): return _math.less_equal(self, o)
-    def __gt__(self, o): return _math.greater(self, o)
-    def __ge__(self, o): return _math.greater_equal(self, o)
-    def __eq__(self, o): return _math.equal(self, o)  # type: ignore[override]
-    def __ne__(self, o): return _math.not_equal(self, o)  # type: ignore[override]
-
-    # ---- method forms of common ops ---------------------------------
-    def sum(self, axis=None, keepdims: bool = False): return _math.sum(self, axis, keepdims)
-    def mean(self, axis=None, keepdims: bool = False): return _math.mean(self, axis, keepdims)
-    def reshape(self, *shape): return _math.reshape(self, shape[0] if len(shape) == 1 else shape)
-    def transpose(self, *axes): return _math.transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
-    def broadcast_to(self, shape): return _math.broadcast_to(self, shape)
-    def exp(self): return _math.exp(self)
-    def log(self): return _math.log(self)
-    def sin(self): return _math.sin(self)
-    def cos(self): return _math.cos(self)
-    def tanh(self): return _math.tanh(self)
-    def sigmoid(self): return _math.sigmoid(self)
-    def relu(self): return _math.relu(self)
-    def sqrt(self): return _math.sqrt(self)
-    def abs(self): return _math.abs(self)
 
 
 def _leak(t: Tensor, what: str) -> None:
@@ -419,7 +355,3 @@ def from_numpy(array: np.ndarray) -> Tensor:
     t = _shared(array, device=_device.CPU)
     t._vc = owner_counter(t._data, t._vc)
     return t
-
-
-from .ops import math as _math  # noqa: E402  (ops need Tensor defined first)
-from .ops import writes as _writes  # noqa: E402

@@ -41,7 +41,7 @@ class CudaError : public std::runtime_error {
 // Launch on it so a Function op is ordered with the ops before and after it.
 inline cudaStream_t CurrentStream() {
   detail::GilForRefcount gil;
-  detail::PyRef m = detail::PyRef::Steal(detail::Check(PyImport_ImportModule("runtime.device_memory")));
+  detail::PyRef m = detail::PyRef::Steal(detail::Check(PyImport_ImportModule("runtime._native")));
   detail::PyRef ptr = detail::PyRef::Steal(detail::Check(PyObject_CallMethod(m.get(), "current_stream_ptr", nullptr)));
   void *p = PyLong_AsVoidPtr(ptr.get());
   if (PyErr_Occurred()) throw detail::PythonError();

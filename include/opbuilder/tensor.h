@@ -193,7 +193,7 @@ inline int ParseDevice(const std::string &device) {
 // stream): the Python owner of the block goes into the storage's deleter.
 inline std::shared_ptr<void> AllocateDeviceStorage(std::size_t nbytes, int device, bool zero) {
   GilForRefcount gil;
-  PyRef m = PyRef::Steal(Check(PyImport_ImportModule("runtime.device_memory")));
+  PyRef m = PyRef::Steal(Check(PyImport_ImportModule("runtime._native")));
   PyRef block = PyRef::Steal(Check(PyObject_CallMethod(m.get(), "allocate", "nii", static_cast<Py_ssize_t>(nbytes),
                                                        device, zero ? 1 : 0)));
   PyRef data = PyRef::Steal(Check(PyObject_GetAttrString(block.get(), "data")));

@@ -12,20 +12,15 @@ from typing import Any, Callable, List, Sequence
 from .grad_mode import _state, set_grad_enabled
 from .node import Node, attach_outputs, edge_of, meta_of
 from .ownership import own_results
+from ..tensor import Tensor
 
 __all__ = ["CallbackNode", "record_callback", "needs_grad", "bprop_backward"]
-
-
-def _tensor_type():
-    from ..tensor import Tensor
-    return Tensor
 
 
 def needs_grad(inputs: Sequence[Any]) -> bool:
     """Would an op on ``inputs`` be recorded now?"""
     if not _state.enabled:
         return False
-    Tensor = _tensor_type()
     return any(isinstance(a, Tensor) and a.requires_grad for a in inputs)
 
 
@@ -37,7 +32,6 @@ class CallbackNode(Node):
 
     def __init__(self, name: str, inputs: Sequence[Any], outputs: Sequence[Any],
                  backward: Callable[[List[Any], bool], Sequence[Any]]) -> None:
-        Tensor = _tensor_type()
         self._name = name
         self._backward = backward
         self.next_edges = tuple(edge_of(a) if isinstance(a, Tensor) and a.requires_grad else None
@@ -65,7 +59,6 @@ class CallbackNode(Node):
 def record_callback(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
                     backward: Callable[[List[Any], bool], Sequence[Any]]) -> List[Any]:
     """Record one node producing ``outputs``; returns the outputs to hand to the user."""
-    Tensor = _tensor_type()
     input_ids = {id(a) for a in inputs if isinstance(a, Tensor)}
     outs = []
     for o in outputs:
@@ -92,7 +85,6 @@ def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], 
     an input means no gradient flows to it (a zero gradient), as a ``None``
     from a ``Function``'s backward does (PyTorch's rule).
     """
-    Tensor = _tensor_type()
     needed = [isinstance(a, Tensor) and a.requires_grad for a in inputs]  # as when the forward ran
 
     def backward(grads: List[Any], create_graph: bool) -> Sequence[Any]:

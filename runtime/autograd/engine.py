@@ -21,37 +21,32 @@ from .node import Node, meta_of
 from .ownership import claim, private_copy
 from .. import device as _device
 from .. import dtypes as _dt
-from .. import tensor as _tensor  # a module object: Tensor is looked up when first needed
+from ..ops import math as _math
+from ..tensor import Tensor
 
 __all__ = ["backward", "grad", "run_backward"]
-
-
-def _math():
-    from ..ops import math
-    return math
 
 
 def _ones(shape, dtype, like: Any = None) -> Any:
     """Ones on the device of the array ``like`` (the host when None or a numpy array)."""
     a = (np if like is None or type(like) is np.ndarray else _device.array_module(like)).empty(shape, dtype)
     a.fill(1)
-    return _tensor.Tensor._from_array(a)
+    return Tensor._from_array(a)
 
 
 def _zeros(meta, like: Any = None) -> Any:
     """Zeros for ``meta`` on the device of the Tensor ``like`` (a gradient beside the missing one)."""
     shape, dtype = meta
     xp = np if like is None or type(like._data) is np.ndarray else _device.array_module(like._data)
-    return _tensor.Tensor._from_array(xp.zeros(shape, dtype=dtype))
+    return Tensor._from_array(xp.zeros(shape, dtype=dtype))
 
 
 def _accumulate(a, b):
-    return b if a is None else _math().add(a, b)
+    return b if a is None else _math.add(a, b)
 
 
 def _reduce_to(node, i: int, g, meta):
     """Gradient ``g`` for argument ``i`` of ``node``, made to fit the argument or rejected."""
-    Tensor = _tensor.Tensor
     if not isinstance(g, Tensor):
         if isinstance(g, np.ndarray):
             g = Tensor._from_array(g)
@@ -64,13 +59,12 @@ def _reduce_to(node, i: int, g, meta):
         if not _broadcasts_to(shape, gshape):
             raise RuntimeError(f"backward of {node.name} returned a gradient of shape {list(gshape)} "
                                f"for argument {i}, whose shape is {list(shape)} (not a broadcast of it)")
-        g = _math().sum_to(g, shape)
+        g = _math.sum_to(g, shape)
     if g._data.dtype != dtype:
         if node.strict:
             raise TypeError(f"backward of {node.name} returned a gradient of dtype {g._data.dtype} "
                             f"for argument {i}, whose dtype is {dtype}")
-        from ..dtypes import from_numpy_dtype
-        g = _math().cast(g, from_numpy_dtype(dtype))
+        g = _math.cast(g, _dt.from_numpy_dtype(dtype))
     return g
 
 
@@ -207,7 +201,6 @@ def _node_backward(node, buf: List[Any], retain_graph: bool, create_graph: bool)
         results = list(results)  # the common case: one gradient per argument
     else:
         results = _check_count(node, results, edges)
-    Tensor = _tensor.Tensor
     once = None
     i = -1
     for g in results:
@@ -377,11 +370,10 @@ def _own(g, claimed: Dict[int, List[Any]], create_graph: bool):
     """``g`` as a tensor whose memory no other result (or caller's array) overlaps."""
     if not claim(claimed, g._data):
         return private_copy(g, create_graph)  # a copy that keeps the gradient's graph
-    return g if create_graph else _tensor.Tensor._from_array(g._data)
+    return g if create_graph else Tensor._from_array(g._data)
 
 
 def _as_grad(g, like):
-    Tensor = _tensor.Tensor
     if g is None:
         return _ones(like._data.shape, like._data.dtype, like._data)
     if isinstance(g, Tensor):
@@ -394,7 +386,7 @@ def _grads_for(outputs: Sequence[Any], grads: Any, who: str, what: str) -> List[
     output; an array is not a sequence of gradients), or a sequence as long as ``outputs``."""
     if grads is None:
         return [None] * len(outputs)
-    if isinstance(grads, (_tensor.Tensor, np.ndarray)) or _device.is_device_array(grads):
+    if isinstance(grads, (Tensor, np.ndarray)) or _device.is_device_array(grads):
         grads = [grads]
     grads = list(grads)
     if len(grads) != len(outputs):
@@ -408,7 +400,7 @@ def backward(tensors: Sequence[Any], grad_tensors: Optional[Sequence[Any]] = Non
     """Accumulate gradients of ``tensors`` into ``.grad`` of the leaves they depend on.
 
     ``retain_graph`` defaults to ``create_graph`` (a graph of the gradients refers to it)."""
-    tensors = [tensors] if isinstance(tensors, _tensor.Tensor) else list(tensors)
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     if retain_graph is None:
         retain_graph = create_graph
     grad_tensors = _grads_for(tensors, grad_tensors, "backward()", "grad_tensors")
@@ -432,7 +424,6 @@ def grad(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Optional[S
     An input that no output depends on is an error, unless ``allow_unused=True``,
     which gives ``None`` for it.
     """
-    Tensor = _tensor.Tensor
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     grad_outputs = _grads_for(outputs, grad_outputs, "autograd.grad", "grad_outputs")

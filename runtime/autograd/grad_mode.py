@@ -1,7 +1,7 @@
 """Whether ops record the graph: a per-thread switch, as in PyTorch.
 
 The C++ side reads ``_state.enabled`` directly (see include/opbuilder/detail/
-runtime_bridge.h), so keep the attribute name and the object stable.
+runtime_bridge.h), through runtime/_native.py, which lists the names it uses.
 """
 from __future__ import annotations
 

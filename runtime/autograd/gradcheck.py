@@ -15,6 +15,7 @@ import numpy as np
 from .. import device as _device
 from . import engine
 from .grad_mode import enable_grad, no_grad
+from ..tensor import Tensor
 
 __all__ = ["gradcheck", "GradcheckError"]
 
@@ -23,13 +24,7 @@ class GradcheckError(AssertionError):
     """Analytic and numerical gradients disagree (the message names the worst element)."""
 
 
-def _tensor_type():
-    from ..tensor import Tensor
-    return Tensor
-
-
 def _outputs(out: Any) -> List[Any]:
-    Tensor = _tensor_type()
     items = list(out) if isinstance(out, (tuple, list)) else [out]
     return [o for o in items if isinstance(o, Tensor) and o._data.dtype.kind == "f"]
 
@@ -45,7 +40,6 @@ def gradcheck(fn: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6, 
     Pass float64 inputs for meaningful numbers (float32 differences are noisy).
     Returns True, or raises GradcheckError (False with raise_exception=False).
     """
-    Tensor = _tensor_type()
     inputs = list(inputs)
     checked = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x._data.dtype.kind == "f"]
     if not checked:

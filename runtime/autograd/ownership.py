@@ -23,7 +23,8 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from .. import tensor as _tensor  # a module object: Tensor is looked up when first needed
+from ..ops import math as _math
+from ..tensor import Tensor
 
 __all__ = ["memory_root", "claim", "fresh", "own_results", "private_copy"]
 
@@ -108,7 +109,7 @@ def fresh(holder: Sequence[Any], i: int) -> bool:
     if _refs_item(holder, i) > _ITEM:
         return False
     x = holder[i]
-    if isinstance(x, _tensor.Tensor):
+    if isinstance(x, Tensor):
         if _refs_data(x) > _DATA:
             return False
         x = x._data
@@ -130,12 +131,11 @@ def fresh(holder: Sequence[Any], i: int) -> bool:
 def private_copy(g: Any, create_graph: bool) -> Any:
     """``g`` (a Tensor or array) with its values in memory of its own; a Tensor keeps its graph
     when one is built."""
-    if not isinstance(g, _tensor.Tensor):
+    if not isinstance(g, Tensor):
         return g.copy()
     if create_graph and g.requires_grad:
-        from ..ops import math as m
-        return m.mul(g, 1)
-    return _tensor.Tensor._from_array(g._data.copy())
+        return _math.mul(g, 1)
+    return Tensor._from_array(g._data.copy())
 
 
 def own_results(res: List[Any], incoming: Sequence[Any], create_graph: bool) -> None:

@@ -6,7 +6,8 @@ validates it, generates C++ specialized on the inputs' dtypes and ranks,
 builds it once with the builder's cache, and calls it through the aot path.
 The pipeline, one module per step: source.py (parse) -> validate.py (the DSL's
 rules) -> shapes.py (output shapes) -> cxx.py (C++) -> library.py (build) ->
-kernel.py (specializations); pytarget.py runs the same function over numpy.
+kernel.py (specializations); pytarget.py runs the same function over numpy;
+callee.py holds what inline.py and pytarget.py know of DSL functions.
 See docs/hybrid.md.
 """
 from .errors import HybridError, HybridOverflowError, HybridSyntaxError, HybridTypeError

@@ -16,22 +16,15 @@ from __future__ import annotations
 import ast
 import copy
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from .callee import Callee, DslKernel
 from .dsl import DECLS, GRID, INTRINSICS, LOOPS
 from .source import ParsedKernel, parse
 from .validate import KernelInfo, _outer_names, validate
 
 __all__ = ["Callee", "Expanded", "expand"]
-
-
-@dataclass
-class Callee:
-    """A DSL function a kernel calls (by name), with the DSL functions it calls in turn."""
-
-    func: Callable[..., Any]
-    calls: Dict[str, "Callee"] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,8 +48,7 @@ def _own_bindings(func: Callable[..., Any], info: KernelInfo) -> List[Tuple[Call
 
 def _plain(v: Any) -> Any:
     """The Python function behind a DSL callee value (a HybridKernel or a function), else None."""
-    from .kernel import HybridKernel
-    if isinstance(v, HybridKernel):
+    if isinstance(v, DslKernel):
         return v.func
     return v if isinstance(v, types.FunctionType) else None
 
@@ -84,9 +76,8 @@ def _dsl_callees(parsed: ParsedKernel, func: Callable[..., Any]) -> Dict[str, Ca
         target = _plain(v)
         if target is None:
             continue
-        from .kernel import HybridKernel
         same_module = getattr(target, "__globals__", None) is getattr(func, "__globals__", None)
-        if isinstance(v, HybridKernel) or same_module:
+        if isinstance(v, DslKernel) or same_module:
             found[name] = target
     return found
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..ops.aot_library import AotKernel
+from .callee import DslKernel
 from .cxx import RAISE_BASE, generate, generate_kernel, tensor_types
 from .pytarget import run_python
 from .shapes import declared_specs
@@ -129,7 +130,7 @@ def _check_target(target: str) -> str:
     return t
 
 
-class HybridKernel:
+class HybridKernel(DslKernel):
     """A function in the hybrid DSL; see docs/hybrid.md."""
 
     def __init__(self, func: Callable[..., Any], target: Optional[str] = None, debug: Optional[bool] = None) -> None:

@@ -11,15 +11,13 @@ from __future__ import annotations
 import itertools
 import sys
 import types
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .callee import Callee
 from .dsl import INTRINSICS, LOOPS, dtype_name
 from .errors import negative_size_message
-
-if TYPE_CHECKING:
-    from .inline import Callee
 
 __all__ = ["run_python", "dsl_namespace"]
 

@@ -10,6 +10,7 @@ from .softmax_extra import clamp, clip, gelu, log_softmax, logsumexp
 from .array_ops import cat, concat, expand_dims, gather, one_hot, split, squeeze, stack
 from .dense import dense
 from .writes import assign
+from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and op methods)
 
 # Names whose modules a first op call does not need (ops.Custom's machinery pulls in json, hashlib,
 # ctypes ...): imported on first use by __getattr__ below.

@@ -31,6 +31,7 @@ from ..jit.tracing import hook as _trace
 from ..tensor import Tensor, _new
 from .aot_extra import ExtraBlock
 from .aot_library import AotKernel, BuildOptions, resolve_aot
+from .custom_spec import Spec, is_spec_fn as _is_fn
 from .inplace import InplaceWrites
 from .op_info import OpInfo, parse_reg_info
 
@@ -40,14 +41,8 @@ FUNC_TYPES = ("aot", "pyfunc", "hybrid", "akg")
 HYBRID_TYPES = ("hybrid", "akg")  # a hybrid DSL function, compiled by runtime.hybrid ("akg": MindSpore's name)
 _MEMO_SIZE = 256  # input signatures whose output specs are remembered per op
 _MISSING = object()
-Spec = Tuple[Tuple[int, ...], np.dtype]
 ShapeArg = Union[None, Sequence[Any], Callable[..., Any]]
 DtypeArg = Union[None, Any, Callable[..., Any]]
-
-
-def _is_fn(spec: Any) -> bool:
-    """A callable out_shape/out_dtype (a dtype class such as ``np.float32`` is a dtype, not a function)."""
-    return callable(spec) and not isinstance(spec, type)
 
 
 class Custom:

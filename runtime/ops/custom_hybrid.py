@@ -11,31 +11,41 @@ itself over numpy.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Tuple
+from typing import Any, Callable, List, Optional, Protocol, Tuple
 
 import numpy as np
 
+from ..dtypes import from_numpy_dtype
 from ..hybrid.errors import HybridTypeError
-from ..hybrid.kernel import signature_of
+from ..hybrid.kernel import HybridKernel, signature_of
+from .custom_spec import Spec, is_spec_fn
 
-if TYPE_CHECKING:
-    from .custom import Custom
-
-__all__ = ["hybrid_specs", "call_hybrid"]
-
-Spec = Tuple[Tuple[int, ...], np.dtype]
+__all__ = ["hybrid_specs", "call_hybrid", "HybridOp"]
 
 
-def _given(op: "Custom", arrays: Tuple[np.ndarray, ...], declared: List[Tuple[Any, str]]) -> Tuple[Spec, ...]:
+class HybridOp(Protocol):
+    """What these functions read of an ``ops.Custom`` (custom.py calls them with itself)."""
+
+    name: str
+    out_shape: Any
+    out_dtype: Any
+    _hybrid: Optional[HybridKernel]
+    _extra: Any  # the op's ExtraBlock once initialized
+    _failed: Any  # the exception type its call path raises for a failed kernel
+    _run: Callable[..., Any]  # its call path's run(fn, extra address, arrays, specs, scratch)
+
+    def _declared(self, fn: Callable[..., Any], what: str, args: List[Any], want: str) -> Any: ...
+    def _normalize(self, shapes: Any, dtypes: Any) -> Tuple[Spec, ...]: ...
+
+
+def _given(op: HybridOp, arrays: Tuple[np.ndarray, ...], declared: List[Tuple[Any, str]]) -> Tuple[Spec, ...]:
     """The specs out_shape/out_dtype give, the declared ones filling in what they leave out."""
-    from .custom import _is_fn
-    from ..dtypes import from_numpy_dtype
     shapes: Any = op.out_shape
-    if _is_fn(shapes):
+    if is_spec_fn(shapes):
         shapes = op._declared(shapes, "shape", [list(a.shape) for a in arrays],
                               "the output's shape (a list of ints, [] for a scalar) or a list of shapes")
     dtypes: Any = op.out_dtype
-    if _is_fn(dtypes):
+    if is_spec_fn(dtypes):
         dtypes = op._declared(dtypes, "dtype", [from_numpy_dtype(a.dtype) for a in arrays],
                               "the output's dtype (e.g. rt.float32) or a list of dtypes")
     if shapes is None:
@@ -47,7 +57,7 @@ def _given(op: "Custom", arrays: Tuple[np.ndarray, ...], declared: List[Tuple[An
     return op._normalize(shapes, dtypes)
 
 
-def hybrid_specs(op: "Custom", arrays: Tuple[np.ndarray, ...]) -> Tuple[Spec, ...]:
+def hybrid_specs(op: HybridOp, arrays: Tuple[np.ndarray, ...]) -> Tuple[Spec, ...]:
     """The output specs of one call of a hybrid op, checked against the kernel's declarations."""
     hk = op._hybrid
     assert hk is not None
@@ -79,7 +89,7 @@ def hybrid_specs(op: "Custom", arrays: Tuple[np.ndarray, ...]) -> Tuple[Spec, ..
     return given
 
 
-def call_hybrid(op: "Custom", arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> List[np.ndarray]:
+def call_hybrid(op: HybridOp, arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> List[np.ndarray]:
     """Run the op's hybrid kernel on ``arrays``: compiled (aot call path) or with the Python target."""
     hk = op._hybrid
     assert hk is not None and op._extra is not None

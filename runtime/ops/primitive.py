@@ -21,6 +21,8 @@ from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..autograd.node import Node
 from ..jit.tracing import hook as _trace
+from ..tensor import Tensor as _Tensor
+from ..versions import memory_owner as _root, share_version, version_of as _version_of
 
 __all__ = ["Primitive", "defvjp", "PrimitiveNode"]
 
@@ -280,6 +282,3 @@ def _record2(prim: Primitive, x: Any, y: Any, kwargs: Dict[str, Any], out: np.nd
     node.out_meta = ((out.shape, out.dtype),)
     return node
 
-
-from ..tensor import Tensor as _Tensor  # noqa: E402
-from ..versions import memory_owner as _root, share_version, version_of as _version_of  # noqa: E402

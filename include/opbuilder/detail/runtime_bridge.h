@@ -63,8 +63,8 @@ inline PyObject *CallSteal(PyObject *fn, PyObject *args) {
 
 inline Runtime LoadRuntime() {
   Runtime r;
-  r.tensor_type = reinterpret_cast<PyTypeObject *>(ImportAttr("runtime.tensor", "Tensor"));
-  r.grad_state = ImportAttr("runtime.autograd.grad_mode", "_state");
+  r.tensor_type = reinterpret_cast<PyTypeObject *>(ImportAttr("runtime._native", "Tensor"));
+  r.grad_state = ImportAttr("runtime._native", "_state");
   r.empty_tuple = Check(PyTuple_New(0));
   r.s_data = Check(PyUnicode_InternFromString("_data"));
   r.s_requires_grad = Check(PyUnicode_InternFromString("requires_grad"));
@@ -73,12 +73,12 @@ inline Runtime LoadRuntime() {
   r.s_version = Check(PyUnicode_InternFromString("_version"));
   r.s_enabled = Check(PyUnicode_InternFromString("enabled"));
   r.np = NumpyApi::Load();
-  PyRef flag_address = PyRef::Steal(ImportAttr("runtime.jit.tracing", "flag_address"));
+  PyRef flag_address = PyRef::Steal(ImportAttr("runtime._native", "flag_address"));
   PyRef addr = PyRef::Steal(Check(PyObject_CallNoArgs(flag_address.get())));
   const auto a = static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(addr.get()));
   if (PyErr_Occurred()) throw PythonError();
   r.trace_flag = reinterpret_cast<const volatile int *>(a);
-  r.trace_hook = ImportAttr("runtime.jit.tracing", "cpp_hook");
+  r.trace_hook = ImportAttr("runtime._native", "cpp_hook");
   const int int64 = sizeof(long) == 8 ? kNpyLong : kNpyLongLong;
   const int nums[kNumDataTypes] = {kNpyBool, kNpyByte, kNpyShort, kNpyInt,   int64,
                                    kNpyUByte, kNpyHalf, kNpyFloat, kNpyDouble};
@@ -186,7 +186,7 @@ inline TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *o
 }
 
 // ---- GPU tensors (CuPy arrays): runtime/device_memory.py does the Python side ----
-inline PyObject *DeviceMemoryAttr(const char *name) { return ImportAttr("runtime.device_memory", name); }
+inline PyObject *DeviceMemoryAttr(const char *name) { return ImportAttr("runtime._native", name); }
 
 // A Tensor over a GPU array's memory (made C-contiguous on its device first).
 inline TensorPtr TensorFromDeviceArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad) {

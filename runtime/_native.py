@@ -1,0 +1,37 @@
+"""What native code reads from the runtime: the one Python owner of the C++ <-> Python contract.
+
+The C++ headers (include/opbuilder/detail/runtime_bridge.h, tensor.h, cuda.h) import this module
+alone and look up the names in ``__all__`` on it; on ``runtime.Tensor`` objects they read and write
+the attributes in ``TENSOR_ATTRS``, and on ``_state`` the ones in ``GRAD_STATE_ATTRS``, by name.
+tests/test_native_contract.py parses the headers and checks that every module, name and attribute
+they use is declared here and exists, so renaming one on the Python side fails a test instead of
+every built operator at run time. A new name native code needs goes here first.
+"""
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+from .autograd.grad_mode import _state  # the per-thread grad mode: C++ reads and sets `_state.enabled`
+from .jit.tracing import cpp_hook, flag_address  # Function<T>::Apply under a jit trace
+from .tensor import Tensor
+
+__all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "allocate", "describe", "wrap", "current_stream_ptr",
+           "TENSOR_ATTRS", "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
+
+# runtime.Tensor attributes native code reads or sets (class-level defaults keep a fresh tensor cheap)
+TENSOR_ATTRS: Tuple[str, ...] = ("_data", "requires_grad", "_node", "_out_index", "_version")
+# attributes of `_state` native code reads or sets
+GRAD_STATE_ATTRS: Tuple[str, ...] = ("enabled",)
+# runtime.device_memory's functions, for GPU tensors only: imported on first use (__getattr__ below)
+DEVICE_NAMES: Tuple[str, ...] = ("allocate", "describe", "wrap", "current_stream_ptr")
+
+
+def __getattr__(name: str) -> Any:
+    """A GPU memory function: imports device_memory on first use, so a CPU-only process (a warm load()
+    and CPU calls) never imports it; kept as a plain attribute afterwards (PEP 562)."""
+    if name in DEVICE_NAMES:
+        from . import device_memory
+        value = getattr(device_memory, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,105 @@
+"""The methods of ``Tensor`` that run ops: operators, in-place writes, method forms, ``to``, ``backward``.
+
+runtime/tensor.py holds a tensor's data and what needs no op; this module (imported by ``runtime.ops``,
+so by ``import runtime``) attaches the rest to ``Tensor``, as HIPS autograd attaches its operators to
+``ArrayBox``. So the imports point one way: ops import tensor.py, tensor.py imports no op.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import device as _device
+from .. import dtypes as _dt
+from ..tensor import Tensor
+from . import math as _math
+from . import writes as _writes
+
+__all__ = ["TensorMethods"]
+
+
+class TensorMethods:
+    """The methods attached to ``Tensor`` (below); not a base class, never instantiated."""
+
+    def to(self, device: str) -> "Tensor":
+        """This tensor on ``device`` (itself when already there); differentiable, the gradient goes back."""
+        return _math.to_device(self, _device.parse_device(device))
+
+    def move_to(self, to: str, blocking: bool = True) -> "Tensor":
+        """MindSpore's name: a copy on ``"CPU"`` or ``"GPU"`` (``blocking`` is accepted; copies are ordered
+        on the current stream)."""
+        return _math.to_device(self, _device.parse_device(to))
+
+    @property
+    def T(self) -> "Tensor":
+        return _math.transpose(self)
+
+    def astype(self, dtype: Any) -> "Tensor":
+        return _math.cast(self, _dt.to_dtype(dtype))
+
+    def backward(self, gradient: Any = None, retain_graph: Optional[bool] = None, create_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+        from ..autograd.engine import backward  # the engine loads on first use (import runtime stays light)
+        backward([self], None if gradient is None else [gradient],
+                 retain_graph=retain_graph, create_graph=create_graph)
+
+    # ---- arithmetic (differentiable) --------------------------------
+    def __add__(self, o): return _math.add(self, o)
+    def __radd__(self, o): return _math.add(o, self)
+    def __sub__(self, o): return _math.sub(self, o)
+    def __rsub__(self, o): return _math.sub(o, self)
+    def __mul__(self, o): return _math.mul(self, o)
+    def __rmul__(self, o): return _math.mul(o, self)
+    def __truediv__(self, o): return _math.div(self, o)
+    def __rtruediv__(self, o): return _math.div(o, self)
+    def __matmul__(self, o): return _math.matmul(self, o)
+    def __rmatmul__(self, o): return _math.matmul(o, self)
+    def __pow__(self, o): return _math.pow(self, o)
+    def __rpow__(self, o): return _math.pow(o, self)
+    def __neg__(self): return _math.neg(self)
+    def __pos__(self): return self
+    def __getitem__(self, index): return _math.getitem(self, index)
+
+    # ---- in place (same object, dtype, shape; version bumped; see ops/writes.py) ----
+    def __setitem__(self, index, value): _writes.setitem(self, index, value)
+    def __iadd__(self, o): return _writes.inplace_binary(self, o, np.add, "+")
+    def __isub__(self, o): return _writes.inplace_binary(self, o, np.subtract, "-")
+    def __imul__(self, o): return _writes.inplace_binary(self, o, np.multiply, "*")
+    def __itruediv__(self, o): return _writes.inplace_binary(self, o, np.true_divide, "/")
+
+    # ---- comparisons (not differentiable, give bool tensors) --------
+    def __lt__(self, o): return _math.less(self, o)
+    def __le__(self, o): return _math.less_equal(self, o)
+    def __gt__(self, o): return _math.greater(self, o)
+    def __ge__(self, o): return _math.greater_equal(self, o)
+    def __eq__(self, o): return _math.equal(self, o)  # type: ignore[override]
+    def __ne__(self, o): return _math.not_equal(self, o)  # type: ignore[override]
+
+    # ---- method forms of common ops ---------------------------------
+    def sum(self, axis=None, keepdims: bool = False): return _math.sum(self, axis, keepdims)
+    def mean(self, axis=None, keepdims: bool = False): return _math.mean(self, axis, keepdims)
+    def reshape(self, *shape): return _math.reshape(self, shape[0] if len(shape) == 1 else shape)
+    def transpose(self, *axes): return _math.transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
+    def broadcast_to(self, shape): return _math.broadcast_to(self, shape)
+    def exp(self): return _math.exp(self)
+    def log(self): return _math.log(self)
+    def sin(self): return _math.sin(self)
+    def cos(self): return _math.cos(self)
+    def tanh(self): return _math.tanh(self)
+    def sigmoid(self): return _math.sigmoid(self)
+    def relu(self): return _math.relu(self)
+    def sqrt(self): return _math.sqrt(self)
+    def abs(self): return _math.abs(self)
+
+
+def _attach() -> None:
+    """Puts every method and property of ``TensorMethods`` on ``Tensor`` (Parameter inherits them)."""
+    for name, value in vars(TensorMethods).items():
+        if callable(value) or isinstance(value, property):
+            if callable(value):
+                value.__qualname__ = f"Tensor.{name}"
+            setattr(Tensor, name, value)
+
+
+_attach()
