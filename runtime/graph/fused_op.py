@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from ..autograd.engine import grad as _autograd_grad
 from ..autograd.grad_mode import enable_grad, is_grad_enabled
