@@ -12,6 +12,7 @@ The pipeline, one step per module (docs/reference/builder.md walks it):
   ninja_run.py    run ninja with a progress line; clean up after a killed build
   publish.py      object records, copy the library to <op>/<key>/ atomically, prune
   importer.py     import it
+  retry.py        the one retry loop around a pass of the above, its reasons and its bound
 
 The warm path (everything up to ``_lookup``) imports nothing slow and starts
 no process; the cold path's modules are imported when it first runs.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
@@ -34,6 +35,7 @@ from .importer import import_extension, loader_error
 from .launcher import launcher_is_sccache, launcher_requested
 from .published import verified_library
 from .relocate import portable, prefix_map_flags, project_root
+from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
 from .store import prebuilt_stores
 from .toolchain import (Compiler, ext_suffix, find_compiler, find_nvcc, nanobind_info, native_cpu, python_info,
@@ -47,20 +49,48 @@ PathLike = Union[str, os.PathLike]
 _loaded: Dict[Tuple[str, str], ModuleType] = {}  # (op dir, key) -> module, in this process
 _names_used: Set[str] = set()  # module names this process has imported a build under
 _loaded_lock = threading.Lock()
-_ATTEMPTS = 3  # builds whose inputs changed while compiling are redone this many times at most
 GCC_GC_HEAP_KB = 512 * 1024  # gcc collects no garbage below this heap size (its default: 128 MB)
 
 
+@dataclass(frozen=True)
 class _Plan:
     """Everything that decides the binary, as command-line pieces, and its identity for keys."""
 
-    __slots__ = ("sources", "objects", "rules", "output", "cxx", "flags", "includes", "nvcc", "cuda_flags",
-                 "link_flags", "identity", "pch_parts", "pch_flags", "project", "path_maps", "cuda_path_maps",
-                 "toolchain_dirs", "binding")
+    sources: Tuple[Path, ...]
+    objects: Tuple[str, ...]  # per source: its object, relative to the build directory
+    rules: Tuple[str, ...]  # per source: "cxx" or "cuda"
+    output: str  # the library's file name
+    cxx: Compiler
+    flags: Tuple[str, ...]  # C++ compile flags, -I of the include paths apart
+    includes: Tuple[str, ...]  # -I of the include paths
+    nvcc: Optional[Compiler]
+    cuda_flags: Tuple[str, ...]
+    link_flags: Tuple[str, ...]
+    identity: Tuple[str, ...]  # what the base key hashes besides the sources' contents
+    pch_parts: Tuple[str, ...]  # the precompiled header's identity; () when there is none
+    pch_flags: Tuple[str, ...]
+    project: Path
+    path_maps: Tuple[str, ...]  # not in the key: where the project and the toolchain live
+    cuda_path_maps: Tuple[str, ...]
+    toolchain_dirs: Tuple[str, ...]  # include directories keyed by what they are, not by their headers
+    binding: Optional[str]  # NANOBIND, PYBIND11, or None for what is not a Python module
 
-    def __init__(self, **kw) -> None:
-        for k, v in kw.items():
-            setattr(self, k, v)
+
+@dataclass(frozen=True)
+class _Target:
+    """What the kind of output (a nanobind or pybind11 module, nanobind's runtime, a plain library)
+    adds to a plan."""
+
+    output: str
+    binding: Optional[str] = None
+    system: Tuple[str, ...] = ()  # -isystem pairs after opbuilder's own
+    places: Tuple[Tuple[str, str], ...] = ()  # (include directory, its name in keys and path maps)
+    defines: Tuple[str, ...] = ()  # nvcc's -D flags (a C++ source gets the name from a generated header)
+    binding_defines: Tuple[str, ...] = ()  # -D flags of every compile
+    visibility: Tuple[str, ...] = ()
+    identity: Tuple[str, ...] = ()  # key parts after the common ones
+    reads_headers: bool = True  # False: opbuilder's headers are not read, so not keyed
+    pch_identity: Tuple[str, ...] = ()  # a pybind11 module's PCH key parts besides the compiler's
 
 
 def _object_name(source: Path) -> str:
@@ -89,133 +119,161 @@ def _lto_enabled() -> bool:
     return os.environ.get("OPBUILDER_LTO", "1").lower() not in ("0", "", "off", "false", "no")
 
 
-def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
-    opt = ["-O0", "-g"] if spec.debug else ["-O2"]
+def _optimization(spec: BuildSpec, cxx: Compiler) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """(-O flags, which nvcc gets too; gcc's flags for speed, of the code or of the compile)."""
+    opt = ("-O0", "-g") if spec.debug else ("-O2",)
     # gcc only (not nvcc): -O2 with the loop vectorizer -O3 uses; gcc 12's -O2 model skips loops whose
     # trip count is unknown (a plain elementwise kernel ran ~4x slower); older gcc does not vectorize at -O2
-    vectorize = ["-ftree-vectorize", "-fvect-cost-model=dynamic"] if not spec.debug and cxx.family == "gcc" else []
+    vectorize = ("-ftree-vectorize", "-fvect-cost-model=dynamic") if not spec.debug and cxx.family == "gcc" else ()
     # gcc only, and changing no generated code: the assembler reads from a pipe as cc1plus writes, and
     # the garbage collector waits until 512 MB are in use (by default it runs from 128 MB, ~5% of a
     # pybind11 module's compile); together ~0.6 s of a ~10 s cold build
-    speed = ["-pipe", "--param", f"ggc-min-heapsize={GCC_GC_HEAP_KB}"] if cxx.family == "gcc" else []
+    speed = ("-pipe", "--param", f"ggc-min-heapsize={GCC_GC_HEAP_KB}") if cxx.family == "gcc" else ()
+    return opt, vectorize + speed
+
+
+def _module_target(spec: BuildSpec) -> _Target:
+    """A Python module, bound with nanobind (its runtime is a shared library built once per toolchain,
+    nanobind_runtime.py) or with pybind11."""
+    py = python_info(spec.root)
+    names = (f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}")
+    output = spec.name + ext_suffix()
+    if _binding(spec) == NANOBIND:
+        nb = nanobind_info(spec.root)
+        binding_defines = ("-DOB_BINDING_NANOBIND", "-DNB_SHARED")
+        return _Target(output, NANOBIND, ("-isystem", nb.include, "-isystem", py.python_include),
+                       ((nb.include, "<nanobind include>"), (py.python_include, "<python include>")),
+                       names + binding_defines, binding_defines, ("-fvisibility=hidden",),
+                       ("binding=nanobind", f"nanobind={nb.version}", f"python={py.abi}"))
+    keys = (f"pybind11={py.pybind11_version}", f"python={py.abi}")
+    return _Target(output, PYBIND11, ("-isystem", py.pybind11_include, "-isystem", py.python_include),
+                   ((py.pybind11_include, "<pybind11 include>"), (py.python_include, "<python include>")),
+                   names, (), ("-fvisibility=hidden",), keys, pch_identity=keys)
+
+
+def _runtime_target(spec: BuildSpec) -> _Target:
+    """nanobind's runtime (nb_combined.cpp), as nanobind's CMake builds it."""
+    py = python_info(spec.root)
+    nb = nanobind_info(spec.root)
+    # nanobind's own sources (nb_combined.cpp includes them) are keyed by its version, like its
+    # headers: a warm lookup hashes none of their ~350 KB; opbuilder's headers are not read
+    return _Target("libnanobind.so", None,
+                   ("-isystem", py.python_include, "-isystem", nb.include, "-isystem", nb.robin_map),
+                   ((py.python_include, "<python include>"), (nb.include, "<nanobind include>"),
+                    (nb.robin_map, "<robin_map include>"), (nb.source, "<nanobind source>")),
+                   visibility=("-fvisibility=hidden", "-fno-strict-aliasing", "-DNB_BUILD", "-DNB_SHARED",
+                               "-DNB_COMPACT_ASSERTIONS"),
+                   identity=(f"nanobind={nb.version}", f"python={py.abi}", "nanobind_sources=by-version"),
+                   reads_headers=False)
+
+
+def _target(spec: BuildSpec) -> _Target:
+    """What ``spec``'s kind of output adds to its plan; a plain library (aot ops) adds nothing."""
+    if spec.kind == "module":
+        return _module_target(spec)
+    if spec.kind == "runtime":
+        return _runtime_target(spec)
+    return _Target(f"lib{spec.name}.so")
+
+
+def _use_lto(spec: BuildSpec, target: _Target, cxx: Compiler) -> bool:
+    """Link-time optimization, for one-source gcc-built pybind11 modules (and nanobind's runtime).
+
+    The compile step stops before code generation and the link runs it in parallel partitions, so a
+    single source uses every core (~25% less wall time on 2 cores; pybind11's own CMake also links
+    modules with LTO). Not with several sources: ninja compiles those in parallel already, and an LTO
+    relink would generate code for every object again, making a one-file incremental rebuild cost a
+    full one. Nor with a compiler launcher: sccache and ccache cache compiles, never links, and with
+    LTO the link is where the code is generated, so every machine would still generate it (measured: a
+    second machine 0.36x of the first's cold build with LTO, 0.03x without).
+    Not for a nanobind module either: its one small TU has too little code to split, so the link
+    generated it on one core anyway and LTO only added the intermediate form's write and read
+    (README operator, runtime built, 2 cores, 3 interleaved rounds: 4.34 s wall / 3.52 s CPU with,
+    3.36 s / 3.29 s without; its call overhead is the same either way, within noise).
+    """
+    return (spec.kind in ("module", "runtime") and len(spec.sources) == 1 and not spec.debug
+            and target.binding != NANOBIND and cxx.family == "gcc" and _lto_enabled()
+            and not launcher_requested())
+
+
+def _cuda(spec: BuildSpec, opt: Tuple[str, ...], target: _Target, system: Tuple[str, ...],
+          includes: Tuple[str, ...]) -> Tuple[Optional[Compiler], Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]:
+    """(nvcc, its flags, link flags, key parts) of a GPU build; (None, (), (), ()) for the CPU."""
+    if spec.backend != "GPU":
+        return None, (), (), ()
+    from .toolchain import cuda_lib_dir
+    nvcc = find_nvcc(spec.root)
+    identity = [f"nvcc={nvcc.identity}"]
+    arch: List[str] = []
+    ccbin: Tuple[str, ...] = ()
+    if any(s.suffix in CUDA_SUFFIXES for s in spec.sources):
+        from .cuda_arch import arch_flags
+        from .toolchain import nvcc_host
+        arch = arch_flags(spec.cuda_cflags, spec.root)[0]  # in cuda_flags, so in the key
+        ccbin, host = nvcc_host(nvcc, spec.cuda_cflags, spec.root)  # CUDAHOSTCXX, or g++ on PATH
+        identity.append(f"nvcc_host={host}")
+    flags = ("-std=c++17", *ccbin, "-Xcompiler", "-fPIC", *opt, *target.defines, *system, *includes,
+             *(("-Xcompiler", "-fvisibility=hidden") if target.visibility else ()), *arch, *spec.cuda_cflags)
+    lib = cuda_lib_dir(nvcc, spec.root)
+    link = ((f"-L{lib}", f"-Wl,-rpath,{lib}") if lib else ()) + ("-lcudart",)
+    return nvcc, flags, link, tuple(identity)
+
+
+def _path_maps(project: Path, places: Dict[str, str], cxx: Compiler) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """(the C++ compiler's, nvcc's) flags that write the project as "." in the binary, and the
+    toolchain's include directories by what they are.
+
+    Not in the key: pybind11's and Python's headers assert(), so __FILE__ would name the virtual
+    environment; these come after the project's, so they win for a virtual environment inside the
+    project. Under sccache in a form it does not hash, so checkouts at other paths share its compiles
+    (docs/reference/fleet.md); nvcc gets the plain form (it splits -Xcompiler at commas)."""
+    maps = [(project, ".")] + [(Path(d), n.strip("<>").replace(" ", "-")) for d, n in places.items()]
+    cxx_maps = tuple(f for d, n in maps for f in prefix_map_flags(d, cxx.family, launcher_is_sccache(), n))
+    cuda_maps = tuple(x for d, n in maps for m in prefix_map_flags(d, cxx.family, False, n) for x in ("-Xcompiler", m))
+    return cxx_maps, cuda_maps
+
+
+def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
+    """The plan of ``spec`` built with ``cxx``: the flags of each step and the key's identity."""
+    opt, speedups = _optimization(spec, cxx)
     hdr = headers_digest(spec.root)
     project = project_root(spec.sources)
-    system = ["-isystem", str(include_dir())]
-    places = {str(include_dir()): "<opbuilder include>"}
+    native = ((f"native_cpu={native_cpu()}",)  # -march=native: this CPU's code, not another's
+              if wants_native_cpu((*spec.cflags, *spec.cuda_cflags)) else ())
+    target = _target(spec)
+    system = ("-isystem", str(include_dir()), *target.system)
+    places = {str(include_dir()): "<opbuilder include>", **dict(target.places)}
     # deps=2: builds record the headers of user -isystem directories and the files whose creation would
     # change them (search_path.py); builds recorded without are not trusted to be current
-    identity = [f"kind={spec.kind}", f"backend={spec.backend}", f"name={spec.name}", f"headers={hdr}",
-                f"cxx={cxx.identity}", "deps=2"]
-    if wants_native_cpu((*spec.cflags, *spec.cuda_cflags)):  # -march=native: this CPU's code, not another's
-        identity.append(f"native_cpu={native_cpu()}")
-    defines: List[str] = []
-    binding_defines: List[str] = []
-    pch_parts: Tuple[str, ...] = ()
-    binding: Optional[str] = None
-    if spec.kind == "module" and _binding(spec) == NANOBIND:
-        # nanobind: its runtime is a shared library built once per toolchain (nanobind_runtime.py)
-        binding = NANOBIND
-        py = python_info(spec.root)
-        nb = nanobind_info(spec.root)
-        system += ["-isystem", nb.include, "-isystem", py.python_include]
-        places.update({nb.include: "<nanobind include>", py.python_include: "<python include>"})
-        binding_defines = ["-DOB_BINDING_NANOBIND", "-DNB_SHARED"]
-        defines = [f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}", *binding_defines]
-        identity += ["binding=nanobind", f"nanobind={nb.version}", f"python={py.abi}"]
-        output = spec.name + ext_suffix()
-        visibility = ["-fvisibility=hidden"]
-    elif spec.kind == "module":
-        binding = PYBIND11
-        py = python_info(spec.root)
-        system += ["-isystem", py.pybind11_include, "-isystem", py.python_include]
-        places.update({py.pybind11_include: "<pybind11 include>", py.python_include: "<python include>"})
-        defines = [f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}"]
-        identity += [f"pybind11={py.pybind11_version}", f"python={py.abi}"]
-        pch_parts = ("pch", f"cxx={cxx.identity}", f"headers={hdr}", f"pybind11={py.pybind11_version}",
-                     f"python={py.abi}", *(p for p in identity if p.startswith("native_cpu=")))
-        output = spec.name + ext_suffix()
-        visibility = ["-fvisibility=hidden"]
-    elif spec.kind == "runtime":  # nanobind's runtime (nb_combined.cpp), as nanobind's CMake builds it
-        py = python_info(spec.root)
-        nb = nanobind_info(spec.root)
-        system += ["-isystem", py.python_include, "-isystem", nb.include, "-isystem", nb.robin_map]
-        # nanobind's own sources (nb_combined.cpp includes them) are keyed by its version, like its
-        # headers: a warm lookup hashes none of their ~350 KB
-        places.update({py.python_include: "<python include>", nb.include: "<nanobind include>",
-                       nb.robin_map: "<robin_map include>", nb.source: "<nanobind source>"})
-        identity = [p for p in identity if not p.startswith("headers=")]  # opbuilder's headers are not read
-        identity += [f"nanobind={nb.version}", f"python={py.abi}", "nanobind_sources=by-version"]
-        output = "libnanobind.so"
-        visibility = ["-fvisibility=hidden", "-fno-strict-aliasing", "-DNB_BUILD", "-DNB_SHARED",
-                      "-DNB_COMPACT_ASSERTIONS"]
-    else:
-        output = f"lib{spec.name}.so"
-        visibility = []
-    # Link-time optimization for one-source gcc-built modules: the compile step stops before code
-    # generation and the link runs it in parallel partitions, so a single source uses every core
-    # (~25% less wall time on 2 cores; pybind11's own CMake also links modules with LTO). Not with
-    # several sources: ninja compiles those in parallel already, and an LTO relink would generate
-    # code for every object again, making a one-file incremental rebuild cost a full one. Nor with a
-    # compiler launcher: sccache and ccache cache compiles, never links, and with LTO the link is where
-    # the code is generated, so every machine would still generate it (measured: a second machine 0.36x
-    # of the first's cold build with LTO, 0.03x without).
-    # Not for a nanobind module either: its one small TU has too little code to split, so the link
-    # generated it on one core anyway and LTO only added the intermediate form's write and read
-    # (README operator, runtime built, 2 cores, 3 interleaved rounds: 4.34 s wall / 3.52 s CPU with,
-    # 3.36 s / 3.29 s without; its call overhead is the same either way, within noise)
-    lto = ("-flto",) if (spec.kind in ("module", "runtime") and len(spec.sources) == 1 and not spec.debug
-                         and binding != NANOBIND and cxx.family == "gcc" and _lto_enabled()
-                         and not launcher_requested()) else ()
+    identity = [f"kind={spec.kind}", f"backend={spec.backend}", f"name={spec.name}",
+                *([f"headers={hdr}"] if target.reads_headers else []), f"cxx={cxx.identity}", "deps=2",
+                *native, *target.identity]
+    lto = ("-flto",) if _use_lto(spec, target, cxx) else ()
     # the module name reaches C++ sources through a generated header (see pch.py), so that
     # these flags are the same for every operator and a precompiled header can be shared
     # -Werror=return-type: falling off the end of a function that returns a value is undefined behaviour
     # that gcc only warns about (a missing `return` built "fine" and crashed with a double free)
-    flags = ("-std=c++17", "-fPIC", *opt, "-Werror=return-type", *vectorize, *speed, *lto, *visibility,
-             *binding_defines, *system,
-             *spec.cflags)
+    flags = ("-std=c++17", "-fPIC", *opt, "-Werror=return-type", *speedups, *lto, *target.visibility,
+             *target.binding_defines, *system, *spec.cflags)
     # -flto changes nothing gcc keeps in a PCH (it checks it): one PCH serves one- and several-source modules
     pch_flags = tuple(f for f in flags if f != "-flto")
+    pch_parts = (("pch", f"cxx={cxx.identity}", f"headers={hdr}", *target.pch_identity, *native, *pch_flags)
+                 if target.pch_identity else ())
     includes = tuple(f"-I{p}" for p in spec.include_paths)
-    link = list(spec.ldflags)
-    nvcc: Optional[Compiler] = None
-    cuda_flags: List[str] = []
-    if spec.backend == "GPU":
-        from .toolchain import cuda_lib_dir
-        nvcc = find_nvcc(spec.root)
-        identity.append(f"nvcc={nvcc.identity}")
-        arch: List[str] = []
-        ccbin: Tuple[str, ...] = ()
-        if any(s.suffix in CUDA_SUFFIXES for s in spec.sources):
-            from .cuda_arch import arch_flags
-            from .toolchain import nvcc_host
-            arch = arch_flags(spec.cuda_cflags, spec.root)[0]  # in cuda_flags, so in the key
-            ccbin, host = nvcc_host(nvcc, spec.cuda_cflags, spec.root)  # CUDAHOSTCXX, or g++ on PATH
-            identity.append(f"nvcc_host={host}")
-        cuda_flags = ["-std=c++17", *ccbin, "-Xcompiler", "-fPIC", *opt, *defines, *system, *includes,
-                      *(["-Xcompiler", "-fvisibility=hidden"] if visibility else []), *arch, *spec.cuda_cflags]
-        lib = cuda_lib_dir(nvcc, spec.root)
-        link += ([f"-L{lib}", f"-Wl,-rpath,{lib}"] if lib else []) + ["-lcudart"]
+    nvcc, cuda_flags, cuda_link, cuda_identity = _cuda(spec, opt, target, system, includes)
+    link = (*spec.ldflags, *cuda_link)
     # -flto is not in the key: here it is a way to build one source (code generation in parallel at link
     # time), like the job count, not another program; with and without it (OPBUILDER_LTO, a launcher)
     # the same sources share one cache entry and one store entry
-    identity += ["cxx_flags", *_key_flags((*pch_flags, *includes), places, project),
+    identity += [*cuda_identity, "cxx_flags", *_key_flags((*pch_flags, *includes), places, project),
                  "cuda_flags", *_key_flags(cuda_flags, places, project), "link", *_key_flags(link, {}, project)]
-    # not in the key: where the project lives is written as "." in the binary (relocate.py), and the
-    # toolchain's include directories by what they are (pybind11's and Python's headers assert(), so
-    # __FILE__ would name the virtual environment); these come after the project's, so they win for a
-    # virtual environment inside the project. Under sccache in a form it does not hash, so checkouts at
-    # other paths share its compiles (docs/reference/fleet.md); nvcc gets the plain form (it splits
-    # -Xcompiler at commas)
-    maps = [(project, ".")] + [(Path(d), n.strip("<>").replace(" ", "-")) for d, n in places.items()]
-    path_maps = tuple(f for d, n in maps for f in prefix_map_flags(d, cxx.family, launcher_is_sccache(), n))
-    cuda_path_maps = tuple(x for d, n in maps for m in prefix_map_flags(d, cxx.family, False, n)
-                           for x in ("-Xcompiler", m))
+    path_maps, cuda_path_maps = _path_maps(project, places, cxx)
     return _Plan(sources=spec.sources, objects=tuple(_object_name(s) for s in spec.sources),
                  rules=tuple("cuda" if s.suffix in CUDA_SUFFIXES else "cxx" for s in spec.sources),
-                 output=output, cxx=cxx, flags=flags, includes=includes, nvcc=nvcc, cuda_flags=tuple(cuda_flags),
-                 link_flags=tuple(link), identity=tuple(identity),
-                 pch_parts=pch_parts + pch_flags if pch_parts else (), pch_flags=pch_flags, project=project,
-                 path_maps=path_maps, cuda_path_maps=cuda_path_maps, toolchain_dirs=tuple(places), binding=binding)
+                 output=target.output, cxx=cxx, flags=flags, includes=includes, nvcc=nvcc, cuda_flags=cuda_flags,
+                 link_flags=link, identity=tuple(identity), pch_parts=pch_parts, pch_flags=pch_flags,
+                 project=project, path_maps=path_maps, cuda_path_maps=cuda_path_maps, toolchain_dirs=tuple(places),
+                 binding=target.binding)
 
 
 def _lookup(spec: BuildSpec, plan: _Plan, base: str, op_dir: Optional[Path] = None,
@@ -458,7 +516,8 @@ def _root_error(spec: BuildSpec, err: OSError) -> BaseException:
 
 def _build(spec: BuildSpec) -> Tuple[str, Path]:
     """(full key, library path), building if the current contents were never built (or the library
-    published for them is damaged: then the new one replaces it). ``spec`` is ``_trusted``."""
+    published for them is damaged: then the new one replaces it). ``spec`` is ``_trusted``. One pass:
+    ``Retry`` when an input changed while it compiled (retry.py)."""
     try:
         cxx = find_compiler(spec.root)
     except FileNotFoundError as e:
@@ -482,37 +541,31 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     lock_timeout()  # a bad OPBUILDER_LOCK_TIMEOUT is a ValueError now, not only when another build holds the lock
     make_dir(spec.op_dir)
     with build_lock(spec.op_dir, spec.name):
-        for _ in range(_ATTEMPTS):
-            sources = fp.source_digests(spec.sources)  # contents now, under the lock
-            base = fp.base_key(plan.identity, sources, plan.project)
-            hit = _lookup(spec, plan, base)  # another process may have built it meanwhile
-            if hit is None:
-                hit = _compile(spec, plan, base, sources)
-            if hit is not None:
-                return hit
-    raise BuildError(f"building operator '{spec.name}' failed: its sources kept changing (or the cache was "
-                     f"being cleaned) while they were being compiled; save them and load again", name=spec.name)
-
-
-def _build_kept(spec: BuildSpec) -> Tuple[str, Path]:
-    """``_build``, and once more if the library is already gone: another process may prune it
-    (the oldest builds, ``cache clean``) between our lookup and its use."""
-    key, lib = _build(spec)
-    if not lib.is_file():
-        key, lib = _build(spec)
-    return key, lib
+        sources = fp.source_digests(spec.sources)  # contents now, under the lock
+        base = fp.base_key(plan.identity, sources, plan.project)
+        hit = _lookup(spec, plan, base)  # another process may have built it meanwhile
+        if hit is None:
+            hit = _compile(spec, plan, base, sources)
+    if hit is None:
+        raise Retry(Reason.INPUT_CHANGED)
+    return hit
 
 
 def _build_checked(spec: BuildSpec) -> Tuple[BuildSpec, str, Path]:
-    """``_build_kept`` on the trusted spec, with a cache that cannot be written explained (BuildError)."""
+    """One pass of ``_build`` on the trusted spec, with a cache that cannot be written explained
+    (BuildError); ``Retry`` if the library is already gone (another process may prune it, the oldest
+    builds or ``cache clean``, between our lookup and its use)."""
     try:
         spec = _trusted(spec)
     except OSError as e:
         raise _root_error(spec, e) from e
     try:
-        return (spec, *_build_kept(spec))
+        key, lib = _build(spec)
+        if not lib.is_file():
+            raise Retry(Reason.PRUNED)
     except OSError as e:
         raise _os_error(spec, e) from e
+    return spec, key, lib
 
 
 def _distrust(spec: BuildSpec, lib: Path, stamp: List[int], err: BaseException) -> None:
@@ -558,7 +611,7 @@ class CustomOpBuilder:
     def build(self) -> str:
         """Build if needed (with nanobind's shared runtime, for a nanobind operator); the path of the
         shared library."""
-        return str(_build_with_runtime(self.spec)[1][2])
+        return str(retrying(self.name, lambda: _build_with_runtime(self.spec))[1][2])
 
     def runtime_library(self) -> Optional[str]:
         """The path of nanobind's shared runtime this operator loads (built if needed), or None for
@@ -568,41 +621,42 @@ class CustomOpBuilder:
 
     def load(self) -> ModuleType:
         """The module for the sources as they are now (the same object if unchanged)."""
-        for attempt in range(3):
-            runtime, (spec, key, lib) = _build_with_runtime(self.spec)
-            memo = (str(spec.op_dir), key)
-            with _loaded_lock:
-                mod = _loaded.get(memo)
-                if mod is not None:
-                    return mod
-                # The first build imported in this process is module `name`; a later one (after an
-                # edit) gets a name of its own, or pybind11 would return the module it made first.
-                module_name = spec.name
-                if module_name in _names_used:
-                    module_name = f"_opbuilder_{key}.{spec.name}"
-                try:
-                    stamp = stamp_of(os.lstat(lib))
-                    if runtime is not None:
-                        from .nanobind_runtime import preload
-                        preload(runtime)
-                    mod = import_extension(spec.name, lib, module_name)
-                except FileNotFoundError:
-                    if attempt == 0:
-                        continue  # pruned by another process between lookup and import: build again
-                    raise
-                except BuildError as e:
-                    if attempt == 0 and not lib.exists():
-                        continue  # pruned by another process between lookup and import: build again
-                    if attempt < 2 and loader_error(e.__cause__) and lib.parent.parent == spec.op_dir:
-                        damaged = e.__cause__
-                    else:
-                        raise
-                else:
-                    _names_used.add(spec.name)
-                    _loaded[memo] = mod
-                    return mod
-            _distrust(spec, lib, stamp, damaged)  # outside _loaded_lock: it may wait for the build lock
-        raise AssertionError("unreachable")
+        return retrying(self.name, self._load_once)
+
+    def _load_once(self) -> ModuleType:
+        """One pass of ``load``: build if needed and import; ``Retry`` when the library went missing
+        before its import, or the loader rejected it (then it is forgotten, to be built again)."""
+        runtime, (spec, key, lib) = _build_with_runtime(self.spec)
+        memo = (str(spec.op_dir), key)
+        with _loaded_lock:
+            mod = _loaded.get(memo)
+            if mod is not None:
+                return mod
+            # The first build imported in this process is module `name`; a later one (after an
+            # edit) gets a name of its own, or pybind11 would return the module it made first.
+            module_name = spec.name
+            if module_name in _names_used:
+                module_name = f"_opbuilder_{key}.{spec.name}"
+            try:
+                stamp = stamp_of(os.lstat(lib))
+                if runtime is not None:
+                    from .nanobind_runtime import preload
+                    preload(runtime)
+                mod = import_extension(spec.name, lib, module_name)
+            except FileNotFoundError as e:
+                raise Retry(Reason.PRUNED, e) from e  # pruned by another process between lookup and import
+            except BuildError as e:
+                if not lib.exists():
+                    raise Retry(Reason.PRUNED, e) from e
+                if not (loader_error(e.__cause__) and lib.parent.parent == spec.op_dir):
+                    raise  # the operator's own fault, or a prebuilt store's library (never ours to forget)
+                damaged = e
+            else:
+                _names_used.add(spec.name)
+                _loaded[memo] = mod
+                return mod
+        _distrust(spec, lib, stamp, damaged.__cause__)  # outside _loaded_lock: it may wait for the build lock
+        raise Retry(Reason.REJECTED, damaged)
 
 
 def _binding(spec: BuildSpec) -> str:
@@ -618,7 +672,8 @@ def _runtime_for(spec: BuildSpec) -> Optional[Path]:
     from . import nanobind_runtime
     if nanobind_runtime.loaded() is not None:  # this process has one: later loads need no lookup
         return nanobind_runtime.loaded()
-    return _build_checked(nanobind_runtime.runtime_spec(spec.root, spec.verbose))[2]
+    rt_spec = nanobind_runtime.runtime_spec(spec.root, spec.verbose)
+    return retrying(rt_spec.name, lambda: _build_checked(rt_spec))[2]
 
 
 def _cached(spec: BuildSpec) -> Optional[Path]:
@@ -635,9 +690,9 @@ def _cached(spec: BuildSpec) -> Optional[Path]:
 
 
 def _build_with_runtime(spec: BuildSpec) -> Tuple[Optional[Path], Tuple[BuildSpec, str, Path]]:
-    """(nanobind's shared runtime or None, ``_build_checked(spec)``). A runtime not built yet is
-    built in a thread beside the operator's own compile: a newcomer waits for the longer of the two,
-    not their sum (the operator only needs it when it is imported)."""
+    """(nanobind's shared runtime or None, ``_build_checked(spec)``), one pass of each. A runtime not
+    built yet is built in a thread beside the operator's own compile: a newcomer waits for the longer
+    of the two, not their sum (the operator only needs it when it is imported)."""
     if spec.kind != "module" or _binding(spec) != NANOBIND:
         return None, _build_checked(spec)
     from . import nanobind_runtime
@@ -674,4 +729,4 @@ def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backe
     """Build a plain shared library (no pybind11, symbols exported), e.g. for aot ops; its path."""
     spec = make_spec(name, sources, backend, "library", include_paths, cflags, cuda_cflags, ldflags, debug_mode,
                      _verbose(verbose), cache_root(build_dir))
-    return str(_build_checked(spec)[2])
+    return str(retrying(name, lambda: _build_checked(spec))[2])

@@ -1,10 +1,10 @@
-"""The cache directory: where it is, whether it is safe to trust, and what is in it.
+"""The cache directory: where it is, and what is in it.
 
 ``OPBUILDER_CACHE_DIR`` (default ``~/.cache/opbuilder``). Directories are
 created mode 0700. A cache directory that is a symbolic link, that another
 user owns, that group or others can write to, or that sits below a directory
-someone else can write (see trust.py) is refused: anyone who can write there
-could plant a library that we would load.
+someone else can write is refused (trust.trusted_root): anyone who can write
+there could plant a library that we would load.
 """
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ import os
 from pathlib import Path
 from typing import List, Optional, Union
 
-from .trust import trusted_root
 
-__all__ = ["cache_root", "root_origin", "ensure_private_dir", "check_private_dir", "CachedOp", "list_operators",
-           "remove_operator", "dir_size"]
+__all__ = ["cache_root", "root_origin", "CachedOp", "list_operators", "remove_operator", "dir_size"]
 
 
 def cache_root(override: Optional[Union[str, os.PathLike]] = None) -> Path:
@@ -37,17 +35,6 @@ def root_origin(root: Path) -> str:
     if root == Path.home() / ".cache" / "opbuilder":
         return f"the default ~/.cache/opbuilder, with HOME={os.environ.get('HOME', '')!r}"
     return f"build_dir={str(root)!r}"
-
-
-def check_private_dir(path: Path) -> Path:
-    """Raise UnsafeCacheDirError unless ``path`` is a directory of ours (not a symlink), not
-    group/other-writable, under directories nobody else can write; its real path."""
-    return trusted_root(path, create=False)
-
-
-def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (0700, parents too) if missing, then check it; its real path."""
-    return trusted_root(path)
 
 
 # What is in the cache: for ``python -m opbuilder cache list|clean``.

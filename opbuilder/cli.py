@@ -79,9 +79,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .bundle import export_bundle
-    from .cache_dir import cache_root, check_private_dir
+    from .cache_dir import cache_root
+    from .trust import trusted_root
 
-    root = check_private_dir(cache_root(args.cache_dir))
+    root = trusted_root(cache_root(args.cache_dir), create=False)
     members = export_bundle(root, args.names, Path(args.output).absolute())
     print(f"wrote {args.output}: {sum(1 for m in members if m.endswith('.so'))} build(s) of "
           f"{', '.join(args.names)}")
@@ -92,21 +93,23 @@ def _cmd_import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .bundle import import_bundle
-    from .cache_dir import cache_root, ensure_private_dir
+    from .cache_dir import cache_root
     from .store import open_store
+    from .trust import trusted_root
 
-    store = open_store(Path(args.into)) if args.into else ensure_private_dir(cache_root(args.cache_dir))
+    store = open_store(Path(args.into)) if args.into else trusted_root(cache_root(args.cache_dir))
     for lib in import_bundle(Path(args.bundle), store, cache=not args.into):
         print(lib)
     return 0
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from .cache_dir import cache_root, check_private_dir, dir_size, list_operators, remove_operator
+    from .cache_dir import cache_root, dir_size, list_operators, remove_operator
+    from .trust import trusted_root
 
     root = cache_root(args.cache_dir)
     if root.exists():
-        check_private_dir(root)  # refuse to report on (or delete from) a directory others can write
+        trusted_root(root, create=False)  # refuse to report on (or delete from) a directory others can write
     ops = list_operators(root, args.name)
     if args.name is not None and not ops:
         print(f"opbuilder: nothing cached for operator '{args.name}' in {root}", file=sys.stderr)

@@ -21,8 +21,9 @@ _CXX17 = ("#include <optional>\n#include <utility>\n"
 
 
 def _cache_dir() -> Check:
-    from .cache_dir import cache_root, check_private_dir
+    from .cache_dir import cache_root
     from .errors import UnsafeCacheDirError
+    from .trust import trusted_root
 
     root = cache_root()
     if not root.exists():
@@ -32,7 +33,7 @@ def _cache_dir() -> Check:
                          "set OPBUILDER_CACHE_DIR to a directory you can write to")
         return Check("cache directory", "ok", f"{root} (will be created, mode 0700)")
     try:
-        check_private_dir(root)
+        trusted_root(root, create=False)
     except UnsafeCacheDirError as e:
         fix = (f"chmod 700 {root}" if "writable by group" in str(e)
                else "set OPBUILDER_CACHE_DIR to a directory of your own")

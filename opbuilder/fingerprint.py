@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
@@ -28,7 +27,7 @@ except ImportError:  # pragma: no cover - other Pythons
     from hashlib import blake2b
 
 __all__ = ["blake2b", "file_digest", "file_state", "bytes_digest", "ABSENT", "digest_of", "source_digests", "base_key", "full_key", "current_digests",
-           "manifest_path", "read_manifest", "temp_path", "write_text_atomic", "write_json_atomic"]
+           "manifest_path", "read_manifest", "write_text_atomic", "write_json_atomic"]
 
 
 ABSENT = "-"  # the state of a file that is not there (search_path.py: files whose creation changes a build)
@@ -129,12 +128,6 @@ def read_manifest(op_dir: Path, base: str, owner: Optional[int] = None) -> Optio
 def _well_named(name: str) -> bool:
     """An absolute path, or one relative to the project root that stays inside it."""
     return os.path.isabs(name) or (bool(name) and ".." not in name.split("/"))
-
-
-def temp_path(path: Path) -> Path:
-    """A name beside ``path`` to write before renaming onto it; unique per process and thread,
-    so concurrent writers never write into each other's file."""
-    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
 
 
 def write_text_atomic(path: Path, text: str, durable: bool = False) -> None:

@@ -19,7 +19,8 @@ from typing import Dict, Optional, Sequence, Union
 
 from .binding import NANOBIND, binding_of_text
 from .builder import CustomOpBuilder
-from .cache_dir import cache_root, ensure_private_dir
+from .cache_dir import cache_root
+from .trust import trusted_root
 
 __all__ = ["load_inline"]
 
@@ -90,7 +91,7 @@ def load_inline(name: str, cpp_sources: Sources, functions: Union[None, Sequence
     cuda = _joined(f"load_inline({name!r})", "cuda_sources", cuda_sources)
     funcs = _functions(name, functions)
     key = hashlib.sha256(json.dumps([name, cpp, cuda, list(funcs.items())]).encode()).hexdigest()[:24]
-    directory = ensure_private_dir(cache_root(builder_options.get("build_dir")) / "inline" / name / key)
+    directory = trusted_root(cache_root(builder_options.get("build_dir")) / "inline" / name / key)
     _write(directory / _USER_CPP, cpp)
     sources = [directory / f"{name}.cpp"]
     # the user's code is #included, so the builder cannot read its binding: say it. nanobind (fast

@@ -238,6 +238,70 @@ exit $rc
     assert build_library("racy", [src], build_dir=tmp_path / "cache") == lib and compiled_sources(log) == []
 
 
+@pytest.mark.parametrize("call", ["build", "load"])
+def test_a_library_pruned_after_every_lookup_is_a_build_error_after_the_last_pass(tmp_path, monkeypatch, caplog,
+                                                                                  call):
+    # the retry loop's bound (opbuilder/retry.py): a path that no longer exists is never returned
+    import logging
+    import shutil
+
+    import opbuilder.builder
+    from opbuilder.retry import MAX_PASSES, Reason
+
+    src = tiny_module(tmp_path / f"always_pruned_{call}.cpp", "7")
+    builder = CustomOpBuilder(f"always_pruned_{call}", [src], build_dir=tmp_path / "cache")
+    builder.build()
+    real_build = opbuilder.builder._build
+    pruned = []
+
+    def build_then_prune(spec):
+        hit = real_build(spec)
+        shutil.rmtree(hit[1].parent)  # another process pruning old builds, every time just before our use
+        pruned.append(hit[1])
+        return hit
+
+    monkeypatch.setattr(opbuilder.builder, "_build", build_then_prune)
+    caplog.set_level(logging.DEBUG, logger="opbuilder")
+    with pytest.raises(BuildError, match=r"^building operator 'always_pruned_\w+' failed: its library kept being "
+                                         r"removed \(cache clean, or another process pruning old builds\) between "
+                                         r"its lookup and its use; load again once that is done$"):
+        getattr(builder, call)()
+    assert len(pruned) == MAX_PASSES and len(set(pruned)) == 1  # one build (relinked), lost each pass
+    spoiled = [r.getMessage() for r in caplog.records if "spoiled" in r.getMessage()]
+    assert spoiled == [f"always_pruned_{call}: pass {n} of {MAX_PASSES} spoiled: {Reason.PRUNED.value}"
+                       + ("; trying again" if n < MAX_PASSES else "") for n in range(1, MAX_PASSES + 1)]
+
+
+def test_a_source_edited_during_every_compile_is_a_build_error_after_the_last_pass(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from opbuilder.retry import MAX_PASSES, Reason
+
+    src = tmp_path / "restless.cpp"
+    src.write_text('extern "C" int restless() { return 0; }\n')
+    log = tmp_path / "cxx.log"
+    inner = wrapper_cxx(tmp_path, log)
+    editing = tmp_path / "always-editing-cxx.sh"  # compiles, then saves a new version of the source, every time
+    editing.write_text(f"""#!/bin/sh
+'{inner}' "$@"; rc=$?
+case " $* " in *" -c "*) echo "extern \\"C\\" int restless() {{ return $$; }}" > '{src}';; esac
+exit $rc
+""")
+    editing.chmod(0o755)
+    monkeypatch.setenv("CXX", str(editing))
+    caplog.set_level(logging.DEBUG, logger="opbuilder")
+    with pytest.raises(BuildError, match=r"^building operator 'restless' failed: its sources kept changing \(or the "
+                                         r"cache was being cleaned\) while they were being compiled; save them and "
+                                         r"load again$"):
+        build_library("restless", [src], build_dir=tmp_path / "cache")
+    assert compiled_sources(log) == ["restless.cpp"] * MAX_PASSES  # one compile a pass, and no more passes
+    spoiled = [r.getMessage() for r in caplog.records if "spoiled" in r.getMessage()]
+    assert spoiled == [f"restless: pass {n} of {MAX_PASSES} spoiled: {Reason.INPUT_CHANGED.value}"
+                       + ("; trying again" if n < MAX_PASSES else "") for n in range(1, MAX_PASSES + 1)]
+    published = [p for p in (tmp_path / "cache" / "restless.lib").glob("*/librestless.so") if p.parent.name != "build"]
+    assert published == []  # nothing was published under a key its contents do not have
+
+
 def test_a_source_saved_after_its_key_was_computed_is_never_published_under_that_key(tmp_path, monkeypatch):
     # the window between hashing the sources (under the lock) and the compiler reading them:
     # the save lands just before ninja starts, so no ctime comparison can see it

@@ -20,6 +20,19 @@ def wheel(tmp_path_factory):
     return whl
 
 
+def test_readme_and_pyproject_ask_for_the_python_the_tests_run_on():
+    import re
+    import tomllib
+
+    spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    floor = re.fullmatch(r">=(\d+)\.(\d+)", spec)
+    assert floor is not None, spec
+    readme = re.search(r"On a machine with Python (\d+)\.(\d+)\b", (ROOT / "README.md").read_text())
+    assert readme is not None
+    assert readme.groups() == floor.groups()  # the README's set-up line says what the package requires
+    assert sys.version_info[:2] >= tuple(map(int, floor.groups()))  # and these tests run on a Python it allows
+
+
 def test_wheel_contains_packages_headers_and_examples(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for must in ["opbuilder/__init__.py", "runtime/__init__.py", "opbuilder/include/opbuilder/extension.h",

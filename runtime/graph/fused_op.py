@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from ..autograd.engine import grad as _autograd_grad
 from ..autograd.grad_mode import enable_grad, is_grad_enabled
@@ -34,8 +34,9 @@ _ops: Dict[str, Custom] = {}  # symbol -> op, per process
 
 def kernel_dir() -> Path:
     """Where generated kernel sources live: ``jit_kernels`` in the builder's cache."""
-    from opbuilder.cache_dir import cache_root, ensure_private_dir
-    return ensure_private_dir(cache_root() / "jit_kernels")
+    from opbuilder.cache_dir import cache_root
+    from opbuilder.trust import trusted_root
+    return trusted_root(cache_root() / "jit_kernels")
 
 
 def _write_once(path: Path, text: str) -> None:

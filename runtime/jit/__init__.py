@@ -4,7 +4,7 @@
     def gelu(x):
         return 0.5 * x * (1 + mint.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
 
-Capture is by tracing (tracer.py): the function runs once per input
+Capture is by tracing (capture.py): the function runs once per input
 signature (signature.py) while its ops are recorded into a
 ``runtime.graph.Graph``; the backend builds that graph once, and later calls
 with the same signature run the built graph (function.py). See docs/jit.md.

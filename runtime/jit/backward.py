@@ -30,7 +30,7 @@ from ..autograd.grad_mode import enable_grad, no_grad
 from ..graph.graph import Const, Graph, Input, Node, Output, Ref
 from ..tensor import Tensor
 from .kept import kept_backward
-from .tracer import Tracer
+from .capture import Tracer
 
 __all__ = ["BackwardGraph", "build_backward", "forward_values", "grad_sources"]
 

@@ -1,7 +1,7 @@
 """``JitFunction``: a function (or Cell method) run through a captured graph.
 
 A call computes its signature (signature.py); the first call with a
-signature traces the function (tracer.py) and has the backend build the
+signature traces the function (capture.py) and has the backend build the
 graph; every later call with it runs the built graph, tracing and building
 nothing. Called while another trace is recording, a jitted function is
 inlined into that trace.
@@ -28,7 +28,7 @@ from .signature import flatten_result, signature, unflatten_result
 from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
 from .kept import CallContexts, active, keeping
-from .tracer import Tracer
+from .capture import Tracer
 from .tracing import TraceBreak, hook
 
 __all__ = ["JitFunction", "CAPTURE_MODES"]

@@ -18,7 +18,7 @@ __all__ = ["hook", "flag", "flag_address", "cpp_hook", "TraceBreak", "no_trace"]
 
 
 class _Hook(threading.local):
-    tracer: Any = None  # the active runtime.jit.tracer.Tracer of this thread, or None
+    tracer: Any = None  # the active runtime.jit.capture.Tracer of this thread, or None
 
 
 hook = _Hook()

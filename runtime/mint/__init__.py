@@ -15,7 +15,7 @@ import numpy as np
 from .. import device as _device
 from .. import dtypes as _dt
 from ..ops import math as _m
-from ..ops import reduce_extra as _r
+from ..ops import minmax as _r
 from ..ops.primitive import Primitive, defvjp
 from ..tensor import Tensor
 from . import nn  # noqa: F401  (mint.nn.functional)

@@ -14,9 +14,9 @@ from .. import dtypes as _dt
 from .. import seed as _seed
 from ..jit.tracing import no_trace as _no_trace
 from ..ops import math as _m
+from ..ops.activations import gelu
 from ..ops.dense import dense
-from ..ops.reduce_extra import softmax
-from ..ops.softmax_extra import gelu
+from ..ops.softmax_ops import softmax
 from ..tensor import Parameter, Tensor
 from .cell import Cell
 from .init import HeUniform, Uniform, initializer

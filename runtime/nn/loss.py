@@ -14,7 +14,7 @@ import numpy as np
 from .. import device as _device
 from ..ops import math as _m
 from ..ops.primitive import Primitive, defvjp
-from ..ops.softmax_extra import log_softmax
+from ..ops.softmax_ops import log_softmax
 from ..tensor import Tensor
 from .cell import Cell
 

@@ -4,9 +4,9 @@ from typing import Any
 from .math import *  # noqa: F401,F403
 from .math import __all__ as _math_all
 from .primitive import Primitive, defvjp
-from .reduce_extra import argmax, argmin, maximum, minimum, softmax
-from .reduce_index import max, min  # noqa: A004
-from .softmax_extra import clamp, clip, gelu, log_softmax, logsumexp
+from .minmax import argmax, argmin, max, maximum, min, minimum  # noqa: A004
+from .softmax_ops import log_softmax, logsumexp, softmax
+from .activations import clamp, clip, gelu
 from .array_ops import cat, concat, expand_dims, gather, one_hot, split, squeeze, stack
 from .dense import dense
 from .writes import assign

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ...ops import math as _m
-from ...ops import reduce_extra as _r
+from ...ops import softmax_ops as _sm
 from ...tensor import Tensor
 
 __all__ = ["relu", "sigmoid", "tanh", "softmax"]
@@ -32,4 +32,4 @@ def softmax(input: Any, dim: Optional[int] = None, dtype: Any = None) -> Tensor:
     x = _m._one(input)
     if dtype is not None:
         x = _m.cast(x, dtype)
-    return _r.softmax(x, -1 if dim is None else dim)
+    return _sm.softmax(x, -1 if dim is None else dim)

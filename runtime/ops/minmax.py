@@ -1,5 +1,6 @@
-"""More differentiable built-in ops: max/min (of a whole tensor, or along a dim with indices),
-elementwise maximum/minimum, and softmax. Each forward beside its derivative rules, as in math.py.
+"""Max and min: of a whole tensor, along a dim with indices (``max_dim``, ``argmax``, MindSpore's
+``ops.max``/``ops.min``), and elementwise (``maximum``/``minimum``). Each forward beside its derivative
+rules, as in math.py.
 
 Gradient conventions (PyTorch's and MindSpore's): the max of a whole tensor
 shares its gradient evenly among the elements equal to it; the max along a
@@ -8,16 +9,16 @@ it evenly where ``x == y``.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
 from .. import device as _device
 from ..tensor import Tensor
-from .math import _norm_axis, _one, _pair, mul, reshape, sub, sum as _sum
+from .math import _norm_axis, _one, _pair, mul, reshape
 from .primitive import Primitive, defvjp
 
-__all__ = ["amax", "amin", "max_dim", "min_dim", "argmax", "argmin", "maximum", "minimum", "softmax"]
+__all__ = ["amax", "amin", "max_dim", "min_dim", "argmax", "argmin", "maximum", "minimum", "max", "min"]
 
 
 def _const(arr: np.ndarray) -> Tensor:
@@ -160,27 +161,24 @@ def minimum(x: Any, y: Any) -> Tensor:
     return _minimum(*_pair(x, y))
 
 
-# ---- softmax -------------------------------------------------------------------
-def _softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
-    if x.size == 0:  # numpy's max has no identity: an empty axis would be an error
-        return x.copy()
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
+# ---- ops.max / ops.min: MindSpore 2.x's (values, indices) along ``axis`` -------
+# with ``axis=None`` the index is into the flattened tensor. Defined last: they shadow the builtins.
+def _whole(x: Tensor, value, index, keepdims: bool) -> Tuple[Tensor, Tensor]:
+    v, i = value(x), index(x, None, keepdims)
+    return (reshape(v, (1,) * x.ndim) if keepdims else v), i
 
 
-_softmax = Primitive("softmax", _softmax_np)
-defvjp(_softmax, lambda g, ans, x, axis: mul(ans, sub(g, _sum(mul(g, ans), axis=axis, keepdims=True))))
+def max(input: Any, axis: Optional[int] = None, keepdims: bool = False) -> Tuple[Tensor, Tensor]:  # noqa: A001,A002
+    """(largest values, their int64 indices) along ``axis`` (of the whole tensor when None)."""
+    x = _one(input)
+    if axis is None:
+        return _whole(x, amax, argmax, bool(keepdims))
+    return max_dim(x, axis, keepdims)
 
 
-def softmax(x: Any, axis: int = -1) -> Tensor:
-    """exp(x) / sum(exp(x)) along ``axis`` (computed stably); floating-point tensors only."""
-    x = _one(x)
-    if x._data.dtype.kind != "f":
-        raise TypeError(f"softmax needs a floating-point tensor, got {x.dtype}; cast it first")
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"softmax: axis must be an int, got {type(axis).__name__}")
-    ax = _norm_axis(axis, max(x.ndim, 1))  # a 0-d tensor takes axis 0 or -1, as log_softmax
-    assert ax is not None
-    if x.ndim == 0:
-        return _softmax(reshape(x, (1,)), axis=0).reshape(())
-    return _softmax(x, axis=ax[0])
+def min(input: Any, axis: Optional[int] = None, keepdims: bool = False) -> Tuple[Tensor, Tensor]:  # noqa: A001,A002
+    """(smallest values, their int64 indices) along ``axis`` (of the whole tensor when None)."""
+    x = _one(input)
+    if axis is None:
+        return _whole(x, amin, argmin, bool(keepdims))
+    return min_dim(x, axis, keepdims)
