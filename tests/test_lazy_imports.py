@@ -21,7 +21,7 @@ LAZY = ["runtime.nn", "runtime.mint", "runtime.graph", "runtime.hybrid", "runtim
         "runtime.seed", "runtime.interop", "runtime.jit.function", "runtime.autograd.engine",
         "runtime.autograd.function", "runtime.autograd.functional", "runtime.autograd.gradcheck",
         "runtime.ops.custom", "runtime.ops.op_info", "runtime.ops.printing", "runtime.ops.aot_library",
-        "numpy.random", "json", "hashlib", "ctypes.util"]
+        "numpy.random", "json", "hashlib", "ctypes.util", "ml_dtypes"]
 # modules a warm load() of a built operator and one call must not import
 LAZY_AFTER_CALL = [m for m in LAZY if m not in ("json",)] + ["opbuilder.inline", "opbuilder.interop_common", "torch", "jax"]
 

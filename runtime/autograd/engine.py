@@ -70,6 +70,8 @@ def _reduce_to(node, i: int, g, meta):
             raise TypeError(f"backward of {node.name} returned a gradient of dtype {g._data.dtype} "
                             f"for argument {i}, whose dtype is {dtype}")
         from ..dtypes import from_numpy_dtype
+        if g._data.dtype.kind == "c" and dtype.kind != "c":  # a real input of a complex op: the real part
+            g = _math().real(g)
         g = _math().cast(g, from_numpy_dtype(dtype))
     return g
 
