@@ -278,3 +278,20 @@ def test_softmax_and_an_optimizer_step_take_bfloat16():
 def test_softmax_refuses_complex():
     with pytest.raises(TypeError, match=r"^softmax needs a floating-point tensor, got Complex64; cast it first$"):
         rt.ops.softmax(Tensor(np.ones(2, np.complex64)))
+
+
+def test_jit_gradients_of_complex_and_bfloat16_match_eager():
+    """A jit function's backward (its graph's nodes, attach_outputs) treats complex and bf16 as differentiable."""
+    def loss(x, w):
+        return m.sum(m.real(m.mul(m.tanh(x), m.conj(w))))
+
+    z, w = Tensor(_z(3, 14), rt.complex128), Tensor(_z(3, 15), rt.complex128)
+    eager = rt.grad(loss, grad_position=(0, 1))(z, w)
+    traced = rt.grad(rt.jit(loss), grad_position=(0, 1))(z, w)
+    for e, t in zip(eager, traced):
+        np.testing.assert_allclose(t.asnumpy(), e.asnumpy(), rtol=1e-12)
+        assert np.abs(t.asnumpy()).min() > 0
+    b = Tensor(np.array([1.5, -2.5, 0.25], np.float32).astype(BF16))
+    f = lambda x: m.sum(m.mul(m.tanh(x), x))  # noqa: E731
+    np.testing.assert_array_equal(rt.grad(rt.jit(f))(b).asnumpy(), rt.grad(f)(b).asnumpy())
+    assert rt.grad(rt.jit(f))(b).dtype is rt.bfloat16 and np.abs(rt.grad(f)(b).asnumpy().astype(np.float32)).min() > 0
