@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -295,3 +296,24 @@ def test_jit_gradients_of_complex_and_bfloat16_match_eager():
     f = lambda x: m.sum(m.mul(m.tanh(x), x))  # noqa: E731
     np.testing.assert_array_equal(rt.grad(rt.jit(f))(b).asnumpy(), rt.grad(f)(b).asnumpy())
     assert rt.grad(rt.jit(f))(b).dtype is rt.bfloat16 and np.abs(rt.grad(f)(b).asnumpy().astype(np.float32)).min() > 0
+
+
+ORDERING = {  # case: (call, the op's name in the error)
+    "max": (lambda t: rt.mint.max(t), "max"), "max_dim": (lambda t: rt.mint.max(t, 1), "max"),
+    "min": (lambda t: rt.ops.min(t), "min"), "argmax": (lambda t: rt.mint.argmax(t), "argmax"),
+    "argmin_dim": (lambda t: rt.mint.argmin(t, 1), "argmin"), "maximum": (lambda t: rt.mint.maximum(t, t), "maximum"),
+    "minimum": (lambda t: rt.mint.minimum(t, t), "minimum"),
+    "div_floor": (lambda t: rt.mint.div(t, t, rounding_mode="floor"), "div(rounding_mode='floor')"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ORDERING))
+def test_reductions_and_rounding_that_order_values_refuse_complex(case):
+    call, op = ORDERING[case]
+    z = Tensor(_z((2, 2), 16).astype(np.complex64))
+    with pytest.raises(TypeError, match="^" + re.escape(f"op '{op}' does not take complex tensors (got Complex64): "
+                                                        f"complex numbers have no order") + "$"):
+        call(z)
+    b = Tensor(np.array([[1.5, -2.5], [4.0, 0.25]], np.float32).astype(BF16))  # bf16 has an order: it works
+    assert call(b) is not None
+    assert float(rt.mint.max(b).item()) == 4.0 and int(rt.mint.argmax(b).item()) == 2

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import device as _device
 from ..tensor import Tensor
-from .math import _norm_axis, _one, _pair, mul, reshape, sub, sum as _sum
+from .math import _norm_axis, _one, _pair, _real_only, mul, reshape, sub, sum as _sum
 from .primitive import Primitive, defvjp
 
 __all__ = ["amax", "amin", "max_dim", "min_dim", "argmax", "argmin", "maximum", "minimum", "softmax"]
@@ -25,6 +25,8 @@ def _const(arr: np.ndarray) -> Tensor:
 
 
 def _not_empty(x: Tensor, what: str) -> None:
+    if x._data.dtype.kind == "c":
+        _real_only(what, x)
     if x.size == 0:
         raise ValueError(f"{what} of an empty tensor (shape {list(x.shape)}) has no value")
 
@@ -86,6 +88,8 @@ def _dim_op(x: Any, dim: Any, keepdim: Any, what: str) -> Tuple[Tensor, int, boo
     if not isinstance(keepdim, (bool, np.bool_)):
         raise TypeError(f"{what}: keepdim must be a bool, got {type(keepdim).__name__}")
     x = _one(x)
+    if x._data.dtype.kind == "c":
+        _real_only(what, x)
     axis = _norm_axis(dim, x.ndim)
     assert axis is not None
     if x.ndim and x.shape[axis[0]] == 0:
@@ -152,12 +156,16 @@ defvjp(_minimum,
 
 def maximum(x: Any, y: Any) -> Tensor:
     """Elementwise larger of ``x`` and ``y`` (broadcast)."""
-    return _maximum(*_pair(x, y))
+    x, y = _pair(x, y)
+    _real_only("maximum", x, y)
+    return _maximum(x, y)
 
 
 def minimum(x: Any, y: Any) -> Tensor:
     """Elementwise smaller of ``x`` and ``y`` (broadcast)."""
-    return _minimum(*_pair(x, y))
+    x, y = _pair(x, y)
+    _real_only("minimum", x, y)
+    return _minimum(x, y)
 
 
 # ---- softmax -------------------------------------------------------------------
