@@ -317,3 +317,10 @@ def test_reductions_and_rounding_that_order_values_refuse_complex(case):
     b = Tensor(np.array([[1.5, -2.5], [4.0, 0.25]], np.float32).astype(BF16))  # bf16 has an order: it works
     assert call(b) is not None
     assert float(rt.mint.max(b).item()) == 4.0 and int(rt.mint.argmax(b).item()) == 2
+
+
+def test_print_shows_bfloat16_values_as_floats(capsys):
+    rt.ops.print_(Tensor(np.array([1.5, -2.0], np.float32).astype(BF16)), Tensor(np.array([1 + 2j], np.complex64)))
+    assert capsys.readouterr().out.splitlines() == [
+        "Tensor(shape=[2], dtype=BFloat16, value= [ 1.50000000e+00, -2.00000000e+00])",
+        "Tensor(shape=[1], dtype=Complex64, value= [1.+2.j])"]
