@@ -14,7 +14,7 @@ import numpy as np
 __all__ = [
     "DType", "float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int8", "int16",
     "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool_", "to_dtype", "from_numpy_dtype",
-    "SUPPORTED", "GRAD_KINDS", "is_differentiable",
+    "SUPPORTED", "GRAD_KINDS",
 ]
 
 # numpy dtype kinds gradients flow through: real floats, complex, and "V" for bfloat16 (ml_dtypes'
@@ -89,11 +89,6 @@ _BY_NAME["bool_"] = bool_
 
 def _supported_names() -> str:
     return ", ".join(d.name for d in SUPPORTED)
-
-
-def is_differentiable(np_dtype: np.dtype) -> bool:
-    """Whether gradients flow through arrays of this numpy dtype (float, complex, bfloat16)."""
-    return np_dtype.kind in GRAD_KINDS
 
 
 def from_numpy_dtype(np_dtype: np.dtype) -> DType:

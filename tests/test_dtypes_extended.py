@@ -324,3 +324,8 @@ def test_print_shows_bfloat16_values_as_floats(capsys):
     assert capsys.readouterr().out.splitlines() == [
         "Tensor(shape=[2], dtype=BFloat16, value= [ 1.50000000e+00, -2.00000000e+00])",
         "Tensor(shape=[1], dtype=Complex64, value= [1.+2.j])"]
+
+
+def test_the_gradient_of_a_complex_abs_is_z_over_abs_z_and_zero_at_zero():
+    g = rt.grad(lambda z: m.sum(m.abs(z)))(Tensor(np.array([0, 3 + 4j, -2j], np.complex128)))
+    np.testing.assert_allclose(g.asnumpy(), [0, 0.6 + 0.8j, -1j], rtol=1e-15)

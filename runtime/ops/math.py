@@ -174,9 +174,18 @@ _relu = Primitive("relu", lambda x: np.maximum(x, 0))
 _relu_grad = Primitive("relu_grad", lambda g, x: g * (x > 0))
 defvjp(_relu_grad, lambda gg, ans, g, x: _relu_grad(gg, x), None)
 defvjp(_relu, lambda g, ans, x: _relu_grad(g, x))
-_sign = Primitive("sign", np.sign)
+def _sign_np(x):
+    """sign(x); for complex x, x/|x| (0 at 0): the gradient of |x| (numpy 1.x's complex sign is that of
+    the real part, numpy 2's is x/|x|: not left to the version)."""
+    if x.dtype.kind == "c":
+        a = np.abs(x)
+        return x / np.where(a == 0, 1, a).astype(x.dtype)
+    return np.sign(x)
+
+
+_sign = Primitive("sign", _sign_np)
 _abs = Primitive("abs", np.abs)
-defvjp(_abs, lambda g, ans, x: mul(g, _sign(x)))  # complex x: sign is x/|x|, the gradient of |x| (0 at 0)
+defvjp(_abs, lambda g, ans, x: mul(g, _sign(x)))
 _real = Primitive("real", lambda x: np.real(x) if x.dtype.kind == "c" else x.view())
 _imag = Primitive("imag", np.imag)
 _conj = Primitive("conj", lambda x: np.conj(x) if x.dtype.kind == "c" else x.view())
