@@ -267,7 +267,8 @@ def test_softmax_and_an_optimizer_step_take_bfloat16():
     s = rt.ops.softmax(Tensor(a))
     assert s.dtype is rt.bfloat16
     e = np.exp(a.astype(np.float32) - a.astype(np.float32).max(axis=-1, keepdims=True))
-    np.testing.assert_allclose(s.asnumpy().astype(np.float32), e / e.sum(axis=-1, keepdims=True), rtol=2 ** -5)  # a few bf16 roundings
+    np.testing.assert_allclose(s.asnumpy().astype(np.float32), e / e.sum(axis=-1, keepdims=True),
+                               rtol=2 ** -5)  # a few bf16 roundings
     p = rt.Parameter(np.ones(3, BF16), name="p")
     opt = rt.nn.SGD([p], learning_rate=0.5)
     _, gw = rt.grad(lambda x: m.sum(m.mul(m.mul(p, p), x)), grad_position=0, weights=[p])(Tensor(np.ones(3, BF16)))

@@ -100,13 +100,12 @@ def _true_divide(x, y):
     return np.true_divide(x, y)
 
 
-def _float32_math(fn):
-    """``fn`` on bfloat16 arrays computed in float32 and rounded back once (numpy's bfloat16 loops
-    accumulate in bfloat16, or, for matmul, return float32); other dtypes unchanged."""
+def _in_float32(fn):
+    """``fn`` computed in float32 and rounded back once to bfloat16: numpy's bfloat16 sums accumulate in
+    bfloat16, its bfloat16 matmul returns float32. The bfloat16 twins of matmul/sum/mean run it; the
+    public functions pick them, so other dtypes call numpy directly."""
     def run(x, *args, **kwargs):
-        if x.dtype.kind == "V":
-            return fn(x.astype(np.float32), *(a.astype(np.float32) for a in args), **kwargs).astype(x.dtype)
-        return fn(x, *args, **kwargs)
+        return fn(x.astype(np.float32), *(a.astype(np.float32) for a in args), **kwargs).astype(x.dtype)
     return run
 
 
@@ -343,8 +342,10 @@ def _swap_last(t: Tensor) -> Tensor:
     return transpose(t, tuple(axes))
 
 
-_matmul = Primitive("matmul", _float32_math(np.matmul))
+_matmul = Primitive("matmul", np.matmul)
 defvjp(_matmul, _matmul_vjp_x, _matmul_vjp_y)
+_matmul_bf16 = Primitive("matmul", _in_float32(np.matmul))
+defvjp(_matmul_bf16, _matmul_vjp_x, _matmul_vjp_y)
 
 
 def matmul(x: Any, y: Any) -> Tensor:
@@ -352,6 +353,8 @@ def matmul(x: Any, y: Any) -> Tensor:
     if x.ndim == 0 or y.ndim == 0:
         raise ValueError(f"matmul needs tensors of at least 1 dimension, got shapes {list(x.shape)} "
                          f"and {list(y.shape)}")
+    if x._data.dtype.kind == "V" or y._data.dtype.kind == "V":  # bfloat16
+        return _matmul_bf16(x, y)
     return _matmul(x, y)
 
 
@@ -396,21 +399,34 @@ def _mean_vjp(g, ans, x, axis=None, keepdims=False):
     return div(_sum_vjp(g, None, x, axis, keepdims), count)
 
 
-_sum = Primitive("sum", _float32_math(lambda x, axis=None, keepdims=False: np.sum(x, axis=axis, keepdims=keepdims)))
+def _sum_np(x, axis=None, keepdims=False):
+    return np.sum(x, axis=axis, keepdims=keepdims)
+
+
+def _mean_np(x, axis=None, keepdims=False):
+    return np.mean(x, axis=axis, keepdims=keepdims)
+
+
+_sum = Primitive("sum", _sum_np)
 defvjp(_sum, _sum_vjp)
-_mean = Primitive("mean",
-                  _float32_math(lambda x, axis=None, keepdims=False: np.mean(x, axis=axis, keepdims=keepdims)))
+_mean = Primitive("mean", _mean_np)
 defvjp(_mean, _mean_vjp)
+_sum_bf16 = Primitive("sum", _in_float32(_sum_np))
+defvjp(_sum_bf16, _sum_vjp)
+_mean_bf16 = Primitive("mean", _in_float32(_mean_np))
+defvjp(_mean_bf16, _mean_vjp)
 
 
 def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     x = _one(x)
-    return _sum(x, axis=_norm_axis(axis, x.ndim), keepdims=bool(keepdims))
+    return (_sum_bf16 if x._data.dtype.kind == "V" else _sum)(x, axis=_norm_axis(axis, x.ndim),
+                                                               keepdims=bool(keepdims))
 
 
 def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
     x = _one(x)
-    return _mean(x, axis=_norm_axis(axis, x.ndim), keepdims=bool(keepdims))
+    return (_mean_bf16 if x._data.dtype.kind == "V" else _mean)(x, axis=_norm_axis(axis, x.ndim),
+                                                                 keepdims=bool(keepdims))
 
 
 # ---- shape ops -------------------------------------------------------------
