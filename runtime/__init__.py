@@ -13,8 +13,8 @@ pays for what it uses; tests/test_import_time.py guards the list.
 from importlib import import_module
 from typing import Any, Dict, Tuple
 
-from .dtypes import (DType, bool_, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
-                     uint8)
+from .dtypes import (DType, bfloat16, bool_, complex64, complex128, float16, float32, float64,  # noqa: F401
+                     int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 from .tensor import Parameter, Tensor, from_numpy  # noqa: F401  (import order: tensor before ops)
 from . import ops  # noqa: F401
 from . import autograd  # noqa: F401  (already loaded by ops: grad mode, nodes)
@@ -53,8 +53,8 @@ def __dir__() -> list:
 
 
 __all__ = [
-    "Tensor", "Parameter", "DType", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
-    "uint8", "bool_", "ops", "nn", "autograd", "value_and_grad", "grad", "no_grad", "enable_grad",
+    "Tensor", "Parameter", "DType", "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool_", "ops", "nn", "autograd", "value_and_grad", "grad", "no_grad", "enable_grad",
     "set_grad_enabled", "is_grad_enabled", "gradcheck", "GradcheckError",
     "context", "cuda", "from_dlpack", "from_numpy", "set_context", "get_context", "GRAPH_MODE", "PYNATIVE_MODE",
     "mint", "graph", "jit", "set_seed", "get_seed", "save_checkpoint", "load_checkpoint", "load_param_into_net",

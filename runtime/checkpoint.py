@@ -6,8 +6,10 @@ tools (``safetensors.numpy.load_file``) read it. A save writes a temporary
 file beside the target, flushes it to disk and renames it over the target, so
 a crash never leaves a half-written checkpoint under the real name. A file
 that is truncated or not a safetensors file is a ``ValueError`` naming it; an
-entry in a dtype this runtime cannot hold (BF16, F8_*) is a ``TypeError`` naming
-the entry and the dtype. ``__metadata__`` is the format's own header entry, so
+entry in a dtype this runtime cannot hold (F8_*) is a ``TypeError`` naming
+the entry and the dtype. BF16 entries (from PyTorch, MindSpore, JAX) load as
+``bfloat16`` (ml_dtypes' numpy type) and save back as BF16; the format has no
+complex128, so saving one is a ``TypeError``. ``__metadata__`` is the format's own header entry, so
 no parameter may be named so: such a save is refused before anything is written.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Dict, List, Tuple, Union
 import numpy as np
 
 from . import device as _device
+from .dtypes import GRAD_KINDS
 from .tensor import Parameter, Tensor
 from .versions import rebind
 
@@ -35,6 +38,29 @@ def _st():
     except ImportError as e:  # pragma: no cover - the package depends on it
         raise ImportError("checkpoints need the 'safetensors' package: pip install safetensors") from e
     return st
+
+
+# the safetensors dtypes load_checkpoint reads, as numpy dtypes (BF16: ml_dtypes, imported when met)
+_NP_OF = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16,
+          "F16": np.float16, "BF16": None, "U32": np.uint32, "I32": np.int32, "F32": np.float32,
+          "U64": np.uint64, "I64": np.int64, "F64": np.float64, "C64": np.complex64}
+LOADABLE_DTYPES = tuple(_NP_OF)
+
+
+def _load_arrays(data: bytes) -> Dict[str, np.ndarray]:
+    """The file's arrays: safetensors parses and checks the file, the dtypes are mapped here
+    (safetensors.numpy has no BF16)."""
+    out = {}
+    for name, view in _st().deserialize(data):
+        code = view["dtype"]
+        if code == "BF16":
+            from .dtypes import bfloat16
+            dt = bfloat16.np
+        else:
+            dt = np.dtype(_NP_OF[code]).newbyteorder("<")  # KeyError: a dtype it lacks (_check_dtypes names it)
+        arr = np.frombuffer(view["data"], dtype=dt).reshape(view["shape"])
+        out[name] = arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("="))
+    return out
 
 
 def _named(save_obj: Any) -> Dict[str, np.ndarray]:
@@ -70,6 +96,10 @@ def _named(save_obj: Any) -> Dict[str, np.ndarray]:
                              f"header's metadata); rename that entry. Nothing was written")
         arr = value._data if isinstance(value, Tensor) else value
         arr = _device.to_device(arr, _device.CPU) if _device.is_device_array(arr) else np.asarray(arr)  # the file's
+        if arr.dtype == np.complex128:
+            raise TypeError(f"save_checkpoint: {name!r} is complex128, which the safetensors format cannot hold "
+                            f"(its only complex dtype is C64); cast it to complex64 or save its real and "
+                            f"imaginary parts. Nothing was written")
         out[name] = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
     return out
 
@@ -108,22 +138,20 @@ def load_checkpoint(ckpt_file_name: PathLike) -> Dict[str, Parameter]:
     with open(path, "rb") as f:  # a missing file: FileNotFoundError naming it
         data = f.read()
     try:
-        arrays = _st().load(data)
+        arrays = _load_arrays(data)
     except Exception as e:  # safetensors raises its own SafetensorError, or others on garbage
         _check_dtypes(path, data)
         raise ValueError(f"{path} is not a readable checkpoint: the file is truncated or corrupt, or not a "
                          f"safetensors file ({type(e).__name__}: {e})") from None
-    return {name: Parameter(arr, name=name, requires_grad=arr.dtype.kind == "f")
+    return {name: Parameter(arr, name=name, requires_grad=arr.dtype.kind in GRAD_KINDS)
             for name, arr in arrays.items()}
 
 
-# the safetensors dtypes that safetensors.numpy loads (not BF16, F8_E4M3, F8_E5M2 ...: numpy has no such type)
-LOADABLE_DTYPES = ("BOOL", "U8", "I8", "U16", "I16", "F16", "U32", "I32", "F32", "U64", "I64", "F64", "C64")
 _HEADER_LEN = 8  # a safetensors file starts with its JSON header's length, a little-endian uint64
 
 
 def _check_dtypes(path: str, data: bytes) -> None:
-    """Raise a TypeError naming the first entry whose dtype safetensors.numpy cannot load (BF16, F8_*),
+    """Raise a TypeError naming the first entry whose dtype load_checkpoint cannot load (F8_* ...),
     if the header is readable JSON and has one; else return (the file is then reported as corrupt)."""
     import json
 

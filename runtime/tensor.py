@@ -57,7 +57,7 @@ def _infer_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str] = 
             arr = arr.astype(np.float32)
     if not arr.dtype.isnative:  # big-endian data (from a file, say): the same values in this machine's order
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    _dt.from_numpy_dtype(arr.dtype)  # TypeError for object, complex, str ...
+    _dt.from_numpy_dtype(arr.dtype)  # TypeError for object, str, float8 ...
     if device is None:
         device = _context.default_device()
     if device != _device.CPU:
@@ -207,8 +207,8 @@ class Tensor:
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         """Mark a leaf as needing gradients; only floating tensors can."""
-        if requires_grad and self._data.dtype.kind != "f":
-            raise TypeError(f"only floating-point tensors can require gradients, got dtype {self.dtype}")
+        if requires_grad and self._data.dtype.kind not in _dt.GRAD_KINDS:
+            raise TypeError(f"only floating-point and complex tensors can require gradients, got dtype {self.dtype}")
         if not requires_grad and self._node is not None:
             raise RuntimeError("requires_grad can only be turned off on a leaf; use detach()")
         self.requires_grad = bool(requires_grad)
@@ -320,9 +320,11 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
             t = _new(Tensor)
             t._data = np.asarray(value, d.dtype)
             return t
-    if like is not None and isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
+    if like is not None and isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic):
         dt = like._data.dtype
-        if isinstance(value, float) and dt.kind != "f":
+        if isinstance(value, complex) and dt.kind != "c":  # complex64 unless like is float64
+            dt = np.dtype(np.complex128 if dt == np.float64 else np.complex64)
+        elif isinstance(value, float) and dt.kind not in _dt.GRAD_KINDS:
             dt = np.dtype(np.float32)
         elif isinstance(value, int) and not isinstance(value, bool) and dt.kind == "b":
             dt = np.dtype(np.int64)

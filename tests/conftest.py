@@ -12,7 +12,7 @@ CPP = Path(__file__).resolve().parent / "cpp"
 
 # fixtures whose setup compiles: every test using one is marked `build` (tests/build_guard.py)
 BUILD_FIXTURES = frozenset({
-    "my_ops", "ms_ops", "api_ops", "autograd_ops",
+    "my_ops", "ms_ops", "api_ops", "autograd_ops", "dtype_ops", "aot_dtype_lib",
     "aclnn_ops", "assign_add", "big_cache", "built", "counted", "cu",
     "cuda_ops", "diff_kernels", "gemm_lib", "host_so", "mul_ops", "name_kernels",
     "native_lib", "nvcc", "own_ops", "project", "seed_003_ops", "seed_backend",

@@ -57,7 +57,10 @@ def test_dtypes_outside_the_registered_combinations_are_rejected():
                                          ("I16_Default", rt.int16), ("I32_Default", rt.int32),
                                          ("I64_Default", rt.int64), ("U8_Default", rt.uint8),
                                          ("F16_Default", rt.float16), ("F32_Default", rt.float32),
-                                         ("F64_Default", rt.float64)])
+                                         ("F64_Default", rt.float64), ("U16_Default", rt.uint16),
+                                         ("U32_Default", rt.uint32), ("U64_Default", rt.uint64),
+                                         ("BF16_Default", rt.bfloat16), ("C64_Default", rt.complex64),
+                                         ("C128_Default", rt.complex128)])
 def test_each_datatype_constant_admits_its_dtype_only(const, dtype):
     row = getattr(DataType, const)
     info = CustomRegOp("ident").input(0, "x").output(0, "y").dtype_format(row, row).get_op_info()

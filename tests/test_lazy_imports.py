@@ -21,7 +21,8 @@ LAZY = ["runtime.nn", "runtime.mint", "runtime.graph", "runtime.hybrid", "runtim
         "runtime.seed", "runtime.interop", "runtime.jit.function", "runtime.autograd.engine",
         "runtime.autograd.function", "runtime.autograd.functional", "runtime.autograd.gradcheck",
         "runtime.ops.custom", "runtime.ops.op_info", "runtime.ops.printing", "runtime.ops.aot_library",
-        "runtime._native", "runtime.device_memory", "numpy.random", "json", "hashlib", "ctypes.util"]
+        "runtime._native", "runtime.device_memory", "numpy.random", "json", "hashlib", "ctypes.util",
+        "ml_dtypes"]
 # modules a warm load() of a built operator and one call must not import (its C++ imports runtime._native;
 # runtime.device_memory only for GPU tensors)
 LAZY_AFTER_CALL = [m for m in LAZY if m not in ("json", "runtime._native")] + ["opbuilder.inline",

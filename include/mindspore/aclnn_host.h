@@ -100,7 +100,11 @@ double LoadF(const char *p, DataType t) {
     case opbuilder::kInt32: return *reinterpret_cast<const std::int32_t *>(p);
     case opbuilder::kInt64: return static_cast<double>(*reinterpret_cast<const std::int64_t *>(p));
     case opbuilder::kUInt8: return *reinterpret_cast<const std::uint8_t *>(p);
+    case opbuilder::kUInt16: return *reinterpret_cast<const std::uint16_t *>(p);
+    case opbuilder::kUInt32: return *reinterpret_cast<const std::uint32_t *>(p);
+    case opbuilder::kUInt64: return static_cast<double>(*reinterpret_cast<const std::uint64_t *>(p));
     case opbuilder::kFloat16: return opbuilder::Half::ToFloat(*reinterpret_cast<const std::uint16_t *>(p));
+    case opbuilder::kBFloat16: return opbuilder::bfloat16::ToFloat(*reinterpret_cast<const std::uint16_t *>(p));
     case opbuilder::kFloat32: return *reinterpret_cast<const float *>(p);
     default: return *reinterpret_cast<const double *>(p);
   }
@@ -114,7 +118,9 @@ std::int64_t LoadI(const char *p, DataType t) {  // integer and bool dtypes only
     case opbuilder::kInt16: return *reinterpret_cast<const std::int16_t *>(p);
     case opbuilder::kInt32: return *reinterpret_cast<const std::int32_t *>(p);
     case opbuilder::kUInt8: return *reinterpret_cast<const std::uint8_t *>(p);
-    default: return *reinterpret_cast<const std::int64_t *>(p);
+    case opbuilder::kUInt16: return *reinterpret_cast<const std::uint16_t *>(p);
+    case opbuilder::kUInt32: return *reinterpret_cast<const std::uint32_t *>(p);
+    default: return *reinterpret_cast<const std::int64_t *>(p);  // int64, and uint64 wrapped
   }
 }
 
@@ -122,6 +128,9 @@ template <typename V = void>
 void StoreF(char *p, DataType t, double v) {  // floating dtypes only
   switch (t) {
     case opbuilder::kFloat16: *reinterpret_cast<std::uint16_t *>(p) = opbuilder::Half::FromFloat(static_cast<float>(v)); break;
+    case opbuilder::kBFloat16:
+      *reinterpret_cast<std::uint16_t *>(p) = opbuilder::bfloat16::FromFloat(static_cast<float>(v));
+      break;
     case opbuilder::kFloat32: *reinterpret_cast<float *>(p) = static_cast<float>(v); break;
     default: *reinterpret_cast<double *>(p) = v;
   }
@@ -134,7 +143,9 @@ void StoreI(char *p, DataType t, std::int64_t v) {  // integer dtypes only: wrap
     case opbuilder::kInt16: *reinterpret_cast<std::int16_t *>(p) = static_cast<std::int16_t>(v); break;
     case opbuilder::kInt32: *reinterpret_cast<std::int32_t *>(p) = static_cast<std::int32_t>(v); break;
     case opbuilder::kUInt8: *reinterpret_cast<std::uint8_t *>(p) = static_cast<std::uint8_t>(v); break;
-    default: *reinterpret_cast<std::int64_t *>(p) = v;
+    case opbuilder::kUInt16: *reinterpret_cast<std::uint16_t *>(p) = static_cast<std::uint16_t>(v); break;
+    case opbuilder::kUInt32: *reinterpret_cast<std::uint32_t *>(p) = static_cast<std::uint32_t>(v); break;
+    default: *reinterpret_cast<std::int64_t *>(p) = v;  // int64, and uint64 wrapped
   }
 }
 
@@ -151,6 +162,9 @@ inline std::int64_t WNeg(std::int64_t a) { return static_cast<std::int64_t>(0u -
 template <typename V = void>
 const TensorPtr &CheckHost(const std::string &op, const TensorPtr &t, const char *role) {
   if (!t) Fail(op, std::string(role) + " is a null tensor");
+  if (opbuilder::IsComplex(t->dtype())) {
+    Fail(op, std::string(role) + " has dtype " + opbuilder::DataTypeName(t->dtype()) + "; complex is not supported");
+  }
   if (t->is_cuda()) {
     Fail(op, std::string(role) + " is on " + t->device() + "; CustomLaunchAclnn runs on the host (cpu)");
   }

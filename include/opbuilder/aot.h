@@ -18,6 +18,9 @@
 // attribute or a wrong type records an error and returns T{}; the runtime then
 // raises RuntimeError with that message once the call returns.
 //
+// dtypes[i] is a DataTypeName ("float32", "bfloat16", "complex64", "uint16" ...):
+// DataTypeFromName gives its DataType, for the OB_DISPATCH_* macros (dispatch.h).
+//
 // Header-only, no dependencies beyond the standard library; C++17.
 #pragma once
 
@@ -28,6 +31,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "opbuilder/dtype.h"  // DataTypeFromName(dtypes[i]), DataTypeOf, bfloat16
 
 namespace opbuilder {
 namespace aot {

@@ -381,7 +381,7 @@ inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradCo
       o = Alias(o);  // never rewrite the history of a tensor that is not ours, unless in place
     }
     PyRef obj = PyRef::Steal(ToPython(rt, o));
-    if (!c.IsNonDifferentiable(outs[j].get()) && IsFloating(o->dtype())) {  // integer outputs: no gradient
+    if (!c.IsNonDifferentiable(outs[j].get()) && IsDifferentiable(o->dtype())) {  // integer outputs: no gradient
       Check(PyObject_SetAttr(obj.get(), rt.s_node, node.get()));
       if (j != 0) {  // 0 is the class default
         PyRef idx = PyRef::Steal(Check(PyLong_FromSize_t(j)));
@@ -468,7 +468,7 @@ inline PyObject *EdgeOf(const Runtime &rt, PyObject *t) {
 }
 
 inline bool WantsGrad(const Tensor *t) {
-  return t != nullptr && t->requires_grad() && t->py_object() != nullptr && IsFloating(t->dtype());
+  return t != nullptr && t->requires_grad() && t->py_object() != nullptr && IsDifferentiable(t->dtype());
 }
 
 // A TensorPtrList argument is one argument with one Backward entry: its tensors get no gradient.

@@ -1,6 +1,7 @@
 // Element types of opbuilder tensors, their sizes and names.
 #pragma once
 
+#include <complex>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,12 @@ enum DataType : int {
   kFloat16,
   kFloat32,
   kFloat64,
+  kBFloat16,
+  kComplex64,   // std::complex<float>
+  kComplex128,  // std::complex<double>
+  kUInt16,
+  kUInt32,
+  kUInt64,
   kTypeUnknown,
   // MindSpore's TypeId spellings of the same values, for ms_extension.h: being
   // enumerators, `TypeId::kNumberTypeFloat32` works as well as `kNumberTypeFloat32`.
@@ -30,19 +37,31 @@ enum DataType : int {
   kNumberTypeFloat16 = kFloat16,
   kNumberTypeFloat32 = kFloat32,
   kNumberTypeFloat64 = kFloat64,
+  kNumberTypeBFloat16 = kBFloat16,
+  kNumberTypeComplex64 = kComplex64,
+  kNumberTypeComplex128 = kComplex128,
+  kNumberTypeUInt16 = kUInt16,
+  kNumberTypeUInt32 = kUInt32,
+  kNumberTypeUInt64 = kUInt64,
 };
 
 inline constexpr int kNumDataTypes = static_cast<int>(kTypeUnknown);
 
-// Float16/32/64: the dtypes gradients flow to (integer and bool tensors are not differentiable).
-inline constexpr bool IsFloating(DataType t) { return t == kFloat16 || t == kFloat32 || t == kFloat64; }
+// Real floating point: float16, bfloat16, float32, float64.
+inline constexpr bool IsFloating(DataType t) {
+  return t == kFloat16 || t == kBFloat16 || t == kFloat32 || t == kFloat64;
+}
+inline constexpr bool IsComplex(DataType t) { return t == kComplex64 || t == kComplex128; }
+// The dtypes gradients flow to: floating and complex (integer and bool tensors are not differentiable).
+inline constexpr bool IsDifferentiable(DataType t) { return IsFloating(t) || IsComplex(t); }
 
 inline std::size_t ElementSize(DataType t) {
   switch (t) {
     case kBool: case kInt8: case kUInt8: return 1;
-    case kInt16: case kFloat16: return 2;
-    case kInt32: case kFloat32: return 4;
-    case kInt64: case kFloat64: return 8;
+    case kInt16: case kUInt16: case kFloat16: case kBFloat16: return 2;
+    case kInt32: case kUInt32: case kFloat32: return 4;
+    case kInt64: case kUInt64: case kFloat64: case kComplex64: return 8;
+    case kComplex128: return 16;
     default: return 0;
   }
 }
@@ -59,8 +78,23 @@ inline const char *DataTypeName(DataType t) {
     case kFloat16: return "float16";
     case kFloat32: return "float32";
     case kFloat64: return "float64";
+    case kBFloat16: return "bfloat16";
+    case kComplex64: return "complex64";
+    case kComplex128: return "complex128";
+    case kUInt16: return "uint16";
+    case kUInt32: return "uint32";
+    case kUInt64: return "uint64";
     default: return "unknown";
   }
+}
+
+// The DataType a name of DataTypeName stands for (an aot op's dtypes[i]); kTypeUnknown for others.
+inline DataType DataTypeFromName(const char *name) {
+  if (name == nullptr) return kTypeUnknown;
+  for (int t = 0; t < static_cast<int>(kTypeUnknown); ++t) {
+    if (std::strcmp(name, DataTypeName(static_cast<DataType>(t))) == 0) return static_cast<DataType>(t);
+  }
+  return kTypeUnknown;
 }
 
 // IEEE 754 binary16, stored as bits; converts to and from float.
@@ -118,6 +152,31 @@ struct Half {
   }
 };
 
+// bfloat16 (the top 16 bits of a float32), stored as bits; converts to and from
+// float, rounding to nearest even. Arithmetic goes through float.
+struct bfloat16 {
+  std::uint16_t bits = 0;
+
+  bfloat16() = default;
+  bfloat16(float f) : bits(FromFloat(f)) {}  // NOLINT(google-explicit-constructor)
+  operator float() const { return ToFloat(bits); }  // NOLINT(google-explicit-constructor)
+
+  static float ToFloat(std::uint16_t b) {
+    const std::uint32_t x = static_cast<std::uint32_t>(b) << 16;
+    float f;
+    std::memcpy(&f, &x, sizeof f);
+    return f;
+  }
+
+  static std::uint16_t FromFloat(float f) {
+    std::uint32_t x;
+    std::memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);  // NaN stays quiet NaN
+    x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest, ties to even (overflow rounds to inf)
+    return static_cast<std::uint16_t>(x >> 16);
+  }
+};
+
 template <typename T> struct DataTypeOf;
 template <> struct DataTypeOf<bool> { static constexpr DataType value = kBool; };
 template <> struct DataTypeOf<std::int8_t> { static constexpr DataType value = kInt8; };
@@ -128,5 +187,11 @@ template <> struct DataTypeOf<std::uint8_t> { static constexpr DataType value = 
 template <> struct DataTypeOf<Half> { static constexpr DataType value = kFloat16; };
 template <> struct DataTypeOf<float> { static constexpr DataType value = kFloat32; };
 template <> struct DataTypeOf<double> { static constexpr DataType value = kFloat64; };
+template <> struct DataTypeOf<bfloat16> { static constexpr DataType value = kBFloat16; };
+template <> struct DataTypeOf<std::complex<float>> { static constexpr DataType value = kComplex64; };
+template <> struct DataTypeOf<std::complex<double>> { static constexpr DataType value = kComplex128; };
+template <> struct DataTypeOf<std::uint16_t> { static constexpr DataType value = kUInt16; };
+template <> struct DataTypeOf<std::uint32_t> { static constexpr DataType value = kUInt32; };
+template <> struct DataTypeOf<std::uint64_t> { static constexpr DataType value = kUInt64; };
 
 }  // namespace opbuilder

@@ -31,6 +31,7 @@
 #endif
 
 #include "opbuilder/autograd.h"
+#include "opbuilder/dispatch.h"
 #include "opbuilder/dtype.h"
 #include "opbuilder/tensor.h"
 

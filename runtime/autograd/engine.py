@@ -64,6 +64,8 @@ def _reduce_to(node, i: int, g, meta):
         if node.strict:
             raise TypeError(f"backward of {node.name} returned a gradient of dtype {g._data.dtype} "
                             f"for argument {i}, whose dtype is {dtype}")
+        if g._data.dtype.kind == "c" and dtype.kind != "c":  # a real input of a complex op: the real part
+            g = _math.real(g)
         g = _math.cast(g, _dt.from_numpy_dtype(dtype))
     return g
 

@@ -316,7 +316,7 @@ def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -
         final.append(o)
     node = FunctionNode(cls, ctx, args, final)
     for j, (o, r) in enumerate(zip(final, returned)):
-        if not _contains(ctx._non_differentiable, r) and o._data.dtype.kind == "f":  # integer outputs: no gradient
+        if not _contains(ctx._non_differentiable, r) and o._data.dtype.kind in "fcV":  # integer outputs: no gradient
             o._node, o._out_index, o.requires_grad = node, j, True
     saved: List[Any] = []
     for s in ctx._saved_raw:

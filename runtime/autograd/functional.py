@@ -16,6 +16,7 @@ from . import engine
 from . import grad_mode as _gm
 from .. import device as _device
 from .. import tensor as _tensor  # a module object: Tensor is looked up when first needed
+from ..dtypes import GRAD_KINDS
 from ..jit.tracing import hook as _trace
 from ..jit.tracing import no_trace
 
@@ -66,7 +67,7 @@ def _grad_input(value: Any, position: int):
         from ..ops import math as m
         return m.reshape(value, value.shape)
     t = value.detach()  # over the input's memory, and its version counter
-    if value._data.dtype.kind == "f":
+    if value._data.dtype.kind in GRAD_KINDS:
         t.requires_grad = True
     return t
 

@@ -66,7 +66,7 @@ def attach_outputs(node: Node, outputs: Sequence[Any]) -> None:
     """Make ``outputs`` the results of ``node`` (requires_grad, history); integer
     and bool outputs are not differentiable and stay out of the graph."""
     for i, t in enumerate(outputs):
-        if t is not None and t._data.dtype.kind == "f":
+        if t is not None and t._data.dtype.kind in "fcV":  # dtypes.GRAD_KINDS
             t._node = node
             t._out_index = i
             t.requires_grad = True

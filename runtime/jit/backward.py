@@ -53,7 +53,7 @@ class BackwardGraph:
 
 
 def _is_float(t: Any) -> bool:
-    return isinstance(t, Tensor) and t._data.dtype.kind == "f"
+    return isinstance(t, Tensor) and t._data.dtype.kind in "fcV"  # dtypes.GRAD_KINDS
 
 
 def grad_sources(graph: Graph, inputs: Sequence[Tensor], wanted: Sequence[bool]) -> List[Key]:

@@ -98,7 +98,9 @@ def div(input: Any, other: Any, *, rounding_mode: Optional[str] = None) -> Tenso
         return _m.div(input, other)
     if rounding_mode not in _DIV_ROUNDED:
         raise ValueError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
-    return _DIV_ROUNDED[rounding_mode](*_m._pair(input, other))
+    x, y = _m._pair(input, other)
+    _m._real_only(f"div(rounding_mode={rounding_mode!r})", x, y)
+    return _DIV_ROUNDED[rounding_mode](x, y)
 
 
 divide = div

@@ -108,7 +108,7 @@ def _class_labels(name: str, logits: Tensor, labels: Tensor, ignore_index: Optio
 
 
 def _as_2d(name: str, logits: Tensor) -> Tensor:
-    if logits._data.dtype.kind != "f":
+    if logits._data.dtype.kind not in "fV":  # real floats and bfloat16
         raise TypeError(f"{name}: logits must be floating-point, got {logits.dtype}")
     if logits.ndim == 1:
         return _m.reshape(logits, (1, logits.shape[0]))
@@ -167,7 +167,7 @@ class CrossEntropyLoss(LossBase):
         return None if self.weight is None else Tensor._from_array(self._class_weight(x, x.shape[1]))
 
     def _soft(self, x: Tensor, y: Tensor, ndim: int) -> Tensor:
-        if y._data.dtype.kind != "f":
+        if y._data.dtype.kind not in "fV":
             raise TypeError(f"CrossEntropyLoss: labels must be integer classes or floating probabilities, "
                             f"got {y.dtype}")
         if ndim == 1:
@@ -224,7 +224,7 @@ class SoftmaxCrossEntropyWithLogits(LossBase):
             per = _nll(x, labels=lab, weight=_device.array_module(x._data).ones(x.shape[1], x._data.dtype),
                        valid=valid)
         else:
-            if y._data.dtype.kind != "f":
+            if y._data.dtype.kind not in "fV":
                 raise TypeError(f"SoftmaxCrossEntropyWithLogits(sparse=False): labels must be floating one-hot "
                                 f"or probabilities, got {y.dtype}; pass sparse=True for class indices")
             y = _m.reshape(y, x.shape) if y.shape != x.shape and y.size == x.size else y

@@ -47,7 +47,7 @@ class Optimizer:
         for p in params:
             if not isinstance(p, Parameter):
                 raise TypeError(f"{name}: parameters must be Parameters, got {type(p).__name__}")
-            if p._data.dtype.kind != "f":
+            if p._data.dtype.kind not in "fV":  # real floats and bfloat16
                 raise TypeError(f"{name}: parameter {p.name!r} is {p.dtype}; only floating parameters train")
         if len({id(p) for p in params}) != len(params):
             raise ValueError(f"{name}: a parameter is listed twice")

@@ -20,7 +20,7 @@ __all__ = ["clip", "clamp", "gelu"]
 
 
 def _float(x: Tensor, what: str) -> None:
-    if x._data.dtype.kind != "f":
+    if x._data.dtype.kind not in "fV":  # real floats and bfloat16
         raise TypeError(f"{what} needs a floating-point tensor, got {x.dtype}; cast it first")
 
 

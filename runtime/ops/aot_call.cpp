@@ -78,14 +78,26 @@ class Slots {
   T *ptr_;
 };
 
+// ml_dtypes' bfloat16: a run-time registered numpy dtype of kind 'V' whose scalar type is named bfloat16.
+bool IsBFloat16(const PyArray_Descr *d, int size) {
+  if (d->type_num < NPY_USERDEF || size != 2) return false;
+  const char *name = reinterpret_cast<PyTypeObject *>(d->typeobj)->tp_name;
+  const char *dot = std::strrchr(name, '.');
+  return std::strcmp(dot != nullptr ? dot + 1 : name, "bfloat16") == 0;
+}
+
+// The ABI's name of an array's dtype (opbuilder::DataTypeName's names); nullptr for one aot ops do not take.
 const char *DtypeName(PyArrayObject *a) {
   const PyArray_Descr *d = PyArray_DESCR(a);
   const int size = static_cast<int>(PyArray_ITEMSIZE(a));
+  if (d->byteorder == '>') return nullptr;
   switch (d->kind) {
     case 'f': return size == 2 ? "float16" : size == 4 ? "float32" : size == 8 ? "float64" : nullptr;
     case 'i': return size == 1 ? "int8" : size == 2 ? "int16" : size == 4 ? "int32" : size == 8 ? "int64" : nullptr;
-    case 'u': return size == 1 ? "uint8" : nullptr;
+    case 'u': return size == 1 ? "uint8" : size == 2 ? "uint16" : size == 4 ? "uint32" : size == 8 ? "uint64" : nullptr;
+    case 'c': return size == 8 ? "complex64" : size == 16 ? "complex128" : nullptr;
     case 'b': return "bool";
+    case 'V': return IsBFloat16(d, size) ? "bfloat16" : nullptr;
     default: return nullptr;
   }
 }
@@ -116,8 +128,9 @@ class CallArgs {
     owned_[filled_++] = reinterpret_cast<PyObject *>(a);
     const char *name = DtypeName(a);
     if (name == nullptr) {
-      PyErr_Format(PyExc_TypeError, "%s %zd has a dtype aot operators do not take; they take float16, float32, "
-                   "float64, int8, int16, int32, int64, uint8, bool", what, index);
+      PyErr_Format(PyExc_TypeError, "%s %zd has a dtype aot operators do not take; they take float16, bfloat16, "
+                   "float32, float64, complex64, complex128, int8, int16, int32, int64, uint8, uint16, uint32, "
+                   "uint64, bool", what, index);
       return false;
     }
     const size_t i = filled_ - 1;

@@ -25,8 +25,8 @@ __all__ = ["call_on_device", "call_pointers", "init_on_device", "INIT_TYPE"]
 _I64P = ctypes.POINTER(ctypes.c_int64)
 INIT_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(_I64P),
                              ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p)
-_NAMES = {"float16": b"float16", "float32": b"float32", "float64": b"float64", "int8": b"int8", "int16": b"int16",
-          "int32": b"int32", "int64": b"int64", "uint8": b"uint8", "bool": b"bool"}
+_NAMES = {n: n.encode() for n in ("float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int8",
+                                   "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")}
 Layout = Tuple[Tuple[int, ...], Any]  # (shape, dtype) of one param
 
 

@@ -22,7 +22,7 @@ __all__ = [
     "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu",
     "sqrt", "abs", "matmul", "sum", "mean", "reshape", "transpose", "broadcast_to", "sum_to", "cast",
     "where", "getitem", "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
-    "zeros_like", "ones_like", "to_device",
+    "zeros_like", "ones_like", "to_device", "real", "imag", "conj",
 ]
 
 
@@ -58,15 +58,29 @@ _new = object.__new__
 
 def _float_wins(x: Tensor, y: Tensor) -> Tuple[Tensor, Tensor]:
     kx, ky = x._data.dtype.kind, y._data.dtype.kind
-    if kx in "fc" and ky in "biu":
+    if kx in "fcV" and ky in "biu":  # V: bfloat16
         return x, cast(y, _dt.from_numpy_dtype(x._data.dtype))
-    if ky in "fc" and kx in "biu":
+    if ky in "fcV" and kx in "biu":
         return cast(x, _dt.from_numpy_dtype(y._data.dtype)), y
     return x, y
 
 
 def _one(x: Any) -> Tensor:
     return x if isinstance(x, Tensor) else as_tensor(x)
+
+
+def _c(t: Tensor) -> Tensor:
+    """``conj(t)`` for a complex tensor, else ``t``. Complex gradients follow PyTorch: for a real loss L
+    of z = x + iy the gradient is dL/dx + i dL/dy, so a holomorphic op's rule multiplies by conj(f'(z))."""
+    return _conj(t) if t._data.dtype.kind == "c" else t
+
+
+def _real_only(name: str, *xs: Tensor) -> None:
+    """TypeError for a complex input to an op that orders values (complex numbers have no order)."""
+    for x in xs:
+        if x._data.dtype.kind == "c":
+            raise TypeError(f"op '{name}' does not take complex tensors (got {x.dtype}): complex numbers "
+                            f"have no order")
 
 
 # ---- elementwise binary ---------------------------------------------------
@@ -77,7 +91,7 @@ _sub = Primitive("sub", np.subtract)
 defvjp(_sub, lambda g, ans, x, y: g, lambda g, ans, x, y: neg(g))
 
 _mul = Primitive("mul", np.multiply)
-defvjp(_mul, lambda g, ans, x, y: mul(g, y), lambda g, ans, x, y: mul(g, x))
+defvjp(_mul, lambda g, ans, x, y: mul(g, _c(y)), lambda g, ans, x, y: mul(g, _c(x)))
 
 
 def _true_divide(x, y):
@@ -86,13 +100,29 @@ def _true_divide(x, y):
     return np.true_divide(x, y)
 
 
+def _in_float32(fn):
+    """``fn`` computed in float32 and rounded back once to bfloat16: numpy's bfloat16 sums accumulate in
+    bfloat16, its bfloat16 matmul returns float32. The bfloat16 twins of matmul/sum/mean run it; the
+    public functions pick them, so other dtypes call numpy directly."""
+    def run(x, *args, **kwargs):
+        return fn(x.astype(np.float32), *(a.astype(np.float32) for a in args), **kwargs).astype(x.dtype)
+    return run
+
+
 _div = Primitive("div", _true_divide)
-defvjp(_div, lambda g, ans, x, y: div(g, y), lambda g, ans, x, y: neg(mul(g, div(ans, y))))
+defvjp(_div, lambda g, ans, x, y: div(g, _c(y)), lambda g, ans, x, y: neg(mul(g, _c(div(ans, y)))))
 
 _pow = Primitive("pow", np.power)
 defvjp(_pow,
-       lambda g, ans, x, y: mul(g, mul(y, pow(x, sub(y, 1)))),
-       lambda g, ans, x, y: mul(g, mul(ans, log(where(greater(x, 0), x, 1)))))
+       lambda g, ans, x, y: mul(g, _c(mul(y, pow(x, sub(y, 1))))),
+       lambda g, ans, x, y: mul(g, _c(mul(ans, log(_pow_base(x))))))
+
+
+def _pow_base(x: Tensor) -> Tensor:
+    """x where the base's log is defined (real x > 0; any complex x != 0), else 1."""
+    if x._data.dtype.kind == "c":
+        return where(not_equal(x, 0), x, 1)
+    return where(greater(x, 0), x, 1)
 
 
 def add(x: Any, y: Any) -> Tensor:
@@ -119,17 +149,17 @@ def pow(x: Any, y: Any) -> Tensor:  # noqa: A001 (mirrors the op's name)
 _neg = Primitive("neg", np.negative)
 defvjp(_neg, lambda g, ans, x: neg(g))
 _exp = Primitive("exp", np.exp)
-defvjp(_exp, lambda g, ans, x: mul(g, ans))
+defvjp(_exp, lambda g, ans, x: mul(g, _c(ans)))
 _log = Primitive("log", np.log)
-defvjp(_log, lambda g, ans, x: div(g, x))
+defvjp(_log, lambda g, ans, x: div(g, _c(x)))
 _sin = Primitive("sin", np.sin)
-defvjp(_sin, lambda g, ans, x: mul(g, cos(x)))
+defvjp(_sin, lambda g, ans, x: mul(g, _c(cos(x))))
 _cos = Primitive("cos", np.cos)
-defvjp(_cos, lambda g, ans, x: neg(mul(g, sin(x))))
+defvjp(_cos, lambda g, ans, x: neg(mul(g, _c(sin(x)))))
 _tanh = Primitive("tanh", np.tanh)
-defvjp(_tanh, lambda g, ans, x: mul(g, sub(1, mul(ans, ans))))
+defvjp(_tanh, lambda g, ans, x: mul(g, _c(sub(1, mul(ans, ans)))))
 _sqrt = Primitive("sqrt", np.sqrt)
-defvjp(_sqrt, lambda g, ans, x: div(g, mul(ans, 2)))
+defvjp(_sqrt, lambda g, ans, x: div(g, _c(mul(ans, 2))))
 
 
 def _sigmoid(x):
@@ -137,15 +167,50 @@ def _sigmoid(x):
 
 
 _sigmoid_p = Primitive("sigmoid", _sigmoid)
-defvjp(_sigmoid_p, lambda g, ans, x: mul(g, mul(ans, sub(1, ans))))
+defvjp(_sigmoid_p, lambda g, ans, x: mul(g, _c(mul(ans, sub(1, ans)))))
 _relu = Primitive("relu", lambda x: np.maximum(x, 0))
 # relu's rule as one op, g * (x > 0) (NaN in g stays NaN, as a multiply by the mask does), linear in g
 _relu_grad = Primitive("relu_grad", lambda g, x: g * (x > 0))
 defvjp(_relu_grad, lambda gg, ans, g, x: _relu_grad(gg, x), None)
 defvjp(_relu, lambda g, ans, x: _relu_grad(g, x))
-_sign = Primitive("sign", np.sign)
+def _sign_np(x):
+    """sign(x); for complex x, x/|x| (0 at 0): the gradient of |x| (numpy 1.x's complex sign is that of
+    the real part, numpy 2's is x/|x|: not left to the version)."""
+    if x.dtype.kind == "c":
+        a = np.abs(x)
+        return x / np.where(a == 0, 1, a).astype(x.dtype)
+    return np.sign(x)
+
+
+_sign = Primitive("sign", _sign_np)
 _abs = Primitive("abs", np.abs)
 defvjp(_abs, lambda g, ans, x: mul(g, _sign(x)))
+_real = Primitive("real", lambda x: np.real(x) if x.dtype.kind == "c" else x.view())
+_imag = Primitive("imag", np.imag)
+_conj = Primitive("conj", lambda x: np.conj(x) if x.dtype.kind == "c" else x.view())
+defvjp(_real, lambda g, ans, x: _as_complex(g, x))
+defvjp(_imag, lambda g, ans, x: mul(_as_complex(g, x), 1j))
+defvjp(_conj, lambda g, ans, x: _conj(g))
+
+
+def _as_complex(g: Tensor, x: Tensor) -> Tensor:
+    """A real gradient ``g`` in x's (complex) dtype; unchanged for a real x."""
+    return cast(g, _dt.from_numpy_dtype(x._data.dtype)) if x._data.dtype.kind == "c" else g
+
+
+def real(x: Any) -> Tensor:
+    """The real part (x itself, as a view, for a real tensor); differentiable."""
+    return _real(_one(x))
+
+
+def imag(x: Any) -> Tensor:
+    """The imaginary part of a complex tensor (zeros for a real one); differentiable."""
+    return _imag(_one(x))
+
+
+def conj(x: Any) -> Tensor:
+    """The complex conjugate (x itself, as a view, for a real tensor); differentiable."""
+    return _conj(_one(x))
 
 
 def neg(x: Any) -> Tensor:
@@ -177,7 +242,10 @@ def sigmoid(x: Any) -> Tensor:
 
 
 def relu(x: Any) -> Tensor:
-    return _relu(_one(x))
+    x = _one(x)
+    if x._data.dtype.kind == "c":
+        _real_only("relu", x)
+    return _relu(x)
 
 
 def sqrt(x: Any) -> Tensor:
@@ -198,19 +266,31 @@ _not_equal = Primitive("not_equal", np.not_equal)
 
 
 def less(x: Any, y: Any) -> Tensor:
-    return _less(*_pair(x, y))
+    x, y = _pair(x, y)
+    if x._data.dtype.kind == "c" or y._data.dtype.kind == "c":
+        _real_only("less", x, y)
+    return _less(x, y)
 
 
 def less_equal(x: Any, y: Any) -> Tensor:
-    return _less_equal(*_pair(x, y))
+    x, y = _pair(x, y)
+    if x._data.dtype.kind == "c" or y._data.dtype.kind == "c":
+        _real_only("less_equal", x, y)
+    return _less_equal(x, y)
 
 
 def greater(x: Any, y: Any) -> Tensor:
-    return _greater(*_pair(x, y))
+    x, y = _pair(x, y)
+    if x._data.dtype.kind == "c" or y._data.dtype.kind == "c":
+        _real_only("greater", x, y)
+    return _greater(x, y)
 
 
 def greater_equal(x: Any, y: Any) -> Tensor:
-    return _greater_equal(*_pair(x, y))
+    x, y = _pair(x, y)
+    if x._data.dtype.kind == "c" or y._data.dtype.kind == "c":
+        _real_only("greater_equal", x, y)
+    return _greater_equal(x, y)
 
 
 def equal(x: Any, y: Any) -> Tensor:
@@ -246,13 +326,13 @@ def _as_matrices(g, x, y):
 
 def _matmul_vjp_x(g, ans, x, y):
     g2, x2, y2 = _as_matrices(g, x, y)
-    gx = matmul(g2, _swap_last(y2))  # batch + x2's matrix shape; the engine sums the batch
+    gx = matmul(g2, _swap_last(_c(y2)))  # batch + x2's matrix shape; the engine sums the batch
     return reshape(gx, gx.shape[:-2] + (x.shape[0],)) if x.ndim == 1 else gx
 
 
 def _matmul_vjp_y(g, ans, x, y):
     g2, x2, y2 = _as_matrices(g, x, y)
-    gy = matmul(_swap_last(x2), g2)
+    gy = matmul(_swap_last(_c(x2)), g2)
     return reshape(gy, gy.shape[:-1]) if y.ndim == 1 else gy
 
 
@@ -264,6 +344,8 @@ def _swap_last(t: Tensor) -> Tensor:
 
 _matmul = Primitive("matmul", np.matmul)
 defvjp(_matmul, _matmul_vjp_x, _matmul_vjp_y)
+_matmul_bf16 = Primitive("matmul", _in_float32(np.matmul))
+defvjp(_matmul_bf16, _matmul_vjp_x, _matmul_vjp_y)
 
 
 def matmul(x: Any, y: Any) -> Tensor:
@@ -271,6 +353,8 @@ def matmul(x: Any, y: Any) -> Tensor:
     if x.ndim == 0 or y.ndim == 0:
         raise ValueError(f"matmul needs tensors of at least 1 dimension, got shapes {list(x.shape)} "
                          f"and {list(y.shape)}")
+    if x._data.dtype.kind == "V" or y._data.dtype.kind == "V":  # bfloat16
+        return _matmul_bf16(x, y)
     return _matmul(x, y)
 
 
@@ -315,20 +399,34 @@ def _mean_vjp(g, ans, x, axis=None, keepdims=False):
     return div(_sum_vjp(g, None, x, axis, keepdims), count)
 
 
-_sum = Primitive("sum", lambda x, axis=None, keepdims=False: np.sum(x, axis=axis, keepdims=keepdims))
+def _sum_np(x, axis=None, keepdims=False):
+    return np.sum(x, axis=axis, keepdims=keepdims)
+
+
+def _mean_np(x, axis=None, keepdims=False):
+    return np.mean(x, axis=axis, keepdims=keepdims)
+
+
+_sum = Primitive("sum", _sum_np)
 defvjp(_sum, _sum_vjp)
-_mean = Primitive("mean", lambda x, axis=None, keepdims=False: np.mean(x, axis=axis, keepdims=keepdims))
+_mean = Primitive("mean", _mean_np)
 defvjp(_mean, _mean_vjp)
+_sum_bf16 = Primitive("sum", _in_float32(_sum_np))
+defvjp(_sum_bf16, _sum_vjp)
+_mean_bf16 = Primitive("mean", _in_float32(_mean_np))
+defvjp(_mean_bf16, _mean_vjp)
 
 
 def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     x = _one(x)
-    return _sum(x, axis=_norm_axis(axis, x.ndim), keepdims=bool(keepdims))
+    return (_sum_bf16 if x._data.dtype.kind == "V" else _sum)(x, axis=_norm_axis(axis, x.ndim),
+                                                               keepdims=bool(keepdims))
 
 
 def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
     x = _one(x)
-    return _mean(x, axis=_norm_axis(axis, x.ndim), keepdims=bool(keepdims))
+    return (_mean_bf16 if x._data.dtype.kind == "V" else _mean)(x, axis=_norm_axis(axis, x.ndim),
+                                                                 keepdims=bool(keepdims))
 
 
 # ---- shape ops -------------------------------------------------------------
@@ -383,8 +481,23 @@ def sum_to(x: Any, shape: Sequence[int]) -> Tensor:
     return _sum_to(_one(x), shape=tuple(int(s) for s in shape))
 
 
-_cast = Primitive("cast", lambda x, dtype: x.view() if x.dtype == dtype.np else x.astype(dtype.np))
-defvjp(_cast, lambda g, ans, x, dtype: cast(g, _dt.from_numpy_dtype(x._data.dtype)))
+def _cast_array(x, dtype):
+    if x.dtype == dtype.np:
+        return x.view()
+    if x.dtype.kind == "c" and dtype.np.kind != "c":
+        raise TypeError(f"cast from {x.dtype.name} to {dtype.name} would drop the imaginary part; "
+                        f"take real(x) or abs(x) first")
+    return x.astype(dtype.np)
+
+
+def _cast_vjp(g: Tensor, ans: Any, x: Tensor, dtype: Any) -> Tensor:
+    if g._data.dtype.kind == "c" and x._data.dtype.kind != "c":  # real -> complex: the real part flows back
+        g = real(g)
+    return cast(g, _dt.from_numpy_dtype(x._data.dtype))
+
+
+_cast = Primitive("cast", _cast_array)
+defvjp(_cast, _cast_vjp)
 
 
 def cast(x: Any, dtype: Any) -> Tensor:

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import device as _device
 from ..tensor import Tensor
-from .math import _norm_axis, _one, _pair, mul, reshape
+from .math import _norm_axis, _one, _pair, _real_only, mul, reshape
 from .primitive import Primitive, defvjp
 
 __all__ = ["amax", "amin", "max_dim", "min_dim", "argmax", "argmin", "maximum", "minimum", "max", "min"]
@@ -26,6 +26,8 @@ def _const(arr: np.ndarray) -> Tensor:
 
 
 def _not_empty(x: Tensor, what: str) -> None:
+    if x._data.dtype.kind == "c":
+        _real_only(what, x)
     if x.size == 0:
         raise ValueError(f"{what} of an empty tensor (shape {list(x.shape)}) has no value")
 
@@ -87,6 +89,8 @@ def _dim_op(x: Any, dim: Any, keepdim: Any, what: str) -> Tuple[Tensor, int, boo
     if not isinstance(keepdim, (bool, np.bool_)):
         raise TypeError(f"{what}: keepdim must be a bool, got {type(keepdim).__name__}")
     x = _one(x)
+    if x._data.dtype.kind == "c":
+        _real_only(what, x)
     axis = _norm_axis(dim, x.ndim)
     assert axis is not None
     if x.ndim and x.shape[axis[0]] == 0:
@@ -153,12 +157,16 @@ defvjp(_minimum,
 
 def maximum(x: Any, y: Any) -> Tensor:
     """Elementwise larger of ``x`` and ``y`` (broadcast)."""
-    return _maximum(*_pair(x, y))
+    x, y = _pair(x, y)
+    _real_only("maximum", x, y)
+    return _maximum(x, y)
 
 
 def minimum(x: Any, y: Any) -> Tensor:
     """Elementwise smaller of ``x`` and ``y`` (broadcast)."""
-    return _minimum(*_pair(x, y))
+    x, y = _pair(x, y)
+    _real_only("minimum", x, y)
+    return _minimum(x, y)
 
 
 # ---- ops.max / ops.min: MindSpore 2.x's (values, indices) along ``axis`` -------

@@ -31,12 +31,19 @@ class DataType:
     I32_Default = ("int32", "DefaultFormat")
     I64_Default = ("int64", "DefaultFormat")
     U8_Default = ("uint8", "DefaultFormat")
+    U16_Default = ("uint16", "DefaultFormat")
+    U32_Default = ("uint32", "DefaultFormat")
+    U64_Default = ("uint64", "DefaultFormat")
     F16_Default = ("float16", "DefaultFormat")
+    BF16_Default = ("bfloat16", "DefaultFormat")
     F32_Default = ("float32", "DefaultFormat")
     F64_Default = ("float64", "DefaultFormat")
+    C64_Default = ("complex64", "DefaultFormat")
+    C128_Default = ("complex128", "DefaultFormat")
 
 
-_DTYPE_NAMES = {"", "bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"}
+_DTYPE_NAMES = {"", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                "bfloat16", "float32", "float64", "complex64", "complex128"}
 
 
 class CustomRegOp:

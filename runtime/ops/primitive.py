@@ -69,7 +69,7 @@ class Primitive:
         res._data = out
         if out.base is not None:  # a view (reshape, slice...): maybe of an input
             _share_input_version(res, out, args)
-        if _state.enabled and self.vjps is not None and out.dtype.kind == "f":  # integer results: no gradient
+        if _state.enabled and self.vjps is not None and out.dtype.kind in "fcV":  # integer results: no gradient (dtypes.GRAD_KINDS)
             for a in args:
                 if a.requires_grad:
                     res._node = node = _record2(self, *args, kwargs, out) if len(args) == 2 \
@@ -94,7 +94,7 @@ class Primitive:
         res = _new(_Tensor)
         res._data = out
         if (x.requires_grad or y.requires_grad) and _state.enabled and self.vjps is not None \
-                and out.dtype.kind == "f":  # integer results: no gradient
+                and out.dtype.kind in "fcV":  # integer results: no gradient (dtypes.GRAD_KINDS)
             res._node = node = _record2(self, x, y, {}, out)
             res.requires_grad = True
             if self.reads_ans:

@@ -39,6 +39,8 @@ def format_tensor(t: Tensor) -> str:
     head = f"Tensor(shape={list(arr.shape)}, dtype={t.dtype}, value="
     if arr.ndim == 0:
         return f"{head} {_scalar(arr)})"
+    if arr.dtype.kind == "V":  # bfloat16: printed as the float32 values it holds exactly
+        arr = arr.astype(np.float32)
     body = np.array2string(arr, separator=", ", max_line_width=sys.maxsize,
                            formatter=_FLOAT_FORMAT if arr.dtype.kind == "f" else None)
     return f"{head}{' ' if arr.ndim == 1 else chr(10)}{body})"

@@ -18,7 +18,7 @@ __all__ = ["softmax", "log_softmax", "logsumexp"]
 
 
 def _float(x: Tensor, what: str) -> None:
-    if x._data.dtype.kind != "f":
+    if x._data.dtype.kind not in "fV":  # real floats and bfloat16
         raise TypeError(f"{what} needs a floating-point tensor, got {x.dtype}; cast it first")
 
 
@@ -43,7 +43,7 @@ defvjp(_softmax, lambda g, ans, x, axis: mul(ans, sub(g, _sum(mul(g, ans), axis=
 def softmax(x: Any, axis: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along ``axis`` (computed stably); floating-point tensors only."""
     x = _one(x)
-    if x._data.dtype.kind != "f":
+    if x._data.dtype.kind not in "fV":  # real floats and bfloat16
         raise TypeError(f"softmax needs a floating-point tensor, got {x.dtype}; cast it first")
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"softmax: axis must be an int, got {type(axis).__name__}")

@@ -76,7 +76,7 @@ def inplace_binary(target: Tensor, other: Any, ufunc: Callable[..., Any], symbol
     what = f"'{symbol}='"
     _check_writable(target, other, what)
     o = _value(other, target, what)
-    if symbol == "/" and target._data.dtype.kind != "f":
+    if symbol == "/" and target._data.dtype.kind not in "fcV":
         raise TypeError(f"{what} on a {target.dtype} tensor would need a floating-point result; "
                         f"use x = x / y, or cast the tensor first")
     try:

@@ -12,21 +12,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "opbuilder/detail/error_types.h"
 #include "opbuilder/detail/pyref.h"
 #include "opbuilder/detail/visibility.h"
 
 namespace opbuilder {
 namespace detail OB_HIDDEN {
 
-class TypeError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-class ValueError : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
+// TypeError and ValueError: error_types.h
 
 // A Python error that a C API call left set, taken out of the interpreter so the
 // exception can travel through C++; the translator puts it back unchanged.

@@ -94,7 +94,7 @@ inline PyObject *MetasToPython(const Runtime &rt, const std::vector<TensorMeta> 
       for (std::size_t d = 0; d < m.shape.size(); ++d) {
         PyTuple_SET_ITEM(shape.get(), static_cast<Py_ssize_t>(d), Check(PyLong_FromLongLong(m.shape[d])));
       }
-      item = Check(PyTuple_Pack(2, shape.get(), rt.descr[m.dtype]));
+      item = Check(PyTuple_Pack(2, shape.get(), DescrOf(rt, m.dtype)));
     }
     PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(i), item);
   }

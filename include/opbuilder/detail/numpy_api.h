@@ -13,8 +13,10 @@ namespace detail OB_HIDDEN {
 
 // numpy's type numbers and array flags (stable across numpy 1.x and 2.x).
 enum NpyType : int {
-  kNpyBool = 0, kNpyByte = 1, kNpyUByte = 2, kNpyShort = 3, kNpyInt = 5, kNpyLong = 7, kNpyLongLong = 9,
-  kNpyFloat = 11, kNpyDouble = 12, kNpyHalf = 23
+  kNpyBool = 0, kNpyByte = 1, kNpyUByte = 2, kNpyShort = 3, kNpyUShort = 4, kNpyInt = 5, kNpyUInt = 6,
+  kNpyLong = 7, kNpyULong = 8, kNpyLongLong = 9, kNpyULongLong = 10, kNpyFloat = 11, kNpyDouble = 12,
+  kNpyCFloat = 14, kNpyCDouble = 15, kNpyHalf = 23,
+  kNpyUserDef = 256  // the first number of a dtype registered at run time (ml_dtypes' bfloat16)
 };
 constexpr int kNpyCContiguous = 0x0001;
 constexpr int kNpyAligned = 0x0100;

@@ -38,7 +38,7 @@ struct Runtime {
   PyObject *s_out_index = nullptr;
   PyObject *s_version = nullptr;
   PyObject *s_enabled = nullptr;
-  PyObject *descr[kNumDataTypes] = {};
+  PyObject *descr[kNumDataTypes] = {};  // bfloat16's stays null: BFloat16Descr() loads it when first needed
   NumpyApi np;
   const NumpyApi *api = &np;
   // runtime.jit: non-zero while a trace records ops (runtime/jit/tracing.py owns the int),
@@ -80,11 +80,33 @@ inline Runtime LoadRuntime() {
   r.trace_flag = reinterpret_cast<const volatile int *>(a);
   r.trace_hook = ImportAttr("runtime._native", "cpp_hook");
   const int int64 = sizeof(long) == 8 ? kNpyLong : kNpyLongLong;
-  const int nums[kNumDataTypes] = {kNpyBool, kNpyByte, kNpyShort, kNpyInt,   int64,
-                                   kNpyUByte, kNpyHalf, kNpyFloat, kNpyDouble};
-  for (int i = 0; i < kNumDataTypes; ++i) r.descr[i] = Check(r.np.DescrFromType(nums[i]));
+  const int uint64 = sizeof(long) == 8 ? kNpyULong : kNpyULongLong;
+  const int nums[kNumDataTypes] = {kNpyBool,  kNpyByte,   kNpyShort,   kNpyInt,   int64,   kNpyUByte, kNpyHalf,
+                                   kNpyFloat, kNpyDouble, -1,          kNpyCFloat, kNpyCDouble, kNpyUShort,
+                                   kNpyUInt,  uint64};  // -1: bfloat16, from ml_dtypes (BFloat16Descr)
+  static_assert(kNumDataTypes == 15 && kBFloat16 == 9, "one numpy type per DataType, in enum order");
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    if (nums[i] >= 0) r.descr[i] = Check(r.np.DescrFromType(nums[i]));
+  }
   return r;
 }
+
+// numpy's dtype of bfloat16 (ml_dtypes', through runtime.dtypes, imported on first use): borrowed, kept for the
+// life of the process. Callers hold the GIL.
+inline PyObject *BFloat16Descr() {
+  static std::atomic<PyObject *> stored{nullptr};
+  PyObject *d = stored.load(std::memory_order_acquire);
+  if (d != nullptr) return d;
+  PyRef dtype = PyRef::Steal(ImportAttr("runtime.dtypes", "bfloat16"));
+  PyObject *loaded = Check(PyObject_GetAttrString(dtype.get(), "np"));  // a new reference, kept
+  PyObject *expected = nullptr;
+  if (stored.compare_exchange_strong(expected, loaded, std::memory_order_acq_rel)) return loaded;
+  Py_DECREF(loaded);
+  return expected;
+}
+
+// numpy's dtype for `t` (borrowed).
+inline PyObject *DescrOf(const Runtime &rt, DataType t) { return t == kBFloat16 ? BFloat16Descr() : rt.descr[t]; }
 
 // Loaded on first use and kept for the life of the process. Callers hold the GIL;
 // loading may release it (imports), so two threads may both load: one result is kept.
@@ -145,11 +167,21 @@ inline DataType DataTypeOfDescr(const Runtime &rt, PyObject *descr) {
   if (tn == kNpyHalf) return kFloat16;
   if (tn == kNpyFloat) return kFloat32;
   if (tn == kNpyDouble) return kFloat64;
+  if (tn == kNpyCFloat) return kComplex64;
+  if (tn == kNpyCDouble) return kComplex128;
+  if (tn == kNpyUShort) return kUInt16;
+  if (tn == kNpyUInt && sizeof(unsigned) == 4) return kUInt32;
+  if ((tn == kNpyULongLong && sizeof(long long) == 8) || (tn == kNpyULong && sizeof(long) == 8)) return kUInt64;
+  // a run-time registered dtype: ml_dtypes is imported already if an array has one of its dtypes
+  if (tn >= kNpyUserDef && d->kind == 'V' && tn == DescrFields(BFloat16Descr())->type_num) return kBFloat16;
   PyRef s = PyRef::Steal(Check(PyObject_Str(descr)));
   const char *name = PyUnicode_AsUTF8(s.get());
   if (name == nullptr) throw PythonError();
-  throw TypeError(std::string("opbuilder: unsupported tensor dtype ") + name +
-                  "; supported: bool, int8, int16, int32, int64, uint8, float16, float32, float64");
+  std::string supported;
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    supported += (t ? ", " : "") + std::string(DataTypeName(static_cast<DataType>(t)));
+  }
+  throw TypeError(std::string("opbuilder: unsupported tensor dtype ") + name + "; supported: " + supported);
 }
 
 // A Tensor viewing `array`'s buffer; binds it to `owner` (a runtime.Tensor) if given.
@@ -264,7 +296,7 @@ inline PyObject *DeviceArrayFromTensor(const Runtime &rt, const Tensor &t) {
   }
   PyRef wrap = PyRef::Steal(DeviceMemoryAttr("wrap"));
   return CallSteal(wrap.get(), Py_BuildValue("(NnOOiO)", Check(PyLong_FromVoidPtr(t.data_ptr())),
-                                             static_cast<Py_ssize_t>(t.nbytes()), shape.get(), rt.descr[t.dtype()],
+                                             static_cast<Py_ssize_t>(t.nbytes()), shape.get(), DescrOf(rt, t.dtype()),
                                              t.device_index(), owner.get()));
 }
 
@@ -302,7 +334,7 @@ inline PyObject *ArrayFromTensor(const Runtime &rt, const Tensor &t) {
     if (rt.api->IsArray(del->owner)) flags = ArrayFields(del->owner)->flags & kNpyWriteable;
   }
   PyObject *base = StorageOwner(t);
-  PyObject *descr = rt.descr[t.dtype()];
+  PyObject *descr = DescrOf(rt, t.dtype());
   Py_INCREF(descr);
   PyObject *arr = rt.api->NewFromDescr(rt.api->array_type, descr, static_cast<int>(nd), dims, strides, t.data_ptr(),
                                        flags, nullptr);
