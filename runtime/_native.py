@@ -13,9 +13,10 @@ from typing import Any, Tuple
 
 from .autograd.grad_mode import _state  # the per-thread grad mode: C++ reads and sets `_state.enabled`
 from .jit.tracing import cpp_hook, flag_address  # Function<T>::Apply under a jit trace
+from .dtypes import bfloat16  # a DType: its `.np` imports ml_dtypes on first use (C++ BFloat16Descr)
 from .tensor import Tensor
 
-__all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "allocate", "describe", "wrap", "current_stream_ptr",
+__all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "bfloat16", "allocate", "describe", "wrap", "current_stream_ptr",
            "TENSOR_ATTRS", "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
 
 # runtime.Tensor attributes native code reads or sets (class-level defaults keep a fresh tensor cheap)

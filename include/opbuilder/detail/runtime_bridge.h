@@ -91,13 +91,13 @@ inline Runtime LoadRuntime() {
   return r;
 }
 
-// numpy's dtype of bfloat16 (ml_dtypes', through runtime.dtypes, imported on first use): borrowed, kept for the
+// numpy's dtype of bfloat16 (ml_dtypes', through runtime._native.bfloat16, imported on first use): borrowed, kept for the
 // life of the process. Callers hold the GIL.
 inline PyObject *BFloat16Descr() {
   static std::atomic<PyObject *> stored{nullptr};
   PyObject *d = stored.load(std::memory_order_acquire);
   if (d != nullptr) return d;
-  PyRef dtype = PyRef::Steal(ImportAttr("runtime.dtypes", "bfloat16"));
+  PyRef dtype = PyRef::Steal(ImportAttr("runtime._native", "bfloat16"));
   PyObject *loaded = Check(PyObject_GetAttrString(dtype.get(), "np"));  // a new reference, kept
   PyObject *expected = nullptr;
   if (stored.compare_exchange_strong(expected, loaded, std::memory_order_acq_rel)) return loaded;
