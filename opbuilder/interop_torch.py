@@ -30,7 +30,7 @@ import runtime as _rt
 from runtime import dtypes as _dtypes
 from runtime.tensor import Tensor as _Tensor
 
-from .interop_common import Spec, as_specs, check_shape_fns, module_functions
+from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
 
 __all__ = ["to_torch"]
 
@@ -356,13 +356,14 @@ def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backen
     """``module``'s functions as PyTorch operators (torch tensors in and out, differentiable).
 
     ``shape_fn`` maps a function name to its shape rule (see ``Spec``); with one, the operator has a
-    fake kernel and works under ``torch.compile(fullgraph=True)``. ``backend`` is the module's
+    fake kernel and works under ``torch.compile(fullgraph=True)``. A function without one takes the
+    rule of its ``<name>_infer_shape`` companion (a C++ ``InferShape``) when the module binds one. ``backend`` is the module's
     (``"CPU"`` or ``"GPU"``): which torch devices its arguments may live on.
     """
     if backend not in ("CPU", "GPU"):
         raise ValueError(f"to_torch: backend must be 'CPU' or 'GPU', got {backend!r}")
     funcs = module_functions(module)
-    shape_fns = check_shape_fns("to_torch", funcs, shape_fn)
+    shape_fns = companion_shape_fns(module, funcs, check_shape_fns("to_torch", funcs, shape_fn))
     base = "".join(c if c.isalnum() else "_" for c in getattr(module, "__name__", "module").split(".")[-1])
     ns = f"opbuilder_{base}_{next(_namespaces)}"
     lib = torch.library.Library(ns, "FRAGMENT")
