@@ -42,6 +42,8 @@ _kept: "weakref.WeakValueDictionary[int, _Call]" = weakref.WeakValueDictionary()
 # torch's grad mode at the user's call (the kernel itself runs with grad off, below autograd)
 _mode = threading.local()
 _function_mode = torch._C._is_torch_function_mode_enabled
+_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling
 _define_lock = threading.RLock()
 
 
@@ -153,6 +155,17 @@ class _Op:
         return ([res] if single else list(res)), single
 
     def forward_impl(self, sig: str, args: Sequence[Any]) -> List[torch.Tensor]:
+        outs, call = self.record(sig, args)
+        res = [_to_torch(o, call) for o in outs]
+        if call is not None:  # the registered operator's backward finds the call through the outputs
+            for t in res:
+                if t.numel():
+                    _kept[t.data_ptr()] = call
+        return res
+
+    def record(self, sig: str, args: Sequence[Any]) -> Tuple[List[Any], Optional[_Call]]:
+        """Run the op on ``args`` (recording the runtime graph when an input needs grad): its
+        runtime outputs and the recorded call (None when nothing was recorded)."""
         record = getattr(_mode, "grad", True)
         rt_args, need, index = self._runtime_args(args, sig, lambda t, c: record and t.requires_grad)
         if need:
@@ -163,18 +176,32 @@ class _Op:
             outs, single = self._run(rt_args)
             call = None
         self.by_sig[sig][1][0] = single
-        res = [_to_torch(o, call) for o in outs]
-        if call is not None:
-            for t in res:
-                if t.numel():
-                    _kept[t.data_ptr()] = call
-        return res
+        return outs, call
+
+    def forward_direct(self, sig: str, tpos: Tuple[int, ...], args: Sequence[Any]) -> List[torch.Tensor]:
+        """``forward_impl`` for an eager call that records nothing: the C++ op takes each CPU
+        tensor's numpy view as it is (no runtime.Tensor in between), and its results go back through
+        ``torch.from_numpy``. Anything numpy cannot view takes ``forward_impl`` and its errors."""
+        conv = list(args)
+        try:
+            for i in tpos:
+                t = conv[i]
+                conv[i] = (t.detach() if t.requires_grad else t).numpy()
+        except (TypeError, RuntimeError):  # another device, bfloat16, a conjugate view: say why there
+            _mode.grad = torch.is_grad_enabled()
+            return self.forward_impl(sig, args)
+        res = self.fn(*conv)
+        if isinstance(res, (list, tuple)):
+            return [_to_torch(o, None) for o in res]
+        data = res._data
+        return [torch.from_numpy(data) if type(data) is np.ndarray else _to_torch(res, None)]
 
     def backward_impl(self, sig: str, outputs: List[torch.Tensor], grads: List[torch.Tensor],
-                      args: Sequence[Any]) -> List[torch.Tensor]:
+                      args: Sequence[Any], call: Optional[_Call] = None) -> List[torch.Tensor]:
+        """Input gradients: through the recorded runtime call (``call``, else the one kept with the
+        outputs' memory), or, when there is none, through a new recording of the forward."""
         flat = [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
-        call = None
-        for o in outputs:
+        for o in outputs if call is None else ():
             if o.numel():
                 call = _kept.get(o.data_ptr())
                 break
@@ -269,8 +296,9 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, op: "_Op", sig: str, *args: Any) -> Tuple[torch.Tensor, ...]:
-        outs = op.forward_impl(sig, args)
-        ctx.op, ctx.sig = op, sig
+        outs, call = op.record(sig, args)
+        outs = [_to_torch(o, None) for o in outs]
+        ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's
         ctx.args = tuple(None if c == "t" else a for a, c in zip(args, sig))
         ctx.ntensor = sig.count("t")
         ctx.save_for_backward(*[a for a, c in zip(args, sig) if c == "t"], *outs)
@@ -282,7 +310,7 @@ class _Eager(torch.autograd.Function):
         tensors, outputs = iter(saved[:ctx.ntensor]), list(saved[ctx.ntensor:])
         args = [next(tensors) if c == "t" else a for a, c in zip(ctx.args, ctx.sig)]
         gs = [torch.zeros_like(o) if g is None else g for o, g in zip(outputs, grads)]
-        flat = iter(ctx.op.backward_impl(ctx.sig, outputs, gs, args))
+        flat = iter(ctx.op.backward_impl(ctx.sig, outputs, gs, args, ctx.call))
         return (None, None) + tuple(next(flat) if c == "t" else None for c in ctx.sig)
 
 
@@ -301,8 +329,11 @@ def _wrapper(op: _Op) -> Callable:
     packet = getattr(torch.ops, op.ns)
 
     fast: Dict[str, Tuple[Any, List[Optional[bool]]]] = {}  # sig -> (OpOverload, single), eager calls
+    # the argument types of eager calls whose signature they fix (plain torch.Tensors, no lists) ->
+    # (sig, tensor positions, single): the lean path of `call`
+    direct: Dict[Tuple[type, ...], Tuple[str, Tuple[int, ...], List[Optional[bool]]]] = {}
 
-    def call(*args: Any) -> Any:
+    def general(*args: Any) -> Any:
         sig = "".join([_code(op.name, k, a) for k, a in enumerate(args)])
         if not torch.compiler.is_compiling():
             hit = fast.get(sig)
@@ -310,8 +341,10 @@ def _wrapper(op: _Op) -> Callable:
                 grad = _mode.grad = torch.is_grad_enabled()
                 # nothing to record and no mode or subclass that must see the operator: the kernel
                 # the dispatcher would pick, called directly (torch's Python op dispatch is ~10 us)
-                if "L" not in sig and _current_mode() is None and not _function_mode() and all(
-                        type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t"):
+                plain = all(type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t")
+                if plain and not any(c in "LIF" for c in sig):
+                    direct[tuple(map(type, args))] = (sig, tuple(k for k, c in enumerate(sig) if c == "t"), hit[1])
+                if "L" not in sig and _current_mode() is None and not _function_mode() and plain:
                     if grad and any(a.requires_grad for a, c in zip(args, sig) if c == "t"):
                         out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
                     else:
@@ -328,10 +361,25 @@ def _wrapper(op: _Op) -> Callable:
         out = overload(*args)
         return out[0] if (single == "1" or op.by_sig[sig][1][0]) else out
 
+    if op.shape_fn is None:  # no fake kernel: torch.compile runs this call eagerly (a graph break)
+        general = torch.compiler.disable(general)
+
+    def call(*args: Any) -> Any:
+        # an eager call seen before, with nothing that must see the operator: the fewest steps
+        if not _is_compiling():
+            hit = direct.get(tuple(map(type, args)))
+            if hit is not None and _current_mode() is None and not _function_mode():
+                sig, tpos, single = hit
+                if _grad_enabled() and any(args[i].requires_grad for i in tpos):
+                    _mode.grad = True
+                    out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
+                else:
+                    out = op.forward_direct(sig, tpos, args)
+                return out[0] if single[0] else out
+        return general(*args)
+
     call.__name__ = call.__qualname__ = op.name
     call.__doc__ = op.fn.__doc__
-    if op.shape_fn is None:  # no fake kernel: torch.compile runs this call eagerly (a graph break)
-        call = torch.compiler.disable(call)
     return call
 
 

@@ -57,6 +57,14 @@ def dlpack_input(obj: Any) -> Tensor:
     """
     if getattr(obj, "requires_grad", False) is True and hasattr(obj, "detach"):
         obj = obj.detach()
+    if type(obj).__module__.partition(".")[0] == "torch" and getattr(obj, "is_cpu", False):
+        try:  # a view like DLPack's, at a tenth of the cost of torch's Python __dlpack__
+            arr = obj.numpy()
+        except (TypeError, RuntimeError):  # bfloat16, a conjugate view: DLPack says what it can do
+            pass
+        else:
+            _dt.from_numpy_dtype(arr.dtype)
+            return Tensor._from_array(arr)
     device = getattr(obj, "__dlpack_device__", None)
     if device is not None:
         kind, index = device()
