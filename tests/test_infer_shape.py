@@ -96,7 +96,7 @@ def test_debug_catches_a_wrong_rule(shape_ops, cache_dir):
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                        env=child_env(OPBUILDER_CACHE_DIR=str(cache_dir), OPBUILDER_DEBUG="1"), timeout=300)
     assert r.returncode == 0, f"child exited {r.returncode}\n{r.stdout}\n{r.stderr}"
-    why = " (OPBUILDER_DEBUG checks Forward against InferShape)"
+    why = " (debug runs check Forward against InferShape)"
     assert r.stdout.splitlines() == [
         "(3, 2)",
         "RuntimeError Liar::InferShape gives output 0 the shape [4], but Forward returned the shape [3]" + why,
@@ -104,6 +104,14 @@ def test_debug_catches_a_wrong_rule(shape_ops, cache_dir):
         "RuntimeError ToInt::Forward returned output 0 with dtype int64, but InferShape's outputs take the dtype "
         "of the first tensor argument, float64" + why,
     ]
+
+
+def test_a_debug_build_checks_without_the_environment(cache_dir):
+    m = _load("infer_shape_debug_ops", [CPP / "infer_shape_ops.cpp"], cflags=_FLAGS, debug_mode=True)
+    with pytest.raises(RuntimeError, match=r"^Liar::InferShape gives output 0 the shape \[3\], but Forward returned "
+                                           r"the shape \[2\] \(debug runs check Forward against InferShape\)$"):
+        m.liar(Tensor(np.arange(2.0)))
+    assert m.outer(Tensor(np.arange(2.0)), Tensor(np.arange(3.0))).shape == (2, 3)
 
 
 # ---- the bridges ----------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 // It reads only shapes and dtypes of its tensor arguments, so Python can ask for the output shapes
 // without running the kernel (Function<T>::InferShapeFunction(), bound as "<name>_infer_shape":
 // to_torch's fake kernel, to_jax's result shapes). Outputs take the dtype of the first tensor
-// argument. With OPBUILDER_DEBUG set, Apply checks every output against it.
+// argument. In a debug build (debug_mode=True) or with OPBUILDER_DEBUG set, Apply checks every output
+// against it.
 #pragma once
 
 #include <cstdlib>
@@ -73,13 +74,18 @@ struct InferShapeChecks {
   static constexpr bool ok = C::callable && std::is_same_v<typename C::type, Want>;
 };
 
-// OPBUILDER_DEBUG set (not empty, not "0"): Apply checks Forward's outputs against InferShape.
+// A debug build (CustomOpBuilder(debug_mode=True): -O0, no __OPTIMIZE__) or OPBUILDER_DEBUG set (not
+// empty, not "0"): Apply checks Forward's outputs against InferShape.
 inline bool DebugChecks() {
+#if !defined(__OPTIMIZE__)
+  return true;
+#else
   static const bool on = [] {
     const char *v = std::getenv("OPBUILDER_DEBUG");
     return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
   }();
   return on;
+#endif
 }
 
 inline std::vector<ShapeVector> ShapeList(ShapeVector s) { return {std::move(s)}; }
@@ -125,7 +131,7 @@ struct InferredShapes {
 };
 
 inline void CheckInferredShapes(const std::string &name, const InferredShapes &want, const TensorPtrList &outs) {
-  const std::string why = " (OPBUILDER_DEBUG checks Forward against InferShape)";
+  const std::string why = " (debug runs check Forward against InferShape)";
   if (want.shapes.size() != outs.size()) {
     throw std::runtime_error(name + "::InferShape gives " + std::to_string(want.shapes.size()) +
                              " output shapes, but Forward returned " + std::to_string(outs.size()) + " tensors" + why);
