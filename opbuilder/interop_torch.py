@@ -342,7 +342,7 @@ def _wrapper(op: _Op) -> Callable:
                 # nothing to record and no mode or subclass that must see the operator: the kernel
                 # the dispatcher would pick, called directly (torch's Python op dispatch is ~10 us)
                 plain = all(type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t")
-                if plain and not any(c in "LIF" for c in sig):
+                if plain and hit[1][0] is not None and not any(c in "LIF" for c in sig):
                     direct[tuple(map(type, args))] = (sig, tuple(k for k, c in enumerate(sig) if c == "t"), hit[1])
                 if "L" not in sig and _current_mode() is None and not _function_mode() and plain:
                     if grad and any(a.requires_grad for a, c in zip(args, sig) if c == "t"):

@@ -178,6 +178,16 @@ def test_compile_without_shape_fn_graph_breaks(tmul):
         torch.compile(lambda a, b: tmul.mul(a, b), fullgraph=True, backend="aot_eager")(x, y)
 
 
+def test_a_failed_first_call_leaves_later_calls_single(my_ops):
+    t = opbuilder.to_torch(my_ops)  # fresh: this signature's first calls are the failing ones
+    for _ in range(2):  # the first defines the operator, the second takes the eager path
+        with pytest.raises(ValueError, match="^mul: shapes cannot be broadcast together"):
+            t.mul(torch.ones(3), torch.ones(4))
+    for _ in range(3):  # the general path, then the direct one
+        z = t.mul(torch.ones(3), torch.full((3,), 2.0))
+        assert isinstance(z, torch.Tensor) and z.tolist() == [2.0, 2.0, 2.0]
+
+
 def test_unsupported_dtype(tmul):
     x = torch.ones(2, dtype=torch.bfloat16)
     with pytest.raises(TypeError, match=r"^mul: argument 0 has dtype torch\.bfloat16, which opbuilder's runtime "
