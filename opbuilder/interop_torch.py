@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 
 import runtime as _rt
 from runtime import dtypes as _dtypes
+from runtime.autograd.grad_mode import _state as _rt_grad
 from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
@@ -133,18 +134,25 @@ class _Op:
         """Runtime arguments, the flat runtime tensors needing grad, and their flat indices."""
         out, need, index, flat = [], [], [], 0
         for k, (a, c) in enumerate(zip(args, sig)):
-            if c == "t" or c == "L":
-                items = [a] if c == "t" else list(a)
+            if c == "t":  # the common case, without the list's steps
+                r = _to_runtime(self.name, k, a, self.devices)
+                if grad(a, c) and r._data.dtype.kind == "f":
+                    r.requires_grad = True  # a fresh floating leaf: requires_grad_'s checks hold
+                    need.append(r)
+                    index.append(flat)
+                out.append(r)
+                flat += 1
+            elif c == "L":
                 conv = []
-                for t in items:
+                for t in a:
                     r = _to_runtime(self.name, k, t, self.devices)
                     if grad(t, c) and r._data.dtype.kind == "f":
-                        r.requires_grad_(True)
+                        r.requires_grad = True
                         need.append(r)
                         index.append(flat)
                     conv.append(r)
                     flat += 1
-                out.append(conv[0] if c == "t" else conv)
+                out.append(conv)
             else:
                 out.append(list(a) if c in "IF" else a)
         return out, need, index
@@ -169,8 +177,11 @@ class _Op:
         record = getattr(_mode, "grad", True)
         rt_args, need, index = self._runtime_args(args, sig, lambda t, c: record and t.requires_grad)
         if need:
-            with _rt.enable_grad():
+            if _rt_grad.enabled:  # the runtime's own grad mode (torch's is off inside a Function)
                 outs, single = self._run(rt_args)
+            else:
+                with _rt.enable_grad():
+                    outs, single = self._run(rt_args)
             call = _Call(need, index, outs)
         else:
             outs, single = self._run(rt_args)
