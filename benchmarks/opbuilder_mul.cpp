@@ -10,6 +10,8 @@
 #include "mul_kernel.h"
 #include "opbuilder/extension.h"
 
+#include <pybind11/numpy.h>  // floor_call reads numpy arrays
+
 namespace py = pybind11;
 using namespace opbuilder;
 

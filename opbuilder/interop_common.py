@@ -3,8 +3,9 @@ functions, describing call signatures, and the ``Spec`` a shape rule returns.
 
 A shape rule (``shape_fn``) is framework-neutral: it is called with the op's
 arguments, each tensor replaced by a ``Spec`` (shape tuple, numpy dtype), and
-returns one ``Spec`` or a list of them, one per output. No framework is
-imported here.
+returns one ``Spec`` or a list of them, one per output. A C++ ``Function`` with
+``InferShape`` bound as ``<name>_infer_shape`` gives that rule itself
+(``companion_shape_fns``). No framework is imported here.
 """
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
-__all__ = ["Spec", "module_functions", "check_shape_fns", "as_specs"]
+__all__ = ["Spec", "module_functions", "check_shape_fns", "as_specs", "companion_shape_fns", "COMPANION"]
+
+# the suffix of the function a module binds next to an op for its C++ InferShape
+COMPANION = "_infer_shape"
 
 
 class Spec(NamedTuple):
@@ -25,10 +29,11 @@ ShapeFn = Callable[..., Union[Spec, Sequence[Spec]]]
 
 
 def module_functions(module: Any) -> Dict[str, Callable]:
-    """The public functions of a loaded operator module, by name."""
+    """The public functions of a loaded operator module, by name (``<op>_infer_shape`` companions left out)."""
     out = {}
-    for name in dir(module):
-        if name.startswith("_"):
+    names = dir(module)
+    for name in names:
+        if name.startswith("_") or (name.endswith(COMPANION) and name[:-len(COMPANION)] in names):
             continue
         f = getattr(module, name)
         if callable(f) and not isinstance(f, type):
@@ -71,3 +76,32 @@ def as_specs(who: str, result: Any) -> Tuple[List[Spec], bool]:
             raise TypeError(f"{who}: the shape rule must return Spec(shape, dtype) or a list of them, "
                             f"got {r!r}") from None
     return specs, single
+
+
+def _meta(spec: Spec) -> np.ndarray:
+    """An array of ``spec``'s shape and dtype over one element (strides 0): what a C++ InferShape reads."""
+    return np.broadcast_to(np.zeros((), spec.dtype), spec.shape)
+
+
+def _companion_rule(name: str, companion: Callable) -> ShapeFn:
+    """A shape rule that asks the C++ InferShape (through its bound companion) instead of running the op."""
+    def rule(*args: Any) -> Union[Spec, List[Spec]]:
+        conv = [_meta(a) if isinstance(a, Spec) else
+                [_meta(e) if isinstance(e, Spec) else e for e in a] if isinstance(a, list) else a for a in args]
+        out = companion(*conv)
+        if isinstance(out, (list, tuple)):
+            return [Spec(tuple(o.shape), np.dtype(o._data.dtype)) for o in out]
+        return Spec(tuple(out.shape), np.dtype(out._data.dtype))
+    rule.__name__ = rule.__qualname__ = f"{name}{COMPANION}"
+    return rule
+
+
+def companion_shape_fns(module: Any, funcs: Dict[str, Callable], given: Dict[str, ShapeFn]) -> Dict[str, ShapeFn]:
+    """``given`` plus, for each function without a rule there, the rule of its ``<name>_infer_shape``
+    companion (bound from a C++ Function's InferShape), if the module has one."""
+    out = dict(given)
+    for name in funcs:
+        companion = getattr(module, name + COMPANION, None)
+        if name not in out and callable(companion):
+            out[name] = _companion_rule(name, companion)
+    return out

@@ -31,7 +31,7 @@ import numpy as np
 
 import runtime as _rt
 
-from .interop_common import Spec, as_specs, check_shape_fns, module_functions
+from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
 
 __all__ = ["to_jax"]
 
@@ -177,11 +177,12 @@ def _wrapper(op: _JaxOp) -> Callable:
 def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None) -> types.SimpleNamespace:
     """``module``'s functions as JAX functions (custom_vjp over host callbacks; jit, grad, vmap).
 
-    ``shape_fn`` maps a function name to its shape rule (see ``Spec``); without one, the output
-    shapes come from one run of the operator on zeros per distinct signature.
+    ``shape_fn`` maps a function name to its shape rule (see ``Spec``); without one, the rule of its
+    ``<name>_infer_shape`` companion (a C++ ``InferShape``) if bound, else the output shapes come
+    from one run of the operator on zeros per distinct signature.
     """
     funcs = module_functions(module)
-    shape_fns = check_shape_fns("to_jax", funcs, shape_fn)
+    shape_fns = companion_shape_fns(module, funcs, check_shape_fns("to_jax", funcs, shape_fn))
     out = types.SimpleNamespace()
     for name, fn in funcs.items():
         setattr(out, name, _wrapper(_JaxOp(name, fn, shape_fns.get(name))))

@@ -28,9 +28,10 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 
 import runtime as _rt
 from runtime import dtypes as _dtypes
+from runtime.autograd.grad_mode import _state as _rt_grad
 from runtime.tensor import Tensor as _Tensor
 
-from .interop_common import Spec, as_specs, check_shape_fns, module_functions
+from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
 
 __all__ = ["to_torch"]
 
@@ -42,6 +43,8 @@ _kept: "weakref.WeakValueDictionary[int, _Call]" = weakref.WeakValueDictionary()
 # torch's grad mode at the user's call (the kernel itself runs with grad off, below autograd)
 _mode = threading.local()
 _function_mode = torch._C._is_torch_function_mode_enabled
+_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling
 _define_lock = threading.RLock()
 
 
@@ -131,18 +134,25 @@ class _Op:
         """Runtime arguments, the flat runtime tensors needing grad, and their flat indices."""
         out, need, index, flat = [], [], [], 0
         for k, (a, c) in enumerate(zip(args, sig)):
-            if c == "t" or c == "L":
-                items = [a] if c == "t" else list(a)
+            if c == "t":  # the common case, without the list's steps
+                r = _to_runtime(self.name, k, a, self.devices)
+                if grad(a, c) and r._data.dtype.kind == "f":
+                    r.requires_grad = True  # a fresh floating leaf: requires_grad_'s checks hold
+                    need.append(r)
+                    index.append(flat)
+                out.append(r)
+                flat += 1
+            elif c == "L":
                 conv = []
-                for t in items:
+                for t in a:
                     r = _to_runtime(self.name, k, t, self.devices)
                     if grad(t, c) and r._data.dtype.kind == "f":
-                        r.requires_grad_(True)
+                        r.requires_grad = True
                         need.append(r)
                         index.append(flat)
                     conv.append(r)
                     flat += 1
-                out.append(conv[0] if c == "t" else conv)
+                out.append(conv)
             else:
                 out.append(list(a) if c in "IF" else a)
         return out, need, index
@@ -153,28 +163,56 @@ class _Op:
         return ([res] if single else list(res)), single
 
     def forward_impl(self, sig: str, args: Sequence[Any]) -> List[torch.Tensor]:
-        record = getattr(_mode, "grad", True)
-        rt_args, need, index = self._runtime_args(args, sig, lambda t, c: record and t.requires_grad)
-        if need:
-            with _rt.enable_grad():
-                outs, single = self._run(rt_args)
-            call = _Call(need, index, outs)
-        else:
-            outs, single = self._run(rt_args)
-            call = None
-        self.by_sig[sig][1][0] = single
+        outs, call = self.record(sig, args)
         res = [_to_torch(o, call) for o in outs]
-        if call is not None:
+        if call is not None:  # the registered operator's backward finds the call through the outputs
             for t in res:
                 if t.numel():
                     _kept[t.data_ptr()] = call
         return res
 
+    def record(self, sig: str, args: Sequence[Any]) -> Tuple[List[Any], Optional[_Call]]:
+        """Run the op on ``args`` (recording the runtime graph when an input needs grad): its
+        runtime outputs and the recorded call (None when nothing was recorded)."""
+        record = getattr(_mode, "grad", True)
+        rt_args, need, index = self._runtime_args(args, sig, lambda t, c: record and t.requires_grad)
+        if need:
+            if _rt_grad.enabled:  # the runtime's own grad mode (torch's is off inside a Function)
+                outs, single = self._run(rt_args)
+            else:
+                with _rt.enable_grad():
+                    outs, single = self._run(rt_args)
+            call = _Call(need, index, outs)
+        else:
+            outs, single = self._run(rt_args)
+            call = None
+        self.by_sig[sig][1][0] = single
+        return outs, call
+
+    def forward_direct(self, sig: str, tpos: Tuple[int, ...], args: Sequence[Any]) -> List[torch.Tensor]:
+        """``forward_impl`` for an eager call that records nothing: the C++ op takes each CPU
+        tensor's numpy view as it is (no runtime.Tensor in between), and its results go back through
+        ``torch.from_numpy``. Anything numpy cannot view takes ``forward_impl`` and its errors."""
+        conv = list(args)
+        try:
+            for i in tpos:
+                t = conv[i]
+                conv[i] = (t.detach() if t.requires_grad else t).numpy()
+        except (TypeError, RuntimeError):  # another device, bfloat16, a conjugate view: say why there
+            _mode.grad = torch.is_grad_enabled()
+            return self.forward_impl(sig, args)
+        res = self.fn(*conv)
+        if isinstance(res, (list, tuple)):
+            return [_to_torch(o, None) for o in res]
+        data = res._data
+        return [torch.from_numpy(data) if type(data) is np.ndarray else _to_torch(res, None)]
+
     def backward_impl(self, sig: str, outputs: List[torch.Tensor], grads: List[torch.Tensor],
-                      args: Sequence[Any]) -> List[torch.Tensor]:
+                      args: Sequence[Any], call: Optional[_Call] = None) -> List[torch.Tensor]:
+        """Input gradients: through the recorded runtime call (``call``, else the one kept with the
+        outputs' memory), or, when there is none, through a new recording of the forward."""
         flat = [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
-        call = None
-        for o in outputs:
+        for o in outputs if call is None else ():
             if o.numel():
                 call = _kept.get(o.data_ptr())
                 break
@@ -269,8 +307,9 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, op: "_Op", sig: str, *args: Any) -> Tuple[torch.Tensor, ...]:
-        outs = op.forward_impl(sig, args)
-        ctx.op, ctx.sig = op, sig
+        outs, call = op.record(sig, args)
+        outs = [_to_torch(o, None) for o in outs]
+        ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's
         ctx.args = tuple(None if c == "t" else a for a, c in zip(args, sig))
         ctx.ntensor = sig.count("t")
         ctx.save_for_backward(*[a for a, c in zip(args, sig) if c == "t"], *outs)
@@ -282,7 +321,7 @@ class _Eager(torch.autograd.Function):
         tensors, outputs = iter(saved[:ctx.ntensor]), list(saved[ctx.ntensor:])
         args = [next(tensors) if c == "t" else a for a, c in zip(ctx.args, ctx.sig)]
         gs = [torch.zeros_like(o) if g is None else g for o, g in zip(outputs, grads)]
-        flat = iter(ctx.op.backward_impl(ctx.sig, outputs, gs, args))
+        flat = iter(ctx.op.backward_impl(ctx.sig, outputs, gs, args, ctx.call))
         return (None, None) + tuple(next(flat) if c == "t" else None for c in ctx.sig)
 
 
@@ -301,8 +340,11 @@ def _wrapper(op: _Op) -> Callable:
     packet = getattr(torch.ops, op.ns)
 
     fast: Dict[str, Tuple[Any, List[Optional[bool]]]] = {}  # sig -> (OpOverload, single), eager calls
+    # the argument types of eager calls whose signature they fix (plain torch.Tensors, no lists) ->
+    # (sig, tensor positions, single): the lean path of `call`
+    direct: Dict[Tuple[type, ...], Tuple[str, Tuple[int, ...], List[Optional[bool]]]] = {}
 
-    def call(*args: Any) -> Any:
+    def general(*args: Any) -> Any:
         sig = "".join([_code(op.name, k, a) for k, a in enumerate(args)])
         if not torch.compiler.is_compiling():
             hit = fast.get(sig)
@@ -310,8 +352,10 @@ def _wrapper(op: _Op) -> Callable:
                 grad = _mode.grad = torch.is_grad_enabled()
                 # nothing to record and no mode or subclass that must see the operator: the kernel
                 # the dispatcher would pick, called directly (torch's Python op dispatch is ~10 us)
-                if "L" not in sig and _current_mode() is None and not _function_mode() and all(
-                        type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t"):
+                plain = all(type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t")
+                if plain and hit[1][0] is not None and not any(c in "LIF" for c in sig):
+                    direct[tuple(map(type, args))] = (sig, tuple(k for k, c in enumerate(sig) if c == "t"), hit[1])
+                if "L" not in sig and _current_mode() is None and not _function_mode() and plain:
                     if grad and any(a.requires_grad for a, c in zip(args, sig) if c == "t"):
                         out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
                     else:
@@ -328,10 +372,25 @@ def _wrapper(op: _Op) -> Callable:
         out = overload(*args)
         return out[0] if (single == "1" or op.by_sig[sig][1][0]) else out
 
+    if op.shape_fn is None:  # no fake kernel: torch.compile runs this call eagerly (a graph break)
+        general = torch.compiler.disable(general)
+
+    def call(*args: Any) -> Any:
+        # an eager call seen before, with nothing that must see the operator: the fewest steps
+        if not _is_compiling():
+            hit = direct.get(tuple(map(type, args)))
+            if hit is not None and _current_mode() is None and not _function_mode():
+                sig, tpos, single = hit
+                if _grad_enabled() and any(args[i].requires_grad for i in tpos):
+                    _mode.grad = True
+                    out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
+                else:
+                    out = op.forward_direct(sig, tpos, args)
+                return out[0] if single[0] else out
+        return general(*args)
+
     call.__name__ = call.__qualname__ = op.name
     call.__doc__ = op.fn.__doc__
-    if op.shape_fn is None:  # no fake kernel: torch.compile runs this call eagerly (a graph break)
-        call = torch.compiler.disable(call)
     return call
 
 
@@ -356,13 +415,14 @@ def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backen
     """``module``'s functions as PyTorch operators (torch tensors in and out, differentiable).
 
     ``shape_fn`` maps a function name to its shape rule (see ``Spec``); with one, the operator has a
-    fake kernel and works under ``torch.compile(fullgraph=True)``. ``backend`` is the module's
+    fake kernel and works under ``torch.compile(fullgraph=True)``. A function without one takes the
+    rule of its ``<name>_infer_shape`` companion (a C++ ``InferShape``) when the module binds one. ``backend`` is the module's
     (``"CPU"`` or ``"GPU"``): which torch devices its arguments may live on.
     """
     if backend not in ("CPU", "GPU"):
         raise ValueError(f"to_torch: backend must be 'CPU' or 'GPU', got {backend!r}")
     funcs = module_functions(module)
-    shape_fns = check_shape_fns("to_torch", funcs, shape_fn)
+    shape_fns = companion_shape_fns(module, funcs, check_shape_fns("to_torch", funcs, shape_fn))
     base = "".join(c if c.isalnum() else "_" for c in getattr(module, "__name__", "module").split(".")[-1])
     ns = f"opbuilder_{base}_{next(_namespaces)}"
     lib = torch.library.Library(ns, "FRAGMENT")

@@ -16,7 +16,7 @@ from .jit.tracing import cpp_hook, flag_address  # Function<T>::Apply under a ji
 from .dtypes import bfloat16  # a DType: its `.np` imports ml_dtypes on first use (C++ BFloat16Descr)
 from .tensor import Tensor
 
-__all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "bfloat16", "allocate", "describe", "wrap", "current_stream_ptr",
+__all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap", "current_stream_ptr",
            "TENSOR_ATTRS", "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
 
 # runtime.Tensor attributes native code reads or sets (class-level defaults keep a fresh tensor cheap)
@@ -28,11 +28,15 @@ DEVICE_NAMES: Tuple[str, ...] = ("allocate", "describe", "wrap", "current_stream
 
 
 def __getattr__(name: str) -> Any:
-    """A GPU memory function: imports device_memory on first use, so a CPU-only process (a warm load()
-    and CPU calls) never imports it; kept as a plain attribute afterwards (PEP 562)."""
-    if name in DEVICE_NAMES:
+    """A name native code needs only off the common path, imported on first use and kept as a plain
+    attribute afterwards (PEP 562): the GPU memory functions (a CPU-only process never imports
+    device_memory) and ``dlpack_input`` (runtime.interop, for another framework's tensor)."""
+    if name == "dlpack_input":
+        from .interop import dlpack_input as value
+    elif name in DEVICE_NAMES:
         from . import device_memory
         value = getattr(device_memory, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value

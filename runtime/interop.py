@@ -4,6 +4,8 @@ Any object with ``__dlpack__`` and ``__dlpack_device__`` (numpy, PyTorch,
 CuPy, JAX arrays, and ``runtime.Tensor`` itself) is taken: host memory
 through ``numpy.from_dlpack``, CUDA memory through ``cupy.from_dlpack``. The
 result shares memory with ``obj``; ``Tensor.__dlpack__`` is the way back.
+``dlpack_input`` is what a C++ operator's tensor argument does with such an
+object (include/opbuilder/detail/runtime_bridge.h calls it).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from . import dtypes as _dt
 from .tensor import Tensor
 from .versions import share_version
 
-__all__ = ["from_dlpack"]
+__all__ = ["from_dlpack", "dlpack_input"]
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
 _NAMES = {4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI", 10: "ROCm", 11: "ROCm host", 14: "oneAPI"}
@@ -43,3 +45,33 @@ def from_dlpack(obj: Any) -> Tensor:
     if isinstance(obj, Tensor):  # one memory: one version counter
         share_version(t, obj)
     return t
+
+
+def dlpack_input(obj: Any) -> Tensor:
+    """A C++ operator's argument from another framework (an object with ``__dlpack__``), as a Tensor
+    sharing its memory and needing no grad.
+
+    A torch tensor that requires grad is detached first (torch exports no such tensor; a C++ op
+    called directly records into the runtime's graph, which cannot reach torch's:
+    ``opbuilder.to_torch`` is the differentiable way). A CUDA tensor needs a usable GPU here.
+    """
+    if getattr(obj, "requires_grad", False) is True and hasattr(obj, "detach"):
+        obj = obj.detach()
+    if type(obj).__module__.partition(".")[0] == "torch" and getattr(obj, "is_cpu", False):
+        try:  # a view like DLPack's, at a tenth of the cost of torch's Python __dlpack__
+            arr = obj.numpy()
+        except (TypeError, RuntimeError):  # bfloat16, a conjugate view: DLPack says what it can do
+            pass
+        else:
+            _dt.from_numpy_dtype(arr.dtype)
+            return Tensor._from_array(arr)
+    device = getattr(obj, "__dlpack_device__", None)
+    if device is not None:
+        kind, index = device()
+        if kind in (_KDL_CUDA, _KDL_CUDA_MANAGED):
+            from .cuda import unavailable_reason
+            why = unavailable_reason()
+            if why is not None:
+                raise ValueError(f"opbuilder: an argument is a {type(obj).__name__} on CUDA device {index}, and "
+                                 f"this process has no usable GPU ({why}); pass a CPU tensor")
+    return from_dlpack(obj)

@@ -16,7 +16,7 @@ BUILD_FIXTURES = frozenset({
     "aclnn_ops", "assign_add", "big_cache", "built", "counted", "cu",
     "cuda_ops", "diff_kernels", "gemm_lib", "host_so", "mul_ops", "name_kernels",
     "native_lib", "nvcc", "own_ops", "project", "seed_003_ops", "seed_backend",
-    "seed_ms_ops", "seed_ops", "seed_so", "swish_ops", "torch_leaky_relu_lib",
+    "seed_ms_ops", "seed_ops", "dlpack_ops", "shape_ops", "seed_so", "swish_ops", "torch_leaky_relu_lib",
 })
 
 

@@ -103,9 +103,18 @@ def test_registered_autograd_runs_forward_once(my_ops):
 
 
 def test_kept_graph_lives_with_the_output(tmul):
+    import weakref
+
     from opbuilder import interop_torch
     x = torch.randn(6, dtype=torch.float64, requires_grad=True)
-    z = tmul.mul(x, x)
+    z = tmul.mul(x, x)  # an eager call: the runtime graph hangs off torch's node for it
+    assert z.grad_fn.call.outputs and z.data_ptr() not in interop_torch._kept
+    call = weakref.ref(z.grad_fn.call)
+    del z
+    gc.collect()
+    assert call() is None
+    op = getattr(torch.ops, tmul._namespace).mul_tt.default  # the registered operator: kept with the memory
+    z = op(x, x)[0]
     assert z.data_ptr() in interop_torch._kept
     ptr = z.data_ptr()
     del z
@@ -113,7 +122,7 @@ def test_kept_graph_lives_with_the_output(tmul):
     assert ptr not in interop_torch._kept
     with torch.no_grad():  # nothing needs grad: nothing is kept
         z = tmul.mul(x, x)
-    assert z.data_ptr() not in interop_torch._kept
+    assert z.data_ptr() not in interop_torch._kept and z.grad_fn is None
 
 
 def test_non_tensor_args_and_multiple_outputs(autograd_ops):
@@ -167,6 +176,16 @@ def test_compile_without_shape_fn_graph_breaks(tmul):
     torch.testing.assert_close(f(x, y), (x * y).sin())
     with pytest.raises(Exception, match="disable"):
         torch.compile(lambda a, b: tmul.mul(a, b), fullgraph=True, backend="aot_eager")(x, y)
+
+
+def test_a_failed_first_call_leaves_later_calls_single(my_ops):
+    t = opbuilder.to_torch(my_ops)  # fresh: this signature's first calls are the failing ones
+    for _ in range(2):  # the first defines the operator, the second takes the eager path
+        with pytest.raises(ValueError, match="^mul: shapes cannot be broadcast together"):
+            t.mul(torch.ones(3), torch.ones(4))
+    for _ in range(3):  # the general path, then the direct one
+        z = t.mul(torch.ones(3), torch.full((3,), 2.0))
+        assert isinstance(z, torch.Tensor) and z.tolist() == [2.0, 2.0, 2.0]
 
 
 def test_unsupported_dtype(tmul):

@@ -55,7 +55,8 @@ def runtime_uses(sources: Dict[str, str]) -> Tuple[Set[str], Set[Tuple[str, str]
             names.add((mod, name))
         for wrapper, mod in wrappers.items():
             names |= {(mod, n) for n in re.findall(r'\b' + wrapper + r'\(\s*"(\w+)"\s*\)', text)}
-        interned |= set(_INTERN.findall(text))
+        # dunder names (__dlpack__, ...) are Python protocols other frameworks' objects implement, not runtime names
+        interned |= {a for a in _INTERN.findall(text) if not (a.startswith("__") and a.endswith("__"))}
     runtime = {m for m in modules if m == "runtime" or m.startswith("runtime.")}
     return runtime, {(m, n) for m, n in names if m in runtime}, interned
 

@@ -45,6 +45,7 @@
 #include "opbuilder/detail/fingerprint.h"
 #include "opbuilder/detail/function_checks.h"
 #include "opbuilder/detail/function_node.h"
+#include "opbuilder/detail/infer_shape.h"
 #include "opbuilder/detail/runtime_bridge.h"
 #include "opbuilder/tensor.h"
 
@@ -539,6 +540,29 @@ decltype(auto) ForwardArg(A &&arg, Tensor **orig, TensorPtr *copy) {
   }
 }
 
+// Function<T>::InferShapeFunction()'s target: Forward's parameters (minus ctx) in, T::InferShape's
+// outputs out as MetaTensors (shape and dtype, no data), one TensorPtr or a list as Forward returns.
+template <typename Derived, typename F>
+struct InferShapeBinder;
+template <typename Derived, typename R, typename... A>
+struct InferShapeBinder<Derived, R (*)(AutogradContext *, A...)> {
+  static R Call(A... args) {
+    static_assert(kDeclaresInferShape<Derived>, "Function<T>::InferShapeFunction(): T declares no InferShape");
+    if constexpr (InferShapeChecks<Derived, R, A...>::ok) {
+      const DataType dtype = OutputDtype(args...);
+      TensorPtrList outs;
+      for (auto &s : ShapeList(Derived::InferShape(args...))) outs.push_back(MetaTensor(dtype, std::move(s)));
+      if constexpr (std::is_same_v<R, TensorPtr>) {
+        return std::move(outs[0]);
+      } else {
+        return outs;
+      }
+    } else {
+      return R();
+    }
+  }
+};
+
 }  // namespace detail
 
 inline void AutogradContext::CheckSavedVersion(const detail::Runtime &rt, std::size_t slot, PyObject *src, bool weak,
@@ -590,6 +614,13 @@ class Function {
     return Prepare(rt, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
   }
 
+  // T::InferShape as a function to bind next to the op, m.def("<name>_infer_shape", T::InferShapeFunction()):
+  // it takes Forward's arguments (minus ctx) and returns the outputs' shapes and dtypes as tensors
+  // without data (every element one zero), running no kernel. Needs one (non-template) Forward.
+  static constexpr auto InferShapeFunction() {
+    return &detail::InferShapeBinder<Derived, decltype(&Derived::Forward)>::Call;
+  }
+
  private:
   // runtime.jit is tracing: hand the call to its hook (runtime/jit/tracing.py cpp_hook), which
   // records one graph node whose target is `replay` (this Apply without the check) and runs it.
@@ -633,6 +664,16 @@ class Function {
     const std::array<Tensor *, kN + 1> in{{detail::TensorArg(args)..., nullptr}};
     bool wants = false;
     for (std::size_t i = 0; i < kN; ++i) wants = wants || detail::WantsGrad(in[i]);
+    [[maybe_unused]] std::optional<detail::InferredShapes> inferred;
+    if constexpr (detail::kDeclaresInferShape<Derived>) {
+      if constexpr (detail::InferShapeChecks<Derived, R, Args...>::ok) {
+        if (detail::DebugChecks()) {
+          inferred.emplace();
+          inferred->shapes = detail::ShapeList(Derived::InferShape(args...));
+          inferred->dtype = detail::OutputDtype(args...);
+        }
+      }
+    }
     if constexpr ((std::is_same_v<std::decay_t<Args>, TensorPtrList> || ...)) {
       if (detail::GradEnabled(rt)) {
         std::size_t index = 0;
@@ -647,6 +688,9 @@ class Function {
       st.originals = originals;
       st.nargs = kN;
       R out = Derived::Forward(&ctx, std::forward<Args>(args)...);
+      if constexpr (detail::kDeclaresInferShape<Derived>) {
+        if (inferred) detail::CheckInferredShapes(*st.name, *inferred, detail::AsList(out));
+      }
       if constexpr (std::is_same_v<R, TensorPtr>) {
         if (st.dirty.empty() && out && st.ArgIndex(out.get()) < 0) return out;
       }
@@ -680,6 +724,9 @@ class Function {
     {
       detail::GradModeGuard off(rt, false, true);  // recording: grad mode was on
       out = Derived::Forward(ctx.get(), std::forward<Args>(args)...);
+    }
+    if constexpr (detail::kDeclaresInferShape<Derived>) {
+      if (inferred) detail::CheckInferredShapes(*st.name, *inferred, detail::AsList(out));
     }
     return detail::FromList<R>(detail::RecordOutputs(rt, std::move(ctx), detail::AsList(std::move(out)), edges.get(),
                                                      fingerprints.data(), phase, &BackwardThunk,

@@ -36,6 +36,18 @@ class TensorBackward : public Function<TensorBackward> {  // returns one tensor,
   static TensorPtr Forward(AutogradContext *, const TensorPtr &x) { return x; }
   static TensorPtr Backward(AutogradContext *, TensorPtrList g) { return g[0]; }
 };
+class IntInferShape : public Function<IntInferShape> {  // a shape rule must return shapes
+ public:
+  static int InferShape(const TensorPtr &) { return 1; }
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) { return x; }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return g; }
+};
+class ContextInferShape : public Function<ContextInferShape> {  // the rule takes no ctx
+ public:
+  static ShapeVector InferShape(AutogradContext *, const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) { return x; }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return g; }
+};
 class TemplateForward : public Function<TemplateForward> {  // right: a template and an overload
  public:
   template <typename X>

@@ -261,12 +261,46 @@ inline TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj) {
   return TensorFromArray(rt, arr.get(), obj, requires_grad);
 }
 
-// A runtime.Tensor or a numpy array as a Tensor; nullptr for anything else (the casters' load()).
+// Any other framework's tensor (an object with `__dlpack__`: torch, JAX, CuPy, ...) as a Tensor
+// over its memory, through runtime._native.dlpack_input (a runtime.Tensor sharing it); nullptr
+// for an object without `__dlpack__`. Read-only and strided memory keep the boundary rules.
+inline TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o) {
+  static PyObject *const s_dlpack = Check(PyUnicode_InternFromString("__dlpack__"));
+  PyObject *method = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  if (PyObject_GetOptionalAttr(o, s_dlpack, &method) < 0) throw PythonError();
+#else
+  if (_PyObject_LookupAttr(o, s_dlpack, &method) < 0) throw PythonError();
+#endif
+  if (method == nullptr) return nullptr;
+  Py_DECREF(method);
+  // looked up once; the import may release the GIL, so no static-init guard (see Runtime::Get)
+  static std::atomic<PyObject *> stored{nullptr};
+  PyObject *convert = stored.load(std::memory_order_acquire);
+  if (convert == nullptr) {
+    PyObject *loaded = ImportAttr("runtime._native", "dlpack_input");
+    PyObject *expected = nullptr;
+    if (stored.compare_exchange_strong(expected, loaded, std::memory_order_acq_rel)) {
+      convert = loaded;
+    } else {
+      Py_DECREF(loaded);
+      convert = expected;
+    }
+  }
+  PyRef t = PyRef::Steal(Check(PyObject_CallOneArg(convert, o)));
+  if (!PyObject_TypeCheck(t.get(), rt.tensor_type)) {
+    throw TypeError("opbuilder: runtime.interop.dlpack_input returned something other than a runtime.Tensor");
+  }
+  return TensorFromPy(rt, t.get());
+}
+
+// A runtime.Tensor, a numpy array or any object with `__dlpack__` as a Tensor, sharing its
+// memory; nullptr for anything else (the casters' load()).
 inline TensorPtr TensorFromObject(PyObject *o) {
   const Runtime &rt = Runtime::Get();
   if (PyObject_TypeCheck(o, rt.tensor_type)) return TensorFromPy(rt, o);
   if (rt.api->IsArray(o)) return TensorFromArray(rt, o, nullptr, false);
-  return nullptr;
+  return TensorFromDlpack(rt, o);
 }
 
 // ---- Tensor -> numpy / runtime.Tensor ------------------------------------

@@ -1,0 +1,156 @@
+// A Function<T>'s optional shape rule:
+//
+//   static ShapeVector InferShape(const TensorPtr &x, const TensorPtr &y);  // Forward's arguments minus ctx
+//   (std::vector<ShapeVector> when Forward returns TensorPtrList, one shape per output)
+//
+// It reads only shapes and dtypes of its tensor arguments, so Python can ask for the output shapes
+// without running the kernel (Function<T>::InferShapeFunction(), bound as "<name>_infer_shape":
+// to_torch's fake kernel, to_jax's result shapes). Outputs take the dtype of the first tensor
+// argument. In a debug build (debug_mode=True) or with OPBUILDER_DEBUG set, Apply checks every output
+// against it.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "opbuilder/detail/visibility.h"
+#include "opbuilder/tensor.h"
+
+namespace opbuilder {
+namespace detail OB_HIDDEN {
+namespace infer_shape {
+
+// T declares a member named InferShape (of any kind): looked up in a class derived from T and a
+// decoy that declares it too, the name is then ambiguous (as function_checks.h does for Forward).
+struct Decoy {
+  static void InferShape();
+};
+template <typename T>
+struct WithDecoy : T, Decoy {};
+template <typename T, typename = void>
+struct Declared : std::true_type {};
+template <typename T>
+struct Declared<T, std::void_t<decltype(&WithDecoy<T>::InferShape)>> : std::false_type {};
+template <typename T, typename = void>
+struct DeclaredInFinal : std::false_type {};  // a final class cannot be derived from
+template <typename T>
+struct DeclaredInFinal<T, std::void_t<decltype(&T::InferShape)>> : std::true_type {};
+
+template <typename Void, typename T, typename... A>
+struct Call {
+  static constexpr bool callable = false;
+  using type = void;
+};
+template <typename T, typename... A>
+struct Call<std::void_t<decltype(T::InferShape(std::declval<A &>()...))>, T, A...> {
+  static constexpr bool callable = true;
+  using type = std::decay_t<decltype(T::InferShape(std::declval<A &>()...))>;
+};
+
+}  // namespace infer_shape
+
+template <typename T>
+constexpr bool kDeclaresInferShape =
+    std::conditional_t<std::is_final_v<T>, infer_shape::DeclaredInFinal<T>, infer_shape::Declared<T>>::value;
+
+// Instantiated when T declares InferShape, with Forward's return type R and its arguments.
+template <typename T, typename R, typename... Args>
+struct InferShapeChecks {
+  using C = infer_shape::Call<void, T, Args...>;
+  using Want = std::conditional_t<std::is_same_v<R, TensorPtr>, ShapeVector, std::vector<ShapeVector>>;
+  static_assert(C::callable,
+                "Function<T>: T::InferShape cannot be called with Forward's arguments (without the "
+                "AutogradContext *): it must be static and take the parameters Forward takes after ctx (T is "
+                "named in the 'In instantiation of InferShapeChecks<T, ...>' line)");
+  static_assert(!C::callable || std::is_same_v<typename C::type, Want>,
+                "Function<T>: T::InferShape must return ShapeVector when Forward returns TensorPtr, and "
+                "std::vector<ShapeVector> (one shape per output) when Forward returns TensorPtrList");
+  static constexpr bool ok = C::callable && std::is_same_v<typename C::type, Want>;
+};
+
+// A debug build (CustomOpBuilder(debug_mode=True): -O0, no __OPTIMIZE__) or OPBUILDER_DEBUG set (not
+// empty, not "0"): Apply checks Forward's outputs against InferShape.
+inline bool DebugChecks() {
+#if !defined(__OPTIMIZE__)
+  return true;
+#else
+  static const bool on = [] {
+    const char *v = std::getenv("OPBUILDER_DEBUG");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+#endif
+}
+
+inline std::vector<ShapeVector> ShapeList(ShapeVector s) { return {std::move(s)}; }
+inline std::vector<ShapeVector> ShapeList(std::vector<ShapeVector> s) { return s; }
+
+// The dtype of the first tensor among Forward's arguments (float32 if there is none).
+template <typename A>
+void FirstDtype(const A &a, std::optional<DataType> *dt) {
+  if (*dt) return;
+  using D = std::decay_t<A>;
+  if constexpr (std::is_same_v<D, TensorPtr>) {
+    if (a) *dt = a->dtype();
+  } else if constexpr (std::is_same_v<D, std::optional<TensorPtr>>) {
+    if (a && *a) *dt = (*a)->dtype();
+  } else if constexpr (std::is_same_v<D, TensorPtrList>) {
+    for (const auto &t : a) {
+      if (t) {
+        *dt = t->dtype();
+        return;
+      }
+    }
+  }
+}
+template <typename... A>
+DataType OutputDtype(const A &...args) {
+  std::optional<DataType> dt;
+  (FirstDtype(args, &dt), ...);
+  return dt.value_or(kFloat32);
+}
+
+// An output's shape and dtype without its data: one zeroed element seen at every index.
+inline TensorPtr MetaTensor(DataType dtype, ShapeVector shape) {
+  TensorPtr one = Tensor::zeros(dtype, {1});
+  ShapeVector strides(shape.size(), 0);
+  return std::make_shared<Tensor>(dtype, std::move(shape), std::move(strides), one->data_ptr(), one->storage(),
+                                  false);
+}
+
+// What InferShape said for one call, to check Forward's outputs against (OPBUILDER_DEBUG).
+struct InferredShapes {
+  std::vector<ShapeVector> shapes;
+  DataType dtype = kFloat32;
+};
+
+inline void CheckInferredShapes(const std::string &name, const InferredShapes &want, const TensorPtrList &outs) {
+  const std::string why = " (debug runs check Forward against InferShape)";
+  if (want.shapes.size() != outs.size()) {
+    throw std::runtime_error(name + "::InferShape gives " + std::to_string(want.shapes.size()) +
+                             " output shapes, but Forward returned " + std::to_string(outs.size()) + " tensors" + why);
+  }
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    if (!outs[j]) continue;  // CheckOutputs names a null output
+    if (outs[j]->shape() != want.shapes[j]) {
+      throw std::runtime_error(name + "::InferShape gives output " + std::to_string(j) + " the shape " +
+                               ShapeString(want.shapes[j]) + ", but Forward returned the shape " +
+                               ShapeString(outs[j]->shape()) + why);
+    }
+    if (outs[j]->dtype() != want.dtype) {
+      throw std::runtime_error(name + "::Forward returned output " + std::to_string(j) + " with dtype " +
+                               DataTypeName(outs[j]->dtype()) +
+                               ", but InferShape's outputs take the dtype of the first tensor argument, " +
+                               DataTypeName(want.dtype) + why);
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace opbuilder
