@@ -15,7 +15,9 @@ recording and then the runtime backward (the C++ ``Backward``). JAX's
 residuals must be arrays and a jitted function runs many times, so keeping the
 runtime graph per call would need a handle threaded through XLA and a rule for
 freeing graphs whose pullback is never called; recomputing has neither problem,
-at the cost of a second forward in a gradient step.
+at the cost of a second forward in a gradient step. Complex gradients: the
+runtime's are torch's, so the cotangents in and the gradients out are
+conjugated (JAX's convention). bfloat16 arrays are ml_dtypes' on the host.
 
 Not done: an XLA FFI custom call straight into the operator's library, which
 would skip the host callback's copies. See docs/interop.md. Importing this
@@ -27,9 +29,12 @@ import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import runtime as _rt
+from runtime import dtypes as _dtypes
+from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
 
@@ -54,12 +59,14 @@ def _static_key(a: Any) -> Any:
 
 
 def _to_runtime(who: str, k: int, arr: np.ndarray) -> Any:
+    """A runtime Tensor over the host array (np.asarray of a JAX array: bfloat16 is ml_dtypes')."""
     arr = np.asarray(arr)
     try:
-        return _rt.from_dlpack(arr if arr.flags.writeable else arr.copy())
-    except (TypeError, BufferError) as e:
+        _dtypes.from_numpy_dtype(arr.dtype)
+    except TypeError as e:
         raise TypeError(f"{who}: argument {k} has dtype {arr.dtype}, which opbuilder's runtime does not "
                         f"support ({e})") from None
+    return _Tensor._from_array(arr if arr.flags.writeable else arr.copy())
 
 
 class _JaxOp:
@@ -81,7 +88,7 @@ class _JaxOp:
         need = []
         if grad:
             for r in rt:
-                if r._data.dtype.kind == "f":
+                if r._data.dtype.kind in _dtypes.GRAD_KINDS:
                     r.requires_grad_(True)
                     need.append(r)
         with _rt.enable_grad() if grad else _rt.no_grad():
@@ -121,7 +128,9 @@ class _JaxOp:
         def backward_cb(n_out, *arrays_and_cts):
             arrays, cts = arrays_and_cts[:-n_out], arrays_and_cts[-n_out:]
             rt, need, outs, _ = op._host_forward(positions, statics, arrays, grad=True)
-            pairs = [(o, _to_runtime(op.name, i, g)) for i, (o, g) in enumerate(zip(outs, cts)) if o.requires_grad]
+            # the runtime's complex gradients are torch's, the conjugates of JAX's cotangents
+            pairs = [(o, _to_runtime(op.name, i, np.conj(g) if np.iscomplexobj(g) else g))
+                     for i, (o, g) in enumerate(zip(outs, cts)) if o.requires_grad]
             grads = [np.zeros(np.shape(a), np.asarray(a).dtype) for a in arrays]
             if pairs and need:
                 gs = _rt.autograd.grad([o for o, _ in pairs], need, [g for _, g in pairs], allow_unused=True)
@@ -130,7 +139,8 @@ class _JaxOp:
                     if r.requires_grad:
                         g = next(it)
                         if g is not None:
-                            grads[i] = np.asarray(g._data, dtype=grads[i].dtype)
+                            g = np.asarray(g._data, dtype=grads[i].dtype)
+                            grads[i] = np.conj(g) if np.iscomplexobj(g) else g
             return tuple(grads)
 
         def out_struct(arrays):
@@ -151,7 +161,7 @@ class _JaxOp:
             structs = tuple(jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in arrays)
             grads = jax.pure_callback(lambda *xs: backward_cb(len(cts), *xs), structs, *arrays, *cts,
                                       vmap_method="sequential")
-            return tuple(g if np.issubdtype(a.dtype, np.inexact) else None for a, g in zip(arrays, grads))
+            return tuple(g if jnp.issubdtype(a.dtype, jnp.inexact) else None for a, g in zip(arrays, grads))
 
         f.defvjp(f_fwd, f_bwd)
         return f

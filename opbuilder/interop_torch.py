@@ -4,7 +4,8 @@ Each function becomes a ``torch.library`` operator (one per call signature,
 defined on first use: tensors and plain ints, floats, bools, strings and lists
 have fixed schema types). Tensors cross without copies both ways: torch ->
 runtime through ``Tensor.numpy()`` (DLPack off the CPU), runtime -> torch through
-``torch.from_numpy`` on the buffer the kernel wrote. Eager calls that no mode
+``torch.from_numpy`` on the buffer the kernel wrote; bfloat16 crosses both ways as a uint16 view
+(numpy has no bfloat16 of its own). Eager calls that no mode
 or tensor subclass must see skip torch.library's Python layers and call the
 same kernels directly (through a ``torch.autograd.Function`` when recording
 grad). Autograd: the forward runs once through the runtime
@@ -29,6 +30,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 import runtime as _rt
 from runtime import dtypes as _dtypes
 from runtime.autograd.grad_mode import _state as _rt_grad
+from runtime.dlpack_host import torch_array as _torch_array
 from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
@@ -90,19 +92,24 @@ def _code(who: str, k: int, a: Any) -> str:
 
 # torch dtypes whose numpy view the runtime takes as it is (the fast path of _to_runtime)
 _PLAIN = frozenset(getattr(torch, n) for n in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                                              "uint8", "bool", "complex64", "complex128"))
+                                              "uint8", "uint16", "uint32", "uint64", "bool", "complex64",
+                                              "complex128"))
+_GRAD_KINDS = _dtypes.GRAD_KINDS
 
 
 def _to_runtime(who: str, k: int, t: torch.Tensor, devices: Tuple[str, ...]) -> Any:
     if t.is_cpu and t.dtype in _PLAIN:
-        return _Tensor._from_array(t.detach().numpy())
+        try:
+            return _Tensor._from_array(t.detach().numpy())
+        except RuntimeError:  # a conjugate or negative view: numpy has none, torch resolves it (a copy)
+            return _Tensor._from_array(t.detach().resolve_conj().resolve_neg().numpy())
     dev = t.device.type
     if dev not in devices:
         raise ValueError(f"{who}: argument {k} is a {dev} tensor; this operator runs on "
                          f"{' and '.join(devices)} tensors (move it with .to('{devices[0]}'))")
     try:
         if dev == "cpu":  # Tensor.numpy() shares memory and is several times cheaper than DLPack
-            arr = t.detach().numpy()
+            arr = _torch_array(t.detach())  # bfloat16 too
             _dtypes.from_numpy_dtype(arr.dtype)
             return _Tensor._from_array(arr)
         return _rt.from_dlpack(t.detach())
@@ -111,13 +118,26 @@ def _to_runtime(who: str, k: int, t: torch.Tensor, devices: Tuple[str, ...]) -> 
                         f"({e})") from None
 
 
+def _from_numpy(arr: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy``, bfloat16 included (through a uint16 view of the same memory)."""
+    try:
+        return torch.from_numpy(arr)
+    except TypeError:
+        if arr.dtype != _dtypes.bfloat16.np:
+            raise
+        return torch.from_numpy(arr.view(np.uint16)).view(torch.bfloat16)
+
+
 def _to_torch(out: Any, call: Optional[_Call]) -> torch.Tensor:
     arr = out._data
     if not isinstance(arr, np.ndarray):  # a CUDA array (CuPy): DLPack shares it
         return torch.from_dlpack(arr)
     if call is not None:
-        arr = np.asarray(_Keep(arr, call))
-    return torch.from_numpy(arr)
+        bf16 = arr.dtype.kind == "V"  # the interface keeps bfloat16 only as raw bytes: keep uint16
+        arr = np.asarray(_Keep(arr.view(np.uint16) if bf16 else arr, call))
+        if bf16:
+            return torch.from_numpy(arr).view(torch.bfloat16)
+    return _from_numpy(arr)
 
 
 class _Op:
@@ -136,7 +156,7 @@ class _Op:
         for k, (a, c) in enumerate(zip(args, sig)):
             if c == "t":  # the common case, without the list's steps
                 r = _to_runtime(self.name, k, a, self.devices)
-                if grad(a, c) and r._data.dtype.kind == "f":
+                if grad(a, c) and r._data.dtype.kind in _GRAD_KINDS:
                     r.requires_grad = True  # a fresh floating leaf: requires_grad_'s checks hold
                     need.append(r)
                     index.append(flat)
@@ -146,7 +166,7 @@ class _Op:
                 conv = []
                 for t in a:
                     r = _to_runtime(self.name, k, t, self.devices)
-                    if grad(t, c) and r._data.dtype.kind == "f":
+                    if grad(t, c) and r._data.dtype.kind in _GRAD_KINDS:
                         r.requires_grad = True
                         need.append(r)
                         index.append(flat)
@@ -205,7 +225,12 @@ class _Op:
         if isinstance(res, (list, tuple)):
             return [_to_torch(o, None) for o in res]
         data = res._data
-        return [torch.from_numpy(data) if type(data) is np.ndarray else _to_torch(res, None)]
+        if type(data) is np.ndarray:
+            try:
+                return [torch.from_numpy(data)]
+            except TypeError:  # bfloat16
+                return [_from_numpy(data)]
+        return [_to_torch(res, None)]
 
     def backward_impl(self, sig: str, outputs: List[torch.Tensor], grads: List[torch.Tensor],
                       args: Sequence[Any], call: Optional[_Call] = None) -> List[torch.Tensor]:
@@ -233,7 +258,7 @@ class _Op:
             for i, g in zip(call.index, gs):
                 if g is not None:
                     res[i] = torch.from_dlpack(g) if not isinstance(g._data, np.ndarray) else \
-                        torch.from_numpy(np.ascontiguousarray(g._data))
+                        _from_numpy(np.ascontiguousarray(g._data))
         return [torch.zeros_like(t) if r is None else r for t, r in zip(flat, res)]
 
     # ---- the torch side ----
@@ -289,8 +314,9 @@ class _Op:
         return self.by_sig[sig]
 
     def _fake(self, sig: str) -> Callable:
-        _DT = {np.dtype(n): getattr(torch, n) for n in ("float16", "float32", "float64", "int8", "int16", "int32",
-                                                        "int64", "uint8", "bool", "complex64", "complex128")}
+        _DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
+            "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+            "uint32", "uint64", "bool", "complex64", "complex128")}
 
         def fake(*args: Any) -> List[torch.Tensor]:
             keys = [_spec_key(a, c) for a, c in zip(args, sig)]
@@ -397,7 +423,7 @@ def _wrapper(op: _Op) -> Callable:
 def _specs(keys: Sequence[Any], sig: str) -> list:
     """The shape rule's arguments: each tensor's (shape, dtype name) as a ``Spec``."""
     def spec(k: Any) -> Spec:
-        return Spec(k[0], np.dtype(k[1]))
+        return Spec(k[0], _dtypes.to_dtype(k[1]).np)  # "bfloat16" is no numpy name
     return [spec(k) if c == "t" else [spec(e) for e in k] if c == "L" else k for k, c in zip(keys, sig)]
 
 

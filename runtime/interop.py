@@ -2,7 +2,8 @@
 
 Any object with ``__dlpack__`` and ``__dlpack_device__`` (numpy, PyTorch,
 CuPy, JAX arrays, and ``runtime.Tensor`` itself) is taken: host memory
-through ``numpy.from_dlpack``, CUDA memory through ``cupy.from_dlpack``. The
+through ``numpy.from_dlpack`` (bfloat16 through torch's or JAX's own numpy
+view: runtime/dlpack_host.py), CUDA memory through ``cupy.from_dlpack``. The
 result shares memory with ``obj``; ``Tensor.__dlpack__`` is the way back.
 ``dlpack_input`` is what a C++ operator's tensor argument does with such an
 object (include/opbuilder/detail/runtime_bridge.h calls it).
@@ -11,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from . import dtypes as _dt
+from .dlpack_host import host_array, torch_array
 from .tensor import Tensor
 from .versions import share_version
 
@@ -30,7 +30,7 @@ def from_dlpack(obj: Any) -> Tensor:
                         f"CuPy or JAX array), got {type(obj).__name__}")
     kind, index = obj.__dlpack_device__()
     if kind in (_KDL_CPU, _KDL_CUDA_HOST):
-        arr = np.from_dlpack(obj)
+        arr = host_array(obj)
     elif kind in (_KDL_CUDA, _KDL_CUDA_MANAGED):
         from .cuda import _cupy
         arr = _cupy().from_dlpack(obj)
@@ -59,8 +59,8 @@ def dlpack_input(obj: Any) -> Tensor:
         obj = obj.detach()
     if type(obj).__module__.partition(".")[0] == "torch" and getattr(obj, "is_cpu", False):
         try:  # a view like DLPack's, at a tenth of the cost of torch's Python __dlpack__
-            arr = obj.numpy()
-        except (TypeError, RuntimeError):  # bfloat16, a conjugate view: DLPack says what it can do
+            arr = torch_array(obj)
+        except (TypeError, RuntimeError):  # a conjugate view, float8: DLPack says what it can do
             pass
         else:
             _dt.from_numpy_dtype(arr.dtype)

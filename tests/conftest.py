@@ -58,6 +58,12 @@ def api_ops(cache_dir):
     return _load("tensor_api_ops", [CPP / "tensor_api_ops.cpp"])
 
 
+@pytest.fixture(scope="session")
+def dtype_ops(cache_dir):
+    """tests/cpp/dtype_ops.cpp: ops on bfloat16, complex and uint16/32/64 (test_dtypes_cpp, test_interop_dtypes)."""
+    return _load("dtype_ops", [CPP / "dtype_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+
+
 BINDINGS = ("nanobind", "pybind11")
 
 

@@ -1,7 +1,8 @@
 """The extended dtypes on the C++ side (issue 23): DataType and the bridge for bfloat16, complex64/128 and
 uint16/32/64 (tensors in and out without copies), the OB_DISPATCH_* macros (a Function on bf16 and complex,
 its gradients, the error naming the supported dtypes), opbuilder::bfloat16's rounding, and the aot ABI's
-dtype names. Both operators are built once per session (tests/cpp/dtype_ops.cpp, aot_dtype_ops.cpp)."""
+dtype names. Both operators are built once per session (tests/cpp/dtype_ops.cpp: the `dtype_ops` fixture in
+conftest.py, shared with test_interop_dtypes.py; aot_dtype_ops.cpp)."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -11,17 +12,12 @@ import pytest
 import runtime as rt
 from runtime import Tensor, ops
 from runtime.ops import math as m
-from conftest import CPP, _load
+from conftest import CPP
 from numeric_util import central
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ALL = ["float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int8", "int16", "int32", "int64",
        "uint8", "uint16", "uint32", "uint64", "bool"]
-
-
-@pytest.fixture(scope="session")
-def dtype_ops(cache_dir):
-    return _load("dtype_ops", [CPP / "dtype_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
 
 
 @pytest.fixture(scope="session")

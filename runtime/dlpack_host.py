@@ -1,0 +1,82 @@
+"""Host arrays of other frameworks' tensors that numpy's DLPack cannot read (bfloat16).
+
+numpy's ``from_dlpack`` refuses DLPack's bfloat16 (type code 4). The producer's
+own conversion still shares the memory: a torch CPU tensor viewed as uint16 then
+as ml_dtypes' bfloat16, a JAX CPU array through ``np.asarray`` (read-only).
+``host_array`` picks that way for torch and JAX and DLPack otherwise;
+``dlpack_dtype_name`` names the dtype of a capsule numpy refused, for the error.
+Neither torch nor JAX is imported here: a tensor of theirs means they are.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any, Optional
+
+import numpy as np
+
+from . import dtypes as _dt
+
+__all__ = ["host_array", "torch_array", "dlpack_dtype_name"]
+
+# DLPack's DLDataTypeCode names (dlpack.h, v1.1)
+_CODES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat", 5: "complex", 6: "bool",
+          7: "float8_e3m4", 8: "float8_e4m3", 9: "float8_e4m3b11fnuz", 10: "float8_e4m3fn",
+          11: "float8_e4m3fnuz", 12: "float8_e5m2", 13: "float8_e5m2fnuz", 14: "float8_e8m0fnu",
+          15: "float6_e2m3fn", 16: "float6_e3m2fn", 17: "float4_e2m1fn"}
+# the offset of DLTensor.dtype in the capsule's struct: after data (8) + device (8) + ndim (4); a
+# versioned capsule's DLTensor follows version (8), manager_ctx, deleter and flags (8 each)
+_DTYPE_AT = {b"dltensor": 20, b"dltensor_versioned": 32 + 20}
+
+
+def _module(obj: Any) -> str:
+    return type(obj).__module__.partition(".")[0]
+
+
+def torch_array(t: Any) -> np.ndarray:
+    """The numpy view of a CPU torch tensor (no grad), bfloat16 included (through a uint16 view)."""
+    torch = sys.modules["torch"]
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.uint16).numpy().view(_dt.bfloat16.np)
+    return t.numpy()
+
+
+def host_array(obj: Any) -> np.ndarray:
+    """A numpy array over the memory of ``obj``, a host (CPU) array with ``__dlpack__``."""
+    mod = _module(obj)
+    if mod == "torch" and getattr(obj, "dtype", None) is sys.modules["torch"].bfloat16:
+        return torch_array(obj)
+    if mod in ("jax", "jaxlib") and str(getattr(obj, "dtype", "")) == "bfloat16":
+        return np.asarray(obj)  # ml_dtypes' bfloat16 over the same buffer, read-only
+    try:
+        return np.from_dlpack(obj)
+    except (BufferError, RuntimeError):  # numpy names no dtype: the capsule does
+        name = dlpack_dtype_name(obj)
+        if name is None:
+            raise
+        raise TypeError(f"from_dlpack: {type(obj).__name__} has DLPack dtype {name}, which numpy cannot read "
+                        f"(bfloat16 is taken from torch and JAX tensors)") from None
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+def dlpack_dtype_name(obj: Any) -> Optional[str]:
+    """The dtype of ``obj``'s DLPack capsule as DLPack names it ("bfloat16"), None if unreadable."""
+    try:
+        cap = obj.__dlpack__()
+    except Exception:  # noqa: BLE001 - any refusal: nothing to name
+        return None
+    # own prototypes: setting restype on ctypes.pythonapi's would change them for everyone
+    get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi))
+    name = get_name(cap)
+    if name not in _DTYPE_AT:
+        return None
+    dt = _DLDataType.from_address(get_pointer(cap, name) + _DTYPE_AT[name])
+    base = _CODES.get(dt.code, f"type code {dt.code}")
+    if dt.code in (0, 1, 2, 4, 5):
+        base += str(dt.bits)
+    return base if dt.lanes == 1 else f"{base}x{dt.lanes}"
