@@ -99,6 +99,17 @@ def test_grad_matches_central_differences_and_the_callback_path(xla_ffi_ops):
     np.testing.assert_allclose(np.asarray(gy), np.asarray(cy), rtol=1e-12)
 
 
+def test_outputs_built_in_each_others_result_buffers(xla_ffi_ops):
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
+    x, _ = _data((257,))
+    twice, plus_one = jax.jit(j.swapped)(x)
+    np.testing.assert_array_equal(np.asarray(twice), 2 * np.asarray(x))
+    np.testing.assert_array_equal(np.asarray(plus_one), np.asarray(x) + 1)
+    g = jax.jit(jax.grad(lambda a: (j.swapped(a)[0] * j.swapped(a)[1]).sum()))(x)
+    np.testing.assert_allclose(np.asarray(g), central(lambda a: np.sum(2 * a * (a + 1)), np.asarray(x)),
+                               rtol=1e-6, atol=1e-6)
+
+
 def test_vmap_forward_and_grad(xla_ffi_ops):
     j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
     x, y = _data((5, 3))

@@ -8,14 +8,16 @@
 //     OB_XLA_FFI(m, "mul", Mul);  // adds the PyCapsules mul_xla_fwd and mul_xla_bwd
 //   }
 //
-// The forward handler wraps XLA's input buffers as read-only Tensors (no copy), calls T::Forward
-// and copies each output into XLA's result buffer (Forward allocates its own outputs). The
+// The forward handler wraps XLA's input buffers as read-only Tensors (no copy) and calls T::Forward.
+// While it runs, XLA's result buffers are offered to new host Tensors of their size (tensor.h's
+// OfferedBuffers), so outputs are usually built in place; any other output is copied in. The
 // backward handler gets the inputs and the output cotangents, runs Forward again (inside a jitted
-// function there is no forward context to keep) and then T::Backward, and copies the gradients
-// out (a null gradient becomes zeros). Both run on XLA's thread without the GIL and without the
-// runtime: Forward and Backward must not need Python (host Tensors, SaveForBackward and
-// GetSavedTensors do not; ctx->saved_data does, so a Function that uses it cannot be bound here).
-// Forward's arguments after ctx must all be tensors (TensorPtr).
+// function there is no forward context to keep), then T::Backward (the gradient buffers offered),
+// and writes the gradients out (a null gradient becomes zeros). Both run on XLA's thread without
+// the GIL and without the runtime: Forward and Backward must not need Python (host Tensors,
+// SaveForBackward and GetSavedTensors do not; ctx->saved_data does, so a Function that uses it
+// cannot be bound here), and must not keep a tensor they allocate past the call (it may be XLA's
+// memory). Forward's arguments after ctx must all be tensors (TensorPtr).
 #pragma once
 
 #if defined(__has_include)
@@ -28,11 +30,14 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <exception>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "opbuilder/autograd.h"
 #include "xla/ffi/api/ffi.h"
@@ -78,23 +83,82 @@ inline TensorPtr Wrap(const ffi::AnyBuffer &b, bool writable, const char *what, 
                                   std::shared_ptr<void>(), writable);
 }
 
-// Copies `t` (any layout) into XLA's result buffer `r`; zeros when `t` is null.
-inline void CopyOut(const TensorPtr &t, ffi::Result<ffi::AnyBuffer> &r, const std::string &name, std::size_t k) {
-  const TensorPtr dst = Wrap(*r, true, "result", k);
-  if (!t) {
-    std::memset(dst->data_ptr(), 0, dst->nbytes());
-    return;
+// XLA's result buffers as Tensors, in order.
+inline TensorPtrList ResultTensors(ffi::RemainingRets &rets) {
+  TensorPtrList out;
+  for (std::size_t j = 0; j < rets.size(); ++j) {
+    auto r = rets.get<ffi::AnyBuffer>(j);
+    if (!r.has_value()) throw std::runtime_error("result " + std::to_string(j) + ": " + r.error().message());
+    out.push_back(Wrap(**r, true, "result", j));
   }
-  if (t->dtype() != dst->dtype() || t->shape() != dst->shape()) {
-    throw std::runtime_error(name + ": output " + std::to_string(k) + " has shape " + ShapeString(t->shape()) +
-                             " and dtype " + DataTypeName(t->dtype()) + ", but XLA expects shape " +
-                             ShapeString(dst->shape()) + " and dtype " + DataTypeName(dst->dtype()) +
-                             " (from InferShape or to_jax's shape_fn)");
+  return out;
+}
+
+// While alive, new host Tensors of a result buffer's size are built in that buffer (tensor.h's
+// OfferedBuffers): Forward's outputs usually land in place. 64-byte aligned buffers only, as malloc'd
+// tensors are.
+class OfferResults {
+ public:
+  explicit OfferResults(const TensorPtrList &dst) : saved_(Offered()) {
+    for (const auto &t : dst) {
+      const auto addr = reinterpret_cast<std::uintptr_t>(t->data_ptr());
+      if (t->nbytes() == 0 || addr % 64 != 0) continue;
+      data_.push_back(t->data_ptr());
+      nbytes_.push_back(t->nbytes());
+    }
+    taken_.reset(new bool[data_.size() + 1]());
+    Offered() = OfferedBuffers{data_.data(), nbytes_.data(), taken_.get(), data_.size()};
   }
-  if (t->is_contiguous()) {
-    std::memcpy(dst->data_ptr(), t->data_ptr(), dst->nbytes());
-  } else {
-    dst->copy_from(*t);
+  ~OfferResults() { Offered() = saved_; }
+  OfferResults(const OfferResults &) = delete;
+  OfferResults &operator=(const OfferResults &) = delete;
+
+ private:
+  OfferedBuffers saved_;
+  std::vector<void *> data_;
+  std::vector<std::size_t> nbytes_;
+  std::unique_ptr<bool[]> taken_;
+};
+
+inline bool Within(const Tensor &t, const Tensor &buffer) {
+  const char *p = static_cast<const char *>(t.data_ptr()), *b = static_cast<const char *>(buffer.data_ptr());
+  return p >= b && p < b + buffer.nbytes();
+}
+
+// Writes `outs` (null: zeros) into XLA's result buffers `dst`, checking shapes and dtypes. An output
+// already in its own buffer stays; one inside another result buffer is copied aside first, so no
+// write clobbers an output not yet copied.
+inline void CopyOut(TensorPtrList outs, const TensorPtrList &dst, const std::string &name) {
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    const TensorPtr &t = outs[j];
+    if (t && (t->dtype() != dst[j]->dtype() || t->shape() != dst[j]->shape())) {
+      throw std::runtime_error(name + ": output " + std::to_string(j) + " has shape " + ShapeString(t->shape()) +
+                               " and dtype " + DataTypeName(t->dtype()) + ", but XLA expects shape " +
+                               ShapeString(dst[j]->shape()) + " and dtype " + DataTypeName(dst[j]->dtype()) +
+                               " (from InferShape or to_jax's shape_fn)");
+    }
+  }
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    if (!outs[j] || outs[j]->nbytes() == 0) continue;
+    for (std::size_t k = 0; k < dst.size(); ++k) {
+      const bool in_place = k == j && outs[j]->data_ptr() == dst[j]->data_ptr() && outs[j]->is_contiguous();
+      if (!in_place && dst[k]->nbytes() != 0 && Within(*outs[j], *dst[k])) {
+        outs[j] = outs[j]->contiguous_copy();
+        break;
+      }
+    }
+  }
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    const TensorPtr &t = outs[j];
+    if (!t) {
+      std::memset(dst[j]->data_ptr(), 0, dst[j]->nbytes());
+    } else if (t->data_ptr() == dst[j]->data_ptr() || t->nbytes() == 0) {
+      continue;  // built in place
+    } else if (t->is_contiguous()) {
+      std::memcpy(dst[j]->data_ptr(), t->data_ptr(), dst[j]->nbytes());
+    } else {
+      dst[j]->copy_from(*t);
+    }
   }
 }
 
@@ -145,20 +209,23 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
       if (args.size() != kN) throw std::runtime_error("expects " + std::to_string(kN) + " arguments, got " +
                                                       std::to_string(args.size()));
       const Inputs in = ReadInputs(args);
-      AutogradContext ctx;
-      std::array<Tensor *, kN + 1> raw{};
-      const TensorPtrList outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
-      State(ctx).args = nullptr;
-      if (outs.size() != rets.size()) {
+      const TensorPtrList dst = ResultTensors(rets);
+      TensorPtrList outs;
+      {
+        AutogradContext ctx;  // dies (with what Forward saved) before the outputs are copied
+        std::array<Tensor *, kN + 1> raw{};
+        OfferResults offer(dst);
+        outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
+        State(ctx).args = nullptr;
+      }
+      if (outs.size() != dst.size()) {
         throw std::runtime_error("Forward returned " + std::to_string(outs.size()) + " tensors, but XLA expects " +
-                                 std::to_string(rets.size()));
+                                 std::to_string(dst.size()));
       }
       for (std::size_t j = 0; j < outs.size(); ++j) {
-        auto r = rets.get<ffi::AnyBuffer>(j);
-        if (!r.has_value()) throw std::runtime_error("result " + std::to_string(j) + ": " + r.error().message());
         if (!outs[j]) throw std::runtime_error("Forward returned a null tensor as output " + std::to_string(j));
-        CopyOut(outs[j], *r, FunctionName<T>(), j);
       }
+      CopyOut(std::move(outs), dst, FunctionName<T>());
       return ffi::Error::Success();
     } catch (const std::exception &e) {
       return Fail("forward", e.what());
@@ -192,16 +259,20 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
         if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
         grads.push_back(Wrap(*b, false, "cotangent", j));
       }
-      const TensorPtrList g = T::Backward(&ctx, std::move(grads));
+      const TensorPtrList dst = ResultTensors(rets);
+      TensorPtrList g;
+      {
+        OfferResults offer(dst);
+        g = T::Backward(&ctx, std::move(grads));
+      }
       if (g.size() != kN) {
         throw std::runtime_error("Backward returned " + std::to_string(g.size()) + " gradients for " +
                                  std::to_string(kN) + " arguments");
       }
       for (std::size_t i = 0; i < kN; ++i) {
-        auto r = rets.get<ffi::AnyBuffer>(i);
-        if (!r.has_value()) throw std::runtime_error("result " + std::to_string(i) + ": " + r.error().message());
-        CopyOut(st.needs[i] ? g[i] : nullptr, *r, FunctionName<T>(), i);
+        if (!st.needs[i]) g[i] = nullptr;
       }
+      CopyOut(std::move(g), dst, FunctionName<T>());
       return ffi::Error::Success();
     } catch (const std::exception &e) {
       return Fail("backward", e.what());

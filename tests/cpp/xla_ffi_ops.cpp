@@ -1,5 +1,5 @@
 // Functions bound with their XLA FFI handlers (opbuilder/xla_ffi.h) for to_jax's custom-call path:
-// an elementwise product (float32 or float64), one with two outputs, and one without InferShape
+// an elementwise product (float32 or float64), two with two outputs, and one without InferShape
 // (to_jax must refuse its handlers). Built with extra_include_paths=[jax.ffi.include_dir()].
 #include <cmath>
 #include <cstdint>
@@ -77,6 +77,27 @@ class SinCube : public Function<SinCube> {
   }
 };
 
+// (2 x, x + 1), float64; its tensors are allocated in the other order (x + 1 first), so in the
+// XLA handler each output is built in the other output's result buffer.
+class Swapped : public Function<Swapped> {
+ public:
+  static std::vector<ShapeVector> InferShape(const TensorPtr &x) { return {x->shape(), x->shape()}; }
+  static TensorPtrList Forward(AutogradContext *, const TensorPtr &x) {
+    if (x->dtype() != kFloat64) throw std::invalid_argument("swapped: expected float64");
+    auto plus_one = Tensor::empty(kFloat64, x->shape()), twice = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) {
+      plus_one->data<double>()[i] = x->data<double>()[i] + 1;
+      twice->data<double>()[i] = 2 * x->data<double>()[i];
+    }
+    return {twice, plus_one};
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto gx = Tensor::empty(kFloat64, g[0]->shape());
+    for (std::int64_t i = 0; i < gx->numel(); ++i) gx->data<double>()[i] = 2 * g[0]->data<double>()[i] + g[1]->data<double>()[i];
+    return {gx};
+  }
+};
+
 // x * x, with no InferShape (and no gradient)
 class Square : public Function<Square> {
  public:
@@ -93,6 +114,9 @@ OB_MODULE(m) {
   m.def("sin_cube", [](const TensorPtr &x) { return SinCube::Apply(x); });
   m.def("sin_cube_infer_shape", SinCube::InferShapeFunction());
   OB_XLA_FFI(m, "sin_cube", SinCube);
+  m.def("swapped", [](const TensorPtr &x) { return Swapped::Apply(x); });
+  m.def("swapped_infer_shape", Swapped::InferShapeFunction());
+  OB_XLA_FFI(m, "swapped", Swapped);
   m.def("square", [](const TensorPtr &x) { return Square::Apply(x); });
   OB_XLA_FFI(m, "square", Square);
 }
