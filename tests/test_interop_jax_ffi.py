@@ -110,6 +110,14 @@ def test_outputs_built_in_each_others_result_buffers(xla_ffi_ops):
                                rtol=1e-6, atol=1e-6)
 
 
+def test_the_handler_runs_without_the_gil(xla_ffi_ops):
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
+    x, _ = _data((4,))
+    np.testing.assert_array_equal(np.asarray(xla_ffi_ops.gil_held(x).asnumpy()), np.ones(4))  # a direct call holds it
+    np.testing.assert_array_equal(np.asarray(jax.jit(j.gil_held)(x)), np.zeros(4))
+    np.testing.assert_array_equal(np.asarray(j.gil_held(x)), np.zeros(4))
+
+
 def test_vmap_forward_and_grad(xla_ffi_ops):
     j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
     x, y = _data((5, 3))

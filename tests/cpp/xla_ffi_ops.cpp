@@ -93,9 +93,22 @@ class Swapped : public Function<Swapped> {
   }
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
     auto gx = Tensor::empty(kFloat64, g[0]->shape());
-    for (std::int64_t i = 0; i < gx->numel(); ++i) gx->data<double>()[i] = 2 * g[0]->data<double>()[i] + g[1]->data<double>()[i];
+    const double *g0 = g[0]->data<double>(), *g1 = g[1]->data<double>();
+    for (std::int64_t i = 0; i < gx->numel(); ++i) gx->data<double>()[i] = 2 * g0[i] + g1[i];
     return {gx};
   }
+};
+
+// 1 where Forward runs with the GIL held, else 0 (x's shape, float64): the XLA handler runs without it.
+class GilHeld : public Function<GilHeld> {
+ public:
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    auto out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = PyGILState_Check() ? 1.0 : 0.0;
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
 };
 
 // x * x, with no InferShape (and no gradient)
@@ -117,6 +130,9 @@ OB_MODULE(m) {
   m.def("swapped", [](const TensorPtr &x) { return Swapped::Apply(x); });
   m.def("swapped_infer_shape", Swapped::InferShapeFunction());
   OB_XLA_FFI(m, "swapped", Swapped);
+  m.def("gil_held", [](const TensorPtr &x) { return GilHeld::Apply(x); });
+  m.def("gil_held_infer_shape", GilHeld::InferShapeFunction());
+  OB_XLA_FFI(m, "gil_held", GilHeld);
   m.def("square", [](const TensorPtr &x) { return Square::Apply(x); });
   OB_XLA_FFI(m, "square", Square);
 }
