@@ -1,6 +1,6 @@
-"""What calling a C++ operator from PyTorch through opbuilder.to_torch costs.
+"""What calling a C++ operator from PyTorch (opbuilder.to_torch) and JAX (opbuilder.to_jax) costs.
 
-    python benchmarks/interop.py [--rounds 7]   # about a minute (plus first builds)
+    python benchmarks/interop.py [--rounds 7] [--only torch|jax]   # about a minute (plus first builds)
 
 Every operator runs bench::MulKernel (benchmarks/mul_kernel.h), built -O3:
 opbuilder's Function<T> (benchmarks/opbuilder_mul.cpp) wrapped by
@@ -10,8 +10,14 @@ element forward (the call's fixed cost), one element forward + backward
 (torch.autograd.grad), and one million elements: the wrapped op on torch
 tensors against the same op on runtime tensors (goal: within 1.1x).
 
+JAX rows (benchmarks/opbuilder_mul_xla.cpp: the same Function with InferShape
+and OB_XLA_FFI): the op under jax.jit as an XLA custom call (FFI) and through
+jax.pure_callback (the same module without its capsules), against the jitted
+jnp expression x * y; one million elements (goal: FFI within 1.2x of jnp) and
+one element (the call's fixed cost), forward and forward + backward.
+
 Timings: benchmarks/timing.py; interleaved rounds, medians with min-max,
-one thread on every side. Needs torch.
+one thread on every side. Needs torch (torch rows) and jax (JAX rows).
 """
 from __future__ import annotations
 
@@ -34,9 +40,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds per group (default 7)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--only", choices=("torch", "jax"), help="run only the torch or the JAX rows")
     args = ap.parse_args(argv)
     R = args.rounds
     report = Report()
+    if args.only != "torch":
+        jax_rows(report, R)
+    if args.only == "jax":
+        return report.finish()
     torch = timing.load_torch()
     timing.header("calling a C++ operator from PyTorch (opbuilder.to_torch)", R, torch)
     if torch is None:
@@ -89,6 +100,53 @@ def main(argv=None) -> int:
     report.goal("1M elements: to_torch op on torch tensors within 1.1x of the op on runtime tensors",
                 big.median <= 1.1, f"{big.median:.3f}x")
     return report.finish()
+
+
+def jax_rows(report: Report, R: int) -> None:
+    """to_jax's two paths for one op, XLA FFI custom call and pure_callback, against jitted jnp."""
+    import os
+    import types
+    # XLA's CPU client on one thread, like every other side here (before jax loads)
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        print("jax not installed: the JAX rows are skipped")
+        return
+    import opbuilder
+    print(f"\ncalling a C++ operator from JAX (opbuilder.to_jax), jax {jax.__version__}, CPU, jitted")
+    ob = opbuilder.CustomOpBuilder("bench_mul_xla", [str(HERE / "opbuilder_mul_xla.cpp")], cflags=["-O3"],
+                                   include_paths=[jax.ffi.include_dir()]).load()
+    ffi = opbuilder.to_jax(ob)
+    cb = opbuilder.to_jax(types.SimpleNamespace(mul=ob.mul, mul_infer_shape=ob.mul_infer_shape))
+    sides = {"ffi": ffi.mul, "callback": cb.mul, "jnp": lambda a, b: a * b}
+    fwd = {k: jax.jit(f) for k, f in sides.items()}
+    grad = {k: jax.jit(jax.grad(lambda a, b, f=f: f(a, b).sum(), argnums=(0, 1))) for k, f in sides.items()}
+
+    def cases(fns, a, b):
+        return {k: (lambda f=f: jax.block_until_ready(f(a, b))) for k, f in fns.items()}
+
+    rng = np.random.default_rng(0)
+    n = 1 << 20
+    xa, ya = (jnp.asarray(rng.standard_normal(n).astype(np.float32)) for _ in range(2))
+    x1, y1 = jnp.full((1,), 2.0, jnp.float32), jnp.full((1,), 3.0, jnp.float32)
+    rows = []
+    results = {}
+    for label, fns, a, b, number in [(f"forward, {n} elements", fwd, xa, ya, 20),
+                                     (f"forward + backward, {n} elements", grad, xa, ya, 10),
+                                     ("forward, 1 element", fwd, x1, y1, 2000),
+                                     ("forward + backward, 1 element", grad, x1, y1, 1000)]:
+        r = interleaved(cases(fns, a, b), number, 2 * R)
+        results[label] = r
+        rows.append([label, r["ffi"].fmt("auto"), r["callback"].fmt("auto"), r["jnp"].fmt("auto"),
+                     ratio(r["ffi"], r["jnp"]).fmt("x"), ratio(r["callback"], r["jnp"]).fmt("x")])
+    print()
+    timing.table(["case (jax.jit)", "FFI custom call", "pure_callback", "jnp x * y", "FFI / jnp",
+                  "callback / jnp"], rows)
+    big = ratio(results[f"forward, {n} elements"]["ffi"], results[f"forward, {n} elements"]["jnp"])
+    report.goal("1M elements under jit: to_jax op (XLA FFI) within 1.2x of the jitted jnp expression",
+                big.median <= 1.2, f"{big.median:.3f}x")
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ at the cost of a second forward in a gradient step. Complex gradients: the
 runtime's are torch's, so the cotangents in and the gradients out are
 conjugated (JAX's convention). bfloat16 arrays are ml_dtypes' on the host.
 
-Not done: an XLA FFI custom call straight into the operator's library, which
-would skip the host callback's copies. See docs/interop.md. Importing this
-module imports jax; nothing else in opbuilder does.
+A function whose C++ Function was bound with ``OB_XLA_FFI`` runs as an XLA
+custom call instead (opbuilder/interop_jax_ffi.py). See docs/interop.md.
+Importing this module imports jax; nothing else in opbuilder does.
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ from runtime import dtypes as _dtypes
 from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
+from .interop_jax_ffi import ffi_function, ffi_targets
 
 __all__ = ["to_jax"]
 
@@ -167,6 +168,19 @@ class _JaxOp:
         return f
 
 
+class _JaxFfiOp(_JaxOp):
+    """A ``_JaxOp`` whose all-array calls run the XLA custom calls ``targets`` (forward, backward)."""
+
+    def __init__(self, name: str, fn: Callable, shape_fn: Optional[Callable], targets: Tuple[str, str]) -> None:
+        super().__init__(name, fn, shape_fn)
+        self.targets = targets
+
+    def _make(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
+        if statics:  # XLA passes buffers only: the callback path takes the static arguments
+            return super()._make(positions, statics)
+        return ffi_function(self, positions, self.targets)
+
+
 def _wrapper(op: _JaxOp) -> Callable:
     def call(*args: Any) -> Any:
         positions = tuple(k for k, a in enumerate(args) if _is_array(a))
@@ -185,7 +199,8 @@ def _wrapper(op: _JaxOp) -> Callable:
 
 
 def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None) -> types.SimpleNamespace:
-    """``module``'s functions as JAX functions (custom_vjp over host callbacks; jit, grad, vmap).
+    """``module``'s functions as JAX functions (custom_vjp over host callbacks or, for functions
+    bound with ``OB_XLA_FFI``, XLA custom calls; jit, grad, vmap).
 
     ``shape_fn`` maps a function name to its shape rule (see ``Spec``); without one, the rule of its
     ``<name>_infer_shape`` companion (a C++ ``InferShape``) if bound, else the output shapes come
@@ -193,7 +208,10 @@ def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None) -> types
     """
     funcs = module_functions(module)
     shape_fns = companion_shape_fns(module, funcs, check_shape_fns("to_jax", funcs, shape_fn))
+    targets = ffi_targets(module, funcs, shape_fns)
     out = types.SimpleNamespace()
     for name, fn in funcs.items():
-        setattr(out, name, _wrapper(_JaxOp(name, fn, shape_fns.get(name))))
+        rule = shape_fns.get(name)
+        op = _JaxFfiOp(name, fn, rule, targets[name]) if name in targets else _JaxOp(name, fn, rule)
+        setattr(out, name, _wrapper(op))
     return out

@@ -15,7 +15,7 @@ BUILD_FIXTURES = frozenset({
     "my_ops", "ms_ops", "api_ops", "autograd_ops", "dtype_ops", "aot_dtype_lib",
     "aclnn_ops", "assign_add", "big_cache", "built", "counted", "cu",
     "cuda_ops", "diff_kernels", "gemm_lib", "host_so", "mul_ops", "name_kernels",
-    "native_lib", "nvcc", "own_ops", "project", "seed_003_ops", "seed_backend",
+    "native_lib", "nvcc", "own_ops", "xla_ffi_ops", "project", "seed_003_ops", "seed_backend",
     "seed_ms_ops", "seed_ops", "dlpack_ops", "shape_ops", "seed_so", "swish_ops", "torch_leaky_relu_lib",
 })
 

@@ -172,6 +172,30 @@ inline void CopyStrided(char *dst, const ShapeVector &dst_strides, const char *s
   }
 }
 
+// Host memory that a new Tensor of exactly its size on this thread takes instead of malloc, each
+// block once: opbuilder/xla_ffi.h offers XLA's result buffers while Forward runs, so an output is
+// built in XLA's memory and needs no copy. Nothing is offered outside such a call (n == 0).
+struct OfferedBuffers {
+  void *const *data = nullptr;
+  const std::size_t *nbytes = nullptr;
+  bool *taken = nullptr;
+  std::size_t n = 0;
+};
+inline OfferedBuffers &Offered() {
+  static thread_local OfferedBuffers offered;
+  return offered;
+}
+inline void *TakeOffered(std::size_t nbytes) {
+  OfferedBuffers &o = Offered();
+  for (std::size_t i = 0; i < o.n; ++i) {
+    if (!o.taken[i] && o.nbytes[i] == nbytes) {
+      o.taken[i] = true;
+      return o.data[i];
+    }
+  }
+  return nullptr;
+}
+
 // "cpu" -> -1; "cuda", "cuda:N", "GPU", "GPU:N" (any case) -> the CUDA device index.
 inline int ParseDevice(const std::string &device) {
   std::string d;
@@ -215,6 +239,13 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
     CheckDtype(dtype);
     numel_ = detail::CheckedNumel(shape_);
     const std::size_t nbytes = detail::CheckedNbytes(shape_, numel_, dtype);
+    if (detail::Offered().n != 0) {
+      if (void *p = detail::TakeOffered(nbytes)) {  // XLA's result buffer (xla_ffi.h), owned by XLA
+        storage_ = std::shared_ptr<void>(p, [](void *) {});
+        data_ = p;
+        return;
+      }
+    }
     try {
       storage_ = detail::AllocateStorage(nbytes);
     } catch (const std::bad_alloc &) {

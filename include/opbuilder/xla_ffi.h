@@ -1,0 +1,319 @@
+// XLA FFI handlers for a Function<T>, so opbuilder.to_jax can call it as an XLA custom call
+// (jax.ffi.ffi_call) instead of a host callback. Opt-in: include this header only in sources that
+// use it, and build them with extra_include_paths=[jax.ffi.include_dir()] (XLA's headers).
+//
+//   OB_MODULE(m) {
+//     m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return Mul::Apply(x, y); });
+//     m.def("mul_infer_shape", Mul::InferShapeFunction());  // to_jax takes the result shapes from it
+//     OB_XLA_FFI(m, "mul", Mul);  // adds the PyCapsules mul_xla_fwd and mul_xla_bwd
+//   }
+//
+// The forward handler wraps XLA's input buffers as read-only Tensors (no copy) and calls T::Forward.
+// While it runs, XLA's result buffers are offered to new host Tensors of their size (tensor.h's
+// OfferedBuffers), so outputs are usually built in place; any other output is copied in. The
+// backward handler gets the inputs and the output cotangents, runs Forward again (inside a jitted
+// function there is no forward context to keep), then T::Backward (the gradient buffers offered),
+// and writes the gradients out (a null gradient becomes zeros). Both run on XLA's thread without
+// the GIL and without the runtime: Forward and Backward must not need Python (host Tensors,
+// SaveForBackward and GetSavedTensors do not; ctx->saved_data does, so a Function that uses it
+// cannot be bound here), and must not keep a tensor they allocate past the call (it may be XLA's
+// memory). Forward's arguments after ctx must all be tensors (TensorPtr).
+#pragma once
+
+#if defined(__has_include)
+#if !__has_include("xla/ffi/api/ffi.h")
+#error "opbuilder/xla_ffi.h needs XLA's FFI headers: build with extra_include_paths=[jax.ffi.include_dir()]"
+#endif
+#endif
+
+#include <Python.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <exception>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "opbuilder/autograd.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace opbuilder {
+namespace detail OB_HIDDEN {
+namespace xla_ffi {
+
+namespace ffi = ::xla::ffi;
+
+// XLA's element type as opbuilder's (kTypeUnknown for one opbuilder has no tensor of).
+inline DataType FromXla(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::PRED: return kBool;
+    case ffi::DataType::S8: return kInt8;
+    case ffi::DataType::S16: return kInt16;
+    case ffi::DataType::S32: return kInt32;
+    case ffi::DataType::S64: return kInt64;
+    case ffi::DataType::U8: return kUInt8;
+    case ffi::DataType::U16: return kUInt16;
+    case ffi::DataType::U32: return kUInt32;
+    case ffi::DataType::U64: return kUInt64;
+    case ffi::DataType::F16: return kFloat16;
+    case ffi::DataType::F32: return kFloat32;
+    case ffi::DataType::F64: return kFloat64;
+    case ffi::DataType::BF16: return kBFloat16;
+    case ffi::DataType::C64: return kComplex64;
+    case ffi::DataType::C128: return kComplex128;
+    default: return kTypeUnknown;
+  }
+}
+
+inline ShapeVector ShapeOf(ffi::Span<const std::int64_t> dims) { return ShapeVector(dims.begin(), dims.end()); }
+
+// An XLA buffer as a contiguous Tensor over its memory (XLA owns the memory and outlives the call).
+inline TensorPtr Wrap(const ffi::AnyBuffer &b, bool writable, const char *what, std::size_t k) {
+  const DataType dt = FromXla(b.element_type());
+  if (dt == kTypeUnknown) {
+    throw detail::TypeError(std::string(what) + " " + std::to_string(k) + " has an XLA element type opbuilder has no "
+                            "tensor of (code " + std::to_string(static_cast<int>(b.element_type())) + ")");
+  }
+  return std::make_shared<Tensor>(dt, ShapeOf(b.dimensions()), ShapeVector{}, b.untyped_data(),
+                                  std::shared_ptr<void>(), writable);
+}
+
+// XLA's result buffers as Tensors, in order.
+inline TensorPtrList ResultTensors(ffi::RemainingRets &rets) {
+  TensorPtrList out;
+  for (std::size_t j = 0; j < rets.size(); ++j) {
+    auto r = rets.get<ffi::AnyBuffer>(j);
+    if (!r.has_value()) throw std::runtime_error("result " + std::to_string(j) + ": " + r.error().message());
+    out.push_back(Wrap(**r, true, "result", j));
+  }
+  return out;
+}
+
+// While alive, new host Tensors of a result buffer's size are built in that buffer (tensor.h's
+// OfferedBuffers): Forward's outputs usually land in place. 64-byte aligned buffers only, as malloc'd
+// tensors are.
+class OfferResults {
+ public:
+  explicit OfferResults(const TensorPtrList &dst) : saved_(Offered()) {
+    for (const auto &t : dst) {
+      const auto addr = reinterpret_cast<std::uintptr_t>(t->data_ptr());
+      if (t->nbytes() == 0 || addr % 64 != 0) continue;
+      data_.push_back(t->data_ptr());
+      nbytes_.push_back(t->nbytes());
+    }
+    taken_.reset(new bool[data_.size() + 1]());
+    Offered() = OfferedBuffers{data_.data(), nbytes_.data(), taken_.get(), data_.size()};
+  }
+  ~OfferResults() { Offered() = saved_; }
+  OfferResults(const OfferResults &) = delete;
+  OfferResults &operator=(const OfferResults &) = delete;
+
+ private:
+  OfferedBuffers saved_;
+  std::vector<void *> data_;
+  std::vector<std::size_t> nbytes_;
+  std::unique_ptr<bool[]> taken_;
+};
+
+inline bool Within(const Tensor &t, const Tensor &buffer) {
+  const char *p = static_cast<const char *>(t.data_ptr()), *b = static_cast<const char *>(buffer.data_ptr());
+  return p >= b && p < b + buffer.nbytes();
+}
+
+// Writes `outs` (null: zeros) into XLA's result buffers `dst`, checking shapes and dtypes. An output
+// already in its own buffer stays; one inside another result buffer is copied aside first, so no
+// write clobbers an output not yet copied.
+inline void CopyOut(TensorPtrList outs, const TensorPtrList &dst, const std::string &name) {
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    const TensorPtr &t = outs[j];
+    if (t && (t->dtype() != dst[j]->dtype() || t->shape() != dst[j]->shape())) {
+      throw std::runtime_error(name + ": output " + std::to_string(j) + " has shape " + ShapeString(t->shape()) +
+                               " and dtype " + DataTypeName(t->dtype()) + ", but XLA expects shape " +
+                               ShapeString(dst[j]->shape()) + " and dtype " + DataTypeName(dst[j]->dtype()) +
+                               " (from InferShape or to_jax's shape_fn)");
+    }
+  }
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    if (!outs[j] || outs[j]->nbytes() == 0) continue;
+    for (std::size_t k = 0; k < dst.size(); ++k) {
+      const bool in_place = k == j && outs[j]->data_ptr() == dst[j]->data_ptr() && outs[j]->is_contiguous();
+      if (!in_place && dst[k]->nbytes() != 0 && Within(*outs[j], *dst[k])) {
+        outs[j] = outs[j]->contiguous_copy();
+        break;
+      }
+    }
+  }
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    const TensorPtr &t = outs[j];
+    if (!t) {
+      std::memset(dst[j]->data_ptr(), 0, dst[j]->nbytes());
+    } else if (t->data_ptr() == dst[j]->data_ptr() || t->nbytes() == 0) {
+      continue;  // built in place
+    } else if (t->is_contiguous()) {
+      std::memcpy(dst[j]->data_ptr(), t->data_ptr(), dst[j]->nbytes());
+    } else {
+      dst[j]->copy_from(*t);
+    }
+  }
+}
+
+template <typename A>
+constexpr bool kIsTensorArg = std::is_same_v<std::decay_t<A>, TensorPtr>;
+
+template <typename T, typename F>
+struct Handlers;
+
+template <typename T, typename R, typename... A>
+struct Handlers<T, R (*)(AutogradContext *, A...)> {
+  static_assert((kIsTensorArg<A> && ...),
+                "OB_XLA_FFI(m, name, T): every argument of T::Forward after ctx must be a TensorPtr (XLA passes "
+                "buffers only)");
+  static constexpr std::size_t kN = sizeof...(A);
+  using Inputs = std::array<TensorPtr, kN>;
+
+  static Inputs ReadInputs(const ffi::RemainingArgs &args) {
+    Inputs in;
+    for (std::size_t i = 0; i < kN; ++i) {
+      auto b = args.get<ffi::AnyBuffer>(i);
+      if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
+      in[i] = Wrap(*b, false, "argument", i);
+    }
+    return in;
+  }
+
+  // Forward with a context the handler owns (no runtime, no Python); `needs` marks the arguments
+  // Backward will be asked for.
+  template <std::size_t... I>
+  static TensorPtrList RunForward(AutogradContext &ctx, const Inputs &in, std::array<Tensor *, kN + 1> &raw,
+                                  std::index_sequence<I...>) {
+    ContextState &st = State(ctx);
+    st.name = &FunctionName<T>();
+    for (std::size_t i = 0; i < kN; ++i) raw[i] = in[i].get();
+    st.args = raw.data();
+    st.nargs = kN;
+    R out = T::Forward(&ctx, in[I]...);
+    return AsList(std::move(out));
+  }
+
+  static ffi::Error Fail(const char *stage, const char *what) {
+    return ffi::Error::Internal(FunctionName<T>() + " (XLA FFI " + stage + "): " + what);
+  }
+
+  static ffi::Error Forward(ffi::RemainingArgs args, ffi::RemainingRets rets) {
+    try {
+      if (args.size() != kN) throw std::runtime_error("expects " + std::to_string(kN) + " arguments, got " +
+                                                      std::to_string(args.size()));
+      const Inputs in = ReadInputs(args);
+      const TensorPtrList dst = ResultTensors(rets);
+      TensorPtrList outs;
+      {
+        AutogradContext ctx;  // dies (with what Forward saved) before the outputs are copied
+        std::array<Tensor *, kN + 1> raw{};
+        OfferResults offer(dst);
+        outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
+        State(ctx).args = nullptr;
+      }
+      if (outs.size() != dst.size()) {
+        throw std::runtime_error("Forward returned " + std::to_string(outs.size()) + " tensors, but XLA expects " +
+                                 std::to_string(dst.size()));
+      }
+      for (std::size_t j = 0; j < outs.size(); ++j) {
+        if (!outs[j]) throw std::runtime_error("Forward returned a null tensor as output " + std::to_string(j));
+      }
+      CopyOut(std::move(outs), dst, FunctionName<T>());
+      return ffi::Error::Success();
+    } catch (const std::exception &e) {
+      return Fail("forward", e.what());
+    } catch (...) {
+      return Fail("forward", "an exception that is not a std::exception");
+    }
+  }
+
+  // Arguments: Forward's inputs, then one cotangent per output. Results: one gradient per input.
+  static ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets) {
+    try {
+      if (args.size() <= kN || rets.size() != kN) {
+        throw std::runtime_error("expects the " + std::to_string(kN) + " inputs, the output cotangents and " +
+                                 std::to_string(kN) + " results");
+      }
+      const Inputs in = ReadInputs(args);
+      AutogradContext ctx;
+      ContextState &st = State(ctx);
+      st.needs.assign(kN, false);
+      for (std::size_t i = 0; i < kN; ++i) st.needs[i] = ::opbuilder::IsDifferentiable(in[i]->dtype());
+      std::array<Tensor *, kN + 1> raw{};
+      const TensorPtrList outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
+      st.args = nullptr;
+      if (args.size() - kN != outs.size()) {
+        throw std::runtime_error("Forward returned " + std::to_string(outs.size()) + " tensors, but got " +
+                                 std::to_string(args.size() - kN) + " cotangents");
+      }
+      TensorPtrList grads;
+      for (std::size_t j = 0; j < outs.size(); ++j) {
+        auto b = args.get<ffi::AnyBuffer>(kN + j);
+        if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
+        grads.push_back(Wrap(*b, false, "cotangent", j));
+      }
+      const TensorPtrList dst = ResultTensors(rets);
+      TensorPtrList g;
+      {
+        OfferResults offer(dst);
+        g = T::Backward(&ctx, std::move(grads));
+      }
+      if (g.size() != kN) {
+        throw std::runtime_error("Backward returned " + std::to_string(g.size()) + " gradients for " +
+                                 std::to_string(kN) + " arguments");
+      }
+      for (std::size_t i = 0; i < kN; ++i) {
+        if (!st.needs[i]) g[i] = nullptr;
+      }
+      CopyOut(std::move(g), dst, FunctionName<T>());
+      return ffi::Error::Success();
+    } catch (const std::exception &e) {
+      return Fail("backward", e.what());
+    } catch (...) {
+      return Fail("backward", "an exception that is not a std::exception");
+    }
+  }
+};
+
+template <typename T>
+using HandlersOf = Handlers<T, decltype(&T::Forward)>;
+
+template <typename T>
+XLA_FFI_Error *ForwardEntry(XLA_FFI_CallFrame *frame) {
+  static auto *h =
+      ffi::Ffi::Bind().RemainingArgs().RemainingRets().To(&HandlersOf<T>::Forward).release();
+  return h->Call(frame);
+}
+
+template <typename T>
+XLA_FFI_Error *BackwardEntry(XLA_FFI_CallFrame *frame) {
+  static auto *h =
+      ffi::Ffi::Bind().RemainingArgs().RemainingRets().To(&HandlersOf<T>::Backward).release();
+  return h->Call(frame);
+}
+
+// Adds `fn` to `module` as the PyCapsule attribute `attr` (what jax.ffi.register_ffi_target takes).
+inline void AddCapsule(PyObject *module, const std::string &attr, XLA_FFI_Error *(*fn)(XLA_FFI_CallFrame *)) {
+  PyRef cap = PyRef::Steal(Check(PyCapsule_New(reinterpret_cast<void *>(fn), nullptr, nullptr)));
+  if (PyObject_SetAttrString(module, attr.c_str(), cap.get()) < 0) throw PythonError();
+}
+
+template <typename T>
+void Export(PyObject *module, const std::string &name) {
+  AddCapsule(module, name + "_xla_fwd", &ForwardEntry<T>);
+  AddCapsule(module, name + "_xla_bwd", &BackwardEntry<T>);
+}
+
+}  // namespace xla_ffi
+}  // namespace detail
+}  // namespace opbuilder
+
+// Inside OB_MODULE(m): binds T's XLA FFI handlers as the capsules <name>_xla_fwd and <name>_xla_bwd.
+#define OB_XLA_FFI(m, name, T) ::opbuilder::detail::xla_ffi::Export<T>((m).ptr(), (name))

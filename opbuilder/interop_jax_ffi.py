@@ -1,0 +1,86 @@
+"""``to_jax``'s XLA FFI path: a module function whose C++ ``Function`` was bound with
+``OB_XLA_FFI`` (the PyCapsules ``<name>_xla_fwd`` / ``<name>_xla_bwd``, see
+include/opbuilder/xla_ffi.h) runs as an XLA custom call (``jax.ffi.ffi_call``) instead of
+a host callback: no copy of the inputs, no GIL, no Python per call.
+
+Result shapes come from the shape rule (the ``<name>_infer_shape`` companion or
+``shape_fn``); a function with handlers but no rule is an error, since the custom call
+cannot probe. Calls with non-array (static) arguments fall back to the callback path.
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any, Callable, Dict, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["FFI_FWD", "FFI_BWD", "ffi_targets", "ffi_function"]
+
+FFI_FWD, FFI_BWD = "_xla_fwd", "_xla_bwd"
+
+_registered: "weakref.WeakKeyDictionary[Any, Dict[str, Tuple[str, str]]]" = weakref.WeakKeyDictionary()
+_serial = itertools.count()
+
+
+def ffi_targets(module: Any, funcs: Dict[str, Callable], shape_fns: Dict[str, Callable]) -> Dict[str, Tuple[str, str]]:
+    """The XLA target names (forward, backward) of ``module``'s functions that have FFI handlers;
+    each is registered with XLA once per module object. ValueError for one without a shape rule."""
+    with_handlers = [n for n in funcs if hasattr(module, n + FFI_FWD) and hasattr(module, n + FFI_BWD)]
+    for name in with_handlers:
+        if name not in shape_fns:
+            raise ValueError(f"to_jax: {name} has XLA FFI handlers ({name}{FFI_FWD}) but no shape rule: the "
+                             f"custom call needs its result shapes before it runs; declare a static InferShape "
+                             f"in the Function and bind it as '{name}_infer_shape' "
+                             f"(m.def(\"{name}_infer_shape\", T::InferShapeFunction())), or pass "
+                             f"shape_fn={{'{name}': ...}}")
+    try:
+        done = _registered.setdefault(module, {})
+    except TypeError:  # not weak-referenceable: register for this call only
+        done = {}
+    for name in with_handlers:
+        if name not in done:
+            prefix = f"opbuilder.{getattr(module, '__name__', 'module')}.{next(_serial)}.{name}"
+            jax.ffi.register_ffi_target(prefix + ".fwd", getattr(module, name + FFI_FWD), platform="cpu")
+            jax.ffi.register_ffi_target(prefix + ".bwd", getattr(module, name + FFI_BWD), platform="cpu")
+            done[name] = (prefix + ".fwd", prefix + ".bwd")
+    return {name: done[name] for name in with_handlers}
+
+
+def _cotangent(ct: Any, struct: jax.ShapeDtypeStruct) -> Any:
+    """A cotangent as an array of the output's dtype (integer outputs get float0 ones from JAX)."""
+    if getattr(ct, "dtype", None) == jax.dtypes.float0:
+        return jnp.zeros(struct.shape, struct.dtype)
+    return ct
+
+
+def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str]) -> Callable:
+    """A ``custom_vjp`` over the XLA custom calls ``targets`` (forward, backward) for an all-array call
+    of ``op`` (to_jax's ``_JaxOp``: its ``specs`` gives the result shapes)."""
+    fwd_target, bwd_target = targets
+
+    def out_structs(arrays):
+        specs, single = op.specs(positions, (), arrays)
+        return tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs), single
+
+    @jax.custom_vjp
+    def f(*arrays):
+        structs, single = out_structs(arrays)
+        outs = jax.ffi.ffi_call(fwd_target, structs, vmap_method="sequential")(*arrays)
+        return outs[0] if single else tuple(outs)
+
+    def f_fwd(*arrays):
+        return f(*arrays), arrays
+
+    def f_bwd(arrays, ct):
+        structs, _ = out_structs(arrays)
+        cts = (ct,) if not isinstance(ct, tuple) else ct
+        cts = tuple(_cotangent(c, s) for c, s in zip(cts, structs))
+        grads = jax.ffi.ffi_call(bwd_target, tuple(jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in arrays),
+                                 vmap_method="sequential")(*arrays, *cts)
+        return tuple(g if np.issubdtype(a.dtype, np.inexact) else None for a, g in zip(arrays, grads))
+
+    f.defvjp(f_fwd, f_bwd)
+    return f
