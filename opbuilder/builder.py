@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 from . import fingerprint as fp
 from .binding import NANOBIND, PYBIND11, detect_binding
 from .cache_dir import cache_root, root_origin
+from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .headers import headers_digest, include_dir
 from .importer import import_extension, loader_error
@@ -120,6 +121,8 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
         system += ["-isystem", nb.include, "-isystem", py.python_include]
         places.update({nb.include: "<nanobind include>", py.python_include: "<python include>"})
         binding_defines = ["-DOB_BINDING_NANOBIND", "-DNB_SHARED"]
+        if uses_core(spec):  # the core's non-template functions come from the core library (core_lib.py)
+            binding_defines.append(f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, py.abi)}")
         defines = [f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}", *binding_defines]
         identity += ["binding=nanobind", f"nanobind={nb.version}", f"python={py.abi}"]
         output = spec.name + ext_suffix()
@@ -148,6 +151,14 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
         output = "libnanobind.so"
         visibility = ["-fvisibility=hidden", "-fno-strict-aliasing", "-DNB_BUILD", "-DNB_SHARED",
                       "-DNB_COMPACT_ASSERTIONS"]
+    elif spec.kind == "core":  # the core library (core_lib.cpp): opbuilder's headers over Python's C API
+        py = python_info(spec.root)
+        system += ["-isystem", py.python_include]
+        places[py.python_include] = "<python include>"
+        identity += [f"python={py.abi}"]
+        output = CORE_FILE
+        visibility = ["-fvisibility=hidden", "-DOB_CORE_BUILD",
+                      f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, py.abi)}"]
     else:
         output = f"lib{spec.name}.so"
         visibility = []
@@ -559,6 +570,12 @@ class CustomOpBuilder:
         shared library."""
         return str(_build_with_runtime(self.spec)[1][2])
 
+    def core_library(self) -> Optional[str]:
+        """The path of the core library this operator loads (built if needed; core_lib.py), or None
+        for an operator that compiles the core itself (pybind11, sanitizers, CUDA)."""
+        lib = _core_for(self.spec)
+        return None if lib is None else str(lib)
+
     def runtime_library(self) -> Optional[str]:
         """The path of nanobind's shared runtime this operator loads (built if needed), or None for
         an operator bound with pybind11."""
@@ -581,8 +598,8 @@ class CustomOpBuilder:
                     module_name = f"_opbuilder_{key}.{spec.name}"
                 try:
                     stamp = stamp_of(os.lstat(lib))
-                    if runtime is not None:
-                        from .nanobind_runtime import preload
+                    if runtime:
+                        from .needs import preload
                         preload(runtime)
                     mod = import_extension(spec.name, lib, module_name)
                 except FileNotFoundError:
@@ -620,9 +637,24 @@ def _runtime_for(spec: BuildSpec) -> Optional[Path]:
     return _build_checked(nanobind_runtime.runtime_spec(spec.root, spec.verbose))[2]
 
 
+def _core_for(spec: BuildSpec) -> Optional[Path]:
+    """The core library (built if needed) when ``spec`` is a nanobind operator that links to it
+    (core_lib.py); None when it compiles the core itself."""
+    if spec.kind != "module" or spec.backend != "CPU" or _binding(spec) != NANOBIND or not uses_core(spec):
+        return None
+    from .core_lib import core_spec
+    return _build_checked(core_spec(spec.root, spec.verbose))[2]
+
+
 def _cached(spec: BuildSpec) -> Optional[Path]:
     """The library already built for ``spec`` (the cache or a prebuilt store), without building or
     locking; None when it must be built (or cannot be looked up here: ``_build_checked`` says why)."""
+    hit = _cached_build(spec)
+    return None if hit is None else hit[2]
+
+
+def _cached_build(spec: BuildSpec) -> Optional[Tuple[BuildSpec, str, Path]]:
+    """``_build_checked(spec)`` when it would build nothing; else None."""
     try:
         spec = _trusted(spec)
         plan = _plan(spec, find_compiler(spec.root))
@@ -630,39 +662,68 @@ def _cached(spec: BuildSpec) -> Optional[Path]:
         hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
     except (OSError, BuildError):
         return None
-    return None if hit is None else hit[1]
+    return None if hit is None else (spec, *hit)
 
 
-def _build_with_runtime(spec: BuildSpec) -> Tuple[Optional[Path], Tuple[BuildSpec, str, Path]]:
-    """(nanobind's shared runtime or None, ``_build_checked(spec)``). A runtime not built yet is
-    built in a thread beside the operator's own compile: a newcomer waits for the longer of the two,
-    not their sum (the operator only needs it when it is imported)."""
+def _dep_specs(spec: BuildSpec) -> List[BuildSpec]:
+    """The shared libraries a module loads before it is imported: nanobind's runtime (unless this
+    process has one already) and the core library, for a nanobind module that links to them."""
     if spec.kind != "module" or _binding(spec) != NANOBIND:
-        return None, _build_checked(spec)
+        return []
     from . import nanobind_runtime
-    if nanobind_runtime.loaded() is not None:  # this process has one: later loads need no lookup
-        return nanobind_runtime.loaded(), _build_checked(spec)
-    rt_spec = nanobind_runtime.runtime_spec(spec.root, spec.verbose)
-    runtime = _cached(rt_spec)
-    if runtime is not None:
-        return runtime, _build_checked(spec)
-    result: Dict[str, object] = {}
+    from .core_lib import core_spec
+    deps = [] if nanobind_runtime.loaded() is not None else [nanobind_runtime.runtime_spec(spec.root, spec.verbose)]
+    if spec.backend == "CPU" and uses_core(spec):
+        deps.append(core_spec(spec.root, spec.verbose))
+    return deps
 
-    def build_runtime() -> None:
-        try:
-            result["lib"] = _build_checked(rt_spec)[2]
-        except BaseException as e:  # raised in the caller's thread below
-            result["error"] = e
 
-    worker = threading.Thread(target=build_runtime, name="opbuilder-nanobind-runtime", daemon=True)
-    worker.start()
+def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, str, Path]]:
+    """(the shared libraries to load before the module, ``_build_checked(spec)``). A warm module
+    names them in its record (needs.py): one stat each, no lookup. Otherwise each is looked up, and
+    one not built yet is built in a thread beside the operator's own compile: a newcomer waits for
+    the longest of them, not their sum (the operator only needs them when it is imported)."""
+    from . import needs
+    deps = _dep_specs(spec)
+    if not deps and (spec.kind != "module" or _binding(spec) != NANOBIND):
+        return [], _build_checked(spec)
+    warm = _cached_build(spec)
+    if warm is not None and warm[2].parent.parent == warm[0].op_dir:  # in the cache, not a store
+        recorded = needs.recorded(warm[2], [d.op_dir.name for d in deps])
+        if recorded is not None:
+            return recorded, warm
+    libs: Dict[int, Path] = {}
+    errors: List[BaseException] = []
+    workers = []
+    for i, dep in enumerate(deps):
+        lib = _cached(dep)
+        if lib is not None:
+            libs[i] = lib
+            continue
+
+        def build_dep(i: int = i, dep: BuildSpec = dep) -> None:
+            try:
+                libs[i] = _build_checked(dep)[2]
+            except BaseException as e:  # raised in the caller's thread below
+                errors.append(e)
+
+        worker = threading.Thread(target=build_dep, name=f"opbuilder-{dep.name}", daemon=True)
+        worker.start()
+        workers.append(worker)
     try:
-        built = _build_checked(spec)
+        built = warm if warm is not None else _build_checked(spec)
     finally:
-        worker.join()
-    if "error" in result:
-        raise result["error"]  # type: ignore[misc]
-    return result["lib"], built  # type: ignore[return-value]
+        for worker in workers:
+            worker.join()
+    if errors:
+        raise errors[0]
+    from . import nanobind_runtime
+    found = [libs[i] for i in range(len(deps))]
+    if nanobind_runtime.loaded() is not None and all(d.name != nanobind_runtime.RUNTIME_NAME for d in deps):
+        found.insert(0, nanobind_runtime.loaded())
+    if built[2].parent.parent == built[0].op_dir:
+        needs.record(built[2], found)
+    return found, built
 
 
 def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str = "CPU",
