@@ -194,3 +194,26 @@ def test_a_record_naming_anything_but_opbuilders_own_libraries_is_ignored(tmp_pa
     info.write_text(json.dumps({"library": {}, "needs": [{**entry, "stamp": stamp_of(os.lstat(core))}]}))
     assert needs.recorded(lib, [entry["dir"]]) is None
 
+
+# ---- doctor -------------------------------------------------------------------------------------------
+def _doctor(cache: Path) -> str:
+    res = subprocess.run([PYTHON, "-m", "opbuilder", "doctor"], capture_output=True, text=True, timeout=300,
+                         env=child_env(OPBUILDER_CACHE_DIR=str(cache)))
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def test_doctor_says_whether_nanobind_and_the_libraries_its_operators_load_are_there(nb_ops, cache_dir, tmp_path):
+    import nanobind
+
+    out = _doctor(cache_dir)
+    assert f"ok    nanobind: {nanobind.__version__} (" in out
+    core = CustomOpBuilder("my_ops", [str(CUSTOM_SRC / "function_ops.cpp")]).core_library()
+    assert f"ok    opbuilder core library: built for this toolchain ({core})" in out
+    assert re.search(r"^ok    nanobind runtime: built for this toolchain \(.*/_nanobind\.lib/\w+/libnanobind\.so\)$",
+                     out, re.M), out
+    fresh = tmp_path / "fresh"
+    fresh.mkdir(mode=0o700)
+    out = _doctor(fresh)
+    assert "ok    opbuilder core library: not built for this toolchain yet: the first nanobind operator's " \
+           "load() builds it once (seconds)" in out
