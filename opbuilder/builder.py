@@ -668,17 +668,24 @@ def _cached_build(spec: BuildSpec) -> Optional[Tuple[BuildSpec, str, Path]]:
     return None if hit is None else (spec, *hit)
 
 
+def _dep_names(spec: BuildSpec) -> List[str]:
+    """The names of the shared libraries nanobind module ``spec`` loads before it is imported:
+    nanobind's runtime (unless this process has one already) and the core library, if it links to
+    it (their cache directories are ``<name>.lib``)."""
+    from .core_lib import CORE_NAME
+    from .nanobind_runtime import RUNTIME_NAME, loaded
+    names = [] if loaded() is not None else [RUNTIME_NAME]
+    return names + [CORE_NAME] if spec.backend == "CPU" and uses_core(spec) else names
+
+
 def _dep_specs(spec: BuildSpec) -> List[BuildSpec]:
-    """The shared libraries a module loads before it is imported: nanobind's runtime (unless this
-    process has one already) and the core library, for a nanobind module that links to them."""
+    """The builds of the shared libraries a module loads before it is imported (``_dep_names``)."""
     if spec.kind != "module" or _binding(spec) != NANOBIND:
         return []
-    from . import nanobind_runtime
-    from .core_lib import core_spec
-    deps = [] if nanobind_runtime.loaded() is not None else [nanobind_runtime.runtime_spec(spec.root, spec.verbose)]
-    if spec.backend == "CPU" and uses_core(spec):
-        deps.append(core_spec(spec.root, spec.verbose))
-    return deps
+    from .core_lib import CORE_NAME, core_spec
+    from .nanobind_runtime import runtime_spec
+    return [core_spec(spec.root, spec.verbose) if n == CORE_NAME else runtime_spec(spec.root, spec.verbose)
+            for n in _dep_names(spec)]
 
 
 def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, str, Path]]:
@@ -687,14 +694,14 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
     one not built yet is built in a thread beside the operator's own compile: a newcomer waits for
     the longest of them, not their sum (the operator only needs them when it is imported)."""
     from . import needs
-    deps = _dep_specs(spec)
-    if not deps and (spec.kind != "module" or _binding(spec) != NANOBIND):
+    if spec.kind != "module" or _binding(spec) != NANOBIND:
         return [], _build_checked(spec)
     warm = _cached_build(spec)
     if warm is not None and warm[2].parent.parent == warm[0].op_dir:  # in the cache, not a store
-        recorded = needs.recorded(warm[2], [d.op_dir.name for d in deps])
+        recorded = needs.recorded(warm[2], [f"{n}.lib" for n in _dep_names(spec)])
         if recorded is not None:
             return recorded, warm
+    deps = _dep_specs(spec)
     libs: Dict[int, Path] = {}
     errors: List[BaseException] = []
     workers = []

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -26,14 +25,19 @@ from .trust import read_file, stamp_of
 __all__ = ["recorded", "record", "preload"]
 
 _FILES = {f"{RUNTIME_NAME}.lib": "libnanobind.so", f"{CORE_NAME}.lib": CORE_FILE}
-_KEY = re.compile(r"^[0-9a-f]{8,64}$")
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_key(key: object) -> bool:
+    """A build key as the builder writes them (hex): never a path (no ``/``, no ``..``)."""
+    return isinstance(key, str) and 8 <= len(key) <= 64 and _HEX.issuperset(key)
 
 
 def _entry(lib: Path) -> Optional[dict]:
     """The record of dependency ``lib`` (``<root>/<dir>/<key>/<file>``), or None if it is not one."""
     key_dir = lib.parent
     name = key_dir.parent.name
-    if _FILES.get(name) != lib.name or not _KEY.match(key_dir.name):
+    if _FILES.get(name) != lib.name or not _is_key(key_dir.name):
         return None
     try:
         st = os.lstat(lib)
@@ -57,8 +61,7 @@ def recorded(lib: Path, names: Sequence[str]) -> Optional[List[Path]]:
     out = []
     for name in names:
         e = by_dir.get(name)
-        if e is None or _FILES.get(name) != e.get("file") or not isinstance(e.get("key"), str) \
-                or not _KEY.match(e["key"]):
+        if e is None or _FILES.get(name) != e.get("file") or not _is_key(e.get("key")):
             return None
         path = root / name / e["key"] / e["file"]
         try:
