@@ -217,3 +217,41 @@ def test_doctor_says_whether_nanobind_and_the_libraries_its_operators_load_are_t
     out = _doctor(fresh)
     assert "ok    opbuilder core library: not built for this toolchain yet: the first nanobind operator's " \
            "load() builds it once (seconds)" in out
+
+
+# ---- two versions in one process ----------------------------------------------------------------------
+TWO_VERSIONS = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    import numpy as np
+    import opbuilder.headers as headers
+    from opbuilder import CustomOpBuilder
+    from runtime import Tensor
+    ops = [CustomOpBuilder("mix_a", [sys.argv[1]]).load()]
+    headers._include_dir = Path(sys.argv[2])  # opbuilder's headers, edited: another core library
+    ops.append(CustomOpBuilder("mix_b", [sys.argv[1]]).load())
+    for m in ops:
+        try:
+            m.mul(np.ones(2, np.complex64), Tensor(np.ones(2)))
+        except TypeError as e:
+            print(str(e).split(";")[0])
+""")
+
+
+def test_operators_built_from_other_headers_each_use_their_own_core_in_one_process(cache_dir, tmp_path):
+    """Both core libraries are loaded with RTLD_GLOBAL; each operator must bind to the one built from
+    its headers (the tag in the symbol names), never to the first one loaded."""
+    include = tmp_path / "include"
+    shutil.copytree(ROOT / "include", include)
+    bridge = include / "opbuilder" / "detail" / "runtime_bridge.h"
+    text = bridge.read_text()
+    assert '"opbuilder: unsupported tensor dtype "' in text
+    bridge.write_text(text.replace('"opbuilder: unsupported tensor dtype "',
+                                   '"opbuilder (edited headers): unsupported tensor dtype "'))
+    res = subprocess.run([PYTHON, "-c", TWO_VERSIONS, str(CUSTOM_SRC / "function_ops.cpp"), str(include)],
+                         capture_output=True, text=True, timeout=900,
+                         env=child_env(OPBUILDER_CACHE_DIR=str(cache_dir), OPBUILDER_PCH="0"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["opbuilder: unsupported tensor dtype complex64",
+                                       "opbuilder (edited headers): unsupported tensor dtype complex64"]
+    assert len(list(cache_dir.glob(f"_obcore.lib/*/{CORE_FILE}"))) >= 2
