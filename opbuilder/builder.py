@@ -160,7 +160,9 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
         places[py.python_include] = "<python include>"
         identity += [f"python={py.abi}"]
         output = CORE_FILE
-        visibility = ["-fvisibility=hidden", "-DOB_CORE_BUILD",
+        # -fno-semantic-interposition: its exported functions call (and inline) each other directly,
+        # not through the PLT (the tag in their names already rules out interposing them)
+        visibility = ["-fvisibility=hidden", "-fno-semantic-interposition", "-DOB_CORE_BUILD",
                       f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, py.abi)}"]
     else:
         output = f"lib{spec.name}.so"
