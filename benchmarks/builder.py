@@ -309,6 +309,8 @@ def bindings(work: Path, rounds: int) -> int:
     seed.write_text(BARE_NANOBIND.replace("<nanobind/nanobind.h>", '"opbuilder/extension.h"')
                     .replace("NB_MODULE(bare, m)", "OB_MODULE(m)"))
     _run(OB_CHILD.replace("assert m.mul", "# "), ["seed_op", str(seed)], _env(OPBUILDER_CACHE_DIR=str(base)))
+    if os.environ.get("OPBUILDER_PCH", "1") not in ("0", "", "off", "false", "no"):
+        _wait_for_pch(base)  # the shared state a later operator finds: runtime, core library, PCH
     samples: Dict[str, List[Dict[str, float]]] = {}
 
     def fresh(tag: str, with_runtime: bool) -> Path:

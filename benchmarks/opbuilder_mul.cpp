@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include <pybind11/numpy.h>  // py::array_t for floor_call (extension.h brings pybind11.h and stl.h)
+
 #include "mul_kernel.h"
 #include "opbuilder/extension.h"
 

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 from . import fingerprint as fp
 from .binding import NANOBIND, PYBIND11, detect_binding
 from .cache_dir import cache_root, root_origin
+from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .headers import headers_digest, include_dir
 from .importer import import_extension, loader_error
@@ -132,19 +133,23 @@ def _optimization(spec: BuildSpec, cxx: Compiler) -> Tuple[Tuple[str, ...], Tupl
     return opt, vectorize + speed
 
 
-def _module_target(spec: BuildSpec) -> _Target:
+def _module_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
     """A Python module, bound with nanobind (its runtime is a shared library built once per toolchain,
-    nanobind_runtime.py) or with pybind11."""
+    nanobind_runtime.py, and the core's non-template functions come from the core library,
+    core_lib.py) or with pybind11."""
     py = python_info(spec.root)
     names = (f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}")
     output = spec.name + ext_suffix()
     if _binding(spec) == NANOBIND:
         nb = nanobind_info(spec.root)
-        binding_defines = ("-DOB_BINDING_NANOBIND", "-DNB_SHARED")
+        core = (f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, py.abi)}",) if uses_core(spec) else ()
+        binding_defines = ("-DOB_BINDING_NANOBIND", "-DNB_SHARED", *core)
+        keys = (f"nanobind={nb.version}", f"python={py.abi}")
+        # its own PCH: with the core in the core library, reading the headers is ~30% of the compile
         return _Target(output, NANOBIND, ("-isystem", nb.include, "-isystem", py.python_include),
                        ((nb.include, "<nanobind include>"), (py.python_include, "<python include>")),
                        names + binding_defines, binding_defines, ("-fvisibility=hidden",),
-                       ("binding=nanobind", f"nanobind={nb.version}", f"python={py.abi}"))
+                       ("binding=nanobind", *keys), pch_identity=keys)
     keys = (f"pybind11={py.pybind11_version}", f"python={py.abi}")
     return _Target(output, PYBIND11, ("-isystem", py.pybind11_include, "-isystem", py.python_include),
                    ((py.pybind11_include, "<pybind11 include>"), (py.python_include, "<python include>")),
@@ -167,12 +172,25 @@ def _runtime_target(spec: BuildSpec) -> _Target:
                    reads_headers=False)
 
 
-def _target(spec: BuildSpec) -> _Target:
+def _core_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
+    """The core library (core_lib.cpp): opbuilder's headers over Python's C API, compiled once."""
+    py = python_info(spec.root)
+    # -fno-semantic-interposition: its exported functions call (and inline) each other directly, not
+    # through the PLT (the tag in their names already rules out interposing them)
+    return _Target(CORE_FILE, None, ("-isystem", py.python_include), ((py.python_include, "<python include>"),),
+                   visibility=("-fvisibility=hidden", "-fno-semantic-interposition", "-DOB_CORE_BUILD",
+                               f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, py.abi)}"),
+                   identity=(f"python={py.abi}",))
+
+
+def _target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
     """What ``spec``'s kind of output adds to its plan; a plain library (aot ops) adds nothing."""
     if spec.kind == "module":
-        return _module_target(spec)
+        return _module_target(spec, hdr, cxx)
     if spec.kind == "runtime":
         return _runtime_target(spec)
+    if spec.kind == "core":
+        return _core_target(spec, hdr, cxx)
     return _Target(f"lib{spec.name}.so")
 
 
@@ -240,7 +258,7 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     project = project_root(spec.sources)
     native = ((f"native_cpu={native_cpu()}",)  # -march=native: this CPU's code, not another's
               if wants_native_cpu((*spec.cflags, *spec.cuda_cflags)) else ())
-    target = _target(spec)
+    target = _target(spec, hdr, cxx)
     system = ("-isystem", str(include_dir()), *target.system)
     places = {str(include_dir()): "<opbuilder include>", **dict(target.places)}
     # deps=2: builds record the headers of user -isystem directories and the files whose creation would
@@ -344,7 +362,7 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
             current = None
         if current != text.encode():
             fp.write_text_atomic(name_h, text)
-    use_pch = plan.binding == PYBIND11 and plan.cxx.family == "gcc" and pchmod.enabled()
+    use_pch = plan.binding is not None and plan.cxx.family == "gcc" and pchmod.enabled()
     for src, obj, rule in zip(plan.sources, plan.objects, plan.rules):
         extra: Tuple[str, ...] = ()
         if spec.kind == "module" and rule == "cxx":
@@ -613,6 +631,12 @@ class CustomOpBuilder:
         shared library."""
         return str(retrying(self.name, lambda: _build_with_runtime(self.spec))[1][2])
 
+    def core_library(self) -> Optional[str]:
+        """The path of the core library this operator loads (built if needed; core_lib.py), or None
+        for an operator that compiles the core itself (pybind11, sanitizers, CUDA)."""
+        lib = _core_for(self.spec)
+        return None if lib is None else str(lib)
+
     def runtime_library(self) -> Optional[str]:
         """The path of nanobind's shared runtime this operator loads (built if needed), or None for
         an operator bound with pybind11."""
@@ -639,8 +663,8 @@ class CustomOpBuilder:
                 module_name = f"_opbuilder_{key}.{spec.name}"
             try:
                 stamp = stamp_of(os.lstat(lib))
-                if runtime is not None:
-                    from .nanobind_runtime import preload
+                if runtime:
+                    from .needs import preload
                     preload(runtime)
                 mod = import_extension(spec.name, lib, module_name)
             except FileNotFoundError as e:
@@ -676,9 +700,24 @@ def _runtime_for(spec: BuildSpec) -> Optional[Path]:
     return retrying(rt_spec.name, lambda: _build_checked(rt_spec))[2]
 
 
+def _core_for(spec: BuildSpec) -> Optional[Path]:
+    """The core library (built if needed) when ``spec`` is a nanobind operator that links to it
+    (core_lib.py); None when it compiles the core itself."""
+    if spec.kind != "module" or spec.backend != "CPU" or _binding(spec) != NANOBIND or not uses_core(spec):
+        return None
+    from .core_lib import core_spec
+    return _build_checked(core_spec(spec.root, spec.verbose))[2]
+
+
 def _cached(spec: BuildSpec) -> Optional[Path]:
     """The library already built for ``spec`` (the cache or a prebuilt store), without building or
     locking; None when it must be built (or cannot be looked up here: ``_build_checked`` says why)."""
+    hit = _cached_build(spec)
+    return None if hit is None else hit[2]
+
+
+def _cached_build(spec: BuildSpec) -> Optional[Tuple[BuildSpec, str, Path]]:
+    """``_build_checked(spec)`` when it would build nothing; else None."""
     try:
         spec = _trusted(spec)
         plan = _plan(spec, find_compiler(spec.root))
@@ -686,39 +725,75 @@ def _cached(spec: BuildSpec) -> Optional[Path]:
         hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
     except (OSError, BuildError):
         return None
-    return None if hit is None else hit[1]
+    return None if hit is None else (spec, *hit)
 
 
-def _build_with_runtime(spec: BuildSpec) -> Tuple[Optional[Path], Tuple[BuildSpec, str, Path]]:
-    """(nanobind's shared runtime or None, ``_build_checked(spec)``), one pass of each. A runtime not
-    built yet is built in a thread beside the operator's own compile: a newcomer waits for the longer
-    of the two, not their sum (the operator only needs it when it is imported)."""
+def _dep_names(spec: BuildSpec) -> List[str]:
+    """The names of the shared libraries nanobind module ``spec`` loads before it is imported:
+    nanobind's runtime (unless this process has one already) and the core library, if it links to
+    it (their cache directories are ``<name>.lib``)."""
+    from .core_lib import CORE_NAME
+    from .nanobind_runtime import RUNTIME_NAME, loaded
+    names = [] if loaded() is not None else [RUNTIME_NAME]
+    return names + [CORE_NAME] if spec.backend == "CPU" and uses_core(spec) else names
+
+
+def _dep_specs(spec: BuildSpec) -> List[BuildSpec]:
+    """The builds of the shared libraries a module loads before it is imported (``_dep_names``)."""
     if spec.kind != "module" or _binding(spec) != NANOBIND:
-        return None, _build_checked(spec)
-    from . import nanobind_runtime
-    if nanobind_runtime.loaded() is not None:  # this process has one: later loads need no lookup
-        return nanobind_runtime.loaded(), _build_checked(spec)
-    rt_spec = nanobind_runtime.runtime_spec(spec.root, spec.verbose)
-    runtime = _cached(rt_spec)
-    if runtime is not None:
-        return runtime, _build_checked(spec)
-    result: Dict[str, object] = {}
+        return []
+    from .core_lib import CORE_NAME, core_spec
+    from .nanobind_runtime import runtime_spec
+    return [core_spec(spec.root, spec.verbose) if n == CORE_NAME else runtime_spec(spec.root, spec.verbose)
+            for n in _dep_names(spec)]
 
-    def build_runtime() -> None:
-        try:
-            result["lib"] = _build_checked(rt_spec)[2]
-        except BaseException as e:  # raised in the caller's thread below
-            result["error"] = e
 
-    worker = threading.Thread(target=build_runtime, name="opbuilder-nanobind-runtime", daemon=True)
-    worker.start()
+def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, str, Path]]:
+    """(the shared libraries to load before the module, ``_build_checked(spec)``). A warm module
+    names them in its record (needs.py): one stat each, no lookup. Otherwise each is looked up, and
+    one not built yet is built in a thread beside the operator's own compile: a newcomer waits for
+    the longest of them, not their sum (the operator only needs them when it is imported)."""
+    from . import needs
+    if spec.kind != "module" or _binding(spec) != NANOBIND:
+        return [], _build_checked(spec)
+    warm = _cached_build(spec)
+    if warm is not None and warm[2].parent.parent == warm[0].op_dir:  # in the cache, not a store
+        recorded = needs.recorded(warm[2], [f"{n}.lib" for n in _dep_names(spec)])
+        if recorded is not None:
+            return recorded, warm
+    deps = _dep_specs(spec)
+    libs: Dict[int, Path] = {}
+    errors: List[BaseException] = []
+    workers = []
+    for i, dep in enumerate(deps):
+        lib = _cached(dep)
+        if lib is not None:
+            libs[i] = lib
+            continue
+
+        def build_dep(i: int = i, dep: BuildSpec = dep) -> None:
+            try:
+                libs[i] = _build_checked(dep)[2]
+            except BaseException as e:  # raised in the caller's thread below
+                errors.append(e)
+
+        worker = threading.Thread(target=build_dep, name=f"opbuilder-{dep.name}", daemon=True)
+        worker.start()
+        workers.append(worker)
     try:
-        built = _build_checked(spec)
+        built = warm if warm is not None else _build_checked(spec)
     finally:
-        worker.join()
-    if "error" in result:
-        raise result["error"]  # type: ignore[misc]
-    return result["lib"], built  # type: ignore[return-value]
+        for worker in workers:
+            worker.join()
+    if errors:
+        raise errors[0]
+    from . import nanobind_runtime
+    found = [libs[i] for i in range(len(deps))]
+    if nanobind_runtime.loaded() is not None and all(d.name != nanobind_runtime.RUNTIME_NAME for d in deps):
+        found.insert(0, nanobind_runtime.loaded())
+    if built[2].parent.parent == built[0].op_dir:
+        needs.record(built[2], found)
+    return found, built
 
 
 def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str = "CPU",

@@ -80,9 +80,11 @@ def export_bundle(root: Path, names: Sequence[str], out: Path) -> List[str]:
                                 f"(create it first); nothing was written")
     members: List[str] = []
     files = []
+    from .core_lib import CORE_NAME
     from .nanobind_runtime import RUNTIME_NAME
-    if (root / f"{RUNTIME_NAME}.lib").is_dir() and any((root / n).is_dir() for n in names):
-        names = [*names, RUNTIME_NAME]  # modules bound with nanobind load its shared runtime: it travels with them
+    if any((root / n).is_dir() for n in names):
+        # modules bound with nanobind load its shared runtime and the core library: they travel with them
+        names = [*names, *(n for n in (RUNTIME_NAME, CORE_NAME) if (root / f"{n}.lib").is_dir())]
     for name in names:
         found = False
         for op in (name, f"{name}.lib"):

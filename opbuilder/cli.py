@@ -47,18 +47,19 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
         from .store import open_store
         into = open_store(Path(args.into))  # refused before compiling, if it is not ours or others can write it
-    runtime = None
+    deps = []
     if args.library:
         path = build_library(args.name, args.sources, **kw)
     else:
         builder = CustomOpBuilder(args.name, args.sources, **kw)
         path = builder.build()
-        runtime = builder.runtime_library()  # nanobind's shared runtime, which the operator loads
+        # what the operator loads first: nanobind's shared runtime and the core library
+        deps = [d for d in (builder.runtime_library(), builder.core_library()) if d is not None]
     if into is not None:
         from pathlib import Path
 
         from .store import install
-        for extra in [runtime] if runtime is not None else []:
+        for extra in deps:
             dep = Path(extra)
             install(dep.parent.parent, dep.parent.name, into, _owner_of(dep.parent.parent))
         lib = Path(path)

@@ -96,6 +96,32 @@ def _python() -> List[Check]:
     return checks
 
 
+def _nanobind() -> List[Check]:
+    """nanobind (the default binding, OB_MODULE) and the two libraries its operators load first."""
+    from .cache_dir import cache_root
+    from .toolchain import nanobind_info
+
+    root = cache_root()
+    try:
+        info = nanobind_info(root)
+    except (OSError, ValueError) as e:
+        return [Check("nanobind", "note", str(e).split(":")[0],
+                      "python -m pip install nanobind (operators with PYBIND11_MODULE build without it)")]
+    checks = [Check("nanobind", "ok", f"{info.version} ({info.include})")]
+    if not root.is_dir():
+        return checks
+    from .builder import _cached
+    from .core_lib import core_spec
+    from .nanobind_runtime import runtime_spec
+
+    for what, spec in (("nanobind runtime", runtime_spec(root)), ("opbuilder core library", core_spec(root))):
+        lib = _cached(spec)
+        checks.append(Check(what, "ok", f"built for this toolchain ({lib})" if lib is not None else
+                            "not built for this toolchain yet: the first nanobind operator's load() builds it "
+                            "once (seconds)"))
+    return checks
+
+
 def _ninja() -> Check:
     from .toolchain import ninja_path
 
@@ -266,7 +292,8 @@ def _store_entries(store: Path, owner: int) -> Tuple[int, int, List[Tuple[Path, 
 
 def run_checks() -> List[Check]:
     """Every check, in the order a build needs them."""
-    steps: List[Callable[[], object]] = [_cache_dir, _compiler, _python, _ninja, _jobs, _cuda, _launcher, _prebuilt]
+    steps: List[Callable[[], object]] = [_cache_dir, _compiler, _python, _nanobind, _ninja, _jobs, _cuda, _launcher,
+                                         _prebuilt]
     out: List[Check] = []
     for step in steps:
         res = step()

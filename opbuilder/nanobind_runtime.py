@@ -11,7 +11,6 @@ operator's undefined ``nanobind::detail`` symbols resolve to it.
 """
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Optional
@@ -47,6 +46,6 @@ def preload(library: Path) -> None:
         return
     with _lock:
         if _loaded is None:
-            import ctypes
-            ctypes.CDLL(str(library), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+            from .core_lib import dlopen_global
+            dlopen_global(str(library))
             _loaded = str(library)

@@ -6,7 +6,8 @@ generating code for pybind11's machinery and the operator. A precompiled
 header (PCH) takes away the reading for every build after the first.
 
 When it is used: gcc only (clang and nvcc refuse a PCH that does not match
-instead of falling back), pybind11 modules only, and only for sources whose
+instead of falling back), modules only (pybind11 and nanobind ones get one each: their
+flags differ), and only for sources whose
 first project include is ``opbuilder/extension.h`` or ``ms_extension.h`` with
 nothing but ``#include <...>`` lines before it, so forcing the header first
 cannot change what the source means. ``OPBUILDER_PCH=0`` turns it off.

@@ -1,6 +1,6 @@
 """Operators bound with nanobind: which binding a source set gets (binding.py), nanobind's shared
-runtime built once per toolchain and loaded before the operator, and the fleet features
-(`build --into` stores with the runtime, bundles, a node without a compiler)."""
+runtime and the core library built once per toolchain and loaded before the operator, and the
+fleet features (`build --into` stores with both, bundles, a node without a compiler)."""
 from __future__ import annotations
 
 import re
@@ -23,7 +23,10 @@ pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py
 NB_SOURCE = """\
 #include "opbuilder/extension.h"
 using namespace opbuilder;
-OB_MODULE(m) {{ m.def("value", []() {{ return {value}; }}); }}
+OB_MODULE(m) {{
+  m.def("value", []() {{ return {value}; }});
+  m.def("numel", [](const TensorPtr &x) {{ return x->numel(); }});  // the core library takes the tensor
+}}
 """
 
 
@@ -102,6 +105,7 @@ def test_the_shared_runtime_is_built_once_and_listed(cache_dir, nb_ops, tmp_path
     res = subprocess.run([PYTHON, "-m", "opbuilder", "cache", "list", "--cache-dir", str(cache_dir)],
                          capture_output=True, text=True, timeout=120, env=child_env())
     assert re.search(r"^_nanobind\s+library\s+1 build", res.stdout, re.M), res.stdout
+    assert re.search(r"^_obcore\s+library\s+1 build", res.stdout, re.M), res.stdout  # one core library too
     # the operator itself does not name the runtime's path: it is loaded before the module
     assert str(cache_dir).encode() not in (Path(other.__file__)).read_bytes()
 
@@ -109,8 +113,11 @@ def test_the_shared_runtime_is_built_once_and_listed(cache_dir, nb_ops, tmp_path
 # ---- fleet: a store filled by `build --into`, bundles, a node without a compiler -------------------
 NO_COMPILER = textwrap.dedent("""
     import sys
+    import numpy as np
     from opbuilder import CustomOpBuilder
-    print(CustomOpBuilder(sys.argv[2], [sys.argv[1]]).load().value())
+    from runtime import Tensor
+    m = CustomOpBuilder(sys.argv[2], [sys.argv[1]]).load()
+    print(m.value(), m.numel(Tensor(np.ones(3))))
 """)
 
 
@@ -141,12 +148,13 @@ def nb_store(cache_dir, tmp_path_factory):
 def test_build_into_stores_the_shared_runtime_and_a_node_without_a_compiler_loads_it(nb_store):
     tmp, store, _ = nb_store
     assert [p.name for p in (store / "_nanobind.lib").glob("*/libnanobind.so")] == ["libnanobind.so"]
+    assert [p.name for p in (store / "_obcore.lib").glob("*/libobcore.so")] == ["libobcore.so"]
     (tmp / "node").mkdir(exist_ok=True)
     src = _src(tmp / "node" / "op.cpp", NB_SOURCE.format(value=31))  # another checkout: relocatable keys
     env = _bare_env(tmp, OPBUILDER_CACHE_DIR=str(tmp / "node" / "cache"), OPBUILDER_PREBUILT_DIR=str(store))
     res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(src), "nb_stored"], capture_output=True, text=True,
                          timeout=300, env=env)
-    assert res.returncode == 0 and res.stdout.strip() == "31", res.stdout + res.stderr
+    assert res.returncode == 0 and res.stdout.strip() == "31 3", res.stdout + res.stderr
 
 
 def test_a_bundle_carries_the_shared_runtime_to_a_node_without_a_compiler(nb_store, cache_dir):
@@ -158,6 +166,7 @@ def test_a_bundle_carries_the_shared_runtime_to_a_node_without_a_compiler(nb_sto
     import tarfile
     with tarfile.open(bundle) as tar:
         assert any(n.startswith("_nanobind.lib/") and n.endswith("/libnanobind.so") for n in tar.getnames())
+        assert any(n.startswith("_obcore.lib/") and n.endswith("/libobcore.so") for n in tar.getnames())
     target = tmp / "bundle-node" / "store"
     res = subprocess.run([PYTHON, "-m", "opbuilder", "import", str(bundle), "--into", str(target)],
                          capture_output=True, text=True, timeout=120, env=child_env())
@@ -166,4 +175,4 @@ def test_a_bundle_carries_the_shared_runtime_to_a_node_without_a_compiler(nb_sto
     env = _bare_env(tmp, OPBUILDER_CACHE_DIR=str(tmp / "bundle-node" / "cache"), OPBUILDER_PREBUILT_DIR=str(target))
     res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(src), "nb_stored"], capture_output=True, text=True,
                          timeout=300, env=env)
-    assert res.returncode == 0 and res.stdout.strip() == "31", res.stdout + res.stderr
+    assert res.returncode == 0 and res.stdout.strip() == "31 3", res.stdout + res.stderr

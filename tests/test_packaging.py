@@ -37,7 +37,8 @@ def test_wheel_contains_packages_headers_and_examples(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for must in ["opbuilder/__init__.py", "runtime/__init__.py", "opbuilder/include/opbuilder/extension.h",
                  "opbuilder/include/ms_extension.h", "opbuilder/custom_src/function_ops.cpp",
-                 "opbuilder/include/opbuilder/aot.h", "runtime/ops/aot_call.cpp", "opbuilder/custom_src/aot_add.cpp"]:
+                 "opbuilder/include/opbuilder/aot.h", "runtime/ops/aot_call.cpp", "opbuilder/custom_src/aot_add.cpp",
+                 "opbuilder/include/opbuilder/core_lib.cpp"]:  # the core library's source (core_lib.py)
         assert must in names, must
 
 

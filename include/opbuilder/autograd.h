@@ -120,6 +120,7 @@ inline const ContextState &State(const AutogradContext &ctx);
 class OB_HIDDEN AutogradContext {
  public:
   AutogradContext() = default;
+  OB_CORE_FN ~AutogradContext();
   AutogradContext(const AutogradContext &) = delete;
   AutogradContext &operator=(const AutogradContext &) = delete;
 
@@ -129,7 +130,7 @@ class OB_HIDDEN AutogradContext {
 
   // The saved tensors, by position; an error naming the Function and the slot
   // if one was modified in place since it was saved.
-  TensorPtrList GetSavedTensors() const;
+  OB_CORE_FN TensorPtrList GetSavedTensors() const;
 
   // Does this Forward argument (by identity) need a gradient? Inside Forward only.
   bool NeedGrad(const TensorPtr &tensor) const {
@@ -178,7 +179,9 @@ inline ContextState &State(AutogradContext &ctx) { return ctx.st_; }
 inline const ContextState &State(const AutogradContext &ctx) { return ctx.st_; }
 
 // ---- what the node (function_node.h) needs of a context -------------------
-inline void ContextDeleter::operator()(AutogradContext *ctx) const { delete ctx; }
+#if OB_CORE_BODIES  // a member: declared in its class
+OB_CORE_FN void ContextDeleter::operator()(AutogradContext *ctx) const { delete ctx; }
+#endif
 inline bool ContextMaterializeGrads(const AutogradContext &ctx) { return State(ctx).materialize_grads; }
 inline void ContextRelease(AutogradContext &ctx) {
   State(ctx).released = true;
@@ -191,7 +194,9 @@ inline int ContextVisit(AutogradContext &ctx, visitproc visit, void *arg) {
 }
 inline void ContextClear(AutogradContext &ctx) { ctx.saved_data.clear(); }
 
-inline std::string Demangle(const char *name) {
+OB_CORE_FN std::string Demangle(const char *name) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
 #if defined(__GNUG__)
   int status = 0;
   char *s = abi::__cxa_demangle(name, nullptr, nullptr, &status);
@@ -203,6 +208,7 @@ inline std::string Demangle(const char *name) {
 #endif
   return name;
 }
+#endif
 
 // The class name for messages ("(anonymous namespace)::" left out).
 template <typename T>
@@ -296,7 +302,9 @@ inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPt
 
 // Outputs without recording: dirty arguments' versions go up; other returned
 // arguments become aliases (new Python objects over the same memory).
-inline TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, TensorPtrList outs) {
+OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, TensorPtrList outs) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   CheckOutputs(outs, *c.name);
   if (!c.dirty.empty()) FinishDirty(rt, c, outs);
   for (auto &o : outs) {
@@ -307,6 +315,7 @@ inline TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, TensorPtrL
   c.nargs = 0;
   return outs;
 }
+#endif
 
 inline PyRef WeakRef(PyObject *o) { return PyRef::Steal(Check(PyWeakref_NewRef(o, nullptr))); }
 
@@ -352,10 +361,12 @@ inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const T
 }
 
 // Records the node and turns Forward's outputs into runtime.Tensors that are its results.
-inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradContext, ContextDeleter> ctx,
+OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradContext, ContextDeleter> ctx,
                                    const TensorPtrList &outs, PyObject *edges,
                                    const std::uint64_t *fingerprints, double phase, BackwardFn backward,
-                                   ErrorFn set_error, PyObject *name_py) {
+                                   ErrorFn set_error, PyObject *name_py) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   ContextState &c = State(*ctx);
   CheckOutputs(outs, *c.name);
   CheckForwardWrites(rt, c, outs, fingerprints, phase);
@@ -445,6 +456,7 @@ inline TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradCo
   TensorPtrList().swap(c.non_differentiable);
   return result;
 }
+#endif
 
 inline TensorPtrList AsList(TensorPtr t) { return TensorPtrList{std::move(t)}; }
 inline TensorPtrList AsList(TensorPtrList l) { return l; }
@@ -458,7 +470,9 @@ R FromList(TensorPtrList l) {
 }
 
 // The edge to argument `t` (which requires grad): itself if a leaf, else (node, index). New reference.
-inline PyObject *EdgeOf(const Runtime &rt, PyObject *t) {
+OB_CORE_FN PyObject *EdgeOf(const Runtime &rt, PyObject *t) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   PyRef node = PyRef::Steal(Check(PyObject_GetAttr(t, rt.s_node)));
   if (node.get() == Py_None) {
     Py_INCREF(t);
@@ -467,6 +481,7 @@ inline PyObject *EdgeOf(const Runtime &rt, PyObject *t) {
   PyRef idx = PyRef::Steal(Check(PyObject_GetAttr(t, rt.s_out_index)));
   return Check(PyTuple_Pack(2, node.get(), idx.get()));
 }
+#endif
 
 inline bool WantsGrad(const Tensor *t) {
   return t != nullptr && t->requires_grad() && t->py_object() != nullptr && IsDifferentiable(t->dtype());
@@ -501,12 +516,15 @@ inline bool NeedsPrivateCopy(const Tensor &t) { return !t.is_contiguous() || !t.
 
 // A private contiguous copy standing for `t`: same requires_grad, bound to the
 // same runtime.Tensor (so grad edges, versions and MarkDirty refer to the caller's).
-inline TensorPtr PrivateCopy(const Tensor &t) {
+OB_CORE_FN TensorPtr PrivateCopy(const Tensor &t) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   TensorPtr c = t.contiguous_copy();
   TensorAccess::SetRequiresGrad(*c, t.requires_grad());
   if (PyObject *o = t.py_object()) TensorAccess::BindPython(*c, PyRef::Borrow(o));
   return c;
 }
+#endif
 
 // What Forward gets for an argument: tensors (TensorPtr, std::optional<TensorPtr>,
 // the elements of a TensorPtrList) made contiguous where needed (the copy kept in
@@ -581,7 +599,12 @@ inline void AutogradContext::CheckSavedVersion(const detail::Runtime &rt, std::s
   }
 }
 
-inline TensorPtrList AutogradContext::GetSavedTensors() const {
+#if OB_CORE_BODIES  // a member: declared in its class
+OB_CORE_FN AutogradContext::~AutogradContext() = default;
+#endif
+
+#if OB_CORE_BODIES  // a member: declared in its class
+OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
   const detail::ContextState &st = st_;
   if (st.released) {
     throw std::runtime_error(function_name() +
@@ -600,6 +623,7 @@ inline TensorPtrList AutogradContext::GetSavedTensors() const {
   }
   return out;
 }
+#endif
 
 template <typename Derived>
 class Function {

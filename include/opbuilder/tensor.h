@@ -38,11 +38,14 @@ using TensorPtrList = std::vector<TensorPtr>;
 
 namespace detail OB_HIDDEN {
 
-inline std::string ShapeString(const ShapeVector &shape) {
+OB_CORE_FN std::string ShapeString(const ShapeVector &shape) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
+#endif
 
 inline std::int64_t CheckedNumel(const ShapeVector &shape) {
   std::int64_t n = 1;
@@ -137,8 +140,10 @@ inline void CopyRow(char *dst, std::int64_t dst_step, const char *src, std::int6
 
 // Copies `shape` elements of `esize` bytes between two strided layouts
 // (strides in elements; the destination's must not overlap itself).
-inline void CopyStrided(char *dst, const ShapeVector &dst_strides, const char *src, const ShapeVector &src_strides,
-                        const ShapeVector &shape, std::size_t esize) {
+OB_CORE_FN void CopyStrided(char *dst, const ShapeVector &dst_strides, const char *src, const ShapeVector &src_strides,
+                        const ShapeVector &shape, std::size_t esize) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   if (CheckedNumel(shape) == 0) return;
   const std::size_t nd = shape.size();
   if (nd == 0) {
@@ -171,6 +176,7 @@ inline void CopyStrided(char *dst, const ShapeVector &dst_strides, const char *s
     }
   }
 }
+#endif
 
 // Host memory that a new Tensor of exactly its size on this thread takes instead of malloc, each
 // block once: opbuilder/xla_ffi.h offers XLA's result buffers while Forward runs, so an output is
@@ -181,10 +187,15 @@ struct OfferedBuffers {
   bool *taken = nullptr;
   std::size_t n = 0;
 };
-inline OfferedBuffers &Offered() {
+// One per thread in the process: in the core library when the operator uses it (xla_ffi.h offers in the
+// operator, the Tensor constructor takes in the core library).
+OB_CORE_FN OfferedBuffers &Offered() OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   static thread_local OfferedBuffers offered;
   return offered;
 }
+#endif
 inline void *TakeOffered(std::size_t nbytes) {
   OfferedBuffers &o = Offered();
   for (std::size_t i = 0; i < o.n; ++i) {
@@ -235,26 +246,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
  public:
   // A new tensor with uninitialised memory (as torch::empty); see zeros().
   // MemoryError (naming shape and dtype) when its size overflows or malloc fails.
-  Tensor(DataType dtype, ShapeVector shape) : dtype_(dtype), shape_(std::move(shape)) {
-    CheckDtype(dtype);
-    numel_ = detail::CheckedNumel(shape_);
-    const std::size_t nbytes = detail::CheckedNbytes(shape_, numel_, dtype);
-    if (detail::Offered().n != 0) {
-      if (void *p = detail::TakeOffered(nbytes)) {  // XLA's result buffer (xla_ffi.h), owned by XLA
-        storage_ = std::shared_ptr<void>(p, [](void *) {});
-        data_ = p;
-        return;
-      }
-    }
-    try {
-      storage_ = detail::AllocateStorage(nbytes);
-    } catch (const std::bad_alloc &) {
-      throw detail::AllocationError("opbuilder::Tensor: out of memory allocating " + std::to_string(nbytes) +
-                                    " bytes for a tensor of shape " + detail::ShapeString(shape_) + " and dtype " +
-                                    DataTypeName(dtype));
-    }
-    data_ = storage_.get();
-  }
+  OB_CORE_FN Tensor(DataType dtype, ShapeVector shape);
 
   // A new tensor on `device` ("cpu", "cuda:N" / "GPU:N"); device memory comes from
   // the runtime's allocator (CuPy's pool) and is uninitialised.
@@ -428,6 +420,30 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   bool requires_grad_ = false;
   detail::PyRef py_;  // the runtime.Tensor this tensor is, if any
 };
+
+#if OB_CORE_BODIES  // a member: declared in its class
+OB_CORE_FN Tensor::Tensor(DataType dtype, ShapeVector shape)
+    : dtype_(dtype), shape_(std::move(shape)) {
+  CheckDtype(dtype);
+  numel_ = detail::CheckedNumel(shape_);
+  const std::size_t nbytes = detail::CheckedNbytes(shape_, numel_, dtype);
+  if (detail::Offered().n != 0) {
+    if (void *p = detail::TakeOffered(nbytes)) {  // XLA's result buffer (xla_ffi.h), owned by XLA
+      storage_ = std::shared_ptr<void>(p, [](void *) {});
+      data_ = p;
+      return;
+    }
+  }
+  try {
+    storage_ = detail::AllocateStorage(nbytes);
+  } catch (const std::bad_alloc &) {
+    throw detail::AllocationError("opbuilder::Tensor: out of memory allocating " + std::to_string(nbytes) +
+                                  " bytes for a tensor of shape " + detail::ShapeString(shape_) + " and dtype " +
+                                  DataTypeName(dtype));
+  }
+  data_ = storage_.get();
+}
+#endif
 
 namespace detail OB_HIDDEN {
 // What only the bridge and Function<T> change on a Tensor.

@@ -54,7 +54,9 @@ class SavedValue {
 };
 
 // The std exceptions' Python types, as both binding libraries map them (call inside a catch).
-inline void SetStdError() {
+OB_CORE_FN void SetStdError() OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   try {
     throw;
   } catch (const std::bad_alloc &e) {
@@ -77,11 +79,15 @@ inline void SetStdError() {
     PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception (not a std::exception)");
   }
 }
+#endif
 
 // The neutral exceptions (errors.h), else the std mapping (call inside a catch).
-inline void SetNeutralOrStdError() {
+OB_CORE_FN void SetNeutralOrStdError() OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   if (!SetNeutralError(std::current_exception())) SetStdError();
 }
+#endif
 
 }  // namespace detail
 }  // namespace opbuilder

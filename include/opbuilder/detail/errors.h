@@ -25,24 +25,7 @@ namespace detail OB_HIDDEN {
 // exception can travel through C++; the translator puts it back unchanged.
 class PythonError : public std::exception {
  public:
-  PythonError() {
-    PyObject *t = nullptr, *v = nullptr, *tb = nullptr;
-    PyErr_Fetch(&t, &v, &tb);
-    if (t == nullptr) {
-      t = PyExc_SystemError;
-      Py_INCREF(t);
-      v = PyUnicode_FromString("opbuilder: a Python C API call failed without setting an error");
-    }
-    PyErr_NormalizeException(&t, &v, &tb);
-    type_ = PyRef::Steal(t);
-    value_ = PyRef::Steal(v);
-    tb_ = PyRef::Steal(tb);
-    PyObject *s = v != nullptr ? PyObject_Str(v) : nullptr;
-    const char *u = s != nullptr ? PyUnicode_AsUTF8(s) : nullptr;
-    what_ = u != nullptr ? u : "Python error";
-    Py_XDECREF(s);
-    PyErr_Clear();  // from a failed str(); the error itself is held above
-  }
+  OB_CORE_FN PythonError();
   const char *what() const noexcept override { return what_.c_str(); }
   // Sets the held error as the current Python error (the GIL held).
   void Restore() const {
@@ -58,6 +41,27 @@ class PythonError : public std::exception {
   std::string what_;
 };
 
+#if OB_CORE_BODIES  // a member: declared in its class
+OB_CORE_FN PythonError::PythonError() {
+  PyObject *t = nullptr, *v = nullptr, *tb = nullptr;
+  PyErr_Fetch(&t, &v, &tb);
+  if (t == nullptr) {
+    t = PyExc_SystemError;
+    Py_INCREF(t);
+    v = PyUnicode_FromString("opbuilder: a Python C API call failed without setting an error");
+  }
+  PyErr_NormalizeException(&t, &v, &tb);
+  type_ = PyRef::Steal(t);
+  value_ = PyRef::Steal(v);
+  tb_ = PyRef::Steal(tb);
+  PyObject *s = v != nullptr ? PyObject_Str(v) : nullptr;
+  const char *u = s != nullptr ? PyUnicode_AsUTF8(s) : nullptr;
+  what_ = u != nullptr ? u : "Python error";
+  Py_XDECREF(s);
+  PyErr_Clear();  // from a failed str(); the error itself is held above
+}
+#endif
+
 // A new reference, or PythonError if the call that made it failed.
 inline PyObject *Check(PyObject *o) {
   if (o == nullptr) throw PythonError();
@@ -69,7 +73,9 @@ inline void Check(int rc) {
 
 // Sets the Python error for one of the exceptions above (call inside a catch);
 // false for any other exception, which the binding library maps itself.
-inline bool SetNeutralError(const std::exception_ptr &p) {
+OB_CORE_FN bool SetNeutralError(const std::exception_ptr &p) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   try {
     std::rethrow_exception(p);
   } catch (const PythonError &e) {
@@ -83,6 +89,7 @@ inline bool SetNeutralError(const std::exception_ptr &p) {
   }
   return true;
 }
+#endif
 
 }  // namespace detail
 }  // namespace opbuilder

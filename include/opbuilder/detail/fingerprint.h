@@ -93,7 +93,9 @@ inline std::int64_t StridedOffset(const Tensor &t, const ShapeVector &strides, s
 
 // The fingerprint of `t`'s contents; `phase` in [0, 1) places the samples of
 // large buffers and must be the same for the two calls that are compared.
-inline std::uint64_t Fingerprint(const Tensor &t, double phase) {
+OB_CORE_FN std::uint64_t Fingerprint(const Tensor &t, double phase) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   if (t.is_cuda()) return 0;  // device memory is not readable here: writes to device inputs are not detected
   const char *base = static_cast<const char *>(t.data_ptr());
   const std::size_t nbytes = t.nbytes();
@@ -129,6 +131,7 @@ inline std::uint64_t Fingerprint(const Tensor &t, double phase) {
   for (std::int64_t k = 0; k < kFingerprintSamples; ++k) h = FpStep(h, LoadBytes(base + offsets[k], es));
   return h;
 }
+#endif
 
 // A new phase per call (a per-thread xorshift), so repeated calls look at different bytes.
 inline double NextFingerprintPhase() {

@@ -57,7 +57,7 @@ using BackwardFn = TensorPtrList (*)(AutogradContext *, TensorPtrList);
 // What the node needs of AutogradContext; defined in autograd.h (the only
 // file that includes this one), after the class.
 struct ContextDeleter {
-  void operator()(AutogradContext *ctx) const;
+  OB_CORE_FN void operator()(AutogradContext *ctx) const;
 };
 bool ContextMaterializeGrads(const AutogradContext &ctx);
 void ContextRelease(AutogradContext &ctx);

@@ -46,7 +46,7 @@ struct Runtime {
   const volatile int *trace_flag = nullptr;
   PyObject *trace_hook = nullptr;
 
-  static Runtime &Get();
+  OB_CORE_FN static Runtime &Get();
 };
 
 // A module's attribute (new reference).
@@ -110,7 +110,8 @@ inline PyObject *DescrOf(const Runtime &rt, DataType t) { return t == kBFloat16 
 
 // Loaded on first use and kept for the life of the process. Callers hold the GIL;
 // loading may release it (imports), so two threads may both load: one result is kept.
-inline Runtime &Runtime::Get() {
+#if OB_CORE_BODIES  // a member: declared in its class
+OB_CORE_FN Runtime &Runtime::Get() {
   static std::atomic<Runtime *> stored{nullptr};
   Runtime *r = stored.load(std::memory_order_acquire);
   if (r != nullptr) return *r;
@@ -120,15 +121,19 @@ inline Runtime &Runtime::Get() {
   if (stored.compare_exchange_strong(expected, loaded.get(), std::memory_order_acq_rel)) return *loaded.release();
   return *expected;
 }
+#endif
 
 // ---- grad mode ----------------------------------------------------------
-inline bool GradEnabled(const Runtime &rt) {
+OB_CORE_FN bool GradEnabled(const Runtime &rt) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   PyObject *v = PyObject_GetAttr(rt.grad_state, rt.s_enabled);
   if (v == nullptr) throw PythonError();
   bool on = (v == Py_True);
   Py_DECREF(v);
   return on;
 }
+#endif
 
 // Sets the grad mode for a scope and puts the previous one back.
 class GradModeGuard {
@@ -185,7 +190,9 @@ inline DataType DataTypeOfDescr(const Runtime &rt, PyObject *descr) {
 }
 
 // A Tensor viewing `array`'s buffer; binds it to `owner` (a runtime.Tensor) if given.
-inline TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad) {
+OB_CORE_FN TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   NpyArray *a = ArrayFields(array);
   DataType dt = DataTypeOfDescr(rt, a->descr);
   const auto es = static_cast<std::int64_t>(ElementSize(dt));
@@ -216,6 +223,7 @@ inline TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *o
   TensorAccess::SetRequiresGrad(*t, requires_grad);
   return t;
 }
+#endif
 
 // ---- GPU tensors (CuPy arrays): runtime/device_memory.py does the Python side ----
 inline PyObject *DeviceMemoryAttr(const char *name) { return ImportAttr("runtime._native", name); }
@@ -247,7 +255,9 @@ inline TensorPtr TensorFromDeviceArray(const Runtime &rt, PyObject *array, PyObj
   return t;
 }
 
-inline TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj) {
+OB_CORE_FN TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   PyRef arr = PyRef::Steal(Check(PyObject_GetAttr(obj, rt.s_data)));
   PyObject *rg = Check(PyObject_GetAttr(obj, rt.s_requires_grad));
   const bool requires_grad = PyObject_IsTrue(rg) == 1;
@@ -260,6 +270,7 @@ inline TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj) {
   }
   return TensorFromArray(rt, arr.get(), obj, requires_grad);
 }
+#endif
 
 // Any other framework's tensor (an object with `__dlpack__`: torch, JAX, CuPy, ...) as a Tensor
 // over its memory, through runtime._native.dlpack_input (a runtime.Tensor sharing it); nullptr
@@ -392,7 +403,9 @@ inline PyObject *NewPyTensor(const Runtime &rt, PyObject *array) {
 
 // The runtime.Tensor for `t` (new reference): the one it is bound to, or a
 // new one sharing its memory, to which `t` is then bound.
-inline PyObject *ToPython(const Runtime &rt, const TensorPtr &t) {
+OB_CORE_FN PyObject *ToPython(const Runtime &rt, const TensorPtr &t) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   if (PyObject *o = t->py_object()) {
     Py_INCREF(o);
     return o;
@@ -402,6 +415,7 @@ inline PyObject *ToPython(const Runtime &rt, const TensorPtr &t) {
   TensorAccess::BindPython(*t, PyRef::Borrow(obj));
   return obj;
 }
+#endif
 
 // The casters' cast(): None for a null TensorPtr (new reference).
 inline PyObject *TensorToObject(const TensorPtr &t) {

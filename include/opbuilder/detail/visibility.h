@@ -8,3 +8,4 @@
 #else
 #define OB_HIDDEN
 #endif
+#include "opbuilder/detail/core_lib.h"

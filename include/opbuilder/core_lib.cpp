@@ -1,0 +1,16 @@
+// The core library: the binding-neutral core's non-template functions (those marked
+// OB_CORE_FN in the headers), compiled once per toolchain and header contents for
+// every nanobind operator (see opbuilder/detail/core_lib.h and opbuilder/core_lib.py).
+// Built with -DOB_CORE_BUILD -DOB_CORE_TAG=<tag>; an operator built with the same tag
+// binds to these definitions instead of compiling its own.
+#ifndef OB_CORE_BUILD
+#error "core_lib.cpp is built by opbuilder (python -m opbuilder build), with OB_CORE_BUILD and OB_CORE_TAG"
+#endif
+
+#include "opbuilder/autograd.h"
+#include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/fingerprint.h"
+#include "opbuilder/detail/function_node.h"
+#include "opbuilder/detail/runtime_bridge.h"
+#include "opbuilder/tensor.h"

@@ -1,0 +1,37 @@
+// Where the core's non-template functions are compiled: in each operator, or once.
+//
+// By default every function marked OB_CORE_FN is `inline`, as in any header-only
+// library: pybind11 operators, sanitizer builds, aot libraries, code built outside
+// the builder, and any build that defines OB_CORE_INLINE.
+//
+// A nanobind operator built by the builder gets -DOB_CORE_TAG=<tag>: then these
+// functions are only declared here (OB_CORE_DECL ends the declaration and
+// OB_CORE_BODIES is 0, so the body that follows is skipped). They are compiled
+// once per toolchain and header contents into the core library
+// (include/opbuilder/core_lib.cpp, built with OB_CORE_BUILD by opbuilder/core_lib.py),
+// which the builder loads before the operator. The tag, a digest of the headers,
+// is part of each such function's symbol name (abi_tag), so an operator built from
+// other headers binds to its own core library, never another's.
+//
+//   OB_CORE_FN int Work(int a) OB_CORE_DECL
+//   #if OB_CORE_BODIES
+//   { ... }
+//   #endif
+#pragma once
+
+#if defined(OB_CORE_TAG) && !defined(OB_CORE_INLINE)
+#define OB_CORE_STR_(x) #x
+#define OB_CORE_STR(x) OB_CORE_STR_(x)
+#define OB_CORE_FN __attribute__((visibility("default"), abi_tag(OB_CORE_STR(OB_CORE_TAG))))
+#if defined(OB_CORE_BUILD)
+#define OB_CORE_BODIES 1
+#define OB_CORE_DECL
+#else
+#define OB_CORE_BODIES 0
+#define OB_CORE_DECL ;
+#endif
+#else
+#define OB_CORE_FN inline
+#define OB_CORE_BODIES 1
+#define OB_CORE_DECL
+#endif
