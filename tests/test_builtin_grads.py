@@ -154,3 +154,41 @@ def test_the_float_operand_of_a_mixed_op_gets_its_gradient():
     g = rt.grad(lambda t: F.sum(F.mul(t.astype(rt.float32), n)))(x)
     assert g.dtype == rt.float64
     np.testing.assert_array_equal(g.asnumpy(), [3.0, 1.0, 2.0])
+
+
+def _written_after_forward_keeps_grad(fn, *shapes):
+    """Each argument that the op's node declares unread (defvjp's reads_inputs) is overwritten in
+    place after the forward: the gradients must not change (a declaration that lies would let the
+    rule read the new values silently). An op made of several nodes is checked at its last one only
+    when that node takes the arguments themselves."""
+    xs = [T(*s, positive=True) for s in shapes]
+    for x in xs:
+        x.requires_grad_()
+    grads = rt.grad(lambda *a: fn(*a).sum(), tuple(range(len(xs))))(*xs)
+    want = [g.asnumpy() for g in (grads if isinstance(grads, tuple) else (grads,))]
+    y = fn(*xs)
+    node = y._node
+    unread = [i for i, (x, e) in enumerate(zip(xs, node.next_edges)) if e is x and not node.prim.reads_args[i]]
+    loss = y.sum()
+    with rt.no_grad():
+        for i in unread:
+            xs[i][...] = 7.25
+    loss.backward()
+    for x, w in zip(xs, want):
+        np.testing.assert_allclose(x.grad.asnumpy(), w, rtol=1e-12)
+    return unread
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_ops_declared_unread_inputs_are_unread(name):
+    _written_after_forward_keeps_grad(UNARY[name], (3, 4))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY) + ["pow", "matmul", "maximum"])
+def test_binary_ops_declared_unread_inputs_are_unread(name):
+    fn = {**BINARY, "pow": F.pow, "matmul": F.matmul, "maximum": F.maximum}[name]
+    _written_after_forward_keeps_grad(fn, (3, 4), (4, 4) if name == "matmul" else (4,))
+
+
+def test_add_declares_both_inputs_unread():
+    assert _written_after_forward_keeps_grad(F.add, (3,), (3,)) == [0, 1]

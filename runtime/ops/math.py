@@ -71,13 +71,14 @@ def _one(x: Any) -> Tensor:
 
 # ---- elementwise binary ---------------------------------------------------
 _add = Primitive("add", np.add)
-defvjp(_add, lambda g, ans, x, y: g, lambda g, ans, x, y: g)
+defvjp(_add, lambda g, ans, x, y: g, lambda g, ans, x, y: g, reads_output=False, reads_inputs=())
 
 _sub = Primitive("sub", np.subtract)
-defvjp(_sub, lambda g, ans, x, y: g, lambda g, ans, x, y: neg(g))
+defvjp(_sub, lambda g, ans, x, y: g, lambda g, ans, x, y: neg(g), reads_output=False, reads_inputs=())
 
 _mul = Primitive("mul", np.multiply)
-defvjp(_mul, lambda g, ans, x, y: mul(g, y), lambda g, ans, x, y: mul(g, x))
+defvjp(_mul, lambda g, ans, x, y: mul(g, y), lambda g, ans, x, y: mul(g, x), reads_output=False,
+       reads_inputs=(0, 1))
 
 
 def _true_divide(x, y):
@@ -87,49 +88,51 @@ def _true_divide(x, y):
 
 
 _div = Primitive("div", _true_divide)
-defvjp(_div, lambda g, ans, x, y: div(g, y), lambda g, ans, x, y: neg(mul(g, div(ans, y))))
+defvjp(_div, lambda g, ans, x, y: div(g, y), lambda g, ans, x, y: neg(mul(g, div(ans, y))),
+       reads_output=True, reads_inputs=(1,))
 
 _pow = Primitive("pow", np.power)
 defvjp(_pow,
        lambda g, ans, x, y: mul(g, mul(y, pow(x, sub(y, 1)))),
-       lambda g, ans, x, y: mul(g, mul(ans, log(where(greater(x, 0), x, 1)))))
+       lambda g, ans, x, y: mul(g, mul(ans, log(where(greater(x, 0), x, 1)))),
+       reads_output=True, reads_inputs=(0, 1))
 
 
 def add(x: Any, y: Any) -> Tensor:
-    return _add.call2(*_pair(x, y))
+    return _add.call(_pair(x, y))
 
 
 def sub(x: Any, y: Any) -> Tensor:
-    return _sub.call2(*_pair(x, y))
+    return _sub.call(_pair(x, y))
 
 
 def mul(x: Any, y: Any) -> Tensor:
-    return _mul.call2(*_pair(x, y))
+    return _mul.call(_pair(x, y))
 
 
 def div(x: Any, y: Any) -> Tensor:
-    return _div.call2(*_pair(x, y))
+    return _div.call(_pair(x, y))
 
 
 def pow(x: Any, y: Any) -> Tensor:  # noqa: A001 (mirrors the op's name)
-    return _pow.call2(*_pair(x, y))
+    return _pow.call(_pair(x, y))
 
 
 # ---- elementwise unary ----------------------------------------------------
 _neg = Primitive("neg", np.negative)
-defvjp(_neg, lambda g, ans, x: neg(g))
+defvjp(_neg, lambda g, ans, x: neg(g), reads_output=False, reads_inputs=())
 _exp = Primitive("exp", np.exp)
-defvjp(_exp, lambda g, ans, x: mul(g, ans))
+defvjp(_exp, lambda g, ans, x: mul(g, ans), reads_output=True, reads_inputs=())
 _log = Primitive("log", np.log)
-defvjp(_log, lambda g, ans, x: div(g, x))
+defvjp(_log, lambda g, ans, x: div(g, x), reads_output=False, reads_inputs=(0,))
 _sin = Primitive("sin", np.sin)
-defvjp(_sin, lambda g, ans, x: mul(g, cos(x)))
+defvjp(_sin, lambda g, ans, x: mul(g, cos(x)), reads_output=False, reads_inputs=(0,))
 _cos = Primitive("cos", np.cos)
-defvjp(_cos, lambda g, ans, x: neg(mul(g, sin(x))))
+defvjp(_cos, lambda g, ans, x: neg(mul(g, sin(x))), reads_output=False, reads_inputs=(0,))
 _tanh = Primitive("tanh", np.tanh)
-defvjp(_tanh, lambda g, ans, x: mul(g, sub(1, mul(ans, ans))))
+defvjp(_tanh, lambda g, ans, x: mul(g, sub(1, mul(ans, ans))), reads_output=True, reads_inputs=())
 _sqrt = Primitive("sqrt", np.sqrt)
-defvjp(_sqrt, lambda g, ans, x: div(g, mul(ans, 2)))
+defvjp(_sqrt, lambda g, ans, x: div(g, mul(ans, 2)), reads_output=True, reads_inputs=())
 
 
 def _sigmoid(x):
@@ -137,15 +140,15 @@ def _sigmoid(x):
 
 
 _sigmoid_p = Primitive("sigmoid", _sigmoid)
-defvjp(_sigmoid_p, lambda g, ans, x: mul(g, mul(ans, sub(1, ans))))
+defvjp(_sigmoid_p, lambda g, ans, x: mul(g, mul(ans, sub(1, ans))), reads_output=True, reads_inputs=())
 _relu = Primitive("relu", lambda x: np.maximum(x, 0))
 # relu's rule as one op, g * (x > 0) (NaN in g stays NaN, as a multiply by the mask does), linear in g
 _relu_grad = Primitive("relu_grad", lambda g, x: g * (x > 0))
-defvjp(_relu_grad, lambda gg, ans, g, x: _relu_grad(gg, x), None)
-defvjp(_relu, lambda g, ans, x: _relu_grad(g, x))
+defvjp(_relu_grad, lambda gg, ans, g, x: _relu_grad(gg, x), None, reads_output=False, reads_inputs=(1,))
+defvjp(_relu, lambda g, ans, x: _relu_grad(g, x), reads_output=False, reads_inputs=(0,))
 _sign = Primitive("sign", np.sign)
 _abs = Primitive("abs", np.abs)
-defvjp(_abs, lambda g, ans, x: mul(g, _sign(x)))
+defvjp(_abs, lambda g, ans, x: mul(g, _sign(x)), reads_output=False, reads_inputs=(0,))
 
 
 def neg(x: Any) -> Tensor:
@@ -224,7 +227,7 @@ def not_equal(x: Any, y: Any) -> Tensor:
 _where = Primitive("where", np.where)
 defvjp(_where, None,
        lambda g, ans, c, x, y: where(c, g, 0),
-       lambda g, ans, c, x, y: where(c, 0, g))
+       lambda g, ans, c, x, y: where(c, 0, g), reads_output=False, reads_inputs=(0,))
 
 
 def where(condition: Any, x: Any, y: Any) -> Tensor:
@@ -263,7 +266,7 @@ def _swap_last(t: Tensor) -> Tensor:
 
 
 _matmul = Primitive("matmul", np.matmul)
-defvjp(_matmul, _matmul_vjp_x, _matmul_vjp_y)
+defvjp(_matmul, _matmul_vjp_x, _matmul_vjp_y, reads_output=False, reads_inputs=(0, 1))
 
 
 def matmul(x: Any, y: Any) -> Tensor:
@@ -316,9 +319,9 @@ def _mean_vjp(g, ans, x, axis=None, keepdims=False):
 
 
 _sum = Primitive("sum", lambda x, axis=None, keepdims=False: np.sum(x, axis=axis, keepdims=keepdims))
-defvjp(_sum, _sum_vjp)
+defvjp(_sum, _sum_vjp, reads_output=False, reads_inputs=())
 _mean = Primitive("mean", lambda x, axis=None, keepdims=False: np.mean(x, axis=axis, keepdims=keepdims))
-defvjp(_mean, _mean_vjp)
+defvjp(_mean, _mean_vjp, reads_output=False, reads_inputs=())
 
 
 def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
@@ -333,7 +336,7 @@ def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
 
 # ---- shape ops -------------------------------------------------------------
 _reshape = Primitive("reshape", lambda x, shape: np.reshape(x, shape))
-defvjp(_reshape, lambda g, ans, x, shape: reshape(g, x.shape))
+defvjp(_reshape, lambda g, ans, x, shape: reshape(g, x.shape), reads_output=False, reads_inputs=())
 
 
 def reshape(x: Any, shape: Sequence[int]) -> Tensor:
@@ -343,7 +346,8 @@ def reshape(x: Any, shape: Sequence[int]) -> Tensor:
 
 
 _transpose = Primitive("transpose", lambda x, axes: np.transpose(x, axes))
-defvjp(_transpose, lambda g, ans, x, axes: transpose(g, tuple(np.argsort(axes).tolist())))
+defvjp(_transpose, lambda g, ans, x, axes: transpose(g, tuple(np.argsort(axes).tolist())), reads_output=False,
+       reads_inputs=())
 
 
 def transpose(x: Any, axes: Optional[Sequence[int]] = None) -> Tensor:
@@ -369,9 +373,9 @@ def _sum_to_array(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
 
 
 _broadcast_to = Primitive("broadcast_to", lambda x, shape: np.broadcast_to(x, shape))
-defvjp(_broadcast_to, lambda g, ans, x, shape: sum_to(g, x.shape))
+defvjp(_broadcast_to, lambda g, ans, x, shape: sum_to(g, x.shape), reads_output=False, reads_inputs=())
 _sum_to = Primitive("sum_to", _sum_to_array)
-defvjp(_sum_to, lambda g, ans, x, shape: broadcast_to(g, x.shape))
+defvjp(_sum_to, lambda g, ans, x, shape: broadcast_to(g, x.shape), reads_output=False, reads_inputs=())
 
 
 def broadcast_to(x: Any, shape: Sequence[int]) -> Tensor:
@@ -384,7 +388,8 @@ def sum_to(x: Any, shape: Sequence[int]) -> Tensor:
 
 
 _cast = Primitive("cast", lambda x, dtype: x.view() if x.dtype == dtype.np else x.astype(dtype.np))
-defvjp(_cast, lambda g, ans, x, dtype: cast(g, _dt.from_numpy_dtype(x._data.dtype)))
+defvjp(_cast, lambda g, ans, x, dtype: cast(g, _dt.from_numpy_dtype(x._data.dtype)), reads_output=False,
+       reads_inputs=())
 
 
 def cast(x: Any, dtype: Any) -> Tensor:
@@ -411,8 +416,9 @@ def _scatter_add(g, index, shape):
 
 _getitem = Primitive("getitem", lambda x, index: x[index])
 _scatter = Primitive("scatter_add", _scatter_add)
-defvjp(_getitem, lambda g, ans, x, index: _scatter(g, index=index, shape=x.shape))
-defvjp(_scatter, lambda g, ans, u, index, shape: _getitem(g, index=index))
+defvjp(_getitem, lambda g, ans, x, index: _scatter(g, index=index, shape=x.shape), reads_output=False,
+       reads_inputs=())
+defvjp(_scatter, lambda g, ans, u, index, shape: _getitem(g, index=index), reads_output=False, reads_inputs=())
 
 
 def getitem(x: Any, index: Any) -> Tensor:
@@ -432,7 +438,8 @@ def ones_like(x: Any) -> Tensor:
 
 # ---- devices -------------------------------------------------------------------
 _to_device = Primitive("to_device", lambda x, device: _device.to_device(x, device))
-defvjp(_to_device, lambda g, ans, x, device: to_device(g, _device.device_of(x._data)))
+defvjp(_to_device, lambda g, ans, x, device: to_device(g, _device.device_of(x._data)), reads_output=False,
+       reads_inputs=())
 
 
 def to_device(x: Any, device: str) -> Tensor:

@@ -41,7 +41,8 @@ def _log_softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
 
 _log_softmax = Primitive("log_softmax", _log_softmax_np)
 # d/dx: g - softmax(x) * sum(g); softmax(x) is exp(ans)
-defvjp(_log_softmax, lambda g, ans, x, axis: sub(g, mul(exp(ans), _sum(g, axis=axis, keepdims=True))))
+defvjp(_log_softmax, lambda g, ans, x, axis: sub(g, mul(exp(ans), _sum(g, axis=axis, keepdims=True))),
+       reads_output=True, reads_inputs=())
 
 
 def log_softmax(logits: Any, axis: int = -1) -> Tensor:
@@ -73,7 +74,7 @@ def _logsumexp_vjp(g: Tensor, ans: Tensor, x: Tensor, axis: tuple, keepdims: boo
 
 
 _logsumexp = Primitive("logsumexp", _logsumexp_np)
-defvjp(_logsumexp, _logsumexp_vjp)
+defvjp(_logsumexp, _logsumexp_vjp, reads_output=True, reads_inputs=(0,))
 
 
 def logsumexp(input: Any, axis: Union[int, Sequence[int]], keep_dims: bool = False) -> Tensor:  # noqa: A002
@@ -110,7 +111,7 @@ def _clip_vjp(g: Tensor, ans: Tensor, x: Tensor, lo: Optional[float], hi: Option
 
 
 _clip = Primitive("clip", _clip_np)
-defvjp(_clip, _clip_vjp)
+defvjp(_clip, _clip_vjp, reads_output=False, reads_inputs=(0,))
 
 
 def _bound(v: Any, what: str) -> Optional[float]:
@@ -168,7 +169,7 @@ def _gelu_exact_vjp(g: Tensor, ans: Tensor, x: Tensor) -> Tensor:
 
 
 _gelu_exact = Primitive("gelu", _gelu_exact_np)
-defvjp(_gelu_exact, _gelu_exact_vjp)
+defvjp(_gelu_exact, _gelu_exact_vjp, reads_output=False, reads_inputs=(0,))
 
 
 def gelu(input_x: Any, approximate: str = "none") -> Tensor:
