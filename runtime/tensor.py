@@ -26,8 +26,6 @@ import numpy as np
 from . import context as _context
 from . import device as _device
 from . import dtypes as _dt
-from .jit.tracing import hook as _trace
-from .jit.tracing import no_trace as _no_trace
 from .versions import UNWRITTEN, Version, owner_counter, rebind, set_version, share_version, version_of
 
 __all__ = ["Tensor", "Parameter", "as_tensor", "from_numpy"]
@@ -164,7 +162,7 @@ class Tensor:
 
     def asnumpy(self) -> np.ndarray:
         """The data as a numpy array: shared on the CPU, copied to the host from a GPU."""
-        if _trace.tracer is not None:
+        if _prim.tracing():
             _leak(self, "asnumpy() of a tensor")
         return self._host()
 
@@ -191,17 +189,17 @@ class Tensor:
         return d.__cuda_array_interface__
 
     def item(self) -> Any:
-        if _trace.tracer is not None:
+        if _prim.tracing():
             _leak(self, "item() of a tensor")
         return self._data.item()
 
     def tolist(self) -> Any:
-        if _trace.tracer is not None:
+        if _prim.tracing():
             _leak(self, "tolist() of a tensor")
         return self._data.tolist()
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
-        if _trace.tracer is not None:
+        if _prim.tracing():
             _leak(self, "np.asarray (or a numpy function) on a tensor")
         if not isinstance(self._data, np.ndarray):
             raise TypeError(f"a tensor on {self.device} is not converted to numpy implicitly; call asnumpy() "
@@ -251,22 +249,22 @@ class Tensor:
         return len(self._data)
 
     def __bool__(self) -> bool:
-        if _trace.tracer is not None:
+        if _prim.tracing():
             _leak(self, "bool() of a tensor (an if or while on it)")
         return bool(self._data)
 
     def __float__(self) -> float:
-        if _trace.tracer is not None:
+        if _prim.tracing():
             _leak(self, "float() of a tensor")
         return float(self._data)
 
     def __int__(self) -> int:
-        if _trace.tracer is not None:
+        if _prim.tracing():
             _leak(self, "int() of a tensor")
         return int(self._data)
 
     def __index__(self) -> int:
-        if _trace.tracer is not None:
+        if _prim.tracing():
             _leak(self, "a tensor used as an index")
         d = self._data
         if type(d) is np.ndarray:
@@ -332,7 +330,7 @@ class Tensor:
 
 def _leak(t: Tensor, what: str) -> None:
     """Inside a trace: the graph would keep this value as traced, so the trace stops (jit runs eagerly)."""
-    _no_trace(f"{what} turns its value into a Python value, which a graph would keep as traced")
+    _prim.trace_break(f"{what} turns its value into a Python value, which a graph would keep as traced")
 
 
 class Parameter(Tensor):
@@ -351,7 +349,7 @@ class Parameter(Tensor):
         the values are converted to the Parameter's dtype when numpy can do it
         without changing their kind (float64 -> float32, int -> float), never
         float -> int, which would truncate them silently. The data is copied (as by the constructor)."""
-        _no_trace(f"Parameter.set_data on {self.name or 'a Parameter'} (an in-place write a graph does not hold)")
+        _prim.trace_break(f"Parameter.set_data on {self.name or 'a Parameter'} (an in-place write a graph does not hold)")
         who = f"Parameter {self.name!r}" if self.name else "Parameter"
         src = data._data if isinstance(data, Tensor) else data
         src_dtype = getattr(src, "dtype", None)
@@ -423,3 +421,4 @@ def from_numpy(array: np.ndarray) -> Tensor:
 
 from .ops import math as _math  # noqa: E402  (ops need Tensor defined first)
 from .ops import writes as _writes  # noqa: E402
+from .ops import primitive as _prim  # noqa: E402  (the tracer's hook: value reads and writes stop a trace)

@@ -13,8 +13,7 @@ import numpy as np
 from .. import device as _device
 from .. import dtypes as _dt
 from ..tensor import Tensor, as_tensor
-from ..jit.tracing import no_trace as _no_trace
-from .primitive import Primitive, defvjp
+from .primitive import Primitive, defvjp, trace_break
 
 Axis = Optional[Union[int, Sequence[int]]]
 
@@ -399,7 +398,7 @@ def cast(x: Any, dtype: Any) -> Tensor:
 # ---- indexing ----------------------------------------------------------------
 def _plain_index(index: Any) -> Any:
     if isinstance(index, Tensor) or (isinstance(index, tuple) and any(isinstance(i, Tensor) for i in index)):
-        _no_trace("a tensor used as an index turns its values into the op's attribute, which a graph would "
+        trace_break("a tensor used as an index turns its values into the op's attribute, which a graph would "
                   "keep as traced")
     if isinstance(index, Tensor):
         return index._data
