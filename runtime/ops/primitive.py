@@ -77,12 +77,12 @@ class Primitive:
         res._data = out
         if out.base is not None:  # a view (reshape, slice...): maybe of an input
             _share_input_version(res, out, args)
-        if _state.enabled and self.vjps is not None and out.dtype.kind == "f":  # integer results: no gradient
-            for a in args:
-                if a.requires_grad:
+        for a in args:
+            if a.requires_grad:  # first (a slot read): most calls end here, without reading the grad mode
+                if _state.enabled and self.vjps is not None and out.dtype.kind == "f":  # integers: no gradient
                     res._node = _record(self, args, kwargs, out, res)
                     res.requires_grad = True
-                    break
+                break
         return res
 
     def __repr__(self) -> str:
