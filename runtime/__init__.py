@@ -21,7 +21,7 @@ from . import autograd  # noqa: F401  (already loaded by ops: grad mode, nodes)
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 from . import context  # noqa: F401  (already loaded by tensor)
 from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context  # noqa: F401
-from .jit import jit  # noqa: F401  (the decorator; runtime.jit's package is already loaded by tensor)
+from .jit import jit  # noqa: F401  (the decorator; runtime.jit's package is already loaded by ops)
 
 # Submodules imported on first attribute access (``runtime.nn`` ...).
 LAZY_MODULES: Tuple[str, ...] = ("nn", "mint", "graph", "cuda", "checkpoint", "hybrid", "seed", "interop")

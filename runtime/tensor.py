@@ -32,8 +32,6 @@ import numpy as np
 from . import context as _context
 from . import device as _device
 from . import dtypes as _dt
-from .jit.tracing import hook as _trace
-from .jit.tracing import no_trace as _no_trace
 from .versions import UNWRITTEN, Version, owner_counter, rebind, set_version, share_version, version_of
 
 __all__ = ["Tensor", "Parameter", "as_tensor", "from_numpy"]
@@ -155,12 +153,6 @@ class Tensor:
     def is_leaf(self) -> bool:
         return self._node is None
 
-    def asnumpy(self) -> np.ndarray:
-        """The data as a numpy array: shared on the CPU, copied to the host from a GPU."""
-        if _trace.tracer is not None:
-            _leak(self, "asnumpy() of a tensor")
-        return self._host()
-
     def _host(self) -> np.ndarray:
         d = self._data
         return d if isinstance(d, np.ndarray) else _device.to_device(d, _device.CPU)
@@ -182,28 +174,6 @@ class Tensor:
         if isinstance(d, np.ndarray):
             raise AttributeError("a CPU tensor has no __cuda_array_interface__ (use __dlpack__ or asnumpy())")
         return d.__cuda_array_interface__
-
-    def item(self) -> Any:
-        if _trace.tracer is not None:
-            _leak(self, "item() of a tensor")
-        return self._data.item()
-
-    def tolist(self) -> Any:
-        if _trace.tracer is not None:
-            _leak(self, "tolist() of a tensor")
-        return self._data.tolist()
-
-    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
-        if _trace.tracer is not None:
-            _leak(self, "np.asarray (or a numpy function) on a tensor")
-        if not isinstance(self._data, np.ndarray):
-            raise TypeError(f"a tensor on {self.device} is not converted to numpy implicitly; call asnumpy() "
-                            f"to copy it to the host")
-        if dtype is not None and np.dtype(dtype) != self._data.dtype:
-            return self._data.astype(dtype)
-        if copy:
-            return self._data.copy()
-        return self._data
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         """Mark a leaf as needing gradients; only floating tensors can."""
@@ -234,41 +204,11 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         return len(self._data)
 
-    def __bool__(self) -> bool:
-        if _trace.tracer is not None:
-            _leak(self, "bool() of a tensor (an if or while on it)")
-        return bool(self._data)
-
-    def __float__(self) -> float:
-        if _trace.tracer is not None:
-            _leak(self, "float() of a tensor")
-        return float(self._data)
-
-    def __int__(self) -> int:
-        if _trace.tracer is not None:
-            _leak(self, "int() of a tensor")
-        return int(self._data)
-
-    def __index__(self) -> int:
-        if _trace.tracer is not None:
-            _leak(self, "a tensor used as an index")
-        d = self._data
-        if type(d) is np.ndarray:
-            return d.__index__()
-        if d.ndim != 0 or d.dtype.kind not in "iu":  # CuPy arrays have no __index__: numpy's rule and message
-            raise TypeError("only integer scalar arrays can be converted to a scalar index")
-        return int(d)
-
     def __iter__(self):
         for i in range(len(self)):
             yield self[i]
 
     __hash__ = object.__hash__
-
-
-def _leak(t: Tensor, what: str) -> None:
-    """Inside a trace: the graph would keep this value as traced, so the trace stops (jit runs eagerly)."""
-    _no_trace(f"{what} turns its value into a Python value, which a graph would keep as traced")
 
 
 class Parameter(Tensor):
@@ -280,14 +220,13 @@ class Parameter(Tensor):
         self.name = name
         self.requires_grad_(requires_grad)
 
-    def set_data(self, data: Any, slice_shape: bool = False) -> "Parameter":
+    def _set_data(self, data: Any, slice_shape: bool = False) -> "Parameter":
         """Replace the values, bumping the version like an in-place op.
 
         The shape must stay the same unless ``slice_shape=True`` (as MindSpore's);
         the values are converted to the Parameter's dtype when numpy can do it
         without changing their kind (float64 -> float32, int -> float), never
         float -> int, which would truncate them silently. The data is copied (as by the constructor)."""
-        _no_trace(f"Parameter.set_data on {self.name or 'a Parameter'} (an in-place write a graph does not hold)")
         who = f"Parameter {self.name!r}" if self.name else "Parameter"
         src = data._data if isinstance(data, Tensor) else data
         src_dtype = getattr(src, "dtype", None)

@@ -41,7 +41,7 @@ from .grad_mode import _state
 from .node import Node, edge_of, meta_of
 from .ownership import own_results
 from .. import tensor as _tensor
-from ..jit.tracing import hook as _trace
+from ..ops.primitive import record_op, tracing
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -233,8 +233,8 @@ class Function:
     @classmethod
     def apply(cls, *args: Any) -> Any:
         """Run ``forward`` (recording off) and, if any argument needs grad, record one node."""
-        if _trace.tracer is not None:  # runtime.jit is recording this thread's ops
-            return _trace.tracer.call_op("function", cls.__name__, cls.apply, args, {})
+        if tracing():  # runtime.jit is recording this thread's ops
+            return record_op("function", cls.__name__, cls.apply, args)
         Tensor = _tensor.Tensor
         name = cls.__name__
         enabled = _state.enabled

@@ -17,8 +17,7 @@ from . import grad_mode as _gm
 from .. import device as _device
 from .. import tensor as _tensor  # a module object: Tensor is looked up when first needed
 from ..dtypes import GRAD_KINDS
-from ..jit.tracing import hook as _trace
-from ..jit.tracing import no_trace
+from ..ops.primitive import trace_break, tracing
 
 __all__ = ["value_and_grad", "grad"]
 
@@ -164,9 +163,9 @@ def _differentiator(fn: Callable, grad_position: Position, weights: Any, has_aux
         raise ValueError(f"{api} needs grad_position or weights (both are None)")
 
     def run(args: tuple, kwargs: dict):
-        if _trace.tracer is not None:  # the gradient's leaves are made outside the ops: the graph would keep it
-            no_trace(f"{api} inside a traced function computes its gradient with the autograd engine, which a "
-                     f"graph would keep as traced")
+        if tracing():  # the gradient's leaves are made outside the ops: the graph would keep it
+            trace_break(f"{api} inside a traced function computes its gradient with the autograd engine, "
+                        f"which a graph would keep as traced")
         out, ig, wg = _run(fn, positions, ws, has_aux, args, kwargs)
         return out, _shape_result(positions, single_pos, ws, single_w, ig, wg)
 

@@ -1,9 +1,10 @@
 """The switch that ops check to know whether a trace is being recorded.
 
-Ops dispatch through ``Primitive.__call__``, ``autograd.Function.apply``,
-``ops.Custom.__call__`` and C++ ``Function<T>::Apply``. Each checks one thing
-on its fast path: ``hook.tracer`` (Python) or the int behind ``flag`` (C++,
-read through its address, see include/opbuilder/detail/runtime_bridge.h).
+Python asks through one hook point, runtime/ops/primitive.py (``Primitive.call``,
+``tracing``, ``record_op``, ``trace_break``, used by every other op and by
+what stops a trace); C++ ``Function<T>::Apply`` reads the int behind ``flag``
+(through its address, see include/opbuilder/detail/runtime_bridge.h), which is
+non-zero while any thread traces, so Python reads it before ``hook.tracer``.
 When a trace is active the op hands itself to the tracer, which runs it with
 tracing off and records one graph node. Dependency-free (stdlib only) so the
 C++ side can import it cheaply.

@@ -16,7 +16,7 @@ from ..autograd.callback import bprop_backward, needs_grad, record_callback
 from ..autograd.grad_mode import _state as _grad_state
 from ..autograd.grad_mode import no_grad
 from ..context import GRAPH_MODE, _settings
-from ..jit.tracing import hook as _trace
+from ..ops.primitive import record_op, tracing
 from ..tensor import Parameter, Tensor
 from .graph_state import CellState
 
@@ -66,15 +66,15 @@ class Cell:
         raise NotImplementedError(f"{type(self).__name__} must define construct()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _settings["mode"] == GRAPH_MODE and _trace.tracer is None:
+        if _settings["mode"] == GRAPH_MODE and not tracing():
             return _graph_call(self, args, kwargs)
         return self._call(*args, **kwargs)
 
     def _call(self, *args: Any, **kwargs: Any) -> Any:
         """A call as in PYNATIVE_MODE (or traced): what GRAPH_MODE captures, or runs when it cannot."""
         bprop = getattr(type(self), "bprop", None)
-        if bprop is not None and _trace.tracer is not None:  # traced: one node, differentiated by bprop
-            return _trace.tracer.call_op("cell", f"{type(self).__name__}.bprop", self._eager_call, args, kwargs)
+        if bprop is not None and tracing():  # traced: one node, differentiated by bprop
+            return record_op("cell", f"{type(self).__name__}.bprop", self._eager_call, args, kwargs)
         return self._eager_call(*args, **kwargs)
 
     def _eager_call(self, *args: Any, **kwargs: Any) -> Any:

@@ -91,7 +91,7 @@ def _nll_vjp(g: Tensor, ans: Tensor, x: Tensor, labels: np.ndarray, weight: np.n
 
 
 _nll = Primitive("cross_entropy", _nll_np)
-defvjp(_nll, _nll_vjp)
+defvjp(_nll, _nll_vjp, reads_output=False, reads_inputs=(0,))
 
 
 def _class_labels(name: str, logits: Tensor, labels: Tensor, ignore_index: Optional[int]):

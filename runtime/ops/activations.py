@@ -44,7 +44,7 @@ def _clip_vjp(g: Tensor, ans: Tensor, x: Tensor, lo: Optional[float], hi: Option
 
 
 _clip = Primitive("clip", _clip_np)
-defvjp(_clip, _clip_vjp)
+defvjp(_clip, _clip_vjp, reads_output=False, reads_inputs=(0,))
 
 
 def _bound(v: Any, what: str) -> Optional[float]:
@@ -102,7 +102,7 @@ def _gelu_exact_vjp(g: Tensor, ans: Tensor, x: Tensor) -> Tensor:
 
 
 _gelu_exact = Primitive("gelu", _gelu_exact_np)
-defvjp(_gelu_exact, _gelu_exact_vjp)
+defvjp(_gelu_exact, _gelu_exact_vjp, reads_output=False, reads_inputs=(0,))
 
 
 def gelu(input_x: Any, approximate: str = "none") -> Tensor:

@@ -51,9 +51,11 @@ def _pad_np(g: np.ndarray, axis: int, start: int, shape: Tuple[int, ...]) -> np.
 
 _slice_axis = Primitive("slice_axis", _slice_np)
 _pad_axis = Primitive("pad_axis", _pad_np)
-defvjp(_slice_axis, lambda g, ans, x, axis, start, stop: _pad_axis(g, axis=axis, start=start, shape=x.shape))
+defvjp(_slice_axis, lambda g, ans, x, axis, start, stop: _pad_axis(g, axis=axis, start=start, shape=x.shape),
+       reads_output=False, reads_inputs=())
 defvjp(_pad_axis, lambda g, ans, x, axis, start, shape: _slice_axis(g, axis=axis, start=start,
-                                                                     stop=start + x.shape[axis]))
+                                                                     stop=start + x.shape[axis]),
+       reads_output=False, reads_inputs=())
 
 
 # ---- concat / stack ------------------------------------------------------------------------
@@ -90,7 +92,7 @@ def _concat_prim(n: int) -> Primitive:
     prim = _CONCAT.get(n)
     if prim is None:
         prim = Primitive("concat", lambda *xs, axis, offsets: np.concatenate(xs, axis=axis))
-        defvjp(prim, *[_piece_rule(i) for i in range(n)])
+        defvjp(prim, *[_piece_rule(i) for i in range(n)], reads_output=False, reads_inputs=())
         _CONCAT[n] = prim
     return prim
 
@@ -99,7 +101,7 @@ def _stack_prim(n: int) -> Primitive:
     prim = _STACK.get(n)
     if prim is None:
         prim = Primitive("stack", lambda *xs, axis: np.stack(xs, axis=axis))
-        defvjp(prim, *[_stacked_rule(i) for i in range(n)])
+        defvjp(prim, *[_stacked_rule(i) for i in range(n)], reads_output=False, reads_inputs=())
         _STACK[n] = prim
     return prim
 
@@ -193,8 +195,10 @@ def _take_back_np(g: np.ndarray, indices: np.ndarray, axis: int, shape: Tuple[in
 
 _take = Primitive("gather", lambda x, indices, axis: np.take(x, indices, axis=axis))
 _take_back = Primitive("gather_grad", _take_back_np)
-defvjp(_take, lambda g, ans, x, indices, axis: _take_back(g, indices=indices, axis=axis, shape=x.shape))
-defvjp(_take_back, lambda g, ans, u, indices, axis, shape: _take(g, indices=indices, axis=axis))
+defvjp(_take, lambda g, ans, x, indices, axis: _take_back(g, indices=indices, axis=axis, shape=x.shape),
+       reads_output=False, reads_inputs=())
+defvjp(_take_back, lambda g, ans, u, indices, axis, shape: _take(g, indices=indices, axis=axis),
+       reads_output=False, reads_inputs=())
 
 
 def _int_array(v: Any, what: str) -> np.ndarray:

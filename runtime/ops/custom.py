@@ -27,13 +27,13 @@ from ..autograd.callback import bprop_backward, record_callback
 from ..device import device_of, is_device_array
 from ..autograd.grad_mode import _state
 from ..dtypes import float32, from_numpy_dtype, to_dtype
-from ..jit.tracing import hook as _trace
 from ..tensor import Tensor, _new
 from .aot_extra import ExtraBlock
 from .aot_library import AotKernel, BuildOptions, resolve_aot
 from .custom_spec import Spec, is_spec_fn as _is_fn
 from .inplace import InplaceWrites
 from .op_info import OpInfo, parse_reg_info
+from .primitive import record_op, tracing
 
 __all__ = ["Custom"]
 
@@ -144,8 +144,8 @@ class Custom:
 
     # ---- the call --------------------------------------------------------
     def __call__(self, *inputs: Any) -> Any:
-        if _trace.tracer is not None:  # runtime.jit is recording this thread's ops
-            return _trace.tracer.call_op("custom", f"Custom({self.name})", self, inputs, {})
+        if tracing():  # runtime.jit is recording this thread's ops
+            return record_op("custom", f"Custom({self.name})", self, inputs)
         fast = self._fast
         if fast is not None:  # one C call: Tensors' arrays in, the kernel, the outputs as Tensors (or None)
             try:

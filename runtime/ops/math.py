@@ -13,8 +13,7 @@ import numpy as np
 from .. import device as _device
 from .. import dtypes as _dt
 from ..tensor import Tensor, as_tensor
-from ..jit.tracing import no_trace as _no_trace
-from .primitive import Primitive, defvjp
+from .primitive import Primitive, defvjp, trace_break
 
 Axis = Optional[Union[int, Sequence[int]]]
 
@@ -85,13 +84,13 @@ def _real_only(name: str, *xs: Tensor) -> None:
 
 # ---- elementwise binary ---------------------------------------------------
 _add = Primitive("add", np.add)
-defvjp(_add, lambda g, ans, x, y: g, lambda g, ans, x, y: g)
+defvjp(_add, lambda g, ans, x, y: g, lambda g, ans, x, y: g, reads_output=False, reads_inputs=())
 
 _sub = Primitive("sub", np.subtract)
-defvjp(_sub, lambda g, ans, x, y: g, lambda g, ans, x, y: neg(g))
+defvjp(_sub, lambda g, ans, x, y: g, lambda g, ans, x, y: neg(g), reads_output=False, reads_inputs=())
 
 _mul = Primitive("mul", np.multiply)
-defvjp(_mul, lambda g, ans, x, y: mul(g, _c(y)), lambda g, ans, x, y: mul(g, _c(x)))
+defvjp(_mul, lambda g, ans, x, y: mul(g, _c(y)), lambda g, ans, x, y: mul(g, _c(x)), reads_output=False, reads_inputs=(0, 1))
 
 
 def _true_divide(x, y):
@@ -110,12 +109,12 @@ def _in_float32(fn):
 
 
 _div = Primitive("div", _true_divide)
-defvjp(_div, lambda g, ans, x, y: div(g, _c(y)), lambda g, ans, x, y: neg(mul(g, _c(div(ans, y)))))
+defvjp(_div, lambda g, ans, x, y: div(g, _c(y)), lambda g, ans, x, y: neg(mul(g, _c(div(ans, y)))), reads_output=True, reads_inputs=(1,))
 
 _pow = Primitive("pow", np.power)
 defvjp(_pow,
        lambda g, ans, x, y: mul(g, _c(mul(y, pow(x, sub(y, 1))))),
-       lambda g, ans, x, y: mul(g, _c(mul(ans, log(_pow_base(x))))))
+       lambda g, ans, x, y: mul(g, _c(mul(ans, log(_pow_base(x))))), reads_output=True, reads_inputs=(0, 1))
 
 
 def _pow_base(x: Tensor) -> Tensor:
@@ -126,40 +125,40 @@ def _pow_base(x: Tensor) -> Tensor:
 
 
 def add(x: Any, y: Any) -> Tensor:
-    return _add.call2(*_pair(x, y))
+    return _add.call(_pair(x, y))
 
 
 def sub(x: Any, y: Any) -> Tensor:
-    return _sub.call2(*_pair(x, y))
+    return _sub.call(_pair(x, y))
 
 
 def mul(x: Any, y: Any) -> Tensor:
-    return _mul.call2(*_pair(x, y))
+    return _mul.call(_pair(x, y))
 
 
 def div(x: Any, y: Any) -> Tensor:
-    return _div.call2(*_pair(x, y))
+    return _div.call(_pair(x, y))
 
 
 def pow(x: Any, y: Any) -> Tensor:  # noqa: A001 (mirrors the op's name)
-    return _pow.call2(*_pair(x, y))
+    return _pow.call(_pair(x, y))
 
 
 # ---- elementwise unary ----------------------------------------------------
 _neg = Primitive("neg", np.negative)
-defvjp(_neg, lambda g, ans, x: neg(g))
+defvjp(_neg, lambda g, ans, x: neg(g), reads_output=False, reads_inputs=())
 _exp = Primitive("exp", np.exp)
-defvjp(_exp, lambda g, ans, x: mul(g, _c(ans)))
+defvjp(_exp, lambda g, ans, x: mul(g, _c(ans)), reads_output=True, reads_inputs=())
 _log = Primitive("log", np.log)
-defvjp(_log, lambda g, ans, x: div(g, _c(x)))
+defvjp(_log, lambda g, ans, x: div(g, _c(x)), reads_output=False, reads_inputs=(0,))
 _sin = Primitive("sin", np.sin)
-defvjp(_sin, lambda g, ans, x: mul(g, _c(cos(x))))
+defvjp(_sin, lambda g, ans, x: mul(g, _c(cos(x))), reads_output=False, reads_inputs=(0,))
 _cos = Primitive("cos", np.cos)
-defvjp(_cos, lambda g, ans, x: neg(mul(g, _c(sin(x)))))
+defvjp(_cos, lambda g, ans, x: neg(mul(g, _c(sin(x)))), reads_output=False, reads_inputs=(0,))
 _tanh = Primitive("tanh", np.tanh)
-defvjp(_tanh, lambda g, ans, x: mul(g, _c(sub(1, mul(ans, ans)))))
+defvjp(_tanh, lambda g, ans, x: mul(g, _c(sub(1, mul(ans, ans)))), reads_output=True, reads_inputs=())
 _sqrt = Primitive("sqrt", np.sqrt)
-defvjp(_sqrt, lambda g, ans, x: div(g, _c(mul(ans, 2))))
+defvjp(_sqrt, lambda g, ans, x: div(g, _c(mul(ans, 2))), reads_output=True, reads_inputs=())
 
 
 def _sigmoid(x):
@@ -167,12 +166,12 @@ def _sigmoid(x):
 
 
 _sigmoid_p = Primitive("sigmoid", _sigmoid)
-defvjp(_sigmoid_p, lambda g, ans, x: mul(g, _c(mul(ans, sub(1, ans)))))
+defvjp(_sigmoid_p, lambda g, ans, x: mul(g, _c(mul(ans, sub(1, ans)))), reads_output=True, reads_inputs=())
 _relu = Primitive("relu", lambda x: np.maximum(x, 0))
 # relu's rule as one op, g * (x > 0) (NaN in g stays NaN, as a multiply by the mask does), linear in g
 _relu_grad = Primitive("relu_grad", lambda g, x: g * (x > 0))
-defvjp(_relu_grad, lambda gg, ans, g, x: _relu_grad(gg, x), None)
-defvjp(_relu, lambda g, ans, x: _relu_grad(g, x))
+defvjp(_relu_grad, lambda gg, ans, g, x: _relu_grad(gg, x), None, reads_output=False, reads_inputs=(1,))
+defvjp(_relu, lambda g, ans, x: _relu_grad(g, x), reads_output=False, reads_inputs=(0,))
 def _sign_np(x):
     """sign(x); for complex x, x/|x| (0 at 0): the gradient of |x| (numpy 1.x's complex sign is that of
     the real part, numpy 2's is x/|x|: not left to the version)."""
@@ -184,13 +183,13 @@ def _sign_np(x):
 
 _sign = Primitive("sign", _sign_np)
 _abs = Primitive("abs", np.abs)
-defvjp(_abs, lambda g, ans, x: mul(g, _sign(x)))
+defvjp(_abs, lambda g, ans, x: mul(g, _sign(x)), reads_output=False, reads_inputs=(0,))
 _real = Primitive("real", lambda x: np.real(x) if x.dtype.kind == "c" else x.view())
 _imag = Primitive("imag", np.imag)
 _conj = Primitive("conj", lambda x: np.conj(x) if x.dtype.kind == "c" else x.view())
-defvjp(_real, lambda g, ans, x: _as_complex(g, x))
-defvjp(_imag, lambda g, ans, x: mul(_as_complex(g, x), 1j))
-defvjp(_conj, lambda g, ans, x: _conj(g))
+defvjp(_real, lambda g, ans, x: _as_complex(g, x), reads_output=False, reads_inputs=(0,))
+defvjp(_imag, lambda g, ans, x: mul(_as_complex(g, x), 1j), reads_output=False, reads_inputs=(0,))
+defvjp(_conj, lambda g, ans, x: _conj(g), reads_output=False, reads_inputs=())
 
 
 def _as_complex(g: Tensor, x: Tensor) -> Tensor:
@@ -304,7 +303,7 @@ def not_equal(x: Any, y: Any) -> Tensor:
 _where = Primitive("where", np.where)
 defvjp(_where, None,
        lambda g, ans, c, x, y: where(c, g, 0),
-       lambda g, ans, c, x, y: where(c, 0, g))
+       lambda g, ans, c, x, y: where(c, 0, g), reads_output=False, reads_inputs=(0,))
 
 
 def where(condition: Any, x: Any, y: Any) -> Tensor:
@@ -343,9 +342,9 @@ def _swap_last(t: Tensor) -> Tensor:
 
 
 _matmul = Primitive("matmul", np.matmul)
-defvjp(_matmul, _matmul_vjp_x, _matmul_vjp_y)
+defvjp(_matmul, _matmul_vjp_x, _matmul_vjp_y, reads_output=False, reads_inputs=(0, 1))
 _matmul_bf16 = Primitive("matmul", _in_float32(np.matmul))
-defvjp(_matmul_bf16, _matmul_vjp_x, _matmul_vjp_y)
+defvjp(_matmul_bf16, _matmul_vjp_x, _matmul_vjp_y, reads_output=False, reads_inputs=(0, 1))
 
 
 def matmul(x: Any, y: Any) -> Tensor:
@@ -408,13 +407,13 @@ def _mean_np(x, axis=None, keepdims=False):
 
 
 _sum = Primitive("sum", _sum_np)
-defvjp(_sum, _sum_vjp)
+defvjp(_sum, _sum_vjp, reads_output=False, reads_inputs=())
 _mean = Primitive("mean", _mean_np)
-defvjp(_mean, _mean_vjp)
+defvjp(_mean, _mean_vjp, reads_output=False, reads_inputs=())
 _sum_bf16 = Primitive("sum", _in_float32(_sum_np))
-defvjp(_sum_bf16, _sum_vjp)
+defvjp(_sum_bf16, _sum_vjp, reads_output=False, reads_inputs=())
 _mean_bf16 = Primitive("mean", _in_float32(_mean_np))
-defvjp(_mean_bf16, _mean_vjp)
+defvjp(_mean_bf16, _mean_vjp, reads_output=False, reads_inputs=())
 
 
 def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
@@ -431,7 +430,7 @@ def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
 
 # ---- shape ops -------------------------------------------------------------
 _reshape = Primitive("reshape", lambda x, shape: np.reshape(x, shape))
-defvjp(_reshape, lambda g, ans, x, shape: reshape(g, x.shape))
+defvjp(_reshape, lambda g, ans, x, shape: reshape(g, x.shape), reads_output=False, reads_inputs=())
 
 
 def reshape(x: Any, shape: Sequence[int]) -> Tensor:
@@ -441,7 +440,8 @@ def reshape(x: Any, shape: Sequence[int]) -> Tensor:
 
 
 _transpose = Primitive("transpose", lambda x, axes: np.transpose(x, axes))
-defvjp(_transpose, lambda g, ans, x, axes: transpose(g, tuple(np.argsort(axes).tolist())))
+defvjp(_transpose, lambda g, ans, x, axes: transpose(g, tuple(np.argsort(axes).tolist())), reads_output=False,
+       reads_inputs=())
 
 
 def transpose(x: Any, axes: Optional[Sequence[int]] = None) -> Tensor:
@@ -467,9 +467,9 @@ def _sum_to_array(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
 
 
 _broadcast_to = Primitive("broadcast_to", lambda x, shape: np.broadcast_to(x, shape))
-defvjp(_broadcast_to, lambda g, ans, x, shape: sum_to(g, x.shape))
+defvjp(_broadcast_to, lambda g, ans, x, shape: sum_to(g, x.shape), reads_output=False, reads_inputs=())
 _sum_to = Primitive("sum_to", _sum_to_array)
-defvjp(_sum_to, lambda g, ans, x, shape: broadcast_to(g, x.shape))
+defvjp(_sum_to, lambda g, ans, x, shape: broadcast_to(g, x.shape), reads_output=False, reads_inputs=())
 
 
 def broadcast_to(x: Any, shape: Sequence[int]) -> Tensor:
@@ -497,7 +497,7 @@ def _cast_vjp(g: Tensor, ans: Any, x: Tensor, dtype: Any) -> Tensor:
 
 
 _cast = Primitive("cast", _cast_array)
-defvjp(_cast, _cast_vjp)
+defvjp(_cast, _cast_vjp, reads_output=False, reads_inputs=())
 
 
 def cast(x: Any, dtype: Any) -> Tensor:
@@ -507,7 +507,7 @@ def cast(x: Any, dtype: Any) -> Tensor:
 # ---- indexing ----------------------------------------------------------------
 def _plain_index(index: Any) -> Any:
     if isinstance(index, Tensor) or (isinstance(index, tuple) and any(isinstance(i, Tensor) for i in index)):
-        _no_trace("a tensor used as an index turns its values into the op's attribute, which a graph would "
+        trace_break("a tensor used as an index turns its values into the op's attribute, which a graph would "
                   "keep as traced")
     if isinstance(index, Tensor):
         return index._data
@@ -524,8 +524,9 @@ def _scatter_add(g, index, shape):
 
 _getitem = Primitive("getitem", lambda x, index: x[index])
 _scatter = Primitive("scatter_add", _scatter_add)
-defvjp(_getitem, lambda g, ans, x, index: _scatter(g, index=index, shape=x.shape))
-defvjp(_scatter, lambda g, ans, u, index, shape: _getitem(g, index=index))
+defvjp(_getitem, lambda g, ans, x, index: _scatter(g, index=index, shape=x.shape), reads_output=False,
+       reads_inputs=())
+defvjp(_scatter, lambda g, ans, u, index, shape: _getitem(g, index=index), reads_output=False, reads_inputs=())
 
 
 def getitem(x: Any, index: Any) -> Tensor:
@@ -545,7 +546,8 @@ def ones_like(x: Any) -> Tensor:
 
 # ---- devices -------------------------------------------------------------------
 _to_device = Primitive("to_device", lambda x, device: _device.to_device(x, device))
-defvjp(_to_device, lambda g, ans, x, device: to_device(g, _device.device_of(x._data)))
+defvjp(_to_device, lambda g, ans, x, device: to_device(g, _device.device_of(x._data)), reads_output=False,
+       reads_inputs=())
 
 
 def to_device(x: Any, device: str) -> Tensor:

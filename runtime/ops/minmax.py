@@ -40,9 +40,9 @@ def _tie_share(x: Tensor, ans: Tensor) -> Tensor:
 
 
 _amax = Primitive("amax", np.max)
-defvjp(_amax, lambda g, ans, x: mul(g, _tie_share(x, ans)))
+defvjp(_amax, lambda g, ans, x: mul(g, _tie_share(x, ans)), reads_output=True, reads_inputs=(0,))
 _amin = Primitive("amin", np.min)
-defvjp(_amin, lambda g, ans, x: mul(g, _tie_share(x, ans)))
+defvjp(_amin, lambda g, ans, x: mul(g, _tie_share(x, ans)), reads_output=True, reads_inputs=(0,))
 
 
 def amax(x: Any) -> Tensor:
@@ -78,9 +78,9 @@ def _picked_vjp(pick: Callable[..., np.ndarray]) -> Callable[..., Tensor]:
 
 
 _max_dim = Primitive("max_dim", _along(np.argmax))
-defvjp(_max_dim, _picked_vjp(np.argmax))
+defvjp(_max_dim, _picked_vjp(np.argmax), reads_output=False, reads_inputs=(0,))
 _min_dim = Primitive("min_dim", _along(np.argmin))
-defvjp(_min_dim, _picked_vjp(np.argmin))
+defvjp(_min_dim, _picked_vjp(np.argmin), reads_output=False, reads_inputs=(0,))
 
 
 def _dim_op(x: Any, dim: Any, keepdim: Any, what: str) -> Tuple[Tensor, int, bool]:
@@ -148,11 +148,11 @@ def _share(wins: Callable[[np.ndarray, np.ndarray], np.ndarray], a: Tensor, b: T
 _maximum = Primitive("maximum", np.maximum)
 defvjp(_maximum,
        lambda g, ans, x, y: mul(g, _share(np.greater, x, y, g)),
-       lambda g, ans, x, y: mul(g, _share(np.greater, y, x, g)))
+       lambda g, ans, x, y: mul(g, _share(np.greater, y, x, g)), reads_output=False, reads_inputs=(0, 1))
 _minimum = Primitive("minimum", np.minimum)
 defvjp(_minimum,
        lambda g, ans, x, y: mul(g, _share(np.less, x, y, g)),
-       lambda g, ans, x, y: mul(g, _share(np.less, y, x, g)))
+       lambda g, ans, x, y: mul(g, _share(np.less, y, x, g)), reads_output=False, reads_inputs=(0, 1))
 
 
 def maximum(x: Any, y: Any) -> Tensor:

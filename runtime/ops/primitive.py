@@ -2,107 +2,106 @@
 
 ``Primitive(name, fn)`` runs ``fn`` on the inputs' arrays; ``fn`` returns new
 memory or a numpy view (an input returned unchanged as ``x.view()``), so that
-a view of an input shares its version counter. ``defvjp(prim,
-*rules)`` gives one rule per positional argument, ``rule(g, ans, *args,
-**kwargs)`` returning that argument's gradient. Rules are written with
-runtime ops, so they record a graph themselves when a higher-order gradient
-is asked for (``create_graph``). The engine sums a rule's result down to the
-argument's shape, so rules need not undo broadcasting.
+a view of an input shares its version counter. ``defvjp(prim, *rules,
+reads_output=..., reads_inputs=...)`` gives one rule per positional argument,
+``rule(g, ans, *args, **kwargs)`` returning that argument's gradient, and
+declares what the rules read: the output ``ans``, and which arguments' values
+(not only their shape or dtype). Undeclared, everything counts as read (the
+safe choice: every saved value is checked by version at backward). Rules are
+written with runtime ops, so they record a graph themselves when a
+higher-order gradient is asked for (``create_graph``). The engine sums a
+rule's result down to the argument's shape, so rules need not undo
+broadcasting.
 """
 from __future__ import annotations
 
-import dis
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from types import MappingProxyType
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..autograd.node import Node
+from ..jit.tracing import flag as _flag
 from ..jit.tracing import hook as _trace
+from ..jit.tracing import TraceBreak
 from ..tensor import Tensor as _Tensor
 from ..versions import memory_owner as _root, share_version, version_of as _version_of
 
-__all__ = ["Primitive", "defvjp", "PrimitiveNode"]
+__all__ = ["Primitive", "defvjp", "PrimitiveNode", "NO_KWARGS", "tracing", "record_op", "trace_break"]
 
 Rule = Optional[Callable[..., Any]]
+NO_KWARGS: Mapping[str, Any] = MappingProxyType({})  # the keywords of a call without any (shared, read-only)
 
 
 class Primitive:
     """A named numpy function; differentiable once ``defvjp`` gives it rules."""
 
-    __slots__ = ("name", "fn", "vjps", "reads_ans", "reads_args")
+    __slots__ = ("name", "fn", "vjps", "reads_ans", "reads_args", "unread")
 
     def __init__(self, name: str, fn: Callable[..., Any]) -> None:
         self.name = name
         self.fn = fn
         self.vjps: Optional[Tuple[Rule, ...]] = None
-        self.reads_ans = False  # a rule reads the op's output: its node checks the output's version
+        self.reads_ans = True  # a rule reads the op's output: its node keeps it and checks its version
         self.reads_args: Tuple[bool, ...] = ()  # per argument: a rule reads its values (its version is checked)
+        self.unread: Optional[_Unread] = None  # what the rules get as ans when they do not read it
 
     def __call__(self, *args: Any, **kwargs: Any):
-        """Apply to Tensors (already converted); record a node if needed."""
-        if _trace.tracer is not None:  # runtime.jit is recording this thread's ops
+        """Apply to Tensors (already converted); record a node if needed (see ``call``)."""
+        return self.call(args, kwargs)
+
+    def call(self, args: Tuple[Any, ...], kwargs: Mapping[str, Any] = NO_KWARGS):
+        """``self(*args, **kwargs)``, the one path of every primitive call: the tracer's hook, the
+        function, the result Tensor, its node. Called directly (no ``*``/``**`` repacking) by the
+        binary ops, whose operands come as a tuple already."""
+        if _flag.value and _trace.tracer is not None:  # runtime.jit is recording this thread's ops
             return _trace.tracer.call_op("primitive", self.name, self, args, kwargs)
         try:
-            if len(args) == 2:  # most ops: no list built for two arguments
+            if len(args) == 2 and not kwargs:  # most ops: no list built, no **{}
                 x, y = args
-                out = self.fn(x._data, y._data, **kwargs)
+                out = self.fn(x._data, y._data)
             else:
                 out = self.fn(*[a._data for a in args], **kwargs)
         except TypeError:  # numpy and CuPy arrays in one call: say so, naming both devices
             _device.check_same(args, f"op '{self.name}'")
             raise
-        except ValueError as e:  # numpy's "array is too big": a result whose size in bytes overflows
-            if "could not be broadcast" in str(e):
-                raise ValueError(f"op '{self.name}': the shapes of its inputs "
-                                 f"{[list(a.shape) for a in args]} do not broadcast together") from e
-            if "too big" not in str(e):
+        except ValueError as e:
+            err = _value_error(self.name, args, e)
+            if err is e:
                 raise
-            raise MemoryError(f"op '{self.name}': cannot allocate its result for inputs of shapes "
-                              f"{[list(a.shape) for a in args]} and dtypes {', '.join(str(a.dtype) for a in args)}: "
-                              f"its size in bytes overflows") from e
+            raise err from e
         if type(out) is not np.ndarray:
             out = _result(out, args, self.name)
         res = _new(_Tensor)
         res._data = out
         if out.base is not None:  # a view (reshape, slice...): maybe of an input
             _share_input_version(res, out, args)
-        if _state.enabled and self.vjps is not None and out.dtype.kind in "fcV":  # integer results: no gradient (dtypes.GRAD_KINDS)
-            for a in args:
-                if a.requires_grad:
-                    res._node = node = _record2(self, *args, kwargs, out) if len(args) == 2 \
-                        else _record(self, args, kwargs, out)
+        for a in args:
+            if a.requires_grad:  # first (a slot read): most calls end here, without reading the grad mode
+                if _state.enabled and self.vjps is not None and out.dtype.kind in "fcV":  # integers: no gradient (dtypes.GRAD_KINDS)
+                    res._node = _record(self, args, kwargs, out, res)
                     res.requires_grad = True
-                    if self.reads_ans:
-                        node.out_ref = weakref.ref(res)
-                    break
-        return res
-
-    def call2(self, x: Any, y: Any):
-        """``self(x, y)`` for two Tensors and no keywords: the binary ops' hot path (elementwise
-        and matmul functions, whose result is new memory, never a view of an input)."""
-        if _trace.tracer is not None:
-            return _trace.tracer.call_op("primitive", self.name, self, (x, y), {})
-        try:
-            out = self.fn(x._data, y._data)
-        except (TypeError, ValueError):
-            return self(x, y)  # the general path says what went wrong (the function is pure)
-        if type(out) is not np.ndarray:
-            out = _result(out, (x, y), self.name)
-        res = _new(_Tensor)
-        res._data = out
-        if (x.requires_grad or y.requires_grad) and _state.enabled and self.vjps is not None \
-                and out.dtype.kind in "fcV":  # integer results: no gradient (dtypes.GRAD_KINDS)
-            res._node = node = _record2(self, x, y, {}, out)
-            res.requires_grad = True
-            if self.reads_ans:
-                node.out_ref = weakref.ref(res)
+                break
         return res
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+def _value_error(name: str, args: Sequence[Any], e: ValueError) -> BaseException:
+    """What a ValueError of the function means for the op's caller: shapes that do not broadcast,
+    or (numpy's "array is too big") a result whose size in bytes overflows; else ``e`` itself."""
+    if "could not be broadcast" in str(e):
+        return ValueError(f"op '{name}': the shapes of its inputs "
+                          f"{[list(a.shape) for a in args]} do not broadcast together")
+    if "too big" not in str(e):
+        return e
+    return MemoryError(f"op '{name}': cannot allocate its result for inputs of shapes "
+                       f"{[list(a.shape) for a in args]} and dtypes {', '.join(str(a.dtype) for a in args)}: "
+                       f"its size in bytes overflows")
 
 
 def _share_input_version(res: Any, out: Any, args: Sequence[Any]) -> None:
@@ -124,65 +123,92 @@ def _result(out: Any, args: Sequence[Any], name: str) -> Any:
     return np.asarray(out)
 
 
-def defvjp(prim: Primitive, *rules: Rule) -> None:
-    """Register derivative rules, one per positional argument (None: not differentiable)."""
+def defvjp(prim: Primitive, *rules: Rule, reads_output: bool = True,
+           reads_inputs: Optional[Iterable[int]] = None) -> None:
+    """Register derivative rules, one per positional argument (None: not differentiable), and
+    declare what they read, so that backward checks exactly those against in-place writes.
+
+    ``reads_output``: some rule reads ``ans``; then the node keeps the output and its version is
+    checked; with False the rules are given a stand-in that raises when used, so an undeclared
+    read fails loudly. ``reads_inputs``: the positions of the arguments whose values some rule
+    reads (None, the default: all); an argument left out may be written in place before
+    backward (its shape, dtype and device are all a rule may use)."""
+    if not isinstance(prim, Primitive):
+        raise TypeError(f"defvjp: the first argument must be a Primitive, got {type(prim).__name__}")
+    if type(reads_output) is not bool:
+        raise TypeError(f"defvjp({prim.name}): reads_output must be True or False, got {reads_output!r}")
+    n = len(rules)
+    if reads_inputs is None:
+        reads = (True,) * n
+    else:
+        given = tuple(reads_inputs)
+        bad = [i for i in given if type(i) is not int or not 0 <= i < n]
+        if bad:
+            raise ValueError(f"defvjp({prim.name}): reads_inputs {list(given)} must be positions of its "
+                             f"{n} argument(s), 0 to {n - 1}")
+        reads = tuple(i in given for i in range(n))
     prim.vjps = tuple(rules)
-    # each rule disassembled once (dis is most of what defining the built-in ops costs at import)
-    ins = {id(r): _instructions(r) for r in rules if r is not None}
-    prim.reads_ans = any(_reads_ans(ins[id(r)]) for r in rules if r is not None)
-    prim.reads_args = tuple(any(_reads_values(r, ins[id(r)], i) for r in rules if r is not None)
-                            for i in range(len(rules)))
+    prim.reads_ans = reads_output
+    prim.reads_args = reads
+    prim.unread = None if reads_output else _Unread(prim.name)
 
 
-def _instructions(rule: Callable[..., Any]) -> Optional[List[dis.Instruction]]:
-    """``rule``'s bytecode instructions; None when it is not plain Python code."""
-    code = getattr(rule, "__code__", None)
-    return None if code is None else list(dis.get_instructions(code))
+# ---- the tracer's hook ------------------------------------------------------------------------
+# The one place in Python, outside runtime.jit, that asks whether a trace is recording (C++ ops
+# ask through runtime.jit.tracing.cpp_hook): Primitive.call, and these three for the rest of the
+# runtime, so that no other module knows about the tracer.
+
+def tracing() -> bool:
+    """Whether runtime.jit is recording this thread's ops. The process-wide flag (non-zero while any
+    thread records, read as cheaply as a module attribute) is asked first, the thread's hook (a
+    thread-local, several times slower to read) only when some trace is recording."""
+    return _flag.value != 0 and _trace.tracer is not None
 
 
-def _reads_ans(ins: Optional[List[dis.Instruction]]) -> bool:
-    """Whether a rule (its instructions) reads its ``ans`` argument (not plain Python code: assume so)."""
-    if ins is None:
-        return True
-    return any(i.argval == "ans" and i.opname.startswith("LOAD_") for i in ins)
+def record_op(kind: str, name: str, target: Callable[..., Any], args: Sequence[Any],
+              kwargs: Mapping[str, Any] = NO_KWARGS) -> Any:
+    """While ``tracing()``: run ``target(*args, **kwargs)`` with the trace paused and record it as one
+    node named ``name``. For the ops that are not Primitives (``ops.Custom``, ``autograd.Function``,
+    a ``Cell`` with ``bprop``): their eager path is ``target``."""
+    return _trace.tracer.call_op(kind, name, target, args, kwargs)
 
 
-_META = frozenset({"shape", "dtype", "ndim", "size", "device"})  # what an in-place write never changes
+def trace_break(what: str) -> None:
+    """Stop this thread's trace, if one is recording, because of ``what``: a value turned into a Python
+    value, an in-place write outside an op, a random draw, a gradient taken inside the trace (what a
+    graph cannot hold; the traced function then runs eagerly)."""
+    if _flag.value and _trace.tracer is not None:
+        raise TraceBreak(what)
 
 
-def _reads_values(rule: Callable[..., Any], ins: Optional[List[dis.Instruction]], position: int) -> bool:
-    """Whether ``rule`` reads the values of argument ``position`` (``rule(g, ans, *args)``), not only
-    its shape or dtype (``x.shape``, ``x._data.dtype``): a write into an argument the rules read
-    no value of (transpose's, add's) cannot change the gradient, so its version is not checked.
-    Anything this cannot see through (not plain Python, ``*args``, a closure) counts as a read."""
-    code = getattr(rule, "__code__", None)
-    if code is None or 2 + position >= code.co_argcount:
-        return True
-    name = code.co_varnames[2 + position]
-    if ins is None:
-        return True
-    for k, i in enumerate(ins):
-        if i.argval != name or not i.opname.startswith(("LOAD_", "MAKE_CELL")):
-            continue
-        a = ins[k + 1] if k + 1 < len(ins) else None
-        b = ins[k + 2] if k + 2 < len(ins) else None
-        if a is not None and a.opname == "LOAD_ATTR" and (
-                a.argval in _META or (a.argval == "_data" and b is not None and b.opname == "LOAD_ATTR"
-                                      and b.argval in _META)):
-            continue
-        return True
-    return False
+class _Unread:
+    """``ans`` for rules declared not to read it (``reads_output=False``): any use raises, so a rule
+    that reads the output without saying so fails loudly instead of reading a value nobody checked."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, attr: str) -> Any:
+        raise RuntimeError(f"a derivative rule of {object.__getattribute__(self, '_name')} reads its output "
+                           f"(ans), but defvjp was given reads_output=False; declare reads_output=True")
+
+    def __repr__(self) -> str:
+        return f"<output of {object.__getattribute__(self, '_name')}: not read by its rules>"
 
 
 class PrimitiveNode(Node):
     """A recorded primitive call. Its ``input_meta`` is built when first asked (recording builds
     no tuples for it), from the saved arguments (a backward first checks that their versions
-    are unchanged), and kept when ``release`` frees them."""
+    are unchanged), and kept when ``release`` frees them. The output is kept (and checked) only
+    when the rules read it."""
 
-    __slots__ = ("prim", "args", "kwargs", "versions", "out", "out_ref", "_input_meta")
+    __slots__ = ("prim", "args", "kwargs", "versions", "out", "out_ref", "out_version", "_input_meta")
 
-    def __init__(self, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray) -> None:
-        _record(prim, args, kwargs, out, self)
+    def __init__(self, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray,
+                 res: Any = None) -> None:
+        _record(prim, args, kwargs, out, res, self)
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -200,29 +226,32 @@ class PrimitiveNode(Node):
         if args is None:
             raise RuntimeError(f"backward through {self.name} a second time: its saved tensors were "
                                f"freed after the first backward; pass retain_graph=True the first time")
-        if len(args) == 2:
+        two = len(args) == 2
+        if two:  # most ops: the two versions read without a map
             x, y = args
             if (x._vc.value, y._vc.value) != self.versions:
                 self._stale()
         elif tuple(map(_version_of, args)) != self.versions:
             self._stale()
-        ref = self.out_ref
-        if ref is not None:  # a rule reads the output: it must be as the op made it (a new tensor: version 0)
-            t = ref()
-            if t is not None and t._version:
+        prim = self.prim
+        ans = prim.unread
+        if ans is None:  # the rules read the output
+            ref = self.out_ref  # the output must be as the op made it
+            t = None if ref is None else ref()
+            if t is not None and t._vc.value != self.out_version:
                 raise RuntimeError(f"one of the tensors needed for gradient computation has been modified by an "
                                    f"in-place operation: output 0 of {self.name} is at version {t._version}; "
-                                   f"expected version 0")
-        ans = _new(_Tensor)
-        ans._data = self.out
-        if create_graph:
-            ans._node = self
-            ans.requires_grad = True
+                                   f"expected version {self.out_version}")
+            ans = _new(_Tensor)
+            ans._data = self.out
+            if create_graph:
+                ans._node = self
+                ans.requires_grad = True
         g = grads[0]
         kw = self.kwargs
-        vjps = self.prim.vjps
+        vjps = prim.vjps
         edges = self.next_edges
-        if len(edges) == 2 and len(vjps) == 2 and not kw:  # a binary op: no comprehension, no **{}
+        if two and not kw:  # a binary op: no comprehension, no **{}
             r0, r1 = vjps
             e0, e1 = edges
             return [None if (e0 is None or r0 is None) else r0(g, ans, x, y),
@@ -231,7 +260,7 @@ class PrimitiveNode(Node):
                 for rule, e in zip(vjps, edges)]
 
     def _stale(self) -> None:
-        """Raise for the first changed argument whose values a rule reads (shape-only ones may change)."""
+        """Raise for the first changed argument whose values a rule reads (the others may change)."""
         reads = self.prim.reads_args
         for i, (a, v) in enumerate(zip(self.args, self.versions)):
             if a._version != v and (i >= len(reads) or reads[i]):
@@ -247,38 +276,35 @@ class PrimitiveNode(Node):
 
 
 _new = object.__new__
+_weakref = weakref.ref
 
 
-def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray,
+def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray, res: Any,
             node: Optional[PrimitiveNode] = None) -> PrimitiveNode:
-    """A node (or ``node``) with its fields set in one pass over ``args`` (the recording hot path)."""
+    """A node (or ``node``) for ``res = prim(*args, **kwargs)`` with its fields set in one pass
+    (the recording hot path); the output is kept, and referenced weakly for its version check, only
+    when the rules read it."""
     if node is None:
         node = _new(PrimitiveNode)
     node.prim = prim
     node.args = args
     node.kwargs = kwargs
-    node.out = out
-    node.out_ref = None
+    if prim.reads_ans:
+        node.out = out
+        node.out_ref = None if res is None else _weakref(res)
+        node.out_version = 0 if res is None else res._vc.value  # not 0 for a view of a written input
+    else:
+        node.out = node.out_ref = None
     node._input_meta = None
-    node.versions = tuple(map(_version_of, args))
-    node.next_edges = tuple([(a if a._node is None else (a._node, a._out_index)) if a.requires_grad else None
-                             for a in args])
-    node.out_meta = ((out.shape, out.dtype),)
-    return node
-
-
-def _record2(prim: Primitive, x: Any, y: Any, kwargs: Dict[str, Any], out: np.ndarray) -> PrimitiveNode:
-    """``_record`` for two arguments, unrolled (every recorded binary op comes here)."""
-    node = _new(PrimitiveNode)
-    node.prim = prim
-    node.args = (x, y)
-    node.kwargs = kwargs
-    node.out = out
-    node.out_ref = None
-    node._input_meta = None
-    node.versions = (x._vc.value, y._vc.value)  # _version without its property's call
-    node.next_edges = ((x if x._node is None else (x._node, x._out_index)) if x.requires_grad else None,
-                       (y if y._node is None else (y._node, y._out_index)) if y.requires_grad else None)
+    if len(args) == 2:  # most recorded ops: no comprehension for two arguments
+        x, y = args
+        node.versions = (x._vc.value, y._vc.value)  # _version without its property's call
+        node.next_edges = ((x if x._node is None else (x._node, x._out_index)) if x.requires_grad else None,
+                           (y if y._node is None else (y._node, y._out_index)) if y.requires_grad else None)
+    else:
+        node.versions = tuple(map(_version_of, args))
+        node.next_edges = tuple([(a if a._node is None else (a._node, a._out_index)) if a.requires_grad else None
+                                 for a in args])
     node.out_meta = ((out.shape, out.dtype),)
     return node
 

@@ -37,7 +37,8 @@ def _softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
 
 
 _softmax = Primitive("softmax", _softmax_np)
-defvjp(_softmax, lambda g, ans, x, axis: mul(ans, sub(g, _sum(mul(g, ans), axis=axis, keepdims=True))))
+defvjp(_softmax, lambda g, ans, x, axis: mul(ans, sub(g, _sum(mul(g, ans), axis=axis, keepdims=True))),
+       reads_output=True, reads_inputs=())
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:
@@ -64,7 +65,8 @@ def _log_softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
 
 _log_softmax = Primitive("log_softmax", _log_softmax_np)
 # d/dx: g - softmax(x) * sum(g); softmax(x) is exp(ans)
-defvjp(_log_softmax, lambda g, ans, x, axis: sub(g, mul(exp(ans), _sum(g, axis=axis, keepdims=True))))
+defvjp(_log_softmax, lambda g, ans, x, axis: sub(g, mul(exp(ans), _sum(g, axis=axis, keepdims=True))),
+       reads_output=True, reads_inputs=())
 
 
 def log_softmax(logits: Any, axis: int = -1) -> Tensor:
@@ -96,7 +98,7 @@ def _logsumexp_vjp(g: Tensor, ans: Tensor, x: Tensor, axis: tuple, keepdims: boo
 
 
 _logsumexp = Primitive("logsumexp", _logsumexp_np)
-defvjp(_logsumexp, _logsumexp_vjp)
+defvjp(_logsumexp, _logsumexp_vjp, reads_output=True, reads_inputs=(0,))
 
 
 def logsumexp(input: Any, axis: Union[int, Sequence[int]], keep_dims: bool = False) -> Tensor:  # noqa: A002

@@ -12,15 +12,75 @@ import numpy as np
 
 from .. import device as _device
 from .. import dtypes as _dt
-from ..tensor import Tensor
+from ..tensor import Parameter, Tensor
 from . import math as _math
 from . import writes as _writes
+from .primitive import trace_break, tracing
 
 __all__ = ["TensorMethods"]
 
 
+def _leak(t: Tensor, what: str) -> None:
+    """Inside a trace: the graph would keep this value as traced, so the trace stops (jit runs eagerly)."""
+    trace_break(f"{what} turns its value into a Python value, which a graph would keep as traced")
+
+
 class TensorMethods:
     """The methods attached to ``Tensor`` (below); not a base class, never instantiated."""
+
+    # ---- reads of the value: each stops a jit trace (the graph would keep the value as traced) ----
+    def asnumpy(self) -> np.ndarray:
+        """The data as a numpy array: shared on the CPU, copied to the host from a GPU."""
+        if tracing():
+            _leak(self, "asnumpy() of a tensor")
+        return self._host()
+
+    def item(self) -> Any:
+        if tracing():
+            _leak(self, "item() of a tensor")
+        return self._data.item()
+
+    def tolist(self) -> Any:
+        if tracing():
+            _leak(self, "tolist() of a tensor")
+        return self._data.tolist()
+
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        if tracing():
+            _leak(self, "np.asarray (or a numpy function) on a tensor")
+        if not isinstance(self._data, np.ndarray):
+            raise TypeError(f"a tensor on {self.device} is not converted to numpy implicitly; call asnumpy() "
+                            f"to copy it to the host")
+        if dtype is not None and np.dtype(dtype) != self._data.dtype:
+            return self._data.astype(dtype)
+        if copy:
+            return self._data.copy()
+        return self._data
+
+    def __bool__(self) -> bool:
+        if tracing():
+            _leak(self, "bool() of a tensor (an if or while on it)")
+        return bool(self._data)
+
+    def __float__(self) -> float:
+        if tracing():
+            _leak(self, "float() of a tensor")
+        return float(self._data)
+
+    def __int__(self) -> int:
+        if tracing():
+            _leak(self, "int() of a tensor")
+        return int(self._data)
+
+    def __index__(self) -> int:
+        if tracing():
+            _leak(self, "a tensor used as an index")
+        d = self._data
+        if type(d) is np.ndarray:
+            return d.__index__()
+        if d.ndim != 0 or d.dtype.kind not in "iu":  # CuPy arrays have no __index__: numpy's rule and message
+            raise TypeError("only integer scalar arrays can be converted to a scalar index")
+        return int(d)
 
     def to(self, device: str) -> "Tensor":
         """This tensor on ``device`` (itself when already there); differentiable, the gradient goes back."""
@@ -93,6 +153,13 @@ class TensorMethods:
     def abs(self): return _math.abs(self)
 
 
+def set_data(self: Parameter, data: Any, slice_shape: bool = False) -> Parameter:
+    """Replace the values, bumping the version like an in-place op (``Parameter._set_data`` says the
+    rules); inside a jit trace it stops the trace, since a graph does not hold this write."""
+    trace_break(f"Parameter.set_data on {self.name or 'a Parameter'} (an in-place write a graph does not hold)")
+    return self._set_data(data, slice_shape)
+
+
 def _attach() -> None:
     """Puts every method and property of ``TensorMethods`` on ``Tensor`` (Parameter inherits them)."""
     for name, value in vars(TensorMethods).items():
@@ -100,6 +167,8 @@ def _attach() -> None:
             if callable(value):
                 value.__qualname__ = f"Tensor.{name}"
             setattr(Tensor, name, value)
+    set_data.__qualname__ = "Parameter.set_data"
+    Parameter.set_data = set_data  # type: ignore[method-assign]
 
 
 _attach()

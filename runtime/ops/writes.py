@@ -17,8 +17,8 @@ import numpy as np
 
 from .. import device as _device
 from ..autograd.grad_mode import _state
-from ..jit.tracing import no_trace as _no_trace
 from ..tensor import Tensor
+from .primitive import trace_break
 from ..versions import rebind
 
 __all__ = ["setitem", "inplace_binary", "assign"]
@@ -33,7 +33,7 @@ def _value(value: Any, target: Tensor, what: str) -> Any:
 
 
 def _check_writable(target: Tensor, value: Any, what: str) -> None:
-    _no_trace(f"{what} writes a tensor in place outside an op, which a graph does not hold")
+    trace_break(f"{what} writes a tensor in place outside an op, which a graph does not hold")
     if _state.enabled:
         if target._node is not None:
             raise RuntimeError(f"{what}: the tensor written is the output of a recorded op, and an in-place "

@@ -1,0 +1,147 @@
+"""defvjp's declarations of what derivative rules read (issue 22, item 3).
+
+A rule registered without declarations counts as reading its output and every
+argument (each checked by version at backward); a rule declared not to read
+its output gets a stand-in that raises when used; a declared read is checked.
+"""
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Tensor
+from runtime.ops.math import cos, mul, reshape
+from runtime.ops.primitive import Primitive, defvjp
+
+from numeric_util import central
+
+
+def _leaf(values):
+    return Tensor(np.array(values, dtype=np.float64), requires_grad=True)
+
+
+def test_an_undeclared_rule_that_reads_its_output_positionally_is_version_checked():
+    # The rule reaches ans through *saved, never by its name: the old bytecode scan judged that
+    # it did not read its output, and a write into the output gave a silently wrong gradient.
+    myexp = Primitive("myexp", np.exp)
+    defvjp(myexp, lambda g, *saved: mul(g, saved[0]))
+    x = _leaf([0.5, 1.0])
+    y = myexp(x)
+    loss = y.sum()
+    with rt.no_grad():
+        y += 1.0
+    with pytest.raises(RuntimeError, match=r"^one of the tensors needed for gradient computation has been "
+                                           r"modified by an in-place operation: output 0 of myexp is at "
+                                           r"version 1; expected version 0$"):
+        loss.backward()
+
+
+def test_an_undeclared_rule_gets_the_right_gradient():
+    myexp = Primitive("myexp", np.exp)
+    defvjp(myexp, lambda g, *saved: mul(g, saved[0]))
+    x = np.array([0.5, -1.0, 2.0])
+    assert rt.gradcheck(lambda t: myexp(t), [Tensor(x)])
+    gx = rt.grad(lambda t: myexp(t).sum())(Tensor(x))
+    np.testing.assert_allclose(gx.asnumpy(), central(lambda a: np.exp(a).sum(), x), rtol=1e-7)
+
+
+def test_an_undeclared_argument_is_version_checked():
+    mysin = Primitive("mysin", np.sin)
+    defvjp(mysin, lambda g, ans, x: mul(g, cos(x)))
+    x = _leaf([0.5, 1.0])
+    loss = mysin(x).sum()
+    with rt.no_grad():
+        x += 1.0
+    with pytest.raises(RuntimeError, match=r"modified by an in-place operation: argument 0 of mysin is at "
+                                           r"version 1; expected version 0$"):
+        loss.backward()
+
+
+def test_a_rule_declared_not_to_read_its_output_fails_loudly_when_it_does():
+    liar = Primitive("liar_exp", np.exp)
+    defvjp(liar, lambda g, ans, x: mul(g, ans), reads_output=False, reads_inputs=())
+    x = _leaf([0.5, 1.0])
+    loss = liar(x).sum()
+    with pytest.raises(RuntimeError, match=r"^a derivative rule of liar_exp reads its output \(ans\), but defvjp "
+                                           r"was given reads_output=False; declare reads_output=True$"):
+        loss.backward()
+
+
+def test_an_output_not_read_is_not_kept_and_may_be_written():
+    mysin = Primitive("mysin", np.sin)
+    defvjp(mysin, lambda g, ans, x: mul(g, cos(x)), reads_output=False, reads_inputs=(0,))
+    x = _leaf([0.5, 1.0])
+    y = mysin(x)
+    assert y._node.out is None  # the node does not keep what no rule reads
+    loss = y.sum()
+    with rt.no_grad():
+        y += 1.0
+    loss.backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), np.cos([0.5, 1.0]), rtol=1e-12)
+
+
+def test_an_argument_declared_unread_may_be_written_one_declared_read_may_not():
+    shape_only = Primitive("myreshape", lambda x, shape: np.reshape(x, shape).copy())
+    defvjp(shape_only, lambda g, ans, x, shape: reshape(g, x.shape), reads_output=False, reads_inputs=())
+    x = _leaf([[1.0, 2.0], [3.0, 4.0]])
+    loss = mul(shape_only(x, shape=(4,)), Tensor(np.arange(4.0))).sum()
+    with rt.no_grad():
+        x += 1.0
+    loss.backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), np.arange(4.0).reshape(2, 2))
+
+    mysin = Primitive("mysin", np.sin)
+    defvjp(mysin, lambda g, ans, x: mul(g, cos(x)), reads_output=False, reads_inputs=[0])
+    z = _leaf([0.5])
+    loss = mysin(z).sum()
+    with rt.no_grad():
+        z += 1.0
+    with pytest.raises(RuntimeError, match=r"argument 0 of mysin is at version 1; expected version 0$"):
+        loss.backward()
+
+
+def test_an_output_that_views_a_written_input_is_checked_against_its_own_version():
+    ident = Primitive("ident_view", lambda x: x.view())
+    defvjp(ident, lambda g, ans, x: mul(g, mul(ans, 0.0) + 1.0))  # reads ans (undeclared: checked)
+    x = _leaf([1.0, 2.0])
+    with rt.no_grad():
+        x += 1.0  # the input (and so its views) is at version 1 before the op runs
+    loss = ident(x).sum()
+    loss.backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), [1.0, 1.0])
+
+
+@pytest.mark.parametrize("kwargs,exc,message", [
+    ({"reads_output": "yes"}, TypeError, r"^defvjp\(p\): reads_output must be True or False, got 'yes'$"),
+    ({"reads_output": 1}, TypeError, r"^defvjp\(p\): reads_output must be True or False, got 1$"),
+    ({"reads_inputs": (2,)}, ValueError,
+     r"^defvjp\(p\): reads_inputs \[2\] must be positions of its 2 argument\(s\), 0 to 1$"),
+    ({"reads_inputs": (-1,)}, ValueError,
+     r"^defvjp\(p\): reads_inputs \[-1\] must be positions of its 2 argument\(s\), 0 to 1$"),
+    ({"reads_inputs": (True,)}, ValueError,
+     r"^defvjp\(p\): reads_inputs \[True\] must be positions of its 2 argument\(s\), 0 to 1$"),
+])
+def test_bad_declarations_are_refused(kwargs, exc, message):
+    p = Primitive("p", np.add)
+    with pytest.raises(exc, match=message):
+        defvjp(p, None, None, **kwargs)
+    assert p.vjps is None  # nothing registered
+
+
+def test_defvjp_of_something_else_is_refused():
+    with pytest.raises(TypeError, match=r"^defvjp: the first argument must be a Primitive, got ufunc$"):
+        defvjp(np.add, None, None)
+
+
+def test_no_module_of_the_runtime_scans_bytecode():
+    """What rules read is declared at defvjp, never guessed from their bytecode (``dis``)."""
+    import ast
+    from pathlib import Path
+    root = Path(rt.__file__).parent
+    users = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "dis" or n.startswith("dis.") for n in names):
+                users.append(str(path.relative_to(root)))
+    assert users == []
