@@ -22,13 +22,13 @@ __all__ = ["PYBIND11", "NANOBIND", "binding_of_text", "detect_binding"]
 PYBIND11 = "pybind11"
 NANOBIND = "nanobind"
 
-# comments and literals (kept apart so that a quote inside a comment or a // inside a string is skipped whole);
-# pattern strings compiled on first use (re's cache), not at import: a warm load() never scans sources
-_SKIP = r'//[^\n]*|/\*.*?\*/|R"([^(\s]{0,16})\(.*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\''
-_NB_MODULE = r"\b(?:OB_MODULE|NB_MODULE)\s*\("
-_PB_MODULE = r"\bPYBIND11_MODULE\s*\("
-_NB_INCLUDE = r'#\s*include\s*<nanobind/'
-_PB_INCLUDE = r'#\s*include\s*(?:<pybind11/|"ms_extension\.h"|<ms_extension\.h>)'
+# comments and literals (kept apart so that a quote inside a comment or a // inside a string is skipped whole)
+_SKIP = re.compile(r'//[^\n]*|/\*.*?\*/|R"([^(\s]{0,16})\(.*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
+                   re.S)
+_NB_MODULE = re.compile(r"\b(?:OB_MODULE|NB_MODULE)\s*\(")
+_PB_MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(")
+_NB_INCLUDE = re.compile(r'#\s*include\s*<nanobind/')
+_PB_INCLUDE = re.compile(r'#\s*include\s*(?:<pybind11/|"ms_extension\.h"|<ms_extension\.h>)')
 _memo: Dict[Tuple[str, bytes], Tuple[bool, bool, bool, bool]] = {}
 
 
@@ -39,7 +39,7 @@ def _strip(text: str, literals: bool) -> str:
         if t.startswith("/"):
             return " "
         return '""' if literals else t
-    return re.sub(_SKIP, sub, text, flags=re.S)
+    return _SKIP.sub(sub, text)
 
 
 def _scan(path: Path) -> Tuple[bool, bool, bool, bool]:
@@ -57,8 +57,8 @@ def _scan(path: Path) -> Tuple[bool, bool, bool, bool]:
 def _scan_text(raw: str) -> Tuple[bool, bool, bool, bool]:
     code = _strip(raw, literals=True)  # macros in code only
     text = _strip(raw, literals=False)  # include names ("ms_extension.h") kept
-    return (re.search(_NB_MODULE, code) is not None, re.search(_PB_MODULE, code) is not None,
-            re.search(_NB_INCLUDE, text) is not None, re.search(_PB_INCLUDE, text) is not None)
+    return (_NB_MODULE.search(code) is not None, _PB_MODULE.search(code) is not None,
+            _NB_INCLUDE.search(text) is not None, _PB_INCLUDE.search(text) is not None)
 
 
 def binding_of_text(text: str) -> Optional[str]:
