@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from . import fingerprint as fp
 from .binding import NANOBIND, PYBIND11, detect_binding
@@ -53,9 +52,9 @@ _loaded_lock = threading.Lock()
 GCC_GC_HEAP_KB = 512 * 1024  # gcc collects no garbage below this heap size (its default: 128 MB)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """Everything that decides the binary, as command-line pieces, and its identity for keys."""
+class _Plan(NamedTuple):
+    """Everything that decides the binary, as command-line pieces, and its identity for keys. NamedTuples,
+    not dataclasses, here and below: dataclass creation at import costs a warm load() a gen-1 collection."""
 
     sources: Tuple[Path, ...]
     objects: Tuple[str, ...]  # per source: its object, relative to the build directory
@@ -77,8 +76,7 @@ class _Plan:
     binding: Optional[str]  # NANOBIND, PYBIND11, or None for what is not a Python module
 
 
-@dataclass(frozen=True)
-class _Target:
+class _Target(NamedTuple):
     """What the kind of output (a nanobind or pybind11 module, nanobind's runtime, a plain library)
     adds to a plan."""
 
@@ -509,7 +507,7 @@ def _check_outputs(spec: BuildSpec, plan: _Plan, build_dir: Path, steps) -> None
 def _trusted(spec: BuildSpec) -> BuildSpec:
     """``spec`` with its cache root checked, created if missing, and resolved (trust.trusted_root)."""
     root = trusted_root(spec.root)
-    return spec if root == spec.root else replace(spec, root=root)
+    return spec if root == spec.root else spec._replace(root=root)
 
 
 def _os_error(spec: BuildSpec, err: OSError) -> BaseException:

@@ -32,16 +32,20 @@ def demangle(symbol: str) -> str:
         return symbol
 
 
-# what the dynamic loader says of a file that is not a whole, valid library (truncated, zeroed, garbage)
-_LOADER = re.compile(r"invalid ELF header|file too short|ELF load command|cannot map zero-fill|wrong ELF class|"
-                     r"ELF file|cannot read file data|only ET_DYN and ET_EXEC|no dynamic section|"
-                     r"cannot open shared object file|cannot apply additional memory protection")
+# what the dynamic loader says of a file that is not a whole, valid library (truncated, zeroed, garbage);
+# plain substrings, not a regex compiled at import: a warm load() never needs them (issue 21)
+_LOADER = ("invalid ELF header", "file too short", "ELF load command", "cannot map zero-fill", "wrong ELF class",
+           "ELF file", "cannot read file data", "only ET_DYN and ET_EXEC", "no dynamic section",
+           "cannot open shared object file", "cannot apply additional memory protection")
 
 
 def loader_error(err: BaseException) -> bool:
     """True if ``err`` (an ImportError) says the library file itself is damaged, so building it
     again can help (an undefined symbol or a missing init function would only fail again)."""
-    return isinstance(err, ImportError) and _LOADER.search(str(err)) is not None
+    if not isinstance(err, ImportError):
+        return False
+    text = str(err)
+    return any(says in text for says in _LOADER)
 
 
 def _module_name_hint(err: ImportError, path: Path) -> Optional[str]:

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import keyword
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Tuple, Union
+from typing import Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .relocate import clean_path
 
@@ -23,8 +22,11 @@ PATH_FLAGS = ("-I", "-iquote", "-isystem", "-idirafter", "-include", "-imacros",
 _LINKED = (".a", ".o", ".so")  # libraries and objects named in ldflags
 
 
-@dataclass(frozen=True)
-class BuildSpec:
+class BuildSpec(NamedTuple):
+    """What to build: an operator's inputs, checked and made absolute (make_spec). A NamedTuple, not a
+    dataclass: creating a dataclass at import allocates enough to push a warm load() into a gen-1 garbage
+    collection (issue 21)."""
+
     name: str
     sources: Tuple[Path, ...]
     backend: str

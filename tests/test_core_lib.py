@@ -99,6 +99,17 @@ def test_a_nanobind_operator_takes_the_core_from_the_core_library_of_its_tag(nb_
     assert not any("RecordOutputs" in s or "TensorFromPy" in s for s in _dynamic_symbols(Path(nb_ops.__file__), True))
 
 
+def test_a_nanobind_operator_reads_the_cores_runtime_inline(nb_ops, cache_dir):
+    # issue 21: Runtime::Get out of line in libobcore.so cost every call ~30 ns; the operator reads the
+    # core's exported pointer itself and calls only the slow path (Runtime::Load) into the core
+    core = Path(CustomOpBuilder("my_ops", [str(CUSTOM_SRC / "function_ops.cpp")]).core_library())
+    needed = _dynamic_symbols(Path(nb_ops.__file__), defined=False)
+    pointer = {s for s in needed if "core_runtime" in s and "obcore_" in s}
+    assert pointer and pointer <= _dynamic_symbols(core, defined=True)
+    assert not any("7Runtime3Get" in s for s in needed)
+    assert any("7Runtime4Load" in s for s in needed)
+
+
 NEW_PROCESS = textwrap.dedent("""
     import sys
     import numpy as np

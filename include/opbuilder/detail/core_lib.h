@@ -23,6 +23,9 @@
 #define OB_CORE_STR_(x) #x
 #define OB_CORE_STR(x) OB_CORE_STR_(x)
 #define OB_CORE_FN __attribute__((visibility("default"), abi_tag(OB_CORE_STR(OB_CORE_TAG))))
+// a variable of the core library: one definition (OB_CORE_BUILD), read by operators
+#define OB_CORE_VAR __attribute__((visibility("default"), abi_tag(OB_CORE_STR(OB_CORE_TAG))))
+#define OB_CORE_SHARED 1
 #if defined(OB_CORE_BUILD)
 #define OB_CORE_BODIES 1
 #define OB_CORE_DECL
@@ -32,6 +35,7 @@
 #endif
 #else
 #define OB_CORE_FN inline
+#define OB_CORE_SHARED 0
 #define OB_CORE_BODIES 1
 #define OB_CORE_DECL
 #endif

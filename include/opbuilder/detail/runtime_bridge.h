@@ -46,7 +46,12 @@ struct Runtime {
   const volatile int *trace_flag = nullptr;
   PyObject *trace_hook = nullptr;
 
+#if OB_CORE_SHARED
+  static Runtime &Get();  // inline: reads the core library's pointer, Load() on first use
+  OB_CORE_FN static Runtime &Load();
+#else
   OB_CORE_FN static Runtime &Get();
+#endif
 };
 
 // A module's attribute (new reference).
@@ -110,9 +115,27 @@ inline PyObject *DescrOf(const Runtime &rt, DataType t) { return t == kBFloat16 
 
 // Loaded on first use and kept for the life of the process. Callers hold the GIL;
 // loading may release it (imports), so two threads may both load: one result is kept.
+#if OB_CORE_SHARED
+// The core library's Runtime, published once by Load(). Get() reads it inline, so an op call does
+// not call into libobcore.so for it (issue 21: an out-of-line Get cost a 1-element call ~30 ns).
+extern OB_CORE_VAR std::atomic<Runtime *> core_runtime;
+
+inline Runtime &Runtime::Get() {
+  Runtime *r = core_runtime.load(std::memory_order_acquire);
+  return r != nullptr ? *r : Load();
+}
+#endif
+
 #if OB_CORE_BODIES  // a member: declared in its class
+#if OB_CORE_SHARED
+OB_CORE_VAR std::atomic<Runtime *> core_runtime{nullptr};
+
+OB_CORE_FN Runtime &Runtime::Load() {
+  std::atomic<Runtime *> &stored = core_runtime;
+#else
 OB_CORE_FN Runtime &Runtime::Get() {
   static std::atomic<Runtime *> stored{nullptr};
+#endif
   Runtime *r = stored.load(std::memory_order_acquire);
   if (r != nullptr) return *r;
   auto loaded = std::make_unique<Runtime>(LoadRuntime());
