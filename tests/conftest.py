@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-CUSTOM_SRC = ROOT / "custom_src"
-CPP = Path(__file__).resolve().parent / "cpp"
+from op_util import BINDINGS, CPP, CUSTOM_SRC, ROOT, load_op  # noqa: F401  (helpers live there)
 
 # fixtures whose setup compiles: every test using one is marked `build` (tests/build_guard.py)
 BUILD_FIXTURES = frozenset({
@@ -38,38 +36,30 @@ def cache_dir(tmp_path_factory):
         os.environ["OPBUILDER_CACHE_DIR"] = old
 
 
-def _load(name, sources, **kw):
-    from opbuilder import CustomOpBuilder
-    return CustomOpBuilder(name, [str(s) for s in sources], **kw).load()
-
-
 @pytest.fixture(scope="session")
 def my_ops(cache_dir):
-    return _load("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
+    return load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
 
 
 @pytest.fixture(scope="session")
 def ms_ops(cache_dir):
-    return _load("ms_ops", [CUSTOM_SRC / "ms_style_ops.cpp"])
+    return load_op("ms_ops", [CUSTOM_SRC / "ms_style_ops.cpp"])
 
 
 @pytest.fixture(scope="session")
 def api_ops(cache_dir):
-    return _load("tensor_api_ops", [CPP / "tensor_api_ops.cpp"])
+    return load_op("tensor_api_ops", [CPP / "tensor_api_ops.cpp"])
 
 
 @pytest.fixture(scope="session")
 def dtype_ops(cache_dir):
     """tests/cpp/dtype_ops.cpp: ops on bfloat16, complex and uint16/32/64 (test_dtypes_cpp, test_interop_dtypes)."""
-    return _load("dtype_ops", [CPP / "dtype_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
-
-
-BINDINGS = ("nanobind", "pybind11")
+    return load_op("dtype_ops", [CPP / "dtype_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
 
 
 @pytest.fixture(scope="session", params=BINDINGS)
 def autograd_ops(cache_dir, request):
     """tests/cpp/autograd_ops.cpp bound with each layer: Function<T>'s behaviour is shared."""
     # the headers' templates instantiated by a real build must be warning-free too
-    return _load("autograd_ops", [CPP / "autograd_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+    return load_op("autograd_ops", [CPP / "autograd_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
                  binding=request.param)

@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import ROOT, _load
+from op_util import ROOT, load_op
 from runtime import Tensor
 
 pytestmark = pytest.mark.build  # compiles benchmarks/opbuilder_mul.cpp
 
 
 def test_the_call_overhead_operator_builds_and_its_floor_multiplies():
-    m = _load("bench_mul_test", [ROOT / "benchmarks" / "opbuilder_mul.cpp"])
+    m = load_op("bench_mul_test", [ROOT / "benchmarks" / "opbuilder_mul.cpp"])
     x = Tensor(np.array([1.5, -2.0], np.float32))
     y = Tensor(np.array([2.0, 3.0], np.float32))
     np.testing.assert_array_equal(m.mul(x, y).asnumpy(), [3.0, -6.0])

@@ -15,14 +15,14 @@ import runtime as rt
 from runtime import Tensor, ops
 from runtime.autograd.gradcheck import gradcheck
 
-from conftest import BINDINGS, CPP, _load
+from op_util import BINDINGS, CPP, load_op
 from builder_util import child_env
 
 
 @pytest.fixture(scope="session", params=BINDINGS)
 def seed_ops(cache_dir, request):
     """tests/cpp/seed_style_ops.cpp bound with each layer (views are the core's, not the binding's)."""
-    return _load("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+    return load_op("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
                  binding=request.param)
 
 
@@ -32,7 +32,7 @@ def _binding_of(module) -> str:
 
 @pytest.fixture(scope="session")
 def seed_ms_ops(cache_dir):
-    return _load("seed_ms_ops", [CPP / "seed_ms_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+    return load_op("seed_ms_ops", [CPP / "seed_ms_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
 
 
 def _base(shape=(6, 8), dtype=np.float64, seed=0):
@@ -156,8 +156,8 @@ def test_two_million_elements_in_a_child_process(seed_ops, cache_dir):
         import numpy as np
         import runtime as rt
         from runtime import Tensor, ops
-        from conftest import _load, CPP
-        m = _load("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+        from op_util import load_op, CPP
+        m = load_op("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
                   binding={_binding_of(seed_ops)!r})
         n = 2_000_000
         xa = np.random.default_rng(0).standard_normal((2, n // 2)).astype(np.float32)
@@ -250,8 +250,8 @@ def test_read_only_memory_map_in_a_child_process(seed_ops, cache_dir, tmp_path):
         sys.path.insert(0, {str(CPP.parent)!r})
         import numpy as np
         from runtime import Tensor, from_numpy
-        from conftest import _load, CPP
-        m = _load("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+        from op_util import load_op, CPP
+        m = load_op("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
                   binding={_binding_of(seed_ops)!r})
         mm = np.memmap({str(path)!r}, dtype=np.float64, mode="r", shape=(3, 4))
         m.sneaky_write(from_numpy(mm))
@@ -341,7 +341,7 @@ def test_overflowing_results_of_built_in_and_aot_ops_are_memory_errors():
     with pytest.raises(MemoryError, match=r"op 'mul': cannot allocate its result for inputs of shapes "
                                           r"\[\[2147483648\], \[2147483648, 1\]\] and dtypes Float32, Float32: its size"):
         x * y
-    from conftest import CUSTOM_SRC
+    from op_util import CUSTOM_SRC
     msg = r"Custom 'CustomAdd': cannot allocate output 0 of shape \[4611686018427387904, 4\] and dtype Float32: its size"
     with pytest.raises(MemoryError, match=msg):  # a fixed out_shape: when the op is made
         ops.Custom(f"{CUSTOM_SRC / 'aot_add.cpp'}:CustomAdd", out_shape=[1 << 62, 4], out_dtype=rt.float32,

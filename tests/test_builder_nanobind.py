@@ -13,7 +13,7 @@ import pytest
 
 import runtime as rt
 from builder_util import PYTHON, child_env
-from conftest import CUSTOM_SRC, _load
+from op_util import CUSTOM_SRC, load_op
 from opbuilder import BuildError, CustomOpBuilder
 from opbuilder.binding import NANOBIND, PYBIND11, detect_binding
 from runtime import Tensor
@@ -73,7 +73,7 @@ def test_an_unknown_binding_is_a_value_error(tmp_path):
 # ---- the README operator, bound with nanobind ---------------------------------------------------
 @pytest.fixture(scope="module")
 def nb_ops(cache_dir):
-    return _load("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
+    return load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
 
 
 def test_the_readme_operator_is_a_nanobind_module_with_correct_gradients(nb_ops):
@@ -97,7 +97,7 @@ def test_a_tensor_the_operator_cannot_take_names_why(nb_ops):
 
 
 def test_the_shared_runtime_is_built_once_and_listed(cache_dir, nb_ops, tmp_path):
-    other = _load("nb_value_op", [_src(tmp_path / "value.cpp", NB_SOURCE.format(value=7))])
+    other = load_op("nb_value_op", [_src(tmp_path / "value.cpp", NB_SOURCE.format(value=7))])
     assert other.value() == 7
     runtime = cache_dir / "_nanobind.lib"
     builds = [d for d in runtime.iterdir() if d.name != "build" and (d / "libnanobind.so").is_file()]

@@ -9,7 +9,7 @@ import safetensors.numpy
 import runtime as rt
 from runtime import Parameter, Tensor, nn
 
-from conftest import CUSTOM_SRC, _load
+from op_util import CUSTOM_SRC, load_op
 
 
 class CustomNet(nn.Cell):
@@ -28,7 +28,7 @@ class CustomNet(nn.Cell):
 
 @pytest.fixture(scope="session")
 def mul_ops(cache_dir):
-    return _load("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
+    return load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
 
 
 def test_round_trip_with_a_custom_op_model(tmp_path, mul_ops):

@@ -15,7 +15,7 @@ import pytest
 
 import opbuilder.headers as headers
 from builder_util import PYTHON, child_env
-from conftest import CUSTOM_SRC, ROOT, _load
+from op_util import CUSTOM_SRC, ROOT, load_op
 from opbuilder import CustomOpBuilder
 from opbuilder import builder as B
 from opbuilder import needs
@@ -74,7 +74,7 @@ def test_builds_that_must_see_every_function_compile_the_core_inline(tmp_path, k
 # ---- one core library for every nanobind operator ---------------------------------------------------
 @pytest.fixture(scope="module")
 def nb_ops(cache_dir):
-    return _load("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
+    return load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
 
 
 def _dynamic_symbols(lib: Path, defined: bool) -> set:

@@ -8,7 +8,7 @@ import runtime as rt
 from runtime import Tensor
 
 from builder_util import cuda_toolkit_problem
-from conftest import _load
+from op_util import load_op
 
 CU = Path(__file__).resolve().parent / "cuda" / "cuda_function_ops.cu"
 
@@ -18,7 +18,7 @@ def cuda_ops(cache_dir):
     problem = cuda_toolkit_problem()
     if problem:
         pytest.skip(problem)
-    return _load("cuda_function_ops", [CU], backend="GPU", cflags=["-Xcompiler", "-Wall,-Wextra"])
+    return load_op("cuda_function_ops", [CU], backend="GPU", cflags=["-Xcompiler", "-Wall,-Wextra"])
 
 
 def test_a_cu_function_op_builds_with_nvcc_and_imports(cuda_ops):

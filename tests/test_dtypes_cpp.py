@@ -12,7 +12,7 @@ import pytest
 import runtime as rt
 from runtime import Tensor, ops
 from runtime.ops import math as m
-from conftest import CPP
+from op_util import CPP
 from numeric_util import central
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -13,7 +13,7 @@ import runtime as rt
 from runtime import Tensor, mint, nn, ops
 
 from builder_util import cuda_toolkit_problem
-from conftest import _load
+from op_util import load_op
 
 HERE = Path(__file__).resolve().parent
 pytestmark = [pytest.mark.gpu,
@@ -32,7 +32,7 @@ def nvcc():
 
 @pytest.fixture(scope="session")
 def cuda_ops(cache_dir, nvcc):
-    return _load("cuda_function_ops", [HERE / "cuda" / "cuda_function_ops.cu"], backend="GPU")
+    return load_op("cuda_function_ops", [HERE / "cuda" / "cuda_function_ops.cu"], backend="GPU")
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from opbuilder import Spec
 from runtime import Tensor
 
 from builder_util import child_env
-from conftest import BINDINGS, CPP, _load
+from op_util import BINDINGS, CPP, load_op
 from numeric_util import central
 
 pytestmark = pytest.mark.build
@@ -28,7 +28,7 @@ _FLAGS = ["-Wall", "-Wextra", "-Werror"]
 @pytest.fixture(scope="session", params=BINDINGS)
 def shape_ops(cache_dir, request):
     """tests/cpp/infer_shape_ops.cpp bound with each layer."""
-    return _load("infer_shape_ops", [CPP / "infer_shape_ops.cpp"], cflags=_FLAGS, binding=request.param)
+    return load_op("infer_shape_ops", [CPP / "infer_shape_ops.cpp"], cflags=_FLAGS, binding=request.param)
 
 
 def _binding(module) -> str:
@@ -82,8 +82,8 @@ def test_debug_catches_a_wrong_rule(shape_ops, cache_dir):
         import numpy as np
         import runtime as rt
         from runtime import Tensor
-        from conftest import _load, CPP
-        m = _load("infer_shape_ops", [CPP / "infer_shape_ops.cpp"], cflags={_FLAGS!r}, binding={_binding(shape_ops)!r})
+        from op_util import load_op, CPP
+        m = load_op("infer_shape_ops", [CPP / "infer_shape_ops.cpp"], cflags={_FLAGS!r}, binding={_binding(shape_ops)!r})
         print(m.outer(Tensor(np.arange(3.0)), Tensor(np.arange(2.0))).shape)  # a right rule passes
         for call in (lambda: m.liar(Tensor(np.arange(3.0))),
                      lambda: m.liar(rt.Parameter(Tensor(np.arange(3.0)))),  # recording a node
@@ -107,7 +107,7 @@ def test_debug_catches_a_wrong_rule(shape_ops, cache_dir):
 
 
 def test_a_debug_build_checks_without_the_environment(cache_dir):
-    m = _load("infer_shape_debug_ops", [CPP / "infer_shape_ops.cpp"], cflags=_FLAGS, debug_mode=True)
+    m = load_op("infer_shape_debug_ops", [CPP / "infer_shape_ops.cpp"], cflags=_FLAGS, debug_mode=True)
     with pytest.raises(RuntimeError, match=r"^Liar::InferShape gives output 0 the shape \[3\], but Forward returned "
                                            r"the shape \[2\] \(debug runs check Forward against InferShape\)$"):
         m.liar(Tensor(np.arange(2.0)))

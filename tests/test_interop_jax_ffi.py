@@ -14,7 +14,7 @@ jnp = pytest.importorskip("jax.numpy")
 import opbuilder  # noqa: E402
 from opbuilder import Spec  # noqa: E402
 
-from conftest import BINDINGS, CPP, _load  # noqa: E402
+from op_util import BINDINGS, CPP, load_op  # noqa: E402
 from numeric_util import central  # noqa: E402
 
 pytestmark = pytest.mark.build
@@ -33,7 +33,7 @@ def x64():
 @pytest.fixture(scope="session", params=BINDINGS)
 def xla_ffi_ops(cache_dir, request):
     """tests/cpp/xla_ffi_ops.cpp with XLA's FFI headers, bound with each layer."""
-    return _load("xla_ffi_ops", [CPP / "xla_ffi_ops.cpp"], include_paths=[jax.ffi.include_dir()],
+    return load_op("xla_ffi_ops", [CPP / "xla_ffi_ops.cpp"], include_paths=[jax.ffi.include_dir()],
                  cflags=["-Wall", "-Wextra", "-Werror"], binding=request.param)
 
 

@@ -12,7 +12,7 @@ from runtime.graph import Graph, list_backends, register_backend
 
 from jit_ops import Cube
 
-from conftest import CUSTOM_SRC
+from op_util import CUSTOM_SRC
 
 RNG = np.random.default_rng(7)
 

@@ -13,7 +13,7 @@ from runtime import Parameter, Tensor, jit, mint, nn, ops
 from runtime.autograd.gradcheck import gradcheck
 from runtime.graph import register_backend
 
-from conftest import CPP, _load
+from op_util import CPP, load_op
 from jit_ops import CountedCube
 
 RNG = np.random.default_rng(23)
@@ -21,7 +21,7 @@ RNG = np.random.default_rng(23)
 
 @pytest.fixture(scope="module")
 def counted(cache_dir):
-    return _load("jit_counted_ops", [CPP / "jit_counted_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+    return load_op("jit_counted_ops", [CPP / "jit_counted_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
 
 
 def forwards_per_call(counter, step, calls=3):

@@ -17,7 +17,7 @@ from opbuilder import build_library
 from opbuilder.headers import include_dir
 
 from builder_util import child_env
-from conftest import CPP, ROOT
+from op_util import CPP, ROOT
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
@@ -237,8 +237,8 @@ def test_ms_log_info_and_debug_print_only_when_verbose_and_exception_fails_the_b
 def test_a_plugin_delegating_a_cpp_function_op_runs_its_forward_once_per_gradient_call(native_lib, capfd):
     """The plugin hands the op (forward graph) and its <op>.backward node (backward graph) back to the
     runtime: the backward calls the node the forward recorded instead of running the op again."""
-    from conftest import _load
-    counted = _load("jit_counted_ops", [CPP / "jit_counted_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+    from op_util import load_op
+    counted = load_op("jit_counted_ops", [CPP / "jit_counted_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
     w = Tensor(RNG.standard_normal(4))
     j = jit(lambda x: mint.sin(counted.scaled_mul(mint.exp(x), w, 2.0)), backend="native_grad", log="1")
     x = Tensor(RNG.standard_normal(4))

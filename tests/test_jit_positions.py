@@ -10,7 +10,7 @@ import runtime as rt
 from runtime import Tensor, jit, mint, nn, ops
 from runtime.autograd.gradcheck import gradcheck
 
-from conftest import CPP, _load
+from op_util import CPP, load_op
 from jit_ops import Twice
 
 RNG = np.random.default_rng(31)
@@ -19,7 +19,7 @@ CA, CB = RNG.standard_normal(5), RNG.standard_normal(5)  # the loss's weights on
 
 @pytest.fixture(scope="module")
 def counted(cache_dir):
-    return _load("jit_counted_ops", [CPP / "jit_counted_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+    return load_op("jit_counted_ops", [CPP / "jit_counted_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
 
 
 class TwiceCell(nn.Cell):

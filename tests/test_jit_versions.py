@@ -12,7 +12,7 @@ from runtime import Tensor, jit, mint, ops
 from runtime.autograd import Function
 from runtime.autograd.gradcheck import gradcheck
 
-from conftest import CPP, _load
+from op_util import CPP, load_op
 from jit_ops import Cube
 
 RNG = np.random.default_rng(41)
@@ -20,7 +20,7 @@ RNG = np.random.default_rng(41)
 
 @pytest.fixture(scope="module")
 def counted(cache_dir):
-    return _load("jit_counted_ops", [CPP / "jit_counted_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+    return load_op("jit_counted_ops", [CPP / "jit_counted_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
 
 
 class Exp(Function):

@@ -14,14 +14,14 @@ from runtime import Tensor
 from runtime.autograd.gradcheck import gradcheck
 
 from builder_util import child_env
-from conftest import ROOT, _load
+from op_util import ROOT, load_op
 
 EXAMPLE = ROOT / "examples" / "train_classifier.py"
 
 
 @pytest.fixture(scope="session")
 def swish_ops(cache_dir):
-    return _load("swish_ops", [ROOT / "examples" / "swish_op.cpp"])
+    return load_op("swish_ops", [ROOT / "examples" / "swish_op.cpp"])
 
 
 @pytest.fixture(scope="session")
