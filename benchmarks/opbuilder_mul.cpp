@@ -7,43 +7,13 @@
 #include <stdexcept>
 #include <vector>
 
-#include <pybind11/numpy.h>  // py::array_t for floor_call (extension.h brings pybind11.h and stl.h)
-
-#include "mul_kernel.h"
-#include "opbuilder/extension.h"
+#include "opbuilder_mul_function.h"
 
 #include <pybind11/numpy.h>  // floor_call reads numpy arrays
 
 namespace py = pybind11;
 using namespace opbuilder;
-
-namespace {
-
-TensorPtr Mul(const TensorPtr &x, const TensorPtr &y) {
-  if (x->dtype() != kFloat32 || y->dtype() != kFloat32 || x->shape() != y->shape()) {
-    throw std::invalid_argument("mul: expected two float32 tensors of one shape");
-  }
-  TensorPtr xc = x->contiguous(), yc = y->contiguous();
-  auto out = std::make_shared<Tensor>(kFloat32, xc->shape());
-  bench::MulKernel(xc->data<float>(), yc->data<float>(), out->data<float>(), xc->numel());
-  return out;
-}
-
-class BenchMul : public Function<BenchMul> {
- public:
-  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
-    ctx->SaveForBackward({x, y});
-    return Mul(x, y);
-  }
-  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList grads) {
-    TensorPtrList saved = ctx->GetSavedTensors();
-    TensorPtr gx = ctx->NeedsInputGrad(0) ? Mul(grads[0], saved[1]) : nullptr;
-    TensorPtr gy = ctx->NeedsInputGrad(1) ? Mul(grads[0], saved[0]) : nullptr;
-    return {gx, gy};
-  }
-};
-
-}  // namespace
+using bench::BenchMul;
 
 PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return BenchMul::Apply(x, y); });

@@ -22,16 +22,9 @@ from runtime import Tensor  # noqa: E402
 from runtime.interop import dlpack_input  # noqa: E402
 
 from numeric_util import central  # noqa: E402
+from jax_util import x64  # noqa: E402,F401  (module-wide 64-bit arrays)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def x64():
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
 
 
 class OnlyDlpack:

@@ -11,16 +11,9 @@ jnp = pytest.importorskip("jax.numpy")
 
 import opbuilder  # noqa: E402
 from opbuilder import Spec  # noqa: E402
+from jax_util import x64  # noqa: E402,F401  (module-wide 64-bit arrays)
 
 pytestmark = pytest.mark.build
-
-
-@pytest.fixture(scope="module", autouse=True)
-def x64():
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
 
 
 def _counting(module, names):

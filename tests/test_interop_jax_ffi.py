@@ -16,18 +16,11 @@ from opbuilder import Spec  # noqa: E402
 
 from op_util import BINDINGS, CPP, load_op  # noqa: E402
 from numeric_util import central  # noqa: E402
+from jax_util import x64  # noqa: E402,F401  (module-wide 64-bit arrays)
 
 pytestmark = pytest.mark.build
 
 _SQUARE_RULE = {"square": lambda x: Spec(x.shape, x.dtype)}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def x64():
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
 
 
 @pytest.fixture(scope="session", params=BINDINGS)
