@@ -10,6 +10,7 @@ import runtime as rt
 from runtime import Parameter, Tensor, nn
 
 from op_util import CUSTOM_SRC, load_op
+from safetensors_util import safetensors_bytes  # noqa: E402
 
 
 class CustomNet(nn.Cell):
@@ -247,24 +248,11 @@ def test_a_reserved_name_is_refused_and_the_file_left_intact(tmp_path, how):
     assert rt.load_checkpoint(path)["w"].asnumpy().tolist() == [1.0] * 4
 
 
-def _safetensors_bytes(entries):
-    """A safetensors file by hand: ``entries`` maps a name to (dtype name, shape, raw bytes)."""
-    import json
-    import struct
-
-    header, blob = {}, b""
-    for name, (dtype, shape, raw) in entries.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
-        blob += raw
-    text = json.dumps(header).encode()
-    return struct.pack("<Q", len(text)) + text + blob
-
-
 @pytest.mark.parametrize("dtype", ["F8_E4M3", "F8_E5M2"])  # BF16 loads now (tests/test_dtypes_extended.py)
 def test_a_dtype_the_loader_lacks_is_named(tmp_path, dtype):
     size = 1
     path = tmp_path / "m.safetensors"
-    path.write_bytes(_safetensors_bytes({"ok": ("F32", [1], b"\0" * 4), "w": (dtype, [3], b"\0" * 3 * size)}))
+    path.write_bytes(safetensors_bytes({"ok": ("F32", [1], b"\0" * 4), "w": (dtype, [3], b"\0" * 3 * size)}))
     with pytest.raises(TypeError, match=rf"m.safetensors: entry 'w' has dtype {dtype}, which load_checkpoint cannot "
                                         rf"load \(supported: BOOL, U8, .*, BF16, .*, F64, C64\)"):
         rt.load_checkpoint(path)
@@ -272,5 +260,5 @@ def test_a_dtype_the_loader_lacks_is_named(tmp_path, dtype):
 
 def test_a_file_written_by_hand_with_known_dtypes_loads():
     """The hand-made files above are well formed: with a dtype the loader has, they load."""
-    arrays = safetensors.numpy.load(_safetensors_bytes({"w": ("F32", [2], np.float32([1.5, 2]).tobytes())}))
+    arrays = safetensors.numpy.load(safetensors_bytes({"w": ("F32", [2], np.float32([1.5, 2]).tobytes())}))
     assert arrays["w"].tolist() == [1.5, 2.0]

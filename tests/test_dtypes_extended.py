@@ -20,6 +20,7 @@ import runtime as rt
 from runtime import Tensor
 from runtime.ops import math as m
 from numeric_util import central
+from safetensors_util import safetensors_bytes  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -201,21 +202,13 @@ def test_bfloat16_gradients_match_float32_within_bfloat16_precision():
 
 
 # ---- checkpoints ----------------------------------------------------------------------------------------
-def _safetensors_bytes(entries):
-    """A safetensors file per the format: an 8-byte little-endian header length, the JSON header, the data."""
-    header, blob = {}, b""
-    for name, (dtype, shape, raw) in entries.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
-        blob += raw
-    text = json.dumps(header).encode()
-    return struct.pack("<Q", len(text)) + text + blob
 
 
 def test_a_bf16_checkpoint_written_by_hand_loads_as_bfloat16(tmp_path):
     values = np.array([[1.0, -2.5, 3.140625], [0.0, 1e-3, -65280.0]], np.float32)
     raw = (values.view(np.uint32) >> 16).astype("<u2").tobytes()  # exact in bf16: the top 16 bits
     path = tmp_path / "torch_bf16.safetensors"
-    path.write_bytes(_safetensors_bytes({"w": ("BF16", [2, 3], raw), "n": ("U16", [2], b"\x01\x00\xff\xff")}))
+    path.write_bytes(safetensors_bytes({"w": ("BF16", [2, 3], raw), "n": ("U16", [2], b"\x01\x00\xff\xff")}))
     params = rt.load_checkpoint(path)
     w = params["w"]
     assert w.dtype is rt.bfloat16 and w.requires_grad and w.shape == (2, 3)
