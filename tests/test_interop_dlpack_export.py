@@ -206,6 +206,12 @@ def test_the_capsule_keeps_the_memory_until_its_deleter_runs():
     assert alive() is None
 
 
+def test_runtime_from_dlpack_of_a_bfloat16_tensor_shares_its_memory():
+    r = bf16_tensor(random_bits(4))
+    back = rt.from_dlpack(r)
+    assert back.dtype is rt.bfloat16 and back._data.ctypes.data == r._data.ctypes.data
+
+
 # ---- torch ----
 
 def test_torch_takes_a_bfloat16_tensor_without_a_copy(torch):
