@@ -9,7 +9,6 @@ Neither torch nor JAX is imported here: a tensor of theirs means they are.
 """
 from __future__ import annotations
 
-import ctypes
 import sys
 from typing import Any, Optional
 
@@ -24,9 +23,6 @@ _CODES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat", 5: "
           7: "float8_e3m4", 8: "float8_e4m3", 9: "float8_e4m3b11fnuz", 10: "float8_e4m3fn",
           11: "float8_e4m3fnuz", 12: "float8_e5m2", 13: "float8_e5m2fnuz", 14: "float8_e8m0fnu",
           15: "float6_e2m3fn", 16: "float6_e3m2fn", 17: "float4_e2m1fn"}
-# the offset of DLTensor.dtype in the capsule's struct: after data (8) + device (8) + ndim (4); a
-# versioned capsule's DLTensor follows version (8), manager_ctx, deleter and flags (8 each)
-_DTYPE_AT = {b"dltensor": 20, b"dltensor_versioned": 32 + 20}
 
 
 def _module(obj: Any) -> str:
@@ -58,24 +54,16 @@ def host_array(obj: Any) -> np.ndarray:
                         f"(bfloat16 is taken from torch and JAX tensors)") from None
 
 
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
 def dlpack_dtype_name(obj: Any) -> Optional[str]:
     """The dtype of ``obj``'s DLPack capsule as DLPack names it ("bfloat16"), None if unreadable."""
     try:
         cap = obj.__dlpack__()
     except Exception:  # noqa: BLE001 - any refusal: nothing to name
         return None
-    # own prototypes: setting restype on ctypes.pythonapi's would change them for everyone
-    get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
-    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-        ("PyCapsule_GetPointer", ctypes.pythonapi))
-    name = get_name(cap)
-    if name not in _DTYPE_AT:
+    from .dlpack_capsule import dtype_field  # ctypes: only on this error path
+    dt = dtype_field(cap)
+    if dt is None:
         return None
-    dt = _DLDataType.from_address(get_pointer(cap, name) + _DTYPE_AT[name])
     base = _CODES.get(dt.code, f"type code {dt.code}")
     if dt.code in (0, 1, 2, 4, 5):
         base += str(dt.bits)

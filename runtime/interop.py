@@ -3,8 +3,9 @@
 Any object with ``__dlpack__`` and ``__dlpack_device__`` (numpy, PyTorch,
 CuPy, JAX arrays, and ``runtime.Tensor`` itself) is taken: host memory
 through ``numpy.from_dlpack`` (bfloat16 through torch's or JAX's own numpy
-view: runtime/dlpack_host.py), CUDA memory through ``cupy.from_dlpack``. The
-result shares memory with ``obj``; ``Tensor.__dlpack__`` is the way back.
+view: runtime/dlpack_host.py), CUDA memory through ``cupy.from_dlpack``, a
+runtime Tensor's as its array. The result shares memory with ``obj``;
+``Tensor.__dlpack__`` is the way back (bfloat16 too: runtime/dlpack_export.py).
 ``dlpack_input`` is what a C++ operator's tensor argument does with such an
 object (include/opbuilder/detail/runtime_bridge.h calls it).
 """
@@ -29,7 +30,9 @@ def from_dlpack(obj: Any) -> Tensor:
         raise TypeError(f"from_dlpack needs an object with __dlpack__ and __dlpack_device__ (a numpy, torch, "
                         f"CuPy or JAX array), got {type(obj).__name__}")
     kind, index = obj.__dlpack_device__()
-    if kind in (_KDL_CPU, _KDL_CUDA_HOST):
+    if isinstance(obj, Tensor):  # its own array: no capsule (numpy cannot read a bf16 one)
+        arr = obj._data
+    elif kind in (_KDL_CPU, _KDL_CUDA_HOST):
         arr = host_array(obj)
     elif kind in (_KDL_CUDA, _KDL_CUDA_MANAGED):
         from .cuda import _cupy

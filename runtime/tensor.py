@@ -161,11 +161,22 @@ class Tensor:
         return self.asnumpy()
 
     # ---- interop: DLPack (zero-copy, CPU and GPU) and CUDA's array interface ----
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        """A DLPack capsule over this tensor's memory (its array's own ``__dlpack__``)."""
-        return self._data.__dlpack__(**kwargs)
+    def __dlpack__(self, *, stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
+                   dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any:
+        """A DLPack capsule over this tensor's memory, as the array API standard says: its array's
+        own ``__dlpack__`` (numpy's, or CuPy's given only the arguments the consumer set); a host
+        bfloat16 tensor, which numpy cannot export, through runtime/dlpack_export.py."""
+        d = self._data
+        if isinstance(d, np.ndarray):
+            if d.dtype.kind == "V":  # ml_dtypes' bfloat16 is numpy's "V" kind
+                from .dlpack_export import export
+                return export(d, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+            return d.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+        given = {"stream": stream, "max_version": max_version, "dl_device": dl_device, "copy": copy}
+        return d.__dlpack__(**{k: v for k, v in given.items() if v is not None})
 
     def __dlpack_device__(self) -> Tuple[int, int]:
+        """(DLPack device type, index): (1, 0) for the CPU, (2, n) for CUDA device n."""
         return self._data.__dlpack_device__()
 
     @property
