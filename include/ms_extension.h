@@ -10,6 +10,29 @@
 #include "opbuilder/extension.h"
 #include "mindspore/aclnn_host.h"
 
+#if defined(OB_BINDING_NANOBIND)
+// A PYBIND11_MODULE source the builder builds with nanobind (opbuilder/ms_module.py): the standard
+// headers pybind11's headers include and nanobind's do not, so code that used them without its own
+// #include compiles as it did on pybind11.
+#include <algorithm>
+#include <cassert>
+#include <ctime>
+#include <deque>
+#include <forward_list>
+#include <functional>
+#include <iterator>
+#include <list>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stack>
+#include <thread>
+#include <typeindex>
+#include <unordered_set>
+#include <valarray>
+#include <variant>
+#endif
+
 #ifndef MS_EXTENSION_NAME
 #define MS_EXTENSION_NAME OB_EXTENSION_NAME
 #endif

@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from . import fingerprint as fp
-from .binding import NANOBIND, PYBIND11, detect_binding
+from .binding import NANOBIND, PYBIND11, detect_binding, from_pybind11
 from .cache_dir import cache_root, root_origin
 from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
@@ -477,7 +477,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     record = publish.publish_library(build_dir / plan.output, key_dir, plan.output)
     make_dir(spec.op_dir / "deps")
     fp.write_json_atomic(fp.manifest_path(spec.op_dir, base), {"headers": sorted(headers)}, durable=True)
-    publish.write_build_info(key_dir, spec, base, record, plan.cxx)
+    publish.write_build_info(key_dir, spec, base, record, plan.cxx, _binding_label(spec, plan.binding))
     lib = key_dir / plan.output
     publish.prune_old_builds(spec.op_dir, keep=publish.KEEP_BUILDS, current=key)
     _report_warnings(spec, plan, build_dir)
@@ -686,6 +686,22 @@ def _binding(spec: BuildSpec) -> str:
     return spec.binding or detect_binding(spec.name, spec.sources)
 
 
+def _binding_label(spec: BuildSpec, binding: Optional[str]) -> Optional[str]:
+    """What build.json (and ``cache list``) says of a module's binding: a PYBIND11_MODULE source built
+    with nanobind says so (binding.py)."""
+    if binding == NANOBIND and spec.binding is None and from_pybind11(spec.sources):
+        return "nanobind (a PYBIND11_MODULE source that binds plain functions only)"
+    return binding
+
+
+def _pybind11_fallback(spec: BuildSpec) -> Optional[BuildSpec]:
+    """``spec`` on pybind11 when it is a PYBIND11_MODULE source set built with nanobind by choice
+    (binding.py): if that build fails, the source still builds as it was written; else None."""
+    if spec.kind != "module" or spec.binding is not None or not from_pybind11(spec.sources):
+        return None
+    return spec._replace(binding=PYBIND11)
+
+
 def _runtime_for(spec: BuildSpec) -> Optional[Path]:
     """nanobind's shared runtime (built if needed) when ``spec``'s sources are bound with nanobind;
     None for pybind11 sources (BuildError, binding.py, for sources that mix both or define no module)."""
@@ -759,6 +775,11 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
         recorded = needs.recorded(warm[2], [f"{n}.lib" for n in _dep_names(spec)])
         if recorded is not None:
             return recorded, warm
+    fallback = _pybind11_fallback(spec) if warm is None else None
+    if fallback is not None:
+        done = _cached_build(fallback)  # its nanobind build failed before: built with pybind11 then
+        if done is not None:
+            return [], done
     deps = _dep_specs(spec)
     libs: Dict[int, Path] = {}
     errors: List[BaseException] = []
@@ -780,6 +801,14 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
         workers.append(worker)
     try:
         built = warm if warm is not None else _build_checked(spec)
+    except BuildError:
+        if fallback is None:
+            raise
+        import logging
+        logging.getLogger("opbuilder").warning(
+            "opbuilder: %s: building its PYBIND11_MODULE source with nanobind failed; building it with pybind11 "
+            "(binding='pybind11' skips nanobind)", spec.name)
+        return [], _build_checked(fallback)
     finally:
         for worker in workers:
             worker.join()

@@ -124,6 +124,8 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             for b in op.builds if args.name else op.builds[:1]:
                 print(f"    {b['key']}  {b.get('library') or '(no library)'}")
                 print(f"        sources: {' '.join(b.get('sources', []))}")
+                if b.get("binding"):
+                    print(f"        binding: {b['binding']}")
         pch = root / ".pch"
         if args.name is None and pch.is_dir():
             n = sum(1 for d in pch.iterdir() if d.is_dir())

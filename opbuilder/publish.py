@@ -106,11 +106,15 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_build_info(key_dir: Path, spec, base: str, library: Dict[str, object], compiler=None) -> None:
-    """``build.json``: what was built, from what, the library's record, and the C++ compiler's facts
-    (the identity in its key: a node without a compiler looks a bundle's builds up with it, bundle.py)."""
+def write_build_info(key_dir: Path, spec, base: str, library: Dict[str, object], compiler=None,
+                     binding: Optional[str] = None) -> None:
+    """``build.json``: what was built, from what, the library's record, the binding library of a module
+    (``cache list`` shows it), and the C++ compiler's facts (the identity in its key: a node without a
+    compiler looks a bundle's builds up with it, bundle.py)."""
     info = {"name": spec.name, "kind": spec.kind, "backend": spec.backend, "base": base,
             "sources": [str(s) for s in spec.sources], "built_at": time.time(), "library": library}
+    if binding is not None:
+        info["binding"] = binding
     if compiler is not None:
         info["compiler"] = {"identity": compiler.identity, "family": compiler.family, "version": compiler.version,
                             "path": compiler.path}

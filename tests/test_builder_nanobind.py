@@ -41,7 +41,10 @@ def _src(path: Path, text: str) -> Path:
     ("NB_MODULE(OB_EXTENSION_NAME, m) { }", NANOBIND),
     ("#include <nanobind/stl/map.h>\nOB_MODULE(m) {}", NANOBIND),
     ("PYBIND11_MODULE(OB_EXTENSION_NAME, m) { }", PYBIND11),
-    ('#include "ms_extension.h"\nPYBIND11_MODULE(MS_EXTENSION_NAME, m) {}', PYBIND11),
+    # ms_extension.h code that binds plain functions only is built with nanobind (test_builder_ms_nanobind.py)
+    ('#include "ms_extension.h"\nPYBIND11_MODULE(MS_EXTENSION_NAME, m) {}', NANOBIND),
+    ('#include "ms_extension.h"\nPYBIND11_MODULE(MS_EXTENSION_NAME, m) { m.def("one", [] { return 1; }); }',
+     PYBIND11),
     # comments and strings decide nothing
     ("// was PYBIND11_MODULE(OB_EXTENSION_NAME, m)\n/* #include <pybind11/numpy.h> */\nOB_MODULE(m) {}", NANOBIND),
     ('const char *s = "OB_MODULE(m)";\nPYBIND11_MODULE(OB_EXTENSION_NAME, m) {}', PYBIND11),

@@ -31,8 +31,8 @@
 namespace opbuilder {
 namespace detail OB_HIDDEN {
 
-// Also raises what is not a std::exception (`throw 42`) as RuntimeError, as pybind11 does;
-// nanobind itself would report it as a SystemError.
+// Also raises what is not a std::exception (`throw 42`) as RuntimeError with pybind11's message, so
+// a function raises alike on both layers; nanobind itself would report it as a SystemError.
 inline void TranslateNeutral(const std::exception_ptr &p, void *) {
   if (SetNeutralError(p)) return;
   try {
@@ -40,7 +40,7 @@ inline void TranslateNeutral(const std::exception_ptr &p, void *) {
   } catch (const std::exception &) {
     throw;  // nanobind's own mapping, and translators registered before this one
   } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "Unknown C++ exception (not a std::exception)");
+    PyErr_SetString(PyExc_RuntimeError, "Caught an unknown exception!");
   }
 }
 
@@ -215,3 +215,10 @@ struct type_caster<opbuilder::TensorPtrList> {
     ob_module_body_(m);                                              \
   }                                                                  \
   static void ob_module_body_(::nanobind::module_ &m)
+
+// A source written with PYBIND11_MODULE(MS_EXTENSION_NAME, m) whose module only binds plain functions
+// of argument types both layers convert alike (m.def("name", &fn, "doc")): the builder builds it with
+// nanobind (binding.py reads the sources and decides; anything else stays on pybind11).
+#ifndef PYBIND11_MODULE
+#define PYBIND11_MODULE(name, m) OB_MODULE(m)
+#endif
