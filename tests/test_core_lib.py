@@ -127,7 +127,8 @@ def test_a_nanobind_operator_compiles_only_the_code_of_its_own_types(nb_ops, cac
     # the core library and the operator keeps only what depends on its own types
     lib = Path(nb_ops.__file__)
     needed = {s for s in _dynamic_symbols(lib, defined=False) if "obcore_" in s}
-    for core_fn in ("RunFunction", "TraceCall", "PrepareBackward", "LoadTensor", "DataTypeName", "NeedGrad"):
+    for core_fn in ("RunFunction", "TraceCall", "PrepareBackward", "LoadTensor", "DataTypeName", "NeedGrad",
+                    "SaveForBackward"):
         assert any(core_fn in s for s in needed), f"{core_fn} is not taken from the core library"
     own = _local_symbols(lib)
     assert sum("RunChecked<" in s for s in own) <= 1, [s for s in own if "RunChecked<" in s]

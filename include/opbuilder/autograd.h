@@ -128,7 +128,7 @@ class OB_HIDDEN AutogradContext {
 
   // Keep tensors for Backward (replaces what was saved before; nullptr allowed).
   // Save inputs and outputs here, not in saved_data: their versions are checked.
-  void SaveForBackward(const TensorPtrList &tensors) { st_.saved_raw = tensors; }
+  OB_CORE_FN void SaveForBackward(const TensorPtrList &tensors);
 
   // The saved tensors, by position; an error naming the Function and the slot
   // if one was modified in place since it was saved.
@@ -141,12 +141,10 @@ class OB_HIDDEN AutogradContext {
   bool NeedsInputGrad(std::size_t i) const { return i < st_.needs.size() && st_.needs[i]; }
 
   // These outputs get no gradient and have requires_grad == False.
-  void MarkNonDifferentiable(const TensorPtrList &outputs) {
-    st_.non_differentiable.insert(st_.non_differentiable.end(), outputs.begin(), outputs.end());
-  }
+  OB_CORE_FN void MarkNonDifferentiable(const TensorPtrList &outputs);
 
   // These arguments were modified in place by Forward, which returns them.
-  void MarkDirty(const TensorPtrList &inputs) { st_.dirty.insert(st_.dirty.end(), inputs.begin(), inputs.end()); }
+  OB_CORE_FN void MarkDirty(const TensorPtrList &inputs);
 
   // false: gradients of unused outputs arrive as nullptr instead of zeros.
   void SetMaterializeGrads(bool materialize) { st_.materialize_grads = materialize; }
@@ -602,6 +600,16 @@ inline void AutogradContext::CheckSavedVersion(const detail::Runtime &rt, std::s
 
 #if OB_CORE_BODIES  // members: declared in their class
 OB_CORE_FN AutogradContext::~AutogradContext() = default;
+
+OB_CORE_FN void AutogradContext::SaveForBackward(const TensorPtrList &tensors) { st_.saved_raw = tensors; }
+
+OB_CORE_FN void AutogradContext::MarkNonDifferentiable(const TensorPtrList &outputs) {
+  st_.non_differentiable.insert(st_.non_differentiable.end(), outputs.begin(), outputs.end());
+}
+
+OB_CORE_FN void AutogradContext::MarkDirty(const TensorPtrList &inputs) {
+  st_.dirty.insert(st_.dirty.end(), inputs.begin(), inputs.end());
+}
 
 OB_CORE_FN bool AutogradContext::NeedGrad(const TensorPtr &tensor) const {
   if (st_.args == nullptr) {
