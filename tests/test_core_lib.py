@@ -110,6 +110,33 @@ def test_a_nanobind_operator_reads_the_cores_runtime_inline(nb_ops, cache_dir):
     assert any("7Runtime4Load" in s for s in needed)
 
 
+
+def _local_symbols(lib: Path) -> list:
+    """The demangled names of the functions ``lib`` defines itself, hidden ones included (its .symtab)."""
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    res = subprocess.run([nm, "-C", "--defined-only", str(lib)], capture_output=True, text=True, check=True)
+    return [line.split(" ", 2)[2] for line in res.stdout.splitlines() if line.count(" ") >= 2]
+
+
+def test_a_nanobind_operator_compiles_only_the_code_of_its_own_types(nb_ops, cache_dir):
+    # issue 21: every operator compiled Apply's whole body twice (Function<T>::RunChecked with Apply's
+    # and with the jit replay's argument types), a second nanobind function for the replay, and the
+    # non-template helpers (tensor conversions, dtype names, NeedGrad, error paths); those now live in
+    # the core library and the operator keeps only what depends on its own types
+    lib = Path(nb_ops.__file__)
+    needed = {s for s in _dynamic_symbols(lib, defined=False) if "obcore_" in s}
+    for core_fn in ("RunFunction", "TraceCall", "PrepareBackward", "LoadTensor", "DataTypeName", "NeedGrad",
+                    "SaveForBackward"):
+        assert any(core_fn in s for s in needed), f"{core_fn} is not taken from the core library"
+    own = _local_symbols(lib)
+    assert sum("RunChecked<" in s for s in own) <= 1, [s for s in own if "RunChecked<" in s]
+    assert not [s for s in own if "func_create" in s and "Traced" in s]  # the replay is the core's
+    for helper in ("TensorFromDlpack(", "DataTypeName(", "AutogradContext::NeedGrad(", "Demangle(",
+                   "RecordOutputs(", "TensorFromObject("):
+        assert not [s for s in own if helper in s], f"the operator compiled {helper[:-1]} itself"
+
 NEW_PROCESS = textwrap.dedent("""
     import sys
     import numpy as np

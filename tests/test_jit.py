@@ -131,6 +131,19 @@ def test_cpp_function_ops_are_traced_as_one_node_and_differentiate(my_ops):
     gradcheck(j, [x, y])
 
 
+
+def test_the_replay_of_a_cpp_function_op_refuses_other_arguments_clearly(my_ops):
+    # the node's target: one core-made callable for every C++ Function (issue 21), so its bad
+    # inputs are checked there: the arity, then each tensor argument
+    g = jit(lambda x, y: my_ops.mul(x, y)).graph(f64(2), f64(2))
+    replay = g.nodes[0].target
+    np.testing.assert_array_equal(replay(Tensor(np.array([2.0, 3.0])), Tensor(np.array([4.0, 5.0]))).asnumpy(),
+                                  [8.0, 15.0])
+    with pytest.raises(TypeError, match=r"^replay of a traced C\+\+ Function takes 2 arguments \(1 given\)$"):
+        replay(f64(2))
+    with pytest.raises(TypeError, match=r"^replay of a traced C\+\+ Function: expected a tensor, got str$"):
+        replay(f64(2), "y")
+
 class Net(nn.Cell):
     def __init__(self):
         super().__init__()

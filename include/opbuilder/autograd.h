@@ -30,6 +30,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <typeinfo>
 #include <unordered_map>
@@ -46,6 +47,7 @@
 #include "opbuilder/detail/function_checks.h"
 #include "opbuilder/detail/function_node.h"
 #include "opbuilder/detail/infer_shape.h"
+#include "opbuilder/detail/replay.h"
 #include "opbuilder/detail/runtime_bridge.h"
 #include "opbuilder/tensor.h"
 
@@ -126,32 +128,23 @@ class OB_HIDDEN AutogradContext {
 
   // Keep tensors for Backward (replaces what was saved before; nullptr allowed).
   // Save inputs and outputs here, not in saved_data: their versions are checked.
-  void SaveForBackward(const TensorPtrList &tensors) { st_.saved_raw = tensors; }
+  OB_CORE_FN void SaveForBackward(const TensorPtrList &tensors);
 
   // The saved tensors, by position; an error naming the Function and the slot
   // if one was modified in place since it was saved.
   OB_CORE_FN TensorPtrList GetSavedTensors() const;
 
   // Does this Forward argument (by identity) need a gradient? Inside Forward only.
-  bool NeedGrad(const TensorPtr &tensor) const {
-    if (st_.args == nullptr) {
-      throw std::runtime_error(function_name() +
-                               ": NeedGrad(tensor) works inside Forward; in Backward use NeedsInputGrad(i)");
-    }
-    const int i = st_.ArgIndex(tensor.get());
-    return i >= 0 && NeedsInputGrad(static_cast<std::size_t>(i));
-  }
+  OB_CORE_FN bool NeedGrad(const TensorPtr &tensor) const;
 
   // Does Forward argument `i` (counting every argument after ctx) need a gradient?
   bool NeedsInputGrad(std::size_t i) const { return i < st_.needs.size() && st_.needs[i]; }
 
   // These outputs get no gradient and have requires_grad == False.
-  void MarkNonDifferentiable(const TensorPtrList &outputs) {
-    st_.non_differentiable.insert(st_.non_differentiable.end(), outputs.begin(), outputs.end());
-  }
+  OB_CORE_FN void MarkNonDifferentiable(const TensorPtrList &outputs);
 
   // These arguments were modified in place by Forward, which returns them.
-  void MarkDirty(const TensorPtrList &inputs) { st_.dirty.insert(st_.dirty.end(), inputs.begin(), inputs.end()); }
+  OB_CORE_FN void MarkDirty(const TensorPtrList &inputs);
 
   // false: gradients of unused outputs arrive as nullptr instead of zeros.
   void SetMaterializeGrads(bool materialize) { st_.materialize_grads = materialize; }
@@ -210,15 +203,21 @@ OB_CORE_FN std::string Demangle(const char *name) OB_CORE_DECL
 }
 #endif
 
-// The class name for messages ("(anonymous namespace)::" left out).
+// A class's name for messages from its typeid name: demangled, "(anonymous namespace)::" left out.
+OB_CORE_FN std::string DisplayName(const char *mangled) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  std::string n = Demangle(mangled);
+  const std::string anon = "(anonymous namespace)::";
+  for (std::size_t p; (p = n.find(anon)) != std::string::npos;) n.erase(p, anon.size());
+  return n;
+}
+#endif
+
+// The class name for messages, made once.
 template <typename T>
 const std::string &FunctionName() {
-  static const std::string name = [] {
-    std::string n = Demangle(typeid(T).name());
-    const std::string anon = "(anonymous namespace)::";
-    for (std::size_t p; (p = n.find(anon)) != std::string::npos;) n.erase(p, anon.size());
-    return n;
-  }();
+  static const std::string name = DisplayName(typeid(T).name());
   return name;
 }
 
@@ -599,8 +598,27 @@ inline void AutogradContext::CheckSavedVersion(const detail::Runtime &rt, std::s
   }
 }
 
-#if OB_CORE_BODIES  // a member: declared in its class
+#if OB_CORE_BODIES  // members: declared in their class
 OB_CORE_FN AutogradContext::~AutogradContext() = default;
+
+OB_CORE_FN void AutogradContext::SaveForBackward(const TensorPtrList &tensors) { st_.saved_raw = tensors; }
+
+OB_CORE_FN void AutogradContext::MarkNonDifferentiable(const TensorPtrList &outputs) {
+  st_.non_differentiable.insert(st_.non_differentiable.end(), outputs.begin(), outputs.end());
+}
+
+OB_CORE_FN void AutogradContext::MarkDirty(const TensorPtrList &inputs) {
+  st_.dirty.insert(st_.dirty.end(), inputs.begin(), inputs.end());
+}
+
+OB_CORE_FN bool AutogradContext::NeedGrad(const TensorPtr &tensor) const {
+  if (st_.args == nullptr) {
+    throw std::runtime_error(function_name() +
+                             ": NeedGrad(tensor) works inside Forward; in Backward use NeedsInputGrad(i)");
+  }
+  const int i = st_.ArgIndex(tensor.get());
+  return i >= 0 && NeedsInputGrad(static_cast<std::size_t>(i));
+}
 #endif
 
 #if OB_CORE_BODIES  // a member: declared in its class
@@ -625,6 +643,106 @@ OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
 }
 #endif
 
+namespace detail OB_HIDDEN {
+
+// One Apply call's Forward, type-erased: T::Forward(ctx, the arguments `call` points to), its
+// result stored in *single (Forward returns TensorPtr) or *list (TensorPtrList).
+using ForwardFn = void (*)(AutogradContext *ctx, void *call, TensorPtr *single, TensorPtrList *list);
+
+// What Function<T>::Apply hands the runner: all that depends on T and the arguments.
+struct FunctionCall {
+  const std::string *name;
+  Tensor *const *args;       // per Forward argument: its tensor, or nullptr
+  Tensor *const *originals;  // per argument: the caller's tensor where Forward gets a private copy
+  std::size_t nargs;
+  ForwardFn forward;
+  void *call;
+  BackwardFn backward;
+  ErrorFn set_error;
+  PyObject *(*name_py)();
+};
+
+// Apply's work once the arguments are prepared, compiled once (the core library) rather than per
+// Function: runs Forward (recording off) and, when an argument needs a gradient and grad mode is on,
+// records the node; else only the no-grad checks. The result goes to *single or *list as Forward's.
+OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr *single,
+                            TensorPtrList *list) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  bool wants = false;
+  for (std::size_t i = 0; i < f.nargs; ++i) wants = wants || WantsGrad(f.args[i]);
+  if (!wants || !GradEnabled(rt)) {  // the fast path: nothing to record
+    AutogradContext ctx;
+    ContextState &st = State(ctx);
+    st.name = f.name;
+    st.args = f.args;
+    st.originals = f.originals;
+    st.nargs = f.nargs;
+    f.forward(&ctx, f.call, single, list);
+    if (single == nullptr) {
+      *list = FinishNoGrad(rt, st, std::move(*list));
+    } else if (!st.dirty.empty() || !*single || st.ArgIndex(single->get()) >= 0) {
+      *single = std::move(FinishNoGrad(rt, st, AsList(std::move(*single)))[0]);
+    }
+    return;
+  }
+
+  std::unique_ptr<AutogradContext, ContextDeleter> ctx(new AutogradContext);
+  ContextState &st = State(*ctx);
+  st.name = f.name;
+  st.args = f.args;
+  st.originals = f.originals;
+  st.nargs = f.nargs;
+  st.needs.assign(f.nargs, false);
+  PyRef edges = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(f.nargs))));
+  for (std::size_t i = 0; i < f.nargs; ++i) {
+    PyObject *e = Py_None;
+    if (WantsGrad(f.args[i])) {
+      st.needs[i] = true;
+      e = EdgeOf(rt, f.args[i]->py_object());
+    } else {
+      Py_INCREF(e);
+    }
+    PyTuple_SET_ITEM(edges.get(), static_cast<Py_ssize_t>(i), e);
+  }
+  const double phase = NextFingerprintPhase();
+  std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
+  for (std::size_t i = 0; i < f.nargs; ++i) {
+    if (f.args[i] != nullptr) fingerprints[i] = Fingerprint(*f.args[i], phase);
+  }
+  {
+    GradModeGuard off(rt, false, true);  // recording: grad mode was on
+    f.forward(ctx.get(), f.call, single, list);
+  }
+  TensorPtrList outs = RecordOutputs(rt, std::move(ctx), single != nullptr ? AsList(std::move(*single)) : *list,
+                                     edges.get(), fingerprints.data(), phase, f.backward, f.set_error, f.name_py());
+  if (single != nullptr) {
+    *single = std::move(outs[0]);
+  } else {
+    *list = std::move(outs);
+  }
+}
+#endif
+
+// Before T::Backward: an error if the node was released; else the gradients as Backward sees
+// them (contiguous copies where needed, unless the Function accepts views).
+OB_CORE_FN void PrepareBackward(AutogradContext &ctx, TensorPtrList &grads, bool views) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  if (State(ctx).released) {
+    throw std::runtime_error("backward through " + ctx.function_name() +
+                             " a second time: its saved tensors were freed after the first backward; "
+                             "pass retain_graph=True the first time");
+  }
+  if (views) return;
+  for (auto &g : grads) {
+    if (g && NeedsPrivateCopy(*g)) g = g->contiguous_copy();  // a broadcast gradient, say
+  }
+}
+#endif
+
+}  // namespace detail
+
 template <typename Derived>
 class Function {
  public:
@@ -647,18 +765,41 @@ class Function {
 
  private:
   // runtime.jit is tracing: hand the call to its hook (runtime/jit/tracing.py cpp_hook), which
-  // records one graph node whose target is `replay` (this Apply without the check) and runs it.
-  // Making `replay` a Python callable is the binding layer's job (detail/binding.h).
+  // records one graph node whose target replays this Apply (without the check) and runs it.
+  // The arguments and the result cross as Python objects, converted by the binding layer.
   template <typename... Args>
   static auto Traced(Args &&...args) {
     using R =
         decltype(Prepare(detail::Runtime::Get(), std::index_sequence_for<Args...>{}, std::forward<Args>(args)...));
-    auto replay = [](std::decay_t<Args>... a) -> R {
-      return Prepare(detail::Runtime::Get(), std::index_sequence_for<Args...>{}, a...);
-    };
-    return detail::Binding<Derived>::template Trace<R>(detail::Runtime::Get().trace_hook,
-                                                       detail::FunctionNamePy<Derived>(), replay, args...);
+    detail::PyRef py_args =
+        detail::PyRef::Steal(detail::Check(PyTuple_New(static_cast<Py_ssize_t>(sizeof...(Args)))));
+    Py_ssize_t k = 0;
+    (PyTuple_SET_ITEM(py_args.get(), k++, detail::ReplayToPython<Derived>(args)), ...);
+    detail::PyRef out = detail::PyRef::Steal(
+        detail::TraceCall(detail::Runtime::Get().trace_hook, detail::FunctionNamePy<Derived>(),
+                          Replay<std::index_sequence_for<Args...>, Args...>::kTarget, py_args.get()));
+    return detail::ReplayFromPython<Derived, R>(out.get());
   }
+
+  // The replay's target: the arguments converted to what Apply got (Args), then Apply's work.
+  template <typename Seq, typename... Args>
+  struct Replay;
+  template <std::size_t... I, typename... Args>
+  struct Replay<std::index_sequence<I...>, Args...> {
+    static PyObject *Call(PyObject *const *py_args, Py_ssize_t) {
+      try {
+        std::tuple<std::decay_t<Args>...> a{
+            detail::ReplayFromPython<Derived, std::decay_t<Args>>(py_args[I])...};
+        (void)py_args;
+        return detail::ReplayToPython<Derived>(
+            Prepare(detail::Runtime::Get(), std::index_sequence<I...>{}, static_cast<Args &&>(std::get<I>(a))...));
+      } catch (...) {
+        detail::Binding<Derived>::SetErrorFromCurrentException();
+        return nullptr;
+      }
+    }
+    static constexpr detail::ReplayTarget kTarget{&Call, static_cast<Py_ssize_t>(sizeof...(Args))};
+  };
 
   static constexpr bool kViews = detail::AcceptsViews<Derived>::value;
 
@@ -681,95 +822,72 @@ class Function {
     }
   }
 
+  // The part of Apply that needs T: the argument list, Forward's call; the rest is RunFunction.
   template <typename... Args>
   static auto RunChecked(const detail::Runtime &rt, Tensor *const *originals, Args &&...args) {
     using R = decltype(Derived::Forward(std::declval<AutogradContext *>(), std::forward<Args>(args)...));
     constexpr std::size_t kN = sizeof...(Args);
     const std::array<Tensor *, kN + 1> in{{detail::TensorArg(args)..., nullptr}};
-    bool wants = false;
-    for (std::size_t i = 0; i < kN; ++i) wants = wants || detail::WantsGrad(in[i]);
-    [[maybe_unused]] std::optional<detail::InferredShapes> inferred;
-    if constexpr (detail::kDeclaresInferShape<Derived>) {
-      if constexpr (detail::InferShapeChecks<Derived, R, Args...>::ok) {
-        if (detail::DebugChecks()) {
-          inferred.emplace();
-          inferred->shapes = detail::ShapeList(Derived::InferShape(args...));
-          inferred->dtype = detail::OutputDtype(args...);
-        }
-      }
-    }
     if constexpr ((std::is_same_v<std::decay_t<Args>, TensorPtrList> || ...)) {
       if (detail::GradEnabled(rt)) {
         std::size_t index = 0;
         (detail::CheckListArg(args, index++, detail::FunctionName<Derived>()), ...);
       }
     }
-    if (!wants || !detail::GradEnabled(rt)) {  // the fast path: nothing to record
-      AutogradContext ctx;
-      detail::ContextState &st = detail::State(ctx);
-      st.name = &detail::FunctionName<Derived>();
-      st.args = in.data();
-      st.originals = originals;
-      st.nargs = kN;
-      R out = Derived::Forward(&ctx, std::forward<Args>(args)...);
+    std::tuple<Args &&...> call(std::forward<Args>(args)...);
+    const detail::FunctionCall f{&detail::FunctionName<Derived>(),
+                                 in.data(),
+                                 originals,
+                                 kN,
+                                 &ForwardCaller<R, std::index_sequence_for<Args...>, Args...>::Call,
+                                 &call,
+                                 &BackwardThunk,
+                                 &detail::Binding<Derived>::SetErrorFromCurrentException,
+                                 &detail::FunctionNamePy<Derived>};
+    R out;
+    if constexpr (std::is_same_v<R, TensorPtr>) {
+      detail::RunFunction(rt, f, &out, nullptr);
+    } else {
+      detail::RunFunction(rt, f, nullptr, &out);
+    }
+    return out;
+  }
+
+  // detail::ForwardFn for one argument list: T::Forward on the arguments, checked against
+  // T::InferShape under OPBUILDER_DEBUG_CHECKS when T declares one.
+  template <typename R, typename Seq, typename... Args>
+  struct ForwardCaller;
+  template <typename R, std::size_t... I, typename... Args>
+  struct ForwardCaller<R, std::index_sequence<I...>, Args...> {
+    static void Call(AutogradContext *ctx, void *call, TensorPtr *single, TensorPtrList *list) {
+      auto &t = *static_cast<std::tuple<Args &&...> *>(call);
+      [[maybe_unused]] std::optional<detail::InferredShapes> inferred;
       if constexpr (detail::kDeclaresInferShape<Derived>) {
-        if (inferred) detail::CheckInferredShapes(*st.name, *inferred, detail::AsList(out));
+        if constexpr (detail::InferShapeChecks<Derived, R, Args...>::ok) {
+          if (detail::DebugChecks()) {
+            inferred.emplace();
+            inferred->shapes = detail::ShapeList(Derived::InferShape(std::get<I>(t)...));
+            inferred->dtype = detail::OutputDtype(std::get<I>(t)...);
+          }
+        }
+      }
+      R out = Derived::Forward(ctx, std::forward<Args>(std::get<I>(t))...);
+      if constexpr (detail::kDeclaresInferShape<Derived>) {
+        if (inferred) detail::CheckInferredShapes(ctx->function_name(), *inferred, detail::AsList(out));
       }
       if constexpr (std::is_same_v<R, TensorPtr>) {
-        if (st.dirty.empty() && out && st.ArgIndex(out.get()) < 0) return out;
-      }
-      return detail::FromList<R>(detail::FinishNoGrad(rt, st, detail::AsList(std::move(out))));
-    }
-
-    std::unique_ptr<AutogradContext, detail::ContextDeleter> ctx(new AutogradContext);
-    detail::ContextState &st = detail::State(*ctx);
-    st.name = &detail::FunctionName<Derived>();
-    st.args = in.data();
-    st.originals = originals;
-    st.nargs = kN;
-    st.needs.assign(kN, false);
-    detail::PyRef edges = detail::PyRef::Steal(detail::Check(PyTuple_New(static_cast<Py_ssize_t>(kN))));
-    for (std::size_t i = 0; i < kN; ++i) {
-      PyObject *e = Py_None;
-      if (detail::WantsGrad(in[i])) {
-        st.needs[i] = true;
-        e = detail::EdgeOf(rt, in[i]->py_object());
+        *single = std::move(out);
+        (void)list;
       } else {
-        Py_INCREF(e);
+        *list = std::move(out);
+        (void)single;
       }
-      PyTuple_SET_ITEM(edges.get(), static_cast<Py_ssize_t>(i), e);
     }
-    const double phase = detail::NextFingerprintPhase();
-    std::array<std::uint64_t, kN + 1> fingerprints{};
-    for (std::size_t i = 0; i < kN; ++i) {
-      if (in[i] != nullptr) fingerprints[i] = detail::Fingerprint(*in[i], phase);
-    }
-    R out;
-    {
-      detail::GradModeGuard off(rt, false, true);  // recording: grad mode was on
-      out = Derived::Forward(ctx.get(), std::forward<Args>(args)...);
-    }
-    if constexpr (detail::kDeclaresInferShape<Derived>) {
-      if (inferred) detail::CheckInferredShapes(*st.name, *inferred, detail::AsList(out));
-    }
-    return detail::FromList<R>(detail::RecordOutputs(rt, std::move(ctx), detail::AsList(std::move(out)), edges.get(),
-                                                     fingerprints.data(), phase, &BackwardThunk,
-                                                     &detail::Binding<Derived>::SetErrorFromCurrentException,
-                                                     detail::FunctionNamePy<Derived>()));
-  }
+  };
 
  private:
   static TensorPtrList BackwardThunk(AutogradContext *ctx, TensorPtrList grads) {
-    if (detail::State(*ctx).released) {
-      throw std::runtime_error("backward through " + ctx->function_name() +
-                               " a second time: its saved tensors were freed after the first backward; "
-                               "pass retain_graph=True the first time");
-    }
-    if constexpr (!kViews) {
-      for (auto &g : grads) {
-        if (g && detail::NeedsPrivateCopy(*g)) g = g->contiguous_copy();  // a broadcast gradient, say
-      }
-    }
+    detail::PrepareBackward(*ctx, grads, kViews);
     return Derived::Backward(ctx, std::move(grads));
   }
 };

@@ -73,14 +73,6 @@ struct Binding {
     }
 #endif
   }
-  template <typename R, typename F, typename... A>
-  static R Trace(PyObject *hook, PyObject *name, F replay, const A &...args) {
-    pybind11::cpp_function fn(std::move(replay));
-    pybind11::tuple py_args = pybind11::make_tuple(args...);
-    auto h = pybind11::reinterpret_borrow<pybind11::object>(hook);
-    auto n = pybind11::reinterpret_borrow<pybind11::object>(name);
-    return h(n, fn, py_args).template cast<R>();
-  }
 };
 
 }  // namespace detail

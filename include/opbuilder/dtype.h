@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "opbuilder/detail/core_lib.h"
+
 namespace opbuilder {
 
 // Unscoped on purpose: both `kFloat32` and `DataType::kFloat32` work.
@@ -67,7 +69,9 @@ inline std::size_t ElementSize(DataType t) {
 }
 
 // The names runtime dtypes and the aot ABI use ("float32", "bool", ...).
-inline const char *DataTypeName(DataType t) {
+OB_CORE_FN const char *DataTypeName(DataType t) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   switch (t) {
     case kBool: return "bool";
     case kInt8: return "int8";
@@ -87,6 +91,7 @@ inline const char *DataTypeName(DataType t) {
     default: return "unknown";
   }
 }
+#endif
 
 // The DataType a name of DataTypeName stands for (an aot op's dtypes[i]); kTypeUnknown for others.
 inline DataType DataTypeFromName(const char *name) {

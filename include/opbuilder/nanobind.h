@@ -77,13 +77,6 @@ struct Binding {
       SetNeutralOrStdError();
     }
   }
-  template <typename R, typename F, typename... A>
-  static R Trace(PyObject *hook, PyObject *name, F replay, const A &...args) {
-    nanobind::object fn = nanobind::cpp_function(std::move(replay));
-    nanobind::object py_args = nanobind::make_tuple(args...);
-    nanobind::object out = nanobind::handle(hook)(nanobind::handle(name), fn, py_args);
-    return nanobind::cast<R>(out);
-  }
 };
 
 // A conversion's result, or the exception it threw (raised when the value is taken).
@@ -99,12 +92,11 @@ struct Deferred {
   bool Load(PyObject *o, TensorPtr &out) noexcept {
     try {
       RegisterNanobindTranslator();
-      out = TensorFromObject(o);
-      return out != nullptr;
     } catch (...) {
       error = std::current_exception();
       return true;
     }
+    return LoadTensor(o, out, error);
   }
 };
 

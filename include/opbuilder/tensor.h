@@ -323,10 +323,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   // tensor is a strided view (a flat loop would read the wrong elements).
   template <typename T>
   T *data() const {
-    if (DataTypeOf<T>::value != dtype_) {
-      throw detail::TypeError(std::string("opbuilder::Tensor::data<T>(): tensor has dtype ") + DataTypeName(dtype_) +
-                              ", but T is " + DataTypeName(DataTypeOf<T>::value));
-    }
+    if (DataTypeOf<T>::value != dtype_) ThrowDtypeMismatch(DataTypeOf<T>::value);
     CheckContiguous("data<T>()");
     return static_cast<T *>(data_);
   }
@@ -393,18 +390,15 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
     data_ = storage_.get();
   }
   void CheckHost(const char *what) const {
-    if (device_ < 0) return;
-    throw detail::ValueError(std::string("opbuilder::Tensor::") + what +
-                             " runs on host memory, and this tensor is on " +
-                             device() + "; do it in your CUDA code (the runtime hands Function ops contiguous "
-                                "device tensors)");
+    if (device_ >= 0) ThrowNotHost(what);
   }
   void CheckContiguous(const char *what) const {
-    if (is_contiguous()) return;
-    throw detail::ValueError(std::string("opbuilder::Tensor::") + what + ": the tensor is not contiguous (shape " +
-                             detail::ShapeString(shape_) + ", strides " + detail::ShapeString(strides_) +
-                             "); call contiguous() first, or index data_ptr() with strides()");
+    if (!is_contiguous()) ThrowNotContiguous(what);
   }
+  // The errors of the checks above, compiled once (the core library).
+  [[noreturn]] OB_CORE_FN void ThrowDtypeMismatch(DataType want) const;
+  [[noreturn]] OB_CORE_FN void ThrowNotHost(const char *what) const;
+  [[noreturn]] OB_CORE_FN void ThrowNotContiguous(const char *what) const;
   std::size_t NormDim(std::int64_t d) const {
     return static_cast<std::size_t>(d < 0 ? d + ndim() : d);
   }
@@ -421,7 +415,21 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   detail::PyRef py_;  // the runtime.Tensor this tensor is, if any
 };
 
-#if OB_CORE_BODIES  // a member: declared in its class
+#if OB_CORE_BODIES  // members: declared in their class
+OB_CORE_FN void Tensor::ThrowDtypeMismatch(DataType want) const {
+  throw detail::TypeError(std::string("opbuilder::Tensor::data<T>(): tensor has dtype ") + DataTypeName(dtype_) +
+                          ", but T is " + DataTypeName(want));
+}
+OB_CORE_FN void Tensor::ThrowNotHost(const char *what) const {
+  throw detail::ValueError(std::string("opbuilder::Tensor::") + what + " runs on host memory, and this tensor is on " +
+                           device() + "; do it in your CUDA code (the runtime hands Function ops contiguous "
+                           "device tensors)");
+}
+OB_CORE_FN void Tensor::ThrowNotContiguous(const char *what) const {
+  throw detail::ValueError(std::string("opbuilder::Tensor::") + what + ": the tensor is not contiguous (shape " +
+                           detail::ShapeString(shape_) + ", strides " + detail::ShapeString(strides_) +
+                           "); call contiguous() first, or index data_ptr() with strides()");
+}
 OB_CORE_FN Tensor::Tensor(DataType dtype, ShapeVector shape)
     : dtype_(dtype), shape_(std::move(shape)) {
   CheckDtype(dtype);

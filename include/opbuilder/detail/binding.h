@@ -8,8 +8,6 @@
 //   static PyObject *ToPython(V &&v);             // new reference, or throws
 //   template <class T> static T FromPython(PyObject *o);
 //   static void SetErrorFromCurrentException();   // inside a catch: set the Python error
-//   template <class R, class F, class... A>
-//   static R Trace(PyObject *hook, PyObject *name, F replay, const A &...args);
 #pragma once
 
 #include <Python.h>

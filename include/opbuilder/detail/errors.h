@@ -28,16 +28,11 @@ class PythonError : public std::exception {
   OB_CORE_FN PythonError();
   const char *what() const noexcept override { return what_.c_str(); }
   // Sets the held error as the current Python error (the GIL held).
-  void Restore() const {
-    PyObject *t = type_.get(), *v = value_.get(), *tb = tb_.get();
-    Py_XINCREF(t);
-    Py_XINCREF(v);
-    Py_XINCREF(tb);
-    PyErr_Restore(t, v, tb);
-  }
+  OB_CORE_FN void Restore() const;
 
  private:
-  PyRef type_, value_, tb_;
+  // (type, value, traceback) in one tuple: one reference to drop in the (inline) destructor
+  PyRef error_;
   std::string what_;
 };
 
@@ -51,14 +46,32 @@ OB_CORE_FN PythonError::PythonError() {
     v = PyUnicode_FromString("opbuilder: a Python C API call failed without setting an error");
   }
   PyErr_NormalizeException(&t, &v, &tb);
-  type_ = PyRef::Steal(t);
-  value_ = PyRef::Steal(v);
-  tb_ = PyRef::Steal(tb);
+  error_ = PyRef::Steal(PyTuple_Pack(3, t, v != nullptr ? v : Py_None, tb != nullptr ? tb : Py_None));
+  if (!error_) PyErr_Clear();  // no memory: Restore() says so
   PyObject *s = v != nullptr ? PyObject_Str(v) : nullptr;
   const char *u = s != nullptr ? PyUnicode_AsUTF8(s) : nullptr;
   what_ = u != nullptr ? u : "Python error";
   Py_XDECREF(s);
-  PyErr_Clear();  // from a failed str(); the error itself is held above
+  Py_XDECREF(t);
+  Py_XDECREF(v);
+  Py_XDECREF(tb);
+  PyErr_Clear();  // from a failed str() or tuple; the error itself is held above
+}
+
+OB_CORE_FN void PythonError::Restore() const {
+  if (!error_) {  // the tuple could not be made (no memory)
+    PyErr_SetString(PyExc_MemoryError, what_.c_str());
+    return;
+  }
+  PyObject *t = PyTuple_GET_ITEM(error_.get(), 0);
+  PyObject *v = PyTuple_GET_ITEM(error_.get(), 1);
+  PyObject *tb = PyTuple_GET_ITEM(error_.get(), 2);
+  if (v == Py_None) v = nullptr;
+  if (tb == Py_None) tb = nullptr;
+  Py_XINCREF(t);
+  Py_XINCREF(v);
+  Py_XINCREF(tb);
+  PyErr_Restore(t, v, tb);
 }
 #endif
 

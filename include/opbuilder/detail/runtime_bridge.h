@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -298,7 +299,9 @@ OB_CORE_FN TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj) OB_CORE_DECL
 // Any other framework's tensor (an object with `__dlpack__`: torch, JAX, CuPy, ...) as a Tensor
 // over its memory, through runtime._native.dlpack_input (a runtime.Tensor sharing it); nullptr
 // for an object without `__dlpack__`. Read-only and strided memory keep the boundary rules.
-inline TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o) {
+OB_CORE_FN TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   static PyObject *const s_dlpack = Check(PyUnicode_InternFromString("__dlpack__"));
   PyObject *method = nullptr;
 #if PY_VERSION_HEX >= 0x030D0000
@@ -327,15 +330,34 @@ inline TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o) {
   }
   return TensorFromPy(rt, t.get());
 }
+#endif
 
 // A runtime.Tensor, a numpy array or any object with `__dlpack__` as a Tensor, sharing its
 // memory; nullptr for anything else (the casters' load()).
-inline TensorPtr TensorFromObject(PyObject *o) {
+OB_CORE_FN TensorPtr TensorFromObject(PyObject *o) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
   const Runtime &rt = Runtime::Get();
   if (PyObject_TypeCheck(o, rt.tensor_type)) return TensorFromPy(rt, o);
   if (rt.api->IsArray(o)) return TensorFromArray(rt, o, nullptr, false);
   return TensorFromDlpack(rt, o);
 }
+#endif
+
+// A binding layer's conversion of `o` into `out`: false if `o` is no tensor. An exception the
+// conversion throws is kept in `error` (and true returned), to be raised when the value is used.
+OB_CORE_FN bool LoadTensor(PyObject *o, TensorPtr &out, std::exception_ptr &error) noexcept OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  try {
+    out = TensorFromObject(o);
+    return out != nullptr;
+  } catch (...) {
+    error = std::current_exception();
+    return true;
+  }
+}
+#endif
 
 // ---- Tensor -> numpy / runtime.Tensor ------------------------------------
 inline void DeleteStorageCapsule(PyObject *capsule) {

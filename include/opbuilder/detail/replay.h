@@ -1,0 +1,121 @@
+// A Function<T> call handed to runtime.jit while it traces (not for operator authors).
+//
+// The jit hook (runtime/jit/tracing.py cpp_hook) takes the op's name, a Python callable that
+// replays the call on new arguments, and the arguments. The callable is one CPython builtin made
+// here from a plain function pointer, the same code for every Function and binding layer; only
+// the pointer's target (converting the arguments and calling Apply) is compiled per Function.
+#pragma once
+
+#include <Python.h>
+
+#include <type_traits>
+
+#include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/pyref.h"
+#include "opbuilder/detail/runtime_bridge.h"
+#include "opbuilder/detail/visibility.h"
+#include "opbuilder/tensor.h"
+
+namespace opbuilder {
+namespace detail OB_HIDDEN {
+
+// One replay target: `fn(args, nargs)` gets exactly `nargs` arguments and returns a new
+// reference, or nullptr with the Python error set.
+struct ReplayTarget {
+  PyObject *(*fn)(PyObject *const *args, Py_ssize_t nargs);
+  Py_ssize_t nargs;
+};
+
+// The replay callable's body: `self` is a capsule holding the ReplayTarget.
+OB_CORE_FN PyObject *ReplayCall(PyObject *self, PyObject *const *args, Py_ssize_t nargs) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  const auto *target = static_cast<const ReplayTarget *>(PyCapsule_GetPointer(self, "opbuilder.replay"));
+  if (target == nullptr) return nullptr;
+  if (nargs != target->nargs) {
+    PyErr_Format(PyExc_TypeError, "replay of a traced C++ Function takes %zd arguments (%zd given)", target->nargs,
+                 nargs);
+    return nullptr;
+  }
+  return target->fn(args, nargs);
+}
+#endif
+
+// hook(name, replay, args) with `replay` calling `target`; the hook's result (new reference).
+OB_CORE_FN PyObject *TraceCall(PyObject *hook, PyObject *name, const ReplayTarget &target, PyObject *args) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  static PyMethodDef def = {"replay", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(ReplayCall)),
+                            METH_FASTCALL, "the traced C++ Function call on new arguments"};
+  PyRef self = PyRef::Steal(
+      Check(PyCapsule_New(const_cast<ReplayTarget *>(&target), "opbuilder.replay", nullptr)));
+  PyRef replay = PyRef::Steal(Check(PyCFunction_New(&def, self.get())));
+  return Check(PyObject_CallFunctionObjArgs(hook, name, replay.get(), args, nullptr));
+}
+#endif
+
+// A tensor the replay was given or the hook returned (a runtime.Tensor, numpy array, DLPack object).
+OB_CORE_FN TensorPtr ReplayTensor(PyObject *o) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  TensorPtr t = TensorFromObject(o);
+  if (!t) {
+    throw TypeError(std::string("replay of a traced C++ Function: expected a tensor, got ") + Py_TYPE(o)->tp_name);
+  }
+  return t;
+}
+#endif
+
+// A list or tuple of tensors, as ReplayTensor takes each.
+OB_CORE_FN TensorPtrList ReplayTensorList(PyObject *o) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  PyRef seq = PyRef::Steal(Check(PySequence_Fast(o, "replay of a traced C++ Function: expected a list of tensors")));
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.get());
+  TensorPtrList out;
+  out.reserve(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) out.push_back(ReplayTensor(PySequence_Fast_GET_ITEM(seq.get(), i)));
+  return out;
+}
+#endif
+
+// A list of runtime.Tensors (None for a null tensor), new reference.
+OB_CORE_FN PyObject *TensorListToObject(const TensorPtrList &ts) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  PyRef list = PyRef::Steal(Check(PyList_New(static_cast<Py_ssize_t>(ts.size()))));
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(i), TensorToObject(ts[i]));
+  }
+  return list.release();
+}
+#endif
+
+// A traced call's argument or result as a Python object (new reference): tensors by the core,
+// other values by the binding layer.
+template <typename Dep, typename V>
+PyObject *ReplayToPython(const V &v) {
+  if constexpr (std::is_same_v<V, TensorPtr>) {
+    return TensorToObject(v);
+  } else if constexpr (std::is_same_v<V, TensorPtrList>) {
+    return TensorListToObject(v);
+  } else {
+    return Binding<Dep>::ToPython(v);
+  }
+}
+
+// A replay's argument, or the hook's result, as the C++ value `V`.
+template <typename Dep, typename V>
+V ReplayFromPython(PyObject *o) {
+  if constexpr (std::is_same_v<V, TensorPtr>) {
+    return ReplayTensor(o);
+  } else if constexpr (std::is_same_v<V, TensorPtrList>) {
+    return ReplayTensorList(o);
+  } else {
+    return Binding<Dep>::template FromPython<V>(o);
+  }
+}
+
+}  // namespace detail
+}  // namespace opbuilder
