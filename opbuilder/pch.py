@@ -230,14 +230,22 @@ def start_when_idle(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> None:
 
 
 def _start_all(starts: Sequence[Tuple[Pch, Tuple[str, ...], Tuple[str, ...]]]) -> None:
+    """Start each held precompile once. The PCH is optional: one that cannot be started (its
+    directory removed by ``cache clean`` since the build used it) is logged, never raised, so the
+    ``load()`` that built its operator still succeeds."""
     import logging
 
+    log = logging.getLogger("opbuilder")
     done = set()
     for pch, cxx, flags in starts:
-        if pch.dir not in done and start_build(pch, cxx, flags):
-            logging.getLogger("opbuilder").info("precompiling opbuilder/extension.h in the background (%s)",
-                                                pch.dir.name)
+        if pch.dir in done:
+            continue
         done.add(pch.dir)
+        try:
+            if start_build(pch, cxx, flags):
+                log.info("precompiling opbuilder/extension.h in the background (%s)", pch.dir.name)
+        except OSError as e:
+            log.info("not precompiling opbuilder/extension.h in %s: %s", pch.dir, e)
 
 
 def build_now(directory: str, command: List[str]) -> int:
