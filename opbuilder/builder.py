@@ -120,14 +120,17 @@ def _lto_enabled() -> bool:
 
 def _optimization(spec: BuildSpec, cxx: Compiler) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     """(-O flags, which nvcc gets too; gcc's flags for speed, of the code or of the compile)."""
-    opt = ("-O0", "-g") if spec.debug else ("-O2",)
-    # gcc only (not nvcc): -O2 with the loop vectorizer -O3 uses; gcc 12's -O2 model skips loops whose
-    # trip count is unknown (a plain elementwise kernel ran ~4x slower); older gcc does not vectorize at -O2
-    vectorize = ("-ftree-vectorize", "-fvect-cost-model=dynamic") if not spec.debug and cxx.family == "gcc" else ()
     # gcc only, and changing no generated code: the assembler reads from a pipe as cc1plus writes, and
     # the garbage collector waits until 512 MB are in use (by default it runs from 128 MB, ~5% of a
     # pybind11 module's compile); together ~0.6 s of a ~10 s cold build
     speed = ("-pipe", "--param", f"ggc-min-heapsize={GCC_GC_HEAP_KB}") if cxx.family == "gcc" else ()
+    if spec.kind == "runtime" and not spec.debug:
+        from .nanobind_runtime import RUNTIME_OPT
+        return (RUNTIME_OPT,), speed  # -Os, as nanobind's CMake builds it (nanobind_runtime.py)
+    opt = ("-O0", "-g") if spec.debug else ("-O2",)
+    # gcc only (not nvcc): -O2 with the loop vectorizer -O3 uses; gcc 12's -O2 model skips loops whose
+    # trip count is unknown (a plain elementwise kernel ran ~4x slower); older gcc does not vectorize at -O2
+    vectorize = ("-ftree-vectorize", "-fvect-cost-model=dynamic") if not spec.debug and cxx.family == "gcc" else ()
     return opt, vectorize + speed
 
 
@@ -193,7 +196,7 @@ def _target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
 
 
 def _use_lto(spec: BuildSpec, target: _Target, cxx: Compiler) -> bool:
-    """Link-time optimization, for one-source gcc-built pybind11 modules (and nanobind's runtime).
+    """Link-time optimization, for one-source gcc-built pybind11 modules.
 
     The compile step stops before code generation and the link runs it in parallel partitions, so a
     single source uses every core (~25% less wall time on 2 cores; pybind11's own CMake also links
@@ -206,8 +209,11 @@ def _use_lto(spec: BuildSpec, target: _Target, cxx: Compiler) -> bool:
     generated it on one core anyway and LTO only added the intermediate form's write and read
     (README operator, runtime built, 2 cores, 3 interleaved rounds: 4.34 s wall / 3.52 s CPU with,
     3.36 s / 3.29 s without; its call overhead is the same either way, within noise).
+    Nor for nanobind's runtime: it compiles beside the operator and the core library on a newcomer's
+    first load(), when the cores are busy anyway, and at -Os LTO cost more CPU than it saved wall
+    time (nanobind_runtime.py).
     """
-    return (spec.kind in ("module", "runtime") and len(spec.sources) == 1 and not spec.debug
+    return (spec.kind == "module" and len(spec.sources) == 1 and not spec.debug
             and target.binding != NANOBIND and cxx.family == "gcc" and _lto_enabled()
             and not launcher_requested())
 
@@ -483,9 +489,10 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     _report_warnings(spec, plan, build_dir)
     if pch is not None:
         pchmod.prune(spec.root, current=pch.dir.name)
-        # started only now: run next to the compile, it slowed that compile by ~0.6 s of ~10.5
-        if not pch.built and jobs > 1 and pchmod.start_build(pch, plan.cxx.argv, plan.pch_flags):
-            log.info("%s: precompiling opbuilder/extension.h in the background", spec.name)
+        # started only now, and after the other libraries its load() builds (pch.after_builds): run
+        # next to a compile, it slowed that compile by ~0.6 s of ~10.5
+        if not pch.built and jobs > 1:
+            pchmod.start_when_idle(pch, plan.cxx.argv, plan.pch_flags)
     return key, lib
 
 
@@ -780,38 +787,40 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
         done = _cached_build(fallback)  # its nanobind build failed before: built with pybind11 then
         if done is not None:
             return [], done
+    from .pch import after_builds
     deps = _dep_specs(spec)
     libs: Dict[int, Path] = {}
     errors: List[BaseException] = []
     workers = []
-    for i, dep in enumerate(deps):
-        lib = _cached(dep)
-        if lib is not None:
-            libs[i] = lib
-            continue
+    with after_builds():  # the operator's PCH precompile starts once every compile here is done
+        for i, dep in enumerate(deps):
+            lib = _cached(dep)
+            if lib is not None:
+                libs[i] = lib
+                continue
 
-        def build_dep(i: int = i, dep: BuildSpec = dep) -> None:
-            try:
-                libs[i] = _build_checked(dep)[2]
-            except BaseException as e:  # raised in the caller's thread below
-                errors.append(e)
+            def build_dep(i: int = i, dep: BuildSpec = dep) -> None:
+                try:
+                    libs[i] = _build_checked(dep)[2]
+                except BaseException as e:  # raised in the caller's thread below
+                    errors.append(e)
 
-        worker = threading.Thread(target=build_dep, name=f"opbuilder-{dep.name}", daemon=True)
-        worker.start()
-        workers.append(worker)
-    try:
-        built = warm if warm is not None else _build_checked(spec)
-    except BuildError:
-        if fallback is None:
-            raise
-        import logging
-        logging.getLogger("opbuilder").warning(
-            "opbuilder: %s: building its PYBIND11_MODULE source with nanobind failed; building it with pybind11 "
-            "(binding='pybind11' skips nanobind)", spec.name)
-        return [], _build_checked(fallback)
-    finally:
-        for worker in workers:
-            worker.join()
+            worker = threading.Thread(target=build_dep, name=f"opbuilder-{dep.name}", daemon=True)
+            worker.start()
+            workers.append(worker)
+        try:
+            built = warm if warm is not None else _build_checked(spec)
+        except BuildError:
+            if fallback is None:
+                raise
+            import logging
+            logging.getLogger("opbuilder").warning(
+                "opbuilder: %s: building its PYBIND11_MODULE source with nanobind failed; building it with pybind11 "
+                "(binding='pybind11' skips nanobind)", spec.name)
+            return [], _build_checked(fallback)
+        finally:
+            for worker in workers:
+                worker.join()
     if errors:
         raise errors[0]
     from . import nanobind_runtime

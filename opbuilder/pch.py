@@ -20,11 +20,14 @@ otherwise reads ``pch.h`` as text -- the same code either way, so the
 library's own key does not depend on the PCH.
 
 The ``.gch`` is built by a detached, low-priority process that the first
-build wanting it starts once its own library is published: nobody waits for
-it (a build that comes before it is ready reads the header as text), and it
-survives the builder exiting. It is not started next to that first compile,
-though one core is idle then: sharing the machine slowed the compile by about
-0.6 s of 10.5 on 2 cores. It
+build wanting it starts once everything its ``load()`` builds is published
+(a nanobind operator's first ``load()`` also compiles nanobind's runtime and
+the core library, in threads: ``after_builds``): nobody waits for it (a build
+that comes before it is ready reads the header as text), and it survives the
+builder exiting. It is not started next to any of those compiles, though a
+core may be idle then: sharing the machine slowed a pybind11 compile by about
+0.6 s of 10.5 on 2 cores, and a nanobind operator's first ``load()`` (its
+runtime and core library still compiling) by about 1 s of 5.2. It
 holds ``<key>/.lock`` while it works (one PCH build at a time), writes under a
 temporary name and renames into place; its output is in ``<key>/build.log``.
 It is not started when the build may run only one job (``MAX_JOBS=1`` or
@@ -44,14 +47,17 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from .fingerprint import write_text_atomic
 from .trust import check_file, make_dir, read_file
 
-__all__ = ["Pch", "HEADER", "enabled", "eligible", "prepare", "prune", "start_build", "clear_leftovers"]
+__all__ = ["Pch", "HEADER", "enabled", "eligible", "prepare", "prune", "start_build", "start_when_idle",
+           "after_builds", "clear_leftovers"]
 
 HEADER = "opbuilder/extension.h"
 _STARTS_WITH = ("opbuilder/extension.h", "ms_extension.h")  # ms_extension.h begins by including extension.h
@@ -183,6 +189,63 @@ def start_build(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> bool:
     subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, umask=0o077)
     return True
+
+
+_held = threading.local()  # .starts: the PCH builds this thread holds back (after_builds), else absent
+
+
+@contextmanager
+def after_builds() -> Iterator[None]:
+    """Hold back the PCH builds this thread asks for (``start_when_idle``) until the block ends: a
+    ``load()`` that compiles other libraries in threads beside its operator (nanobind's runtime, the
+    core library) wraps them and their joins in it, so the precompile never competes with them.
+    The held builds start when the block ends, also when it raises an ``Exception`` (the operator
+    may have been built; a dependency's error is raised all the same), not on an interrupt."""
+    outer = getattr(_held, "starts", None)
+    if outer is not None:  # nested: the outermost block starts them
+        yield
+        return
+    starts: List[Tuple[Pch, Tuple[str, ...], Tuple[str, ...]]] = []
+    _held.starts = starts
+    try:
+        yield
+    except Exception:
+        _held.starts = None
+        _start_all(starts)
+        raise
+    except BaseException:
+        _held.starts = None
+        raise
+    _held.starts = None
+    _start_all(starts)
+
+
+def start_when_idle(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> None:
+    """Start the precompile of ``pch`` now, or, inside ``after_builds`` in this thread, when that ends."""
+    starts = getattr(_held, "starts", None)
+    if starts is None:
+        _start_all([(pch, tuple(cxx), tuple(flags))])
+    else:
+        starts.append((pch, tuple(cxx), tuple(flags)))
+
+
+def _start_all(starts: Sequence[Tuple[Pch, Tuple[str, ...], Tuple[str, ...]]]) -> None:
+    """Start each held precompile once. The PCH is optional: one that cannot be started (its
+    directory removed by ``cache clean`` since the build used it) is logged, never raised, so the
+    ``load()`` that built its operator still succeeds."""
+    import logging
+
+    log = logging.getLogger("opbuilder")
+    done = set()
+    for pch, cxx, flags in starts:
+        if pch.dir in done:
+            continue
+        done.add(pch.dir)
+        try:
+            if start_build(pch, cxx, flags):
+                log.info("precompiling opbuilder/extension.h in the background (%s)", pch.dir.name)
+        except OSError as e:
+            log.info("not precompiling opbuilder/extension.h in %s: %s", pch.dir, e)
 
 
 def build_now(directory: str, command: List[str]) -> int:
