@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from . import fingerprint as fp
-from .binding import NANOBIND, PYBIND11, detect_binding
+from .binding import NANOBIND, PYBIND11, RECORD, detect_binding
 from .cache_dir import cache_root, root_origin
 from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
@@ -138,7 +138,7 @@ def _module_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
     py = python_info(spec.root)
     names = (f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}")
     output = spec.name + ext_suffix()
-    if _binding(spec) == NANOBIND:
+    if _binding(spec, recorded=True) == NANOBIND:
         nb = nanobind_info(spec.root)
         core = (f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, py.abi)}",) if uses_core(spec) else ()
         binding_defines = ("-DOB_BINDING_NANOBIND", "-DNB_SHARED", *core)
@@ -681,9 +681,12 @@ class CustomOpBuilder:
         raise Retry(Reason.REJECTED, damaged)
 
 
-def _binding(spec: BuildSpec) -> str:
-    """The binding library of a module: as asked (``binding=``), else read from its sources."""
-    return spec.binding or detect_binding(spec.name, spec.sources)
+def _binding(spec: BuildSpec, recorded: bool = False) -> str:
+    """The binding library of a module: as asked (``binding=``), else read from its sources; with
+    ``recorded`` (``spec`` is ``_trusted``), remembered across processes in its cache directory."""
+    if spec.binding:
+        return spec.binding
+    return detect_binding(spec.name, spec.sources, spec.op_dir / RECORD if recorded else None)
 
 
 def _runtime_for(spec: BuildSpec) -> Optional[Path]:
@@ -714,10 +717,11 @@ def _cached(spec: BuildSpec) -> Optional[Path]:
     return None if hit is None else hit[2]
 
 
-def _cached_build(spec: BuildSpec) -> Optional[Tuple[BuildSpec, str, Path]]:
-    """``_build_checked(spec)`` when it would build nothing; else None."""
+def _cached_build(spec: BuildSpec, trusted: bool = False) -> Optional[Tuple[BuildSpec, str, Path]]:
+    """``_build_checked(spec)`` when it would build nothing; else None. ``trusted``: ``spec`` is
+    ``_trusted`` already (its root is checked once per load)."""
     try:
-        spec = _trusted(spec)
+        spec = spec if trusted else _trusted(spec)
         plan = _plan(spec, find_compiler(spec.root))
         base = fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project)
         hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
@@ -752,9 +756,15 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
     one not built yet is built in a thread beside the operator's own compile: a newcomer waits for
     the longest of them, not their sum (the operator only needs them when it is imported)."""
     from . import needs
-    if spec.kind != "module" or _binding(spec) != NANOBIND:
+    if spec.kind != "module":
         return [], _build_checked(spec)
-    warm = _cached_build(spec)
+    try:
+        spec = _trusted(spec)  # first: the binding is read from its record in the cache
+    except OSError as e:
+        raise _root_error(spec, e) from e
+    if _binding(spec, recorded=True) != NANOBIND:
+        return [], _built_module(spec)
+    warm = _cached_build(spec, trusted=True)
     if warm is not None and warm[2].parent.parent == warm[0].op_dir:  # in the cache, not a store
         recorded = needs.recorded(warm[2], [f"{n}.lib" for n in _dep_names(spec)])
         if recorded is not None:
@@ -779,7 +789,7 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
         worker.start()
         workers.append(worker)
     try:
-        built = warm if warm is not None else _build_checked(spec)
+        built = warm if warm is not None else _built_module(spec)
     finally:
         for worker in workers:
             worker.join()
@@ -792,6 +802,14 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
     if built[2].parent.parent == built[0].op_dir:
         needs.record(built[2], found)
     return found, built
+
+
+def _built_module(spec: BuildSpec) -> Tuple[BuildSpec, str, Path]:
+    """``_build_checked(spec)`` for a module, then its binding recorded in its cache directory (the
+    directory exists now), so that the next process reads it instead of scanning the sources."""
+    built = _build_checked(spec)
+    _binding(built[0], recorded=True)
+    return built
 
 
 def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str = "CPU",

@@ -125,11 +125,11 @@ def _entries(cache):
     (manifest,) = (cache / NAME / "deps").glob("*.json")
     return {"operator directory": cache / NAME, "deps directory": cache / NAME / "deps", "manifest": manifest,
             "key directory": kd, "library": kd / LIB, "build.json": kd / "build.json",
-            "toolchains.json": cache / "toolchains.json"}
+            "toolchains.json": cache / "toolchains.json", "binding record": cache / NAME / ".bindings.json"}
 
 
 @pytest.mark.parametrize("what", ["operator directory", "deps directory", "manifest", "key directory", "library",
-                                  "build.json", "toolchains.json"])
+                                  "build.json", "toolchains.json", "binding record"])
 @pytest.mark.parametrize("bits", [stat.S_IWGRP, stat.S_IWOTH])
 def test_a_group_or_other_writable_entry_is_refused(cache, built, what, bits):
     path = _entries(cache)[what]
