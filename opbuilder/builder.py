@@ -38,8 +38,8 @@ from .relocate import portable, prefix_map_flags, project_root
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
 from .store import prebuilt_stores
-from .toolchain import (Compiler, ext_suffix, find_compiler, find_nvcc, nanobind_info, native_cpu, python_info,
-                        wants_native_cpu)
+from .toolchain import (Compiler, ext_suffix, find_compiler, find_nvcc, nanobind_info, native_cpu, python_headers,
+                        python_info, wants_native_cpu)
 from .trust import check_dir, read_file, stamp_of, trusted_root
 
 __all__ = ["CustomOpBuilder", "build_library"]
@@ -135,19 +135,20 @@ def _module_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
     """A Python module, bound with nanobind (its runtime is a shared library built once per toolchain,
     nanobind_runtime.py, and the core's non-template functions come from the core library,
     core_lib.py) or with pybind11."""
-    py = python_info(spec.root)
     names = (f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}")
     output = spec.name + ext_suffix()
     if _binding(spec, recorded=True) == NANOBIND:
         nb = nanobind_info(spec.root)
-        core = (f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, py.abi)}",) if uses_core(spec) else ()
+        python_include, abi = python_headers(spec.root)  # nothing of pybind11 (python_info) is looked up
+        core = (f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, abi)}",) if uses_core(spec) else ()
         binding_defines = ("-DOB_BINDING_NANOBIND", "-DNB_SHARED", *core)
-        keys = (f"nanobind={nb.version}", f"python={py.abi}")
+        keys = (f"nanobind={nb.version}", f"python={abi}")
         # its own PCH: with the core in the core library, reading the headers is ~30% of the compile
-        return _Target(output, NANOBIND, ("-isystem", nb.include, "-isystem", py.python_include),
-                       ((nb.include, "<nanobind include>"), (py.python_include, "<python include>")),
+        return _Target(output, NANOBIND, ("-isystem", nb.include, "-isystem", python_include),
+                       ((nb.include, "<nanobind include>"), (python_include, "<python include>")),
                        names + binding_defines, binding_defines, ("-fvisibility=hidden",),
                        ("binding=nanobind", *keys), pch_identity=keys)
+    py = python_info(spec.root)
     keys = (f"pybind11={py.pybind11_version}", f"python={py.abi}")
     return _Target(output, PYBIND11, ("-isystem", py.pybind11_include, "-isystem", py.python_include),
                    ((py.pybind11_include, "<pybind11 include>"), (py.python_include, "<python include>")),

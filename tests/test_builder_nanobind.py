@@ -140,6 +140,20 @@ def test_a_warm_load_reads_the_binding_recorded_at_build_instead_of_scanning(nb_
         file_digest(CUSTOM_SRC / "function_ops.cpp"): "1000"}  # written when it was built
 
 
+def test_a_warm_load_looks_nothing_of_pybind11_up(nb_ops, cache_dir, monkeypatch):
+    # issue 21: python_info's search of sys.path for pybind11 and its stamps were ~0.1 ms of a warm load()
+    # of a nanobind operator, which needs only Python's headers; they and the ABI are python_info's
+    from opbuilder import builder
+    from opbuilder.toolchain import python_headers, python_info
+    py = python_info(cache_dir)
+    assert python_headers(cache_dir) == (py.python_include, py.abi)  # so the same keys
+
+    def looked_up(*args):
+        raise AssertionError("pybind11 was looked up")
+    monkeypatch.setattr(builder, "python_info", looked_up)
+    assert load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"]) is nb_ops
+
+
 def test_a_tensor_the_operator_cannot_take_names_why(nb_ops):
     x = Tensor(np.ones(2))
     with pytest.raises(TypeError, match=r"^opbuilder: unsupported tensor dtype float128; supported: bool, int8"):
