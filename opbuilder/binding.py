@@ -25,7 +25,7 @@ from .errors import BuildError
 from .fingerprint import bytes_digest
 from .trust import check_dir, read_file, write_file
 
-__all__ = ["PYBIND11", "NANOBIND", "RECORD", "binding_of_text", "detect_binding"]
+__all__ = ["PYBIND11", "NANOBIND", "RECORD", "binding_of_text", "detect_binding", "binding_and_digests"]
 
 PYBIND11 = "pybind11"
 NANOBIND = "nanobind"
@@ -98,9 +98,9 @@ def _write_record(record: Path, entries: Dict[str, Flags]) -> None:
     _unrecorded.difference_update(entries)
 
 
-def _flags(sources: Sequence[Path], record: Optional[Path]) -> List[Flags]:
+def _flags(sources: Sequence[Path], record: Optional[Path]) -> Tuple[List[Flags], List[str]]:
     """Each source's flags, by its contents now: remembered in this process, else read from
-    ``record``, else scanned (and then written to ``record``, if there is one)."""
+    ``record``, else scanned (and then written to ``record``, if there is one); and its digest."""
     out: List[Flags] = []
     digests: List[str] = []
     stored: Optional[Dict[str, object]] = None
@@ -121,15 +121,23 @@ def _flags(sources: Sequence[Path], record: Optional[Path]) -> List[Flags]:
         digests.append(digest)
     if record is not None and _unrecorded.intersection(digests):
         _write_record(record, dict(zip(digests, out)))
-    return out
+    return out, digests
 
 
 def detect_binding(name: str, sources: Sequence[Path], record: Optional[Path] = None) -> str:
     """``PYBIND11`` or ``NANOBIND`` for operator ``name``'s sources as they are now; BuildError if
     they mix the two. ``record``: the operator's ``RECORD`` in a checked cache directory, which
     remembers the answer per content digest across processes (read, and written after a scan)."""
+    return binding_and_digests(name, sources, record)[0]
+
+
+def binding_and_digests(name: str, sources: Sequence[Path], record: Optional[Path] = None
+                        ) -> Tuple[str, Dict[str, str]]:
+    """``detect_binding`` and the digest of each source it read (fingerprint.source_digests of the same
+    bytes), so that a warm load() reads and hashes each source once."""
+    flags, digests = _flags(sources, record)
     nb, pb = [], []
-    for s, (nb_mod, pb_mod, nb_inc, pb_inc) in zip(sources, _flags(sources, record)):
+    for s, (nb_mod, pb_mod, nb_inc, pb_inc) in zip(sources, flags):
         if nb_mod or nb_inc:
             nb.append(s.name)
         if pb_mod or pb_inc:
@@ -140,4 +148,4 @@ def detect_binding(name: str, sources: Sequence[Path], record: Optional[Path] = 
                          f"(PYBIND11_MODULE, <pybind11/...> or ms_extension.h); one module is bound with one of "
                          f"them: write it with OB_MODULE(m) (nanobind) or PYBIND11_MODULE(OB_EXTENSION_NAME, m)",
                          name=name)
-    return NANOBIND if nb else PYBIND11
+    return NANOBIND if nb else PYBIND11, {str(s): d for s, d in zip(sources, digests)}

@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from . import fingerprint as fp
-from .binding import NANOBIND, PYBIND11, RECORD, detect_binding
+from .binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding
 from .cache_dir import cache_root, root_origin
 from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
@@ -718,13 +718,16 @@ def _cached(spec: BuildSpec) -> Optional[Path]:
     return None if hit is None else hit[2]
 
 
-def _cached_build(spec: BuildSpec, trusted: bool = False) -> Optional[Tuple[BuildSpec, str, Path]]:
+def _cached_build(spec: BuildSpec, trusted: bool = False, digests: Optional[Dict[str, str]] = None
+                  ) -> Optional[Tuple[BuildSpec, str, Path]]:
     """``_build_checked(spec)`` when it would build nothing; else None. ``trusted``: ``spec`` is
-    ``_trusted`` already (its root is checked once per load)."""
+    ``_trusted`` already (its root is checked once per load); ``digests``: its sources' digests, if
+    they were read already (with its binding)."""
     try:
         spec = spec if trusted else _trusted(spec)
         plan = _plan(spec, find_compiler(spec.root))
-        base = fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project)
+        base = fp.base_key(plan.identity, fp.source_digests(spec.sources) if digests is None else digests,
+                           plan.project)
         hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
     except (OSError, BuildError):
         return None
@@ -763,9 +766,14 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
         spec = _trusted(spec)  # first: the binding is read from its record in the cache
     except OSError as e:
         raise _root_error(spec, e) from e
-    if _binding(spec, recorded=True) != NANOBIND:
-        return [], _built_module(spec)
-    warm = _cached_build(spec, trusted=True)
+    detected = spec.binding is None
+    digests = None
+    if detected:  # each source read and hashed once: its binding (from here on in the spec) and its digest
+        binding, digests = binding_and_digests(spec.name, spec.sources, spec.op_dir / RECORD)
+        spec = spec._replace(binding=binding)
+    if spec.binding != NANOBIND:
+        return [], _built_module(spec, detected)
+    warm = _cached_build(spec, trusted=True, digests=digests)
     if warm is not None and warm[2].parent.parent == warm[0].op_dir:  # in the cache, not a store
         recorded = needs.recorded(warm[2], [f"{n}.lib" for n in _dep_names(spec)])
         if recorded is not None:
@@ -790,7 +798,7 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
         worker.start()
         workers.append(worker)
     try:
-        built = warm if warm is not None else _built_module(spec)
+        built = warm if warm is not None else _built_module(spec, detected)
     finally:
         for worker in workers:
             worker.join()
@@ -805,11 +813,13 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
     return found, built
 
 
-def _built_module(spec: BuildSpec) -> Tuple[BuildSpec, str, Path]:
-    """``_build_checked(spec)`` for a module, then its binding recorded in its cache directory (the
-    directory exists now), so that the next process reads it instead of scanning the sources."""
+def _built_module(spec: BuildSpec, detected: bool) -> Tuple[BuildSpec, str, Path]:
+    """``_build_checked(spec)`` for a module; then, if its binding was ``detected`` from the sources,
+    recorded in its cache directory (it exists now), so that the next process reads it instead of
+    scanning them."""
     built = _build_checked(spec)
-    _binding(built[0], recorded=True)
+    if detected:
+        detect_binding(spec.name, spec.sources, built[0].op_dir / RECORD)
     return built
 
 

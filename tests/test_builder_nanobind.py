@@ -140,6 +140,21 @@ def test_a_warm_load_reads_the_binding_recorded_at_build_instead_of_scanning(nb_
         file_digest(CUSTOM_SRC / "function_ops.cpp"): "1000"}  # written when it was built
 
 
+def test_a_warm_load_reads_each_source_once(nb_ops, monkeypatch):
+    # issue 21: its binding was read twice and its digest once more, each a read and a hash of the file
+    import builtins
+    source = CUSTOM_SRC / "function_ops.cpp"
+    opened = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", counting_open)
+    assert load_op("my_ops", [source]) is nb_ops
+    assert opened.count(str(source)) == 1
+
+
 def test_a_warm_load_looks_nothing_of_pybind11_up(nb_ops, cache_dir, monkeypatch):
     # issue 21: python_info's search of sys.path for pybind11 and its stamps were ~0.1 ms of a warm load()
     # of a nanobind operator, which needs only Python's headers; they and the ABI are python_info's

@@ -131,7 +131,9 @@ def _entries(cache):
 @pytest.mark.parametrize("what", ["operator directory", "deps directory", "manifest", "key directory", "library",
                                   "build.json", "toolchains.json", "binding record"])
 @pytest.mark.parametrize("bits", [stat.S_IWGRP, stat.S_IWOTH])
-def test_a_group_or_other_writable_entry_is_refused(cache, built, what, bits):
+def test_a_group_or_other_writable_entry_is_refused(cache, built, what, bits, monkeypatch):
+    from opbuilder import binding
+    monkeypatch.setattr(binding, "_memo", {})  # as a new process: the binding record is read
     path = _entries(cache)[what]
     os.chmod(path, os.lstat(path).st_mode | bits)
     msg = _refused(cache, built[1], path, "is writable by group or others")
