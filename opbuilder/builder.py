@@ -739,8 +739,8 @@ def _dep_names(spec: BuildSpec) -> List[str]:
     nanobind's runtime (unless this process has one already) and the core library, if it links to
     it (their cache directories are ``<name>.lib``)."""
     from .core_lib import CORE_NAME
-    from .nanobind_runtime import RUNTIME_NAME, loaded
-    names = [] if loaded() is not None else [RUNTIME_NAME]
+    from .needs import RUNTIME_NAME, loaded_runtime
+    names = [] if loaded_runtime() is not None else [RUNTIME_NAME]
     return names + [CORE_NAME] if spec.backend == "CPU" and uses_core(spec) else names
 
 
