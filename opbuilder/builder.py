@@ -70,8 +70,7 @@ class _Plan(NamedTuple):
     pch_parts: Tuple[str, ...]  # the precompiled header's identity; () when there is none
     pch_flags: Tuple[str, ...]
     project: Path
-    path_maps: Tuple[str, ...]  # not in the key: where the project and the toolchain live
-    cuda_path_maps: Tuple[str, ...]
+    places: Tuple[Tuple[str, str], ...]  # toolchain include directories and their names (for _path_maps)
     toolchain_dirs: Tuple[str, ...]  # include directories keyed by what they are, not by their headers
     binding: Optional[str]  # NANOBIND, PYBIND11, or None for what is not a Python module
 
@@ -284,12 +283,11 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     # the same sources share one cache entry and one store entry
     identity += [*cuda_identity, "cxx_flags", *_key_flags((*pch_flags, *includes), places, project),
                  "cuda_flags", *_key_flags(cuda_flags, places, project), "link", *_key_flags(link, {}, project)]
-    path_maps, cuda_path_maps = _path_maps(project, places, cxx)
     return _Plan(sources=spec.sources, objects=tuple(_object_name(s) for s in spec.sources),
                  rules=tuple("cuda" if s.suffix in CUDA_SUFFIXES else "cxx" for s in spec.sources),
                  output=target.output, cxx=cxx, flags=flags, includes=includes, nvcc=nvcc, cuda_flags=cuda_flags,
                  link_flags=link, identity=tuple(identity), pch_parts=pch_parts, pch_flags=pch_flags,
-                 project=project, path_maps=path_maps, cuda_path_maps=cuda_path_maps, toolchain_dirs=tuple(places),
+                 project=project, places=tuple(places.items()), toolchain_dirs=tuple(places),
                  binding=target.binding)
 
 
@@ -444,8 +442,9 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     # with debug information, the build directory (the compiler's working directory) is written as "." too
     # (only then: the map names the cache, and a command that does not is the same on every machine)
     build_map = prefix_map_flags(build_dir, plan.cxx.family) if spec.debug else ()
-    maps = plan.path_maps + build_map
-    cuda_maps = plan.cuda_path_maps + tuple(x for m in build_map for x in ("-Xcompiler", m))
+    path_maps, cuda_path_maps = _path_maps(plan.project, dict(plan.places), plan.cxx)  # not on the warm path
+    maps = path_maps + build_map
+    cuda_maps = cuda_path_maps + tuple(x for m in build_map for x in ("-Xcompiler", m))
     write_build_file(build_dir / "build.ninja", todo, plan.objects, plan.output, plan.cxx.argv,
                      (*plan.flags, *plan.includes, *maps), plan.nvcc.argv if plan.nvcc else (),
                      (*plan.cuda_flags, *cuda_maps), link_flags, launcher=compiler_launcher())

@@ -155,6 +155,16 @@ def test_a_warm_load_reads_each_source_once(nb_ops, monkeypatch):
     assert opened.count(str(source)) == 1
 
 
+def test_a_warm_load_plans_no_compile_flags_it_does_not_key(nb_ops, monkeypatch):
+    # issue 21: the path maps (-ffile-prefix-map=..., not in the key) were worked out by every warm load()
+    from opbuilder import builder
+
+    def planned(*args):
+        raise AssertionError("a warm load() worked out the compile's path maps")
+    monkeypatch.setattr(builder, "_path_maps", planned)
+    assert load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"]) is nb_ops
+
+
 def test_a_warm_load_looks_nothing_of_pybind11_up(nb_ops, cache_dir, monkeypatch):
     # issue 21: python_info's search of sys.path for pybind11 and its stamps were ~0.1 ms of a warm load()
     # of a nanobind operator, which needs only Python's headers; they and the ABI are python_info's
