@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from .core_lib import CORE_FILE, CORE_NAME
-from .published import INFO
+from .published import INFO, verified_record
 from .trust import read_file, stamp_of
 
 __all__ = ["RUNTIME_NAME", "recorded", "record", "preload", "preload_runtime", "loaded_runtime"]
@@ -54,10 +54,12 @@ def _entry(lib: Path) -> Optional[dict]:
 def recorded(lib: Path, names: Sequence[str]) -> Optional[List[Path]]:
     """The dependencies recorded for module ``lib`` (in the cache) whose directories are ``names``,
     if every one is there, unchanged since it was recorded; else None (look them up)."""
-    try:
-        data = json.loads(read_file(lib.parent / INFO))
-    except (OSError, ValueError):
-        return None
+    data = verified_record(lib.parent)  # parsed by the lookup that found ``lib`` just before
+    if data is None:
+        try:
+            data = json.loads(read_file(lib.parent / INFO))
+        except (OSError, ValueError):
+            return None
     entries = data.get("needs") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         return None

@@ -155,6 +155,17 @@ def test_a_warm_load_reads_each_source_once(nb_ops, monkeypatch):
     assert opened.count(str(source)) == 1
 
 
+def test_a_warm_load_reads_its_build_record_once(nb_ops, monkeypatch):
+    # issue 21: the lookup read build.json to verify the library, then needs.py read it again for the
+    # libraries recorded there
+    import os
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
+    assert load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"]) is nb_ops
+    assert len([p for p in opened if p.endswith("/build.json")]) == 1
+
+
 def test_a_warm_load_plans_no_compile_flags_it_does_not_key(nb_ops, monkeypatch):
     # issue 21: the path maps (-ffile-prefix-map=..., not in the key) were worked out by every warm load()
     from opbuilder import builder
