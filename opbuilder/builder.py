@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from . import fingerprint as fp
-from .binding import NANOBIND, PYBIND11, detect_binding, from_pybind11
+from .binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding, from_pybind11
 from .cache_dir import cache_root, root_origin
 from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
@@ -38,8 +38,8 @@ from .relocate import portable, prefix_map_flags, project_root
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
 from .store import prebuilt_stores
-from .toolchain import (Compiler, ext_suffix, find_compiler, find_nvcc, nanobind_info, native_cpu, python_info,
-                        wants_native_cpu)
+from .toolchain import (Compiler, ext_suffix, find_compiler, find_nvcc, nanobind_info, native_cpu, python_headers,
+                        python_info, wants_native_cpu)
 from .trust import check_dir, read_file, stamp_of, trusted_root
 
 __all__ = ["CustomOpBuilder", "build_library"]
@@ -70,8 +70,7 @@ class _Plan(NamedTuple):
     pch_parts: Tuple[str, ...]  # the precompiled header's identity; () when there is none
     pch_flags: Tuple[str, ...]
     project: Path
-    path_maps: Tuple[str, ...]  # not in the key: where the project and the toolchain live
-    cuda_path_maps: Tuple[str, ...]
+    places: Tuple[Tuple[str, str], ...]  # toolchain include directories and their names (for _path_maps)
     toolchain_dirs: Tuple[str, ...]  # include directories keyed by what they are, not by their headers
     binding: Optional[str]  # NANOBIND, PYBIND11, or None for what is not a Python module
 
@@ -138,19 +137,20 @@ def _module_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
     """A Python module, bound with nanobind (its runtime is a shared library built once per toolchain,
     nanobind_runtime.py, and the core's non-template functions come from the core library,
     core_lib.py) or with pybind11."""
-    py = python_info(spec.root)
     names = (f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}")
     output = spec.name + ext_suffix()
-    if _binding(spec) == NANOBIND:
+    if _binding(spec, recorded=True) == NANOBIND:
         nb = nanobind_info(spec.root)
-        core = (f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, py.abi)}",) if uses_core(spec) else ()
+        python_include, abi = python_headers(spec.root)  # nothing of pybind11 (python_info) is looked up
+        core = (f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, abi)}",) if uses_core(spec) else ()
         binding_defines = ("-DOB_BINDING_NANOBIND", "-DNB_SHARED", *core)
-        keys = (f"nanobind={nb.version}", f"python={py.abi}")
+        keys = (f"nanobind={nb.version}", f"python={abi}")
         # its own PCH: with the core in the core library, reading the headers is ~30% of the compile
-        return _Target(output, NANOBIND, ("-isystem", nb.include, "-isystem", py.python_include),
-                       ((nb.include, "<nanobind include>"), (py.python_include, "<python include>")),
+        return _Target(output, NANOBIND, ("-isystem", nb.include, "-isystem", python_include),
+                       ((nb.include, "<nanobind include>"), (python_include, "<python include>")),
                        names + binding_defines, binding_defines, ("-fvisibility=hidden",),
                        ("binding=nanobind", *keys), pch_identity=keys)
+    py = python_info(spec.root)
     keys = (f"pybind11={py.pybind11_version}", f"python={py.abi}")
     return _Target(output, PYBIND11, ("-isystem", py.pybind11_include, "-isystem", py.python_include),
                    ((py.pybind11_include, "<pybind11 include>"), (py.python_include, "<python include>")),
@@ -289,12 +289,11 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     # the same sources share one cache entry and one store entry
     identity += [*cuda_identity, "cxx_flags", *_key_flags((*pch_flags, *includes), places, project),
                  "cuda_flags", *_key_flags(cuda_flags, places, project), "link", *_key_flags(link, {}, project)]
-    path_maps, cuda_path_maps = _path_maps(project, places, cxx)
     return _Plan(sources=spec.sources, objects=tuple(_object_name(s) for s in spec.sources),
                  rules=tuple("cuda" if s.suffix in CUDA_SUFFIXES else "cxx" for s in spec.sources),
                  output=target.output, cxx=cxx, flags=flags, includes=includes, nvcc=nvcc, cuda_flags=cuda_flags,
                  link_flags=link, identity=tuple(identity), pch_parts=pch_parts, pch_flags=pch_flags,
-                 project=project, path_maps=path_maps, cuda_path_maps=cuda_path_maps, toolchain_dirs=tuple(places),
+                 project=project, places=tuple(places.items()), toolchain_dirs=tuple(places),
                  binding=target.binding)
 
 
@@ -449,8 +448,9 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     # with debug information, the build directory (the compiler's working directory) is written as "." too
     # (only then: the map names the cache, and a command that does not is the same on every machine)
     build_map = prefix_map_flags(build_dir, plan.cxx.family) if spec.debug else ()
-    maps = plan.path_maps + build_map
-    cuda_maps = plan.cuda_path_maps + tuple(x for m in build_map for x in ("-Xcompiler", m))
+    path_maps, cuda_path_maps = _path_maps(plan.project, dict(plan.places), plan.cxx)  # not on the warm path
+    maps = path_maps + build_map
+    cuda_maps = cuda_path_maps + tuple(x for m in build_map for x in ("-Xcompiler", m))
     write_build_file(build_dir / "build.ninja", todo, plan.objects, plan.output, plan.cxx.argv,
                      (*plan.flags, *plan.includes, *maps), plan.nvcc.argv if plan.nvcc else (),
                      (*plan.cuda_flags, *cuda_maps), link_flags, launcher=compiler_launcher())
@@ -688,23 +688,27 @@ class CustomOpBuilder:
         raise Retry(Reason.REJECTED, damaged)
 
 
-def _binding(spec: BuildSpec) -> str:
-    """The binding library of a module: as asked (``binding=``), else read from its sources."""
-    return spec.binding or detect_binding(spec.name, spec.sources)
+def _binding(spec: BuildSpec, recorded: bool = False) -> str:
+    """The binding library of a module: as asked (``binding=``), else read from its sources; with
+    ``recorded`` (``spec`` is ``_trusted``), remembered across processes in its cache directory."""
+    if spec.binding:
+        return spec.binding
+    return detect_binding(spec.name, spec.sources, spec.op_dir / RECORD if recorded else None)
 
 
 def _binding_label(spec: BuildSpec, binding: Optional[str]) -> Optional[str]:
     """What build.json (and ``cache list``) says of a module's binding: a PYBIND11_MODULE source built
     with nanobind says so (binding.py)."""
-    if binding == NANOBIND and spec.binding is None and from_pybind11(spec.sources):
+    if binding == NANOBIND and from_pybind11(spec.sources):
         return "nanobind (a PYBIND11_MODULE source that binds plain functions only)"
     return binding
 
 
 def _pybind11_fallback(spec: BuildSpec) -> Optional[BuildSpec]:
     """``spec`` on pybind11 when it is a PYBIND11_MODULE source set built with nanobind by choice
-    (binding.py): if that build fails, the source still builds as it was written; else None."""
-    if spec.kind != "module" or spec.binding is not None or not from_pybind11(spec.sources):
+    (binding.py, not ``binding=``): if that build fails, the source still builds as it was written;
+    else None."""
+    if spec.kind != "module" or not from_pybind11(spec.sources):
         return None
     return spec._replace(binding=PYBIND11)
 
@@ -737,12 +741,16 @@ def _cached(spec: BuildSpec) -> Optional[Path]:
     return None if hit is None else hit[2]
 
 
-def _cached_build(spec: BuildSpec) -> Optional[Tuple[BuildSpec, str, Path]]:
-    """``_build_checked(spec)`` when it would build nothing; else None."""
+def _cached_build(spec: BuildSpec, trusted: bool = False, digests: Optional[Dict[str, str]] = None
+                  ) -> Optional[Tuple[BuildSpec, str, Path]]:
+    """``_build_checked(spec)`` when it would build nothing; else None. ``trusted``: ``spec`` is
+    ``_trusted`` already (its root is checked once per load); ``digests``: its sources' digests, if
+    they were read already (with its binding)."""
     try:
-        spec = _trusted(spec)
+        spec = spec if trusted else _trusted(spec)
         plan = _plan(spec, find_compiler(spec.root))
-        base = fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project)
+        base = fp.base_key(plan.identity, fp.source_digests(spec.sources) if digests is None else digests,
+                           plan.project)
         hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
     except (OSError, BuildError):
         return None
@@ -754,8 +762,8 @@ def _dep_names(spec: BuildSpec) -> List[str]:
     nanobind's runtime (unless this process has one already) and the core library, if it links to
     it (their cache directories are ``<name>.lib``)."""
     from .core_lib import CORE_NAME
-    from .nanobind_runtime import RUNTIME_NAME, loaded
-    names = [] if loaded() is not None else [RUNTIME_NAME]
+    from .needs import RUNTIME_NAME, loaded_runtime
+    names = [] if loaded_runtime() is not None else [RUNTIME_NAME]
     return names + [CORE_NAME] if spec.backend == "CPU" and uses_core(spec) else names
 
 
@@ -775,14 +783,25 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
     one not built yet is built in a thread beside the operator's own compile: a newcomer waits for
     the longest of them, not their sum (the operator only needs them when it is imported)."""
     from . import needs
-    if spec.kind != "module" or _binding(spec) != NANOBIND:
+    if spec.kind != "module":
         return [], _build_checked(spec)
-    warm = _cached_build(spec)
+    try:
+        spec = _trusted(spec)  # first: the binding is read from its record in the cache
+    except OSError as e:
+        raise _root_error(spec, e) from e
+    detected = spec.binding is None
+    digests = None
+    if detected:  # each source read and hashed once: its binding (from here on in the spec) and its digest
+        binding, digests = binding_and_digests(spec.name, spec.sources, spec.op_dir / RECORD)
+        spec = spec._replace(binding=binding)
+    if spec.binding != NANOBIND:
+        return [], _built_module(spec, detected)
+    warm = _cached_build(spec, trusted=True, digests=digests)
     if warm is not None and warm[2].parent.parent == warm[0].op_dir:  # in the cache, not a store
         recorded = needs.recorded(warm[2], [f"{n}.lib" for n in _dep_names(spec)])
         if recorded is not None:
             return recorded, warm
-    fallback = _pybind11_fallback(spec) if warm is None else None
+    fallback = _pybind11_fallback(spec) if warm is None and detected else None
     if fallback is not None:
         done = _cached_build(fallback)  # its nanobind build failed before: built with pybind11 then
         if done is not None:
@@ -809,7 +828,7 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
             worker.start()
             workers.append(worker)
         try:
-            built = warm if warm is not None else _build_checked(spec)
+            built = warm if warm is not None else _built_module(spec, detected)
         except BuildError:
             if fallback is None:
                 raise
@@ -817,7 +836,7 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
             logging.getLogger("opbuilder").warning(
                 "opbuilder: %s: building its PYBIND11_MODULE source with nanobind failed; building it with pybind11 "
                 "(binding='pybind11' skips nanobind)", spec.name)
-            return [], _build_checked(fallback)
+            return [], _built_module(fallback, detected)
         finally:
             for worker in workers:
                 worker.join()
@@ -830,6 +849,16 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
     if built[2].parent.parent == built[0].op_dir:
         needs.record(built[2], found)
     return found, built
+
+
+def _built_module(spec: BuildSpec, detected: bool) -> Tuple[BuildSpec, str, Path]:
+    """``_build_checked(spec)`` for a module; then, if its binding was ``detected`` from the sources,
+    recorded in its cache directory (it exists now), so that the next process reads it instead of
+    scanning them."""
+    built = _build_checked(spec)
+    if detected:
+        detect_binding(spec.name, spec.sources, built[0].op_dir / RECORD)
+    return built
 
 
 def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str = "CPU",

@@ -20,19 +20,15 @@ are in the runtime's key (builder.py), so a runtime built with others is not reu
 """
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import Optional
 
+from .needs import RUNTIME_NAME, loaded_runtime as loaded, preload_runtime as preload
 from .spec import BuildSpec
 from .toolchain import nanobind_info
 
-__all__ = ["RUNTIME_NAME", "RUNTIME_OPT", "runtime_spec", "preload", "loaded"]
+__all__ = ["RUNTIME_NAME", "RUNTIME_OPT", "runtime_spec", "preload", "loaded"]  # loading it: needs.py
 
-RUNTIME_NAME = "_nanobind"  # its cache directory: _nanobind.lib
 RUNTIME_OPT = "-Os"  # upstream's choice; see above
-_loaded: Optional[str] = None
-_lock = threading.Lock()
 
 
 def runtime_spec(root: Path, verbose: bool = False) -> BuildSpec:
@@ -41,21 +37,3 @@ def runtime_spec(root: Path, verbose: bool = False) -> BuildSpec:
     return BuildSpec(name=RUNTIME_NAME, sources=(Path(nb.source) / "nb_combined.cpp",), backend="CPU",
                      kind="runtime", include_paths=(), cflags=(), cuda_cflags=(), ldflags=(), debug=False,
                      verbose=verbose, root=root)
-
-
-def loaded() -> Optional[Path]:
-    """The runtime this process loaded, if any."""
-    return None if _loaded is None else Path(_loaded)
-
-
-def preload(library: Path) -> None:
-    """Load the runtime at ``library`` into the process's global symbol scope, once per process
-    (a later call with another build keeps the first: nanobind's state lives in the one loaded)."""
-    global _loaded
-    if _loaded is not None:
-        return
-    with _lock:
-        if _loaded is None:
-            from .core_lib import dlopen_global
-            dlopen_global(str(library))
-            _loaded = str(library)

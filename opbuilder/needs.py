@@ -14,17 +14,22 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from .core_lib import CORE_FILE, CORE_NAME
-from .nanobind_runtime import RUNTIME_NAME
-from .published import INFO
+from .published import INFO, verified_record
 from .trust import read_file, stamp_of
 
-__all__ = ["recorded", "record", "preload"]
+__all__ = ["RUNTIME_NAME", "recorded", "record", "preload", "preload_runtime", "loaded_runtime"]
 
+# nanobind's runtime (built by nanobind_runtime.py) is loaded here, with the process's record of it,
+# so that a warm load() imports nothing that builds it
+RUNTIME_NAME = "_nanobind"  # its cache directory: _nanobind.lib
 _FILES = {f"{RUNTIME_NAME}.lib": "libnanobind.so", f"{CORE_NAME}.lib": CORE_FILE}
+_runtime: Optional[str] = None  # the runtime this process loaded
+_lock = threading.Lock()
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -49,10 +54,12 @@ def _entry(lib: Path) -> Optional[dict]:
 def recorded(lib: Path, names: Sequence[str]) -> Optional[List[Path]]:
     """The dependencies recorded for module ``lib`` (in the cache) whose directories are ``names``,
     if every one is there, unchanged since it was recorded; else None (look them up)."""
-    try:
-        data = json.loads(read_file(lib.parent / INFO))
-    except (OSError, ValueError):
-        return None
+    data = verified_record(lib.parent)  # parsed by the lookup that found ``lib`` just before
+    if data is None:
+        try:
+            data = json.loads(read_file(lib.parent / INFO))
+        except (OSError, ValueError):
+            return None
     entries = data.get("needs") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         return None
@@ -92,13 +99,31 @@ def record(lib: Path, deps: Sequence[Path]) -> None:
         pass
 
 
+def loaded_runtime() -> Optional[Path]:
+    """nanobind's runtime as this process loaded it, if it did."""
+    return None if _runtime is None else Path(_runtime)
+
+
+def preload_runtime(library: Path) -> None:
+    """Load nanobind's runtime at ``library`` into the process's global symbol scope, once per
+    process (a later call with another build keeps the first: nanobind's state lives in the one loaded)."""
+    global _runtime
+    if _runtime is not None:
+        return
+    with _lock:
+        if _runtime is None:
+            from .core_lib import dlopen_global
+            dlopen_global(str(library))
+            _runtime = str(library)
+
+
 def preload(libs: Sequence[Path]) -> None:
     """Load each of ``libs`` into the process's global symbol scope (nanobind's runtime: the first
     one only; core libraries: each file once)."""
-    from . import core_lib, nanobind_runtime
+    from . import core_lib
 
     for lib in libs:
         if lib.parent.parent.name == f"{RUNTIME_NAME}.lib":
-            nanobind_runtime.preload(lib)
+            preload_runtime(lib)
         else:
             core_lib.preload(lib)

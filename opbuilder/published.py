@@ -20,17 +20,18 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from .errors import warn_broken
 from .fingerprint import write_json_atomic
 from .trust import check_dir, check_file, read_file, stamp_of
 
-__all__ = ["verified_library", "distrust", "INFO", "USE_STAMP_S"]
+__all__ = ["verified_library", "verified_record", "distrust", "INFO", "USE_STAMP_S"]
 
 INFO = "build.json"
 USE_STAMP_S = 600  # a build's last-used stamp is renewed by a load once it is older than this
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+_last: Tuple[str, Optional[dict]] = ("", None)  # the build.json the last verified_library parsed (the cache's)
 
 
 def _sha256_of(fd: int) -> str:
@@ -109,7 +110,17 @@ def verified_library(key_dir: Path, filename: str, store_owner: Optional[int] = 
             os.utime(key_dir)
         except OSError:
             pass
+    global _last
+    _last = (str(info), data)
     return True
+
+
+def verified_record(key_dir: Path) -> Optional[dict]:
+    """The build.json of ``key_dir`` (in the cache) as ``verified_library`` parsed it last in this
+    process, so that the warm path that goes on to read it (needs.py) reads it once; None if that
+    was another build (then the caller reads it)."""
+    path, data = _last
+    return data if path == str(key_dir / INFO) else None
 
 
 def _same_digest(lib: Path, sha256: str, then: str) -> bool:

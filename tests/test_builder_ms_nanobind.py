@@ -56,6 +56,22 @@ def test_the_seed_003_source_is_built_with_nanobind():
     assert detect_binding("seed", [SEED_003_CPP]) == NANOBIND
 
 
+def test_the_decision_is_recorded_and_an_edit_decides_again(tmp_path, monkeypatch):
+    from opbuilder import binding
+    src = _src(tmp_path / "op.cpp")
+    record = tmp_path / binding.RECORD
+    assert detect_binding("op", [src], record) == NANOBIND
+
+    def no_facts(path):
+        raise AssertionError("the sources were tokenized again")
+    for name, value in (("_memo", {}), ("_sets", {}), ("_facts_memo", {}), ("_facts", no_facts)):
+        monkeypatch.setattr(binding, name, value)  # as a new process, with the record
+    assert detect_binding("op", [src], record) == NANOBIND
+    monkeypatch.undo()
+    _src(src, body=DEF_MUL + '\n  m.def("n", [](int64_t k) { return k; });')  # an int64_t: pybind11
+    assert detect_binding("op", [src], record) == PYBIND11
+
+
 @pytest.mark.parametrize("kw", [
     {},
     {"body": "// the one def\n  " + DEF_MUL + " /* and nothing else */"},

@@ -3,6 +3,7 @@ runtime and the core library built once per toolchain and loaded before the oper
 fleet features (`build --into` stores with both, bundles, a node without a compiler)."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import textwrap
@@ -14,8 +15,10 @@ import pytest
 import runtime as rt
 from builder_util import PYTHON, child_env
 from op_util import CUSTOM_SRC, load_op
-from opbuilder import BuildError, CustomOpBuilder
-from opbuilder.binding import NANOBIND, PYBIND11, detect_binding
+from opbuilder import BuildError, CustomOpBuilder, binding
+from opbuilder.binding import NANOBIND, PYBIND11, RECORD, detect_binding
+from opbuilder.errors import UnsafeCacheDirError
+from opbuilder.fingerprint import file_digest
 from runtime import Tensor
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
@@ -73,6 +76,51 @@ def test_an_unknown_binding_is_a_value_error(tmp_path):
         CustomOpBuilder("op", [_src(tmp_path / "op.cpp", "OB_MODULE(m) {}")], binding="boost")
 
 
+def _no_scan(text: str):
+    raise AssertionError("the sources were scanned for their binding")
+
+
+def test_the_binding_is_recorded_per_contents_and_an_edited_source_is_scanned_again(tmp_path, monkeypatch):
+    src = _src(tmp_path / "op.cpp", "OB_MODULE(m) {}")
+    record = tmp_path / RECORD
+    assert detect_binding("op", [src], record) == NANOBIND
+    assert json.loads(record.read_text()) == {file_digest(src): "1000"}
+    monkeypatch.setattr(binding, "_memo", {})  # as a new process
+    monkeypatch.setattr(binding, "_scan_text", _no_scan)
+    assert detect_binding("op", [src], record) == NANOBIND  # from the record
+    monkeypatch.undo()
+    monkeypatch.setattr(binding, "_memo", {})
+    src.write_text("// was OB_MODULE(m)\nPYBIND11_MODULE(OB_EXTENSION_NAME, m) {}")
+    assert detect_binding("op", [src], record) == PYBIND11  # other bytes: scanned, never the old answer
+    digest = file_digest(src)  # the current sources only; a pybind11 set's decision (binding.py) beside them
+    assert json.loads(record.read_text()) == {digest: "0100", f"set:.cpp:{digest}": PYBIND11}
+
+
+def test_a_binding_record_that_is_not_json_is_scanned_again_and_rewritten(tmp_path, monkeypatch):
+    src = _src(tmp_path / "op.cpp", "PYBIND11_MODULE(OB_EXTENSION_NAME, m) {}")
+    record = _src(tmp_path / RECORD, "{not json")
+    monkeypatch.setattr(binding, "_memo", {})
+    written = {file_digest(src): "0100", f"set:.cpp:{file_digest(src)}": PYBIND11}
+    assert detect_binding("op", [src], record) == PYBIND11
+    assert json.loads(record.read_text()) == written
+    record.write_text(json.dumps({file_digest(src): "maybe"}))  # not an entry opbuilder writes
+    monkeypatch.setattr(binding, "_memo", {})
+    monkeypatch.setattr(binding, "_sets", {})
+    assert detect_binding("op", [src], record) == PYBIND11
+    assert json.loads(record.read_text()) == written
+
+
+def test_a_binding_record_that_is_a_link_is_refused(tmp_path, monkeypatch):
+    src = _src(tmp_path / "op.cpp", "OB_MODULE(m) {}")
+    record = tmp_path / RECORD
+    record.symlink_to(_src(tmp_path / "elsewhere.json", json.dumps({file_digest(src): "0100"})))
+    monkeypatch.setattr(binding, "_memo", {})
+    with pytest.raises(UnsafeCacheDirError, match=re.escape(
+            f"opbuilder cache entry {record} is a symbolic link (to {tmp_path / 'elsewhere.json'}), and opbuilder "
+            f"follows none in its cache")):
+        detect_binding("op", [src], record)
+
+
 # ---- the README operator, bound with nanobind ---------------------------------------------------
 @pytest.fixture(scope="module")
 def nb_ops(cache_dir):
@@ -87,6 +135,65 @@ def test_the_readme_operator_is_a_nanobind_module_with_correct_gradients(nb_ops)
     out, grads = rt.value_and_grad(lambda a, b: nb_ops.mul(a, b).sum(), grad_position=(0, 1))(x, y)
     np.testing.assert_allclose(grads[0].asnumpy(), [[4.5, 4.5, 4.5]])
     np.testing.assert_allclose(grads[1].asnumpy(), [[2.0], [2.0]])
+
+
+def test_a_warm_load_reads_the_binding_recorded_at_build_instead_of_scanning(nb_ops, cache_dir, monkeypatch):
+    # issue 21: the scan of the sources for their binding was ~0.25 ms of a warm load() (goal: 2 ms)
+    monkeypatch.setattr(binding, "_memo", {})  # as a new process: nothing remembered in it
+    monkeypatch.setattr(binding, "_scan_text", _no_scan)
+    assert load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"]) is nb_ops
+    assert json.loads((cache_dir / "my_ops" / RECORD).read_text()) == {
+        file_digest(CUSTOM_SRC / "function_ops.cpp"): "1000"}  # written when it was built
+
+
+def test_a_warm_load_reads_each_source_once(nb_ops, monkeypatch):
+    # issue 21: its binding was read twice and its digest once more, each a read and a hash of the file
+    import builtins
+    source = CUSTOM_SRC / "function_ops.cpp"
+    opened = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", counting_open)
+    assert load_op("my_ops", [source]) is nb_ops
+    assert opened.count(str(source)) == 1
+
+
+def test_a_warm_load_reads_its_build_record_once(nb_ops, monkeypatch):
+    # issue 21: the lookup read build.json to verify the library, then needs.py read it again for the
+    # libraries recorded there
+    import os
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
+    assert load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"]) is nb_ops
+    assert len([p for p in opened if p.endswith("/build.json")]) == 1
+
+
+def test_a_warm_load_plans_no_compile_flags_it_does_not_key(nb_ops, monkeypatch):
+    # issue 21: the path maps (-ffile-prefix-map=..., not in the key) were worked out by every warm load()
+    from opbuilder import builder
+
+    def planned(*args):
+        raise AssertionError("a warm load() worked out the compile's path maps")
+    monkeypatch.setattr(builder, "_path_maps", planned)
+    assert load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"]) is nb_ops
+
+
+def test_a_warm_load_looks_nothing_of_pybind11_up(nb_ops, cache_dir, monkeypatch):
+    # issue 21: python_info's search of sys.path for pybind11 and its stamps were ~0.1 ms of a warm load()
+    # of a nanobind operator, which needs only Python's headers; they and the ABI are python_info's
+    from opbuilder import builder
+    from opbuilder.toolchain import python_headers, python_info
+    py = python_info(cache_dir)
+    assert python_headers(cache_dir) == (py.python_include, py.abi)  # so the same keys
+
+    def looked_up(*args):
+        raise AssertionError("pybind11 was looked up")
+    monkeypatch.setattr(builder, "python_info", looked_up)
+    assert load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"]) is nb_ops
 
 
 def test_a_tensor_the_operator_cannot_take_names_why(nb_ops):

@@ -38,6 +38,20 @@ def _refused(cache, src, path, problem):
     return str(info.value)
 
 
+def test_a_cache_file_is_read_in_requests_sized_to_it(tmp_path, monkeypatch):
+    # issue 21: each read asked os.read for 1 MiB, a 1 MiB allocation per call (~20 us; ~80 us the first in a
+    # process) where a warm load() reads five files of a few KB
+    from opbuilder import trust
+    data = os.urandom(300_000)
+    path = tmp_path / "record.json"
+    path.write_bytes(data)
+    asked = []
+    real_read = os.read
+    monkeypatch.setattr(trust.os, "read", lambda fd, n: asked.append(n) or real_read(fd, n))
+    assert trust.read_file(path) == data
+    assert asked == [len(data) + 1, 1 << 16]  # the file and its end; then the end again (it did not grow)
+
+
 def test_a_copy_of_the_cache_loads(cache, built):
     # the baseline every test below changes one thing of: a copied cache is trusted and loads
     assert _load(cache, built[1]).value() == 11
@@ -111,13 +125,15 @@ def _entries(cache):
     (manifest,) = (cache / NAME / "deps").glob("*.json")
     return {"operator directory": cache / NAME, "deps directory": cache / NAME / "deps", "manifest": manifest,
             "key directory": kd, "library": kd / LIB, "build.json": kd / "build.json",
-            "toolchains.json": cache / "toolchains.json"}
+            "toolchains.json": cache / "toolchains.json", "binding record": cache / NAME / ".bindings.json"}
 
 
 @pytest.mark.parametrize("what", ["operator directory", "deps directory", "manifest", "key directory", "library",
-                                  "build.json", "toolchains.json"])
+                                  "build.json", "toolchains.json", "binding record"])
 @pytest.mark.parametrize("bits", [stat.S_IWGRP, stat.S_IWOTH])
-def test_a_group_or_other_writable_entry_is_refused(cache, built, what, bits):
+def test_a_group_or_other_writable_entry_is_refused(cache, built, what, bits, monkeypatch):
+    from opbuilder import binding
+    monkeypatch.setattr(binding, "_memo", {})  # as a new process: the binding record is read
     path = _entries(cache)[what]
     os.chmod(path, os.lstat(path).st_mode | bits)
     msg = _refused(cache, built[1], path, "is writable by group or others")

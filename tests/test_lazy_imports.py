@@ -24,10 +24,11 @@ LAZY = ["runtime.nn", "runtime.mint", "runtime.graph", "runtime.hybrid", "runtim
         "runtime._native", "runtime.device_memory", "numpy.random", "json", "hashlib", "ctypes.util",
         "ml_dtypes"]
 # modules a warm load() of a built operator and one call must not import (its C++ imports runtime._native;
-# runtime.device_memory only for GPU tensors)
+# runtime.device_memory only for GPU tensors; nanobind's runtime is loaded by needs.py, without the module that
+# builds it: issue 21, an import is ~0.1 ms of a 2 ms warm load())
 LAZY_AFTER_CALL = [m for m in LAZY if m not in ("json", "runtime._native")] + ["opbuilder.inline",
                                                                             "opbuilder.interop_common", "torch", "jax",
-                                                                            "dataclasses"]
+                                                                            "dataclasses", "opbuilder.nanobind_runtime"]
 
 
 def _imported(code: str, watch: List[str], cache_dir: str = "") -> List[str]:
