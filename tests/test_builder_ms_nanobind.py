@@ -349,6 +349,13 @@ def test_a_failed_nanobind_build_is_built_with_pybind11_and_said(tmp_path, cache
     assert not caplog.records
     assert type(mod.mul).__name__ == "builtin_function_or_method"
     np.testing.assert_array_equal(mod.mul(Tensor(np.ones(2)), Tensor(np.full(2, 3.0))).asnumpy(), [3.0, 3.0])
+    # a new process (nothing remembered but the cache's records) finds the pybind11 build too
+    code = ("from opbuilder import CustomOpBuilder; import sys; "
+            "m = CustomOpBuilder('ms_clash', [sys.argv[1]]).load(); print(type(m.mul).__name__)")
+    child = subprocess.run([PYTHON, "-c", code, str(src)], capture_output=True, text=True, timeout=120,
+                           env=child_env(OPBUILDER_VERBOSE="1"))
+    assert child.returncode == 0, child.stderr
+    assert (child.stdout.strip(), child.stderr) == ("builtin_function_or_method", "")  # no build, no warning
 
 
 @pytest.mark.build
