@@ -111,7 +111,7 @@ def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple
     stored only if nothing changed meanwhile: a symlink pointed elsewhere
     during the probe leaves its target's times alone, so only this notices.
     """
-    file = str(state_dir / FILE_NAME) if state_dir is not None else None
+    file = os.path.join(state_dir, FILE_NAME) if state_dir is not None else None  # no Path per lookup
     if file is not None:
         rec = _read(file).get(lookup)
         facts = _facts(file, lookup, rec, schema or {})
