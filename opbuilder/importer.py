@@ -188,8 +188,9 @@ def import_extension(name: str, path: Path, module_name: Optional[str] = None) -
     """
     module_name = module_name or name
     loader = importlib.machinery.ExtensionFileLoader(module_name, str(path))
-    spec = importlib.util.spec_from_file_location(module_name, str(path), loader=loader)
-    assert spec is not None
+    # what spec_from_file_location makes of an extension file (not a package), without its path checks
+    spec = importlib.machinery.ModuleSpec(module_name, loader, origin=str(path))
+    spec.has_location = True
     try:
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
