@@ -31,7 +31,8 @@ from .cache_dir import cache_root, root_origin
 from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .headers import headers_digest, include_dir
-from .importer import import_extension, loader_error
+from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, preload
+from .importer import recorded as recorded_deps
 from .launcher import launcher_is_sccache, launcher_requested
 from .published import verified_library
 from .relocate import portable, prefix_map_flags, project_root
@@ -574,12 +575,13 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     return hit
 
 
-def _build_checked(spec: BuildSpec) -> Tuple[BuildSpec, str, Path]:
+def _build_checked(spec: BuildSpec, trusted: bool = False) -> Tuple[BuildSpec, str, Path]:
     """One pass of ``_build`` on the trusted spec, with a cache that cannot be written explained
     (BuildError); ``Retry`` if the library is already gone (another process may prune it, the oldest
-    builds or ``cache clean``, between our lookup and its use)."""
+    builds or ``cache clean``, between our lookup and its use). ``trusted``: ``spec`` is ``_trusted``
+    already (its root is checked once per load)."""
     try:
-        spec = _trusted(spec)
+        spec = spec if trusted else _trusted(spec)
     except OSError as e:
         raise _root_error(spec, e) from e
     try:
@@ -669,7 +671,6 @@ class CustomOpBuilder:
             try:
                 stamp = stamp_of(os.lstat(lib))
                 if runtime:
-                    from .needs import preload
                     preload(runtime)
                 mod = import_extension(spec.name, lib, module_name)
             except FileNotFoundError as e:
@@ -762,7 +763,6 @@ def _dep_names(spec: BuildSpec) -> List[str]:
     nanobind's runtime (unless this process has one already) and the core library, if it links to
     it (their cache directories are ``<name>.lib``)."""
     from .core_lib import CORE_NAME
-    from .needs import RUNTIME_NAME, loaded_runtime
     names = [] if loaded_runtime() is not None else [RUNTIME_NAME]
     return names + [CORE_NAME] if spec.backend == "CPU" and uses_core(spec) else names
 
@@ -779,10 +779,10 @@ def _dep_specs(spec: BuildSpec) -> List[BuildSpec]:
 
 def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, str, Path]]:
     """(the shared libraries to load before the module, ``_build_checked(spec)``). A warm module
-    names them in its record (needs.py): one stat each, no lookup. Otherwise each is looked up, and
-    one not built yet is built in a thread beside the operator's own compile: a newcomer waits for
-    the longest of them, not their sum (the operator only needs them when it is imported)."""
-    from . import needs
+    names them in its record (written by needs.py, read by importer.recorded): one stat each, no
+    lookup. Otherwise each is looked up, and one not built yet is built in a thread beside the
+    operator's own compile: a newcomer waits for the longest of them, not their sum (the operator
+    only needs them when it is imported)."""
     if spec.kind != "module":
         return [], _build_checked(spec)
     try:
@@ -798,7 +798,7 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
         return [], _built_module(spec, detected)
     warm = _cached_build(spec, trusted=True, digests=digests)
     if warm is not None and warm[2].parent.parent == warm[0].op_dir:  # in the cache, not a store
-        recorded = needs.recorded(warm[2], [f"{n}.lib" for n in _dep_names(spec)])
+        recorded = recorded_deps(warm[2], [f"{n}.lib" for n in _dep_names(spec)])
         if recorded is not None:
             return recorded, warm
     fallback = _pybind11_fallback(spec) if warm is None and detected else None
@@ -847,15 +847,16 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
     if nanobind_runtime.loaded() is not None and all(d.name != nanobind_runtime.RUNTIME_NAME for d in deps):
         found.insert(0, nanobind_runtime.loaded())
     if built[2].parent.parent == built[0].op_dir:
-        needs.record(built[2], found)
+        from .needs import record
+        record(built[2], found)
     return found, built
 
 
 def _built_module(spec: BuildSpec, detected: bool) -> Tuple[BuildSpec, str, Path]:
-    """``_build_checked(spec)`` for a module; then, if its binding was ``detected`` from the sources,
-    recorded in its cache directory (it exists now), so that the next process reads it instead of
-    scanning them."""
-    built = _build_checked(spec)
+    """``_build_checked(spec)`` for a module whose spec is ``_trusted``; then, if its binding was
+    ``detected`` from the sources, recorded in its cache directory (it exists now), so that the next
+    process reads it instead of scanning them."""
+    built = _build_checked(spec, trusted=True)
     if detected:
         detect_binding(spec.name, spec.sources, built[0].op_dir / RECORD)
     return built

@@ -1,17 +1,109 @@
-"""Importing a built extension module from its path, with readable failures."""
+"""Importing a built extension module from its path, with readable failures, after the shared
+libraries it loads first.
+
+A nanobind operator needs nanobind's runtime and (usually) the core library loaded with
+RTLD_GLOBAL before it is imported. Its ``build.json`` records them (``needs``, written by
+needs.py once a lookup found them); ``recorded`` checks each with one ``lstat`` and ``preload``
+loads them. These are here, not in needs.py, because every warm load() runs them: importing a
+module of its own was ~0.1 ms of a ~2 ms warm load() (issue 21).
+"""
 from __future__ import annotations
 
 import ctypes
 import importlib.machinery
 import importlib.util
+import json
+import os
 import re
+import stat
+import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Optional
+from typing import List, Optional, Sequence
 
+from .core_lib import CORE_FILE, CORE_NAME
 from .errors import BuildError
+from .published import INFO, verified_record
+from .trust import read_file, stamp_of
 
-__all__ = ["import_extension", "demangle", "loader_error"]
+__all__ = ["import_extension", "demangle", "loader_error", "RUNTIME_NAME", "DEP_FILES", "is_key", "recorded",
+           "preload", "preload_runtime", "loaded_runtime"]
+
+# nanobind's runtime (built by nanobind_runtime.py) is loaded here, with the process's record of it,
+# so that a warm load() imports nothing that builds it
+RUNTIME_NAME = "_nanobind"  # its cache directory: _nanobind.lib
+DEP_FILES = {f"{RUNTIME_NAME}.lib": "libnanobind.so", f"{CORE_NAME}.lib": CORE_FILE}  # the only ones recorded
+_runtime: Optional[str] = None  # the runtime this process loaded
+_lock = threading.Lock()
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_key(key: object) -> bool:
+    """A build key as the builder writes them (hex): never a path (no ``/``, no ``..``)."""
+    return isinstance(key, str) and 8 <= len(key) <= 64 and _HEX.issuperset(key)
+
+
+def recorded(lib: Path, names: Sequence[str]) -> Optional[List[Path]]:
+    """The dependencies recorded for module ``lib`` (in the cache) whose directories are ``names``,
+    if every one is there, unchanged since it was recorded; else None (look them up). Only names of
+    the libraries opbuilder builds itself are accepted (``DEP_FILES``), so a record can point
+    nowhere but at their directories in the same cache."""
+    key_dir = str(lib.parent)
+    data = verified_record(key_dir)  # parsed by the lookup that found ``lib`` just before
+    if data is None:
+        try:
+            data = json.loads(read_file(Path(key_dir, INFO)))
+        except (OSError, ValueError):
+            return None
+    entries = data.get("needs") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return None
+    root = os.path.dirname(os.path.dirname(key_dir))
+    by_dir = {e.get("dir"): e for e in entries if isinstance(e, dict)}
+    out = []
+    for name in names:
+        e = by_dir.get(name)
+        if e is None or DEP_FILES.get(name) != e.get("file") or not is_key(e.get("key")):
+            return None
+        path = f"{root}/{name}/{e['key']}/{e['file']}"  # plain strings: no Path built per part
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode) or stamp_of(st) != e.get("stamp"):
+            return None
+        out.append(Path(path))
+    return out
+
+
+def loaded_runtime() -> Optional[Path]:
+    """nanobind's runtime as this process loaded it, if it did."""
+    return None if _runtime is None else Path(_runtime)
+
+
+def preload_runtime(library: Path) -> None:
+    """Load nanobind's runtime at ``library`` into the process's global symbol scope, once per
+    process (a later call with another build keeps the first: nanobind's state lives in the one loaded)."""
+    global _runtime
+    if _runtime is not None:
+        return
+    with _lock:
+        if _runtime is None:
+            from .core_lib import dlopen_global
+            dlopen_global(str(library))
+            _runtime = str(library)
+
+
+def preload(libs: Sequence[Path]) -> None:
+    """Load each of ``libs`` into the process's global symbol scope (nanobind's runtime: the first
+    one only; core libraries: each file once)."""
+    from . import core_lib
+
+    for lib in libs:
+        if os.path.basename(os.path.dirname(os.path.dirname(lib))) == f"{RUNTIME_NAME}.lib":
+            preload_runtime(lib)
+        else:
+            core_lib.preload(lib)
 
 
 def demangle(symbol: str) -> str:
@@ -96,8 +188,9 @@ def import_extension(name: str, path: Path, module_name: Optional[str] = None) -
     """
     module_name = module_name or name
     loader = importlib.machinery.ExtensionFileLoader(module_name, str(path))
-    spec = importlib.util.spec_from_file_location(module_name, str(path), loader=loader)
-    assert spec is not None
+    # what spec_from_file_location makes of an extension file (not a package), without its path checks
+    spec = importlib.machinery.ModuleSpec(module_name, loader, origin=str(path))
+    spec.has_location = True
     try:
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)

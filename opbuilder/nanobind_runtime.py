@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .needs import RUNTIME_NAME, loaded_runtime as loaded, preload_runtime as preload
+from .importer import RUNTIME_NAME, loaded_runtime as loaded, preload_runtime as preload
 from .spec import BuildSpec
 from .toolchain import nanobind_info
 
-__all__ = ["RUNTIME_NAME", "RUNTIME_OPT", "runtime_spec", "preload", "loaded"]  # loading it: needs.py
+__all__ = ["RUNTIME_NAME", "RUNTIME_OPT", "runtime_spec", "preload", "loaded"]  # loading it: importer.py
 
 RUNTIME_OPT = "-Os"  # upstream's choice; see above
 

@@ -20,7 +20,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
 from .errors import warn_broken
 from .fingerprint import write_json_atomic
@@ -115,12 +115,12 @@ def verified_library(key_dir: Path, filename: str, store_owner: Optional[int] = 
     return True
 
 
-def verified_record(key_dir: Path) -> Optional[dict]:
+def verified_record(key_dir: Union[str, Path]) -> Optional[dict]:
     """The build.json of ``key_dir`` (in the cache) as ``verified_library`` parsed it last in this
-    process, so that the warm path that goes on to read it (needs.py) reads it once; None if that
+    process, so that the warm path that goes on to read it (importer.recorded) reads it once; None if that
     was another build (then the caller reads it)."""
     path, data = _last
-    return data if path == str(key_dir / INFO) else None
+    return data if path == os.path.join(key_dir, INFO) else None
 
 
 def _same_digest(lib: Path, sha256: str, then: str) -> bool:

@@ -59,7 +59,11 @@ def which(cmd: str) -> Optional[str]:
     # catches an error (every PATH entry before the compiler's, in each warm load(): half its cost)
     if os.sep in cmd:
         return cmd if os.access(cmd, os.X_OK) and os.path.isfile(cmd) else None
+    seen = set()
     for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if d in seen:  # a directory listed twice cannot hold a match the first time did not
+            continue
+        seen.add(d)
         p = os.path.join(d or ".", cmd)
         if os.access(p, os.X_OK) and os.path.isfile(p):
             return p

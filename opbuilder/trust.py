@@ -26,7 +26,7 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .errors import UnsafeCacheDirError
 
@@ -182,15 +182,19 @@ def stamp_of(st: os.stat_result) -> list:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
-def _check_above(real: Path, root: Path, owner: Optional[int] = None, links: bool = False) -> None:
+def _check_above(real: Path, root: Path, owner: Optional[int] = None, links: bool = False,
+                 known: Optional[Dict[str, os.stat_result]] = None) -> None:
     """Refuse if a directory above the cache could be written by someone other than us and root (and,
     for a prebuilt store, its ``owner``). For a store: ``real`` may be the path as given, whose
     symbolic links are then allowed (their directories are what is checked), and a sticky directory
     writable by others is not enough when the store belongs to another user (anyone could have made
-    it there first)."""
+    it there first). ``known``: lstat results already taken of some of them, by path."""
     owners = (0, os.geteuid()) if owner is None else (0, os.geteuid(), owner)
     what, var = ("cache", "OPBUILDER_CACHE_DIR") if owner is None else ("prebuilt store", "OPBUILDER_PREBUILT_DIR")
-    for d, child in zip(real.parents, [real, *real.parents]):
+    known = known or {}
+    path = os.fspath(real)
+    above = _above(path)  # plain strings: no Path per directory
+    for d, child in zip(above, [path, *above]):
         # in a sticky directory others can write, an entry belongs to whoever made it first: fine when
         # the entry on our way is ours or root's; for a store, one of its owner's there could be anyone's
         try:
@@ -198,7 +202,7 @@ def _check_above(real: Path, root: Path, owner: Optional[int] = None, links: boo
         except OSError:
             sticky_ok = True  # not there (a cache made later, by us)
         try:
-            st = os.lstat(d)
+            st = known.get(d) or os.lstat(d)
         except FileNotFoundError:
             continue  # created by us, 0700, when the cache is
         mode = st.st_mode
@@ -229,6 +233,10 @@ def trusted_root(root: Path, create: bool = True) -> Path:
     once here and the real path is what the builder uses, after checking that
     nobody but us and root can write to any directory along it.
     """
+    chain = _lstat_chain(os.fspath(root))
+    if chain is not None:  # there, and no link on the way: ``root`` is its own real path, each lstat'ed once
+        _check_above(root, root, known=chain)
+        return _checked_root(root if isinstance(root, Path) else Path(root), chain[os.fspath(root)])
     st: Optional[os.stat_result]
     try:
         st = os.lstat(root)
@@ -249,7 +257,40 @@ def trusted_root(root: Path, create: bool = True) -> Path:
         missing += [p for p in real.parents if not os.path.lexists(p)]
         for d in reversed(missing):
             make_dir(d) if d == real else _make_parent(d)
-    st = os.lstat(real)
+    return _checked_root(real, os.lstat(real))
+
+
+def _above(path: str) -> List[str]:
+    """The directories above the absolute, normal ``path``, nearest first, up to "/"."""
+    out = []
+    i = path.rfind("/")
+    while i > 0:
+        out.append(path[:i])
+        i = path.rfind("/", 0, i)
+    if path != "/":
+        out.append("/")
+    return out
+
+
+def _lstat_chain(path: str) -> Optional[Dict[str, os.stat_result]]:
+    """The lstat of ``path`` and of each directory above it, by path, if ``path`` is absolute and normal
+    and all of them exist and none is a symbolic link (then ``path`` is its own real path); else None."""
+    if not path.startswith("/") or path.startswith("//") or os.path.normpath(path) != path:
+        return None
+    out = {}
+    for d in [path, *_above(path)]:
+        try:
+            st = os.lstat(d)
+        except OSError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return None
+        out[d] = st
+    return out
+
+
+def _checked_root(real: Path, st: os.stat_result) -> Path:
+    """``real``, the cache root whose lstat is ``st``, if it is a directory of ours only we can write."""
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeCacheDirError(f"opbuilder cache path {real} is not a directory; set OPBUILDER_CACHE_DIR "
                                   f"to a directory")

@@ -162,8 +162,8 @@ def test_a_warm_load_reads_each_source_once(nb_ops, monkeypatch):
 
 
 def test_a_warm_load_reads_its_build_record_once(nb_ops, monkeypatch):
-    # issue 21: the lookup read build.json to verify the library, then needs.py read it again for the
-    # libraries recorded there
+    # issue 21: the lookup read build.json to verify the library, then needs.py (now importer.recorded) read it
+    # again for the libraries recorded there
     import os
     opened = []
     real_open = os.open

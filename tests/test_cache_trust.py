@@ -72,6 +72,19 @@ def test_links_above_the_root_are_resolved_once(cache, built, tmp_path):
     assert path.startswith(str(cache) + os.sep)
 
 
+def test_a_load_lstats_each_directory_up_to_the_cache_once(cache, built, monkeypatch):
+    # issue 21: the root's real path (os.path.realpath: an lstat per directory) and the check of the
+    # directories above it (another lstat each) walked the same directories twice in every warm load()
+    assert _load(cache, built[1]).value() == 11
+    seen = []
+    real_lstat = os.lstat
+    monkeypatch.setattr(os, "lstat", lambda p, *a, **k: seen.append(os.fspath(p)) or real_lstat(p, *a, **k))
+    assert _load(cache, built[1]).value() == 11
+    on_the_way = [str(cache), *(str(p) for p in cache.parents)]
+    assert str(cache) in seen and os.sep in seen  # all of them checked ...
+    assert [d for d in on_the_way if seen.count(d) != 1] == []  # ... each once
+
+
 @pytest.mark.parametrize("what", ["operator directory", "key directory", "library"])
 def test_a_symlinked_entry_is_refused_and_never_loaded_from(cache, built, tmp_path, what):
     """An attacker's copy of the cache put in place by a link, at each level: refused, not loaded."""

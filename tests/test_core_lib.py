@@ -1,6 +1,7 @@
 """The core library (opbuilder/core_lib.py): the core's non-template functions compiled once for
 every nanobind operator, keyed and tagged by the headers it compiles, rebuilt when damaged, and
-found on the warm path through the operator's record (opbuilder/needs.py)."""
+found on the warm path through the operator's record (written by opbuilder/needs.py, read by
+opbuilder/importer.py)."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from op_util import CUSTOM_SRC, ROOT, load_op
 from opbuilder import CustomOpBuilder
 from opbuilder import builder as B
 from opbuilder import needs
+from opbuilder.importer import recorded
 from opbuilder.core_lib import CORE_FILE, core_spec, core_tag
 from opbuilder.published import INFO
 from opbuilder.toolchain import find_compiler, python_info
@@ -215,11 +217,11 @@ def _recorded_layout(tmp_path: Path):
 def test_a_recorded_dependency_is_used_only_while_it_is_the_same_file(tmp_path):
     lib, core = _recorded_layout(tmp_path)
     needs.record(lib, [core])
-    assert needs.recorded(lib, ["_obcore.lib"]) == [core]
-    assert needs.recorded(lib, ["_obcore.lib", "_nanobind.lib"]) is None  # one never recorded
+    assert recorded(lib, ["_obcore.lib"]) == [core]
+    assert recorded(lib, ["_obcore.lib", "_nanobind.lib"]) is None  # one never recorded
     core.unlink()
     core.write_bytes(b"CORE")  # replaced: another inode and times
-    assert needs.recorded(lib, ["_obcore.lib"]) is None
+    assert recorded(lib, ["_obcore.lib"]) is None
 
 
 @pytest.mark.parametrize("entry", [
@@ -231,7 +233,7 @@ def test_a_record_naming_anything_but_opbuilders_own_libraries_is_ignored(tmp_pa
     lib, core = _recorded_layout(tmp_path)
     info = lib.parent / INFO
     info.write_text(json.dumps({"library": {}, "needs": [{**entry, "stamp": stamp_of(os.lstat(core))}]}))
-    assert needs.recorded(lib, [entry["dir"]]) is None
+    assert recorded(lib, [entry["dir"]]) is None
 
 
 # ---- doctor -------------------------------------------------------------------------------------------
