@@ -31,16 +31,21 @@ LAZY_AFTER_CALL = [m for m in LAZY if m not in ("json", "runtime._native")] + ["
                                                                             "dataclasses", "opbuilder.nanobind_runtime"]
 
 
-def _imported(code: str, watch: List[str], cache_dir: str = "") -> List[str]:
-    """Which of ``watch`` a fresh interpreter has in sys.modules after running ``code``."""
-    probe = code + f"\nimport sys\nprint(repr([m for m in {watch!r} if m in sys.modules]))\n"
+def _child_value(code: str, cache_dir: str = ""):
+    """The Python literal a fresh interpreter prints last after running ``code``."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     if cache_dir:
         env["OPBUILDER_CACHE_DIR"] = cache_dir
-    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr
     return ast.literal_eval(r.stdout.strip().splitlines()[-1])
+
+
+def _imported(code: str, watch: List[str], cache_dir: str = "") -> List[str]:
+    """Which of ``watch`` a fresh interpreter has in sys.modules after running ``code``."""
+    return _child_value(code + f"\nimport sys\nprint(repr([m for m in {watch!r} if m in sys.modules]))\n",
+                        cache_dir)
 
 
 def test_import_runtime_leaves_lazy_modules_out():
@@ -73,10 +78,7 @@ def test_a_warm_load_imports_no_module_of_opbuilder(my_ops, cache_dir):
             "m = CustomOpBuilder('my_ops', ['custom_src/function_ops.cpp']).load()\n"
             "assert m.mul(runtime.Tensor(2.0), runtime.Tensor(3.0)).item() == 6.0\n"
             "print(repr(sorted(m for m in set(sys.modules) - before if m.split('.')[0] == 'opbuilder')))\n")
-    env = dict(os.environ, PYTHONPATH=ROOT, OPBUILDER_CACHE_DIR=str(cache_dir))
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    assert ast.literal_eval(r.stdout.strip().splitlines()[-1]) == []
+    assert _child_value(code, str(cache_dir)) == []
 
 
 def test_lazy_names_resolve_to_their_definitions():
