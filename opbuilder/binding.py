@@ -217,11 +217,13 @@ def binding_and_digests(name: str, sources: Sequence[Path], record: Optional[Pat
                          f"(PYBIND11_MODULE, <pybind11/...> or ms_extension.h); one module is bound with one of "
                          f"them: write it with OB_MODULE(m) (nanobind) or PYBIND11_MODULE(OB_EXTENSION_NAME, m)",
                          name=name)
-    entries = {d: _encode(f) for d, f in zip(digests, flags)}
     binding = NANOBIND if nb else PYBIND11
     if pb:
         binding = _pybind11_set(sources, digests, stored, record)
-        entries[_set_key(sources, digests)] = binding
-    if record is not None and _unrecorded.intersection(entries):
-        _write_record(record, entries)
+    if record is not None and _unrecorded:  # something worked out here: written once (never on a warm load)
+        entries = {d: _encode(f) for d, f in zip(digests, flags)}
+        if pb:
+            entries[_set_key(sources, digests)] = binding
+        if _unrecorded.intersection(entries):
+            _write_record(record, entries)
     return binding, {str(s): d for s, d in zip(sources, digests)}

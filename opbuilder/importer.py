@@ -21,7 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import List, Optional, Sequence
 
-from .core_lib import CORE_FILE, CORE_NAME
+from .core_lib import CORE_FILE, CORE_NAME, dlopen_global
+from .core_lib import preload as preload_core
 from .errors import BuildError
 from .published import INFO, verified_record
 from .trust import read_file, stamp_of
@@ -89,7 +90,6 @@ def preload_runtime(library: Path) -> None:
         return
     with _lock:
         if _runtime is None:
-            from .core_lib import dlopen_global
             dlopen_global(str(library))
             _runtime = str(library)
 
@@ -97,13 +97,11 @@ def preload_runtime(library: Path) -> None:
 def preload(libs: Sequence[Path]) -> None:
     """Load each of ``libs`` into the process's global symbol scope (nanobind's runtime: the first
     one only; core libraries: each file once)."""
-    from . import core_lib
-
     for lib in libs:
         if os.path.basename(os.path.dirname(os.path.dirname(lib))) == f"{RUNTIME_NAME}.lib":
             preload_runtime(lib)
         else:
-            core_lib.preload(lib)
+            preload_core(lib)
 
 
 def demangle(symbol: str) -> str:
