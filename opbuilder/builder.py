@@ -39,8 +39,8 @@ from .relocate import portable, prefix_map_flags, project_root
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
 from .store import prebuilt_stores
-from .toolchain import (Compiler, ext_suffix, find_compiler, find_nvcc, nanobind_info, native_cpu, python_headers,
-                        python_info, wants_native_cpu)
+from .toolchain import (Compiler, ext_suffix, find_compiler, find_nvcc, links_with_lto, nanobind_info, native_cpu,
+                        python_headers, python_info, wants_native_cpu)
 from .trust import check_dir, read_file, stamp_of, trusted_root
 
 __all__ = ["CustomOpBuilder", "build_library"]
@@ -433,6 +433,9 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     from .trust import check_tree, make_dir, make_dirs
 
     log = logging.getLogger("opbuilder")
+    if "-flto" in plan.flags and not links_with_lto(plan.cxx, spec.root):  # -flto is not in the key
+        log.info("%s: %s cannot link -flto objects; building without LTO", spec.name, plan.cxx.path)
+        plan = plan._replace(flags=tuple(f for f in plan.flags if f != "-flto"))
     build_dir = spec.op_dir / "build"
     make_dirs(spec.op_dir, build_dir / "obj")
     stop_leftovers(build_dir)  # a killed build may have left compilers writing here

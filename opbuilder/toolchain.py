@@ -22,7 +22,8 @@ from .probe_cache import remembered
 
 __all__ = ["Compiler", "PythonInfo", "find_compiler", "find_nvcc", "python_info", "python_headers", "ninja_path",
            "ext_suffix",
-           "default_jobs", "cuda_lib_dir", "which", "system_include_dirs", "native_cpu", "wants_native_cpu"]
+           "default_jobs", "cuda_lib_dir", "which", "system_include_dirs", "native_cpu", "wants_native_cpu",
+           "links_with_lto"]
 
 
 class Compiler:
@@ -125,6 +126,28 @@ def _probe(argv: Tuple[str, ...], state_dir: Optional[Path], chosen_by: str = ""
 
     facts = remembered(state_dir, f"compiler {' '.join(argv)}", probe, inputs=[exe], schema=_COMPILER_FACTS)
     return Compiler(argv, str(facts["path"]), str(facts["identity"]), str(facts["family"]), str(facts["version"]))
+
+
+def links_with_lto(cxx: Compiler, state_dir: Optional[Path]) -> bool:
+    """Whether ``cxx`` links an ``-flto`` shared library: probed once per compiler binary, remembered.
+
+    A gcc installed without its LTO parts (no ``lto-wrapper``, a linker without the plugin) compiles
+    ``-flto`` objects but cannot link them; LTO is only a faster way to build one source, so such a
+    compiler builds without it. Asked only by a build that would use LTO, never on the warm path."""
+    def probe():
+        import subprocess
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="opbuilder-lto-") as d:
+            try:
+                out = subprocess.run([*cxx.argv, "-flto", "-fPIC", "-shared", "-x", "c++", "-", "-o",
+                                      os.path.join(d, "probe.so")], input="int opbuilder_lto_probe() { return 0; }\n",
+                                     capture_output=True, text=True, timeout=120)
+                ok = out.returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                ok = False
+        return {"lto": ok}, [cxx.path]
+
+    return bool(remembered(state_dir, f"lto {cxx.identity}", probe, inputs=[cxx.path], schema={"lto": bool})["lto"])
 
 
 def _resolve(cmd: str, what: str) -> Tuple[str, ...]:

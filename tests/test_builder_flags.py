@@ -1,5 +1,6 @@
 """What the compile and link commands contain: -O2 by default, -O0 -g in debug mode, LTO."""
 import shlex
+import time
 
 import pytest
 
@@ -31,15 +32,17 @@ def test_default_build_is_optimized_with_lto(cache_dir, tiny, monkeypatch):
     rules = _commands(cache_dir, "flags_default")
     assert "-O2" in rules["cxx"] and "-g" not in rules["cxx"] and "-O0" not in rules["cxx"]
     assert "-Werror=return-type" in rules["cxx"]  # falling off a non-void function is an error
-    from opbuilder.toolchain import find_compiler
-    gcc = find_compiler(cache_dir).family == "gcc"
+    from opbuilder.toolchain import find_compiler, links_with_lto
+    cxx = find_compiler(cache_dir)
+    gcc = cxx.family == "gcc"
     # gcc: -O2 plus the loop vectorizer with -O3's cost model
     assert ("-ftree-vectorize" in rules["cxx"] and "-fvect-cost-model=dynamic" in rules["cxx"]) == gcc
-    assert ("-flto" in rules["cxx"]) == gcc  # gcc: LTO, code generation split over the jobs at link time
+    lto = gcc and links_with_lto(cxx, cache_dir)  # not a gcc installed without its LTO parts
+    assert ("-flto" in rules["cxx"]) == lto  # gcc: LTO, code generation split over the jobs at link time
     # gcc: flags that change no code but save time (a pipe to the assembler, fewer garbage collections)
     gc_param = any(rules["cxx"][i:i + 2] == ["--param", "ggc-min-heapsize=524288"] for i in range(len(rules["cxx"])))
     assert ("-pipe" in rules["cxx"] and gc_param) == gcc
-    assert any(a.startswith("-flto=") for a in rules["link"]) == gcc
+    assert any(a.startswith("-flto=") for a in rules["link"]) == lto
 
 
 def test_debug_mode_is_unoptimized_with_symbols_and_no_lto(cache_dir, tiny):
@@ -129,6 +132,44 @@ def test_a_compiler_launcher_builds_without_lto(cache_dir, tiny, tmp_path, monke
     rules = _commands(cache_dir, "flags_launched")
     assert rules["cxx"][0] == str(launcher) and "-O2" in rules["cxx"] and "-flto" not in rules["cxx"]
     assert not any(a.startswith("-flto") for a in rules["link"])
+
+
+_NO_LTO_GCC = """#!/bin/sh
+# g++ installed without its LTO parts (seen on a CUDA image): -flto objects compile, their link fails
+lto=0; shared=0
+for a in "$@"; do case "$a" in -flto*) lto=1;; -shared) shared=1;; esac; done
+if [ $lto = 1 ] && [ $shared = 1 ]; then echo "/usr/bin/ld: error: could not run lto-wrapper" >&2; exit 1; fi
+exec {gxx} "$@"
+"""
+
+
+def test_a_gcc_that_cannot_link_lto_objects_builds_without_lto(tmp_path, tiny, monkeypatch):
+    """LTO is only a faster way to build one source: a compiler that cannot link it builds without it
+    (asked once per compiler and remembered), instead of every pybind11 module failing to link."""
+    import json
+    import shutil
+
+    from opbuilder.toolchain import find_compiler
+
+    gxx = shutil.which("g++")
+    if gxx is None or find_compiler(None).family != "gcc":
+        pytest.skip("needs g++ (LTO is used with gcc only)")
+    wrapper = tmp_path / "g++-without-lto"
+    wrapper.write_text(_NO_LTO_GCC.format(gxx=gxx))
+    wrapper.chmod(0o755)
+    time.sleep(0.2)  # facts about a file changed in the last 0.1 s are not stored (probe_cache.SETTLE_NS)
+    monkeypatch.delenv("OPBUILDER_LTO", raising=False)
+    monkeypatch.setenv("CXX", str(wrapper))
+    cache = tmp_path / "cache"
+    lib = CustomOpBuilder("flags_broken_lto", [tiny], build_dir=cache).build()
+    assert lib.endswith(".so")
+    rules = _commands(cache, "flags_broken_lto")
+    assert "-flto" not in rules["cxx"] and not any(a.startswith("-flto") for a in rules["link"])
+    records = json.loads((cache / "toolchains.json").read_text())
+    assert [r["facts"] for k, r in records.items() if k.startswith("lto ")] == [{"lto": False}]
+    monkeypatch.delenv("CXX")  # the real g++ links LTO objects: its builds keep using LTO
+    CustomOpBuilder("flags_working_lto", [tiny], build_dir=cache).build()
+    assert "-flto" in _commands(cache, "flags_working_lto")["cxx"]
 
 
 _CPU = "processor\t: {n}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\ncpu MHz\t\t: {mhz}\nflags\t\t: {flags}\n\n"
