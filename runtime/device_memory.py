@@ -14,16 +14,25 @@ import numpy as np
 __all__ = ["allocate", "describe", "wrap", "current_stream_ptr"]
 
 
+_cupy_module: Any = None  # set by the first call: each op calls here several times, so it is looked up once
+
+
 def _cp() -> Any:
-    from .cuda import _cupy
-    return _cupy()
+    global _cupy_module
+    cp = _cupy_module
+    if cp is None:
+        from .cuda import _cupy
+        cp = _cupy_module = _cupy()
+    return cp
 
 
 def allocate(nbytes: int, device: int, zero: bool) -> Any:
     """A CuPy uint8 array of ``nbytes`` on ``device`` (its ``data.ptr`` is the block; it owns it)."""
     cp = _cp()
-    with cp.cuda.Device(device):
-        return cp.zeros(nbytes, cp.uint8) if zero else cp.empty(nbytes, cp.uint8)
+    if device != cp.cuda.runtime.getDevice():  # entering a Device costs about as much as the allocation
+        with cp.cuda.Device(device):
+            return cp.zeros(nbytes, cp.uint8) if zero else cp.empty(nbytes, cp.uint8)
+    return cp.zeros(nbytes, cp.uint8) if zero else cp.empty(nbytes, cp.uint8)
 
 
 def describe(arr: Any) -> Tuple[Any, int, Tuple[int, ...], np.dtype, int]:
@@ -31,9 +40,10 @@ def describe(arr: Any) -> Tuple[Any, int, Tuple[int, ...], np.dtype, int]:
     cp = _cp()
     if not isinstance(arr, cp.ndarray):
         arr = cp.asarray(arr)  # anything with __cuda_array_interface__, zero-copy
-    with arr.device:
-        arr = cp.ascontiguousarray(arr)
-    return arr, int(arr.data.ptr), tuple(arr.shape), np.dtype(arr.dtype), int(arr.device.id)
+    if not arr.flags.c_contiguous:
+        with arr.device:
+            arr = cp.ascontiguousarray(arr)
+    return arr, arr.data.ptr, arr.shape, arr.dtype, arr.device.id
 
 
 def wrap(ptr: int, nbytes: int, shape: Tuple[int, ...], dtype: np.dtype, device: int, owner: Any) -> Any:

@@ -60,7 +60,7 @@ def test_calls_failing_at_once_each_raise_their_own_error():
 
 
 def test_the_gpu_paths_call_gives_each_call_its_own_error_on_host_memory_too():
-    """aot_device.call_pointers is the GPU path's kernel call (params by address: aot_call.cpp's ``call``,
+    """aot_device.call_pointers is the GPU path's kernel call (params by address: aot_call.cpp's ``call_at``,
     the host path's per-call extra); only the CuPy arrays around it need a GPU, so it runs here on host
     memory. It handed the op's shared extra to the kernel and looked there after the call: a good call made
     between a failed call and that look raised the failed call's error, which then raised nothing."""
@@ -88,13 +88,25 @@ def test_the_gpu_paths_call_gives_each_call_its_own_error_on_host_memory_too():
     assert e.value.args == (7, "")
 
 
-def test_the_call_path_refuses_a_bad_param_count():
+def test_the_call_path_refuses_malformed_params():
     op = ops.Custom(f"{SRC}:Counted", out_shape=[2], out_dtype=rt.float32)
-    with pytest.raises(ValueError, match=r"^call: nparam -1 is out of range$"):
-        op._call(op._kernel.fn, op._extra.address, -1, 0, 0, 0, 0, 0)
-    with pytest.raises(TypeError, match=r"^call\(fn, extra, nparam, params, ndims, shapes, dtypes, stream\) "
-                                        r"takes 8 arguments, got 2$"):
-        op._call(op._kernel.fn, op._extra.address)
+    fn, extra = op._kernel.fn, op._extra.address
+    with pytest.raises(TypeError, match=r"^call_at\(fn, extra, pointers, shapes, dtypes, stream\): pointers, "
+                                        r"shapes and dtypes must be tuples of one length$"):
+        op._call(fn, extra, (0, 0), ((2,),), ("float32",), 0)
+    with pytest.raises(TypeError, match=r"^call_at\(fn, extra, pointers, shapes, dtypes, stream\): shape 0 must "
+                                        r"be a tuple$"):
+        op._call(fn, extra, (0,), ([2],), ("float32",), 0)
+    with pytest.raises(TypeError, match=r"^call_at\(fn, extra, pointers, shapes, dtypes, stream\) takes 6 "
+                                        r"arguments, got 2$"):
+        op._call(fn, extra)
+
+
+def test_a_dtype_the_abi_has_no_name_for_is_refused_by_name():
+    from runtime.ops.aot_device import call_pointers
+    op = ops.Custom(f"{SRC}:Counted", out_shape=[2], out_dtype=rt.float32)
+    with pytest.raises(TypeError, match=r"^aot operators take no datetime64\[s\] tensors \(they take float16, "):
+        call_pointers(op._call, op._kernel.fn, op._extra.address, [0], [((1,), np.dtype("datetime64[s]"))], 0)
 
 
 def test_calls_at_once_each_get_their_own_workspaces():

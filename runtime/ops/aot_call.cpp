@@ -424,27 +424,49 @@ PyObject *RunTensors(PyObject *, PyObject *const *a, Py_ssize_t n) {
   return res;
 }
 
-// The kernel call on argument arrays the caller made: every argument an address.
-PyObject *Call(PyObject *, PyObject *const *a, Py_ssize_t n) {
-  constexpr Py_ssize_t kWant = 8;
-  if (n != kWant) {
-    PyErr_Format(PyExc_TypeError, "call(fn, extra, nparam, params, ndims, shapes, dtypes, stream) takes %zd "
-                 "arguments, got %zd", kWant, n);
+// The kernel call on memory the caller holds (device arrays): tuples of addresses, shapes (tuples of
+// ints) and dtype names (str), one item per param, and the stream. No array is read or kept here.
+PyObject *CallAt(PyObject *, PyObject *const *a, Py_ssize_t n) {
+  static const char *const kUsage = "call_at(fn, extra, pointers, shapes, dtypes, stream)";
+  void *fn = nullptr, *extra = nullptr, *stream = nullptr;
+  if (n != 6) {
+    PyErr_Format(PyExc_TypeError, "%s takes 6 arguments, got %zd", kUsage, n);
     return nullptr;
   }
-  void *addr[kWant] = {};
-  for (Py_ssize_t i = 0; i < kWant; ++i) {
-    if (i != 2 && !AsAddress(a[i], &addr[i])) return nullptr;
+  if (!AsAddress(a[0], &fn) || !AsAddress(a[1], &extra) || !AsAddress(a[5], &stream)) return nullptr;
+  for (Py_ssize_t i = 2; i < 5; ++i) {
+    if (!PyTuple_Check(a[i]) || PyTuple_GET_SIZE(a[i]) != PyTuple_GET_SIZE(a[2])) {
+      PyErr_Format(PyExc_TypeError, "%s: pointers, shapes and dtypes must be tuples of one length", kUsage);
+      return nullptr;
+    }
   }
-  const long nparam = PyLong_AsLong(a[2]);
-  if (nparam == -1 && PyErr_Occurred()) return nullptr;
-  if (nparam < 0 || nparam > INT32_MAX) {
-    PyErr_Format(PyExc_ValueError, "call: nparam %ld is out of range", nparam);
-    return nullptr;
+  const size_t count = static_cast<size_t>(PyTuple_GET_SIZE(a[2]));
+  Slots<void *> params(count);
+  Slots<int> ndims(count);
+  Slots<int64_t *> shapes(count);
+  Slots<const char *> dtypes(count);
+  std::vector<std::vector<int64_t>> dims(count);
+  for (size_t i = 0; i < count; ++i) {
+    const Py_ssize_t k = static_cast<Py_ssize_t>(i);
+    if (!AsAddress(PyTuple_GET_ITEM(a[2], k), &params[i])) return nullptr;
+    PyObject *shape = PyTuple_GET_ITEM(a[3], k);
+    if (!PyTuple_Check(shape)) {
+      PyErr_Format(PyExc_TypeError, "%s: shape %zd must be a tuple", kUsage, k);
+      return nullptr;
+    }
+    const Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    dims[i].resize(static_cast<size_t>(nd > 0 ? nd : 1), 0);
+    for (Py_ssize_t d = 0; d < nd; ++d) {
+      dims[i][static_cast<size_t>(d)] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+      if (PyErr_Occurred()) return nullptr;
+    }
+    ndims[i] = static_cast<int>(nd);
+    shapes[i] = dims[i].data();
+    dtypes[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(a[4], k));  // the tuple keeps the str alive
+    if (dtypes[i] == nullptr) return nullptr;
   }
-  if (!Invoke(reinterpret_cast<KernelFn>(addr[0]), addr[1], static_cast<int>(nparam), static_cast<void **>(addr[3]),
-              static_cast<int *>(addr[4]), static_cast<int64_t **>(addr[5]), static_cast<const char **>(addr[6]),
-              addr[7])) {
+  if (!Invoke(reinterpret_cast<KernelFn>(fn), extra, static_cast<int>(count), params.data(), ndims.data(),
+              shapes.data(), dtypes.data(), stream)) {
     return nullptr;
   }
   Py_RETURN_NONE;
@@ -486,8 +508,8 @@ PyObject *Release(PyObject *, PyObject *arg) {
 PyMethodDef kMethods[] = {
     {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&Run)), METH_FASTCALL,
      "run(fn, extra, inputs, out_specs, scratch) -> outputs tuple; KernelFailed(status, error) on failure"},
-    {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&Call)), METH_FASTCALL,
-     "call(fn, extra, nparam, params, ndims, shapes, dtypes, stream) -> None; KernelFailed(status, error)"},
+    {"call_at", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&CallAt)), METH_FASTCALL,
+     "call_at(fn, extra, pointers, shapes, dtypes, stream) -> None; KernelFailed(status, error)"},
     {"init", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&Init)), METH_FASTCALL,
      "init(fn, extra, inputs, out_specs) -> int status"},
     {"run_tensors", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&RunTensors)), METH_FASTCALL,

@@ -125,7 +125,7 @@ class Custom:
             from .aot_trampoline import trampoline
             path = trampoline()
             self._run = path.run  # numpy arrays
-            self._call = path.call  # argument arrays made by aot_device.py
+            self._call = path.call_at  # device memory (aot_device.py)
             self._failed = path.KernelFailed  # (status, error text) of the one call that failed
             self._extra = self._make_extra()
 
