@@ -30,6 +30,7 @@ from ..dtypes import float32, from_numpy_dtype, to_dtype
 from ..tensor import Tensor, _new
 from .aot_extra import ExtraBlock
 from .aot_library import AotKernel, BuildOptions, resolve_aot
+from .aot_trampoline import trampoline
 from .custom_spec import Spec, is_spec_fn as _is_fn
 from .inplace import InplaceWrites
 from .op_info import OpInfo, parse_reg_info
@@ -122,12 +123,24 @@ class Custom:
         self._host: Optional[Tuple[Any, ...]] = None  # _ready_host's, after the first call
         self._fast: Optional[Tuple[Any, ...]] = None  # _ready_host's, for fixed output specs
         if self._kernel is not None or self._hybrid is not None:
-            from .aot_trampoline import trampoline
-            path = trampoline()
-            self._run = path.run  # numpy arrays
-            self._call = path.call_at  # device memory (aot_device.py)
-            self._failed = path.KernelFailed  # (status, error text) of the one call that failed
             self._extra = self._make_extra()
+
+    # The compiled call path (aot_trampoline.py) is loaded at the first call, not here: making an op
+    # (at a module's import, say) compiles nothing, and an op whose first call fails never needs it.
+    @property
+    def _run(self) -> Callable[..., Any]:
+        """The call on numpy arrays."""
+        return trampoline().run
+
+    @property
+    def _call(self) -> Callable[..., Any]:
+        """The call on device memory (aot_device.py)."""
+        return trampoline().call_at
+
+    @property
+    def _failed(self) -> type:
+        """KernelFailed: (status, error text) of the one call that failed."""
+        return trampoline().KernelFailed
 
     def __repr__(self) -> str:
         return f"Custom(func={self.func!r}, func_type={self.func_type!r})"
@@ -224,7 +237,6 @@ class Custom:
             return
         self._host = (self._run, k.fn, self._extra.address, k.symbol)
         if self._fixed is not None and self._info is None:
-            from .aot_trampoline import trampoline
             self._fast = (trampoline().run_tensors, k.fn, self._extra.address, self._fixed, k.symbol)
 
     def _record(self, inputs: Sequence[Any], outs: Sequence[np.ndarray], res: List[Tensor]) -> List[Tensor]:
@@ -388,7 +400,6 @@ class Custom:
             if self._initialized:
                 return
             if k.init is not None:
-                from .aot_trampoline import trampoline
                 status = run_init(k.init, extra.address, arrays, specs)
                 if self._released is not extra:  # once per block, however often a failing Init is retried
                     weakref.finalize(self, _release, trampoline().release, extra)
@@ -400,7 +411,6 @@ class Custom:
 
     def _init_host(self, init: int, extra: int, arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> int:
         """Init on the CPU: its status; the workspaces it asked for are allocated as calls need them."""
-        from .aot_trampoline import trampoline
         status = trampoline().init(init, extra, arrays, specs)
         assert self._extra is not None
         sizes = self._extra.workspace_sizes()
