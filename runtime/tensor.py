@@ -165,9 +165,12 @@ class Tensor:
                    dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any:
         """A DLPack capsule over this tensor's memory, as the array API standard says: its array's
         own ``__dlpack__`` (numpy's, or CuPy's given only the arguments the consumer set); a host
-        bfloat16 tensor, which numpy cannot export, through runtime/dlpack_export.py."""
+        bfloat16 tensor, which numpy cannot export, through runtime/dlpack_export.py. A host tensor
+        has no streams: ``stream`` other than None is a ValueError."""
         d = self._data
         if isinstance(d, np.ndarray):
+            if stream is not None:  # said here: numpy's own error changed type (RuntimeError, ValueError in 2.5)
+                raise ValueError(f"__dlpack__: a CPU tensor has no streams: stream must be None, got {stream!r}")
             if d.dtype.kind == "V":  # ml_dtypes' bfloat16 is numpy's "V" kind
                 from .dlpack_export import export
                 return export(d, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
