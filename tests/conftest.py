@@ -5,6 +5,10 @@ import os
 
 import pytest
 
+# JAX on a machine with a GPU puts its arrays there; the interop tests are about host memory (to_jax's
+# callbacks, zero-copy DLPack of CPU arrays), so the session's JAX is the CPU's unless one says otherwise
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 from op_util import BINDINGS, CPP, CUSTOM_SRC, ROOT, load_op  # noqa: F401  (helpers live there)
 
 # fixtures whose setup compiles: every test using one is marked `build` (tests/build_guard.py)
