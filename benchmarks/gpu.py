@@ -1,13 +1,17 @@
-"""GPU timings (issue 12's goals): a custom CUDA Function op call, a bandwidth-bound add against CuPy's,
-an aot CUDA op call. Prints "no GPU" with the reason and exits 0 where no GPU is usable.
+"""GPU timings (issue 25's goals): a custom CUDA Function op call against the same op as a PyTorch C++
+extension (torch.autograd.Function, built by cpp_extension.load), a bandwidth-bound add against CuPy's,
+an aot CUDA op call. Prints "no GPU" with the reason and exits 0 where no GPU is usable; the torch
+column is skipped, saying so, without a CUDA build of torch.
 
     python benchmarks/gpu.py
+    python benchmarks/gpu.py --build-torch-only   # build the torch reference and exit (a warm-up)
 
 Timings: benchmarks/timing.py (interleaved rounds with the device synchronized around each block,
 medians with min-max, ratios round by round). A failing nvcc prints FAIL and the exit status is 1.
 """
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 import tempfile
@@ -26,25 +30,63 @@ HERE = timing.HERE
 ROUNDS = 7
 
 
-def main() -> int:
+def torch_reference(torch):
+    """The torch C++ extension of the same op (benchmarks/torch_cuda_square_plus.cu), or None after a line
+    saying why its column is skipped (no torch, a CPU-only torch)."""
+    if torch is None:
+        return None
+    if not torch.cuda.is_available():
+        print(f"torch {torch.__version__} sees no GPU: the torch column is skipped")
+        return None
+    from torch.utils.cpp_extension import load
+    return load("bench_torch_cuda_square_plus", [str(HERE / "torch_cuda_square_plus.cu")],
+                extra_cflags=["-O2"], extra_cuda_cflags=["-O2"], verbose=False)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build-torch-only", action="store_true", help="build the torch reference, then exit")
+    args = ap.parse_args(argv)
     if not rt.cuda.is_available():
         print(f"no GPU: {rt.cuda.unavailable_reason()}")
         return 0
+    if args.build_torch_only:
+        return 0 if torch_reference(timing.load_torch()) is not None else 1
     import cupy as cp
     from opbuilder import CustomOpBuilder
-    timing.header("GPU timings", ROUNDS)
+    torch = timing.load_torch()
+    timing.header("GPU timings", ROUNDS, torch)
     report = Report()
     sync = rt.cuda.synchronize
     cu = HERE.parent / "tests" / "cuda" / "cuda_function_ops.cu"
     mod = CustomOpBuilder("cuda_function_ops", [str(cu)], backend="GPU").load()
+    try:
+        tmod = torch_reference(torch)
+    except Exception as e:  # a failed nvcc/ninja build of the reference: its rows are not measured
+        report.fail("torch C++ extension column", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        tmod = None
     x1 = Tensor(np.ones(1), rt.float64, "GPU")
+    fwd = {"opbuilder": lambda: mod.square_plus(x1, 1.0)}
+    if tmod is not None:
+        tx1 = torch.ones(1, dtype=torch.float64, device="cuda")
+        fwd["torch"] = lambda: tmod.square_plus(tx1, 1.0)
     with rt.no_grad():
-        t_fn = interleaved({"fn": lambda: mod.square_plus(x1, 1.0)}, 2000, ROUNDS, sync=sync)["fn"]
-    print(f"custom CUDA Function op, 1 element, no grad: {t_fn.fmt('us')} per call")
+        t_fn = interleaved(fwd, 2000, ROUNDS, sync=sync)
     x1.requires_grad_()
-    t_fb = interleaved({"fb": lambda: rt.grad(lambda a: mod.square_plus(a, 1.0).sum())(x1)}, 500, ROUNDS,
-                       sync=sync)["fb"]
-    print(f"forward+backward of the custom CUDA op, 1 element: {t_fb.fmt('us')}")
+    fb = {"opbuilder": lambda: rt.grad(lambda a: mod.square_plus(a, 1.0).sum())(x1)}
+    if tmod is not None:
+        gx1 = tx1.clone().requires_grad_(True)
+        fb["torch"] = lambda: torch.autograd.grad(tmod.square_plus(gx1, 1.0).sum(), gx1)
+    t_fb = interleaved(fb, 500, ROUNDS, sync=sync)
+    for label, t in (("1 element, no grad", t_fn), ("1 element, forward+backward", t_fb)):
+        line = f"custom CUDA Function op, {label}: opbuilder {t['opbuilder'].fmt('us')}"
+        if "torch" in t:
+            r = ratio(t["opbuilder"], t["torch"])
+            print(f"{line}, torch C++ extension {t['torch'].fmt('us')} ({r.fmt('x')})")
+            report.goal(f"custom CUDA Function op, {label}: <= torch's C++ extension op", r.median <= 1.0,
+                        f"{r.median:.2f}x")
+        else:
+            print(line)
 
     n = 64 << 20
     a, b = cp.ones(n, cp.float32), cp.ones(n, cp.float32)

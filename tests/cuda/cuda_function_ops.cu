@@ -56,6 +56,7 @@ class SquarePlus : public Function<SquarePlus> {
 PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
   m.def("square_plus", [](const TensorPtr &x, double s) { return SquarePlus::Apply(x, s); });
   m.def("device_of", [](const TensorPtr &x) { return x->device(); });
+  m.def("data_ptr", [](const TensorPtr &x) { return reinterpret_cast<std::uintptr_t>(x->data_ptr()); });
   m.def("stream", []() { return reinterpret_cast<std::uintptr_t>(cuda::CurrentStream()); });
   m.def("bad_launch", []() { OB_CUDA_CHECK(cudaSetDevice(-1)); });
 }
