@@ -40,7 +40,8 @@ def torch_reference(torch):
         return None
     from torch.utils.cpp_extension import load
     return load("bench_torch_cuda_square_plus", [str(HERE / "torch_cuda_square_plus.cu")],
-                extra_cflags=["-O2"], extra_cuda_cflags=["-O2"], verbose=False)
+                extra_cflags=["-O2"], extra_cuda_cflags=["-O2"],
+                extra_include_paths=[str(HERE.parent / "tests" / "cuda")], verbose=False)
 
 
 def main(argv=None) -> int:

@@ -5,23 +5,14 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>
 
+#include "square_plus_kernels.cuh"  // tests/cuda: the .cu op's own kernels
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 namespace {
-constexpr int kThreads = 256;
-
-__global__ void SquarePlusKernel(const double *x, double s, double *y, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = x[i] * x[i] + s * x[i];
-}
-
-__global__ void SquarePlusGradKernel(const double *x, const double *g, double s, double *dx, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dx[i] = g[i] * (2.0 * x[i] + s);
-}
-
-unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+using square_plus::Blocks;
+using square_plus::kThreads;
 
 struct SquarePlus : public torch::autograd::Function<SquarePlus> {
   static torch::Tensor forward(AutogradContext *ctx, const torch::Tensor &x, double s) {
@@ -30,7 +21,7 @@ struct SquarePlus : public torch::autograd::Function<SquarePlus> {
     torch::Tensor y = torch::empty_like(xc);
     const int64_t n = xc.numel();
     if (n > 0) {
-      SquarePlusKernel<<<Blocks(n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      square_plus::Forward<<<Blocks(n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
           xc.data_ptr<double>(), s, y.data_ptr<double>(), n);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
@@ -44,7 +35,7 @@ struct SquarePlus : public torch::autograd::Function<SquarePlus> {
     torch::Tensor dx = torch::empty_like(x);
     const int64_t n = x.numel();
     if (n > 0) {
-      SquarePlusGradKernel<<<Blocks(n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      square_plus::Backward<<<Blocks(n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
           x.data_ptr<double>(), g.data_ptr<double>(), ctx->saved_data["s"].toDouble(), dx.data_ptr<double>(), n);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }

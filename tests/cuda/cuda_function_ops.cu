@@ -2,22 +2,12 @@
 // Compiled with nvcc by tests/test_cuda_build.py (no GPU needed) and run by
 // tests/test_gpu_runtime.py on a GPU.
 #include "opbuilder/extension.h"
+#include "square_plus_kernels.cuh"
 using namespace opbuilder;
 
 namespace {
-constexpr int kThreads = 256;
-
-__global__ void SquarePlusKernel(const double *x, double s, double *y, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = x[i] * x[i] + s * x[i];
-}
-
-__global__ void SquarePlusGradKernel(const double *x, const double *g, double s, double *dx, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dx[i] = g[i] * (2.0 * x[i] + s);
-}
-
-unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+using square_plus::Blocks;
+using square_plus::kThreads;
 
 TensorPtr Check(const TensorPtr &t, const char *what) {
   if (!t->is_cuda()) throw pybind11::value_error(std::string(what) + " must be a GPU tensor, got one on " + t->device());
@@ -32,7 +22,7 @@ class SquarePlus : public Function<SquarePlus> {
     auto y = Tensor::empty_like(x);
     const int64_t n = x->numel();
     if (n > 0) {
-      SquarePlusKernel<<<Blocks(n), kThreads, 0, cuda::CurrentStream()>>>(x->data<double>(), s, y->data<double>(), n);
+      square_plus::Forward<<<Blocks(n), kThreads, 0, cuda::CurrentStream()>>>(x->data<double>(), s, y->data<double>(), n);
       OB_CUDA_CHECK(cudaGetLastError());
     }
     ctx->SaveForBackward({x});
@@ -45,7 +35,7 @@ class SquarePlus : public Function<SquarePlus> {
     auto dx = std::make_shared<Tensor>(x->dtype(), x->shape(), x->device());
     const int64_t n = x->numel();
     if (n > 0) {
-      SquarePlusGradKernel<<<Blocks(n), kThreads, 0, cuda::CurrentStream()>>>(
+      square_plus::Backward<<<Blocks(n), kThreads, 0, cuda::CurrentStream()>>>(
           x->data<double>(), g->data<double>(), ctx->saved_data["s"].cast<double>(), dx->data<double>(), n);
       OB_CUDA_CHECK(cudaGetLastError());
     }
