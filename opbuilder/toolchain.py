@@ -137,17 +137,30 @@ def links_with_lto(cxx: Compiler, state_dir: Optional[Path]) -> bool:
     def probe():
         import subprocess
         import tempfile
+
+        def run(args, **kw):
+            return subprocess.run([*cxx.argv, *args], capture_output=True, text=True, timeout=120,
+                                  stdin=kw.pop("stdin", subprocess.DEVNULL), **kw)
         with tempfile.TemporaryDirectory(prefix="opbuilder-lto-") as d:
             try:
-                out = subprocess.run([*cxx.argv, "-flto", "-fPIC", "-shared", "-x", "c++", "-", "-o",
-                                      os.path.join(d, "probe.so")], input="int opbuilder_lto_probe() { return 0; }\n",
-                                     capture_output=True, text=True, timeout=120)
-                ok = out.returncode == 0
+                ok = run(["-flto", "-fPIC", "-shared", "-x", "c++", "-", "-o", os.path.join(d, "probe.so")],
+                         stdin=None, input="int opbuilder_lto_probe() { return 0; }\n").returncode == 0
             except (OSError, subprocess.SubprocessError):
                 ok = False
-        return {"lto": ok}, [cxx.path]
+        # the answer depends on the parts the link runs too: installing or removing one asks again
+        parts = [cxx.path]
+        for flag, name in (("-print-prog-name=", "lto-wrapper"), ("-print-file-name=", "liblto_plugin.so"),
+                           ("-print-prog-name=", "ld")):
+            try:
+                found = run([flag + name]).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                continue
+            found = found if os.path.isabs(found) else (which(found) or "") if found == "ld" else ""
+            if found and os.path.exists(found):
+                parts.append(os.path.realpath(found))
+        return {"lto": ok}, parts
 
-    return bool(remembered(state_dir, f"lto {cxx.identity}", probe, inputs=[cxx.path], schema={"lto": bool})["lto"])
+    return bool(remembered(state_dir, f"lto {cxx.identity}", probe, schema={"lto": bool})["lto"])
 
 
 def _resolve(cmd: str, what: str) -> Tuple[str, ...]:

@@ -148,8 +148,9 @@ def test_a_gcc_that_cannot_link_lto_objects_builds_without_lto(tmp_path, tiny, m
     (asked once per compiler and remembered), instead of every pybind11 module failing to link."""
     import json
     import shutil
+    import subprocess
 
-    from opbuilder.toolchain import find_compiler
+    from opbuilder.toolchain import find_compiler, links_with_lto
 
     gxx = shutil.which("g++")
     if gxx is None or find_compiler(None).family != "gcc":
@@ -167,9 +168,50 @@ def test_a_gcc_that_cannot_link_lto_objects_builds_without_lto(tmp_path, tiny, m
     assert "-flto" not in rules["cxx"] and not any(a.startswith("-flto") for a in rules["link"])
     records = json.loads((cache / "toolchains.json").read_text())
     assert [r["facts"] for k, r in records.items() if k.startswith("lto ")] == [{"lto": False}]
-    monkeypatch.delenv("CXX")  # the real g++ links LTO objects: its builds keep using LTO
+    monkeypatch.delenv("CXX")  # the real compiler is asked for itself: a g++ that links LTO objects keeps LTO
     CustomOpBuilder("flags_working_lto", [tiny], build_dir=cache).build()
-    assert "-flto" in _commands(cache, "flags_working_lto")["cxx"]
+    real = find_compiler(cache)
+    # the probe's answer, against this test's own -flto link with the real compiler
+    so = tmp_path / "lto_check.so"
+    links = subprocess.run([*real.argv, "-flto", "-fPIC", "-shared", "-x", "c++", "-", "-o", str(so)],
+                           input="int f() { return 1; }\n", capture_output=True, text=True).returncode == 0
+    assert links_with_lto(real, cache) == links
+    assert ("-flto" in _commands(cache, "flags_working_lto")["cxx"]) == links
+
+
+_LTO_PART_GCC = """#!/bin/sh
+# g++ whose LTO link works while {part} (its lto-wrapper) exists
+for a in "$@"; do case "$a" in -print-prog-name=lto-wrapper) echo {part}; exit 0;; esac; done
+lto=0; shared=0
+for a in "$@"; do case "$a" in -flto*) lto=1;; -shared) shared=1;; esac; done
+if [ $lto = 1 ] && [ $shared = 1 ] && [ ! -e {part} ]; then echo "could not run lto-wrapper" >&2; exit 1; fi
+exec {gxx} "$@"
+"""
+
+
+def test_the_lto_answer_is_asked_again_when_the_parts_the_link_runs_change(tmp_path):
+    """The answer is remembered with the stamps of the compiler and of what an LTO link runs
+    (lto-wrapper, the plugin, ld): removing or installing one of them asks again."""
+    import shutil
+
+    from opbuilder.toolchain import Compiler, links_with_lto
+
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("needs g++")
+    part = tmp_path / "lto-wrapper"
+    part.write_text("")
+    wrapper = tmp_path / "g++-with-a-part"
+    wrapper.write_text(_LTO_PART_GCC.format(part=part, gxx=gxx))
+    wrapper.chmod(0o755)
+    time.sleep(0.2)  # facts about files changed in the last 0.1 s are not stored (probe_cache.SETTLE_NS)
+    cxx = Compiler((str(wrapper),), str(wrapper), f"g++ behind {wrapper}", "gcc", "test")
+    state = tmp_path / "state"
+    state.mkdir()
+    assert links_with_lto(cxx, state)
+    assert "lto-wrapper" in (state / "toolchains.json").read_text()  # remembered with the part's stamp
+    part.unlink()
+    assert not links_with_lto(cxx, state)
 
 
 _CPU = "processor\t: {n}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\ncpu MHz\t\t: {mhz}\nflags\t\t: {flags}\n\n"
