@@ -66,6 +66,7 @@ def test_the_gpu_paths_call_gives_each_call_its_own_error_on_host_memory_too():
     between a failed call and that look raised the failed call's error, which then raised nothing."""
     from runtime.ops.aot_device import call_pointers
     op = ops.Custom(f"{SRC}:BySign", out_shape=[1], out_dtype=rt.float32)
+    op._load_path()  # what the op's first call does
 
     def via_pointers(x):
         ins, out = np.array([x], np.float32), np.zeros(1, np.float32)
@@ -90,6 +91,7 @@ def test_the_gpu_paths_call_gives_each_call_its_own_error_on_host_memory_too():
 
 def test_the_call_path_refuses_malformed_params():
     op = ops.Custom(f"{SRC}:Counted", out_shape=[2], out_dtype=rt.float32)
+    op._load_path()  # what the op's first call does
     fn, extra = op._kernel.fn, op._extra.address
     with pytest.raises(TypeError, match=r"^call_at\(fn, extra, pointers, shapes, dtypes, stream\): pointers, "
                                         r"shapes and dtypes must be tuples of one length$"):
@@ -105,6 +107,7 @@ def test_the_call_path_refuses_malformed_params():
 def test_a_dtype_the_abi_has_no_name_for_is_refused_by_name():
     from runtime.ops.aot_device import call_pointers
     op = ops.Custom(f"{SRC}:Counted", out_shape=[2], out_dtype=rt.float32)
+    op._load_path()
     with pytest.raises(TypeError, match=r"^aot operators take no datetime64\[s\] tensors \(they take float16, "):
         call_pointers(op._call, op._kernel.fn, op._extra.address, [0], [((1,), np.dtype("datetime64[s]"))], 0)
 

@@ -46,6 +46,10 @@ ShapeArg = Union[None, Sequence[Any], Callable[..., Any]]
 DtypeArg = Union[None, Any, Callable[..., Any]]
 
 
+class _NotLoaded(Exception):
+    """What ``except self._failed`` names until an op's call path is loaded; nothing raises it."""
+
+
 class Custom:
     """An operator whose forward is ``func``; see docs/custom_ops.md.
 
@@ -122,25 +126,19 @@ class Custom:
         self._released: Optional[ExtraBlock] = None  # the block whose kernel data is deleted with the op
         self._host: Optional[Tuple[Any, ...]] = None  # _ready_host's, after the first call
         self._fast: Optional[Tuple[Any, ...]] = None  # _ready_host's, for fixed output specs
+        self._run: Optional[Callable[..., Any]] = None  # numpy arrays (_load_path)
+        self._call: Optional[Callable[..., Any]] = None  # device memory, aot_device.py (_load_path)
+        self._failed: type = _NotLoaded  # KernelFailed: (status, error text) of the call that failed
         if self._kernel is not None or self._hybrid is not None:
             self._extra = self._make_extra()
 
-    # The compiled call path (aot_trampoline.py) is loaded at the first call, not here: making an op
-    # (at a module's import, say) compiles nothing, and an op whose first call fails never needs it.
-    @property
-    def _run(self) -> Callable[..., Any]:
-        """The call on numpy arrays."""
-        return trampoline().run
-
-    @property
-    def _call(self) -> Callable[..., Any]:
-        """The call on device memory (aot_device.py)."""
-        return trampoline().call_at
-
-    @property
-    def _failed(self) -> type:
-        """KernelFailed: (status, error text) of the one call that failed."""
-        return trampoline().KernelFailed
+    def _load_path(self) -> None:
+        """The compiled call path (aot_trampoline.py), loaded at an aot or hybrid op's first call, not when
+        the op is made: making an op (at a module's import, say) compiles nothing. Until then ``_failed``
+        is ``_NotLoaded``, so an ``except self._failed`` clause loads and builds nothing either."""
+        if self._run is None:
+            path = trampoline()
+            self._failed, self._call, self._run = path.KernelFailed, path.call_at, path.run
 
     def __repr__(self) -> str:
         return f"Custom(func={self.func!r}, func_type={self.func_type!r})"
@@ -335,6 +333,7 @@ class Custom:
     def _call_aot(self, arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec, ...]) -> Tuple[np.ndarray, ...]:
         k = self._kernel
         assert k is not None and self._extra is not None
+        self._load_path()
         if k.cuda is not None:
             return self._call_aot_device(arrays, specs)
         if not self._initialized:
@@ -379,6 +378,7 @@ class Custom:
                 f"pointers. Put the inputs on the GPU (Tensor(..., device='GPU'), .to('GPU'), or "
                 f"set_context(device_target='GPU'))" + (f"; no GPU is usable here: {why}" if why else ""))
         from .aot_device import call_on_device, init_on_device
+        self._load_path()
         if not self._initialized:
             self._init_once(init_on_device, arrays, specs)
         sizes = self._extra.workspace_sizes() if k.init is not None else ()

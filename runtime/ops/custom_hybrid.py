@@ -32,7 +32,9 @@ class HybridOp(Protocol):
     _hybrid: Optional[HybridKernel]
     _extra: Any  # the op's ExtraBlock once initialized
     _failed: Any  # the exception type its call path raises for a failed kernel
-    _run: Callable[..., Any]  # its call path's run(fn, extra address, arrays, specs, scratch)
+    _run: Callable[..., Any]  # its call path's run(fn, extra address, arrays, specs, scratch), once loaded
+
+    def _load_path(self) -> None: ...
 
     def _declared(self, fn: Callable[..., Any], what: str, args: List[Any], want: str) -> Any: ...
     def _normalize(self, shapes: Any, dtypes: Any) -> Tuple[Spec, ...]: ...
@@ -104,6 +106,7 @@ def call_hybrid(op: HybridOp, arrays: Tuple[np.ndarray, ...], specs: Tuple[Spec,
             outs.append(np.ascontiguousarray(o, dtype=dt))
         return outs
     k = hk.compiled(signature_of(arrays))
+    op._load_path()
     try:
         return list(op._run(k.fn, op._extra.address, arrays, specs, ()))
     except op._failed as e:  # this call's own status and error text (a debug index error, an output size)
