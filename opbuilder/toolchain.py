@@ -155,7 +155,8 @@ def links_with_lto(cxx: Compiler, state_dir: Optional[Path]) -> bool:
                 found = run([flag + name]).stdout.strip()
             except (OSError, subprocess.SubprocessError):
                 continue
-            found = found if os.path.isabs(found) else (which(found) or "") if found == "ld" else ""
+            if not os.path.isabs(found):  # gcc names a part it has no path for as it is: only ld is on PATH
+                found = (which(found) or "") if name == "ld" else ""
             if found and os.path.exists(found):
                 parts.append(os.path.realpath(found))
         return {"lto": ok}, parts

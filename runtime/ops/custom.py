@@ -363,6 +363,7 @@ class Custom:
 
     def _call_aot_device(self, arrays: Tuple[Any, ...], specs: Tuple[Spec, ...]) -> Tuple[Any, ...]:
         """A CUDA library: device pointers and the current stream; host tensors are refused, never passed.
+        Called by ``_call_aot``, which has loaded the call path.
 
         Only the arrays differ from the host path: Init runs once through ``_init_once`` and the kernel
         call goes through the same compiled call (its own ``extra``, a failure raised as ``_error``)."""
@@ -378,7 +379,6 @@ class Custom:
                 f"pointers. Put the inputs on the GPU (Tensor(..., device='GPU'), .to('GPU'), or "
                 f"set_context(device_target='GPU'))" + (f"; no GPU is usable here: {why}" if why else ""))
         from .aot_device import call_on_device, init_on_device
-        self._load_path()
         if not self._initialized:
             self._init_once(init_on_device, arrays, specs)
         sizes = self._extra.workspace_sizes() if k.init is not None else ()
