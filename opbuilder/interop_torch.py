@@ -33,6 +33,7 @@ from runtime.autograd.grad_mode import _state as _rt_grad
 from runtime.dlpack_host import torch_array as _torch_array
 from runtime.tensor import Tensor as _Tensor
 
+from . import torch_bridge as _torch_bridge
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
 
 __all__ = ["to_torch"]
@@ -415,9 +416,29 @@ def _wrapper(op: _Op) -> Callable:
                 return out[0] if single[0] else out
         return general(*args)
 
-    call.__name__ = call.__qualname__ = op.name
-    call.__doc__ = op.fn.__doc__
-    return call
+    entry = call
+    # only a C++ function: a Python one (or an aot op) would see torch tensors outside the bridge's frame
+    native = isinstance(op.fn, types.BuiltinFunctionType) or type(op.fn).__name__ == "nb_func"
+    if native and _torch_bridge.enabled():
+        bridged: List[Any] = [None]  # the C++ bridge's Op, once the bridge is loaded
+
+        def entry(*args: Any) -> Any:
+            # eager calls go to the C++ bridge (include/opbuilder/torch_bridge.cpp), which calls the
+            # operator itself for plain CPU tensors and `call` for everything else
+            if not _is_compiling():
+                fast = bridged[0]
+                if fast is None:
+                    bridge = _torch_bridge.ready()  # starts its build; None until it is loaded
+                    if bridge is None:
+                        return call(*args)
+                    fast = bridged[0] = bridge.Op(op.fn, call, op.by_sig)
+                return fast(*args)
+            return call(*args)
+
+        entry.bridged = bridged  # type: ignore[attr-defined]  # tests read the Op's fast_calls
+    entry.__name__ = entry.__qualname__ = op.name
+    entry.__doc__ = op.fn.__doc__
+    return entry
 
 
 def _specs(keys: Sequence[Any], sig: str) -> list:

@@ -9,6 +9,7 @@ every built operator at run time. A new name native code needs goes here first.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Tuple
 
 from .autograd.grad_mode import _state  # the per-thread grad mode: C++ reads and sets `_state.enabled`
@@ -16,8 +17,8 @@ from .jit.tracing import cpp_hook, flag_address  # Function<T>::Apply under a ji
 from .dtypes import bfloat16  # a DType: its `.np` imports ml_dtypes on first use (C++ BFloat16Descr)
 from .tensor import Tensor
 
-__all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap", "current_stream_ptr",
-           "TENSOR_ATTRS", "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
+__all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
+           "current_stream_ptr", "bridge_slot_address", "TENSOR_ATTRS", "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
 
 # runtime.Tensor attributes native code reads or sets (class-level defaults keep a fresh tensor cheap)
 TENSOR_ATTRS: Tuple[str, ...] = ("_data", "requires_grad", "_node", "_out_index", "_version")
@@ -25,6 +26,15 @@ TENSOR_ATTRS: Tuple[str, ...] = ("_data", "requires_grad", "_node", "_out_index"
 GRAD_STATE_ATTRS: Tuple[str, ...] = ("enabled",)
 # runtime.device_memory's functions, for GPU tensors only: imported on first use (__getattr__ below)
 DEVICE_NAMES: Tuple[str, ...] = ("allocate", "describe", "wrap", "current_stream_ptr")
+
+# A framework bridge's C table (include/opbuilder/detail/foreign_api.h), null until one is loaded:
+# opbuilder's torch bridge stores its address here when it is imported; operators read it.
+bridge_slot = ctypes.c_void_p(0)
+
+
+def bridge_slot_address() -> int:
+    """The address of ``bridge_slot`` (read by operators, written by a bridge)."""
+    return ctypes.addressof(bridge_slot)
 
 
 def __getattr__(name: str) -> Any:

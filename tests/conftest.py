@@ -8,6 +8,9 @@ import pytest
 # JAX on a machine with a GPU puts its arrays there; the interop tests are about host memory (to_jax's
 # callbacks, zero-copy DLPack of CPU arrays), so the session's JAX is the CPU's unless one says otherwise
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# to_torch's C++ bridge compiles against torch's headers (~15 s): tests that want it turn it on
+# through the `torch_bridge` fixture; every other to_torch call takes the Python path
+os.environ.setdefault("OPBUILDER_TORCH_BRIDGE", "0")
 
 from op_util import BINDINGS, CPP, CUSTOM_SRC, ROOT, load_op  # noqa: F401  (helpers live there)
 
@@ -18,6 +21,7 @@ BUILD_FIXTURES = frozenset({
     "cuda_ops", "diff_kernels", "gemm_lib", "host_so", "mul_ops", "name_kernels",
     "native_lib", "nvcc", "own_ops", "xla_ffi_ops", "project", "seed_003_ops", "seed_backend",
     "seed_ms_ops", "seed_ops", "dlpack_ops", "shape_ops", "seed_so", "swish_ops", "torch_leaky_relu_lib",
+    "torch_bridge", "torch_path",
 })
 
 
@@ -37,6 +41,22 @@ def cache_dir(tmp_path_factory):
         os.environ.pop("OPBUILDER_CACHE_DIR", None)
     else:
         os.environ["OPBUILDER_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def torch_bridge(cache_dir):
+    """to_torch's C++ bridge (opbuilder/torch_bridge.py), built once per session; a test turns it on
+    for its own to_torch calls with OPBUILDER_TORCH_BRIDGE=1 (see `torch_path` in test_interop_torch.py)."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
+    from opbuilder import torch_bridge as bridge
+    mp = pytest.MonkeyPatch()
+    mp.setenv(bridge.ENV, "1")
+    try:
+        module = bridge.ready(wait=True)
+    finally:
+        mp.undo()
+    assert module is not None, bridge.status()
+    return module
 
 
 @pytest.fixture(scope="session")

@@ -71,6 +71,7 @@ struct SavedSlot {
   bool weak = false;
   std::int64_t version = 0;
   std::vector<VersionWatch> aliases;  // outputs over a saved argument's memory
+  bool foreign = false;  // `version` is the framework tensor's (a bridge call's argument)
 };
 
 // What Apply and the recorded node keep in a context (not for operator authors).
@@ -160,6 +161,8 @@ class OB_HIDDEN AutogradContext {
   // An error naming the slot if `src` (a runtime.Tensor, or a weak reference to one) moved from `version`.
   void CheckSavedVersion(const detail::Runtime &rt, std::size_t slot, PyObject *src, bool weak,
                          std::int64_t version) const;
+  void CheckForeignVersion(const detail::Runtime &rt, std::size_t slot, const Tensor &t, std::int64_t version) const;
+  void VersionError(std::size_t slot, std::int64_t now, std::int64_t version) const;
 
   friend detail::ContextState &detail::State(AutogradContext &ctx);
   friend const detail::ContextState &detail::State(const AutogradContext &ctx);
@@ -289,6 +292,7 @@ inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPt
     }
     if (orig != nullptr) orig->copy_from(*d);
     if (d->py_object() != nullptr) BumpVersion(rt, d->py_object());
+    if (void *h = ForeignHandle(orig != nullptr ? *orig : *d)) (*rt.bridge_slot)->bump_version(h);
   }
   for (const auto &d : c.dirty) {
     if (IndexOf(outs, d.get()) < 0) {
@@ -591,11 +595,22 @@ inline void AutogradContext::CheckSavedVersion(const detail::Runtime &rt, std::s
   }
   if (src == nullptr || src == Py_None) return;  // no Python object, or one that is gone
   const std::int64_t now = detail::PyVersion(rt, src);
-  if (now != version) {
-    throw std::runtime_error("one of the tensors saved for backward by " + function_name() + " (saved slot " +
-                             std::to_string(slot) + ") has been modified by an in-place operation: it is at version " +
-                             std::to_string(now) + ", but was saved at version " + std::to_string(version));
-  }
+  if (now != version) VersionError(slot, now, version);
+}
+
+inline void AutogradContext::CheckForeignVersion(const detail::Runtime &rt, std::size_t slot, const Tensor &t,
+                                                 std::int64_t version) const {
+  void *h = detail::ForeignHandle(t);
+  const detail::ForeignApi *api = *rt.bridge_slot;
+  if (h == nullptr || api == nullptr) return;
+  const std::int64_t now = api->version(h);
+  if (now != version) VersionError(slot, now, version);
+}
+
+inline void AutogradContext::VersionError(std::size_t slot, std::int64_t now, std::int64_t version) const {
+  throw std::runtime_error("one of the tensors saved for backward by " + function_name() + " (saved slot " +
+                           std::to_string(slot) + ") has been modified by an in-place operation: it is at version " +
+                           std::to_string(now) + ", but was saved at version " + std::to_string(version));
 }
 
 #if OB_CORE_BODIES  // members: declared in their class
@@ -635,6 +650,7 @@ OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
   out.reserve(st.saved.size());
   for (std::size_t i = 0; i < st.saved.size(); ++i) {
     const detail::SavedSlot &s = st.saved[i];
+    if (s.foreign) CheckForeignVersion(rt, i, *s.tensor, s.version);
     CheckSavedVersion(rt, i, s.version_source.get(), s.weak, s.version);
     for (const auto &w : s.aliases) CheckSavedVersion(rt, i, w.source.get(), w.weak, w.version);
     out.push_back(s.tensor);
@@ -662,6 +678,233 @@ struct FunctionCall {
   PyObject *(*name_py)();
 };
 
+// The tensor the caller passed for argument i (Forward may have a private copy of it).
+inline Tensor *CallerArg(const FunctionCall &f, std::size_t i) {
+  return f.originals[i] != nullptr ? f.originals[i] : f.args[i];
+}
+
+// ---- Function<T> called through a framework bridge (to_torch's C++ path) --------------
+// The node goes into the framework's graph (ForeignApi::record) and runs Backward from there;
+// arguments and gradients cross as views of the framework's memory (detail/foreign_api.h).
+
+struct ForeignNodeState : NodeState {
+  const ForeignApi *api = nullptr;
+};
+
+inline bool ForeignWantsGrad(const Tensor *t) {
+  return t != nullptr && t->requires_grad() && IsDifferentiable(t->dtype()) && ForeignHandle(*t) != nullptr;
+}
+
+// ForeignNode::backward: the framework's gradients in, Backward's (checked, owned) out.
+OB_CORE_FN int ForeignBackward(void *state, const ForeignTensor *grads, std::size_t ngrads, ForeignTensor *out,
+                               void **keep, std::size_t nargs) noexcept OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  auto *s = static_cast<ForeignNodeState *>(state);
+  for (std::size_t i = 0; i < nargs; ++i) {
+    out[i] = ForeignTensor{nullptr, nullptr, nullptr, -1, 0, 0, nullptr};
+    keep[i] = nullptr;
+  }
+  try {
+    TensorPtrList gl;
+    std::vector<void *> incoming;
+    gl.reserve(ngrads);
+    for (std::size_t j = 0; j < ngrads; ++j) {
+      if (grads[j].ndim < 0) {
+        gl.push_back(nullptr);
+        continue;
+      }
+      incoming.push_back(grads[j].handle);
+      gl.push_back(TensorFromForeign(*s->api, grads[j], false));
+    }
+    const ContextState &st = State(*s->ctx);
+    const std::string &name = *st.name;
+    TensorPtrList res = s->backward(s->ctx.get(), std::move(gl));
+    const std::size_t n = res.size();
+    for (std::size_t i = n; i < nargs; ++i) {
+      if (i < st.needs.size() && st.needs[i]) {
+        throw std::runtime_error("backward of " + name + " returned " + std::to_string(n) +
+                                 " gradients, but its forward took " + std::to_string(nargs) + " arguments and argument " +
+                                 std::to_string(i) + " needs a gradient (return one gradient, or None, per argument)");
+      }
+    }
+    for (std::size_t i = nargs; i < n; ++i) {
+      if (res[i]) {
+        throw std::runtime_error("backward of " + name + " returned " + std::to_string(n) +
+                                 " gradients, but its forward took " + std::to_string(nargs) +
+                                 " arguments (expected one gradient, or None, per argument)");
+      }
+    }
+    const Runtime &rt = Runtime::Get();
+    for (std::size_t i = 0; i < n && i < nargs; ++i) {
+      if (!res[i]) continue;
+      const TensorMeta &m = s->in_meta[i];
+      if (!m.is_tensor) {
+        throw std::runtime_error("backward of " + name + " returned a gradient for argument " + std::to_string(i) +
+                                 ", which is not a tensor");
+      }
+      if (i >= st.needs.size() || !st.needs[i]) continue;  // nothing to send it to
+      if (res[i]->dtype() != m.dtype) {
+        throw TypeError("backward of " + name + " returned a gradient of dtype " + DataTypeName(res[i]->dtype()) +
+                        " for argument " + std::to_string(i) + ", whose dtype is " + DataTypeName(m.dtype));
+      }
+      if (res[i]->is_cuda()) {
+        throw std::runtime_error("backward of " + name + " returned a GPU gradient for argument " +
+                                 std::to_string(i) + ", a CPU tensor");
+      }
+      void *h = ForeignHandle(*res[i]);
+      bool over_incoming = false;
+      for (void *g : incoming) over_incoming = over_incoming || (h != nullptr && h == g);
+      // a gradient owns its memory: a saved or input tensor handed back goes out as a copy
+      TensorPtr r = over_incoming || FreshGradient(rt, res[i]) ? res[i] : res[i]->contiguous_copy();
+      out[i] = ForeignOf(*r);
+      keep[i] = out[i].handle;
+    }
+    return 0;
+  } catch (...) {
+    for (std::size_t i = 0; i < nargs; ++i) {
+      if (keep[i] != nullptr) DropForeignKeep(keep[i]);
+      keep[i] = nullptr;
+      out[i].ndim = -1;
+    }
+    s->set_error();
+    return -1;
+  }
+}
+#endif
+
+OB_CORE_FN void ForeignRelease(void *state) noexcept OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  ContextRelease(*static_cast<ForeignNodeState *>(state)->ctx);
+}
+#endif
+
+OB_CORE_FN void ForeignDestroy(void *state) noexcept OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  delete static_cast<ForeignNodeState *>(state);
+}
+#endif
+
+// RunFunction inside a bridge call: Forward (with the framework's grad mode off while recording),
+// outputs as the framework's tensors (an in-place output is the caller's own object), and, when an
+// argument needs a gradient, the node recorded in the framework's graph. Saved arguments' versions
+// are the framework's; a saved output is kept without its object (no cycle through the node).
+OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, const FunctionCall &f,
+                                   TensorPtr *single, TensorPtrList *list) OB_CORE_DECL
+#if OB_CORE_BODIES
+{
+  bool wants = false;
+  for (std::size_t i = 0; i < f.nargs; ++i) wants = wants || ForeignWantsGrad(CallerArg(f, i));
+  const bool record = wants && api.grad_enabled() != 0;
+  std::unique_ptr<AutogradContext, ContextDeleter> ctx(new AutogradContext);
+  ContextState &st = State(*ctx);
+  st.name = f.name;
+  st.args = f.args;
+  st.originals = f.originals;
+  st.nargs = f.nargs;
+  std::vector<void *> inputs(f.nargs, nullptr);
+  std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
+  double phase = 0;
+  if (record) {
+    st.needs.assign(f.nargs, false);
+    for (std::size_t i = 0; i < f.nargs; ++i) {
+      if (!ForeignWantsGrad(CallerArg(f, i))) continue;
+      st.needs[i] = true;
+      inputs[i] = ForeignHandle(*CallerArg(f, i));
+    }
+    phase = NextFingerprintPhase();
+    for (std::size_t i = 0; i < f.nargs; ++i) {
+      if (f.args[i] != nullptr) fingerprints[i] = Fingerprint(*f.args[i], phase);
+    }
+    const int prev = api.set_grad_enabled(0);
+    try {
+      f.forward(ctx.get(), f.call, single, list);
+    } catch (...) {
+      api.set_grad_enabled(prev);
+      throw;
+    }
+    api.set_grad_enabled(prev);
+  } else {
+    f.forward(ctx.get(), f.call, single, list);
+  }
+  const TensorPtrList outs = single != nullptr ? AsList(std::move(*single)) : std::move(*list);
+  CheckOutputs(outs, *f.name);
+  if (record) {
+    CheckForwardWrites(rt, st, outs, fingerprints.data(), phase);
+  } else if (!st.dirty.empty()) {
+    FinishDirty(rt, st, outs);
+  }
+
+  TensorPtrList result(outs.size());
+  std::vector<PyObject *> attach(outs.size(), nullptr);
+  std::vector<int> dirty(outs.size(), 0);
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    const int ai = st.ArgIndex(outs[j].get());
+    void *own = ai >= 0 && st.IsDirty(outs[j].get()) ? ForeignHandle(*CallerArg(f, static_cast<std::size_t>(ai)))
+                                                     : nullptr;
+    TensorPtr o = Alias(outs[j]);  // bound to its object below: never the tensor Forward (or ctx) holds
+    PyRef obj;
+    if (own != nullptr) {
+      dirty[j] = 1;
+      obj = PyRef::Steal(Check(api.object_of(own)));
+    } else {
+      obj = PyRef::Steal(o->is_cuda() ? ToPython(rt, o) : WrapForeign(api, *o));
+    }
+    if (record && !o->is_cuda() && !st.IsNonDifferentiable(outs[j].get()) && IsDifferentiable(o->dtype())) {
+      attach[j] = obj.get();
+    }
+    TensorAccess::BindPython(*o, std::move(obj));
+    result[j] = std::move(o);
+  }
+
+  if (record) {
+    auto state = std::make_unique<ForeignNodeState>();
+    state->api = &api;
+    state->backward = f.backward;
+    state->set_error = f.set_error;
+    state->in_meta.reserve(f.nargs);
+    for (std::size_t i = 0; i < f.nargs; ++i) state->in_meta.push_back(MetaOf(f.args[i]));
+    st.saved.clear();
+    st.saved.reserve(st.saved_raw.size());
+    for (const auto &s : st.saved_raw) {
+      SavedSlot slot;
+      if (s && IndexOf(outs, s.get()) >= 0 && st.ArgIndex(s.get()) < 0) {
+        slot.tensor = Alias(s);  // an output: not its object (that would hold the node), not versioned here
+      } else if (s && st.IsDirty(s.get())) {
+        slot.tensor = s->contiguous_copy();  // the caller's tensor now has this node as its history
+      } else if (s) {
+        slot.tensor = s;
+        if (void *h = ForeignHandle(*s)) {
+          slot.foreign = true;
+          slot.version = api.version(h);
+        }
+      }
+      st.saved.push_back(std::move(slot));
+    }
+    st.saved_raw.clear();
+    st.saved_final = true;
+    st.args = nullptr;
+    st.originals = nullptr;
+    st.nargs = 0;
+    TensorPtrList().swap(st.dirty);
+    TensorPtrList().swap(st.non_differentiable);
+    const int materialize = st.materialize_grads ? 1 : 0;
+    state->ctx = std::move(ctx);
+    const ForeignNode node{state.release(), f.name->c_str(), f.nargs,     inputs.data(),   outs.size(),
+                           attach.data(),   dirty.data(),     materialize, &ForeignBackward, &DropForeignKeep,
+                           &ForeignRelease, &ForeignDestroy};
+    if (api.record(&node) != 0) throw PythonError();
+  }
+  if (single != nullptr) {
+    *single = std::move(result[0]);
+  } else {
+    *list = std::move(result);
+  }
+}
+#endif
+
 // Apply's work once the arguments are prepared, compiled once (the core library) rather than per
 // Function: runs Forward (recording off) and, when an argument needs a gradient and grad mode is on,
 // records the node; else only the no-grad checks. The result goes to *single or *list as Forward's.
@@ -669,6 +912,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
                             TensorPtrList *list) OB_CORE_DECL
 #if OB_CORE_BODIES
 {
+  if (const ForeignApi *api = ActiveBridge(rt)) return RunFunctionForeign(rt, *api, f, single, list);
   bool wants = false;
   for (std::size_t i = 0; i < f.nargs; ++i) wants = wants || WantsGrad(f.args[i]);
   if (!wants || !GradEnabled(rt)) {  // the fast path: nothing to record

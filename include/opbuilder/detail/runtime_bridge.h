@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/foreign_api.h"
 #include "opbuilder/detail/numpy_api.h"
 #include "opbuilder/detail/pyref.h"
 #include "opbuilder/tensor.h"
@@ -46,6 +47,8 @@ struct Runtime {
   // and the function a traced Function<T>::Apply hands itself to.
   const volatile int *trace_flag = nullptr;
   PyObject *trace_hook = nullptr;
+  // A framework bridge's table (foreign_api.h), null until one is loaded (runtime._native.bridge_slot).
+  const ForeignApi *const volatile *bridge_slot = nullptr;
 
 #if OB_CORE_SHARED
   static Runtime &Get();  // inline: reads the core library's pointer, Load() on first use
@@ -85,6 +88,10 @@ inline Runtime LoadRuntime() {
   if (PyErr_Occurred()) throw PythonError();
   r.trace_flag = reinterpret_cast<const volatile int *>(a);
   r.trace_hook = ImportAttr("runtime._native", "cpp_hook");
+  PyRef slot_address = PyRef::Steal(ImportAttr("runtime._native", "bridge_slot_address"));
+  PyRef slot = PyRef::Steal(Check(PyObject_CallNoArgs(slot_address.get())));
+  r.bridge_slot = static_cast<const ForeignApi *const volatile *>(PyLong_AsVoidPtr(slot.get()));
+  if (PyErr_Occurred()) throw PythonError();
   const int int64 = sizeof(long) == 8 ? kNpyLong : kNpyLongLong;
   const int uint64 = sizeof(long) == 8 ? kNpyULong : kNpyULongLong;
   const int nums[kNumDataTypes] = {kNpyBool,  kNpyByte,   kNpyShort,   kNpyInt,   int64,   kNpyUByte, kNpyHalf,
@@ -332,6 +339,66 @@ OB_CORE_FN TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o) OB_CORE_DE
 }
 #endif
 
+// ---- a framework bridge (to_torch's C++ fast path) ----------------------------
+// The bridge whose call is active on this thread from the current Python frame, else nullptr.
+inline const ForeignApi *ActiveBridge(const Runtime &rt) {
+  const ForeignApi *api = *rt.bridge_slot;
+  return api != nullptr && api->abi == kForeignAbi && api->active() ? api : nullptr;
+}
+
+// The storage deleter of a Tensor over a framework tensor's memory: drops the bridge's reference.
+struct ForeignOwner {
+  const ForeignApi *api;
+  void *handle;
+  void operator()(void *) const { api->release(handle); }
+};
+
+// A Tensor over a framework tensor's memory (it takes the reference in `f.handle`).
+inline TensorPtr TensorFromForeign(const ForeignApi &api, const ForeignTensor &f, bool requires_grad) {
+  std::shared_ptr<void> storage(f.data, ForeignOwner{&api, f.handle});
+  ShapeVector shape(f.shape, f.shape + f.ndim);
+  ShapeVector strides;
+  if (f.strides != nullptr) strides.assign(f.strides, f.strides + f.ndim);
+  auto t = std::make_shared<Tensor>(static_cast<DataType>(f.dtype), std::move(shape), std::move(strides), f.data,
+                                    std::move(storage), true);
+  TensorAccess::SetRequiresGrad(*t, requires_grad && f.requires_grad != 0);
+  return t;
+}
+
+// The framework's handle of a Tensor over its memory, else nullptr.
+inline void *ForeignHandle(const Tensor &t) {
+  auto *o = std::get_deleter<ForeignOwner>(t.storage());
+  return o != nullptr ? o->handle : nullptr;
+}
+
+// What a bridge's tensor keeps alive of a Tensor: its storage, shape and strides.
+struct ForeignKeep {
+  std::shared_ptr<void> storage;
+  ShapeVector shape, strides;
+};
+inline void DropForeignKeep(void *keep) { delete static_cast<ForeignKeep *>(keep); }
+
+// `t` as a ForeignTensor whose `handle` is a new ForeignKeep (DropForeignKeep frees it).
+inline ForeignTensor ForeignOf(const Tensor &t) {
+  auto keep = std::make_unique<ForeignKeep>(ForeignKeep{t.storage(), t.shape(), {}});
+  if (!t.is_contiguous()) keep->strides = t.strides();
+  ForeignTensor f{t.data_ptr(), keep->shape.data(), keep->strides.empty() ? nullptr : keep->strides.data(),
+                  static_cast<std::int32_t>(keep->shape.size()), static_cast<std::int32_t>(t.dtype()), 0, nullptr};
+  f.handle = keep.release();
+  return f;
+}
+
+// A new framework tensor over `t`'s memory (new reference).
+inline PyObject *WrapForeign(const ForeignApi &api, const Tensor &t) {
+  ForeignTensor f = ForeignOf(t);
+  PyObject *o = api.wrap(&f, f.handle, DropForeignKeep);
+  if (o == nullptr) {
+    DropForeignKeep(f.handle);
+    throw PythonError();
+  }
+  return o;
+}
+
 // A runtime.Tensor, a numpy array or any object with `__dlpack__` as a Tensor, sharing its
 // memory; nullptr for anything else (the casters' load()).
 OB_CORE_FN TensorPtr TensorFromObject(PyObject *o) OB_CORE_DECL
@@ -340,6 +407,12 @@ OB_CORE_FN TensorPtr TensorFromObject(PyObject *o) OB_CORE_DECL
   const Runtime &rt = Runtime::Get();
   if (PyObject_TypeCheck(o, rt.tensor_type)) return TensorFromPy(rt, o);
   if (rt.api->IsArray(o)) return TensorFromArray(rt, o, nullptr, false);
+  if (const ForeignApi *api = ActiveBridge(rt)) {  // a torch tensor, called through to_torch
+    ForeignTensor f;
+    const int got = api->unpack(o, &f);
+    if (got < 0) throw PythonError();
+    if (got > 0) return TensorFromForeign(*api, f, true);
+  }
   return TensorFromDlpack(rt, o);
 }
 #endif
@@ -462,13 +535,18 @@ OB_CORE_FN PyObject *ToPython(const Runtime &rt, const TensorPtr &t) OB_CORE_DEC
 }
 #endif
 
-// The casters' cast(): None for a null TensorPtr (new reference).
+// The casters' cast(): None for a null TensorPtr (new reference). Inside a bridge call, a host
+// tensor bound to no Python object becomes the framework's tensor over its memory.
 inline PyObject *TensorToObject(const TensorPtr &t) {
   if (!t) {
     Py_INCREF(Py_None);
     return Py_None;
   }
-  return ToPython(Runtime::Get(), t);
+  const Runtime &rt = Runtime::Get();
+  if (t->py_object() == nullptr && !t->is_cuda()) {
+    if (const ForeignApi *api = ActiveBridge(rt)) return WrapForeign(*api, *t);
+  }
+  return ToPython(rt, t);
 }
 
 inline std::int64_t PyVersion(const Runtime &rt, PyObject *obj) {

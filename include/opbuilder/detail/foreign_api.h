@@ -1,0 +1,74 @@
+// The C table a framework bridge hands to operators (not for operator authors).
+//
+// opbuilder.to_torch builds one bridge per torch build (include/opbuilder/torch_bridge.cpp, compiled
+// against libtorch by opbuilder/torch_bridge.py) and stores a pointer to its ForeignApi in the slot
+// runtime._native.bridge_slot_address() names. Operators read the slot (runtime_bridge.h): while a
+// bridge call is active on this thread (the bridge's callable called the operator from the current
+// Python frame), torch tensors go in as Tensors over their memory, results come out as torch tensors
+// over the memory the kernel wrote, and Function<T>::Apply records its node in torch's autograd graph.
+// Plain C types only: the bridge is built by another compiler mode (C++20, torch's headers) than the
+// operators, and they share nothing but this table.
+#pragma once
+
+#include <Python.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace opbuilder {
+namespace detail {
+
+// Bumped whenever a field below changes; an operator ignores a bridge with another number.
+constexpr std::uint32_t kForeignAbi = 1;
+
+// A framework tensor's memory as the operator sees it (strides in elements); ndim == -1: no tensor.
+struct ForeignTensor {
+  void *data;
+  const std::int64_t *shape;
+  const std::int64_t *strides;  // nullptr: C-contiguous
+  std::int32_t ndim;
+  std::int32_t dtype;          // an opbuilder::DataType
+  std::int32_t requires_grad;  // 1: needs a gradient (grad mode aside)
+  void *handle;                // the framework's reference that keeps `data` alive: ForeignApi::release
+};
+
+// A node to record: the bridge owns `state` from the call on (destroy(state) when the node goes).
+struct ForeignNode {
+  void *state;
+  const char *name;
+  std::size_t nargs;
+  void *const *inputs;        // per Forward argument: the handle of a tensor that needs a gradient, or null
+  std::size_t nout;
+  PyObject *const *outputs;   // per output: the framework tensor to attach, or null (no gradient)
+  const int *dirty;           // per output: 1 if it is an input modified in place
+  int materialize;            // 1: gradients the framework leaves undefined arrive as zeros
+  // One gradient per Forward argument into out[0..nargs) (out[i].ndim == -1: none), each with a `keep`
+  // for drop(); grads[j].ndim == -1 for a gradient that did not arrive (the callee releases the
+  // handles of the others). 0 on success; else -1 with a Python error set.
+  int (*backward)(void *state, const ForeignTensor *grads, std::size_t ngrads, ForeignTensor *out,
+                  void **keep, std::size_t nargs);
+  void (*drop)(void *keep);      // frees a `keep` that backward handed out with a gradient
+  void (*release)(void *state);  // after a backward without retain_graph: drop what was saved
+  void (*destroy)(void *state);
+};
+
+struct ForeignApi {
+  std::uint32_t abi;
+  // 1 while this thread runs a bridge call from the current Python frame.
+  int (*active)(void);
+  // 1: `o` filled `*out` (a CPU tensor of a dtype operators take); 0: not one; -1: a Python error is set.
+  int (*unpack)(PyObject *o, ForeignTensor *out);
+  void (*release)(void *handle);
+  // A new framework tensor over `t`'s memory; `drop(keep)` runs when the framework frees it.
+  PyObject *(*wrap)(const ForeignTensor *t, void *keep, void (*drop)(void *));
+  int (*grad_enabled)(void);
+  int (*set_grad_enabled)(int on);  // returns the previous mode
+  std::int64_t (*version)(void *handle);
+  void (*bump_version)(void *handle);  // an in-place write through the operator
+  PyObject *(*object_of)(void *handle);  // the framework's own tensor object for an unpacked handle (new reference)
+  // 0, or -1 with a Python error set (an in-place change the framework refuses).
+  int (*record)(const ForeignNode *node);
+};
+
+}  // namespace detail
+}  // namespace opbuilder

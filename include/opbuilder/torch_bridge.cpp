@@ -1,0 +1,435 @@
+// opbuilder's bridge to PyTorch: a C++ torch::autograd node and zero-copy tensors for to_torch.
+//
+// Built once per torch build by opbuilder/torch_bridge.py (C++20 and torch's headers, as torch
+// requires) into the Python module `_opbuilder_torch_bridge`; operators never include it. They see
+// only the ForeignApi table (detail/foreign_api.h), whose address the module stores in the slot
+// runtime._native.bridge_slot_address() names when it is imported.
+//
+// `Op(fn, fallback, defined)` is what to_torch calls once the bridge is ready: a call whose arguments
+// are plain CPU torch tensors (and numbers or strings), with no torch function or dispatch mode set,
+// in a signature the Python path has defined (its operator registered, its shape rule checked: the
+// keys of `defined`), calls the operator `fn` directly with this thread's bridge call marked active;
+// every other call goes to `fallback`, the Python path (torch.library), unchanged.
+#include <Python.h>
+#include <structmember.h>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <ATen/ops/from_blob.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "opbuilder/detail/foreign_api.h"
+
+namespace {
+
+using opbuilder::detail::ForeignApi;
+using opbuilder::detail::ForeignNode;
+using opbuilder::detail::ForeignTensor;
+
+// ---- dtypes: opbuilder::DataType order (dtype.h) ----------------------------------
+constexpr c10::ScalarType kTypes[] = {
+    c10::ScalarType::Bool,     c10::ScalarType::Char,         c10::ScalarType::Short,
+    c10::ScalarType::Int,      c10::ScalarType::Long,         c10::ScalarType::Byte,
+    c10::ScalarType::Half,     c10::ScalarType::Float,        c10::ScalarType::Double,
+    c10::ScalarType::BFloat16, c10::ScalarType::ComplexFloat, c10::ScalarType::ComplexDouble,
+    c10::ScalarType::UInt16,   c10::ScalarType::UInt32,       c10::ScalarType::UInt64};
+constexpr int kNumTypes = sizeof(kTypes) / sizeof(kTypes[0]);
+
+int DataTypeOf(c10::ScalarType s) {
+  for (int i = 0; i < kNumTypes; ++i) {
+    if (kTypes[i] == s) return i;
+  }
+  return -1;
+}
+
+// ---- which bridge call is active: one per thread, tied to the Python frame it came from ----
+struct Frame {
+  PyFrameObject *py;
+  Frame *prev;
+};
+thread_local Frame *tls_frame = nullptr;
+
+int Active() { return tls_frame != nullptr && tls_frame->py == PyEval_GetFrame() ? 1 : 0; }
+
+// A tensor the fast path takes as it is: plain (or a Parameter), strided, on the CPU, no lazy
+// conjugate or negation, a dtype operators take.
+bool Plain(const at::Tensor &t) {
+  return t.defined() && t.device().is_cpu() && t.layout() == c10::kStrided && !t.is_conj() && !t.is_neg() &&
+         DataTypeOf(t.scalar_type()) >= 0;
+}
+
+void Describe(const at::Tensor &t, ForeignTensor *out) {
+  out->data = t.data_ptr();
+  out->shape = t.sizes().data();
+  out->strides = t.is_contiguous() ? nullptr : t.strides().data();
+  out->ndim = static_cast<std::int32_t>(t.dim());
+  out->dtype = DataTypeOf(t.scalar_type());
+  out->requires_grad = t.requires_grad() ? 1 : 0;
+  out->handle = new at::Tensor(t);
+}
+
+int Unpack(PyObject *o, ForeignTensor *out) {
+  if (!THPVariable_CheckExact(o)) return 0;
+  const at::Tensor &t = THPVariable_Unpack(o);
+  if (!Plain(t)) return 0;
+  Describe(t, out);
+  return 1;
+}
+
+void Release(void *handle) { delete static_cast<at::Tensor *>(handle); }
+
+at::Tensor FromForeign(const ForeignTensor &t, void *keep, void (*drop)(void *)) {
+  std::vector<std::int64_t> strides;
+  c10::IntArrayRef sizes(t.shape, static_cast<std::size_t>(t.ndim));
+  if (t.strides != nullptr) {
+    strides.assign(t.strides, t.strides + t.ndim);
+  } else {
+    strides.resize(static_cast<std::size_t>(t.ndim));
+    std::int64_t acc = 1;
+    for (std::int32_t i = t.ndim; i-- > 0;) {
+      strides[static_cast<std::size_t>(i)] = acc;
+      acc *= t.shape[i] > 0 ? t.shape[i] : 1;
+    }
+  }
+  return at::from_blob(
+      t.data, sizes, strides, [keep, drop](void *) { drop(keep); },
+      at::TensorOptions().dtype(kTypes[t.dtype]).device(c10::kCPU));
+}
+
+PyObject *Wrap(const ForeignTensor *t, void *keep, void (*drop)(void *)) {
+  try {
+    return THPVariable_Wrap(FromForeign(*t, keep, drop));
+  } catch (const std::exception &e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+int GradEnabled() { return at::GradMode::is_enabled() ? 1 : 0; }
+
+int SetGradEnabled(int on) {
+  const bool prev = at::GradMode::is_enabled();
+  at::GradMode::set_enabled(on != 0);
+  return prev ? 1 : 0;
+}
+
+std::int64_t Version(void *handle) { return static_cast<at::Tensor *>(handle)->_version(); }
+
+void BumpVersion(void *handle) { torch::autograd::impl::bump_version(*static_cast<at::Tensor *>(handle)); }
+
+PyObject *ObjectOf(void *handle) { return THPVariable_Wrap(*static_cast<at::Tensor *>(handle)); }
+
+// ---- the autograd node ------------------------------------------------------------
+struct Gil {
+  PyGILState_STATE s = PyGILState_Ensure();
+  ~Gil() { PyGILState_Release(s); }
+};
+
+struct OpNode : torch::autograd::Node {
+  ForeignNode n;
+  std::string label;
+  std::vector<bool> attached;  // per output: differentiable (has input metadata here)
+
+  explicit OpNode(const ForeignNode &node) : n(node), label(std::string(node.name) + "Backward") {}
+
+  ~OpNode() override {
+    if (n.state == nullptr || !Py_IsInitialized()) return;
+    Gil gil;
+    n.destroy(n.state);
+  }
+
+  std::string name() const override { return label; }
+
+  void release_variables() override {
+    Gil gil;
+    n.release(n.state);
+  }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override {
+    Gil gil;
+    std::vector<ForeignTensor> in(grads.size());
+    for (std::size_t j = 0; j < grads.size(); ++j) {
+      at::Tensor &g = grads[j];
+      if (!g.defined() && n.materialize && j < attached.size() && attached[j]) g = input_metadata(j).zeros_like();
+      if (!g.defined()) {
+        in[j] = ForeignTensor{nullptr, nullptr, nullptr, -1, 0, 0, nullptr};
+        continue;
+      }
+      if (!Plain(g)) g = g.resolve_conj().resolve_neg().to(c10::kCPU).contiguous();
+      if (DataTypeOf(g.scalar_type()) < 0) {
+        throw std::runtime_error(label + ": a gradient of dtype " + std::string(c10::toString(g.scalar_type())) +
+                                 " arrived, which opbuilder's operators do not take");
+      }
+      Describe(g, &in[j]);
+    }
+    std::vector<ForeignTensor> out(n.nargs);
+    std::vector<void *> keep(n.nargs, nullptr);
+    if (n.backward(n.state, in.data(), in.size(), out.data(), keep.data(), n.nargs) != 0) {
+      python_error err;
+      err.persist();
+      throw std::move(err);
+    }
+    torch::autograd::variable_list res(n.nargs);
+    for (std::size_t i = 0; i < n.nargs; ++i) {
+      if (out[i].ndim < 0) continue;
+      res[i] = FromForeign(out[i], keep[i], n.drop);
+    }
+    return res;
+  }
+};
+
+int Record(const ForeignNode *node) {
+  c10::intrusive_ptr<OpNode> fn;
+  try {
+    fn = c10::make_intrusive<OpNode>(*node);
+  } catch (const std::exception &e) {
+    node->destroy(node->state);
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return -1;
+  }
+  try {
+    for (std::size_t j = 0; j < node->nout; ++j) {
+      if (node->outputs[j] == nullptr || !node->dirty[j]) continue;
+      const at::Tensor &o = THPVariable_Unpack(node->outputs[j]);
+      if (o.requires_grad() && o.is_leaf()) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s modifies argument in place (MarkDirty), but it is a leaf that requires grad; in-place "
+                     "changes of such leaves are not allowed (use a copy, e.g. x * 1)",
+                     node->name);
+        return -1;
+      }
+    }
+    torch::autograd::edge_list edges(node->nargs);
+    for (std::size_t i = 0; i < node->nargs; ++i) {
+      if (node->inputs[i] != nullptr) {
+        edges[i] = torch::autograd::impl::gradient_edge(*static_cast<at::Tensor *>(node->inputs[i]));
+      }
+    }
+    fn->set_next_edges(std::move(edges));
+    fn->attached.assign(node->nout, false);
+    for (std::size_t j = 0; j < node->nout; ++j) {
+      if (node->outputs[j] == nullptr) {
+        fn->add_input_metadata(torch::autograd::Node::undefined_input());
+        continue;
+      }
+      const at::Tensor &o = THPVariable_Unpack(node->outputs[j]);
+      const auto nr = fn->add_input_metadata(o);
+      fn->attached[j] = true;
+      if (node->dirty[j]) {
+        torch::autograd::impl::rebase_history(o, torch::autograd::Edge(fn, nr));
+      } else {
+        torch::autograd::impl::set_gradient_edge(o, torch::autograd::Edge(fn, nr));
+      }
+    }
+    return 0;
+  } catch (python_error &e) {
+    e.restore();
+    return -1;
+  } catch (const std::exception &e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return -1;
+  }
+}
+
+const ForeignApi kApi = {opbuilder::detail::kForeignAbi,
+                         &Active,
+                         &Unpack,
+                         &Release,
+                         &Wrap,
+                         &GradEnabled,
+                         &SetGradEnabled,
+                         &Version,
+                         &BumpVersion,
+                         &ObjectOf,
+                         &Record};
+
+// ---- Op: the namespace's callable ------------------------------------------------------
+struct OpObject {
+  PyObject_HEAD
+  PyObject *fn;
+  PyObject *fallback;
+  PyObject *defined;  // a dict whose keys are the call signatures the Python path has seen
+  vectorcallfunc vectorcall;
+  Py_ssize_t fast_calls;  // calls the fast path took (tests check that it is taken)
+  char last[16];          // the signature last found in `defined`
+};
+
+// The call's signature as to_torch's Python path spells it (one letter per argument) into `sig`,
+// or false when the fast path does not take it: plain CPU torch tensors, Python numbers and strings.
+bool FastArgs(PyObject *const *args, Py_ssize_t n, char *sig, Py_ssize_t cap) {
+  if (n >= cap) return false;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject *a = args[i];
+    if (THPVariable_CheckExact(a)) {
+      const at::Tensor &t = THPVariable_Unpack(a);
+      if (!Plain(t) || t._fw_grad(0).defined()) return false;  // forward-mode AD: the Python path says no
+      sig[i] = 't';
+    } else if (PyBool_Check(a)) {
+      sig[i] = 'b';
+    } else if (PyLong_CheckExact(a)) {
+      sig[i] = 'i';
+    } else if (PyFloat_CheckExact(a)) {
+      sig[i] = 'f';
+    } else if (PyUnicode_CheckExact(a)) {
+      sig[i] = 's';
+    } else {
+      return false;
+    }
+  }
+  sig[n] = '\0';
+  return true;
+}
+
+// The Python path has defined this signature's operator (and checked its shape rule).
+bool Defined(OpObject *op, const char *sig) {
+  if (std::strcmp(sig, op->last) == 0) return true;
+  PyObject *key = PyUnicode_FromString(sig);
+  if (key == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const int has = PyDict_Contains(op->defined, key);
+  Py_DECREF(key);
+  if (has != 1) {
+    PyErr_Clear();
+    return false;
+  }
+  std::strcpy(op->last, sig);
+  return true;
+}
+
+PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyObject *kwnames) {
+  auto *op = reinterpret_cast<OpObject *>(self);
+  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  char sig[sizeof(op->last)];
+  bool fast = kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0;
+  try {
+    fast = fast && !at::impl::torch_function_mode_enabled() && !c10::impl::TorchDispatchModeTLS::any_modes_set() &&
+           FastArgs(args, n, sig, sizeof(sig)) && Defined(op, sig);
+  } catch (python_error &e) {
+    e.restore();
+    return nullptr;
+  }
+  if (!fast) return PyObject_Vectorcall(op->fallback, args, nargsf, kwnames);
+  ++op->fast_calls;
+  Frame f{PyEval_GetFrame(), tls_frame};
+  tls_frame = &f;
+  PyObject *r = PyObject_Vectorcall(op->fn, args, n, nullptr);
+  tls_frame = f.prev;
+  return r;
+}
+
+PyObject *OpNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  PyObject *fn = nullptr, *fallback = nullptr, *defined = nullptr;
+  static const char *names[] = {"fn", "fallback", "defined", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!:Op", const_cast<char **>(names), &fn, &fallback, &PyDict_Type,
+                                   &defined)) {
+    return nullptr;
+  }
+  auto *self = reinterpret_cast<OpObject *>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  Py_INCREF(fn);
+  Py_INCREF(fallback);
+  Py_INCREF(defined);
+  self->fn = fn;
+  self->fallback = fallback;
+  self->defined = defined;
+  self->fast_calls = 0;
+  self->last[0] = '\x01';  // no signature
+  self->vectorcall = &OpCall;
+  return reinterpret_cast<PyObject *>(self);
+}
+
+int OpTraverse(PyObject *o, visitproc visit, void *arg) {
+  auto *self = reinterpret_cast<OpObject *>(o);
+  Py_VISIT(self->fn);
+  Py_VISIT(self->fallback);
+  Py_VISIT(self->defined);
+  return 0;
+}
+
+int OpClear(PyObject *o) {
+  auto *self = reinterpret_cast<OpObject *>(o);
+  Py_CLEAR(self->fn);
+  Py_CLEAR(self->fallback);
+  Py_CLEAR(self->defined);
+  return 0;
+}
+
+void OpDealloc(PyObject *o) {
+  PyObject_GC_UnTrack(o);
+  OpClear(o);
+  Py_TYPE(o)->tp_free(o);
+}
+
+PyObject *OpRepr(PyObject *o) {
+  return PyUnicode_FromFormat("<opbuilder torch operator %R>", reinterpret_cast<OpObject *>(o)->fn);
+}
+
+PyMemberDef kOpMembers[] = {
+    {"fn", T_OBJECT, offsetof(OpObject, fn), READONLY, "the operator the fast path calls"},
+    {"fallback", T_OBJECT, offsetof(OpObject, fallback), READONLY, "what every other call goes to"},
+    {"fast_calls", T_PYSSIZET, offsetof(OpObject, fast_calls), READONLY, "calls the fast path took"},
+    {"defined", T_OBJECT, offsetof(OpObject, defined), READONLY, "the signatures the fallback has defined"},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyTypeObject OpType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_opbuilder_torch_bridge",
+                       "opbuilder's C++ bridge to PyTorch (include/opbuilder/torch_bridge.cpp)", -1, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__opbuilder_torch_bridge() {
+  OpType.tp_name = "_opbuilder_torch_bridge.Op";
+  OpType.tp_basicsize = sizeof(OpObject);
+  OpType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
+  OpType.tp_vectorcall_offset = offsetof(OpObject, vectorcall);
+  OpType.tp_call = PyVectorcall_Call;
+  OpType.tp_new = OpNew;
+  OpType.tp_dealloc = OpDealloc;
+  OpType.tp_traverse = OpTraverse;
+  OpType.tp_clear = OpClear;
+  OpType.tp_repr = OpRepr;
+  OpType.tp_members = kOpMembers;
+  OpType.tp_doc = "Op(fn, fallback, defined): fn for plain CPU torch tensors in a signature `defined` has, "
+                  "fallback for every other call";
+  if (PyType_Ready(&OpType) < 0) return nullptr;
+  PyObject *m = PyModule_Create(&kModule);
+  if (m == nullptr) return nullptr;
+  Py_INCREF(&OpType);
+  if (PyModule_AddObject(m, "Op", reinterpret_cast<PyObject *>(&OpType)) < 0) {
+    Py_DECREF(&OpType);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  // publish the table in the runtime's slot
+  PyObject *native = PyImport_ImportModule("runtime._native");
+  PyObject *addr = native != nullptr ? PyObject_CallMethod(native, "bridge_slot_address", nullptr) : nullptr;
+  Py_XDECREF(native);
+  if (addr == nullptr) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  void *slot = PyLong_AsVoidPtr(addr);
+  Py_DECREF(addr);
+  if (PyErr_Occurred()) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  *static_cast<const ForeignApi **>(slot) = &kApi;
+  return m;
+}
