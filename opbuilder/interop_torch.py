@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode
 
 import runtime as _rt
@@ -403,6 +404,8 @@ def _wrapper(op: _Op) -> Callable:
         general = torch.compiler.disable(general)
 
     def call(*args: Any) -> Any:
+        if _forward_ad._current_level >= 0:  # a dual level is open: refuse tangents, never drop them
+            _refuse_tangents(op.name, args)
         # an eager call seen before, with nothing that must see the operator: the fewest steps
         if not _is_compiling():
             hit = direct.get(tuple(map(type, args)))
@@ -439,6 +442,17 @@ def _wrapper(op: _Op) -> Callable:
     entry.__name__ = entry.__qualname__ = op.name
     entry.__doc__ = op.fn.__doc__
     return entry
+
+
+def _refuse_tangents(name: str, args: Sequence[Any]) -> None:
+    """An error if an argument is a dual tensor: operators have no forward-mode formula, and running
+    one on the primal alone would return a result without the tangent the caller asked for."""
+    for k, a in enumerate(args):
+        for t in (a if isinstance(a, (list, tuple)) else [a]):
+            if isinstance(t, torch.Tensor) and _forward_ad.unpack_dual(t).tangent is not None:
+                raise NotImplementedError(
+                    f"{name}: argument {k} is a dual tensor (torch.autograd.forward_ad), but opbuilder operators "
+                    f"have no forward-mode derivative; use reverse mode (backward or torch.autograd.grad)")
 
 
 def _specs(keys: Sequence[Any], sig: str) -> list:

@@ -285,3 +285,16 @@ def test_bad_shape_rule_then_a_good_call(my_ops):
         t.mul(x, x)
     torch.testing.assert_close(t.mul(x, x), x * x)  # nothing was left half-defined
 
+
+def test_a_dual_tensor_is_refused_not_dropped(tmul):
+    import torch.autograd.forward_ad as fwad
+    x = torch.randn(3)
+    tmul.mul(x, x)  # the signature is known: the fast paths are in use
+    with fwad.dual_level():
+        d = fwad.make_dual(x, torch.ones(3))
+        with pytest.raises(NotImplementedError, match=r"^mul: argument 1 is a dual tensor \(torch\.autograd\."
+                                                      r"forward_ad\), but opbuilder operators have no forward-mode "
+                                                      r"derivative; use reverse mode \(backward or torch\.autograd"
+                                                      r"\.grad\)$"):
+            tmul.mul(x, d)
+        torch.testing.assert_close(tmul.mul(x, x), x * x)  # plain tensors inside the level are fine
