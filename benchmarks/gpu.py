@@ -68,9 +68,17 @@ def main(argv=None) -> int:
         tmod = None
     x1 = Tensor(np.ones(1), rt.float64, "GPU")
     fwd = {"opbuilder": lambda: mod.square_plus(x1, 1.0)}
+    wrapped = None
     if tmod is not None:
+        import opbuilder
+        from opbuilder import torch_bridge
+        wrapped = opbuilder.to_torch(mod, backend="GPU")  # torch CUDA tensors through the C++ bridge
+        torch_bridge.ready(wait=True)
+        print(f"to_torch's C++ bridge: {torch_bridge.status()}")
         tx1 = torch.ones(1, dtype=torch.float64, device="cuda")
         fwd["torch"] = lambda: tmod.square_plus(tx1, 1.0)
+        wrapped.square_plus(tx1, 1.0)  # the signature's first call registers its operator
+        fwd["to_torch"] = lambda: wrapped.square_plus(tx1, 1.0)
     with rt.no_grad():
         t_fn = interleaved(fwd, 2000, ROUNDS, sync=sync)
     x1.requires_grad_()
@@ -78,6 +86,7 @@ def main(argv=None) -> int:
     if tmod is not None:
         gx1 = tx1.clone().requires_grad_(True)
         fb["torch"] = lambda: torch.autograd.grad(tmod.square_plus(gx1, 1.0).sum(), gx1)
+        fb["to_torch"] = lambda: torch.autograd.grad(wrapped.square_plus(gx1, 1.0).sum(), gx1)
     t_fb = interleaved(fb, 500, ROUNDS, sync=sync)
     for label, t in (("1 element, no grad", t_fn), ("1 element, forward+backward", t_fb)):
         line = f"custom CUDA Function op, {label}: opbuilder {t['opbuilder'].fmt('us')}"
@@ -86,6 +95,11 @@ def main(argv=None) -> int:
             print(f"{line}, torch C++ extension {t['torch'].fmt('us')} ({r.fmt('x')})")
             report.goal(f"custom CUDA Function op, {label}: <= torch's C++ extension op", r.median <= 1.0,
                         f"{r.median:.2f}x")
+            w = ratio(t["to_torch"], t["torch"])
+            print(f"the same op through to_torch on torch CUDA tensors, {label}: {t['to_torch'].fmt('us')} "
+                  f"({w.fmt('x')} torch's)")
+            report.goal(f"to_torch'd CUDA Function op on torch tensors, {label}: <= 1.5x torch's C++ extension op",
+                        w.median <= 1.5, f"{w.median:.2f}x")
         else:
             print(line)
 

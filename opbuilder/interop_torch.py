@@ -434,7 +434,7 @@ def _wrapper(op: _Op) -> Callable:
                     bridge = _torch_bridge.ready()  # starts its build; None until it is loaded
                     if bridge is None:
                         return call(*args)
-                    fast = bridged[0] = bridge.Op(op.fn, call, op.by_sig)
+                    fast = bridged[0] = bridge.Op(op.fn, call, op.by_sig, "cuda" in op.devices)
                 return fast(*args)
             return call(*args)
 

@@ -420,3 +420,35 @@ def test_torch_cuda_tensors_reach_a_cu_op_and_to_torch_gradchecks_on_the_device(
     torch.testing.assert_close(y, x * x + 0.5 * x)
     xg = torch.randn(3, 4, dtype=torch.float64, device="cuda", requires_grad=True)
     assert torch.autograd.gradcheck(lambda a: ops_t.square_plus(a, 0.5), (xg,))
+
+
+def test_torch_cuda_tensors_through_the_bridge_use_torchs_allocator_and_stream(cuda_ops, torch_bridge, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip(f"torch {torch.__version__} sees no GPU")
+    import opbuilder
+    monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
+    ops_t = opbuilder.to_torch(cuda_ops, backend="GPU")
+    x = torch.linspace(-1, 1, 1 << 20, dtype=torch.float64, device="cuda")
+    ops_t.square_plus(x, 0.5)  # each signature's first call registers its operator (the Python path)
+    ops_t.stream_tensor(x)
+    op = ops_t.square_plus.bridged[0]
+    before = op.fast_calls
+    torch.cuda.synchronize()
+    used = torch.cuda.memory_allocated()
+    y = ops_t.square_plus(x, 0.5)
+    assert op.fast_calls == before + 1
+    assert y.is_cuda and torch.cuda.memory_allocated() >= used + x.numel() * 8  # torch's allocator made it
+    torch.testing.assert_close(y, x * x + 0.5 * x)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        assert ops_t.stream_tensor(x).item() == s.cuda_stream  # Forward launches on torch's current stream
+        z = ops_t.square_plus(x, 1.0)
+    s.synchronize()
+    torch.testing.assert_close(z, x * x + x)
+    xg = torch.randn(3, 4, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a: ops_t.square_plus(a, 0.5), (xg,))
+    assert op.fast_calls > before + 3
+    with pytest.raises(ValueError, match=r"^square_plus: argument 0 is a cuda tensor; this operator runs on cpu "
+                                         r"tensors \(move it with \.to\('cpu'\)\)$"):
+        opbuilder.to_torch(cuda_ops).square_plus(x, 0.5)  # a CPU module: CUDA tensors are refused, as before

@@ -702,7 +702,7 @@ OB_CORE_FN int ForeignBackward(void *state, const ForeignTensor *grads, std::siz
 {
   auto *s = static_cast<ForeignNodeState *>(state);
   for (std::size_t i = 0; i < nargs; ++i) {
-    out[i] = ForeignTensor{nullptr, nullptr, nullptr, -1, 0, 0, nullptr};
+    out[i] = ForeignTensor{nullptr, nullptr, nullptr, -1, 0, 0, nullptr, -1};
     keep[i] = nullptr;
   }
   try {
@@ -747,10 +747,6 @@ OB_CORE_FN int ForeignBackward(void *state, const ForeignTensor *grads, std::siz
       if (res[i]->dtype() != m.dtype) {
         throw TypeError("backward of " + name + " returned a gradient of dtype " + DataTypeName(res[i]->dtype()) +
                         " for argument " + std::to_string(i) + ", whose dtype is " + DataTypeName(m.dtype));
-      }
-      if (res[i]->is_cuda()) {
-        throw std::runtime_error("backward of " + name + " returned a GPU gradient for argument " +
-                                 std::to_string(i) + ", a CPU tensor");
       }
       void *h = ForeignHandle(*res[i]);
       bool over_incoming = false;
@@ -850,9 +846,9 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
       dirty[j] = 1;
       obj = PyRef::Steal(Check(api.object_of(own)));
     } else {
-      obj = PyRef::Steal(o->is_cuda() ? ToPython(rt, o) : WrapForeign(api, *o));
+      obj = PyRef::Steal(WrapForeign(api, *o));
     }
-    if (record && !o->is_cuda() && !st.IsNonDifferentiable(outs[j].get()) && IsDifferentiable(o->dtype())) {
+    if (record && !st.IsNonDifferentiable(outs[j].get()) && IsDifferentiable(o->dtype())) {
       attach[j] = obj.get();
     }
     TensorAccess::BindPython(*o, std::move(obj));

@@ -26,6 +26,7 @@
 #endif
 
 #include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/foreign_api.h"
 #include "opbuilder/detail/pyref.h"
 #include "opbuilder/dtype.h"
 
@@ -226,8 +227,15 @@ inline int ParseDevice(const std::string &device) {
 
 // Device memory from the runtime's allocator (CuPy's pool, ordered on the current
 // stream): the Python owner of the block goes into the storage's deleter.
+// Inside a framework bridge's call (to_torch), the framework's allocator and stream instead.
 inline std::shared_ptr<void> AllocateDeviceStorage(std::size_t nbytes, int device, bool zero) {
   GilForRefcount gil;
+  if (const ForeignApi *api = ActiveForeign()) {
+    void *handle = nullptr;
+    void *p = api->allocate(static_cast<std::int64_t>(nbytes), device, zero ? 1 : 0, &handle);
+    if (handle == nullptr) throw PythonError();
+    return std::shared_ptr<void>(p, ForeignOwner{api, handle});
+  }
   PyRef m = PyRef::Steal(Check(PyImport_ImportModule("runtime._native")));
   PyRef block = PyRef::Steal(Check(PyObject_CallMethod(m.get(), "allocate", "nii", static_cast<Py_ssize_t>(nbytes),
                                                        device, zero ? 1 : 0)));

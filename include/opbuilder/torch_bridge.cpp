@@ -5,8 +5,9 @@
 // only the ForeignApi table (detail/foreign_api.h), whose address the module stores in the slot
 // runtime._native.bridge_slot_address() names when it is imported.
 //
-// `Op(fn, fallback, defined)` is what to_torch calls once the bridge is ready: a call whose arguments
-// are plain CPU torch tensors (and numbers or strings), with no torch function or dispatch mode set,
+// `Op(fn, fallback, defined, cuda)` is what to_torch calls once the bridge is ready: a call whose
+// arguments are plain torch tensors on the CPU (or CUDA devices, if `cuda`) and numbers or strings,
+// with no torch function or dispatch mode set,
 // in a signature the Python path has defined (its operator registered, its shape rule checked: the
 // keys of `defined`), calls the operator `fn` directly with this thread's bridge call marked active;
 // every other call goes to `fallback`, the Python path (torch.library), unchanged.
@@ -23,7 +24,10 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdint>
 #include <cstring>
@@ -64,11 +68,15 @@ thread_local Frame *tls_frame = nullptr;
 
 int Active() { return tls_frame != nullptr && tls_frame->py == PyEval_GetFrame() ? 1 : 0; }
 
-// A tensor the fast path takes as it is: plain (or a Parameter), strided, on the CPU, no lazy
-// conjugate or negation, a dtype operators take.
+// A tensor the fast path takes as it is: strided, on the CPU or a CUDA device, no lazy conjugate
+// or negation, a dtype operators take.
 bool Plain(const at::Tensor &t) {
-  return t.defined() && t.device().is_cpu() && t.layout() == c10::kStrided && !t.is_conj() && !t.is_neg() &&
-         DataTypeOf(t.scalar_type()) >= 0;
+  return t.defined() && (t.device().is_cpu() || t.device().is_cuda()) && t.layout() == c10::kStrided &&
+         !t.is_conj() && !t.is_neg() && DataTypeOf(t.scalar_type()) >= 0;
+}
+
+c10::Device DeviceOf(std::int32_t device) {
+  return device < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device));
 }
 
 void Describe(const at::Tensor &t, ForeignTensor *out) {
@@ -79,6 +87,7 @@ void Describe(const at::Tensor &t, ForeignTensor *out) {
   out->dtype = DataTypeOf(t.scalar_type());
   out->requires_grad = t.requires_grad() ? 1 : 0;
   out->handle = new at::Tensor(t);
+  out->device = t.is_cuda() ? t.get_device() : -1;
 }
 
 int Unpack(PyObject *o, ForeignTensor *out) {
@@ -106,7 +115,7 @@ at::Tensor FromForeign(const ForeignTensor &t, void *keep, void (*drop)(void *))
   }
   return at::from_blob(
       t.data, sizes, strides, [keep, drop](void *) { drop(keep); },
-      at::TensorOptions().dtype(kTypes[t.dtype]).device(c10::kCPU));
+      at::TensorOptions().dtype(kTypes[t.dtype]).device(DeviceOf(t.device)));
 }
 
 PyObject *Wrap(const ForeignTensor *t, void *keep, void (*drop)(void *)) {
@@ -131,6 +140,29 @@ std::int64_t Version(void *handle) { return static_cast<at::Tensor *>(handle)->_
 void BumpVersion(void *handle) { torch::autograd::impl::bump_version(*static_cast<at::Tensor *>(handle)); }
 
 PyObject *ObjectOf(void *handle) { return THPVariable_Wrap(*static_cast<at::Tensor *>(handle)); }
+
+void *Allocate(std::int64_t nbytes, std::int32_t device, int zero, void **handle) {
+  *handle = nullptr;
+  try {
+    const auto options = at::TensorOptions().dtype(at::kByte).device(DeviceOf(device));
+    at::Tensor t = zero ? at::zeros({nbytes}, options) : at::empty({nbytes}, options);
+    *handle = new at::Tensor(t);
+    return t.data_ptr();
+  } catch (const std::exception &e) {
+    PyErr_SetString(PyExc_MemoryError, e.what());
+    return nullptr;
+  }
+}
+
+void *Stream(std::int32_t device) {
+  try {
+    const c10::impl::DeviceGuardImplInterface *impl = c10::impl::getDeviceGuardImpl(c10::kCUDA);
+    return impl->getStream(device < 0 ? impl->getDevice() : DeviceOf(device)).native_handle();
+  } catch (const std::exception &e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
 
 // ---- the autograd node ------------------------------------------------------------
 struct Gil {
@@ -165,19 +197,24 @@ struct OpNode : torch::autograd::Node {
       at::Tensor &g = grads[j];
       if (!g.defined() && n.materialize && j < attached.size() && attached[j]) g = input_metadata(j).zeros_like();
       if (!g.defined()) {
-        in[j] = ForeignTensor{nullptr, nullptr, nullptr, -1, 0, 0, nullptr};
+        in[j] = ForeignTensor{nullptr, nullptr, nullptr, -1, 0, 0, nullptr, -1};
         continue;
       }
-      if (!Plain(g)) g = g.resolve_conj().resolve_neg().to(c10::kCPU).contiguous();
-      if (DataTypeOf(g.scalar_type()) < 0) {
+      if (!Plain(g)) g = g.resolve_conj().resolve_neg().to_dense().contiguous();
+      if (!Plain(g)) {
         throw std::runtime_error(label + ": a gradient of dtype " + std::string(c10::toString(g.scalar_type())) +
-                                 " arrived, which opbuilder's operators do not take");
+                                 " on " + g.device().str() + " arrived, which opbuilder's operators do not take");
       }
       Describe(g, &in[j]);
     }
     std::vector<ForeignTensor> out(n.nargs);
     std::vector<void *> keep(n.nargs, nullptr);
-    if (n.backward(n.state, in.data(), in.size(), out.data(), keep.data(), n.nargs) != 0) {
+    // Backward's device memory and stream are torch's, as in Forward (torch's engine set the stream)
+    Frame f{PyEval_GetFrame(), tls_frame};
+    tls_frame = &f;
+    const int rc = n.backward(n.state, in.data(), in.size(), out.data(), keep.data(), n.nargs);
+    tls_frame = f.prev;
+    if (rc != 0) {
       python_error err;
       err.persist();
       throw std::move(err);
@@ -254,7 +291,9 @@ const ForeignApi kApi = {opbuilder::detail::kForeignAbi,
                          &Version,
                          &BumpVersion,
                          &ObjectOf,
-                         &Record};
+                         &Record,
+                         &Allocate,
+                         &Stream};
 
 // ---- Op: the namespace's callable ------------------------------------------------------
 struct OpObject {
@@ -262,6 +301,7 @@ struct OpObject {
   PyObject *fn;
   PyObject *fallback;
   PyObject *defined;  // a dict whose keys are the call signatures the Python path has seen
+  int cuda;           // CUDA tensors may take the fast path (a GPU operator)
   vectorcallfunc vectorcall;
   Py_ssize_t fast_calls;  // calls the fast path took (tests check that it is taken)
   char last[16];          // the signature last found in `defined`
@@ -269,13 +309,14 @@ struct OpObject {
 
 // The call's signature as to_torch's Python path spells it (one letter per argument) into `sig`,
 // or false when the fast path does not take it: plain CPU torch tensors, Python numbers and strings.
-bool FastArgs(PyObject *const *args, Py_ssize_t n, char *sig, Py_ssize_t cap) {
+bool FastArgs(PyObject *const *args, Py_ssize_t n, char *sig, Py_ssize_t cap, bool cuda) {
   if (n >= cap) return false;
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject *a = args[i];
     if (THPVariable_CheckExact(a)) {
       const at::Tensor &t = THPVariable_Unpack(a);
-      if (!Plain(t) || t._fw_grad(0).defined()) return false;  // forward-mode AD: the Python path says no
+      if (!Plain(t) || (t.is_cuda() && !cuda)) return false;  // another device: the Python path says why
+      if (t._fw_grad(0).defined()) return false;                // forward-mode AD: the Python path says no
       sig[i] = 't';
     } else if (PyBool_Check(a)) {
       sig[i] = 'b';
@@ -318,7 +359,7 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
   bool fast = kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0;
   try {
     fast = fast && !at::impl::torch_function_mode_enabled() && !c10::impl::TorchDispatchModeTLS::any_modes_set() &&
-           FastArgs(args, n, sig, sizeof(sig)) && Defined(op, sig);
+           FastArgs(args, n, sig, sizeof(sig), op->cuda != 0) && Defined(op, sig);
   } catch (python_error &e) {
     e.restore();
     return nullptr;
@@ -334,9 +375,10 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
 
 PyObject *OpNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   PyObject *fn = nullptr, *fallback = nullptr, *defined = nullptr;
-  static const char *names[] = {"fn", "fallback", "defined", nullptr};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!:Op", const_cast<char **>(names), &fn, &fallback, &PyDict_Type,
-                                   &defined)) {
+  int cuda = 0;
+  static const char *names[] = {"fn", "fallback", "defined", "cuda", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!|p:Op", const_cast<char **>(names), &fn, &fallback,
+                                   &PyDict_Type, &defined, &cuda)) {
     return nullptr;
   }
   auto *self = reinterpret_cast<OpObject *>(type->tp_alloc(type, 0));
@@ -347,6 +389,7 @@ PyObject *OpNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   self->fn = fn;
   self->fallback = fallback;
   self->defined = defined;
+  self->cuda = cuda;
   self->fast_calls = 0;
   self->last[0] = '\x01';  // no signature
   self->vectorcall = &OpCall;
@@ -405,8 +448,8 @@ PyMODINIT_FUNC PyInit__opbuilder_torch_bridge() {
   OpType.tp_clear = OpClear;
   OpType.tp_repr = OpRepr;
   OpType.tp_members = kOpMembers;
-  OpType.tp_doc = "Op(fn, fallback, defined): fn for plain CPU torch tensors in a signature `defined` has, "
-                  "fallback for every other call";
+  OpType.tp_doc = "Op(fn, fallback, defined, cuda=False): fn for plain torch tensors (CPU; CUDA too if cuda) "
+                  "in a signature `defined` has, fallback for every other call";
   if (PyType_Ready(&OpType) < 0) return nullptr;
   PyObject *m = PyModule_Create(&kModule);
   if (m == nullptr) return nullptr;

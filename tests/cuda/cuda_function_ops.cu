@@ -48,5 +48,11 @@ PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
   m.def("device_of", [](const TensorPtr &x) { return x->device(); });
   m.def("data_ptr", [](const TensorPtr &x) { return reinterpret_cast<std::uintptr_t>(x->data_ptr()); });
   m.def("stream", []() { return reinterpret_cast<std::uintptr_t>(cuda::CurrentStream()); });
+  // the same as a 1-element int64 host tensor: a result to_torch returns on every path
+  m.def("stream_tensor", [](const TensorPtr &) {
+    auto t = std::make_shared<Tensor>(kInt64, ShapeVector{1});
+    *t->data<std::int64_t>() = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(cuda::CurrentStream()));
+    return t;
+  });
   m.def("bad_launch", []() { OB_CUDA_CHECK(cudaSetDevice(-1)); });
 }

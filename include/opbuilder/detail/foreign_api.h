@@ -10,16 +10,19 @@
 // operators, and they share nothing but this table.
 #pragma once
 
+#include "opbuilder/detail/visibility.h"
+
 #include <Python.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 namespace opbuilder {
-namespace detail {
+namespace detail OB_HIDDEN {
 
 // Bumped whenever a field below changes; an operator ignores a bridge with another number.
-constexpr std::uint32_t kForeignAbi = 1;
+constexpr std::uint32_t kForeignAbi = 2;
 
 // A framework tensor's memory as the operator sees it (strides in elements); ndim == -1: no tensor.
 struct ForeignTensor {
@@ -30,6 +33,7 @@ struct ForeignTensor {
   std::int32_t dtype;          // an opbuilder::DataType
   std::int32_t requires_grad;  // 1: needs a gradient (grad mode aside)
   void *handle;                // the framework's reference that keeps `data` alive: ForeignApi::release
+  std::int32_t device;         // -1: host memory; else the CUDA device index
 };
 
 // A node to record: the bridge owns `state` from the call on (destroy(state) when the node goes).
@@ -68,6 +72,49 @@ struct ForeignApi {
   PyObject *(*object_of)(void *handle);  // the framework's own tensor object for an unpacked handle (new reference)
   // 0, or -1 with a Python error set (an in-place change the framework refuses).
   int (*record)(const ForeignNode *node);
+  // `nbytes` of CUDA memory on `device` from the framework's allocator (zeroed if `zero`), ordered on
+  // its current stream; *handle keeps it (release). nullptr with *handle null: a Python error is set.
+  void *(*allocate)(std::int64_t nbytes, std::int32_t device, int zero, void **handle);
+  // The framework's current CUDA stream on `device` (-1: the current device); nullptr is the default
+  // stream, or an error if a Python error is set.
+  void *(*stream)(std::int32_t device);
+};
+
+// `api` if it is a bridge of this ABI whose call is active on this thread from the current Python
+// frame, else nullptr.
+inline const ForeignApi *IfActive(const ForeignApi *api) {
+  return api != nullptr && api->abi == kForeignAbi && api->active() ? api : nullptr;
+}
+
+// The active bridge, for code that has no Runtime at hand (device memory, the current stream): the
+// slot runtime._native.bridge_slot_address() names, looked up once. Callers hold the GIL.
+inline const ForeignApi *ActiveForeign() {
+  static std::atomic<const ForeignApi *const volatile *> stored{nullptr};
+  const ForeignApi *const volatile *slot = stored.load(std::memory_order_acquire);
+  if (slot == nullptr) {
+    PyObject *m = PyImport_ImportModule("runtime._native");
+    PyObject *address = m != nullptr ? PyObject_CallMethod(m, "bridge_slot_address", nullptr) : nullptr;
+    Py_XDECREF(m);
+    if (address == nullptr) {  // no runtime: no bridge either
+      PyErr_Clear();
+      return nullptr;
+    }
+    slot = static_cast<const ForeignApi *const volatile *>(PyLong_AsVoidPtr(address));
+    Py_DECREF(address);
+    if (slot == nullptr) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    stored.store(slot, std::memory_order_release);
+  }
+  return IfActive(*slot);
+}
+
+// The storage deleter of a Tensor over a framework tensor's memory: drops the bridge's reference.
+struct ForeignOwner {
+  const ForeignApi *api;
+  void *handle;
+  void operator()(void *) const { api->release(handle); }
 };
 
 }  // namespace detail

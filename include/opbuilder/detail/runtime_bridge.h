@@ -341,17 +341,7 @@ OB_CORE_FN TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o) OB_CORE_DE
 
 // ---- a framework bridge (to_torch's C++ fast path) ----------------------------
 // The bridge whose call is active on this thread from the current Python frame, else nullptr.
-inline const ForeignApi *ActiveBridge(const Runtime &rt) {
-  const ForeignApi *api = *rt.bridge_slot;
-  return api != nullptr && api->abi == kForeignAbi && api->active() ? api : nullptr;
-}
-
-// The storage deleter of a Tensor over a framework tensor's memory: drops the bridge's reference.
-struct ForeignOwner {
-  const ForeignApi *api;
-  void *handle;
-  void operator()(void *) const { api->release(handle); }
-};
+inline const ForeignApi *ActiveBridge(const Runtime &rt) { return IfActive(*rt.bridge_slot); }
 
 // A Tensor over a framework tensor's memory (it takes the reference in `f.handle`).
 inline TensorPtr TensorFromForeign(const ForeignApi &api, const ForeignTensor &f, bool requires_grad) {
@@ -360,7 +350,7 @@ inline TensorPtr TensorFromForeign(const ForeignApi &api, const ForeignTensor &f
   ShapeVector strides;
   if (f.strides != nullptr) strides.assign(f.strides, f.strides + f.ndim);
   auto t = std::make_shared<Tensor>(static_cast<DataType>(f.dtype), std::move(shape), std::move(strides), f.data,
-                                    std::move(storage), true);
+                                    std::move(storage), true, f.device);
   TensorAccess::SetRequiresGrad(*t, requires_grad && f.requires_grad != 0);
   return t;
 }
@@ -383,7 +373,8 @@ inline ForeignTensor ForeignOf(const Tensor &t) {
   auto keep = std::make_unique<ForeignKeep>(ForeignKeep{t.storage(), t.shape(), {}});
   if (!t.is_contiguous()) keep->strides = t.strides();
   ForeignTensor f{t.data_ptr(), keep->shape.data(), keep->strides.empty() ? nullptr : keep->strides.data(),
-                  static_cast<std::int32_t>(keep->shape.size()), static_cast<std::int32_t>(t.dtype()), 0, nullptr};
+                  static_cast<std::int32_t>(keep->shape.size()), static_cast<std::int32_t>(t.dtype()), 0, nullptr,
+                  t.device_index()};
   f.handle = keep.release();
   return f;
 }
@@ -535,15 +526,15 @@ OB_CORE_FN PyObject *ToPython(const Runtime &rt, const TensorPtr &t) OB_CORE_DEC
 }
 #endif
 
-// The casters' cast(): None for a null TensorPtr (new reference). Inside a bridge call, a host
-// tensor bound to no Python object becomes the framework's tensor over its memory.
+// The casters' cast(): None for a null TensorPtr (new reference). Inside a bridge call, a tensor
+// bound to no Python object becomes the framework's tensor over its memory.
 inline PyObject *TensorToObject(const TensorPtr &t) {
   if (!t) {
     Py_INCREF(Py_None);
     return Py_None;
   }
   const Runtime &rt = Runtime::Get();
-  if (t->py_object() == nullptr && !t->is_cuda()) {
+  if (t->py_object() == nullptr) {
     if (const ForeignApi *api = ActiveBridge(rt)) return WrapForeign(*api, *t);
   }
   return ToPython(rt, t);
