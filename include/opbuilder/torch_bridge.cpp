@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -228,10 +229,31 @@ struct OpNode : torch::autograd::Node {
   }
 };
 
+// torch::autograd's node pointer: std::shared_ptr<Node> up to torch 2.12, c10::intrusive_ptr<Node> after.
+using NodePtr = decltype(torch::autograd::Edge::function);
+template <typename P>
+struct IsShared : std::false_type {};
+template <typename P>
+struct IsShared<std::shared_ptr<P>> : std::true_type {};
+
+template <typename P>
+P MakeNode(const ForeignNode &node, OpNode **raw) {
+  if constexpr (IsShared<P>::value) {
+    auto p = std::make_shared<OpNode>(node);
+    *raw = p.get();
+    return p;
+  } else {
+    auto p = c10::make_intrusive<OpNode>(node);
+    *raw = p.get();
+    return p;
+  }
+}
+
 int Record(const ForeignNode *node) {
-  c10::intrusive_ptr<OpNode> fn;
+  NodePtr fn;
+  OpNode *raw = nullptr;
   try {
-    fn = c10::make_intrusive<OpNode>(*node);
+    fn = MakeNode<NodePtr>(*node, &raw);
   } catch (const std::exception &e) {
     node->destroy(node->state);
     PyErr_SetString(PyExc_RuntimeError, e.what());
@@ -256,7 +278,7 @@ int Record(const ForeignNode *node) {
       }
     }
     fn->set_next_edges(std::move(edges));
-    fn->attached.assign(node->nout, false);
+    raw->attached.assign(node->nout, false);
     for (std::size_t j = 0; j < node->nout; ++j) {
       if (node->outputs[j] == nullptr) {
         fn->add_input_metadata(torch::autograd::Node::undefined_input());
@@ -264,7 +286,7 @@ int Record(const ForeignNode *node) {
       }
       const at::Tensor &o = THPVariable_Unpack(node->outputs[j]);
       const auto nr = fn->add_input_metadata(o);
-      fn->attached[j] = true;
+      raw->attached[j] = true;
       if (node->dirty[j]) {
         torch::autograd::impl::rebase_history(o, torch::autograd::Edge(fn, nr));
       } else {
