@@ -121,13 +121,18 @@ def _to_runtime(who: str, k: int, t: torch.Tensor, devices: Tuple[str, ...]) -> 
 
 
 def _from_numpy(arr: np.ndarray) -> torch.Tensor:
-    """``torch.from_numpy``, bfloat16 included (through a uint16 view of the same memory)."""
+    """``torch.from_numpy``, bfloat16 included (through a uint16 view of the same memory); a view
+    with negative strides, which torch cannot describe, as a contiguous copy."""
     try:
         return torch.from_numpy(arr)
     except TypeError:
         if arr.dtype != _dtypes.bfloat16.np:
             raise
         return torch.from_numpy(arr.view(np.uint16)).view(torch.bfloat16)
+    except ValueError:
+        if not any(s < 0 for s in arr.strides):
+            raise
+        return _from_numpy(np.ascontiguousarray(arr))
 
 
 def _to_torch(out: Any, call: Optional[_Call]) -> torch.Tensor:
@@ -230,7 +235,7 @@ class _Op:
         if type(data) is np.ndarray:
             try:
                 return [torch.from_numpy(data)]
-            except TypeError:  # bfloat16
+            except (TypeError, ValueError):  # bfloat16, negative strides
                 return [_from_numpy(data)]
         return [_to_torch(res, None)]
 

@@ -298,3 +298,10 @@ def test_a_dual_tensor_is_refused_not_dropped(tmul):
                                                       r"\.grad\)$"):
             tmul.mul(x, d)
         torch.testing.assert_close(tmul.mul(x, x), x * x)  # plain tensors inside the level are fine
+
+
+def test_an_output_with_negative_strides_comes_back_as_its_values(autograd_ops):
+    t = opbuilder.to_torch(autograd_ops)
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    for _ in range(2):  # the first call of the signature, then the eager path (the bridge, if it is on)
+        assert t.reversed(x).tolist() == [4.0, 3.0, 2.0, 1.0]

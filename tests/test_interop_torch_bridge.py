@@ -139,9 +139,13 @@ def test_in_place_on_a_leaf_that_requires_grad_is_refused(autograd_ops):
     x = torch.ones(3, dtype=torch.float64, requires_grad=True)
     y = torch.ones(3, dtype=torch.float64)
     _warm(t.add_, x.detach().clone(), y)
-    with pytest.raises(RuntimeError, match=r"^AddInplace modifies argument in place \(MarkDirty\), but it is a leaf "
-                                           r"that requires grad"):
+    with pytest.raises(RuntimeError, match=r"^AddInplace: a leaf Variable that requires grad is being used in an "
+                                           r"in-place operation\.$"):  # torch's rule and words
         t.add_(x, y)
+    with pytest.raises(RuntimeError, match=r"^AddInplace: a view of a leaf Variable that requires grad is being "
+                                           r"used in an in-place operation\.$"):
+        t.add_(x[:2], y[:2])
+    assert x.is_leaf and x.grad_fn is None
     a = x * 1  # not a leaf: the in-place op takes over its history
     out = t.add_(a, y)
     assert out is a and a.grad_fn.name() == "AddInplaceBackward"
@@ -288,3 +292,64 @@ def test_python_functions_stay_on_the_python_path(my_ops):
         assert type(z) is torch.Tensor
         torch.testing.assert_close(z, x * x)
     assert not hasattr(ns.mul, "bridged")
+
+
+def test_an_incoming_gradient_handed_back_twice_is_not_shared_with_grads(autograd_ops):
+    # AddInplace's Backward returns its incoming gradient for both arguments: torch must see that the
+    # tensor is shared (AccumulateGrad copies it) instead of taking one memory as y.grad and as g
+    t = opbuilder.to_torch(autograd_ops)
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    y = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    _warm(t.add_, x.detach().clone(), y)
+    g = torch.ones(3, dtype=torch.float64)
+    for _ in range(2):
+        t.add_(x * 1, y).backward(g)
+    assert x.grad.tolist() == [2.0] * 3 and y.grad.tolist() == [2.0] * 3 and g.tolist() == [1.0] * 3
+    assert len({x.grad.data_ptr(), y.grad.data_ptr(), g.data_ptr()}) == 3
+
+
+def test_a_saved_output_changed_in_place_is_an_error(autograd_ops):
+    t = opbuilder.to_torch(autograd_ops)
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    _warm(t.exp_saves_output, x)
+    y = t.exp_saves_output(x)
+    y.mul_(2)
+    with pytest.raises(RuntimeError, match=r"^one of the tensors saved for backward by ExpSavesOutput \(saved slot 0\) "
+                                           r"has been modified by an in-place operation: it is at version 1, but was "
+                                           r"saved at version 0$"):
+        y.sum().backward()
+
+
+def test_zero_tensors_take_the_python_path_or_become_zeros(autograd_ops):
+    t = opbuilder.to_torch(autograd_ops)
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    _warm(t.mul_saved, x, x)
+    zero = torch._efficientzerotensor(3, dtype=torch.float64)  # no memory: data_ptr() is 0
+    with pytest.raises(RuntimeError, match="ZeroTensor"):
+        t.mul_saved(zero, x)  # torch's own refusal, on the Python path
+    t.mul_saved(x, x).backward(zero)  # a ZeroTensor gradient arrives as zeros
+    assert x.grad.tolist() == [0.0] * 3
+
+
+def test_a_runtime_tensor_the_op_kept_comes_back_as_a_torch_tensor(autograd_ops):
+    import runtime as rt
+    t = opbuilder.to_torch(autograd_ops)
+    kept = rt.Tensor(np.arange(3.0))
+    autograd_ops.hold([kept])  # the op keeps a tensor bound to a runtime.Tensor and hands it back later
+    assert autograd_ops.last_held(kept) is kept
+    x = torch.zeros(1)
+    for _ in range(2):  # the first call of the signature, then the bridge
+        z = t.last_held(x)
+        assert type(z) is torch.Tensor and z.tolist() == [0.0, 1.0, 2.0]
+    assert _fast(t.last_held) == 1
+
+
+def test_saved_tensor_hooks_see_what_the_op_saves(autograd_ops):
+    t = opbuilder.to_torch(autograd_ops)
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    _warm(t.mul_saved, x, x)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda v: packed.append(v) or v, lambda v: v):
+        z = t.mul_saved(x, x)  # hooks only see torch's own saved tensors: the Python path
+    z.sum().backward()
+    assert packed and torch.equal(x.grad, 2 * x.detach())

@@ -22,6 +22,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -72,6 +73,7 @@ struct SavedSlot {
   std::int64_t version = 0;
   std::vector<VersionWatch> aliases;  // outputs over a saved argument's memory
   bool foreign = false;  // `version` is the framework tensor's (a bridge call's argument)
+  std::shared_ptr<void> watch;  // an output's version counter in the framework (ForeignApi::watch)
 };
 
 // What Apply and the recorded node keep in a context (not for operator authors).
@@ -651,6 +653,10 @@ OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
   for (std::size_t i = 0; i < st.saved.size(); ++i) {
     const detail::SavedSlot &s = st.saved[i];
     if (s.foreign) CheckForeignVersion(rt, i, *s.tensor, s.version);
+    if (s.watch) {
+      const std::int64_t now = (*rt.bridge_slot)->watched(s.watch.get());
+      if (now != s.version) VersionError(i, now, s.version);
+    }
     CheckSavedVersion(rt, i, s.version_source.get(), s.weak, s.version);
     for (const auto &w : s.aliases) CheckSavedVersion(rt, i, w.source.get(), w.weak, w.version);
     out.push_back(s.tensor);
@@ -695,6 +701,19 @@ inline bool ForeignWantsGrad(const Tensor *t) {
   return t != nullptr && t->requires_grad() && IsDifferentiable(t->dtype()) && ForeignHandle(*t) != nullptr;
 }
 
+// `t` is exactly one of the incoming gradients: its memory, shape and strides.
+inline bool IsIncoming(const Tensor &t, const ForeignTensor *grads, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) {
+    const ForeignTensor &g = grads[j];
+    if (g.ndim < 0 || g.data != t.data_ptr() || g.ndim != static_cast<std::int32_t>(t.ndim())) continue;
+    if (!std::equal(t.shape().begin(), t.shape().end(), g.shape)) continue;
+    if (g.strides == nullptr ? t.is_contiguous() : (!t.is_contiguous() || t.strides() == ShapeVector(g.strides, g.strides + g.ndim))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // ForeignNode::backward: the framework's gradients in, Backward's (checked, owned) out.
 OB_CORE_FN int ForeignBackward(void *state, const ForeignTensor *grads, std::size_t ngrads, ForeignTensor *out,
                                void **keep, std::size_t nargs) noexcept OB_CORE_DECL
@@ -707,15 +726,9 @@ OB_CORE_FN int ForeignBackward(void *state, const ForeignTensor *grads, std::siz
   }
   try {
     TensorPtrList gl;
-    std::vector<void *> incoming;
     gl.reserve(ngrads);
     for (std::size_t j = 0; j < ngrads; ++j) {
-      if (grads[j].ndim < 0) {
-        gl.push_back(nullptr);
-        continue;
-      }
-      incoming.push_back(grads[j].handle);
-      gl.push_back(TensorFromForeign(*s->api, grads[j], false));
+      gl.push_back(grads[j].ndim < 0 ? nullptr : TensorFromForeign(*s->api, grads[j], false));
     }
     const ContextState &st = State(*s->ctx);
     const std::string &name = *st.name;
@@ -748,11 +761,9 @@ OB_CORE_FN int ForeignBackward(void *state, const ForeignTensor *grads, std::siz
         throw TypeError("backward of " + name + " returned a gradient of dtype " + DataTypeName(res[i]->dtype()) +
                         " for argument " + std::to_string(i) + ", whose dtype is " + DataTypeName(m.dtype));
       }
-      void *h = ForeignHandle(*res[i]);
-      bool over_incoming = false;
-      for (void *g : incoming) over_incoming = over_incoming || (h != nullptr && h == g);
-      // a gradient owns its memory: a saved or input tensor handed back goes out as a copy
-      TensorPtr r = over_incoming || FreshGradient(rt, res[i]) ? res[i] : res[i]->contiguous_copy();
+      // a gradient owns its memory: a saved or input tensor, or a view of an incoming gradient, goes
+      // out as a copy; an incoming gradient itself goes back as torch's own tensor (the bridge)
+      TensorPtr r = IsIncoming(*res[i], grads, ngrads) || FreshGradient(rt, res[i]) ? res[i] : res[i]->contiguous_copy();
       out[i] = ForeignOf(*r);
       keep[i] = out[i].handle;
     }
@@ -841,10 +852,16 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     void *own = ai >= 0 && st.IsDirty(outs[j].get()) ? ForeignHandle(*CallerArg(f, static_cast<std::size_t>(ai)))
                                                      : nullptr;
     TensorPtr o = Alias(outs[j]);  // bound to its object below: never the tensor Forward (or ctx) holds
+    // an argument returned unchanged (the caller's own, not a private copy): a view of the caller's
+    // tensor, as torch's Functions return it, so that the two share a version counter
+    void *same = ai >= 0 && own == nullptr && f.originals[static_cast<std::size_t>(ai)] == nullptr ? ForeignHandle(*CallerArg(f, static_cast<std::size_t>(ai)))
+                                                                         : nullptr;
     PyRef obj;
     if (own != nullptr) {
       dirty[j] = 1;
       obj = PyRef::Steal(Check(api.object_of(own)));
+    } else if (same != nullptr) {
+      obj = PyRef::Steal(Check(api.alias(same)));
     } else {
       obj = PyRef::Steal(WrapForeign(api, *o));
     }
@@ -866,10 +883,17 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     st.saved.reserve(st.saved_raw.size());
     for (const auto &s : st.saved_raw) {
       SavedSlot slot;
-      if (s && IndexOf(outs, s.get()) >= 0 && st.ArgIndex(s.get()) < 0) {
-        slot.tensor = Alias(s);  // an output: not its object (that would hold the node), not versioned here
-      } else if (s && st.IsDirty(s.get())) {
+      const int oj = s ? IndexOf(outs, s.get()) : -1;
+      if (s && st.IsDirty(s.get())) {
         slot.tensor = s->contiguous_copy();  // the caller's tensor now has this node as its history
+      } else if (oj >= 0) {
+        // an output: held without its object (that would hold the node), its version counter watched
+        slot.tensor = Alias(s);
+        PyObject *obj = result[static_cast<std::size_t>(oj)]->py_object();
+        void *w = api.watch(obj);
+        if (w == nullptr) throw PythonError();
+        slot.watch = std::shared_ptr<void>(w, [unwatch = api.unwatch](void *p) { unwatch(p); });
+        slot.version = api.watched(w);
       } else if (s) {
         slot.tensor = s;
         if (void *h = ForeignHandle(*s)) {

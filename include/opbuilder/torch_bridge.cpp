@@ -16,11 +16,13 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/SavedTensorHooks.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -69,11 +71,17 @@ thread_local Frame *tls_frame = nullptr;
 
 int Active() { return tls_frame != nullptr && tls_frame->py == PyEval_GetFrame() ? 1 : 0; }
 
-// A tensor the fast path takes as it is: strided, on the CPU or a CUDA device, no lazy conjugate
-// or negation, a dtype operators take.
+// A tensor the fast path takes as it is: strided memory of its own (not a ZeroTensor or a functorch
+// wrapper) on the CPU or a CUDA device, no lazy conjugate or negation, a dtype operators take.
 bool Plain(const at::Tensor &t) {
   return t.defined() && (t.device().is_cpu() || t.device().is_cuda()) && t.layout() == c10::kStrided &&
-         !t.is_conj() && !t.is_neg() && DataTypeOf(t.scalar_type()) >= 0;
+         t.has_storage() && !t._is_zerotensor() && !t.is_conj() && !t.is_neg() && DataTypeOf(t.scalar_type()) >= 0;
+}
+
+// torch's error text without the C++ backtrace c10::Error::what() appends.
+void SetError(PyObject *type, const std::exception &e) {
+  const auto *c10e = dynamic_cast<const c10::Error *>(&e);
+  PyErr_SetString(type, c10e != nullptr ? c10e->what_without_backtrace() : e.what());
 }
 
 c10::Device DeviceOf(std::int32_t device) {
@@ -123,7 +131,7 @@ PyObject *Wrap(const ForeignTensor *t, void *keep, void (*drop)(void *)) {
   try {
     return THPVariable_Wrap(FromForeign(*t, keep, drop));
   } catch (const std::exception &e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+    SetError(PyExc_RuntimeError, e);
     return nullptr;
   }
 }
@@ -142,6 +150,30 @@ void BumpVersion(void *handle) { torch::autograd::impl::bump_version(*static_cas
 
 PyObject *ObjectOf(void *handle) { return THPVariable_Wrap(*static_cast<at::Tensor *>(handle)); }
 
+PyObject *Alias(void *handle) {
+  try {
+    const at::Tensor &t = *static_cast<at::Tensor *>(handle);
+    at::AutoGradMode off(false);  // a plain view; the node becomes its history
+    return THPVariable_Wrap(t.view_as(t));
+  } catch (const std::exception &e) {
+    SetError(PyExc_RuntimeError, e);
+    return nullptr;
+  }
+}
+
+void *Watch(PyObject *o) {
+  try {
+    return new c10::VariableVersion(THPVariable_Unpack(o).unsafeGetTensorImpl()->version_counter());
+  } catch (const std::exception &e) {
+    SetError(PyExc_RuntimeError, e);
+    return nullptr;
+  }
+}
+
+std::int64_t Watched(void *w) { return static_cast<c10::VariableVersion *>(w)->current_version(); }
+
+void Unwatch(void *w) { delete static_cast<c10::VariableVersion *>(w); }
+
 void *Allocate(std::int64_t nbytes, std::int32_t device, int zero, void **handle) {
   *handle = nullptr;
   try {
@@ -150,7 +182,7 @@ void *Allocate(std::int64_t nbytes, std::int32_t device, int zero, void **handle
     *handle = new at::Tensor(t);
     return t.data_ptr();
   } catch (const std::exception &e) {
-    PyErr_SetString(PyExc_MemoryError, e.what());
+    SetError(PyExc_MemoryError, e);
     return nullptr;
   }
 }
@@ -160,7 +192,7 @@ void *Stream(std::int32_t device) {
     const c10::impl::DeviceGuardImplInterface *impl = c10::impl::getDeviceGuardImpl(c10::kCUDA);
     return impl->getStream(device < 0 ? impl->getDevice() : DeviceOf(device)).native_handle();
   } catch (const std::exception &e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+    SetError(PyExc_RuntimeError, e);
     return nullptr;
   }
 }
@@ -170,6 +202,23 @@ struct Gil {
   PyGILState_STATE s = PyGILState_Ensure();
   ~Gil() { PyGILState_Release(s); }
 };
+
+// The index of the incoming gradient `t` is exactly (memory, shape, strides, dtype), else grads.size().
+std::size_t Incoming(const torch::autograd::variable_list &grads, const ForeignTensor &t) {
+  for (std::size_t j = 0; j < grads.size(); ++j) {
+    const at::Tensor &g = grads[j];
+    if (!g.defined() || g.data_ptr() != t.data || g.dim() != t.ndim || DataTypeOf(g.scalar_type()) != t.dtype) continue;
+    bool same = true;
+    for (std::int32_t d = 0; d < t.ndim && same; ++d) same = g.size(d) == t.shape[d];
+    if (same && t.strides != nullptr) {
+      for (std::int32_t d = 0; d < t.ndim && same; ++d) same = g.size(d) <= 1 || g.stride(d) == t.strides[d];
+    } else if (same) {
+      same = g.is_contiguous();
+    }
+    if (same) return j;
+  }
+  return grads.size();
+}
 
 struct OpNode : torch::autograd::Node {
   ForeignNode n;
@@ -201,6 +250,7 @@ struct OpNode : torch::autograd::Node {
         in[j] = ForeignTensor{nullptr, nullptr, nullptr, -1, 0, 0, nullptr, -1};
         continue;
       }
+      if (g._is_zerotensor()) g = at::zeros(g.sizes(), g.options().dtype(g.scalar_type()));
       if (!Plain(g)) g = g.resolve_conj().resolve_neg().to_dense().contiguous();
       if (!Plain(g)) {
         throw std::runtime_error(label + ": a gradient of dtype " + std::string(c10::toString(g.scalar_type())) +
@@ -223,6 +273,14 @@ struct OpNode : torch::autograd::Node {
     torch::autograd::variable_list res(n.nargs);
     for (std::size_t i = 0; i < n.nargs; ++i) {
       if (out[i].ndim < 0) continue;
+      // an incoming gradient handed back as it is: torch's own tensor, so AccumulateGrad sees that it
+      // is shared (a new TensorImpl over its memory would be taken as .grad, aliasing it)
+      const std::size_t j = Incoming(grads, out[i]);
+      if (j < grads.size()) {
+        res[i] = grads[j];
+        n.drop(keep[i]);
+        continue;
+      }
       res[i] = FromForeign(out[i], keep[i], n.drop);
     }
     return res;
@@ -260,14 +318,12 @@ int Record(const ForeignNode *node) {
     return -1;
   }
   try {
-    for (std::size_t j = 0; j < node->nout; ++j) {
+    for (std::size_t j = 0; j < node->nout; ++j) {  // torch's rules for in-place changes (leaves, views)
       if (node->outputs[j] == nullptr || !node->dirty[j]) continue;
-      const at::Tensor &o = THPVariable_Unpack(node->outputs[j]);
-      if (o.requires_grad() && o.is_leaf()) {
-        PyErr_Format(PyExc_RuntimeError,
-                     "%s modifies argument in place (MarkDirty), but it is a leaf that requires grad; in-place "
-                     "changes of such leaves are not allowed (use a copy, e.g. x * 1)",
-                     node->name);
+      try {
+        torch::autograd::check_inplace(THPVariable_Unpack(node->outputs[j]), true);
+      } catch (const c10::Error &e) {
+        PyErr_Format(PyExc_RuntimeError, "%s: %s", node->name, e.what_without_backtrace());
         return -1;
       }
     }
@@ -298,7 +354,7 @@ int Record(const ForeignNode *node) {
     e.restore();
     return -1;
   } catch (const std::exception &e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+    SetError(PyExc_RuntimeError, e);
     return -1;
   }
 }
@@ -315,7 +371,11 @@ const ForeignApi kApi = {opbuilder::detail::kForeignAbi,
                          &ObjectOf,
                          &Record,
                          &Allocate,
-                         &Stream};
+                         &Stream,
+                         &Alias,
+                         &Watch,
+                         &Watched,
+                         &Unwatch};
 
 // ---- Op: the namespace's callable ------------------------------------------------------
 struct OpObject {
@@ -339,6 +399,7 @@ bool FastArgs(PyObject *const *args, Py_ssize_t n, char *sig, Py_ssize_t cap, bo
       const at::Tensor &t = THPVariable_Unpack(a);
       if (!Plain(t) || (t.is_cuda() && !cuda)) return false;  // another device: the Python path says why
       if (t._fw_grad(0).defined()) return false;                // forward-mode AD: the Python path says no
+      if (t.is_inference()) return false;                       // torch's own rules, on the Python path
       sig[i] = 't';
     } else if (PyBool_Check(a)) {
       sig[i] = 'b';
@@ -380,8 +441,9 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
   char sig[sizeof(op->last)];
   bool fast = kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0;
   try {
+    // saved-tensor hooks (save_on_cpu, ...) see only what torch's own nodes save: the Python path's
     fast = fast && !at::impl::torch_function_mode_enabled() && !c10::impl::TorchDispatchModeTLS::any_modes_set() &&
-           FastArgs(args, n, sig, sizeof(sig), op->cuda != 0) && Defined(op, sig);
+           at::SavedTensorDefaultHooks::get_tls_state().stack.empty() && FastArgs(args, n, sig, sizeof(sig), op->cuda != 0) && Defined(op, sig);
   } catch (python_error &e) {
     e.restore();
     return nullptr;

@@ -311,9 +311,18 @@ struct SumList : Function<SumList> {
 
 namespace {
 TensorPtrList g_held;  // see hold / drop_held_concurrently
+
+// A copy of x (1-D float64) returned as a reversed view: stride -1, data at the last element.
+TensorPtr Reversed(const TensorPtr &x) {
+  TensorPtr c = x->contiguous_copy();
+  const std::int64_t n = c->numel();
+  double *last = c->data<double>() + (n > 0 ? n - 1 : 0);
+  return std::make_shared<Tensor>(kFloat64, ShapeVector{n}, ShapeVector{-1}, last, c->storage());
+}
 }  // namespace
 
 OB_MODULE(m) {
+  m.def("reversed", &Reversed);
   m.def("two_scales", [](const TensorPtr &x, bool materialize) { return TwoScales::Apply(x, materialize); });
   m.def("square_and_sign", [](const TensorPtr &x) { return SquareAndSign::Apply(x); });
   m.def("last_null", []() { return g_last_null; });
@@ -344,6 +353,7 @@ OB_MODULE(m) {
   m.def("hold", [](TensorPtrList tensors) {
     g_held.insert(g_held.end(), tensors.begin(), tensors.end());
   });
+  m.def("last_held", [](const TensorPtr &) { return g_held.back(); });  // the argument only fixes a signature
   m.def("drop_held_concurrently", [](int nthreads) {
     TensorPtrList all;
     all.swap(g_held);

@@ -22,7 +22,7 @@ namespace opbuilder {
 namespace detail OB_HIDDEN {
 
 // Bumped whenever a field below changes; an operator ignores a bridge with another number.
-constexpr std::uint32_t kForeignAbi = 2;
+constexpr std::uint32_t kForeignAbi = 3;
 
 // A framework tensor's memory as the operator sees it (strides in elements); ndim == -1: no tensor.
 struct ForeignTensor {
@@ -78,6 +78,14 @@ struct ForeignApi {
   // The framework's current CUDA stream on `device` (-1: the current device); nullptr is the default
   // stream, or an error if a Python error is set.
   void *(*stream)(std::int32_t device);
+  // A new framework tensor that is a view of the unpacked tensor `handle` (an argument Forward
+  // returned unchanged): it shares the argument's version counter. New reference.
+  PyObject *(*alias)(void *handle);
+  // The version counter of framework tensor `o`, kept without `o` itself (unwatch frees it); nullptr
+  // with a Python error set if it has none.
+  void *(*watch)(PyObject *o);
+  std::int64_t (*watched)(void *watch);
+  void (*unwatch)(void *watch);
 };
 
 // `api` if it is a bridge of this ABI whose call is active on this thread from the current Python

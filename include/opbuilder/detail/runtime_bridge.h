@@ -379,8 +379,14 @@ inline ForeignTensor ForeignOf(const Tensor &t) {
   return f;
 }
 
-// A new framework tensor over `t`'s memory (new reference).
+// A new framework tensor over `t`'s memory (new reference); a host view with negative strides,
+// which torch cannot describe, goes out as a contiguous copy.
 inline PyObject *WrapForeign(const ForeignApi &api, const Tensor &t) {
+  if (!t.is_cuda() && !t.is_contiguous()) {
+    for (std::int64_t st : t.strides()) {
+      if (st < 0) return WrapForeign(api, *t.contiguous_copy());
+    }
+  }
   ForeignTensor f = ForeignOf(t);
   PyObject *o = api.wrap(&f, f.handle, DropForeignKeep);
   if (o == nullptr) {
@@ -534,8 +540,9 @@ inline PyObject *TensorToObject(const TensorPtr &t) {
     return Py_None;
   }
   const Runtime &rt = Runtime::Get();
-  if (t->py_object() == nullptr) {
-    if (const ForeignApi *api = ActiveBridge(rt)) return WrapForeign(*api, *t);
+  if (const ForeignApi *api = ActiveBridge(rt)) {  // a runtime.Tensor is no answer for a torch caller
+    PyObject *o = t->py_object();
+    if (o == nullptr || PyObject_TypeCheck(o, rt.tensor_type)) return WrapForeign(*api, *t);
   }
   return ToPython(rt, t);
 }
