@@ -295,6 +295,10 @@ class _Op:
         ntensor = sum(1 for c in sig if c in "tL")
 
         def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+            if not _is_compiling():  # real outputs: the runtime's record says which have no gradient
+                no_grad = _no_grad_outputs(output)
+                if no_grad:
+                    ctx.mark_non_differentiable(*no_grad)
             ctx.save_for_backward(*output)
             ctx.args = tuple(None if c in "tL" else a for a, c in zip(inputs, sig))
             ctx.tensors = [a for a, c in zip(inputs, sig) if c in "tL"]
@@ -333,6 +337,25 @@ class _Op:
         return fake
 
 
+def _no_grad_outputs(outputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """The outputs of a registered operator's eager forward that the runtime recorded no gradient for:
+    all of them when it recorded nothing (a plain C++ function), else those whose runtime tensor does
+    not require grad (MarkNonDifferentiable, integer outputs). Empty when it cannot tell."""
+    call = None
+    for o in outputs:
+        if o.numel():
+            try:
+                call = _kept.get(o.data_ptr())
+            except RuntimeError:  # no memory (a fake tensor): nothing to tell
+                return []
+            if call is None:
+                return list(outputs)
+            break
+    if call is None or len(call.outputs) != len(outputs):
+        return []
+    return [o for o, r in zip(outputs, call.outputs) if not r.requires_grad]
+
+
 class _Eager(torch.autograd.Function):
     """What the registered operator's autograd does (same forward and backward kernels), for eager
     calls that no mode or tensor subclass needs to see: torch.library's Python autograd layer
@@ -340,8 +363,11 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, op: "_Op", sig: str, *args: Any) -> Tuple[torch.Tensor, ...]:
-        outs, call = op.record(sig, args)
-        outs = [_to_torch(o, None) for o in outs]
+        rt_outs, call = op.record(sig, args)
+        outs = [_to_torch(o, None) for o in rt_outs]
+        # what the runtime recorded no gradient for (MarkNonDifferentiable, integers, a plain C++
+        # function) does not require grad in torch either: no silent zero gradients
+        ctx.mark_non_differentiable(*[t for t, o in zip(outs, rt_outs) if not o.requires_grad])
         ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's
         ctx.args = tuple(None if c == "t" else a for a, c in zip(args, sig))
         ctx.ntensor = sig.count("t")

@@ -305,3 +305,15 @@ def test_an_output_with_negative_strides_comes_back_as_its_values(autograd_ops):
     x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
     for _ in range(2):  # the first call of the signature, then the eager path (the bridge, if it is on)
         assert t.reversed(x).tolist() == [4.0, 3.0, 2.0, 1.0]
+
+
+def test_outputs_without_a_gradient_do_not_require_grad(autograd_ops):
+    t = opbuilder.to_torch(autograd_ops)
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    for _ in range(2):  # the first call of the signature, then the eager path
+        sq, sign = t.square_and_sign(x)  # MarkNonDifferentiable({sign})
+        assert sq.requires_grad and not sign.requires_grad
+        r = t.reversed(x)  # a plain C++ function records no gradient: torch must not invent a zero one
+        assert not r.requires_grad
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            torch.autograd.grad(r.sum(), x)
