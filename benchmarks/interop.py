@@ -128,8 +128,8 @@ def main(argv=None) -> int:
     ])
     print("\nThe 1-element rows are each call's fixed cost. Through the bridge, torch tensors reach the C++ "
           "operator directly and its node is a C++ torch autograd node; the Python path pays for signatures, "
-          "conversions and a Python torch.autograd.Function, whose cost alone (the last 1-element row) is "
-          "over the 1.5x goal.\n")
+          "conversions and a Python torch.autograd.Function, whose cost alone (the last 1-element row) "
+          "leaves almost nothing of the 1.5x goal for the conversions around it.\n")
     for label, r in (("forward", r1), ("forward + backward", r2)):
         one = ratio(r["wrapped"], r["tf"])
         report.goal(f"1 element, {label}: to_torch op <= {ONE_ELEMENT_GOAL}x torch's C++ Function (issue 23)",
