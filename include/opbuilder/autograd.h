@@ -684,6 +684,14 @@ struct FunctionCall {
   PyObject *(*name_py)();
 };
 
+// A context as Forward sees it: the Function's name and this call's arguments.
+inline void BeginContext(ContextState &st, const FunctionCall &f) {
+  st.name = f.name;
+  st.args = f.args;
+  st.originals = f.originals;
+  st.nargs = f.nargs;
+}
+
 // The tensor the caller passed for argument i (Forward may have a private copy of it).
 inline Tensor *CallerArg(const FunctionCall &f, std::size_t i) {
   return f.originals[i] != nullptr ? f.originals[i] : f.args[i];
@@ -807,10 +815,7 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   const bool record = wants && api.grad_enabled() != 0;
   std::unique_ptr<AutogradContext, ContextDeleter> ctx(new AutogradContext);
   ContextState &st = State(*ctx);
-  st.name = f.name;
-  st.args = f.args;
-  st.originals = f.originals;
-  st.nargs = f.nargs;
+  BeginContext(st, f);
   std::vector<void *> inputs(f.nargs, nullptr);
   std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
   double phase = 0;
@@ -938,10 +943,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
   if (!wants || !GradEnabled(rt)) {  // the fast path: nothing to record
     AutogradContext ctx;
     ContextState &st = State(ctx);
-    st.name = f.name;
-    st.args = f.args;
-    st.originals = f.originals;
-    st.nargs = f.nargs;
+    BeginContext(st, f);
     f.forward(&ctx, f.call, single, list);
     if (single == nullptr) {
       *list = FinishNoGrad(rt, st, std::move(*list));
@@ -953,10 +955,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
 
   std::unique_ptr<AutogradContext, ContextDeleter> ctx(new AutogradContext);
   ContextState &st = State(*ctx);
-  st.name = f.name;
-  st.args = f.args;
-  st.originals = f.originals;
-  st.nargs = f.nargs;
+  BeginContext(st, f);
   st.needs.assign(f.nargs, false);
   PyRef edges = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(f.nargs))));
   for (std::size_t i = 0; i < f.nargs; ++i) {
