@@ -35,11 +35,6 @@ def tmul(my_ops, torch_path):
     return opbuilder.to_torch(my_ops)
 
 
-@pytest.fixture(scope="module")
-def tmul_shaped(my_ops, torch_path):
-    return opbuilder.to_torch(my_ops, shape_fn={"mul": _broadcast})
-
-
 def _counting(fn):
     calls = []
 
