@@ -452,7 +452,7 @@ def _wrapper(op: _Op) -> Callable:
 
     entry = call
     # only a C++ function: a Python one (or an aot op) would see torch tensors outside the bridge's frame
-    native = isinstance(op.fn, types.BuiltinFunctionType) or type(op.fn).__name__ == "nb_func"
+    native = isinstance(op.fn, types.BuiltinFunctionType) or type(op.fn).__name__ == "nb_func"  # pybind11, nanobind
     if native and _torch_bridge.enabled():
         bridged: List[Any] = [None]  # the C++ bridge's Op, once the bridge is loaded
 

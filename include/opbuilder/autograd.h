@@ -72,8 +72,7 @@ struct SavedSlot {
   bool weak = false;
   std::int64_t version = 0;
   std::vector<VersionWatch> aliases;  // outputs over a saved argument's memory
-  bool foreign = false;  // `version` is the framework tensor's (a bridge call's argument)
-  std::shared_ptr<void> watch;  // an output's version counter in the framework (ForeignApi::watch)
+  std::shared_ptr<void> watch;  // the framework tensor's version counter (a bridge call's), else null
 };
 
 // What Apply and the recorded node keep in a context (not for operator authors).
@@ -163,7 +162,6 @@ class OB_HIDDEN AutogradContext {
   // An error naming the slot if `src` (a runtime.Tensor, or a weak reference to one) moved from `version`.
   void CheckSavedVersion(const detail::Runtime &rt, std::size_t slot, PyObject *src, bool weak,
                          std::int64_t version) const;
-  void CheckForeignVersion(const detail::Runtime &rt, std::size_t slot, const Tensor &t, std::int64_t version) const;
   void VersionError(std::size_t slot, std::int64_t now, std::int64_t version) const;
 
   friend detail::ContextState &detail::State(AutogradContext &ctx);
@@ -600,15 +598,6 @@ inline void AutogradContext::CheckSavedVersion(const detail::Runtime &rt, std::s
   if (now != version) VersionError(slot, now, version);
 }
 
-inline void AutogradContext::CheckForeignVersion(const detail::Runtime &rt, std::size_t slot, const Tensor &t,
-                                                 std::int64_t version) const {
-  void *h = detail::ForeignHandle(t);
-  const detail::ForeignApi *api = *rt.bridge_slot;
-  if (h == nullptr || api == nullptr) return;
-  const std::int64_t now = api->version(h);
-  if (now != version) VersionError(slot, now, version);
-}
-
 inline void AutogradContext::VersionError(std::size_t slot, std::int64_t now, std::int64_t version) const {
   throw std::runtime_error("one of the tensors saved for backward by " + function_name() + " (saved slot " +
                            std::to_string(slot) + ") has been modified by an in-place operation: it is at version " +
@@ -652,7 +641,6 @@ OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
   out.reserve(st.saved.size());
   for (std::size_t i = 0; i < st.saved.size(); ++i) {
     const detail::SavedSlot &s = st.saved[i];
-    if (s.foreign) CheckForeignVersion(rt, i, *s.tensor, s.version);
     if (s.watch) {
       const std::int64_t now = (*rt.bridge_slot)->watched(s.watch.get());
       if (now != s.version) VersionError(i, now, s.version);
@@ -802,6 +790,14 @@ OB_CORE_FN void ForeignDestroy(void *state) noexcept OB_CORE_DECL
 }
 #endif
 
+// Keeps framework tensor `o`'s version counter (not `o`) in `slot`, with its version now.
+inline void WatchVersion(const ForeignApi &api, PyObject *o, SavedSlot &slot) {
+  void *w = api.watch(o);
+  if (w == nullptr) throw PythonError();
+  slot.watch = std::shared_ptr<void>(w, [unwatch = api.unwatch](void *p) { unwatch(p); });
+  slot.version = api.watched(w);
+}
+
 // RunFunction inside a bridge call: Forward (with the framework's grad mode off while recording),
 // outputs as the framework's tensors (an in-place output is the caller's own object), and, when an
 // argument needs a gradient, the node recorded in the framework's graph. Saved arguments' versions
@@ -894,17 +890,10 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
       } else if (oj >= 0) {
         // an output: held without its object (that would hold the node), its version counter watched
         slot.tensor = Alias(s);
-        PyObject *obj = result[static_cast<std::size_t>(oj)]->py_object();
-        void *w = api.watch(obj);
-        if (w == nullptr) throw PythonError();
-        slot.watch = std::shared_ptr<void>(w, [unwatch = api.unwatch](void *p) { unwatch(p); });
-        slot.version = api.watched(w);
+        WatchVersion(api, result[static_cast<std::size_t>(oj)]->py_object(), slot);
       } else if (s) {
         slot.tensor = s;
-        if (void *h = ForeignHandle(*s)) {
-          slot.foreign = true;
-          slot.version = api.version(h);
-        }
+        if (void *h = ForeignHandle(*s)) WatchVersion(api, PyRef::Steal(Check(api.object_of(h))).get(), slot);
       }
       st.saved.push_back(std::move(slot));
     }

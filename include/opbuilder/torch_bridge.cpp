@@ -144,8 +144,6 @@ int SetGradEnabled(int on) {
   return prev ? 1 : 0;
 }
 
-std::int64_t Version(void *handle) { return static_cast<at::Tensor *>(handle)->_version(); }
-
 void BumpVersion(void *handle) { torch::autograd::impl::bump_version(*static_cast<at::Tensor *>(handle)); }
 
 PyObject *ObjectOf(void *handle) { return THPVariable_Wrap(*static_cast<at::Tensor *>(handle)); }
@@ -366,7 +364,6 @@ const ForeignApi kApi = {opbuilder::detail::kForeignAbi,
                          &Wrap,
                          &GradEnabled,
                          &SetGradEnabled,
-                         &Version,
                          &BumpVersion,
                          &ObjectOf,
                          &Record,

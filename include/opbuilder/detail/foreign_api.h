@@ -22,7 +22,7 @@ namespace opbuilder {
 namespace detail OB_HIDDEN {
 
 // Bumped whenever a field below changes; an operator ignores a bridge with another number.
-constexpr std::uint32_t kForeignAbi = 3;
+constexpr std::uint32_t kForeignAbi = 4;
 
 // A framework tensor's memory as the operator sees it (strides in elements); ndim == -1: no tensor.
 struct ForeignTensor {
@@ -67,7 +67,6 @@ struct ForeignApi {
   PyObject *(*wrap)(const ForeignTensor *t, void *keep, void (*drop)(void *));
   int (*grad_enabled)(void);
   int (*set_grad_enabled)(int on);  // returns the previous mode
-  std::int64_t (*version)(void *handle);
   void (*bump_version)(void *handle);  // an in-place write through the operator
   PyObject *(*object_of)(void *handle);  // the framework's own tensor object for an unpacked handle (new reference)
   // 0, or -1 with a Python error set (an in-place change the framework refuses).
