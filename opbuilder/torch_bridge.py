@@ -38,6 +38,7 @@ _lock = threading.Lock()
 _module: Optional[ModuleType] = None
 _error: Optional[str] = None
 _thread: Optional[threading.Thread] = None
+_started = threading.Event()  # the build's compiler is running, or there is nothing to compile
 
 
 def enabled() -> bool:
@@ -45,9 +46,10 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
-def ready(wait: bool = False) -> Optional[ModuleType]:
+def ready(wait: bool = False, until_started: bool = False) -> Optional[ModuleType]:
     """The loaded bridge, or None while it builds (or when it is off or failed: ``status()`` says why).
-    The first call starts the build; ``wait=True`` waits for it."""
+    The first call starts the build; ``wait=True`` waits for it, ``until_started=True`` only until
+    its compiler runs (a test session starts it so before its first test, on an idle core)."""
     global _thread
     if _module is not None or _error is not None:
         return _module
@@ -60,6 +62,8 @@ def ready(wait: bool = False) -> Optional[ModuleType]:
         thread = _thread
     if wait:
         thread.join()
+    elif until_started:
+        _started.wait()
     return _module
 
 
@@ -77,7 +81,10 @@ def status() -> str:
 def _build_and_load() -> None:
     global _module, _error
     try:
-        path = _build()
+        try:
+            path = _build()
+        finally:
+            _started.set()
         loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
         spec = importlib.util.spec_from_file_location(MODULE, str(path), loader=loader)
         module = importlib.util.module_from_spec(spec)
@@ -106,6 +113,7 @@ def _build() -> Path:
     out_dir = root / "_obtorch" / key
     target = out_dir / (MODULE + ext_suffix())
     if target.is_file():
+        _started.set()
         return target
     out_dir.mkdir(parents=True, exist_ok=True)
     with build_lock(out_dir, "torch bridge"):
@@ -115,10 +123,12 @@ def _build() -> Path:
             stale.unlink(missing_ok=True)
         tmp = out_dir / f".{MODULE}.{os.getpid()}.tmp"
         argv = [*cxx.argv, *_flags(torch, tdir), str(source), "-o", str(tmp), *_link_flags(tdir)]
-        done = subprocess.run(argv, capture_output=True, text=True)
-        if done.returncode != 0:
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            _started.set()
+            _, stderr = proc.communicate()
+        if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
-            raise RuntimeError(f"{' '.join(argv[:2])} ... exited {done.returncode}:\n{done.stderr[-4000:]}")
+            raise RuntimeError(f"{' '.join(argv[:2])} ... exited {proc.returncode}:\n{stderr[-4000:]}")
         os.replace(tmp, target)
     return target
 

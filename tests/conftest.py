@@ -30,10 +30,36 @@ def pytest_configure(config):
     config.pluginmanager.register(BuildGuard(BUILD_FIXTURES), "build_guard")
 
 
+def _session_cache(config) -> "os.PathLike[str]":
+    """The session's cache directory, made on first use (the collection hook below may be first)."""
+    if not hasattr(config, "_opbuilder_cache"):
+        config._opbuilder_cache = config._tmp_path_factory.mktemp("opbuilder-cache")
+    return config._opbuilder_cache
+
+
+def pytest_collection_finish(session):
+    """When a selected test needs to_torch's bridge, start its ~15 s build now, before the first test:
+    it compiles on the second core while the tests run (one process), instead of in a test's setup."""
+    if not any("torch_bridge" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return
+    from opbuilder import torch_bridge as bridge
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OPBUILDER_CACHE_DIR", str(_session_cache(session.config)))
+    mp.setenv(bridge.ENV, "1")
+    try:
+        bridge.ready(until_started=True)  # every compiler it starts is started here (tests/build_guard.py)
+    finally:
+        mp.undo()
+
+
 @pytest.fixture(scope="session", autouse=True)
-def cache_dir(tmp_path_factory):
+def cache_dir(request):
     """OPBUILDER_CACHE_DIR for the whole session (so ops compile once per session)."""
-    d = tmp_path_factory.mktemp("opbuilder-cache")
+    d = _session_cache(request.config)
     old = os.environ.get("OPBUILDER_CACHE_DIR")
     os.environ["OPBUILDER_CACHE_DIR"] = str(d)
     yield d
