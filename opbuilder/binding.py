@@ -3,7 +3,9 @@
 A source set is nanobind when a source defines its module with ``OB_MODULE(m)`` or ``NB_MODULE(...)``
 (or includes ``<nanobind/...>``), and pybind11 when one uses ``PYBIND11_MODULE(...)`` (or includes
 ``<pybind11/...>`` or ``ms_extension.h``). Comments and string literals are skipped, so a comment
-that mentions a macro decides nothing. Sources that mention both are an error: the builder never
+that mentions a macro decides nothing, and so do the regions the preprocessor certainly skips
+(``#if 0`` blocks, the ``#else`` of an ``#if 1``), read after backslash-newlines are joined, as the
+compiler reads them. Sources that mention both are an error: the builder never
 guesses which of the two a module needs. Sources that mention neither (a module written on the
 plain Python C API, or one whose module macro is in a header) build as they always did, on the
 pybind11 path; a nanobind module in a header would fail to compile there (nanobind's headers
@@ -38,7 +40,8 @@ __all__ = ["PYBIND11", "NANOBIND", "RECORD", "binding_of_text", "detect_binding"
 
 PYBIND11 = "pybind11"
 NANOBIND = "nanobind"
-RECORD = ".bindings.json"  # in an operator's cache directory: {content digest: "0100", "set:...": "nanobind"}
+RECORD = ".bindings.json"  # in an operator's cache directory: {content digest: "01002", "set:...": "nanobind"}
+SCAN = "2"  # the scan's version, the last character of each entry (2: what the preprocessor skips is skipped)
 
 # comments and literals (kept apart so that a quote inside a comment or a // inside a string is skipped whole)
 _SKIP = re.compile(r'//[^\n]*|/\*.*?\*/|R"([^(\s]{0,16})\(.*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
@@ -47,6 +50,9 @@ _NB_MODULE = re.compile(r"\b(?:OB_MODULE|NB_MODULE)\s*\(")
 _PB_MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(")
 _NB_INCLUDE = re.compile(r'#\s*include\s*<nanobind/')
 _PB_INCLUDE = re.compile(r'#\s*include\s*(?:<pybind11/|"ms_extension\.h"|<ms_extension\.h>)')
+_SPLICE = re.compile(r"\\[ \t]*\r?\n")  # a backslash ending a line (gcc allows blanks after it)
+_CONDITIONAL = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|elifdef|elifndef|else|endif)\b(.*)$")
+_NUMBER = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)[uUlL]*")
 Flags = Tuple[bool, bool, bool, bool]  # nanobind module, pybind11 module, nanobind include, pybind11 include
 _memo: Dict[str, Flags] = {}  # content digest -> flags, in this process
 _unrecorded: Set[str] = set()  # digests (and set keys) worked out here but not yet written to a record
@@ -64,9 +70,71 @@ def _strip(text: str, literals: bool) -> str:
     return _SKIP.sub(sub, text)
 
 
+def _truth(expr: str) -> Optional[bool]:
+    """The value of an ``#if``/``#elif`` condition when it is a constant (``0``, ``1``, ``0x0``, ``true``,
+    ``!0``, ``(0)``); None for anything else (a macro, ``defined(...)``, an expression): not known here."""
+    e = expr.strip()
+    negate = False
+    while True:
+        if e.startswith("(") and e.endswith(")") and "(" not in e[1:-1] and ")" not in e[1:-1]:
+            e = e[1:-1].strip()
+        elif e.startswith("!") and not e.startswith("!="):
+            negate, e = not negate, e[1:].strip()
+        else:
+            break
+    if e in ("true", "false"):
+        value = e == "true"
+    else:
+        m = _NUMBER.fullmatch(e)
+        if m is None:
+            return None
+        value = any(c not in "0xX" for c in m.group(1))
+    return value != negate
+
+
+def _live(code: str) -> str:
+    """``code`` (comments stripped, lines spliced) without the regions the preprocessor skips for
+    certain: ``#if 0`` blocks, the ``#else``/``#elif`` branches after a branch that is certainly taken
+    (``#if 1``), and everything nested in those. A condition that is not a constant (``#ifdef X``) may go
+    either way, so each of its branches counts. Conditional directives themselves are dropped."""
+    out: List[str] = []
+    # per open #if: [enclosing region live, this branch: True / False / None (not known),
+    #                an earlier branch certainly taken, an earlier branch maybe taken]
+    stack: List[List[Optional[bool]]] = []
+    live = True
+    for line in code.split("\n"):
+        m = _CONDITIONAL.match(line)
+        if m is None:
+            if live:
+                out.append(line)
+            continue
+        word, rest = m.group(1), m.group(2)
+        if word in ("if", "ifdef", "ifndef"):
+            t = _truth(rest) if word == "if" else None
+            stack.append([live, t, t is True, t is None])
+        elif not stack:
+            continue  # an unbalanced #else/#endif: the compiler says so
+        elif word == "endif":
+            stack.pop()
+        else:
+            frame = stack[-1]
+            t = True if word == "else" else (_truth(rest) if word == "elif" else None)
+            if frame[2]:
+                frame[1] = False
+            else:
+                frame[1] = None if (frame[3] and t is not False) else t
+                frame[2] = t is True and not frame[3]
+                frame[3] = frame[3] or t is None
+        live = all(f[0] and f[1] is not False for f in stack[-1:]) if stack else True
+    return "\n".join(out)
+
+
 def _scan_text(raw: str) -> Tuple[bool, bool, bool, bool]:
-    code = _strip(raw, literals=True)  # macros in code only
-    text = _strip(raw, literals=False)  # include names ("ms_extension.h") kept
+    # as the compiler reads it: lines joined at a backslash-newline first (a `// comment \` goes on
+    # to the next line), then comments and literals, then the regions the preprocessor skips
+    spliced = _SPLICE.sub("", raw)
+    code = _live(_strip(spliced, literals=True))  # macros in code only
+    text = _live(_strip(spliced, literals=False))  # include names ("ms_extension.h") kept
     return (_NB_MODULE.search(code) is not None, _PB_MODULE.search(code) is not None,
             _NB_INCLUDE.search(text) is not None, _PB_INCLUDE.search(text) is not None)
 
@@ -80,7 +148,9 @@ def binding_of_text(text: str) -> Optional[str]:
 
 
 def _decode(value: object) -> Optional[Flags]:
-    if not (isinstance(value, str) and len(value) == 4 and set(value) <= {"0", "1"}):
+    """The flags of a record entry; None for one this scan did not write (another format, or an older
+    scan's, which read ``#if 0`` blocks as code): then the source is scanned again."""
+    if not (isinstance(value, str) and len(value) == 5 and value.endswith(SCAN) and set(value[:4]) <= {"0", "1"}):
         return None
     return value[0] == "1", value[1] == "1", value[2] == "1", value[3] == "1"
 
@@ -109,7 +179,7 @@ def _write_record(record: Path, entries: Dict[str, str]) -> None:
 
 
 def _encode(flags: Flags) -> str:
-    return "".join("1" if f else "0" for f in flags)
+    return "".join("1" if f else "0" for f in flags) + SCAN
 
 
 def _flags(sources: Sequence[Path], record: Optional[Path]
@@ -215,7 +285,9 @@ def binding_and_digests(name: str, sources: Sequence[Path], record: Optional[Pat
         raise BuildError(f"operator '{name}' mixes binding libraries: {', '.join(nb)} use(s) nanobind "
                          f"(OB_MODULE, NB_MODULE or <nanobind/...>) and {', '.join(pb)} use(s) pybind11 "
                          f"(PYBIND11_MODULE, <pybind11/...> or ms_extension.h); one module is bound with one of "
-                         f"them: write it with OB_MODULE(m) (nanobind) or PYBIND11_MODULE(OB_EXTENSION_NAME, m)",
+                         f"them: write it with OB_MODULE(m) (nanobind) or PYBIND11_MODULE(OB_EXTENSION_NAME, m); sources "
+                         f"that choose between the two with a macro (#ifdef) say which with binding='nanobind' or "
+                         f"binding='pybind11'",
                          name=name)
     binding = NANOBIND if nb else PYBIND11
     if pb:

@@ -84,7 +84,7 @@ def test_the_binding_is_recorded_per_contents_and_an_edited_source_is_scanned_ag
     src = _src(tmp_path / "op.cpp", "OB_MODULE(m) {}")
     record = tmp_path / RECORD
     assert detect_binding("op", [src], record) == NANOBIND
-    assert json.loads(record.read_text()) == {file_digest(src): "1000"}
+    assert json.loads(record.read_text()) == {file_digest(src): "1000" + binding.SCAN}
     monkeypatch.setattr(binding, "_memo", {})  # as a new process
     monkeypatch.setattr(binding, "_scan_text", _no_scan)
     assert detect_binding("op", [src], record) == NANOBIND  # from the record
@@ -93,14 +93,14 @@ def test_the_binding_is_recorded_per_contents_and_an_edited_source_is_scanned_ag
     src.write_text("// was OB_MODULE(m)\nPYBIND11_MODULE(OB_EXTENSION_NAME, m) {}")
     assert detect_binding("op", [src], record) == PYBIND11  # other bytes: scanned, never the old answer
     digest = file_digest(src)  # the current sources only; a pybind11 set's decision (binding.py) beside them
-    assert json.loads(record.read_text()) == {digest: "0100", f"set:.cpp:{digest}": PYBIND11}
+    assert json.loads(record.read_text()) == {digest: "0100" + binding.SCAN, f"set:.cpp:{digest}": PYBIND11}
 
 
 def test_a_binding_record_that_is_not_json_is_scanned_again_and_rewritten(tmp_path, monkeypatch):
     src = _src(tmp_path / "op.cpp", "PYBIND11_MODULE(OB_EXTENSION_NAME, m) {}")
     record = _src(tmp_path / RECORD, "{not json")
     monkeypatch.setattr(binding, "_memo", {})
-    written = {file_digest(src): "0100", f"set:.cpp:{file_digest(src)}": PYBIND11}
+    written = {file_digest(src): "0100" + binding.SCAN, f"set:.cpp:{file_digest(src)}": PYBIND11}
     assert detect_binding("op", [src], record) == PYBIND11
     assert json.loads(record.read_text()) == written
     record.write_text(json.dumps({file_digest(src): "maybe"}))  # not an entry opbuilder writes
