@@ -19,6 +19,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdio>
 #include <exception>
 #include <optional>
 #include <utility>
@@ -78,6 +79,18 @@ struct Binding {
     }
   }
 };
+
+// The nanobind domain of this module (NB_DOMAIN_STR below): a name no other module has, so that the
+// C++ classes it binds are registered in a type registry of its own. Two operators that each bind a
+// `class Acc` of their own then both import, and neither's functions accept the other's objects
+// (with one shared registry the second `Acc` was dropped with a warning and each module's functions
+// took the other's objects, reading them with the wrong layout). Hidden, so one copy per module
+// library: its address names it (extension modules are never unloaded, so never reused).
+inline const char *ModuleDomain() noexcept {
+  static char name[48] = {};
+  if (name[0] == '\0') std::snprintf(name, sizeof name, "opbuilder_%p", static_cast<void *>(name));
+  return name;
+}
 
 // A conversion's result, or the exception it threw (raised when the value is taken).
 template <typename V>
@@ -198,6 +211,13 @@ struct type_caster<opbuilder::TensorPtrList> {
 
 }  // namespace detail
 }  // namespace nanobind
+
+// Each module its own nanobind domain (ModuleDomain), unless the source asks for a shared one by
+// defining NB_DOMAIN before including this header (then modules of that domain share their classes).
+#if !defined(NB_DOMAIN)
+#undef NB_DOMAIN_STR
+#define NB_DOMAIN_STR ::opbuilder::detail::ModuleDomain()
+#endif
 
 // The module of an operator bound with nanobind; the builder names it (OB_EXTENSION_NAME).
 #define OB_MODULE(m)                                                 \
