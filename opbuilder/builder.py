@@ -634,6 +634,7 @@ class CustomOpBuilder:
                             f"build_dir, debug_mode, verbose, binding")
         self.spec = make_spec(name, sources, backend, "module", include_paths, cflags, cuda_cflags, ldflags,
                               debug_mode, _verbose(verbose), cache_root(build_dir), binding)
+        _check_layout_flags(self.spec)
         self.name = name
 
     def build(self) -> str:
@@ -690,6 +691,16 @@ class CustomOpBuilder:
                 return mod
         _distrust(spec, lib, stamp, damaged.__cause__)  # outside _loaded_lock: it may wait for the build lock
         raise Retry(Reason.REJECTED, damaged)
+
+
+def _check_layout_flags(spec: BuildSpec) -> None:
+    """ValueError for a flag that changes the layout of every struct (``-fpack-struct``...): no build of
+    the operator can then read the data of what it links to (core_lib.layout_flag_error)."""
+    from .core_lib import layout_flag_error
+    for flags, what in ((spec.cflags, "cflags"), (spec.cuda_cflags, "cuda_cflags")):
+        why = layout_flag_error(spec.name, flags, what)
+        if why is not None:
+            raise ValueError(why)
 
 
 def _binding(spec: BuildSpec, recorded: bool = False) -> str:
@@ -873,4 +884,5 @@ def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backe
     """Build a plain shared library (no pybind11, symbols exported), e.g. for aot ops; its path."""
     spec = make_spec(name, sources, backend, "library", include_paths, cflags, cuda_cflags, ldflags, debug_mode,
                      _verbose(verbose), cache_root(build_dir))
+    _check_layout_flags(spec)
     return str(retrying(name, lambda: _build_checked(spec))[2])

@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from .fingerprint import digest_of
 from .headers import include_dir
 from .spec import BuildSpec
 
-__all__ = ["CORE_NAME", "CORE_FILE", "core_tag", "core_spec", "uses_core", "preload"]
+__all__ = ["CORE_NAME", "CORE_FILE", "core_tag", "core_spec", "uses_core", "compiler_view", "layout_flag_error",
+           "preload"]
 
 CORE_NAME = "_obcore"  # its cache directory: _obcore.lib
 CORE_FILE = "libobcore.so"
@@ -34,6 +35,11 @@ CORE_FILE = "libobcore.so"
 # C++ library ABI (debug containers, the old string ABI, libc++), no exceptions or RTTI, or asked for
 _INLINE_FLAGS = ("-fsanitize", "-D_GLIBCXX", "-U_GLIBCXX", "-D_LIBCPP", "-stdlib=", "-fno-exceptions",
                  "-fno-rtti", "-DOB_CORE_INLINE")
+# user flags that change the layout of structs or the calling convention of everything compiled: no
+# build of the core (inline or not) can help, the binding library's runtime and Python are compiled without
+_LAYOUT_FLAGS = ("-fpack-struct", "-fshort-enums", "-fshort-wchar", "-mlong-double-", "-m96bit-long-double",
+                 "-m32", "-mx32", "-m16", "-mabi=", "-fpcc-struct-return", "-freg-struct-return")
+_LAYOUT_DEFAULTS = ("-mabi=sysv", "-mabi=lp64", "-mlong-double-80")  # what x86-64 Linux code is built with anyway
 _loaded: Dict[str, int] = {}  # path -> dlopen handle, the core libraries this process loaded
 _lock = threading.Lock()
 
@@ -46,12 +52,65 @@ def core_tag(headers: str, cxx_identity: str, python_abi: str) -> str:
 
 def uses_core(spec: BuildSpec) -> bool:
     """Whether a nanobind operator ``spec`` links to the core library: CPU C++ sources built with
-    flags that keep the C++ ABI and no instrumentation; otherwise it compiles the core inline."""
+    flags that keep the C++ ABI and no instrumentation; otherwise it compiles the core inline. (A
+    source that defines such a macro itself compiles the core inline too: detail/core_lib.h.)"""
     return spec.backend == "CPU" and not _inline_flags(spec.cflags)
 
 
 def _inline_flags(flags: Sequence[str]) -> bool:
-    return any(f.startswith(_INLINE_FLAGS) for f in flags)
+    return any(f.startswith(_INLINE_FLAGS) for f in compiler_view(flags))
+
+
+def compiler_view(flags: Sequence[str]) -> List[str]:
+    """``flags`` as the compiler proper and its preprocessor get them, each option in one piece:
+    ``-Wp,a,b`` and ``-Xpreprocessor a`` (``-Xcompiler a,b`` of nvcc) unwrapped, ``-D X``, ``-U X`` and
+    ``--define-macro[=]X`` joined as ``-DX``, ``-UX``, so that a check by prefix sees every spelling."""
+    flat: List[str] = []
+    i = 0
+    while i < len(flags):
+        f = flags[i]
+        if f in ("-Xpreprocessor", "-Xcompiler", "--compiler-options") and i + 1 < len(flags):
+            flat += flags[i + 1].split(",") if f != "-Xpreprocessor" else [flags[i + 1]]
+            i += 2
+            continue
+        if f.startswith(("-Wp,", "-Xcompiler=", "--compiler-options=")):
+            flat += f.split(",", 1)[1].split(",") if f.startswith("-Wp,") else f.split("=", 1)[1].split(",")
+        else:
+            flat.append(f)
+        i += 1
+    out: List[str] = []
+    i = 0
+    while i < len(flat):
+        f = flat[i]
+        for long, short in (("--define-macro", "-D"), ("--undefine-macro", "-U")):
+            if f.startswith(long + "="):
+                f = short + f[len(long) + 1:]
+            elif f == long:
+                f = short
+        if f in ("-D", "-U") and i + 1 < len(flat):
+            out.append(f + flat[i + 1])
+            i += 2
+            continue
+        out.append(f)
+        i += 1
+    return out
+
+
+def layout_flag_error(name: str, flags: Sequence[str], what: str = "cflags") -> Optional[str]:
+    """Why operator ``name`` cannot be built with ``flags`` (its ``what``): a flag that changes how every
+    struct is laid out or every function is called. Such a flag reaches the headers of opbuilder,
+    nanobind or pybind11, Python and the C++ library, whose compiled parts (the core library,
+    libnanobind, libpython, libstdc++) were built without it, so the operator would read their data
+    wrongly: wrong numbers, std::bad_alloc, crashes. None when there is none."""
+    for f in compiler_view(flags):
+        if f.startswith(_LAYOUT_FLAGS) and not f.startswith(_LAYOUT_DEFAULTS):
+            return (f"operator '{name}' cannot be built with {f!r} in {what}: it changes how every struct and "
+                    f"function the sources see is laid out or called, including those of opbuilder, the "
+                    f"binding library, Python and the C++ library, which are compiled without it, so the "
+                    f"operator would read their data wrongly (wrong values, std::bad_alloc, crashes); apply "
+                    f"it to your own types only (#pragma pack(push, 1) ... #pragma pack(pop), or "
+                    f"__attribute__((packed)) on a struct), or remove it")
+    return None
 
 
 def core_spec(root: Path, verbose: bool = False) -> BuildSpec:

@@ -19,6 +19,14 @@
 //   #endif
 #pragma once
 
+// A source that switches the C++ library to another ABI itself (`#define _GLIBCXX_DEBUG` before this
+// header, an -include file, -Wp,-D...) cannot call the core library, compiled without it (its
+// containers have other layouts): it compiles the core inline, as the builder asks for such flags.
+#if defined(OB_CORE_TAG) && !defined(OB_CORE_BUILD) && !defined(OB_CORE_INLINE) && \
+    (defined(_GLIBCXX_DEBUG) || defined(_GLIBCXX_PARALLEL) || defined(_LIBCPP_VERSION))
+#define OB_CORE_INLINE 1
+#endif
+
 #if defined(OB_CORE_TAG) && !defined(OB_CORE_INLINE)
 #define OB_CORE_STR_(x) #x
 #define OB_CORE_STR(x) OB_CORE_STR_(x)
