@@ -25,8 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from ..autograd.engine import grad as _autograd_grad
 from ..autograd.grad_mode import enable_grad, no_grad
+from ..device import array_module
 from ..graph.graph import Const, Graph, Input, Node, Output, Ref
 from ..tensor import Tensor
 from .kept import kept_backward
@@ -70,7 +73,11 @@ def grad_sources(graph: Graph, inputs: Sequence[Tensor], wanted: Sequence[bool])
 
 
 def forward_values(graph: Graph, inputs: Sequence[Tensor]) -> Dict[Tuple[int, int], Any]:
-    """Every node output of ``graph`` run on ``inputs`` with the runtime's kernels, nothing recorded."""
+    """Stand-in values of every node output of ``graph`` on ``inputs``, nothing recorded: a primitive's
+    computed (a pure function), an opaque op's (its own forward: it may write its inputs in place or
+    count its calls) zeros of its traced shape and dtype, so building a backward graph never runs an
+    op's forward, which must run once per call. The values only give the rules' stand-ins their
+    shapes and dtypes (a rule reading a value stops nothing here: the graph holds ops, not values)."""
     env: Dict[Tuple[int, int], Any] = {}
 
     def get(r: Ref) -> Any:
@@ -78,9 +85,17 @@ def forward_values(graph: Graph, inputs: Sequence[Tensor]) -> Dict[Tuple[int, in
             return inputs[r.index]
         return r.value if isinstance(r, Const) else env[(r.node, r.index)]
 
-    with no_grad():
+    with no_grad(), np.errstate(all="ignore"):
         for n in graph.nodes:
-            for k, v in enumerate(graph.run_node(n, [get(r) for r in n.inputs])):
+            args = [get(r) for r in n.inputs]
+            if n.kind == "primitive":
+                outs = graph.run_node(n, args)
+            else:
+                like = next((a._data for a in args if isinstance(a, Tensor)), None)
+                xp = np if like is None else array_module(like)
+                outs = [Tensor._from_array(xp.zeros(shape, dtype)) for shape, dtype in zip(n.out_shapes,
+                                                                                           n.out_dtypes)]
+            for k, v in enumerate(outs):
                 env[(n.id, k)] = v
     return env
 
@@ -226,7 +241,7 @@ def build_backward(graph: Graph, inputs: Sequence[Tensor], sources: List[Key]) -
     """The backward graph of ``graph`` (traced, not rewritten by a backend) for these inputs' values."""
     env = forward_values(graph, inputs)
     b = _Builder(graph, inputs, env, sources)
-    with no_grad(), b.tracer:
+    with no_grad(), np.errstate(all="ignore"), b.tracer:  # rules on stand-in zeros may divide by them
         for j, r in enumerate(graph.outputs):
             g = b.val.get(("grad", j))
             k = b.key(r)

@@ -5,10 +5,17 @@ an op built from other ops is one node) and is recorded as one ``Node``;
 tensors are told apart by identity: an argument is an ``Input``, an op's
 result an ``Output``, any other tensor a ``Const`` (captured by reference).
 Python control flow and Python values are fixed at trace time.
+
+The trace is the call: it runs with the caller's grad mode and its result is
+the call's result, so each op (an in-place one too) runs once on the call
+that traces. What a graph cannot hold (tracing.no_trace) stops the
+recording there, and the rest of that call runs eagerly.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..graph.graph import Const, Graph, Input, Node, Output, Ref
 from ..tensor import Tensor
@@ -27,16 +34,31 @@ class Tracer:
         for i, t in enumerate(inputs):
             self._refs.setdefault(id(t), Input(i))
         self._prev: Any = None
+        self.stopped: Optional[str] = None  # why the recording stopped ("at file:line, what"), or None
+        self._on = False
 
     def __enter__(self) -> "Tracer":
         self._prev = hook.tracer
         hook.tracer = self
         flag.value += 1
+        self._on = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        flag.value -= 1
-        hook.tracer = self._prev
+        if self._on:
+            self._on = False
+            flag.value -= 1
+            hook.tracer = self._prev
+
+    def stop(self, what: str) -> None:
+        """Stop recording because of ``what`` (a value read, a write outside an op): the call goes on
+        eagerly from here, and what was recorded is dropped. Each op already ran once, for real."""
+        if self.stopped is None:
+            self.stopped = f"{_user_site()}{what}"
+        self.__exit__()
+        self.graph.nodes = []
+        self._refs = {}
+        self._keep = []
 
     def ref(self, x: Any) -> Ref:
         """The graph value for ``x``: a known tensor's reference, or a constant."""
@@ -82,6 +104,20 @@ class Tracer:
         self.graph.outputs = [self.ref(o) for o in outputs]
         self._keep = []
         return self.graph
+
+
+_RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_site() -> str:
+    """'at file:line, ' of the innermost frame of the current stack outside the runtime, or ''."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not os.path.abspath(name).startswith(_RUNTIME_DIR + os.sep):
+            return f"at {name}:{f.f_lineno}, "
+        f = f.f_back
+    return ""
 
 
 def _distinct(outs: Any) -> Any:

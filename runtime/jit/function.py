@@ -1,19 +1,22 @@
 """``JitFunction``: a function (or Cell method) run through a captured graph.
 
 A call computes its signature (signature.py); the first call with a
-signature traces the function (capture.py) and has the backend build the
-graph; every later call with it runs the built graph, tracing and building
+signature traces the function (capture.py), which runs it eagerly (each op
+once, as without jit), and has the backend build the graph; that call then
+runs the built graph only when the graph is made of primitives alone (pure:
+running them again changes nothing), else it returns the traced run's result,
+so an op that writes in place (MarkDirty, mark_dirty, an aot inplace input)
+writes once. Every later call runs the built graph, tracing and building
 nothing. Called while another trace is recording, a jitted function is
 inlined into that trace.
 """
 from __future__ import annotations
 
 import functools
-import os
 import threading
-import traceback
 import warnings
 import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
@@ -29,7 +32,7 @@ from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
 from .kept import CallContexts, active, keeping
 from .capture import Tracer
-from .tracing import TraceBreak, hook
+from .tracing import hook
 
 __all__ = ["JitFunction", "CAPTURE_MODES"]
 
@@ -63,6 +66,7 @@ class _Entry:
     grad: Dict[Tuple[bool, ...], _Grad] = field(default_factory=dict)  # per inputs requiring grad
     calls: int = field(default=0)
     consts: Tuple[Tuple[Tensor, Any, Any], ...] = ()  # captured tensors with their traced shape and dtype
+    effects: bool = False  # an op other than a primitive (it may write its inputs, or count its runs)
 
     def stale(self) -> bool:
         """A captured tensor (a Parameter, say) has another shape or dtype than when traced: the graph,
@@ -76,19 +80,9 @@ class _Entry:
 
 @dataclass
 class _Eager:
-    """A signature whose trace stopped (tracing.TraceBreak): the function runs eagerly for it."""
+    """A signature whose trace stopped (tracing.no_trace): the function runs eagerly for it."""
     reason: str
     calls: int = field(default=0)
-
-
-_RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _user_site(err: BaseException) -> str:
-    """'at file:line, ' of the innermost frame outside the runtime where ``err`` was raised, or ''."""
-    frames = [f for f in traceback.extract_tb(err.__traceback__)
-              if not os.path.abspath(f.filename).startswith(_RUNTIME_DIR + os.sep)]
-    return f"at {frames[-1].filename}:{frames[-1].lineno}, " if frames else ""
 
 
 def _keep_plan(graph: Graph, plan: BackwardGraph) -> Dict[str, FrozenSet[int]]:
@@ -163,12 +157,18 @@ class JitFunction:
             return self.fn(*args, **kwargs)
         key, tensors = signature(args, kwargs)
         entry = self._cache.get(key)
-        if entry is None:
-            entry = self._build(key, tensors, args, kwargs)
-        elif type(entry) is not _Eager and entry.consts and entry.stale():
+        if entry is not None and type(entry) is not _Eager and entry.consts and entry.stale():
             with self._lock:
                 self._cache.pop(key, None)
-            entry = self._build(key, tensors, args, kwargs)
+            entry = None
+        if entry is None:
+            entry, ran, out = self._build(key, tensors, args, kwargs, call=True)
+            # this call traced, which ran it eagerly, each op once: with an op that may write or count its
+            # runs (anything but a primitive) or a stopped trace, that run's result is the call's; a graph
+            # of primitives only (pure functions) runs on the backend as every later call will
+            if ran and (type(entry) is _Eager or entry.effects):
+                entry.calls += 1
+                return out
         entry.calls += 1
         if type(entry) is _Eager:  # its trace stopped: op by op, as without jit
             return self.fn(*args, **kwargs)
@@ -186,7 +186,7 @@ class JitFunction:
         key, tensors = signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._build(key, tensors, args, kwargs)
+            entry = self._build(key, tensors, args, kwargs)[0]
         return self._captured(entry).graph
 
     def backward_graph(self, *args: Any, **kwargs: Any) -> Graph:
@@ -199,7 +199,7 @@ class JitFunction:
         key, tensors = signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._build(key, tensors, args, kwargs)
+            entry = self._build(key, tensors, args, kwargs)[0]
         wanted = tuple(t.requires_grad for t in tensors)
         if not any(wanted):  # plain tensors: the graph that differentiates every float input
             wanted = (True,) * len(tensors)
@@ -277,23 +277,30 @@ class JitFunction:
         return config
 
     def _build(self, key: Tuple[Any, ...], tensors: List[Tensor], args: Tuple[Any, ...],
-               kwargs: Dict[str, Any]) -> _Entry:
+               kwargs: Dict[str, Any], call: bool = False) -> Tuple[Any, bool, Any]:
+        """Trace the function for ``key`` and cache what the backend built (or ``_Eager`` when the trace
+        stopped): (entry, whether the function ran here, its result).
+
+        The trace is a real run of the function: each op runs once, for real, while it is recorded (an
+        in-place op writes once). For a call (``call``) it runs with the caller's grad mode, so its
+        result, gradients included, is the eager call's, which the caller returns instead of running the
+        built graph again where that would run an op a second time. For ``graph()`` and
+        ``backward_graph()`` it runs with nothing recorded."""
         with self._lock:
             entry = self._cache.get(key)
             if entry is not None:
-                return entry
+                return entry, False, None
             name = getattr(self.fn, "__qualname__", "graph")
             tracer = Tracer(tensors, name)
-            try:
-                with no_grad(), tracer:
-                    out = self.fn(*args, **kwargs)
-            except TraceBreak as e:  # nothing was written yet: the write or the value stopped it first
-                eager = _Eager(f"{_user_site(e)}{e}")
+            with (nullcontext() if call else no_grad()), tracer:
+                out = self.fn(*args, **kwargs)
+            if tracer.stopped is not None:  # the rest of the call ran eagerly: so do later calls
+                eager = _Eager(tracer.stopped)
                 self._cache[key] = eager
                 warnings.warn(f"jit({name}): not captured: {eager.reason}; this signature runs eagerly, op by "
                               f"op, with the same results and gradients as without jit", RuntimeWarning,
                               stacklevel=4)
-                return eager  # type: ignore[return-value]
+                return eager, True, out
             leaves: List[Any] = []
             spec = flatten_result(out, leaves)
             graph = tracer.finish(leaves)
@@ -304,6 +311,7 @@ class JitFunction:
                         if isinstance(r, Const) and isinstance(r.value, Tensor)}
             run = self.backend.factory(graph, self._config(tensors + list(captured.values())))
             entry = _Entry(getattr(run, "graph", graph), run, spec, grad_consts, graph,
-                           consts=tuple((t, t._data.shape, t._data.dtype) for t in captured.values()))
+                           consts=tuple((t, t._data.shape, t._data.dtype) for t in captured.values()),
+                           effects=any(n.kind != "primitive" for n in graph.nodes))
             self._cache[key] = entry
-            return entry
+            return entry, True, out

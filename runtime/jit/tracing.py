@@ -28,17 +28,21 @@ flag = ctypes.c_int(0)
 
 
 class TraceBreak(BaseException):
-    """Raised inside a trace by what a graph cannot hold: a tensor's value turned into a Python value
-    (``bool(t)``, ``t.item()``, ``t.asnumpy()``: the graph would keep the traced value) or a tensor
-    written in place outside an op (``t[i] = v``, ``t += 1``, ``ops.assign``, ``set_data``: the graph
-    would not write it). The jitted function then runs that signature eagerly (function.py). A
-    BaseException, so that a user's ``except Exception`` around the code does not swallow it."""
+    """Kept for code that imported it; nothing raises it any more. A trace that meets what a graph
+    cannot hold stops recording and the call goes on eagerly (``no_trace``), so no op runs twice."""
 
 
 def no_trace(what: str) -> None:
-    """Stop the trace of this thread, if one is recording, because of ``what``."""
-    if hook.tracer is not None:
-        raise TraceBreak(what)
+    """Stop the trace of this thread, if one is recording, because of ``what``: a tensor's value turned
+    into a Python value (``bool(t)``, ``t.item()``: the graph would keep the traced value) or a tensor
+    written in place outside an op (``t[i] = v``, ``t += 1``, ``ops.assign``: the graph would not
+    write it). Nothing is raised: the trace runs the call eagerly (its ops ran for real as they were
+    recorded), so the rest of the call simply runs with the trace off and its result is the call's
+    result; the signature then runs eagerly (function.py). No op or Python statement runs twice, and
+    a user's ``try``/``except`` around the code sees nothing."""
+    tracer = hook.tracer
+    if tracer is not None:
+        tracer.stop(what)
 
 
 def flag_address() -> int:

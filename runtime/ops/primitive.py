@@ -26,7 +26,6 @@ from ..autograd.grad_mode import _state
 from ..autograd.node import Node
 from ..jit.tracing import flag as _flag
 from ..jit.tracing import hook as _trace
-from ..jit.tracing import TraceBreak
 from ..tensor import Tensor as _Tensor
 from ..versions import memory_owner as _root, share_version, version_of as _version_of
 
@@ -176,9 +175,9 @@ def record_op(kind: str, name: str, target: Callable[..., Any], args: Sequence[A
 def trace_break(what: str) -> None:
     """Stop this thread's trace, if one is recording, because of ``what``: a value turned into a Python
     value, an in-place write outside an op, a random draw, a gradient taken inside the trace (what a
-    graph cannot hold; the traced function then runs eagerly)."""
+    graph cannot hold): the call goes on eagerly, and its signature runs eagerly from then on."""
     if _flag.value and _trace.tracer is not None:
-        raise TraceBreak(what)
+        _trace.tracer.stop(what)  # the trace stops recording; the call goes on eagerly (jit/tracing.py)
 
 
 class _Unread:
