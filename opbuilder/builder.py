@@ -193,6 +193,9 @@ def _target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
         return _runtime_target(spec)
     if spec.kind == "core":
         return _core_target(spec, hdr, cxx)
+    if spec.kind == "torch_bridge":  # to_torch's C++ bridge: its flags are torch's (torch_bridge.py)
+        from .torch_bridge import bridge_target
+        return bridge_target(spec)
     return _Target(f"lib{spec.name}.so")
 
 

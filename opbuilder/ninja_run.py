@@ -25,19 +25,22 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, Iterator, List, Optional
 
 from .errors import BuildError
 from .trust import read_file, write_file
 
-__all__ = ["run_ninja", "first_errors", "stop_leftovers", "MARKER", "ENV_MARK"]
+__all__ = ["run_ninja", "first_errors", "stop_leftovers", "when_started", "MARKER", "ENV_MARK"]
 
 MARKER = ".building"
 ENV_MARK = "OPBUILDER_BUILD_DIR"
 
 log = logging.getLogger("opbuilder")
+_hooks = threading.local()  # on_start: called in this thread once a run_ninja has started ninja
 _STATUS = "@@opbuilder "
 _STATUS_RE = re.compile(re.escape(_STATUS) + r"\[(\d+)/(\d+)\] (.*)")
 _ERROR_RE = re.compile(r"^(?P<loc>[^\s:][^:]*:\d+(?::\d+)?):\s*(?:fatal )?error[:\s]")
@@ -191,6 +194,18 @@ def stop_leftovers(build_dir: Path) -> int:
     return len(killed)
 
 
+@contextmanager
+def when_started(callback: Callable[[], None]) -> Iterator[None]:
+    """Within the block, ``callback()`` runs in this thread once each ``run_ninja`` has started ninja
+    (torch_bridge.py: a test session waits until the bridge's compiler runs, not until it is done)."""
+    before = getattr(_hooks, "on_start", None)
+    _hooks.on_start = callback
+    try:
+        yield
+    finally:
+        _hooks.on_start = before
+
+
 def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) -> int:
     """Run ninja in ``build_dir``; raise BuildError naming ``name`` on failure.
 
@@ -216,6 +231,9 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) 
     # as everything else in the cache (trust.py refuses group- or other-writable files)
     proc = subprocess.Popen(argv, cwd=build_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, errors="replace", umask=0o077)
+    on_start = getattr(_hooks, "on_start", None)
+    if on_start is not None:
+        on_start()
     out: List[str] = []
     assert proc.stdout is not None
     try:

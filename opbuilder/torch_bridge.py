@@ -6,34 +6,39 @@ a module compiled against libtorch: torch tensors reach the operator as views of
 come back as torch tensors over the memory the kernel wrote, and a C++ ``Function``'s node is a C++
 ``torch::autograd::Node`` whose backward calls ``Backward`` without Python in between.
 
-Compiling against torch's headers takes ~15 s, once per torch build, compiler and opbuilder version (the
-result is cached under the cache root's ``_obtorch``). ``to_torch`` never waits for it: the first call
+Compiling against torch's headers takes ~15 s (30-60 s on a busy machine), once per torch build, compiler
+and opbuilder version. It is built through the pipeline every operator takes (``bridge_spec``): the
+result is cached as ``_opbuilder_torch_bridge.lib`` in the cache root, checked like any build (a link
+or a directory others can write is refused; a damaged library is built again), listed by
+``python -m opbuilder cache list`` and removed by ``cache clean``; the build shows the same progress
+line on stderr as an operator's. ``to_torch`` never waits for it: the first call
 starts the build on a thread, and calls take the Python path (same results) until the bridge is loaded.
 ``OPBUILDER_TORCH_BRIDGE=0`` keeps every call on the Python path; ``ready(wait=True)`` waits for it.
 """
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
-import subprocess
 import sys
 import threading
 import warnings
 from pathlib import Path
 from types import ModuleType
-from typing import List, Optional
+from typing import Any, Optional
 
 from .cache_dir import cache_root
+from .errors import BuildError
 from .fingerprint import digest_of
 from .headers import include_dir
-from .lock import build_lock
-from .toolchain import ext_suffix, find_compiler, python_abi
+from .spec import BuildSpec
+from .toolchain import ext_suffix
 
-__all__ = ["ready", "status", "enabled", "ENV"]
+__all__ = ["ready", "status", "enabled", "bridge_spec", "ENV", "MODULE", "KIND"]
 
 ENV = "OPBUILDER_TORCH_BRIDGE"  # "0": to_torch stays on its Python path
-MODULE = "_opbuilder_torch_bridge"
+MODULE = "_opbuilder_torch_bridge"  # also its cache directory's name: _opbuilder_torch_bridge.lib
+# the opbuilder headers torch_bridge.cpp includes (keyed by their contents: bridge_target)
+_HEADERS = ("opbuilder/detail/foreign_api.h", "opbuilder/detail/visibility.h", "opbuilder/detail/core_lib.h")
+KIND = "torch_bridge"  # its BuildSpec's kind (builder._target asks bridge_target for its flags)
 _lock = threading.Lock()
 _module: Optional[ModuleType] = None
 _error: Optional[str] = None
@@ -81,19 +86,13 @@ def status() -> str:
 def _build_and_load() -> None:
     global _module, _error
     try:
-        try:
-            path = _build()
-        finally:
-            _started.set()
-        loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
-        spec = importlib.util.spec_from_file_location(MODULE, str(path), loader=loader)
-        module = importlib.util.module_from_spec(spec)
-        loader.exec_module(module)
-        _module = module
+        _module = _load()
     except Exception as e:  # the Python path still works: say why the fast one is missing, once
         _error = f"{type(e).__name__}: {e}"
         warnings.warn(f"opbuilder: to_torch's C++ bridge could not be built, so calls take the Python path "
                       f"(slower on small tensors): {_error}", RuntimeWarning, stacklevel=2)
+    finally:
+        _started.set()
 
 
 def _torch_dir() -> Path:
@@ -101,49 +100,63 @@ def _torch_dir() -> Path:
     return Path(torch.__file__).parent
 
 
-def _build() -> Path:
-    """The bridge's library in the cache, compiled first if it is not there."""
+def bridge_spec(root: Path, verbose: bool = False) -> BuildSpec:
+    """The bridge's build in the cache ``root``: one source against the installed torch, through the
+    pipeline every operator takes (builder.py: keyed, locked, trust-checked, verified by its SHA-256,
+    published atomically as ``_opbuilder_torch_bridge.lib``, listed by ``cache list``, removed by
+    ``cache clean``, found in prebuilt stores). Its compile flags come from ``bridge_target``."""
+    lib = _torch_dir() / "lib"
+    return BuildSpec(name=MODULE, sources=(include_dir() / "opbuilder" / "torch_bridge.cpp",), backend="CPU",
+                     kind=KIND, include_paths=(), cflags=(), cuda_cflags=(),
+                     ldflags=(f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"),
+                     debug=False, verbose=verbose, root=root)
+
+
+def bridge_target(spec: BuildSpec) -> Any:
+    """What the bridge's kind of build adds to a plan (builder._target): C++20 and torch's C++ ABI, as
+    torch's headers require; torch's and Python's include directories keyed by torch's version and
+    place and by the Python ABI (not by the contents of their thousands of headers); of opbuilder's
+    headers only those it includes are keyed, so an edit of another does not rebuild it."""
     import torch
-    root = cache_root()
-    cxx = find_compiler(root)
-    source = include_dir() / "opbuilder" / "torch_bridge.cpp"
-    api = include_dir() / "opbuilder" / "detail" / "foreign_api.h"
+
+    from .builder import _Target
+    from .toolchain import python_headers
+
     tdir = _torch_dir()
-    key = digest_of([torch.__version__, str(tdir), source.read_text(), api.read_text(), cxx.identity, python_abi()])
-    out_dir = root / "_obtorch" / key
-    target = out_dir / (MODULE + ext_suffix())
-    if target.is_file():
+    inc = str(tdir / "include")
+    api = str(tdir / "include" / "torch" / "csrc" / "api" / "include")
+    python_include, abi = python_headers(spec.root)
+    cxx11 = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
+    return _Target(MODULE + ext_suffix(), None, ("-isystem", api, "-isystem", inc, "-isystem", python_include),
+                   ((api, "<torch api include>"), (inc, "<torch include>"), (python_include, "<python include>")),
+                   visibility=("-std=c++20", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={cxx11}"),
+                   identity=(f"torch={torch.__version__}", f"torch_dir={tdir}", f"python={abi}",
+                             f"opbuilder_headers={digest_of([(include_dir() / h).read_text() for h in _HEADERS])}"),
+                   reads_headers=False)
+
+
+def _load() -> ModuleType:
+    """The bridge, built if needed and imported. A library the loader rejects (damaged after its
+    checks passed) is forgotten and built once more, as load() does for an operator."""
+    from .builder import _build_checked, _distrust, _trusted
+    from .importer import import_extension, loader_error
+    from .ninja_run import when_started
+    from .retry import retrying
+    from .trust import stamp_of
+
+    spec = _trusted(bridge_spec(cache_root()))
+    for attempt in range(2):
+        with when_started(_started.set):  # ready(until_started=True) returns once the compiler runs
+            spec, _, lib = retrying(MODULE, lambda: _build_checked(spec, trusted=True))
         _started.set()
-        return target
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with build_lock(out_dir, "torch bridge"):
-        if target.is_file():  # another process built it while we waited
-            return target
-        for stale in out_dir.glob(f".{MODULE}.*.tmp"):  # left by a process that exited mid-build
-            stale.unlink(missing_ok=True)
-        tmp = out_dir / f".{MODULE}.{os.getpid()}.tmp"
-        argv = [*cxx.argv, *_flags(torch, tdir), str(source), "-o", str(tmp), *_link_flags(tdir)]
-        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-            _started.set()
-            _, stderr = proc.communicate()
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise RuntimeError(f"{' '.join(argv[:2])} ... exited {proc.returncode}:\n{stderr[-4000:]}")
-        os.replace(tmp, target)
-    return target
-
-
-def _flags(torch: ModuleType, tdir: Path) -> List[str]:
-    import sysconfig
-    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
-    return ["-std=c++20", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            f"-I{include_dir()}", f"-I{tdir / 'include'}", f"-I{tdir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
-            f"-I{sysconfig.get_paths()['include']}"]
-
-
-def _link_flags(tdir: Path) -> List[str]:
-    lib = tdir / "lib"
-    return [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+        stamp = stamp_of(os.lstat(lib))
+        try:
+            return import_extension(MODULE, lib)
+        except BuildError as e:
+            if attempt or not (loader_error(e.__cause__) and lib.parent.parent == spec.op_dir):
+                raise
+            _distrust(spec, lib, stamp, e.__cause__)
+    raise AssertionError("unreachable")
 
 
 if __name__ == "__main__":  # python -m opbuilder.torch_bridge: build it now and say where it is
