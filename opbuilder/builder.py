@@ -39,8 +39,8 @@ from .relocate import portable, prefix_map_flags, project_root
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
 from .store import prebuilt_stores
-from .toolchain import (Compiler, ext_suffix, find_compiler, find_nvcc, links_with_lto, nanobind_info, native_cpu,
-                        python_headers, python_info, wants_native_cpu)
+from .toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc, links_with_lto,
+                        nanobind_info, native_cpu, python_headers, python_info, wants_native_cpu)
 from .trust import check_dir, read_file, stamp_of, trusted_root
 
 __all__ = ["CustomOpBuilder", "build_library"]
@@ -112,6 +112,20 @@ def _key_flags(flags: Sequence[str], places: Dict[str, str], project: Path) -> L
             flag = joined_path_flag(f)
             out.append(f if flag is None else flag + portable(f[len(flag):], project))
     return out
+
+
+def _key_env(env: Sequence[str], project: Path) -> List[str]:
+    """``NAME=value`` entries of the compiler's environment as keys see them: each absolute path in a
+    path list relative to the project when it is in it (relocate.py), like a flag's."""
+    out = []
+    for entry in env:
+        name, _, value = entry.partition("=")
+        parts = value.split(os.pathsep) if name in _PATH_ENV else [value]
+        out.append(f"env:{name}=" + os.pathsep.join(portable(p, project) if os.path.isabs(p) else p for p in parts))
+    return out
+
+
+_PATH_ENV = frozenset((*INCLUDE_ENV, "COMPILER_PATH", "LIBRARY_PATH", "LD_RUN_PATH"))
 
 
 def _lto_enabled() -> bool:
@@ -271,9 +285,11 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
     places = {str(include_dir()): "<opbuilder include>", **dict(target.places)}
     # deps=2: builds record the headers of user -isystem directories and the files whose creation would
     # change them (search_path.py); builds recorded without are not trusted to be current
+    # the environment the compiler reads (CPLUS_INCLUDE_PATH ...: toolchain.COMPILER_ENV), when set
+    env = _key_env(compiler_env(), project)
     identity = [f"kind={spec.kind}", f"backend={spec.backend}", f"name={spec.name}",
                 *([f"headers={hdr}"] if target.reads_headers else []), f"cxx={cxx.identity}", "deps=2",
-                *native, *target.identity]
+                *native, *target.identity, *env]
     lto = ("-flto",) if _use_lto(spec, target, cxx) else ()
     # the module name reaches C++ sources through a generated header (see pch.py), so that
     # these flags are the same for every operator and a precompiled header can be shared
@@ -283,7 +299,7 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
              *target.binding_defines, *system, *spec.cflags)
     # -flto changes nothing gcc keeps in a PCH (it checks it): one PCH serves one- and several-source modules
     pch_flags = tuple(f for f in flags if f != "-flto")
-    pch_parts = (("pch", f"cxx={cxx.identity}", f"headers={hdr}", *target.pch_identity, *native, *pch_flags)
+    pch_parts = (("pch", f"cxx={cxx.identity}", f"headers={hdr}", *target.pch_identity, *native, *env, *pch_flags)
                  if target.pch_identity else ())
     includes = tuple(f"-I{p}" for p in spec.include_paths)
     nvcc, cuda_flags, cuda_link, cuda_identity = _cuda(spec, opt, target, system, includes)
@@ -387,15 +403,19 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
 def _search_paths(spec: BuildSpec, plan: _Plan, build_dir: Path):
     """Per compile rule, the include search path its depfiles are read with (search_path.py)."""
     from .search_path import search_path
-    from .toolchain import system_include_dirs
+
+    from .toolchain import env_include_flags, system_include_dirs
 
     untracked = (*plan.toolchain_dirs, *system_include_dirs(plan.cxx, spec.root))
     where = (str(build_dir), str(plan.project))
-    out = {"cxx": search_path((*plan.flags, *plan.includes), (*spec.cflags, *plan.includes), *where, untracked)}
+    env = env_include_flags(str(build_dir))  # CPATH ...: the user's directories, their headers tracked
+    out = {"cxx": search_path((*plan.flags, *plan.includes, *env), (*spec.cflags, *plan.includes, *env), *where,
+                              untracked)}
     if plan.nvcc is not None:  # the CUDA toolkit's headers are keyed by nvcc's identity (its release)
         toolkit = os.path.dirname(os.path.dirname(os.path.realpath(plan.nvcc.path)))
         cuda = (os.path.join(toolkit, "include"), os.path.join(toolkit, "targets"))
-        out["cuda"] = search_path(plan.cuda_flags, (*spec.cuda_cflags, *plan.includes), *where, untracked + cuda)
+        out["cuda"] = search_path((*plan.cuda_flags, *env), (*spec.cuda_cflags, *plan.includes, *env), *where,
+                                  untracked + cuda)
     return out
 
 

@@ -206,13 +206,44 @@ def stored_compilers(cache: Optional[Path] = None) -> List[Compiler]:
     return out
 
 
+# Environment variables the compilers and the linker read that change what they build: include
+# directories searched (as -I: CPATH; as -isystem: the others), where cc1plus, as and ld and the
+# libraries come from, an rpath, and flags nvcc and clang add. Their values are in every build's key
+# (compiler_env), and headers found through the include directories are tracked like a -I one's
+# (env_include_flags). Not SOURCE_DATE_EPOCH: without it __DATE__ differs every build anyway.
+INCLUDE_ENV = {"CPATH": "-I", "CPLUS_INCLUDE_PATH": "-isystem", "C_INCLUDE_PATH": "-isystem",
+               "OBJC_INCLUDE_PATH": "-isystem", "OBJCPLUS_INCLUDE_PATH": "-isystem"}
+COMPILER_ENV = (*INCLUDE_ENV, "GCC_EXEC_PREFIX", "COMPILER_PATH", "LIBRARY_PATH", "LD_RUN_PATH",
+                "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CCC_OVERRIDE_OPTIONS")
+
+
+def compiler_env() -> Tuple[str, ...]:
+    """``NAME=value`` for each of COMPILER_ENV that is set (to anything, empty included), in that order:
+    part of every build's key, so switching CPLUS_INCLUDE_PATH to a directory with another header
+    builds again instead of serving the build made with the first."""
+    env = os.environ
+    return tuple(f"{k}={env[k]}" for k in COMPILER_ENV if k in env)
+
+
+def env_include_flags(cwd: str) -> Tuple[str, ...]:
+    """The include directories of INCLUDE_ENV as the flags they act as (``-I dir``, ``-isystem dir``),
+    relative ones from ``cwd`` (where the compiler runs; an empty entry is ``cwd`` itself)."""
+    out: List[str] = []
+    for var, flag in INCLUDE_ENV.items():
+        for d in os.environ.get(var, "").split(os.pathsep) if os.environ.get(var) else ():
+            out += [flag, os.path.join(cwd, d) if d else cwd]
+    return tuple(out)
+
+
 def system_include_dirs(cxx: Compiler, state_dir: Optional[Path]) -> Tuple[str, ...]:
     """The directories ``cxx`` searches for ``#include <...>`` on its own (libstdc++'s, libc's), from
-    ``-E -v``; probed once per binary. Empty if the compiler does not say (then their headers are tracked)."""
+    ``-E -v``; probed once per binary. Empty if the compiler does not say (then their headers are tracked).
+    Probed without INCLUDE_ENV: directories those name are the user's (their headers are tracked)."""
     def probe():
         import subprocess
+        env = {k: v for k, v in os.environ.items() if k not in INCLUDE_ENV}
         try:
-            out = subprocess.run([*cxx.argv, "-E", "-x", "c++", "-v", os.devnull, "-o", os.devnull],
+            out = subprocess.run([*cxx.argv, "-E", "-x", "c++", "-v", os.devnull, "-o", os.devnull], env=env,
                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
             lines = out.stderr.splitlines()
         except (OSError, subprocess.SubprocessError):
@@ -227,7 +258,7 @@ def system_include_dirs(cxx: Compiler, state_dir: Optional[Path]) -> Tuple[str, 
                 dirs.append(os.path.normpath(ln.strip().split(" (framework directory)")[0]))
         return {"dirs": dirs}, [cxx.argv[0]]
 
-    facts = remembered(state_dir, f"include dirs {' '.join(cxx.argv)}", probe, inputs=[cxx.argv[0]],
+    facts = remembered(state_dir, f"own include dirs {' '.join(cxx.argv)}", probe, inputs=[cxx.argv[0]],
                        schema={"dirs": list})
     return tuple(str(d) for d in facts["dirs"])  # type: ignore[union-attr]
 
