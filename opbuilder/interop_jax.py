@@ -8,7 +8,15 @@ tensors; every other argument (ints, floats, bools, strings, lists) is static.
 
 Output shapes: from ``shape_fn`` when given (no extra work); otherwise the
 operator runs once on zeros of the arguments' shapes per distinct signature
-(shapes, dtypes, static values) -- one extra forward, cached.
+(shapes, dtypes, static values) -- one extra forward, cached. Static values are
+keyed by type and exact value (runtime.jit's ``exact_key``): ``0.0`` and ``-0.0``,
+``True``, ``1`` and ``1.0`` are different signatures. With ``jax_enable_x64`` off
+(JAX's default) a 64-bit output is returned as its 32-bit twin, as ``jnp`` does.
+
+JAX arrays are immutable: the operator gets private copies of them, so an
+in-place op (``MarkDirty``) or one that writes an input runs on a copy and the
+caller's array is unchanged; under ``jax.grad`` such an op is differentiated
+like any other (its inputs are copies, never leaves that require grad).
 
 Backward recomputes: the backward callback runs the forward again with grad
 recording and then the runtime backward (the C++ ``Backward``). JAX's
@@ -34,10 +42,12 @@ import numpy as np
 
 import runtime as _rt
 from runtime import dtypes as _dtypes
+from runtime.jit.signature import exact_key as _exact_key
+from runtime.ops import math as _math
 from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
-from .interop_jax_ffi import ffi_function, ffi_targets
+from .interop_jax_ffi import ffi_function, ffi_targets, jax_dtype, jax_gradient, runtime_cotangent
 
 __all__ = ["to_jax"]
 
@@ -46,28 +56,35 @@ def _is_array(a: Any) -> bool:
     return isinstance(a, (jax.Array, np.ndarray)) or hasattr(a, "aval")
 
 
-def _static_key(a: Any) -> Any:
-    if isinstance(a, list):
-        return ("list", tuple(_static_key(e) for e in a))
-    if isinstance(a, tuple):
-        return ("tuple", tuple(_static_key(e) for e in a))
+def _check_static(a: Any) -> None:
+    if isinstance(a, (list, tuple)):
+        for e in a:
+            _check_static(e)
+        return
     try:
         hash(a)
     except TypeError:
         raise TypeError(f"a JAX operator's non-array arguments must be ints, floats, bools, strings or lists of "
                         f"them, got {type(a).__name__}") from None
-    return a
 
 
-def _to_runtime(who: str, k: int, arr: np.ndarray) -> Any:
-    """A runtime Tensor over the host array (np.asarray of a JAX array: bfloat16 is ml_dtypes')."""
+def _static_key(a: Any) -> Any:
+    """The cache key of static values: type and exact value (0.0 and -0.0 differ, True and 1 and 1.0
+    differ, a NaN equals itself), as runtime.jit keys its traces -- one rule for every cache."""
+    _check_static(a)
+    return _exact_key(a)
+
+
+def _to_runtime(who: str, k: int, arr: np.ndarray, private: bool = True) -> Any:
+    """A runtime Tensor over the host array (np.asarray of a JAX array: bfloat16 is ml_dtypes'): a
+    writable private copy unless the array is already one, or with ``private=False`` the array itself."""
     arr = np.asarray(arr)
     try:
         _dtypes.from_numpy_dtype(arr.dtype)
     except TypeError as e:
         raise TypeError(f"{who}: argument {k} has dtype {arr.dtype}, which opbuilder's runtime does not "
                         f"support ({e})") from None
-    return _Tensor._from_array(arr if arr.flags.writeable else arr.copy())
+    return _Tensor._from_array(arr if arr.flags.writeable or not private else arr.copy())
 
 
 class _JaxOp:
@@ -85,15 +102,21 @@ class _JaxOp:
         return args
 
     def _host_forward(self, positions, statics, arrays, grad: bool):
-        rt = [_to_runtime(self.name, p, a) for p, a in zip(positions, arrays)]
-        need = []
-        if grad:
-            for r in rt:
-                if r._data.dtype.kind in _dtypes.GRAD_KINDS:
-                    r.requires_grad_(True)
-                    need.append(r)
+        """Runs the operator on private copies of ``arrays`` (JAX's are immutable). With ``grad``, each
+        differentiable input is a leaf over the caller's (read-only) memory and the operator gets a
+        recorded copy of it, so an in-place op (MarkDirty) writes a non-leaf, as in torch."""
+        rt, need = [], []
+        for p, a in zip(positions, arrays):
+            leaf = grad and np.asarray(a).dtype.kind in _dtypes.GRAD_KINDS
+            rt.append(_to_runtime(self.name, p, a, private=not leaf))
+            if leaf:
+                need.append(rt[-1].requires_grad_(True))
+        args = rt
+        if need:
+            with _rt.enable_grad():
+                args = [_math.mul(r, 1) if r.requires_grad else r for r in rt]
         with _rt.enable_grad() if grad else _rt.no_grad():
-            res = self.fn(*self._call_args(positions, statics, rt))
+            res = self.fn(*self._call_args(positions, statics, args))
         single = not isinstance(res, (list, tuple))
         return rt, need, ([res] if single else list(res)), single
 
@@ -124,13 +147,14 @@ class _JaxOp:
 
         def forward_cb(*arrays):
             _, _, outs, _ = op._host_forward(positions, statics, arrays, grad=False)
-            return tuple(np.asarray(o._data) for o in outs)
+            # with x64 off, a 64-bit output is declared (out_struct) and returned as its 32-bit twin
+            return tuple(np.asarray(o._data).astype(jax_dtype(o._data.dtype), copy=False) for o in outs)
 
         def backward_cb(n_out, *arrays_and_cts):
             arrays, cts = arrays_and_cts[:-n_out], arrays_and_cts[-n_out:]
             rt, need, outs, _ = op._host_forward(positions, statics, arrays, grad=True)
-            # the runtime's complex gradients are torch's, the conjugates of JAX's cotangents
-            pairs = [(o, _to_runtime(op.name, i, np.conj(g) if np.iscomplexobj(g) else g))
+            # a cotangent in the output's own dtype (it came as the 32-bit twin with x64 off), the runtime's convention
+            pairs = [(o, _to_runtime(op.name, i, runtime_cotangent(np.asarray(g, dtype=o._data.dtype), np)))
                      for i, (o, g) in enumerate(zip(outs, cts)) if o.requires_grad]
             grads = [np.zeros(np.shape(a), np.asarray(a).dtype) for a in arrays]
             if pairs and need:
@@ -140,13 +164,12 @@ class _JaxOp:
                     if r.requires_grad:
                         g = next(it)
                         if g is not None:
-                            g = np.asarray(g._data, dtype=grads[i].dtype)
-                            grads[i] = np.conj(g) if np.iscomplexobj(g) else g
+                            grads[i] = jax_gradient(np.asarray(g._data, dtype=grads[i].dtype), np)
             return tuple(grads)
 
         def out_struct(arrays):
             specs, single = op.specs(positions, statics, arrays)
-            return [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs], single
+            return [jax.ShapeDtypeStruct(s.shape, jax_dtype(s.dtype)) for s in specs], single
 
         @jax.custom_vjp
         def f(*arrays):
@@ -178,7 +201,19 @@ class _JaxFfiOp(_JaxOp):
     def _make(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
         if statics:  # XLA passes buffers only: the callback path takes the static arguments
             return super()._make(positions, statics)
-        return ffi_function(self, positions, self.targets)
+        via_ffi = ffi_function(self, positions, self.targets)
+        via_callback: List[Callable] = []
+
+        def f(*arrays: Any) -> Any:
+            # with x64 off an int64 (float64, ...) result cannot be JAX's dtype: the callback path
+            # returns it as its 32-bit twin, as jnp does
+            specs, _ = self.specs(positions, (), arrays)
+            if all(jax_dtype(s.dtype) == s.dtype for s in specs):
+                return via_ffi(*arrays)
+            if not via_callback:
+                via_callback.append(super(_JaxFfiOp, self)._make(positions, statics))
+            return via_callback[0](*arrays)
+        return f
 
 
 def _wrapper(op: _JaxOp) -> Callable:

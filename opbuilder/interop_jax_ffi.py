@@ -1,11 +1,16 @@
 """``to_jax``'s XLA FFI path: a module function whose C++ ``Function`` was bound with
 ``OB_XLA_FFI`` (the PyCapsules ``<name>_xla_fwd`` / ``<name>_xla_bwd``, see
 include/opbuilder/xla_ffi.h) runs as an XLA custom call (``jax.ffi.ffi_call``) instead of
-a host callback: no copy of the inputs, no GIL, no Python per call.
+a host callback: no GIL, no Python per call, no copy of the inputs for a Function that
+declares ``kAcceptsViews`` (others get private copies: XLA's buffers are never written).
 
 Result shapes come from the shape rule (the ``<name>_infer_shape`` companion or
 ``shape_fn``); a function with handlers but no rule is an error, since the custom call
-cannot probe. Calls with non-array (static) arguments fall back to the callback path.
+cannot probe. Calls with non-array (static) arguments fall back to the callback path, and so
+do calls with a 64-bit output while ``jax_enable_x64`` is off (the callback path declares
+and returns the 32-bit type, as ``jnp`` does). Complex gradients follow JAX's convention on
+both paths: the handlers compute the runtime's (torch's), and the cotangents in and the
+gradients out are conjugated (``runtime_cotangent``, ``jax_gradient``).
 """
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["FFI_FWD", "FFI_BWD", "ffi_targets", "ffi_function"]
+__all__ = ["FFI_FWD", "FFI_BWD", "ffi_targets", "ffi_function", "runtime_cotangent", "jax_gradient",
+           "jax_dtype"]
 
 FFI_FWD, FFI_BWD = "_xla_fwd", "_xla_bwd"
 
@@ -49,6 +55,23 @@ def ffi_targets(module: Any, funcs: Dict[str, Callable], shape_fns: Dict[str, Ca
     return {name: done[name] for name in with_handlers}
 
 
+def runtime_cotangent(ct: Any, xp: Any = jnp) -> Any:
+    """JAX's cotangent as the runtime's grad_output: the runtime's complex gradients are torch's (the
+    conjugate of JAX's), so a complex cotangent is conjugated. ``xp``: jnp inside a trace, np on the host."""
+    return xp.conj(ct) if xp.iscomplexobj(ct) else ct
+
+
+def jax_gradient(g: Any, xp: Any = jnp) -> Any:
+    """The runtime's (torch's) gradient as JAX's: conjugated when complex (see ``runtime_cotangent``)."""
+    return xp.conj(g) if xp.iscomplexobj(g) else g
+
+
+def jax_dtype(dtype: Any) -> np.dtype:
+    """The dtype a JAX array of ``dtype`` gets: its 32-bit twin while ``jax_enable_x64`` is off, as jnp
+    gives (int64 -> int32, float64 -> float32, complex128 -> complex64)."""
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
 def _cotangent(ct: Any, struct: jax.ShapeDtypeStruct) -> Any:
     """A cotangent as an array of the output's dtype (integer outputs get float0 ones from JAX)."""
     if getattr(ct, "dtype", None) == jax.dtypes.float0:
@@ -77,10 +100,10 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str]) 
     def f_bwd(arrays, ct):
         structs, _ = out_structs(arrays)
         cts = (ct,) if not isinstance(ct, tuple) else ct
-        cts = tuple(_cotangent(c, s) for c, s in zip(cts, structs))
+        cts = tuple(runtime_cotangent(_cotangent(c, s)) for c, s in zip(cts, structs))
         grads = jax.ffi.ffi_call(bwd_target, tuple(jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in arrays),
                                  vmap_method="sequential")(*arrays, *cts)
-        return tuple(g if np.issubdtype(a.dtype, np.inexact) else None for a, g in zip(arrays, grads))
+        return tuple(jax_gradient(g) if np.issubdtype(a.dtype, np.inexact) else None for a, g in zip(arrays, grads))
 
     f.defvjp(f_fwd, f_bwd)
     return f

@@ -20,7 +20,9 @@ from jax_util import x64  # noqa: E402,F401  (module-wide 64-bit arrays)
 
 pytestmark = pytest.mark.build
 
-_SQUARE_RULE = {"square": lambda x: Spec(x.shape, x.dtype)}
+# shape rules of the functions without an InferShape companion (positions' int64 output is not its
+# input's dtype, which is all a C++ InferShape can declare)
+_RULES = {"square": lambda x: Spec(x.shape, x.dtype), "positions": lambda x: Spec(x.shape, np.int64)}
 
 
 @pytest.fixture(scope="session", params=BINDINGS)
@@ -32,8 +34,16 @@ def xla_ffi_ops(cache_dir, request):
 
 def _callback_twin(module):
     """The same functions and shape rules without the capsules: to_jax's pure_callback path."""
-    names = ["mul", "mul_infer_shape", "sin_cube", "sin_cube_infer_shape"]
-    return types.SimpleNamespace(**{n: getattr(module, n) for n in names})
+    names = ["mul", "sin_cube", "add_one_", "triple_scratch", "conj_mul", "saved_data"]
+    return types.SimpleNamespace(**{n: getattr(module, x) for m in names for n, x in ((m, m),
+                                                                                        (m + "_infer_shape",) * 2)},
+                                 positions=module.positions)
+
+
+def _both(module):
+    """{"ffi": the XLA FFI path, "callback": the pure_callback path} of ``module``'s functions."""
+    return {"ffi": opbuilder.to_jax(module, shape_fn=_RULES),
+            "callback": opbuilder.to_jax(_callback_twin(module), shape_fn={"positions": _RULES["positions"]})}
 
 
 def _data(shape=(3, 4), seed=0):
@@ -48,7 +58,7 @@ def test_the_module_exports_capsules(xla_ffi_ops):
 
 
 def test_jit_lowers_to_the_custom_call_not_a_callback(xla_ffi_ops):
-    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
     x, y = _data()
     text = jax.jit(j.mul).lower(x, y).as_text()
     assert ".mul.fwd" in text and "callback" not in text
@@ -59,7 +69,7 @@ def test_jit_lowers_to_the_custom_call_not_a_callback(xla_ffi_ops):
 
 
 def test_forward_eager_jit_and_float32(xla_ffi_ops):
-    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
     cb = opbuilder.to_jax(_callback_twin(xla_ffi_ops))
     x, y = _data()
     expect = np.asarray(x) * np.asarray(y)
@@ -73,7 +83,7 @@ def test_forward_eager_jit_and_float32(xla_ffi_ops):
 
 
 def test_grad_matches_central_differences_and_the_callback_path(xla_ffi_ops):
-    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
     cb = opbuilder.to_jax(_callback_twin(xla_ffi_ops))
     x, y = _data()
 
@@ -93,7 +103,7 @@ def test_grad_matches_central_differences_and_the_callback_path(xla_ffi_ops):
 
 
 def test_outputs_built_in_each_others_result_buffers(xla_ffi_ops):
-    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
     x, _ = _data((257,))
     twice, plus_one = jax.jit(j.swapped)(x)
     np.testing.assert_array_equal(np.asarray(twice), 2 * np.asarray(x))
@@ -104,7 +114,7 @@ def test_outputs_built_in_each_others_result_buffers(xla_ffi_ops):
 
 
 def test_the_handler_runs_without_the_gil(xla_ffi_ops):
-    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
     x, _ = _data((4,))
     np.testing.assert_array_equal(np.asarray(xla_ffi_ops.gil_held(x).asnumpy()), np.ones(4))  # a direct call holds it
     np.testing.assert_array_equal(np.asarray(jax.jit(j.gil_held)(x)), np.zeros(4))
@@ -112,7 +122,7 @@ def test_the_handler_runs_without_the_gil(xla_ffi_ops):
 
 
 def test_vmap_forward_and_grad(xla_ffi_ops):
-    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
     x, y = _data((5, 3))
     np.testing.assert_array_equal(np.asarray(jax.vmap(j.mul)(x, y)), np.asarray(x) * np.asarray(y))
     g = jax.jit(jax.vmap(jax.grad(lambda r: j.sin_cube(r)[1].sum())))(x)
@@ -123,11 +133,11 @@ def test_a_handler_without_a_shape_rule_is_refused(xla_ffi_ops):
     with pytest.raises(ValueError, match=r"^to_jax: square has XLA FFI handlers \(square_xla_fwd\) but no shape "
                                          r"rule: the custom call needs its result shapes before it runs; declare "
                                          r"a static InferShape in the Function and bind it as 'square_infer_shape'"):
-        opbuilder.to_jax(xla_ffi_ops)
+        opbuilder.to_jax(xla_ffi_ops, shape_fn={"positions": _RULES["positions"]})
 
 
 def test_an_error_in_forward_names_the_function(xla_ffi_ops):
-    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_SQUARE_RULE)
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
     x, _ = _data()
     with pytest.raises(jax.errors.JaxRuntimeError,
                        match=r"Mul \(XLA FFI forward\): mul: x and y must have one shape and dtype"):
@@ -135,10 +145,176 @@ def test_an_error_in_forward_names_the_function(xla_ffi_ops):
 
 
 def test_a_lying_shape_rule_is_an_error_not_a_bad_write(xla_ffi_ops):
-    j = opbuilder.to_jax(xla_ffi_ops, shape_fn={**_SQUARE_RULE, "mul": lambda a, b: Spec((a.shape[0] + 1,)
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn={**_RULES, "mul": lambda a, b: Spec((a.shape[0] + 1,)
                                                                                          + a.shape[1:], a.dtype)})
     x, y = _data()
     with pytest.raises(jax.errors.JaxRuntimeError,
                        match=r"Mul: output 0 has shape \[3, 4\] and dtype float64, but XLA expects shape "
                              r"\[4, 4\] and dtype float64"):
         jax.jit(j.mul)(x, y).block_until_ready()
+
+
+# ---- issue 33: one semantics on the FFI and callback paths -------------------------------------
+
+def test_an_in_place_op_never_writes_the_callers_array(xla_ffi_ops):
+    """JAX arrays are immutable: a MarkDirty op runs on a copy, eagerly and under jit, on both paths,
+    and a later use of the input inside the same jitted function sees the original values."""
+    assert ".add_one_.fwd" in jax.jit(_both(xla_ffi_ops)["ffi"].add_one_).lower(jnp.zeros(3)).as_text()
+    for path, ops in _both(xla_ffi_ops).items():
+        x = jnp.arange(4.0)
+        np.testing.assert_array_equal(np.asarray(ops.add_one_(x)), np.arange(4.0) + 1, err_msg=path)
+        np.testing.assert_array_equal(np.asarray(x), np.arange(4.0), err_msg=path)
+        out, later = jax.jit(lambda a: (ops.add_one_(a), a * 10))(x)
+        np.testing.assert_array_equal(np.asarray(out), np.arange(4.0) + 1, err_msg=path)
+        np.testing.assert_array_equal(np.asarray(later), 10 * np.arange(4.0), err_msg=path)
+        np.testing.assert_array_equal(np.asarray(x), np.arange(4.0), err_msg=path)
+        twice = jax.jit(lambda a: ops.add_one_(ops.add_one_(a)) + a)(x)  # a is still x after two in-place ops
+        np.testing.assert_array_equal(np.asarray(twice), 2 * np.arange(4.0) + 2, err_msg=path)
+        np.testing.assert_array_equal(np.asarray(x), np.arange(4.0), err_msg=path)
+
+
+def test_an_op_that_writes_an_input_never_writes_the_callers_array(xla_ffi_ops):
+    for path, ops in _both(xla_ffi_ops).items():
+        x = jnp.arange(1.0, 5.0)
+        np.testing.assert_array_equal(np.asarray(ops.triple_scratch(x)), 3 * np.arange(1.0, 5.0), err_msg=path)
+        np.testing.assert_array_equal(np.asarray(x), np.arange(1.0, 5.0), err_msg=path)
+        out, same = jax.jit(lambda a: (ops.triple_scratch(a), a + 0))(x)
+        np.testing.assert_array_equal(np.asarray(out), 3 * np.arange(1.0, 5.0), err_msg=path)
+        np.testing.assert_array_equal(np.asarray(same), np.arange(1.0, 5.0), err_msg=path)
+        np.testing.assert_array_equal(np.asarray(x), np.arange(1.0, 5.0), err_msg=path)
+        # a gradient records, and a recorded Forward that writes an input without MarkDirty is refused
+        # (the runtime's rule), on both paths; the caller's array is still untouched
+        with pytest.raises(jax.errors.JaxRuntimeError,
+                           match=r"TripleScratch::Forward modified argument 0 in place without MarkDirty; mark it "
+                                 r"\(ctx->MarkDirty\(\{tensor\}\)\) and return it, or write the result to a new "
+                                 r"tensor"):
+            jax.jit(jax.grad(lambda a: (ops.triple_scratch(a) * a).sum()))(x).block_until_ready()
+        np.testing.assert_array_equal(np.asarray(x), np.arange(1.0, 5.0), err_msg=path)
+
+
+def test_grad_through_an_in_place_op_matches_central_differences(xla_ffi_ops):
+    """Under JAX a MarkDirty op is differentiable like any other: its input is a copy, not a leaf."""
+    x = jnp.asarray(np.random.default_rng(3).standard_normal(5))
+    expect = central(lambda a: float(np.sum((a + 1) ** 2 * a)), np.asarray(x))
+    for path, ops in _both(xla_ffi_ops).items():
+        def loss(a):
+            return (ops.add_one_(a) ** 2 * a).sum()
+        np.testing.assert_allclose(np.asarray(jax.grad(loss)(x)), expect, rtol=1e-6, atol=1e-6, err_msg=path)
+        np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(loss))(x)), expect, rtol=1e-6, atol=1e-6,
+                                   err_msg=path)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(jnp.asarray(np.random.default_rng(3)
+                                                                            .standard_normal(5))), err_msg=path)
+
+
+def test_a_function_taking_views_gets_xla_memory_read_only_and_may_not_mark_it_dirty(xla_ffi_ops):
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
+    empty, writable = jax.jit(j.dirty_views)(jnp.zeros((0,)))  # no MarkDirty for an empty x
+    assert empty.shape == (0,) and float(writable) == 0.0  # XLA's buffer itself, read-only: no copy
+    x = jnp.arange(3.0)
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"DirtyViews \(XLA FFI forward\): argument 0 is a JAX array \(immutable, read-only to "
+                             r"a Function that declares kAcceptsViews\), but Forward marked it dirty \(an in-place "
+                             r"write\); drop kAcceptsViews \(then Forward gets a private copy it may write\) or "
+                             r"write a new tensor"):
+        jax.jit(j.dirty_views)(x)[0].block_until_ready()
+    np.testing.assert_array_equal(np.asarray(x), np.arange(3.0))
+
+
+def _complex_data(seed=5):
+    r = np.random.default_rng(seed)
+    z = r.standard_normal((2, 3)) + 1j * r.standard_normal((2, 3))
+    w = r.standard_normal((2, 3)) + 1j * r.standard_normal((2, 3))
+    return jnp.asarray(z), jnp.asarray(w)
+
+
+def _conj_mul_jnp(a, b):
+    return a * jnp.conj(b) + a * a
+
+
+def test_complex_gradients_follow_jaxs_convention_on_every_path(xla_ffi_ops):
+    """x * conj(y) + x * x: jax.vjp and jax.grad of a real loss agree on the FFI path, the callback path
+    and the jnp expression, and jax.grad equals dL/dRe - i dL/dIm (JAX's convention) by central
+    differences in float64."""
+    ops = _both(xla_ffi_ops)
+    assert ".conj_mul.bwd" in jax.jit(jax.grad(lambda a, b: jnp.abs(ops["ffi"].conj_mul(a, b)).sum())).lower(
+        *_complex_data()).as_text()
+    z, w = _complex_data()
+    ct = jnp.asarray(np.random.default_rng(9).standard_normal((2, 3)) + 1j * np.random.default_rng(10)
+                     .standard_normal((2, 3)))
+    want_vjp = jax.vjp(_conj_mul_jnp, z, w)[1](ct)
+
+    def real_loss(f):
+        return lambda a, b: (jnp.abs(f(a, b)) ** 2).sum() + jnp.real(f(a, b) * (1 + 2j)).sum()
+    want_grad = jax.grad(real_loss(_conj_mul_jnp), argnums=(0, 1))(z, w)
+
+    zn, wn = np.asarray(z), np.asarray(w)
+
+    def plain(a, b):
+        v = a * np.conj(b) + a * a
+        return float(np.sum(np.abs(v) ** 2) + np.sum(np.real(v * (1 + 2j))))
+    by_re = central(lambda re: plain(re + 1j * zn.imag, wn), zn.real)
+    by_im = central(lambda im: plain(zn.real + 1j * im, wn), zn.imag)
+    np.testing.assert_allclose(np.asarray(want_grad[0]), by_re - 1j * by_im, rtol=1e-6, atol=1e-6)
+    wy_re = central(lambda re: plain(zn, re + 1j * wn.imag), wn.real)
+    wy_im = central(lambda im: plain(zn, wn.real + 1j * im), wn.imag)
+    np.testing.assert_allclose(np.asarray(want_grad[1]), wy_re - 1j * wy_im, rtol=1e-6, atol=1e-6)
+    for path, o in ops.items():
+        np.testing.assert_allclose(np.asarray(o.conj_mul(z, w)), np.asarray(_conj_mul_jnp(z, w)), rtol=1e-14,
+                                   err_msg=path)
+        for how, fn in (("eager", lambda f: f), ("jit", jax.jit)):
+            got_vjp = fn(lambda a, b, c: jax.vjp(o.conj_mul, a, b)[1](c))(z, w, ct)
+            for g, want in zip(got_vjp, want_vjp):
+                np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-12, err_msg=f"{path} {how}")
+            got = fn(jax.grad(real_loss(o.conj_mul), argnums=(0, 1)))(z, w)
+            for g, want in zip(got, want_grad):
+                np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-12, err_msg=f"{path} {how}")
+
+
+def test_a_read_only_complex128_argument_is_copied_whole(xla_ffi_ops):
+    """The runtime's private copy of read-only complex128 memory (16-byte elements) has every element."""
+    z, w = (np.array(a) for a in _complex_data())
+    for a in (z, w):
+        a.flags.writeable = False
+    np.testing.assert_allclose(np.asarray(xla_ffi_ops.conj_mul(z, w).asnumpy()), z * np.conj(w) + z * z,
+                               rtol=1e-14)
+    strided = np.asarray(_complex_data(7)[0])[:, ::2]  # a strided view: copied row by row
+    np.testing.assert_allclose(np.asarray(xla_ffi_ops.conj_mul(strided, strided).asnumpy()),
+                               strided * np.conj(strided) + strided * strided, rtol=1e-14)
+
+
+def test_saved_data_in_an_xla_handler_is_a_named_error(xla_ffi_ops):
+    """ctx->saved_data holds Python objects; the handlers run without Python: an error, not a crash.
+    The callback path runs the same Function with Python, so there it works."""
+    j = _both(xla_ffi_ops)
+    x = jnp.arange(3.0)
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"SavedData \(XLA FFI forward\): ctx->saved_data holds Python objects, and this "
+                             r"Forward or Backward runs in an XLA FFI handler \(opbuilder/xla_ffi.h\), without "
+                             r"Python; keep tensors with SaveForBackward \(numbers as 0-d tensors\), or call the "
+                             r"function without its XLA FFI handlers \(drop OB_XLA_FFI: to_jax then uses a host "
+                             r"callback\)"):
+        jax.jit(j["ffi"].saved_data)(x).block_until_ready()
+    np.testing.assert_array_equal(np.asarray(j["callback"].saved_data(x)), 2 * np.arange(3.0))
+    np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: j["callback"].saved_data(a).sum())(x)),
+                                  np.full(3, 2.0))
+
+
+def test_int64_outputs_with_x64_off_are_int32_as_jnp_gives(xla_ffi_ops):
+    """JAX's default (x64 off): a 64-bit output comes back as its 32-bit twin on both paths."""
+    ops = _both(xla_ffi_ops)
+    jax.config.update("jax_enable_x64", False)
+    try:
+        x = jnp.ones((2, 3), jnp.float32)
+        want = jnp.arange(6).reshape(2, 3)
+        assert want.dtype == jnp.int32
+        for path, o in ops.items():
+            for how, fn in (("eager", o.positions), ("jit", jax.jit(o.positions))):
+                got = fn(x)
+                assert got.dtype == jnp.int32, (path, how)
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"{path} {how}")
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    # with x64 on, the FFI path keeps int64 and runs the custom call
+    got = jax.jit(ops["ffi"].positions)(jnp.ones(3))
+    assert got.dtype == jnp.int64
+    assert ".positions.fwd" in jax.jit(ops["ffi"].positions).lower(jnp.ones(3)).as_text()

@@ -126,6 +126,11 @@ inline std::shared_ptr<void> AllocateStorage(std::size_t nbytes) {
   return std::shared_ptr<void>(p, [base](void *) { std::free(base); });
 }
 
+// A 16-byte element (complex128), copied as its bytes.
+struct Element16 {
+  unsigned char bytes[16];
+};
+
 // One row of n elements of E; fixed-size memcpy (a plain load and store once
 // compiled) keeps the copy free of type punning.
 template <typename E>
@@ -163,7 +168,8 @@ OB_CORE_FN void CopyStrided(char *dst, const ShapeVector &dst_strides, const cha
       case 1: CopyRow<std::uint8_t>(d, ds, s, ss, n); break;
       case 2: CopyRow<std::uint16_t>(d, ds, s, ss, n); break;
       case 4: CopyRow<std::uint32_t>(d, ds, s, ss, n); break;
-      default: CopyRow<std::uint64_t>(d, ds, s, ss, n); break;
+      case 8: CopyRow<std::uint64_t>(d, ds, s, ss, n); break;
+      default: CopyRow<Element16>(d, ds, s, ss, n); break;  // complex128: 16 bytes, not 8
     }
     for (std::size_t k = nd - 1; k-- > 0;) {  // the next row: odometer over the outer dimensions
       if (++idx[k] < shape[k]) {

@@ -8,16 +8,24 @@
 //     OB_XLA_FFI(m, "mul", Mul);  // adds the PyCapsules mul_xla_fwd and mul_xla_bwd
 //   }
 //
-// The forward handler wraps XLA's input buffers as read-only Tensors (no copy) and calls T::Forward.
-// While it runs, XLA's result buffers are offered to new host Tensors of their size (tensor.h's
+// JAX arrays are immutable, so XLA's input buffers are never written. A Function gets them as a
+// Function gets any read-only memory from the runtime: as private writable copies (so an in-place op,
+// MarkDirty or not, runs on a copy and the caller's array is unchanged), or, when it declares
+// `static constexpr bool kAcceptsViews = true;`, as read-only Tensors over XLA's memory (no copy;
+// it must honour is_writable() and never write them; MarkDirty on one is an error). The output
+// cotangents given to Backward follow the same rule.
+// While Forward runs, XLA's result buffers are offered to new host Tensors of their size (tensor.h's
 // OfferedBuffers), so outputs are usually built in place; any other output is copied in. The
 // backward handler gets the inputs and the output cotangents, runs Forward again (inside a jitted
-// function there is no forward context to keep), then T::Backward (the gradient buffers offered),
-// and writes the gradients out (a null gradient becomes zeros). Both run on XLA's thread without
-// the GIL and without the runtime: Forward and Backward must not need Python (host Tensors,
-// SaveForBackward and GetSavedTensors do not; ctx->saved_data does, so a Function that uses it
-// cannot be bound here), and must not keep a tensor they allocate past the call (it may be XLA's
-// memory). Forward's arguments after ctx must all be tensors (TensorPtr).
+// function there is no forward context to keep; as when the runtime records, a write to an input
+// without MarkDirty is an error), then T::Backward (the gradient buffers offered),
+// and writes the gradients out (a null gradient becomes zeros). Gradients are in the runtime's
+// (torch's) convention here; to_jax conjugates complex cotangents and gradients around the call
+// (JAX's convention), as on its callback path. Both run on XLA's thread without the GIL and
+// without the runtime: Forward and Backward must not need Python (host Tensors, SaveForBackward and
+// GetSavedTensors do not; ctx->saved_data does: using it here is an error naming the Function), and
+// must not keep a tensor they allocate past the call (it may be XLA's memory). Forward's arguments
+// after ctx must all be tensors (TensorPtr).
 #pragma once
 
 #if defined(__has_include)
@@ -82,6 +90,25 @@ inline TensorPtr Wrap(const ffi::AnyBuffer &b, bool writable, const char *what, 
   return std::make_shared<Tensor>(dt, ShapeOf(b.dimensions()), ShapeVector{}, b.untyped_data(),
                                   std::shared_ptr<void>(), writable);
 }
+
+// What Forward (or Backward) gets for XLA's input buffer `b`: a private writable copy, or with
+// `views` (T::kAcceptsViews) a read-only Tensor over XLA's memory. Never XLA's memory writable.
+inline TensorPtr Input(const ffi::AnyBuffer &b, bool views, const char *what, std::size_t k) {
+  TensorPtr t = Wrap(b, false, what, k);
+  return views ? t : t->contiguous_copy();
+}
+
+// While alive, saved_data (Python objects) refuses to be used on this thread (binding.h).
+class NoPythonHere {
+ public:
+  NoPythonHere() : saved_(NoPythonHandler()) { NoPythonHandler() = "an XLA FFI handler (opbuilder/xla_ffi.h)"; }
+  ~NoPythonHere() { NoPythonHandler() = saved_; }
+  NoPythonHere(const NoPythonHere &) = delete;
+  NoPythonHere &operator=(const NoPythonHere &) = delete;
+
+ private:
+  const char *saved_;
+};
 
 // XLA's result buffers as Tensors, in order.
 inline TensorPtrList ResultTensors(ffi::RemainingRets &rets) {
@@ -174,6 +201,7 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
                 "OB_XLA_FFI(m, name, T): every argument of T::Forward after ctx must be a TensorPtr (XLA passes "
                 "buffers only)");
   static constexpr std::size_t kN = sizeof...(A);
+  static constexpr bool kViews = AcceptsViews<T>::value;
   using Inputs = std::array<TensorPtr, kN>;
 
   static Inputs ReadInputs(const ffi::RemainingArgs &args) {
@@ -181,9 +209,23 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
     for (std::size_t i = 0; i < kN; ++i) {
       auto b = args.get<ffi::AnyBuffer>(i);
       if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
-      in[i] = Wrap(*b, false, "argument", i);
+      in[i] = Input(*b, kViews, "argument", i);
     }
     return in;
+  }
+
+  // MarkDirty'd tensors must be arguments (as the runtime requires); with kAcceptsViews they are
+  // XLA's read-only buffers, which Forward must not write (the runtime refuses read-only memory too).
+  static void CheckDirty(const ContextState &st) {
+    for (const auto &d : st.dirty) {
+      const int i = st.ArgIndex(d.get());
+      if (i < 0) throw std::runtime_error("MarkDirty was given a tensor that is not an argument of Forward");
+      if (!d->is_writable()) {
+        throw ValueError("argument " + std::to_string(i) + " is a JAX array (immutable, read-only to a Function "
+                         "that declares kAcceptsViews), but Forward marked it dirty (an in-place write); drop "
+                         "kAcceptsViews (then Forward gets a private copy it may write) or write a new tensor");
+      }
+    }
   }
 
   // Forward with a context the handler owns (no runtime, no Python); `needs` marks the arguments
@@ -196,7 +238,9 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
     for (std::size_t i = 0; i < kN; ++i) raw[i] = in[i].get();
     st.args = raw.data();
     st.nargs = kN;
+    NoPythonHere no_python;
     R out = T::Forward(&ctx, in[I]...);
+    CheckDirty(st);
     return AsList(std::move(out));
   }
 
@@ -247,7 +291,19 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
       st.needs.assign(kN, false);
       for (std::size_t i = 0; i < kN; ++i) st.needs[i] = ::opbuilder::IsDifferentiable(in[i]->dtype());
       std::array<Tensor *, kN + 1> raw{};
+      // the gradient route records, so (as the runtime does when it records) a write to an input
+      // without MarkDirty is an error, with the runtime's message
+      const double phase = NextFingerprintPhase();
+      std::array<std::uint64_t, kN + 1> prints{};
+      for (std::size_t i = 0; i < kN; ++i) prints[i] = Fingerprint(*in[i], phase);
       const TensorPtrList outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
+      for (std::size_t i = 0; i < kN; ++i) {
+        if (!st.IsDirty(in[i].get()) && Fingerprint(*in[i], phase) != prints[i]) {
+          throw std::runtime_error(FunctionName<T>() + "::Forward modified argument " + std::to_string(i) +
+                                   " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return "
+                                   "it, or write the result to a new tensor");
+        }
+      }
       st.args = nullptr;
       if (args.size() - kN != outs.size()) {
         throw std::runtime_error("Forward returned " + std::to_string(outs.size()) + " tensors, but got " +
@@ -257,12 +313,13 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
       for (std::size_t j = 0; j < outs.size(); ++j) {
         auto b = args.get<ffi::AnyBuffer>(kN + j);
         if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
-        grads.push_back(Wrap(*b, false, "cotangent", j));
+        grads.push_back(Input(*b, kViews, "cotangent", j));
       }
       const TensorPtrList dst = ResultTensors(rets);
       TensorPtrList g;
       {
         OfferResults offer(dst);
+        NoPythonHere no_python;
         g = T::Backward(&ctx, std::move(grads));
       }
       if (g.size() != kN) {

@@ -1,7 +1,10 @@
 // Functions bound with their XLA FFI handlers (opbuilder/xla_ffi.h) for to_jax's custom-call path:
 // an elementwise product (float32 or float64), two with two outputs, and one without InferShape
-// (to_jax must refuse its handlers). Built with extra_include_paths=[jax.ffi.include_dir()].
+// (to_jax must refuse its handlers); for issue 33: an in-place op (MarkDirty), one that writes an
+// input it does not return, a complex op with torch's gradient convention, one that uses
+// ctx->saved_data and one with an int64 output. Built with extra_include_paths=[jax.ffi.include_dir()].
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -118,6 +121,118 @@ class Square : public Function<Square> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
 };
 
+// x += 1 in place (float64), marked dirty and returned: under JAX it must run on a copy.
+class AddOneInPlace : public Function<AddOneInPlace> {
+ public:
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (x->dtype() != kFloat64) throw std::invalid_argument("add_one_: expected float64");
+    double *p = x->data<double>();
+    for (std::int64_t i = 0; i < x->numel(); ++i) p[i] += 1;
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+
+// x, marked dirty without being written, by a Function that takes XLA's buffers as they are
+// (kAcceptsViews: read-only, no copy): the handler refuses the MarkDirty. Also reports, as its
+// second output, whether x was writable (1) or read-only (0).
+class DirtyViews : public Function<DirtyViews> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static std::vector<ShapeVector> InferShape(const TensorPtr &x) { return {x->shape(), ShapeVector{}}; }
+  static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x) {
+    auto writable = Tensor::empty(x->dtype(), {});
+    if (x->dtype() != kFloat64) throw std::invalid_argument("dirty_views: expected float64");
+    writable->data<double>()[0] = x->is_writable() ? 1.0 : 0.0;
+    if (x->numel() > 0) ctx->MarkDirty({x});
+    return {x, writable};
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+
+// 3 x (float64), after overwriting its input with 3 x (no MarkDirty: a misbehaving kernel), then
+// reading it back: the write must not reach the caller's array.
+class TripleScratch : public Function<TripleScratch> {
+ public:
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    if (x->dtype() != kFloat64) throw std::invalid_argument("triple_scratch: expected float64");
+    double *p = x->data<double>();
+    for (std::int64_t i = 0; i < x->numel(); ++i) p[i] *= 3;
+    auto out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = p[i];
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto gx = Tensor::empty(kFloat64, g[0]->shape());
+    for (std::int64_t i = 0; i < gx->numel(); ++i) gx->data<double>()[i] = 3 * g[0]->data<double>()[i];
+    return {gx};
+  }
+};
+
+// x * conj(y) + x * x for complex128 (not holomorphic in y); Backward in torch's convention
+// (the conjugate Wirtinger derivative): gx = g * conj(d out/dx) = g * (y + 2 conj(x)), gy = conj(g) * x.
+class ConjMul : public Function<ConjMul> {
+ public:
+  using C = std::complex<double>;
+  static ShapeVector InferShape(const TensorPtr &x, const TensorPtr &) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
+    if (x->dtype() != kComplex128 || y->dtype() != kComplex128 || x->shape() != y->shape()) {
+      throw std::invalid_argument("conj_mul: expected two complex128 tensors of one shape");
+    }
+    ctx->SaveForBackward({x, y});
+    auto out = Tensor::empty(kComplex128, x->shape());
+    const C *px = x->data<C>(), *py = y->data<C>();
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<C>()[i] = px[i] * std::conj(py[i]) + px[i] * px[i];
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    auto s = ctx->GetSavedTensors();
+    const C *px = s[0]->data<C>(), *py = s[1]->data<C>(), *pg = g[0]->data<C>();
+    auto gx = Tensor::empty(kComplex128, s[0]->shape()), gy = Tensor::empty(kComplex128, s[0]->shape());
+    for (std::int64_t i = 0; i < gx->numel(); ++i) {
+      gx->data<C>()[i] = pg[i] * (py[i] + 2.0 * std::conj(px[i]));
+      gy->data<C>()[i] = std::conj(pg[i]) * px[i];
+    }
+    return {gx, gy};
+  }
+};
+
+// 2 x (float64), keeping the factor in ctx->saved_data (Python objects: refused by the XLA FFI handlers).
+class SavedData : public Function<SavedData> {
+ public:
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (x->dtype() != kFloat64) throw std::invalid_argument("saved_data: expected float64");
+    ctx->saved_data["factor"] = 2.0;
+    return Scaled(x, 2.0);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return {Scaled(g[0], ctx->saved_data["factor"].cast<double>())};
+  }
+
+ private:
+  static TensorPtr Scaled(const TensorPtr &x, double f) {
+    auto out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = f * x->data<double>()[i];
+    return out;
+  }
+};
+
+// The positions 0..n-1 of x's elements as int64 (x's shape); no gradient.
+class Positions : public Function<Positions> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    auto out = Tensor::empty(kInt64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<std::int64_t>()[i] = i;
+    ctx->MarkNonDifferentiable({out});
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
+};
+
 }  // namespace
 
 OB_MODULE(m) {
@@ -135,4 +250,21 @@ OB_MODULE(m) {
   OB_XLA_FFI(m, "gil_held", GilHeld);
   m.def("square", [](const TensorPtr &x) { return Square::Apply(x); });
   OB_XLA_FFI(m, "square", Square);
+  m.def("add_one_", [](const TensorPtr &x) { return AddOneInPlace::Apply(x); });
+  m.def("add_one__infer_shape", AddOneInPlace::InferShapeFunction());
+  OB_XLA_FFI(m, "add_one_", AddOneInPlace);
+  m.def("dirty_views", [](const TensorPtr &x) { return DirtyViews::Apply(x); });
+  m.def("dirty_views_infer_shape", DirtyViews::InferShapeFunction());
+  OB_XLA_FFI(m, "dirty_views", DirtyViews);
+  m.def("triple_scratch", [](const TensorPtr &x) { return TripleScratch::Apply(x); });
+  m.def("triple_scratch_infer_shape", TripleScratch::InferShapeFunction());
+  OB_XLA_FFI(m, "triple_scratch", TripleScratch);
+  m.def("conj_mul", [](const TensorPtr &x, const TensorPtr &y) { return ConjMul::Apply(x, y); });
+  m.def("conj_mul_infer_shape", ConjMul::InferShapeFunction());
+  OB_XLA_FFI(m, "conj_mul", ConjMul);
+  m.def("saved_data", [](const TensorPtr &x) { return SavedData::Apply(x); });
+  m.def("saved_data_infer_shape", SavedData::InferShapeFunction());
+  OB_XLA_FFI(m, "saved_data", SavedData);
+  m.def("positions", [](const TensorPtr &x) { return Positions::Apply(x); });
+  OB_XLA_FFI(m, "positions", Positions);
 }

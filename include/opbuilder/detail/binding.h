@@ -29,6 +29,13 @@ struct Binding;
 // Sets the Python error for the exception being handled (the node's error path).
 using ErrorFn = void (*)();
 
+// Non-null while this thread runs code that must not touch Python (an XLA FFI handler, without the
+// GIL): what that code is, for saved_data's error.
+inline const char *&NoPythonHandler() {
+  static thread_local const char *where = nullptr;
+  return where;
+}
+
 // One value of AutogradContext::saved_data: held as a Python object, converted
 // by the operator's binding layer on the way in (operator=) and out (cast<T>()).
 class SavedValue {
@@ -36,11 +43,13 @@ class SavedValue {
   SavedValue() = default;
   template <typename V, typename = std::enable_if_t<!std::is_same_v<std::decay_t<V>, SavedValue>>>
   SavedValue &operator=(V &&v) {
+    RefuseWithoutPython();
     obj_ = PyRef::Steal(Binding<std::decay_t<V>>::ToPython(std::forward<V>(v)));
     return *this;
   }
   template <typename T>
   T cast() const {
+    RefuseWithoutPython();
     if (!obj_) throw std::runtime_error("saved_data: no value was stored under this key");
     return Binding<T>::template FromPython<T>(obj_.get());
   }
@@ -48,6 +57,14 @@ class SavedValue {
   explicit operator bool() const { return static_cast<bool>(obj_); }
 
  private:
+  static void RefuseWithoutPython() {
+    if (const char *where = NoPythonHandler()) {
+      throw std::runtime_error(std::string("ctx->saved_data holds Python objects, and this Forward or Backward runs "
+                                           "in ") + where + ", without Python; keep tensors with "
+                               "SaveForBackward (numbers as 0-d tensors), or call the function without its "
+                               "XLA FFI handlers (drop OB_XLA_FFI: to_jax then uses a host callback)");
+    }
+  }
   PyRef obj_;
 };
 
