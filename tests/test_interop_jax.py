@@ -163,3 +163,59 @@ def test_integer_output_gets_no_gradient():
     np.testing.assert_array_equal(np.asarray(idx), np.arange(4))
     g = jax.jit(jax.grad(lambda a: j.with_index(a)[0].sum()))(x)
     np.testing.assert_allclose(np.asarray(g), np.full(4, 3.0))
+
+
+def test_static_arguments_are_keyed_by_type_and_exact_value():
+    """0.0 then -0.0, True then 1 then 1.0 (alone or in a list) are different signatures: each call's
+    operator sees its own value, eagerly and under jit (issue 33: == merged them)."""
+    import math
+
+    def tag(x, s):  # the static value as the operator sees it: 1 bool, 2 int, 3 float; negative for -0.0
+        v = s[0] if isinstance(s, list) else s
+        kind = {bool: 1.0, int: 2.0, float: 3.0}[type(v)]
+        return x * 0 + (kind * math.copysign(1.0, v) if type(v) is float else kind)
+    j = opbuilder.to_jax(types.SimpleNamespace(tag=tag))
+    x = jnp.zeros(2)
+    cases = [(0.0, 3.0), (-0.0, -3.0), (True, 1.0), (1, 2.0), (1.0, 3.0), ([0.0], 3.0), ([-0.0], -3.0),
+             ([True], 1.0), ([1], 2.0)]
+    for s, want in cases + cases[::-1]:
+        np.testing.assert_array_equal(np.asarray(j.tag(x, s)), np.full(2, want), err_msg=repr(s))
+        np.testing.assert_array_equal(np.asarray(jax.jit(lambda a, s=s: j.tag(a, s))(x)), np.full(2, want),
+                                      err_msg=repr(s))
+
+
+def test_output_shapes_are_cached_by_type_and_exact_value():
+    """The probe run's output shapes (no shape rule) are kept per exact static value too: True then 1
+    get their own shapes."""
+    import runtime as rt
+
+    def widen(x, s):  # 3 elements for a bool, 2 for an int, 4 for -0.0, else 1
+        n = 3 if type(s) is bool else 2 if type(s) is int else 4 if str(s) == "-0.0" else 1
+        return rt.Tensor(np.zeros(n)) + x.sum()
+    j = opbuilder.to_jax(types.SimpleNamespace(widen=widen))
+    x = jnp.ones(2)
+    for s, n in ((True, 3), (1, 2), (0.0, 1), (-0.0, 4), (1, 2), (True, 3)):
+        np.testing.assert_array_equal(np.asarray(j.widen(x, s)), np.full(n, 2.0), err_msg=repr(s))
+
+
+def test_float64_output_with_x64_off_is_float32_with_its_gradient():
+    """x64 off (JAX's default): an operator returning float64 (or int64) from float32 inputs gives
+    JAX's 32-bit twin, as jnp does; its gradient still flows (cotangents go back as float64)."""
+    import runtime as rt
+
+    def widened(x):  # float64 of x squared, and the positions as int64
+        return [rt.ops.math.cast(x, np.float64) ** 2, rt.Tensor(np.arange(x.shape[0], dtype=np.int64))]
+    j = opbuilder.to_jax(types.SimpleNamespace(widened=widened))
+    jax.config.update("jax_enable_x64", False)
+    try:
+        x = jnp.asarray([1.0, -2.0, 0.5], jnp.float32)
+        for fn in (j.widened, jax.jit(j.widened)):
+            sq, pos = fn(x)
+            assert (sq.dtype, pos.dtype) == (jnp.float32, jnp.int32)
+            np.testing.assert_allclose(np.asarray(sq), np.asarray(x) ** 2)
+            np.testing.assert_array_equal(np.asarray(pos), np.arange(3))
+        g = jax.jit(jax.grad(lambda a: j.widened(a)[0].sum()))(x)
+        assert g.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(g), 2 * np.asarray(x), rtol=1e-6)
+    finally:
+        jax.config.update("jax_enable_x64", True)
