@@ -32,6 +32,7 @@ from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
 from .kept import CallContexts, active, keeping
 from .capture import Tracer
+from .guards import Guards, collect, too_many
 from .tracing import hook
 
 __all__ = ["JitFunction", "CAPTURE_MODES"]
@@ -67,6 +68,8 @@ class _Entry:
     calls: int = field(default=0)
     consts: Tuple[Tuple[Tensor, Any, Any], ...] = ()  # captured tensors with their traced shape and dtype
     effects: bool = False  # an op other than a primitive (it may write its inputs, or count its runs)
+    guards: Optional[Guards] = None  # the globals, closures and attributes the trace read (guards.py)
+    next: Any = None  # another trace of this signature, for other values of what they read
 
     def stale(self) -> bool:
         """A captured tensor (a Parameter, say) has another shape or dtype than when traced: the graph,
@@ -83,6 +86,7 @@ class _Eager:
     """A signature whose trace stopped (tracing.no_trace): the function runs eagerly for it."""
     reason: str
     calls: int = field(default=0)
+    guards: Any = None  # it reads the current values: nothing to check
 
 
 def _keep_plan(graph: Graph, plan: BackwardGraph) -> Dict[str, FrozenSet[int]]:
@@ -134,6 +138,9 @@ def _watch_plan(graph: Graph, plan: BackwardGraph) -> Tuple[Tuple[int, Optional[
     return tuple(watch)
 
 
+_VARIANTS = 8  # traces of one signature for other read values, after which it runs eagerly
+
+
 class JitFunction:
     """What ``jit(fn)`` returns: callable like ``fn``, with one built graph per signature."""
 
@@ -143,7 +150,8 @@ class JitFunction:
         self.config = config
         self._cache: Dict[Tuple[Any, ...], _Entry] = {}
         self._lock = threading.Lock()
-        self.traces = 0  # how many times the function was traced (one per new signature)
+        self.traces = 0  # how many times the function was traced (one per new signature or read value)
+        self._missed: Optional[str] = None  # the last read (guards.py) that no longer held
         self.backward_traces = 0  # how many backward graphs were built (one per signature differentiated)
         functools.update_wrapper(self, fn)
 
@@ -157,6 +165,8 @@ class JitFunction:
             return self.fn(*args, **kwargs)
         key, tensors = signature(args, kwargs)
         entry = self._cache.get(key)
+        if entry is not None and entry.guards is not None and not entry.guards.hold():
+            entry = self._lookup(key)  # what the trace read changed: another trace, or a new one
         if entry is not None and type(entry) is not _Eager and entry.consts and entry.stale():
             with self._lock:
                 self._cache.pop(key, None)
@@ -181,10 +191,18 @@ class JitFunction:
             return outs[spec]
         return unflatten_result(spec, outs)
 
+    def _lookup(self, key: Tuple[Any, ...]) -> Any:
+        """The trace cached for ``key`` whose reads (globals, closures, attributes) still hold, or None."""
+        entry = self._cache.get(key)
+        while entry is not None and entry.guards is not None and not entry.guards.hold():
+            self._missed = entry.guards.where
+            entry = entry.next
+        return entry
+
     def graph(self, *args: Any, **kwargs: Any) -> Graph:
         """The graph for this signature as its backend runs it (traced and built now if it was not)."""
         key, tensors = signature(args, kwargs)
-        entry = self._cache.get(key)
+        entry = self._lookup(key)
         if entry is None:
             entry = self._build(key, tensors, args, kwargs)[0]
         return self._captured(entry).graph
@@ -197,7 +215,7 @@ class JitFunction:
         (then of captured tensors that require grad) that some gradient reaches.
         """
         key, tensors = signature(args, kwargs)
-        entry = self._cache.get(key)
+        entry = self._lookup(key)
         if entry is None:
             entry = self._build(key, tensors, args, kwargs)[0]
         wanted = tuple(t.requires_grad for t in tensors)
@@ -276,6 +294,13 @@ class JitFunction:
             config["jit_level"] = "O0"
         return config
 
+    def _uncached(self, key: Tuple[Any, ...], name: str, why: str) -> "_Eager":
+        eager = _Eager(why)
+        self._cache[key] = eager
+        warnings.warn(f"jit({name}): not cached: {why}; this signature runs eagerly, op by op, with the same "
+                      f"results and gradients as without jit", RuntimeWarning, stacklevel=5)
+        return eager
+
     def _build(self, key: Tuple[Any, ...], tensors: List[Tensor], args: Tuple[Any, ...],
                kwargs: Dict[str, Any], call: bool = False) -> Tuple[Any, bool, Any]:
         """Trace the function for ``key`` and cache what the backend built (or ``_Eager`` when the trace
@@ -287,10 +312,21 @@ class JitFunction:
         built graph again where that would run an op a second time. For ``graph()`` and
         ``backward_graph()`` it runs with nothing recorded."""
         with self._lock:
-            entry = self._cache.get(key)
+            entry = self._lookup(key)
             if entry is not None:
                 return entry, False, None
             name = getattr(self.fn, "__qualname__", "graph")
+            head = self._cache.get(key)
+            variants = 0
+            while head is not None and variants <= _VARIANTS:
+                variants += 1
+                head = head.next
+            if variants >= _VARIANTS:  # not cached: eagerly, reading the values of the moment, as without jit
+                eager = self._uncached(key, name, f"what it reads ({self._missed}) changed after each of "
+                                                  f"{variants} traces of this signature")
+                if not call:
+                    return eager, False, None
+                return eager, True, self.fn(*args, **kwargs)
             tracer = Tracer(tensors, name)
             with (nullcontext() if call else no_grad()), tracer:
                 out = self.fn(*args, **kwargs)
@@ -301,6 +337,12 @@ class JitFunction:
                               f"op, with the same results and gradients as without jit", RuntimeWarning,
                               stacklevel=4)
                 return eager, True, out
+            # what the trace read besides its arguments, as the trace left it (a statement of the function
+            # runs at trace time only: a list it appends to is not read as changed by the next call)
+            guards = collect(self.fn, args, kwargs)
+            if too_many(guards):
+                return self._uncached(key, name, f"it reads more than {len(guards) - 1} globals, closure "
+                                                 f"variables and attributes"), True, out
             leaves: List[Any] = []
             spec = flatten_result(out, leaves)
             graph = tracer.finish(leaves)
@@ -312,6 +354,7 @@ class JitFunction:
             run = self.backend.factory(graph, self._config(tensors + list(captured.values())))
             entry = _Entry(getattr(run, "graph", graph), run, spec, grad_consts, graph,
                            consts=tuple((t, t._data.shape, t._data.dtype) for t in captured.values()),
-                           effects=any(n.kind != "primitive" for n in graph.nodes))
+                           effects=any(n.kind != "primitive" for n in graph.nodes), guards=guards,
+                           next=self._cache.get(key))
             self._cache[key] = entry
             return entry, True, out

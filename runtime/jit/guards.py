@@ -1,0 +1,283 @@
+"""What a trace read besides its arguments, checked on every call that reuses the trace (``Guards``).
+
+A traced graph fixes the Python values the function read: a global, a closure
+cell, a class attribute, a field of an object (``self.scale``,
+``CFG.scale``), the contents of a global numpy array, which tensor a global
+names. Like torch.compile's guards on globals and closures, ``collect`` notes
+each such read with the exact key of its value (``signature.exact_key``:
+type and exact value; numpy arrays by contents; tensors by identity, since
+the graph holds a tensor by reference and sees its in-place writes), and a
+call whose reads no longer match traces again (function.py).
+
+What is read is found from the code that can run, before the trace:
+the jitted function (a ``functools.partial``, a bound method or a jitted
+function unwrapped) and every user function it can reach through its
+globals, closure cells, and the objects, classes and modules those hold
+(methods and properties named in the code, a Cell's ``construct`` and
+``bprop``). The names that code mentions (``co_names``) are the globals and
+attributes guarded: a global the code names, and each attribute of that name
+of an object reached (an argument such as a method's ``self`` or a Cell,
+a global, a closure's value, an element of a list or dict attribute). Code
+of the runtime, the standard library and installed packages is not walked
+(its modules and functions are guarded by identity where user code names
+them).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+import types
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+import numpy as np
+
+from ..tensor import Tensor
+from .signature import exact_key
+
+__all__ = ["Guards", "collect"]
+
+_MISSING = object()
+_RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) + os.sep for p in (
+    _RUNTIME_DIR, os.path.join(os.path.dirname(_RUNTIME_DIR), "opbuilder"),
+    sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"],
+    sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]) if p}))
+# values whose key cannot change while the object stays the same (identity is enough on the fast path)
+_MUTABLE = (np.ndarray, list, dict, set, tuple, bytearray)
+_LIMIT = 512  # guards at most per trace: more and the trace is not cached (it runs eagerly)
+
+
+class Guards:
+    """The reads of one trace: (how to read it now, the object read then, its key then). ``hold()`` says
+    whether every read still gives a value with the same key."""
+
+    __slots__ = ("checks", "where")
+
+    def __init__(self, checks: List[Tuple[Callable[[], Any], Any, Any, str]]) -> None:
+        self.checks = tuple(checks)
+        self.where: Optional[str] = None  # the first read that changed, after a failed ``hold()``
+
+    def hold(self) -> bool:
+        for read, obj, key, what in self.checks:
+            v = read()
+            if v is obj and not isinstance(v, _MUTABLE):
+                continue
+            try:
+                same = _key(v) == key
+            except Exception:  # noqa: BLE001  (an == that is elementwise, say: treat it as changed)
+                same = False
+            if not same:
+                self.where = what
+                return False
+        return True
+
+    def __len__(self) -> int:
+        return len(self.checks)
+
+
+def _key(v: Any) -> Any:
+    if v is _MISSING:
+        return ("missing",)
+    try:
+        return exact_key(v)
+    except Exception:  # noqa: BLE001  (an object whose hash or contents cannot be read: by identity)
+        return ("id", id(v), v)
+
+
+_lib_cache: Dict[str, bool] = {}
+
+
+def _library_file(name: Optional[str]) -> bool:
+    if not name:
+        return True
+    if name.startswith("<"):
+        return name.startswith("<frozen")
+    hit = _lib_cache.get(name)
+    if hit is None:
+        hit = _lib_cache[name] = os.path.abspath(name).startswith(_LIBRARY_DIRS)
+    return hit
+
+
+def _library_module(modname: Optional[str]) -> bool:
+    mod = sys.modules.get(modname or "")
+    if mod is None:
+        return True
+    return _library_file(getattr(mod, "__file__", None))
+
+
+def _class_attr(cls: type, name: str) -> Any:
+    for k in cls.__mro__:
+        d = k.__dict__
+        if name in d:
+            return d[name]
+    return _MISSING
+
+
+def _attr(obj: Any, name: str) -> Any:
+    """``obj.name`` as plain storage: the instance's own value, else its class's (no getter runs)."""
+    d = getattr(obj, "__dict__", None)
+    if d is not None and name in d:
+        return d[name]
+    return _class_attr(type(obj), name)
+
+
+def _cell_contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return _MISSING
+
+
+def _code_names(code: types.CodeType) -> Set[str]:
+    names: Set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return names
+
+
+class _Walk:
+    """One pass over what the code can reach; ``names`` grows as user code is found."""
+
+    def __init__(self, names: Set[str], checks: Optional[List[Any]]) -> None:
+        self.names = names
+        self.checks = checks  # None: only discover names
+        self.seen: Set[int] = set()
+        self.keep: List[Any] = []  # what ``seen`` holds ids of, alive for the walk
+
+    def _guard(self, read: Callable[[], Any], what: str) -> Any:
+        v = read()
+        if self.checks is not None and len(self.checks) <= _LIMIT:
+            self.checks.append((read, v, _key(v), what))
+        return v
+
+    def function(self, f: Any) -> None:
+        if id(f) in self.seen:
+            return
+        self.seen.add(id(f))
+        self.keep.append(f)
+        if isinstance(f, functools.partial):
+            self.function(f.func)
+            for a in (*f.args, *f.keywords.values()):
+                self.value(a)
+            return
+        if isinstance(f, types.MethodType):
+            self.function(f.__func__)
+            self.value(f.__self__)
+            return
+        inner = getattr(f, "fn", None)  # a jitted function: what it runs
+        if inner is not None and type(f).__name__ == "JitFunction":
+            self.function(inner)
+            return
+        if not isinstance(f, types.FunctionType):
+            self.seen.discard(id(f))  # another callable (a Cell, an object with __call__): what it holds
+            self.value(f)
+            return
+        if _library_file(f.__code__.co_filename):
+            return
+        code = f.__code__
+        own = _code_names(code)
+        self.names.update(own)
+        g = f.__globals__
+        for n in sorted(own):
+            if n in g:
+                v = self._guard(lambda g=g, n=n: g.get(n, _MISSING), f"global {n!r} of {f.__qualname__}")
+                self.value(v)
+        for name, cell in zip(code.co_freevars, f.__closure__ or ()):
+            v = self._guard(lambda c=cell: _cell_contents(c), f"closure variable {name!r} of {f.__qualname__}")
+            self.value(v)
+
+    def value(self, v: Any) -> None:
+        t = type(v)
+        if t in (int, float, str, bool, bytes, complex, type(None)) or isinstance(v, (Tensor, np.ndarray)):
+            return
+        if id(v) in self.seen:
+            return
+        if isinstance(v, (list, tuple, set, frozenset)):
+            self.seen.add(id(v))
+            self.keep.append(v)
+            for x in v:
+                self.value(x)
+            return
+        if isinstance(v, dict):
+            self.seen.add(id(v))
+            self.keep.append(v)
+            for x in v.values():
+                self.value(x)
+            return
+        if isinstance(v, (types.FunctionType, types.MethodType, functools.partial)) or \
+                type(v).__name__ == "JitFunction":
+            self.function(v)
+            return
+        if isinstance(v, (property,)):
+            for f in (v.fget, v.fset):
+                if f is not None:
+                    self.function(f)
+            return
+        if isinstance(v, (staticmethod, classmethod)):
+            self.function(v.__func__)
+            return
+        if isinstance(v, types.ModuleType):
+            self.seen.add(id(v))
+            self.keep.append(v)
+            if _library_file(getattr(v, "__file__", None)):
+                return
+            d = v.__dict__
+            for n in sorted(self.names):
+                if n in d:
+                    self.value(self._guard(lambda d=d, n=n: d.get(n, _MISSING), f"{v.__name__}.{n}"))
+            return
+        if isinstance(v, type):
+            self.seen.add(id(v))
+            self.keep.append(v)
+            if _library_module(v.__module__):
+                return
+            for n in sorted(self.names):
+                if _class_attr(v, n) is not _MISSING:
+                    self.value(self._guard(lambda c=v, n=n: _class_attr(c, n), f"{v.__qualname__}.{n}"))
+            return
+        cls = type(v)
+        if _library_module(cls.__module__):
+            return
+        self.seen.add(id(v))
+        self.keep.append(v)
+        for m in ("construct", "bprop", "__call__"):  # a Cell, a callable object: the code its call runs
+            f = _class_attr(cls, m)
+            if isinstance(f, types.FunctionType):
+                self.function(f)
+        self.value(cls)
+        d = getattr(v, "__dict__", None)
+        if d is None:
+            return
+        for n in sorted(self.names):  # the instance's own value, or its class's (which one it may later set)
+            if n in d or _class_attr(cls, n) is not _MISSING:
+                self.value(self._guard(lambda o=v, n=n: _attr(o, n), f"attribute {n!r} of a {cls.__qualname__}"))
+
+
+def collect(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Guards]:
+    """The reads of a trace of ``fn(*args, **kwargs)`` to guard (None when there is nothing to guard),
+    taken before the trace runs: the values it will read."""
+    names: Set[str] = set()
+    roots = list(args) + list(kwargs.values())
+    size = -1
+    while size != len(names):  # names found in code reached through an attribute may reach more
+        size = len(names)
+        w = _Walk(names, None)
+        w.function(fn)
+        for a in roots:
+            w.value(a)
+    checks: List[Any] = []
+    w = _Walk(names, checks)
+    w.function(fn)
+    for a in roots:
+        w.value(a)
+    return Guards(checks) if checks else None
+
+
+def too_many(guards: Optional[Guards]) -> bool:
+    """More reads than are checked per call (``_LIMIT``): such a trace is not cached."""
+    return guards is not None and len(guards) > _LIMIT

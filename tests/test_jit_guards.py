@@ -1,0 +1,281 @@
+"""A trace is reused only while what it read besides its arguments still holds (issue 33, item 11): the
+globals, closure variables, class attributes and object fields a jitted function (or a GRAPH_MODE cell)
+reads, the contents of a global numpy array, which tensor a global names; a Cell inside a plain list or
+dict attribute and a field of a plain object attribute in GRAPH_MODE. Results and gradients equal eager;
+the same values reuse the trace."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Parameter, Tensor, jit, mint, nn
+from runtime.autograd.gradcheck import gradcheck
+
+RNG = np.random.default_rng(11)
+
+SCALE = 2.0
+TABLE = np.array([1.0, 2.0, 3.0])
+WEIGHT = Tensor(np.array([1.0, -1.0, 0.5]))
+
+
+class Cfg:
+    """A plain object holding settings."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+
+CFG = Cfg(2.0)
+
+
+def _scaled(t):
+    return t * SCALE  # a helper reading a global
+
+
+def check(j, f, *args):
+    """The jitted ``j`` gives what ``f`` gives eagerly, value and gradient (and the gradient matches central
+    differences)."""
+    np.testing.assert_allclose(j(*args).asnumpy(), f(*args).asnumpy(), rtol=1e-14)
+    want = rt.grad(lambda *a: mint.sum(f(*a)))(*args)
+    got = rt.grad(lambda *a: mint.sum(j(*a)))(*args)
+    np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-14)
+
+
+@pytest.fixture
+def restore():
+    global SCALE, TABLE, WEIGHT
+    saved = SCALE, TABLE.copy(), WEIGHT, CFG.scale
+    yield
+    SCALE, TABLE, WEIGHT = saved[0], saved[1], saved[2]
+    CFG.scale = saved[3]
+
+
+@pytest.mark.parametrize("level", ["O0", pytest.param("O1", marks=pytest.mark.build)])  # O1 compiles
+def test_a_rebound_global_float_is_seen_and_equal_values_reuse_the_trace(restore, level):
+    global SCALE
+
+    def f(t):
+        return mint.sin(t) * SCALE
+
+    j = jit(f, jit_level=level)
+    x = Tensor(RNG.standard_normal(3))
+    check(j, f, x)
+    SCALE = -3.5
+    check(j, f, x)
+    assert j.traces == 2
+    SCALE = 2.0  # the first trace's value again: its graph, no new trace
+    check(j, f, x)
+    SCALE = float("2")
+    check(j, f, x)
+    assert j.traces == 2
+    gradcheck(j, [x])
+
+
+def test_a_global_read_by_a_helper_function_is_seen(restore):
+    global SCALE
+    j = jit(lambda t: _scaled(t) + 1.0)
+    x = Tensor(RNG.standard_normal(3))
+    np.testing.assert_allclose(j(x).asnumpy(), x.asnumpy() * 2.0 + 1.0, rtol=1e-15)
+    SCALE = 10.0
+    np.testing.assert_allclose(j(x).asnumpy(), x.asnumpy() * 10.0 + 1.0, rtol=1e-15)
+
+
+def test_a_closure_variable_changed_is_seen():
+    def make():
+        s = 2.0
+
+        def f(t):
+            return t * s
+
+        def set_s(v):
+            nonlocal s
+            s = v
+        return f, set_s
+
+    f, set_s = make()
+    j = jit(f)
+    x = Tensor(RNG.standard_normal(3))
+    check(j, f, x)
+    set_s(-7.0)
+    check(j, f, x)
+    set_s(2)  # an int for a float: another value, another trace
+    check(j, f, x)
+    assert j.traces == 3
+
+
+def test_class_attributes_read_through_self_or_the_class_are_seen():
+    class Model:
+        k = 2.0
+
+        @jit
+        def through_self(self, t):
+            return t * self.k
+
+    by_class = jit(lambda t: t * Model.k)
+    m, x = Model(), Tensor(RNG.standard_normal(3))
+    np.testing.assert_allclose(m.through_self(x).asnumpy(), x.asnumpy() * 2.0, rtol=1e-15)
+    np.testing.assert_allclose(by_class(x).asnumpy(), x.asnumpy() * 2.0, rtol=1e-15)
+    Model.k = 5.0
+    np.testing.assert_allclose(m.through_self(x).asnumpy(), x.asnumpy() * 5.0, rtol=1e-15)
+    np.testing.assert_allclose(by_class(x).asnumpy(), x.asnumpy() * 5.0, rtol=1e-15)
+    m.k = -1.0  # the instance's own value now shadows the class's
+    np.testing.assert_allclose(m.through_self(x).asnumpy(), -x.asnumpy(), rtol=1e-15)
+
+
+def test_a_field_of_a_global_object_is_seen(restore):
+    f = jit(lambda t: t * CFG.scale)
+    x = Tensor(RNG.standard_normal(3))
+    np.testing.assert_allclose(f(x).asnumpy(), x.asnumpy() * 2.0, rtol=1e-15)
+    CFG.scale = 0.25
+    np.testing.assert_allclose(f(x).asnumpy(), x.asnumpy() * 0.25, rtol=1e-15)
+
+
+def test_a_global_numpy_array_changed_in_place_is_seen(restore):
+    def f(t):
+        return t + Tensor(TABLE.copy())
+
+    j = jit(f)
+    x = Tensor(RNG.standard_normal(3))
+    check(j, f, x)
+    TABLE[1] = 100.0
+    check(j, f, x)
+    assert j.traces == 2
+
+
+def test_a_rebound_global_tensor_is_seen_and_one_written_in_place_needs_no_new_trace(restore):
+    global WEIGHT
+
+    def f(t):
+        return mint.exp(t * WEIGHT)
+
+    j = jit(f)
+    x = Tensor(RNG.standard_normal(3))
+    check(j, f, x)
+    WEIGHT = Tensor(np.array([3.0, 0.0, -2.0]))
+    check(j, f, x)
+    assert j.traces == 2
+    with rt.no_grad():
+        WEIGHT *= 0.5  # the graph holds the tensor by reference: it sees the write
+    check(j, f, x)
+    assert j.traces == 2
+
+
+def test_a_value_changed_by_every_call_runs_eagerly_after_eight_traces():
+    state = {"k": 0.0}
+
+    def f(t):
+        return t * state["k"]
+
+    j = jit(f)
+    x = Tensor(np.array([1.0, 2.0]))
+    got = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(12):
+            state["k"] = float(i)
+            got.append(j(x).asnumpy()[1])
+    assert got == [2.0 * i for i in range(12)]
+    assert j.traces == 8
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1 and msgs[0].startswith(
+        "jit(test_a_value_changed_by_every_call_runs_eagerly_after_eight_traces.<locals>.f): not cached: what "
+        "it reads (closure variable 'state' of ") and "changed after each of 8 traces of this signature" in msgs[0]
+
+
+def test_a_list_the_function_appends_to_is_not_read_as_a_change():
+    calls = []
+
+    def f(t):
+        calls.append(1)  # runs when traced only
+        return t * 2.0
+
+    j = jit(f)
+    x = Tensor(np.array([1.0]))
+    for _ in range(3):
+        j(x)
+    assert len(calls) == 1 and j.traces == 1
+
+
+# ---- GRAPH_MODE ---------------------------------------------------------------------------------
+
+class Scale(nn.Cell):
+    def __init__(self, s):
+        super().__init__()
+        self.s = s
+
+    def construct(self, x):
+        return x * self.s
+
+
+class InList(nn.Cell):
+    """Sub-cells in a plain list and a plain dict attribute (not registered as cells)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = [Scale(2.0), Scale(3.0)]
+        self.named = {"last": Scale(0.5)}
+        self.w = Parameter(Tensor(RNG.standard_normal(3)), name="w")
+
+    def construct(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return mint.sum(mint.tanh(self.named["last"](x * self.w)))
+
+
+class WithConfig(nn.Cell):
+    """A field of a plain object attribute, and a global read by a helper."""
+
+    def __init__(self):
+        super().__init__()
+        self.cfg = Cfg(1.5)
+        self.w = Parameter(Tensor(RNG.standard_normal(3)), name="w")
+
+    def construct(self, x):
+        return mint.sum(mint.sin(_scaled(x) * self.w) * self.cfg.scale)
+
+
+def grads(net, x, mode):
+    rt.set_context(mode=mode)
+    try:
+        v, (gx, gw) = rt.value_and_grad(net, grad_position=0, weights=net.trainable_params())(x)
+    finally:
+        rt.set_context(mode=rt.PYNATIVE_MODE)
+    return [v.asnumpy(), gx.asnumpy()] + [g.asnumpy() for g in gw]
+
+
+def assert_graph_matches_pynative(net, x):
+    want = grads(net, x, rt.PYNATIVE_MODE)
+    for _ in range(2):
+        for got, exp in zip(grads(net, x, rt.GRAPH_MODE), want):
+            np.testing.assert_allclose(got, exp, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("change", ["list_item_attribute", "dict_item_attribute", "list_item_replaced"])
+def test_graph_mode_sees_a_cell_inside_a_plain_container_attribute(change):
+    net, x = InList(), Tensor(RNG.standard_normal(3))
+    assert_graph_matches_pynative(net, x)
+    traces = net._graph_jit.traces
+    if change == "list_item_attribute":
+        net.layers[1].s = -4.0
+    elif change == "dict_item_attribute":
+        net.named["last"].s = 3.0
+    else:
+        net.layers[0] = Scale(7.0)
+    assert_graph_matches_pynative(net, x)
+    assert net._graph_jit.traces == traces + 1
+
+
+@pytest.mark.parametrize("change", ["object_field", "global_in_helper"])
+def test_graph_mode_sees_a_field_of_a_plain_object_and_a_global_a_helper_reads(restore, change):
+    global SCALE
+    net, x = WithConfig(), Tensor(RNG.standard_normal(3))
+    assert_graph_matches_pynative(net, x)
+    if change == "object_field":
+        net.cfg.scale = -2.0
+    else:
+        SCALE = 0.75
+    assert_graph_matches_pynative(net, x)
+    assert net._graph_jit.traces == 2
