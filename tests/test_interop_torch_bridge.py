@@ -326,8 +326,10 @@ def test_saved_tensor_hooks_see_what_the_op_saves(autograd_ops):
     t = opbuilder.to_torch(autograd_ops)
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
     _warm(t.mul_saved, x, x)
+    before = _fast(t.mul_saved)
     packed = []
     with torch.autograd.graph.saved_tensors_hooks(lambda v: packed.append(v) or v, lambda v: v):
-        z = t.mul_saved(x, x)  # hooks only see torch's own saved tensors: the Python path
+        z = t.mul_saved(x, x)  # what the op saves goes through the hooks, on the bridge too
+    assert _fast(t.mul_saved) == before + 1
     z.sum().backward()
-    assert packed and torch.equal(x.grad, 2 * x.detach())
+    assert len(packed) == 2 and torch.equal(x.grad, 2 * x.detach())

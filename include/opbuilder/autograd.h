@@ -73,6 +73,7 @@ struct SavedSlot {
   std::int64_t version = 0;
   std::vector<VersionWatch> aliases;  // outputs over a saved argument's memory
   std::shared_ptr<void> watch;  // the framework tensor's version counter (a bridge call's), else null
+  std::shared_ptr<void> packed;  // kept by the framework's saved-tensor hooks instead (a bridge call's), else null
 };
 
 // What Apply and the recorded node keep in a context (not for operator authors).
@@ -319,6 +320,13 @@ OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, Tensor
   return outs;
 }
 #endif
+
+// A tensor saved through a bridge's saved-tensor hooks (ForeignApi::pack), as its unpack hook gives it back.
+inline TensorPtr UnpackForeignSaved(const ForeignApi &api, void *packed) {
+  ForeignTensor f;
+  if (api.unpack_saved(packed, &f) != 0) throw PythonError();
+  return TensorFromForeign(api, f, false);
+}
 
 inline PyRef WeakRef(PyObject *o) { return PyRef::Steal(Check(PyWeakref_NewRef(o, nullptr))); }
 
@@ -641,6 +649,10 @@ OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
   out.reserve(st.saved.size());
   for (std::size_t i = 0; i < st.saved.size(); ++i) {
     const detail::SavedSlot &s = st.saved[i];
+    if (s.packed) {  // what torch's unpack hook gives back; unchecked, as torch checks no hooked tensor's version
+      out.push_back(detail::UnpackForeignSaved(**rt.bridge_slot, s.packed.get()));
+      continue;
+    }
     if (s.watch) {
       const std::int64_t now = (*rt.bridge_slot)->watched(s.watch.get());
       if (now != s.version) VersionError(i, now, s.version);
@@ -882,8 +894,18 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     for (std::size_t i = 0; i < f.nargs; ++i) state->in_meta.push_back(MetaOf(f.args[i]));
     st.saved.clear();
     st.saved.reserve(st.saved_raw.size());
+    const bool hooked = api.hooks_active() != 0;  // saved_tensors_hooks: what is saved goes through them
     for (const auto &s : st.saved_raw) {
       SavedSlot slot;
+      if (s && hooked) {
+        // a new framework tensor over the saved memory (a dirty one's as Forward left it) is packed
+        PyRef obj = PyRef::Steal(WrapForeign(api, st.IsDirty(s.get()) ? *s->contiguous_copy() : *s));
+        void *packed = api.pack(obj.get());
+        if (packed == nullptr) throw PythonError();
+        slot.packed = std::shared_ptr<void>(packed, [drop = api.drop_saved](void *p) { drop(p); });
+        st.saved.push_back(std::move(slot));
+        continue;
+      }
       const int oj = s ? IndexOf(outs, s.get()) : -1;
       if (s && st.IsDirty(s.get())) {
         slot.tensor = s->contiguous_copy();  // the caller's tensor now has this node as its history

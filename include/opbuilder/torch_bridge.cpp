@@ -21,9 +21,11 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <ATen/ops/empty.h>
@@ -66,6 +68,7 @@ int DataTypeOf(c10::ScalarType s) {
 struct Frame {
   PyFrameObject *py;
   Frame *prev;
+  PyObject *op = nullptr;  // the called operator's name (a str, borrowed), or null (a Backward)
 };
 thread_local Frame *tls_frame = nullptr;
 
@@ -159,6 +162,11 @@ PyObject *Alias(void *handle) {
   }
 }
 
+struct Gil {
+  PyGILState_STATE s = PyGILState_Ensure();
+  ~Gil() { PyGILState_Release(s); }
+};
+
 void *Watch(PyObject *o) {
   try {
     return new c10::VariableVersion(THPVariable_Unpack(o).unsafeGetTensorImpl()->version_counter());
@@ -171,6 +179,51 @@ void *Watch(PyObject *o) {
 std::int64_t Watched(void *w) { return static_cast<c10::VariableVersion *>(w)->current_version(); }
 
 void Unwatch(void *w) { delete static_cast<c10::VariableVersion *>(w); }
+
+// ---- saved tensors through torch's saved_tensors_hooks: torch's own SavedVariable ----------------
+int HooksActive() { return at::SavedTensorDefaultHooks::get_tls_state().stack.empty() ? 0 : 1; }
+
+void *Pack(PyObject *o) {
+  try {
+    // detached: the pack hook sees the saved memory, and what it keeps holds no graph (no cycle
+    // through this node); torch checks no versions of what hooks pack, so neither does the operator
+    return new torch::autograd::SavedVariable(THPVariable_Unpack(o).detach(), false);
+  } catch (python_error &e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::exception &e) {
+    SetError(PyExc_RuntimeError, e);
+    return nullptr;
+  }
+}
+
+int UnpackSaved(void *packed, ForeignTensor *out) {
+  try {
+    at::Tensor t = static_cast<torch::autograd::SavedVariable *>(packed)->unpack();
+    if (t.defined() && !Plain(t)) t = t.resolve_conj().resolve_neg().contiguous();
+    if (!Plain(t)) {
+      PyErr_Format(PyExc_TypeError,
+                   "a saved_tensors_hooks unpack hook returned a tensor that opbuilder's operators do not take "
+                   "(%s on %s); return a strided CPU or CUDA tensor of the saved tensor's dtype",
+                   t.defined() ? c10::toString(t.scalar_type()) : "undefined",
+                   t.defined() ? t.device().str().c_str() : "-");
+      return -1;
+    }
+    Describe(t, out);
+    return 0;
+  } catch (python_error &e) {
+    e.restore();
+    return -1;
+  } catch (const std::exception &e) {
+    SetError(PyExc_RuntimeError, e);
+    return -1;
+  }
+}
+
+void DropSaved(void *packed) {
+  Gil gil;  // the hooks' Python objects go with it
+  delete static_cast<torch::autograd::SavedVariable *>(packed);
+}
 
 void *Allocate(std::int64_t nbytes, std::int32_t device, int zero, void **handle) {
   *handle = nullptr;
@@ -196,10 +249,6 @@ void *Stream(std::int32_t device) {
 }
 
 // ---- the autograd node ------------------------------------------------------------
-struct Gil {
-  PyGILState_STATE s = PyGILState_Ensure();
-  ~Gil() { PyGILState_Release(s); }
-};
 
 // The index of the incoming gradient `t` is exactly (memory, shape, strides, dtype), else grads.size().
 std::size_t Incoming(const torch::autograd::variable_list &grads, const ForeignTensor &t) {
@@ -218,12 +267,59 @@ std::size_t Incoming(const torch::autograd::variable_list &grads, const ForeignT
   return grads.size();
 }
 
+// torch::autograd's node pointer: std::shared_ptr<Node> up to torch 2.12, c10::intrusive_ptr<Node> after.
+using NodePtr = decltype(torch::autograd::Edge::function);
+template <typename P>
+struct IsShared : std::false_type {};
+template <typename P>
+struct IsShared<std::shared_ptr<P>> : std::true_type {};
+
+// A new node of type N (constructed from `args`) as torch holds nodes; *raw: the node itself.
+template <typename N, typename... A>
+NodePtr MakeNode(N **raw, A &&...args) {
+  if constexpr (IsShared<NodePtr>::value) {
+    auto p = std::make_shared<N>(std::forward<A>(args)...);
+    *raw = p.get();
+    return p;
+  } else {
+    auto p = c10::make_intrusive<N>(std::forward<A>(args)...);
+    *raw = p.get();
+    return p;
+  }
+}
+
+// torch's rule for a Function whose backward records no graph (once_differentiable): with
+// create_graph=True the gradients it returns get a node that raises if they are differentiated in
+// turn, naming the operator, instead of "does not require grad" or silent zeros. Its edges are the
+// forward node's, so a gradient of the gradient with respect to the forward's inputs reaches it.
+void OnceDifferentiable(const std::string &name, const torch::autograd::edge_list &edges,
+                        torch::autograd::variable_list &res) {
+  bool any = false;
+  for (const auto &r : res) any = any || r.defined();
+  if (!any) return;
+  torch::autograd::Error *raw = nullptr;
+  NodePtr err = MakeNode(&raw, name + ": double backward through an opbuilder operator is not supported: its Backward "
+                                      "is once-differentiable (create_graph=True, then a gradient of the gradient)",
+                         torch::autograd::edge_list(edges));
+  for (auto &r : res) {
+    if (!r.defined()) {
+      raw->add_input_metadata(torch::autograd::Node::undefined_input());
+      continue;
+    }
+    r = r.detach();  // a tensor of its own: an incoming gradient handed back keeps its history
+    const auto nr = raw->add_input_metadata(r);
+    torch::autograd::impl::set_gradient_edge(r, torch::autograd::Edge(err, nr));
+  }
+}
+
 struct OpNode : torch::autograd::Node {
   ForeignNode n;
   std::string label;
   std::vector<bool> attached;  // per output: differentiable (has input metadata here)
 
-  explicit OpNode(const ForeignNode &node) : n(node), label(std::string(node.name) + "Backward") {}
+  std::string op;              // the operator called, for messages: its to_torch name (the Function's otherwise)
+
+  explicit OpNode(const ForeignNode &node) : n(node), label(std::string(node.name) + "Backward"), op(node.name) {}
 
   ~OpNode() override {
     if (n.state == nullptr || !Py_IsInitialized()) return;
@@ -281,35 +377,24 @@ struct OpNode : torch::autograd::Node {
       }
       res[i] = FromForeign(out[i], keep[i], n.drop);
     }
+    if (at::GradMode::is_enabled()) OnceDifferentiable(op, next_edges(), res);  // create_graph=True
     return res;
   }
 };
 
-// torch::autograd's node pointer: std::shared_ptr<Node> up to torch 2.12, c10::intrusive_ptr<Node> after.
-using NodePtr = decltype(torch::autograd::Edge::function);
-template <typename P>
-struct IsShared : std::false_type {};
-template <typename P>
-struct IsShared<std::shared_ptr<P>> : std::true_type {};
-
-template <typename P>
-P MakeNode(const ForeignNode &node, OpNode **raw) {
-  if constexpr (IsShared<P>::value) {
-    auto p = std::make_shared<OpNode>(node);
-    *raw = p.get();
-    return p;
-  } else {
-    auto p = c10::make_intrusive<OpNode>(node);
-    *raw = p.get();
-    return p;
-  }
-}
 
 int Record(const ForeignNode *node) {
   NodePtr fn;
   OpNode *raw = nullptr;
   try {
-    fn = MakeNode<NodePtr>(*node, &raw);
+    fn = MakeNode(&raw, *node);
+    if (tls_frame != nullptr && tls_frame->op != nullptr) {  // the to_torch function, as its Python path names it
+      if (const char *name = PyUnicode_AsUTF8(tls_frame->op)) {
+        raw->op = name;
+      } else {
+        PyErr_Clear();
+      }
+    }
   } catch (const std::exception &e) {
     node->destroy(node->state);
     PyErr_SetString(PyExc_RuntimeError, e.what());
@@ -318,10 +403,20 @@ int Record(const ForeignNode *node) {
   try {
     for (std::size_t j = 0; j < node->nout; ++j) {  // torch's rules for in-place changes (leaves, views)
       if (node->outputs[j] == nullptr || !node->dirty[j]) continue;
+      const at::Tensor &o = THPVariable_Unpack(node->outputs[j]);
       try {
-        torch::autograd::check_inplace(THPVariable_Unpack(node->outputs[j]), true);
+        torch::autograd::check_inplace(o, true);
       } catch (const c10::Error &e) {
         PyErr_Format(PyExc_RuntimeError, "%s: %s", node->name, e.what_without_backtrace());
+        return -1;
+      }
+      if (o.is_view() && node->nout > 1) {  // torch's rule for a custom Function (its history is rebased)
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s: If your Function modifies inplace an input that is a view of another Tensor, your Function "
+                     "cannot return more than one Tensor. This is not supported by the current autograd engine. You "
+                     "should either make sure the input is not a view (using .clone() for example) or make your "
+                     "Function only return one Tensor",
+                     node->name);
         return -1;
       }
     }
@@ -342,6 +437,12 @@ int Record(const ForeignNode *node) {
       const auto nr = fn->add_input_metadata(o);
       raw->attached[j] = true;
       if (node->dirty[j]) {
+        // a view written in place: torch rebases its base's history (CopySlices) and then rebuilds the
+        // view's grad_fn from it, which it does once the view's version moved since the grad_fn was
+        // made. The edges above made it after the write's version bump, so mark it stale again.
+        if (auto *view = torch::autograd::impl::get_view_autograd_meta(o); view != nullptr && view->has_bw_view()) {
+          view->set_attr_version(static_cast<std::uint32_t>(o._version()) + 1);
+        }
         torch::autograd::impl::rebase_history(o, torch::autograd::Edge(fn, nr));
       } else {
         torch::autograd::impl::set_gradient_edge(o, torch::autograd::Edge(fn, nr));
@@ -372,7 +473,11 @@ const ForeignApi kApi = {opbuilder::detail::kForeignAbi,
                          &Alias,
                          &Watch,
                          &Watched,
-                         &Unwatch};
+                         &Unwatch,
+                         &HooksActive,
+                         &Pack,
+                         &UnpackSaved,
+                         &DropSaved};
 
 // ---- Op: the namespace's callable ------------------------------------------------------
 struct OpObject {
@@ -380,6 +485,7 @@ struct OpObject {
   PyObject *fn;
   PyObject *fallback;
   PyObject *defined;  // a dict whose keys are the call signatures the Python path has seen
+  PyObject *name;     // fn.__name__ (a str), or null
   int cuda;           // CUDA tensors may take the fast path (a GPU operator)
   vectorcallfunc vectorcall;
   Py_ssize_t fast_calls;  // calls the fast path took (tests check that it is taken)
@@ -438,16 +544,16 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
   char sig[sizeof(op->last)];
   bool fast = kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0;
   try {
-    // saved-tensor hooks (save_on_cpu, ...) see only what torch's own nodes save: the Python path's
+    // saved-tensor hooks (save_on_cpu, ...) are honoured here: what Function<T> saves goes through them (Pack)
     fast = fast && !at::impl::torch_function_mode_enabled() && !c10::impl::TorchDispatchModeTLS::any_modes_set() &&
-           at::SavedTensorDefaultHooks::get_tls_state().stack.empty() && FastArgs(args, n, sig, sizeof(sig), op->cuda != 0) && Defined(op, sig);
+           FastArgs(args, n, sig, sizeof(sig), op->cuda != 0) && Defined(op, sig);
   } catch (python_error &e) {
     e.restore();
     return nullptr;
   }
   if (!fast) return PyObject_Vectorcall(op->fallback, args, nargsf, kwnames);
   ++op->fast_calls;
-  Frame f{PyEval_GetFrame(), tls_frame};
+  Frame f{PyEval_GetFrame(), tls_frame, op->name};
   tls_frame = &f;
   PyObject *r = PyObject_Vectorcall(op->fn, args, n, nullptr);
   tls_frame = f.prev;
@@ -471,6 +577,9 @@ PyObject *OpNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   self->fallback = fallback;
   self->defined = defined;
   self->cuda = cuda;
+  self->name = PyObject_GetAttrString(fn, "__name__");
+  if (self->name != nullptr && !PyUnicode_Check(self->name)) Py_CLEAR(self->name);
+  if (self->name == nullptr) PyErr_Clear();
   self->fast_calls = 0;
   self->last[0] = '\x01';  // no signature
   self->vectorcall = &OpCall;
@@ -482,6 +591,7 @@ int OpTraverse(PyObject *o, visitproc visit, void *arg) {
   Py_VISIT(self->fn);
   Py_VISIT(self->fallback);
   Py_VISIT(self->defined);
+  Py_VISIT(self->name);
   return 0;
 }
 
@@ -490,6 +600,7 @@ int OpClear(PyObject *o) {
   Py_CLEAR(self->fn);
   Py_CLEAR(self->fallback);
   Py_CLEAR(self->defined);
+  Py_CLEAR(self->name);
   return 0;
 }
 

@@ -22,7 +22,7 @@ namespace opbuilder {
 namespace detail OB_HIDDEN {
 
 // Bumped whenever a field below changes; an operator ignores a bridge with another number.
-constexpr std::uint32_t kForeignAbi = 4;
+constexpr std::uint32_t kForeignAbi = 5;
 
 // A framework tensor's memory as the operator sees it (strides in elements); ndim == -1: no tensor.
 struct ForeignTensor {
@@ -85,6 +85,16 @@ struct ForeignApi {
   void *(*watch)(PyObject *o);
   std::int64_t (*watched)(void *watch);
   void (*unwatch)(void *watch);
+  // 1 while the framework's saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks) apply to a
+  // tensor saved for backward now, else 0.
+  int (*hooks_active)(void);
+  // Framework tensor `o` saved for backward through those hooks (the pack hook runs now; torch's
+  // SavedVariable), freed by drop_saved; nullptr with a Python error set.
+  void *(*pack)(PyObject *o);
+  // The tensor the unpack hook gives back for `packed` into *out (out->handle: release): 0, or -1
+  // with a Python error set.
+  int (*unpack_saved)(void *packed, ForeignTensor *out);
+  void (*drop_saved)(void *packed);
 };
 
 // `api` if it is a bridge of this ABI whose call is active on this thread from the current Python

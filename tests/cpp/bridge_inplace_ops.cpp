@@ -1,0 +1,126 @@
+// Test operators for to_torch's C++ bridge (tests/test_torch_bridge_semantics.py): MarkDirty on views
+// of a torch tensor, saved tensors under torch's saved_tensors_hooks, double backward.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "binding_compat.h"  // py:: is pybind11 or nanobind, as the test builds it
+
+using namespace opbuilder;
+
+namespace {
+
+// Every element of `x` (float64, any strides, host) multiplied by k, in place.
+void ScaleStrided(const TensorPtr &x, double k) {
+  const ShapeVector shape = x->shape(), strides = x->strides();
+  double *base = static_cast<double *>(x->data_ptr());
+  std::vector<std::int64_t> idx(shape.size(), 0);
+  for (std::int64_t n = 0; n < x->numel(); ++n) {
+    std::int64_t off = 0;
+    for (std::size_t d = 0; d < shape.size(); ++d) off += idx[d] * strides[d];
+    base[off] *= k;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// g * k, a new contiguous float64 tensor.
+TensorPtr Scaled(const TensorPtr &g, double k) {
+  TensorPtr gc = g->contiguous();
+  auto out = std::make_shared<Tensor>(kFloat64, gc->shape());
+  for (std::int64_t i = 0; i < gc->numel(); ++i) out->data<double>()[i] = gc->data<double>()[i] * k;
+  return out;
+}
+
+// x *= k in place (MarkDirty), returns x; float64. Forward sees a contiguous private copy of a view.
+struct ScaleInplace : Function<ScaleInplace> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, double k) {
+    ScaleStrided(x, k);
+    ctx->MarkDirty({x});
+    ctx->saved_data["k"] = k;
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return {Scaled(g[0], ctx->saved_data["k"].cast<double>()), nullptr};
+  }
+};
+
+// The same, given the caller's memory as it is (any strides, stride 0 included).
+struct ScaleInplaceViews : Function<ScaleInplaceViews> {
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, double k) {
+    ScaleStrided(x, k);
+    ctx->MarkDirty({x});
+    ctx->saved_data["k"] = k;
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return {Scaled(g[0], ctx->saved_data["k"].cast<double>()), nullptr};
+  }
+};
+
+// x *= k in place (MarkDirty) and a second output, 2 * x: two outputs.
+struct ScaleAndDouble : Function<ScaleAndDouble> {
+  static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x, double k) {
+    ScaleStrided(x, k);
+    ctx->MarkDirty({x});
+    ctx->saved_data["k"] = k;
+    return {x, Scaled(x, 2)};
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    const double k = ctx->saved_data["k"].cast<double>();
+    TensorPtr a = Scaled(g[0], k), b = Scaled(g[1], 2 * k);
+    for (std::int64_t i = 0; i < a->numel(); ++i) a->data<double>()[i] += b->data<double>()[i];
+    return {a, nullptr};
+  }
+};
+
+// x * y (float64, same shape), saving both inputs: Backward reads them from GetSavedTensors.
+struct MulSaved : Function<MulSaved> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
+    ctx->SaveForBackward({x, y});
+    TensorPtr xc = x->contiguous(), yc = y->contiguous();
+    auto out = std::make_shared<Tensor>(kFloat64, xc->shape());
+    for (std::int64_t i = 0; i < xc->numel(); ++i) out->data<double>()[i] = xc->data<double>()[i] * yc->data<double>()[i];
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    TensorPtrList s = ctx->GetSavedTensors();
+    TensorPtr gc = g[0]->contiguous(), a = s[0]->contiguous(), b = s[1]->contiguous();
+    auto gx = std::make_shared<Tensor>(kFloat64, gc->shape()), gy = std::make_shared<Tensor>(kFloat64, gc->shape());
+    for (std::int64_t i = 0; i < gc->numel(); ++i) {
+      gx->data<double>()[i] = gc->data<double>()[i] * b->data<double>()[i];
+      gy->data<double>()[i] = gc->data<double>()[i] * a->data<double>()[i];
+    }
+    return {gx, gy};
+  }
+};
+
+// exp(x) (float64), saving its output.
+struct ExpSavesOutput : Function<ExpSavesOutput> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    TensorPtr xc = x->contiguous();
+    auto out = std::make_shared<Tensor>(kFloat64, xc->shape());
+    for (std::int64_t i = 0; i < xc->numel(); ++i) out->data<double>()[i] = std::exp(xc->data<double>()[i]);
+    ctx->SaveForBackward({out});
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    TensorPtr gc = g[0]->contiguous(), o = ctx->GetSavedTensors()[0]->contiguous();
+    auto gx = std::make_shared<Tensor>(kFloat64, gc->shape());
+    for (std::int64_t i = 0; i < gc->numel(); ++i) gx->data<double>()[i] = gc->data<double>()[i] * o->data<double>()[i];
+    return {gx};
+  }
+};
+
+}  // namespace
+
+OB_MODULE(m) {
+  m.def("scale_", [](const TensorPtr &x, double k) { return ScaleInplace::Apply(x, k); });
+  m.def("scale_views_", [](const TensorPtr &x, double k) { return ScaleInplaceViews::Apply(x, k); });
+  m.def("scale_and_double_", [](const TensorPtr &x, double k) { return ScaleAndDouble::Apply(x, k); });
+  m.def("mul_saved", [](const TensorPtr &x, const TensorPtr &y) { return MulSaved::Apply(x, y); });
+  m.def("exp_saves_output", [](const TensorPtr &x) { return ExpSavesOutput::Apply(x); });
+}

@@ -1,0 +1,202 @@
+"""to_torch's C++ bridge decides an op call as torch does (issue 33): MarkDirty on a view rebases the
+base's history, saved tensors go through torch's saved_tensors_hooks, and a gradient of the gradient
+is one named error, never zeros.
+
+Every call checked here takes the bridge's fast path (asserted); the Python path's behaviour is
+tests/test_interop_torch.py's.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
+
+import opbuilder  # noqa: E402
+from op_util import CPP, load_op  # noqa: E402
+
+pytestmark = pytest.mark.build
+
+DOUBLE = (r"{}: double backward through an opbuilder operator is not supported: its Backward is "
+          r"once-differentiable \(create_graph=True, then a gradient of the gradient\)")
+
+
+@pytest.fixture(scope="session")
+def bridge_ops(cache_dir):
+    """tests/cpp/bridge_inplace_ops.cpp: in-place scales, a saving multiply, an exp saving its output."""
+    return load_op("bridge_inplace_ops", [CPP / "bridge_inplace_ops.cpp"], include_paths=[CPP],
+                   cflags=["-Wall", "-Wextra", "-Werror"])
+
+
+@pytest.fixture
+def ops(bridge_ops, torch_bridge, monkeypatch):
+    monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
+    return opbuilder.to_torch(bridge_ops)
+
+
+def _fast(fn) -> int:
+    op = fn.bridged[0]
+    return 0 if op is None else op.fast_calls
+
+
+def _warm(fn, *args) -> int:
+    """Defines the call's signature on the Python path (its first call); the fast calls so far."""
+    fn(*(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args))
+    return _fast(fn)
+
+
+VIEWS = {
+    "slice": lambda b: b[1:],
+    "step": lambda b: b[::2],
+    "reshape": lambda b: b.reshape(2, 2),
+    "row": lambda b: b.view(2, 2)[1],
+    "transpose": lambda b: b.view(2, 2).t(),
+}
+
+
+def _central(f, a: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """d sum(f(a) * w) / da by central differences (float64)."""
+    g = torch.zeros_like(a)
+    for i in range(a.numel()):
+        hi, lo = a.detach().clone(), a.detach().clone()
+        hi.view(-1)[i] += eps
+        lo.view(-1)[i] -= eps
+        g.view(-1)[i] = ((f(hi) * w).sum() - (f(lo) * w).sum()) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+@pytest.mark.parametrize("name", ["scale_", "scale_views_"])
+def test_markdirty_on_a_view_rebases_the_base_history_as_torch_does(ops, name, view):
+    fn, make = getattr(ops, name), VIEWS[view]
+    a = torch.arange(1.0, 5.0, dtype=torch.float64, requires_grad=True)
+    before = _warm(fn, make(a.detach().clone()), 3.0)
+
+    def through_op(x):
+        b = x * 1
+        fn(make(b), 3.0)
+        return b
+
+    def through_torch(x):
+        b = x * 1
+        make(b).mul_(3.0)
+        return b
+
+    b = a * 1
+    v = make(b)
+    out = fn(v, 3.0)
+    assert _fast(fn) == before + 1 and out is v
+    torch.testing.assert_close(b, through_torch(a.detach()))
+    w = torch.from_numpy(np.random.default_rng(0).standard_normal(4))
+    (b * w).sum().backward()
+    ref = a.detach().clone().requires_grad_(True)
+    (through_torch(ref) * w).sum().backward()
+    torch.testing.assert_close(a.grad, ref.grad)  # e.g. [1, 3, 3, 3] for the slice, not [1, 1, 1, 1]
+    torch.testing.assert_close(a.grad, _central(through_op, a, w))
+    # the view's own history is the op's too: a gradient through the view alone is scaled
+    a.grad = ref.grad = None
+    fn(make(a * 1), 3.0).sum().backward()
+    vt = make(ref * 1)
+    vt.mul_(3.0)
+    vt.sum().backward()
+    torch.testing.assert_close(a.grad, ref.grad)
+
+
+def test_a_view_modified_in_place_must_be_the_only_output(ops):
+    a = torch.ones(4, dtype=torch.float64, requires_grad=True)
+    before = _warm(ops.scale_and_double_, a.detach()[1:], 3.0)
+    with pytest.raises(RuntimeError, match=r"ScaleAndDouble: If your Function modifies inplace an input that is a "
+                                           r"view of another Tensor, your Function cannot return more than one Tensor"):
+        ops.scale_and_double_((a * 1)[1:], 3.0)
+    assert _fast(ops.scale_and_double_) == before + 1
+    b = a * 1  # not a view: two outputs are fine
+    x, y = ops.scale_and_double_(b, 3.0)
+    (x.sum() + y.sum()).backward()
+    assert a.grad.tolist() == [9.0] * 4
+
+
+def test_saved_tensors_go_through_saved_tensors_hooks(ops):
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    before = _warm(ops.mul_saved, x, y)
+    packed = []
+
+    def pack(t):
+        packed.append(t.tolist())
+        return t.clone()  # a copy: later writes to the saved tensor do not reach it
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        z = ops.mul_saved(x, y)
+        xt = x.detach().clone().requires_grad_(True)
+        zt = xt * y.clone()  # torch's own op under the same hooks
+    assert _fast(ops.mul_saved) == before + 1
+    assert packed[:2] == [[1.0, 2.0], [3.0, 4.0]]
+    y.mul_(10)  # no version error: torch checks no version of a hooked tensor, and the copy is read
+    z.sum().backward()
+    zt.sum().backward()
+    assert x.grad.tolist() == [3.0, 4.0] == xt.grad.tolist()
+
+
+def test_the_unpack_hook_gives_backward_what_it_reads(ops):
+    x = torch.tensor([0.0, 1.0], dtype=torch.float64, requires_grad=True)
+    before = _warm(ops.exp_saves_output, x)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: torch.full_like(t, 5.0)):
+        z = ops.exp_saves_output(x)  # saves its output
+    assert _fast(ops.exp_saves_output) == before + 1
+    z.sum().backward()
+    assert x.grad.tolist() == [5.0, 5.0]  # Backward multiplied by what the unpack hook returned
+
+
+def test_a_failing_pack_hook_fails_the_call(ops):
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    before = _warm(ops.mul_saved, x, x)
+
+    def pack(t):
+        raise ValueError("this pack hook refuses")
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with pytest.raises(ValueError, match="this pack hook refuses"):
+            ops.mul_saved(x, x)
+    assert _fast(ops.mul_saved) == before + 1
+
+
+def test_without_hooks_saved_inputs_are_still_version_checked(ops):
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    _warm(ops.mul_saved, x, y)
+    z = ops.mul_saved(x, y)
+    y.mul_(10)
+    with pytest.raises(RuntimeError, match=r"one of the tensors saved for backward by MulSaved \(saved slot 1\) has "
+                                           r"been modified by an in-place operation"):
+        z.sum().backward()
+
+
+@pytest.mark.parametrize("how", ["grad", "backward"])
+def test_double_backward_is_one_named_error(ops, how):
+    x = torch.tensor([0.5, 1.0], dtype=torch.float64, requires_grad=True)
+    before = _warm(ops.exp_saves_output, x)
+    z = ops.exp_saves_output(x)
+    assert _fast(ops.exp_saves_output) == before + 1
+    if how == "grad":
+        g, = torch.autograd.grad(z.sum(), x, create_graph=True)
+    else:
+        z.sum().backward(create_graph=True)
+        g = x.grad
+    torch.testing.assert_close(g.detach(), x.detach().exp())  # the first gradient is right
+    assert g.requires_grad  # and differentiating it is an error, never zeros or "does not require grad"
+    with pytest.raises(RuntimeError, match=DOUBLE.format("exp_saves_output")):
+        torch.autograd.grad(g.sum(), x)
+    x.grad = None
+
+
+def test_double_backward_through_one_argument_of_two(ops):
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([3.0, 4.0], dtype=torch.float64, requires_grad=True)
+    _warm(ops.mul_saved, x, y)
+    gx, gy = torch.autograd.grad(ops.mul_saved(x, y).sum(), (x, y), create_graph=True)
+    assert gx.tolist() == [3.0, 4.0] and gy.tolist() == [1.0, 2.0]
+    with pytest.raises(RuntimeError, match=DOUBLE.format("mul_saved")):
+        torch.autograd.grad(gx.sum(), y)
+    # without create_graph the gradients are plain tensors, as before
+    gx, _ = torch.autograd.grad(ops.mul_saved(x, y).sum(), (x, y))
+    assert not gx.requires_grad and gx.grad_fn is None
