@@ -30,7 +30,7 @@ from .binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_bin
 from .cache_dir import cache_root, root_origin
 from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
-from .headers import headers_digest, include_dir
+from .headers import headers_digest, include_dir, shadowing_copy
 from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, preload
 from .importer import recorded as recorded_deps
 from .launcher import launcher_is_sccache, launcher_requested
@@ -456,6 +456,8 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     from .trust import check_tree, make_dir, make_dirs
 
     log = logging.getLogger("opbuilder")
+    if spec.kind in ("module", "library"):
+        _check_no_header_copy(spec)
     if "-flto" in plan.flags and not links_with_lto(plan.cxx, spec.root):  # -flto is not in the key
         log.info("%s: %s cannot link -flto objects; building without LTO", spec.name, plan.cxx.path)
         plan = plan._replace(flags=tuple(f for f in plan.flags if f != "-flto"))
@@ -521,6 +523,30 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
         if not pch.built and jobs > 1:
             pchmod.start_when_idle(pch, plan.cxx.argv, plan.pch_flags)
     return key, lib
+
+
+def _check_no_header_copy(spec: BuildSpec) -> None:
+    """A BuildError when a directory searched before opbuilder's own include directory holds another
+    copy of opbuilder's headers (a vendored or older ``include/``): the sources would compile against
+    the copy and call the core library built from the installed headers (crashes), or, through the
+    precompiled header, silently get the installed ones instead."""
+    from .search_path import quoted_and_bracket_dirs
+    from .toolchain import env_include_flags
+
+    dirs = [(str(s.parent), f"the directory of {s.name}") for s in spec.sources]
+    dirs += [(str(p), "include_paths") for p in spec.include_paths]
+    dirs += [(d, f"{flag} in cflags") for flag, d in quoted_and_bracket_dirs(spec.cflags)]
+    dirs += [(d, "CPATH") for flag, d in quoted_and_bracket_dirs(env_include_flags(os.getcwd()))]
+    found = shadowing_copy(dirs)
+    if found is None:
+        return
+    d, how, header = found
+    raise BuildError(f"building operator '{spec.name}' failed: {d} ({how}) holds another copy of opbuilder's headers, "
+                     f"searched before the installed ones, and its {header} differs from "
+                     f"{include_dir() / header}; the operator would compile against the copy but run on the "
+                     f"installed opbuilder's core library and runtime (or, with the precompiled header, silently "
+                     f"use the installed headers): remove {d} from the include path (opbuilder puts its own "
+                     f"headers on it), or install the opbuilder version that copy belongs to", name=spec.name)
 
 
 def _check_outputs(spec: BuildSpec, plan: _Plan, build_dir: Path, steps) -> None:
@@ -844,6 +870,8 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
         if done is not None:
             return [], done
     from .pch import after_builds
+    if warm is None:
+        _check_no_header_copy(spec)  # before its runtime and core library start compiling
     deps = _dep_specs(spec)
     libs: Dict[int, Path] = {}
     errors: List[BaseException] = []

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .fingerprint import blake2b
 from .probe_cache import remembered
 
-__all__ = ["include_dir", "headers_digest"]
+__all__ = ["include_dir", "headers_digest", "shadowing_copy"]
 
 _PKG = os.path.dirname(os.path.realpath(__file__))
 _include_dir: Optional[Path] = None
@@ -54,3 +54,32 @@ def headers_digest(state_dir: Optional[Path] = None) -> str:
     """Content hash of every header opbuilder ships (part of every cache key)."""
     root = str(include_dir())
     return str(remembered(state_dir, f"headers {root}", lambda: _digest_now(root), schema={"digest": str})["digest"])
+
+
+def shadowing_copy(dirs: Sequence[Tuple[str, str]]) -> Optional[Tuple[str, str, str]]:
+    """(directory, how it is on the include path, header) for the first of ``dirs`` (directory, how) that
+    holds a copy of opbuilder's headers (``<dir>/opbuilder/...``) with a header whose contents differ
+    from the installed one of that name; None if none does. Such a directory, searched before
+    opbuilder's own, would have a source compile against the copy while the core library, nanobind's
+    runtime and the precompiled header are built from the installed headers. Cold builds only."""
+    installed = os.path.join(str(include_dir()), "opbuilder")
+    own = os.path.realpath(str(include_dir()))
+    for d, how in dirs:
+        copy = os.path.join(d, "opbuilder")
+        if not os.path.isdir(copy) or os.path.realpath(d) == own:
+            continue
+        for root, subdirs, files in os.walk(copy):
+            subdirs.sort()
+            for name in sorted(files):
+                rel = os.path.relpath(os.path.join(root, name), copy)
+                mine = os.path.join(installed, rel)
+                if not name.endswith((".h", ".hpp", ".cuh")) or not os.path.isfile(mine):
+                    continue
+                try:
+                    with open(os.path.join(root, name), "rb") as f, open(mine, "rb") as g:
+                        same = f.read() == g.read()
+                except OSError:
+                    same = False
+                if not same:
+                    return d, how, f"opbuilder/{rel}"
+    return None

@@ -37,7 +37,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .relocate import clean_path
 
-__all__ = ["SearchPath", "search_path", "tracked", "absent_candidates", "linked_archives"]
+__all__ = ["SearchPath", "search_path", "tracked", "absent_candidates", "linked_archives", "quoted_and_bracket_dirs"]
 
 _DIR_FLAGS = {"-I": "bracket", "-iquote": "quote", "-isystem": "bracket", "-idirafter": "after"}
 _HAS_INCLUDE = re.compile(rb'__has_include(?:_next)?\s*\(\s*(?:"([^"\n]+)"|<([^>\n]+)>)\s*\)')
@@ -59,20 +59,31 @@ class SearchPath:
         self.quote, self.bracket, self.user, self.untracked = quote, bracket, user, untracked
 
 
-def _dir_args(flags: Sequence[str]) -> Iterable[Tuple[str, str]]:
-    """(kind, directory) for each include-directory flag, joined (``-Idir``) or separate (``-I dir``)."""
+def _dir_flags(flags: Sequence[str]) -> Iterable[Tuple[str, str]]:
+    """(flag, directory) for each include-directory flag, joined (``-Idir``) or separate (``-I dir``)."""
     i = 0
     while i < len(flags):
         f = flags[i]
-        for flag, kind in _DIR_FLAGS.items():
+        for flag in _DIR_FLAGS:
             if f == flag and i + 1 < len(flags):
-                yield kind, flags[i + 1]
+                yield flag, flags[i + 1]
                 i += 1
                 break
             if f.startswith(flag) and len(f) > len(flag) and not (flag == "-I" and f[2:3] == "-"):
-                yield kind, f[len(flag):]
+                yield flag, f[len(flag):]
                 break
         i += 1
+
+
+def _dir_args(flags: Sequence[str]) -> Iterable[Tuple[str, str]]:
+    """(kind, directory) for each include-directory flag (``_DIR_FLAGS``' kinds)."""
+    return ((_DIR_FLAGS[flag], d) for flag, d in _dir_flags(flags))
+
+
+def quoted_and_bracket_dirs(flags: Sequence[str]) -> List[Tuple[str, str]]:
+    """(flag, directory) of the ``-iquote`` and ``-I`` directories in ``flags``: those searched before any
+    ``-isystem`` one (opbuilder's own headers come first of those)."""
+    return [(flag, d) for flag, d in _dir_flags(flags) if flag in ("-I", "-iquote")]
 
 
 def search_path(flags: Sequence[str], user_flags: Sequence[str], cwd: str, project: str,
