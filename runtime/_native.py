@@ -16,12 +16,14 @@ from .autograd.grad_mode import _state  # the per-thread grad mode: C++ reads an
 from .jit.tracing import cpp_hook, flag_address  # Function<T>::Apply under a jit trace
 from .dtypes import bfloat16  # a DType: its `.np` imports ml_dtypes on first use (C++ BFloat16Descr)
 from .tensor import Tensor
+from .versions import share_version  # an argument returned unchanged shares its version counter (call_rules.h)
 
 __all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
-           "current_stream_ptr", "bridge_slot_address", "TENSOR_ATTRS", "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
+           "current_stream_ptr", "bridge_slot_address", "share_version", "rebase_view", "TENSOR_ATTRS",
+           "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
 
 # runtime.Tensor attributes native code reads or sets (class-level defaults keep a fresh tensor cheap)
-TENSOR_ATTRS: Tuple[str, ...] = ("_data", "requires_grad", "_node", "_out_index", "_version")
+TENSOR_ATTRS: Tuple[str, ...] = ("_data", "requires_grad", "_node", "_out_index", "_version", "_base")
 # attributes of `_state` native code reads or sets
 GRAD_STATE_ATTRS: Tuple[str, ...] = ("enabled",)
 # runtime.device_memory's functions, for GPU tensors only: imported on first use (__getattr__ below)
@@ -43,6 +45,8 @@ def __getattr__(name: str) -> Any:
     device_memory) and ``dlpack_input`` (runtime.interop, for another framework's tensor)."""
     if name == "dlpack_input":
         from .interop import dlpack_input as value
+    elif name == "rebase_view":  # MarkDirty on a view (include/opbuilder/detail/call_rules.h)
+        from .call_rules import rebase_view as value
     elif name in DEVICE_NAMES:
         from . import device_memory
         value = getattr(device_memory, name)

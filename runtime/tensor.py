@@ -8,6 +8,13 @@ of that node) and ``_version`` (bumped by in-place changes). The C++ side
 (include/opbuilder/detail/runtime_bridge.h) reads and writes the same names
 (runtime/_native.py lists them).
 
+``_base`` is, for a view an op made (a slice, a reshape, a transpose), the
+tensor whose memory it views (the first tensor of a chain of views), so an
+in-place write into the view can rebase the base's history
+(runtime/call_rules.py ``rebase_view``); ``None`` for every other tensor. It
+is held weakly: a view keeps its base's memory alive, not the base's object
+(nobody can read the gradient of a base that is gone).
+
 ``_version`` is the value of a counter shared by every tensor over the same
 memory (views, ``detach()``, ``from_numpy`` of one array), as in PyTorch, so a
 write through any of them is seen by the version checks of all of them. A
@@ -106,6 +113,13 @@ class Tensor:
     _node = None
     _out_index: int = 0
     _vc: Version = UNWRITTEN
+    _base_ref = None  # a weak reference to the tensor whose memory this view (slice, reshape...) is a part of
+
+    @property
+    def _base(self) -> Optional["Tensor"]:
+        """The tensor this view (made by an op) is a part of, while it lives; else None."""
+        ref = self._base_ref
+        return None if ref is None else ref()
     _version = property(version_of, set_version,
                         doc="The write count of this tensor's memory (shared with its views; see the module doc).")
 

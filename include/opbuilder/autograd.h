@@ -43,6 +43,7 @@
 #endif
 
 #include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/call_rules.h"
 #include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/fingerprint.h"
 #include "opbuilder/detail/function_checks.h"
@@ -312,7 +313,18 @@ OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, Tensor
   CheckOutputs(outs, *c.name);
   if (!c.dirty.empty()) FinishDirty(rt, c, outs);
   for (auto &o : outs) {
-    if (c.ArgIndex(o.get()) >= 0 && !c.IsDirty(o.get())) o = Alias(o);
+    const int i = c.ArgIndex(o.get());
+    if (i >= 0 && !c.IsDirty(o.get())) {
+      // an argument returned unchanged: a new tensor over the caller's memory that shares its version
+      // counter (call_rules.h), so a later write through either is seen by every check
+      Tensor *caller = c.originals != nullptr && c.originals[i] != nullptr ? c.originals[i] : o.get();
+      PyObject *arg = caller->py_object();
+      o = std::make_shared<Tensor>(*caller);
+      if (arg != nullptr) {
+        PyRef obj = PyRef::Steal(ToPython(rt, o));
+        ShareVersion(obj.get(), arg);
+      }
+    }
   }
   c.args = nullptr;
   c.originals = nullptr;
@@ -399,11 +411,18 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
   PyObject **out_objs = outs.size() <= 4 ? out_objs_small : (out_objs_big.resize(outs.size()), out_objs_big.data());
   for (std::size_t j = 0; j < outs.size(); ++j) {
     TensorPtr o = outs[j];
-    const bool is_arg = c.ArgIndex(o.get()) >= 0;
-    if (!(is_arg && c.IsDirty(o.get()) && o->py_object() != nullptr) && (is_arg || o->py_object() != nullptr)) {
+    const int ai = c.ArgIndex(o.get());
+    const bool is_arg = ai >= 0;
+    PyObject *unchanged_arg = nullptr;  // the caller's object of an argument returned unchanged
+    if (is_arg && !c.IsDirty(o.get())) {
+      Tensor *caller = c.originals != nullptr && c.originals[ai] != nullptr ? c.originals[ai] : o.get();
+      unchanged_arg = caller->py_object();
+      o = std::make_shared<Tensor>(*caller);  // over the caller's memory, never Forward's private copy
+    } else if (!(is_arg && c.IsDirty(o.get()) && o->py_object() != nullptr) && (is_arg || o->py_object() != nullptr)) {
       o = Alias(o);  // never rewrite the history of a tensor that is not ours, unless in place
     }
     PyRef obj = PyRef::Steal(ToPython(rt, o));
+    if (unchanged_arg != nullptr) ShareVersion(obj.get(), unchanged_arg);
     if (!c.IsNonDifferentiable(outs[j].get()) && IsDifferentiable(o->dtype())) {  // integer outputs: no gradient
       Check(PyObject_SetAttr(obj.get(), rt.s_node, node.get()));
       if (j != 0) {  // 0 is the class default
@@ -458,6 +477,14 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
   }
   c.saved_raw.clear();
   c.saved_final = true;
+  // a view written in place (MarkDirty) that is now this node's output: its base's history is rebased
+  for (std::size_t k = 0; k < c.dirty.size(); ++k) {
+    const Tensor *d = c.dirty[k].get();
+    bool seen = false;
+    for (std::size_t m = 0; m < k; ++m) seen = seen || c.dirty[m].get() == d;
+    if (seen || d->py_object() == nullptr || c.IsNonDifferentiable(d) || !IsDifferentiable(d->dtype())) continue;
+    RebaseView(d->py_object(), static_cast<std::size_t>(c.ArgIndex(d)));
+  }
   c.args = nullptr;  // Backward uses NeedsInputGrad(i); do not keep arguments alive
   c.originals = nullptr;
   c.nargs = 0;
@@ -695,6 +722,31 @@ inline void BeginContext(ContextState &st, const FunctionCall &f) {
 // The tensor the caller passed for argument i (Forward may have a private copy of it).
 inline Tensor *CallerArg(const FunctionCall &f, std::size_t i) {
   return f.originals[i] != nullptr ? f.originals[i] : f.args[i];
+}
+
+// Before Forward (call_rules.h): argument i's refusal, if it is written, and what to keep of it.
+inline void ProtectArg(ProtectedArgs &guard, const FunctionCall &f, std::size_t i, Refusal why) {
+  if (why != Refusal::kNone) guard.Add(i, why, f.args[i], f.originals[i] != nullptr);
+}
+
+// After Forward, before anything is written back or recorded: a refused argument marked dirty, or
+// changed without MarkDirty, gets its values back; then the refusal decided before Forward is raised.
+inline void CheckRefusals(const ContextState &c, const ProtectedArgs &guard) {
+  for (const auto &d : c.dirty) {
+    const int i = c.ArgIndex(d.get());
+    if (i < 0) continue;  // FinishDirty names that misuse
+    const Refusal why = guard.RefusalOf(static_cast<std::size_t>(i));
+    if (why == Refusal::kNone) continue;
+    guard.Restore();
+    throw std::runtime_error(RefusalMessage(why, *c.name, static_cast<std::size_t>(i)));
+  }
+  for (std::size_t i = 0; i < c.nargs; ++i) {
+    if (!guard.Changed(i)) continue;
+    guard.Restore();
+    throw std::runtime_error(*c.name + "::Forward modified argument " + std::to_string(i) +
+                             " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return it, "
+                             "or write the result to a new tensor");
+  }
 }
 
 // ---- Function<T> called through a framework bridge (to_torch's C++ path) --------------
@@ -952,10 +1004,17 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
   bool wants = false;
   for (std::size_t i = 0; i < f.nargs; ++i) wants = wants || WantsGrad(f.args[i]);
   if (!wants || !GradEnabled(rt)) {  // the fast path: nothing to record
+    std::optional<ProtectedArgs> guard;  // only an argument with internal overlap may not be written
+    for (std::size_t i = 0; i < f.nargs; ++i) {
+      if (f.args[i] == nullptr || !HasInternalOverlap(*CallerArg(f, i))) continue;
+      if (!guard) guard.emplace();
+      ProtectArg(*guard, f, i, Refusal::kOverlap);
+    }
     AutogradContext ctx;
     ContextState &st = State(ctx);
     BeginContext(st, f);
     f.forward(&ctx, f.call, single, list);
+    if (guard) CheckRefusals(st, *guard);
     if (single == nullptr) {
       *list = FinishNoGrad(rt, st, std::move(*list));
     } else if (!st.dirty.empty() || !*single || st.ArgIndex(single->get()) >= 0) {
@@ -969,15 +1028,21 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
   BeginContext(st, f);
   st.needs.assign(f.nargs, false);
   PyRef edges = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(f.nargs))));
+  ProtectedArgs guard;  // the arguments a write would be refused for, decided now (call_rules.h)
   for (std::size_t i = 0; i < f.nargs; ++i) {
     PyObject *e = Py_None;
+    Refusal why = Refusal::kNone;
+    if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) why = Refusal::kOverlap;
     if (WantsGrad(f.args[i])) {
       st.needs[i] = true;
-      e = EdgeOf(rt, f.args[i]->py_object());
+      PyObject *obj = f.args[i]->py_object();
+      e = EdgeOf(rt, obj);
+      if (why == Refusal::kNone) why = RecordingRefusal(obj, e);
     } else {
       Py_INCREF(e);
     }
     PyTuple_SET_ITEM(edges.get(), static_cast<Py_ssize_t>(i), e);
+    ProtectArg(guard, f, i, why);
   }
   const double phase = NextFingerprintPhase();
   std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
@@ -988,6 +1053,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
     GradModeGuard off(rt, false, true);  // recording: grad mode was on
     f.forward(ctx.get(), f.call, single, list);
   }
+  if (!guard.empty()) CheckRefusals(st, guard);
   TensorPtrList outs = RecordOutputs(rt, std::move(ctx), single != nullptr ? AsList(std::move(*single)) : *list,
                                      edges.get(), fingerprints.data(), phase, f.backward, f.set_error, f.name_py());
   if (single != nullptr) {

@@ -122,8 +122,10 @@ class _OnceDifferentiable(Node):
         return self._what
 
     def apply(self, grads, create_graph):
-        raise RuntimeError(f"{self._what} is once-differentiable: its backward records no graph "
-                           f"(C++ code, or numpy), so a higher-order gradient through it cannot be taken")
+        from ..call_rules import double_backward_message  # the one message on every route
+        raise RuntimeError(f"{double_backward_message(self._what)}. {self._what} is once-differentiable: its "
+                           f"backward records no graph (C++ code, or numpy), so a higher-order gradient through "
+                           f"it cannot be taken")
 
 
 def once_differentiable_sources(node, grads) -> list:

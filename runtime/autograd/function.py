@@ -40,6 +40,7 @@ from . import engine
 from .grad_mode import _state
 from .node import Node, edge_of, meta_of
 from .ownership import own_results
+from .. import call_rules as _call_rules
 from .. import tensor as _tensor
 from ..ops.primitive import record_op, tracing
 
@@ -245,17 +246,24 @@ class Function:
         if record:
             phase = random.random()
             before = [(a._data, _fingerprint(a._data, phase)) if isinstance(a, Tensor) else None for a in args]
+        # the arguments a write would be refused for, decided before forward runs (runtime/call_rules.py)
+        guard = _call_rules.protect(args, name, record, "mark_dirty")
         _state.enabled = False
         try:
             result = cls.forward(ctx, *args)
         finally:
             _state.enabled = enabled
+        if guard is not None:
+            _check_refusals(name, ctx, args, guard)
         single = not isinstance(result, (tuple, list))
         outs = [_as_output(name, o) for o in ([result] if single else result)]
         _finish_dirty(name, ctx, args, outs)
         if record:
             _check_forward_writes(name, ctx, args, before, phase)
             outs = _record(cls, ctx, args, outs)
+            for i, a in enumerate(args):  # a view written in place: its base's history is rebased
+                if isinstance(a, Tensor) and a._base is not None and _contains(ctx._dirty, a):
+                    _call_rules.rebase_view(a, i)
         else:
             outs = [o.detach() if _contains(args, o) and not _contains(ctx._dirty, o) else o
                     for o in outs]
@@ -269,6 +277,22 @@ def _as_output(name: str, o: Any) -> Any:
     if isinstance(o, np.ndarray):
         return _tensor._shared(o)  # the forward's own array, not copied
     raise TypeError(f"{name}.forward returned {type(o).__name__}; it must return Tensors (or numpy arrays)")
+
+
+def _check_refusals(name: str, ctx: FunctionCtx, args: Sequence[Any], guard: "_call_rules.Protected") -> None:
+    """A protected argument (one a write is refused for) marked dirty, or changed without mark_dirty:
+    its values are put back, then the refusal decided before forward is raised."""
+    for i, a in enumerate(args):
+        err = guard.refusal(i)
+        if err is None:
+            continue
+        if _contains(ctx._dirty, a):
+            guard.restore()
+            raise err
+        if guard.changed(i):
+            guard.restore()
+            raise RuntimeError(f"{name}.forward modified argument {i} in place without mark_dirty; mark it "
+                               f"(ctx.mark_dirty(tensor)) and return it, or compute a new tensor")
 
 
 def _finish_dirty(name: str, ctx: FunctionCtx, args: Sequence[Any], outs: Sequence[Any]) -> None:

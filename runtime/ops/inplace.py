@@ -3,8 +3,9 @@
 Before the call each declared input is checked: it must be a Tensor or numpy
 array (not a number), writable (``writeable=False`` memory, such as a
 ``bytes`` buffer or a read-only memory map, is refused with a ``ValueError``
-rather than written), and, while gradients are recorded, must not require
-grad. One that is not C-contiguous is handed to the kernel as a contiguous
+rather than written), without internal overlap (a stride-0 view: torch's
+refusal, runtime/call_rules.py), and, while gradients are recorded, must not
+require grad. One that is not C-contiguous is handed to the kernel as a contiguous
 copy and written back afterwards. After the call a written Tensor's version
 goes up, so a graph node that saved it reports the change at backward.
 
@@ -17,6 +18,7 @@ from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 
+from .. import call_rules
 from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..tensor import Tensor
@@ -53,6 +55,9 @@ class InplaceWrites:
                                  f"but that array is read-only (writeable=False: a bytes buffer, a read-only "
                                  f"memory map, or a flag its owner set); nothing was written. Pass a writable "
                                  f"copy, e.g. Tensor(x.asnumpy().copy())")
+            if call_rules.has_internal_overlap(a):  # torch's rule: never into memory elements share
+                raise RuntimeError(f"Custom '{self.op}' writes its input {i} in place (its reg_info says inplace): "
+                                   f"{call_rules.OVERLAP_MESSAGE}")
             if _state.enabled and isinstance(x, Tensor) and x.requires_grad:
                 raise RuntimeError(f"Custom '{self.op}' writes its input {i} in place, and that input requires "
                                    f"grad: an in-place write cannot be differentiated here. Call it under "

@@ -105,11 +105,14 @@ def _value_error(name: str, args: Sequence[Any], e: ValueError) -> BaseException
 
 def _share_input_version(res: Any, out: Any, args: Sequence[Any]) -> None:
     """``out`` views an input's memory: ``res`` counts writes on that input's version counter,
-    so a write through either is seen by the version checks of nodes that saved the other."""
+    so a write through either is seen by the version checks of nodes that saved the other, and
+    its ``_base`` is that input's (or the input), so an in-place write into it rebases the base."""
     root = _root(out)
     for a in args:
         if _root(a._data) is root:
             share_version(res, a)
+            base = a._base
+            res._base_ref = _weakref(a if base is None else base)  # (runtime/call_rules.py rebase_view)
             return
 
 

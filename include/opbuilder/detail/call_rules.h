@@ -1,0 +1,206 @@
+// One place decides, for Function<T>::Apply (autograd.h RunFunction), the rules every route of an op
+// call honours; runtime/call_rules.py is the Python side and says the same (not for operator authors):
+//  * which arguments may be written (MarkDirty): torch's check_inplace. An argument with internal
+//    overlap (an expanded, stride-0 tensor) never; while the call records a node, not a leaf that
+//    requires grad, nor a view of one. Decided from the arguments before Forward runs (WriteRefusal);
+//  * what a refusal leaves untouched: everything. The memory Forward could write for a refused
+//    argument is kept (ProtectedArgs) and put back before the error is raised;
+//  * an argument returned unchanged comes back as a new tensor over its memory that shares its
+//    version counter (ShareVersion), as a torch view does;
+//  * MarkDirty on a view rebases the base's history (RebaseView, runtime/call_rules.py rebase_view).
+#pragma once
+
+#include "opbuilder/detail/visibility.h"
+
+#include <Python.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/pyref.h"
+#include "opbuilder/detail/runtime_bridge.h"
+#include "opbuilder/tensor.h"
+
+namespace opbuilder {
+namespace detail OB_HIDDEN {
+
+// torch's words for a write into memory that several elements share (at::assert_no_internal_overlap).
+constexpr const char *kOverlapMessage =
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+    "Please clone() the tensor before performing the operation.";
+
+// Two elements share one memory location: a stride of 0 over a dimension of size > 1 (torch's rule: other
+// overlaps are too costly to prove and pass).
+inline bool HasInternalOverlap(const Tensor &t) {
+  if (t.is_contiguous()) return false;
+  const ShapeVector strides = t.strides();
+  for (std::size_t d = 0; d < strides.size(); ++d) {
+    if (strides[d] == 0 && t.shape()[d] > 1) return true;
+  }
+  return false;
+}
+
+enum class Refusal { kNone, kOverlap, kLeaf, kViewOfLeaf };
+
+inline std::string RefusalMessage(Refusal why, const std::string &who, std::size_t index) {
+  const std::string head = who + " modifies argument " + std::to_string(index) + " in place (MarkDirty)";
+  switch (why) {
+    case Refusal::kOverlap:
+      return head + ": " + kOverlapMessage;
+    case Refusal::kLeaf:
+      return head + ", but it is a leaf that requires grad; in-place changes of such leaves are not allowed "
+                    "(use a copy, e.g. x * 1)";
+    case Refusal::kViewOfLeaf:
+      return head + ", but it is a view of a leaf that requires grad; in-place changes of such views are not "
+                    "allowed (use a copy, e.g. x * 1)";
+    default:
+      return head;
+  }
+}
+
+// The interned name of a runtime.Tensor's view base (runtime/_native.py TENSOR_ATTRS), made once.
+inline PyObject *BaseAttr() {
+  static std::atomic<PyObject *> stored{nullptr};
+  PyObject *s = stored.load(std::memory_order_acquire);
+  if (s != nullptr) return s;
+  s = Check(PyUnicode_InternFromString("_base"));
+  PyObject *expected = nullptr;
+  if (stored.compare_exchange_strong(expected, s, std::memory_order_acq_rel)) return s;
+  Py_DECREF(s);
+  return expected;
+}
+
+// A function of runtime._native that native code calls off the common path, loaded once into `slot`.
+inline PyObject *CachedRule(std::atomic<PyObject *> &slot, PyObject *(*load)()) {
+  PyObject *f = slot.load(std::memory_order_acquire);
+  if (f != nullptr) return f;
+  f = load();
+  PyObject *expected = nullptr;
+  if (slot.compare_exchange_strong(expected, f, std::memory_order_acq_rel)) return f;
+  Py_DECREF(f);
+  return expected;
+}
+inline PyObject *ShareVersionRule() {
+  static std::atomic<PyObject *> slot{nullptr};
+  return CachedRule(slot, [] { return ImportAttr("runtime._native", "share_version"); });
+}
+inline PyObject *RebaseViewRule() {
+  static std::atomic<PyObject *> slot{nullptr};
+  return CachedRule(slot, [] { return ImportAttr("runtime._native", "rebase_view"); });
+}
+
+// Why the argument `caller` (the caller's tensor, bound to the runtime.Tensor `obj` or to none) may
+// not be written while the call records a node, given the edge RunFunction took for it (`edge` is `obj`
+// itself for a leaf, a (node, index) tuple otherwise); kOverlap is decided apart (HasInternalOverlap).
+inline Refusal RecordingRefusal(PyObject *obj, PyObject *edge) {
+  if (obj == nullptr) return Refusal::kNone;
+  if (edge == obj) return Refusal::kLeaf;
+  PyRef base = PyRef::Steal(Check(PyObject_GetAttr(obj, BaseAttr())));
+  if (base.get() == Py_None) return Refusal::kNone;
+  const Runtime &rt = Runtime::Get();
+  PyRef node = PyRef::Steal(Check(PyObject_GetAttr(base.get(), rt.s_node)));
+  if (node.get() != Py_None) return Refusal::kNone;
+  PyRef rg = PyRef::Steal(Check(PyObject_GetAttr(base.get(), rt.s_requires_grad)));
+  return PyObject_IsTrue(rg.get()) == 1 ? Refusal::kViewOfLeaf : Refusal::kNone;
+}
+
+// `out` (a new runtime.Tensor over the memory of the argument `arg`, returned unchanged) counts writes
+// on `arg`'s version counter from now on.
+inline void ShareVersion(PyObject *out, PyObject *arg) {
+  if (out == nullptr || arg == nullptr || out == arg) return;
+  PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(ShareVersionRule(), out, arg, nullptr)));
+}
+
+// `view` (a runtime.Tensor) was written in place as argument `index` of the node now its history:
+// if it is a view of a base, the base's history becomes the write (runtime/call_rules.py rebase_view).
+inline void RebaseView(PyObject *view, std::size_t index) {
+  if (view == nullptr) return;
+  PyRef base = PyRef::Steal(Check(PyObject_GetAttr(view, BaseAttr())));
+  if (base.get() == Py_None) return;
+  PyRef i = PyRef::Steal(Check(PyLong_FromSize_t(index)));
+  PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(RebaseViewRule(), view, i.get(), nullptr)));
+}
+
+// The arguments a write would be refused for, with the values Forward could overwrite: kept before
+// Forward runs, put back (Restore) before a refusal is raised, so the caller's data never changes.
+class ProtectedArgs {
+ public:
+  // Argument `index`: Forward writes `target` (the caller's tensor, or a private copy of it).
+  // A private copy needs no keeping (the caller's memory is not Forward's); nor does device memory.
+  void Add(std::size_t index, Refusal why, Tensor *target, bool private_copy) {
+    Item it;
+    it.index = index;
+    it.why = why;
+    if (!private_copy && target != nullptr && !target->is_cuda()) {
+      it.target = target;
+      if (target->is_contiguous()) {
+        it.bytes.assign(static_cast<const char *>(target->data_ptr()), target->nbytes());
+      } else {
+        it.strided = target->contiguous_copy();
+      }
+    }
+    if (n_ < kInline) {
+      inline_[n_] = std::move(it);
+    } else {
+      more_.push_back(std::move(it));
+    }
+    ++n_;
+  }
+  bool empty() const { return n_ == 0; }
+
+  Refusal RefusalOf(std::size_t index) const {
+    for (std::size_t k = 0; k < n_; ++k) {
+      if (At(k).index == index) return At(k).why;
+    }
+    return Refusal::kNone;
+  }
+
+  // Argument `index` is kept and its values differ from before Forward.
+  bool Changed(std::size_t index) const {
+    for (std::size_t k = 0; k < n_; ++k) {
+      const Item &it = At(k);
+      if (it.index == index && it.target != nullptr) return !Same(it);
+    }
+    return false;
+  }
+
+  void Restore() const {
+    for (std::size_t k = 0; k < n_; ++k) {
+      const Item &it = At(k);
+      if (it.target == nullptr || Same(it)) continue;
+      Tensor &t = *it.target;
+      if (!it.strided) {
+        std::memcpy(t.data_ptr(), it.bytes.data(), it.bytes.size());
+      } else {  // elements that share memory get the one value they all had
+        CopyStrided(static_cast<char *>(t.data_ptr()), t.strides(), static_cast<const char *>(it.strided->data_ptr()),
+                    it.strided->strides(), t.shape(), t.element_size());
+      }
+    }
+  }
+
+ private:
+  struct Item {
+    std::size_t index = 0;
+    Refusal why = Refusal::kNone;
+    Tensor *target = nullptr;
+    std::string bytes;  // a contiguous target's bytes (short ones kept inline: no allocation)
+    TensorPtr strided;  // a strided target's values
+  };
+  static bool Same(const Item &it) {
+    if (!it.strided) return std::memcmp(it.target->data_ptr(), it.bytes.data(), it.bytes.size()) == 0;
+    TensorPtr now = it.target->contiguous_copy();
+    return std::memcmp(now->data_ptr(), it.strided->data_ptr(), now->nbytes()) == 0;
+  }
+  static constexpr std::size_t kInline = 2;  // most calls protect one or two arguments: no allocation
+  const Item &At(std::size_t k) const { return k < kInline ? inline_[k] : more_[k - kInline]; }
+  Item inline_[kInline];
+  std::vector<Item> more_;
+  std::size_t n_ = 0;
+};
+
+}  // namespace detail
+}  // namespace opbuilder

@@ -1,0 +1,300 @@
+"""One place decides the semantics of an op call, for every route it takes.
+
+Every route an op call can take (runtime eager, a Python ``Function``, a C++
+``Function<T>`` through include/opbuilder/autograd.h, jit replay, the torch and
+JAX adapters) asks this module, rather than deciding for itself:
+
+* which inputs may be written: ``write_refusal`` / ``check_writable`` give
+  torch's ``check_inplace`` rules for an input marked dirty (MarkDirty,
+  ``ctx.mark_dirty``): a leaf that requires grad is refused, so is a view of
+  one, and so is an input with internal overlap (an expanded, stride-0
+  tensor). They are decided before Forward runs, from the inputs alone;
+* what a refusal leaves untouched: everything. An input that would be refused
+  is protected (``protect`` / ``Protected.restore``) while Forward runs, and
+  put back before the error is raised, so the caller's data never changes;
+* version counters and outputs aliasing inputs: an output that is an input
+  returned unchanged shares that input's version counter (``share_alias``), as
+  a torch view does, so a later write through either is seen by every check;
+* in-place writes into a view: the base's history is rebased (``rebase_view``,
+  torch's CopySlices), so a gradient through the base sees the write;
+* double backward through an operator whose Backward records no graph: one
+  named error (``double_backward_message``), never a silent zero;
+* the complex-gradient convention of each framework (``COMPLEX_GRADIENT``,
+  ``to_framework_cotangent``): the runtime and torch use the conjugate
+  convention, JAX does not.
+
+The C++ counterpart is include/opbuilder/detail/call_rules.h, which decides the
+same rules for Function<T> and calls ``rebase_view`` and ``share_alias`` here.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .autograd.node import Node
+from .versions import share_version
+
+__all__ = ["OVERLAP_MESSAGE", "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
+           "Protected", "protect", "share_alias", "rebase_view", "double_backward_message",
+           "to_framework_cotangent"]
+
+# torch's words for a write into memory that several elements share (at::assert_no_internal_overlap)
+OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a single "
+                   "memory location. Please clone() the tensor before performing the operation.")
+
+# Per framework: does its gradient of a real loss with respect to z = x + iy read dL/dx + i dL/dy
+# ("conjugate", torch's and the runtime's), or its conjugate ("plain", JAX's cotangents)?
+COMPLEX_GRADIENT = {"runtime": "conjugate", "torch": "conjugate", "jax": "plain"}
+
+
+def to_framework_cotangent(g: Any, framework: str) -> Any:
+    """A runtime gradient ``g`` (an array) in ``framework``'s convention: conjugated for JAX's
+    cotangents, unchanged for torch's and the runtime's (and for real arrays)."""
+    if COMPLEX_GRADIENT[framework] == "plain" and np.iscomplexobj(g):
+        return g.conj()
+    return g
+
+
+def has_internal_overlap(arr: Any) -> bool:
+    """Two elements of ``arr`` share one memory location: a stride of 0 over a dimension of size > 1
+    (an expanded or broadcast tensor). torch's rule: other overlaps are too costly to prove and pass."""
+    return any(st == 0 and n > 1 for n, st in zip(arr.shape, arr.strides))
+
+
+def write_refusal(t: Any, who: str, index: int, recording: bool, how: str = "MarkDirty") -> Optional[BaseException]:
+    """Why the op ``who`` may not write its argument ``index`` (the runtime Tensor ``t``) in place, as the
+    exception to raise, or None when it may. ``recording``: grad mode is on and the call records a node;
+    ``how``: what declared the write (``MarkDirty``, ``mark_dirty``), for the message."""
+    if has_internal_overlap(t._data):
+        return RuntimeError(f"{who} modifies argument {index} in place ({how}): {OVERLAP_MESSAGE}")
+    if not recording:
+        return None
+    if t.requires_grad and t._node is None:
+        return RuntimeError(f"{who} modifies argument {index} in place ({how}), but it is a leaf that "
+                            f"requires grad; in-place changes of such leaves are not allowed "
+                            f"(use a copy, e.g. x * 1)")
+    base = t._base
+    if base is not None and base.requires_grad and base._node is None:
+        return RuntimeError(f"{who} modifies argument {index} in place ({how}), but it is a view of a leaf "
+                            f"that requires grad; in-place changes of such views are not allowed "
+                            f"(use a copy, e.g. x * 1)")
+    return None
+
+
+def check_writable(t: Any, who: str, index: int = 0, recording: bool = True, how: str = "MarkDirty") -> None:
+    """Raise ``write_refusal``'s error, if any: call it before the write."""
+    err = write_refusal(t, who, index, recording, how)
+    if err is not None:
+        raise err
+
+
+class Protected:
+    """The inputs that must not change (those a write would be refused for), with their values
+    before Forward: ``restore`` puts back any that changed, so a refusal leaves data untouched."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: List[Tuple[int, Any, Any, BaseException]]) -> None:
+        self.items = items  # (argument index, the array Forward may write, its copy, the refusal)
+
+    def refusal(self, index: int) -> Optional[BaseException]:
+        """The refusal decided for argument ``index`` before Forward, or None."""
+        for i, _, _, err in self.items:
+            if i == index:
+                return err
+        return None
+
+    def changed(self, index: int) -> bool:
+        """Argument ``index`` is protected and its values differ from before Forward."""
+        for i, arr, copy, _ in self.items:
+            if i == index:
+                return not _same_bytes(arr, copy)
+        return False
+
+    def restore(self) -> None:
+        """Every protected argument back to its values before Forward."""
+        for _, arr, copy, _ in self.items:
+            if not _same_bytes(arr, copy):
+                _write_back(arr, copy)
+
+
+def _same_bytes(arr: Any, copy: Any) -> bool:
+    if type(arr) is np.ndarray:
+        return arr.tobytes() == copy.tobytes()
+    return arr.get().tobytes() == copy.get().tobytes()  # CuPy: compared on the host
+
+
+def _write_back(arr: Any, copy: Any) -> None:
+    if type(arr) is np.ndarray and not arr.flags.writeable:  # a write that should never have happened
+        arr = np.lib.stride_tricks.as_strided(arr, writeable=True)  # (read-only memory that Forward wrote)
+    arr[...] = copy
+
+
+def protect(args: Sequence[Any], who: str, recording: bool, how: str = "MarkDirty") -> Optional[Protected]:
+    """Decide, before Forward runs, which Tensor arguments of ``who`` a write would be refused for, and keep
+    their values (None when there is none: the common call pays one check per argument)."""
+    from .tensor import Tensor
+    items = None
+    for i, a in enumerate(args):
+        if not isinstance(a, Tensor):
+            continue
+        err = write_refusal(a, who, i, recording, how)
+        if err is not None:
+            if items is None:
+                items = []
+            items.append((i, a._data, a._data.copy(), err))
+    return None if items is None else Protected(items)
+
+
+def share_alias(out: Any, arg: Any) -> None:
+    """``out`` is a new Tensor over the memory of the argument ``arg`` (returned unchanged): from now on
+    they count writes on one version counter, as a torch view and its base do."""
+    share_version(out, arg)
+
+
+def double_backward_message(op: str) -> str:
+    """The one error for a gradient of a gradient through ``op``, whose Backward records no graph."""
+    return (f"{op}: double backward through an opbuilder operator is not supported: its Backward is "
+            f"once-differentiable (create_graph=True, then a gradient of the gradient)")
+
+
+# ---- in-place writes into a view: the base's history is rebased (torch's CopySlices) ------------------------
+
+def _byte_offsets(arr: Any, origin: int) -> np.ndarray:
+    """The byte offset, from ``origin``, of every element of ``arr`` (an array of ``arr``'s shape)."""
+    off = np.full(arr.shape, _address(arr) - origin, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(arr.shape, arr.strides)):
+        shape = [1] * arr.ndim
+        shape[d] = n
+        off = off + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    return off
+
+
+def _address(arr: Any) -> int:
+    if type(arr) is np.ndarray:
+        return arr.__array_interface__["data"][0]
+    return arr.data.ptr  # CuPy
+
+
+def view_indices(view: Any, base: Any) -> np.ndarray:
+    """For every element of the array ``view``, the flat (C-order) index of the element of ``base`` it
+    is: how a view made by slicing, reshaping or transposing ``base`` sits in it."""
+    if view.dtype != base.dtype:
+        raise RuntimeError(f"an in-place write into a view of dtype {view.dtype} of a base of dtype {base.dtype} "
+                           f"(a bit cast) cannot be differentiated; write into a copy")
+    origin = _address(base)
+    item = base.itemsize
+    b = _byte_offsets(base, origin).ravel()
+    lo = int(b.min()) if b.size else 0
+    table = np.full(((int(b.max()) - lo) // item + 1) if b.size else 1, -1, dtype=np.int64)
+    table[(b - lo) // item] = np.arange(b.size, dtype=np.int64)
+    v = _byte_offsets(view, origin) - lo
+    pos = v // item
+    inside = (v % item == 0) & (pos >= 0) & (pos < table.size)
+    idx = np.where(inside, table[np.clip(pos, 0, table.size - 1)], -1)
+    if (idx < 0).any():
+        raise RuntimeError("an in-place write into a view whose elements are not elements of its base cannot be "
+                           "differentiated; write into a copy")
+    return idx
+
+
+def _grad_tensor(arr: Any) -> Any:
+    from .tensor import Tensor
+    return Tensor._from_array(arr)
+
+
+def _take(xp: Any, flat: Any, idx: np.ndarray) -> Any:
+    return flat[idx if xp is np else xp.asarray(idx)]
+
+
+class _CopySlices(Node):
+    """The base's node after an op wrote into one of its views (torch's CopySlices): the base's
+    gradient passes unchanged outside the view; inside it, through the op's backward to the view's
+    earlier values and the op's other inputs. Edges: the base's earlier history, then the op's own
+    edges (the written argument's left out: its gradient went into the view's place)."""
+
+    __slots__ = ("fn", "out_index", "arg_index", "idx")
+    differentiable = False  # numpy inside: a higher-order gradient through it is a named error
+
+    def __init__(self, fn: Any, out_index: int, arg_index: int, idx: np.ndarray, base_edge: Any,
+                 base_meta: Any) -> None:
+        self.fn, self.out_index, self.arg_index, self.idx = fn, out_index, arg_index, idx
+        edges = list(fn.next_edges)
+        edges[arg_index] = None
+        self.next_edges = (base_edge, *edges)
+        self.input_meta = (base_meta, *fn.input_meta)
+        self.out_meta = (base_meta,)
+
+    @property
+    def name(self) -> str:
+        return f"{self.fn.name} (written into a view)"
+
+    def apply(self, grads: Sequence[Any], create_graph: bool) -> List[Any]:
+        from .autograd import engine
+        from . import device as _device
+        g = grads[0]._data
+        xp = np if type(g) is np.ndarray else _device.array_module(g)
+        result = xp.array(g, copy=True, order="C")
+        flat = result.reshape(-1)
+        fn = self.fn
+        buf: List[Any] = [None] * len(fn.out_meta)
+        buf[self.out_index] = _grad_tensor(_take(xp, flat, self.idx))
+        _, res = engine._node_backward(fn, buf, True, False)  # released with this node (release)
+        gv = res[self.arg_index]
+        where = self.idx if xp is np else xp.asarray(self.idx)
+        flat[where] = 0 if gv is None else gv._data
+        out = [_grad_tensor(result)]
+        out += [None if k == self.arg_index else r for k, r in enumerate(res)]
+        return out
+
+    def release(self) -> None:
+        self.fn.release()
+
+
+class _ViewOfBase(Node):
+    """The view's node after the write: the view is a part of its (rebased) base, so its gradient goes
+    to the base's node, placed where the view sits (torch's AsStridedBackward over CopySlices)."""
+
+    __slots__ = ("idx",)
+    differentiable = False
+
+    def __init__(self, base_node: Any, idx: np.ndarray, base_meta: Any, view_meta: Any) -> None:
+        self.idx = idx
+        self.next_edges = ((base_node, 0),)
+        self.input_meta = (base_meta,)
+        self.out_meta = (view_meta,)
+
+    name = "view of a base written in place"
+
+    def apply(self, grads: Sequence[Any], create_graph: bool) -> List[Any]:
+        from . import device as _device
+        g = grads[0]._data
+        shape, dtype = self.input_meta[0]
+        xp = np if type(g) is np.ndarray else _device.array_module(g)
+        z = xp.zeros(shape, dtype=dtype)
+        z.reshape(-1)[self.idx if xp is np else xp.asarray(self.idx)] = g
+        return [_grad_tensor(z)]
+
+    def release(self) -> None:
+        pass
+
+
+def rebase_view(view: Any, arg_index: int) -> None:
+    """``view`` (a runtime Tensor with a ``_base``) was written in place by the op whose node is now its
+    history (``view._node``, output ``view._out_index``), as that op's argument ``arg_index``. Make the
+    base's history the write (its gradient through the op), and the view's history a part of the base,
+    as torch does, so a gradient through either sees the write."""
+    base = view._base
+    fn = view._node
+    if base is None or fn is None:
+        return
+    idx = view_indices(view._data, base._data)
+    base_meta = (base._data.shape, base._data.dtype)
+    base_edge = None
+    if base.requires_grad:
+        base_edge = base if base._node is None else (base._node, base._out_index)
+    node = _CopySlices(fn, view._out_index, arg_index, idx, base_edge, base_meta)
+    base._node, base._out_index, base.requires_grad = node, 0, True
+    view._node = _ViewOfBase(node, idx, base_meta, (view._data.shape, view._data.dtype))
+    view._out_index = 0
