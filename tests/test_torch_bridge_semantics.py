@@ -1,6 +1,6 @@
 """to_torch's C++ bridge decides an op call as torch does (issue 33): MarkDirty on a view rebases the
-base's history, saved tensors go through torch's saved_tensors_hooks, and a gradient of the gradient
-is one named error, never zeros.
+base's history, an expanded tensor is never written, saved tensors go through torch's
+saved_tensors_hooks, and a gradient of the gradient is one named error, never zeros.
 
 Every call checked here takes the bridge's fast path (asserted); the Python path's behaviour is
 tests/test_interop_torch.py's.
@@ -19,6 +19,9 @@ pytestmark = pytest.mark.build
 
 DOUBLE = (r"{}: double backward through an opbuilder operator is not supported: its Backward is "
           r"once-differentiable \(create_graph=True, then a gradient of the gradient\)")
+OVERLAP = (r"{} modifies argument 0 in place \(MarkDirty\): unsupported operation: more than one element of the "
+           r"written-to tensor refers to a single memory location\. Please clone\(\) the tensor before performing "
+           r"the operation\.")
 
 
 @pytest.fixture(scope="session")
@@ -113,6 +116,23 @@ def test_a_view_modified_in_place_must_be_the_only_output(ops):
     x, y = ops.scale_and_double_(b, 3.0)
     (x.sum() + y.sum()).backward()
     assert a.grad.tolist() == [9.0] * 4
+
+
+@pytest.mark.parametrize("name, cls", [("scale_", "ScaleInplace"), ("scale_views_", "ScaleInplaceViews")])
+@pytest.mark.parametrize("grad", [True, False])
+def test_an_expanded_tensor_is_never_written(ops, name, cls, grad):
+    fn = getattr(ops, name)
+    a = torch.tensor([2.0], dtype=torch.float64, requires_grad=grad)
+    before = _warm(fn, torch.ones(4, dtype=torch.float64)[::2], 3.0)  # a strided signature "tf"
+    base = a * 1 if grad else a.clone()
+    e = base.expand(4)
+    version = base._version
+    with pytest.raises(RuntimeError, match=OVERLAP.format(cls)):
+        fn(e, 3.0)
+    assert _fast(fn) == before + 1
+    assert base.tolist() == [2.0] and base._version == version  # nothing written, nothing bumped
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        base.expand(4).mul_(3.0)  # torch's own rule, the same words
 
 
 def test_saved_tensors_go_through_saved_tensors_hooks(ops):

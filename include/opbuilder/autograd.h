@@ -879,6 +879,12 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   std::vector<void *> inputs(f.nargs, nullptr);
   std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
   double phase = 0;
+  // torch's rule, decided before Forward (call_rules.h): an expanded (stride-0) argument is never
+  // written; a refused write is undone before the error (torch's leaf and view rules: record())
+  ProtectedArgs guard;
+  for (std::size_t i = 0; i < f.nargs; ++i) {
+    if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) ProtectArg(guard, f, i, Refusal::kOverlap);
+  }
   if (record) {
     st.needs.assign(f.nargs, false);
     for (std::size_t i = 0; i < f.nargs; ++i) {
@@ -901,6 +907,7 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   } else {
     f.forward(ctx.get(), f.call, single, list);
   }
+  if (!guard.empty()) CheckRefusals(st, guard);
   const TensorPtrList outs = single != nullptr ? AsList(std::move(*single)) : std::move(*list);
   CheckOutputs(outs, *f.name);
   if (record) {
