@@ -74,7 +74,8 @@ def write_refusal(t: Any, who: str, index: int, recording: bool, how: str = "Mar
         return RuntimeError(f"{who} modifies argument {index} in place ({how}), but it is a leaf that "
                             f"requires grad; in-place changes of such leaves are not allowed "
                             f"(use a copy, e.g. x * 1)")
-    base = t._base
+    ref = t._base_ref
+    base = None if ref is None else ref()
     if base is not None and base.requires_grad and base._node is None:
         return RuntimeError(f"{who} modifies argument {index} in place ({how}), but it is a view of a leaf "
                             f"that requires grad; in-place changes of such views are not allowed "

@@ -111,8 +111,8 @@ def _share_input_version(res: Any, out: Any, args: Sequence[Any]) -> None:
     for a in args:
         if _root(a._data) is root:
             share_version(res, a)
-            base = a._base
-            res._base_ref = _weakref(a if base is None else base)  # (runtime/call_rules.py rebase_view)
+            ref = a._base_ref  # a view of a view: the first tensor of the chain, while it lives
+            res._base_ref = ref if ref is not None and ref() is not None else _weakref(a)  # (call_rules.py)
             return
 
 

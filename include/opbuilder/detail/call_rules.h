@@ -62,12 +62,13 @@ inline std::string RefusalMessage(Refusal why, const std::string &who, std::size
   }
 }
 
-// The interned name of a runtime.Tensor's view base (runtime/_native.py TENSOR_ATTRS), made once.
-inline PyObject *BaseAttr() {
+// The interned name of a runtime.Tensor's weak reference to its view base (runtime/_native.py
+// TENSOR_ATTRS), made once: None (a class attribute, read without a call) for a tensor that is no view.
+inline PyObject *BaseRefAttr() {
   static std::atomic<PyObject *> stored{nullptr};
   PyObject *s = stored.load(std::memory_order_acquire);
   if (s != nullptr) return s;
-  s = Check(PyUnicode_InternFromString("_base"));
+  s = Check(PyUnicode_InternFromString("_base_ref"));
   PyObject *expected = nullptr;
   if (stored.compare_exchange_strong(expected, s, std::memory_order_acq_rel)) return s;
   Py_DECREF(s);
@@ -93,13 +94,26 @@ inline PyObject *RebaseViewRule() {
   return CachedRule(slot, [] { return ImportAttr("runtime._native", "rebase_view"); });
 }
 
+// What the weak reference `ref` points to, or None if it is gone.
+inline PyRef Referent(PyObject *ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject *o = nullptr;
+  if (PyWeakref_GetRef(ref, &o) < 0) throw PythonError();
+  return o == nullptr ? PyRef::Borrow(Py_None) : PyRef::Steal(o);
+#else
+  return PyRef::Borrow(PyWeakref_GetObject(ref));
+#endif
+}
+
 // Why the argument `caller` (the caller's tensor, bound to the runtime.Tensor `obj` or to none) may
 // not be written while the call records a node, given the edge RunFunction took for it (`edge` is `obj`
 // itself for a leaf, a (node, index) tuple otherwise); kOverlap is decided apart (HasInternalOverlap).
 inline Refusal RecordingRefusal(PyObject *obj, PyObject *edge) {
   if (obj == nullptr) return Refusal::kNone;
   if (edge == obj) return Refusal::kLeaf;
-  PyRef base = PyRef::Steal(Check(PyObject_GetAttr(obj, BaseAttr())));
+  PyRef ref = PyRef::Steal(Check(PyObject_GetAttr(obj, BaseRefAttr())));
+  if (ref.get() == Py_None) return Refusal::kNone;
+  PyRef base = Referent(ref.get());
   if (base.get() == Py_None) return Refusal::kNone;
   const Runtime &rt = Runtime::Get();
   PyRef node = PyRef::Steal(Check(PyObject_GetAttr(base.get(), rt.s_node)));
@@ -119,8 +133,8 @@ inline void ShareVersion(PyObject *out, PyObject *arg) {
 // if it is a view of a base, the base's history becomes the write (runtime/call_rules.py rebase_view).
 inline void RebaseView(PyObject *view, std::size_t index) {
   if (view == nullptr) return;
-  PyRef base = PyRef::Steal(Check(PyObject_GetAttr(view, BaseAttr())));
-  if (base.get() == Py_None) return;
+  PyRef ref = PyRef::Steal(Check(PyObject_GetAttr(view, BaseRefAttr())));
+  if (ref.get() == Py_None) return;
   PyRef i = PyRef::Steal(Check(PyLong_FromSize_t(index)));
   PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(RebaseViewRule(), view, i.get(), nullptr)));
 }
