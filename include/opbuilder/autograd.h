@@ -75,6 +75,7 @@ struct SavedSlot {
   std::vector<VersionWatch> aliases;  // outputs over a saved argument's memory
   std::shared_ptr<void> watch;  // the framework tensor's version counter (a bridge call's), else null
   std::shared_ptr<void> packed;  // kept by the framework's saved-tensor hooks instead (a bridge call's), else null
+  PyRef hooked;  // (unpack, packed): kept by the runtime's saved_tensors_hooks instead, else null
 };
 
 // What Apply and the recorded node keep in a context (not for operator authors).
@@ -383,6 +384,29 @@ inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const T
   }
 }
 
+// The runtime's saved_tensors_hooks in force on this thread (runtime/autograd/saved_hooks.py): its
+// (pack, unpack) pair, or null.
+inline PyRef SavedTensorHooks(const Runtime &rt) {
+  static PyObject *const name = Check(PyUnicode_InternFromString("saved_hooks"));  // made once, under the GIL
+  PyRef h = PyRef::Steal(Check(PyObject_GetAttr(rt.grad_state, name)));
+  return h.get() == Py_None ? PyRef() : h;
+}
+
+// Each tensor `c` saved goes to the hooks' pack, as a new runtime.Tensor over its memory in no graph
+// (what pack keeps holds no node); Backward reads what unpack returns, with no version check (what
+// is kept is the hook's, as in torch).
+inline void PackSaved(const Runtime &rt, ContextState &c, PyObject *hooks) {
+  PyObject *pack = PyTuple_GET_ITEM(hooks, 0), *unpack = PyTuple_GET_ITEM(hooks, 1);
+  for (auto &slot : c.saved) {
+    if (!slot.tensor) continue;
+    PyRef obj = PyRef::Steal(ToPython(rt, Alias(slot.tensor)));
+    PyRef packed = PyRef::Steal(Check(PyObject_CallOneArg(pack, obj.get())));
+    SavedSlot hooked;
+    hooked.hooked = PyRef::Steal(Check(PyTuple_Pack(2, unpack, packed.get())));
+    slot = std::move(hooked);
+  }
+}
+
 // Records the node and turns Forward's outputs into runtime.Tensors that are its results.
 OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradContext, ContextDeleter> ctx,
                                    const TensorPtrList &outs, PyObject *edges,
@@ -477,6 +501,7 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
   }
   c.saved_raw.clear();
   c.saved_final = true;
+  if (PyRef hooks = SavedTensorHooks(rt)) PackSaved(rt, c, hooks.get());
   // a view written in place (MarkDirty) that is now this node's output: its base's history is rebased
   for (std::size_t k = 0; k < c.dirty.size(); ++k) {
     const Tensor *d = c.dirty[k].get();
@@ -678,6 +703,17 @@ OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
     const detail::SavedSlot &s = st.saved[i];
     if (s.packed) {  // what torch's unpack hook gives back; unchecked, as torch checks no hooked tensor's version
       out.push_back(detail::UnpackForeignSaved(**rt.bridge_slot, s.packed.get()));
+      continue;
+    }
+    if (s.hooked) {  // the runtime's saved_tensors_hooks: what unpack returns, unchecked likewise
+      detail::PyRef t = detail::PyRef::Steal(detail::Check(
+          PyObject_CallOneArg(PyTuple_GET_ITEM(s.hooked.get(), 0), PyTuple_GET_ITEM(s.hooked.get(), 1))));
+      if (!PyObject_TypeCheck(t.get(), rt.tensor_type)) {
+        throw detail::TypeError(function_name() + ": the saved_tensors_hooks unpack hook returned a " +
+                                Py_TYPE(t.get())->tp_name + " for saved slot " + std::to_string(i) +
+                                "; it must return a runtime.Tensor");
+      }
+      out.push_back(detail::TensorFromPy(rt, t.get()));
       continue;
     }
     if (s.watch) {

@@ -11,8 +11,9 @@ from .node import Node
 
 # name -> submodule defining it; the submodules themselves ("engine" ...) are lazy attributes too
 LAZY_NAMES: Dict[str, str] = {"backward": "engine", "grad": "engine", "Function": "function",
-                              "FunctionCtx": "function", "once_differentiable": "function"}
-LAZY_MODULES = ("engine", "function", "functional", "gradcheck", "callback")
+                              "FunctionCtx": "function", "once_differentiable": "function",
+                              "saved_tensors_hooks": "saved_hooks"}
+LAZY_MODULES = ("engine", "function", "functional", "gradcheck", "callback", "saved_hooks")
 
 
 def __getattr__(name: str) -> Any:
@@ -27,4 +28,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "Node",
-           "Function", "FunctionCtx", "once_differentiable"]
+           "Function", "FunctionCtx", "once_differentiable", "saved_tensors_hooks"]

@@ -69,6 +69,15 @@ def _fingerprint(arr: np.ndarray, phase: float) -> bytes:
     return arr[np.unravel_index(flat, arr.shape)].tobytes()
 
 
+class _Hooked:
+    """A saved tensor kept by saved_tensors_hooks' pack (saved_hooks.py): backward reads unpack(packed)."""
+
+    __slots__ = ("unpack", "packed")
+
+    def __init__(self, unpack: Callable[[Any], Any], packed: Any) -> None:
+        self.unpack, self.packed = unpack, packed
+
+
 class _SavedOutput:
     """An output kept for backward without keeping its Python object (no cycle through the node)."""
 
@@ -122,6 +131,13 @@ class FunctionCtx:
         for i, s in enumerate(self._saved):
             if s is None:
                 out.append(None)
+                continue
+            if isinstance(s, _Hooked):  # what the unpack hook returns, unchecked (what pack kept is the hook's)
+                t = s.unpack(s.packed)
+                if not isinstance(t, _tensor.Tensor):
+                    raise TypeError(f"{self._fn_name}: the saved_tensors_hooks unpack hook returned a "
+                                    f"{type(t).__name__} for saved slot {i}; it must return a runtime.Tensor")
+                out.append(t)
                 continue
             if isinstance(s, _SavedOutput):
                 live = s.ref()
@@ -356,6 +372,10 @@ def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -
             saved.append(_SavedOutput(final[j], j))
         else:
             saved.append((s, s._version, ()))
+    hooks = _state.saved_hooks
+    if hooks is not None:  # saved_tensors_hooks: each goes to pack as a tensor outside the graph
+        saved = [None if s is None else _Hooked(hooks[1], hooks[0](r.detach()))
+                 for s, r in zip(saved, ctx._saved_raw)]
     ctx._saved = saved
     ctx._saved_raw = ()
     return final

@@ -16,6 +16,7 @@ F = TypeVar("F", bound=Callable)
 
 class _GradState(threading.local):
     enabled = True
+    saved_hooks = None  # (pack, unpack) of saved_hooks.saved_tensors_hooks in force, read by C++ too
 
 
 _state = _GradState()

@@ -1,0 +1,97 @@
+"""saved_tensors_hooks on every route (issue 33): what an operator saves for backward goes through the
+pack hook when it is saved, and backward reads what the unpack hook returns, with no version check
+(torch's rule): the runtime's own hooks (runtime.autograd.saved_tensors_hooks) for C++ and Python
+Functions (tests/test_torch_bridge_semantics.py: torch's on to_torch's bridge).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from op_util import CPP, load_op
+
+pytestmark = pytest.mark.build
+
+
+@pytest.fixture(scope="session")
+def bridge_ops(cache_dir):
+    """tests/cpp/bridge_inplace_ops.cpp: MulSaved (x * y, saving both), ExpSavesOutput (saves exp(x))."""
+    return load_op("bridge_inplace_ops", [CPP / "bridge_inplace_ops.cpp"], include_paths=[CPP],
+                   cflags=["-Wall", "-Wextra", "-Werror"])
+
+
+def _copying_hooks(packed):
+    def pack(t):
+        packed.append(t.numpy().tolist())
+        return rt.Tensor(t.numpy().copy())
+    return rt.autograd.saved_tensors_hooks(pack, lambda p: p)
+
+
+def test_a_cpp_function_saves_through_the_runtime_hooks(bridge_ops):
+    x = rt.Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = rt.Tensor(np.array([3.0, 4.0]))
+    packed = []
+    with _copying_hooks(packed):
+        z = bridge_ops.mul_saved(x, y)
+    assert packed == [[1.0, 2.0], [3.0, 4.0]]
+    bridge_ops.scale_(y, 10.0)  # no version error: what backward reads is the hook's copy
+    z.sum().backward()
+    assert x.grad.numpy().tolist() == [3.0, 4.0]
+
+
+def test_the_unpack_hook_gives_a_cpp_backward_what_it_reads(bridge_ops):
+    x = rt.Tensor(np.array([0.0, 1.0]), requires_grad=True)
+    with rt.autograd.saved_tensors_hooks(lambda t: t, lambda t: rt.Tensor(np.full(2, 5.0))):
+        z = bridge_ops.exp_saves_output(x)  # saves its output
+    z.sum().backward()
+    assert x.grad.numpy().tolist() == [5.0, 5.0]
+    with rt.autograd.saved_tensors_hooks(lambda t: t, lambda t: "not a tensor"):
+        z = bridge_ops.exp_saves_output(x)
+    with pytest.raises(TypeError, match=r"ExpSavesOutput: the saved_tensors_hooks unpack hook returned a str for "
+                                        r"saved slot 0; it must return a runtime\.Tensor"):
+        z.sum().backward()
+
+
+def test_without_hooks_saved_tensors_are_version_checked(bridge_ops):
+    x = rt.Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = rt.Tensor(np.array([3.0, 4.0]))
+    z = bridge_ops.mul_saved(x, y)
+    bridge_ops.scale_(y, 10.0)  # an in-place write the runtime sees (MarkDirty bumps y's version)
+    with pytest.raises(RuntimeError, match=r"saved for backward by MulSaved \(saved slot 1\) has been modified"):
+        z.sum().backward()
+
+
+class MulPy(rt.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y, g * x
+
+
+def test_a_python_function_saves_through_the_runtime_hooks(bridge_ops):
+    x = rt.Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = rt.Tensor(np.array([3.0, 4.0]))
+    packed = []
+    with _copying_hooks(packed):
+        z = MulPy.apply(x, y)
+    assert packed == [[1.0, 2.0], [3.0, 4.0]]
+    bridge_ops.scale_(y, 10.0)
+    z.sum().backward()
+    assert x.grad.numpy().tolist() == [3.0, 4.0]
+
+
+def test_hooks_end_with_their_block(bridge_ops):
+    hooks = rt.autograd.saved_tensors_hooks(lambda t: pytest.fail("packed outside the block"), lambda p: p)
+    with hooks:
+        pass
+    x = rt.Tensor(np.array([1.0]), requires_grad=True)
+    bridge_ops.mul_saved(x, x).sum().backward()
+    assert x.grad.numpy().tolist() == [2.0]
+    with pytest.raises(TypeError, match="saved_tensors_hooks takes two callables"):
+        rt.autograd.saved_tensors_hooks(1, lambda p: p)
