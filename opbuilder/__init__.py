@@ -40,7 +40,8 @@ def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backen
     return _to_torch(module, shape_fn=shape_fn, backend=backend)
 
 
-def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None) -> Any:
+def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None,
+           mutates: Optional[Dict[str, Any]] = None) -> Any:
     """``module``'s functions as JAX functions; imports jax (see docs/interop.md)."""
     from .interop_jax import to_jax as _to_jax
-    return _to_jax(module, shape_fn=shape_fn)
+    return _to_jax(module, shape_fn=shape_fn, mutates=mutates)

@@ -90,8 +90,9 @@ def _to_runtime(who: str, k: int, arr: np.ndarray, private: bool = True) -> Any:
 class _JaxOp:
     """One module function as JAX functions, one ``custom_vjp`` per static signature."""
 
-    def __init__(self, name: str, fn: Callable, shape_fn: Optional[Callable]) -> None:
+    def __init__(self, name: str, fn: Callable, shape_fn: Optional[Callable], writes: Tuple[int, ...] = ()) -> None:
         self.name, self.fn, self.shape_fn = name, fn, shape_fn
+        self.writes = writes  # argument positions the function writes (to_jax's mutates)
         self.by_sig: Dict[Any, Callable] = {}
         self.out_specs: Dict[Any, Tuple[List[Spec], bool]] = {}
 
@@ -139,6 +140,11 @@ class _JaxOp:
         key = (positions, _static_key(list(statics)))
         f = self.by_sig.get(key)
         if f is None:
+            for k in self.writes:
+                if k not in positions:
+                    raise TypeError(f"{self.name}: mutates names argument {k}, but in this call it is "
+                                    f"{'missing' if k >= len(positions) + len(statics) else 'no array'}; declare "
+                                    f"the positions of arrays the function writes")
             f = self.by_sig[key] = self._make(positions, statics)
         return f
 
@@ -194,14 +200,15 @@ class _JaxOp:
 class _JaxFfiOp(_JaxOp):
     """A ``_JaxOp`` whose all-array calls run the XLA custom calls ``targets`` (forward, backward)."""
 
-    def __init__(self, name: str, fn: Callable, shape_fn: Optional[Callable], targets: Tuple[str, str]) -> None:
-        super().__init__(name, fn, shape_fn)
+    def __init__(self, name: str, fn: Callable, shape_fn: Optional[Callable], targets: Tuple[str, str],
+                 writes: Tuple[int, ...] = ()) -> None:
+        super().__init__(name, fn, shape_fn, writes)
         self.targets = targets
 
     def _make(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
         if statics:  # XLA passes buffers only: the callback path takes the static arguments
             return super()._make(positions, statics)
-        via_ffi = ffi_function(self, positions, self.targets)
+        via_ffi = ffi_function(self, positions, self.targets, self.writes)
         via_callback: List[Callable] = []
 
         def f(*arrays: Any) -> Any:
@@ -214,6 +221,26 @@ class _JaxFfiOp(_JaxOp):
                 via_callback.append(super(_JaxFfiOp, self)._make(positions, statics))
             return via_callback[0](*arrays)
         return f
+
+
+def _check_mutates(funcs: Dict[str, Callable], mutates: Any) -> Dict[str, Tuple[int, ...]]:
+    """``mutates`` checked: function names of the module to non-negative argument positions."""
+    if mutates is None:
+        return {}
+    if not isinstance(mutates, dict):
+        raise TypeError(f"to_jax: mutates must be a dict from function name to argument positions, got "
+                        f"{type(mutates).__name__}")
+    out = {}
+    for name, pos in mutates.items():
+        if name not in funcs:
+            raise ValueError(f"to_jax: mutates names {name!r}, which the module does not define "
+                             f"(it has {', '.join(sorted(funcs))})")
+        if (not isinstance(pos, (list, tuple)) or not pos
+                or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in pos)):
+            raise TypeError(f"to_jax: mutates[{name!r}] must be a non-empty list of argument positions "
+                            f"(ints >= 0), got {pos!r}")
+        out[name] = tuple(sorted(set(pos)))
+    return out
 
 
 def _wrapper(op: _JaxOp) -> Callable:
@@ -233,20 +260,27 @@ def _wrapper(op: _JaxOp) -> Callable:
     return call
 
 
-def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None) -> types.SimpleNamespace:
+def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None,
+           mutates: Optional[Dict[str, Sequence[int]]] = None) -> types.SimpleNamespace:
     """``module``'s functions as JAX functions (custom_vjp over host callbacks or, for functions
     bound with ``OB_XLA_FFI``, XLA custom calls; jit, grad, vmap).
 
     ``shape_fn`` maps a function name to its shape rule (see ``Spec``); without one, the rule of its
     ``<name>_infer_shape`` companion (a C++ ``InferShape``) if bound, else the output shapes come
-    from one run of the operator on zeros per distinct signature.
+    from one run of the operator on zeros per distinct signature. ``mutates`` maps a function name to
+    the positions of the array arguments it writes in place and returns (as for ``to_torch``): on the
+    XLA FFI path each is declared aliased to its output (``input_output_aliases``), so XLA copies it
+    (or takes a donated buffer) and the kernel writes that, not the caller's array. Without it a
+    Function gets private copies, or, with ``kAcceptsViews``, XLA's buffers read-only.
     """
     funcs = module_functions(module)
     shape_fns = companion_shape_fns(module, funcs, check_shape_fns("to_jax", funcs, shape_fn))
+    writes = _check_mutates(funcs, mutates)
     targets = ffi_targets(module, funcs, shape_fns)
     out = types.SimpleNamespace()
     for name, fn in funcs.items():
         rule = shape_fns.get(name)
-        op = _JaxFfiOp(name, fn, rule, targets[name]) if name in targets else _JaxOp(name, fn, rule)
+        w = writes.get(name, ())
+        op = _JaxFfiOp(name, fn, rule, targets[name], w) if name in targets else _JaxOp(name, fn, rule, w)
         setattr(out, name, _wrapper(op))
     return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -79,9 +79,30 @@ def _cotangent(ct: Any, struct: jax.ShapeDtypeStruct) -> Any:
     return ct
 
 
-def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str]) -> Callable:
+def _aliases(name: str, positions: Tuple[int, ...], writes: Tuple[int, ...], arrays: Sequence[Any],
+             structs: Sequence[jax.ShapeDtypeStruct]) -> Dict[int, int]:
+    """input_output_aliases for the arguments ``writes`` (positions, declared by to_jax's ``mutates``):
+    each to the first free output of its shape and dtype, which an in-place op returns it as."""
+    out: Dict[int, int] = {}
+    for k in writes:
+        i = positions.index(k)
+        shape, dtype = tuple(np.shape(arrays[i])), np.dtype(arrays[i].dtype)
+        j = next((j for j, s in enumerate(structs)
+                  if j not in out.values() and tuple(s.shape) == shape and np.dtype(s.dtype) == dtype), None)
+        if j is None:
+            raise ValueError(f"{name}: mutates names argument {k} (shape {shape}, {dtype}), but no output has its "
+                             f"shape and dtype; JAX arrays are immutable, so a function that writes an argument "
+                             f"must return it (an in-place op) for JAX to see the write")
+        out[i] = j
+    return out
+
+
+def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
+                 writes: Tuple[int, ...] = ()) -> Callable:
     """A ``custom_vjp`` over the XLA custom calls ``targets`` (forward, backward) for an all-array call
-    of ``op`` (to_jax's ``_JaxOp``: its ``specs`` gives the result shapes)."""
+    of ``op`` (to_jax's ``_JaxOp``: its ``specs`` gives the result shapes). The arguments at positions
+    ``writes`` are declared to XLA as aliased to an output: XLA copies each into that result buffer (or
+    uses a donated one), and the handler gives Forward that buffer to write."""
     fwd_target, bwd_target = targets
 
     def out_structs(arrays):
@@ -91,7 +112,9 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str]) 
     @jax.custom_vjp
     def f(*arrays):
         structs, single = out_structs(arrays)
-        outs = jax.ffi.ffi_call(fwd_target, structs, vmap_method="sequential")(*arrays)
+        aliases = _aliases(op.name, positions, writes, arrays, structs) if writes else {}
+        outs = jax.ffi.ffi_call(fwd_target, structs, vmap_method="sequential",
+                                input_output_aliases=aliases or None)(*arrays)
         return outs[0] if single else tuple(outs)
 
     def f_fwd(*arrays):
@@ -101,8 +124,13 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str]) 
         structs, _ = out_structs(arrays)
         cts = (ct,) if not isinstance(ct, tuple) else ct
         cts = tuple(runtime_cotangent(_cotangent(c, s)) for c, s in zip(cts, structs))
-        grads = jax.ffi.ffi_call(bwd_target, tuple(jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in arrays),
-                                 vmap_method="sequential")(*arrays, *cts)
+        # an input Forward writes (declared) gets a scratch result aliased to it: XLA copies it there
+        written = [positions.index(k) for k in writes]
+        scratch = tuple(jax.ShapeDtypeStruct(np.shape(arrays[i]), arrays[i].dtype) for i in written)
+        grads = jax.ffi.ffi_call(bwd_target, tuple(jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in arrays)
+                                 + scratch, vmap_method="sequential",
+                                 input_output_aliases={i: len(arrays) + m for m, i in enumerate(written)} or None)(
+                                     *arrays, *cts)[:len(arrays)]
         return tuple(jax_gradient(g) if np.issubdtype(a.dtype, np.inexact) else None for a, g in zip(arrays, grads))
 
     f.defvjp(f_fwd, f_bwd)

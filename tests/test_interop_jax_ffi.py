@@ -34,7 +34,7 @@ def xla_ffi_ops(cache_dir, request):
 
 def _callback_twin(module):
     """The same functions and shape rules without the capsules: to_jax's pure_callback path."""
-    names = ["mul", "sin_cube", "add_one_", "triple_scratch", "conj_mul", "saved_data"]
+    names = ["mul", "sin_cube", "add_one_", "triple_scratch", "conj_mul", "saved_data", "add_one_views"]
     return types.SimpleNamespace(**{n: getattr(module, x) for m in names for n, x in ((m, m),
                                                                                         (m + "_infer_shape",) * 2)},
                                  positions=module.positions)
@@ -208,16 +208,62 @@ def test_grad_through_an_in_place_op_matches_central_differences(xla_ffi_ops):
 
 def test_a_function_taking_views_gets_xla_memory_read_only_and_may_not_mark_it_dirty(xla_ffi_ops):
     j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
-    empty, writable = jax.jit(j.dirty_views)(jnp.zeros((0,)))  # no MarkDirty for an empty x
+    empty, writable = jax.jit(j.add_one_views)(jnp.zeros((0,)))  # no MarkDirty for an empty x
     assert empty.shape == (0,) and float(writable) == 0.0  # XLA's buffer itself, read-only: no copy
     x = jnp.arange(3.0)
     with pytest.raises(jax.errors.JaxRuntimeError,
-                       match=r"DirtyViews \(XLA FFI forward\): argument 0 is a JAX array \(immutable, read-only to "
-                             r"a Function that declares kAcceptsViews\), but Forward marked it dirty \(an in-place "
-                             r"write\); drop kAcceptsViews \(then Forward gets a private copy it may write\) or "
-                             r"write a new tensor"):
-        jax.jit(j.dirty_views)(x)[0].block_until_ready()
+                       match=r"AddOneViews \(XLA FFI forward\): argument 0 is a JAX array \(immutable, read-only "
+                             r"to a Function that declares kAcceptsViews\), but Forward marked it dirty \(an "
+                             r"in-place write\); declare the write to XLA with to_jax\(module, "
+                             r"mutates=\{<function>: \[0\]\}\) \(the argument is then copied, or donated, into "
+                             r"the output\), or drop kAcceptsViews \(then Forward gets a private copy it may "
+                             r"write\)"):
+        jax.jit(j.add_one_views)(x)[0].block_until_ready()
     np.testing.assert_array_equal(np.asarray(x), np.arange(3.0))
+
+
+def test_a_declared_write_is_aliased_to_its_output_by_xla(xla_ffi_ops):
+    """to_jax(mutates=...): the written argument is declared to XLA (input_output_aliases); XLA copies
+    it into the output's buffer (or takes a donated one) and Forward writes that buffer, with no copy
+    of its own; the caller's array is unchanged unless donated."""
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES, mutates={"add_one_views": [0], "add_one_": [0]})
+    text = jax.jit(j.add_one_views).lower(jnp.zeros(3)).as_text()
+    assert ".add_one_views.fwd" in text and "output_operand_alias<output_tuple_indices = [0], operand_index = 0" in text
+    for name in ("add_one_views", "add_one_"):
+        x = jnp.arange(4.0)
+        for fn in (getattr(j, name), jax.jit(getattr(j, name)), jax.jit(lambda a, name=name: getattr(j, name)(a))):
+            out = fn(x)
+            out = out[0] if name == "add_one_views" else out
+            np.testing.assert_array_equal(np.asarray(out), np.arange(4.0) + 1, err_msg=name)
+            np.testing.assert_array_equal(np.asarray(x), np.arange(4.0), err_msg=name)
+        later = jax.jit(lambda a, name=name: getattr(j, name)(a)[0] * 0 + a)(x) if name == "add_one_views" else \
+            jax.jit(lambda a: j.add_one_(a) * 0 + a)(x)
+        np.testing.assert_array_equal(np.asarray(later), np.arange(4.0), err_msg=name)
+    _, writable = jax.jit(j.add_one_views)(jnp.arange(4.0))
+    assert float(writable) == 1.0  # the aliased buffer, writable
+    donated = jax.jit(j.add_one_, donate_argnums=0)(jnp.arange(4.0))
+    np.testing.assert_array_equal(np.asarray(donated), np.arange(4.0) + 1)
+    g = jax.jit(jax.grad(lambda a: (j.add_one_views(a)[0] ** 2).sum()))(jnp.arange(4.0))
+    np.testing.assert_allclose(np.asarray(g), central(lambda a: float(np.sum((a + 1) ** 2)), np.arange(4.0)),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_bad_mutates_declarations(xla_ffi_ops):
+    with pytest.raises(ValueError, match=r"^to_jax: mutates names 'nope', which the module does not define "
+                                         r"\(it has "):
+        opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES, mutates={"nope": [0]})
+    with pytest.raises(TypeError, match=r"^to_jax: mutates\['mul'\] must be a non-empty list of argument "
+                                        r"positions \(ints >= 0\), got \[True\]$"):
+        opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES, mutates={"mul": [True]})
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES, mutates={"mul": [2], "positions": [0]})
+    with pytest.raises(TypeError, match=r"^mul: mutates names argument 2, but in this call it is missing; declare "
+                                        r"the positions of arrays the function writes$"):
+        j.mul(jnp.ones(2), jnp.ones(2))
+    with pytest.raises(ValueError, match=r"^positions: mutates names argument 0 \(shape \(2,\), float64\), but no "
+                                         r"output has its shape and dtype; JAX arrays are immutable, so a function "
+                                         r"that writes an argument must return it \(an in-place op\) for JAX to "
+                                         r"see the write"):
+        jax.jit(j.positions)(jnp.ones(2))
 
 
 def _complex_data(seed=5):

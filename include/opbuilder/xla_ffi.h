@@ -13,7 +13,10 @@
 // MarkDirty or not, runs on a copy and the caller's array is unchanged), or, when it declares
 // `static constexpr bool kAcceptsViews = true;`, as read-only Tensors over XLA's memory (no copy;
 // it must honour is_writable() and never write them; MarkDirty on one is an error). The output
-// cotangents given to Backward follow the same rule.
+// cotangents given to Backward follow the same rule. An input declared written
+// (to_jax(module, mutates={name: [i]})) is aliased to the output of its shape and dtype
+// (input_output_aliases): XLA copies it into that result buffer, or donates it, and Forward gets
+// that buffer writable, with no copy of its own.
 // While Forward runs, XLA's result buffers are offered to new host Tensors of their size (tensor.h's
 // OfferedBuffers), so outputs are usually built in place; any other output is copied in. The
 // backward handler gets the inputs and the output cotangents, runs Forward again (inside a jitted
@@ -204,14 +207,35 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
   static constexpr bool kViews = AcceptsViews<T>::value;
   using Inputs = std::array<TensorPtr, kN>;
 
-  static Inputs ReadInputs(const ffi::RemainingArgs &args) {
+  // The inputs as Forward gets them. An input XLA aliased to a result buffer (to_jax's `mutates`:
+  // input_output_aliases) is that buffer, writable and not copied; `aliased` (when given) marks the
+  // result buffers so used, which are then not offered to new tensors.
+  static Inputs ReadInputs(const ffi::RemainingArgs &args, const TensorPtrList *dst = nullptr,
+                           std::vector<bool> *aliased = nullptr) {
     Inputs in;
     for (std::size_t i = 0; i < kN; ++i) {
       auto b = args.get<ffi::AnyBuffer>(i);
       if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
-      in[i] = Input(*b, kViews, "argument", i);
+      const std::size_t j = dst != nullptr ? AliasOf(*b, *dst) : kNone;
+      if (j != kNone) {
+        in[i] = Wrap(*b, true, "argument", i);
+        (*aliased)[j] = true;
+      } else {
+        in[i] = Input(*b, kViews, "argument", i);
+      }
     }
     return in;
+  }
+
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+  // The result buffer XLA placed input `b` in (declared aliasing), or kNone.
+  static std::size_t AliasOf(const ffi::AnyBuffer &b, const TensorPtrList &dst) {
+    if (b.size_bytes() == 0) return kNone;
+    for (std::size_t j = 0; j < dst.size(); ++j) {
+      if (dst[j]->data_ptr() == b.untyped_data()) return j;
+    }
+    return kNone;
   }
 
   // MarkDirty'd tensors must be arguments (as the runtime requires); with kAcceptsViews they are
@@ -222,8 +246,10 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
       if (i < 0) throw std::runtime_error("MarkDirty was given a tensor that is not an argument of Forward");
       if (!d->is_writable()) {
         throw ValueError("argument " + std::to_string(i) + " is a JAX array (immutable, read-only to a Function "
-                         "that declares kAcceptsViews), but Forward marked it dirty (an in-place write); drop "
-                         "kAcceptsViews (then Forward gets a private copy it may write) or write a new tensor");
+                         "that declares kAcceptsViews), but Forward marked it dirty (an in-place write); declare "
+                         "the write to XLA with to_jax(module, mutates={<function>: [" + std::to_string(i) +
+                         "]}) (the argument is then copied, or donated, into the output), or drop kAcceptsViews "
+                         "(then Forward gets a private copy it may write)");
       }
     }
   }
@@ -252,13 +278,18 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
     try {
       if (args.size() != kN) throw std::runtime_error("expects " + std::to_string(kN) + " arguments, got " +
                                                       std::to_string(args.size()));
-      const Inputs in = ReadInputs(args);
       const TensorPtrList dst = ResultTensors(rets);
+      std::vector<bool> aliased(dst.size(), false);
+      const Inputs in = ReadInputs(args, &dst, &aliased);
+      TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
+      for (std::size_t j = 0; j < dst.size(); ++j) {
+        if (!aliased[j]) offered.push_back(dst[j]);
+      }
       TensorPtrList outs;
       {
         AutogradContext ctx;  // dies (with what Forward saved) before the outputs are copied
         std::array<Tensor *, kN + 1> raw{};
-        OfferResults offer(dst);
+        OfferResults offer(offered);
         outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
         State(ctx).args = nullptr;
       }
@@ -278,14 +309,19 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
     }
   }
 
-  // Arguments: Forward's inputs, then one cotangent per output. Results: one gradient per input.
+  // Arguments: Forward's inputs, then one cotangent per output. Results: one gradient per input, then
+  // one scratch buffer per input declared written (to_jax's mutates), aliased to it: XLA copies the
+  // input there, and the rerun Forward writes that copy.
   static ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets) {
     try {
-      if (args.size() <= kN || rets.size() != kN) {
+      if (args.size() <= kN || rets.size() < kN || rets.size() > 2 * kN) {
         throw std::runtime_error("expects the " + std::to_string(kN) + " inputs, the output cotangents and " +
-                                 std::to_string(kN) + " results");
+                                 std::to_string(kN) + " results (and a buffer per written input)");
       }
-      const Inputs in = ReadInputs(args);
+      TensorPtrList dst = ResultTensors(rets);
+      std::vector<bool> aliased(dst.size(), false);
+      const Inputs in = ReadInputs(args, &dst, &aliased);
+      dst.resize(kN);  // the gradients' buffers
       AutogradContext ctx;
       ContextState &st = State(ctx);
       st.needs.assign(kN, false);
@@ -315,7 +351,6 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
         if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
         grads.push_back(Input(*b, kViews, "cotangent", j));
       }
-      const TensorPtrList dst = ResultTensors(rets);
       TensorPtrList g;
       {
         OfferResults offer(dst);

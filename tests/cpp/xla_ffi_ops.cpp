@@ -135,17 +135,21 @@ class AddOneInPlace : public Function<AddOneInPlace> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
 };
 
-// x, marked dirty without being written, by a Function that takes XLA's buffers as they are
-// (kAcceptsViews: read-only, no copy): the handler refuses the MarkDirty. Also reports, as its
-// second output, whether x was writable (1) or read-only (0).
-class DirtyViews : public Function<DirtyViews> {
+// x += 1 in place (float64, marked dirty and returned) by a Function that takes XLA's buffers as they
+// are (kAcceptsViews: no copy). It writes only writable memory, as such a Function must: on a
+// read-only JAX array it only marks x dirty, which the handler refuses. Its second output says
+// whether x was writable (1) or read-only (0).
+class AddOneViews : public Function<AddOneViews> {
  public:
   static constexpr bool kAcceptsViews = true;
   static std::vector<ShapeVector> InferShape(const TensorPtr &x) { return {x->shape(), ShapeVector{}}; }
   static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x) {
-    auto writable = Tensor::empty(x->dtype(), {});
-    if (x->dtype() != kFloat64) throw std::invalid_argument("dirty_views: expected float64");
+    if (x->dtype() != kFloat64 || !x->is_contiguous()) throw std::invalid_argument("add_one_views: float64");
+    auto writable = Tensor::empty(kFloat64, {});
     writable->data<double>()[0] = x->is_writable() ? 1.0 : 0.0;
+    if (x->is_writable()) {
+      for (std::int64_t i = 0; i < x->numel(); ++i) x->data<double>()[i] += 1;
+    }
     if (x->numel() > 0) ctx->MarkDirty({x});
     return {x, writable};
   }
@@ -253,9 +257,9 @@ OB_MODULE(m) {
   m.def("add_one_", [](const TensorPtr &x) { return AddOneInPlace::Apply(x); });
   m.def("add_one__infer_shape", AddOneInPlace::InferShapeFunction());
   OB_XLA_FFI(m, "add_one_", AddOneInPlace);
-  m.def("dirty_views", [](const TensorPtr &x) { return DirtyViews::Apply(x); });
-  m.def("dirty_views_infer_shape", DirtyViews::InferShapeFunction());
-  OB_XLA_FFI(m, "dirty_views", DirtyViews);
+  m.def("add_one_views", [](const TensorPtr &x) { return AddOneViews::Apply(x); });
+  m.def("add_one_views_infer_shape", AddOneViews::InferShapeFunction());
+  OB_XLA_FFI(m, "add_one_views", AddOneViews);
   m.def("triple_scratch", [](const TensorPtr &x) { return TripleScratch::Apply(x); });
   m.def("triple_scratch_infer_shape", TripleScratch::InferShapeFunction());
   OB_XLA_FFI(m, "triple_scratch", TripleScratch);
