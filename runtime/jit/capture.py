@@ -31,6 +31,7 @@ class Tracer:
         self.graph = Graph([tuple(t._data.shape) for t in inputs], [t._data.dtype for t in inputs], name=name)
         self._refs: Dict[int, Ref] = {}
         self._keep: List[Any] = list(inputs)  # ids stay unique while the trace runs
+        self._inputs: List[Tensor] = list(inputs)
         for i, t in enumerate(inputs):
             self._refs.setdefault(id(t), Input(i))
         self._prev: Any = None
@@ -59,6 +60,7 @@ class Tracer:
         self.graph.nodes = []
         self._refs = {}
         self._keep = []
+        self._inputs = []
 
     def ref(self, x: Any) -> Ref:
         """The graph value for ``x``: a known tensor's reference, or a constant."""
@@ -100,9 +102,19 @@ class Tracer:
             self._keep.append(o)
 
     def finish(self, outputs: Sequence[Any]) -> Graph:
-        """Set the graph's outputs (the traced function's result tensors) and return the graph."""
-        self.graph.outputs = [self.ref(o) for o in outputs]
+        """Set the graph's outputs (the traced function's result tensors) and return the graph.
+
+        An input an op wrote and returned as itself (MarkDirty, mark_dirty) is now that op's output:
+        when the result does not hold it, it is one more output after the result's, so a call that
+        records a gradient can give the caller's tensor the history of the write, as eagerly."""
+        outs = [self.ref(o) for o in outputs]
+        for i, t in enumerate(self._inputs):
+            r = self._refs.get(id(t))
+            if r is not None and r != Input(i) and r not in outs:
+                outs.append(r)
+        self.graph.outputs = outs
         self._keep = []
+        self._inputs = []
         return self.graph
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 import numpy as np
 
 from ..autograd.grad_mode import _state, no_grad
-from ..autograd.node import attach_outputs
+from ..autograd.node import attach_outputs, edge_of
 from ..graph.graph import Const, Graph, Input, Output
 from ..graph.registry import Backend, Runner, get_backend
 from ..tensor import Tensor
@@ -235,6 +235,7 @@ class JitFunction:
         g = entry.grad.get(wanted) or self._grad(entry, tensors, wanted)
         n = len(entry.traced.outputs)
         calls = None
+        edges = None
         if not g.plan.opaque:
             with no_grad():
                 res = g.forward(tensors)
@@ -243,6 +244,11 @@ class JitFunction:
         else:  # opaque ops keep the node they record (kept.py) for this call's backward
             external = g.consts.union(map(id, tensors))
             calls = CallContexts(g.plan.owner, external)
+            # an op that writes an input requiring grad (MarkDirty, mark_dirty) moves the input's history
+            # onto the node it kept: the call's node takes the histories the inputs had before the call
+            edges = tuple(edge_of(t) if t.requires_grad else None for t in
+                          (tensors[k[1]] if k[0] == "in" else k[1] for k in g.plan.sources))
+            before = [(t._node, t._out_index) for t in tensors]
             prev = active.forward
             active.forward = calls
             try:
@@ -250,8 +256,16 @@ class JitFunction:
                     res = g.forward(tensors)
             finally:
                 active.forward = prev
-            outs = [o if k in g.reuse and o._node is not None and id(o) not in external
-                    else Tensor._from_array(o._data) for k, o in enumerate(res[:n])]
+            # an input the call wrote and returns (its history moved) is handed out itself, as eagerly: its
+            # history becomes the call's node's output, as a dirty input's becomes its op's
+            moved = {id(t) for t, (nd, ix) in zip(tensors, before) if t._node is not nd or t._out_index != ix}
+            outs = []
+            for k, o in enumerate(res[:n]):
+                if id(o) in moved:
+                    moved.discard(id(o))  # once: a second position gets a new tensor over its memory
+                elif not (k in g.reuse and o._node is not None and id(o) not in external):
+                    o = Tensor._from_array(o._data)
+                outs.append(o)
             saved = [Tensor._from_array(v._data) if j in g.alias else v for j, v in enumerate(res[n:])]
         # the version each output whose memory the backward reads had when handed out, with the op's own
         # tensor (when the output handed out is another over its memory) for a kept node to see a write in
@@ -259,7 +273,7 @@ class JitFunction:
                     res[k] if kept and res[k] is not outs[k] else None)
                    for k, msg, kept in g.watch]
         node = JitGradNode(getattr(self.fn, "__qualname__", "graph"), entry.traced, g.plan, g.backward, tensors,
-                           saved, outs, calls, watched)
+                           saved, outs, calls, watched, edges)
         attach_outputs(node, outs)
         return outs
 

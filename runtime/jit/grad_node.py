@@ -30,7 +30,8 @@ class JitGradNode(Node):
 
     def __init__(self, name: str, forward: Graph, plan: BackwardGraph, run: Runner, inputs: Sequence[Tensor],
                  saved: List[Any], outs: Sequence[Any], kept: Optional[CallContexts] = None,
-                 watched: Sequence[Tuple[Any, int, Optional[str], Optional[Tensor]]] = ()) -> None:
+                 watched: Sequence[Tuple[Any, int, Optional[str], Optional[Tensor]]] = (),
+                 edges: Optional[Tuple[Any, ...]] = None) -> None:
         self._name = name
         self.watched = watched
         self.kept = kept
@@ -41,7 +42,9 @@ class JitGradNode(Node):
         self.saved = saved
         self.nout = len(outs)
         tensors = self._source_tensors()
-        self.next_edges = tuple(edge_of(t) if t.requires_grad else None for t in tensors)
+        # ``edges``: the sources' histories as they were before the forward ran (it may have moved them)
+        self.next_edges = edges if edges is not None else tuple(edge_of(t) if t.requires_grad else None
+                                                                for t in tensors)
         self.input_meta = tuple((t._data.shape, t._data.dtype) for t in tensors)
         self.out_meta = tuple((o._data.shape, o._data.dtype) for o in outs)
 
