@@ -17,6 +17,7 @@ module imports torch; nothing else in opbuilder does.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import types
@@ -31,6 +32,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 import runtime as _rt
 from runtime import dtypes as _dtypes
 from runtime.autograd.grad_mode import _state as _rt_grad
+from runtime.autograd.saved_hooks import saved_tensors_hooks as _rt_saved_hooks
 from runtime.dlpack_host import torch_array as _torch_array
 from runtime.tensor import Tensor as _Tensor
 
@@ -147,6 +149,28 @@ def _to_torch(out: Any, call: Optional[_Call]) -> torch.Tensor:
     return _from_numpy(arr)
 
 
+_NO_HOOKS = contextlib.nullcontext()
+
+
+def _saved_hooks(op: "_Op", recording: bool) -> Any:
+    """torch's saved_tensors_hooks in force, as the runtime's (runtime/autograd/saved_hooks.py) while
+    ``op`` records: what it saves goes through them as the C++ bridge sends it (torch's SavedVariable),
+    zero-copy both ways. A null context when nothing records or no hooks are set."""
+    top = torch._C._autograd._top_saved_tensors_default_hooks(False) if recording else None
+    if top is None:
+        return _NO_HOOKS
+    pack, unpack = top
+
+    def unpacked(packed: Any) -> Any:
+        t = unpack(packed)
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op.name}: the saved_tensors_hooks unpack hook returned a {type(t).__name__}; "
+                            f"it must return a torch.Tensor")
+        return _to_runtime(op.name, 0, t, op.devices)
+
+    return _rt_saved_hooks(lambda t: pack(_to_torch(t, None)), unpacked)
+
+
 class _Op:
     """The torch operators of one module function, one per call signature."""
 
@@ -204,11 +228,12 @@ class _Op:
         record = getattr(_mode, "grad", True)
         rt_args, need, index = self._runtime_args(args, sig, lambda t, c: record and t.requires_grad)
         if need:
-            if _rt_grad.enabled:  # the runtime's own grad mode (torch's is off inside a Function)
-                outs, single = self._run(rt_args)
-            else:
-                with _rt.enable_grad():
+            with _saved_hooks(self, True):  # torch's saved_tensors_hooks, for what the op saves
+                if _rt_grad.enabled:  # the runtime's own grad mode (torch's is off inside a Function)
                     outs, single = self._run(rt_args)
+                else:
+                    with _rt.enable_grad():
+                        outs, single = self._run(rt_args)
             call = _Call(need, index, outs)
         else:
             outs, single = self._run(rt_args)

@@ -1,7 +1,7 @@
 """saved_tensors_hooks on every route (issue 33): what an operator saves for backward goes through the
 pack hook when it is saved, and backward reads what the unpack hook returns, with no version check
 (torch's rule): the runtime's own hooks (runtime.autograd.saved_tensors_hooks) for C++ and Python
-Functions (tests/test_torch_bridge_semantics.py: torch's on to_torch's bridge).
+Functions, and torch's on to_torch's Python path (tests/test_torch_bridge_semantics.py: the bridge).
 """
 from __future__ import annotations
 
@@ -95,3 +95,25 @@ def test_hooks_end_with_their_block(bridge_ops):
     assert x.grad.numpy().tolist() == [2.0]
     with pytest.raises(TypeError, match="saved_tensors_hooks takes two callables"):
         rt.autograd.saved_tensors_hooks(1, lambda p: p)
+
+
+@pytest.mark.parametrize("calls", [1, 2], ids=["first call", "later call"])
+def test_to_torch_python_path_honours_torch_hooks(bridge_ops, monkeypatch, calls):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
+    import opbuilder
+    monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "0")  # every call on the Python path
+    t = opbuilder.to_torch(bridge_ops)
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    for _ in range(calls - 1):
+        t.mul_saved(x.detach(), y)
+    with torch.autograd.graph.saved_tensors_hooks(lambda v: v.clone(), lambda v: v):
+        z = t.mul_saved(x, y)
+    y.mul_(10)  # torch: no version error, the copy is read ([3, 4], not [30, 40])
+    z.sum().backward()
+    assert x.grad.tolist() == [3.0, 4.0]
+    x.grad = None
+    with torch.autograd.graph.saved_tensors_hooks(lambda v: v, lambda v: torch.full_like(v, 5.0)):
+        z = t.exp_saves_output(x)
+    z.sum().backward()
+    assert x.grad.tolist() == [5.0, 5.0]
