@@ -34,10 +34,11 @@ def load(name, sources, **kwargs):
     return CustomOpBuilder(name, sources, **kwargs).load()
 
 
-def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backend: str = "CPU") -> Any:
+def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backend: str = "CPU",
+             mutates: Optional[Dict[str, Any]] = None) -> Any:
     """``module``'s functions as PyTorch operators; imports torch (see docs/interop.md)."""
     from .interop_torch import to_torch as _to_torch
-    return _to_torch(module, shape_fn=shape_fn, backend=backend)
+    return _to_torch(module, shape_fn=shape_fn, backend=backend, mutates=mutates)
 
 
 def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None,

@@ -9,19 +9,29 @@ runtime through ``Tensor.numpy()`` (DLPack off the CPU), runtime -> torch throug
 or tensor subclass must see skip torch.library's Python layers and call the
 same kernels directly (through a ``torch.autograd.Function`` when recording
 grad). Autograd: the forward runs once through the runtime
-with the inputs that require grad marked; the runtime graph is kept alive by
-the output's memory, and torch's backward runs the runtime backward on it (the
-C++ ``Backward``). Where no graph was kept (a compiled graph, ``opcheck``),
-the backward op recomputes the forward with grad recording. Importing this
-module imports torch; nothing else in opbuilder does.
+with the inputs that require grad marked; torch's node for the call holds the
+runtime graph, and torch's backward runs the runtime backward on it (the C++
+``Backward``). Where no graph was kept (a compiled graph), the backward op
+recomputes the forward with grad recording. Importing this module imports
+torch; nothing else in opbuilder does (torch._dynamo only once something is compiled).
+
+One semantics with torch's own operators (runtime/call_rules.py decides the rules):
+each runtime tensor over a torch tensor's memory counts writes on that tensor's
+version counter (``_TorchVersion``), so the runtime's saved-tensor checks see
+torch's in-place writes, and MarkDirty bumps the counter torch sees; an output
+that is an argument returned unchanged comes back as that argument (a view of
+it, or the argument itself when written: torch's in-place rule); a gradient of
+a gradient is one named error; several outputs come back as a tuple.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
 import itertools
+import sys
 import threading
 import types
-import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -31,7 +41,9 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 
 import runtime as _rt
 from runtime import dtypes as _dtypes
+from runtime import call_rules as _rules
 from runtime.autograd.grad_mode import _state as _rt_grad
+from runtime.autograd.node import Node as _Node
 from runtime.autograd.saved_hooks import saved_tensors_hooks as _rt_saved_hooks
 from runtime.dlpack_host import torch_array as _torch_array
 from runtime.tensor import Tensor as _Tensor
@@ -39,15 +51,15 @@ from runtime.tensor import Tensor as _Tensor
 from . import torch_bridge as _torch_bridge
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
 
-__all__ = ["to_torch"]
+__all__ = ["to_torch", "op_handle", "TorchOps"]
 
 _SCHEMA = {"t": "Tensor", "b": "bool", "i": "int", "f": "float", "s": "str", "I": "int[]", "F": "float[]",
            "L": "Tensor[]"}
 _namespaces = itertools.count()
-# data_ptr of an output -> the kept runtime call; an entry lives as long as that output's memory
-_kept: "weakref.WeakValueDictionary[int, _Call]" = weakref.WeakValueDictionary()
-# torch's grad mode at the user's call (the kernel itself runs with grad off, below autograd)
+# torch's grad mode at the user's call (the kernel itself runs with grad off, below autograd), and the
+# registered kernel's last call for its setup_context (same thread, right after it: torch.library's order)
 _mode = threading.local()
+_increment_version = torch._C._increment_version
 _function_mode = torch._C._is_torch_function_mode_enabled
 _grad_enabled = torch.is_grad_enabled
 _is_compiling = torch.compiler.is_compiling
@@ -55,11 +67,17 @@ _define_lock = threading.RLock()
 
 
 class _Call:
-    """One recorded runtime call: its inputs needing grad (by flat tensor index) and its outputs."""
-    __slots__ = ("inputs", "index", "outputs", "__weakref__")
+    """One runtime call: the runtime inputs needing grad (``index``: their flat tensor positions), its
+    runtime outputs, and how they relate to the torch arguments: ``alias[j]``, the flat position of the
+    argument output ``j`` is (returned unchanged) or -1; ``dirty``, the flat positions of arguments the op
+    wrote (MarkDirty); ``recorded``, whether a runtime graph was recorded; ``nflat``, the tensor count."""
+    __slots__ = ("inputs", "index", "outputs", "alias", "dirty", "recorded", "nflat", "__weakref__")
 
-    def __init__(self, inputs: List[Any], index: List[int], outputs: List[Any]) -> None:
+    def __init__(self, inputs: List[Any], index: List[int], outputs: List[Any], alias: Optional[List[int]] = None,
+                 dirty: Sequence[int] = (), recorded: bool = True, nflat: int = 0) -> None:
         self.inputs, self.index, self.outputs = inputs, index, outputs
+        self.alias = [-1] * len(outputs) if alias is None else alias
+        self.dirty, self.recorded, self.nflat = frozenset(dirty), recorded, nflat
 
 
 class _Keep:
@@ -70,6 +88,66 @@ class _Keep:
     def __init__(self, arr: np.ndarray, call: _Call) -> None:
         self.__array_interface__ = arr.__array_interface__
         self.arr, self.call = arr, call
+
+
+class _TorchVersion:
+    """The version counter of a runtime tensor over a torch tensor's memory: torch's own. Reads give
+    the torch tensor's ``_version``; a runtime write (MarkDirty, a write through a view) bumps it with
+    ``torch.autograd.graph.increment_version``. So the runtime's checks of the tensors an op saved see
+    torch's in-place writes, and torch's checks see the op's (torch's rule: one counter per memory)."""
+    __slots__ = ("t", "off", "written")
+
+    def __init__(self, t: torch.Tensor, value: Optional[int] = None) -> None:
+        self.t = t  # a detached alias: it shares the counter, not the autograd history
+        self.off = 0 if value is None else value - t._version
+        self.written = False
+
+    @property
+    def value(self) -> int:
+        return self.t._version + self.off
+
+    @value.setter
+    def value(self, v: int) -> None:
+        n = v - self.t._version - self.off
+        if n > 0:
+            self.written = True
+            for _ in range(n):
+                _increment_version((self.t,))
+        else:
+            self.off += n
+
+
+class _TorchHistory(_Node):
+    """A torch non-leaf's history as the runtime sees it: the argument's node, which passes its gradient
+    unchanged to the runtime leaf standing for the torch tensor. So the op may write the argument in
+    place (MarkDirty), as torch allows for a non-leaf; a leaf that requires grad stays a leaf (refused)."""
+    __slots__ = ()
+    name = "torch history"
+
+    def __init__(self, leaf: Any) -> None:
+        self.next_edges = (leaf,)
+        self.input_meta = self.out_meta = ((leaf._data.shape, leaf._data.dtype),)
+
+    def apply(self, grads: Sequence[Any], create_graph: bool) -> Sequence[Any]:
+        return [grads[0]]
+
+
+class _Plain(Exception):
+    """Carries a result that is no tensor (None, a number, a string) out of an operator's kernel: such a
+    function is no torch operator, and its value goes back to the caller as it is."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__("a result that is no tensor")
+        self.value = value
+
+
+def _plain_value(value: Any) -> Any:
+    """A plain result for the caller: runtime tensors inside it (a tuple of a tensor and a float) as torch's."""
+    if isinstance(value, _Tensor):
+        return _to_torch(value, None)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain_value(v) for v in value)
+    return value
 
 
 def _code(who: str, k: int, a: Any) -> str:
@@ -171,80 +249,165 @@ def _saved_hooks(op: "_Op", recording: bool) -> Any:
     return _rt_saved_hooks(lambda t: pack(_to_torch(t, None)), unpacked)
 
 
+def _once(name: str, res: List[Optional[torch.Tensor]], grads: Sequence[Any], inputs_need_grad: bool
+          ) -> List[Optional[torch.Tensor]]:
+    """Input gradients ``res`` of a backward run with create_graph=True: a gradient of them is one named
+    error (torch's once-differentiable rule, runtime/call_rules.py's message), never a silent zero."""
+    if not torch.is_grad_enabled() or _is_compiling():
+        return res
+    if not inputs_need_grad and not any(isinstance(g, torch.Tensor) and g.requires_grad for g in grads):
+        return res
+    pos = [i for i, r in enumerate(res) if r is not None]
+    if not pos:
+        return res
+    err = torch._C._functions.DelayedError(_rules.double_backward_message(name), len(pos))
+    wrapped = err(*[res[i].detach().requires_grad_() for i in pos])
+    out = list(res)
+    for i, w in zip(pos, wrapped if isinstance(wrapped, (list, tuple)) else (wrapped,)):
+        out[i] = w
+    return out
+
+
 class _Op:
     """The torch operators of one module function, one per call signature."""
 
     def __init__(self, ns: str, lib: Any, name: str, fn: Callable, shape_fn: Optional[Callable],
-                 devices: Tuple[str, ...]) -> None:
+                 devices: Tuple[str, ...], writes: Tuple[int, ...] = ()) -> None:
         self.ns, self.lib, self.name, self.fn, self.shape_fn, self.devices = ns, lib, name, fn, shape_fn, devices
-        self.by_sig: Dict[str, Tuple[Any, List[bool]]] = {}
+        self.writes = writes  # argument positions it writes in place (declared: Tensor(a!) in the schema)
+        # sig -> (operator name, [single output?, outputs alias arguments?]); the bridge reads the keys
+        self.by_sig: Dict[str, Tuple[Any, List[Optional[bool]]]] = {}
+        self.rules: Dict[Tuple[Any, ...], List[Spec]] = {}  # the shape rule's answers, by argument specs
 
     # ---- the runtime side ----
+    def _arg(self, k: int, a: torch.Tensor, flat: int, wants: bool, need: list, index: list, vcs: list) -> Any:
+        """One torch tensor as the runtime tensor the op gets: counting writes on ``a``'s version counter,
+        a leaf needing grad when ``wants`` (behind a ``_TorchHistory`` node when ``a`` is a non-leaf)."""
+        r = _to_runtime(self.name, k, a, self.devices)
+        vc = None
+        if not a.is_inference():  # inference tensors have no counter
+            vc = r._vc = _TorchVersion(a.detach())
+        vcs.append(vc)
+        if wants and r._data.dtype.kind in _GRAD_KINDS:
+            r.requires_grad = True  # a fresh floating leaf: requires_grad_'s checks hold
+            need.append(r)
+            index.append(flat)
+            if a.grad_fn is not None and not (a._is_view() and a._base.is_leaf):
+                h = _Tensor._from_array(r._data)
+                h._vc = r._vc
+                h._node = _TorchHistory(r)
+                h.requires_grad = True
+                return h
+        return r
+
     def _runtime_args(self, args: Sequence[Any], sig: str, grad: Callable[[torch.Tensor, str], bool]
-                      ) -> Tuple[list, list, list]:
-        """Runtime arguments, the flat runtime tensors needing grad, and their flat indices."""
-        out, need, index, flat = [], [], [], 0
+                      ) -> Tuple[list, list, list, list]:
+        """Runtime arguments, the flat runtime tensors needing grad, their flat indices, and each flat
+        tensor's version counter (a ``_TorchVersion``, None for an inference tensor)."""
+        out: list = []
+        need: list = []
+        index: list = []
+        vcs: list = []
         for k, (a, c) in enumerate(zip(args, sig)):
-            if c == "t":  # the common case, without the list's steps
-                r = _to_runtime(self.name, k, a, self.devices)
-                if grad(a, c) and r._data.dtype.kind in _GRAD_KINDS:
-                    r.requires_grad = True  # a fresh floating leaf: requires_grad_'s checks hold
-                    need.append(r)
-                    index.append(flat)
-                out.append(r)
-                flat += 1
+            if c == "t":
+                out.append(self._arg(k, a, len(vcs), grad(a, c), need, index, vcs))
             elif c == "L":
-                conv = []
-                for t in a:
-                    r = _to_runtime(self.name, k, t, self.devices)
-                    if grad(t, c) and r._data.dtype.kind in _GRAD_KINDS:
-                        r.requires_grad = True
-                        need.append(r)
-                        index.append(flat)
-                    conv.append(r)
-                    flat += 1
-                out.append(conv)
+                out.append([self._arg(k, t, len(vcs), grad(t, c), need, index, vcs) for t in a])
             else:
                 out.append(list(a) if c in "IF" else a)
-        return out, need, index
+        return out, need, index, vcs
 
     def _run(self, rt_args: list) -> Tuple[list, bool]:
         res = self.fn(*rt_args)
-        single = not isinstance(res, (list, tuple))
-        return ([res] if single else list(res)), single
+        if isinstance(res, _Tensor):
+            return [res], True
+        if isinstance(res, (list, tuple)) and all(isinstance(o, _Tensor) for o in res):
+            return list(res), False
+        if res is None and self.writes:  # an out= function: no outputs, its writes are declared
+            return [], False
+        raise _Plain(res)  # None (an out= function), a number, a string: no torch operator's result
 
-    def forward_impl(self, sig: str, args: Sequence[Any]) -> List[torch.Tensor]:
-        outs, call = self.record(sig, args)
-        res = [_to_torch(o, call) for o in outs]
-        if call is not None:  # the registered operator's backward finds the call through the outputs
-            for t in res:
-                if t.numel():
-                    _kept[t.data_ptr()] = call
+    def record(self, sig: str, args: Sequence[Any]) -> Tuple[List[Any], _Call]:
+        """Run the op on ``args`` (recording the runtime graph when an input needs grad): its runtime
+        outputs and the call (what it recorded, which outputs are arguments, which arguments it wrote)."""
+        record = getattr(_mode, "grad", True)
+        rt_args, need, index, vcs = self._runtime_args(args, sig, lambda t, c: record and t.requires_grad)
+        with _saved_hooks(self, need):  # torch's saved_tensors_hooks, for what the op saves
+            if need and not _rt_grad.enabled:  # the runtime's own grad mode (torch's is off inside a Function)
+                with _rt.enable_grad():
+                    outs, single = self._run(rt_args)
+            else:
+                outs, single = self._run(rt_args)
+        alias = []
+        for o in outs:  # an argument returned unchanged (or written and returned) counts on its counter
+            vc = o._vc
+            k = -1
+            if type(vc) is _TorchVersion:
+                for i, v in enumerate(vcs):
+                    if v is vc:
+                        k = i
+                        break
+            alias.append(k)
+        dirty = [i for i, v in enumerate(vcs) if v is not None and v.written]
+        info = self.by_sig[sig][1]
+        info[0] = single
+        info[1] = bool(dirty) or any(k >= 0 for k in alias)
+        return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs))
+
+    def to_torch_outputs(self, sig: str, args: Sequence[Any], outs: List[Any], call: _Call) -> List[torch.Tensor]:
+        """The runtime outputs as torch tensors: an argument returned unchanged as a view of the torch
+        argument (sharing its version counter, as torch's Functions return it), one written in place
+        (MarkDirty) as the argument itself, whose counter the write bumped; new memory as a new tensor,
+        whose counter the runtime output counts on from now (an op may have saved it)."""
+        flat = None
+        res = []
+        for o, k in zip(outs, call.alias):
+            if k >= 0:
+                if flat is None:
+                    flat = _flat(args, sig)
+                a = flat[k]
+                if o._data.shape == tuple(a.shape) and _strides_match(o._data, a):
+                    res.append(a if k in call.dirty else a.view_as(a))
+                    continue
+            t = _to_torch(o, None)
+            if call.recorded:
+                o._vc = _TorchVersion(t.detach(), o._version)
+            res.append(t)
+        if self.shape_fn is not None:
+            self.check_rule(sig, args, res)
         return res
 
-    def record(self, sig: str, args: Sequence[Any]) -> Tuple[List[Any], Optional[_Call]]:
-        """Run the op on ``args`` (recording the runtime graph when an input needs grad): its
-        runtime outputs and the recorded call (None when nothing was recorded)."""
-        record = getattr(_mode, "grad", True)
-        rt_args, need, index = self._runtime_args(args, sig, lambda t, c: record and t.requires_grad)
-        if need:
-            with _saved_hooks(self, True):  # torch's saved_tensors_hooks, for what the op saves
-                if _rt_grad.enabled:  # the runtime's own grad mode (torch's is off inside a Function)
-                    outs, single = self._run(rt_args)
-                else:
-                    with _rt.enable_grad():
-                        outs, single = self._run(rt_args)
-            call = _Call(need, index, outs)
-        else:
-            outs, single = self._run(rt_args)
-            call = None
-        self.by_sig[sig][1][0] = single
-        return outs, call
+    def check_rule(self, sig: str, args: Sequence[Any], res: Sequence[torch.Tensor]) -> None:
+        """The shape rule's shapes and dtypes against the real outputs (torch.compile's fake kernel trusts
+        it): a named error on a mismatch, on every eager call."""
+        key = tuple(_spec_key(a, c) for a, c in zip(args, sig))
+        specs = self.rules.get(key)
+        if specs is None:
+            specs = as_specs(self.name, self.shape_fn(*_specs(key, sig)))[0]
+            if len(self.rules) > 4096:  # many shapes (dynamic=True): keep the newest
+                self.rules.clear()
+            self.rules[key] = specs
+        if len(specs) != len(res):
+            raise RuntimeError(f"{self.name}: the shape rule describes {len(specs)} output(s), but the operator "
+                               f"returned {len(res)}; fix the rule (shape_fn or the C++ InferShape)")
+        for j, (s, t) in enumerate(zip(specs, res)):
+            if tuple(t.shape) != s.shape or _TORCH_DT.get(s.dtype) != t.dtype:
+                raise RuntimeError(
+                    f"{self.name}: the shape rule says output {j} is {s.dtype.name}{list(s.shape)}, but the "
+                    f"operator returned {str(t.dtype)[6:]}{list(t.shape)}; torch.compile would read the output "
+                    f"with the rule's shape and dtype, so fix the rule (shape_fn or the C++ InferShape)")
+
+    def forward_impl(self, sig: str, args: Sequence[Any]) -> List[torch.Tensor]:
+        """The registered operator's kernel (and the eager path's without grad)."""
+        outs, call = self.record(sig, args)
+        res = self.to_torch_outputs(sig, args, outs, call)
+        _mode.last = (tuple(args), call)  # for setup_context, which torch calls right after on this thread
+        return res
 
     def forward_direct(self, sig: str, tpos: Tuple[int, ...], args: Sequence[Any]) -> List[torch.Tensor]:
-        """``forward_impl`` for an eager call that records nothing: the C++ op takes each CPU
-        tensor's numpy view as it is (no runtime.Tensor in between), and its results go back through
-        ``torch.from_numpy``. Anything numpy cannot view takes ``forward_impl`` and its errors."""
+        """``forward_impl`` for an eager call that records nothing and whose outputs were never arguments:
+        the C++ op takes each CPU tensor's numpy view as it is (no runtime.Tensor in between), and its
+        results go back through ``torch.from_numpy``. Anything numpy cannot view takes ``forward_impl``."""
         conv = list(args)
         try:
             for i in tpos:
@@ -255,35 +418,48 @@ class _Op:
             return self.forward_impl(sig, args)
         res = self.fn(*conv)
         if isinstance(res, (list, tuple)):
-            return [_to_torch(o, None) for o in res]
-        data = res._data
-        if type(data) is np.ndarray:
-            try:
-                return [torch.from_numpy(data)]
-            except (TypeError, ValueError):  # bfloat16, negative strides
-                return [_from_numpy(data)]
-        return [_to_torch(res, None)]
+            out = [self._direct_out(o, conv, tpos, args, sig) for o in res]
+        elif not isinstance(res, _Tensor):
+            raise _Plain(res)
+        else:
+            data = res._data
+            if type(data) is np.ndarray and data.base is None:
+                try:
+                    out = [torch.from_numpy(data)]
+                except (TypeError, ValueError):  # bfloat16, negative strides
+                    out = [_from_numpy(data)]
+            else:
+                out = [self._direct_out(res, conv, tpos, args, sig)]
+        if self.shape_fn is not None:
+            self.check_rule(sig, args, out)
+        return out
 
-    def backward_impl(self, sig: str, outputs: List[torch.Tensor], grads: List[torch.Tensor],
-                      args: Sequence[Any], call: Optional[_Call] = None) -> List[torch.Tensor]:
-        """Input gradients: through the recorded runtime call (``call``, else the one kept with the
-        outputs' memory), or, when there is none, through a new recording of the forward."""
-        flat = [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
-        for o in outputs if call is None else ():
-            if o.numel():
-                call = _kept.get(o.data_ptr())
-                break
-        if call is None or len(call.outputs) != len(outputs):  # nothing kept: record the forward again
+    def _direct_out(self, o: Any, conv: list, tpos: Tuple[int, ...], args: Sequence[Any], sig: str) -> torch.Tensor:
+        if not isinstance(o, _Tensor):
+            raise _Plain(o)
+        base = getattr(o._data, "base", None)
+        if base is not None:
+            for i in tpos:  # an argument returned (first seen here): a view of it, and no direct path again
+                if base is conv[i] and o._data.shape == conv[i].shape and o._data.strides == conv[i].strides:
+                    self.by_sig[sig][1][1] = True
+                    return args[i].view_as(args[i])
+        return _to_torch(o, None)
+
+    def backward_impl(self, sig: str, grads: List[Optional[torch.Tensor]], args: Optional[Sequence[Any]],
+                      call: Optional[_Call] = None) -> List[Optional[torch.Tensor]]:
+        """Input gradients (None for none), one per flat tensor argument: through the recorded runtime call
+        or, when there is none (a compiled graph), through a new recording of the forward on ``args``."""
+        if call is None or not call.recorded or len(call.outputs) != len(grads):  # record the forward again
             # tensors in lists get no gradients from a Function (the runtime says so when they need one)
-            rt_args, need, index = self._runtime_args(args, sig, lambda t, c: c == "t")
+            rt_args, need, index, vcs = self._runtime_args(args, sig, lambda t, c: c == "t")
             with _rt.enable_grad():
                 outs, _ = self._run(rt_args)
-            call, retain = _Call(need, index, outs), False
+            call, retain = _Call(need, index, outs, nflat=len(vcs)), False
         else:
             retain = True  # torch may call backward again on its graph (gradcheck does)
         pairs = [(o, _to_runtime(self.name, i, g, self.devices))
                  for i, (o, g) in enumerate(zip(call.outputs, grads)) if o.requires_grad and g is not None]
-        res: List[Optional[torch.Tensor]] = [None] * len(flat)
+        res: List[Optional[torch.Tensor]] = [None] * call.nflat
         if pairs and call.inputs:
             gs = _rt.autograd.grad([o for o, _ in pairs], call.inputs, [g for _, g in pairs],
                                    retain_graph=retain, allow_unused=True)
@@ -291,28 +467,47 @@ class _Op:
                 if g is not None:
                     res[i] = torch.from_dlpack(g) if not isinstance(g._data, np.ndarray) else \
                         _from_numpy(np.ascontiguousarray(g._data))
-        return [torch.zeros_like(t) if r is None else r for t, r in zip(flat, res)]
+        return res
 
     # ---- the torch side ----
-    def define(self, sig: str, args: Sequence[Any]) -> Tuple[str, List[Optional[bool]]]:
+    def define(self, sig: str, args: Optional[Sequence[Any]]) -> Tuple[str, List[Optional[bool]]]:
         """Define the forward and backward operators for call signature ``sig`` (``args``: its
-        arguments as ``_spec_key`` gives them)."""
+        arguments as ``_spec_key`` gives them; None while torch.compile traces, where the fake kernel
+        asks the shape rule)."""
         opname = f"{self.name}_{sig}" if sig else self.name
-        params = ", ".join(f"{_SCHEMA[c]} a{k}" for k, c in enumerate(sig))
-        single: List[Optional[bool]] = [None]
-        if self.shape_fn is not None:  # first: a rule that fails leaves nothing half-defined
-            single[0] = as_specs(self.name, self.shape_fn(*_specs(args, sig)))[1]
-        self.lib.define(f"{opname}({params}) -> Tensor[]")
-        self.lib.define(f"{opname}_backward(Tensor[] outputs, Tensor[] grads{', ' if params else ''}{params}) "
+        for k in self.writes:
+            if k >= len(sig) or sig[k] != "t":
+                raise TypeError(f"{self.name}: mutates names argument {k}, but in this call it is "
+                                f"{'missing' if k >= len(sig) else 'no tensor'}; declare the positions of tensors "
+                                f"the function writes")
+        tags = iter("abcdefghijklmnopqrstuvwxyz")
+        params = ", ".join(f"Tensor({next(tags)}!) a{k}" if k in self.writes else f"{_SCHEMA[c]} a{k}"
+                           for k, c in enumerate(sig))
+        info: List[Optional[bool]] = [None, False]
+        if self.shape_fn is not None and args is not None:  # first: a rule that fails leaves nothing half-defined
+            info[0] = as_specs(self.name, self.shape_fn(*_specs(args, sig)))[1]
+        # an out= function (it writes declared arguments, its rule gives no outputs) returns nothing
+        void = bool(self.writes) and self.shape_fn is not None and (
+            args is None or not as_specs(self.name, self.shape_fn(*_specs(args, sig)))[0])
+        self.lib.define(f"{opname}({params}) -> {'()' if void else 'Tensor[]'}")
+        bparams = ", ".join(f"{_SCHEMA[c]} a{k}" for k, c in enumerate(sig))
+        self.lib.define(f"{opname}_backward(Tensor[] outputs, Tensor[] grads{', ' if bparams else ''}{bparams}) "
                         f"-> Tensor[]")
         # every device reaches the Python kernel, which names the devices it takes (a clear error)
         key = "CompositeExplicitAutograd"
-        self.lib.impl(opname, lambda *a: self.forward_impl(sig, a), key)
-        self.lib.impl(f"{opname}_backward", lambda outputs, grads, *a: self.backward_impl(sig, outputs, grads, a),
-                      key)
+        def kernel(*a: Any) -> Optional[List[torch.Tensor]]:
+            out = self.forward_impl(sig, a)
+            return None if void else out
+        self.lib.impl(opname, kernel, key)
+
+        def backward_kernel(outputs: List[torch.Tensor], grads: List[torch.Tensor], *a: Any) -> List[torch.Tensor]:
+            flat = _flat(a, sig)
+            res = self.backward_impl(sig, list(grads), a)
+            return [torch.zeros_like(t) if r is None else r for t, r in zip(flat, res)]
+        self.lib.impl(f"{opname}_backward", backward_kernel, key)
         qual = f"{self.ns}::{opname}"
         if self.shape_fn is not None:
-            torch.library.register_fake(qual, self._fake(sig), lib=self.lib)
+            torch.library.register_fake(qual, self._fake(sig, void), lib=self.lib)
             torch.library.register_fake(f"{qual}_backward", lambda outputs, grads, *a: [
                 torch.empty_like(t) for x, c in zip(a, sig) if c in "tL" for t in ([x] if c == "t" else x)],
                 lib=self.lib)
@@ -320,65 +515,88 @@ class _Op:
         ntensor = sum(1 for c in sig if c in "tL")
 
         def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-            if not _is_compiling():  # real outputs: the runtime's record says which have no gradient
-                no_grad = _no_grad_outputs(output)
-                if no_grad:
-                    ctx.mark_non_differentiable(*no_grad)
-            ctx.save_for_backward(*output)
             ctx.args = tuple(None if c in "tL" else a for a, c in zip(inputs, sig))
-            ctx.tensors = [a for a, c in zip(inputs, sig) if c in "tL"]
+            ctx.lens = [len(a) if c == "L" else 1 for a, c in zip(inputs, sig)]
+            last, _mode.last = getattr(_mode, "last", None), None
+            call = None
+            if (last is not None and not _is_compiling() and len(last[0]) == len(inputs)
+                    and all(x is y for x, y in zip(last[0], inputs))):
+                call = last[1]  # the call the kernel just ran for these very arguments
+            ctx.call = call
+            if call is None:  # a compiled graph: the backward op records the forward again
+                ctx.save_for_backward(*output)
+                ctx.tensors = [a for a, c in zip(inputs, sig) if c in "tL"]
+                return
+            ctx.tensors = None
+            ctx.out_meta = [(o.shape, o.dtype, o.device) for o in output]
+            # what the runtime recorded no gradient for (MarkNonDifferentiable, integers, a plain C++
+            # function) does not require grad in torch either: no silent zero gradients
+            no_grad = [o for o, r in zip(output, call.outputs) if not (call.recorded and r.requires_grad)]
+            if no_grad:
+                ctx.mark_non_differentiable(*no_grad)
+            dirty = [o for o, k in zip(output, call.alias) if k in call.dirty and k >= 0]
+            if dirty:
+                ctx.mark_dirty(*dirty)
 
         def backward(ctx: Any, grads: List[Optional[torch.Tensor]]) -> Tuple[Any, ...]:
-            outputs = list(ctx.saved_tensors)
-            gs = [torch.zeros_like(o) if g is None else g for o, g in zip(outputs, grads)]
-            it = iter(ctx.tensors)
-            args = [next(it) if c in "tL" else a for a, c in zip(ctx.args, sig)]
-            flat = iter(bwd(outputs, gs, *args))
+            call = ctx.call
+            if call is not None:
+                gs = [torch.zeros(s, dtype=d, device=dev) if g is None else g
+                      for g, (s, d, dev) in zip(grads, ctx.out_meta)]
+                flat = self.backward_impl(sig, gs, None, call)
+                it = iter(_once(self.name, flat, grads, any(ctx.needs_input_grad)))
+            else:
+                outputs = list(ctx.saved_tensors)
+                gs = [torch.zeros_like(o) if g is None else g for o, g in zip(outputs, grads)]
+                it0 = iter(ctx.tensors)
+                args = [next(it0) if c in "tL" else a for a, c in zip(ctx.args, sig)]
+                it = iter(bwd(outputs, gs, *args))
             res = []
-            for a, c in zip(args, sig):
+            for n, c in zip(ctx.lens, sig):
                 if c == "t":
-                    res.append(next(flat))
+                    res.append(next(it))
                 elif c == "L":
-                    res.append([next(flat) for _ in a])
+                    res.append([next(it) for _ in range(n)])
                 else:
                     res.append(None)
             return tuple(res)
 
-        if ntensor:
+        if ntensor and not self.writes:  # torch has no autograd formula for ops that write their arguments
             torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=self.lib)
-        self.by_sig[sig] = (opname, single)
+        self.by_sig[sig] = (opname, info)
         return self.by_sig[sig]
 
-    def _fake(self, sig: str) -> Callable:
-        _DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
-            "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
-            "uint32", "uint64", "bool", "complex64", "complex128")}
-
-        def fake(*args: Any) -> List[torch.Tensor]:
+    def _fake(self, sig: str, void: bool = False) -> Callable:
+        def fake(*args: Any) -> Optional[List[torch.Tensor]]:
             keys = [_spec_key(a, c) for a, c in zip(args, sig)]
-            specs, _ = as_specs(self.name, self.shape_fn(*_specs(keys, sig)))
+            specs, single = as_specs(self.name, self.shape_fn(*_specs(keys, sig)))
+            info = self.by_sig[sig][1]
+            if info[0] is None:
+                info[0] = single
             dev = next(t.device for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a))
-            return [torch.empty(s.shape, dtype=_DT[s.dtype], device=dev) for s in specs]
+            if void:
+                return None
+            return [torch.empty(s.shape, dtype=_TORCH_DT[s.dtype], device=dev) for s in specs]
         return fake
 
 
-def _no_grad_outputs(outputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-    """The outputs of a registered operator's eager forward that the runtime recorded no gradient for:
-    all of them when it recorded nothing (a plain C++ function), else those whose runtime tensor does
-    not require grad (MarkNonDifferentiable, integer outputs). Empty when it cannot tell."""
-    call = None
-    for o in outputs:
-        if o.numel():
-            try:
-                call = _kept.get(o.data_ptr())
-            except RuntimeError:  # no memory (a fake tensor): nothing to tell
-                return []
-            if call is None:
-                return list(outputs)
-            break
-    if call is None or len(call.outputs) != len(outputs):
-        return []
-    return [o for o, r in zip(outputs, call.outputs) if not r.requires_grad]
+_TORCH_DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+    "uint32", "uint64", "bool", "complex64", "complex128")}
+
+
+def _flat(args: Sequence[Any], sig: str) -> List[torch.Tensor]:
+    """The tensor arguments, lists flattened: the order of ``_Call``'s flat positions."""
+    return [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
+
+
+def _strides_match(arr: Any, t: torch.Tensor) -> bool:
+    """The array (a runtime output) has the torch tensor's element strides and first element."""
+    if type(arr) is not np.ndarray:
+        return True  # CUDA memory the op returned unchanged: one tensor, one layout
+    item = arr.itemsize
+    return (all(s == st * item for s, st, n in zip(arr.strides, t.stride(), arr.shape) if n > 1)
+            and arr.__array_interface__["data"][0] == t.data_ptr())
 
 
 class _Eager(torch.autograd.Function):
@@ -389,46 +607,59 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, op: "_Op", sig: str, *args: Any) -> Tuple[torch.Tensor, ...]:
         rt_outs, call = op.record(sig, args)
-        outs = [_to_torch(o, None) for o in rt_outs]
+        outs = op.to_torch_outputs(sig, args, rt_outs, call)
         # what the runtime recorded no gradient for (MarkNonDifferentiable, integers, a plain C++
         # function) does not require grad in torch either: no silent zero gradients
-        ctx.mark_non_differentiable(*[t for t, o in zip(outs, rt_outs) if not o.requires_grad])
-        ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's
-        ctx.args = tuple(None if c == "t" else a for a, c in zip(args, sig))
-        ctx.ntensor = sig.count("t")
-        ctx.save_for_backward(*[a for a, c in zip(args, sig) if c == "t"], *outs)
+        no_grad = [t for t, o in zip(outs, rt_outs) if not (call.recorded and o.requires_grad)]
+        if no_grad:
+            ctx.mark_non_differentiable(*no_grad)
+        dirty = [t for t, k in zip(outs, call.alias) if k >= 0 and k in call.dirty]
+        if dirty:
+            ctx.mark_dirty(*dirty)
+        ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's node
         return tuple(outs)
 
     @staticmethod
     def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> Tuple[Any, ...]:
-        saved = ctx.saved_tensors
-        tensors, outputs = iter(saved[:ctx.ntensor]), list(saved[ctx.ntensor:])
-        args = [next(tensors) if c == "t" else a for a, c in zip(ctx.args, ctx.sig)]
-        gs = [torch.zeros_like(o) if g is None else g for o, g in zip(outputs, grads)]
-        flat = iter(ctx.op.backward_impl(ctx.sig, outputs, gs, args, ctx.call))
-        return (None, None) + tuple(next(flat) if c == "t" else None for c in ctx.sig)
+        flat = ctx.op.backward_impl(ctx.sig, list(grads), None, ctx.call)
+        it = iter(_once(ctx.op.name, flat, grads, any(ctx.needs_input_grad[2:])))
+        return (None, None) + tuple(next(it) if c == "t" else None for c in ctx.sig)
+
+
+def _many(out: Sequence[torch.Tensor], op: _Op) -> Any:
+    """Several outputs as a tuple (torch's convention); none, from an out= function, as None."""
+    return tuple(out) if out or not op.writes else None
 
 
 def _wrapper(op: _Op) -> Callable:
     """The user-facing function: picks (or defines) the operator for the call's signature."""
-    def ensure(sig: str, specs: Tuple[Any, ...]) -> str:
-        # runs eagerly even while torch.compile traces (assume_constant_result): defining an
-        # operator is not traceable, and its name is a constant of the call's signature
+    def define(sig: str, specs: Optional[Tuple[Any, ...]]) -> Tuple[Any, List[Optional[bool]]]:
         with _define_lock:  # two threads' first calls define the operator once
             entry = op.by_sig.get(sig)
             if entry is None:
                 entry = op.define(sig, specs)
-        return f"{entry[0]}|{int(bool(entry[1][0]))}"
+        return entry
 
-    ensure_c = torch._dynamo.assume_constant_result(ensure)
+    def ensure(sig: str) -> str:
+        # runs eagerly even while torch.compile traces (assume_constant_result): defining an operator
+        # is not traceable, and its name is a constant of the call's signature (its shapes may be symbols)
+        return define(sig, None)[0]
+
+    ensure._dynamo_marked_constant = True  # type: ignore[attr-defined]  # torch._dynamo.assume_constant_result
     packet = getattr(torch.ops, op.ns)
 
-    fast: Dict[str, Tuple[Any, List[Optional[bool]]]] = {}  # sig -> (OpOverload, single), eager calls
+    fast: Dict[str, Tuple[Any, List[Optional[bool]]]] = {}  # sig -> (OpOverload, info), eager calls
     # the argument types of eager calls whose signature they fix (plain torch.Tensors, no lists) ->
-    # (sig, tensor positions, single): the lean path of `call`
+    # (sig, tensor positions, info): the lean path of `call`
     direct: Dict[Tuple[type, ...], Tuple[str, Tuple[int, ...], List[Optional[bool]]]] = {}
 
     def general(*args: Any) -> Any:
+        try:
+            return route(*args)
+        except _Plain as p:  # a function returning None, a number or a string: its value as it is
+            return _plain_value(p.value)
+
+    def route(*args: Any) -> Any:
         sig = "".join([_code(op.name, k, a) for k, a in enumerate(args)])
         if not torch.compiler.is_compiling():
             hit = fast.get(sig)
@@ -437,7 +668,7 @@ def _wrapper(op: _Op) -> Callable:
                 # nothing to record and no mode or subclass that must see the operator: the kernel
                 # the dispatcher would pick, called directly (torch's Python op dispatch is ~10 us)
                 plain = all(type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t")
-                if plain and hit[1][0] is not None and not any(c in "LIF" for c in sig):
+                if plain and hit[1][0] is not None and not hit[1][1] and not any(c in "LIF" for c in sig):
                     direct[tuple(map(type, args))] = (sig, tuple(k for k, c in enumerate(sig) if c == "t"), hit[1])
                 if "L" not in sig and _current_mode() is None and not _function_mode() and plain:
                     if grad and any(a.requires_grad for a, c in zip(args, sig) if c == "t"):
@@ -446,34 +677,48 @@ def _wrapper(op: _Op) -> Callable:
                         out = op.forward_impl(sig, args)
                 else:
                     out = hit[0](*args)
-                return out[0] if hit[1][0] else out
-        specs = tuple(_spec_key(a, c) for a, c in zip(args, sig))
-        opname, single = ensure_c(sig, specs).split("|")
-        overload = getattr(packet, opname).default
-        if not torch.compiler.is_compiling():
-            _mode.grad = torch.is_grad_enabled()
-            fast[sig] = (overload, op.by_sig[sig][1])
+                    if out is None:  # an out= function
+                        return None
+                return out[0] if hit[1][0] else _many(out, op)
+        if torch.compiler.is_compiling():
+            overload = getattr(packet, ensure(sig)).default
+            out = overload(*args)  # its fake kernel says whether the rule gives one output
+            if out is None:  # an out= function
+                return None
+            return out[0] if op.by_sig[sig][1][0] else _many(out, op)
+        overload = getattr(packet, define(sig, tuple(_spec_key(a, c) for a, c in zip(args, sig)))[0]).default
+        _mode.grad = torch.is_grad_enabled()
+        fast[sig] = (overload, op.by_sig[sig][1])
         out = overload(*args)
-        return out[0] if (single == "1" or op.by_sig[sig][1][0]) else out
+        if out is None:  # an out= function
+            return None
+        return out[0] if op.by_sig[sig][1][0] else _many(out, op)
 
-    if op.shape_fn is None:  # no fake kernel: torch.compile runs this call eagerly (a graph break)
-        general = torch.compiler.disable(general)
+    # no fake kernel: torch.compile runs this call eagerly (a graph break). torch.compiler.disable imports
+    # torch._dynamo (seconds): it wraps `general` once something imports it, before anything is traced
+    compiled = [general]
+    if op.shape_fn is None:
+        _when_dynamo(lambda: compiled.__setitem__(0, torch.compiler.disable(general)))
 
     def call(*args: Any) -> Any:
         if _forward_ad._current_level >= 0:  # a dual level is open: refuse tangents, never drop them
             _refuse_tangents(op.name, args)
-        # an eager call seen before, with nothing that must see the operator: the fewest steps
-        if not _is_compiling():
+        if _is_compiling():  # no try block here: dynamo cannot break a graph inside one
+            return compiled[0](*args)
+        try:
+            # an eager call seen before, with nothing that must see the operator: the fewest steps
             hit = direct.get(tuple(map(type, args)))
-            if hit is not None and _current_mode() is None and not _function_mode():
+            if hit is not None and not hit[2][1] and _current_mode() is None and not _function_mode():
                 sig, tpos, single = hit
                 if _grad_enabled() and any(args[i].requires_grad for i in tpos):
                     _mode.grad = True
                     out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
                 else:
                     out = op.forward_direct(sig, tpos, args)
-                return out[0] if single[0] else out
-        return general(*args)
+                return out[0] if single[0] else _many(out, op)
+            return compiled[0](*args)
+        except _Plain as p:  # a function returning None, a number or a string: its value as it is
+            return _plain_value(p.value)
 
     entry = call
     # only a C++ function: a Python one (or an aot op) would see torch tensors outside the bridge's frame
@@ -495,9 +740,50 @@ def _wrapper(op: _Op) -> Callable:
             return call(*args)
 
         entry.bridged = bridged  # type: ignore[attr-defined]  # tests read the Op's fast_calls
+    def torch_op(*args: Any) -> Any:
+        """The registered torch operator for a call with ``args`` (``op_handle``)."""
+        sig = "".join([_code(op.name, k, a) for k, a in enumerate(args)])
+        return getattr(packet, define(sig, tuple(_spec_key(a, c) for a, c in zip(args, sig)))[0]).default
+
+    entry.torch_op = torch_op  # type: ignore[attr-defined]
     entry.__name__ = entry.__qualname__ = op.name
     entry.__doc__ = op.fn.__doc__
     return entry
+
+
+_dynamo_waiting: List[Callable[[], None]] = []
+
+
+class _DynamoWatch(importlib.abc.MetaPathFinder):
+    """Runs ``_dynamo_waiting`` once ``torch._dynamo`` is imported (torch.compile imports it before it
+    traces anything): to_torch then costs no import of torch._dynamo until something is compiled."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "torch._dynamo":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            run(module)
+            while _dynamo_waiting:
+                _dynamo_waiting.pop(0)()
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _when_dynamo(fn: Callable[[], None]) -> None:
+    """Call ``fn`` now if torch._dynamo is imported, else right after it is."""
+    with _define_lock:
+        if "torch._dynamo" in sys.modules and not any(isinstance(f, _DynamoWatch) for f in sys.meta_path):
+            fn()
+            return
+        if not any(isinstance(f, _DynamoWatch) for f in sys.meta_path):
+            sys.meta_path.insert(0, _DynamoWatch())
+        _dynamo_waiting.append(fn)
 
 
 def _refuse_tangents(name: str, args: Sequence[Any]) -> None:
@@ -527,24 +813,107 @@ def _spec_key(a: Any, c: str) -> Any:
     return tuple(a) if c in "IF" else a
 
 
-def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backend: str = "CPU"
-             ) -> types.SimpleNamespace:
+class TorchOps(types.SimpleNamespace):
+    """What ``to_torch`` returns: the module's functions as torch operators, by name.
+
+    ``copy.deepcopy`` (of a model holding it) gives the same namespace: operators hold no state.
+    Pickling it (``torch.save`` of such a model) stores how to make it again: the operator library's
+    file and ``to_torch``'s arguments; ``torch.load`` loads that library (built, in the cache) again."""
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "TorchOps":
+        return self
+
+    def __copy__(self) -> "TorchOps":
+        return self
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        source = self.__dict__.get("_source")
+        if source is None:
+            raise TypeError(f"the to_torch namespace {self._namespace} cannot be pickled: its module has no library "
+                            f"file to load again (a module built in Python); save model.state_dict() instead, "
+                            f"and make the namespace with to_torch when loading")
+        return (_restore, source)
+
+
+_restored: Dict[Tuple[Any, ...], TorchOps] = {}
+_by_file: Dict[str, Any] = {}  # library file -> the module to_torch was given (one load per process)
+
+
+def _restore(path: str, name: str, shape_fn: Optional[Dict[str, Callable]], backend: str,
+             mutates: Optional[Dict[str, Sequence[int]]]) -> TorchOps:
+    """A pickled ``TorchOps`` again: its library loaded (once per process) and wrapped (once per arguments)."""
+    key = (path, backend, repr(sorted((shape_fn or {}).items())), repr(sorted((mutates or {}).items())))
+    with _define_lock:
+        hit = _restored.get(key)
+        if hit is not None:
+            return hit
+        module = _by_file.get(path)
+        if module is None:
+            from pathlib import Path
+
+            from .importer import import_extension
+            module = import_extension(name, Path(path))
+        ops = to_torch(module, shape_fn=shape_fn, backend=backend, mutates=mutates)
+        _restored[key] = ops
+        return ops
+
+
+def op_handle(fn: Callable, *args: Any) -> Any:
+    """The registered torch operator (an ``OpOverload``) of ``fn`` (a ``to_torch`` function) for a call
+    with ``args``: what ``torch.library.opcheck`` and dispatch modes see. Defined here if no call has
+    defined it yet. It returns a list of tensors (``fn`` itself returns one tensor or a tuple)."""
+    get = getattr(fn, "torch_op", None)
+    if get is None:
+        raise TypeError(f"op_handle: {getattr(fn, '__name__', fn)!r} is not a function of a to_torch namespace")
+    return get(*args)
+
+
+def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backend: str = "CPU",
+             mutates: Optional[Dict[str, Sequence[int]]] = None) -> TorchOps:
     """``module``'s functions as PyTorch operators (torch tensors in and out, differentiable).
 
     ``shape_fn`` maps a function name to its shape rule (see ``Spec``); with one, the operator has a
     fake kernel and works under ``torch.compile(fullgraph=True)``. A function without one takes the
     rule of its ``<name>_infer_shape`` companion (a C++ ``InferShape``) when the module binds one. ``backend`` is the module's
-    (``"CPU"`` or ``"GPU"``): which torch devices its arguments may live on.
+    (``"CPU"`` or ``"GPU"``): which torch devices its arguments may live on. ``mutates`` maps a function
+    name to the positions of the tensor arguments it writes in place (the ``out=`` pattern, e.g.
+    ``{"add_out": [2]}``): torch's schema declares them (``Tensor(a!)``), so torch.compile keeps the
+    write and ``opcheck`` passes. A function may return nothing (``void``): its call returns None.
     """
     if backend not in ("CPU", "GPU"):
         raise ValueError(f"to_torch: backend must be 'CPU' or 'GPU', got {backend!r}")
     funcs = module_functions(module)
     shape_fns = companion_shape_fns(module, funcs, check_shape_fns("to_torch", funcs, shape_fn))
+    writes = _check_mutates(funcs, mutates)
     base = "".join(c if c.isalnum() else "_" for c in getattr(module, "__name__", "module").split(".")[-1])
     ns = f"opbuilder_{base}_{next(_namespaces)}"
     lib = torch.library.Library(ns, "FRAGMENT")
     devices = ("cpu",) if backend == "CPU" else ("cuda", "cpu")
-    out = types.SimpleNamespace(_library=lib, _namespace=ns)
+    out = TorchOps(_library=lib, _namespace=ns)
+    path = getattr(module, "__file__", None)
+    if isinstance(path, str) and isinstance(getattr(module, "__name__", None), str):
+        _by_file.setdefault(path, module)
+        out._source = (path, module.__name__, shape_fn, backend, mutates)
     for name, fn in funcs.items():
-        setattr(out, name, _wrapper(_Op(ns, lib, name, fn, shape_fns.get(name), devices)))
+        setattr(out, name, _wrapper(_Op(ns, lib, name, fn, shape_fns.get(name), devices, writes.get(name, ()))))
+    return out
+
+
+def _check_mutates(funcs: Dict[str, Callable], mutates: Any) -> Dict[str, Tuple[int, ...]]:
+    """``mutates`` checked: function names of the module to non-negative argument positions."""
+    if mutates is None:
+        return {}
+    if not isinstance(mutates, dict):
+        raise TypeError(f"to_torch: mutates must be a dict from function name to argument positions, got "
+                        f"{type(mutates).__name__}")
+    out = {}
+    for name, pos in mutates.items():
+        if name not in funcs:
+            raise ValueError(f"to_torch: mutates names {name!r}, which the module does not define "
+                             f"(it has {', '.join(sorted(funcs))})")
+        if (not isinstance(pos, (list, tuple)) or not pos
+                or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in pos)):
+            raise TypeError(f"to_torch: mutates[{name!r}] must be a non-empty list of argument positions "
+                            f"(ints >= 0), got {pos!r}")
+        out[name] = tuple(sorted(set(pos)))
     return out

@@ -1,0 +1,395 @@
+"""to_torch keeps torch's semantics on every Python route of a call (issue 33): the first call of a
+signature (torch.library's registered operator), later eager calls, the operator handle itself, calls
+under a TorchFunctionMode and with nn.Parameter arguments; all with OPBUILDER_TORCH_BRIDGE=0 (the tests'
+default). Each case is compared with what torch's own operators do: gradients kept per call (not per
+data pointer), saved inputs version-checked, version counters shared with arguments returned or written,
+one named error for double backward, tuples for several outputs, plain values returned as they are."""
+from __future__ import annotations
+
+import copy
+import io
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
+
+import opbuilder  # noqa: E402
+from opbuilder import Spec  # noqa: E402
+from opbuilder.interop_torch import op_handle  # noqa: E402
+
+pytestmark = pytest.mark.build
+
+SRC = r'''
+#include <string>
+#include "opbuilder/extension.h"
+using namespace opbuilder;
+
+namespace {
+TensorPtr Like(const TensorPtr &x) { return std::make_shared<Tensor>(x->dtype(), x->shape()); }
+TensorPtr Scaled(const TensorPtr &g, double k) {
+  auto out = Like(g);
+  const double *s = g->data<double>();
+  double *d = out->data<double>();
+  for (int64_t i = 0; i < out->numel(); ++i) d[i] = k * s[i];
+  return out;
+}
+}  // namespace
+
+// returns x unchanged; the gradient passes through
+struct Ident : Function<Ident> {
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) { return x; }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+// x *= 2 in place (MarkDirty), returns x
+struct Scale : Function<Scale> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    double *p = x->data<double>();
+    for (int64_t i = 0; i < x->numel(); ++i) p[i] *= 2;
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Scaled(g[0], 2)}; }
+};
+// x + y, saves nothing (torch's add: a later write into x or y is no error)
+struct Add : Function<Add> {
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x, const TensorPtr &y) {
+    auto out = Like(x);
+    const double *a = x->data<double>(), *b = y->data<double>();
+    double *o = out->data<double>();
+    for (int64_t i = 0; i < out->numel(); ++i) o[i] = a[i] + b[i];
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], g[0]}; }
+};
+// (2x, 3x)
+struct Two : Function<Two> {
+  static TensorPtrList Forward(AutogradContext *, const TensorPtr &x) { return {Scaled(x, 2), Scaled(x, 3)}; }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto a = Scaled(g[0], 2), b = Scaled(g[1], 3);
+    double *p = a->data<double>();
+    const double *q = b->data<double>();
+    for (int64_t i = 0; i < a->numel(); ++i) p[i] += q[i];
+    return {a};
+  }
+};
+// the out= pattern (pytorch/extension-cpp's myadd_out): out = x + y, returns nothing
+void AddOut(const TensorPtr &x, const TensorPtr &y, const TensorPtr &out) {
+  const double *a = x->data<double>(), *b = y->data<double>();
+  double *o = out->data<double>();
+  for (int64_t i = 0; i < out->numel(); ++i) o[i] = a[i] + b[i];
+}
+double Total(const TensorPtr &x) {
+  double s = 0;
+  const double *p = x->data<double>();
+  for (int64_t i = 0; i < x->numel(); ++i) s += p[i];
+  return s;
+}
+std::string Name(const TensorPtr &) { return "hello"; }
+TensorPtr PlainIdent(const TensorPtr &x) { return x; }
+
+OB_MODULE(m) {
+  m.def("ident", [](const TensorPtr &x) { return Ident::Apply(x); });
+  m.def("scale_", [](const TensorPtr &x) { return Scale::Apply(x); });
+  m.def("add", [](const TensorPtr &x, const TensorPtr &y) { return Add::Apply(x, y); });
+  m.def("two", [](const TensorPtr &x) { return Two::Apply(x); });
+  m.def("add_out", &AddOut);
+  m.def("total", &Total);
+  m.def("name", &Name);
+  m.def("plain_ident", &PlainIdent);
+}
+'''
+
+PATHS = ("first", "eager", "handle", "mode", "parameter")
+DOUBLE = torch.float64
+
+
+@pytest.fixture(scope="module")
+def sem_ops(cache_dir):
+    return opbuilder.load_inline("torch_semantics_ops", SRC)
+
+
+class _Passthrough(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _call(path, module, name, *args):
+    """``name`` of a fresh to_torch(module) called with ``args`` on one route: the signature's first call
+    (the registered operator), a later eager call, the operator handle, under a TorchFunctionMode, or
+    (``parameter``) with nn.Parameter arguments (``_t(..., path=path)`` makes them)."""
+    ns = opbuilder.to_torch(module)
+    fn = getattr(ns, name)
+    if path == "eager":  # the signature's first call, on copies: later calls take the eager path
+        fn(*[a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args])
+    if path == "handle":
+        out = op_handle(fn, *args)(*args)
+        return out[0] if len(out) == 1 else tuple(out)
+    if path == "mode":
+        with _Passthrough():
+            return fn(*args)
+    return fn(*args)
+
+
+def _t(*values, grad=False, path=None):
+    t = torch.tensor(values, dtype=DOUBLE, requires_grad=grad)
+    return torch.nn.Parameter(t) if grad and path == "parameter" else t
+
+
+# ---- #4: the graph of each call, not of a data pointer --------------------------------------------------------
+
+@pytest.mark.parametrize("path", PATHS)
+def test_an_op_returning_its_input_keeps_the_earlier_ops_gradient(sem_ops, my_ops, path):
+    ns = opbuilder.to_torch(my_ops)
+    x, y = _t(1.0, 2.0, 3.0, grad=True, path=path), _t(4.0, 5.0, 6.0)
+    z = ns.mul(x, y)
+    w = _call(path, sem_ops, "ident", z)  # returns z unchanged: the same memory as mul's output
+    (w * _t(1.0, 10.0, 100.0)).sum().backward()
+    torch.testing.assert_close(x.grad, y * _t(1.0, 10.0, 100.0))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_an_op_on_a_view_of_an_output_keeps_the_earlier_ops_gradient(sem_ops, my_ops, path):
+    ns = opbuilder.to_torch(my_ops)
+    x, y = _t(1.0, 2.0, 3.0, grad=True), _t(4.0, 5.0, 6.0)
+    z = ns.mul(x, y)
+    w = _call(path, sem_ops, "ident", z[1:])
+    w.sum().backward()
+    torch.testing.assert_close(x.grad, _t(0.0, 5.0, 6.0))
+
+
+# ---- #5: saved inputs are version-checked --------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_saved_input_written_before_backward_is_an_error(my_ops, path):
+    x, y = _t(1.0, 2.0, 3.0, grad=True, path=path), _t(4.0, 5.0, 6.0)
+    z = _call(path, my_ops, "mul", x, y)  # saves y for x's gradient
+    y.mul_(10)
+    with pytest.raises(RuntimeError, match=r"modified by an in-?place operation"):
+        z.sum().backward()
+    with pytest.raises(RuntimeError, match=r"modified by an in-?place operation"):  # torch's own mul does this
+        zt = x * y
+        y.mul_(10)
+        zt.sum().backward()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_an_input_the_op_did_not_save_may_be_written(sem_ops, path):
+    x, y = _t(1.0, 2.0, 3.0, grad=True, path=path), _t(4.0, 5.0, 6.0, grad=True, path=path)
+    z = _call(path, sem_ops, "add", x, y)  # Add saves nothing, as torch's add
+    with torch.no_grad():
+        y.mul_(10)
+    z.sum().backward()
+    torch.testing.assert_close(x.grad, _t(1.0, 1.0, 1.0))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_non_leaf_saved_input_written_is_an_error(my_ops, path):
+    a = _t(1.0, 2.0, 3.0, grad=True)
+    x, y = a * 1, a * 2
+    z = _call(path, my_ops, "mul", x, y)
+    y.add_(1)
+    with pytest.raises(RuntimeError, match=r"modified by an in-?place operation"):
+        z.sum().backward()
+
+
+# ---- #7: version counters shared with arguments returned or written ---------------------------------------
+
+@pytest.mark.parametrize("path", PATHS)
+def test_markdirty_bumps_the_callers_version_and_returns_the_argument(sem_ops, path):
+    c = _t(1.0, 2.0)
+    v = c._version
+    r = _call(path, sem_ops, "scale_", c)
+    assert c.tolist() == [2.0, 4.0]
+    assert c._version > v  # torch's c.mul_(2) bumps it too
+    if path != "handle":  # the handle's schema returns a list of new tensors
+        assert r is c
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_an_argument_returned_unchanged_shares_its_version_counter(sem_ops, my_ops, path):
+    for name in ("plain_ident", "ident"):
+        x, y = _t(1.0, 2.0, 3.0, grad=True), _t(4.0, 5.0, 6.0)
+        z = opbuilder.to_torch(my_ops).mul(x, y)  # saves y
+        w = _call(path, sem_ops, name, y)  # y returned unchanged, no grad
+        assert w.data_ptr() == y.data_ptr()
+        w.add_(1)  # a write through the result is a write into y
+        assert y.tolist() == [5.0, 6.0, 7.0]
+        with pytest.raises(RuntimeError, match=r"modified by an in-?place operation"):
+            z.sum().backward()
+
+
+@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+def test_markdirty_on_a_non_leaf_is_accepted_as_torch_does(sem_ops, path):
+    a = _t(1.0, 2.0, 3.0, grad=True)
+    b = a * 1
+    r = _call(path, sem_ops, "scale_", b)
+    assert r is b and b.tolist() == [2.0, 4.0, 6.0]
+    (r * _t(1.0, 10.0, 100.0)).sum().backward()
+    ref = a.detach().clone().requires_grad_()
+    (ref * 1).mul_(2).mul(_t(1.0, 10.0, 100.0)).sum().backward()  # torch's own in-place op
+    torch.testing.assert_close(a.grad, ref.grad)
+
+
+@pytest.mark.parametrize("path", ("first", "eager", "handle", "mode"))
+def test_markdirty_on_a_leaf_that_requires_grad_is_refused(sem_ops, path):
+    a = _t(1.0, 2.0, 3.0, grad=True)
+    with pytest.raises(RuntimeError, match=r"Scale modifies argument 0 in place \(MarkDirty\), but it is a leaf "
+                                           r"that requires grad"):
+        _call(path, sem_ops, "scale_", a)
+
+
+# ---- #16: double backward is one named error ------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", PATHS)
+def test_double_backward_is_a_named_error_not_zeros(my_ops, path):
+    x, y = _t(1.0, 2.0, 3.0, grad=True, path=path), _t(4.0, 5.0, 6.0, grad=True, path=path)
+    z = _call(path, my_ops, "mul", x, y)
+    (gx,) = torch.autograd.grad(z.sum(), x, create_graph=True)
+    torch.testing.assert_close(gx.detach(), y.detach())  # the first gradient is right
+    with pytest.raises(RuntimeError, match=r"^mul: double backward through an opbuilder operator is not supported: "
+                                           r"its Backward is once-differentiable \(create_graph=True, then a "
+                                           r"gradient of the gradient\)$"):
+        gx.sum().backward()
+
+
+# ---- #21: one answer on every path ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ("first", "eager", "mode", "parameter"))
+def test_several_outputs_come_back_as_a_tuple(sem_ops, path):
+    x = _t(1.0, 2.0, grad=True, path=path)
+    out = _call(path, sem_ops, "two", x)
+    assert type(out) is tuple and len(out) == 2
+    (out[0] + out[1]).sum().backward()
+    torch.testing.assert_close(x.grad, _t(5.0, 5.0))
+
+
+@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+def test_functions_returning_a_number_or_a_string_work(sem_ops, path):
+    x = _t(1.0, 2.0, 3.5)
+    assert _call(path, sem_ops, "total", x) == 6.5
+    assert _call(path, sem_ops, "name", x) == "hello"
+
+
+# ---- #15: the out= pattern ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+def test_an_out_function_writes_and_returns_none(sem_ops, path):
+    x, y, out = _t(1.0, 2.0, 3.0), _t(5.0, 4.0, 3.0), _t(0.0, 0.0, 0.0)
+    assert _call(path, sem_ops, "add_out", x, y, out) is None
+    assert out.tolist() == [6.0, 6.0, 6.0]
+
+
+def test_an_out_function_keeps_its_write_under_compile(sem_ops):
+    ns = opbuilder.to_torch(sem_ops)  # no shape rule: torch.compile runs the call eagerly
+
+    def f(a, b):
+        o = torch.zeros_like(a)
+        ns.add_out(a, b, o)
+        return o * 1
+    x, y = _t(1.0, 2.0, 3.0), _t(5.0, 4.0, 3.0)
+    assert torch.compile(f, backend="aot_eager")(x, y).tolist() == [6.0, 6.0, 6.0]
+
+
+def test_a_declared_out_argument_is_in_the_schema_and_compiles_fullgraph(sem_ops):
+    ns = opbuilder.to_torch(sem_ops, shape_fn={"add_out": lambda x, y, o: []}, mutates={"add_out": [2]})
+
+    def f(a, b):
+        o = torch.zeros_like(a)
+        ns.add_out(a, b, o)
+        return o * 1
+    x, y = _t(1.0, 2.0, 3.0), _t(5.0, 4.0, 3.0)
+    assert torch.compile(f, backend="aot_eager", fullgraph=True)(x, y).tolist() == [6.0, 6.0, 6.0]
+    op = op_handle(ns.add_out, x, y, torch.zeros(3, dtype=DOUBLE))
+    assert op._schema.arguments[2].alias_info.is_write
+    torch.library.opcheck(op, (x, y, torch.zeros(3, dtype=DOUBLE)))
+
+
+def test_bad_mutates(sem_ops):
+    with pytest.raises(ValueError, match=r"^to_torch: mutates names 'nope', which the module does not define "):
+        opbuilder.to_torch(sem_ops, mutates={"nope": [0]})
+    with pytest.raises(TypeError, match=r"^to_torch: mutates\['add_out'\] must be a non-empty list of argument "
+                                        r"positions \(ints >= 0\), got 2$"):
+        opbuilder.to_torch(sem_ops, mutates={"add_out": 2})
+    ns = opbuilder.to_torch(sem_ops, mutates={"total": [1]})
+    with pytest.raises(TypeError, match=r"^total: mutates names argument 1, but in this call it is missing; "):
+        ns.total(_t(1.0))
+
+
+# ---- #12: shape rules are checked against real outputs ----------------------------------------------------------
+
+@pytest.mark.parametrize("path", ("first", "eager"))
+def test_a_wrong_shape_rule_is_a_named_error_on_eager_calls(my_ops, path):
+    x = _t(1.0, 2.0, 3.0)
+    ns = opbuilder.to_torch(my_ops, shape_fn={"mul": lambda a, b: Spec(a.shape, np.dtype("float32"))})
+    if path == "eager":
+        with pytest.raises(RuntimeError):
+            ns.mul(x, x)
+    with pytest.raises(RuntimeError, match=r"^mul: the shape rule says output 0 is float32\[3\], but the operator "
+                                           r"returned float64\[3\]; torch.compile would read the output with the "
+                                           r"rule's shape and dtype, so fix the rule"):
+        ns.mul(x, x)
+    ns = opbuilder.to_torch(my_ops, shape_fn={"mul": lambda a, b: Spec((1,) + a.shape, a.dtype)})
+    with pytest.raises(RuntimeError, match=r"^mul: the shape rule says output 0 is float64\[1, 3\], but the "
+                                           r"operator returned float64\[3\]"):
+        ns.mul(x, x)
+
+
+def test_compile_with_a_shape_rule_and_several_shapes(my_ops):
+    ns = opbuilder.to_torch(my_ops, shape_fn={"mul": lambda a, b: Spec(np.broadcast_shapes(a.shape, b.shape),
+                                                                        a.dtype)})
+    for dynamic in (False, True):
+        f = torch.compile(lambda a, b: ns.mul(a, b) + 1, backend="aot_eager", fullgraph=True, dynamic=dynamic)
+        for n in (3, 5, 7):
+            x, y = torch.randn(n, dtype=DOUBLE), torch.randn(n, dtype=DOUBLE)
+            torch.testing.assert_close(f(x, y), x * y + 1)
+
+
+# ---- #22: a model holding a namespace is copied and saved; opcheck's handle ------------------------------------
+
+class _Model(torch.nn.Module):
+    def __init__(self, ops):
+        super().__init__()
+        self.ops = ops
+        self.gate = torch.nn.Parameter(torch.ones(3, dtype=DOUBLE))
+
+    def forward(self, x):
+        return self.ops.mul(x, self.gate)
+
+
+def test_deepcopy_and_torch_save_of_a_model_holding_a_namespace(my_ops):
+    model = _Model(opbuilder.to_torch(my_ops))
+    x = _t(1.0, 2.0, 3.0)
+    twin = copy.deepcopy(model)
+    torch.testing.assert_close(twin(x), model(x))
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    back = torch.load(buf, weights_only=False)
+    torch.testing.assert_close(back(x), model(x))
+
+
+def test_pickling_a_namespace_of_python_functions_is_a_named_error():
+    ns = opbuilder.to_torch(type("M", (), {"f": staticmethod(lambda x: x)}))
+    with pytest.raises(TypeError, match=r"cannot be pickled: its module has no library file to load again"):
+        torch.save(ns, io.BytesIO())
+
+
+def test_op_handle_is_what_opcheck_takes(my_ops):
+    ns = opbuilder.to_torch(my_ops, shape_fn={"mul": lambda a, b: Spec(a.shape, a.dtype)})
+    x, y = torch.randn(3, dtype=DOUBLE, requires_grad=True), torch.randn(3, dtype=DOUBLE, requires_grad=True)
+    torch.library.opcheck(op_handle(ns.mul, x, y), (x, y))
+    with pytest.raises(TypeError, match=r"^op_handle: 'len' is not a function of a to_torch namespace$"):
+        op_handle(len, x)
+
+
+# ---- #23: to_torch imports no compiler machinery ----------------------------------------------------------------
+
+def test_to_torch_does_not_import_dynamo():
+    code = ("import sys, torch, opbuilder, types\n"
+            "ns = opbuilder.to_torch(types.SimpleNamespace(f=lambda x: x))\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
