@@ -279,3 +279,37 @@ def test_graph_mode_sees_a_field_of_a_plain_object_and_a_global_a_helper_reads(r
         SCALE = 0.75
     assert_graph_matches_pynative(net, x)
     assert net._graph_jit.traces == 2
+
+
+class DenseList(nn.Cell):
+    """A runtime Cell (nn.Dense) in a plain list attribute."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = [nn.Dense(3, 2, has_bias=False)]
+
+    def construct(self, x):
+        return mint.sum(mint.tanh(self.layers[0](x)))
+
+
+def test_graph_mode_sees_a_runtime_cell_in_a_plain_list_get_a_new_parameter():
+    net, x = DenseList(), Tensor(RNG.standard_normal((2, 3)).astype(np.float32))
+    rt.set_context(mode=rt.GRAPH_MODE)
+    try:
+        net(x)
+        net.layers[0].weight = Parameter(Tensor(np.full((2, 3), 0.5, np.float32)), name="weight")
+        got = net(x).asnumpy()
+    finally:
+        rt.set_context(mode=rt.PYNATIVE_MODE)
+    np.testing.assert_allclose(got, net(x).asnumpy(), rtol=1e-6)
+    assert net._graph_jit.traces == 2
+
+
+def test_a_global_runtime_cell_given_a_new_parameter_is_seen():
+    dense = nn.Dense(3, 2, has_bias=False)
+    j = jit(lambda t: dense(t) * 1.0)
+    x = Tensor(RNG.standard_normal((2, 3)).astype(np.float32))
+    j(x)
+    dense.weight = Parameter(Tensor(np.full((2, 3), 2.0, np.float32)), name="weight")
+    np.testing.assert_allclose(j(x).asnumpy(), dense(x).asnumpy(), rtol=1e-6)
+    assert j.traces == 2

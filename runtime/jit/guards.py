@@ -130,6 +130,16 @@ def _cell_contents(cell: Any) -> Any:
         return _MISSING
 
 
+def _is_cell(v: Any) -> bool:
+    from ..nn.cell import Cell
+    return isinstance(v, Cell)
+
+
+def _cell_state(cell: Any) -> Any:
+    from ..nn.graph_state import CellState
+    return CellState(cell)
+
+
 def _code_names(code: types.CodeType) -> Set[str]:
     names: Set[str] = set()
     stack = [code]
@@ -242,6 +252,10 @@ class _Walk:
             return
         cls = type(v)
         if _library_module(cls.__module__):
+            if _is_cell(v):  # a runtime Cell (nn.Dense...): its code is not walked, so its whole state
+                self.seen.add(id(v))
+                self.keep.append(v)
+                self._guard(lambda c=v: _cell_state(c), f"the attributes of a {cls.__qualname__}")
             return
         self.seen.add(id(v))
         self.keep.append(v)

@@ -10,7 +10,10 @@ next call would read the new value. A tensor attribute is keyed by identity
 only: the graph holds it by reference and sees its in-place updates. So are
 the module globals and class attributes that a cell's ``construct`` names
 (its code's names, nested code included) and that held a value, not a
-function, class or module, when the class was first snapshotted.
+function, class or module, when the class was first snapshotted. What this
+snapshot keys by identity only (a cell inside a plain list or dict attribute,
+a plain object's fields, globals read by helper functions) the jit trace's
+guards check (runtime/jit/guards.py).
 """
 from __future__ import annotations
 
