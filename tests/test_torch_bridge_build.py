@@ -133,3 +133,23 @@ def test_a_damaged_bridge_is_built_again(copied, damage):
     assert r.stdout.strip() == f"loaded from {lib}"
     assert lib.read_bytes()[:4] == b"\x7fELF" and lib.stat().st_size > 4096
     assert _load_bridge(copied).stdout.strip() == f"loaded from {lib}"  # and it stays healed
+
+
+@pytest.mark.parametrize("into", ["cache", "store"])
+def test_a_bundle_carries_the_bridge_to_another_cache_or_a_store(torch_bridge, cache_dir, tmp_path, into):
+    tmp = Path(os.path.realpath(tmp_path))
+    exported = _run(["-m", "opbuilder", "export", bridge.MODULE, "-o", str(tmp / "bridge.tar")], Path(cache_dir))
+    assert exported.returncode == 0, exported.stderr
+    root = tmp / "cache"
+    root.mkdir(mode=0o700)
+    store = tmp / "store"
+    args = ["-m", "opbuilder", "import", str(tmp / "bridge.tar")]
+    imported = _run(args + (["--into", str(store)] if into == "store" else []), root)
+    assert imported.returncode == 0, imported.stderr
+    env = dict(os.environ, OPBUILDER_CACHE_DIR=str(root), OPBUILDER_TORCH_BRIDGE="1",
+               **({"OPBUILDER_PREBUILT_DIR": str(store)} if into == "store" else {}))
+    r = subprocess.run([sys.executable, "-c", "from opbuilder import torch_bridge as b; b.ready(wait=True); "
+                        "print(b.status())"], env=env, capture_output=True, text=True, timeout=900)
+    where = store if into == "store" else root
+    assert r.stdout.strip().startswith(f"loaded from {where / ENTRY}/"), (r.stdout, r.stderr)
+    assert "building" not in r.stderr  # nothing compiled: the bundle's build is the one for this torch
