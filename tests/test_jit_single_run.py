@@ -240,3 +240,23 @@ def test_gradients_through_an_input_the_call_writes_match_eager_on_every_call(co
         for got, exp in zip(_dirty_input_scenario(j, returned), want):
             np.testing.assert_allclose(got, exp, rtol=1e-14)
     assert j.traces == 1
+
+
+def test_a_call_after_a_stop_may_call_the_same_jitted_method_again():
+    """The rest of a stopped call runs eagerly while its trace's cache entry is being made: a jitted
+    method it calls again (recursion through another instance) runs, it does not wait on itself."""
+
+    class Tree:
+        def __init__(self, child=None):
+            self.child = child
+
+        @jit
+        def f(self, x):
+            y = x * 2.0
+            if float(mint.sum(y)) > 0 and self.child is not None:  # stops the trace
+                return self.child.f(y)
+            return y
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert Tree(Tree(Tree())).f(Tensor(np.array([1.0]))).asnumpy().tolist() == [8.0]

@@ -149,7 +149,7 @@ class JitFunction:
         self.backend: Backend = get_backend(backend)
         self.config = config
         self._cache: Dict[Tuple[Any, ...], _Entry] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by a call made after its trace stopped (eagerly)
         self.traces = 0  # how many times the function was traced (one per new signature or read value)
         self._missed: Optional[str] = None  # the last read (guards.py) that no longer held
         self.backward_traces = 0  # how many backward graphs were built (one per signature differentiated)
@@ -353,7 +353,11 @@ class JitFunction:
                 return eager, True, out
             # what the trace read besides its arguments, as the trace left it (a statement of the function
             # runs at trace time only: a list it appends to is not read as changed by the next call)
-            guards = collect(self.fn, args, kwargs)
+            try:
+                guards = collect(self.fn, args, kwargs)
+            except Exception as e:  # noqa: BLE001  (an object that cannot be read plainly, too deep...)
+                return self._uncached(key, name, f"what it reads could not be listed ({type(e).__name__}: "
+                                                 f"{e})"), True, out
             if too_many(guards):
                 return self._uncached(key, name, f"it reads more than {len(guards) - 1} globals, closure "
                                                  f"variables and attributes"), True, out
