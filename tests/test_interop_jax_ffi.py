@@ -34,7 +34,8 @@ def xla_ffi_ops(cache_dir, request):
 
 def _callback_twin(module):
     """The same functions and shape rules without the capsules: to_jax's pure_callback path."""
-    names = ["mul", "sin_cube", "add_one_", "triple_scratch", "conj_mul", "saved_data", "add_one_views"]
+    names = ["mul", "sin_cube", "add_one_", "triple_scratch", "conj_mul", "saved_data", "add_one_views",
+             "dirty_not_returned"]
     return types.SimpleNamespace(**{n: getattr(module, x) for m in names for n, x in ((m, m),
                                                                                         (m + "_infer_shape",) * 2)},
                                  positions=module.positions)
@@ -190,6 +191,18 @@ def test_an_op_that_writes_an_input_never_writes_the_callers_array(xla_ffi_ops):
                                  r"tensor"):
             jax.jit(jax.grad(lambda a: (ops.triple_scratch(a) * a).sum()))(x).block_until_ready()
         np.testing.assert_array_equal(np.asarray(x), np.arange(1.0, 5.0), err_msg=path)
+
+
+def test_marking_dirty_an_argument_not_returned_is_refused_on_both_paths(xla_ffi_ops):
+    """The runtime's rule (an argument modified in place must be returned), on the FFI path too."""
+    x = jnp.arange(3.0)
+    for path, ops in _both(xla_ffi_ops).items():
+        with pytest.raises((jax.errors.JaxRuntimeError, RuntimeError),
+                           match=r"DirtyNotReturned(::Forward)?( \(XLA FFI forward\))?: argument 0 was given to "
+                                 r"MarkDirty but not returned by Forward; an argument modified in place must be "
+                                 r"returned as an output"):
+            jax.jit(ops.dirty_not_returned)(x).block_until_ready()
+        np.testing.assert_array_equal(np.asarray(x), np.arange(3.0), err_msg=path)
 
 
 def test_grad_through_an_in_place_op_matches_central_differences(xla_ffi_ops):

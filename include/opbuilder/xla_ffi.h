@@ -240,10 +240,14 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
 
   // MarkDirty'd tensors must be arguments (as the runtime requires); with kAcceptsViews they are
   // XLA's read-only buffers, which Forward must not write (the runtime refuses read-only memory too).
-  static void CheckDirty(const ContextState &st) {
+  static void CheckDirty(const ContextState &st, const TensorPtrList &outs) {
     for (const auto &d : st.dirty) {
       const int i = st.ArgIndex(d.get());
       if (i < 0) throw std::runtime_error("MarkDirty was given a tensor that is not an argument of Forward");
+      if (IndexOf(outs, d.get()) < 0) {
+        throw std::runtime_error("argument " + std::to_string(i) + " was given to MarkDirty but not returned by "
+                                 "Forward; an argument modified in place must be returned as an output");
+      }
       if (!d->is_writable()) {
         throw ValueError("argument " + std::to_string(i) + " is a JAX array (immutable, read-only to a Function "
                          "that declares kAcceptsViews), but Forward marked it dirty (an in-place write); declare "
@@ -265,9 +269,9 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
     st.args = raw.data();
     st.nargs = kN;
     NoPythonHere no_python;
-    R out = T::Forward(&ctx, in[I]...);
-    CheckDirty(st);
-    return AsList(std::move(out));
+    TensorPtrList outs = AsList(T::Forward(&ctx, in[I]...));
+    CheckDirty(st, outs);
+    return outs;
   }
 
   static ffi::Error Fail(const char *stage, const char *what) {

@@ -156,6 +156,20 @@ class AddOneViews : public Function<AddOneViews> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
 };
 
+// x + 1 as a new tensor, after marking x dirty without returning it: refused on every route.
+class DirtyNotReturned : public Function<DirtyNotReturned> {
+ public:
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (x->dtype() != kFloat64) throw std::invalid_argument("dirty_not_returned: expected float64");
+    auto out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = x->data<double>()[i] + 1;
+    ctx->MarkDirty({x});
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+
 // 3 x (float64), after overwriting its input with 3 x (no MarkDirty: a misbehaving kernel), then
 // reading it back: the write must not reach the caller's array.
 class TripleScratch : public Function<TripleScratch> {
@@ -260,6 +274,9 @@ OB_MODULE(m) {
   m.def("add_one_views", [](const TensorPtr &x) { return AddOneViews::Apply(x); });
   m.def("add_one_views_infer_shape", AddOneViews::InferShapeFunction());
   OB_XLA_FFI(m, "add_one_views", AddOneViews);
+  m.def("dirty_not_returned", [](const TensorPtr &x) { return DirtyNotReturned::Apply(x); });
+  m.def("dirty_not_returned_infer_shape", DirtyNotReturned::InferShapeFunction());
+  OB_XLA_FFI(m, "dirty_not_returned", DirtyNotReturned);
   m.def("triple_scratch", [](const TensorPtr &x) { return TripleScratch::Apply(x); });
   m.def("triple_scratch_infer_shape", TripleScratch::InferShapeFunction());
   OB_XLA_FFI(m, "triple_scratch", TripleScratch);
