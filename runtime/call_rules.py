@@ -59,7 +59,8 @@ def to_framework_cotangent(g: Any, framework: str) -> Any:
 def has_internal_overlap(arr: Any) -> bool:
     """Two elements of ``arr`` share one memory location: a stride of 0 over a dimension of size > 1
     (an expanded or broadcast tensor). torch's rule: other overlaps are too costly to prove and pass."""
-    return any(st == 0 and n > 1 for n, st in zip(arr.shape, arr.strides))
+    strides = arr.strides
+    return 0 in strides and any(st == 0 and n > 1 for n, st in zip(arr.shape, strides))
 
 
 def write_refusal(t: Any, who: str, index: int, recording: bool, how: str = "MarkDirty") -> Optional[BaseException]:
@@ -122,6 +123,8 @@ class Protected:
 
 def _same_bytes(arr: Any, copy: Any) -> bool:
     if type(arr) is np.ndarray:
+        if arr.flags.c_contiguous and arr.dtype.itemsize:  # compared as bytes, without copying
+            return bool(np.array_equal(arr.reshape(-1).view(np.uint8), copy.reshape(-1).view(np.uint8)))
         return arr.tobytes() == copy.tobytes()
     return arr.get().tobytes() == copy.get().tobytes()  # CuPy: compared on the host
 
