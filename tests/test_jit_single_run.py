@@ -260,3 +260,26 @@ def test_a_call_after_a_stop_may_call_the_same_jitted_method_again():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert Tree(Tree(Tree())).f(Tensor(np.array([1.0]))).asnumpy().tolist() == [8.0]
+
+
+def test_a_higher_order_gradient_never_re_runs_an_op_that_wrote_an_input():
+    """create_graph re-runs a replayed call's forward; an op that wrote an input in place would write it again
+    and read the written values: a named error instead (the call that traces is eager: it differentiates)."""
+
+    def f(t, buf):
+        return mint.sum(mint.sin(t) * Halve.apply(buf))
+
+    def second(fn, buf):
+        t = Tensor(np.array([0.3, 0.7]))
+        return rt.grad(lambda a: mint.sum(rt.grad(lambda b: fn(b, buf))(a)))(t)
+
+    want = second(f, Tensor(np.array([4.0, 8.0])))
+    j = jit(f)
+    buf = Tensor(np.array([4.0, 8.0]))
+    np.testing.assert_allclose(second(j, buf).asnumpy(), want.asnumpy(), rtol=1e-14)
+    buf = Tensor(np.array([4.0, 8.0]))
+    with pytest.raises(RuntimeError, match=r"^jit\(.*f\): a gradient with create_graph=True re-runs the call's "
+                                           r"forward, but Halve wrote an input \(its argument 0\) in place during "
+                                           r"the forward, so the values it read are gone"):
+        second(j, buf)
+    np.testing.assert_array_equal(buf.asnumpy(), [2.0, 4.0])  # written once, by the forward

@@ -84,6 +84,9 @@ class Graph:
     nodes: List[Node] = field(default_factory=list)
     outputs: List[Ref] = field(default_factory=list)
     name: str = "graph"
+    # what an op of the trace wrote in place that the call does not own (an input, a captured tensor):
+    # running the graph again writes it again (a higher-order gradient cannot re-run it)
+    writes: List[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         ins = ", ".join(f"%in{i}: {_meta(s, d)}" for i, (s, d) in enumerate(zip(self.input_shapes,

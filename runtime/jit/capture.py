@@ -72,6 +72,10 @@ class Tracer:
 
     def call_op(self, kind: str, name: str, target: Any, args: Sequence[Any], attrs: Dict[str, Any]) -> Any:
         """Run ``target(*args, **attrs)`` with tracing paused, then record it as one node."""
+        # the arguments that are the call's inputs or captured tensors, with their versions: an op that
+        # writes one in place (MarkDirty, an aot inplace input) is noted on the graph (``writes``)
+        held = [(k, a, a._version) for k, a in enumerate(args)
+                if isinstance(a, Tensor) and not isinstance(self._refs.get(id(a)), Output)]
         hook.tracer = None
         flag.value -= 1
         try:
@@ -79,6 +83,10 @@ class Tracer:
         finally:
             flag.value += 1
             hook.tracer = self
+        for k, a, v in held:
+            if a._version != v:
+                what = "an input" if isinstance(self._refs.get(id(a)), Input) else "a captured tensor"
+                self.graph.writes.append(f"{name} wrote {what} (its argument {k}) in place")
         if isinstance(out, (tuple, list)) and len(out) > 1:
             out = _distinct(out)
         self.record(kind, name, target, args, attrs, out)

@@ -106,6 +106,11 @@ class JitGradNode(Node):
 
     def _differentiable(self, grads: Sequence[Any]) -> List[Any]:
         """The gradients with a graph: the forward re-run op by op, recorded, then differentiated."""
+        if self.forward.writes:
+            raise RuntimeError(f"{self.name}: a gradient with create_graph=True re-runs the call's forward, but "
+                               f"{self.forward.writes[0]} during the forward, so the values it read are gone "
+                               f"and running it again would write it again; take this gradient without jit "
+                               f"(or without create_graph)")
         sources = self._source_tensors()
         with enable_grad():
             outs = self.forward.run(self.inputs)
