@@ -220,3 +220,37 @@ def test_double_backward_through_one_argument_of_two(ops):
     # without create_graph the gradients are plain tensors, as before
     gx, _ = torch.autograd.grad(ops.mul_saved(x, y).sum(), (x, y))
     assert not gx.requires_grad and gx.grad_fn is None
+
+
+@pytest.mark.parametrize("name, cls", [("scale_", "ScaleInplace"), ("scale_views_", "ScaleInplaceViews")])
+@pytest.mark.parametrize("view", [None, "slice", "step", "reshape"])
+def test_a_refused_write_into_a_leaf_leaves_it_untouched(ops, name, cls, view):
+    """torch's check_inplace, decided before Forward runs: the refusal is torch's, in its words, and
+    what Forward wrote is undone (torch's mul_ writes nothing either)."""
+    fn = getattr(ops, name)
+    x = torch.arange(1.0, 5.0, dtype=torch.float64, requires_grad=True)
+    before = _warm(fn, x, 3.0)
+    what = "a leaf Variable" if view is None else "a view of a leaf Variable"
+    with pytest.raises(RuntimeError, match=rf"^{cls}: {what} that requires grad is being used in an in-place "
+                                           rf"operation\.$"):
+        fn(x if view is None else VIEWS[view](x), 3.0)
+    assert _fast(fn) == before + 1
+    assert x.tolist() == [1.0, 2.0, 3.0, 4.0] and x._version == 0 and x.grad_fn is None
+    with torch.no_grad():  # outside recording the write is allowed, as torch's
+        fn(x if view is None else VIEWS[view](x), 3.0)
+    assert x.tolist() != [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_view_made_without_grad_is_refused_as_torch_refuses_it(ops):
+    a = torch.ones(4, dtype=torch.float64, requires_grad=True)
+    b = a * 1
+    with torch.no_grad():
+        v = b[1:]
+    before = _warm(ops.scale_, v, 3.0)
+    with pytest.raises(RuntimeError) as torch_says:
+        v.mul_(3.0)
+    with pytest.raises(RuntimeError) as op_says:
+        ops.scale_(v, 3.0)
+    assert _fast(ops.scale_) == before + 1
+    assert str(op_says.value) == "ScaleInplace: " + str(torch_says.value)
+    assert "was created in no_grad mode" in str(op_says.value) and b.tolist() == [1.0] * 4

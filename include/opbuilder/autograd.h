@@ -918,8 +918,17 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   // torch's rule, decided before Forward (call_rules.h): an expanded (stride-0) argument is never
   // written; a refused write is undone before the error (torch's leaf and view rules: record())
   ProtectedArgs guard;
+  std::vector<std::string> refused;  // per argument while recording: torch's refusal of a write into it, if any
   for (std::size_t i = 0; i < f.nargs; ++i) {
-    if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) ProtectArg(guard, f, i, Refusal::kOverlap);
+    if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) {
+      ProtectArg(guard, f, i, Refusal::kOverlap);
+    } else if (record && ForeignWantsGrad(CallerArg(f, i))) {  // a leaf that requires grad, a view of one, ...
+      if (const char *why = api.write_refusal(ForeignHandle(*CallerArg(f, i)))) {
+        refused.resize(f.nargs);
+        refused[i] = why;
+        ProtectArg(guard, f, i, Refusal::kLeaf);
+      }
+    }
   }
   if (record) {
     st.needs.assign(f.nargs, false);
@@ -942,6 +951,12 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     api.set_grad_enabled(prev);
   } else {
     f.forward(ctx.get(), f.call, single, list);
+  }
+  for (const auto &d : st.dirty) {  // torch's refusal, in its words, with what Forward wrote undone
+    const int i = st.ArgIndex(d.get());
+    if (i < 0 || static_cast<std::size_t>(i) >= refused.size() || refused[i].empty()) continue;
+    guard.Restore();
+    throw std::runtime_error(*f.name + ": " + refused[i]);
   }
   if (!guard.empty()) CheckRefusals(st, guard);
   const TensorPtrList outs = single != nullptr ? AsList(std::move(*single)) : std::move(*list);

@@ -225,6 +225,17 @@ void DropSaved(void *packed) {
   delete static_cast<torch::autograd::SavedVariable *>(packed);
 }
 
+const char *WriteRefusal(void *handle) {
+  thread_local std::string why;
+  try {
+    torch::autograd::check_inplace(*static_cast<at::Tensor *>(handle), true);
+    return nullptr;
+  } catch (const c10::Error &e) {
+    why = e.what_without_backtrace();
+    return why.c_str();
+  }
+}
+
 void *Allocate(std::int64_t nbytes, std::int32_t device, int zero, void **handle) {
   *handle = nullptr;
   try {
@@ -477,7 +488,8 @@ const ForeignApi kApi = {opbuilder::detail::kForeignAbi,
                          &HooksActive,
                          &Pack,
                          &UnpackSaved,
-                         &DropSaved};
+                         &DropSaved,
+                         &WriteRefusal};
 
 // ---- Op: the namespace's callable ------------------------------------------------------
 struct OpObject {

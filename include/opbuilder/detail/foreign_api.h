@@ -22,7 +22,7 @@ namespace opbuilder {
 namespace detail OB_HIDDEN {
 
 // Bumped whenever a field below changes; an operator ignores a bridge with another number.
-constexpr std::uint32_t kForeignAbi = 5;
+constexpr std::uint32_t kForeignAbi = 6;
 
 // A framework tensor's memory as the operator sees it (strides in elements); ndim == -1: no tensor.
 struct ForeignTensor {
@@ -95,6 +95,10 @@ struct ForeignApi {
   // with a Python error set.
   int (*unpack_saved)(void *packed, ForeignTensor *out);
   void (*drop_saved)(void *packed);
+  // Why the framework refuses an in-place write into the unpacked tensor `handle` while grad mode is
+  // on (torch's check_inplace: a leaf that requires grad, a view of one, ...), in its words (valid
+  // until the next call on this thread); nullptr if it allows it.
+  const char *(*write_refusal)(void *handle);
 };
 
 // `api` if it is a bridge of this ABI whose call is active on this thread from the current Python
