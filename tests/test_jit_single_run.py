@@ -283,3 +283,19 @@ def test_a_higher_order_gradient_never_re_runs_an_op_that_wrote_an_input():
                                            r"the forward, so the values it read are gone"):
         second(j, buf)
     np.testing.assert_array_equal(buf.asnumpy(), [2.0, 4.0])  # written once, by the forward
+
+
+def test_a_rule_that_reads_a_value_is_a_named_error_not_an_escaping_stop():
+    """A derivative rule that turns a value into a Python number cannot be a backward graph: a RuntimeError
+    naming the op (the trace's stop does not escape as an internal BaseException, nor leave half a graph)."""
+    from runtime.ops.math import mul
+    from runtime.ops.primitive import Primitive, defvjp
+    reads = Primitive("reads_square", np.square)
+    defvjp(reads, lambda g, ans, x: mul(g, 2.0 * float(mint.sum(x))))
+    j = jit(lambda x: reads(x))
+    x = Tensor(np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(j(x).asnumpy(), [1.0, 4.0])
+    with pytest.raises(RuntimeError, match=r"^jit: the derivative rule of reads_square cannot be built into a "
+                                           r"backward graph: at .*test_jit_single_run\.py:\d+, float\(\) of a "
+                                           r"tensor turns its value into a Python value"):
+        rt.grad(lambda a: mint.sum(j(a)))(x)

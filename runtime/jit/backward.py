@@ -251,6 +251,9 @@ def build_backward(graph: Graph, inputs: Sequence[Tensor], sources: List[Key]) -
                 b.grads[k] = g if prev is None else math.add(prev, g)
         for n in reversed(graph.nodes):
             b.node(n)
+            if b.tracer.stopped is not None:  # a rule read a value, wrote in place...: no graph can hold it
+                raise RuntimeError(f"jit: the derivative rule of {n.op} cannot be built into a backward graph: "
+                                   f"{b.tracer.stopped}; compute this gradient without jit")
     outs, which = [], []
     for s, key in enumerate(sources):
         g = b.grads.get(key if key[0] == "in" else ("const", id(key[1])))
