@@ -62,6 +62,10 @@ _mode = threading.local()
 _increment_version = torch._C._increment_version
 _function_mode = torch._C._is_torch_function_mode_enabled
 _grad_enabled = torch.is_grad_enabled
+# a torch.func transform (grad, vjp, vmap) in force: its tensors are wrappers; the registered operator sees them
+_transforms = torch._C._functorch.peek_interpreter_stack
+_functorch = torch._C._functorch
+_is_wrapped = _functorch.is_functorch_wrapped_tensor
 _is_compiling = torch.compiler.is_compiling
 _define_lock = threading.RLock()
 
@@ -253,7 +257,7 @@ def _once(name: str, res: List[Optional[torch.Tensor]], grads: Sequence[Any], in
           ) -> List[Optional[torch.Tensor]]:
     """Input gradients ``res`` of a backward run with create_graph=True: a gradient of them is one named
     error (torch's once-differentiable rule, runtime/call_rules.py's message), never a silent zero."""
-    if not torch.is_grad_enabled() or _is_compiling():
+    if not torch.is_grad_enabled() or _is_compiling() or _transforms() is not None:  # torch.func: _Func's
         return res
     if not inputs_need_grad and not any(isinstance(g, torch.Tensor) and g.requires_grad for g in grads):
         return res
@@ -327,11 +331,13 @@ class _Op:
             return [], False
         raise _Plain(res)  # None (an out= function), a number, a string: no torch operator's result
 
-    def record(self, sig: str, args: Sequence[Any]) -> Tuple[List[Any], _Call]:
-        """Run the op on ``args`` (recording the runtime graph when an input needs grad): its runtime
-        outputs and the call (what it recorded, which outputs are arguments, which arguments it wrote)."""
+    def record(self, sig: str, args: Sequence[Any], every: bool = False) -> Tuple[List[Any], _Call]:
+        """Run the op on ``args`` (recording the runtime graph when an input needs grad; ``every``: each
+        tensor argument, as torch.func's unwrapped ones do not say): its runtime outputs and the call
+        (what it recorded, which outputs are arguments, which arguments it wrote)."""
         record = getattr(_mode, "grad", True)
-        rt_args, need, index, vcs = self._runtime_args(args, sig, lambda t, c: record and t.requires_grad)
+        rt_args, need, index, vcs = self._runtime_args(
+            args, sig, (lambda t, c: c == "t") if every else (lambda t, c: record and t.requires_grad))
         with _saved_hooks(self, need):  # torch's saved_tensors_hooks, for what the op saves
             if need and not _rt_grad.enabled:  # the runtime's own grad mode (torch's is off inside a Function)
                 with _rt.enable_grad():
@@ -502,7 +508,8 @@ class _Op:
 
         def backward_kernel(outputs: List[torch.Tensor], grads: List[torch.Tensor], *a: Any) -> List[torch.Tensor]:
             flat = _flat(a, sig)
-            res = self.backward_impl(sig, list(grads), a)
+            call, _mode.bwd_call = getattr(_mode, "bwd_call", None), None  # torch.func's backward hands it
+            res = self.backward_impl(sig, list(grads), a, call)
             return [torch.zeros_like(t) if r is None else r for t, r in zip(flat, res)]
         self.lib.impl(f"{opname}_backward", backward_kernel, key)
         qual = f"{self.ns}::{opname}"
@@ -561,10 +568,28 @@ class _Op:
                     res.append(None)
             return tuple(res)
 
+        if ntensor and not self.writes:
+            torch.library.register_vmap(qual, self._vmap(qual), lib=self.lib)
         if ntensor and not self.writes:  # torch has no autograd formula for ops that write their arguments
             torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=self.lib)
         self.by_sig[sig] = (opname, info)
         return self.by_sig[sig]
+
+    def _vmap(self, qual: str) -> Callable:
+        """torch.vmap's rule: the operator once per batch element (a loop; lists of tensors are taken
+        as they are), the results stacked along dimension 0."""
+        ns, name = qual.split("::")
+
+        def rule(info: Any, in_dims: Tuple[Any, ...], *args: Any) -> Tuple[List[torch.Tensor], List[int]]:
+            if any(isinstance(d, (list, tuple)) and any(e is not None for e in d) for d in in_dims):
+                raise NotImplementedError(f"{self.name}: torch.vmap over a list of tensors is not supported; "
+                                          f"vmap over tensor arguments")
+            op = getattr(getattr(torch.ops, ns), name).default
+            per = [op(*[a.select(d, b) if isinstance(d, int) else a for a, d in zip(args, in_dims)])
+                   for b in range(info.batch_size)]
+            out = [torch.stack([p[j] for p in per]) for j in range(len(per[0]))] if per else []
+            return out, [0] * len(out)
+        return rule
 
     def _fake(self, sig: str, void: bool = False) -> Callable:
         def fake(*args: Any) -> Optional[List[torch.Tensor]]:
@@ -626,6 +651,77 @@ class _Eager(torch.autograd.Function):
         return (None, None) + tuple(next(it) if c == "t" else None for c in ctx.sig)
 
 
+class _Func(torch.autograd.Function):
+    """``_Eager`` in torch.func's form (forward without ctx, then ``setup_context``): the call's autograd
+    under torch.func.grad, vjp, jacrev and vmap (functorch unwraps the arguments before ``forward``, and
+    calls ``setup_context`` once per transform level: the runtime call travels as a last, non-tensor
+    output). vmap loops over the batch."""
+
+    @staticmethod
+    def forward(op: "_Op", sig: str, *args: Any) -> Tuple[Any, ...]:
+        rt_outs, call = op.record(sig, args, every=True)
+        outs = op.to_torch_outputs(sig, args, rt_outs, call)
+        if any(k >= 0 for k in call.alias):
+            raise NotImplementedError(f"{op.name}: under torch.func an operator may not return its argument "
+                                      f"(unchanged or written in place); call it outside the transform")
+        return (*outs, call)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+        call = output[-1]
+        ctx.op, ctx.sig, ctx.call = inputs[0], inputs[1], call
+        ctx.args = tuple(None if c == "t" else a for a, c in zip(inputs[2:], inputs[1]))
+        ctx.save_for_backward(*[a for a, c in zip(inputs[2:], inputs[1]) if c == "t"])
+        no_grad = [t for t, o in zip(output, call.outputs) if not (call.recorded and o.requires_grad)]
+        if no_grad:
+            ctx.mark_non_differentiable(*no_grad)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> Tuple[Any, ...]:
+        op, sig, grads = ctx.op, ctx.sig, grads[:-1]
+        if any(g is not None and _is_wrapped(g) for g in grads):  # torch.func's: through the backward op,
+            for g in grads:                                       # whose kernel sees plain tensors
+                _refuse_batched(op.name, g)
+            gs = [torch.zeros(o._data.shape, dtype=_TORCH_DT[o._data.dtype]) if g is None else g
+                  for g, o in zip(grads, ctx.call.outputs)]
+            saved = iter(ctx.saved_tensors)
+            args = [next(saved) if c == "t" else a for a, c in zip(ctx.args, sig)]
+            bwd = getattr(getattr(torch.ops, op.ns), f"{op.by_sig[sig][0]}_backward").default
+            _mode.bwd_call = ctx.call
+            try:
+                flat = list(bwd(gs, gs, *args))
+            finally:
+                _mode.bwd_call = None
+        else:
+            flat = op.backward_impl(sig, list(grads), None, ctx.call)
+        it = iter(_once(ctx.op.name, flat, grads, any(ctx.needs_input_grad[2:])))
+        return (None, None) + tuple(next(it) if c == "t" else None for c in ctx.sig)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: Tuple[Any, ...], op: "_Op", sig: str, *args: Any) -> Tuple[Any, Any]:
+        per = [_Func.apply(op, sig, *[a.select(d, b) if isinstance(d, int) else a for a, d in zip(args, in_dims[2:])])
+               for b in range(info.batch_size)]
+        outs = tuple(torch.stack([p[j] for p in per]) for j in range(len(per[0]) - 1))
+        return (*outs, per[-1][-1]), (*(0 for _ in outs), None)
+
+
+def _refuse_batched(name: str, g: Optional[torch.Tensor]) -> None:
+    """A batch of gradients (jacrev, jacfwd, hessian, vmap of grad or vjp) is refused: an operator's
+    Backward takes one gradient. So is a gradient that an outer torch.func.grad differentiates (two
+    grad levels): the Backward is once-differentiable."""
+    levels = 0
+    while g is not None and _is_wrapped(g):
+        levels += _functorch.is_gradtrackingtensor(g)
+        if levels > 1:
+            raise RuntimeError(_rules.double_backward_message(name))
+        if _functorch.is_batchedtensor(g):
+            raise NotImplementedError(
+                f"{name}: a batch of gradients (torch.func.jacrev, jacfwd, hessian, or vmap of grad/vjp) cannot go "
+                f"through an opbuilder operator's Backward, which takes one gradient; use torch.func.grad or vjp "
+                f"one at a time, or torch.autograd.functional.jacobian")
+        g = _functorch.get_unwrapped(g)
+
+
 def _many(out: Sequence[torch.Tensor], op: _Op) -> Any:
     """Several outputs as a tuple (torch's convention); none, from an out= function, as None."""
     return tuple(out) if out or not op.writes else None
@@ -661,6 +757,11 @@ def _wrapper(op: _Op) -> Callable:
 
     def route(*args: Any) -> Any:
         sig = "".join([_code(op.name, k, a) for k, a in enumerate(args)])
+        if not torch.compiler.is_compiling() and _transforms() is not None and "L" not in sig:
+            if any(a.requires_grad or _is_wrapped(a) for a, c in zip(args, sig) if c == "t"):
+                define(sig, tuple(_spec_key(a, c) for a, c in zip(args, sig)))
+                out = _Func.apply(op, sig, *args)[:-1]  # torch.func: an autograd.Function of its form
+                return out[0] if op.by_sig[sig][1][0] else _many(out, op)
         if not torch.compiler.is_compiling():
             hit = fast.get(sig)
             if hit is not None:
@@ -670,7 +771,7 @@ def _wrapper(op: _Op) -> Callable:
                 plain = all(type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t")
                 if plain and hit[1][0] is not None and not hit[1][1] and not any(c in "LIF" for c in sig):
                     direct[tuple(map(type, args))] = (sig, tuple(k for k, c in enumerate(sig) if c == "t"), hit[1])
-                if "L" not in sig and _current_mode() is None and not _function_mode() and plain:
+                if "L" not in sig and _current_mode() is None and not _function_mode() and plain and _transforms() is None:
                     if grad and any(a.requires_grad for a, c in zip(args, sig) if c == "t"):
                         out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
                     else:
@@ -708,7 +809,8 @@ def _wrapper(op: _Op) -> Callable:
         try:
             # an eager call seen before, with nothing that must see the operator: the fewest steps
             hit = direct.get(tuple(map(type, args)))
-            if hit is not None and not hit[2][1] and _current_mode() is None and not _function_mode():
+            if (hit is not None and not hit[2][1] and _current_mode() is None and not _function_mode()
+                    and _transforms() is None):
                 sig, tpos, single = hit
                 if _grad_enabled() and any(args[i].requires_grad for i in tpos):
                     _mode.grad = True

@@ -393,3 +393,30 @@ def test_to_torch_does_not_import_dynamo():
             "print('torch._dynamo' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# ---- #22: torch.func ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ("first", "eager"))
+def test_torch_func_grad_vjp_and_vmap(my_ops, path):
+    ns = opbuilder.to_torch(my_ops)
+    x, y = torch.randn(3, dtype=DOUBLE), torch.randn(3, dtype=DOUBLE)
+    if path == "eager":
+        ns.mul(x, y)
+    torch.testing.assert_close(torch.func.grad(lambda a: ns.mul(a, y).sum())(x), y)
+    out, back = torch.func.vjp(lambda a: ns.mul(a, y), x)
+    torch.testing.assert_close(out, x * y)
+    torch.testing.assert_close(back(torch.full((3,), 2.0, dtype=DOUBLE))[0].detach(), 2 * y)
+    xs = torch.randn(4, 3, dtype=DOUBLE)
+    torch.testing.assert_close(torch.func.vmap(lambda a: ns.mul(a, y))(xs), xs * y)
+
+
+def test_torch_func_what_an_operator_cannot_do_is_a_named_error(my_ops):
+    ns = opbuilder.to_torch(my_ops)
+    x, y = torch.randn(3, dtype=DOUBLE), torch.randn(3, dtype=DOUBLE)
+    with pytest.raises(NotImplementedError, match=r"^mul: a batch of gradients \(torch\.func\.jacrev, jacfwd, "
+                                                  r"hessian, or vmap of grad/vjp\) cannot go through an opbuilder "
+                                                  r"operator's Backward, which takes one gradient; "):
+        torch.func.jacrev(lambda a: ns.mul(a, y))(x)
+    with pytest.raises(RuntimeError, match=r"^mul: double backward through an opbuilder operator is not supported"):
+        torch.func.grad(lambda a: torch.func.grad(lambda b: ns.mul(b, b).sum())(a).sum())(x)
