@@ -30,7 +30,7 @@ from .binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_bin
 from .cache_dir import cache_root, root_origin
 from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
-from .headers import headers_digest, include_dir, shadowing_copy
+from .headers import copy_read, headers_digest, include_dir, shadowing_copy
 from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, preload
 from .importer import recorded as recorded_deps
 from .launcher import launcher_is_sccache, launcher_requested
@@ -504,9 +504,11 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     if relinked:  # what was linked is not known: the archive changed during the link
         log.warning("%s: %s changed while it was being linked; building again", spec.name, relinked[0])
         return None
+    inputs = publish.recorded_inputs(build_dir, plan.objects, spec.sources)
+    if spec.kind in ("module", "library"):
+        _check_no_copy_read(spec, inputs)
     # static archives are copied into the library: keyed by their contents, like headers
-    headers = {portable(p, plan.project): d
-               for p, d in {**publish.recorded_inputs(build_dir, plan.objects, spec.sources), **archives}.items()}
+    headers = {portable(p, plan.project): d for p, d in {**inputs, **archives}.items()}
     key = fp.full_key(base, headers)
     key_dir = make_dir(spec.op_dir / key)
     record = publish.publish_library(build_dir / plan.output, key_dir, plan.output)
@@ -547,6 +549,21 @@ def _check_no_header_copy(spec: BuildSpec) -> None:
                      f"installed opbuilder's core library and runtime (or, with the precompiled header, silently "
                      f"use the installed headers): remove {d} from the include path (opbuilder puts its own "
                      f"headers on it), or install the opbuilder version that copy belongs to", name=spec.name)
+
+
+def _check_no_copy_read(spec: BuildSpec, inputs: Dict[str, str]) -> None:
+    """A BuildError, before anything is published, when the compile read a copy of one of opbuilder's
+    headers that differs from the installed one (headers.copy_read): what the include-path check before
+    the compile cannot see (an ``-include`` of a copy, ``#include "../vendor/opbuilder/..."``)."""
+    found = copy_read(inputs)
+    if found is None:
+        return
+    path, header = found
+    raise BuildError(f"building operator '{spec.name}' failed: it compiled against {path}, a copy of opbuilder's "
+                     f"{header} that differs from the installed {include_dir() / header}; the operator would run "
+                     f"on the installed opbuilder's core library and runtime, built from the installed headers: "
+                     f"include opbuilder's headers as \"opbuilder/...\" from the installed opbuilder only (no path "
+                     f"to a copy in #include or -include)", name=spec.name)
 
 
 def _check_outputs(spec: BuildSpec, plan: _Plan, build_dir: Path, steps) -> None:

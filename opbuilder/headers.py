@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .fingerprint import blake2b
 from .probe_cache import remembered
 
-__all__ = ["include_dir", "headers_digest", "shadowing_copy"]
+__all__ = ["include_dir", "headers_digest", "shadowing_copy", "copy_read"]
 
 _PKG = os.path.dirname(os.path.realpath(__file__))
 _include_dir: Optional[Path] = None
@@ -82,4 +82,30 @@ def shadowing_copy(dirs: Sequence[Tuple[str, str]]) -> Optional[Tuple[str, str, 
                     same = False
                 if not same:
                     return d, how, f"opbuilder/{rel}"
+    return None
+
+
+def copy_read(inputs: Dict[str, str]) -> Optional[Tuple[str, str]]:
+    """(file, header) for a file a compile read (``inputs``: path -> digest, as recorded from its
+    depfiles) that is a copy of opbuilder's ``header`` (``.../opbuilder/<header>``) whose contents differ
+    from the installed one; None if there is none. What ``shadowing_copy`` cannot see beforehand (an
+    ``-include`` of a copy, a relative ``#include "../vendor/opbuilder/..."``), read from what was used."""
+    from .fingerprint import ABSENT, file_digest
+
+    installed = os.path.join(str(include_dir()), "opbuilder")
+    own = os.path.realpath(installed) + "/"
+    for path, digest in inputs.items():
+        at = path.rfind("/opbuilder/")
+        if at < 0 or digest == ABSENT or os.path.realpath(path).startswith(own):
+            continue
+        rel = path[at + len("/opbuilder/"):]
+        mine = os.path.join(installed, rel)
+        if not os.path.isfile(path[:at] + "/opbuilder/extension.h"):
+            continue  # an opbuilder/ folder of the user's own, not a copy of opbuilder's headers
+        try:
+            if file_digest(Path(mine)) == digest:
+                continue
+        except OSError:
+            continue  # not one of opbuilder's headers
+        return path, f"opbuilder/{rel}"
     return None

@@ -79,3 +79,19 @@ def test_an_identical_copy_builds(tmp_path, cache_dir):
     src.write_text(SOURCE)
     ops = load_op("same_ops", [src], include_paths=[vendored])
     assert ops.numel(rt.Tensor(np.ones((2, 3), np.float32))) == 6
+
+
+def test_a_copy_read_another_way_is_refused_after_the_compile(tmp_path, cache_dir):
+    """-include of a copy: no include directory holds it, the depfile names it (headers.copy_read)."""
+    vendored = _copy(tmp_path / "vendor", edit=False)
+    header = vendored / "opbuilder" / "extension.h"
+    header.write_text(header.read_text() + "// an older copy\n")
+    src = tmp_path / "forced_ops.cpp"
+    src.write_text(SOURCE)
+    with pytest.raises(BuildError, match=re.escape(
+            f"building operator 'forced_ops' failed: it compiled against {header}, a copy of opbuilder's "
+            f"opbuilder/extension.h that differs from the installed {include_dir() / 'opbuilder/extension.h'}; the "
+            f"operator would run on the installed opbuilder's core library and runtime, built from the installed "
+            f"headers: include opbuilder's headers as \"opbuilder/...\" from the installed opbuilder only (no path "
+            f"to a copy in #include or -include)")):
+        CustomOpBuilder("forced_ops", [src], cflags=["-include", str(header)]).load()
