@@ -313,3 +313,12 @@ def test_a_global_runtime_cell_given_a_new_parameter_is_seen():
     dense.weight = Parameter(Tensor(np.full((2, 3), 2.0, np.float32)), name="weight")
     np.testing.assert_allclose(j(x).asnumpy(), dense(x).asnumpy(), rtol=1e-6)
     assert j.traces == 2
+
+
+def test_an_attribute_read_by_getattr_with_a_string_is_seen():
+    cfg = Cfg(3.0)
+    j = jit(lambda t: t * getattr(cfg, "scale"))
+    x = Tensor(np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(j(x).asnumpy(), [3.0, 6.0])
+    cfg.scale = -1.0
+    np.testing.assert_array_equal(j(x).asnumpy(), [-1.0, -2.0])

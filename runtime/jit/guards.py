@@ -14,7 +14,8 @@ the jitted function (a ``functools.partial``, a bound method or a jitted
 function unwrapped) and every user function it can reach through its
 globals, closure cells, and the objects, classes and modules those hold
 (methods and properties named in the code, a Cell's ``construct`` and
-``bprop``). The names that code mentions (``co_names``) are the globals and
+``bprop``). The names that code mentions (``co_names``, and identifier
+strings, as in ``getattr(obj, "name")``) are the globals and
 attributes guarded: a global the code names, and each attribute of that name
 of an object reached (an argument such as a method's ``self`` or a Cell,
 a global, a closure's value, an element of a list or dict attribute). Code
@@ -146,7 +147,11 @@ def _code_names(code: types.CodeType) -> Set[str]:
     while stack:
         c = stack.pop()
         names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+        for k in c.co_consts:
+            if isinstance(k, types.CodeType):
+                stack.append(k)
+            elif isinstance(k, str) and k.isidentifier():  # getattr(obj, "name")
+                names.add(k)
     return names
 
 
