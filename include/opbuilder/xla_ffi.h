@@ -94,11 +94,48 @@ inline TensorPtr Wrap(const ffi::AnyBuffer &b, bool writable, const char *what, 
                                   std::shared_ptr<void>(), writable);
 }
 
+// A private writable copy of `src` (contiguous) in a block this thread reuses from call to call: a
+// fresh block each call faults in its pages every time (measured: 1M float64 mul 4.4 ms -> 2.2 ms,
+// against 1.0 ms with no copy). A block is reused once no tensor holds it (a handler's tensors die
+// with the call); at most kScratchBlocks of up to kScratchBytes are kept per thread.
+inline TensorPtr ScratchCopy(const Tensor &src) {
+  constexpr std::size_t kScratchBlocks = 8;
+  constexpr std::size_t kScratchBytes = std::size_t{64} << 20;
+  if (src.nbytes() > kScratchBytes) return src.contiguous_copy();
+  struct Block {
+    std::shared_ptr<void> data;
+    std::size_t nbytes;
+  };
+  thread_local std::vector<Block> blocks;
+  const std::size_t n = src.nbytes();
+  Block *use = nullptr;
+  for (auto &b : blocks) {
+    if (b.data.use_count() == 1 && b.nbytes >= n && (use == nullptr || b.nbytes < use->nbytes)) use = &b;
+  }
+  if (use == nullptr) {
+    if (blocks.size() >= kScratchBlocks) {  // drop the smallest free block, if any
+      auto drop = blocks.end();
+      for (auto it = blocks.begin(); it != blocks.end(); ++it) {
+        if (it->data.use_count() == 1 && (drop == blocks.end() || it->nbytes < drop->nbytes)) drop = it;
+      }
+      if (drop != blocks.end()) blocks.erase(drop);
+    }
+    std::shared_ptr<void> data = AllocateStorage(n == 0 ? 1 : n);
+    if (blocks.size() >= kScratchBlocks) return std::make_shared<Tensor>(src.dtype(), src.shape(), ShapeVector{},
+                                                                          data.get(), data, true);
+    blocks.push_back(Block{std::move(data), n});
+    use = &blocks.back();
+  }
+  auto t = std::make_shared<Tensor>(src.dtype(), src.shape(), ShapeVector{}, use->data.get(), use->data, true);
+  if (n != 0) std::memcpy(t->data_ptr(), src.data_ptr(), n);
+  return t;
+}
+
 // What Forward (or Backward) gets for XLA's input buffer `b`: a private writable copy, or with
 // `views` (T::kAcceptsViews) a read-only Tensor over XLA's memory. Never XLA's memory writable.
 inline TensorPtr Input(const ffi::AnyBuffer &b, bool views, const char *what, std::size_t k) {
   TensorPtr t = Wrap(b, false, what, k);
-  return views ? t : t->contiguous_copy();
+  return views ? t : ScratchCopy(*t);
 }
 
 // While alive, saved_data (Python objects) refuses to be used on this thread (binding.h).
