@@ -51,19 +51,20 @@ _LIMIT = 512  # guards at most per trace: more and the trace is not cached (it r
 
 
 class Guards:
-    """The reads of one trace: (how to read it now, the object read then, its key then). ``hold()`` says
+    """The reads of one trace: (a dict and a name to read it from, or a function reading it; the object
+    read then; whether its contents may change in place; its key then; what it is). ``hold()`` says
     whether every read still gives a value with the same key."""
 
     __slots__ = ("checks", "where")
 
-    def __init__(self, checks: List[Tuple[Callable[[], Any], Any, Any, str]]) -> None:
+    def __init__(self, checks: List[Tuple[Any, str, Optional[Callable[[], Any]], Any, bool, Any, str]]) -> None:
         self.checks = tuple(checks)
         self.where: Optional[str] = None  # the first read that changed, after a failed ``hold()``
 
     def hold(self) -> bool:
-        for read, obj, key, what in self.checks:
-            v = read()
-            if v is obj and not isinstance(v, _MUTABLE):
+        for d, name, read, obj, mutable, key, what in self.checks:
+            v = d.get(name, _MISSING) if read is None else read()
+            if v is obj and not mutable:  # the same object, whose key cannot have changed
                 continue
             try:
                 same = _key(v) == key
@@ -164,10 +165,12 @@ class _Walk:
         self.seen: Set[int] = set()
         self.keep: List[Any] = []  # what ``seen`` holds ids of, alive for the walk
 
-    def _guard(self, read: Callable[[], Any], what: str) -> Any:
+    def _guard(self, read: Callable[[], Any], what: str, d: Any = None, name: str = "") -> Any:
+        """Note a read: ``d.get(name)`` when ``d`` (a globals or module dict) is given, else ``read()``."""
         v = read()
         if self.checks is not None and len(self.checks) <= _LIMIT:
-            self.checks.append((read, v, _key(v), what))
+            self.checks.append((d, name, None if d is not None else read, v, isinstance(v, _MUTABLE), _key(v),
+                                what))
         return v
 
     def function(self, f: Any) -> None:
@@ -200,7 +203,7 @@ class _Walk:
         g = f.__globals__
         for n in sorted(own):
             if n in g:
-                v = self._guard(lambda g=g, n=n: g.get(n, _MISSING), f"global {n!r} of {f.__qualname__}")
+                v = self._guard(lambda g=g, n=n: g.get(n, _MISSING), f"global {n!r} of {f.__qualname__}", g, n)
                 self.value(v)
         for name, cell in zip(code.co_freevars, f.__closure__ or ()):
             v = self._guard(lambda c=cell: _cell_contents(c), f"closure variable {name!r} of {f.__qualname__}")
@@ -244,7 +247,7 @@ class _Walk:
             d = v.__dict__
             for n in sorted(self.names):
                 if n in d:
-                    self.value(self._guard(lambda d=d, n=n: d.get(n, _MISSING), f"{v.__name__}.{n}"))
+                    self.value(self._guard(lambda d=d, n=n: d.get(n, _MISSING), f"{v.__name__}.{n}", d, n))
             return
         if isinstance(v, type):
             self.seen.add(id(v))
