@@ -420,3 +420,71 @@ def test_torch_func_what_an_operator_cannot_do_is_a_named_error(my_ops):
         torch.func.jacrev(lambda a: ns.mul(a, y))(x)
     with pytest.raises(RuntimeError, match=r"^mul: double backward through an opbuilder operator is not supported"):
         torch.func.grad(lambda a: torch.func.grad(lambda b: ns.mul(b, b).sum())(a).sum())(x)
+
+
+# ---- #12: a C++ InferShape names each output's dtype --------------------------------------------------------------
+
+ARGMAX_SRC = r'''
+#include "opbuilder/extension.h"
+using namespace opbuilder;
+
+// the largest element of each row and its index: a float64 output and an int64 one
+struct RowMax : Function<RowMax> {
+  static std::vector<OutputSpec> InferShape(const TensorPtr &x) {
+    return {OutputSpec{{x->shape()[0]}, x->dtype()}, OutputSpec{{x->shape()[0]}, kInt64}};
+  }
+  static TensorPtrList Forward(AutogradContext *, const TensorPtr &x) {
+    const int64_t rows = x->shape()[0], cols = x->shape()[1];
+    auto best = std::make_shared<Tensor>(kFloat64, ShapeVector{rows});
+    auto where = std::make_shared<Tensor>(kInt64, ShapeVector{rows});
+    const double *p = x->data<double>();
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t k = 0;
+      for (int64_t c = 1; c < cols; ++c) if (p[r * cols + c] > p[r * cols + k]) k = c;
+      best->data<double>()[r] = p[r * cols + k];
+      where->data<int64_t>()[r] = k;
+    }
+    return {best, where};
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
+};
+// claims an int64 output but returns float64 (a wrong rule)
+struct WrongDtype : Function<WrongDtype> {
+  static OutputSpec InferShape(const TensorPtr &x) { return {x->shape(), kInt64}; }
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) { return Tensor::zeros(kFloat64, x->shape()); }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
+};
+
+OB_MODULE(m) {
+  m.def("row_max", [](const TensorPtr &x) { return RowMax::Apply(x); });
+  m.def("row_max_infer_shape", RowMax::InferShapeFunction());
+  m.def("wrong_dtype", [](const TensorPtr &x) { return WrongDtype::Apply(x); });
+  m.def("wrong_dtype_infer_shape", WrongDtype::InferShapeFunction());
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def argmax_ops(cache_dir):
+    return opbuilder.load_inline("torch_semantics_argmax", ARGMAX_SRC, cflags=["-Wall", "-Wextra", "-Werror"])
+
+
+def test_infer_shape_names_an_int64_index_output(argmax_ops):
+    x = torch.tensor([[1.0, 5.0, 2.0], [7.0, 0.0, 3.0]], dtype=DOUBLE)
+    meta = argmax_ops.row_max_infer_shape(x.numpy())
+    assert [str(m._data.dtype) for m in meta] == ["float64", "int64"]
+    ns = opbuilder.to_torch(argmax_ops)
+    for _ in range(2):  # the first call, then the eager path: both checked against the rule
+        best, where = ns.row_max(x)
+        assert best.tolist() == [5.0, 7.0] and where.dtype == torch.int64 and where.tolist() == [1, 0]
+    f = torch.compile(lambda a: ns.row_max(a)[1] + 1, backend="aot_eager", fullgraph=True)
+    assert f(x).tolist() == [2, 1]
+    torch.library.opcheck(op_handle(ns.row_max, x), (x,))
+
+
+def test_a_wrong_infer_shape_dtype_is_caught_on_eager_calls(argmax_ops):
+    ns = opbuilder.to_torch(argmax_ops)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"^wrong_dtype: the shape rule says output 0 is int64\[2\], but the "
+                                               r"operator returned float64\[2\]"):
+            ns.wrong_dtype(_t(1.0, 2.0))

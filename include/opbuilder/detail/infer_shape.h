@@ -6,8 +6,10 @@
 // It reads only shapes and dtypes of its tensor arguments, so Python can ask for the output shapes
 // without running the kernel (Function<T>::InferShapeFunction(), bound as "<name>_infer_shape":
 // to_torch's fake kernel, to_jax's result shapes). Outputs take the dtype of the first tensor
-// argument. In a debug build (debug_mode=True) or with OPBUILDER_DEBUG set, Apply checks every output
-// against it.
+// argument, unless InferShape returns OutputSpec (std::vector<OutputSpec>: one per output), which
+// names each output's dtype too: {shape, kInt64} for an index output. In a debug build
+// (debug_mode=True) or with OPBUILDER_DEBUG set, Apply checks every output against it; to_torch
+// checks every eager call's outputs against it.
 #pragma once
 
 #include <cstdlib>
@@ -23,6 +25,13 @@
 #include "opbuilder/tensor.h"
 
 namespace opbuilder {
+
+// One output as InferShape describes it when its dtype is not the first tensor argument's.
+struct OutputSpec {
+  ShapeVector shape;
+  DataType dtype;
+};
+
 namespace detail OB_HIDDEN {
 namespace infer_shape {
 
@@ -64,14 +73,18 @@ template <typename T, typename R, typename... Args>
 struct InferShapeChecks {
   using C = infer_shape::Call<void, T, Args...>;
   using Want = std::conditional_t<std::is_same_v<R, TensorPtr>, ShapeVector, std::vector<ShapeVector>>;
+  using WantSpec = std::conditional_t<std::is_same_v<R, TensorPtr>, OutputSpec, std::vector<OutputSpec>>;
   static_assert(C::callable,
                 "Function<T>: T::InferShape cannot be called with Forward's arguments (without the "
                 "AutogradContext *): it must be static and take the parameters Forward takes after ctx (T is "
                 "named in the 'In instantiation of InferShapeChecks<T, ...>' line)");
-  static_assert(!C::callable || std::is_same_v<typename C::type, Want>,
+  static constexpr bool returns_ok =
+      std::is_same_v<typename C::type, Want> || std::is_same_v<typename C::type, WantSpec>;
+  static_assert(!C::callable || returns_ok,
                 "Function<T>: T::InferShape must return ShapeVector when Forward returns TensorPtr, and "
-                "std::vector<ShapeVector> (one shape per output) when Forward returns TensorPtrList");
-  static constexpr bool ok = C::callable && std::is_same_v<typename C::type, Want>;
+                "std::vector<ShapeVector> (one shape per output) when Forward returns TensorPtrList (or "
+                "OutputSpec and std::vector<OutputSpec>, to name each output's dtype)");
+  static constexpr bool ok = C::callable && returns_ok;
 };
 
 // A debug build (CustomOpBuilder(debug_mode=True): -O0, no __OPTIMIZE__) or OPBUILDER_DEBUG set (not
@@ -88,8 +101,26 @@ inline bool DebugChecks() {
 #endif
 }
 
-inline std::vector<ShapeVector> ShapeList(ShapeVector s) { return {std::move(s)}; }
-inline std::vector<ShapeVector> ShapeList(std::vector<ShapeVector> s) { return s; }
+// One output as InferShape gave it: its shape, and its dtype when InferShape named one (OutputSpec).
+struct InferredOutput {
+  ShapeVector shape;
+  std::optional<DataType> dtype;
+};
+
+inline std::vector<InferredOutput> ShapeList(ShapeVector s) { return {InferredOutput{std::move(s), std::nullopt}}; }
+inline std::vector<InferredOutput> ShapeList(std::vector<ShapeVector> s) {
+  std::vector<InferredOutput> out;
+  out.reserve(s.size());
+  for (auto &e : s) out.push_back(InferredOutput{std::move(e), std::nullopt});
+  return out;
+}
+inline std::vector<InferredOutput> ShapeList(OutputSpec s) { return {InferredOutput{std::move(s.shape), s.dtype}}; }
+inline std::vector<InferredOutput> ShapeList(std::vector<OutputSpec> s) {
+  std::vector<InferredOutput> out;
+  out.reserve(s.size());
+  for (auto &e : s) out.push_back(InferredOutput{std::move(e.shape), e.dtype});
+  return out;
+}
 
 // The dtype of the first tensor among Forward's arguments (float32 if there is none).
 template <typename A>
@@ -124,10 +155,15 @@ inline TensorPtr MetaTensor(DataType dtype, ShapeVector shape) {
                                   false);
 }
 
+// An output InferShape described, as a MetaTensor: its dtype, else `first` (the first tensor argument's).
+inline TensorPtr MetaTensor(DataType first, InferredOutput o) {
+  return MetaTensor(o.dtype.value_or(first), std::move(o.shape));
+}
+
 // What InferShape said for one call, to check Forward's outputs against (OPBUILDER_DEBUG).
 struct InferredShapes {
-  std::vector<ShapeVector> shapes;
-  DataType dtype = kFloat32;
+  std::vector<InferredOutput> shapes;
+  DataType dtype = kFloat32;  // the first tensor argument's: outputs without a dtype of their own take it
 };
 
 inline void CheckInferredShapes(const std::string &name, const InferredShapes &want, const TensorPtrList &outs) {
@@ -138,12 +174,17 @@ inline void CheckInferredShapes(const std::string &name, const InferredShapes &w
   }
   for (std::size_t j = 0; j < outs.size(); ++j) {
     if (!outs[j]) continue;  // CheckOutputs names a null output
-    if (outs[j]->shape() != want.shapes[j]) {
+    if (outs[j]->shape() != want.shapes[j].shape) {
       throw std::runtime_error(name + "::InferShape gives output " + std::to_string(j) + " the shape " +
-                               ShapeString(want.shapes[j]) + ", but Forward returned the shape " +
+                               ShapeString(want.shapes[j].shape) + ", but Forward returned the shape " +
                                ShapeString(outs[j]->shape()) + why);
     }
-    if (outs[j]->dtype() != want.dtype) {
+    if (want.shapes[j].dtype && outs[j]->dtype() != *want.shapes[j].dtype) {
+      throw std::runtime_error(name + "::Forward returned output " + std::to_string(j) + " with dtype " +
+                               DataTypeName(outs[j]->dtype()) + ", but InferShape gives it the dtype " +
+                               DataTypeName(*want.shapes[j].dtype) + why);
+    }
+    if (!want.shapes[j].dtype && outs[j]->dtype() != want.dtype) {
       throw std::runtime_error(name + "::Forward returned output " + std::to_string(j) + " with dtype " +
                                DataTypeName(outs[j]->dtype()) +
                                ", but InferShape's outputs take the dtype of the first tensor argument, " +
