@@ -160,7 +160,7 @@ class _JaxOp:
             arrays, cts = arrays_and_cts[:-n_out], arrays_and_cts[-n_out:]
             rt, need, outs, _ = op._host_forward(positions, statics, arrays, grad=True)
             # a cotangent in the output's own dtype (it came as the 32-bit twin with x64 off), the runtime's convention
-            pairs = [(o, _to_runtime(op.name, i, runtime_cotangent(np.asarray(g, dtype=o._data.dtype), np)))
+            pairs = [(o, _to_runtime(op.name, i, runtime_cotangent(np.asarray(g, dtype=o._data.dtype))))
                      for i, (o, g) in enumerate(zip(outs, cts)) if o.requires_grad]
             grads = [np.zeros(np.shape(a), np.asarray(a).dtype) for a in arrays]
             if pairs and need:
@@ -170,7 +170,7 @@ class _JaxOp:
                     if r.requires_grad:
                         g = next(it)
                         if g is not None:
-                            grads[i] = jax_gradient(np.asarray(g._data, dtype=grads[i].dtype), np)
+                            grads[i] = jax_gradient(np.asarray(g._data, dtype=grads[i].dtype))
             return tuple(grads)
 
         def out_struct(arrays):

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from runtime.call_rules import to_framework_cotangent as _to_framework_cotangent
+
 __all__ = ["FFI_FWD", "FFI_BWD", "ffi_targets", "ffi_function", "runtime_cotangent", "jax_gradient",
            "jax_dtype"]
 
@@ -55,15 +57,16 @@ def ffi_targets(module: Any, funcs: Dict[str, Callable], shape_fns: Dict[str, Ca
     return {name: done[name] for name in with_handlers}
 
 
-def runtime_cotangent(ct: Any, xp: Any = jnp) -> Any:
-    """JAX's cotangent as the runtime's grad_output: the runtime's complex gradients are torch's (the
-    conjugate of JAX's), so a complex cotangent is conjugated. ``xp``: jnp inside a trace, np on the host."""
-    return xp.conj(ct) if xp.iscomplexobj(ct) else ct
+def runtime_cotangent(ct: Any) -> Any:
+    """JAX's cotangent as the runtime's grad_output. The conventions are runtime.call_rules'
+    (COMPLEX_GRADIENT): the runtime's complex gradients are torch's, the conjugate of JAX's, so a
+    complex cotangent is conjugated. Works on numpy arrays and on JAX arrays inside a trace."""
+    return _to_framework_cotangent(ct, "jax")  # conjugation is its own inverse: JAX -> runtime too
 
 
-def jax_gradient(g: Any, xp: Any = jnp) -> Any:
-    """The runtime's (torch's) gradient as JAX's: conjugated when complex (see ``runtime_cotangent``)."""
-    return xp.conj(g) if xp.iscomplexobj(g) else g
+def jax_gradient(g: Any) -> Any:
+    """The runtime's (torch's) gradient as JAX's (runtime.call_rules' to_framework_cotangent)."""
+    return _to_framework_cotangent(g, "jax")
 
 
 def jax_dtype(dtype: Any) -> np.dtype:
