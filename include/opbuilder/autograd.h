@@ -1086,7 +1086,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
   BeginContext(st, f);
   st.needs.assign(f.nargs, false);
   PyRef edges = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(f.nargs))));
-  ProtectedArgs guard;  // the arguments a write would be refused for, decided now (call_rules.h)
+  std::optional<ProtectedArgs> guard;  // the arguments a write would be refused for, decided now (call_rules.h)
   for (std::size_t i = 0; i < f.nargs; ++i) {
     PyObject *e = Py_None;
     Refusal why = Refusal::kNone;
@@ -1100,7 +1100,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
       Py_INCREF(e);
     }
     PyTuple_SET_ITEM(edges.get(), static_cast<Py_ssize_t>(i), e);
-    ProtectArg(guard, f, i, why);
+    if (why != Refusal::kNone) ProtectArg(guard ? *guard : guard.emplace(), f, i, why);
   }
   const double phase = NextFingerprintPhase();
   std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
@@ -1111,7 +1111,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
     GradModeGuard off(rt, false, true);  // recording: grad mode was on
     f.forward(ctx.get(), f.call, single, list);
   }
-  if (!guard.empty()) CheckRefusals(st, guard);
+  if (guard) CheckRefusals(st, *guard);
   TensorPtrList outs = RecordOutputs(rt, std::move(ctx), single != nullptr ? AsList(std::move(*single)) : *list,
                                      edges.get(), fingerprints.data(), phase, f.backward, f.set_error, f.name_py());
   if (single != nullptr) {

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -141,28 +142,36 @@ inline void RebaseView(PyObject *view, std::size_t index) {
 
 // The arguments a write would be refused for, with the values Forward could overwrite: kept before
 // Forward runs, put back (Restore) before a refusal is raised, so the caller's data never changes.
+// Small contiguous arguments are kept in an inline buffer (no allocation on the common path).
 class ProtectedArgs {
  public:
+  ProtectedArgs() = default;
+  ProtectedArgs(const ProtectedArgs &) = delete;
+  ProtectedArgs &operator=(const ProtectedArgs &) = delete;
+
   // Argument `index`: Forward writes `target` (the caller's tensor, or a private copy of it).
   // A private copy needs no keeping (the caller's memory is not Forward's); nor does device memory.
   void Add(std::size_t index, Refusal why, Tensor *target, bool private_copy) {
-    Item it;
+    Item &it = n_ < kInline ? inline_[n_] : (more_.emplace_back(), more_.back());
+    ++n_;
     it.index = index;
     it.why = why;
-    if (!private_copy && target != nullptr && !target->is_cuda()) {
-      it.target = target;
-      if (target->is_contiguous()) {
-        it.bytes.assign(static_cast<const char *>(target->data_ptr()), target->nbytes());
-      } else {
-        it.strided = target->contiguous_copy();
-      }
+    if (private_copy || target == nullptr || target->is_cuda()) return;
+    it.target = target;
+    if (!target->is_contiguous()) {
+      it.strided = target->contiguous_copy();
+      return;
     }
-    if (n_ < kInline) {
-      inline_[n_] = std::move(it);
+    const std::size_t n = target->nbytes();
+    if (used_ + n <= kBuffer) {
+      it.bytes = buffer_ + used_;
+      used_ += n;
     } else {
-      more_.push_back(std::move(it));
+      heap_.emplace_back(new char[n]);
+      it.bytes = heap_.back().get();
     }
-    ++n_;
+    it.nbytes = n;
+    std::memcpy(it.bytes, target->data_ptr(), n);
   }
   bool empty() const { return n_ == 0; }
 
@@ -188,7 +197,7 @@ class ProtectedArgs {
       if (it.target == nullptr || Same(it)) continue;
       Tensor &t = *it.target;
       if (!it.strided) {
-        std::memcpy(t.data_ptr(), it.bytes.data(), it.bytes.size());
+        std::memcpy(t.data_ptr(), it.bytes, it.nbytes);
       } else {  // elements that share memory get the one value they all had
         CopyStrided(static_cast<char *>(t.data_ptr()), t.strides(), static_cast<const char *>(it.strided->data_ptr()),
                     it.strided->strides(), t.shape(), t.element_size());
@@ -200,20 +209,26 @@ class ProtectedArgs {
   struct Item {
     std::size_t index = 0;
     Refusal why = Refusal::kNone;
-    Tensor *target = nullptr;
-    std::string bytes;  // a contiguous target's bytes (short ones kept inline: no allocation)
+    Tensor *target = nullptr;  // null: nothing kept (a private copy, device memory)
+    char *bytes = nullptr;     // a contiguous target's bytes
+    std::size_t nbytes = 0;
     TensorPtr strided;  // a strided target's values
   };
   static bool Same(const Item &it) {
-    if (!it.strided) return std::memcmp(it.target->data_ptr(), it.bytes.data(), it.bytes.size()) == 0;
+    if (!it.strided) return std::memcmp(it.target->data_ptr(), it.bytes, it.nbytes) == 0;
     TensorPtr now = it.target->contiguous_copy();
     return std::memcmp(now->data_ptr(), it.strided->data_ptr(), now->nbytes()) == 0;
   }
-  static constexpr std::size_t kInline = 2;  // most calls protect one or two arguments: no allocation
   const Item &At(std::size_t k) const { return k < kInline ? inline_[k] : more_[k - kInline]; }
+
+  static constexpr std::size_t kInline = 2;  // most calls protect one or two arguments
+  static constexpr std::size_t kBuffer = 64;
   Item inline_[kInline];
   std::vector<Item> more_;
   std::size_t n_ = 0;
+  std::size_t used_ = 0;
+  alignas(16) char buffer_[kBuffer];
+  std::vector<std::unique_ptr<char[]>> heap_;
 };
 
 }  // namespace detail
