@@ -917,16 +917,16 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   double phase = 0;
   // torch's rule, decided before Forward (call_rules.h): an expanded (stride-0) argument is never
   // written; a refused write is undone before the error (torch's leaf and view rules: record())
-  ProtectedArgs guard;
+  std::optional<ProtectedArgs> guard;  // made only for a call with an argument to protect
   std::vector<std::string> refused;  // per argument while recording: torch's refusal of a write into it, if any
   for (std::size_t i = 0; i < f.nargs; ++i) {
     if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) {
-      ProtectArg(guard, f, i, Refusal::kOverlap);
+      ProtectArg(guard ? *guard : guard.emplace(), f, i, Refusal::kOverlap);
     } else if (record && ForeignWantsGrad(CallerArg(f, i))) {  // a leaf that requires grad, a view of one, ...
       if (const char *why = api.write_refusal(ForeignHandle(*CallerArg(f, i)))) {
         refused.resize(f.nargs);
         refused[i] = why;
-        ProtectArg(guard, f, i, Refusal::kLeaf);
+        ProtectArg(guard ? *guard : guard.emplace(), f, i, Refusal::kLeaf);
       }
     }
   }
@@ -955,10 +955,10 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   for (const auto &d : st.dirty) {  // torch's refusal, in its words, with what Forward wrote undone
     const int i = st.ArgIndex(d.get());
     if (i < 0 || static_cast<std::size_t>(i) >= refused.size() || refused[i].empty()) continue;
-    guard.Restore();
+    guard->Restore();
     throw std::runtime_error(*f.name + ": " + refused[i]);
   }
-  if (!guard.empty()) CheckRefusals(st, guard);
+  if (guard) CheckRefusals(st, *guard);
   const TensorPtrList outs = single != nullptr ? AsList(std::move(*single)) : std::move(*list);
   CheckOutputs(outs, *f.name);
   if (record) {
