@@ -488,3 +488,60 @@ def test_a_wrong_infer_shape_dtype_is_caught_on_eager_calls(argmax_ops):
         with pytest.raises(RuntimeError, match=r"^wrong_dtype: the shape rule says output 0 is int64\[2\], but the "
                                                r"operator returned float64\[2\]"):
             ns.wrong_dtype(_t(1.0, 2.0))
+
+
+# ---- #5 under torch.compile: a write inside the compiled region ------------------------------------------------
+
+@pytest.mark.parametrize("shaped", (False, True))
+def test_a_saved_input_written_inside_a_compiled_region_is_an_error(my_ops, shaped):
+    ns = opbuilder.to_torch(my_ops, shape_fn={"mul": lambda a, b: Spec(a.shape, a.dtype)} if shaped else None)
+
+    def f(x, y):
+        z = ns.mul(x, y)
+        y.mul_(10)
+        return z
+    x, y = _t(1.0, 2.0, 3.0, grad=True), _t(4.0, 5.0, 6.0)
+    with pytest.raises(RuntimeError, match=r"modified by an in-?place operation"):  # torch's x * y: the same
+        torch.compile(f, backend="aot_eager")(x, y).sum().backward()
+
+
+# ---- the C++ bridge gives the same answers (eager calls of a known signature) -----------------------------------
+
+@pytest.fixture(params=["python", "bridge"])
+def route(request, monkeypatch):
+    if request.param == "bridge":
+        request.getfixturevalue("torch_bridge")
+        monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
+    return request.param
+
+
+def test_bridge_parity_identity_after_an_op(sem_ops, my_ops, route):
+    x, y = _t(1.0, 2.0, 3.0, grad=True), _t(4.0, 5.0, 6.0)
+    z = _call("eager", my_ops, "mul", x, y)
+    w = _call("eager", sem_ops, "ident", z)
+    (w * _t(1.0, 10.0, 100.0)).sum().backward()
+    torch.testing.assert_close(x.grad, y * _t(1.0, 10.0, 100.0))
+
+
+def test_bridge_parity_saved_input_written(my_ops, route):
+    x, y = _t(1.0, 2.0, 3.0, grad=True), _t(4.0, 5.0, 6.0)
+    z = _call("eager", my_ops, "mul", x, y)
+    y.mul_(10)
+    with pytest.raises(RuntimeError, match=r"modified by an in-?place operation"):
+        z.sum().backward()
+
+
+def test_bridge_parity_double_backward(my_ops, route):
+    x, y = _t(1.0, 2.0, 3.0, grad=True), _t(4.0, 5.0, 6.0, grad=True)
+    z = _call("eager", my_ops, "mul", x, y)
+    (gx,) = torch.autograd.grad(z.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"^mul: double backward through an opbuilder operator is not supported"):
+        gx.sum().backward()
+
+
+def test_bridge_parity_markdirty_and_tuples(sem_ops, route):
+    c = _t(1.0, 2.0)
+    v = c._version
+    assert _call("eager", sem_ops, "scale_", c) is c and c._version > v
+    out = _call("eager", sem_ops, "two", _t(1.0, 2.0, grad=True))
+    assert type(out) is tuple and len(out) == 2

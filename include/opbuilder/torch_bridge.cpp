@@ -569,6 +569,11 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
   tls_frame = &f;
   PyObject *r = PyObject_Vectorcall(op->fn, args, n, nullptr);
   tls_frame = f.prev;
+  if (r != nullptr && PyList_CheckExact(r)) {  // several outputs: a tuple, torch's convention (as the Python path)
+    PyObject *t = PyList_AsTuple(r);
+    Py_DECREF(r);
+    return t;
+  }
   return r;
 }
 
