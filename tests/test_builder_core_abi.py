@@ -71,3 +71,16 @@ def test_the_defaults_spelled_out_are_not_refused(tmp_path):
     src = tmp_path / "plain.cpp"
     src.write_text(OPS.format(define=""))
     CustomOpBuilder("plain", [src], cflags=["-mabi=sysv", "-mlong-double-80", "-m3dnow"])  # no error
+
+
+@pytest.mark.build
+def test_headers_included_under_pragma_pack_fail_to_compile_saying_why(tmp_path, cache_dir):
+    from opbuilder import BuildError
+    src = tmp_path / "pragma_packed.cpp"
+    src.write_text(OPS.format(define="#pragma pack(push, 1)  // meant for the operator's own structs\n"))
+    with pytest.raises(BuildError, match=re.escape(
+            "opbuilder's headers are included under #pragma pack (or built with -fpack-struct): their structs, "
+            "and those of the binding library, Python and the C++ library, would be laid out unlike the "
+            "compiled code they are passed to; include them before #pragma pack(push, n) and end the packed "
+            "region with #pragma pack(pop)")):
+        CustomOpBuilder("pragma_packed", [src]).load()

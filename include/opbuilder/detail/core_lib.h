@@ -47,3 +47,20 @@
 #define OB_CORE_BODIES 1
 #define OB_CORE_DECL
 #endif
+
+// Under `#pragma pack(push, n)` (or -fpack-struct) every struct of opbuilder, the binding library,
+// Python and the C++ library would be laid out unlike their compiled code (nanobind's runtime,
+// libpython, libstdc++, the core library): wrong values, std::bad_alloc, crashes. Said at compile time.
+namespace opbuilder {
+namespace detail {
+struct PackProbe {
+  char c;
+  void *p;  // as aligned as the ABI aligns a pointer in a struct (then no padding is lost to packing)
+};
+static_assert(alignof(PackProbe) == alignof(void *) && sizeof(PackProbe) == 2 * sizeof(void *),
+              "opbuilder's headers are included under #pragma pack (or built with -fpack-struct): their structs, "
+              "and those of the binding library, Python and the C++ library, would be laid out unlike the "
+              "compiled code they are passed to; include them before #pragma pack(push, n) and end the "
+              "packed region with #pragma pack(pop)");
+}  // namespace detail
+}  // namespace opbuilder
