@@ -279,12 +279,14 @@ class _Op:
                  devices: Tuple[str, ...], writes: Tuple[int, ...] = ()) -> None:
         self.ns, self.lib, self.name, self.fn, self.shape_fn, self.devices = ns, lib, name, fn, shape_fn, devices
         self.writes = writes  # argument positions it writes in place (declared: Tensor(a!) in the schema)
+        self.returns_args = [False]  # seen returning an argument: torch.compile leaves its calls out of graphs
         # sig -> (operator name, [single output?, outputs alias arguments?]); the bridge reads the keys
         self.by_sig: Dict[str, Tuple[Any, List[Optional[bool]]]] = {}
         self.rules: Dict[Tuple[Any, ...], List[Spec]] = {}  # the shape rule's answers, by argument specs
 
     # ---- the runtime side ----
-    def _arg(self, k: int, a: torch.Tensor, flat: int, wants: bool, need: list, index: list, vcs: list) -> Any:
+    def _arg(self, k: int, a: torch.Tensor, flat: int, wants: bool, need: list, index: list, vcs: list,
+             nonleaf: bool = False) -> Any:
         """One torch tensor as the runtime tensor the op gets: counting writes on ``a``'s version counter,
         a leaf needing grad when ``wants`` (behind a ``_TorchHistory`` node when ``a`` is a non-leaf)."""
         r = _to_runtime(self.name, k, a, self.devices)
@@ -296,7 +298,7 @@ class _Op:
             r.requires_grad = True  # a fresh floating leaf: requires_grad_'s checks hold
             need.append(r)
             index.append(flat)
-            if a.grad_fn is not None and not (a._is_view() and a._base.is_leaf):
+            if nonleaf or (a.grad_fn is not None and not (a._is_view() and a._base.is_leaf)):
                 h = _Tensor._from_array(r._data)
                 h._vc = r._vc
                 h._node = _TorchHistory(r)
@@ -304,8 +306,8 @@ class _Op:
                 return h
         return r
 
-    def _runtime_args(self, args: Sequence[Any], sig: str, grad: Callable[[torch.Tensor, str], bool]
-                      ) -> Tuple[list, list, list, list]:
+    def _runtime_args(self, args: Sequence[Any], sig: str, grad: Callable[[torch.Tensor, str], bool],
+                      nonleaf: bool = False) -> Tuple[list, list, list, list]:
         """Runtime arguments, the flat runtime tensors needing grad, their flat indices, and each flat
         tensor's version counter (a ``_TorchVersion``, None for an inference tensor)."""
         out: list = []
@@ -314,9 +316,9 @@ class _Op:
         vcs: list = []
         for k, (a, c) in enumerate(zip(args, sig)):
             if c == "t":
-                out.append(self._arg(k, a, len(vcs), grad(a, c), need, index, vcs))
+                out.append(self._arg(k, a, len(vcs), grad(a, c), need, index, vcs, nonleaf))
             elif c == "L":
-                out.append([self._arg(k, t, len(vcs), grad(t, c), need, index, vcs) for t in a])
+                out.append([self._arg(k, t, len(vcs), grad(t, c), need, index, vcs, nonleaf) for t in a])
             else:
                 out.append(list(a) if c in "IF" else a)
         return out, need, index, vcs
@@ -358,6 +360,8 @@ class _Op:
         info = self.by_sig[sig][1]
         info[0] = single
         info[1] = bool(dirty) or any(k >= 0 for k in alias)
+        if info[1]:
+            self.returns_args[0] = True
         return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs))
 
     def to_torch_outputs(self, sig: str, args: Sequence[Any], outs: List[Any], call: _Call) -> List[torch.Tensor]:
@@ -456,10 +460,19 @@ class _Op:
         """Input gradients (None for none), one per flat tensor argument: through the recorded runtime call
         or, when there is none (a compiled graph), through a new recording of the forward on ``args``."""
         if call is None or not call.recorded or len(call.outputs) != len(grads):  # record the forward again
-            # tensors in lists get no gradients from a Function (the runtime says so when they need one)
-            rt_args, need, index, vcs = self._runtime_args(args, sig, lambda t, c: c == "t")
+            # on copies: the caller's tensors are never written twice. Tensors in lists get no gradients
+            # from a Function (the runtime says so when they need one)
+            copies = [a.detach().clone() if c == "t" else [t.detach().clone() for t in a] if c == "L" else a
+                      for a, c in zip(args, sig)]
+            rt_args, need, index, vcs = self._runtime_args(copies, sig, lambda t, c: c == "t", nonleaf=True)
             with _rt.enable_grad():
                 outs, _ = self._run(rt_args)
+            if any(v is not None and v.written for v in vcs) or any(o._vc in vcs for o in outs):
+                self.returns_args[0] = True
+                raise RuntimeError(
+                    f"{self.name} writes its argument in place (MarkDirty) or returns it, which a compiled graph "
+                    f"cannot express, and its first call was compiled: torch.compile now leaves it out of the "
+                    f"graph, so compile again (or call it once eagerly before compiling)")
             call, retain = _Call(need, index, outs, nflat=len(vcs)), False
         else:
             retain = True  # torch may call backward again on its graph (gradcheck does)
@@ -798,14 +811,21 @@ def _wrapper(op: _Op) -> Callable:
     # no fake kernel: torch.compile runs this call eagerly (a graph break). torch.compiler.disable imports
     # torch._dynamo (seconds): it wraps `general` once something imports it, before anything is traced
     compiled = [general]
-    if op.shape_fn is None:
-        _when_dynamo(lambda: compiled.__setitem__(0, torch.compiler.disable(general)))
+    outside = [general]  # the call left out of the graph
+
+    def wrap() -> None:
+        outside[0] = torch.compiler.disable(general)
+        if op.shape_fn is None:
+            compiled[0] = outside[0]
+    _when_dynamo(wrap)
 
     def call(*args: Any) -> Any:
         if _forward_ad._current_level >= 0:  # a dual level is open: refuse tangents, never drop them
             _refuse_tangents(op.name, args)
         if _is_compiling():  # no try block here: dynamo cannot break a graph inside one
-            return compiled[0](*args)
+            # an op seen returning its argument (MarkDirty, or unchanged) has no functional form for the
+            # graph (torch's custom ops may not return inputs): it runs eagerly, a graph break
+            return (outside[0] if op.returns_args[0] else compiled[0])(*args)
         try:
             # an eager call seen before, with nothing that must see the operator: the fewest steps
             hit = direct.get(tuple(map(type, args)))

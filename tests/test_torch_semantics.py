@@ -545,3 +545,25 @@ def test_bridge_parity_markdirty_and_tuples(sem_ops, route):
     assert _call("eager", sem_ops, "scale_", c) is c and c._version > v
     out = _call("eager", sem_ops, "two", _t(1.0, 2.0, grad=True))
     assert type(out) is tuple and len(out) == 2
+
+
+# ---- MarkDirty under torch.compile: out of the graph, or a named error; never silently wrong ---------------------
+
+def test_markdirty_with_a_shape_rule_under_compile(sem_ops):
+    weights = _t(1.0, 10.0, 100.0)
+
+    def run(ns):
+        x = _t(1.0, 2.0, 3.0, grad=True)
+        b = x * 1
+        r = torch.compile(ns.scale_, backend="aot_eager")(b)
+        ((r * weights).sum() + (b * 1000).sum()).backward()
+        return x.grad
+    rule = {"scale_": lambda a: Spec(a.shape, a.dtype)}
+    warm = opbuilder.to_torch(sem_ops, shape_fn=rule)
+    warm.scale_(_t(1.0))  # seen writing its argument: compiled calls leave the graph
+    torch.testing.assert_close(run(warm), 2 * weights + 2000)  # torch's (x * 1).mul_(2)
+    with pytest.warns(UserWarning, match="must not also be an input"), \
+            pytest.raises(RuntimeError, match=r"^scale_ writes its argument in place \(MarkDirty\) or returns it, "
+                                              r"which a compiled graph cannot express, and its first call was "
+                                              r"compiled: torch.compile now leaves it out of the graph"):
+        run(opbuilder.to_torch(sem_ops, shape_fn=rule))
