@@ -39,6 +39,8 @@ from .relocate import portable, prefix_map_flags, project_root
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
 from .store import prebuilt_stores
+from .target import Target as _Target
+from .torch_bridge_build import KIND as BRIDGE_KIND, bridge_target
 from .toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc, links_with_lto,
                         nanobind_info, native_cpu, python_headers, python_info, wants_native_cpu)
 from .trust import check_dir, read_file, stamp_of, trusted_root
@@ -74,22 +76,6 @@ class _Plan(NamedTuple):
     places: Tuple[Tuple[str, str], ...]  # toolchain include directories and their names (for _path_maps)
     toolchain_dirs: Tuple[str, ...]  # include directories keyed by what they are, not by their headers
     binding: Optional[str]  # NANOBIND, PYBIND11, or None for what is not a Python module
-
-
-class _Target(NamedTuple):
-    """What the kind of output (a nanobind or pybind11 module, nanobind's runtime, a plain library)
-    adds to a plan."""
-
-    output: str
-    binding: Optional[str] = None
-    system: Tuple[str, ...] = ()  # -isystem pairs after opbuilder's own
-    places: Tuple[Tuple[str, str], ...] = ()  # (include directory, its name in keys and path maps)
-    defines: Tuple[str, ...] = ()  # nvcc's -D flags (a C++ source gets the name from a generated header)
-    binding_defines: Tuple[str, ...] = ()  # -D flags of every compile
-    visibility: Tuple[str, ...] = ()
-    identity: Tuple[str, ...] = ()  # key parts after the common ones
-    reads_headers: bool = True  # False: opbuilder's headers are not read, so not keyed
-    pch_identity: Tuple[str, ...] = ()  # a pybind11 module's PCH key parts besides the compiler's
 
 
 def _object_name(source: Path) -> str:
@@ -207,8 +193,7 @@ def _target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
         return _runtime_target(spec)
     if spec.kind == "core":
         return _core_target(spec, hdr, cxx)
-    if spec.kind == "torch_bridge":  # to_torch's C++ bridge: its flags are torch's (torch_bridge.py)
-        from .torch_bridge import bridge_target
+    if spec.kind == BRIDGE_KIND:  # to_torch's C++ bridge: its flags are torch's (torch_bridge_build.py)
         return bridge_target(spec)
     return _Target(f"lib{spec.name}.so")
 

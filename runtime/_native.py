@@ -25,7 +25,7 @@ __all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "bfloat16", "dlpack_i
 # runtime.Tensor attributes native code reads or sets (class-level defaults keep a fresh tensor cheap)
 TENSOR_ATTRS: Tuple[str, ...] = ("_data", "requires_grad", "_node", "_out_index", "_version", "_base_ref")
 # attributes of `_state` native code reads or sets
-GRAD_STATE_ATTRS: Tuple[str, ...] = ("enabled",)
+GRAD_STATE_ATTRS: Tuple[str, ...] = ("enabled", "saved_hooks")
 # runtime.device_memory's functions, for GPU tensors only: imported on first use (__getattr__ below)
 DEVICE_NAMES: Tuple[str, ...] = ("allocate", "describe", "wrap", "current_stream_ptr")
 

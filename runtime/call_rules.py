@@ -32,7 +32,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .autograd.node import Node
+from .autograd.node import Node, double_backward_message  # noqa: F401  (decided there, named here)
 from .versions import share_version
 
 __all__ = ["OVERLAP_MESSAGE", "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
@@ -155,12 +155,6 @@ def share_alias(out: Any, arg: Any) -> None:
     """``out`` is a new Tensor over the memory of the argument ``arg`` (returned unchanged): from now on
     they count writes on one version counter, as a torch view and its base do."""
     share_version(out, arg)
-
-
-def double_backward_message(op: str) -> str:
-    """The one error for a gradient of a gradient through ``op``, whose Backward records no graph."""
-    return (f"{op}: double backward through an opbuilder operator is not supported: its Backward is "
-            f"once-differentiable (create_graph=True, then a gradient of the gradient)")
 
 
 # ---- in-place writes into a view: the base's history is rebased (torch's CopySlices) ------------------------

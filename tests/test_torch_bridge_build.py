@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
 
 from opbuilder import torch_bridge as bridge  # noqa: E402
+from opbuilder import torch_bridge_build as bridge_build  # noqa: E402
 from opbuilder.headers import include_dir  # noqa: E402
 
 pytestmark = pytest.mark.build
@@ -70,7 +71,7 @@ def test_the_key_covers_every_opbuilder_header_the_bridge_includes(torch_bridge,
     inc = str(include_dir())
     read = {os.path.relpath(p, inc) for p in deps[0].read_text().replace("\\\n", " ").split()
             if p.startswith(inc + os.sep) and p.endswith(".h")}
-    assert "opbuilder/detail/foreign_api.h" in read and read <= set(bridge._HEADERS)
+    assert "opbuilder/detail/foreign_api.h" in read and read <= set(bridge_build._HEADERS)
 
 
 def test_cache_list_and_clean_see_the_bridge(copied):

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import grad_mode as _gm
-from .node import Node, meta_of
+from .node import Node, double_backward_message, meta_of
 from .ownership import claim, private_copy
 from .. import device as _device
 from .. import dtypes as _dt
@@ -122,7 +122,6 @@ class _OnceDifferentiable(Node):
         return self._what
 
     def apply(self, grads, create_graph):
-        from ..call_rules import double_backward_message  # the one message on every route
         raise RuntimeError(f"{double_backward_message(self._what)}. {self._what} is once-differentiable: its "
                            f"backward records no graph (C++ code, or numpy), so a higher-order gradient through "
                            f"it cannot be taken")

@@ -70,3 +70,10 @@ def attach_outputs(node: Node, outputs: Sequence[Any]) -> None:
             t._node = node
             t._out_index = i
             t.requires_grad = True
+
+
+def double_backward_message(op: str) -> str:
+    """The one error for a gradient of a gradient through ``op``, whose Backward records no graph: every
+    route raises it (runtime/call_rules.py names it; torch_bridge.cpp spells the same words)."""
+    return (f"{op}: double backward through an opbuilder operator is not supported: its Backward is "
+            f"once-differentiable (create_graph=True, then a gradient of the gradient)")
