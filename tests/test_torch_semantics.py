@@ -567,3 +567,13 @@ def test_markdirty_with_a_shape_rule_under_compile(sem_ops):
                                               r"which a compiled graph cannot express, and its first call was "
                                               r"compiled: torch.compile now leaves it out of the graph"):
         run(opbuilder.to_torch(sem_ops, shape_fn=rule))
+
+
+def test_bridge_parity_torch_func(my_ops, route):
+    ns = opbuilder.to_torch(my_ops)
+    x, y = torch.randn(3, dtype=DOUBLE), torch.randn(3, dtype=DOUBLE)
+    ns.mul(x, y)
+    ns.mul(x, y)  # the signature is known: plain calls take the bridge, if it is on
+    torch.testing.assert_close(torch.func.grad(lambda a: ns.mul(a, y).sum())(x), y)
+    xs = torch.randn(2, 3, dtype=DOUBLE)
+    torch.testing.assert_close(torch.func.vmap(lambda a: ns.mul(a, y))(xs), xs * y)
