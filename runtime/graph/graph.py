@@ -87,6 +87,11 @@ class Graph:
     # what an op of the trace wrote in place that the call does not own (an input, a captured tensor):
     # running the graph again writes it again (a higher-order gradient cannot re-run it)
     writes: List[str] = field(default_factory=list)
+    # what an op of the trace wrote in place that shares its memory with another tensor of the call (a
+    # view written, or a base one of whose views the trace made or took): eagerly the write rebases the
+    # histories of the tensors over that memory (runtime.call_rules.rebase_view, torch's CopySlices), which
+    # no graph models, so a call that records a gradient runs such a trace eagerly (jit/function.py)
+    view_writes: List[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         ins = ", ".join(f"%in{i}: {_meta(s, d)}" for i, (s, d) in enumerate(zip(self.input_shapes,

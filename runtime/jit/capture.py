@@ -74,8 +74,8 @@ class Tracer:
         """Run ``target(*args, **attrs)`` with tracing paused, then record it as one node."""
         # the arguments that are the call's inputs or captured tensors, with their versions: an op that
         # writes one in place (MarkDirty, an aot inplace input) is noted on the graph (``writes``)
-        held = [(k, a, a._version) for k, a in enumerate(args)
-                if isinstance(a, Tensor) and not isinstance(self._refs.get(id(a)), Output)]
+        # (every tensor argument's version: a write into memory another tensor shares is ``view_writes``)
+        held = [(k, a, a._version) for k, a in enumerate(args) if isinstance(a, Tensor)]
         hook.tracer = None
         flag.value -= 1
         try:
@@ -84,13 +84,32 @@ class Tracer:
             flag.value += 1
             hook.tracer = self
         for k, a, v in held:
-            if a._version != v:
-                what = "an input" if isinstance(self._refs.get(id(a)), Input) else "a captured tensor"
+            if a._version == v:
+                continue
+            ref = self._refs.get(id(a))
+            if not isinstance(ref, Output):
+                what = "an input" if isinstance(ref, Input) else "a captured tensor"
                 self.graph.writes.append(f"{name} wrote {what} (its argument {k}) in place")
+            shared = self._shares_memory(a)
+            if shared is not None:
+                self.graph.view_writes.append(f"{name} wrote its argument {k} in place, {shared}")
         if isinstance(out, (tuple, list)) and len(out) > 1:
             out = _distinct(out)
         self.record(kind, name, target, args, attrs, out)
         return out
+
+    def _shares_memory(self, t: Tensor) -> Optional[str]:
+        """How ``t``, just written in place, shares its memory with another tensor of the call, or None:
+        it is a view (of a tensor of the trace or not), or another tensor of the trace counts writes on its
+        version counter (a view of it made earlier, an op's output aliasing it). Eagerly such a write
+        rebases the histories over that memory (runtime.call_rules.rebase_view)."""
+        if t._base is not None:
+            return "a view of another tensor"
+        vc = t._vc
+        for o in self._keep:
+            if o is not t and isinstance(o, Tensor) and o._vc is vc:
+                return "a tensor another tensor of the call views"
+        return None
 
     def record(self, kind: str, name: str, target: Any, args: Sequence[Any], attrs: Dict[str, Any],
                out: Any) -> None:

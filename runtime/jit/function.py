@@ -70,6 +70,7 @@ class _Entry:
     effects: bool = False  # an op other than a primitive (it may write its inputs, or count its runs)
     guards: Optional[Guards] = None  # the globals, closures and attributes the trace read (guards.py)
     next: Any = None  # another trace of this signature, for other values of what they read
+    warned: bool = False  # a call recording a gradient ran eagerly (traced.view_writes) and said so
 
     def stale(self) -> bool:
         """A captured tensor (a Parameter, say) has another shape or dtype than when traced: the graph,
@@ -183,6 +184,8 @@ class JitFunction:
         if type(entry) is _Eager:  # its trace stopped: op by op, as without jit
             return self.fn(*args, **kwargs)
         if _state.enabled and (entry.grad_consts or any(t.requires_grad for t in tensors)):
+            if entry.traced.view_writes:  # eager's gradient through a write into shared memory (see _eager_grad)
+                return self._eager_grad(entry, args, kwargs)
             outs = self._run_with_grad(entry, tensors)
         else:
             outs = entry.run(tensors)
@@ -190,6 +193,22 @@ class JitFunction:
         if type(spec) is int:
             return outs[spec]
         return unflatten_result(spec, outs)
+
+    def _eager_grad(self, entry: _Entry, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """A call recording a gradient whose trace has an op writing memory another tensor shares (a view, or
+        a base with views: ``Graph.view_writes``) runs eagerly, op by op, its ops recording as without jit.
+
+        Eagerly such a write rebases the histories of the tensors over that memory (the view's base takes
+        the op's gradient where the view sits: ``runtime.call_rules.rebase_view``, torch's CopySlices). A
+        graph holds values, not memory: its backward would send the base's gradient past the write. One
+        implementation of the rule (eager's) gives every route the same gradients; calls recording no
+        gradient still run the graph, which writes the same memory as eagerly."""
+        if not entry.warned:
+            entry.warned = True
+            warnings.warn(f"jit({getattr(self.fn, '__qualname__', 'graph')}): {entry.traced.view_writes[0]}; a "
+                          f"call of this signature that records a gradient runs eagerly, op by op, with the same "
+                          f"results and gradients as without jit", RuntimeWarning, stacklevel=3)
+        return self.fn(*args, **kwargs)
 
     def _lookup(self, key: Tuple[Any, ...]) -> Any:
         """The trace cached for ``key`` whose reads (globals, closures, attributes) still hold, or None."""
@@ -221,6 +240,11 @@ class JitFunction:
         wanted = tuple(t.requires_grad for t in tensors)
         if not any(wanted):  # plain tensors: the graph that differentiates every float input
             wanted = (True,) * len(tensors)
+        if type(entry) is not _Eager and entry.traced.view_writes:
+            raise RuntimeError(f"jit({getattr(self.fn, '__qualname__', 'graph')}): this signature has no backward "
+                               f"graph: {entry.traced.view_writes[0]}, and a gradient through such a write is "
+                               f"taken eagerly (the tensors over that memory are rebased as torch's CopySlices "
+                               f"does, which a graph does not model); differentiate the call itself")
         return self._grad(self._captured(entry), tensors, wanted).backward.graph  # type: ignore[attr-defined]
 
     def _captured(self, entry: Any) -> _Entry:
