@@ -7,7 +7,8 @@ runs the built graph only when the graph is made of primitives alone (pure:
 running them again changes nothing), else it returns the traced run's result,
 so an op that writes in place (MarkDirty, mark_dirty, an aot inplace input)
 writes once. Every later call runs the built graph, tracing and building
-nothing. Called while another trace is recording, a jitted function is
+nothing, except a call recording a gradient through an op that wrote into
+memory another tensor shares (a view): it runs eagerly (``_eager_grad``). Called while another trace is recording, a jitted function is
 inlined into that trace.
 """
 from __future__ import annotations
