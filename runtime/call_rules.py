@@ -11,7 +11,20 @@ JAX adapters) asks this module, rather than deciding for itself:
   tensor). They are decided before Forward runs, from the inputs alone;
 * what a refusal leaves untouched: everything. An input that would be refused
   is protected (``protect`` / ``Protected.restore``) while Forward runs, and
-  put back before the error is raised, so the caller's data never changes;
+  put back before the error is raised, so the caller's data never changes.
+  Protecting copies the input, so it is done only where a write can happen:
+  each operator type (a ``Function`` subclass, a C++ ``Function<T>``) learns
+  from its calls whether it writes its inputs (``WRITES_ATTR``,
+  ``note_writes``, ``note_read_only_call``). Its inputs are protected until a
+  recorded call of it completed without writing, and on every call once one
+  wrote (``mark_dirty``/``MarkDirty``, or a write found without it); other
+  calls keep nothing and pay nothing (a parameter is not copied per call).
+  The one hole: an operator that writes its inputs only on some calls (say
+  only for some argument values) is protected from the first call that
+  writes on; that call's refusal is still raised, by the same rules, but
+  after the write, and an unmarked write is then found by the sampled
+  fingerprint as before. torch itself checks a custom Function's
+  ``mark_dirty`` only after its forward ran;
 * version counters and outputs aliasing inputs: an output that is an input
   returned unchanged shares that input's version counter (``share_alias``), as
   a torch view does, so a later write through either is seen by every check;
@@ -36,7 +49,7 @@ from .autograd.node import Node, double_backward_message  # noqa: F401  (decided
 from .versions import share_version
 
 __all__ = ["OVERLAP_MESSAGE", "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
-           "Protected", "protect", "share_alias", "rebase_view", "double_backward_message",
+           "Protected", "protect", "WRITES_ATTR", "note_writes", "note_read_only_call", "share_alias", "rebase_view", "double_backward_message",
            "to_framework_cotangent"]
 
 # torch's words for a write into memory that several elements share (at::assert_no_internal_overlap)
@@ -149,6 +162,27 @@ def protect(args: Sequence[Any], who: str, recording: bool, how: str = "MarkDirt
                 items = []
             items.append((i, a._data, a._data.copy(), err))
     return None if items is None else Protected(items)
+
+
+# The class attribute (in the class's own __dict__, never inherited) of a Python Function subclass that
+# says what its calls showed: absent, nothing yet; False, a recorded call completed without writing an
+# input; True, a call wrote one. ``protect`` is called unless it is False (include/opbuilder/detail/
+# call_rules.h WriteKnowledge is the C++ Function<T>'s).
+WRITES_ATTR = "_opbuilder_writes_inputs"
+
+
+def note_writes(cls: type) -> None:
+    """A call of the operator class ``cls`` wrote an input (``mark_dirty``, or a write found without it):
+    its calls protect their inputs from now on."""
+    if cls.__dict__.get(WRITES_ATTR) is not True:
+        setattr(cls, WRITES_ATTR, True)
+
+
+def note_read_only_call(cls: type) -> None:
+    """A recorded call of ``cls`` completed without writing an input: unless one of its calls wrote
+    (or writes later), its calls protect nothing."""
+    if WRITES_ATTR not in cls.__dict__:
+        setattr(cls, WRITES_ATTR, False)
 
 
 def share_alias(out: Any, arg: Any) -> None:

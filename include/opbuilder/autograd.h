@@ -95,6 +95,7 @@ struct ContextState {
   bool materialize_grads = true;
   TensorPtrList non_differentiable;
   TensorPtrList dirty;
+  WriteState *writes = nullptr;  // the Function type's: what its calls showed of writes (call_rules.h)
 
   int ArgIndex(const Tensor *t) const {
     for (std::size_t i = 0; i < nargs; ++i) {
@@ -368,6 +369,7 @@ inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const T
     if (dirty || Fingerprint(*a, phase) == fingerprints[i]) continue;
     const bool own = c.originals[i] == nullptr;  // else the write went to a private copy
     if (own && a->py_object() != nullptr) BumpVersion(rt, a->py_object());  // it did change
+    NoteWrites(c.writes);
     throw std::runtime_error(name + "::Forward modified argument " + std::to_string(i) +
                              " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return it, "
                              "or write the result to a new tensor");
@@ -675,6 +677,7 @@ OB_CORE_FN void AutogradContext::MarkNonDifferentiable(const TensorPtrList &outp
 
 OB_CORE_FN void AutogradContext::MarkDirty(const TensorPtrList &inputs) {
   st_.dirty.insert(st_.dirty.end(), inputs.begin(), inputs.end());
+  detail::NoteWrites(st_.writes);  // this Function type writes: its later calls keep what a refusal puts back
 }
 
 OB_CORE_FN bool AutogradContext::NeedGrad(const TensorPtr &tensor) const {
@@ -745,6 +748,7 @@ struct FunctionCall {
   BackwardFn backward;
   ErrorFn set_error;
   PyObject *(*name_py)();
+  WriteState *writes;  // the Function type's (Function<T>::Writes): when arguments are kept (call_rules.h)
 };
 
 // A context as Forward sees it: the Function's name and this call's arguments.
@@ -753,6 +757,7 @@ inline void BeginContext(ContextState &st, const FunctionCall &f) {
   st.args = f.args;
   st.originals = f.originals;
   st.nargs = f.nargs;
+  st.writes = f.writes;
 }
 
 // The tensor the caller passed for argument i (Forward may have a private copy of it).
@@ -761,8 +766,28 @@ inline Tensor *CallerArg(const FunctionCall &f, std::size_t i) {
 }
 
 // Before Forward (call_rules.h): argument i's refusal, if it is written, and what to keep of it.
+// Called only where KeepsArguments(f.writes): a type known to write none keeps nothing (LateRefusal).
 inline void ProtectArg(ProtectedArgs &guard, const FunctionCall &f, std::size_t i, Refusal why) {
   if (why != Refusal::kNone) guard.Add(i, why, f.args[i], f.originals[i] != nullptr);
+}
+
+// After Forward of a call that kept nothing (its type had written none before): an argument marked dirty
+// that a write is refused for is refused now, decided as before Forward (`why(i)`), from what Forward
+// does not change. The caller's memory may hold the write (the one hole, call_rules.h): its version goes
+// up (`bump`: a runtime.Tensor's; a framework's tensor counts its own writes); a private copy's write is
+// never copied back.
+template <typename Why>
+inline void LateRefusal(const Runtime &rt, const ContextState &c, const FunctionCall &f, bool bump, Why why) {
+  for (const auto &d : c.dirty) {
+    const int i = c.ArgIndex(d.get());
+    if (i < 0) continue;  // FinishDirty names that misuse
+    const std::size_t k = static_cast<std::size_t>(i);
+    std::string message = why(k);
+    if (message.empty()) continue;
+    PyObject *obj = CallerArg(f, k)->py_object();
+    if (bump && f.originals[k] == nullptr && obj != nullptr) BumpVersion(rt, obj);
+    throw std::runtime_error(message);
+  }
 }
 
 // After Forward, before anything is written back or recorded: a refused argument marked dirty, or
@@ -778,6 +803,7 @@ inline void CheckRefusals(const ContextState &c, const ProtectedArgs &guard) {
   }
   for (std::size_t i = 0; i < c.nargs; ++i) {
     if (!guard.Changed(i)) continue;
+    NoteWrites(c.writes);
     guard.Restore();
     throw std::runtime_error(*c.name + "::Forward modified argument " + std::to_string(i) +
                              " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return it, "
@@ -916,10 +942,12 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
   double phase = 0;
   // torch's rule, decided before Forward (call_rules.h): an expanded (stride-0) argument is never
-  // written; a refused write is undone before the error (torch's leaf and view rules: record())
+  // written; a refused write is undone before the error (torch's leaf and view rules: record()).
+  // What a write would be refused for is kept only where the Function type may write (KeepsArguments).
+  const bool keeps = KeepsArguments(f.writes);
   std::optional<ProtectedArgs> guard;  // made only for a call with an argument to protect
   std::vector<std::string> refused;  // per argument while recording: torch's refusal of a write into it, if any
-  for (std::size_t i = 0; i < f.nargs; ++i) {
+  for (std::size_t i = 0; keeps && i < f.nargs; ++i) {
     if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) {
       ProtectArg(guard ? *guard : guard.emplace(), f, i, Refusal::kOverlap);
     } else if (record && ForeignWantsGrad(CallerArg(f, i))) {  // a leaf that requires grad, a view of one, ...
@@ -958,7 +986,16 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     guard->Restore();
     throw std::runtime_error(*f.name + ": " + refused[i]);
   }
-  if (guard) CheckRefusals(st, *guard);
+  if (guard) {
+    CheckRefusals(st, *guard);
+  } else if (!keeps && !st.dirty.empty()) {  // the same rules, decided now: nothing was kept
+    LateRefusal(rt, st, f, false, [&](std::size_t i) -> std::string {
+      if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) return RefusalMessage(Refusal::kOverlap, *f.name, i);
+      if (!record || !ForeignWantsGrad(CallerArg(f, i))) return std::string();
+      const char *why = api.write_refusal(ForeignHandle(*CallerArg(f, i)));
+      return why == nullptr ? std::string() : *f.name + ": " + why;
+    });
+  }
   const TensorPtrList outs = single != nullptr ? AsList(std::move(*single)) : std::move(*list);
   CheckOutputs(outs, *f.name);
   if (record) {
@@ -1042,6 +1079,7 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
                            attach.data(),   dirty.data(),     materialize, &ForeignBackward, &DropForeignKeep,
                            &ForeignRelease, &ForeignDestroy};
     if (api.record(&node) != 0) throw PythonError();
+    NoteReadOnlyCall(f.writes);  // a recorded call completed: unless MarkDirty said otherwise, it wrote none
   }
   if (single != nullptr) {
     *single = std::move(result[0]);
@@ -1062,8 +1100,9 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
   bool wants = false;
   for (std::size_t i = 0; i < f.nargs; ++i) wants = wants || WantsGrad(f.args[i]);
   if (!wants || !GradEnabled(rt)) {  // the fast path: nothing to record
+    const bool keeps = KeepsArguments(f.writes);
     std::optional<ProtectedArgs> guard;  // only an argument with internal overlap may not be written
-    for (std::size_t i = 0; i < f.nargs; ++i) {
+    for (std::size_t i = 0; keeps && i < f.nargs; ++i) {
       if (f.args[i] == nullptr || !HasInternalOverlap(*CallerArg(f, i))) continue;
       if (!guard) guard.emplace();
       ProtectArg(*guard, f, i, Refusal::kOverlap);
@@ -1072,7 +1111,14 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
     ContextState &st = State(ctx);
     BeginContext(st, f);
     f.forward(&ctx, f.call, single, list);
-    if (guard) CheckRefusals(st, *guard);
+    if (guard) {
+      CheckRefusals(st, *guard);
+    } else if (!keeps && !st.dirty.empty()) {  // the same rule, decided now: nothing was kept
+      LateRefusal(rt, st, f, true, [&](std::size_t i) {
+        const bool overlap = f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i));
+        return overlap ? RefusalMessage(Refusal::kOverlap, *f.name, i) : std::string();
+      });
+    }
     if (single == nullptr) {
       *list = FinishNoGrad(rt, st, std::move(*list));
     } else if (!st.dirty.empty() || !*single || st.ArgIndex(single->get()) >= 0) {
@@ -1086,20 +1132,24 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
   BeginContext(st, f);
   st.needs.assign(f.nargs, false);
   PyRef edges = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(f.nargs))));
-  std::optional<ProtectedArgs> guard;  // the arguments a write would be refused for, decided now (call_rules.h)
+  // the arguments a write would be refused for, decided now (call_rules.h), kept where the type may write
+  const bool keeps = KeepsArguments(f.writes);
+  std::optional<ProtectedArgs> guard;
+  auto refusal = [&](std::size_t i, PyObject *edge) {
+    if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) return Refusal::kOverlap;
+    return WantsGrad(f.args[i]) ? RecordingRefusal(f.args[i]->py_object(), edge) : Refusal::kNone;
+  };
   for (std::size_t i = 0; i < f.nargs; ++i) {
     PyObject *e = Py_None;
-    Refusal why = Refusal::kNone;
-    if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) why = Refusal::kOverlap;
     if (WantsGrad(f.args[i])) {
       st.needs[i] = true;
-      PyObject *obj = f.args[i]->py_object();
-      e = EdgeOf(rt, obj);
-      if (why == Refusal::kNone) why = RecordingRefusal(obj, e);
+      e = EdgeOf(rt, f.args[i]->py_object());
     } else {
       Py_INCREF(e);
     }
     PyTuple_SET_ITEM(edges.get(), static_cast<Py_ssize_t>(i), e);
+    if (!keeps) continue;
+    const Refusal why = refusal(i, e);
     if (why != Refusal::kNone) ProtectArg(guard ? *guard : guard.emplace(), f, i, why);
   }
   const double phase = NextFingerprintPhase();
@@ -1111,9 +1161,17 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
     GradModeGuard off(rt, false, true);  // recording: grad mode was on
     f.forward(ctx.get(), f.call, single, list);
   }
-  if (guard) CheckRefusals(st, *guard);
+  if (guard) {
+    CheckRefusals(st, *guard);
+  } else if (!keeps && !st.dirty.empty()) {  // the same rules, decided now: nothing was kept
+    LateRefusal(rt, st, f, true, [&](std::size_t i) {
+      const Refusal why = refusal(i, PyTuple_GET_ITEM(edges.get(), static_cast<Py_ssize_t>(i)));
+      return why == Refusal::kNone ? std::string() : RefusalMessage(why, *f.name, i);
+    });
+  }
   TensorPtrList outs = RecordOutputs(rt, std::move(ctx), single != nullptr ? AsList(std::move(*single)) : *list,
                                      edges.get(), fingerprints.data(), phase, f.backward, f.set_error, f.name_py());
+  NoteReadOnlyCall(f.writes);  // a recorded call completed: unless MarkDirty said otherwise, it wrote none
   if (single != nullptr) {
     *single = std::move(outs[0]);
   } else {
@@ -1201,6 +1259,13 @@ class Function {
 
   static constexpr bool kViews = detail::AcceptsViews<Derived>::value;
 
+  // What Derived's calls showed of writes into its arguments, one per type (call_rules.h WriteKnowledge):
+  // decides whether a call keeps the arguments a write would be refused for.
+  static detail::WriteState *Writes() {
+    static detail::WriteState state{detail::kWritesUnknown};
+    return &state;
+  }
+
   template <std::size_t... I, typename... Args>
   static auto Prepare(const detail::Runtime &rt, std::index_sequence<I...>, Args &&...args) {
     std::array<Tensor *, sizeof...(Args) + 1> originals{};
@@ -1241,7 +1306,8 @@ class Function {
                                  &call,
                                  &BackwardThunk,
                                  &detail::Binding<Derived>::SetErrorFromCurrentException,
-                                 &detail::FunctionNamePy<Derived>};
+                                 &detail::FunctionNamePy<Derived>,
+                                 Writes()};
     R out;
     if constexpr (std::is_same_v<R, TensorPtr>) {
       detail::RunFunction(rt, f, &out, nullptr);

@@ -262,24 +262,33 @@ class Function:
         if record:
             phase = random.random()
             before = [(a._data, _fingerprint(a._data, phase)) if isinstance(a, Tensor) else None for a in args]
-        # the arguments a write would be refused for, decided before forward runs (runtime/call_rules.py)
-        guard = _call_rules.protect(args, name, record, "mark_dirty")
+        # the arguments a write would be refused for, decided before forward runs (runtime/call_rules.py),
+        # kept only while this class may write them (call_rules.keeps_arguments)
+        writes = cls.__dict__.get(_call_rules.WRITES_ATTR)
+        keeps = writes is not False
+        guard = _call_rules.protect(args, name, record, "mark_dirty") if keeps else None
         _state.enabled = False
         try:
             result = cls.forward(ctx, *args)
         finally:
             _state.enabled = enabled
+            if ctx._dirty and writes is not True:  # this class writes: its later calls keep
+                _call_rules.note_writes(cls)
         if guard is not None:
-            _check_refusals(name, ctx, args, guard)
+            _check_refusals(cls, ctx, args, guard)
+        elif not keeps and ctx._dirty:  # the same rules, decided now: nothing was kept
+            _late_refusal(name, ctx, args, record)
         single = not isinstance(result, (tuple, list))
         outs = [_as_output(name, o) for o in ([result] if single else result)]
         _finish_dirty(name, ctx, args, outs)
         if record:
-            _check_forward_writes(name, ctx, args, before, phase)
+            _check_forward_writes(cls, ctx, args, before, phase)
             outs = _record(cls, ctx, args, outs)
             for i, a in enumerate(args):  # a view written in place: its base's history is rebased
                 if isinstance(a, Tensor) and a._base is not None and _contains(ctx._dirty, a):
                     _call_rules.rebase_view(a, i)
+            if writes is None and not ctx._dirty:  # a recorded call completed without writing
+                _call_rules.note_read_only_call(cls)
         else:
             outs = [o.detach() if _contains(args, o) and not _contains(ctx._dirty, o) else o
                     for o in outs]
@@ -295,9 +304,10 @@ def _as_output(name: str, o: Any) -> Any:
     raise TypeError(f"{name}.forward returned {type(o).__name__}; it must return Tensors (or numpy arrays)")
 
 
-def _check_refusals(name: str, ctx: FunctionCtx, args: Sequence[Any], guard: "_call_rules.Protected") -> None:
+def _check_refusals(cls: type, ctx: FunctionCtx, args: Sequence[Any], guard: "_call_rules.Protected") -> None:
     """A protected argument (one a write is refused for) marked dirty, or changed without mark_dirty:
     its values are put back, then the refusal decided before forward is raised."""
+    name = cls.__name__
     for i, a in enumerate(args):
         err = guard.refusal(i)
         if err is None:
@@ -306,6 +316,7 @@ def _check_refusals(name: str, ctx: FunctionCtx, args: Sequence[Any], guard: "_c
             guard.restore()
             raise err
         if guard.changed(i):
+            _call_rules.note_writes(cls)
             guard.restore()
             raise RuntimeError(f"{name}.forward modified argument {i} in place without mark_dirty; mark it "
                                f"(ctx.mark_dirty(tensor)) and return it, or compute a new tensor")
@@ -327,13 +338,29 @@ def _finish_dirty(name: str, ctx: FunctionCtx, args: Sequence[Any], outs: Sequen
                                f"an argument modified in place must be returned as an output")
 
 
-def _check_forward_writes(name: str, ctx: FunctionCtx, args: Sequence[Any], before, phase: float) -> None:
+def _late_refusal(name: str, ctx: FunctionCtx, args: Sequence[Any], record: bool) -> None:
+    """For a call that kept nothing (its class had written nothing before): an argument marked dirty that a
+    write is refused for is refused now, by the rules decided before forward (from what forward does not
+    change). Its memory may hold the write (the one hole, runtime/call_rules.py): its version goes up."""
+    for d in ctx._dirty:
+        i = next((k for k, a in enumerate(args) if a is d), None)
+        if i is None:
+            continue  # _finish_dirty names that misuse
+        err = _call_rules.write_refusal(d, name, i, record, "mark_dirty") if isinstance(d, _tensor.Tensor) else None
+        if err is not None:
+            d._version += 1
+            raise err
+
+
+def _check_forward_writes(cls: type, ctx: FunctionCtx, args: Sequence[Any], before, phase: float) -> None:
     """Arguments changed without mark_dirty, and dirty leaves that require grad, are errors."""
+    name = cls.__name__
     for i, (a, b) in enumerate(zip(args, before)):
         if b is None or _contains(ctx._dirty, a):
             continue
         data, fp = b
         if a._data is not data or _fingerprint(data, phase) != fp:
+            _call_rules.note_writes(cls)
             a._version += 1  # it did change
             raise RuntimeError(f"{name}.forward modified argument {i} in place without mark_dirty; mark it "
                                f"(ctx.mark_dirty(tensor)) and return it, or compute a new tensor")

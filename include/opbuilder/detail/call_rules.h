@@ -4,7 +4,11 @@
 //    overlap (an expanded, stride-0 tensor) never; while the call records a node, not a leaf that
 //    requires grad, nor a view of one. Decided from the arguments before Forward runs (WriteRefusal);
 //  * what a refusal leaves untouched: everything. The memory Forward could write for a refused
-//    argument is kept (ProtectedArgs) and put back before the error is raised;
+//    argument is kept (ProtectedArgs) and put back before the error is raised. Kept only where a
+//    write can happen (WriteKnowledge): until a recorded call of the Function type completed without
+//    writing, and always once a call of it wrote. The one hole: a type that writes only on some calls
+//    is protected from the first call that writes on (that call's refusal is raised after the write,
+//    as torch raises its own for a custom Function only after forward);
 //  * an argument returned unchanged comes back as a new tensor over its memory that shares its
 //    version counter (ShareVersion), as a torch view does;
 //  * MarkDirty on a view rebases the base's history (RebaseView, runtime/call_rules.py rebase_view).
@@ -121,6 +125,30 @@ inline Refusal RecordingRefusal(PyObject *obj, PyObject *edge) {
   if (node.get() != Py_None) return Refusal::kNone;
   PyRef rg = PyRef::Steal(Check(PyObject_GetAttr(base.get(), rt.s_requires_grad)));
   return PyObject_IsTrue(rg.get()) == 1 ? Refusal::kViewOfLeaf : Refusal::kNone;
+}
+
+// What the calls of one Function type showed of its writes into arguments (one per type, Function<T>'s
+// WriteState): nothing yet, that it writes none (a recorded call completed without MarkDirty and without
+// a write the checks saw), or that it writes (MarkDirty, or a write found without it). Arguments a write
+// would be refused for are kept before Forward (ProtectedArgs) only while a write can happen: copying
+// every parameter of every op on every call would cost more than the op for most of them.
+enum WriteKnowledge : unsigned char { kWritesUnknown = 0, kWritesNone = 1, kWritesArgs = 2 };
+using WriteState = std::atomic<unsigned char>;
+
+// Keep the arguments a write would be refused for, for a call of the type whose state is `w`
+// (null: a caller that learns nothing, always kept).
+inline bool KeepsArguments(const WriteState *w) {
+  return w == nullptr || w->load(std::memory_order_relaxed) != kWritesNone;
+}
+// A call of the type wrote an argument (MarkDirty, or a write the checks found): keep from now on.
+inline void NoteWrites(WriteState *w) {
+  if (w != nullptr && w->load(std::memory_order_relaxed) != kWritesArgs) w->store(kWritesArgs, std::memory_order_relaxed);
+}
+// A recorded call of the type completed without writing: unless one wrote, later calls keep nothing.
+inline void NoteReadOnlyCall(WriteState *w) {
+  if (w == nullptr || w->load(std::memory_order_relaxed) != kWritesUnknown) return;
+  unsigned char expected = kWritesUnknown;
+  w->compare_exchange_strong(expected, kWritesNone, std::memory_order_relaxed);
 }
 
 // `out` (a new runtime.Tensor over the memory of the argument `arg`, returned unchanged) counts writes
