@@ -289,10 +289,14 @@ class _Op:
              nonleaf: bool = False) -> Any:
         """One torch tensor as the runtime tensor the op gets: counting writes on ``a``'s version counter,
         a leaf needing grad when ``wants`` (behind a ``_TorchHistory`` node when ``a`` is a non-leaf)."""
-        r = _to_runtime(self.name, k, a, self.devices)
+        d = a.detach()  # shares a's memory and version counter, not its history
+        if d.is_cpu and d.dtype in _PLAIN and not d.is_conj() and not d.is_neg():
+            r = _Tensor._from_array(d.numpy())
+        else:
+            r = _to_runtime(self.name, k, a, self.devices)
         vc = None
-        if not a.is_inference():  # inference tensors have no counter
-            vc = r._vc = _TorchVersion(a.detach())
+        if not d.is_inference():  # inference tensors have no counter
+            vc = r._vc = _TorchVersion(d)
         vcs.append(vc)
         if wants and r._data.dtype.kind in _GRAD_KINDS:
             r.requires_grad = True  # a fresh floating leaf: requires_grad_'s checks hold
@@ -433,7 +437,9 @@ class _Op:
             raise _Plain(res)
         else:
             data = res._data
-            if type(data) is np.ndarray and data.base is None:
+            # a base that is an argument's array: the op returned that argument (_direct_out says how)
+            if type(data) is np.ndarray and (type(data.base) is not np.ndarray
+                                             or all(data.base is not conv[i] for i in tpos)):
                 try:
                     out = [torch.from_numpy(data)]
                 except (TypeError, ValueError):  # bfloat16, negative strides
