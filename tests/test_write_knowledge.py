@@ -138,3 +138,35 @@ def test_a_python_function_that_writes_nothing_copies_no_parameter_after_its_fir
         tracemalloc.stop()
     assert first >= w.asnumpy().nbytes  # the first call keeps the parameter (the type may write it)
     assert max(later) < w.asnumpy().nbytes // 8  # later ones keep nothing: no per-call copy
+
+
+@pytest.fixture
+def bridged(ops, torch_bridge, monkeypatch):
+    """The same operators through to_torch's C++ bridge (include/opbuilder/autograd.h RunFunctionForeign)."""
+    torch = pytest.importorskip("torch")
+    import opbuilder
+    monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
+    return torch, opbuilder.to_torch(ops)
+
+
+def test_through_the_torch_bridge_an_op_is_protected_from_its_first_write_on(bridged):
+    torch, t_ops = bridged
+    op = t_ops.write_if_3
+
+    def fast() -> int:
+        b = op.bridged[0]
+        return 0 if b is None else b.fast_calls
+
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    op(x.detach().clone(), False, False)  # the signature's first call takes the Python path
+    before = fast()
+    op(x, False, False)  # a recorded call that writes nothing: nothing is kept from now on
+    with pytest.raises(RuntimeError, match=r"^WriteIf<3>: a leaf Variable that requires grad is being used in an "
+                                           r"in-place operation\.$"):
+        op(x, True, True)  # torch's refusal, decided after the write (the documented hole)
+    assert x.tolist() == [2.0, 2.0, 3.0]
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"^WriteIf<3>: a leaf Variable that requires grad"):
+            op(x, True, True)  # decided before Forward: the data untouched
+        assert x.tolist() == [2.0, 2.0, 3.0] and x.grad_fn is None
+    assert fast() == before + 4
