@@ -75,11 +75,11 @@ class _Call:
     runtime outputs, and how they relate to the torch arguments: ``alias[j]``, the flat position of the
     argument output ``j`` is (returned unchanged) or -1; ``dirty``, the flat positions of arguments the op
     wrote (MarkDirty); ``recorded``, whether a runtime graph was recorded; ``nflat``, the tensor count."""
-    __slots__ = ("inputs", "index", "outputs", "alias", "dirty", "recorded", "nflat", "__weakref__")
+    __slots__ = ("inputs", "index", "outputs", "alias", "dirty", "recorded", "nflat", "vcs", "__weakref__")
 
     def __init__(self, inputs: List[Any], index: List[int], outputs: List[Any], alias: Optional[List[int]] = None,
-                 dirty: Sequence[int] = (), recorded: bool = True, nflat: int = 0) -> None:
-        self.inputs, self.index, self.outputs = inputs, index, outputs
+                 dirty: Sequence[int] = (), recorded: bool = True, nflat: int = 0, vcs: Sequence[Any] = ()) -> None:
+        self.inputs, self.index, self.outputs, self.vcs = inputs, index, outputs, vcs
         self.alias = [-1] * len(outputs) if alias is None else alias
         self.dirty, self.recorded, self.nflat = frozenset(dirty), recorded, nflat
 
@@ -366,7 +366,7 @@ class _Op:
         info[1] = bool(dirty) or any(k >= 0 for k in alias)
         if info[1]:
             self.returns_args[0] = True
-        return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs))
+        return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs)
 
     def to_torch_outputs(self, sig: str, args: Sequence[Any], outs: List[Any], call: _Call) -> List[torch.Tensor]:
         """The runtime outputs as torch tensors: an argument returned unchanged as a view of the torch
@@ -563,6 +563,7 @@ class _Op:
             dirty = [o for o, k in zip(output, call.alias) if k in call.dirty and k >= 0]
             if dirty:
                 ctx.mark_dirty(*dirty)
+                _marked(call)
 
         def backward(ctx: Any, grads: List[Optional[torch.Tensor]]) -> Tuple[Any, ...]:
             call = ctx.call
@@ -629,6 +630,15 @@ _TORCH_DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
     "uint32", "uint64", "bool", "complex64", "complex128")}
 
 
+def _marked(call: _Call) -> None:
+    """torch bumps the version of what ``ctx.mark_dirty`` names once more, after the runtime's bump for the
+    same write: the runtime's view of those counters stays one write (what the op saved still checks)."""
+    for k in call.dirty:
+        vc = call.vcs[k]
+        if vc is not None and k in call.alias:
+            vc.off -= 1
+
+
 def _flat(args: Sequence[Any], sig: str) -> List[torch.Tensor]:
     """The tensor arguments, lists flattened: the order of ``_Call``'s flat positions."""
     return [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
@@ -660,6 +670,7 @@ class _Eager(torch.autograd.Function):
         dirty = [t for t, k in zip(outs, call.alias) if k >= 0 and k in call.dirty]
         if dirty:
             ctx.mark_dirty(*dirty)
+            _marked(call)
         ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's node
         return tuple(outs)
 

@@ -23,6 +23,7 @@ from opbuilder.interop_torch import op_handle  # noqa: E402
 pytestmark = pytest.mark.build
 
 SRC = r'''
+#include <cmath>
 #include <string>
 #include "opbuilder/extension.h"
 using namespace opbuilder;
@@ -75,6 +76,24 @@ struct Two : Function<Two> {
     return {a};
   }
 };
+// x = exp(x) in place (MarkDirty), saving the result for Backward (torch's exp_)
+struct ExpInplace : Function<ExpInplace> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    double *p = x->data<double>();
+    for (int64_t i = 0; i < x->numel(); ++i) p[i] = std::exp(p[i]);
+    ctx->MarkDirty({x});
+    ctx->SaveForBackward({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    auto saved = ctx->GetSavedTensors();
+    auto out = Like(g[0]);
+    const double *s = g[0]->data<double>(), *e = saved[0]->data<double>();
+    double *d = out->data<double>();
+    for (int64_t i = 0; i < out->numel(); ++i) d[i] = s[i] * e[i];
+    return {out};
+  }
+};
 // the out= pattern (pytorch/extension-cpp's myadd_out): out = x + y, returns nothing
 void AddOut(const TensorPtr &x, const TensorPtr &y, const TensorPtr &out) {
   const double *a = x->data<double>(), *b = y->data<double>();
@@ -93,6 +112,7 @@ TensorPtr PlainIdent(const TensorPtr &x) { return x; }
 OB_MODULE(m) {
   m.def("ident", [](const TensorPtr &x) { return Ident::Apply(x); });
   m.def("scale_", [](const TensorPtr &x) { return Scale::Apply(x); });
+  m.def("exp_", [](const TensorPtr &x) { return ExpInplace::Apply(x); });
   m.def("add", [](const TensorPtr &x, const TensorPtr &y) { return Add::Apply(x, y); });
   m.def("two", [](const TensorPtr &x) { return Two::Apply(x); });
   m.def("add_out", &AddOut);
@@ -231,6 +251,23 @@ def test_markdirty_on_a_non_leaf_is_accepted_as_torch_does(sem_ops, path):
     ref = a.detach().clone().requires_grad_()
     (ref * 1).mul_(2).mul(_t(1.0, 10.0, 100.0)).sum().backward()  # torch's own in-place op
     torch.testing.assert_close(a.grad, ref.grad)
+
+
+@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+def test_markdirty_that_saves_its_result_differentiates_as_torch_does(sem_ops, path):
+    a = _t(0.5, 1.0, 1.5, grad=True)
+    b = a * 1
+    r = _call(path, sem_ops, "exp_", b)
+    assert r is b
+    (r * _t(1.0, 10.0, 100.0)).sum().backward()  # the saved result was written by this op only: no error
+    ref = a.detach().clone().requires_grad_()
+    (ref * 1).exp_().mul(_t(1.0, 10.0, 100.0)).sum().backward()  # torch's own exp_
+    torch.testing.assert_close(a.grad, ref.grad)
+    b2 = a * 1
+    r2 = _call(path, sem_ops, "exp_", b2)
+    r2.add_(1)  # a later write into the saved result: an error, as for torch's exp_
+    with pytest.raises(RuntimeError, match=r"modified by an in-?place operation"):
+        r2.sum().backward()
 
 
 @pytest.mark.parametrize("path", ("first", "eager", "handle", "mode"))
@@ -577,3 +614,10 @@ def test_bridge_parity_torch_func(my_ops, route):
     torch.testing.assert_close(torch.func.grad(lambda a: ns.mul(a, y).sum())(x), y)
     xs = torch.randn(2, 3, dtype=DOUBLE)
     torch.testing.assert_close(torch.func.vmap(lambda a: ns.mul(a, y))(xs), xs * y)
+
+
+def test_bridge_parity_markdirty_that_saves_its_result(sem_ops, route):
+    a = _t(0.5, 1.0, 1.5, grad=True)
+    r = _call("eager", sem_ops, "exp_", a * 1)
+    (r * _t(1.0, 10.0, 100.0)).sum().backward()
+    torch.testing.assert_close(a.grad, torch.exp(a.detach()) * _t(1.0, 10.0, 100.0))
