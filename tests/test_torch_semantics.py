@@ -241,7 +241,7 @@ def test_an_argument_returned_unchanged_shares_its_version_counter(sem_ops, my_o
             z.sum().backward()
 
 
-@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+@pytest.mark.parametrize("path", ("first", "eager", "handle", "mode"))
 def test_markdirty_on_a_non_leaf_is_accepted_as_torch_does(sem_ops, path):
     a = _t(1.0, 2.0, 3.0, grad=True)
     b = a * 1
@@ -253,7 +253,7 @@ def test_markdirty_on_a_non_leaf_is_accepted_as_torch_does(sem_ops, path):
     torch.testing.assert_close(a.grad, ref.grad)
 
 
-@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+@pytest.mark.parametrize("path", ("first", "eager", "handle", "mode"))
 def test_markdirty_that_saves_its_result_differentiates_as_torch_does(sem_ops, path):
     a = _t(0.5, 1.0, 1.5, grad=True)
     b = a * 1
