@@ -284,8 +284,8 @@ class Function:
         if record:
             _check_forward_writes(cls, ctx, args, before, phase)
             outs = _record(cls, ctx, args, outs)
-            for i, a in enumerate(args):  # a view written in place: its base's history is rebased
-                if isinstance(a, Tensor) and a._base is not None and _contains(ctx._dirty, a):
+            for i, a in enumerate(args if ctx._dirty else ()):  # a view written in place: its base's
+                if isinstance(a, Tensor) and a._base is not None and _contains(ctx._dirty, a):  # history is rebased
                     _call_rules.rebase_view(a, i)
             if writes is None and not ctx._dirty:  # a recorded call completed without writing
                 _call_rules.note_read_only_call(cls)
