@@ -473,12 +473,12 @@ class _Op:
             rt_args, need, index, vcs = self._runtime_args(copies, sig, lambda t, c: c == "t", nonleaf=True)
             with _rt.enable_grad():
                 outs, _ = self._run(rt_args)
-            if any(v is not None and v.written for v in vcs) or any(o._vc in vcs for o in outs):
+            if any(v is not None and v.written for v in vcs):
                 self.returns_args[0] = True
                 raise RuntimeError(
-                    f"{self.name} writes its argument in place (MarkDirty) or returns it, which a compiled graph "
-                    f"cannot express, and its first call was compiled: torch.compile now leaves it out of the "
-                    f"graph, so compile again (or call it once eagerly before compiling)")
+                    f"{self.name} writes its argument in place (MarkDirty), which a compiled graph cannot express, "
+                    f"and its first call was compiled: torch.compile now leaves it out of the graph, so compile "
+                    f"again (or call it once eagerly before compiling)")
             call, retain = _Call(need, index, outs, nflat=len(vcs)), False
         else:
             retain = True  # torch may call backward again on its graph (gradcheck does)
