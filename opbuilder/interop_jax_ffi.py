@@ -1,8 +1,11 @@
 """``to_jax``'s XLA FFI path: a module function whose C++ ``Function`` was bound with
 ``OB_XLA_FFI`` (the PyCapsules ``<name>_xla_fwd`` / ``<name>_xla_bwd``, see
 include/opbuilder/xla_ffi.h) runs as an XLA custom call (``jax.ffi.ffi_call``) instead of
-a host callback: no GIL, no Python per call, no copy of the inputs for a Function that
-declares ``kAcceptsViews`` (others get private copies: XLA's buffers are never written).
+a host callback: no GIL, no Python per call. XLA's buffers are never written: a Function gets
+private copies of its inputs, or with ``kAcceptsViews`` read-only ones, XLA's memory itself (no
+copy) once its type is known to write nothing (a call completed without a write), read-only
+private copies before that and for a type that writes (a refused write never reaches the caller's
+array).
 
 Result shapes come from the shape rule (the ``<name>_infer_shape`` companion or
 ``shape_fn``); a function with handlers but no rule is an error, since the custom call

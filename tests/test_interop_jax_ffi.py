@@ -222,7 +222,7 @@ def test_grad_through_an_in_place_op_matches_central_differences(xla_ffi_ops):
 def test_a_function_taking_views_gets_xla_memory_read_only_and_may_not_mark_it_dirty(xla_ffi_ops):
     j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
     empty, writable = jax.jit(j.add_one_views)(jnp.zeros((0,)))  # no MarkDirty for an empty x
-    assert empty.shape == (0,) and float(writable) == 0.0  # XLA's buffer itself, read-only: no copy
+    assert empty.shape == (0,) and float(writable) == 0.0  # read-only (XLA's buffer, or a copy standing for it)
     x = jnp.arange(3.0)
     with pytest.raises(jax.errors.JaxRuntimeError,
                        match=r"AddOneViews \(XLA FFI forward\): argument 0 is a JAX array \(immutable, read-only "
@@ -377,3 +377,84 @@ def test_int64_outputs_with_x64_off_are_int32_as_jnp_gives(xla_ffi_ops):
     got = jax.jit(ops["ffi"].positions)(jnp.ones(3))
     assert got.dtype == jnp.int64
     assert ".positions.fwd" in jax.jit(ops["ffi"].positions).lower(jnp.ones(3)).as_text()
+
+
+# ---- issue 33 #2: a Function taking views never writes XLA's buffers -------------------------------
+
+_VIEWS_REFUSAL = (r"{name} \(XLA FFI {stage}\): argument 0 is a JAX array \(immutable, read-only to a Function "
+                  r"that declares kAcceptsViews\), but Forward marked it dirty \(an in-place write\); declare the "
+                  r"write to XLA with to_jax\(module, mutates=\{{<function>: \[0\]\}}\) \(the argument is then "
+                  r"copied, or donated, into the output\), or drop kAcceptsViews \(then Forward gets a private copy "
+                  r"it may write\)")
+
+
+def test_a_refused_write_by_a_function_taking_views_leaves_the_callers_array(xla_ffi_ops):
+    """A kAcceptsViews Function whose kernel writes its input through data_ptr() and marks it dirty,
+    without to_jax's mutates: the handler refuses it by name, and the write never reached the caller's
+    jax.Array (decided before Forward runs: a type not known to write nothing gets read-only private
+    copies), eagerly, under jit, under jax.grad (forward) and in the gradient's rerun of Forward."""
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
+    x0 = np.arange(1.0, 5.0)
+    x = jnp.asarray(x0)
+    # under jax.grad XLA may run the backward's rerun of Forward first, or only it (the forward's
+    # result unused): the same refusal, from the handler that ran
+    forward = _VIEWS_REFUSAL.format(name="ScaleViews", stage="(forward|backward)")
+    for f in (j.scale_views, jax.jit(j.scale_views), jax.jit(lambda a: (j.scale_views(a), a * 1)),
+              jax.grad(lambda a: (j.scale_views(a) * a).sum()), jax.jit(jax.grad(lambda a: j.scale_views(a).sum()))):
+        for _ in range(2):  # the first call of the type and a later one
+            with pytest.raises(jax.errors.JaxRuntimeError, match=forward):
+                jax.block_until_ready(f(x))
+            np.testing.assert_array_equal(np.asarray(x), x0)
+    # the forward reads x as it is (no write without a gradient); the gradient's rerun writes it
+    np.testing.assert_array_equal(np.asarray(j.scale_views_when_grad(x)), 3 * x0)
+    backward = _VIEWS_REFUSAL.format(name="ScaleViewsWhenGrad", stage="backward")
+    for f in (jax.grad(lambda a: (j.scale_views_when_grad(a) * a).sum()),
+              jax.jit(jax.grad(lambda a: j.scale_views_when_grad(a).sum()))):
+        for _ in range(2):
+            with pytest.raises(jax.errors.JaxRuntimeError, match=backward):
+                jax.block_until_ready(f(x))
+            np.testing.assert_array_equal(np.asarray(x), x0)
+    out, vjp = jax.vjp(j.scale_views_when_grad, x)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=backward):
+        jax.block_until_ready(vjp(jnp.ones(4)))
+    np.testing.assert_array_equal(np.asarray(x), x0)
+    np.testing.assert_array_equal(np.asarray(out), 3 * x0)
+    # declared, the same write is XLA's aliasing: allowed, and still not the caller's array
+    m = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES, mutates={"scale_views": [0]})
+    for f in (m.scale_views, jax.jit(m.scale_views)):
+        np.testing.assert_array_equal(np.asarray(f(x)), 3 * x0)
+        np.testing.assert_array_equal(np.asarray(x), x0)
+
+
+def test_a_write_without_mark_dirty_by_a_function_taking_views_leaves_the_callers_array(xla_ffi_ops):
+    """A kAcceptsViews Function that overwrites its input without MarkDirty writes a private copy, on
+    every call after the first too (the type was seen to write); a gradient (which records) refuses it
+    with the runtime's message. The caller's array keeps its values, in and out of jit."""
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
+    x0 = np.arange(1.0, 5.0)
+    x = jnp.asarray(x0)
+    for f in (j.triple_scratch_views, jax.jit(j.triple_scratch_views)):
+        for _ in range(3):
+            np.testing.assert_array_equal(np.asarray(f(x)), 3 * x0)
+            np.testing.assert_array_equal(np.asarray(x), x0)
+    out, same = jax.jit(lambda a: (j.triple_scratch_views(a), a + 0))(x)
+    np.testing.assert_array_equal(np.asarray(out), 3 * x0)
+    np.testing.assert_array_equal(np.asarray(same), x0)
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"TripleScratchViews::Forward modified argument 0 in place without MarkDirty; mark it "
+                             r"\(ctx->MarkDirty\(\{tensor\}\)\) and return it, or write the result to a new tensor"):
+        jax.jit(jax.grad(lambda a: (j.triple_scratch_views(a) * a).sum()))(x).block_until_ready()
+    np.testing.assert_array_equal(np.asarray(x), x0)
+
+
+def test_a_function_taking_views_that_writes_nothing_gets_xlas_buffer_after_its_first_call(xla_ffi_ops):
+    """The copies cost only while the type may write: its first call (this test must be the op's first
+    user in the session) reads a private copy; having written nothing, later calls read XLA's buffer
+    itself (here the caller's array, passed through), eagerly and under jit."""
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
+    x = jnp.arange(4.0)
+    where = float(x.unsafe_buffer_pointer())
+    assert float(j.input_address(x)) != where  # a copy: the type is not yet known to write nothing
+    for f in (j.input_address, jax.jit(j.input_address)):
+        for _ in range(2):
+            assert float(f(x)) == where

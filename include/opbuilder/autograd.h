@@ -1259,13 +1259,16 @@ class Function {
 
   static constexpr bool kViews = detail::AcceptsViews<Derived>::value;
 
+ public:
   // What Derived's calls showed of writes into its arguments, one per type (call_rules.h WriteKnowledge):
-  // decides whether a call keeps the arguments a write would be refused for.
+  // decides whether a call keeps the arguments a write would be refused for. Public for the XLA FFI
+  // handlers (xla_ffi.h), which read and teach the same knowledge.
   static detail::WriteState *Writes() {
     static detail::WriteState state{detail::kWritesUnknown};
     return &state;
   }
 
+ private:
   template <std::size_t... I, typename... Args>
   static auto Prepare(const detail::Runtime &rt, std::index_sequence<I...>, Args &&...args) {
     std::array<Tensor *, sizeof...(Args) + 1> originals{};

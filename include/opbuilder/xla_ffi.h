@@ -11,8 +11,12 @@
 // JAX arrays are immutable, so XLA's input buffers are never written. A Function gets them as a
 // Function gets any read-only memory from the runtime: as private writable copies (so an in-place op,
 // MarkDirty or not, runs on a copy and the caller's array is unchanged), or, when it declares
-// `static constexpr bool kAcceptsViews = true;`, as read-only Tensors over XLA's memory (no copy;
-// it must honour is_writable() and never write them; MarkDirty on one is an error). The output
+// `static constexpr bool kAcceptsViews = true;`, as read-only Tensors (it must honour is_writable()
+// and never write them; MarkDirty on one is an error). Those are over XLA's memory (no copy) once the
+// Function type is known to write nothing (Function<T>::Writes(), call_rules.h: a call, here or in
+// the runtime, completed without a write); until then, and for a type that was seen to write, they
+// are read-only private copies, so a write the handler refuses (MarkDirty) or that Forward makes
+// without MarkDirty never reaches the caller's array. The output
 // cotangents given to Backward follow the same rule. An input declared written
 // (to_jax(module, mutates={name: [i]})) is aliased to the output of its shape and dtype
 // (input_output_aliases): XLA copies it into that result buffer, or donates it, and Forward gets
@@ -98,10 +102,16 @@ inline TensorPtr Wrap(const ffi::AnyBuffer &b, bool writable, const char *what, 
 // fresh block each call faults in its pages every time (measured: 1M float64 mul 4.4 ms -> 2.2 ms,
 // against 1.0 ms with no copy). A block is reused once no tensor holds it (a handler's tensors die
 // with the call); at most kScratchBlocks of up to kScratchBytes are kept per thread.
-inline TensorPtr ScratchCopy(const Tensor &src) {
+// With `writable` false the copy is marked read-only (it stands for XLA's read-only buffer).
+inline TensorPtr ScratchCopy(const Tensor &src, bool writable = true) {
   constexpr std::size_t kScratchBlocks = 8;
   constexpr std::size_t kScratchBytes = std::size_t{64} << 20;
-  if (src.nbytes() > kScratchBytes) return src.contiguous_copy();
+  if (src.nbytes() > kScratchBytes) {
+    TensorPtr c = src.contiguous_copy();
+    if (writable) return c;
+    return std::make_shared<Tensor>(c->dtype(), c->shape(), ShapeVector{}, c->data_ptr(),
+                                    std::shared_ptr<void>(c, c->data_ptr()), false);
+  }
   struct Block {
     std::shared_ptr<void> data;
     std::size_t nbytes;
@@ -121,21 +131,29 @@ inline TensorPtr ScratchCopy(const Tensor &src) {
       if (drop != blocks.end()) blocks.erase(drop);
     }
     std::shared_ptr<void> data = AllocateStorage(n == 0 ? 1 : n);
-    if (blocks.size() >= kScratchBlocks) return std::make_shared<Tensor>(src.dtype(), src.shape(), ShapeVector{},
-                                                                          data.get(), data, true);
+    if (blocks.size() >= kScratchBlocks) {
+      auto t = std::make_shared<Tensor>(src.dtype(), src.shape(), ShapeVector{}, data.get(), data, writable);
+      if (n != 0) std::memcpy(t->data_ptr(), src.data_ptr(), n);
+      return t;
+    }
     blocks.push_back(Block{std::move(data), n});
     use = &blocks.back();
   }
-  auto t = std::make_shared<Tensor>(src.dtype(), src.shape(), ShapeVector{}, use->data.get(), use->data, true);
+  auto t = std::make_shared<Tensor>(src.dtype(), src.shape(), ShapeVector{}, use->data.get(), use->data, writable);
   if (n != 0) std::memcpy(t->data_ptr(), src.data_ptr(), n);
   return t;
 }
 
-// What Forward (or Backward) gets for XLA's input buffer `b`: a private writable copy, or with
-// `views` (T::kAcceptsViews) a read-only Tensor over XLA's memory. Never XLA's memory writable.
-inline TensorPtr Input(const ffi::AnyBuffer &b, bool views, const char *what, std::size_t k) {
+// How Forward (or Backward) gets XLA's input buffer: a private writable copy (a Function without
+// kAcceptsViews), a read-only Tensor over XLA's memory (kAcceptsViews, a type known to write nothing),
+// or a private copy marked read-only (kAcceptsViews, a type that may write: the write lands in the copy).
+enum class InputMode { kCopy, kView, kReadOnlyCopy };
+
+// What Forward (or Backward) gets for XLA's input buffer `b`, as `mode` says. Never XLA's memory writable.
+inline TensorPtr Input(const ffi::AnyBuffer &b, InputMode mode, const char *what, std::size_t k) {
   TensorPtr t = Wrap(b, false, what, k);
-  return views ? t : ScratchCopy(*t);
+  if (mode == InputMode::kView) return t;
+  return ScratchCopy(*t, mode == InputMode::kCopy);
 }
 
 // While alive, saved_data (Python objects) refuses to be used on this thread (binding.h).
@@ -243,25 +261,76 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
   static constexpr std::size_t kN = sizeof...(A);
   static constexpr bool kViews = AcceptsViews<T>::value;
   using Inputs = std::array<TensorPtr, kN>;
+  // XLA's memory of each input Forward got as a read-only private copy (InputMode::kReadOnlyCopy), else null.
+  using Kept = std::array<const void *, kN + 1>;
+
+  // What T's recorded calls showed of writes into its arguments: the runtime's knowledge
+  // (Function<T>::Writes, call_rules.h), which the backward handler's rerun of Forward (it records:
+  // ctx->NeedsInputGrad is set) reads and adds to.
+  static WriteState *Writes() { return T::Writes(); }
+  // The same for the forward handler's calls, kept apart: they record nothing (NeedsInputGrad false),
+  // and a Forward may write only when it records, so a call that wrote nothing here says nothing of
+  // the rerun (and the other way round).
+  static WriteState *ForwardWrites() {
+    static WriteState state{kWritesUnknown};
+    return &state;
+  }
+  // A call wrote an argument (MarkDirty, or a write found without it): every call of T keeps copies.
+  static void NoteWritten() {
+    NoteWrites(Writes());
+    NoteWrites(ForwardWrites());
+  }
 
   // The inputs as Forward gets them. An input XLA aliased to a result buffer (to_jax's `mutates`:
-  // input_output_aliases) is that buffer, writable and not copied; `aliased` (when given) marks the
-  // result buffers so used, which are then not offered to new tensors.
-  static Inputs ReadInputs(const ffi::RemainingArgs &args, const TensorPtrList *dst = nullptr,
-                           std::vector<bool> *aliased = nullptr) {
+  // input_output_aliases) is that buffer, writable and not copied; `aliased` marks the result buffers
+  // so used, which are then not offered to new tensors. Any other input is a private writable copy,
+  // or with kAcceptsViews read-only: XLA's memory when T is known to write nothing, else a private
+  // copy (decided before Forward runs, so a write the handler refuses never reaches XLA's buffer;
+  // `kept` records XLA's memory of each such copy). `known` is what the handler's calls showed
+  // (ForwardWrites, or Writes for the rerun); a write seen anywhere keeps copies everywhere.
+  static Inputs ReadInputs(const ffi::RemainingArgs &args, const TensorPtrList &dst, std::vector<bool> &aliased,
+                           Kept &kept, const WriteState *known) {
+    const bool keep = KeepsArguments(known) || Writes()->load(std::memory_order_relaxed) == kWritesArgs;
+    const InputMode mode = !kViews ? InputMode::kCopy : keep ? InputMode::kReadOnlyCopy : InputMode::kView;
     Inputs in;
     for (std::size_t i = 0; i < kN; ++i) {
       auto b = args.get<ffi::AnyBuffer>(i);
       if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
-      const std::size_t j = dst != nullptr ? AliasOf(*b, *dst) : kNone;
+      const std::size_t j = AliasOf(*b, dst);
       if (j != kNone) {
         in[i] = Wrap(*b, true, "argument", i);
-        (*aliased)[j] = true;
+        aliased[j] = true;
       } else {
-        in[i] = Input(*b, kViews, "argument", i);
+        in[i] = Input(*b, mode, "argument", i);
+        if (mode == InputMode::kReadOnlyCopy) kept[i] = b->untyped_data();
       }
     }
     return in;
+  }
+
+  // After Forward ran without a refusal: whether it wrote a read-only private copy (without
+  // MarkDirty, or the handler would have refused), which is then discarded. What the call showed
+  // goes to T's knowledge: a write keeps copies from now on; a call that wrote nothing (no MarkDirty,
+  // every copy as XLA gave it) lets later calls of its handler (`known`) take XLA's memory itself.
+  static bool WroteCopies(const ContextState &st, const Inputs &in, const Kept &kept, WriteState *known) {
+    if constexpr (kViews) {
+      bool any = false, wrote = false;
+      for (std::size_t i = 0; i < kN; ++i) {
+        if (kept[i] == nullptr) continue;
+        any = true;
+        const std::size_t n = in[i]->nbytes();
+        wrote = wrote || (n != 0 && std::memcmp(in[i]->data_ptr(), kept[i], n) != 0);
+      }
+      if (wrote) {
+        NoteWritten();
+      } else if (any && st.dirty.empty()) {
+        NoteReadOnlyCall(known);
+      }
+      return wrote;
+    } else {
+      (void)st, (void)in, (void)kept, (void)known;
+      return false;
+    }
   }
 
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
@@ -278,6 +347,7 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
   // MarkDirty'd tensors must be arguments (as the runtime requires); with kAcceptsViews they are
   // XLA's read-only buffers, which Forward must not write (the runtime refuses read-only memory too).
   static void CheckDirty(const ContextState &st, const TensorPtrList &outs) {
+    if (!st.dirty.empty()) NoteWritten();  // T writes its arguments: later calls keep copies
     for (const auto &d : st.dirty) {
       const int i = st.ArgIndex(d.get());
       if (i < 0) throw std::runtime_error("MarkDirty was given a tensor that is not an argument of Forward");
@@ -321,7 +391,8 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
                                                       std::to_string(args.size()));
       const TensorPtrList dst = ResultTensors(rets);
       std::vector<bool> aliased(dst.size(), false);
-      const Inputs in = ReadInputs(args, &dst, &aliased);
+      Kept kept{};
+      const Inputs in = ReadInputs(args, dst, aliased, kept, ForwardWrites());
       TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
       for (std::size_t j = 0; j < dst.size(); ++j) {
         if (!aliased[j]) offered.push_back(dst[j]);
@@ -332,6 +403,7 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
         std::array<Tensor *, kN + 1> raw{};
         OfferResults offer(offered);
         outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
+        WroteCopies(State(ctx), in, kept, ForwardWrites());  // a write without MarkDirty landed in a copy
         State(ctx).args = nullptr;
       }
       if (outs.size() != dst.size()) {
@@ -361,7 +433,8 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
       }
       TensorPtrList dst = ResultTensors(rets);
       std::vector<bool> aliased(dst.size(), false);
-      const Inputs in = ReadInputs(args, &dst, &aliased);
+      Kept kept{};
+      const Inputs in = ReadInputs(args, dst, aliased, kept, Writes());
       dst.resize(kN);  // the gradients' buffers
       AutogradContext ctx;
       ContextState &st = State(ctx);
@@ -374,8 +447,10 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
       std::array<std::uint64_t, kN + 1> prints{};
       for (std::size_t i = 0; i < kN; ++i) prints[i] = Fingerprint(*in[i], phase);
       const TensorPtrList outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
+      WroteCopies(st, in, kept, Writes());
       for (std::size_t i = 0; i < kN; ++i) {
         if (!st.IsDirty(in[i].get()) && Fingerprint(*in[i], phase) != prints[i]) {
+          NoteWritten();
           throw std::runtime_error(FunctionName<T>() + "::Forward modified argument " + std::to_string(i) +
                                    " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return "
                                    "it, or write the result to a new tensor");
@@ -390,7 +465,7 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
       for (std::size_t j = 0; j < outs.size(); ++j) {
         auto b = args.get<ffi::AnyBuffer>(kN + j);
         if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
-        grads.push_back(Input(*b, kViews, "cotangent", j));
+        grads.push_back(Input(*b, kViews ? InputMode::kView : InputMode::kCopy, "cotangent", j));
       }
       TensorPtrList g;
       {

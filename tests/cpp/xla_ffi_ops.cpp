@@ -2,7 +2,9 @@
 // an elementwise product (float32 or float64), two with two outputs, and one without InferShape
 // (to_jax must refuse its handlers); for issue 33: an in-place op (MarkDirty), one that writes an
 // input it does not return, a complex op with torch's gradient convention, one that uses
-// ctx->saved_data and one with an int64 output. Built with extra_include_paths=[jax.ffi.include_dir()].
+// ctx->saved_data and one with an int64 output; Functions taking views (kAcceptsViews) that write
+// XLA's read-only buffers anyway (with MarkDirty, without it, only when the gradient's rerun records)
+// and one that reports where its input is. Built with extra_include_paths=[jax.ffi.include_dir()].
 #include <cmath>
 #include <complex>
 #include <cstdint>
@@ -190,6 +192,80 @@ class TripleScratch : public Function<TripleScratch> {
   }
 };
 
+// x[i] *= 3 through data_ptr() whether or not x is writable (a kernel that ignores is_writable(), as
+// an in-place op written for the runtime's writable tensors does), marked dirty and returned; float64.
+void TripleInPlace(const TensorPtr &x, const char *who) {
+  if (x->dtype() != kFloat64 || !x->is_contiguous()) throw std::invalid_argument(std::string(who) + ": float64");
+  double *p = x->data<double>();
+  for (std::int64_t i = 0; i < x->numel(); ++i) p[i] *= 3;
+}
+
+TensorPtr Tripled(const TensorPtr &t) {
+  if (t->dtype() != kFloat64) throw std::invalid_argument("tripled: expected float64");
+  const TensorPtr g = t->contiguous();
+  auto out = Tensor::empty(kFloat64, g->shape());
+  for (std::int64_t i = 0; i < out->numel(); ++i) out->data<double>()[i] = 3 * g->data<double>()[i];
+  return out;
+}
+
+// x *= 3 in place, marked dirty, by a Function taking views: on a JAX array without to_jax's
+// mutates the handler refuses it, and the write must never have reached the caller's array.
+class ScaleViews : public Function<ScaleViews> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    TripleInPlace(x, "scale_views");
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Tripled(g[0])}; }
+};
+
+// 3 x: a new tensor while no gradient is recorded; while one is (ctx->NeedsInputGrad(0), as in the
+// backward handler's rerun of Forward) x *= 3 in place, marked dirty. Takes views.
+class ScaleViewsWhenGrad : public Function<ScaleViewsWhenGrad> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (!ctx->NeedsInputGrad(0)) return Tripled(x);
+    TripleInPlace(x, "scale_views_when_grad");
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Tripled(g[0])}; }
+};
+
+// 3 x (float64) after overwriting its input with 3 x without MarkDirty, by a Function taking views.
+class TripleScratchViews : public Function<TripleScratchViews> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    TripleInPlace(x, "triple_scratch_views");
+    auto out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = x->data<double>()[i];
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Tripled(g[0])}; }
+};
+
+// The address of x's memory as a float64 scalar (exact below 2^53), by a Function taking views that
+// only reads: whether the handler gave it XLA's buffer or a copy.
+class InputAddress : public Function<InputAddress> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static ShapeVector InferShape(const TensorPtr &) { return {}; }
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    if (x->dtype() != kFloat64) throw std::invalid_argument("input_address: expected float64");
+    auto out = Tensor::empty(kFloat64, {});
+    out->data<double>()[0] = static_cast<double>(reinterpret_cast<std::uintptr_t>(x->data_ptr()));
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
+};
+
 // x * conj(y) + x * x for complex128 (not holomorphic in y); Backward in torch's convention
 // (the conjugate Wirtinger derivative): gx = g * conj(d out/dx) = g * (y + 2 conj(x)), gy = conj(g) * x.
 class ConjMul : public Function<ConjMul> {
@@ -286,6 +362,18 @@ OB_MODULE(m) {
   m.def("saved_data", [](const TensorPtr &x) { return SavedData::Apply(x); });
   m.def("saved_data_infer_shape", SavedData::InferShapeFunction());
   OB_XLA_FFI(m, "saved_data", SavedData);
+  m.def("scale_views", [](const TensorPtr &x) { return ScaleViews::Apply(x); });
+  m.def("scale_views_infer_shape", ScaleViews::InferShapeFunction());
+  OB_XLA_FFI(m, "scale_views", ScaleViews);
+  m.def("scale_views_when_grad", [](const TensorPtr &x) { return ScaleViewsWhenGrad::Apply(x); });
+  m.def("scale_views_when_grad_infer_shape", ScaleViewsWhenGrad::InferShapeFunction());
+  OB_XLA_FFI(m, "scale_views_when_grad", ScaleViewsWhenGrad);
+  m.def("triple_scratch_views", [](const TensorPtr &x) { return TripleScratchViews::Apply(x); });
+  m.def("triple_scratch_views_infer_shape", TripleScratchViews::InferShapeFunction());
+  OB_XLA_FFI(m, "triple_scratch_views", TripleScratchViews);
+  m.def("input_address", [](const TensorPtr &x) { return InputAddress::Apply(x); });
+  m.def("input_address_infer_shape", InputAddress::InferShapeFunction());
+  OB_XLA_FFI(m, "input_address", InputAddress);
   m.def("positions", [](const TensorPtr &x) { return Positions::Apply(x); });
   OB_XLA_FFI(m, "positions", Positions);
 }
