@@ -99,12 +99,13 @@ class _TorchVersion:
     the torch tensor's ``_version``; a runtime write (MarkDirty, a write through a view) bumps it with
     ``torch.autograd.graph.increment_version``. So the runtime's checks of the tensors an op saved see
     torch's in-place writes, and torch's checks see the op's (torch's rule: one counter per memory)."""
-    __slots__ = ("t", "off", "written")
+    __slots__ = ("t", "off", "written", "pending")
 
     def __init__(self, t: torch.Tensor, value: Optional[int] = None) -> None:
         self.t = t  # a detached alias: it shares the counter, not the autograd history
         self.off = 0 if value is None else value - t._version
         self.written = False
+        self.pending = 0  # writes counted here only, while a torch Function will bump torch's (``_Eager``)
 
     @property
     def value(self) -> int:
@@ -115,6 +116,10 @@ class _TorchVersion:
         n = v - self.t._version - self.off
         if n > 0:
             self.written = True
+            if getattr(_mode, "defer", False):  # ctx.mark_dirty will bump torch's counter: once, not twice
+                self.off += n
+                self.pending += n
+                return
             for _ in range(n):
                 _increment_version((self.t,))
         else:
@@ -631,12 +636,21 @@ _TORCH_DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
 
 
 def _marked(call: _Call) -> None:
-    """torch bumps the version of what ``ctx.mark_dirty`` names once more, after the runtime's bump for the
-    same write: the runtime's view of those counters stays one write (what the op saved still checks)."""
+    """torch bumps the version of what ``ctx.mark_dirty`` names once (after the forward), for the write the
+    runtime counted already: the runtime's view of those counters stays one write (what the op saved still
+    checks). A write counted only here (``_TorchVersion.pending``) and not marked goes to torch's counter."""
     for k in call.dirty:
         vc = call.vcs[k]
-        if vc is not None and k in call.alias:
+        if vc is None:
+            continue
+        if k in call.alias:
             vc.off -= 1
+            vc.pending = 0
+        elif vc.pending:
+            vc.off -= vc.pending
+            for _ in range(vc.pending):
+                _increment_version((vc.t,))
+            vc.pending = 0
 
 
 def _flat(args: Sequence[Any], sig: str) -> List[torch.Tensor]:
@@ -660,8 +674,16 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, op: "_Op", sig: str, *args: Any) -> Tuple[torch.Tensor, ...]:
-        rt_outs, call = op.record(sig, args)
-        outs = op.to_torch_outputs(sig, args, rt_outs, call)
+        _mode.defer = True  # the writes it marks dirty: torch's mark_dirty bumps their counters
+        try:
+            rt_outs, call = op.record(sig, args)
+        finally:
+            _mode.defer = False
+        try:
+            outs = op.to_torch_outputs(sig, args, rt_outs, call)
+        except BaseException:
+            _marked(call)  # nothing will be marked: the writes the runtime counted go to torch's counters
+            raise
         # what the runtime recorded no gradient for (MarkNonDifferentiable, integers, a plain C++
         # function) does not require grad in torch either: no silent zero gradients
         no_grad = [t for t, o in zip(outs, rt_outs) if not (call.recorded and o.requires_grad)]
@@ -670,6 +692,7 @@ class _Eager(torch.autograd.Function):
         dirty = [t for t, k in zip(outs, call.alias) if k >= 0 and k in call.dirty]
         if dirty:
             ctx.mark_dirty(*dirty)
+        if call.dirty:
             _marked(call)
         ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's node
         return tuple(outs)

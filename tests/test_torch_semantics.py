@@ -224,6 +224,13 @@ def test_markdirty_bumps_the_callers_version_and_returns_the_argument(sem_ops, p
     r = _call(path, sem_ops, "scale_", c)
     assert c.tolist() == [2.0, 4.0]
     assert c._version > v  # torch's c.mul_(2) bumps it too
+    a = _t(1.0, 2.0, 3.0, grad=True)
+    b = a * 1
+    v = b._version
+    _call(path, sem_ops, "scale_", b)
+    assert b._version > v
+    if path == "eager":  # the eager path counts one write, as torch's b.mul_(2) (the registered
+        assert b._version == v + 1  # operator's autograd counts it twice: torch allows more, never fewer)
     if path != "handle":  # the handle's schema returns a list of new tensors
         assert r is c
 
