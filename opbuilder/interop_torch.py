@@ -46,6 +46,7 @@ from runtime.autograd.grad_mode import _state as _rt_grad
 from runtime.autograd.node import Node as _Node
 from runtime.autograd.saved_hooks import saved_tensors_hooks as _rt_saved_hooks
 from runtime.dlpack_host import torch_array as _torch_array
+from runtime.jit.signature import exact_key as _exact_key
 from runtime.tensor import Tensor as _Tensor
 
 from . import torch_bridge as _torch_bridge
@@ -399,10 +400,12 @@ class _Op:
     def check_rule(self, sig: str, args: Sequence[Any], res: Sequence[torch.Tensor]) -> None:
         """The shape rule's shapes and dtypes against the real outputs (torch.compile's fake kernel trusts
         it): a named error on a mismatch, on every eager call."""
-        key = tuple(_spec_key(a, c) for a, c in zip(args, sig))
+        keys = tuple(_spec_key(a, c) for a, c in zip(args, sig))
+        # by type and exact value (issue 33 #8): True and 1, 0.0 and -0.0 may get different rules' answers
+        key = (sig, tuple(k if c in "tL" else _exact_key(k) for k, c in zip(keys, sig)))
         specs = self.rules.get(key)
         if specs is None:
-            specs = as_specs(self.name, self.shape_fn(*_specs(key, sig)))[0]
+            specs = as_specs(self.name, self.shape_fn(*_specs(keys, sig)))[0]
             if len(self.rules) > 4096:  # many shapes (dynamic=True): keep the newest
                 self.rules.clear()
             self.rules[key] = specs

@@ -381,6 +381,23 @@ def test_a_wrong_shape_rule_is_a_named_error_on_eager_calls(my_ops, path):
         ns.mul(x, x)
 
 
+@pytest.mark.parametrize("first, second", [(1, True), (True, 1), (0.0, -0.0), (1, 1.0)])
+def test_the_shape_rules_answers_are_kept_by_type_and_exact_value(first, second):
+    """#8's class in to_torch: the rule's cached answer for one static value is never reused for another
+    that merely compares equal (True == 1, -0.0 == 0.0)."""
+    import types
+    import runtime as rt
+
+    def width(k):
+        return 3 if isinstance(k, bool) else 2 if isinstance(k, float) and np.signbit(k) else 1
+
+    ns = opbuilder.to_torch(types.SimpleNamespace(widen=lambda x, k: rt.Tensor(np.zeros(width(k)))),
+                            shape_fn={"widen": lambda x, k: Spec((width(k),), np.float64)})
+    x = torch.zeros(2)
+    assert ns.widen(x, first).shape == (width(first),)
+    assert ns.widen(x, second).shape == (width(second),)
+
+
 def test_compile_with_a_shape_rule_and_several_shapes(my_ops):
     ns = opbuilder.to_torch(my_ops, shape_fn={"mul": lambda a, b: Spec(np.broadcast_shapes(a.shape, b.shape),
                                                                         a.dtype)})
