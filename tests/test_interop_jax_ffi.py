@@ -428,9 +428,12 @@ def test_a_refused_write_by_a_function_taking_views_leaves_the_callers_array(xla
 
 def test_a_write_without_mark_dirty_by_a_function_taking_views_leaves_the_callers_array(xla_ffi_ops):
     """A kAcceptsViews Function that overwrites its input without MarkDirty writes a private copy, on
-    every call after the first too (the type was seen to write); a gradient (which records) refuses it
+    every call after the first too (the type was seen to write; an empty call before shows nothing
+    either way); a gradient (which records) refuses it
     with the runtime's message. The caller's array keeps its values, in and out of jit."""
     j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
+    # its first call (this test is the op's first user) writes nothing, being empty: that shows nothing
+    assert j.triple_scratch_views(jnp.zeros((0,))).shape == (0,)
     x0 = np.arange(1.0, 5.0)
     x = jnp.asarray(x0)
     for f in (j.triple_scratch_views, jax.jit(j.triple_scratch_views)):

@@ -316,10 +316,10 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
     if constexpr (kViews) {
       bool any = false, wrote = false;
       for (std::size_t i = 0; i < kN; ++i) {
-        if (kept[i] == nullptr) continue;
-        any = true;
         const std::size_t n = in[i]->nbytes();
-        wrote = wrote || (n != 0 && std::memcmp(in[i]->data_ptr(), kept[i], n) != 0);
+        if (kept[i] == nullptr || n == 0) continue;  // an empty copy shows nothing
+        any = true;
+        wrote = wrote || std::memcmp(in[i]->data_ptr(), kept[i], n) != 0;
       }
       if (wrote) {
         NoteWritten();
