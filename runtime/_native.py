@@ -19,7 +19,8 @@ from .tensor import Tensor
 from .versions import share_version  # an argument returned unchanged shares its version counter (call_rules.h)
 
 __all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
-           "current_stream_ptr", "bridge_slot_address", "share_version", "rebase_view", "TENSOR_ATTRS",
+           "current_stream_ptr", "bridge_slot_address", "share_version", "rebase_view", "refresh_view_arg",
+           "TENSOR_ATTRS",
            "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
 
 # runtime.Tensor attributes native code reads or sets (class-level defaults keep a fresh tensor cheap)
@@ -47,6 +48,8 @@ def __getattr__(name: str) -> Any:
         from .interop import dlpack_input as value
     elif name == "rebase_view":  # MarkDirty on a view (include/opbuilder/detail/call_rules.h)
         from .call_rules import rebase_view as value
+    elif name == "refresh_view_arg":  # a view argument read after its base was written (call_rules.h)
+        from .call_rules import refresh_view_arg as value
     elif name in DEVICE_NAMES:
         from . import device_memory
         value = getattr(device_memory, name)

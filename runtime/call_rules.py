@@ -29,7 +29,12 @@ JAX adapters) asks this module, rather than deciding for itself:
   returned unchanged shares that input's version counter (``share_alias``), as
   a torch view does, so a later write through either is seen by every check;
 * in-place writes into a view: the base's history is rebased (``rebase_view``,
-  torch's CopySlices), so a gradient through the base sees the write;
+  torch's CopySlices), so a gradient through the base sees the write; a view
+  made before a recorded write into its base (or into another view of it) gets
+  its history anew when it is next used (``refresh_view``, torch's regenerated
+  view ``grad_fn``): it remembers the version of its memory at which its
+  history was set (``_view_version``), and a moved version makes it "a part of
+  the base's current history";
 * double backward through an operator whose Backward records no graph: one
   named error (``double_backward_message``), never a silent zero;
 * the complex-gradient convention of each framework (``COMPLEX_GRADIENT``,
@@ -45,12 +50,24 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .autograd.grad_mode import _state
 from .autograd.node import Node, double_backward_message  # noqa: F401  (decided there, named here)
 from .versions import share_version
 
 __all__ = ["OVERLAP_MESSAGE", "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
-           "Protected", "protect", "WRITES_ATTR", "note_writes", "note_read_only_call", "share_alias", "rebase_view", "double_backward_message",
+           "Protected", "protect", "WRITES_ATTR", "note_writes", "note_read_only_call", "share_alias",
+           "rebase_view", "refresh_view", "refresh_view_arg", "NO_GRAD_VIEW_WRITE", "double_backward_message",
            "to_framework_cotangent"]
+
+# torch's words for a write into a view made under no_grad of a base that requires grad, while recording
+NO_GRAD_VIEW_WRITE = ("a view was created in no_grad mode and is being modified in place with grad mode enabled; "
+                      "whether that write should be differentiated is ambiguous, so it is refused. Make the view "
+                      "and the write both inside the no_grad block (the write is not recorded) or both outside it")
+# ... and for such a view read after a recorded write into its base (or another view of it)
+NO_GRAD_VIEW_STALE = ("a view was created in no_grad mode and its base (or another view of its base) was then "
+                      "modified in place with grad mode enabled; whether the view should see that write's "
+                      "gradient is ambiguous, so it is refused. Make the view and the write both inside the "
+                      "no_grad block or both outside it")
 
 # torch's words for a write into memory that several elements share (at::assert_no_internal_overlap)
 OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a single "
@@ -82,6 +99,8 @@ def write_refusal(t: Any, who: str, index: int, recording: bool, how: str = "Mar
     ``how``: what declared the write (``MarkDirty``, ``mark_dirty``), for the message."""
     if has_internal_overlap(t._data):
         return RuntimeError(f"{who} modifies argument {index} in place ({how}): {OVERLAP_MESSAGE}")
+    if t._view_no_grad and _state.enabled and no_grad_view_refused(t):  # grad mode on, recorded or not
+        return RuntimeError(f"{who} modifies argument {index} in place ({how}): {NO_GRAD_VIEW_WRITE}")
     if not recording:
         return None
     if t.requires_grad and t._node is None:
@@ -291,9 +310,9 @@ class _ViewOfBase(Node):
     __slots__ = ("idx",)
     differentiable = False
 
-    def __init__(self, base_node: Any, idx: np.ndarray, base_meta: Any, view_meta: Any) -> None:
+    def __init__(self, base_edge: Any, idx: np.ndarray, base_meta: Any, view_meta: Any) -> None:
         self.idx = idx
-        self.next_edges = ((base_node, 0),)
+        self.next_edges = (base_edge,)  # the base's history: (node, index)
         self.input_meta = (base_meta,)
         self.out_meta = (view_meta,)
 
@@ -328,5 +347,49 @@ def rebase_view(view: Any, arg_index: int) -> None:
         base_edge = base if base._node is None else (base._node, base._out_index)
     node = _CopySlices(fn, view._out_index, arg_index, idx, base_edge, base_meta)
     base._node, base._out_index, base.requires_grad = node, 0, True
-    view._node = _ViewOfBase(node, idx, base_meta, (view._data.shape, view._data.dtype))
+    view._node = _ViewOfBase((node, 0), idx, base_meta, (view._data.shape, view._data.dtype))
     view._out_index = 0
+    view._view_version = view._vc.value  # its history is now current (refresh_view)
+
+
+def refresh_view(view: Any) -> None:
+    """``view`` (a runtime Tensor with a ``_base_ref``) is about to be an input of a recorded op: if its
+    memory was written since its history was set (its version moved on from ``_view_version``) and its
+    base has a history, that history may be a recorded write (into the base, or into another view of
+    it), which the view's own history does not know. Its history becomes "a part of the base's current
+    history", as torch regenerates a view's ``grad_fn`` when its base's version changed. Callers check
+    ``view._vc.value != view._view_version`` first (the rare case); the common call pays nothing."""
+    version = view._vc.value
+    base = view._base_ref()
+    if base is None or base._node is None or not base.requires_grad:
+        view._view_version = version  # no base, or a leaf base: the view's own history is still right
+        return
+    if view._view_no_grad:
+        raise RuntimeError(NO_GRAD_VIEW_STALE)
+    idx = view_indices(view._data, base._data)
+    base_meta = (base._data.shape, base._data.dtype)
+    view._node = _ViewOfBase((base._node, base._out_index), idx, base_meta, (view._data.shape, view._data.dtype))
+    view._out_index = 0
+    view.requires_grad = True
+    view._view_version = version
+
+
+def refresh_view_arg(view: Any) -> int:
+    """``refresh_view`` for native code (include/opbuilder/detail/call_rules.h RefreshViewArg): ``view`` is
+    an argument of a C++ ``Function<T>`` call, refreshed while grad mode is on and its version moved.
+    Returns 1 if it requires grad now (the C++ Tensor keeps its own copy of that flag), plus 2 if a
+    write into it is refused (``no_grad_view_refused``)."""
+    if not _state.enabled:
+        return 1 if view.requires_grad else 0
+    if view._vc.value != view._view_version:
+        refresh_view(view)
+    return (1 if view.requires_grad else 0) | (2 if no_grad_view_refused(view) else 0)
+
+
+def no_grad_view_refused(t: Any) -> bool:
+    """A write into ``t`` while grad mode is on is refused as torch refuses it: ``t`` is a view made
+    under no_grad of a base that requires grad (``NO_GRAD_VIEW_WRITE``)."""
+    if not t._view_no_grad:
+        return False
+    base = t._base_ref()
+    return base is not None and base.requires_grad

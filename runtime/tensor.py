@@ -13,7 +13,11 @@ tensor whose memory it views (the first tensor of a chain of views), so an
 in-place write into the view can rebase the base's history
 (runtime/call_rules.py ``rebase_view``); ``None`` for every other tensor. It
 is held weakly: a view keeps its base's memory alive, not the base's object
-(nobody can read the gradient of a base that is gone).
+(nobody can read the gradient of a base that is gone). A view also keeps
+``_view_version``, the version of its memory when its history was set: a
+recorded in-place write into its base (or into another view of it) moves the
+version on, and the view's history is made anew from the base's when it is
+next an op's input (runtime/call_rules.py ``refresh_view``), as torch does.
 
 ``_version`` is the value of a counter shared by every tensor over the same
 memory (views, ``detach()``, ``from_numpy`` of one array), as in PyTorch, so a
@@ -114,6 +118,8 @@ class Tensor:
     _out_index: int = 0
     _vc: Version = UNWRITTEN
     _base_ref = None  # a weak reference to the tensor whose memory this view (slice, reshape...) is a part of
+    _view_version: int = 0  # a view's: its memory's version when its history (_node) was set (call_rules.refresh_view)
+    _view_no_grad: bool = False  # a view's: made while grad mode was off from a base that requires grad
 
     @property
     def _base(self) -> Optional["Tensor"]:

@@ -1098,14 +1098,24 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
 {
   if (const ForeignApi *api = ActiveBridge(rt)) return RunFunctionForeign(rt, *api, f, single, list);
   bool wants = false;
-  for (std::size_t i = 0; i < f.nargs; ++i) wants = wants || WantsGrad(f.args[i]);
+  std::uint64_t no_grad_views = 0;  // arguments a write is refused for: views made under no_grad (call_rules.h)
+  for (std::size_t i = 0; i < f.nargs; ++i) {
+    // a view read after a write into its base gets its history anew (call_rules.h RefreshViewArg)
+    if (RefreshViewArg(f.args[i], f.originals[i]) && i < 64) no_grad_views |= std::uint64_t{1} << i;
+    wants = wants || WantsGrad(f.args[i]);
+  }
+  auto no_grad_view = [&](std::size_t i) { return i < 64 && ((no_grad_views >> i) & 1U) != 0; };
   if (!wants || !GradEnabled(rt)) {  // the fast path: nothing to record
     const bool keeps = KeepsArguments(f.writes);
-    std::optional<ProtectedArgs> guard;  // only an argument with internal overlap may not be written
+    std::optional<ProtectedArgs> guard;  // an argument with internal overlap, a view made under no_grad
     for (std::size_t i = 0; keeps && i < f.nargs; ++i) {
-      if (f.args[i] == nullptr || !HasInternalOverlap(*CallerArg(f, i))) continue;
+      if (f.args[i] == nullptr) continue;
+      const Refusal why = HasInternalOverlap(*CallerArg(f, i)) ? Refusal::kOverlap
+                          : no_grad_view(i)                    ? Refusal::kNoGradView
+                                                               : Refusal::kNone;
+      if (why == Refusal::kNone) continue;
       if (!guard) guard.emplace();
-      ProtectArg(*guard, f, i, Refusal::kOverlap);
+      ProtectArg(*guard, f, i, why);
     }
     AutogradContext ctx;
     ContextState &st = State(ctx);
@@ -1115,8 +1125,10 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
       CheckRefusals(st, *guard);
     } else if (!keeps && !st.dirty.empty()) {  // the same rule, decided now: nothing was kept
       LateRefusal(rt, st, f, true, [&](std::size_t i) {
-        const bool overlap = f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i));
-        return overlap ? RefusalMessage(Refusal::kOverlap, *f.name, i) : std::string();
+        if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) {
+          return RefusalMessage(Refusal::kOverlap, *f.name, i);
+        }
+        return no_grad_view(i) ? RefusalMessage(Refusal::kNoGradView, *f.name, i) : std::string();
       });
     }
     if (single == nullptr) {
@@ -1137,6 +1149,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
   std::optional<ProtectedArgs> guard;
   auto refusal = [&](std::size_t i, PyObject *edge) {
     if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) return Refusal::kOverlap;
+    if (no_grad_view(i)) return Refusal::kNoGradView;
     return WantsGrad(f.args[i]) ? RecordingRefusal(f.args[i]->py_object(), edge) : Refusal::kNone;
   };
   for (std::size_t i = 0; i < f.nargs; ++i) {

@@ -255,6 +255,10 @@ class Function:
         Tensor = _tensor.Tensor
         name = cls.__name__
         enabled = _state.enabled
+        if enabled:  # a view whose base was written since its history was set: its history anew (call_rules)
+            for a in args:
+                if isinstance(a, Tensor) and a._base_ref is not None and a._vc.value != a._view_version:
+                    _call_rules.refresh_view(a)
         needs = tuple(enabled and isinstance(a, Tensor) and a.requires_grad for a in args)
         record = any(needs)
         ctx = FunctionCtx(name, needs)

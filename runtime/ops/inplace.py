@@ -5,7 +5,7 @@ array (not a number), writable (``writeable=False`` memory, such as a
 ``bytes`` buffer or a read-only memory map, is refused with a ``ValueError``
 rather than written), without internal overlap (a stride-0 view: torch's
 refusal, runtime/call_rules.py), and, while gradients are recorded, must not
-require grad. One that is not C-contiguous is handed to the kernel as a contiguous
+require grad, nor be a view made under no_grad of a tensor that does (torch's refusal too). One that is not C-contiguous is handed to the kernel as a contiguous
 copy and written back afterwards. After the call a written Tensor's version
 goes up, so a graph node that saved it reports the change at backward.
 
@@ -58,6 +58,9 @@ class InplaceWrites:
             if call_rules.has_internal_overlap(a):  # torch's rule: never into memory elements share
                 raise RuntimeError(f"Custom '{self.op}' writes its input {i} in place (its reg_info says inplace): "
                                    f"{call_rules.OVERLAP_MESSAGE}")
+            if _state.enabled and isinstance(x, Tensor) and call_rules.no_grad_view_refused(x):
+                raise RuntimeError(f"Custom '{self.op}' writes its input {i} in place (its reg_info says inplace): "
+                                   f"{call_rules.NO_GRAD_VIEW_WRITE}")
             if _state.enabled and isinstance(x, Tensor) and x.requires_grad:
                 raise RuntimeError(f"Custom '{self.op}' writes its input {i} in place, and that input requires "
                                    f"grad: an in-place write cannot be differentiated here. Call it under "

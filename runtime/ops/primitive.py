@@ -28,6 +28,7 @@ from ..jit.tracing import flag as _flag
 from ..jit.tracing import hook as _trace
 from ..tensor import Tensor as _Tensor
 from ..versions import memory_owner as _root, share_version, version_of as _version_of
+from ..call_rules import refresh_view as _refresh_view
 
 __all__ = ["Primitive", "defvjp", "PrimitiveNode", "NO_KWARGS", "tracing", "record_op", "trace_break"]
 
@@ -61,8 +62,14 @@ class Primitive:
         try:
             if len(args) == 2 and not kwargs:  # most ops: no list built, no **{}
                 x, y = args
+                if x._base_ref is not None or y._base_ref is not None:  # a view: its history may be stale
+                    _refresh_views(args)
                 out = self.fn(x._data, y._data)
             else:
+                for a in args:
+                    if a._base_ref is not None:
+                        _refresh_views(args)
+                        break
                 out = self.fn(*[a._data for a in args], **kwargs)
         except TypeError:  # numpy and CuPy arrays in one call: say so, naming both devices
             _device.check_same(args, f"op '{self.name}'")
@@ -103,6 +110,16 @@ def _value_error(name: str, args: Sequence[Any], e: ValueError) -> BaseException
                        f"its size in bytes overflows")
 
 
+def _refresh_views(args: Sequence[Any]) -> None:
+    """Before an op reads views (tensors with a ``_base_ref``) while recording: a view whose memory
+    was written since its history was set gets its history from its base's (call_rules.refresh_view)."""
+    if not _state.enabled:
+        return
+    for a in args:
+        if a._base_ref is not None and a._vc.value != a._view_version:
+            _refresh_view(a)
+
+
 def _share_input_version(res: Any, out: Any, args: Sequence[Any]) -> None:
     """``out`` views an input's memory: ``res`` counts writes on that input's version counter,
     so a write through either is seen by the version checks of nodes that saved the other, and
@@ -112,7 +129,12 @@ def _share_input_version(res: Any, out: Any, args: Sequence[Any]) -> None:
         if _root(a._data) is root:
             share_version(res, a)
             ref = a._base_ref  # a view of a view: the first tensor of the chain, while it lives
-            res._base_ref = ref if ref is not None and ref() is not None else _weakref(a)  # (call_rules.py)
+            if ref is None or ref() is None:
+                ref = _weakref(a)
+            res._base_ref = ref  # (call_rules.py)
+            res._view_version = res._vc.value  # its history (set next) is current at this version
+            if not _state.enabled and ref().requires_grad:  # torch refuses a recorded write into it later
+                res._view_no_grad = True
             return
 
 

@@ -11,7 +11,9 @@
 //    as torch raises its own for a custom Function only after forward);
 //  * an argument returned unchanged comes back as a new tensor over its memory that shares its
 //    version counter (ShareVersion), as a torch view does;
-//  * MarkDirty on a view rebases the base's history (RebaseView, runtime/call_rules.py rebase_view).
+//  * MarkDirty on a view rebases the base's history (RebaseView, runtime/call_rules.py rebase_view);
+//    a view argument made before a recorded write into its base (or into another view of it) gets its
+//    history anew from the base's before its edge is taken (RefreshViewArg, call_rules.py refresh_view).
 #pragma once
 
 #include "opbuilder/detail/visibility.h"
@@ -49,7 +51,7 @@ inline bool HasInternalOverlap(const Tensor &t) {
   return false;
 }
 
-enum class Refusal { kNone, kOverlap, kLeaf, kViewOfLeaf };
+enum class Refusal { kNone, kOverlap, kLeaf, kViewOfLeaf, kNoGradView };
 
 inline std::string RefusalMessage(Refusal why, const std::string &who, std::size_t index) {
   const std::string head = who + " modifies argument " + std::to_string(index) + " in place (MarkDirty)";
@@ -62,6 +64,11 @@ inline std::string RefusalMessage(Refusal why, const std::string &who, std::size
     case Refusal::kViewOfLeaf:
       return head + ", but it is a view of a leaf that requires grad; in-place changes of such views are not "
                     "allowed (use a copy, e.g. x * 1)";
+    case Refusal::kNoGradView:  // runtime/call_rules.py NO_GRAD_VIEW_WRITE
+      return head + ": a view was created in no_grad mode and is being modified in place with grad mode "
+                    "enabled; whether that write should be differentiated is ambiguous, so it is refused. Make "
+                    "the view and the write both inside the no_grad block (the write is not recorded) or both "
+                    "outside it";
     default:
       return head;
   }
@@ -97,6 +104,31 @@ inline PyObject *ShareVersionRule() {
 inline PyObject *RebaseViewRule() {
   static std::atomic<PyObject *> slot{nullptr};
   return CachedRule(slot, [] { return ImportAttr("runtime._native", "rebase_view"); });
+}
+
+inline PyObject *RefreshViewRule() {
+  static std::atomic<PyObject *> slot{nullptr};
+  return CachedRule(slot, [] { return ImportAttr("runtime._native", "refresh_view_arg"); });
+}
+
+// Before the edge to argument `t` is taken: if it is a view (it has a `_base_ref`; one attribute read for
+// any other tensor) whose base was written in place since its history was set, its history becomes a part
+// of the base's current one (runtime/call_rules.py refresh_view), and `t` (and `caller`, the caller's
+// tensor where `t` is a private copy) learn whether it requires grad now. True when a write into it is
+// refused (Refusal::kNoGradView: a view made under no_grad of a base that requires grad, grad mode on).
+inline bool RefreshViewArg(Tensor *t, Tensor *caller) {
+  if (t == nullptr) return false;
+  PyObject *obj = t->py_object();
+  if (obj == nullptr) return false;
+  PyRef ref = PyRef::Steal(Check(PyObject_GetAttr(obj, BaseRefAttr())));
+  if (ref.get() == Py_None) return false;
+  PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(RefreshViewRule(), obj, nullptr)));
+  const long how = PyLong_AsLong(r.get());
+  if (how == -1 && PyErr_Occurred()) throw PythonError();
+  const bool wants = (how & 1) != 0;
+  TensorAccess::SetRequiresGrad(*t, wants);
+  if (caller != nullptr && caller != t) TensorAccess::SetRequiresGrad(*caller, wants);
+  return (how & 2) != 0;
 }
 
 // What the weak reference `ref` points to, or None if it is gone.
