@@ -307,3 +307,19 @@ def test_a_view_made_under_no_grad_and_never_written_stays_outside_the_graph(ops
     with rt.no_grad():
         v = b[1:]
     assert not (v * 2.0).requires_grad
+
+
+@pytest.mark.parametrize("route", ["cpp", "python"])
+def test_the_gradient_of_an_older_view_itself(ops, route):
+    # backward from the view (no op reads it after the write): its history is made anew there too
+    x = _x()
+    b = x * 1.0
+    v = b.reshape(2, 3).T
+    _scalers(ops)[route](b)
+    g, = grad(v, x, Tensor(_w(v)))
+    tx = _tx()
+    tb = tx * 1.0
+    tv = tb.reshape(2, 3).T
+    tb.mul_(3.0)
+    tg, = torch.autograd.grad(tv, tx, torch.tensor(_w(tv)))
+    np.testing.assert_allclose(g.asnumpy(), tg.numpy(), rtol=1e-12)

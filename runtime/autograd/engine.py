@@ -22,6 +22,7 @@ from .ownership import claim, private_copy
 from .. import device as _device
 from .. import dtypes as _dt
 from ..ops import math as _math
+from ..call_rules import refresh_view as _refresh_view
 from ..tensor import Tensor
 
 __all__ = ["backward", "grad", "run_backward"]
@@ -267,6 +268,9 @@ def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: O
     ``targets is None``: accumulate into ``.grad`` of every leaf reached.
     Otherwise return one gradient (or ``None`` if unreached) per target tensor.
     """
+    for t in (outputs if targets is None else (*outputs, *targets)):  # a view read after a write into
+        if t._base_ref is not None and t._vc.value != t._view_version:  # its base: its history anew
+            _refresh_view(t)  # (runtime/call_rules.py)
     state = _gm._state
     prev_mode = state.enabled
     state.enabled = create_graph
