@@ -323,3 +323,41 @@ def test_the_gradient_of_an_older_view_itself(ops, route):
     tb.mul_(3.0)
     tg, = torch.autograd.grad(tv, tx, torch.tensor(_w(tv)))
     np.testing.assert_allclose(g.asnumpy(), tg.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("sibling", [False, True])
+@pytest.mark.parametrize("route", ["cpp", "python"])
+def test_under_jit_an_older_view_gives_torchs_gradient_on_every_call(ops, route, sibling):
+    # runtime.jit runs a signature that writes into a view eagerly when it records a gradient: torch's
+    # numbers on the call that traces and on the later ones
+    import warnings
+
+    scale = _scalers(ops)[route]
+
+    def f(x):
+        b = x * 1.0
+        v = b[::2]
+        u = b[:3]
+        if sibling:
+            scale(b[1:])
+            return (u * Tensor(W[:3])).sum()
+        scale(b)
+        return (v * Tensor(W[:3])).sum()
+
+    tx = _tx()
+    tb = tx * 1.0
+    tv, tu = tb[::2], tb[:3]
+    if sibling:
+        tb[1:].mul_(3.0)
+        tloss = (tu * torch.tensor(W[:3])).sum()
+    else:
+        tb.mul_(3.0)
+        tloss = (tv * torch.tensor(W[:3])).sum()
+    tg, = torch.autograd.grad(tloss, tx)
+    jf = rt.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for call in range(3):
+            x = _x()
+            g, = grad(jf(x), x)
+            np.testing.assert_allclose(g.asnumpy(), tg.numpy(), rtol=1e-12, err_msg=f"call {call}")
