@@ -461,3 +461,23 @@ def test_a_function_taking_views_that_writes_nothing_gets_xlas_buffer_after_its_
     for f in (j.input_address, jax.jit(j.input_address)):
         for _ in range(2):
             assert float(f(x)) == where
+
+
+def test_a_backward_taking_views_that_writes_its_cotangent_leaves_xlas_cotangent(xla_ffi_ops):
+    """A kAcceptsViews Function whose Backward triples the cotangent in place and returns it: it gets a
+    private copy (its type writes), so the caller's cotangent array, and a cotangent XLA builds inside
+    a jitted gradient (a constant of ones), keep their values from call to call."""
+    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
+    x = jnp.arange(1.0, 5.0)
+    ct0 = np.array([1.0, -2.0, 0.5, 4.0])
+    ct = jnp.asarray(ct0)
+    out, vjp = jax.vjp(j.triple_grad_in_place, x)
+    np.testing.assert_array_equal(np.asarray(out), 3 * np.arange(1.0, 5.0))
+    for _ in range(3):
+        (gx,) = vjp(ct)
+        np.testing.assert_array_equal(np.asarray(gx), 3 * ct0)
+        np.testing.assert_array_equal(np.asarray(ct), ct0)
+    g = jax.jit(jax.grad(lambda a: j.triple_grad_in_place(a).sum()))
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(g(x)), np.full(4, 3.0))
+    np.testing.assert_array_equal(np.asarray(x), np.arange(1.0, 5.0))

@@ -16,8 +16,8 @@
 // Function type is known to write nothing (Function<T>::Writes(), call_rules.h: a call, here or in
 // the runtime, completed without a write); until then, and for a type that was seen to write, they
 // are read-only private copies, so a write the handler refuses (MarkDirty) or that Forward makes
-// without MarkDirty never reaches the caller's array. The output
-// cotangents given to Backward follow the same rule. An input declared written
+// without MarkDirty never reaches the caller's array. The output cotangents given to Backward
+// follow the same rule, learnt apart (what Backward does to them). An input declared written
 // (to_jax(module, mutates={name: [i]})) is aliased to the output of its shape and dtype
 // (input_output_aliases): XLA copies it into that result buffer, or donates it, and Forward gets
 // that buffer writable, with no copy of its own.
@@ -275,6 +275,13 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
     static WriteState state{kWritesUnknown};
     return &state;
   }
+  // What T::Backward's calls showed of writes into the output cotangents it is given (XLA's buffers,
+  // which may be shared with the rest of the computation, a constant even): read-only private copies
+  // until a call left them as they were, XLA's memory after that; a write keeps copies from then on.
+  static WriteState *CotangentWrites() {
+    static WriteState state{kWritesUnknown};
+    return &state;
+  }
   // A call wrote an argument (MarkDirty, or a write found without it): every call of T keeps copies.
   static void NoteWritten() {
     NoteWrites(Writes());
@@ -461,17 +468,36 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
         throw std::runtime_error("Forward returned " + std::to_string(outs.size()) + " tensors, but got " +
                                  std::to_string(args.size() - kN) + " cotangents");
       }
-      TensorPtrList grads;
+      const InputMode ct_mode = !kViews                            ? InputMode::kCopy
+                                : KeepsArguments(CotangentWrites()) ? InputMode::kReadOnlyCopy
+                                                                    : InputMode::kView;
+      TensorPtrList grads, ct_copies;
+      std::vector<const void *> ct_kept;
       for (std::size_t j = 0; j < outs.size(); ++j) {
         auto b = args.get<ffi::AnyBuffer>(kN + j);
         if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
-        grads.push_back(Input(*b, kViews ? InputMode::kView : InputMode::kCopy, "cotangent", j));
+        grads.push_back(Input(*b, ct_mode, "cotangent", j));
+        if (ct_mode == InputMode::kReadOnlyCopy && grads.back()->nbytes() != 0 && b->untyped_data() != nullptr) {
+          ct_copies.push_back(grads.back());
+          ct_kept.push_back(b->untyped_data());
+        }
       }
       TensorPtrList g;
       {
         OfferResults offer(dst);
         NoPythonHere no_python;
         g = T::Backward(&ctx, std::move(grads));
+      }
+      if (!ct_copies.empty()) {  // what Backward did to the copies tells later calls whether they need one
+        bool wrote = false;
+        for (std::size_t j = 0; j < ct_copies.size(); ++j) {
+          wrote = wrote || std::memcmp(ct_copies[j]->data_ptr(), ct_kept[j], ct_copies[j]->nbytes()) != 0;
+        }
+        if (wrote) {
+          NoteWrites(CotangentWrites());
+        } else {
+          NoteReadOnlyCall(CotangentWrites());
+        }
       }
       if (g.size() != kN) {
         throw std::runtime_error("Backward returned " + std::to_string(g.size()) + " gradients for " +

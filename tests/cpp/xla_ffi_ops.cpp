@@ -3,8 +3,8 @@
 // (to_jax must refuse its handlers); for issue 33: an in-place op (MarkDirty), one that writes an
 // input it does not return, a complex op with torch's gradient convention, one that uses
 // ctx->saved_data and one with an int64 output; Functions taking views (kAcceptsViews) that write
-// XLA's read-only buffers anyway (with MarkDirty, without it, only when the gradient's rerun records)
-// and one that reports where its input is. Built with extra_include_paths=[jax.ffi.include_dir()].
+// XLA's read-only buffers anyway (with MarkDirty, without it, only when the gradient's rerun records,
+// the cotangent in Backward) and one that reports where its input is. Built with extra_include_paths=[jax.ffi.include_dir()].
 #include <cmath>
 #include <complex>
 #include <cstdint>
@@ -251,6 +251,19 @@ class TripleScratchViews : public Function<TripleScratchViews> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Tripled(g[0])}; }
 };
 
+// 3 x as a new tensor, whose Backward takes views and triples the cotangent in place through
+// data_ptr() (whether or not it is writable) and returns it: XLA's cotangent must not change.
+class TripleGradInPlace : public Function<TripleGradInPlace> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) { return Tripled(x); }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    TripleInPlace(g[0], "triple_grad_in_place");
+    return {g[0]};
+  }
+};
+
 // The address of x's memory as a float64 scalar (exact below 2^53), by a Function taking views that
 // only reads: whether the handler gave it XLA's buffer or a copy.
 class InputAddress : public Function<InputAddress> {
@@ -371,6 +384,9 @@ OB_MODULE(m) {
   m.def("triple_scratch_views", [](const TensorPtr &x) { return TripleScratchViews::Apply(x); });
   m.def("triple_scratch_views_infer_shape", TripleScratchViews::InferShapeFunction());
   OB_XLA_FFI(m, "triple_scratch_views", TripleScratchViews);
+  m.def("triple_grad_in_place", [](const TensorPtr &x) { return TripleGradInPlace::Apply(x); });
+  m.def("triple_grad_in_place_infer_shape", TripleGradInPlace::InferShapeFunction());
+  OB_XLA_FFI(m, "triple_grad_in_place", TripleGradInPlace);
   m.def("input_address", [](const TensorPtr &x) { return InputAddress::Apply(x); });
   m.def("input_address_infer_shape", InputAddress::InferShapeFunction());
   OB_XLA_FFI(m, "input_address", InputAddress);
