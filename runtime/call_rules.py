@@ -53,6 +53,8 @@ import numpy as np
 from .autograd.grad_mode import _state
 from .autograd.node import Node, double_backward_message  # noqa: F401  (decided there, named here)
 from .versions import share_version
+from .autograd.views import (NO_GRAD_VIEW_STALE, ViewOfBase, grad_tensor, refresh_view,  # noqa: F401
+                             take, view_indices)  # (named here: call_rules decides, views.py is below it)
 
 __all__ = ["OVERLAP_MESSAGE", "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
            "Protected", "protect", "WRITES_ATTR", "note_writes", "note_read_only_call", "share_alias",
@@ -63,12 +65,6 @@ __all__ = ["OVERLAP_MESSAGE", "COMPLEX_GRADIENT", "has_internal_overlap", "write
 NO_GRAD_VIEW_WRITE = ("a view was created in no_grad mode and is being modified in place with grad mode enabled; "
                       "whether that write should be differentiated is ambiguous, so it is refused. Make the view "
                       "and the write both inside the no_grad block (the write is not recorded) or both outside it")
-# ... and for such a view read after a recorded write into its base (or another view of it)
-NO_GRAD_VIEW_STALE = ("a view was created in no_grad mode and its base (or another view of its base) was then "
-                      "modified in place with grad mode enabled; whether the view should see that write's "
-                      "gradient is ambiguous, so it is refused. Make the view and the write both inside the "
-                      "no_grad block or both outside it")
-
 # torch's words for a write into memory that several elements share (at::assert_no_internal_overlap)
 OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a single "
                    "memory location. Please clone() the tensor before performing the operation.")
@@ -212,53 +208,6 @@ def share_alias(out: Any, arg: Any) -> None:
 
 # ---- in-place writes into a view: the base's history is rebased (torch's CopySlices) ------------------------
 
-def _byte_offsets(arr: Any, origin: int) -> np.ndarray:
-    """The byte offset, from ``origin``, of every element of ``arr`` (an array of ``arr``'s shape)."""
-    off = np.full(arr.shape, _address(arr) - origin, dtype=np.int64)
-    for d, (n, st) in enumerate(zip(arr.shape, arr.strides)):
-        shape = [1] * arr.ndim
-        shape[d] = n
-        off = off + (np.arange(n, dtype=np.int64) * st).reshape(shape)
-    return off
-
-
-def _address(arr: Any) -> int:
-    if type(arr) is np.ndarray:
-        return arr.__array_interface__["data"][0]
-    return arr.data.ptr  # CuPy
-
-
-def view_indices(view: Any, base: Any) -> np.ndarray:
-    """For every element of the array ``view``, the flat (C-order) index of the element of ``base`` it
-    is: how a view made by slicing, reshaping or transposing ``base`` sits in it."""
-    if view.dtype != base.dtype:
-        raise RuntimeError(f"an in-place write into a view of dtype {view.dtype} of a base of dtype {base.dtype} "
-                           f"(a bit cast) cannot be differentiated; write into a copy")
-    origin = _address(base)
-    item = base.itemsize
-    b = _byte_offsets(base, origin).ravel()
-    lo = int(b.min()) if b.size else 0
-    table = np.full(((int(b.max()) - lo) // item + 1) if b.size else 1, -1, dtype=np.int64)
-    table[(b - lo) // item] = np.arange(b.size, dtype=np.int64)
-    v = _byte_offsets(view, origin) - lo
-    pos = v // item
-    inside = (v % item == 0) & (pos >= 0) & (pos < table.size)
-    idx = np.where(inside, table[np.clip(pos, 0, table.size - 1)], -1)
-    if (idx < 0).any():
-        raise RuntimeError("an in-place write into a view whose elements are not elements of its base cannot be "
-                           "differentiated; write into a copy")
-    return idx
-
-
-def _grad_tensor(arr: Any) -> Any:
-    from .tensor import Tensor
-    return Tensor._from_array(arr)
-
-
-def _take(xp: Any, flat: Any, idx: np.ndarray) -> Any:
-    return flat[idx if xp is np else xp.asarray(idx)]
-
-
 class _CopySlices(Node):
     """The base's node after an op wrote into one of its views (torch's CopySlices): the base's
     gradient passes unchanged outside the view; inside it, through the op's backward to the view's
@@ -290,45 +239,17 @@ class _CopySlices(Node):
         flat = result.reshape(-1)
         fn = self.fn
         buf: List[Any] = [None] * len(fn.out_meta)
-        buf[self.out_index] = _grad_tensor(_take(xp, flat, self.idx))
+        buf[self.out_index] = grad_tensor(take(xp, flat, self.idx))
         _, res = engine._node_backward(fn, buf, True, False)  # released with this node (release)
         gv = res[self.arg_index]
         where = self.idx if xp is np else xp.asarray(self.idx)
         flat[where] = 0 if gv is None else gv._data
-        out = [_grad_tensor(result)]
+        out = [grad_tensor(result)]
         out += [None if k == self.arg_index else r for k, r in enumerate(res)]
         return out
 
     def release(self) -> None:
         self.fn.release()
-
-
-class _ViewOfBase(Node):
-    """The view's node after the write: the view is a part of its (rebased) base, so its gradient goes
-    to the base's node, placed where the view sits (torch's AsStridedBackward over CopySlices)."""
-
-    __slots__ = ("idx",)
-    differentiable = False
-
-    def __init__(self, base_edge: Any, idx: np.ndarray, base_meta: Any, view_meta: Any) -> None:
-        self.idx = idx
-        self.next_edges = (base_edge,)  # the base's history: (node, index)
-        self.input_meta = (base_meta,)
-        self.out_meta = (view_meta,)
-
-    name = "view of a base written in place"
-
-    def apply(self, grads: Sequence[Any], create_graph: bool) -> List[Any]:
-        from . import device as _device
-        g = grads[0]._data
-        shape, dtype = self.input_meta[0]
-        xp = np if type(g) is np.ndarray else _device.array_module(g)
-        z = xp.zeros(shape, dtype=dtype)
-        z.reshape(-1)[self.idx if xp is np else xp.asarray(self.idx)] = g
-        return [_grad_tensor(z)]
-
-    def release(self) -> None:
-        pass
 
 
 def rebase_view(view: Any, arg_index: int) -> None:
@@ -347,31 +268,9 @@ def rebase_view(view: Any, arg_index: int) -> None:
         base_edge = base if base._node is None else (base._node, base._out_index)
     node = _CopySlices(fn, view._out_index, arg_index, idx, base_edge, base_meta)
     base._node, base._out_index, base.requires_grad = node, 0, True
-    view._node = _ViewOfBase((node, 0), idx, base_meta, (view._data.shape, view._data.dtype))
+    view._node = ViewOfBase((node, 0), idx, base_meta, (view._data.shape, view._data.dtype))
     view._out_index = 0
     view._view_version = view._vc.value  # its history is now current (refresh_view)
-
-
-def refresh_view(view: Any) -> None:
-    """``view`` (a runtime Tensor with a ``_base_ref``) is about to be an input of a recorded op: if its
-    memory was written since its history was set (its version moved on from ``_view_version``) and its
-    base has a history, that history may be a recorded write (into the base, or into another view of
-    it), which the view's own history does not know. Its history becomes "a part of the base's current
-    history", as torch regenerates a view's ``grad_fn`` when its base's version changed. Callers check
-    ``view._vc.value != view._view_version`` first (the rare case); the common call pays nothing."""
-    version = view._vc.value
-    base = view._base_ref()
-    if base is None or base._node is None or not base.requires_grad:
-        view._view_version = version  # no base, or a leaf base: the view's own history is still right
-        return
-    if view._view_no_grad:
-        raise RuntimeError(NO_GRAD_VIEW_STALE)
-    idx = view_indices(view._data, base._data)
-    base_meta = (base._data.shape, base._data.dtype)
-    view._node = _ViewOfBase((base._node, base._out_index), idx, base_meta, (view._data.shape, view._data.dtype))
-    view._out_index = 0
-    view.requires_grad = True
-    view._view_version = version
 
 
 def refresh_view_arg(view: Any) -> int:

@@ -22,7 +22,7 @@ from .ownership import claim, private_copy
 from .. import device as _device
 from .. import dtypes as _dt
 from ..ops import math as _math
-from ..call_rules import refresh_view as _refresh_view
+from .views import refresh_view as _refresh_view
 from ..tensor import Tensor
 
 __all__ = ["backward", "grad", "run_backward"]

@@ -28,7 +28,7 @@ from ..jit.tracing import flag as _flag
 from ..jit.tracing import hook as _trace
 from ..tensor import Tensor as _Tensor
 from ..versions import memory_owner as _root, share_version, version_of as _version_of
-from ..call_rules import refresh_view as _refresh_view
+from ..autograd.views import refresh_view as _refresh_view
 
 __all__ = ["Primitive", "defvjp", "PrimitiveNode", "NO_KWARGS", "tracing", "record_op", "trace_break"]
 

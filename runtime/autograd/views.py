@@ -1,0 +1,118 @@
+"""Views and the writes into their base, the part of runtime/call_rules.py that the autograd engine
+needs too: where a view's elements sit in its base (``view_indices``), the node that makes a view "a
+part of its base's current history" (``ViewOfBase``), and ``refresh_view``, torch's rule that a view
+made before an in-place write into its base takes its history anew from the base's. It sits below
+runtime/call_rules.py (which decides the rules and names these) so the engine, which refreshes views
+at the start of a backward, never imports the layer above it."""
+from __future__ import annotations
+
+from typing import Any, List, Sequence
+
+import numpy as np
+
+from .node import Node
+
+__all__ = ["NO_GRAD_VIEW_STALE", "view_indices", "ViewOfBase", "refresh_view", "grad_tensor", "take"]
+
+# ... and for such a view read after a recorded write into its base (or another view of it)
+NO_GRAD_VIEW_STALE = ("a view was created in no_grad mode and its base (or another view of its base) was then "
+                      "modified in place with grad mode enabled; whether the view should see that write's "
+                      "gradient is ambiguous, so it is refused. Make the view and the write both inside the "
+                      "no_grad block or both outside it")
+
+
+def _byte_offsets(arr: Any, origin: int) -> np.ndarray:
+    """The byte offset, from ``origin``, of every element of ``arr`` (an array of ``arr``'s shape)."""
+    off = np.full(arr.shape, _address(arr) - origin, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(arr.shape, arr.strides)):
+        shape = [1] * arr.ndim
+        shape[d] = n
+        off = off + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    return off
+
+
+def _address(arr: Any) -> int:
+    if type(arr) is np.ndarray:
+        return arr.__array_interface__["data"][0]
+    return arr.data.ptr  # CuPy
+
+
+def view_indices(view: Any, base: Any) -> np.ndarray:
+    """For every element of the array ``view``, the flat (C-order) index of the element of ``base`` it
+    is: how a view made by slicing, reshaping or transposing ``base`` sits in it."""
+    if view.dtype != base.dtype:
+        raise RuntimeError(f"an in-place write into a view of dtype {view.dtype} of a base of dtype {base.dtype} "
+                           f"(a bit cast) cannot be differentiated; write into a copy")
+    origin = _address(base)
+    item = base.itemsize
+    b = _byte_offsets(base, origin).ravel()
+    lo = int(b.min()) if b.size else 0
+    table = np.full(((int(b.max()) - lo) // item + 1) if b.size else 1, -1, dtype=np.int64)
+    table[(b - lo) // item] = np.arange(b.size, dtype=np.int64)
+    v = _byte_offsets(view, origin) - lo
+    pos = v // item
+    inside = (v % item == 0) & (pos >= 0) & (pos < table.size)
+    idx = np.where(inside, table[np.clip(pos, 0, table.size - 1)], -1)
+    if (idx < 0).any():
+        raise RuntimeError("an in-place write into a view whose elements are not elements of its base cannot be "
+                           "differentiated; write into a copy")
+    return idx
+
+
+def grad_tensor(arr: Any) -> Any:
+    from ..tensor import Tensor
+    return Tensor._from_array(arr)
+
+
+def take(xp: Any, flat: Any, idx: np.ndarray) -> Any:
+    return flat[idx if xp is np else xp.asarray(idx)]
+
+
+class ViewOfBase(Node):
+    """The view's node after the write: the view is a part of its (rebased) base, so its gradient goes
+    to the base's node, placed where the view sits (torch's AsStridedBackward over CopySlices)."""
+
+    __slots__ = ("idx",)
+    differentiable = False
+
+    def __init__(self, base_edge: Any, idx: np.ndarray, base_meta: Any, view_meta: Any) -> None:
+        self.idx = idx
+        self.next_edges = (base_edge,)  # the base's history: (node, index)
+        self.input_meta = (base_meta,)
+        self.out_meta = (view_meta,)
+
+    name = "view of a base written in place"
+
+    def apply(self, grads: Sequence[Any], create_graph: bool) -> List[Any]:
+        from .. import device as _device
+        g = grads[0]._data
+        shape, dtype = self.input_meta[0]
+        xp = np if type(g) is np.ndarray else _device.array_module(g)
+        z = xp.zeros(shape, dtype=dtype)
+        z.reshape(-1)[self.idx if xp is np else xp.asarray(self.idx)] = g
+        return [grad_tensor(z)]
+
+    def release(self) -> None:
+        pass
+
+
+def refresh_view(view: Any) -> None:
+    """``view`` (a runtime Tensor with a ``_base_ref``) is about to be an input of a recorded op: if its
+    memory was written since its history was set (its version moved on from ``_view_version``) and its
+    base has a history, that history may be a recorded write (into the base, or into another view of
+    it), which the view's own history does not know. Its history becomes "a part of the base's current
+    history", as torch regenerates a view's ``grad_fn`` when its base's version changed. Callers check
+    ``view._vc.value != view._view_version`` first (the rare case); the common call pays nothing."""
+    version = view._vc.value
+    base = view._base_ref()
+    if base is None or base._node is None or not base.requires_grad:
+        view._view_version = version  # no base, or a leaf base: the view's own history is still right
+        return
+    if view._view_no_grad:
+        raise RuntimeError(NO_GRAD_VIEW_STALE)
+    idx = view_indices(view._data, base._data)
+    base_meta = (base._data.shape, base._data.dtype)
+    view._node = ViewOfBase((base._node, base._out_index), idx, base_meta, (view._data.shape, view._data.dtype))
+    view._out_index = 0
+    view.requires_grad = True
+    view._view_version = version
