@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
-__all__ = ["Spec", "module_functions", "check_shape_fns", "as_specs", "companion_shape_fns", "COMPANION"]
+__all__ = ["Spec", "module_functions", "check_shape_fns", "as_specs", "companion_shape_fns", "COMPANION",
+           "plain_static"]
 
 # the suffix of the function a module binds next to an op for its C++ InferShape
 COMPANION = "_infer_shape"
@@ -26,6 +27,17 @@ class Spec(NamedTuple):
 
 
 ShapeFn = Callable[..., Union[Spec, Sequence[Spec]]]
+
+
+def plain_static(a: Any) -> Any:
+    """A numpy bool, integer or float scalar as the Python value it holds (``.item()``: exact), in lists
+    too: ``to_jax`` and ``to_torch`` take ``np.int64(2)`` as the static ``2`` and ``np.float64(-0.0)``
+    as ``-0.0`` (then keyed by type and exact value as such). Anything else is returned as it is."""
+    if isinstance(a, np.generic) and a.dtype.kind in "biuf":
+        return a.item()
+    if isinstance(a, (list, tuple)) and any(isinstance(e, (np.generic, list, tuple)) for e in a):
+        return type(a)(plain_static(e) for e in a)
+    return a
 
 
 def module_functions(module: Any) -> Dict[str, Callable]:

@@ -4,7 +4,8 @@ Each function is a ``jax.custom_vjp`` whose forward and backward call the
 operator on the host through ``jax.pure_callback``, so it works eagerly and
 under ``jax.jit``, ``jax.grad`` and ``jax.vmap`` (a loop over the batch:
 ``vmap_method="sequential"``) on the CPU. Array arguments are the operator's
-tensors; every other argument (ints, floats, bools, strings, lists) is static.
+tensors; every other argument (ints, floats, bools, strings, lists; a numpy scalar as the Python
+value it holds) is static.
 
 Output shapes: from ``shape_fn`` when given (no extra work); otherwise the
 operator runs once on zeros of the arguments' shapes per distinct signature
@@ -46,7 +47,7 @@ from runtime.jit.signature import exact_key as _exact_key
 from runtime.ops import math as _math
 from runtime.tensor import Tensor as _Tensor
 
-from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
+from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
 from .interop_jax_ffi import ffi_function, ffi_targets, jax_dtype, jax_gradient, runtime_cotangent
 
 __all__ = ["to_jax"]
@@ -245,6 +246,7 @@ def _check_mutates(funcs: Dict[str, Callable], mutates: Any) -> Dict[str, Tuple[
 
 def _wrapper(op: _JaxOp) -> Callable:
     def call(*args: Any) -> Any:
+        args = tuple(a if _is_array(a) else plain_static(a) for a in args)
         positions = tuple(k for k, a in enumerate(args) if _is_array(a))
         statics = tuple(a for a in args if not _is_array(a))
         for k, a in enumerate(args):

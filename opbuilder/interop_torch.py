@@ -50,7 +50,7 @@ from runtime.jit.signature import exact_key as _exact_key
 from runtime.tensor import Tensor as _Tensor
 
 from . import torch_bridge as _torch_bridge
-from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions
+from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
 
 __all__ = ["to_torch", "op_handle", "TorchOps"]
 
@@ -881,6 +881,8 @@ def _wrapper(op: _Op) -> Callable:
                 else:
                     out = op.forward_direct(sig, tpos, args)
                 return out[0] if single[0] else _many(out, op)
+            if any(isinstance(a, (np.generic, list, tuple)) for a in args):  # np.int64(2) is 2, as to_jax
+                args = tuple(plain_static(a) for a in args)
             return compiled[0](*args)
         except _Plain as p:  # a function returning None, a number or a string: its value as it is
             return _plain_value(p.value)
@@ -907,6 +909,7 @@ def _wrapper(op: _Op) -> Callable:
         entry.bridged = bridged  # type: ignore[attr-defined]  # tests read the Op's fast_calls
     def torch_op(*args: Any) -> Any:
         """The registered torch operator for a call with ``args`` (``op_handle``)."""
+        args = tuple(plain_static(a) for a in args)
         sig = "".join([_code(op.name, k, a) for k, a in enumerate(args)])
         return getattr(packet, define(sig, tuple(_spec_key(a, c) for a, c in zip(args, sig)))[0]).default
 

@@ -219,3 +219,26 @@ def test_float64_output_with_x64_off_is_float32_with_its_gradient():
         np.testing.assert_allclose(np.asarray(g), 2 * np.asarray(x), rtol=1e-6)
     finally:
         jax.config.update("jax_enable_x64", True)
+
+
+def test_numpy_scalars_are_static_arguments_as_their_python_values():
+    """A numpy bool, integer or float scalar (alone or in a list) is the Python value it holds: keyed
+    and passed as that value, eagerly and under jit (issue 33: np.int64 was refused, np.float64 taken)."""
+    import math
+
+    def tag(x, s):  # the static value as the operator sees it: 1 bool, 2 int, 3 float; negative for -0.0
+        v = s[0] if isinstance(s, list) else s
+        kind = {bool: 1.0, int: 2.0, float: 3.0}[type(v)]
+        return x * 0 + (kind * math.copysign(1.0, v) if type(v) is float else kind) * (abs(v) or 1)
+    j = opbuilder.to_jax(types.SimpleNamespace(tag=tag))
+    x = jnp.zeros(2)
+    cases = [(np.int64(2), 4.0), (np.int32(3), 6.0), (np.uint8(5), 10.0), (np.bool_(True), 1.0),
+             (np.float64(-0.0), -3.0), (np.float64(0.0), 3.0), (np.float32(0.5), 1.5), (2, 4.0),
+             ([np.int64(2)], 4.0), ([np.float64(-0.0)], -3.0), ([np.bool_(True)], 1.0)]
+    for s, want in cases + cases[::-1]:
+        np.testing.assert_array_equal(np.asarray(j.tag(x, s)), np.full(2, want), err_msg=repr(s))
+        np.testing.assert_array_equal(np.asarray(jax.jit(lambda a, s=s: j.tag(a, s))(x)), np.full(2, want),
+                                      err_msg=repr(s))
+    with pytest.raises(TypeError, match=r"^tag: argument 1 is a complex128; a JAX operator takes arrays, ints, "
+                                        r"floats, bools, strings and lists of them$"):
+        j.tag(x, np.complex128(1))
