@@ -109,6 +109,15 @@ def _library_module(modname: Optional[str]) -> bool:
     return _library_file(getattr(mod, "__file__", None))
 
 
+def _library_module_object(m: types.ModuleType) -> bool:
+    """A module of the runtime, the standard library or an installed package (built-in and frozen modules
+    have a spec but no file); a module made at runtime (``types.ModuleType(...)``, no spec) is user state."""
+    f = getattr(m, "__file__", None)
+    if f is None:
+        return getattr(m, "__spec__", None) is not None
+    return _library_file(f)
+
+
 def _class_attr(cls: type, name: str) -> Any:
     for k in cls.__mro__:
         d = k.__dict__
@@ -118,11 +127,18 @@ def _class_attr(cls: type, name: str) -> Any:
 
 
 def _attr(obj: Any, name: str) -> Any:
-    """``obj.name`` as plain storage: the instance's own value, else its class's (no getter runs)."""
+    """``obj.name`` as plain storage: the instance's own value, else its class's (no getter runs); a
+    ``__slots__`` field's value through its slot (unset: missing)."""
     d = getattr(obj, "__dict__", None)
     if d is not None and name in d:
         return d[name]
-    return _class_attr(type(obj), name)
+    v = _class_attr(type(obj), name)
+    if type(v) is types.MemberDescriptorType:  # a __slots__ field: the instance's value is in the slot
+        try:
+            return v.__get__(obj, type(obj))
+        except AttributeError:
+            return _MISSING
+    return v
 
 
 def _cell_contents(cell: Any) -> Any:
@@ -178,8 +194,11 @@ class _Walk:
             return
         self.seen.add(id(f))
         self.keep.append(f)
-        if isinstance(f, functools.partial):
+        if isinstance(f, functools.partial):  # its arguments are read on each call (keywords is a dict)
+            self._guard(lambda p=f: p.func, "the function of a functools.partial")
             self.function(f.func)
+            self._guard(lambda p=f: p.args, "the arguments of a functools.partial")
+            self._guard(lambda p=f: dict(p.keywords), "the keyword arguments of a functools.partial")
             for a in (*f.args, *f.keywords.values()):
                 self.value(a)
             return
@@ -198,6 +217,11 @@ class _Walk:
         if _library_file(f.__code__.co_filename):
             return
         code = f.__code__
+        # what a call reads besides the code's names: its code, default values and keyword-only defaults
+        self._guard(lambda f=f: f.__code__, f"the code of {f.__qualname__}")
+        for a in ("__defaults__", "__kwdefaults__"):
+            if getattr(f, a) is not None:
+                self.value(self._guard(lambda f=f, a=a: getattr(f, a), f"{a} of {f.__qualname__}"))
         own = _code_names(code)
         self.names.update(own)
         g = f.__globals__
@@ -242,7 +266,7 @@ class _Walk:
         if isinstance(v, types.ModuleType):
             self.seen.add(id(v))
             self.keep.append(v)
-            if _library_file(getattr(v, "__file__", None)):
+            if _library_module_object(v):
                 return
             d = v.__dict__
             for n in sorted(self.names):
@@ -264,6 +288,12 @@ class _Walk:
                 self.seen.add(id(v))
                 self.keep.append(v)
                 self._guard(lambda c=v: _cell_state(c), f"the attributes of a {cls.__qualname__}")
+            elif isinstance(getattr(v, "__dict__", None), dict) and id(v) not in self.seen:
+                # an instance of a library class that holds fields (types.SimpleNamespace, argparse's
+                # Namespace...): its code is not walked, but the fields user code names are guarded
+                self.seen.add(id(v))
+                self.keep.append(v)
+                self._fields(v, cls)
             return
         self.seen.add(id(v))
         self.keep.append(v)
@@ -272,11 +302,14 @@ class _Walk:
             if isinstance(f, types.FunctionType):
                 self.function(f)
         self.value(cls)
+        self._fields(v, cls)
+
+    def _fields(self, v: Any, cls: type) -> None:
+        """Guard the attributes of ``v`` the code names: its own (``__dict__`` or ``__slots__``) or its
+        class's (which one it may later set)."""
         d = getattr(v, "__dict__", None)
-        if d is None:
-            return
-        for n in sorted(self.names):  # the instance's own value, or its class's (which one it may later set)
-            if n in d or _class_attr(cls, n) is not _MISSING:
+        for n in sorted(self.names):
+            if (d is not None and n in d) or _class_attr(cls, n) is not _MISSING:
                 self.value(self._guard(lambda o=v, n=n: _attr(o, n), f"attribute {n!r} of a {cls.__qualname__}"))
 
 
