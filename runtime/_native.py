@@ -16,7 +16,6 @@ from .autograd.grad_mode import _state  # the per-thread grad mode: C++ reads an
 from .jit.tracing import cpp_hook, flag_address  # Function<T>::Apply under a jit trace
 from .dtypes import bfloat16  # a DType: its `.np` imports ml_dtypes on first use (C++ BFloat16Descr)
 from .tensor import Tensor
-from .versions import share_version  # an argument returned unchanged shares its version counter (call_rules.h)
 
 __all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
            "current_stream_ptr", "bridge_slot_address", "share_version", "rebase_view", "refresh_view_arg",
@@ -46,6 +45,8 @@ def __getattr__(name: str) -> Any:
     device_memory) and ``dlpack_input`` (runtime.interop, for another framework's tensor)."""
     if name == "dlpack_input":
         from .interop import dlpack_input as value
+    elif name == "share_version":  # an argument returned unchanged: a view of it (call_rules.h ShareVersion)
+        from .call_rules import share_alias as value
     elif name == "rebase_view":  # MarkDirty on a view (include/opbuilder/detail/call_rules.h)
         from .call_rules import rebase_view as value
     elif name == "refresh_view_arg":  # a view argument read after its base was written (call_rules.h)

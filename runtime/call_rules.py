@@ -46,6 +46,7 @@ same rules for Function<T> and calls ``rebase_view`` and ``share_alias`` here.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -201,9 +202,22 @@ def note_read_only_call(cls: type) -> None:
 
 
 def share_alias(out: Any, arg: Any) -> None:
-    """``out`` is a new Tensor over the memory of the argument ``arg`` (returned unchanged): from now on
-    they count writes on one version counter, as a torch view and its base do."""
+    """``out`` is a new Tensor over the memory of the argument ``arg`` (returned unchanged by an operator):
+    it is a view of ``arg``, as torch makes a custom Function's output that is its input (``view_as``).
+    They count writes on one version counter, and ``out``'s ``_base_ref`` is ``arg``'s base (or ``arg``),
+    so ``write_refusal``'s view rules apply to it: a write into an alias of a leaf that requires grad is
+    refused before Forward runs, and a write into an alias of a non-leaf rebases that tensor's history.
+    Under no_grad it is a plain alias (a write through it is not refused), as torch's is. Call it before
+    ``out``'s history is set."""
     share_version(out, arg)
+    if not _state.enabled:
+        return
+    ref = arg._base_ref  # a view of a view: the first tensor of the chain, while it lives
+    if ref is None or ref() is None:
+        ref = weakref.ref(arg)
+    out._base_ref = ref
+    out._view_version = out._vc.value  # its history (set next) is current at this version
+    out._view_no_grad = arg._view_no_grad  # an alias of a no_grad view is one too
 
 
 # ---- in-place writes into a view: the base's history is rebased (torch's CopySlices) ------------------------

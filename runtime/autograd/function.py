@@ -294,9 +294,17 @@ class Function:
             if writes is None and not ctx._dirty:  # a recorded call completed without writing
                 _call_rules.note_read_only_call(cls)
         else:
-            outs = [o.detach() if _contains(args, o) and not _contains(ctx._dirty, o) else o
+            outs = [_alias(o) if _contains(args, o) and not _contains(ctx._dirty, o) else o
                     for o in outs]
         return outs[0] if single else tuple(outs)
+
+
+def _alias(arg: Any) -> Any:
+    """A new tensor over the memory of ``arg``, an argument returned unchanged by forward: a view of it
+    (call_rules.share_alias), as torch makes a custom Function's output that is its input."""
+    t = _tensor.Tensor._from_array(arg._data)
+    _call_rules.share_alias(t, arg)
+    return t
 
 
 def _as_output(name: str, o: Any) -> Any:
@@ -382,7 +390,9 @@ def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -
     final: List[Any] = []
     for o in outs:
         in_place = _contains(ctx._dirty, o) and not _contains(final, o)
-        if not in_place and (_contains(args, o) or _contains(final, o) or o._node is not None or o.requires_grad):
+        if not in_place and _contains(args, o) and not _contains(final, o):
+            o = _alias(o)  # an argument returned unchanged: a view of it (call_rules.share_alias)
+        elif not in_place and (_contains(args, o) or _contains(final, o) or o._node is not None or o.requires_grad):
             o = o.detach()  # never rewrite the history of a tensor that is not ours (its memory and counter)
         final.append(o)
     node = FunctionNode(cls, ctx, args, final)
