@@ -299,6 +299,96 @@ class PrimitiveNode(Node):
         self.out = None
 
 
+class HookedPrimitiveNode(PrimitiveNode):
+    """A primitive call recorded inside ``saved_tensors_hooks`` (runtime/autograd/saved_hooks.py): what its
+    rules read (the arguments whose values they read, the output if they read it) went to the pack hook
+    when it was recorded, and backward reads the unpack hook's tensors instead, with no version check
+    (what pack kept is the hook's), as torch does for its own ops' saved tensors. A plain call records a
+    ``PrimitiveNode``: the common call pays one attribute read (``_state.saved_hooks``) for this."""
+
+    __slots__ = ("packed", "unpack_hook")
+
+    def apply(self, grads, create_graph):
+        args = self.args
+        if args is None:
+            raise RuntimeError(f"backward through {self.name} a second time: its saved tensors were "
+                               f"freed after the first backward; pass retain_graph=True the first time")
+        prim = self.prim
+        packed_args, packed_out = self.packed
+        edges = self.next_edges
+        vals = list(args)
+        for i, p in enumerate(packed_args):
+            if p is not _NOT_SAVED:  # its values are read: the hook's tensor, over the argument's history
+                vals[i] = _unpacked(self, p, f"argument {i}", edges[i] if create_graph else None,
+                                    self.input_meta[i])
+        ans = prim.unread
+        if ans is None:  # the rules read the output
+            ans = _unpacked(self, packed_out, "its output", None, None)
+            if create_graph:
+                ans._node, ans._out_index, ans.requires_grad = self, 0, True
+        g = grads[0]
+        kw = self.kwargs
+        return [None if (e is None or rule is None) else rule(g, ans, *vals, **kw)
+                for rule, e in zip(prim.vjps, edges)]
+
+    def release(self) -> None:
+        super().release()
+        self.packed = ((), None)
+
+
+_NOT_SAVED = object()  # an argument whose values no rule reads: not packed (its shape and dtype are kept)
+
+
+class _Reattach(Node):
+    """The history of an unpacked saved tensor in a higher-order pass: its gradient goes unchanged to the
+    edge of the tensor that was saved (torch's SavedVariable gives an unpacked tensor the saved one's
+    ``grad_fn``), so a gradient of the gradient still reaches it."""
+
+    __slots__ = ()
+    name = "saved tensor unpacked by saved_tensors_hooks"
+
+    def __init__(self, edge: Any, meta: Any) -> None:
+        self.next_edges = (edge,)
+        self.input_meta = (meta,)
+        self.out_meta = (meta,)
+
+    def apply(self, grads, create_graph):
+        return [grads[0]]
+
+
+def _unpacked(node: HookedPrimitiveNode, packed: Any, what: str, edge: Any, meta: Any) -> Any:
+    """The unpack hook's tensor for ``packed`` (what the pack hook returned for ``what`` of ``node``): a
+    runtime Tensor over its data, given the saved tensor's history through ``edge`` when not None."""
+    t = node.unpack_hook(packed)
+    if not isinstance(t, _Tensor):
+        raise TypeError(f"{node.name}: the saved_tensors_hooks unpack hook returned a {type(t).__name__} for "
+                        f"{what}; it must return a runtime.Tensor")
+    u = _new(_Tensor)
+    u._data = t._data
+    if edge is not None:
+        u._node, u.requires_grad = _Reattach(edge, meta), True
+    return u
+
+
+def _pack(node: HookedPrimitiveNode, hooks: Any, args: Sequence[Any], out: Any, res: Any) -> None:
+    """Give the pack hook what ``node``'s rules read: each argument whose values they read, and the
+    output if they read it, each as a tensor over its memory outside the graph (torch's rule)."""
+    pack = hooks[0]
+    prim = node.prim
+    reads = prim.reads_args
+    packed_args = tuple([pack(a.detach()) if (i >= len(reads) or reads[i]) else _NOT_SAVED
+                         for i, a in enumerate(args)])
+    packed_out = None
+    if prim.reads_ans:
+        packed_out = pack(res.detach() if res is not None else _Tensor._from_array(out))
+    node.packed = (packed_args, packed_out)
+    node._input_meta = tuple([(a._data.shape, a._data.dtype) for a in args])
+    node.args = tuple([a if p is _NOT_SAVED else None for a, p in zip(args, packed_args)])  # not kept alive
+    node.unpack_hook = hooks[1]
+    node.out = None  # backward reads the unpack hook's output, never the live one
+    node.out_ref = None
+
+
 _new = object.__new__
 _weakref = weakref.ref
 
@@ -308,8 +398,9 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
     """A node (or ``node``) for ``res = prim(*args, **kwargs)`` with its fields set in one pass
     (the recording hot path); the output is kept, and referenced weakly for its version check, only
     when the rules read it."""
+    hooks = _state.saved_hooks  # saved_tensors_hooks in force: the node packs what its rules read
     if node is None:
-        node = _new(PrimitiveNode)
+        node = _new(PrimitiveNode if hooks is None else HookedPrimitiveNode)
     node.prim = prim
     node.args = args
     node.kwargs = kwargs
@@ -330,5 +421,7 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
         node.next_edges = tuple([(a if a._node is None else (a._node, a._out_index)) if a.requires_grad else None
                                  for a in args])
     node.out_meta = ((out.shape, out.dtype),)
+    if hooks is not None and type(node) is HookedPrimitiveNode:
+        _pack(node, hooks, args, out, res)
     return node
 
