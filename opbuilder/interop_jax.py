@@ -272,8 +272,9 @@ def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None,
     from one run of the operator on zeros per distinct signature. ``mutates`` maps a function name to
     the positions of the array arguments it writes in place and returns (as for ``to_torch``): on the
     XLA FFI path each is declared aliased to its output (``input_output_aliases``), so XLA copies it
-    (or takes a donated buffer) and the kernel writes that, not the caller's array. Without it a
-    Function gets private copies, or, with ``kAcceptsViews``, XLA's buffers read-only.
+    (or takes a donated buffer) and the kernel writes that, not the caller's array (no copy of its
+    own). Without it a Function gets writable private copies (it may write them; the output is their
+    values), or, with ``kAcceptsViews`` once its type is known to write nothing, XLA's buffers read-only.
     """
     funcs = module_functions(module)
     shape_fns = companion_shape_fns(module, funcs, check_shape_fns("to_jax", funcs, shape_fn))

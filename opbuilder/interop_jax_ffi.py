@@ -2,10 +2,10 @@
 ``OB_XLA_FFI`` (the PyCapsules ``<name>_xla_fwd`` / ``<name>_xla_bwd``, see
 include/opbuilder/xla_ffi.h) runs as an XLA custom call (``jax.ffi.ffi_call``) instead of
 a host callback: no GIL, no Python per call. XLA's buffers are never written: a Function gets
-private copies of its inputs, or with ``kAcceptsViews`` read-only ones, XLA's memory itself (no
-copy) once its type is known to write nothing (a call completed without a write), read-only
-private copies before that and for a type that writes (a refused write never reaches the caller's
-array).
+writable private copies of its inputs (an in-place op, MarkDirty or not, runs on a copy whose values
+are the output, as on the callback path), or with ``kAcceptsViews`` and a type known to write nothing
+(a call completed without a write) XLA's memory itself, read-only (no copy); a MarkDirty on that
+reruns Forward on copies, which the type gets from then on.
 
 Result shapes come from the shape rule (the ``<name>_infer_shape`` companion or
 ``shape_fn``); a function with handlers but no rule is an error, since the custom call

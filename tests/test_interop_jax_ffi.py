@@ -35,7 +35,7 @@ def xla_ffi_ops(cache_dir, request):
 def _callback_twin(module):
     """The same functions and shape rules without the capsules: to_jax's pure_callback path."""
     names = ["mul", "sin_cube", "add_one_", "triple_scratch", "conj_mul", "saved_data", "add_one_views",
-             "dirty_not_returned"]
+             "dirty_not_returned", "scale_views", "scale_views_when_grad", "scale_views_if_negative"]
     return types.SimpleNamespace(**{n: getattr(module, x) for m in names for n, x in ((m, m),
                                                                                         (m + "_infer_shape",) * 2)},
                                  positions=module.positions)
@@ -219,20 +219,25 @@ def test_grad_through_an_in_place_op_matches_central_differences(xla_ffi_ops):
                                                                             .standard_normal(5))), err_msg=path)
 
 
-def test_a_function_taking_views_gets_xla_memory_read_only_and_may_not_mark_it_dirty(xla_ffi_ops):
+def test_a_function_taking_views_that_writes_gets_writable_private_copies(xla_ffi_ops):
+    """A kAcceptsViews type not known to write nothing gets writable private copies of XLA's buffers
+    (issue 33: it got read-only ones and its MarkDirty was refused, while the callback path ran it):
+    it writes the copy, the copy's values are the output, and the caller's array keeps its values."""
     j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
     empty, writable = jax.jit(j.add_one_views)(jnp.zeros((0,)))  # no MarkDirty for an empty x
-    assert empty.shape == (0,) and float(writable) == 0.0  # read-only (XLA's buffer, or a copy standing for it)
+    assert empty.shape == (0,) and float(writable) == 1.0  # a private copy, writable
     x = jnp.arange(3.0)
-    with pytest.raises(jax.errors.JaxRuntimeError,
-                       match=r"AddOneViews \(XLA FFI forward\): argument 0 is a JAX array \(immutable, read-only "
-                             r"to a Function that declares kAcceptsViews\), but Forward marked it dirty \(an "
-                             r"in-place write\); declare the write to XLA with to_jax\(module, "
-                             r"mutates=\{<function>: \[0\]\}\) \(the argument is then copied, or donated, into "
-                             r"the output\), or drop kAcceptsViews \(then Forward gets a private copy it may "
-                             r"write\)"):
-        jax.jit(j.add_one_views)(x)[0].block_until_ready()
-    np.testing.assert_array_equal(np.asarray(x), np.arange(3.0))
+    for path, ops in _both(xla_ffi_ops).items():
+        for f in (ops.add_one_views, jax.jit(ops.add_one_views)):
+            for _ in range(2):
+                out, writable = f(x)
+                np.testing.assert_array_equal(np.asarray(out), np.arange(3.0) + 1, err_msg=path)
+                assert float(writable) == 1.0, path
+                np.testing.assert_array_equal(np.asarray(x), np.arange(3.0), err_msg=path)
+        out, later = jax.jit(lambda a, ops=ops: (ops.add_one_views(a)[0], a * 10))(x)
+        np.testing.assert_array_equal(np.asarray(out), np.arange(3.0) + 1, err_msg=path)
+        np.testing.assert_array_equal(np.asarray(later), 10 * np.arange(3.0), err_msg=path)
+        np.testing.assert_array_equal(np.asarray(x), np.arange(3.0), err_msg=path)
 
 
 def test_a_declared_write_is_aliased_to_its_output_by_xla(xla_ffi_ops):
@@ -381,49 +386,57 @@ def test_int64_outputs_with_x64_off_are_int32_as_jnp_gives(xla_ffi_ops):
 
 # ---- issue 33 #2: a Function taking views never writes XLA's buffers -------------------------------
 
-_VIEWS_REFUSAL = (r"{name} \(XLA FFI {stage}\): argument 0 is a JAX array \(immutable, read-only to a Function "
-                  r"that declares kAcceptsViews\), but Forward marked it dirty \(an in-place write\); declare the "
-                  r"write to XLA with to_jax\(module, mutates=\{{<function>: \[0\]\}}\) \(the argument is then "
-                  r"copied, or donated, into the output\), or drop kAcceptsViews \(then Forward gets a private copy "
-                  r"it may write\)")
-
-
-def test_a_refused_write_by_a_function_taking_views_leaves_the_callers_array(xla_ffi_ops):
+def test_an_in_place_write_by_a_function_taking_views_gives_one_answer_on_both_paths(xla_ffi_ops):
     """A kAcceptsViews Function whose kernel writes its input through data_ptr() and marks it dirty,
-    without to_jax's mutates: the handler refuses it by name, and the write never reached the caller's
-    jax.Array (decided before Forward runs: a type not known to write nothing gets read-only private
-    copies), eagerly, under jit, under jax.grad (forward) and in the gradient's rerun of Forward."""
-    j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
+    without to_jax's mutates: on both paths it writes a private copy and returns its values (issue 33:
+    the FFI path refused it, the callback path ran it), and the caller's jax.Array keeps its values,
+    eagerly, under jit, under jax.grad and jax.vjp, and in the gradient's rerun of Forward."""
     x0 = np.arange(1.0, 5.0)
     x = jnp.asarray(x0)
-    # under jax.grad XLA may run the backward's rerun of Forward first, or only it (the forward's
-    # result unused): the same refusal, from the handler that ran
-    forward = _VIEWS_REFUSAL.format(name="ScaleViews", stage="(forward|backward)")
-    for f in (j.scale_views, jax.jit(j.scale_views), jax.jit(lambda a: (j.scale_views(a), a * 1)),
-              jax.grad(lambda a: (j.scale_views(a) * a).sum()), jax.jit(jax.grad(lambda a: j.scale_views(a).sum()))):
+    for path, j in _both(xla_ffi_ops).items():
         for _ in range(2):  # the first call of the type and a later one
-            with pytest.raises(jax.errors.JaxRuntimeError, match=forward):
-                jax.block_until_ready(f(x))
-            np.testing.assert_array_equal(np.asarray(x), x0)
-    # the forward reads x as it is (no write without a gradient); the gradient's rerun writes it
-    np.testing.assert_array_equal(np.asarray(j.scale_views_when_grad(x)), 3 * x0)
-    backward = _VIEWS_REFUSAL.format(name="ScaleViewsWhenGrad", stage="backward")
-    for f in (jax.grad(lambda a: (j.scale_views_when_grad(a) * a).sum()),
-              jax.jit(jax.grad(lambda a: j.scale_views_when_grad(a).sum()))):
-        for _ in range(2):
-            with pytest.raises(jax.errors.JaxRuntimeError, match=backward):
-                jax.block_until_ready(f(x))
-            np.testing.assert_array_equal(np.asarray(x), x0)
-    out, vjp = jax.vjp(j.scale_views_when_grad, x)
-    with pytest.raises(jax.errors.JaxRuntimeError, match=backward):
-        jax.block_until_ready(vjp(jnp.ones(4)))
-    np.testing.assert_array_equal(np.asarray(x), x0)
-    np.testing.assert_array_equal(np.asarray(out), 3 * x0)
-    # declared, the same write is XLA's aliasing: allowed, and still not the caller's array
+            for f in (j.scale_views, jax.jit(j.scale_views), j.scale_views_when_grad,
+                      jax.jit(j.scale_views_when_grad)):
+                np.testing.assert_array_equal(np.asarray(f(x)), 3 * x0, err_msg=path)
+                np.testing.assert_array_equal(np.asarray(x), x0, err_msg=path)
+            out, same = jax.jit(lambda a, j=j: (j.scale_views(a), a * 1))(x)
+            np.testing.assert_array_equal(np.asarray(out), 3 * x0, err_msg=path)
+            np.testing.assert_array_equal(np.asarray(same), x0, err_msg=path)
+            for name in ("scale_views", "scale_views_when_grad"):  # the latter writes only in the rerun
+                op = getattr(j, name)
+                for g in (jax.grad(lambda a, op=op: (op(a) * a).sum()), jax.jit(jax.grad(lambda a, op=op: (op(a) * a).sum()))):
+                    np.testing.assert_allclose(np.asarray(g(x)), central(lambda a: float(np.sum(3 * a * a)), x0),
+                                               rtol=1e-6, atol=1e-6, err_msg=f"{path} {name}")
+                    np.testing.assert_array_equal(np.asarray(x), x0, err_msg=path)
+                out, vjp = jax.vjp(op, x)
+                np.testing.assert_array_equal(np.asarray(vjp(jnp.ones(4))[0]), np.full(4, 3.0), err_msg=path)
+                np.testing.assert_array_equal(np.asarray(out), 3 * x0, err_msg=path)
+                np.testing.assert_array_equal(np.asarray(x), x0, err_msg=path)
+    # declared, the same write is XLA's aliasing (no copy of the handler's own): still not the caller's array
     m = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES, mutates={"scale_views": [0]})
     for f in (m.scale_views, jax.jit(m.scale_views)):
         np.testing.assert_array_equal(np.asarray(f(x)), 3 * x0)
         np.testing.assert_array_equal(np.asarray(x), x0)
+
+
+def test_a_function_taking_views_that_writes_only_for_some_values_runs_again_on_a_copy(xla_ffi_ops):
+    """A kAcceptsViews type seen writing nothing gets XLA's read-only buffer; when a later call marks it
+    dirty (it writes only for some values, honouring is_writable()), the handler runs it again on a
+    private copy: the answer of the callback path, and the caller's array untouched, eagerly, under
+    jit and in the gradient's rerun (this test must be the op's first user in the session)."""
+    pos0, neg0 = np.arange(1.0, 5.0), -np.arange(1.0, 5.0)
+    pos, neg = jnp.asarray(pos0), jnp.asarray(neg0)
+    for path, j in _both(xla_ffi_ops).items():
+        op = j.scale_views_if_negative
+        for f in (op, jax.jit(op)):
+            np.testing.assert_array_equal(np.asarray(f(pos)), 3 * pos0, err_msg=path)  # writes nothing
+            np.testing.assert_array_equal(np.asarray(f(neg)), 3 * neg0, err_msg=path)  # marks x dirty
+            np.testing.assert_array_equal(np.asarray(neg), neg0, err_msg=path)
+            np.testing.assert_array_equal(np.asarray(f(pos)), 3 * pos0, err_msg=path)
+        g = jax.jit(jax.grad(lambda a, op=op: (op(a) * a).sum()))
+        np.testing.assert_allclose(np.asarray(g(neg)), central(lambda a: float(np.sum(3 * a * a)), neg0),
+                                   rtol=1e-6, atol=1e-6, err_msg=path)
+        np.testing.assert_array_equal(np.asarray(neg), neg0, err_msg=path)
 
 
 def test_a_write_without_mark_dirty_by_a_function_taking_views_leaves_the_callers_array(xla_ffi_ops):

@@ -8,16 +8,16 @@
 //     OB_XLA_FFI(m, "mul", Mul);  // adds the PyCapsules mul_xla_fwd and mul_xla_bwd
 //   }
 //
-// JAX arrays are immutable, so XLA's input buffers are never written. A Function gets them as a
-// Function gets any read-only memory from the runtime: as private writable copies (so an in-place op,
-// MarkDirty or not, runs on a copy and the caller's array is unchanged), or, when it declares
-// `static constexpr bool kAcceptsViews = true;`, as read-only Tensors (it must honour is_writable()
-// and never write them; MarkDirty on one is an error). Those are over XLA's memory (no copy) once the
-// Function type is known to write nothing (Function<T>::Writes(), call_rules.h: a call, here or in
-// the runtime, completed without a write); until then, and for a type that was seen to write, they
-// are read-only private copies, so a write the handler refuses (MarkDirty) or that Forward makes
-// without MarkDirty never reaches the caller's array. The output cotangents given to Backward
-// follow the same rule, learnt apart (what Backward does to them). An input declared written
+// JAX arrays are immutable, so XLA's input buffers are never written. A Function gets them as
+// private writable copies (so an in-place op, MarkDirty or not, runs on a copy, its result is copied
+// to the output, and the caller's array is unchanged: under JAX an in-place op is functional, as on
+// to_jax's callback path). A Function that declares `static constexpr bool kAcceptsViews = true;`
+// gets the same writable copies until its type is known to write nothing (Function<T>::Writes(),
+// call_rules.h: a call, here or in the runtime, completed without a write); after that, XLA's memory
+// itself as read-only Tensors (no copy: it must honour is_writable() and never write them; MarkDirty
+// on one is then an error naming to_jax's `mutates`). A type seen to write keeps the copies. The
+// output cotangents given to Backward follow their own rule, learnt apart (what Backward does to
+// them): read-only private copies until known untouched, then XLA's memory. An input declared written
 // (to_jax(module, mutates={name: [i]})) is aliased to the output of its shape and dtype
 // (input_output_aliases): XLA copies it into that result buffer, or donates it, and Forward gets
 // that buffer writable, with no copy of its own.
@@ -144,9 +144,10 @@ inline TensorPtr ScratchCopy(const Tensor &src, bool writable = true) {
   return t;
 }
 
-// How Forward (or Backward) gets XLA's input buffer: a private writable copy (a Function without
-// kAcceptsViews), a read-only Tensor over XLA's memory (kAcceptsViews, a type known to write nothing),
-// or a private copy marked read-only (kAcceptsViews, a type that may write: the write lands in the copy).
+// How Forward (or Backward) gets XLA's buffer: a private writable copy (Forward's inputs, unless a
+// kAcceptsViews type is known to write nothing), a read-only Tensor over XLA's memory (kAcceptsViews, a
+// type known to write nothing), or a private copy marked read-only (the cotangents Backward takes as
+// views, while it may write them: the write lands in the copy).
 enum class InputMode { kCopy, kView, kReadOnlyCopy };
 
 // What Forward (or Backward) gets for XLA's input buffer `b`, as `mode` says. Never XLA's memory writable.
@@ -261,7 +262,7 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
   static constexpr std::size_t kN = sizeof...(A);
   static constexpr bool kViews = AcceptsViews<T>::value;
   using Inputs = std::array<TensorPtr, kN>;
-  // XLA's memory of each input Forward got as a read-only private copy (InputMode::kReadOnlyCopy), else null.
+  // XLA's memory of each input a kAcceptsViews Forward got as a private copy, else null.
   using Kept = std::array<const void *, kN + 1>;
 
   // What T's recorded calls showed of writes into its arguments: the runtime's knowledge
@@ -290,15 +291,15 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
 
   // The inputs as Forward gets them. An input XLA aliased to a result buffer (to_jax's `mutates`:
   // input_output_aliases) is that buffer, writable and not copied; `aliased` marks the result buffers
-  // so used, which are then not offered to new tensors. Any other input is a private writable copy,
-  // or with kAcceptsViews read-only: XLA's memory when T is known to write nothing, else a private
-  // copy (decided before Forward runs, so a write the handler refuses never reaches XLA's buffer;
-  // `kept` records XLA's memory of each such copy). `known` is what the handler's calls showed
+  // so used, which are then not offered to new tensors. Any other input is a private writable copy
+  // (decided before Forward runs, so no write, MarkDirty'd or not, reaches XLA's buffer), except that
+  // with kAcceptsViews a type known to write nothing gets XLA's memory read-only; `kept` records
+  // XLA's memory of each copy a kAcceptsViews type got. `known` is what the handler's calls showed
   // (ForwardWrites, or Writes for the rerun); a write seen anywhere keeps copies everywhere.
   static Inputs ReadInputs(const ffi::RemainingArgs &args, const TensorPtrList &dst, std::vector<bool> &aliased,
                            Kept &kept, const WriteState *known) {
     const bool keep = KeepsArguments(known) || Writes()->load(std::memory_order_relaxed) == kWritesArgs;
-    const InputMode mode = !kViews ? InputMode::kCopy : keep ? InputMode::kReadOnlyCopy : InputMode::kView;
+    const InputMode mode = !kViews || keep ? InputMode::kCopy : InputMode::kView;
     Inputs in;
     for (std::size_t i = 0; i < kN; ++i) {
       auto b = args.get<ffi::AnyBuffer>(i);
@@ -309,14 +310,14 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
         aliased[j] = true;
       } else {
         in[i] = Input(*b, mode, "argument", i);
-        if (mode == InputMode::kReadOnlyCopy) kept[i] = b->untyped_data();
+        if (kViews && mode == InputMode::kCopy) kept[i] = b->untyped_data();
       }
     }
     return in;
   }
 
-  // After Forward ran without a refusal: whether it wrote a read-only private copy (without
-  // MarkDirty, or the handler would have refused), which is then discarded. What the call showed
+  // After Forward ran without a refusal: whether a kAcceptsViews Forward wrote a private copy it was
+  // given (MarkDirty'd or not; the copy is then discarded, or copied out as an output). What the call showed
   // goes to T's knowledge: a write keeps copies from now on; a call that wrote nothing (no MarkDirty,
   // every copy as XLA gave it) lets later calls of its handler (`known`) take XLA's memory itself.
   static bool WroteCopies(const ContextState &st, const Inputs &in, const Kept &kept, WriteState *known) {
@@ -351,8 +352,26 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
     return kNone;
   }
 
-  // MarkDirty'd tensors must be arguments (as the runtime requires); with kAcceptsViews they are
-  // XLA's read-only buffers, which Forward must not write (the runtime refuses read-only memory too).
+  // Thrown when Forward marked dirty XLA's read-only buffer (a kAcceptsViews type known to write
+  // nothing that wrote after all): the handler runs Forward again on private copies, which the type
+  // gets from now on, so the call has the answer every other call (and the callback path) has.
+  struct RetryWithCopies {
+    int arg;
+  };
+
+  // The refusal if Forward marks XLA's read-only buffer dirty even on a retry with copies (it cannot:
+  // copies are writable; kept so the impossible case is named, not silent).
+  [[noreturn]] static void RefuseReadOnlyDirty(int i) {
+    throw ValueError("argument " + std::to_string(i) + " is a JAX array (immutable), given as XLA's read-only "
+                     "buffer to a Function that declares kAcceptsViews, but Forward marked it dirty (an "
+                     "in-place write) even when run again on a private copy; declare the write to XLA with "
+                     "to_jax(module, mutates={<function>: [" + std::to_string(i) + "]}), or drop kAcceptsViews");
+  }
+
+  // MarkDirty'd tensors must be arguments (as the runtime requires). A private copy may be marked
+  // dirty (its values are copied out as the output). XLA's read-only buffer (a kAcceptsViews type
+  // known to write nothing gets it) may not be written: Forward runs again on copies (RetryWithCopies);
+  // a Function taking views honours is_writable(), so that buffer is as XLA gave it.
   static void CheckDirty(const ContextState &st, const TensorPtrList &outs) {
     if (!st.dirty.empty()) NoteWritten();  // T writes its arguments: later calls keep copies
     for (const auto &d : st.dirty) {
@@ -362,13 +381,7 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
         throw std::runtime_error("argument " + std::to_string(i) + " was given to MarkDirty but not returned by "
                                  "Forward; an argument modified in place must be returned as an output");
       }
-      if (!d->is_writable()) {
-        throw ValueError("argument " + std::to_string(i) + " is a JAX array (immutable, read-only to a Function "
-                         "that declares kAcceptsViews), but Forward marked it dirty (an in-place write); declare "
-                         "the write to XLA with to_jax(module, mutates={<function>: [" + std::to_string(i) +
-                         "]}) (the argument is then copied, or donated, into the output), or drop kAcceptsViews "
-                         "(then Forward gets a private copy it may write)");
-      }
+      if (!d->is_writable()) throw RetryWithCopies{i};
     }
   }
 
@@ -397,21 +410,26 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
       if (args.size() != kN) throw std::runtime_error("expects " + std::to_string(kN) + " arguments, got " +
                                                       std::to_string(args.size()));
       const TensorPtrList dst = ResultTensors(rets);
-      std::vector<bool> aliased(dst.size(), false);
-      Kept kept{};
-      const Inputs in = ReadInputs(args, dst, aliased, kept, ForwardWrites());
-      TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
-      for (std::size_t j = 0; j < dst.size(); ++j) {
-        if (!aliased[j]) offered.push_back(dst[j]);
-      }
       TensorPtrList outs;
-      {
-        AutogradContext ctx;  // dies (with what Forward saved) before the outputs are copied
-        std::array<Tensor *, kN + 1> raw{};
-        OfferResults offer(offered);
-        outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
-        WroteCopies(State(ctx), in, kept, ForwardWrites());  // a write without MarkDirty landed in a copy
-        State(ctx).args = nullptr;
+      for (int attempt = 0;; ++attempt) {  // a second run only after RetryWithCopies
+        std::vector<bool> aliased(dst.size(), false);
+        Kept kept{};
+        const Inputs in = ReadInputs(args, dst, aliased, kept, ForwardWrites());
+        TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
+        for (std::size_t j = 0; j < dst.size(); ++j) {
+          if (!aliased[j]) offered.push_back(dst[j]);
+        }
+        try {
+          AutogradContext ctx;  // dies (with what Forward saved) before the outputs are copied
+          std::array<Tensor *, kN + 1> raw{};
+          OfferResults offer(offered);
+          outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
+          WroteCopies(State(ctx), in, kept, ForwardWrites());  // a write without MarkDirty landed in a copy
+          State(ctx).args = nullptr;
+          break;
+        } catch (const RetryWithCopies &r) {
+          if (attempt > 0) RefuseReadOnlyDirty(r.arg);
+        }
       }
       if (outs.size() != dst.size()) {
         throw std::runtime_error("Forward returned " + std::to_string(outs.size()) + " tensors, but XLA expects " +
@@ -438,23 +456,38 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
         throw std::runtime_error("expects the " + std::to_string(kN) + " inputs, the output cotangents and " +
                                  std::to_string(kN) + " results (and a buffer per written input)");
       }
-      TensorPtrList dst = ResultTensors(rets);
-      std::vector<bool> aliased(dst.size(), false);
-      Kept kept{};
-      const Inputs in = ReadInputs(args, dst, aliased, kept, Writes());
+      const TensorPtrList all = ResultTensors(rets);
+      TensorPtrList dst = all;
       dst.resize(kN);  // the gradients' buffers
-      AutogradContext ctx;
-      ContextState &st = State(ctx);
-      st.needs.assign(kN, false);
-      for (std::size_t i = 0; i < kN; ++i) st.needs[i] = ::opbuilder::IsDifferentiable(in[i]->dtype());
+      std::unique_ptr<AutogradContext> ctx_owner;
+      Inputs in;
+      TensorPtrList outs;
       std::array<Tensor *, kN + 1> raw{};
-      // the gradient route records, so (as the runtime does when it records) a write to an input
-      // without MarkDirty is an error, with the runtime's message
-      const double phase = NextFingerprintPhase();
       std::array<std::uint64_t, kN + 1> prints{};
-      for (std::size_t i = 0; i < kN; ++i) prints[i] = Fingerprint(*in[i], phase);
-      const TensorPtrList outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
-      WroteCopies(st, in, kept, Writes());
+      double phase = 0;
+      for (int attempt = 0;; ++attempt) {  // a second run only after RetryWithCopies
+        std::vector<bool> aliased(all.size(), false);
+        Kept kept{};
+        in = ReadInputs(args, all, aliased, kept, Writes());
+        ctx_owner = std::make_unique<AutogradContext>();
+        ContextState &st = State(*ctx_owner);
+        st.needs.assign(kN, false);
+        for (std::size_t i = 0; i < kN; ++i) st.needs[i] = ::opbuilder::IsDifferentiable(in[i]->dtype());
+        // the gradient route records, so (as the runtime does when it records) a write to an input
+        // without MarkDirty is an error, with the runtime's message
+        phase = NextFingerprintPhase();
+        for (std::size_t i = 0; i < kN; ++i) prints[i] = Fingerprint(*in[i], phase);
+        try {
+          outs = RunForward(*ctx_owner, in, raw, std::index_sequence_for<A...>{});
+          WroteCopies(st, in, kept, Writes());
+          break;
+        } catch (const RetryWithCopies &r) {
+          State(*ctx_owner).args = nullptr;
+          if (attempt > 0) RefuseReadOnlyDirty(r.arg);
+        }
+      }
+      AutogradContext &ctx = *ctx_owner;
+      ContextState &st = State(ctx);
       for (std::size_t i = 0; i < kN; ++i) {
         if (!st.IsDirty(in[i].get()) && Fingerprint(*in[i], phase) != prints[i]) {
           NoteWritten();

@@ -3,7 +3,7 @@
 // (to_jax must refuse its handlers); for issue 33: an in-place op (MarkDirty), one that writes an
 // input it does not return, a complex op with torch's gradient convention, one that uses
 // ctx->saved_data and one with an int64 output; Functions taking views (kAcceptsViews) that write
-// XLA's read-only buffers anyway (with MarkDirty, without it, only when the gradient's rerun records,
+// in place (with MarkDirty, without it, only when the gradient's rerun records, only for some values,
 // the cotangent in Backward) and one that reports where its input is. Built with extra_include_paths=[jax.ffi.include_dir()].
 #include <cmath>
 #include <complex>
@@ -138,9 +138,9 @@ class AddOneInPlace : public Function<AddOneInPlace> {
 };
 
 // x += 1 in place (float64, marked dirty and returned) by a Function that takes XLA's buffers as they
-// are (kAcceptsViews: no copy). It writes only writable memory, as such a Function must: on a
-// read-only JAX array it only marks x dirty, which the handler refuses. Its second output says
-// whether x was writable (1) or read-only (0).
+// are (kAcceptsViews). It writes only writable memory, as such a Function must; the handler gives it
+// writable private copies, since its type writes. Its second output says whether x was writable (1)
+// or read-only (0).
 class AddOneViews : public Function<AddOneViews> {
  public:
   static constexpr bool kAcceptsViews = true;
@@ -209,7 +209,7 @@ TensorPtr Tripled(const TensorPtr &t) {
 }
 
 // x *= 3 in place, marked dirty, by a Function taking views: on a JAX array without to_jax's
-// mutates the handler refuses it, and the write must never have reached the caller's array.
+// mutates it writes a private copy, whose values are the output; never the caller's array.
 class ScaleViews : public Function<ScaleViews> {
  public:
   static constexpr bool kAcceptsViews = true;
@@ -231,6 +231,24 @@ class ScaleViewsWhenGrad : public Function<ScaleViewsWhenGrad> {
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
     if (!ctx->NeedsInputGrad(0)) return Tripled(x);
     TripleInPlace(x, "scale_views_when_grad");
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Tripled(g[0])}; }
+};
+
+// 3 x, by a Function taking views that honours is_writable(): in place and marked dirty when x[0] < 0
+// (its write, only if x is writable), else as a new tensor. Its calls on x[0] >= 0 write nothing, so
+// the handler then gives it XLA's read-only buffer; a later negative x is marked dirty there, and
+// the handler must run it again on a copy (the answer of every other call and of the callback path).
+class ScaleViewsIfNegative : public Function<ScaleViewsIfNegative> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (x->dtype() != kFloat64 || !x->is_contiguous()) throw std::invalid_argument("scale_views_if_negative");
+    if (x->numel() == 0 || x->data<double>()[0] >= 0) return Tripled(x);
+    if (x->is_writable()) TripleInPlace(x, "scale_views_if_negative");
     ctx->MarkDirty({x});
     return x;
   }
@@ -381,6 +399,9 @@ OB_MODULE(m) {
   m.def("scale_views_when_grad", [](const TensorPtr &x) { return ScaleViewsWhenGrad::Apply(x); });
   m.def("scale_views_when_grad_infer_shape", ScaleViewsWhenGrad::InferShapeFunction());
   OB_XLA_FFI(m, "scale_views_when_grad", ScaleViewsWhenGrad);
+  m.def("scale_views_if_negative", [](const TensorPtr &x) { return ScaleViewsIfNegative::Apply(x); });
+  m.def("scale_views_if_negative_infer_shape", ScaleViewsIfNegative::InferShapeFunction());
+  OB_XLA_FFI(m, "scale_views_if_negative", ScaleViewsIfNegative);
   m.def("triple_scratch_views", [](const TensorPtr &x) { return TripleScratchViews::Apply(x); });
   m.def("triple_scratch_views_infer_shape", TripleScratchViews::InferShapeFunction());
   OB_XLA_FFI(m, "triple_scratch_views", TripleScratchViews);
