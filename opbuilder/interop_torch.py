@@ -553,8 +553,7 @@ class _Op:
             ctx.lens = [len(a) if c == "L" else 1 for a, c in zip(inputs, sig)]
             last, _mode.last = getattr(_mode, "last", None), None
             call = None
-            if (last is not None and not _is_compiling() and len(last[0]) == len(inputs)
-                    and all(x is y for x, y in zip(last[0], inputs))):
+            if last is not None and not _is_compiling() and _same_call(last[0], inputs, sig):
                 call = last[1]  # the call the kernel just ran for these very arguments
             ctx.call = call
             if call is None:  # a compiled graph: the backward op records the forward again
@@ -654,6 +653,27 @@ def _marked(call: _Call) -> None:
             for _ in range(vc.pending):
                 _increment_version((vc.t,))
             vc.pending = 0
+
+
+def _same_call(ran: Sequence[Any], inputs: Sequence[Any], sig: str) -> bool:
+    """Whether the kernel's last call (``ran``) had these very ``inputs``: tensors by identity, everything
+    else by type and exact value (the dispatcher hands each side its own Python float, or int above 256,
+    so identity would take an eager call for a compiled one)."""
+    if len(ran) != len(inputs) or len(inputs) != len(sig):
+        return False
+    for x, y, c in zip(ran, inputs, sig):
+        if c == "t":
+            if x is not y:
+                return False
+        elif c == "L":
+            if len(x) != len(y) or any(a is not b for a, b in zip(x, y)):
+                return False
+        elif c in "IF":
+            if len(x) != len(y) or any(_exact_key(a) != _exact_key(b) for a, b in zip(x, y)):
+                return False
+        elif _exact_key(x) != _exact_key(y):
+            return False
+    return True
 
 
 def _flat(args: Sequence[Any], sig: str) -> List[torch.Tensor]:

@@ -106,6 +106,40 @@ double Total(const TensorPtr &x) {
   for (int64_t i = 0; i < x->numel(); ++i) s += p[i];
   return s;
 }
+// k * x * y, saving x and y (torch's k * x * y): k a float, or an int
+struct MulK : Function<MulK> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y, double k) {
+    ctx->SaveForBackward({x, y});
+    ctx->saved_data["k"] = k;
+    auto out = Like(x);
+    const double *a = x->data<double>(), *b = y->data<double>();
+    double *o = out->data<double>();
+    for (int64_t i = 0; i < out->numel(); ++i) o[i] = k * a[i] * b[i];
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    double k = ctx->saved_data["k"].cast<double>();
+    auto s = ctx->GetSavedTensors();
+    auto gx = Like(g[0]), gy = Like(g[0]);
+    const double *d = g[0]->data<double>(), *a = s[0]->data<double>(), *b = s[1]->data<double>();
+    double *p = gx->data<double>(), *q = gy->data<double>();
+    for (int64_t i = 0; i < gx->numel(); ++i) { p[i] = k * d[i] * b[i]; q[i] = k * d[i] * a[i]; }
+    return {gx, gy, nullptr};
+  }
+};
+// x *= k in place (MarkDirty), returns x (torch's mul_ by a scalar)
+struct ScaleK : Function<ScaleK> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, double k) {
+    double *p = x->data<double>();
+    for (int64_t i = 0; i < x->numel(); ++i) p[i] *= k;
+    ctx->MarkDirty({x});
+    ctx->saved_data["k"] = k;
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return {Scaled(g[0], ctx->saved_data["k"].cast<double>()), nullptr};
+  }
+};
 std::string Name(const TensorPtr &) { return "hello"; }
 TensorPtr PlainIdent(const TensorPtr &x) { return x; }
 
@@ -119,6 +153,9 @@ OB_MODULE(m) {
   m.def("total", &Total);
   m.def("name", &Name);
   m.def("plain_ident", &PlainIdent);
+  m.def("mulk", [](const TensorPtr &x, const TensorPtr &y, double k) { return MulK::Apply(x, y, k); });
+  m.def("mulki", [](const TensorPtr &x, const TensorPtr &y, int64_t k) { return MulK::Apply(x, y, double(k)); });
+  m.def("scale_k", [](const TensorPtr &x, double k) { return ScaleK::Apply(x, k); });
 }
 '''
 
@@ -646,3 +683,29 @@ def test_bridge_parity_markdirty_that_saves_its_result(sem_ops, route):
     r = _call("eager", sem_ops, "exp_", a * 1)
     (r * _t(1.0, 10.0, 100.0)).sum().backward()
     torch.testing.assert_close(a.grad, torch.exp(a.detach()) * _t(1.0, 10.0, 100.0))
+
+
+# ---- non-tensor arguments: the kernel's call is matched by value, so no call is taken for a compiled one -----
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name, k", [("mulk", 2.5), ("mulki", 1000), ("mulki", 2)])
+def test_a_saved_input_written_is_an_error_with_a_float_or_large_int_argument(sem_ops, path, name, k):
+    x, y = _t(1.0, 2.0, grad=True, path=path), _t(3.0, 4.0)
+    z = _call(path, sem_ops, name, x, y, k)
+    y.mul_(10)
+    with pytest.raises(RuntimeError, match=r"modified by an in-?place operation"):
+        z.sum().backward()
+    x2, y2 = _t(1.0, 2.0, grad=True, path=path), _t(3.0, 4.0)
+    _call(path, sem_ops, name, x2, y2, k).sum().backward()  # unwritten: k * y
+    torch.testing.assert_close(x2.grad, k * y2)
+
+
+@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+def test_markdirty_with_a_float_argument_on_its_first_call(sem_ops, path):
+    a = _t(1.0, 2.0, 3.0, grad=True)
+    w = _t(1.0, 10.0, 100.0)
+    b = a * 1
+    r = _call(path, sem_ops, "scale_k", b, 3.0)
+    assert r is b and b.tolist() == [3.0, 6.0, 9.0]
+    (r * w).sum().backward()  # torch's (a * 1).mul_(3.0): 3 * w, the forward run once
+    torch.testing.assert_close(a.grad, 3 * w)
