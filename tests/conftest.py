@@ -21,7 +21,7 @@ BUILD_FIXTURES = frozenset({
     "cuda_ops", "diff_kernels", "gemm_lib", "host_so", "mul_ops", "name_kernels",
     "native_lib", "nvcc", "own_ops", "xla_ffi_ops", "project", "seed_003_ops", "seed_backend",
     "seed_ms_ops", "seed_ops", "dlpack_ops", "shape_ops", "seed_so", "swish_ops", "torch_leaky_relu_lib",
-    "torch_bridge", "torch_path",
+    "torch_bridge", "torch_path", "inplace_view_ops",
 })
 
 
@@ -67,6 +67,13 @@ def cache_dir(request):
         os.environ.pop("OPBUILDER_CACHE_DIR", None)
     else:
         os.environ["OPBUILDER_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def inplace_view_ops(cache_dir):
+    """tests/cpp/inplace_view_ops.cpp: MarkDirty ops that write views (the in-place tests)."""
+    return load_op("inplace_view_ops", [CPP / "inplace_view_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+                   binding="nanobind")
 
 
 @pytest.fixture(scope="session")

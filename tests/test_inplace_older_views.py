@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import runtime as rt
-from op_util import CPP, load_op
+from inplace_util import PyScale, PyAdd
 from runtime import Tensor
 from runtime.autograd import Function, grad
 
@@ -22,40 +22,8 @@ pytestmark = pytest.mark.build  # the module's fixture compiles tests/cpp/inplac
 
 
 @pytest.fixture(scope="module")
-def ops(cache_dir):
-    return load_op("inplace_view_ops", [CPP / "inplace_view_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
-                   binding="nanobind")
-
-
-class PyScale(Function):
-    """x *= k through numpy, marked dirty."""
-
-    @staticmethod
-    def forward(ctx, x, k):
-        a = x.asnumpy()
-        a *= k
-        ctx.mark_dirty(x)
-        ctx.k = k
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * ctx.k, None
-
-
-class PyAdd(Function):
-    """x += y through numpy, marked dirty."""
-
-    @staticmethod
-    def forward(ctx, x, y):
-        a = x.asnumpy()
-        a += y.asnumpy()
-        ctx.mark_dirty(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        return g, g
+def ops(inplace_view_ops):
+    return inplace_view_ops
 
 
 class PySquare(Function):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import runtime as rt
-from op_util import CPP, load_op
+from inplace_util import PyScale, PyAdd, VIEWS as SHARED_VIEWS
 from runtime import Tensor
 from runtime.autograd import Function, grad
 
@@ -27,48 +27,12 @@ DIRTY = r"modifies argument 0 in place \((MarkDirty|mark_dirty)\)"  # C++'s word
 
 
 @pytest.fixture(scope="module")
-def ops(cache_dir):
-    return load_op("inplace_view_ops", [CPP / "inplace_view_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
-                   binding="nanobind")
-
-
-class PyScale(Function):
-    """x *= k through numpy, marked dirty after the write."""
-
-    @staticmethod
-    def forward(ctx, x, k):
-        a = x.asnumpy()
-        a *= k
-        ctx.mark_dirty(x)
-        ctx.k = k
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * ctx.k, None
-
-
-class PyAdd(Function):
-    """x += y through numpy, marked dirty."""
-
-    @staticmethod
-    def forward(ctx, x, y):
-        a = x.asnumpy()
-        a += y.asnumpy()
-        ctx.mark_dirty(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        return g, g
+def ops(inplace_view_ops):
+    return inplace_view_ops
 
 
 VIEWS = {
-    "slice": lambda a: a[1:],
-    "step": lambda a: a[::2],
-    "reshape": lambda a: a.reshape(3, 2),
-    "reshape_then_row": lambda a: a.reshape(3, 2)[1],
-    "transpose": lambda a: a.reshape(2, 3).T,
+    **SHARED_VIEWS,
     "reversed": lambda a: a[::-1] if not isinstance(a, torch.Tensor) else None,
 }
 

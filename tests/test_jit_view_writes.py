@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import runtime as rt
-from op_util import CPP, load_op
+from inplace_util import PyScale, VIEWS as SHARED_VIEWS
 from runtime import Tensor, nn
-from runtime.autograd import Function, grad, no_grad
+from runtime.autograd import grad, no_grad
 
 torch = pytest.importorskip("torch")
 
@@ -28,36 +28,13 @@ pytestmark = pytest.mark.build  # the module's fixture compiles tests/cpp/inplac
 X = np.array([1.0, 2.0, -3.0, 4.0, 0.5, -1.5])
 W = np.array([0.5, -1.0, 2.0, 3.0, 0.25, -2.0])  # weights of the loss: each element's gradient differs
 CALLS = 3  # the call that traces, then two replays
-VIEWS = {
-    "slice": lambda a: a[1:],
-    "step": lambda a: a[::2],
-    "reshape": lambda a: a.reshape(3, 2),
-    "reshape_then_row": lambda a: a.reshape(3, 2)[1],
-    "transpose": lambda a: a.reshape(2, 3).T,
-}
+VIEWS = dict(SHARED_VIEWS)
 VIEW_WRITE = r"a call of this signature that records a gradient runs eagerly"
 
 
 @pytest.fixture(scope="module")
-def ops(cache_dir):
-    return load_op("inplace_view_ops", [CPP / "inplace_view_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
-                   binding="nanobind")
-
-
-class PyScale(Function):
-    """x *= k through numpy, marked dirty."""
-
-    @staticmethod
-    def forward(ctx, x, k):
-        a = x.asnumpy()
-        a *= k
-        ctx.mark_dirty(x)
-        ctx.k = k
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * ctx.k, None
+def ops(inplace_view_ops):
+    return inplace_view_ops
 
 
 def _scalers(ops):
