@@ -824,6 +824,9 @@ def _wrapper(op: _Op) -> Callable:
     # the argument types of eager calls whose signature they fix (plain torch.Tensors, no lists) ->
     # (sig, tensor positions, info): the lean path of `call`
     direct: Dict[Tuple[type, ...], Tuple[str, Tuple[int, ...], List[Optional[bool]]]] = {}
+    # a C++ function (pybind11, nanobind): it takes numpy arrays as tensors (the lean path above) and
+    # torch tensors inside the bridge's frame; a Python one (or an aot op) takes neither
+    native = isinstance(op.fn, types.BuiltinFunctionType) or type(op.fn).__name__ == "nb_func"
 
     def general(*args: Any) -> Any:
         try:
@@ -845,7 +848,8 @@ def _wrapper(op: _Op) -> Callable:
                 # nothing to record and no mode or subclass that must see the operator: the kernel
                 # the dispatcher would pick, called directly (torch's Python op dispatch is ~10 us)
                 plain = all(type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t")
-                if plain and hit[1][0] is not None and not hit[1][1] and not any(c in "LIF" for c in sig):
+                if (native and plain and hit[1][0] is not None and not hit[1][1]
+                        and not any(c in "LIF" for c in sig)):  # a Python function would get numpy arrays
                     direct[tuple(map(type, args))] = (sig, tuple(k for k, c in enumerate(sig) if c == "t"), hit[1])
                 if "L" not in sig and _current_mode() is None and not _function_mode() and plain and _transforms() is None:
                     if grad and any(a.requires_grad for a, c in zip(args, sig) if c == "t"):
@@ -908,8 +912,6 @@ def _wrapper(op: _Op) -> Callable:
             return _plain_value(p.value)
 
     entry = call
-    # only a C++ function: a Python one (or an aot op) would see torch tensors outside the bridge's frame
-    native = isinstance(op.fn, types.BuiltinFunctionType) or type(op.fn).__name__ == "nb_func"  # pybind11, nanobind
     if native and _torch_bridge.enabled():
         bridged: List[Any] = [None]  # the C++ bridge's Op, once the bridge is loaded
 
