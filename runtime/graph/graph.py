@@ -92,6 +92,19 @@ class Graph:
     # histories of the tensors over that memory (runtime.call_rules.rebase_view, torch's CopySlices), which
     # no graph models, so a call that records a gradient runs such a trace eagerly (jit/function.py)
     view_writes: List[str] = field(default_factory=list)
+    # (node id, argument position) -> how many times an op of the trace wrote that argument (an input or a
+    # captured tensor) in place before this node ran: eagerly a node saving the argument records the version
+    # it read, which a replay's backward checks as pre-call version + this count (jit/grad_node.py)
+    arg_writes: Dict[Tuple[int, int], int] = field(default_factory=dict)
+    # (node id, argument position) -> (version read, version at the end of the trace) of an op's value that
+    # a later op of the trace wrote in place: eagerly a backward through a node saving it always fails
+    stale_reads: Dict[Tuple[int, int], Tuple[int, int]] = field(default_factory=dict)
+    # (node id, output index) -> (version made, version at the end of the trace) of a primitive's output
+    # that a later op of the trace wrote in place (a rule reading its output then fails eagerly)
+    stale_outs: Dict[Tuple[int, int], Tuple[int, int]] = field(default_factory=dict)
+    # (output position, input index) of each output that was, when traced, over an input's memory (the input
+    # itself, or a view of it): eagerly it is a view of that input, sharing its version counter
+    out_alias: List[Tuple[int, int]] = field(default_factory=list)
 
     def __str__(self) -> str:
         ins = ", ".join(f"%in{i}: {_meta(s, d)}" for i, (s, d) in enumerate(zip(self.input_shapes,

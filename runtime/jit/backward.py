@@ -53,6 +53,12 @@ class BackwardGraph:
     # the backward meets (argument index, op name): eagerly, its node checks the value's version
     readers: Dict[Tuple[int, int], Tuple[int, str]]
     prim_read: frozenset  # the saved forward values (node, index) the graph's non-opaque nodes read
+    # inputs and captured tensors a primitive on a gradient's path reads, as eager's node saves them:
+    # (("in", i) or ("const", tensor), argument index, op name, writes the forward made to it before the read)
+    arg_reads: Tuple[Tuple[Key, int, str, int], ...] = ()
+    # eager's error for a value a primitive on a gradient's path read that a later op of the forward wrote in
+    # place (Graph.stale_reads): every backward through this graph fails with it, as eagerly
+    stale: Optional[str] = None
 
 
 def _is_float(t: Any) -> bool:
@@ -156,6 +162,8 @@ class _Builder:
         self.grads: Dict[Key, Tensor] = {}
         self.opaque: Dict[int, List[int]] = {}
         self.readers: Dict[Tuple[int, int], Tuple[int, str]] = {}
+        self.arg_reads: List[Tuple[Key, int, str, int]] = []
+        self.stale: Optional[str] = None
         self.owner = object()
 
     def _stand(self, key: Key, like: Tensor, stand: List[Tensor]) -> None:
@@ -208,6 +216,19 @@ class _Builder:
                 if isinstance(r, (Output, Input)) and (j >= len(reads) or reads[j]):
                     key = (r.node, r.index) if isinstance(r, Output) else ("in", r.index)
                     self.readers.setdefault(key, (j, getattr(n.target, "name", n.op)))
+                if (j >= len(reads) or reads[j]) and (isinstance(r, Input) or (
+                        isinstance(r, Const) and isinstance(r.value, Tensor))):
+                    src: Key = ("in", r.index) if isinstance(r, Input) else ("const", r.value)
+                    self.arg_reads.append((src, j, getattr(n.target, "name", n.op),
+                                           self.fwd.arg_writes.get((n.id, j), 0)))
+                st = self.fwd.stale_reads.get((n.id, j)) if (j >= len(reads) or reads[j]) else None
+                if st is not None and self.stale is None:
+                    self.stale = (f"argument {j} of {getattr(n.target, 'name', n.op)} is at version {st[1]}; "
+                                  f"expected version {st[0]}")
+            st = self.fwd.stale_outs.get((n.id, 0))
+            if st is not None and getattr(n.target, "unread", 0) is None and self.stale is None:  # rules read it
+                self.stale = (f"output 0 of {getattr(n.target, 'name', n.op)} is at version {st[1]}; expected "
+                              f"version {st[0]}")
             ans = self.val[("val", n.id, 0)]
             for i in diff:
                 rule = vjps[i] if i < len(vjps) else None
@@ -266,7 +287,8 @@ def build_backward(graph: Graph, inputs: Sequence[Tensor], sources: List[Key]) -
     read = {r.index for n in bgraph.nodes if n.kind != "backward" for r in n.inputs if isinstance(r, Input)}
     read.update(r.index for r in bgraph.outputs if isinstance(r, Input))
     prim_read = frozenset((keys[i][1], keys[i][2]) for i in read if keys[i][0] == "val")
-    return BackwardGraph(bgraph, keys, saved, sources, which, b.opaque, b.owner, b.readers, prim_read)
+    return BackwardGraph(bgraph, keys, saved, sources, which, b.opaque, b.owner, b.readers, prim_read,
+                         tuple(b.arg_reads), b.stale)
 
 
 def _prune_inputs(graph: Graph, keys: List[Key]) -> Tuple[List[Key], Graph]:

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ..graph.graph import Const, Graph, Input, Node, Output, Ref
 from ..tensor import Tensor
+from ..versions import UNWRITTEN
 from .tracing import flag, hook
 
 __all__ = ["Tracer"]
@@ -34,6 +35,8 @@ class Tracer:
         self._inputs: List[Tensor] = list(inputs)
         for i, t in enumerate(inputs):
             self._refs.setdefault(id(t), Input(i))
+        self._start: Dict[int, int] = {id(t): t._version for t in inputs}  # versions when first seen
+        self._out_reads: List[Any] = []  # (node id, argument position, op value, its version then)
         self._prev: Any = None
         self.stopped: Optional[str] = None  # why the recording stopped ("at file:line, what"), or None
         self._on = False
@@ -61,6 +64,7 @@ class Tracer:
         self._refs = {}
         self._keep = []
         self._inputs = []
+        self._out_reads = []
 
     def ref(self, x: Any) -> Ref:
         """The graph value for ``x``: a known tensor's reference, or a constant."""
@@ -76,6 +80,14 @@ class Tracer:
         # writes one in place (MarkDirty, an aot inplace input) is noted on the graph (``writes``)
         # (every tensor argument's version: a write into memory another tensor shares is ``view_writes``)
         held = [(k, a, a._version) for k, a in enumerate(args) if isinstance(a, Tensor)]
+        nid = len(self.graph.nodes)
+        for k, a, v in held:  # writes into an input or a captured tensor before this op read it
+            if not isinstance(self._refs.get(id(a)), Output):
+                d = v - self._start.setdefault(id(a), v)
+                if d:
+                    self.graph.arg_writes[(nid, k)] = d
+            else:
+                self._out_reads.append((nid, k, a, v))
         hook.tracer = None
         flag.value -= 1
         try:
@@ -127,6 +139,8 @@ class Tracer:
         for k, o in enumerate(outs):
             self._refs[id(o)] = Output(node.id, k)
             self._keep.append(o)
+            if kind == "primitive":
+                self._out_reads.append((node.id, -1 - k, o, o._version))
 
     def finish(self, outputs: Sequence[Any]) -> Graph:
         """Set the graph's outputs (the traced function's result tensors) and return the graph.
@@ -140,6 +154,20 @@ class Tracer:
             if r is not None and r != Input(i) and r not in outs:
                 outs.append(r)
         self.graph.outputs = outs
+        for k, o in enumerate(outputs):  # an output over an input's memory (the input, a view of it)
+            if not isinstance(o, Tensor):
+                continue
+            for i, t in enumerate(self._inputs):
+                if outs[k] == Input(i) or (o._vc is t._vc and o._vc is not UNWRITTEN):
+                    self.graph.out_alias.append((k, i))
+                    break
+        for nid, k, a, v in self._out_reads:  # (k < 0: output -1 - k of a primitive as it made it)
+            if a._version != v:
+                if k < 0:
+                    self.graph.stale_outs[(nid, -1 - k)] = (v, a._version)
+                else:
+                    self.graph.stale_reads[(nid, k)] = (v, a._version)
+        self._out_reads = []
         self._keep = []
         self._inputs = []
         return self.graph

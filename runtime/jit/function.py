@@ -27,7 +27,9 @@ from ..autograd.grad_mode import _state, no_grad
 from ..autograd.node import attach_outputs, edge_of
 from ..graph.graph import Const, Graph, Input, Output
 from ..graph.registry import Backend, Runner, get_backend
+from ..call_rules import share_alias
 from ..tensor import Tensor
+from ..versions import memory_owner
 from .signature import flatten_result, signature, unflatten_result
 from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
@@ -140,6 +142,23 @@ def _watch_plan(graph: Graph, plan: BackwardGraph) -> Tuple[Tuple[int, Optional[
     return tuple(watch)
 
 
+def _link_aliases(graph: Graph, tensors: Sequence[Tensor], outs: List[Any]) -> List[Any]:
+    """``outs`` with each output over an input's memory (``Graph.out_alias``: the input returned, a slice,
+    reshape or transpose of it) made a view of that input, as eager's would be: one version counter, so a
+    write through either is seen by the version checks of nodes that saved the other, and its ``_base`` is
+    the input's, so a write into it follows eager's view rules. An output the backend gave as a new tensor
+    is re-wrapped (it may be a tensor the backend keeps); the input itself handed back stays as it is."""
+    for k, i in graph.out_alias:
+        o, t = outs[k], tensors[i]
+        if o is t or not isinstance(o, Tensor) or memory_owner(o._data) is not memory_owner(t._data):
+            continue
+        if o._node is None and o._base_ref is None:
+            o = outs[k] = Tensor._from_array(o._data)
+        if o._vc is not t._vc or o._base_ref is None:
+            share_alias(o, t)
+    return outs
+
+
 _VARIANTS = 8  # traces of one signature for other read values, after which it runs eagerly
 
 
@@ -190,6 +209,8 @@ class JitFunction:
             outs = self._run_with_grad(entry, tensors)
         else:
             outs = entry.run(tensors)
+            if entry.traced.out_alias:
+                outs = _link_aliases(entry.traced, tensors, outs)
         spec = entry.out_spec
         if type(spec) is int:
             return outs[spec]
@@ -261,6 +282,10 @@ class JitFunction:
         n = len(entry.traced.outputs)
         calls = None
         edges = None
+        # the versions the forward's readers will see: as eagerly, a later write to what they read fails
+        reads = [(tensors[src[1]] if src[0] == "in" else src[1], off, f"argument {j} of {name}")
+                 for src, j, name, off in g.plan.arg_reads]
+        reads = [(t, t._vc.value + off, what) for t, off, what in reads]
         if not g.plan.opaque:
             with no_grad():
                 res = g.forward(tensors)
@@ -292,13 +317,15 @@ class JitFunction:
                     o = Tensor._from_array(o._data)
                 outs.append(o)
             saved = [Tensor._from_array(v._data) if j in g.alias else v for j, v in enumerate(res[n:])]
+        if entry.traced.out_alias:
+            _link_aliases(entry.traced, tensors, outs)
         # the version each output whose memory the backward reads had when handed out, with the op's own
         # tensor (when the output handed out is another over its memory) for a kept node to see a write in
         watched = [(weakref.ref(outs[k]), outs[k]._version, msg,
                     res[k] if kept and res[k] is not outs[k] else None)
                    for k, msg, kept in g.watch]
         node = JitGradNode(getattr(self.fn, "__qualname__", "graph"), entry.traced, g.plan, g.backward, tensors,
-                           saved, outs, calls, watched, edges)
+                           saved, outs, calls, watched, edges, reads)
         attach_outputs(node, outs)
         return outs
 

@@ -26,13 +26,17 @@ __all__ = ["JitGradNode"]
 
 
 class JitGradNode(Node):
-    __slots__ = ("_name", "inputs", "saved", "plan", "run", "forward", "nout", "kept", "watched")
+    __slots__ = ("_name", "inputs", "saved", "plan", "run", "forward", "nout", "kept", "watched", "reads")
 
     def __init__(self, name: str, forward: Graph, plan: BackwardGraph, run: Runner, inputs: Sequence[Tensor],
                  saved: List[Any], outs: Sequence[Any], kept: Optional[CallContexts] = None,
                  watched: Sequence[Tuple[Any, int, Optional[str], Optional[Tensor]]] = (),
-                 edges: Optional[Tuple[Any, ...]] = None) -> None:
+                 edges: Optional[Tuple[Any, ...]] = None,
+                 reads: Sequence[Tuple[Tensor, int, str]] = ()) -> None:
         self._name = name
+        # inputs and captured tensors the backward graph's primitives read, with the version each had when
+        # its reader ran in the forward (eagerly that node saved it and checks it)
+        self.reads = reads
         self.watched = watched
         self.kept = kept
         self.forward = forward
@@ -59,6 +63,14 @@ class JitGradNode(Node):
         if self.saved is None:
             raise RuntimeError(f"backward through {self.name} a second time: its saved values were freed after "
                                f"the first backward; pass retain_graph=True the first time")
+        if self.plan.stale is not None:
+            raise RuntimeError(f"one of the tensors needed for gradient computation has been modified by an "
+                               f"in-place operation: {self.plan.stale}")
+        for t, version, what in self.reads:
+            if t._vc.value != version:
+                raise RuntimeError(f"one of the tensors needed for gradient computation has been modified by an "
+                                   f"in-place operation: {what} is at version {t._version}; expected version "
+                                   f"{version}")
         if self.watched:
             self._check_versions()
         if create_graph:
@@ -95,7 +107,7 @@ class JitGradNode(Node):
             out = ref()
             if out is None or out._version == version:
                 continue
-            if own is not None:
+            if own is not None and own._vc is not out._vc:  # (one counter: the write is already on it)
                 own._version += out._version - version
             if msg is not None and stale is None:
                 stale = (msg, out._version, version)
@@ -127,6 +139,7 @@ class JitGradNode(Node):
         self.saved = None
         self.inputs = []
         self.watched = ()
+        self.reads = ()
         if self.kept is not None:
             self.kept.release()
             self.kept = None
