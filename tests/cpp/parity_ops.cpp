@@ -1,0 +1,113 @@
+// The route-parity operators (tests/test_route_parity.py): one op of each kind that the rules of an op
+// call are about, run through every route with the same inputs.
+//   mul(x, y)       a plain Function that saves its inputs (version checks of saved tensors)
+//   scale_(x)       MarkDirty: x *= 3 in place, returns x (writable inputs, views, refusals)
+//   ident(x)        returns its input unchanged (an output aliasing an input)
+// Built with PARITY_FFI (and XLA's FFI headers on the include path), the Functions also get XLA FFI
+// handlers for to_jax's custom-call route.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "opbuilder/extension.h"
+#ifdef PARITY_FFI
+#include "opbuilder/xla_ffi.h"
+#endif
+
+using namespace opbuilder;
+
+namespace {
+
+void CheckFloat64(const TensorPtr &x, const char *who) {
+  if (x->dtype() != kFloat64) throw std::invalid_argument(std::string(who) + ": expected float64");
+}
+
+// out[i] = x[i] * y[i], walking each tensor's strides (so views come as they are)
+TensorPtr MulInto(const TensorPtr &x, const TensorPtr &y) {
+  CheckFloat64(x, "mul");
+  CheckFloat64(y, "mul");
+  if (x->shape() != y->shape()) throw std::invalid_argument("mul: x and y must have one shape");
+  auto xc = x->contiguous(), yc = y->contiguous();
+  auto out = Tensor::empty(kFloat64, x->shape());
+  const double *px = xc->data<double>(), *py = yc->data<double>();
+  double *po = out->data<double>();
+  for (std::int64_t i = 0; i < out->numel(); ++i) po[i] = px[i] * py[i];
+  return out;
+}
+
+// x[i] *= a for every element of x, strides included
+void ScaleInPlace(const TensorPtr &x, double a) {
+  CheckFloat64(x, "scale_");
+  const auto &shape = x->shape();
+  const auto &strides = x->strides();
+  double *base = static_cast<double *>(x->data_ptr());
+  const std::int64_t n = x->numel();
+  for (std::int64_t flat = 0; flat < n; ++flat) {
+    std::int64_t rest = flat, offset = 0;
+    for (std::int64_t d = static_cast<std::int64_t>(shape.size()) - 1; d >= 0; --d) {
+      offset += (rest % shape[d]) * strides[d];
+      rest /= shape[d];
+    }
+    base[offset] *= a;
+  }
+}
+
+TensorPtr Scaled(const TensorPtr &g, double a) {
+  auto gc = g->contiguous();
+  auto out = Tensor::empty(kFloat64, g->shape());
+  const double *pg = gc->data<double>();
+  double *po = out->data<double>();
+  for (std::int64_t i = 0; i < out->numel(); ++i) po[i] = pg[i] * a;
+  return out;
+}
+
+}  // namespace
+
+class ParityMul : public Function<ParityMul> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static ShapeVector InferShape(const TensorPtr &x, const TensorPtr &) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
+    ctx->SaveForBackward({x, y});
+    return MulInto(x, y);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    auto s = ctx->GetSavedTensors();
+    return {ctx->NeedsInputGrad(0) ? MulInto(g[0], s[1]) : nullptr,
+            ctx->NeedsInputGrad(1) ? MulInto(g[0], s[0]) : nullptr};
+  }
+};
+
+class ParityScale : public Function<ParityScale> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static constexpr double kFactor = 3.0;
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    ScaleInPlace(x, kFactor);
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Scaled(g[0], kFactor)}; }
+};
+
+class ParityIdent : public Function<ParityIdent> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) { return x; }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+
+OB_MODULE(m) {
+  m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return ParityMul::Apply(x, y); });
+  m.def("mul_infer_shape", ParityMul::InferShapeFunction());
+  m.def("scale_", [](const TensorPtr &x) { return ParityScale::Apply(x); });
+  m.def("scale__infer_shape", ParityScale::InferShapeFunction());
+  m.def("ident", [](const TensorPtr &x) { return ParityIdent::Apply(x); });
+  m.def("ident_infer_shape", ParityIdent::InferShapeFunction());
+#ifdef PARITY_FFI
+  OB_XLA_FFI(m, "mul", ParityMul);
+  OB_XLA_FFI(m, "scale_", ParityScale);
+#endif
+}

@@ -1,0 +1,312 @@
+"""One semantics on every route: the same operators, with the same inputs, through runtime eager, runtime.jit
+(its first, tracing call and a replay), torch's registered path (bridge off), the torch C++ bridge,
+torch.compile, the JAX callback and XLA FFI give the same values, gradients and errors. The reference
+is what torch's own ops do (tests/cpp/parity_ops.cpp: mul saves its inputs, scale_ is MarkDirty,
+ident returns its input unchanged)."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Tensor
+
+from op_util import CPP, load_op
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
+
+import opbuilder  # noqa: E402
+
+pytestmark = pytest.mark.build
+
+RNG = np.random.default_rng(33)
+X = RNG.standard_normal(4)
+Y = RNG.standard_normal(4)
+W = RNG.standard_normal(4)
+W2 = RNG.standard_normal(4)
+VIEWS = {  # a view of a 4-element base, in each framework (names say which)
+    "slice": (lambda b: b[1:]),
+    "step": (lambda b: b[::2]),
+    "reshape": (lambda b: b.reshape(2, 2)),
+}
+LEAF_WRITE = r"leaf (Variable )?that requires grad"
+STALE = r"modified by an in-?place operation"
+
+
+@pytest.fixture(scope="session")
+def parity_ops(cache_dir):
+    return load_op("parity_ops", [CPP / "parity_ops.cpp"])
+
+
+# ---- the reference: torch's own ops -------------------------------------------------------------
+class _TorchNative:
+    """The same three ops written with torch's own ops: what every route must match."""
+    mul = staticmethod(lambda x, y: x * y)
+    scale_ = staticmethod(lambda x: x.mul_(3.0))
+    ident = staticmethod(lambda x: x.view_as(x))
+
+
+# ---- the scenarios, written once against a framework adapter ------------------------------------
+class _TorchSide:
+    def __init__(self, ops):
+        self.ops = ops
+
+    def leaf(self, a, grad=True):
+        return torch.tensor(a, dtype=torch.float64, requires_grad=grad)
+
+    def const(self, a):
+        return torch.tensor(a, dtype=torch.float64)
+
+    def grads(self, loss, leaves):
+        return [g.numpy() for g in torch.autograd.grad(loss, leaves)]
+
+    def value(self, t):
+        return t.detach().numpy().copy()
+
+    def mul_inplace(self, t, k):
+        t.mul_(k)
+
+
+class _RuntimeSide:
+    def __init__(self, ops):
+        self.ops = ops
+
+    def leaf(self, a, grad=True):
+        return Tensor(np.array(a, dtype=np.float64), requires_grad=grad) if grad else Tensor(np.array(a))
+
+    def const(self, a):
+        return Tensor(np.array(a, dtype=np.float64))
+
+    def grads(self, loss, leaves):
+        loss.backward()
+        return [leaf.grad.asnumpy() for leaf in leaves]
+
+    def value(self, t):
+        return t.asnumpy().copy()
+
+    def mul_inplace(self, t, k):
+        t *= k
+
+
+def s_mul(side):
+    x, y = side.leaf(X), side.leaf(Y)
+    out = side.ops.mul(x, y)
+    return side.value(out), side.grads((out * side.const(W)).sum(), [x, y])
+
+
+def s_scale_nonleaf(side):
+    x = side.leaf(X)
+    b = x * 1
+    r = side.ops.scale_(b)
+    loss = (r * side.const(W)).sum() + (b * side.const(W2)).sum()
+    return side.value(b), side.grads(loss, [x])
+
+
+def _s_scale_view(view):
+    def s(side):
+        x = side.leaf(X)
+        b = x * 1
+        side.ops.scale_(view(b))
+        return side.value(b), side.grads((b * side.const(W)).sum(), [x])
+    s.__name__ = "s_scale_view"
+    return s
+
+
+def s_ident_after_mul(side):
+    x, y = side.leaf(X), side.leaf(Y)
+    z = side.ops.mul(x, y)
+    u = side.ops.ident(z)
+    return side.value(u), side.grads((u * side.const(W)).sum() + (z * side.const(W2)).sum(), [x, y])
+
+
+def s_ident_chain(side):
+    """An op returning its input unchanged after another op: each keeps its own graph."""
+    x = side.leaf(X)
+    z = side.ops.mul(x, side.const(Y))
+    u = side.ops.ident(side.ops.ident(z))
+    return side.value(u), side.grads((u * side.const(W)).sum(), [x])
+
+
+def s_leaf_write_refused(side):
+    x = side.leaf(X)
+    before = side.value(x)
+    with pytest.raises(RuntimeError, match=LEAF_WRITE):
+        side.ops.scale_(x)
+    return side.value(x) - before, []
+
+
+def s_saved_input_changed(side):
+    x, y = side.leaf(X), side.leaf(Y, grad=False)
+    z = side.ops.mul(x, y)
+    side.mul_inplace(y, 10.0)
+    with pytest.raises(RuntimeError, match=STALE):
+        side.grads((z * side.const(W)).sum(), [x])
+    return None, []
+
+
+SCENARIOS = {"mul": s_mul, "scale_nonleaf": s_scale_nonleaf, "ident_after_mul": s_ident_after_mul,
+             "ident_chain": s_ident_chain, "leaf_write_refused": s_leaf_write_refused,
+             "saved_input_changed": s_saved_input_changed,
+             **{f"scale_view_{k}": _s_scale_view(v) for k, v in VIEWS.items()}}
+
+
+def _expected(name):
+    return SCENARIOS[name](_TorchSide(_TorchNative))
+
+
+def _same(got, want):
+    gv, gg = got
+    wv, wg = want
+    if wv is None:
+        assert gv is None
+    else:
+        np.testing.assert_allclose(gv, wv, rtol=1e-12, atol=1e-12)
+    assert len(gg) == len(wg)
+    for a, b in zip(gg, wg):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+# ---- runtime routes -----------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_runtime_eager(parity_ops, name):
+    _same(SCENARIOS[name](_RuntimeSide(parity_ops)), _expected(name))
+
+
+@pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain"]
+                         + [f"scale_view_{k}" for k in VIEWS])
+def test_runtime_jit_first_call_and_replay(parity_ops, name):
+    """The op calls under runtime.jit: the first call (which traces) and a replay each run every op once."""
+    side = _RuntimeSide(parity_ops)
+    scenario = SCENARIOS[name]
+    want = _expected(name)
+    jitted = types.SimpleNamespace(**{n: rt.jit(getattr(parity_ops, n)) for n in ("mul", "scale_", "ident")})
+    side.ops = jitted
+    for _ in range(2):  # trace, then replay
+        _same(scenario(side), want)
+
+
+# ---- torch routes -------------------------------------------------------------------------------
+@pytest.fixture(params=["registered", "bridge"])
+def torch_route(request, monkeypatch, parity_ops):
+    if request.param == "bridge":
+        request.getfixturevalue("torch_bridge")
+    monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1" if request.param == "bridge" else "0")
+    return request.param
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_torch_eager_routes(parity_ops, torch_route, name):
+    """Both eager torch routes; a second run of the scenario takes the bridge where it is on."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(2):
+        _same(SCENARIOS[name](_TorchSide(ops)), _expected(name))
+
+
+@pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain"])
+def test_torch_compile(parity_ops, name):
+    """Compiled after one eager call of each op: an op that writes or returns its argument is then
+    run outside the graph (torch's custom ops may not alias their inputs), the rest in it."""
+    ops = opbuilder.to_torch(parity_ops)
+    ops.mul(torch.ones(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64))
+    ops.scale_(torch.ones(4, dtype=torch.float64))
+    ops.ident(torch.ones(4, dtype=torch.float64))
+    compiled = types.SimpleNamespace(**{n: torch.compile(getattr(ops, n), backend="aot_eager")
+                                        for n in ("mul", "scale_", "ident")})
+    _same(SCENARIOS[name](_TorchSide(compiled)), _expected(name))
+
+
+def test_torch_compile_of_an_in_place_op_never_seen_eagerly_is_a_named_error(parity_ops):
+    """Compiled on its very first call, a MarkDirty op's gradient cannot be right: the documented
+    refusal, never a silently wrong gradient."""
+    ops = opbuilder.to_torch(parity_ops)
+    f = torch.compile(ops.scale_, backend="aot_eager")
+    x = torch.tensor(X, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"scale_ writes its argument in place \(MarkDirty\), which a compiled "
+                                           r"graph cannot express, and its first call was compiled"):
+        f(x * 1).sum().backward()
+
+
+# ---- JAX routes ---------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def parity_ffi_ops(cache_dir):
+    jax = pytest.importorskip("jax", reason="jax is not installed (pip install 'opbuilder[jax]')")
+    return load_op("parity_ffi_ops", [CPP / "parity_ops.cpp"], include_paths=[jax.ffi.include_dir()],
+                   cflags=["-DPARITY_FFI"])
+
+
+@pytest.fixture(params=["callback", "ffi"])
+def jax_ops(request, parity_ffi_ops):
+    """to_jax of the FFI build (custom calls), or of its functions alone (the pure_callback route);
+    64-bit arrays on for the test."""
+    import jax
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    names = ["mul", "scale_", "ident"]
+    twin = types.SimpleNamespace(**{n: getattr(parity_ffi_ops, n) for n in names},
+                                 **{n + "_infer_shape": getattr(parity_ffi_ops, n + "_infer_shape") for n in names})
+    # an in-place op under JAX declares its write (XLA then aliases the argument to the output)
+    yield opbuilder.to_jax(parity_ffi_ops if request.param == "ffi" else twin, mutates={"scale_": [0]})
+    jax.config.update("jax_enable_x64", old)
+
+
+def test_jax_ffi_undeclared_write_runs_on_a_copy(parity_ffi_ops):
+    """Without ``mutates``, an in-place op (kAcceptsViews) writes a private copy on the FFI path, as on
+    the callback path: the result is the written copy, and the caller's array keeps its values."""
+    import jax
+    import jax.numpy as jnp
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        x, w = jnp.asarray(X), jnp.asarray(W)
+        j = opbuilder.to_jax(parity_ffi_ops)
+        for f in (j.scale_, jax.jit(j.scale_)):
+            np.testing.assert_allclose(np.asarray(f(x)), 3 * X, rtol=1e-12)
+            np.testing.assert_array_equal(np.asarray(x), X)
+        g = jax.jit(jax.grad(lambda a: (j.scale_(a) * w).sum()))(x)
+        np.testing.assert_allclose(np.asarray(g), 3 * W, rtol=1e-12)
+        np.testing.assert_array_equal(np.asarray(x), X)
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
+def test_jax_mul(jax_ops):
+    import jax
+    import jax.numpy as jnp
+    x, y, w = jnp.asarray(X), jnp.asarray(Y), jnp.asarray(W)
+    for f in (lambda a, b: (jax_ops.mul(a, b) * w).sum(), jax.jit(lambda a, b: (jax_ops.mul(a, b) * w).sum())):
+        gx, gy = jax.grad(f, argnums=(0, 1))(x, y)
+        want = _expected("mul")
+        np.testing.assert_allclose(np.asarray(gx), want[1][0], rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(gy), want[1][1], rtol=1e-12)
+
+
+def test_jax_scale_leaves_the_callers_array_alone(jax_ops):
+    """JAX arrays are immutable: an in-place op gives a new array, the argument keeps its values,
+    in and out of jit, and its gradient is the in-place op's."""
+    import jax
+    import jax.numpy as jnp
+    x, w = jnp.asarray(X), jnp.asarray(W)
+    for f in (jax_ops.scale_, jax.jit(jax_ops.scale_)):
+        out = f(x)
+        np.testing.assert_allclose(np.asarray(out), 3 * X, rtol=1e-12)
+        np.testing.assert_array_equal(np.asarray(x), X)
+    both = jax.jit(lambda a: (jax_ops.scale_(a), a * 1))(x)  # a later use of the argument in the graph
+    np.testing.assert_allclose(np.asarray(both[1]), X, rtol=1e-12)
+    g = jax.grad(lambda a: (jax_ops.scale_(a * 1) * w).sum())(x)
+    np.testing.assert_allclose(np.asarray(g), 3 * W, rtol=1e-12)
+
+
+def test_jax_ident_after_mul(jax_ops):
+    import jax
+    import jax.numpy as jnp
+    x, y, w, w2 = (jnp.asarray(a) for a in (X, Y, W, W2))
+
+    def f(a, b):
+        z = jax_ops.mul(a, b)
+        return (jax_ops.ident(z) * w).sum() + (z * w2).sum()
+    gx, gy = jax.grad(f, argnums=(0, 1))(x, y)
+    want = _expected("ident_after_mul")
+    np.testing.assert_allclose(np.asarray(gx), want[1][0], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(gy), want[1][1], rtol=1e-12)
