@@ -1,6 +1,7 @@
 """to_torch's C++ bridge decides an op call as torch does (issue 33): MarkDirty on a view rebases the
 base's history, an expanded tensor is never written, saved tensors go through torch's
-saved_tensors_hooks, and a gradient of the gradient is one named error, never zeros.
+saved_tensors_hooks, a gradient of the gradient is one named error, never zeros, a saved in-place
+result is version-checked, and an output over an argument is torch's custom-Function view.
 
 Every call checked here takes the bridge's fast path (asserted); the Python path's behaviour is
 tests/test_interop_torch.py's.
@@ -254,3 +255,145 @@ def test_a_view_made_without_grad_is_refused_as_torch_refuses_it(ops):
     assert _fast(ops.scale_) == before + 1
     assert str(op_says.value) == "ScaleInplace: " + str(torch_says.value)
     assert "was created in no_grad mode" in str(op_says.value) and b.tolist() == [1.0] * 4
+
+
+# ---- a saved in-place result is version-checked; outputs over an argument are torch's views --------------------------
+
+@pytest.fixture(scope="session")
+def bridge_alias_ops(cache_dir):
+    """tests/cpp/bridge_alias_ops.cpp: an in-place exp saving its result, ident, pair."""
+    return load_op("bridge_alias_ops", [CPP / "bridge_alias_ops.cpp"], include_paths=[CPP],
+                   cflags=["-Wall", "-Wextra", "-Werror"])
+
+
+@pytest.fixture
+def alias_ops(bridge_alias_ops, torch_bridge, monkeypatch):
+    monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
+    return opbuilder.to_torch(bridge_alias_ops)
+
+
+SAVED_WRITTEN = (r"^one of the tensors saved for backward by ExpInplace \(saved slot 0\) has been modified by an "
+                 r"in-place operation: it is at version {}, but was saved at version {}$")
+
+
+@pytest.mark.parametrize("view", [None, "slice", "reshape"])
+def test_the_saved_result_of_an_in_place_op_is_version_checked(alias_ops, view):
+    """torch's exp_ saves its result: a write into it before backward is refused (bridge, issue 33)."""
+    def run(exp_):
+        x = torch.tensor([0.5, 1.0, 1.5, 2.0], dtype=torch.float64, requires_grad=True)
+        b = x * 1
+        return x, exp_(b if view is None else VIEWS[view](b))
+
+    before = _warm(alias_ops.exp_, torch.zeros(4, dtype=torch.float64) if view is None
+                   else VIEWS[view](torch.zeros(4, dtype=torch.float64)))
+    x, r = run(alias_ops.exp_)
+    assert _fast(alias_ops.exp_) == before + 1
+    r.sum().backward()  # unwritten: torch's gradient through the base
+    x_torch, r_torch = run(torch.Tensor.exp_)
+    r_torch.sum().backward()
+    torch.testing.assert_close(x.grad, x_torch.grad)
+    x, r = run(alias_ops.exp_)
+    r.add_(1)
+    version = r._version
+    with pytest.raises(RuntimeError, match=SAVED_WRITTEN.format(version, version - 1)):
+        r.sum().backward()
+    assert _fast(alias_ops.exp_) == before + 2
+
+
+@pytest.mark.parametrize("view", [None, "slice"])
+@pytest.mark.parametrize("write", ["result", "base"])
+def test_a_saved_in_place_result_written_between_two_backwards_is_refused(alias_ops, write, view):
+    """retain_graph: the second backward reads what was saved, so a write in between is refused, as torch's."""
+    _warm(alias_ops.exp_, torch.zeros(2, dtype=torch.float64))
+    x = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    b = x * 1
+    r = alias_ops.exp_(b if view is None else VIEWS[view](b))
+    loss = r.sum()
+    loss.backward(retain_graph=True)
+    head = x.detach().exp() if view is None else torch.cat([torch.zeros(1, dtype=torch.float64), x.detach()[1:].exp()])
+    torch.testing.assert_close(x.grad, head)
+    with torch.no_grad():
+        (b if write == "base" else r).add_(1)
+    with pytest.raises(RuntimeError, match=SAVED_WRITTEN.format(r._version, r._version - 1)):
+        loss.backward()
+
+
+class _PairPy(torch.autograd.Function):
+    """torch's own custom Function returning its argument twice: the reference for the words."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x), x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, a, b):
+        return a + b
+
+
+class _IdentPy(torch.autograd.Function):
+    """torch's own custom Function returning its argument."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def _torch_words(cls: type, name: str, act) -> str:
+    """What torch says for `act` on the outputs of its custom Function `cls`, naming it `name`."""
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    b = x * 1
+    with pytest.raises(RuntimeError) as says:
+        act(b, cls.apply(b))
+    return str(says.value).replace(cls.__name__, name)
+
+
+@pytest.mark.parametrize("output", [0, 1])
+def test_writing_one_of_two_outputs_over_the_argument_is_torchs_refusal(alias_ops, output):
+    """torch marks each view a custom Function returns, among several outputs, MULTI_OUTPUT_NODE: a
+    write into one is refused in its words, not as a view made in no_grad mode."""
+    def act(b, outs):
+        outs[output].mul_(3)
+
+    _warm(alias_ops.pair, torch.zeros(2, dtype=torch.float64))
+    want = _torch_words(_PairPy, "Pair", act)
+    assert "returns multiple views" in want
+    before = _fast(alias_ops.pair)
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    b = x * 1
+    outs = alias_ops.pair(b)
+    assert _fast(alias_ops.pair) == before + 1
+    with pytest.raises(RuntimeError) as op_says:
+        act(b, outs)
+    assert str(op_says.value) == want
+    assert b.tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("how", ["write_output", "write_base"])
+def test_an_argument_returned_unchanged_is_torchs_custom_function_view(alias_ops, how):
+    """torch marks an input a custom Function returns as-is IN_CUSTOM_FUNCTION: writing it, or using it
+    after its base was written, is refused in torch's custom-Function words."""
+    w = torch.tensor([1.0, 10.0], dtype=torch.float64)
+
+    def act(b, r):
+        if how == "write_output":
+            r.mul_(5)
+        else:
+            b.mul_(5)
+            (r * w).sum().backward()
+
+    _warm(alias_ops.ident, torch.zeros(2, dtype=torch.float64))
+    want = _torch_words(_IdentPy, "Ident", act)
+    assert "custom Function" in want
+    before = _fast(alias_ops.ident)
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    b = x * 1
+    r = alias_ops.ident(b)
+    assert _fast(alias_ops.ident) == before + 1
+    with pytest.raises(RuntimeError) as op_says:
+        act(b, r)
+    assert str(op_says.value) == want
+    assert x.grad is None

@@ -1056,6 +1056,18 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
       const int oj = s ? IndexOf(outs, s.get()) : -1;
       if (s && st.IsDirty(s.get())) {
         slot.tensor = s->contiguous_copy();  // the caller's tensor now has this node as its history
+        // torch checks a saved dirty tensor's version as any other's: the caller's counter, as the
+        // write left it (a later write into it, or into its base, is refused at backward)
+        const int ai = oj < 0 ? st.ArgIndex(s.get()) : -1;
+        PyObject *caller = oj >= 0 ? result[static_cast<std::size_t>(oj)]->py_object() : nullptr;
+        PyRef held;
+        if (caller == nullptr && ai >= 0) {
+          if (void *h = ForeignHandle(*CallerArg(f, static_cast<std::size_t>(ai)))) {
+            held = PyRef::Steal(Check(api.object_of(h)));
+            caller = held.get();
+          }
+        }
+        if (caller != nullptr) WatchVersion(api, caller, slot);
       } else if (oj >= 0) {
         // an output: held without its object (that would hold the node), its version counter watched
         slot.tensor = Alias(s);

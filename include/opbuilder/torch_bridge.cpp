@@ -394,6 +394,27 @@ struct OpNode : torch::autograd::Node {
 };
 
 
+// torch's marks on a custom Function's outputs that are views (custom_function.cpp): one not written
+// in place was made inside the Function (IN_CUSTOM_FUNCTION), and with more than one differentiable
+// output each view is one of several (MULTI_OUTPUT_NODE). torch's own in-place check then refuses a
+// write into such an output, or a use of it after its base was written, in its custom-Function words.
+void MarkViewOutputs(const ForeignNode *node) {
+  std::size_t differentiable = 0;
+  for (std::size_t j = 0; j < node->nout; ++j) {
+    if (node->outputs[j] == nullptr) continue;
+    ++differentiable;
+    const at::Tensor &o = THPVariable_Unpack(node->outputs[j]);
+    if (node->dirty[j] || !o.is_view()) continue;
+    torch::autograd::impl::get_view_autograd_meta(o)->set_creation_meta(torch::autograd::CreationMeta::IN_CUSTOM_FUNCTION);
+  }
+  if (differentiable < 2) return;
+  for (std::size_t j = 0; j < node->nout; ++j) {
+    if (node->outputs[j] == nullptr) continue;
+    auto *view = torch::autograd::impl::get_view_autograd_meta(THPVariable_Unpack(node->outputs[j]));
+    if (view != nullptr && view->has_bw_view()) view->set_creation_meta(torch::autograd::CreationMeta::MULTI_OUTPUT_NODE);
+  }
+}
+
 int Record(const ForeignNode *node) {
   NodePtr fn;
   OpNode *raw = nullptr;
@@ -459,6 +480,7 @@ int Record(const ForeignNode *node) {
         torch::autograd::impl::set_gradient_edge(o, torch::autograd::Edge(fn, nr));
       }
     }
+    MarkViewOutputs(node);
     return 0;
   } catch (python_error &e) {
     e.restore();
