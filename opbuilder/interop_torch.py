@@ -259,10 +259,12 @@ def _saved_hooks(op: "_Op", recording: bool) -> Any:
     return _rt_saved_hooks(lambda t: pack(_to_torch(t, None)), unpacked)
 
 
-def _once(name: str, res: List[Optional[torch.Tensor]], grads: Sequence[Any], inputs_need_grad: bool
-          ) -> List[Optional[torch.Tensor]]:
+def _once(name: str, res: List[Optional[torch.Tensor]], grads: Sequence[Any], inputs_need_grad: bool,
+          inputs: Sequence[Any] = ()) -> List[Optional[torch.Tensor]]:
     """Input gradients ``res`` of a backward run with create_graph=True: a gradient of them is one named
-    error (torch's once-differentiable rule, runtime/call_rules.py's message), never a silent zero."""
+    error (torch's once-differentiable rule, runtime/call_rules.py's message), never a silent zero. The
+    error's node leads to the op's ``inputs`` that require grad and to the incoming ``grads`` that do, so
+    differentiating the result with respect to any of them reaches it (and raises)."""
     if not torch.is_grad_enabled() or _is_compiling() or _transforms() is not None:  # torch.func: _Func's
         return res
     if not inputs_need_grad and not any(isinstance(g, torch.Tensor) and g.requires_grad for g in grads):
@@ -270,8 +272,10 @@ def _once(name: str, res: List[Optional[torch.Tensor]], grads: Sequence[Any], in
     pos = [i for i, r in enumerate(res) if r is not None]
     if not pos:
         return res
-    err = torch._C._functions.DelayedError(_rules.double_backward_message(name), len(pos))
-    wrapped = err(*[res[i].detach().requires_grad_() for i in pos])
+    flat = itertools.chain.from_iterable(a if isinstance(a, (list, tuple)) else (a,) for a in inputs)
+    links = [t for t in itertools.chain(flat, grads) if isinstance(t, torch.Tensor) and t.requires_grad]
+    err = torch._C._functions.DelayedError(_rules.double_backward_message(name), len(pos) + len(links))
+    wrapped = err(*[res[i].detach().requires_grad_() for i in pos], *links)
     out = list(res)
     for i, w in zip(pos, wrapped if isinstance(wrapped, (list, tuple)) else (wrapped,)):
         out[i] = w
@@ -348,6 +352,8 @@ class _Op:
         tensor argument, as torch.func's unwrapped ones do not say): its runtime outputs and the call
         (what it recorded, which outputs are arguments, which arguments it wrote)."""
         record = getattr(_mode, "grad", True)
+        if self.writes and record:  # decided before the call: a refusal leaves the data untouched
+            self._refuse_out_grad(sig, args)
         rt_args, need, index, vcs = self._runtime_args(
             args, sig, (lambda t, c: c == "t") if every else (lambda t, c: record and t.requires_grad))
         with _saved_hooks(self, need):  # torch's saved_tensors_hooks, for what the op saves
@@ -366,6 +372,8 @@ class _Op:
                         k = i
                         break
             alias.append(k)
+        if self.writes:  # a declared write (out=) counts on the argument's version counter, as torch's out= does
+            self._bump_declared(sig, args, vcs)
         dirty = [i for i, v in enumerate(vcs) if v is not None and v.written]
         info = self.by_sig[sig][1]
         info[0] = single
@@ -373,6 +381,28 @@ class _Op:
         if info[1]:
             self.returns_args[0] = True
         return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs)
+
+    def _refuse_out_grad(self, sig: str, args: Sequence[Any]) -> None:
+        """torch's rule for out= functions: none while an argument requires grad (grad mode on)."""
+        for a, c in zip(args, sig):
+            if any(t.requires_grad for t in ([a] if c == "t" else a if c == "L" else ())):
+                raise RuntimeError(
+                    f"{self.name}(): functions with out=... arguments don't support automatic differentiation, "
+                    f"but one of the arguments requires grad (it writes argument(s) {list(self.writes)}, declared in "
+                    f"mutates); call it under torch.no_grad() or on tensors that do not require grad")
+
+    def _bump_declared(self, sig: str, args: Sequence[Any], vcs: Sequence[Any]) -> None:
+        """One write on the version counter of each declared written argument the op did not mark dirty
+        (torch's out= bumps it): what saved it sees the write."""
+        flat = 0
+        for k, (a, c) in enumerate(zip(args, sig)):
+            if c == "t":
+                vc = vcs[flat]
+                if k in self.writes and vc is not None and not vc.written:
+                    _increment_version((vc.t,))
+                flat += 1
+            elif c == "L":
+                flat += len(a)
 
     def to_torch_outputs(self, sig: str, args: Sequence[Any], outs: List[Any], call: _Call) -> List[torch.Tensor]:
         """The runtime outputs as torch tensors: an argument returned unchanged as a view of the torch
@@ -561,6 +591,7 @@ class _Op:
                 ctx.tensors = [a for a, c in zip(inputs, sig) if c in "tL"]
                 return
             ctx.tensors = None
+            ctx.once_in = _undirtied(inputs, sig, call.dirty)
             ctx.out_meta = [(o.shape, o.dtype, o.device) for o in output]
             # what the runtime recorded no gradient for (MarkNonDifferentiable, integers, a plain C++
             # function) does not require grad in torch either: no silent zero gradients
@@ -578,7 +609,7 @@ class _Op:
                 gs = [torch.zeros(s, dtype=d, device=dev) if g is None else g
                       for g, (s, d, dev) in zip(grads, ctx.out_meta)]
                 flat = self.backward_impl(sig, gs, None, call)
-                it = iter(_once(self.name, flat, grads, any(ctx.needs_input_grad)))
+                it = iter(_once(self.name, flat, grads, any(ctx.needs_input_grad), ctx.once_in))
             else:
                 outputs = list(ctx.saved_tensors)
                 gs = [torch.zeros_like(o) if g is None else g for o, g in zip(outputs, grads)]
@@ -655,6 +686,26 @@ def _marked(call: _Call) -> None:
             vc.pending = 0
 
 
+def _undirtied(args: Sequence[Any], sig: str, dirty: frozenset) -> Sequence[Any]:
+    """The arguments a call's torch node keeps for ``_once`` (the edges of its double-backward error):
+    all of them, or, when the op wrote some in place (their history is now this node: keeping them would
+    be a reference cycle), the others."""
+    if not dirty:
+        return args
+    out: list = []
+    k = 0
+    for a, c in zip(args, sig):
+        if c == "t":
+            out.append(None if k in dirty else a)
+            k += 1
+        elif c == "L":
+            out.append([t for j, t in enumerate(a, k) if j not in dirty])
+            k += len(a)
+        else:
+            out.append(a)
+    return out
+
+
 def _same_call(ran: Sequence[Any], inputs: Sequence[Any], sig: str) -> bool:
     """Whether the kernel's last call (``ran``) had these very ``inputs``: tensors by identity, everything
     else by type and exact value (the dispatcher hands each side its own Python float, or int above 256,
@@ -718,12 +769,13 @@ class _Eager(torch.autograd.Function):
         if call.dirty:
             _marked(call)
         ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's node
+        ctx.once_in = _undirtied(args, sig, call.dirty)
         return tuple(outs)
 
     @staticmethod
     def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> Tuple[Any, ...]:
         flat = ctx.op.backward_impl(ctx.sig, list(grads), None, ctx.call)
-        it = iter(_once(ctx.op.name, flat, grads, any(ctx.needs_input_grad[2:])))
+        it = iter(_once(ctx.op.name, flat, grads, any(ctx.needs_input_grad[2:]), ctx.once_in))
         return (None, None) + tuple(next(it) if c == "t" else None for c in ctx.sig)
 
 

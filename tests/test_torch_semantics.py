@@ -709,3 +709,62 @@ def test_markdirty_with_a_float_argument_on_its_first_call(sem_ops, path):
     assert r is b and b.tolist() == [3.0, 6.0, 9.0]
     (r * w).sum().backward()  # torch's (a * 1).mul_(3.0): 3 * w, the forward run once
     torch.testing.assert_close(a.grad, 3 * w)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_double_backward_is_a_named_error_when_the_input_is_also_used_elsewhere(sem_ops, path):
+    x = _t(1.0, 2.0, grad=True, path=path)
+    z = _call(path, sem_ops, "mulki", x, x, 2)  # 2 * x * x
+    (g,) = torch.autograd.grad(z.sum(), x, create_graph=True)
+    torch.testing.assert_close(g.detach(), 4 * x.detach())
+    # torch's 2 * x * x gives 8x here; dropping the op's term would give 4x, silently
+    with pytest.raises(RuntimeError, match=r"^mulki: double backward through an opbuilder operator is not "
+                                           r"supported: its Backward is once-differentiable"):
+        torch.autograd.grad((g * x).sum(), x)
+
+
+# ---- the out= pattern with declared writes: torch's out= rules --------------------------------------------------
+
+@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+def test_a_declared_out_write_bumps_the_version_a_saved_tensor_checks(sem_ops, my_ops, path):
+    x, o = _t(1.0, 2.0, 3.0, grad=True), _t(2.0, 2.0, 2.0)
+    z = opbuilder.to_torch(my_ops).mul(x, o)  # saves o
+    v = o._version
+    mod = _ModNs(sem_ops)
+    assert _call_ns(path, mod, "add_out", _t(50.0, 50.0, 50.0), _t(50.0, 50.0, 50.0), o) is None
+    assert o.tolist() == [100.0, 100.0, 100.0] and o._version > v  # torch.add(a, b, out=o) bumps it
+    with pytest.raises(RuntimeError, match=r"modified by an in-?place operation"):
+        z.sum().backward()
+
+
+@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+@pytest.mark.parametrize("which", ("out_nonleaf", "out_leaf", "input"))
+def test_a_declared_out_write_with_an_argument_requiring_grad_is_refused_untouched(sem_ops, path, which):
+    x = _t(1.0, 2.0, 3.0, grad=True)
+    o = x * 1 if which == "out_nonleaf" else x if which == "out_leaf" else _t(0.0, 0.0, 0.0)
+    a = x if which == "input" else _t(5.0, 5.0, 5.0)
+    before = o.detach().clone()
+    with pytest.raises(RuntimeError, match=r"^add_out\(\): functions with out=\.\.\. arguments don't support "
+                                           r"automatic differentiation, but one of the arguments requires grad"):
+        _call_ns(path, _ModNs(sem_ops), "add_out", a, _t(5.0, 5.0, 5.0), o)
+    assert o.detach().tolist() == before.tolist()  # decided before the call: the data is untouched
+    with torch.no_grad():  # torch's out= is allowed without grad recording
+        _call_ns(path, _ModNs(sem_ops), "add_out", _t(1.0, 1.0, 1.0), _t(5.0, 5.0, 5.0), _t(0.0, 0.0, 0.0))
+
+
+class _ModNs:
+    """sem_ops with add_out's write declared (``mutates``)."""
+
+    def __init__(self, module):
+        self.ns = opbuilder.to_torch(module, mutates={"add_out": [2]})
+
+
+def _call_ns(path, mod, name, *args):
+    fn = getattr(mod.ns, name)
+    if path == "eager":
+        with torch.no_grad():
+            fn(*[a.detach().clone() for a in args])
+    if path == "mode":
+        with _Passthrough():
+            return fn(*args)
+    return fn(*args)
