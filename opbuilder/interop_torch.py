@@ -29,6 +29,7 @@ import contextlib
 import importlib.abc
 import importlib.util
 import itertools
+import random
 import sys
 import threading
 import types
@@ -42,6 +43,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 import runtime as _rt
 from runtime import dtypes as _dtypes
 from runtime import call_rules as _rules
+from runtime.autograd.function import _fingerprint
 from runtime.autograd.grad_mode import _state as _rt_grad
 from runtime.autograd.node import Node as _Node
 from runtime.autograd.saved_hooks import saved_tensors_hooks as _rt_saved_hooks
@@ -288,6 +290,7 @@ class _Op:
     def __init__(self, ns: str, lib: Any, name: str, fn: Callable, shape_fn: Optional[Callable],
                  devices: Tuple[str, ...], writes: Tuple[int, ...] = ()) -> None:
         self.ns, self.lib, self.name, self.fn, self.shape_fn, self.devices = ns, lib, name, fn, shape_fn, devices
+        self.void_sigs: set = set()  # signatures seen returning nothing without declared writes (watched)
         self.writes = writes  # argument positions it writes in place (declared: Tensor(a!) in the schema)
         self.returns_args = [False]  # seen returning an argument: torch.compile leaves its calls out of graphs
         # sig -> (operator name, [single output?, outputs alias arguments?]); the bridge reads the keys
@@ -356,12 +359,25 @@ class _Op:
             self._refuse_out_grad(sig, args)
         rt_args, need, index, vcs = self._runtime_args(
             args, sig, (lambda t, c: c == "t") if every else (lambda t, c: record and t.requires_grad))
-        with _saved_hooks(self, need):  # torch's saved_tensors_hooks, for what the op saves
-            if need and not _rt_grad.enabled:  # the runtime's own grad mode (torch's is off inside a Function)
-                with _rt.enable_grad():
+        # a signature's first call, and every call of one seen returning nothing (an out= function whose
+        # writes are not declared): each tensor argument fingerprinted, an unannounced write found after
+        watch = None
+        if not self.writes and (sig in self.void_sigs or self.by_sig[sig][1][0] is None):
+            phase = random.random()
+            watch = [(vc, _fingerprint(vc.t.numpy(), phase)) if vc is not None and vc.t.is_cpu
+                     and vc.t.dtype in _PLAIN and not vc.t.is_conj() and not vc.t.is_neg() else None for vc in vcs]
+        try:
+            with _saved_hooks(self, need):  # torch's saved_tensors_hooks, for what the op saves
+                if need and not _rt_grad.enabled:  # the runtime's own grad mode (torch's is off inside a Function)
+                    with _rt.enable_grad():
+                        outs, single = self._run(rt_args)
+                else:
                     outs, single = self._run(rt_args)
-            else:
-                outs, single = self._run(rt_args)
+        except _Plain as p:
+            if p.value is None and watch is not None:
+                self.void_sigs.add(sig)
+                self._unannounced(sig, args, watch, phase)
+            raise
         alias = []
         for o in outs:  # an argument returned unchanged (or written and returned) counts on its counter
             vc = o._vc
@@ -381,6 +397,23 @@ class _Op:
         if info[1]:
             self.returns_args[0] = True
         return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs)
+
+    def _unannounced(self, sig: str, args: Sequence[Any], watch: Sequence[Any], phase: float) -> None:
+        """After a call returning nothing: each tensor argument it wrote (not declared in ``mutates``)
+        counts one write on its version counter, as torch's out= does; one that requires grad is an error
+        (torch refuses out= into it before the call; undeclared, the write is only seen after)."""
+        flat = [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
+        for k, (t, w) in enumerate(zip(flat, watch)):
+            if w is None or w[0].written or _fingerprint(w[0].t.numpy(), phase) == w[1]:
+                continue
+            _increment_version((w[0].t,))
+            if t.requires_grad and getattr(_mode, "grad", True):
+                raise RuntimeError(
+                    f"{self.name}() wrote tensor argument {k} in place, which requires grad; functions with "
+                    f"out=... arguments don't support automatic differentiation. Its data has already changed: "
+                    f"declare the write (to_torch(..., mutates={{{self.name!r}: [positions]}})) so such a call is "
+                    f"refused before it runs, and call it under torch.no_grad() or on tensors that do not "
+                    f"require grad")
 
     def _refuse_out_grad(self, sig: str, args: Sequence[Any]) -> None:
         """torch's rule for out= functions: none while an argument requires grad (grad mode on)."""

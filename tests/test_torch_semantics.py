@@ -768,3 +768,27 @@ def _call_ns(path, mod, name, *args):
         with _Passthrough():
             return fn(*args)
     return fn(*args)
+
+
+@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+def test_an_undeclared_out_write_bumps_the_version_a_saved_tensor_checks(sem_ops, my_ops, path):
+    x, o = _t(1.0, 2.0, 3.0, grad=True), _t(2.0, 2.0, 2.0)
+    z = opbuilder.to_torch(my_ops).mul(x, o)  # saves o
+    v = o._version
+    assert _call(path, sem_ops, "add_out", _t(50.0, 50.0, 50.0), _t(50.0, 50.0, 50.0), o) is None
+    assert o.tolist() == [100.0, 100.0, 100.0] and o._version > v  # seen after the call: still counted
+    with pytest.raises(RuntimeError, match=r"modified by an in-?place operation"):
+        z.sum().backward()
+    a, b = _t(1.0, 2.0), _t(3.0, 4.0)
+    va, vb = a._version, b._version
+    _call(path, sem_ops, "add_out", a, a, b)  # reads a: only b counts a write
+    assert (a._version, b._version > vb) == (va, True)
+
+
+@pytest.mark.parametrize("path", ("first", "eager", "mode"))
+def test_an_undeclared_out_write_into_a_tensor_requiring_grad_is_a_named_error(sem_ops, path):
+    x = _t(1.0, 2.0, 3.0, grad=True)
+    with pytest.raises(RuntimeError, match=r"^add_out\(\) wrote tensor argument 2 in place, which requires grad; "
+                                           r"functions with out=\.\.\. arguments don't support automatic "
+                                           r"differentiation\. Its data has already changed: declare the write"):
+        _call(path, sem_ops, "add_out", _t(5.0, 5.0, 5.0), _t(5.0, 5.0, 5.0), x * 1)
