@@ -290,6 +290,7 @@ class _Op:
     def __init__(self, ns: str, lib: Any, name: str, fn: Callable, shape_fn: Optional[Callable],
                  devices: Tuple[str, ...], writes: Tuple[int, ...] = ()) -> None:
         self.ns, self.lib, self.name, self.fn, self.shape_fn, self.devices = ns, lib, name, fn, shape_fn, devices
+        self.traced: set = set()  # signatures torch.compile put into a graph (through the shape rule)
         self.void_sigs: set = set()  # signatures seen returning nothing without declared writes (watched)
         self.writes = writes  # argument positions it writes in place (declared: Tensor(a!) in the schema)
         self.returns_args = [False]  # seen returning an argument: torch.compile leaves its calls out of graphs
@@ -357,8 +358,10 @@ class _Op:
         record = getattr(_mode, "grad", True)
         if self.writes and record:  # decided before the call: a refusal leaves the data untouched
             self._refuse_out_grad(sig, args)
+        # torch.func (``every``): each argument a non-leaf to the runtime, so an op writing one (MarkDirty) is
+        # not refused as a leaf that requires grad, but by _Func's named NotImplementedError
         rt_args, need, index, vcs = self._runtime_args(
-            args, sig, (lambda t, c: c == "t") if every else (lambda t, c: record and t.requires_grad))
+            args, sig, (lambda t, c: c == "t") if every else (lambda t, c: record and t.requires_grad), every)
         # a signature's first call, and every call of one seen returning nothing (an out= function whose
         # writes are not declared): each tensor argument fingerprinted, an unannounced write found after
         watch = None
@@ -414,6 +417,17 @@ class _Op:
                     f"declare the write (to_torch(..., mutates={{{self.name!r}: [positions]}})) so such a call is "
                     f"refused before it runs, and call it under torch.no_grad() or on tensors that do not "
                     f"require grad")
+
+    def _refuse_compiled(self) -> None:
+        """A call from a compiled graph traced before the op was seen returning its argument unchanged:
+        the graph takes the result for new memory (no alias of the argument), so the call is an error,
+        never a wrong value; later traces leave the op out of the graph. (A MarkDirty write is refused
+        where torch's autograd sees the output: setup_context and the backward op.)"""
+        raise RuntimeError(
+            f"{self.name} returns its argument unchanged, which a compiled graph cannot express (a torch "
+            f"operator's output is new memory), and its first call was compiled: torch.compile now leaves it "
+            f"out of the graph, so compile again (torch._dynamo.reset(), or call it once eagerly before "
+            f"compiling)")
 
     def _refuse_out_grad(self, sig: str, args: Sequence[Any]) -> None:
         """torch's rule for out= functions: none while an argument requires grad (grad mode on)."""
@@ -482,9 +496,13 @@ class _Op:
                     f"operator returned {str(t.dtype)[6:]}{list(t.shape)}; torch.compile would read the output "
                     f"with the rule's shape and dtype, so fix the rule (shape_fn or the C++ InferShape)")
 
-    def forward_impl(self, sig: str, args: Sequence[Any]) -> List[torch.Tensor]:
-        """The registered operator's kernel (and the eager path's without grad)."""
+    def forward_impl(self, sig: str, args: Sequence[Any], kernel: bool = False) -> List[torch.Tensor]:
+        """The registered operator's kernel (``kernel``: called by torch's dispatcher, from an eager call
+        or from a compiled graph) and the eager path's without grad."""
         outs, call = self.record(sig, args)
+        if (kernel and not call.dirty and sig in self.traced and self.by_sig[sig][1][1]
+                and not getattr(_mode, "eager", False)):
+            self._refuse_compiled()
         res = self.to_torch_outputs(sig, args, outs, call)
         _mode.last = (tuple(args), call)  # for setup_context, which torch calls right after on this thread
         return res
@@ -592,7 +610,7 @@ class _Op:
         # every device reaches the Python kernel, which names the devices it takes (a clear error)
         key = "CompositeExplicitAutograd"
         def kernel(*a: Any) -> Optional[List[torch.Tensor]]:
-            out = self.forward_impl(sig, a)
+            out = self.forward_impl(sig, a, True)
             return None if void else out
         self.lib.impl(opname, kernel, key)
 
@@ -823,8 +841,7 @@ class _Func(torch.autograd.Function):
         rt_outs, call = op.record(sig, args, every=True)
         outs = op.to_torch_outputs(sig, args, rt_outs, call)
         if any(k >= 0 for k in call.alias):
-            raise NotImplementedError(f"{op.name}: under torch.func an operator may not return its argument "
-                                      f"(unchanged or written in place); call it outside the transform")
+            raise NotImplementedError(_func_returns_arg(op.name))
         return (*outs, call)
 
     @staticmethod
@@ -866,6 +883,11 @@ class _Func(torch.autograd.Function):
         return (*outs, per[-1][-1]), (*(0 for _ in outs), None)
 
 
+def _func_returns_arg(name: str) -> str:
+    return (f"{name}: under torch.func an operator may not return its argument (unchanged or written in place, "
+            f"MarkDirty); call it outside the transform")
+
+
 def _refuse_batched(name: str, g: Optional[torch.Tensor]) -> None:
     """A batch of gradients (jacrev, jacfwd, hessian, vmap of grad or vjp) is refused: an operator's
     Backward takes one gradient. So is a gradient that an outer torch.func.grad differentiates (two
@@ -900,6 +922,7 @@ def _wrapper(op: _Op) -> Callable:
     def ensure(sig: str) -> str:
         # runs eagerly even while torch.compile traces (assume_constant_result): defining an operator
         # is not traceable, and its name is a constant of the call's signature (its shapes may be symbols)
+        op.traced.add(sig)
         return define(sig, None)[0]
 
     ensure._dynamo_marked_constant = True  # type: ignore[attr-defined]  # torch._dynamo.assume_constant_result
@@ -924,6 +947,8 @@ def _wrapper(op: _Op) -> Callable:
         if not torch.compiler.is_compiling() and _transforms() is not None and "L" not in sig:
             if any(a.requires_grad or _is_wrapped(a) for a, c in zip(args, sig) if c == "t"):
                 define(sig, tuple(_spec_key(a, c) for a, c in zip(args, sig)))
+                if op.by_sig[sig][1][1]:  # seen returning (or writing) its argument: refused before it runs
+                    raise NotImplementedError(_func_returns_arg(op.name))
                 out = _Func.apply(op, sig, *args)[:-1]  # torch.func: an autograd.Function of its form
                 return out[0] if op.by_sig[sig][1][0] else _many(out, op)
         if not torch.compiler.is_compiling():
@@ -942,7 +967,11 @@ def _wrapper(op: _Op) -> Callable:
                     else:
                         out = op.forward_impl(sig, args)
                 else:
-                    out = hit[0](*args)
+                    _mode.eager = True  # an eager call of the registered operator, not a compiled graph's
+                    try:
+                        out = hit[0](*args)
+                    finally:
+                        _mode.eager = False
                     if out is None:  # an out= function
                         return None
                 return out[0] if hit[1][0] else _many(out, op)
@@ -955,7 +984,11 @@ def _wrapper(op: _Op) -> Callable:
         overload = getattr(packet, define(sig, tuple(_spec_key(a, c) for a, c in zip(args, sig)))[0]).default
         _mode.grad = torch.is_grad_enabled()
         fast[sig] = (overload, op.by_sig[sig][1])
-        out = overload(*args)
+        _mode.eager = True
+        try:
+            out = overload(*args)
+        finally:
+            _mode.eager = False
         if out is None:  # an out= function
             return None
         return out[0] if op.by_sig[sig][1][0] else _many(out, op)

@@ -792,3 +792,35 @@ def test_an_undeclared_out_write_into_a_tensor_requiring_grad_is_a_named_error(s
                                            r"functions with out=\.\.\. arguments don't support automatic "
                                            r"differentiation\. Its data has already changed: declare the write"):
         _call(path, sem_ops, "add_out", _t(5.0, 5.0, 5.0), _t(5.0, 5.0, 5.0), x * 1)
+
+
+def test_an_op_returning_its_input_compiled_before_any_eager_call_is_never_silently_wrong(sem_ops):
+    ns = opbuilder.to_torch(sem_ops, shape_fn={"ident": lambda a: Spec(a.shape, a.dtype)})
+
+    def f(x):
+        r = ns.ident(x)  # torch: an alias of x (view_as), which sees the write below
+        x.add_(1)
+        return r * 1
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match=r"^ident returns its argument unchanged, which a compiled graph cannot "
+                                           r"express .*its first call was compiled: torch.compile now leaves it out "
+                                           r"of the graph"):
+        torch.compile(f, backend="aot_eager")(_t(1.0, 2.0, 3.0))
+    torch._dynamo.reset()
+    assert torch.compile(f, backend="aot_eager")(_t(1.0, 2.0, 3.0)).tolist() == [2.0, 3.0, 4.0]
+    assert f(_t(1.0, 2.0, 3.0)).tolist() == [2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("warm", (False, True))
+def test_torch_func_through_a_markdirty_op_is_a_named_not_implemented_error(sem_ops, warm):
+    ns = opbuilder.to_torch(sem_ops)
+    if warm:
+        ns.scale_k(_t(1.0, 2.0), 3.0)  # seen writing its argument: refused before it runs
+    msg = r"^scale_k: under torch.func an operator may not return its argument \(unchanged or written in place"
+    with pytest.raises(NotImplementedError, match=msg):
+        torch.func.grad(lambda a: ns.scale_k(a * 1, 3.0).sum())(_t(1.0, 2.0))
+    b = torch.ones(2, 2, dtype=DOUBLE)
+    with pytest.raises(NotImplementedError, match=msg):
+        torch.func.vmap(lambda r: ns.scale_k(r, 3.0))(b)
+    if warm:
+        assert b.tolist() == [[1.0, 1.0], [1.0, 1.0]]
