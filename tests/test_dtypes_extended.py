@@ -145,7 +145,7 @@ def test_a_real_input_of_a_complex_op_gets_the_real_gradient():
 
 
 def test_complex_gradients_match_torch():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     z0, w0 = _z(4, 6), _z(4, 7)
     loss = LOSSES["mul_conj_sin"]
     gz = rt.grad(loss)(Tensor(z0, rt.complex128), Tensor(w0, rt.complex128))
@@ -227,13 +227,13 @@ def test_bf16_complex64_and_unsigned_round_trip_through_a_checkpoint(tmp_path):
     for k, a in tensors.items():
         assert back[k].asnumpy().dtype == a.dtype
         np.testing.assert_array_equal(back[k].asnumpy(), a)
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     from safetensors.torch import load_file
     assert load_file(str(path))["b"].dtype == torch.bfloat16  # PyTorch reads what this wrote
 
 
 def test_a_bf16_file_saved_by_torch_loads():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     from safetensors.torch import save
     t = torch.tensor([0.1, -7.25, 3e38], dtype=torch.bfloat16)
     import tempfile

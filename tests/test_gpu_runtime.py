@@ -133,7 +133,7 @@ def test_dlpack_round_trips_share_memory_with_cupy_and_torch():
     assert t.device == "GPU:0" and t._data.data.ptr == a.data.ptr
     b = cp.from_dlpack(t)
     assert b.data.ptr == a.data.ptr and t.__cuda_array_interface__["data"][0] == a.data.ptr
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     tt = torch.from_dlpack(t)
     assert tt.is_cuda and tt.data_ptr() == a.data.ptr
     back = rt.from_dlpack(tt)
@@ -408,7 +408,7 @@ def test_a_strided_cupy_view_reaches_a_function_op_as_a_contiguous_copy_as_on_th
 
 
 def test_torch_cuda_tensors_reach_a_cu_op_and_to_torch_gradchecks_on_the_device(cuda_ops):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     if not torch.cuda.is_available():
         pytest.skip(f"torch {torch.__version__} sees no GPU")
     import opbuilder
@@ -423,7 +423,7 @@ def test_torch_cuda_tensors_reach_a_cu_op_and_to_torch_gradchecks_on_the_device(
 
 
 def test_torch_cuda_tensors_through_the_bridge_use_torchs_allocator_and_stream(cuda_ops, torch_bridge, monkeypatch):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     if not torch.cuda.is_available():
         pytest.skip(f"torch {torch.__version__} sees no GPU")
     import opbuilder

@@ -51,7 +51,7 @@ def test_the_companion_gives_shapes_and_dtypes_without_running_forward(shape_ops
 
 
 def test_the_companion_is_not_an_operator_of_the_bridges(shape_ops):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     t = opbuilder.to_torch(shape_ops)
     assert hasattr(t, "outer") and not hasattr(t, "outer_infer_shape")
 
@@ -116,7 +116,7 @@ def test_a_debug_build_checks_without_the_environment(cache_dir):
 
 # ---- the bridges ----------------------------------------------------------------------------
 def test_torch_compile_fullgraph_through_infer_shape(shape_ops):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     t = opbuilder.to_torch(shape_ops)  # no shape_fn: the fake kernel asks InferShape
     f = torch.compile(lambda a, b: t.outer(a, b).sin(), fullgraph=True, backend="aot_eager")
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
@@ -134,7 +134,7 @@ def test_torch_compile_fullgraph_through_infer_shape(shape_ops):
 
 
 def test_torch_library_opcheck_through_infer_shape(shape_ops):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     t = opbuilder.to_torch(shape_ops)
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
     y = torch.randn(2, dtype=torch.float64, requires_grad=True)
@@ -144,7 +144,7 @@ def test_torch_library_opcheck_through_infer_shape(shape_ops):
 
 
 def test_a_given_shape_fn_wins_over_infer_shape(shape_ops):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     calls = []
 
     def rule(x, y):

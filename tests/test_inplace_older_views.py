@@ -16,7 +16,7 @@ from inplace_util import PyScale, PyAdd
 from runtime import Tensor
 from runtime.autograd import Function, grad
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
 
 pytestmark = pytest.mark.build  # the module's fixture compiles tests/cpp/inplace_view_ops.cpp
 

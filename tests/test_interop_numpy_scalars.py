@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
 
 import opbuilder  # noqa: E402
 

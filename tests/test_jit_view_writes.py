@@ -21,7 +21,7 @@ from inplace_util import PyScale, VIEWS as SHARED_VIEWS
 from runtime import Tensor, nn
 from runtime.autograd import grad, no_grad
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
 
 pytestmark = pytest.mark.build  # the module's fixture compiles tests/cpp/inplace_view_ops.cpp
 

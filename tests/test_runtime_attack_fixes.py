@@ -14,21 +14,19 @@ import numpy as np
 import pytest
 
 import runtime as rt
-from op_util import CPP, load_op
+from inplace_util import PyScale
 from runtime import Tensor
 from runtime.autograd import Function, grad, saved_tensors_hooks
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
 
 VIEW_OF_LEAF = (r"modifies argument 0 in place \((MarkDirty|mark_dirty)\), but it is a view of a leaf that "
                 r"requires grad")
 
 
 @pytest.fixture(scope="module")
-def ops(cache_dir):
-    pytest.importorskip("nanobind")
-    return load_op("inplace_view_ops", [CPP / "inplace_view_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
-                   binding="nanobind")
+def ops(inplace_view_ops):
+    return inplace_view_ops
 
 
 class PyIdent(Function):
@@ -41,21 +39,6 @@ class PyIdent(Function):
     @staticmethod
     def backward(ctx, g):
         return g
-
-
-class PyScale(Function):
-    """x *= k in place (mark_dirty)."""
-
-    @staticmethod
-    def forward(ctx, x, k):
-        x.asnumpy()[...] *= k
-        ctx.mark_dirty(x)
-        ctx.k = k
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * ctx.k, None
 
 
 class TIdent(torch.autograd.Function):
