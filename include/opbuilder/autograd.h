@@ -344,17 +344,6 @@ inline TensorPtr UnpackForeignSaved(const ForeignApi &api, void *packed) {
 
 inline PyRef WeakRef(PyObject *o) { return PyRef::Steal(Check(PyWeakref_NewRef(o, nullptr))); }
 
-// The object a weak reference points to, or None if it is gone.
-inline PyRef WeakTarget(PyObject *ref) {
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject *o = nullptr;
-  if (PyWeakref_GetRef(ref, &o) < 0) throw PythonError();
-  return o == nullptr ? PyRef::Borrow(Py_None) : PyRef::Steal(o);
-#else
-  return PyRef::Borrow(PyWeakref_GetObject(ref));
-#endif
-}
-
 // After Forward, before recording: dirty arguments, arguments changed without
 // MarkDirty (their fingerprints differ), dirty leaves that require grad.
 inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const TensorPtrList &outs,

@@ -131,8 +131,8 @@ inline bool RefreshViewArg(Tensor *t, Tensor *caller) {
   return (how & 2) != 0;
 }
 
-// What the weak reference `ref` points to, or None if it is gone.
-inline PyRef Referent(PyObject *ref) {
+// The object a weak reference points to, or None if it is gone (also autograd.h's).
+inline PyRef WeakTarget(PyObject *ref) {
 #if PY_VERSION_HEX >= 0x030D0000
   PyObject *o = nullptr;
   if (PyWeakref_GetRef(ref, &o) < 0) throw PythonError();
@@ -150,7 +150,7 @@ inline Refusal RecordingRefusal(PyObject *obj, PyObject *edge) {
   if (edge == obj) return Refusal::kLeaf;
   PyRef ref = PyRef::Steal(Check(PyObject_GetAttr(obj, BaseRefAttr())));
   if (ref.get() == Py_None) return Refusal::kNone;
-  PyRef base = Referent(ref.get());
+  PyRef base = WeakTarget(ref.get());
   if (base.get() == Py_None) return Refusal::kNone;
   const Runtime &rt = Runtime::Get();
   PyRef node = PyRef::Steal(Check(PyObject_GetAttr(base.get(), rt.s_node)));
