@@ -429,6 +429,15 @@ class _Op:
             f"out of the graph, so compile again (torch._dynamo.reset(), or call it once eagerly before "
             f"compiling)")
 
+    def _refuse_dirty_compiled(self) -> None:
+        """A MarkDirty write from a compiled graph traced before the op was seen writing: the graph took
+        the output for new memory, so its gradient cannot be right; later traces leave the op out."""
+        self.returns_args[0] = True
+        raise RuntimeError(
+            f"{self.name} writes its argument in place (MarkDirty), which a compiled graph cannot express, "
+            f"and its first call was compiled: torch.compile now leaves it out of the graph, so compile "
+            f"again (or call it once eagerly before compiling); this call's write has been done")
+
     def _refuse_out_grad(self, sig: str, args: Sequence[Any]) -> None:
         """torch's rule for out= functions: none while an argument requires grad (grad mode on)."""
         for a, c in zip(args, sig):
@@ -500,9 +509,11 @@ class _Op:
         """The registered operator's kernel (``kernel``: called by torch's dispatcher, from an eager call
         or from a compiled graph) and the eager path's without grad."""
         outs, call = self.record(sig, args)
-        if (kernel and not call.dirty and sig in self.traced and self.by_sig[sig][1][1]
-                and not getattr(_mode, "eager", False)):
-            self._refuse_compiled()
+        if kernel and sig in self.traced and self.by_sig[sig][1][1] and not getattr(_mode, "eager", False):
+            if not call.dirty:
+                self._refuse_compiled()
+            if not self.writes:  # here, before torch's own alias check (an error under CI=1, else a warning)
+                self._refuse_dirty_compiled()
         res = self.to_torch_outputs(sig, args, outs, call)
         _mode.last = (tuple(args), call)  # for setup_context, which torch calls right after on this thread
         return res
@@ -563,11 +574,7 @@ class _Op:
             with _rt.enable_grad():
                 outs, _ = self._run(rt_args)
             if any(v is not None and v.written for v in vcs):
-                self.returns_args[0] = True
-                raise RuntimeError(
-                    f"{self.name} writes its argument in place (MarkDirty), which a compiled graph cannot express, "
-                    f"and its first call was compiled: torch.compile now leaves it out of the graph, so compile "
-                    f"again (or call it once eagerly before compiling)")
+                self._refuse_dirty_compiled()
             call, retain = _Call(need, index, outs, nflat=len(vcs)), False
         else:
             retain = True  # torch may call backward again on its graph (gradcheck does)
@@ -627,6 +634,9 @@ class _Op:
                 torch.empty_like(t) for x, c in zip(a, sig) if c in "tL" for t in ([x] if c == "t" else x)],
                 lib=self.lib)
         bwd = getattr(getattr(torch.ops, self.ns), f"{opname}_backward").default
+        if not self.writes:  # kept in graphs even when its result is unused: until it has run, whether it
+            # writes an argument (MarkDirty) is unknown, and dead-code elimination would drop the write
+            torch.fx.node.has_side_effect(getattr(torch.ops, self.ns).__getattr__(opname).default)
         ntensor = sum(1 for c in sig if c in "tL")
 
         def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:

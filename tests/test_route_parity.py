@@ -228,6 +228,25 @@ def test_torch_compile_of_an_in_place_op_never_seen_eagerly_is_a_named_error(par
         f(x * 1).sum().backward()
 
 
+def test_torch_compile_keeps_an_in_place_call_whose_result_is_unused(parity_ops):
+    """A first compiled call whose result is unused is not dropped as dead code (its write would be lost
+    silently, in that call and every later run of the graph): it runs and is refused by name; the next
+    call leaves the graph and writes as eager does."""
+    ops = opbuilder.to_torch(parity_ops)
+
+    def f(x):
+        ops.scale_(x)
+        return x.sum()
+    g = torch.compile(f, backend="aot_eager")
+    x = torch.tensor(X)
+    with pytest.raises(RuntimeError, match=r"^scale_ writes its argument in place \(MarkDirty\), which a "
+                                           r"compiled graph cannot express, and its first call was compiled"):
+        g(x)
+    torch.testing.assert_close(x, torch.tensor(X * 3))  # the refused call had written, as the error says
+    torch.testing.assert_close(g(x), torch.tensor(X * 9).sum())
+    torch.testing.assert_close(x, torch.tensor(X * 9))
+
+
 # ---- JAX routes ---------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def parity_ffi_ops(cache_dir):
