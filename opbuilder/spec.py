@@ -30,7 +30,10 @@ class BuildSpec(NamedTuple):
     name: str
     sources: Tuple[Path, ...]
     backend: str
-    kind: str  # "module": a pybind11 extension; "library": a plain shared library (aot ops)
+    # "module": a Python extension (nanobind or pybind11); "library": a plain shared library (aot ops);
+    # "core": libobcore, the C++ API's compiled bodies; "runtime": nanobind's shared runtime;
+    # "torch_bridge": to_torch's C++ bridge
+    kind: str
     include_paths: Tuple[Path, ...]
     cflags: Tuple[str, ...]
     cuda_cflags: Tuple[str, ...]

@@ -8,7 +8,7 @@ built by ``opbuilder`` take part like built-in ones.
 ops, grad mode, jit's tracing flag). The other public names (``nn``,
 ``mint``, ``graph``, ``value_and_grad``, ``save_checkpoint`` ...) import
 their submodule on first use (PEP 562 ``__getattr__`` below), so a process
-pays for what it uses; tests/test_import_time.py guards the list.
+pays for what it uses; tests/test_lazy_imports.py guards the list.
 """
 from importlib import import_module
 from typing import Any, Dict, Tuple
