@@ -156,26 +156,58 @@ def test_the_float_operand_of_a_mixed_op_gets_its_gradient():
     np.testing.assert_array_equal(g.asnumpy(), [3.0, 1.0, 2.0])
 
 
+def _central_differences(fn, xs, eps=1e-6):
+    """d sum(fn(*xs)) / d xs by central differences in float64: numbers the op's rule never produced."""
+    grads = []
+    for k, x in enumerate(xs):
+        base = x.asnumpy().astype(np.float64)
+        g = np.zeros(base.shape)
+        for idx in np.ndindex(base.shape):
+            vals = []
+            for step in (eps, -eps):
+                moved = base.copy()
+                moved[idx] += step
+                args = [Tensor(moved) if j == k else Tensor(xs[j].asnumpy().copy()) for j in range(len(xs))]
+                with rt.no_grad():
+                    vals.append(float(fn(*args).asnumpy().sum()))
+            g[idx] = (vals[0] - vals[1]) / (2 * eps)
+        grads.append(g)
+    return grads
+
+
 def _written_after_forward_keeps_grad(fn, *shapes):
     """Each argument that the op's node declares unread (defvjp's reads_inputs) is overwritten in
-    place after the forward: the gradients must not change (a declaration that lies would let the
-    rule read the new values silently). An op made of several nodes is checked at its last one only
-    when that node takes the arguments themselves."""
+    place after the forward: the gradients must still match central differences taken (float64) at
+    the values the forward saw (a declaration that lies would let the rule read the new values
+    silently). Each argument it declares read, overwritten instead, must stop the backward with the
+    version error. An op made of several nodes is checked at its last one only when that node takes
+    the arguments themselves."""
     xs = [T(*s, positive=True) for s in shapes]
+    want = _central_differences(fn, xs)
     for x in xs:
         x.requires_grad_()
-    grads = rt.grad(lambda *a: fn(*a).sum(), tuple(range(len(xs))))(*xs)
-    want = [g.asnumpy() for g in (grads if isinstance(grads, tuple) else (grads,))]
     y = fn(*xs)
     node = y._node
-    unread = [i for i, (x, e) in enumerate(zip(xs, node.next_edges)) if e is x and not node.prim.reads_args[i]]
+    taken = [i for i, (x, e) in enumerate(zip(xs, node.next_edges)) if e is x]
+    unread = [i for i in taken if not node.prim.reads_args[i]]
     loss = y.sum()
     with rt.no_grad():
         for i in unread:
             xs[i][...] = 7.25
     loss.backward()
     for x, w in zip(xs, want):
-        np.testing.assert_allclose(x.grad.asnumpy(), w, rtol=1e-12)
+        np.testing.assert_allclose(x.grad.asnumpy(), w, rtol=1e-6, atol=1e-8)
+    for i in taken:
+        if i in unread:
+            continue
+        xs = [T(*s, positive=True).requires_grad_() for s in shapes]
+        loss = fn(*xs).sum()
+        with rt.no_grad():
+            xs[i][...] = 7.25
+        with pytest.raises(RuntimeError, match=rf"^one of the tensors needed for gradient computation has been "
+                                               rf"modified by an in-place operation: argument {i} of "
+                                               rf"{node.prim.name} is at version 1; expected version 0$"):
+            loss.backward()
     return unread
 
 
