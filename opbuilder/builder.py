@@ -38,7 +38,7 @@ from .published import verified_library
 from .relocate import portable, prefix_map_flags, project_root
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
-from .store import prebuilt_stores
+from .fleet.store import prebuilt_stores
 from .target import Target as _Target
 from .torch_bridge_build import KIND as BRIDGE_KIND, bridge_target
 from .toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc, links_with_lto,

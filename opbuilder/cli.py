@@ -45,7 +45,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.into is not None:
         from pathlib import Path
 
-        from .store import open_store
+        from .fleet.store import open_store
         into = open_store(Path(args.into))  # refused before compiling, if it is not ours or others can write it
     deps = []
     if args.library:
@@ -58,7 +58,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if into is not None:
         from pathlib import Path
 
-        from .store import install
+        from .fleet.store import install
         for extra in deps:
             dep = Path(extra)
             install(dep.parent.parent, dep.parent.name, into, _owner_of(dep.parent.parent))
@@ -79,7 +79,7 @@ def _owner_of(op_dir) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .bundle import export_bundle
+    from .fleet.bundle import export_bundle
     from .cache_dir import cache_root
     from .trust import trusted_root
 
@@ -93,9 +93,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .bundle import import_bundle
+    from .fleet.bundle import import_bundle
     from .cache_dir import cache_root
-    from .store import open_store
+    from .fleet.store import open_store
     from .trust import trusted_root
 
     store = open_store(Path(args.into)) if args.into else trusted_root(cache_root(args.cache_dir))

@@ -171,7 +171,7 @@ def _launcher() -> Check:
 
 def _prebuilt() -> List[Check]:
     from .errors import UnsafeCacheDirError
-    from .store import ENV
+    from .fleet.store import ENV
     from .trust import trusted_store
 
     out = []
@@ -219,7 +219,7 @@ def _store_entries(store: Path, owner: int) -> Tuple[int, int, List[Tuple[Path, 
     import json
 
     from .errors import UnsafeCacheDirError
-    from .store import KEY_RE, LIB_RE, OP_RE
+    from .fleet.store import KEY_RE, LIB_RE, OP_RE
     from .trust import check_dir, check_file, read_file
 
     unsafe: List[Tuple[Path, str]] = []

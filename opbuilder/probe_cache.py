@@ -145,7 +145,7 @@ def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple
 
 def _from_stores(lookup: str, schema: Dict[str, Any]) -> Optional[Facts]:
     """The facts a prebuilt store recorded for ``lookup``, if their files' stamps match here."""
-    from .store import prebuilt_stores
+    from .fleet.store import prebuilt_stores
 
     for store, owner in prebuilt_stores():
         file = str(store / FILE_NAME)
@@ -160,7 +160,7 @@ def stored_records(prefix: str, schema: Dict[str, Any], cache: Optional[Path] = 
     """(lookup, facts) of every well-formed record in the prebuilt stores (and the ``cache``, a checked
     root, first) whose lookup starts with ``prefix``, stamps not checked: for a node that lacks the
     files they came from (builder.py)."""
-    from .store import prebuilt_stores
+    from .fleet.store import prebuilt_stores
 
     out = []
     for store, owner in ([(cache, None)] if cache is not None else []) + prebuilt_stores():

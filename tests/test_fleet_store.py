@@ -531,7 +531,7 @@ def test_export_to_a_directory_or_into_a_missing_one_is_an_error_naming_it(fille
 
 
 def test_export_of_no_operator_is_an_error(tmp_path):
-    from opbuilder.bundle import export_bundle
+    from opbuilder.fleet.bundle import export_bundle
 
     with pytest.raises(ValueError, match=r"^export needs at least one operator name \(python -m opbuilder export "
                                          r"NAME\.\.\. -o FILE\.tar\)$"):

@@ -36,7 +36,7 @@ __all__ = ["export_bundle", "import_bundle"]
 
 def _intact_builds(op_dir: Path) -> List[str]:
     """Keys of the builds in ``op_dir`` whose library has the SHA-256 its build.json records."""
-    from .published import INFO, _library_record, _same_digest
+    from ..published import INFO, _library_record, _same_digest
 
     keys = []
     for d in sorted(op_dir.iterdir()):
@@ -67,9 +67,9 @@ def export_bundle(root: Path, names: Sequence[str], out: Path) -> List[str]:
     complete: on any failure ``out`` is as it was and no temporary file is left."""
     import json
 
-    from .fingerprint import manifest_path
-    from .published import INFO
-    from .trust import check_dir, read_file
+    from ..fingerprint import manifest_path
+    from ..published import INFO
+    from ..trust import check_dir, read_file
 
     _check_names(names)
     if out.is_dir():
@@ -80,8 +80,8 @@ def export_bundle(root: Path, names: Sequence[str], out: Path) -> List[str]:
                                 f"(create it first); nothing was written")
     members: List[str] = []
     files = []
-    from .core_lib import CORE_NAME
-    from .nanobind_runtime import RUNTIME_NAME
+    from ..core_lib import CORE_NAME
+    from ..nanobind_runtime import RUNTIME_NAME
     if any((root / n).is_dir() for n in names):
         # modules bound with nanobind load its shared runtime and the core library: they travel with them
         names = [*names, *(n for n in (RUNTIME_NAME, CORE_NAME) if (root / f"{n}.lib").is_dir())]
@@ -154,8 +154,8 @@ def import_bundle(bundle: Path, store: Path, cache: bool = False) -> List[Path]:
     import json
     import shutil
 
-    from .probe_cache import add_bundled_compilers
-    from .published import INFO
+    from ..probe_cache import add_bundled_compilers
+    from ..published import INFO
 
     try:
         tar = tarfile.open(bundle, "r:*")
@@ -197,8 +197,8 @@ def _install(op_dir: Path, key: str, target: Path, cache: bool) -> Path:
     pruning), with the cache's modes."""
     if not cache:
         return install(op_dir, key, target)
-    from .lock import build_lock
-    from .trust import make_dir
+    from ..lock import build_lock
+    from ..trust import make_dir
 
     name = op_dir.name[:-4] if op_dir.name.endswith(".lib") else op_dir.name
     with build_lock(make_dir(target / op_dir.name), name):
@@ -210,8 +210,8 @@ def _incomplete(op_dir: Path, key: str) -> str:
     SHA-256, no manifest, or a library that is not the one recorded), or "" if it can."""
     import json
 
-    from .fingerprint import manifest_path
-    from .published import INFO, _library_record
+    from ..fingerprint import manifest_path
+    from ..published import INFO, _library_record
 
     key_dir = op_dir / key
     data = _library_record(key_dir / INFO) if (key_dir / INFO).is_file() else None
@@ -222,7 +222,7 @@ def _incomplete(op_dir: Path, key: str) -> str:
     if not isinstance(base, str) or not KEY_RE.fullmatch(base):
         return "its build.json records no base key"
     if data.get("compiler") is not None:
-        from .probe_cache import compiler_facts_problem
+        from ..probe_cache import compiler_facts_problem
 
         why = compiler_facts_problem(data["compiler"])
         if why:
