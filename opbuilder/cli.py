@@ -158,7 +158,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import run_checks
+    from .diagnose.doctor import run_checks
 
     checks = run_checks()
     for c in checks:

@@ -70,7 +70,7 @@ def _library_problem(cupy: Any) -> Optional[str]:
     The cupy-cudaXXx wheels bring neither: they come from a CUDA toolkit or the ``[ctk]`` extra.
     Needs no device: only the libraries are loaded.
     """
-    from opbuilder.doctor_cuda import cupy_library_problems  # doctor's check of the same libraries
+    from opbuilder.diagnose.doctor_cuda import cupy_library_problems  # doctor's check of the same libraries
 
     missing = cupy_library_problems(cupy)
     if not missing:

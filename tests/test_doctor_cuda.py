@@ -8,7 +8,7 @@ import time
 import pytest
 
 from builder_util import PYTHON, REAL_CXX, child_env
-from opbuilder.doctor_cuda import cuda_mismatches, driver_cuda_major
+from opbuilder.diagnose.doctor_cuda import cuda_mismatches, driver_cuda_major
 from opbuilder.probe_cache import SETTLE_NS
 from opbuilder.toolchain import which
 

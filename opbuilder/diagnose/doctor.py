@@ -21,9 +21,9 @@ _CXX17 = ("#include <optional>\n#include <utility>\n"
 
 
 def _cache_dir() -> Check:
-    from .cache_dir import cache_root
-    from .errors import UnsafeCacheDirError
-    from .trust import trusted_root
+    from ..cache_dir import cache_root
+    from ..errors import UnsafeCacheDirError
+    from ..trust import trusted_root
 
     root = cache_root()
     if not root.exists():
@@ -45,7 +45,7 @@ def _cache_dir() -> Check:
 
 
 def _compiler() -> List[Check]:
-    from .toolchain import find_compiler
+    from ..toolchain import find_compiler
 
     try:
         cxx = find_compiler(None)
@@ -69,8 +69,8 @@ def _compiler() -> List[Check]:
 
 
 def _python() -> List[Check]:
-    from .headers import include_dir
-    from .toolchain import python_info
+    from ..headers import include_dir
+    from ..toolchain import python_info
 
     checks = []
     try:
@@ -98,8 +98,8 @@ def _python() -> List[Check]:
 
 def _nanobind() -> List[Check]:
     """nanobind (the default binding, OB_MODULE) and the two libraries its operators load first."""
-    from .cache_dir import cache_root
-    from .toolchain import nanobind_info
+    from ..cache_dir import cache_root
+    from ..toolchain import nanobind_info
 
     root = cache_root()
     try:
@@ -110,9 +110,9 @@ def _nanobind() -> List[Check]:
     checks = [Check("nanobind", "ok", f"{info.version} ({info.include})")]
     if not root.is_dir():
         return checks
-    from .builder import _cached
-    from .core_lib import core_spec
-    from .nanobind_runtime import runtime_spec
+    from ..builder import _cached
+    from ..core_lib import core_spec
+    from ..nanobind_runtime import runtime_spec
 
     for what, spec in (("nanobind runtime", runtime_spec(root)), ("opbuilder core library", core_spec(root))):
         lib = _cached(spec)
@@ -123,7 +123,7 @@ def _nanobind() -> List[Check]:
 
 
 def _ninja() -> Check:
-    from .toolchain import ninja_path
+    from ..toolchain import ninja_path
 
     try:
         exe = ninja_path()
@@ -139,7 +139,7 @@ def _ninja() -> Check:
 
 
 def _jobs() -> Check:
-    from .toolchain import default_jobs
+    from ..toolchain import default_jobs
 
     try:
         jobs = default_jobs()
@@ -156,7 +156,7 @@ def _cuda() -> List[Check]:
 
 
 def _launcher() -> Check:
-    from .launcher import ENV, compiler_launcher
+    from ..launcher import ENV, compiler_launcher
 
     if not os.environ.get(ENV, "").strip():
         return Check("compiler launcher", "ok", f"none ({ENV} is not set; sccache or ccache would cache compiles)")
@@ -170,9 +170,9 @@ def _launcher() -> Check:
 
 
 def _prebuilt() -> List[Check]:
-    from .errors import UnsafeCacheDirError
-    from .fleet.store import ENV
-    from .trust import trusted_store
+    from ..errors import UnsafeCacheDirError
+    from ..fleet.store import ENV
+    from ..trust import trusted_store
 
     out = []
     for entry in filter(None, os.environ.get(ENV, "").split(":")):
@@ -218,9 +218,9 @@ def _store_entries(store: Path, owner: int) -> Tuple[int, int, List[Tuple[Path, 
     calls per build however big the store is."""
     import json
 
-    from .errors import UnsafeCacheDirError
-    from .fleet.store import KEY_RE, LIB_RE, OP_RE
-    from .trust import check_dir, check_file, read_file
+    from ..errors import UnsafeCacheDirError
+    from ..fleet.store import KEY_RE, LIB_RE, OP_RE
+    from ..trust import check_dir, check_file, read_file
 
     unsafe: List[Tuple[Path, str]] = []
     broken: List[Tuple[Path, str]] = []
