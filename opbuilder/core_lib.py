@@ -2,16 +2,16 @@
 
 Most of what an operator used to compile was the same in every operator: the runtime bridge,
 the recorded node, RecordOutputs, the fingerprints, error translation (the functions marked
-``OB_CORE_FN`` in include/opbuilder). A nanobind operator now only declares them (it is built with
-``-DOB_CORE_TAG=<tag>``, see include/opbuilder/detail/core_lib.h) and this library, built from
-include/opbuilder/core_lib.cpp, defines them. It is built through the same pipeline as an
+``OB_CORE_FN`` in include/opbuilder, their bodies in src/core/). A nanobind operator only declares
+them (it is built with ``-DOB_CORE_TAG=<tag>``, see include/opbuilder/detail/core_lib.h) and this
+library, built from src/core/core_lib.cpp, defines them. It is built through the same pipeline as an
 operator (keyed, locked, verified, published atomically; ``_obcore.lib`` in the cache, listed by
 ``cache list``, carried by ``build --into`` stores and bundles, like nanobind's runtime) and loaded
 with RTLD_GLOBAL before the operator is imported.
 
-The tag is a digest of opbuilder's headers, the C++ compiler and the Python ABI, and it is part of
-every exported symbol's name (an ``abi_tag``): an operator built from other headers needs, and
-binds to, the core library built from those, so two versions loaded in one process never mix.
+The tag is a digest of opbuilder's headers and core sources, the C++ compiler and the Python ABI,
+and it is part of every exported symbol's name (an ``abi_tag``): an operator built from other
+headers needs, and binds to, the core library built from those, so two versions loaded in one process never mix.
 Builds that must see every function (pybind11 operators, sanitizer builds, CUDA sources, flags that
 change the C++ library's ABI) keep compiling them inline, as before.
 """
@@ -22,8 +22,8 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .fingerprint import digest_of
-from .headers import include_dir
+from .cache.fingerprint import digest_of
+from .headers import source_dir
 from .spec import BuildSpec
 
 __all__ = ["CORE_NAME", "CORE_FILE", "core_tag", "core_spec", "uses_core", "compiler_view", "layout_flag_error",
@@ -114,8 +114,8 @@ def layout_flag_error(name: str, flags: Sequence[str], what: str = "cflags") -> 
 
 
 def core_spec(root: Path, verbose: bool = False) -> BuildSpec:
-    """The build of the core library from the installed headers, in the cache ``root``."""
-    return BuildSpec(name=CORE_NAME, sources=(include_dir() / "opbuilder" / "core_lib.cpp",), backend="CPU",
+    """The build of the core library from the installed headers and sources, in the cache ``root``."""
+    return BuildSpec(name=CORE_NAME, sources=(source_dir() / "core" / "core_lib.cpp",), backend="CPU",
                      kind="core", include_paths=(), cflags=(), cuda_cflags=(), ldflags=(), debug=False,
                      verbose=verbose, root=root)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .fingerprint import digest_of
-from .headers import include_dir
+from .cache.fingerprint import digest_of
+from .headers import include_dir, source_dir
 from .spec import BuildSpec
 from .target import Target
 from .toolchain import ext_suffix, python_headers
@@ -17,7 +17,7 @@ from .toolchain import ext_suffix, python_headers
 __all__ = ["MODULE", "KIND", "bridge_spec", "bridge_target"]
 
 MODULE = "_opbuilder_torch_bridge"  # also its cache directory's name: _opbuilder_torch_bridge.lib
-# the opbuilder headers torch_bridge.cpp includes (keyed by their contents: bridge_target)
+# the opbuilder headers src/torch_bridge.cpp includes (keyed by their contents: bridge_target)
 _HEADERS = ("opbuilder/detail/foreign_api.h", "opbuilder/detail/visibility.h", "opbuilder/detail/core_lib.h")
 KIND = "torch_bridge"  # its BuildSpec's kind (builder._target asks bridge_target for its flags)
 
@@ -33,7 +33,7 @@ def bridge_spec(root: Path, verbose: bool = False) -> BuildSpec:
     published atomically as ``_opbuilder_torch_bridge.lib``, listed by ``cache list``, removed by
     ``cache clean``, found in prebuilt stores). Its compile flags come from ``bridge_target``."""
     lib = _torch_dir() / "lib"
-    return BuildSpec(name=MODULE, sources=(include_dir() / "opbuilder" / "torch_bridge.cpp",), backend="CPU",
+    return BuildSpec(name=MODULE, sources=(source_dir() / "torch_bridge.cpp",), backend="CPU",
                      kind=KIND, include_paths=(), cflags=(), cuda_cflags=(),
                      ldflags=(f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"),
                      debug=False, verbose=verbose, root=root)

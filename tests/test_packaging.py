@@ -38,7 +38,8 @@ def test_wheel_contains_packages_headers_and_examples(wheel):
     for must in ["opbuilder/__init__.py", "runtime/__init__.py", "opbuilder/include/opbuilder/extension.h",
                  "opbuilder/include/ms_extension.h", "opbuilder/custom_src/function_ops.cpp",
                  "opbuilder/include/opbuilder/aot.h", "runtime/ops/aot_call.cpp", "opbuilder/custom_src/aot_add.cpp",
-                 "opbuilder/include/opbuilder/core_lib.cpp"]:  # the core library's source (core_lib.py)
+                 "opbuilder/src/core/core_lib.cpp",  # the core library's sources (core_lib.py)
+                 "opbuilder/src/core/tensor.cpp", "opbuilder/src/torch_bridge.cpp"]:
         assert must in names, must
 
 

@@ -179,9 +179,6 @@ inline ContextState &State(AutogradContext &ctx) { return ctx.st_; }
 inline const ContextState &State(const AutogradContext &ctx) { return ctx.st_; }
 
 // ---- what the node (function_node.h) needs of a context -------------------
-#if OB_CORE_BODIES  // a member: declared in its class
-OB_CORE_FN void ContextDeleter::operator()(AutogradContext *ctx) const { delete ctx; }
-#endif
 inline bool ContextMaterializeGrads(const AutogradContext &ctx) { return State(ctx).materialize_grads; }
 inline void ContextRelease(AutogradContext &ctx) {
   State(ctx).released = true;
@@ -194,32 +191,10 @@ inline int ContextVisit(AutogradContext &ctx, visitproc visit, void *arg) {
 }
 inline void ContextClear(AutogradContext &ctx) { ctx.saved_data.clear(); }
 
-OB_CORE_FN std::string Demangle(const char *name) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-#if defined(__GNUG__)
-  int status = 0;
-  char *s = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  if (status == 0 && s != nullptr) {
-    std::string out(s);
-    std::free(s);
-    return out;
-  }
-#endif
-  return name;
-}
-#endif
+OB_CORE_FN std::string Demangle(const char *name);
 
 // A class's name for messages from its typeid name: demangled, "(anonymous namespace)::" left out.
-OB_CORE_FN std::string DisplayName(const char *mangled) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  std::string n = Demangle(mangled);
-  const std::string anon = "(anonymous namespace)::";
-  for (std::size_t p; (p = n.find(anon)) != std::string::npos;) n.erase(p, anon.size());
-  return n;
-}
-#endif
+OB_CORE_FN std::string DisplayName(const char *mangled);
 
 // The class name for messages, made once.
 template <typename T>
@@ -309,31 +284,7 @@ inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPt
 
 // Outputs without recording: dirty arguments' versions go up; other returned
 // arguments become aliases (new Python objects over the same memory).
-OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, TensorPtrList outs) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  CheckOutputs(outs, *c.name);
-  if (!c.dirty.empty()) FinishDirty(rt, c, outs);
-  for (auto &o : outs) {
-    const int i = c.ArgIndex(o.get());
-    if (i >= 0 && !c.IsDirty(o.get())) {
-      // an argument returned unchanged: a new tensor over the caller's memory that shares its version
-      // counter (call_rules.h), so a later write through either is seen by every check
-      Tensor *caller = c.originals != nullptr && c.originals[i] != nullptr ? c.originals[i] : o.get();
-      PyObject *arg = caller->py_object();
-      o = std::make_shared<Tensor>(*caller);
-      if (arg != nullptr) {
-        PyRef obj = PyRef::Steal(ToPython(rt, o));
-        ShareVersion(obj.get(), arg);
-      }
-    }
-  }
-  c.args = nullptr;
-  c.originals = nullptr;
-  c.nargs = 0;
-  return outs;
-}
-#endif
+OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, TensorPtrList outs);
 
 // A tensor saved through a bridge's saved-tensor hooks (ForeignApi::pack), as its unpack hook gives it back.
 inline TensorPtr UnpackForeignSaved(const ForeignApi &api, void *packed) {
@@ -402,115 +353,7 @@ inline void PackSaved(const Runtime &rt, ContextState &c, PyObject *hooks) {
 OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradContext, ContextDeleter> ctx,
                                    const TensorPtrList &outs, PyObject *edges,
                                    const std::uint64_t *fingerprints, double phase, BackwardFn backward,
-                                   ErrorFn set_error, PyObject *name_py) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  ContextState &c = State(*ctx);
-  CheckOutputs(outs, *c.name);
-  CheckForwardWrites(rt, c, outs, fingerprints, phase);
-
-  auto state = std::make_unique<NodeState>();
-  state->backward = backward;
-  state->set_error = set_error;
-  state->in_meta.reserve(c.nargs);
-  for (std::size_t i = 0; i < c.nargs; ++i) state->in_meta.push_back(MetaOf(c.args[i]));
-  state->out_meta.reserve(outs.size());
-  for (const auto &t : outs) state->out_meta.push_back(MetaOf(t.get()));
-  state->ctx = std::move(ctx);
-  PyRef node = PyRef::Steal(NewNode(state.release(), edges, name_py));
-
-  TensorPtrList result;
-  result.reserve(outs.size());
-  PyObject *out_objs_small[4];
-  std::vector<PyObject *> out_objs_big;
-  PyObject **out_objs = outs.size() <= 4 ? out_objs_small : (out_objs_big.resize(outs.size()), out_objs_big.data());
-  for (std::size_t j = 0; j < outs.size(); ++j) {
-    TensorPtr o = outs[j];
-    const int ai = c.ArgIndex(o.get());
-    const bool is_arg = ai >= 0;
-    PyObject *unchanged_arg = nullptr;  // the caller's object of an argument returned unchanged
-    if (is_arg && !c.IsDirty(o.get())) {
-      Tensor *caller = c.originals != nullptr && c.originals[ai] != nullptr ? c.originals[ai] : o.get();
-      unchanged_arg = caller->py_object();
-      o = std::make_shared<Tensor>(*caller);  // over the caller's memory, never Forward's private copy
-    } else if (!(is_arg && c.IsDirty(o.get()) && o->py_object() != nullptr) && (is_arg || o->py_object() != nullptr)) {
-      o = Alias(o);  // never rewrite the history of a tensor that is not ours, unless in place
-    }
-    PyRef obj = PyRef::Steal(ToPython(rt, o));
-    if (unchanged_arg != nullptr) ShareVersion(obj.get(), unchanged_arg);
-    if (!c.IsNonDifferentiable(outs[j].get()) && IsDifferentiable(o->dtype())) {  // integer outputs: no gradient
-      Check(PyObject_SetAttr(obj.get(), rt.s_node, node.get()));
-      if (j != 0) {  // 0 is the class default
-        PyRef idx = PyRef::Steal(Check(PyLong_FromSize_t(j)));
-        Check(PyObject_SetAttr(obj.get(), rt.s_out_index, idx.get()));
-      }
-      Check(PyObject_SetAttr(obj.get(), rt.s_requires_grad, Py_True));
-      TensorAccess::SetRequiresGrad(*o, true);
-    }
-    out_objs[j] = obj.get();  // kept alive by `result`
-    result.push_back(std::move(o));
-  }
-
-  // Saved tensors: outputs are held without their Python object (a weak
-  // reference tracks their version), so the node does not keep itself alive.
-  c.saved.clear();
-  c.saved.reserve(c.saved_raw.size());
-  for (const auto &s : c.saved_raw) {
-    SavedSlot slot;
-    if (s) {
-      const int oj = IndexOf(outs, s.get());
-      if (oj >= 0 && c.ArgIndex(s.get()) >= 0 && !c.IsDirty(s.get())) {
-        // an argument returned unchanged: its own version, and each output over it
-        slot.tensor = s;
-        if (PyObject *p = s->py_object()) {
-          slot.version_source = PyRef::Borrow(p);
-          slot.version = PyVersion(rt, p);
-        }
-        for (std::size_t j = 0; j < outs.size(); ++j) {
-          if (outs[j].get() != s.get()) continue;
-          VersionWatch w;
-          w.source = WeakRef(out_objs[j]);
-          w.weak = true;
-          w.version = PyVersion(rt, out_objs[j]);
-          slot.aliases.push_back(std::move(w));
-        }
-      } else if (oj >= 0) {
-        PyObject *obj = out_objs[oj];
-        slot.tensor = Alias(s);
-        slot.version_source = WeakRef(obj);
-        slot.weak = true;
-        slot.version = PyVersion(rt, obj);
-      } else {
-        slot.tensor = s;
-        if (PyObject *p = s->py_object()) {
-          slot.version_source = PyRef::Borrow(p);
-          slot.version = PyVersion(rt, p);
-        }
-      }
-    }
-    c.saved.push_back(std::move(slot));
-  }
-  c.saved_raw.clear();
-  c.saved_final = true;
-  if (PyRef hooks = SavedTensorHooks(rt)) PackSaved(rt, c, hooks.get());
-  // a view written in place (MarkDirty) that is now this node's output: its base's history is rebased
-  for (std::size_t k = 0; k < c.dirty.size(); ++k) {
-    const Tensor *d = c.dirty[k].get();
-    bool seen = false;
-    for (std::size_t m = 0; m < k; ++m) seen = seen || c.dirty[m].get() == d;
-    if (seen || d->py_object() == nullptr || c.IsNonDifferentiable(d) || !IsDifferentiable(d->dtype())) continue;
-    RebaseView(d->py_object(), static_cast<std::size_t>(c.ArgIndex(d)));
-  }
-  c.args = nullptr;  // Backward uses NeedsInputGrad(i); do not keep arguments alive
-  c.originals = nullptr;
-  c.nargs = 0;
-  // Only Apply reads these. A dirty input is now an output of this node: holding it here
-  // would make a cycle (tensor -> node -> ctx -> tensor) that the collector cannot see.
-  TensorPtrList().swap(c.dirty);
-  TensorPtrList().swap(c.non_differentiable);
-  return result;
-}
-#endif
+                                   ErrorFn set_error, PyObject *name_py);
 
 inline TensorPtrList AsList(TensorPtr t) { return TensorPtrList{std::move(t)}; }
 inline TensorPtrList AsList(TensorPtrList l) { return l; }
@@ -524,18 +367,7 @@ R FromList(TensorPtrList l) {
 }
 
 // The edge to argument `t` (which requires grad): itself if a leaf, else (node, index). New reference.
-OB_CORE_FN PyObject *EdgeOf(const Runtime &rt, PyObject *t) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  PyRef node = PyRef::Steal(Check(PyObject_GetAttr(t, rt.s_node)));
-  if (node.get() == Py_None) {
-    Py_INCREF(t);
-    return t;
-  }
-  PyRef idx = PyRef::Steal(Check(PyObject_GetAttr(t, rt.s_out_index)));
-  return Check(PyTuple_Pack(2, node.get(), idx.get()));
-}
-#endif
+OB_CORE_FN PyObject *EdgeOf(const Runtime &rt, PyObject *t);
 
 inline bool WantsGrad(const Tensor *t) {
   return t != nullptr && t->requires_grad() && t->py_object() != nullptr && IsDifferentiable(t->dtype());
@@ -570,15 +402,7 @@ inline bool NeedsPrivateCopy(const Tensor &t) { return !t.is_contiguous() || !t.
 
 // A private contiguous copy standing for `t`: same requires_grad, bound to the
 // same runtime.Tensor (so grad edges, versions and MarkDirty refer to the caller's).
-OB_CORE_FN TensorPtr PrivateCopy(const Tensor &t) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  TensorPtr c = t.contiguous_copy();
-  TensorAccess::SetRequiresGrad(*c, t.requires_grad());
-  if (PyObject *o = t.py_object()) TensorAccess::BindPython(*c, PyRef::Borrow(o));
-  return c;
-}
-#endif
+OB_CORE_FN TensorPtr PrivateCopy(const Tensor &t);
 
 // What Forward gets for an argument: tensors (TensorPtr, std::optional<TensorPtr>,
 // the elements of a TensorPtrList) made contiguous where needed (the copy kept in
@@ -655,70 +479,7 @@ inline void AutogradContext::VersionError(std::size_t slot, std::int64_t now, st
                            std::to_string(now) + ", but was saved at version " + std::to_string(version));
 }
 
-#if OB_CORE_BODIES  // members: declared in their class
-OB_CORE_FN AutogradContext::~AutogradContext() = default;
 
-OB_CORE_FN void AutogradContext::SaveForBackward(const TensorPtrList &tensors) { st_.saved_raw = tensors; }
-
-OB_CORE_FN void AutogradContext::MarkNonDifferentiable(const TensorPtrList &outputs) {
-  st_.non_differentiable.insert(st_.non_differentiable.end(), outputs.begin(), outputs.end());
-}
-
-OB_CORE_FN void AutogradContext::MarkDirty(const TensorPtrList &inputs) {
-  st_.dirty.insert(st_.dirty.end(), inputs.begin(), inputs.end());
-  detail::NoteWrites(st_.writes);  // this Function type writes: its later calls keep what a refusal puts back
-}
-
-OB_CORE_FN bool AutogradContext::NeedGrad(const TensorPtr &tensor) const {
-  if (st_.args == nullptr) {
-    throw std::runtime_error(function_name() +
-                             ": NeedGrad(tensor) works inside Forward; in Backward use NeedsInputGrad(i)");
-  }
-  const int i = st_.ArgIndex(tensor.get());
-  return i >= 0 && NeedsInputGrad(static_cast<std::size_t>(i));
-}
-#endif
-
-#if OB_CORE_BODIES  // a member: declared in its class
-OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
-  const detail::ContextState &st = st_;
-  if (st.released) {
-    throw std::runtime_error(function_name() +
-                             ": saved tensors were freed after the first backward; pass retain_graph=True");
-  }
-  if (!st.saved_final) return st.saved_raw;  // inside Forward
-  detail::GilForRefcount gil;  // versions live in Python objects; Backward may have released the GIL
-  const auto &rt = detail::Runtime::Get();
-  TensorPtrList out;
-  out.reserve(st.saved.size());
-  for (std::size_t i = 0; i < st.saved.size(); ++i) {
-    const detail::SavedSlot &s = st.saved[i];
-    if (s.packed) {  // what torch's unpack hook gives back; unchecked, as torch checks no hooked tensor's version
-      out.push_back(detail::UnpackForeignSaved(**rt.bridge_slot, s.packed.get()));
-      continue;
-    }
-    if (s.hooked) {  // the runtime's saved_tensors_hooks: what unpack returns, unchecked likewise
-      detail::PyRef t = detail::PyRef::Steal(detail::Check(
-          PyObject_CallOneArg(PyTuple_GET_ITEM(s.hooked.get(), 0), PyTuple_GET_ITEM(s.hooked.get(), 1))));
-      if (!PyObject_TypeCheck(t.get(), rt.tensor_type)) {
-        throw detail::TypeError(function_name() + ": the saved_tensors_hooks unpack hook returned a " +
-                                Py_TYPE(t.get())->tp_name + " for saved slot " + std::to_string(i) +
-                                "; it must return a runtime.Tensor");
-      }
-      out.push_back(detail::TensorFromPy(rt, t.get()));
-      continue;
-    }
-    if (s.watch) {
-      const std::int64_t now = (*rt.bridge_slot)->watched(s.watch.get());
-      if (now != s.version) VersionError(i, now, s.version);
-    }
-    CheckSavedVersion(rt, i, s.version_source.get(), s.weak, s.version);
-    for (const auto &w : s.aliases) CheckSavedVersion(rt, i, w.source.get(), w.weak, w.version);
-    out.push_back(s.tensor);
-  }
-  return out;
-}
-#endif
 
 namespace detail OB_HIDDEN {
 
@@ -827,83 +588,11 @@ inline bool IsIncoming(const Tensor &t, const ForeignTensor *grads, std::size_t 
 
 // ForeignNode::backward: the framework's gradients in, Backward's (checked, owned) out.
 OB_CORE_FN int ForeignBackward(void *state, const ForeignTensor *grads, std::size_t ngrads, ForeignTensor *out,
-                               void **keep, std::size_t nargs) noexcept OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  auto *s = static_cast<ForeignNodeState *>(state);
-  for (std::size_t i = 0; i < nargs; ++i) {
-    out[i] = ForeignTensor{nullptr, nullptr, nullptr, -1, 0, 0, nullptr, -1};
-    keep[i] = nullptr;
-  }
-  try {
-    TensorPtrList gl;
-    gl.reserve(ngrads);
-    for (std::size_t j = 0; j < ngrads; ++j) {
-      gl.push_back(grads[j].ndim < 0 ? nullptr : TensorFromForeign(*s->api, grads[j], false));
-    }
-    const ContextState &st = State(*s->ctx);
-    const std::string &name = *st.name;
-    TensorPtrList res = s->backward(s->ctx.get(), std::move(gl));
-    const std::size_t n = res.size();
-    for (std::size_t i = n; i < nargs; ++i) {
-      if (i < st.needs.size() && st.needs[i]) {
-        throw std::runtime_error("backward of " + name + " returned " + std::to_string(n) +
-                                 " gradients, but its forward took " + std::to_string(nargs) + " arguments and argument " +
-                                 std::to_string(i) + " needs a gradient (return one gradient, or None, per argument)");
-      }
-    }
-    for (std::size_t i = nargs; i < n; ++i) {
-      if (res[i]) {
-        throw std::runtime_error("backward of " + name + " returned " + std::to_string(n) +
-                                 " gradients, but its forward took " + std::to_string(nargs) +
-                                 " arguments (expected one gradient, or None, per argument)");
-      }
-    }
-    const Runtime &rt = Runtime::Get();
-    for (std::size_t i = 0; i < n && i < nargs; ++i) {
-      if (!res[i]) continue;
-      const TensorMeta &m = s->in_meta[i];
-      if (!m.is_tensor) {
-        throw std::runtime_error("backward of " + name + " returned a gradient for argument " + std::to_string(i) +
-                                 ", which is not a tensor");
-      }
-      if (i >= st.needs.size() || !st.needs[i]) continue;  // nothing to send it to
-      if (res[i]->dtype() != m.dtype) {
-        throw TypeError("backward of " + name + " returned a gradient of dtype " + DataTypeName(res[i]->dtype()) +
-                        " for argument " + std::to_string(i) + ", whose dtype is " + DataTypeName(m.dtype));
-      }
-      // a gradient owns its memory: a saved or input tensor, or a view of an incoming gradient, goes
-      // out as a copy; an incoming gradient itself goes back as torch's own tensor (the bridge)
-      TensorPtr r = IsIncoming(*res[i], grads, ngrads) || FreshGradient(rt, res[i]) ? res[i] : res[i]->contiguous_copy();
-      out[i] = ForeignOf(*r);
-      keep[i] = out[i].handle;
-    }
-    return 0;
-  } catch (...) {
-    for (std::size_t i = 0; i < nargs; ++i) {
-      if (keep[i] != nullptr) DropForeignKeep(keep[i]);
-      keep[i] = nullptr;
-      out[i].ndim = -1;
-    }
-    s->set_error();
-    return -1;
-  }
-}
-#endif
+                               void **keep, std::size_t nargs) noexcept;
 
-OB_CORE_FN void ForeignRelease(void *state) noexcept OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  ContextRelease(*static_cast<ForeignNodeState *>(state)->ctx);
-}
-#endif
+OB_CORE_FN void ForeignRelease(void *state) noexcept;
 
-OB_CORE_FN void ForeignDestroy(void *state) noexcept OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  delete static_cast<ForeignNodeState *>(state);
-}
-#endif
+OB_CORE_FN void ForeignDestroy(void *state) noexcept;
 
 // Keeps framework tensor `o`'s version counter (not `o`) in `slot`, with its version now.
 inline void WatchVersion(const ForeignApi &api, PyObject *o, SavedSlot &slot) {
@@ -918,298 +607,17 @@ inline void WatchVersion(const ForeignApi &api, PyObject *o, SavedSlot &slot) {
 // argument needs a gradient, the node recorded in the framework's graph. Saved arguments' versions
 // are the framework's; a saved output is kept without its object (no cycle through the node).
 OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, const FunctionCall &f,
-                                   TensorPtr *single, TensorPtrList *list) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  bool wants = false;
-  for (std::size_t i = 0; i < f.nargs; ++i) wants = wants || ForeignWantsGrad(CallerArg(f, i));
-  const bool record = wants && api.grad_enabled() != 0;
-  std::unique_ptr<AutogradContext, ContextDeleter> ctx(new AutogradContext);
-  ContextState &st = State(*ctx);
-  BeginContext(st, f);
-  std::vector<void *> inputs(f.nargs, nullptr);
-  std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
-  double phase = 0;
-  // torch's rule, decided before Forward (call_rules.h): an expanded (stride-0) argument is never
-  // written; a refused write is undone before the error (torch's leaf and view rules: record()).
-  // What a write would be refused for is kept only where the Function type may write (KeepsArguments).
-  const bool keeps = KeepsArguments(f.writes);
-  std::optional<ProtectedArgs> guard;  // made only for a call with an argument to protect
-  std::vector<std::string> refused;  // per argument while recording: torch's refusal of a write into it, if any
-  for (std::size_t i = 0; keeps && i < f.nargs; ++i) {
-    if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) {
-      ProtectArg(guard ? *guard : guard.emplace(), f, i, Refusal::kOverlap);
-    } else if (record && ForeignWantsGrad(CallerArg(f, i))) {  // a leaf that requires grad, a view of one, ...
-      if (const char *why = api.write_refusal(ForeignHandle(*CallerArg(f, i)))) {
-        refused.resize(f.nargs);
-        refused[i] = why;
-        ProtectArg(guard ? *guard : guard.emplace(), f, i, Refusal::kLeaf);
-      }
-    }
-  }
-  if (record) {
-    st.needs.assign(f.nargs, false);
-    for (std::size_t i = 0; i < f.nargs; ++i) {
-      if (!ForeignWantsGrad(CallerArg(f, i))) continue;
-      st.needs[i] = true;
-      inputs[i] = ForeignHandle(*CallerArg(f, i));
-    }
-    phase = NextFingerprintPhase();
-    for (std::size_t i = 0; i < f.nargs; ++i) {
-      if (f.args[i] != nullptr) fingerprints[i] = Fingerprint(*f.args[i], phase);
-    }
-    const int prev = api.set_grad_enabled(0);
-    try {
-      f.forward(ctx.get(), f.call, single, list);
-    } catch (...) {
-      api.set_grad_enabled(prev);
-      throw;
-    }
-    api.set_grad_enabled(prev);
-  } else {
-    f.forward(ctx.get(), f.call, single, list);
-  }
-  for (const auto &d : st.dirty) {  // torch's refusal, in its words, with what Forward wrote undone
-    const int i = st.ArgIndex(d.get());
-    if (i < 0 || static_cast<std::size_t>(i) >= refused.size() || refused[i].empty()) continue;
-    guard->Restore();
-    throw std::runtime_error(*f.name + ": " + refused[i]);
-  }
-  if (guard) {
-    CheckRefusals(st, *guard);
-  } else if (!keeps && !st.dirty.empty()) {  // the same rules, decided now: nothing was kept
-    LateRefusal(rt, st, f, false, [&](std::size_t i) -> std::string {
-      if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) return RefusalMessage(Refusal::kOverlap, *f.name, i);
-      if (!record || !ForeignWantsGrad(CallerArg(f, i))) return std::string();
-      const char *why = api.write_refusal(ForeignHandle(*CallerArg(f, i)));
-      return why == nullptr ? std::string() : *f.name + ": " + why;
-    });
-  }
-  const TensorPtrList outs = single != nullptr ? AsList(std::move(*single)) : std::move(*list);
-  CheckOutputs(outs, *f.name);
-  if (record) {
-    CheckForwardWrites(rt, st, outs, fingerprints.data(), phase);
-  } else if (!st.dirty.empty()) {
-    FinishDirty(rt, st, outs);
-  }
-
-  TensorPtrList result(outs.size());
-  std::vector<PyObject *> attach(outs.size(), nullptr);
-  std::vector<int> dirty(outs.size(), 0);
-  for (std::size_t j = 0; j < outs.size(); ++j) {
-    const int ai = st.ArgIndex(outs[j].get());
-    void *own = ai >= 0 && st.IsDirty(outs[j].get()) ? ForeignHandle(*CallerArg(f, static_cast<std::size_t>(ai)))
-                                                     : nullptr;
-    TensorPtr o = Alias(outs[j]);  // bound to its object below: never the tensor Forward (or ctx) holds
-    // an argument returned unchanged (the caller's own, not a private copy): a view of the caller's
-    // tensor, as torch's Functions return it, so that the two share a version counter
-    void *same = ai >= 0 && own == nullptr && f.originals[static_cast<std::size_t>(ai)] == nullptr ? ForeignHandle(*CallerArg(f, static_cast<std::size_t>(ai)))
-                                                                         : nullptr;
-    PyRef obj;
-    if (own != nullptr) {
-      dirty[j] = 1;
-      obj = PyRef::Steal(Check(api.object_of(own)));
-    } else if (same != nullptr) {
-      obj = PyRef::Steal(Check(api.alias(same)));
-    } else {
-      obj = PyRef::Steal(WrapForeign(api, *o));
-    }
-    if (record && !st.IsNonDifferentiable(outs[j].get()) && IsDifferentiable(o->dtype())) {
-      attach[j] = obj.get();
-    }
-    TensorAccess::BindPython(*o, std::move(obj));
-    result[j] = std::move(o);
-  }
-
-  if (record) {
-    auto state = std::make_unique<ForeignNodeState>();
-    state->api = &api;
-    state->backward = f.backward;
-    state->set_error = f.set_error;
-    state->in_meta.reserve(f.nargs);
-    for (std::size_t i = 0; i < f.nargs; ++i) state->in_meta.push_back(MetaOf(f.args[i]));
-    st.saved.clear();
-    st.saved.reserve(st.saved_raw.size());
-    const bool hooked = api.hooks_active() != 0;  // saved_tensors_hooks: what is saved goes through them
-    for (const auto &s : st.saved_raw) {
-      SavedSlot slot;
-      if (s && hooked) {
-        // a new framework tensor over the saved memory (a dirty one's as Forward left it) is packed
-        PyRef obj = PyRef::Steal(WrapForeign(api, st.IsDirty(s.get()) ? *s->contiguous_copy() : *s));
-        void *packed = api.pack(obj.get());
-        if (packed == nullptr) throw PythonError();
-        slot.packed = std::shared_ptr<void>(packed, [drop = api.drop_saved](void *p) { drop(p); });
-        st.saved.push_back(std::move(slot));
-        continue;
-      }
-      const int oj = s ? IndexOf(outs, s.get()) : -1;
-      if (s && st.IsDirty(s.get())) {
-        slot.tensor = s->contiguous_copy();  // the caller's tensor now has this node as its history
-        // torch checks a saved dirty tensor's version as any other's: the caller's counter, as the
-        // write left it (a later write into it, or into its base, is refused at backward)
-        const int ai = oj < 0 ? st.ArgIndex(s.get()) : -1;
-        PyObject *caller = oj >= 0 ? result[static_cast<std::size_t>(oj)]->py_object() : nullptr;
-        PyRef held;
-        if (caller == nullptr && ai >= 0) {
-          if (void *h = ForeignHandle(*CallerArg(f, static_cast<std::size_t>(ai)))) {
-            held = PyRef::Steal(Check(api.object_of(h)));
-            caller = held.get();
-          }
-        }
-        if (caller != nullptr) WatchVersion(api, caller, slot);
-      } else if (oj >= 0) {
-        // an output: held without its object (that would hold the node), its version counter watched
-        slot.tensor = Alias(s);
-        WatchVersion(api, result[static_cast<std::size_t>(oj)]->py_object(), slot);
-      } else if (s) {
-        slot.tensor = s;
-        if (void *h = ForeignHandle(*s)) WatchVersion(api, PyRef::Steal(Check(api.object_of(h))).get(), slot);
-      }
-      st.saved.push_back(std::move(slot));
-    }
-    st.saved_raw.clear();
-    st.saved_final = true;
-    st.args = nullptr;
-    st.originals = nullptr;
-    st.nargs = 0;
-    TensorPtrList().swap(st.dirty);
-    TensorPtrList().swap(st.non_differentiable);
-    const int materialize = st.materialize_grads ? 1 : 0;
-    state->ctx = std::move(ctx);
-    const ForeignNode node{state.release(), f.name->c_str(), f.nargs,     inputs.data(),   outs.size(),
-                           attach.data(),   dirty.data(),     materialize, &ForeignBackward, &DropForeignKeep,
-                           &ForeignRelease, &ForeignDestroy};
-    if (api.record(&node) != 0) throw PythonError();
-    NoteReadOnlyCall(f.writes);  // a recorded call completed: unless MarkDirty said otherwise, it wrote none
-  }
-  if (single != nullptr) {
-    *single = std::move(result[0]);
-  } else {
-    *list = std::move(result);
-  }
-}
-#endif
+                                   TensorPtr *single, TensorPtrList *list);
 
 // Apply's work once the arguments are prepared, compiled once (the core library) rather than per
 // Function: runs Forward (recording off) and, when an argument needs a gradient and grad mode is on,
 // records the node; else only the no-grad checks. The result goes to *single or *list as Forward's.
 OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr *single,
-                            TensorPtrList *list) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  if (const ForeignApi *api = ActiveBridge(rt)) return RunFunctionForeign(rt, *api, f, single, list);
-  bool wants = false;
-  std::uint64_t no_grad_views = 0;  // arguments a write is refused for: views made under no_grad (call_rules.h)
-  for (std::size_t i = 0; i < f.nargs; ++i) {
-    // a view read after a write into its base gets its history anew (call_rules.h RefreshViewArg)
-    if (RefreshViewArg(f.args[i], f.originals[i]) && i < 64) no_grad_views |= std::uint64_t{1} << i;
-    wants = wants || WantsGrad(f.args[i]);
-  }
-  auto no_grad_view = [&](std::size_t i) { return i < 64 && ((no_grad_views >> i) & 1U) != 0; };
-  if (!wants || !GradEnabled(rt)) {  // the fast path: nothing to record
-    const bool keeps = KeepsArguments(f.writes);
-    std::optional<ProtectedArgs> guard;  // an argument with internal overlap, a view made under no_grad
-    for (std::size_t i = 0; keeps && i < f.nargs; ++i) {
-      if (f.args[i] == nullptr) continue;
-      const Refusal why = HasInternalOverlap(*CallerArg(f, i)) ? Refusal::kOverlap
-                          : no_grad_view(i)                    ? Refusal::kNoGradView
-                                                               : Refusal::kNone;
-      if (why == Refusal::kNone) continue;
-      if (!guard) guard.emplace();
-      ProtectArg(*guard, f, i, why);
-    }
-    AutogradContext ctx;
-    ContextState &st = State(ctx);
-    BeginContext(st, f);
-    f.forward(&ctx, f.call, single, list);
-    if (guard) {
-      CheckRefusals(st, *guard);
-    } else if (!keeps && !st.dirty.empty()) {  // the same rule, decided now: nothing was kept
-      LateRefusal(rt, st, f, true, [&](std::size_t i) {
-        if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) {
-          return RefusalMessage(Refusal::kOverlap, *f.name, i);
-        }
-        return no_grad_view(i) ? RefusalMessage(Refusal::kNoGradView, *f.name, i) : std::string();
-      });
-    }
-    if (single == nullptr) {
-      *list = FinishNoGrad(rt, st, std::move(*list));
-    } else if (!st.dirty.empty() || !*single || st.ArgIndex(single->get()) >= 0) {
-      *single = std::move(FinishNoGrad(rt, st, AsList(std::move(*single)))[0]);
-    }
-    return;
-  }
-
-  std::unique_ptr<AutogradContext, ContextDeleter> ctx(new AutogradContext);
-  ContextState &st = State(*ctx);
-  BeginContext(st, f);
-  st.needs.assign(f.nargs, false);
-  PyRef edges = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(f.nargs))));
-  // the arguments a write would be refused for, decided now (call_rules.h), kept where the type may write
-  const bool keeps = KeepsArguments(f.writes);
-  std::optional<ProtectedArgs> guard;
-  auto refusal = [&](std::size_t i, PyObject *edge) {
-    if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) return Refusal::kOverlap;
-    if (no_grad_view(i)) return Refusal::kNoGradView;
-    return WantsGrad(f.args[i]) ? RecordingRefusal(f.args[i]->py_object(), edge) : Refusal::kNone;
-  };
-  for (std::size_t i = 0; i < f.nargs; ++i) {
-    PyObject *e = Py_None;
-    if (WantsGrad(f.args[i])) {
-      st.needs[i] = true;
-      e = EdgeOf(rt, f.args[i]->py_object());
-    } else {
-      Py_INCREF(e);
-    }
-    PyTuple_SET_ITEM(edges.get(), static_cast<Py_ssize_t>(i), e);
-    if (!keeps) continue;
-    const Refusal why = refusal(i, e);
-    if (why != Refusal::kNone) ProtectArg(guard ? *guard : guard.emplace(), f, i, why);
-  }
-  const double phase = NextFingerprintPhase();
-  std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
-  for (std::size_t i = 0; i < f.nargs; ++i) {
-    if (f.args[i] != nullptr) fingerprints[i] = Fingerprint(*f.args[i], phase);
-  }
-  {
-    GradModeGuard off(rt, false, true);  // recording: grad mode was on
-    f.forward(ctx.get(), f.call, single, list);
-  }
-  if (guard) {
-    CheckRefusals(st, *guard);
-  } else if (!keeps && !st.dirty.empty()) {  // the same rules, decided now: nothing was kept
-    LateRefusal(rt, st, f, true, [&](std::size_t i) {
-      const Refusal why = refusal(i, PyTuple_GET_ITEM(edges.get(), static_cast<Py_ssize_t>(i)));
-      return why == Refusal::kNone ? std::string() : RefusalMessage(why, *f.name, i);
-    });
-  }
-  TensorPtrList outs = RecordOutputs(rt, std::move(ctx), single != nullptr ? AsList(std::move(*single)) : *list,
-                                     edges.get(), fingerprints.data(), phase, f.backward, f.set_error, f.name_py());
-  NoteReadOnlyCall(f.writes);  // a recorded call completed: unless MarkDirty said otherwise, it wrote none
-  if (single != nullptr) {
-    *single = std::move(outs[0]);
-  } else {
-    *list = std::move(outs);
-  }
-}
-#endif
+                            TensorPtrList *list);
 
 // Before T::Backward: an error if the node was released; else the gradients as Backward sees
 // them (contiguous copies where needed, unless the Function accepts views).
-OB_CORE_FN void PrepareBackward(AutogradContext &ctx, TensorPtrList &grads, bool views) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  if (State(ctx).released) {
-    throw std::runtime_error("backward through " + ctx.function_name() +
-                             " a second time: its saved tensors were freed after the first backward; "
-                             "pass retain_graph=True the first time");
-  }
-  if (views) return;
-  for (auto &g : grads) {
-    if (g && NeedsPrivateCopy(*g)) g = g->contiguous_copy();  // a broadcast gradient, say
-  }
-}
-#endif
+OB_CORE_FN void PrepareBackward(AutogradContext &ctx, TensorPtrList &grads, bool views);
 
 }  // namespace detail
 
@@ -1374,3 +782,7 @@ class Function {
 };
 
 }  // namespace opbuilder
+
+#if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#include "../../src/core/autograd.cpp"
+#endif

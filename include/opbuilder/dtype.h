@@ -69,29 +69,7 @@ inline std::size_t ElementSize(DataType t) {
 }
 
 // The names runtime dtypes and the aot ABI use ("float32", "bool", ...).
-OB_CORE_FN const char *DataTypeName(DataType t) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  switch (t) {
-    case kBool: return "bool";
-    case kInt8: return "int8";
-    case kInt16: return "int16";
-    case kInt32: return "int32";
-    case kInt64: return "int64";
-    case kUInt8: return "uint8";
-    case kFloat16: return "float16";
-    case kFloat32: return "float32";
-    case kFloat64: return "float64";
-    case kBFloat16: return "bfloat16";
-    case kComplex64: return "complex64";
-    case kComplex128: return "complex128";
-    case kUInt16: return "uint16";
-    case kUInt32: return "uint32";
-    case kUInt64: return "uint64";
-    default: return "unknown";
-  }
-}
-#endif
+OB_CORE_FN const char *DataTypeName(DataType t);
 
 // The DataType a name of DataTypeName stands for (an aot op's dtypes[i]); kTypeUnknown for others.
 inline DataType DataTypeFromName(const char *name) {
@@ -200,3 +178,7 @@ template <> struct DataTypeOf<std::uint32_t> { static constexpr DataType value =
 template <> struct DataTypeOf<std::uint64_t> { static constexpr DataType value = kUInt64; };
 
 }  // namespace opbuilder
+
+#if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#include "../../src/core/dtype.cpp"
+#endif

@@ -39,14 +39,7 @@ using TensorPtrList = std::vector<TensorPtr>;
 
 namespace detail OB_HIDDEN {
 
-OB_CORE_FN std::string ShapeString(const ShapeVector &shape) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-#endif
+OB_CORE_FN std::string ShapeString(const ShapeVector &shape);
 
 inline std::int64_t CheckedNumel(const ShapeVector &shape) {
   std::int64_t n = 1;
@@ -147,43 +140,7 @@ inline void CopyRow(char *dst, std::int64_t dst_step, const char *src, std::int6
 // Copies `shape` elements of `esize` bytes between two strided layouts
 // (strides in elements; the destination's must not overlap itself).
 OB_CORE_FN void CopyStrided(char *dst, const ShapeVector &dst_strides, const char *src, const ShapeVector &src_strides,
-                        const ShapeVector &shape, std::size_t esize) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  if (CheckedNumel(shape) == 0) return;
-  const std::size_t nd = shape.size();
-  if (nd == 0) {
-    std::memcpy(dst, src, esize);
-    return;
-  }
-  const auto es = static_cast<std::int64_t>(esize);
-  const std::int64_t rows = CheckedNumel(shape) / shape[nd - 1];
-  const std::int64_t n = shape[nd - 1], ds = dst_strides[nd - 1], ss = src_strides[nd - 1];
-  std::vector<std::int64_t> idx(nd, 0);
-  std::int64_t doff = 0, soff = 0;  // in elements
-  for (std::int64_t r = 0; r < rows; ++r) {
-    char *d = dst + doff * es;
-    const char *s = src + soff * es;
-    switch (esize) {
-      case 1: CopyRow<std::uint8_t>(d, ds, s, ss, n); break;
-      case 2: CopyRow<std::uint16_t>(d, ds, s, ss, n); break;
-      case 4: CopyRow<std::uint32_t>(d, ds, s, ss, n); break;
-      case 8: CopyRow<std::uint64_t>(d, ds, s, ss, n); break;
-      default: CopyRow<Element16>(d, ds, s, ss, n); break;  // complex128: 16 bytes, not 8
-    }
-    for (std::size_t k = nd - 1; k-- > 0;) {  // the next row: odometer over the outer dimensions
-      if (++idx[k] < shape[k]) {
-        doff += dst_strides[k];
-        soff += src_strides[k];
-        break;
-      }
-      doff -= dst_strides[k] * (shape[k] - 1);
-      soff -= src_strides[k] * (shape[k] - 1);
-      idx[k] = 0;
-    }
-  }
-}
-#endif
+                        const ShapeVector &shape, std::size_t esize);
 
 // Host memory that a new Tensor of exactly its size on this thread takes instead of malloc, each
 // block once: opbuilder/xla_ffi.h offers XLA's result buffers while Forward runs, so an output is
@@ -196,13 +153,7 @@ struct OfferedBuffers {
 };
 // One per thread in the process: in the core library when the operator uses it (xla_ffi.h offers in the
 // operator, the Tensor constructor takes in the core library).
-OB_CORE_FN OfferedBuffers &Offered() OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  static thread_local OfferedBuffers offered;
-  return offered;
-}
-#endif
+OB_CORE_FN OfferedBuffers &Offered();
 inline void *TakeOffered(std::size_t nbytes) {
   OfferedBuffers &o = Offered();
   for (std::size_t i = 0; i < o.n; ++i) {
@@ -429,43 +380,6 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   detail::PyRef py_;  // the runtime.Tensor this tensor is, if any
 };
 
-#if OB_CORE_BODIES  // members: declared in their class
-OB_CORE_FN void Tensor::ThrowDtypeMismatch(DataType want) const {
-  throw detail::TypeError(std::string("opbuilder::Tensor::data<T>(): tensor has dtype ") + DataTypeName(dtype_) +
-                          ", but T is " + DataTypeName(want));
-}
-OB_CORE_FN void Tensor::ThrowNotHost(const char *what) const {
-  throw detail::ValueError(std::string("opbuilder::Tensor::") + what + " runs on host memory, and this tensor is on " +
-                           device() + "; do it in your CUDA code (the runtime hands Function ops contiguous "
-                           "device tensors)");
-}
-OB_CORE_FN void Tensor::ThrowNotContiguous(const char *what) const {
-  throw detail::ValueError(std::string("opbuilder::Tensor::") + what + ": the tensor is not contiguous (shape " +
-                           detail::ShapeString(shape_) + ", strides " + detail::ShapeString(strides_) +
-                           "); call contiguous() first, or index data_ptr() with strides()");
-}
-OB_CORE_FN Tensor::Tensor(DataType dtype, ShapeVector shape)
-    : dtype_(dtype), shape_(std::move(shape)) {
-  CheckDtype(dtype);
-  numel_ = detail::CheckedNumel(shape_);
-  const std::size_t nbytes = detail::CheckedNbytes(shape_, numel_, dtype);
-  if (detail::Offered().n != 0) {
-    if (void *p = detail::TakeOffered(nbytes)) {  // XLA's result buffer (xla_ffi.h), owned by XLA
-      storage_ = std::shared_ptr<void>(p, [](void *) {});
-      data_ = p;
-      return;
-    }
-  }
-  try {
-    storage_ = detail::AllocateStorage(nbytes);
-  } catch (const std::bad_alloc &) {
-    throw detail::AllocationError("opbuilder::Tensor: out of memory allocating " + std::to_string(nbytes) +
-                                  " bytes for a tensor of shape " + detail::ShapeString(shape_) + " and dtype " +
-                                  DataTypeName(dtype));
-  }
-  data_ = storage_.get();
-}
-#endif
 
 namespace detail OB_HIDDEN {
 // What only the bridge and Function<T> change on a Tensor.
@@ -476,3 +390,7 @@ struct TensorAccess {
 }  // namespace detail
 
 }  // namespace opbuilder
+
+#if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#include "../../src/core/tensor.cpp"
+#endif

@@ -69,40 +69,14 @@ class SavedValue {
 };
 
 // The std exceptions' Python types, as both binding libraries map them (call inside a catch).
-OB_CORE_FN void SetStdError() OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  try {
-    throw;
-  } catch (const std::bad_alloc &e) {
-    PyErr_SetString(PyExc_MemoryError, e.what());
-  } catch (const std::out_of_range &e) {
-    PyErr_SetString(PyExc_IndexError, e.what());
-  } catch (const std::overflow_error &e) {
-    PyErr_SetString(PyExc_OverflowError, e.what());
-  } catch (const std::domain_error &e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::invalid_argument &e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::length_error &e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::range_error &e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::exception &e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception (not a std::exception)");
-  }
-}
-#endif
+OB_CORE_FN void SetStdError();
 
 // The neutral exceptions (errors.h), else the std mapping (call inside a catch).
-OB_CORE_FN void SetNeutralOrStdError() OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  if (!SetNeutralError(std::current_exception())) SetStdError();
-}
-#endif
+OB_CORE_FN void SetNeutralOrStdError();
 
 }  // namespace detail
 }  // namespace opbuilder
+
+#if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#include "../../../src/core/binding.cpp"
+#endif

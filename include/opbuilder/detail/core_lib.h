@@ -1,22 +1,22 @@
 // Where the core's non-template functions are compiled: in each operator, or once.
 //
-// By default every function marked OB_CORE_FN is `inline`, as in any header-only
-// library: pybind11 operators, sanitizer builds, aot libraries, code built outside
-// the builder, and any build that defines OB_CORE_INLINE.
+// The headers only declare them, marked OB_CORE_FN; their bodies are sources in src/core/ (one
+// file per header: src/core/tensor.cpp holds tensor.h's), outside include/.
 //
-// A nanobind operator built by the builder gets -DOB_CORE_TAG=<tag>: then these
-// functions are only declared here (OB_CORE_DECL ends the declaration and
-// OB_CORE_BODIES is 0, so the body that follows is skipped). They are compiled
-// once per toolchain and header contents into the core library
-// (include/opbuilder/core_lib.cpp, built with OB_CORE_BUILD by opbuilder/core_lib.py),
-// which the builder loads before the operator. The tag, a digest of the headers,
-// is part of each such function's symbol name (abi_tag), so an operator built from
-// other headers binds to its own core library, never another's.
+// A nanobind operator built by the builder gets -DOB_CORE_TAG=<tag> (OB_CORE_SHARED is 1): it
+// binds to the core library, libobcore, compiled once per toolchain and header contents from
+// src/core/core_lib.cpp (built with OB_CORE_BUILD by opbuilder/core_lib.py), which the builder
+// loads before the operator. The tag, a digest of the headers and these sources, is part of each
+// such function's symbol name (abi_tag), so an operator built from other headers binds to its own
+// core library, never another's.
 //
-//   OB_CORE_FN int Work(int a) OB_CORE_DECL
-//   #if OB_CORE_BODIES
-//   { ... }
-//   #endif
+// Every other build compiles the bodies itself, `inline`, as in any header-only library: pybind11
+// operators, sanitizer builds, CUDA sources, aot libraries, code built outside the builder, and
+// any build that defines OB_CORE_INLINE. Each header then includes its src/core/ file at its end
+// (a path relative to the header: src/ sits beside include/, in a checkout and in the wheel).
+//
+//   tensor.h:           OB_CORE_FN int Work(int a);
+//   src/core/tensor.cpp: OB_CORE_FN int Work(int a) { ... }
 #pragma once
 
 // A source that switches the C++ library to another ABI itself (`#define _GLIBCXX_DEBUG` before this
@@ -34,18 +34,9 @@
 // a variable of the core library: one definition (OB_CORE_BUILD), read by operators
 #define OB_CORE_VAR __attribute__((visibility("default"), abi_tag(OB_CORE_STR(OB_CORE_TAG))))
 #define OB_CORE_SHARED 1
-#if defined(OB_CORE_BUILD)
-#define OB_CORE_BODIES 1
-#define OB_CORE_DECL
-#else
-#define OB_CORE_BODIES 0
-#define OB_CORE_DECL ;
-#endif
 #else
 #define OB_CORE_FN inline
 #define OB_CORE_SHARED 0
-#define OB_CORE_BODIES 1
-#define OB_CORE_DECL
 #endif
 
 // Under `#pragma pack(push, n)` (or -fpack-struct) every struct of opbuilder, the binding library,

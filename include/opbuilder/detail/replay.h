@@ -28,69 +28,19 @@ struct ReplayTarget {
 };
 
 // The replay callable's body: `self` is a capsule holding the ReplayTarget.
-OB_CORE_FN PyObject *ReplayCall(PyObject *self, PyObject *const *args, Py_ssize_t nargs) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  const auto *target = static_cast<const ReplayTarget *>(PyCapsule_GetPointer(self, "opbuilder.replay"));
-  if (target == nullptr) return nullptr;
-  if (nargs != target->nargs) {
-    PyErr_Format(PyExc_TypeError, "replay of a traced C++ Function takes %zd arguments (%zd given)", target->nargs,
-                 nargs);
-    return nullptr;
-  }
-  return target->fn(args, nargs);
-}
-#endif
+OB_CORE_FN PyObject *ReplayCall(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 // hook(name, replay, args) with `replay` calling `target`; the hook's result (new reference).
-OB_CORE_FN PyObject *TraceCall(PyObject *hook, PyObject *name, const ReplayTarget &target, PyObject *args) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  static PyMethodDef def = {"replay", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(ReplayCall)),
-                            METH_FASTCALL, "the traced C++ Function call on new arguments"};
-  PyRef self = PyRef::Steal(
-      Check(PyCapsule_New(const_cast<ReplayTarget *>(&target), "opbuilder.replay", nullptr)));
-  PyRef replay = PyRef::Steal(Check(PyCFunction_New(&def, self.get())));
-  return Check(PyObject_CallFunctionObjArgs(hook, name, replay.get(), args, nullptr));
-}
-#endif
+OB_CORE_FN PyObject *TraceCall(PyObject *hook, PyObject *name, const ReplayTarget &target, PyObject *args);
 
 // A tensor the replay was given or the hook returned (a runtime.Tensor, numpy array, DLPack object).
-OB_CORE_FN TensorPtr ReplayTensor(PyObject *o) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  TensorPtr t = TensorFromObject(o);
-  if (!t) {
-    throw TypeError(std::string("replay of a traced C++ Function: expected a tensor, got ") + Py_TYPE(o)->tp_name);
-  }
-  return t;
-}
-#endif
+OB_CORE_FN TensorPtr ReplayTensor(PyObject *o);
 
 // A list or tuple of tensors, as ReplayTensor takes each.
-OB_CORE_FN TensorPtrList ReplayTensorList(PyObject *o) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  PyRef seq = PyRef::Steal(Check(PySequence_Fast(o, "replay of a traced C++ Function: expected a list of tensors")));
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.get());
-  TensorPtrList out;
-  out.reserve(static_cast<std::size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) out.push_back(ReplayTensor(PySequence_Fast_GET_ITEM(seq.get(), i)));
-  return out;
-}
-#endif
+OB_CORE_FN TensorPtrList ReplayTensorList(PyObject *o);
 
 // A list of runtime.Tensors (None for a null tensor), new reference.
-OB_CORE_FN PyObject *TensorListToObject(const TensorPtrList &ts) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  PyRef list = PyRef::Steal(Check(PyList_New(static_cast<Py_ssize_t>(ts.size()))));
-  for (std::size_t i = 0; i < ts.size(); ++i) {
-    PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(i), TensorToObject(ts[i]));
-  }
-  return list.release();
-}
-#endif
+OB_CORE_FN PyObject *TensorListToObject(const TensorPtrList &ts);
 
 // A traced call's argument or result as a Python object (new reference): tensors by the core,
 // other values by the binding layer.
@@ -119,3 +69,7 @@ V ReplayFromPython(PyObject *o) {
 
 }  // namespace detail
 }  // namespace opbuilder
+
+#if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#include "../../../src/core/replay.cpp"
+#endif

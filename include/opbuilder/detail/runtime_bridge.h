@@ -134,37 +134,9 @@ inline Runtime &Runtime::Get() {
 }
 #endif
 
-#if OB_CORE_BODIES  // a member: declared in its class
-#if OB_CORE_SHARED
-OB_CORE_VAR std::atomic<Runtime *> core_runtime{nullptr};
-
-OB_CORE_FN Runtime &Runtime::Load() {
-  std::atomic<Runtime *> &stored = core_runtime;
-#else
-OB_CORE_FN Runtime &Runtime::Get() {
-  static std::atomic<Runtime *> stored{nullptr};
-#endif
-  Runtime *r = stored.load(std::memory_order_acquire);
-  if (r != nullptr) return *r;
-  auto loaded = std::make_unique<Runtime>(LoadRuntime());
-  loaded->api = &loaded->np;
-  Runtime *expected = nullptr;
-  if (stored.compare_exchange_strong(expected, loaded.get(), std::memory_order_acq_rel)) return *loaded.release();
-  return *expected;
-}
-#endif
 
 // ---- grad mode ----------------------------------------------------------
-OB_CORE_FN bool GradEnabled(const Runtime &rt) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  PyObject *v = PyObject_GetAttr(rt.grad_state, rt.s_enabled);
-  if (v == nullptr) throw PythonError();
-  bool on = (v == Py_True);
-  Py_DECREF(v);
-  return on;
-}
-#endif
+OB_CORE_FN bool GradEnabled(const Runtime &rt);
 
 // Sets the grad mode for a scope and puts the previous one back.
 class GradModeGuard {
@@ -221,40 +193,7 @@ inline DataType DataTypeOfDescr(const Runtime &rt, PyObject *descr) {
 }
 
 // A Tensor viewing `array`'s buffer; binds it to `owner` (a runtime.Tensor) if given.
-OB_CORE_FN TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  NpyArray *a = ArrayFields(array);
-  DataType dt = DataTypeOfDescr(rt, a->descr);
-  const auto es = static_cast<std::int64_t>(ElementSize(dt));
-  const int nd = a->nd;
-  bool usable = (a->flags & kNpyAligned) != 0;
-  const bool writable = (a->flags & kNpyWriteable) != 0;  // the copy below, if any, stands for it
-  ShapeVector shape(a->dimensions, a->dimensions + nd);
-  ShapeVector strides;
-  if (!(a->flags & kNpyCContiguous)) {
-    strides.resize(static_cast<std::size_t>(nd));
-    for (int i = 0; i < nd; ++i) {
-      if (a->strides[i] % es != 0) usable = false;
-      strides[static_cast<std::size_t>(i)] = a->strides[i] / es;
-    }
-  }
-  PyObject *src = array;
-  PyRef copy;
-  if (!usable) {  // unaligned or odd strides: work on an aligned contiguous copy
-    copy = PyRef::Steal(Check(rt.api->NewCopy(array, 0)));
-    src = copy.get();
-    a = ArrayFields(src);
-    strides.clear();
-  }
-  Py_INCREF(src);
-  std::shared_ptr<void> storage(a->data, PyOwnerDeleter{src});
-  auto t = std::make_shared<Tensor>(dt, std::move(shape), std::move(strides), a->data, std::move(storage), writable);
-  if (owner != nullptr) TensorAccess::BindPython(*t, PyRef::Borrow(owner));
-  TensorAccess::SetRequiresGrad(*t, requires_grad);
-  return t;
-}
-#endif
+OB_CORE_FN TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad);
 
 // ---- GPU tensors (CuPy arrays): runtime/device_memory.py does the Python side ----
 inline PyObject *DeviceMemoryAttr(const char *name) { return ImportAttr("runtime._native", name); }
@@ -286,58 +225,12 @@ inline TensorPtr TensorFromDeviceArray(const Runtime &rt, PyObject *array, PyObj
   return t;
 }
 
-OB_CORE_FN TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  PyRef arr = PyRef::Steal(Check(PyObject_GetAttr(obj, rt.s_data)));
-  PyObject *rg = Check(PyObject_GetAttr(obj, rt.s_requires_grad));
-  const bool requires_grad = PyObject_IsTrue(rg) == 1;
-  Py_DECREF(rg);
-  if (!rt.api->IsArray(arr.get())) {
-    if (!PyObject_HasAttrString(arr.get(), "__cuda_array_interface__")) {
-      throw TypeError("opbuilder: runtime.Tensor._data is neither a numpy array nor a GPU array");
-    }
-    return TensorFromDeviceArray(rt, arr.get(), obj, requires_grad);
-  }
-  return TensorFromArray(rt, arr.get(), obj, requires_grad);
-}
-#endif
+OB_CORE_FN TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj);
 
 // Any other framework's tensor (an object with `__dlpack__`: torch, JAX, CuPy, ...) as a Tensor
 // over its memory, through runtime._native.dlpack_input (a runtime.Tensor sharing it); nullptr
 // for an object without `__dlpack__`. Read-only and strided memory keep the boundary rules.
-OB_CORE_FN TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  static PyObject *const s_dlpack = Check(PyUnicode_InternFromString("__dlpack__"));
-  PyObject *method = nullptr;
-#if PY_VERSION_HEX >= 0x030D0000
-  if (PyObject_GetOptionalAttr(o, s_dlpack, &method) < 0) throw PythonError();
-#else
-  if (_PyObject_LookupAttr(o, s_dlpack, &method) < 0) throw PythonError();
-#endif
-  if (method == nullptr) return nullptr;
-  Py_DECREF(method);
-  // looked up once; the import may release the GIL, so no static-init guard (see Runtime::Get)
-  static std::atomic<PyObject *> stored{nullptr};
-  PyObject *convert = stored.load(std::memory_order_acquire);
-  if (convert == nullptr) {
-    PyObject *loaded = ImportAttr("runtime._native", "dlpack_input");
-    PyObject *expected = nullptr;
-    if (stored.compare_exchange_strong(expected, loaded, std::memory_order_acq_rel)) {
-      convert = loaded;
-    } else {
-      Py_DECREF(loaded);
-      convert = expected;
-    }
-  }
-  PyRef t = PyRef::Steal(Check(PyObject_CallOneArg(convert, o)));
-  if (!PyObject_TypeCheck(t.get(), rt.tensor_type)) {
-    throw TypeError("opbuilder: runtime.interop.dlpack_input returned something other than a runtime.Tensor");
-  }
-  return TensorFromPy(rt, t.get());
-}
-#endif
+OB_CORE_FN TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o);
 
 // ---- a framework bridge (to_torch's C++ fast path) ----------------------------
 // The bridge whose call is active on this thread from the current Python frame, else nullptr.
@@ -398,36 +291,11 @@ inline PyObject *WrapForeign(const ForeignApi &api, const Tensor &t) {
 
 // A runtime.Tensor, a numpy array or any object with `__dlpack__` as a Tensor, sharing its
 // memory; nullptr for anything else (the casters' load()).
-OB_CORE_FN TensorPtr TensorFromObject(PyObject *o) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  const Runtime &rt = Runtime::Get();
-  if (PyObject_TypeCheck(o, rt.tensor_type)) return TensorFromPy(rt, o);
-  if (rt.api->IsArray(o)) return TensorFromArray(rt, o, nullptr, false);
-  if (const ForeignApi *api = ActiveBridge(rt)) {  // a torch tensor, called through to_torch
-    ForeignTensor f;
-    const int got = api->unpack(o, &f);
-    if (got < 0) throw PythonError();
-    if (got > 0) return TensorFromForeign(*api, f, true);
-  }
-  return TensorFromDlpack(rt, o);
-}
-#endif
+OB_CORE_FN TensorPtr TensorFromObject(PyObject *o);
 
 // A binding layer's conversion of `o` into `out`: false if `o` is no tensor. An exception the
 // conversion throws is kept in `error` (and true returned), to be raised when the value is used.
-OB_CORE_FN bool LoadTensor(PyObject *o, TensorPtr &out, std::exception_ptr &error) noexcept OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  try {
-    out = TensorFromObject(o);
-    return out != nullptr;
-  } catch (...) {
-    error = std::current_exception();
-    return true;
-  }
-}
-#endif
+OB_CORE_FN bool LoadTensor(PyObject *o, TensorPtr &out, std::exception_ptr &error) noexcept;
 
 // ---- Tensor -> numpy / runtime.Tensor ------------------------------------
 inline void DeleteStorageCapsule(PyObject *capsule) {
@@ -518,19 +386,7 @@ inline PyObject *NewPyTensor(const Runtime &rt, PyObject *array) {
 
 // The runtime.Tensor for `t` (new reference): the one it is bound to, or a
 // new one sharing its memory, to which `t` is then bound.
-OB_CORE_FN PyObject *ToPython(const Runtime &rt, const TensorPtr &t) OB_CORE_DECL
-#if OB_CORE_BODIES
-{
-  if (PyObject *o = t->py_object()) {
-    Py_INCREF(o);
-    return o;
-  }
-  PyRef arr = PyRef::Steal(ArrayFromTensor(rt, *t));
-  PyObject *obj = NewPyTensor(rt, arr.get());
-  TensorAccess::BindPython(*t, PyRef::Borrow(obj));
-  return obj;
-}
-#endif
+OB_CORE_FN PyObject *ToPython(const Runtime &rt, const TensorPtr &t);
 
 // The casters' cast(): None for a null TensorPtr (new reference). Inside a bridge call, a tensor
 // bound to no Python object becomes the framework's tensor over its memory.
@@ -561,3 +417,7 @@ inline void BumpVersion(const Runtime &rt, PyObject *obj) {
 
 }  // namespace detail
 }  // namespace opbuilder
+
+#if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#include "../../../src/core/runtime_bridge.cpp"
+#endif

@@ -1,0 +1,95 @@
+// The core library's bodies of the functions opbuilder/tensor.h declares with OB_CORE_FN.
+// Compiled once into libobcore (core_lib.cpp), or, in a build without the core library,
+// inline in each operator: opbuilder/tensor.h includes this file at its end (detail/core_lib.h).
+#include "opbuilder/tensor.h"
+
+namespace opbuilder {
+
+namespace detail OB_HIDDEN {
+
+OB_CORE_FN std::string ShapeString(const ShapeVector &shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+OB_CORE_FN void CopyStrided(char *dst, const ShapeVector &dst_strides, const char *src, const ShapeVector &src_strides,
+                        const ShapeVector &shape, std::size_t esize) {
+  if (CheckedNumel(shape) == 0) return;
+  const std::size_t nd = shape.size();
+  if (nd == 0) {
+    std::memcpy(dst, src, esize);
+    return;
+  }
+  const auto es = static_cast<std::int64_t>(esize);
+  const std::int64_t rows = CheckedNumel(shape) / shape[nd - 1];
+  const std::int64_t n = shape[nd - 1], ds = dst_strides[nd - 1], ss = src_strides[nd - 1];
+  std::vector<std::int64_t> idx(nd, 0);
+  std::int64_t doff = 0, soff = 0;  // in elements
+  for (std::int64_t r = 0; r < rows; ++r) {
+    char *d = dst + doff * es;
+    const char *s = src + soff * es;
+    switch (esize) {
+      case 1: CopyRow<std::uint8_t>(d, ds, s, ss, n); break;
+      case 2: CopyRow<std::uint16_t>(d, ds, s, ss, n); break;
+      case 4: CopyRow<std::uint32_t>(d, ds, s, ss, n); break;
+      case 8: CopyRow<std::uint64_t>(d, ds, s, ss, n); break;
+      default: CopyRow<Element16>(d, ds, s, ss, n); break;  // complex128: 16 bytes, not 8
+    }
+    for (std::size_t k = nd - 1; k-- > 0;) {  // the next row: odometer over the outer dimensions
+      if (++idx[k] < shape[k]) {
+        doff += dst_strides[k];
+        soff += src_strides[k];
+        break;
+      }
+      doff -= dst_strides[k] * (shape[k] - 1);
+      soff -= src_strides[k] * (shape[k] - 1);
+      idx[k] = 0;
+    }
+  }
+}
+
+OB_CORE_FN OfferedBuffers &Offered() {
+  static thread_local OfferedBuffers offered;
+  return offered;
+}
+
+}  // namespace detail
+
+OB_CORE_FN void Tensor::ThrowDtypeMismatch(DataType want) const {
+  throw detail::TypeError(std::string("opbuilder::Tensor::data<T>(): tensor has dtype ") + DataTypeName(dtype_) +
+                          ", but T is " + DataTypeName(want));
+}
+OB_CORE_FN void Tensor::ThrowNotHost(const char *what) const {
+  throw detail::ValueError(std::string("opbuilder::Tensor::") + what + " runs on host memory, and this tensor is on " +
+                           device() + "; do it in your CUDA code (the runtime hands Function ops contiguous "
+                           "device tensors)");
+}
+OB_CORE_FN void Tensor::ThrowNotContiguous(const char *what) const {
+  throw detail::ValueError(std::string("opbuilder::Tensor::") + what + ": the tensor is not contiguous (shape " +
+                           detail::ShapeString(shape_) + ", strides " + detail::ShapeString(strides_) +
+                           "); call contiguous() first, or index data_ptr() with strides()");
+}
+OB_CORE_FN Tensor::Tensor(DataType dtype, ShapeVector shape)
+    : dtype_(dtype), shape_(std::move(shape)) {
+  CheckDtype(dtype);
+  numel_ = detail::CheckedNumel(shape_);
+  const std::size_t nbytes = detail::CheckedNbytes(shape_, numel_, dtype);
+  if (detail::Offered().n != 0) {
+    if (void *p = detail::TakeOffered(nbytes)) {  // XLA's result buffer (xla_ffi.h), owned by XLA
+      storage_ = std::shared_ptr<void>(p, [](void *) {});
+      data_ = p;
+      return;
+    }
+  }
+  try {
+    storage_ = detail::AllocateStorage(nbytes);
+  } catch (const std::bad_alloc &) {
+    throw detail::AllocationError("opbuilder::Tensor: out of memory allocating " + std::to_string(nbytes) +
+                                  " bytes for a tensor of shape " + detail::ShapeString(shape_) + " and dtype " +
+                                  DataTypeName(dtype));
+  }
+  data_ = storage_.get();
+}
+
+}  // namespace opbuilder
