@@ -1,6 +1,6 @@
 """The C++ <-> Python contract has one Python owner, runtime/_native.py (issue 22).
 
-The C++ sources (include/, and C++ under runtime/) are read as text for what they use of the
+The C++ sources (include/, src/, and C++ under runtime/) are read as text for what they use of the
 runtime: the modules they import (``PyImport_ImportModule("...")``, ``ImportAttr("...", ...)``),
 the names they look up on such a module (``ImportAttr``'s second argument; a one-argument wrapper
 around ``ImportAttr`` such as ``DeviceMemoryAttr("...")``; ``PyObject_CallMethod`` /
@@ -31,7 +31,7 @@ _INTERN = re.compile(r'PyUnicode_InternFromString\(\s*"(\w+)"\s*\)')
 
 def cxx_sources() -> Dict[str, str]:
     """path -> text of every C++ source that can reach the runtime."""
-    paths = [p for d in ("include", "runtime") for ext in ("*.h", "*.hpp", "*.cpp", "*.cu", "*.cuh")
+    paths = [p for d in ("include", "src", "runtime") for ext in ("*.h", "*.hpp", "*.cpp", "*.cu", "*.cuh")
              for p in (ROOT / d).rglob(ext)]
     return {str(p.relative_to(ROOT)): p.read_text() for p in sorted(paths)}
 
