@@ -21,7 +21,7 @@ BUILD_FIXTURES = frozenset({
     "cuda_ops", "diff_kernels", "gemm_lib", "host_so", "mul_ops", "name_kernels",
     "native_lib", "nvcc", "own_ops", "xla_ffi_ops", "project", "seed_003_ops", "seed_backend",
     "seed_ms_ops", "seed_ops", "dlpack_ops", "shape_ops", "seed_so", "swish_ops", "torch_leaky_relu_lib",
-    "torch_bridge", "torch_path", "inplace_view_ops",
+    "torch_bridge", "torch_path", "inplace_view_ops", "filled",
 })
 
 

@@ -72,6 +72,7 @@ def test_build_then_list_then_clean_one_operator(tmp_path, cache):
     assert after.returncode == 0 and after.stdout.splitlines()[1:] == ["total: 0 B"]
 
 
+@pytest.mark.build  # the CLI child compiles (tests/build_guard.py)
 def test_build_errors_are_printed_without_a_traceback(tmp_path, cache):
     src = tmp_path / "bad.cpp"
     src.write_text("int f() { return nope; }\n")
@@ -94,6 +95,7 @@ def test_cache_commands_refuse_a_shared_directory(tmp_path):
         assert res.returncode == 1 and f"{shared} is writable by group or others" in res.stderr
 
 
+@pytest.mark.build  # the doctor child runs the compilers' checks (tests/build_guard.py)
 def test_doctor_reports_all_is_well(cache):
     res = _cli("doctor", OPBUILDER_CACHE_DIR=str(cache))
     assert res.returncode == 0, res.stdout
@@ -102,6 +104,7 @@ def test_doctor_reports_all_is_well(cache):
     assert res.stdout.splitlines()[-1] == "everything a build needs is here"
 
 
+@pytest.mark.build  # the doctor child runs the compilers' checks (tests/build_guard.py)
 def test_doctor_names_each_problem_with_a_fix(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -119,6 +122,7 @@ def test_doctor_names_each_problem_with_a_fix(tmp_path):
     assert lines[-1] == "3 problem(s) found"
 
 
+@pytest.mark.build  # the CLI child compiles (tests/build_guard.py)
 def test_clean_skips_an_operator_that_is_being_built(tmp_path, cache):
     from opbuilder.lock import build_lock
 
@@ -133,6 +137,7 @@ def test_clean_skips_an_operator_that_is_being_built(tmp_path, cache):
     assert _names(cache / "busy.lib") == [".lock"]
 
 
+@pytest.mark.build  # the CLI child compiles (tests/build_guard.py)
 def test_clean_keeps_the_lock_file_that_waiting_builds_have_open(tmp_path, cache):
     # a build waiting for the lock has .lock open: removing it would let a later build lock a new
     # file while the waiting one, once it holds the old one, builds in the same directory
@@ -152,6 +157,7 @@ def test_clean_keeps_the_lock_file_that_waiting_builds_have_open(tmp_path, cache
     assert res.returncode == 0 and ctypes.CDLL(res.stdout.strip()).kept() == 8
 
 
+@pytest.mark.build  # the doctor child runs the compilers' checks (tests/build_guard.py)
 def test_doctor_explains_broken_ninja_and_pybind11_installs(tmp_path, cache):
     # packages that import but lack what a build needs, found before the real ones, as after
     # an interrupted or partial install

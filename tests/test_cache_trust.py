@@ -191,6 +191,7 @@ print(CustomOpBuilder("private_op", [sys.argv[1]], build_dir=sys.argv[2]).load()
 """
 
 
+@pytest.mark.build  # its child compiles (tests/build_guard.py)
 def test_everything_built_under_umask_002_is_private(tmp_path):
     src = tiny_module(tmp_path / "private_op.cpp", "5")
     cache = tmp_path / "cache"

@@ -125,6 +125,7 @@ def test_a_node_without_a_compiler_loads_what_the_store_holds(filled):
     assert compiled_sources(log) == []
 
 
+@pytest.mark.build  # the CLI child compiles the library (tests/build_guard.py)
 def test_a_library_build_is_served_from_the_store(tmp_path, monkeypatch):
     src = tmp_path / "aot.cpp"
     src.write_text('extern "C" int answer() { return 54; }\n')
@@ -291,6 +292,7 @@ def test_a_bundle_whose_library_was_changed_is_refused_naming_it(filled):
     assert not list((tmp_path / "cluster").rglob("*.so"))
 
 
+@pytest.mark.build  # the doctor child runs the compilers' checks (tests/build_guard.py)
 def test_doctor_reports_each_store_and_refuses_one_others_can_write(tmp_path):
     good, bad = tmp_path / "good", tmp_path / "bad"
     good.mkdir(mode=0o755)
