@@ -25,17 +25,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
-from . import fingerprint as fp
+from .cache import fingerprint as fp
 from .binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding, from_pybind11
-from .cache_dir import cache_root, root_origin
+from .cache.cache_dir import cache_root, root_origin
 from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .headers import copy_read, headers_digest, include_dir, shadowing_copy
 from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, preload
 from .importer import recorded as recorded_deps
 from .launcher import launcher_is_sccache, launcher_requested
-from .published import verified_library
-from .relocate import portable, prefix_map_flags, project_root
+from .cache.published import verified_library
+from .cache.relocate import portable, prefix_map_flags, project_root
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
 from .fleet.store import prebuilt_stores
@@ -43,7 +43,7 @@ from .target import Target as _Target
 from .torch_bridge_build import KIND as BRIDGE_KIND, bridge_target
 from .toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc, links_with_lto,
                         nanobind_info, native_cpu, python_headers, python_info, wants_native_cpu)
-from .trust import check_dir, read_file, stamp_of, trusted_root
+from .cache.trust import check_dir, read_file, stamp_of, trusted_root
 
 __all__ = ["CustomOpBuilder", "build_library"]
 
@@ -433,12 +433,12 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     import logging
 
     from . import pch as pchmod
-    from . import publish
+    from .cache import publish
     from .ninja_file import write_build_file
     from .launcher import compiler_launcher
     from .ninja_run import run_ninja, stop_leftovers
     from .toolchain import default_jobs, ninja_path
-    from .trust import check_tree, make_dir, make_dirs
+    from .cache.trust import check_tree, make_dir, make_dirs
 
     log = logging.getLogger("opbuilder")
     if spec.kind in ("module", "library"):
@@ -613,8 +613,8 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
     if hit is not None:
         return hit
-    from .lock import build_lock, lock_timeout
-    from .trust import make_dir
+    from .cache.lock import build_lock, lock_timeout
+    from .cache.trust import make_dir
 
     lock_timeout()  # a bad OPBUILDER_LOCK_TIMEOUT is a ValueError now, not only when another build holds the lock
     make_dir(spec.op_dir)
@@ -652,8 +652,8 @@ def _distrust(spec: BuildSpec, lib: Path, stamp: List[int], err: BaseException) 
     is still the same file), so the next build replaces it."""
     import logging
 
-    from .lock import build_lock
-    from .published import distrust
+    from .cache.lock import build_lock
+    from .cache.published import distrust
 
     logging.getLogger("opbuilder").warning("opbuilder: %s cannot be loaded (%s); building it again", lib, err)
     with build_lock(spec.op_dir, spec.name):

@@ -64,7 +64,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             install(dep.parent.parent, dep.parent.name, into, _owner_of(dep.parent.parent))
         lib = Path(path)
         path = str(install(lib.parent.parent, lib.parent.name, into, _owner_of(lib.parent.parent)))
-        from .cache_dir import cache_root
+        from .cache.cache_dir import cache_root
         from .probe_cache import share
         share(cache_root(args.cache_dir), into)  # the toolchain facts: a new cache on this node probes nothing
     print(path)
@@ -80,8 +80,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .fleet.bundle import export_bundle
-    from .cache_dir import cache_root
-    from .trust import trusted_root
+    from .cache.cache_dir import cache_root
+    from .cache.trust import trusted_root
 
     root = trusted_root(cache_root(args.cache_dir), create=False)
     members = export_bundle(root, args.names, Path(args.output).absolute())
@@ -94,9 +94,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .fleet.bundle import import_bundle
-    from .cache_dir import cache_root
+    from .cache.cache_dir import cache_root
     from .fleet.store import open_store
-    from .trust import trusted_root
+    from .cache.trust import trusted_root
 
     store = open_store(Path(args.into)) if args.into else trusted_root(cache_root(args.cache_dir))
     for lib in import_bundle(Path(args.bundle), store, cache=not args.into):
@@ -105,8 +105,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from .cache_dir import cache_root, dir_size, list_operators, remove_operator
-    from .trust import trusted_root
+    from .cache.cache_dir import cache_root, dir_size, list_operators, remove_operator
+    from .cache.trust import trusted_root
 
     root = cache_root(args.cache_dir)
     if root.exists():

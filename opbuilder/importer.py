@@ -24,8 +24,8 @@ from typing import List, Optional, Sequence
 from .core_lib import CORE_FILE, CORE_NAME, dlopen_global
 from .core_lib import preload as preload_core
 from .errors import BuildError
-from .published import INFO, verified_record
-from .trust import read_file, stamp_of
+from .cache.published import INFO, verified_record
+from .cache.trust import read_file, stamp_of
 
 __all__ = ["import_extension", "demangle", "loader_error", "RUNTIME_NAME", "DEP_FILES", "is_key", "recorded",
            "preload", "preload_runtime", "loaded_runtime"]

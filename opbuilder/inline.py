@@ -19,8 +19,8 @@ from typing import Dict, Optional, Sequence, Union
 
 from .binding import NANOBIND, binding_of_text
 from .builder import CustomOpBuilder
-from .cache_dir import cache_root
-from .trust import trusted_root
+from .cache.cache_dir import cache_root
+from .cache.trust import trusted_root
 
 __all__ = ["load_inline"]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .importer import DEP_FILES, is_key
-from .published import INFO
-from .trust import read_file, stamp_of
+from .cache.published import INFO
+from .cache.trust import read_file, stamp_of
 
 __all__ = ["record"]
 
@@ -41,7 +41,7 @@ def _entry(lib: Path) -> Optional[dict]:
 def record(lib: Path, deps: Sequence[Path]) -> None:
     """Record ``deps`` (verified just now) in module ``lib``'s build.json, those in the same cache;
     best effort (a cache that cannot be written is looked up again next time)."""
-    from .fingerprint import write_json_atomic
+    from .cache.fingerprint import write_json_atomic
 
     root = lib.parent.parent.parent
     entries = [e for d in deps if d.parent.parent.parent == root for e in [_entry(d)] if e is not None]

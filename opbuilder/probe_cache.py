@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .errors import UnsafeCacheDirError, warn_broken
-from .trust import read_file, stamp_of, write_file
+from .cache.trust import read_file, stamp_of, write_file
 
 __all__ = ["remembered", "stamp", "share", "stored_records", "add_bundled_compilers", "compiler_facts_problem",
            "BUNDLED_COMPILER"]
@@ -203,7 +203,7 @@ def add_bundled_compilers(directory: Path, compilers: Sequence[Facts], mode: int
     """Add the C++ compilers' facts that came with a bundle's builds (checked: compiler_facts_problem)
     to ``directory``'s file (a store, ours, or the cache), each under a lookup no probe asks for
     (see the module's docstring); returns how many are new."""
-    from .fingerprint import digest_of
+    from .cache.fingerprint import digest_of
 
     records = {}
     for facts in compilers:
@@ -217,7 +217,7 @@ def _merge_records(directory: Path, records: Dict[str, dict], mode: int) -> int:
     """Merge ``records`` into ``directory``'s file under its lock (so two fillers at once keep each
     other's records; without flock, unlocked), written under a new name and renamed; how many were new."""
     from .errors import BuildError
-    from .lock import wait_lock
+    from .cache.lock import wait_lock
 
     def merge() -> int:
         file = str(directory / FILE_NAME)
@@ -243,7 +243,7 @@ def _store(state_dir: Path, file: str, lookup: str, record: dict) -> None:
     """Add one record to the file: read, merge and replace under the cache directory's lock, so
     processes probing at once do not drop each other's records (the warm path only reads)."""
     from .errors import BuildError, UnsafeCacheDirError
-    from .lock import wait_lock
+    from .cache.lock import wait_lock
 
     try:
         with wait_lock(state_dir, LOCK_WAIT_S) as held:

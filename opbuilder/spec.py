@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .relocate import clean_path
+from .cache.relocate import clean_path
 
 __all__ = ["BuildSpec", "make_spec", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME", "PATH_FLAGS",
            "joined_path_flag"]

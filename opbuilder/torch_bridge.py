@@ -24,7 +24,7 @@ import warnings
 from types import ModuleType
 from typing import Optional
 
-from .cache_dir import cache_root
+from .cache.cache_dir import cache_root
 from .errors import BuildError
 from .torch_bridge_build import KIND, MODULE, bridge_spec
 
@@ -94,7 +94,7 @@ def _load() -> ModuleType:
     from .importer import import_extension, loader_error
     from .ninja_run import when_started
     from .retry import retrying
-    from .trust import stamp_of
+    from .cache.trust import stamp_of
 
     spec = _trusted(bridge_spec(cache_root()))
     for attempt in range(2):

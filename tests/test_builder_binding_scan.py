@@ -12,7 +12,7 @@ import pytest
 from op_util import load_op
 from opbuilder import BuildError, binding
 from opbuilder.binding import NANOBIND, PYBIND11, RECORD, detect_binding
-from opbuilder.fingerprint import file_digest
+from opbuilder.cache.fingerprint import file_digest
 
 PB = "PYBIND11_MODULE(OB_EXTENSION_NAME, m) {}"
 NB = "OB_MODULE(m) {}"

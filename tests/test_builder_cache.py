@@ -130,7 +130,7 @@ def test_going_back_to_earlier_contents_is_a_warm_hit(three_sources):
 
 
 def test_only_the_newest_builds_are_kept(tmp_path):
-    from opbuilder.publish import KEEP_BUILDS
+    from opbuilder.cache.publish import KEEP_BUILDS
 
     src = tmp_path / "p.cpp"
     cache = tmp_path / "cache"
@@ -166,8 +166,8 @@ def test_five_alternating_variants_compile_once_each(tmp_path, monkeypatch):
 
 
 def test_the_least_recently_used_build_goes_not_the_one_just_used(tmp_path):
-    from opbuilder.publish import KEEP_BUILDS
-    from opbuilder.published import USE_STAMP_S
+    from opbuilder.cache.publish import KEEP_BUILDS
+    from opbuilder.cache.published import USE_STAMP_S
 
     src = tmp_path / "lru.cpp"
     cache = tmp_path / "cache"
@@ -335,7 +335,7 @@ def test_a_source_saved_after_its_key_was_computed_is_never_published_under_that
 
 def test_a_file_changed_in_the_tick_a_build_starts_counts_as_changed(tmp_path):
     # file clocks are coarse: a save in the same tick as the build's start may come after the compiler read it
-    from opbuilder.publish import changed_since
+    from opbuilder.cache.publish import changed_since
 
     header = tmp_path / "same_tick.h"
     header.write_text("#define X 1\n")

@@ -124,7 +124,7 @@ def test_doctor_names_each_problem_with_a_fix(tmp_path):
 
 @pytest.mark.build  # the CLI child compiles (tests/build_guard.py)
 def test_clean_skips_an_operator_that_is_being_built(tmp_path, cache):
-    from opbuilder.lock import build_lock
+    from opbuilder.cache.lock import build_lock
 
     src = tmp_path / "busy.cpp"
     src.write_text('extern "C" int busy() { return 1; }\n')

@@ -83,7 +83,7 @@ def test_sigkill_mid_build_leaves_nothing_to_wait_on_or_trust(tmp_path, monkeypa
     daemons = [int(stall.with_name(f"stall.daemon-{kind}").read_text()) for kind in ("cwd", "session")]
     try:
         assert not process_gone(compiler)  # ninja runs commands in their own group: the compiler outlived the kill
-        from opbuilder.lock import try_lock
+        from opbuilder.cache.lock import try_lock
         with try_lock(cache / "victim.lib") as free:  # nothing holds the lock: a new build starts at once
             assert free, "the killed build's lock is still held (by the dead process or the leftover compiler)"
         stall.unlink()

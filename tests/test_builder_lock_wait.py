@@ -14,8 +14,8 @@ pytestmark = pytest.mark.build  # every test here compiles, some in child proces
 HOLDER = """
 import sys, time
 from pathlib import Path
-from opbuilder.lock import build_lock
-from opbuilder.trust import make_dir
+from opbuilder.cache.lock import build_lock
+from opbuilder.cache.trust import make_dir
 op_dir = make_dir(Path(sys.argv[1]))
 with build_lock(op_dir, "held_op"):
     open(sys.argv[2], "w").close()

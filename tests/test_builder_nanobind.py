@@ -18,7 +18,7 @@ from op_util import CUSTOM_SRC, load_op
 from opbuilder import BuildError, CustomOpBuilder, binding
 from opbuilder.binding import NANOBIND, PYBIND11, RECORD, detect_binding
 from opbuilder.errors import UnsafeCacheDirError
-from opbuilder.fingerprint import file_digest
+from opbuilder.cache.fingerprint import file_digest
 from runtime import Tensor
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)

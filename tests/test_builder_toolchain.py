@@ -325,7 +325,7 @@ def test_a_stopped_holder_of_the_cache_lock_delays_a_probe_only_briefly(tmp_path
     import threading
 
     from opbuilder import probe_cache
-    from opbuilder.lock import wait_lock
+    from opbuilder.cache.lock import wait_lock
 
     monkeypatch.setattr(probe_cache, "LOCK_WAIT_S", 0.3)
     holding, release = threading.Event(), threading.Event()

@@ -194,7 +194,7 @@ def test_a_damaged_object_is_compiled_again(cache, built):
 
 FULL_DISK = """
 import resource, signal, sys
-import opbuilder.publish as publish
+import opbuilder.cache.publish as publish
 from opbuilder import BuildError, CustomOpBuilder
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
 real = publish.publish_library
@@ -231,7 +231,7 @@ def test_a_full_disk_while_publishing_is_a_build_error_and_leaves_no_partial_fil
 # probes Python again, which must not need to read anything).
 AS_NOBODY = """
 import os, sys, json, hashlib, logging, subprocess, sysconfig, shlex, shutil, dataclasses
-import opbuilder.builder, opbuilder.publish, opbuilder.published, opbuilder.lock, opbuilder.ninja_run
+import opbuilder.builder, opbuilder.cache.publish, opbuilder.cache.published, opbuilder.cache.lock, opbuilder.ninja_run
 import opbuilder.ninja_file, opbuilder.pch, opbuilder.toolchain, pybind11
 from opbuilder import BuildError, CustomOpBuilder
 sysconfig.get_paths()  # loads the interpreter's _sysconfigdata module while it can still be read

@@ -41,7 +41,7 @@ def _refused(cache, src, path, problem):
 def test_a_cache_file_is_read_in_requests_sized_to_it(tmp_path, monkeypatch):
     # issue 21: each read asked os.read for 1 MiB, a 1 MiB allocation per call (~20 us; ~80 us the first in a
     # process) where a warm load() reads five files of a few KB
-    from opbuilder import trust
+    from opbuilder.cache import trust
     data = os.urandom(300_000)
     path = tmp_path / "record.json"
     path.write_bytes(data)

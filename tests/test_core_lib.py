@@ -22,9 +22,9 @@ from opbuilder import builder as B
 from opbuilder import needs
 from opbuilder.importer import recorded
 from opbuilder.core_lib import CORE_FILE, core_spec, core_tag
-from opbuilder.published import INFO
+from opbuilder.cache.published import INFO
 from opbuilder.toolchain import find_compiler, python_info
-from opbuilder.trust import stamp_of
+from opbuilder.cache.trust import stamp_of
 
 pytestmark = pytest.mark.build  # the operators here compile (tests/build_guard.py)
 

@@ -21,9 +21,9 @@ _CXX17 = ("#include <optional>\n#include <utility>\n"
 
 
 def _cache_dir() -> Check:
-    from ..cache_dir import cache_root
+    from ..cache.cache_dir import cache_root
     from ..errors import UnsafeCacheDirError
-    from ..trust import trusted_root
+    from ..cache.trust import trusted_root
 
     root = cache_root()
     if not root.exists():
@@ -98,7 +98,7 @@ def _python() -> List[Check]:
 
 def _nanobind() -> List[Check]:
     """nanobind (the default binding, OB_MODULE) and the two libraries its operators load first."""
-    from ..cache_dir import cache_root
+    from ..cache.cache_dir import cache_root
     from ..toolchain import nanobind_info
 
     root = cache_root()
@@ -172,7 +172,7 @@ def _launcher() -> Check:
 def _prebuilt() -> List[Check]:
     from ..errors import UnsafeCacheDirError
     from ..fleet.store import ENV
-    from ..trust import trusted_store
+    from ..cache.trust import trusted_store
 
     out = []
     for entry in filter(None, os.environ.get(ENV, "").split(":")):
@@ -220,7 +220,7 @@ def _store_entries(store: Path, owner: int) -> Tuple[int, int, List[Tuple[Path, 
 
     from ..errors import UnsafeCacheDirError
     from ..fleet.store import KEY_RE, LIB_RE, OP_RE
-    from ..trust import check_dir, check_file, read_file
+    from ..cache.trust import check_dir, check_file, read_file
 
     unsafe: List[Tuple[Path, str]] = []
     broken: List[Tuple[Path, str]] = []

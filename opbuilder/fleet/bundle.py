@@ -36,7 +36,7 @@ __all__ = ["export_bundle", "import_bundle"]
 
 def _intact_builds(op_dir: Path) -> List[str]:
     """Keys of the builds in ``op_dir`` whose library has the SHA-256 its build.json records."""
-    from ..published import INFO, _library_record, _same_digest
+    from ..cache.published import INFO, _library_record, _same_digest
 
     keys = []
     for d in sorted(op_dir.iterdir()):
@@ -67,9 +67,9 @@ def export_bundle(root: Path, names: Sequence[str], out: Path) -> List[str]:
     complete: on any failure ``out`` is as it was and no temporary file is left."""
     import json
 
-    from ..fingerprint import manifest_path
-    from ..published import INFO
-    from ..trust import check_dir, read_file
+    from ..cache.fingerprint import manifest_path
+    from ..cache.published import INFO
+    from ..cache.trust import check_dir, read_file
 
     _check_names(names)
     if out.is_dir():
@@ -155,7 +155,7 @@ def import_bundle(bundle: Path, store: Path, cache: bool = False) -> List[Path]:
     import shutil
 
     from ..probe_cache import add_bundled_compilers
-    from ..published import INFO
+    from ..cache.published import INFO
 
     try:
         tar = tarfile.open(bundle, "r:*")
@@ -197,8 +197,8 @@ def _install(op_dir: Path, key: str, target: Path, cache: bool) -> Path:
     pruning), with the cache's modes."""
     if not cache:
         return install(op_dir, key, target)
-    from ..lock import build_lock
-    from ..trust import make_dir
+    from ..cache.lock import build_lock
+    from ..cache.trust import make_dir
 
     name = op_dir.name[:-4] if op_dir.name.endswith(".lib") else op_dir.name
     with build_lock(make_dir(target / op_dir.name), name):
@@ -210,8 +210,8 @@ def _incomplete(op_dir: Path, key: str) -> str:
     SHA-256, no manifest, or a library that is not the one recorded), or "" if it can."""
     import json
 
-    from ..fingerprint import manifest_path
-    from ..published import INFO, _library_record
+    from ..cache.fingerprint import manifest_path
+    from ..cache.published import INFO, _library_record
 
     key_dir = op_dir / key
     data = _library_record(key_dir / INFO) if (key_dir / INFO).is_file() else None

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from ..trust import trusted_store
+from ..cache.trust import trusted_store
 
 __all__ = ["prebuilt_stores", "ENV", "open_store", "install", "library_in", "KEY_RE", "OP_RE", "LIB_RE"]
 
@@ -88,10 +88,10 @@ def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None
     Its SHA-256 is computed while copying and must be the one ``build.json`` records (else ValueError
     naming it, and nothing of it is left in the store); the copy's stamp is recorded anew. ``private``:
     into our cache, with its modes (directories and library 0700, records 0600)."""
-    from ..fingerprint import manifest_path
-    from ..publish import publish_library
-    from ..published import INFO, _library_record
-    from ..trust import read_file, write_file
+    from ..cache.fingerprint import manifest_path
+    from ..cache.publish import publish_library
+    from ..cache.published import INFO, _library_record
+    from ..cache.trust import read_file, write_file
 
     key_dir = src_op / key
     data = _library_record(key_dir / INFO, src_owner)
@@ -104,7 +104,7 @@ def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None
     if sha256_of(lib) != data["library"]["sha256"]:  # before anything is written: a good copy stays
         raise ValueError(f"{lib}: its SHA-256 is not the one its build.json records (changed since it was built); "
                          f"it was not stored")
-    from ..trust import make_dir
+    from ..cache.trust import make_dir
 
     dmode, fmode = (0o700, 0o600) if private else (0o755, 0o644)
     dst_op = make_dir(store / src_op.name, dmode)

@@ -34,8 +34,8 @@ _ops: Dict[str, Custom] = {}  # symbol -> op, per process
 
 def kernel_dir() -> Path:
     """Where generated kernel sources live: ``jit_kernels`` in the builder's cache."""
-    from opbuilder.cache_dir import cache_root
-    from opbuilder.trust import trusted_root
+    from opbuilder.cache.cache_dir import cache_root
+    from opbuilder.cache.trust import trusted_root
     return trusted_root(cache_root() / "jit_kernels")
 
 

@@ -26,8 +26,8 @@ LDFLAGS = tuple(vector_math.ldflags())
 
 def source_path(symbol: str, text: str) -> Path:
     """Where the generated source of ``symbol`` with contents ``text`` is kept."""
-    from opbuilder.cache_dir import cache_root
-    from opbuilder.trust import trusted_root
+    from opbuilder.cache.cache_dir import cache_root
+    from opbuilder.cache.trust import trusted_root
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     return trusted_root(cache_root() / "hybrid") / f"{symbol}-{digest}.cpp"
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
-from .errors import warn_broken
+from ..errors import warn_broken
 from .fingerprint import write_json_atomic
 from .trust import check_dir, check_file, read_file, stamp_of
 

@@ -28,7 +28,7 @@ import stat
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .errors import UnsafeCacheDirError
+from ..errors import UnsafeCacheDirError
 
 __all__ = ["trusted_root", "trusted_store", "check_dir", "check_file", "check_tree", "read_file", "make_dir",
            "make_dirs",

@@ -28,7 +28,7 @@ from typing import ContextManager, Dict, Iterator, Optional, Tuple
 
 import filelock
 
-from .errors import BuildError
+from ..errors import BuildError
 from .trust import check_file
 
 __all__ = ["build_lock", "try_lock", "wait_lock", "lock_timeout", "lock_holder", "LOCK_TIMEOUT_S", "LOCK_FILE"]

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from .errors import warn_broken
+from ..errors import warn_broken
 from .relocate import portable, resolve
 from .trust import read_file, write_file
 

@@ -1,0 +1,1 @@
+"""The cache on disk: where it is (``cache_dir``), keys from contents (``fingerprint``, ``relocate``), the per-operator lock (``lock``), trusting only what this user wrote (``trust``), and publishing a build atomically and checking it before use (``publish``, ``published``)."""
