@@ -253,7 +253,7 @@ def build_rows(report: Report) -> None:
                               text=True).stdout.strip()
         wrapper.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{log}'\nexec '{real}' \"$@\"\n")
         wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-        from opbuilder.probe_cache import SETTLE_NS
+        from opbuilder.tools.probe_cache import SETTLE_NS
         time.sleep(SETTLE_NS / 1e9 + 0.05)  # a compiler file changed just now is probed anew by each process
         code = ("import time, numpy as np; t0 = time.perf_counter(); from runtime import Tensor, ops;"
                 "import hybrid as h;"

@@ -33,7 +33,7 @@ from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_er
 from .headers import copy_read, headers_digest, include_dir, shadowing_copy
 from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, preload
 from .importer import recorded as recorded_deps
-from .launcher import launcher_is_sccache, launcher_requested
+from .tools.launcher import launcher_is_sccache, launcher_requested
 from .cache.published import verified_library
 from .cache.relocate import portable, prefix_map_flags, project_root
 from .retry import Reason, Retry, retrying
@@ -41,8 +41,9 @@ from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_s
 from .fleet.store import prebuilt_stores
 from .target import Target as _Target
 from .torch_bridge_build import KIND as BRIDGE_KIND, bridge_target
-from .toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc, links_with_lto,
-                        nanobind_info, native_cpu, python_headers, python_info, wants_native_cpu)
+from .tools.toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc,
+                              links_with_lto, nanobind_info, native_cpu, python_headers, python_info,
+                              wants_native_cpu)
 from .cache.trust import check_dir, read_file, stamp_of, trusted_root
 
 __all__ = ["CustomOpBuilder", "build_library"]
@@ -226,14 +227,14 @@ def _cuda(spec: BuildSpec, opt: Tuple[str, ...], target: _Target, system: Tuple[
     """(nvcc, its flags, link flags, key parts) of a GPU build; (None, (), (), ()) for the CPU."""
     if spec.backend != "GPU":
         return None, (), (), ()
-    from .toolchain import cuda_lib_dir
+    from .tools.toolchain import cuda_lib_dir
     nvcc = find_nvcc(spec.root)
     identity = [f"nvcc={nvcc.identity}"]
     arch: List[str] = []
     ccbin: Tuple[str, ...] = ()
     if any(s.suffix in CUDA_SUFFIXES for s in spec.sources):
-        from .cuda_arch import arch_flags
-        from .toolchain import nvcc_host
+        from .tools.cuda_arch import arch_flags
+        from .tools.toolchain import nvcc_host
         arch = arch_flags(spec.cuda_cflags, spec.root)[0]  # in cuda_flags, so in the key
         ccbin, host = nvcc_host(nvcc, spec.cuda_cflags, spec.root)  # CUDAHOSTCXX, or g++ on PATH
         identity.append(f"nvcc_host={host}")
@@ -338,7 +339,7 @@ def _prebuilt_for_stored_compilers(spec: BuildSpec) -> Optional[Tuple[str, Path]
     imported into the cache from a bundle), looked up with each compiler identity the stores' toolchain
     facts record (the machine that filled them had it) and each that came with a bundle's builds.
     Nothing can be compiled here, so only what was built elsewhere can serve the operator."""
-    from .toolchain import stored_compilers
+    from .tools.toolchain import stored_compilers
 
     for cxx in stored_compilers(spec.root):
         try:
@@ -389,7 +390,7 @@ def _search_paths(spec: BuildSpec, plan: _Plan, build_dir: Path):
     """Per compile rule, the include search path its depfiles are read with (search_path.py)."""
     from .search_path import search_path
 
-    from .toolchain import env_include_flags, system_include_dirs
+    from .tools.toolchain import env_include_flags, system_include_dirs
 
     untracked = (*plan.toolchain_dirs, *system_include_dirs(plan.cxx, spec.root))
     where = (str(build_dir), str(plan.project))
@@ -407,7 +408,7 @@ def _search_paths(spec: BuildSpec, plan: _Plan, build_dir: Path):
 def _not_users(spec: BuildSpec, plan: _Plan) -> Tuple[str, ...]:
     """Directories whose headers are not the user's: opbuilder's, pybind11's, Python's, the compiler's
     own, the CUDA toolkit's, and the cache (the generated headers)."""
-    from .toolchain import system_include_dirs
+    from .tools.toolchain import system_include_dirs
 
     dirs = (*plan.toolchain_dirs, *system_include_dirs(plan.cxx, spec.root), str(spec.root))
     if plan.nvcc is not None:
@@ -435,9 +436,9 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     from . import pch as pchmod
     from .cache import publish
     from .ninja_file import write_build_file
-    from .launcher import compiler_launcher
+    from .tools.launcher import compiler_launcher
     from .ninja_run import run_ninja, stop_leftovers
-    from .toolchain import default_jobs, ninja_path
+    from .tools.toolchain import default_jobs, ninja_path
     from .cache.trust import check_tree, make_dir, make_dirs
 
     log = logging.getLogger("opbuilder")
@@ -518,7 +519,7 @@ def _check_no_header_copy(spec: BuildSpec) -> None:
     the copy and call the core library built from the installed headers (crashes), or, through the
     precompiled header, silently get the installed ones instead."""
     from .search_path import quoted_and_bracket_dirs
-    from .toolchain import env_include_flags
+    from .tools.toolchain import env_include_flags
 
     dirs = [(str(s.parent), f"the directory of {s.name}") for s in spec.sources]
     dirs += [(str(p), "include_paths") for p in spec.include_paths]

@@ -65,7 +65,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         lib = Path(path)
         path = str(install(lib.parent.parent, lib.parent.name, into, _owner_of(lib.parent.parent)))
         from .cache.cache_dir import cache_root
-        from .probe_cache import share
+        from .tools.probe_cache import share
         share(cache_root(args.cache_dir), into)  # the toolchain facts: a new cache on this node probes nothing
     print(path)
     return 0

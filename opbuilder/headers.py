@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .cache.fingerprint import blake2b
-from .probe_cache import remembered
+from .tools.probe_cache import remembered
 
 __all__ = ["include_dir", "source_dir", "headers_digest", "shadowing_copy", "copy_read"]
 

@@ -12,7 +12,7 @@ from .cache.fingerprint import digest_of
 from .headers import include_dir, source_dir
 from .spec import BuildSpec
 from .target import Target
-from .toolchain import ext_suffix, python_headers
+from .tools.toolchain import ext_suffix, python_headers
 
 __all__ = ["MODULE", "KIND", "bridge_spec", "bridge_target"]
 

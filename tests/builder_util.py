@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from opbuilder.probe_cache import SETTLE_NS
+from opbuilder.tools.probe_cache import SETTLE_NS
 
 REAL_CXX = shutil.which("c++") or shutil.which("g++")
 PYTHON = sys.executable
@@ -147,7 +147,7 @@ def run_python(code: str, *args: str, timeout: int = 300, **env: str):
 
 def cuda_toolkit_problem() -> Optional[str]:
     """Why a GPU build cannot link here (None if it can): nvcc and, beside it, libcudart."""
-    from opbuilder.toolchain import cuda_lib_dir, find_nvcc
+    from opbuilder.tools.toolchain import cuda_lib_dir, find_nvcc
     try:
         nvcc = find_nvcc(None)
     except FileNotFoundError:

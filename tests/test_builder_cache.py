@@ -399,7 +399,7 @@ def test_module_keys_cover_the_toolchain_python_pybind11_and_opbuilders_headers(
     from opbuilder.headers import headers_digest
     src = tiny_module(tmp_path / "ident_op.cpp", "1")
     spec = CustomOpBuilder("ident_op", [src]).spec
-    from opbuilder.toolchain import find_compiler
+    from opbuilder.tools.toolchain import find_compiler
     cxx = find_compiler(spec.root)
     identity = builder._plan(spec, cxx).identity  # what the key hashes besides the sources' contents
     assert f"pybind11={pybind11.__version__}" in identity

@@ -32,7 +32,7 @@ def test_default_build_is_optimized_with_lto(cache_dir, tiny, monkeypatch):
     rules = _commands(cache_dir, "flags_default")
     assert "-O2" in rules["cxx"] and "-g" not in rules["cxx"] and "-O0" not in rules["cxx"]
     assert "-Werror=return-type" in rules["cxx"]  # falling off a non-void function is an error
-    from opbuilder.toolchain import find_compiler, links_with_lto
+    from opbuilder.tools.toolchain import find_compiler, links_with_lto
     cxx = find_compiler(cache_dir)
     gcc = cxx.family == "gcc"
     # gcc: -O2 plus the loop vectorizer with -O3's cost model
@@ -88,7 +88,7 @@ def test_a_nanobind_module_and_its_runtime_are_built_without_lto_the_runtime_at_
     assert "-flto" not in rules["cxx"] and not any(a.startswith("-flto") for a in rules["link"])
     from opbuilder import builder
     from opbuilder.nanobind_runtime import runtime_spec
-    from opbuilder.toolchain import find_compiler
+    from opbuilder.tools.toolchain import find_compiler
     runtime = _commands(cache_dir, "_nanobind.lib")
     assert "-Os" in runtime["cxx"] and "-O2" not in runtime["cxx"] and "-ftree-vectorize" not in runtime["cxx"]
     assert "-flto" not in runtime["cxx"] and not any(a.startswith("-flto") for a in runtime["link"])
@@ -103,7 +103,7 @@ def test_lto_is_a_way_to_build_not_part_of_the_key(cache_dir, tiny, monkeypatch)
     import subprocess
     from pathlib import Path
 
-    from opbuilder.toolchain import find_compiler
+    from opbuilder.tools.toolchain import find_compiler
 
     monkeypatch.delenv("OPBUILDER_LTO", raising=False)
     with_lto = Path(CustomOpBuilder("flags_toggle", [tiny]).build())
@@ -150,7 +150,7 @@ def test_a_gcc_that_cannot_link_lto_objects_builds_without_lto(tmp_path, tiny, m
     import shutil
     import subprocess
 
-    from opbuilder.toolchain import find_compiler, links_with_lto
+    from opbuilder.tools.toolchain import find_compiler, links_with_lto
 
     gxx = shutil.which("g++")
     if gxx is None or find_compiler(None).family != "gcc":
@@ -194,7 +194,7 @@ def test_the_lto_answer_is_asked_again_when_the_parts_the_link_runs_change(tmp_p
     (lto-wrapper, the plugin, ld): removing or installing one of them asks again."""
     import shutil
 
-    from opbuilder.toolchain import Compiler, links_with_lto
+    from opbuilder.tools.toolchain import Compiler, links_with_lto
 
     gxx = shutil.which("g++")
     if gxx is None:
@@ -220,7 +220,7 @@ _CPU = "processor\t: {n}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t:
 def test_march_native_builds_are_keyed_by_the_cpu(tmp_path, tiny, monkeypatch):
     """-march=native is another program on another CPU: a cache shared by machines (a home directory
     on a cluster) must not hand one machine's native build to another, where it may not run."""
-    from opbuilder import toolchain
+    from opbuilder.tools import toolchain
 
     cpuinfo = tmp_path / "cpuinfo"
 

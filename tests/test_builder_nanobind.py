@@ -186,7 +186,7 @@ def test_a_warm_load_looks_nothing_of_pybind11_up(nb_ops, cache_dir, monkeypatch
     # issue 21: python_info's search of sys.path for pybind11 and its stamps were ~0.1 ms of a warm load()
     # of a nanobind operator, which needs only Python's headers; they and the ABI are python_info's
     from opbuilder import builder
-    from opbuilder.toolchain import python_headers, python_info
+    from opbuilder.tools.toolchain import python_headers, python_info
     py = python_info(cache_dir)
     assert python_headers(cache_dir) == (py.python_include, py.abi)  # so the same keys
 

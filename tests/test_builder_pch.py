@@ -47,7 +47,7 @@ def _wait_for_gch(directory, timeout=600):
 
 
 def test_one_pch_serves_every_operator_and_the_compiler_accepts_it(cache_dir, my_ops, ms_ops, api_ops, tmp_path):
-    from opbuilder.toolchain import default_jobs
+    from opbuilder.tools.toolchain import default_jobs
 
     if not pch.enabled():
         pytest.skip("OPBUILDER_PCH is off")
@@ -168,7 +168,7 @@ def test_a_first_nanobind_load_starts_the_precompile_after_its_runtime_and_core_
     import threading
 
     from opbuilder import builder, nanobind_runtime
-    from opbuilder.toolchain import default_jobs
+    from opbuilder.tools.toolchain import default_jobs
 
     if not pch.enabled():
         pytest.skip("OPBUILDER_PCH is off")

@@ -26,7 +26,7 @@ def test_status_lines_while_compiling_and_silence_when_warm(tmp_path, capfd):
 
 
 def test_verbose_shows_the_commands(tmp_path, capfd, monkeypatch):
-    from opbuilder.toolchain import find_compiler
+    from opbuilder.tools.toolchain import find_compiler
 
     cxx = find_compiler(None).argv[0]
     build_library("verbose_op", [_source(tmp_path, "verbose_op", 2)], build_dir=tmp_path / "c1", verbose=True)

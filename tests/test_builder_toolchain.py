@@ -9,7 +9,7 @@ import pytest
 
 from builder_util import PYTHON, child_env, compiled_sources, version_probes, wrapper_cxx
 from opbuilder import build_library
-from opbuilder.toolchain import available_memory, default_jobs, find_compiler, ninja_path, which
+from opbuilder.tools.toolchain import available_memory, default_jobs, find_compiler, ninja_path, which
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
@@ -158,7 +158,7 @@ def test_default_jobs_are_bounded_by_cores_and_memory(monkeypatch):
 
 @pytest.mark.parametrize("gib,cores,expected", [(1.5, 8, 1), (0.2, 8, 1), (3.5, 8, 3), (64, 2, 2)])
 def test_default_jobs_take_one_gib_per_compile(monkeypatch, gib, cores, expected):
-    from opbuilder import toolchain
+    from opbuilder.tools import toolchain
     monkeypatch.delenv("MAX_JOBS", raising=False)
     monkeypatch.setattr(toolchain, "available_memory", lambda: int(gib * (1 << 30)))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
@@ -171,7 +171,7 @@ def test_compiler_family_is_known(cache_dir):
 
 
 def test_gpu_backend_compiles_cuda_with_nvcc(tmp_path):
-    from opbuilder.toolchain import find_nvcc, which
+    from opbuilder.tools.toolchain import find_nvcc, which
 
     if which("nvcc") is None and not (os.environ.get("NVCC") or os.environ.get("CUDA_HOME")):
         pytest.skip("no nvcc here")
@@ -188,7 +188,7 @@ def test_remembered_facts_are_probed_again_only_when_their_files_change(tmp_path
     import time
 
     from opbuilder.headers import _digest_now
-    from opbuilder.probe_cache import SETTLE_NS, remembered
+    from opbuilder.tools.probe_cache import SETTLE_NS, remembered
 
     inc = tmp_path / "include"
     (inc / "opbuilder").mkdir(parents=True)
@@ -215,9 +215,9 @@ def test_remembered_facts_are_probed_again_only_when_their_files_change(tmp_path
     (inc / "opbuilder" / "new.h").write_text("int z;\n")  # a header added to a watched directory
     time.sleep(settle)
     assert remembered(tmp_path, "headers test", probe)["digest"] not in (first, second) and len(probes) == 4
-    import opbuilder.probe_cache
+    import opbuilder.tools.probe_cache
 
-    monkeypatch.setattr(opbuilder.probe_cache, "SETTLE_NS", 60_000_000_000)  # "moments ago", deterministically
+    monkeypatch.setattr(opbuilder.tools.probe_cache, "SETTLE_NS", 60_000_000_000)  # "moments ago", deterministically
     header.write_text("int w;\n")  # changed moments ago: used, but not remembered (file clocks are coarse)
     remembered(tmp_path, "headers test", probe)
     remembered(tmp_path, "headers test", probe)
@@ -228,7 +228,7 @@ def test_threads_remembering_at_once_leave_a_valid_file_and_no_temporary_ones(tm
     # every thread writes toolchains.json through a temporary file and a rename: one each
     import threading
 
-    from opbuilder.probe_cache import FILE_NAME, remembered
+    from opbuilder.tools.probe_cache import FILE_NAME, remembered
 
     threads, rounds = 8, 25
     barrier = threading.Barrier(threads, timeout=120)
@@ -256,7 +256,7 @@ def test_threads_remembering_at_once_leave_a_valid_file_and_no_temporary_ones(tm
 _PROBE_ONE = """
 import sys, time
 from pathlib import Path
-from opbuilder.probe_cache import remembered
+from opbuilder.tools.probe_cache import remembered
 state, name, source, go = Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4])
 while not go.exists():
     time.sleep(0.005)
@@ -271,7 +271,7 @@ def test_processes_probing_at_once_keep_every_fact(tmp_path):
     """Records are merged under the cache directory's lock: none is lost to a concurrent writer."""
     import time
 
-    from opbuilder.probe_cache import SETTLE_NS
+    from opbuilder.tools.probe_cache import SETTLE_NS
 
     source = tmp_path / "source.txt"
     source.write_text("x\n")
@@ -308,7 +308,7 @@ def test_a_compiler_link_pointed_elsewhere_while_probing_is_not_remembered(tmp_p
     link.symlink_to(first)
     import time
 
-    from opbuilder.probe_cache import SETTLE_NS
+    from opbuilder.tools.probe_cache import SETTLE_NS
     time.sleep(SETTLE_NS / 1e9 + 0.05)
     monkeypatch.setenv("CXX", str(link))
     state = tmp_path / "state"
@@ -324,7 +324,7 @@ def test_a_stopped_holder_of_the_cache_lock_delays_a_probe_only_briefly(tmp_path
     """A probe's record is only a cache: if the lock is not free within LOCK_WAIT_S it is not stored."""
     import threading
 
-    from opbuilder import probe_cache
+    from opbuilder.tools import probe_cache
     from opbuilder.cache.lock import wait_lock
 
     monkeypatch.setattr(probe_cache, "LOCK_WAIT_S", 0.3)

@@ -14,7 +14,7 @@ import pytest
 
 from builder_util import PYTHON, build_cache, child_env, copy_cache, key_dir, run_python, tiny_module
 from opbuilder import BuildError, CustomOpBuilder
-from opbuilder.toolchain import ext_suffix
+from opbuilder.tools.toolchain import ext_suffix
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
@@ -232,7 +232,7 @@ def test_a_full_disk_while_publishing_is_a_build_error_and_leaves_no_partial_fil
 AS_NOBODY = """
 import os, sys, json, hashlib, logging, subprocess, sysconfig, shlex, shutil, dataclasses
 import opbuilder.builder, opbuilder.cache.publish, opbuilder.cache.published, opbuilder.cache.lock, opbuilder.ninja_run
-import opbuilder.ninja_file, opbuilder.pch, opbuilder.toolchain, pybind11
+import opbuilder.ninja_file, opbuilder.pch, opbuilder.tools.toolchain, pybind11
 from opbuilder import BuildError, CustomOpBuilder
 sysconfig.get_paths()  # loads the interpreter's _sysconfigdata module while it can still be read
 if os.geteuid() == 0:

@@ -10,7 +10,7 @@ import pytest
 
 from builder_util import PYTHON, build_cache, child_env, compiled_sources, copy_cache, key_dir, tiny_module, wrapper_cxx
 from opbuilder import CustomOpBuilder, UnsafeCacheDirError
-from opbuilder.toolchain import ext_suffix
+from opbuilder.tools.toolchain import ext_suffix
 
 NAME = "trusty"
 LIB = NAME + ext_suffix()

@@ -23,7 +23,7 @@ from opbuilder import needs
 from opbuilder.importer import recorded
 from opbuilder.core_lib import CORE_FILE, core_spec, core_tag
 from opbuilder.cache.published import INFO
-from opbuilder.toolchain import find_compiler, python_info
+from opbuilder.tools.toolchain import find_compiler, python_info
 from opbuilder.cache.trust import stamp_of
 
 pytestmark = pytest.mark.build  # the operators here compile (tests/build_guard.py)

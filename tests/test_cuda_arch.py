@@ -9,9 +9,10 @@ import pytest
 
 from builder_util import run_python
 from opbuilder import build_library
-from opbuilder.cuda_arch import DEFAULT, ENV, TORCH_ENV, arch_flags, gencode_flags, parse_arch_list, user_sets_arch
-from opbuilder.probe_cache import SETTLE_NS
-from opbuilder.toolchain import which
+from opbuilder.tools.cuda_arch import (DEFAULT, ENV, TORCH_ENV, arch_flags, gencode_flags, parse_arch_list,
+                                       user_sets_arch)
+from opbuilder.tools.probe_cache import SETTLE_NS
+from opbuilder.tools.toolchain import which
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
@@ -82,7 +83,7 @@ def _nvcc_compiles(log: Path):
 def cu(tmp_path, monkeypatch):
     if NO_NVCC:
         pytest.skip("nvcc (the CUDA toolkit) is not installed")
-    from opbuilder.toolchain import find_nvcc
+    from opbuilder.tools.toolchain import find_nvcc
     nvcc = find_nvcc(None)
     log = tmp_path / "nvcc.log"
     monkeypatch.setenv("NVCC", _logging_script(tmp_path / "nvcc", log, f"exec '{nvcc.path}' \"$@\"\n"))

@@ -53,7 +53,7 @@ def test_cudahostcxx_is_nvccs_host_compiler_and_part_of_the_key(tmp_path, monkey
 
     from builder_util import REAL_CXX
     from opbuilder import build_library
-    from opbuilder.probe_cache import SETTLE_NS
+    from opbuilder.tools.probe_cache import SETTLE_NS
 
     src = tmp_path / "host.cu"
     src.write_text('extern "C" int host_answer() { return 41 + 1; }\n')

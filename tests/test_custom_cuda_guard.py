@@ -64,7 +64,7 @@ def test_host_libraries_and_non_elf_files_are_not_cuda_code(host_so, tmp_path):
 @needs_nvcc
 @pytest.mark.build
 def test_a_host_library_that_links_the_cuda_runtime_counts_as_cuda_code(tmp_path):
-    from opbuilder.toolchain import cuda_lib_dir, find_nvcc
+    from opbuilder.tools.toolchain import cuda_lib_dir, find_nvcc
     lib = cuda_lib_dir(find_nvcc(None))
     if lib is None or not (Path(lib) / "libcudart.so").exists():
         pytest.skip(f"libcudart.so is not where the builder looks for it beside nvcc ({lib})")

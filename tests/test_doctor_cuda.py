@@ -9,8 +9,8 @@ import pytest
 
 from builder_util import PYTHON, REAL_CXX, child_env
 from opbuilder.diagnose.doctor_cuda import cuda_mismatches, driver_cuda_major
-from opbuilder.probe_cache import SETTLE_NS
-from opbuilder.toolchain import which
+from opbuilder.tools.probe_cache import SETTLE_NS
+from opbuilder.tools.toolchain import which
 
 
 def _doctor(tmp_path, **env):
@@ -27,7 +27,7 @@ def _line(lines, prefix):
 
 @pytest.fixture
 def nvcc():
-    from opbuilder.toolchain import find_nvcc
+    from opbuilder.tools.toolchain import find_nvcc
     try:
         return find_nvcc(None)
     except FileNotFoundError:

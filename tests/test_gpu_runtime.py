@@ -26,7 +26,7 @@ def nvcc():
     problem = cuda_toolkit_problem()
     if problem:
         pytest.skip(problem)
-    from opbuilder.toolchain import find_nvcc
+    from opbuilder.tools.toolchain import find_nvcc
     return find_nvcc(None).path
 
 

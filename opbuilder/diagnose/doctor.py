@@ -45,7 +45,7 @@ def _cache_dir() -> Check:
 
 
 def _compiler() -> List[Check]:
-    from ..toolchain import find_compiler
+    from ..tools.toolchain import find_compiler
 
     try:
         cxx = find_compiler(None)
@@ -70,7 +70,7 @@ def _compiler() -> List[Check]:
 
 def _python() -> List[Check]:
     from ..headers import include_dir
-    from ..toolchain import python_info
+    from ..tools.toolchain import python_info
 
     checks = []
     try:
@@ -99,7 +99,7 @@ def _python() -> List[Check]:
 def _nanobind() -> List[Check]:
     """nanobind (the default binding, OB_MODULE) and the two libraries its operators load first."""
     from ..cache.cache_dir import cache_root
-    from ..toolchain import nanobind_info
+    from ..tools.toolchain import nanobind_info
 
     root = cache_root()
     try:
@@ -123,7 +123,7 @@ def _nanobind() -> List[Check]:
 
 
 def _ninja() -> Check:
-    from ..toolchain import ninja_path
+    from ..tools.toolchain import ninja_path
 
     try:
         exe = ninja_path()
@@ -139,7 +139,7 @@ def _ninja() -> Check:
 
 
 def _jobs() -> Check:
-    from ..toolchain import default_jobs
+    from ..tools.toolchain import default_jobs
 
     try:
         jobs = default_jobs()
@@ -156,7 +156,7 @@ def _cuda() -> List[Check]:
 
 
 def _launcher() -> Check:
-    from ..launcher import ENV, compiler_launcher
+    from ..tools.launcher import ENV, compiler_launcher
 
     if not os.environ.get(ENV, "").strip():
         return Check("compiler launcher", "ok", f"none ({ENV} is not set; sccache or ccache would cache compiles)")

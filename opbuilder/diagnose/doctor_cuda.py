@@ -52,7 +52,7 @@ def cuda_mismatches(nvcc: Optional[int], cupy: Optional[int], driver: Optional[i
 
 
 def _nvcc() -> Tuple[List[Check], Optional[int]]:
-    from ..toolchain import find_nvcc, which
+    from ..tools.toolchain import find_nvcc, which
 
     try:
         nvcc = find_nvcc(None)
@@ -66,7 +66,7 @@ def _nvcc() -> Tuple[List[Check], Optional[int]]:
     if "-ccbin" in argv[:-1]:
         host = argv[argv.index("-ccbin") + 1]
     elif os.environ.get("CUDAHOSTCXX"):
-        from ..toolchain import nvcc_host
+        from ..tools.toolchain import nvcc_host
         try:
             ccbin, _ = nvcc_host(nvcc, (), None)
         except FileNotFoundError as e:
@@ -103,7 +103,7 @@ def _nvcc() -> Tuple[List[Check], Optional[int]]:
 
 
 def _archs() -> Check:
-    from ..cuda_arch import ACCEPTED, arch_flags
+    from ..tools.cuda_arch import ACCEPTED, arch_flags
 
     try:
         flags, source = arch_flags([], None)
@@ -150,7 +150,7 @@ def cupy_library_problems(cupy: Any) -> List[str]:
 
 
 def _driver() -> Tuple[Check, Optional[int]]:
-    from ..gpu_probe import driver_info
+    from ..tools.gpu_probe import driver_info
 
     driver, cuda, source = driver_info()
     if driver is None:

@@ -154,7 +154,7 @@ def import_bundle(bundle: Path, store: Path, cache: bool = False) -> List[Path]:
     import json
     import shutil
 
-    from ..probe_cache import add_bundled_compilers
+    from ..tools.probe_cache import add_bundled_compilers
     from ..cache.published import INFO
 
     try:
@@ -222,7 +222,7 @@ def _incomplete(op_dir: Path, key: str) -> str:
     if not isinstance(base, str) or not KEY_RE.fullmatch(base):
         return "its build.json records no base key"
     if data.get("compiler") is not None:
-        from ..probe_cache import compiler_facts_problem
+        from ..tools.probe_cache import compiler_facts_problem
 
         why = compiler_facts_problem(data["compiler"])
         if why:

@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .errors import UnsafeCacheDirError, warn_broken
-from .cache.trust import read_file, stamp_of, write_file
+from ..errors import UnsafeCacheDirError, warn_broken
+from ..cache.trust import read_file, stamp_of, write_file
 
 __all__ = ["remembered", "stamp", "share", "stored_records", "add_bundled_compilers", "compiler_facts_problem",
            "BUNDLED_COMPILER"]
@@ -145,7 +145,7 @@ def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple
 
 def _from_stores(lookup: str, schema: Dict[str, Any]) -> Optional[Facts]:
     """The facts a prebuilt store recorded for ``lookup``, if their files' stamps match here."""
-    from .fleet.store import prebuilt_stores
+    from ..fleet.store import prebuilt_stores
 
     for store, owner in prebuilt_stores():
         file = str(store / FILE_NAME)
@@ -160,7 +160,7 @@ def stored_records(prefix: str, schema: Dict[str, Any], cache: Optional[Path] = 
     """(lookup, facts) of every well-formed record in the prebuilt stores (and the ``cache``, a checked
     root, first) whose lookup starts with ``prefix``, stamps not checked: for a node that lacks the
     files they came from (builder.py)."""
-    from .fleet.store import prebuilt_stores
+    from ..fleet.store import prebuilt_stores
 
     out = []
     for store, owner in ([(cache, None)] if cache is not None else []) + prebuilt_stores():
@@ -203,7 +203,7 @@ def add_bundled_compilers(directory: Path, compilers: Sequence[Facts], mode: int
     """Add the C++ compilers' facts that came with a bundle's builds (checked: compiler_facts_problem)
     to ``directory``'s file (a store, ours, or the cache), each under a lookup no probe asks for
     (see the module's docstring); returns how many are new."""
-    from .cache.fingerprint import digest_of
+    from ..cache.fingerprint import digest_of
 
     records = {}
     for facts in compilers:
@@ -216,8 +216,8 @@ def add_bundled_compilers(directory: Path, compilers: Sequence[Facts], mode: int
 def _merge_records(directory: Path, records: Dict[str, dict], mode: int) -> int:
     """Merge ``records`` into ``directory``'s file under its lock (so two fillers at once keep each
     other's records; without flock, unlocked), written under a new name and renamed; how many were new."""
-    from .errors import BuildError
-    from .cache.lock import wait_lock
+    from ..errors import BuildError
+    from ..cache.lock import wait_lock
 
     def merge() -> int:
         file = str(directory / FILE_NAME)
@@ -242,8 +242,8 @@ LOCK_WAIT_S = 10.0  # a probe's record is only a cache: past this, it is not sto
 def _store(state_dir: Path, file: str, lookup: str, record: dict) -> None:
     """Add one record to the file: read, merge and replace under the cache directory's lock, so
     processes probing at once do not drop each other's records (the warm path only reads)."""
-    from .errors import BuildError, UnsafeCacheDirError
-    from .cache.lock import wait_lock
+    from ..errors import BuildError, UnsafeCacheDirError
+    from ..cache.lock import wait_lock
 
     try:
         with wait_lock(state_dir, LOCK_WAIT_S) as held:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .errors import ToolchainError
+from ..errors import ToolchainError
 from .probe_cache import remembered
 
 __all__ = ["Compiler", "PythonInfo", "find_compiler", "find_nvcc", "python_info", "python_headers", "ninja_path",

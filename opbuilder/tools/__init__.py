@@ -1,0 +1,1 @@
+"""The tools a build uses, found apart from building: the compilers and their identity (``toolchain``), slow facts probed once and remembered (``probe_cache``), the GPUs and the architectures nvcc targets (``gpu_probe``, ``cuda_arch``), and a compiler launcher such as sccache (``launcher``)."""
