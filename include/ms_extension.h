@@ -11,7 +11,7 @@
 #include "mindspore/aclnn_host.h"
 
 #if defined(OB_BINDING_NANOBIND)
-// A PYBIND11_MODULE source the builder builds with nanobind (opbuilder/ms_module.py): the standard
+// A PYBIND11_MODULE source the builder builds with nanobind (opbuilder/compile/ms_module.py): the standard
 // headers pybind11's headers include and nanobind's do not, so code that used them without its own
 // #include compiles as it did on pybind11.
 #include <algorithm>

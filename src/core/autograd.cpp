@@ -3,6 +3,18 @@
 // inline in each operator: opbuilder/autograd.h includes this file at its end (detail/core_lib.h).
 #include "opbuilder/autograd.h"
 
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(__GNUG__)
+#include <cxxabi.h>
+#endif
+
+#include "opbuilder/detail/function_runner.h"
+
 namespace opbuilder {
 
 namespace detail OB_HIDDEN {

@@ -2,7 +2,7 @@
 // with signatures Apply can call. Each failure is one static_assert inside
 // FunctionChecks<T, Args...>, so the compiler's "In instantiation of" line
 // names the user's class T (a static_assert message cannot), and the builder
-// shows that line with the assertion (opbuilder/ninja_run.py). Apply calls
+// shows that line with the assertion (opbuilder/compile/ninja_run.py). Apply calls
 // Forward and Backward only when every check passes, so a failed check is the
 // only error reported for it.
 #pragma once

@@ -1,0 +1,285 @@
+// RunFunction's helpers (detail/function_details.h declares RunFunction): recording a Function<T>
+// call as a node of the runtime's graph, and running one inside a framework bridge's call (to_torch's
+// C++ path: the node goes into the framework's graph). Only the core's bodies use them
+// (src/core/autograd.cpp, compiled once into libobcore, or inline where there is no core library).
+// Not for operator authors.
+#pragma once
+
+#include "opbuilder/detail/visibility.h"
+
+#include <Python.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "opbuilder/autograd.h"
+#include "opbuilder/detail/call_rules.h"
+#include "opbuilder/detail/context_state.h"
+#include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/fingerprint.h"
+#include "opbuilder/detail/foreign_api.h"
+#include "opbuilder/detail/function_details.h"
+#include "opbuilder/detail/function_node.h"
+#include "opbuilder/detail/pyref.h"
+#include "opbuilder/detail/runtime_bridge.h"
+#include "opbuilder/tensor.h"
+
+namespace opbuilder {
+
+inline void AutogradContext::CheckSavedVersion(const detail::Runtime &rt, std::size_t slot, PyObject *src, bool weak,
+                                               std::int64_t version) const {
+  detail::PyRef target;
+  if (src != nullptr && weak) {
+    target = detail::WeakTarget(src);
+    src = target.get();
+  }
+  if (src == nullptr || src == Py_None) return;  // no Python object, or one that is gone
+  const std::int64_t now = detail::PyVersion(rt, src);
+  if (now != version) VersionError(slot, now, version);
+}
+
+inline void AutogradContext::VersionError(std::size_t slot, std::int64_t now, std::int64_t version) const {
+  throw std::runtime_error("one of the tensors saved for backward by " + function_name() + " (saved slot " +
+                           std::to_string(slot) + ") has been modified by an in-place operation: it is at version " +
+                           std::to_string(now) + ", but was saved at version " + std::to_string(version));
+}
+
+namespace detail OB_HIDDEN {
+
+// The same tensor for the purpose of "was it modified": one object, or two
+// C++ views of one runtime.Tensor (an argument passed twice).
+inline bool SameTensor(const Tensor *a, const Tensor *b) {
+  return a == b || (a->py_object() != nullptr && a->py_object() == b->py_object());
+}
+
+// A tensor sharing `t`'s memory but bound to no Python object.
+inline TensorPtr Alias(const TensorPtr &t) { return std::make_shared<Tensor>(*t); }
+
+inline void CheckOutputs(const TensorPtrList &outs, const std::string &name) {
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    if (!outs[j]) throw std::runtime_error(name + "::Forward returned a null tensor as output " + std::to_string(j));
+  }
+}
+
+// MarkDirty'd tensors: arguments of Forward, returned by it; their versions go up.
+// A MarkDirty'd argument that Forward got as a private copy is written back to
+// the caller's tensor; a read-only one is refused (its memory was never written).
+inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPtrList &outs) {
+  const std::string &name = *c.name;
+  for (std::size_t k = 0; k < c.dirty.size(); ++k) {
+    const Tensor *d = c.dirty[k].get();
+    const int i = c.ArgIndex(d);
+    if (i < 0) throw std::runtime_error(name + ": MarkDirty was given a tensor that is not an argument of Forward");
+    bool seen = false;
+    for (std::size_t m = 0; m < k; ++m) seen = seen || c.dirty[m].get() == d;
+    if (seen) continue;
+    Tensor *orig = c.originals != nullptr ? c.originals[i] : nullptr;
+    if (!(orig != nullptr ? orig : d)->is_writable()) {
+      throw ValueError(name + ": argument " + std::to_string(i) +
+                       " is read-only memory (a numpy array with writeable=False, a bytes buffer or a "
+                            "read-only memory map), but Forward marked it dirty (an in-place write); pass a "
+                            "writable copy, e.g. x * 1");
+    }
+    if (orig != nullptr) orig->copy_from(*d);
+    if (d->py_object() != nullptr) BumpVersion(rt, d->py_object());
+    if (void *h = ForeignHandle(orig != nullptr ? *orig : *d)) (*rt.bridge_slot)->bump_version(h);
+  }
+  for (const auto &d : c.dirty) {
+    if (IndexOf(outs, d.get()) < 0) {
+      throw std::runtime_error(name + ": argument " + std::to_string(c.ArgIndex(d.get())) +
+                               " was given to MarkDirty but not returned by Forward; "
+                               "an argument modified in place must be returned as an output");
+    }
+  }
+}
+
+// Outputs without recording: dirty arguments' versions go up; other returned
+// arguments become aliases (new Python objects over the same memory).
+OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, TensorPtrList outs);
+
+// A tensor saved through a bridge's saved-tensor hooks (ForeignApi::pack), as its unpack hook gives it back.
+inline TensorPtr UnpackForeignSaved(const ForeignApi &api, void *packed) {
+  ForeignTensor f;
+  if (api.unpack_saved(packed, &f) != 0) throw PythonError();
+  return TensorFromForeign(api, f, false);
+}
+
+inline PyRef WeakRef(PyObject *o) { return PyRef::Steal(Check(PyWeakref_NewRef(o, nullptr))); }
+
+// After Forward, before recording: dirty arguments, arguments changed without
+// MarkDirty (their fingerprints differ), dirty leaves that require grad.
+inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const TensorPtrList &outs,
+                               const std::uint64_t *fingerprints, double phase) {
+  const std::string &name = *c.name;
+  FinishDirty(rt, c, outs);
+  for (std::size_t i = 0; i < c.nargs; ++i) {
+    const Tensor *a = c.args[i];
+    if (a == nullptr) continue;
+    bool dirty = false;
+    for (const auto &d : c.dirty) dirty = dirty || SameTensor(a, d.get());
+    if (dirty || Fingerprint(*a, phase) == fingerprints[i]) continue;
+    const bool own = c.originals[i] == nullptr;  // else the write went to a private copy
+    if (own && a->py_object() != nullptr) BumpVersion(rt, a->py_object());  // it did change
+    NoteWrites(c.writes);
+    throw std::runtime_error(name + "::Forward modified argument " + std::to_string(i) +
+                             " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return it, "
+                             "or write the result to a new tensor");
+  }
+  for (const auto &d : c.dirty) {
+    PyObject *p = d->py_object();
+    if (p == nullptr || !d->requires_grad()) continue;
+    PyRef node = PyRef::Steal(Check(PyObject_GetAttr(p, rt.s_node)));
+    if (node.get() == Py_None) {
+      throw std::runtime_error(name + " modifies argument " + std::to_string(c.ArgIndex(d.get())) +
+                               " in place (MarkDirty), but it is a leaf that requires grad; in-place changes "
+                               "of such leaves are not allowed (use a copy, e.g. x * 1)");
+    }
+  }
+}
+
+// The runtime's saved_tensors_hooks in force on this thread (runtime/autograd/saved_hooks.py): its
+// (pack, unpack) pair, or null.
+inline PyRef SavedTensorHooks(const Runtime &rt) {
+  static PyObject *const name = Check(PyUnicode_InternFromString("saved_hooks"));  // made once, under the GIL
+  PyRef h = PyRef::Steal(Check(PyObject_GetAttr(rt.grad_state, name)));
+  return h.get() == Py_None ? PyRef() : h;
+}
+
+// Each tensor `c` saved goes to the hooks' pack, as a new runtime.Tensor over its memory in no graph
+// (what pack keeps holds no node); Backward reads what unpack returns, with no version check (what
+// is kept is the hook's, as in torch).
+inline void PackSaved(const Runtime &rt, ContextState &c, PyObject *hooks) {
+  PyObject *pack = PyTuple_GET_ITEM(hooks, 0), *unpack = PyTuple_GET_ITEM(hooks, 1);
+  for (auto &slot : c.saved) {
+    if (!slot.tensor) continue;
+    PyRef obj = PyRef::Steal(ToPython(rt, Alias(slot.tensor)));
+    PyRef packed = PyRef::Steal(Check(PyObject_CallOneArg(pack, obj.get())));
+    SavedSlot hooked;
+    hooked.hooked = PyRef::Steal(Check(PyTuple_Pack(2, unpack, packed.get())));
+    slot = std::move(hooked);
+  }
+}
+
+// Records the node and turns Forward's outputs into runtime.Tensors that are its results.
+OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradContext, ContextDeleter> ctx,
+                                   const TensorPtrList &outs, PyObject *edges,
+                                   const std::uint64_t *fingerprints, double phase, BackwardFn backward,
+                                   ErrorFn set_error, PyObject *name_py);
+
+// The edge to argument `t` (which requires grad): itself if a leaf, else (node, index). New reference.
+OB_CORE_FN PyObject *EdgeOf(const Runtime &rt, PyObject *t);
+
+// A context as Forward sees it: the Function's name and this call's arguments.
+inline void BeginContext(ContextState &st, const FunctionCall &f) {
+  st.name = f.name;
+  st.args = f.args;
+  st.originals = f.originals;
+  st.nargs = f.nargs;
+  st.writes = f.writes;
+}
+
+// The tensor the caller passed for argument i (Forward may have a private copy of it).
+inline Tensor *CallerArg(const FunctionCall &f, std::size_t i) {
+  return f.originals[i] != nullptr ? f.originals[i] : f.args[i];
+}
+
+// Before Forward (call_rules.h): argument i's refusal, if it is written, and what to keep of it.
+// Called only where KeepsArguments(f.writes): a type known to write none keeps nothing (LateRefusal).
+inline void ProtectArg(ProtectedArgs &guard, const FunctionCall &f, std::size_t i, Refusal why) {
+  if (why != Refusal::kNone) guard.Add(i, why, f.args[i], f.originals[i] != nullptr);
+}
+
+// After Forward of a call that kept nothing (its type had written none before): an argument marked dirty
+// that a write is refused for is refused now, decided as before Forward (`why(i)`), from what Forward
+// does not change. The caller's memory may hold the write (the one hole, call_rules.h): its version goes
+// up (`bump`: a runtime.Tensor's; a framework's tensor counts its own writes); a private copy's write is
+// never copied back.
+template <typename Why>
+inline void LateRefusal(const Runtime &rt, const ContextState &c, const FunctionCall &f, bool bump, Why why) {
+  for (const auto &d : c.dirty) {
+    const int i = c.ArgIndex(d.get());
+    if (i < 0) continue;  // FinishDirty names that misuse
+    const std::size_t k = static_cast<std::size_t>(i);
+    std::string message = why(k);
+    if (message.empty()) continue;
+    PyObject *obj = CallerArg(f, k)->py_object();
+    if (bump && f.originals[k] == nullptr && obj != nullptr) BumpVersion(rt, obj);
+    throw std::runtime_error(message);
+  }
+}
+
+// After Forward, before anything is written back or recorded: a refused argument marked dirty, or
+// changed without MarkDirty, gets its values back; then the refusal decided before Forward is raised.
+inline void CheckRefusals(const ContextState &c, const ProtectedArgs &guard) {
+  for (const auto &d : c.dirty) {
+    const int i = c.ArgIndex(d.get());
+    if (i < 0) continue;  // FinishDirty names that misuse
+    const Refusal why = guard.RefusalOf(static_cast<std::size_t>(i));
+    if (why == Refusal::kNone) continue;
+    guard.Restore();
+    throw std::runtime_error(RefusalMessage(why, *c.name, static_cast<std::size_t>(i)));
+  }
+  for (std::size_t i = 0; i < c.nargs; ++i) {
+    if (!guard.Changed(i)) continue;
+    NoteWrites(c.writes);
+    guard.Restore();
+    throw std::runtime_error(*c.name + "::Forward modified argument " + std::to_string(i) +
+                             " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return it, "
+                             "or write the result to a new tensor");
+  }
+}
+
+// ---- Function<T> called through a framework bridge (to_torch's C++ path) --------------
+// The node goes into the framework's graph (ForeignApi::record) and runs Backward from there;
+// arguments and gradients cross as views of the framework's memory (detail/foreign_api.h).
+
+struct ForeignNodeState : NodeState {
+  const ForeignApi *api = nullptr;
+};
+
+inline bool ForeignWantsGrad(const Tensor *t) {
+  return t != nullptr && t->requires_grad() && IsDifferentiable(t->dtype()) && ForeignHandle(*t) != nullptr;
+}
+
+// `t` is exactly one of the incoming gradients: its memory, shape and strides.
+inline bool IsIncoming(const Tensor &t, const ForeignTensor *grads, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) {
+    const ForeignTensor &g = grads[j];
+    if (g.ndim < 0 || g.data != t.data_ptr() || g.ndim != static_cast<std::int32_t>(t.ndim())) continue;
+    if (!std::equal(t.shape().begin(), t.shape().end(), g.shape)) continue;
+    if (g.strides == nullptr ? t.is_contiguous() : (!t.is_contiguous() || t.strides() == ShapeVector(g.strides, g.strides + g.ndim))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// ForeignNode::backward: the framework's gradients in, Backward's (checked, owned) out.
+OB_CORE_FN int ForeignBackward(void *state, const ForeignTensor *grads, std::size_t ngrads, ForeignTensor *out,
+                               void **keep, std::size_t nargs) noexcept;
+
+OB_CORE_FN void ForeignRelease(void *state) noexcept;
+
+OB_CORE_FN void ForeignDestroy(void *state) noexcept;
+
+// Keeps framework tensor `o`'s version counter (not `o`) in `slot`, with its version now.
+inline void WatchVersion(const ForeignApi &api, PyObject *o, SavedSlot &slot) {
+  void *w = api.watch(o);
+  if (w == nullptr) throw PythonError();
+  slot.watch = std::shared_ptr<void>(w, [unwatch = api.unwatch](void *p) { unwatch(p); });
+  slot.version = api.watched(w);
+}
+
+// RunFunction inside a bridge call: Forward (with the framework's grad mode off while recording),
+// outputs as the framework's tensors (an in-place output is the caller's own object), and, when an
+// argument needs a gradient, the node recorded in the framework's graph. Saved arguments' versions
+// are the framework's; a saved output is kept without its object (no cycle through the node).
+OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, const FunctionCall &f,
+                                   TensorPtr *single, TensorPtrList *list);
+
+}  // namespace detail
+}  // namespace opbuilder

@@ -1,0 +1,202 @@
+// The details of opbuilder::Tensor (tensor.h): checked sizes, layouts, storage (aligned host memory,
+// device memory from the runtime's allocator, buffers offered by an XLA FFI handler) and strided
+// copies. Not for operator authors. Included by tensor.h only, after TensorPtr.
+#pragma once
+
+#include "opbuilder/detail/visibility.h"
+
+#include <Python.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/foreign_api.h"
+#include "opbuilder/detail/pyref.h"
+#include "opbuilder/dtype.h"
+
+namespace opbuilder {
+
+namespace detail OB_HIDDEN {
+
+OB_CORE_FN std::string ShapeString(const ShapeVector &shape);
+
+inline std::int64_t CheckedNumel(const ShapeVector &shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (d < 0) throw std::invalid_argument("opbuilder::Tensor: negative dimension in shape");
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) {
+      throw std::length_error("opbuilder::Tensor: shape " + ShapeString(shape) + " has too many elements");
+    }
+    n *= d;
+  }
+  return n;
+}
+
+// std::bad_alloc with a message (both binding layers raise it as MemoryError with this text).
+class AllocationError : public std::bad_alloc {
+ public:
+  explicit AllocationError(std::string msg) : msg_(std::move(msg)) {}
+  const char *what() const noexcept override { return msg_.c_str(); }
+
+ private:
+  std::string msg_;
+};
+
+// Bytes for `numel` elements of `dtype` in `shape`; MemoryError if that overflows.
+inline std::size_t CheckedNbytes(const ShapeVector &shape, std::int64_t numel, DataType dtype) {
+  const std::size_t es = ElementSize(dtype);
+  const auto n = static_cast<std::uint64_t>(numel);
+  if (n > (std::numeric_limits<std::size_t>::max() - 64) / es) {
+    throw AllocationError("opbuilder::Tensor: cannot allocate a tensor of shape " + ShapeString(shape) + " and dtype " +
+                          DataTypeName(dtype) + ": its size in bytes overflows");
+  }
+  return static_cast<std::size_t>(n) * es;
+}
+
+inline ShapeVector ContiguousStrides(const ShapeVector &shape) {
+  ShapeVector s(shape.size());
+  std::int64_t acc = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= shape[i] > 0 ? shape[i] : 1;
+  }
+  return s;
+}
+
+// True when `strides` (in elements) describe a C-contiguous layout of `shape`.
+inline bool IsContiguousLayout(const ShapeVector &shape, const ShapeVector &strides) {
+  std::int64_t expected = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 0) return true;
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+// 64-byte aligned storage. malloc with the alignment done here rather than
+// aligned_alloc: glibc hands a freed block back for the next request of the
+// same size, but aligned_alloc asks for more than that block (its alignment
+// slack), so repeated large calls grew the heap and touched fresh pages.
+//
+// Large blocks are offered transparent huge pages, as numpy does for its arrays:
+// a fresh 200 MB output otherwise takes ~50,000 page faults on first touch, which
+// made a 50M-element Function ~1.7x slower than the same work in numpy.
+inline std::shared_ptr<void> AllocateStorage(std::size_t nbytes) {
+  if (nbytes > std::numeric_limits<std::size_t>::max() - 64) throw std::bad_alloc();
+  void *base = std::malloc(nbytes + 64);
+  if (base == nullptr) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr std::size_t kHugeFrom = std::size_t{4} << 20;
+  if (nbytes >= kHugeFrom) {
+    const std::uintptr_t b = reinterpret_cast<std::uintptr_t>(base);
+    const std::uintptr_t page = (b + 4095) & ~std::uintptr_t{4095};
+    (void)madvise(reinterpret_cast<void *>(page), nbytes + 64 - (page - b), MADV_HUGEPAGE);  // a hint only
+  }
+#endif
+  auto *p = reinterpret_cast<void *>((reinterpret_cast<std::uintptr_t>(base) + 63) & ~std::uintptr_t{63});
+  return std::shared_ptr<void>(p, [base](void *) { std::free(base); });
+}
+
+// A 16-byte element (complex128), copied as its bytes.
+struct Element16 {
+  unsigned char bytes[16];
+};
+
+// One row of n elements of E; fixed-size memcpy (a plain load and store once
+// compiled) keeps the copy free of type punning.
+template <typename E>
+inline void CopyRow(char *dst, std::int64_t dst_step, const char *src, std::int64_t src_step, std::int64_t n) {
+  if (dst_step == 1 && src_step == 1) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(E));
+    return;
+  }
+  const auto de = dst_step * static_cast<std::int64_t>(sizeof(E));
+  const auto se = src_step * static_cast<std::int64_t>(sizeof(E));
+  for (std::int64_t i = 0; i < n; ++i) std::memcpy(dst + i * de, src + i * se, sizeof(E));
+}
+
+// Copies `shape` elements of `esize` bytes between two strided layouts
+// (strides in elements; the destination's must not overlap itself).
+OB_CORE_FN void CopyStrided(char *dst, const ShapeVector &dst_strides, const char *src, const ShapeVector &src_strides,
+                        const ShapeVector &shape, std::size_t esize);
+
+// Host memory that a new Tensor of exactly its size on this thread takes instead of malloc, each
+// block once: opbuilder/xla_ffi.h offers XLA's result buffers while Forward runs, so an output is
+// built in XLA's memory and needs no copy. Nothing is offered outside such a call (n == 0).
+struct OfferedBuffers {
+  void *const *data = nullptr;
+  const std::size_t *nbytes = nullptr;
+  bool *taken = nullptr;
+  std::size_t n = 0;
+};
+// One per thread in the process: in the core library when the operator uses it (xla_ffi.h offers in the
+// operator, the Tensor constructor takes in the core library).
+OB_CORE_FN OfferedBuffers &Offered();
+inline void *TakeOffered(std::size_t nbytes) {
+  OfferedBuffers &o = Offered();
+  for (std::size_t i = 0; i < o.n; ++i) {
+    if (!o.taken[i] && o.nbytes[i] == nbytes) {
+      o.taken[i] = true;
+      return o.data[i];
+    }
+  }
+  return nullptr;
+}
+
+// "cpu" -> -1; "cuda", "cuda:N", "GPU", "GPU:N" (any case) -> the CUDA device index.
+inline int ParseDevice(const std::string &device) {
+  std::string d;
+  for (char c : device) d += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  if (d == "cpu") return -1;
+  for (const char *kind : {"cuda", "gpu"}) {
+    const std::string k(kind);
+    if (d == k) return 0;
+    if (d.size() > k.size() + 1 && d.compare(0, k.size() + 1, k + ":") == 0 &&
+        d.find_first_not_of("0123456789", k.size() + 1) == std::string::npos && d.size() - k.size() - 1 <= 6) {
+      return std::stoi(d.substr(k.size() + 1));
+    }
+  }
+  throw ValueError("opbuilder::Tensor: device '" + device +
+                   "' is not a device name; accepted: 'cpu', 'cuda', 'cuda:N', 'GPU', 'GPU:N'");
+}
+
+// Device memory from the runtime's allocator (CuPy's pool, ordered on the current
+// stream): the Python owner of the block goes into the storage's deleter.
+// Inside a framework bridge's call (to_torch), the framework's allocator and stream instead.
+inline std::shared_ptr<void> AllocateDeviceStorage(std::size_t nbytes, int device, bool zero) {
+  GilForRefcount gil;
+  if (const ForeignApi *api = ActiveForeign()) {
+    void *handle = nullptr;
+    void *p = api->allocate(static_cast<std::int64_t>(nbytes), device, zero ? 1 : 0, &handle);
+    if (handle == nullptr) throw PythonError();
+    return std::shared_ptr<void>(p, ForeignOwner{api, handle});
+  }
+  PyRef m = PyRef::Steal(Check(PyImport_ImportModule("runtime._native")));
+  PyRef block = PyRef::Steal(Check(PyObject_CallMethod(m.get(), "allocate", "nii", static_cast<Py_ssize_t>(nbytes),
+                                                       device, zero ? 1 : 0)));
+  PyRef data = PyRef::Steal(Check(PyObject_GetAttrString(block.get(), "data")));
+  PyRef ptr = PyRef::Steal(Check(PyObject_GetAttrString(data.get(), "ptr")));
+  void *p = PyLong_AsVoidPtr(ptr.get());
+  if (PyErr_Occurred()) throw PythonError();
+  return std::shared_ptr<void>(p, PyOwnerDeleter{block.release()});
+}
+
+struct TensorAccess;
+
+}  // namespace detail
+
+}  // namespace opbuilder
