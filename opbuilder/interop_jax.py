@@ -44,6 +44,7 @@ import numpy as np
 import runtime as _rt
 from runtime import dtypes as _dtypes
 from runtime.jit.signature import exact_key as _exact_key
+from runtime.call_rules import is_leaf_write_refusal
 from runtime.ops import math as _math
 from runtime.tensor import Tensor as _Tensor
 
@@ -96,6 +97,7 @@ class _JaxOp:
         self.writes = writes  # argument positions the function writes (to_jax's mutates)
         self.by_sig: Dict[Any, Callable] = {}
         self.out_specs: Dict[Any, Tuple[List[Spec], bool]] = {}
+        self.writes_leaves = False  # seen writing a differentiable input: it gets recorded copies
 
     def _call_args(self, positions: Tuple[int, ...], statics: Tuple[Any, ...], arrays: Sequence[Any]) -> list:
         args: List[Any] = list(statics)
@@ -105,8 +107,9 @@ class _JaxOp:
 
     def _host_forward(self, positions, statics, arrays, grad: bool):
         """Runs the operator on private copies of ``arrays`` (JAX's are immutable). With ``grad``, each
-        differentiable input is a leaf over the caller's (read-only) memory and the operator gets a
-        recorded copy of it, so an in-place op (MarkDirty) writes a non-leaf, as in torch."""
+        differentiable input is a leaf over the caller's (read-only) memory. An op refused for writing
+        such a leaf (MarkDirty; the refusal wrote nothing) runs again, and from then on, on a recorded
+        copy of each leaf, so it writes a non-leaf, as in torch: an op that writes nothing pays no copy."""
         rt, need = [], []
         for p, a in zip(positions, arrays):
             leaf = grad and np.asarray(a).dtype.kind in _dtypes.GRAD_KINDS
@@ -114,11 +117,17 @@ class _JaxOp:
             if leaf:
                 need.append(rt[-1].requires_grad_(True))
         args = rt
-        if need:
+        if need and self.writes_leaves:
             with _rt.enable_grad():
                 args = [_math.mul(r, 1) if r.requires_grad else r for r in rt]
-        with _rt.enable_grad() if grad else _rt.no_grad():
-            res = self.fn(*self._call_args(positions, statics, args))
+        try:
+            with _rt.enable_grad() if grad else _rt.no_grad():
+                res = self.fn(*self._call_args(positions, statics, args))
+        except RuntimeError as e:
+            if not need or self.writes_leaves or not is_leaf_write_refusal(e):
+                raise
+            self.writes_leaves = True
+            return self._host_forward(positions, statics, arrays, grad)
         single = not isinstance(res, (list, tuple))
         return rt, need, ([res] if single else list(res)), single
 

@@ -113,6 +113,17 @@ def write_refusal(t: Any, who: str, index: int, recording: bool, how: str = "Mar
     return None
 
 
+LEAF_REFUSAL_MARKS = (", but it is a leaf that requires grad;", ", but it is a view of a leaf that requires grad;")
+
+
+def is_leaf_write_refusal(err: BaseException) -> bool:
+    """``err`` is the refusal of a write into a leaf that requires grad (or a view of one), in the words
+    ``write_refusal`` and the C++ ``Refusal`` (include/opbuilder/detail/call_rules.h) give it. Such a
+    refusal wrote nothing, so a caller that can hand the op a copy instead may run it again."""
+    msg = str(err)
+    return isinstance(err, RuntimeError) and " in place (" in msg and any(m in msg for m in LEAF_REFUSAL_MARKS)
+
+
 def check_writable(t: Any, who: str, index: int = 0, recording: bool = True, how: str = "MarkDirty") -> None:
     """Raise ``write_refusal``'s error, if any: call it before the write."""
     err = write_refusal(t, who, index, recording, how)
