@@ -262,7 +262,7 @@ def measure(sides: List[Side], samples: int, warm_runs: int, warm_only: bool = F
 
 
 def _binding(source: str) -> str:
-    from opbuilder.binding import detect_binding
+    from opbuilder.compile.binding import detect_binding
     return detect_binding("bench_ops", [Path(source)])
 
 

@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from .cache import fingerprint as fp
-from .binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding, from_pybind11
+from .compile.binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding, from_pybind11
 from .cache.cache_dir import cache_root, root_origin
 from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
@@ -39,7 +39,7 @@ from .cache.relocate import portable, prefix_map_flags, project_root
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
 from .fleet.store import prebuilt_stores
-from .target import Target as _Target
+from .compile.target import Target as _Target
 from .torch_bridge_build import KIND as BRIDGE_KIND, bridge_target
 from .tools.toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc,
                               links_with_lto, nanobind_info, native_cpu, python_headers, python_info,
@@ -356,7 +356,7 @@ def _prebuilt_for_stored_compilers(spec: BuildSpec) -> Optional[Tuple[str, Path]
 def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
     """One Step per source, with the forced includes a module's C++ sources get; and the PCH, if any."""
     from . import pch as pchmod
-    from .ninja_file import Step
+    from .compile.ninja_file import Step
 
     steps = []
     pch = None
@@ -388,7 +388,7 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
 
 def _search_paths(spec: BuildSpec, plan: _Plan, build_dir: Path):
     """Per compile rule, the include search path its depfiles are read with (search_path.py)."""
-    from .search_path import search_path
+    from .compile.search_path import search_path
 
     from .tools.toolchain import env_include_flags, system_include_dirs
 
@@ -418,7 +418,7 @@ def _not_users(spec: BuildSpec, plan: _Plan) -> Tuple[str, ...]:
 
 def _report_warnings(spec: BuildSpec, plan: _Plan, build_dir: Path) -> None:
     """Say on stderr how many warnings the compile gave about the user's own files (verbose: which)."""
-    from .compiler_warnings import report, user_warnings
+    from .compile.compiler_warnings import report, user_warnings
 
     try:
         text = read_file(build_dir / "build.log").decode(errors="replace")
@@ -435,9 +435,9 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
 
     from . import pch as pchmod
     from .cache import publish
-    from .ninja_file import write_build_file
+    from .compile.ninja_file import write_build_file
     from .tools.launcher import compiler_launcher
-    from .ninja_run import run_ninja, stop_leftovers
+    from .compile.ninja_run import run_ninja, stop_leftovers
     from .tools.toolchain import default_jobs, ninja_path
     from .cache.trust import check_tree, make_dir, make_dirs
 
@@ -470,7 +470,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
                      (*plan.flags, *plan.includes, *maps), plan.nvcc.argv if plan.nvcc else (),
                      (*plan.cuda_flags, *cuda_maps), link_flags, launcher=compiler_launcher())
     log.info("%s: compiling %d of %d source(s)", spec.name, len(todo), len(steps))
-    from .search_path import linked_archives
+    from .compile.search_path import linked_archives
     archives = {p: d for p in linked_archives(plan.link_flags, str(build_dir))
                 for d in [fp.file_state(Path(p))] if d is not None}
     try:
@@ -518,7 +518,7 @@ def _check_no_header_copy(spec: BuildSpec) -> None:
     copy of opbuilder's headers (a vendored or older ``include/``): the sources would compile against
     the copy and call the core library built from the installed headers (crashes), or, through the
     precompiled header, silently get the installed ones instead."""
-    from .search_path import quoted_and_bracket_dirs
+    from .compile.search_path import quoted_and_bracket_dirs
     from .tools.toolchain import env_include_flags
 
     dirs = [(str(s.parent), f"the directory of {s.name}") for s in spec.sources]

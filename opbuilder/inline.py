@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Dict, Optional, Sequence, Union
 
-from .binding import NANOBIND, binding_of_text
+from .compile.binding import NANOBIND, binding_of_text
 from .builder import CustomOpBuilder
 from .cache.cache_dir import cache_root
 from .cache.trust import trusted_root

@@ -92,7 +92,7 @@ def _load() -> ModuleType:
     checks passed) is forgotten and built once more, as load() does for an operator."""
     from .builder import _build_checked, _distrust, _trusted
     from .importer import import_extension, loader_error
-    from .ninja_run import when_started
+    from .compile.ninja_run import when_started
     from .retry import retrying
     from .cache.trust import stamp_of
 

@@ -11,7 +11,7 @@ from typing import Any
 from .cache.fingerprint import digest_of
 from .headers import include_dir, source_dir
 from .spec import BuildSpec
-from .target import Target
+from .compile.target import Target
 from .tools.toolchain import ext_suffix, python_headers
 
 __all__ = ["MODULE", "KIND", "bridge_spec", "bridge_target"]

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from op_util import load_op
-from opbuilder import BuildError, binding
-from opbuilder.binding import NANOBIND, PYBIND11, RECORD, detect_binding
+from opbuilder import BuildError
+from opbuilder.compile import binding
+from opbuilder.compile.binding import NANOBIND, PYBIND11, RECORD, detect_binding
 from opbuilder.cache.fingerprint import file_digest
 
 PB = "PYBIND11_MODULE(OB_EXTENSION_NAME, m) {}"

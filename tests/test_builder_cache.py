@@ -305,13 +305,13 @@ exit $rc
 def test_a_source_saved_after_its_key_was_computed_is_never_published_under_that_key(tmp_path, monkeypatch):
     # the window between hashing the sources (under the lock) and the compiler reading them:
     # the save lands just before ninja starts, so no ctime comparison can see it
-    import opbuilder.ninja_run
+    import opbuilder.compile.ninja_run
 
     src = tmp_path / "window.cpp"
     src.write_text('extern "C" int window() { return 1; }\n')
     log = tmp_path / "cxx.log"
     monkeypatch.setenv("CXX", wrapper_cxx(tmp_path, log))
-    real_run_ninja = opbuilder.ninja_run.run_ninja
+    real_run_ninja = opbuilder.compile.ninja_run.run_ninja
     saves = []
 
     def save_then_run_ninja(*args, **kwargs):
@@ -320,7 +320,7 @@ def test_a_source_saved_after_its_key_was_computed_is_never_published_under_that
             saves.append(src)
         return real_run_ninja(*args, **kwargs)
 
-    monkeypatch.setattr(opbuilder.ninja_run, "run_ninja", save_then_run_ninja)
+    monkeypatch.setattr(opbuilder.compile.ninja_run, "run_ninja", save_then_run_ninja)
     cache = tmp_path / "cache"
     lib = build_library("window", [src], build_dir=cache)
     assert saves == [src]

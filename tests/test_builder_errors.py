@@ -140,7 +140,7 @@ def test_only_warnings_about_the_users_files_count(tmp_path):
     import subprocess
 
     from builder_util import REAL_CXX
-    from opbuilder.compiler_warnings import user_warnings
+    from opbuilder.compile.compiler_warnings import user_warnings
 
     theirs, mine = tmp_path / "third_party", tmp_path / "project"
     theirs.mkdir()

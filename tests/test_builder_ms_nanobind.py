@@ -1,5 +1,5 @@
 """PYBIND11_MODULE sources written for ms_extension.h that only bind plain functions
-(``m.def("mul", &fn, "doc")``) are built with nanobind (opbuilder/ms_module.py decides, strictly);
+(``m.def("mul", &fn, "doc")``) are built with nanobind (opbuilder/compile/ms_module.py decides, strictly);
 anything else stays on pybind11. The two builds of one source must look the same from Python: the
 same results, the same error types and messages for bad inputs, the same argument conversions."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ import runtime as rt
 from builder_util import PYTHON, child_env
 from op_util import ROOT
 from opbuilder import CustomOpBuilder
-from opbuilder.binding import NANOBIND, PYBIND11, detect_binding, why_pybind11
+from opbuilder.compile.binding import NANOBIND, PYBIND11, detect_binding, why_pybind11
 from runtime import Tensor
 
 SEED_003_CPP = ROOT / "tests" / "seeds" / "seed_003" / "custom_src" / "function_ops.cpp"
@@ -57,7 +57,7 @@ def test_the_seed_003_source_is_built_with_nanobind():
 
 
 def test_the_decision_is_recorded_and_an_edit_decides_again(tmp_path, monkeypatch):
-    from opbuilder import binding
+    from opbuilder.compile import binding
     src = _src(tmp_path / "op.cpp")
     record = tmp_path / binding.RECORD
     assert detect_binding("op", [src], record) == NANOBIND

@@ -15,8 +15,9 @@ import pytest
 import runtime as rt
 from builder_util import PYTHON, child_env
 from op_util import CUSTOM_SRC, load_op
-from opbuilder import BuildError, CustomOpBuilder, binding
-from opbuilder.binding import NANOBIND, PYBIND11, RECORD, detect_binding
+from opbuilder import BuildError, CustomOpBuilder
+from opbuilder.compile import binding
+from opbuilder.compile.binding import NANOBIND, PYBIND11, RECORD, detect_binding
 from opbuilder.errors import UnsafeCacheDirError
 from opbuilder.cache.fingerprint import file_digest
 from runtime import Tensor

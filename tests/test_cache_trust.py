@@ -145,7 +145,7 @@ def _entries(cache):
                                   "build.json", "toolchains.json", "binding record"])
 @pytest.mark.parametrize("bits", [stat.S_IWGRP, stat.S_IWOTH])
 def test_a_group_or_other_writable_entry_is_refused(cache, built, what, bits, monkeypatch):
-    from opbuilder import binding
+    from opbuilder.compile import binding
     monkeypatch.setattr(binding, "_memo", {})  # as a new process: the binding record is read
     path = _entries(cache)[what]
     os.chmod(path, os.lstat(path).st_mode | bits)

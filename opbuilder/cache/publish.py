@@ -36,9 +36,9 @@ from typing import Dict, List, Optional, Sequence
 
 from ..errors import warn_broken
 from .fingerprint import ABSENT, bytes_digest, file_state, write_json_atomic
-from ..ninja_file import Step, depfile_inputs
+from ..compile.ninja_file import Step, depfile_inputs
 from .published import INFO
-from ..search_path import SearchPath, absent_candidates, tracked
+from ..compile.search_path import SearchPath, absent_candidates, tracked
 from .trust import read_file, stamp_of
 
 __all__ = ["publish_library", "stale_steps", "record_objects", "changed_since", "recorded_inputs",

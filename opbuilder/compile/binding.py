@@ -28,9 +28,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
-from .errors import BuildError
-from .cache.fingerprint import bytes_digest
-from .cache.trust import check_dir, read_file, write_file
+from ..errors import BuildError
+from ..cache.fingerprint import bytes_digest
+from ..cache.trust import check_dir, read_file, write_file
 
 if TYPE_CHECKING:
     from .ms_module import FileFacts

@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
-from .errors import BuildError
-from .cache.trust import read_file, write_file
+from ..errors import BuildError
+from ..cache.trust import read_file, write_file
 
 __all__ = ["run_ninja", "first_errors", "stop_leftovers", "when_started", "MARKER", "ENV_MARK"]
 

@@ -15,8 +15,8 @@ import shlex
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence, Tuple
 
-from .cache.relocate import clean_path
-from .cache.trust import write_file
+from ..cache.relocate import clean_path
+from ..cache.trust import write_file
 
 __all__ = ["Step", "write_build_file", "parse_depfile", "depfile_inputs"]
 

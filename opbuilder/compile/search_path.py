@@ -35,7 +35,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .cache.relocate import clean_path
+from ..cache.relocate import clean_path
 
 __all__ = ["SearchPath", "search_path", "tracked", "absent_candidates", "linked_archives", "quoted_and_bracket_dirs"]
 

@@ -1,0 +1,1 @@
+"""Compiling one build: which binding library the sources use (``binding``, ``ms_module``), what a kind of output adds to the plan (``target``), the files a compile depends on (``search_path``), writing and running ``build.ninja`` (``ninja_file``, ``ninja_run``), and the warnings about the user's own files (``compiler_warnings``)."""
