@@ -128,8 +128,9 @@ def test_a_cell_whose_construct_changes_its_attributes_every_call_runs_as_pynati
     try:
         got = [c(x).asnumpy()[0]]  # traced; the trace changed `calls`
         with pytest.warns(RuntimeWarning, match=r"^GRAPH_MODE: Counter\.construct changes the cell's attributes "
-                                                r"on every trace; it runs as in PYNATIVE_MODE from now on$"):
+                                                r"on every trace; it runs as in PYNATIVE_MODE from now on$") as w:
             got.append(c(x).asnumpy()[0])  # traced again for the new `calls`, which it changed again
+        assert [r.filename for r in w] == [__file__]  # it names the line that called the cell
         got += [c(x).asnumpy()[0] for _ in range(4)]
     finally:
         rt.set_context(mode=rt.PYNATIVE_MODE)

@@ -42,7 +42,7 @@ from .node import Node, edge_of, meta_of
 from .ownership import own_results
 from .. import call_rules as _call_rules
 from .. import tensor as _tensor
-from ..ops.primitive import record_op, tracing
+from ..ops.op_entry import op_entry
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -248,10 +248,9 @@ class Function:
         raise NotImplementedError("a Function must define backward(ctx, *grad_outputs)")
 
     @classmethod
+    @op_entry("function", lambda cls: cls.__name__, target=lambda cls: cls.apply)  # traced: one node
     def apply(cls, *args: Any) -> Any:
         """Run ``forward`` (recording off) and, if any argument needs grad, record one node."""
-        if tracing():  # runtime.jit is recording this thread's ops
-            return record_op("function", cls.__name__, cls.apply, args)
         Tensor = _tensor.Tensor
         name = cls.__name__
         enabled = _state.enabled

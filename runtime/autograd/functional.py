@@ -17,7 +17,7 @@ from . import grad_mode as _gm
 from .. import device as _device
 from .. import tensor as _tensor  # a module object: Tensor is looked up when first needed
 from ..dtypes import GRAD_KINDS
-from ..ops.primitive import trace_break, tracing
+from ..ops.op_entry import breaks_trace
 
 __all__ = ["value_and_grad", "grad"]
 
@@ -162,10 +162,10 @@ def _differentiator(fn: Callable, grad_position: Position, weights: Any, has_aux
     if positions is None and ws is None:
         raise ValueError(f"{api} needs grad_position or weights (both are None)")
 
+    # the gradient's leaves are made outside the ops: a graph would keep it
+    @breaks_trace(f"{api} inside a traced function computes its gradient with the autograd engine, which a graph "
+                  f"would keep as traced")
     def run(args: tuple, kwargs: dict):
-        if tracing():  # the gradient's leaves are made outside the ops: the graph would keep it
-            trace_break(f"{api} inside a traced function computes its gradient with the autograd engine, "
-                        f"which a graph would keep as traced")
         out, ig, wg = _run(fn, positions, ws, has_aux, args, kwargs)
         return out, _shape_result(positions, single_pos, ws, single_w, ig, wg)
 

@@ -1,8 +1,8 @@
 """The switch that ops check to know whether a trace is being recorded.
 
-Python asks through one hook point, runtime/ops/primitive.py (``Primitive.call``,
-``tracing``, ``record_op``, ``trace_break``, used by every other op and by
-what stops a trace); C++ ``Function<T>::Apply`` reads the int behind ``flag``
+Python asks through one op-entry protocol, runtime/ops/op_entry.py (``@op_entry``
+declares an op kind's entry, ``@breaks_trace`` what stops a trace; ``Primitive.call``
+inlines its check); C++ ``Function<T>::Apply`` reads the int behind ``flag``
 (through its address, see include/opbuilder/detail/runtime_bridge.h), which is
 non-zero while any thread traces, so Python reads it before ``hook.tracer``.
 When a trace is active the op hands itself to the tracer, which runs it with

@@ -10,17 +10,27 @@ from __future__ import annotations
 
 import warnings
 from collections import OrderedDict
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..autograd.callback import bprop_backward, needs_grad, record_callback
 from ..autograd.grad_mode import _state as _grad_state
 from ..autograd.grad_mode import no_grad
 from ..context import GRAPH_MODE, _settings
-from ..ops.primitive import record_op, tracing
+from ..ops.op_entry import op_entry
 from ..tensor import Parameter, Tensor
 from .graph_state import CellState
 
 __all__ = ["Cell"]
+
+
+def _bprop_node(cell: "Cell") -> Optional[str]:
+    """The node a traced call of ``cell`` records: one named for its ``bprop``, or None (its ops)."""
+    return f"{type(cell).__name__}.bprop" if getattr(type(cell), "bprop", None) is not None else None
+
+
+def _eager(cell: "Cell") -> Any:
+    """What a traced call of ``cell`` runs: ``construct``, or it and ``bprop`` as one node."""
+    return cell._eager_call
 
 
 class Cell:
@@ -65,16 +75,17 @@ class Cell:
     def construct(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define construct()")
 
+    @op_entry("cell", _bprop_node, target=_eager)
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _settings["mode"] == GRAPH_MODE and not tracing():
+        """Run the cell: through ``jit`` in GRAPH_MODE, else ``construct`` (with ``bprop``, one node).
+        Traced (op_entry), a cell with ``bprop`` is one node; the ops of any other cell are recorded."""
+        if _settings["mode"] == GRAPH_MODE:
             return _graph_call(self, args, kwargs)
-        return self._call(*args, **kwargs)
+        return self._eager_call(*args, **kwargs)
 
+    @op_entry("cell", _bprop_node, target=_eager)
     def _call(self, *args: Any, **kwargs: Any) -> Any:
         """A call as in PYNATIVE_MODE (or traced): what GRAPH_MODE captures, or runs when it cannot."""
-        bprop = getattr(type(self), "bprop", None)
-        if bprop is not None and tracing():  # traced: one node, differentiated by bprop
-            return record_op("cell", f"{type(self).__name__}.bprop", self._eager_call, args, kwargs)
         return self._eager_call(*args, **kwargs)
 
     def _eager_call(self, *args: Any, **kwargs: Any) -> Any:
@@ -187,7 +198,7 @@ def _graph_call(cell: Cell, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> An
             if jitted.state_writes >= _STATE_WRITES:
                 warnings.warn(f"GRAPH_MODE: {type(cell).__name__}.construct changes the cell's attributes on "
                               f"every trace; it runs as in PYNATIVE_MODE from now on", RuntimeWarning,
-                              stacklevel=3)
+                              stacklevel=4)  # _graph_call, Cell.__call__, its op entry, the caller
     return out
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from .. import device as _device
 from .. import dtypes as _dt
 from .. import seed as _seed
-from ..ops.primitive import trace_break
+from ..ops.op_entry import breaks_trace
 from ..ops import math as _m
 from ..ops.activations import gelu
 from ..ops.dense import dense
@@ -147,7 +147,11 @@ class Dropout(Cell):
     def construct(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
-        trace_break("Dropout in training draws a new random mask on every call, which a graph would keep as traced")
+        return self._drop(x)
+
+    @breaks_trace("Dropout in training draws a new random mask on every call, which a graph would keep as traced")
+    def _drop(self, x: Tensor) -> Tensor:
+        """``x`` with a new random mask applied."""
         keep = _seed.generator().random(x.shape) >= self.p
         scale = (keep / (1.0 - self.p)).astype(x._data.dtype)
         return _m.mul(x, Tensor._from_array(_device.like(scale, x._data, "Dropout's mask")))  # drawn on the host

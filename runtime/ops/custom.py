@@ -34,7 +34,7 @@ from .aot_trampoline import trampoline
 from .custom_spec import Spec, is_spec_fn as _is_fn
 from .inplace import InplaceWrites
 from .op_info import OpInfo, parse_reg_info
-from .primitive import record_op, tracing
+from .op_entry import op_entry
 
 __all__ = ["Custom"]
 
@@ -154,9 +154,8 @@ class Custom:
         return self
 
     # ---- the call --------------------------------------------------------
+    @op_entry("custom", lambda op: f"Custom({op.name})")  # traced: one node, the op itself its target
     def __call__(self, *inputs: Any) -> Any:
-        if tracing():  # runtime.jit is recording this thread's ops
-            return record_op("custom", f"Custom({self.name})", self, inputs)
         fast = self._fast
         if fast is not None:  # one C call: Tensors' arrays in, the kernel, the outputs as Tensors (or None)
             try:

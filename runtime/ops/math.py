@@ -13,7 +13,8 @@ import numpy as np
 from .. import device as _device
 from .. import dtypes as _dt
 from ..tensor import Tensor, as_tensor
-from .primitive import Primitive, defvjp, trace_break
+from .op_entry import breaks_trace
+from .primitive import Primitive, defvjp
 
 Axis = Optional[Union[int, Sequence[int]]]
 
@@ -507,13 +508,17 @@ def cast(x: Any, dtype: Any) -> Tensor:
 # ---- indexing ----------------------------------------------------------------
 def _plain_index(index: Any) -> Any:
     if isinstance(index, Tensor) or (isinstance(index, tuple) and any(isinstance(i, Tensor) for i in index)):
-        trace_break("a tensor used as an index turns its values into the op's attribute, which a graph would "
-                  "keep as traced")
+        return _tensor_index(index)
+    return index
+
+
+@breaks_trace("a tensor used as an index turns its values into the op's attribute, which a graph would keep as "
+              "traced")
+def _tensor_index(index: Any) -> Any:
+    """An index holding tensors, with their arrays in their place."""
     if isinstance(index, Tensor):
         return index._data
-    if isinstance(index, tuple):
-        return tuple(i._data if isinstance(i, Tensor) else i for i in index)
-    return index
+    return tuple(i._data if isinstance(i, Tensor) else i for i in index)
 
 
 def _scatter_add(g, index, shape):

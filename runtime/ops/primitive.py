@@ -30,7 +30,7 @@ from ..tensor import Tensor as _Tensor
 from ..versions import memory_owner as _root, share_version, version_of as _version_of
 from ..autograd.views import refresh_view as _refresh_view
 
-__all__ = ["Primitive", "defvjp", "PrimitiveNode", "NO_KWARGS", "tracing", "record_op", "trace_break"]
+__all__ = ["Primitive", "defvjp", "PrimitiveNode", "NO_KWARGS"]
 
 Rule = Optional[Callable[..., Any]]
 NO_KWARGS: Mapping[str, Any] = MappingProxyType({})  # the keywords of a call without any (shared, read-only)
@@ -54,10 +54,10 @@ class Primitive:
         return self.call(args, kwargs)
 
     def call(self, args: Tuple[Any, ...], kwargs: Mapping[str, Any] = NO_KWARGS):
-        """``self(*args, **kwargs)``, the one path of every primitive call: the tracer's hook, the
-        function, the result Tensor, its node. Called directly (no ``*``/``**`` repacking) by the
-        binary ops, whose operands come as a tuple already."""
-        if _flag.value and _trace.tracer is not None:  # runtime.jit is recording this thread's ops
+        """``self(*args, **kwargs)``, the one path of every primitive call: the op entry (op_entry.py's
+        check, inlined), the function, the result Tensor, its node. Called directly (no ``*``/``**``
+        repacking) by the binary ops, whose operands come as a tuple already."""
+        if _flag.value and _trace.tracer is not None:  # a trace records this thread's ops
             return _trace.tracer.call_op("primitive", self.name, self, args, kwargs)
         try:
             if len(args) == 2 and not kwargs:  # most ops: no list built, no **{}
@@ -175,34 +175,6 @@ def defvjp(prim: Primitive, *rules: Rule, reads_output: bool = True,
     prim.reads_ans = reads_output
     prim.reads_args = reads
     prim.unread = None if reads_output else _Unread(prim.name)
-
-
-# ---- the tracer's hook ------------------------------------------------------------------------
-# The one place in Python, outside runtime.jit, that asks whether a trace is recording (C++ ops
-# ask through runtime.jit.tracing.cpp_hook): Primitive.call, and these three for the rest of the
-# runtime, so that no other module knows about the tracer.
-
-def tracing() -> bool:
-    """Whether runtime.jit is recording this thread's ops. The process-wide flag (non-zero while any
-    thread records, read as cheaply as a module attribute) is asked first, the thread's hook (a
-    thread-local, several times slower to read) only when some trace is recording."""
-    return _flag.value != 0 and _trace.tracer is not None
-
-
-def record_op(kind: str, name: str, target: Callable[..., Any], args: Sequence[Any],
-              kwargs: Mapping[str, Any] = NO_KWARGS) -> Any:
-    """While ``tracing()``: run ``target(*args, **kwargs)`` with the trace paused and record it as one
-    node named ``name``. For the ops that are not Primitives (``ops.Custom``, ``autograd.Function``,
-    a ``Cell`` with ``bprop``): their eager path is ``target``."""
-    return _trace.tracer.call_op(kind, name, target, args, kwargs)
-
-
-def trace_break(what: str) -> None:
-    """Stop this thread's trace, if one is recording, because of ``what``: a value turned into a Python
-    value, an in-place write outside an op, a random draw, a gradient taken inside the trace (what a
-    graph cannot hold): the call goes on eagerly, and its signature runs eagerly from then on."""
-    if _flag.value and _trace.tracer is not None:
-        _trace.tracer.stop(what)  # the trace stops recording; the call goes on eagerly (jit/tracing.py)
 
 
 class _Unread:

@@ -15,39 +15,35 @@ from .. import dtypes as _dt
 from ..tensor import Parameter, Tensor
 from . import math as _math
 from . import writes as _writes
-from .primitive import trace_break, tracing
+from .op_entry import breaks_trace
 
 __all__ = ["TensorMethods"]
 
 
-def _leak(t: Tensor, what: str) -> None:
-    """Inside a trace: the graph would keep this value as traced, so the trace stops (jit runs eagerly)."""
-    trace_break(f"{what} turns its value into a Python value, which a graph would keep as traced")
+def _leaks(what: str) -> str:
+    """Why a read of a value stops a trace: the graph would keep the value as traced."""
+    return f"{what} turns its value into a Python value, which a graph would keep as traced"
 
 
 class TensorMethods:
     """The methods attached to ``Tensor`` (below); not a base class, never instantiated."""
 
     # ---- reads of the value: each stops a jit trace (the graph would keep the value as traced) ----
+    @breaks_trace(_leaks("asnumpy() of a tensor"))
     def asnumpy(self) -> np.ndarray:
         """The data as a numpy array: shared on the CPU, copied to the host from a GPU."""
-        if tracing():
-            _leak(self, "asnumpy() of a tensor")
         return self._host()
 
+    @breaks_trace(_leaks("item() of a tensor"))
     def item(self) -> Any:
-        if tracing():
-            _leak(self, "item() of a tensor")
         return self._data.item()
 
+    @breaks_trace(_leaks("tolist() of a tensor"))
     def tolist(self) -> Any:
-        if tracing():
-            _leak(self, "tolist() of a tensor")
         return self._data.tolist()
 
+    @breaks_trace(_leaks("np.asarray (or a numpy function) on a tensor"))
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
-        if tracing():
-            _leak(self, "np.asarray (or a numpy function) on a tensor")
         if not isinstance(self._data, np.ndarray):
             raise TypeError(f"a tensor on {self.device} is not converted to numpy implicitly; call asnumpy() "
                             f"to copy it to the host")
@@ -57,24 +53,20 @@ class TensorMethods:
             return self._data.copy()
         return self._data
 
+    @breaks_trace(_leaks("bool() of a tensor (an if or while on it)"))
     def __bool__(self) -> bool:
-        if tracing():
-            _leak(self, "bool() of a tensor (an if or while on it)")
         return bool(self._data)
 
+    @breaks_trace(_leaks("float() of a tensor"))
     def __float__(self) -> float:
-        if tracing():
-            _leak(self, "float() of a tensor")
         return float(self._data)
 
+    @breaks_trace(_leaks("int() of a tensor"))
     def __int__(self) -> int:
-        if tracing():
-            _leak(self, "int() of a tensor")
         return int(self._data)
 
+    @breaks_trace(_leaks("a tensor used as an index"))
     def __index__(self) -> int:
-        if tracing():
-            _leak(self, "a tensor used as an index")
         d = self._data
         if type(d) is np.ndarray:
             return d.__index__()
@@ -153,10 +145,11 @@ class TensorMethods:
     def abs(self): return _math.abs(self)
 
 
+@breaks_trace(lambda self, *args, **kwargs: f"Parameter.set_data on {self.name or 'a Parameter'} (an in-place "
+                                           f"write a graph does not hold)")
 def set_data(self: Parameter, data: Any, slice_shape: bool = False) -> Parameter:
     """Replace the values, bumping the version like an in-place op (``Parameter._set_data`` says the
     rules); inside a jit trace it stops the trace, since a graph does not hold this write."""
-    trace_break(f"Parameter.set_data on {self.name or 'a Parameter'} (an in-place write a graph does not hold)")
     return self._set_data(data, slice_shape)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..tensor import Tensor
-from .primitive import trace_break
+from .op_entry import breaks_trace
 from ..versions import rebind
 
 __all__ = ["setitem", "inplace_binary", "assign"]
@@ -32,8 +32,9 @@ def _value(value: Any, target: Tensor, what: str) -> Any:
     return _device.like(v, target._data, f"{what}: the value")
 
 
+@breaks_trace(lambda target, value, what: f"{what} writes a tensor in place outside an op, which a graph does "
+                                         f"not hold")
 def _check_writable(target: Tensor, value: Any, what: str) -> None:
-    trace_break(f"{what} writes a tensor in place outside an op, which a graph does not hold")
     if _state.enabled:
         if target._node is not None:
             raise RuntimeError(f"{what}: the tensor written is the output of a recorded op, and an in-place "

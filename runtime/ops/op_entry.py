@@ -1,0 +1,89 @@
+"""The op-entry protocol: how every kind of op, and what a graph cannot hold, meets runtime.jit's tracer.
+
+While a trace records on this thread (runtime/jit/tracing.py), an op call is handed to the tracer, which
+runs it with the trace paused and records one graph node; otherwise the op just runs. The five op kinds
+enter the same way:
+
+- ``Primitive.call`` (primitive.py) inlines ``op_entry``'s check: it is the hottest path;
+- ``ops.Custom.__call__``, ``autograd.Function.apply`` and ``nn.Cell.__call__`` are declared with
+  ``@op_entry``;
+- a C++ ``Function<T>::Apply`` reads ``flag`` through its address and calls ``jit.tracing.cpp_hook``
+  (named to C++ by runtime/_native.py).
+
+What a graph cannot hold (a value read into Python, an in-place write outside an op, a random draw, a
+gradient taken inside the trace) is declared with ``@breaks_trace``: the trace stops there and the call
+goes on eagerly (``jit.tracing.no_trace``).
+
+A module declares; it never asks. Outside runtime/jit and runtime/graph only this module, primitive.py and
+_native.py read the tracer (tests/test_tracer_hook.py scans the source for any other).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional, Union
+
+from ..jit.tracing import flag as _flag
+from ..jit.tracing import hook as _trace
+
+__all__ = ["op_entry", "breaks_trace"]
+
+_VARARGS, _VARKEYWORDS = 0x04, 0x08  # code flags (inspect.CO_VARARGS, CO_VARKEYWORDS; inspect not imported)
+
+
+def op_entry(kind: str, name: Callable[[Any], Optional[str]],
+             target: Optional[Callable[[Any], Callable[..., Any]]] = None) -> Callable[[Callable[..., Any]], Any]:
+    """Declare ``call(op, *args, **kwargs)`` the entry of an op of ``kind`` (the graph node's kind).
+
+    No trace recording on this thread: ``call`` runs. While one records: ``name(op)`` is the node's name,
+    and ``target(op)`` (default ``op`` itself) runs with the trace paused and is recorded as one node;
+    when ``name(op)`` is None (a cell without ``bprop``) ``target(op)`` runs in the trace instead, its
+    ops recorded one by one. The node's target is also what a replay calls."""
+    def declare(call: Callable[..., Any]) -> Any:
+        code = getattr(call, "__code__", None)
+        positional = (code is not None and code.co_argcount == 1 and not code.co_kwonlyargcount
+                      and code.co_flags & (_VARARGS | _VARKEYWORDS) == _VARARGS)
+
+        if positional:  # call(op, *args): no keywords to pass on, no **{} per call
+            def entry(op: Any, *args: Any) -> Any:
+                if _flag.value and _trace.tracer is not None:
+                    return _traced(kind, name, target, op, args, {})
+                return call(op, *args)
+        else:
+            def entry(op: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+                if _flag.value and _trace.tracer is not None:
+                    return _traced(kind, name, target, op, args, kwargs)
+                return call(op, *args, **kwargs)
+        functools.update_wrapper(entry, call)
+        entry.op_kind = kind  # type: ignore[attr-defined]
+        return entry
+    return declare
+
+
+def _traced(kind: str, name: Callable[[Any], Optional[str]], target: Optional[Callable[[Any], Any]],
+            op: Any, args: Any, kwargs: Any) -> Any:
+    """An op entry's call while this thread's trace records (``op_entry``)."""
+    fn = op if target is None else target(op)
+    node = name(op)
+    if node is None:
+        return fn(*args, **kwargs)
+    return _trace.tracer.call_op(kind, node, fn, args, kwargs)
+
+
+def breaks_trace(what: Union[str, Callable[..., str]]) -> Callable[[Callable[..., Any]], Any]:
+    """Declare that ``fn`` does what a graph cannot hold: ``what`` (or ``what(*args, **kwargs)`` of the
+    call's arguments). While this thread's trace records, a call first stops it (the graph would keep a
+    traced value, or miss a write): the call, and the rest of the traced function, go on eagerly, and
+    that signature runs eagerly from then on (runtime/jit/function.py). Nothing runs twice."""
+    def declare(fn: Callable[..., Any]) -> Any:
+        if isinstance(what, str):
+            def entry(*args: Any, **kwargs: Any) -> Any:
+                if _flag.value and _trace.tracer is not None:
+                    _trace.tracer.stop(what)
+                return fn(*args, **kwargs)
+        else:
+            def entry(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+                if _flag.value and _trace.tracer is not None:
+                    _trace.tracer.stop(what(*args, **kwargs))
+                return fn(*args, **kwargs)
+        return functools.update_wrapper(entry, fn)
+    return declare
