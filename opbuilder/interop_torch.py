@@ -1044,7 +1044,7 @@ def _wrapper(op: _Op) -> Callable:
         bridged: List[Any] = [None]  # the C++ bridge's Op, once the bridge is loaded
 
         def entry(*args: Any) -> Any:
-            # eager calls go to the C++ bridge (include/opbuilder/torch_bridge.cpp), which calls the
+            # eager calls go to the C++ bridge (src/torch_bridge.cpp), which calls the
             # operator itself for plain CPU tensors and `call` for everything else
             if not _is_compiling():
                 fast = bridged[0]
@@ -1052,7 +1052,8 @@ def _wrapper(op: _Op) -> Callable:
                     bridge = _torch_bridge.ready()  # starts its build; None until it is loaded
                     if bridge is None:
                         return call(*args)
-                    fast = bridged[0] = bridge.Op(op.fn, call, op.by_sig, "cuda" in op.devices)
+                    fast = bridged[0] = bridge.Op(op.fn, call, op.by_sig, "cuda" in op.devices,
+                                                  op.shape_fn is not None)
                 return fast(*args)
             return call(*args)
 

@@ -8,8 +8,9 @@
 // `Op(fn, fallback, defined, cuda)` is what to_torch calls once the bridge is ready: a call whose
 // arguments are plain torch tensors on the CPU (or CUDA devices, if `cuda`) and numbers or strings,
 // with no torch function or dispatch mode set,
-// in a signature the Python path has defined (its operator registered, its shape rule checked: the
-// keys of `defined`), calls the operator `fn` directly with this thread's bridge call marked active;
+// in a signature the Python path has defined (its operator registered: the keys of `defined`) and,
+// for an operator with a shape rule, with shapes, dtypes and scalar values the Python path has checked
+// the rule for, calls the operator `fn` directly with this thread's bridge call marked active;
 // every other call goes to `fallback`, the Python path (torch.library), unchanged.
 #include <Python.h>
 #include <structmember.h>
@@ -36,8 +37,9 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <type_traits>
 #include <string>
+#include <type_traits>
+#include <unordered_set>
 #include <vector>
 
 #include "opbuilder/detail/foreign_api.h"
@@ -524,7 +526,55 @@ struct OpObject {
   vectorcallfunc vectorcall;
   Py_ssize_t fast_calls;  // calls the fast path took (tests check that it is taken)
   char last[16];          // the signature last found in `defined`
+  // with a shape rule: the exact argument keys (shapes, dtypes, scalar values) whose outputs the Python
+  // path has compared with the rule; any other call goes there first (a wrong rule is a named error there)
+  std::unordered_set<std::string> *checked;
 };
+
+// The call's key for the shape rule: each tensor's dtype and shape, each scalar's exact value (the
+// signature gives the kinds), or false for an int too wide for 64 bits (that call is never cached).
+bool RuleKey(PyObject *const *args, Py_ssize_t n, const char *sig, std::string *key) {
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject *a = args[i];
+    switch (sig[i]) {
+      case 't': {
+        const at::Tensor &t = THPVariable_Unpack(a);
+        const std::int64_t head[2] = {static_cast<std::int64_t>(t.scalar_type()), t.dim()};
+        key->append(reinterpret_cast<const char *>(head), sizeof(head));
+        const auto sizes = t.sizes();
+        key->append(reinterpret_cast<const char *>(sizes.data()), sizes.size() * sizeof(std::int64_t));
+        break;
+      }
+      case 'b':
+        key->push_back(a == Py_True ? '1' : '0');
+        break;
+      case 'i': {
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+        if (overflow != 0) return false;
+        key->append(reinterpret_cast<const char *>(&v), sizeof(v));
+        break;
+      }
+      case 'f': {
+        const double v = PyFloat_AS_DOUBLE(a);  // by its bits: 0.0 and -0.0 may get different answers
+        key->append(reinterpret_cast<const char *>(&v), sizeof(v));
+        break;
+      }
+      default: {  // 's'
+        Py_ssize_t len = 0;
+        const char *text = PyUnicode_AsUTF8AndSize(a, &len);
+        if (text == nullptr) {
+          PyErr_Clear();
+          return false;
+        }
+        const std::int64_t size = len;
+        key->append(reinterpret_cast<const char *>(&size), sizeof(size));
+        key->append(text, static_cast<std::size_t>(len));
+      }
+    }
+  }
+  return true;
+}
 
 // The call's signature as to_torch's Python path spells it (one letter per argument) into `sig`,
 // or false when the fast path does not take it: plain CPU torch tensors, Python numbers and strings.
@@ -586,6 +636,18 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
     return nullptr;
   }
   if (!fast) return PyObject_Vectorcall(op->fallback, args, nargsf, kwnames);
+  if (op->checked != nullptr) {  // a shape rule: this exact key checked once by the Python path
+    std::string key;
+    if (!RuleKey(args, n, sig, &key)) return PyObject_Vectorcall(op->fallback, args, nargsf, kwnames);
+    if (op->checked->count(key) == 0) {
+      PyObject *r = PyObject_Vectorcall(op->fallback, args, nargsf, kwnames);
+      if (r != nullptr) {
+        if (op->checked->size() >= 4096) op->checked->clear();  // many shapes (dynamic): keep the newest
+        op->checked->insert(std::move(key));
+      }
+      return r;
+    }
+  }
   ++op->fast_calls;
   Frame f{PyEval_GetFrame(), tls_frame, op->name};
   tls_frame = &f;
@@ -601,10 +663,10 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
 
 PyObject *OpNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   PyObject *fn = nullptr, *fallback = nullptr, *defined = nullptr;
-  int cuda = 0;
-  static const char *names[] = {"fn", "fallback", "defined", "cuda", nullptr};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!|p:Op", const_cast<char **>(names), &fn, &fallback,
-                                   &PyDict_Type, &defined, &cuda)) {
+  int cuda = 0, rule = 0;
+  static const char *names[] = {"fn", "fallback", "defined", "cuda", "rule", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!|pp:Op", const_cast<char **>(names), &fn, &fallback,
+                                   &PyDict_Type, &defined, &cuda, &rule)) {
     return nullptr;
   }
   auto *self = reinterpret_cast<OpObject *>(type->tp_alloc(type, 0));
@@ -621,6 +683,7 @@ PyObject *OpNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   if (self->name == nullptr) PyErr_Clear();
   self->fast_calls = 0;
   self->last[0] = '\x01';  // no signature
+  self->checked = rule ? new std::unordered_set<std::string>() : nullptr;
   self->vectorcall = &OpCall;
   return reinterpret_cast<PyObject *>(self);
 }
@@ -646,6 +709,7 @@ int OpClear(PyObject *o) {
 void OpDealloc(PyObject *o) {
   PyObject_GC_UnTrack(o);
   OpClear(o);
+  delete reinterpret_cast<OpObject *>(o)->checked;
   Py_TYPE(o)->tp_free(o);
 }
 
@@ -679,8 +743,9 @@ PyMODINIT_FUNC PyInit__opbuilder_torch_bridge() {
   OpType.tp_clear = OpClear;
   OpType.tp_repr = OpRepr;
   OpType.tp_members = kOpMembers;
-  OpType.tp_doc = "Op(fn, fallback, defined, cuda=False): fn for plain torch tensors (CPU; CUDA too if cuda) "
-                  "in a signature `defined` has, fallback for every other call";
+  OpType.tp_doc = "Op(fn, fallback, defined, cuda=False, rule=False): fn for plain torch tensors (CPU; CUDA too "
+                  "if cuda) in a signature `defined` has, fallback for every other call; with rule (a shape rule), "
+                  "fallback also for each new shape, dtype and scalar value, which it checks";
   if (PyType_Ready(&OpType) < 0) return nullptr;
   PyObject *m = PyModule_Create(&kModule);
   if (m == nullptr) return nullptr;

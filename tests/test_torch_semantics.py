@@ -613,6 +613,23 @@ def route(request, monkeypatch):
     return request.param
 
 
+def test_a_rule_wrong_only_for_other_shapes_is_a_named_error_on_every_route(my_ops, route):
+    """#12 on the bridge too: a signature the Python path defined (the rule right for 1-D inputs) called
+    eagerly with 2-D inputs, where the rule is wrong, is a named error on either route: never a value
+    that torch.compile's fake kernel would later describe with the wrong shape."""
+    ns = opbuilder.to_torch(my_ops, shape_fn={"mul": lambda a, b: Spec(a.shape[:1], a.dtype)})
+    x = _t(1.0, 2.0, 3.0)
+    for _ in range(3):  # the first call defines the signature; later ones take the bridge when it is on
+        torch.testing.assert_close(ns.mul(x, x), x * x)
+    if route == "bridge":
+        assert ns.mul.bridged[0].fast_calls == 1  # the second call checked its shapes; the third was fast
+    m = torch.ones(2, 3, dtype=DOUBLE)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"^mul: the shape rule says output 0 is float64\[2\], but the "
+                                               r"operator returned float64\[2, 3\]"):
+            ns.mul(m, m)
+
+
 def test_bridge_parity_identity_after_an_op(sem_ops, my_ops, route):
     x, y = _t(1.0, 2.0, 3.0, grad=True), _t(4.0, 5.0, 6.0)
     z = _call("eager", my_ops, "mul", x, y)
