@@ -12,14 +12,19 @@ sitecustomize it shadows.
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 ENV = "OPBUILDER_BUILD_GUARD_SPAWNS"
 PHASE = "OPBUILDER_BUILD_GUARD_PHASE"  # the fixture or test that was running when the process started
 HERE = os.path.dirname(os.path.abspath(__file__))
-# executables that compile or drive a compile: compilers by any version suffix, ninja, nvcc
-COMPILER = re.compile(r"^(ninja|nvcc|cc|c\+\+|g\+\+|gcc|clang|clang\+\+)(-[0-9.]+)?$")
+# executables that compile or drive a compile: compilers by any version suffix (g++-12), ninja, nvcc
+COMPILERS = frozenset({"ninja", "nvcc", "cc", "c++", "g++", "gcc", "clang", "clang++"})
+
+
+def is_compiler(name: str) -> bool:
+    """Whether an executable's file name is a compiler's (no ``re``: every Python child imports this file)."""
+    base, dash, version = name.partition("-")
+    return base in COMPILERS and (not dash or (version != "" and all(c.isdigit() or c == "." for c in version)))
 
 
 def _name(executable, argv) -> str:
@@ -56,7 +61,7 @@ def record(log: str):
         else:
             return
         _keep_watching(env)
-        if COMPILER.match(name):
+        if is_compiler(name):
             try:  # one short O_APPEND write: lines from concurrent processes do not interleave
                 fd = os.open(log, os.O_WRONLY | os.O_APPEND)
             except OSError:  # the session is over (the guard removed its log)
