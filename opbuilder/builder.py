@@ -1,18 +1,18 @@
 """CustomOpBuilder: sources -> key -> (warm: import) | (cold: lock, ninja, publish) -> module.
 
 The pipeline, one step per module (docs/reference/builder.md walks it):
-  spec.py         validate the arguments
-  toolchain.py    compiler identity, pybind11, Python (probed once, remembered by probe_cache.py)
-  fingerprint.py  base key from contents; full key adds the headers recorded from the last build
-  search_path.py  which headers are tracked, and which missing files would change the build
-  lock.py         per-operator flock; waiters re-check after acquiring it
-  pch.py          the precompiled opbuilder/extension.h, built once per toolchain and flags
-                  by a detached low-priority process
-  ninja_file.py   build.ninja for what is stale; objects kept per operator
-  ninja_run.py    run ninja with a progress line; clean up after a killed build
-  publish.py      object records, copy the library to <op>/<key>/ atomically, prune
-  importer.py     import it
-  retry.py        the one retry loop around a pass of the above, its reasons and its bound
+  spec.py                 validate the arguments
+  tools/toolchain.py      compiler identity, pybind11, Python (probed once, remembered by tools/probe_cache.py)
+  cache/fingerprint.py    base key from contents; full key adds the headers recorded from the last build
+  compile/search_path.py  which headers are tracked, and which missing files would change the build
+  cache/lock.py           per-operator flock; waiters re-check after acquiring it
+  pch.py                  the precompiled opbuilder/extension.h, built once per toolchain and flags
+                          by a detached low-priority process
+  compile/ninja_file.py   build.ninja for what is stale; objects kept per operator
+  compile/ninja_run.py    run ninja with a progress line; clean up after a killed build
+  cache/publish.py        object records, copy the library to <op>/<key>/ atomically, prune
+  importer.py             import it
+  retry.py                the one retry loop around a pass of the above, its reasons and its bound
 
 The warm path (everything up to ``_lookup``) imports nothing slow and starts
 no process; the cold path's modules are imported when it first runs.
@@ -23,28 +23,28 @@ import os
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from .cache import fingerprint as fp
-from .compile.binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding, from_pybind11
 from .cache.cache_dir import cache_root, root_origin
+from .cache.published import verified_library
+from .cache.relocate import portable, prefix_map_flags, project_root
+from .cache.trust import check_dir, read_file, stamp_of, trusted_root
+from .compile.binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding, from_pybind11
+from .compile.target import Target as _Target
 from .core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
+from .fleet.store import prebuilt_stores
 from .headers import copy_read, headers_digest, include_dir, shadowing_copy
 from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, preload
 from .importer import recorded as recorded_deps
-from .tools.launcher import launcher_is_sccache, launcher_requested
-from .cache.published import verified_library
-from .cache.relocate import portable, prefix_map_flags, project_root
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
-from .fleet.store import prebuilt_stores
-from .compile.target import Target as _Target
-from .torch_bridge_build import KIND as BRIDGE_KIND, bridge_target
+from .tools.launcher import launcher_is_sccache, launcher_requested
 from .tools.toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc,
                               links_with_lto, nanobind_info, native_cpu, python_headers, python_info,
                               wants_native_cpu)
-from .cache.trust import check_dir, read_file, stamp_of, trusted_root
+from .torch_bridge_build import KIND as BRIDGE_KIND, bridge_target
 
 __all__ = ["CustomOpBuilder", "build_library"]
 
@@ -77,6 +77,37 @@ class _Plan(NamedTuple):
     places: Tuple[Tuple[str, str], ...]  # toolchain include directories and their names (for _path_maps)
     toolchain_dirs: Tuple[str, ...]  # include directories keyed by what they are, not by their headers
     binding: Optional[str]  # NANOBIND, PYBIND11, or None for what is not a Python module
+
+
+class Built(NamedTuple):
+    """One build ready to use: the trusted spec it was built for, its full key and its library."""
+
+    spec: BuildSpec
+    key: str
+    library: Path
+
+    @property
+    def in_cache(self) -> bool:
+        """The library is in the cache (``<op_dir>/<key>/``), not in a read-only prebuilt store: only
+        the cache's builds get a record of what they load first, or are forgotten when rejected."""
+        return self.library.parent.parent == self.spec.op_dir
+
+
+class ModuleBuild(NamedTuple):
+    """A module's build and the shared libraries to load, in order, before it is imported (nanobind's
+    runtime and the core library; none for a pybind11 module)."""
+
+    preload: List[Path]
+    built: Built
+
+
+class _Bound(NamedTuple):
+    """A module's spec, trusted, with its binding decided: ``detected`` when it was read from the sources
+    (``digests``: their digests, read at the same time), not given as ``binding=``."""
+
+    spec: BuildSpec
+    detected: bool
+    digests: Optional[Dict[str, str]]
 
 
 def _object_name(source: Path) -> str:
@@ -630,7 +661,7 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
     return hit
 
 
-def _build_checked(spec: BuildSpec, trusted: bool = False) -> Tuple[BuildSpec, str, Path]:
+def _build_checked(spec: BuildSpec, trusted: bool = False) -> Built:
     """One pass of ``_build`` on the trusted spec, with a cache that cannot be written explained
     (BuildError); ``Retry`` if the library is already gone (another process may prune it, the oldest
     builds or ``cache clean``, between our lookup and its use). ``trusted``: ``spec`` is ``_trusted``
@@ -645,7 +676,7 @@ def _build_checked(spec: BuildSpec, trusted: bool = False) -> Tuple[BuildSpec, s
             raise Retry(Reason.PRUNED)
     except OSError as e:
         raise _os_error(spec, e) from e
-    return spec, key, lib
+    return Built(spec, key, lib)
 
 
 def _distrust(spec: BuildSpec, lib: Path, stamp: List[int], err: BaseException) -> None:
@@ -666,12 +697,42 @@ def _verbose(verbose: bool) -> bool:
 
 
 class CustomOpBuilder:
-    """Build C++ (or CUDA) sources into a pybind11 module and load it.
+    """Build C++ (or CUDA) sources into a Python extension module, on first use, and load it.
 
-    ``CustomOpBuilder("my_ops", ["ops.cpp"]).load()`` returns the module; the
-    first call compiles (seconds), later ones in any process import the cached
-    library (about a millisecond, no subprocess). Editing a source or a header
-    it includes makes the next ``load()`` rebuild and return the new code.
+    ``CustomOpBuilder("my_ops", ["ops.cpp"]).load()`` returns the module. The first call compiles
+    (seconds); later ones, in any process, import the cached library (about a millisecond, no
+    subprocess). Editing a source, or a header it includes, makes the next ``load()`` build again and
+    return the new code. The module is bound with nanobind (``OB_MODULE``) or pybind11
+    (``PYBIND11_MODULE``), as the sources say.
+
+    Args:
+        name: the module's name, a Python identifier (ASCII, at most 100 characters). The sources'
+            ``OB_MODULE`` / ``PYBIND11_MODULE(OB_EXTENSION_NAME, m)`` gets it; the cache keeps one
+            directory per name.
+        sources: a path, or a list of paths, of C++ sources (``.cpp``, ``.cc``, ``.cxx``, ``.c++``,
+            ``.C``); with ``backend="GPU"`` also CUDA sources (``.cu``). Relative paths are read
+            against the current directory.
+        backend: ``"CPU"`` (the host compiler: g++ or clang++) or ``"GPU"`` (nvcc for ``.cu``, the
+            host compiler for the rest); any other value is a ``ValueError`` that lists these two.
+        include_paths: extra directories to search for headers (``-I``); opbuilder's own headers
+            (``#include "opbuilder/extension.h"``) are always found.
+        cflags: extra flags for the C++ compiler, a list or one string split on spaces (relative
+            paths in ``-I``, ``-isystem``, ``-include`` ... are made absolute). A flag that changes
+            every struct's layout (``-fpack-struct``...) is a ``ValueError``.
+        ldflags: extra flags for the link (``-L``, ``-l``, libraries and objects by path).
+        build_dir: the cache directory to build in and load from; default ``OPBUILDER_CACHE_DIR``,
+            else ``~/.cache/opbuilder``. A directory other users can write to is refused
+            (``UnsafeCacheDirError``).
+        debug_mode: compile with ``-O0 -g`` instead of ``-O2`` (a separate build, cached apart).
+        verbose: print each command the build runs (also ``OPBUILDER_VERBOSE=1``); otherwise one
+            progress line while compiling, and nothing on the warm path.
+        cuda_cflags: (keyword) extra flags for nvcc, for ``.cu`` sources.
+        binding: (keyword) ``"nanobind"`` or ``"pybind11"``; default None: read from the sources.
+
+    Everything that decides the binary (the sources' and included headers' contents, flags,
+    backend, compiler and its version, Python's ABI) is in the cache key, never modification times.
+    A failed compile raises ``BuildError`` (a ``RuntimeError``) naming the operator and showing the
+    compiler's first errors; no compiler found, ``ToolchainError``; an unknown keyword, ``TypeError``.
     """
 
     def __init__(self, name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str = "CPU",
@@ -692,7 +753,7 @@ class CustomOpBuilder:
     def build(self) -> str:
         """Build if needed (with nanobind's shared runtime, for a nanobind operator); the path of the
         shared library."""
-        return str(retrying(self.name, lambda: _build_with_runtime(self.spec))[1][2])
+        return str(retrying(self.name, lambda: _build_with_runtime(self.spec)).built.library)
 
     def core_library(self) -> Optional[str]:
         """The path of the core library this operator loads (built if needed; core_lib.py), or None
@@ -713,7 +774,8 @@ class CustomOpBuilder:
     def _load_once(self) -> ModuleType:
         """One pass of ``load``: build if needed and import; ``Retry`` when the library went missing
         before its import, or the loader rejected it (then it is forgotten, to be built again)."""
-        runtime, (spec, key, lib) = _build_with_runtime(self.spec)
+        preload_libs, built = _build_with_runtime(self.spec)
+        spec, key, lib = built
         memo = (str(spec.op_dir), key)
         with _loaded_lock:
             mod = _loaded.get(memo)
@@ -726,15 +788,15 @@ class CustomOpBuilder:
                 module_name = f"_opbuilder_{key}.{spec.name}"
             try:
                 stamp = stamp_of(os.lstat(lib))
-                if runtime:
-                    preload(runtime)
+                if preload_libs:
+                    preload(preload_libs)
                 mod = import_extension(spec.name, lib, module_name)
             except FileNotFoundError as e:
                 raise Retry(Reason.PRUNED, e) from e  # pruned by another process between lookup and import
             except BuildError as e:
                 if not lib.exists():
                     raise Retry(Reason.PRUNED, e) from e
-                if not (loader_error(e.__cause__) and lib.parent.parent == spec.op_dir):
+                if not (loader_error(e.__cause__) and built.in_cache):
                     raise  # the operator's own fault, or a prebuilt store's library (never ours to forget)
                 damaged = e
             else:
@@ -788,8 +850,7 @@ def _runtime_for(spec: BuildSpec) -> Optional[Path]:
     from . import nanobind_runtime
     if nanobind_runtime.loaded() is not None:  # this process has one: later loads need no lookup
         return nanobind_runtime.loaded()
-    rt_spec = nanobind_runtime.runtime_spec(spec.root, spec.verbose)
-    return retrying(rt_spec.name, lambda: _build_checked(rt_spec))[2]
+    return _dependency(nanobind_runtime.runtime_spec(spec.root, spec.verbose))
 
 
 def _core_for(spec: BuildSpec) -> Optional[Path]:
@@ -798,18 +859,25 @@ def _core_for(spec: BuildSpec) -> Optional[Path]:
     if spec.kind != "module" or spec.backend != "CPU" or _binding(spec) != NANOBIND or not uses_core(spec):
         return None
     from .core_lib import core_spec
-    return _build_checked(core_spec(spec.root, spec.verbose))[2]
+    return _dependency(core_spec(spec.root, spec.verbose))
+
+
+def _dependency(dep: BuildSpec) -> Path:
+    """A shared library operators load first (nanobind's runtime, the core library), built if needed,
+    asked for on its own (``runtime_library()``, ``core_library()``): one ``retrying`` loop around its
+    pass, as every entry point has (``load``, ``build``, ``build_library``; retry.py)."""
+    return retrying(dep.name, lambda: _build_checked(dep)).library
 
 
 def _cached(spec: BuildSpec) -> Optional[Path]:
     """The library already built for ``spec`` (the cache or a prebuilt store), without building or
     locking; None when it must be built (or cannot be looked up here: ``_build_checked`` says why)."""
     hit = _cached_build(spec)
-    return None if hit is None else hit[2]
+    return None if hit is None else hit.library
 
 
 def _cached_build(spec: BuildSpec, trusted: bool = False, digests: Optional[Dict[str, str]] = None
-                  ) -> Optional[Tuple[BuildSpec, str, Path]]:
+                  ) -> Optional[Built]:
     """``_build_checked(spec)`` when it would build nothing; else None. ``trusted``: ``spec`` is
     ``_trusted`` already (its root is checked once per load); ``digests``: its sources' digests, if
     they were read already (with its binding)."""
@@ -821,7 +889,7 @@ def _cached_build(spec: BuildSpec, trusted: bool = False, digests: Optional[Dict
         hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
     except (OSError, BuildError):
         return None
-    return None if hit is None else (spec, *hit)
+    return None if hit is None else Built(spec, *hit)
 
 
 def _dep_names(spec: BuildSpec) -> List[str]:
@@ -843,43 +911,85 @@ def _dep_specs(spec: BuildSpec) -> List[BuildSpec]:
             for n in _dep_names(spec)]
 
 
-def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, str, Path]]:
-    """(the shared libraries to load before the module, ``_build_checked(spec)``). A warm module
+def _build_with_runtime(spec: BuildSpec) -> ModuleBuild:
+    """A module built (``_build_checked``) with the shared libraries it loads first. A warm module
     names them in its record (written by needs.py, read by importer.recorded): one stat each, no
     lookup. Otherwise each is looked up, and one not built yet is built in a thread beside the
-    operator's own compile: a newcomer waits for the longest of them, not their sum (the operator
-    only needs them when it is imported)."""
+    operator's own compile (``_beside_dependencies``). A PYBIND11_MODULE source that nanobind fails
+    to build is built with pybind11 (``_pybind11_fallback``)."""
     if spec.kind != "module":
-        return [], _build_checked(spec)
-    try:
-        spec = _trusted(spec)  # first: the binding is read from its record in the cache
-    except OSError as e:
-        raise _root_error(spec, e) from e
-    detected = spec.binding is None
-    digests = None
-    if detected:  # each source read and hashed once: its binding (from here on in the spec) and its digest
-        binding, digests = binding_and_digests(spec.name, spec.sources, spec.op_dir / RECORD)
-        spec = spec._replace(binding=binding)
+        return ModuleBuild([], _build_checked(spec))
+    spec, detected, digests = _bound(spec)
     if spec.binding != NANOBIND:
-        return [], _built_module(spec, detected)
+        return ModuleBuild([], _built_module(spec, detected))
     warm = _cached_build(spec, trusted=True, digests=digests)
-    if warm is not None and warm[2].parent.parent == warm[0].op_dir:  # in the cache, not a store
-        recorded = recorded_deps(warm[2], [f"{n}.lib" for n in _dep_names(spec)])
-        if recorded is not None:
-            return recorded, warm
+    recorded = None if warm is None else _recorded_preload(spec, warm)
+    if recorded is not None:
+        return ModuleBuild(recorded, warm)
     fallback = _pybind11_fallback(spec) if warm is None and detected else None
     if fallback is not None:
-        done = _cached_build(fallback)  # its nanobind build failed before: built with pybind11 then
-        if done is not None:
-            return [], done
-    from .pch import after_builds
+        cached = _cached_build(fallback)  # its nanobind build failed before: built with pybind11 then
+        if cached is not None:
+            return ModuleBuild([], cached)
     if warm is None:
         _check_no_header_copy(spec)  # before its runtime and core library start compiling
-    deps = _dep_specs(spec)
+    done = _beside_dependencies(_dep_specs(spec), lambda: warm if warm is not None else
+                                _built_or_fallback(spec, detected, fallback))
+    if done.built.spec.binding != NANOBIND:  # fell back to pybind11: it loads nothing first
+        return ModuleBuild([], done.built)
+    if done.built.in_cache:
+        from .needs import record
+        record(done.built.library, done.preload)
+    return done
+
+
+def _built_or_fallback(spec: BuildSpec, detected: bool, fallback: Optional[BuildSpec]) -> Built:
+    """``_built_module(spec)``; if nanobind fails to build a PYBIND11_MODULE source (``fallback``: the
+    same sources on pybind11), the source built as it was written."""
+    try:
+        return _built_module(spec, detected)
+    except BuildError:
+        if fallback is None:
+            raise
+        import logging
+        logging.getLogger("opbuilder").warning(
+            "opbuilder: %s: building its PYBIND11_MODULE source with nanobind failed; building it with pybind11 "
+            "(binding='pybind11' skips nanobind)", spec.name)
+        return _built_module(fallback, detected)
+
+
+def _bound(spec: BuildSpec) -> _Bound:
+    """``spec`` trusted (first: its binding may be read from its record in the cache) and with its
+    binding decided; each source is read and hashed once, for its binding and its digest."""
+    try:
+        spec = _trusted(spec)
+    except OSError as e:
+        raise _root_error(spec, e) from e
+    if spec.binding is not None:
+        return _Bound(spec, False, None)
+    binding, digests = binding_and_digests(spec.name, spec.sources, spec.op_dir / RECORD)
+    return _Bound(spec._replace(binding=binding), True, digests)
+
+
+def _recorded_preload(spec: BuildSpec, warm: Built) -> Optional[List[Path]]:
+    """What the warm build ``warm`` recorded it loads first, if the record is complete and its
+    libraries are there; None to look them up (a prebuilt store's build has no record)."""
+    if not warm.in_cache:
+        return None
+    return recorded_deps(warm.library, [f"{n}.lib" for n in _dep_names(spec)])
+
+
+def _beside_dependencies(deps: List[BuildSpec], build_module: Callable[[], Built]) -> ModuleBuild:
+    """``build_module()``, with each of ``deps`` not built yet built in a thread beside it: a newcomer
+    waits for the longest of them, not their sum (the operator needs them only when it is imported).
+    The operator's PCH precompile starts once every compile here is done. A dependency's error is
+    raised after the module's own, unless the module fell back to pybind11 (it needs none of them)."""
+    from .pch import after_builds
+
     libs: Dict[int, Path] = {}
     errors: List[BaseException] = []
     workers = []
-    with after_builds():  # the operator's PCH precompile starts once every compile here is done
+    with after_builds():
         for i, dep in enumerate(deps):
             lib = _cached(dep)
             if lib is not None:
@@ -888,7 +998,7 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
 
             def build_dep(i: int = i, dep: BuildSpec = dep) -> None:
                 try:
-                    libs[i] = _build_checked(dep)[2]
+                    libs[i] = _build_checked(dep).library
                 except BaseException as e:  # raised in the caller's thread below
                     errors.append(e)
 
@@ -896,37 +1006,28 @@ def _build_with_runtime(spec: BuildSpec) -> Tuple[List[Path], Tuple[BuildSpec, s
             worker.start()
             workers.append(worker)
         try:
-            built = warm if warm is not None else _built_module(spec, detected)
-        except BuildError:
-            if fallback is None:
-                raise
-            import logging
-            logging.getLogger("opbuilder").warning(
-                "opbuilder: %s: building its PYBIND11_MODULE source with nanobind failed; building it with pybind11 "
-                "(binding='pybind11' skips nanobind)", spec.name)
-            return [], _built_module(fallback, detected)
+            built = build_module()
         finally:
             for worker in workers:
                 worker.join()
+    if built.spec.binding != NANOBIND:
+        return ModuleBuild([], built)
     if errors:
         raise errors[0]
     from . import nanobind_runtime
     found = [libs[i] for i in range(len(deps))]
     if nanobind_runtime.loaded() is not None and all(d.name != nanobind_runtime.RUNTIME_NAME for d in deps):
         found.insert(0, nanobind_runtime.loaded())
-    if built[2].parent.parent == built[0].op_dir:
-        from .needs import record
-        record(built[2], found)
-    return found, built
+    return ModuleBuild(found, built)
 
 
-def _built_module(spec: BuildSpec, detected: bool) -> Tuple[BuildSpec, str, Path]:
+def _built_module(spec: BuildSpec, detected: bool) -> Built:
     """``_build_checked(spec)`` for a module whose spec is ``_trusted``; then, if its binding was
     ``detected`` from the sources, recorded in its cache directory (it exists now), so that the next
     process reads it instead of scanning them."""
     built = _build_checked(spec, trusted=True)
     if detected:
-        detect_binding(spec.name, spec.sources, built[0].op_dir / RECORD)
+        detect_binding(spec.name, spec.sources, built.spec.op_dir / RECORD)
     return built
 
 
@@ -939,4 +1040,4 @@ def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backe
     spec = make_spec(name, sources, backend, "library", include_paths, cflags, cuda_cflags, ldflags, debug_mode,
                      _verbose(verbose), cache_root(build_dir))
     _check_layout_flags(spec)
-    return str(retrying(name, lambda: _build_checked(spec))[2])
+    return str(retrying(name, lambda: _build_checked(spec)).library)

@@ -99,15 +99,15 @@ def _load() -> ModuleType:
     spec = _trusted(bridge_spec(cache_root()))
     for attempt in range(2):
         with when_started(_started.set):  # ready(until_started=True) returns once the compiler runs
-            spec, _, lib = retrying(MODULE, lambda: _build_checked(spec, trusted=True))
+            built = retrying(MODULE, lambda: _build_checked(spec, trusted=True))
         _started.set()
-        stamp = stamp_of(os.lstat(lib))
+        stamp = stamp_of(os.lstat(built.library))
         try:
-            return import_extension(MODULE, lib)
+            return import_extension(MODULE, built.library)
         except BuildError as e:
-            if attempt or not (loader_error(e.__cause__) and lib.parent.parent == spec.op_dir):
+            if attempt or not (loader_error(e.__cause__) and built.in_cache):
                 raise
-            _distrust(spec, lib, stamp, e.__cause__)
+            _distrust(built.spec, built.library, stamp, e.__cause__)
     raise AssertionError("unreachable")
 
 
