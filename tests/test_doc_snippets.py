@@ -74,6 +74,11 @@ def _missing(need: Optional[str]) -> Optional[str]:
     return None
 
 
+def _marks(compiles: bool, need: Optional[str]) -> list:
+    """``build`` for what compiles; ``gpu`` for what needs a GPU (``pytest -m gpu`` runs it)."""
+    return ([pytest.mark.build] if compiles else []) + ([pytest.mark.gpu] if need == "a CUDA GPU" else [])
+
+
 def _params(lang: str):
     out = []
     for page in PAGES:
@@ -82,8 +87,7 @@ def _params(lang: str):
                 continue
             head = chain[0]
             compiles = lang == "cpp" or any(COMPILES.search(b.code) for b in chain)
-            out.append(pytest.param(chain, id=f"{head.page}:{head.line}",
-                                    marks=[pytest.mark.build] if compiles else []))
+            out.append(pytest.param(chain, id=f"{head.page}:{head.line}", marks=_marks(compiles, head.needs)))
     return out
 
 
@@ -95,9 +99,9 @@ def _by_page(params) -> list:
         chain = p.values[0]
         key = (chain[0].page, chain[0].needs or "")
         groups.setdefault(key, []).append(chain)
-        compiles[key] = compiles.get(key, False) or bool(p.marks)
+        compiles[key] = compiles.get(key, False) or any(m.name == "build" for m in p.marks)
     return [pytest.param(chains, id=page + (f"[needs {need}]" if need else ""),
-                         marks=[pytest.mark.build] if compiles[(page, need)] else [])
+                         marks=_marks(compiles[(page, need)], need or None))
             for (page, need), chains in groups.items()]
 
 
