@@ -727,7 +727,7 @@ PyMemberDef kOpMembers[] = {
 PyTypeObject OpType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_opbuilder_torch_bridge",
-                       "opbuilder's C++ bridge to PyTorch (include/opbuilder/torch_bridge.cpp)", -1, nullptr};
+                       "opbuilder's C++ bridge to PyTorch (src/torch_bridge.cpp)", -1, nullptr};
 
 }  // namespace
 
