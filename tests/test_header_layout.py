@@ -58,3 +58,26 @@ def test_the_core_sources_are_outside_include_and_each_header_includes_its_own()
         header = INCLUDE / owner
         depth = "../" * len(Path(owner).parts)
         assert f'#include "{depth}src/core/{body.name}"' in header.read_text(), owner
+
+
+def test_an_edit_of_a_core_body_changes_the_digest_every_key_holds(tmp_path, monkeypatch):
+    """The bodies left the headers, not the keys: headers_digest (in every operator's key, the core
+    library's tag and the precompiled header's key) covers src/core/, also when it is remembered."""
+    import shutil
+
+    import opbuilder.headers as headers
+
+    shutil.copytree(INCLUDE, tmp_path / "include")
+    shutil.copytree(ROOT / "src", tmp_path / "src")
+    monkeypatch.setattr(headers, "_include_dir", tmp_path / "include")
+    monkeypatch.setattr(headers, "_source_dir", tmp_path / "src")
+    state = tmp_path / "state"
+    state.mkdir()
+    before = headers.headers_digest(state)
+    assert headers.headers_digest(state) == before == headers.headers_digest(None)
+    body = tmp_path / "src" / "core" / "tensor.cpp"
+    body.write_text(body.read_text() + "// edited\n")
+    edited = headers.headers_digest(state)
+    assert edited != before and edited == headers.headers_digest(None)
+    (tmp_path / "src" / "core" / "extra.cpp").write_text("// a new body file\n")
+    assert headers.headers_digest(state) not in (before, edited)
