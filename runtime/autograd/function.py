@@ -249,8 +249,8 @@ class Function:
 
     @classmethod
     @op_entry("function", lambda cls: cls.__name__, target=lambda cls: cls.apply)  # traced: one node
-    def apply(cls, *args: Any) -> Any:
-        """Run ``forward`` (recording off) and, if any argument needs grad, record one node."""
+    def apply(cls, args: Tuple[Any, ...]) -> Any:
+        """``apply(*args)``: run ``forward`` (recording off) and, if any argument needs grad, record one node."""
         Tensor = _tensor.Tensor
         name = cls.__name__
         enabled = _state.enabled

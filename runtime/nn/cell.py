@@ -76,16 +76,17 @@ class Cell:
         raise NotImplementedError(f"{type(self).__name__} must define construct()")
 
     @op_entry("cell", _bprop_node, target=_eager)
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the cell: through ``jit`` in GRAPH_MODE, else ``construct`` (with ``bprop``, one node).
-        Traced (op_entry), a cell with ``bprop`` is one node; the ops of any other cell are recorded."""
+    def __call__(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """``cell(*args, **kwargs)``: through ``jit`` in GRAPH_MODE, else ``construct`` (with ``bprop``, one
+        node). Traced (op_entry), a cell with ``bprop`` is one node; the ops of any other cell are recorded."""
         if _settings["mode"] == GRAPH_MODE:
             return _graph_call(self, args, kwargs)
         return self._eager_call(*args, **kwargs)
 
     @op_entry("cell", _bprop_node, target=_eager)
-    def _call(self, *args: Any, **kwargs: Any) -> Any:
-        """A call as in PYNATIVE_MODE (or traced): what GRAPH_MODE captures, or runs when it cannot."""
+    def _call(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """``_call(*args, **kwargs)``, a call as in PYNATIVE_MODE (or traced): what GRAPH_MODE captures, or
+        runs when it cannot."""
         return self._eager_call(*args, **kwargs)
 
     def _eager_call(self, *args: Any, **kwargs: Any) -> Any:

@@ -154,8 +154,8 @@ class Custom:
         return self
 
     # ---- the call --------------------------------------------------------
-    @op_entry("custom", lambda op: f"Custom({op.name})")  # traced: one node, the op itself its target
-    def __call__(self, *inputs: Any) -> Any:
+    @op_entry("custom", lambda op: f"Custom({op.name})")  # op(*inputs); traced: one node, the op its target
+    def __call__(self, inputs: Tuple[Any, ...]) -> Any:
         fast = self._fast
         if fast is not None:  # one C call: Tensors' arrays in, the kernel, the outputs as Tensors (or None)
             try:

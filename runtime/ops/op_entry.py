@@ -32,28 +32,30 @@ _VARARGS, _VARKEYWORDS = 0x04, 0x08  # code flags (inspect.CO_VARARGS, CO_VARKEY
 
 def op_entry(kind: str, name: Callable[[Any], Optional[str]],
              target: Optional[Callable[[Any], Callable[..., Any]]] = None) -> Callable[[Callable[..., Any]], Any]:
-    """Declare ``call(op, *args, **kwargs)`` the entry of an op of ``kind`` (the graph node's kind).
+    """Declare ``call(op, args)`` (or ``call(op, args, kwargs)``), the eager call of an op of ``kind``
+    (the graph node's kind), and return the entry ``op(*args, **kwargs)``, as ``Primitive.call`` takes
+    its arguments: one tuple (and one dict), so the entry passes them on without repacking.
 
     No trace recording on this thread: ``call`` runs. While one records: ``name(op)`` is the node's name,
     and ``target(op)`` (default ``op`` itself) runs with the trace paused and is recorded as one node;
     when ``name(op)`` is None (a cell without ``bprop``) ``target(op)`` runs in the trace instead, its
     ops recorded one by one. The node's target is also what a replay calls."""
     def declare(call: Callable[..., Any]) -> Any:
-        code = getattr(call, "__code__", None)
-        positional = (code is not None and code.co_argcount == 1 and not code.co_kwonlyargcount
-                      and code.co_flags & (_VARARGS | _VARKEYWORDS) == _VARARGS)
-
-        if positional:  # call(op, *args): no keywords to pass on, no **{} per call
+        arity = call.__code__.co_argcount
+        if arity == 2:  # call(op, args): no keywords
             def entry(op: Any, *args: Any) -> Any:
                 if _flag.value and _trace.tracer is not None:
                     return _traced(kind, name, target, op, args, {})
-                return call(op, *args)
-        else:
+                return call(op, args)
+        elif arity == 3:  # call(op, args, kwargs)
             def entry(op: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
                 if _flag.value and _trace.tracer is not None:
                     return _traced(kind, name, target, op, args, kwargs)
-                return call(op, *args, **kwargs)
-        functools.update_wrapper(entry, call)
+                return call(op, args, kwargs)
+        else:
+            raise TypeError(f"op_entry: {call.__qualname__} must take (op, args) or (op, args, kwargs)")
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):  # not __wrapped__: its signature
+            setattr(entry, attr, getattr(call, attr))                         # is the entry's, op(*args)
         entry.op_kind = kind  # type: ignore[attr-defined]
         return entry
     return declare
@@ -75,8 +77,15 @@ def breaks_trace(what: Union[str, Callable[..., str]]) -> Callable[[Callable[...
     traced value, or miss a write): the call, and the rest of the traced function, go on eagerly, and
     that signature runs eagerly from then on (runtime/jit/function.py). Nothing runs twice."""
     def declare(fn: Callable[..., Any]) -> Any:
-        if isinstance(what, str):
-            def entry(*args: Any, **kwargs: Any) -> Any:
+        code = getattr(fn, "__code__", None)
+        if isinstance(what, str) and code is not None and code.co_argcount == 1 and not fn.__defaults__ \
+                and not code.co_kwonlyargcount and not code.co_flags & (_VARARGS | _VARKEYWORDS):
+            def entry(self: Any) -> Any:  # a read of one tensor's value: no packing per call
+                if _flag.value and _trace.tracer is not None:
+                    _trace.tracer.stop(what)
+                return fn(self)
+        elif isinstance(what, str):
+            def entry(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
                 if _flag.value and _trace.tracer is not None:
                     _trace.tracer.stop(what)
                 return fn(*args, **kwargs)
