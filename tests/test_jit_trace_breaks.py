@@ -248,3 +248,72 @@ def test_a_captured_parameter_that_changes_shape_is_traced_again(tmp_path):
         f(x)
     w.set_data(np.full(4, 2.0, np.float32), slice_shape=True)
     np.testing.assert_allclose(f(Tensor(np.ones(4, np.float32))).asnumpy(), np.exp(np.full(4, 2.0)) + 1, rtol=1e-6)
+
+
+def _reads(what):
+    return f"{what} turns its value into a Python value, which a graph would keep as traced"
+
+
+def _writes(what):
+    return f"{what} writes a tensor in place outside an op, which a graph does not hold"
+
+
+def _set_data(t):
+    Parameter(Tensor(np.zeros(())), name="p", requires_grad=False).set_data(t)
+    return t * 1.0
+
+
+def _add_in_place(t):
+    y = t * 1.0
+    y += 1.0
+    return y
+
+
+def _set_item(t):
+    y = t * 1.0
+    y[...] = 5.0
+    return y
+
+
+def _dropout(t):
+    d = nn.Dropout(p=0.5)
+    d.set_train(True)
+    return d(t)
+
+
+@pytest.mark.parametrize("fn, what", [
+    (lambda t: t * t.item(), _reads("item() of a tensor")),
+    (lambda t: t * t.tolist(), _reads("tolist() of a tensor")),
+    (lambda t: t * float(t.asnumpy()), _reads("asnumpy() of a tensor")),
+    (lambda t: t * np.asarray(t), _reads("np.asarray (or a numpy function) on a tensor")),
+    (lambda t: t * 2.0 if t else t, _reads("bool() of a tensor (an if or while on it)")),
+    (lambda t: t * float(t), _reads("float() of a tensor")),
+    (lambda t: t * int(t), _reads("int() of a tensor")),
+    (lambda t: t * [1.0, 2.0, 3.0][(t * 0).astype(rt.int64)], _reads("a tensor used as an index")),
+    (lambda t: t.reshape((1,))[Tensor(np.array([0]))],
+     "a tensor used as an index turns its values into the op's attribute, which a graph would keep as traced"),
+    (lambda t: ops.assign(t * 1.0, t), _writes("assign")),
+    (_add_in_place, _writes("'+='")),
+    (_set_item, _writes("Tensor.__setitem__")),
+    (_set_data, "Parameter.set_data on p (an in-place write a graph does not hold)"),
+    (_dropout, "Dropout in training draws a new random mask on every call, which a graph would keep as traced"),
+    (lambda t: rt.grad(lambda u: ops.sum(u * u))(t),
+     "grad inside a traced function computes its gradient with the autograd engine, which a graph would keep "
+     "as traced"),
+    (lambda t: rt.value_and_grad(lambda u: ops.sum(u * u))(t)[1],
+     "value_and_grad inside a traced function computes its gradient with the autograd engine, which a graph "
+     "would keep as traced"),
+], ids=["item", "tolist", "asnumpy", "array", "bool", "float", "int", "index", "tensor index", "assign", "iadd",
+        "setitem", "set_data", "dropout", "grad", "value_and_grad"])
+def test_each_break_stops_the_trace_with_its_reason(fn, what):
+    """Every declared break (runtime/ops/op_entry.py ``breaks_trace``) stops the trace, naming itself and
+    the user's line; the call's result is the eager one."""
+    x = Tensor(np.array(1.0))
+    want = fn(x).asnumpy()
+    with pytest.warns(RuntimeWarning) as w:
+        got = jit(fn)(x).asnumpy()
+    if fn is not _dropout:  # a new mask each call
+        np.testing.assert_array_equal(got, want)
+    msgs = [str(r.message) for r in w if "not captured" in str(r.message)]
+    assert len(msgs) == 1 and f", {what}; this signature runs eagerly" in msgs[0], msgs
+    assert f"at {HERE}:" in msgs[0], msgs[0]

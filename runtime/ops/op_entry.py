@@ -78,12 +78,18 @@ def breaks_trace(what: Union[str, Callable[..., str]]) -> Callable[[Callable[...
     that signature runs eagerly from then on (runtime/jit/function.py). Nothing runs twice."""
     def declare(fn: Callable[..., Any]) -> Any:
         code = getattr(fn, "__code__", None)
-        if isinstance(what, str) and code is not None and code.co_argcount == 1 and not fn.__defaults__ \
-                and not code.co_kwonlyargcount and not code.co_flags & (_VARARGS | _VARKEYWORDS):
-            def entry(self: Any) -> Any:  # a read of one tensor's value: no packing per call
+        fixed = (isinstance(what, str) and code is not None and not getattr(fn, "__defaults__", None)
+                 and not code.co_kwonlyargcount and not code.co_flags & (_VARARGS | _VARKEYWORDS))
+        if fixed and code.co_argcount == 1:  # a read of one tensor's value: no packing per call
+            def entry(a: Any) -> Any:
                 if _flag.value and _trace.tracer is not None:
                     _trace.tracer.stop(what)
-                return fn(self)
+                return fn(a)
+        elif fixed and code.co_argcount == 2:
+            def entry(a: Any, b: Any) -> Any:  # type: ignore[misc]
+                if _flag.value and _trace.tracer is not None:
+                    _trace.tracer.stop(what)
+                return fn(a, b)
         elif isinstance(what, str):
             def entry(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
                 if _flag.value and _trace.tracer is not None:
