@@ -9,16 +9,14 @@ import numpy as np
 import pytest
 
 import runtime as rt
-from op_util import CPP, load_op
 
 pytestmark = pytest.mark.build
 
 
-@pytest.fixture(scope="session")
-def bridge_ops(cache_dir):
-    """tests/cpp/bridge_inplace_ops.cpp: MulSaved (x * y, saving both), ExpSavesOutput (saves exp(x))."""
-    return load_op("bridge_inplace_ops", [CPP / "bridge_inplace_ops.cpp"], include_paths=[CPP],
-                   cflags=["-Wall", "-Wextra", "-Werror"])
+@pytest.fixture
+def bridge_ops(inplace_view_ops):
+    """tests/cpp/inplace_view_ops.cpp (conftest): in-place scales, a saving multiply, an exp saving its output."""
+    return inplace_view_ops
 
 
 def _copying_hooks(packed):

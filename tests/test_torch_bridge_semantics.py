@@ -25,11 +25,10 @@ OVERLAP = (r"{} modifies argument 0 in place \(MarkDirty\): unsupported operatio
            r"the operation\.")
 
 
-@pytest.fixture(scope="session")
-def bridge_ops(cache_dir):
-    """tests/cpp/bridge_inplace_ops.cpp: in-place scales, a saving multiply, an exp saving its output."""
-    return load_op("bridge_inplace_ops", [CPP / "bridge_inplace_ops.cpp"], include_paths=[CPP],
-                   cflags=["-Wall", "-Wextra", "-Werror"])
+@pytest.fixture
+def bridge_ops(inplace_view_ops):
+    """tests/cpp/inplace_view_ops.cpp (conftest): in-place scales, a saving multiply, an exp saving its output."""
+    return inplace_view_ops
 
 
 @pytest.fixture

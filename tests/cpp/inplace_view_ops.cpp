@@ -1,5 +1,7 @@
-// Test operators for in-place writes through Function<T> (tests/test_inplace_views.py): MarkDirty on
-// views of a base, refusals decided before Forward, an argument returned unchanged, double backward.
+// Test operators for in-place writes through Function<T> (tests/test_inplace_views.py, the torch bridge's
+// tests): MarkDirty on views of a base, refusals decided before Forward, an argument returned unchanged,
+// double backward, saved tensors under saved_tensors_hooks.
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -103,6 +105,60 @@ struct Square : Function<Square> {
   }
 };
 
+// x *= k in place (MarkDirty) and a second output, 2 * x: two outputs.
+struct ScaleAndDouble : Function<ScaleAndDouble> {
+  static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x, double k) {
+    ScaleStrided(x, k);
+    ctx->MarkDirty({x});
+    ctx->saved_data["k"] = k;
+    return {x, Scaled(x, 2)};
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    const double k = ctx->saved_data["k"].cast<double>();
+    TensorPtr a = Scaled(g[0], k), b = Scaled(g[1], 2 * k);
+    for (std::int64_t i = 0; i < a->numel(); ++i) a->data<double>()[i] += b->data<double>()[i];
+    return {a, nullptr};
+  }
+};
+
+// x * y (float64, same shape), saving both inputs: Backward reads them from GetSavedTensors.
+struct MulSaved : Function<MulSaved> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
+    ctx->SaveForBackward({x, y});
+    TensorPtr xc = x->contiguous(), yc = y->contiguous();
+    auto out = std::make_shared<Tensor>(kFloat64, xc->shape());
+    for (std::int64_t i = 0; i < xc->numel(); ++i) out->data<double>()[i] = xc->data<double>()[i] * yc->data<double>()[i];
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    TensorPtrList s = ctx->GetSavedTensors();
+    TensorPtr gc = g[0]->contiguous(), a = s[0]->contiguous(), b = s[1]->contiguous();
+    auto gx = std::make_shared<Tensor>(kFloat64, gc->shape()), gy = std::make_shared<Tensor>(kFloat64, gc->shape());
+    for (std::int64_t i = 0; i < gc->numel(); ++i) {
+      gx->data<double>()[i] = gc->data<double>()[i] * b->data<double>()[i];
+      gy->data<double>()[i] = gc->data<double>()[i] * a->data<double>()[i];
+    }
+    return {gx, gy};
+  }
+};
+
+// exp(x) (float64), saving its output.
+struct ExpSavesOutput : Function<ExpSavesOutput> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    TensorPtr xc = x->contiguous();
+    auto out = std::make_shared<Tensor>(kFloat64, xc->shape());
+    for (std::int64_t i = 0; i < xc->numel(); ++i) out->data<double>()[i] = std::exp(xc->data<double>()[i]);
+    ctx->SaveForBackward({out});
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    TensorPtr gc = g[0]->contiguous(), o = ctx->GetSavedTensors()[0]->contiguous();
+    auto gx = std::make_shared<Tensor>(kFloat64, gc->shape());
+    for (std::int64_t i = 0; i < gc->numel(); ++i) gx->data<double>()[i] = gc->data<double>()[i] * o->data<double>()[i];
+    return {gx};
+  }
+};
+
 }  // namespace
 
 OB_MODULE(m) {
@@ -112,4 +168,7 @@ OB_MODULE(m) {
   m.def("add_", [](const TensorPtr &x, const TensorPtr &y) { return AddInplace::Apply(x, y); });
   m.def("identity", [](const TensorPtr &x) { return Identity::Apply(x); });
   m.def("square", [](const TensorPtr &x) { return Square::Apply(x); });
+  m.def("scale_and_double_", [](const TensorPtr &x, double k) { return ScaleAndDouble::Apply(x, k); });
+  m.def("mul_saved", [](const TensorPtr &x, const TensorPtr &y) { return MulSaved::Apply(x, y); });
+  m.def("exp_saves_output", [](const TensorPtr &x) { return ExpSavesOutput::Apply(x); });
 }
