@@ -21,7 +21,7 @@
 // (to_jax(module, mutates={name: [i]})) is aliased to the output of its shape and dtype
 // (input_output_aliases): XLA copies it into that result buffer, or donates it, and Forward gets
 // that buffer writable, with no copy of its own.
-// While Forward runs, XLA's result buffers are offered to new host Tensors of their size (tensor.h's
+// While Forward runs, XLA's result buffers are offered to new host Tensors of their size (detail/tensor_details.h's
 // OfferedBuffers), so outputs are usually built in place; any other output is copied in. The
 // backward handler gets the inputs and the output cotangents, runs Forward again (inside a jitted
 // function there is no forward context to keep; as when the runtime records, a write to an input

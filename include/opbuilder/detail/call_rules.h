@@ -1,4 +1,4 @@
-// One place decides, for Function<T>::Apply (autograd.h RunFunction), the rules every route of an op
+// One place decides, for Function<T>::Apply (RunFunction, src/core/autograd.cpp), the rules every route of an op
 // call honours; runtime/call_rules.py is the Python side and says the same (not for operator authors):
 //  * which arguments may be written (MarkDirty): torch's check_inplace. An argument with internal
 //    overlap (an expanded, stride-0 tensor) never; while the call records a node, not a leaf that
@@ -131,7 +131,7 @@ inline bool RefreshViewArg(Tensor *t, Tensor *caller) {
   return (how & 2) != 0;
 }
 
-// The object a weak reference points to, or None if it is gone (also autograd.h's).
+// The object a weak reference points to, or None if it is gone (also the saved slots' check, detail/function_runner.h).
 inline PyRef WeakTarget(PyObject *ref) {
 #if PY_VERSION_HEX >= 0x030D0000
   PyObject *o = nullptr;

@@ -54,8 +54,8 @@ inline TensorMeta MetaOf(const Tensor *t) {
 
 using BackwardFn = TensorPtrList (*)(AutogradContext *, TensorPtrList);
 
-// What the node needs of AutogradContext; defined in autograd.h (the only
-// file that includes this one), after the class.
+// What the node needs of AutogradContext; defined in detail/function_details.h, which autograd.h
+// includes after the class (ContextDeleter's call operator: src/core/autograd.cpp).
 struct ContextDeleter {
   OB_CORE_FN void operator()(AutogradContext *ctx) const;
 };

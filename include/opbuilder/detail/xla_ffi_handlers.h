@@ -143,7 +143,7 @@ inline TensorPtrList ResultTensors(ffi::RemainingRets &rets) {
   return out;
 }
 
-// While alive, new host Tensors of a result buffer's size are built in that buffer (tensor.h's
+// While alive, new host Tensors of a result buffer's size are built in that buffer (detail/tensor_details.h's
 // OfferedBuffers): Forward's outputs usually land in place. 64-byte aligned buffers only, as malloc'd
 // tensors are.
 class OfferResults {
