@@ -1,8 +1,8 @@
 // RunFunction's helpers (detail/function_details.h declares RunFunction): recording a Function<T>
 // call as a node of the runtime's graph, and running one inside a framework bridge's call (to_torch's
 // C++ path: the node goes into the framework's graph). Only the core's bodies use them
-// (src/core/autograd.cpp, compiled once into libobcore, or inline where there is no core library).
-// Not for operator authors.
+// (src/core/autograd.cpp, compiled once into libobcore, or inline where there is no core library):
+// included by that file only, after autograd.h. Not for operator authors.
 #pragma once
 
 #include "opbuilder/detail/visibility.h"
