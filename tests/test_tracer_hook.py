@@ -222,3 +222,18 @@ def test_the_hooks_are_found_from_the_source():
     assert "_traced" in known[PROTOCOL] and not set(DECLARATIONS) & known[PROTOCOL]
     assert {"cpp_hook", "flag_address"} <= known["runtime._native"]
     assert "Primitive" not in known["runtime.ops.primitive"]  # a class: calling it is entering an op
+
+
+def test_an_op_entry_passes_every_keyword_on():
+    """The entry's own parameter is positional-only: a ``construct`` keyword named ``op`` reaches it,
+    eagerly and traced."""
+    import numpy as np
+    from runtime import Tensor, jit, nn
+
+    class Pick(nn.Cell):
+        def construct(self, x, op="keep"):
+            return x * 2.0 if op == "double" else x
+
+    x = Tensor(np.array([1.5]))
+    assert Pick()(x, op="double").asnumpy().tolist() == [3.0]
+    assert jit(lambda t: Pick()(t, op="double"))(x).asnumpy().tolist() == [3.0]

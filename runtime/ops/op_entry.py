@@ -43,12 +43,12 @@ def op_entry(kind: str, name: Callable[[Any], Optional[str]],
     def declare(call: Callable[..., Any]) -> Any:
         arity = call.__code__.co_argcount
         if arity == 2:  # call(op, args): no keywords
-            def entry(op: Any, *args: Any) -> Any:
+            def entry(op: Any, /, *args: Any) -> Any:
                 if _flag.value and _trace.tracer is not None:
                     return _traced(kind, name, target, op, args, {})
                 return call(op, args)
         elif arity == 3:  # call(op, args, kwargs)
-            def entry(op: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            def entry(op: Any, /, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
                 if _flag.value and _trace.tracer is not None:
                     return _traced(kind, name, target, op, args, kwargs)
                 return call(op, args, kwargs)
