@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     wrapped = None
     if tmod is not None:
         import opbuilder
-        from opbuilder import torch_bridge
+        from opbuilder.bridges import torch_bridge
         wrapped = opbuilder.to_torch(mod, backend="GPU")  # torch CUDA tensors through the C++ bridge
         torch_bridge.ready(wait=True)
         print(f"to_torch's C++ bridge: {torch_bridge.status()}")

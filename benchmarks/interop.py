@@ -9,7 +9,7 @@ torch::autograd::Function (benchmarks/torch_function_mul.cpp). Rows: one
 element forward (the call's fixed cost) and one element forward + backward
 (torch.autograd.grad), each against torch's op (goal: within 1.5x), and one million elements: the wrapped op on torch
 tensors against the same op on runtime tensors (goal: within 1.1x). The wrapped op's eager calls go through
-to_torch's C++ bridge (opbuilder/torch_bridge.py; built first if this cache has none, ~15 s); a
+to_torch's C++ bridge (opbuilder/bridges/torch_bridge.py; built first if this cache has none, ~15 s); a
 "Python path" row times the same calls with the bridge off (OPBUILDER_TORCH_BRIDGE=0), and a floor row
 a Python torch.autograd.Function that only calls torch's mul.
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     import os
 
     import opbuilder
-    from opbuilder import torch_bridge
+    from opbuilder.bridges import torch_bridge
     from torch.utils.cpp_extension import load
     ob = opbuilder.CustomOpBuilder("bench_mul", [str(HERE / "opbuilder_mul.cpp")], cflags=["-O3"]).load()
     tf = load("bench_torch_function_mul", [str(HERE / "torch_function_mul.cpp")], extra_cflags=["-O3"],

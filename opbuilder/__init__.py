@@ -37,12 +37,12 @@ def load(name, sources, **kwargs):
 def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backend: str = "CPU",
              mutates: Optional[Dict[str, Any]] = None) -> Any:
     """``module``'s functions as PyTorch operators; imports torch (see docs/interop.md)."""
-    from .interop_torch import to_torch as _to_torch
+    from .bridges.interop_torch import to_torch as _to_torch
     return _to_torch(module, shape_fn=shape_fn, backend=backend, mutates=mutates)
 
 
 def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None,
            mutates: Optional[Dict[str, Any]] = None) -> Any:
     """``module``'s functions as JAX functions; imports jax (see docs/interop.md)."""
-    from .interop_jax import to_jax as _to_jax
+    from .bridges.interop_jax import to_jax as _to_jax
     return _to_jax(module, shape_fn=shape_fn, mutates=mutates)

@@ -1,6 +1,6 @@
 // opbuilder's bridge to PyTorch: a C++ torch::autograd node and zero-copy tensors for to_torch.
 //
-// Built once per torch build by opbuilder/torch_bridge.py (C++20 and torch's headers, as torch
+// Built once per torch build by opbuilder/bridges/torch_bridge.py (C++20 and torch's headers, as torch
 // requires) into the Python module `_opbuilder_torch_bridge`; operators never include it. They see
 // only the ForeignApi table (detail/foreign_api.h), whose address the module stores in the slot
 // runtime._native.bridge_slot_address() names when it is imported.

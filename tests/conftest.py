@@ -46,7 +46,7 @@ def pytest_collection_finish(session):
         import torch  # noqa: F401
     except ImportError:
         return
-    from opbuilder import torch_bridge as bridge
+    from opbuilder.bridges import torch_bridge as bridge
     mp = pytest.MonkeyPatch()
     mp.setenv("OPBUILDER_CACHE_DIR", str(_session_cache(session.config)))
     mp.setenv(bridge.ENV, "1")
@@ -78,10 +78,10 @@ def inplace_view_ops(cache_dir):
 
 @pytest.fixture(scope="session")
 def torch_bridge(cache_dir):
-    """to_torch's C++ bridge (opbuilder/torch_bridge.py), built once per session; a test turns it on
+    """to_torch's C++ bridge (opbuilder/bridges/torch_bridge.py), built once per session; a test turns it on
     for its own to_torch calls with OPBUILDER_TORCH_BRIDGE=1 (see `torch_path` in test_interop_torch.py)."""
     pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
-    from opbuilder import torch_bridge as bridge
+    from opbuilder.bridges import torch_bridge as bridge
     mp = pytest.MonkeyPatch()
     mp.setenv(bridge.ENV, "1")
     try:

@@ -9,16 +9,17 @@ Two kinds of imports are left out, on purpose:
   * the parent packages Python runs first (``import a.b.c`` also runs ``a/__init__`` and
     ``a/b/__init__``): counting them would join every package with each of its submodules;
   * imports inside a function of a package ``__init__`` (the PEP 562 ``__getattr__`` and thin
-    forwarding functions such as ``opbuilder.to_torch``): these are lazy re-exports that run when a
-    caller asks for the name, after the package has been imported, and point out of the package's
-    facade, not into the code that defines it. A package ``__init__``'s top-level imports count.
+    forwarding functions): these are lazy re-exports that run when a caller asks for the name, after
+    the package has been imported, and point out of the package's facade, not into the code that
+    defines it. A package ``__init__``'s top-level imports count. ``facade_functions`` narrows this to
+    the functions so named (the layer check skips only ``__getattr__``: tests/test_import_graph.py).
 Imports by string (``importlib.import_module``) are not seen.
 """
 from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Collection, Dict, Iterator, List, Optional, Sequence, Tuple
 
 Graph = Dict[str, Dict[str, int]]  # module -> {imported module: line of the first such import}
 
@@ -34,13 +35,15 @@ def module_files(root: Path, packages: Sequence[str]) -> Dict[str, Tuple[Path, b
     return out
 
 
-def _statements(tree: ast.Module, is_pkg: bool) -> Iterator[ast.stmt]:
-    """The import statements that count (a package ``__init__``'s function bodies are skipped)."""
+def _statements(tree: ast.Module, is_pkg: bool, facade: Optional[Collection[str]] = None) -> Iterator[ast.stmt]:
+    """The import statements that count (a package ``__init__``'s function bodies are skipped: all of
+    them, or those named in ``facade``)."""
     todo: List[ast.AST] = [tree]
     while todo:
         node = todo.pop()
         for child in ast.iter_child_nodes(node):
-            if is_pkg and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if is_pkg and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    (facade is None or child.name in facade):
                 continue
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 yield child
@@ -54,15 +57,17 @@ def _known(name: str, modules: Dict[str, Tuple[Path, bool]]) -> Optional[str]:
     return name or None
 
 
-def import_graph(root: Path, packages: Sequence[str]) -> Graph:
-    """Every module under ``packages`` with the project modules it imports (see the module doc)."""
+def import_graph(root: Path, packages: Sequence[str], facade_functions: Optional[Collection[str]] = None) -> Graph:
+    """Every module under ``packages`` with the project modules it imports (see the module doc);
+    ``facade_functions``: the only functions of a package ``__init__`` whose imports are left out
+    (default: all of them)."""
     modules = module_files(root, packages)
     graph: Graph = {}
     for name, (path, is_pkg) in modules.items():
         here = name if is_pkg else name.rpartition(".")[0]  # what `from . import` is relative to
         edges: Dict[str, int] = {}
         tree = ast.parse(path.read_text(), str(path))
-        for stmt in sorted(_statements(tree, is_pkg), key=lambda s: s.lineno):
+        for stmt in sorted(_statements(tree, is_pkg, facade_functions), key=lambda s: s.lineno):
             targets: List[Optional[str]] = []
             if isinstance(stmt, ast.Import):
                 targets = [_known(a.name, modules) for a in stmt.names]

@@ -17,7 +17,7 @@ jnp = pytest.importorskip("jax.numpy")
 
 import opbuilder  # noqa: E402
 import runtime as rt  # noqa: E402
-from opbuilder import interop_torch  # noqa: E402
+from opbuilder.bridges import interop_torch  # noqa: E402
 from runtime import Tensor  # noqa: E402
 from runtime.interop import dlpack_input  # noqa: E402
 

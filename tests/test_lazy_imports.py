@@ -27,7 +27,7 @@ LAZY = ["runtime.nn", "runtime.mint", "runtime.graph", "runtime.hybrid", "runtim
 # runtime.device_memory only for GPU tensors; nanobind's runtime is loaded by importer.py, without the module that
 # builds it: issue 21, an import is ~0.1 ms of a 2 ms warm load())
 LAZY_AFTER_CALL = [m for m in LAZY if m not in ("json", "runtime._native")] + ["opbuilder.inline",
-                                                                            "opbuilder.interop_common", "torch", "jax",
+                                                                            "opbuilder.bridges.interop_common", "torch", "jax",
                                                                             "dataclasses", "opbuilder.nanobind_runtime"]
 
 
@@ -53,7 +53,7 @@ def test_import_runtime_leaves_lazy_modules_out():
 
 
 def test_import_opbuilder_leaves_inline_out():
-    assert _imported("import opbuilder", ["opbuilder.inline", "hashlib", "opbuilder.interop_common"]) == []
+    assert _imported("import opbuilder", ["opbuilder.inline", "hashlib", "opbuilder.bridges.interop_common"]) == []
 
 
 def test_import_opbuilder_creates_no_dataclass():

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
 
-from opbuilder import torch_bridge as bridge  # noqa: E402
+from opbuilder.bridges import torch_bridge as bridge  # noqa: E402
 from opbuilder import torch_bridge_build as bridge_build  # noqa: E402
 from opbuilder.headers import include_dir  # noqa: E402
 
@@ -37,7 +37,7 @@ def _run(args, root: Path) -> subprocess.CompletedProcess:
 
 def _load_bridge(root: Path) -> subprocess.CompletedProcess:
     """A new process that loads the bridge from cache ``root`` and prints its status."""
-    return _run(["-c", "from opbuilder import torch_bridge as b; b.ready(wait=True); print(b.status())"], root)
+    return _run(["-c", "from opbuilder.bridges import torch_bridge as b; b.ready(wait=True); print(b.status())"], root)
 
 
 def _library(root: Path) -> Path:
@@ -149,7 +149,7 @@ def test_a_bundle_carries_the_bridge_to_another_cache_or_a_store(torch_bridge, c
     assert imported.returncode == 0, imported.stderr
     env = dict(os.environ, OPBUILDER_CACHE_DIR=str(root), OPBUILDER_TORCH_BRIDGE="1",
                **({"OPBUILDER_PREBUILT_DIR": str(store)} if into == "store" else {}))
-    r = subprocess.run([sys.executable, "-c", "from opbuilder import torch_bridge as b; b.ready(wait=True); "
+    r = subprocess.run([sys.executable, "-c", "from opbuilder.bridges import torch_bridge as b; b.ready(wait=True); "
                         "print(b.status())"], env=env, capture_output=True, text=True, timeout=900)
     where = store if into == "store" else root
     assert r.stdout.strip().startswith(f"loaded from {where / ENTRY}/"), (r.stdout, r.stderr)

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 
 import opbuilder  # noqa: E402
 from opbuilder import Spec  # noqa: E402
-from opbuilder.interop_torch import op_handle  # noqa: E402
+from opbuilder.bridges.interop_torch import op_handle  # noqa: E402
 
 pytestmark = pytest.mark.build
 

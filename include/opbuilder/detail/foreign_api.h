@@ -1,7 +1,7 @@
 // The C table a framework bridge hands to operators (not for operator authors).
 //
 // opbuilder.to_torch builds one bridge per torch build (src/torch_bridge.cpp, compiled
-// against libtorch by opbuilder/torch_bridge.py) and stores a pointer to its ForeignApi in the slot
+// against libtorch by opbuilder/bridges/torch_bridge.py) and stores a pointer to its ForeignApi in the slot
 // runtime._native.bridge_slot_address() names. Operators read the slot (runtime_bridge.h): while a
 // bridge call is active on this thread (the bridge's callable called the operator from the current
 // Python frame), torch tensors go in as Tensors over their memory, results come out as torch tensors

@@ -1,7 +1,7 @@
 """The C++ bridge to PyTorch: to_torch's fast path, built once per torch build, in the background.
 
 A Python ``torch.autograd.Function`` costs more than a small C++ operator itself (benchmarks/interop.py's
-floor row). So to_torch's eager calls go through ``_opbuilder_torch_bridge`` (include/opbuilder/torch_bridge.cpp),
+floor row). So to_torch's eager calls go through ``_opbuilder_torch_bridge`` (src/torch_bridge.cpp),
 a module compiled against libtorch: torch tensors reach the operator as views of their memory, results
 come back as torch tensors over the memory the kernel wrote, and a C++ ``Function``'s node is a C++
 ``torch::autograd::Node`` whose backward calls ``Backward`` without Python in between.
@@ -24,9 +24,9 @@ import warnings
 from types import ModuleType
 from typing import Optional
 
-from .cache.cache_dir import cache_root
-from .errors import BuildError
-from .torch_bridge_build import KIND, MODULE, bridge_spec
+from ..cache.cache_dir import cache_root
+from ..errors import BuildError
+from ..torch_bridge_build import KIND, MODULE, bridge_spec
 
 __all__ = ["ready", "status", "enabled", "bridge_spec", "ENV", "MODULE", "KIND"]
 
@@ -90,11 +90,11 @@ def _build_and_load() -> None:
 def _load() -> ModuleType:
     """The bridge, built if needed and imported. A library the loader rejects (damaged after its
     checks passed) is forgotten and built once more, as load() does for an operator."""
-    from .builder import _build_checked, _distrust, _trusted
-    from .importer import import_extension, loader_error
-    from .compile.ninja_run import when_started
-    from .retry import retrying
-    from .cache.trust import stamp_of
+    from ..builder import _build_checked, _distrust, _trusted
+    from ..importer import import_extension, loader_error
+    from ..compile.ninja_run import when_started
+    from ..retry import retrying
+    from ..cache.trust import stamp_of
 
     spec = _trusted(bridge_spec(cache_root()))
     for attempt in range(2):
@@ -111,7 +111,7 @@ def _load() -> ModuleType:
     raise AssertionError("unreachable")
 
 
-if __name__ == "__main__":  # python -m opbuilder.torch_bridge: build it now and say where it is
+if __name__ == "__main__":  # python -m opbuilder.bridges.torch_bridge: build it now and say where it is
     ready(wait=True)
     print(status())
     sys.exit(0 if _module is not None else 1)

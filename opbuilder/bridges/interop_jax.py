@@ -29,7 +29,7 @@ runtime's are torch's, so the cotangents in and the gradients out are
 conjugated (JAX's convention). bfloat16 arrays are ml_dtypes' on the host.
 
 A function whose C++ Function was bound with ``OB_XLA_FFI`` runs as an XLA
-custom call instead (opbuilder/interop_jax_ffi.py). See docs/interop.md.
+custom call instead (opbuilder/bridges/interop_jax_ffi.py). See docs/interop.md.
 Importing this module imports jax; nothing else in opbuilder does.
 """
 from __future__ import annotations

@@ -1170,7 +1170,7 @@ def _restore(path: str, name: str, shape_fn: Optional[Dict[str, Callable]], back
         if module is None:
             from pathlib import Path
 
-            from .importer import import_extension
+            from ..importer import import_extension
             module = import_extension(name, Path(path))
         ops = to_torch(module, shape_fn=shape_fn, backend=backend, mutates=mutates)
         _restored[key] = ops

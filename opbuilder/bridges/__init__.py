@@ -1,0 +1,1 @@
+"""The bridges: an operator module's functions as PyTorch operators (``to_torch``, with its C++ fast path ``torch_bridge``) and as JAX functions (``to_jax``, host callbacks or XLA FFI custom calls). A layer above both the builder and the runtime: the builder never imports them; ``opbuilder.to_torch`` and ``opbuilder.to_jax`` hand them out on first use (PEP 562)."""
