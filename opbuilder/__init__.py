@@ -1,26 +1,36 @@
 """opbuilder: build C++/CUDA tensor operators on first use and load them.
 
 ``CustomOpBuilder(name, sources, backend="CPU").load()`` compiles the sources
-(once; cached by content) into a pybind11 module written against the C++ API
-in ``opbuilder/extension.h`` and returns it. See docs/builder.md.
+(once; cached by content) into a Python extension module (nanobind, or pybind11
+for ``PYBIND11_MODULE`` sources) written against the C++ API in
+``opbuilder/extension.h``, and returns it. See docs/builder.md.
+
+This package is the builder, the bottom layer: it never imports ``runtime``.
+``to_torch`` and ``to_jax`` live in ``opbuilder.bridges``, a layer above the
+runtime; they are handed out here when first asked for (PEP 562).
 """
-from typing import Any, Callable, Dict, Optional
+from typing import Any, List
 
 from .builder import CustomOpBuilder, build_library
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError
 from .headers import include_dir
 
+# to_torch and to_jax are not in __all__: `from opbuilder import *` would import torch and jax (and fail
+# where either is missing); they are public as opbuilder.to_torch and opbuilder.to_jax
 __all__ = ["CustomOpBuilder", "build_library", "BuildError", "ToolchainError", "UnsafeCacheDirError", "include_dir",
-           "load", "load_inline", "to_torch", "to_jax", "Spec"]
+           "load", "load_inline", "Spec"]
 __version__ = "0.1.0"
 
 
-_LAZY = {"load_inline": ".inline", "Spec": ".interop_common"}
+# name -> the module that defines it, imported when the name is first asked for
+_LAZY = {"load_inline": ".inline", "Spec": ".bridges.interop_common", "to_torch": ".bridges.interop_torch",
+         "to_jax": ".bridges.interop_jax"}
 
 
 def __getattr__(name: str) -> Any:
-    """``load_inline`` (hashlib's OpenSSL) and ``Spec`` (the interop shape records) import their modules
-    on first use: a process that only loads built operators never needs them (PEP 562)."""
+    """``load_inline`` (hashlib's OpenSSL), ``Spec`` (the bridges' shape records), ``to_torch`` (torch and
+    the runtime) and ``to_jax`` (jax and the runtime) import their modules on first use: a process that
+    only loads built operators never needs them (PEP 562)."""
     if name in _LAZY:
         import importlib
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
@@ -29,20 +39,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 def load(name, sources, **kwargs):
     """Shorthand for ``CustomOpBuilder(name, sources, **kwargs).load()``."""
     return CustomOpBuilder(name, sources, **kwargs).load()
-
-
-def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backend: str = "CPU",
-             mutates: Optional[Dict[str, Any]] = None) -> Any:
-    """``module``'s functions as PyTorch operators; imports torch (see docs/interop.md)."""
-    from .bridges.interop_torch import to_torch as _to_torch
-    return _to_torch(module, shape_fn=shape_fn, backend=backend, mutates=mutates)
-
-
-def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None,
-           mutates: Optional[Dict[str, Any]] = None) -> Any:
-    """``module``'s functions as JAX functions; imports jax (see docs/interop.md)."""
-    from .bridges.interop_jax import to_jax as _to_jax
-    return _to_jax(module, shape_fn=shape_fn, mutates=mutates)

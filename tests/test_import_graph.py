@@ -1,20 +1,63 @@
-"""No import circles among the modules of ``runtime`` and ``opbuilder`` (issue 22).
+"""The import graph of ``runtime`` and ``opbuilder``: no circles (issue 22), and layers that point one way
+(issue 34).
 
 The graph counts every import statement of a module, inside functions and under ``TYPE_CHECKING``
 too: a lazy import is fine when it points the same way as the rest. A package ``__init__`` is the
 package's facade: its top-level imports count, the lazy re-exports in its functions (PEP 562
-``__getattr__``, ``opbuilder.to_torch``) do not, nor do the parent packages Python imports first
-(tests/import_graph.py says why). So a module may import a sibling through the package
-(``from .. import ops``) as long as the package's eager imports do not lead back to it.
+``__getattr__``) do not, nor do the parent packages Python imports first (tests/import_graph.py says
+why). So a module may import a sibling through the package (``from .. import ops``) as long as the
+package's eager imports do not lead back to it.
+
+Layers, bottom up (DESIGN.md): the builder (``opbuilder``, but for the two below) <- the runtime
+(``runtime``) <- the bridges (``opbuilder.bridges``: torch, JAX) <- the command line (``opbuilder.cli``,
+``opbuilder.demo``, ``opbuilder.__main__``). A module imports its own layer and the layers below it,
+never one above, wherever the import stands; the one way up is ``opbuilder``'s PEP 562 ``__getattr__``,
+which hands out ``opbuilder.to_torch`` and ``opbuilder.to_jax`` when they are asked for.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Dict, List, Tuple
 
-from import_graph import a_cycle, import_graph, strongly_connected
+from import_graph import Graph, a_cycle, import_graph, strongly_connected
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("runtime", "opbuilder")
+LAYERS = ("builder", "runtime", "bridges", "command line")  # bottom up
+COMMAND_LINE = ("opbuilder.cli", "opbuilder.demo", "opbuilder.__main__")
+BRIDGES = "opbuilder.bridges"
+LAZY_REEXPORT = ("__getattr__",)  # the only functions of a package __init__ whose imports may point up
+
+
+def layer_of(module: str) -> str:
+    """The layer ``module`` belongs to (a package is its ``__init__``)."""
+    if module in COMMAND_LINE or module.startswith(tuple(m + "." for m in COMMAND_LINE)):
+        return "command line"
+    if module == BRIDGES or module.startswith(BRIDGES + "."):
+        return "bridges"
+    if module == "runtime" or module.startswith("runtime."):
+        return "runtime"
+    assert module == "opbuilder" or module.startswith("opbuilder."), module
+    return "builder"
+
+
+def upward_imports(graph: Graph) -> List[Tuple[str, str, int]]:
+    """Every import (module, imported module, line) that points to a higher layer."""
+    return sorted((a, b, line) for a, edges in graph.items() for b, line in edges.items()
+                  if LAYERS.index(layer_of(b)) > LAYERS.index(layer_of(a)))
+
+
+def layer_graph(graph: Graph) -> Dict[str, Dict[str, str]]:
+    """The graph between layers: layer -> {layer it imports: one import that does it, as ``a -> b``}."""
+    out: Dict[str, Dict[str, str]] = {layer: {} for layer in LAYERS}
+    for a, edges in sorted(graph.items()):
+        for b in sorted(edges):
+            if layer_of(a) != layer_of(b):
+                out[layer_of(a)].setdefault(layer_of(b), f"{a} -> {b}")
+    return out
 
 
 def test_no_import_circle():
@@ -52,3 +95,61 @@ def test_a_circle_is_found_and_printed(tmp_path):
     assert circles == [["p.a", "p.c", "p.sub.b"]]
     assert a_cycle(graph, circles[0]) == ["p.a (line 1) -> p.sub.b", "p.sub.b (line 2) -> p.c",
                                           "p.c (line 3) -> p.a"]
+
+
+def test_layers_point_down():
+    """No arrow from the builder to ``runtime`` or the bridges, nor from the runtime to the bridges: not at
+    the top of a module, not inside a function. Fails on 0f056ca: opbuilder.interop_torch (then in the
+    builder) imported runtime, and runtime.ops imports opbuilder, so the two packages imported each other."""
+    graph = import_graph(ROOT, PACKAGES, facade_functions=LAZY_REEXPORT)
+    up = upward_imports(graph)
+    report = "\n".join(f"  {a} ({layer_of(a)}, line {line}) -> {b} ({layer_of(b)})" for a, b, line in up)
+    assert not up, f"{len(up)} import(s) point up the layers {' <- '.join(LAYERS)}:\n{report}"
+
+
+def test_the_packages_import_each_other_one_way():
+    """The package-level graph: each layer imports only layers below it, and each layer is there (a rule
+    that no module falls under would pass on nothing)."""
+    layers = layer_graph(import_graph(ROOT, PACKAGES, facade_functions=LAZY_REEXPORT))
+    assert layers["builder"] == {}, layers["builder"]
+    assert set(layers["runtime"]) == {"builder"}, layers["runtime"]
+    assert set(layers["bridges"]) == {"builder", "runtime"}, layers["bridges"]
+    assert set(layers["command line"]) <= {"builder", "runtime", "bridges"}
+    assert "runtime" in layers["command line"]  # the demo runs the design's example on the runtime
+
+
+def test_the_layer_check_sees_a_function_level_import_and_skips_only_getattr(tmp_path):
+    """In a package ``__init__``, an import in ``__getattr__`` is a lazy re-export; one in any other function
+    counts. A builder module's function-level import of the runtime is found."""
+    (tmp_path / "opbuilder" / "bridges").mkdir(parents=True)
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "__init__.py").write_text("from opbuilder import spec\n")
+    (tmp_path / "opbuilder" / "bridges" / "__init__.py").write_text("")
+    (tmp_path / "opbuilder" / "bridges" / "torch.py").write_text("import runtime\n")
+    (tmp_path / "opbuilder" / "spec.py").write_text("def f():\n    import runtime\n")
+    (tmp_path / "opbuilder" / "__init__.py").write_text(
+        "def __getattr__(name):\n    from .bridges import torch\n"
+        "def to_jax():\n    from .bridges.torch import x\n")
+    graph = import_graph(tmp_path, PACKAGES, facade_functions=LAZY_REEXPORT)
+    assert upward_imports(graph) == [("opbuilder", "opbuilder.bridges.torch", 4), ("opbuilder.spec", "runtime", 2)]
+    assert upward_imports(import_graph(tmp_path, PACKAGES)) == [("opbuilder.spec", "runtime", 2)]
+
+
+def test_importing_the_builder_runs_no_module_of_a_higher_layer():
+    """What the graph says, in a fresh interpreter: ``import opbuilder`` imports neither the runtime nor a
+    bridge, nor torch or jax; ``from opbuilder import *`` adds only ``Spec``'s module (the bridges' shape
+    records, which import nothing above the builder). ``opbuilder.to_torch`` and ``to_jax`` are the
+    bridges' own functions, handed out when asked for."""
+    code = ("import sys\n"
+            "def above():\n"
+            "    return sorted(m for m in sys.modules if m.split('.')[0] in ('runtime', 'torch', 'jax')\n"
+            "                  or m.startswith('opbuilder.bridges'))\n"
+            "import opbuilder\nprint(above())\n"
+            "from opbuilder import *\nprint(above())\n"
+            "from opbuilder.bridges import interop_jax, interop_torch\n"
+            "assert opbuilder.to_torch is interop_torch.to_torch and opbuilder.to_jax is interop_jax.to_jax\n"
+            "assert {'to_torch', 'to_jax', 'Spec', 'load_inline'} <= set(dir(opbuilder))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[]", "['opbuilder.bridges', 'opbuilder.bridges.interop_common']"]
