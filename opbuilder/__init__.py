@@ -13,7 +13,7 @@ from typing import Any, List
 
 from .builder import CustomOpBuilder, build_library
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError
-from .headers import include_dir
+from .native.headers import include_dir
 
 # to_torch and to_jax are not in __all__: `from opbuilder import *` would import torch and jax (and fail
 # where either is missing); they are public as opbuilder.to_torch and opbuilder.to_jax

@@ -6,7 +6,7 @@ The pipeline, one step per module (docs/reference/builder.md walks it):
   cache/fingerprint.py    base key from contents; full key adds the headers recorded from the last build
   compile/search_path.py  which headers are tracked, and which missing files would change the build
   cache/lock.py           per-operator flock; waiters re-check after acquiring it
-  pch.py                  the precompiled opbuilder/extension.h, built once per toolchain and flags
+  native/pch.py           the precompiled opbuilder/extension.h, built once per toolchain and flags
                           by a detached low-priority process
   compile/ninja_file.py   build.ninja for what is stale; objects kept per operator
   compile/ninja_run.py    run ninja with a progress line; clean up after a killed build
@@ -32,10 +32,10 @@ from .cache.relocate import portable, prefix_map_flags, project_root
 from .cache.trust import check_dir, read_file, stamp_of, trusted_root
 from .compile.binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding, from_pybind11
 from .compile.target import Target as _Target
-from .core_lib import CORE_FILE, core_tag, uses_core
+from .native.core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .fleet.store import prebuilt_stores
-from .headers import copy_read, headers_digest, include_dir, shadowing_copy
+from .native.headers import copy_read, headers_digest, include_dir, shadowing_copy
 from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, preload
 from .importer import recorded as recorded_deps
 from .retry import Reason, Retry, retrying
@@ -44,7 +44,7 @@ from .tools.launcher import launcher_is_sccache, launcher_requested
 from .tools.toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc,
                               links_with_lto, nanobind_info, native_cpu, python_headers, python_info,
                               wants_native_cpu)
-from .torch_bridge_build import KIND as BRIDGE_KIND, bridge_target
+from .native.torch_bridge_build import KIND as BRIDGE_KIND, bridge_target
 
 __all__ = ["CustomOpBuilder", "build_library"]
 
@@ -157,7 +157,7 @@ def _optimization(spec: BuildSpec, cxx: Compiler) -> Tuple[Tuple[str, ...], Tupl
     # pybind11 module's compile); together ~0.6 s of a ~10 s cold build
     speed = ("-pipe", "--param", f"ggc-min-heapsize={GCC_GC_HEAP_KB}") if cxx.family == "gcc" else ()
     if spec.kind == "runtime" and not spec.debug:
-        from .nanobind_runtime import RUNTIME_OPT
+        from .native.nanobind_runtime import RUNTIME_OPT
         return (RUNTIME_OPT,), speed  # -Os, as nanobind's CMake builds it (nanobind_runtime.py)
     opt = ("-O0", "-g") if spec.debug else ("-O2",)
     # gcc only (not nvcc): -O2 with the loop vectorizer -O3 uses; gcc 12's -O2 model skips loops whose
@@ -386,7 +386,7 @@ def _prebuilt_for_stored_compilers(spec: BuildSpec) -> Optional[Tuple[str, Path]
 
 def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
     """One Step per source, with the forced includes a module's C++ sources get; and the PCH, if any."""
-    from . import pch as pchmod
+    from .native import pch as pchmod
     from .compile.ninja_file import Step
 
     steps = []
@@ -464,7 +464,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     is recorded or published, and the caller builds again)."""
     import logging
 
-    from . import pch as pchmod
+    from .native import pch as pchmod
     from .cache import publish
     from .compile.ninja_file import write_build_file
     from .tools.launcher import compiler_launcher
@@ -810,7 +810,7 @@ class CustomOpBuilder:
 def _check_layout_flags(spec: BuildSpec) -> None:
     """ValueError for a flag that changes the layout of every struct (``-fpack-struct``...): no build of
     the operator can then read the data of what it links to (core_lib.layout_flag_error)."""
-    from .core_lib import layout_flag_error
+    from .native.core_lib import layout_flag_error
     for flags, what in ((spec.cflags, "cflags"), (spec.cuda_cflags, "cuda_cflags")):
         why = layout_flag_error(spec.name, flags, what)
         if why is not None:
@@ -847,7 +847,7 @@ def _runtime_for(spec: BuildSpec) -> Optional[Path]:
     None for pybind11 sources (BuildError, binding.py, for sources that mix both or define no module)."""
     if spec.kind != "module" or _binding(spec) != NANOBIND:
         return None
-    from . import nanobind_runtime
+    from .native import nanobind_runtime
     if nanobind_runtime.loaded() is not None:  # this process has one: later loads need no lookup
         return nanobind_runtime.loaded()
     return _dependency(nanobind_runtime.runtime_spec(spec.root, spec.verbose))
@@ -858,7 +858,7 @@ def _core_for(spec: BuildSpec) -> Optional[Path]:
     (core_lib.py); None when it compiles the core itself."""
     if spec.kind != "module" or spec.backend != "CPU" or _binding(spec) != NANOBIND or not uses_core(spec):
         return None
-    from .core_lib import core_spec
+    from .native.core_lib import core_spec
     return _dependency(core_spec(spec.root, spec.verbose))
 
 
@@ -896,7 +896,7 @@ def _dep_names(spec: BuildSpec) -> List[str]:
     """The names of the shared libraries nanobind module ``spec`` loads before it is imported:
     nanobind's runtime (unless this process has one already) and the core library, if it links to
     it (their cache directories are ``<name>.lib``)."""
-    from .core_lib import CORE_NAME
+    from .native.core_lib import CORE_NAME
     names = [] if loaded_runtime() is not None else [RUNTIME_NAME]
     return names + [CORE_NAME] if spec.backend == "CPU" and uses_core(spec) else names
 
@@ -905,8 +905,8 @@ def _dep_specs(spec: BuildSpec) -> List[BuildSpec]:
     """The builds of the shared libraries a module loads before it is imported (``_dep_names``)."""
     if spec.kind != "module" or _binding(spec) != NANOBIND:
         return []
-    from .core_lib import CORE_NAME, core_spec
-    from .nanobind_runtime import runtime_spec
+    from .native.core_lib import CORE_NAME, core_spec
+    from .native.nanobind_runtime import runtime_spec
     return [core_spec(spec.root, spec.verbose) if n == CORE_NAME else runtime_spec(spec.root, spec.verbose)
             for n in _dep_names(spec)]
 
@@ -984,7 +984,7 @@ def _beside_dependencies(deps: List[BuildSpec], build_module: Callable[[], Built
     waits for the longest of them, not their sum (the operator needs them only when it is imported).
     The operator's PCH precompile starts once every compile here is done. A dependency's error is
     raised after the module's own, unless the module fell back to pybind11 (it needs none of them)."""
-    from .pch import after_builds
+    from .native.pch import after_builds
 
     libs: Dict[int, Path] = {}
     errors: List[BaseException] = []
@@ -1014,7 +1014,7 @@ def _beside_dependencies(deps: List[BuildSpec], build_module: Callable[[], Built
         return ModuleBuild([], built)
     if errors:
         raise errors[0]
-    from . import nanobind_runtime
+    from .native import nanobind_runtime
     found = [libs[i] for i in range(len(deps))]
     if nanobind_runtime.loaded() is not None and all(d.name != nanobind_runtime.RUNTIME_NAME for d in deps):
         found.insert(0, nanobind_runtime.loaded())

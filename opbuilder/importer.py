@@ -21,8 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import List, Optional, Sequence
 
-from .core_lib import CORE_FILE, CORE_NAME, dlopen_global
-from .core_lib import preload as preload_core
+from .native.core_lib import CORE_FILE, CORE_NAME, dlopen_global
+from .native.core_lib import preload as preload_core
 from .errors import BuildError
 from .cache.published import INFO, verified_record
 from .cache.trust import read_file, stamp_of

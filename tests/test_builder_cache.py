@@ -396,7 +396,7 @@ def test_module_keys_cover_the_toolchain_python_pybind11_and_opbuilders_headers(
     import pybind11
     import sysconfig
     from opbuilder import builder
-    from opbuilder.headers import headers_digest
+    from opbuilder.native.headers import headers_digest
     src = tiny_module(tmp_path / "ident_op.cpp", "1")
     spec = CustomOpBuilder("ident_op", [src]).spec
     from opbuilder.tools.toolchain import find_compiler

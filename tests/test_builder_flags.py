@@ -87,7 +87,7 @@ def test_a_nanobind_module_and_its_runtime_are_built_without_lto_the_runtime_at_
     assert "-DOB_BINDING_NANOBIND" in rules["cxx"] and "-O2" in rules["cxx"]
     assert "-flto" not in rules["cxx"] and not any(a.startswith("-flto") for a in rules["link"])
     from opbuilder import builder
-    from opbuilder.nanobind_runtime import runtime_spec
+    from opbuilder.native.nanobind_runtime import runtime_spec
     from opbuilder.tools.toolchain import find_compiler
     runtime = _commands(cache_dir, "_nanobind.lib")
     assert "-Os" in runtime["cxx"] and "-O2" not in runtime["cxx"] and "-ftree-vectorize" not in runtime["cxx"]

@@ -11,7 +11,7 @@ import pytest
 
 from op_util import load_op
 from opbuilder import BuildError, CustomOpBuilder
-from opbuilder.headers import include_dir
+from opbuilder.native.headers import include_dir
 
 pytestmark = pytest.mark.build  # a load() probes the compiler before it refuses (tests/build_guard.py)
 

@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from opbuilder import CustomOpBuilder, pch
+from opbuilder import CustomOpBuilder
+from opbuilder.native import pch
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -136,7 +137,7 @@ def test_what_a_killed_precompile_leaves_is_removed_by_the_next_build(tmp_path):
     compiler = tmp_path / "stalling-cxx.sh"
     compiler.write_text(STALLING_PRECOMPILE)
     compiler.chmod(0o755)
-    worker = subprocess.Popen([PYTHON, "-c", "import sys; from opbuilder.pch import build_now; "
+    worker = subprocess.Popen([PYTHON, "-c", "import sys; from opbuilder.native.pch import build_now; "
                                "build_now(sys.argv[1], sys.argv[2:])", str(target.dir), str(compiler)],
                               env=child_env(), start_new_session=True)
     deadline = time.monotonic() + 120
@@ -167,7 +168,8 @@ def test_a_first_nanobind_load_starts_the_precompile_after_its_runtime_and_core_
     build is made to end after the operator's, so the order is the same on every machine."""
     import threading
 
-    from opbuilder import builder, nanobind_runtime
+    from opbuilder import builder
+    from opbuilder.native import nanobind_runtime
     from opbuilder.tools.toolchain import default_jobs
 
     if not pch.enabled():

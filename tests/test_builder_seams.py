@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from opbuilder import BuildError, CustomOpBuilder, builder, nanobind_runtime
-from opbuilder.core_lib import CORE_NAME
+from opbuilder import BuildError, CustomOpBuilder, builder
 from opbuilder.importer import RUNTIME_NAME
+from opbuilder.native import nanobind_runtime
+from opbuilder.native.core_lib import CORE_NAME
 from opbuilder.retry import MAX_PASSES, Reason, Retry
 
 NB_SOURCE = """\

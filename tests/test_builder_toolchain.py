@@ -187,7 +187,7 @@ def test_gpu_backend_compiles_cuda_with_nvcc(tmp_path):
 def test_remembered_facts_are_probed_again_only_when_their_files_change(tmp_path, monkeypatch):
     import time
 
-    from opbuilder.headers import _digest_now
+    from opbuilder.native.headers import _digest_now
     from opbuilder.tools.probe_cache import SETTLE_NS, remembered
 
     inc = tmp_path / "include"

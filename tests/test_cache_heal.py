@@ -232,7 +232,7 @@ def test_a_full_disk_while_publishing_is_a_build_error_and_leaves_no_partial_fil
 AS_NOBODY = """
 import os, sys, json, hashlib, logging, subprocess, sysconfig, shlex, shutil, dataclasses
 import opbuilder.builder, opbuilder.cache.publish, opbuilder.cache.published, opbuilder.cache.lock, opbuilder.compile.ninja_run
-import opbuilder.compile.ninja_file, opbuilder.pch, opbuilder.tools.toolchain, pybind11
+import opbuilder.compile.ninja_file, opbuilder.native.pch, opbuilder.tools.toolchain, pybind11
 from opbuilder import BuildError, CustomOpBuilder
 sysconfig.get_paths()  # loads the interpreter's _sysconfigdata module while it can still be read
 if os.geteuid() == 0:

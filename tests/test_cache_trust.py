@@ -103,7 +103,7 @@ def test_a_symlinked_entry_is_refused_and_never_loaded_from(cache, built, tmp_pa
 
 
 def test_a_symlinked_pch_directory_is_refused_before_anything_is_compiled(tmp_path, monkeypatch):
-    from opbuilder import pch
+    from opbuilder.native import pch
     if not pch.enabled():
         pytest.skip("OPBUILDER_PCH is off")
     log = tmp_path / "cxx.log"
@@ -122,7 +122,7 @@ def test_a_symlinked_pch_directory_is_refused_before_anything_is_compiled(tmp_pa
 
 
 def test_a_symlinked_pch_header_is_refused(tmp_path):
-    from opbuilder import pch
+    from opbuilder.native import pch
     root = tmp_path / "cache"
     root.mkdir(mode=0o700)
     first = pch.prepare(root, "k")  # what a build does before compiling with it
@@ -258,7 +258,7 @@ def test_the_cli_refuses_a_symlinked_cache(cache, tmp_path):
 
 
 def test_the_pch_files_are_private_under_umask_002(tmp_path):
-    from opbuilder import pch
+    from opbuilder.native import pch
     root = tmp_path / "cache"
     root.mkdir(mode=0o700)
     old = os.umask(0o002)

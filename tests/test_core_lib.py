@@ -1,4 +1,4 @@
-"""The core library (opbuilder/core_lib.py): the core's non-template functions compiled once for
+"""The core library (opbuilder/native/core_lib.py): the core's non-template functions compiled once for
 every nanobind operator, keyed and tagged by the headers it compiles, rebuilt when damaged, and
 found on the warm path through the operator's record (written by opbuilder/needs.py, read by
 opbuilder/importer.py)."""
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-import opbuilder.headers as headers
+import opbuilder.native.headers as headers
 from builder_util import PYTHON, child_env
 from op_util import CUSTOM_SRC, ROOT, load_op
 from opbuilder import CustomOpBuilder
 from opbuilder import builder as B
 from opbuilder import needs
 from opbuilder.importer import recorded
-from opbuilder.core_lib import CORE_FILE, core_spec, core_tag
+from opbuilder.native.core_lib import CORE_FILE, core_spec, core_tag
 from opbuilder.cache.published import INFO
 from opbuilder.tools.toolchain import find_compiler, python_info
 from opbuilder.cache.trust import stamp_of
@@ -265,7 +265,7 @@ TWO_VERSIONS = textwrap.dedent("""
     import sys
     from pathlib import Path
     import numpy as np
-    import opbuilder.headers as headers
+    import opbuilder.native.headers as headers
     from opbuilder import CustomOpBuilder
     from runtime import Tensor
     ops = [CustomOpBuilder("mix_a", [sys.argv[1]]).load()]

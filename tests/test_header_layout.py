@@ -66,7 +66,7 @@ def test_an_edit_of_a_core_body_changes_the_digest_every_key_holds(tmp_path, mon
     library's tag and the precompiled header's key) covers src/core/, also when it is remembered."""
     import shutil
 
-    import opbuilder.headers as headers
+    import opbuilder.native.headers as headers
 
     shutil.copytree(INCLUDE, tmp_path / "include")
     shutil.copytree(ROOT / "src", tmp_path / "src")

@@ -14,7 +14,7 @@ from runtime import Tensor, jit, mint
 from runtime.autograd.gradcheck import gradcheck
 from runtime.graph import list_backends, register_custom_backend
 from opbuilder import build_library
-from opbuilder.headers import include_dir
+from opbuilder.native.headers import include_dir
 
 from builder_util import child_env
 from op_util import CPP, ROOT

@@ -28,7 +28,7 @@ LAZY = ["runtime.nn", "runtime.mint", "runtime.graph", "runtime.hybrid", "runtim
 # builds it: issue 21, an import is ~0.1 ms of a 2 ms warm load())
 LAZY_AFTER_CALL = [m for m in LAZY if m not in ("json", "runtime._native")] + ["opbuilder.inline",
                                                                             "opbuilder.bridges.interop_common", "torch", "jax",
-                                                                            "dataclasses", "opbuilder.nanobind_runtime"]
+                                                                            "dataclasses", "opbuilder.native.nanobind_runtime"]
 
 
 def _child_value(code: str, cache_dir: str = ""):

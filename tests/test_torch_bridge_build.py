@@ -22,8 +22,8 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
 
 from opbuilder.bridges import torch_bridge as bridge  # noqa: E402
-from opbuilder import torch_bridge_build as bridge_build  # noqa: E402
-from opbuilder.headers import include_dir  # noqa: E402
+from opbuilder.native import torch_bridge_build as bridge_build  # noqa: E402
+from opbuilder.native.headers import include_dir  # noqa: E402
 
 pytestmark = pytest.mark.build
 

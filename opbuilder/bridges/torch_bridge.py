@@ -26,7 +26,7 @@ from typing import Optional
 
 from ..cache.cache_dir import cache_root
 from ..errors import BuildError
-from ..torch_bridge_build import KIND, MODULE, bridge_spec
+from ..native.torch_bridge_build import KIND, MODULE, bridge_spec
 
 __all__ = ["ready", "status", "enabled", "bridge_spec", "ENV", "MODULE", "KIND"]
 

@@ -69,7 +69,7 @@ def _compiler() -> List[Check]:
 
 
 def _python() -> List[Check]:
-    from ..headers import include_dir
+    from ..native.headers import include_dir
     from ..tools.toolchain import python_info
 
     checks = []
@@ -111,8 +111,8 @@ def _nanobind() -> List[Check]:
     if not root.is_dir():
         return checks
     from ..builder import _cached
-    from ..core_lib import core_spec
-    from ..nanobind_runtime import runtime_spec
+    from ..native.core_lib import core_spec
+    from ..native.nanobind_runtime import runtime_spec
 
     for what, spec in (("nanobind runtime", runtime_spec(root)), ("opbuilder core library", core_spec(root))):
         lib = _cached(spec)

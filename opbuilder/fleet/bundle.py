@@ -80,8 +80,8 @@ def export_bundle(root: Path, names: Sequence[str], out: Path) -> List[str]:
                                 f"(create it first); nothing was written")
     members: List[str] = []
     files = []
-    from ..core_lib import CORE_NAME
-    from ..nanobind_runtime import RUNTIME_NAME
+    from ..native.core_lib import CORE_NAME
+    from ..native.nanobind_runtime import RUNTIME_NAME
     if any((root / n).is_dir() for n in names):
         # modules bound with nanobind load its shared runtime and the core library: they travel with them
         names = [*names, *(n for n in (RUNTIME_NAME, CORE_NAME) if (root / f"{n}.lib").is_dir())]

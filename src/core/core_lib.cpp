@@ -1,6 +1,6 @@
 // The core library, libobcore: the bodies of the binding-neutral core's non-template functions
 // (those the headers mark OB_CORE_FN), compiled once per toolchain and header contents for every
-// nanobind operator (see opbuilder/detail/core_lib.h and opbuilder/core_lib.py). One translation
+// nanobind operator (see opbuilder/detail/core_lib.h and opbuilder/native/core_lib.py). One translation
 // unit, as nanobind's nb_combined.cpp: the headers are read once. Built with -DOB_CORE_BUILD
 // -DOB_CORE_TAG=<tag>; an operator built with the same tag binds to these definitions instead of
 // compiling its own.

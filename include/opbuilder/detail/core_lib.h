@@ -5,7 +5,7 @@
 //
 // A nanobind operator built by the builder gets -DOB_CORE_TAG=<tag> (OB_CORE_SHARED is 1): it
 // binds to the core library, libobcore, compiled once per toolchain and header contents from
-// src/core/core_lib.cpp (built with OB_CORE_BUILD by opbuilder/core_lib.py), which the builder
+// src/core/core_lib.cpp (built with OB_CORE_BUILD by opbuilder/native/core_lib.py), which the builder
 // loads before the operator. The tag, a digest of the headers and these sources, is part of each
 // such function's symbol name (abi_tag), so an operator built from other headers binds to its own
 // core library, never another's.

@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .cache.fingerprint import blake2b
-from .tools.probe_cache import remembered
+from ..cache.fingerprint import blake2b
+from ..tools.probe_cache import remembered
 
 __all__ = ["include_dir", "source_dir", "headers_digest", "shadowing_copy", "copy_read"]
 
-_PKG = os.path.dirname(os.path.realpath(__file__))
+_PKG = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the opbuilder package
 _include_dir: Optional[Path] = None
 _source_dir: Optional[Path] = None
 
@@ -111,7 +111,7 @@ def copy_read(inputs: Dict[str, str]) -> Optional[Tuple[str, str]]:
     depfiles) that is a copy of opbuilder's ``header`` (``.../opbuilder/<header>``) whose contents differ
     from the installed one; None if there is none. What ``shadowing_copy`` cannot see beforehand (an
     ``-include`` of a copy, a relative ``#include "../vendor/opbuilder/..."``), read from what was used."""
-    from .cache.fingerprint import ABSENT, file_digest
+    from ..cache.fingerprint import ABSENT, file_digest
 
     installed = os.path.join(str(include_dir()), "opbuilder")
     own = os.path.realpath(installed) + "/"

@@ -22,9 +22,9 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .cache.fingerprint import digest_of
+from ..cache.fingerprint import digest_of
 from .headers import source_dir
-from .spec import BuildSpec
+from ..spec import BuildSpec
 
 __all__ = ["CORE_NAME", "CORE_FILE", "core_tag", "core_spec", "uses_core", "compiler_view", "layout_flag_error",
            "preload"]

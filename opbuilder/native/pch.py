@@ -53,8 +53,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from .cache.fingerprint import write_text_atomic
-from .cache.trust import check_file, make_dir, read_file
+from ..cache.fingerprint import write_text_atomic
+from ..cache.trust import check_file, make_dir, read_file
 
 __all__ = ["Pch", "HEADER", "enabled", "eligible", "prepare", "prune", "start_build", "start_when_idle",
            "after_builds", "clear_leftovers"]
@@ -130,7 +130,7 @@ def prepare(root: Path, key: str) -> Pch:
 def prune(root: Path, keep: int = KEEP, current: Optional[str] = None) -> None:
     """Keep the ``keep`` most recently used PCHs (the rest cost disk: 100+ MB each), and clear what
     killed precompiles left in those kept. Every build that uses a PCH calls this."""
-    from .cache.lock import try_lock
+    from ..cache.lock import try_lock
 
     base = root / ".pch"
     try:
@@ -168,13 +168,13 @@ def clear_leftovers(pch: Pch) -> int:
 
 
 _TMPDIR = ".tmp"  # the precompile's TMPDIR, inside its directory, so that what it leaves is found
-_WORKER = ("import sys; sys.path.insert(0, sys.argv[1]); from opbuilder.pch import build_now; "
+_WORKER = ("import sys; sys.path.insert(0, sys.argv[1]); from opbuilder.native.pch import build_now; "
            "sys.exit(build_now(sys.argv[2], sys.argv[3:]))")
 
 
 def start_build(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> bool:
     """Start the detached process that precompiles ``pch`` (unless one is at it); True if started."""
-    from .cache.lock import try_lock
+    from ..cache.lock import try_lock
 
     with try_lock(pch.dir) as free:
         if not free:
@@ -185,7 +185,7 @@ def start_build(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> bool:
         if pch.built:
             return False
     env = {k: v for k, v in os.environ.items() if k != "OPBUILDER_BUILD_DIR"}
-    argv = [sys.executable, "-c", _WORKER, str(Path(__file__).resolve().parents[1]), str(pch.dir), *cxx, *flags]
+    argv = [sys.executable, "-c", _WORKER, str(Path(__file__).resolve().parents[2]), str(pch.dir), *cxx, *flags]
     subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, umask=0o077)
     return True
@@ -250,7 +250,7 @@ def _start_all(starts: Sequence[Tuple[Pch, Tuple[str, ...], Tuple[str, ...]]]) -
 
 def build_now(directory: str, command: List[str]) -> int:
     """In the detached process: compile ``<directory>/pch.h`` with ``command`` (compiler and flags)."""
-    from .cache.lock import try_lock
+    from ..cache.lock import try_lock
 
     pch = Pch(Path(directory))
     try:

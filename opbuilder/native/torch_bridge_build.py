@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .cache.fingerprint import digest_of
+from ..cache.fingerprint import digest_of
 from .headers import include_dir, source_dir
-from .spec import BuildSpec
-from .compile.target import Target
-from .tools.toolchain import ext_suffix, python_headers
+from ..spec import BuildSpec
+from ..compile.target import Target
+from ..tools.toolchain import ext_suffix, python_headers
 
 __all__ = ["MODULE", "KIND", "bridge_spec", "bridge_target"]
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .importer import RUNTIME_NAME, loaded_runtime as loaded, preload_runtime as preload
-from .spec import BuildSpec
-from .tools.toolchain import nanobind_info
+from ..importer import RUNTIME_NAME, loaded_runtime as loaded, preload_runtime as preload
+from ..spec import BuildSpec
+from ..tools.toolchain import nanobind_info
 
 __all__ = ["RUNTIME_NAME", "RUNTIME_OPT", "runtime_spec", "preload", "loaded"]  # loading it: importer.py
 
