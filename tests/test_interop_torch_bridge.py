@@ -1,4 +1,4 @@
-"""to_torch's C++ bridge (include/opbuilder/torch_bridge.cpp): eager calls on plain CPU torch tensors
+"""to_torch's C++ bridge (src/torch_bridge.cpp): eager calls on plain CPU torch tensors
 reach the operator without Python in between, and a C++ Function's node is a torch autograd node.
 
 test_interop_torch.py runs its tests through both paths; these are what only the bridge does.

@@ -142,7 +142,7 @@ def test_a_python_function_that_writes_nothing_copies_no_parameter_after_its_fir
 
 @pytest.fixture
 def bridged(ops, torch_bridge, monkeypatch):
-    """The same operators through to_torch's C++ bridge (include/opbuilder/autograd.h RunFunctionForeign)."""
+    """The same operators through to_torch's C++ bridge (src/core/autograd.cpp RunFunctionForeign)."""
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     import opbuilder
     monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
