@@ -1,4 +1,5 @@
-"""The C structs of include/opbuilder/detail/backend_abi.h (included by backend.h), as ctypes sees them (change both together).
+"""The C structs of include/opbuilder/detail/backend_abi.h (which backend.h includes), as ctypes
+sees them (change both together).
 
 A plugin library and the runtime share nothing but these layouts and the
 function-pointer types below; ``OB_BACKEND_ABI`` is checked when a library is
