@@ -199,7 +199,7 @@ def test_remembered_facts_are_probed_again_only_when_their_files_change(tmp_path
 
     def probe():
         probes.append(1)
-        return _digest_now(str(inc))
+        return _digest_now(((str(inc), "", (".h",)),))
 
     settle = SETTLE_NS / 1e9 + 0.05
     first = remembered(tmp_path, "headers test", probe)["digest"]
