@@ -33,7 +33,13 @@ def pytest_configure(config):
 def _session_cache(config) -> "os.PathLike[str]":
     """The session's cache directory, made on first use (the collection hook below may be first)."""
     if not hasattr(config, "_opbuilder_cache"):
-        config._opbuilder_cache = config._tmp_path_factory.mktemp("opbuilder-cache")
+        if os.environ.get("PYTEST_XDIST_WORKER"):  # one cache for all workers of the run: each op
+            # compiles once (the cache's locks serialize concurrent first builds, as for any processes)
+            d = config._tmp_path_factory.getbasetemp().parent / "opbuilder-cache"
+            d.mkdir(exist_ok=True)
+            config._opbuilder_cache = d
+        else:
+            config._opbuilder_cache = config._tmp_path_factory.mktemp("opbuilder-cache")
     return config._opbuilder_cache
 
 
