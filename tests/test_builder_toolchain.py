@@ -5,10 +5,13 @@ import logging
 import os
 import subprocess
 
+from pathlib import Path
+
 import pytest
 
 from builder_util import PYTHON, child_env, compiled_sources, version_probes, wrapper_cxx
 from opbuilder import build_library
+from opbuilder.errors import ToolchainError
 from opbuilder.tools.toolchain import available_memory, default_jobs, find_compiler, ninja_path, which
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
@@ -102,6 +105,27 @@ def test_ninja_comes_from_the_package_not_path(tmp_path, monkeypatch):
     src = tmp_path / "n.cpp"
     src.write_text('extern "C" int n() { return 4; }\n')
     assert build_library("ninja_pkg", [src], build_dir=tmp_path / "cache")
+
+
+def test_ninja_is_found_when_the_package_reports_no_bin_dir(monkeypatch):
+    """A venv made with --system-site-packages: ninja's BIN_DIR is "" but its RECORD names the file."""
+    import ninja
+
+    real = ninja_path()
+    monkeypatch.setattr(ninja, "BIN_DIR", "")
+    assert ninja_path() == str(Path(real).resolve())
+
+
+def test_ninja_missing_everywhere_is_named(monkeypatch):
+    import ninja
+
+    from opbuilder.tools import toolchain
+
+    monkeypatch.setattr(ninja, "BIN_DIR", "/no/such/bin")
+    monkeypatch.setattr(toolchain, "_ninja_from_record", lambda module_file, name: None)
+    with pytest.raises(ToolchainError, match=r"^the ninja package has no binary at /no/such/bin/ninja; "
+                                             r"reinstall it \(python -m pip install --force-reinstall ninja\)$"):
+        ninja_path()
 
 
 def test_max_jobs_is_passed_to_ninja(tmp_path, monkeypatch, caplog):

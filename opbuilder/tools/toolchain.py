@@ -428,11 +428,35 @@ def ninja_path() -> str:
         import ninja  # type: ignore
     except ImportError:
         raise ToolchainError("the 'ninja' Python package is missing: python -m pip install ninja") from None
-    exe = Path(ninja.BIN_DIR) / ("ninja.exe" if os.name == "nt" else "ninja")
-    if not exe.exists():
+    name = "ninja.exe" if os.name == "nt" else "ninja"
+    exe = Path(ninja.BIN_DIR) / name
+    if not ninja.BIN_DIR or not exe.exists():
+        # A venv made with --system-site-packages sees the package but not its scripts
+        # directory, and the package then reports BIN_DIR == "": its RECORD still names the file.
+        exe = _ninja_from_record(ninja.__file__, name) or exe
+    if not exe.is_file():
         raise ToolchainError(f"the ninja package has no binary at {exe}; reinstall it "
                              f"(python -m pip install --force-reinstall ninja)")
     return str(exe)
+
+
+def _ninja_from_record(module_file: Optional[str], name: str) -> Optional[Path]:
+    """The ninja binary as the installed ``ninja`` distribution's file list names it, if that
+    distribution is the one imported (``module_file``) and the binary exists."""
+    from importlib import metadata
+    try:
+        files = metadata.distribution("ninja").files or []
+    except metadata.PackageNotFoundError:
+        return None
+    init = [f for f in files if str(f).replace("\\", "/") == "ninja/__init__.py"]
+    if not module_file or not init or Path(init[0].locate()).resolve() != Path(module_file).resolve():
+        return None
+    for f in files:
+        if f.name == name and f.parent.name in ("bin", "Scripts"):
+            path = Path(f.locate()).resolve()
+            if path.is_file():
+                return path
+    return None
 
 
 _GIB = 1 << 30
