@@ -29,6 +29,8 @@ PACKAGES = ("runtime", "opbuilder")
 LAYERS = ("builder", "runtime", "bridges", "command line")  # bottom up
 COMMAND_LINE = ("opbuilder.cli", "opbuilder.demo", "opbuilder.__main__")
 BRIDGES = "opbuilder.bridges"
+# the bridges' modules at their paths before opbuilder/ was grouped: aliases of the moved ones, in their layer
+MOVED_BRIDGES = ("opbuilder.interop_torch", "opbuilder.interop_jax", "opbuilder.torch_bridge")
 LAZY_REEXPORT = ("__getattr__",)  # the only functions of a package __init__ whose imports may point up
 
 
@@ -36,7 +38,7 @@ def layer_of(module: str) -> str:
     """The layer ``module`` belongs to (a package is its ``__init__``)."""
     if module in COMMAND_LINE or module.startswith(tuple(m + "." for m in COMMAND_LINE)):
         return "command line"
-    if module == BRIDGES or module.startswith(BRIDGES + "."):
+    if module == BRIDGES or module.startswith(BRIDGES + ".") or module in MOVED_BRIDGES:
         return "bridges"
     if module == "runtime" or module.startswith("runtime."):
         return "runtime"
