@@ -920,6 +920,15 @@ def _many(out: Sequence[torch.Tensor], op: _Op) -> Any:
     return tuple(out) if out or not op.writes else None
 
 
+def _compiler_disable(fn: Callable, reason: str) -> Callable:
+    """``torch.compiler.disable(fn)`` with ``reason`` (torch names it in a fullgraph=True error), where
+    this torch takes one."""
+    try:
+        return torch.compiler.disable(fn, reason=reason)
+    except TypeError:  # a torch without reason=
+        return torch.compiler.disable(fn)
+
+
 def _wrapper(op: _Op) -> Callable:
     """The user-facing function: picks (or defines) the operator for the call's signature."""
     def define(sig: str, specs: Optional[Tuple[Any, ...]]) -> Tuple[Any, List[Optional[bool]]]:
@@ -1009,9 +1018,12 @@ def _wrapper(op: _Op) -> Callable:
     outside = [general]  # the call left out of the graph
 
     def wrap() -> None:
-        outside[0] = torch.compiler.disable(general)
+        # the reasons are what fullgraph=True reports for the graph break
+        outside[0] = _compiler_disable(general, f"{op.name} returns its argument (unchanged, or written in place "
+                                       f"with MarkDirty), which a compiled graph cannot express: it runs eagerly")
         if op.shape_fn is None:
-            compiled[0] = outside[0]
+            compiled[0] = _compiler_disable(general, f"{op.name} has no shape rule (to_torch's shape_fn or a C++ "
+                                            f"InferShape), so torch.compile cannot trace it: it runs eagerly")
     _when_dynamo(wrap)
 
     def call(*args: Any) -> Any:
