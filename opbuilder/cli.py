@@ -135,16 +135,21 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         return 0
     # clean
     freed, busy = 0, []
+    import shutil
     for op in ops:
         size = op.size
         if remove_operator(op):
             freed += size
             print(f"removed {op.path}")
+            sources = root / "inline" / op.name  # the sources load_inline wrote for it
+            if args.name is not None and sources.is_dir() and not sources.is_symlink():
+                freed += dir_size(sources)
+                shutil.rmtree(sources, ignore_errors=True)
+                print(f"removed {sources}")
         else:
             busy.append(op.name)
     if args.name is None and root.exists():
-        import shutil
-        for extra in (root / ".pch", root / "toolchains.json"):
+        for extra in (root / ".pch", root / "toolchains.json", root / "inline"):
             if extra.exists():
                 freed += dir_size(extra) if extra.is_dir() else extra.stat().st_size
                 shutil.rmtree(extra, ignore_errors=True) if extra.is_dir() else extra.unlink(missing_ok=True)

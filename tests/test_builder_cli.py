@@ -122,6 +122,24 @@ def test_doctor_names_each_problem_with_a_fix(tmp_path):
     assert lines[-1] == "3 problem(s) found"
 
 
+@pytest.mark.build  # the child compiles (tests/build_guard.py)
+def test_clean_removes_the_sources_load_inline_wrote(cache):
+    code = ("from opbuilder import load_inline; "
+            "m = load_inline('cli_inl', cpp_sources='int seven() { return 7; }', functions=['seven']); "
+            "print(m.seven())")
+    run = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=child_env(OPBUILDER_CACHE_DIR=str(cache)))
+    assert run.stdout.strip() == "7", run.stderr
+    assert (cache / "inline" / "cli_inl").is_dir()
+    one = _cli("cache", "clean", "cli_inl", OPBUILDER_CACHE_DIR=str(cache))
+    assert one.returncode == 0 and one.stdout.splitlines()[:2] == [f"removed {cache / 'cli_inl'}",
+                                                                   f"removed {cache / 'inline' / 'cli_inl'}"]
+    assert _names(cache / "inline") == []
+    everything = _cli("cache", "clean", OPBUILDER_CACHE_DIR=str(cache))
+    assert everything.returncode == 0 and f"removed {cache / 'inline'}" in everything.stdout.splitlines()
+    assert not (cache / "inline").exists()
+
+
 @pytest.mark.build  # the CLI child compiles (tests/build_guard.py)
 def test_clean_skips_an_operator_that_is_being_built(tmp_path, cache):
     from opbuilder.cache.lock import build_lock
