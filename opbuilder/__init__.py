@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 # name -> the module that defines it, imported when the name is first asked for
 _LAZY = {"load_inline": ".inline", "Spec": ".bridges.interop_common", "to_torch": ".bridges.interop_torch",
          "to_jax": ".bridges.interop_jax"}
+_EXTRAS = {"to_torch": "torch", "to_jax": "jax"}  # the optional package (and pip extra) each one needs
 
 
 def __getattr__(name: str) -> Any:
@@ -33,7 +34,15 @@ def __getattr__(name: str) -> Any:
     only loads built operators never needs them (PEP 562)."""
     if name in _LAZY:
         import importlib
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        try:
+            module = importlib.import_module(_LAZY[name], __name__)
+        except ModuleNotFoundError as e:
+            extra = _EXTRAS.get(name)
+            if extra is None or e.name != extra:
+                raise
+            raise ModuleNotFoundError(f"opbuilder.{name} needs {extra}, which is not installed: "
+                                      f"python -m pip install 'opbuilder[{extra}]'", name=extra) from None
+        value = getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
