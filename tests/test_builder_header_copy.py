@@ -81,6 +81,28 @@ def test_an_identical_copy_builds(tmp_path, cache_dir):
     assert ops.numel(rt.Tensor(np.ones((2, 3), np.float32))) == 6
 
 
+PYBIND11_SOURCE = """\
+#include "opbuilder/extension.h"
+#include <pybind11/pybind11.h>
+using namespace opbuilder;
+static std::int64_t Numel(const TensorPtr &x) { return x->numel(); }
+PYBIND11_MODULE(OB_EXTENSION_NAME, m) { m.def("numel", &Numel); }
+"""
+
+
+def test_an_identical_copy_builds_a_module_that_compiles_the_core_inline(tmp_path, cache_dir):
+    """A pybind11 module compiles the core's bodies (src/core/) inline; the copy's headers include them by a
+    path relative to themselves, where the copy has no src/: they are found beside the installed headers."""
+    import numpy as np
+
+    import runtime as rt
+    vendored = _copy(tmp_path / "same" / "include", edit=False)
+    src = tmp_path / "same_pb_ops.cpp"
+    src.write_text(PYBIND11_SOURCE)
+    ops = load_op("same_pb_ops", [src], include_paths=[vendored])
+    assert ops.numel(rt.Tensor(np.ones((2, 3), np.float32))) == 6
+
+
 def test_a_copy_read_another_way_is_refused_after_the_compile(tmp_path, cache_dir):
     """-include of a copy: no include directory holds it, the depfile names it (headers.copy_read)."""
     vendored = _copy(tmp_path / "vendor", edit=False)

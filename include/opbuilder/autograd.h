@@ -280,5 +280,9 @@ class Function {
 }  // namespace opbuilder
 
 #if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#if __has_include("../../src/core/autograd.cpp")
 #include "../../src/core/autograd.cpp"
+#else  // a copy of these headers (vendored): the installed ones' sources, found from the include path
+#include "../src/core/autograd.cpp"
+#endif
 #endif

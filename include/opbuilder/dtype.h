@@ -180,5 +180,9 @@ template <> struct DataTypeOf<std::uint64_t> { static constexpr DataType value =
 }  // namespace opbuilder
 
 #if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#if __has_include("../../src/core/dtype.cpp")
 #include "../../src/core/dtype.cpp"
+#else  // a copy of these headers (vendored): the installed ones' sources, found from the include path
+#include "../src/core/dtype.cpp"
+#endif
 #endif

@@ -228,5 +228,9 @@ struct TensorAccess {
 }  // namespace opbuilder
 
 #if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#if __has_include("../../src/core/tensor.cpp")
 #include "../../src/core/tensor.cpp"
+#else  // a copy of these headers (vendored): the installed ones' sources, found from the include path
+#include "../src/core/tensor.cpp"
+#endif
 #endif

@@ -78,5 +78,9 @@ OB_CORE_FN void SetNeutralOrStdError();
 }  // namespace opbuilder
 
 #if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#if __has_include("../../../src/core/binding.cpp")
 #include "../../../src/core/binding.cpp"
+#else  // a copy of these headers (vendored): the installed ones' sources, found from the include path
+#include "../src/core/binding.cpp"
+#endif
 #endif

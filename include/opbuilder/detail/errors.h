@@ -54,5 +54,9 @@ OB_CORE_FN bool SetNeutralError(const std::exception_ptr &p);
 }  // namespace opbuilder
 
 #if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#if __has_include("../../../src/core/errors.cpp")
 #include "../../../src/core/errors.cpp"
+#else  // a copy of these headers (vendored): the installed ones' sources, found from the include path
+#include "../src/core/errors.cpp"
+#endif
 #endif

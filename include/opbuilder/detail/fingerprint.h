@@ -108,5 +108,9 @@ inline double NextFingerprintPhase() {
 }  // namespace opbuilder
 
 #if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#if __has_include("../../../src/core/fingerprint.cpp")
 #include "../../../src/core/fingerprint.cpp"
+#else  // a copy of these headers (vendored): the installed ones' sources, found from the include path
+#include "../src/core/fingerprint.cpp"
+#endif
 #endif

@@ -71,5 +71,9 @@ V ReplayFromPython(PyObject *o) {
 }  // namespace opbuilder
 
 #if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#if __has_include("../../../src/core/replay.cpp")
 #include "../../../src/core/replay.cpp"
+#else  // a copy of these headers (vendored): the installed ones' sources, found from the include path
+#include "../src/core/replay.cpp"
+#endif
 #endif

@@ -419,5 +419,9 @@ inline void BumpVersion(const Runtime &rt, PyObject *obj) {
 }  // namespace opbuilder
 
 #if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#if __has_include("../../../src/core/runtime_bridge.cpp")
 #include "../../../src/core/runtime_bridge.cpp"
+#else  // a copy of these headers (vendored): the installed ones' sources, found from the include path
+#include "../src/core/runtime_bridge.cpp"
+#endif
 #endif
