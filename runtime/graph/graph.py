@@ -102,9 +102,15 @@ class Graph:
     # (node id, output index) -> (version made, version at the end of the trace) of a primitive's output
     # that a later op of the trace wrote in place (a rule reading its output then fails eagerly)
     stale_outs: Dict[Tuple[int, int], Tuple[int, int]] = field(default_factory=dict)
-    # (output position, input index) of each output that was, when traced, over an input's memory (the input
-    # itself, or a view of it): eagerly it is a view of that input, sharing its version counter
-    out_alias: List[Tuple[int, int]] = field(default_factory=list)
+    # (output position, Input or Const) of each output that was, when traced, over the memory of an input (the
+    # input itself, or a view of it) or of a captured tensor (a view of it): eagerly it is a view of that
+    # tensor, sharing its version counter
+    out_alias: List[Tuple[int, "Ref"]] = field(default_factory=list)
+    # (node id, argument position) -> (Input or Const, writes to it before the read) of an op's value that
+    # was, when the node read it, a view of an input's or a captured tensor's memory (one version counter):
+    # eagerly a node saving the view sees a later write to that tensor; a replay's backward checks the
+    # tensor's version as pre-call version + the writes (jit/backward.py ``arg_reads``)
+    view_reads: Dict[Tuple[int, int], Tuple["Ref", int]] = field(default_factory=dict)
 
     def __str__(self) -> str:
         ins = ", ".join(f"%in{i}: {_meta(s, d)}" for i, (s, d) in enumerate(zip(self.input_shapes,

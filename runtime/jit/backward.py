@@ -53,8 +53,9 @@ class BackwardGraph:
     # the backward meets (argument index, op name): eagerly, its node checks the value's version
     readers: Dict[Tuple[int, int], Tuple[int, str]]
     prim_read: frozenset  # the saved forward values (node, index) the graph's non-opaque nodes read
-    # inputs and captured tensors a primitive on a gradient's path reads, as eager's node saves them:
-    # (("in", i) or ("const", tensor), argument index, op name, writes the forward made to it before the read)
+    # inputs and captured tensors a primitive on a gradient's path reads, as eager's node saves them, directly
+    # or through a view of their memory (Graph.view_reads): (("in", i) or ("const", tensor), argument index,
+    # op name, writes the forward made to it before the read)
     arg_reads: Tuple[Tuple[Key, int, str, int], ...] = ()
     # eager's error for a value a primitive on a gradient's path read that a later op of the forward wrote in
     # place (Graph.stale_reads): every backward through this graph fails with it, as eagerly
@@ -221,6 +222,13 @@ class _Builder:
                     src: Key = ("in", r.index) if isinstance(r, Input) else ("const", r.value)
                     self.arg_reads.append((src, j, getattr(n.target, "name", n.op),
                                            self.fwd.arg_writes.get((n.id, j), 0)))
+                view = self.fwd.view_reads.get((n.id, j)) if isinstance(r, Output) else None
+                if view is not None and (j >= len(reads) or reads[j]):
+                    # a value viewing an input's or a captured tensor's memory: eagerly the node saves the view,
+                    # whose version is that tensor's (one counter)
+                    vr = view[0]
+                    self.arg_reads.append((("in", vr.index) if isinstance(vr, Input) else ("const", vr.value), j,
+                                           getattr(n.target, "name", n.op), view[1]))
                 st = self.fwd.stale_reads.get((n.id, j)) if (j >= len(reads) or reads[j]) else None
                 if st is not None and self.stale is None:
                     self.stale = (f"argument {j} of {getattr(n.target, 'name', n.op)} is at version {st[1]}; "

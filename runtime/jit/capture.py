@@ -37,6 +37,8 @@ class Tracer:
             self._refs.setdefault(id(t), Input(i))
         self._start: Dict[int, int] = {id(t): t._version for t in inputs}  # versions when first seen
         self._out_reads: List[Any] = []  # (node id, argument position, op value, its version then)
+        # id(op value) -> the input or captured tensor whose memory it views (its version counter), as a Ref
+        self._view_src: Dict[int, Ref] = {}
         self._prev: Any = None
         self.stopped: Optional[str] = None  # why the recording stopped ("at file:line, what"), or None
         self._on = False
@@ -65,6 +67,27 @@ class Tracer:
         self._keep = []
         self._inputs = []
         self._out_reads = []
+        self._view_src = {}
+
+    def _viewed(self, src: Ref) -> Tensor:
+        """The tensor of ``src``: an input, or a captured tensor."""
+        return self._inputs[src.index] if isinstance(src, Input) else src.value
+
+    def _note_views(self, args: Sequence[Any], outs: List[Any]) -> None:
+        """Note each output of an op over the memory of an input or captured tensor: it shares the version
+        counter of an argument that is one, or that views one (a slice of a slice, a reshape of a slice...)."""
+        for o in outs:
+            vc = o._vc
+            if vc is UNWRITTEN:
+                continue
+            for a in args:
+                if isinstance(a, Tensor) and a._vc is vc:
+                    r = self._refs.get(id(a))
+                    src = self._view_src.get(id(a)) if isinstance(r, Output) else (
+                        r if isinstance(r, Input) else Const(a))
+                    if src is not None:
+                        self._view_src[id(o)] = src
+                        break
 
     def ref(self, x: Any) -> Ref:
         """The graph value for ``x``: a known tensor's reference, or a constant."""
@@ -88,6 +111,11 @@ class Tracer:
                     self.graph.arg_writes[(nid, k)] = d
             else:
                 self._out_reads.append((nid, k, a, v))
+                src = self._view_src.get(id(a)) if self._view_src else None
+                if src is not None:  # a view of an input or captured tensor: its writes are that tensor's
+                    t = self._viewed(src)
+                    if t._vc is a._vc:
+                        self.graph.view_reads[(nid, k)] = (src, v - self._start.get(id(t), v))
         hook.tracer = None
         flag.value -= 1
         try:
@@ -131,6 +159,7 @@ class Tracer:
             if not isinstance(o, Tensor):
                 raise TypeError(f"jit: op {name} returned a {type(o).__name__}; a traced op must return "
                                 f"Tensors")
+        self._note_views(args, outs)
         node = Node(id=len(self.graph.nodes), op=name, kind=kind, target=target,
                     inputs=[self.ref(a) for a in args], attrs=dict(attrs),
                     out_shapes=[tuple(o._data.shape) for o in outs], out_dtypes=[o._data.dtype for o in outs],
@@ -159,8 +188,12 @@ class Tracer:
                 continue
             for i, t in enumerate(self._inputs):
                 if outs[k] == Input(i) or (o._vc is t._vc and o._vc is not UNWRITTEN):
-                    self.graph.out_alias.append((k, i))
+                    self.graph.out_alias.append((k, Input(i)))
                     break
+            else:  # or over a captured tensor's (a view of a Parameter)
+                src = self._view_src.get(id(o))
+                if isinstance(src, Const) and src.value._vc is o._vc and isinstance(outs[k], Output):
+                    self.graph.out_alias.append((k, src))
         for nid, k, a, v in self._out_reads:  # (k < 0: output -1 - k of a primitive as it made it)
             if a._version != v:
                 if k < 0:
@@ -170,6 +203,7 @@ class Tracer:
         self._out_reads = []
         self._keep = []
         self._inputs = []
+        self._view_src = {}
         return self.graph
 
 

@@ -143,13 +143,14 @@ def _watch_plan(graph: Graph, plan: BackwardGraph) -> Tuple[Tuple[int, Optional[
 
 
 def _link_aliases(graph: Graph, tensors: Sequence[Tensor], outs: List[Any]) -> List[Any]:
-    """``outs`` with each output over an input's memory (``Graph.out_alias``: the input returned, a slice,
-    reshape or transpose of it) made a view of that input, as eager's would be: one version counter, so a
-    write through either is seen by the version checks of nodes that saved the other, and its ``_base`` is
-    the input's, so a write into it follows eager's view rules. An output the backend gave as a new tensor
-    is re-wrapped (it may be a tensor the backend keeps); the input itself handed back stays as it is."""
-    for k, i in graph.out_alias:
-        o, t = outs[k], tensors[i]
+    """``outs`` with each output over an input's or a captured tensor's memory (``Graph.out_alias``: the
+    input returned, a slice, reshape or transpose of either) made a view of that tensor, as eager's would
+    be: one version counter, so a write through either is seen by the version checks of nodes that saved
+    the other, and its ``_base`` is that tensor's, so a write into it follows eager's view rules. An output
+    the backend gave as a new tensor is re-wrapped (it may be a tensor the backend keeps); the input itself
+    handed back stays as it is."""
+    for k, r in graph.out_alias:
+        o, t = outs[k], (tensors[r.index] if isinstance(r, Input) else r.value)
         if o is t or not isinstance(o, Tensor) or memory_owner(o._data) is not memory_owner(t._data):
             continue
         if o._node is None and o._base_ref is None:

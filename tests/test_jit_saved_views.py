@@ -1,0 +1,252 @@
+"""A jitted call's backward reads a view of an input or of a captured tensor (a Parameter) that the caller then
+writes in place, under no_grad, before the backward: eagerly the node that saved the view sees the write (a
+view counts writes on its base's version counter) and the backward fails. Under jit it fails too, on the call
+that traces and on later calls, with eager's error (type and message), on every backend path; without the
+write the gradients are eager's and central differences'. A view of a captured tensor handed out by the call
+shares that tensor's version counter, as eagerly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Parameter, Tensor, jit, mint, nn
+from runtime.autograd import Function
+
+P0 = np.array([0.5, -1.0, 2.0, 3.0])
+X = np.array([1.5, -0.5, 2.5])
+CALLS = 3  # the call that traces, then two replays
+LEVELS = ["O0", pytest.param("O1", marks=pytest.mark.build)]  # O1 builds fused kernels
+
+
+@pytest.fixture
+def graph_mode():
+    rt.set_context(mode=rt.GRAPH_MODE)
+    yield
+    rt.set_context(mode=rt.PYNATIVE_MODE)
+
+
+def _central(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
+    return g
+
+
+def _error(backward):
+    with pytest.raises(RuntimeError) as e:
+        backward()
+    return str(e.value)
+
+
+def square_of_view(x):
+    v = x[1:]
+    return (v * v).sum()
+
+
+def reshaped_view(x):
+    v = x.reshape(2, 2)[1:]
+    return mint.sin(v).sum()
+
+
+INPUT_FORMS = {"slice": (square_of_view, lambda x: np.sum(x[1:] ** 2)),
+               "reshape_then_slice": (reshaped_view, lambda x: np.sum(np.sin(x.reshape(2, 2)[1:])))}
+
+
+def _input_call(f):
+    """Call ``f`` on a fresh input, add 1 to the input in place under no_grad, then backward: the error."""
+    x = Tensor(P0.copy(), requires_grad=True)
+    loss = f(x)
+    with rt.no_grad():
+        x += 1.0
+    return _error(loss.backward)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("form", sorted(INPUT_FORMS))
+def test_a_write_to_an_input_whose_view_the_backward_reads_fails_as_eagerly(form, level):
+    fn, _ = INPUT_FORMS[form]
+    want = _input_call(fn)
+    assert "modified by an in-place operation" in want
+    j = jit(fn, jit_level=level)
+    for call in range(CALLS):
+        assert _input_call(j) == want, f"call {call}"
+    assert j.traces == 1
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("form", sorted(INPUT_FORMS))
+def test_without_the_write_the_gradient_of_an_inputs_view_is_eagers(form, level):
+    fn, ref = INPUT_FORMS[form]
+    x = Tensor(P0.copy(), requires_grad=True)
+    fn(x).backward()
+    want = x.grad.asnumpy()
+    np.testing.assert_allclose(want, _central(ref, P0), rtol=1e-7, atol=1e-9)
+    j = jit(fn, jit_level=level)
+    for call in range(CALLS):
+        x = Tensor(P0.copy(), requires_grad=True)
+        j(x).backward()
+        np.testing.assert_allclose(x.grad.asnumpy(), want, rtol=1e-13, err_msg=f"call {call}")
+
+
+def test_a_view_of_an_input_that_needs_no_gradient_read_for_anothers_fails_as_eagerly():
+    def f(x, w):
+        return (x[1:] * w).sum()
+
+    def call(fn):
+        x, w = Tensor(P0.copy()), Tensor(X.copy(), requires_grad=True)
+        loss = fn(x, w)
+        with rt.no_grad():
+            x += 1.0
+        return _error(loss.backward)
+
+    want = call(f)
+    j = jit(f)
+    for k in range(CALLS):
+        assert call(j) == want, f"call {k}"
+
+
+class ViewNet(nn.Cell):
+    """Reads a view of its Parameter twice: (v * x * v).sum(), v = p[1:]."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = Parameter(Tensor(P0.copy()), name="p")
+
+    def construct(self, x):
+        v = self.p[1:]
+        return (v * x * v).sum()
+
+
+class ViewOutNet(nn.Cell):
+    """Hands out the view of its Parameter it reads: (v * x, v), v = p[1:]."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = Parameter(Tensor(P0.copy()), name="p")
+
+    def construct(self, x):
+        v = self.p[1:]
+        return v * x, v
+
+
+def _param_call(net, fn, returns_view):
+    """One step: call, add 1 to ``net.p`` in place under no_grad, backward through the first output."""
+    out = fn(Tensor(X.copy()))
+    if returns_view:
+        y, v = out
+        with rt.no_grad():
+            net.p += 1.0
+        assert v._version == net.p._version  # the view handed out counts the Parameter's writes
+        return _error(lambda: y.sum().backward())
+    with rt.no_grad():
+        net.p += 1.0
+    return _error(out.backward)
+
+
+ROUTES = ["jit", "jit_O1", "graph_mode"]
+
+
+def _jitted(net, route, request):
+    if route == "graph_mode":
+        request.getfixturevalue("graph_mode")
+        return net
+    return jit(net.construct, jit_level="O1" if route == "jit_O1" else "O0")
+
+
+@pytest.mark.parametrize("route", ["jit", pytest.param("jit_O1", marks=pytest.mark.build), "graph_mode"])
+@pytest.mark.parametrize("cls", [ViewNet, ViewOutNet])
+def test_a_write_to_a_parameter_whose_view_the_backward_reads_fails_as_eagerly(cls, route, request):
+    eager_net = cls()
+    want = [_param_call(eager_net, eager_net, cls is ViewOutNet) for _ in range(CALLS)]
+    assert all("modified by an in-place operation" in w for w in want)
+    net = cls()
+    fn = _jitted(net, route, request)
+    for call in range(CALLS):
+        assert _param_call(net, fn, cls is ViewOutNet) == want[call], f"call {call}"
+
+
+@pytest.mark.parametrize("route", ["jit", pytest.param("jit_O1", marks=pytest.mark.build), "graph_mode"])
+def test_a_write_through_the_handed_out_view_of_a_parameter_fails_as_eagerly(route, request):
+    def step(net, fn):
+        y, v = fn(Tensor(X.copy()))
+        with rt.no_grad():
+            v += 1.0
+        assert net.p._version == v._version  # the Parameter sees the write, as eagerly
+        return _error(lambda: y.sum().backward())
+
+    eager_net = ViewOutNet()
+    want = [step(eager_net, eager_net) for _ in range(CALLS)]
+    net = ViewOutNet()
+    fn = _jitted(net, route, request)
+    for call in range(CALLS):
+        assert step(net, fn) == want[call], f"call {call}"
+
+
+@pytest.mark.parametrize("route", ["jit", pytest.param("jit_O1", marks=pytest.mark.build), "graph_mode"])
+@pytest.mark.parametrize("cls", [ViewNet, ViewOutNet])
+def test_without_the_write_the_gradient_of_a_parameters_view_is_eagers(cls, route, request):
+    def ref(p):
+        v = p[1:]
+        return np.sum(v * X * v) if cls is ViewNet else np.sum(v * X)
+
+    def loss_of(out):
+        return out if cls is ViewNet else out[0].sum()
+
+    eager_net = cls()
+    loss_of(eager_net(Tensor(X.copy()))).backward()
+    want = eager_net.p.grad.asnumpy()
+    np.testing.assert_allclose(want, _central(ref, P0), rtol=1e-7, atol=1e-9)
+    net = cls()
+    fn = _jitted(net, route, request)
+    for call in range(CALLS):
+        net.p.grad = None
+        loss_of(fn(Tensor(X.copy()))).backward()
+        np.testing.assert_allclose(net.p.grad.asnumpy(), want, rtol=1e-13, err_msg=f"call {call}")
+
+
+def test_a_view_of_a_parameter_handed_out_without_grad_shares_its_version_counter():
+    net = ViewOutNet()
+    j = jit(net.construct)
+    for call in range(CALLS):
+        with rt.no_grad():
+            _, v = j(Tensor(X.copy()))
+            net.p += 1.0
+        assert v._version == net.p._version, f"call {call}"
+        np.testing.assert_array_equal(v.asnumpy(), net.p.asnumpy()[1:])
+
+
+class Square(Function):
+    """x * x, saving x."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return Tensor(x.asnumpy() ** 2)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g * 2.0 * x
+
+
+class OpaqueViewNet(nn.Cell):
+    """A Python Function saving a view of the Parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = Parameter(Tensor(P0.copy()), name="p")
+
+    def construct(self, x):
+        return (Square.apply(self.p[1:]) * x).sum()
+
+
+def test_an_opaque_op_saving_a_view_of_a_parameter_fails_as_eagerly():
+    eager_net = OpaqueViewNet()
+    want = [_param_call(eager_net, eager_net, False) for _ in range(CALLS)]
+    net = OpaqueViewNet()
+    j = jit(net.construct)
+    for call in range(CALLS):
+        assert _param_call(net, j, False) == want[call], f"call {call}"
