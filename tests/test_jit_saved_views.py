@@ -12,11 +12,27 @@ import pytest
 import runtime as rt
 from runtime import Parameter, Tensor, jit, mint, nn
 from runtime.autograd import Function
+from runtime.graph import list_backends, register_backend
 
 P0 = np.array([0.5, -1.0, 2.0, 3.0])
 X = np.array([1.5, -0.5, 2.5])
 CALLS = 3  # the call that traces, then two replays
-LEVELS = ["O0", pytest.param("O1", marks=pytest.mark.build)]  # O1 builds fused kernels
+COPYING = "test_saved_views_copying"  # a backend whose values are new memory: no view of an input
+
+
+def _copying(graph, config):
+    def run(inputs):
+        return [Tensor._from_array(o._data.copy()) for o in graph.run(inputs)]
+    return run
+
+
+if COPYING not in list_backends():
+    register_backend(COPYING, _copying)
+
+# ms_backend at O0 and O1 (which builds fused kernels), and a backend giving copies of the saved views
+CONFIGS = {"O0": {}, "O1": {"jit_level": "O1"}, "copying": {"backend": COPYING}}
+LEVELS = ["O0", pytest.param("O1", marks=pytest.mark.build), "copying"]
+ROUTES = ["jit", pytest.param("jit_O1", marks=pytest.mark.build), "jit_copying", "graph_mode"]
 
 
 @pytest.fixture
@@ -70,7 +86,7 @@ def test_a_write_to_an_input_whose_view_the_backward_reads_fails_as_eagerly(form
     fn, _ = INPUT_FORMS[form]
     want = _input_call(fn)
     assert "modified by an in-place operation" in want
-    j = jit(fn, jit_level=level)
+    j = jit(fn, **CONFIGS[level])
     for call in range(CALLS):
         assert _input_call(j) == want, f"call {call}"
     assert j.traces == 1
@@ -84,7 +100,7 @@ def test_without_the_write_the_gradient_of_an_inputs_view_is_eagers(form, level)
     fn(x).backward()
     want = x.grad.asnumpy()
     np.testing.assert_allclose(want, _central(ref, P0), rtol=1e-7, atol=1e-9)
-    j = jit(fn, jit_level=level)
+    j = jit(fn, **CONFIGS[level])
     for call in range(CALLS):
         x = Tensor(P0.copy(), requires_grad=True)
         j(x).backward()
@@ -132,31 +148,29 @@ class ViewOutNet(nn.Cell):
         return v * x, v
 
 
-def _param_call(net, fn, returns_view):
+def _param_call(net, fn, returns_view, copies=False):
     """One step: call, add 1 to ``net.p`` in place under no_grad, backward through the first output."""
     out = fn(Tensor(X.copy()))
     if returns_view:
         y, v = out
         with rt.no_grad():
             net.p += 1.0
-        assert v._version == net.p._version  # the view handed out counts the Parameter's writes
+        if not copies:  # the view handed out counts the Parameter's writes (a copy is memory of its own)
+            assert v._version == net.p._version
         return _error(lambda: y.sum().backward())
     with rt.no_grad():
         net.p += 1.0
     return _error(out.backward)
 
 
-ROUTES = ["jit", "jit_O1", "graph_mode"]
-
-
 def _jitted(net, route, request):
     if route == "graph_mode":
         request.getfixturevalue("graph_mode")
         return net
-    return jit(net.construct, jit_level="O1" if route == "jit_O1" else "O0")
+    return jit(net.construct, **CONFIGS[route[4:] if route != "jit" else "O0"])
 
 
-@pytest.mark.parametrize("route", ["jit", pytest.param("jit_O1", marks=pytest.mark.build), "graph_mode"])
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("cls", [ViewNet, ViewOutNet])
 def test_a_write_to_a_parameter_whose_view_the_backward_reads_fails_as_eagerly(cls, route, request):
     eager_net = cls()
@@ -165,7 +179,7 @@ def test_a_write_to_a_parameter_whose_view_the_backward_reads_fails_as_eagerly(c
     net = cls()
     fn = _jitted(net, route, request)
     for call in range(CALLS):
-        assert _param_call(net, fn, cls is ViewOutNet) == want[call], f"call {call}"
+        assert _param_call(net, fn, cls is ViewOutNet, route == "jit_copying") == want[call], f"call {call}"
 
 
 @pytest.mark.parametrize("route", ["jit", pytest.param("jit_O1", marks=pytest.mark.build), "graph_mode"])
@@ -185,7 +199,7 @@ def test_a_write_through_the_handed_out_view_of_a_parameter_fails_as_eagerly(rou
         assert step(net, fn) == want[call], f"call {call}"
 
 
-@pytest.mark.parametrize("route", ["jit", pytest.param("jit_O1", marks=pytest.mark.build), "graph_mode"])
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("cls", [ViewNet, ViewOutNet])
 def test_without_the_write_the_gradient_of_a_parameters_view_is_eagers(cls, route, request):
     def ref(p):
