@@ -28,7 +28,7 @@ from .cache.published import INFO, verified_record
 from .cache.trust import read_file, stamp_of
 
 __all__ = ["import_extension", "demangle", "loader_error", "RUNTIME_NAME", "DEP_FILES", "is_key", "recorded",
-           "preload", "preload_runtime", "loaded_runtime"]
+           "recorded_needs", "preload", "preload_runtime", "loaded_runtime"]
 
 # nanobind's runtime (built by nanobind_runtime.py) is loaded here, with the process's record of it,
 # so that a warm load() imports nothing that builds it
@@ -75,6 +75,19 @@ def recorded(lib: Path, names: Sequence[str]) -> Optional[List[Path]]:
             return None
         out.append(Path(path))
     return out
+
+
+def recorded_needs(lib: Path) -> List[Path]:
+    """Every library the record of module ``lib`` (in the cache) says it loads first, if each is
+    there unchanged (``recorded``); else none. For an import by path alone, as a pickle names it."""
+    try:
+        data = json.loads(read_file(lib.parent / INFO))
+    except (OSError, ValueError):
+        return []
+    entries = data.get("needs") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return []
+    return recorded(lib, [e.get("dir") for e in entries if isinstance(e, dict)]) or []
 
 
 def loaded_runtime() -> Optional[Path]:

@@ -1182,7 +1182,8 @@ def _restore(path: str, name: str, shape_fn: Optional[Dict[str, Callable]], back
         if module is None:
             from pathlib import Path
 
-            from ..importer import import_extension
+            from ..importer import import_extension, preload, recorded_needs
+            preload(recorded_needs(Path(path)))  # a nanobind module's runtime and core library, first
             module = import_extension(name, Path(path))
         ops = to_torch(module, shape_fn=shape_fn, backend=backend, mutates=mutates)
         _restored[key] = ops
