@@ -24,3 +24,24 @@ def test_an_old_module_path_is_the_moved_module_with_a_warning(old, new, name, m
     assert [str(w.message) for w in seen] == [f"{old} moved to {new}"]
     assert module is moved and sys.modules[old] is moved
     assert getattr(module, name) is getattr(moved, name)
+
+
+@pytest.mark.build  # the my_ops fixture compiles (tests/build_guard.py)
+def test_a_to_torch_namespace_pickled_before_the_move_loads(my_ops, tmp_path):
+    """torch.save of a model holding a to_torch namespace stores ``opbuilder.interop_torch._restore``
+    (protocol 2, as torch.save writes it) when made before the move; it loads in a new process."""
+    import pickle
+    import subprocess
+
+    pytest.importorskip("torch")
+    import opbuilder
+
+    now = pickle.dumps(opbuilder.to_torch(my_ops), protocol=2)
+    assert b"copbuilder.bridges.interop_torch\n_restore\n" in now
+    old = tmp_path / "old.pkl"
+    old.write_bytes(now.replace(b"copbuilder.bridges.interop_torch\n", b"copbuilder.interop_torch\n"))
+    code = (f"import pickle, warnings, torch; warnings.simplefilter('ignore', DeprecationWarning); "
+            f"t = pickle.loads(open({str(old)!r}, 'rb').read()); "
+            f"print(t.mul(torch.tensor([2.0]), torch.tensor([3.0])).item())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.stdout.strip() == "6.0", r.stderr
