@@ -264,3 +264,39 @@ def test_an_opaque_op_saving_a_view_of_a_parameter_fails_as_eagerly():
     j = jit(net.construct)
     for call in range(CALLS):
         assert _param_call(net, j, False) == want[call], f"call {call}"
+
+
+def test_a_reshape_that_copies_for_other_strides_is_checked_as_eagerly():
+    """x.reshape(-1) views a contiguous x and copies a transposed one (same shape, one signature): eagerly only
+    the view sees the write to x. Whichever strides the trace saw, each call fails as eagerly or gives eager's
+    gradient."""
+    a = np.array([[1.0, -2.0, 0.5], [3.0, 1.5, -1.0]])
+    make = {"contiguous": lambda: Tensor(a.copy(), requires_grad=True),
+            "transposed": lambda: rt.from_numpy(np.ascontiguousarray(a.T).T).requires_grad_()}
+
+    def f(x):
+        v = x.reshape(-1)
+        return (v * v).sum()
+
+    def call(fn, name):
+        x = make[name]()
+        loss = fn(x)
+        with rt.no_grad():
+            x += 1.0
+        try:
+            loss.backward()
+        except RuntimeError as e:
+            return str(e)
+        return x.grad.asnumpy()
+
+    for first, other in (("contiguous", "transposed"), ("transposed", "contiguous")):
+        j = jit(f)
+        for name in (first, other, first, other):
+            want, got = call(f, name), call(j, name)
+            if isinstance(want, str):
+                assert "modified by an in-place operation" in want
+                assert isinstance(got, str) and got == want, f"traced {first}, called {name}: {got}"
+            else:
+                assert not isinstance(got, str), f"traced {first}, called {name}: {got}"
+                np.testing.assert_array_equal(got, want, err_msg=f"traced {first}, called {name}")
+        assert j.traces == 1

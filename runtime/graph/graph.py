@@ -106,11 +106,14 @@ class Graph:
     # input itself, or a view of it) or of a captured tensor (a view of it): eagerly it is a view of that
     # tensor, sharing its version counter
     out_alias: List[Tuple[int, "Ref"]] = field(default_factory=list)
-    # (node id, argument position) -> (Input or Const, writes to it before the read) of an op's value that
-    # was, when the node read it, a view of an input's or a captured tensor's memory (one version counter):
-    # eagerly a node saving the view sees a later write to that tensor; a replay's backward checks the
-    # tensor's version as pre-call version + the writes (jit/backward.py ``arg_reads``)
-    view_reads: Dict[Tuple[int, int], Tuple["Ref", int]] = field(default_factory=dict)
+    # (node id, argument position) -> (Input or Const, writes to it before the read, its strides, whether a
+    # view) of an op's value that was, when the node read it, a view of an input's or a captured tensor's
+    # memory (one version counter): eagerly a node saving the view sees a later write to that tensor; a
+    # replay's backward checks the tensor's version as pre-call version + the writes (jit/backward.py
+    # ``arg_reads``). Whether a reshape views or copies depends on the strides: a call with other strides
+    # checks the value it made, as does one of a primitive's copy of a non-contiguous tensor ("whether a
+    # view" False), which other strides may make a view.
+    view_reads: Dict[Tuple[int, int], Tuple["Ref", int, Any, bool]] = field(default_factory=dict)
 
     def __str__(self) -> str:
         ins = ", ".join(f"%in{i}: {_meta(s, d)}" for i, (s, d) in enumerate(zip(self.input_shapes,

@@ -22,7 +22,7 @@ require grad) that some gradient reaches.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -57,6 +57,11 @@ class BackwardGraph:
     # or through a view of their memory (Graph.view_reads): (("in", i) or ("const", tensor), argument index,
     # op name, writes the forward made to it before the read)
     arg_reads: Tuple[Tuple[Key, int, str, int], ...] = ()
+    # position in ``arg_reads`` of each read through a view -> (the viewed tensor's strides when traced, the
+    # position in ``saved`` of the value read or None, whether it was a view when traced): a call whose tensor
+    # has other strides may have made a copy instead, or a view of a copy (a reshape), so it checks the
+    # tensor's version only where the value it saved views it (Graph.view_reads)
+    view_layouts: Dict[int, Tuple[Any, Optional[int], bool]] = field(default_factory=dict)
     # eager's error for a value a primitive on a gradient's path read that a later op of the forward wrote in
     # place (Graph.stale_reads): every backward through this graph fails with it, as eagerly
     stale: Optional[str] = None
@@ -164,6 +169,7 @@ class _Builder:
         self.opaque: Dict[int, List[int]] = {}
         self.readers: Dict[Tuple[int, int], Tuple[int, str]] = {}
         self.arg_reads: List[Tuple[Key, int, str, int]] = []
+        self.view_layouts: Dict[int, Tuple[Any, Tuple[int, int], bool]] = {}
         self.stale: Optional[str] = None
         self.owner = object()
 
@@ -227,6 +233,7 @@ class _Builder:
                     # a value viewing an input's or a captured tensor's memory: eagerly the node saves the view,
                     # whose version is that tensor's (one counter)
                     vr = view[0]
+                    self.view_layouts[len(self.arg_reads)] = (view[2], (r.node, r.index), view[3])
                     self.arg_reads.append((("in", vr.index) if isinstance(vr, Input) else ("const", vr.value), j,
                                            getattr(n.target, "name", n.op), view[1]))
                 st = self.fwd.stale_reads.get((n.id, j)) if (j >= len(reads) or reads[j]) else None
@@ -295,8 +302,10 @@ def build_backward(graph: Graph, inputs: Sequence[Tensor], sources: List[Key]) -
     read = {r.index for n in bgraph.nodes if n.kind != "backward" for r in n.inputs if isinstance(r, Input)}
     read.update(r.index for r in bgraph.outputs if isinstance(r, Input))
     prim_read = frozenset((keys[i][1], keys[i][2]) for i in read if keys[i][0] == "val")
+    pos = {nk: j for j, nk in enumerate(saved)}
+    layouts = {i: (strides, pos.get(nk), seen) for i, (strides, nk, seen) in b.view_layouts.items()}
     return BackwardGraph(bgraph, keys, saved, sources, which, b.opaque, b.owner, b.readers, prim_read,
-                         tuple(b.arg_reads), b.stale)
+                         tuple(b.arg_reads), view_layouts=layouts, stale=b.stale)
 
 
 def _prune_inputs(graph: Graph, keys: List[Key]) -> Tuple[List[Key], Graph]:

@@ -39,6 +39,9 @@ class Tracer:
         self._out_reads: List[Any] = []  # (node id, argument position, op value, its version then)
         # id(op value) -> the input or captured tensor whose memory it views (its version counter), as a Ref
         self._view_src: Dict[int, Ref] = {}
+        # id(op value) -> the input or captured tensor it was copied from by a primitive that, for other strides,
+        # may view it instead (a reshape of a transposed tensor)
+        self._maybe_src: Dict[int, Ref] = {}
         self._prev: Any = None
         self.stopped: Optional[str] = None  # why the recording stopped ("at file:line, what"), or None
         self._on = False
@@ -68,26 +71,41 @@ class Tracer:
         self._inputs = []
         self._out_reads = []
         self._view_src = {}
+        self._maybe_src = {}
 
     def _viewed(self, src: Ref) -> Tensor:
         """The tensor of ``src``: an input, or a captured tensor."""
         return self._inputs[src.index] if isinstance(src, Input) else src.value
 
-    def _note_views(self, args: Sequence[Any], outs: List[Any]) -> None:
+    def _source(self, a: Tensor) -> Optional[Ref]:
+        """``a`` as an input or captured tensor, or the one whose memory it views; else None."""
+        r = self._refs.get(id(a))
+        if isinstance(r, Output):
+            return self._view_src.get(id(a))
+        return r if isinstance(r, Input) else Const(a)
+
+    def _note_views(self, kind: str, args: Sequence[Any], outs: List[Any]) -> None:
         """Note each output of an op over the memory of an input or captured tensor: it shares the version
-        counter of an argument that is one, or that views one (a slice of a slice, a reshape of a slice...)."""
+        counter of an argument that is one, or that views one (a slice of a slice, a reshape of a slice...).
+        A primitive's copy of one that is not contiguous may be a view for other strides (a reshape)."""
+        tensors = [a for a in args if isinstance(a, Tensor)]
         for o in outs:
             vc = o._vc
-            if vc is UNWRITTEN:
-                continue
-            for a in args:
-                if isinstance(a, Tensor) and a._vc is vc:
-                    r = self._refs.get(id(a))
-                    src = self._view_src.get(id(a)) if isinstance(r, Output) else (
-                        r if isinstance(r, Input) else Const(a))
+            src = None
+            if vc is not UNWRITTEN:
+                for a in tensors:
+                    if a._vc is vc:
+                        src = self._source(a)
+                        if src is not None:
+                            self._view_src[id(o)] = src
+                            break
+            if src is None and kind == "primitive" and len(tensors) == 1:
+                a = tensors[0]
+                flags = getattr(a._data, "flags", None)
+                if flags is not None and not flags.c_contiguous and a._data.dtype == o._data.dtype:
+                    src = self._source(a) or self._maybe_src.get(id(a))
                     if src is not None:
-                        self._view_src[id(o)] = src
-                        break
+                        self._maybe_src[id(o)] = src
 
     def ref(self, x: Any) -> Ref:
         """The graph value for ``x``: a known tensor's reference, or a constant."""
@@ -115,7 +133,16 @@ class Tracer:
                 if src is not None:  # a view of an input or captured tensor: its writes are that tensor's
                     t = self._viewed(src)
                     if t._vc is a._vc:
-                        self.graph.view_reads[(nid, k)] = (src, v - self._start.get(id(t), v))
+                        self.graph.view_reads[(nid, k)] = (src, v - self._start.get(id(t), v),
+                                                           getattr(t._data, "strides", None), True)
+                        src = None
+                elif self._maybe_src:
+                    src = self._maybe_src.get(id(a))
+                    if src is not None:  # a copy here, a view for other strides
+                        t = self._viewed(src)
+                        tv = t._version
+                        self.graph.view_reads[(nid, k)] = (src, tv - self._start.get(id(t), tv),
+                                                           getattr(t._data, "strides", None), False)
         hook.tracer = None
         flag.value -= 1
         try:
@@ -159,7 +186,7 @@ class Tracer:
             if not isinstance(o, Tensor):
                 raise TypeError(f"jit: op {name} returned a {type(o).__name__}; a traced op must return "
                                 f"Tensors")
-        self._note_views(args, outs)
+        self._note_views(kind, args, outs)
         node = Node(id=len(self.graph.nodes), op=name, kind=kind, target=target,
                     inputs=[self.ref(a) for a in args], attrs=dict(attrs),
                     out_shapes=[tuple(o._data.shape) for o in outs], out_dtypes=[o._data.dtype for o in outs],
@@ -204,6 +231,7 @@ class Tracer:
         self._keep = []
         self._inputs = []
         self._view_src = {}
+        self._maybe_src = {}
         return self.graph
 
 

@@ -160,6 +160,14 @@ def _link_aliases(graph: Graph, tensors: Sequence[Tensor], outs: List[Any]) -> L
     return outs
 
 
+def _view_reads(reads: List[Any], recheck: List[Tuple[int, Optional[int]]], saved: List[Any]) -> List[Any]:
+    """``reads`` without the reads through a view (at ``recheck``: position, saved value) whose value this call
+    made as a copy (a reshape, for some strides): eagerly that node saved the copy, which no write reaches."""
+    drop = {i for i, k in recheck
+            if k is None or memory_owner(saved[k]._data) is not memory_owner(reads[i][0]._data)}
+    return [r for i, r in enumerate(reads) if i not in drop]
+
+
 _VARIANTS = 8  # traces of one signature for other read values, after which it runs eagerly
 
 
@@ -287,6 +295,11 @@ class JitFunction:
         reads = [(tensors[src[1]] if src[0] == "in" else src[1], off, f"argument {j} of {name}")
                  for src, j, name, off in g.plan.arg_reads]
         reads = [(t, t._vc.value + off, what) for t, off, what in reads]
+        # reads through a view of a tensor whose strides differ from the trace's (its value may be a copy), or
+        # through a copy that other strides may make a view: the value this call saves tells
+        recheck = [(i, k) for i, (strides, k, seen) in g.plan.view_layouts.items()
+                   if not seen or getattr(reads[i][0]._data, "strides", None) != strides] \
+            if g.plan.view_layouts else None
         if not g.plan.opaque:
             with no_grad():
                 res = g.forward(tensors)
@@ -318,6 +331,8 @@ class JitFunction:
                     o = Tensor._from_array(o._data)
                 outs.append(o)
             saved = [Tensor._from_array(v._data) if j in g.alias else v for j, v in enumerate(res[n:])]
+        if recheck:
+            reads = _view_reads(reads, recheck, saved)
         if entry.traced.out_alias:
             _link_aliases(entry.traced, tensors, outs)
         # the version each output whose memory the backward reads had when handed out, with the op's own
