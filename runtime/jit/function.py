@@ -38,7 +38,7 @@ from .capture import Tracer
 from .guards import Guards, collect, too_many
 from .tracing import hook
 
-__all__ = ["JitFunction", "CAPTURE_MODES"]
+__all__ = ["JitFunction"]
 
 
 
