@@ -111,13 +111,17 @@ class Tensor:
 
     # numpy defers ``ndarray * Tensor`` to ``Tensor.__rmul__``
     __array_priority__ = 1000
+    # _base_ref is a slot, so native code reads it at a fixed offset (call_rules.h BaseRefOf) on every
+    # Function<T> call instead of an attribute lookup: every way a Tensor is made sets it (None, no view)
+    __slots__ = ("_base_ref", "__dict__", "__weakref__")
 
     requires_grad: bool = False
     grad: Optional["Tensor"] = None
     _node = None
     _out_index: int = 0
     _vc: Version = UNWRITTEN
-    _base_ref = None  # a weak reference to the tensor whose memory this view (slice, reshape...) is a part of
+    # _base_ref (the slot above): a weak reference to the tensor whose memory this view (slice, reshape...)
+    # is a part of, or None
     _view_version: int = 0  # a view's: its memory's version when its history (_node) was set (call_rules.refresh_view)
     _view_no_grad: bool = False  # a view's: made while grad mode was off from a base that requires grad
 
@@ -131,6 +135,7 @@ class Tensor:
 
     def __init__(self, data: Any = None, dtype: Any = None, device: Optional[str] = None, *,
                  requires_grad: bool = False, input_data: Any = None) -> None:
+        self._base_ref = None
         if data is None:
             data = input_data  # MindSpore's keyword
         if data is None:
@@ -144,6 +149,7 @@ class Tensor:
     def _from_array(arr: np.ndarray) -> "Tensor":
         """Wrap an ndarray without checks (the fast path used by ops)."""
         t = _new(Tensor)
+        t._base_ref = None
         t._data = arr
         return t
 
@@ -221,6 +227,7 @@ class Tensor:
     def detach(self) -> "Tensor":
         """A new leaf sharing this tensor's data and version counter, outside the graph."""
         t = _new(Tensor)
+        t._base_ref = None
         t._data = self._data
         share_version(t, self)
         return t
@@ -291,6 +298,7 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
         d = like._data
         if type(d) is np.ndarray and d.dtype.kind == "f":
             t = _new(Tensor)
+            t._base_ref = None
             t._data = np.asarray(value, d.dtype)
             return t
     if like is not None and isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic):
@@ -313,6 +321,7 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
 def _shared(data: Any, dtype: Any = None, device: Optional[str] = None) -> Tensor:
     """A Tensor over ``data``'s memory where it can be (``Tensor(data)`` without the copy)."""
     t = _new(Tensor)
+    t._base_ref = None
     t._data = _infer_array(data, None if dtype is None else _dt.to_dtype(dtype),
                            None if device is None else _device.parse_device(device))
     return t

@@ -32,6 +32,7 @@
 // ndarrays passed after the outputs (Init's workspaces).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>  // T_OBJECT_EX: the type of a __slots__ member
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
@@ -352,11 +353,37 @@ class Refs {
   Slots<PyObject *> refs_;
 };
 
-// A new instance of `type` holding `array` as its _data: object.__new__(type), then the attribute.
+// The byte offset of runtime.Tensor's `_base_ref` slot in `type` (runtime/tensor.py: set by every way a
+// Tensor is made), found once from the slot's member descriptor; 0 if it is no slot.
+Py_ssize_t BaseRefSlot(PyTypeObject *type) {
+  static Py_ssize_t offset = -1;
+  if (offset >= 0) return offset;
+  offset = 0;
+  PyObject *d = PyObject_GetAttrString(reinterpret_cast<PyObject *>(type), "__dict__");
+  PyObject *m = d != nullptr ? PyMapping_GetItemString(d, "_base_ref") : nullptr;
+  if (m != nullptr && Py_IS_TYPE(m, &PyMemberDescr_Type)) {
+    const PyMemberDef *def = reinterpret_cast<PyMemberDescrObject *>(m)->d_member;
+    if (def->type == T_OBJECT_EX && def->offset > 0) offset = def->offset;
+  }
+  Py_XDECREF(m);
+  Py_XDECREF(d);
+  PyErr_Clear();
+  return offset;
+}
+
+// A new instance of `type` holding `array` as its _data, no view (`_base_ref` None): object.__new__(type),
+// then the attributes.
 PyObject *Wrap(PyTypeObject *type, PyObject *array) {
   PyObject *t = PyBaseObject_Type.tp_new(type, g_empty, nullptr);
   if (t == nullptr) return nullptr;
   if (PyObject_SetAttr(t, g_data, array) < 0) {
+    Py_DECREF(t);
+    return nullptr;
+  }
+  if (const Py_ssize_t off = BaseRefSlot(type)) {
+    Py_INCREF(Py_None);
+    *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(t) + off) = Py_None;  // unset until now
+  } else if (PyObject_SetAttrString(t, "_base_ref", Py_None) < 0) {
     Py_DECREF(t);
     return nullptr;
   }

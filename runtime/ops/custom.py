@@ -191,6 +191,7 @@ class Custom:
             outs = self._call_general(inputs, arrays, specs)
         if len(outs) == 1:
             res = _new(Tensor)
+            res._base_ref = None
             res._data = outs[0]
             if _state.enabled:
                 for x in inputs:

@@ -41,6 +41,7 @@ def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
             d = x._data
             if type(d) is np.ndarray and d.dtype.kind == "f":
                 t = _new(Tensor)
+                t._base_ref = None
                 t._data = np.asarray(y, d.dtype)
                 return x, t
         if isinstance(y, float) and x._data.dtype.kind in "biu":

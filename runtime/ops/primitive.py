@@ -82,6 +82,7 @@ class Primitive:
         if type(out) is not np.ndarray:
             out = _result(out, args, self.name)
         res = _new(_Tensor)
+        res._base_ref = None
         res._data = out
         if out.base is not None:  # a view (reshape, slice...): maybe of an input
             _share_input_version(res, out, args)
@@ -239,6 +240,7 @@ class PrimitiveNode(Node):
                                    f"in-place operation: output 0 of {self.name} is at version {t._version}; "
                                    f"expected version {self.out_version}")
             ans = _new(_Tensor)
+            ans._base_ref = None
             ans._data = self.out
             if create_graph:
                 ans._node = self
@@ -336,6 +338,7 @@ def _unpacked(node: HookedPrimitiveNode, packed: Any, what: str, edge: Any, meta
         raise TypeError(f"{node.name}: the saved_tensors_hooks unpack hook returned a {type(t).__name__} for "
                         f"{what}; it must return a runtime.Tensor")
     u = _new(_Tensor)
+    u._base_ref = None
     u._data = t._data
     if edge is not None:
         u._node, u.requires_grad = _Reattach(edge, meta), True

@@ -106,12 +106,32 @@ inline PyObject *RebaseViewRule() {
   return CachedRule(slot, [] { return ImportAttr("runtime._native", "rebase_view"); });
 }
 
+// runtime.Tensor's `_base_ref` is a slot of the class (runtime/tensor.py), read here at its offset
+// (found once, from the slot's member descriptor) for a runtime.Tensor or a subclass: each Function<T>
+// call reads it for every argument, and an attribute lookup would cost more than a small op. True when
+// read: `*value` is borrowed, null when unset (a tensor made without __init__: no view). False for any
+// other object, or if the slot is ever gone: then look it up (BaseRefOf).
+inline bool ReadBaseRefSlot(PyObject *obj, PyObject **value) {
+  const Runtime &rt = Runtime::Get();
+  const Py_ssize_t off = BaseRefSlot(rt);
+  if (off == 0 || !PyObject_TypeCheck(obj, rt.tensor_type)) return false;
+  *value = *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(obj) + off);
+  return true;
+}
+
+// `obj`'s `_base_ref` (new reference; None for a tensor that is no view).
+inline PyRef BaseRefOf(PyObject *obj) {
+  PyObject *v = nullptr;
+  if (ReadBaseRefSlot(obj, &v)) return PyRef::Borrow(v != nullptr ? v : Py_None);
+  return PyRef::Steal(Check(PyObject_GetAttr(obj, BaseRefAttr())));
+}
+
 inline PyObject *RefreshViewRule() {
   static std::atomic<PyObject *> slot{nullptr};
   return CachedRule(slot, [] { return ImportAttr("runtime._native", "refresh_view_arg"); });
 }
 
-// Before the edge to argument `t` is taken: if it is a view (it has a `_base_ref`; one attribute read for
+// Before the edge to argument `t` is taken: if it is a view (it has a `_base_ref`; one slot read for
 // any other tensor) whose base was written in place since its history was set, its history becomes a part
 // of the base's current one (runtime/call_rules.py refresh_view), and `t` (and `caller`, the caller's
 // tensor where `t` is a private copy) learn whether it requires grad now. True when a write into it is
@@ -120,8 +140,8 @@ inline bool RefreshViewArg(Tensor *t, Tensor *caller) {
   if (t == nullptr) return false;
   PyObject *obj = t->py_object();
   if (obj == nullptr) return false;
-  PyRef ref = PyRef::Steal(Check(PyObject_GetAttr(obj, BaseRefAttr())));
-  if (ref.get() == Py_None) return false;
+  PyObject *v = nullptr;
+  if (ReadBaseRefSlot(obj, &v) ? (v == nullptr || v == Py_None) : BaseRefOf(obj).get() == Py_None) return false;
   PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(RefreshViewRule(), obj, nullptr)));
   const long how = PyLong_AsLong(r.get());
   if (how == -1 && PyErr_Occurred()) throw PythonError();
@@ -148,7 +168,7 @@ inline PyRef WeakTarget(PyObject *ref) {
 inline Refusal RecordingRefusal(PyObject *obj, PyObject *edge) {
   if (obj == nullptr) return Refusal::kNone;
   if (edge == obj) return Refusal::kLeaf;
-  PyRef ref = PyRef::Steal(Check(PyObject_GetAttr(obj, BaseRefAttr())));
+  PyRef ref = BaseRefOf(obj);
   if (ref.get() == Py_None) return Refusal::kNone;
   PyRef base = WeakTarget(ref.get());
   if (base.get() == Py_None) return Refusal::kNone;
@@ -194,7 +214,7 @@ inline void ShareVersion(PyObject *out, PyObject *arg) {
 // if it is a view of a base, the base's history becomes the write (runtime/call_rules.py rebase_view).
 inline void RebaseView(PyObject *view, std::size_t index) {
   if (view == nullptr) return;
-  PyRef ref = PyRef::Steal(Check(PyObject_GetAttr(view, BaseRefAttr())));
+  PyRef ref = BaseRefOf(view);
   if (ref.get() == Py_None) return;
   PyRef i = PyRef::Steal(Check(PyLong_FromSize_t(index)));
   PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(RebaseViewRule(), view, i.get(), nullptr)));

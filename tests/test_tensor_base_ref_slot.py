@@ -1,0 +1,43 @@
+"""runtime.Tensor's `_base_ref` is a slot (native code reads it at its offset on every Function<T> call,
+include/opbuilder/detail/call_rules.h ReadBaseRefSlot). A slot has no class default, so every way a Tensor
+is made must set it: one that did not would fail the next op that reads it with an AttributeError."""
+import copy
+import pickle
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from op_util import CUSTOM_SRC
+from runtime import Parameter, Tensor, ops
+
+
+def _no_view(t):
+    assert t._base_ref is None
+
+
+def test_the_slot_is_declared_once_on_tensor():
+    assert "_base_ref" in Tensor.__slots__ and type(Tensor.__dict__["_base_ref"]).__name__ == "member_descriptor"
+
+
+def test_every_python_way_of_making_a_tensor_sets_it():
+    x = Tensor(np.arange(6.0), requires_grad=True)
+    made = [x, Parameter(np.ones(2)), Tensor._from_array(np.ones(2)), x.detach(), rt.from_numpy(np.ones(3)),
+            x * 2, x + 1.0, ops.sum(x), copy.copy(x), copy.deepcopy(x), pickle.loads(pickle.dumps(x))]
+    for t in made:
+        _no_view(t)
+    g, = rt.autograd.grad((x * x).sum(), x)
+    _no_view(g)
+    v = (x * 1)[1:3]
+    assert v._base_ref is not None and v._base_ref() is not None  # a view knows its base
+
+
+@pytest.mark.build  # compiles custom_src/function_ops.cpp and an aot kernel (tests/build_guard.py)
+def test_tensors_made_by_native_code_set_it(my_ops):
+    x, y = Tensor(np.ones(3)), Tensor(np.ones(3) * 2, requires_grad=True)
+    _no_view(my_ops.mul(x, y))  # runtime_bridge.h NewPyTensor
+    add = ops.Custom(f"{CUSTOM_SRC / 'aot_add.cpp'}:CustomAdd", out_shape=[3], out_dtype=rt.float32,
+                     func_type="aot")
+    a = Tensor(np.ones(3, np.float32))
+    _no_view(add(a, a))  # runtime/ops/aot_call.cpp Wrap
+    assert np.array_equal(add(a, a).asnumpy(), np.full(3, 2, np.float32))
