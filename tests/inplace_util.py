@@ -1,11 +1,15 @@
-"""What the in-place tests share (test_inplace_views, test_inplace_older_views, test_jit_view_writes):
-Python Functions that write their argument (``mark_dirty``), and the views a write goes through. The
-C++ twins are tests/cpp/inplace_view_ops.cpp (conftest's ``inplace_view_ops`` fixture)."""
+"""What the in-place tests share (test_inplace_views, test_inplace_older_views, test_jit_view_writes,
+test_jit_saved_views): Python Functions that write their argument (``mark_dirty``) or save it, the views
+a write goes through, and central differences. The C++ twins are tests/cpp/inplace_view_ops.cpp
+(conftest's ``inplace_view_ops`` fixture)."""
 from __future__ import annotations
 
+import numpy as np
+
+from runtime import Tensor
 from runtime.autograd import Function
 
-__all__ = ["PyScale", "PyAdd", "VIEWS"]
+__all__ = ["PyScale", "PyAdd", "PySquare", "VIEWS", "central"]
 
 # a view of a 6-element base, as each framework spells it (runtime and torch alike)
 VIEWS = {
@@ -46,3 +50,27 @@ class PyAdd(Function):
     @staticmethod
     def backward(ctx, g):
         return g, g
+
+
+class PySquare(Function):
+    """x * x, a Python Function that reads (not writes) its argument and saves it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return Tensor(x.asnumpy() ** 2)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g * 2.0 * x
+
+
+def central(f, x, eps=1e-6):
+    """The gradient of the scalar function ``f`` at the float64 array ``x`` by central differences."""
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
+    return g

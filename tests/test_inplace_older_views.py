@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import runtime as rt
-from inplace_util import PyScale, PyAdd
+from inplace_util import PyAdd, PyScale, PySquare
 from runtime import Tensor
-from runtime.autograd import Function, grad
+from runtime.autograd import grad
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
 
@@ -24,20 +24,6 @@ pytestmark = pytest.mark.build  # the module's fixture compiles tests/cpp/inplac
 @pytest.fixture(scope="module")
 def ops(inplace_view_ops):
     return inplace_view_ops
-
-
-class PySquare(Function):
-    """x * x, a Python Function that reads (not writes) its argument."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return Tensor(x.asnumpy() ** 2)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, = ctx.saved_tensors
-        return g * 2.0 * x
 
 
 # views of a 6-element base, each made the same way in the runtime and in torch

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import runtime as rt
+from inplace_util import PySquare, central
 from runtime import Parameter, Tensor, jit, mint, nn
-from runtime.autograd import Function
 from runtime.graph import list_backends, register_backend
 
 P0 = np.array([0.5, -1.0, 2.0, 3.0])
@@ -40,15 +40,6 @@ def graph_mode():
     rt.set_context(mode=rt.GRAPH_MODE)
     yield
     rt.set_context(mode=rt.PYNATIVE_MODE)
-
-
-def _central(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for i in range(x.size):
-        d = np.zeros_like(x)
-        d[i] = eps
-        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
-    return g
 
 
 def _error(backward):
@@ -99,7 +90,7 @@ def test_without_the_write_the_gradient_of_an_inputs_view_is_eagers(form, level)
     x = Tensor(P0.copy(), requires_grad=True)
     fn(x).backward()
     want = x.grad.asnumpy()
-    np.testing.assert_allclose(want, _central(ref, P0), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(want, central(ref, P0), rtol=1e-7, atol=1e-9)
     j = jit(fn, **CONFIGS[level])
     for call in range(CALLS):
         x = Tensor(P0.copy(), requires_grad=True)
@@ -212,7 +203,7 @@ def test_without_the_write_the_gradient_of_a_parameters_view_is_eagers(cls, rout
     eager_net = cls()
     loss_of(eager_net(Tensor(X.copy()))).backward()
     want = eager_net.p.grad.asnumpy()
-    np.testing.assert_allclose(want, _central(ref, P0), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(want, central(ref, P0), rtol=1e-7, atol=1e-9)
     net = cls()
     fn = _jitted(net, route, request)
     for call in range(CALLS):
@@ -232,20 +223,6 @@ def test_a_view_of_a_parameter_handed_out_without_grad_shares_its_version_counte
         np.testing.assert_array_equal(v.asnumpy(), net.p.asnumpy()[1:])
 
 
-class Square(Function):
-    """x * x, saving x."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return Tensor(x.asnumpy() ** 2)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, = ctx.saved_tensors
-        return g * 2.0 * x
-
-
 class OpaqueViewNet(nn.Cell):
     """A Python Function saving a view of the Parameter."""
 
@@ -254,7 +231,7 @@ class OpaqueViewNet(nn.Cell):
         self.p = Parameter(Tensor(P0.copy()), name="p")
 
     def construct(self, x):
-        return (Square.apply(self.p[1:]) * x).sum()
+        return (PySquare.apply(self.p[1:]) * x).sum()
 
 
 def test_an_opaque_op_saving_a_view_of_a_parameter_fails_as_eagerly():

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import runtime as rt
-from inplace_util import PyScale, VIEWS as SHARED_VIEWS
+from inplace_util import PyScale, VIEWS as SHARED_VIEWS, central
 from runtime import Tensor, nn
 from runtime.autograd import grad, no_grad
 
@@ -58,15 +58,6 @@ def _torch_grad(view, x=X):
     return torch.autograd.grad(loss, tx)[0].numpy(), loss.item()
 
 
-def _central(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for i in range(x.size):
-        d = np.zeros_like(x)
-        d[i] = eps
-        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
-    return g
-
-
 @pytest.mark.parametrize("view", sorted(VIEWS))
 @pytest.mark.parametrize("route", ["cpp", "cpp_views", "python"])
 @pytest.mark.parametrize("level", ["O0", "O1"])
@@ -93,7 +84,7 @@ def test_a_write_into_a_view_of_an_intermediate_gives_torchs_gradient_on_every_c
         def value(a):  # the loss from calls recording nothing: the graph replays
             with no_grad():
                 return float(jf(Tensor(a)).asnumpy())
-        np.testing.assert_allclose(_central(value, X.copy()), want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(central(value, X.copy()), want, rtol=1e-6, atol=1e-6)
     assert jf.traces == 1
 
 
