@@ -6,9 +6,11 @@
 BASE is a commit (e.g. the parent of a change). A worktree of it is made under the system's temp
 folder (kept for the next run). Each round runs every script once in each checkout, the order of the
 two alternating (A B, B A, ...), so machine load falls on both alike. Every time cell of the scripts'
-markdown tables (``12.30 us (11.90-13.05)``) is a row here: this checkout's median over BASE's, per
-round, printed as the median of the rounds' ratios with their min-max, and MET when that median is
-within ``--goal`` (default 1.05: issue 33's "no per-call cost regression" bound). A row only one side
+markdown tables (``12.30 us (11.90-13.05)``) is a row here, and so is every figure line outside them
+(train.py's ``title: runtime 12.3 us (...)``, load_and_call.py's and builder.py's
+``label  0.83 s (...)``): this checkout's median over BASE's, per round, printed as the median of the
+rounds' ratios with their min-max, and MET when that median is within ``--goal`` (default 1.05: issue
+33's "no per-call cost regression" bound). A row only one side
 printed is shown but not judged. Each side builds its own operators into its own cache (one warm-up
 run of each first, untimed).
 """
@@ -28,6 +30,10 @@ from typing import Dict, List, Tuple
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 _CELL = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ns|us|ms|s)\s*\(")
+# the figure lines other scripts print: "title: runtime 12.3 us (..." (train.py) and
+# "label   0.83 s (0.83-0.83) ..." (load_and_call.py, builder.py): the first figure, keyed by the label
+_LINE = (re.compile(r"^(.+?):\s+runtime\s+([0-9]+(?:\.[0-9]+)?)\s*(ns|us|ms|s)\s*\("),
+         re.compile(r"^([A-Za-z][^|]*?)\s{2,}([0-9]+(?:\.[0-9]+)?)\s*(ns|us|ms|s)\s*\("))
 _SCALE = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
@@ -43,12 +49,18 @@ def worktree(base: str) -> Path:
 
 
 def cells(text: str) -> Dict[Tuple[str, str], float]:
-    """Seconds of every time cell of the markdown tables in ``text``, keyed by (row label, column)."""
+    """Seconds of every time cell of the markdown tables in ``text``, keyed by (row label, column), and
+    of every figure line outside them, keyed by (label, "figure")."""
     out: Dict[Tuple[str, str], float] = {}
     head: List[str] = []
     for line in text.splitlines():
         if not line.startswith("|"):
             head = []
+            for pat in _LINE:
+                m = pat.match(line.strip())
+                if m:
+                    out[(m.group(1).strip(), "figure")] = float(m.group(2)) * _SCALE[m.group(3)]
+                    break
             continue
         parts = [p.strip() for p in line.strip().strip("|").split("|")]
         if not head:
