@@ -75,6 +75,15 @@ def cache_dir(request):
         os.environ["OPBUILDER_CACHE_DIR"] = old
 
 
+@pytest.fixture
+def graph_mode():
+    """The runtime's GRAPH_MODE for one test (every Cell call runs as jit would), then PYNATIVE_MODE."""
+    import runtime as rt
+    rt.set_context(mode=rt.GRAPH_MODE)
+    yield
+    rt.set_context(mode=rt.PYNATIVE_MODE)
+
+
 @pytest.fixture(scope="session")
 def inplace_view_ops(cache_dir):
     """tests/cpp/inplace_view_ops.cpp: MarkDirty ops that write views (the in-place tests)."""

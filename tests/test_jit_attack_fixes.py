@@ -32,13 +32,6 @@ def counted(cache_dir):
     return load_op("jit_counted_ops", [CPP / "jit_counted_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
 
 
-@pytest.fixture
-def graph_mode():
-    rt.set_context(mode=rt.GRAPH_MODE)
-    yield
-    rt.set_context(mode=rt.PYNATIVE_MODE)
-
-
 class Halve(Function):
     """x *= 0.5 in place (mark_dirty); it writes a view's memory, which is its base's."""
 

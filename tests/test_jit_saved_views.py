@@ -35,13 +35,6 @@ LEVELS = ["O0", pytest.param("O1", marks=pytest.mark.build), "copying"]
 ROUTES = ["jit", pytest.param("jit_O1", marks=pytest.mark.build), "jit_copying", "graph_mode"]
 
 
-@pytest.fixture
-def graph_mode():
-    rt.set_context(mode=rt.GRAPH_MODE)
-    yield
-    rt.set_context(mode=rt.PYNATIVE_MODE)
-
-
 def _error(backward):
     with pytest.raises(RuntimeError) as e:
         backward()

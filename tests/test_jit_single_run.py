@@ -37,13 +37,6 @@ def assign_add(cache_dir):
     return op
 
 
-@pytest.fixture
-def graph_mode():
-    rt.set_context(mode=rt.GRAPH_MODE)
-    yield
-    rt.set_context(mode=rt.PYNATIVE_MODE)
-
-
 class Halve(Function):
     """x *= 0.5 in place (mark_dirty), counting its forwards."""
 

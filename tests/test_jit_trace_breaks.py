@@ -15,13 +15,6 @@ from runtime.autograd.gradcheck import gradcheck
 HERE = __file__
 
 
-@pytest.fixture
-def graph_mode():
-    rt.set_context(mode=rt.GRAPH_MODE)
-    yield
-    rt.set_context(mode=rt.PYNATIVE_MODE)
-
-
 class Counter(nn.Cell):
     def __init__(self):
         super().__init__()

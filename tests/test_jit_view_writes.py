@@ -41,13 +41,6 @@ def _scalers(ops):
     return {"cpp": ops.scale_, "cpp_views": ops.scale_views_, "python": PyScale.apply}
 
 
-@pytest.fixture
-def graph_mode():
-    rt.set_context(mode=rt.GRAPH_MODE)
-    yield
-    rt.set_context(mode=rt.PYNATIVE_MODE)
-
-
 def _torch_grad(view, x=X):
     """torch's gradient of sum(W * b) + sum(v * v), b = 2 x, v a view of b scaled by 3 in place."""
     tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)

@@ -13,7 +13,8 @@ MOVED = [("opbuilder.interop_torch", "opbuilder.bridges.interop_torch", "op_hand
 
 @pytest.mark.parametrize("old, new, name", MOVED, ids=[m[0] for m in MOVED])
 def test_an_old_module_path_is_the_moved_module_with_a_warning(old, new, name, monkeypatch):
-    pytest.importorskip("jax" if "jax" in old else "torch")
+    need = "jax" if "jax" in old else "torch"
+    pytest.importorskip(need, reason=f"{need} is not installed (pip install 'opbuilder[{need}]')")
     import opbuilder
 
     moved = importlib.import_module(new)
@@ -33,7 +34,7 @@ def test_a_to_torch_namespace_pickled_before_the_move_loads(my_ops, tmp_path):
     import pickle
     import subprocess
 
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
     import opbuilder
 
     now = pickle.dumps(opbuilder.to_torch(my_ops), protocol=2)

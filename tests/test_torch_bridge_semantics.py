@@ -350,6 +350,23 @@ def _torch_words(cls: type, name: str, act) -> str:
     return str(says.value).replace(cls.__name__, name)
 
 
+def _same_refusal_on_the_bridge(op, py_function, name, act, phrase):
+    """``act(b, op(b))`` on the bridge's fast path (b = x * 1, x a leaf) fails with exactly the words
+    torch gives for its own custom Function ``py_function`` (which contain ``phrase``); returns (x, b)."""
+    _warm(op, torch.zeros(2, dtype=torch.float64))
+    want = _torch_words(py_function, name, act)
+    assert phrase in want
+    before = _fast(op)
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    b = x * 1
+    outs = op(b)
+    assert _fast(op) == before + 1
+    with pytest.raises(RuntimeError) as op_says:
+        act(b, outs)
+    assert str(op_says.value) == want
+    return x, b
+
+
 @pytest.mark.parametrize("output", [0, 1])
 def test_writing_one_of_two_outputs_over_the_argument_is_torchs_refusal(alias_ops, output):
     """torch marks each view a custom Function returns, among several outputs, MULTI_OUTPUT_NODE: a
@@ -357,17 +374,7 @@ def test_writing_one_of_two_outputs_over_the_argument_is_torchs_refusal(alias_op
     def act(b, outs):
         outs[output].mul_(3)
 
-    _warm(alias_ops.pair, torch.zeros(2, dtype=torch.float64))
-    want = _torch_words(_PairPy, "Pair", act)
-    assert "returns multiple views" in want
-    before = _fast(alias_ops.pair)
-    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
-    b = x * 1
-    outs = alias_ops.pair(b)
-    assert _fast(alias_ops.pair) == before + 1
-    with pytest.raises(RuntimeError) as op_says:
-        act(b, outs)
-    assert str(op_says.value) == want
+    x, b = _same_refusal_on_the_bridge(alias_ops.pair, _PairPy, "Pair", act, "returns multiple views")
     assert b.tolist() == [1.0, 2.0]
 
 
@@ -384,15 +391,5 @@ def test_an_argument_returned_unchanged_is_torchs_custom_function_view(alias_ops
             b.mul_(5)
             (r * w).sum().backward()
 
-    _warm(alias_ops.ident, torch.zeros(2, dtype=torch.float64))
-    want = _torch_words(_IdentPy, "Ident", act)
-    assert "custom Function" in want
-    before = _fast(alias_ops.ident)
-    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
-    b = x * 1
-    r = alias_ops.ident(b)
-    assert _fast(alias_ops.ident) == before + 1
-    with pytest.raises(RuntimeError) as op_says:
-        act(b, r)
-    assert str(op_says.value) == want
+    x, b = _same_refusal_on_the_bridge(alias_ops.ident, _IdentPy, "Ident", act, "custom Function")
     assert x.grad is None
