@@ -637,13 +637,15 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
   }
   if (!fast) return PyObject_Vectorcall(op->fallback, args, nargsf, kwnames);
   if (op->checked != nullptr) {  // a shape rule: this exact key checked once by the Python path
-    std::string key;
+    static thread_local std::string key;  // reused: a call whose key is known allocates nothing
+    key.clear();
     if (!RuleKey(args, n, sig, &key)) return PyObject_Vectorcall(op->fallback, args, nargsf, kwnames);
     if (op->checked->count(key) == 0) {
+      std::string seen = key;  // the fallback may call this thread's bridge again, reusing `key`
       PyObject *r = PyObject_Vectorcall(op->fallback, args, nargsf, kwnames);
       if (r != nullptr) {
         if (op->checked->size() >= 4096) op->checked->clear();  // many shapes (dynamic): keep the newest
-        op->checked->insert(std::move(key));
+        op->checked->insert(std::move(seen));
       }
       return r;
     }
