@@ -505,7 +505,9 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     archives = {p: d for p in linked_archives(plan.link_flags, str(build_dir))
                 for d in [fp.file_state(Path(p))] if d is not None}
     try:
-        started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose)
+        from .compile.diagnostics import user_files
+        started = run_ninja(ninja_path(), build_dir, jobs, spec.name, spec.verbose,
+                            user_files(spec.sources, _not_users(spec, plan)))
     except BuildError:
         if pch is not None and not pch.header.is_file():  # `cache clean` removed it while we compiled
             log.warning("%s: the precompiled header was removed during the build; building again", spec.name)
@@ -727,6 +729,9 @@ class CustomOpBuilder:
         verbose: print each command the build runs (also ``OPBUILDER_VERBOSE=1``); otherwise one
             progress line while compiling, and nothing on the warm path.
         cuda_cflags: (keyword) extra flags for nvcc, for ``.cu`` sources.
+        cuda_arch: (keyword) the GPU architectures to compile ``.cu`` sources for, as
+            ``OPBUILDER_CUDA_ARCH_LIST`` takes them (``"8.0"``, ``"8.6;9.0+PTX"``, ``"Hopper"``); no GPU
+            is needed to compile then. Default: that variable, else the visible GPUs, else 8.0 with PTX.
         binding: (keyword) ``"nanobind"`` or ``"pybind11"``; default None: read from the sources.
 
     Everything that decides the binary (the sources' and included headers' contents, flags,
@@ -741,10 +746,13 @@ class CustomOpBuilder:
                  debug_mode: bool = False, verbose: bool = False, **kwargs) -> None:
         cuda_cflags = kwargs.pop("cuda_cflags", None)
         binding = kwargs.pop("binding", None)
+        if "cuda_arch" in kwargs:  # "8.0;9.0+PTX": -gencode flags, so nvcc needs no GPU to ask (cuda_arch.py)
+            from .tools.cuda_arch import option_flags
+            cuda_cflags = option_flags(kwargs.pop("cuda_arch"), cuda_cflags)
         if kwargs:
             raise TypeError(f"CustomOpBuilder got unexpected keyword argument(s) {', '.join(sorted(kwargs))}; "
                             f"accepted: name, sources, backend, include_paths, cflags, ldflags, cuda_cflags, "
-                            f"build_dir, debug_mode, verbose, binding")
+                            f"cuda_arch, build_dir, debug_mode, verbose, binding")
         self.spec = make_spec(name, sources, backend, "module", include_paths, cflags, cuda_cflags, ldflags,
                               debug_mode, _verbose(verbose), cache_root(build_dir), binding)
         _check_layout_flags(self.spec)

@@ -1,9 +1,12 @@
 """Errors the builder raises."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
-__all__ = ["BuildError", "ToolchainError", "UnsafeCacheDirError", "warn_broken", "cache_os_error"]
+if TYPE_CHECKING:
+    from .compile.diagnostics import Diagnostic
+
+__all__ = ["BuildError", "BuildTimeout", "ToolchainError", "UnsafeCacheDirError", "warn_broken", "cache_os_error"]
 
 
 class BuildError(RuntimeError):
@@ -11,13 +14,28 @@ class BuildError(RuntimeError):
 
     The message leads with the operator name and the compiler's first errors
     (file:line); ``log`` holds the whole output and ``log_path`` where it is kept.
+    ``diagnostics`` lists the compiler's errors and warnings as ``opbuilder.Diagnostic``
+    records at the user's lines (compile/diagnostics.py); empty when none were parsed.
     """
 
-    def __init__(self, message: str, *, name: str, log: str = "", log_path: Optional[str] = None) -> None:
+    def __init__(self, message: str, *, name: str, log: str = "", log_path: Optional[str] = None,
+                 diagnostics: Sequence["Diagnostic"] = ()) -> None:
         super().__init__(message)
         self.name = name
         self.log = log
         self.log_path = log_path
+        self.diagnostics: List["Diagnostic"] = list(diagnostics)
+
+
+class BuildTimeout(BuildError):
+    """A build ran past the time it was given (``load_many(timeout=...)``); its compilers were killed.
+
+    ``seconds`` is that time. The message says "timed out after N s"."""
+
+    def __init__(self, message: str, *, name: str, seconds: float, log: str = "",
+                 log_path: Optional[str] = None) -> None:
+        super().__init__(message, name=name, log=log, log_path=log_path)
+        self.seconds = seconds
 
 
 class ToolchainError(BuildError, FileNotFoundError):
@@ -65,3 +83,16 @@ def cache_os_error(name: str, err: OSError, root: object) -> Optional[BuildError
     else:
         return None
     return BuildError(f"building operator '{name}' failed: {why}", name=name)
+
+
+class NoBuildError(BuildError):
+    """``OPBUILDER_NO_BUILD=1`` (production) and an operator would have to be built: no shipped binary
+    fits and none is in the cache. The message names the operator, why the shipped binary did not fit
+    (``reason``), and the fix (docs/shipping.md)."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"operator '{name}' would have to be built, and OPBUILDER_NO_BUILD=1 forbids building: "
+                         f"{reason}. Fix: install a wheel of the package built for this Python and opbuilder "
+                         f"(python -m opbuilder wheel PKGDIR), or unset OPBUILDER_NO_BUILD to build it here",
+                         name=name)
+        self.reason = reason

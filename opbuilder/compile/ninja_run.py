@@ -31,16 +31,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
-from ..errors import BuildError
+from ..errors import BuildError, BuildTimeout
 from ..cache.trust import read_file, write_file
 
-__all__ = ["run_ninja", "first_errors", "stop_leftovers", "when_started", "MARKER", "ENV_MARK"]
+__all__ = ["run_ninja", "first_errors", "stop_leftovers", "when_started", "time_limit", "MARKER", "ENV_MARK"]
 
 MARKER = ".building"
 ENV_MARK = "OPBUILDER_BUILD_DIR"
 
 log = logging.getLogger("opbuilder")
-_hooks = threading.local()  # on_start: called in this thread once a run_ninja has started ninja
+# per thread: on_start, called once a run_ninja has started ninja; deadline (time.monotonic()) and seconds,
+# the time limit of the builds this thread runs (time_limit); quiet, no progress lines
+_hooks = threading.local()
 _STATUS = "@@opbuilder "
 _STATUS_RE = re.compile(re.escape(_STATUS) + r"\[(\d+)/(\d+)\] (.*)")
 _ERROR_RE = re.compile(r"^(?P<loc>[^\s:][^:]*:\d+(?::\d+)?):\s*(?:fatal )?error[:\s]")
@@ -56,6 +58,8 @@ class _Status:
         self.shown = False
 
     def show(self, text: str) -> None:
+        if getattr(_hooks, "quiet", False):
+            return
         line = f"opbuilder: building {self.name} {text}"
         if self.tty:
             sys.stderr.write("\r\033[K" + line)
@@ -65,6 +69,8 @@ class _Status:
         self.shown = True
 
     def done(self, text: str) -> None:
+        if getattr(_hooks, "quiet", False):
+            return
         if self.tty and self.shown:
             sys.stderr.write("\r\033[K")
         sys.stderr.write(f"opbuilder: {text}\n")
@@ -206,12 +212,78 @@ def when_started(callback: Callable[[], None]) -> Iterator[None]:
         _hooks.on_start = before
 
 
-def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) -> int:
-    """Run ninja in ``build_dir``; raise BuildError naming ``name`` on failure.
+@contextmanager
+def time_limit(seconds: Optional[float], quiet: bool = False) -> Iterator[None]:
+    """Within the block, each ``run_ninja`` in this thread must end within ``seconds`` of the block's
+    start (None: no limit), else it and every process it started are killed and it raises
+    ``BuildTimeout``; with ``quiet``, it writes no progress lines (load_many runs many at once)."""
+    before = (getattr(_hooks, "deadline", None), getattr(_hooks, "seconds", None), getattr(_hooks, "quiet", False))
+    _hooks.deadline = None if seconds is None else time.monotonic() + seconds
+    _hooks.seconds = seconds
+    _hooks.quiet = quiet
+    try:
+        yield
+    finally:
+        _hooks.deadline, _hooks.seconds, _hooks.quiet = before
+
+
+def _stop_build(proc: subprocess.Popen, build_dir: Path) -> int:
+    """Kill ninja and every process of its build (the compilers it started, and theirs): how many.
+
+    They are found as leftovers are (``_leftover_pids``: our session, the build's variable, its
+    directory), so a compiler whose parent already died is found too; looked for again until none
+    is left, since a driver may start its next stage between one look and the kill."""
+    killed = set()
+    try:
+        proc.kill()
+        killed.add(proc.pid)
+    except OSError:
+        pass
+    session = os.getsid(0)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pids = _leftover_pids(build_dir, session)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        time.sleep(0.01)
+    return len(killed)
+
+
+def _timed_out(name: str, seconds: float, text: str, log_path: Path, killed: int) -> BuildTimeout:
+    return BuildTimeout(f"building operator '{name}' timed out after {seconds:g} s: ninja and its compilers "
+                        f"({killed} process(es)) were killed; nothing was published. Give it more time, or "
+                        f"look for a runaway compile-time computation (a constexpr loop, deep template "
+                        f"recursion)\nfull log: {log_path}", name=name, seconds=seconds, log=text,
+                        log_path=str(log_path))
+
+
+def _diagnostics(text: str, build_dir: Path, env: dict, is_user: Optional[Callable[[str], bool]],
+                 deadline: Optional[float]) -> list:
+    """The failed build's diagnostics (diagnostics.py), within what is left of the time limit."""
+    from .diagnostics import from_build_log
+    left = 60.0 if deadline is None else deadline - time.monotonic()  # none left: the text alone
+    return from_build_log(text, str(build_dir), is_user or (lambda p: True), env, timeout=left)
+
+
+def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool,
+              is_user: Optional[Callable[[str], bool]] = None) -> int:
+    """Run ninja in ``build_dir``; raise BuildError naming ``name`` on failure, with its diagnostics at
+    the files ``is_user`` says are the user's (compile/diagnostics.py); ``BuildTimeout`` past the
+    thread's ``time_limit``.
 
     Returns the start of the run on the file-system clock (the marker's ctime,
     in ns), so callers can tell inputs that changed while it ran.
     """
+    deadline, seconds = getattr(_hooks, "deadline", None), getattr(_hooks, "seconds", None)
+    log_path = build_dir / "build.log"
+    if deadline is not None and time.monotonic() >= deadline:
+        raise _timed_out(name, seconds, "", log_path, 0)
     env = dict(os.environ)
     env["NINJA_STATUS"] = _STATUS + "[%f/%t] "
     env[ENV_MARK] = str(build_dir)
@@ -231,6 +303,13 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) 
     # as everything else in the cache (trust.py refuses group- or other-writable files)
     proc = subprocess.Popen(argv, cwd=build_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, errors="replace", umask=0o077)
+    watchdog = None
+    stopped: List[int] = []
+    if deadline is not None:
+        watchdog = threading.Timer(max(deadline - time.monotonic(), 0.0),
+                                   lambda: stopped.append(_stop_build(proc, build_dir)))
+        watchdog.daemon = True
+        watchdog.start()
     on_start = getattr(_hooks, "on_start", None)
     if on_start is not None:
         on_start()
@@ -252,17 +331,27 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool) 
         proc.terminate()
         proc.wait()
         raise
-    marker.unlink(missing_ok=True)
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+            watchdog.join()
     elapsed = time.perf_counter() - t0
     text = "".join(out)
-    log_path = build_dir / "build.log"
+    if stopped:  # past the deadline: killed (again now, for a compiler that started as it happened)
+        killed = stopped[0] + _stop_build(proc, build_dir)
+        marker.unlink(missing_ok=True)
+        write_file(log_path, text.encode())
+        status.done(f"building {name} timed out")
+        raise _timed_out(name, seconds, text, log_path, killed)
+    marker.unlink(missing_ok=True)
     write_file(log_path, text.encode())
     if rc != 0:
         status.done(f"building {name} failed")
         errs = first_errors(text) or [ln for ln in text.splitlines() if ln.strip()][-8:]
         msg = (f"building operator '{name}' failed:\n" + "\n".join(errs) +
                f"\nfull log: {log_path}")
-        raise BuildError(msg, name=name, log=text, log_path=str(log_path))
+        raise BuildError(msg, name=name, log=text, log_path=str(log_path),
+                         diagnostics=_diagnostics(text, build_dir, env, is_user, deadline))
     status.done(f"built {name} in {elapsed:.1f}s")
     log.info("built %s in %.1fs", name, elapsed)
     return started

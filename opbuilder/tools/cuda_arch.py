@@ -1,6 +1,8 @@
 """Which GPU architectures an nvcc build targets, as ``-gencode`` flags.
 
-In order: none of ours when the user's ``cuda_cflags`` already choose
+``cuda_arch=`` (an option of ``CustomOpBuilder`` and ``load_inline``) is
+turned into ``-gencode`` flags in ``cuda_cflags`` (``option_flags``), so it
+comes first. Then, in order: none of ours when the user's ``cuda_cflags`` already choose
 (``-gencode``, ``-arch``, ``-code`` and their long forms); else
 ``OPBUILDER_CUDA_ARCH_LIST`` (``TORCH_CUDA_ARCH_LIST`` when ours is unset);
 else the architectures of the GPUs ``nvidia-smi`` lists, with PTX for the
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 __all__ = ["Arch", "ENV", "TORCH_ENV", "DEFAULT", "ACCEPTED", "parse_arch_list", "user_sets_arch",
-           "gencode_flags", "arch_flags"]
+           "gencode_flags", "arch_flags", "option_flags"]
 
 ENV = "OPBUILDER_CUDA_ARCH_LIST"
 TORCH_ENV = "TORCH_CUDA_ARCH_LIST"
@@ -128,3 +130,17 @@ def arch_flags(user_flags: Sequence[str], state_dir: Optional[Path]) -> Tuple[Li
         found = parse_arch_list(";".join(caps), "nvidia-smi's compute_cap")
         return gencode_flags(found[:-1] + (found[-1]._replace(ptx=True),)), "the visible GPUs"
     return gencode_flags(DEFAULT), "the default: no GPU visible"
+
+
+def option_flags(value: object, cuda_cflags: Optional[object]) -> List[str]:
+    """``cuda_cflags`` (a list, or a string split on spaces, or None) with the ``-gencode`` flags of
+    ``cuda_arch=value`` ("8.0", "8.6;9.0+PTX", "Hopper") added: the build then asks no GPU. A value
+    that names no architecture, or ``cuda_cflags`` that choose one too, is a ValueError."""
+    if not isinstance(value, str):
+        raise ValueError(f"cuda_arch must be a string such as '8.0' or '8.6;9.0+PTX', got {value!r}; "
+                         f"accepted: {ACCEPTED}")
+    flags = cuda_cflags.split() if isinstance(cuda_cflags, str) else list(cuda_cflags or ())
+    if user_sets_arch(flags):
+        raise ValueError(f"cuda_arch={value!r} and cuda_cflags that choose architectures (-gencode, -arch, "
+                         f"-code) were both given; give one of them")
+    return flags + gencode_flags(parse_arch_list(value, "cuda_arch"))
