@@ -113,7 +113,7 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
 
     def out_structs(arrays):
         specs, single = op.specs(positions, (), arrays)
-        return tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs), single
+        return tuple(_struct(s.shape, s.dtype, arrays) for s in specs), single
 
     @jax.custom_vjp
     def f(*arrays):
@@ -132,12 +132,40 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
         cts = tuple(runtime_cotangent(_cotangent(c, s)) for c, s in zip(cts, structs))
         # an input Forward writes (declared) gets a scratch result aliased to it: XLA copies it there
         written = [positions.index(k) for k in writes]
-        scratch = tuple(jax.ShapeDtypeStruct(np.shape(arrays[i]), arrays[i].dtype) for i in written)
-        grads = jax.ffi.ffi_call(bwd_target, tuple(jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in arrays)
+        scratch = tuple(_struct(np.shape(arrays[i]), arrays[i].dtype, arrays) for i in written)
+        grads = jax.ffi.ffi_call(bwd_target, tuple(_struct(np.shape(a), a.dtype, arrays) for a in arrays)
                                  + scratch, vmap_method="sequential",
                                  input_output_aliases={i: len(arrays) + m for m, i in enumerate(written)} or None)(
                                      *arrays, *cts)[:len(arrays)]
         return tuple(jax_gradient(g) if np.issubdtype(a.dtype, np.inexact) else None for a, g in zip(arrays, grads))
 
     f.defvjp(f_fwd, f_bwd)
-    return f
+    return lambda *arrays: f(*_vary_alike(arrays))
+
+
+def _vary_alike(arrays: Sequence[Any]) -> Tuple[Any, ...]:
+    """Under ``shard_map``: every input cast to vary over each mesh axis some input varies over, so the
+    custom call's results and gradients have one type, which _struct gives them (JAX checks it; the
+    transpose of the cast sums an invariant input's gradient over those axes). Elsewhere, as given."""
+    varying = [_manual_type(a).varying if _manual_type(a) is not None else frozenset() for a in arrays]
+    axes = frozenset().union(*varying)
+    if not axes:
+        return tuple(arrays)
+    return tuple(a if v >= axes else jax.lax.pcast(a, tuple(sorted(axes - v)), to="varying")
+                 for a, v in zip(arrays, varying))
+
+
+def _manual_type(a: Any) -> Any:
+    """``a``'s manual axis type (what mesh axes it varies over inside ``shard_map``), or None (older JAX)."""
+    return getattr(jax.typeof(a), "manual_axis_type", None)
+
+
+def _struct(shape: Any, dtype: Any, arrays: Sequence[Any]) -> jax.ShapeDtypeStruct:
+    """A result of the custom call on ``arrays`` (made alike by _vary_alike): inside ``shard_map``, varying
+    over the axes they vary over, as JAX requires of a result computed from them."""
+    mat = _manual_type(arrays[0]) if arrays else None
+    if mat is None or not mat.varying:
+        return jax.ShapeDtypeStruct(shape, dtype)
+    sharding = jax.sharding.NamedSharding(jax.typeof(arrays[0]).sharding.mesh,
+                                          jax.sharding.PartitionSpec(*[None] * len(shape)))
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding, manual_axis_type=mat)
