@@ -29,6 +29,31 @@ def _run(args, timeout=600, **env):
     return res
 
 
+def test_ddp_gradients_equal_one_process_and_the_ranks_compile_once(tmp_path, cache_dir):
+    pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
+    name = "ddp_cold_ops"  # a name no other test builds: a cold build in the session's cache
+    assert not (cache_dir / name).exists()
+    res = _run([EXAMPLES / "ddp_train.py", "--steps", "4", "--name", name, "--out", tmp_path], CI="1",
+               OPBUILDER_TORCH_BRIDGE="0", OPBUILDER_CACHE_DIR=str(cache_dir))
+    out = json.loads((tmp_path / "ddp_result.json").read_text())
+    ddp, single = out["ddp"], out["single"]
+    assert len(ddp["grads"]) == len(single["grads"]) == 4
+    for step, (dg, sg) in enumerate(zip(ddp["grads"], single["grads"])):
+        for d, s in zip(dg, sg):  # gate, linear.weight, linear.bias: all-reduced over the ranks
+            assert np.abs(np.asarray(s)).max() > 1e-3, f"step {step}: a zero gradient checks nothing"
+            np.testing.assert_allclose(np.asarray(d), np.asarray(s), rtol=1e-12, atol=1e-14)
+    for d, s in zip(ddp["params"], single["params"]):
+        np.testing.assert_allclose(np.asarray(d), np.asarray(s), rtol=1e-12, atol=1e-14)
+    # each rank saw only its half of each batch: its loss is not the whole batch's
+    assert ddp["losses"][0] != pytest.approx(single["losses"][0], rel=1e-6)
+    ranks = sorted(ddp["ranks"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert sum(r["compiles"] for r in ranks) == 1, ranks  # one rank compiled, the other waited and imported
+    assert len({r["library"] for r in ranks}) == 1 and str(cache_dir) in ranks[0]["library"]
+    assert res.stderr.count(f"opbuilder: built {name} in") == 1, res.stderr
+    assert f"compiles of {name} across ranks: 1" in res.stdout
+
+
 def _jax():
     return pytest.importorskip("jax", reason="jax is not installed (pip install 'opbuilder[jax]')")
 
