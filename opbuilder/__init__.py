@@ -55,3 +55,8 @@ def __dir__() -> List[str]:
 def load(name, sources, **kwargs):
     """Shorthand for ``CustomOpBuilder(name, sources, **kwargs).load()``."""
     return CustomOpBuilder(name, sources, **kwargs).load()
+
+
+from .errors import NoBuildError  # noqa: E402  (shipping: docs/shipping.md)
+
+__all__.append("NoBuildError")

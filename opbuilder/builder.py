@@ -29,9 +29,11 @@ from .cache import fingerprint as fp
 from .cache.cache_dir import cache_root, root_origin
 from .cache.published import verified_library
 from .cache.relocate import portable, prefix_map_flags, project_root
+from .cache.shipped import refuse_build
 from .cache.trust import check_dir, read_file, stamp_of, trusted_root
 from .compile.binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding, from_pybind11
 from .compile.target import Target as _Target
+from .native.abi import api_flags, cxx_abi, module_suffix, python_api
 from .native.core_lib import CORE_FILE, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .fleet.store import prebuilt_stores
@@ -174,10 +176,12 @@ def _module_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
     output = spec.name + ext_suffix()
     if _binding(spec, recorded=True) == NANOBIND:
         nb = nanobind_info(spec.root)
-        python_include, abi = python_headers(spec.root)  # nothing of pybind11 (python_info) is looked up
-        core = (f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, abi)}",) if uses_core(spec) else ()
-        binding_defines = ("-DOB_BINDING_NANOBIND", "-DNB_SHARED", *core)
+        python_include, _ = python_headers(spec.root)  # nothing of pybind11 (python_info) is looked up
+        abi = python_api()  # the limited API on >= 3.12 (native/abi.py)
+        core = (f"-DOB_CORE_TAG={core_tag(hdr, cxx_abi(cxx, spec.root), abi)}",) if uses_core(spec) else ()
+        binding_defines = ("-DOB_BINDING_NANOBIND", "-DNB_SHARED", *api_flags(), *core)
         keys = (f"nanobind={nb.version}", f"python={abi}")
+        output = spec.name + module_suffix()
         # its own PCH: with the core in the core library, reading the headers is ~30% of the compile
         return _Target(output, NANOBIND, ("-isystem", nb.include, "-isystem", python_include),
                        ((nb.include, "<nanobind include>"), (python_include, "<python include>")),
@@ -201,8 +205,8 @@ def _runtime_target(spec: BuildSpec) -> _Target:
                    ((py.python_include, "<python include>"), (nb.include, "<nanobind include>"),
                     (nb.robin_map, "<robin_map include>"), (nb.source, "<nanobind source>")),
                    visibility=("-fvisibility=hidden", "-fno-strict-aliasing", "-DNB_BUILD", "-DNB_SHARED",
-                               "-DNB_COMPACT_ASSERTIONS"),
-                   identity=(f"nanobind={nb.version}", f"python={py.abi}", "nanobind_sources=by-version"),
+                               "-DNB_COMPACT_ASSERTIONS", *api_flags()),
+                   identity=(f"nanobind={nb.version}", f"python={python_api()}", "nanobind_sources=by-version"),
                    reads_headers=False)
 
 
@@ -213,8 +217,9 @@ def _core_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
     # through the PLT (the tag in their names already rules out interposing them)
     return _Target(CORE_FILE, None, ("-isystem", py.python_include), ((py.python_include, "<python include>"),),
                    visibility=("-fvisibility=hidden", "-fno-semantic-interposition", "-DOB_CORE_BUILD",
-                               f"-DOB_CORE_TAG={core_tag(hdr, cxx.identity, py.abi)}"),
-                   identity=(f"python={py.abi}",))
+                               f"-DOB_CORE_TAG={core_tag(hdr, cxx_abi(cxx, spec.root), python_api())}",
+                               *api_flags()),
+                   identity=(f"python={python_api()}",))
 
 
 def _target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
@@ -641,12 +646,14 @@ def _build(spec: BuildSpec) -> Tuple[str, Path]:
                                  f"'{spec.name}' for these sources", name=spec.name) from None
         if isinstance(e, ToolchainError):
             e.name = spec.name
+        refuse_build(spec, e)  # OPBUILDER_NO_BUILD=1: a NoBuildError saying why nothing shipped fits
         raise
     plan = _plan(spec, cxx)
     base = fp.base_key(plan.identity, fp.source_digests(spec.sources), plan.project)
     hit = _prebuilt(spec, plan, base) or _lookup(spec, plan, base)
     if hit is not None:
         return hit
+    refuse_build(spec)
     from .cache.lock import build_lock, lock_timeout
     from .cache.trust import make_dir
 
@@ -776,8 +783,10 @@ class CustomOpBuilder:
         return None if rt is None else str(rt)
 
     def load(self) -> ModuleType:
-        """The module for the sources as they are now (the same object if unchanged)."""
-        return retrying(self.name, self._load_once)
+        """The module for the sources as they are now (the same object if unchanged): the binary a wheel
+        ships for them when it fits (cache/shipped.py: no compiler, no process, no cache write), else built."""
+        from .cache.shipped import shipped_module
+        return shipped_module(self.spec) or retrying(self.name, self._load_once)
 
     def _load_once(self) -> ModuleType:
         """One pass of ``load``: build if needed and import; ``Retry`` when the library went missing
@@ -874,14 +883,32 @@ def _dependency(dep: BuildSpec) -> Path:
     """A shared library operators load first (nanobind's runtime, the core library), built if needed,
     asked for on its own (``runtime_library()``, ``core_library()``): one ``retrying`` loop around its
     pass, as every entry point has (``load``, ``build``, ``build_library``; retry.py)."""
-    return retrying(dep.name, lambda: _build_checked(dep)).library
+    return _installed(dep) or retrying(dep.name, lambda: _build_checked(dep)).library
 
 
 def _cached(spec: BuildSpec) -> Optional[Path]:
     """The library already built for ``spec`` (the cache or a prebuilt store), without building or
     locking; None when it must be built (or cannot be looked up here: ``_build_checked`` says why)."""
+    installed = _installed(spec)
+    if installed is not None:
+        return installed
     hit = _cached_build(spec)
     return None if hit is None else hit.library
+
+
+def _installed(dep: BuildSpec) -> Optional[Path]:
+    """opbuilder's installed build of nanobind's runtime or the core library (native/installed.py) when
+    it serves operators built here (the same ABI, whatever the compiler); else None."""
+    if dep.kind not in ("runtime", "core"):
+        return None
+    from .native.installed import enabled, library_for
+    if not enabled():
+        return None
+    from .native.abi import cxx_abi
+    try:
+        return library_for(dep.kind, cxx_abi(find_compiler(dep.root), dep.root))
+    except (OSError, BuildError):
+        return None
 
 
 def _cached_build(spec: BuildSpec, trusted: bool = False, digests: Optional[Dict[str, str]] = None
@@ -984,7 +1011,12 @@ def _recorded_preload(spec: BuildSpec, warm: Built) -> Optional[List[Path]]:
     libraries are there; None to look them up (a prebuilt store's build has no record)."""
     if not warm.in_cache:
         return None
-    return recorded_deps(warm.library, [f"{n}.lib" for n in _dep_names(spec)])
+    names = _dep_names(spec)
+    found = recorded_deps(warm.library, [f"{n}.lib" for n in names])
+    if found is None and names:  # opbuilder's installed runtime is never recorded: it is found in one lookup
+        installed = [_installed(d) for d in _dep_specs(spec)]
+        found = installed if all(installed) else None  # type: ignore[assignment]
+    return found
 
 
 def _beside_dependencies(deps: List[BuildSpec], build_module: Callable[[], Built]) -> ModuleBuild:

@@ -11,6 +11,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # to_torch's C++ bridge compiles against torch's headers (~15 s): tests that want it turn it on
 # through the `torch_bridge` fixture; every other to_torch call takes the Python path
 os.environ.setdefault("OPBUILDER_TORCH_BRIDGE", "0")
+# opbuilder's installed runtime (hatch_build.py, after `pip install -e .`) is off: the suite tests the
+# builds of nanobind's runtime and the core library in its cache; tests/test_shipping.py tests the installed one
+os.environ.setdefault("OPBUILDER_INSTALLED_RUNTIME", "0")
 
 from op_util import BINDINGS, CPP, CUSTOM_SRC, ROOT, load_op  # noqa: F401  (helpers live there)
 

@@ -21,6 +21,7 @@ from opbuilder import CustomOpBuilder
 from opbuilder import builder as B
 from opbuilder import needs
 from opbuilder.importer import recorded
+from opbuilder.native.abi import cxx_abi, python_api
 from opbuilder.native.core_lib import CORE_FILE, core_spec, core_tag
 from opbuilder.cache.published import INFO
 from opbuilder.tools.toolchain import find_compiler, python_info
@@ -50,7 +51,7 @@ def test_the_core_key_and_tag_change_when_a_core_header_changes(tmp_path, monkey
 
     def state():
         core = B._plan(core_spec(cache), cxx)
-        tag = core_tag(headers.headers_digest(cache), cxx.identity, python_info(cache).abi)
+        tag = core_tag(headers.headers_digest(cache), cxx_abi(cxx, cache), python_api())
         return tag, B.fp.base_key(core.identity, B.fp.source_digests(core.sources), core.project), B._plan(op, cxx)
 
     tag1, key1, op1 = state()
@@ -92,7 +93,7 @@ def test_a_nanobind_operator_takes_the_core_from_the_core_library_of_its_tag(nb_
     b = CustomOpBuilder("my_ops", [str(CUSTOM_SRC / "function_ops.cpp")])
     core = Path(b.core_library())
     assert core.name == CORE_FILE and core.parent.parent == cache_dir / "_obcore.lib"
-    tag = core_tag(headers.headers_digest(cache_dir), find_compiler(cache_dir).identity, python_info(cache_dir).abi)
+    tag = core_tag(headers.headers_digest(cache_dir), cxx_abi(find_compiler(cache_dir), cache_dir), python_api())
     needed = {s for s in _dynamic_symbols(Path(nb_ops.__file__), defined=False) if "obcore_" in s}
     assert needed, "the operator compiled the core itself"
     assert all(f"B{len(tag)}{tag}" in s for s in needed)  # every one names this core's tag

@@ -180,7 +180,7 @@ struct type_caster<opbuilder::TensorPtrList> {
     if (!PyList_Check(o) && !PyTuple_Check(o)) return false;
     PyObject *seq = PySequence_Fast(o, "");  // a list or tuple: cannot fail
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    const opbuilder::detail::FastItems items(seq);
     bool ok = true;
     d.value.clear();
     d.value.reserve(static_cast<std::size_t>(n));

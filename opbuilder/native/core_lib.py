@@ -9,8 +9,9 @@ operator (keyed, locked, verified, published atomically; ``_obcore.lib`` in the 
 ``cache list``, carried by ``build --into`` stores and bundles, like nanobind's runtime) and loaded
 with RTLD_GLOBAL before the operator is imported.
 
-The tag is a digest of opbuilder's headers and core sources, the C++ compiler and the Python ABI,
-and it is part of every exported symbol's name (an ``abi_tag``): an operator built from other
+The tag is a digest of opbuilder's headers and core sources, the C++ library ABI the compiler gives
+and the Python API (native/abi.py: not the compiler's path, so another g++ of that ABI binds to the same
+core, opbuilder's installed one included), and it is part of every exported symbol's name (an ``abi_tag``): an operator built from other
 headers needs, and binds to, the core library built from those, so two versions loaded in one process never mix.
 Builds that must see every function (pybind11 operators, sanitizer builds, CUDA sources, flags that
 change the C++ library's ABI) keep compiling them inline, as before.
@@ -44,10 +45,10 @@ _loaded: Dict[str, int] = {}  # path -> dlopen handle, the core libraries this p
 _lock = threading.Lock()
 
 
-def core_tag(headers: str, cxx_identity: str, python_abi: str) -> str:
-    """The tag of the core built from headers of digest ``headers`` (headers.headers_digest) by this
-    compiler for this Python (a C++ identifier: it names the symbols)."""
-    return "obcore_" + digest_of([headers, cxx_identity, python_abi])[:16]
+def core_tag(headers: str, cxx_abi: str, python_api: str) -> str:
+    """The tag of the core built from headers of digest ``headers`` (headers.headers_digest) for the C++
+    library ABI ``cxx_abi`` and the Python API ``python_api`` (abi.py; a C++ identifier: it names the symbols)."""
+    return "obcore_" + digest_of([headers, cxx_abi, python_api])[:16]
 
 
 def uses_core(spec: BuildSpec) -> bool:

@@ -237,7 +237,7 @@ OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
           PyObject_CallOneArg(PyTuple_GET_ITEM(s.hooked.get(), 0), PyTuple_GET_ITEM(s.hooked.get(), 1))));
       if (!PyObject_TypeCheck(t.get(), rt.tensor_type)) {
         throw detail::TypeError(function_name() + ": the saved_tensors_hooks unpack hook returned a " +
-                                Py_TYPE(t.get())->tp_name + " for saved slot " + std::to_string(i) +
+                                detail::TypeNameOf(t.get()) + " for saved slot " + std::to_string(i) +
                                 "; it must return a runtime.Tensor");
       }
       out.push_back(detail::TensorFromPy(rt, t.get()));

@@ -30,7 +30,7 @@ OB_CORE_FN PyObject *TraceCall(PyObject *hook, PyObject *name, const ReplayTarge
 OB_CORE_FN TensorPtr ReplayTensor(PyObject *o) {
   TensorPtr t = TensorFromObject(o);
   if (!t) {
-    throw TypeError(std::string("replay of a traced C++ Function: expected a tensor, got ") + Py_TYPE(o)->tp_name);
+    throw TypeError(std::string("replay of a traced C++ Function: expected a tensor, got ") + TypeNameOf(o));
   }
   return t;
 }

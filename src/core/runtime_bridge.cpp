@@ -82,7 +82,13 @@ OB_CORE_FN TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj) {
 OB_CORE_FN TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o) {
   static PyObject *const s_dlpack = Check(PyUnicode_InternFromString("__dlpack__"));
   PyObject *method = nullptr;
-#if PY_VERSION_HEX >= 0x030D0000
+#if defined(Py_LIMITED_API) && Py_LIMITED_API < 0x030D0000  // no lookup that keeps AttributeError quiet
+  method = PyObject_GetAttr(o, s_dlpack);
+  if (method == nullptr) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw PythonError();
+    PyErr_Clear();
+  }
+#elif PY_VERSION_HEX >= 0x030D0000
   if (PyObject_GetOptionalAttr(o, s_dlpack, &method) < 0) throw PythonError();
 #else
   if (_PyObject_LookupAttr(o, s_dlpack, &method) < 0) throw PythonError();

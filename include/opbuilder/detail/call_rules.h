@@ -153,7 +153,9 @@ inline bool RefreshViewArg(Tensor *t, Tensor *caller) {
 
 // The object a weak reference points to, or None if it is gone (also the saved slots' check, detail/function_runner.h).
 inline PyRef WeakTarget(PyObject *ref) {
-#if PY_VERSION_HEX >= 0x030D0000
+#if defined(Py_LIMITED_API) && Py_LIMITED_API < 0x030D0000  // the stable ABI of 3.12: calling it gives the target
+  return PyRef::Steal(Check(PyObject_CallNoArgs(ref)));
+#elif PY_VERSION_HEX >= 0x030D0000
   PyObject *o = nullptr;
   if (PyWeakref_GetRef(ref, &o) < 0) throw PythonError();
   return o == nullptr ? PyRef::Borrow(Py_None) : PyRef::Steal(o);

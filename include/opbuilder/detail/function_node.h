@@ -15,6 +15,8 @@
 
 #include <Python.h>
 
+#include "opbuilder/detail/limited_api.h"
+
 #include <atomic>
 #include <memory>
 #include <new>
@@ -183,7 +185,7 @@ inline PyObject *NodeApply(PyObject *o, PyObject *const *args, Py_ssize_t nargs)
     const Runtime &rt = Runtime::Get();
     PyRef seq = PyRef::Steal(Check(PySequence_Fast(args[0], "apply: grads must be a sequence")));
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.get());
-    PyObject **items = PySequence_Fast_ITEMS(seq.get());
+    const FastItems items(seq.get());
     TensorPtrList grads;
     grads.reserve(static_cast<std::size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
@@ -202,7 +204,7 @@ inline PyObject *NodeApply(PyObject *o, PyObject *const *args, Py_ssize_t nargs)
       PyObject *r = Py_None;
       if (!res[i]) {
         Py_INCREF(r);
-      } else if (FreshGradient(rt, res[i]) || OverIncoming(rt, *res[i], items, n)) {
+      } else if (FreshGradient(rt, res[i]) || OverIncoming(rt, *res[i], items.data(), n)) {
         r = ToPython(rt, res[i]);
       } else {
         r = PrivateGradient(rt, res[i]);
@@ -258,7 +260,7 @@ inline void NodeDealloc(PyObject *o) {
   Py_CLEAR(self->out_meta);
   delete self->state;
   self->state = nullptr;
-  tp->tp_free(o);
+  FreeByTpFree(tp, o);
   Py_DECREF(tp);
   Py_TRASHCAN_END
 }

@@ -9,6 +9,8 @@
 
 #include <Python.h>
 
+#include "opbuilder/detail/limited_api.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -8,14 +8,20 @@
 
 #include <Python.h>
 
+#include "opbuilder/detail/limited_api.h"
+
 namespace opbuilder {
 namespace detail {  // default visibility: Tensor (user-visible) holds a PyRef
 
 class GilForRefcount {
  public:
+#if defined(Py_LIMITED_API)  // no PyGILState_Check: Ensure and Release nest
+  GilForRefcount() : held_(false) { state_ = PyGILState_Ensure(); }
+#else
   GilForRefcount() : held_(PyGILState_Check() != 0) {
     if (!held_) state_ = PyGILState_Ensure();
   }
+#endif
   ~GilForRefcount() {
     if (!held_) PyGILState_Release(state_);
   }

@@ -12,6 +12,8 @@
 #include "opbuilder/detail/visibility.h"
 
 #include <Python.h>
+
+#include "opbuilder/detail/limited_api.h"
 #include <structmember.h>  // T_OBJECT_EX: the type of a __slots__ member
 
 #include <atomic>
@@ -381,19 +383,14 @@ inline Py_ssize_t BaseRefSlot(const Runtime &rt) {
   static std::atomic<Py_ssize_t> stored{-1};
   Py_ssize_t off = stored.load(std::memory_order_acquire);
   if (off >= 0) return off;
-  off = 0;
-  PyObject *d = PyDict_GetItemString(rt.tensor_type->tp_dict, "_base_ref");  // borrowed
-  if (d != nullptr && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-    const PyMemberDef *m = reinterpret_cast<PyMemberDescrObject *>(d)->d_member;
-    if (m->type == T_OBJECT_EX && m->offset > 0) off = m->offset;
-  }
+  off = ObjectSlotOffset(rt.tensor_type, "_base_ref", rt.empty_tuple);  // limited_api.h
   stored.store(off, std::memory_order_release);
   return off;
 }
 
 // A new runtime.Tensor object (without running __init__) holding `array`, no view (`_base_ref` None).
 inline PyObject *NewPyTensor(const Runtime &rt, PyObject *array) {
-  PyObject *obj = Check(rt.tensor_type->tp_new(rt.tensor_type, rt.empty_tuple, nullptr));
+  PyObject *obj = Check(NewByTpNew(rt.tensor_type, rt.empty_tuple));
   if (PyObject_SetAttr(obj, rt.s_data, array) < 0) {
     Py_DECREF(obj);
     throw PythonError();

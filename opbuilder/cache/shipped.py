@@ -1,0 +1,259 @@
+"""Operators shipped prebuilt in a wheel (opbuilder.build_meta): found, checked and loaded by ``load()``.
+
+A wheel built by ``opbuilder.build_meta`` carries, in the package that holds an operator's sources,
+``opbuilder_ops.json`` (``RECORD``) and each operator's binary under ``_opbuilder/``. The record says,
+per operator: the binary and its SHA-256, the options it was built with, the SHA-256 of each source
+and of each header beside them, and the ABI it needs (native/abi.py: Python API, nanobind, C++ library
+ABI, opbuilder's headers). ``CustomOpBuilder(name, sources).load()`` looks for the record beside its
+sources first (a few ``stat``s), and uses the binary when
+
+- the sources, headers and options are the ones it was built from (the key),
+- opbuilder's installed runtime (native/installed.py) was built for the same ABI,
+- and the binary has the SHA-256 recorded when it was built (a modified one is never loaded).
+
+Then nothing is compiled, no process is started and nothing is written to the cache. Otherwise the
+reason is kept: load() builds (the JIT fallback; with a warning when the binary was modified), or,
+under ``OPBUILDER_NO_BUILD=1``, raises ``NoBuildError`` with it (``refuse_build``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "sha256_of", "files_intact", "shipped_module", "refuse_build",
+           "no_build", "record_entry", "header_files", "options_of", "find_record", "status"]
+
+RECORD = "opbuilder_ops.json"
+BIN_DIR = "_opbuilder"
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp", ".tpp")
+_SEARCH_UP = 4  # directories searched for RECORD, from the first source's upwards
+_why: Dict[str, str] = {}  # operator name -> why its shipped binary was not used (the last load())
+_modules: Dict[Tuple[str, str], ModuleType] = {}  # (record, sha256 of the binary) -> module
+_used: Dict[str, str] = {}  # operator name -> the shipped binary this process loaded (doctor)
+
+
+def no_build() -> bool:
+    """``OPBUILDER_NO_BUILD=1``: a build that would be needed is a NoBuildError."""
+    return os.environ.get("OPBUILDER_NO_BUILD", "") not in ("", "0")
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of the file at ``path`` (read without following a symlink)."""
+    from .published import _sha256_of
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return _sha256_of(fd)
+    finally:
+        os.close(fd)
+
+
+def files_intact(directory: Path, files: object) -> bool:
+    """Whether each ``{relative path: sha256}`` of ``files`` under ``directory`` has that SHA-256."""
+    if not isinstance(files, dict) or not files:
+        return False
+    for rel, digest in files.items():
+        if not _inside(rel):
+            return False
+        try:
+            if sha256_of(directory / rel) != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _inside(rel: object) -> bool:
+    """A relative path that stays in its directory (no absolute path, no ``..``)."""
+    return isinstance(rel, str) and not os.path.isabs(rel) and ".." not in Path(rel).parts
+
+
+def header_files(dirs: Sequence[Path], top: Path) -> List[Path]:
+    """The headers under each of ``dirs`` that are inside ``top`` (sorted, each once): what a shipped
+    operator's key covers besides its sources."""
+    out = set()
+    for d in dirs:
+        try:
+            d.relative_to(top)
+        except ValueError:
+            continue
+        for base, subdirs, files in os.walk(d):
+            subdirs[:] = sorted(s for s in subdirs if s not in ("__pycache__", BIN_DIR))
+            out.update(Path(base, f) for f in files if f.endswith(HEADER_SUFFIXES))
+    return sorted(out)
+
+
+def _portable(flags: Sequence[str], top: Path) -> List[str]:
+    """``flags`` with the package's directory written as ``<pkg>`` (paths in flags are absolute)."""
+    prefix = str(top)
+    return [f.replace(prefix, "<pkg>") for f in flags]
+
+
+def options_of(spec, top: Path) -> Dict[str, object]:
+    """What of a spec, besides its sources and headers, decides the binary, as the record writes it."""
+    incs = []
+    for p in spec.include_paths:
+        try:
+            incs.append(str(Path(p).relative_to(top)))
+        except ValueError:
+            incs.append(str(p))
+    return {"backend": spec.backend, "cflags": _portable(spec.cflags, top), "ldflags": _portable(spec.ldflags, top),
+            "cuda_cflags": _portable(spec.cuda_cflags, top), "include_paths": incs, "debug": bool(spec.debug),
+            "binding": spec.binding}
+
+
+def _digests(paths: Sequence[Path], top: Path) -> Optional[Dict[str, str]]:
+    out = {}
+    for p in paths:
+        try:
+            out[str(p.relative_to(top))] = sha256_of(p)
+        except (ValueError, OSError):
+            return None
+    return out
+
+
+def _scope(spec, top: Path) -> List[Path]:
+    return sorted({s.parent for s in spec.sources} | {Path(p) for p in spec.include_paths})
+
+
+def record_entry(spec, top: Path, file: str, binary: Path, abi: Dict[str, str], uses_core: bool) -> Dict[str, object]:
+    """The record of operator ``spec`` built into ``binary``, shipped as ``file`` (relative to ``top``,
+    the package directory)."""
+    sources = _digests(list(spec.sources), top)
+    if sources is None:
+        raise ValueError(f"operator '{spec.name}': every source must be inside the package {top}")
+    return {"file": file, "sha256": sha256_of(binary), "sources": sources,
+            "headers": _digests(header_files(_scope(spec, top), top), top), "options": options_of(spec, top),
+            "abi": abi, "core": uses_core}
+
+
+def find_record(sources: Sequence[Path]) -> Optional[Path]:
+    """The RECORD in the first source's directory or one of the ``_SEARCH_UP`` above it; None if none."""
+    if not sources:
+        return None
+    d = os.path.dirname(str(sources[0]))
+    for _ in range(_SEARCH_UP):
+        path = os.path.join(d, RECORD)
+        if os.path.isfile(path):
+            return Path(path)
+        up = os.path.dirname(d)
+        if up == d:
+            break
+        d = up
+    return None
+
+
+def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, object]], str]:
+    """(binary, its record entry, "") when the shipped binary of ``spec`` fits; else (None, None, why)."""
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError) as e:
+        return None, None, f"its record {record_path} cannot be read ({e})"
+    top = record_path.parent
+    entry = record.get("ops", {}).get(spec.name) if isinstance(record, dict) else None
+    if not isinstance(entry, dict):
+        return None, None, f"{record_path} ships no operator '{spec.name}'"
+    want_sources = entry.get("sources")
+    if not isinstance(want_sources, dict) or not all(_inside(k) for k in want_sources):
+        return None, None, f"{record_path} is not a record opbuilder writes"
+    have = _digests(list(spec.sources), top)
+    if have is None:
+        return None, None, f"its sources are not all in the package {top} the binary was shipped in"
+    if have != want_sources:
+        changed = sorted(set(have) ^ set(want_sources)) or sorted(k for k in have if have[k] != want_sources[k])
+        return None, None, f"its sources differ from those the binary was built from ({', '.join(changed)})"
+    headers = _digests(header_files(_scope(spec, top), top), top)
+    if headers != entry.get("headers"):
+        return None, None, "a header beside its sources differs from those the binary was built from"
+    options = options_of(spec, top)
+    if options != entry.get("options"):
+        diff = sorted(k for k in options if options[k] != (entry.get("options") or {}).get(k))
+        return None, None, f"it is asked for other options than the binary was built with ({', '.join(diff)})"
+    from ..native import installed as native
+
+    abi = entry.get("abi")
+    if not isinstance(abi, dict):
+        return None, None, f"{record_path} records no ABI for '{spec.name}'"
+    from ..native.abi import python_api
+    if abi.get("python") != python_api():
+        return None, None, f"the binary was built for Python {abi.get('python')}, this Python needs {python_api()}"
+    if not native.enabled():
+        return None, None, "OPBUILDER_INSTALLED_RUNTIME=0 turns opbuilder's installed runtime off"
+    why = native.why_not(native.installed(), abi)
+    if why is not None:
+        return None, None, why
+    rel = entry.get("file")
+    if not _inside(rel):
+        return None, None, f"{record_path} is not a record opbuilder writes"
+    binary = top / str(rel)
+    try:
+        digest = sha256_of(binary)
+    except OSError as e:
+        return None, None, f"its binary {binary} cannot be read ({e.strerror})"
+    if digest != entry.get("sha256"):
+        return None, None, (f"its binary {binary} was modified after it was built (its SHA-256 is not the one "
+                            f"recorded): it is never loaded")
+    return binary, entry, ""
+
+
+def shipped_module(spec) -> Optional[ModuleType]:
+    """The module of the binary shipped for ``spec`` when it fits (see the module's docstring); else None,
+    with the reason kept for ``refuse_build`` (and a warning when the binary was modified)."""
+    if spec.kind != "module":
+        return None
+    record_path = find_record(spec.sources)
+    if record_path is None:
+        _why[spec.name] = f"no wheel ships a binary of '{spec.name}' (no {RECORD} beside its sources)"
+        return None
+    binary, entry, why = _fit(spec, record_path)
+    if binary is None:
+        _why[spec.name] = why
+        if "modified" in why and not no_build():
+            import logging
+            logging.getLogger("opbuilder").warning("opbuilder: %s: %s; building it instead", spec.name, why)
+        return None
+    memo = (str(record_path), str(entry["sha256"]))
+    mod = _modules.get(memo)
+    if mod is not None:
+        return mod
+    from ..importer import import_extension, loaded_runtime, preload
+    from ..native import installed as native
+
+    nat = native.installed()
+    loaded = loaded_runtime()
+    if loaded is not None and loaded != nat.runtime:
+        _why[spec.name] = (f"this process already loaded another nanobind runtime ({loaded}), built by opbuilder "
+                           f"in its cache")
+        return None
+    preload([nat.runtime] + ([nat.core] if entry.get("core") else []))
+    mod = import_extension(spec.name, binary, spec.name)
+    _modules[memo] = mod
+    _used[spec.name] = str(binary)
+    _why.pop(spec.name, None)
+    return mod
+
+
+def refuse_build(spec, cause: Optional[BaseException] = None) -> None:
+    """Under ``OPBUILDER_NO_BUILD=1``, the NoBuildError for a build of ``spec`` that would be needed now."""
+    if not no_build():
+        return
+    from ..errors import NoBuildError
+
+    if spec.kind == "module":
+        why = _why.get(spec.name) or f"no wheel ships a binary of '{spec.name}'"
+    elif spec.kind in ("runtime", "core"):
+        from ..native.installed import last_why
+        why = f"opbuilder's installed runtime does not serve it: {last_why()}"
+    else:
+        why = f"'{spec.name}' is built on first use and is not in the cache"
+    if cause is not None:
+        why += f"; and no compiler can build it here ({cause})"
+    raise NoBuildError(spec.name, why)
+
+
+def status(name: str) -> Tuple[Optional[str], Optional[str]]:
+    """(the shipped binary this process loaded for operator ``name``, why none was) for ``doctor``."""
+    return _used.get(name), _why.get(name)

@@ -1,0 +1,146 @@
+"""opbuilder's own native runtime, built when opbuilder is installed (hatch_build.py).
+
+``pip install .``, ``pip install -e .`` and ``pip wheel .`` compile nanobind's runtime and the core
+library once (``build_native``) into ``opbuilder/_native/``, with ``native.json``: the ABI they were
+built for (abi.py: opbuilder's headers, nanobind's version, the Python API, the C++ library ABI) and
+the SHA-256 of each file. A nanobind operator then finds them there first (``library_for``), built or
+shipped, and the first ``load()`` in a fresh environment compiles only the operator. They serve it when
+the ABI it is built for is theirs, whichever compiler builds it; otherwise (another nanobind, a
+libc++ toolchain, an edited header) the builder builds its own in the cache, as before.
+``OPBUILDER_INSTALLED_RUNTIME=0`` ignores them (the test suite does, to test the JIT builds).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Dict, NamedTuple, Optional
+
+__all__ = ["NATIVE_DIR", "MANIFEST", "Native", "installed", "library_for", "last_why", "build_native", "why_not"]
+
+NATIVE_DIR = Path(__file__).resolve().parent.parent / "_native"
+MANIFEST = "native.json"
+RUNTIME_FILE = "libnanobind.so"
+
+
+class Native(NamedTuple):
+    """The installed runtime: its directory and its record (native.json)."""
+
+    dir: Path
+    record: Dict[str, object]
+
+    @property
+    def runtime(self) -> Path:
+        return self.dir / RUNTIME_FILE
+
+    @property
+    def core(self) -> Path:
+        from .core_lib import CORE_FILE
+        return self.dir / CORE_FILE
+
+
+_memo: Dict[str, object] = {}  # "native" -> Native or None; (kind, cxx abi) -> path or None
+
+
+def enabled() -> bool:
+    return os.environ.get("OPBUILDER_INSTALLED_RUNTIME", "1") != "0"
+
+
+def installed(directory: Optional[Path] = None) -> Optional[Native]:
+    """The installed runtime, if its record is there and each file has its recorded hash (checked once
+    per process: a file changed since the install is refused, never loaded)."""
+    if directory is None and "native" in _memo:
+        return _memo["native"]  # type: ignore[return-value]
+    d = NATIVE_DIR if directory is None else directory
+    found = None
+    try:
+        record = json.loads((d / MANIFEST).read_text())
+        from ..cache.shipped import files_intact
+        if isinstance(record, dict) and files_intact(d, record.get("files")):
+            found = Native(d, record)
+    except (OSError, ValueError):
+        pass
+    if directory is None:
+        _memo["native"] = found
+    return found
+
+
+def current_abi(cxx_abi: str, root: Optional[Path] = None) -> Dict[str, str]:
+    """The ABI a nanobind operator built here with a compiler of C++ library ABI ``cxx_abi`` needs."""
+    from ..tools.toolchain import nanobind_info
+    from .abi import python_api
+    from .headers import headers_digest
+
+    return {"headers": headers_digest(root), "nanobind": nanobind_info(root).version, "python": python_api(),
+            "cxx": cxx_abi}
+
+
+def why_not(native: Optional[Native], want: Dict[str, str]) -> Optional[str]:
+    """Why the installed runtime does not serve an operator built for ABI ``want``; None when it does."""
+    if native is None:
+        return (f"opbuilder's installed runtime is missing or was modified ({NATIVE_DIR}: reinstall opbuilder "
+                f"with a C++ compiler present)")
+    have = native.record.get("abi")
+    if not isinstance(have, dict):
+        return f"{native.dir / MANIFEST} records no ABI"
+    for part in ("python", "nanobind", "cxx", "headers"):
+        if have.get(part) != want.get(part):
+            return (f"opbuilder's installed runtime was built for {part} {have.get(part)!r}, this build needs "
+                    f"{want.get(part)!r}")
+    return None
+
+
+def last_why() -> str:
+    """Why opbuilder's installed runtime did not serve the last build that asked for it."""
+    if not enabled():
+        return "OPBUILDER_INSTALLED_RUNTIME=0 turns opbuilder's installed runtime off"
+    return str(_memo.get("why") or why_not(installed(), {}) or "opbuilder's installed runtime does not fit")
+
+
+def library_for(kind: str, cxx_abi: str) -> Optional[Path]:
+    """The installed library of ``kind`` ("runtime": nanobind's, "core": the core library) for an operator
+    built here with a compiler of C++ library ABI ``cxx_abi``; None to build it in the cache."""
+    if not enabled() or kind not in ("runtime", "core"):
+        return None
+    memo = (kind, cxx_abi)
+    if memo not in _memo:
+        native = installed()
+        why = why_not(native, current_abi(cxx_abi))
+        _memo["why"] = why
+        _memo[memo] = None if why is not None else (native.runtime if kind == "runtime" else native.core)  # type: ignore
+    return _memo[memo]  # type: ignore[return-value]
+
+
+def build_native(dest: Path, verbose: bool = False) -> Dict[str, object]:
+    """Compile nanobind's runtime and the core library for this Python and the compiler found (CXX, else
+    c++ / g++ / clang++) into ``dest``, with their record (native.json); the record. The builds go
+    through the builder's pipeline in a temporary cache."""
+    from .. import builder as B
+    from ..cache.shipped import sha256_of
+    from ..tools.toolchain import find_compiler
+    from .abi import cxx_abi, wheel_tag
+    from .core_lib import CORE_FILE, core_spec
+    from .nanobind_runtime import runtime_spec
+
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="opbuilder-native-") as tmp:
+        root = Path(tmp) / "cache"
+        root.mkdir(mode=0o700)
+        cxx = find_compiler(root)
+        specs = {RUNTIME_FILE: runtime_spec(root, verbose), CORE_FILE: core_spec(root, verbose)}
+        with ThreadPoolExecutor(len(specs)) as pool:  # side by side, as a first load() builds them
+            built = {name: pool.submit(B.retrying, spec.name, lambda spec=spec: B._build_checked(spec))
+                     for name, spec in specs.items()}
+            libs = {name: job.result().library for name, job in built.items()}
+        files = {}
+        for name, lib in libs.items():
+            shutil.copyfile(lib, dest / (name + ".tmp"))
+            os.replace(dest / (name + ".tmp"), dest / name)
+            files[name] = sha256_of(dest / name)
+        record = {"abi": current_abi(cxx_abi(cxx, root)), "tag": wheel_tag(), "files": files,
+                  "compiler": cxx.version}
+    (dest / MANIFEST).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
