@@ -12,19 +12,20 @@ runtime; they are handed out here when first asked for (PEP 562).
 from typing import Any, List
 
 from .builder import CustomOpBuilder, build_library
-from .errors import BuildError, ToolchainError, UnsafeCacheDirError
+from .errors import BuildError, BuildTimeout, ToolchainError, UnsafeCacheDirError
 from .native.headers import include_dir
 
 # to_torch and to_jax are not in __all__: `from opbuilder import *` would import torch and jax (and fail
 # where either is missing); they are public as opbuilder.to_torch and opbuilder.to_jax
-__all__ = ["CustomOpBuilder", "build_library", "BuildError", "ToolchainError", "UnsafeCacheDirError", "include_dir",
-           "load", "load_inline", "Spec"]
+__all__ = ["CustomOpBuilder", "build_library", "BuildError", "BuildTimeout", "ToolchainError", "UnsafeCacheDirError",
+           "include_dir", "load", "load_inline", "Spec", "Inline", "load_many", "LoadResult", "Diagnostic"]
 __version__ = "0.1.0"
 
 
 # name -> the module that defines it, imported when the name is first asked for
 _LAZY = {"load_inline": ".inline", "Spec": ".bridges.interop_common", "to_torch": ".bridges.interop_torch",
-         "to_jax": ".bridges.interop_jax"}
+         "to_jax": ".bridges.interop_jax", "Inline": ".inline", "load_many": ".many", "LoadResult": ".many",
+         "Diagnostic": ".compile.diagnostics"}
 _EXTRAS = {"to_torch": "torch", "to_jax": "jax"}  # the optional package (and pip extra) each one needs
 
 

@@ -6,6 +6,7 @@ a new build), then built by ``CustomOpBuilder`` like any other sources. The
 user's C++ is its own file, ``cpp_sources.cpp``, included by a generated main
 file, so a compiler error names ``cpp_sources.cpp`` and the line in the user's
 string. ``functions`` generates the binding block for plain functions.
+``Inline`` describes the same build without running it (for ``load_many``).
 """
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ import os
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from .compile.binding import NANOBIND, binding_of_text
 from .builder import CustomOpBuilder
 from .cache.cache_dir import cache_root
 from .cache.trust import trusted_root
+from .errors import BuildError
 
-__all__ = ["load_inline"]
+__all__ = ["load_inline", "Inline"]
 
 Sources = Union[str, Sequence[str]]
 _USER_CPP, _USER_CUDA = "cpp_sources.cpp", "cuda_sources.cu"
@@ -33,8 +35,9 @@ def _joined(who: str, what: str, src: Optional[Sources]) -> str:
         return ""
     if isinstance(src, str):
         return src
-    if all(isinstance(s, str) for s in src):
-        return "\n".join(src)
+    parts = list(src) if hasattr(src, "__iter__") and not isinstance(src, bytes) else None
+    if parts is not None and all(isinstance(s, str) for s in parts):
+        return "\n".join(parts)
     raise TypeError(f"{who}: {what} must be a string or a list of strings")
 
 
@@ -75,21 +78,20 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def load_inline(name: str, cpp_sources: Sources, functions: Union[None, Sequence[str], Dict[str, str]] = None,
-                cuda_sources: Optional[Sources] = None, **builder_options) -> ModuleType:
-    """Build and load a module from source strings.
-
-    ``functions`` (names, or name -> docstring) binds those plain C++ functions (with nanobind,
-    or with pybind11 when ``cpp_sources`` includes its headers); without it, ``cpp_sources`` holds
-    its own ``OB_MODULE(m)`` (or ``PYBIND11_MODULE(OB_EXTENSION_NAME, m)``) block. With
-    ``cuda_sources`` the backend defaults to ``"GPU"`` (declare the CUDA functions in
-    ``cpp_sources``). ``builder_options`` go to ``CustomOpBuilder``.
-    """
+def _described(who: str, name: object, cpp_sources: Sources, functions: Union[None, Sequence[str], Dict[str, str]],
+               cuda_sources: Optional[Sources]) -> Tuple[str, str, Dict[str, str]]:
+    """The checked arguments of a ``load_inline`` build: (C++ text, CUDA text, functions)."""
     if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"load_inline: name must be a Python identifier, got {name!r}")
-    cpp = _joined(f"load_inline({name!r})", "cpp_sources", cpp_sources)
-    cuda = _joined(f"load_inline({name!r})", "cuda_sources", cuda_sources)
-    funcs = _functions(name, functions)
+        raise ValueError(f"{who}: name must be a Python identifier, got {name!r}")
+    cpp = _joined(f"{who}({name!r})", "cpp_sources", cpp_sources)
+    cuda = _joined(f"{who}({name!r})", "cuda_sources", cuda_sources)
+    return cpp, cuda, _functions(name, functions)
+
+
+def _builder(name: str, cpp: str, cuda: str, funcs: Dict[str, str], builder_options: Dict[str, Any]
+             ) -> CustomOpBuilder:
+    """The ``CustomOpBuilder`` of checked inline sources, with their files written into the cache."""
+    builder_options = dict(builder_options)
     key = hashlib.sha256(json.dumps([name, cpp, cuda, list(funcs.items())]).encode()).hexdigest()[:24]
     directory = trusted_root(cache_root(builder_options.get("build_dir")) / "inline" / name / key)
     _write(directory / _USER_CPP, cpp)
@@ -102,4 +104,70 @@ def load_inline(name: str, cpp_sources: Sources, functions: Union[None, Sequence
         _write(directory / _USER_CUDA, cuda)
         sources.append(directory / _USER_CUDA)
         builder_options.setdefault("backend", "GPU")
-    return CustomOpBuilder(name, [str(s) for s in sources], **builder_options).load()
+    return CustomOpBuilder(name, [str(s) for s in sources], **builder_options)
+
+
+def _load(builder: CustomOpBuilder) -> ModuleType:
+    """``builder.load()``, with the diagnostics of a failed build moved out of the generated main file:
+    its lines are the binding of ``functions`` (no line of the user's), so they name the user's C++
+    file with no line."""
+    try:
+        return builder.load()
+    except BuildError as e:
+        main = os.path.realpath(builder.spec.sources[0])
+        user = os.path.join(os.path.dirname(main), _USER_CPP)
+        e.diagnostics = [d._replace(file=user, line=None, column=None) if os.path.realpath(d.file) == main else d
+                         for d in e.diagnostics]
+        raise
+
+
+def load_inline(name: str, cpp_sources: Sources, functions: Union[None, Sequence[str], Dict[str, str]] = None,
+                cuda_sources: Optional[Sources] = None, **builder_options) -> ModuleType:
+    """Build and load a module from source strings.
+
+    ``functions`` (names, or name -> docstring) binds those plain C++ functions (with nanobind,
+    or with pybind11 when ``cpp_sources`` includes its headers); without it, ``cpp_sources`` holds
+    its own ``OB_MODULE(m)`` (or ``PYBIND11_MODULE(OB_EXTENSION_NAME, m)``) block. With
+    ``cuda_sources`` the backend defaults to ``"GPU"`` (declare the CUDA functions in
+    ``cpp_sources``). ``builder_options`` go to ``CustomOpBuilder`` (``cuda_arch="8.0"`` compiles
+    the CUDA sources with no GPU). A failed build's ``BuildError.diagnostics`` point at lines of the
+    strings: ``file`` is the file each string was written to, verbatim (``cpp_sources.cpp``,
+    ``cuda_sources.cu``; a list of strings is joined with newlines).
+    """
+    cpp, cuda, funcs = _described("load_inline", name, cpp_sources, functions, cuda_sources)
+    return _load(_builder(name, cpp, cuda, funcs, builder_options))
+
+
+class Inline:
+    """A ``load_inline`` build described, not run: ``load_many([Inline(...), ...])`` builds many at once.
+
+    The arguments are ``load_inline``'s, checked now (a bad name or source type raises here, not in
+    ``load_many``); nothing is written or compiled until ``load()`` (or ``load_many``). Two equal
+    ``Inline`` items (same name, sources, functions and options) are one build."""
+
+    __slots__ = ("name", "cpp_sources", "cuda_sources", "functions", "options", "_key")
+
+    def __init__(self, name: str, cpp_sources: Sources, functions: Union[None, Sequence[str], Dict[str, str]] = None,
+                 cuda_sources: Optional[Sources] = None, **options: Any) -> None:
+        cpp, cuda, funcs = _described("Inline", name, cpp_sources, functions, cuda_sources)
+        self.name, self.cpp_sources, self.cuda_sources, self.functions = name, cpp, cuda, funcs
+        self.options = dict(options)
+        self._key = (name, cpp, cuda, tuple(funcs.items()), repr(sorted(self.options.items())))
+
+    def builder(self) -> CustomOpBuilder:
+        """The ``CustomOpBuilder`` of this build, its source files written into the cache."""
+        return _builder(self.name, self.cpp_sources, self.cuda_sources, self.functions, self.options)
+
+    def load(self) -> ModuleType:
+        """``load_inline`` with these arguments: build if needed, and import."""
+        return _load(self.builder())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Inline) and other._key == self._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        return f"Inline({self.name!r}, <{len(self.cpp_sources)} chars of C++>" + (
+            f", <{len(self.cuda_sources)} chars of CUDA>" if self.cuda_sources else "") + ")"

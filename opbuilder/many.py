@@ -1,0 +1,97 @@
+"""``load_many``: build and load many operators at once (generated kernels, evaluation harnesses).
+
+Each distinct item is built by one thread: a build spends its time waiting for
+ninja and the compilers (child processes, the GIL released), so ``jobs``
+threads keep ``jobs`` builds running. The pipeline under each is ``load()``'s
+own: the cache's per-operator flock makes an item that another thread or
+process is building compile once (the waiter finds it built), and imports are
+serialised by the builder's lock. Equal items (the same ``Inline`` arguments,
+or builders of the same spec) are one build and share one result.
+
+``timeout`` is each item's limit for its compiles (compile/ninja_run.py,
+``time_limit``): past it, ninja and every process of its build are killed and
+the item's error is a ``BuildTimeout``. Waiting for a lock another process
+holds is bounded by ``OPBUILDER_LOCK_TIMEOUT``, as for ``load()``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
+from typing import Dict, Iterable, List, NamedTuple, Optional, Union
+
+from .builder import CustomOpBuilder
+from .errors import BuildError
+from .inline import Inline
+
+__all__ = ["load_many", "LoadResult"]
+
+Item = Union[Inline, CustomOpBuilder]
+
+
+class LoadResult(NamedTuple):
+    """What ``load_many`` made of one item: its ``module`` (None if it failed), its ``error`` (a
+    ``BuildError``, ``BuildTimeout`` for a build past its time; None when it loaded) and the
+    ``seconds`` its build and import took (for a repeated item, the first one's)."""
+
+    module: Optional[ModuleType]
+    error: Optional[BuildError]
+    seconds: float
+
+
+def _identity(item: Item) -> object:
+    """Equal for items that are one build."""
+    return item if isinstance(item, Inline) else ("builder", item.spec)
+
+
+def _load_one(item: Item, timeout: Optional[float]) -> LoadResult:
+    from .compile.ninja_run import time_limit
+
+    t0 = time.perf_counter()
+    try:
+        with time_limit(timeout, quiet=True):
+            module = item.load()
+    except BuildError as e:
+        return LoadResult(None, e, time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 -- one item's failure is its result, never the others'
+        name = getattr(item, "name", "?")
+        err = BuildError(f"building operator '{name}' failed: {type(e).__name__}: {e}", name=name)
+        err.__cause__ = e
+        return LoadResult(None, err, time.perf_counter() - t0)
+    return LoadResult(module, None, time.perf_counter() - t0)
+
+
+def load_many(items: Iterable[Item], jobs: Optional[int] = None, timeout: Optional[float] = None
+              ) -> List[LoadResult]:
+    """Build (if needed) and load every item, up to ``jobs`` builds at once; one ``LoadResult`` per
+    item, in order.
+
+    ``items``: ``opbuilder.Inline`` descriptions and ``CustomOpBuilder`` objects. ``jobs``: how many
+    builds run at once (default: the cores this process may use). ``timeout``: seconds each item's
+    build may take; past it its compilers are killed and its error is a ``BuildTimeout`` (None: no
+    limit). A failing item never stops the others; a repeated or already cached item compiles
+    once (across processes too: the cache's locks). Prints no progress lines; each result has its
+    time."""
+    items = list(items)
+    for i, item in enumerate(items):
+        if not isinstance(item, (Inline, CustomOpBuilder)):
+            raise TypeError(f"load_many: item {i} is a {type(item).__name__}; expected opbuilder.Inline or "
+                            f"opbuilder.CustomOpBuilder")
+    if jobs is None:
+        jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    elif isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"load_many: jobs must be a positive integer (or None for the cores), got {jobs!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        raise ValueError(f"load_many: timeout must be a positive number of seconds (or None), got {timeout!r}")
+    first: Dict[object, int] = {}  # identity -> index of the distinct item that builds it
+    for i, item in enumerate(items):
+        first.setdefault(_identity(item), i)
+    distinct = sorted(set(first.values()))
+    if not distinct:
+        return []
+    with ThreadPoolExecutor(max_workers=min(jobs, len(distinct)), thread_name_prefix="opbuilder-many") as pool:
+        futures = {i: pool.submit(_load_one, items[i], timeout) for i in distinct}
+        done = {i: f.result() for i, f in futures.items()}
+    return [done[first[_identity(item)]] for item in items]

@@ -1,0 +1,237 @@
+"""opbuilder.load_many and opbuilder.Inline: many operators at once, in order, each distinct build once,
+a failure or a runaway compile confined to its own item, safe beside another process doing the same."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import opbuilder
+from opbuilder import BuildError, BuildTimeout, CustomOpBuilder, Inline, LoadResult, load_many
+
+
+def _op(name: str, value: int) -> Inline:
+    return Inline(name, f"int value() {{ return {value}; }}\n", functions=["value"])
+
+
+BAD = "int value() {\n  return zq_undeclared;\n}\n"
+# a compile-time loop that takes gcc minutes (each loop is under -fconstexpr-loop-limit; the
+# whole is under -fconstexpr-ops-limit only after ~8e9 steps)
+RUNAWAY = textwrap.dedent("""\
+    constexpr long spin() {
+      long s = 0;
+      for (long i = 0; i < 200000; ++i)
+        for (long j = 0; j < 200000; ++j) s += i ^ j;
+      return s;
+    }
+    static_assert(spin() != 1, "never false");
+    int value() { return 1; }
+""")
+
+
+def _compiles(cache: Path, name: str) -> int:
+    """How many times ninja compiled operator ``name``'s objects in ``cache`` (its .ninja_log keeps one
+    line per successful run of a command)."""
+    log = Path(cache) / name / "build" / ".ninja_log"
+    if not log.is_file():
+        return 0
+    return sum(1 for line in log.read_text().splitlines()[1:] if line.split("\t")[3].startswith("obj/"))
+
+
+@pytest.fixture(scope="session")
+def many_sources(tmp_path_factory):
+    d = tmp_path_factory.mktemp("many_src")
+    (d / "many_file.cpp").write_text('#include "opbuilder/extension.h"\nint value() { return 40; }\n'
+                                     'OB_MODULE(m) { m.def("value", &value); }\n')
+    return d
+
+
+@pytest.fixture(scope="session")
+def many_run(cache_dir, many_sources):
+    """One load_many call: two good inline items, one that fails, a repeat, and a CustomOpBuilder."""
+    items = [_op("many_a", 10), Inline("many_bad", BAD, functions=["value"]), _op("many_b", 20),
+             _op("many_a", 10), CustomOpBuilder("many_file", [str(many_sources / "many_file.cpp")])]
+    return items, load_many(items, jobs=2)
+
+
+# the tests that compile are marked `build` by hand (tests/build_guard.py); the bad-input tests are not
+@pytest.mark.build
+def test_results_are_in_order_one_per_item(many_run):
+    items, results = many_run
+    assert len(results) == 5 and all(isinstance(r, LoadResult) for r in results)
+    assert [r.module.value() if r.module else None for r in results] == [10, None, 20, 10, 40]
+    assert [r.error is None for r in results] == [True, False, True, True, True]
+    assert all(r.seconds > 0 for r in results)
+
+
+@pytest.mark.build
+def test_a_failing_item_says_why_and_stops_no_other(many_run, cache_dir):
+    _, results = many_run
+    err = results[1].error
+    assert isinstance(err, BuildError) and not isinstance(err, BuildTimeout)
+    assert str(err).startswith("building operator 'many_bad' failed:\n")
+    user = Path(cache_dir).resolve() / "inline" / "many_bad"
+    [d] = err.diagnostics
+    assert Path(d.file).parent.parent == user and Path(d.file).name == "cpp_sources.cpp"
+    assert (d.line, d.column, d.severity) == (2, 10, "error")
+    assert d.message in ("‘zq_undeclared’ was not declared in this scope",  # the quotes of a UTF-8 locale
+                         "'zq_undeclared' was not declared in this scope")
+
+
+@pytest.mark.build
+def test_a_repeated_item_is_one_build_and_one_module(many_run, cache_dir):
+    _, results = many_run
+    assert results[3].module is results[0].module
+    assert results[3] is results[0]
+    assert _compiles(cache_dir, "many_a") == 1
+
+
+@pytest.mark.build
+def test_cached_items_compile_nothing(many_run, cache_dir):
+    items, first = many_run
+    again = load_many(items, jobs=2)
+    assert [r.module for r in again] == [r.module for r in first]  # the same module objects
+    assert [_compiles(cache_dir, n) for n in ("many_a", "many_b", "many_file")] == [1, 1, 1]
+
+
+def _procs_mentioning(needles):
+    """Live processes (not this one) whose command line or environment holds one of ``needles``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != b"Z" and any(n.encode() in cmd or n.encode() in env for n in needles):
+            found.append((int(entry), cmd.replace(b"\0", b" ").decode(errors="replace")))
+    return found
+
+
+@pytest.mark.build
+def test_a_runaway_compile_is_killed_with_its_whole_tree_at_the_timeout(many_run, cache_dir):
+    runaway = Inline("many_runaway", RUNAWAY, functions=["value"])
+    results = load_many([runaway, _op("many_a", 10)], timeout=2)
+    err = results[0].error
+    assert isinstance(err, BuildTimeout) and isinstance(err, BuildError) and err.seconds == 2
+    assert str(err).startswith("building operator 'many_runaway' timed out after 2 s: ninja and its compilers (")
+    assert results[1].module is many_run[1][0].module  # the other item is unaffected
+    key_dir = runaway.builder().spec.sources[0].parent
+    build_dir = Path(cache_dir).resolve() / "many_runaway" / "build"
+    assert _procs_mentioning([str(key_dir), f"OPBUILDER_BUILD_DIR={build_dir}\0"]) == []
+    assert not (build_dir / ".building").exists()  # every process of the build is gone: nothing to clean
+
+
+@pytest.mark.build
+def test_two_processes_with_overlapping_items_compile_each_once(cache_dir, tmp_path):
+    code = textwrap.dedent("""\
+        import json, os, sys, time
+        from opbuilder import Inline, load_many
+        go = sys.argv[1]
+        while not os.path.exists(go):
+            time.sleep(0.005)
+        names = sys.argv[2:]
+        results = load_many([Inline(n, f"int value() {{ return {len(n)}; }}", functions=["value"]) for n in names])
+        print(json.dumps([[r.module.value() if r.module else None, str(r.error) if r.error else None]
+                          for r in results]))
+    """)
+    go = tmp_path / "go"
+    env = dict(os.environ, OPBUILDER_CACHE_DIR=str(cache_dir))
+    sides = [["many_p1", "many_p22"], ["many_p22", "many_p333", "many_p1"]]
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(go), *names], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for names in sides]
+    go.touch()
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    assert json.loads(outs[0][0]) == [[7, None], [8, None]]
+    assert json.loads(outs[1][0]) == [[8, None], [9, None], [7, None]]
+    assert [_compiles(cache_dir, n) for n in ("many_p1", "many_p22", "many_p333")] == [1, 1, 1]
+
+
+@pytest.mark.build
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the CUDA compile needs it")
+def test_a_cuda_inline_source_compiles_with_no_gpu_for_a_given_arch(cache_dir):
+    cuda = textwrap.dedent("""\
+        __global__ void add_kernel(const float *a, const float *b, float *out, int n) {
+          int i = blockIdx.x * blockDim.x + threadIdx.x;
+          if (i < n) out[i] = a[i] + b[i];
+        }
+        int launch_width() { return 256; }
+    """)
+    [r] = load_many([Inline("many_cuda", "int launch_width();", functions=["launch_width"], cuda_sources=cuda,
+                            cuda_arch="8.0")])
+    assert r.error is None, r.error
+    assert r.module.launch_width() == 256  # host code only: runs with no GPU
+    build = Path(cache_dir) / "many_cuda" / "build" / "build.ninja"
+    assert "-gencode=arch=compute_80,code=sm_80" in build.read_text()
+
+
+# ---- bad inputs: nothing compiles ----------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"jobs": 0}, "load_many: jobs must be a positive integer (or None for the cores), got 0"),
+    ({"jobs": 1.5}, "load_many: jobs must be a positive integer (or None for the cores), got 1.5"),
+    ({"timeout": -1}, "load_many: timeout must be a positive number of seconds (or None), got -1"),
+    ({"timeout": 0}, "load_many: timeout must be a positive number of seconds (or None), got 0"),
+])
+def test_bad_jobs_or_timeout_is_a_value_error(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        load_many([], **kwargs)
+    assert str(info.value) == message
+
+
+def test_an_item_of_another_type_is_a_type_error_naming_its_place():
+    with pytest.raises(TypeError) as info:
+        load_many([_op("many_typed", 1), "int f();"])
+    assert str(info.value) == ("load_many: item 1 is a str; expected opbuilder.Inline or "
+                               "opbuilder.CustomOpBuilder")
+
+
+def test_no_items_is_no_results():
+    assert load_many([]) == []
+
+
+def test_inline_checks_its_arguments_when_made():
+    with pytest.raises(ValueError) as info:
+        Inline("a-b", "")
+    assert str(info.value) == "Inline: name must be a Python identifier, got 'a-b'"
+    with pytest.raises(TypeError) as info:
+        Inline("x", 3)
+    assert str(info.value) == "Inline('x'): cpp_sources must be a string or a list of strings"
+    with pytest.raises(ValueError) as info:
+        Inline("x", "", functions=["not a name"])
+    assert str(info.value) == "load_inline('x'): functions must name C++ functions, got 'not a name'"
+
+
+def test_equal_inline_items_are_one_build():
+    assert _op("many_eq", 1) == _op("many_eq", 1) and hash(_op("many_eq", 1)) == hash(_op("many_eq", 1))
+    assert _op("many_eq", 1) != _op("many_eq", 2)
+    assert Inline("many_eq", "x", cflags=["-O3"]) != Inline("many_eq", "x")
+
+
+def test_a_cuda_arch_that_names_no_architecture_is_a_value_error():
+    with pytest.raises(ValueError) as info:
+        CustomOpBuilder("many_arch", ["k.cu"], backend="GPU", cuda_arch="sm_1")
+    assert str(info.value).startswith("cuda_arch: 'sm_1' is not an architecture; accepted: compute capabilities")
+    with pytest.raises(ValueError) as info:
+        CustomOpBuilder("many_arch", ["k.cu"], backend="GPU", cuda_arch="8.0", cuda_cflags=["-arch=sm_90"])
+    assert str(info.value) == ("cuda_arch='8.0' and cuda_cflags that choose architectures (-gencode, -arch, "
+                               "-code) were both given; give one of them")
+
+
+def test_the_new_names_are_public():
+    assert opbuilder.load_many is load_many and opbuilder.Inline is Inline
+    assert {"Inline", "load_many", "LoadResult", "Diagnostic", "BuildTimeout"} <= set(opbuilder.__all__)
