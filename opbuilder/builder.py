@@ -785,8 +785,8 @@ class CustomOpBuilder:
     def load(self) -> ModuleType:
         """The module for the sources as they are now (the same object if unchanged): the binary a wheel
         ships for them when it fits (cache/shipped.py: no compiler, no process, no cache write), else built."""
-        from .cache.shipped import shipped_module
-        return shipped_module(self.spec) or retrying(self.name, self._load_once)
+        from .cache.shipped import shipped_or_built
+        return shipped_or_built(self.spec, lambda: retrying(self.name, self._load_once))
 
     def _load_once(self) -> ModuleType:
         """One pass of ``load``: build if needed and import; ``Retry`` when the library went missing

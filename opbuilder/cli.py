@@ -6,7 +6,9 @@
   import FILE.tar [--into DIR]                   a bundle's builds, into a store (default: the cache)
   cache list [NAME]                              what is cached, and how big
   cache clean [NAME]                             delete one operator's builds, or the whole cache
-  doctor                                         check compiler, ninja, pybind11, cache dir; say how to fix
+  doctor                                         check compiler, ninja, pybind11, cache dir; say how to fix;
+                                                 which operators are shipped and which were JIT-built
+  wheel PKGDIR [-w DIR]                          a package's wheel with its operators built in (build_meta)
   demo [--ms-style]                              the design's example, end to end
 """
 from __future__ import annotations
@@ -174,6 +176,29 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def _cmd_wheel(args: argparse.Namespace) -> int:
+    """``pip wheel --no-build-isolation --no-deps PKGDIR -w DIR``: the package's build-backend
+    (opbuilder.build_meta) compiles its operators into the wheel with this Python and this opbuilder."""
+    import subprocess
+    from pathlib import Path
+
+    pkg = Path(args.pkgdir)
+    if not (pkg / "pyproject.toml").is_file():
+        raise FileNotFoundError(f"{pkg} has no pyproject.toml: give the directory of a package whose "
+                                f"pyproject.toml names build-backend = \"opbuilder.build_meta\" (docs/shipping.md)")
+    out = Path(args.wheel_dir)
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out), str(pkg)]
+    res = subprocess.run(cmd, stdout=None if args.verbose else subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if res.returncode != 0:
+        print(res.stdout or "", end="", file=sys.stderr)
+        print(f"opbuilder: error: {' '.join(cmd)} exited with status {res.returncode}", file=sys.stderr)
+        return 1
+    for line in (res.stdout or "").splitlines():
+        if "Stored in directory" in line or "Saved " in line:
+            print(line.strip())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m opbuilder", description="JIT builder for C++ tensor operators")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -213,6 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="check the compiler, ninja, pybind11 and the cache directory")
     d.set_defaults(func=_cmd_doctor)
+
+    w = sub.add_parser("wheel", help="build a package's wheel with its operators compiled in (opbuilder.build_meta)")
+    w.add_argument("pkgdir", metavar="PKGDIR", help="the package's directory (its pyproject.toml)")
+    w.add_argument("-w", "--wheel-dir", default="dist", metavar="DIR", help="where to write the wheel (default: dist)")
+    w.add_argument("--verbose", action="store_true", help="show pip's output")
+    w.set_defaults(func=_cmd_wheel)
 
     e = sub.add_parser("demo", help="build the example operator and take its gradient inside an nn.Cell")
     e.add_argument("--ms-style", action="store_true", help="use the MindSpore-style source (ms_extension.h)")

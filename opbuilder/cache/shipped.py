@@ -21,9 +21,9 @@ import json
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "sha256_of", "files_intact", "shipped_module", "refuse_build",
+__all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "sha256_of", "files_intact", "shipped_module", "shipped_or_built", "refuse_build",
            "no_build", "record_entry", "header_files", "options_of", "find_record", "status"]
 
 RECORD = "opbuilder_ops.json"
@@ -234,6 +234,28 @@ def shipped_module(spec) -> Optional[ModuleType]:
     _used[spec.name] = str(binary)
     _why.pop(spec.name, None)
     return mod
+
+
+def shipped_or_built(spec, build: Callable[[], ModuleType]) -> ModuleType:
+    """``load()``: the shipped module of ``spec`` when it fits, else ``build()`` (the cache, or a build).
+    Under ``OPBUILDER_NO_BUILD=1`` a failure of the latter is a NoBuildError saying why the shipped binary
+    did not fit, and with no cache directory at all it is raised at once (nothing can be cached there)."""
+    mod = shipped_module(spec)
+    if mod is not None:
+        return mod
+    if not no_build():
+        return build()
+    from ..errors import NoBuildError
+
+    if not os.path.isdir(spec.root):
+        raise NoBuildError(spec.name, _why.get(spec.name, f"no wheel ships a binary of '{spec.name}'"))
+    try:
+        return build()
+    except NoBuildError:
+        raise
+    except (OSError, RuntimeError) as e:
+        raise NoBuildError(spec.name, f"{_why.get(spec.name, 'nothing is shipped for it')}; and it is not in the "
+                                      f"cache ({e})") from e
 
 
 def refuse_build(spec, cause: Optional[BaseException] = None) -> None:

@@ -290,10 +290,86 @@ def _store_entries(store: Path, owner: int) -> Tuple[int, int, List[Tuple[Path, 
     return ops, builds, unsafe, broken, rehashed
 
 
+def _installed_runtime() -> Check:
+    """opbuilder's own runtime, built when it was installed (native/installed.py)."""
+    from ..native import installed as native
+
+    what = "installed runtime"
+    if not native.enabled():
+        return Check(what, "note", "OPBUILDER_INSTALLED_RUNTIME=0: operators use runtimes built in the cache")
+    nat = native.installed()
+    if nat is None:
+        return Check(what, "note", f"none at {native.NATIVE_DIR} (or modified): the first load() builds nanobind's "
+                                   f"runtime and the core library", "reinstall opbuilder with a C++ compiler present")
+    abi = nat.record.get("abi") or {}
+    return Check(what, "ok", f"{nat.dir} (Python {abi.get('python')}, nanobind {abi.get('nanobind')}, "
+                             f"{abi.get('cxx')})")
+
+
+def shipped_records() -> List[Path]:
+    """The records of shipped operators (cache/shipped.RECORD) in the packages on sys.path."""
+    import sys
+
+    from ..cache.shipped import RECORD
+
+    found = []
+    for entry in dict.fromkeys(sys.path):
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        found += [Path(entry or ".", n, RECORD) for n in names if os.path.isfile(os.path.join(entry or ".", n, RECORD))]
+    return found
+
+
+def _shipped() -> List[Check]:
+    """Which operators the installed packages ship, and whether load() would use each binary here; and
+    which operators were built on first use (JIT) into the cache."""
+    import json
+
+    from ..builder import CustomOpBuilder
+    from ..cache.cache_dir import cache_root
+    from ..cache.shipped import _fit
+
+    out = []
+    for record in shipped_records():
+        try:
+            ops = json.loads(record.read_text()).get("ops", {})
+        except (OSError, ValueError, AttributeError) as e:
+            out.append(Check("shipped operators", "error", f"{record} cannot be read ({e})", "reinstall its package"))
+            continue
+        top = record.parent
+        for name, entry in sorted(ops.items()):
+            opts = dict(entry.get("options") or {})
+            flags = {k: [f.replace("<pkg>", str(top)) for f in opts.get(k, [])] for k in ("cflags", "ldflags",
+                                                                                          "cuda_cflags")}
+            try:
+                spec = CustomOpBuilder(name, [str(top / s) for s in entry.get("sources", {})],
+                                       backend=opts.get("backend", "CPU"),
+                                       include_paths=[str(top / p) for p in opts.get("include_paths", [])],
+                                       debug_mode=bool(opts.get("debug")), binding=opts.get("binding"),
+                                       **flags).spec
+                binary, _, why = _fit(spec, record)
+            except (OSError, ValueError, TypeError) as e:
+                binary, why = None, str(e)
+            if binary is not None:
+                out.append(Check("shipped operator", "ok", f"{name} ({top.name}): load() uses {binary}, no compiler"))
+            else:
+                out.append(Check("shipped operator", "note", f"{name} ({top.name}): load() builds it: {why}"))
+    try:
+        root = cache_root()
+        jit = sorted(n for n in os.listdir(root) if not n.endswith(".lib") and (root / n).is_dir()
+                     and any(k.is_dir() and (k / "build.json").is_file() for k in (root / n).iterdir()))
+    except OSError:
+        jit = []
+    out.append(Check("JIT-built operators", "ok", f"{len(jit)} in the cache" + (f": {', '.join(jit)}" if jit else "")))
+    return out
+
+
 def run_checks() -> List[Check]:
-    """Every check, in the order a build needs them."""
+    """Every check, in the order a build needs them; then what is shipped and what was JIT-built."""
     steps: List[Callable[[], object]] = [_cache_dir, _compiler, _python, _nanobind, _ninja, _jobs, _cuda, _launcher,
-                                         _prebuilt]
+                                         _prebuilt, _installed_runtime, _shipped]
     out: List[Check] = []
     for step in steps:
         res = step()

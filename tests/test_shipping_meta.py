@@ -1,0 +1,70 @@
+"""opbuilder.build_meta's reading of [[tool.opbuilder.ops]], the wheel tags, and `opbuilder wheel`'s
+errors: no compiler (tests/test_shipping.py builds and runs the wheels)."""
+from __future__ import annotations
+
+import sys
+import sysconfig
+
+import pytest
+
+from opbuilder import NoBuildError, build_meta, cli
+from opbuilder.native.abi import python_api, wheel_tag
+
+
+def _project(tmp_path, ops: str):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "0"\n' + ops)
+    return tmp_path
+
+
+def test_ops_are_read_with_their_options(tmp_path):
+    p = _project(tmp_path, '[[tool.opbuilder.ops]]\nname = "a"\nsources = "pkg/a.cpp"\ncflags = ["-DX"]\n')
+    assert build_meta.read_ops(p) == [{"name": "a", "sources": ["pkg/a.cpp"], "cflags": ["-DX"]}]
+
+
+@pytest.mark.parametrize("ops, message", [
+    ('[[tool.opbuilder.ops]]\nsources = ["pkg/a.cpp"]\n',
+     "each [[tool.opbuilder.ops]] needs a name: {'sources': ['pkg/a.cpp']}"),
+    ('[[tool.opbuilder.ops]]\nname = "a"\n',
+     "operator 'a' in [[tool.opbuilder.ops]]: sources must be a list of paths"),
+    ('[[tool.opbuilder.ops]]\nname = "a"\nsources = ["pkg/a.cpp"]\nbuild_dir = "x"\n',
+     "operator 'a' in [[tool.opbuilder.ops]]: unknown option(s) build_dir; accepted: name, sources, backend, "
+     "include_paths, cflags, ldflags, cuda_cflags, debug_mode, binding"),
+    ('[tool.opbuilder]\nops = "a"\n', "[tool.opbuilder] ops must be an array of tables: [[tool.opbuilder.ops]]"),
+])
+def test_a_bad_op_entry_is_a_value_error_naming_it(tmp_path, ops, message):
+    with pytest.raises(ValueError) as e:
+        build_meta.read_ops(_project(tmp_path, ops))
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize("sources, message", [
+    (["a.cpp"], "operator 'a': source 'a.cpp' must be a path inside a package of the project"),
+    (["../x/a.cpp"], "operator 'a': source '../x/a.cpp' must be a path inside a package of the project"),
+    (["p/a.cpp", "q/b.cpp"], "operator 'a': its sources are in several packages (p, q)"),
+])
+def test_sources_must_be_in_one_package(tmp_path, sources, message):
+    with pytest.raises(ValueError) as e:
+        build_meta._package_dir(tmp_path, {"name": "a", "sources": sources})
+    assert str(e.value) == message
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the tag of the interpreter this suite runs on, 3.11")
+def test_on_311_binaries_are_for_this_python_only():
+    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    assert wheel_tag() == f"cp311-cp311-{plat}"
+    assert python_api().startswith("cpython-311 ")
+
+
+def test_no_build_error_names_the_operator_the_reason_and_the_fix():
+    e = NoBuildError("my_ops", "its sources differ")
+    assert str(e) == ("operator 'my_ops' would have to be built, and OPBUILDER_NO_BUILD=1 forbids building: its sources "
+                      "differ. Fix: install a wheel of the package built for this Python and opbuilder (python -m "
+                      "opbuilder wheel PKGDIR), or unset OPBUILDER_NO_BUILD to build it here")
+    assert e.name == "my_ops" and e.reason == "its sources differ" and isinstance(e, RuntimeError)
+
+
+def test_the_wheel_command_needs_a_pyproject(tmp_path, capsys):
+    assert cli.main(["wheel", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == (f"opbuilder: error: {tmp_path} has no pyproject.toml: give the directory of a "
+                                       f"package whose pyproject.toml names build-backend = \"opbuilder.build_meta\" "
+                                       f"(docs/shipping.md)\n")
