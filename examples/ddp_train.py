@@ -2,10 +2,14 @@
 operator, checked against the same training in one process.
 
     python examples/ddp_train.py [--steps 5] [--ranks 2] [--name ddp_ops] [--out DIR]
+    python examples/ddp_train.py --shipped     # the operator of an installed examples/shipped_pkg wheel
 
 The model is examples/torch_train.py's gated linear layer in float64: y = linear(mul(x, gate)), where
 ``mul`` is the README's C++ operator (custom_src/function_ops.cpp, a Function with its Backward) turned
-into a torch operator by ``opbuilder.to_torch``. Each rank is a process (torch.multiprocessing.spawn,
+into a torch operator by ``opbuilder.to_torch``. With ``--shipped`` the gate goes through
+``sq_mul(x, gate) = x * x * gate`` of the package examples/shipped_pkg, whose wheel carries the binary
+(docs/shipping.md: ``python -m opbuilder wheel examples/shipped_pkg``, then pip install it): the
+ranks load it with no compiler and build nothing. Each rank is a process (torch.multiprocessing.spawn,
 env:// rendezvous on a free port) that trains on its half of each batch; DDP averages the gradients
 over the ranks (gloo all-reduce). Then this process trains the same model on the whole batch alone,
 and compares the gradients of every step and the final parameters (float64, rtol 1e-12).
@@ -33,7 +37,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+sys.path.append(str(HERE.parent))  # run from a checkout without installing (an installed opbuilder comes first)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -46,7 +50,8 @@ BATCH, FEATURES, LR = 64, 8, 0.1
 
 
 class GatedLinear(torch.nn.Module):
-    """y = linear(mul(x, gate)): the gate goes through the C++ operator."""
+    """y = linear(mul(x, gate)), or linear(sq_mul(x, gate)) with the shipped operator: the gate goes
+    through the C++ operator."""
 
     def __init__(self, ops, features: int) -> None:
         super().__init__()
@@ -55,6 +60,8 @@ class GatedLinear(torch.nn.Module):
         self.linear = torch.nn.Linear(features, 1, dtype=torch.float64)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self.ops, "sq_mul"):  # shipped_pkg's operator takes one shape: the gate expanded to x's
+            return self.linear(self.ops.sq_mul(x, self.gate.expand_as(x)))
         return self.linear(self.ops.mul(x, self.gate))
 
 
@@ -66,8 +73,15 @@ def data(step: int) -> tuple:
     return x, y + 0.01 * torch.randn(BATCH, 1, generator=g, dtype=torch.float64)
 
 
+SHIPPED = "shipped"  # the name that stands for examples/shipped_pkg's installed operator
+
+
 def load_ops(name: str):
-    """The operator as torch operators: CustomOpBuilder(...).load(), then to_torch."""
+    """The operator as torch operators: CustomOpBuilder(...).load() (or the installed shipped_pkg's,
+    which calls it on import), then to_torch."""
+    if name == SHIPPED:
+        import shipped_pkg  # examples/shipped_pkg, installed from its wheel
+        return opbuilder.to_torch(shipped_pkg.ops)
     return opbuilder.to_torch(opbuilder.CustomOpBuilder(name, [str(SOURCE)]).load())
 
 
@@ -119,8 +133,8 @@ def _rank(rank: int, world: int, port: int, steps: int, name: str, out: str) -> 
     load_s = time.perf_counter() - t0
     model = torch.nn.parallel.DistributedDataParallel(make_model(ops))
     result = train(model, steps, rank, world)
-    mine = {"rank": rank, "compiles": builds.names.count(name), "all_builds": builds.names, "load_s": load_s,
-            "library": _library_of(name)}
+    mine = {"rank": rank, "compiles": builds.names.count(_op_name(name)), "all_builds": builds.names,
+            "load_s": load_s, "library": _library_of(name)}
     everyone: List[Optional[dict]] = [None] * world
     dist.all_gather_object(everyone, mine)
     if rank == 0:
@@ -129,8 +143,15 @@ def _rank(rank: int, world: int, port: int, steps: int, name: str, out: str) -> 
     dist.destroy_process_group()
 
 
+def _op_name(name: str) -> str:
+    return "shipped_ops" if name == SHIPPED else name
+
+
 def _library_of(name: str) -> str:
     """The file the operator was imported from (warm: no build, the same module object)."""
+    if name == SHIPPED:
+        import shipped_pkg
+        return shipped_pkg.ops.__file__
     return opbuilder.CustomOpBuilder(name, [str(SOURCE)]).load().__file__
 
 
@@ -170,14 +191,17 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--name", default="ddp_ops", help="the operator's name (a new name: a cold build)")
     ap.add_argument("--out", type=Path, help="write ddp_result.json here")
+    ap.add_argument("--shipped", action="store_true", help="use the installed examples/shipped_pkg's operator")
     args = ap.parse_args(argv)
+    if args.shipped:
+        args.name = SHIPPED
     res = run(args.steps, args.ranks, args.name, args.out)
     for step, (a, b) in enumerate(zip(res["ddp"]["losses"], res["single"]["losses"])):
         print(f"step {step}: loss on rank 0's rows {a:.6f}, on the whole batch (one process) {b:.6f}")
     for r in res["ddp"]["ranks"]:
-        print(f"rank {r['rank']}: load() {r['load_s']:.2f} s, compiled {args.name} {r['compiles']} time(s), "
-              f"library {r['library']}")
-    print(f"compiles of {args.name} across ranks: {res['compiles']}")
+        print(f"rank {r['rank']}: load() {r['load_s']:.2f} s, compiled {_op_name(args.name)} {r['compiles']} "
+              f"time(s), library {r['library']}")
+    print(f"compiles of {_op_name(args.name)} across ranks: {res['compiles']}")
     ok = res["max_abs_diff"] <= 1e-12
     print(f"max |DDP - single| over every step's gradients and the final parameters: {res['max_abs_diff']:.3g} "
           f"({'equal' if ok else 'DIFFERENT'})")

@@ -16,6 +16,7 @@ import pytest
 
 from builder_util import child_env
 from op_util import CPP, ROOT
+from ship_util import NO_CXX, shipped_site, wheel_env
 
 pytestmark = pytest.mark.build  # each example builds its operator (in the session's cache)
 
@@ -52,6 +53,30 @@ def test_ddp_gradients_equal_one_process_and_the_ranks_compile_once(tmp_path, ca
     assert len({r["library"] for r in ranks}) == 1 and str(cache_dir) in ranks[0]["library"]
     assert res.stderr.count(f"opbuilder: built {name} in") == 1, res.stderr
     assert f"compiles of {name} across ranks: 1" in res.stdout
+
+
+def test_ddp_with_the_shipped_operator_builds_nothing(tmp_path, cache_dir):
+    """examples/shipped_pkg installed from its wheel: both ranks load its binary with no compiler, and
+    training through it gives the one-process gradients."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
+    site = shipped_site(cache_dir.parent)
+    empty = tmp_path / "cache"  # a load that built or wrote would make it
+    res = subprocess.run([sys.executable, str(EXAMPLES / "ddp_train.py"), "--shipped", "--steps", "3", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
+                         env=wheel_env(site, {**NO_CXX, "CI": "1", "OPBUILDER_NO_BUILD": "1",
+                                              "OPBUILDER_TORCH_BRIDGE": "0", "OPBUILDER_CACHE_DIR": str(empty)}))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = json.loads((tmp_path / "ddp_result.json").read_text())
+    for dg, sg in zip(out["ddp"]["grads"], out["single"]["grads"]):
+        for d, s in zip(dg, sg):
+            assert np.abs(np.asarray(s)).max() > 1e-3
+            np.testing.assert_allclose(np.asarray(d), np.asarray(s), rtol=1e-12, atol=1e-14)
+    for d, s in zip(out["ddp"]["params"], out["single"]["params"]):
+        np.testing.assert_allclose(np.asarray(d), np.asarray(s), rtol=1e-12, atol=1e-14)
+    ranks = out["ddp"]["ranks"]
+    assert [r["compiles"] for r in ranks] == [0, 0] and not any(r["all_builds"] for r in ranks)
+    assert all(r["library"].startswith(str(site)) for r in ranks), ranks  # the wheel's binary
+    assert not empty.exists()
 
 
 def _jax():
