@@ -55,7 +55,7 @@ _NVCC_RE = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\):\s*(?P<sev>catas
 _HERE_RE = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s+required from here")
 _INCLUDED_RE = re.compile(r"^(?:In file included from|\s+from) (?P<file>[^\s:][^:]*):(?P<line>\d+)")
 _FAILED_RE = re.compile(r"^FAILED: (?:\[code=\d+\] )?(?P<outputs>.*)$")
-_JSON_FLAGS = ("-fsyntax-only", "-fdiagnostics-format=json", "-o", os.devnull, "-MF", os.devnull)
+_JSON_FLAGS = ("-fsyntax-only", "-fdiagnostics-format=json")
 
 
 def user_files(sources: Sequence[object], not_users: Sequence[str]) -> IsUser:
@@ -182,14 +182,25 @@ def _is_nvcc(command: str) -> bool:
 
 def _json_rerun(command: str, cwd: str, env: Dict[str, str], timeout: float) -> Optional[List[Diagnostic]]:
     """The diagnostics of failed compile ``command`` run again for gcc's JSON; None if it gives none."""
-    if " -c " not in command or _is_nvcc(command) or timeout <= 0:
-        return None  # a link, nvcc (no JSON), or no time left: its text is parsed
+    if " -c " not in command or _is_nvcc(command) or timeout <= 0 or any(c in command for c in "&|;<>`$"):
+        return None  # a link, nvcc (no JSON), no time left, or a shell's command line: its text is parsed
     import signal
 
-    # a session of its own: on a timeout the shell, the driver and cc1plus are killed together
-    proc = subprocess.Popen(command + " " + " ".join(_JSON_FLAGS), shell=True, cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, errors="replace", start_new_session=True)
+    # without its depfile (-MD -MF f), with nothing written (-fsyntax-only: a second -o is refused); in a
+    # session of its own: on a timeout the driver and cc1plus are killed together
+    argv: List[str] = []
+    words = iter(shlex.split(command))
+    for w in words:
+        if w in ("-MF", "-MT", "-MQ"):
+            next(words, None)
+        elif w not in ("-MD", "-MMD"):
+            argv.append(w)
+    argv += _JSON_FLAGS
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+    except OSError:
+        return None
     try:
         _, err = proc.communicate(timeout=timeout)
     except BaseException as e:  # out of time (then no records from it), or interrupted
