@@ -235,3 +235,18 @@ def test_a_cuda_arch_that_names_no_architecture_is_a_value_error():
 def test_the_new_names_are_public():
     assert opbuilder.load_many is load_many and opbuilder.Inline is Inline
     assert {"Inline", "load_many", "LoadResult", "Diagnostic", "BuildTimeout"} <= set(opbuilder.__all__)
+
+
+@pytest.mark.build
+def test_the_many_variants_example_reports_each_status(cache_dir):
+    example = Path(__file__).resolve().parents[1] / "examples" / "many_variants.py"
+    done = subprocess.run([sys.executable, str(example), "--count", "7", "--jobs", "2"], capture_output=True,
+                          text=True, env=dict(os.environ, OPBUILDER_CACHE_DIR=str(cache_dir)), timeout=600)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["name"], r["status"]) for r in records] == [
+        ("variant_00", "ok"), ("variant_01", "ok"), ("variant_02", "ok"), ("variant_03", "ok"),
+        ("variant_04", "compile_error"), ("variant_05", "ok"), ("variant_06", "wrong")]
+    assert {k: v for k, v in records[4]["diagnostic"].items() if k != "message"} == {
+        "file": "cpp_sources.cpp", "line": 11, "column": 19}
+    assert done.stderr.rstrip().endswith("summary: compile_error 1, ok 5, wrong 1")
