@@ -33,7 +33,7 @@ class NativeRuntimeHook(BuildHookInterface):
         start = time.perf_counter()
         try:
             from opbuilder.native.abi import wheel_tag
-            from opbuilder.native.installed import build_native
+            from opbuilder.native.install_build import build_native
             build_native(dest)
         except Exception as e:  # no compiler, no nanobind: install anyway; load() builds it (JIT fallback)
             self.app.display_warning(f"opbuilder: its native runtime was not built ({type(e).__name__}: {e}); "

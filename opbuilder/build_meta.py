@@ -127,6 +127,8 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
         records.setdefault(top, {"format": 1, "ops": {}})["ops"][op["name"]] = entry
         for s in op["sources"]:
             files[Path(os.path.normpath(s)).as_posix()] = (project / s).read_bytes()
+        for h in entry["headers"] or {}:  # the headers its key covers travel with it (cache/shipped.py)
+            files[f"{top.name}/{h}"] = (top / h).read_bytes()
     for top, record in records.items():
         files[f"{top.name}/{RECORD}"] = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
     return files, tag

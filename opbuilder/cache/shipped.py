@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "sha256_of", "files_intact", "shipped_module", "shipped_or_built", "refuse_build",
+from .file_hash import inside as _inside
+from .file_hash import sha256_of
+
+__all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "shipped_module", "shipped_or_built", "refuse_build",
            "no_build", "record_entry", "header_files", "options_of", "find_record", "status"]
 
 RECORD = "opbuilder_ops.json"
@@ -33,42 +37,12 @@ _SEARCH_UP = 4  # directories searched for RECORD, from the first source's upwar
 _why: Dict[str, str] = {}  # operator name -> why its shipped binary was not used (the last load())
 _modules: Dict[Tuple[str, str], ModuleType] = {}  # (record, sha256 of the binary) -> module
 _used: Dict[str, str] = {}  # operator name -> the shipped binary this process loaded (doctor)
+_lock = threading.Lock()
 
 
 def no_build() -> bool:
     """``OPBUILDER_NO_BUILD=1``: a build that would be needed is a NoBuildError."""
     return os.environ.get("OPBUILDER_NO_BUILD", "") not in ("", "0")
-
-
-def sha256_of(path: Path) -> str:
-    """The SHA-256 of the file at ``path`` (read without following a symlink)."""
-    from .published import _sha256_of
-
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        return _sha256_of(fd)
-    finally:
-        os.close(fd)
-
-
-def files_intact(directory: Path, files: object) -> bool:
-    """Whether each ``{relative path: sha256}`` of ``files`` under ``directory`` has that SHA-256."""
-    if not isinstance(files, dict) or not files:
-        return False
-    for rel, digest in files.items():
-        if not _inside(rel):
-            return False
-        try:
-            if sha256_of(directory / rel) != digest:
-                return False
-        except OSError:
-            return False
-    return True
-
-
-def _inside(rel: object) -> bool:
-    """A relative path that stays in its directory (no absolute path, no ``..``)."""
-    return isinstance(rel, str) and not os.path.isabs(rel) and ".." not in Path(rel).parts
 
 
 def header_files(dirs: Sequence[Path], top: Path) -> List[Path]:
@@ -178,13 +152,20 @@ def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, ob
     if not isinstance(abi, dict):
         return None, None, f"{record_path} records no ABI for '{spec.name}'"
     from ..native.abi import python_api
-    if abi.get("python") != python_api():
-        return None, None, f"the binary was built for Python {abi.get('python')}, this Python needs {python_api()}"
-    if not native.enabled():
-        return None, None, "OPBUILDER_INSTALLED_RUNTIME=0 turns opbuilder's installed runtime off"
-    why = native.why_not(native.installed(), abi)
-    if why is not None:
-        return None, None, why
+    pybind11 = abi.get("binding") == "pybind11"  # its binding's runtime is in the binary
+    if pybind11:
+        from ..tools.toolchain import python_abi
+        need = python_abi()
+    else:
+        need = python_api()
+    if abi.get("python") != need:
+        return None, None, f"the binary was built for Python {abi.get('python')}, this Python needs {need}"
+    if not pybind11:
+        if not native.enabled():
+            return None, None, "OPBUILDER_INSTALLED_RUNTIME=0 turns opbuilder's installed runtime off"
+        why = native.why_not(native.installed(), abi)
+        if why is not None:
+            return None, None, why
     rel = entry.get("file")
     if not _inside(rel):
         return None, None, f"{record_path} is not a record opbuilder writes"
@@ -222,17 +203,25 @@ def shipped_module(spec) -> Optional[ModuleType]:
     from ..importer import import_extension, loaded_runtime, preload
     from ..native import installed as native
 
-    nat = native.installed()
-    loaded = loaded_runtime()
-    if loaded is not None and loaded != nat.runtime:
-        _why[spec.name] = (f"this process already loaded another nanobind runtime ({loaded}), built by opbuilder "
-                           f"in its cache")
-        return None
-    preload([nat.runtime] + ([nat.core] if entry.get("core") else []))
-    mod = import_extension(spec.name, binary, spec.name)
-    _modules[memo] = mod
-    _used[spec.name] = str(binary)
-    _why.pop(spec.name, None)
+    with _lock:  # one import per binary, whichever thread loads it first
+        mod = _modules.get(memo)
+        if mod is not None:
+            return mod
+        nat = native.installed()
+        loaded = loaded_runtime()
+        if nat is None or entry.get("abi", {}).get("binding") == "pybind11":
+            deps: List[Path] = []
+        else:
+            if loaded is not None and loaded != nat.runtime:
+                _why[spec.name] = (f"this process already loaded another nanobind runtime ({loaded}), built by "
+                                   f"opbuilder in its cache")
+                return None
+            deps = [nat.runtime] + ([nat.core] if entry.get("core") else [])
+        preload(deps)
+        mod = import_extension(spec.name, binary, spec.name)
+        _modules[memo] = mod
+        _used[spec.name] = str(binary)
+        _why.pop(spec.name, None)
     return mod
 
 

@@ -1,7 +1,7 @@
 """opbuilder's own native runtime, built when opbuilder is installed (hatch_build.py).
 
 ``pip install .``, ``pip install -e .`` and ``pip wheel .`` compile nanobind's runtime and the core
-library once (``build_native``) into ``opbuilder/_native/``, with ``native.json``: the ABI they were
+library once (install_build.py) into ``opbuilder/_native/``, with ``native.json``: the ABI they were
 built for (abi.py: opbuilder's headers, nanobind's version, the Python API, the C++ library ABI) and
 the SHA-256 of each file. A nanobind operator then finds them there first (``library_for``), built or
 shipped, and the first ``load()`` in a fresh environment compiles only the operator. They serve it when
@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, NamedTuple, Optional
 
-__all__ = ["NATIVE_DIR", "MANIFEST", "Native", "installed", "library_for", "last_why", "build_native", "why_not"]
+__all__ = ["NATIVE_DIR", "MANIFEST", "Native", "installed", "library_for", "last_why", "why_not"]
 
 NATIVE_DIR = Path(__file__).resolve().parent.parent / "_native"
 MANIFEST = "native.json"
@@ -58,7 +55,7 @@ def installed(directory: Optional[Path] = None) -> Optional[Native]:
     found = None
     try:
         record = json.loads((d / MANIFEST).read_text())
-        from ..cache.shipped import files_intact
+        from ..cache.file_hash import files_intact
         if isinstance(record, dict) and files_intact(d, record.get("files")):
             found = Native(d, record)
     except (OSError, ValueError):
@@ -112,35 +109,3 @@ def library_for(kind: str, cxx_abi: str) -> Optional[Path]:
         _memo["why"] = why
         _memo[memo] = None if why is not None else (native.runtime if kind == "runtime" else native.core)  # type: ignore
     return _memo[memo]  # type: ignore[return-value]
-
-
-def build_native(dest: Path, verbose: bool = False) -> Dict[str, object]:
-    """Compile nanobind's runtime and the core library for this Python and the compiler found (CXX, else
-    c++ / g++ / clang++) into ``dest``, with their record (native.json); the record. The builds go
-    through the builder's pipeline in a temporary cache."""
-    from .. import builder as B
-    from ..cache.shipped import sha256_of
-    from ..tools.toolchain import find_compiler
-    from .abi import cxx_abi, wheel_tag
-    from .core_lib import CORE_FILE, core_spec
-    from .nanobind_runtime import runtime_spec
-
-    dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="opbuilder-native-") as tmp:
-        root = Path(tmp) / "cache"
-        root.mkdir(mode=0o700)
-        cxx = find_compiler(root)
-        specs = {RUNTIME_FILE: runtime_spec(root, verbose), CORE_FILE: core_spec(root, verbose)}
-        with ThreadPoolExecutor(len(specs)) as pool:  # side by side, as a first load() builds them
-            built = {name: pool.submit(B.retrying, spec.name, lambda spec=spec: B._build_checked(spec))
-                     for name, spec in specs.items()}
-            libs = {name: job.result().library for name, job in built.items()}
-        files = {}
-        for name, lib in libs.items():
-            shutil.copyfile(lib, dest / (name + ".tmp"))
-            os.replace(dest / (name + ".tmp"), dest / name)
-            files[name] = sha256_of(dest / name)
-        record = {"abi": current_abi(cxx_abi(cxx, root)), "tag": wheel_tag(), "files": files,
-                  "compiler": cxx.version}
-    (dest / MANIFEST).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return record
