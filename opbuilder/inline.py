@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
@@ -72,6 +71,8 @@ def _write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` unless it is already there, atomically (concurrent callers agree)."""
     if path.is_file() and path.read_text() == text:
         return
+    import tempfile  # only when writing: a warm load imports nothing it does not need
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
     with os.fdopen(fd, "w") as f:
         f.write(text)

@@ -33,6 +33,8 @@ from typing import Callable, Iterator, List, Optional
 
 from ..errors import BuildError, BuildTimeout
 from ..cache.trust import read_file, write_file
+from .build_limits import deadline as _deadline, quiet as _quiet
+from .build_limits import time_limit  # noqa: F401  (re-exported: where run_ninja's limits are set)
 
 __all__ = ["run_ninja", "first_errors", "stop_leftovers", "when_started", "time_limit", "MARKER", "ENV_MARK"]
 
@@ -40,9 +42,7 @@ MARKER = ".building"
 ENV_MARK = "OPBUILDER_BUILD_DIR"
 
 log = logging.getLogger("opbuilder")
-# per thread: on_start, called once a run_ninja has started ninja; deadline (time.monotonic()) and seconds,
-# the time limit of the builds this thread runs (time_limit); quiet, no progress lines
-_hooks = threading.local()
+_hooks = threading.local()  # on_start: called in this thread once a run_ninja has started ninja
 _STATUS = "@@opbuilder "
 _STATUS_RE = re.compile(re.escape(_STATUS) + r"\[(\d+)/(\d+)\] (.*)")
 _ERROR_RE = re.compile(r"^(?P<loc>[^\s:][^:]*:\d+(?::\d+)?):\s*(?:fatal )?error[:\s]")
@@ -58,7 +58,7 @@ class _Status:
         self.shown = False
 
     def show(self, text: str) -> None:
-        if getattr(_hooks, "quiet", False):
+        if _quiet():
             return
         line = f"opbuilder: building {self.name} {text}"
         if self.tty:
@@ -69,7 +69,7 @@ class _Status:
         self.shown = True
 
     def done(self, text: str) -> None:
-        if getattr(_hooks, "quiet", False):
+        if _quiet():
             return
         if self.tty and self.shown:
             sys.stderr.write("\r\033[K")
@@ -212,21 +212,6 @@ def when_started(callback: Callable[[], None]) -> Iterator[None]:
         _hooks.on_start = before
 
 
-@contextmanager
-def time_limit(seconds: Optional[float], quiet: bool = False) -> Iterator[None]:
-    """Within the block, each ``run_ninja`` in this thread must end within ``seconds`` of the block's
-    start (None: no limit), else it and every process it started are killed and it raises
-    ``BuildTimeout``; with ``quiet``, it writes no progress lines (load_many runs many at once)."""
-    before = (getattr(_hooks, "deadline", None), getattr(_hooks, "seconds", None), getattr(_hooks, "quiet", False))
-    _hooks.deadline = None if seconds is None else time.monotonic() + seconds
-    _hooks.seconds = seconds
-    _hooks.quiet = quiet
-    try:
-        yield
-    finally:
-        _hooks.deadline, _hooks.seconds, _hooks.quiet = before
-
-
 def _stop_build(proc: subprocess.Popen, build_dir: Path) -> int:
     """Kill ninja and every process of its build (the compilers it started, and theirs): how many.
 
@@ -280,7 +265,7 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool,
     Returns the start of the run on the file-system clock (the marker's ctime,
     in ns), so callers can tell inputs that changed while it ran.
     """
-    deadline, seconds = getattr(_hooks, "deadline", None), getattr(_hooks, "seconds", None)
+    deadline, seconds = _deadline()  # build_limits.time_limit
     log_path = build_dir / "build.log"
     if deadline is not None and time.monotonic() >= deadline:
         raise _timed_out(name, seconds, "", log_path, 0)
