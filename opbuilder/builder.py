@@ -906,7 +906,7 @@ def _installed(dep: BuildSpec) -> Optional[Path]:
         return None
     from .native.abi import cxx_abi
     try:
-        return library_for(dep.kind, cxx_abi(find_compiler(dep.root), dep.root))
+        return library_for(dep.kind, cxx_abi(find_compiler(dep.root), dep.root), dep.root)
     except (OSError, BuildError):
         return None
 
@@ -1011,12 +1011,7 @@ def _recorded_preload(spec: BuildSpec, warm: Built) -> Optional[List[Path]]:
     libraries are there; None to look them up (a prebuilt store's build has no record)."""
     if not warm.in_cache:
         return None
-    names = _dep_names(spec)
-    found = recorded_deps(warm.library, [f"{n}.lib" for n in names])
-    if found is None and names:  # opbuilder's installed runtime is never recorded: it is found in one lookup
-        installed = [_installed(d) for d in _dep_specs(spec)]
-        found = installed if all(installed) else None  # type: ignore[assignment]
-    return found
+    return recorded_deps(warm.library, [f"{n}.lib" for n in _dep_names(spec)])
 
 
 def _beside_dependencies(deps: List[BuildSpec], build_module: Callable[[], Built]) -> ModuleBuild:

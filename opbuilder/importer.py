@@ -34,6 +34,9 @@ __all__ = ["import_extension", "demangle", "loader_error", "RUNTIME_NAME", "DEP_
 # so that a warm load() imports nothing that builds it
 RUNTIME_NAME = "_nanobind"  # its cache directory: _nanobind.lib
 DEP_FILES = {f"{RUNTIME_NAME}.lib": "libnanobind.so", f"{CORE_NAME}.lib": CORE_FILE}  # the only ones recorded
+# opbuilder's installed runtime (native/installed.py): a record names it by this key, never by a path
+NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
+INSTALLED_KEY = "installed"
 _runtime: Optional[str] = None  # the runtime this process loaded
 _lock = threading.Lock()
 _HEX = frozenset("0123456789abcdef")
@@ -64,9 +67,14 @@ def recorded(lib: Path, names: Sequence[str]) -> Optional[List[Path]]:
     out = []
     for name in names:
         e = by_dir.get(name)
-        if e is None or DEP_FILES.get(name) != e.get("file") or not is_key(e.get("key")):
+        if e is None or DEP_FILES.get(name) != e.get("file"):
             return None
-        path = f"{root}/{name}/{e['key']}/{e['file']}"  # plain strings: no Path built per part
+        if e.get("key") == INSTALLED_KEY and os.environ.get("OPBUILDER_INSTALLED_RUNTIME", "1") != "0":
+            path = f"{NATIVE_DIR}/{e['file']}"
+        elif is_key(e.get("key")):
+            path = f"{root}/{name}/{e['key']}/{e['file']}"  # plain strings: no Path built per part
+        else:
+            return None
         try:
             st = os.lstat(path)
         except OSError:

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .importer import DEP_FILES, is_key
+from .importer import DEP_FILES, INSTALLED_KEY, NATIVE_DIR, is_key
 from .cache.published import INFO
 from .cache.trust import read_file, stamp_of
 
@@ -26,16 +26,23 @@ __all__ = ["record"]
 
 
 def _entry(lib: Path) -> Optional[dict]:
-    """The record of dependency ``lib`` (``<root>/<dir>/<key>/<file>``), or None if it is not one."""
+    """The record of dependency ``lib`` (``<root>/<dir>/<key>/<file>``, or opbuilder's installed runtime:
+    key ``installed``), or None if it is not one."""
     key_dir = lib.parent
     name = key_dir.parent.name
-    if DEP_FILES.get(name) != lib.name or not is_key(key_dir.name):
+    key = key_dir.name
+    if str(key_dir) == NATIVE_DIR:
+        name = next((d for d, f in DEP_FILES.items() if f == lib.name), "")
+        key = INSTALLED_KEY
+    elif not is_key(key):
+        return None
+    if DEP_FILES.get(name) != lib.name:
         return None
     try:
         st = os.lstat(lib)
     except OSError:
         return None
-    return {"dir": name, "key": key_dir.name, "file": lib.name, "stamp": stamp_of(st)}
+    return {"dir": name, "key": key, "file": lib.name, "stamp": stamp_of(st)}
 
 
 def record(lib: Path, deps: Sequence[Path]) -> None:
@@ -44,7 +51,8 @@ def record(lib: Path, deps: Sequence[Path]) -> None:
     from .cache.fingerprint import write_json_atomic
 
     root = lib.parent.parent.parent
-    entries = [e for d in deps if d.parent.parent.parent == root for e in [_entry(d)] if e is not None]
+    entries = [e for d in deps if d.parent.parent.parent == root or str(d.parent) == NATIVE_DIR
+               for e in [_entry(d)] if e is not None]
     info = lib.parent / INFO
     try:
         data = json.loads(read_file(info))

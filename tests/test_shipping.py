@@ -199,6 +199,15 @@ def test_a_tampered_shipped_binary_is_refused_under_no_build(shipped, tmp_path):
 
 
 def test_a_tampered_shipped_binary_is_rebuilt_with_a_warning_and_never_loaded(shipped, tmp_path):
+    # the rebuild is a JIT build in a fresh cache: with the installed runtime it compiles only the operator,
+    # with a compiler at another path (the runtime is keyed by the C++ ABI, not by the compiler's path)
+    real = shutil.which("g++") or shutil.which("c++")
+    if real is None:
+        pytest.skip("no g++ or c++ on PATH to rebuild the operator with")
+    cxx = tmp_path / "bin" / "g++"
+    cxx.parent.mkdir()
+    cxx.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    cxx.chmod(0o755)
     site312 = Path(_run([shipped.v312, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                         tmp_path).stdout.strip())
     _run([shipped.v312, "-m", "pip", "install", "-q", "--no-deps", shipped.pkg_wheel], tmp_path)
@@ -219,9 +228,12 @@ def test_a_tampered_shipped_binary_is_rebuilt_with_a_warning_and_never_loaded(sh
         print(m.sq_mul(rt.Tensor([2.0], rt.float64), rt.Tensor([3.0], rt.float64)).asnumpy().tolist())
     """))
     res = _run([shipped.v312, script, pkg / "csrc" / "sq_mul.cpp", binary], tmp_path,
-               {"OPBUILDER_CACHE_DIR": str(tmp_path / "cache")})
+               {"OPBUILDER_CACHE_DIR": str(tmp_path / "cache"), "CXX": str(cxx)})
     file, mapped, value = res.stdout.splitlines()
     assert file.startswith(str(tmp_path / "cache" / "shipped_ops"))  # built into the cache
+    assert not list((tmp_path / "cache").glob("*.lib"))  # no nanobind runtime or core library built there
+    needs = json.loads((Path(file).parent / "build.json").read_text())["needs"]
+    assert [(n["dir"], n["key"]) for n in needs] == [("_nanobind.lib", "installed"), ("_obcore.lib", "installed")]
     assert mapped == "False" and value == "[12.0]"
     assert (f"opbuilder: shipped_ops: its binary {binary} was modified after it was built (its SHA-256 is not the "
             f"one recorded): it is never loaded; building it instead") in res.stderr

@@ -42,7 +42,7 @@ def build_native(dest: Path, verbose: bool = False) -> Dict[str, object]:
             shutil.copyfile(lib, dest / (name + ".tmp"))
             os.replace(dest / (name + ".tmp"), dest / name)
             files[name] = sha256_of(dest / name)
-        record = {"abi": current_abi(cxx_abi(cxx, root)), "tag": wheel_tag(), "files": files,
+        record = {"abi": current_abi(cxx_abi(cxx, root), root), "tag": wheel_tag(), "files": files,
                   "compiler": cxx.version}
     (dest / MANIFEST).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record

@@ -46,18 +46,30 @@ def enabled() -> bool:
     return os.environ.get("OPBUILDER_INSTALLED_RUNTIME", "1") != "0"
 
 
-def installed(directory: Optional[Path] = None) -> Optional[Native]:
-    """The installed runtime, if its record is there and each file has its recorded hash (checked once
-    per process: a file changed since the install is refused, never loaded)."""
+def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None) -> Optional[Native]:
+    """The installed runtime, if its record is there and each file has its recorded SHA-256 (a file
+    changed since the install is refused, never loaded). Checked once per process; with ``state_dir``
+    (the cache, on a JIT load) the result is remembered there while the files' stamps stay the same,
+    so a later process hashes nothing."""
     if directory is None and "native" in _memo:
         return _memo["native"]  # type: ignore[return-value]
     d = NATIVE_DIR if directory is None else directory
     found = None
     try:
         record = json.loads((d / MANIFEST).read_text())
-        from ..cache.file_hash import files_intact
-        if isinstance(record, dict) and files_intact(d, record.get("files")):
-            found = Native(d, record)
+        files = record.get("files") if isinstance(record, dict) else None
+        from ..cache.file_hash import files_intact, inside
+        if isinstance(files, dict) and all(inside(f) for f in files):
+            if state_dir is None:
+                ok = files_intact(d, files)
+            else:
+                from ..tools.probe_cache import remembered
+                paths = [str(d / f) for f in sorted(files)]
+                ok = bool(remembered(state_dir, f"installed runtime {d} {sorted(files.items())}",
+                                     lambda: ({"ok": files_intact(d, files)}, paths), inputs=paths,
+                                     schema={"ok": bool})["ok"])
+            if ok:
+                found = Native(d, record)
     except (OSError, ValueError):
         pass
     if directory is None:
@@ -97,15 +109,16 @@ def last_why() -> str:
     return str(_memo.get("why") or why_not(installed(), {}) or "opbuilder's installed runtime does not fit")
 
 
-def library_for(kind: str, cxx_abi: str) -> Optional[Path]:
+def library_for(kind: str, cxx_abi: str, root: Optional[Path] = None) -> Optional[Path]:
     """The installed library of ``kind`` ("runtime": nanobind's, "core": the core library) for an operator
-    built here with a compiler of C++ library ABI ``cxx_abi``; None to build it in the cache."""
+    built here with a compiler of C++ library ABI ``cxx_abi`` (``root``: the cache, where the facts it
+    needs are remembered); None to build it in the cache."""
     if not enabled() or kind not in ("runtime", "core"):
         return None
     memo = (kind, cxx_abi)
     if memo not in _memo:
-        native = installed()
-        why = why_not(native, current_abi(cxx_abi))
+        native = installed(state_dir=root)
+        why = why_not(native, current_abi(cxx_abi, root))
         _memo["why"] = why
         _memo[memo] = None if why is not None else (native.runtime if kind == "runtime" else native.core)  # type: ignore
     return _memo[memo]  # type: ignore[return-value]
