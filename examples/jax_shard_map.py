@@ -46,7 +46,7 @@ def run(devices: int = 4, rows: int = 32, features: int = 6) -> dict:
     import numpy as np
     from jax.sharding import PartitionSpec as P
 
-    sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+    sys.path.append(str(HERE.parent))  # run from a checkout without installing (an installed opbuilder comes first)
     import opbuilder
 
     jax.config.update("jax_enable_x64", True)
