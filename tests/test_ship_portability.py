@@ -66,11 +66,14 @@ def _second_python() -> str:
     return py
 
 
-def _check(python: str, site: Path, cache: Path, bridge: str) -> dict:
-    """CHECK's figures from ``python`` with the wheels of ``site``, no compiler, OPBUILDER_NO_BUILD=1."""
-    res = subprocess.run([python, "-c", CHECK], capture_output=True, text=True, timeout=600, cwd=str(site),
-                         env=wheel_env(site, {**NO_CXX, "OPBUILDER_NO_BUILD": "1", "OPBUILDER_TORCH_BRIDGE": bridge,
-                                              "OPBUILDER_CACHE_DIR": str(cache), "CI": "1"}))
+def _check(python: str, site: Path, cache: Path, bridge: str, compiler: bool = False) -> dict:
+    """CHECK's figures from ``python`` with the wheels of ``site``; without ``compiler``, CXX=/bin/false and
+    OPBUILDER_NO_BUILD=1."""
+    env = {"OPBUILDER_TORCH_BRIDGE": bridge, "OPBUILDER_CACHE_DIR": str(cache), "CI": "1"}
+    if not compiler:
+        env.update(NO_CXX, OPBUILDER_NO_BUILD="1")
+    res = subprocess.run([python, "-c", CHECK], capture_output=True, text=True, timeout=900, cwd=str(site),
+                         env=wheel_env(site, env))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -112,3 +115,17 @@ def test_one_binary_serves_both_torch_versions(site, tmp_path):
     assert a["torch"] != b["torch"], f"{SECOND} runs the same torch ({a['torch']}): nothing is compared"
     assert a["python"] == b["python"]
     assert a["sha256"] == b["sha256"] and a["library"] == b["library"]  # one file, loaded by both
+
+
+def test_the_bridge_is_built_per_torch_version(site, cache_dir):
+    """With a compiler, each torch gets its own bridge in one cache (it links that torch's libtorch); the
+    shipped operator is the same file under both."""
+    second = _second_python()
+    a = _check(sys.executable, site, cache_dir, bridge="1", compiler=True)
+    b = _check(second, site, cache_dir, bridge="1", compiler=True)
+    assert a["bridge_loaded"] and b["bridge_loaded"], (a["bridge"], b["bridge"])
+    assert a["bridge"].startswith("loaded from ") and b["bridge"].startswith("loaded from ")
+    assert a["bridge"] != b["bridge"]  # two bridges, one per torch build
+    assert a["sha256"] == b["sha256"]
+    for out in (a, b):
+        assert out["value_err"] <= 1e-15 and out["gx_err"] <= 1e-14 and out["gy_err"] <= 1e-14, out
