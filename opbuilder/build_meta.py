@@ -93,6 +93,7 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
     """Compile the operators of ``project`` (read_ops); the files to add to the wheel (path in the
     wheel -> bytes) and the wheel tag they need."""
     from . import builder as B
+    from .cache.file_hash import HASH
     from .cache.shipped import BIN_DIR, RECORD, record_entry
     from .compile.binding import NANOBIND
     from .native.abi import cxx_abi, wheel_tag
@@ -124,7 +125,7 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
         # b.spec: as load() sees it at run time (the binding as given, not as read from the sources)
         entry = record_entry(b.spec, top, f"{BIN_DIR}/{lib.name}", lib, abi, nanobind and uses_core(spec))
         files[f"{top.name}/{BIN_DIR}/{lib.name}"] = lib.read_bytes()
-        records.setdefault(top, {"format": 1, "ops": {}})["ops"][op["name"]] = entry
+        records.setdefault(top, {"format": 1, "hash": HASH, "ops": {}})["ops"][op["name"]] = entry
         for s in op["sources"]:
             files[Path(os.path.normpath(s)).as_posix()] = (project / s).read_bytes()
         for h in entry["headers"] or {}:  # the headers its key covers travel with it (cache/shipped.py)

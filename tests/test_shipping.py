@@ -82,7 +82,11 @@ def shipped(tmp_path_factory):
     dist = d / "dist"
     v312 = _venv(py312, d / "v312", ["numpy", "nanobind", "pybind11", "ninja", "filelock", "safetensors", "ml_dtypes",
                                         "hatchling", "build"])
-    _run([v312, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", dist, ROOT], d)
+    # a copy of the checkout (others may edit it meanwhile), without what git ignores that would travel along
+    tree = d / "opbuilder_src"
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", ".benchmarks",
+                                                              "_native", "*.so", "build", "dist", ".venv*"))
+    _run([v312, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", dist, tree], d)
     (opbuilder_wheel,) = dist.glob("opbuilder-*.whl")
     _run([v312, "-m", "pip", "install", "-q", "--no-deps", opbuilder_wheel], d)
     src = d / "shipped_pkg"
@@ -194,8 +198,8 @@ def test_a_tampered_shipped_binary_is_refused_under_no_build(shipped, tmp_path):
     out = _load_copy(shipped.v313, pkg / "csrc" / "sq_mul.cpp", tmp_path, {**NO_CXX, "OPBUILDER_NO_BUILD": "1"})
     assert out == ["opbuilder.errors.NoBuildError",
                    f"operator 'shipped_ops' would have to be built, and OPBUILDER_NO_BUILD=1 forbids building: its "
-                   f"binary {binary} was modified after it was built (its SHA-256 is not the one recorded): it is "
-                   f"never loaded. " + FIX]
+                   f"binary {binary} was modified after it was built (its hash is not the one recorded): it is never "
+                   f"loaded. " + FIX]
 
 
 def test_a_tampered_shipped_binary_is_rebuilt_with_a_warning_and_never_loaded(shipped, tmp_path):
@@ -235,7 +239,7 @@ def test_a_tampered_shipped_binary_is_rebuilt_with_a_warning_and_never_loaded(sh
     needs = json.loads((Path(file).parent / "build.json").read_text())["needs"]
     assert [(n["dir"], n["key"]) for n in needs] == [("_nanobind.lib", "installed"), ("_obcore.lib", "installed")]
     assert mapped == "False" and value == "[12.0]"
-    assert (f"opbuilder: shipped_ops: its binary {binary} was modified after it was built (its SHA-256 is not the "
+    assert (f"opbuilder: shipped_ops: its binary {binary} was modified after it was built (its hash is not the "
             f"one recorded): it is never loaded; building it instead") in res.stderr
 
 

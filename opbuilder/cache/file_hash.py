@@ -1,34 +1,47 @@
-"""SHA-256 of files, and a check of files against recorded hashes: how shipped binaries and opbuilder's
+"""Hashes of files, and a check of files against recorded hashes: how shipped binaries and opbuilder's
 installed runtime are trusted (cache/shipped.py, native/installed.py). Files outside the cache (a wheel's,
-in site-packages) may belong to another user, so they are checked by content, not by owner."""
+in site-packages) may belong to another user, so they are checked by content, not by owner.
+
+The hash is BLAKE2b-256 from ``_blake2``, as the cache's keys use it (fingerprint.py): hashlib's SHA-256
+imports OpenSSL first, which cost a shipped load() 10-50 ms on a loaded machine."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-__all__ = ["sha256_of", "files_intact", "inside"]
+try:
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - an interpreter without the builtin module
+    from hashlib import blake2b
+
+__all__ = ["HASH", "file_hash", "files_intact", "inside"]
+
+HASH = "blake2b-256"  # what records name the hash they hold
 
 
-def sha256_of(path: Path) -> str:
-    """The SHA-256 of the file at ``path`` (read without following a symlink)."""
-    from .published import _sha256_of
-
+def file_hash(path: Path) -> str:
+    """The BLAKE2b-256 of the file at ``path`` (hex; read without following a symlink)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        return _sha256_of(fd)
+        h = blake2b(digest_size=32)
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return h.hexdigest()
+            h.update(chunk)
     finally:
         os.close(fd)
 
 
 def files_intact(directory: Path, files: object) -> bool:
-    """Whether each ``{relative path: sha256}`` of ``files`` under ``directory`` has that SHA-256."""
+    """Whether each ``{relative path: hash}`` of ``files`` under ``directory`` has that hash (file_hash)."""
     if not isinstance(files, dict) or not files:
         return False
     for rel, digest in files.items():
         if not inside(rel):
             return False
         try:
-            if sha256_of(directory / rel) != digest:
+            if file_hash(directory / rel) != digest:
                 return False
         except OSError:
             return False

@@ -2,14 +2,14 @@
 
 A wheel built by ``opbuilder.build_meta`` carries, in the package that holds an operator's sources,
 ``opbuilder_ops.json`` (``RECORD``) and each operator's binary under ``_opbuilder/``. The record says,
-per operator: the binary and its SHA-256, the options it was built with, the SHA-256 of each source
+per operator: the binary and its hash (BLAKE2b-256), the options it was built with, the hash of each source
 and of each header beside them, and the ABI it needs (native/abi.py: Python API, nanobind, C++ library
 ABI, opbuilder's headers). ``CustomOpBuilder(name, sources).load()`` looks for the record beside its
 sources first (a few ``stat``s), and uses the binary when
 
 - the sources, headers and options are the ones it was built from (the key),
 - opbuilder's installed runtime (native/installed.py) was built for the same ABI,
-- and the binary has the SHA-256 recorded when it was built (a modified one is never loaded).
+- and the binary has the hash recorded when it was built (a modified one is never loaded).
 
 Then nothing is compiled, no process is started and nothing is written to the cache. Otherwise the
 reason is kept: load() builds (the JIT fallback; with a warning when the binary was modified), or,
@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .file_hash import inside as _inside
-from .file_hash import sha256_of
+from .file_hash import HASH, file_hash
 
 __all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "shipped_module", "shipped_or_built", "refuse_build",
            "no_build", "record_entry", "header_files", "options_of", "find_record", "status"]
@@ -35,7 +35,7 @@ BIN_DIR = "_opbuilder"
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp", ".tpp")
 _SEARCH_UP = 4  # directories searched for RECORD, from the first source's upwards
 _why: Dict[str, str] = {}  # operator name -> why its shipped binary was not used (the last load())
-_modules: Dict[Tuple[str, str], ModuleType] = {}  # (record, sha256 of the binary) -> module
+_modules: Dict[Tuple[str, str], ModuleType] = {}  # (record, hash of the binary) -> module
 _used: Dict[str, str] = {}  # operator name -> the shipped binary this process loaded (doctor)
 _lock = threading.Lock()
 
@@ -83,7 +83,7 @@ def _digests(paths: Sequence[Path], top: Path) -> Optional[Dict[str, str]]:
     out = {}
     for p in paths:
         try:
-            out[str(p.relative_to(top))] = sha256_of(p)
+            out[str(p.relative_to(top))] = file_hash(p)
         except (ValueError, OSError):
             return None
     return out
@@ -99,7 +99,7 @@ def record_entry(spec, top: Path, file: str, binary: Path, abi: Dict[str, str], 
     sources = _digests(list(spec.sources), top)
     if sources is None:
         raise ValueError(f"operator '{spec.name}': every source must be inside the package {top}")
-    return {"file": file, "sha256": sha256_of(binary), "sources": sources,
+    return {"file": file, "hash": file_hash(binary), "sources": sources,
             "headers": _digests(header_files(_scope(spec, top), top), top), "options": options_of(spec, top),
             "abi": abi, "core": uses_core}
 
@@ -127,7 +127,9 @@ def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, ob
     except (OSError, ValueError) as e:
         return None, None, f"its record {record_path} cannot be read ({e})"
     top = record_path.parent
-    entry = record.get("ops", {}).get(spec.name) if isinstance(record, dict) else None
+    if not isinstance(record, dict) or record.get("hash") != HASH:
+        return None, None, f"{record_path} is not a record this opbuilder reads (no {HASH} hashes)"
+    entry = record.get("ops", {}).get(spec.name)
     if not isinstance(entry, dict):
         return None, None, f"{record_path} ships no operator '{spec.name}'"
     want_sources = entry.get("sources")
@@ -171,11 +173,11 @@ def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, ob
         return None, None, f"{record_path} is not a record opbuilder writes"
     binary = top / str(rel)
     try:
-        digest = sha256_of(binary)
+        digest = file_hash(binary)
     except OSError as e:
         return None, None, f"its binary {binary} cannot be read ({e.strerror})"
-    if digest != entry.get("sha256"):
-        return None, None, (f"its binary {binary} was modified after it was built (its SHA-256 is not the one "
+    if digest != entry.get("hash"):
+        return None, None, (f"its binary {binary} was modified after it was built (its hash is not the one "
                             f"recorded): it is never loaded")
     return binary, entry, ""
 
@@ -196,7 +198,7 @@ def shipped_module(spec) -> Optional[ModuleType]:
             import logging
             logging.getLogger("opbuilder").warning("opbuilder: %s: %s; building it instead", spec.name, why)
         return None
-    memo = (str(record_path), str(entry["sha256"]))
+    memo = (str(record_path), str(entry["hash"]))
     mod = _modules.get(memo)
     if mod is not None:
         return mod

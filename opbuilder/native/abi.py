@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -50,6 +49,7 @@ def module_suffix() -> str:
 
 def wheel_tag() -> str:
     """The wheel tag of binaries built here: ``cp312-abi3-<platform>`` or ``cp311-cp311-<platform>``."""
+    import sysconfig
     plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
     if limited_api():
         return f"cp312-abi3-{plat}"
@@ -78,6 +78,7 @@ def cxx_abi(cxx: Compiler, state_dir: Optional[Path]) -> str:
             lib = f"libstdc++ cxx11-abi={macros['_GLIBCXX_USE_CXX11_ABI']}"
         else:
             lib = f"unknown ({cxx.family} {cxx.version})"  # matches nothing built by another compiler
+        import sysconfig
         return {"abi": f"{lib} {sysconfig.get_platform()}"}, [cxx.path]
 
     return str(remembered(state_dir, f"cxx abi {cxx.identity}", probe, inputs=[cxx.path], schema={"abi": str})["abi"])

@@ -21,7 +21,7 @@ def build_native(dest: Path, verbose: bool = False) -> Dict[str, object]:
     c++ / g++ / clang++) into ``dest``, with their record (native.json); the record. The builds go
     through the builder's pipeline in a temporary cache."""
     from .. import builder as B
-    from ..cache.file_hash import sha256_of
+    from ..cache.file_hash import HASH, file_hash
     from ..tools.toolchain import find_compiler
     from .abi import cxx_abi, wheel_tag
     from .core_lib import CORE_FILE, core_spec
@@ -41,8 +41,8 @@ def build_native(dest: Path, verbose: bool = False) -> Dict[str, object]:
         for name, lib in libs.items():
             shutil.copyfile(lib, dest / (name + ".tmp"))
             os.replace(dest / (name + ".tmp"), dest / name)
-            files[name] = sha256_of(dest / name)
-        record = {"abi": current_abi(cxx_abi(cxx, root), root), "tag": wheel_tag(), "files": files,
+            files[name] = file_hash(dest / name)
+        record = {"abi": current_abi(cxx_abi(cxx, root), root), "tag": wheel_tag(), "files": files, "hash": HASH,
                   "compiler": cxx.version}
     (dest / MANIFEST).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record

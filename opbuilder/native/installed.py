@@ -3,7 +3,7 @@
 ``pip install .``, ``pip install -e .`` and ``pip wheel .`` compile nanobind's runtime and the core
 library once (install_build.py) into ``opbuilder/_native/``, with ``native.json``: the ABI they were
 built for (abi.py: opbuilder's headers, nanobind's version, the Python API, the C++ library ABI) and
-the SHA-256 of each file. A nanobind operator then finds them there first (``library_for``), built or
+the hash (BLAKE2b-256) of each file. A nanobind operator then finds them there first (``library_for``), built or
 shipped, and the first ``load()`` in a fresh environment compiles only the operator. They serve it when
 the ABI it is built for is theirs, whichever compiler builds it; otherwise (another nanobind, a
 libc++ toolchain, an edited header) the builder builds its own in the cache, as before.
@@ -47,7 +47,7 @@ def enabled() -> bool:
 
 
 def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None) -> Optional[Native]:
-    """The installed runtime, if its record is there and each file has its recorded SHA-256 (a file
+    """The installed runtime, if its record is there and each file has its recorded hash (a file
     changed since the install is refused, never loaded). Checked once per process; with ``state_dir``
     (the cache, on a JIT load) the result is remembered there while the files' stamps stay the same,
     so a later process hashes nothing."""
@@ -57,8 +57,8 @@ def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None
     found = None
     try:
         record = json.loads((d / MANIFEST).read_text())
-        files = record.get("files") if isinstance(record, dict) else None
-        from ..cache.file_hash import files_intact, inside
+        from ..cache.file_hash import HASH, files_intact, inside
+        files = record.get("files") if isinstance(record, dict) and record.get("hash") == HASH else None
         if isinstance(files, dict) and all(inside(f) for f in files):
             if state_dir is None:
                 ok = files_intact(d, files)
