@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, Optional
 
 __all__ = ["NATIVE_DIR", "MANIFEST", "Native", "installed", "library_for", "last_why", "why_not"]
 
@@ -23,11 +23,14 @@ MANIFEST = "native.json"
 RUNTIME_FILE = "libnanobind.so"
 
 
-class Native(NamedTuple):
-    """The installed runtime: its directory and its record (native.json)."""
+class Native:
+    """The installed runtime: its directory and its record (native.json). A plain class: a NamedTuple
+    is compiled when its module is imported, on a shipped load()'s path."""
 
-    dir: Path
-    record: Dict[str, object]
+    __slots__ = ("dir", "record")
+
+    def __init__(self, dir: Path, record: Dict[str, object]) -> None:
+        self.dir, self.record = dir, record
 
     @property
     def runtime(self) -> Path:
