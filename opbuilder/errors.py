@@ -1,7 +1,7 @@
 """Errors the builder raises."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Union
 
 if TYPE_CHECKING:
     from .compile.diagnostics import Diagnostic
@@ -16,15 +16,35 @@ class BuildError(RuntimeError):
     (file:line); ``log`` holds the whole output and ``log_path`` where it is kept.
     ``diagnostics`` lists the compiler's errors and warnings as ``opbuilder.Diagnostic``
     records at the user's lines (compile/diagnostics.py); empty when none were parsed.
+    They are worked out when first read (g++ runs once more, for its JSON), so an error
+    whose records nobody reads costs nothing more.
     """
 
     def __init__(self, message: str, *, name: str, log: str = "", log_path: Optional[str] = None,
-                 diagnostics: Sequence["Diagnostic"] = ()) -> None:
+                 diagnostics: Union[Sequence["Diagnostic"], Callable[[], Sequence["Diagnostic"]]] = ()) -> None:
         super().__init__(message)
         self.name = name
         self.log = log
         self.log_path = log_path
-        self.diagnostics: List["Diagnostic"] = list(diagnostics)
+        self._diagnostics = diagnostics
+
+    @property
+    def diagnostics(self) -> List["Diagnostic"]:
+        """The compiler's errors and warnings, each at the user's file and line (``opbuilder.Diagnostic``)."""
+        if callable(self._diagnostics):
+            self._diagnostics = list(self._diagnostics())
+        elif not isinstance(self._diagnostics, list):
+            self._diagnostics = list(self._diagnostics)
+        return self._diagnostics
+
+    @diagnostics.setter
+    def diagnostics(self, value: Union[Sequence["Diagnostic"], Callable[[], Sequence["Diagnostic"]]]) -> None:
+        self._diagnostics = value
+
+    def _map_diagnostics(self, fn: Callable[["Diagnostic"], "Diagnostic"]) -> None:
+        """Apply ``fn`` to each record, when they are worked out (load_inline: out of its generated file)."""
+        before = self._diagnostics
+        self._diagnostics = lambda: [fn(d) for d in (before() if callable(before) else before)]
 
 
 class BuildTimeout(BuildError):

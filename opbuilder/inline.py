@@ -117,8 +117,8 @@ def _load(builder: CustomOpBuilder) -> ModuleType:
     except BuildError as e:
         main = os.path.realpath(builder.spec.sources[0])
         user = os.path.join(os.path.dirname(main), _USER_CPP)
-        e.diagnostics = [d._replace(file=user, line=None, column=None) if os.path.realpath(d.file) == main else d
-                         for d in e.diagnostics]
+        e._map_diagnostics(lambda d: d._replace(file=user, line=None, column=None)
+                           if os.path.realpath(d.file) == main else d)
         raise
 
 

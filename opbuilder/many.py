@@ -52,7 +52,11 @@ def _load_one(item: Item, timeout: Optional[float]) -> LoadResult:
     t0 = time.perf_counter()
     try:
         with time_limit(timeout, quiet=True):
-            module = item.load()
+            try:
+                module = item.load()
+            except BuildError as e:
+                _ = e.diagnostics  # worked out here, in parallel and within the item's time (else when read)
+                raise
     except BuildError as e:
         return LoadResult(None, e, time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 -- one item's failure is its result, never the others'

@@ -121,3 +121,12 @@ def test_gccs_json_arrays_one_per_translation_unit_are_parsed():
     assert parse_json(one + two, "/b") == [Diagnostic("/b/a.cpp", 3, 14, "error", "x"),
                                            Diagnostic("/s/b.cpp", 9, 2, "warning", "w")]
     assert parse_json("a.cpp:1:1: error: x", "/b") is None
+
+
+def test_diagnostics_are_worked_out_once_when_first_read():
+    found = Diagnostic("/u/a.cpp", 1, 2, "error", "x")
+    calls = []
+    err = BuildError("building operator 'x' failed", name="x", diagnostics=lambda: calls.append(1) or [found])
+    assert calls == []  # a failed build whose records nobody reads runs no compiler again
+    assert err.diagnostics == [found] and err.diagnostics == [found] and calls == [1]
+    assert BuildError("m", name="x").diagnostics == []

@@ -249,11 +249,14 @@ def _timed_out(name: str, seconds: float, text: str, log_path: Path, killed: int
 
 
 def _diagnostics(text: str, build_dir: Path, env: dict, is_user: Optional[Callable[[str], bool]],
-                 deadline: Optional[float]) -> list:
-    """The failed build's diagnostics (diagnostics.py), within what is left of the time limit."""
-    from .diagnostics import from_build_log
-    left = 60.0 if deadline is None else deadline - time.monotonic()  # none left: the text alone
-    return from_build_log(text, str(build_dir), is_user or (lambda p: True), env, timeout=left)
+                 deadline: Optional[float]) -> Callable[[], list]:
+    """The failed build's diagnostics (diagnostics.py), worked out when first read: within what is left
+    of the time limit (load_many reads them at once), else within a minute."""
+    def work() -> list:
+        from .diagnostics import from_build_log
+        left = 60.0 if deadline is None else deadline - time.monotonic()  # none left: the text alone
+        return from_build_log(text, str(build_dir), is_user or (lambda p: True), env, timeout=left)
+    return work
 
 
 def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool,
