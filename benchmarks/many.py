@@ -11,10 +11,10 @@ the rounds with the min-max:
                 after its first operator; every round's operators are new (a round number in the source).
   torch C++     ``--torch-items`` of the same operators, each a ``load_inline`` (one after the other, as
                 it builds), per item; its projection to ``--items`` is per item x items.
-  CUDA compile  KernelBench's vector-add sample (a ``__global__`` add and its launcher) compiled for
+  CUDA compile  a vector add in KernelBench's style (a ``__global__`` add and its launcher) compiled for
                 ``--cuda-arch`` (default 8.0) with no GPU: ``load_many([Inline(..., cuda_sources=...)])``
                 against ``load_inline(cuda_sources=...)`` with ``TORCH_CUDA_ARCH_LIST`` set to the same. The
-                launcher is KernelBench's own on torch's side (``torch::Tensor``); on ours the same kernel
+                launcher takes ``torch::Tensor`` on torch's side, as KernelBench's do; on ours the same kernel
                 with a pointer launcher (opbuilder operators do not link libtorch). A torch build that
                 fails is said, named: with its CPU wheel there is no ``libc10_cuda`` to link, so its time to
                 that failure (the nvcc compile done) is a lower bound of its build time, and the ratio
@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -79,28 +78,23 @@ assert getattr(m, f"scale_{n - 1}")(2.0) == (n - 1 + 0.5) * 2 + rnd
 print(json.dumps({"seconds": (t1 - t0) / n}))
 """ % CPP
 
-# KernelBench's vector-add sample: the kernel and its launcher, as torch's load_inline takes them
+# a vector add in KernelBench's style (its samples pair a __global__ kernel with a torch::Tensor launcher),
+# written here: what a harness hands torch's load_inline
 KB_CUDA = """
 #include <torch/extension.h>
 #include <cuda_runtime.h>
 
-__global__ void elementwise_add_kernel(const float* a, const float* b, float* out, int size) {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < size) {
-        out[idx] = a[idx] + b[idx];
-    }
+__global__ void vector_add_kernel(const float *a, const float *b, float *out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
 }
 
 torch::Tensor elementwise_add_cuda(torch::Tensor a, torch::Tensor b) {
-    auto size = a.numel();
-    auto out = torch::zeros_like(a);
-
-    const int block_size = 256;
-    const int num_blocks = (size + block_size - 1) / block_size;
-
-    elementwise_add_kernel<<<num_blocks, block_size>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), size);
-
-    return out;
+  auto out = torch::empty_like(a);
+  int n = static_cast<int>(a.numel());
+  int threads = 256, blocks = (n + threads - 1) / threads;
+  vector_add_kernel<<<blocks, threads>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+  return out;
 }
 """
 KB_CPP = "torch::Tensor elementwise_add_cuda(torch::Tensor a, torch::Tensor b);"
@@ -109,21 +103,19 @@ OB_CUDA = """
 #include <cstdint>
 #include <cuda_runtime.h>
 
-__global__ void elementwise_add_kernel(const float* a, const float* b, float* out, int size) {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < size) {
-        out[idx] = a[idx] + b[idx];
-    }
+__global__ void vector_add_kernel(const float *a, const float *b, float *out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
 }
 
-void elementwise_add_cuda(std::uintptr_t a, std::uintptr_t b, std::uintptr_t out, int size) {
-    const int block_size = 256;
-    const int num_blocks = (size + block_size - 1) / block_size;
-    elementwise_add_kernel<<<num_blocks, block_size>>>(reinterpret_cast<const float*>(a),
-        reinterpret_cast<const float*>(b), reinterpret_cast<float*>(out), size);
+void elementwise_add_cuda(std::uintptr_t a, std::uintptr_t b, std::uintptr_t out, int n) {
+  int threads = 256, blocks = (n + threads - 1) / threads;
+  vector_add_kernel<<<blocks, threads>>>(reinterpret_cast<const float *>(a), reinterpret_cast<const float *>(b),
+                                         reinterpret_cast<float *>(out), n);
 }
 """
-OB_CUDA_CPP = "#include <cstdint>\nvoid elementwise_add_cuda(std::uintptr_t a, std::uintptr_t b, std::uintptr_t out, int size);"
+OB_CUDA_CPP = ("#include <cstdint>\n"
+               "void elementwise_add_cuda(std::uintptr_t a, std::uintptr_t b, std::uintptr_t out, int size);")
 
 OB_CUDA_CHILD = """
 import json, sys, time
@@ -258,7 +250,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         # torch's time counts only if it compiled the CUDA source (built, or failed after that: at the link)
         cuda_compiled = not torch_cuda_failed or any("cuda" in o for o in torch_cuda_objects)
         if "torch_cuda" in st and cuda_compiled:
-            label = "torch load_inline(cuda_sources)" + (" (failed at the link: time to it)" if torch_cuda_failed else "")
+            label = "torch load_inline(cuda_sources)" + (" (failed at the link: time to it)"
+                                                         if torch_cuda_failed else "")
             rows.append([f"CUDA vector-add, arch {args.cuda_arch}, no GPU: {label}", st["torch_cuda"].fmt("s")])
         rows.append([f"warm: load_many of {args.items} cached items, new process", st["warm"].fmt("ms")])
         timing.table(["row", "time"], rows)

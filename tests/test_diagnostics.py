@@ -3,7 +3,6 @@ user's file and line (or the line inside the user's string for load_inline), nev
 from __future__ import annotations
 
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -117,7 +116,8 @@ def test_gccs_json_arrays_one_per_translation_unit_are_parsed():
     one = ('[{"kind": "error", "locations": [{"caret": {"file": "a.cpp", "line": 3, "column": 14}}], '
            '"message": "x"}, {"kind": "note", "locations": [{"caret": {"file": "a.cpp", "line": 1, "column": 1}}],'
            ' "message": "n"}]')
-    two = '[{"kind": "warning", "locations": [{"caret": {"file": "/s/b.cpp", "line": 9, "column": 2}}], "message": "w"}]'
+    two = ('[{"kind": "warning", "locations": [{"caret": {"file": "/s/b.cpp", "line": 9, "column": 2}}], '
+           '"message": "w"}]')
     assert parse_json(one + two, "/b") == [Diagnostic("/b/a.cpp", 3, 14, "error", "x"),
                                            Diagnostic("/s/b.cpp", 9, 2, "warning", "w")]
     assert parse_json("a.cpp:1:1: error: x", "/b") is None
