@@ -89,22 +89,25 @@ def test_a_static_assert_in_opbuilders_headers_is_at_the_users_line_that_require
 @pytest.mark.build
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the CUDA compile needs it")
 def test_an_nvcc_front_end_error_is_at_its_line_in_the_cuda_string(cache_dir):
-    cuda = "__global__ void k(float *x) {\n  x[0] = zq_cuda;\n}\n"
+    cuda = "__global__ void k(float *x) {\n    x[0] = zq_cuda + 1;\n}\n"
     err = _error(lambda: opbuilder.load_inline("diag_cuda", "", cuda_sources=cuda, cuda_arch="8.0"))
     [d] = err.diagnostics
     assert Path(d.file).name == "cuda_sources.cu" and Path(d.file).read_text() == cuda
-    assert (d.line, d.column, d.severity, d.message) == (2, None, "error", 'identifier "zq_cuda" is undefined')
+    assert (d.line, d.column, d.severity, d.message) == (2, 12, "error", 'identifier "zq_cuda" is undefined')
 
 
 # ---- the parsers, on compiler output as it is printed (nothing compiles) --------------------------
 
-def test_nvcc_front_end_lines_are_parsed():
+def test_nvcc_front_end_lines_are_parsed(tmp_path):
     text = ('k.cu(2): error: identifier "zq" is undefined\n    x[0] = zq;\n           ^\n\n'
             'k.cu(5): warning #177-D: variable "v" was declared but never referenced\n'
             "1 error detected in the compilation of \"k.cu\".\n")
     assert parse_text(text, "/b") == [Diagnostic("/b/k.cu", 2, None, "error", 'identifier "zq" is undefined'),
                                       Diagnostic("/b/k.cu", 5, None, "warning",
                                                  'variable "v" was declared but never referenced')]
+    (tmp_path / "k.cu").write_text("__global__ void k(float *x) {\n  x[0] = zq;\n}\n")
+    # with the file there, the caret's column (nvcc echoes the line indented by two spaces)
+    assert parse_text(text, str(tmp_path))[0].column == 10
 
 
 def test_a_header_error_moves_to_the_users_include_line():

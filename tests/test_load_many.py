@@ -250,3 +250,12 @@ def test_the_many_variants_example_reports_each_status(cache_dir):
     assert {k: v for k, v in records[4]["diagnostic"].items() if k != "message"} == {
         "file": "cpp_sources.cpp", "line": 11, "column": 19}
     assert done.stderr.rstrip().endswith("summary: compile_error 1, ok 5, wrong 1")
+
+
+def test_an_item_that_cannot_even_start_is_its_own_build_error():
+    bad = Inline("many_opt", "int value() { return 1; }", functions=["value"], nonsense=1)
+    [r] = load_many([bad])
+    assert r.module is None and type(r.error) is BuildError and isinstance(r.error.__cause__, TypeError)
+    assert str(r.error).startswith("building operator 'many_opt' failed: TypeError: CustomOpBuilder got unexpected "
+                                   "keyword argument(s) nonsense; accepted: ")
+    assert r.error.diagnostics == []

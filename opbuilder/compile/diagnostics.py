@@ -108,6 +108,21 @@ def _placed(d: Diagnostic, lines: List[str], cwd: str, is_user: IsUser) -> Diagn
     return d
 
 
+def _nvcc_column(lines: List[str], i: int, file: str, line: int) -> Optional[int]:
+    """nvcc's front end gives no column: it echoes the line, indented by two spaces, and a caret under
+    it. The caret's column, when the echo is that line of ``file`` as it is now; else None."""
+    if i + 2 >= len(lines) or not lines[i + 1].startswith("  ") or lines[i + 2].strip() != "^":
+        return None
+    try:
+        with open(file, errors="replace") as f:
+            text = f.read().splitlines()
+    except OSError:
+        return None
+    if not 0 < line <= len(text) or text[line - 1].rstrip() != lines[i + 1][2:].rstrip() or "\t" in text[line - 1]:
+        return None
+    return lines[i + 2].index("^") - 1
+
+
 def parse_text(text: str, cwd: str, is_user: IsUser = lambda p: True) -> List[Diagnostic]:
     """The errors and warnings in compiler ``text``: gcc's and clang's ``file:line:col: error: msg``
     and nvcc's ``file(line): error: msg``, each once, at the user's line."""
@@ -121,6 +136,8 @@ def parse_text(text: str, cwd: str, is_user: IsUser = lambda p: True) -> List[Di
         sev = m.group("sev").replace("catastrophic error", "fatal error")
         d = Diagnostic(_absolute(m.group("file"), cwd), int(m.group("line")), int(col) if col else None, sev,
                        m.group("msg").strip())
+        if col is None and "col" not in m.groupdict():
+            d = d._replace(column=_nvcc_column(lines, i, d.file, d.line))
         if not is_user(d.file):
             where = _origin(lines, i, cwd, is_user)
             if where is not None:
