@@ -12,12 +12,12 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Tuple
 
-from .autograd.grad_mode import _state  # the per-thread grad mode: C++ reads and sets `_state.enabled`
+from .autograd.grad_mode import _state, hooks_flag_address  # the per-thread grad mode: C++ reads and sets `_state.enabled`
 from .jit.tracing import cpp_hook, flag_address  # Function<T>::Apply under a jit trace
 from .dtypes import bfloat16  # a DType: its `.np` imports ml_dtypes on first use (C++ BFloat16Descr)
 from .tensor import Tensor
 
-__all__ = ["Tensor", "_state", "flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
+__all__ = ["Tensor", "_state", "flag_address", "hooks_flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
            "current_stream_ptr", "bridge_slot_address", "share_version", "rebase_view", "refresh_view_arg",
            "TENSOR_ATTRS",
            "GRAD_STATE_ATTRS", "DEVICE_NAMES"]

@@ -95,6 +95,50 @@ def test_hooks_end_with_their_block(bridge_ops):
         rt.autograd.saved_tensors_hooks(1, lambda p: p)
 
 
+def test_hooks_are_per_thread_while_another_thread_has_some_open(bridge_ops):
+    """Hooks open in one thread (the record paths then read the per-thread pair) pack nothing of another
+    thread's ops, and that thread's own hooks still pack: a C++ Function, a Python Function, a built-in."""
+    import threading
+    from runtime.autograd import grad_mode
+    opened, release = threading.Event(), threading.Event()
+
+    def other():
+        with rt.autograd.saved_tensors_hooks(lambda t: pytest.fail("packed another thread's op"), lambda p: p):
+            opened.set()
+            release.wait(30)
+    worker = threading.Thread(target=other)
+    worker.start()
+    try:
+        assert opened.wait(30)
+        assert grad_mode.hooks_open[0] == 1 and grad_mode.hooks_flag.value == 1
+        x = rt.Tensor(np.array([1.0, 2.0]), requires_grad=True)
+        y = rt.Tensor(np.array([3.0, 4.0]))
+        for f in (bridge_ops.mul_saved, MulPy.apply, lambda a, b: a * b):
+            f(x, y).sum().backward()  # no pack: this thread has no hooks
+            packed = []
+            with _copying_hooks(packed):
+                z = f(x, y)
+            assert packed == [[1.0, 2.0], [3.0, 4.0]]
+            z.sum().backward()
+        assert x.grad.numpy().tolist() == [18.0, 24.0]  # 3 functions, 2 backward each: 6 * y
+    finally:
+        release.set()
+        worker.join()
+    assert grad_mode.hooks_open[0] == 0 and grad_mode.hooks_flag.value == 0
+
+
+def test_the_open_count_falls_back_when_a_block_raises():
+    from runtime.autograd import grad_mode
+    with pytest.raises(KeyError):
+        with rt.autograd.saved_tensors_hooks(lambda t: t, lambda p: p):
+            with rt.autograd.saved_tensors_hooks(lambda t: t, lambda p: p):
+                assert grad_mode.hooks_open[0] == 2
+                raise KeyError("inside")
+    assert grad_mode.hooks_open[0] == 0 and grad_mode.hooks_flag.value == 0
+    from runtime.autograd.saved_hooks import current_saved_hooks
+    assert current_saved_hooks() is None
+
+
 @pytest.mark.parametrize("calls", [1, 2], ids=["first call", "later call"])
 def test_to_torch_python_path_honours_torch_hooks(bridge_ops, monkeypatch, calls):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")

@@ -66,11 +66,30 @@ _increment_version = torch._C._increment_version
 _function_mode = torch._C._is_torch_function_mode_enabled
 _grad_enabled = torch.is_grad_enabled
 # a torch.func transform (grad, vjp, vmap) in force: its tensors are wrappers; the registered operator sees them
-_transforms = torch._C._functorch.peek_interpreter_stack
+# (reads the thread's dispatch keys; peek_interpreter_stack would copy functorch's whole thread state)
+_transforms_active = torch._C._are_functorch_transforms_active
 _functorch = torch._C._functorch
 _is_wrapped = _functorch.is_functorch_wrapped_tensor
 _is_compiling = torch.compiler.is_compiling
 _define_lock = threading.RLock()
+
+
+def _any_requires_grad(args: Sequence[Any], tpos: Tuple[int, ...]) -> bool:
+    """Whether a tensor argument requires grad (a function: a generator in the caller would make
+    ``args`` a cell on every call)."""
+    for i in tpos:
+        if args[i].requires_grad:
+            return True
+    return False
+
+
+def _fresh(base: np.ndarray, conv: List[Any], tpos: Tuple[int, ...]) -> bool:
+    """Whether ``base`` is none of the argument arrays ``conv[i]`` (a helper, not a generator inside
+    ``forward_direct``: a generator there would make its locals cells on every call)."""
+    for i in tpos:
+        if base is conv[i]:
+            return False
+    return True
 
 
 class _Call:
@@ -239,16 +258,16 @@ def _to_torch(out: Any, call: Optional[_Call]) -> torch.Tensor:
     return _from_numpy(arr)
 
 
-_NO_HOOKS = contextlib.nullcontext()
+_top_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
 
 def _saved_hooks(op: "_Op", recording: bool) -> Any:
     """torch's saved_tensors_hooks in force, as the runtime's (runtime/autograd/saved_hooks.py) while
     ``op`` records: what it saves goes through them as the C++ bridge sends it (torch's SavedVariable),
-    zero-copy both ways. A null context when nothing records or no hooks are set."""
-    top = torch._C._autograd._top_saved_tensors_default_hooks(False) if recording else None
+    zero-copy both ways. None when nothing records or no hooks are set (the caller enters no context)."""
+    top = _top_hooks(False) if recording else None
     if top is None:
-        return _NO_HOOKS
+        return None
     pack, unpack = top
 
     def unpacked(packed: Any) -> Any:
@@ -267,7 +286,7 @@ def _once(name: str, res: List[Optional[torch.Tensor]], grads: Sequence[Any], in
     error (torch's once-differentiable rule, runtime/call_rules.py's message), never a silent zero. The
     error's node leads to the op's ``inputs`` that require grad and to the incoming ``grads`` that do, so
     differentiating the result with respect to any of them reaches it (and raises)."""
-    if not torch.is_grad_enabled() or _is_compiling() or _transforms() is not None:  # torch.func: _Func's
+    if not torch.is_grad_enabled() or _is_compiling() or _transforms_active():  # torch.func: _Func's
         return res
     if not inputs_need_grad and not any(isinstance(g, torch.Tensor) and g.requires_grad for g in grads):
         return res
@@ -351,6 +370,13 @@ class _Op:
             return [], False
         raise _Plain(res)  # None (an out= function), a number, a string: no torch operator's result
 
+    def _run_recording(self, rt_args: list, need: list) -> Tuple[list, bool]:
+        """``_run``, in the runtime's grad mode when an input needs grad (torch's is off inside a Function)."""
+        if need and not _rt_grad.enabled:
+            with _rt.enable_grad():
+                return self._run(rt_args)
+        return self._run(rt_args)
+
     def record(self, sig: str, args: Sequence[Any], every: bool = False) -> Tuple[List[Any], _Call]:
         """Run the op on ``args`` (recording the runtime graph when an input needs grad; ``every``: each
         tensor argument, as torch.func's unwrapped ones do not say): its runtime outputs and the call
@@ -370,12 +396,12 @@ class _Op:
             watch = [(vc, _fingerprint(vc.t.numpy(), phase)) if vc is not None and vc.t.is_cpu
                      and vc.t.dtype in _PLAIN and not vc.t.is_conj() and not vc.t.is_neg() else None for vc in vcs]
         try:
-            with _saved_hooks(self, need):  # torch's saved_tensors_hooks, for what the op saves
-                if need and not _rt_grad.enabled:  # the runtime's own grad mode (torch's is off inside a Function)
-                    with _rt.enable_grad():
-                        outs, single = self._run(rt_args)
-                else:
-                    outs, single = self._run(rt_args)
+            hooks = _saved_hooks(self, need)  # torch's saved_tensors_hooks, for what the op saves
+            if hooks is None:
+                outs, single = self._run_recording(rt_args, need)
+            else:
+                with hooks:
+                    outs, single = self._run_recording(rt_args, need)
         except _Plain as p:
             if p.value is None and watch is not None:
                 self.void_sigs.add(sig)
@@ -532,14 +558,13 @@ class _Op:
             return self.forward_impl(sig, args)
         res = self.fn(*conv)
         if isinstance(res, (list, tuple)):
-            out = [self._direct_out(o, conv, tpos, args, sig) for o in res]
+            out = self._direct_outs(res, conv, tpos, args, sig)
         elif not isinstance(res, _Tensor):
             raise _Plain(res)
         else:
             data = res._data
             # a base that is an argument's array: the op returned that argument (_direct_out says how)
-            if type(data) is np.ndarray and (type(data.base) is not np.ndarray
-                                             or all(data.base is not conv[i] for i in tpos)):
+            if type(data) is np.ndarray and (type(data.base) is not np.ndarray or _fresh(data.base, conv, tpos)):
                 try:
                     out = [torch.from_numpy(data)]
                 except (TypeError, ValueError):  # bfloat16, negative strides
@@ -549,6 +574,11 @@ class _Op:
         if self.shape_fn is not None:
             self.check_rule(sig, args, out)
         return out
+
+    def _direct_outs(self, res: Sequence[Any], conv: list, tpos: Tuple[int, ...], args: Sequence[Any],
+                     sig: str) -> List[torch.Tensor]:
+        # apart from forward_direct: a comprehension there would make its locals cells on every call
+        return [self._direct_out(o, conv, tpos, args, sig) for o in res]
 
     def _direct_out(self, o: Any, conv: list, tpos: Tuple[int, ...], args: Sequence[Any], sig: str) -> torch.Tensor:
         if not isinstance(o, _Tensor):
@@ -963,7 +993,7 @@ def _wrapper(op: _Op) -> Callable:
 
     def route(*args: Any) -> Any:
         sig = "".join([_code(op.name, k, a) for k, a in enumerate(args)])
-        if not torch.compiler.is_compiling() and _transforms() is not None and "L" not in sig:
+        if not torch.compiler.is_compiling() and _transforms_active() and "L" not in sig:
             if any(a.requires_grad or _is_wrapped(a) for a, c in zip(args, sig) if c == "t"):
                 define(sig, tuple(_spec_key(a, c) for a, c in zip(args, sig)))
                 if op.by_sig[sig][1][1]:  # seen returning (or writing) its argument: refused before it runs
@@ -980,7 +1010,7 @@ def _wrapper(op: _Op) -> Callable:
                 if (native and plain and hit[1][0] is not None and not hit[1][1]
                         and not any(c in "LIF" for c in sig)):  # a Python function would get numpy arrays
                     direct[tuple(map(type, args))] = (sig, tuple(k for k, c in enumerate(sig) if c == "t"), hit[1])
-                if "L" not in sig and _current_mode() is None and not _function_mode() and plain and _transforms() is None:
+                if "L" not in sig and _current_mode() is None and not _function_mode() and plain and not _transforms_active():
                     if grad and any(a.requires_grad for a, c in zip(args, sig) if c == "t"):
                         out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
                     else:
@@ -1037,9 +1067,9 @@ def _wrapper(op: _Op) -> Callable:
             # an eager call seen before, with nothing that must see the operator: the fewest steps
             hit = direct.get(tuple(map(type, args)))
             if (hit is not None and not hit[2][1] and _current_mode() is None and not _function_mode()
-                    and _transforms() is None):
+                    and not _transforms_active()):
                 sig, tpos, single = hit
-                if _grad_enabled() and any(args[i].requires_grad for i in tpos):
+                if _grad_enabled() and _any_requires_grad(args, tpos):
                     _mode.grad = True
                     out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
                 else:

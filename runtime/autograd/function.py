@@ -37,7 +37,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 import numpy as np
 
 from . import engine
-from .grad_mode import _state
+from .grad_mode import _state, hooks_open
 from .node import Node, edge_of, meta_of
 from .ownership import own_results
 from .. import call_rules as _call_rules
@@ -412,7 +412,7 @@ def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -
             saved.append(_SavedOutput(final[j], j))
         else:
             saved.append((s, s._version, ()))
-    hooks = _state.saved_hooks
+    hooks = _state.saved_hooks if hooks_open[0] else None
     if hooks is not None:  # saved_tensors_hooks: each goes to pack as a tensor outside the graph
         saved = [None if s is None else _Hooked(hooks[1], hooks[0](r.detach()))
                  for s, r in zip(saved, ctx._saved_raw)]

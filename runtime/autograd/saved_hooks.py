@@ -12,13 +12,21 @@ C++ side reads (include/opbuilder/autograd.h, SavedTensorHooks).
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, List, Optional, Tuple
 
-from .grad_mode import _state
+from .grad_mode import _state, hooks_flag, hooks_open
 
 __all__ = ["saved_tensors_hooks", "current_saved_hooks"]
 
 Hooks = Tuple[Callable[[Any], Any], Callable[[Any], Any]]
+_count_lock = threading.Lock()  # the open count is read-modify-write from any thread
+
+
+def _count(step: int) -> None:
+    with _count_lock:
+        hooks_open[0] += step
+        hooks_flag.value = hooks_open[0]
 
 
 class saved_tensors_hooks:
@@ -34,11 +42,13 @@ class saved_tensors_hooks:
 
     def __enter__(self) -> "saved_tensors_hooks":
         self._prev.append(_state.saved_hooks)
+        _count(1)  # before the pair is in force: a reader that sees the pair sees the count
         _state.saved_hooks = self.hooks
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _state.saved_hooks = self._prev.pop()
+        _count(-1)
 
 
 def current_saved_hooks() -> Optional[Hooks]:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, T
 import numpy as np
 
 from .. import device as _device
-from ..autograd.grad_mode import _state
+from ..autograd.grad_mode import _state, hooks_open as _hooks_open
 from ..autograd.node import Node
 from ..jit.tracing import flag as _flag
 from ..jit.tracing import hook as _trace
@@ -373,9 +373,11 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
     """A node (or ``node``) for ``res = prim(*args, **kwargs)`` with its fields set in one pass
     (the recording hot path); the output is kept, and referenced weakly for its version check, only
     when the rules read it."""
-    hooks = _state.saved_hooks  # saved_tensors_hooks in force: the node packs what its rules read
     if node is None:
-        node = _new(PrimitiveNode if hooks is None else HookedPrimitiveNode)
+        # saved_tensors_hooks in force: the node packs what its rules read (none open anywhere: no lookup)
+        if _hooks_open[0] and _state.saved_hooks is not None:
+            return _record_hooked(prim, args, kwargs, out, res)
+        node = _new(PrimitiveNode)
     node.prim = prim
     node.args = args
     node.kwargs = kwargs
@@ -396,7 +398,13 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
         node.next_edges = tuple([(a if a._node is None else (a._node, a._out_index)) if a.requires_grad else None
                                  for a in args])
     node.out_meta = ((out.shape, out.dtype),)
-    if hooks is not None and type(node) is HookedPrimitiveNode:
-        _pack(node, hooks, args, out, res)
+    return node
+
+
+def _record_hooked(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray,
+                   res: Any) -> PrimitiveNode:
+    """``_record`` inside saved_tensors_hooks: the node's saved values go through the pack hook."""
+    node = _record(prim, args, kwargs, out, res, _new(HookedPrimitiveNode))
+    _pack(node, _state.saved_hooks, args, out, res)
     return node
 

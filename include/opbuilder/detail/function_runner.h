@@ -144,8 +144,9 @@ inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const T
 }
 
 // The runtime's saved_tensors_hooks in force on this thread (runtime/autograd/saved_hooks.py): its
-// (pack, unpack) pair, or null.
+// (pack, unpack) pair, or null. None open in any thread (almost always): no thread-local lookup.
 inline PyRef SavedTensorHooks(const Runtime &rt) {
+  if (*rt.hooks_flag == 0) return PyRef();
   static PyObject *const name = Check(PyUnicode_InternFromString("saved_hooks"));  // made once, under the GIL
   PyRef h = PyRef::Steal(Check(PyObject_GetAttr(rt.grad_state, name)));
   return h.get() == Py_None ? PyRef() : h;

@@ -49,6 +49,8 @@ struct Runtime {
   // runtime.jit: non-zero while a trace records ops (runtime/jit/tracing.py owns the int),
   // and the function a traced Function<T>::Apply hands itself to.
   const volatile int *trace_flag = nullptr;
+  // non-zero while any thread has saved_tensors_hooks open (runtime/autograd/grad_mode.py hooks_flag)
+  const volatile int *hooks_flag = nullptr;
   PyObject *trace_hook = nullptr;
   // A framework bridge's table (foreign_api.h), null until one is loaded (runtime._native.bridge_slot).
   const ForeignApi *const volatile *bridge_slot = nullptr;
@@ -90,6 +92,10 @@ inline Runtime LoadRuntime() {
   const auto a = static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(addr.get()));
   if (PyErr_Occurred()) throw PythonError();
   r.trace_flag = reinterpret_cast<const volatile int *>(a);
+  PyRef hooks_address = PyRef::Steal(ImportAttr("runtime._native", "hooks_flag_address"));
+  PyRef hooks_addr = PyRef::Steal(Check(PyObject_CallNoArgs(hooks_address.get())));
+  r.hooks_flag = static_cast<const volatile int *>(PyLong_AsVoidPtr(hooks_addr.get()));
+  if (PyErr_Occurred()) throw PythonError();
   r.trace_hook = ImportAttr("runtime._native", "cpp_hook");
   PyRef slot_address = PyRef::Steal(ImportAttr("runtime._native", "bridge_slot_address"));
   PyRef slot = PyRef::Steal(Check(PyObject_CallNoArgs(slot_address.get())));
