@@ -81,7 +81,7 @@ def shipped(tmp_path_factory):
     d = tmp_path_factory.mktemp("ship")
     dist = d / "dist"
     v312 = _venv(py312, d / "v312", ["numpy", "nanobind", "pybind11", "ninja", "filelock", "safetensors", "ml_dtypes",
-                                        "hatchling", "build"])
+                                        "hatchling", "editables", "build"])
     # a copy of the checkout (others may edit it meanwhile), without what git ignores that would travel along
     tree = d / "opbuilder_src"
     shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", ".benchmarks",
@@ -97,7 +97,7 @@ def shipped(tmp_path_factory):
     _run([v313, "-m", "pip", "install", "-q", "--no-deps", opbuilder_wheel, pkg_wheel], d, NO_CXX)
     site = Path(_run([v313, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], d).stdout.strip())
     return SimpleNamespace(dir=d, v312=v312, v313=v313, site=site, opbuilder_wheel=opbuilder_wheel,
-                           pkg_wheel=pkg_wheel, src=src)
+                           pkg_wheel=pkg_wheel, src=src, tree=tree)
 
 
 # runs in the 3.13 venv: every process this one would start is recorded (none may be)
@@ -137,6 +137,18 @@ def test_opbuilders_own_wheel_is_abi3_and_installs_its_runtime_with_no_compiler(
     assert record["abi"]["python"] == "abi3-cp312"
     assert sorted(record["files"]) == ["libnanobind.so", "libobcore.so"]
     assert all((native / f).is_file() for f in record["files"])
+
+
+def test_an_editable_install_builds_the_runtime_into_the_checkout(shipped, tmp_path):
+    # what `pip install -e .` asks of the build backend (hatchling, with hatch_build.py): the editable wheel
+    # points at the checkout (hatchling tags it py3-none-any whatever a hook says: it carries no binary),
+    # and the runtime is built into the checkout's opbuilder/_native/
+    code = f"from hatchling.build import build_editable; print(build_editable({str(tmp_path)!r}))"
+    name = _run([shipped.v312, "-c", code], shipped.tree).stdout.strip().splitlines()[-1]
+    assert name == "opbuilder-0.1.0-py3-none-any.whl"
+    record = json.loads((shipped.tree / "opbuilder" / "_native" / "native.json").read_text())
+    assert record["abi"]["python"] == "abi3-cp312"
+    assert all((shipped.tree / "opbuilder" / "_native" / f).is_file() for f in record["files"])
 
 
 def test_a_wheel_built_under_312_runs_under_313_with_no_compiler(shipped, tmp_path):
