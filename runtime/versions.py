@@ -16,7 +16,7 @@ import weakref
 from operator import attrgetter
 from typing import Any, Dict, Tuple
 
-__all__ = ["Version", "UNWRITTEN", "version_of", "set_version", "share_version", "rebind",
+__all__ = ["Version", "UNWRITTEN", "version_of", "counter", "set_version", "share_version", "rebind",
            "memory_owner", "owner_counter"]
 
 
@@ -31,6 +31,15 @@ class Version:
 
 UNWRITTEN = Version()  # every tensor's default: read as 0, never written (a write gives the tensor its own)
 version_of = attrgetter("_vc.value")  # a tensor's version without a Python-level call (the recording hot path)
+
+
+def counter(t: Any) -> Version:
+    """``t``'s own counter (given one now if it still reads ``UNWRITTEN``): held apart from ``t``, it
+    still sees every later write of ``t``'s memory."""
+    vc = t._vc
+    if vc is UNWRITTEN:
+        t._vc = vc = Version()
+    return vc
 
 
 def set_version(t: Any, value: int) -> None:

@@ -11,10 +11,12 @@ from typing import Any, Callable, List, Sequence
 
 from .grad_mode import _state, set_grad_enabled
 from .node import Node, attach_outputs, edge_of, meta_of
+from .saved_hooks import hooks_in_force, unpacked
 from .ownership import own_results
 from ..tensor import Tensor
+from ..versions import counter
 
-__all__ = ["CallbackNode", "record_callback", "needs_grad", "bprop_backward"]
+__all__ = ["CallbackNode", "record_callback", "needs_grad", "bprop_backward", "BpropBackward"]
 
 
 def needs_grad(inputs: Sequence[Any]) -> bool:
@@ -71,11 +73,13 @@ def record_callback(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
         outs.append(o)
     node = CallbackNode(name, inputs, outs, backward)
     attach_outputs(node, outs)
+    if isinstance(backward, BpropBackward):
+        backward.watch(outs)
     return outs
 
 
 def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], single: bool,
-                   bprop: Callable[..., Any]) -> Callable[[List[Any], bool], Sequence[Any]]:
+                   bprop: Callable[..., Any]) -> "BpropBackward":
     """The backward of a node whose gradients come from a user's ``bprop(*inputs, out, dout)``.
 
     ``out`` and ``dout`` are one Tensor for a single-output forward, tuples
@@ -85,19 +89,78 @@ def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], 
     an input means no gradient flows to it (a zero gradient), as a ``None``
     from a ``Function``'s backward does (PyTorch's rule).
     """
-    needed = [isinstance(a, Tensor) and a.requires_grad for a in inputs]  # as when the forward ran
+    return BpropBackward(name, inputs, out_arrays, single, bprop)
 
-    def backward(grads: List[Any], create_graph: bool) -> Sequence[Any]:
-        o = [Tensor._from_array(a) for a in out_arrays]
-        out_v = o[0] if single else tuple(o)
-        dout = grads[0] if single else tuple(grads)
+
+class BpropBackward:
+    """What a bprop reads, its inputs and the forward's outputs, is what it saved for backward: checked
+    for in-place writes since the forward (torch's rule for saved tensors: a named error, never the new
+    values), or, inside ``saved_tensors_hooks``, given to the pack hook at the forward and read back
+    through unpack (no version check: what pack kept is the hook's). ``watch(outs)`` takes the outputs
+    as ``record_callback`` hands them out."""
+
+    __slots__ = ("name", "inputs", "out_arrays", "single", "bprop", "needed", "versions", "out_versions",
+                 "pack", "unpack", "packed", "packed_outs", "edges", "metas")
+
+    def __init__(self, name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], single: bool,
+                 bprop: Callable[..., Any]) -> None:
+        self.name, self.out_arrays, self.single, self.bprop = name, out_arrays, single, bprop
+        self.needed = [isinstance(a, Tensor) and a.requires_grad for a in inputs]  # as when the forward ran
+        self.out_versions: List[Any] = []
+        hooks = hooks_in_force()
+        self.pack = self.unpack = None
+        if hooks is None:
+            self.inputs = inputs
+            self.versions = [a._vc.value if isinstance(a, Tensor) else None for a in inputs]
+            return
+        pack, unpack = hooks
+        self.pack, self.unpack = pack, unpack
+        self.packed = [pack(a.detach()) if isinstance(a, Tensor) else None for a in inputs]
+        self.edges = [edge_of(a) if isinstance(a, Tensor) and a.requires_grad else None for a in inputs]
+        self.metas = [meta_of(a) if isinstance(a, Tensor) else None for a in inputs]
+        self.inputs = tuple(None if isinstance(a, Tensor) else a for a in inputs)  # the hook's copies only
+        self.versions = []
+
+    def watch(self, outs: Sequence[Any]) -> None:
+        """The outputs bprop receives as ``out``: their versions now, or their packs inside the hooks."""
+        if self.unpack is None:
+            # the counter of the memory bprop's ``out`` reads (not the tensor: it may be rebound, and is not kept)
+            self.out_versions = [(counter(o), o._vc.value) for o in outs]
+        else:
+            self.packed_outs = [self.pack(o.detach()) for o in outs]
+            self.out_arrays = ()
+
+    def _inputs(self, create_graph: bool) -> Sequence[Any]:
+        if self.unpack is None:
+            for i, (a, v) in enumerate(zip(self.inputs, self.versions)):  # read through the tensor: a write
+                if v is not None and a._vc.value != v:                      # that rebinds it counts too
+                    raise RuntimeError(_modified(f"input {i} of {self.name}", a._vc.value, v))
+            for j, (vc, version) in enumerate(self.out_versions):
+                if vc.value != version:
+                    raise RuntimeError(_modified(f"output {j} of {self.name}", vc.value, version))
+            return self.inputs
+        return [a if p is None else unpacked(self.unpack, p, self.name, f"input {i}",
+                                             self.edges[i] if create_graph else None, self.metas[i])
+                for i, (a, p) in enumerate(zip(self.inputs, self.packed))]
+
+    def __call__(self, grads: List[Any], create_graph: bool) -> Sequence[Any]:
+        inputs = self._inputs(create_graph)
+        if self.unpack is None:
+            o = [Tensor._from_array(a) for a in self.out_arrays]
+        else:
+            o = [unpacked(self.unpack, p, self.name, f"output {j}") for j, p in enumerate(self.packed_outs)]
+        out_v = o[0] if self.single else tuple(o)
+        dout = grads[0] if self.single else tuple(grads)
         with set_grad_enabled(create_graph):
-            res = bprop(*inputs, out_v, dout)
+            res = self.bprop(*inputs, out_v, dout)
         if isinstance(res, Tensor) or not isinstance(res, (tuple, list)):
-            raise TypeError(f"{name} must return a tuple with one gradient per input, "
+            raise TypeError(f"{self.name} must return a tuple with one gradient per input, "
                             f"got {type(res).__name__}")
-        if len(res) > len(inputs) or any(needed[len(res):]):
-            raise ValueError(f"{name} returned {len(res)} gradients for {len(inputs)} inputs")
+        if len(res) > len(inputs) or any(self.needed[len(res):]):
+            raise ValueError(f"{self.name} returned {len(res)} gradients for {len(inputs)} inputs")
         return res
 
-    return backward
+
+def _modified(what: str, now: int, version: int) -> str:
+    return (f"one of the tensors needed for gradient computation has been modified by an in-place operation: "
+            f"{what} is at version {now}; expected version {version} (its bprop reads it)")

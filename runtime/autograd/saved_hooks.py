@@ -16,8 +16,9 @@ import threading
 from typing import Any, Callable, List, Optional, Tuple
 
 from .grad_mode import _state, hooks_flag, hooks_open
+from .node import Node
 
-__all__ = ["saved_tensors_hooks", "current_saved_hooks"]
+__all__ = ["saved_tensors_hooks", "current_saved_hooks", "hooks_in_force", "unpacked"]
 
 Hooks = Tuple[Callable[[Any], Any], Callable[[Any], Any]]
 _count_lock = threading.Lock()  # the open count is read-modify-write from any thread
@@ -54,3 +55,40 @@ class saved_tensors_hooks:
 def current_saved_hooks() -> Optional[Hooks]:
     """The (pack, unpack) pair in force on this thread, or None."""
     return _state.saved_hooks
+
+
+def hooks_in_force() -> Optional[Hooks]:
+    """``current_saved_hooks()`` for the record paths: no per-thread read while no block is open anywhere."""
+    return _state.saved_hooks if hooks_open[0] else None
+
+
+class Reattach(Node):
+    """The history of an unpacked saved tensor in a higher-order pass: its gradient goes unchanged to the
+    edge of the tensor that was saved (torch's SavedVariable gives an unpacked tensor the saved one's
+    ``grad_fn``), so a gradient of the gradient still reaches it."""
+
+    __slots__ = ()
+    name = "saved tensor unpacked by saved_tensors_hooks"
+
+    def __init__(self, edge: Any, meta: Any) -> None:
+        self.next_edges = (edge,)
+        self.input_meta = (meta,)
+        self.out_meta = (meta,)
+
+    def apply(self, grads, create_graph):
+        return [grads[0]]
+
+
+def unpacked(unpack: Callable[[Any], Any], packed: Any, who: str, what: str, edge: Any = None,
+             meta: Any = None) -> Any:
+    """The unpack hook's tensor for ``packed`` (what the pack hook returned for ``what`` of ``who``): a
+    runtime Tensor over its data, given the saved tensor's history through ``edge`` when not None."""
+    from ..tensor import Tensor
+    t = unpack(packed)
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{who}: the saved_tensors_hooks unpack hook returned a {type(t).__name__} for "
+                        f"{what}; it must return a runtime.Tensor")
+    u = Tensor._from_array(t._data)
+    if edge is not None:
+        u._node, u.requires_grad = Reattach(edge, meta), True
+    return u

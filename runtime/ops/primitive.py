@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import device as _device
 from ..autograd.grad_mode import _state, hooks_open as _hooks_open
+from ..autograd.saved_hooks import unpacked as _unpacked
 from ..autograd.node import Node
 from ..jit.tracing import flag as _flag
 from ..jit.tracing import hook as _trace
@@ -293,11 +294,11 @@ class HookedPrimitiveNode(PrimitiveNode):
         vals = list(args)
         for i, p in enumerate(packed_args):
             if p is not _NOT_SAVED:  # its values are read: the hook's tensor, over the argument's history
-                vals[i] = _unpacked(self, p, f"argument {i}", edges[i] if create_graph else None,
-                                    self.input_meta[i])
+                vals[i] = _unpacked(self.unpack_hook, p, self.name, f"argument {i}",
+                                    edges[i] if create_graph else None, self.input_meta[i])
         ans = prim.unread
         if ans is None:  # the rules read the output
-            ans = _unpacked(self, packed_out, "its output", None, None)
+            ans = _unpacked(self.unpack_hook, packed_out, self.name, "its output")
             if create_graph:
                 ans._node, ans._out_index, ans.requires_grad = self, 0, True
         g = grads[0]
@@ -311,38 +312,6 @@ class HookedPrimitiveNode(PrimitiveNode):
 
 
 _NOT_SAVED = object()  # an argument whose values no rule reads: not packed (its shape and dtype are kept)
-
-
-class _Reattach(Node):
-    """The history of an unpacked saved tensor in a higher-order pass: its gradient goes unchanged to the
-    edge of the tensor that was saved (torch's SavedVariable gives an unpacked tensor the saved one's
-    ``grad_fn``), so a gradient of the gradient still reaches it."""
-
-    __slots__ = ()
-    name = "saved tensor unpacked by saved_tensors_hooks"
-
-    def __init__(self, edge: Any, meta: Any) -> None:
-        self.next_edges = (edge,)
-        self.input_meta = (meta,)
-        self.out_meta = (meta,)
-
-    def apply(self, grads, create_graph):
-        return [grads[0]]
-
-
-def _unpacked(node: HookedPrimitiveNode, packed: Any, what: str, edge: Any, meta: Any) -> Any:
-    """The unpack hook's tensor for ``packed`` (what the pack hook returned for ``what`` of ``node``): a
-    runtime Tensor over its data, given the saved tensor's history through ``edge`` when not None."""
-    t = node.unpack_hook(packed)
-    if not isinstance(t, _Tensor):
-        raise TypeError(f"{node.name}: the saved_tensors_hooks unpack hook returned a {type(t).__name__} for "
-                        f"{what}; it must return a runtime.Tensor")
-    u = _new(_Tensor)
-    u._base_ref = None
-    u._data = t._data
-    if edge is not None:
-        u._node, u.requires_grad = _Reattach(edge, meta), True
-    return u
 
 
 def _pack(node: HookedPrimitiveNode, hooks: Any, args: Sequence[Any], out: Any, res: Any) -> None:
