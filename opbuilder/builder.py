@@ -168,6 +168,13 @@ def _optimization(spec: BuildSpec, cxx: Compiler) -> Tuple[Tuple[str, ...], Tupl
     return opt, vectorize + speed
 
 
+def _core_defines(hdr: str, cxx_lib: str, abi: str) -> Tuple[str, ...]:
+    """An operator's defines for the core library: its tag, and (libstdc++) the dual-ABI choice it was
+    built with, which detail/core_lib.h compares with the source's own (a ``#define`` in it)."""
+    cxx11 = cxx_lib.split("cxx11-abi=")[1][:1] if cxx_lib.startswith("libstdc++ cxx11-abi=") else ""
+    return (f"-DOB_CORE_TAG={core_tag(hdr, cxx_lib, abi)}",) + ((f"-DOB_CORE_CXX11_ABI={cxx11}",) if cxx11 else ())
+
+
 def _module_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
     """A Python module, bound with nanobind (its runtime is a shared library built once per toolchain,
     nanobind_runtime.py, and the core's non-template functions come from the core library,
@@ -178,7 +185,7 @@ def _module_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
         nb = nanobind_info(spec.root)
         python_include, _ = python_headers(spec.root)  # nothing of pybind11 (python_info) is looked up
         abi = python_api()  # the limited API on >= 3.12 (native/abi.py)
-        core = (f"-DOB_CORE_TAG={core_tag(hdr, cxx_abi(cxx, spec.root), abi)}",) if uses_core(spec) else ()
+        core = _core_defines(hdr, cxx_abi(cxx, spec.root), abi) if uses_core(spec) else ()
         binding_defines = ("-DOB_BINDING_NANOBIND", "-DNB_SHARED", *api_flags(), *core)
         keys = (f"nanobind={nb.version}", f"python={abi}")
         output = spec.name + module_suffix()

@@ -27,6 +27,10 @@ DEBUG_BUILDS = {  # name: (what the source starts with, cflags)
     "abi_two_args": ("", ["-D", "_GLIBCXX_DEBUG"]),
     "abi_wp": ("", ["-Wp,-D_GLIBCXX_DEBUG"]),
 }
+OLD_STRING = {  # gcc's dual ABI: the pre-C++11 std::string, chosen in the source or by a flag
+    "abi_old_string": ("#define _GLIBCXX_USE_CXX11_ABI 0  // the old std::string and std::list\n", []),
+    "abi_old_string_flag": ("", ["-D_GLIBCXX_USE_CXX11_ABI=0"]),
+}
 
 
 @pytest.mark.build
@@ -84,3 +88,22 @@ def test_headers_included_under_pragma_pack_fail_to_compile_saying_why(tmp_path,
             "compiled code they are passed to; include them before #pragma pack(push, n) and end the packed "
             "region with #pragma pack(pop)")):
         CustomOpBuilder("pragma_packed", [src]).load()
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("name", sorted(OLD_STRING))
+def test_the_old_std_string_in_any_spelling_builds_the_core_inline(tmp_path_factory, cache_dir, name):
+    """The README operator (a Function<T>, whose names reach the core as std::string) with gcc's old
+    string ABI: it was an 'undefined symbol ... DisplayName' at import when the source chose it."""
+    from pathlib import Path
+    define, cflags = OLD_STRING[name]
+    readme_op = Path(__file__).resolve().parent.parent / "custom_src" / "function_ops.cpp"
+    src = tmp_path_factory.mktemp(name) / f"{name}.cpp"
+    src.write_text(define + readme_op.read_text())
+    ops = load_op(name, [src], cflags=cflags)
+    x0, y0 = np.array([0.5, -2.0]), np.array([3.0, 1.5])
+    x = rt.Tensor(x0.copy(), requires_grad=True)
+    z = ops.mul(x, rt.Tensor(y0))
+    assert z.numpy().tolist() == (x0 * y0).tolist()
+    z.sum().backward()
+    assert x.grad.numpy().tolist() == y0.tolist()

@@ -27,6 +27,16 @@
 #define OB_CORE_INLINE 1
 #endif
 
+// gcc's dual ABI: a source that picks the other std::string and std::list than the core library was
+// built with (`#define _GLIBCXX_USE_CXX11_ABI 0` before any include; the builder passes the core's
+// choice as OB_CORE_CXX11_ABI) would call core functions by names the library does not define.
+#if defined(OB_CORE_TAG) && !defined(OB_CORE_BUILD) && !defined(OB_CORE_INLINE) && defined(OB_CORE_CXX11_ABI)
+#include <cstddef>  // the C++ library's configuration: _GLIBCXX_USE_CXX11_ABI as this source sets it
+#if defined(_GLIBCXX_USE_CXX11_ABI) && _GLIBCXX_USE_CXX11_ABI != OB_CORE_CXX11_ABI
+#define OB_CORE_INLINE 1
+#endif
+#endif
+
 #if defined(OB_CORE_TAG) && !defined(OB_CORE_INLINE)
 #define OB_CORE_STR_(x) #x
 #define OB_CORE_STR(x) OB_CORE_STR_(x)
