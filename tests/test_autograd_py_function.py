@@ -313,3 +313,61 @@ def test_once_differentiable_decorator():
     assert rt.grad(f)(Tensor(3.0, rt.float64)).item() == 6.0
     with pytest.raises(RuntimeError, match="Square is once-differentiable"):
         rt.grad(rt.grad(f))(Tensor(3.0, rt.float64))
+
+
+class ScaleBy(Function):
+    """x * k * w, with defaults: called with keywords as torch users call theirs."""
+
+    @staticmethod
+    def forward(ctx, x, k=2.0, w=None):
+        ctx.save_for_backward(w)
+        ctx.k = k
+        return x * k if w is None else x * k * w
+
+    @staticmethod
+    def backward(ctx, g):
+        (w,) = ctx.saved_tensors
+        gx = g * ctx.k if w is None else g * ctx.k * w
+        return gx, None, None
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_apply_binds_keywords_to_forward_parameters(jit):
+    """torch's Function.apply takes keywords (bound to forward's parameters, defaults filled in)."""
+    from inplace_util import central
+    x0, w0 = np.array([0.5, -1.0, 2.0]), np.array([3.0, 0.5, -2.0])
+
+    def loss(x):
+        return (ScaleBy.apply(x, w=Tensor(w0), k=1.5) * Tensor(x0)).sum()
+    run = rt.jit(loss) if jit else loss
+    x = Tensor(x0.copy(), requires_grad=True)
+    for _ in range(2):  # jit: the trace's call, then a replay
+        x.grad = None
+        run(x).backward()
+        want = central(lambda a: float(np.sum(a * 1.5 * w0 * x0)), x0.copy())
+        np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-7)
+    assert ScaleBy.apply(Tensor(np.ones(2)), k=3.0).numpy().tolist() == [3.0, 3.0]
+    assert ScaleBy.apply(Tensor(np.ones(2))).numpy().tolist() == [2.0, 2.0]
+
+
+def test_apply_refuses_keywords_forward_cannot_take():
+    x = Tensor(np.ones(2), requires_grad=True)
+    with pytest.raises(TypeError) as e:
+        ScaleBy.apply(x, j=1)
+    assert str(e.value) == "ScaleBy.apply: got an unexpected keyword argument 'j'"
+    with pytest.raises(TypeError) as e:
+        ScaleBy.apply(x, x=x)
+    assert str(e.value) == "ScaleBy.apply: multiple values for argument 'x'"
+
+    class KeywordOnly(Function):
+        @staticmethod
+        def forward(ctx, x, *, k=2.0):
+            return x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            return (g,)
+    with pytest.raises(TypeError) as e:
+        KeywordOnly.apply(x, k=1.0)
+    assert str(e.value) == ("KeywordOnly.apply: forward's keyword-only parameters ['k'] cannot be passed to a "
+                            "Function; make them positional")

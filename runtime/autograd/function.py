@@ -32,7 +32,7 @@ from __future__ import annotations
 import random
 import os
 import weakref
-from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
@@ -236,6 +236,21 @@ class FunctionNode(Node):
         self._ctx._saved = None
 
 
+def _bound_args(cls: type, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[Any, ...]:
+    """``args`` and ``kwargs`` as forward's positional arguments (after ctx), defaults filled in."""
+    import inspect
+    params = list(inspect.signature(cls.forward).parameters.values())[1:]  # without ctx
+    try:
+        bound = inspect.Signature(params).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{cls.__name__}.apply: {e}") from None
+    bound.apply_defaults()
+    if bound.kwargs:  # keyword-only parameters: backward could not say which gradient is whose
+        raise TypeError(f"{cls.__name__}.apply: forward's keyword-only parameters {sorted(bound.kwargs)} "
+                        f"cannot be passed to a Function; make them positional")
+    return tuple(bound.args)
+
+
 class Function:
     """Base class of Python operators with a custom backward; call ``MyFunction.apply(*args)``."""
 
@@ -249,8 +264,12 @@ class Function:
 
     @classmethod
     @op_entry("function", lambda cls: cls.__name__, target=lambda cls: cls.apply)  # traced: one node
-    def apply(cls, args: Tuple[Any, ...]) -> Any:
-        """``apply(*args)``: run ``forward`` (recording off) and, if any argument needs grad, record one node."""
+    def apply(cls, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """``apply(*args, **kwargs)``: run ``forward`` (recording off) and, if any argument needs grad,
+        record one node. Keywords are bound to forward's parameters first (torch's rule), so backward
+        returns one gradient per forward parameter, in order, whichever way it was passed."""
+        if kwargs:
+            args = _bound_args(cls, args, kwargs)
         Tensor = _tensor.Tensor
         name = cls.__name__
         enabled = _state.enabled
