@@ -225,12 +225,9 @@ class Tensor:
         return self
 
     def detach(self) -> "Tensor":
-        """A new leaf sharing this tensor's data and version counter, outside the graph."""
-        t = _new(Tensor)
-        t._base_ref = None
-        t._data = self._data
-        share_version(t, self)
-        return t
+        """A new leaf sharing this tensor's data and version counter, outside the graph (ops/tensor_methods.py
+        puts the form a jit trace records in its place; ``detached`` is this one)."""
+        return detached(self)
 
     # ---- printing ---------------------------------------------------
     def __repr__(self) -> str:
@@ -250,6 +247,15 @@ class Tensor:
             yield self[i]
 
     __hash__ = object.__hash__
+
+
+def detached(t: Tensor) -> Tensor:
+    """``t.detach()`` as no jit trace sees it (the runtime's own use, inside ops and the tracer)."""
+    d = _new(Tensor)
+    d._base_ref = None
+    d._data = t._data
+    share_version(d, t)
+    return d
 
 
 class Parameter(Tensor):

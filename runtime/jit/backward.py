@@ -148,8 +148,8 @@ class _Builder:
                  sources: List[Key]) -> None:
         self.fwd = graph
         self.req = {k for k in sources if k[0] == "in"}  # values a gradient must reach
-        for n in graph.nodes:
-            if any(self.key(r) is not None for r in n.inputs):
+        for n in graph.nodes:  # (a detach: no gradient through it, as eagerly)
+            if not getattr(n.target, "stops_gradient", False) and any(self.key(r) is not None for r in n.inputs):
                 self.req.update(("out", n.id, k) for k in range(len(n.out_shapes)))
         self.keys: List[Key] = []
         stand: List[Tensor] = []

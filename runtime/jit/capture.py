@@ -18,7 +18,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from ..graph.graph import Const, Graph, Input, Node, Output, Ref
-from ..tensor import Tensor
+from ..tensor import Tensor, detached
 from ..versions import UNWRITTEN
 from .tracing import flag, hook
 
@@ -257,7 +257,7 @@ def _distinct(outs: Any) -> Any:
     fresh: List[Any] = []
     for o in outs:
         dup = isinstance(o, Tensor) and any(o is p for p in fresh)
-        fresh.append(o.detach() if dup else o)  # the same memory and version counter
+        fresh.append(detached(o) if dup else o)  # the same memory and version counter (no node of its own)
     if all(o is p for o, p in zip(outs, fresh)):
         return outs
     return type(outs)(fresh) if type(outs) in (tuple, list) else type(outs)(*fresh)
