@@ -2,6 +2,7 @@
 // Compiled once into libobcore (core_lib.cpp), or, in a build without the core library,
 // inline in each operator: opbuilder/detail/runtime_bridge.h includes this file at its end (detail/core_lib.h).
 #include "opbuilder/detail/runtime_bridge.h"
+#include "opbuilder/detail/dlpack_exchange.h"
 
 namespace opbuilder {
 
@@ -125,6 +126,7 @@ OB_CORE_FN TensorPtr TensorFromObject(PyObject *o) {
     if (got < 0) throw PythonError();
     if (got > 0) return TensorFromForeign(*api, f, true);
   }
+  if (TensorPtr t = TensorFromExchange(o)) return t;  // a CPU torch tensor, through DLPack's C table
   return TensorFromDlpack(rt, o);
 }
 

@@ -21,6 +21,7 @@
 #include "opbuilder/autograd.h"
 #include "opbuilder/detail/call_rules.h"
 #include "opbuilder/detail/context_state.h"
+#include "opbuilder/detail/dlpack_exchange.h"
 #include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/fingerprint.h"
 #include "opbuilder/detail/foreign_api.h"
@@ -89,6 +90,7 @@ inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPt
     if (orig != nullptr) orig->copy_from(*d);
     if (d->py_object() != nullptr) BumpVersion(rt, d->py_object());
     if (void *h = ForeignHandle(orig != nullptr ? *orig : *d)) (*rt.bridge_slot)->bump_version(h);
+    BumpProducerVersion(orig != nullptr ? *orig : *d, *rt.api);  // a torch tensor taken through DLPack
   }
   for (const auto &d : c.dirty) {
     if (IndexOf(outs, d.get()) < 0) {
@@ -126,6 +128,7 @@ inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const T
     if (dirty || Fingerprint(*a, phase) == fingerprints[i]) continue;
     const bool own = c.originals[i] == nullptr;  // else the write went to a private copy
     if (own && a->py_object() != nullptr) BumpVersion(rt, a->py_object());  // it did change
+    if (own) BumpProducerVersion(*a, *rt.api);
     NoteWrites(c.writes);
     throw std::runtime_error(name + "::Forward modified argument " + std::to_string(i) +
                              " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return it, "

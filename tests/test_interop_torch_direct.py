@@ -1,0 +1,123 @@
+"""A CPU torch tensor passed straight to a C++ operator (no to_torch): read through DLPack's C
+exchange table (include/opbuilder/detail/dlpack_exchange.h), with the runtime's Python path for
+what that table cannot say. Memory arrives without a copy, dtypes as torch has them, a write the
+operator declares reaches torch's version counter, and views DLPack cannot describe are refused."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Tensor
+
+from op_util import BINDINGS, CPP, load_op
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+pytestmark = pytest.mark.build
+
+
+@pytest.fixture(scope="session", params=BINDINGS)
+def dlpack_ops(cache_dir, request):
+    return load_op("dlpack_ops", [CPP / "dlpack_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+                   binding=request.param)
+
+
+@pytest.fixture(scope="session", params=BINDINGS)
+def seed_ops(cache_dir, request):
+    return load_op("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+                   binding=request.param)
+
+
+def test_a_marked_write_reaches_torchs_version_counter(seed_ops):
+    x = torch.zeros(3, dtype=torch.float64)
+    y = torch.ones(3, dtype=torch.float64)
+    before = x._version
+    out = seed_ops.add_(x, y)  # MarkDirty({x}): x written in place
+    assert x._version == before + 1
+    assert x.tolist() == [1.0, 1.0, 1.0]
+    assert type(out) is Tensor
+    out.asnumpy()[0] = 5.0  # the result is x's memory
+    assert x[0].item() == 5.0
+    assert y._version == 0  # only the written argument
+
+
+def test_torchs_autograd_sees_a_write_into_a_saved_tensor(seed_ops):
+    w = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    x = torch.zeros(3, dtype=torch.float64)
+    loss = (w * x).sum()  # x saved for w's gradient
+    seed_ops.add_(x, torch.ones(3, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match=r"modified by an inplace operation"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
+                                   torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16,
+                                   torch.uint32, torch.uint64, torch.bool, torch.complex64, torch.complex128])
+def test_every_dtype_arrives_as_torch_has_it(dlpack_ops, dtype):
+    x = (torch.arange(6) % 2 == 1) if dtype is torch.bool else (torch.arange(6) + 1).to(dtype)
+    x = x.reshape(2, 3)
+    assert dlpack_ops.address(x) == x.data_ptr()
+    back = dlpack_ops.identity(x)  # a runtime.Tensor over the same memory
+    arr = back.asnumpy()
+    assert type(back) is Tensor and arr.dtype.name == str(x.dtype).replace("torch.", "") and arr.shape == (2, 3)
+    if dtype is torch.bfloat16:
+        np.testing.assert_array_equal(arr.astype(np.float64), x.to(torch.float64).numpy())
+    else:
+        np.testing.assert_array_equal(arr, x.numpy())
+
+
+def test_views_keep_their_strides_and_offset(dlpack_ops):
+    base = torch.arange(24, dtype=torch.float64).reshape(4, 6)
+    for v in (base[1:, 2:], base.t(), torch.ones(1, dtype=torch.float64).expand(5), base[2, 3]):
+        assert dlpack_ops.address(v) == v.data_ptr()
+        np.testing.assert_array_equal(dlpack_ops.twice(v).asnumpy(), 2 * v.numpy())
+
+
+def test_the_result_keeps_the_torch_tensors_memory_alive(dlpack_ops):
+    back = dlpack_ops.identity(torch.arange(5, dtype=torch.float64))
+    gc.collect()
+    np.testing.assert_array_equal(back.asnumpy(), np.arange(5.0))
+
+
+def test_a_parameter_is_taken_and_a_subclass_goes_the_python_way(dlpack_ops):
+    p = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    assert dlpack_ops.address(p) == p.data_ptr()
+    np.testing.assert_array_equal(dlpack_ops.twice(p).asnumpy(), np.full(3, 2.0))
+    assert p.grad is None
+
+    class Mine(torch.Tensor):
+        pass
+    m = torch.arange(3, dtype=torch.float64).as_subclass(Mine)
+    np.testing.assert_array_equal(dlpack_ops.twice(m).asnumpy(), np.array([0.0, 2.0, 4.0]))
+
+
+_NEG = (r"^from_dlpack: a torch tensor with the negative bit set \(a lazily negated view, such as "
+        r"x\.conj\(\)\.imag\) cannot be shared through DLPack; pass x\.resolve_neg\(\)$")
+
+
+def test_a_negative_view_is_refused_not_read_negated(dlpack_ops):
+    v = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex128).conj().imag  # [-2, -4], stored as [2, 4]
+    assert v.is_neg()
+    with pytest.raises(BufferError, match=_NEG):
+        dlpack_ops.twice(v)
+    with pytest.raises(BufferError, match=_NEG):
+        dlpack_ops.twice(v.detach())
+    with pytest.raises(BufferError, match=_NEG):
+        rt.from_dlpack(v)
+    np.testing.assert_array_equal(dlpack_ops.twice(v.resolve_neg()).asnumpy(), [-4.0, -8.0])
+
+
+def test_a_conjugate_view_is_refused_as_before(dlpack_ops):
+    c = torch.tensor([1 + 2j], dtype=torch.complex128).conj()
+    with pytest.raises(BufferError, match=r"^Can't export tensors with the conjugate bit set$"):
+        dlpack_ops.address(c)
+
+
+def test_float8_is_named_by_the_python_path(dlpack_ops):
+    with pytest.raises(TypeError, match=r"^from_dlpack: Tensor has DLPack dtype float8_e4m3fn, which numpy cannot "
+                                        r"read \(bfloat16 is taken from torch and JAX tensors\)$"):
+        dlpack_ops.address(torch.ones(2, dtype=torch.float8_e4m3fn))
+
