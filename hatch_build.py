@@ -1,8 +1,9 @@
 """Hatch build hook: compile opbuilder's native runtime when opbuilder is installed.
 
 ``pip install .``, ``pip install -e .`` and ``pip wheel .`` run it. It builds nanobind's runtime and
-the core library (opbuilder/native/installed.py, the same build code load() uses) for the Python that
-installs, against the limited API on Python >= 3.12, and puts them in ``opbuilder/_native/``: in the
+the core library (opbuilder/native/installed.py, the same build code load() uses), and with gcc the
+precompiled opbuilder/extension.h the first operator compiles with (opbuilder/native/pch.py), for the
+Python that installs, against the limited API on Python >= 3.12, and puts them in ``opbuilder/_native/``: in the
 wheel (tagged ``cp312-abi3-<platform>``, or ``cp311-cp311-<platform>`` on 3.11), or in the checkout
 for an editable install. Without a working compiler the install still succeeds, as a pure wheel:
 the first load() then builds the runtime (the JIT fallback), as before.
@@ -19,7 +20,8 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 
 class NativeRuntimeHook(BuildHookInterface):
-    """Builds opbuilder/_native/ (libnanobind.so, libobcore.so, native.json) into the wheel."""
+    """Builds opbuilder/_native/ (libnanobind.so, libobcore.so, pch.h and pch.h.gch, native.json) into
+    the wheel."""
 
     PLUGIN_NAME = "custom"
 

@@ -11,9 +11,7 @@ runtime; they are handed out here when first asked for (PEP 562).
 """
 from typing import Any, List
 
-from .builder import CustomOpBuilder, build_library
-from .errors import BuildError, BuildTimeout, ToolchainError, UnsafeCacheDirError
-from .native.headers import include_dir
+from .custom_op import CustomOpBuilder
 
 # to_torch and to_jax are not in __all__: `from opbuilder import *` would import torch and jax (and fail
 # where either is missing); they are public as opbuilder.to_torch and opbuilder.to_jax
@@ -23,16 +21,20 @@ __version__ = "0.1.0"
 
 
 # name -> the module that defines it, imported when the name is first asked for
-_LAZY = {"load_inline": ".inline", "Spec": ".bridges.interop_common", "to_torch": ".bridges.interop_torch",
-         "to_jax": ".bridges.interop_jax", "Inline": ".inline", "load_many": ".many", "LoadResult": ".many",
-         "Diagnostic": ".compile.diagnostics"}
+_LAZY = {"BuildError": ".errors", "BuildTimeout": ".errors", "ToolchainError": ".errors",
+         "UnsafeCacheDirError": ".errors", "NoBuildError": ".errors", "build_library": ".builder",
+         "include_dir": ".native.headers", "load_inline": ".inline", "Spec": ".bridges.interop_common",
+         "to_torch": ".bridges.interop_torch", "to_jax": ".bridges.interop_jax", "Inline": ".inline",
+         "load_many": ".many", "LoadResult": ".many", "Diagnostic": ".compile.diagnostics"}
 _EXTRAS = {"to_torch": "torch", "to_jax": "jax"}  # the optional package (and pip extra) each one needs
 
 
 def __getattr__(name: str) -> Any:
-    """``load_inline`` (hashlib's OpenSSL), ``Spec`` (the bridges' shape records), ``to_torch`` (torch and
-    the runtime) and ``to_jax`` (jax and the runtime) import their modules on first use: a process that
-    only loads built operators never needs them (PEP 562)."""
+    """The error classes, ``build_library`` (the build pipeline), ``include_dir``, ``load_inline``
+    (hashlib's OpenSSL), ``Spec`` (the bridges' shape records), ``to_torch`` (torch and the runtime) and
+    ``to_jax`` (jax and the runtime) import their modules on first use: a process that only loads
+    shipped operators never needs them, and one that loads built ones imports the pipeline in its first
+    ``load()`` (PEP 562)."""
     if name in _LAZY:
         import importlib
         try:
@@ -58,6 +60,4 @@ def load(name, sources, **kwargs):
     return CustomOpBuilder(name, sources, **kwargs).load()
 
 
-from .errors import NoBuildError  # noqa: E402  (shipping: docs/shipping.md)
-
-__all__.append("NoBuildError")
+__all__.append("NoBuildError")  # shipping: docs/shipping.md

@@ -96,6 +96,7 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
     from .cache.file_hash import HASH
     from .cache.shipped import BIN_DIR, RECORD, record_entry
     from .compile.binding import NANOBIND
+    from .custom_op import CustomOpBuilder
     from .native.abi import cxx_abi, wheel_tag
     from .native.core_lib import uses_core
     from .native.installed import current_abi
@@ -112,7 +113,7 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
         kwargs = {k: op[k] for k in OPTIONS if k in op}
         if "include_paths" in kwargs:
             kwargs["include_paths"] = [str(project / p) for p in kwargs["include_paths"]]
-        b = B.CustomOpBuilder(op["name"], [str(project / s) for s in op["sources"]], build_dir=str(cache), **kwargs)
+        b = CustomOpBuilder(op["name"], [str(project / s) for s in op["sources"]], build_dir=str(cache), **kwargs)
         lib = Path(b.build())
         spec = B._bound(b.spec).spec
         nanobind = spec.binding == NANOBIND

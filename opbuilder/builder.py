@@ -34,21 +34,21 @@ from .cache.trust import check_dir, read_file, stamp_of, trusted_root
 from .compile.binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding, from_pybind11
 from .compile.target import Target as _Target
 from .native.abi import api_flags, cxx_abi, module_suffix, python_api
-from .native.core_lib import CORE_FILE, core_tag, uses_core
+from .native.core_lib import CORE_FILE, check_layout_flags, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .fleet.store import prebuilt_stores
 from .native.headers import copy_read, headers_digest, include_dir, shadowing_copy
 from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, preload
 from .importer import recorded as recorded_deps
 from .retry import Reason, Retry, retrying
-from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec
+from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec, verbose_requested
 from .tools.launcher import launcher_is_sccache, launcher_requested
 from .tools.toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc,
                               links_with_lto, nanobind_info, native_cpu, python_headers, python_info,
                               wants_native_cpu)
 from .native.torch_bridge_build import KIND as BRIDGE_KIND, bridge_target
 
-__all__ = ["CustomOpBuilder", "build_library"]
+__all__ = ["build_library", "build_module", "load_module", "installed_pch_key"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -422,11 +422,21 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
             # every cache, so a compiler launcher's cache (sccache) hits across machines
             extra = ("-include", name_h.name)
             if use_pch and pchmod.eligible(src):
-                if pch is None:
-                    pch = pchmod.prepare(spec.root, fp.digest_of(plan.pch_parts))
+                if pch is None:  # opbuilder's installed one when it fits, else the cache's
+                    pch = (pchmod.installed(installed_pch_key(plan), plan.cxx.identity)
+                           or pchmod.prepare(spec.root, fp.digest_of(plan.pch_parts)))
                 extra = ("-Winvalid-pch", "-include", os.path.relpath(pch.header, build_dir)) + extra
         steps.append(Step(src, obj, rule, extra))
     return steps, pch
+
+
+def installed_pch_key(plan: _Plan) -> str:
+    """The key of the precompiled header installed with opbuilder (native/pch.py) that serves ``plan``:
+    its PCH's identity with the toolchain's include directories by what they are, not where (the wheel
+    was built elsewhere), and this Python's full version (its headers are in the PCH)."""
+    import sys
+    return fp.digest_of(("installed-pch", f"python_version={sys.version.split()[0]}",
+                         *_key_flags(plan.pch_parts, dict(plan.places), plan.project)))
 
 
 def _search_paths(spec: BuildSpec, plan: _Plan, build_dir: Path):
@@ -453,7 +463,9 @@ def _not_users(spec: BuildSpec, plan: _Plan) -> Tuple[str, ...]:
     own, the CUDA toolkit's, and the cache (the generated headers)."""
     from .tools.toolchain import system_include_dirs
 
-    dirs = (*plan.toolchain_dirs, *system_include_dirs(plan.cxx, spec.root), str(spec.root))
+    from .native.installed import NATIVE_DIR  # the installed precompiled header (native/pch.py)
+
+    dirs = (*plan.toolchain_dirs, *system_include_dirs(plan.cxx, spec.root), str(spec.root), str(NATIVE_DIR))
     if plan.nvcc is not None:
         dirs += (os.path.dirname(os.path.dirname(os.path.realpath(plan.nvcc.path))),)
     return dirs
@@ -708,137 +720,52 @@ def _distrust(spec: BuildSpec, lib: Path, stamp: List[int], err: BaseException) 
         distrust(lib.parent, lib.name, stamp)
 
 
-def _verbose(verbose: bool) -> bool:
-    return bool(verbose) or os.environ.get("OPBUILDER_VERBOSE", "") not in ("", "0")
+def build_module(spec: BuildSpec) -> str:
+    """``CustomOpBuilder.build()``: build module ``spec`` if needed (with nanobind's shared runtime, for
+    a nanobind operator); the path of its shared library."""
+    return str(retrying(spec.name, lambda: _build_with_runtime(spec)).built.library)
 
 
-class CustomOpBuilder:
-    """Build C++ (or CUDA) sources into a Python extension module, on first use, and load it.
-
-    ``CustomOpBuilder("my_ops", ["ops.cpp"]).load()`` returns the module. The first call compiles
-    (seconds); later ones, in any process, import the cached library (about a millisecond, no
-    subprocess). Editing a source, or a header it includes, makes the next ``load()`` build again and
-    return the new code. The module is bound with nanobind (``OB_MODULE``) or pybind11
-    (``PYBIND11_MODULE``), as the sources say.
-
-    Args:
-        name: the module's name, a Python identifier (ASCII, at most 100 characters). The sources'
-            ``OB_MODULE`` / ``PYBIND11_MODULE(OB_EXTENSION_NAME, m)`` gets it; the cache keeps one
-            directory per name.
-        sources: a path, or a list of paths, of C++ sources (``.cpp``, ``.cc``, ``.cxx``, ``.c++``,
-            ``.C``); with ``backend="GPU"`` also CUDA sources (``.cu``). Relative paths are read
-            against the current directory.
-        backend: ``"CPU"`` (the host compiler: g++ or clang++) or ``"GPU"`` (nvcc for ``.cu``, the
-            host compiler for the rest); any other value is a ``ValueError`` that lists these two.
-        include_paths: extra directories to search for headers (``-I``); opbuilder's own headers
-            (``#include "opbuilder/extension.h"``) are always found.
-        cflags: extra flags for the C++ compiler, a list or one string split on spaces (relative
-            paths in ``-I``, ``-isystem``, ``-include`` ... are made absolute). A flag that changes
-            every struct's layout (``-fpack-struct``...) is a ``ValueError``.
-        ldflags: extra flags for the link (``-L``, ``-l``, libraries and objects by path).
-        build_dir: the cache directory to build in and load from; default ``OPBUILDER_CACHE_DIR``,
-            else ``~/.cache/opbuilder``. A directory other users can write to is refused
-            (``UnsafeCacheDirError``).
-        debug_mode: compile with ``-O0 -g`` instead of ``-O2`` (a separate build, cached apart).
-        verbose: print each command the build runs (also ``OPBUILDER_VERBOSE=1``); otherwise one
-            progress line while compiling, and nothing on the warm path.
-        cuda_cflags: (keyword) extra flags for nvcc, for ``.cu`` sources.
-        cuda_arch: (keyword) the GPU architectures to compile ``.cu`` sources for, as
-            ``OPBUILDER_CUDA_ARCH_LIST`` takes them (``"8.0"``, ``"8.6;9.0+PTX"``, ``"Hopper"``); no GPU
-            is needed to compile then. Default: that variable, else the visible GPUs, else 8.0 with PTX.
-        binding: (keyword) ``"nanobind"`` or ``"pybind11"``; default None: read from the sources.
-
-    Everything that decides the binary (the sources' and included headers' contents, flags,
-    backend, compiler and its version, Python's ABI) is in the cache key, never modification times.
-    A failed compile raises ``BuildError`` (a ``RuntimeError``) naming the operator and showing the
-    compiler's first errors; no compiler found, ``ToolchainError``; an unknown keyword, ``TypeError``.
-    """
-
-    def __init__(self, name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str = "CPU",
-                 include_paths: Optional[Sequence[PathLike]] = None, cflags: Optional[Sequence[str]] = None,
-                 ldflags: Optional[Sequence[str]] = None, build_dir: Optional[PathLike] = None,
-                 debug_mode: bool = False, verbose: bool = False, **kwargs) -> None:
-        cuda_cflags = kwargs.pop("cuda_cflags", None)
-        binding = kwargs.pop("binding", None)
-        if "cuda_arch" in kwargs:  # "8.0;9.0+PTX": -gencode flags, so nvcc needs no GPU to ask (cuda_arch.py)
-            from .tools.cuda_arch import option_flags
-            cuda_cflags = option_flags(kwargs.pop("cuda_arch"), cuda_cflags)
-        if kwargs:
-            raise TypeError(f"CustomOpBuilder got unexpected keyword argument(s) {', '.join(sorted(kwargs))}; "
-                            f"accepted: name, sources, backend, include_paths, cflags, ldflags, cuda_cflags, "
-                            f"cuda_arch, build_dir, debug_mode, verbose, binding")
-        self.spec = make_spec(name, sources, backend, "module", include_paths, cflags, cuda_cflags, ldflags,
-                              debug_mode, _verbose(verbose), cache_root(build_dir), binding)
-        _check_layout_flags(self.spec)
-        self.name = name
-
-    def build(self) -> str:
-        """Build if needed (with nanobind's shared runtime, for a nanobind operator); the path of the
-        shared library."""
-        return str(retrying(self.name, lambda: _build_with_runtime(self.spec)).built.library)
-
-    def core_library(self) -> Optional[str]:
-        """The path of the core library this operator loads (built if needed; core_lib.py), or None
-        for an operator that compiles the core itself (pybind11, sanitizers, CUDA)."""
-        lib = _core_for(self.spec)
-        return None if lib is None else str(lib)
-
-    def runtime_library(self) -> Optional[str]:
-        """The path of nanobind's shared runtime this operator loads (built if needed), or None for
-        an operator bound with pybind11."""
-        rt = _runtime_for(self.spec)
-        return None if rt is None else str(rt)
-
-    def load(self) -> ModuleType:
-        """The module for the sources as they are now (the same object if unchanged): the binary a wheel
-        ships for them when it fits (cache/shipped.py: no compiler, no process, no cache write), else built."""
-        from .cache.shipped import shipped_or_built
-        return shipped_or_built(self.spec, lambda: retrying(self.name, self._load_once))
-
-    def _load_once(self) -> ModuleType:
-        """One pass of ``load``: build if needed and import; ``Retry`` when the library went missing
-        before its import, or the loader rejected it (then it is forgotten, to be built again)."""
-        preload_libs, built = _build_with_runtime(self.spec)
-        spec, key, lib = built
-        memo = (str(spec.op_dir), key)
-        with _loaded_lock:
-            mod = _loaded.get(memo)
-            if mod is not None:
-                return mod
-            # The first build imported in this process is module `name`; a later one (after an
-            # edit) gets a name of its own, or pybind11 would return the module it made first.
-            module_name = spec.name
-            if module_name in _names_used:
-                module_name = f"_opbuilder_{key}.{spec.name}"
-            try:
-                stamp = stamp_of(os.lstat(lib))
-                if preload_libs:
-                    preload(preload_libs)
-                mod = import_extension(spec.name, lib, module_name)
-            except FileNotFoundError as e:
-                raise Retry(Reason.PRUNED, e) from e  # pruned by another process between lookup and import
-            except BuildError as e:
-                if not lib.exists():
-                    raise Retry(Reason.PRUNED, e) from e
-                if not (loader_error(e.__cause__) and built.in_cache):
-                    raise  # the operator's own fault, or a prebuilt store's library (never ours to forget)
-                damaged = e
-            else:
-                _names_used.add(spec.name)
-                _loaded[memo] = mod
-                return mod
-        _distrust(spec, lib, stamp, damaged.__cause__)  # outside _loaded_lock: it may wait for the build lock
-        raise Retry(Reason.REJECTED, damaged)
+def load_module(spec: BuildSpec) -> ModuleType:
+    """``CustomOpBuilder.load()`` when no shipped binary serves ``spec`` (cache/shipped.py): the module
+    for the sources as they are now, built if needed (the same object if unchanged)."""
+    return retrying(spec.name, lambda: _load_once(spec))
 
 
-def _check_layout_flags(spec: BuildSpec) -> None:
-    """ValueError for a flag that changes the layout of every struct (``-fpack-struct``...): no build of
-    the operator can then read the data of what it links to (core_lib.layout_flag_error)."""
-    from .native.core_lib import layout_flag_error
-    for flags, what in ((spec.cflags, "cflags"), (spec.cuda_cflags, "cuda_cflags")):
-        why = layout_flag_error(spec.name, flags, what)
-        if why is not None:
-            raise ValueError(why)
+def _load_once(spec: BuildSpec) -> ModuleType:
+    """One pass of ``load_module``: build if needed and import; ``Retry`` when the library went missing
+    before its import, or the loader rejected it (then it is forgotten, to be built again)."""
+    preload_libs, built = _build_with_runtime(spec)
+    spec, key, lib = built
+    memo = (str(spec.op_dir), key)
+    with _loaded_lock:
+        mod = _loaded.get(memo)
+        if mod is not None:
+            return mod
+        # The first build imported in this process is module `name`; a later one (after an
+        # edit) gets a name of its own, or pybind11 would return the module it made first.
+        module_name = spec.name
+        if module_name in _names_used:
+            module_name = f"_opbuilder_{key}.{spec.name}"
+        try:
+            stamp = stamp_of(os.lstat(lib))
+            if preload_libs:
+                preload(preload_libs)
+            mod = import_extension(spec.name, lib, module_name)
+        except FileNotFoundError as e:
+            raise Retry(Reason.PRUNED, e) from e  # pruned by another process between lookup and import
+        except BuildError as e:
+            if not lib.exists():
+                raise Retry(Reason.PRUNED, e) from e
+            if not (loader_error(e.__cause__) and built.in_cache):
+                raise  # the operator's own fault, or a prebuilt store's library (never ours to forget)
+            damaged = e
+        else:
+            _names_used.add(spec.name)
+            _loaded[memo] = mod
+            return mod
+    _distrust(spec, lib, stamp, damaged.__cause__)  # outside _loaded_lock: it may wait for the build lock
+    raise Retry(Reason.REJECTED, damaged)
 
 
 def _binding(spec: BuildSpec, recorded: bool = False) -> str:
@@ -1080,6 +1007,6 @@ def build_library(name: str, sources: Union[PathLike, Sequence[PathLike]], backe
                   cuda_cflags: Optional[Sequence[str]] = None) -> str:
     """Build a plain shared library (no pybind11, symbols exported), e.g. for aot ops; its path."""
     spec = make_spec(name, sources, backend, "library", include_paths, cflags, cuda_cflags, ldflags, debug_mode,
-                     _verbose(verbose), cache_root(build_dir))
-    _check_layout_flags(spec)
+                     verbose_requested(verbose), cache_root(build_dir))
+    check_layout_flags(spec)
     return str(retrying(name, lambda: _build_checked(spec)).library)

@@ -5,16 +5,16 @@ A nanobind operator needs nanobind's runtime and (usually) the core library load
 RTLD_GLOBAL before it is imported. Its ``build.json`` records them (``needs``, written by
 needs.py once a lookup found them); ``recorded`` checks each with one ``lstat`` and ``preload``
 loads them. These are here, not in needs.py, because every warm load() runs them: importing a
-module of its own was ~0.1 ms of a ~2 ms warm load() (issue 21).
+module of its own was ~0.1 ms of a ~2 ms warm load() (issue 21). A shipped load() (cache/shipped.py)
+uses ``preload`` and ``import_extension`` only: what the cache's records need is imported by
+``recorded`` when first called.
 """
 from __future__ import annotations
 
-import ctypes
 import importlib.machinery
 import importlib.util
 import json
 import os
-import re
 import stat
 import threading
 from pathlib import Path
@@ -23,9 +23,6 @@ from typing import List, Optional, Sequence
 
 from .native.core_lib import CORE_FILE, CORE_NAME, dlopen_global
 from .native.core_lib import preload as preload_core
-from .errors import BuildError
-from .cache.published import INFO, verified_record
-from .cache.trust import read_file, stamp_of
 
 __all__ = ["import_extension", "demangle", "loader_error", "RUNTIME_NAME", "DEP_FILES", "is_key", "recorded",
            "recorded_needs", "preload", "preload_runtime", "loaded_runtime"]
@@ -52,6 +49,9 @@ def recorded(lib: Path, names: Sequence[str]) -> Optional[List[Path]]:
     if every one is there, unchanged since it was recorded; else None (look them up). Only names of
     the libraries opbuilder builds itself are accepted (``DEP_FILES``), so a record can point
     nowhere but at their directories in the same cache."""
+    from .cache.published import INFO, verified_record
+    from .cache.trust import read_file, stamp_of
+
     key_dir = str(lib.parent)
     data = verified_record(key_dir)  # parsed by the lookup that found ``lib`` just before
     if data is None:
@@ -88,6 +88,9 @@ def recorded(lib: Path, names: Sequence[str]) -> Optional[List[Path]]:
 def recorded_needs(lib: Path) -> List[Path]:
     """Every library the record of module ``lib`` (in the cache) says it loads first, if each is
     there unchanged (``recorded``); else none. For an import by path alone, as a pickle names it."""
+    from .cache.published import INFO
+    from .cache.trust import read_file
+
     try:
         data = json.loads(read_file(lib.parent / INFO))
     except (OSError, ValueError):
@@ -127,6 +130,8 @@ def preload(libs: Sequence[Path]) -> None:
 
 def demangle(symbol: str) -> str:
     """C++ name of a mangled symbol (via libstdc++'s __cxa_demangle; no process)."""
+    import ctypes
+
     try:
         lib = ctypes.CDLL("libstdc++.so.6")
         fn = lib.__cxa_demangle
@@ -162,6 +167,8 @@ def loader_error(err: BaseException) -> bool:
 def _module_name_hint(err: ImportError, path: Path) -> Optional[str]:
     """Why the library has no ``PyInit_<name>``: the module names its ``PyInit_`` functions declare,
     or none at all, and the macro that gives the operator's name."""
+    import re
+
     m = re.search(r"module export function \(PyInit_(\w+)\)", str(err))
     if m is None:
         return None
@@ -179,6 +186,8 @@ def _module_name_hint(err: ImportError, path: Path) -> Optional[str]:
 
 def _explain(err: ImportError, path: Optional[Path] = None) -> Optional[str]:
     """A readable reason for an import failure of the library at ``path``; None if there is none."""
+    import re
+
     hint = _module_name_hint(err, path) if path is not None else None
     if hint:
         return hint
@@ -214,6 +223,7 @@ def import_extension(name: str, path: Path, module_name: Optional[str] = None) -
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
     except ImportError as e:
+        from .errors import BuildError
         why = _explain(e, path) or str(e)
         raise BuildError(f"operator '{name}' was built but cannot be imported: {why}\nlibrary: {path}",
                          name=name, log=str(e)) from e

@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from .compile.binding import NANOBIND, binding_of_text
-from .builder import CustomOpBuilder
+from .custom_op import CustomOpBuilder
 from .cache.cache_dir import cache_root
 from .cache.trust import trusted_root
 from .errors import BuildError

@@ -22,7 +22,7 @@ import time
 from types import ModuleType
 from typing import Dict, Iterable, List, NamedTuple, Optional, Union
 
-from .builder import CustomOpBuilder
+from .custom_op import CustomOpBuilder
 from .errors import BuildError
 from .inline import Inline
 

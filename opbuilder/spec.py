@@ -8,8 +8,8 @@ from typing import Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .cache.relocate import clean_path
 
-__all__ = ["BuildSpec", "make_spec", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME", "PATH_FLAGS",
-           "joined_path_flag"]
+__all__ = ["BuildSpec", "make_spec", "verbose_requested", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME",
+           "PATH_FLAGS", "joined_path_flag"]
 
 BACKENDS = ("CPU", "GPU")
 BINDINGS = ("nanobind", "pybind11")
@@ -152,3 +152,8 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
                      cuda_cflags=_absolute_paths(_as_list(cuda_cflags, "cuda_cflags")),
                      ldflags=_absolute_paths(_as_list(ldflags, "ldflags"), link=True), debug=bool(debug),
                      verbose=bool(verbose), root=root, binding=binding)
+
+
+def verbose_requested(verbose: bool) -> bool:
+    """``verbose=``, or ``OPBUILDER_VERBOSE`` set (not to 0): print each command a build runs."""
+    return bool(verbose) or os.environ.get("OPBUILDER_VERBOSE", "") not in ("", "0")

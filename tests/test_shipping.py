@@ -27,6 +27,11 @@ pytestmark = pytest.mark.build
 
 EXAMPLE = ROOT / "examples" / "shipped_pkg"
 NO_CXX = {"CXX": "/bin/false", "CC": "/bin/false"}
+# what `import opbuilder` and a shipped operator's load() import of opbuilder (tests/test_shipping_imports.py)
+SHIPPED_PATH_MODULES = ["opbuilder", "opbuilder.cache", "opbuilder.cache.cache_dir", "opbuilder.cache.file_hash",
+                        "opbuilder.cache.relocate", "opbuilder.cache.shipped", "opbuilder.custom_op",
+                        "opbuilder.importer", "opbuilder.native", "opbuilder.native.abi",
+                        "opbuilder.native.core_lib", "opbuilder.native.installed", "opbuilder.spec"]
 FIX = ("Fix: install a wheel of the package built for this Python and opbuilder (python -m opbuilder wheel "
        "PKGDIR), or unset OPBUILDER_NO_BUILD to build it here")
 
@@ -109,6 +114,7 @@ _VALUES = textwrap.dedent("""\
     import numpy as np
     import runtime as rt
     import shipped_pkg
+    loaded = sorted(m for m in sys.modules if m.startswith("opbuilder"))
     rng = np.random.default_rng(0)
     x0, y0 = rng.standard_normal(5), rng.standard_normal(5)
     x = rt.Parameter(rt.Tensor(x0, rt.float64))
@@ -126,7 +132,7 @@ _VALUES = textwrap.dedent("""\
                       "value_err": float(np.abs(out - x0 * x0 * y0).max()),
                       "gx_err": float(np.abs(gx.asnumpy() - np.array(num_x)).max()),
                       "gy_err": float(np.abs(gy.asnumpy() - np.array(num_y)).max()),
-                      "cache": os.path.exists(os.environ["OPBUILDER_CACHE_DIR"])}))
+                      "cache": os.path.exists(os.environ["OPBUILDER_CACHE_DIR"]), "loaded": loaded}))
 """)
 
 
@@ -137,6 +143,8 @@ def test_opbuilders_own_wheel_is_abi3_and_installs_its_runtime_with_no_compiler(
     assert record["abi"]["python"] == "abi3-cp312"
     assert sorted(record["files"]) == ["libnanobind.so", "libobcore.so"]
     assert all((native / f).is_file() for f in record["files"])
+    # the precompiled extension.h for the first operator (native/pch.py), recorded with its size
+    assert record["pch"]["size"] == (native / "pch.h.gch").stat().st_size > 0
 
 
 def test_an_editable_install_builds_the_runtime_into_the_checkout(shipped, tmp_path):
@@ -162,6 +170,8 @@ def test_a_wheel_built_under_312_runs_under_313_with_no_compiler(shipped, tmp_pa
     assert got["spawned"] == [] and got["cache"] is False  # no compiler, no process, nothing written
     assert got["value_err"] < 1e-12
     assert got["gx_err"] < 1e-6 and got["gy_err"] < 1e-6  # central differences, float64
+    # the import and load() ran none of the build pipeline (custom_op.py): the modules a shipped load needs
+    assert got["loaded"] == SHIPPED_PATH_MODULES, got["loaded"]
 
 
 def _copy_installed(shipped, where: Path) -> Path:

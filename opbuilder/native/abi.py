@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
-from ..tools.toolchain import Compiler, ext_suffix, python_abi
+if TYPE_CHECKING:  # the toolchain module is imported when used: a shipped load() asks python_api() only
+    from ..tools.toolchain import Compiler
 
 __all__ = ["LIMITED_API_HEX", "limited_api", "api_flags", "python_api", "module_suffix", "cxx_abi", "wheel_tag"]
 
@@ -39,12 +40,19 @@ def api_flags() -> Tuple[str, ...]:
 def python_api() -> str:
     """The Python ABI a nanobind library built here needs, as keys and records name it:
     ``abi3-cp312`` under the limited API, else this interpreter's (``cpython-311 .cpython-311-...so``)."""
-    return "abi3-cp312" if limited_api() else python_abi()
+    if limited_api():
+        return "abi3-cp312"
+    # tools.toolchain.python_abi(), written out: a shipped load() asks for this and nothing of the toolchain
+    import importlib.machinery
+    return f"{sys.implementation.cache_tag} {importlib.machinery.EXTENSION_SUFFIXES[0]}"
 
 
 def module_suffix() -> str:
     """The file suffix of a nanobind module built here: ``.abi3.so`` under the limited API."""
-    return ".abi3.so" if limited_api() else ext_suffix()
+    if limited_api():
+        return ".abi3.so"
+    from ..tools.toolchain import ext_suffix
+    return ext_suffix()
 
 
 def wheel_tag() -> str:

@@ -21,14 +21,13 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
-from ..cache.fingerprint import digest_of
-from .headers import source_dir
-from ..spec import BuildSpec
+if TYPE_CHECKING:  # imported when used: a shipped load() reads constants and loads libraries only
+    from ..spec import BuildSpec
 
 __all__ = ["CORE_NAME", "CORE_FILE", "core_tag", "core_spec", "uses_core", "compiler_view", "layout_flag_error",
-           "preload"]
+           "check_layout_flags", "preload"]
 
 CORE_NAME = "_obcore"  # its cache directory: _obcore.lib
 CORE_FILE = "libobcore.so"
@@ -48,6 +47,7 @@ _lock = threading.Lock()
 def core_tag(headers: str, cxx_abi: str, python_api: str) -> str:
     """The tag of the core built from headers of digest ``headers`` (headers.headers_digest) for the C++
     library ABI ``cxx_abi`` and the Python API ``python_api`` (abi.py; a C++ identifier: it names the symbols)."""
+    from ..cache.fingerprint import digest_of
     return "obcore_" + digest_of([headers, cxx_abi, python_api])[:16]
 
 
@@ -114,8 +114,19 @@ def layout_flag_error(name: str, flags: Sequence[str], what: str = "cflags") -> 
     return None
 
 
+def check_layout_flags(spec: BuildSpec) -> None:
+    """ValueError for a flag of ``spec`` that changes the layout of every struct (``-fpack-struct``...):
+    no build of the operator can then read the data of what it links to (``layout_flag_error``)."""
+    for flags, what in ((spec.cflags, "cflags"), (spec.cuda_cflags, "cuda_cflags")):
+        why = layout_flag_error(spec.name, flags, what)
+        if why is not None:
+            raise ValueError(why)
+
+
 def core_spec(root: Path, verbose: bool = False) -> BuildSpec:
     """The build of the core library from the installed headers and sources, in the cache ``root``."""
+    from ..spec import BuildSpec
+    from .headers import source_dir
     return BuildSpec(name=CORE_NAME, sources=(source_dir() / "core" / "core_lib.cpp",), backend="CPU",
                      kind="core", include_paths=(), cflags=(), cuda_cflags=(), ldflags=(), debug=False,
                      verbose=verbose, root=root)

@@ -39,6 +39,16 @@ rest of the cache is (trust.py): ``.pch``, its key directory, ``pch.h`` and
 is refused. A precompile that was killed leaves its temporary ``.gch`` (100+
 MB) and gcc's temporary files (in ``<key>/.tmp``, its TMPDIR); the next
 build that finds the PCH's lock free removes them.
+
+Installed: ``pip install`` of opbuilder also precompiles the header for a nanobind operator with
+the default options (install_build.py) into ``opbuilder/_native/`` (``pch.h``, ``pch.h.gch``), so
+the first operator in a fresh cache compiles with it (about half the CPU time). native.json records
+its key (``builder.installed_pch_key``: the PCH's identity with the toolchain's include directories
+by what they are, not where, and this Python's full version), the compiler identity that built it
+(path and version), its size and hash. A build uses it (``installed``) only when both match its own,
+the files are regular, not links, and writable by their owner only (as the runtime beside them);
+else the cache's own, as above. gcc checks a PCH itself as well (its own binary, the flags it
+checks): one it refuses is read as text (``-Winvalid-pch`` says so), the same code.
 """
 from __future__ import annotations
 
@@ -54,14 +64,15 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 from ..cache.fingerprint import write_text_atomic
-from ..cache.trust import check_file, make_dir, read_file
+from ..cache.trust import check_dir, check_file, make_dir, read_file
 
-__all__ = ["Pch", "HEADER", "enabled", "eligible", "prepare", "prune", "start_build", "start_when_idle",
-           "after_builds", "clear_leftovers"]
+__all__ = ["Pch", "HEADER", "HEADER_TEXT", "installed", "enabled", "eligible", "prepare", "prune", "start_build",
+           "start_when_idle", "after_builds", "clear_leftovers"]
 
 HEADER = "opbuilder/extension.h"
 _STARTS_WITH = ("opbuilder/extension.h", "ms_extension.h")  # ms_extension.h begins by including extension.h
 KEEP = 3
+HEADER_TEXT = f'// written by opbuilder: precompiled as pch.h.gch\n#include "{HEADER}"\n'
 _COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _DIRECTIVE = re.compile(r"#\s*include\s*([<\"])([^>\"]+)[>\"]\s*$")
 
@@ -111,7 +122,7 @@ def prepare(root: Path, key: str) -> Pch:
     pch = Pch(root / ".pch" / key)
     for d in (pch.dir.parent, pch.dir):
         make_dir(d)  # refuses a symlink, another user's directory, a group-writable one
-    text = f'// written by opbuilder: precompiled as pch.h.gch\n#include "{HEADER}"\n'
+    text = HEADER_TEXT
     try:
         current = read_file(pch.header)
     except FileNotFoundError:
@@ -124,6 +135,31 @@ def prepare(root: Path, key: str) -> Pch:
         pass
     now = time.time()
     os.utime(pch.dir, (now, now))  # recently used: kept by prune()
+    return pch
+
+
+def installed(key: str, cxx_identity: str) -> Optional[Pch]:
+    """opbuilder's installed PCH (see the module's docstring) when it was built for ``key`` by the
+    compiler ``cxx_identity``; None to use the cache's. Off with ``OPBUILDER_INSTALLED_RUNTIME=0``."""
+    from .installed import enabled as installed_enabled
+    from .installed import installed as native
+
+    if not installed_enabled():
+        return None
+    nat = native()
+    rec = nat.record.get("pch") if nat is not None else None
+    if not isinstance(rec, dict) or rec.get("key") != key or rec.get("compiler") != cxx_identity:
+        return None
+    pch = Pch(nat.dir)  # type: ignore[union-attr]
+    try:
+        owner = os.lstat(pch.dir).st_uid  # site-packages may be root's: its owner, and nobody else, writes it
+        check_dir(pch.dir, owner)
+        if read_file(pch.header, owner) != HEADER_TEXT.encode():
+            return None
+        if check_file(pch.gch, owner).st_size != rec.get("size"):
+            return None
+    except OSError:  # missing, a link, writable by others: the cache's PCH instead
+        return None
     return pch
 
 

@@ -1,0 +1,57 @@
+"""A shipped operator's load() imports only what it needs (custom_op.py): ``import opbuilder`` and the
+modules a shipped load() runs import none of the build pipeline (builder.py, the toolchain, the
+compile steps, the fleet stores), so a package whose wheel ships its operators starts in milliseconds
+(benchmarks/ship.py, the shipped-load row). What they import is checked in a new process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from op_util import ROOT
+from test_shipping import SHIPPED_PATH_MODULES
+
+_CODE = """
+import json, sys
+import opbuilder
+first = sorted(m for m in sys.modules if m.startswith("opbuilder"))
+from opbuilder import CustomOpBuilder
+from opbuilder.cache import shipped
+from opbuilder.native import abi, installed
+from opbuilder import importer
+abi.python_api(), installed.installed()
+print(json.dumps({"first": first, "shipped": sorted(m for m in sys.modules if m.startswith("opbuilder"))}))
+"""
+
+
+def _imported() -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-c", _CODE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.splitlines()[-1])
+
+
+def test_import_opbuilder_and_a_shipped_load_import_none_of_the_build_pipeline():
+    got = _imported()
+    assert got["shipped"] == SHIPPED_PATH_MODULES
+    assert set(got["first"]) <= set(SHIPPED_PATH_MODULES) and "opbuilder.custom_op" in got["first"]
+
+
+def test_the_public_names_are_still_there_when_asked_for():
+    import opbuilder
+    from opbuilder import builder, errors
+    from opbuilder.native.headers import include_dir
+
+    assert opbuilder.BuildError is errors.BuildError and opbuilder.NoBuildError is errors.NoBuildError
+    assert opbuilder.build_library is builder.build_library and opbuilder.include_dir is include_dir
+    assert opbuilder.CustomOpBuilder.__module__ == "opbuilder.custom_op"
+    assert {"CustomOpBuilder", "build_library", "BuildError", "NoBuildError", "include_dir"} <= set(opbuilder.__all__)
+
+
+def test_the_toolchains_python_abi_is_the_one_abi_writes_out(monkeypatch):
+    from opbuilder.native import abi
+    from opbuilder.tools.toolchain import python_abi
+
+    monkeypatch.setenv("OPBUILDER_LIMITED_API", "0")  # on 3.11 always; on >= 3.12 the full API's
+    assert abi.python_api() == python_abi()
