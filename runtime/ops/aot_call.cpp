@@ -12,10 +12,15 @@
 //       same call on argument arrays made by the caller (addresses; the GPU
 //       path, aot_device.py, which has device pointers, not numpy arrays)
 //   init(fn, extra, inputs, out_specs) -> int status of <Symbol>Init
-//   run_tensors(fn, extra, tensors, out_specs, Tensor, grad) -> the op's result: run on the tensors'
-//       arrays, each output wrapped as a new Tensor (the one, or a tuple); None, having called nothing,
-//       when an input is not a Tensor or (grad true) one requires grad: the caller's general path then
-//       runs the call (Custom.__call__'s fast path for a ready host op with fixed output specs)
+//   run_tensors(fn, extra, tensors, out_specs, Tensor, grad[, with_shapes]) -> the op's result: run on
+//       the tensors' arrays, each output wrapped as a new Tensor (the one, or a tuple); None, having called
+//       nothing, when an input is not a Tensor or (grad true) one requires grad: the caller's general path
+//       then runs the call (Custom.__call__'s fast path for a ready host op). out_specs is the op's fixed
+//       specs, or a dict of the specs remembered per input signature (memo_key's bytes: the arrays' dtype
+//       numbers, and shapes if with_shapes): a signature not in it is None too, and the general path
+//       works its specs out (the op's out_shape/out_dtype callables, its op-info check) and adds them
+//   memo_key(signature, with_shapes) -> the bytes run_tensors looks a call up by, from the Python
+//       signature of its inputs: ((shape, dtype), ...) with shapes, (dtype, ...) without
 //
 // A kernel call that fails (a non-zero status, or an error recorded in its
 // extra, or a C++ exception it let out: "threw a C++ exception: <what()>")
@@ -390,14 +395,101 @@ PyObject *Wrap(PyTypeObject *type, PyObject *array) {
   return t;
 }
 
-PyObject *RunTensors(PyObject *, PyObject *const *a, Py_ssize_t n) {
-  void *fn_addr = nullptr, *extra = nullptr;
-  const char *usage = "run_tensors(fn, extra, tensors, out_specs, Tensor, grad)";
-  if (n != 6) {
-    PyErr_Format(PyExc_TypeError, "%s takes 6 arguments, got %zd", usage, n);
+// Builds a memo key: int64s, the number of inputs first, then per input its dtype number and, with
+// shapes, its ndim and dims. memo_key and run_tensors both build it this way, so they agree.
+class MemoKey {
+ public:
+  explicit MemoKey(size_t nin) { Put(static_cast<int64_t>(nin)); }
+  void Put(int64_t v) {
+    if (n_ == kStack && heap_.empty()) heap_.assign(stack_, stack_ + kStack);
+    if (!heap_.empty()) {
+      heap_.push_back(v);
+    } else {
+      stack_[n_] = v;
+    }
+    ++n_;
+  }
+  PyObject *Bytes() const {
+    const int64_t *p = heap_.empty() ? stack_ : heap_.data();
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char *>(p),
+                                     static_cast<Py_ssize_t>(n_ * sizeof(int64_t)));
+  }
+
+ private:
+  static constexpr size_t kStack = 32;
+  int64_t stack_[kStack];
+  std::vector<int64_t> heap_;
+  size_t n_ = 0;
+};
+
+// The memo key of a call on `arrays` (new reference); nullptr with no error set when an input is no
+// array of a dtype aot operators take (the general path then says what is wrong).
+PyObject *ArraysKey(Refs &arrays, size_t nin, bool with_shapes) {
+  MemoKey key(nin);
+  for (size_t i = 0; i < nin; ++i) {
+    if (!PyArray_Check(arrays[i])) return nullptr;
+    PyArrayObject *x = reinterpret_cast<PyArrayObject *>(arrays[i]);
+    if (DtypeName(x) == nullptr) return nullptr;  // a byte-swapped array, say: never looked up
+    key.Put(PyArray_DESCR(x)->type_num);
+    if (with_shapes) {
+      key.Put(PyArray_NDIM(x));
+      for (int d = 0; d < PyArray_NDIM(x); ++d) key.Put(PyArray_DIMS(x)[d]);
+    }
+  }
+  return key.Bytes();
+}
+
+// memo_key(signature, with_shapes): the key Custom adds remembered specs under (custom.py _prepare).
+PyObject *MemoKeyOf(PyObject *, PyObject *const *a, Py_ssize_t n) {
+  if (n != 2 || !PyTuple_Check(a[0])) {
+    PyErr_SetString(PyExc_TypeError, "memo_key(signature: tuple, with_shapes: bool)");
     return nullptr;
   }
-  if (!ParseCall(a, 4, 4, usage, &fn_addr, &extra)) return nullptr;  // the first four: addresses, tuples
+  const int with_shapes = PyObject_IsTrue(a[1]);
+  if (with_shapes < 0) return nullptr;
+  const Py_ssize_t nin = PyTuple_GET_SIZE(a[0]);
+  MemoKey key(static_cast<size_t>(nin));
+  for (Py_ssize_t i = 0; i < nin; ++i) {
+    PyObject *item = PyTuple_GET_ITEM(a[0], i);
+    PyObject *dtype = item, *shape = nullptr;
+    if (with_shapes) {
+      if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(item, 0))) {
+        PyErr_SetString(PyExc_TypeError, "memo_key: a signature with shapes holds (shape tuple, dtype) pairs");
+        return nullptr;
+      }
+      shape = PyTuple_GET_ITEM(item, 0);
+      dtype = PyTuple_GET_ITEM(item, 1);
+    }
+    if (!PyArray_DescrCheck(dtype)) {
+      PyErr_SetString(PyExc_TypeError, "memo_key: dtypes must be numpy dtypes");
+      return nullptr;
+    }
+    key.Put(reinterpret_cast<PyArray_Descr *>(dtype)->type_num);
+    if (shape != nullptr) {
+      key.Put(PyTuple_GET_SIZE(shape));
+      for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(shape); ++d) {
+        const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+        if (v == -1 && PyErr_Occurred()) return nullptr;
+        key.Put(v);
+      }
+    }
+  }
+  return key.Bytes();
+}
+
+PyObject *RunTensors(PyObject *, PyObject *const *a, Py_ssize_t n) {
+  void *fn_addr = nullptr, *extra = nullptr;
+  const char *usage = "run_tensors(fn, extra, tensors, out_specs, Tensor, grad[, with_shapes])";
+  if (n != 6 && n != 7) {
+    PyErr_Format(PyExc_TypeError, "%s takes 6 or 7 arguments, got %zd", usage, n);
+    return nullptr;
+  }
+  PyObject *memo = PyDict_Check(a[3]) ? a[3] : nullptr;
+  if (memo == nullptr && !PyTuple_Check(a[3])) {
+    PyErr_Format(PyExc_TypeError, "%s: out_specs must be a tuple or a dict", usage);
+    return nullptr;
+  }
+  if (!ParseCall(a, 3, 3, usage, &fn_addr, &extra)) return nullptr;  // the first three: addresses, a tuple
   if (!PyType_Check(a[4])) {
     PyErr_SetString(PyExc_TypeError, "run_tensors: argument 4 must be the Tensor type");
     return nullptr;
@@ -407,8 +499,7 @@ PyObject *RunTensors(PyObject *, PyObject *const *a, Py_ssize_t n) {
   if (grad < 0) return nullptr;
   PyObject *tensors = a[2];
   const size_t nin = static_cast<size_t>(PyTuple_GET_SIZE(tensors));
-  const size_t nout = static_cast<size_t>(PyTuple_GET_SIZE(a[3]));
-  Refs arrays(nin);
+  Refs arrays(nin + 1);  // and the remembered specs, held while the outputs are made
   for (size_t i = 0; i < nin; ++i) {
     PyObject *x = PyTuple_GET_ITEM(tensors, static_cast<Py_ssize_t>(i));
     if (!PyObject_TypeCheck(x, type)) Py_RETURN_NONE;
@@ -424,12 +515,35 @@ PyObject *RunTensors(PyObject *, PyObject *const *a, Py_ssize_t n) {
     if (data == nullptr) return nullptr;
     arrays.Add(data);
   }
+  PyObject *specs = a[3];
+  if (memo != nullptr) {  // the specs remembered for this signature; None (the general path) if none yet
+    int with_shapes = 1;
+    if (n == 7 && (with_shapes = PyObject_IsTrue(a[6])) < 0) return nullptr;
+    PyObject *key = ArraysKey(arrays, nin, with_shapes != 0);
+    if (key == nullptr) {
+      if (PyErr_Occurred()) return nullptr;
+      Py_RETURN_NONE;
+    }
+    specs = PyDict_GetItemWithError(memo, key);  // borrowed
+    Py_DECREF(key);
+    if (specs == nullptr) {
+      if (PyErr_Occurred()) return nullptr;
+      Py_RETURN_NONE;
+    }
+    if (!PyTuple_Check(specs)) {
+      PyErr_SetString(PyExc_TypeError, "run_tensors: remembered out_specs must be tuples");
+      return nullptr;
+    }
+    Py_INCREF(specs);
+    arrays.Add(specs);
+  }
+  const size_t nout = static_cast<size_t>(PyTuple_GET_SIZE(specs));
   CallArgs args(nin + nout);
   for (size_t i = 0; i < nin; ++i) {
     if (!args.Add(arrays[i], true, "input", static_cast<Py_ssize_t>(i))) return nullptr;
   }
   for (size_t i = 0; i < nout; ++i) {
-    if (!args.AddOutput(PyTuple_GET_ITEM(a[3], static_cast<Py_ssize_t>(i)), static_cast<Py_ssize_t>(i))) {
+    if (!args.AddOutput(PyTuple_GET_ITEM(specs, static_cast<Py_ssize_t>(i)), static_cast<Py_ssize_t>(i))) {
       return nullptr;
     }
   }
@@ -540,7 +654,10 @@ PyMethodDef kMethods[] = {
     {"init", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&Init)), METH_FASTCALL,
      "init(fn, extra, inputs, out_specs) -> int status"},
     {"run_tensors", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&RunTensors)), METH_FASTCALL,
-     "run_tensors(fn, extra, tensors, out_specs, Tensor, grad) -> Tensor(s), or None for the general path"},
+     "run_tensors(fn, extra, tensors, out_specs, Tensor, grad[, with_shapes]) -> Tensor(s), or None for the "
+     "general path"},
+    {"memo_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&MemoKeyOf)), METH_FASTCALL,
+     "memo_key(signature, with_shapes) -> the bytes run_tensors looks remembered specs up by"},
     {"release", &Release, METH_O, "release(extra): delete the kernel data an Init kept"},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -125,7 +125,9 @@ class Custom:
         self._workspaces: Optional[_Workspaces] = None  # Init's, when it asked for some
         self._released: Optional[ExtraBlock] = None  # the block whose kernel data is deleted with the op
         self._host: Optional[Tuple[Any, ...]] = None  # _ready_host's, after the first call
-        self._fast: Optional[Tuple[Any, ...]] = None  # _ready_host's, for fixed output specs
+        self._fast: Optional[Tuple[Any, ...]] = None  # _ready_host's: one C call per warm call
+        self._cmemo: Optional[Dict[bytes, Tuple[Spec, ...]]] = None  # _memo's specs by run_tensors' keys
+        self._memo_key: Optional[Callable[[tuple, bool], bytes]] = None  # the call path's memo_key
         self._run: Optional[Callable[..., Any]] = None  # numpy arrays (_load_path)
         self._call: Optional[Callable[..., Any]] = None  # device memory, aot_device.py (_load_path)
         self._failed: type = _NotLoaded  # KernelFailed: (status, error text) of the call that failed
@@ -159,7 +161,7 @@ class Custom:
         fast = self._fast
         if fast is not None:  # one C call: Tensors' arrays in, the kernel, the outputs as Tensors (or None)
             try:
-                out = fast[0](fast[1], fast[2], inputs, fast[3], Tensor, _state.enabled)
+                out = fast[0](fast[1], fast[2], inputs, fast[3], Tensor, _state.enabled, fast[5])
             except self._failed as e:
                 raise self._error(fast[4], *e.args) from None
             except TypeError:
@@ -228,14 +230,25 @@ class Custom:
     def _ready_host(self) -> None:
         """Once a host aot kernel's Init has run and its calls need no workspaces or inplace writes, the
         direct paths of __call__: ``_host`` (run, fn, extra address, symbol), the call _call_aot makes; and
-        with fixed output specs and no op-info to check, ``_fast`` (run_tensors, fn, extra, specs, symbol)."""
+        ``_fast`` (run_tensors, fn, extra, specs, symbol, with_shapes), one C call from Tensors in to
+        Tensors out. Its specs are the fixed ones, or, for specs that depend on the inputs (out_shape or
+        out_dtype callables, an op-info's dtype check), ``_cmemo``: what ``_memo`` remembers, keyed in C
+        by the inputs' dtypes (and shapes), so a warm call runs no Python; a new signature goes once
+        through ``_prepare``, which adds it."""
         k = self._kernel
         if k is None or k.cuda is not None or not self._initialized or self._workspaces is not None \
                 or self._writes is not None or self._extra is None:
             return
         self._host = (self._run, k.fn, self._extra.address, k.symbol)
+        path = trampoline()
         if self._fixed is not None and self._info is None:
-            self._fast = (trampoline().run_tensors, k.fn, self._extra.address, self._fixed, k.symbol)
+            self._fast = (path.run_tensors, k.fn, self._extra.address, self._fixed, k.symbol, False)
+            return
+        with_shapes = self._fixed is None  # _memo's signatures: shapes and dtypes, or dtypes only
+        self._memo_key = path.memo_key
+        self._cmemo = {path.memo_key(sig, with_shapes): specs for sig, specs in self._memo.items()
+                       if specs is not None}
+        self._fast = (path.run_tensors, k.fn, self._extra.address, self._cmemo, k.symbol, with_shapes)
 
     def _record(self, inputs: Sequence[Any], outs: Sequence[np.ndarray], res: List[Tensor]) -> List[Tensor]:
         name = f"Custom({self.name})"
@@ -321,7 +334,11 @@ class Custom:
                 info.check_dtypes(f"Custom '{self.name}'", [a.dtype for a in arrays], None)
         if len(self._memo) >= _MEMO_SIZE:
             self._memo.clear()
+            if self._cmemo is not None:
+                self._cmemo.clear()
         self._memo[sig] = specs
+        if self._cmemo is not None and specs is not None:
+            self._cmemo[self._memo_key(sig, self._fixed is None)] = specs
         return specs
 
     # ---- aot ---------------------------------------------------------------
