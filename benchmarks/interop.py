@@ -8,7 +8,9 @@ opbuilder's Function<T> (benchmarks/opbuilder_mul.cpp) wrapped by
 torch::autograd::Function (benchmarks/torch_function_mul.cpp). Rows: one
 element forward (the call's fixed cost) and one element forward + backward
 (torch.autograd.grad), each against torch's op (goal: within 1.5x), and one million elements: the wrapped op on torch
-tensors against the same op on runtime tensors (goal: within 1.1x). The wrapped op's eager calls go through
+tensors against the same op on runtime tensors (goal: within 1.1x). One more 1-element row calls the op itself (no
+to_torch) with torch tensors, read through torch's DLPack C exchange table, against the same op on
+numpy arrays (issue 38's goal: within 1.3x). The wrapped op's eager calls go through
 to_torch's C++ bridge (opbuilder/bridges/torch_bridge.py; built first if this cache has none, ~15 s); a
 "Python path" row times the same calls with the bridge off (OPBUILDER_TORCH_BRIDGE=0), and a floor row
 a Python torch.autograd.Function that only calls torch's mul.
@@ -90,6 +92,11 @@ def main(argv=None) -> int:
     r1 = interleaved({"wrapped": lambda: wrapped.mul(tx, ty), "tf": lambda: tf.mul(tx, ty),
                       "python": lambda: python_path.mul(tx, ty)}, 5000, R)
 
+    # the same op called straight with torch tensors (no to_torch: DLPack's C exchange table) and with
+    # numpy arrays of the same values (issue 38)
+    na, nb = tx.numpy().copy(), ty.numpy().copy()
+    rd = interleaved({"torch": lambda: ob.mul(tx, ty), "numpy": lambda: ob.mul(na, nb)}, 5000, R)
+
     gx, gy = tx.clone().requires_grad_(True), ty.clone().requires_grad_(True)
 
     def fwd_bwd(f):
@@ -125,6 +132,9 @@ def main(argv=None) -> int:
          + rm["runtime"].fmt("auto"), ratio(rm["wrapped"], rm["runtime"]).fmt("x")],
         [f"forward, no grad, {n} elements", rm["wrapped"].fmt("auto"), "torch C++ Function " + rm["tf"].fmt("auto"),
          ratio(rm["wrapped"], rm["tf"]).fmt("x")],
+
+        ["the op (no to_torch) called with torch tensors, 1 element", rd["torch"].fmt("auto"),
+         "the op on numpy arrays " + rd["numpy"].fmt("auto"), ratio(rd["torch"], rd["numpy"]).fmt("x")],
     ])
     print("\nThe 1-element rows are each call's fixed cost. Through the bridge, torch tensors reach the C++ "
           "operator directly and its node is a C++ torch autograd node; the Python path pays for signatures, "
@@ -134,6 +144,10 @@ def main(argv=None) -> int:
         one = ratio(r["wrapped"], r["tf"])
         report.goal(f"1 element, {label}: to_torch op <= {ONE_ELEMENT_GOAL}x torch's C++ Function (issue 23)",
                     one.median <= ONE_ELEMENT_GOAL, one.fmt("x"))
+    direct = ratio(rd["torch"], rd["numpy"])
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    report.goal(f"1 element: the op called straight with torch tensors <= 1.3x the op on numpy arrays "
+                f"(issue 38; load average {load})", direct.median <= 1.3, direct.fmt("x"))
     big = ratio(rm["wrapped"], rm["runtime"])
     report.goal("1M elements: to_torch op on torch tensors within 1.1x of the op on runtime tensors",
                 big.median <= 1.1, f"{big.median:.3f}x")
