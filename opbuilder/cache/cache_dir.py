@@ -8,7 +8,6 @@ there could plant a library that we would load.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import List, Optional, Union
@@ -60,6 +59,8 @@ def dir_size(path: Path) -> int:
 def _op_entry(path: Path) -> Optional[CachedOp]:
     """The operator cached in ``path`` (built here: ``build/``, ``.lock``; or imported from a bundle:
     ``deps/``); None if it is not one, or if all it holds is its lock file (what ``remove_operator`` leaves)."""
+    import json
+
     from .lock import LOCK_FILE  # lock.py (and filelock) only for the CLI's listing, not a warm load()
 
     name, kind = (path.name[:-4], "library") if path.name.endswith(".lib") else (path.name, "module")
