@@ -82,6 +82,14 @@ def test_the_result_keeps_the_torch_tensors_memory_alive(dlpack_ops):
     np.testing.assert_array_equal(back.asnumpy(), np.arange(5.0))
 
 
+def test_a_returned_argument_pins_the_torch_storage(dlpack_ops):
+    x = torch.arange(4, dtype=torch.float64)
+    back = dlpack_ops.identity(x)  # a numpy array over x's memory now lives in `back`
+    with pytest.raises(RuntimeError, match=r"^Trying to resize storage that is not resizable$"):
+        x.resize_(1 << 20)  # would free the memory `back` points to
+    np.testing.assert_array_equal(back.asnumpy(), np.arange(4.0))
+
+
 def test_a_parameter_is_taken_and_a_subclass_goes_the_python_way(dlpack_ops):
     p = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
     assert dlpack_ops.address(p) == p.data_ptr()

@@ -225,6 +225,30 @@ inline TensorPtr TensorFromExchange(PyObject *o) {
   return std::make_shared<Tensor>(dt, std::move(shape), std::move(strides), data, std::move(storage), true);
 }
 
+// The base of a numpy array over a Tensor's memory whose storage `owner` keeps alive (StorageOwner's
+// new reference, stolen): `owner` itself, or, for a torch tensor taken by TensorFromExchange, torch's
+// own numpy view of it (runtime.dlpack_host.torch_array), for which torch keeps the storage where it
+// is: a resize_ of the torch tensor would otherwise free memory the array still points to (it raises
+// instead, as after Tensor.numpy()). Only an argument an op hands back gets here.
+inline PyObject *PinnedBase(PyObject *owner, const NumpyApi &np) {
+  if (np.IsArray(owner) || PyCapsule_CheckExact(owner)) return owner;
+  PyRef held = PyRef::Steal(owner);
+  PyRef name = PyRef::Steal(Check(PyUnicode_FromString("torch")));
+  PyRef torch = PyRef::Steal(PyImport_GetModule(name.get()));
+  if (torch.get() == nullptr) {
+    if (PyErr_Occurred()) throw PythonError();
+    return held.release();
+  }
+  PyRef tensor = PyRef::Steal(dlpack::AttrOrNull(torch.get(), "Tensor"));
+  if (tensor.get() == nullptr || !PyType_Check(tensor.get()) ||
+      !PyObject_TypeCheck(owner, reinterpret_cast<PyTypeObject *>(tensor.get()))) {
+    return held.release();
+  }
+  PyRef host = PyRef::Steal(Check(PyImport_ImportModule("runtime.dlpack_host")));
+  PyRef view = PyRef::Steal(Check(PyObject_GetAttrString(host.get(), "torch_array")));
+  return Check(PyObject_CallOneArg(view.get(), owner));
+}
+
 // After an operator wrote a tensor's memory in place (MarkDirty, or a write its checks found): if
 // that memory is a torch tensor's, taken by TensorFromExchange (the storage's owner; a numpy owner,
 // the usual one, is told without a lookup), torch's version counter goes up too, so torch's autograd

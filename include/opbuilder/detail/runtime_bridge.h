@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "opbuilder/detail/dlpack_exchange.h"
 #include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/foreign_api.h"
 #include "opbuilder/detail/numpy_api.h"
@@ -370,7 +371,7 @@ inline PyObject *ArrayFromTensor(const Runtime &rt, const Tensor &t) {
   if (auto *del = std::get_deleter<PyOwnerDeleter>(t.storage())) {
     if (rt.api->IsArray(del->owner)) flags = ArrayFields(del->owner)->flags & kNpyWriteable;
   }
-  PyObject *base = StorageOwner(t);
+  PyObject *base = PinnedBase(StorageOwner(t), *rt.api);  // a torch tensor's storage: pinned
   PyObject *descr = DescrOf(rt, t.dtype());
   Py_INCREF(descr);
   PyObject *arr = rt.api->NewFromDescr(rt.api->array_type, descr, static_cast<int>(nd), dims, strides, t.data_ptr(),
