@@ -108,9 +108,9 @@ inline PyObject *AttrOrNull(PyObject *o, const char *name) {
 // module torch has not imported is never torch's. Errors met on the way are cleared.
 inline KnownType LookUpType(PyTypeObject *type) {
   KnownType k;
-  Py_INCREF(type);
-  k.type = type;
   PyObject *t = reinterpret_cast<PyObject *>(type);
+  Py_INCREF(t);
+  k.type = type;
   PyRef name = PyRef::Steal(PyUnicode_FromString("torch"));
   PyRef torch = PyRef::Steal(name ? PyImport_GetModule(name.get()) : nullptr);
   if (torch.get() == nullptr) {
