@@ -133,3 +133,10 @@ def test_the_c_key_matches_the_signature_key():
     assert key((np.dtype(np.float64),), False) == np.array([1, np.dtype(np.float64).num], np.int64).tobytes()
     with pytest.raises(TypeError, match=r"^memo_key: dtypes must be numpy dtypes$"):
         key(("float32",), False)
+
+
+def test_run_tensors_takes_fixed_specs_or_a_memo_only():
+    from runtime.ops.aot_trampoline import trampoline
+    with pytest.raises(TypeError, match=r"^run_tensors\(fn, extra, tensors, out_specs, Tensor, grad\[, with_shapes\]\): "
+                                        r"out_specs must be a tuple or a dict$"):
+        trampoline().run_tensors(0, 0, (), [], Tensor, False)
