@@ -20,7 +20,7 @@ ROOT = Path(runtime.__file__).parent
 TRACER_MODULES = ("runtime.jit.tracing", "runtime.jit.capture")  # capture.py: the Tracer class
 OWN = ("jit", "graph")  # the tracer's own packages
 PROTOCOL = "runtime.ops.op_entry"
-DECLARATIONS = ("op_entry", "breaks_trace")  # the protocol's decorators: a module declares, never asks
+DECLARATIONS = ("op_entry", "breaks_trace", "unary_method")  # the protocol's declarations: a module declares, never asks
 ALLOWED = {"ops/op_entry.py", "ops/primitive.py", "_native.py"}  # the protocol, Primitive.call, the C++ entry
 
 

@@ -61,6 +61,25 @@ def op_entry(kind: str, name: Callable[[Any], Optional[str]],
     return declare
 
 
+def unary_method(kind: str, stops_gradient: bool = False) -> Callable[[Callable[[Any], Any]], Any]:
+    """Declare a one-argument Tensor method an op of the trace (``Tensor.detach``): ``fn(self)`` eagerly;
+    while this thread's trace records, one node of ``kind`` whose input is ``self`` and whose target is
+    ``fn``, so a replay runs it on that call's tensor. ``stops_gradient``: jit's backward sends no
+    gradient through the node. One frame over ``fn``: no packing."""
+    def declare(fn: Callable[[Any], Any]) -> Any:
+        fn.stops_gradient = stops_gradient  # type: ignore[attr-defined]  # read by runtime/jit/backward.py
+
+        def entry(self: Any) -> Any:
+            if _flag.value and _trace.tracer is not None:
+                return _trace.tracer.call_op(kind, kind, fn, (self,), {})
+            return fn(self)
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(entry, attr, getattr(fn, attr))
+        entry.op_kind = kind  # type: ignore[attr-defined]
+        return entry
+    return declare
+
+
 def _traced(kind: str, name: Callable[[Any], Optional[str]], target: Optional[Callable[[Any], Any]],
             op: Any, args: Any, kwargs: Any) -> Any:
     """An op entry's call while this thread's trace records (``op_entry``)."""

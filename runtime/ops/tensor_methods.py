@@ -6,7 +6,7 @@ so by ``import runtime``) attaches the rest to ``Tensor``, as HIPS autograd atta
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from .. import dtypes as _dt
 from ..tensor import Parameter, Tensor, detached
 from . import math as _math
 from . import writes as _writes
-from .op_entry import breaks_trace, op_entry
+from .op_entry import breaks_trace, unary_method
 
 __all__ = ["TensorMethods"]
 
@@ -74,11 +74,12 @@ class TensorMethods:
             raise TypeError("only integer scalar arrays can be converted to a scalar index")
         return int(d)
 
+    @unary_method("detach", stops_gradient=True)
     def detach(self) -> "Tensor":
         """A new leaf sharing this tensor's data and version counter, outside the graph. A jit trace
-        records it as a node with no gradient through it: a replay detaches that call's tensor (as a
-        constant, the trace's own tensor would be reused by every later call)."""
-        return _DETACH(self)
+        records it as a node with no gradient through it: a replay detaches that call's tensor (held as
+        a constant, the trace's own tensor would be reused by every later call)."""
+        return detached(self)
 
     def to(self, device: str) -> "Tensor":
         """This tensor on ``device`` (itself when already there); differentiable, the gradient goes back."""
@@ -157,23 +158,6 @@ def set_data(self: Parameter, data: Any, slice_shape: bool = False) -> Parameter
     """Replace the values, bumping the version like an in-place op (``Parameter._set_data`` says the
     rules); inside a jit trace it stops the trace, since a graph does not hold this write."""
     return self._set_data(data, slice_shape)
-
-
-class _Detach:
-    """``Tensor.detach`` as an op of the trace protocol (op_entry.py): its node's target."""
-
-    stops_gradient = True  # jit's backward: no gradient flows through it (runtime/jit/backward.py)
-    name = "detach"
-
-    @op_entry("detach", lambda op: "detach")
-    def __call__(self, args: Tuple[Any, ...]) -> Any:
-        return detached(args[0])
-
-    def __repr__(self) -> str:
-        return "<op detach>"
-
-
-_DETACH = _Detach()
 
 
 def _attach() -> None:
