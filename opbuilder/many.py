@@ -17,8 +17,10 @@ holds is bounded by ``OPBUILDER_LOCK_TIMEOUT``, as for ``load()``.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
+from pathlib import Path
 from types import ModuleType
 from typing import Dict, Iterable, List, NamedTuple, Optional, Union
 
@@ -98,6 +100,56 @@ def load_many(items: Iterable[Item], jobs: Optional[int] = None, timeout: Option
     return [done[first[_identity(item)]] for item in items]
 
 
+_STOP_WAIT_S = 10.0  # after an interrupt, how long each worker may take to see its build killed
+
+
+def _stop_builds() -> int:
+    """Kill every build this process runs (its ninja children, and their compilers): how many.
+
+    An interrupt reaches the calling thread only; the workers' ninja would go on, and outlive this
+    process (a runaway compile, forever). Each ninja is a child of ours with its build directory in
+    its environment (compile/ninja_run.py); its compilers are found as a timeout finds them."""
+    from .compile.ninja_run import ENV_MARK, _leftover_pids
+
+    me, mark = os.getpid(), f"{ENV_MARK}=".encode()
+    dirs, killed = set(), 0
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if int(f.read().rsplit(b")", 1)[1].split()[1]) != me:
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        for var in env:
+            if var.startswith(mark):
+                dirs.add(var[len(mark):].decode(errors="surrogateescape"))
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                    killed += 1
+                except OSError:
+                    pass
+    session = os.getsid(0)
+    for d in dirs:
+        for _ in range(100):
+            pids = _leftover_pids(Path(d), session)
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except OSError:
+                    pass
+            time.sleep(0.01)
+    return killed
+
+
 _SPAWN_AFTER_S = 0.1  # a worker busy with one item this long is building it: start another, up to jobs
 
 
@@ -141,13 +193,21 @@ def _run(items: List[Item], distinct: List[int], jobs: int, timeout: Optional[fl
         w.start()
 
     spawn()
-    with cond:
-        while any(w.is_alive() for w in workers):
-            now = time.monotonic()
-            if (todo and not crashed and len(workers) < jobs
-                    and all(now - t >= _SPAWN_AFTER_S for t in busy.values())):
-                spawn()
-            cond.wait(_SPAWN_AFTER_S / 2)
+    try:
+        with cond:
+            while any(w.is_alive() for w in workers):
+                now = time.monotonic()
+                if (todo and not crashed and len(workers) < jobs
+                        and all(now - t >= _SPAWN_AFTER_S for t in busy.values())):
+                    spawn()
+                cond.wait(_SPAWN_AFTER_S / 2)
+    except BaseException as e:  # interrupted (KeyboardInterrupt comes to this thread): no build goes on
+        with cond:
+            crashed.append(e)  # no worker takes another item
+        _stop_builds()
+        for w in workers:
+            w.join(_STOP_WAIT_S)
+        raise
     for w in workers:
         w.join()
     if crashed:
