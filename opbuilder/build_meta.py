@@ -39,7 +39,8 @@ from hatchling import build as _backend
 __all__ = ["build_wheel", "build_sdist", "build_editable", "get_requires_for_build_wheel",
            "get_requires_for_build_sdist", "get_requires_for_build_editable", "read_ops", "build_ops"]
 
-OPTIONS = ("backend", "include_paths", "cflags", "ldflags", "cuda_cflags", "debug_mode", "binding")
+OPTIONS = ("backend", "include_paths", "cflags", "ldflags", "cuda_cflags", "debug_mode", "binding", "cuda_arch")
+_LISTS = ("include_paths", "cflags", "ldflags", "cuda_cflags")  # each a list of strings (a string is one item)
 
 get_requires_for_build_sdist = _backend.get_requires_for_build_sdist
 get_requires_for_build_editable = _backend.get_requires_for_build_editable
@@ -58,12 +59,19 @@ def read_ops(project: Path) -> List[Dict[str, Any]]:
     import tomllib
 
     data = tomllib.loads((project / "pyproject.toml").read_text())
-    ops = data.get("tool", {}).get("opbuilder", {}).get("ops", [])
+    tool = data.get("tool", {})
+    section = tool.get("opbuilder", {}) if isinstance(tool, dict) else {}
+    ops = section.get("ops", []) if isinstance(section, dict) else None
     if not isinstance(ops, list):
         raise ValueError("[tool.opbuilder] ops must be an array of tables: [[tool.opbuilder.ops]]")
+    names = set()
     for op in ops:
         if not isinstance(op, dict) or not isinstance(op.get("name"), str):
             raise ValueError(f"each [[tool.opbuilder.ops]] needs a name: {op!r}")
+        if op["name"] in names:  # one binary and one record entry per name: the second would replace the first
+            raise ValueError(f"operator '{op['name']}' is listed twice in [[tool.opbuilder.ops]]; give each "
+                             f"operator its own name")
+        names.add(op["name"])
         srcs = op.get("sources")
         if isinstance(srcs, str):
             op["sources"] = srcs = [srcs]
@@ -73,6 +81,15 @@ def read_ops(project: Path) -> List[Dict[str, Any]]:
         if unknown:
             raise ValueError(f"operator '{op['name']}' in [[tool.opbuilder.ops]]: unknown option(s) "
                              f"{', '.join(unknown)}; accepted: name, sources, {', '.join(OPTIONS)}")
+        for key in _LISTS:  # a string would be taken a character at a time
+            if isinstance(op.get(key), str):
+                op[key] = [op[key]]
+            if key in op and not (isinstance(op[key], list) and all(isinstance(v, str) for v in op[key])):
+                raise ValueError(f"operator '{op['name']}' in [[tool.opbuilder.ops]]: {key} must be a list of "
+                                 f"strings, got {op[key]!r}")
+        if "debug_mode" in op and not isinstance(op["debug_mode"], bool):
+            raise ValueError(f"operator '{op['name']}' in [[tool.opbuilder.ops]]: debug_mode must be true or "
+                             f"false, got {op['debug_mode']!r}")
     return ops
 
 

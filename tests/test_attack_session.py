@@ -42,3 +42,37 @@ def test_an_interrupted_load_many_leaves_no_compiler_running(cache_dir, tmp_path
     assert (proc.returncode, out) == (0, "interrupted\n"), err
     assert _procs_mentioning(needle) == []
 
+
+def _project(tmp_path, ops: str):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "0"\n' + ops)
+    return tmp_path
+
+
+@pytest.mark.parametrize("ops, message", [
+    # the second binary and record entry replaced the first: its load() silently built instead
+    ('[[tool.opbuilder.ops]]\nname = "a"\nsources = ["p/a.cpp"]\n[[tool.opbuilder.ops]]\nname = "a"\n'
+     'sources = ["p/b.cpp"]\n',
+     "operator 'a' is listed twice in [[tool.opbuilder.ops]]; give each operator its own name"),
+    ('[[tool.opbuilder.ops]]\nname = "a"\nsources = ["p/a.cpp"]\ncflags = [1]\n',
+     "operator 'a' in [[tool.opbuilder.ops]]: cflags must be a list of strings, got [1]"),
+    ('[[tool.opbuilder.ops]]\nname = "a"\nsources = ["p/a.cpp"]\ndebug_mode = "yes"\n',
+     "operator 'a' in [[tool.opbuilder.ops]]: debug_mode must be true or false, got 'yes'"),
+    ('[tool]\nopbuilder = 3\n', "[tool.opbuilder] ops must be an array of tables: [[tool.opbuilder.ops]]"),
+])
+def test_a_bad_op_entry_says_what_is_wrong(tmp_path, ops, message):
+    from opbuilder import build_meta
+
+    with pytest.raises(ValueError) as e:
+        build_meta.read_ops(_project(tmp_path, ops))
+    assert str(e.value) == message
+
+
+def test_a_string_include_path_is_one_path_and_cuda_arch_is_an_option(tmp_path):
+    # include_paths = "p/include" was iterated a character at a time ("p", "/", "i", ...); cuda_arch,
+    # a CustomOpBuilder option, was refused as unknown
+    from opbuilder import build_meta
+
+    p = _project(tmp_path, '[[tool.opbuilder.ops]]\nname = "a"\nsources = ["p/a.cu"]\ninclude_paths = "p/include"\n'
+                           'cuda_arch = "8.0"\nbackend = "GPU"\n')
+    assert build_meta.read_ops(p) == [{"name": "a", "sources": ["p/a.cu"], "include_paths": ["p/include"],
+                                       "cuda_arch": "8.0", "backend": "GPU"}]

@@ -28,7 +28,7 @@ def test_ops_are_read_with_their_options(tmp_path):
      "operator 'a' in [[tool.opbuilder.ops]]: sources must be a list of paths"),
     ('[[tool.opbuilder.ops]]\nname = "a"\nsources = ["pkg/a.cpp"]\nbuild_dir = "x"\n',
      "operator 'a' in [[tool.opbuilder.ops]]: unknown option(s) build_dir; accepted: name, sources, backend, "
-     "include_paths, cflags, ldflags, cuda_cflags, debug_mode, binding"),
+     "include_paths, cflags, ldflags, cuda_cflags, debug_mode, binding, cuda_arch"),
     ('[tool.opbuilder]\nops = "a"\n', "[tool.opbuilder] ops must be an array of tables: [[tool.opbuilder.ops]]"),
 ])
 def test_a_bad_op_entry_is_a_value_error_naming_it(tmp_path, ops, message):
