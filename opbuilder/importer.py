@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import json
 import os
 import stat
 import threading
@@ -55,6 +54,7 @@ def recorded(lib: Path, names: Sequence[str]) -> Optional[List[Path]]:
     key_dir = str(lib.parent)
     data = verified_record(key_dir)  # parsed by the lookup that found ``lib`` just before
     if data is None:
+        import json
         try:
             data = json.loads(read_file(Path(key_dir, INFO)))
         except (OSError, ValueError):
@@ -88,6 +88,8 @@ def recorded(lib: Path, names: Sequence[str]) -> Optional[List[Path]]:
 def recorded_needs(lib: Path) -> List[Path]:
     """Every library the record of module ``lib`` (in the cache) says it loads first, if each is
     there unchanged (``recorded``); else none. For an import by path alone, as a pickle names it."""
+    import json
+
     from .cache.published import INFO
     from .cache.trust import read_file
 

@@ -9,19 +9,26 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from op_util import ROOT
 from test_shipping import SHIPPED_PATH_MODULES
 
 _CODE = """
-import json, sys
+import sys
+had_json = "json" in sys.modules
 import opbuilder
 first = sorted(m for m in sys.modules if m.startswith("opbuilder"))
 from opbuilder import CustomOpBuilder
 from opbuilder.cache import shipped
 from opbuilder.native import abi, installed
 from opbuilder import importer
-abi.python_api(), installed.installed()
-print(json.dumps({"first": first, "shipped": sorted(m for m in sys.modules if m.startswith("opbuilder"))}))
+from opbuilder.cache.json_record import loads
+abi.python_api(), installed.installed(), loads('{"a": [1]}')
+json_now = "json" in sys.modules
+import json
+print(json.dumps({"first": first, "shipped": sorted(m for m in sys.modules if m.startswith("opbuilder")),
+                  "json": [had_json, json_now]}))
 """
 
 
@@ -36,6 +43,24 @@ def test_import_opbuilder_and_a_shipped_load_import_none_of_the_build_pipeline()
     got = _imported()
     assert got["shipped"] == SHIPPED_PATH_MODULES
     assert set(got["first"]) <= set(SHIPPED_PATH_MODULES) and "opbuilder.custom_op" in got["first"]
+    assert got["json"] == [False, False]  # records are read with _json's scanner (json_record.py)
+
+
+@pytest.mark.parametrize("text", ['{"a": [1, 2.5, "x\\u00e9", null, true, false, {"b": {}}], "c": -0.0}', " [1] \n",
+                                  '"s"', "3", '{"x": 1e400}'])
+def test_a_record_reads_as_json_loads_reads_it(text):
+    from opbuilder.cache.json_record import loads
+    assert loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["", '{"a": 1} x', "{", "nope", '{"a": 1,}', "[1] [2]"])
+def test_what_is_not_one_json_document_is_refused_as_json_loads_refuses_it(text):
+    from opbuilder.cache.json_record import loads
+    with pytest.raises(json.JSONDecodeError) as e:
+        loads(text)
+    with pytest.raises(json.JSONDecodeError) as want:
+        json.loads(text)
+    assert str(e.value) == str(want.value)
 
 
 def test_the_public_names_are_still_there_when_asked_for():

@@ -17,7 +17,6 @@ under ``OPBUILDER_NO_BUILD=1``, raises ``NoBuildError`` with it (``refuse_build`
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .file_hash import inside as _inside
 from .file_hash import HASH, file_hash
+from .json_record import loads
 
 __all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "shipped_module", "shipped_or_built", "refuse_build",
            "no_build", "record_entry", "header_files", "options_of", "find_record", "status"]
@@ -123,7 +123,7 @@ def find_record(sources: Sequence[Path]) -> Optional[Path]:
 def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, object]], str]:
     """(binary, its record entry, "") when the shipped binary of ``spec`` fits; else (None, None, why)."""
     try:
-        record = json.loads(record_path.read_text())
+        record = loads(record_path.read_text())
     except (OSError, ValueError) as e:
         return None, None, f"its record {record_path} cannot be read ({e})"
     top = record_path.parent

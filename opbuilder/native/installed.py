@@ -11,7 +11,6 @@ libc++ toolchain, an edited header) the builder builds its own in the cache, as 
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Dict, Optional
@@ -59,7 +58,8 @@ def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None
     d = NATIVE_DIR if directory is None else directory
     found = None
     try:
-        record = json.loads((d / MANIFEST).read_text())
+        from ..cache.json_record import loads
+        record = loads((d / MANIFEST).read_text())
         from ..cache.file_hash import HASH, files_intact, inside
         files = record.get("files") if isinstance(record, dict) and record.get("hash") == HASH else None
         if isinstance(files, dict) and all(inside(f) for f in files):
