@@ -315,11 +315,25 @@ def test_markdirty_that_saves_its_result_differentiates_as_torch_does(sem_ops, p
 
 
 @pytest.mark.parametrize("path", ("first", "eager", "handle", "mode"))
-def test_markdirty_on_a_leaf_that_requires_grad_is_refused(sem_ops, path):
+@pytest.mark.parametrize("what", ("leaf", "view", "no_grad view"))
+def test_markdirty_on_a_leaf_that_requires_grad_is_refused_in_torchs_words(sem_ops, path, what):
+    """On every route and call order, torch's own refusal of that write (what the C++ bridge says too),
+    prefixed with the op's name; nothing is written. It said the runtime's words on the registered path
+    and the first call of a signature, torch's on later bridged calls."""
     a = _t(1.0, 2.0, 3.0, grad=True)
-    with pytest.raises(RuntimeError, match=r"Scale modifies argument 0 in place \(MarkDirty\), but it is a leaf "
-                                           r"that requires grad"):
-        _call(path, sem_ops, "scale_", a)
+    if what == "leaf":
+        arg = a
+    elif what == "view":
+        arg = a[1:]
+    else:
+        with torch.no_grad():
+            arg = a[1:]
+    with pytest.raises(RuntimeError) as refused:
+        _call(path, sem_ops, "scale_", arg)
+    with pytest.raises(RuntimeError) as by_torch:
+        arg.mul_(3.0)  # torch's own in-place op on the same tensor
+    assert str(refused.value) == f"Scale: {by_torch.value}"
+    assert a.tolist() == [1.0, 2.0, 3.0] and a._version == 0
 
 
 # ---- #16: double backward is one named error ------------------------------------------------------------------

@@ -83,6 +83,34 @@ def _any_requires_grad(args: Sequence[Any], tpos: Tuple[int, ...]) -> bool:
     return False
 
 
+_K = torch._C.DispatchKey
+
+
+def _torch_write_refusal(err: RuntimeError, args: Sequence[Any]) -> RuntimeError:
+    """The runtime refused a write (MarkDirty) into a leaf that requires grad, or a view of one: torch's
+    own refusal of that torch argument, in torch's words, as the C++ bridge gives it (``Op: <torch's
+    check_inplace message>``). torch's check runs in an in-place copy whose source cannot broadcast, so
+    it writes nothing whether or not torch refuses; the runtime's error stays when torch would not."""
+    msg = str(err)
+    who, _, rest = msg.partition(" modifies argument ")
+    index = rest.split(" ", 1)[0]
+    flat = [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,)) if isinstance(t, torch.Tensor)]
+    if index.isdigit() and int(index) < len(args) and isinstance(args[int(index)], torch.Tensor):
+        flat.insert(0, args[int(index)])  # the argument it names, first
+    for t in flat:
+        if not (t.requires_grad or t._is_view()):
+            continue
+        try:  # with autograd's dispatch back on: inside a registered kernel torch excludes it
+            with torch.enable_grad(), torch._C._SetExcludeDispatchKeyGuard(_K.AutogradFunctionality, False), \
+                    torch._C._SetExcludeDispatchKeyGuard(_K.AutogradOther, False):
+                t.copy_(torch.empty((2,) * (t.dim() + 1), dtype=t.dtype, device=t.device))
+        except RuntimeError as e:
+            words = str(e)
+            if "in-place" in words or "inplace" in words:
+                return RuntimeError(f"{who}: {words}")
+    return err
+
+
 def _fresh(base: np.ndarray, conv: List[Any], tpos: Tuple[int, ...]) -> bool:
     """Whether ``base`` is none of the argument arrays ``conv[i]`` (a helper, not a generator inside
     ``forward_direct``: a generator there would make its locals cells on every call)."""
@@ -406,6 +434,10 @@ class _Op:
             if p.value is None and watch is not None:
                 self.void_sigs.add(sig)
                 self._unannounced(sig, args, watch, phase)
+            raise
+        except RuntimeError as e:
+            if _rules.is_leaf_write_refusal(e):  # torch's words for its own tensors, as the bridge gives them
+                raise _torch_write_refusal(e, args) from None
             raise
         alias = []
         for o in outs:  # an argument returned unchanged (or written and returned) counts on its counter
