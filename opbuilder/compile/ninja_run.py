@@ -29,7 +29,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional, Set
 
 from ..errors import BuildError, BuildTimeout
 from ..cache.trust import read_file, write_file
@@ -180,20 +180,7 @@ def stop_leftovers(build_dir: Path) -> int:
     marker = build_dir / MARKER
     if not marker.exists():
         return 0
-    session = _marker_session(marker)
-    killed = set()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        pids = _leftover_pids(build_dir, session)
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except OSError:
-                pass
-        time.sleep(0.02)
+    killed = _kill_build_processes(build_dir, _marker_session(marker), set(), 0.02)
     if killed:
         log.info("stopped %d process(es) left running by a killed build in %s", len(killed), build_dir)
     marker.unlink(missing_ok=True)
@@ -224,7 +211,13 @@ def _stop_build(proc: subprocess.Popen, build_dir: Path) -> int:
         killed.add(proc.pid)
     except OSError:
         pass
-    session = os.getsid(0)
+    return len(_kill_build_processes(build_dir, os.getsid(0), killed, 0.01))
+
+
+def _kill_build_processes(build_dir: Path, session: Optional[int], killed: Set[int], pause: float) -> Set[int]:
+    """SIGKILL every process of ``build_dir``'s build in ``session`` (``_leftover_pids``), looking again
+    every ``pause`` s until none is left (a driver may start its next stage between a look and the
+    kill), for at most 10 s; ``killed`` with the pids killed added."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         pids = _leftover_pids(build_dir, session)
@@ -236,8 +229,8 @@ def _stop_build(proc: subprocess.Popen, build_dir: Path) -> int:
                 killed.add(pid)
             except OSError:
                 pass
-        time.sleep(0.01)
-    return len(killed)
+        time.sleep(pause)
+    return killed
 
 
 def _timed_out(name: str, seconds: float, text: str, log_path: Path, killed: int) -> BuildTimeout:
