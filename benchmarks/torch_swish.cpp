@@ -5,24 +5,12 @@
 #include <torch/extension.h>
 
 #include <cmath>
+#include "../examples/swish_kernels.h"
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 namespace {
-
-template <typename T>
-void SwishKernel(const T *x, T *y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (T(1) + std::exp(-x[i]));
-}
-
-template <typename T>
-void SwishGradKernel(const T *x, const T *dy, T *dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T s = T(1) / (T(1) + std::exp(-x[i]));
-    dx[i] = dy[i] * (s + x[i] * s * (T(1) - s));
-  }
-}
 
 void CheckFloat(const torch::Tensor &t) {
   TORCH_CHECK(t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble,
@@ -35,9 +23,9 @@ struct TorchSwish : public torch::autograd::Function<TorchSwish> {
     torch::Tensor x = x_in.contiguous();
     torch::Tensor y = torch::empty_like(x);
     if (x.scalar_type() == torch::kFloat) {
-      SwishKernel(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+      swish::Forward(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
     } else {
-      SwishKernel(x.data_ptr<double>(), y.data_ptr<double>(), x.numel());
+      swish::Forward(x.data_ptr<double>(), y.data_ptr<double>(), x.numel());
     }
     ctx->save_for_backward({x});
     return y;
@@ -48,9 +36,9 @@ struct TorchSwish : public torch::autograd::Function<TorchSwish> {
     torch::Tensor dy = grads[0].contiguous();
     torch::Tensor dx = torch::empty_like(x);
     if (x.scalar_type() == torch::kFloat) {
-      SwishGradKernel(x.data_ptr<float>(), dy.data_ptr<float>(), dx.data_ptr<float>(), x.numel());
+      swish::Backward(x.data_ptr<float>(), dy.data_ptr<float>(), dx.data_ptr<float>(), x.numel());
     } else {
-      SwishGradKernel(x.data_ptr<double>(), dy.data_ptr<double>(), dx.data_ptr<double>(), x.numel());
+      swish::Backward(x.data_ptr<double>(), dy.data_ptr<double>(), dx.data_ptr<double>(), x.numel());
     }
     return {dx};
   }

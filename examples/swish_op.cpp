@@ -4,30 +4,18 @@
 //   ops = CustomOpBuilder("swish_ops", ["examples/swish_op.cpp"]).load()
 //   y = ops.swish(x)   # float32 or float64; differentiable
 //
-// Without kAcceptsViews the Function receives C-contiguous tensors, so the kernels loop flat.
+// Without kAcceptsViews the Function receives C-contiguous tensors, so the kernels (swish_kernels.h)
+// loop flat.
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "opbuilder/extension.h"
+#include "swish_kernels.h"
 
 using namespace opbuilder;
 
 namespace {
-
-template <typename T>
-void SwishKernel(const T *x, T *y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (T(1) + std::exp(-x[i]));
-}
-
-// dx = dy * (s + x * s * (1 - s)), s = sigmoid(x)
-template <typename T>
-void SwishGradKernel(const T *x, const T *dy, T *dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T s = T(1) / (T(1) + std::exp(-x[i]));
-    dx[i] = dy[i] * (s + x[i] * s * (T(1) - s));
-  }
-}
 
 void CheckFloat(const TensorPtr &t, const char *what) {
   if (t->dtype() != kFloat32 && t->dtype() != kFloat64) {
@@ -44,9 +32,9 @@ class Swish : public Function<Swish> {
     CheckFloat(x, "x");
     auto y = Tensor::empty_like(x);
     if (x->dtype() == kFloat32) {
-      SwishKernel(x->data<float>(), y->data<float>(), x->numel());
+      swish::Forward(x->data<float>(), y->data<float>(), x->numel());
     } else {
-      SwishKernel(x->data<double>(), y->data<double>(), x->numel());
+      swish::Forward(x->data<double>(), y->data<double>(), x->numel());
     }
     if (ctx->NeedGrad(x)) ctx->SaveForBackward({x});
     return y;
@@ -57,9 +45,9 @@ class Swish : public Function<Swish> {
     const TensorPtr dy = grad_outputs[0]->contiguous();
     auto dx = Tensor::empty_like(x);
     if (x->dtype() == kFloat32) {
-      SwishGradKernel(x->data<float>(), dy->data<float>(), dx->data<float>(), x->numel());
+      swish::Backward(x->data<float>(), dy->data<float>(), dx->data<float>(), x->numel());
     } else {
-      SwishGradKernel(x->data<double>(), dy->data<double>(), dx->data<double>(), x->numel());
+      swish::Backward(x->data<double>(), dy->data<double>(), dx->data<double>(), x->numel());
     }
     return {dx};
   }

@@ -12,26 +12,9 @@
 
 #include "opbuilder/extension.h"
 #include "opbuilder/xla_ffi.h"
+#include "swish_kernels.h"
 
 using namespace opbuilder;
-
-namespace {
-
-template <typename T>
-void SwishKernel(const T *x, T *y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (T(1) + std::exp(-x[i]));
-}
-
-// dx = dy * (s + x * s * (1 - s)), s = sigmoid(x)
-template <typename T>
-void SwishGradKernel(const T *x, const T *dy, T *dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T s = T(1) / (T(1) + std::exp(-x[i]));
-    dx[i] = dy[i] * (s + x[i] * s * (T(1) - s));
-  }
-}
-
-}  // namespace
 
 class Swish : public Function<Swish> {
  public:
@@ -40,9 +23,9 @@ class Swish : public Function<Swish> {
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
     auto y = Tensor::empty_like(x);
     if (x->dtype() == kFloat32) {
-      SwishKernel(x->data<float>(), y->data<float>(), x->numel());
+      swish::Forward(x->data<float>(), y->data<float>(), x->numel());
     } else if (x->dtype() == kFloat64) {
-      SwishKernel(x->data<double>(), y->data<double>(), x->numel());
+      swish::Forward(x->data<double>(), y->data<double>(), x->numel());
     } else {
       throw std::invalid_argument(std::string("swish: x must be float32 or float64, got ") +
                                   DataTypeName(x->dtype()));
@@ -56,9 +39,9 @@ class Swish : public Function<Swish> {
     const TensorPtr dy = grad_outputs[0]->contiguous();
     auto dx = Tensor::empty_like(x);
     if (x->dtype() == kFloat32) {
-      SwishGradKernel(x->data<float>(), dy->data<float>(), dx->data<float>(), x->numel());
+      swish::Backward(x->data<float>(), dy->data<float>(), dx->data<float>(), x->numel());
     } else {
-      SwishGradKernel(x->data<double>(), dy->data<double>(), dx->data<double>(), x->numel());
+      swish::Backward(x->data<double>(), dy->data<double>(), dx->data<double>(), x->numel());
     }
     return {dx};
   }
