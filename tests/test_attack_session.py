@@ -76,3 +76,17 @@ def test_a_string_include_path_is_one_path_and_cuda_arch_is_an_option(tmp_path):
                            'cuda_arch = "8.0"\nbackend = "GPU"\n')
     assert build_meta.read_ops(p) == [{"name": "a", "sources": ["p/a.cu"], "include_paths": ["p/include"],
                                        "cuda_arch": "8.0", "backend": "GPU"}]
+
+
+@pytest.mark.build
+def test_a_diagnostic_column_counts_characters_after_a_tab_or_a_wide_character(cache_dir):
+    # gcc's JSON "column" is a display column: a tab reaches column 9, a CJK character is 2 wide; the
+    # caret's column was that, not the character's place in the line (as nvcc's and the docs' columns)
+    from opbuilder import BuildError, Inline
+
+    src = 'int value() {\n\treturn zq_tabbed;\n}\nconst char* s = "日本"; int w = zq_wide;\n'
+    with pytest.raises(BuildError) as info:
+        Inline("atk_columns", src, functions=["value"]).load()
+    lines = src.splitlines()
+    got = [(d.line, d.column) for d in info.value.diagnostics if d.severity == "error"]
+    assert got == [(2, lines[1].index("zq_tabbed") + 1), (4, lines[3].index("zq_wide") + 1)]

@@ -152,6 +152,7 @@ def parse_json(data: str, cwd: str) -> Optional[List[Diagnostic]]:
     translation unit, with no separator between arrays); None if ``data`` is not that."""
     decoder = json.JSONDecoder()
     out: List[Diagnostic] = []
+    texts: Dict[str, Optional[List[bytes]]] = {}
     pos, data = 0, data.strip()
     if not data.startswith("["):
         return None
@@ -171,9 +172,29 @@ def parse_json(data: str, cwd: str) -> Optional[List[Diagnostic]]:
             caret = locations[0].get("caret") or {}
             if "file" not in caret:
                 continue
-            out.append(Diagnostic(_absolute(caret["file"], cwd), caret.get("line"), caret.get("column"),
-                                  item["kind"], str(item.get("message", "")).strip()))
+            file = _absolute(caret["file"], cwd)
+            out.append(Diagnostic(file, caret.get("line"), _char_column(caret, file, texts), item["kind"],
+                                  str(item.get("message", "")).strip()))
     return out
+
+
+def _char_column(caret: Dict[str, object], file: str, texts: Dict[str, Optional[List[bytes]]]) -> Optional[int]:
+    """The caret's column in characters of its line, counted from 1. gcc's ``column`` is a display
+    column (a tab reaches the next multiple of 8, a CJK character is 2 wide); its ``byte-column`` is
+    converted with the line as the file holds it; the display column when the file cannot be read."""
+    column, byte_column, line = caret.get("column"), caret.get("byte-column"), caret.get("line")
+    if not isinstance(byte_column, int) or not isinstance(line, int) or byte_column < 1 or line < 1:
+        return column if isinstance(column, int) else None
+    if file not in texts:
+        try:
+            with open(file, "rb") as f:
+                texts[file] = f.read().splitlines()
+        except OSError:
+            texts[file] = None
+    lines = texts[file]
+    if lines is None or line > len(lines) or byte_column > len(lines[line - 1]) + 1:
+        return column if isinstance(column, int) else None
+    return len(lines[line - 1][:byte_column - 1].decode("utf-8", errors="replace")) + 1
 
 
 def failed_commands(log: str) -> List[Tuple[str, str]]:
