@@ -100,7 +100,7 @@ def load_many(items: Iterable[Item], jobs: Optional[int] = None, timeout: Option
     return [done[first[_identity(item)]] for item in items]
 
 
-_STOP_WAIT_S = 10.0  # after an interrupt, how long each worker may take to see its build killed
+_STOP_WAIT_S = 10.0  # after an interrupt, how long the workers may take to see their builds killed
 
 
 def _stop_builds() -> int:
@@ -205,8 +205,9 @@ def _run(items: List[Item], distinct: List[int], jobs: int, timeout: Optional[fl
         with cond:
             crashed.append(e)  # no worker takes another item
         _stop_builds()
-        for w in workers:
-            w.join(_STOP_WAIT_S)
+        until = time.monotonic() + _STOP_WAIT_S  # one wait in all: a worker blocked on another process's
+        for w in workers:                          # lock (not ours to kill) holds the interrupt back no longer
+            w.join(max(0.0, until - time.monotonic()))
         raise
     for w in workers:
         w.join()
