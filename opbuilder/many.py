@@ -92,6 +92,8 @@ def load_many(items: Iterable[Item], jobs: Optional[int] = None, timeout: Option
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not timeout > 0):
         raise ValueError(f"load_many: timeout must be a positive number of seconds (or None), got {timeout!r}")
+    if timeout is not None and timeout >= threading.TIMEOUT_MAX:  # inf: no limit (a watchdog timer cannot wait it)
+        timeout = None
     first: Dict[object, int] = {}  # identity -> index of the distinct item that builds it
     for i, item in enumerate(items):
         first.setdefault(_identity(item), i)

@@ -90,3 +90,18 @@ def test_a_diagnostic_column_counts_characters_after_a_tab_or_a_wide_character(c
     lines = src.splitlines()
     got = [(d.line, d.column) for d in info.value.diagnostics if d.severity == "error"]
     assert got == [(2, lines[1].index("zq_tabbed") + 1), (4, lines[3].index("zq_wide") + 1)]
+
+
+@pytest.mark.build
+def test_an_infinite_timeout_is_no_limit_and_no_thread_error(cache_dir, monkeypatch):
+    # timeout=float("inf") passed the check, then each build's watchdog timer died with an
+    # OverflowError traceback on stderr ("timestamp out of range for platform time_t")
+    import threading
+
+    from opbuilder import Inline, load_many
+
+    died = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: died.append(args.exc_value))
+    [r] = load_many([Inline("atk_inf_timeout", "int value() { return 5; }", functions=["value"])],
+                    timeout=float("inf"))
+    assert (r.error, r.module.value(), died) == (None, 5, [])
