@@ -68,13 +68,13 @@ def _main_source(key: str, funcs: Dict[str, str], binding: str) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` unless it is already there, atomically (concurrent callers agree)."""
-    if path.is_file() and path.read_text() == text:
+    """Write ``text`` to ``path`` (UTF-8) unless it is already there, atomically (concurrent callers agree)."""
+    if path.is_file() and path.read_text(encoding="utf-8", errors="replace") == text:
         return
     import tempfile  # only when writing: a warm load imports nothing it does not need
 
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "w") as f:
+    with os.fdopen(fd, "w", encoding="utf-8") as f:  # what the compilers read, whatever the locale says
         f.write(text)
     os.replace(tmp, path)
 

@@ -105,3 +105,17 @@ def test_an_infinite_timeout_is_no_limit_and_no_thread_error(cache_dir, monkeypa
     [r] = load_many([Inline("atk_inf_timeout", "int value() { return 5; }", functions=["value"])],
                     timeout=float("inf"))
     assert (r.error, r.module.value(), died) == (None, 5, [])
+
+
+@pytest.mark.build
+def test_an_inline_source_with_unicode_builds_under_an_ascii_locale(cache_dir):
+    # the strings were written in the locale's encoding: under LC_ALL=C (no coercion) a comment in
+    # Japanese was a UnicodeEncodeError, though g++ reads UTF-8 whatever the locale
+    code = textwrap.dedent("""\
+        from opbuilder import Inline
+        print(Inline("atk_ascii_locale", "// \\u65e5\\u672c\\u8a9e\\nint value() { return 4; }\\n",
+                     functions=["value"]).load().value())
+    """)
+    env = dict(os.environ, OPBUILDER_CACHE_DIR=str(cache_dir), LC_ALL="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout) == (0, "4\n"), done.stderr
