@@ -28,8 +28,8 @@ def test_an_interrupted_load_many_leaves_no_compiler_running(cache_dir, tmp_path
     """)
     build_dir = Path(cache_dir).resolve() / "atk_interrupted" / "build"
     needle = [f"OPBUILDER_BUILD_DIR={build_dir}\0"]
-    proc = subprocess.Popen([sys.executable, "-c", code, RUNAWAY], env=dict(os.environ, OPBUILDER_CACHE_DIR=str(cache_dir)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, RUNAWAY], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, OPBUILDER_CACHE_DIR=str(cache_dir)), text=True)
     try:
         deadline = time.monotonic() + 300
         while not any("cc1plus" in cmd for _, cmd in _procs_mentioning(needle)):
