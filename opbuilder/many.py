@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, Iterable, List, NamedTuple, Optional, Union
+from typing import Dict, Iterable, List, NamedTuple, Optional, Set, Union
 
 from .custom_op import CustomOpBuilder
 from .errors import BuildError
@@ -111,10 +111,11 @@ def _stop_builds() -> int:
     An interrupt reaches the calling thread only; the workers' ninja would go on, and outlive this
     process (a runaway compile, forever). Each ninja is a child of ours with its build directory in
     its environment (compile/ninja_run.py); its compilers are found as a timeout finds them."""
-    from .compile.ninja_run import ENV_MARK, _leftover_pids
+    from .compile.ninja_run import ENV_MARK, _kill_build_processes
 
     me, mark = os.getpid(), f"{ENV_MARK}=".encode()
-    dirs, killed = set(), 0
+    dirs: Set[str] = set()
+    killed: Set[int] = set()
     try:
         entries = [e for e in os.listdir("/proc") if e.isdigit()]
     except OSError:
@@ -133,23 +134,13 @@ def _stop_builds() -> int:
                 dirs.add(var[len(mark):].decode(errors="surrogateescape"))
                 try:
                     os.kill(int(entry), signal.SIGKILL)
-                    killed += 1
+                    killed.add(int(entry))
                 except OSError:
                     pass
     session = os.getsid(0)
     for d in dirs:
-        for _ in range(100):
-            pids = _leftover_pids(Path(d), session)
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed += 1
-                except OSError:
-                    pass
-            time.sleep(0.01)
-    return killed
+        _kill_build_processes(Path(d), session, killed, 0.01)
+    return len(killed)
 
 
 _SPAWN_AFTER_S = 0.1  # a worker busy with one item this long is building it: start another, up to jobs
