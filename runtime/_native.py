@@ -19,7 +19,7 @@ from .tensor import Tensor
 
 __all__ = ["Tensor", "_state", "flag_address", "hooks_flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
            "current_stream_ptr", "bridge_slot_address", "share_version", "rebase_view", "refresh_view_arg",
-           "TENSOR_ATTRS",
+           "torch_array", "TENSOR_ATTRS",
            "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
 
 # runtime.Tensor attributes native code reads or sets (class-level defaults keep a fresh tensor cheap)
@@ -51,6 +51,8 @@ def __getattr__(name: str) -> Any:
         from .call_rules import rebase_view as value
     elif name == "refresh_view_arg":  # a view argument read after its base was written (call_rules.h)
         from .call_rules import refresh_view_arg as value
+    elif name == "torch_array":  # torch's own numpy view of a torch tensor an op hands back (dlpack_exchange.h)
+        from .dlpack_host import torch_array as value
     elif name in DEVICE_NAMES:
         from . import device_memory
         value = getattr(device_memory, name)

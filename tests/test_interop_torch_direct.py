@@ -44,6 +44,31 @@ def test_a_marked_write_reaches_torchs_version_counter(seed_ops):
     assert y._version == 0  # only the written argument
 
 
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_a_write_reaches_torch_after_many_other_types(cache_dir, binding):
+    """In a new process that hands an op 20 other types before its first torch tensor: the path kept a
+    table of the first 16 types met, so torch.Tensor was then never taken as torch's, and a MarkDirty
+    write skipped torch's version counter (silently: autograd missed it). Found by the full suite, where
+    one worker had met many types first."""
+    import subprocess
+    import sys
+    from builder_util import child_env
+    code = ("import torch\nfrom op_util import CPP, load_op\n"
+            f"m = load_op('seed_style_ops', [CPP / 'seed_style_ops.cpp'], cflags=['-Wall', '-Wextra', '-Werror'], "
+            f"binding={binding!r})\n"
+            "for i in range(20):\n"
+            "    thing = type(f'Thing{i}', (), {})\n"
+            "    try:\n        m.add_(thing(), thing())\n    except TypeError:\n        pass\n"
+            "x = torch.zeros(3, dtype=torch.float64)\n"
+            "m.add_(x, torch.ones(3, dtype=torch.float64))\n"
+            "print(x._version, x.tolist())\n")
+    tests = str(CPP.parent)
+    env = child_env(PYTHONPATH=tests, OPBUILDER_CACHE_DIR=str(cache_dir))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[-2] == "1 [1.0, 1.0, 1.0]"
+
+
 def test_torchs_autograd_sees_a_write_into_a_saved_tensor(seed_ops):
     w = torch.ones(3, dtype=torch.float64, requires_grad=True)
     x = torch.zeros(3, dtype=torch.float64)

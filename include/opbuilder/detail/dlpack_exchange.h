@@ -103,24 +103,13 @@ inline PyObject *AttrOrNull(PyObject *o, const char *name) {
   return v;
 }
 
-// `type` as this path knows it: a table if it is torch.Tensor or torch.nn.Parameter with a usable
-// exchange table (DLPack major version 1, with the DLTensor function), else none. A type of a
-// module torch has not imported is never torch's. Errors met on the way are cleared.
+// torch.Tensor or torch.nn.Parameter (`type`) as this path knows it: its exchange table if usable
+// (DLPack major version 1, with the DLTensor function), else none. Errors met on the way are cleared.
 inline KnownType LookUpType(PyTypeObject *type) {
   KnownType k;
   PyObject *t = reinterpret_cast<PyObject *>(type);
   Py_INCREF(t);
   k.type = type;
-  PyRef name = PyRef::Steal(PyUnicode_FromString("torch"));
-  PyRef torch = PyRef::Steal(name ? PyImport_GetModule(name.get()) : nullptr);
-  if (torch.get() == nullptr) {
-    PyErr_Clear();
-    return k;
-  }
-  PyRef tensor = PyRef::Steal(AttrOrNull(torch.get(), "Tensor"));
-  PyRef nn = PyRef::Steal(AttrOrNull(torch.get(), "nn"));
-  PyRef parameter = PyRef::Steal(AttrOrNull(nn.get(), "Parameter"));
-  if (t != tensor.get() && t != parameter.get()) return k;
   PyRef capsule = PyRef::Steal(AttrOrNull(t, "__dlpack_c_exchange_api__"));
   if (capsule.get() == nullptr || !PyCapsule_IsValid(capsule.get(), "dlpack_exchange_api")) return k;
   // the table lives as long as the process (the protocol's rule), not just the capsule
@@ -146,24 +135,38 @@ inline KnownType LookUpType(PyTypeObject *type) {
   return k;
 }
 
-// The KnownType of `type`, looked up once per type (the first 16 types met; later ones: nullptr).
-// Called with the GIL held; a lookup that runs Python code lets other threads in, so its result is
-// added only if no other thread added the type meanwhile.
+// The KnownType of `type` if it is torch.Tensor or torch.nn.Parameter (the only types this path takes),
+// else nullptr. The two are looked up once torch is imported and compared by address after: any other
+// type costs two comparisons. (A table of the first types met, whatever they were, missed torch's in a
+// process that met many types first: its writes then skipped torch's version counter.) Called with the
+// GIL held; a lookup runs Python code, so two threads may both look up, with the same result.
 inline const KnownType *FindType(PyTypeObject *type) {
-  constexpr int kMax = 16;
-  static KnownType known[kMax];
-  static int count = 0;
-  for (int i = 0; i < count; ++i) {
-    if (known[i].type == type) return &known[i];
+  static KnownType tensor, parameter;
+  static bool ready = false;
+  if (!ready) {
+    static PyObject *const name = PyUnicode_FromString("torch");  // a module name, made once, under the GIL
+    PyRef torch = PyRef::Steal(name != nullptr ? PyImport_GetModule(name) : nullptr);
+    if (torch.get() == nullptr) {  // not imported (yet): no tensor here is torch's
+      PyErr_Clear();
+      return nullptr;
+    }
+    PyRef t = PyRef::Steal(AttrOrNull(torch.get(), "Tensor"));
+    PyRef nn = PyRef::Steal(AttrOrNull(torch.get(), "nn"));
+    PyRef p = PyRef::Steal(AttrOrNull(nn.get(), "Parameter"));
+    if (t.get() == nullptr || p.get() == nullptr || !PyType_Check(t.get()) || !PyType_Check(p.get())) {
+      return nullptr;  // torch is still importing: looked up again on the next call
+    }
+    KnownType kt = LookUpType(reinterpret_cast<PyTypeObject *>(t.get()));
+    KnownType kp = LookUpType(reinterpret_cast<PyTypeObject *>(p.get()));
+    if (!ready) {
+      tensor = kt;
+      parameter = kp;
+      ready = true;
+    }
   }
-  if (count == kMax) return nullptr;
-  KnownType k = LookUpType(type);
-  for (int i = 0; i < count; ++i) {
-    if (known[i].type == type) return &known[i];  // another thread's lookup came first: `k` is kept anyway
-  }
-  if (count == kMax) return nullptr;
-  known[count] = k;
-  return &known[count++];
+  if (type == tensor.type) return &tensor;
+  if (type == parameter.type) return &parameter;
+  return nullptr;
 }
 
 // The DLTensor's strides are C order's, as IsContiguousLayout (tensor_details.h) decides it for a
@@ -227,7 +230,7 @@ inline TensorPtr TensorFromExchange(PyObject *o) {
 
 // The base of a numpy array over a Tensor's memory whose storage `owner` keeps alive (StorageOwner's
 // new reference, stolen): `owner` itself, or, for a torch tensor taken by TensorFromExchange, torch's
-// own numpy view of it (runtime.dlpack_host.torch_array), for which torch keeps the storage where it
+// own numpy view of it (runtime._native.torch_array, from runtime.dlpack_host), for which torch keeps the storage where it
 // is: a resize_ of the torch tensor would otherwise free memory the array still points to (it raises
 // instead, as after Tensor.numpy()). Only an argument an op hands back gets here.
 inline PyObject *PinnedBase(PyObject *owner, const NumpyApi &np) {
@@ -244,8 +247,8 @@ inline PyObject *PinnedBase(PyObject *owner, const NumpyApi &np) {
       !PyObject_TypeCheck(owner, reinterpret_cast<PyTypeObject *>(tensor.get()))) {
     return held.release();
   }
-  PyRef host = PyRef::Steal(Check(PyImport_ImportModule("runtime.dlpack_host")));
-  PyRef view = PyRef::Steal(Check(PyObject_GetAttrString(host.get(), "torch_array")));
+  PyRef native = PyRef::Steal(Check(PyImport_ImportModule("runtime._native")));
+  PyRef view = PyRef::Steal(Check(PyObject_GetAttrString(native.get(), "torch_array")));
   return Check(PyObject_CallOneArg(view.get(), owner));
 }
 
