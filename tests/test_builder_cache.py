@@ -50,6 +50,20 @@ def test_header_edit_is_seen_in_process_and_in_a_new_process(tmp_path):
     assert builder.load().value() == 3  # and this process now finds that build
 
 
+def test_a_header_beside_the_source_directory_counts(tmp_path):
+    """``#include "../inc/value.h"`` from src/: a header under neither a directory the user named nor a
+    system one was left out of the key, so its edit loaded the old module (found by this session's attack)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "inc").mkdir()
+    header = tmp_path / "inc" / "value.h"
+    header.write_text("#define OB_VALUE 1\n")
+    src = tiny_module(tmp_path / "src" / "rel_hdr_op.cpp", "OB_VALUE", includes='#include "../inc/value.h"')
+    builder = CustomOpBuilder("rel_hdr_op", [src])
+    assert builder.load().value() == 1
+    header.write_text("#define OB_VALUE 2\n")
+    assert builder.load().value() == 2
+
+
 def test_a_header_that_disappears_is_a_build_error_naming_it(tmp_path):
     header = tmp_path / "gone.h"
     header.write_text("#define OB_VALUE 5\n")

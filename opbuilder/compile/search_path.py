@@ -118,7 +118,7 @@ def _closest(path: str, dirs: Iterable[str]) -> int:
 def tracked(inputs: Sequence[str], search: SearchPath) -> List[str]:
     """The inputs (absolute, clean) whose contents the build is keyed by: all but those under an
     untracked directory that no user-named directory holds more closely."""
-    return [p for p in inputs if _closest(p, search.user) > _closest(p, search.untracked)]
+    return [p for p in inputs if _closest(p, search.untracked) < 0 or _closest(p, search.user) > _closest(p, search.untracked)]
 
 
 def absent_candidates(source: str, headers: Sequence[str], search: SearchPath,

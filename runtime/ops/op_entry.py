@@ -87,6 +87,14 @@ def _traced(kind: str, name: Callable[[Any], Optional[str]], target: Optional[Ca
     node = name(op)
     if node is None:
         return fn(*args, **kwargs)
+    from ..tensor import Tensor as _Tensor
+    if kwargs and any(isinstance(v, _Tensor) for v in kwargs.values()):
+        # a tensor passed by keyword is an input of the node, not an attribute (a replay would reuse it)
+        keys, n, call = tuple(kwargs), len(args), fn
+
+        def fn(*a: Any) -> Any:
+            return call(*a[:n], **dict(zip(keys, a[n:])))
+        args, kwargs = tuple(args) + tuple(kwargs.values()), {}
     return _trace.tracer.call_op(kind, node, fn, args, kwargs)
 
 
