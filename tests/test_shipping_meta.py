@@ -68,3 +68,32 @@ def test_the_wheel_command_needs_a_pyproject(tmp_path, capsys):
     assert capsys.readouterr().err == (f"opbuilder: error: {tmp_path} has no pyproject.toml: give the directory of a "
                                        f"package whose pyproject.toml names build-backend = \"opbuilder.build_meta\" "
                                        f"(docs/shipping.md)\n")
+
+
+def test_a_header_anywhere_in_the_package_is_in_the_shipped_key(tmp_path):
+    """A source in src/ that includes "../include/defs.h": the record covered only the sources'
+    directories and include_paths, so editing defs.h in an installed package still loaded the old
+    binary (found by this session's attack). Every header of the package is in the key now."""
+    import json
+    from opbuilder import CustomOpBuilder
+    from opbuilder.cache import shipped
+    top = tmp_path / "pkg"
+    (top / "src").mkdir(parents=True)
+    (top / "include").mkdir()
+    defs = top / "include" / "defs.h"
+    defs.write_text("#define K 2\n")
+    src = top / "src" / "op.cpp"
+    src.write_text('#include "../include/defs.h"\n')
+    binary = top / shipped.BIN_DIR / "op.so"
+    binary.parent.mkdir()
+    binary.write_bytes(b"not loaded here")
+    spec = CustomOpBuilder("rel_op", [str(src)]).spec
+    entry = shipped.record_entry(spec, top, f"{shipped.BIN_DIR}/op.so", binary, {"binding": "nanobind"}, False)
+    assert list(entry["headers"]) == ["include/defs.h"]
+    record = top / shipped.RECORD
+    record.write_text(json.dumps({"hash": shipped.HASH, "ops": {"rel_op": entry}}))
+    _, _, why = shipped._fit(spec, record)
+    assert "header" not in why  # it gets past the key (and stops later, at the ABI of this test's record)
+    defs.write_text("#define K 3\n")
+    assert shipped._fit(spec, record) == (None, None, "a header in its package differs from those the "
+                                                      "binary was built from")

@@ -90,7 +90,7 @@ def _digests(paths: Sequence[Path], top: Path) -> Optional[Dict[str, str]]:
 
 
 def _scope(spec, top: Path) -> List[Path]:
-    return sorted({s.parent for s in spec.sources} | {Path(p) for p in spec.include_paths})
+    return sorted({top} | {Path(p) for p in spec.include_paths})  # a source may include "../x.h" anywhere in it
 
 
 def record_entry(spec, top: Path, file: str, binary: Path, abi: Dict[str, str], uses_core: bool) -> Dict[str, object]:
@@ -143,7 +143,7 @@ def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, ob
         return None, None, f"its sources differ from those the binary was built from ({', '.join(changed)})"
     headers = _digests(header_files(_scope(spec, top), top), top)
     if headers != entry.get("headers"):
-        return None, None, "a header beside its sources differs from those the binary was built from"
+        return None, None, "a header in its package differs from those the binary was built from"
     options = options_of(spec, top)
     if options != entry.get("options"):
         diff = sorted(k for k in options if options[k] != (entry.get("options") or {}).get(k))
