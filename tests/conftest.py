@@ -87,6 +87,13 @@ def graph_mode():
     rt.set_context(mode=rt.PYNATIVE_MODE)
 
 
+@pytest.fixture(scope="session", params=BINDINGS)
+def dlpack_ops(cache_dir, request):
+    """tests/cpp/dlpack_ops.cpp bound with each layer (the casters of both take DLPack objects)."""
+    return load_op("dlpack_ops", [CPP / "dlpack_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
+                   binding=request.param)
+
+
 @pytest.fixture(scope="session")
 def inplace_view_ops(cache_dir):
     """tests/cpp/inplace_view_ops.cpp: MarkDirty ops that write views (the in-place tests)."""

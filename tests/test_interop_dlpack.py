@@ -11,18 +11,9 @@ import pytest
 from runtime import Tensor
 from runtime.cuda import unavailable_reason
 
-from op_util import BINDINGS, CPP, load_op
-
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
 pytestmark = pytest.mark.build
-
-
-@pytest.fixture(scope="session", params=BINDINGS)
-def dlpack_ops(cache_dir, request):
-    """tests/cpp/dlpack_ops.cpp bound with each layer (the casters of both take DLPack objects)."""
-    return load_op("dlpack_ops", [CPP / "dlpack_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
-                 binding=request.param)
 
 
 class OnlyDlpack:

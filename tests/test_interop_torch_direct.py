@@ -20,12 +20,6 @@ pytestmark = pytest.mark.build
 
 
 @pytest.fixture(scope="session", params=BINDINGS)
-def dlpack_ops(cache_dir, request):
-    return load_op("dlpack_ops", [CPP / "dlpack_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
-                   binding=request.param)
-
-
-@pytest.fixture(scope="session", params=BINDINGS)
 def seed_ops(cache_dir, request):
     return load_op("seed_style_ops", [CPP / "seed_style_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"],
                    binding=request.param)
