@@ -16,7 +16,7 @@ from .ownership import own_results
 from ..tensor import Tensor
 from ..versions import counter
 
-__all__ = ["CallbackNode", "record_callback", "needs_grad", "bprop_backward", "BpropBackward"]
+__all__ = ["CallbackNode", "record_callback", "needs_grad", "BpropBackward"]
 
 
 def needs_grad(inputs: Sequence[Any]) -> bool:
@@ -78,22 +78,16 @@ def record_callback(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
     return outs
 
 
-def bprop_backward(name: str, inputs: Sequence[Any], out_arrays: Sequence[Any], single: bool,
-                   bprop: Callable[..., Any]) -> "BpropBackward":
+class BpropBackward:
     """The backward of a node whose gradients come from a user's ``bprop(*inputs, out, dout)``.
 
-    ``out`` and ``dout`` are one Tensor for a single-output forward, tuples
-    otherwise; ``bprop`` returns a tuple with one gradient per input. It may
-    leave out trailing gradients of inputs that need none (MindSpore code such
-    as ``return (y,)`` for ``(x, y)`` with only x differentiated). ``None`` for
-    an input means no gradient flows to it (a zero gradient), as a ``None``
-    from a ``Function``'s backward does (PyTorch's rule).
-    """
-    return BpropBackward(name, inputs, out_arrays, single, bprop)
+    ``out`` and ``dout`` are one Tensor for a single-output forward, tuples otherwise; ``bprop`` returns
+    a tuple with one gradient per input. It may leave out trailing gradients of inputs that need none
+    (MindSpore code such as ``return (y,)`` for ``(x, y)`` with only x differentiated). ``None`` for an
+    input means no gradient flows to it (a zero gradient), as a ``None`` from a ``Function``'s backward
+    does (PyTorch's rule).
 
-
-class BpropBackward:
-    """What a bprop reads, its inputs and the forward's outputs, is what it saved for backward: checked
+    What a bprop reads, its inputs and the forward's outputs, is what it saved for backward: checked
     for in-place writes since the forward (torch's rule for saved tensors: a named error, never the new
     values), or, inside ``saved_tensors_hooks``, given to the pack hook at the forward and read back
     through unpack (no version check: what pack kept is the hook's). ``watch(outs)`` takes the outputs

@@ -37,7 +37,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 import numpy as np
 
 from . import engine
-from .grad_mode import _state, hooks_open
+from .grad_mode import _state
+from .saved_hooks import hooks_in_force
 from .node import Node, edge_of, meta_of
 from .ownership import own_results
 from .. import call_rules as _call_rules
@@ -431,7 +432,7 @@ def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -
             saved.append(_SavedOutput(final[j], j))
         else:
             saved.append((s, s._version, ()))
-    hooks = _state.saved_hooks if hooks_open[0] else None
+    hooks = hooks_in_force()
     if hooks is not None:  # saved_tensors_hooks: each goes to pack as a tensor outside the graph
         saved = [None if s is None else _Hooked(hooks[1], hooks[0](r.detach()))
                  for s, r in zip(saved, ctx._saved_raw)]

@@ -12,7 +12,7 @@ import warnings
 from collections import OrderedDict
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ..autograd.callback import bprop_backward, needs_grad, record_callback
+from ..autograd.callback import BpropBackward, needs_grad, record_callback
 from ..autograd.grad_mode import _state as _grad_state
 from ..autograd.grad_mode import no_grad
 from ..context import GRAPH_MODE, _settings
@@ -115,7 +115,7 @@ class Cell:
         single = isinstance(out, Tensor)
         outs = [out] if single else list(out)
         name = f"{type(self).__name__}.bprop"
-        backward = bprop_backward(name, args, [o._data for o in outs], single, self.bprop)
+        backward = BpropBackward(name, args, [o._data for o in outs], single, self.bprop)
         outs = record_callback(name, args, outs, backward)
         return outs[0] if single else type(out)(outs) if isinstance(out, tuple) else outs
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..autograd.callback import bprop_backward, record_callback
+from ..autograd.callback import BpropBackward, record_callback
 from ..device import device_of, is_device_array
 from ..autograd.grad_mode import _state
 from ..dtypes import float32, from_numpy_dtype, to_dtype
@@ -255,7 +255,7 @@ class Custom:
         if self.bprop is None:
             backward = self._no_bprop
         else:
-            backward = bprop_backward(f"{name} bprop", inputs, outs, len(outs) == 1, self.bprop)
+            backward = BpropBackward(f"{name} bprop", inputs, outs, len(outs) == 1, self.bprop)
         return record_callback(name, inputs, res, backward)
 
     def _no_bprop(self, grads: List[Any], create_graph: bool) -> Sequence[Any]:

@@ -279,7 +279,7 @@ class HookedPrimitiveNode(PrimitiveNode):
     rules read (the arguments whose values they read, the output if they read it) went to the pack hook
     when it was recorded, and backward reads the unpack hook's tensors instead, with no version check
     (what pack kept is the hook's), as torch does for its own ops' saved tensors. A plain call records a
-    ``PrimitiveNode``: the common call pays one attribute read (``_state.saved_hooks``) for this."""
+    ``PrimitiveNode``: the common call pays one read of a process-wide count (grad_mode.hooks_open) for this."""
 
     __slots__ = ("packed", "unpack_hook")
 
