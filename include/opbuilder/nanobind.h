@@ -32,19 +32,6 @@
 namespace opbuilder {
 namespace detail OB_HIDDEN {
 
-// Also raises what is not a std::exception (`throw 42`) as RuntimeError with pybind11's message, so
-// a function raises alike on both layers; nanobind itself would report it as a SystemError.
-inline void TranslateNeutral(const std::exception_ptr &p, void *) {
-  if (SetNeutralError(p)) return;
-  try {
-    std::rethrow_exception(p);
-  } catch (const std::exception &) {
-    throw;  // nanobind's own mapping, and translators registered before this one
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "Caught an unknown exception!");
-  }
-}
-
 // The core's exceptions as Python errors, for every nanobind function (nanobind keeps one
 // list of translators per process; each module adds its own, once).
 inline void RegisterNanobindTranslator() {

@@ -59,5 +59,18 @@ OB_CORE_FN bool SetNeutralError(const std::exception_ptr &p) {
   return true;
 }
 
+OB_CORE_FN void ThrowPythonError() { throw PythonError(); }
+
+OB_CORE_FN void TranslateNeutral(const std::exception_ptr &p, void *) {
+  if (SetNeutralError(p)) return;
+  try {
+    std::rethrow_exception(p);
+  } catch (const std::exception &) {
+    throw;  // the binding library's own mapping, and translators registered before this one
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "Caught an unknown exception!");
+  }
+}
+
 }  // namespace detail
 }  // namespace opbuilder

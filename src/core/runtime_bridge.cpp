@@ -140,6 +140,19 @@ OB_CORE_FN bool LoadTensor(PyObject *o, TensorPtr &out, std::exception_ptr &erro
   }
 }
 
+OB_CORE_FN PyObject *TensorToObject(const TensorPtr &t) {
+  if (!t) {
+    Py_INCREF(Py_None);
+    return Py_None;
+  }
+  const Runtime &rt = Runtime::Get();
+  if (const ForeignApi *api = ActiveBridge(rt)) {  // a runtime.Tensor is no answer for a torch caller
+    PyObject *o = t->py_object();
+    if (o == nullptr || PyObject_TypeCheck(o, rt.tensor_type)) return WrapForeign(*api, *t);
+  }
+  return ToPython(rt, t);
+}
+
 OB_CORE_FN PyObject *ToPython(const Runtime &rt, const TensorPtr &t) {
   if (PyObject *o = t->py_object()) {
     Py_INCREF(o);

@@ -37,18 +37,27 @@ class PythonError : public std::exception {
 };
 
 
+// Throws PythonError for the Python error set now. Out of line (in the core library), so that an
+// operator that calls Check() does not compile PythonError's destructor and virtual table itself.
+[[noreturn]] OB_CORE_FN void ThrowPythonError();
+
 // A new reference, or PythonError if the call that made it failed.
 inline PyObject *Check(PyObject *o) {
-  if (o == nullptr) throw PythonError();
+  if (o == nullptr) ThrowPythonError();
   return o;
 }
 inline void Check(int rc) {
-  if (rc < 0) throw PythonError();
+  if (rc < 0) ThrowPythonError();
 }
 
 // Sets the Python error for one of the exceptions above (call inside a catch);
 // false for any other exception, which the binding library maps itself.
 OB_CORE_FN bool SetNeutralError(const std::exception_ptr &p);
+
+// nanobind's exception translator (nanobind.h registers it): SetNeutralError, else nanobind's own
+// mapping; what is not a std::exception (`throw 42`) as RuntimeError with pybind11's message, so a
+// function raises alike on both layers (nanobind itself would report a SystemError).
+OB_CORE_FN void TranslateNeutral(const std::exception_ptr &p, void *);
 
 }  // namespace detail
 }  // namespace opbuilder

@@ -415,18 +415,7 @@ OB_CORE_FN PyObject *ToPython(const Runtime &rt, const TensorPtr &t);
 
 // The casters' cast(): None for a null TensorPtr (new reference). Inside a bridge call, a tensor
 // bound to no Python object becomes the framework's tensor over its memory.
-inline PyObject *TensorToObject(const TensorPtr &t) {
-  if (!t) {
-    Py_INCREF(Py_None);
-    return Py_None;
-  }
-  const Runtime &rt = Runtime::Get();
-  if (const ForeignApi *api = ActiveBridge(rt)) {  // a runtime.Tensor is no answer for a torch caller
-    PyObject *o = t->py_object();
-    if (o == nullptr || PyObject_TypeCheck(o, rt.tensor_type)) return WrapForeign(*api, *t);
-  }
-  return ToPython(rt, t);
-}
+OB_CORE_FN PyObject *TensorToObject(const TensorPtr &t);
 
 inline std::int64_t PyVersion(const Runtime &rt, PyObject *obj) {
   PyObject *v = Check(PyObject_GetAttr(obj, rt.s_version));
