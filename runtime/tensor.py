@@ -111,9 +111,10 @@ class Tensor:
 
     # numpy defers ``ndarray * Tensor`` to ``Tensor.__rmul__``
     __array_priority__ = 1000
-    # _base_ref is a slot, so native code reads it at a fixed offset (call_rules.h BaseRefOf) on every
-    # Function<T> call instead of an attribute lookup: every way a Tensor is made sets it (None, no view)
-    __slots__ = ("_base_ref", "__dict__", "__weakref__")
+    # _base_ref and _data are slots, so native code reads them at fixed offsets (call_rules.h BaseRefOf,
+    # runtime_bridge.h DataOf) on every Function<T> call instead of an attribute lookup, and a tensor an
+    # op returns needs no instance dict. Every way a Tensor is made sets both (_base_ref None: no view)
+    __slots__ = ("_base_ref", "_data", "__dict__", "__weakref__")
 
     requires_grad: bool = False
     grad: Optional["Tensor"] = None

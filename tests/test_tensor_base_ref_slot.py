@@ -41,3 +41,31 @@ def test_tensors_made_by_native_code_set_it(my_ops):
     a = Tensor(np.ones(3, np.float32))
     _no_view(add(a, a))  # runtime/ops/aot_call.cpp Wrap
     assert np.array_equal(add(a, a).asnumpy(), np.full(3, 2, np.float32))
+
+
+# `_data` is a slot too (runtime_bridge.h DataOf, NewPyTensor): read and set at its offset, so a tensor an
+# op returns needs no instance dict.
+
+def test_data_is_a_slot_and_every_way_of_making_a_tensor_sets_it():
+    assert "_data" in Tensor.__slots__ and type(Tensor.__dict__["_data"]).__name__ == "member_descriptor"
+    x = Tensor(np.arange(6.0), requires_grad=True)
+    for t in (x, Parameter(np.ones(2)), x.detach(), x * 2, copy.copy(x), copy.deepcopy(x),
+              pickle.loads(pickle.dumps(x)), (x * 1)[1:3]):
+        assert isinstance(t._data, np.ndarray)
+    assert np.array_equal(pickle.loads(pickle.dumps(x))._data, x._data)
+    assert copy.deepcopy(x)._data is not x._data and copy.copy(x)._data is x._data
+
+
+@pytest.mark.build  # compiles custom_src/function_ops.cpp (tests/build_guard.py)
+def test_native_code_reads_and_sets_the_data_slot(my_ops):
+    class Sub(Tensor):
+        pass
+    x, y = Sub(np.ones(3)), Tensor(np.arange(3.0), requires_grad=True)
+    z = my_ops.mul(x, y)
+    assert type(z) is Tensor and np.array_equal(z.asnumpy(), np.arange(3.0))
+    assert "_data" not in vars(z)  # set in its slot, not in a dict
+    z.sum().backward()
+    assert np.array_equal(y.grad.asnumpy(), np.ones(3))
+    bare = Tensor.__new__(Tensor)  # made without __init__: no array
+    with pytest.raises(AttributeError, match="^'Tensor' object has no attribute '_data'$"):
+        my_ops.mul(bare, y)

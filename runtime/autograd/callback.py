@@ -13,7 +13,7 @@ from .grad_mode import _state, set_grad_enabled
 from .node import Node, attach_outputs, edge_of, meta_of
 from .saved_hooks import hooks_in_force, unpacked
 from .ownership import own_results
-from ..tensor import Tensor
+from ..tensor import Tensor, detached
 from ..versions import counter
 
 __all__ = ["CallbackNode", "record_callback", "needs_grad", "BpropBackward"]
@@ -69,7 +69,7 @@ def record_callback(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
         # an input, another op's output, or one returned at an earlier position too (each position is its
         # own output, with its own gradient): a new tensor over the same memory, counting writes on its counter
         if id(o) in input_ids or o._node is not None or o.requires_grad or any(o is p for p in outs):
-            o = o.detach()
+            o = detached(o)
         outs.append(o)
     node = CallbackNode(name, inputs, outs, backward)
     attach_outputs(node, outs)
@@ -109,7 +109,7 @@ class BpropBackward:
             return
         pack, unpack = hooks
         self.pack, self.unpack = pack, unpack
-        self.packed = [pack(a.detach()) if isinstance(a, Tensor) else None for a in inputs]
+        self.packed = [pack(detached(a)) if isinstance(a, Tensor) else None for a in inputs]
         self.edges = [edge_of(a) if isinstance(a, Tensor) and a.requires_grad else None for a in inputs]
         self.metas = [meta_of(a) if isinstance(a, Tensor) else None for a in inputs]
         self.inputs = tuple(None if isinstance(a, Tensor) else a for a in inputs)  # the hook's copies only
@@ -121,7 +121,7 @@ class BpropBackward:
             # the counter of the memory bprop's ``out`` reads (not the tensor: it may be rebound, and is not kept)
             self.out_versions = [(counter(o), o._vc.value) for o in outs]
         else:
-            self.packed_outs = [self.pack(o.detach()) for o in outs]
+            self.packed_outs = [self.pack(detached(o)) for o in outs]
             self.out_arrays = ()
 
     def _inputs(self, create_graph: bool) -> Sequence[Any]:

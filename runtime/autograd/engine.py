@@ -268,9 +268,12 @@ def run_backward(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: O
     ``targets is None``: accumulate into ``.grad`` of every leaf reached.
     Otherwise return one gradient (or ``None`` if unreached) per target tensor.
     """
-    for t in (outputs if targets is None else (*outputs, *targets)):  # a view read after a write into
-        if t._base_ref is not None and t._vc.value != t._view_version:  # its base: its history anew
-            _refresh_view(t)  # (runtime/call_rules.py)
+    for t in outputs:  # a view read after a write into its base: its history anew (runtime/call_rules.py)
+        if t._base_ref is not None and t._vc.value != t._view_version:
+            _refresh_view(t)
+    for t in targets or ():  # (a second loop: cheaper than one over a tuple of both)
+        if t._base_ref is not None and t._vc.value != t._view_version:
+            _refresh_view(t)
     state = _gm._state
     prev_mode = state.enabled
     state.enabled = create_graph

@@ -412,7 +412,7 @@ def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -
         if not in_place and _contains(args, o) and not _contains(final, o):
             o = _alias(o)  # an argument returned unchanged: a view of it (call_rules.share_alias)
         elif not in_place and (_contains(args, o) or _contains(final, o) or o._node is not None or o.requires_grad):
-            o = o.detach()  # never rewrite the history of a tensor that is not ours (its memory and counter)
+            o = _tensor.detached(o)  # never rewrite the history of a tensor that is not ours (its memory and counter)
         final.append(o)
     node = FunctionNode(cls, ctx, args, final)
     for j, (o, r) in enumerate(zip(final, returned)):
@@ -434,7 +434,7 @@ def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -
             saved.append((s, s._version, ()))
     hooks = hooks_in_force()
     if hooks is not None:  # saved_tensors_hooks: each goes to pack as a tensor outside the graph
-        saved = [None if s is None else _Hooked(hooks[1], hooks[0](r.detach()))
+        saved = [None if s is None else _Hooked(hooks[1], hooks[0](_tensor.detached(r)))
                  for s, r in zip(saved, ctx._saved_raw)]
     ctx._saved = saved
     ctx._saved_raw = ()

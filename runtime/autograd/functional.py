@@ -65,7 +65,7 @@ def _grad_input(value: Any, position: int):
     if value.requires_grad and _gm._state.enabled:  # keep the link to the outer graph
         from ..ops import math as m
         return m.reshape(value, value.shape)
-    t = value.detach()  # over the input's memory, and its version counter
+    t = _tensor.detached(value)  # over the input's memory, and its version counter
     if value._data.dtype.kind in GRAD_KINDS:
         t.requires_grad = True
     return t
@@ -75,7 +75,7 @@ def _constant(value: Any, weights: Collection[int]) -> Any:
     """A tensor input without its history (weights and other values unchanged)."""
     if isinstance(value, _tensor.Tensor) and (value.requires_grad or value._node is not None) \
             and not isinstance(value, _tensor.Parameter) and id(value) not in weights:
-        return value.detach()
+        return _tensor.detached(value)
     return value
 
 

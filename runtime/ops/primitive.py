@@ -28,6 +28,7 @@ from ..autograd.node import Node
 from ..jit.tracing import flag as _flag
 from ..jit.tracing import hook as _trace
 from ..tensor import Tensor as _Tensor
+from ..tensor import detached as _detached
 from ..versions import memory_owner as _root, share_version, version_of as _version_of
 from ..autograd.views import refresh_view as _refresh_view
 
@@ -320,11 +321,11 @@ def _pack(node: HookedPrimitiveNode, hooks: Any, args: Sequence[Any], out: Any, 
     pack = hooks[0]
     prim = node.prim
     reads = prim.reads_args
-    packed_args = tuple([pack(a.detach()) if (i >= len(reads) or reads[i]) else _NOT_SAVED
+    packed_args = tuple([pack(_detached(a)) if (i >= len(reads) or reads[i]) else _NOT_SAVED
                          for i, a in enumerate(args)])
     packed_out = None
     if prim.reads_ans:
-        packed_out = pack(res.detach() if res is not None else _Tensor._from_array(out))
+        packed_out = pack(_detached(res) if res is not None else _Tensor._from_array(out))
     node.packed = (packed_args, packed_out)
     node._input_meta = tuple([(a._data.shape, a._data.dtype) for a in args])
     node.args = tuple([a if p is _NOT_SAVED else None for a, p in zip(args, packed_args)])  # not kept alive

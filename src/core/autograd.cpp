@@ -496,36 +496,63 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   }
 }
 
+// A no-grad call's result: a written argument, an argument returned, or a null result is finished by
+// the rules of FinishNoGrad; any other single output is returned as Forward made it.
+static void FinishNoGradCall(const Runtime &rt, ContextState &st, TensorPtr *single, TensorPtrList *list) {
+  if (single == nullptr) {
+    *list = FinishNoGrad(rt, st, std::move(*list));
+  } else if (!st.dirty.empty() || !*single || st.ArgIndex(single->get()) >= 0) {
+    *single = std::move(FinishNoGrad(rt, st, AsList(std::move(*single)))[0]);
+  }
+}
+
+// A no-grad call with an argument a write would be refused for (internal overlap, a view made under
+// no_grad; `no_grad_views` by index): that argument is kept before Forward and put back before the
+// refusal is raised. Apart from RunFunction so that the common call does not build the guard.
+[[gnu::noinline]] static void RunNoGradGuarded(const Runtime &rt, const FunctionCall &f, TensorPtr *single,
+                                               TensorPtrList *list, std::uint64_t no_grad_views) {
+  ProtectedArgs guard;
+  for (std::size_t i = 0; i < f.nargs; ++i) {
+    if (f.args[i] == nullptr) continue;
+    const bool view = i < 64 && ((no_grad_views >> i) & 1U) != 0;
+    const Refusal why = HasInternalOverlap(*CallerArg(f, i)) ? Refusal::kOverlap
+                        : view                               ? Refusal::kNoGradView
+                                                             : Refusal::kNone;
+    ProtectArg(guard, f, i, why);
+  }
+  AutogradContext ctx;
+  ContextState &st = State(ctx);
+  BeginContext(st, f);
+  f.forward(&ctx, f.call, single, list);
+  CheckRefusals(st, guard);
+  FinishNoGradCall(rt, st, single, list);
+}
+
 OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr *single,
                             TensorPtrList *list) {
   if (const ForeignApi *api = ActiveBridge(rt)) return RunFunctionForeign(rt, *api, f, single, list);
   bool wants = false;
+  bool strided = false;             // an argument that is not contiguous (it may overlap itself)
   std::uint64_t no_grad_views = 0;  // arguments a write is refused for: views made under no_grad (call_rules.h)
   for (std::size_t i = 0; i < f.nargs; ++i) {
+    Tensor *t = f.args[i];
+    if (t == nullptr) continue;
     // a view read after a write into its base gets its history anew (call_rules.h RefreshViewArg)
-    if (RefreshViewArg(f.args[i], f.originals[i]) && i < 64) no_grad_views |= std::uint64_t{1} << i;
-    wants = wants || WantsGrad(f.args[i]);
+    if (IsViewObject(rt, t->py_object()) && RefreshViewArg(t, f.originals[i]) && i < 64) {
+      no_grad_views |= std::uint64_t{1} << i;
+    }
+    strided = strided || !CallerArg(f, i)->is_contiguous();
+    wants = wants || WantsGrad(t);
   }
   auto no_grad_view = [&](std::size_t i) { return i < 64 && ((no_grad_views >> i) & 1U) != 0; };
   if (!wants || !GradEnabled(rt)) {  // the fast path: nothing to record
     const bool keeps = KeepsArguments(f.writes);
-    std::optional<ProtectedArgs> guard;  // an argument with internal overlap, a view made under no_grad
-    for (std::size_t i = 0; keeps && i < f.nargs; ++i) {
-      if (f.args[i] == nullptr) continue;
-      const Refusal why = HasInternalOverlap(*CallerArg(f, i)) ? Refusal::kOverlap
-                          : no_grad_view(i)                    ? Refusal::kNoGradView
-                                                               : Refusal::kNone;
-      if (why == Refusal::kNone) continue;
-      if (!guard) guard.emplace();
-      ProtectArg(*guard, f, i, why);
-    }
+    if (keeps && (strided || no_grad_views != 0)) return RunNoGradGuarded(rt, f, single, list, no_grad_views);
     AutogradContext ctx;
     ContextState &st = State(ctx);
     BeginContext(st, f);
     f.forward(&ctx, f.call, single, list);
-    if (guard) {
-      CheckRefusals(st, *guard);
-    } else if (!keeps && !st.dirty.empty()) {  // the same rule, decided now: nothing was kept
+    if (!keeps && !st.dirty.empty()) {  // the same rule, decided now: nothing was kept
       LateRefusal(rt, st, f, true, [&](std::size_t i) {
         if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) {
           return RefusalMessage(Refusal::kOverlap, *f.name, i);
@@ -533,11 +560,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
         return no_grad_view(i) ? RefusalMessage(Refusal::kNoGradView, *f.name, i) : std::string();
       });
     }
-    if (single == nullptr) {
-      *list = FinishNoGrad(rt, st, std::move(*list));
-    } else if (!st.dirty.empty() || !*single || st.ArgIndex(single->get()) >= 0) {
-      *single = std::move(FinishNoGrad(rt, st, AsList(std::move(*single)))[0]);
-    }
+    FinishNoGradCall(rt, st, single, list);
     return;
   }
 

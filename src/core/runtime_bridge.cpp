@@ -67,7 +67,7 @@ OB_CORE_FN TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObjec
 }
 
 OB_CORE_FN TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj) {
-  PyRef arr = PyRef::Steal(Check(PyObject_GetAttr(obj, rt.s_data)));
+  PyRef arr = PyRef::Steal(DataOf(rt, obj));
   PyObject *rg = Check(PyObject_GetAttr(obj, rt.s_requires_grad));
   const bool requires_grad = PyObject_IsTrue(rg) == 1;
   Py_DECREF(rg);

@@ -131,18 +131,25 @@ inline PyObject *RefreshViewRule() {
   return CachedRule(slot, [] { return ImportAttr("runtime._native", "refresh_view_arg"); });
 }
 
-// Before the edge to argument `t` is taken: if it is a view (it has a `_base_ref`; one slot read for
-// any other tensor) whose base was written in place since its history was set, its history becomes a part
-// of the base's current one (runtime/call_rules.py refresh_view), and `t` (and `caller`, the caller's
-// tensor where `t` is a private copy) learn whether it requires grad now. True when a write into it is
-// refused (Refusal::kNoGradView: a view made under no_grad of a base that requires grad, grad mode on).
-inline bool RefreshViewArg(Tensor *t, Tensor *caller) {
-  if (t == nullptr) return false;
-  PyObject *obj = t->py_object();
+// Whether `obj` (an argument's runtime.Tensor, or null) is a view: its `_base_ref` is set. One slot
+// read for a runtime.Tensor (each argument of each Function<T> call is asked); a lookup for any other.
+inline bool IsViewObject(const Runtime &rt, PyObject *obj) {
   if (obj == nullptr) return false;
-  PyObject *v = nullptr;
-  if (ReadBaseRefSlot(obj, &v) ? (v == nullptr || v == Py_None) : BaseRefOf(obj).get() == Py_None) return false;
-  PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(RefreshViewRule(), obj, nullptr)));
+  const Py_ssize_t off = BaseRefSlot(rt);
+  if (off != 0 && PyObject_TypeCheck(obj, rt.tensor_type)) {
+    PyObject *v = *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(obj) + off);
+    return v != nullptr && v != Py_None;
+  }
+  return BaseRefOf(obj).get() != Py_None;
+}
+
+// Before the edge to argument `t` is taken, for a view (IsViewObject): if its base was written in place
+// since its history was set, its history becomes a part of the base's current one (runtime/call_rules.py
+// refresh_view), and `t` (and `caller`, the caller's tensor where `t` is a private copy) learn whether it
+// requires grad now. True when a write into it is refused (Refusal::kNoGradView: a view made under
+// no_grad of a base that requires grad, grad mode on).
+inline bool RefreshViewArg(Tensor *t, Tensor *caller) {
+  PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(RefreshViewRule(), t->py_object(), nullptr)));
   const long how = PyLong_AsLong(r.get());
   if (how == -1 && PyErr_Occurred()) throw PythonError();
   const bool wants = (how & 1) != 0;

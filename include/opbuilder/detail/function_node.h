@@ -155,7 +155,7 @@ inline bool OverIncoming(const Runtime &rt, const Tensor &r, PyObject *const *gr
     if (grads[k] == Py_None) continue;
     if (r.py_object() == grads[k]) return true;
     if (del != nullptr) {
-      PyRef data = PyRef::Steal(Check(PyObject_GetAttr(grads[k], rt.s_data)));
+      PyRef data = PyRef::Steal(DataOf(rt, grads[k]));
       if (data.get() == del->owner) return true;
     }
   }
@@ -166,7 +166,7 @@ inline bool OverIncoming(const Runtime &rt, const Tensor &r, PyObject *const *gr
 inline PyObject *PrivateGradient(const Runtime &rt, const TensorPtr &r) {
   if (!r->is_cuda()) return ToPython(rt, r->contiguous_copy());
   PyRef t = PyRef::Steal(Check(ToPython(rt, r)));
-  PyRef data = PyRef::Steal(Check(PyObject_GetAttr(t.get(), rt.s_data)));
+  PyRef data = PyRef::Steal(DataOf(rt, t.get()));
   PyRef copy = PyRef::Steal(Check(PyObject_CallMethod(data.get(), "copy", nullptr)));
   return NewPyTensor(rt, copy.get());
 }

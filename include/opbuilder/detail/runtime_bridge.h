@@ -371,7 +371,8 @@ inline PyObject *ArrayFromTensor(const Runtime &rt, const Tensor &t) {
   if (auto *del = std::get_deleter<PyOwnerDeleter>(t.storage())) {
     if (rt.api->IsArray(del->owner)) flags = ArrayFields(del->owner)->flags & kNpyWriteable;
   }
-  PyObject *base = PinnedBase(StorageOwner(t), *rt.api);  // a torch tensor's storage: pinned
+  PyObject *base = StorageOwner(t);
+  if (!PyCapsule_CheckExact(base)) base = PinnedBase(base, *rt.api);  // a torch tensor's storage: pinned
   PyObject *descr = DescrOf(rt, t.dtype());
   Py_INCREF(descr);
   PyObject *arr = rt.api->NewFromDescr(rt.api->array_type, descr, static_cast<int>(nd), dims, strides, t.data_ptr(),
@@ -395,10 +396,36 @@ inline Py_ssize_t BaseRefSlot(const Runtime &rt) {
   return off;
 }
 
+// The byte offset of runtime.Tensor's `_data` slot (runtime/tensor.py), found once; 0 if it is no slot.
+inline Py_ssize_t DataSlot(const Runtime &rt) {
+  static std::atomic<Py_ssize_t> stored{-1};
+  Py_ssize_t off = stored.load(std::memory_order_acquire);
+  if (off >= 0) return off;
+  off = ObjectSlotOffset(rt.tensor_type, "_data", rt.empty_tuple);  // limited_api.h
+  stored.store(off, std::memory_order_release);
+  return off;
+}
+
+// The array of the runtime.Tensor `obj` (new reference): read from its slot, or looked up (a subclass
+// that is no runtime.Tensor, or a slot never set, whose lookup raises AttributeError).
+inline PyObject *DataOf(const Runtime &rt, PyObject *obj) {
+  const Py_ssize_t off = DataSlot(rt);
+  if (off != 0 && PyObject_TypeCheck(obj, rt.tensor_type)) {
+    if (PyObject *v = *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(obj) + off)) {
+      Py_INCREF(v);
+      return v;
+    }
+  }
+  return Check(PyObject_GetAttr(obj, rt.s_data));
+}
+
 // A new runtime.Tensor object (without running __init__) holding `array`, no view (`_base_ref` None).
 inline PyObject *NewPyTensor(const Runtime &rt, PyObject *array) {
   PyObject *obj = Check(NewByTpNew(rt.tensor_type, rt.empty_tuple));
-  if (PyObject_SetAttr(obj, rt.s_data, array) < 0) {
+  if (const Py_ssize_t off = DataSlot(rt)) {  // a new object: the slot is unset
+    Py_INCREF(array);
+    *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(obj) + off) = array;
+  } else if (PyObject_SetAttr(obj, rt.s_data, array) < 0) {
     Py_DECREF(obj);
     throw PythonError();
   }
