@@ -83,8 +83,11 @@ def test_vmap_forward_and_grad(my_ops):
 
 
 def test_shape_fn_skips_the_probe_run(my_ops):
+    """On the callback route. (The XLA FFI route runs the function once at trace time to find its C++
+    Function: tests/test_jax_ffi_default.py.)"""
     ns, calls = _counting(my_ops, ["mul"])
-    j = opbuilder.to_jax(ns, shape_fn={"mul": lambda a, b: Spec(np.broadcast_shapes(a.shape, b.shape), a.dtype)})
+    j = opbuilder.to_jax(ns, shape_fn={"mul": lambda a, b: Spec(np.broadcast_shapes(a.shape, b.shape), a.dtype)},
+                         ffi=False)
     x, y = _data()
     lowered = jax.jit(j.mul).lower(x, y)  # tracing needs shapes only
     assert calls == []
@@ -93,8 +96,9 @@ def test_shape_fn_skips_the_probe_run(my_ops):
 
 
 def test_probe_run_once_per_signature(my_ops):
+    """On the callback route (the XLA FFI route's count: tests/test_jax_ffi_default.py)."""
     ns, calls = _counting(my_ops, ["mul"])
-    j = opbuilder.to_jax(ns)
+    j = opbuilder.to_jax(ns, ffi=False)
     x, y = _data()
     j.mul(x, y).block_until_ready()
     assert len(calls) == 2  # one run on zeros for the output's shape, then the real one

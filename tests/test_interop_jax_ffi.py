@@ -33,7 +33,8 @@ def xla_ffi_ops(cache_dir, request):
 
 
 def _callback_twin(module):
-    """The same functions and shape rules without the capsules: to_jax's pure_callback path."""
+    """The same functions and shape rules without the capsules, for to_jax(..., ffi=False): the
+    pure_callback path (without ffi=False, to_jax's generic handlers would run them as custom calls)."""
     names = ["mul", "sin_cube", "add_one_", "triple_scratch", "conj_mul", "saved_data", "add_one_views",
              "dirty_not_returned", "scale_views", "scale_views_when_grad", "scale_views_if_negative"]
     return types.SimpleNamespace(**{n: getattr(module, x) for m in names for n, x in ((m, m),
@@ -44,7 +45,8 @@ def _callback_twin(module):
 def _both(module):
     """{"ffi": the XLA FFI path, "callback": the pure_callback path} of ``module``'s functions."""
     return {"ffi": opbuilder.to_jax(module, shape_fn=_RULES),
-            "callback": opbuilder.to_jax(_callback_twin(module), shape_fn={"positions": _RULES["positions"]})}
+            "callback": opbuilder.to_jax(_callback_twin(module), shape_fn={"positions": _RULES["positions"]},
+                                         ffi=False)}
 
 
 def _data(shape=(3, 4), seed=0):
@@ -66,12 +68,12 @@ def test_jit_lowers_to_the_custom_call_not_a_callback(xla_ffi_ops):
     grad_text = jax.jit(jax.grad(lambda a, b: j.mul(a, b).sum())).lower(x, y).as_text()
     assert ".mul.bwd" in grad_text and "callback" not in grad_text
     # the callback twin really is the other path
-    assert "callback" in jax.jit(opbuilder.to_jax(_callback_twin(xla_ffi_ops)).mul).lower(x, y).as_text()
+    assert "callback" in jax.jit(opbuilder.to_jax(_callback_twin(xla_ffi_ops), ffi=False).mul).lower(x, y).as_text()
 
 
 def test_forward_eager_jit_and_float32(xla_ffi_ops):
     j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
-    cb = opbuilder.to_jax(_callback_twin(xla_ffi_ops))
+    cb = opbuilder.to_jax(_callback_twin(xla_ffi_ops), ffi=False)
     x, y = _data()
     expect = np.asarray(x) * np.asarray(y)
     np.testing.assert_array_equal(np.asarray(j.mul(x, y)), expect)
@@ -85,7 +87,7 @@ def test_forward_eager_jit_and_float32(xla_ffi_ops):
 
 def test_grad_matches_central_differences_and_the_callback_path(xla_ffi_ops):
     j = opbuilder.to_jax(xla_ffi_ops, shape_fn=_RULES)
-    cb = opbuilder.to_jax(_callback_twin(xla_ffi_ops))
+    cb = opbuilder.to_jax(_callback_twin(xla_ffi_ops), ffi=False)
     x, y = _data()
 
     def loss(ops):
@@ -344,6 +346,20 @@ def test_a_read_only_complex128_argument_is_copied_whole(xla_ffi_ops):
     strided = np.asarray(_complex_data(7)[0])[:, ::2]  # a strided view: copied row by row
     np.testing.assert_allclose(np.asarray(xla_ffi_ops.conj_mul(strided, strided).asnumpy()),
                                strided * np.conj(strided) + strided * strided, rtol=1e-14)
+
+
+def test_saved_data_keeps_the_generic_route_on_the_callback(xla_ffi_ops):
+    """Without its capsules (to_jax's generic handlers), a Function that uses ctx->saved_data is found
+    failing in its handlers' run on zeros, at trace time: it takes the callback, which runs it, and says so."""
+    j = opbuilder.to_jax(_callback_twin(xla_ffi_ops))
+    x = jnp.arange(3.0)
+    assert j.mul.route(x, x) == "xla_ffi"
+    assert j.saved_data.route(x).startswith(
+        "callback: its XLA FFI handlers fail where the callback runs (INTERNAL: SavedData (XLA FFI forward): "
+        "ctx->saved_data holds Python objects, and this Forward or Backward runs in an XLA FFI handler "
+        "(to_jax's generic handlers), without Python;")
+    np.testing.assert_array_equal(np.asarray(jax.jit(j.saved_data)(x)), 2 * np.arange(3.0))
+    np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: j.saved_data(a).sum())(x)), np.full(3, 2.0))
 
 
 def test_saved_data_in_an_xla_handler_is_a_named_error(xla_ffi_ops):

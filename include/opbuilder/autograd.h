@@ -114,6 +114,7 @@ class OB_HIDDEN AutogradContext {
 }  // namespace opbuilder
 
 #include "opbuilder/detail/function_details.h"  // needs AutogradContext; Function<T> needs it
+#include "opbuilder/detail/ffi_entry.h"         // to_jax's XLA FFI entry of a Function (replay.h carries it)
 
 namespace opbuilder {
 
@@ -172,7 +173,9 @@ class Function {
         return nullptr;
       }
     }
-    static constexpr detail::ReplayTarget kTarget{&Call, static_cast<Py_ssize_t>(sizeof...(Args))};
+    static constexpr detail::ReplayTarget kTarget{&Call, static_cast<Py_ssize_t>(sizeof...(Args)),
+                                                  detail::kFfiEntryAbi,
+                                                  detail::FfiEntryFor<Derived, std::decay_t<Args>...>()};
   };
 
   static constexpr bool kViews = detail::AcceptsViews<Derived>::value;

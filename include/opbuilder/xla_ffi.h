@@ -1,6 +1,9 @@
-// XLA FFI handlers for a Function<T>, so opbuilder.to_jax can call it as an XLA custom call
-// (jax.ffi.ffi_call) instead of a host callback. Opt-in: include this header only in sources that
-// use it, and build them with extra_include_paths=[jax.ffi.include_dir()] (XLA's headers).
+// XLA FFI handlers compiled into an operator module. Not needed: to_jax runs every Function as an
+// XLA custom call by default, through generic handlers built once per JAX version (src/jax_ffi.cpp)
+// that reach the Function through the entry Apply already carries (detail/ffi_entry.h), so no
+// operator needs XLA's headers. This header is the older opt-in form, kept for modules that use it
+// (the same handler code, compiled per module): include it only in sources that use it, and build
+// them with extra_include_paths=[jax.ffi.include_dir()] (XLA's headers).
 //
 //   OB_MODULE(m) {
 //     m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return Mul::Apply(x, y); });
@@ -8,6 +11,7 @@
 //     OB_XLA_FFI(m, "mul", Mul);  // adds the PyCapsules mul_xla_fwd and mul_xla_bwd
 //   }
 //
+// The rules below hold for both forms.
 // JAX arrays are immutable, so XLA's input buffers are never written. A Function gets them as
 // private writable copies (so an in-place op, MarkDirty or not, runs on a copy, its result is copied
 // to the output, and the caller's array is unchanged: under JAX an in-place op is functional, as on
@@ -26,7 +30,8 @@
 // backward handler gets the inputs and the output cotangents, runs Forward again (inside a jitted
 // function there is no forward context to keep; as when the runtime records, a write to an input
 // without MarkDirty is an error), then T::Backward (the gradient buffers offered),
-// and writes the gradients out (a null gradient becomes zeros). Gradients are in the runtime's
+// and writes the gradients out (a null gradient becomes zeros; one in a shape its input broadcasts to
+// is summed down to the input's shape, as the runtime's engine does). Gradients are in the runtime's
 // (torch's) convention here; to_jax conjugates complex cotangents and gradients around the call
 // (JAX's convention), as on its callback path. Both run on XLA's thread without the GIL and
 // without the runtime: Forward and Backward must not need Python (host Tensors, SaveForBackward and

@@ -1,35 +1,36 @@
 """``to_jax(module)``: an operator module's functions as JAX functions.
 
-Each function is a ``jax.custom_vjp`` whose forward and backward call the
-operator on the host through ``jax.pure_callback``, so it works eagerly and
-under ``jax.jit``, ``jax.grad`` and ``jax.vmap`` (a loop over the batch:
-``vmap_method="sequential"``) on the CPU. Array arguments are the operator's
-tensors; every other argument (ints, floats, bools, strings, lists; a numpy scalar as the Python
-value it holds) is static.
+Each function is a ``jax.custom_vjp`` that works eagerly and under ``jax.jit``, ``jax.grad`` and
+``jax.vmap`` (a loop over the batch: ``vmap_method="sequential"``) on the CPU. Array arguments are the
+operator's tensors; every other argument (ints, floats, bools, strings, lists; a numpy scalar as the
+Python value it holds) is static.
 
-Output shapes: from ``shape_fn`` when given (no extra work); otherwise the
-operator runs once on zeros of the arguments' shapes per distinct signature
-(shapes, dtypes, static values) -- one extra forward, cached. Static values are
-keyed by type and exact value (runtime.jit's ``exact_key``): ``0.0`` and ``-0.0``,
-``True``, ``1`` and ``1.0`` are different signatures. With ``jax_enable_x64`` off
-(JAX's default) a 64-bit output is returned as its 32-bit twin, as ``jnp`` does.
+Routes. By default a call runs as an XLA custom call (opbuilder/bridges/interop_jax_ffi.py): no
+callback, no GIL, no Python per call. A function that is one C++ Function's ``Apply`` on its arrays
+runs through to_jax's generic handlers (src/jax_ffi.cpp, built once per JAX version); one whose
+module was built with ``OB_XLA_FFI`` through its own. Every other call takes ``jax.pure_callback``,
+the named fallback, for a reason ``f.route(*args)`` gives ("callback: <why>"): ``to_jax(...,
+ffi=False)``, static arguments, a 64-bit output with x64 off, a function that is not one Function's
+Apply (plain kernels, several ops), or handlers that fail on zeros where the callback runs
+(``ctx->saved_data`` needs Python). The route is chosen once per signature, at trace time.
 
-JAX arrays are immutable: the operator gets private copies of them, so an
-in-place op (``MarkDirty``) or one that writes an input runs on a copy and the
-caller's array is unchanged; under ``jax.grad`` such an op is differentiated
-like any other (its inputs are copies, never leaves that require grad).
+Output shapes: from ``shape_fn`` when given; otherwise the operator runs once on zeros of the
+arguments' shapes per distinct signature (shapes, dtypes, static values) -- one extra forward, cached.
+The generic route runs the function once on zeros too (to find its Function), and its custom calls
+once, forward and backward. Static values are keyed by type and exact value (runtime.jit's
+``exact_key``): ``0.0`` and ``-0.0``, ``True``, ``1`` and ``1.0`` are different signatures. With
+``jax_enable_x64`` off (JAX's default) a 64-bit output is returned as its 32-bit twin, as ``jnp`` does.
 
-Backward recomputes: the backward callback runs the forward again with grad
-recording and then the runtime backward (the C++ ``Backward``). JAX's
-residuals must be arrays and a jitted function runs many times, so keeping the
-runtime graph per call would need a handle threaded through XLA and a rule for
-freeing graphs whose pullback is never called; recomputing has neither problem,
-at the cost of a second forward in a gradient step. Complex gradients: the
-runtime's are torch's, so the cotangents in and the gradients out are
-conjugated (JAX's convention). bfloat16 arrays are ml_dtypes' on the host.
+JAX arrays are immutable: the operator gets private copies of them, so an in-place op (``MarkDirty``)
+or one that writes an input runs on a copy and the caller's array is unchanged; under ``jax.grad``
+such an op is differentiated like any other (its inputs are copies, never leaves that require grad).
 
-A function whose C++ Function was bound with ``OB_XLA_FFI`` runs as an XLA
-custom call instead (opbuilder/bridges/interop_jax_ffi.py). See docs/interop.md.
+Backward recomputes: the backward runs the forward again with grad recording and then the C++
+``Backward``. JAX's residuals must be arrays and a jitted function runs many times, so keeping the
+runtime graph per call would need a handle threaded through XLA and a rule for freeing graphs whose
+pullback is never called; recomputing has neither problem, at the cost of a second forward in a
+gradient step. Complex gradients: the runtime's are torch's, so the cotangents in and the gradients
+out are conjugated (JAX's convention). bfloat16 arrays are ml_dtypes' on the host. See docs/interop.md.
 Importing this module imports jax; nothing else in opbuilder does.
 """
 from __future__ import annotations
@@ -49,7 +50,8 @@ from runtime.ops import math as _math
 from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
-from .interop_jax_ffi import ffi_function, ffi_targets, jax_dtype, jax_gradient, runtime_cotangent
+from .interop_jax_ffi import (ffi_function, ffi_targets, generic_targets, jax_dtype, jax_gradient, probe_entry,
+                              runtime_cotangent)
 
 __all__ = ["to_jax"]
 
@@ -92,11 +94,16 @@ def _to_runtime(who: str, k: int, arr: np.ndarray, private: bool = True) -> Any:
 class _JaxOp:
     """One module function as JAX functions, one ``custom_vjp`` per static signature."""
 
-    def __init__(self, name: str, fn: Callable, shape_fn: Optional[Callable], writes: Tuple[int, ...] = ()) -> None:
+    def __init__(self, name: str, fn: Callable, shape_fn: Optional[Callable], writes: Tuple[int, ...] = (),
+                 ffi: bool = True, targets: Optional[Tuple[str, str]] = None) -> None:
         self.name, self.fn, self.shape_fn = name, fn, shape_fn
         self.writes = writes  # argument positions the function writes (to_jax's mutates)
+        self.ffi = ffi  # to_jax's ffi: False keeps every call on the callback path
+        self.targets = targets  # the module's own OB_XLA_FFI targets (forward, backward), or None
         self.by_sig: Dict[Any, Callable] = {}
         self.out_specs: Dict[Any, Tuple[List[Spec], bool]] = {}
+        self.routes: Dict[Any, Tuple[Any, str]] = {}
+        self.ffi_fns: Dict[Any, Callable] = {}
         self.writes_leaves = False  # seen writing a differentiable input: it gets recorded copies
 
     def _call_args(self, positions: Tuple[int, ...], statics: Tuple[Any, ...], arrays: Sequence[Any]) -> list:
@@ -131,20 +138,95 @@ class _JaxOp:
         single = not isinstance(res, (list, tuple))
         return rt, need, ([res] if single else list(res)), single
 
+    @staticmethod
+    def _key(positions, statics, arrays) -> Any:
+        return (positions, _static_key(list(statics)), tuple((tuple(a.shape), str(a.dtype)) for a in arrays))
+
+    def _run_zeros(self, positions, statics, arrays) -> Tuple[list, list]:
+        """One run on zeros of the arrays' shapes (at trace time): its specs are cached; returns the
+        runtime Tensors it was given and its outputs."""
+        zeros = [np.zeros(tuple(a.shape), np.dtype(a.dtype)) for a in arrays]
+        rt, _, outs, single = self._host_forward(positions, statics, zeros, grad=False)
+        if self.shape_fn is None:
+            self.out_specs.setdefault(self._key(positions, statics, arrays),
+                                      ([Spec(tuple(o.shape), np.dtype(o._data.dtype)) for o in outs], single))
+        return rt, outs
+
     def specs(self, positions, statics, arrays) -> Tuple[List[Spec], bool]:
         """The outputs' shapes and dtypes: the shape rule's, or one run on zeros (cached)."""
-        key = (positions, _static_key(list(statics)), tuple((tuple(a.shape), str(a.dtype)) for a in arrays))
+        key = self._key(positions, statics, arrays)
         got = self.out_specs.get(key)
         if got is None:
             in_specs = [Spec(tuple(a.shape), np.dtype(a.dtype)) for a in arrays]
             if self.shape_fn is not None:
                 got = as_specs(self.name, self.shape_fn(*self._call_args(positions, statics, in_specs)))
             else:
-                zeros = [np.zeros(s.shape, s.dtype) for s in in_specs]
-                _, _, outs, single = self._host_forward(positions, statics, zeros, grad=False)
-                got = ([Spec(tuple(o.shape), np.dtype(o._data.dtype)) for o in outs], single)
+                self._run_zeros(positions, statics, arrays)
+                got = self.out_specs[key]
             self.out_specs[key] = got
         return got
+
+    def route(self, positions, statics, arrays) -> Tuple[Any, str]:
+        """How a call of this signature runs (cached): ((targets, entry), "xla_ffi ...") for an XLA
+        custom call, or (None, "callback: <why>") for jax.pure_callback."""
+        key = self._key(positions, statics, arrays)
+        got = self.routes.get(key)
+        if got is None:
+            got = self.routes[key] = self._route(positions, statics, arrays)
+        return got
+
+    def _route(self, positions, statics, arrays) -> Tuple[Any, str]:
+        if not self.ffi:
+            return None, "callback: to_jax(..., ffi=False)"
+        if statics:
+            return None, "callback: the call has non-array arguments (XLA passes buffers only)"
+        entry = None
+        if self.targets is None:  # the generic handlers: find the C++ Function the call is
+            entry, why = probe_entry(lambda: self._run_zeros(positions, statics, arrays))
+            if entry is None:
+                return None, f"callback: {why}"
+        specs, _ = self.specs(positions, statics, arrays)
+        if not all(jax_dtype(s.dtype) == s.dtype for s in specs):
+            # the callback path declares and returns it as its 32-bit twin, as jnp does
+            return None, "callback: an output is 64-bit while jax_enable_x64 is off"
+        if self.targets is not None:
+            return (self.targets, None), "xla_ffi: the module's OB_XLA_FFI handlers"
+        targets, err = generic_targets()
+        if targets is None:
+            return None, f"callback: {err}"
+        why = self._check_ffi(positions, arrays, targets, entry)
+        if why is not None:
+            return None, f"callback: {why}"
+        return (targets, entry), "xla_ffi"
+
+    def _check_ffi(self, positions, arrays, targets, entry) -> Optional[str]:
+        """Runs the generic custom calls once on zeros, forward and backward, eagerly (at trace time):
+        a Function whose Forward or Backward needs what the handlers lack (Python: ctx->saved_data) or
+        fails only there keeps the callback, which runs it as it always did. None when they run."""
+        zeros = [np.zeros(tuple(a.shape), np.dtype(a.dtype)) for a in arrays]
+        g = self._ffi_fn(positions, (targets, entry))
+        try:
+            with jax.ensure_compile_time_eval():
+                if any(np.issubdtype(z.dtype, np.inexact) for z in zeros):
+                    out, pullback = jax.vjp(g, *zeros)
+                    outs = out if isinstance(out, tuple) else (out,)
+                    cts = tuple(np.ones(np.shape(o), o.dtype) if jnp.issubdtype(o.dtype, jnp.inexact)
+                                else np.zeros(np.shape(o), jax.dtypes.float0) for o in outs)
+                    jax.block_until_ready(pullback(cts if isinstance(out, tuple) else cts[0]))
+                else:
+                    jax.block_until_ready(g(*zeros))
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return f"its XLA FFI handlers fail where the callback runs ({first})"
+        return None
+
+    def _ffi_fn(self, positions, how) -> Callable:
+        g = self.ffi_fns.get((positions, how))
+        if g is None:
+            targets, entry = how
+            attrs = {"entry": np.int64(entry)} if entry is not None else None
+            g = self.ffi_fns[(positions, how)] = ffi_function(self, positions, targets, self.writes, attrs)
+        return g
 
     def function(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
         key = (positions, _static_key(list(statics)))
@@ -159,6 +241,18 @@ class _JaxOp:
         return f
 
     def _make(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
+        """The signature's function: an XLA custom call where ``route`` finds one, else the callback."""
+        via_callback = self._make_callback(positions, statics)
+
+        def f(*arrays: Any) -> Any:
+            how, _ = self.route(positions, statics, arrays)
+            if how is None:
+                return via_callback(*arrays)
+            return self._ffi_fn(positions, how)(*arrays)
+        return f
+
+    def _make_callback(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
+        """The signature's function over jax.pure_callback (the named fallback)."""
         op = self
 
         def forward_cb(*arrays):
@@ -207,32 +301,6 @@ class _JaxOp:
         return f
 
 
-class _JaxFfiOp(_JaxOp):
-    """A ``_JaxOp`` whose all-array calls run the XLA custom calls ``targets`` (forward, backward)."""
-
-    def __init__(self, name: str, fn: Callable, shape_fn: Optional[Callable], targets: Tuple[str, str],
-                 writes: Tuple[int, ...] = ()) -> None:
-        super().__init__(name, fn, shape_fn, writes)
-        self.targets = targets
-
-    def _make(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
-        if statics:  # XLA passes buffers only: the callback path takes the static arguments
-            return super()._make(positions, statics)
-        via_ffi = ffi_function(self, positions, self.targets, self.writes)
-        via_callback: List[Callable] = []
-
-        def f(*arrays: Any) -> Any:
-            # with x64 off an int64 (float64, ...) result cannot be JAX's dtype: the callback path
-            # returns it as its 32-bit twin, as jnp does
-            specs, _ = self.specs(positions, (), arrays)
-            if all(jax_dtype(s.dtype) == s.dtype for s in specs):
-                return via_ffi(*arrays)
-            if not via_callback:
-                via_callback.append(super(_JaxFfiOp, self)._make(positions, statics))
-            return via_callback[0](*arrays)
-        return f
-
-
 def _check_mutates(funcs: Dict[str, Callable], mutates: Any) -> Dict[str, Tuple[int, ...]]:
     """``mutates`` checked: function names of the module to non-negative argument positions."""
     if mutates is None:
@@ -266,15 +334,25 @@ def _wrapper(op: _JaxOp) -> Callable:
             raise TypeError(f"{op.name}: a JAX operator needs at least one array argument")
         return op.function(positions, statics)(*[args[p] for p in positions])
 
+    def route(*args: Any) -> str:
+        """How a call with these arguments runs: "xla_ffi" (an XLA custom call) or "callback: <why>"
+        (jax.pure_callback, the fallback)."""
+        args = tuple(a if _is_array(a) else plain_static(a) for a in args)
+        positions = tuple(k for k, a in enumerate(args) if _is_array(a))
+        arrays = [jax.ShapeDtypeStruct(np.shape(args[p]), args[p].dtype) for p in positions]
+        return op.route(positions, tuple(a for a in args if not _is_array(a)), arrays)[1]
+
     call.__name__ = call.__qualname__ = op.name
     call.__doc__ = op.fn.__doc__
+    call.route = route  # type: ignore[attr-defined]
     return call
 
 
 def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None,
-           mutates: Optional[Dict[str, Sequence[int]]] = None) -> types.SimpleNamespace:
-    """``module``'s functions as JAX functions (custom_vjp over host callbacks or, for functions
-    bound with ``OB_XLA_FFI``, XLA custom calls; jit, grad, vmap).
+           mutates: Optional[Dict[str, Sequence[int]]] = None, ffi: bool = True) -> types.SimpleNamespace:
+    """``module``'s functions as JAX functions (custom_vjp over XLA custom calls, or host callbacks
+    where a call cannot be one; jit, grad, vmap). ``ffi=False`` keeps every call on the callback
+    (jax.pure_callback); each function's ``route(*args)`` says which a call takes, and why.
 
     ``shape_fn`` maps a function name to its shape rule (see ``Spec``); without one, the rule of its
     ``<name>_infer_shape`` companion (a C++ ``InferShape``) if bound, else the output shapes come
@@ -285,14 +363,14 @@ def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None,
     own). Without it a Function gets writable private copies (it may write them; the output is their
     values), or, with ``kAcceptsViews`` once its type is known to write nothing, XLA's buffers read-only.
     """
+    if not isinstance(ffi, bool):
+        raise TypeError(f"to_jax: ffi must be True or False, got {type(ffi).__name__}")
     funcs = module_functions(module)
     shape_fns = companion_shape_fns(module, funcs, check_shape_fns("to_jax", funcs, shape_fn))
     writes = _check_mutates(funcs, mutates)
-    targets = ffi_targets(module, funcs, shape_fns)
+    targets = ffi_targets(module, funcs, shape_fns) if ffi else {}
     out = types.SimpleNamespace()
     for name, fn in funcs.items():
-        rule = shape_fns.get(name)
-        w = writes.get(name, ())
-        op = _JaxFfiOp(name, fn, rule, targets[name], w) if name in targets else _JaxOp(name, fn, rule, w)
+        op = _JaxOp(name, fn, shape_fns.get(name), writes.get(name, ()), ffi, targets.get(name))
         setattr(out, name, _wrapper(op))
     return out

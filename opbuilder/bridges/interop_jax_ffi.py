@@ -1,34 +1,45 @@
-"""``to_jax``'s XLA FFI path: a module function whose C++ ``Function`` was bound with
-``OB_XLA_FFI`` (the PyCapsules ``<name>_xla_fwd`` / ``<name>_xla_bwd``, see
-include/opbuilder/xla_ffi.h) runs as an XLA custom call (``jax.ffi.ffi_call``) instead of
-a host callback: no GIL, no Python per call. XLA's buffers are never written: a Function gets
-writable private copies of its inputs (an in-place op, MarkDirty or not, runs on a copy whose values
-are the output, as on the callback path), or with ``kAcceptsViews`` and a type known to write nothing
-(a call completed without a write) XLA's memory itself, read-only (no copy); a MarkDirty on that
-reruns Forward on copies, which the type gets from then on.
+"""``to_jax``'s XLA FFI path: a module function runs as an XLA custom call (``jax.ffi.ffi_call``)
+instead of a host callback: no GIL, no Python per call.
 
-Result shapes come from the shape rule (the ``<name>_infer_shape`` companion or
-``shape_fn``); a function with handlers but no rule is an error, since the custom call
-cannot probe. Calls with non-array (static) arguments fall back to the callback path, and so
-do calls with a 64-bit output while ``jax_enable_x64`` is off (the callback path declares
-and returns the 32-bit type, as ``jnp`` does). Complex gradients follow JAX's convention on
-both paths: the handlers compute the runtime's (torch's), and the cotangents in and the
-gradients out are conjugated (``runtime_cotangent``, ``jax_gradient``).
+Two kinds of handlers, one code (include/opbuilder/detail/xla_ffi_handlers.h):
+- generic (the default): ``generic_targets`` builds src/jax_ffi.cpp once per JAX version through the
+  builder (cached like any operator) and registers its forward and backward targets once. A call
+  names the C++ Function it runs by the custom call's ``entry`` attribute: the address of the
+  Function's FfiEntry (include/opbuilder/detail/ffi_entry.h). ``probe_entry`` finds it by running the
+  module function once on zeros with a probe as runtime.jit's trace hook: a function that is one
+  Function's ``Apply`` on its arrays, in order, returning Apply's outputs, hands its replay target,
+  which carries the entry (detail/replay.h). So no operator needs XLA's headers or a line of its own.
+- per module: a Function bound with ``OB_XLA_FFI`` (the PyCapsules ``<name>_xla_fwd`` /
+  ``<name>_xla_bwd``, include/opbuilder/xla_ffi.h) uses its module's (``ffi_targets``).
+
+XLA's buffers are never written: a Function gets writable private copies of its inputs (an in-place
+op, MarkDirty or not, runs on a copy whose values are the output, as on the callback path), or with
+``kAcceptsViews`` and a type known to write nothing (a call completed without a write) XLA's memory
+itself, read-only (no copy); a MarkDirty on that reruns Forward on copies, which the type gets from
+then on. Result shapes come from the shape rule (``<name>_infer_shape`` or ``shape_fn``) or, on the
+generic path, from the probe run. Complex gradients follow JAX's convention on both paths: the
+handlers compute the runtime's (torch's), and the cotangents in and the gradients out are conjugated
+(``runtime_cotangent``, ``jax_gradient``). The entry address is process-local and part of the
+lowered program, so JAX's persistent compilation cache keys it: another process (another address)
+compiles its own.
 """
 from __future__ import annotations
 
+import ctypes
 import itertools
+import threading
 import weakref
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from runtime.call_rules import to_framework_cotangent as _to_framework_cotangent
+from runtime.jit import tracing as _tracing
 
 __all__ = ["FFI_FWD", "FFI_BWD", "ffi_targets", "ffi_function", "runtime_cotangent", "jax_gradient",
-           "jax_dtype"]
+           "jax_dtype", "generic_targets", "probe_entry"]
 
 FFI_FWD, FFI_BWD = "_xla_fwd", "_xla_bwd"
 
@@ -58,6 +69,130 @@ def ffi_targets(module: Any, funcs: Dict[str, Callable], shape_fns: Dict[str, Ca
             jax.ffi.register_ffi_target(prefix + ".bwd", getattr(module, name + FFI_BWD), platform="cpu")
             done[name] = (prefix + ".fwd", prefix + ".bwd")
     return {name: done[name] for name in with_handlers}
+
+
+# ---- the generic handlers: one pair for every Function (src/jax_ffi.cpp) ----------------------------
+
+# detail/ffi_entry.h's kFfiEntryAbi: the entry layout this module reads
+_ENTRY_ABI = 0x0b0ff1e000000001
+_generic_lock = threading.Lock()
+_generic: Dict[str, Any] = {}  # "targets": (forward, backward) names, or "error": why they are missing
+
+
+def generic_targets() -> Tuple[Optional[Tuple[str, str]], Optional[str]]:
+    """The XLA target names (forward, backward) of to_jax's generic handlers, built on first use (once
+    per JAX version, through the builder and its cache: src/jax_ffi.cpp against jax.ffi.include_dir())
+    and registered once; or (None, why) when they cannot be built."""
+    with _generic_lock:
+        if "targets" not in _generic and "error" not in _generic:
+            try:
+                from ..custom_op import CustomOpBuilder
+                from ..native.headers import source_dir
+                tag = "".join(c if c.isalnum() else "_" for c in jax.__version__)
+                mod = CustomOpBuilder(f"_opbuilder_jax_ffi_{tag}", [str(source_dir() / "jax_ffi.cpp")],
+                                      include_paths=[jax.ffi.include_dir()]).load()
+                names = ("opbuilder.ffi.forward", "opbuilder.ffi.backward")
+                jax.ffi.register_ffi_target(names[0], mod.forward, platform="cpu")
+                jax.ffi.register_ffi_target(names[1], mod.backward, platform="cpu")
+                _generic["module"] = mod  # keeps the handlers' library loaded
+                _generic["targets"] = names
+            except Exception as e:  # a missing compiler or XLA headers: every call takes the callback
+                _generic["error"] = f"to_jax's XLA FFI handlers could not be built ({type(e).__name__}: {e})"
+    return _generic.get("targets"), _generic.get("error")
+
+
+class _Probe:
+    """runtime.jit's tracer protocol (runtime/jit/tracing.py ``hook.tracer``), recording the ops one
+    module function call runs: each runs as it would untraced, with the trace paused."""
+
+    stopped: Optional[str] = None
+
+    def __init__(self) -> None:
+        self.calls: List[Tuple[str, str, Any, Tuple[Any, ...], Any]] = []
+
+    def stop(self, what: str) -> None:
+        self.calls.append(("stop", what, None, (), None))
+
+    def call_op(self, kind: str, name: str, target: Any, args: Sequence[Any], attrs: Dict[str, Any]) -> Any:
+        _tracing.hook.tracer = None
+        _tracing.flag.value -= 1
+        try:
+            out = target(*args, **attrs)
+        finally:
+            _tracing.flag.value += 1
+            _tracing.hook.tracer = self
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        values = [np.array(np.asarray(o._data)) if hasattr(o, "_data") else None for o in outs]
+        self.calls.append((kind, name, target, tuple(args), (out, values)))
+        return out
+
+
+def _pointer(a: Any) -> Tuple[int, Tuple[int, ...]]:
+    d = np.asarray(a._data if hasattr(a, "_data") else a)
+    return d.__array_interface__["data"][0], d.shape
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _entry_of(replay: Any, nargs: int) -> Tuple[Optional[int], Optional[str]]:
+    """The FfiEntry address runtime.jit's replay target of a C++ Function carries (detail/replay.h,
+    detail/ffi_entry.h), or (None, why)."""
+    cap = getattr(replay, "__self__", None)
+    if type(cap).__name__ != "PyCapsule":
+        return None, "its C++ Function's replay is not opbuilder's"
+    try:
+        target = _capsule_pointer(cap, b"opbuilder.replay")
+    except ValueError:
+        return None, "its C++ Function's replay is not opbuilder's"
+    abi = ctypes.c_uint64.from_address(target + 16).value
+    entry = ctypes.c_void_p.from_address(target + 24).value
+    if abi != _ENTRY_ABI:
+        return None, "its module was built by another opbuilder version (no XLA FFI entry); rebuild it"
+    if not entry:
+        return None, "its C++ Function takes arguments that are not tensors (XLA passes buffers only)"
+    if (ctypes.c_uint64.from_address(entry).value != _ENTRY_ABI
+            or ctypes.c_size_t.from_address(entry + 8).value != nargs):
+        return None, "its C++ Function's XLA FFI entry does not match the call"
+    return entry, None
+
+
+def probe_entry(run: Callable[[], Tuple[Sequence[Any], Sequence[Any]]]) -> Tuple[Optional[int], Optional[str]]:
+    """The FfiEntry of the one C++ Function a module function call is, or (None, why). ``run()`` calls
+    the function once (on zeros, at trace time) and returns (its runtime Tensor arguments, its
+    outputs). The call is that Function's when it runs exactly one op, a C++ Function's ``Apply``, on
+    exactly its arguments in order (the same memory), and returns exactly Apply's outputs (the same
+    memory, the same values): then the handlers may run the Function's Forward and Backward alone."""
+    probe = _Probe()
+    prev = _tracing.hook.tracer
+    _tracing.hook.tracer = probe
+    _tracing.flag.value += 1
+    try:
+        args, outs = run()
+    except Exception as e:
+        return None, f"its call on zeros of the arguments' shapes raised {type(e).__name__}: {e}"
+    finally:
+        _tracing.flag.value -= 1
+        _tracing.hook.tracer = prev
+    if len(probe.calls) != 1 or probe.calls[0][0] != "cpp":
+        kinds = ", ".join(f"{k} {n}" for k, n, *_ in probe.calls) or "no op"
+        return None, f"it is not one C++ Function's Apply (it ran {kinds})"
+    _, name, replay, cargs, (cout, values) = probe.calls[0]
+    couts = list(cout) if isinstance(cout, (list, tuple)) else [cout]
+    try:
+        same_in = len(cargs) == len(args) and all(_pointer(a) == _pointer(b) for a, b in zip(cargs, args))
+        same_out = (len(couts) == len(outs) and all(_pointer(a) == _pointer(b) for a, b in zip(couts, outs))
+                    and all(v is not None and np.array_equal(v, np.asarray(o._data), equal_nan=v.dtype.kind in "fc")
+                            for v, o in zip(values, outs)))
+    except Exception:  # not tensors
+        same_in = same_out = False
+    if not same_in or any(_pointer(a)[0] == 0 for a in args):
+        return None, f"it does not pass its arrays, in order, to the C++ Function {name}"
+    if not same_out:
+        return None, f"it does not return the outputs of the C++ Function {name} as they are"
+    return _entry_of(replay, len(args))
 
 
 def runtime_cotangent(ct: Any) -> Any:
@@ -104,12 +239,14 @@ def _aliases(name: str, positions: Tuple[int, ...], writes: Tuple[int, ...], arr
 
 
 def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
-                 writes: Tuple[int, ...] = ()) -> Callable:
+                 writes: Tuple[int, ...] = (), attrs: Optional[Dict[str, Any]] = None) -> Callable:
     """A ``custom_vjp`` over the XLA custom calls ``targets`` (forward, backward) for an all-array call
     of ``op`` (to_jax's ``_JaxOp``: its ``specs`` gives the result shapes). The arguments at positions
     ``writes`` are declared to XLA as aliased to an output: XLA copies each into that result buffer (or
-    uses a donated one), and the handler gives Forward that buffer to write."""
+    uses a donated one), and the handler gives Forward that buffer to write. ``attrs``: the custom
+    calls' attributes (the generic handlers' ``entry``)."""
     fwd_target, bwd_target = targets
+    attrs = attrs or {}
 
     def out_structs(arrays):
         specs, single = op.specs(positions, (), arrays)
@@ -120,7 +257,7 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
         structs, single = out_structs(arrays)
         aliases = _aliases(op.name, positions, writes, arrays, structs) if writes else {}
         outs = jax.ffi.ffi_call(fwd_target, structs, vmap_method="sequential",
-                                input_output_aliases=aliases or None)(*arrays)
+                                input_output_aliases=aliases or None)(*arrays, **attrs)
         return outs[0] if single else tuple(outs)
 
     def f_fwd(*arrays):
@@ -136,7 +273,7 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
         grads = jax.ffi.ffi_call(bwd_target, tuple(_struct(np.shape(a), a.dtype, arrays) for a in arrays)
                                  + scratch, vmap_method="sequential",
                                  input_output_aliases={i: len(arrays) + m for m, i in enumerate(written)} or None)(
-                                     *arrays, *cts)[:len(arrays)]
+                                     *arrays, *cts, **attrs)[:len(arrays)]
         return tuple(jax_gradient(g) if np.issubdtype(a.dtype, np.inexact) else None for a, g in zip(arrays, grads))
 
     f.defvjp(f_fwd, f_bwd)

@@ -8,6 +8,7 @@
 
 #include <Python.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "opbuilder/detail/binding.h"
@@ -20,11 +21,17 @@
 namespace opbuilder {
 namespace detail OB_HIDDEN {
 
+struct FfiEntry;  // detail/ffi_entry.h
+
 // One replay target: `fn(args, nargs)` gets exactly `nargs` arguments and returns a new
-// reference, or nullptr with the Python error set.
+// reference, or nullptr with the Python error set. `ffi` (after `ffi_abi`, kFfiEntryAbi): the
+// Function's Forward and Backward on these arguments as plain function pointers, or nullptr when one
+// is not a tensor (to_jax's XLA FFI handlers call it; opbuilder/bridges/interop_jax_ffi.py reads it).
 struct ReplayTarget {
   PyObject *(*fn)(PyObject *const *args, Py_ssize_t nargs);
   Py_ssize_t nargs;
+  std::uint64_t ffi_abi;
+  const FfiEntry *ffi;
 };
 
 // The replay callable's body: `self` is a capsule holding the ReplayTarget.

@@ -1,12 +1,14 @@
-// The XLA FFI handlers of a Function<T> (xla_ffi.h's OB_XLA_FFI exports them): XLA's buffers as
-// Tensors, the scratch copies, the forward and backward handlers and their entry points. What they
-// do, and the rules they keep, is said at the top of xla_ffi.h. Not for operator authors. Included by
-// xla_ffi.h, which checks that XLA's FFI headers are there.
+// The XLA FFI handlers of any Function, through its FfiEntry (detail/ffi_entry.h): XLA's buffers as
+// Tensors, the scratch copies, the forward and backward handlers. One copy is compiled once per JAX
+// version into to_jax's generic handlers (src/jax_ffi.cpp), which every Function reaches with no change
+// of its source; xla_ffi.h's OB_XLA_FFI compiles it into a module instead. What they do, and the rules
+// they keep, is said at the top of xla_ffi.h. Not for operator authors.
 #pragma once
 
 #include <Python.h>
 
 #include <array>
+#include <complex>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -120,18 +122,6 @@ inline TensorPtr Input(const ffi::AnyBuffer &b, InputMode mode, const char *what
   return ScratchCopy(*t, mode == InputMode::kCopy);
 }
 
-// While alive, saved_data (Python objects) refuses to be used on this thread (binding.h).
-class NoPythonHere {
- public:
-  NoPythonHere() : saved_(NoPythonHandler()) { NoPythonHandler() = "an XLA FFI handler (opbuilder/xla_ffi.h)"; }
-  ~NoPythonHere() { NoPythonHandler() = saved_; }
-  NoPythonHere(const NoPythonHere &) = delete;
-  NoPythonHere &operator=(const NoPythonHere &) = delete;
-
- private:
-  const char *saved_;
-};
-
 // XLA's result buffers as Tensors, in order.
 inline TensorPtrList ResultTensors(ffi::RemainingRets &rets) {
   TensorPtrList out;
@@ -143,12 +133,12 @@ inline TensorPtrList ResultTensors(ffi::RemainingRets &rets) {
   return out;
 }
 
-// While alive, new host Tensors of a result buffer's size are built in that buffer (detail/tensor_details.h's
-// OfferedBuffers): Forward's outputs usually land in place. 64-byte aligned buffers only, as malloc'd
-// tensors are.
+// XLA's result buffers, offered to new host Tensors of their size while Forward (or Backward) runs
+// (detail/tensor_details.h's OfferedBuffers, installed by the Function's own code: ffi_entry.h's
+// FfiCallScope), so outputs usually land in place. 64-byte aligned buffers only, as malloc'd tensors are.
 class OfferResults {
  public:
-  explicit OfferResults(const TensorPtrList &dst) : saved_(Offered()) {
+  explicit OfferResults(const TensorPtrList &dst) {
     for (const auto &t : dst) {
       const auto addr = reinterpret_cast<std::uintptr_t>(t->data_ptr());
       if (t->nbytes() == 0 || addr % 64 != 0) continue;
@@ -156,17 +146,17 @@ class OfferResults {
       nbytes_.push_back(t->nbytes());
     }
     taken_.reset(new bool[data_.size() + 1]());
-    Offered() = OfferedBuffers{data_.data(), nbytes_.data(), taken_.get(), data_.size()};
+    buffers_ = OfferedBuffers{data_.data(), nbytes_.data(), taken_.get(), data_.size()};
   }
-  ~OfferResults() { Offered() = saved_; }
   OfferResults(const OfferResults &) = delete;
   OfferResults &operator=(const OfferResults &) = delete;
+  const OfferedBuffers &buffers() const { return buffers_; }
 
  private:
-  OfferedBuffers saved_;
   std::vector<void *> data_;
   std::vector<std::size_t> nbytes_;
   std::unique_ptr<bool[]> taken_;
+  OfferedBuffers buffers_;
 };
 
 inline bool Within(const Tensor &t, const Tensor &buffer) {
@@ -174,12 +164,74 @@ inline bool Within(const Tensor &t, const Tensor &buffer) {
   return p >= b && p < b + buffer.nbytes();
 }
 
-// Writes `outs` (null: zeros) into XLA's result buffers `dst`, checking shapes and dtypes. An output
+// Whether `shape` broadcasts to `target` (numpy's rule), as the runtime's engine asks of a gradient.
+inline bool BroadcastsTo(const ShapeVector &shape, const ShapeVector &target) {
+  if (shape.size() > target.size()) return false;
+  for (std::size_t k = 1; k <= shape.size(); ++k) {
+    const std::int64_t s = shape[shape.size() - k], t = target[target.size() - k];
+    if (s != t && s != 1) return false;
+  }
+  return true;
+}
+
+// `g` (any strides) summed down to `dst`'s shape, which broadcasts to g's, into `dst` (contiguous):
+// what the runtime's engine does with a gradient Backward returns in the shape its input broadcast to.
+template <typename Acc, typename Elem>
+void SumDown(const Tensor &g, Tensor &dst) {
+  const ShapeVector gs = g.shape(), gst = g.strides(), ds = dst.shape();
+  const std::size_t nd = gs.size(), lead = nd - ds.size();
+  ShapeVector dstr(nd, 0);  // per g dimension: its step in dst (0 where dst broadcasts)
+  std::int64_t step = 1;
+  for (std::size_t k = nd; k-- > lead;) {
+    const std::int64_t d = ds[k - lead];
+    dstr[k] = d == 1 ? 0 : step;
+    step *= d;
+  }
+  std::vector<Acc> acc(static_cast<std::size_t>(dst.numel()), Acc(0));
+  const Elem *src = static_cast<const Elem *>(g.data_ptr());
+  ShapeVector idx(nd, 0);
+  for (std::int64_t n = 0; n < g.numel(); ++n) {
+    std::int64_t so = 0, doff = 0;
+    for (std::size_t k = 0; k < nd; ++k) {
+      so += idx[k] * gst[k];
+      doff += idx[k] * dstr[k];
+    }
+    acc[static_cast<std::size_t>(doff)] += static_cast<Acc>(src[so]);
+    for (std::size_t k = nd; k-- > 0;) {
+      if (++idx[k] < gs[k]) break;
+      idx[k] = 0;
+    }
+  }
+  Elem *out = static_cast<Elem *>(dst.data_ptr());
+  for (std::size_t i = 0; i < acc.size(); ++i) out[i] = static_cast<Elem>(acc[i]);
+}
+
+inline void SumDownTo(const Tensor &g, Tensor &dst) {
+  switch (g.dtype()) {
+    case kFloat32: return SumDown<double, float>(g, dst);
+    case kFloat64: return SumDown<double, double>(g, dst);
+    case kComplex64: return SumDown<std::complex<double>, std::complex<float>>(g, dst);
+    case kComplex128: return SumDown<std::complex<double>, std::complex<double>>(g, dst);
+    case kFloat16: return SumDown<float, Half>(g, dst);
+    case kBFloat16: return SumDown<float, bfloat16>(g, dst);
+    default:
+      throw std::runtime_error(std::string("a gradient of dtype ") + DataTypeName(g.dtype()) + " in a broadcast shape");
+  }
+}
+
+// Writes `outs` (null: zeros) into XLA's result buffers `dst`, checking shapes and dtypes. With
+// `sum_down` (gradients) an output in a shape its buffer's broadcasts to is summed down to it first. An output
 // already in its own buffer stays; one inside another result buffer is copied aside first, so no
 // write clobbers an output not yet copied.
-inline void CopyOut(TensorPtrList outs, const TensorPtrList &dst, const std::string &name) {
+inline void CopyOut(TensorPtrList outs, const TensorPtrList &dst, const std::string &name, bool sum_down = false) {
   for (std::size_t j = 0; j < outs.size(); ++j) {
-    const TensorPtr &t = outs[j];
+    TensorPtr &t = outs[j];
+    if (sum_down && t && t->dtype() == dst[j]->dtype() && t->shape() != dst[j]->shape() &&
+        BroadcastsTo(dst[j]->shape(), t->shape())) {
+      auto summed = std::make_shared<Tensor>(dst[j]->dtype(), dst[j]->shape());
+      SumDownTo(*t, *summed);
+      t = summed;
+    }
     if (t && (t->dtype() != dst[j]->dtype() || t->shape() != dst[j]->shape())) {
       throw std::runtime_error(name + ": output " + std::to_string(j) + " has shape " + ShapeString(t->shape()) +
                                " and dtype " + DataTypeName(t->dtype()) + ", but XLA expects shape " +
@@ -211,45 +263,179 @@ inline void CopyOut(TensorPtrList outs, const TensorPtrList &dst, const std::str
   }
 }
 
-template <typename A>
-constexpr bool kIsTensorArg = std::is_same_v<std::decay_t<A>, TensorPtr>;
+// The forward and backward handlers of any Function, through its FfiEntry (detail/ffi_entry.h): one
+// compiled copy serves every Function (src/jax_ffi.cpp, built once per JAX version, and each
+// OB_XLA_FFI of a module).
+class Handlers {
+ public:
+  // `where`: what the handlers are, in saved_data's error (binding.h).
+  explicit Handlers(const FfiEntry &e, const char *where = "an XLA FFI handler (to_jax's generic handlers)")
+      : e_(e), n_(e.nargs), where_(where) {}
 
-template <typename T, typename F>
-struct Handlers;
+  // Arguments: Forward's inputs. Results: Forward's outputs.
+  ffi::Error Forward(ffi::RemainingArgs args, ffi::RemainingRets rets) const {
+    try {
+      if (args.size() != n_) throw std::runtime_error("expects " + std::to_string(n_) + " arguments, got " +
+                                                      std::to_string(args.size()));
+      const TensorPtrList dst = ResultTensors(rets);
+      TensorPtrList outs;
+      for (int attempt = 0;; ++attempt) {  // a second run only after RetryWithCopies
+        std::vector<bool> aliased(dst.size(), false);
+        Kept kept(n_, nullptr);
+        const Inputs in = ReadInputs(args, dst, aliased, kept, e_.forward_writes());
+        TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
+        for (std::size_t j = 0; j < dst.size(); ++j) {
+          if (!aliased[j]) offered.push_back(dst[j]);
+        }
+        try {
+          AutogradContext ctx;  // dies (with what Forward saved) before the outputs are copied
+          Raw raw(n_ + 1, nullptr);
+          OfferResults offer(offered);
+          outs = RunForward(ctx, in, raw, &offer);
+          WroteCopies(State(ctx), in, kept, e_.forward_writes());  // a write without MarkDirty landed in a copy
+          State(ctx).args = nullptr;
+          break;
+        } catch (const RetryWithCopies &r) {
+          if (attempt > 0) RefuseReadOnlyDirty(r.arg);
+        }
+      }
+      if (outs.size() != dst.size()) {
+        throw std::runtime_error("Forward returned " + std::to_string(outs.size()) + " tensors, but XLA expects " +
+                                 std::to_string(dst.size()));
+      }
+      for (std::size_t j = 0; j < outs.size(); ++j) {
+        if (!outs[j]) throw std::runtime_error("Forward returned a null tensor as output " + std::to_string(j));
+      }
+      CopyOut(std::move(outs), dst, e_.name());
+      return ffi::Error::Success();
+    } catch (const std::exception &ex) {
+      return Fail("forward", ex.what());
+    } catch (...) {
+      return Fail("forward", "an exception that is not a std::exception");
+    }
+  }
 
-template <typename T, typename R, typename... A>
-struct Handlers<T, R (*)(AutogradContext *, A...)> {
-  static_assert((kIsTensorArg<A> && ...),
-                "OB_XLA_FFI(m, name, T): every argument of T::Forward after ctx must be a TensorPtr (XLA passes "
-                "buffers only)");
-  static constexpr std::size_t kN = sizeof...(A);
-  static constexpr bool kViews = AcceptsViews<T>::value;
-  using Inputs = std::array<TensorPtr, kN>;
+  // Arguments: Forward's inputs, then one cotangent per output. Results: one gradient per input, then
+  // one scratch buffer per input declared written (to_jax's mutates), aliased to it: XLA copies the
+  // input there, and the rerun Forward writes that copy.
+  ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets) const {
+    try {
+      if (args.size() <= n_ || rets.size() < n_ || rets.size() > 2 * n_) {
+        throw std::runtime_error("expects the " + std::to_string(n_) + " inputs, the output cotangents and " +
+                                 std::to_string(n_) + " results (and a buffer per written input)");
+      }
+      const TensorPtrList all = ResultTensors(rets);
+      TensorPtrList dst = all;
+      dst.resize(n_);  // the gradients' buffers
+      std::unique_ptr<AutogradContext> ctx_owner;
+      Inputs in;
+      TensorPtrList outs;
+      Raw raw(n_ + 1, nullptr);
+      std::vector<std::uint64_t> prints(n_, 0);
+      double phase = 0;
+      for (int attempt = 0;; ++attempt) {  // a second run only after RetryWithCopies
+        std::vector<bool> aliased(all.size(), false);
+        Kept kept(n_, nullptr);
+        in = ReadInputs(args, all, aliased, kept, e_.writes());
+        ctx_owner = std::make_unique<AutogradContext>();
+        ContextState &st = State(*ctx_owner);
+        st.needs.assign(n_, false);
+        for (std::size_t i = 0; i < n_; ++i) st.needs[i] = ::opbuilder::IsDifferentiable(in[i]->dtype());
+        // the gradient route records, so (as the runtime does when it records) a write to an input
+        // without MarkDirty is an error, with the runtime's message
+        phase = NextFingerprintPhase();
+        for (std::size_t i = 0; i < n_; ++i) prints[i] = Fingerprint(*in[i], phase);
+        try {
+          outs = RunForward(*ctx_owner, in, raw, nullptr);
+          WroteCopies(st, in, kept, e_.writes());
+          break;
+        } catch (const RetryWithCopies &r) {
+          State(*ctx_owner).args = nullptr;
+          if (attempt > 0) RefuseReadOnlyDirty(r.arg);
+        }
+      }
+      AutogradContext &ctx = *ctx_owner;
+      ContextState &st = State(ctx);
+      for (std::size_t i = 0; i < n_; ++i) {
+        if (!st.IsDirty(in[i].get()) && Fingerprint(*in[i], phase) != prints[i]) {
+          NoteWritten();
+          throw std::runtime_error(e_.name() + "::Forward modified argument " + std::to_string(i) +
+                                   " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return "
+                                   "it, or write the result to a new tensor");
+        }
+      }
+      st.args = nullptr;
+      if (args.size() - n_ != outs.size()) {
+        throw std::runtime_error("Forward returned " + std::to_string(outs.size()) + " tensors, but got " +
+                                 std::to_string(args.size() - n_) + " cotangents");
+      }
+      const InputMode ct_mode = !e_.views                                ? InputMode::kCopy
+                                : KeepsArguments(e_.cotangent_writes()) ? InputMode::kReadOnlyCopy
+                                                                        : InputMode::kView;
+      TensorPtrList grads, ct_copies;
+      std::vector<const void *> ct_kept;
+      for (std::size_t j = 0; j < outs.size(); ++j) {
+        auto b = args.get<ffi::AnyBuffer>(n_ + j);
+        if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
+        grads.push_back(Input(*b, ct_mode, "cotangent", j));
+        if (ct_mode == InputMode::kReadOnlyCopy && grads.back()->nbytes() != 0 && b->untyped_data() != nullptr) {
+          ct_copies.push_back(grads.back());
+          ct_kept.push_back(b->untyped_data());
+        }
+      }
+      TensorPtrList g;
+      {
+        OfferResults offer(dst);
+        e_.backward(&ctx, &grads, &g, &offer.buffers(), where_);
+      }
+      if (!ct_copies.empty()) {  // what Backward did to the copies tells later calls whether they need one
+        bool wrote = false;
+        for (std::size_t j = 0; j < ct_copies.size(); ++j) {
+          wrote = wrote || std::memcmp(ct_copies[j]->data_ptr(), ct_kept[j], ct_copies[j]->nbytes()) != 0;
+        }
+        if (wrote) {
+          NoteWrites(e_.cotangent_writes());
+        } else {
+          NoteReadOnlyCall(e_.cotangent_writes());
+        }
+      }
+      if (g.size() != n_) {
+        throw std::runtime_error("Backward returned " + std::to_string(g.size()) + " gradients for " +
+                                 std::to_string(n_) + " arguments");
+      }
+      for (std::size_t i = 0; i < n_; ++i) {
+        if (!st.needs[i]) g[i] = nullptr;
+      }
+      CopyOut(std::move(g), dst, e_.name(), true);
+      return ffi::Error::Success();
+    } catch (const std::exception &ex) {
+      return Fail("backward", ex.what());
+    } catch (...) {
+      return Fail("backward", "an exception that is not a std::exception");
+    }
+  }
+
+ private:
+  using Inputs = std::vector<TensorPtr>;
   // XLA's memory of each input a kAcceptsViews Forward got as a private copy, else null.
-  using Kept = std::array<const void *, kN + 1>;
+  using Kept = std::vector<const void *>;
+  using Raw = std::vector<Tensor *>;
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
-  // What T's recorded calls showed of writes into its arguments: the runtime's knowledge
-  // (Function<T>::Writes, call_rules.h), which the backward handler's rerun of Forward (it records:
-  // ctx->NeedsInputGrad is set) reads and adds to.
-  static WriteState *Writes() { return T::Writes(); }
-  // The same for the forward handler's calls, kept apart: they record nothing (NeedsInputGrad false),
-  // and a Forward may write only when it records, so a call that wrote nothing here says nothing of
-  // the rerun (and the other way round).
-  static WriteState *ForwardWrites() {
-    static WriteState state{kWritesUnknown};
-    return &state;
-  }
-  // What T::Backward's calls showed of writes into the output cotangents it is given (XLA's buffers,
-  // which may be shared with the rest of the computation, a constant even): read-only private copies
-  // until a call left them as they were, XLA's memory after that; a write keeps copies from then on.
-  static WriteState *CotangentWrites() {
-    static WriteState state{kWritesUnknown};
-    return &state;
-  }
+  // Thrown when Forward marked dirty XLA's read-only buffer (a kAcceptsViews type known to write
+  // nothing that wrote after all): the handler runs Forward again on private copies, which the type
+  // gets from now on, so the call has the answer every other call (and the callback path) has.
+  struct RetryWithCopies {
+    int arg;
+  };
+
   // A call wrote an argument (MarkDirty, or a write found without it): every call of T keeps copies.
-  static void NoteWritten() {
-    NoteWrites(Writes());
-    NoteWrites(ForwardWrites());
+  // T's knowledge (Writes) is the runtime's too: the backward handler's rerun of Forward records
+  // (NeedsInputGrad is set) and reads and adds to it; the forward handler's calls record nothing, and a
+  // Forward may write only when it records, so they keep their own (forward_writes).
+  void NoteWritten() const {
+    NoteWrites(e_.writes());
+    NoteWrites(e_.forward_writes());
   }
 
   // The inputs as Forward gets them. An input XLA aliased to a result buffer (to_jax's `mutates`:
@@ -258,13 +444,13 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
   // (decided before Forward runs, so no write, MarkDirty'd or not, reaches XLA's buffer), except that
   // with kAcceptsViews a type known to write nothing gets XLA's memory read-only; `kept` records
   // XLA's memory of each copy a kAcceptsViews type got. `known` is what the handler's calls showed
-  // (ForwardWrites, or Writes for the rerun); a write seen anywhere keeps copies everywhere.
-  static Inputs ReadInputs(const ffi::RemainingArgs &args, const TensorPtrList &dst, std::vector<bool> &aliased,
-                           Kept &kept, const WriteState *known) {
-    const bool keep = KeepsArguments(known) || Writes()->load(std::memory_order_relaxed) == kWritesArgs;
-    const InputMode mode = !kViews || keep ? InputMode::kCopy : InputMode::kView;
-    Inputs in;
-    for (std::size_t i = 0; i < kN; ++i) {
+  // (forward_writes, or writes for the rerun); a write seen anywhere keeps copies everywhere.
+  Inputs ReadInputs(const ffi::RemainingArgs &args, const TensorPtrList &dst, std::vector<bool> &aliased, Kept &kept,
+                    const WriteState *known) const {
+    const bool keep = KeepsArguments(known) || e_.writes()->load(std::memory_order_relaxed) == kWritesArgs;
+    const InputMode mode = !e_.views || keep ? InputMode::kCopy : InputMode::kView;
+    Inputs in(n_);
+    for (std::size_t i = 0; i < n_; ++i) {
       auto b = args.get<ffi::AnyBuffer>(i);
       if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
       const std::size_t j = AliasOf(*b, dst);
@@ -273,7 +459,7 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
         aliased[j] = true;
       } else {
         in[i] = Input(*b, mode, "argument", i);
-        if (kViews && mode == InputMode::kCopy) kept[i] = b->untyped_data();
+        if (e_.views && mode == InputMode::kCopy) kept[i] = b->untyped_data();
       }
     }
     return in;
@@ -283,28 +469,22 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
   // given (MarkDirty'd or not; the copy is then discarded, or copied out as an output). What the call showed
   // goes to T's knowledge: a write keeps copies from now on; a call that wrote nothing (no MarkDirty,
   // every copy as XLA gave it) lets later calls of its handler (`known`) take XLA's memory itself.
-  static bool WroteCopies(const ContextState &st, const Inputs &in, const Kept &kept, WriteState *known) {
-    if constexpr (kViews) {
-      bool any = false, wrote = false;
-      for (std::size_t i = 0; i < kN; ++i) {
-        const std::size_t n = in[i]->nbytes();
-        if (kept[i] == nullptr || n == 0) continue;  // an empty copy shows nothing
-        any = true;
-        wrote = wrote || std::memcmp(in[i]->data_ptr(), kept[i], n) != 0;
-      }
-      if (wrote) {
-        NoteWritten();
-      } else if (any && st.dirty.empty()) {
-        NoteReadOnlyCall(known);
-      }
-      return wrote;
-    } else {
-      (void)st, (void)in, (void)kept, (void)known;
-      return false;
+  bool WroteCopies(const ContextState &st, const Inputs &in, const Kept &kept, WriteState *known) const {
+    if (!e_.views) return false;
+    bool any = false, wrote = false;
+    for (std::size_t i = 0; i < n_; ++i) {
+      const std::size_t n = in[i]->nbytes();
+      if (kept[i] == nullptr || n == 0) continue;  // an empty copy shows nothing
+      any = true;
+      wrote = wrote || std::memcmp(in[i]->data_ptr(), kept[i], n) != 0;
     }
+    if (wrote) {
+      NoteWritten();
+    } else if (any && st.dirty.empty()) {
+      NoteReadOnlyCall(known);
+    }
+    return wrote;
   }
-
-  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
   // The result buffer XLA placed input `b` in (declared aliasing), or kNone.
   static std::size_t AliasOf(const ffi::AnyBuffer &b, const TensorPtrList &dst) {
@@ -314,13 +494,6 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
     }
     return kNone;
   }
-
-  // Thrown when Forward marked dirty XLA's read-only buffer (a kAcceptsViews type known to write
-  // nothing that wrote after all): the handler runs Forward again on private copies, which the type
-  // gets from now on, so the call has the answer every other call (and the callback path) has.
-  struct RetryWithCopies {
-    int arg;
-  };
 
   // The refusal if Forward marks XLA's read-only buffer dirty even on a retry with copies (it cannot:
   // copies are writable; kept so the impossible case is named, not silent).
@@ -335,7 +508,7 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
   // dirty (its values are copied out as the output). XLA's read-only buffer (a kAcceptsViews type
   // known to write nothing gets it) may not be written: Forward runs again on copies (RetryWithCopies);
   // a Function taking views honours is_writable(), so that buffer is as XLA gave it.
-  static void CheckDirty(const ContextState &st, const TensorPtrList &outs) {
+  void CheckDirty(const ContextState &st, const TensorPtrList &outs) const {
     if (!st.dirty.empty()) NoteWritten();  // T writes its arguments: later calls keep copies
     for (const auto &d : st.dirty) {
       const int i = st.ArgIndex(d.get());
@@ -349,190 +522,71 @@ struct Handlers<T, R (*)(AutogradContext *, A...)> {
   }
 
   // Forward with a context the handler owns (no runtime, no Python); `needs` marks the arguments
-  // Backward will be asked for.
-  template <std::size_t... I>
-  static TensorPtrList RunForward(AutogradContext &ctx, const Inputs &in, std::array<Tensor *, kN + 1> &raw,
-                                  std::index_sequence<I...>) {
+  // Backward will be asked for. `offer`: XLA's result buffers for new tensors, or null.
+  TensorPtrList RunForward(AutogradContext &ctx, const Inputs &in, Raw &raw, const OfferResults *offer) const {
     ContextState &st = State(ctx);
-    st.name = &FunctionName<T>();
-    for (std::size_t i = 0; i < kN; ++i) raw[i] = in[i].get();
+    st.name = &e_.name();
+    for (std::size_t i = 0; i < n_; ++i) raw[i] = in[i].get();
     st.args = raw.data();
-    st.nargs = kN;
-    NoPythonHere no_python;
-    TensorPtrList outs = AsList(T::Forward(&ctx, in[I]...));
+    st.nargs = n_;
+    TensorPtrList outs;
+    e_.forward(&ctx, in.data(), &outs, offer != nullptr ? &offer->buffers() : nullptr, where_);
     CheckDirty(st, outs);
     return outs;
   }
 
-  static ffi::Error Fail(const char *stage, const char *what) {
-    return ffi::Error::Internal(FunctionName<T>() + " (XLA FFI " + stage + "): " + what);
+  ffi::Error Fail(const char *stage, const char *what) const {
+    return ffi::Error::Internal(e_.name() + " (XLA FFI " + stage + "): " + what);
   }
 
-  static ffi::Error Forward(ffi::RemainingArgs args, ffi::RemainingRets rets) {
-    try {
-      if (args.size() != kN) throw std::runtime_error("expects " + std::to_string(kN) + " arguments, got " +
-                                                      std::to_string(args.size()));
-      const TensorPtrList dst = ResultTensors(rets);
-      TensorPtrList outs;
-      for (int attempt = 0;; ++attempt) {  // a second run only after RetryWithCopies
-        std::vector<bool> aliased(dst.size(), false);
-        Kept kept{};
-        const Inputs in = ReadInputs(args, dst, aliased, kept, ForwardWrites());
-        TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
-        for (std::size_t j = 0; j < dst.size(); ++j) {
-          if (!aliased[j]) offered.push_back(dst[j]);
-        }
-        try {
-          AutogradContext ctx;  // dies (with what Forward saved) before the outputs are copied
-          std::array<Tensor *, kN + 1> raw{};
-          OfferResults offer(offered);
-          outs = RunForward(ctx, in, raw, std::index_sequence_for<A...>{});
-          WroteCopies(State(ctx), in, kept, ForwardWrites());  // a write without MarkDirty landed in a copy
-          State(ctx).args = nullptr;
-          break;
-        } catch (const RetryWithCopies &r) {
-          if (attempt > 0) RefuseReadOnlyDirty(r.arg);
-        }
-      }
-      if (outs.size() != dst.size()) {
-        throw std::runtime_error("Forward returned " + std::to_string(outs.size()) + " tensors, but XLA expects " +
-                                 std::to_string(dst.size()));
-      }
-      for (std::size_t j = 0; j < outs.size(); ++j) {
-        if (!outs[j]) throw std::runtime_error("Forward returned a null tensor as output " + std::to_string(j));
-      }
-      CopyOut(std::move(outs), dst, FunctionName<T>());
-      return ffi::Error::Success();
-    } catch (const std::exception &e) {
-      return Fail("forward", e.what());
-    } catch (...) {
-      return Fail("forward", "an exception that is not a std::exception");
-    }
-  }
-
-  // Arguments: Forward's inputs, then one cotangent per output. Results: one gradient per input, then
-  // one scratch buffer per input declared written (to_jax's mutates), aliased to it: XLA copies the
-  // input there, and the rerun Forward writes that copy.
-  static ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets) {
-    try {
-      if (args.size() <= kN || rets.size() < kN || rets.size() > 2 * kN) {
-        throw std::runtime_error("expects the " + std::to_string(kN) + " inputs, the output cotangents and " +
-                                 std::to_string(kN) + " results (and a buffer per written input)");
-      }
-      const TensorPtrList all = ResultTensors(rets);
-      TensorPtrList dst = all;
-      dst.resize(kN);  // the gradients' buffers
-      std::unique_ptr<AutogradContext> ctx_owner;
-      Inputs in;
-      TensorPtrList outs;
-      std::array<Tensor *, kN + 1> raw{};
-      std::array<std::uint64_t, kN + 1> prints{};
-      double phase = 0;
-      for (int attempt = 0;; ++attempt) {  // a second run only after RetryWithCopies
-        std::vector<bool> aliased(all.size(), false);
-        Kept kept{};
-        in = ReadInputs(args, all, aliased, kept, Writes());
-        ctx_owner = std::make_unique<AutogradContext>();
-        ContextState &st = State(*ctx_owner);
-        st.needs.assign(kN, false);
-        for (std::size_t i = 0; i < kN; ++i) st.needs[i] = ::opbuilder::IsDifferentiable(in[i]->dtype());
-        // the gradient route records, so (as the runtime does when it records) a write to an input
-        // without MarkDirty is an error, with the runtime's message
-        phase = NextFingerprintPhase();
-        for (std::size_t i = 0; i < kN; ++i) prints[i] = Fingerprint(*in[i], phase);
-        try {
-          outs = RunForward(*ctx_owner, in, raw, std::index_sequence_for<A...>{});
-          WroteCopies(st, in, kept, Writes());
-          break;
-        } catch (const RetryWithCopies &r) {
-          State(*ctx_owner).args = nullptr;
-          if (attempt > 0) RefuseReadOnlyDirty(r.arg);
-        }
-      }
-      AutogradContext &ctx = *ctx_owner;
-      ContextState &st = State(ctx);
-      for (std::size_t i = 0; i < kN; ++i) {
-        if (!st.IsDirty(in[i].get()) && Fingerprint(*in[i], phase) != prints[i]) {
-          NoteWritten();
-          throw std::runtime_error(FunctionName<T>() + "::Forward modified argument " + std::to_string(i) +
-                                   " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return "
-                                   "it, or write the result to a new tensor");
-        }
-      }
-      st.args = nullptr;
-      if (args.size() - kN != outs.size()) {
-        throw std::runtime_error("Forward returned " + std::to_string(outs.size()) + " tensors, but got " +
-                                 std::to_string(args.size() - kN) + " cotangents");
-      }
-      const InputMode ct_mode = !kViews                            ? InputMode::kCopy
-                                : KeepsArguments(CotangentWrites()) ? InputMode::kReadOnlyCopy
-                                                                    : InputMode::kView;
-      TensorPtrList grads, ct_copies;
-      std::vector<const void *> ct_kept;
-      for (std::size_t j = 0; j < outs.size(); ++j) {
-        auto b = args.get<ffi::AnyBuffer>(kN + j);
-        if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
-        grads.push_back(Input(*b, ct_mode, "cotangent", j));
-        if (ct_mode == InputMode::kReadOnlyCopy && grads.back()->nbytes() != 0 && b->untyped_data() != nullptr) {
-          ct_copies.push_back(grads.back());
-          ct_kept.push_back(b->untyped_data());
-        }
-      }
-      TensorPtrList g;
-      {
-        OfferResults offer(dst);
-        NoPythonHere no_python;
-        g = T::Backward(&ctx, std::move(grads));
-      }
-      if (!ct_copies.empty()) {  // what Backward did to the copies tells later calls whether they need one
-        bool wrote = false;
-        for (std::size_t j = 0; j < ct_copies.size(); ++j) {
-          wrote = wrote || std::memcmp(ct_copies[j]->data_ptr(), ct_kept[j], ct_copies[j]->nbytes()) != 0;
-        }
-        if (wrote) {
-          NoteWrites(CotangentWrites());
-        } else {
-          NoteReadOnlyCall(CotangentWrites());
-        }
-      }
-      if (g.size() != kN) {
-        throw std::runtime_error("Backward returned " + std::to_string(g.size()) + " gradients for " +
-                                 std::to_string(kN) + " arguments");
-      }
-      for (std::size_t i = 0; i < kN; ++i) {
-        if (!st.needs[i]) g[i] = nullptr;
-      }
-      CopyOut(std::move(g), dst, FunctionName<T>());
-      return ffi::Error::Success();
-    } catch (const std::exception &e) {
-      return Fail("backward", e.what());
-    } catch (...) {
-      return Fail("backward", "an exception that is not a std::exception");
-    }
-  }
+  const FfiEntry &e_;
+  std::size_t n_;
+  const char *where_;
 };
 
-template <typename T>
-using HandlersOf = Handlers<T, decltype(&T::Forward)>;
-
-template <typename T>
-XLA_FFI_Error *ForwardEntry(XLA_FFI_CallFrame *frame) {
-  static auto *h =
-      ffi::Ffi::Bind().RemainingArgs().RemainingRets().To(&HandlersOf<T>::Forward).release();
-  return h->Call(frame);
-}
-
-template <typename T>
-XLA_FFI_Error *BackwardEntry(XLA_FFI_CallFrame *frame) {
-  static auto *h =
-      ffi::Ffi::Bind().RemainingArgs().RemainingRets().To(&HandlersOf<T>::Backward).release();
-  return h->Call(frame);
+// The entry a module function's XLA custom call names (its `entry` attribute: the FfiEntry's address,
+// read by to_jax from runtime.jit's replay target), checked for its ABI number.
+inline const FfiEntry &EntryAt(std::int64_t address) {
+  const auto *e = reinterpret_cast<const FfiEntry *>(static_cast<std::uintptr_t>(address));
+  if (e == nullptr || e->abi != kFfiEntryAbi) {
+    throw std::runtime_error("the custom call's entry attribute is not an opbuilder FfiEntry of this version");
+  }
+  return *e;
 }
 
 // Adds `fn` to `module` as the PyCapsule attribute `attr` (what jax.ffi.register_ffi_target takes).
 inline void AddCapsule(PyObject *module, const std::string &attr, XLA_FFI_Error *(*fn)(XLA_FFI_CallFrame *)) {
   PyRef cap = PyRef::Steal(Check(PyCapsule_New(reinterpret_cast<void *>(fn), nullptr, nullptr)));
   if (PyObject_SetAttrString(module, attr.c_str(), cap.get()) < 0) throw PythonError();
+}
+
+// OB_XLA_FFI's handlers of T (Forward's arguments after ctx all TensorPtr): the generic ones on T's entry.
+template <typename T, typename F>
+struct EntryOfForward;
+template <typename T, typename R, typename... A>
+struct EntryOfForward<T, R (*)(AutogradContext *, A...)> {
+  static_assert((std::is_same_v<std::decay_t<A>, TensorPtr> && ...),
+                "OB_XLA_FFI(m, name, T): every argument of T::Forward after ctx must be a TensorPtr (XLA passes "
+                "buffers only)");
+  static const FfiEntry &Get() { return *FfiEntryFor<T, std::decay_t<A>...>(); }
+};
+
+constexpr const char *kXlaFfiHeader = "an XLA FFI handler (opbuilder/xla_ffi.h)";
+
+template <typename T>
+XLA_FFI_Error *ForwardEntry(XLA_FFI_CallFrame *frame) {
+  static const Handlers handlers(EntryOfForward<T, decltype(&T::Forward)>::Get(), kXlaFfiHeader);
+  static auto *h = ffi::Ffi::Bind().RemainingArgs().RemainingRets().To(
+      [](ffi::RemainingArgs a, ffi::RemainingRets r) { return handlers.Forward(a, r); }).release();
+  return h->Call(frame);
+}
+
+template <typename T>
+XLA_FFI_Error *BackwardEntry(XLA_FFI_CallFrame *frame) {
+  static const Handlers handlers(EntryOfForward<T, decltype(&T::Forward)>::Get(), kXlaFfiHeader);
+  static auto *h = ffi::Ffi::Bind().RemainingArgs().RemainingRets().To(
+      [](ffi::RemainingArgs a, ffi::RemainingRets r) { return handlers.Backward(a, r); }).release();
+  return h->Call(frame);
 }
 
 template <typename T>

@@ -1,0 +1,83 @@
+"""What a C++ operator costs under jax.jit through to_jax's default route (issue 38, goal 1).
+
+    python benchmarks/jax_ffi.py [--rounds 7]   # about a minute (plus first builds: the op, and
+                                                 # to_jax's generic XLA FFI handlers once per JAX version)
+
+The operator is benchmarks/opbuilder_mul.cpp's ``mul``: a Function<T> (bench::MulKernel) with no
+OB_XLA_FFI line and no XLA headers in its build. ``to_jax(module)`` runs it as an XLA custom call
+through the generic handlers (src/jax_ffi.cpp); ``to_jax(module, ffi=False)`` is the named fallback,
+jax.pure_callback. The peer is the jitted jnp expression ``a * b``. Forward is ``jit(f)(a, b)``;
+forward + backward is ``jit(grad(lambda a, b: f(a, b).sum(), argnums=(0, 1)))``. XLA's CPU client runs
+on one thread, like the operator. Goals: within 1.3x of jnp at 1 element, forward and forward +
+backward within 1.2x at 1M elements (2**20 float32).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import timing  # noqa: E402  (first: pins the thread count before numpy loads)
+from timing import Report, interleaved, ratio  # noqa: E402
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    report = Report()
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        print("jax not installed: nothing to measure")
+        return 0
+    import opbuilder
+    timing.header(f"to_jax under jax.jit, jax {jax.__version__}, CPU (XLA on one thread)", args.rounds)
+    ob = opbuilder.CustomOpBuilder("bench_mul", [str(HERE / "opbuilder_mul.cpp")], cflags=["-O3"]).load()
+    ffi, cb = opbuilder.to_jax(ob), opbuilder.to_jax(ob, ffi=False)
+    sides = {"ffi": ffi.mul, "callback": cb.mul, "jnp": lambda a, b: a * b}
+    fwd = {k: jax.jit(f) for k, f in sides.items()}
+    grad = {k: jax.jit(jax.grad(lambda a, b, f=f: f(a, b).sum(), argnums=(0, 1))) for k, f in sides.items()}
+    rng = np.random.default_rng(0)
+    n = 1 << 20
+    xa, ya = (jnp.asarray(rng.standard_normal(n).astype(np.float32)) for _ in range(2))
+    x1, y1 = jnp.full((1,), 2.0, jnp.float32), jnp.full((1,), 3.0, jnp.float32)
+    print(f"route of mul: {ffi.mul.route(x1, y1)!r}; with ffi=False: {cb.mul.route(x1, y1)!r}")
+    for fns, a, b in ((fwd, xa, ya), (grad, xa, ya)):  # same values on every side
+        got = [np.asarray(fns[k](a, b)[0] if fns is grad else fns[k](a, b)) for k in sides]
+        for g in got[1:]:
+            np.testing.assert_allclose(g, got[0], rtol=1e-6)
+    rows, results = [], {}
+    for label, fns, a, b, number in [("forward, 1 element", fwd, x1, y1, 2000),
+                                     ("forward + backward, 1 element", grad, x1, y1, 1000),
+                                     (f"forward, {n} elements", fwd, xa, ya, 20),
+                                     (f"forward + backward, {n} elements", grad, xa, ya, 10)]:
+        cases = {k: (lambda f=f: jax.block_until_ready(f(a, b))) for k, f in fns.items()}
+        r = results[label] = interleaved(cases, number, args.rounds)
+        rows.append([label, r["ffi"].fmt("auto"), r["callback"].fmt("auto"), r["jnp"].fmt("auto"),
+                     ratio(r["ffi"], r["jnp"]).fmt("x"), ratio(r["callback"], r["jnp"]).fmt("x")])
+    print()
+    timing.table(["case (jax.jit)", "to_jax (XLA FFI, default)", "ffi=False (pure_callback)", "jnp a * b",
+                  "FFI / jnp", "callback / jnp"], rows)
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    for label, limit in [("forward, 1 element", 1.3), ("forward + backward, 1 element", 1.3),
+                         (f"forward, {n} elements", 1.2), (f"forward + backward, {n} elements", 1.2)]:
+        q = ratio(results[label]["ffi"], results[label]["jnp"])
+        report.goal(f"to_jax op under jit, {label}, within {limit}x of jnp (load average {load})",
+                    q.median <= limit, q.fmt("x"))
+    return report.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""to_jax's default route: every C++ Function runs as an XLA custom call through the generic handlers
+(src/jax_ffi.cpp), with no OB_XLA_FFI line and no XLA headers in the operator's build; pure_callback is
+the named fallback (``ffi=False``, or a reason ``f.route`` gives). Same values and gradients on both."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax", reason="jax is not installed (pip install 'opbuilder[jax]')")
+jnp = pytest.importorskip("jax.numpy")
+
+import opbuilder  # noqa: E402
+
+from jax_util import x64  # noqa: E402,F401  (module-wide 64-bit arrays)
+from numeric_util import central  # noqa: E402
+
+pytestmark = pytest.mark.build
+
+
+def _data(shape=(3, 4), seed=0):
+    r = np.random.default_rng(seed)
+    return jnp.asarray(r.standard_normal(shape)), jnp.asarray(r.standard_normal(shape))
+
+
+def test_a_function_op_runs_as_the_generic_custom_call(my_ops):
+    """custom_src/function_ops.cpp has no OB_XLA_FFI and was built without XLA's headers."""
+    assert not hasattr(my_ops, "mul_xla_fwd")
+    j = opbuilder.to_jax(my_ops)
+    x, y = _data()
+    assert j.mul.route(x, y) == "xla_ffi"
+    text = jax.jit(j.mul).lower(x, y).as_text()
+    assert "opbuilder.ffi.forward" in text and "callback" not in text
+    grad_text = jax.jit(jax.grad(lambda a, b: j.mul(a, b).sum())).lower(x, y).as_text()
+    assert "opbuilder.ffi.backward" in grad_text and "callback" not in grad_text
+
+
+def test_ffi_false_is_the_callback_and_says_so(my_ops):
+    cb = opbuilder.to_jax(my_ops, ffi=False)
+    x, y = _data()
+    assert cb.mul.route(x, y) == "callback: to_jax(..., ffi=False)"
+    assert "callback" in jax.jit(cb.mul).lower(x, y).as_text()
+
+
+def test_values_and_gradients_match_the_callback(my_ops):
+    """Including a broadcast: Backward returns y's gradient in x's shape, summed down to y's as the
+    runtime's engine does (the callback path goes through it)."""
+    j, cb = opbuilder.to_jax(my_ops), opbuilder.to_jax(my_ops, ffi=False)
+    x, _ = _data((3, 4))
+    y = jnp.asarray(np.random.default_rng(1).standard_normal(4))
+    assert j.mul.route(x, y) == "xla_ffi"
+    np.testing.assert_array_equal(np.asarray(jax.jit(j.mul)(x, y)), np.asarray(jax.jit(cb.mul)(x, y)))
+    loss = {k: (lambda a, b, f=f: (f.mul(a, b) ** 2).sum()) for k, f in (("ffi", j), ("cb", cb))}
+    g = jax.jit(jax.grad(loss["ffi"], argnums=(0, 1)))(x, y)
+    gc = jax.jit(jax.grad(loss["cb"], argnums=(0, 1)))(x, y)
+    assert g[1].shape == (4,)
+    for a, b in zip(g, gc):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(g[1]), central(lambda b: float(loss["cb"](x, jnp.asarray(b))),
+                                                         np.asarray(y)), rtol=1e-6)
+
+
+def test_vmap_and_float32(my_ops):
+    j, cb = opbuilder.to_jax(my_ops), opbuilder.to_jax(my_ops, ffi=False)
+    x, y = (a.astype(jnp.float32) for a in _data((5, 3)))
+    assert j.mul.route(x[0], y[0]) == "xla_ffi"
+    got = jax.jit(jax.vmap(j.mul))(x, y)
+    assert got.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.vmap(cb.mul)(x, y)))
+
+
+def test_a_plain_bound_function_keeps_the_callback_and_names_why(api_ops):
+    """tests/cpp/tensor_api_ops.cpp's contiguous is a plain kernel, not a Function: no entry to run."""
+    j = opbuilder.to_jax(types.SimpleNamespace(contiguous=api_ops.contiguous))
+    x, _ = _data((2, 3))
+    assert j.contiguous.route(x) == "callback: it is not one C++ Function's Apply (it ran no op)"
+    np.testing.assert_array_equal(np.asarray(jax.jit(j.contiguous)(x)), np.asarray(x))
+
+
+def test_static_arguments_keep_the_callback(my_ops):
+    j = opbuilder.to_jax(my_ops)
+    x, _ = _data()
+    assert j.mul.route(x, 2.0) == "callback: the call has non-array arguments (XLA passes buffers only)"
+
+
+def test_the_function_runs_once_per_signature_at_trace_time_and_never_from_python_after(my_ops):
+    """The probe: one call of the module function on zeros per signature (a Python wrapper over the
+    C++ function is seen through: the probe finds the Apply inside), shape rule or not; every later
+    call, eager or jitted, forward or backward, runs the custom call without calling Python."""
+    calls = []
+
+    def mul(*a):
+        calls.append(a)
+        return my_ops.mul(*a)
+    for rule in (None, {"mul": lambda a, b: opbuilder.Spec(a.shape, a.dtype)}):
+        calls.clear()
+        j = opbuilder.to_jax(types.SimpleNamespace(mul=mul), shape_fn=rule)
+        x, y = _data()
+        np.testing.assert_array_equal(np.asarray(j.mul(x, y)), np.asarray(x) * np.asarray(y))
+        assert len(calls) == 1 and all(np.count_nonzero(np.asarray(a.asnumpy())) == 0 for a in calls[0])
+        assert j.mul.route(x, y) == "xla_ffi"
+        jax.jit(jax.grad(lambda a, b: j.mul(a, b).sum()))(y, x).block_until_ready()
+        j.mul(y, x).block_until_ready()
+        assert len(calls) == 1
+
+
+def test_ffi_must_be_a_bool(my_ops):
+    with pytest.raises(TypeError, match=r"^to_jax: ffi must be True or False, got str$"):
+        opbuilder.to_jax(my_ops, ffi="no")
