@@ -140,6 +140,21 @@ def test_a_nanobind_operator_compiles_only_the_code_of_its_own_types(nb_ops, cac
                    "RecordOutputs(", "TensorFromObject("):
         assert not [s for s in own if helper in s], f"the operator compiled {helper[:-1]} itself"
 
+
+def test_a_nanobind_operator_leaves_returning_and_raising_to_the_core_library(nb_ops, cache_dir):
+    # issue 38: each operator compiled TensorToObject (and the bridge's WrapForeign, ForeignOf and
+    # contiguous_copy behind it), PythonError's destructor (Check's throw) and the exception
+    # translator, ~0.1-0.15 CPU-s of a new operator's compile; the core library has them once
+    lib = Path(nb_ops.__file__)
+    needed = {s for s in _dynamic_symbols(lib, defined=False) if "obcore_" in s}
+    for core_fn in ("TensorToObject", "ThrowPythonError", "TranslateNeutral"):
+        assert any(core_fn in s for s in needed), f"{core_fn} is not taken from the core library"
+    own = _local_symbols(lib)
+    for helper in ("TensorToObject(", "WrapForeign(", "ForeignOf(", "Tensor::contiguous_copy(",
+                   "PythonError::~PythonError(", "TranslateNeutral("):
+        assert not [s for s in own if helper in s], f"the operator compiled {helper[:-1]} itself"
+
+
 NEW_PROCESS = textwrap.dedent("""
     import sys
     import numpy as np
