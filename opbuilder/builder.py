@@ -23,12 +23,14 @@ import os
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .cache import fingerprint as fp
+from .cache import warm_notes
+from .cache.warm import remember as remember_warm
 from .cache.cache_dir import cache_root, root_origin
 from .cache.published import verified_library
-from .cache.relocate import portable, prefix_map_flags, project_root
+from .cache.relocate import portable, prefix_map_flags, project_root, resolve
 from .cache.shipped import refuse_build
 from .cache.trust import check_dir, read_file, stamp_of, trusted_root
 from .compile.binding import NANOBIND, PYBIND11, RECORD, binding_and_digests, detect_binding, from_pybind11
@@ -38,8 +40,10 @@ from .native.core_lib import CORE_FILE, check_layout_flags, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .fleet.store import prebuilt_stores
 from .native.headers import copy_read, headers_digest, include_dir, shadowing_copy
-from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, preload
+from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, module_name_for, preload
 from .importer import recorded as recorded_deps
+# (op dir, key) -> module and the module names used, in this process: shared with cache/warm.py's load
+from .importer import loaded_lock as _loaded_lock, loaded_modules as _loaded, names_used as _names_used
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec, verbose_requested
 from .tools.launcher import launcher_is_sccache, launcher_requested
@@ -52,9 +56,6 @@ __all__ = ["build_library", "build_module", "load_module", "installed_pch_key"]
 
 PathLike = Union[str, os.PathLike]
 
-_loaded: Dict[Tuple[str, str], ModuleType] = {}  # (op dir, key) -> module, in this process
-_names_used: Set[str] = set()  # module names this process has imported a build under
-_loaded_lock = threading.Lock()
 GCC_GC_HEAP_KB = 512 * 1024  # gcc collects no garbage below this heap size (its default: 128 MB)
 
 
@@ -365,7 +366,10 @@ def _lookup(spec: BuildSpec, plan: _Plan, base: str, op_dir: Optional[Path] = No
         return None
     key = fp.full_key(base, digests)
     key_dir = op_dir / key
-    return (key, key_dir / plan.output) if verified_library(key_dir, plan.output, store_owner) else None
+    if not verified_library(key_dir, plan.output, store_owner):
+        return None
+    warm_notes.note_lookup(key, [(resolve(h, plan.project), d == fp.ABSENT) for h, d in digests.items()])
+    return key, key_dir / plan.output
 
 
 def _prebuilt(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path]]:
@@ -727,26 +731,28 @@ def build_module(spec: BuildSpec) -> str:
 
 
 def load_module(spec: BuildSpec) -> ModuleType:
-    """``CustomOpBuilder.load()`` when no shipped binary serves ``spec`` (cache/shipped.py): the module
-    for the sources as they are now, built if needed (the same object if unchanged)."""
-    return retrying(spec.name, lambda: _load_once(spec))
+    """``CustomOpBuilder.load()`` when no shipped binary serves ``spec`` (cache/shipped.py) and its warm
+    record does not fit (cache/warm.py): the module for the sources as they are now, built if needed (the
+    same object if unchanged); a warm record is written for the next load()."""
+    with warm_notes.collecting():
+        return retrying(spec.name, lambda: _load_once(spec))
 
 
 def _load_once(spec: BuildSpec) -> ModuleType:
     """One pass of ``load_module``: build if needed and import; ``Retry`` when the library went missing
     before its import, or the loader rejected it (then it is forgotten, to be built again)."""
+    asked = spec
     preload_libs, built = _build_with_runtime(spec)
     spec, key, lib = built
     memo = (str(spec.op_dir), key)
     with _loaded_lock:
         mod = _loaded.get(memo)
         if mod is not None:
+            _remember_warm(asked, built, preload_libs)
             return mod
         # The first build imported in this process is module `name`; a later one (after an
         # edit) gets a name of its own, or pybind11 would return the module it made first.
-        module_name = spec.name
-        if module_name in _names_used:
-            module_name = f"_opbuilder_{key}.{spec.name}"
+        module_name = module_name_for(spec.name, key)
         try:
             stamp = stamp_of(os.lstat(lib))
             if preload_libs:
@@ -763,9 +769,19 @@ def _load_once(spec: BuildSpec) -> ModuleType:
         else:
             _names_used.add(spec.name)
             _loaded[memo] = mod
+            _remember_warm(asked, built, preload_libs)
             return mod
     _distrust(spec, lib, stamp, damaged.__cause__)  # outside _loaded_lock: it may wait for the build lock
     raise Retry(Reason.REJECTED, damaged)
+
+
+def _remember_warm(asked: BuildSpec, built: Built, preload_libs: List[Path]) -> None:
+    """The warm record of ``asked`` (cache/warm.py) for its build ``built``, loaded after ``preload_libs``
+    (with nanobind's runtime, which a process that has one leaves out of them)."""
+    libs = list(preload_libs)
+    if built.spec.binding == NANOBIND and loaded_runtime() is not None and loaded_runtime() not in libs:
+        libs.insert(0, loaded_runtime())
+    remember_warm(asked, built.spec, built.key, built.library, libs)
 
 
 def _binding(spec: BuildSpec, recorded: bool = False) -> str:

@@ -12,14 +12,13 @@ from types import ModuleType
 from typing import Optional, Sequence, Union
 
 from .cache.cache_dir import cache_root
+from .cache.shipped_record import find_record, no_build
 from .native.core_lib import check_layout_flags
 from .spec import make_spec, verbose_requested
 
 __all__ = ["CustomOpBuilder"]
 
 PathLike = Union[str, os.PathLike]
-
-
 class CustomOpBuilder:
     """Build C++ (or CUDA) sources into a Python extension module, on first use, and load it.
 
@@ -102,11 +101,17 @@ class CustomOpBuilder:
 
     def load(self) -> ModuleType:
         """The module for the sources as they are now (the same object if unchanged): the binary a wheel
-        ships for them when it fits (cache/shipped.py: no compiler, no process, no cache write), else built
-        (builder.py, imported only then)."""
-        from .cache.shipped import shipped_or_built
-        return shipped_or_built(self.spec, self._built)
+        ships for them when it fits (cache/shipped.py: no compiler, no process, no cache write), else the
+        cache's build (its warm record: cache/warm.py), else built (builder.py, imported only then)."""
+        if find_record(self.spec.sources) is not None or no_build():
+            from .cache.shipped import shipped_or_built
+            return shipped_or_built(self.spec, self._built)
+        return self._built()
 
     def _built(self) -> ModuleType:
+        from .cache.warm import module
+        mod = module(self.spec)  # its warm record, if nothing it depends on changed (a few dozen stats)
+        if mod is not None:
+            return mod
         from .builder import load_module
         return load_module(self.spec)

@@ -18,13 +18,14 @@ import stat
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .native.core_lib import CORE_FILE, CORE_NAME, dlopen_global
 from .native.core_lib import preload as preload_core
 
 __all__ = ["import_extension", "demangle", "loader_error", "RUNTIME_NAME", "DEP_FILES", "is_key", "recorded",
-           "recorded_needs", "preload", "preload_runtime", "loaded_runtime"]
+           "recorded_needs", "preload", "preload_runtime", "loaded_runtime", "import_build", "loaded_modules",
+           "names_used", "loaded_lock"]
 
 # nanobind's runtime (built by nanobind_runtime.py) is loaded here, with the process's record of it,
 # so that a warm load() imports nothing that builds it
@@ -35,6 +36,11 @@ NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
 INSTALLED_KEY = "installed"
 _runtime: Optional[str] = None  # the runtime this process loaded
 _lock = threading.Lock()
+# the cache's builds this process imported: (op dir, key) -> module, so an unchanged load() returns the
+# same object; and the module names used (a later build of one operator gets a name of its own)
+loaded_modules: Dict[Tuple[str, str], ModuleType] = {}
+names_used: Set[str] = set()
+loaded_lock = threading.Lock()
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -128,6 +134,32 @@ def preload(libs: Sequence[Path]) -> None:
             preload_runtime(lib)
         else:
             preload_core(lib)
+
+
+def module_name_for(name: str, key: str) -> str:
+    """The name a build of operator ``name`` is imported under: ``name`` the first time in this process, a
+    name of its own later (``_opbuilder_<key>.<name>``), or pybind11 would return the module it made first.
+    Call with ``loaded_lock`` held."""
+    return name if name not in names_used else f"_opbuilder_{key}.{name}"
+
+
+def import_build(name: str, op_dir: str, key: str, lib: Path, libs: Sequence[Path]) -> Optional[ModuleType]:
+    """The module of the cache's build ``key`` of operator ``name`` (in ``op_dir``): the one this process
+    imported already, else ``libs`` loaded first and ``lib`` imported. None when that fails in any way
+    (cache/warm.py: the full lookup then runs, and says why)."""
+    memo = (op_dir, key)
+    with loaded_lock:
+        mod = loaded_modules.get(memo)
+        if mod is not None:
+            return mod
+        try:
+            preload(libs)
+            mod = import_extension(name, lib, module_name_for(name, key))
+        except Exception:
+            return None
+        names_used.add(name)
+        loaded_modules[memo] = mod
+        return mod
 
 
 def demangle(symbol: str) -> str:

@@ -26,23 +26,17 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from .file_hash import inside as _inside
 from .file_hash import HASH, file_hash
 from .json_record import loads
+from .shipped_record import RECORD, find_record, no_build  # noqa: F401  (public here too)
 
 __all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "shipped_module", "shipped_or_built", "refuse_build",
            "no_build", "record_entry", "header_files", "options_of", "find_record", "status"]
 
-RECORD = "opbuilder_ops.json"
 BIN_DIR = "_opbuilder"
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp", ".tpp")
-_SEARCH_UP = 4  # directories searched for RECORD, from the first source's upwards
 _why: Dict[str, str] = {}  # operator name -> why its shipped binary was not used (the last load())
 _modules: Dict[Tuple[str, str], ModuleType] = {}  # (record, hash of the binary) -> module
 _used: Dict[str, str] = {}  # operator name -> the shipped binary this process loaded (doctor)
 _lock = threading.Lock()
-
-
-def no_build() -> bool:
-    """``OPBUILDER_NO_BUILD=1``: a build that would be needed is a NoBuildError."""
-    return os.environ.get("OPBUILDER_NO_BUILD", "") not in ("", "0")
 
 
 def header_files(dirs: Sequence[Path], top: Path) -> List[Path]:
@@ -102,22 +96,6 @@ def record_entry(spec, top: Path, file: str, binary: Path, abi: Dict[str, str], 
     return {"file": file, "hash": file_hash(binary), "sources": sources,
             "headers": _digests(header_files(_scope(spec, top), top), top), "options": options_of(spec, top),
             "abi": abi, "core": uses_core}
-
-
-def find_record(sources: Sequence[Path]) -> Optional[Path]:
-    """The RECORD in the first source's directory or one of the ``_SEARCH_UP`` above it; None if none."""
-    if not sources:
-        return None
-    d = os.path.dirname(str(sources[0]))
-    for _ in range(_SEARCH_UP):
-        path = os.path.join(d, RECORD)
-        if os.path.isfile(path):
-            return Path(path)
-        up = os.path.dirname(d)
-        if up == d:
-            break
-        d = up
-    return None
 
 
 def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, object]], str]:

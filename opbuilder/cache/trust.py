@@ -28,7 +28,6 @@ import stat
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from ..errors import UnsafeCacheDirError
 
 __all__ = ["trusted_root", "trusted_store", "check_dir", "check_file", "check_tree", "read_file", "make_dir",
            "make_dirs",
@@ -39,8 +38,15 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO planted where a file should be must not block the open
 
 
-def _refuse(path: Path, problem: str, fix: str) -> UnsafeCacheDirError:
-    return UnsafeCacheDirError(f"opbuilder cache entry {path} {problem}; nothing is built or loaded from it. "
+def _unsafe(message: str) -> BaseException:
+    """``UnsafeCacheDirError(message)``; the errors module is imported only when refusing (a warm load()
+    never needs it)."""
+    from ..errors import UnsafeCacheDirError
+    return UnsafeCacheDirError(message)
+
+
+def _refuse(path: Path, problem: str, fix: str) -> BaseException:
+    return _unsafe(f"opbuilder cache entry {path} {problem}; nothing is built or loaded from it. "
                                f"Fix: {fix}")
 
 
@@ -219,7 +225,7 @@ def _check_above(real: Path, root: Path, owner: Optional[int] = None, links: boo
                       f"(mode {stat.S_IMODE(mode):o})" + \
                       (" and not sticky" if sticky_ok else f", and {child} in it belongs to another user")
         if problem:
-            raise UnsafeCacheDirError(
+            raise _unsafe(
                 f"{d}, a directory above the opbuilder {what} {root}, {problem}: another user could replace "
                 f"the {what} with their own; nothing is built or loaded from it. Fix: set {var} to "
                 f"a directory whose parents only you and root can write (or chmod o-w,g-w {d})")
@@ -244,7 +250,7 @@ def trusted_root(root: Path, create: bool = True) -> Path:
         st = None
     if st is not None and stat.S_ISLNK(st.st_mode):
         target = os.path.realpath(root)
-        raise UnsafeCacheDirError(
+        raise _unsafe(
             f"opbuilder cache directory {root} is a symbolic link (to {target}); nothing is built or loaded from "
             f"it: whoever can change the link can change what is loaded. Fix: set OPBUILDER_CACHE_DIR={target} "
             f"(the directory itself)")
@@ -292,14 +298,14 @@ def _lstat_chain(path: str) -> Optional[Dict[str, os.stat_result]]:
 def _checked_root(real: Path, st: os.stat_result) -> Path:
     """``real``, the cache root whose lstat is ``st``, if it is a directory of ours only we can write."""
     if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeCacheDirError(f"opbuilder cache path {real} is not a directory; set OPBUILDER_CACHE_DIR "
+        raise _unsafe(f"opbuilder cache path {real} is not a directory; set OPBUILDER_CACHE_DIR "
                                   f"to a directory")
     if st.st_uid != os.geteuid():
-        raise UnsafeCacheDirError(
+        raise _unsafe(
             f"opbuilder cache directory {real} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); nothing is "
             f"built or loaded from it. Set OPBUILDER_CACHE_DIR to a directory of your own.")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeCacheDirError(
+        raise _unsafe(
             f"opbuilder cache directory {real} is writable by group or others (mode "
             f"{stat.S_IMODE(st.st_mode):o}); nothing is built or loaded from it. Fix: chmod 700 {real}")
     return real
@@ -326,11 +332,11 @@ def trusted_store(root: Path) -> Optional[Tuple[Path, int]]:
     _check_above(real, root, st.st_uid)
     st = os.lstat(real)
     if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeCacheDirError(f"opbuilder prebuilt store {root} is not a directory; nothing is loaded from it. "
+        raise _unsafe(f"opbuilder prebuilt store {root} is not a directory; nothing is loaded from it. "
                                   f"Fix: set OPBUILDER_PREBUILT_DIR to directories filled by "
                                   f"'python -m opbuilder build ... --into DIR'")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeCacheDirError(
+        raise _unsafe(
             f"opbuilder prebuilt store {real} is writable by users other than its owner (uid {st.st_uid}, mode "
             f"{stat.S_IMODE(st.st_mode):o}): any of them could plant code that load() would run; nothing is loaded "
             f"from it. Fix: chmod go-w {real} (as its owner), or take it out of OPBUILDER_PREBUILT_DIR")

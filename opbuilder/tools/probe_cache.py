@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UnsafeCacheDirError, warn_broken
 from ..cache.trust import read_file, stamp_of, write_file
+from ..cache.warm_notes import note_stamps
 
 __all__ = ["remembered", "stamp", "share", "stored_records", "add_bundled_compilers", "compiler_facts_problem",
            "BUNDLED_COMPILER"]
@@ -131,15 +132,20 @@ def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple
         rec = _read(file).get(lookup)
         facts = _facts(file, lookup, rec, schema or {})
         if facts is not None and _unchanged(rec["stamps"]):  # type: ignore[index]
+            note_stamps(rec["stamps"])  # type: ignore[index]
             return facts
         facts = _from_stores(lookup, schema or {})
         if facts is not None:
+            note_stamps(None)
             return facts
     before = [(p, stamp(p)) for p in inputs] if inputs is not None else None
     facts, paths = probe()
     stamps = [(p, stamp(p)) for p in paths]
     if file is not None and state_dir is not None and _settled(stamps) and (before is None or before == stamps):
         _store(state_dir, file, lookup, {"facts": facts, "stamps": stamps})
+        note_stamps(stamps)
+    else:
+        note_stamps(None)  # a fact no stamp vouches for: the lookup using it leaves no warm record
     return facts
 
 

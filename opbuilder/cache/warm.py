@@ -1,0 +1,212 @@
+"""A warm load() in one step: what the last full lookup of a build depended on, checked by stat stamps.
+
+A full warm lookup (builder.py) reads the operator's sources and headers, hashes them, plans the
+compile (toolchain facts, flags) and finds the build by its key: ~1 ms of work and ~10 ms of imports in a
+new process. Once it has found a build in the cache, ``remember`` writes one record,
+``<op dir>/warm/<id>.json``: the key and the library, and the stat stamp (size, mtime, ctime, inode,
+device; trust.stamp_of) of every file that lookup depended on:
+
+- each source, and each header the build's manifest lists (or that the file is still missing);
+- the files behind every toolchain fact it used (probe_cache.py: the compiler, opbuilder's and
+  nanobind's headers, Python's), noted as the lookup used them (``note_stamps``);
+- each directory on PATH (a compiler put earlier on it would be found instead);
+- the libraries it loads first (nanobind's runtime, the core library) and the library itself.
+
+``<id>`` is a digest of everything else the lookup reads: the spec (name, sources, options, cache), the
+environment variables it consults (``ENV_NAMES`` and every ``OPBUILDER_`` one), the interpreter and
+``sys.path``. ``module`` (called by ``CustomOpBuilder.load()`` first) imports the build when every stamp
+is unchanged: a few dozen ``stat`` calls, no hashing, no builder import. Anything else falls through to
+the full lookup, which writes the record again.
+
+Why a stamp may stand in for contents here: a stamp is recorded only if every file's last change
+(``max(mtime, ctime)``) is ``SETTLE_NS`` older than the start of the lookup that hashed it, so the
+contents hashed are the contents the stamp describes; any later write moves its ctime (which no user
+can set back), so an edit, even one that keeps the size and restores the mtime, changes the stamp.
+The record is trusted like every cache file (trust.py: ours, not a link, written by no one else).
+"""
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+from stat import S_ISREG
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import List, Optional, Sequence, Tuple
+
+from ..importer import import_build, is_key
+from .warm_notes import SETTLE_NS, Seen, collecting, note_lookup, note_stamps, seen_now  # noqa: F401
+from .trust import check_dir, check_file, read_file, stamp_of, trusted_root
+
+__all__ = ["module", "remember", "collecting", "note_stamps", "note_lookup", "ENV_NAMES", "RECORDS"]
+
+RECORDS = "warm.rec"  # in the op dir: marshal data, (FORMAT, {identity: record})
+FORMAT = "warm-1"
+MAX_RECORDS = 16  # identities kept per operator (environments, caches); the oldest go first
+USE_STAMP_S = 600  # as published.USE_STAMP_S: a build's last-used stamp is renewed once older than this
+# the variables the full lookup reads besides OPBUILDER_* (tests/test_warm_record.py checks the list
+# against every variable opbuilder reads); toolchain.COMPILER_ENV is among them
+ENV_NAMES = ("CXX", "CC", "NVCC", "CUDAHOSTCXX", "CUDA_HOME", "CUDA_PATH", "PATH", "HOME", "PYTHONPATH",
+             "TORCH_CUDA_ARCH_LIST", "CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "OBJC_INCLUDE_PATH",
+             "OBJCPLUS_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "LIBRARY_PATH", "LD_RUN_PATH",
+             "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CCC_OVERRIDE_OPTIONS")
+# OPBUILDER_ variables that change no lookup: a record made without them serves a process with them
+# (the test suite's build guard sets its own per test)
+_NOT_LOOKUP = frozenset(("OPBUILDER_NO_BUILD", "OPBUILDER_VERBOSE", "OPBUILDER_LOCK_TIMEOUT",
+                         "OPBUILDER_TORCH_BRIDGE"))
+_NOT_LOOKUP_PREFIX = "OPBUILDER_BUILD_GUARD"
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+Stamp = Optional[List[int]]
+
+
+def _stamp(path: str) -> Stamp:
+    """``stamp_of`` through links, or None if nothing is there (what the compiler's search skips too)."""
+    try:
+        return stamp_of(os.stat(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _identity(spec) -> str:
+    """Everything besides files that decides the full lookup's result, as one string (the cache root as
+    the caller gave it: its real path is checked on each use)."""
+    env = os.environ
+    names = sorted(k for k in env if (k.startswith("OPBUILDER_") and k not in _NOT_LOOKUP
+                                      and not k.startswith(_NOT_LOOKUP_PREFIX)) or k in ENV_NAMES)
+    return "\0".join([FORMAT, sys.version, sys.executable, _PKG_DIR, repr(spec._replace(verbose=False)),
+                      *(f"{k}={env[k]}" for k in names), *_found_on_path(("nanobind", "pybind11"))])
+
+
+def _found_on_path(packages: Sequence[str]) -> List[str]:
+    """The first ``sys.path`` entry holding each of ``packages`` (whose headers and version the lookup
+    uses, found there by toolchain._package_origin), not all of ``sys.path``: a script's own directory
+    comes first on it, and a record per script would be written for the same build."""
+    out = []
+    for name in packages:
+        where = next((e for e in sys.path if os.path.isdir(os.path.join(e or ".", name))), "-")
+        out.append(f"{name}:{os.path.abspath(where) if where != '-' else where}")
+    return out
+
+
+def _records_path(root: Path, spec) -> str:
+    """``<root>/<name>/warm.rec``: a module's op dir (spec.op_dir) holds its records, one per identity."""
+    return f"{root}/{spec.name}/{RECORDS}"
+
+
+def _read_records(path: str) -> dict:
+    """The records in ``path`` by identity (trusted like every cache file: trust.read_file); {} if
+    there are none or they are not what this opbuilder writes."""
+    try:
+        data = marshal.loads(read_file(Path(path)))
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    if not isinstance(data, tuple) or len(data) != 2 or data[0] != FORMAT or not isinstance(data[1], dict):
+        return {}
+    return data[1]
+
+
+def _eligible(spec) -> bool:
+    """Operators the record serves: a CPU module, no prebuilt store (its lookups are its own), no
+    ``-march=native`` (the CPU is a fact no file stamps)."""
+    return (spec.kind == "module" and spec.backend == "CPU" and not os.environ.get("OPBUILDER_PREBUILT_DIR")
+            and not any("native" in f for f in (*spec.cflags, *spec.cuda_cflags)))
+
+
+def module(spec) -> Optional[ModuleType]:
+    """The module of ``spec``'s build when its warm record says nothing it depended on changed; else None
+    (the caller runs the full lookup). Never raises for a record that does not fit."""
+    if not _eligible(spec):
+        return None
+    identity = _identity(spec)
+    rec = _read_records(f"{spec.root}/{spec.name}/{RECORDS}").get(identity)
+    if rec is None:
+        return None  # the full lookup checks the root: each directory above it is lstat'ed once per load
+    try:
+        root = trusted_root(spec.root, create=False)
+        op_dir = f"{root}/{spec.name}"
+        check_dir(Path(op_dir))
+        if root != spec.root:  # links above the root: its real path, checked, is what is read from
+            rec = _read_records(f"{op_dir}/{RECORDS}").get(identity)
+            if rec is None:
+                return None
+        key, file, lib_stamp, inputs, preload_stamps = rec
+        if not is_key(key) or "/" in file:
+            return None
+        for p, then in inputs:
+            if _stamp(p) != then:
+                return None
+        key_dir = f"{op_dir}/{key}"
+        dir_st = check_dir(Path(key_dir))
+        lib = f"{key_dir}/{file}"
+        if stamp_of(check_file(Path(lib))) != lib_stamp:
+            return None
+        preload_libs = []
+        for p, then in preload_stamps:
+            st = os.lstat(p)
+            if not S_ISREG(st.st_mode) or stamp_of(st) != then:
+                return None
+            preload_libs.append(Path(p))
+    except (OSError, ValueError, TypeError):
+        return None
+    if time.time() - dir_st.st_mtime > USE_STAMP_S:
+        try:
+            os.utime(key_dir)  # used: kept by pruning (published.py)
+        except OSError:
+            pass
+    return import_build(spec.name, op_dir, key, Path(lib), preload_libs)
+
+
+def remember(spec, trusted_spec, key: str, lib: Path, preload_libs: Sequence[Path]) -> None:
+    """Write ``spec``'s warm record after the full lookup (under ``collecting``) found ``key``, whose
+    library is ``lib`` and loads ``preload_libs`` first; nothing when that lookup built it, or used a
+    fact no stamp vouches for, or a file it read changed too recently (see the module's docstring).
+    Best effort: a cache that cannot be written is looked up in full next time."""
+    seen = seen_now()
+    if seen is None or seen.unstamped or key not in seen.lookups or not _eligible(spec):
+        return
+    try:
+        _remember(seen, spec, trusted_spec, key, lib, preload_libs)
+    except OSError:
+        pass  # a file it cannot stat, a cache it cannot write: looked up in full next time
+
+
+def _remember(seen: Seen, spec, trusted_spec, key: str, lib: Path, preload_libs: Sequence[Path]) -> None:
+    root = trusted_spec.root
+    limit = seen.start_ns - SETTLE_NS
+    inputs: dict = {}
+    for p in [str(s) for s in trusted_spec.sources]:
+        inputs[p] = _stamp(p)
+        if inputs[p] is None:
+            return
+    for p, missing in seen.lookups[key]:
+        inputs[p] = _stamp(p)
+        if (inputs[p] is None) != missing:
+            return
+    for p, then in seen.stamps:
+        if _stamp(p) != then:
+            return
+        inputs[p] = then
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if os.path.isabs(d):
+            inputs[d] = _stamp(d)  # an entry added or removed moves its directory's stamp
+    lib_stamp = stamp_of(check_file(lib))
+    pre = [[str(p), stamp_of(os.lstat(p))] for p in preload_libs]
+    stamps = [s for s in inputs.values() if s is not None] + [lib_stamp] + [s for _, s in pre]
+    if any(max(s[1], s[2]) > limit for s in stamps):
+        return  # changed moments before (or during) the lookup: a second edit in the same tick could hide
+    identity = _identity(spec)
+    path = _records_path(root, spec)
+    if str(lib.parent.parent) != os.path.dirname(path):
+        return  # not this spec's op dir (a prebuilt store's build)
+    record = (key, lib.name, lib_stamp, [[p, s] for p, s in inputs.items()], pre)
+    records = _read_records(path)
+    if records.get(identity) == record:
+        return
+    records.pop(identity, None)
+    records[identity] = record  # last: the newest (dicts keep their order)
+    while len(records) > MAX_RECORDS:
+        del records[next(iter(records))]
+    from .trust import write_file
+    write_file(Path(path), marshal.dumps((FORMAT, records)))
