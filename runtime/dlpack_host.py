@@ -16,7 +16,7 @@ import numpy as np
 
 from . import dtypes as _dt
 
-__all__ = ["host_array", "torch_array", "dlpack_dtype_name"]
+__all__ = ["host_array", "torch_array", "TorchVersion", "dlpack_dtype_name"]
 
 # DLPack's DLDataTypeCode names (dlpack.h, v1.1)
 _CODES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat", 5: "complex", 6: "bool",
@@ -30,11 +30,41 @@ def _module(obj: Any) -> str:
 
 
 def torch_array(t: Any) -> np.ndarray:
-    """The numpy view of a CPU torch tensor (no grad), bfloat16 included (through a uint16 view)."""
+    """The numpy view of a CPU torch tensor, bfloat16 included (through a uint16 view). One that requires
+    grad is detached first (one memory, one version counter): torch's ``numpy()`` refuses it."""
     torch = sys.modules["torch"]
+    if t.requires_grad:
+        t = t.detach()
     if t.dtype == torch.bfloat16:
         return t.view(torch.uint16).numpy().view(_dt.bfloat16.np)
     return t.numpy()
+
+
+class TorchVersion:
+    """A runtime tensor's version counter that is a torch tensor's (one memory, one counter, torch's
+    rule): reads give torch's ``_version``; a runtime write (an op's MarkDirty, a write its checks
+    found) bumps torch's, so torch's autograd refuses a saved tensor the op changed. For a torch
+    tensor an op takes through ``runtime.interop.dlpack_input`` (a subclass: the C exchange table,
+    which bumps torch's counter itself, takes only torch's own types)."""
+
+    __slots__ = ("t", "off")
+
+    def __init__(self, t: Any) -> None:
+        self.t = t  # detached when it required grad: the same counter
+        self.off = 0
+
+    @property
+    def value(self) -> int:
+        return self.t._version + self.off
+
+    @value.setter
+    def value(self, v: int) -> None:
+        bump = sys.modules["torch"]._C._increment_version
+        n = v - self.value
+        for _ in range(n):
+            bump((self.t,))
+        if n < 0:
+            self.off += n
 
 
 def host_array(obj: Any) -> np.ndarray:

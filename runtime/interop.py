@@ -11,10 +11,11 @@ object (include/opbuilder/detail/runtime_bridge.h calls it).
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from . import dtypes as _dt
-from .dlpack_host import host_array, torch_array
+from .dlpack_host import TorchVersion, host_array, torch_array
 from .tensor import Tensor
 from .versions import share_version
 
@@ -60,14 +61,17 @@ def dlpack_input(obj: Any) -> Tensor:
     """
     if getattr(obj, "requires_grad", False) is True and hasattr(obj, "detach"):
         obj = obj.detach()
-    if type(obj).__module__.partition(".")[0] == "torch" and getattr(obj, "is_cpu", False):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor) and getattr(obj, "is_cpu", False):  # subclasses too
         try:  # a view like DLPack's, at a tenth of the cost of torch's Python __dlpack__
             arr = torch_array(obj)
         except (TypeError, RuntimeError):  # a conjugate view, float8: DLPack says what it can do
             pass
         else:
             _dt.from_numpy_dtype(arr.dtype)
-            return Tensor._from_array(arr)
+            t = Tensor._from_array(arr)
+            t._vc = TorchVersion(obj)  # an op's write reaches torch's version counter
+            return t
     device = getattr(obj, "__dlpack_device__", None)
     if device is not None:
         kind, index = device()

@@ -72,6 +72,48 @@ def test_torchs_autograd_sees_a_write_into_a_saved_tensor(seed_ops):
         loss.backward()
 
 
+class _Sub(torch.Tensor):
+    """A torch.Tensor subclass: not torch's own type, so the C exchange table is not read for it."""
+
+
+def _plain(t):
+    return t
+
+
+def _sub(t):
+    return t.as_subclass(_Sub)
+
+
+@pytest.mark.parametrize("kind", [_plain, _sub], ids=["tensor", "subclass"])
+def test_a_write_into_a_saved_tensor_fails_torchs_backward(seed_ops, kind):
+    """A subclass goes the Python way (runtime.interop.dlpack_input); its write reached the memory but not
+    torch's version counter, so backward silently used the new values (a plain torch.Tensor raised)."""
+    w = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    x = kind(torch.zeros(3, dtype=torch.float64))
+    loss = (w * x).sum()  # x saved for w's gradient
+    seed_ops.add_(x, torch.ones(3, dtype=torch.float64))
+    assert x._version == 1 and x.tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(RuntimeError, match=r"^one of the variables needed for gradient computation has been "
+                                           r"modified by an inplace operation: \[torch\.DoubleTensor \[3\]\] is at "
+                                           r"version 1; expected version 0 instead\."):
+        loss.backward()
+
+
+@pytest.mark.parametrize("kind", [_plain, _sub], ids=["tensor", "subclass"])
+def test_a_write_into_a_saved_non_leaf_fails_torchs_backward(seed_ops, kind):
+    """An argument that requires grad is taken detached (its version counter is the same): the write goes
+    through and torch's backward refuses the changed saved tensor, for a plain tensor and a subclass alike."""
+    a = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    b = kind(a * 2)
+    loss = (b * b).sum()  # b saved
+    out = seed_ops.add_(b, torch.ones(3, dtype=torch.float64))
+    assert b._version == 1 and b.tolist() == [3.0, 3.0, 3.0]
+    np.testing.assert_array_equal(out.asnumpy(), [3.0, 3.0, 3.0])
+    with pytest.raises(RuntimeError, match=r"^one of the variables needed for gradient computation has been "
+                                           r"modified by an inplace operation"):
+        loss.backward()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
                                    torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16,
                                    torch.uint32, torch.uint64, torch.bool, torch.complex64, torch.complex128])
