@@ -255,10 +255,10 @@ def parity_ffi_ops(cache_dir):
                    cflags=["-DPARITY_FFI"])
 
 
-@pytest.fixture(params=["callback", "ffi"])
+@pytest.fixture(params=["callback", "ffi", "generic_ffi"])
 def jax_ops(request, parity_ffi_ops):
-    """to_jax of the FFI build (custom calls), or of its functions alone (the pure_callback route);
-    64-bit arrays on for the test."""
+    """to_jax of the FFI build (its OB_XLA_FFI custom calls), or of its functions alone: the
+    pure_callback route (ffi=False) or to_jax's generic custom calls; 64-bit arrays on for the test."""
     import jax
     old = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
@@ -266,7 +266,8 @@ def jax_ops(request, parity_ffi_ops):
     twin = types.SimpleNamespace(**{n: getattr(parity_ffi_ops, n) for n in names},
                                  **{n + "_infer_shape": getattr(parity_ffi_ops, n + "_infer_shape") for n in names})
     # an in-place op under JAX declares its write (XLA then aliases the argument to the output)
-    yield opbuilder.to_jax(parity_ffi_ops if request.param == "ffi" else twin, mutates={"scale_": [0]})
+    yield opbuilder.to_jax(parity_ffi_ops if request.param == "ffi" else twin, mutates={"scale_": [0]},
+                           ffi=request.param != "callback")
     jax.config.update("jax_enable_x64", old)
 
 
