@@ -1,5 +1,7 @@
-"""What to build: the validated description of one operator build."""
-from __future__ import annotations
+"""What to build: the validated description of one operator build.
+
+No ``from __future__ import annotations`` here: typing.NamedTuple turns each string annotation into a
+ForwardRef and compiles it (~0.1 ms of every load() in a new process); these are evaluated once instead."""
 
 import keyword
 import os

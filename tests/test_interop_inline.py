@@ -91,3 +91,28 @@ def test_bad_arguments(cache_dir):
     with pytest.raises(TypeError, match=r"^load_inline\('inl_x'\): cpp_sources must be a string or a list of "
                                         r"strings$"):
         opbuilder.load_inline("inl_x", [1])
+
+
+def test_a_warm_load_inline_in_a_new_process_imports_no_hashlib_json_or_builder(inl, cache_dir):
+    """A cached load_inline reads its strings' directory and the warm record (cache/warm.py): hashlib
+    (OpenSSL), json and the binding scanner (re) were ~12 ms of it in a new process (issue 38)."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from builder_util import child_env
+    from opbuilder.cache.warm_notes import SETTLE_NS
+
+    code = ("import sys, opbuilder\n"
+            f"m = opbuilder.load_inline('inl_ops', {('constexpr double K = 1;' + chr(10) + ADD_ONE)!r}, "
+            "functions={'add_k': 'x + K', 'twice': '2 * v'})\n"
+            "assert m.twice(21) == 42\n"
+            "print([n for n in ('hashlib', 'json', 'opbuilder.compile.binding', 'opbuilder.builder') "
+            "if n in sys.modules])\n")
+    time.sleep(2 * SETTLE_NS / 1e9)  # the build's files settle; the first child writes the warm record
+    for _ in range(2):
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                             env=child_env(OPBUILDER_CACHE_DIR=str(cache_dir)))
+        assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.strip().replace("'", '"')) == []

@@ -1,0 +1,36 @@
+"""load_inline's text without its slow imports (opbuilder/inline.py): C++ string literals written as
+json.dumps writes them, the binding read as compile/binding.py reads it, directory keys that differ."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from opbuilder import inline
+from opbuilder.compile.binding import NANOBIND, binding_of_text
+
+
+@pytest.mark.parametrize("text", ["", "add one", 'a "quoted" \\ path', "tab\tnew\nline\r\x01\x7f\b\f",
+                                  "caf\u00e9 \u20ac \U0001f600 \u2028"])
+def test_a_docstring_literal_is_what_json_dumps_writes(text):
+    assert inline._literal(text) == json.dumps(text)
+
+
+@pytest.mark.parametrize("cpp", ["int f();", "OB_MODULE(m) { }", "NB_MODULE(x, m) {}",
+                                 "PYBIND11_MODULE(OB_EXTENSION_NAME, m) {}", "#include <nanobind/nanobind.h>", "#include <pybind11/pybind11.h>",
+                                 '#include "ms_extension.h"', "OB_MOD\\\nULE(m) {}", "OB_MOD\\  \nULE(m) {}",
+                                 "// OB_MODULE(m)\nint g();", "#if 0\nPYBIND11_MODULE(x, m) {}\n#endif\n",
+                                 "const char *s = \"a\\\\\";\nint h();"])
+def test_the_binding_is_read_as_the_scanner_reads_it(cpp):
+    assert inline._binding_of(cpp) == binding_of_text(cpp)
+
+
+def test_the_binding_name_is_the_scanners():
+    assert inline.NANOBIND == NANOBIND
+
+
+def test_keys_differ_where_the_parts_differ():
+    # each part is written with its length: moving text from one part to the next is another key
+    assert inline._key("op", "ab", "", {}) != inline._key("op", "a", "b", {})
+    assert inline._key("op", "x", "", {"f": ""}) != inline._key("op", "x", "", {"f": "", "": ""})
+    assert inline._key("op", "x", "", {}) == inline._key("op", "x", "", {})
