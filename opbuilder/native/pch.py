@@ -5,6 +5,17 @@ roughly a quarter reading pybind11's and opbuilder's headers, the rest
 generating code for pybind11's machinery and the operator. A precompiled
 header (PCH) takes away the reading for every build after the first.
 
+What a PCH cannot take away (g++ 12, nanobind README operator, -ftime-report):
+g++ instantiates the function templates that the headers' inline functions
+use at the end of each translation unit, after the point where a PCH is
+written, so every operator pays for them again: an empty source with the PCH
+costs ~0.3 CPU-s ("phase lang. deferred", 22 MB), against ~0.1 for nanobind's
+own headers. The rest of a ~1 s operator is code generation ("phase opt and
+generate"): its kernel, nanobind's dispatch of each bound function, and
+Function<T>'s per-type glue. An inline helper only the core library calls
+therefore belongs in src/core/ (OB_CORE_FN), not in a header
+(benchmarks/builder.py --bindings prints the phases).
+
 When it is used: gcc only (clang and nvcc refuse a PCH that does not match
 instead of falling back), modules only (pybind11 and nanobind ones get one each: their
 flags differ), and only for sources whose
