@@ -98,7 +98,9 @@ def load_many(items: Iterable[Item], jobs: Optional[int] = None, timeout: Option
     for i, item in enumerate(items):
         first.setdefault(_identity(item), i)
     distinct = sorted(set(first.values()))
-    done = _run(items, distinct, jobs, timeout)
+    from .cache.warm import batch
+    with batch():  # cached items: each file their warm records name is stat'ed once for all of them
+        done = _run(items, distinct, jobs, timeout)
     return [done[first[_identity(item)]] for item in items]
 
 

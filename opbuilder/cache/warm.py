@@ -29,17 +29,18 @@ from __future__ import annotations
 import marshal
 import os
 import sys
+import threading
 from stat import S_ISREG
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..importer import import_build, is_key
 from .warm_notes import SETTLE_NS, Seen, collecting, note_lookup, note_stamps, seen_now  # noqa: F401
 from .trust import check_dir, check_file, read_file, stamp_of, trusted_root
 
-__all__ = ["module", "remember", "collecting", "note_stamps", "note_lookup", "ENV_NAMES", "RECORDS"]
+__all__ = ["module", "remember", "batch", "collecting", "note_stamps", "note_lookup", "ENV_NAMES", "RECORDS"]
 
 RECORDS = "warm.rec"  # in the op dir: marshal data, (FORMAT, {identity: record})
 FORMAT = "warm-1"
@@ -64,29 +65,86 @@ Stamp = Optional[List[int]]
 def _stamp(path: str) -> Stamp:
     """``stamp_of`` through links, or None if nothing is there (what the compiler's search skips too)."""
     try:
-        return stamp_of(os.stat(path))
+        st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]  # trust.stamp_of, inlined
+
+
+# while a ``batch()`` is open (load_many), each path is stat'ed once: its items are loaded at one time,
+# and share most of what they depend on (the toolchain's files: ~60 of an item's ~80 stamps)
+_batch: Optional[Dict[str, Stamp]] = None
+_batch_depth = 0
+_batch_lock = threading.Lock()
+
+
+class batch:
+    """``with batch():`` loads many operators at one time: a file is stat'ed once for all of them."""
+
+    def __enter__(self) -> None:
+        global _batch, _batch_depth
+        with _batch_lock:
+            _batch_depth += 1
+            if _batch is None:
+                _batch = {}
+
+    def __exit__(self, *exc) -> None:
+        global _batch, _batch_depth
+        with _batch_lock:
+            _batch_depth -= 1
+            if not _batch_depth:
+                _batch = None
+
+
+def _unchanged(inputs: Sequence[Sequence]) -> bool:
+    """Whether every (path, stamp) of ``inputs`` still has that stamp."""
+    memo = _batch
+    if memo is None:
+        return all(_stamp(p) == then for p, then in inputs)
+    for p, then in inputs:
+        now = memo.get(p, memo)
+        if now is memo:
+            now = memo[p] = _stamp(p)
+        if now != then:
+            return False
+    return True
 
 
 def _identity(spec) -> str:
     """Everything besides files that decides the full lookup's result, as one string (the cache root as
     the caller gave it: its real path is checked on each use)."""
-    env = os.environ
-    names = sorted(k for k in env if (k.startswith("OPBUILDER_") and k not in _NOT_LOOKUP
-                                      and not k.startswith(_NOT_LOOKUP_PREFIX)) or k in ENV_NAMES)
-    return "\0".join([FORMAT, sys.version, sys.executable, _PKG_DIR, repr(spec._replace(verbose=False)),
-                      *(f"{k}={env[k]}" for k in names), *_found_on_path(("nanobind", "pybind11"))])
+    memo = _batch
+    context = None if memo is None else memo.get("")  # type: ignore[union-attr]
+    if context is None:
+        env = os.environ
+        names = sorted(k for k in env if (k.startswith("OPBUILDER_") and k not in _NOT_LOOKUP
+                                          and not k.startswith(_NOT_LOOKUP_PREFIX)) or k in ENV_NAMES)
+        context = "\0".join([FORMAT, sys.version, sys.executable, _PKG_DIR, *(f"{k}={env[k]}" for k in names),
+                             *_found_on_path(("nanobind", "pybind11"))])
+        if memo is not None:
+            memo[""] = context  # type: ignore[assignment]  (one environment for a batch's items)
+    parts = [context, spec.name, spec.backend, spec.kind, str(spec.debug), str(spec.root), str(spec.binding)]
+    for group in (spec.sources, spec.include_paths, spec.cflags, spec.cuda_cflags, spec.ldflags):
+        parts += [str(len(group)), *map(str, group)]  # each list with its length: no two specs read alike
+    return "\0".join(parts)
 
 
-def _found_on_path(packages: Sequence[str]) -> List[str]:
+_found: Dict[Tuple[str, ...], List[str]] = {}  # sys.path -> _found_on_path's answer, in this process
+
+
+def _found_on_path(packages: Tuple[str, ...]) -> List[str]:
     """The first ``sys.path`` entry holding each of ``packages`` (whose headers and version the lookup
     uses, found there by toolchain._package_origin), not all of ``sys.path``: a script's own directory
-    comes first on it, and a record per script would be written for the same build."""
-    out = []
-    for name in packages:
-        where = next((e for e in sys.path if os.path.isdir(os.path.join(e or ".", name))), "-")
-        out.append(f"{name}:{os.path.abspath(where) if where != '-' else where}")
+    comes first on it, and a record per script would be written for the same build. Found once per
+    ``sys.path`` in a process, as _package_origin finds them once."""
+    key = (*packages, *sys.path)
+    out = _found.get(key)
+    if out is None:
+        out = []
+        for name in packages:
+            where = next((e for e in sys.path if os.path.isdir(os.path.join(e or ".", name))), "-")
+            out.append(f"{name}:{os.path.abspath(where) if where != '-' else where}")
+        _found[key] = out
     return out
 
 
@@ -99,7 +157,7 @@ def _read_records(path: str) -> dict:
     """The records in ``path`` by identity (trusted like every cache file: trust.read_file); {} if
     there are none or they are not what this opbuilder writes."""
     try:
-        data = marshal.loads(read_file(Path(path)))
+        data = marshal.loads(read_file(path))  # type: ignore[arg-type]
     except (OSError, ValueError, EOFError, TypeError):
         return {}
     if not isinstance(data, tuple) or len(data) != 2 or data[0] != FORMAT or not isinstance(data[1], dict):
@@ -126,7 +184,7 @@ def module(spec) -> Optional[ModuleType]:
     try:
         root = trusted_root(spec.root, create=False)
         op_dir = f"{root}/{spec.name}"
-        check_dir(Path(op_dir))
+        check_dir(op_dir)  # type: ignore[arg-type]  (plain strings: no Path per check)
         if root != spec.root:  # links above the root: its real path, checked, is what is read from
             rec = _read_records(f"{op_dir}/{RECORDS}").get(identity)
             if rec is None:
@@ -134,13 +192,12 @@ def module(spec) -> Optional[ModuleType]:
         key, file, lib_stamp, inputs, preload_stamps = rec
         if not is_key(key) or "/" in file:
             return None
-        for p, then in inputs:
-            if _stamp(p) != then:
-                return None
+        if not _unchanged(inputs):
+            return None
         key_dir = f"{op_dir}/{key}"
-        dir_st = check_dir(Path(key_dir))
+        dir_st = check_dir(key_dir)  # type: ignore[arg-type]
         lib = f"{key_dir}/{file}"
-        if stamp_of(check_file(Path(lib))) != lib_stamp:
+        if stamp_of(check_file(lib)) != lib_stamp:  # type: ignore[arg-type]
             return None
         preload_libs = []
         for p, then in preload_stamps:
