@@ -1,12 +1,11 @@
-"""What to build: the validated description of one operator build.
-
-No ``from __future__ import annotations`` here: typing.NamedTuple turns each string annotation into a
-ForwardRef and compiles it (~0.1 ms of every load() in a new process); these are evaluated once instead."""
+"""What to build: the validated description of one operator build."""
+from __future__ import annotations
 
 import keyword
 import os
+from collections import namedtuple
 from pathlib import Path
-from typing import Iterable, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Iterable, Optional, Sequence, Tuple, Union
 
 from .cache.relocate import clean_path
 
@@ -22,28 +21,25 @@ PathLike = Union[str, Path]
 # flags whose argument is a path (``-Idir`` or ``-I dir``): relative ones are made absolute at once
 PATH_FLAGS = ("-I", "-iquote", "-isystem", "-idirafter", "-include", "-imacros", "-L")
 _LINKED = (".a", ".o", ".so")  # libraries and objects named in ldflags
+_FIELDS = ("name", "sources", "backend", "kind", "include_paths", "cflags", "cuda_cflags", "ldflags", "debug",
+           "verbose", "root", "binding")
 
 
-class BuildSpec(NamedTuple):
-    """What to build: an operator's inputs, checked and made absolute (make_spec). A NamedTuple, not a
-    dataclass: creating a dataclass at import allocates enough to push a warm load() into a gen-1 garbage
-    collection (issue 21)."""
+class BuildSpec(namedtuple("BuildSpec", _FIELDS, defaults=(None,))):
+    """What to build: an operator's inputs, checked and made absolute (make_spec).
 
-    name: str
-    sources: Tuple[Path, ...]
-    backend: str
-    # "module": a Python extension (nanobind or pybind11); "library": a plain shared library (aot ops);
-    # "core": libobcore, the C++ API's compiled bodies; "runtime": nanobind's shared runtime;
-    # "torch_bridge": to_torch's C++ bridge
-    kind: str
-    include_paths: Tuple[Path, ...]
-    cflags: Tuple[str, ...]
-    cuda_cflags: Tuple[str, ...]
-    ldflags: Tuple[str, ...]
-    debug: bool
-    verbose: bool
-    root: Path
-    binding: Optional[str] = None  # modules: "nanobind" or "pybind11"; None: read from the sources (binding.py)
+    Fields: ``name`` (str); ``sources`` and ``include_paths`` (tuples of Path); ``backend`` ("CPU",
+    "GPU"); ``kind`` ("module": a Python extension, nanobind or pybind11; "library": a plain shared
+    library, aot ops; "core": libobcore, the C++ API's compiled bodies; "runtime": nanobind's shared
+    runtime; "torch_bridge": to_torch's C++ bridge); ``cflags``, ``cuda_cflags``, ``ldflags`` (tuples of
+    str); ``debug``, ``verbose`` (bool); ``root`` (Path: the cache); ``binding`` (modules: "nanobind" or
+    "pybind11"; None: read from the sources, binding.py).
+
+    A collections.namedtuple: typing.NamedTuple's class creation (a ForwardRef compiled per field) and a
+    dataclass's (enough allocation to push a warm load() into a gen-1 garbage collection, issue 21) cost
+    every new process a fraction of a millisecond."""
+
+    __slots__ = ()
 
     @property
     def op_dir(self) -> Path:
