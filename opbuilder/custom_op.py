@@ -74,8 +74,17 @@ class CustomOpBuilder:
             raise TypeError(f"CustomOpBuilder got unexpected keyword argument(s) {', '.join(sorted(kwargs))}; "
                             f"accepted: name, sources, backend, include_paths, cflags, ldflags, cuda_cflags, "
                             f"cuda_arch, build_dir, debug_mode, verbose, binding")
-        self.spec = make_spec(name, sources, backend, "module", include_paths, cflags, cuda_cflags, ldflags,
-                              debug_mode, verbose_requested(verbose), cache_root(build_dir), binding)
+        try:
+            self.spec = make_spec(name, sources, backend, "module", include_paths, cflags, cuda_cflags, ldflags,
+                                  debug_mode, verbose_requested(verbose), cache_root(build_dir), binding)
+        except FileNotFoundError as e:
+            if not no_build():
+                raise
+            # production (a wheel whose sources were deleted): nothing can be loaded or built, say so as
+            # every other "would have to be built" is said, naming the operator and the fix
+            from .errors import NoBuildError
+            raise NoBuildError(name, f"{e}, and a shipped binary is used only when the sources it was built "
+                                     f"from are there to check it against (its wheel ships them)") from None
         check_layout_flags(self.spec)
         self.name = name
 

@@ -1,0 +1,36 @@
+"""Errors of a shipped operator that need no wheel to show (docs/shipping.md): under OPBUILDER_NO_BUILD=1 a
+package whose sources were deleted (a packager stripping .cpp files) is a NoBuildError naming the operator,
+why and the fix, not a bare FileNotFoundError."""
+from __future__ import annotations
+
+import pytest
+
+from opbuilder import CustomOpBuilder
+from opbuilder.errors import NoBuildError
+
+FIX = ("Fix: install a wheel of the package built for this Python and opbuilder (python -m opbuilder wheel "
+       "PKGDIR), or unset OPBUILDER_NO_BUILD to build it here")
+
+
+def test_deleted_sources_under_no_build_are_a_no_build_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPBUILDER_NO_BUILD", "1")
+    pkg = tmp_path / "pkg"
+    (pkg / "csrc").mkdir(parents=True)
+    (pkg / "opbuilder_ops.json").write_text('{"format": 1, "hash": "blake2b-256", "ops": {}}')
+    source = pkg / "csrc" / "sq_mul.cpp"  # shipped, then deleted
+    with pytest.raises(NoBuildError) as info:
+        CustomOpBuilder("shipped_ops", [str(source)]).load()
+    assert str(info.value) == (f"operator 'shipped_ops' would have to be built, and OPBUILDER_NO_BUILD=1 forbids "
+                               f"building: source file of operator 'shipped_ops' not found: {source}, and a shipped "
+                               f"binary is used only when the sources it was built from are there to check it "
+                               f"against (its wheel ships them). " + FIX)
+    assert info.value.name == "shipped_ops"
+
+
+def test_a_missing_source_without_no_build_is_still_file_not_found(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPBUILDER_NO_BUILD", raising=False)
+    source = tmp_path / "gone.cpp"
+    with pytest.raises(FileNotFoundError) as info:
+        CustomOpBuilder("gone_ops", [str(source)])
+    assert not isinstance(info.value, NoBuildError)
+    assert str(info.value) == f"source file of operator 'gone_ops' not found: {source}"
