@@ -106,6 +106,26 @@ def _describe(holder: Optional[Tuple[int, bool]]) -> str:
     return f"pid {pid}, stopped" if stopped else f"pid {pid}, running"
 
 
+def _who(holder: Optional[Tuple[int, bool]]) -> str:
+    """Who holds the lock, as the messages say it: another thread of this process (load_many's workers,
+    a user's threads: /proc/locks names the process, ours) or another process (its pid, and whether it
+    is stopped)."""
+    if holder is not None and holder[0] == os.getpid():
+        return f"another thread of this process (pid {holder[0]})"
+    return f"another process ({_describe(holder)})"
+
+
+def _who_builds(holder: Optional[Tuple[int, bool]], name: str) -> str:
+    if holder is not None and holder[0] == os.getpid():
+        return f"another thread of this process (pid {holder[0]}) that is building {name}"
+    return f"another process that is building {name} ({_describe(holder)})"
+
+
+def _own(holder: Optional[Tuple[int, bool]]) -> Optional[Tuple[int, bool]]:
+    """``holder``, or None when it is this process: its state is ours (running), not the holder thread's."""
+    return None if holder is not None and holder[0] == os.getpid() else holder
+
+
 def _stopped_note(name: str, pid: int) -> str:
     return (f"opbuilder: process {pid}, which holds the build lock of {name}, is stopped (Ctrl-Z or SIGSTOP) and "
             f"will not finish until it is continued (kill -CONT {pid}, or fg in its shell)\n")
@@ -116,9 +136,10 @@ def _wait(lock: filelock.BaseFileLock, op_dir: Path, name: str) -> None:
     timeout = lock_timeout()
     path = op_dir / LOCK_FILE
     holder = lock_holder(path)
-    sys.stderr.write(f"opbuilder: waiting for another process that is building {name} ({_describe(holder)}); "
+    sys.stderr.write(f"opbuilder: waiting for {_who_builds(holder, name)}; "
                      f"giving up after {timeout:g} s (OPBUILDER_LOCK_TIMEOUT)\n")
-    log.info("waiting for the build lock of %s (%s)", name, _describe(holder))
+    log.info("waiting for the build lock of %s (held by %s)", name, _who(holder))
+    holder = _own(holder)
     told = holder is not None and holder[1]
     if told:
         sys.stderr.write(_stopped_note(name, holder[0]))  # type: ignore[index]
@@ -129,20 +150,21 @@ def _wait(lock: filelock.BaseFileLock, op_dir: Path, name: str) -> None:
             break
         if _attempt(lock, op_dir, name, min(_POLL_S, left)):
             return
-        holder = lock_holder(path)
+        holder = _own(lock_holder(path))
         stopped = holder is not None and holder[1]
         if stopped and not told:
             sys.stderr.write(_stopped_note(name, holder[0]))  # type: ignore[index]
         told = stopped
     holder = lock_holder(path)
-    if holder is not None and holder[1]:
-        advice = (f"process {holder[0]} is stopped: continue it (kill -CONT {holder[0]}, or fg in its shell) or end "
-                  f"it, then load again")
+    if _own(holder) is not None and holder[1]:  # type: ignore[index]
+        pid = holder[0]  # type: ignore[index]
+        advice = (f"process {pid} is stopped: continue it (kill -CONT {pid}, or fg in its shell) or end it, then "
+                  f"load again")
     else:
         advice = "load again once that build is done, or set OPBUILDER_LOCK_TIMEOUT higher"
     raise BuildError(f"building operator '{name}' failed: gave up after waiting {timeout:g} s "
-                     f"(OPBUILDER_LOCK_TIMEOUT) for the build lock {path}, held by another process "
-                     f"({_describe(holder)}); {advice}", name=name)
+                     f"(OPBUILDER_LOCK_TIMEOUT) for the build lock {path}, held by {_who(holder)}; {advice}",
+                     name=name)
 
 
 def _no_flock(op_dir: Path, why: str, name: Optional[str]) -> BuildError:
