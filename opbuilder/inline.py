@@ -157,7 +157,7 @@ def _builder(name: str, cpp: str, cuda: str, funcs: Dict[str, str], builder_opti
     return CustomOpBuilder(name, [str(s) for s in sources], **builder_options)
 
 
-def _load(builder: CustomOpBuilder) -> ModuleType:
+def load_built(builder: CustomOpBuilder) -> ModuleType:
     """``builder.load()``, with the diagnostics of a failed build moved out of the generated main file:
     its lines are the binding of ``functions`` (no line of the user's), so they name the user's C++
     file with no line."""
@@ -188,7 +188,7 @@ def load_inline(name: str, cpp_sources: Sources, functions: Union[None, Sequence
     ``cuda_sources.cu``; a list of strings is joined with newlines).
     """
     cpp, cuda, funcs = _described("load_inline", name, cpp_sources, functions, cuda_sources)
-    return _load(_builder(name, cpp, cuda, funcs, builder_options))
+    return load_built(_builder(name, cpp, cuda, funcs, builder_options))
 
 
 class Inline:
@@ -213,7 +213,7 @@ class Inline:
 
     def load(self) -> ModuleType:
         """``load_inline`` with these arguments: build if needed, and import."""
-        return _load(self.builder())
+        return load_built(self.builder())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Inline) and other._key == self._key

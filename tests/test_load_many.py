@@ -259,3 +259,25 @@ def test_an_item_that_cannot_even_start_is_its_own_build_error():
     assert str(r.error).startswith("building operator 'many_opt' failed: TypeError: CustomOpBuilder got unexpected "
                                    "keyword argument(s) nonsense; accepted: ")
     assert r.error.diagnostics == []
+
+
+RUNTIME_FIRST = textwrap.dedent("""\
+    import json
+    from opbuilder import Inline, load_many
+    items = [Inline(f"rt_first_{k}", f"double f{k}(double x) {{ return x + {k}; }}", functions=[f"f{k}"])
+             for k in range(2)]
+    results = load_many(items, timeout=10)
+    print(json.dumps([[type(r.error).__name__ if r.error else None,
+                       getattr(r.module, f"f{k}")(1.0) if r.module else None] for k, r in enumerate(results)]))
+""")
+
+
+@pytest.mark.build
+def test_the_runtimes_one_time_build_counts_against_no_items_timeout(tmp_path):
+    """A cold cache without opbuilder's installed runtime: nanobind's runtime and the core library (about a
+    minute of CPU, once for all items) were built inside the first items' limits, which killed their
+    compiles; they are built first, untimed, and each limit covers its item's own compile."""
+    env = dict(os.environ, OPBUILDER_CACHE_DIR=str(tmp_path / "cache"), OPBUILDER_INSTALLED_RUNTIME="0")
+    res = subprocess.run([sys.executable, "-c", RUNTIME_FIRST], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == [[None, 1.0], [None, 2.0]]
