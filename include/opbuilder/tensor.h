@@ -88,14 +88,8 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
     return t;
   }
   // On t's device (device memory from the runtime's pool, ordered on the current stream).
-  static TensorPtr empty_like(const TensorPtr &t) {
-    if (t->device_ >= 0) return std::shared_ptr<Tensor>(new Tensor(t->dtype(), t->shape(), t->device_, false));
-    return empty(t->dtype(), t->shape());
-  }
-  static TensorPtr zeros_like(const TensorPtr &t) {
-    if (t->device_ >= 0) return std::shared_ptr<Tensor>(new Tensor(t->dtype(), t->shape(), t->device_, true));
-    return zeros(t->dtype(), t->shape());
-  }
+  OB_CORE_FN static TensorPtr empty_like(const TensorPtr &t);
+  OB_CORE_FN static TensorPtr zeros_like(const TensorPtr &t);
 
   const ShapeVector &shape() const { return shape_; }
   std::int64_t shape(std::int64_t dim) const { return shape_.at(NormDim(dim)); }
@@ -177,19 +171,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
     }
   }
   // Device allocation: storage from the runtime's allocator.
-  Tensor(DataType dtype, ShapeVector shape, int device, bool zero)
-      : dtype_(dtype), shape_(std::move(shape)), device_(device) {
-    CheckDtype(dtype);
-    numel_ = detail::CheckedNumel(shape_);
-    const std::size_t nbytes = detail::CheckedNbytes(shape_, numel_, dtype);
-    if (device < 0) {
-      storage_ = detail::AllocateStorage(nbytes);
-      if (zero) std::memset(storage_.get(), 0, nbytes);
-    } else {
-      storage_ = detail::AllocateDeviceStorage(nbytes, device, zero);
-    }
-    data_ = storage_.get();
-  }
+  OB_CORE_FN Tensor(DataType dtype, ShapeVector shape, int device, bool zero);
   void CheckHost(const char *what) const {
     if (device_ >= 0) ThrowNotHost(what);
   }

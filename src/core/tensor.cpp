@@ -91,5 +91,26 @@ OB_CORE_FN Tensor::Tensor(DataType dtype, ShapeVector shape)
   }
   data_ = storage_.get();
 }
+OB_CORE_FN Tensor::Tensor(DataType dtype, ShapeVector shape, int device, bool zero)
+    : dtype_(dtype), shape_(std::move(shape)), device_(device) {
+  CheckDtype(dtype);
+  numel_ = detail::CheckedNumel(shape_);
+  const std::size_t nbytes = detail::CheckedNbytes(shape_, numel_, dtype);
+  if (device < 0) {
+    storage_ = detail::AllocateStorage(nbytes);
+    if (zero) std::memset(storage_.get(), 0, nbytes);
+  } else {
+    storage_ = detail::AllocateDeviceStorage(nbytes, device, zero);
+  }
+  data_ = storage_.get();
+}
+OB_CORE_FN TensorPtr Tensor::empty_like(const TensorPtr &t) {
+  if (t->device_ >= 0) return std::shared_ptr<Tensor>(new Tensor(t->dtype(), t->shape(), t->device_, false));
+  return empty(t->dtype(), t->shape());
+}
+OB_CORE_FN TensorPtr Tensor::zeros_like(const TensorPtr &t) {
+  if (t->device_ >= 0) return std::shared_ptr<Tensor>(new Tensor(t->dtype(), t->shape(), t->device_, true));
+  return zeros(t->dtype(), t->shape());
+}
 
 }  // namespace opbuilder
