@@ -348,18 +348,25 @@ def test_a_read_only_complex128_argument_is_copied_whole(xla_ffi_ops):
                                strided * np.conj(strided) + strided * strided, rtol=1e-14)
 
 
-def test_saved_data_keeps_the_generic_route_on_the_callback(xla_ffi_ops):
-    """Without its capsules (to_jax's generic handlers), a Function that uses ctx->saved_data is found
-    failing in its handlers' run on zeros, at trace time: it takes the callback, which runs it, and says so."""
-    j = opbuilder.to_jax(_callback_twin(xla_ffi_ops))
+def test_saved_data_on_the_generic_route(xla_ffi_ops):
+    """Without its capsules (to_jax's generic handlers): a Function that uses ctx->saved_data is found in
+    the probe's run (no shape rule: the run is made anyway) and takes the callback, which runs it, saying
+    why. With a shape rule the probe does not run it: the custom call refuses, naming ffi=False."""
     x = jnp.arange(3.0)
-    assert j.mul.route(x, x) == "xla_ffi"
-    assert j.saved_data.route(x).startswith(
-        "callback: its XLA FFI handlers fail where the callback runs (INTERNAL: SavedData (XLA FFI forward): "
-        "ctx->saved_data holds Python objects, and this Forward or Backward runs in an XLA FFI handler "
-        "(to_jax's generic handlers), without Python;")
+    j = opbuilder.to_jax(types.SimpleNamespace(saved_data=xla_ffi_ops.saved_data))
+    assert j.saved_data.route(x) == ("callback: its C++ Function SavedData uses ctx->saved_data, which holds "
+                                     "Python objects; the custom call runs without Python")
     np.testing.assert_array_equal(np.asarray(jax.jit(j.saved_data)(x)), 2 * np.arange(3.0))
     np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: j.saved_data(a).sum())(x)), np.full(3, 2.0))
+    ruled = opbuilder.to_jax(_callback_twin(xla_ffi_ops))
+    assert ruled.saved_data.route(x) == "xla_ffi"
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"SavedData \(XLA FFI forward\): ctx->saved_data holds Python objects, and this "
+                             r"Forward or Backward runs in an XLA FFI handler \(to_jax's generic handlers\), "
+                             r"without Python; keep tensors with SaveForBackward \(numbers as 0-d tensors\), or "
+                             r"call the function without XLA FFI handlers \(to_jax\(\.\.\., ffi=False\), or "
+                             r"drop OB_XLA_FFI: to_jax then uses a host callback\)"):
+        jax.jit(ruled.saved_data)(x).block_until_ready()
 
 
 def test_saved_data_in_an_xla_handler_is_a_named_error(xla_ffi_ops):
@@ -371,8 +378,8 @@ def test_saved_data_in_an_xla_handler_is_a_named_error(xla_ffi_ops):
                        match=r"SavedData \(XLA FFI forward\): ctx->saved_data holds Python objects, and this "
                              r"Forward or Backward runs in an XLA FFI handler \(opbuilder/xla_ffi.h\), without "
                              r"Python; keep tensors with SaveForBackward \(numbers as 0-d tensors\), or call the "
-                             r"function without its XLA FFI handlers \(drop OB_XLA_FFI: to_jax then uses a host "
-                             r"callback\)"):
+                             r"function without XLA FFI handlers \(to_jax\(\.\.\., ffi=False\), or drop OB_XLA_FFI: "
+                             r"to_jax then uses a host callback\)"):
         jax.jit(j["ffi"].saved_data)(x).block_until_ready()
     np.testing.assert_array_equal(np.asarray(j["callback"].saved_data(x)), 2 * np.arange(3.0))
     np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: j["callback"].saved_data(a).sum())(x)),

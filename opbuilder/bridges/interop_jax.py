@@ -11,13 +11,13 @@ runs through to_jax's generic handlers (src/jax_ffi.cpp, built once per JAX vers
 module was built with ``OB_XLA_FFI`` through its own. Every other call takes ``jax.pure_callback``,
 the named fallback, for a reason ``f.route(*args)`` gives ("callback: <why>"): ``to_jax(...,
 ffi=False)``, static arguments, a 64-bit output with x64 off, a function that is not one Function's
-Apply (plain kernels, several ops), or handlers that fail on zeros where the callback runs
-(``ctx->saved_data`` needs Python). The route is chosen once per signature, at trace time.
+Apply (plain kernels, several ops), or a Function seen using ``ctx->saved_data`` (Python objects). The
+route is chosen once per signature, at trace time.
 
 Output shapes: from ``shape_fn`` when given; otherwise the operator runs once on zeros of the
 arguments' shapes per distinct signature (shapes, dtypes, static values) -- one extra forward, cached.
-The generic route runs the function once on zeros too (to find its Function), and its custom calls
-once, forward and backward. Static values are keyed by type and exact value (runtime.jit's
+The generic route calls the function once on zeros too, to find its Function (with a shape rule the
+Function itself does not run there; without one, that run is the one above). Static values are keyed by type and exact value (runtime.jit's
 ``exact_key``): ``0.0`` and ``-0.0``, ``True``, ``1`` and ``1.0`` are different signatures. With
 ``jax_enable_x64`` off (JAX's default) a 64-bit output is returned as its 32-bit twin, as ``jnp`` does.
 
@@ -182,7 +182,10 @@ class _JaxOp:
             return None, "callback: the call has non-array arguments (XLA passes buffers only)"
         entry = None
         if self.targets is None:  # the generic handlers: find the C++ Function the call is
-            entry, why = probe_entry(lambda: self._run_zeros(positions, statics, arrays))
+            # with a shape rule the Function need not run (as on the callback path); without one, the
+            # run gives the output specs too
+            fake = self.specs(positions, statics, arrays) if self.shape_fn is not None else None
+            entry, why = probe_entry(lambda: self._run_zeros(positions, statics, arrays), fake)
             if entry is None:
                 return None, f"callback: {why}"
         specs, _ = self.specs(positions, statics, arrays)
@@ -194,31 +197,7 @@ class _JaxOp:
         targets, err = generic_targets()
         if targets is None:
             return None, f"callback: {err}"
-        why = self._check_ffi(positions, arrays, targets, entry)
-        if why is not None:
-            return None, f"callback: {why}"
         return (targets, entry), "xla_ffi"
-
-    def _check_ffi(self, positions, arrays, targets, entry) -> Optional[str]:
-        """Runs the generic custom calls once on zeros, forward and backward, eagerly (at trace time):
-        a Function whose Forward or Backward needs what the handlers lack (Python: ctx->saved_data) or
-        fails only there keeps the callback, which runs it as it always did. None when they run."""
-        zeros = [np.zeros(tuple(a.shape), np.dtype(a.dtype)) for a in arrays]
-        g = self._ffi_fn(positions, (targets, entry))
-        try:
-            with jax.ensure_compile_time_eval():
-                if any(np.issubdtype(z.dtype, np.inexact) for z in zeros):
-                    out, pullback = jax.vjp(g, *zeros)
-                    outs = out if isinstance(out, tuple) else (out,)
-                    cts = tuple(np.ones(np.shape(o), o.dtype) if jnp.issubdtype(o.dtype, jnp.inexact)
-                                else np.zeros(np.shape(o), jax.dtypes.float0) for o in outs)
-                    jax.block_until_ready(pullback(cts if isinstance(out, tuple) else cts[0]))
-                else:
-                    jax.block_until_ready(g(*zeros))
-        except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            return f"its XLA FFI handlers fail where the callback runs ({first})"
-        return None
 
     def _ffi_fn(self, positions, how) -> Callable:
         g = self.ffi_fns.get((positions, how))

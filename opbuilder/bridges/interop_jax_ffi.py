@@ -74,7 +74,7 @@ def ffi_targets(module: Any, funcs: Dict[str, Callable], shape_fns: Dict[str, Ca
 # ---- the generic handlers: one pair for every Function (src/jax_ffi.cpp) ----------------------------
 
 # detail/ffi_entry.h's kFfiEntryAbi: the entry layout this module reads
-_ENTRY_ABI = 0x0b0ff1e000000001
+_ENTRY_ABI = 0x0b0ff1e000000002
 _generic_lock = threading.Lock()
 _generic: Dict[str, Any] = {}  # "targets": (forward, backward) names, or "error": why they are missing
 
@@ -101,14 +101,25 @@ def generic_targets() -> Tuple[Optional[Tuple[str, str]], Optional[str]]:
     return _generic.get("targets"), _generic.get("error")
 
 
+# what the probe's run of a Function names as where it runs, in saved_data's refusal (binding.h)
+_PROBE_WHERE = ctypes.c_char_p(b"to_jax's probe of its XLA FFI route")
+_NO_PYTHON = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+_NEEDS_PYTHON = "ctx->saved_data holds Python objects"
+
+
 class _Probe:
     """runtime.jit's tracer protocol (runtime/jit/tracing.py ``hook.tracer``), recording the ops one
-    module function call runs: each runs as it would untraced, with the trace paused."""
+    module function call runs: each runs as it would untraced, with the trace paused. A C++ Function
+    runs with its module's no-Python mark set, as in the handlers: a Forward that uses ctx->saved_data
+    is noted (``needs_python``) and run again without it. With ``fake`` (the shape rule's specs and
+    whether the op returns one tensor) a Function does not run: it returns zeros of those specs."""
 
     stopped: Optional[str] = None
 
-    def __init__(self) -> None:
+    def __init__(self, fake: Optional[Tuple[Sequence[Any], bool]] = None) -> None:
         self.calls: List[Tuple[str, str, Any, Tuple[Any, ...], Any]] = []
+        self.fake = fake
+        self.needs_python: Optional[str] = None
 
     def stop(self, what: str) -> None:
         self.calls.append(("stop", what, None, (), None))
@@ -117,7 +128,7 @@ class _Probe:
         _tracing.hook.tracer = None
         _tracing.flag.value -= 1
         try:
-            out = target(*args, **attrs)
+            out = self._run(kind, target, args, attrs)
         finally:
             _tracing.flag.value += 1
             _tracing.hook.tracer = self
@@ -125,6 +136,31 @@ class _Probe:
         values = [np.array(np.asarray(o._data)) if hasattr(o, "_data") else None for o in outs]
         self.calls.append((kind, name, target, tuple(args), (out, values)))
         return out
+
+    def _run(self, kind: str, target: Any, args: Sequence[Any], attrs: Dict[str, Any]) -> Any:
+        entry = _entry_of(target, len(args))[0] if kind == "cpp" else None
+        if entry is None:
+            return target(*args, **attrs)
+        if self.fake is not None:
+            from runtime.tensor import Tensor
+            specs, single = self.fake
+            outs = [Tensor._from_array(np.zeros(tuple(s.shape), np.dtype(s.dtype))) for s in specs]
+            return outs[0] if single else outs
+        no_python = _NO_PYTHON(ctypes.c_void_p.from_address(entry + _NO_PYTHON_OFFSET).value)
+        old = no_python(ctypes.cast(_PROBE_WHERE, ctypes.c_void_p))
+        try:
+            return target(*args, **attrs)
+        except Exception as e:
+            if _NEEDS_PYTHON not in str(e):
+                raise
+            self.needs_python = str(e)
+        finally:
+            no_python(old)
+        return target(*args, **attrs)
+
+
+# FfiEntry's no_python field: after abi, nargs, views (padded to 8), name, 3 write states, forward, backward
+_NO_PYTHON_OFFSET = 9 * 8
 
 
 def _pointer(a: Any) -> Tuple[int, Tuple[int, ...]]:
@@ -159,13 +195,15 @@ def _entry_of(replay: Any, nargs: int) -> Tuple[Optional[int], Optional[str]]:
     return entry, None
 
 
-def probe_entry(run: Callable[[], Tuple[Sequence[Any], Sequence[Any]]]) -> Tuple[Optional[int], Optional[str]]:
+def probe_entry(run: Callable[[], Tuple[Sequence[Any], Sequence[Any]]],
+                fake: Optional[Tuple[Sequence[Any], bool]] = None) -> Tuple[Optional[int], Optional[str]]:
     """The FfiEntry of the one C++ Function a module function call is, or (None, why). ``run()`` calls
     the function once (on zeros, at trace time) and returns (its runtime Tensor arguments, its
     outputs). The call is that Function's when it runs exactly one op, a C++ Function's ``Apply``, on
     exactly its arguments in order (the same memory), and returns exactly Apply's outputs (the same
-    memory, the same values): then the handlers may run the Function's Forward and Backward alone."""
-    probe = _Probe()
+    memory, the same values): then the handlers may run the Function's Forward and Backward alone.
+    ``fake``: the shape rule's output specs and single flag, so the Function need not run (_Probe)."""
+    probe = _Probe(fake)
     prev = _tracing.hook.tracer
     _tracing.hook.tracer = probe
     _tracing.flag.value += 1
@@ -192,6 +230,9 @@ def probe_entry(run: Callable[[], Tuple[Sequence[Any], Sequence[Any]]]) -> Tuple
         return None, f"it does not pass its arrays, in order, to the C++ Function {name}"
     if not same_out:
         return None, f"it does not return the outputs of the C++ Function {name} as they are"
+    if probe.needs_python is not None:
+        return None, (f"its C++ Function {name} uses ctx->saved_data, which holds Python objects; the custom "
+                      f"call runs without Python")
     return _entry_of(replay, len(args))
 
 
@@ -274,7 +315,7 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
                                  + scratch, vmap_method="sequential",
                                  input_output_aliases={i: len(arrays) + m for m, i in enumerate(written)} or None)(
                                      *arrays, *cts, **attrs)[:len(arrays)]
-        return tuple(jax_gradient(g) if np.issubdtype(a.dtype, np.inexact) else None for a, g in zip(arrays, grads))
+        return tuple(jax_gradient(g) if jnp.issubdtype(a.dtype, jnp.inexact) else None for a, g in zip(arrays, grads))
 
     f.defvjp(f_fwd, f_bwd)
     return lambda *arrays: f(*_vary_alike(arrays))

@@ -61,8 +61,9 @@ class SavedValue {
     if (const char *where = NoPythonHandler()) {
       throw std::runtime_error(std::string("ctx->saved_data holds Python objects, and this Forward or Backward runs "
                                            "in ") + where + ", without Python; keep tensors with "
-                               "SaveForBackward (numbers as 0-d tensors), or call the function without its "
-                               "XLA FFI handlers (drop OB_XLA_FFI: to_jax then uses a host callback)");
+                               "SaveForBackward (numbers as 0-d tensors), or call the function without XLA FFI "
+                               "handlers (to_jax(..., ffi=False), or drop OB_XLA_FFI: to_jax then uses a host "
+                               "callback)");
     }
   }
   PyRef obj_;

@@ -26,7 +26,7 @@ namespace opbuilder {
 namespace detail OB_HIDDEN {
 
 // Bumped whenever a field of FfiEntry changes: a caller refuses an entry of another number.
-constexpr std::uint64_t kFfiEntryAbi = 0x0b0ff1e000000001ull;
+constexpr std::uint64_t kFfiEntryAbi = 0x0b0ff1e000000002ull;
 
 struct FfiEntry {
   std::uint64_t abi;  // kFfiEntryAbi
@@ -44,6 +44,10 @@ struct FfiEntry {
   // T::Backward(ctx, *grads) into *out, on the same terms.
   void (*backward)(AutogradContext *ctx, TensorPtrList *grads, TensorPtrList *out, const OfferedBuffers *offer,
                    const char *where);
+  // Sets this module's no-Python mark (binding.h's NoPythonHandler: ctx->saved_data then refuses,
+  // naming `where`; nullptr clears it) on this thread and returns the previous one: to_jax's probe runs
+  // the Function once so, to learn whether it needs Python.
+  const char *(*no_python)(const char *where);
 };
 
 // While alive: this module's Offered() is `offer` and its saved_data refuses Python (`where`).
@@ -102,6 +106,11 @@ struct FfiEntryOf<T, std::index_sequence<I...>> {
     FfiCallScope scope(offer, where);
     *out = T::Backward(ctx, std::move(*grads));
   }
+  static const char *NoPython(const char *where) {
+    const char *old = NoPythonHandler();
+    NoPythonHandler() = where;
+    return old;
+  }
   static constexpr FfiEntry kEntry{kFfiEntryAbi,
                                    sizeof...(I),
                                    AcceptsViews<T>::value,
@@ -110,7 +119,8 @@ struct FfiEntryOf<T, std::index_sequence<I...>> {
                                    &FfiForwardWrites<T>,
                                    &FfiCotangentWrites<T>,
                                    &Forward,
-                                   &Backward};
+                                   &Backward,
+                                   &NoPython};
 };
 
 // The entry of T for Apply's argument types `Args` (decayed), or nullptr when one is not a TensorPtr.
