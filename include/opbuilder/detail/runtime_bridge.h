@@ -385,25 +385,24 @@ inline PyObject *ArrayFromTensor(const Runtime &rt, const Tensor &t) {
   return arr;
 }
 
-// The byte offset of runtime.Tensor's `_base_ref` slot (runtime/tensor.py; its member descriptor's),
-// found once; 0 if it is no slot. Native code reads and sets it there, without an attribute lookup.
-inline Py_ssize_t BaseRefSlot(const Runtime &rt) {
-  static std::atomic<Py_ssize_t> stored{-1};
+// The byte offset of runtime.Tensor's slot `name` (runtime/tensor.py; its member descriptor's), found
+// once into `stored` (-1 until then); 0 if it is no slot. Native code reads and sets it there.
+inline Py_ssize_t SlotOffset(const Runtime &rt, std::atomic<Py_ssize_t> &stored, const char *name) {
   Py_ssize_t off = stored.load(std::memory_order_acquire);
   if (off >= 0) return off;
-  off = ObjectSlotOffset(rt.tensor_type, "_base_ref", rt.empty_tuple);  // limited_api.h
+  off = ObjectSlotOffset(rt.tensor_type, name, rt.empty_tuple);  // limited_api.h
   stored.store(off, std::memory_order_release);
   return off;
 }
-
-// The byte offset of runtime.Tensor's `_data` slot (runtime/tensor.py), found once; 0 if it is no slot.
+// `_base_ref`: a view's base, read on every Function<T> call (call_rules.h IsViewObject).
+inline Py_ssize_t BaseRefSlot(const Runtime &rt) {
+  static std::atomic<Py_ssize_t> stored{-1};
+  return SlotOffset(rt, stored, "_base_ref");
+}
+// `_data`: the tensor's array (DataOf, NewPyTensor).
 inline Py_ssize_t DataSlot(const Runtime &rt) {
   static std::atomic<Py_ssize_t> stored{-1};
-  Py_ssize_t off = stored.load(std::memory_order_acquire);
-  if (off >= 0) return off;
-  off = ObjectSlotOffset(rt.tensor_type, "_data", rt.empty_tuple);  // limited_api.h
-  stored.store(off, std::memory_order_release);
-  return off;
+  return SlotOffset(rt, stored, "_data");
 }
 
 // The array of the runtime.Tensor `obj` (new reference): read from its slot, or looked up (a subclass
