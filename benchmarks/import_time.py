@@ -11,7 +11,9 @@ rotated each round, benchmarks/timing.py), medians with min-max, ratios taken ro
 The operator is built once (untimed) in a temporary cache before the rounds; the bare extension is compiled
 with the C compiler directly. See ``python -X importtime -c "import runtime"`` for what is imported.
 
-Goals (issue 24): ``import runtime`` <= 1.3x ``import numpy``; the warm process <= 1.2x its floor.
+Goals: ``import runtime`` <= 1.2x ``import numpy`` (issue 38, goal 7; issue 24 asked 1.3x); the warm process
+<= 1.2x its floor. Each goal line carries the load average at its end; the CPU time (user + system) of
+each process is shown beside its wall time: on a loaded machine the wall time waits for a core.
 A child process that fails, or a missing source or compiler, prints FAIL and the exit status is 1.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import timing  # noqa: E402  (first: pins the thread count before numpy and torch load)
@@ -63,23 +65,36 @@ def _bare_extension(work: Path) -> Path:
     return work
 
 
-def _process(code: str, args: List[str], env: Dict[str, str]) -> float:
-    """Seconds of one whole child process running ``code``."""
+_CPU: Dict[str, List[float]] = {}  # case -> CPU seconds (user + system) of each timed process
+
+
+def _process(code: str, args: List[str], env: Dict[str, str]) -> Tuple[float, float]:
+    """(wall seconds, CPU seconds) of one whole child process running ``code``."""
     t0 = time.perf_counter()
-    timing.run_child([sys.executable, "-c", code, *args], env=env, what="a child process")
-    return time.perf_counter() - t0
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        tail = err.strip().splitlines()[-1:] or ["(no output)"]
+        raise timing.Unmeasured(f"a child process exited {proc.returncode}: {tail[0]}")
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 def _rounds(cases: Dict[str, tuple], rounds: int) -> Dict[str, Stat]:
     """Each case (code, args, env) once per round, the order rotated each round, after one untimed run of
-    each (it writes bytecode caches)."""
+    each (it writes bytecode caches). Wall times; the CPU times go to ``_CPU``."""
     names = list(cases)
     for name in names:
         _process(*cases[name])
     samples: Dict[str, List[float]] = {n: [] for n in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(_process(*cases[name]))
+            wall, cpu = _process(*cases[name])
+            samples[name].append(wall)
+            _CPU.setdefault(name, []).append(cpu)
     return {n: Stat(s) for n, s in samples.items()}
 
 
@@ -112,22 +127,28 @@ def main() -> int:
                            args.rounds)
         except timing.Unmeasured as e:
             report.fail("warm-process rows", e)
+    cpu = {n: Stat(s) for n, s in _CPU.items()}
     rows = []
     if imports:
-        rows += [["`import numpy`", imports["numpy"].fmt("ms"), ""],
-                 ["`import runtime`", imports["runtime"].fmt("ms"), ratio(imports["runtime"], imports["numpy"]).fmt("x")]]
+        rows += [["`import numpy`", imports["numpy"].fmt("ms"), cpu["numpy"].fmt("ms"), ""],
+                 ["`import runtime`", imports["runtime"].fmt("ms"), cpu["runtime"].fmt("ms"),
+                  f'{ratio(imports["runtime"], imports["numpy"]).fmt("x")}; CPU '
+                  f'{ratio(cpu["runtime"], cpu["numpy"]).fmt("x")}']]
     if warm:
-        rows += [["floor: numpy + bare extension, one call", warm["floor"].fmt("ms"), ""],
-                 ["import runtime + warm load() + one call", warm["warm"].fmt("ms"),
-                  ratio(warm["warm"], warm["floor"]).fmt("x")]]
-    timing.table(["whole new process", "seconds", "ratio"], rows)
+        rows += [["floor: numpy + bare extension, one call", warm["floor"].fmt("ms"), cpu["floor"].fmt("ms"), ""],
+                 ["import runtime + warm load() + one call", warm["warm"].fmt("ms"), cpu["warm"].fmt("ms"),
+                  f'{ratio(warm["warm"], warm["floor"]).fmt("x")}; CPU {ratio(cpu["warm"], cpu["floor"]).fmt("x")}']]
+    timing.table(["whole new process", "wall", "CPU (user + system)", "ratio, round by round"], rows)
     print()
+    load = os.getloadavg()[0]
     if imports:
         r = ratio(imports["runtime"], imports["numpy"])
-        report.goal("import runtime <= 1.3x import numpy (whole process)", r.median <= 1.3, f"{r.median:.2f}x")
+        report.goal(f"import runtime <= 1.2x import numpy (whole process, wall; load average {load:.1f})",
+                    r.median <= 1.2, r.fmt("x"))
     if warm:
         r = ratio(warm["warm"], warm["floor"])
-        report.goal("warm process (import, load(), one call) <= 1.2x its floor", r.median <= 1.2, f"{r.median:.2f}x")
+        report.goal(f"warm process (import, load(), one call) <= 1.2x its floor (wall; load average {load:.1f})",
+                    r.median <= 1.2, r.fmt("x"))
     return report.finish()
 
 

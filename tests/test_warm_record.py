@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from builder_util import run_python, tiny_module
-from opbuilder.cache import warm
+from opbuilder.cache import warm, warm_notes
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
@@ -32,9 +32,9 @@ def _load(name: str, src: Path, *includes: str, **env: str) -> dict:
 
 
 def _warmed(name: str, src: Path, *includes: str) -> dict:
-    """Build, wait for the files to settle (warm.SETTLE_NS), load once more to write the record."""
+    """Build, wait for the files to settle (warm_notes.SETTLE_NS), load once more to write the record."""
     first = _load(name, src, *includes)
-    time.sleep(warm.SETTLE_NS * 2 / 1e9)
+    time.sleep(warm_notes.SETTLE_NS * 2 / 1e9)
     _load(name, src, *includes)
     return first
 

@@ -37,10 +37,9 @@ from types import ModuleType
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..importer import import_build, is_key
-from .warm_notes import SETTLE_NS, Seen, collecting, note_lookup, note_stamps, seen_now  # noqa: F401
 from .trust import check_dir, check_file, read_file, stamp_of, trusted_root
 
-__all__ = ["module", "remember", "batch", "collecting", "note_stamps", "note_lookup", "ENV_NAMES", "RECORDS"]
+__all__ = ["module", "remember", "batch", "ENV_NAMES", "RECORDS"]
 
 RECORDS = "warm.rec"  # in the op dir: marshal data, (FORMAT, {identity: record})
 FORMAT = "warm-1"
@@ -220,6 +219,8 @@ def remember(spec, trusted_spec, key: str, lib: Path, preload_libs: Sequence[Pat
     library is ``lib`` and loads ``preload_libs`` first; nothing when that lookup built it, or used a
     fact no stamp vouches for, or a file it read changed too recently (see the module's docstring).
     Best effort: a cache that cannot be written is looked up in full next time."""
+    from .warm_notes import seen_now  # the full lookup's notes: a warm load() never imports them
+
     seen = seen_now()
     if seen is None or seen.unstamped or key not in seen.lookups or not _eligible(spec):
         return
@@ -229,7 +230,9 @@ def remember(spec, trusted_spec, key: str, lib: Path, preload_libs: Sequence[Pat
         pass  # a file it cannot stat, a cache it cannot write: looked up in full next time
 
 
-def _remember(seen: Seen, spec, trusted_spec, key: str, lib: Path, preload_libs: Sequence[Path]) -> None:
+def _remember(seen, spec, trusted_spec, key: str, lib: Path, preload_libs: Sequence[Path]) -> None:
+    from .warm_notes import SETTLE_NS
+
     root = trusted_spec.root
     limit = seen.start_ns - SETTLE_NS
     inputs: dict = {}
