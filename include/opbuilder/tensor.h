@@ -130,25 +130,10 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   }
 
   // A new C-contiguous, writable copy (always copies).
-  TensorPtr contiguous_copy() const {
-    CheckHost("contiguous_copy()");
-    auto out = std::make_shared<Tensor>(dtype_, shape_);
-    detail::CopyStrided(static_cast<char *>(out->data_), detail::ContiguousStrides(shape_),
-                        static_cast<const char *>(data_), strides(), shape_, element_size());
-    return out;
-  }
+  OB_CORE_FN TensorPtr contiguous_copy() const;
 
   // Writes `src` (same dtype and shape, any layout) into this tensor's memory.
-  void copy_from(const Tensor &src) {
-    if (src.dtype_ != dtype_ || src.shape_ != shape_) {
-      throw std::invalid_argument("opbuilder::Tensor::copy_from: dtype or shape differs");
-    }
-    if (!writable_) throw detail::ValueError("opbuilder::Tensor::copy_from: the tensor is read-only");
-    CheckHost("copy_from()");
-    src.CheckHost("copy_from()");
-    detail::CopyStrided(static_cast<char *>(data_), strides(), static_cast<const char *>(src.data_), src.strides(),
-                        shape_, element_size());
-  }
+  OB_CORE_FN void copy_from(const Tensor &src);
 
   // ---- MindSpore-compatible names (see ms_extension.h) ----
   // as data<T>(): the data of a C-contiguous tensor (ValueError for a strided view)

@@ -104,6 +104,23 @@ OB_CORE_FN Tensor::Tensor(DataType dtype, ShapeVector shape, int device, bool ze
   }
   data_ = storage_.get();
 }
+OB_CORE_FN TensorPtr Tensor::contiguous_copy() const {
+  CheckHost("contiguous_copy()");
+  auto out = std::make_shared<Tensor>(dtype_, shape_);
+  detail::CopyStrided(static_cast<char *>(out->data_), detail::ContiguousStrides(shape_),
+                      static_cast<const char *>(data_), strides(), shape_, element_size());
+  return out;
+}
+OB_CORE_FN void Tensor::copy_from(const Tensor &src) {
+  if (src.dtype_ != dtype_ || src.shape_ != shape_) {
+    throw std::invalid_argument("opbuilder::Tensor::copy_from: dtype or shape differs");
+  }
+  if (!writable_) throw detail::ValueError("opbuilder::Tensor::copy_from: the tensor is read-only");
+  CheckHost("copy_from()");
+  src.CheckHost("copy_from()");
+  detail::CopyStrided(static_cast<char *>(data_), strides(), static_cast<const char *>(src.data_), src.strides(),
+                      shape_, element_size());
+}
 OB_CORE_FN TensorPtr Tensor::empty_like(const TensorPtr &t) {
   if (t->device_ >= 0) return std::shared_ptr<Tensor>(new Tensor(t->dtype(), t->shape(), t->device_, false));
   return empty(t->dtype(), t->shape());
