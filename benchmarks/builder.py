@@ -486,6 +486,7 @@ def print_time_report(op: str, bare: str) -> None:
 
 def bindings(work: Path, rounds: int, use_tvm: bool = False) -> int:
     """The ``--bindings`` table (see the module docstring)."""
+    digest = _sources_digest()
     base = work / "runtime-cache"
     src_dir = work / "src"
     src_dir.mkdir(parents=True)
@@ -567,6 +568,9 @@ def bindings(work: Path, rounds: int, use_tvm: bool = False) -> int:
                       _bare_nanobind(work, op_cmd, link_cmd, op_dir, time_report=True)["report"])
     print()
     report = Report()
+    if _sources_digest() != digest:
+        report.fail("every row", "opbuilder's headers or core sources changed during the run (the core library "
+                    "was rebuilt inside measured loads); run it again on an unchanged checkout")
 
     def col(tag: str, what: str) -> Stat:
         return Stat([x[what] for x in samples[tag]])
@@ -628,6 +632,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("tvm-ffi: not measured (" + ("--no-tvm" if args.no_tvm else "apache-tvm-ffi is not installed: "
                                            "pip install apache-tvm-ffi==0.1.15") + "); its column is skipped")
     report = Report()
+    digest = _sources_digest()
     work = Path(tempfile.mkdtemp(prefix="opbuilder-bench-"))
     os.chmod(work, 0o700)
     try:
@@ -649,6 +654,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
 
+    if _sources_digest() != digest:
+        report.fail("every row", "opbuilder's headers or core sources changed during the run; run it again")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"{_compiler()}; {cores} cores; load average {os.getloadavg()[0]:.2f} at the end")
     for fw, text in side_flags.items():
@@ -694,6 +701,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             report.goal(f"{dict(labels)[row]}: opbuilder <= {limit}x torch's, both with a PCH (wall){_load()}",
                         r.median <= limit, f"{r.fmt('x')}{also}")
     return report.finish()
+
+
+def _sources_digest() -> str:
+    """A digest of opbuilder's headers and core sources: a change during a run (another checkout user
+    editing them) rebuilds the core library inside a measured load(), so the run is refused."""
+    import hashlib
+    h = hashlib.sha256()
+    for f in sorted(list((ROOT / "include").rglob("*")) + list((ROOT / "src").rglob("*"))):
+        if f.is_file():
+            h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 def _load() -> str:
