@@ -1,0 +1,102 @@
+"""Attack round on issue 33 (one semantics for every route): cases where one route gives other numbers
+than torch's rule or than the runtime's eager call. Each test names the route and the reference.
+Operators: tests/cpp/parity_ops.cpp (mul saves its inputs, scale_ is MarkDirty x *= 3, ident)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Tensor, jit
+
+from op_util import CPP, load_op
+
+pytestmark = pytest.mark.build
+
+
+@pytest.fixture(scope="session")
+def parity_ops(cache_dir):
+    return load_op("parity_ops", [CPP / "parity_ops.cpp"])
+
+
+def _f64(*a) -> Tensor:
+    return Tensor(np.array(a, dtype=np.float64))
+
+
+# ---- runtime.jit: a replayed detach() is no view of its input ------------------------------------
+def test_a_replayed_detach_passes_no_gradient_after_its_input_is_written(parity_ops):
+    """x.detach() under jit: the first call and eager give a plain leaf; a replay gave a view of x, so a
+    write into x rebuilt the detached tensor's history from x's and the gradient flowed through it."""
+    ops = parity_ops
+    detach = jit(lambda x: x.detach())
+
+    def loss(w, det):
+        x = ops.mul(w, _f64(1.0, 1.0))  # a non-leaf
+        d = det(x)  # no gradient may flow through d
+        ops.scale_(x)  # a write into d's source
+        return (ops.mul(d, _f64(5.0, 7.0))).sum()
+
+    def grad_w(det):
+        return rt.grad(lambda w: loss(w, det))(Tensor(np.array([1.0, 2.0]), requires_grad=True)).asnumpy()
+
+    np.testing.assert_array_equal(grad_w(lambda x: x.detach()), [0.0, 0.0])
+    for _ in range(3):  # the tracing call, then replays
+        np.testing.assert_array_equal(grad_w(detach), [0.0, 0.0])
+
+
+def test_a_replayed_detach_is_written_as_eagers_is(parity_ops):
+    """Writing what a jitted `x.detach()` returned: eager (and the first call) write x; a replay refused
+    it as "a view of a leaf that requires grad"."""
+    detach = jit(lambda x: x.detach())
+    for _ in range(3):
+        x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+        parity_ops.scale_(detach(x))
+        np.testing.assert_array_equal(x.asnumpy(), [3.0, 6.0])
+
+
+# ---- torch routes ----------------------------------------------------------------------------------
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
+import opbuilder  # noqa: E402
+
+
+@pytest.fixture(params=["registered", "bridge"])
+def torch_route(request, monkeypatch):
+    if request.param == "bridge":
+        request.getfixturevalue("torch_bridge")
+        monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
+    else:
+        monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "0")
+    return request.param
+
+
+@pytest.mark.parametrize("view", ["neg bit (z.conj().imag)", "neg view (torch._neg_view)"])
+def test_a_markdirty_write_into_a_neg_bit_view_reaches_its_base(parity_ops, torch_route, view):
+    """torch's v.mul_(3) on a view with the negative bit writes its base; to_torch's scale_ wrote a
+    resolved copy and dropped the write silently (base and view unchanged)."""
+    ops = opbuilder.to_torch(parity_ops)
+
+    def make():
+        if view.startswith("neg bit"):
+            z = torch.tensor([1 + 1j, 2 - 2j], dtype=torch.complex128)
+            return z, z.conj().imag
+        b = torch.tensor([1.0, -2.0], dtype=torch.float64)
+        return b, torch._neg_view(b)
+
+    base_ref, v_ref = make()
+    v_ref.mul_(3.0)
+    for _ in range(2):  # the first call of a signature, then the route's later calls
+        base, v = make()
+        ops.scale_(v)
+        assert torch.equal(base, base_ref) and torch.equal(v, v_ref)
+
+
+def test_a_second_backward_without_retain_graph_raises_on_the_registered_path(parity_ops, monkeypatch):
+    """torch's own ops, the C++ bridge and runtime eager refuse a second backward through freed saved
+    tensors; the registered path (OPBUILDER_TORCH_BRIDGE=0) ran it again."""
+    monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "0")
+    ops = opbuilder.to_torch(parity_ops)
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    z = ops.mul(x, torch.tensor([3.0, 4.0], dtype=torch.float64)).sum()
+    torch.autograd.grad(z, x)
+    with pytest.raises(RuntimeError, match="a second time"):
+        torch.autograd.grad(z, x)
