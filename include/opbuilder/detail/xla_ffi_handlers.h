@@ -63,48 +63,42 @@ inline TensorPtr Wrap(const ffi::AnyBuffer &b, bool writable, const char *what, 
                                   std::shared_ptr<void>(), writable);
 }
 
-// A private writable copy of `src` (contiguous) in a block this thread reuses from call to call: a
-// fresh block each call faults in its pages every time (measured: 1M float64 mul 4.4 ms -> 2.2 ms,
-// against 1.0 ms with no copy). A block is reused once no tensor holds it (a handler's tensors die
-// with the call); at most kScratchBlocks of up to kScratchBytes are kept per thread.
-// With `writable` false the copy is marked read-only (it stands for XLA's read-only buffer).
-inline TensorPtr ScratchCopy(const Tensor &src, bool writable = true) {
+// A block of at least `n` bytes this thread reuses from call to call: a fresh block each call faults in
+// its pages every time (measured: 1M float64 mul 4.4 ms -> 2.2 ms, against 1.0 ms with no copy). A block
+// is reused once nothing holds it (a handler's tensors die with the call); at most kScratchBlocks of up
+// to kScratchBytes are kept per thread, and a larger one is a fresh allocation.
+inline std::shared_ptr<void> ScratchBlock(std::size_t n) {
   constexpr std::size_t kScratchBlocks = 8;
   constexpr std::size_t kScratchBytes = std::size_t{64} << 20;
-  if (src.nbytes() > kScratchBytes) {
-    TensorPtr c = src.contiguous_copy();
-    if (writable) return c;
-    return std::make_shared<Tensor>(c->dtype(), c->shape(), ShapeVector{}, c->data_ptr(),
-                                    std::shared_ptr<void>(c, c->data_ptr()), false);
-  }
+  if (n > kScratchBytes) return AllocateStorage(n);
   struct Block {
     std::shared_ptr<void> data;
     std::size_t nbytes;
   };
   thread_local std::vector<Block> blocks;
-  const std::size_t n = src.nbytes();
   Block *use = nullptr;
   for (auto &b : blocks) {
     if (b.data.use_count() == 1 && b.nbytes >= n && (use == nullptr || b.nbytes < use->nbytes)) use = &b;
   }
-  if (use == nullptr) {
-    if (blocks.size() >= kScratchBlocks) {  // drop the smallest free block, if any
-      auto drop = blocks.end();
-      for (auto it = blocks.begin(); it != blocks.end(); ++it) {
-        if (it->data.use_count() == 1 && (drop == blocks.end() || it->nbytes < drop->nbytes)) drop = it;
-      }
-      if (drop != blocks.end()) blocks.erase(drop);
+  if (use != nullptr) return use->data;
+  if (blocks.size() >= kScratchBlocks) {  // drop the smallest free block, if any
+    auto drop = blocks.end();
+    for (auto it = blocks.begin(); it != blocks.end(); ++it) {
+      if (it->data.use_count() == 1 && (drop == blocks.end() || it->nbytes < drop->nbytes)) drop = it;
     }
-    std::shared_ptr<void> data = AllocateStorage(n == 0 ? 1 : n);
-    if (blocks.size() >= kScratchBlocks) {
-      auto t = std::make_shared<Tensor>(src.dtype(), src.shape(), ShapeVector{}, data.get(), data, writable);
-      if (n != 0) std::memcpy(t->data_ptr(), src.data_ptr(), n);
-      return t;
-    }
-    blocks.push_back(Block{std::move(data), n});
-    use = &blocks.back();
+    if (drop != blocks.end()) blocks.erase(drop);
   }
-  auto t = std::make_shared<Tensor>(src.dtype(), src.shape(), ShapeVector{}, use->data.get(), use->data, writable);
+  std::shared_ptr<void> data = AllocateStorage(n == 0 ? 1 : n);
+  if (blocks.size() < kScratchBlocks) blocks.push_back(Block{data, n});
+  return data;
+}
+
+// A private copy of `src` (contiguous) in a scratch block; with `writable` false it is marked read-only
+// (it stands for XLA's read-only buffer).
+inline TensorPtr ScratchCopy(const Tensor &src, bool writable = true) {
+  const std::size_t n = src.nbytes();
+  std::shared_ptr<void> data = ScratchBlock(n);
+  auto t = std::make_shared<Tensor>(src.dtype(), src.shape(), ShapeVector{}, data.get(), data, writable);
   if (n != 0) std::memcpy(t->data_ptr(), src.data_ptr(), n);
   return t;
 }
@@ -327,6 +321,18 @@ class Handlers {
       const TensorPtrList all = ResultTensors(rets);
       TensorPtrList dst = all;
       dst.resize(n_);  // the gradients' buffers
+      // the rerun Forward's outputs: built in scratch blocks the size of the cotangents (its outputs'
+      // shapes), not fresh memory each call; held until the gradients are copied out
+      TensorPtrList rerun;
+      for (std::size_t j = n_; j < args.size(); ++j) {
+        auto b = args.get<ffi::AnyBuffer>(j);
+        const DataType dt = b.has_value() ? FromXla(b->element_type()) : kTypeUnknown;
+        if (dt == kTypeUnknown || b->size_bytes() == 0) continue;
+        std::shared_ptr<void> block = ScratchBlock(b->size_bytes());
+        rerun.push_back(std::make_shared<Tensor>(dt, ShapeOf(b->dimensions()), ShapeVector{}, block.get(), block,
+                                                 true));
+      }
+      const OfferResults rerun_offer(rerun);
       std::unique_ptr<AutogradContext> ctx_owner;
       Inputs in;
       TensorPtrList outs;
@@ -346,7 +352,7 @@ class Handlers {
         phase = NextFingerprintPhase();
         for (std::size_t i = 0; i < n_; ++i) prints[i] = Fingerprint(*in[i], phase);
         try {
-          outs = RunForward(*ctx_owner, in, raw, nullptr);
+          outs = RunForward(*ctx_owner, in, raw, &rerun_offer);
           WroteCopies(st, in, kept, e_.writes());
           break;
         } catch (const RetryWithCopies &r) {
@@ -522,7 +528,7 @@ class Handlers {
   }
 
   // Forward with a context the handler owns (no runtime, no Python); `needs` marks the arguments
-  // Backward will be asked for. `offer`: XLA's result buffers for new tensors, or null.
+  // Backward will be asked for. `offer`: buffers for new tensors (XLA's results, or scratch), or null.
   TensorPtrList RunForward(AutogradContext &ctx, const Inputs &in, Raw &raw, const OfferResults *offer) const {
     ContextState &st = State(ctx);
     st.name = &e_.name();
