@@ -10,6 +10,7 @@ device; trust.stamp_of) of every file that lookup depended on:
 - the files behind every toolchain fact it used (probe_cache.py: the compiler, opbuilder's and
   nanobind's headers, Python's), noted as the lookup used them (``note_stamps``);
 - each directory on PATH (a compiler put earlier on it would be found instead);
+- opbuilder's own modules that ran the lookup (an edit or an upgrade of them may key builds otherwise);
 - the libraries it loads first (nanobind's runtime, the core library) and the library itself.
 
 ``<id>`` is a digest of everything else the lookup reads: the spec (name, sources, options, cache), the
@@ -263,6 +264,10 @@ def _remember(seen, spec, trusted_spec, key: str, lib: Path, preload_libs: Seque
     for d in os.environ.get("PATH", "").split(os.pathsep):
         if os.path.isabs(d):
             inputs[d] = _stamp(d)  # an entry added or removed moves its directory's stamp
+    for m in list(sys.modules.values()):  # opbuilder's own code that ran the lookup: an edit or an upgrade
+        f = getattr(m, "__file__", None)  # of it may key builds otherwise, so it is an input too
+        if f and getattr(m, "__name__", "").split(".")[0] == "opbuilder" and f.startswith(_PKG_DIR):
+            inputs[f] = _stamp(f)
     lib_stamp = stamp_of(check_file(lib))
     pre = [[str(p), stamp_of(os.lstat(p))] for p in preload_libs]
     stamps = [s for s in inputs.values() if s is not None] + [lib_stamp] + [s for _, s in pre]
