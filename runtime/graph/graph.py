@@ -102,10 +102,10 @@ class Graph:
     # (node id, output index) -> (version made, version at the end of the trace) of a primitive's output
     # that a later op of the trace wrote in place (a rule reading its output then fails eagerly)
     stale_outs: Dict[Tuple[int, int], Tuple[int, int]] = field(default_factory=dict)
-    # (output position, Input or Const) of each output that was, when traced, over the memory of an input (the
-    # input itself, or a view of it) or of a captured tensor (a view of it): eagerly it is a view of that
-    # tensor, sharing its version counter
-    out_alias: List[Tuple[int, "Ref"]] = field(default_factory=list)
+    # (output position, Input or Const, view) of each output that was, when traced, over the memory of an
+    # input (the input itself, or a view of it) or of a captured tensor (a view of it): eagerly it shares that
+    # tensor's version counter, and is a view of it unless `view` is False (what detach() returns)
+    out_alias: List[Tuple[int, "Ref", bool]] = field(default_factory=list)
     # (node id, argument position) -> (Input or Const, writes to it before the read, its strides, whether a
     # view) of an op's value that was, when the node read it, a view of an input's or a captured tensor's
     # memory (one version counter): eagerly a node saving the view sees a later write to that tensor; a

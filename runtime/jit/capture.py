@@ -215,12 +215,12 @@ class Tracer:
                 continue
             for i, t in enumerate(self._inputs):
                 if outs[k] == Input(i) or (o._vc is t._vc and o._vc is not UNWRITTEN):
-                    self.graph.out_alias.append((k, Input(i)))
+                    self.graph.out_alias.append((k, Input(i), o is t or o._base_ref is not None))
                     break
             else:  # or over a captured tensor's (a view of a Parameter)
                 src = self._view_src.get(id(o))
                 if isinstance(src, Const) and src.value._vc is o._vc and isinstance(outs[k], Output):
-                    self.graph.out_alias.append((k, src))
+                    self.graph.out_alias.append((k, src, o._base_ref is not None))
         for nid, k, a, v in self._out_reads:  # (k < 0: output -1 - k of a primitive as it made it)
             if a._version != v:
                 if k < 0:

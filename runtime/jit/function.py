@@ -29,7 +29,7 @@ from ..graph.graph import Const, Graph, Input, Output
 from ..graph.registry import Backend, Runner, get_backend
 from ..call_rules import share_alias
 from ..tensor import Tensor
-from ..versions import memory_owner
+from ..versions import memory_owner, share_version
 from .signature import flatten_result, signature, unflatten_result
 from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
@@ -144,18 +144,21 @@ def _watch_plan(graph: Graph, plan: BackwardGraph) -> Tuple[Tuple[int, Optional[
 
 def _link_aliases(graph: Graph, tensors: Sequence[Tensor], outs: List[Any]) -> List[Any]:
     """``outs`` with each output over an input's or a captured tensor's memory (``Graph.out_alias``: the
-    input returned, a slice, reshape or transpose of either) made a view of that tensor, as eager's would
-    be: one version counter, so a write through either is seen by the version checks of nodes that saved
-    the other, and its ``_base`` is that tensor's, so a write into it follows eager's view rules. An output
-    the backend gave as a new tensor is re-wrapped (it may be a tensor the backend keeps); the input itself
-    handed back stays as it is."""
-    for k, r in graph.out_alias:
+    input returned, a slice, reshape or transpose of either, its detach()) sharing that tensor's version
+    counter, as eager's would, so a write through either is seen by the version checks of nodes that saved
+    the other; and, unless eager's was no view (detach()), made a view of it: its ``_base`` is that
+    tensor's, so a write into it follows eager's view rules. An output the backend gave as a new tensor
+    is re-wrapped (it may be a tensor the backend keeps); the input itself handed back stays as it is."""
+    for k, r, view in graph.out_alias:
         o, t = outs[k], (tensors[r.index] if isinstance(r, Input) else r.value)
         if o is t or not isinstance(o, Tensor) or memory_owner(o._data) is not memory_owner(t._data):
             continue
         if o._node is None and o._base_ref is None:
             o = outs[k] = Tensor._from_array(o._data)
-        if o._vc is not t._vc or o._base_ref is None:
+        if not view:
+            if o._vc is not t._vc:
+                share_version(o, t)
+        elif o._vc is not t._vc or o._base_ref is None:
             share_alias(o, t)
     return outs
 
