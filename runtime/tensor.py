@@ -154,6 +154,19 @@ class Tensor:
         t._data = arr
         return t
 
+    def __setstate__(self, state: Any) -> None:
+        """Restore from pickle or copy: ``state`` is (instance dict, slots). A pickle made while ``_data``
+        or ``_base_ref`` was no slot holds it in the dict part: it goes into its slot (an instance dict
+        entry would be hidden by the slot, and every use would raise AttributeError)."""
+        d, slots = state if isinstance(state, tuple) else (state, None)
+        d = dict(d or {})
+        self._base_ref = d.pop("_base_ref", None)
+        if "_data" in d:
+            self._data = d.pop("_data")
+        self.__dict__.update(d)
+        for k, v in (slots or {}).items():
+            setattr(self, k, v)
+
     # ---- properties -------------------------------------------------
     @property
     def shape(self) -> Tuple[int, ...]:

@@ -69,3 +69,22 @@ def test_native_code_reads_and_sets_the_data_slot(my_ops):
     bare = Tensor.__new__(Tensor)  # made without __init__: no array
     with pytest.raises(AttributeError, match="^'Tensor' object has no attribute '_data'$"):
         my_ops.mul(bare, y)
+
+
+# A Tensor and a Parameter pickled by 735177a (protocol 4), when `_data` lived in the instance dict.
+_OLD_PICKLE = (
+    "gASVZAEAAAAAAACMDnJ1bnRpbWUudGVuc29ylIwGVGVuc29ylJOUKYGUfZSMBV9kYXRhlIwWbnVtcHkuX2NvcmUubXVsdGlhcnJheZSM"
+    "DF9yZWNvbnN0cnVjdJSTlIwFbnVtcHmUjAduZGFycmF5lJOUSwCFlEMBYpSHlFKUKEsBSwOFlGgJjAVkdHlwZZSTlIwCZjSUiYiHlFKU"
+    "KEsDjAE8lE5OTkr/////Sv////9LAHSUYolDDAAAgD8AAABAAABAQJR0lGJzfZSMCV9iYXNlX3JlZpROc4aUYmgAjAlQYXJhbWV0ZXKU"
+    "k5QpgZR9lChoBWgIaAtLAIWUaA2HlFKUKEsBSwFLAoaUaBKMAmY4lImIh5RSlChLA2gWTk5OSv////9K/////0sAdJRiiUMQAAAAAAAA"
+    "8D8AAAAAAAAAQJR0lGKMBG5hbWWUjAF3lIwNcmVxdWlyZXNfZ3JhZJSIdX2UaBtOc4aUYoaULg==")
+
+
+def test_a_pickle_from_before_the_data_slot_loads_into_it():
+    import base64
+    t, p = pickle.loads(base64.b64decode(_OLD_PICKLE))
+    assert np.array_equal(t.asnumpy(), np.array([1, 2, 3], np.float32)) and "_data" not in vars(t)
+    assert np.array_equal((t * 2).asnumpy(), [2, 4, 6])
+    assert isinstance(p, Parameter) and p.name == "w" and p.requires_grad and p._base_ref is None
+    (p * p).sum().backward()
+    assert np.array_equal(p.grad.asnumpy(), [[2.0, 4.0]])
