@@ -34,6 +34,8 @@ def ops(inplace_view_ops):
 VIEWS = {
     **SHARED_VIEWS,
     "reversed": lambda a: a[::-1] if not isinstance(a, torch.Tensor) else None,
+    "element": lambda a: a[2],  # an index of integers only: a 0-d view, as torch's (numpy's is a copy)
+    "element_of_2d": lambda a: a.reshape(3, 2)[1, 0],
 }
 
 W = np.array([0.5, -1.0, 2.0, 3.0, 0.25, -2.0])  # weights of the loss: each element's gradient differs

@@ -65,7 +65,8 @@ def grad_tensor(arr: Any) -> Any:
 
 
 def take(xp: Any, flat: Any, idx: np.ndarray) -> Any:
-    return flat[idx if xp is np else xp.asarray(idx)]
+    """The elements of ``flat`` at ``idx``, in ``idx``'s shape: an array even for a 0-d view's index."""
+    return xp.asarray(flat[idx if xp is np else xp.asarray(idx)])
 
 
 class ViewOfBase(Node):

@@ -528,7 +528,16 @@ def _scatter_add(g, index, shape):
     return out
 
 
-_getitem = Primitive("getitem", lambda x, index: x[index])
+def _index(x: Any, index: Any) -> Any:
+    """``x[index]``; an index of integers only gives a 0-d view of ``x``, as torch's does (numpy gives a
+    copied scalar, which a write would never reach ``x`` through)."""
+    r = x[index]
+    if isinstance(r, np.generic):
+        r = x[(index if isinstance(index, tuple) else (index,)) + (Ellipsis,)]
+    return r
+
+
+_getitem = Primitive("getitem", _index)
 _scatter = Primitive("scatter_add", _scatter_add)
 defvjp(_getitem, lambda g, ans, x, index: _scatter(g, index=index, shape=x.shape), reads_output=False,
        reads_inputs=())
