@@ -3,7 +3,8 @@
 // `entry` attribute. Built once per JAX version by opbuilder/bridges/interop_jax_ffi.py (XLA's headers
 // from jax.ffi.include_dir()), through the builder like any operator, so no operator needs XLA's
 // headers or an OB_XLA_FFI line. The module holds the capsules `forward` and `backward`
-// (what jax.ffi.register_ffi_target takes).
+// (what jax.ffi.register_ffi_target takes), and `host`: the target of a call the Function route cannot
+// take (a plain kernel, several ops, static arguments), whose body is to_jax's callback code in Python.
 #include "opbuilder/extension.h"
 #include "opbuilder/detail/xla_ffi_handlers.h"
 
@@ -41,9 +42,79 @@ XLA_FFI_Error *BackwardTarget(XLA_FFI_CallFrame *frame) {
   return h->Call(frame);
 }
 
+// The pending Python error as "<type name>: <message>", cleared.
+std::string PythonErrorText() {
+  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  std::string text = "a Python error";
+  PyObject *name = type != nullptr ? PyObject_GetAttrString(type, "__name__") : nullptr;
+  PyObject *msg = value != nullptr ? PyObject_Str(value) : nullptr;
+  const char *n = name != nullptr ? PyUnicode_AsUTF8(name) : nullptr;
+  const char *s = msg != nullptr ? PyUnicode_AsUTF8(msg) : nullptr;
+  if (n != nullptr) text = std::string(n) + (s != nullptr && *s != 0 ? std::string(": ") + s : std::string());
+  PyErr_Clear();
+  Py_XDECREF(name);
+  Py_XDECREF(msg);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  return text;
+}
+
+// fn(inputs, results) with the GIL: `fn` is a Python callable to_jax keeps alive (its address), the
+// inputs read-only and the results writable memoryviews over XLA's buffers.
+ffi::Error Host(std::int64_t fn, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  static char empty = 0;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  std::string err;
+  PyObject *ins = PyTuple_New(static_cast<Py_ssize_t>(args.size()));
+  PyObject *outs = PyTuple_New(static_cast<Py_ssize_t>(rets.size()));
+  bool ok = ins != nullptr && outs != nullptr;
+  for (std::size_t i = 0; ok && i < args.size(); ++i) {
+    auto b = args.get<ffi::AnyBuffer>(i);
+    if (!b.has_value()) {
+      err = "argument " + std::to_string(i) + ": " + b.error().message();
+      ok = false;
+      break;
+    }
+    char *p = b->size_bytes() != 0 ? static_cast<char *>(b->untyped_data()) : &empty;
+    PyObject *mv = PyMemoryView_FromMemory(p, static_cast<Py_ssize_t>(b->size_bytes()), PyBUF_READ);
+    ok = mv != nullptr && PyTuple_SetItem(ins, static_cast<Py_ssize_t>(i), mv) == 0;
+  }
+  for (std::size_t j = 0; ok && j < rets.size(); ++j) {
+    auto r = rets.get<ffi::AnyBuffer>(j);
+    if (!r.has_value()) {
+      err = "result " + std::to_string(j) + ": " + r.error().message();
+      ok = false;
+      break;
+    }
+    char *p = (**r).size_bytes() != 0 ? static_cast<char *>((**r).untyped_data()) : &empty;
+    PyObject *mv = PyMemoryView_FromMemory(p, static_cast<Py_ssize_t>((**r).size_bytes()), PyBUF_WRITE);
+    ok = mv != nullptr && PyTuple_SetItem(outs, static_cast<Py_ssize_t>(j), mv) == 0;
+  }
+  if (ok) {
+    PyObject *res = PyObject_CallFunctionObjArgs(reinterpret_cast<PyObject *>(static_cast<std::intptr_t>(fn)), ins,
+                                                 outs, nullptr);
+    ok = res != nullptr;
+    Py_XDECREF(res);
+  }
+  if (!ok && err.empty()) err = PythonErrorText();
+  Py_XDECREF(ins);
+  Py_XDECREF(outs);
+  PyGILState_Release(gil);
+  return err.empty() ? ffi::Error::Success() : ffi::Error::Internal(err);
+}
+
+XLA_FFI_Error *HostTarget(XLA_FFI_CallFrame *frame) {
+  static auto *h = ffi::Ffi::Bind().Attr<std::int64_t>("fn").RemainingArgs().RemainingRets().To(Host).release();
+  return h->Call(frame);
+}
+
 }  // namespace
 
 OB_MODULE(m) {
   opbuilder::detail::xla_ffi::AddCapsule(m.ptr(), "forward", &ForwardTarget);
   opbuilder::detail::xla_ffi::AddCapsule(m.ptr(), "backward", &BackwardTarget);
+  opbuilder::detail::xla_ffi::AddCapsule(m.ptr(), "host", &HostTarget);
 }

@@ -350,12 +350,13 @@ def test_a_read_only_complex128_argument_is_copied_whole(xla_ffi_ops):
 
 def test_saved_data_on_the_generic_route(xla_ffi_ops):
     """Without its capsules (to_jax's generic handlers): a Function that uses ctx->saved_data is found in
-    the probe's run (no shape rule: the run is made anyway) and takes the callback, which runs it, saying
-    why. With a shape rule the probe does not run it: the custom call refuses, naming ffi=False."""
+    the probe's run (no shape rule: the run is made anyway) and takes the host custom call (the
+    callback's code, with Python), saying why. With a shape rule the probe does not run it: the custom
+    call refuses, naming ffi=False."""
     x = jnp.arange(3.0)
     j = opbuilder.to_jax(types.SimpleNamespace(saved_data=xla_ffi_ops.saved_data))
-    assert j.saved_data.route(x) == ("callback: its C++ Function SavedData uses ctx->saved_data, which holds "
-                                     "Python objects; the custom call runs without Python")
+    assert j.saved_data.route(x) == ("xla_ffi (host Python): its C++ Function SavedData uses ctx->saved_data, "
+                                     "which holds Python objects; the custom call runs without Python")
     np.testing.assert_array_equal(np.asarray(jax.jit(j.saved_data)(x)), 2 * np.arange(3.0))
     np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: j.saved_data(a).sum())(x)), np.full(3, 2.0))
     ruled = opbuilder.to_jax(_callback_twin(xla_ffi_ops))

@@ -70,18 +70,52 @@ def test_vmap_and_float32(my_ops):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.vmap(cb.mul)(x, y)))
 
 
-def test_a_plain_bound_function_keeps_the_callback_and_names_why(api_ops):
-    """tests/cpp/tensor_api_ops.cpp's contiguous is a plain kernel, not a Function: no entry to run."""
+def test_a_plain_bound_function_runs_as_the_host_custom_call_and_names_why(api_ops):
+    """tests/cpp/tensor_api_ops.cpp's contiguous is a plain kernel, not a Function: no entry to run in
+    C++, so the custom call runs to_jax's callback code (host Python), not jax.pure_callback."""
     j = opbuilder.to_jax(types.SimpleNamespace(contiguous=api_ops.contiguous))
     x, _ = _data((2, 3))
-    assert j.contiguous.route(x) == "callback: it is not one C++ Function's Apply (it ran no op)"
+    assert j.contiguous.route(x) == "xla_ffi (host Python): it is not one C++ Function's Apply (it ran no op)"
+    text = jax.jit(j.contiguous).lower(x).as_text()
+    assert "opbuilder.ffi.host" in text and "callback" not in text
     np.testing.assert_array_equal(np.asarray(jax.jit(j.contiguous)(x)), np.asarray(x))
+    np.testing.assert_array_equal(np.asarray(jax.vmap(j.contiguous)(jnp.stack([x, 2 * x]))),
+                                  np.stack([np.asarray(x), 2 * np.asarray(x)]))
 
 
-def test_static_arguments_keep_the_callback(my_ops):
-    j = opbuilder.to_jax(my_ops)
-    x, _ = _data()
-    assert j.mul.route(x, 2.0) == "callback: the call has non-array arguments (XLA passes buffers only)"
+def test_several_ops_and_static_arguments_run_as_the_host_custom_call(my_ops):
+    """A function of two C++ Function calls, and a call with a static argument: the host custom call,
+    with the callback's values and gradients."""
+    def twice(a, b):
+        return my_ops.mul(my_ops.mul(a, b), b)
+
+    def scaled(a, k):
+        return my_ops.mul(a, a) * k
+    ns = types.SimpleNamespace(twice=twice, scaled=scaled)
+    j, cb = opbuilder.to_jax(ns), opbuilder.to_jax(ns, ffi=False)
+    x, y = _data()
+    assert j.twice.route(x, y) == ("xla_ffi (host Python): it is not one C++ Function's Apply (it ran cpp "
+                                   "CustomMul, cpp CustomMul)")
+    assert j.scaled.route(x, 2.0) == ("xla_ffi (host Python): the call has non-array arguments (XLA passes "
+                                      "buffers only)")
+    for name, args in (("twice", (x, y)), ("scaled", (x,))):
+        f = {k: (lambda *a, g=getattr(v, name): g(*a, 2.0) if name == "scaled" else g(*a)) for k, v in
+             (("ffi", j), ("cb", cb))}
+        np.testing.assert_array_equal(np.asarray(jax.jit(f["ffi"])(*args)), np.asarray(jax.jit(f["cb"])(*args)))
+        g = jax.jit(jax.grad(lambda *a: f["ffi"](*a).sum(), argnums=0))(*args)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(lambda *a: f["cb"](*a).sum())(*args)),
+                                   rtol=1e-13)
+    assert "opbuilder.ffi.host" in jax.jit(jax.grad(lambda a: j.scaled(a, 2.0).sum())).lower(x).as_text()
+
+
+def test_an_error_in_the_host_custom_call_reaches_the_caller(api_ops):
+    """A lying shape rule: the host custom call refuses to write a result of another shape."""
+    j = opbuilder.to_jax(types.SimpleNamespace(contiguous=api_ops.contiguous),
+                         shape_fn={"contiguous": lambda a: opbuilder.Spec((7,), a.dtype)})
+    x, _ = _data((2, 3))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"RuntimeError: result 0 has shape \(2, 3\) and dtype "
+                                                         r"float64, but XLA expects shape \(7,\) and dtype float64"):
+        jax.jit(j.contiguous)(x).block_until_ready()
 
 
 def test_the_function_runs_once_per_signature_at_trace_time_and_never_from_python_after(my_ops):

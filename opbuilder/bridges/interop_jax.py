@@ -5,21 +5,23 @@ Each function is a ``jax.custom_vjp`` that works eagerly and under ``jax.jit``, 
 operator's tensors; every other argument (ints, floats, bools, strings, lists; a numpy scalar as the
 Python value it holds) is static.
 
-Routes. By default a call runs as an XLA custom call (opbuilder/bridges/interop_jax_ffi.py): no
-callback, no GIL, no Python per call. A function that is one C++ Function's ``Apply`` on its arrays
-runs through to_jax's generic handlers (src/jax_ffi.cpp, built once per JAX version); one whose
-module was built with ``OB_XLA_FFI`` through its own. Every other call takes ``jax.pure_callback``,
-the named fallback, for a reason ``f.route(*args)`` gives ("callback: <why>"): ``to_jax(...,
-ffi=False)``, static arguments, a 64-bit output with x64 off, a function that is not one Function's
-Apply (plain kernels, several ops), or a Function seen using ``ctx->saved_data`` (Python objects). The
-route is chosen once per signature, at trace time.
+Routes (``f.route(*args)`` names a call's, and why). By default every call is an XLA custom call
+(opbuilder/bridges/interop_jax_ffi.py). A function that is one C++ Function's ``Apply`` on its arrays
+runs in C++ through to_jax's generic handlers (src/jax_ffi.cpp, built once per JAX version), or its
+module's own ``OB_XLA_FFI`` handlers: no GIL, no Python per call ("xla_ffi"). Any other call -- a plain
+kernel, several ops, static arguments, a 64-bit output with x64 off, a Function seen using
+``ctx->saved_data`` -- runs the callback code below as the generic module's host custom call, with the
+GIL ("xla_ffi (host Python): <why>"). ``jax.pure_callback`` runs the same code; it is the named
+fallback: ``to_jax(..., ffi=False)``, or handlers that cannot be built ("callback: <why>"). The route
+is chosen once per signature, at trace time.
 
 Output shapes: from ``shape_fn`` when given; otherwise the operator runs once on zeros of the
 arguments' shapes per distinct signature (shapes, dtypes, static values) -- one extra forward, cached.
-The generic route calls the function once on zeros too, to find its Function (with a shape rule the
-Function itself does not run there; without one, that run is the one above). Static values are keyed by type and exact value (runtime.jit's
-``exact_key``): ``0.0`` and ``-0.0``, ``True``, ``1`` and ``1.0`` are different signatures. With
-``jax_enable_x64`` off (JAX's default) a 64-bit output is returned as its 32-bit twin, as ``jnp`` does.
+The XLA FFI route calls the function once on zeros too, to find its Function (with a shape rule the
+Function itself does not run there; without one, that run is the one above). Static values are keyed
+by type and exact value (runtime.jit's ``exact_key``): ``0.0`` and ``-0.0``, ``True``, ``1`` and
+``1.0`` are different signatures. With ``jax_enable_x64`` off (JAX's default) a 64-bit output is
+returned as its 32-bit twin, as ``jnp`` does.
 
 JAX arrays are immutable: the operator gets private copies of them, so an in-place op (``MarkDirty``)
 or one that writes an input runs on a copy and the caller's array is unchanged; under ``jax.grad``
@@ -50,8 +52,8 @@ from runtime.ops import math as _math
 from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
-from .interop_jax_ffi import (ffi_function, ffi_targets, generic_targets, jax_dtype, jax_gradient, probe_entry,
-                              runtime_cotangent)
+from .interop_jax_ffi import (ffi_function, ffi_targets, generic_targets, host_call, jax_dtype, jax_gradient,
+                              probe_entry, runtime_cotangent)
 
 __all__ = ["to_jax"]
 
@@ -167,8 +169,9 @@ class _JaxOp:
         return got
 
     def route(self, positions, statics, arrays) -> Tuple[Any, str]:
-        """How a call of this signature runs (cached): ((targets, entry), "xla_ffi ...") for an XLA
-        custom call, or (None, "callback: <why>") for jax.pure_callback."""
+        """How a call of this signature runs (cached): ((targets, entry), "xla_ffi...") for the C++
+        custom calls, (("host", target), "xla_ffi (host Python): <why>") for the host custom call, or
+        (None, "callback: <why>") for jax.pure_callback."""
         key = self._key(positions, statics, arrays)
         got = self.routes.get(key)
         if got is None:
@@ -178,26 +181,28 @@ class _JaxOp:
     def _route(self, positions, statics, arrays) -> Tuple[Any, str]:
         if not self.ffi:
             return None, "callback: to_jax(..., ffi=False)"
+        why, entry = None, None
         if statics:
-            return None, "callback: the call has non-array arguments (XLA passes buffers only)"
-        entry = None
-        if self.targets is None:  # the generic handlers: find the C++ Function the call is
-            # with a shape rule the Function need not run (as on the callback path); without one, the
-            # run gives the output specs too
-            fake = self.specs(positions, statics, arrays) if self.shape_fn is not None else None
-            entry, why = probe_entry(lambda: self._run_zeros(positions, statics, arrays), fake)
-            if entry is None:
-                return None, f"callback: {why}"
-        specs, _ = self.specs(positions, statics, arrays)
-        if not all(jax_dtype(s.dtype) == s.dtype for s in specs):
-            # the callback path declares and returns it as its 32-bit twin, as jnp does
-            return None, "callback: an output is 64-bit while jax_enable_x64 is off"
-        if self.targets is not None:
-            return (self.targets, None), "xla_ffi: the module's OB_XLA_FFI handlers"
+            why = "the call has non-array arguments (XLA passes buffers only)"
+        else:
+            if self.targets is None:  # the generic handlers: find the C++ Function the call is
+                # with a shape rule the Function need not run (as on the callback path); without one, the
+                # run gives the output specs too
+                fake = self.specs(positions, statics, arrays) if self.shape_fn is not None else None
+                entry, why = probe_entry(lambda: self._run_zeros(positions, statics, arrays), fake)
+            if why is None:
+                specs, _ = self.specs(positions, statics, arrays)
+                if not all(jax_dtype(s.dtype) == s.dtype for s in specs):
+                    # the callback code declares and returns it as its 32-bit twin, as jnp does
+                    why = "an output is 64-bit while jax_enable_x64 is off"
+                elif self.targets is not None:
+                    return (self.targets, None), "xla_ffi: the module's OB_XLA_FFI handlers"
         targets, err = generic_targets()
         if targets is None:
             return None, f"callback: {err}"
-        return (targets, entry), "xla_ffi"
+        if why is None:
+            return (targets[:2], entry), "xla_ffi"
+        return ("host", targets[2]), f"xla_ffi (host Python): {why}"
 
     def _ffi_fn(self, positions, how) -> Callable:
         g = self.ffi_fns.get((positions, how))
@@ -222,17 +227,31 @@ class _JaxOp:
     def _make(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
         """The signature's function: an XLA custom call where ``route`` finds one, else the callback."""
         via_callback = self._make_callback(positions, statics)
+        via_host: Dict[str, Callable] = {}
 
         def f(*arrays: Any) -> Any:
             how, _ = self.route(positions, statics, arrays)
             if how is None:
                 return via_callback(*arrays)
+            if how[0] == "host":
+                g = via_host.get(how[1])
+                if g is None:
+                    g = via_host[how[1]] = self._make_callback(positions, statics, host_call(how[1], {}))
+                return g(*arrays)
             return self._ffi_fn(positions, how)(*arrays)
         return f
 
-    def _make_callback(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
-        """The signature's function over jax.pure_callback (the named fallback)."""
+    def _make_callback(self, positions: Tuple[int, ...], statics: Tuple[Any, ...],
+                       host: Optional[Callable] = None) -> Callable:
+        """The signature's function over its callback code (host Python): through jax.pure_callback (the
+        named fallback), or with ``host`` (interop_jax_ffi.host_call) as the generic module's host custom
+        call, which runs the same code without JAX's callback machinery."""
         op = self
+
+        def run(key: Any, cb: Callable, structs: Sequence[Any], *arrays: Any) -> Any:
+            if host is not None:
+                return host(key, cb, structs, *arrays)
+            return jax.pure_callback(cb, tuple(structs), *arrays, vmap_method="sequential")
 
         def forward_cb(*arrays):
             _, _, outs, _ = op._host_forward(positions, statics, arrays, grad=False)
@@ -263,7 +282,7 @@ class _JaxOp:
         @jax.custom_vjp
         def f(*arrays):
             structs, single = out_struct(arrays)
-            outs = jax.pure_callback(forward_cb, tuple(structs), *arrays, vmap_method="sequential")
+            outs = run("forward", forward_cb, tuple(structs), *arrays)
             return outs[0] if single else tuple(outs)
 
         def f_fwd(*arrays):
@@ -272,8 +291,7 @@ class _JaxOp:
         def f_bwd(arrays, ct):
             cts = (ct,) if not isinstance(ct, tuple) else ct
             structs = tuple(jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in arrays)
-            grads = jax.pure_callback(lambda *xs: backward_cb(len(cts), *xs), structs, *arrays, *cts,
-                                      vmap_method="sequential")
+            grads = run(("backward", len(cts)), lambda *xs: backward_cb(len(cts), *xs), structs, *arrays, *cts)
             return tuple(g if jnp.issubdtype(a.dtype, jnp.inexact) else None for a, g in zip(arrays, grads))
 
         f.defvjp(f_fwd, f_bwd)
@@ -314,8 +332,8 @@ def _wrapper(op: _JaxOp) -> Callable:
         return op.function(positions, statics)(*[args[p] for p in positions])
 
     def route(*args: Any) -> str:
-        """How a call with these arguments runs: "xla_ffi" (an XLA custom call) or "callback: <why>"
-        (jax.pure_callback, the fallback)."""
+        """How a call with these arguments runs: "xla_ffi" (a custom call, C++ only), "xla_ffi (host
+        Python): <why>" (a custom call running the callback code) or "callback: <why>" (jax.pure_callback)."""
         args = tuple(a if _is_array(a) else plain_static(a) for a in args)
         positions = tuple(k for k, a in enumerate(args) if _is_array(a))
         arrays = [jax.ShapeDtypeStruct(np.shape(args[p]), args[p].dtype) for p in positions]

@@ -11,6 +11,9 @@ Two kinds of handlers, one code (include/opbuilder/detail/xla_ffi_handlers.h):
   which carries the entry (detail/replay.h). So no operator needs XLA's headers or a line of its own.
 - per module: a Function bound with ``OB_XLA_FFI`` (the PyCapsules ``<name>_xla_fwd`` /
   ``<name>_xla_bwd``, include/opbuilder/xla_ffi.h) uses its module's (``ffi_targets``).
+- host: a call neither can take (a plain kernel, several ops, static arguments) runs to_jax's callback
+  code as the generic module's ``host`` target (``host_call``), with the GIL, instead of through
+  jax.pure_callback.
 
 XLA's buffers are never written: a Function gets writable private copies of its inputs (an in-place
 op, MarkDirty or not, runs on a copy whose values are the output, as on the callback path), or with
@@ -39,7 +42,7 @@ from runtime.call_rules import to_framework_cotangent as _to_framework_cotangent
 from runtime.jit import tracing as _tracing
 
 __all__ = ["FFI_FWD", "FFI_BWD", "ffi_targets", "ffi_function", "runtime_cotangent", "jax_gradient",
-           "jax_dtype", "generic_targets", "probe_entry"]
+           "jax_dtype", "generic_targets", "probe_entry", "host_call"]
 
 FFI_FWD, FFI_BWD = "_xla_fwd", "_xla_bwd"
 
@@ -79,8 +82,8 @@ _generic_lock = threading.Lock()
 _generic: Dict[str, Any] = {}  # "targets": (forward, backward) names, or "error": why they are missing
 
 
-def generic_targets() -> Tuple[Optional[Tuple[str, str]], Optional[str]]:
-    """The XLA target names (forward, backward) of to_jax's generic handlers, built on first use (once
+def generic_targets() -> Tuple[Optional[Tuple[str, str, str]], Optional[str]]:
+    """The XLA target names (forward, backward, host) of to_jax's generic handlers, built on first use (once
     per JAX version, through the builder and its cache: src/jax_ffi.cpp against jax.ffi.include_dir())
     and registered once; or (None, why) when they cannot be built."""
     with _generic_lock:
@@ -91,9 +94,9 @@ def generic_targets() -> Tuple[Optional[Tuple[str, str]], Optional[str]]:
                 tag = "".join(c if c.isalnum() else "_" for c in jax.__version__)
                 mod = CustomOpBuilder(f"_opbuilder_jax_ffi_{tag}", [str(source_dir() / "jax_ffi.cpp")],
                                       include_paths=[jax.ffi.include_dir()]).load()
-                names = ("opbuilder.ffi.forward", "opbuilder.ffi.backward")
-                jax.ffi.register_ffi_target(names[0], mod.forward, platform="cpu")
-                jax.ffi.register_ffi_target(names[1], mod.backward, platform="cpu")
+                names = ("opbuilder.ffi.forward", "opbuilder.ffi.backward", "opbuilder.ffi.host")
+                for name, cap in zip(names, (mod.forward, mod.backward, mod.host)):
+                    jax.ffi.register_ffi_target(name, cap, platform="cpu")
                 _generic["module"] = mod  # keeps the handlers' library loaded
                 _generic["targets"] = names
             except Exception as e:  # a missing compiler or XLA headers: every call takes the callback
@@ -234,6 +237,31 @@ def probe_entry(run: Callable[[], Tuple[Sequence[Any], Sequence[Any]]],
         return None, (f"its C++ Function {name} uses ctx->saved_data, which holds Python objects; the custom "
                       f"call runs without Python")
     return _entry_of(replay, len(args))
+
+
+def host_call(target: str, keep: Dict[Any, Callable]) -> Callable:
+    """``call(key, cb, structs, *arrays)``: ``cb`` (to_jax's callback code, numpy in and out) as the XLA
+    custom call ``target`` (the generic module's ``host``): it runs ``cb`` with the GIL on XLA's buffers,
+    as jax.pure_callback does, without JAX's callback machinery per call. ``keep`` holds the bodies the
+    lowered programs name (by address), one per ``key`` and shapes."""
+    def call(key: Any, cb: Callable, structs: Sequence[Any], *arrays: Any) -> Any:
+        ins = tuple((tuple(np.shape(a)), np.dtype(a.dtype)) for a in arrays)
+        outs = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in structs)
+        body = keep.get((key, ins, outs))
+        if body is None:
+            def body(in_views: Tuple[memoryview, ...], out_views: Tuple[memoryview, ...]) -> None:
+                # a float0 cotangent (an integer output's) has no bytes to read: zeros, as pure_callback gives
+                res = cb(*[np.frombuffer(m, d).reshape(s) if d.itemsize else np.zeros(s, d)
+                           for m, (s, d) in zip(in_views, ins)])
+                for j, (m, r, (s, d)) in enumerate(zip(out_views, res, outs)):
+                    r = np.asarray(r)
+                    if r.shape != s or r.dtype != d:
+                        raise RuntimeError(f"result {j} has shape {r.shape} and dtype {r.dtype}, but XLA expects "
+                                           f"shape {s} and dtype {d}")
+                    np.frombuffer(m, d).reshape(s)[...] = r
+            keep[(key, ins, outs)] = body
+        return jax.ffi.ffi_call(target, tuple(structs), vmap_method="sequential")(*arrays, fn=np.int64(id(body)))
+    return call
 
 
 def runtime_cotangent(ct: Any) -> Any:
