@@ -12,12 +12,15 @@ on one thread, like the operator. Goals: within 1.3x of jnp at 1 element, forwar
 backward within 1.2x at 1M elements (2**20 float32). A last row, with no goal, takes the gradient of
 ``(f(a, b) * w).sum()``: there XLA cannot reduce jnp's backward to two copies of the inputs, as it
 does for ``f(a, b).sum()`` (an opaque custom call always runs the C++ Backward, after its Forward again).
+Another, with no goal, times a function of two C++ calls: not one Function's Apply, it runs as the
+host custom call (to_jax's callback code with the GIL), against ``ffi=False`` and jnp ``a * b * b``.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -63,13 +66,20 @@ def main() -> int:
         got = [np.asarray(fns[k](a, b)[0] if fns is grad else fns[k](a, b)) for k in sides]
         for g in got[1:]:
             np.testing.assert_allclose(g, got[0], rtol=1e-6)
+    # a function of two C++ calls is not one Function's Apply: the host custom call (Python, with the GIL)
+    two = types.SimpleNamespace(mul2=lambda a, b: ob.mul(ob.mul(a, b), b))
+    host, host_cb = opbuilder.to_jax(two).mul2, opbuilder.to_jax(two, ffi=False).mul2
+    print(f"route of a two-op function: {host.route(x1, y1)!r}")
+    two_fwd = {"ffi": jax.jit(host), "callback": jax.jit(host_cb), "jnp": jax.jit(lambda a, b: a * b * b)}
     rows, results = [], {}
     for label, fns, a, b, number in [("forward, 1 element", fwd, x1, y1, 2000),
                                      ("forward + backward, 1 element", grad, x1, y1, 1000),
                                      (f"forward, {n} elements", fwd, xa, ya, 20),
                                      (f"forward + backward, {n} elements", grad, xa, ya, 10),
                                      (f"forward + backward, cotangent w, {n} elements (no goal)", wgrad, xa, ya,
-                                      10)]:
+                                      10),
+                                     ("two ops, host custom call, forward, 1 element (no goal)", two_fwd, x1, y1,
+                                      1000)]:
         cases = {k: (lambda f=f: jax.block_until_ready(f(a, b))) for k, f in fns.items()}
         r = results[label] = interleaved(cases, number, args.rounds)
         rows.append([label, r["ffi"].fmt("auto"), r["callback"].fmt("auto"), r["jnp"].fmt("auto"),
