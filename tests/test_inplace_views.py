@@ -259,3 +259,24 @@ def test_double_backward_through_a_numpy_backward_is_the_same_error():
     g, = grad(NpSquare.apply(x).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match=DOUBLE.format(op=r"NpSquare \(its gradient 0 is a numpy array\)")):
         grad(g.sum(), x)
+
+
+def test_a_views_function_that_writes_read_only_memory_says_it_wrote(ops):
+    """A kAcceptsViews Function gets the caller's read-only memory itself; one that writes it anyway (against
+    is_writable()) and marks it dirty is refused, and the error says the values have changed (it said the
+    memory was never written). A Function given a private copy leaves the caller's memory as it was."""
+    a = np.arange(1.0, 4.0)
+    a.flags.writeable = False
+    with pytest.raises(ValueError, match=re.escape(
+            "ScaleInplaceViews: argument 0 is read-only memory (a numpy array with writeable=False, a bytes "
+            "buffer or a read-only memory map), but Forward marked it dirty (an in-place write); pass a writable "
+            "copy, e.g. x * 1. Forward got that memory itself (kAcceptsViews) and wrote it although "
+            "is_writable() is false: its values have changed; a Function that accepts views must check "
+            "is_writable() before writing") + "$"):
+        ops.scale_views_(rt.from_numpy(a), 3.0)
+    np.testing.assert_array_equal(a, [3.0, 6.0, 9.0])  # what the message says
+    b = np.arange(1.0, 4.0)
+    b.flags.writeable = False
+    with pytest.raises(ValueError, match=r"ScaleInplace: argument 0 is read-only memory .* e\.g\. x \* 1$"):
+        ops.scale_(rt.from_numpy(b), 3.0)
+    np.testing.assert_array_equal(b, [1.0, 2.0, 3.0])

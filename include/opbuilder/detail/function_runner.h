@@ -82,10 +82,16 @@ inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPt
     if (seen) continue;
     Tensor *orig = c.originals != nullptr ? c.originals[i] : nullptr;
     if (!(orig != nullptr ? orig : d)->is_writable()) {
+      // a private copy was written; the caller's own memory only by a Function that ignored is_writable()
       throw ValueError(name + ": argument " + std::to_string(i) +
                        " is read-only memory (a numpy array with writeable=False, a bytes buffer or a "
-                            "read-only memory map), but Forward marked it dirty (an in-place write); pass a "
-                            "writable copy, e.g. x * 1");
+                       "read-only memory map), but Forward marked it dirty (an in-place write); pass a "
+                       "writable copy, e.g. x * 1" +
+                       (orig != nullptr ? std::string()
+                                        : std::string(". Forward got that memory itself (kAcceptsViews) and wrote "
+                                                      "it although is_writable() is false: its values have "
+                                                      "changed; a Function that accepts views must check "
+                                                      "is_writable() before writing")));
     }
     if (orig != nullptr) orig->copy_from(*d);
     if (d->py_object() != nullptr) BumpVersion(rt, d->py_object());
