@@ -120,3 +120,20 @@ def test_every_variable_opbuilder_reads_is_in_the_identity_or_changes_no_lookup(
     missing = sorted(n for n in names if not n.startswith("OPBUILDER_") and n not in warm.ENV_NAMES
                      and n not in no_lookup)
     assert missing == []
+
+
+def test_a_record_that_names_another_library_to_preload_is_not_used(op, tmp_path):
+    """A record can make load() preload only opbuilder's own libraries (the installed runtime, or the
+    runtime and core library in this cache), as build.json's "needs" can (importer.recorded)."""
+    import marshal
+    import shutil
+
+    from opbuilder.cache.trust import stamp_of, write_file
+    src, header = op
+    records = Path(str(src) + ".cache") / "wr_op" / warm.RECORDS
+    fmt, data = marshal.loads(records.read_bytes())
+    other = tmp_path / "other.so"
+    shutil.copy(next(p for p in records.parent.glob("*/wr_op*.so") if p.parent.name != "build"), other)
+    data = {k: (*v[:4], [[str(other), stamp_of(os.lstat(other))]]) for k, v in data.items()}
+    write_file(records, marshal.dumps((fmt, data)))
+    assert _load("wr_op", src, *_includes(header)) == {"value": 1, "builder": True}

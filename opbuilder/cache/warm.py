@@ -37,7 +37,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..importer import import_build, is_key
+from ..importer import DEP_FILES, NATIVE_DIR, import_build, is_key
 from .trust import check_dir, check_file, read_file, stamp_of, trusted_root
 
 __all__ = ["module", "remember", "batch", "ENV_NAMES", "RECORDS"]
@@ -94,6 +94,18 @@ class batch:
             _batch_depth -= 1
             if not _batch_depth:
                 _batch = None
+
+
+def _dependency_path(path: str, root: str) -> bool:
+    """Whether ``path`` is where a library a module loads first can be, as importer.recorded allows it:
+    opbuilder's installed runtime, or ``<root>/<dir>/<key>/<file>`` of one opbuilder builds in this cache
+    (importer.DEP_FILES), so a record can make load() preload nothing else."""
+    head, file = os.path.split(path)
+    if head == NATIVE_DIR:
+        return file in DEP_FILES.values()
+    key_dir, key = os.path.split(head)
+    top, name = os.path.split(key_dir)
+    return top == root and DEP_FILES.get(name) == file and is_key(key)
 
 
 def _trusted_root(root: Path) -> Path:
@@ -213,6 +225,8 @@ def module(spec) -> Optional[ModuleType]:
             return None
         preload_libs = []
         for p, then in preload_stamps:
+            if not _dependency_path(p, str(root)):
+                return None
             st = os.lstat(p)
             if not S_ISREG(st.st_mode) or stamp_of(st) != then:
                 return None
