@@ -119,9 +119,10 @@ def test_an_error_in_the_host_custom_call_reaches_the_caller(api_ops):
 
 
 def test_the_function_runs_once_per_signature_at_trace_time_and_never_from_python_after(my_ops):
-    """The probe: one call of the module function on zeros per signature (a Python wrapper over the
-    C++ function is seen through: the probe finds the Apply inside), shape rule or not; every later
-    call, eager or jitted, forward or backward, runs the custom call without calling Python."""
+    """The probe: three calls of the module function per signature, on positive values, negative values
+    and zeros (a Python wrapper over the C++ function is seen through: the probe finds the Apply
+    inside), shape rule or not; every later call, eager or jitted, forward or backward, runs the custom
+    call without calling Python."""
     calls = []
 
     def mul(*a):
@@ -132,13 +133,44 @@ def test_the_function_runs_once_per_signature_at_trace_time_and_never_from_pytho
         j = opbuilder.to_jax(types.SimpleNamespace(mul=mul), shape_fn=rule)
         x, y = _data()
         np.testing.assert_array_equal(np.asarray(j.mul(x, y)), np.asarray(x) * np.asarray(y))
-        assert len(calls) == 1 and all(np.count_nonzero(np.asarray(a.asnumpy())) == 0 for a in calls[0])
+        assert len(calls) == 3
+        values = [np.concatenate([np.asarray(a.asnumpy()).ravel() for a in c]) for c in calls]
+        assert (values[0] > 0).all() and (values[1] < 0).all() and (values[2] == 0).all()
         assert j.mul.route(x, y) == "xla_ffi"
         jax.jit(jax.grad(lambda a, b: j.mul(a, b).sum()))(y, x).block_until_ready()
         j.mul(y, x).block_until_ready()
-        assert len(calls) == 1
+        assert len(calls) == 3
 
 
 def test_ffi_must_be_a_bool(my_ops):
     with pytest.raises(TypeError, match=r"^to_jax: ffi must be True or False, got str$"):
         opbuilder.to_jax(my_ops, ffi="no")
+
+
+# ---- the probe keeps a function that is more than one Apply off the C++ route (attack on 7d7ce5e) ----
+@pytest.fixture(scope="module")
+def probe_ops(cache_dir):
+    from op_util import CPP, load_op
+    return load_op("jax_probe_ops", [CPP / "jax_probe_ops.cpp"])
+
+
+@pytest.mark.parametrize("name, args, why", [
+    ("pick", ([1.0, -2.0], [0.0]), "it runs another C++ Function for other values of its arguments"),
+    ("pick", ([1.0, -2.0], [1.0]), "it runs another C++ Function for other values of its arguments"),
+    ("post", ([1.0, -2.0], [1.0, 1.0]), "it does not return the outputs of the C++ Function ScaleBy<1> as it "
+                                        "left them"),
+    ("pre", ([1.0, -2.0], [1.0, 1.0]), "it changes its arrays before the C++ Function ScaleBy<1> reads them"),
+])
+def test_work_outside_apply_keeps_the_function_off_the_cpp_route(probe_ops, name, args, why):
+    """The C++ custom call runs the Function alone; a bound function that picks it by a value, or does
+    work before or after Apply, must run as itself (the host route) with the callback's values and
+    gradients. (Probed on zeros only, these gave [2, -4] for pick(x, [0]), x for post, and a clamp lost.)"""
+    j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
+    xs = [jnp.asarray(np.array(a, np.float64)) for a in args]
+    assert getattr(j, name).route(*xs) == f"xla_ffi (host Python): {why}"
+    for f in (getattr(j, name), jax.jit(getattr(j, name))):
+        np.testing.assert_array_equal(np.asarray(f(*xs)), np.asarray(getattr(cb, name)(*xs)))
+    g = jax.grad(lambda a: getattr(j, name)(a, xs[1]).sum())(xs[0])
+    gc = jax.grad(lambda a: getattr(cb, name)(a, xs[1]).sum())(xs[0])
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(gc))
+    assert probe_ops.plain is not None and j.plain.route(*xs) == "xla_ffi"  # one Apply: the C++ route

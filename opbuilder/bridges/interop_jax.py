@@ -53,7 +53,7 @@ from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
 from .interop_jax_ffi import (ffi_function, ffi_targets, generic_targets, host_call, jax_dtype, jax_gradient,
-                              probe_entry, runtime_cotangent)
+                              probe_entry, probe_values, runtime_cotangent)
 
 __all__ = ["to_jax"]
 
@@ -144,10 +144,11 @@ class _JaxOp:
     def _key(positions, statics, arrays) -> Any:
         return (positions, _static_key(list(statics)), tuple((tuple(a.shape), str(a.dtype)) for a in arrays))
 
-    def _run_zeros(self, positions, statics, arrays) -> Tuple[list, list]:
-        """One run on zeros of the arrays' shapes (at trace time): its specs are cached; returns the
-        runtime Tensors it was given and its outputs."""
-        zeros = [np.zeros(tuple(a.shape), np.dtype(a.dtype)) for a in arrays]
+    def _run_zeros(self, positions, statics, arrays, pattern: int = -1) -> Tuple[list, list]:
+        """One run on zeros of the arrays' shapes (at trace time), or on ``probe_values(pattern)`` when
+        ``pattern >= 0``: its specs are cached; returns the runtime Tensors it was given and its outputs."""
+        zeros = [np.zeros(tuple(a.shape), np.dtype(a.dtype)) if pattern < 0
+                 else probe_values(tuple(a.shape), np.dtype(a.dtype), pattern) for a in arrays]
         rt, _, outs, single = self._host_forward(positions, statics, zeros, grad=False)
         if self.shape_fn is None:
             self.out_specs.setdefault(self._key(positions, statics, arrays),
@@ -189,7 +190,7 @@ class _JaxOp:
                 # with a shape rule the Function need not run (as on the callback path); without one, the
                 # run gives the output specs too
                 fake = self.specs(positions, statics, arrays) if self.shape_fn is not None else None
-                entry, why = probe_entry(lambda: self._run_zeros(positions, statics, arrays), fake)
+                entry, why = probe_entry(lambda k: self._run_zeros(positions, statics, arrays, k), fake)
             if why is None:
                 specs, _ = self.specs(positions, statics, arrays)
                 if not all(jax_dtype(s.dtype) == s.dtype for s in specs):

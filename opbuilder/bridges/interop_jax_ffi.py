@@ -6,9 +6,14 @@ Two kinds of handlers, one code (include/opbuilder/detail/xla_ffi_handlers.h):
   builder (cached like any operator) and registers its forward and backward targets once. A call
   names the C++ Function it runs by the custom call's ``entry`` attribute: the address of the
   Function's FfiEntry (include/opbuilder/detail/ffi_entry.h). ``probe_entry`` finds it by running the
-  module function once on zeros with a probe as runtime.jit's trace hook: a function that is one
-  Function's ``Apply`` on its arrays, in order, returning Apply's outputs, hands its replay target,
-  which carries the entry (detail/replay.h). So no operator needs XLA's headers or a line of its own.
+  module function with a probe as runtime.jit's trace hook, three times, on values of the call's shapes
+  (``probe_values``: positive, negative, zeros): a function that is one Function's ``Apply``
+  on its arrays, in order, returning Apply's outputs as Apply left them, the same Function both times,
+  hands its replay target, which carries the entry (detail/replay.h). So no operator needs XLA's
+  headers or a line of its own. Work the function does outside Apply (a check or a clamp before it,
+  a scaling after it) shows on those values and keeps it off this route; so does a Function chosen
+  by the values. The route is chosen once per signature, as a trace is: a function whose choice
+  depends on a setting read at call time needs ``ffi=False``.
 - per module: a Function bound with ``OB_XLA_FFI`` (the PyCapsules ``<name>_xla_fwd`` /
   ``<name>_xla_bwd``, include/opbuilder/xla_ffi.h) uses its module's (``ffi_targets``).
 - host: a call neither can take (a plain kernel, several ops, static arguments) runs to_jax's callback
@@ -41,7 +46,7 @@ import numpy as np
 from runtime.call_rules import to_framework_cotangent as _to_framework_cotangent
 from runtime.jit import tracing as _tracing
 
-__all__ = ["FFI_FWD", "FFI_BWD", "ffi_targets", "ffi_function", "runtime_cotangent", "jax_gradient",
+__all__ = ["probe_values", "FFI_FWD", "FFI_BWD", "ffi_targets", "ffi_function", "runtime_cotangent", "jax_gradient",
            "jax_dtype", "generic_targets", "probe_entry", "host_call"]
 
 FFI_FWD, FFI_BWD = "_xla_fwd", "_xla_bwd"
@@ -123,11 +128,13 @@ class _Probe:
         self.calls: List[Tuple[str, str, Any, Tuple[Any, ...], Any]] = []
         self.fake = fake
         self.needs_python: Optional[str] = None
+        self.seen: List[List[Any]] = []  # per op: the values of its arguments as it was called
 
     def stop(self, what: str) -> None:
         self.calls.append(("stop", what, None, (), None))
 
     def call_op(self, kind: str, name: str, target: Any, args: Sequence[Any], attrs: Dict[str, Any]) -> Any:
+        self.seen.append([np.array(np.asarray(a._data)) if hasattr(a, "_data") else None for a in args])
         _tracing.hook.tracer = None
         _tracing.flag.value -= 1
         try:
@@ -147,7 +154,7 @@ class _Probe:
         if self.fake is not None:
             from runtime.tensor import Tensor
             specs, single = self.fake
-            outs = [Tensor._from_array(np.zeros(tuple(s.shape), np.dtype(s.dtype))) for s in specs]
+            outs = [Tensor._from_array(probe_values(tuple(s.shape), np.dtype(s.dtype), 2)) for s in specs]
             return outs[0] if single else outs
         no_python = _NO_PYTHON(ctypes.c_void_p.from_address(entry + _NO_PYTHON_OFFSET).value)
         old = no_python(ctypes.cast(_PROBE_WHERE, ctypes.c_void_p))
@@ -198,14 +205,49 @@ def _entry_of(replay: Any, nargs: int) -> Tuple[Optional[int], Optional[str]]:
     return entry, None
 
 
-def probe_entry(run: Callable[[], Tuple[Sequence[Any], Sequence[Any]]],
+def probe_values(shape: Tuple[int, ...], dtype: np.dtype, pattern: int) -> np.ndarray:
+    """Values of ``shape`` and ``dtype`` for a probe run (``probe_entry``): non-zero and varied, so work
+    done outside a Function's Apply changes what it returns; pattern 0 positive, 1 negative (for
+    unsigned and bool types, other values), 2 for a shape rule's stand-in outputs; 3 zeros."""
+    if pattern == 3:
+        return np.zeros(shape, dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    k = np.arange(n, dtype=np.int64)
+    if dtype.kind == "b":
+        v = (k + pattern) % 2 == 0
+    elif dtype.kind in "iu":
+        v = (1 + (k + 3 * pattern) % 5) * (-1 if pattern == 1 and dtype.kind == "i" else 1)
+    else:
+        v = (0.75 + 0.5 * ((k + pattern) % 7)) * (-1.0 if pattern == 1 else 1.0)
+        if dtype.kind == "c":
+            v = v + 0.25j * (1 + k % 3)
+    return np.asarray(v).astype(dtype).reshape(shape)
+
+
+def probe_entry(run: Callable[[int], Tuple[Sequence[Any], Sequence[Any]]],
                 fake: Optional[Tuple[Sequence[Any], bool]] = None) -> Tuple[Optional[int], Optional[str]]:
-    """The FfiEntry of the one C++ Function a module function call is, or (None, why). ``run()`` calls
-    the function once (on zeros, at trace time) and returns (its runtime Tensor arguments, its
-    outputs). The call is that Function's when it runs exactly one op, a C++ Function's ``Apply``, on
-    exactly its arguments in order (the same memory), and returns exactly Apply's outputs (the same
-    memory, the same values): then the handlers may run the Function's Forward and Backward alone.
+    """The FfiEntry of the one C++ Function a module function call is, or (None, why). ``run(k)`` calls
+    the function once (at trace time) on ``probe_values(..., k)`` of the arguments' shapes and returns
+    (its runtime Tensor arguments, its outputs); it is called for patterns 0, 1 and 3 (positive,
+    negative, zeros). The call is that Function's when each run is exactly one op, a C++ Function's
+    ``Apply``, on exactly its arguments in order (the same memory, the values given), returning exactly
+    Apply's outputs (the same memory, the values Apply left), and every run is the same Function: then
+    the handlers may run its Forward and Backward alone.
     ``fake``: the shape rule's output specs and single flag, so the Function need not run (_Probe)."""
+    entries = []
+    for pattern in (0, 1, 3):
+        entry, why = _probe_once(lambda: run(pattern), fake, pattern)
+        if why is not None:
+            return None, why
+        entries.append(entry)
+    if len(set(entries)) != 1:
+        return None, "it runs another C++ Function for other values of its arguments"
+    return entries[0], None
+
+
+def _probe_once(run: Callable[[], Tuple[Sequence[Any], Sequence[Any]]],
+                fake: Optional[Tuple[Sequence[Any], bool]], pattern: int) -> Tuple[Optional[int], Optional[str]]:
+    """``probe_entry`` for one run, on ``probe_values(..., pattern)``."""
     probe = _Probe(fake)
     prev = _tracing.hook.tracer
     _tracing.hook.tracer = probe
@@ -213,7 +255,7 @@ def probe_entry(run: Callable[[], Tuple[Sequence[Any], Sequence[Any]]],
     try:
         args, outs = run()
     except Exception as e:
-        return None, f"its call on zeros of the arguments' shapes raised {type(e).__name__}: {e}"
+        return None, f"its call on probe values of the arguments' shapes raised {type(e).__name__}: {e}"
     finally:
         _tracing.flag.value -= 1
         _tracing.hook.tracer = prev
@@ -231,8 +273,11 @@ def probe_entry(run: Callable[[], Tuple[Sequence[Any], Sequence[Any]]],
         same_in = same_out = False
     if not same_in or any(_pointer(a)[0] == 0 for a in args):
         return None, f"it does not pass its arrays, in order, to the C++ Function {name}"
+    if not all(v is not None and np.array_equal(v, probe_values(v.shape, v.dtype, pattern))
+               for v in probe.seen[0]):
+        return None, f"it changes its arrays before the C++ Function {name} reads them"
     if not same_out:
-        return None, f"it does not return the outputs of the C++ Function {name} as they are"
+        return None, f"it does not return the outputs of the C++ Function {name} as it left them"
     if probe.needs_python is not None:
         return None, (f"its C++ Function {name} uses ctx->saved_data, which holds Python objects; the custom "
                       f"call runs without Python")
