@@ -714,6 +714,9 @@ class _Op:
                 ctx.tensors = [a for a, c in zip(inputs, sig) if c in "tL"]
                 return
             ctx.tensors = None
+            # torch frees what a node saved after a backward without retain_graph, and a second backward
+            # then raises its "a second time" error: a saved empty tensor gives this node that rule
+            ctx.save_for_backward(_second_time_mark())
             ctx.once_in = _undirtied(inputs, sig, call.dirty)
             ctx.out_meta = [(o.shape, o.dtype, o.device) for o in output]
             # what the runtime recorded no gradient for (MarkNonDifferentiable, integers, a plain C++
@@ -729,6 +732,7 @@ class _Op:
         def backward(ctx: Any, grads: List[Optional[torch.Tensor]]) -> Tuple[Any, ...]:
             call = ctx.call
             if call is not None:
+                ctx.saved_tensors  # raises torch's error on a second backward without retain_graph
                 gs = [torch.zeros(s, dtype=d, device=dev) if g is None else g
                       for g, (s, d, dev) in zip(grads, ctx.out_meta)]
                 flat = self.backward_impl(sig, gs, None, call)
@@ -807,6 +811,16 @@ def _marked(call: _Call) -> None:
             for _ in range(vc.pending):
                 _increment_version((vc.t,))
             vc.pending = 0
+
+
+_MARK: List[torch.Tensor] = []
+
+
+def _second_time_mark() -> torch.Tensor:
+    """An empty tensor a registered-path node saves, so that torch's own rule for a second backward holds."""
+    if not _MARK:
+        _MARK.append(torch.empty(0))
+    return _MARK[0]
 
 
 def _undirtied(args: Sequence[Any], sig: str, dirty: frozenset) -> Sequence[Any]:
