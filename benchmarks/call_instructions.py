@@ -1,0 +1,109 @@
+"""Instructions per 1-element call (valgrind's callgrind), for goals wall time cannot settle on a busy machine.
+
+    python benchmarks/call_instructions.py [--calls 2000] [case ...]
+
+Each case runs in its own process (all at once: counts do not depend on load) under ``valgrind
+--tool=callgrind --instr-atstart=no``; the process warms the call up, switches counting on
+(``callgrind_control -i on``), makes ``--calls`` calls, and switches it off. A ``noop`` case (a
+Python lambda returning None) is counted the same way and subtracted, so a figure is the call's own
+instructions. The callgrind files stay in the printed
+folder: ``callgrind_annotate --inclusive=yes <file>`` says where each call's instructions go.
+
+Cases (benchmarks/interop.py's operators, the same kernel everywhere): ``to_torch`` (the op through
+to_torch's C++ bridge), ``torch_plain`` (torch's plain C++ op, pybind11), ``direct_torch`` and
+``direct_numpy`` (the op itself, nanobind build, on torch tensors and on numpy arrays). Ratios
+printed: issue 38 goal 3 (to_torch / torch_plain, goal 1.15x) and goal 2 (direct_torch /
+direct_numpy, goal 1.3x). Needs valgrind and torch.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CASES = ("noop", "to_torch", "torch_plain", "direct_torch", "direct_numpy")
+
+CHILD = r"""
+import os, subprocess, sys
+sys.path.insert(0, {here!r})
+import timing  # noqa: F401  (pins threads before numpy and torch)
+import numpy as np
+import torch
+import opbuilder
+from opbuilder.bridges import torch_bridge
+from torch.utils.cpp_extension import load
+here = timing.HERE
+case, calls = sys.argv[1], int(sys.argv[2])
+obn = opbuilder.CustomOpBuilder("bench_mul_nb", [str(here / "opbuilder_mul_nb.cpp")], cflags=["-O3"]).load()
+tx, ty = torch.full((1,), 2.0), torch.full((1,), 3.0)
+na, nb = tx.numpy().copy(), ty.numpy().copy()
+if case == "to_torch":
+    wrapped = opbuilder.to_torch(obn)
+    torch_bridge.ready(wait=True)
+    f = lambda: wrapped.mul(tx, ty)
+elif case == "torch_plain":
+    tp = load("bench_torch_plain_mul", [str(here / "torch_plain_mul.cpp")], extra_cflags=["-O3"],
+              extra_include_paths=[str(here)], verbose=False)
+    f = lambda: tp.mul(tx, ty)
+elif case == "direct_torch":
+    f = lambda: obn.mul(tx, ty)
+elif case == "direct_numpy":
+    f = lambda: obn.mul(na, nb)
+else:
+    f = lambda: None
+for _ in range(300):
+    f()
+subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], capture_output=True)
+for _ in range(calls):
+    f()
+subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], capture_output=True)
+"""
+
+
+def count(case: str, calls: int, out: Path) -> int:
+    """Instructions callgrind counted for ``calls`` calls of ``case`` (toggling included)."""
+    f = out / f"callgrind.{case}"
+    res = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={f}",
+                          sys.executable, "-c", CHILD.format(here=str(HERE)), case, str(calls)],
+                         capture_output=True, text=True)
+    m = re.search(r"Collected : (\d+)", res.stderr)
+    if res.returncode != 0 or m is None:
+        raise RuntimeError(f"{case}: valgrind exited {res.returncode}: {res.stderr.strip().splitlines()[-1:]}")
+    return int(m.group(1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("cases", nargs="*", default=list(CASES[1:]))
+    args = ap.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed: nothing counted")
+        return 1
+    out = Path(tempfile.mkdtemp(prefix="opbuilder-callgrind-"))
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=len(args.cases) + 1) as pool:  # counts do not depend on load
+        jobs = {c: pool.submit(count, c, args.calls, out) for c in ["noop", *args.cases]}
+        got = {c: j.result() for c, j in jobs.items()}
+    per = {c: (got[c] - got["noop"]) / args.calls for c in args.cases}
+    print(f"instructions per call (callgrind, {args.calls} calls, the noop case subtracted); files in {out}")
+    for c, v in per.items():
+        print(f"  {c:14s} {v:9.0f}")
+    for name, a, b, goal in (("issue 38 goal 3: to_torch / torch's plain C++ op", "to_torch", "torch_plain", 1.15),
+                             ("issue 38 goal 2: the op on torch tensors / on numpy arrays", "direct_torch",
+                              "direct_numpy", 1.3)):
+        if a in per and b in per:
+            q = per[a] / per[b]
+            print(f"goal: {name} <= {goal}x (instructions; load average "
+                  f"{', '.join(f'{v:.1f}' for v in os.getloadavg())}): {q:.2f}x: {'MET' if q <= goal else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
