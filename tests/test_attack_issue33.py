@@ -3,6 +3,8 @@ than torch's rule or than the runtime's eager call. Each test names the route an
 Operators: tests/cpp/parity_ops.cpp (mul saves its inputs, scale_ is MarkDirty x *= 3, ident)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -70,9 +72,11 @@ def torch_route(request, monkeypatch):
 
 
 @pytest.mark.parametrize("view", ["neg bit (z.conj().imag)", "neg view (torch._neg_view)"])
-def test_a_markdirty_write_into_a_neg_bit_view_reaches_its_base(parity_ops, torch_route, view):
-    """torch's v.mul_(3) on a view with the negative bit writes its base; to_torch's scale_ wrote a
-    resolved copy and dropped the write silently (base and view unchanged)."""
+def test_a_markdirty_write_into_a_neg_bit_view_is_refused_and_writes_nothing(parity_ops, torch_route, view):
+    """torch's v.mul_(3) on a view with the negative or conjugate bit writes its base; to_torch's scale_ got
+    a resolved copy and dropped the write silently (base and view unchanged, no error). The operator cannot
+    reach such a view's memory (numpy has no negative bit), so the write is refused with a named error, on
+    the first call of a signature and later ones, and nothing changes. (A conjugate view is refused alike.)"""
     ops = opbuilder.to_torch(parity_ops)
 
     def make():
@@ -82,12 +86,18 @@ def test_a_markdirty_write_into_a_neg_bit_view_reaches_its_base(parity_ops, torc
         b = torch.tensor([1.0, -2.0], dtype=torch.float64)
         return b, torch._neg_view(b)
 
-    base_ref, v_ref = make()
-    v_ref.mul_(3.0)
     for _ in range(2):  # the first call of a signature, then the route's later calls
         base, v = make()
-        ops.scale_(v)
-        assert torch.equal(base, base_ref) and torch.equal(v, v_ref)
+        before = base.clone()
+        with pytest.raises(RuntimeError, match=re.escape(
+                "scale_ modifies argument 0 in place (MarkDirty), but it is a negative view (z.conj(), "
+                "z.conj().imag, torch._neg_view), which an operator gets as a resolved copy: the write would not "
+                "reach it. Write into a resolved tensor instead (x.resolve_neg(), x.resolve_conj() or x.clone()); "
+                "the argument is unchanged") + "$"):
+            ops.scale_(v)
+        assert torch.equal(base, before)
+    r, = [ops.scale_(make()[1].resolve_neg().resolve_conj())]  # the fix the message names works
+    assert r.is_neg() is False
 
 
 def test_a_second_backward_without_retain_graph_raises_on_the_registered_path(parity_ops, monkeypatch):

@@ -452,6 +452,15 @@ class _Op:
         if self.writes:  # a declared write (out=) counts on the argument's version counter, as torch's out= does
             self._bump_declared(sig, args, vcs)
         dirty = [i for i, v in enumerate(vcs) if v is not None and v.written]
+        for i in dirty:  # a conjugate or negative view reached the op as a resolved copy: its write is refused
+            t = vcs[i].t
+            if t.is_neg() or t.is_conj():
+                raise RuntimeError(
+                    f"{self.name} modifies argument {i} in place (MarkDirty), but it is a "
+                    f"{'negative' if t.is_neg() else 'conjugate'} view (z.conj(), z.conj().imag, torch._neg_view), "
+                    f"which an operator gets as a resolved copy: the write would not reach it. Write into a "
+                    f"resolved tensor instead (x.resolve_neg(), x.resolve_conj() or x.clone()); the argument "
+                    f"is unchanged")
         info = self.by_sig[sig][1]
         info[0] = single
         info[1] = bool(dirty) or any(k >= 0 for k in alias)
@@ -1079,6 +1088,11 @@ def _wrapper(op: _Op) -> Callable:
         overload = getattr(packet, define(sig, tuple(_spec_key(a, c) for a, c in zip(args, sig)))[0]).default
         _mode.grad = torch.is_grad_enabled()
         fast[sig] = (overload, op.by_sig[sig][1])
+        if any(a.is_neg() or a.is_conj() for a, c in zip(args, sig) if c == "t"):
+            # torch's dispatcher would hand the kernel a resolved copy of a conjugate or negative view and
+            # drop what the op writes into it unseen: the call goes the way later calls of the signature go,
+            # where a write into it is refused (record)
+            return route(*args)
         _mode.eager = True
         try:
             out = overload(*args)
