@@ -54,6 +54,10 @@ def _functions(name: str, functions: Union[None, Sequence[str], Dict[str, str]])
         if not isinstance(doc, str):
             raise TypeError(f"load_inline({name!r}): the docstring for {fn!r} must be a string, "
                             f"got {type(doc).__name__}")
+        bad = next((c for c in doc if c == "\0" or "\ud800" <= c <= "\udfff"), None)
+        if bad is not None:  # a C string ends at NUL; a lone surrogate has no UTF-8
+            raise ValueError(f"load_inline({name!r}): the docstring for {fn!r} holds {bad!r}, which a C++ "
+                             f"docstring cannot carry; remove it")
         out[fn] = doc
     return out
 
@@ -82,8 +86,9 @@ _ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r
 
 
 def _literal(text: str) -> str:
-    """``text`` as a C++ string literal, written as ``json.dumps`` writes it (ASCII, ``\\uXXXX`` for the
-    rest), without importing json on a warm load_inline."""
+    """``text`` as a C++ string literal in ASCII: C escapes, and universal character names (``\\uXXXX``,
+    ``\\UXXXXXXXX`` beyond the BMP: a surrogate pair, as JSON writes one, is no character in C++) for the
+    rest, which the compiler writes as UTF-8. ``text`` holds no NUL and no lone surrogate (_functions)."""
     out = []
     for c in text:
         if c in _ESCAPES:
@@ -92,11 +97,7 @@ def _literal(text: str) -> str:
             out.append(c)
         else:
             n = ord(c)
-            if n > 0xFFFF:  # a surrogate pair, as json writes it
-                n -= 0x10000
-                out.append("\\u%04x\\u%04x" % (0xD800 | (n >> 10), 0xDC00 | (n & 0x3FF)))
-            else:
-                out.append("\\u%04x" % n)
+            out.append("\\U%08x" % n if n > 0xFFFF else "\\u%04x" % n)
     return '"' + "".join(out) + '"'
 
 

@@ -11,9 +11,25 @@ from opbuilder.compile.binding import NANOBIND, binding_of_text
 
 
 @pytest.mark.parametrize("text", ["", "add one", 'a "quoted" \\ path', "tab\tnew\nline\r\x01\x7f\b\f",
-                                  "caf\u00e9 \u20ac \U0001f600 \u2028"])
-def test_a_docstring_literal_is_what_json_dumps_writes(text):
+                                  "caf\u00e9 \u20ac \u2028"])
+def test_a_docstring_literal_within_the_bmp_is_what_json_dumps_writes(text):
     assert inline._literal(text) == json.dumps(text)
+
+
+@pytest.mark.parametrize("text", ["smile \U0001f642", "caf\u00e9 \U0001f600\u2028 \"q\"\n"])
+def test_a_character_beyond_the_bmp_is_one_universal_character_name(text):
+    """JSON writes U+1F642 as a surrogate pair (\\ud83d\\ude42), which is no character in C++: g++
+    refused the build ("\\ud83d is not a valid universal character")."""
+    lit = inline._literal(text)
+    assert lit.isascii() and "\\ud83d" not in lit and "\\U0001f6" in lit
+    assert lit[1:-1].encode("ascii").decode("unicode_escape") == text
+
+
+@pytest.mark.parametrize("doc, shown", [("a\x00b", "'\\x00'"), ("a\ud83db", "'\\ud83d'")])
+def test_a_docstring_a_c_string_cannot_carry_is_refused(doc, shown):
+    with pytest.raises(ValueError, match=r"^load_inline\('op'\): the docstring for 'f' holds " + shown.replace("\\", "\\\\")
+                       + r", which a C\+\+ docstring cannot carry; remove it$"):
+        inline._functions("op", {"f": doc})
 
 
 @pytest.mark.parametrize("cpp", ["int f();", "OB_MODULE(m) { }", "NB_MODULE(x, m) {}",
@@ -34,3 +50,11 @@ def test_keys_differ_where_the_parts_differ():
     assert inline._key("op", "ab", "", {}) != inline._key("op", "a", "b", {})
     assert inline._key("op", "x", "", {"f": ""}) != inline._key("op", "x", "", {"f": "", "": ""})
     assert inline._key("op", "x", "", {}) == inline._key("op", "x", "", {})
+
+
+@pytest.mark.build  # compiles one inline function (tests/build_guard.py)
+def test_an_emoji_in_a_docstring_builds_and_reads_back(cache_dir):
+    import opbuilder
+    doc = "smile \U0001f642, caf\u00e9"
+    m = opbuilder.load_inline("inline_doc_emoji", "int a() { return 1; }\n", functions={"a": doc})
+    assert m.a() == 1 and m.a.__doc__.endswith(doc)
