@@ -138,7 +138,13 @@ class _JaxOp:
             self.writes_leaves = True
             return self._host_forward(positions, statics, arrays, grad)
         single = not isinstance(res, (list, tuple))
-        return rt, need, ([res] if single else list(res)), single
+        outs = [res] if single else list(res)
+        for o in outs:
+            if not isinstance(o, _rt.Tensor):  # a JAX function's results are arrays
+                raise TypeError(f"to_jax: {self.name} returned {type(o).__name__}, not tensors; a function "
+                                f"to_jax wraps must return tensors (call the module's function directly for "
+                                f"other values)")
+        return rt, need, outs, single
 
     @staticmethod
     def _key(positions, statics, arrays) -> Any:
