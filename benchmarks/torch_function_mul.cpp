@@ -3,21 +3,14 @@
 // way benchmarks/opbuilder_mul.cpp is. Built -O3 by torch.utils.cpp_extension.load.
 #include <torch/extension.h>
 
-#include "mul_kernel.h"
+#include "torch_mul_forward.h"
+
+using bench::Mul;
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 namespace {
-
-torch::Tensor Mul(const torch::Tensor &x, const torch::Tensor &y) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat && y.scalar_type() == torch::kFloat && x.sizes() == y.sizes(),
-              "mul: expected two float32 tensors of one shape");
-  torch::Tensor xc = x.contiguous(), yc = y.contiguous();
-  torch::Tensor out = torch::empty_like(xc);
-  bench::MulKernel(xc.data_ptr<float>(), yc.data_ptr<float>(), out.data_ptr<float>(), xc.numel());
-  return out;
-}
 
 struct TorchMul : public torch::autograd::Function<TorchMul> {
   static torch::Tensor forward(AutogradContext *ctx, const torch::Tensor &x, const torch::Tensor &y) {

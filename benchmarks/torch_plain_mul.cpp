@@ -5,20 +5,9 @@
 // torch.utils.cpp_extension.load (benchmarks/interop.py).
 #include <torch/extension.h>
 
-#include "mul_kernel.h"
+#include "torch_mul_forward.h"
 
-namespace {
-
-torch::Tensor Mul(const torch::Tensor &x, const torch::Tensor &y) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat && y.scalar_type() == torch::kFloat && x.sizes() == y.sizes(),
-              "mul: expected two float32 tensors of one shape");
-  torch::Tensor xc = x.contiguous(), yc = y.contiguous();
-  torch::Tensor out = torch::empty_like(xc);
-  bench::MulKernel(xc.data_ptr<float>(), yc.data_ptr<float>(), out.data_ptr<float>(), xc.numel());
-  return out;
-}
-
-}  // namespace
+using bench::Mul;
 
 TORCH_LIBRARY(bench_plain, m) { m.def("mul(Tensor x, Tensor y) -> Tensor"); }
 
