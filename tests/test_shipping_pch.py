@@ -45,9 +45,39 @@ def native_dir(tmp_path_factory):
     if find_compiler(probe).family != "gcc":
         pytest.skip("the precompiled header is made with gcc only (native/pch.py)")
     dest = tmp_path_factory.mktemp("site") / "_native"
-    record = build_native(dest)
+    from opbuilder import builder as B
+    from opbuilder.native import headers
+    build, digest = B._build_checked, headers.headers_digest
+    started = []
+
+    def spy_build(*a, **k):
+        started.append(True)
+        return build(*a, **k)
+
+    def spy_digest(*a, **k):
+        import sys
+        # who asked (installed.current_abi writes the record's), and whether a build had started then
+        _DIGESTS.append((sys._getframe(1).f_code.co_name, bool(started)))
+        return digest(*a, **k)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(B, "_build_checked", spy_build)
+        mp.setattr(headers, "headers_digest", spy_digest)
+        record = build_native(dest)
     assert "pch" in record, "build_native made no precompiled header"
+    _RECORD.update(record)
     return dest
+
+
+_DIGESTS: list = []
+_RECORD: dict = {}
+
+
+def test_the_record_keys_the_headers_as_they_were_before_the_builds(native_dir):
+    """A header edited while the install builds must leave a record that fits no headers (load() then
+    builds its own), never one that vouches for a library built from other headers: native.json keeps
+    the digest taken before the builds read them (an install during an edit gave "undefined symbol")."""
+    for_record = [was_started for who, was_started in _DIGESTS if who == "current_abi"]
+    assert for_record == [False] and "headers" in _RECORD["abi"]
 
 
 @pytest.fixture

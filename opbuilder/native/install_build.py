@@ -36,6 +36,9 @@ def build_native(dest: Path, verbose: bool = False) -> Dict[str, object]:
         root = Path(tmp) / "cache"
         root.mkdir(mode=0o700)
         cxx = find_compiler(root)
+        # the headers' digest before the builds read them: a header edited while they run leaves a record
+        # that fits no headers, so load() builds its own (taken after, it would vouch for a mixed build)
+        abi = current_abi(cxx_abi(cxx, root), root)
         specs = {RUNTIME_FILE: runtime_spec(root, verbose), CORE_FILE: core_spec(root, verbose)}
         with ThreadPoolExecutor(len(specs) + 1) as pool:  # side by side, as a first load() builds them
             built = {name: pool.submit(B.retrying, spec.name, lambda spec=spec: B._build_checked(spec))
@@ -56,7 +59,7 @@ def build_native(dest: Path, verbose: bool = False) -> Dict[str, object]:
             shutil.copyfile(lib, dest / (name + ".tmp"))
             os.replace(dest / (name + ".tmp"), dest / name)
             files[name] = file_hash(dest / name)
-        record = {"abi": current_abi(cxx_abi(cxx, root), root), "tag": wheel_tag(), "files": files, "hash": HASH,
+        record = {"abi": abi, "tag": wheel_tag(), "files": files, "hash": HASH,
                   "compiler": cxx.version}
         if pch_record is not None:
             record["pch"] = pch_record
