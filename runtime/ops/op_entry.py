@@ -61,13 +61,11 @@ def op_entry(kind: str, name: Callable[[Any], Optional[str]],
     return declare
 
 
-def unary_method(kind: str, stops_gradient: bool = False,
-                 doc: Optional[str] = None) -> Callable[[Callable[[Any], Any]], Any]:
+def unary_method(kind: str, stops_gradient: bool = False) -> Callable[[Callable[[Any], Any]], Any]:
     """Declare a one-argument Tensor method an op of the trace (``Tensor.detach``): ``fn(self)`` eagerly;
     while this thread's trace records, one node of ``kind`` whose input is ``self`` and whose target is
     ``fn``, so a replay runs it on that call's tensor. ``stops_gradient``: jit's backward sends no
-    gradient through the node. The method is named ``kind`` (``doc``: its docstring, else ``fn``'s).
-    One frame over ``fn``: no packing."""
+    gradient through the node. One frame over ``fn``: no packing."""
     def declare(fn: Callable[[Any], Any]) -> Any:
         fn.stops_gradient = stops_gradient  # type: ignore[attr-defined]  # read by runtime/jit/backward.py
 
@@ -75,9 +73,8 @@ def unary_method(kind: str, stops_gradient: bool = False,
             if _flag.value and _trace.tracer is not None:
                 return _trace.tracer.call_op(kind, kind, fn, (self,), {})
             return fn(self)
-        entry.__module__ = fn.__module__
-        entry.__name__ = entry.__qualname__ = kind
-        entry.__doc__ = doc if doc is not None else fn.__doc__
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(entry, attr, getattr(fn, attr))
         entry.op_kind = kind  # type: ignore[attr-defined]
         return entry
     return declare

@@ -74,11 +74,12 @@ class TensorMethods:
             raise TypeError("only integer scalar arrays can be converted to a scalar index")
         return int(d)
 
-    # one frame over `detached`
-    detach = unary_method("detach", stops_gradient=True, doc=(
-        "A new leaf sharing this tensor's data and version counter, outside the graph. A jit trace "
-        "records it as a node with no gradient through it: a replay detaches that call's tensor (held as "
-        "a constant, the trace's own tensor would be reused by every later call)."))(detached)
+    @unary_method("detach", stops_gradient=True)
+    def detach(self) -> "Tensor":
+        """A new leaf sharing this tensor's data and version counter, outside the graph. A jit trace
+        records it as a node with no gradient through it: a replay detaches that call's tensor (held as
+        a constant, the trace's own tensor would be reused by every later call)."""
+        return detached(self)
 
     def to(self, device: str) -> "Tensor":
         """This tensor on ``device`` (itself when already there); differentiable, the gradient goes back."""

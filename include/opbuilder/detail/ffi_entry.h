@@ -18,6 +18,7 @@
 
 #include "opbuilder/detail/binding.h"
 #include "opbuilder/detail/call_rules.h"
+#include "opbuilder/detail/function_checks.h"
 #include "opbuilder/detail/tensor_details.h"
 #include "opbuilder/tensor.h"
 
@@ -69,16 +70,37 @@ class FfiCallScope {
   const char *where_;
 };
 
+// const TensorPtr & for each index (a class member, not an alias: nvcc's front end takes an alias that
+// ignores its parameter for no parameter pack at all)
 template <std::size_t>
-using FfiArg = const TensorPtr &;
+struct FfiArg {
+  using type = const TensorPtr &;
+};
 
 // Whether T::Forward takes ctx and one const TensorPtr & per index.
 template <typename T, typename Seq, typename = void>
 struct FfiCallable : std::false_type {};
 template <typename T, std::size_t... I>
 struct FfiCallable<T, std::index_sequence<I...>,
-                   std::void_t<decltype(T::Forward(std::declval<AutogradContext *>(), std::declval<FfiArg<I>>()...))>>
+                   std::void_t<decltype(T::Forward(std::declval<AutogradContext *>(),
+                                                   std::declval<typename FfiArg<I>::type>()...))>>
     : std::true_type {};
+
+// Whether T is a Function Apply accepts with `Args` (function_checks.h's conditions, without its
+// static_asserts, which Apply's own FunctionChecks raises once): an entry for an invalid T would add
+// errors after that one.
+template <typename T, typename... Args>
+constexpr bool FfiValid() {
+  using Fwd = function_checks::ForwardCall<void, T, Args...>;
+  using Bwd = function_checks::BackwardCall<T>;
+  if constexpr (function_checks::kHasForward<T> && function_checks::kHasBackward<T> && Fwd::callable &&
+                Bwd::callable) {
+    return (std::is_same_v<typename Fwd::type, TensorPtr> || std::is_same_v<typename Fwd::type, TensorPtrList>) &&
+           std::is_convertible_v<typename Bwd::type, TensorPtrList>;
+  } else {
+    return false;
+  }
+}
 
 template <typename T>
 WriteState *FfiForwardWrites() {
@@ -126,7 +148,7 @@ struct FfiEntryOf<T, std::index_sequence<I...>> {
 // The entry of T for Apply's argument types `Args` (decayed), or nullptr when one is not a TensorPtr.
 template <typename T, typename... Args>
 constexpr const FfiEntry *FfiEntryFor() {
-  if constexpr (sizeof...(Args) > 0 && (std::is_same_v<Args, TensorPtr> && ...)) {
+  if constexpr (sizeof...(Args) > 0 && (std::is_same_v<Args, TensorPtr> && ...) && FfiValid<T, Args...>()) {
     if constexpr (FfiCallable<T, std::index_sequence_for<Args...>>::value) {
       return &FfiEntryOf<T, std::index_sequence_for<Args...>>::kEntry;
     } else {
