@@ -147,8 +147,15 @@ def test_a_warm_load_reads_the_binding_recorded_at_build_instead_of_scanning(nb_
         file_digest(CUSTOM_SRC / "function_ops.cpp"): "1000" + binding.SCAN}  # written when it was built
 
 
-def test_a_warm_load_reads_each_source_once(nb_ops, monkeypatch):
-    # issue 21: its binding was read twice and its digest once more, each a read and a hash of the file
+def _without_warm_record(cache_dir) -> None:
+    """The next load() runs the full lookup (cache/warm.py's stamps would serve it without reading)."""
+    from opbuilder.cache.warm import RECORDS
+    (Path(cache_dir) / "my_ops" / RECORDS).unlink(missing_ok=True)
+
+
+def test_a_warm_load_reads_each_source_once(nb_ops, cache_dir, monkeypatch):
+    # issue 21: its binding was read twice and its digest once more, each a read and a hash of the file.
+    # The full lookup reads it once; the warm record it writes lets the next load() read it not at all
     import builtins
     source = CUSTOM_SRC / "function_ops.cpp"
     opened = []
@@ -157,17 +164,19 @@ def test_a_warm_load_reads_each_source_once(nb_ops, monkeypatch):
     def counting_open(file, *args, **kwargs):
         opened.append(str(file))
         return real_open(file, *args, **kwargs)
+    _without_warm_record(cache_dir)
     monkeypatch.setattr(builtins, "open", counting_open)
     assert load_op("my_ops", [source]) is nb_ops
     assert opened.count(str(source)) == 1
 
 
-def test_a_warm_load_reads_its_build_record_once(nb_ops, monkeypatch):
+def test_a_warm_load_reads_its_build_record_once(nb_ops, cache_dir, monkeypatch):
     # issue 21: the lookup read build.json to verify the library, then needs.py (now importer.recorded) read it
     # again for the libraries recorded there
     import os
     opened = []
     real_open = os.open
+    _without_warm_record(cache_dir)
     monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
     assert load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"]) is nb_ops
     assert len([p for p in opened if p.endswith("/build.json")]) == 1
