@@ -36,7 +36,8 @@ attached to ``Tensor`` by runtime/ops/tensor_methods.py, which
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+import copy as _copy
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -48,6 +49,29 @@ from .versions import UNWRITTEN, Version, owner_counter, rebind, set_version, sh
 __all__ = ["Tensor", "Parameter", "as_tensor", "from_numpy"]
 
 _new = object.__new__
+# a tensor's history, view relation and write counter: this process's, never copied or pickled
+_GRAPH_STATE = frozenset({"_node", "_out_index", "_vc", "_view_version", "_view_no_grad"})
+
+
+def _deepcopy_array(arr: Any, memo: Dict[int, Any]) -> Any:
+    """A copy of ``arr`` for ``copy.deepcopy``: arrays over one memory, copied in one deepcopy, are
+    views of one copy of that memory (as torch copies a storage once). numpy arrays over a contiguous
+    owner; anything else is copied alone."""
+    owner = arr
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    if type(arr) is not np.ndarray or not (owner.flags.c_contiguous or owner.flags.f_contiguous):
+        return _copy.deepcopy(arr, memo)
+    key = ("opbuilder.memory", id(owner))
+    twin = memo.get(key)
+    if twin is None:
+        twin = memo[key] = owner.copy(order="A")
+        memo.setdefault(id(memo), []).append(owner)  # keeps the key's id unique while copying
+    if arr is owner:
+        return twin
+    offset = arr.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+    flat = twin.reshape(-1, order="A").view(np.uint8)
+    return np.ndarray(arr.shape, arr.dtype, buffer=flat, offset=offset, strides=arr.strides)
 
 
 def _infer_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str] = None, copy: bool = False) -> Any:
@@ -166,6 +190,47 @@ class Tensor:
         self.__dict__.update(d)
         for k, v in (slots or {}).items():
             setattr(self, k, v)
+
+    def __getstate__(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """What pickle keeps: the values (a view's own elements), ``requires_grad``, ``grad`` and a
+        Parameter's fields. The history, the view relation (a weak reference) and the write counter
+        are this process's: the loaded tensor is a leaf with memory of its own, as torch's."""
+        d = {k: v for k, v in self.__dict__.items() if k not in _GRAPH_STATE}
+        return d, {"_data": self._data}
+
+    def __copy__(self) -> "Tensor":
+        """A leaf over the same memory (as torch's ``copy.copy``), counting writes on the same counter,
+        so a write through either is seen by the version checks of both."""
+        new = _new(type(self))
+        new._base_ref = None
+        new._data = self._data
+        share_version(new, self)
+        new.__dict__.update((k, v) for k, v in self.__dict__.items() if k not in _GRAPH_STATE)
+        return new
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "Tensor":
+        """A new leaf with new memory, as torch's: only a leaf may be copied (a copy of a result cannot
+        keep its history). Tensors copied together that shared memory share the copied memory (a
+        Parameter and a view of it, in one model), each a leaf that counts writes on one counter."""
+        if self._node is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
+                               "deepcopy protocol at the moment (copy.deepcopy of a tensor with history; "
+                               "detach() it first)")
+        new = _new(type(self))
+        memo[id(self)] = new
+        new._base_ref = None
+        new._data = _deepcopy_array(self._data, memo)
+        if self._vc is not UNWRITTEN:
+            key = ("opbuilder.version", id(self._vc))
+            vc = memo.get(key)
+            if vc is None:
+                vc = memo[key] = Version(self._vc.value)
+                memo.setdefault(id(memo), []).append(self._vc)  # keeps the key's id unique while copying
+            new._vc = vc
+        for k, v in self.__dict__.items():
+            if k not in _GRAPH_STATE:
+                new.__dict__[k] = _copy.deepcopy(v, memo)
+        return new
 
     # ---- properties -------------------------------------------------
     @property
