@@ -259,6 +259,12 @@ def _to_runtime(who: str, k: int, t: torch.Tensor, devices: Tuple[str, ...]) -> 
                         f"({e})") from None
 
 
+def _c_order(arr: np.ndarray) -> np.ndarray:
+    """``arr`` in C order, copied only if it is not; a 0-d array stays 0-d (``np.ascontiguousarray``
+    makes it 1-d: a 0-d view's gradient of shape [1] fails torch's backward)."""
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+
+
 def _from_numpy(arr: np.ndarray) -> torch.Tensor:
     """``torch.from_numpy``, bfloat16 included (through a uint16 view of the same memory); a view
     with negative strides, which torch cannot describe, as a contiguous copy."""
@@ -658,7 +664,7 @@ class _Op:
             for i, g in zip(call.index, gs):
                 if g is not None:
                     res[i] = torch.from_dlpack(g) if not isinstance(g._data, np.ndarray) else \
-                        _from_numpy(np.ascontiguousarray(g._data))
+                        _from_numpy(_c_order(g._data))
         return res
 
     # ---- the torch side ----
