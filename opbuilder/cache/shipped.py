@@ -143,7 +143,7 @@ def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, ob
     if not pybind11:
         if not native.enabled():
             return None, None, "OPBUILDER_INSTALLED_RUNTIME=0 turns opbuilder's installed runtime off"
-        why = native.why_not(native.installed(), abi)
+        why = native.why_not(native.installed(by_owner=True), abi)
         if why is not None:
             return None, None, why
     rel = entry.get("file")
@@ -187,7 +187,7 @@ def shipped_module(spec) -> Optional[ModuleType]:
         mod = _modules.get(memo)
         if mod is not None:
             return mod
-        nat = native.installed()
+        nat = native.installed(by_owner=True)
         loaded = loaded_runtime()
         if nat is None or entry.get("abi", {}).get("binding") == "pybind11":
             deps: List[Path] = []

@@ -54,12 +54,13 @@ def build_native(dest: Path, verbose: bool = False) -> Dict[str, object]:
         if pch_record is None:
             for f in ("pch.h", "pch.h.gch"):
                 (dest / f).unlink(missing_ok=True)
-        files = {}
+        files, sizes = {}, {}
         for name, lib in libs.items():
             shutil.copyfile(lib, dest / (name + ".tmp"))
             os.replace(dest / (name + ".tmp"), dest / name)
             files[name] = file_hash(dest / name)
-        record = {"abi": abi, "tag": wheel_tag(), "files": files, "hash": HASH,
+            sizes[name] = (dest / name).stat().st_size  # a shipped load checks these, not the hashes (installed.py)
+        record = {"abi": abi, "tag": wheel_tag(), "files": files, "sizes": sizes, "hash": HASH,
                   "compiler": cxx.version}
         if pch_record is not None:
             record["pch"] = pch_record

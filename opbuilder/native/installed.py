@@ -8,16 +8,26 @@ shipped, and the first ``load()`` in a fresh environment compiles only the opera
 the ABI it is built for is theirs, whichever compiler builds it; otherwise (another nanobind, a
 libc++ toolchain, an edited header) the builder builds its own in the cache, as before.
 ``OPBUILDER_INSTALLED_RUNTIME=0`` ignores them (the test suite does, to test the JIT builds).
+
+A shipped load() (cache/shipped.py) asks ``installed(by_owner=True)``: files that only the owner of
+opbuilder's own code can write, each of the size its record gives, are taken as installed without
+hashing them (~0.5 MB, a third of a shipped load, issue 35), as the installed PCH is (pch.py). Whoever
+could change them could change the code that checks them. Anything else (another owner, a file others
+can write, a record without sizes) is hashed, as a build that links them always hashes them
+(``library_for``, once per change of their stamps) and as ``opbuilder doctor`` does.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG, S_IWGRP, S_IWOTH
 from typing import Dict, Optional
 
 __all__ = ["NATIVE_DIR", "MANIFEST", "Native", "installed", "library_for", "last_why", "why_not"]
 
-NATIVE_DIR = Path(__file__).resolve().parent.parent / "_native"
+_PKG_DIR = Path(__file__).resolve().parent.parent  # opbuilder's own code
+NATIVE_DIR = _PKG_DIR / "_native"
+_OTHERS_WRITE = S_IWGRP | S_IWOTH
 MANIFEST = "native.json"
 RUNTIME_FILE = "libnanobind.so"
 
@@ -48,22 +58,30 @@ def enabled() -> bool:
     return os.environ.get("OPBUILDER_INSTALLED_RUNTIME", "1") != "0"
 
 
-def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None) -> Optional[Native]:
+def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None,
+              by_owner: bool = False) -> Optional[Native]:
     """The installed runtime, if its record is there and each file has its recorded hash (a file
     changed since the install is refused, never loaded). Checked once per process; with ``state_dir``
     (the cache, on a JIT load) the result is remembered there while the files' stamps stay the same,
-    so a later process hashes nothing."""
-    if directory is None and "native" in _memo:
-        return _memo["native"]  # type: ignore[return-value]
+    so a later process hashes nothing. ``by_owner`` (a shipped load): files that pass ``_owned`` are
+    not hashed (see the module's docstring)."""
+    if directory is None:
+        if "native" in _memo:  # hashed: serves both
+            return _memo["native"]  # type: ignore[return-value]
+        if by_owner and "owned" in _memo:
+            return _memo["owned"]  # type: ignore[return-value]
     d = NATIVE_DIR if directory is None else directory
     found = None
+    owned = False
     try:
         from ..cache.json_record import loads
         record = loads((d / MANIFEST).read_text())
         from ..cache.file_hash import HASH, files_intact, inside
         files = record.get("files") if isinstance(record, dict) and record.get("hash") == HASH else None
         if isinstance(files, dict) and all(inside(f) for f in files):
-            if state_dir is None:
+            if by_owner and _owned(d, files, record.get("sizes")):
+                ok = owned = True
+            elif state_dir is None:
                 ok = files_intact(d, files)
             else:
                 from ..tools.probe_cache import remembered
@@ -76,8 +94,29 @@ def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None
     except (OSError, ValueError):
         pass
     if directory is None:
-        _memo["native"] = found
+        _memo["owned" if owned else "native"] = found
     return found
+
+
+def _owned(d: Path, files: Dict[str, object], sizes: object) -> bool:
+    """Whether directory ``d`` and each of ``files`` in it belong to the owner of opbuilder's own code
+    (the package directory), only that owner can write them, and each file (a regular one, not a link)
+    has the size ``sizes`` records: then no one could have changed them who could not change that code."""
+    if not isinstance(sizes, dict) or set(sizes) != set(files):
+        return False  # a record written before sizes were: hashed
+    try:
+        owner = os.stat(_PKG_DIR).st_uid
+        st = os.lstat(d)
+        if not S_ISDIR(st.st_mode) or st.st_uid != owner or st.st_mode & _OTHERS_WRITE:
+            return False
+        for name in files:
+            st = os.lstat(f"{d}/{name}")
+            if (not S_ISREG(st.st_mode) or st.st_uid != owner or st.st_mode & _OTHERS_WRITE
+                    or st.st_size != sizes[name]):
+                return False
+    except OSError:
+        return False
+    return True
 
 
 def current_abi(cxx_abi: str, root: Optional[Path] = None) -> Dict[str, str]:
