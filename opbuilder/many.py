@@ -83,13 +83,23 @@ def _load_one(item: Item, timeout: Optional[float]) -> LoadResult:
                     _ = e.diagnostics  # worked out here, in parallel and within the item's time (else when read)
                     raise
     except BuildError as e:
-        return LoadResult(None, e, time.perf_counter() - t0)
+        return LoadResult(None, _naming(e, item.name), time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 -- one item's failure is its result, never the others'
         name = getattr(item, "name", "?")
         err = BuildError(f"building operator '{name}' failed: {type(e).__name__}: {e}", name=name)
         err.__cause__ = e
         return LoadResult(None, err, time.perf_counter() - t0)
     return LoadResult(module, None, time.perf_counter() - t0)
+
+
+def _naming(err: BuildError, name: str) -> BuildError:
+    """``err``, its message and ``name`` naming the item: an error raised before the build knew its
+    operator (no nvcc on PATH for a CUDA item) says whose build it stopped, as every other item's does."""
+    if not err.name:
+        err.name = name
+    if f"'{name}'" not in str(err):
+        err.args = (f"building operator '{name}' failed: {err}",)
+    return err
 
 
 def load_many(items: Iterable[Item], jobs: Optional[int] = None, timeout: Optional[float] = None
@@ -103,6 +113,10 @@ def load_many(items: Iterable[Item], jobs: Optional[int] = None, timeout: Option
     limit). A failing item never stops the others; a repeated or already cached item compiles
     once (across processes too: the cache's locks). Prints no progress lines; each result has its
     time."""
+    if isinstance(items, (Inline, CustomOpBuilder, str, bytes)) or not hasattr(items, "__iter__"):
+        raise TypeError(f"load_many: items must be a list of opbuilder.Inline or opbuilder.CustomOpBuilder "
+                        f"items, got {type(items).__name__}" + (" (put the one item in a list)" if isinstance(
+                            items, (Inline, CustomOpBuilder)) else ""))
     items = list(items)
     for i, item in enumerate(items):
         if not isinstance(item, (Inline, CustomOpBuilder)):

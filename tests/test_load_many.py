@@ -250,6 +250,11 @@ def test_the_many_variants_example_reports_each_status(cache_dir):
     assert {k: v for k, v in records[4]["diagnostic"].items() if k != "message"} == {
         "file": "cpp_sources.cpp", "line": 11, "column": 19}
     assert done.stderr.rstrip().endswith("summary: compile_error 1, ok 5, wrong 1")
+    import importlib.util
+    if importlib.util.find_spec("tqdm") is not None:  # the bar: tqdm's last refresh shows every variant done
+        assert "variants: 100%" in done.stderr and "| 7/7 [" in done.stderr
+    else:
+        assert done.stderr.startswith("(no progress bar: tqdm is not installed; pip install -e \".[examples]\")\n")
 
 
 def test_an_item_that_cannot_even_start_is_its_own_build_error():
@@ -266,7 +271,7 @@ RUNTIME_FIRST = textwrap.dedent("""\
     from opbuilder import Inline, load_many
     items = [Inline(f"rt_first_{k}", f"double f{k}(double x) {{ return x + {k}; }}", functions=[f"f{k}"])
              for k in range(2)]
-    results = load_many(items, timeout=10)
+    results = load_many(items, timeout=45)
     print(json.dumps([[type(r.error).__name__ if r.error else None,
                        getattr(r.module, f"f{k}")(1.0) if r.module else None] for k, r in enumerate(results)]))
 """)
@@ -276,8 +281,77 @@ RUNTIME_FIRST = textwrap.dedent("""\
 def test_the_runtimes_one_time_build_counts_against_no_items_timeout(tmp_path):
     """A cold cache without opbuilder's installed runtime: nanobind's runtime and the core library (about a
     minute of CPU, once for all items) were built inside the first items' limits, which killed their
-    compiles; they are built first, untimed, and each limit covers its item's own compile."""
+    compiles; they are built first, untimed, and each limit covers its item's own compile. The limit, 45 s, is
+    well over an item's own compile on a cold cache (a few seconds of CPU; 10 s was too short on two cores
+    at load 10) and under the runtime's build (about a minute of CPU)."""
     env = dict(os.environ, OPBUILDER_CACHE_DIR=str(tmp_path / "cache"), OPBUILDER_INSTALLED_RUNTIME="0")
     res = subprocess.run([sys.executable, "-c", RUNTIME_FIRST], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout.splitlines()[-1]) == [[None, 1.0], [None, 2.0]]
+
+
+@pytest.mark.parametrize("items, message", [
+    (_op("many_single", 1), "load_many: items must be a list of opbuilder.Inline or opbuilder.CustomOpBuilder "
+                            "items, got Inline (put the one item in a list)"),
+    (None, "load_many: items must be a list of opbuilder.Inline or opbuilder.CustomOpBuilder items, got NoneType"),
+    ("int f();", "load_many: items must be a list of opbuilder.Inline or opbuilder.CustomOpBuilder items, got str"),
+])
+def test_items_that_are_not_a_list_of_items_are_a_type_error(items, message):
+    with pytest.raises(TypeError) as info:
+        load_many(items)
+    assert str(info.value) == message
+
+
+@pytest.mark.build  # the C++ compiler's identity may be probed before nvcc is looked for
+def test_a_cuda_item_with_no_nvcc_is_a_toolchain_error_naming_the_item(cache_dir, monkeypatch):
+    """No nvcc on PATH and no CUDA_HOME: the item's error is a ToolchainError that says whose build it
+    stopped (it was raised before the build knew its operator: no name, no operator in the message)."""
+    from opbuilder import ToolchainError
+    from opbuilder.tools.toolchain import which
+
+    for var in ("NVCC", "CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not which(os.path.join(d, "nvcc"))]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    good, cuda = _op("many_nonvcc_ok", 3), Inline("many_nonvcc", "int width();", functions=["width"],
+                                                 cuda_sources="int width() { return 256; }\n", cuda_arch="8.0")
+    ok, r = load_many([good, cuda])
+    assert ok.error is None and ok.module.value() == 3
+    assert type(r.error) is ToolchainError and r.module is None and r.error.name == "many_nonvcc"
+    assert str(r.error) == ("building operator 'many_nonvcc' failed: backend='GPU' needs nvcc: install the CUDA "
+                            "toolkit, or set CUDA_HOME or NVCC")
+
+
+@pytest.mark.build
+def test_one_name_with_two_sources_is_two_builds_each_with_its_own_values(cache_dir):
+    """A harness that reuses a name for another variant gets both, each computing its own source."""
+    one, two = _op("many_samename", 1), _op("many_samename", 2)
+    results = load_many([one, two, one], jobs=2)
+    assert [r.error for r in results] == [None, None, None]
+    assert [r.module.value() for r in results] == [1, 2, 1]
+    assert results[0].module is not results[1].module and results[2] is results[0]
+
+
+@pytest.mark.build
+def test_no_more_than_jobs_compiles_run_at_once(cache_dir, tmp_path, monkeypatch):
+    """A compiler launcher (not in any key) counts the item compiles running as each starts."""
+    running, log = tmp_path / "running", tmp_path / "starts.log"
+    running.mkdir()
+    launcher = tmp_path / "count.sh"
+    launcher.write_text("#!/bin/sh\n"
+                        'case "$*" in *many_jobs_*) ;; *) exec "$@" ;; esac\n'
+                        f"touch '{running}/$$'\n"
+                        f"ls '{running}' | wc -l >> '{log}'\n"
+                        "sleep 0.3\n"  # long enough for the next compile to start beside it, were it allowed
+                        '"$@"; rc=$?\n'
+                        f"rm -f '{running}/$$'\n"
+                        "exit $rc\n")
+    launcher.chmod(0o755)
+    monkeypatch.setenv("OPBUILDER_COMPILER_LAUNCHER", str(launcher))
+    for jobs in (1, 2):
+        items = [_op(f"many_jobs_{jobs}_{k}", 10 * jobs + k) for k in range(3)]
+        results = load_many(items, jobs=jobs)
+        assert [r.module.value() for r in results] == [10 * jobs + k for k in range(3)]
+        starts = [int(n) for n in log.read_text().split()]
+        log.unlink()
+        assert len(starts) == 3 and max(starts) <= jobs, (jobs, starts)
