@@ -147,3 +147,19 @@ def test_the_visible_gpus_arch_is_asked_on_a_cold_build_only(cu, tmp_path, monke
     assert build_library("arch_d", [src], backend="GPU", build_dir=cache) != first
     assert len(smi_log.read_text().splitlines()) == 2
     assert {G.format(80), P.format(80)} <= set(_nvcc_compiles(log)[1].split())
+
+
+def test_torch_cuda_arch_list_alone_compiles_for_it_and_asks_no_gpu(cu, tmp_path, monkeypatch):
+    """A harness on a CPU machine sets TORCH_CUDA_ARCH_LIST as it does for torch: nvcc compiles for that
+    architecture and nvidia-smi (here a logging script) is never asked."""
+    src, log = cu
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi_log = tmp_path / "smi.log"
+    _logging_script(bin_dir / "nvidia-smi", smi_log, "exit 9\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv(TORCH_ENV, "7.5")
+    build_library("arch_t", [src], backend="GPU", build_dir=tmp_path / "cache")
+    (line,) = _nvcc_compiles(log)
+    assert G.format(75) in line.split() and P.format(75) not in line.split()
+    assert not smi_log.exists()
