@@ -13,13 +13,13 @@ import ctypes
 from typing import Any, Tuple
 
 from .autograd.grad_mode import _state, hooks_flag_address  # the per-thread grad mode: C++ reads and sets `_state.enabled`
-from .jit.tracing import cpp_hook, flag_address  # Function<T>::Apply under a jit trace
+from .jit.tracing import bound_hook, cpp_hook, flag_address  # Function<T>::Apply, m.def under a jit trace
 from .dtypes import bfloat16  # a DType: its `.np` imports ml_dtypes on first use (C++ BFloat16Descr)
 from .tensor import Tensor
 
-__all__ = ["Tensor", "_state", "flag_address", "hooks_flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
+__all__ = ["Tensor", "_state", "flag_address", "hooks_flag_address", "cpp_hook", "bound_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
            "current_stream_ptr", "bridge_slot_address", "share_version", "rebase_view", "refresh_view_arg",
-           "torch_array", "TENSOR_ATTRS",
+           "torch_array", "foreign_write_refusal", "TENSOR_ATTRS",
            "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
 
 # runtime.Tensor attributes native code reads or sets (class-level defaults keep a fresh tensor cheap)
@@ -51,6 +51,8 @@ def __getattr__(name: str) -> Any:
         from .call_rules import rebase_view as value
     elif name == "refresh_view_arg":  # a view argument read after its base was written (call_rules.h)
         from .call_rules import refresh_view_arg as value
+    elif name == "foreign_write_refusal":  # a torch tensor an op may not write now (call_rules.h ForeignRefusal)
+        from .dlpack_host import foreign_write_refusal as value
     elif name == "torch_array":  # torch's own numpy view of a torch tensor an op hands back (dlpack_exchange.h)
         from .dlpack_host import torch_array as value
     elif name in DEVICE_NAMES:

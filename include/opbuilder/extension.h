@@ -24,9 +24,29 @@
 #include <pybind11/stl.h>
 
 #include "opbuilder/casters.h"
+#include "opbuilder/detail/bound_call.h"
 #ifndef OB_MODULE
-// Outside the builder's nanobind mode, OB_MODULE is a pybind11 module (same source, either layer).
-#define OB_MODULE(m) PYBIND11_MODULE(OB_EXTENSION_NAME, m)
+namespace opbuilder {
+namespace detail OB_HIDDEN {
+// What detail/bound_call.h's TracedModule asks of the binding layer: `f` as a function object.
+struct Pybind11Layer {
+  template <typename F>
+  static PyObject *Raw(F f, const char *name) {
+    return pybind11::cpp_function(std::move(f), pybind11::name(name)).release().ptr();
+  }
+};
+using ObModule = TracedModule<::pybind11::module_, Pybind11Layer>;
+}  // namespace detail
+}  // namespace opbuilder
+// Outside the builder's nanobind mode, OB_MODULE is a pybind11 module (same source, either layer), whose
+// def() binds each function so that runtime.jit records the whole call (detail/bound_call.h).
+#define OB_MODULE(m)                                            \
+  static void ob_module_body_(::opbuilder::detail::ObModule &); \
+  PYBIND11_MODULE(OB_EXTENSION_NAME, m) {                       \
+    ::opbuilder::detail::ObModule traced(m);                    \
+    ob_module_body_(traced);                                    \
+  }                                                             \
+  static void ob_module_body_(::opbuilder::detail::ObModule &m)
 #endif
 #endif
 

@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/bound_call.h"
 #include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/runtime_bridge.h"
 #include "opbuilder/tensor.h"
@@ -206,14 +207,29 @@ struct type_caster<opbuilder::TensorPtrList> {
 #define NB_DOMAIN_STR ::opbuilder::detail::ModuleDomain()
 #endif
 
-// The module of an operator bound with nanobind; the builder names it (OB_EXTENSION_NAME).
+namespace opbuilder {
+namespace detail OB_HIDDEN {
+// What detail/bound_call.h's TracedModule asks of the binding layer: `f` as a function object.
+struct NanobindLayer {
+  template <typename F>
+  static PyObject *Raw(F f, const char *name) {
+    return nanobind::cpp_function(std::move(f), nanobind::name(name)).release().ptr();
+  }
+};
+using ObModule = TracedModule<::nanobind::module_, NanobindLayer>;
+}  // namespace detail
+}  // namespace opbuilder
+
+// The module of an operator bound with nanobind; the builder names it (OB_EXTENSION_NAME). Its def()
+// binds each function so that runtime.jit records the whole call (detail/bound_call.h).
 #define OB_MODULE(m)                                                 \
-  static void ob_module_body_(::nanobind::module_ &);                \
+  static void ob_module_body_(::opbuilder::detail::ObModule &);      \
   NB_MODULE(OB_EXTENSION_NAME, m) {                                  \
     ::opbuilder::detail::RegisterNanobindTranslator();               \
-    ob_module_body_(m);                                              \
+    ::opbuilder::detail::ObModule traced(m);                         \
+    ob_module_body_(traced);                                         \
   }                                                                  \
-  static void ob_module_body_(::nanobind::module_ &m)
+  static void ob_module_body_(::opbuilder::detail::ObModule &m)
 
 // A source written with PYBIND11_MODULE(MS_EXTENSION_NAME, m) whose module only binds plain functions
 // of argument types both layers convert alike (m.def("name", &fn, "doc")): the builder builds it with

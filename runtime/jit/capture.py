@@ -165,6 +165,18 @@ class Tracer:
         self.record(kind, name, target, args, attrs, out)
         return out
 
+    def call_bound(self, name: str, call: Optional[Any], args: Optional[Sequence[Any]]) -> Any:
+        """A C++ module function's call (tracing.bound_hook): one node whose target is the whole function, so a
+        replay runs what it does around its Functions' Applies; ``call`` None (its signature crosses values a
+        graph cannot hold) stops the trace, and the function runs itself (``NotImplemented``)."""
+        if call is None:
+            self.stop(f"the C++ function {name} takes or returns a value a graph node cannot hold (only tensors, "
+                      f"numbers, strings and lists of them in, tensors out)")
+            return NotImplemented
+        if any(type(a) in (list, tuple) and any(isinstance(v, Tensor) for v in a) for a in args):
+            call, args = _flat_lists(name, call, args)
+        return self.call_op("cpp", name, call, args, {})
+
     def _shares_memory(self, t: Tensor) -> Optional[str]:
         """How ``t``, just written in place, shares its memory with another tensor of the call, or None:
         it is a view (of a tensor of the trace or not), or another tensor of the trace counts writes on its
@@ -247,6 +259,33 @@ def _user_site() -> str:
             return f"at {name}:{f.f_lineno}, "
         f = f.f_back
     return ""
+
+
+def _flat_lists(name: str, call: Any, args: Sequence[Any]) -> Any:
+    """``call`` and ``args`` with each list of tensors among ``args`` spread out, as arguments of their own (the
+    trace tells tensors apart only as arguments: a list would be one constant), and a target that gathers
+    them again for ``call``."""
+    counts = [len(a) if type(a) in (list, tuple) and any(isinstance(v, Tensor) for v in a) else -1 for a in args]
+    flat: List[Any] = []
+    for a, n in zip(args, counts):
+        if n < 0:
+            flat.append(a)
+        else:
+            flat.extend(a)
+
+    def gathered(*values: Any) -> Any:
+        grouped, k = [], 0
+        for n in counts:
+            if n < 0:
+                grouped.append(values[k])
+                k += 1
+            else:
+                grouped.append(list(values[k:k + n]))
+                k += n
+        return call(*grouped)
+
+    gathered.__qualname__ = name
+    return gathered, flat
 
 
 def _distinct(outs: Any) -> Any:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 
 from ..autograd.engine import _node_backward
 from ..autograd.grad_mode import _state
-from ..autograd.node import Node as AutogradNode
+from ..autograd.node import Node as AutogradNode, edge_of
 from ..graph.graph import Node
 from ..tensor import Tensor
 
@@ -64,23 +64,22 @@ class _Intermediate(AutogradNode):
     Eagerly such a value came out of a recorded op; in the jitted forward it
     came out of one run with nothing recorded. Pointing at this node makes it
     a non-leaf again, so the op treats it as it would eagerly (an in-place
-    ``MarkDirty`` of it is allowed). Nothing ever walks past it: the kept
-    node's backward is called directly, not through the engine.
+    ``MarkDirty`` of it is allowed). Nothing ever runs it: the kept node's
+    backward is called directly, or the engine stops at it (``_Through``: its
+    edge is a target, whose gradient the engine captures). One per value, so
+    its edge names that value.
     """
 
     __slots__ = ()
     name = "jit intermediate"
 
-    def __init__(self) -> None:
+    def __init__(self, value: Tensor) -> None:
         self.next_edges = ()
         self.input_meta = ()
-        self.out_meta = ()
+        self.out_meta = ((value._data.shape, value._data.dtype),)  # (the engine sizes its gradient buffer by it)
 
     def apply(self, grads: Sequence[Any], create_graph: bool) -> Sequence[Any]:
         raise RuntimeError("internal: a jitted forward's intermediate value has no backward of its own")
-
-
-_INTERMEDIATE = _Intermediate()
 
 
 def keeping(node: Node, diff: Sequence[int], owner: object) -> Callable[..., Any]:
@@ -104,7 +103,8 @@ def keeping(node: Node, diff: Sequence[int], owner: object) -> Callable[..., Any
                     t = ins[i] = Tensor._from_array(t._data)
                 t.requires_grad = True
                 if t._node is None:
-                    t._node = _INTERMEDIATE
+                    t._node = _Intermediate(t)  # its own: its edge names this argument (``_Through``)
+        before = [edge_of(ins[i]) for i in diff]  # (an op writing an argument in place moves its history)
         prev = _state.enabled
         _state.enabled = True
         try:
@@ -117,11 +117,73 @@ def keeping(node: Node, diff: Sequence[int], owner: object) -> Callable[..., Any
             if o._node is not None:
                 recorded = o._node
                 break
+        if recorded is not None and not _direct(recorded, diff, before):
+            # not one node over the op's arguments (a C++ module function running two Functions, or taking its
+            # arguments in another order): the gradient of the arguments through whatever the call recorded
+            calls.nodes[key] = (_Through([edge_of(o) if o.requires_grad else None for o in outs],
+                                         [_anchor(ins[i], e) for i, e in zip(diff, before)]), ())
+            return out
         calls.nodes[key] = (recorded, tuple(o._node is recorded and o._out_index == k for k, o in enumerate(outs)))
         return out
 
     run.__qualname__ = f"{node.op}.keeping"
     return run
+
+
+def _direct(node: Any, diff: Sequence[int], before: Sequence[Any]) -> bool:
+    """Whether ``node``'s argument ``i`` is, for each ``i`` in ``diff``, the op's argument ``i`` (its edge as it
+    was before the call): then the node's own backward gives the op's gradients."""
+    edges = node.next_edges
+    for i, e in zip(diff, before):
+        if i >= len(edges):
+            return False
+        f = edges[i]
+        if type(e) is tuple:
+            if type(f) is not tuple or f[0] is not e[0] or f[1] != e[1]:
+                return False
+        elif f is not e:
+            return False
+    return True
+
+
+def _anchor(t: Tensor, edge: Any) -> Tensor:
+    """A tensor whose edge is ``edge`` (``t``'s before the call): a target the engine captures the gradient at."""
+    if type(edge) is not tuple:
+        return edge  # a leaf: itself
+    a = Tensor._from_array(t._data)
+    a._node, a._out_index = edge
+    a.requires_grad = True
+    return a
+
+
+class _Through:
+    """What an op call recorded when it is not one node over its arguments: the edge of each output as the
+    call made it (an output handed out as it came takes the jitted call's node afterwards), and a tensor per
+    differentiated argument standing for the argument's history before the call (``_anchor``)."""
+
+    __slots__ = ("heads", "anchors")
+
+    def __init__(self, heads: List[Any], anchors: List[Tensor]) -> None:
+        self.heads = heads
+        self.anchors = anchors
+
+    def backward(self, gs: Sequence[Any]) -> List[Any]:
+        """The arguments' gradients, by the engine from the outputs' edges to the anchors."""
+        from ..autograd.engine import run_backward
+        outs, grads = [], []
+        for e, g in zip(self.heads, gs):
+            if e is None or g is None:
+                continue
+            outs.append(_anchor(g, e))
+            grads.append(g)
+        if not outs:
+            return [None] * len(self.anchors)
+        res = run_backward(outs, grads, self.anchors, True, False)
+        return [None] * len(self.anchors) if res is None else res
+
+    def release(self) -> None:
+        self.heads = []
+        self.anchors = []
 
 
 def kept_backward(owner: object, key: int, diff: Sequence[int], gs: Sequence[Any]) -> Optional[List[Any]]:
@@ -136,6 +198,8 @@ def kept_backward(owner: object, key: int, diff: Sequence[int], gs: Sequence[Any
     node, attached = kept
     if node is None:  # no output was differentiable: nothing flows back, as eagerly
         return [None] * len(diff)
+    if type(node) is _Through:
+        return node.backward(gs)
     buf = [g if a else None for g, a in zip(gs, attached)]
     buf += [None] * (len(node.out_meta) - len(buf))
     _, res = _node_backward(node, buf, True, False)  # released with the call's node (retain_graph)

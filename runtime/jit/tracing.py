@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
-__all__ = ["hook", "flag", "flag_address", "cpp_hook", "TraceBreak", "no_trace"]
+__all__ = ["hook", "flag", "flag_address", "cpp_hook", "bound_hook", "TraceBreak", "no_trace"]
 
 
 class _Hook(threading.local):
@@ -56,3 +56,17 @@ def cpp_hook(name: str, replay: Callable[..., Any], args: Tuple[Any, ...]) -> An
     if tracer is None:
         return replay(*args)
     return tracer.call_op("cpp", name, replay, args, {})
+
+
+def bound_hook(name: str, call: Optional[Callable[..., Any]], args: Optional[Tuple[Any, ...]]) -> Any:
+    """Called by a C++ module function (OB_MODULE's ``m.def``, include/opbuilder/detail/bound_call.h) while
+    ``flag`` is set. With this thread's trace recording, the whole call is one node whose target is ``call``
+    (the function unchecked), so a replay runs what the function does besides its Functions' Applies (an
+    epilogue, a prologue, a Function picked by a value); ``call`` None (a signature the graph cannot hold)
+    stops the trace. ``NotImplemented``: the function runs itself (no trace on this thread, or a tracer
+    that records Applies, as to_jax's probe)."""
+    tracer = hook.tracer
+    record = getattr(tracer, "call_bound", None)
+    if record is None:
+        return NotImplemented
+    return record(name, call, args)
