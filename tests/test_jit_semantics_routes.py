@@ -4,6 +4,10 @@
    what it does besides a Function's Apply (an epilogue writing the output, a prologue writing an input, a
    Function picked by a tensor's value, two Functions, arguments handed over in another order). A call of a
    signature a node cannot hold (a float result) stops the trace: that signature runs eagerly.
+2. A MarkDirty op returning its input at two positions: the gradients of both positions reach the one node
+   output that tensor is, on the tracing call and on replays.
+3. A call that records a gradient through a trace that wrote an input or a captured tensor runs eagerly:
+   eager's gradient (with a graph of its own too), one write per call, no refusal after a write.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import numpy as np
 import pytest
 
 import runtime as rt
-from runtime import Tensor, jit, nn
+from runtime import Parameter, Tensor, jit, nn
 
 from numeric_util import central
 from op_util import BINDINGS, CPP, load_op
@@ -113,3 +117,101 @@ def test_graph_mode_runs_a_module_functions_epilogue_on_every_call(graph_mode, b
     net = Net()
     for flag, k in [(0.0, 30.0), (1.0, 20.0), (1.0, 20.0), (0.0, 30.0)]:
         assert net(f64(1.0, 2.0), f64(flag)).asnumpy().tolist() == [k, 2 * k]
+
+
+# ---- 2. a MarkDirty op returning its input at two positions -----------------------------------------------
+
+@pytest.mark.parametrize("inside", [False, True], ids=["input", "intermediate"])
+def test_a_dirty_input_returned_twice_takes_both_gradients(bound, inside):
+    """(o1 + 10 o2).sum() of o1, o2 = x*2 (in place), both x: d/da = 2 (1 + 10) = 22, as eagerly."""
+    op = (lambda b: bound.dirty_twice(b * 1.0)) if inside else bound.dirty_twice
+    j = jit(op)
+
+    def loss(call, a):
+        o1, o2 = call(a * 1.0)
+        return (o1 * 1.0 + o2 * 10.0).sum()
+
+    want = central(lambda v: float(np.sum(2 * v + 10 * 2 * v)), np.array([1.0, 2.0]))
+    assert np.allclose(want, 22.0)
+    for call in (op, j, j, j):
+        g = quiet(rt.grad(lambda a: loss(call, a)), f64(1.0, 2.0))
+        np.testing.assert_allclose(g.asnumpy(), want, rtol=1e-7)
+        a = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+        quiet(lambda: loss(call, a).backward())
+        np.testing.assert_allclose(a.grad.asnumpy(), want, rtol=1e-7)
+
+
+# ---- 3. a gradient through a trace that writes an input or a captured tensor ------------------------------
+
+def test_a_gradient_through_a_captured_write_is_eagers_with_one_write_per_call(bound):
+    y = Tensor(np.array([3.0, 4.0]))
+
+    def f(x):
+        bound.scale3_(y)  # a running statistic, updated in place
+        return (x * x).sum()
+
+    j = jit(f)
+    want = central(lambda v: float(np.sum(v * v)), np.array([1.0, 2.0]))
+    for k, call in enumerate([f, j, j, j]):
+        x = Tensor(np.array([1.0, 2.0]), requires_grad=True)  # rt.grad of an input that requires grad: nested
+        g = quiet(rt.grad(call), x)
+        np.testing.assert_allclose(g.asnumpy(), want, rtol=1e-7)
+        assert y.asnumpy().tolist() == [3.0 * 3 ** (k + 1), 4.0 * 3 ** (k + 1)]  # once per call
+        g = quiet(rt.grad(call), Tensor(np.array([1.0, 2.0])))  # plain: the same
+        np.testing.assert_allclose(g.asnumpy(), want, rtol=1e-7)
+        y._data[...] = [3.0 * 3 ** (k + 1), 4.0 * 3 ** (k + 1)]
+
+
+def test_a_gradient_through_a_write_of_the_calls_own_input_is_eagers_on_every_call(bound):
+    j = jit(lambda b: bound.scale3_(b))
+    want = central(lambda v: float(np.sum(3 * v * 10)), np.array([1.0, 2.0]))
+    with pytest.warns(RuntimeWarning, match=r"scale3_ wrote an input \(its argument 0\) in place; a call of "
+                                            r"this signature that records a gradient runs eagerly"):
+        for _ in range(3):
+            a = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+            g = rt.grad(lambda t: (j(t * 1.0) * 10.0).sum())(a)
+            np.testing.assert_allclose(g.asnumpy(), want, rtol=1e-7)
+            assert a.asnumpy().tolist() == [1.0, 2.0]  # (the write was to a * 1.0)
+
+
+def test_grad_of_grad_through_a_captured_write_is_eagers(bound):
+    y = Tensor(np.array([3.0, 4.0]))
+
+    def f(x):
+        bound.scale3_(y)
+        return (x * x * x).sum()
+
+    j = jit(f)
+    for call in (f, j, j):
+        g2 = quiet(rt.grad(lambda a: rt.grad(call)(a).sum()), f64(1.0, 2.0))
+        np.testing.assert_allclose(g2.asnumpy(), [6.0, 12.0], rtol=1e-12)
+
+
+def test_a_signature_whose_trace_writes_an_input_has_no_backward_graph(bound):
+    j = jit(lambda b: bound.scale3_(b))
+    with pytest.raises(RuntimeError, match=r"^jit\(.*<lambda>\): this signature has no backward graph: scale3_ "
+                                           r"wrote an input \(its argument 0\) in place, and a gradient through "
+                                           r"such a write is taken eagerly \(each call writes once, and a gradient "
+                                           r"of the gradient needs the forward recorded op by op\); differentiate "
+                                           r"the call itself$"):
+        j.backward_graph(f64(1.0, 2.0))
+
+
+def test_graph_mode_training_with_a_buffer_written_in_place_is_eagers(graph_mode, bound):
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(Tensor(np.array([0.5, -1.0])), name="w")
+            self.stat = Parameter(Tensor(np.ones(2)), name="stat", requires_grad=False)
+
+        def construct(self, x):
+            bound.scale3_(self.stat)
+            return (self.w * x * x).sum()
+
+    net = Net()
+    for k in range(1, 4):
+        x = Tensor(np.array([1.0, 2.0]), requires_grad=True)  # an input that requires grad: a nested gradient
+        gx, (gw,) = quiet(rt.grad(net, grad_position=0, weights=[net.w]), x)
+        np.testing.assert_allclose(gx.asnumpy(), [1.0, -4.0], rtol=1e-12)  # 2 w x
+        np.testing.assert_allclose(gw.asnumpy(), [1.0, 4.0], rtol=1e-12)  # x * x
+        assert net.stat.asnumpy().tolist() == [3.0 ** k] * 2

@@ -290,13 +290,18 @@ def _flat_lists(name: str, call: Any, args: Sequence[Any]) -> Any:
 
 def _distinct(outs: Any) -> Any:
     """``outs`` with one tensor per position: a tensor an op returned at two positions is, after the first,
-    a new tensor over the same memory, as an op recording a gradient hands it out (autograd.Function,
-    C++ Function<T>). The trace tells tensors apart by identity: one object would be one graph value, and
-    the gradients of both positions would all reach the last one."""
+    a new tensor over the same memory, with the same history (the node output the one tensor is: eagerly
+    the gradients of both positions reach it). The trace tells tensors apart by identity: one object would
+    be one graph value, and the gradients of both positions would all reach the last one."""
     fresh: List[Any] = []
     for o in outs:
         dup = isinstance(o, Tensor) and any(o is p for p in fresh)
-        fresh.append(detached(o) if dup else o)  # the same memory and version counter (no node of its own)
+        if dup:  # the same memory and version counter, and the same history: a gradient of either position
+            d = detached(o)  # reaches the node output the one tensor was (eagerly, one object: both reach it)
+            if o._node is not None:
+                d._node, d._out_index, d.requires_grad = o._node, o._out_index, o.requires_grad
+            o = d
+        fresh.append(o)
     if all(o is p for o, p in zip(outs, fresh)):
         return outs
     return type(outs)(fresh) if type(outs) in (tuple, list) else type(outs)(*fresh)

@@ -8,8 +8,9 @@ running them again changes nothing), else it returns the traced run's result,
 so an op that writes in place (MarkDirty, mark_dirty, an aot inplace input)
 writes once. Every later call runs the built graph, tracing and building
 nothing, except a call recording a gradient through an op that wrote into
-memory another tensor shares (a view): it runs eagerly (``_eager_grad``). Called while another trace is recording, a jitted function is
-inlined into that trace.
+memory another tensor shares (a view), or wrote an input or a captured tensor:
+it runs eagerly (``_eager_grad``). Called while another trace is recording, a
+jitted function is inlined into that trace.
 """
 from __future__ import annotations
 
@@ -73,7 +74,10 @@ class _Entry:
     effects: bool = False  # an op other than a primitive (it may write its inputs, or count its runs)
     guards: Optional[Guards] = None  # the globals, closures and attributes the trace read (guards.py)
     next: Any = None  # another trace of this signature, for other values of what they read
-    warned: bool = False  # a call recording a gradient ran eagerly (traced.view_writes) and said so
+    warned: bool = False  # a call recording a gradient ran eagerly (``eager_grad``) and said so
+    # why a call recording a gradient runs eagerly (_eager_grad), or None: an op of the trace wrote memory
+    # another tensor shares (traced.view_writes), or wrote an input or a captured tensor (traced.writes)
+    eager_grad: Optional[str] = None
 
     def stale(self) -> bool:
         """A captured tensor (a Parameter, say) has another shape or dtype than when traced: the graph,
@@ -171,6 +175,15 @@ def _view_reads(reads: List[Any], recheck: List[Tuple[int, Optional[int]]], save
     return [r for i, r in enumerate(reads) if i not in drop]
 
 
+def _eager_grad_reason(graph: Graph) -> Optional[str]:
+    """``_Entry.eager_grad`` of a traced graph."""
+    if graph.view_writes:
+        return graph.view_writes[0]
+    if graph.writes:
+        return graph.writes[0]
+    return None
+
+
 _VARIANTS = 8  # traces of one signature for other read values, after which it runs eagerly
 
 
@@ -216,7 +229,7 @@ class JitFunction:
         if type(entry) is _Eager:  # its trace stopped: op by op, as without jit
             return self.fn(*args, **kwargs)
         if _state.enabled and (entry.grad_consts or any(t.requires_grad for t in tensors)):
-            if entry.traced.view_writes:  # eager's gradient through a write into shared memory (see _eager_grad)
+            if entry.eager_grad is not None:  # eager's gradient through a write (see _eager_grad)
                 return self._eager_grad(entry, args, kwargs)
             outs = self._run_with_grad(entry, tensors)
         else:
@@ -230,16 +243,20 @@ class JitFunction:
 
     def _eager_grad(self, entry: _Entry, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """A call recording a gradient whose trace has an op writing memory another tensor shares (a view, or
-        a base with views: ``Graph.view_writes``) runs eagerly, op by op, its ops recording as without jit.
+        a base with views: ``Graph.view_writes``), or writing an input or a captured tensor in place
+        (``Graph.writes``), runs eagerly, op by op, its ops recording as without jit.
 
-        Eagerly such a write rebases the histories of the tensors over that memory (the view's base takes
-        the op's gradient where the view sits: ``runtime.call_rules.rebase_view``, torch's CopySlices). A
-        graph holds values, not memory: its backward would send the base's gradient past the write. One
-        implementation of the rule (eager's) gives every route the same gradients; calls recording no
+        Eagerly a write into shared memory rebases the histories of the tensors over that memory (the view's
+        base takes the op's gradient where the view sits: ``runtime.call_rules.rebase_view``, torch's
+        CopySlices). A graph holds values, not memory: its backward would send the base's gradient past the
+        write. And a gradient with a graph of its own (``create_graph``: ``rt.grad`` of an input that requires
+        grad, grad of grad) needs the forward recorded op by op: the graph's saved values have no history, and
+        running the forward again would write again (the values it read are gone). One implementation of the
+        rules (eager's) gives every route the same gradients, and each call writes once; calls recording no
         gradient still run the graph, which writes the same memory as eagerly."""
         if not entry.warned:
             entry.warned = True
-            warnings.warn(f"jit({getattr(self.fn, '__qualname__', 'graph')}): {entry.traced.view_writes[0]}; a "
+            warnings.warn(f"jit({getattr(self.fn, '__qualname__', 'graph')}): {entry.eager_grad}; a "
                           f"call of this signature that records a gradient runs eagerly, op by op, with the same "
                           f"results and gradients as without jit", RuntimeWarning, stacklevel=3)
         return self.fn(*args, **kwargs)
@@ -279,6 +296,11 @@ class JitFunction:
                                f"graph: {entry.traced.view_writes[0]}, and a gradient through such a write is "
                                f"taken eagerly (the tensors over that memory are rebased as torch's CopySlices "
                                f"does, which a graph does not model); differentiate the call itself")
+        if type(entry) is not _Eager and entry.traced.writes:
+            raise RuntimeError(f"jit({getattr(self.fn, '__qualname__', 'graph')}): this signature has no backward "
+                               f"graph: {entry.traced.writes[0]}, and a gradient through such a write is taken "
+                               f"eagerly (each call writes once, and a gradient of the gradient needs the forward "
+                               f"recorded op by op); differentiate the call itself")
         return self._grad(self._captured(entry), tensors, wanted).backward.graph  # type: ignore[attr-defined]
 
     def _captured(self, entry: Any) -> _Entry:
@@ -444,6 +466,6 @@ class JitFunction:
             entry = _Entry(getattr(run, "graph", graph), run, spec, grad_consts, graph,
                            consts=tuple((t, t._data.shape, t._data.dtype) for t in captured.values()),
                            effects=any(n.kind != "primitive" for n in graph.nodes), guards=guards,
-                           next=self._cache.get(key))
+                           next=self._cache.get(key), eager_grad=_eager_grad_reason(graph))
             self._cache[key] = entry
             return entry, True, out

@@ -38,8 +38,8 @@ class CallContexts:
 
     def __init__(self, owner: object, external: FrozenSet[int]) -> None:
         self.owner = owner  # the BackwardGraph's token: node ids are only unique within one graph
-        # node id -> (the op's autograd node or None, per output: is it that node's output)
-        self.nodes: Dict[int, Tuple[Any, Tuple[bool, ...]]] = {}
+        # node id -> (the op's autograd node or None, per output: which output of that node it is, or -1)
+        self.nodes: Dict[int, Tuple[Any, Tuple[int, ...]]] = {}
         self.external = external  # ids of the call's input tensors and the graph's tensor constants
 
     def release(self) -> None:
@@ -123,7 +123,10 @@ def keeping(node: Node, diff: Sequence[int], owner: object) -> Callable[..., Any
             calls.nodes[key] = (_Through([edge_of(o) if o.requires_grad else None for o in outs],
                                          [_anchor(ins[i], e) for i, e in zip(diff, before)]), ())
             return out
-        calls.nodes[key] = (recorded, tuple(o._node is recorded and o._out_index == k for k, o in enumerate(outs)))
+        # per position, the output of the recorded node its tensor is (-1: none): a tensor returned at two
+        # positions (a MarkDirty input returned twice) is one node output, which both gradients reach, as eagerly
+        calls.nodes[key] = (recorded, tuple(o._out_index if recorded is not None and o._node is recorded else -1
+                                            for o in outs))
         return out
 
     run.__qualname__ = f"{node.op}.keeping"
@@ -200,7 +203,13 @@ def kept_backward(owner: object, key: int, diff: Sequence[int], gs: Sequence[Any
         return [None] * len(diff)
     if type(node) is _Through:
         return node.backward(gs)
-    buf = [g if a else None for g, a in zip(gs, attached)]
-    buf += [None] * (len(node.out_meta) - len(buf))
+    buf: List[Any] = [None] * len(node.out_meta)
+    for g, k in zip(gs, attached):
+        if k >= 0 and g is not None:
+            if buf[k] is None:
+                buf[k] = g
+            else:
+                from ..ops.math import add
+                buf[k] = add(buf[k], g)
     _, res = _node_backward(node, buf, True, False)  # released with the call's node (retain_graph)
     return [res[i] for i in diff]
