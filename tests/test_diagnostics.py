@@ -9,7 +9,7 @@ import pytest
 
 import opbuilder
 from opbuilder import BuildError, CustomOpBuilder, Diagnostic
-from opbuilder.compile.diagnostics import parse_json, parse_text
+from opbuilder.compile.diagnostics import from_build_log, parse_json, parse_ptxas, parse_text
 
 CHECKS = Path(__file__).resolve().parent / "cpp" / "function_checks_ops.cpp"
 
@@ -96,6 +96,20 @@ def test_an_nvcc_front_end_error_is_at_its_line_in_the_cuda_string(cache_dir):
     assert (d.line, d.column, d.severity, d.message) == (2, 12, "error", 'identifier "zq_cuda" is undefined')
 
 
+@pytest.mark.build
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the CUDA compile needs it")
+def test_an_nvcc_assembler_error_is_at_the_cuda_string_with_no_line(cache_dir):
+    """Past nvcc's front end, ptxas refuses a kernel (here: more shared memory than any GPU has) and names
+    no file or line: the record is at the user's CUDA string, with no line, never empty."""
+    cuda = "__global__ void big(float *o) {\n  __shared__ float s[100000];\n  s[threadIdx.x] = 1;\n  o[0] = s[1];\n}\n"
+    err = _error(lambda: opbuilder.load_inline("diag_ptxas", "", cuda_sources=cuda, cuda_arch="8.0"))
+    [d] = err.diagnostics
+    assert Path(d.file).name == "cuda_sources.cu" and Path(d.file).read_text() == cuda
+    assert (d.line, d.column, d.severity) == (None, None, "error")
+    assert d.message == "Entry function '_Z3bigPf' uses too much shared data (0x61a80 bytes, 0xc000 max)"
+    assert d.message in str(err)
+
+
 # ---- the parsers, on compiler output as it is printed (nothing compiles) --------------------------
 
 def test_nvcc_front_end_lines_are_parsed(tmp_path):
@@ -108,6 +122,18 @@ def test_nvcc_front_end_lines_are_parsed(tmp_path):
     (tmp_path / "k.cu").write_text("__global__ void k(float *x) {\n  x[0] = zq;\n}\n")
     # with the file there, the caret's column (nvcc echoes the line indented by two spaces)
     assert parse_text(text, str(tmp_path))[0].column == 10
+
+
+def test_ptxas_lines_are_at_the_compiled_source_with_no_line():
+    text = ("ptxas error   : Entry function '_Z1kPf' uses too much shared data (0x61a80 bytes, 0xc000 max)\n"
+            "ptxas fatal   : Unresolved extern function '_Z4helpv'\n")
+    assert parse_ptxas(text, "/u/k.cu") == [
+        Diagnostic("/u/k.cu", None, None, "error", "Entry function '_Z1kPf' uses too much shared data (0x61a80 bytes, "
+                                                   "0xc000 max)"),
+        Diagnostic("/u/k.cu", None, None, "fatal error", "Unresolved extern function '_Z4helpv'")]
+    log = ("[1/2] compiling k.cu (nvcc)\nFAILED: obj/k.o\n/usr/local/bin/nvcc -MD -MF obj/k.o.d -c /u/k.cu -o obj/k.o\n"
+           + text.splitlines()[0] + "\nninja: build stopped: subcommand failed.\n")
+    assert from_build_log(log, "/b", lambda p: True) == parse_ptxas(text, "/u/k.cu")[:1]
 
 
 def test_a_header_error_moves_to_the_users_include_line():

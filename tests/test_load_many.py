@@ -186,6 +186,9 @@ def test_a_cuda_inline_source_compiles_with_no_gpu_for_a_given_arch(cache_dir):
     ({"jobs": 1.5}, "load_many: jobs must be a positive integer (or None for the cores), got 1.5"),
     ({"timeout": -1}, "load_many: timeout must be a positive number of seconds (or None), got -1"),
     ({"timeout": 0}, "load_many: timeout must be a positive number of seconds (or None), got 0"),
+    ({"timeout": float("nan")}, "load_many: timeout must be a positive number of seconds (or None), got nan"),
+    ({"timeout": "5"}, "load_many: timeout must be a positive number of seconds (or None), got '5'"),
+    ({"jobs": True}, "load_many: jobs must be a positive integer (or None for the cores), got True"),
 ])
 def test_bad_jobs_or_timeout_is_a_value_error(kwargs, message):
     with pytest.raises(ValueError) as info:

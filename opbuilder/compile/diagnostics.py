@@ -9,7 +9,8 @@ failed g++ compile, its command runs once more with ``-fsyntax-only
 records come from that JSON; a compiler that cannot (clang, nvcc, a failure
 the second run does not repeat) has its text parsed instead: gcc's and clang's
 ``file:line:col: error: message`` and nvcc's own front end's
-``file(line): error: message``.
+``file(line): error: message``; nvcc's assembler (ptxas) names no line, so its
+errors are at the ``.cu`` file it compiled, with no line.
 
 Each record points at the user's file. One whose location is in a file that is
 not theirs (opbuilder's headers, pybind11's, the standard library's) is moved to
@@ -26,7 +27,7 @@ import shlex
 import subprocess
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-__all__ = ["Diagnostic", "parse_text", "parse_json", "from_build_log", "user_files", "failed_commands"]
+__all__ = ["Diagnostic", "parse_text", "parse_json", "parse_ptxas", "from_build_log", "user_files", "failed_commands"]
 
 SEVERITIES = ("error", "fatal error", "warning")
 
@@ -37,8 +38,9 @@ class Diagnostic(NamedTuple):
     ``file`` is an absolute path (for ``load_inline`` sources: the file holding the user's string, whose
     line N is line N of that string); ``line`` and ``column`` count from 1 (``column`` None when the
     compiler gives none, ``line`` None when the diagnostic is about generated code with no line of the
-    user's: a ``functions=`` name that does not exist); ``severity`` is ``"error"``, ``"fatal error"`` or
-    ``"warning"``; ``message`` is the compiler's, without its location."""
+    user's, a ``functions=`` name that does not exist, or about a whole CUDA kernel, as nvcc's assembler's
+    are); ``severity`` is ``"error"``, ``"fatal error"`` or ``"warning"``; ``message`` is the compiler's,
+    without its location."""
 
     file: str
     line: Optional[int]
@@ -54,6 +56,7 @@ _NVCC_RE = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\):\s*(?P<sev>catas
                       r"(?: #[\w-]+(?:-D)?)?:\s*(?P<msg>.*)$")
 _HERE_RE = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s+required from here")
 _INCLUDED_RE = re.compile(r"^(?:In file included from|\s+from) (?P<file>[^\s:][^:]*):(?P<line>\d+)")
+_PTXAS_RE = re.compile(r"^ptxas (?P<sev>error|fatal|warning)\s*:\s*(?P<msg>.*)$")
 _FAILED_RE = re.compile(r"^FAILED: (?:\[code=\d+\] )?(?P<outputs>.*)$")
 _JSON_FLAGS = ("-fsyntax-only", "-fdiagnostics-format=json")
 
@@ -253,6 +256,33 @@ def _json_rerun(command: str, cwd: str, env: Dict[str, str], timeout: float) -> 
     return parse_json(err, cwd) or None
 
 
+def _compiled_source(command: str, cwd: str) -> Optional[str]:
+    """The source file compile ``command`` compiles (the word after ``-c``), absolute; None if none."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    for flag, word in zip(words, words[1:]):
+        if flag == "-c":
+            return _absolute(word, cwd)
+    return None
+
+
+def parse_ptxas(text: str, source: str) -> List[Diagnostic]:
+    """nvcc's assembler (ptxas) errors and warnings: they name no file or line (they are about a whole
+    kernel: too much shared memory, too many registers, an unresolved function), so each is at
+    ``source``, the ``.cu`` file nvcc was compiling, with no line."""
+    out: List[Diagnostic] = []
+    for line in text.splitlines():
+        m = _PTXAS_RE.match(line.strip())
+        if m:
+            sev = {"fatal": "fatal error"}.get(m.group("sev"), m.group("sev"))
+            d = Diagnostic(source, None, None, sev, m.group("msg").strip())
+            if d not in out:
+                out.append(d)
+    return out
+
+
 def from_build_log(log: str, cwd: str, is_user: IsUser, env: Optional[Dict[str, str]] = None,
                    timeout: float = 60.0) -> List[Diagnostic]:
     """The diagnostics of a failed build whose ninja output is ``log``: from gcc's JSON where a failed
@@ -263,6 +293,9 @@ def from_build_log(log: str, cwd: str, is_user: IsUser, env: Optional[Dict[str, 
         found = _json_rerun(command, cwd, dict(os.environ) if env is None else env, timeout) if command else None
         if found is None:
             found = parse_text(text, cwd, is_user)
+        if not found and command and _is_nvcc(command):  # past nvcc's front end: its assembler's words
+            source = _compiled_source(command, cwd)
+            found = parse_ptxas(text, source) if source else []
         lines = text.splitlines()
         for d in found:
             d = _placed(d, lines, cwd, is_user)
