@@ -2,7 +2,7 @@
 
 A block is a whole program unless its first line is ``# (continues the block above)`` (``//`` in
 C++): then it runs after the page's previous block of its language, with that block's names. A
-first line ``# needs torch``, ``# needs jax`` or ``# needs a CUDA GPU`` names what the block (and
+first line ``# needs torch``, ``# needs jax``, ``# needs nvcc`` or ``# needs a CUDA GPU`` names what the block (and
 the blocks continuing it) needs; without it here, the block is skipped and the skip says so.
 
 Python: the blocks of one page run in one child process, in a scratch directory that sees the
@@ -29,9 +29,9 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # a fence may be indented (inside a list item): the block's lines carry the same indent
 FENCE = re.compile(r"^([ \t]*)```(python|cpp)[ \t]*\n(.*?)^\1```[ \t]*$", re.S | re.M)
 CONTINUES = "(continues the block above)"
-NEEDS = re.compile(r"^(?:#|//) needs (torch|jax|a CUDA GPU)\b")
+NEEDS = re.compile(r"^(?:#|//) needs (torch|jax|nvcc|a CUDA GPU)\b")
 # what a Python block calls that compiles: such a page is a build test (tests/build_guard.py checks it)
-COMPILES = re.compile(r"CustomOpBuilder|load_inline|opbuilder\.load\(|ops\.Custom\(|build_library|@jit|jit\(")
+COMPILES = re.compile(r"CustomOpBuilder|load_inline|load_many|opbuilder\.load\(|ops\.Custom\(|build_library|@jit|jit\(")
 
 
 class Block(NamedTuple):
@@ -68,6 +68,9 @@ def _missing(need: Optional[str]) -> Optional[str]:
     """Why a block that needs ``need`` cannot run here (None: it can)."""
     if need in ("torch", "jax"):
         return None if importlib.util.find_spec(need) else f"needs {need}, which is not installed"
+    if need == "nvcc":  # the CUDA compiler alone: a CUDA build with cuda_arch= needs no GPU
+        from opbuilder.tools.toolchain import which
+        return None if which("nvcc") else "needs nvcc, which is not on PATH"
     if need == "a CUDA GPU":
         import runtime.cuda
         return None if runtime.cuda.is_available() else f"needs a CUDA GPU ({runtime.cuda.unavailable_reason()})"
