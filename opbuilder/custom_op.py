@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from .cache.cache_dir import cache_root
 from .cache.shipped_record import find_record, no_build
@@ -18,7 +18,10 @@ from .spec import make_spec, verbose_requested
 
 __all__ = ["CustomOpBuilder"]
 
-PathLike = Union[str, os.PathLike]
+if TYPE_CHECKING:  # a typing alias made at import costs every new process tens of microseconds
+    PathLike = Union[str, os.PathLike]
+
+
 class CustomOpBuilder:
     """Build C++ (or CUDA) sources into a Python extension module, on first use, and load it.
 
@@ -112,9 +115,10 @@ class CustomOpBuilder:
         """The module for the sources as they are now (the same object if unchanged): the binary a wheel
         ships for them when it fits (cache/shipped.py: no compiler, no process, no cache write), else the
         cache's build (its warm record: cache/warm.py), else built (builder.py, imported only then)."""
-        if find_record(self.spec.sources) is not None or no_build():
+        record = find_record(self.spec.sources)
+        if record is not None or no_build():
             from .cache.shipped import shipped_or_built
-            return shipped_or_built(self.spec, self._built)
+            return shipped_or_built(self.spec, self._built, record)
         return self._built()
 
     def _built(self) -> ModuleType:

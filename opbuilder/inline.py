@@ -13,16 +13,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Union
 
 from .custom_op import CustomOpBuilder
 from .cache.cache_dir import cache_root
-from .cache.file_hash import blake2b
 from .cache.trust import trusted_root
 
-__all__ = ["load_inline", "Inline"]
+try:  # as cache/file_hash.py takes it, without importing that module for this one name (a warm load_inline)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - an interpreter without the builtin module
+    from hashlib import blake2b
 
-Sources = Union[str, Sequence[str]]
+if TYPE_CHECKING:  # a typing alias made at import costs a new process tens of microseconds
+    Sources = Union[str, Sequence[str]]
+
+__all__ = ["load_inline", "Inline"]
 _USER_CPP, _USER_CUDA = "cpp_sources.cpp", "cuda_sources.cu"
 NANOBIND = "nanobind"  # compile/binding.py's name for it (imported only to read a source that names one)
 # what each of binding.py's patterns starts with: a source with none of them (and no line ending in a

@@ -160,12 +160,14 @@ def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, ob
     return binary, entry, ""
 
 
-def shipped_module(spec) -> Optional[ModuleType]:
+def shipped_module(spec, record_path: Optional[Path] = None) -> Optional[ModuleType]:
     """The module of the binary shipped for ``spec`` when it fits (see the module's docstring); else None,
-    with the reason kept for ``refuse_build`` (and a warning when the binary was modified)."""
+    with the reason kept for ``refuse_build`` (and a warning when the binary was modified). ``record_path``:
+    ``find_record(spec.sources)``, when the caller has it."""
     if spec.kind != "module":
         return None
-    record_path = find_record(spec.sources)
+    if record_path is None:
+        record_path = find_record(spec.sources)
     if record_path is None:
         _why[spec.name] = f"no wheel ships a binary of '{spec.name}' (no {RECORD} beside its sources)"
         return None
@@ -205,11 +207,12 @@ def shipped_module(spec) -> Optional[ModuleType]:
     return mod
 
 
-def shipped_or_built(spec, build: Callable[[], ModuleType]) -> ModuleType:
+def shipped_or_built(spec, build: Callable[[], ModuleType], record_path: Optional[Path] = None) -> ModuleType:
     """``load()``: the shipped module of ``spec`` when it fits, else ``build()`` (the cache, or a build).
     Under ``OPBUILDER_NO_BUILD=1`` a failure of the latter is a NoBuildError saying why the shipped binary
-    did not fit, and with no cache directory at all it is raised at once (nothing can be cached there)."""
-    mod = shipped_module(spec)
+    did not fit, and with no cache directory at all it is raised at once (nothing can be cached there).
+    ``record_path``: ``find_record(spec.sources)``, when the caller has it."""
+    mod = shipped_module(spec, record_path)
     if mod is not None:
         return mod
     if not no_build():

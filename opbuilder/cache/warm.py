@@ -35,7 +35,7 @@ from stat import S_ISREG
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from ..importer import DEP_FILES, NATIVE_DIR, import_build, is_key
 from .trust import check_dir, check_file, read_file, stamp_of, trusted_root
@@ -59,7 +59,8 @@ _NOT_LOOKUP = frozenset(("OPBUILDER_NO_BUILD", "OPBUILDER_VERBOSE", "OPBUILDER_L
 _NOT_LOOKUP_PREFIX = "OPBUILDER_BUILD_GUARD"
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-Stamp = Optional[List[int]]
+if TYPE_CHECKING:  # a typing alias made at import costs every warm load() tens of microseconds
+    Stamp = Optional[List[int]]
 
 
 def _stamp(path: str) -> Stamp:
