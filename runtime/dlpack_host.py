@@ -16,7 +16,9 @@ import numpy as np
 
 from . import dtypes as _dt
 
-__all__ = ["host_array", "torch_array", "TorchVersion", "dlpack_dtype_name"]
+__all__ = ["host_array", "torch_array", "TorchVersion", "dlpack_dtype_name", "resolved_view_write_message",
+           "inference_write_message", "grad_write_message", "torch_write_refusal", "RefusedWrite",
+           "foreign_write_refusal"]
 
 # DLPack's DLDataTypeCode names (dlpack.h, v1.1)
 _CODES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat", 5: "complex", 6: "bool",
@@ -65,6 +67,82 @@ class TorchVersion:
             bump((self.t,))
         if n < 0:
             self.off += n
+
+
+def resolved_view_write_message(who: str, index: int, t: Any, how: str = "MarkDirty") -> str:
+    """Why ``who`` may not write argument ``index``, a torch view with the negative or conjugate bit set:
+    an operator gets such a view as a resolved copy (numpy and DLPack have no such bit), so the write
+    would not reach it. Every torch route says it in these words."""
+    kind = "negative" if t.is_neg() else "conjugate"
+    return (f"{who} modifies argument {index} in place ({how}), but it is a {kind} view (z.conj(), "
+            f"z.conj().imag, torch._neg_view), which an operator gets as a resolved copy: the write would not "
+            f"reach it. Write into a resolved tensor instead (x.resolve_neg(), x.resolve_conj() or x.clone()); "
+            f"the argument is unchanged")
+
+
+def inference_write_message(who: str, index: int, how: str = "MarkDirty") -> str:
+    """torch's refusal of an in-place update to an inference tensor outside InferenceMode, for ``who``."""
+    return (f"{who} modifies argument {index} in place ({how}), but it is an inference tensor (made under "
+            f"torch.inference_mode()) and inference mode is off: torch allows no in-place update to an inference "
+            f"tensor outside InferenceMode. Write into a clone (x.clone()), or call it under "
+            f"torch.inference_mode(); the argument is unchanged")
+
+
+def grad_write_message(who: str, index: int, t: Any, how: str = "MarkDirty") -> str:
+    """Why ``who``, called straight on torch tensors (no ``opbuilder.to_torch``), may not write argument
+    ``index``: it requires grad (or is a view of a tensor that does) and torch's grad mode is on. Such a
+    call records nothing in torch's graph, so torch's gradient would miss the write."""
+    what = "requires grad" if t.requires_grad else "is a view of a tensor that requires grad"
+    return (f"{who} modifies argument {index} in place ({how}), but it is a torch tensor that {what}, and an "
+            f"operator called on torch tensors directly records nothing in torch's autograd graph, so torch's "
+            f"gradient would miss the write. Call it through opbuilder.to_torch(module), or under "
+            f"torch.no_grad(); the argument is unchanged")
+
+
+def torch_write_refusal(t: Any, who: str, index: int, how: str = "MarkDirty") -> Optional[str]:
+    """Why an operator called straight on torch tensors (the DLPack route) may not write the torch tensor
+    ``t`` (its argument ``index``) in place now, in torch's rule, or None when it may: a conjugate or
+    negative view (the operator got a resolved copy); an inference tensor outside InferenceMode; while
+    torch's grad mode is on, a tensor that requires grad or a view of one (not recorded on this route)."""
+    if t.is_neg() or t.is_conj():
+        return resolved_view_write_message(who, index, t, how)
+    torch = sys.modules["torch"]
+    if t.is_inference() and not torch.is_inference_mode_enabled():
+        return inference_write_message(who, index, how)
+    if torch.is_grad_enabled() and (t.requires_grad or (t._is_view() and t._base.requires_grad)):
+        return grad_write_message(who, index, t, how)
+    return None
+
+
+class RefusedWrite:
+    """The version counter of a runtime tensor over a private copy of a torch tensor that the operator
+    may not write now (``torch_write_refusal``: a conjugate or negative view, an inference tensor outside
+    InferenceMode, one that requires grad while grad mode is on): ``t`` is the caller's tensor, for the
+    refusal's words. A write reaches only the copy; the C++ operator raises the refusal (its name and the
+    argument's index, ``foreign_write_refusal``) before anything is written back."""
+
+    __slots__ = ("t", "value")
+
+    def __init__(self, t: Any) -> None:
+        self.t = t
+        self.value = 0
+
+
+def foreign_write_refusal(obj: Any, who: str, index: int) -> Optional[str]:
+    """Why the C++ operator ``who`` may not write its argument ``index`` now: ``obj`` is the torch tensor it
+    took straight through DLPack's C exchange table, or the runtime tensor ``runtime.interop.dlpack_input``
+    made (a ``RefusedWrite`` counter names the torch tensor it stands for). None when it may (include/
+    opbuilder/detail/call_rules.h ForeignRefusal asks, before Forward for a type that may write)."""
+    vc = getattr(obj, "_vc", None)
+    if type(vc) is RefusedWrite:
+        return torch_write_refusal(vc.t, who, index) or (
+            f"{who} modifies argument {index} in place (MarkDirty), but it reached the operator as a copy of a "
+            f"torch tensor (a conjugate or negative view, an inference tensor, or one that requires grad); "
+            f"the argument is unchanged")
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor):
+        return None
+    return torch_write_refusal(obj, who, index)
 
 
 def host_array(obj: Any) -> np.ndarray:

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from . import dtypes as _dt
-from .dlpack_host import TorchVersion, host_array, torch_array
+from .dlpack_host import RefusedWrite, TorchVersion, host_array, torch_array, torch_write_refusal
 from .tensor import Tensor
 from .versions import share_version
 
@@ -57,11 +57,19 @@ def dlpack_input(obj: Any) -> Tensor:
 
     A torch tensor that requires grad is detached first (torch exports no such tensor; a C++ op
     called directly records into the runtime's graph, which cannot reach torch's:
-    ``opbuilder.to_torch`` is the differentiable way). A CUDA tensor needs a usable GPU here.
+    ``opbuilder.to_torch`` is the differentiable way). One torch would not let the op write now
+    (``torch_write_refusal``: a conjugate or negative view, which DLPack cannot describe, an inference
+    tensor outside InferenceMode, one that requires grad while grad mode is on) arrives as a private
+    copy with its values, whose write the operator refuses in torch's words (``RefusedWrite``).
+    A CUDA tensor needs a usable GPU here.
     """
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor) and torch_write_refusal(obj, "", 0) is not None:
+        t = from_dlpack(obj.detach().resolve_conj().resolve_neg().clone())
+        t._vc = RefusedWrite(obj)
+        return t
     if getattr(obj, "requires_grad", False) is True and hasattr(obj, "detach"):
         obj = obj.detach()
-    torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor) and getattr(obj, "is_cpu", False):  # subclasses too
         try:  # a view like DLPack's, at a tenth of the cost of torch's Python __dlpack__
             arr = torch_array(obj)

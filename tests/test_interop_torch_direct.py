@@ -101,12 +101,19 @@ def test_a_write_into_a_saved_tensor_fails_torchs_backward(seed_ops, kind):
 
 @pytest.mark.parametrize("kind", [_plain, _sub], ids=["tensor", "subclass"])
 def test_a_write_into_a_saved_non_leaf_fails_torchs_backward(seed_ops, kind):
-    """An argument that requires grad is taken detached (its version counter is the same): the write goes
-    through and torch's backward refuses the changed saved tensor, for a plain tensor and a subclass alike."""
+    """An argument that requires grad is taken detached (its version counter is the same). A write into it
+    with torch's grad mode on is refused before it is done (issue 33: this route records nothing in torch's
+    graph), for a plain tensor and a subclass alike; under no_grad it goes through and torch's backward
+    refuses the changed saved tensor."""
     a = torch.ones(3, dtype=torch.float64, requires_grad=True)
     b = kind(a * 2)
     loss = (b * b).sum()  # b saved
-    out = seed_ops.add_(b, torch.ones(3, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match=r"^AddInPlace modifies argument 0 in place \(MarkDirty\), but it is a "
+                                           r"torch tensor that requires grad, "):
+        seed_ops.add_(b, torch.ones(3, dtype=torch.float64))
+    assert b._version == 0 and b.tolist() == [2.0, 2.0, 2.0]
+    with torch.no_grad():
+        out = seed_ops.add_(b, torch.ones(3, dtype=torch.float64))
     assert b._version == 1 and b.tolist() == [3.0, 3.0, 3.0]
     np.testing.assert_array_equal(out.asnumpy(), [3.0, 3.0, 3.0])
     with pytest.raises(RuntimeError, match=r"^one of the variables needed for gradient computation has been "
@@ -167,22 +174,24 @@ _NEG = (r"^from_dlpack: a torch tensor with the negative bit set \(a lazily nega
         r"x\.conj\(\)\.imag\) cannot be shared through DLPack; pass x\.resolve_neg\(\)$")
 
 
-def test_a_negative_view_is_refused_not_read_negated(dlpack_ops):
+def test_a_negative_view_is_read_resolved_not_negated(dlpack_ops):
+    """An operator gets a negative view as a resolved copy, as on to_torch (issue 33: one semantics; a write
+    into it is refused, tests/test_torch_routes_semantics.py); sharing its memory stays refused."""
     v = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex128).conj().imag  # [-2, -4], stored as [2, 4]
     assert v.is_neg()
-    with pytest.raises(BufferError, match=_NEG):
-        dlpack_ops.twice(v)
-    with pytest.raises(BufferError, match=_NEG):
-        dlpack_ops.twice(v.detach())
+    np.testing.assert_array_equal(dlpack_ops.twice(v).asnumpy(), [-4.0, -8.0])
+    np.testing.assert_array_equal(dlpack_ops.twice(v.detach()).asnumpy(), [-4.0, -8.0])
     with pytest.raises(BufferError, match=_NEG):
         rt.from_dlpack(v)
     np.testing.assert_array_equal(dlpack_ops.twice(v.resolve_neg()).asnumpy(), [-4.0, -8.0])
 
 
-def test_a_conjugate_view_is_refused_as_before(dlpack_ops):
+def test_a_conjugate_view_is_read_as_a_resolved_copy(dlpack_ops):
     c = torch.tensor([1 + 2j], dtype=torch.complex128).conj()
+    assert dlpack_ops.address(c) != c.data_ptr()  # DLPack has no conjugate bit: a copy with its values
+    np.testing.assert_array_equal(dlpack_ops.identity(c).asnumpy(), [1 - 2j])
     with pytest.raises(BufferError, match=r"^Can't export tensors with the conjugate bit set$"):
-        dlpack_ops.address(c)
+        rt.from_dlpack(c)
 
 
 def test_float8_is_named_by_the_python_path(dlpack_ops):

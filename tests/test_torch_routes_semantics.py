@@ -102,3 +102,141 @@ def test_markdirty_on_an_expanded_view_is_refused_as_torch_refuses(parity_ops, t
                 "before performing the operation.") + "$"):
             ops.scale_(b[0:1].expand(3))
         assert b.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+# ---- a runtime op called straight on torch tensors (the DLPack route): torch's rules, before Forward --
+def _grad_refusal(what: str) -> str:
+    return "^" + re.escape(
+        f"ParityScale modifies argument 0 in place (MarkDirty), but it is a torch tensor that {what}, and an "
+        f"operator called on torch tensors directly records nothing in torch's autograd graph, so torch's "
+        f"gradient would miss the write. Call it through opbuilder.to_torch(module), or under torch.no_grad(); "
+        f"the argument is unchanged") + "$"
+
+
+DIRECT_REFUSED = {  # name -> (what is written, the tensor that must not change, the refusal's "what")
+    "a leaf that requires grad": lambda: (lambda x: (x, x))(_f64(1.0, 2.0, requires_grad=True)),
+    "a non-leaf": lambda: (lambda b: (b, b))(_f64(1.0, 2.0, requires_grad=True) * 1.0),
+    "a view of a non-leaf": lambda: (lambda b: (b[1:], b))(_f64(1.0, 2.0, requires_grad=True) * 1.0),
+    "a parameter": lambda: (lambda p: (p, p))(torch.nn.Parameter(_f64(1.0, 2.0))),
+}
+
+
+@pytest.mark.parametrize("case", list(DIRECT_REFUSED))
+def test_a_direct_write_into_a_torch_tensor_that_requires_grad_is_refused_before_it_writes(parity_ops, case):
+    """torch refuses x.mul_(3) on a leaf that requires grad and records it for a non-leaf; a runtime op called
+    straight on torch tensors records nothing in torch's graph, so it wrote the leaf and left a non-leaf's
+    gradient wrong (a.grad [1, 1] where torch gives [3, 3]). Now it is refused, in the op's name, with the
+    tensor and its version unchanged: on the type's first call and on later ones."""
+    for _ in range(2):
+        target, whole = DIRECT_REFUSED[case]()
+        before, version = whole.detach().clone(), whole._version
+        with pytest.raises(RuntimeError, match=_grad_refusal("requires grad")):
+            parity_ops.scale_(target)
+        assert torch.equal(whole.detach(), before) and whole._version == version
+
+
+def test_a_direct_write_into_a_no_grad_view_of_a_leaf_is_refused(parity_ops):
+    """A view made under no_grad of a leaf that requires grad: torch refuses its in-place update with grad
+    mode on; so does the direct route (torch says such a view requires grad)."""
+    x = _f64(1.0, 2.0, requires_grad=True)
+    with torch.no_grad():
+        v = x[1:]
+    with pytest.raises(RuntimeError, match="a view was created in no_grad mode"):
+        v.mul_(3)
+    with pytest.raises(RuntimeError, match=_grad_refusal("requires grad")):
+        parity_ops.scale_(v)
+    assert x.tolist() == [1.0, 2.0]
+
+
+def test_a_direct_write_under_no_grad_or_without_grad_is_done_and_counted(parity_ops):
+    """Where torch allows the write (grad mode off, or a tensor that needs no grad), the direct route does it
+    and torch's version counter sees it: a tensor torch saved is then refused at backward, as for mul_."""
+    x = _f64(1.0, 2.0, requires_grad=True)
+    with torch.no_grad():
+        parity_ops.scale_(x)
+    assert x.tolist() == [3.0, 6.0] and x._version == 1
+    y = _f64(1.0, 2.0)
+    w = _f64(1.0, 1.0, requires_grad=True)
+    z = (w * y).sum()  # torch saves y
+    parity_ops.scale_(y)
+    assert y.tolist() == [3.0, 6.0] and y._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.backward()
+
+
+def test_a_direct_read_of_a_torch_tensor_that_requires_grad_still_works(parity_ops):
+    """Only writes are refused: ops that read (or return their argument) take such tensors as before."""
+    x = _f64(1.0, 2.0, requires_grad=True)
+    assert parity_ops.mul(x, _f64(3.0, 4.0)).asnumpy().tolist() == [3.0, 8.0]
+    assert parity_ops.ident(x).asnumpy().tolist() == [1.0, 2.0]
+    for _ in range(3):  # a read-only type stops asking (call_rules.h KeepsForeign); a write is still refused
+        parity_ops.mul(x, x)
+    with pytest.raises(RuntimeError, match=_grad_refusal("requires grad")):
+        parity_ops.scale_(x)
+
+
+# ---- inference tensors: no in-place update outside InferenceMode, on every route -------------------------
+def _inference_refusal(who: str) -> str:
+    return "^" + re.escape(
+        f"{who} modifies argument 0 in place (MarkDirty), but it is an inference tensor (made under "
+        f"torch.inference_mode()) and inference mode is off: torch allows no in-place update to an inference "
+        f"tensor outside InferenceMode. Write into a clone (x.clone()), or call it under torch.inference_mode(); "
+        f"the argument is unchanged") + "$"
+
+
+def _inference(*a) -> torch.Tensor:
+    with torch.inference_mode():
+        return _f64(*a)
+
+
+def test_a_markdirty_write_into_an_inference_tensor_is_refused_on_to_torch(parity_ops, torch_route):
+    """torch's t.mul_(3) on an inference tensor outside inference_mode raises; to_torch's scale_ wrote it
+    (registered path and bridge). Now refused before the tensor changes; reads and writes inside
+    inference_mode work as torch's do."""
+    ops = opbuilder.to_torch(parity_ops)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+        _inference(1.0, 2.0).mul_(3)
+    for _ in range(2):
+        t = _inference(1.0, 2.0)
+        with pytest.raises(RuntimeError, match=_inference_refusal("scale_")):
+            ops.scale_(t)
+        assert t.tolist() == [1.0, 2.0]
+    assert ops.mul(_inference(1.0, 2.0), _f64(3.0, 4.0)).tolist() == [3.0, 8.0]
+    with torch.inference_mode():
+        t = _f64(1.0, 2.0)
+        ops.scale_(t)
+    assert t.tolist() == [3.0, 6.0]
+
+
+def test_a_direct_write_into_an_inference_tensor_is_refused(parity_ops):
+    for _ in range(2):
+        t = _inference(1.0, 2.0)
+        with pytest.raises(RuntimeError, match=_inference_refusal("ParityScale")):
+            parity_ops.scale_(t)
+        assert t.tolist() == [1.0, 2.0]
+    with torch.inference_mode():
+        parity_ops.scale_(t)
+    assert t.tolist() == [3.0, 6.0]
+
+
+# ---- conjugate and negative views: one named refusal on every route --------------------------------------
+def _resolved_refusal(who: str, kind: str) -> str:
+    return "^" + re.escape(
+        f"{who} modifies argument 0 in place (MarkDirty), but it is a {kind} view (z.conj(), z.conj().imag, "
+        f"torch._neg_view), which an operator gets as a resolved copy: the write would not reach it. Write into a "
+        f"resolved tensor instead (x.resolve_neg(), x.resolve_conj() or x.clone()); the argument is unchanged") + "$"
+
+
+def test_a_direct_write_into_a_negative_view_is_refused_in_to_torchs_words(parity_ops):
+    """to_torch refuses a MarkDirty write into a view with the negative bit (it reaches the op as a resolved
+    copy); called straight, the op raised DLPack's BufferError for any use. Now the same refusal, and a read
+    gets the view's values, as on to_torch."""
+    z = torch.tensor([1 + 1j, 2 - 2j], dtype=torch.complex128)
+    ops = opbuilder.to_torch(parity_ops)
+    with pytest.raises(RuntimeError, match=_resolved_refusal("scale_", "negative")):
+        ops.scale_(z.conj().imag)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=_resolved_refusal("ParityScale", "negative")):
+            parity_ops.scale_(z.conj().imag)
+        assert z.tolist() == [1 + 1j, 2 - 2j]
+    assert parity_ops.mul(z.conj().imag, _f64(1.0, 1.0)).asnumpy().tolist() == [-1.0, 2.0]

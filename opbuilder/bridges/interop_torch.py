@@ -47,6 +47,8 @@ from runtime.autograd.function import _fingerprint
 from runtime.autograd.grad_mode import _state as _rt_grad
 from runtime.autograd.node import Node as _Node
 from runtime.autograd.saved_hooks import saved_tensors_hooks as _rt_saved_hooks
+from runtime.dlpack_host import inference_write_message as _inference_write_message
+from runtime.dlpack_host import resolved_view_write_message as _resolved_view_write_message
 from runtime.dlpack_host import torch_array as _torch_array
 from runtime.jit.signature import exact_key as _exact_key
 from runtime.tensor import Tensor as _Tensor
@@ -357,6 +359,10 @@ class _Op:
         """One torch tensor as the runtime tensor the op gets: counting writes on ``a``'s version counter,
         a leaf needing grad when ``wants`` (behind a ``_TorchHistory`` node when ``a`` is a non-leaf)."""
         d = a.detach()  # shares a's memory and version counter, not its history
+        if d.is_inference() and not torch.is_inference_mode_enabled():
+            # torch allows no in-place update to it here: the op gets a copy, and a write into it is refused
+            # (record) with the caller's tensor untouched
+            d = d.clone()
         if d.is_cpu and d.dtype in _PLAIN and not d.is_conj() and not d.is_neg():
             r = _Tensor._from_array(d.numpy())
         else:
@@ -416,8 +422,10 @@ class _Op:
         tensor argument, as torch.func's unwrapped ones do not say): its runtime outputs and the call
         (what it recorded, which outputs are arguments, which arguments it wrote)."""
         record = getattr(_mode, "grad", True)
-        if self.writes and record:  # decided before the call: a refusal leaves the data untouched
-            self._refuse_out_grad(sig, args)
+        if self.writes:  # decided before the call: a refusal leaves the data untouched
+            self._refuse_out_inference(sig, args)
+            if record:
+                self._refuse_out_grad(sig, args)
         # torch.func (``every``): each argument a non-leaf to the runtime, so an op writing one (MarkDirty) is
         # not refused as a leaf that requires grad, but by _Func's named NotImplementedError
         rt_args, need, index, vcs = self._runtime_args(
@@ -458,15 +466,12 @@ class _Op:
         if self.writes:  # a declared write (out=) counts on the argument's version counter, as torch's out= does
             self._bump_declared(sig, args, vcs)
         dirty = [i for i, v in enumerate(vcs) if v is not None and v.written]
-        for i in dirty:  # a conjugate or negative view reached the op as a resolved copy: its write is refused
-            t = vcs[i].t
+        for i in dirty:  # a conjugate or negative view, or an inference tensor outside InferenceMode, reached
+            t = vcs[i].t  # the op as a copy: its write is refused, the caller's tensor untouched
             if t.is_neg() or t.is_conj():
-                raise RuntimeError(
-                    f"{self.name} modifies argument {i} in place (MarkDirty), but it is a "
-                    f"{'negative' if t.is_neg() else 'conjugate'} view (z.conj(), z.conj().imag, torch._neg_view), "
-                    f"which an operator gets as a resolved copy: the write would not reach it. Write into a "
-                    f"resolved tensor instead (x.resolve_neg(), x.resolve_conj() or x.clone()); the argument "
-                    f"is unchanged")
+                raise RuntimeError(_resolved_view_write_message(self.name, i, t))
+            if not t.is_inference() and _flat(args, sig)[i].is_inference():
+                raise RuntimeError(_inference_write_message(self.name, i))
         info = self.by_sig[sig][1]
         info[0] = single
         info[1] = bool(dirty) or any(k >= 0 for k in alias)
@@ -482,6 +487,8 @@ class _Op:
         for k, (t, w) in enumerate(zip(flat, watch)):
             if w is None or w[0].written or _fingerprint(w[0].t.numpy(), phase) == w[1]:
                 continue
+            if t.is_inference() and not w[0].t.is_inference():  # the op wrote the copy it got
+                raise RuntimeError(_inference_write_message(self.name, k, "an undeclared write"))
             _increment_version((w[0].t,))
             if t.requires_grad and getattr(_mode, "grad", True):
                 raise RuntimeError(
@@ -510,6 +517,14 @@ class _Op:
             f"{self.name} writes its argument in place (MarkDirty), which a compiled graph cannot express, "
             f"and its first call was compiled: torch.compile now leaves it out of the graph, so compile "
             f"again (or call it once eagerly before compiling); this call's write has been done")
+
+    def _refuse_out_inference(self, sig: str, args: Sequence[Any]) -> None:
+        """torch's rule for an inference tensor: no in-place update outside InferenceMode (a declared write)."""
+        if torch.is_inference_mode_enabled():
+            return
+        for k in self.writes:
+            if k < len(sig) and sig[k] == "t" and args[k].is_inference():
+                raise RuntimeError(_inference_write_message(self.name, k, "declared in mutates"))
 
     def _refuse_out_grad(self, sig: str, args: Sequence[Any]) -> None:
         """torch's rule for out= functions: none while an argument requires grad (grad mode on)."""
@@ -595,6 +610,8 @@ class _Op:
         """``forward_impl`` for an eager call that records nothing and whose outputs were never arguments:
         the C++ op takes each CPU tensor's numpy view as it is (no runtime.Tensor in between), and its
         results go back through ``torch.from_numpy``. Anything numpy cannot view takes ``forward_impl``."""
+        if self.writes:
+            self._refuse_out_inference(sig, args)
         conv = list(args)
         try:
             for i in tpos:

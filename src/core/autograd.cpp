@@ -510,21 +510,25 @@ static void FinishNoGradCall(const Runtime &rt, ContextState &st, TensorPtr *sin
 // no_grad; `no_grad_views` by index): that argument is kept before Forward and put back before the
 // refusal is raised. Apart from RunFunction so that the common call does not build the guard.
 [[gnu::noinline]] static void RunNoGradGuarded(const Runtime &rt, const FunctionCall &f, TensorPtr *single,
-                                               TensorPtrList *list, std::uint64_t no_grad_views) {
+                                               TensorPtrList *list, std::uint64_t no_grad_views,
+                                               std::vector<std::string> &foreign) {
   ProtectedArgs guard;
   for (std::size_t i = 0; i < f.nargs; ++i) {
     if (f.args[i] == nullptr) continue;
     const bool view = i < 64 && ((no_grad_views >> i) & 1U) != 0;
+    const bool refused = i < foreign.size() && !foreign[i].empty();  // another framework's rule
     const Refusal why = HasInternalOverlap(*CallerArg(f, i)) ? Refusal::kOverlap
                         : view                               ? Refusal::kNoGradView
+                        : refused                            ? Refusal::kForeign
                                                              : Refusal::kNone;
-    ProtectArg(guard, f, i, why);
+    ProtectArg(guard, f, i, why, refused ? std::move(foreign[i]) : std::string());
   }
   AutogradContext ctx;
   ContextState &st = State(ctx);
   BeginContext(st, f);
   f.forward(&ctx, f.call, single, list);
   CheckRefusals(st, guard);
+  if (st.dirty.empty()) NoteNoDirtyCall(f.writes);
   FinishNoGradCall(rt, st, single, list);
 }
 
@@ -545,13 +549,19 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
     wants = wants || WantsGrad(t);
   }
   auto no_grad_view = [&](std::size_t i) { return i < 64 && ((no_grad_views >> i) & 1U) != 0; };
+  // a torch tensor taken straight (DLPack) that torch would not let the op write now (call_rules.h)
+  std::vector<std::string> foreign;
+  if (KeepsForeign(f.writes)) ForeignRefusals(rt, f, &foreign);
   if (!wants || !GradEnabled(rt)) {  // the fast path: nothing to record
     const bool keeps = KeepsArguments(f.writes);
-    if (keeps && (strided || no_grad_views != 0)) return RunNoGradGuarded(rt, f, single, list, no_grad_views);
+    if ((keeps && (strided || no_grad_views != 0)) || !foreign.empty()) {
+      return RunNoGradGuarded(rt, f, single, list, no_grad_views, foreign);
+    }
     AutogradContext ctx;
     ContextState &st = State(ctx);
     BeginContext(st, f);
     f.forward(&ctx, f.call, single, list);
+    if (st.dirty.empty()) NoteNoDirtyCall(f.writes);
     if (!keeps && !st.dirty.empty()) {  // the same rule, decided now: nothing was kept
       LateRefusal(rt, st, f, true, [&](std::size_t i) {
         if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) {
@@ -575,6 +585,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
   auto refusal = [&](std::size_t i, PyObject *edge) {
     if (f.args[i] != nullptr && HasInternalOverlap(*CallerArg(f, i))) return Refusal::kOverlap;
     if (no_grad_view(i)) return Refusal::kNoGradView;
+    if (i < foreign.size() && !foreign[i].empty()) return Refusal::kForeign;
     return WantsGrad(f.args[i]) ? RecordingRefusal(f.args[i]->py_object(), edge) : Refusal::kNone;
   };
   for (std::size_t i = 0; i < f.nargs; ++i) {
@@ -586,9 +597,11 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
       Py_INCREF(e);
     }
     PyTuple_SET_ITEM(edges.get(), static_cast<Py_ssize_t>(i), e);
-    if (!keeps) continue;
+    if (!keeps && foreign.empty()) continue;
     const Refusal why = refusal(i, e);
-    if (why != Refusal::kNone) ProtectArg(guard ? *guard : guard.emplace(), f, i, why);
+    if (why != Refusal::kNone) {
+      ProtectArg(guard ? *guard : guard.emplace(), f, i, why, why == Refusal::kForeign ? foreign[i] : std::string());
+    }
   }
   const double phase = NextFingerprintPhase();
   std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
@@ -604,6 +617,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
   } else if (!keeps && !st.dirty.empty()) {  // the same rules, decided now: nothing was kept
     LateRefusal(rt, st, f, true, [&](std::size_t i) {
       const Refusal why = refusal(i, PyTuple_GET_ITEM(edges.get(), static_cast<Py_ssize_t>(i)));
+      if (why == Refusal::kForeign) return foreign[i];
       return why == Refusal::kNone ? std::string() : RefusalMessage(why, *f.name, i);
     });
   }

@@ -13,7 +13,12 @@
 //    version counter (ShareVersion), as a torch view does;
 //  * MarkDirty on a view rebases the base's history (RebaseView, runtime/call_rules.py rebase_view);
 //    a view argument made before a recorded write into its base (or into another view of it) gets its
-//    history anew from the base's before its edge is taken (RefreshViewArg, call_rules.py refresh_view).
+//    history anew from the base's before its edge is taken (RefreshViewArg, call_rules.py refresh_view);
+//  * an argument that is another framework's tensor (a torch tensor called straight, through DLPack)
+//    is written only where that framework allows it now (runtime/dlpack_host.py torch_write_refusal:
+//    not one that requires grad while its grad mode is on, an inference tensor outside InferenceMode,
+//    a conjugate or negative view). Decided before Forward for a type that may write (KeepsForeign),
+//    as the other refusals are (Refusal::kForeign, its words the rule's).
 #pragma once
 
 #include "opbuilder/detail/visibility.h"
@@ -51,7 +56,7 @@ inline bool HasInternalOverlap(const Tensor &t) {
   return false;
 }
 
-enum class Refusal { kNone, kOverlap, kLeaf, kViewOfLeaf, kNoGradView };
+enum class Refusal { kNone, kOverlap, kLeaf, kViewOfLeaf, kNoGradView, kForeign };
 
 inline std::string RefusalMessage(Refusal why, const std::string &who, std::size_t index) {
   const std::string head = who + " modifies argument " + std::to_string(index) + " in place (MarkDirty)";
@@ -126,6 +131,34 @@ inline PyRef BaseRefOf(PyObject *obj) {
   return PyRef::Steal(Check(PyObject_GetAttr(obj, BaseRefAttr())));
 }
 
+// runtime._native.foreign_write_refusal (runtime/dlpack_host.py): why another framework's tensor may not be
+// written now, or None.
+inline PyObject *ForeignWriteRule() {
+  static std::atomic<PyObject *> slot{nullptr};
+  return CachedRule(slot, [] { return ImportAttr("runtime._native", "foreign_write_refusal"); });
+}
+
+// The torch tensor (borrowed) whose memory `t` is, taken straight through DLPack's C exchange table (the
+// storage's owner, dlpack_exchange.h), or null: a numpy array or capsule owner is the runtime's own.
+inline PyObject *ExchangeOwner(const Tensor &t, const NumpyApi &np) {
+  auto *del = std::get_deleter<PyOwnerDeleter>(t.storage());
+  if (del == nullptr || np.IsArray(del->owner) || PyCapsule_CheckExact(del->owner)) return nullptr;
+  return del->owner;
+}
+
+// Why `who` may not write its argument `index` now, `obj` being the framework's tensor (ExchangeOwner) or the
+// runtime.Tensor over it (runtime.interop.dlpack_input): the framework's words, or empty when it may.
+inline std::string ForeignRefusal(PyObject *obj, const std::string &who, std::size_t index) {
+  PyRef name = PyRef::Steal(Check(PyUnicode_FromStringAndSize(who.data(), static_cast<Py_ssize_t>(who.size()))));
+  PyRef i = PyRef::Steal(Check(PyLong_FromSize_t(index)));
+  PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(ForeignWriteRule(), obj, name.get(), i.get(), nullptr)));
+  if (r.get() == Py_None) return std::string();
+  Py_ssize_t n = 0;
+  const char *text = PyUnicode_AsUTF8AndSize(r.get(), &n);
+  if (text == nullptr) throw PythonError();
+  return std::string(text, static_cast<std::size_t>(n));
+}
+
 inline PyObject *RefreshViewRule() {
   static std::atomic<PyObject *> slot{nullptr};
   return CachedRule(slot, [] { return ImportAttr("runtime._native", "refresh_view_arg"); });
@@ -193,13 +226,29 @@ inline Refusal RecordingRefusal(PyObject *obj, PyObject *edge) {
 // a write the checks saw), or that it writes (MarkDirty, or a write found without it). Arguments a write
 // would be refused for are kept before Forward (ProtectedArgs) only while a write can happen: copying
 // every parameter of every op on every call would cost more than the op for most of them.
-enum WriteKnowledge : unsigned char { kWritesUnknown = 0, kWritesNone = 1, kWritesArgs = 2 };
+// kNoDirtySeen (a bit beside the first two) says a call that recorded nothing completed without MarkDirty:
+// another framework's tensors (KeepsForeign) are then no longer asked about before Forward.
+enum WriteKnowledge : unsigned char { kWritesUnknown = 0, kWritesNone = 1, kWritesArgs = 2, kNoDirtySeen = 4 };
 using WriteState = std::atomic<unsigned char>;
 
 // Keep the arguments a write would be refused for, for a call of the type whose state is `w`
 // (null: a caller that learns nothing, always kept).
 inline bool KeepsArguments(const WriteState *w) {
-  return w == nullptr || w->load(std::memory_order_relaxed) != kWritesNone;
+  return w == nullptr || (w->load(std::memory_order_relaxed) & 3) != kWritesNone;
+}
+// Ask, before Forward, whether another framework's tensor may be written (ForeignRefusal): until a call of
+// the type completed without writing (recorded or not), and always once one wrote. Reading a torch tensor's
+// requires_grad is then off the path of types that write nothing.
+inline bool KeepsForeign(const WriteState *w) {
+  if (w == nullptr) return true;
+  const unsigned char v = w->load(std::memory_order_relaxed);
+  return v == kWritesUnknown || v == kWritesArgs;
+}
+// A call that recorded nothing completed without MarkDirty (KeepsForeign).
+inline void NoteNoDirtyCall(WriteState *w) {
+  if (w == nullptr || w->load(std::memory_order_relaxed) != kWritesUnknown) return;
+  unsigned char expected = kWritesUnknown;
+  w->compare_exchange_strong(expected, kNoDirtySeen, std::memory_order_relaxed);
 }
 // A call of the type wrote an argument (MarkDirty, or a write the checks found): keep from now on.
 inline void NoteWrites(WriteState *w) {
@@ -207,9 +256,10 @@ inline void NoteWrites(WriteState *w) {
 }
 // A recorded call of the type completed without writing: unless one wrote, later calls keep nothing.
 inline void NoteReadOnlyCall(WriteState *w) {
-  if (w == nullptr || w->load(std::memory_order_relaxed) != kWritesUnknown) return;
-  unsigned char expected = kWritesUnknown;
-  w->compare_exchange_strong(expected, kWritesNone, std::memory_order_relaxed);
+  if (w == nullptr) return;
+  unsigned char expected = w->load(std::memory_order_relaxed);
+  if ((expected & 3) != kWritesUnknown) return;
+  w->compare_exchange_strong(expected, static_cast<unsigned char>(expected | kWritesNone), std::memory_order_relaxed);
 }
 
 // `out` (a new runtime.Tensor over the memory of the argument `arg`, returned unchanged) counts writes
@@ -240,11 +290,13 @@ class ProtectedArgs {
 
   // Argument `index`: Forward writes `target` (the caller's tensor, or a private copy of it).
   // A private copy needs no keeping (the caller's memory is not Forward's); nor does device memory.
-  void Add(std::size_t index, Refusal why, Tensor *target, bool private_copy) {
+  // `note`: the refusal's words where `why` is kForeign.
+  void Add(std::size_t index, Refusal why, Tensor *target, bool private_copy, std::string note = std::string()) {
     Item &it = n_ < kInline ? inline_[n_] : (more_.emplace_back(), more_.back());
     ++n_;
     it.index = index;
     it.why = why;
+    it.note = std::move(note);
     if (private_copy || target == nullptr || target->is_cuda()) return;
     it.target = target;
     if (!target->is_contiguous()) {
@@ -269,6 +321,15 @@ class ProtectedArgs {
       if (At(k).index == index) return At(k).why;
     }
     return Refusal::kNone;
+  }
+
+  // The words of argument `index`'s refusal (its Refusal's message, or the framework's for kForeign).
+  std::string MessageOf(std::size_t index, const std::string &who) const {
+    for (std::size_t k = 0; k < n_; ++k) {
+      const Item &it = At(k);
+      if (it.index == index) return it.why == Refusal::kForeign ? it.note : RefusalMessage(it.why, who, index);
+    }
+    return std::string();
   }
 
   // Argument `index` is kept and its values differ from before Forward.
@@ -298,6 +359,7 @@ class ProtectedArgs {
   struct Item {
     std::size_t index = 0;
     Refusal why = Refusal::kNone;
+    std::string note;          // kForeign: the framework's words
     Tensor *target = nullptr;  // null: nothing kept (a private copy, device memory)
     char *bytes = nullptr;     // a contiguous target's bytes
     std::size_t nbytes = 0;

@@ -81,6 +81,15 @@ inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPt
     for (std::size_t m = 0; m < k; ++m) seen = seen || c.dirty[m].get() == d;
     if (seen) continue;
     Tensor *orig = c.originals != nullptr ? c.originals[i] : nullptr;
+    // another framework's tensor it may not write now (call_rules.h ForeignRefusal): a torch tensor taken
+    // through dlpack_input reached Forward as a copy then; one taken straight, after a call that kept nothing
+    PyObject *caller = (orig != nullptr ? orig : d)->py_object();
+    if (caller != nullptr && !PyObject_TypeCheck(caller, rt.tensor_type)) caller = nullptr;  // a bridge's own
+    if (caller == nullptr) caller = ExchangeOwner(orig != nullptr ? *orig : *d, *rt.api);
+    if (caller != nullptr) {
+      std::string why = ForeignRefusal(caller, name, static_cast<std::size_t>(i));
+      if (!why.empty()) throw std::runtime_error(why);
+    }
     if (!(orig != nullptr ? orig : d)->is_writable()) {
       // a private copy was written; the caller's own memory only by a Function that ignored is_writable()
       throw ValueError(name + ": argument " + std::to_string(i) +
@@ -201,8 +210,24 @@ inline Tensor *CallerArg(const FunctionCall &f, std::size_t i) {
 
 // Before Forward (call_rules.h): argument i's refusal, if it is written, and what to keep of it.
 // Called only where KeepsArguments(f.writes): a type known to write none keeps nothing (LateRefusal).
-inline void ProtectArg(ProtectedArgs &guard, const FunctionCall &f, std::size_t i, Refusal why) {
-  if (why != Refusal::kNone) guard.Add(i, why, f.args[i], f.originals[i] != nullptr);
+inline void ProtectArg(ProtectedArgs &guard, const FunctionCall &f, std::size_t i, Refusal why,
+                       std::string note = std::string()) {
+  if (why != Refusal::kNone) guard.Add(i, why, f.args[i], f.originals[i] != nullptr, std::move(note));
+}
+
+// Before Forward, for a type that may write (KeepsForeign): per argument taken straight from another
+// framework (a torch tensor through DLPack's C table), why that framework refuses a write into it now
+// (call_rules.h ForeignRefusal); `out` stays empty when none is refused.
+inline void ForeignRefusals(const Runtime &rt, const FunctionCall &f, std::vector<std::string> *out) {
+  for (std::size_t i = 0; i < f.nargs; ++i) {
+    if (f.args[i] == nullptr) continue;
+    PyObject *owner = ExchangeOwner(*CallerArg(f, i), *rt.api);
+    if (owner == nullptr) continue;
+    std::string why = ForeignRefusal(owner, *f.name, i);
+    if (why.empty()) continue;
+    out->resize(f.nargs);
+    (*out)[i] = std::move(why);
+  }
 }
 
 // After Forward of a call that kept nothing (its type had written none before): an argument marked dirty
@@ -233,7 +258,7 @@ inline void CheckRefusals(const ContextState &c, const ProtectedArgs &guard) {
     const Refusal why = guard.RefusalOf(static_cast<std::size_t>(i));
     if (why == Refusal::kNone) continue;
     guard.Restore();
-    throw std::runtime_error(RefusalMessage(why, *c.name, static_cast<std::size_t>(i)));
+    throw std::runtime_error(guard.MessageOf(static_cast<std::size_t>(i), *c.name));
   }
   for (std::size_t i = 0; i < c.nargs; ++i) {
     if (!guard.Changed(i)) continue;
