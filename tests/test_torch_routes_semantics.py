@@ -141,7 +141,7 @@ def test_a_direct_write_into_a_no_grad_view_of_a_leaf_is_refused(parity_ops):
     x = _f64(1.0, 2.0, requires_grad=True)
     with torch.no_grad():
         v = x[1:]
-    with pytest.raises(RuntimeError, match="a view was created in no_grad mode"):
+    with pytest.raises(RuntimeError, match="A view was created in no_grad mode"):
         v.mul_(3)
     with pytest.raises(RuntimeError, match=_grad_refusal("requires grad")):
         parity_ops.scale_(v)
