@@ -240,3 +240,30 @@ def test_a_direct_write_into_a_negative_view_is_refused_in_to_torchs_words(parit
             parity_ops.scale_(z.conj().imag)
         assert z.tolist() == [1 + 1j, 2 - 2j]
     assert parity_ops.mul(z.conj().imag, _f64(1.0, 1.0)).asnumpy().tolist() == [-1.0, 2.0]
+
+
+@pytest.fixture(scope="session")
+def conj_write_ops(cache_dir):
+    return load_op("conj_write_ops", [CPP / "conj_write_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+
+
+@pytest.mark.parametrize("route", ["registered", "bridge", "direct"])
+def test_a_write_into_a_conjugate_view_is_one_named_refusal_on_every_route(conj_write_ops, route, monkeypatch,
+                                                                         request):
+    """muli_ (MarkDirty, x *= 1j) on z.conj(): to_torch refused it in its words; called straight, the op
+    raised DLPack's BufferError. One refusal now, z unchanged; a read gets the view's values."""
+    if route == "direct":
+        op, who = conj_write_ops.muli_, "MulI"
+    else:
+        if route == "bridge":
+            request.getfixturevalue("torch_bridge")
+        monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1" if route == "bridge" else "0")
+        op, who = opbuilder.to_torch(conj_write_ops).muli_, "muli_"
+    for _ in range(2):
+        z = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex128)
+        with pytest.raises(RuntimeError, match=_resolved_refusal(who, "conjugate")):
+            op(z.conj())
+        assert z.tolist() == [1 + 2j, 3 - 1j] and not z.is_conj()
+    z = torch.tensor([1 + 2j], dtype=torch.complex128)
+    r = op(z.conj().resolve_conj())  # the fix the message names works: torch's value
+    assert (r.tolist() if isinstance(r, torch.Tensor) else r.asnumpy().tolist()) == [(1 - 2j) * 1j]
