@@ -343,11 +343,11 @@ def test_no_more_than_jobs_compiles_run_at_once(cache_dir, tmp_path, monkeypatch
     launcher = tmp_path / "count.sh"
     launcher.write_text("#!/bin/sh\n"
                         'case "$*" in *many_jobs_*) ;; *) exec "$@" ;; esac\n'
-                        f"touch '{running}/$$'\n"
+                        f'touch "{running}/$$"\n'
                         f"ls '{running}' | wc -l >> '{log}'\n"
                         "sleep 0.3\n"  # long enough for the next compile to start beside it, were it allowed
                         '"$@"; rc=$?\n'
-                        f"rm -f '{running}/$$'\n"
+                        f'rm -f "{running}/$$"\n'
                         "exit $rc\n")
     launcher.chmod(0o755)
     monkeypatch.setenv("OPBUILDER_COMPILER_LAUNCHER", str(launcher))
