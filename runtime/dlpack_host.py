@@ -5,6 +5,8 @@ own conversion still shares the memory: a torch CPU tensor viewed as uint16 then
 as ml_dtypes' bfloat16, a JAX CPU array through ``np.asarray`` (read-only).
 ``host_array`` picks that way for torch and JAX and DLPack otherwise;
 ``dlpack_dtype_name`` names the dtype of a capsule numpy refused, for the error.
+``torch_write_refusal`` says when torch forbids an operator called straight on
+a torch tensor to write it (and every torch route words its refusals here).
 Neither torch nor JAX is imported here: a tensor of theirs means they are.
 """
 from __future__ import annotations
