@@ -120,8 +120,9 @@ class RefusedWrite:
     """The version counter of a runtime tensor over a private copy of a torch tensor that the operator
     may not write now (``torch_write_refusal``: a conjugate or negative view, an inference tensor outside
     InferenceMode, one that requires grad while grad mode is on): ``t`` is the caller's tensor, for the
-    refusal's words. A write reaches only the copy; the C++ operator raises the refusal (its name and the
-    argument's index, ``foreign_write_refusal``) before anything is written back."""
+    refusal's words. The copy is read-only memory; a write reaches only it (or the op's private copy of
+    it), and the C++ operator raises the refusal (its name and the argument's index,
+    ``foreign_write_refusal``) before anything is written back."""
 
     __slots__ = ("t", "value")
 

@@ -60,12 +60,13 @@ def dlpack_input(obj: Any) -> Tensor:
     ``opbuilder.to_torch`` is the differentiable way). One torch would not let the op write now
     (``torch_write_refusal``: a conjugate or negative view, which DLPack cannot describe, an inference
     tensor outside InferenceMode, one that requires grad while grad mode is on) arrives as a private
-    copy with its values, whose write the operator refuses in torch's words (``RefusedWrite``).
+    read-only copy with its values, whose write the operator refuses in torch's words (``RefusedWrite``).
     A CUDA tensor needs a usable GPU here.
     """
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor) and torch_write_refusal(obj, "", 0) is not None:
         t = from_dlpack(obj.detach().resolve_conj().resolve_neg().clone())
+        t._data.flags.writeable = False  # a write is refused (FinishDirty asks about read-only memory)
         t._vc = RefusedWrite(obj)
         return t
     if getattr(obj, "requires_grad", False) is True and hasattr(obj, "detach"):

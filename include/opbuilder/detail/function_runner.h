@@ -81,11 +81,15 @@ inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPt
     for (std::size_t m = 0; m < k; ++m) seen = seen || c.dirty[m].get() == d;
     if (seen) continue;
     Tensor *orig = c.originals != nullptr ? c.originals[i] : nullptr;
-    // another framework's tensor it may not write now (call_rules.h ForeignRefusal): a torch tensor taken
-    // through dlpack_input reached Forward as a copy then; one taken straight, after a call that kept nothing
-    PyObject *caller = (orig != nullptr ? orig : d)->py_object();
-    if (caller != nullptr && !PyObject_TypeCheck(caller, rt.tensor_type)) caller = nullptr;  // a bridge's own
-    if (caller == nullptr) caller = ExchangeOwner(orig != nullptr ? *orig : *d, *rt.api);
+    // another framework's tensor it may not write now (call_rules.h ForeignRefusal): one taken straight,
+    // after a call that kept nothing; or a torch tensor taken through dlpack_input, which reached Forward
+    // as a read-only copy (its runtime.Tensor names it): asked only for read-only memory
+    const Tensor &target = orig != nullptr ? *orig : *d;
+    PyObject *caller = ExchangeOwner(target, *rt.api);
+    if (caller == nullptr && !target.is_writable()) {
+      caller = target.py_object();
+      if (caller != nullptr && !PyObject_TypeCheck(caller, rt.tensor_type)) caller = nullptr;  // a bridge's own
+    }
     if (caller != nullptr) {
       std::string why = ForeignRefusal(caller, name, static_cast<std::size_t>(i));
       if (!why.empty()) throw std::runtime_error(why);
