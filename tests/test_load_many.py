@@ -179,6 +179,41 @@ def test_a_cuda_inline_source_compiles_with_no_gpu_for_a_given_arch(cache_dir):
     assert "-gencode=arch=compute_80,code=sm_80" in build.read_text()
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.build
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the CUDA compile needs it")
+def test_a_cuda_items_timeout_kills_nvcc_and_its_children(cache_dir, tmp_path, monkeypatch):
+    """A CUDA item past its time: nvcc (here in the middle of thrust's sort, tens of seconds of cicc) dies
+    with its whole tree (cudafe++, cicc, the host gcc), as the C++ compiler's does."""
+    from opbuilder.tools.toolchain import find_nvcc
+
+    log = tmp_path / "nvcc.pids"
+    wrapper = tmp_path / "nvcc"
+    wrapper.write_text(f"#!/bin/sh\necho $$ >> '{log}'\nexec '{find_nvcc(None).path}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("NVCC", str(wrapper))
+    cuda = ("#include <thrust/device_vector.h>\n#include <thrust/sort.h>\n"
+            "void sort_it(thrust::device_vector<double> &v) { thrust::sort(v.begin(), v.end()); }\n"
+            "int width() { return 1; }\n")
+    item = Inline("many_cuda_killed", "int width();", functions=["width"], cuda_sources=cuda, cuda_arch="8.0")
+    [r] = load_many([item], timeout=3)
+    assert isinstance(r.error, BuildTimeout) and r.error.seconds == 3, r.error
+    pids = [int(p) for p in log.read_text().split()] if log.exists() else []
+    assert pids, "nvcc never started"
+    assert [p for p in pids if _alive(p)] == []
+    key_dir = item.builder().spec.sources[0].parent
+    build_dir = Path(cache_dir).resolve() / "many_cuda_killed" / "build"
+    assert _procs_mentioning([str(key_dir), f"OPBUILDER_BUILD_DIR={build_dir}\0"]) == []
+
+
 # ---- bad inputs: nothing compiles ----------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, message", [
