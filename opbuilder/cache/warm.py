@@ -2,9 +2,10 @@
 
 A full warm lookup (builder.py) reads the operator's sources and headers, hashes them, plans the
 compile (toolchain facts, flags) and finds the build by its key: ~1 ms of work and ~10 ms of imports in a
-new process. Once it has found a build in the cache, ``remember`` writes one record,
-``<op dir>/warm/<id>.json``: the key and the library, and the stat stamp (size, mtime, ctime, inode,
-device; trust.stamp_of) of every file that lookup depended on:
+new process. Once it has found a build in the cache, ``remember`` writes one record under its identity
+in ``<op dir>/warm.rec`` (marshal data; ``MAX_RECORDS`` identities per operator): the key and the
+library, and the stat stamp (size, mtime, ctime, inode, device; trust.stamp_of) of every file that
+lookup depended on:
 
 - each source, and each header the build's manifest lists (or that the file is still missing);
 - the files behind every toolchain fact it used (probe_cache.py: the compiler, opbuilder's and
@@ -13,9 +14,9 @@ device; trust.stamp_of) of every file that lookup depended on:
 - opbuilder's own modules that ran the lookup (an edit or an upgrade of them may key builds otherwise);
 - the libraries it loads first (nanobind's runtime, the core library) and the library itself.
 
-``<id>`` is a digest of everything else the lookup reads: the spec (name, sources, options, cache), the
-environment variables it consults (``ENV_NAMES`` and every ``OPBUILDER_`` one), the interpreter and
-``sys.path``. ``module`` (called by ``CustomOpBuilder.load()`` first) imports the build when every stamp
+The identity is everything else the lookup reads, as one string (``_identity``): the spec (name,
+sources, options, cache), the environment variables it consults (``ENV_NAMES`` and every
+``OPBUILDER_`` one), the interpreter, and where on ``sys.path`` nanobind and pybind11 are found. ``module`` (called by ``CustomOpBuilder.load()`` first) imports the build when every stamp
 is unchanged: a few dozen ``stat`` calls, no hashing, no builder import. Anything else falls through to
 the full lookup, which writes the record again.
 
