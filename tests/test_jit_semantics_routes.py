@@ -100,6 +100,13 @@ def test_a_function_pointer_with_a_number_argument_is_recorded(bound):
     assert j(f64(5.0), 1.0).asnumpy().tolist() == [10.0]
 
 
+def test_an_optional_number_argument_is_recorded(bound):
+    j = jit(lambda x, k: bound.scale_opt(x, k))
+    for k, want in [(None, 3.0), (1.5, 2.0), (None, 3.0)]:
+        assert j(f64(1.0), k).asnumpy().tolist() == [want]
+    assert j.traces == 2
+
+
 def test_a_float_result_stops_the_trace_and_the_signature_runs_eagerly(bound):
     j = jit(lambda x: bound.total(x))
     with pytest.warns(RuntimeWarning, match=r"not captured: at .*test_jit_semantics_routes\.py:\d+, the C\+\+ "

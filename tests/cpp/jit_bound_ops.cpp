@@ -2,6 +2,7 @@
 // records the whole call of each (include/opbuilder/detail/bound_call.h), so a replay equals eager.
 // Float64, contiguous. Built with both binding layers (OB_MODULE).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,9 @@ struct Mul : Function<Mul> {
     ctx->SaveForBackward({x, y});
     auto xc = x->contiguous(), yc = y->contiguous();
     auto out = Tensor::empty(kFloat64, x->shape());
-    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = xc->data<double>()[i] * yc->data<double>()[i];
+    for (std::int64_t i = 0; i < x->numel(); ++i) {
+      out->data<double>()[i] = xc->data<double>()[i] * yc->data<double>()[i];
+    }
     return out;
   }
   static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
@@ -100,6 +103,10 @@ OB_MODULE(m) {
   // a plain function pointer with a number argument: 2x for k > 0, else 3x
   m.def("scale_k", +[](const TensorPtr &x, double k) -> TensorPtr {
     return k > 0 ? ScaleBy<2>::Apply(x, x) : ScaleBy<3>::Apply(x, x);
+  });
+  // an optional number: 2x with one, 3x without
+  m.def("scale_opt", [](const TensorPtr &x, std::optional<double> k) {
+    return k ? ScaleBy<2>::Apply(x, x) : ScaleBy<3>::Apply(x, x);
   });
   m.def("dirty_twice", [](const TensorPtr &x) { return DirtyTwice::Apply(x); });
   m.def("scale3_", [](const TensorPtr &x) { return Scale3::Apply(x); });

@@ -10,7 +10,7 @@
 // `raw`, so a replay runs the whole function (its Applies then record their own autograd nodes).
 //
 // Only signatures whose values cross to Python and back unchanged are recorded: tensors, numbers,
-// strings, vectors of them; results of tensors (TensorPtr, TensorPtrList, a tuple or pair of TensorPtr).
+// strings, vectors and optionals of them; results of tensors (TensorPtr, TensorPtrList, a tuple or pair of TensorPtr).
 // A call of another signature that mentions a tensor stops the trace (the call, and that signature,
 // run eagerly: runtime.jit.tracing.no_trace). A signature without tensors is bound as it is.
 #pragma once
@@ -41,6 +41,8 @@ template <typename T>
 struct IsPlainValue : std::bool_constant<std::is_arithmetic_v<T> || std::is_same_v<T, std::string>> {};
 template <typename T>
 struct IsPlainValue<std::vector<T>> : IsPlainValue<T> {};
+template <typename T>
+struct IsPlainValue<std::optional<T>> : IsPlainValue<T> {};
 
 // An argument type that crosses to Python and back unchanged: by value or const reference.
 template <typename A>
