@@ -107,6 +107,15 @@ def test_an_optional_number_argument_is_recorded(bound):
     assert j.traces == 2
 
 
+def test_a_mutable_functions_state_is_one_on_every_route(bound):
+    """The replay runs the very function object eager calls run: its state moves on once per call."""
+    j = jit(lambda x: bound.count_scale(x))
+    start = bound.count_scale(f64(1.0)).asnumpy()[0]
+    got = [j(f64(1.0)).asnumpy()[0], j(f64(1.0)).asnumpy()[0], bound.count_scale(f64(1.0)).asnumpy()[0],
+           j(f64(1.0)).asnumpy()[0]]
+    assert got == [start + 1, start + 2, start + 3, start + 4]
+
+
 def test_a_float_result_stops_the_trace_and_the_signature_runs_eagerly(bound):
     j = jit(lambda x: bound.total(x))
     with pytest.warns(RuntimeWarning, match=r"not captured: at .*test_jit_semantics_routes\.py:\d+, the C\+\+ "

@@ -108,6 +108,11 @@ OB_MODULE(m) {
   m.def("scale_opt", [](const TensorPtr &x, std::optional<double> k) {
     return k ? ScaleBy<2>::Apply(x, x) : ScaleBy<3>::Apply(x, x);
   });
+  // a mutable function with state of its own: the n-th call, on any route, gives n * x (no Function)
+  m.def("count_scale", [n = 0.0](const TensorPtr &x) mutable {
+    n += 1;
+    return Scaled(x, n);
+  });
   m.def("dirty_twice", [](const TensorPtr &x) { return DirtyTwice::Apply(x); });
   m.def("scale3_", [](const TensorPtr &x) { return Scale3::Apply(x); });
   // a result a graph node cannot hold: a float (the trace stops; the call runs eagerly)

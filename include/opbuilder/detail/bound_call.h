@@ -17,6 +17,7 @@
 
 #include <Python.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -117,9 +118,9 @@ inline void StopTrace(PyObject *name) {
 // The wrapper m.def binds for a function `F` of signature R(A...): the check, then `f` or the hook.
 template <typename Dep, typename F, typename R, typename... A>
 struct BoundCall {
-  mutable F f;     // (a mutable lambda's operator() is not const)
-  PyObject *raw;   // `f` as a function object of the binding layer (not checked): what a replay runs
-  PyObject *name;  // the function's name, for the node
+  std::shared_ptr<F> f;  // one object with `raw`'s: a mutable function's state is the same on every route
+  PyObject *raw;         // `f` as a function object of the binding layer (not checked): what a replay runs
+  PyObject *name;        // the function's name, for the node
 
   R operator()(A... a) const {
     if (*Runtime::Get().trace_flag != 0) {
@@ -133,13 +134,16 @@ struct BoundCall {
         StopTrace(name);
       }
     }
-    return f(static_cast<A &&>(a)...);
+    return (*f)(static_cast<A &&>(a)...);
   }
 };
 
-template <typename Dep, typename F, typename R, typename... A>
-auto MakeBoundCall(F f, PyObject *raw, PyObject *name, FnSig<R, A...> *) {
-  BoundCall<Dep, F, R, A...> call{std::move(f), raw, name};
+template <typename Dep, typename Layer, typename F, typename R, typename... A>
+auto MakeBoundCall(std::shared_ptr<F> f, const char *name, FnSig<R, A...> *) {
+  // the unchecked function: no attribute of the module, kept for the process (the module's function holds
+  // it; never freed, so no destructor runs after the interpreter is gone)
+  PyObject *raw = Layer::Raw([f](A... a) -> R { return (*f)(static_cast<A &&>(a)...); }, name);
+  BoundCall<Dep, F, R, A...> call{std::move(f), raw, Check(PyUnicode_FromString(name))};
   return [call](A... a) -> R { return call(static_cast<A &&>(a)...); };
 }
 
@@ -155,19 +159,25 @@ class TracedModule : public Module {
   TracedModule &def(const char *name, Func &&f, const Extra &...extra) {
     using F = std::decay_t<Func>;
     using Sig = CallSig<F>;
-    if constexpr (Sig::kKnown && std::is_copy_constructible_v<F>) {
-      if constexpr (Sig::kTensors) {
-        // the unchecked function: no attribute of the module, kept for the process (the module's function
-        // holds it; never freed, so no destructor runs after the interpreter is gone)
-        PyObject *raw = Layer::Raw(F(f), name);
-        PyObject *py_name = Check(PyUnicode_FromString(name));
-        Module::def(name, MakeBoundCall<F>(F(std::forward<Func>(f)), raw, py_name, static_cast<Sig *>(nullptr)),
-                    extra...);
-        return *this;
-      }
+    if constexpr (Bound<Sig>()) {  // (the other branch is not instantiated: a mutable lambda fits only here)
+      Module::def(name,
+                  MakeBoundCall<F, Layer>(std::make_shared<F>(std::forward<Func>(f)), name,
+                                          static_cast<Sig *>(nullptr)),
+                  extra...);
+    } else {
+      Module::def(name, std::forward<Func>(f), extra...);
     }
-    Module::def(name, std::forward<Func>(f), extra...);
     return *this;
+  }
+
+ private:
+  template <typename Sig>
+  static constexpr bool Bound() {
+    if constexpr (Sig::kKnown) {
+      return Sig::kTensors;
+    } else {
+      return false;
+    }
   }
 };
 
