@@ -13,11 +13,11 @@ import ctypes
 from typing import Any, Tuple
 
 from .autograd.grad_mode import _state, hooks_flag_address  # the per-thread grad mode: C++ reads and sets `_state.enabled`
-from .jit.tracing import cpp_hook, flag_address  # Function<T>::Apply under a jit trace
+from .jit.tracing import bound_hook, cpp_hook, flag_address  # Function<T>::Apply, m.def under a jit trace
 from .dtypes import bfloat16  # a DType: its `.np` imports ml_dtypes on first use (C++ BFloat16Descr)
 from .tensor import Tensor
 
-__all__ = ["Tensor", "_state", "flag_address", "hooks_flag_address", "cpp_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
+__all__ = ["Tensor", "_state", "flag_address", "hooks_flag_address", "cpp_hook", "bound_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
            "current_stream_ptr", "bridge_slot_address", "share_version", "rebase_view", "refresh_view_arg",
            "torch_array", "foreign_write_refusal", "TENSOR_ATTRS",
            "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
