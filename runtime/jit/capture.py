@@ -117,6 +117,10 @@ class Tracer:
 
     def call_op(self, kind: str, name: str, target: Any, args: Sequence[Any], attrs: Dict[str, Any]) -> Any:
         """Run ``target(*args, **attrs)`` with tracing paused, then record it as one node."""
+        if kind == "cpp" and any(type(a) in (list, tuple) and any(isinstance(v, Tensor) for v in a) for a in args):
+            # a C++ call (a module function, or an Apply bound some other way) taking a list of tensors:
+            # each its own input, or the replay would read the traced tensors' values as a constant
+            target, args = _flat_lists(name, target, args)
         # the arguments that are the call's inputs or captured tensors, with their versions: an op that
         # writes one in place (MarkDirty, an aot inplace input) is noted on the graph (``writes``)
         # (every tensor argument's version: a write into memory another tensor shares is ``view_writes``)
@@ -173,8 +177,6 @@ class Tracer:
             self.stop(f"the C++ function {name} takes or returns a value a graph node cannot hold (only tensors, "
                       f"numbers, strings and lists of them in, tensors out)")
             return NotImplemented
-        if any(type(a) in (list, tuple) and any(isinstance(v, Tensor) for v in a) for a in args):
-            call, args = _flat_lists(name, call, args)
         return self.call_op("cpp", name, call, args, {})
 
     def _shares_memory(self, t: Tensor) -> Optional[str]:
