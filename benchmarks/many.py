@@ -355,7 +355,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         f"{ratio(st['ob_cuda_cpu'], st['torch_cuda_cpu']).fmt('x', 3)})",
                         cr.median <= CUDA_GOAL, cr.fmt("x", 3))
         else:
-            why = ("no nvcc" if not use_cuda else "torch not measured" if not use_torch else
+            why = ("--no-cuda" if args.no_cuda else "no nvcc" if not use_cuda else "torch not measured" if not use_torch else
                    f"{torch_version} cannot build cuda_sources: {torch_cuda_failed}")
             print(f"goal: CUDA vector-add compile with no GPU: at most {CUDA_GOAL}x torch's: NOT JUDGED ({why})")
         if "warm" in st:
