@@ -325,6 +325,32 @@ def test_overflowing_shape_is_a_memory_error(seed_ops, my_ops):
         my_ops.mul(x, y)
 
 
+def test_a_huge_broadcast_argument_costs_its_memory_not_its_size(my_ops, cache_dir):
+    """The first call of an op keeps what a refused write would put back: the memory an argument spans, one
+    element for a [2^31] broadcast, not a copy of its 2^31 elements (8 GB each, minutes, or out of memory).
+    In a child process limited to 3 GB of address space, the op's own error is the one raised."""
+    script = textwrap.dedent(f"""
+        import resource, sys
+        sys.path.insert(0, {str(CPP.parent)!r})
+        import numpy as np
+        from runtime import Tensor, ops
+        from op_util import load_op, CUSTOM_SRC
+        m = load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"])
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))
+        big = 1 << 31
+        x = ops.broadcast_to(Tensor(np.ones(1, np.float32)), (big,))
+        y = ops.broadcast_to(Tensor(np.ones((1, 1), np.float32)), (big, 1))
+        try:
+            m.mul(x, y)
+        except MemoryError as e:
+            print(e)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env=child_env(OPBUILDER_CACHE_DIR=str(cache_dir), OPENBLAS_NUM_THREADS="1"), timeout=300)
+    assert r.returncode == 0, f"child exited {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert "shape [2147483648, 2147483648] and dtype float32" in r.stdout, r.stdout + r.stderr
+
+
 def test_empty_and_zero_size_views(seed_ops):
     e = Tensor(np.zeros((0, 3)))
     assert seed_ops.square(e).shape == (0, 3)

@@ -299,11 +299,10 @@ class ProtectedArgs {
     it.note = std::move(note);
     if (private_copy || target == nullptr || target->is_cuda()) return;
     it.target = target;
-    if (!target->is_contiguous()) {
-      it.strided = target->contiguous_copy();
-      return;
-    }
-    const std::size_t n = target->nbytes();
+    // the memory its elements span, kept as bytes: for a strided target (an expanded one above all) that is
+    // its memory, not its logical size (a [2^31] broadcast of one element keeps one element)
+    it.start = static_cast<char *>(target->data_ptr());
+    const std::size_t n = SpanBytes(*target, &it.start);
     if (used_ + n <= kBuffer) {
       it.bytes = buffer_ + used_;
       used_ += n;
@@ -312,7 +311,7 @@ class ProtectedArgs {
       it.bytes = heap_.back().get();
     }
     it.nbytes = n;
-    std::memcpy(it.bytes, target->data_ptr(), n);
+    if (n != 0) std::memcpy(it.bytes, it.start, n);
   }
   bool empty() const { return n_ == 0; }
 
@@ -345,13 +344,7 @@ class ProtectedArgs {
     for (std::size_t k = 0; k < n_; ++k) {
       const Item &it = At(k);
       if (it.target == nullptr || Same(it)) continue;
-      Tensor &t = *it.target;
-      if (!it.strided) {
-        std::memcpy(t.data_ptr(), it.bytes, it.nbytes);
-      } else {  // elements that share memory get the one value they all had
-        CopyStrided(static_cast<char *>(t.data_ptr()), t.strides(), static_cast<const char *>(it.strided->data_ptr()),
-                    it.strided->strides(), t.shape(), t.element_size());
-      }
+      std::memcpy(it.start, it.bytes, it.nbytes);  // elements that share memory get the one value they all had
     }
   }
 
@@ -361,14 +354,24 @@ class ProtectedArgs {
     Refusal why = Refusal::kNone;
     std::string note;          // kForeign: the framework's words
     Tensor *target = nullptr;  // null: nothing kept (a private copy, device memory)
-    char *bytes = nullptr;     // a contiguous target's bytes
+    char *start = nullptr;     // the lowest address its elements span
+    char *bytes = nullptr;     // the bytes from `start` its elements span, as they were
     std::size_t nbytes = 0;
-    TensorPtr strided;  // a strided target's values
   };
-  static bool Same(const Item &it) {
-    if (!it.strided) return std::memcmp(it.target->data_ptr(), it.bytes, it.nbytes) == 0;
-    TensorPtr now = it.target->contiguous_copy();
-    return std::memcmp(now->data_ptr(), it.strided->data_ptr(), now->nbytes()) == 0;
+  static bool Same(const Item &it) { return it.nbytes == 0 || std::memcmp(it.start, it.bytes, it.nbytes) == 0; }
+  // The bytes `t`'s elements span (0 for no element), from its lowest addressed element (`*start`).
+  static std::size_t SpanBytes(const Tensor &t, char **start) {
+    if (t.numel() == 0) return 0;
+    if (t.is_contiguous()) return t.nbytes();
+    const ShapeVector shape = t.shape(), strides = t.strides();
+    std::int64_t lo = 0, hi = 0;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      const std::int64_t reach = (shape[d] - 1) * strides[d];
+      (reach < 0 ? lo : hi) += reach;
+    }
+    const auto size = static_cast<std::int64_t>(t.element_size());
+    *start += lo * size;
+    return static_cast<std::size_t>((hi - lo + 1) * size);
   }
   const Item &At(std::size_t k) const { return k < kInline ? inline_[k] : more_[k - kInline]; }
 
