@@ -152,8 +152,8 @@ def host_array(obj: Any) -> np.ndarray:
     """A numpy array over the memory of ``obj``, a host (CPU) array with ``__dlpack__``."""
     mod = _module(obj)
     if mod == "torch" and obj.is_neg():  # DLPack has no negative bit: its values would arrive negated
-        raise BufferError(f"from_dlpack: a torch tensor with the negative bit set (a lazily negated view, such "
-                          f"as x.conj().imag) cannot be shared through DLPack; pass x.resolve_neg()")
+        raise BufferError("from_dlpack: a torch tensor with the negative bit set (a lazily negated view, such "
+                          "as x.conj().imag) cannot be shared through DLPack; pass x.resolve_neg()")
     if mod == "torch" and getattr(obj, "dtype", None) is sys.modules["torch"].bfloat16:
         return torch_array(obj)
     if mod in ("jax", "jaxlib") and str(getattr(obj, "dtype", "")) == "bfloat16":

@@ -25,7 +25,6 @@ a gradient is one named error; several outputs come back as a tuple.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.abc
 import importlib.util
 import itertools
