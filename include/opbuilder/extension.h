@@ -28,14 +28,7 @@
 #ifndef OB_MODULE
 namespace opbuilder {
 namespace detail OB_HIDDEN {
-// What detail/bound_call.h's TracedModule asks of the binding layer: `f` as a function object.
-struct Pybind11Layer {
-  template <typename F>
-  static PyObject *Raw(F f, const char *name) {
-    return pybind11::cpp_function(std::move(f), pybind11::name(name)).release().ptr();
-  }
-};
-using ObModule = TracedModule<::pybind11::module_, Pybind11Layer>;
+using ObModule = TracedModule<::pybind11::module_>;
 }  // namespace detail
 }  // namespace opbuilder
 // Outside the builder's nanobind mode, OB_MODULE is a pybind11 module (same source, either layer), whose

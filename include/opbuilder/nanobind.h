@@ -209,14 +209,7 @@ struct type_caster<opbuilder::TensorPtrList> {
 
 namespace opbuilder {
 namespace detail OB_HIDDEN {
-// What detail/bound_call.h's TracedModule asks of the binding layer: `f` as a function object.
-struct NanobindLayer {
-  template <typename F>
-  static PyObject *Raw(F f, const char *name) {
-    return nanobind::cpp_function(std::move(f), nanobind::name(name)).release().ptr();
-  }
-};
-using ObModule = TracedModule<::nanobind::module_, NanobindLayer>;
+using ObModule = TracedModule<::nanobind::module_>;
 }  // namespace detail
 }  // namespace opbuilder
 

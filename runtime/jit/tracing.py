@@ -61,7 +61,7 @@ def cpp_hook(name: str, replay: Callable[..., Any], args: Tuple[Any, ...]) -> An
 def bound_hook(name: str, call: Optional[Callable[..., Any]], args: Optional[Tuple[Any, ...]]) -> Any:
     """Called by a C++ module function (OB_MODULE's ``m.def``, include/opbuilder/detail/bound_call.h) while
     ``flag`` is set. With this thread's trace recording, the whole call is one node whose target is ``call``
-    (the function unchecked), so a replay runs what the function does besides its Functions' Applies (an
+    (the module's function object: replayed with no trace recording, it runs itself), so a replay runs what the function does besides its Functions' Applies (an
     epilogue, a prologue, a Function picked by a value); ``call`` None (a signature the graph cannot hold)
     stops the trace. ``NotImplemented``: the function runs itself (no trace on this thread, or a tracer
     that records Applies, as to_jax's probe)."""

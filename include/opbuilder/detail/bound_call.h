@@ -5,9 +5,9 @@
 // input), a Function picked by a tensor's value, two Applies. Recording each Apply would drop the rest
 // on replay. So OB_MODULE's `m` is a TracedModule: each m.def binds the function behind one check of
 // the trace flag (one load and a branch per call). While a trace records, the call goes to
-// runtime/jit/tracing.py `bound_hook` with the function itself unchecked (`raw`, a function object of
-// the binding layer) and its arguments as Python objects; the trace records one node whose target is
-// `raw`, so a replay runs the whole function (its Applies then record their own autograd nodes).
+// runtime/jit/tracing.py `bound_hook` with the module's function object and its arguments as Python
+// objects; the trace records one node whose target is that function, so a replay runs the whole function
+// (its Applies then record their own autograd nodes; its check finds no trace recording on the thread).
 //
 // Only signatures whose values cross to Python and back unchanged are recorded: tensors, numbers,
 // strings, vectors and optionals of them; results of tensors (TensorPtr, TensorPtrList, a tuple or pair of TensorPtr).
@@ -118,9 +118,12 @@ inline void StopTrace(PyObject *name) {
 // The wrapper m.def binds for a function `F` of signature R(A...): the check, then `f` or the hook.
 template <typename Dep, typename F, typename R, typename... A>
 struct BoundCall {
-  std::shared_ptr<F> f;  // one object with `raw`'s: a mutable function's state is the same on every route
-  PyObject *raw;         // `f` as a function object of the binding layer (not checked): what a replay runs
-  PyObject *name;        // the function's name, for the node
+  std::shared_ptr<F> f;
+  // the module's function object (set once def() made it; a new reference kept for the process): what a
+  // replay runs. Its own check finds no trace recording on the replaying thread, so it calls `f`; no
+  // second function object is compiled per module function
+  std::shared_ptr<PyObject *> target;
+  PyObject *name;  // the function's name, for the node
 
   R operator()(A... a) const {
     if (*Runtime::Get().trace_flag != 0) {
@@ -128,7 +131,8 @@ struct BoundCall {
         PyRef args = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(sizeof...(A)))));
         Py_ssize_t k = 0;
         (PyTuple_SET_ITEM(args.get(), k++, ReplayToPython<Dep>(static_cast<const std::decay_t<A> &>(a))), ...);
-        PyRef out = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(BoundHook(), name, raw, args.get(), nullptr)));
+        PyRef out =
+            PyRef::Steal(Check(PyObject_CallFunctionObjArgs(BoundHook(), name, *target, args.get(), nullptr)));
         if (out.get() != Py_NotImplemented) return ReplayFromPython<Dep, std::decay_t<R>>(out.get());
       } else {
         StopTrace(name);
@@ -138,19 +142,15 @@ struct BoundCall {
   }
 };
 
-template <typename Dep, typename Layer, typename F, typename R, typename... A>
-auto MakeBoundCall(std::shared_ptr<F> f, const char *name, FnSig<R, A...> *) {
-  // the unchecked function: no attribute of the module, kept for the process (the module's function holds
-  // it; never freed, so no destructor runs after the interpreter is gone)
-  PyObject *raw = Layer::Raw([f](A... a) -> R { return (*f)(static_cast<A &&>(a)...); }, name);
-  BoundCall<Dep, F, R, A...> call{std::move(f), raw, Check(PyUnicode_FromString(name))};
+template <typename Dep, typename F, typename R, typename... A>
+auto MakeBoundCall(std::shared_ptr<F> f, const char *name, std::shared_ptr<PyObject *> target, FnSig<R, A...> *) {
+  BoundCall<Dep, F, R, A...> call{std::move(f), std::move(target), Check(PyUnicode_FromString(name))};
   return [call](A... a) -> R { return call(static_cast<A &&>(a)...); };
 }
 
 // OB_MODULE's module: `Module` (nanobind::module_ or pybind11::module_) whose def() binds each function
 // with a signature that mentions a tensor behind the trace check (BoundCall); everything else is Module's.
-// `Layer::Raw(f, name)` makes `f` a function object of the binding layer (a new reference).
-template <typename Module, typename Layer>
+template <typename Module>
 class TracedModule : public Module {
  public:
   explicit TracedModule(Module &m) : Module(m) {}
@@ -160,10 +160,12 @@ class TracedModule : public Module {
     using F = std::decay_t<Func>;
     using Sig = CallSig<F>;
     if constexpr (Bound<Sig>()) {  // (the other branch is not instantiated: a mutable lambda fits only here)
+      auto target = std::make_shared<PyObject *>(nullptr);
       Module::def(name,
-                  MakeBoundCall<F, Layer>(std::make_shared<F>(std::forward<Func>(f)), name,
-                                          static_cast<Sig *>(nullptr)),
+                  MakeBoundCall<F>(std::make_shared<F>(std::forward<Func>(f)), name, target,
+                                   static_cast<Sig *>(nullptr)),
                   extra...);
+      *target = Check(PyObject_GetAttrString(this->ptr(), name));  // kept for the process, as the module's
     } else {
       Module::def(name, std::forward<Func>(f), extra...);
     }
