@@ -117,6 +117,17 @@ def torch_bridge(cache_dir):
     return module
 
 
+@pytest.fixture(params=["registered", "bridge"])
+def torch_route(request, monkeypatch):
+    """to_torch's two eager routes: the registered operator (OPBUILDER_TORCH_BRIDGE=0) and the C++ bridge."""
+    if request.param == "bridge":
+        request.getfixturevalue("torch_bridge")
+        monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
+    else:
+        monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "0")
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def my_ops(cache_dir):
     return load_op("my_ops", [CUSTOM_SRC / "function_ops.cpp"])

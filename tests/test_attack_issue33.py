@@ -61,16 +61,6 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 import opbuilder  # noqa: E402
 
 
-@pytest.fixture(params=["registered", "bridge"])
-def torch_route(request, monkeypatch):
-    if request.param == "bridge":
-        request.getfixturevalue("torch_bridge")
-        monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
-    else:
-        monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "0")
-    return request.param
-
-
 @pytest.mark.parametrize("view", ["neg bit (z.conj().imag)", "neg view (torch._neg_view)"])
 def test_a_markdirty_write_into_a_neg_bit_view_is_refused_and_writes_nothing(parity_ops, torch_route, view):
     """torch's v.mul_(3) on a view with the negative or conjugate bit writes its base; to_torch's scale_ got

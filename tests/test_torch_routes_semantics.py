@@ -23,17 +23,6 @@ def parity_ops(cache_dir):
     return load_op("parity_ops", [CPP / "parity_ops.cpp"])
 
 
-@pytest.fixture(params=["registered", "bridge"])
-def torch_route(request, monkeypatch):
-    """to_torch's two eager routes: the registered operator (OPBUILDER_TORCH_BRIDGE=0) and the C++ bridge."""
-    if request.param == "bridge":
-        request.getfixturevalue("torch_bridge")
-        monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
-    else:
-        monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "0")
-    return request.param
-
-
 def _f64(*a, **kw) -> torch.Tensor:
     return torch.tensor(a, dtype=torch.float64, **kw)
 
