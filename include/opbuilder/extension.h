@@ -31,15 +31,31 @@ namespace detail OB_HIDDEN {
 using ObModule = TracedModule<::pybind11::module_>;
 }  // namespace detail
 }  // namespace opbuilder
-// Outside the builder's nanobind mode, OB_MODULE is a pybind11 module (same source, either layer), whose
-// def() binds each function so that runtime.jit records the whole call (detail/bound_call.h).
+// Outside the builder's nanobind mode, OB_MODULE is a pybind11 module (same source, either layer). With
+// pybind11 >= 3, PYBIND11_MODULE's `m` is an ObModule too, whose def() binds each function so that
+// runtime.jit records the whole call (detail/bound_call.h); with an older pybind11, a trace that meets an
+// Apply of such a module stops, and that signature runs eagerly.
+#if defined(PYBIND11_MODULE_PYINIT) && defined(PYBIND11_MODULE_EXEC)
+#define OB_PYBIND11_MODULE_(name, variable, ...)                    \
+  static void ob_module_body_(::opbuilder::detail::ObModule &);     \
+  PYBIND11_MODULE_PYINIT(name, ##__VA_ARGS__)                       \
+  PYBIND11_MODULE_EXEC(name, ob_module_) {                          \
+    ::opbuilder::detail::ObModule traced(ob_module_);               \
+    ob_module_body_(traced);                                        \
+  }                                                                 \
+  static void ob_module_body_(::opbuilder::detail::ObModule &variable)
+#undef PYBIND11_MODULE
+#define PYBIND11_MODULE(name, variable, ...) OB_PYBIND11_MODULE_(name, variable, ##__VA_ARGS__)
+#define OB_MODULE(m) PYBIND11_MODULE(OB_EXTENSION_NAME, m)
+#else
 #define OB_MODULE(m)                                            \
   static void ob_module_body_(::opbuilder::detail::ObModule &); \
-  PYBIND11_MODULE(OB_EXTENSION_NAME, m) {                       \
-    ::opbuilder::detail::ObModule traced(m);                    \
+  PYBIND11_MODULE(OB_EXTENSION_NAME, ob_module_) {              \
+    ::opbuilder::detail::ObModule traced(ob_module_);           \
     ob_module_body_(traced);                                    \
   }                                                             \
   static void ob_module_body_(::opbuilder::detail::ObModule &m)
+#endif
 #endif
 #endif
 

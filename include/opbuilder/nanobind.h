@@ -213,16 +213,22 @@ using ObModule = TracedModule<::nanobind::module_>;
 }  // namespace detail
 }  // namespace opbuilder
 
-// The module of an operator bound with nanobind; the builder names it (OB_EXTENSION_NAME). Its def()
-// binds each function so that runtime.jit records the whole call (detail/bound_call.h).
-#define OB_MODULE(m)                                                 \
-  static void ob_module_body_(::opbuilder::detail::ObModule &);      \
-  NB_MODULE(OB_EXTENSION_NAME, m) {                                  \
-    ::opbuilder::detail::RegisterNanobindTranslator();               \
-    ::opbuilder::detail::ObModule traced(m);                         \
-    ob_module_body_(traced);                                         \
-  }                                                                  \
-  static void ob_module_body_(::opbuilder::detail::ObModule &m)
+// A module bound with nanobind, by OB_MODULE (the builder names it: OB_EXTENSION_NAME) or by NB_MODULE:
+// its `m` is an ObModule, whose def() binds each function so that runtime.jit records the whole call
+// (detail/bound_call.h). NB_MODULE is nanobind's, with that one change; a function bound elsewhere (a
+// class's method, a def() on a plain nanobind::module_) is not recorded by jit: a trace that meets its
+// Apply stops, and that signature runs eagerly.
+#define OB_NB_MODULE_(name, variable)                                 \
+  static void ob_module_body_(::opbuilder::detail::ObModule &);       \
+  NB_MODULE_IMPL(name, ob_module_) {                                  \
+    ::opbuilder::detail::RegisterNanobindTranslator();                \
+    ::opbuilder::detail::ObModule traced(ob_module_);                 \
+    ob_module_body_(traced);                                          \
+  }                                                                   \
+  static void ob_module_body_(::opbuilder::detail::ObModule &variable)
+#undef NB_MODULE
+#define NB_MODULE(name, variable) OB_NB_MODULE_(name, variable)
+#define OB_MODULE(m) NB_MODULE(OB_EXTENSION_NAME, m)
 
 // A source written with PYBIND11_MODULE(MS_EXTENSION_NAME, m) whose module only binds plain functions
 // of argument types both layers convert alike (m.def("name", &fn, "doc")): the builder builds it with

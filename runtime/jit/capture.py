@@ -179,6 +179,17 @@ class Tracer:
             return NotImplemented
         return self.call_op("cpp", name, call, args, {})
 
+    def call_apply(self, name: str, replay: Any, args: Sequence[Any]) -> Any:
+        """A C++ Function's Apply called by a function jit does not record whole (tracing.cpp_hook): bound by a
+        class's def(), by a def() on a plain module object, by a pybind11 older than 3, or without a tensor
+        in its signature. What that function does around Apply (an epilogue, a prologue, a Function picked
+        by a value) would not be replayed, so the trace stops and the call goes on eagerly."""
+        self.stop(f"the C++ Function {name} was applied by a function jit cannot record whole (a bound class's "
+                  f"method, or a function bound by def() on a module object other than the m of OB_MODULE, "
+                  f"NB_MODULE or PYBIND11_MODULE): a replay would not repeat its work around Apply; bind it "
+                  f"with that m.def to jit it")
+        return replay(*args)
+
     def _shares_memory(self, t: Tensor) -> Optional[str]:
         """How ``t``, just written in place, shares its memory with another tensor of the call, or None:
         it is a view (of a tensor of the trace or not), or another tensor of the trace counts writes on its

@@ -51,10 +51,15 @@ def flag_address() -> int:
 
 
 def cpp_hook(name: str, replay: Callable[..., Any], args: Tuple[Any, ...]) -> Any:
-    """Called by a C++ ``Function<T>::Apply`` while ``flag`` is set: record it (this thread) or just run it."""
+    """Called by a C++ ``Function<T>::Apply`` while ``flag`` is set: hand it to this thread's tracer, or just
+    run it. A jit trace meets an Apply here only outside a module function it records whole (bound_hook),
+    and stops (``call_apply``); a tracer that records Applies (to_jax's probe) records it."""
     tracer = hook.tracer
     if tracer is None:
         return replay(*args)
+    record = getattr(tracer, "call_apply", None)
+    if record is not None:
+        return record(name, replay, args)
     return tracer.call_op("cpp", name, replay, args, {})
 
 
