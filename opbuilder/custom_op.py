@@ -1,9 +1,9 @@
 """``CustomOpBuilder``: an operator's sources and options, checked; ``load()`` returns its module.
 
-This module imports only what checking the arguments and loading a shipped binary need
-(cache/shipped.py): a package whose wheel ships its operators imports opbuilder and calls ``load()``
-in about a millisecond. The build pipeline (builder.py) is imported when something must be looked
-up in the cache or built.
+This module imports spec.py only (``import opbuilder`` is these two modules and the package): what
+looks for a build is imported by ``load()`` when it runs, a shipped binary's check (cache/shipped.py)
+when a wheel's record is beside the sources, the warm record's (cache/warm.py) otherwise, and the build
+pipeline (builder.py) when something must be looked up in full or built.
 """
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
-from .cache.cache_dir import cache_root
-from .cache.shipped_record import find_record, no_build
-from .native.core_lib import check_layout_flags
-from .spec import make_spec, verbose_requested
+from .spec import cache_root, find_record, make_spec, no_build, verbose_requested
 
 __all__ = ["CustomOpBuilder"]
 
@@ -88,7 +85,9 @@ class CustomOpBuilder:
             from .errors import NoBuildError
             raise NoBuildError(name, f"{e}, and a shipped binary is used only when the sources it was built "
                                      f"from are there to check it against (its wheel ships them)") from None
-        check_layout_flags(self.spec)
+        if self.spec.cflags or self.spec.cuda_cflags:  # no flags, nothing to check (and nothing imported)
+            from .native.core_lib import check_layout_flags
+            check_layout_flags(self.spec)
         self.name = name
 
     def build(self) -> str:

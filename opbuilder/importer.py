@@ -6,8 +6,13 @@ RTLD_GLOBAL before it is imported. Its ``build.json`` records them (``needs``, w
 needs.py once a lookup found them); ``recorded`` checks each with one ``lstat`` and ``preload``
 loads them. These are here, not in needs.py, because every warm load() runs them: importing a
 module of its own was ~0.1 ms of a ~2 ms warm load() (issue 21). A shipped load() (cache/shipped.py)
-uses ``preload`` and ``import_extension`` only: what the cache's records need is imported by
-``recorded`` when first called.
+uses ``preload``, ``import_extension`` and ``python_api`` only: what the cache's records need is
+imported by ``recorded`` when first called.
+
+It imports nothing of opbuilder: the names of the core library's files (``CORE_NAME``, ``CORE_FILE``),
+its ``dlopen`` (native/core_lib.py) and the Python API a module built here needs (native/abi.py) are
+defined here and handed on by those modules, so a warm or shipped load() imports neither (each module
+is ~0.3 M instructions of a new process, issues 35 and 38).
 """
 from __future__ import annotations
 
@@ -15,27 +20,30 @@ import importlib.machinery
 import importlib.util
 import os
 import stat
+import sys
 import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from .native.core_lib import CORE_FILE, CORE_NAME, dlopen_global
-from .native.core_lib import preload as preload_core
-
 __all__ = ["import_extension", "demangle", "loader_error", "RUNTIME_NAME", "DEP_FILES", "is_key", "recorded",
-           "recorded_needs", "preload", "preload_runtime", "loaded_runtime", "import_build", "loaded_modules",
-           "names_used", "loaded_lock"]
+           "recorded_needs", "preload", "preload_runtime", "preload_core", "dlopen_global", "loaded_runtime",
+           "import_build", "loaded_modules", "names_used", "loaded_lock", "CORE_NAME", "CORE_FILE", "LIMITED_API_HEX",
+           "limited_api", "python_api"]
 
-# nanobind's runtime (built by nanobind_runtime.py) is loaded here, with the process's record of it,
-# so that a warm load() imports nothing that builds it
+# nanobind's runtime (built by nanobind_runtime.py) and the core library (native/core_lib.py) are loaded
+# here, with the process's record of them, so that a warm load() imports nothing that builds them
 RUNTIME_NAME = "_nanobind"  # its cache directory: _nanobind.lib
+CORE_NAME = "_obcore"  # the core library's cache directory: _obcore.lib
+CORE_FILE = "libobcore.so"
+LIMITED_API_HEX = "0x030C0000"  # Python 3.12: the first the stable ABI of nanobind serves (native/abi.py)
 DEP_FILES = {f"{RUNTIME_NAME}.lib": "libnanobind.so", f"{CORE_NAME}.lib": CORE_FILE}  # the only ones recorded
 # opbuilder's installed runtime (native/installed.py): a record names it by this key, never by a path
 NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
 INSTALLED_KEY = "installed"
 _runtime: Optional[str] = None  # the runtime this process loaded
 _lock = threading.Lock()
+_cores: Dict[str, int] = {}  # path -> dlopen handle, the core libraries this process loaded
 # the cache's builds this process imported: (op dir, key) -> module, so an unchanged load() returns the
 # same object; and the module names used (a later build of one operator gets a name of its own)
 loaded_modules: Dict[Tuple[str, str], ModuleType] = {}
@@ -107,6 +115,41 @@ def recorded_needs(lib: Path) -> List[Path]:
     if not isinstance(entries, list):
         return []
     return recorded(lib, [e.get("dir") for e in entries if isinstance(e, dict)]) or []
+
+
+def limited_api() -> bool:
+    """Whether nanobind libraries are built against the limited API here (Python >= 3.12; native/abi.py)."""
+    return sys.version_info >= (3, 12) and os.environ.get("OPBUILDER_LIMITED_API", "1") != "0"
+
+
+def python_api() -> str:
+    """The Python ABI a nanobind library built here needs, as keys and records name it:
+    ``abi3-cp312`` under the limited API, else this interpreter's (``cpython-311 .cpython-311-...so``;
+    tools.toolchain.python_abi(), written out: a shipped load() asks for this and nothing of the toolchain)."""
+    if limited_api():
+        return "abi3-cp312"
+    return f"{sys.implementation.cache_tag} {importlib.machinery.EXTENSION_SUFFIXES[0]}"
+
+
+def dlopen_global(path: str) -> int:
+    """dlopen ``path`` with RTLD_NOW | RTLD_GLOBAL (never closed); its handle. ``_ctypes.dlopen``, not
+    ``ctypes.CDLL``: a CDLL object makes a class per library (~0.1 ms of a 2 ms warm load)."""
+    try:
+        import _ctypes
+    except ImportError:  # an interpreter built without ctypes: then nothing here can load a library
+        raise OSError(f"cannot load {path}: this Python has no _ctypes module") from None
+    return _ctypes.dlopen(path, os.RTLD_NOW | os.RTLD_GLOBAL)
+
+
+def preload_core(library: Path) -> None:
+    """Load the core library at ``library`` into the process's global symbol scope, once per file.
+    Libraries of other tags may be loaded beside it: their symbols have other names."""
+    path = str(library)
+    if path in _cores:
+        return
+    with _lock:
+        if path not in _cores:
+            _cores[path] = dlopen_global(path)
 
 
 def loaded_runtime() -> Optional[Path]:

@@ -1,16 +1,21 @@
-"""What to build: the validated description of one operator build."""
+"""What to build: the validated description of one operator build, and what every ``load()`` reads
+before it looks for a build (the cache's root, a wheel's record of shipped operators, the environment).
+
+This module imports nothing of opbuilder, and ``import opbuilder`` imports it and custom_op.py only: each
+module a new process imports costs ~0.3 M instructions (~0.15 ms), a tenth of a shipped load's budget
+(issue 35). So ``cache_root`` (cache/cache_dir.py), ``clean_path`` (cache/relocate.py) and ``find_record``
+(cache/shipped_record.py) are defined here, and those modules hand them on under their old names.
+"""
 from __future__ import annotations
 
 import keyword
 import os
-from collections import namedtuple
+from operator import itemgetter
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Tuple, Union
 
-from .cache.relocate import clean_path
-
 __all__ = ["BuildSpec", "make_spec", "verbose_requested", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME",
-           "PATH_FLAGS", "joined_path_flag"]
+           "PATH_FLAGS", "joined_path_flag", "cache_root", "clean_path", "RECORD", "find_record", "no_build"]
 
 BACKENDS = ("CPU", "GPU")
 BINDINGS = ("nanobind", "pybind11")
@@ -23,9 +28,11 @@ PATH_FLAGS = ("-I", "-iquote", "-isystem", "-idirafter", "-include", "-imacros",
 _LINKED = (".a", ".o", ".so")  # libraries and objects named in ldflags
 _FIELDS = ("name", "sources", "backend", "kind", "include_paths", "cflags", "cuda_cflags", "ldflags", "debug",
            "verbose", "root", "binding")
+RECORD = "opbuilder_ops.json"  # a wheel's record of the operators it ships (cache/shipped.py)
+_SEARCH_UP = 4  # directories searched for it, from the first source's upwards
 
 
-class BuildSpec(namedtuple("BuildSpec", _FIELDS, defaults=(None,))):
+class BuildSpec(tuple):
     """What to build: an operator's inputs, checked and made absolute (make_spec).
 
     Fields: ``name`` (str); ``sources`` and ``include_paths`` (tuples of Path); ``backend`` ("CPU",
@@ -35,11 +42,47 @@ class BuildSpec(namedtuple("BuildSpec", _FIELDS, defaults=(None,))):
     str); ``debug``, ``verbose`` (bool); ``root`` (Path: the cache); ``binding`` (modules: "nanobind" or
     "pybind11"; None: read from the sources, binding.py).
 
-    A collections.namedtuple: typing.NamedTuple's class creation (a ForwardRef compiled per field) and a
-    dataclass's (enough allocation to push a warm load() into a gen-1 garbage collection, issue 21) cost
-    every new process a fraction of a millisecond."""
+    A named tuple written out (``_fields``, ``_replace``, ``_asdict`` as collections.namedtuple has
+    them): namedtuple() compiles its ``__new__`` from source when called, typing.NamedTuple a ForwardRef
+    per field, and a dataclass allocates enough to push a warm load() into a garbage collection (issue
+    21); each costs every new process a fraction of a millisecond."""
 
     __slots__ = ()
+    _fields = _FIELDS
+
+    def __new__(cls, name, sources, backend, kind, include_paths, cflags, cuda_cflags, ldflags, debug, verbose,
+                root, binding=None):
+        return tuple.__new__(cls, (name, sources, backend, kind, include_paths, cflags, cuda_cflags, ldflags, debug,
+                                   verbose, root, binding))
+
+    name = property(itemgetter(0))
+    sources = property(itemgetter(1))
+    backend = property(itemgetter(2))
+    kind = property(itemgetter(3))
+    include_paths = property(itemgetter(4))
+    cflags = property(itemgetter(5))
+    cuda_cflags = property(itemgetter(6))
+    ldflags = property(itemgetter(7))
+    debug = property(itemgetter(8))
+    verbose = property(itemgetter(9))
+    root = property(itemgetter(10))
+    binding = property(itemgetter(11))
+
+    def _replace(self, **changes) -> "BuildSpec":
+        """A copy with the fields ``changes`` names set (ValueError for a name that is no field)."""
+        values = [changes.pop(f, v) for f, v in zip(_FIELDS, self)]
+        if changes:
+            raise ValueError(f"Got unexpected field names: {list(changes)!r}")
+        return tuple.__new__(type(self), values)
+
+    def _asdict(self) -> dict:
+        return dict(zip(_FIELDS, self))
+
+    def __getnewargs__(self) -> tuple:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return "BuildSpec(" + ", ".join(f"{f}={v!r}" for f, v in zip(_FIELDS, self)) + ")"
 
     @property
     def op_dir(self) -> Path:
@@ -155,3 +198,51 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
 def verbose_requested(verbose: bool) -> bool:
     """``verbose=``, or ``OPBUILDER_VERBOSE`` set (not to 0): print each command a build runs."""
     return bool(verbose) or os.environ.get("OPBUILDER_VERBOSE", "") not in ("", "0")
+
+
+def cache_root(override: Optional[Union[str, os.PathLike]] = None) -> Path:
+    """The cache directory: ``override`` (``build_dir``), else ``OPBUILDER_CACHE_DIR``, else
+    ``~/.cache/opbuilder`` (cache/cache_dir.py says what is in it)."""
+    if override is not None:
+        return Path(override).expanduser().absolute()
+    env = os.environ.get("OPBUILDER_CACHE_DIR")
+    if env:
+        return Path(env).expanduser().absolute()
+    return Path.home() / ".cache" / "opbuilder"
+
+
+def clean_path(path: str) -> str:
+    """An absolute ``path`` without ``.`` and ``..`` (``src/../include/v.h`` from ``-I ../include``), so that
+    keys name each file one way. Lexically when that is the same file (the usual case, and it keeps
+    the checkout's own spelling); through the links otherwise (``link/..`` is the link target's parent)."""
+    norm = os.path.normpath(path)
+    if norm == path:
+        return path
+    try:
+        if os.path.samefile(norm, path):
+            return norm
+    except OSError:
+        return norm
+    return os.path.realpath(path)
+
+
+def find_record(sources: Sequence[Union[str, os.PathLike]]) -> Optional[Path]:
+    """A wheel's record of its shipped operators (``RECORD``, read by cache/shipped.py) in the first
+    source's directory or one of the ``_SEARCH_UP`` above it; None if none (a few ``stat`` calls)."""
+    if not sources:
+        return None
+    d = os.path.dirname(str(sources[0]))
+    for _ in range(_SEARCH_UP):
+        path = os.path.join(d, RECORD)
+        if os.path.isfile(path):
+            return Path(path)
+        up = os.path.dirname(d)
+        if up == d:
+            break
+        d = up
+    return None
+
+
+def no_build() -> bool:
+    """``OPBUILDER_NO_BUILD=1``: a build that would be needed is a NoBuildError."""
+    return os.environ.get("OPBUILDER_NO_BUILD", "") not in ("", "0")

@@ -21,10 +21,9 @@ import opbuilder
 first = sorted(m for m in sys.modules if m.startswith("opbuilder"))
 from opbuilder import CustomOpBuilder
 from opbuilder.cache import shipped
-from opbuilder.native import abi, installed
+from opbuilder.native import installed
 from opbuilder import importer
-from opbuilder.cache.json_record import loads
-abi.python_api(), installed.installed(), loads('{"a": [1]}')
+importer.python_api(), installed.installed(by_owner=True), shipped.loads('{"a": [1]}')
 json_now = "json" in sys.modules
 import json
 print(json.dumps({"first": first, "shipped": sorted(m for m in sys.modules if m.startswith("opbuilder")),
@@ -43,7 +42,7 @@ def test_import_opbuilder_and_a_shipped_load_import_none_of_the_build_pipeline()
     got = _imported()
     assert got["shipped"] == SHIPPED_PATH_MODULES
     assert set(got["first"]) <= set(SHIPPED_PATH_MODULES) and "opbuilder.custom_op" in got["first"]
-    assert got["json"] == [False, False]  # records are read with _json's scanner (json_record.py)
+    assert got["json"] == [False, False]  # records are read with _json's scanner (shipped.loads)
 
 
 @pytest.mark.parametrize("text", ['{"a": [1, 2.5, "x\\u00e9", null, true, false, {"b": {}}], "c": -0.0}', " [1] \n",

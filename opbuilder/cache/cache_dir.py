@@ -10,19 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import List, Optional
+
+from ..spec import cache_root  # noqa: F401  (defined there: a load() imports spec.py, not this module)
 
 
 __all__ = ["cache_root", "root_origin", "CachedOp", "list_operators", "remove_operator", "dir_size"]
-
-
-def cache_root(override: Optional[Union[str, os.PathLike]] = None) -> Path:
-    if override is not None:
-        return Path(override).expanduser().absolute()
-    env = os.environ.get("OPBUILDER_CACHE_DIR")
-    if env:
-        return Path(env).expanduser().absolute()
-    return Path.home() / ".cache" / "opbuilder"
 
 
 def root_origin(root: Path) -> str:

@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Sequence, Tuple
 
+from ..spec import clean_path  # noqa: F401  (defined there: a load() imports spec.py, not this module)
+
 __all__ = ["project_root", "portable", "resolve", "prefix_map_flags", "clean_path"]
 
 
@@ -34,21 +36,6 @@ def project_root(sources: Sequence[Path]) -> Path:
         if parent == d:
             return Path(common)
         d = parent
-
-
-def clean_path(path: str) -> str:
-    """An absolute ``path`` without ``.`` and ``..`` (``src/../include/v.h`` from ``-I ../include``), so that
-    keys name each file one way. Lexically when that is the same file (the usual case, and it keeps
-    the checkout's own spelling); through the links otherwise (``link/..`` is the link target's parent)."""
-    norm = os.path.normpath(path)
-    if norm == path:
-        return path
-    try:
-        if os.path.samefile(norm, path):
-            return norm
-    except OSError:
-        return norm
-    return os.path.realpath(path)
 
 
 def portable(path: str, root: Path) -> str:

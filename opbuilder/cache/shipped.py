@@ -14,6 +14,11 @@ sources first (a few ``stat``s), and uses the binary when
 Then nothing is compiled, no process is started and nothing is written to the cache. Otherwise the
 reason is kept: load() builds (the JIT fallback; with a warning when the binary was modified), or,
 under ``OPBUILDER_NO_BUILD=1``, raises ``NoBuildError`` with it (``refuse_build``).
+
+A shipped load() imports this module and importer.py, and nothing else of opbuilder (each module is
+~0.3 M instructions of a new process, issue 35): how files are hashed (``file_hash``, BLAKE2b from
+``_blake2``) and records read (``loads``, with ``_json``'s scanner) are defined here, and
+cache/file_hash.py and cache/json_record.py hand them on under their old names.
 """
 from __future__ import annotations
 
@@ -21,15 +26,21 @@ import os
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from .file_hash import inside as _inside
-from .file_hash import HASH, file_hash
-from .json_record import loads
-from .shipped_record import RECORD, find_record, no_build  # noqa: F401  (public here too)
+from ..importer import import_extension, loaded_runtime, preload, python_api
+from ..spec import RECORD, find_record, no_build  # noqa: F401  (public here too)
+
+try:
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - an interpreter without the builtin module
+    from hashlib import blake2b
 
 __all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "shipped_module", "shipped_or_built", "refuse_build",
-           "no_build", "record_entry", "header_files", "options_of", "find_record", "status"]
+           "no_build", "record_entry", "header_files", "options_of", "find_record", "status", "HASH", "file_hash",
+           "files_intact", "inside", "loads"]
+
+HASH = "blake2b-256"  # what records name the hash they hold
 
 BIN_DIR = "_opbuilder"
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp", ".tpp")
@@ -37,21 +48,123 @@ _why: Dict[str, str] = {}  # operator name -> why its shipped binary was not use
 _modules: Dict[Tuple[str, str], ModuleType] = {}  # (record, hash of the binary) -> module
 _used: Dict[str, str] = {}  # operator name -> the shipped binary this process loaded (doctor)
 _lock = threading.Lock()
+_scan: Optional[Callable[[str, int], Any]] = None  # _json's scanner, made on first use (loads)
+
+
+def file_hash(path: Union[str, Path]) -> str:
+    """The BLAKE2b-256 of the file at ``path`` (hex; read without following a symlink). BLAKE2b from
+    ``_blake2``, as the cache's keys use it (fingerprint.py): hashlib's SHA-256 imports OpenSSL first,
+    which cost a shipped load() 10-50 ms on a loaded machine."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        h = blake2b(digest_size=32)
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return h.hexdigest()
+            h.update(chunk)
+    finally:
+        os.close(fd)
+
+
+def files_intact(directory: Path, files: object) -> bool:
+    """Whether each ``{relative path: hash}`` of ``files`` under ``directory`` has that hash (file_hash)."""
+    if not isinstance(files, dict) or not files:
+        return False
+    for rel, digest in files.items():
+        if not inside(rel):
+            return False
+        try:
+            if file_hash(f"{directory}/{rel}") != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def inside(rel: object) -> bool:
+    """A relative path that stays in its directory (no absolute path, no ``..``)."""
+    return isinstance(rel, str) and not os.path.isabs(rel) and ".." not in rel.split("/")
+
+
+class _Context:
+    """What ``_json.make_scanner`` reads of a decoder: json.loads's defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+    memo: dict = {}
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)`` with the C scanner of ``_json``, the json package's accelerator, without
+    importing the json package (its decoder and encoder modules: ~1 ms of a ~3 ms shipped load); a
+    ValueError (json.JSONDecodeError) for what is not one JSON document. Where ``_json`` is missing,
+    the json package reads it."""
+    global _scan
+    if _scan is None:
+        try:
+            from _json import make_scanner
+        except ImportError:  # pragma: no cover - an interpreter without the accelerator
+            import json
+            return json.loads(text)
+        _scan = make_scanner(_Context())
+    doc = text.strip(" \t\n\r")
+    try:
+        value, end = _scan(doc, 0)
+    except StopIteration:  # nothing that starts a JSON value
+        end = -1
+    if end != len(doc):
+        import json
+        return json.loads(text)  # raises its JSONDecodeError, with the position
+    return value
+
+
+def _read_text(path: str) -> str:
+    """The UTF-8 text of the file at ``path`` (no text layer made: ~0.1 M instructions less than open())."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks).decode()
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def _header_names(dirs: Sequence[str], top: str) -> List[str]:
+    """The headers under each of ``dirs`` that are inside ``top``, as paths relative to ``top`` (each
+    once, sorted): what a shipped operator's key covers besides its sources."""
+    out = set()
+    prefix = top.rstrip("/") + "/"
+    for d in dirs:
+        if d != top and not d.startswith(prefix):
+            continue
+        todo = [d]
+        while todo:  # os.walk, without its generator and per-directory lists (a shipped load walks the package)
+            base = todo.pop()
+            try:
+                entries = list(os.scandir(base))
+            except OSError:
+                continue
+            for e in entries:
+                if e.is_dir():  # through a link, as os.walk sorts entries; but a linked one is not walked
+                    if e.name not in ("__pycache__", BIN_DIR) and not e.is_symlink():
+                        todo.append(e.path)
+                elif e.name.endswith(HEADER_SUFFIXES):
+                    out.add(e.path[len(prefix):])
+    return sorted(out)
 
 
 def header_files(dirs: Sequence[Path], top: Path) -> List[Path]:
     """The headers under each of ``dirs`` that are inside ``top`` (sorted, each once): what a shipped
     operator's key covers besides its sources."""
-    out = set()
-    for d in dirs:
-        try:
-            d.relative_to(top)
-        except ValueError:
-            continue
-        for base, subdirs, files in os.walk(d):
-            subdirs[:] = sorted(s for s in subdirs if s not in ("__pycache__", BIN_DIR))
-            out.update(Path(base, f) for f in files if f.endswith(HEADER_SUFFIXES))
-    return sorted(out)
+    return [top / rel for rel in _header_names([str(d) for d in dirs], str(top))]
 
 
 def _portable(flags: Sequence[str], top: Path) -> List[str]:
@@ -60,78 +173,90 @@ def _portable(flags: Sequence[str], top: Path) -> List[str]:
     return [f.replace(prefix, "<pkg>") for f in flags]
 
 
+def _relative(path: str, top: str) -> Optional[str]:
+    """``path`` relative to ``top`` (lexically, as Path.relative_to: "." for ``top`` itself); None if
+    it is not under it."""
+    if path == top:
+        return "."
+    prefix = top.rstrip("/") + "/"
+    return path[len(prefix):] if path.startswith(prefix) else None
+
+
 def options_of(spec, top: Path) -> Dict[str, object]:
     """What of a spec, besides its sources and headers, decides the binary, as the record writes it."""
+    t = str(top)
     incs = []
     for p in spec.include_paths:
-        try:
-            incs.append(str(Path(p).relative_to(top)))
-        except ValueError:
-            incs.append(str(p))
+        rel = _relative(str(p), t)
+        incs.append(str(p) if rel is None else rel)
     return {"backend": spec.backend, "cflags": _portable(spec.cflags, top), "ldflags": _portable(spec.ldflags, top),
             "cuda_cflags": _portable(spec.cuda_cflags, top), "include_paths": incs, "debug": bool(spec.debug),
             "binding": spec.binding}
 
 
-def _digests(paths: Sequence[Path], top: Path) -> Optional[Dict[str, str]]:
+def _digests(paths: Sequence[Union[str, Path]], top: str) -> Optional[Dict[str, str]]:
+    """{path relative to ``top``: its file_hash} of each of ``paths``; None if one is not under ``top``
+    or cannot be read."""
     out = {}
     for p in paths:
+        rel = _relative(str(p), top)
+        if rel is None:
+            return None
         try:
-            out[str(p.relative_to(top))] = file_hash(p)
-        except (ValueError, OSError):
+            out[rel] = file_hash(p)
+        except OSError:
             return None
     return out
 
 
-def _scope(spec, top: Path) -> List[Path]:
-    return sorted({top} | {Path(p) for p in spec.include_paths})  # a source may include "../x.h" anywhere in it
+def _scope(spec, top: Path) -> List[str]:
+    return sorted({str(top)} | {str(p) for p in spec.include_paths})  # a source may include "../x.h" anywhere
+
+
+def _header_digests(spec, top: str) -> Optional[Dict[str, str]]:
+    return _digests([f"{top}/{rel}" for rel in _header_names(_scope(spec, top), top)], top)
 
 
 def record_entry(spec, top: Path, file: str, binary: Path, abi: Dict[str, str], uses_core: bool) -> Dict[str, object]:
     """The record of operator ``spec`` built into ``binary``, shipped as ``file`` (relative to ``top``,
     the package directory)."""
-    sources = _digests(list(spec.sources), top)
+    sources = _digests(list(spec.sources), str(top))
     if sources is None:
         raise ValueError(f"operator '{spec.name}': every source must be inside the package {top}")
-    return {"file": file, "hash": file_hash(binary), "sources": sources,
-            "headers": _digests(header_files(_scope(spec, top), top), top), "options": options_of(spec, top),
-            "abi": abi, "core": uses_core}
+    return {"file": file, "hash": file_hash(binary), "sources": sources, "headers": _header_digests(spec, str(top)),
+            "options": options_of(spec, top), "abi": abi, "core": uses_core}
 
 
 def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, object]], str]:
     """(binary, its record entry, "") when the shipped binary of ``spec`` fits; else (None, None, why)."""
     try:
-        record = loads(record_path.read_text())
+        record = loads(_read_text(str(record_path)))
     except (OSError, ValueError) as e:
         return None, None, f"its record {record_path} cannot be read ({e})"
-    top = record_path.parent
+    top = os.path.dirname(str(record_path))
     if not isinstance(record, dict) or record.get("hash") != HASH:
         return None, None, f"{record_path} is not a record this opbuilder reads (no {HASH} hashes)"
     entry = record.get("ops", {}).get(spec.name)
     if not isinstance(entry, dict):
         return None, None, f"{record_path} ships no operator '{spec.name}'"
     want_sources = entry.get("sources")
-    if not isinstance(want_sources, dict) or not all(_inside(k) for k in want_sources):
+    if not isinstance(want_sources, dict) or not all(inside(k) for k in want_sources):
         return None, None, f"{record_path} is not a record opbuilder writes"
-    have = _digests(list(spec.sources), top)
+    have = _digests(spec.sources, top)
     if have is None:
         return None, None, f"its sources are not all in the package {top} the binary was shipped in"
     if have != want_sources:
         changed = sorted(set(have) ^ set(want_sources)) or sorted(k for k in have if have[k] != want_sources[k])
         return None, None, f"its sources differ from those the binary was built from ({', '.join(changed)})"
-    headers = _digests(header_files(_scope(spec, top), top), top)
-    if headers != entry.get("headers"):
+    if _header_digests(spec, top) != entry.get("headers"):
         return None, None, "a header in its package differs from those the binary was built from"
-    options = options_of(spec, top)
+    options = options_of(spec, Path(top))
     if options != entry.get("options"):
         diff = sorted(k for k in options if options[k] != (entry.get("options") or {}).get(k))
         return None, None, f"it is asked for other options than the binary was built with ({', '.join(diff)})"
-    from ..native import installed as native
-
     abi = entry.get("abi")
     if not isinstance(abi, dict):
         return None, None, f"{record_path} records no ABI for '{spec.name}'"
-    from ..native.abi import python_api
     pybind11 = abi.get("binding") == "pybind11"  # its binding's runtime is in the binary
     if pybind11:
         from ..tools.toolchain import python_abi
@@ -141,15 +266,16 @@ def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, ob
     if abi.get("python") != need:
         return None, None, f"the binary was built for Python {abi.get('python')}, this Python needs {need}"
     if not pybind11:
+        from ..native import installed as native
         if not native.enabled():
             return None, None, "OPBUILDER_INSTALLED_RUNTIME=0 turns opbuilder's installed runtime off"
         why = native.why_not(native.installed(by_owner=True), abi)
         if why is not None:
             return None, None, why
     rel = entry.get("file")
-    if not _inside(rel):
+    if not inside(rel):
         return None, None, f"{record_path} is not a record opbuilder writes"
-    binary = top / str(rel)
+    binary = f"{top}/{rel}"
     try:
         digest = file_hash(binary)
     except OSError as e:
@@ -157,7 +283,7 @@ def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, ob
     if digest != entry.get("hash"):
         return None, None, (f"its binary {binary} was modified after it was built (its hash is not the one "
                             f"recorded): it is never loaded")
-    return binary, entry, ""
+    return Path(binary), entry, ""
 
 
 def shipped_module(spec, record_path: Optional[Path] = None) -> Optional[ModuleType]:
@@ -182,7 +308,6 @@ def shipped_module(spec, record_path: Optional[Path] = None) -> Optional[ModuleT
     mod = _modules.get(memo)
     if mod is not None:
         return mod
-    from ..importer import import_extension, loaded_runtime, preload
     from ..native import installed as native
 
     with _lock:  # one import per binary, whichever thread loads it first

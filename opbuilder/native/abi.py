@@ -14,37 +14,22 @@ runtime (installed.py), so a different compiler reuses what it can soundly link 
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Tuple
+
+# defined in importer.py, which a shipped load() imports (and not this module)
+from ..importer import LIMITED_API_HEX, limited_api, python_api
 
 if TYPE_CHECKING:  # the toolchain module is imported when used: a shipped load() asks python_api() only
     from ..tools.toolchain import Compiler
 
 __all__ = ["LIMITED_API_HEX", "limited_api", "api_flags", "python_api", "module_suffix", "cxx_abi", "wheel_tag"]
 
-LIMITED_API_HEX = "0x030C0000"  # Python 3.12: the first the stable ABI of nanobind serves
-
-
-def limited_api() -> bool:
-    """Whether nanobind libraries are built against the limited API here (Python >= 3.12)."""
-    return sys.version_info >= (3, 12) and os.environ.get("OPBUILDER_LIMITED_API", "1") != "0"
-
 
 def api_flags() -> Tuple[str, ...]:
     """The compile flags of the Python API nanobind libraries are built against."""
     return (f"-DPy_LIMITED_API={LIMITED_API_HEX}",) if limited_api() else ()
-
-
-def python_api() -> str:
-    """The Python ABI a nanobind library built here needs, as keys and records name it:
-    ``abi3-cp312`` under the limited API, else this interpreter's (``cpython-311 .cpython-311-...so``)."""
-    if limited_api():
-        return "abi3-cp312"
-    # tools.toolchain.python_abi(), written out: a shipped load() asks for this and nothing of the toolchain
-    import importlib.machinery
-    return f"{sys.implementation.cache_tag} {importlib.machinery.EXTENSION_SUFFIXES[0]}"
 
 
 def module_suffix() -> str:

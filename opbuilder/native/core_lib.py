@@ -18,19 +18,20 @@ change the C++ library's ABI) keep compiling them inline, as before.
 """
 from __future__ import annotations
 
-import os
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
+
+# its cache directory (_obcore.lib), its file, and how it is loaded are in importer.py, which a warm or
+# shipped load() imports (and not this module)
+from ..importer import CORE_FILE, CORE_NAME, dlopen_global
+from ..importer import preload_core as preload
 
 if TYPE_CHECKING:  # imported when used: a shipped load() reads constants and loads libraries only
     from ..spec import BuildSpec
 
 __all__ = ["CORE_NAME", "CORE_FILE", "core_tag", "core_spec", "uses_core", "compiler_view", "layout_flag_error",
-           "check_layout_flags", "preload"]
+           "check_layout_flags", "preload", "dlopen_global"]
 
-CORE_NAME = "_obcore"  # its cache directory: _obcore.lib
-CORE_FILE = "libobcore.so"
 # user flags after which the operator must compile the core itself: instrumented code, another
 # C++ library ABI (debug containers, the old string ABI, libc++), no exceptions or RTTI, or asked for
 _INLINE_FLAGS = ("-fsanitize", "-D_GLIBCXX", "-U_GLIBCXX", "-D_LIBCPP", "-stdlib=", "-fno-exceptions",
@@ -40,8 +41,6 @@ _INLINE_FLAGS = ("-fsanitize", "-D_GLIBCXX", "-U_GLIBCXX", "-D_LIBCPP", "-stdlib
 _LAYOUT_FLAGS = ("-fpack-struct", "-fshort-enums", "-fshort-wchar", "-mlong-double-", "-m96bit-long-double",
                  "-m32", "-mx32", "-m16", "-mabi=", "-fpcc-struct-return", "-freg-struct-return")
 _LAYOUT_DEFAULTS = ("-mabi=sysv", "-mabi=lp64", "-mlong-double-80")  # what x86-64 Linux code is built with anyway
-_loaded: Dict[str, int] = {}  # path -> dlopen handle, the core libraries this process loaded
-_lock = threading.Lock()
 
 
 def core_tag(headers: str, cxx_abi: str, python_api: str) -> str:
@@ -130,24 +129,3 @@ def core_spec(root: Path, verbose: bool = False) -> BuildSpec:
     return BuildSpec(name=CORE_NAME, sources=(source_dir() / "core" / "core_lib.cpp",), backend="CPU",
                      kind="core", include_paths=(), cflags=(), cuda_cflags=(), ldflags=(), debug=False,
                      verbose=verbose, root=root)
-
-
-def preload(library: Path) -> None:
-    """Load the core library at ``library`` into the process's global symbol scope, once per file.
-    Libraries of other tags may be loaded beside it: their symbols have other names."""
-    path = str(library)
-    if path in _loaded:
-        return
-    with _lock:
-        if path not in _loaded:
-            _loaded[path] = dlopen_global(path)
-
-
-def dlopen_global(path: str) -> int:
-    """dlopen ``path`` with RTLD_NOW | RTLD_GLOBAL (never closed); its handle. ``_ctypes.dlopen``, not
-    ``ctypes.CDLL``: a CDLL object makes a class per library (~0.1 ms of a 2 ms warm load)."""
-    try:
-        import _ctypes
-    except ImportError:  # an interpreter built without ctypes: then nothing here can load a library
-        raise OSError(f"cannot load {path}: this Python has no _ctypes module") from None
-    return _ctypes.dlopen(path, os.RTLD_NOW | os.RTLD_GLOBAL)

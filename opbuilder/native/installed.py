@@ -23,10 +23,13 @@ from pathlib import Path
 from stat import S_ISDIR, S_ISREG, S_IWGRP, S_IWOTH
 from typing import Dict, Optional
 
+from ..importer import CORE_FILE
+from ..importer import NATIVE_DIR as _NATIVE_DIR
+
 __all__ = ["NATIVE_DIR", "MANIFEST", "Native", "installed", "library_for", "last_why", "why_not"]
 
-_PKG_DIR = Path(__file__).resolve().parent.parent  # opbuilder's own code
-NATIVE_DIR = _PKG_DIR / "_native"
+NATIVE_DIR = Path(_NATIVE_DIR)  # as importer.py names it (no resolve(): a realpath is ~20 lstat calls)
+_PKG_DIR = NATIVE_DIR.parent  # opbuilder's own code
 _OTHERS_WRITE = S_IWGRP | S_IWOTH
 MANIFEST = "native.json"
 RUNTIME_FILE = "libnanobind.so"
@@ -47,7 +50,6 @@ class Native:
 
     @property
     def core(self) -> Path:
-        from .core_lib import CORE_FILE
         return self.dir / CORE_FILE
 
 
@@ -74,9 +76,8 @@ def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None
     found = None
     owned = False
     try:
-        from ..cache.json_record import loads
-        record = loads((d / MANIFEST).read_text())
-        from ..cache.file_hash import HASH, files_intact, inside
+        from ..cache.shipped import HASH, _read_text, files_intact, inside, loads  # a shipped load() has it
+        record = loads(_read_text(f"{d}/{MANIFEST}"))
         files = record.get("files") if isinstance(record, dict) and record.get("hash") == HASH else None
         if isinstance(files, dict) and all(inside(f) for f in files):
             if by_owner and _owned(d, files, record.get("sizes")):

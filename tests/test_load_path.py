@@ -1,0 +1,103 @@
+"""What a load() runs in a new process, kept small (issues 35 and 38): ``import opbuilder`` is three modules,
+a shipped binary is still checked by its hash before it is loaded, and the helpers moved onto that path
+(spec.BuildSpec written out, the package walk of cache/shipped.py) behave as before. No compiler."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from op_util import ROOT
+
+from opbuilder import CustomOpBuilder
+from opbuilder.cache import shipped
+from opbuilder.spec import BuildSpec
+
+
+def test_import_opbuilder_imports_the_package_custom_op_and_spec_only():
+    code = "import sys, opbuilder; print(sorted(m for m in sys.modules if m.startswith('opbuilder')))"
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "['opbuilder', 'opbuilder.custom_op', 'opbuilder.spec']"
+
+
+def test_the_old_homes_of_moved_names_still_give_them():
+    from opbuilder import importer, spec
+    from opbuilder.cache import cache_dir, file_hash, json_record, relocate, shipped_record
+    from opbuilder.native import abi, core_lib
+
+    assert cache_dir.cache_root is spec.cache_root and relocate.clean_path is spec.clean_path
+    assert shipped_record.find_record is spec.find_record and shipped_record.no_build is spec.no_build
+    assert file_hash.file_hash is shipped.file_hash and json_record.loads is shipped.loads
+    assert abi.python_api is importer.python_api and core_lib.preload is importer.preload_core
+    assert core_lib.CORE_FILE == importer.CORE_FILE == "libobcore.so"
+
+
+def _spec(tmp_path: Path) -> BuildSpec:
+    src = tmp_path / "op.cpp"
+    src.write_text("// op\n")
+    return CustomOpBuilder("op", [str(src)], cflags=["-DX=1"], build_dir=str(tmp_path / "cache")).spec
+
+
+def test_build_spec_keeps_the_named_tuple_api(tmp_path):
+    spec = _spec(tmp_path)
+    assert spec._fields[0] == "name" and spec.name == spec[0] == "op" and spec.binding is None
+    assert spec.cflags == ("-DX=1",) and spec.op_dir == tmp_path / "cache" / "op"
+    other = spec._replace(binding="pybind11", debug=True)
+    assert (other.binding, other.debug, other.name, type(other)) == ("pybind11", True, "op", BuildSpec)
+    assert spec._asdict()["root"] == tmp_path / "cache" and len(spec._asdict()) == 12
+    assert pickle.loads(pickle.dumps(spec)) == spec and hash(spec._replace()) == hash(spec)
+    assert repr(spec).startswith("BuildSpec(name='op', sources=(") and repr(spec).endswith(", binding=None)")
+    with pytest.raises(ValueError) as e:
+        spec._replace(nope=1)
+    assert str(e.value) == "Got unexpected field names: ['nope']"
+
+
+def _package(tmp_path: Path, binary: bytes):
+    """A package as a wheel installs it: one source, a binary, a record (pybind11: no installed runtime asked)."""
+    from opbuilder.tools.toolchain import python_abi
+
+    top = tmp_path / "pkg"
+    (top / "csrc").mkdir(parents=True)
+    src = top / "csrc" / "op.cpp"
+    src.write_text("// op\n")
+    lib = top / shipped.BIN_DIR / "op.so"
+    lib.parent.mkdir()
+    lib.write_bytes(binary)
+    spec = CustomOpBuilder("op", [str(src)], binding="pybind11").spec
+    entry = shipped.record_entry(spec, top, f"{shipped.BIN_DIR}/op.so", lib,
+                                 {"binding": "pybind11", "python": python_abi()}, False)
+    record = top / shipped.RECORD
+    record.write_text(json.dumps({"format": 1, "hash": shipped.HASH, "ops": {"op": entry}}))
+    return spec, record, lib
+
+
+def test_a_shipped_binary_edited_in_place_same_size_is_refused(tmp_path):
+    spec, record, lib = _package(tmp_path, b"\x7fELF not loaded here" * 50)
+    binary, entry, why = shipped._fit(spec, record)
+    assert (binary, why) == (lib, "") and entry["file"] == f"{shipped.BIN_DIR}/op.so"
+    data = bytearray(lib.read_bytes())
+    data[-1] ^= 0xFF
+    lib.write_bytes(bytes(data))  # same size, same owner
+    assert shipped._fit(spec, record) == (None, None, f"its binary {lib} was modified after it was built (its hash "
+                                                      f"is not the one recorded): it is never loaded")
+
+
+def test_the_package_walk_skips_caches_binaries_and_linked_directories(tmp_path):
+    top = tmp_path / "pkg"
+    for d in ("include/sub", "__pycache__", shipped.BIN_DIR, "elsewhere"):
+        (top / d).mkdir(parents=True)
+    for f in ("include/a.h", "include/sub/b.hpp", "__pycache__/c.h", f"{shipped.BIN_DIR}/d.h", "e.txt", "f.cuh"):
+        (top / f).write_text("")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "g.h").write_text("")
+    (top / "linked").symlink_to(outside, target_is_directory=True)
+    got = shipped.header_files([top, top / "include", tmp_path / "not_inside"], top)
+    assert got == [top / "f.cuh", top / "include" / "a.h", top / "include" / "sub" / "b.hpp"]
