@@ -134,6 +134,7 @@ def test_a_record_that_names_another_library_to_preload_is_not_used(op, tmp_path
     fmt, data = marshal.loads(records.read_bytes())
     other = tmp_path / "other.so"
     shutil.copy(next(p for p in records.parent.glob("*/wr_op*.so") if p.parent.name != "build"), other)
-    data = {k: (*v[:4], [[str(other), stamp_of(os.lstat(other))]]) for k, v in data.items()}
+    data = {k: marshal.dumps((*marshal.loads(v)[:4], [[str(other), stamp_of(os.lstat(other))]]))
+            for k, v in data.items()}
     write_file(records, marshal.dumps((fmt, data)))
     assert _load("wr_op", src, *_includes(header)) == {"value": 1, "builder": True}

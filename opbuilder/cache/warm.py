@@ -41,10 +41,12 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 from ..importer import DEP_FILES, NATIVE_DIR, import_build, is_key
 from .trust import check_dir, check_file, read_file, stamp_of, trusted_root
 
-__all__ = ["module", "remember", "batch", "ENV_NAMES", "RECORDS"]
+__all__ = ["module", "batch", "ENV_NAMES", "RECORDS"]
 
-RECORDS = "warm.rec"  # in the op dir: marshal data, (FORMAT, {identity: record})
-FORMAT = "warm-1"
+# a full lookup's ``remember`` writes the record (warm_notes.py, imported by the builder: not on this path)
+
+RECORDS = "warm.rec"  # in the op dir: marshal data, (FORMAT, {identity: marshal data of its record})
+FORMAT = "warm-2"  # each record stays bytes until its identity is asked for: one is decoded per load()
 MAX_RECORDS = 16  # identities kept per operator (environments, caches); the oldest go first
 USE_STAMP_S = 600  # as published.USE_STAMP_S: a build's last-used stamp is renewed once older than this
 # the variables the full lookup reads besides OPBUILDER_* (tests/test_warm_record.py checks the list
@@ -58,6 +60,7 @@ ENV_NAMES = ("CXX", "CC", "NVCC", "CUDAHOSTCXX", "CUDA_HOME", "CUDA_PATH", "PATH
 _NOT_LOOKUP = frozenset(("OPBUILDER_NO_BUILD", "OPBUILDER_VERBOSE", "OPBUILDER_LOCK_TIMEOUT",
                          "OPBUILDER_TORCH_BRIDGE"))
 _NOT_LOOKUP_PREFIX = "OPBUILDER_BUILD_GUARD"
+_ENV_BYTES = frozenset(n.encode() for n in ENV_NAMES)
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 if TYPE_CHECKING:  # a typing alias made at import costs every warm load() tens of microseconds
@@ -126,7 +129,17 @@ def _unchanged(inputs: Sequence[Sequence]) -> bool:
     """Whether every (path, stamp) of ``inputs`` still has that stamp."""
     memo = _batch
     if memo is None:
-        return all(_stamp(p) == then for p, then in inputs)
+        stat = os.stat  # _stamp, inlined: ~100 files per load
+        for p, then in inputs:
+            try:
+                st = stat(p)
+            except (FileNotFoundError, NotADirectoryError):
+                if then is not None:
+                    return False
+                continue
+            if then != [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]:
+                return False
+        return True
     for p, then in inputs:
         now = memo.get(p, memo)
         if now is memo:
@@ -142,10 +155,7 @@ def _identity(spec) -> str:
     memo = _batch
     context = None if memo is None else memo.get("")  # type: ignore[union-attr]
     if context is None:
-        env = os.environ
-        names = sorted(k for k in env if (k.startswith("OPBUILDER_") and k not in _NOT_LOOKUP
-                                          and not k.startswith(_NOT_LOOKUP_PREFIX)) or k in ENV_NAMES)
-        context = "\0".join([FORMAT, sys.version, sys.executable, _PKG_DIR, *(f"{k}={env[k]}" for k in names),
+        context = "\0".join([FORMAT, sys.version, sys.executable, _PKG_DIR, *_environment(),
                              *_found_on_path(("nanobind", "pybind11"))])
         if memo is not None:
             memo[""] = context  # type: ignore[assignment]  (one environment for a batch's items)
@@ -153,6 +163,28 @@ def _identity(spec) -> str:
     for group in (spec.sources, spec.include_paths, spec.cflags, spec.cuda_cflags, spec.ldflags):
         parts += [str(len(group)), *map(str, group)]  # each list with its length: no two specs read alike
     return "\0".join(parts)
+
+
+def _read_by_lookup(name: str) -> bool:
+    return (name.startswith("OPBUILDER_") and name not in _NOT_LOOKUP and not name.startswith(_NOT_LOOKUP_PREFIX)) \
+        or name in ENV_NAMES
+
+
+def _environment() -> List[str]:
+    """``NAME=value`` of each variable the full lookup reads (``_read_by_lookup``), sorted by name. On POSIX
+    from the bytes os.environ keeps (its ``_data``), decoding only those: iterating os.environ decodes
+    every name in Python (~0.2 M instructions of a warm load, with ~100 variables set)."""
+    env = os.environ
+    data = getattr(env, "_data", None)
+    if os.name != "posix" or not isinstance(data, dict):
+        return [f"{k}={env[k]}" for k in sorted(k for k in env if _read_by_lookup(k))]
+    out = []
+    for k, v in sorted(data.items()):
+        if k.startswith(b"OPBUILDER_") or k in _ENV_BYTES:
+            name = os.fsdecode(k)
+            if _read_by_lookup(name):
+                out.append(f"{name}={os.fsdecode(v)}")
+    return out
 
 
 _found: Dict[Tuple[str, ...], List[str]] = {}  # sys.path -> _found_on_path's answer, in this process
@@ -180,8 +212,8 @@ def _records_path(root: Path, spec) -> str:
 
 
 def _read_records(path: str) -> dict:
-    """The records in ``path`` by identity (trusted like every cache file: trust.read_file); {} if
-    there are none or they are not what this opbuilder writes."""
+    """The records in ``path``, each still marshal data, by identity (trusted like every cache file:
+    trust.read_file); {} if there are none or they are not what this opbuilder writes."""
     try:
         data = marshal.loads(read_file(path))  # type: ignore[arg-type]
     except (OSError, ValueError, EOFError, TypeError):
@@ -189,6 +221,19 @@ def _read_records(path: str) -> dict:
     if not isinstance(data, tuple) or len(data) != 2 or data[0] != FORMAT or not isinstance(data[1], dict):
         return {}
     return data[1]
+
+
+def _record(path: str, identity: str) -> Optional[tuple]:
+    """The record of ``identity`` in ``path``, decoded (only it: a file holds up to ``MAX_RECORDS``, each
+    ~100 stamps); None if there is none, or it is not one."""
+    data = _read_records(path).get(identity)
+    if not isinstance(data, bytes):
+        return None
+    try:
+        rec = marshal.loads(data)
+    except (ValueError, EOFError, TypeError):
+        return None
+    return rec if isinstance(rec, tuple) and len(rec) == 5 else None
 
 
 def _eligible(spec) -> bool:
@@ -204,7 +249,7 @@ def module(spec) -> Optional[ModuleType]:
     if not _eligible(spec):
         return None
     identity = _identity(spec)
-    rec = _read_records(f"{spec.root}/{spec.name}/{RECORDS}").get(identity)
+    rec = _record(f"{spec.root}/{spec.name}/{RECORDS}", identity)
     if rec is None:
         return None  # the full lookup checks the root: each directory above it is lstat'ed once per load
     try:
@@ -212,7 +257,7 @@ def module(spec) -> Optional[ModuleType]:
         op_dir = f"{root}/{spec.name}"
         check_dir(op_dir)  # type: ignore[arg-type]  (plain strings: no Path per check)
         if root != spec.root:  # links above the root: its real path, checked, is what is read from
-            rec = _read_records(f"{op_dir}/{RECORDS}").get(identity)
+            rec = _record(f"{op_dir}/{RECORDS}", identity)
             if rec is None:
                 return None
         key, file, lib_stamp, inputs, preload_stamps = rec
@@ -241,65 +286,3 @@ def module(spec) -> Optional[ModuleType]:
         except OSError:
             pass
     return import_build(spec.name, op_dir, key, Path(lib), preload_libs)
-
-
-def remember(spec, trusted_spec, key: str, lib: Path, preload_libs: Sequence[Path]) -> None:
-    """Write ``spec``'s warm record after the full lookup (under ``collecting``) found ``key``, whose
-    library is ``lib`` and loads ``preload_libs`` first; nothing when that lookup built it, or used a
-    fact no stamp vouches for, or a file it read changed too recently (see the module's docstring).
-    Best effort: a cache that cannot be written is looked up in full next time."""
-    from .warm_notes import seen_now  # the full lookup's notes: a warm load() never imports them
-
-    seen = seen_now()
-    if seen is None or seen.unstamped or key not in seen.lookups or not _eligible(spec):
-        return
-    try:
-        _remember(seen, spec, trusted_spec, key, lib, preload_libs)
-    except OSError:
-        pass  # a file it cannot stat, a cache it cannot write: looked up in full next time
-
-
-def _remember(seen, spec, trusted_spec, key: str, lib: Path, preload_libs: Sequence[Path]) -> None:
-    from .warm_notes import SETTLE_NS
-
-    root = trusted_spec.root
-    limit = seen.start_ns - SETTLE_NS
-    inputs: dict = {}
-    for p in [str(s) for s in trusted_spec.sources]:
-        inputs[p] = _stamp(p)
-        if inputs[p] is None:
-            return
-    for p, missing in seen.lookups[key]:
-        inputs[p] = _stamp(p)
-        if (inputs[p] is None) != missing:
-            return
-    for p, then in seen.stamps:
-        if _stamp(p) != then:
-            return
-        inputs[p] = then
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        if os.path.isabs(d):
-            inputs[d] = _stamp(d)  # an entry added or removed moves its directory's stamp
-    for m in list(sys.modules.values()):  # opbuilder's own code that ran the lookup: an edit or an upgrade
-        f = getattr(m, "__file__", None)  # of it may key builds otherwise, so it is an input too
-        if f and getattr(m, "__name__", "").split(".")[0] == "opbuilder" and f.startswith(_PKG_DIR):
-            inputs[f] = _stamp(f)
-    lib_stamp = stamp_of(check_file(lib))
-    pre = [[str(p), stamp_of(os.lstat(p))] for p in preload_libs]
-    stamps = [s for s in inputs.values() if s is not None] + [lib_stamp] + [s for _, s in pre]
-    if any(max(s[1], s[2]) > limit for s in stamps):
-        return  # changed moments before (or during) the lookup: a second edit in the same tick could hide
-    identity = _identity(spec)
-    path = _records_path(root, spec)
-    if str(lib.parent.parent) != os.path.dirname(path):
-        return  # not this spec's op dir (a prebuilt store's build)
-    record = (key, lib.name, lib_stamp, [[p, s] for p, s in inputs.items()], pre)
-    records = _read_records(path)
-    if records.get(identity) == record:
-        return
-    records.pop(identity, None)
-    records[identity] = record  # last: the newest (dicts keep their order)
-    while len(records) > MAX_RECORDS:
-        del records[next(iter(records))]
-    from .trust import write_file
-    write_file(Path(path), marshal.dumps((FORMAT, records)))
