@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Union
 
 from .custom_op import CustomOpBuilder
-from .cache.cache_dir import cache_root
+from .spec import cache_root
 from .cache.trust import trusted_root
 
 try:  # as cache/file_hash.py takes it, without importing that module for this one name (a warm load_inline)
