@@ -2,7 +2,8 @@
 // Function<T> through the FfiEntry its module already has (detail/ffi_entry.h), named by the call's
 // `entry` attribute. Built once per JAX version by opbuilder/bridges/interop_jax_ffi.py (XLA's headers
 // from jax.ffi.include_dir()), through the builder like any operator, so no operator needs XLA's
-// headers or an OB_XLA_FFI line. The module holds the capsules `forward` and `backward`
+// headers or an OB_XLA_FFI line. The backward target takes a second attribute, `needs` (which inputs
+// JAX differentiates). The module holds the capsules `forward` and `backward`
 // (what jax.ffi.register_ffi_target takes), and `host`: the target of a call the Function route cannot
 // take (a plain kernel, several ops, static arguments), whose body is to_jax's callback code in Python.
 #include "opbuilder/extension.h"
@@ -22,9 +23,11 @@ ffi::Error Forward(std::int64_t entry, ffi::RemainingArgs args, ffi::RemainingRe
   }
 }
 
-ffi::Error Backward(std::int64_t entry, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+// `needs`: bit i set where JAX differentiates input i; only those gradients are results (the handlers'
+// Backward says how the rest is skipped).
+ffi::Error Backward(std::int64_t entry, std::int64_t needs, ffi::RemainingArgs args, ffi::RemainingRets rets) {
   try {
-    return Handlers(EntryAt(entry)).Backward(args, rets);
+    return Handlers(EntryAt(entry)).Backward(args, rets, static_cast<std::uint64_t>(needs));
   } catch (const std::exception &e) {
     return ffi::Error::Internal(std::string("to_jax (XLA FFI backward): ") + e.what());
   }
@@ -37,8 +40,13 @@ XLA_FFI_Error *ForwardTarget(XLA_FFI_CallFrame *frame) {
 }
 
 XLA_FFI_Error *BackwardTarget(XLA_FFI_CallFrame *frame) {
-  static auto *h =
-      ffi::Ffi::Bind().Attr<std::int64_t>("entry").RemainingArgs().RemainingRets().To(Backward).release();
+  static auto *h = ffi::Ffi::Bind()
+                       .Attr<std::int64_t>("entry")
+                       .Attr<std::int64_t>("needs")
+                       .RemainingArgs()
+                       .RemainingRets()
+                       .To(Backward)
+                       .release();
   return h->Call(frame);
 }
 

@@ -29,7 +29,8 @@
 // OfferedBuffers), so outputs are usually built in place; any other output is copied in. The
 // backward handler gets the inputs and the output cotangents, runs Forward again (inside a jitted
 // function there is no forward context to keep; as when the runtime records, a write to an input
-// without MarkDirty is an error), then T::Backward (the gradient buffers offered),
+// without MarkDirty is an error), then T::Backward (the gradient buffers offered; only the inputs JAX
+// differentiates get one, the call's `needs` attribute, and NeedsInputGrad(i) is false for the rest),
 // and writes the gradients out (a null gradient becomes zeros; one in a shape its input broadcasts to
 // is summed down to the input's shape, as the runtime's engine does). Gradients are in the runtime's
 // (torch's) convention here; to_jax conjugates complex cotangents and gradients around the call

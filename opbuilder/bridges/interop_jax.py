@@ -31,7 +31,8 @@ Backward recomputes: the backward runs the forward again with grad recording and
 ``Backward``. JAX's residuals must be arrays and a jitted function runs many times, so keeping the
 runtime graph per call would need a handle threaded through XLA and a rule for freeing graphs whose
 pullback is never called; recomputing has neither problem, at the cost of a second forward in a
-gradient step. Complex gradients: the runtime's are torch's, so the cotangents in and the gradients
+gradient step. Only the inputs JAX differentiates (custom_vjp's ``perturbed``) get gradients: for the
+others NeedsInputGrad is false in Forward and Backward, as in the runtime. Complex gradients: the runtime's are torch's, so the cotangents in and the gradients
 out are conjugated (JAX's convention). bfloat16 arrays are ml_dtypes' on the host. See docs/interop.md.
 Importing this module imports jax; nothing else in opbuilder does.
 """
@@ -52,8 +53,9 @@ from runtime.ops import math as _math
 from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
-from .interop_jax_ffi import (ffi_function, ffi_targets, generic_targets, host_call, jax_dtype, jax_gradient,
-                              probe_entry, probe_values, runtime_cotangent)
+from .interop_jax_ffi import (dense_cotangent, ffi_function, ffi_targets, generic_targets, host_call, jax_dtype,
+                              jax_gradient, masked_targets, primal_values, probe_entry, probe_values,
+                              runtime_cotangent)
 
 __all__ = ["to_jax"]
 
@@ -97,11 +99,12 @@ class _JaxOp:
     """One module function as JAX functions, one ``custom_vjp`` per static signature."""
 
     def __init__(self, name: str, fn: Callable, shape_fn: Optional[Callable], writes: Tuple[int, ...] = (),
-                 ffi: bool = True, targets: Optional[Tuple[str, str]] = None) -> None:
+                 ffi: bool = True, targets: Optional[Tuple[str, str]] = None, masked: bool = False) -> None:
         self.name, self.fn, self.shape_fn = name, fn, shape_fn
         self.writes = writes  # argument positions the function writes (to_jax's mutates)
         self.ffi = ffi  # to_jax's ffi: False keeps every call on the callback path
         self.targets = targets  # the module's own OB_XLA_FFI targets (forward, backward), or None
+        self.masked = masked  # whether those targets' backward takes the `needs` attribute
         self.by_sig: Dict[Any, Callable] = {}
         self.out_specs: Dict[Any, Tuple[List[Spec], bool]] = {}
         self.routes: Dict[Any, Tuple[Any, str]] = {}
@@ -114,14 +117,15 @@ class _JaxOp:
             args.insert(p, a)
         return args
 
-    def _host_forward(self, positions, statics, arrays, grad: bool):
+    def _host_forward(self, positions, statics, arrays, grad: bool, needs: Optional[Sequence[bool]] = None):
         """Runs the operator on private copies of ``arrays`` (JAX's are immutable). With ``grad``, each
-        differentiable input is a leaf over the caller's (read-only) memory. An op refused for writing
+        differentiable input JAX differentiates (``needs``, default all) is a leaf over the caller's
+        (read-only) memory; the others do not require grad, as in the runtime. An op refused for writing
         such a leaf (MarkDirty; the refusal wrote nothing) runs again, and from then on, on a recorded
         copy of each leaf, so it writes a non-leaf, as in torch: an op that writes nothing pays no copy."""
         rt, need = [], []
-        for p, a in zip(positions, arrays):
-            leaf = grad and np.asarray(a).dtype.kind in _dtypes.GRAD_KINDS
+        for k, (p, a) in enumerate(zip(positions, arrays)):
+            leaf = grad and np.asarray(a).dtype.kind in _dtypes.GRAD_KINDS and (needs is None or needs[k])
             rt.append(_to_runtime(self.name, p, a, private=not leaf))
             if leaf:
                 need.append(rt[-1].requires_grad_(True))
@@ -136,7 +140,7 @@ class _JaxOp:
             if not need or self.writes_leaves or not is_leaf_write_refusal(e):
                 raise
             self.writes_leaves = True
-            return self._host_forward(positions, statics, arrays, grad)
+            return self._host_forward(positions, statics, arrays, grad, needs)
         single = not isinstance(res, (list, tuple))
         outs = [res] if single else list(res)
         for o in outs:
@@ -216,7 +220,8 @@ class _JaxOp:
         if g is None:
             targets, entry = how
             attrs = {"entry": np.int64(entry)} if entry is not None else None
-            g = self.ffi_fns[(positions, how)] = ffi_function(self, positions, targets, self.writes, attrs)
+            masked = entry is not None or self.masked  # the generic backward takes `needs`; OB_XLA_FFI's may
+            g = self.ffi_fns[(positions, how)] = ffi_function(self, positions, targets, self.writes, attrs, masked)
         return g
 
     def function(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:
@@ -265,9 +270,9 @@ class _JaxOp:
             # with x64 off, a 64-bit output is declared (out_struct) and returned as its 32-bit twin
             return tuple(np.asarray(o._data).astype(jax_dtype(o._data.dtype), copy=False) for o in outs)
 
-        def backward_cb(n_out, *arrays_and_cts):
+        def backward_cb(n_out, needs, *arrays_and_cts):
             arrays, cts = arrays_and_cts[:-n_out], arrays_and_cts[-n_out:]
-            rt, need, outs, _ = op._host_forward(positions, statics, arrays, grad=True)
+            rt, need, outs, _ = op._host_forward(positions, statics, arrays, grad=True, needs=needs)
             # a cotangent in the output's own dtype (it came as the 32-bit twin with x64 off), the runtime's convention
             pairs = [(o, _to_runtime(op.name, i, runtime_cotangent(np.asarray(g, dtype=o._data.dtype))))
                      for i, (o, g) in enumerate(zip(outs, cts)) if o.requires_grad]
@@ -292,16 +297,22 @@ class _JaxOp:
             outs = run("forward", forward_cb, tuple(structs), *arrays)
             return outs[0] if single else tuple(outs)
 
-        def f_fwd(*arrays):
-            return f(*arrays), arrays
+        def f_fwd(*args):
+            arrays, needs = primal_values(args)
+            return f(*arrays), (arrays, needs)
 
-        def f_bwd(arrays, ct):
+        def f_bwd(res, ct):
+            arrays, needs = res
+            out_structs, _ = out_struct(arrays)
             cts = (ct,) if not isinstance(ct, tuple) else ct
+            cts = tuple(dense_cotangent(c, s.shape, s.dtype) for c, s in zip(cts, out_structs))
             structs = tuple(jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in arrays)
-            grads = run(("backward", len(cts)), lambda *xs: backward_cb(len(cts), *xs), structs, *arrays, *cts)
-            return tuple(g if jnp.issubdtype(a.dtype, jnp.inexact) else None for a, g in zip(arrays, grads))
+            grads = run(("backward", len(cts), needs.flags),
+                        lambda *xs: backward_cb(len(cts), needs.flags, *xs), structs, *arrays, *cts)
+            return tuple(g if n and jnp.issubdtype(a.dtype, jnp.inexact) else None
+                         for a, g, n in zip(arrays, grads, needs.flags))
 
-        f.defvjp(f_fwd, f_bwd)
+        f.defvjp(f_fwd, f_bwd, symbolic_zeros=True)
         return f
 
 
@@ -375,6 +386,7 @@ def to_jax(module: Any, shape_fn: Optional[Dict[str, Callable]] = None,
     targets = ffi_targets(module, funcs, shape_fns) if ffi else {}
     out = types.SimpleNamespace()
     for name, fn in funcs.items():
-        op = _JaxOp(name, fn, shape_fns.get(name), writes.get(name, ()), ffi, targets.get(name))
+        op = _JaxOp(name, fn, shape_fns.get(name), writes.get(name, ()), ffi, targets.get(name),
+                    masked_targets(module, name))
         setattr(out, name, _wrapper(op))
     return out

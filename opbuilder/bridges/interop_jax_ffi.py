@@ -27,7 +27,8 @@ itself, read-only (no copy); a MarkDirty on that reruns Forward on copies, which
 then on. Result shapes come from the shape rule (``<name>_infer_shape`` or ``shape_fn``) or, on the
 generic path, from the probe run. Complex gradients follow JAX's convention on both paths: the
 handlers compute the runtime's (torch's), and the cotangents in and the gradients out are conjugated
-(``runtime_cotangent``, ``jax_gradient``). The entry address is process-local and part of the
+(``runtime_cotangent``, ``jax_gradient``). The backward asks for the gradients of the inputs JAX
+differentiates only (``Needs``, the ``needs`` attribute). The entry address is process-local and part of the
 lowered program, so JAX's persistent compilation cache keys it: another process (another address)
 compiles its own.
 """
@@ -47,9 +48,11 @@ from runtime.call_rules import to_framework_cotangent as _to_framework_cotangent
 from runtime.jit import tracing as _tracing
 
 __all__ = ["probe_values", "FFI_FWD", "FFI_BWD", "ffi_targets", "ffi_function", "runtime_cotangent", "jax_gradient",
-           "jax_dtype", "generic_targets", "probe_entry", "host_call"]
+           "jax_dtype", "generic_targets", "probe_entry", "host_call", "Needs", "primal_values", "dense_cotangent",
+           "masked_targets", "FFI_NEEDS"]
 
 FFI_FWD, FFI_BWD = "_xla_fwd", "_xla_bwd"
+FFI_NEEDS = "_xla_needs"  # set by OB_XLA_FFI where the backward handler takes the `needs` attribute
 
 _registered: "weakref.WeakKeyDictionary[Any, Dict[str, Tuple[str, str]]]" = weakref.WeakKeyDictionary()
 _serial = itertools.count()
@@ -57,7 +60,8 @@ _serial = itertools.count()
 
 def ffi_targets(module: Any, funcs: Dict[str, Callable], shape_fns: Dict[str, Callable]) -> Dict[str, Tuple[str, str]]:
     """The XLA target names (forward, backward) of ``module``'s functions that have FFI handlers;
-    each is registered with XLA once per module object. ValueError for one without a shape rule."""
+    each is registered with XLA once per module object. ValueError for one without a shape rule.
+    ``masked_targets`` says which backward handlers take the ``needs`` attribute."""
     with_handlers = [n for n in funcs if hasattr(module, n + FFI_FWD) and hasattr(module, n + FFI_BWD)]
     for name in with_handlers:
         if name not in shape_fns:
@@ -77,6 +81,12 @@ def ffi_targets(module: Any, funcs: Dict[str, Callable], shape_fns: Dict[str, Ca
             jax.ffi.register_ffi_target(prefix + ".bwd", getattr(module, name + FFI_BWD), platform="cpu")
             done[name] = (prefix + ".fwd", prefix + ".bwd")
     return {name: done[name] for name in with_handlers}
+
+
+def masked_targets(module: Any, name: str) -> bool:
+    """Whether ``module``'s OB_XLA_FFI backward handler of ``name`` takes the ``needs`` attribute (a
+    module built with older headers does not: it computes every gradient)."""
+    return bool(getattr(module, name + FFI_NEEDS, False))
 
 
 # ---- the generic handlers: one pair for every Function (src/jax_ffi.cpp) ----------------------------
@@ -327,13 +337,6 @@ def jax_dtype(dtype: Any) -> np.dtype:
     return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
-def _cotangent(ct: Any, struct: jax.ShapeDtypeStruct) -> Any:
-    """A cotangent as an array of the output's dtype (integer outputs get float0 ones from JAX)."""
-    if getattr(ct, "dtype", None) == jax.dtypes.float0:
-        return jnp.zeros(struct.shape, struct.dtype)
-    return ct
-
-
 def _aliases(name: str, positions: Tuple[int, ...], writes: Tuple[int, ...], arrays: Sequence[Any],
              structs: Sequence[jax.ShapeDtypeStruct]) -> Dict[int, int]:
     """input_output_aliases for the arguments ``writes`` (positions, declared by to_jax's ``mutates``):
@@ -352,13 +355,51 @@ def _aliases(name: str, positions: Tuple[int, ...], writes: Tuple[int, ...], arr
     return out
 
 
+@jax.tree_util.register_static
+class Needs:
+    """Which inputs JAX differentiates (custom_vjp's ``perturbed``), carried from the forward rule to
+    the backward one as static residual data: the backward computes only those gradients."""
+
+    def __init__(self, flags: Sequence[bool]) -> None:
+        self.flags = tuple(bool(f) for f in flags)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Needs) and other.flags == self.flags
+
+    def __hash__(self) -> int:
+        return hash(self.flags)
+
+    def mask(self) -> np.int64:
+        """The flags as the generic backward handler's ``needs`` attribute: bit i for input i (an input
+        past the 64th always gets its gradient)."""
+        v = sum(1 << i for i, f in enumerate(self.flags[:64]) if f)
+        return np.int64(v - (1 << 64) if v >= 1 << 63 else v)  # as a signed 64-bit value
+
+
+def primal_values(args: Sequence[Any]) -> Tuple[Tuple[Any, ...], Needs]:
+    """A ``symbolic_zeros`` forward rule's arguments (CustomVJPPrimal) as (values, which are perturbed)."""
+    return tuple(a.value for a in args), Needs(a.perturbed for a in args)
+
+
+def dense_cotangent(ct: Any, shape: Any, dtype: Any) -> Any:
+    """A cotangent JAX gives a ``symbolic_zeros`` backward rule (a SymbolicZero for an unused output,
+    float0 for an integer one) as an array of the output's shape and dtype."""
+    if isinstance(ct, jax.custom_derivatives.SymbolicZero) or getattr(ct, "dtype", None) == jax.dtypes.float0:
+        return jnp.zeros(shape, dtype)
+    return ct
+
+
 def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
-                 writes: Tuple[int, ...] = (), attrs: Optional[Dict[str, Any]] = None) -> Callable:
+                 writes: Tuple[int, ...] = (), attrs: Optional[Dict[str, Any]] = None,
+                 masked: bool = False) -> Callable:
     """A ``custom_vjp`` over the XLA custom calls ``targets`` (forward, backward) for an all-array call
     of ``op`` (to_jax's ``_JaxOp``: its ``specs`` gives the result shapes). The arguments at positions
     ``writes`` are declared to XLA as aliased to an output: XLA copies each into that result buffer (or
     uses a donated one), and the handler gives Forward that buffer to write. ``attrs``: the custom
-    calls' attributes (the generic handlers' ``entry``)."""
+    calls' attributes (the generic handlers' ``entry``). The backward computes gradients only for the
+    inputs JAX differentiates (``Needs``): with ``masked`` (the generic backward handler, which takes
+    the ``needs`` attribute) it returns only those; an OB_XLA_FFI module's handler returns all, and the
+    others are dropped."""
     fwd_target, bwd_target = targets
     attrs = attrs or {}
 
@@ -374,23 +415,34 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
                                 input_output_aliases=aliases or None)(*arrays, **attrs)
         return outs[0] if single else tuple(outs)
 
-    def f_fwd(*arrays):
-        return f(*arrays), arrays
+    def f_fwd(*args):
+        arrays, needs = primal_values(args)
+        return f(*arrays), (arrays, needs)
 
-    def f_bwd(arrays, ct):
+    def f_bwd(res, ct):
+        arrays, needs = res
         structs, _ = out_structs(arrays)
         cts = (ct,) if not isinstance(ct, tuple) else ct
-        cts = tuple(runtime_cotangent(_cotangent(c, s)) for c, s in zip(cts, structs))
+        cts = tuple(runtime_cotangent(dense_cotangent(c, s.shape, s.dtype)) for c, s in zip(cts, structs))
+        # the gradients the call returns: the differentiated inputs' (masked), else every input's
+        wanted = [i for i in range(len(arrays)) if needs.flags[i] or not masked or i >= 64]
+        if not wanted and not writes:  # nothing differentiated (JAX does not call it so; kept safe)
+            return (None,) * len(arrays)
         # an input Forward writes (declared) gets a scratch result aliased to it: XLA copies it there
         written = [positions.index(k) for k in writes]
         scratch = tuple(_struct(np.shape(arrays[i]), arrays[i].dtype, arrays) for i in written)
-        grads = jax.ffi.ffi_call(bwd_target, tuple(_struct(np.shape(a), a.dtype, arrays) for a in arrays)
-                                 + scratch, vmap_method="sequential",
-                                 input_output_aliases={i: len(arrays) + m for m, i in enumerate(written)} or None)(
-                                     *arrays, *cts, **attrs)[:len(arrays)]
-        return tuple(jax_gradient(g) if jnp.issubdtype(a.dtype, jnp.inexact) else None for a, g in zip(arrays, grads))
+        extra = {"needs": needs.mask()} if masked else {}
+        got = jax.ffi.ffi_call(bwd_target, tuple(_struct(np.shape(arrays[i]), arrays[i].dtype, arrays)
+                                                 for i in wanted) + scratch, vmap_method="sequential",
+                               input_output_aliases={i: len(wanted) + m for m, i in enumerate(written)} or None)(
+                                   *arrays, *cts, **attrs, **extra)[:len(wanted)]
+        grads: List[Any] = [None] * len(arrays)
+        for i, g in zip(wanted, got):
+            if needs.flags[i] and jnp.issubdtype(arrays[i].dtype, jnp.inexact):
+                grads[i] = jax_gradient(g)
+        return tuple(grads)
 
-    f.defvjp(f_fwd, f_bwd)
+    f.defvjp(f_fwd, f_bwd, symbolic_zeros=True)
     return lambda *arrays: f(*_vary_alike(arrays))
 
 

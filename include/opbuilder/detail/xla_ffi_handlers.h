@@ -309,18 +309,25 @@ class Handlers {
     }
   }
 
-  // Arguments: Forward's inputs, then one cotangent per output. Results: one gradient per input, then
-  // one scratch buffer per input declared written (to_jax's mutates), aliased to it: XLA copies the
-  // input there, and the rerun Forward writes that copy.
-  ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets) const {
+  // Arguments: Forward's inputs, then one cotangent per output. Results: one gradient per input that
+  // needs one (bit i of `needs`: JAX differentiates input i; all bits: every input), then one scratch
+  // buffer per input declared written (to_jax's mutates), aliased to it: XLA copies the input there,
+  // and the rerun Forward writes that copy. Forward and Backward see NeedsInputGrad(i) false for an
+  // input outside `needs`, as in the runtime for an input that does not require grad: no gradient is
+  // computed or written for it.
+  ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets, std::uint64_t needs = ~std::uint64_t{0}) const {
     try {
-      if (args.size() <= n_ || rets.size() < n_ || rets.size() > 2 * n_) {
+      std::size_t n_grads = 0;
+      for (std::size_t i = 0; i < n_; ++i) n_grads += NeedsBit(needs, i) ? 1 : 0;
+      if (args.size() <= n_ || rets.size() < n_grads || rets.size() > n_grads + n_) {
         throw std::runtime_error("expects the " + std::to_string(n_) + " inputs, the output cotangents and " +
-                                 std::to_string(n_) + " results (and a buffer per written input)");
+                                 std::to_string(n_grads) + " results (and a buffer per written input)");
       }
       const TensorPtrList all = ResultTensors(rets);
-      TensorPtrList dst = all;
-      dst.resize(n_);  // the gradients' buffers
+      TensorPtrList dst(n_);  // the gradients' buffers, by input (null for one that needs none)
+      for (std::size_t i = 0, j = 0; i < n_; ++i) {
+        if (NeedsBit(needs, i)) dst[i] = all[j++];
+      }
       // the rerun Forward's outputs: built in scratch blocks the size of the cotangents (its outputs'
       // shapes), not fresh memory each call; held until the gradients are copied out
       TensorPtrList rerun;
@@ -346,7 +353,9 @@ class Handlers {
         ctx_owner = std::make_unique<AutogradContext>();
         ContextState &st = State(*ctx_owner);
         st.needs.assign(n_, false);
-        for (std::size_t i = 0; i < n_; ++i) st.needs[i] = ::opbuilder::IsDifferentiable(in[i]->dtype());
+        for (std::size_t i = 0; i < n_; ++i) {
+          st.needs[i] = NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
+        }
         // the gradient route records, so (as the runtime does when it records) a write to an input
         // without MarkDirty is an error, with the runtime's message
         phase = NextFingerprintPhase();
@@ -391,7 +400,11 @@ class Handlers {
       }
       TensorPtrList g;
       {
-        OfferResults offer(dst);
+        TensorPtrList wanted;  // the gradient buffers XLA gave, offered to Backward's new tensors
+        for (const auto &d : dst) {
+          if (d) wanted.push_back(d);
+        }
+        OfferResults offer(wanted);
         e_.backward(&ctx, &grads, &g, &offer.buffers(), where_);
       }
       if (!ct_copies.empty()) {  // what Backward did to the copies tells later calls whether they need one
@@ -409,10 +422,13 @@ class Handlers {
         throw std::runtime_error("Backward returned " + std::to_string(g.size()) + " gradients for " +
                                  std::to_string(n_) + " arguments");
       }
+      TensorPtrList g_out, g_dst;  // the gradients XLA asked for, in its result order
       for (std::size_t i = 0; i < n_; ++i) {
-        if (!st.needs[i]) g[i] = nullptr;
+        if (!dst[i]) continue;
+        g_out.push_back(st.needs[i] ? g[i] : nullptr);
+        g_dst.push_back(dst[i]);
       }
-      CopyOut(std::move(g), dst, e_.name(), true);
+      CopyOut(std::move(g_out), g_dst, e_.name(), true);
       return ffi::Error::Success();
     } catch (const std::exception &ex) {
       return Fail("backward", ex.what());
@@ -427,6 +443,9 @@ class Handlers {
   using Kept = std::vector<const void *>;
   using Raw = std::vector<Tensor *>;
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+  // Whether bit i of `needs` is set (an input past the 64th always needs its gradient).
+  static bool NeedsBit(std::uint64_t needs, std::size_t i) { return i >= 64 || ((needs >> i) & 1U) != 0; }
 
   // Thrown when Forward marked dirty XLA's read-only buffer (a kAcceptsViews type known to write
   // nothing that wrote after all): the handler runs Forward again on private copies, which the type
@@ -587,11 +606,14 @@ XLA_FFI_Error *ForwardEntry(XLA_FFI_CallFrame *frame) {
   return h->Call(frame);
 }
 
+// `needs`: which inputs JAX differentiates (Handlers::Backward); Export says so to to_jax (<name>_xla_needs).
 template <typename T>
 XLA_FFI_Error *BackwardEntry(XLA_FFI_CallFrame *frame) {
   static const Handlers handlers(EntryOfForward<T, decltype(&T::Forward)>::Get(), kXlaFfiHeader);
-  static auto *h = ffi::Ffi::Bind().RemainingArgs().RemainingRets().To(
-      [](ffi::RemainingArgs a, ffi::RemainingRets r) { return handlers.Backward(a, r); }).release();
+  static auto *h = ffi::Ffi::Bind().Attr<std::int64_t>("needs").RemainingArgs().RemainingRets().To(
+      [](std::int64_t needs, ffi::RemainingArgs a, ffi::RemainingRets r) {
+        return handlers.Backward(a, r, static_cast<std::uint64_t>(needs));
+      }).release();
   return h->Call(frame);
 }
 
@@ -599,6 +621,7 @@ template <typename T>
 void Export(PyObject *module, const std::string &name) {
   AddCapsule(module, name + "_xla_fwd", &ForwardEntry<T>);
   AddCapsule(module, name + "_xla_bwd", &BackwardEntry<T>);
+  if (PyObject_SetAttrString(module, (name + "_xla_needs").c_str(), Py_True) < 0) throw PythonError();
 }
 
 }  // namespace xla_ffi
