@@ -28,16 +28,17 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 __all__ = ["import_extension", "demangle", "loader_error", "RUNTIME_NAME", "DEP_FILES", "is_key", "recorded",
            "recorded_needs", "preload", "preload_runtime", "preload_core", "dlopen_global", "loaded_runtime",
-           "import_build", "loaded_modules", "names_used", "loaded_lock", "CORE_NAME", "CORE_FILE", "LIMITED_API_HEX",
-           "limited_api", "python_api"]
+           "import_build", "loaded_modules", "names_used", "loaded_lock", "RUNTIME_FILE", "CORE_NAME", "CORE_FILE",
+           "LIMITED_API_HEX", "limited_api", "python_api"]
 
 # nanobind's runtime (built by nanobind_runtime.py) and the core library (native/core_lib.py) are loaded
 # here, with the process's record of them, so that a warm load() imports nothing that builds them
 RUNTIME_NAME = "_nanobind"  # its cache directory: _nanobind.lib
+RUNTIME_FILE = "libnanobind.so"
 CORE_NAME = "_obcore"  # the core library's cache directory: _obcore.lib
 CORE_FILE = "libobcore.so"
 LIMITED_API_HEX = "0x030C0000"  # Python 3.12: the first the stable ABI of nanobind serves (native/abi.py)
-DEP_FILES = {f"{RUNTIME_NAME}.lib": "libnanobind.so", f"{CORE_NAME}.lib": CORE_FILE}  # the only ones recorded
+DEP_FILES = {f"{RUNTIME_NAME}.lib": RUNTIME_FILE, f"{CORE_NAME}.lib": CORE_FILE}  # the only ones recorded
 # opbuilder's installed runtime (native/installed.py): a record names it by this key, never by a path
 NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
 INSTALLED_KEY = "installed"

@@ -101,3 +101,44 @@ def test_the_package_walk_skips_caches_binaries_and_linked_directories(tmp_path)
     (top / "linked").symlink_to(outside, target_is_directory=True)
     got = shipped.header_files([top, top / "include", tmp_path / "not_inside"], top)
     assert got == [top / "f.cuh", top / "include" / "a.h", top / "include" / "sub" / "b.hpp"]
+
+
+@pytest.fixture
+def native_dir(tmp_path, monkeypatch) -> Path:
+    """``<pkg>/_native`` as an install writes it, seen by a shipped load's own check of it (as in a new
+    process: nothing checked yet, native/installed.py not imported)."""
+    d = tmp_path / "opbuilder" / "_native"
+    d.mkdir(parents=True)
+    files = {"libnanobind.so": b"\x7fELF runtime" * 100, "libobcore.so": b"\x7fELF core" * 120}
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    record = {"abi": {"python": "p"}, "files": {n: shipped.file_hash(d / n) for n in files},
+              "sizes": {n: len(b) for n, b in files.items()}, "hash": shipped.HASH}
+    (d / "native.json").write_text(json.dumps(record))
+    monkeypatch.setattr(shipped, "NATIVE_DIR", str(d))
+    monkeypatch.setattr(shipped, "_native", [])
+    monkeypatch.setattr(shipped, "_INSTALLED", "opbuilder.not_imported")
+    return d
+
+
+def test_a_shipped_load_takes_the_owners_installed_runtime_as_installed_by_owner_does(native_dir):
+    from opbuilder.native import installed
+
+    assert shipped._owned_runtime()["abi"] == {"python": "p"}
+    assert installed.installed(native_dir, by_owner=True).record == shipped._owned_runtime()
+
+
+@pytest.mark.parametrize("change", ["size", "group-writable", "link"])
+def test_a_runtime_not_the_owners_as_recorded_is_left_to_installed_py_which_hashes_it(native_dir, tmp_path, change):
+    lib = native_dir / "libobcore.so"
+    if change == "size":
+        with open(lib, "ab") as f:
+            f.write(b"\0")
+    elif change == "group-writable":
+        lib.chmod(0o664)
+    else:
+        real = tmp_path / "elsewhere.so"
+        real.write_bytes(lib.read_bytes())
+        lib.unlink()
+        lib.symlink_to(real)
+    assert shipped._owned_runtime() is None

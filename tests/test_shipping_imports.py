@@ -21,9 +21,8 @@ import opbuilder
 first = sorted(m for m in sys.modules if m.startswith("opbuilder"))
 from opbuilder import CustomOpBuilder
 from opbuilder.cache import shipped
-from opbuilder.native import installed
 from opbuilder import importer
-importer.python_api(), installed.installed(by_owner=True), shipped.loads('{"a": [1]}')
+importer.python_api(), shipped._owned_runtime(), shipped.loads('{"a": [1]}')
 json_now = "json" in sys.modules
 import json
 print(json.dumps({"first": first, "shipped": sorted(m for m in sys.modules if m.startswith("opbuilder")),

@@ -23,12 +23,14 @@ cache/file_hash.py and cache/json_record.py hand them on under their old names.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG, S_IWGRP, S_IWOTH
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..importer import import_extension, loaded_runtime, preload, python_api
+from ..importer import CORE_FILE, NATIVE_DIR, RUNTIME_FILE, import_extension, loaded_runtime, preload, python_api
 from ..spec import RECORD, find_record, no_build  # noqa: F401  (public here too)
 
 try:
@@ -41,6 +43,7 @@ __all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "shipped_module", "shipped_or
            "files_intact", "inside", "loads"]
 
 HASH = "blake2b-256"  # what records name the hash they hold
+_OTHERS_WRITE = S_IWGRP | S_IWOTH
 
 BIN_DIR = "_opbuilder"
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp", ".tpp")
@@ -49,6 +52,9 @@ _modules: Dict[Tuple[str, str], ModuleType] = {}  # (record, hash of the binary)
 _used: Dict[str, str] = {}  # operator name -> the shipped binary this process loaded (doctor)
 _lock = threading.Lock()
 _scan: Optional[Callable[[str, int], Any]] = None  # _json's scanner, made on first use (loads)
+_native: List[Optional[Dict[str, Any]]] = []  # [the installed runtime's record, when its files are owned] once
+_ABI_PARTS = ("python", "nanobind", "cxx", "headers")  # as installed.why_not compares them
+_INSTALLED = __name__.rsplit(".", 2)[0] + ".native.installed"
 
 
 def file_hash(path: Union[str, Path]) -> str:
@@ -80,6 +86,51 @@ def files_intact(directory: Path, files: object) -> bool:
         except OSError:
             return False
     return True
+
+
+def owned_by_code_owner(d: str, files: Dict[str, object], sizes: object, code_dir: Union[str, Path]) -> bool:
+    """Whether directory ``d`` and each of ``files`` in it belong to the owner of ``code_dir`` (opbuilder's
+    own code), only that owner can write them, and each file (a regular one, not a link) has the size
+    ``sizes`` records: then no one could have changed them who could not change that code
+    (native/installed.py: how its installed runtime is trusted by a shipped load)."""
+    if not isinstance(sizes, dict) or set(sizes) != set(files):
+        return False  # a record written before sizes were: hashed
+    try:
+        owner = os.stat(code_dir).st_uid
+        st = os.lstat(d)
+        if not S_ISDIR(st.st_mode) or st.st_uid != owner or st.st_mode & _OTHERS_WRITE:
+            return False
+        for name in files:
+            st = os.lstat(f"{d}/{name}")
+            if (not S_ISREG(st.st_mode) or st.st_uid != owner or st.st_mode & _OTHERS_WRITE
+                    or st.st_size != sizes[name]):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _owned_runtime() -> Optional[Dict[str, Any]]:
+    """The record (native.json) of opbuilder's installed runtime when ``installed(by_owner=True)`` would
+    take it without hashing (its files owned by the owner of opbuilder's code, of their recorded sizes),
+    checked once per process; else None, and the caller asks native/installed.py (which hashes). A
+    shipped load() then imports neither that module nor the native package (~0.9 M instructions)."""
+    inst = sys.modules.get(_INSTALLED)
+    if inst is not None:  # imported already (a build ran in this process, or doctor): its answer, as it hashed
+        nat = inst.installed(by_owner=True)
+        return None if nat is None else nat.record
+    if not _native:
+        record = None
+        try:
+            got = loads(_read_text(f"{NATIVE_DIR}/native.json"))
+            files = got.get("files") if isinstance(got, dict) and got.get("hash") == HASH else None
+            if isinstance(files, dict) and all(inside(f) for f in files) and \
+                    owned_by_code_owner(NATIVE_DIR, files, got.get("sizes"), os.path.dirname(NATIVE_DIR)):
+                record = got
+        except (OSError, ValueError):
+            pass
+        _native.append(record)
+    return _native[0]
 
 
 def inside(rel: object) -> bool:
@@ -266,12 +317,15 @@ def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, ob
     if abi.get("python") != need:
         return None, None, f"the binary was built for Python {abi.get('python')}, this Python needs {need}"
     if not pybind11:
-        from ..native import installed as native
-        if not native.enabled():
+        if os.environ.get("OPBUILDER_INSTALLED_RUNTIME", "1") == "0":  # native/installed.py's enabled()
             return None, None, "OPBUILDER_INSTALLED_RUNTIME=0 turns opbuilder's installed runtime off"
-        why = native.why_not(native.installed(by_owner=True), abi)
-        if why is not None:
-            return None, None, why
+        have = _owned_runtime()
+        have_abi = have.get("abi") if have is not None else None
+        if not isinstance(have_abi, dict) or any(have_abi.get(p) != abi.get(p) for p in _ABI_PARTS):
+            from ..native import installed as native  # hashes what is not the owner's; says why it does not fit
+            why = native.why_not(native.installed(by_owner=True), abi)
+            if why is not None:
+                return None, None, why
     rel = entry.get("file")
     if not inside(rel):
         return None, None, f"{record_path} is not a record opbuilder writes"
@@ -308,22 +362,28 @@ def shipped_module(spec, record_path: Optional[Path] = None) -> Optional[ModuleT
     mod = _modules.get(memo)
     if mod is not None:
         return mod
-    from ..native import installed as native
-
     with _lock:  # one import per binary, whichever thread loads it first
         mod = _modules.get(memo)
         if mod is not None:
             return mod
-        nat = native.installed(by_owner=True)
+        if entry.get("abi", {}).get("binding") == "pybind11":
+            native_dir = None
+        elif _owned_runtime() is not None:
+            native_dir = Path(NATIVE_DIR)
+        else:
+            from ..native import installed as native
+            nat = native.installed(by_owner=True)
+            native_dir = None if nat is None else nat.dir
         loaded = loaded_runtime()
-        if nat is None or entry.get("abi", {}).get("binding") == "pybind11":
+        if native_dir is None:
             deps: List[Path] = []
         else:
-            if loaded is not None and loaded != nat.runtime:
+            runtime = native_dir / RUNTIME_FILE
+            if loaded is not None and loaded != runtime:
                 _why[spec.name] = (f"this process already loaded another nanobind runtime ({loaded}), built by "
                                    f"opbuilder in its cache")
                 return None
-            deps = [nat.runtime] + ([nat.core] if entry.get("core") else [])
+            deps = [runtime] + ([native_dir / CORE_FILE] if entry.get("core") else [])
         preload(deps)
         mod = import_extension(spec.name, binary, spec.name)
         _modules[memo] = mod

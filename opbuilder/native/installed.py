@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from stat import S_ISDIR, S_ISREG, S_IWGRP, S_IWOTH
 from typing import Dict, Optional
 
-from ..importer import CORE_FILE
+from ..importer import CORE_FILE, RUNTIME_FILE
 from ..importer import NATIVE_DIR as _NATIVE_DIR
 
 __all__ = ["NATIVE_DIR", "MANIFEST", "Native", "installed", "library_for", "last_why", "why_not"]
 
 NATIVE_DIR = Path(_NATIVE_DIR)  # as importer.py names it (no resolve(): a realpath is ~20 lstat calls)
 _PKG_DIR = NATIVE_DIR.parent  # opbuilder's own code
-_OTHERS_WRITE = S_IWGRP | S_IWOTH
 MANIFEST = "native.json"
-RUNTIME_FILE = "libnanobind.so"
 
 
 class Native:
@@ -102,22 +99,10 @@ def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None
 def _owned(d: Path, files: Dict[str, object], sizes: object) -> bool:
     """Whether directory ``d`` and each of ``files`` in it belong to the owner of opbuilder's own code
     (the package directory), only that owner can write them, and each file (a regular one, not a link)
-    has the size ``sizes`` records: then no one could have changed them who could not change that code."""
-    if not isinstance(sizes, dict) or set(sizes) != set(files):
-        return False  # a record written before sizes were: hashed
-    try:
-        owner = os.stat(_PKG_DIR).st_uid
-        st = os.lstat(d)
-        if not S_ISDIR(st.st_mode) or st.st_uid != owner or st.st_mode & _OTHERS_WRITE:
-            return False
-        for name in files:
-            st = os.lstat(f"{d}/{name}")
-            if (not S_ISREG(st.st_mode) or st.st_uid != owner or st.st_mode & _OTHERS_WRITE
-                    or st.st_size != sizes[name]):
-                return False
-    except OSError:
-        return False
-    return True
+    has the size ``sizes`` records: then no one could have changed them who could not change that code
+    (cache/shipped.py defines the check: a shipped load() runs it without importing this module)."""
+    from ..cache.shipped import owned_by_code_owner
+    return owned_by_code_owner(str(d), files, sizes, _PKG_DIR)
 
 
 def current_abi(cxx_abi: str, root: Optional[Path] = None) -> Dict[str, str]:
