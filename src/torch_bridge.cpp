@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <unordered_set>
@@ -67,14 +68,26 @@ int DataTypeOf(c10::ScalarType s) {
 }
 
 // ---- which bridge call is active: one per thread, tied to the Python frame it came from ----
+// The Python frame this thread runs now, as an identity only: the interpreter's own frame record
+// where the headers show it (PyEval_GetFrame would make a frame object for it on every call).
+const void *CurrentFrame() {
+#if defined(Py_LIMITED_API) || PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+  return PyEval_GetFrame();
+#elif PY_VERSION_HEX >= 0x030D0000
+  return PyThreadState_GET()->current_frame;
+#else
+  return PyThreadState_GET()->cframe->current_frame;
+#endif
+}
+
 struct Frame {
-  PyFrameObject *py;
+  const void *py;
   Frame *prev;
   PyObject *op = nullptr;  // the called operator's name (a str, borrowed), or null (a Backward)
 };
 thread_local Frame *tls_frame = nullptr;
 
-int Active() { return tls_frame != nullptr && tls_frame->py == PyEval_GetFrame() ? 1 : 0; }
+int Active() { return tls_frame != nullptr && tls_frame->py == CurrentFrame() ? 1 : 0; }
 
 // A tensor the fast path takes as it is: strided memory of its own (not a ZeroTensor or a functorch
 // wrapper) on the CPU or a CUDA device, no lazy conjugate or negation, a dtype operators take.
@@ -93,6 +106,12 @@ c10::Device DeviceOf(std::int32_t device) {
   return device < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device));
 }
 
+// A handle (ForeignTensor::handle) is a reference to the tensor's TensorImpl, as an at::Tensor holds
+// one, without an at::Tensor on the heap to allocate and free per argument.
+using ImplPtr = c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+void *HandleOf(const at::Tensor &t) { return ImplPtr(t.getIntrusivePtr()).release(); }
+at::Tensor TensorOf(void *handle) { return at::Tensor(ImplPtr::reclaim_copy(static_cast<c10::TensorImpl *>(handle))); }
+
 void Describe(const at::Tensor &t, ForeignTensor *out) {
   out->data = t.data_ptr();
   out->shape = t.sizes().data();
@@ -100,7 +119,7 @@ void Describe(const at::Tensor &t, ForeignTensor *out) {
   out->ndim = static_cast<std::int32_t>(t.dim());
   out->dtype = DataTypeOf(t.scalar_type());
   out->requires_grad = t.requires_grad() ? 1 : 0;
-  out->handle = new at::Tensor(t);
+  out->handle = HandleOf(t);
   out->device = t.is_cuda() ? t.get_device() : -1;
 }
 
@@ -112,24 +131,43 @@ int Unpack(PyObject *o, ForeignTensor *out) {
   return 1;
 }
 
-void Release(void *handle) { delete static_cast<at::Tensor *>(handle); }
-
-at::Tensor FromForeign(const ForeignTensor &t, void *keep, void (*drop)(void *)) {
-  std::vector<std::int64_t> strides;
-  c10::IntArrayRef sizes(t.shape, static_cast<std::size_t>(t.ndim));
-  if (t.strides != nullptr) {
-    strides.assign(t.strides, t.strides + t.ndim);
-  } else {
-    strides.resize(static_cast<std::size_t>(t.ndim));
-    std::int64_t acc = 1;
-    for (std::int32_t i = t.ndim; i-- > 0;) {
-      strides[static_cast<std::size_t>(i)] = acc;
-      acc *= t.shape[i] > 0 ? t.shape[i] : 1;
-    }
+int Peek(PyObject *o, ForeignTensor *out) {
+  if (!THPVariable_CheckExact(o)) return 0;
+  try {
+    const at::Tensor &t = THPVariable_Unpack(o);
+    if (!Plain(t) || !t.device().is_cpu()) return 0;
+    out->data = t.data_ptr();
+    out->shape = t.sizes().data();
+    out->strides = t.is_contiguous() ? nullptr : t.strides().data();
+    out->ndim = static_cast<std::int32_t>(t.dim());
+    out->dtype = DataTypeOf(t.scalar_type());
+    out->requires_grad = t.requires_grad() ? 1 : 0;
+    out->handle = nullptr;
+    out->device = -1;
+    return 1;
+  } catch (const std::exception &) {  // the Python path says what is wrong
+    return 0;
   }
-  return at::from_blob(
-      t.data, sizes, strides, [keep, drop](void *) { drop(keep); },
-      at::TensorOptions().dtype(kTypes[t.dtype]).device(DeviceOf(t.device)));
+}
+
+void Release(void *handle) { ImplPtr dropped = ImplPtr::reclaim(static_cast<c10::TensorImpl *>(handle)); }
+
+void Kept(void *) {}  // the context deleter while the tensor is made: a failure leaves `keep` to the caller
+
+// A torch tensor over `t`'s memory; `drop(keep)` runs when torch frees it. `drop` is torch's context
+// deleter itself (no std::function to allocate and call), set once the tensor exists, so a failure
+// leaves `keep` to the caller. A C-contiguous tensor gets torch's own strides (no vector).
+at::Tensor FromForeign(const ForeignTensor &t, void *keep, void (*drop)(void *)) {
+  c10::IntArrayRef sizes(t.shape, static_cast<std::size_t>(t.ndim));
+  auto maker = at::for_blob(t.data, sizes);
+  if (t.strides != nullptr) maker.strides(c10::IntArrayRef(t.strides, static_cast<std::size_t>(t.ndim)));
+  at::Tensor made = maker.context(keep, &Kept)
+                        .options(at::TensorOptions().dtype(kTypes[t.dtype]).device(DeviceOf(t.device)))
+                        .make_tensor();
+  if (!made.storage().mutable_data_ptr().compare_exchange_deleter(&Kept, drop)) {
+    throw std::logic_error("opbuilder's torch bridge: torch replaced the deleter of a tensor it was making");
+  }
+  return made;
 }
 
 PyObject *Wrap(const ForeignTensor *t, void *keep, void (*drop)(void *)) {
@@ -149,13 +187,13 @@ int SetGradEnabled(int on) {
   return prev ? 1 : 0;
 }
 
-void BumpVersion(void *handle) { torch::autograd::impl::bump_version(*static_cast<at::Tensor *>(handle)); }
+void BumpVersion(void *handle) { torch::autograd::impl::bump_version(TensorOf(handle)); }
 
-PyObject *ObjectOf(void *handle) { return THPVariable_Wrap(*static_cast<at::Tensor *>(handle)); }
+PyObject *ObjectOf(void *handle) { return THPVariable_Wrap(TensorOf(handle)); }
 
 PyObject *Alias(void *handle) {
   try {
-    const at::Tensor &t = *static_cast<at::Tensor *>(handle);
+    const at::Tensor t = TensorOf(handle);
     at::AutoGradMode off(false);  // a plain view; the node becomes its history
     return THPVariable_Wrap(t.view_as(t));
   } catch (const std::exception &e) {
@@ -230,7 +268,7 @@ void DropSaved(void *packed) {
 const char *WriteRefusal(void *handle) {
   thread_local std::string why;
   try {
-    torch::autograd::check_inplace(*static_cast<at::Tensor *>(handle), true);
+    torch::autograd::check_inplace(TensorOf(handle), true);
     return nullptr;
   } catch (const c10::Error &e) {
     why = e.what_without_backtrace();
@@ -243,7 +281,7 @@ void *Allocate(std::int64_t nbytes, std::int32_t device, int zero, void **handle
   try {
     const auto options = at::TensorOptions().dtype(at::kByte).device(DeviceOf(device));
     at::Tensor t = zero ? at::zeros({nbytes}, options) : at::empty({nbytes}, options);
-    *handle = new at::Tensor(t);
+    *handle = HandleOf(t);
     return t.data_ptr();
   } catch (const std::exception &e) {
     SetError(PyExc_MemoryError, e);
@@ -368,7 +406,7 @@ struct OpNode : torch::autograd::Node {
     std::vector<ForeignTensor> out(n.nargs);
     std::vector<void *> keep(n.nargs, nullptr);
     // Backward's device memory and stream are torch's, as in Forward (torch's engine set the stream)
-    Frame f{PyEval_GetFrame(), tls_frame};
+    Frame f{CurrentFrame(), tls_frame};
     tls_frame = &f;
     const int rc = n.backward(n.state, in.data(), in.size(), out.data(), keep.data(), n.nargs);
     tls_frame = f.prev;
@@ -457,7 +495,7 @@ int Record(const ForeignNode *node) {
     torch::autograd::edge_list edges(node->nargs);
     for (std::size_t i = 0; i < node->nargs; ++i) {
       if (node->inputs[i] != nullptr) {
-        edges[i] = torch::autograd::impl::gradient_edge(*static_cast<at::Tensor *>(node->inputs[i]));
+        edges[i] = torch::autograd::impl::gradient_edge(TensorOf(node->inputs[i]));
       }
     }
     fn->set_next_edges(std::move(edges));
@@ -513,7 +551,8 @@ const ForeignApi kApi = {opbuilder::detail::kForeignAbi,
                          &Pack,
                          &UnpackSaved,
                          &DropSaved,
-                         &WriteRefusal};
+                         &WriteRefusal,
+                         &Peek};
 
 // ---- Op: the namespace's callable ------------------------------------------------------
 struct OpObject {
@@ -651,7 +690,7 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
     }
   }
   ++op->fast_calls;
-  Frame f{PyEval_GetFrame(), tls_frame, op->name};
+  Frame f{CurrentFrame(), tls_frame, op->name};
   tls_frame = &f;
   PyObject *r = PyObject_Vectorcall(op->fn, args, n, nullptr);
   tls_frame = f.prev;

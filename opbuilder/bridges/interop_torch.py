@@ -72,6 +72,7 @@ _transforms_active = torch._C._are_functorch_transforms_active
 _functorch = torch._C._functorch
 _is_wrapped = _functorch.is_functorch_wrapped_tensor
 _is_compiling = torch.compiler.is_compiling
+_dynamo_compiling = torch.compiler.is_dynamo_compiling  # one frame less; dynamo reads it as True
 _define_lock = threading.RLock()
 
 
@@ -1168,17 +1169,20 @@ def _wrapper(op: _Op) -> Callable:
         bridged: List[Any] = [None]  # the C++ bridge's Op, once the bridge is loaded
 
         def entry(*args: Any) -> Any:
-            # eager calls go to the C++ bridge (src/torch_bridge.cpp), which calls the
-            # operator itself for plain CPU tensors and `call` for everything else
-            if not _is_compiling():
+            # eager calls go to the C++ bridge (src/torch_bridge.cpp), which calls the operator itself
+            # for plain CPU tensors and `call` for everything else: under a torch function or dispatch
+            # mode (torch.export's, make_fx's) too, so only dynamo's tracing is asked here, the cheap way
+            if not _dynamo_compiling():
                 fast = bridged[0]
-                if fast is None:
+                if fast is not None:
+                    return fast(*args)
+                if not _is_compiling():
                     bridge = _torch_bridge.ready()  # starts its build; None until it is loaded
                     if bridge is None:
                         return call(*args)
                     fast = bridged[0] = bridge.Op(op.fn, call, op.by_sig, "cuda" in op.devices,
                                                   op.shape_fn is not None)
-                return fast(*args)
+                    return fast(*args)
             return call(*args)
 
         entry.bridged = bridged  # type: ignore[attr-defined]  # tests read the Op's fast_calls

@@ -334,8 +334,8 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   std::unique_ptr<AutogradContext, ContextDeleter> ctx(new AutogradContext);
   ContextState &st = State(*ctx);
   BeginContext(st, f);
-  std::vector<void *> inputs(f.nargs, nullptr);
-  std::vector<std::uint64_t> fingerprints(f.nargs + 1, 0);
+  std::vector<void *> inputs;  // filled only while recording (as attach and dirty below): no allocation otherwise
+  std::vector<std::uint64_t> fingerprints;
   double phase = 0;
   // torch's rule, decided before Forward (call_rules.h): an expanded (stride-0) argument is never
   // written; a refused write is undone before the error (torch's leaf and view rules: record()).
@@ -355,6 +355,8 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     }
   }
   if (record) {
+    inputs.assign(f.nargs, nullptr);
+    fingerprints.assign(f.nargs + 1, 0);
     st.needs.assign(f.nargs, false);
     for (std::size_t i = 0; i < f.nargs; ++i) {
       if (!ForeignWantsGrad(CallerArg(f, i))) continue;
@@ -401,8 +403,12 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   }
 
   TensorPtrList result(outs.size());
-  std::vector<PyObject *> attach(outs.size(), nullptr);
-  std::vector<int> dirty(outs.size(), 0);
+  std::vector<PyObject *> attach;
+  std::vector<int> dirty;
+  if (record) {
+    attach.assign(outs.size(), nullptr);
+    dirty.assign(outs.size(), 0);
+  }
   for (std::size_t j = 0; j < outs.size(); ++j) {
     const int ai = st.ArgIndex(outs[j].get());
     void *own = ai >= 0 && st.IsDirty(outs[j].get()) ? ForeignHandle(*CallerArg(f, static_cast<std::size_t>(ai)))
@@ -414,7 +420,7 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
                                                                          : nullptr;
     PyRef obj;
     if (own != nullptr) {
-      dirty[j] = 1;
+      if (record) dirty[j] = 1;
       obj = PyRef::Steal(Check(api.object_of(own)));
     } else if (same != nullptr) {
       obj = PyRef::Steal(Check(api.alias(same)));

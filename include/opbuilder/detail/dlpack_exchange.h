@@ -6,7 +6,9 @@
 // `Tensor.numpy()` cost microseconds. TensorFromObject (src/core/runtime_bridge.cpp) tries this
 // before runtime.interop.dlpack_input, for torch.Tensor and torch.nn.Parameter objects on the
 // CPU; anything else, and any tensor this path cannot take as it is, goes the Python way, which
-// says what is wrong (a conjugate or negative view, float8, another device, a subclass).
+// says what is wrong (a conjugate or negative view, float8, another device, a subclass). Once
+// to_torch's C++ bridge is loaded in the process, its ForeignApi::peek reads the tensor instead
+// (torch's C++: no is_neg method call, which alone costs more than numpy's whole read).
 //
 // The Tensor made here keeps the torch tensor object alive (its storage's owner), as
 // Tensor.numpy()'s array did. torch tensors are writable memory. An operator's write into one
@@ -24,6 +26,7 @@
 #include <memory>
 
 #include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/foreign_api.h"
 #include "opbuilder/detail/numpy_api.h"
 #include "opbuilder/detail/pyref.h"
 #include "opbuilder/dtype.h"
@@ -196,11 +199,36 @@ inline bool Says(PyObject *method, PyObject *o, PyCFunction fn = nullptr) {
 
 }  // namespace dlpack
 
+// A Tensor over `data` (the torch tensor `o`'s memory, `o` kept alive as its owner), or nullptr where
+// numpy would not take it as it is (misaligned: the Python path copies it). `strides` in elements, null
+// or C order's: no strides vector.
+inline TensorPtr TensorOverTorch(PyObject *o, char *data, DataType dt, const std::int64_t *shape, std::int32_t ndim,
+                                 const std::int64_t *strides) {
+  const std::size_t es = ElementSize(dt);
+  const std::size_t align = (dt == kComplex64 || dt == kComplex128) ? es / 2 : es;  // numpy's alignment
+  if (reinterpret_cast<std::uintptr_t>(data) % align != 0) return nullptr;  // the Python path copies it
+  ShapeVector shape_v(shape, shape + ndim);
+  ShapeVector strides_v;
+  if (strides != nullptr) strides_v.assign(strides, strides + ndim);
+  Py_INCREF(o);
+  std::shared_ptr<void> storage(data, PyOwnerDeleter{o});
+  return std::make_shared<Tensor>(dt, std::move(shape_v), std::move(strides_v), data, std::move(storage), true);
+}
+
 // `o` as a Tensor over its memory if it is a CPU torch tensor this path takes as it is; else nullptr,
-// and the caller goes the Python way. Called with the GIL held.
+// and the caller goes the Python way. Called with the GIL held. Once to_torch's C++ bridge is loaded,
+// torch's own C++ reads the tensor (ForeignApi::peek: a few field reads); before, the exchange table
+// does, after torch's is_neg (a method call that releases and takes back the GIL: most of the cost).
 inline TensorPtr TensorFromExchange(PyObject *o) {
   const dlpack::KnownType *k = dlpack::FindType(Py_TYPE(o));
-  if (k == nullptr || k->api == nullptr) return nullptr;
+  if (k == nullptr) return nullptr;
+  if (const ForeignApi *bridge = LoadedForeign()) {
+    ForeignTensor f;
+    if (bridge->peek(o, &f) != 1) return nullptr;  // a conjugate or negative view, another device, ...
+    return TensorOverTorch(o, static_cast<char *>(f.data), static_cast<DataType>(f.dtype), f.shape, f.ndim,
+                           f.strides);
+  }
+  if (k->api == nullptr) return nullptr;
   if (dlpack::Says(k->is_neg, o, k->is_neg_fn)) return nullptr;  // a lazily negated view: DLPack cannot say so
   dlpack::DLTensor dl;
   if (k->api->dltensor_from_py_object_no_sync(o, &dl) != 0) {  // no storage (a functorch wrapper, meta), ...
@@ -216,16 +244,9 @@ inline TensorPtr TensorFromExchange(PyObject *o) {
       return nullptr;
     }
   }
-  char *data = static_cast<char *>(dl.data) + dl.byte_offset;
-  const std::size_t es = ElementSize(dt);
-  const std::size_t align = (dt == kComplex64 || dt == kComplex128) ? es / 2 : es;  // numpy's alignment
-  if (reinterpret_cast<std::uintptr_t>(data) % align != 0) return nullptr;  // the Python path copies it
-  ShapeVector shape(dl.shape, dl.shape + dl.ndim);
-  ShapeVector strides;  // left empty when C-contiguous (torch always gives strides): no vector to drop
-  if (dl.strides != nullptr && !dlpack::IsCContiguous(dl)) strides.assign(dl.strides, dl.strides + dl.ndim);
-  Py_INCREF(o);
-  std::shared_ptr<void> storage(data, PyOwnerDeleter{o});
-  return std::make_shared<Tensor>(dt, std::move(shape), std::move(strides), data, std::move(storage), true);
+  // C order's strides are left out (torch always gives strides): no vector to drop
+  const std::int64_t *strides = dl.strides != nullptr && !dlpack::IsCContiguous(dl) ? dl.strides : nullptr;
+  return TensorOverTorch(o, static_cast<char *>(dl.data) + dl.byte_offset, dt, dl.shape, dl.ndim, strides);
 }
 
 // The base of a numpy array over a Tensor's memory whose storage `owner` keeps alive (StorageOwner's

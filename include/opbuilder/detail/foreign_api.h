@@ -22,7 +22,7 @@ namespace opbuilder {
 namespace detail OB_HIDDEN {
 
 // Bumped whenever a field below changes; an operator ignores a bridge with another number.
-constexpr std::uint32_t kForeignAbi = 6;
+constexpr std::uint32_t kForeignAbi = 7;
 
 // A framework tensor's memory as the operator sees it (strides in elements); ndim == -1: no tensor.
 struct ForeignTensor {
@@ -99,6 +99,11 @@ struct ForeignApi {
   // on (torch's check_inplace: a leaf that requires grad, a view of one, ...), in its words (valid
   // until the next call on this thread); nullptr if it allows it.
   const char *(*write_refusal)(void *handle);
+  // For an operator called straight on framework tensors (no bridge call needed): 1 when `o` is a plain
+  // host tensor of a dtype operators take, with no lazy conjugate or negative bit, and `*out` describes
+  // it (its handle null: `o` keeps the memory; shape and strides are `o`'s own, valid while it lives and
+  // is not resized); 0 for any other object. Runs no Python code and sets no error.
+  int (*peek)(PyObject *o, ForeignTensor *out);
 };
 
 // `api` if it is a bridge of this ABI whose call is active on this thread from the current Python
@@ -107,9 +112,8 @@ inline const ForeignApi *IfActive(const ForeignApi *api) {
   return api != nullptr && api->abi == kForeignAbi && api->active() ? api : nullptr;
 }
 
-// The active bridge, for code that has no Runtime at hand (device memory, the current stream): the
-// slot runtime._native.bridge_slot_address() names, looked up once. Callers hold the GIL.
-inline const ForeignApi *ActiveForeign() {
+// The slot runtime._native.bridge_slot_address() names, looked up once (null: no runtime). Callers hold the GIL.
+inline const ForeignApi *const volatile *ForeignSlot() {
   static std::atomic<const ForeignApi *const volatile *> stored{nullptr};
   const ForeignApi *const volatile *slot = stored.load(std::memory_order_acquire);
   if (slot == nullptr) {
@@ -128,7 +132,20 @@ inline const ForeignApi *ActiveForeign() {
     }
     stored.store(slot, std::memory_order_release);
   }
-  return IfActive(*slot);
+  return slot;
+}
+
+// The active bridge, for code that has no Runtime at hand (device memory, the current stream).
+inline const ForeignApi *ActiveForeign() {
+  const ForeignApi *const volatile *slot = ForeignSlot();
+  return slot != nullptr ? IfActive(*slot) : nullptr;
+}
+
+// The bridge of this ABI if one is loaded, active or not (ForeignApi::peek), else nullptr.
+inline const ForeignApi *LoadedForeign() {
+  const ForeignApi *const volatile *slot = ForeignSlot();
+  const ForeignApi *api = slot != nullptr ? *slot : nullptr;
+  return api != nullptr && api->abi == kForeignAbi ? api : nullptr;
 }
 
 // The storage deleter of a Tensor over a framework tensor's memory: drops the bridge's reference.
