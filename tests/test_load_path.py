@@ -142,3 +142,45 @@ def test_a_runtime_not_the_owners_as_recorded_is_left_to_installed_py_which_hash
         lib.unlink()
         lib.symlink_to(real)
     assert shipped._owned_runtime() is None
+
+
+def _st(mode: int, uid: int, gid: int) -> os.stat_result:
+    return os.stat_result((mode, 1, 1, 1, uid, gid, 0, 0, 0, 0))
+
+
+_KINDS = [stat_mod | perm for stat_mod in (0o040000, 0o100000, 0o120000, 0o010000)
+          for perm in (0o700, 0o755, 0o775, 0o757, 0o600, 0o644, 0o664, 0o606, 0o1777, 0o1775)]
+
+
+@pytest.mark.parametrize("want_dir", [True, False])
+def test_a_warm_loads_test_of_a_cache_entry_is_trust_pys(want_dir):
+    from opbuilder.cache import trust, warm
+    from opbuilder.errors import UnsafeCacheDirError
+
+    for mode in _KINDS:
+        for uid in (os.geteuid(), os.geteuid() + 1, 0):
+            st = _st(mode, uid, os.getegid())
+            try:
+                trust._check(Path("/nonexistent/x"), st, want_dir)
+                trusted = True
+            except UnsafeCacheDirError:
+                trusted = False
+            assert warm._ours(st, want_dir) == trusted, (oct(mode), uid)
+
+
+def test_a_warm_loads_test_of_the_directories_above_the_cache_is_trust_pys():
+    from opbuilder.cache import trust, warm
+    from opbuilder.errors import UnsafeCacheDirError
+
+    euid, egid = os.geteuid(), os.getegid()
+    fine = _st(0o040755, 0, 0)
+    for mode in _KINDS:
+        for uid in (euid, euid + 1, 0):
+            for gid in (egid, egid + 1):
+                st = _st(mode, uid, gid)
+                try:
+                    trust._check_above(Path("/a/b"), Path("/a/b"), known={"/a": st, "/": fine})
+                    trusted = True
+                except UnsafeCacheDirError:
+                    trusted = False
+                assert warm._above_ok(st, euid, egid) == trusted, (oct(mode), uid, gid)

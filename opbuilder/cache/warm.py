@@ -24,7 +24,11 @@ Why a stamp may stand in for contents here: a stamp is recorded only if every fi
 (``max(mtime, ctime)``) is ``SETTLE_NS`` older than the start of the lookup that hashed it, so the
 contents hashed are the contents the stamp describes; any later write moves its ctime (which no user
 can set back), so an edit, even one that keeps the size and restores the mtime, changes the stamp.
-The record is trusted like every cache file (trust.py: ours, not a link, written by no one else).
+The record, the cache root and the directories above it, the op and build directories and the library
+are trusted as trust.py trusts every cache file (ours, not a link, written by no one else), with its
+tests written out here (``_ours``, ``_above_ok``; tests/test_load_path.py holds them to trust.py's), so a
+warm load() does not import trust.py (~0.8 M instructions of a new process). Whatever fails them falls
+through to the full lookup, which checks with trust.py and says what is wrong.
 """
 from __future__ import annotations
 
@@ -32,16 +36,15 @@ import marshal
 import os
 import sys
 import threading
-from stat import S_ISREG
+from stat import S_ISDIR, S_ISLNK, S_ISREG, S_ISVTX, S_IWGRP, S_IWOTH
 import time
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from ..importer import DEP_FILES, NATIVE_DIR, import_build, is_key
-from .trust import check_dir, check_file, read_file, stamp_of, trusted_root
 
-__all__ = ["module", "batch", "ENV_NAMES", "RECORDS"]
+__all__ = ["module", "batch", "trusted_as_given", "ENV_NAMES", "RECORDS"]
 
 # a full lookup's ``remember`` writes the record (warm_notes.py, imported by the builder: not on this path)
 
@@ -62,9 +65,16 @@ _NOT_LOOKUP = frozenset(("OPBUILDER_NO_BUILD", "OPBUILDER_VERBOSE", "OPBUILDER_L
 _NOT_LOOKUP_PREFIX = "OPBUILDER_BUILD_GUARD"
 _ENV_BYTES = frozenset(n.encode() for n in ENV_NAMES)
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OTHERS_WRITE = S_IWGRP | S_IWOTH
+_OPEN = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 
 if TYPE_CHECKING:  # a typing alias made at import costs every warm load() tens of microseconds
     Stamp = Optional[List[int]]
+
+
+def _stamp_of(st: os.stat_result) -> list:
+    """trust.stamp_of: size, mtime, ctime, inode, device."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def _stamp(path: str) -> Stamp:
@@ -113,15 +123,58 @@ def _dependency_path(path: str, root: str) -> bool:
     return top == root and DEP_FILES.get(name) == file and is_key(key)
 
 
+def _ours(st: os.stat_result, want_dir: bool) -> bool:
+    """trust._check's test of an entry (an lstat, or the fstat of a file opened without following a link):
+    a directory (``want_dir``) or a regular file of ours that group and others cannot write."""
+    mode = st.st_mode
+    return (S_ISDIR(mode) if want_dir else S_ISREG(mode)) and st.st_uid == os.geteuid() and not mode & _OTHERS_WRITE
+
+
+def _above_ok(st: os.stat_result, euid: int, egid: int) -> bool:
+    """trust._check_above's test of a directory above the cache root (an lstat): not a link, root's or ours,
+    and writable by no one else (by others or another group) unless sticky."""
+    mode = st.st_mode
+    if S_ISLNK(mode) or st.st_uid not in (0, euid):
+        return False
+    return not (mode & S_IWOTH or (mode & S_IWGRP and st.st_gid != egid)) or bool(mode & S_ISVTX)
+
+
+def trusted_as_given(root: Path) -> bool:
+    """Whether ``root`` (absolute, normal, no link on the way) passes trust.trusted_root as it is: a
+    directory of ours only we can write, below directories no one else can write (load_inline asks it of
+    its strings' directory, as this module asks it of the cache)."""
+    path = os.fspath(root)
+    if not path.startswith("/") or path.startswith("//") or os.path.normpath(path) != path:
+        return False
+    euid, egid = os.geteuid(), os.getegid()
+    try:
+        if not _ours(os.lstat(path), True):
+            return False
+        i = path.rfind("/")
+        while i > 0:  # trust._above: each directory above, nearest first, then "/"
+            if not _above_ok(os.lstat(path[:i]), euid, egid):
+                return False
+            i = path.rfind("/", 0, i)
+        return _above_ok(os.lstat("/"), euid, egid)
+    except OSError:
+        return False
+
+
 def _trusted_root(root: Path) -> Path:
-    """trust.trusted_root(root), once per batch (its items share the cache: ~8 lstats each)."""
+    """trust.trusted_root(root, create=False): ``root`` itself when it passes as given (the usual case,
+    no import of trust.py), else trust.py's answer (the real path behind links above it, or its error);
+    once per batch (its items share the cache: ~8 lstats each)."""
     memo = _batch
-    if memo is None:
-        return trusted_root(root, create=False)
     key = f"\0root {root}"  # no path starts with a NUL
-    got = memo.get(key)
+    got = None if memo is None else memo.get(key)
     if got is None:
-        got = memo[key] = trusted_root(root, create=False)  # type: ignore[assignment]
+        if trusted_as_given(root):
+            got = root  # type: ignore[assignment]
+        else:
+            from .trust import trusted_root
+            got = trusted_root(root, create=False)  # type: ignore[assignment]
+        if memo is not None:
+            memo[key] = got  # type: ignore[assignment]
     return got  # type: ignore[return-value]
 
 
@@ -211,12 +264,40 @@ def _records_path(root: Path, spec) -> str:
     return f"{root}/{spec.name}/{RECORDS}"
 
 
+def _read_file(path: str) -> Optional[bytes]:
+    """trust.read_file(path) when it would read it (opened without following a link, a regular file of
+    ours only we can write); else None."""
+    try:
+        fd = os.open(path, _OPEN)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not _ours(st, False):
+            return None
+        chunks = []
+        want = st.st_size + 1
+        while True:
+            chunk = os.read(fd, want)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            want = 1 << 16
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _read_records(path: str) -> dict:
     """The records in ``path``, each still marshal data, by identity (trusted like every cache file:
-    trust.read_file); {} if there are none or they are not what this opbuilder writes."""
+    ``_read_file``); {} if there are none or they are not what this opbuilder writes."""
+    raw = _read_file(path)
+    if raw is None:
+        return {}
     try:
-        data = marshal.loads(read_file(path))  # type: ignore[arg-type]
-    except (OSError, ValueError, EOFError, TypeError):
+        data = marshal.loads(raw)
+    except (ValueError, EOFError, TypeError):
         return {}
     if not isinstance(data, tuple) or len(data) != 2 or data[0] != FORMAT or not isinstance(data[1], dict):
         return {}
@@ -255,7 +336,8 @@ def module(spec) -> Optional[ModuleType]:
     try:
         root = _trusted_root(spec.root)
         op_dir = f"{root}/{spec.name}"
-        check_dir(op_dir)  # type: ignore[arg-type]  (plain strings: no Path per check)
+        if not _ours(os.lstat(op_dir), True):  # plain strings: no Path per check
+            return None
         if root != spec.root:  # links above the root: its real path, checked, is what is read from
             rec = _record(f"{op_dir}/{RECORDS}", identity)
             if rec is None:
@@ -266,16 +348,17 @@ def module(spec) -> Optional[ModuleType]:
         if not _unchanged(inputs):
             return None
         key_dir = f"{op_dir}/{key}"
-        dir_st = check_dir(key_dir)  # type: ignore[arg-type]
+        dir_st = os.lstat(key_dir)
         lib = f"{key_dir}/{file}"
-        if stamp_of(check_file(lib)) != lib_stamp:  # type: ignore[arg-type]
+        st = os.lstat(lib)
+        if not _ours(dir_st, True) or not _ours(st, False) or _stamp_of(st) != lib_stamp:
             return None
         preload_libs = []
         for p, then in preload_stamps:
             if not _dependency_path(p, str(root)):
                 return None
             st = os.lstat(p)
-            if not S_ISREG(st.st_mode) or stamp_of(st) != then:
+            if not S_ISREG(st.st_mode) or _stamp_of(st) != then:
                 return None
             preload_libs.append(Path(p))
     except (OSError, ValueError, TypeError):
