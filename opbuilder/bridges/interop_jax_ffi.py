@@ -355,7 +355,6 @@ def _aliases(name: str, positions: Tuple[int, ...], writes: Tuple[int, ...], arr
     return out
 
 
-@jax.tree_util.register_static
 class Needs:
     """Which inputs JAX differentiates (custom_vjp's ``perturbed``), carried from the forward rule to
     the backward one as static residual data: the backward computes only those gradients."""
@@ -374,6 +373,10 @@ class Needs:
         past the 64th always gets its gradient)."""
         v = sum(1 << i for i, f in enumerate(self.flags[:64]) if f)
         return np.int64(v - (1 << 64) if v >= 1 << 63 else v)  # as a signed 64-bit value
+
+
+# a pytree with no leaves: the flags are its static data (jax.tree_util.register_static is newer than 0.4.34)
+jax.tree_util.register_pytree_node(Needs, lambda n: ((), n.flags), lambda flags, _: Needs(flags))
 
 
 def primal_values(args: Sequence[Any]) -> Tuple[Tuple[Any, ...], Needs]:
