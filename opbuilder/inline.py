@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Union
 
 from .custom_op import CustomOpBuilder
 from .spec import cache_root
-from .cache.trust import trusted_root
+from .cache.warm import trusted_as_given
 
 try:  # as cache/file_hash.py takes it, without importing that module for this one name (a warm load_inline)
     from _blake2 import blake2b
@@ -149,7 +149,10 @@ def _builder(name: str, cpp: str, cuda: str, funcs: Dict[str, str], builder_opti
     """The ``CustomOpBuilder`` of checked inline sources, with their files written into the cache."""
     builder_options = dict(builder_options)
     key = _key(name, cpp, cuda, funcs)
-    directory = trusted_root(cache_root(builder_options.get("build_dir")) / "inline" / name / key)
+    directory = cache_root(builder_options.get("build_dir")) / "inline" / name / key
+    if not trusted_as_given(directory):  # there and trusted as it is (a warm load): trust.py not imported
+        from .cache.trust import trusted_root
+        directory = trusted_root(directory)  # created, or its real path behind links, or refused
     _write(directory / _USER_CPP, cpp)
     sources = [directory / f"{name}.cpp"]
     # the user's code is #included, so the builder cannot read its binding: say it. nanobind (fast

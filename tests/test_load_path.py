@@ -184,3 +184,19 @@ def test_a_warm_loads_test_of_the_directories_above_the_cache_is_trust_pys():
                 except UnsafeCacheDirError:
                     trusted = False
                 assert warm._above_ok(st, euid, egid) == trusted, (oct(mode), uid, gid)
+
+
+def test_load_inline_still_refuses_a_strings_directory_others_can_write(tmp_path):
+    from opbuilder import inline
+    from opbuilder.errors import UnsafeCacheDirError
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    b = inline._builder("ok_op", "int f() { return 1; }", "", {}, {"build_dir": str(cache)})  # writes, builds nothing
+    directory = Path(b.spec.sources[0]).parent
+    assert directory.parent.parent == cache / "inline" and b.spec.name == "ok_op"
+    assert inline._builder("ok_op", "int f() { return 1; }", "", {}, {"build_dir": str(cache)}).spec == b.spec
+    directory.chmod(0o770)
+    with pytest.raises(UnsafeCacheDirError) as e:
+        inline._builder("ok_op", "int f() { return 1; }", "", {}, {"build_dir": str(cache)})
+    assert str(e.value).startswith(f"opbuilder cache directory {directory} is writable by group or others")

@@ -232,11 +232,10 @@ def _environment() -> List[str]:
     if os.name != "posix" or not isinstance(data, dict):
         return [f"{k}={env[k]}" for k in sorted(k for k in env if _read_by_lookup(k))]
     out = []
-    for k, v in sorted(data.items()):
-        if k.startswith(b"OPBUILDER_") or k in _ENV_BYTES:
-            name = os.fsdecode(k)
-            if _read_by_lookup(name):
-                out.append(f"{name}={os.fsdecode(v)}")
+    for k, v in sorted([kv for kv in data.items() if kv[0] in _ENV_BYTES or kv[0].startswith(b"OPBUILDER_")]):
+        name = os.fsdecode(k)
+        if _read_by_lookup(name):
+            out.append(f"{name}={os.fsdecode(v)}")
     return out
 
 
