@@ -119,6 +119,7 @@ inline TensorPtr Input(const ffi::AnyBuffer &b, InputMode mode, const char *what
 // XLA's result buffers as Tensors, in order.
 inline TensorPtrList ResultTensors(ffi::RemainingRets &rets) {
   TensorPtrList out;
+  out.reserve(rets.size());
   for (std::size_t j = 0; j < rets.size(); ++j) {
     auto r = rets.get<ffi::AnyBuffer>(j);
     if (!r.has_value()) throw std::runtime_error("result " + std::to_string(j) + ": " + r.error().message());
@@ -133,23 +134,35 @@ inline TensorPtrList ResultTensors(ffi::RemainingRets &rets) {
 class OfferResults {
  public:
   explicit OfferResults(const TensorPtrList &dst) {
+    // up to kInline buffers in the object itself: no allocation per call (a handler makes two or three)
+    if (dst.size() > kInline) {
+      big_data_.resize(dst.size());
+      big_nbytes_.resize(dst.size());
+      big_taken_.reset(new bool[dst.size()]());
+    }
+    void **data = dst.size() > kInline ? big_data_.data() : data_;
+    std::size_t *nbytes = dst.size() > kInline ? big_nbytes_.data() : nbytes_;
+    std::size_t n = 0;
     for (const auto &t : dst) {
       const auto addr = reinterpret_cast<std::uintptr_t>(t->data_ptr());
       if (t->nbytes() == 0 || addr % 64 != 0) continue;
-      data_.push_back(t->data_ptr());
-      nbytes_.push_back(t->nbytes());
+      data[n] = t->data_ptr();
+      nbytes[n++] = t->nbytes();
     }
-    taken_.reset(new bool[data_.size() + 1]());
-    buffers_ = OfferedBuffers{data_.data(), nbytes_.data(), taken_.get(), data_.size()};
+    buffers_ = OfferedBuffers{data, nbytes, dst.size() > kInline ? big_taken_.get() : taken_, n};
   }
   OfferResults(const OfferResults &) = delete;
   OfferResults &operator=(const OfferResults &) = delete;
   const OfferedBuffers &buffers() const { return buffers_; }
 
  private:
-  std::vector<void *> data_;
-  std::vector<std::size_t> nbytes_;
-  std::unique_ptr<bool[]> taken_;
+  static constexpr std::size_t kInline = 8;
+  void *data_[kInline] = {};
+  std::size_t nbytes_[kInline] = {};
+  bool taken_[kInline] = {};
+  std::vector<void *> big_data_;
+  std::vector<std::size_t> big_nbytes_;
+  std::unique_ptr<bool[]> big_taken_;
   OfferedBuffers buffers_;
 };
 
@@ -278,6 +291,7 @@ class Handlers {
         Kept kept(n_, nullptr);
         const Inputs in = ReadInputs(args, dst, aliased, kept, e_.forward_writes());
         TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
+        offered.reserve(dst.size());
         for (std::size_t j = 0; j < dst.size(); ++j) {
           if (!aliased[j]) offered.push_back(dst[j]);
         }
@@ -331,6 +345,7 @@ class Handlers {
       // the rerun Forward's outputs: built in scratch blocks the size of the cotangents (its outputs'
       // shapes), not fresh memory each call; held until the gradients are copied out
       TensorPtrList rerun;
+      rerun.reserve(args.size() - n_);
       for (std::size_t j = n_; j < args.size(); ++j) {
         auto b = args.get<ffi::AnyBuffer>(j);
         const DataType dt = b.has_value() ? FromXla(b->element_type()) : kTypeUnknown;
@@ -388,6 +403,7 @@ class Handlers {
                                 : KeepsArguments(e_.cotangent_writes()) ? InputMode::kReadOnlyCopy
                                                                         : InputMode::kView;
       TensorPtrList grads, ct_copies;
+      grads.reserve(args.size() - n_);
       std::vector<const void *> ct_kept;
       for (std::size_t j = 0; j < outs.size(); ++j) {
         auto b = args.get<ffi::AnyBuffer>(n_ + j);
@@ -401,6 +417,7 @@ class Handlers {
       TensorPtrList g;
       {
         TensorPtrList wanted;  // the gradient buffers XLA gave, offered to Backward's new tensors
+        wanted.reserve(n_);
         for (const auto &d : dst) {
           if (d) wanted.push_back(d);
         }
@@ -423,6 +440,8 @@ class Handlers {
                                  std::to_string(n_) + " arguments");
       }
       TensorPtrList g_out, g_dst;  // the gradients XLA asked for, in its result order
+      g_out.reserve(n_);
+      g_dst.reserve(n_);
       for (std::size_t i = 0; i < n_; ++i) {
         if (!dst[i]) continue;
         g_out.push_back(st.needs[i] ? g[i] : nullptr);
