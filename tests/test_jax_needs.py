@@ -78,3 +78,20 @@ def test_the_needs_mask_reaches_past_the_first_inputs():
     flags = [False] * 63 + [True]
     assert int(Needs(flags).mask()) == -(1 << 63)  # bit 63, as the signed attribute XLA carries
     assert Needs([True, False]) == Needs((1, 0)) and hash(Needs([True])) == hash(Needs((True,)))
+
+
+def test_nine_outputs_through_the_generic_handlers(needs_ops):
+    """More results than the handlers keep inline: values and gradient as on the callback path."""
+    x = jnp.asarray([1.0, 2.0, 3.0])
+    j, cb = opbuilder.to_jax(needs_ops), opbuilder.to_jax(needs_ops, ffi=False)
+    assert j.nine.route(x) == "xla_ffi"
+    got, ref = jax.jit(j.nine)(x), jax.jit(cb.nine)(x)
+    assert len(got) == 9
+    for k, (a, b) in enumerate(zip(got, ref)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(x) + k)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    w = jnp.arange(9.0)
+    loss = {n: (lambda v, f=f: sum(w[k] * o.sum() for k, o in enumerate(f.nine(v))))
+            for n, f in (("ffi", j), ("cb", cb))}
+    np.testing.assert_array_equal(np.asarray(jax.jit(jax.grad(loss["ffi"]))(x)), np.full(3, float(w.sum())))
+    np.testing.assert_array_equal(np.asarray(jax.jit(jax.grad(loss["cb"]))(x)), np.full(3, float(w.sum())))

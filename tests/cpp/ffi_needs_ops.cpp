@@ -1,6 +1,7 @@
 // x * y (float64) that counts what its Backward computed, per input, and keeps the NeedsInputGrad
 // flags its Forward last saw (tests/test_jax_needs.py): under jax.grad with respect to some inputs,
 // every to_jax route (generic XLA FFI handlers, OB_XLA_FFI, the callback) asks for those gradients only.
+// `nine` has nine outputs, more than the handlers offer without allocating.
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -56,9 +57,33 @@ struct CountedMulOwn : Function<CountedMulOwn> {
   static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) { return CountedMul::Backward(ctx, g); }
 };
 
+// x + k for k = 0..8: nine outputs, more than the handlers keep inline (OfferResults), each built in place.
+struct NineOut : Function<NineOut> {
+  static TensorPtrList Forward(AutogradContext *, const TensorPtr &x) {
+    TensorPtrList out;
+    for (int k = 0; k < 9; ++k) {
+      auto o = std::make_shared<Tensor>(kFloat64, x->shape());
+      const double *a = x->contiguous()->data<double>();
+      for (std::int64_t i = 0; i < x->numel(); ++i) o->data<double>()[i] = a[i] + k;
+      out.push_back(o);
+    }
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto sum = std::make_shared<Tensor>(kFloat64, g[0]->shape());
+    for (std::int64_t i = 0; i < sum->numel(); ++i) {
+      double v = 0;
+      for (const auto &gk : g) v += gk->contiguous()->data<double>()[i];
+      sum->data<double>()[i] = v;
+    }
+    return {sum};
+  }
+};
+
 }  // namespace
 
 OB_MODULE(m) {
+  m.def("nine", [](const TensorPtr &x) { return NineOut::Apply(x); });
   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return CountedMul::Apply(x, y); });
   m.def("mul_infer_shape", CountedMul::InferShapeFunction());
   m.def("mul_own", [](const TensorPtr &x, const TensorPtr &y) { return CountedMulOwn::Apply(x, y); });
