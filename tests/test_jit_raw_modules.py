@@ -24,7 +24,8 @@ SOURCES = {"nanobind": "jit_raw_nb_ops.cpp", "pybind11": "jit_raw_pb_ops.cpp"}
 STOPPED = (r"not captured: at .*test_jit_raw_modules\.py:\d+, the C\+\+ Function raw_ops::Copy was applied by a "
            r"function jit cannot record whole \(a bound class's method, or a function bound by def\(\) on a "
            r"module object other than the m of OB_MODULE, NB_MODULE or PYBIND11_MODULE\): a replay would not "
-           r"repeat its work around Apply; bind it with that m\.def to jit it; this signature runs eagerly")
+           r"repeat its work around Apply; bind it with that m's def\(\) to jit it \(a helper in another source "
+           r"takes an opbuilder::ObModule\); this signature runs eagerly")
 
 
 @pytest.fixture(scope="module", params=list(SOURCES))

@@ -135,6 +135,61 @@ def test_graph_mode_runs_a_module_functions_epilogue_on_every_call(graph_mode, b
         assert net(f64(1.0, 2.0), f64(flag)).asnumpy().tolist() == [k, 2 * k]
 
 
+@pytest.mark.parametrize("name, loss, fn", [
+    ("sq", lambda o: o.sum(), lambda v: np.sum(v * v)),
+    ("two", lambda o: (o[0] + 2.0 * o[1]).sum(), lambda v: np.sum(v * 3.0 + 2.0 * v * v)),
+    ("pair", lambda o: (o[0] + 2.0 * o[1]).sum(), lambda v: np.sum(3.0 * v * v)),
+])
+def test_gradients_of_one_argument_used_twice_or_two_functions_are_eagers_on_replays(bound, name, loss, fn):
+    """x * x has two edges to x; two Functions' outputs two nodes: neither is one node over the arguments."""
+    op = getattr(bound, name)
+    call = (lambda x: loss(op(x))) if name != "two" else (lambda x: loss(op(x, f64(3.0, 3.0))))
+    j = jit(call)
+    for v in ([1.0, 2.0], [2.0, -1.0], [3.0, 0.5]):
+        want = central(lambda a: float(fn(a)), np.array(v))
+        for f in (call, j):
+            np.testing.assert_allclose(rt.grad(f)(f64(*v)).asnumpy(), want, rtol=1e-7)
+    assert j.traces == 1
+
+
+def test_overloads_of_one_name_are_recorded_whole(bound):
+    """nanobind moves the overloads into a new function object on each def: the replay runs the newest."""
+    j = jit(lambda x, k: bound.scale2(x, k))
+    assert [j(f64(1.0), k).asnumpy().tolist() for k in (1.0, -1.0, 1.0)] == [[2.0], [3.0], [2.0]]
+    jt = jit(lambda x, y: bound.scale2(x, y))
+    assert [jt(f64(v), f64(2.0)).asnumpy().tolist() for v in (1.0, 2.0)] == [[2.0], [4.0]]
+    assert (j.traces, jt.traces) == (2, 1)
+
+
+def test_a_keyword_only_argument_stops_the_trace(bound):
+    j = jit(lambda x, k: bound.scale_kw(x, k=k))
+    with pytest.warns(RuntimeWarning, match=r"not captured: at .*test_jit_semantics_routes\.py:\d+, the C\+\+ "
+                                            r"function scale_kw takes keyword-only arguments, which a replay "
+                                            r"cannot pass; this signature runs eagerly"):
+        assert j(f64(1.0), 1.0).asnumpy().tolist() == [2.0]
+    assert [j(f64(v), 1.0).asnumpy().tolist() for v in (1.0, 2.0)] == [[2.0], [4.0]]
+    assert j.traces == 0
+
+
+def test_a_null_result_stops_the_trace(bound):
+    j = jit(lambda x, k: bound.maybe_none(x, k))
+    with pytest.warns(RuntimeWarning, match=r"the C\+\+ function maybe_none returned NoneType, where a graph "
+                                            r"node holds tensors; this signature runs eagerly"):
+        assert j(f64(2.0), -1.0) is None
+    assert j(f64(2.0), -1.0) is None
+    assert [j(f64(v), 1.0).asnumpy().tolist() for v in (2.0, 3.0)] == [[4.0], [9.0]]
+    assert j.traces == 1
+
+
+@pytest.mark.parametrize("where", ["helper", "submodule"])
+def test_a_helper_taking_the_module_and_a_submodule_record_whole(bound, where):
+    op = bound.post_helper if where == "helper" else bound.sub.post
+    j = jit(lambda x, y: op(x, y))
+    assert [j(f64(1.0, 2.0), f64(0.0, 0.0)).asnumpy().tolist() for _ in range(3)] == [[10.0, 20.0]] * 3
+    assert [(n.kind, n.op) for n in j.graph(f64(1.0, 2.0), f64(0.0, 0.0)).nodes] == [
+        ("cpp", "post_helper" if where == "helper" else "post")]
+
+
 # ---- 2. a MarkDirty op returning its input at two positions -----------------------------------------------
 
 @pytest.mark.parametrize("inside", [False, True], ids=["input", "intermediate"])

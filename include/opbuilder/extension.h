@@ -29,7 +29,12 @@
 namespace opbuilder {
 namespace detail OB_HIDDEN {
 using ObModule = TracedModule<::pybind11::module_>;
+template <>
+struct IsKeywordOnly<::pybind11::kw_only> : std::true_type {};
 }  // namespace detail
+// The module OB_MODULE and PYBIND11_MODULE hand their body: a helper in another source that binds functions
+// takes one, so jit records them whole (docs/reference/jit.md).
+using ObModule = detail::ObModule;
 }  // namespace opbuilder
 // Outside the builder's nanobind mode, OB_MODULE is a pybind11 module (same source, either layer). With
 // pybind11 >= 3, PYBIND11_MODULE's `m` is an ObModule too, whose def() binds each function so that
@@ -37,24 +42,22 @@ using ObModule = TracedModule<::pybind11::module_>;
 // Apply of such a module stops, and that signature runs eagerly.
 #if defined(PYBIND11_MODULE_PYINIT) && defined(PYBIND11_MODULE_EXEC)
 #define OB_PYBIND11_MODULE_(name, variable, ...)                    \
-  static void ob_module_body_(::opbuilder::detail::ObModule &);     \
+  static void ob_module_body_(::opbuilder::detail::ObModule);      \
   PYBIND11_MODULE_PYINIT(name, ##__VA_ARGS__)                       \
   PYBIND11_MODULE_EXEC(name, ob_module_) {                          \
-    ::opbuilder::detail::ObModule traced(ob_module_);               \
-    ob_module_body_(traced);                                        \
+    ob_module_body_(::opbuilder::detail::ObModule(ob_module_));     \
   }                                                                 \
-  static void ob_module_body_(::opbuilder::detail::ObModule &variable)
+  static void ob_module_body_(::opbuilder::detail::ObModule variable)
 #undef PYBIND11_MODULE
 #define PYBIND11_MODULE(name, variable, ...) OB_PYBIND11_MODULE_(name, variable, ##__VA_ARGS__)
 #define OB_MODULE(m) PYBIND11_MODULE(OB_EXTENSION_NAME, m)
 #else
 #define OB_MODULE(m)                                            \
-  static void ob_module_body_(::opbuilder::detail::ObModule &); \
+  static void ob_module_body_(::opbuilder::detail::ObModule);  \
   PYBIND11_MODULE(OB_EXTENSION_NAME, ob_module_) {              \
-    ::opbuilder::detail::ObModule traced(ob_module_);           \
-    ob_module_body_(traced);                                    \
+    ob_module_body_(::opbuilder::detail::ObModule(ob_module_)); \
   }                                                             \
-  static void ob_module_body_(::opbuilder::detail::ObModule &m)
+  static void ob_module_body_(::opbuilder::detail::ObModule m)
 #endif
 #endif
 #endif

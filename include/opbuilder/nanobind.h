@@ -210,7 +210,12 @@ struct type_caster<opbuilder::TensorPtrList> {
 namespace opbuilder {
 namespace detail OB_HIDDEN {
 using ObModule = TracedModule<::nanobind::module_>;
+template <>
+struct IsKeywordOnly<::nanobind::kw_only> : std::true_type {};
 }  // namespace detail
+// The module OB_MODULE and NB_MODULE hand their body (by value, as NB_MODULE's own): a helper in another
+// source that binds functions takes one, so jit records them whole (docs/reference/jit.md).
+using ObModule = detail::ObModule;
 }  // namespace opbuilder
 
 // A module bound with nanobind, by OB_MODULE (the builder names it: OB_EXTENSION_NAME) or by NB_MODULE:
@@ -219,13 +224,12 @@ using ObModule = TracedModule<::nanobind::module_>;
 // class's method, a def() on a plain nanobind::module_) is not recorded by jit: a trace that meets its
 // Apply stops, and that signature runs eagerly.
 #define OB_NB_MODULE_(name, variable)                                 \
-  static void ob_module_body_(::opbuilder::detail::ObModule &);       \
+  static void ob_module_body_(::opbuilder::detail::ObModule);        \
   NB_MODULE_IMPL(name, ob_module_) {                                  \
     ::opbuilder::detail::RegisterNanobindTranslator();                \
-    ::opbuilder::detail::ObModule traced(ob_module_);                 \
-    ob_module_body_(traced);                                          \
+    ob_module_body_(::opbuilder::detail::ObModule(ob_module_));       \
   }                                                                   \
-  static void ob_module_body_(::opbuilder::detail::ObModule &variable)
+  static void ob_module_body_(::opbuilder::detail::ObModule variable)
 #undef NB_MODULE
 #define NB_MODULE(name, variable) OB_NB_MODULE_(name, variable)
 #define OB_MODULE(m) NB_MODULE(OB_EXTENSION_NAME, m)

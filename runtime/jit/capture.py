@@ -174,8 +174,11 @@ class Tracer:
         replay runs what it does around its Functions' Applies; ``call`` None (its signature crosses values a
         graph cannot hold) stops the trace, and the function runs itself (``NotImplemented``)."""
         if call is None:
-            self.stop(f"the C++ function {name} takes or returns a value a graph node cannot hold (only tensors, "
-                      f"numbers, strings and lists of them in, tensors out)")
+            if isinstance(args, str):  # why its def() cannot be replayed (keyword-only arguments)
+                self.stop(f"the C++ function {name} {args}")
+            else:
+                self.stop(f"the C++ function {name} takes or returns a value a graph node cannot hold (only "
+                          f"tensors, numbers, strings and lists of them in, tensors out)")
             return NotImplemented
         return self.call_op("cpp", name, call, args, {})
 
@@ -187,7 +190,7 @@ class Tracer:
         self.stop(f"the C++ Function {name} was applied by a function jit cannot record whole (a bound class's "
                   f"method, or a function bound by def() on a module object other than the m of OB_MODULE, "
                   f"NB_MODULE or PYBIND11_MODULE): a replay would not repeat its work around Apply; bind it "
-                  f"with that m.def to jit it")
+                  f"with that m's def() to jit it (a helper in another source takes an opbuilder::ObModule)")
         return replay(*args)
 
     def _shares_memory(self, t: Tensor) -> Optional[str]:
@@ -209,6 +212,10 @@ class Tracer:
         outs = list(out) if multi else [out]
         for o in outs:
             if not isinstance(o, Tensor):
+                if kind == "cpp":  # a C++ function's null TensorPtr (None): this call ran; the rest runs eagerly
+                    self.stop(f"the C++ function {name} returned {type(o).__name__}, where a graph node holds "
+                              f"tensors")
+                    return
                 raise TypeError(f"jit: op {name} returned a {type(o).__name__}; a traced op must return "
                                 f"Tensors")
         self._note_views(kind, args, outs)

@@ -117,9 +117,10 @@ def keeping(node: Node, diff: Sequence[int], owner: object) -> Callable[..., Any
             if o._node is not None:
                 recorded = o._node
                 break
-        if recorded is not None and not _direct(recorded, diff, before):
-            # not one node over the op's arguments (a C++ module function running two Functions, or taking its
-            # arguments in another order): the gradient of the arguments through whatever the call recorded
+        if recorded is not None and not _direct(recorded, diff, before, outs):
+            # not one node over the op's arguments (a C++ module function running two Functions, taking its
+            # arguments in another order or one argument twice): the gradient of the arguments through whatever
+            # the call recorded
             calls.nodes[key] = (_Through([edge_of(o) if o.requires_grad else None for o in outs],
                                          [_anchor(ins[i], e) for i, e in zip(diff, before)]), ())
             return out
@@ -133,14 +134,26 @@ def keeping(node: Node, diff: Sequence[int], owner: object) -> Callable[..., Any
     return run
 
 
-def _direct(node: Any, diff: Sequence[int], before: Sequence[Any]) -> bool:
-    """Whether ``node``'s argument ``i`` is, for each ``i`` in ``diff``, the op's argument ``i`` (its edge as it
-    was before the call): then the node's own backward gives the op's gradients."""
-    edges = node.next_edges
-    for i, e in zip(diff, before):
-        if i >= len(edges):
+def _direct(node: Any, diff: Sequence[int], before: Sequence[Any], outs: Sequence[Any]) -> bool:
+    """Whether ``node``'s own backward gives the op's gradients: each output with a history is an output of
+    ``node``, and each of ``node``'s edges is the op's differentiated argument at the same position (its edge as
+    it was before the call). Not so for a call that applied two Functions, or one Function to an argument twice
+    (``x * x``: two edges to one argument), or to its arguments in another order."""
+    for o in outs:
+        if o._node is not None and o._node is not node:
             return False
-        f = edges[i]
+    want = dict(zip(diff, before))
+    edges = node.next_edges
+    if any(i >= len(edges) for i in want):
+        return False
+    for k, f in enumerate(edges):
+        if f is None:
+            if k in want:
+                return False
+            continue
+        e = want.get(k)
+        if e is None:  # a gradient the op's own backward gives that no differentiated argument would take
+            return False
         if type(e) is tuple:
             if type(f) is not tuple or f[0] is not e[0] or f[1] != e[1]:
                 return False

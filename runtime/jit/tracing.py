@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple, Union
 
 __all__ = ["hook", "flag", "flag_address", "cpp_hook", "bound_hook", "TraceBreak", "no_trace"]
 
@@ -63,7 +63,7 @@ def cpp_hook(name: str, replay: Callable[..., Any], args: Tuple[Any, ...]) -> An
     return tracer.call_op("cpp", name, replay, args, {})
 
 
-def bound_hook(name: str, call: Optional[Callable[..., Any]], args: Optional[Tuple[Any, ...]]) -> Any:
+def bound_hook(name: str, call: Optional[Callable[..., Any]], args: Union[Tuple[Any, ...], str, None]) -> Any:
     """Called by a C++ module function (OB_MODULE's ``m.def``, include/opbuilder/detail/bound_call.h) while
     ``flag`` is set. With this thread's trace recording, the whole call is one node whose target is ``call``
     (the module's function object: replayed with no trace recording, it runs itself), so a replay runs what the function does besides its Functions' Applies (an

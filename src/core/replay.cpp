@@ -28,6 +28,7 @@ OB_CORE_FN PyObject *TraceCall(PyObject *hook, PyObject *name, const ReplayTarge
 }
 
 OB_CORE_FN TensorPtr ReplayTensor(PyObject *o) {
+  if (o == Py_None) return nullptr;  // a null TensorPtr crossed as None (TensorToObject), and back
   TensorPtr t = TensorFromObject(o);
   if (!t) {
     throw TypeError(std::string("replay of a traced C++ Function: expected a tensor, got ") + TypeNameOf(o));

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "opbuilder/extension.h"
@@ -77,9 +78,50 @@ struct Scale3 : Function<Scale3> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Scaled(g[0], 3)}; }
 };
 
+#if defined(OB_BINDING_NANOBIND)
+}  // namespace
+#include <nanobind/stl/tuple.h>
+namespace {
+namespace bind = nanobind;
+#else
+namespace bind = pybind11;
+#endif
+
+TensorPtr Post(const TensorPtr &x, const TensorPtr &y) {
+  auto out = ScaleBy<1>::Apply(x, y);
+  for (std::int64_t i = 0; i < out->numel(); ++i) out->data<double>()[i] *= 10.0;
+  return out;
+}
+
+// A helper binding into the module it is handed, as a source of its own would (opbuilder::ObModule), and
+// into a submodule of it.
+void BindMore(ObModule m) {
+  m.def("post_helper", &Post);
+  decltype(m) sub = m.def_submodule("sub");
+  sub.def("post", &Post);
+}
+
 }  // namespace
 
 OB_MODULE(m) {
+  BindMore(m);
+  // one Function applied to one argument twice: x * x (the node has two edges to x)
+  m.def("sq", [](const TensorPtr &x) { return Mul::Apply(x, x); });
+  // two Functions' outputs: x * y and x * x
+  m.def("two", [](const TensorPtr &x, const TensorPtr &y) { return TensorPtrList{Mul::Apply(x, y), Mul::Apply(x, x)}; });
+  // one output returned twice
+  m.def("pair", [](const TensorPtr &x) {
+    auto o = Mul::Apply(x, x);
+    return std::make_tuple(o, o);
+  });
+  // two overloads of one name (nanobind makes a new function object for the second)
+  m.def("scale2", [](const TensorPtr &x, double k) { return k > 0 ? ScaleBy<2>::Apply(x, x) : ScaleBy<3>::Apply(x, x); });
+  m.def("scale2", [](const TensorPtr &x, const TensorPtr &y) { return Mul::Apply(x, y); });
+  // a keyword-only argument: a replay passes arguments by position, so the trace stops
+  m.def("scale_kw", [](const TensorPtr &x, double k) { return k > 0 ? ScaleBy<2>::Apply(x, x) : ScaleBy<3>::Apply(x, x); },
+        bind::arg("x"), bind::kw_only(), bind::arg("k") = 1.0);
+  // a null result (None) for k < 0
+  m.def("maybe_none", [](const TensorPtr &x, double k) { return k < 0 ? TensorPtr() : Mul::Apply(x, x); });
   // a Function picked by a tensor's value: flag != 0 -> 2x, else 3x
   m.def("pick", [](const TensorPtr &x, const TensorPtr &flag) {
     return flag->contiguous()->data<double>()[0] != 0.0 ? ScaleBy<2>::Apply(x, flag) : ScaleBy<3>::Apply(x, flag);

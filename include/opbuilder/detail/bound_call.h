@@ -110,10 +110,16 @@ inline PyObject *BoundHook() {
   return hook;
 }
 
-// While a trace records: stop it (signatures the trace cannot record), then the caller runs the call.
-inline void StopTrace(PyObject *name) {
-  PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(BoundHook(), name, Py_None, Py_None, nullptr)));
+// While a trace records: stop it (signatures the trace cannot record; `why`, a str, or None: the signature's
+// values), then the caller runs the call.
+inline void StopTrace(PyObject *name, PyObject *why) {
+  PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(BoundHook(), name, Py_None, why, nullptr)));
 }
+
+// An extra of def() that a replay, which passes every argument by position, could not honour: a keyword-only
+// marker (the binding layer's header specializes it).
+template <typename T>
+struct IsKeywordOnly : std::false_type {};
 
 // The wrapper m.def binds for a function `F` of signature R(A...): the check, then `f` or the hook.
 template <typename Dep, typename F, typename R, typename... A>
@@ -124,10 +130,13 @@ struct BoundCall {
   // second function object is compiled per module function
   std::shared_ptr<PyObject *> target;
   PyObject *name;  // the function's name, for the node
+  PyObject *stop;  // a str saying why no call of it is recorded (keyword-only arguments), or nullptr
 
   R operator()(A... a) const {
     if (*Runtime::Get().trace_flag != 0) {
-      if constexpr (FnSig<R, A...>::kRecorded) {
+      if (stop != nullptr) {
+        StopTrace(name, stop);
+      } else if constexpr (FnSig<R, A...>::kRecorded) {
         PyRef args = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(sizeof...(A)))));
         Py_ssize_t k = 0;
         (PyTuple_SET_ITEM(args.get(), k++, ReplayToPython<Dep>(static_cast<const std::decay_t<A> &>(a))), ...);
@@ -135,7 +144,7 @@ struct BoundCall {
             PyRef::Steal(Check(PyObject_CallFunctionObjArgs(BoundHook(), name, *target, args.get(), nullptr)));
         if (out.get() != Py_NotImplemented) return ReplayFromPython<Dep, std::decay_t<R>>(out.get());
       } else {
-        StopTrace(name);
+        StopTrace(name, Py_None);
       }
     }
     return (*f)(static_cast<A &&>(a)...);
@@ -143,33 +152,57 @@ struct BoundCall {
 };
 
 template <typename Dep, typename F, typename R, typename... A>
-auto MakeBoundCall(std::shared_ptr<F> f, const char *name, std::shared_ptr<PyObject *> target, FnSig<R, A...> *) {
-  BoundCall<Dep, F, R, A...> call{std::move(f), std::move(target), Check(PyUnicode_FromString(name))};
+auto MakeBoundCall(std::shared_ptr<F> f, const char *name, std::shared_ptr<PyObject *> target, PyObject *stop,
+                   FnSig<R, A...> *) {
+  BoundCall<Dep, F, R, A...> call{std::move(f), std::move(target), Check(PyUnicode_FromString(name)), stop};
   return [call](A... a) -> R { return call(static_cast<A &&>(a)...); };
 }
 
-// OB_MODULE's module: `Module` (nanobind::module_ or pybind11::module_) whose def() binds each function
-// with a signature that mentions a tensor behind the trace check (BoundCall); everything else is Module's.
+// The module function object a replay of `name` in `module` runs, one per name: each overload def()'d under
+// it points at the same cell, which holds the newest function object (nanobind empties an earlier one when
+// an overload is added; pybind11 keeps one). Module init only, with the GIL held.
+inline std::shared_ptr<PyObject *> TargetCell(PyObject *module, const char *name) {
+  static std::vector<std::tuple<PyObject *, std::string, std::shared_ptr<PyObject *>>> cells;
+  for (auto &[m, n, cell] : cells) {
+    if (m == module && n == name) return cell;
+  }
+  cells.emplace_back(module, name, std::make_shared<PyObject *>(nullptr));
+  return std::get<2>(cells.back());
+}
+
+// The module of OB_MODULE, NB_MODULE and PYBIND11_MODULE (opbuilder::ObModule): `Module`
+// (nanobind::module_ or pybind11::module_) whose def() binds each function with a signature that mentions a
+// tensor behind the trace check (BoundCall); everything else is Module's. A submodule is one too.
 template <typename Module>
 class TracedModule : public Module {
  public:
-  explicit TracedModule(Module &m) : Module(m) {}
+  TracedModule(const Module &m) : Module(m) {}  // NOLINT: implicit, so `decltype(m) sub = m.def_submodule(..)`
 
   template <typename Func, typename... Extra>
   TracedModule &def(const char *name, Func &&f, const Extra &...extra) {
     using F = std::decay_t<Func>;
     using Sig = CallSig<F>;
     if constexpr (Bound<Sig>()) {  // (the other branch is not instantiated: a mutable lambda fits only here)
-      auto target = std::make_shared<PyObject *>(nullptr);
+      auto target = TargetCell(this->ptr(), name);
+      PyObject *stop = nullptr;
+      if constexpr ((IsKeywordOnly<Extra>::value || ...)) {
+        stop = Check(PyUnicode_FromString("takes keyword-only arguments, which a replay cannot pass"));
+      }
       Module::def(name,
-                  MakeBoundCall<F>(std::make_shared<F>(std::forward<Func>(f)), name, target,
+                  MakeBoundCall<F>(std::make_shared<F>(std::forward<Func>(f)), name, target, stop,
                                    static_cast<Sig *>(nullptr)),
                   extra...);
-      *target = Check(PyObject_GetAttrString(this->ptr(), name));  // kept for the process, as the module's
+      PyObject *now = Check(PyObject_GetAttrString(this->ptr(), name));  // kept for the process, as the module's
+      Py_XDECREF(*target);
+      *target = now;
     } else {
       Module::def(name, std::forward<Func>(f), extra...);
     }
     return *this;
+  }
+
+  TracedModule def_submodule(const char *name, const char *doc = nullptr) {
+    return TracedModule(Module::def_submodule(name, doc));
   }
 
  private:
