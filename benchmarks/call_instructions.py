@@ -11,9 +11,11 @@ folder: ``callgrind_annotate --inclusive=yes <file>`` says where each call's ins
 
 Cases (benchmarks/interop.py's operators, the same kernel everywhere): ``to_torch`` (the op through
 to_torch's C++ bridge), ``torch_plain`` (torch's plain C++ op, pybind11), ``direct_torch`` and
-``direct_numpy`` (the op itself, nanobind build, on torch tensors and on numpy arrays). Ratios
-printed: issue 38 goal 3 (to_torch / torch_plain, goal 1.15x) and goal 2 (direct_torch /
-direct_numpy, goal 1.3x). Needs valgrind and torch.
+``direct_numpy`` (the op itself, nanobind build, on torch tensors and on numpy arrays), and
+``direct_torch_bridge`` (``direct_torch`` in a process where to_torch's C++ bridge is loaded: torch
+tensors are then read by the bridge's C++, dlpack_exchange.h). Ratios printed: issue 38 goal 3
+(to_torch / torch_plain, goal 1.15x) and goal 2 (direct_torch / direct_numpy, goal 1.3x; and with
+the bridge loaded). Needs valgrind and torch.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CASES = ("noop", "to_torch", "torch_plain", "direct_torch", "direct_numpy")
+CASES = ("noop", "to_torch", "torch_plain", "direct_torch", "direct_numpy", "direct_torch_bridge")
 
 CHILD = r"""
 import os, subprocess, sys
@@ -52,6 +54,9 @@ elif case == "torch_plain":
               extra_include_paths=[str(here)], verbose=False)
     f = lambda: tp.mul(tx, ty)
 elif case == "direct_torch":
+    f = lambda: obn.mul(tx, ty)
+elif case == "direct_torch_bridge":  # the same, in a process where to_torch's C++ bridge is loaded
+    torch_bridge.ready(wait=True)
     f = lambda: obn.mul(tx, ty)
 elif case == "direct_numpy":
     f = lambda: obn.mul(na, nb)
@@ -97,7 +102,9 @@ def main(argv=None) -> int:
         print(f"  {c:14s} {v:9.0f}")
     for name, a, b, goal in (("issue 38 goal 3: to_torch / torch's plain C++ op", "to_torch", "torch_plain", 1.15),
                              ("issue 38 goal 2: the op on torch tensors / on numpy arrays", "direct_torch",
-                              "direct_numpy", 1.3)):
+                              "direct_numpy", 1.3),
+                            ("issue 38 goal 2, to_torch's bridge loaded: the op on torch tensors / on numpy arrays",
+                             "direct_torch_bridge", "direct_numpy", 1.3)):
         if a in per and b in per:
             q = per[a] / per[b]
             print(f"goal: {name} <= {goal}x (instructions; load average "
