@@ -40,7 +40,8 @@ from .native.core_lib import CORE_FILE, check_layout_flags, core_tag, uses_core
 from .errors import BuildError, ToolchainError, UnsafeCacheDirError, cache_os_error
 from .fleet.store import prebuilt_stores
 from .native.headers import copy_read, headers_digest, include_dir, shadowing_copy
-from .importer import RUNTIME_NAME, import_extension, loaded_runtime, loader_error, module_name_for, preload
+from .import_errors import loader_error
+from .importer import RUNTIME_NAME, import_extension, loaded_runtime, module_name_for, preload
 from .importer import recorded as recorded_deps
 # (op dir, key) -> module and the module names used, in this process: shared with cache/warm.py's load
 from .importer import loaded_lock as _loaded_lock, loaded_modules as _loaded, names_used as _names_used

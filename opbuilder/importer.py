@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-__all__ = ["import_extension", "demangle", "loader_error", "RUNTIME_NAME", "DEP_FILES", "is_key", "recorded",
+__all__ = ["import_extension", "RUNTIME_NAME", "DEP_FILES", "is_key", "recorded",
            "recorded_needs", "preload", "preload_runtime", "preload_core", "dlopen_global", "loaded_runtime",
            "import_build", "loaded_modules", "names_used", "loaded_lock", "RUNTIME_FILE", "CORE_NAME", "CORE_FILE",
            "LIMITED_API_HEX", "limited_api", "python_api"]
@@ -206,81 +206,15 @@ def import_build(name: str, op_dir: str, key: str, lib: Path, libs: Sequence[Pat
         return mod
 
 
-def demangle(symbol: str) -> str:
-    """C++ name of a mangled symbol (via libstdc++'s __cxa_demangle; no process)."""
-    import ctypes
-
-    try:
-        lib = ctypes.CDLL("libstdc++.so.6")
-        fn = lib.__cxa_demangle
-        fn.restype = ctypes.c_void_p
-        status = ctypes.c_int()
-        ptr = fn(symbol.encode(), None, None, ctypes.byref(status))
-        if status.value != 0 or not ptr:
-            return symbol
-        try:
-            return ctypes.string_at(ptr).decode()
-        finally:
-            ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
-    except (OSError, AttributeError):
-        return symbol
+# what explains a failed import (import_errors.py) is imported when one fails; here under its old names
+_MOVED = ("demangle", "loader_error", "_explain", "_module_name_hint")
 
 
-# what the dynamic loader says of a file that is not a whole, valid library (truncated, zeroed, garbage);
-# plain substrings, not a regex compiled at import: a warm load() never needs them (issue 21)
-_LOADER = ("invalid ELF header", "file too short", "ELF load command", "cannot map zero-fill", "wrong ELF class",
-           "ELF file", "cannot read file data", "only ET_DYN and ET_EXEC", "no dynamic section",
-           "cannot open shared object file", "cannot apply additional memory protection")
-
-
-def loader_error(err: BaseException) -> bool:
-    """True if ``err`` (an ImportError) says the library file itself is damaged, so building it
-    again can help (an undefined symbol or a missing init function would only fail again)."""
-    if not isinstance(err, ImportError):
-        return False
-    text = str(err)
-    return any(says in text for says in _LOADER)
-
-
-def _module_name_hint(err: ImportError, path: Path) -> Optional[str]:
-    """Why the library has no ``PyInit_<name>``: the module names its ``PyInit_`` functions declare,
-    or none at all, and the macro that gives the operator's name."""
-    import re
-
-    m = re.search(r"module export function \(PyInit_(\w+)\)", str(err))
-    if m is None:
-        return None
-    from .elf_symbols import exported_functions
-
-    want = m.group(1)
-    declared = sorted(f[len("PyInit_"):] for f in exported_functions(path, "PyInit_"))
-    fix = (f"declare the module as PYBIND11_MODULE(OB_EXTENSION_NAME, m) (MS_EXTENSION_NAME also works): "
-           f"opbuilder defines both as the operator's name, '{want}'")
-    if declared:
-        names = ", ".join(f"'{d}'" for d in declared)
-        return f"the library declares the Python module {names}, not '{want}' (PyInit_{want} is missing); {fix}"
-    return f"the library defines no Python module (no PyInit_ function); {fix}"
-
-
-def _explain(err: ImportError, path: Optional[Path] = None) -> Optional[str]:
-    """A readable reason for an import failure of the library at ``path``; None if there is none."""
-    import re
-
-    hint = _module_name_hint(err, path) if path is not None else None
-    if hint:
-        return hint
-    m = re.search(r"undefined symbol: (\S+)", str(err))
-    if m:
-        sym = m.group(1)
-        return (f"undefined symbol {demangle(sym)} ({sym}): declared and used but never defined; "
-                f"add the source that defines it, or the library (ldflags=['-l...'])")
-    m = re.search(r'generic_type: type "([^"]+)" is already registered', str(err))
-    if m:
-        return (f"{err}: pybind11 registers a C++ class once per process, and an earlier build loaded "
-                f"in this process registered \"{m.group(1)}\"; to reload a module with classes in the same "
-                f"process, declare them with py::module_local() (or in an anonymous namespace), "
-                f"or restart Python")
-    return None
+def __getattr__(name: str):
+    if name in _MOVED:
+        from . import import_errors
+        return getattr(import_errors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def import_extension(name: str, path: Path, module_name: Optional[str] = None) -> ModuleType:
@@ -302,6 +236,7 @@ def import_extension(name: str, path: Path, module_name: Optional[str] = None) -
         loader.exec_module(module)
     except ImportError as e:
         from .errors import BuildError
+        from .import_errors import _explain
         why = _explain(e, path) or str(e)
         raise BuildError(f"operator '{name}' was built but cannot be imported: {why}\nlibrary: {path}",
                          name=name, log=str(e)) from e
