@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 
 from filelock import FileLock
 
+from compile_memo import launcher_env
 from op_util import ROOT
 
 EXAMPLE = ROOT / "examples" / "shipped_pkg"
@@ -51,7 +52,9 @@ def shipped_site(shared: Path) -> Path:
         dist.mkdir(parents=True)
         py = sys.executable
         pip = [py, "-m", "pip", "-q", "--disable-pip-version-check"]
-        _run([*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", dist, ROOT], wheel_env(None), work)
+        # its compiles reuse those of tests/test_shipping_pch.py's build (the same files and Python), if first
+        _run([*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", dist, ROOT],
+             wheel_env(None, launcher_env(shared)), work)
         (opbuilder_wheel,) = dist.glob("opbuilder-*.whl")
         _run([*pip, "install", "--no-deps", "--target", site, opbuilder_wheel], wheel_env(None), work)
         src = work / "shipped_pkg"  # a copy: the build writes nothing into the checkout

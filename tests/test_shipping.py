@@ -78,8 +78,12 @@ def _venv(python: Path, where: Path, packages: List[str]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory):
-    """Both wheels built under 3.12, installed into a 3.13 venv with no compiler."""
+def shipped(tmp_path_factory, cache_dir):
+    """Both wheels built under 3.12, installed into a 3.13 venv with no compiler. The builds under 3.12
+    compile through tests/compile_memo.py: the editable install's and `opbuilder wheel`'s compiles are
+    the same as the wheels', and reuse their objects (their builds, links and records are real)."""
+    from compile_memo import launcher_env
+    memo = launcher_env(cache_dir.parent)
     py312, py313 = _pyenv("3.12"), _pyenv("3.13")
     d = tmp_path_factory.mktemp("ship")
     dist = d / "dist"
@@ -89,18 +93,18 @@ def shipped(tmp_path_factory):
     tree = d / "opbuilder_src"
     shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", ".benchmarks",
                                                               "_native", "*.so", "build", "dist", ".venv*"))
-    _run([v312, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", dist, tree], d)
+    _run([v312, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", dist, tree], d, memo)
     (opbuilder_wheel,) = dist.glob("opbuilder-*.whl")
     _run([v312, "-m", "pip", "install", "-q", "--no-deps", opbuilder_wheel], d)
     src = d / "shipped_pkg"
     shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("__pycache__", "build", "dist"))
-    _run([v312, "-m", "build", "--wheel", "--no-isolation", "--outdir", dist, src], d)
+    _run([v312, "-m", "build", "--wheel", "--no-isolation", "--outdir", dist, src], d, memo)
     (pkg_wheel,) = dist.glob("shipped_pkg-*.whl")
     v313 = _venv(py313, d / "v313", ["numpy"])
     _run([v313, "-m", "pip", "install", "-q", "--no-deps", opbuilder_wheel, pkg_wheel], d, NO_CXX)
     site = Path(_run([v313, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], d).stdout.strip())
     return SimpleNamespace(dir=d, v312=v312, v313=v313, site=site, opbuilder_wheel=opbuilder_wheel,
-                           pkg_wheel=pkg_wheel, src=src, tree=tree)
+                           pkg_wheel=pkg_wheel, src=src, tree=tree, memo=memo)
 
 
 # runs in the 3.13 venv: every process this one would start is recorded (none may be)
@@ -150,7 +154,7 @@ def test_an_editable_install_builds_the_runtime_into_the_checkout(shipped, tmp_p
     # points at the checkout (hatchling tags it py3-none-any whatever a hook says: it carries no binary),
     # and the runtime is built into the checkout's opbuilder/_native/
     code = f"from hatchling.build import build_editable; print(build_editable({str(tmp_path)!r}))"
-    name = _run([shipped.v312, "-c", code], shipped.tree).stdout.strip().splitlines()[-1]
+    name = _run([shipped.v312, "-c", code], shipped.tree, shipped.memo).stdout.strip().splitlines()[-1]
     assert name == "opbuilder-0.1.0-py3-none-any.whl"
     record = json.loads((shipped.tree / "opbuilder" / "_native" / "native.json").read_text())
     assert record["abi"]["python"] == "abi3-cp312"
@@ -265,7 +269,7 @@ def test_a_tampered_shipped_binary_is_rebuilt_with_a_warning_and_never_loaded(sh
 
 def test_the_cli_builds_a_packages_wheel_with_pip(shipped, tmp_path):
     out = tmp_path / "wheels"
-    _run([shipped.v312, "-m", "opbuilder", "wheel", shipped.src, "-w", out], tmp_path)
+    _run([shipped.v312, "-m", "opbuilder", "wheel", shipped.src, "-w", out], tmp_path, shipped.memo)
     (wheel,) = out.glob("*.whl")
     assert wheel.name == "shipped_pkg-0.1.0-cp312-abi3-linux_x86_64.whl"
     with zipfile.ZipFile(wheel) as z:

@@ -34,8 +34,10 @@ OB_MODULE(m) { m.def("add_one", &add_one); }
 
 
 @pytest.fixture(scope="module")
-def native_dir(tmp_path_factory):
-    """A ``_native`` directory as ``pip install`` of opbuilder makes it, with its PCH."""
+def native_dir(tmp_path_factory, cache_dir):
+    """A ``_native`` directory as ``pip install`` of opbuilder makes it, with its PCH. Its compiles go
+    through tests/compile_memo.py: tests/ship_util.py's wheel (this Python, these files) reuses them."""
+    from compile_memo import launcher_env
     from opbuilder.native.install_build import build_native
     from opbuilder.tools.toolchain import find_compiler
 
@@ -62,6 +64,8 @@ def native_dir(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(B, "_build_checked", spy_build)
         mp.setattr(headers, "headers_digest", spy_digest)
+        for k, v in launcher_env(cache_dir.parent).items():
+            mp.setenv(k, v)
         record = build_native(dest)
     assert "pch" in record, "build_native made no precompiled header"
     _RECORD.update(record)
