@@ -152,6 +152,40 @@ def test_gradients_of_one_argument_used_twice_or_two_functions_are_eagers_on_rep
     assert j.traces == 1
 
 
+@pytest.mark.parametrize("name, loss, fn", [
+    ("mul_twice", lambda op, x, y: op(x, x).sum(), lambda x, y: np.sum(x * x * x)),  # x at two positions
+    ("ret_in", lambda op, x, y: (op(x, y)[1] * 3.0 + op(x, y)[0]).sum(), lambda x, y: np.sum(3.0 * x + x * y)),
+    ("ret_in_only", lambda op, x, y: op(x, y).sum(), lambda x, y: np.sum(x)),
+])
+def test_gradients_of_an_argument_used_twice_or_handed_back_are_eagers_on_replays(bound, name, loss, fn):
+    """A call whose recorded nodes are not one node over its arguments: the gradient through what it recorded,
+    each argument counted once, an argument handed back as it is passing its gradient through."""
+    op = getattr(bound, name)
+    call = lambda x, y: loss(op, x, y)
+    j = jit(call)
+    y0 = np.array([2.0, -1.0])
+    for v in ([1.0, 2.0], [2.0, -1.0], [3.0, 0.5]):
+        want = central(lambda a: float(fn(a, y0)), np.array(v))
+        for f in (call, j, j):
+            np.testing.assert_allclose(rt.grad(f)(f64(*v), Tensor(y0.copy())).asnumpy(), want, rtol=1e-7)
+        x = Tensor(np.array(v), requires_grad=True)
+        j(x, Tensor(y0.copy())).backward()
+        np.testing.assert_allclose(x.grad.asnumpy(), want, rtol=1e-7)
+    assert j.traces == 1
+
+
+def test_a_parameter_handed_back_by_two_calls_takes_both_gradients(bound):
+    w = Parameter(np.array([1.0, 2.0]))
+    x0 = np.array([3.0, 5.0])
+    call = lambda x: (bound.ret_in(w, x)[1] * 3.0 + bound.ret_in(w, x)[0]).sum()
+    j = jit(call)
+    want = central(lambda v: float(np.sum(3.0 * v + v * x0)), w.asnumpy().copy())
+    for f in (call, j, j, j):
+        w.grad = None
+        f(Tensor(x0.copy())).backward()
+        np.testing.assert_allclose(w.grad.asnumpy(), want, rtol=1e-7)
+
+
 def test_overloads_of_one_name_are_recorded_whole(bound):
     """nanobind moves the overloads into a new function object on each def: the replay runs the newest."""
     j = jit(lambda x, k: bound.scale2(x, k))

@@ -113,14 +113,17 @@ def keeping(node: Node, diff: Sequence[int], owner: object) -> Callable[..., Any
             _state.enabled = prev
         outs = out if multi else (out,)
         recorded = None
+        handed = False  # an output that requires grad with no history: a leaf argument handed back as it is
         for o in outs:
             if o._node is not None:
-                recorded = o._node
-                break
-        if recorded is not None and not _direct(recorded, diff, before, outs):
+                if recorded is None:
+                    recorded = o._node
+            elif o.requires_grad:
+                handed = True
+        if handed or (recorded is not None and not _direct(recorded, diff, before, outs)):
             # not one node over the op's arguments (a C++ module function running two Functions, taking its
-            # arguments in another order or one argument twice): the gradient of the arguments through whatever
-            # the call recorded
+            # arguments in another order or one argument twice, handing an argument back): the gradient of the
+            # arguments through whatever the call recorded
             calls.nodes[key] = (_Through([edge_of(o) if o.requires_grad else None for o in outs],
                                          [_anchor(ins[i], e) for i, e in zip(diff, before)]), ())
             return out
@@ -162,6 +165,11 @@ def _direct(node: Any, diff: Sequence[int], before: Sequence[Any], outs: Sequenc
     return True
 
 
+def _edge_key(a: Tensor) -> Any:
+    """What identifies ``a``'s edge (an anchor): its node and output index, or the leaf itself."""
+    return (id(a._node), a._out_index) if a._node is not None else id(a)
+
+
 def _anchor(t: Tensor, edge: Any) -> Tensor:
     """A tensor whose edge is ``edge`` (``t``'s before the call): a target the engine captures the gradient at."""
     if type(edge) is not tuple:
@@ -184,7 +192,9 @@ class _Through:
         self.anchors = anchors
 
     def backward(self, gs: Sequence[Any]) -> List[Any]:
-        """The arguments' gradients, by the engine from the outputs' edges to the anchors."""
+        """The arguments' gradients, by the engine from the outputs' edges to the anchors. One tensor at two
+        positions (``op(x, y, x)``) is one edge: its whole gradient goes to its first position, None to the
+        others (the jitted backward sums the positions of one value, as eagerly each use is counted once)."""
         from ..autograd.engine import run_backward
         outs, grads = [], []
         for e, g in zip(self.heads, gs):
@@ -194,8 +204,14 @@ class _Through:
             grads.append(g)
         if not outs:
             return [None] * len(self.anchors)
-        res = run_backward(outs, grads, self.anchors, True, False)
-        return [None] * len(self.anchors) if res is None else res
+        first: Dict[Any, int] = {}
+        where = [first.setdefault(_edge_key(a), k) for k, a in enumerate(self.anchors)]
+        uniq = [self.anchors[k] for k in sorted(first.values())]
+        res = run_backward(outs, grads, uniq, True, False)
+        if res is None:
+            return [None] * len(self.anchors)
+        by_first = dict(zip(sorted(first.values()), res))
+        return [by_first[k] if k == w else None for k, w in enumerate(where)]
 
     def release(self) -> None:
         self.heads = []

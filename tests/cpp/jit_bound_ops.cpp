@@ -120,6 +120,12 @@ OB_MODULE(m) {
   // a keyword-only argument: a replay passes arguments by position, so the trace stops
   m.def("scale_kw", [](const TensorPtr &x, double k) { return k > 0 ? ScaleBy<2>::Apply(x, x) : ScaleBy<3>::Apply(x, x); },
         bind::arg("x"), bind::kw_only(), bind::arg("k") = 1.0);
+  // an argument handed back as it is, beside a Function's output or alone (that output dropped)
+  m.def("ret_in", [](const TensorPtr &a, const TensorPtr &b) { return TensorPtrList{Mul::Apply(a, b), a}; });
+  m.def("ret_in_only", [](const TensorPtr &a, const TensorPtr &b) {
+    Mul::Apply(a, b);
+    return a;
+  });
   // a null result (None) for k < 0
   m.def("maybe_none", [](const TensorPtr &x, double k) { return k < 0 ? TensorPtr() : Mul::Apply(x, x); });
   // a Function picked by a tensor's value: flag != 0 -> 2x, else 3x
