@@ -24,12 +24,14 @@ import sys
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from stat import S_ISDIR, S_ISREG, S_IWGRP, S_IWOTH
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 __all__ = ["import_extension", "RUNTIME_NAME", "DEP_FILES", "is_key", "recorded",
            "recorded_needs", "preload", "preload_runtime", "preload_core", "dlopen_global", "loaded_runtime",
            "import_build", "loaded_modules", "names_used", "loaded_lock", "RUNTIME_FILE", "CORE_NAME", "CORE_FILE",
-           "LIMITED_API_HEX", "limited_api", "python_api"]
+           "LIMITED_API_HEX", "limited_api", "python_api", "HASH", "file_hash", "files_intact", "inside", "loads",
+           "owned_by_code_owner"]
 
 # nanobind's runtime (built by nanobind_runtime.py) and the core library (native/core_lib.py) are loaded
 # here, with the process's record of them, so that a warm load() imports nothing that builds them
@@ -241,3 +243,125 @@ def import_extension(name: str, path: Path, module_name: Optional[str] = None) -
         raise BuildError(f"operator '{name}' was built but cannot be imported: {why}\nlibrary: {path}",
                          name=name, log=str(e)) from e
     return module
+
+
+# ---- a binary checked against its record, before it is imported --------------------------------------
+# A shipped operator's binary (cache/shipped.py) and opbuilder's installed runtime (native/installed.py)
+# are trusted by the hashes their records (JSON) hold: here, on the path both loads take already.
+
+try:
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - an interpreter without the builtin module
+    from hashlib import blake2b
+
+HASH = "blake2b-256"  # what records name the hash they hold
+_OTHERS_WRITE = S_IWGRP | S_IWOTH
+_scan: Optional[Callable[[str, int], Any]] = None  # _json's scanner, made on first use (loads)
+
+
+def file_hash(path: Union[str, Path]) -> str:
+    """The BLAKE2b-256 of the file at ``path`` (hex; read without following a symlink). BLAKE2b from
+    ``_blake2``, as the cache's keys use it (fingerprint.py): hashlib's SHA-256 imports OpenSSL first,
+    which cost a shipped load() 10-50 ms on a loaded machine."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        h = blake2b(digest_size=32)
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return h.hexdigest()
+            h.update(chunk)
+    finally:
+        os.close(fd)
+
+
+def files_intact(directory: Path, files: object) -> bool:
+    """Whether each ``{relative path: hash}`` of ``files`` under ``directory`` has that hash (file_hash)."""
+    if not isinstance(files, dict) or not files:
+        return False
+    for rel, digest in files.items():
+        if not inside(rel):
+            return False
+        try:
+            if file_hash(f"{directory}/{rel}") != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def owned_by_code_owner(d: str, files: Dict[str, object], sizes: object, code_dir: Union[str, Path]) -> bool:
+    """Whether directory ``d`` and each of ``files`` in it belong to the owner of ``code_dir`` (opbuilder's
+    own code), only that owner can write them, and each file (a regular one, not a link) has the size
+    ``sizes`` records: then no one could have changed them who could not change that code
+    (native/installed.py: how its installed runtime is trusted by a shipped load)."""
+    if not isinstance(sizes, dict) or set(sizes) != set(files):
+        return False  # a record written before sizes were: hashed
+    try:
+        owner = os.stat(code_dir).st_uid
+        st = os.lstat(d)
+        if not S_ISDIR(st.st_mode) or st.st_uid != owner or st.st_mode & _OTHERS_WRITE:
+            return False
+        for name in files:
+            st = os.lstat(f"{d}/{name}")
+            if (not S_ISREG(st.st_mode) or st.st_uid != owner or st.st_mode & _OTHERS_WRITE
+                    or st.st_size != sizes[name]):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def inside(rel: object) -> bool:
+    """A relative path that stays in its directory (no absolute path, no ``..``)."""
+    return isinstance(rel, str) and not os.path.isabs(rel) and ".." not in rel.split("/")
+
+
+class _Context:
+    """What ``_json.make_scanner`` reads of a decoder: json.loads's defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+    memo: dict = {}
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)`` with the C scanner of ``_json``, the json package's accelerator, without
+    importing the json package (its decoder and encoder modules: ~1 ms of a ~3 ms shipped load); a
+    ValueError (json.JSONDecodeError) for what is not one JSON document. Where ``_json`` is missing,
+    the json package reads it."""
+    global _scan
+    if _scan is None:
+        try:
+            from _json import make_scanner
+        except ImportError:  # pragma: no cover - an interpreter without the accelerator
+            import json
+            return json.loads(text)
+        _scan = make_scanner(_Context())
+    doc = text.strip(" \t\n\r")
+    try:
+        value, end = _scan(doc, 0)
+    except StopIteration:  # nothing that starts a JSON value
+        end = -1
+    if end != len(doc):
+        import json
+        return json.loads(text)  # raises its JSONDecodeError, with the position
+    return value
+
+
+def _read_text(path: str) -> str:
+    """The UTF-8 text of the file at ``path`` (no text layer made: ~0.1 M instructions less than open())."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks).decode()
+            chunks.append(chunk)
+    finally:
+        os.close(fd)

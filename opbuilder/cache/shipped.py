@@ -26,24 +26,18 @@ import os
 import sys
 import threading
 from pathlib import Path
-from stat import S_ISDIR, S_ISREG, S_IWGRP, S_IWOTH
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..importer import CORE_FILE, NATIVE_DIR, RUNTIME_FILE, import_extension, loaded_runtime, preload, python_api
+# a binary's check against its record, in importer.py (native/installed.py uses them too); public here as well
+from ..importer import HASH, _read_text, file_hash, files_intact, inside, loads, owned_by_code_owner  # noqa: F401
 from ..spec import RECORD, find_record, no_build  # noqa: F401  (public here too)
-
-try:
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - an interpreter without the builtin module
-    from hashlib import blake2b
 
 __all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "shipped_module", "shipped_or_built", "refuse_build",
            "no_build", "record_entry", "header_files", "options_of", "find_record", "status", "HASH", "file_hash",
            "files_intact", "inside", "loads"]
 
-HASH = "blake2b-256"  # what records name the hash they hold
-_OTHERS_WRITE = S_IWGRP | S_IWOTH
 
 BIN_DIR = "_opbuilder"
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp", ".tpp")
@@ -51,63 +45,9 @@ _why: Dict[str, str] = {}  # operator name -> why its shipped binary was not use
 _modules: Dict[Tuple[str, str], ModuleType] = {}  # (record, hash of the binary) -> module
 _used: Dict[str, str] = {}  # operator name -> the shipped binary this process loaded (doctor)
 _lock = threading.Lock()
-_scan: Optional[Callable[[str, int], Any]] = None  # _json's scanner, made on first use (loads)
 _native: List[Optional[Dict[str, Any]]] = []  # [the installed runtime's record, when its files are owned] once
 _ABI_PARTS = ("python", "nanobind", "cxx", "headers")  # as installed.why_not compares them
 _INSTALLED = __name__.rsplit(".", 2)[0] + ".native.installed"
-
-
-def file_hash(path: Union[str, Path]) -> str:
-    """The BLAKE2b-256 of the file at ``path`` (hex; read without following a symlink). BLAKE2b from
-    ``_blake2``, as the cache's keys use it (fingerprint.py): hashlib's SHA-256 imports OpenSSL first,
-    which cost a shipped load() 10-50 ms on a loaded machine."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        h = blake2b(digest_size=32)
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return h.hexdigest()
-            h.update(chunk)
-    finally:
-        os.close(fd)
-
-
-def files_intact(directory: Path, files: object) -> bool:
-    """Whether each ``{relative path: hash}`` of ``files`` under ``directory`` has that hash (file_hash)."""
-    if not isinstance(files, dict) or not files:
-        return False
-    for rel, digest in files.items():
-        if not inside(rel):
-            return False
-        try:
-            if file_hash(f"{directory}/{rel}") != digest:
-                return False
-        except OSError:
-            return False
-    return True
-
-
-def owned_by_code_owner(d: str, files: Dict[str, object], sizes: object, code_dir: Union[str, Path]) -> bool:
-    """Whether directory ``d`` and each of ``files`` in it belong to the owner of ``code_dir`` (opbuilder's
-    own code), only that owner can write them, and each file (a regular one, not a link) has the size
-    ``sizes`` records: then no one could have changed them who could not change that code
-    (native/installed.py: how its installed runtime is trusted by a shipped load)."""
-    if not isinstance(sizes, dict) or set(sizes) != set(files):
-        return False  # a record written before sizes were: hashed
-    try:
-        owner = os.stat(code_dir).st_uid
-        st = os.lstat(d)
-        if not S_ISDIR(st.st_mode) or st.st_uid != owner or st.st_mode & _OTHERS_WRITE:
-            return False
-        for name in files:
-            st = os.lstat(f"{d}/{name}")
-            if (not S_ISREG(st.st_mode) or st.st_uid != owner or st.st_mode & _OTHERS_WRITE
-                    or st.st_size != sizes[name]):
-                return False
-    except OSError:
-        return False
-    return True
 
 
 def _owned_runtime() -> Optional[Dict[str, Any]]:
@@ -131,61 +71,6 @@ def _owned_runtime() -> Optional[Dict[str, Any]]:
             pass
         _native.append(record)
     return _native[0]
-
-
-def inside(rel: object) -> bool:
-    """A relative path that stays in its directory (no absolute path, no ``..``)."""
-    return isinstance(rel, str) and not os.path.isabs(rel) and ".." not in rel.split("/")
-
-
-class _Context:
-    """What ``_json.make_scanner`` reads of a decoder: json.loads's defaults."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
-    memo: dict = {}
-
-
-def loads(text: str) -> Any:
-    """``json.loads(text)`` with the C scanner of ``_json``, the json package's accelerator, without
-    importing the json package (its decoder and encoder modules: ~1 ms of a ~3 ms shipped load); a
-    ValueError (json.JSONDecodeError) for what is not one JSON document. Where ``_json`` is missing,
-    the json package reads it."""
-    global _scan
-    if _scan is None:
-        try:
-            from _json import make_scanner
-        except ImportError:  # pragma: no cover - an interpreter without the accelerator
-            import json
-            return json.loads(text)
-        _scan = make_scanner(_Context())
-    doc = text.strip(" \t\n\r")
-    try:
-        value, end = _scan(doc, 0)
-    except StopIteration:  # nothing that starts a JSON value
-        end = -1
-    if end != len(doc):
-        import json
-        return json.loads(text)  # raises its JSONDecodeError, with the position
-    return value
-
-
-def _read_text(path: str) -> str:
-    """The UTF-8 text of the file at ``path`` (no text layer made: ~0.1 M instructions less than open())."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return b"".join(chunks).decode()
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
 
 
 def _header_names(dirs: Sequence[str], top: str) -> List[str]:

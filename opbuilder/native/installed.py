@@ -73,7 +73,7 @@ def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None
     found = None
     owned = False
     try:
-        from ..cache.shipped import HASH, _read_text, files_intact, inside, loads  # a shipped load() has it
+        from ..importer import HASH, _read_text, files_intact, inside, loads  # a shipped load() has it
         record = loads(_read_text(f"{d}/{MANIFEST}"))
         files = record.get("files") if isinstance(record, dict) and record.get("hash") == HASH else None
         if isinstance(files, dict) and all(inside(f) for f in files):
@@ -100,8 +100,8 @@ def _owned(d: Path, files: Dict[str, object], sizes: object) -> bool:
     """Whether directory ``d`` and each of ``files`` in it belong to the owner of opbuilder's own code
     (the package directory), only that owner can write them, and each file (a regular one, not a link)
     has the size ``sizes`` records: then no one could have changed them who could not change that code
-    (cache/shipped.py defines the check: a shipped load() runs it without importing this module)."""
-    from ..cache.shipped import owned_by_code_owner
+    (importer.py defines the check: a shipped load() runs it without importing this module)."""
+    from ..importer import owned_by_code_owner
     return owned_by_code_owner(str(d), files, sizes, _PKG_DIR)
 
 
