@@ -112,15 +112,21 @@ using ImplPtr = c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
 void *HandleOf(const at::Tensor &t) { return ImplPtr(t.getIntrusivePtr()).release(); }
 at::Tensor TensorOf(void *handle) { return at::Tensor(ImplPtr::reclaim_copy(static_cast<c10::TensorImpl *>(handle))); }
 
-void Describe(const at::Tensor &t, ForeignTensor *out) {
+// `t`'s memory, shape, strides, dtype and device into `out`; its handle null (the caller's to set).
+void Fields(const at::Tensor &t, ForeignTensor *out) {
   out->data = t.data_ptr();
   out->shape = t.sizes().data();
   out->strides = t.is_contiguous() ? nullptr : t.strides().data();
   out->ndim = static_cast<std::int32_t>(t.dim());
   out->dtype = DataTypeOf(t.scalar_type());
   out->requires_grad = t.requires_grad() ? 1 : 0;
-  out->handle = HandleOf(t);
+  out->handle = nullptr;
   out->device = t.is_cuda() ? t.get_device() : -1;
+}
+
+void Describe(const at::Tensor &t, ForeignTensor *out) {
+  Fields(t, out);
+  out->handle = HandleOf(t);
 }
 
 int Unpack(PyObject *o, ForeignTensor *out) {
@@ -136,14 +142,7 @@ int Peek(PyObject *o, ForeignTensor *out) {
   try {
     const at::Tensor &t = THPVariable_Unpack(o);
     if (!Plain(t) || !t.device().is_cpu()) return 0;
-    out->data = t.data_ptr();
-    out->shape = t.sizes().data();
-    out->strides = t.is_contiguous() ? nullptr : t.strides().data();
-    out->ndim = static_cast<std::int32_t>(t.dim());
-    out->dtype = DataTypeOf(t.scalar_type());
-    out->requires_grad = t.requires_grad() ? 1 : 0;
-    out->handle = nullptr;
-    out->device = -1;
+    Fields(t, out);  // no handle: `o` keeps the memory
     return 1;
   } catch (const std::exception &) {  // the Python path says what is wrong
     return 0;
