@@ -178,21 +178,30 @@ def _trusted_root(root: Path) -> Path:
     return got  # type: ignore[return-value]
 
 
+def stamps_unchanged(stamps: Sequence[Sequence]) -> bool:
+    """Whether each (path, stamp) still has that stamp (``_stamp(path) == stamp``; a path that cannot be
+    stat'ed for another reason counts as changed), in one loop: a warm load() checks ~100
+    (tools/probe_cache.py's records use it too)."""
+    stat = os.stat  # _stamp, inlined
+    for p, then in stamps:
+        try:
+            st = stat(p)
+        except (FileNotFoundError, NotADirectoryError):
+            if then is not None:
+                return False
+            continue
+        except OSError:  # cannot tell (a permission): changed, so the full lookup decides
+            return False
+        if then != [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]:
+            return False
+    return True
+
+
 def _unchanged(inputs: Sequence[Sequence]) -> bool:
-    """Whether every (path, stamp) of ``inputs`` still has that stamp."""
+    """Whether every (path, stamp) of ``inputs`` still has that stamp (within a batch, each path once)."""
     memo = _batch
     if memo is None:
-        stat = os.stat  # _stamp, inlined: ~100 files per load
-        for p, then in inputs:
-            try:
-                st = stat(p)
-            except (FileNotFoundError, NotADirectoryError):
-                if then is not None:
-                    return False
-                continue
-            if then != [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]:
-                return False
-        return True
+        return stamps_unchanged(inputs)
     for p, then in inputs:
         now = memo.get(p, memo)
         if now is memo:

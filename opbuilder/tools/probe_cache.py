@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UnsafeCacheDirError, warn_broken
 from ..cache.trust import read_file, stamp_of, write_file
+from ..cache.warm import stamps_unchanged
 from ..cache.warm_notes import note_stamps
 
 __all__ = ["remembered", "stamp", "share", "stored_records", "add_bundled_compilers", "compiler_facts_problem",
@@ -97,21 +98,6 @@ def _facts(file: str, lookup: str, rec: object, schema: Dict[str, Any]) -> Optio
     return rec["facts"]  # type: ignore[index]
 
 
-def _unchanged(stamps: Sequence[Sequence[Any]]) -> bool:
-    """Whether each (path, stamp) still has that stamp (``stamp(path) == stamp``), checked in one loop:
-    the headers' record alone has ~30 (a warm load() checks ~40)."""
-    for path, then in stamps:
-        try:
-            st = os.stat(path)
-        except OSError:
-            if then is not None:
-                return False
-            continue
-        if then != [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]:
-            return False
-    return True
-
-
 def _settled(stamps: Sequence[Tuple[str, Optional[List[int]]]]) -> bool:
     now = time.time_ns()
     return all(s is None or now - max(s[1], s[2]) > SETTLE_NS for _, s in stamps)
@@ -131,7 +117,7 @@ def remembered(state_dir: Optional[Path], lookup: str, probe: Callable[[], Tuple
     if file is not None:
         rec = _read(file).get(lookup)
         facts = _facts(file, lookup, rec, schema or {})
-        if facts is not None and _unchanged(rec["stamps"]):  # type: ignore[index]
+        if facts is not None and stamps_unchanged(rec["stamps"]):  # type: ignore[index]
             note_stamps(rec["stamps"])  # type: ignore[index]
             return facts
         facts = _from_stores(lookup, schema or {})
@@ -157,7 +143,7 @@ def _from_stores(lookup: str, schema: Dict[str, Any]) -> Optional[Facts]:
         file = str(store / FILE_NAME)
         rec = _read(file, owner).get(lookup)
         facts = _facts(file, lookup, rec, schema)
-        if facts is not None and _unchanged(rec["stamps"]):  # type: ignore[index]
+        if facts is not None and stamps_unchanged(rec["stamps"]):  # type: ignore[index]
             return facts
     return None
 
