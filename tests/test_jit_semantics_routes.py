@@ -186,6 +186,22 @@ def test_a_parameter_handed_back_by_two_calls_takes_both_gradients(bound):
         np.testing.assert_allclose(w.grad.asnumpy(), want, rtol=1e-7)
 
 
+@pytest.mark.parametrize("call", [lambda op, x, fl: op(x, fl), lambda op, x, fl: op(x * 1.0, fl) * 1.0,
+                                  lambda op, x, fl: op(x, fl) + op(x, fl)], ids=["alone", "between", "twice"])
+def test_an_input_a_call_does_not_differentiate_keeps_no_grad_on_replays(bound, call):
+    """pick's flag only picks the Function (its gradient is None): ``.grad`` stays None on every call, as
+    eagerly; the backward graph's zeros for it are not handed on as a gradient."""
+    j = jit(lambda x, fl: call(bound.pick, x, fl).sum())
+    for f in (lambda x, fl: call(bound.pick, x, fl).sum(), j, j, j):
+        x = Parameter(np.array([1.0, 2.0]), name="x")
+        fl = Parameter(np.array([1.0]), name="fl")
+        f(x, fl).backward()
+        assert fl.grad is None
+        want = central(lambda v: float(np.sum(call(lambda a, b: 2.0 * a, v, None))), np.array([1.0, 2.0]))
+        np.testing.assert_allclose(x.grad.asnumpy(), want, rtol=1e-7)
+    assert j.traces == 1
+
+
 def test_overloads_of_one_name_are_recorded_whole(bound):
     """nanobind moves the overloads into a new function object on each def: the replay runs the newest."""
     j = jit(lambda x, k: bound.scale2(x, k))

@@ -112,6 +112,31 @@ def forward_values(graph: Graph, inputs: Sequence[Tensor]) -> Dict[Tuple[int, in
     return env
 
 
+def unused_gradient(like: Tensor) -> Tensor:
+    """Zeros standing for an opaque op's ``None`` gradient (a graph's value must be a tensor). Marked: when
+    it reaches the backward graph's output unchanged, JitGradNode hands ``None`` on, so ``.grad`` stays
+    ``None`` as eagerly; added to another gradient, it is zeros."""
+    from ..ops.math import zeros_like
+    g = zeros_like(like)
+    g.__dict__["_jit_unused"] = True
+    return g
+
+
+def is_unused_gradient(g: Any) -> bool:
+    """``g`` is an ``unused_gradient`` that reached an output of the backward graph as it was made."""
+    return type(g) is Tensor and g.__dict__.get("_jit_unused", False)
+
+
+def _accumulate(a: Tensor, b: Tensor) -> Tensor:
+    """Two gradients of one value summed, an ``unused_gradient`` counting as nothing (as eager's None)."""
+    if is_unused_gradient(a):
+        return b
+    if is_unused_gradient(b):
+        return a
+    from ..ops.math import add
+    return add(a, b)
+
+
 def _opaque_backward(node: Node, diff: List[int], owner: object) -> Callable[..., Tuple[Any, ...]]:
     """A target computing ``node``'s input gradients (args ``diff``) by its own backward: the node the
     op recorded in this call's forward, or (none kept) the op run again and differentiated."""
@@ -122,8 +147,7 @@ def _opaque_backward(node: Node, diff: List[int], owner: object) -> Callable[...
         ins, gs = list(vals[:nin]), vals[nin:]
         res = kept_backward(owner, key, diff, gs)
         if res is not None:
-            from ..ops.math import zeros_like
-            return tuple(zeros_like(vals[i]) if r is None else r for i, r in zip(diff, res))
+            return tuple(unused_gradient(vals[i]) if r is None else r for i, r in zip(diff, res))
         with enable_grad():
             for i in diff:
                 ins[i] = Tensor._from_array(ins[i]._data)
@@ -134,8 +158,7 @@ def _opaque_backward(node: Node, diff: List[int], owner: object) -> Callable[...
             res = _autograd_grad([o for o, _ in pairs], [ins[i] for i in diff],
                                  grad_outputs=[g for _, g in pairs], allow_unused=True) if pairs else \
                 [None] * len(diff)
-        from ..ops.math import zeros_like
-        return tuple(zeros_like(vals[i]) if r is None else r for i, r in zip(diff, res))
+        return tuple(unused_gradient(vals[i]) if r is None else r for i, r in zip(diff, res))
 
     backward.__qualname__ = f"{node.op}.backward"
     return backward
@@ -167,6 +190,8 @@ class _Builder:
         self.tracer = Tracer(stand, f"{graph.name}.backward")
         self.grads: Dict[Key, Tensor] = {}
         self.opaque: Dict[int, List[int]] = {}
+        # stand-ins of gradients that may be an opaque op's None (unused_gradient) when the graph runs
+        self.maybe_unused: set = set()
         self.readers: Dict[Tuple[int, int], Tuple[int, str]] = {}
         self.arg_reads: List[Tuple[Key, int, str, int]] = []
         self.view_layouts: Dict[int, Tuple[Any, Tuple[int, int], bool]] = {}
@@ -204,7 +229,17 @@ class _Builder:
         if g._data.dtype != like._data.dtype:
             g = math.cast(g, from_numpy_dtype(like._data.dtype))
         prev = self.grads.get(key)
-        self.grads[key] = g if prev is None else math.add(prev, g)
+        if prev is None:
+            self.grads[key] = g
+        elif id(prev) in self.maybe_unused or id(g) in self.maybe_unused:
+            # eager's accumulation: a None gradient adds nothing, two stay None
+            out = math.zeros_like(prev)
+            self.tracer.record("backward", "accumulate_grad", _accumulate, [prev, g], {}, out)
+            if id(prev) in self.maybe_unused and id(g) in self.maybe_unused:
+                self.maybe_unused.add(id(out))
+            self.grads[key] = out
+        else:
+            self.grads[key] = math.add(prev, g)
 
     def node(self, n: Node) -> None:
         douts = [self.grads.get(("out", n.id, k)) for k in range(len(n.out_shapes))]
@@ -261,6 +296,7 @@ class _Builder:
         self.tracer.record("backward", f"{n.op}.backward", _opaque_backward(n, diff, self.owner), [*args, *gs], {},
                            res)
         self.opaque[n.id] = diff
+        self.maybe_unused.update(id(g) for g in res)
         for i, g in zip(diff, res):
             self.add_grad(self.key(n.inputs[i]), g, args[i])
 

@@ -19,7 +19,7 @@ from ..autograd.node import Node, edge_of
 from ..graph.graph import Graph
 from ..graph.registry import Runner
 from ..tensor import Tensor
-from .backward import BackwardGraph
+from .backward import BackwardGraph, is_unused_gradient
 from .kept import CallContexts, active
 
 __all__ = ["JitGradNode"]
@@ -95,7 +95,7 @@ class JitGradNode(Node):
                 active.backward = prev
         res: List[Any] = [None] * len(self.plan.sources)
         for s, g in zip(self.plan.outputs, outs):
-            res[s] = g
+            res[s] = None if is_unused_gradient(g) else g  # an opaque op's None, as eagerly
         return res
 
     def _check_versions(self) -> None:
