@@ -134,6 +134,7 @@ struct BoundCall {
 
   R operator()(A... a) const {
     if (*Runtime::Get().trace_flag != 0) {
+      GilForRefcount gil;  // under call_guard<gil_scoped_release>: the trace is Python's
       if (stop != nullptr) {
         StopTrace(name, stop);
       } else if constexpr (FnSig<R, A...>::kRecorded) {

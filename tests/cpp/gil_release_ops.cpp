@@ -1,0 +1,52 @@
+// Bound functions that release the GIL around their body (call_guard<gil_scoped_release>), as a user does
+// for a long kernel: Apply takes the GIL back for what it records (tests/test_gil_release.py).
+#include <cstdint>
+
+#include "opbuilder/extension.h"
+
+using namespace opbuilder;
+
+namespace {
+
+TensorPtr Scaled(const TensorPtr &x, double k) {
+  auto xc = x->contiguous();
+  auto out = Tensor::empty(kFloat64, x->shape());
+  for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = k * xc->data<double>()[i];
+  return out;
+}
+
+// 2 * x
+struct Twice : Function<Twice> {
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) { return Scaled(x, 2.0); }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Scaled(g[0], 2.0)}; }
+};
+
+// x * y, both saved
+struct Mul : Function<Mul> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
+    ctx->SaveForBackward({x, y});
+    auto xc = x->contiguous(), yc = y->contiguous();
+    auto out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = xc->data<double>()[i] * yc->data<double>()[i];
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    auto s = ctx->GetSavedTensors();
+    return {Mul::Apply(g[0], s[1]), Mul::Apply(g[0], s[0])};
+  }
+};
+
+#if defined(OB_BINDING_NANOBIND)
+namespace bind = nanobind;
+#else
+namespace bind = pybind11;
+#endif
+
+}  // namespace
+
+OB_MODULE(m) {
+  m.def("twice", [](const TensorPtr &x) { return Twice::Apply(x); }, bind::call_guard<bind::gil_scoped_release>());
+  // two Applies and a plain tensor made between them, all without the GIL
+  m.def("mul_twice", [](const TensorPtr &x, const TensorPtr &y) { return Mul::Apply(Twice::Apply(x), y); },
+        bind::call_guard<bind::gil_scoped_release>());
+}
