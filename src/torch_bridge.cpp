@@ -8,7 +8,8 @@
 // `Op(fn, fallback, defined, cuda)` is what to_torch calls once the bridge is ready: a call whose
 // arguments are plain torch tensors on the CPU (or CUDA devices, if `cuda`) and numbers or strings,
 // with no torch function or dispatch mode set,
-// in a signature the Python path has defined (its operator registered: the keys of `defined`) and,
+// in a signature the Python path has checked (its first call, fingerprinted, wrote no argument unseen,
+// and the function declares no writes: the keys of `defined`, to_torch's _Op.checked) and,
 // for an operator with a shape rule, with shapes, dtypes and scalar values the Python path has checked
 // the rule for, calls the operator `fn` directly with this thread's bridge call marked active;
 // every other call goes to `fallback`, the Python path (torch.library), unchanged.
@@ -558,7 +559,7 @@ struct OpObject {
   PyObject_HEAD
   PyObject *fn;
   PyObject *fallback;
-  PyObject *defined;  // a dict whose keys are the call signatures the Python path has seen
+  PyObject *defined;  // a dict whose keys are the call signatures the Python path has checked (_Op.checked)
   PyObject *name;     // fn.__name__ (a str), or null
   int cuda;           // CUDA tensors may take the fast path (a GPU operator)
   vectorcallfunc vectorcall;
@@ -642,7 +643,8 @@ bool FastArgs(PyObject *const *args, Py_ssize_t n, char *sig, Py_ssize_t cap, bo
   return true;
 }
 
-// The Python path has defined this signature's operator (and checked its shape rule).
+// The Python path has checked this signature: its calls write no argument unseen (to_torch's _Op.checked;
+// a signature watched for such writes, or with declared writes, is never a key).
 bool Defined(OpObject *op, const char *sig) {
   if (std::strcmp(sig, op->last) == 0) return true;
   PyObject *key = PyUnicode_FromString(sig);
@@ -761,7 +763,7 @@ PyMemberDef kOpMembers[] = {
     {"fn", T_OBJECT, offsetof(OpObject, fn), READONLY, "the operator the fast path calls"},
     {"fallback", T_OBJECT, offsetof(OpObject, fallback), READONLY, "what every other call goes to"},
     {"fast_calls", T_PYSSIZET, offsetof(OpObject, fast_calls), READONLY, "calls the fast path took"},
-    {"defined", T_OBJECT, offsetof(OpObject, defined), READONLY, "the signatures the fallback has defined"},
+    {"defined", T_OBJECT, offsetof(OpObject, defined), READONLY, "the signatures the fallback has checked"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyTypeObject OpType = {PyVarObject_HEAD_INIT(nullptr, 0)};

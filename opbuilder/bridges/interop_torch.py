@@ -339,6 +339,20 @@ def _once(name: str, res: List[Optional[torch.Tensor]], grads: Sequence[Any], in
     return out
 
 
+def _bytes_of(t: torch.Tensor) -> np.ndarray:
+    """The memory of a CPU tensor as numpy sees it (bfloat16 as uint16), for a fingerprint."""
+    return (t.view(torch.uint16) if t.dtype == torch.bfloat16 else t).numpy()
+
+
+def _watch(vc: Optional[_TorchVersion], phase: float) -> Optional[Tuple[_TorchVersion, bytes]]:
+    """An argument's counter and fingerprint before a watched call; None where no write can be seen (an
+    inference tensor, another device, a conjugate or negative view: the op gets a resolved copy)."""
+    if vc is None or not vc.t.is_cpu or vc.t.is_conj() or vc.t.is_neg() or (
+            vc.t.dtype not in _PLAIN and vc.t.dtype != torch.bfloat16):
+        return None
+    return vc, _fingerprint(_bytes_of(vc.t), phase)
+
+
 class _Op:
     """The torch operators of one module function, one per call signature."""
 
@@ -346,7 +360,13 @@ class _Op:
                  devices: Tuple[str, ...], writes: Tuple[int, ...] = ()) -> None:
         self.ns, self.lib, self.name, self.fn, self.shape_fn, self.devices = ns, lib, name, fn, shape_fn, devices
         self.traced: set = set()  # signatures torch.compile put into a graph (through the shape rule)
-        self.void_sigs: set = set()  # signatures seen returning nothing without declared writes (watched)
+        # signatures whose calls write no argument unseen: their first call (fingerprinted) found no write the
+        # runtime did not count, and the function declares none (``mutates``). Later calls of them may skip the
+        # fingerprints: the lean eager paths and the C++ bridge take only these (its `defined` dict's keys)
+        self.checked: Dict[str, bool] = {}
+        # signatures seen returning nothing, or writing an argument they do not declare (the out= pattern):
+        # each call is fingerprinted, on every route (the bridge leaves them to the Python path)
+        self.watched: set = set()
         self.writes = writes  # argument positions it writes in place (declared: Tensor(a!) in the schema)
         self.returns_args = [False]  # seen returning an argument: torch.compile leaves its calls out of graphs
         # sig -> (operator name, [single output?, outputs alias arguments?]); the bridge reads the keys
@@ -430,13 +450,14 @@ class _Op:
         # not refused as a leaf that requires grad, but by _Func's named NotImplementedError
         rt_args, need, index, vcs = self._runtime_args(
             args, sig, (lambda t, c: c == "t") if every else (lambda t, c: record and t.requires_grad), every)
-        # a signature's first call, and every call of one seen returning nothing (an out= function whose
-        # writes are not declared): each tensor argument fingerprinted, an unannounced write found after
+        # a signature's first call on any route, and every call of one seen returning nothing or writing an
+        # argument it does not declare (an out= function): each tensor argument fingerprinted, a write the
+        # runtime did not count found after the call (_unannounced). The C++ bridge takes only `checked`
+        # signatures, so every watched call comes here: one rule for both routes
         watch = None
-        if not self.writes and (sig in self.void_sigs or self.by_sig[sig][1][0] is None):
+        if not self.writes and (sig in self.watched or sig not in self.checked):
             phase = random.random()
-            watch = [(vc, _fingerprint(vc.t.numpy(), phase)) if vc is not None and vc.t.is_cpu
-                     and vc.t.dtype in _PLAIN and not vc.t.is_conj() and not vc.t.is_neg() else None for vc in vcs]
+            watch = [_watch(vc, phase) for vc in vcs]
         try:
             hooks = _saved_hooks(self, need)  # torch's saved_tensors_hooks, for what the op saves
             if hooks is None:
@@ -445,14 +466,15 @@ class _Op:
                 with hooks:
                     outs, single = self._run_recording(rt_args, need)
         except _Plain as p:
-            if p.value is None and watch is not None:
-                self.void_sigs.add(sig)
-                self._unannounced(sig, args, watch, phase)
+            if watch is not None:
+                self._after_watch(sig, args, watch, phase, p.value is None)
             raise
         except RuntimeError as e:
             if _rules.is_leaf_write_refusal(e):  # torch's words for its own tensors, as the bridge gives them
                 raise _torch_write_refusal(e, args) from None
             raise
+        if watch is not None:
+            self._after_watch(sig, args, watch, phase, False)
         alias = []
         for o in outs:  # an argument returned unchanged (or written and returned) counts on its counter
             vc = o._vc
@@ -479,13 +501,32 @@ class _Op:
             self.returns_args[0] = True
         return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs)
 
+    def _after_watch(self, sig: str, args: Sequence[Any], watch: Sequence[Any], phase: float, void: bool) -> None:
+        """After a fingerprinted call: its undeclared writes counted (``_unannounced``), and the signature
+        watched from now on (it returned nothing, or wrote an argument unseen) or else checked (later calls,
+        the C++ bridge's included, skip the fingerprints)."""
+        if void or self._wrote(watch, phase):
+            self.watched.add(sig)
+            self.checked.pop(sig, None)
+            self._unannounced(sig, args, watch, phase)
+        elif sig not in self.watched:
+            self.checked[sig] = True
+
+    @staticmethod
+    def _wrote(watch: Sequence[Any], phase: float) -> bool:
+        """Whether the call wrote a watched argument without the runtime counting it (MarkDirty)."""
+        for w in watch:
+            if w is not None and not w[0].written and _fingerprint(_bytes_of(w[0].t), phase) != w[1]:
+                return True
+        return False
+
     def _unannounced(self, sig: str, args: Sequence[Any], watch: Sequence[Any], phase: float) -> None:
-        """After a call returning nothing: each tensor argument it wrote (not declared in ``mutates``)
+        """After a watched call: each tensor argument it wrote (not declared in ``mutates``, not marked dirty)
         counts one write on its version counter, as torch's out= does; one that requires grad is an error
         (torch refuses out= into it before the call; undeclared, the write is only seen after)."""
         flat = [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
         for k, (t, w) in enumerate(zip(flat, watch)):
-            if w is None or w[0].written or _fingerprint(w[0].t.numpy(), phase) == w[1]:
+            if w is None or w[0].written or _fingerprint(_bytes_of(w[0].t), phase) == w[1]:
                 continue
             if t.is_inference() and not w[0].t.is_inference():  # the op wrote the copy it got
                 raise RuntimeError(_inference_write_message(self.name, k, "an undeclared write"))
@@ -1085,7 +1126,7 @@ def _wrapper(op: _Op) -> Callable:
                 # nothing to record and no mode or subclass that must see the operator: the kernel
                 # the dispatcher would pick, called directly (torch's Python op dispatch is ~10 us)
                 plain = all(type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t")
-                if (native and plain and hit[1][0] is not None and not hit[1][1]
+                if (native and plain and hit[1][0] is not None and not hit[1][1] and sig in op.checked
                         and not any(c in "LIF" for c in sig)):  # a Python function would get numpy arrays
                     direct[tuple(map(type, args))] = (sig, tuple(k for k, c in enumerate(sig) if c == "t"), hit[1])
                 if "L" not in sig and _current_mode() is None and not _function_mode() and plain and not _transforms_active():
@@ -1180,7 +1221,7 @@ def _wrapper(op: _Op) -> Callable:
                     bridge = _torch_bridge.ready()  # starts its build; None until it is loaded
                     if bridge is None:
                         return call(*args)
-                    fast = bridged[0] = bridge.Op(op.fn, call, op.by_sig, "cuda" in op.devices,
+                    fast = bridged[0] = bridge.Op(op.fn, call, op.checked, "cuda" in op.devices,
                                                   op.shape_fn is not None)
                     return fast(*args)
             return call(*args)
