@@ -17,7 +17,8 @@ every environment that has opbuilder's build requirements, it needs no ``setup.p
 writes is a plain zip that is easy to complete. ``build_wheel`` then compiles each operator with the
 builder (``CustomOpBuilder(...).build()``, in a temporary cache) and adds to the wheel, in the
 package that holds its sources, ``_opbuilder/<name><suffix>`` and ``opbuilder_ops.json`` (the record
-that ``load()`` checks: cache/shipped.py), and retags it: ``cp312-abi3-<platform>`` on Python >= 3.12
+that ``load()`` checks: cache/shipped.py) with its marshal copy ``opbuilder_ops.rec`` (what load() reads,
+importer.read_record), and retags it: ``cp312-abi3-<platform>`` on Python >= 3.12
 (operators are built against the limited API), ``cp311-cp311-<platform>`` on 3.11. Sdists and
 editable installs are hatchling's own (a development install builds on first use).
 """
@@ -111,7 +112,7 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
     wheel -> bytes) and the wheel tag they need."""
     from . import builder as B
     from .cache.file_hash import HASH
-    from .cache.shipped import BIN_DIR, RECORD, record_entry
+    from .cache.shipped import BIN_DIR, RECORD, record_copy, record_entry
     from .compile.binding import NANOBIND
     from .custom_op import CustomOpBuilder
     from .native.abi import cxx_abi, wheel_tag
@@ -148,8 +149,9 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
             files[Path(os.path.normpath(s)).as_posix()] = (project / s).read_bytes()
         for h in entry["headers"] or {}:  # the headers its key covers travel with it (cache/shipped.py)
             files[f"{top.name}/{h}"] = (top / h).read_bytes()
-    for top, record in records.items():
+    for top, record in records.items():  # the JSON, and its marshal copy that load() reads (importer.read_record)
         files[f"{top.name}/{RECORD}"] = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+        files[f"{top.name}/{RECORD[:-len('json')]}rec"] = record_copy(record)
     return files, tag
 
 

@@ -1,7 +1,7 @@
 """``CustomOpBuilder``: an operator's sources and options, checked; ``load()`` returns its module.
 
 This module imports spec.py only (``import opbuilder`` is these two modules and the package): what
-looks for a build is imported by ``load()`` when it runs, a shipped binary's check (cache/shipped.py)
+looks for a build is imported by ``load()`` when it runs, a shipped binary's check (importer.py)
 when a wheel's record is beside the sources, the warm record's (cache/warm.py) otherwise, and the build
 pipeline (builder.py) when something must be looked up in full or built.
 """
@@ -112,12 +112,16 @@ class CustomOpBuilder:
 
     def load(self) -> ModuleType:
         """The module for the sources as they are now (the same object if unchanged): the binary a wheel
-        ships for them when it fits (cache/shipped.py: no compiler, no process, no cache write), else the
+        ships for them when it fits (importer.shipped_module: no compiler, no process, no cache write), else the
         cache's build (its warm record: cache/warm.py), else built (builder.py, imported only then)."""
         record = find_record(self.spec.sources)
         if record is not None or no_build():
-            from .cache.shipped import shipped_or_built
-            return shipped_or_built(self.spec, self._built, record)
+            from .importer import shipped_module  # the check and the load: no other module (issue 35)
+            mod = shipped_module(self.spec, record)
+            if mod is None:
+                from .cache.shipped import built_instead  # says why, or builds
+                mod = built_instead(self.spec, self._built)
+            return mod
         return self._built()
 
     def _built(self) -> ModuleType:

@@ -4,6 +4,7 @@ a shipped binary is still checked by its hash before it is loaded, and the helpe
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import pickle
 import subprocess
@@ -74,7 +75,9 @@ def _package(tmp_path: Path, binary: bytes):
     entry = shipped.record_entry(spec, top, f"{shipped.BIN_DIR}/op.so", lib,
                                  {"binding": "pybind11", "python": python_abi()}, False)
     record = top / shipped.RECORD
-    record.write_text(json.dumps({"format": 1, "hash": shipped.HASH, "ops": {"op": entry}}))
+    data = {"format": 1, "hash": shipped.HASH, "ops": {"op": entry}}
+    record.write_text(json.dumps(data))
+    (top / "opbuilder_ops.rec").write_bytes(shipped.record_copy(data))  # as build_meta writes it: what load() reads
     return spec, record, lib
 
 
@@ -87,6 +90,71 @@ def test_a_shipped_binary_edited_in_place_same_size_is_refused(tmp_path):
     lib.write_bytes(bytes(data))  # same size, same owner
     assert shipped._fit(spec, record) == (None, None, f"its binary {lib} was modified after it was built (its hash "
                                                       f"is not the one recorded): it is never loaded")
+
+
+def test_a_shipped_binary_is_checked_against_the_records_copy_that_load_reads(tmp_path):
+    """The marshal copy (opbuilder_ops.rec) is what a shipped load() reads: a copy whose hash is another
+    binary's (a record swapped in) refuses the binary, even when the JSON beside it fits."""
+    spec, record, lib = _package(tmp_path, b"\x7fELF not loaded here" * 50)
+    data = json.loads(record.read_text())
+    data["ops"]["op"]["hash"] = shipped.file_hash(record)  # another file's hash
+    (record.parent / "opbuilder_ops.rec").write_bytes(shipped.record_copy(data))
+    assert shipped._fit(spec, record) == (None, None, f"its binary {lib} was modified after it was built (its hash "
+                                                      f"is not the one recorded): it is never loaded")
+
+
+@pytest.mark.parametrize("copy", ["group-writable", "link", "truncated", "older tag", "not a tuple", "absent"])
+def test_a_records_copy_not_as_written_is_not_read_and_the_json_is(tmp_path, copy):
+    """A copy that is not a regular file only its directory's owner can write, with this opbuilder's tag and
+    a whole record, is ignored: the JSON is read (and it checks the binary as before)."""
+    from opbuilder.importer import RECORD_COPY, read_record
+
+    spec, record, lib = _package(tmp_path, b"\x7fELF not loaded here" * 50)
+    rec = record.parent / "opbuilder_ops.rec"
+    wrong = {"format": 1, "hash": shipped.HASH, "ops": {}}  # what the copy holds where it is not to be read
+    data = shipped.record_copy(wrong)
+    if copy == "group-writable":
+        rec.write_bytes(data)
+        rec.chmod(0o664)
+    elif copy == "link":
+        other = tmp_path / "elsewhere.rec"
+        other.write_bytes(data)
+        rec.unlink()
+        rec.symlink_to(other)
+    elif copy == "truncated":
+        rec.write_bytes(data[:-7])
+    elif copy == "older tag":
+        rec.write_bytes(marshal.dumps(("opbuilder-record-0", wrong)))
+    elif copy == "not a tuple":
+        rec.write_bytes(marshal.dumps(wrong))
+    else:
+        rec.unlink()
+    assert RECORD_COPY == "opbuilder-record-1"
+    assert read_record(str(record)) == json.loads(record.read_text())
+    binary, _, why = shipped._fit(spec, record)
+    assert (binary, why) == (lib, "")
+    lib.write_bytes(lib.read_bytes()[:-1] + b"!")  # the JSON's check still refuses a modified binary
+    assert shipped._fit(spec, record)[2] == (f"its binary {lib} was modified after it was built (its hash is not the "
+                                             f"one recorded): it is never loaded")
+
+
+def test_a_record_of_another_hash_is_never_loaded(tmp_path, monkeypatch):
+    """A record (and its copy) from an opbuilder that hashed otherwise: not read as this one's, so the
+    binary is not loaded; under OPBUILDER_NO_BUILD=1 a NoBuildError says why."""
+    from opbuilder.errors import NoBuildError
+
+    spec, record, lib = _package(tmp_path, b"\x7fELF not loaded here" * 50)
+    data = json.loads(record.read_text())
+    data["hash"] = "sha256"
+    record.write_text(json.dumps(data))
+    (record.parent / "opbuilder_ops.rec").write_bytes(shipped.record_copy(data))
+    why = f"{record} is not a record this opbuilder reads (no blake2b-256 hashes)"
+    assert shipped._fit(spec, record) == (None, None, why)
+    monkeypatch.setenv("OPBUILDER_NO_BUILD", "1")
+    with pytest.raises(NoBuildError) as e:
+        CustomOpBuilder("op", [str(spec.sources[0])], binding="pybind11",
+                        build_dir=str(tmp_path / "no-cache")).load()
+    assert e.value.reason == why
 
 
 def test_the_package_walk_skips_caches_binaries_and_linked_directories(tmp_path):
@@ -115,9 +183,10 @@ def native_dir(tmp_path, monkeypatch) -> Path:
     record = {"abi": {"python": "p"}, "files": {n: shipped.file_hash(d / n) for n in files},
               "sizes": {n: len(b) for n, b in files.items()}, "hash": shipped.HASH}
     (d / "native.json").write_text(json.dumps(record))
-    monkeypatch.setattr(shipped, "NATIVE_DIR", str(d))
-    monkeypatch.setattr(shipped, "_native", [])
-    monkeypatch.setattr(shipped, "_INSTALLED", "opbuilder.not_imported")
+    from opbuilder import importer
+    monkeypatch.setattr(importer, "NATIVE_DIR", str(d))
+    monkeypatch.setattr(importer, "_native", [])
+    monkeypatch.setattr(importer, "_INSTALLED", "opbuilder.not_imported")
     return d
 
 

@@ -28,8 +28,7 @@ pytestmark = pytest.mark.build
 EXAMPLE = ROOT / "examples" / "shipped_pkg"
 NO_CXX = {"CXX": "/bin/false", "CC": "/bin/false"}
 # what `import opbuilder` and a shipped operator's load() import of opbuilder (tests/test_shipping_imports.py)
-SHIPPED_PATH_MODULES = ["opbuilder", "opbuilder.cache", "opbuilder.cache.shipped", "opbuilder.custom_op",
-                        "opbuilder.importer", "opbuilder.spec"]
+SHIPPED_PATH_MODULES = ["opbuilder", "opbuilder.custom_op", "opbuilder.importer", "opbuilder.spec"]
 FIX = ("Fix: install a wheel of the package built for this Python and opbuilder (python -m opbuilder wheel "
        "PKGDIR), or unset OPBUILDER_NO_BUILD to build it here")
 

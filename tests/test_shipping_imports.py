@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,28 +21,40 @@ had_json = "json" in sys.modules
 import opbuilder
 first = sorted(m for m in sys.modules if m.startswith("opbuilder"))
 from opbuilder import CustomOpBuilder
-from opbuilder.cache import shipped
 from opbuilder import importer
-importer.python_api(), shipped._owned_runtime(), shipped.loads('{"a": [1]}')
+importer.NATIVE_DIR = sys.argv[1]  # as an install writes it: native.json and its marshal copy
+importer.python_api(), importer.owned_runtime()
+shipped = sorted(m for m in sys.modules if m.startswith("opbuilder"))
+from opbuilder.cache.json_record import loads
+loads('{"a": [1]}')
 json_now = "json" in sys.modules
 import json
-print(json.dumps({"first": first, "shipped": sorted(m for m in sys.modules if m.startswith("opbuilder")),
-                  "json": [had_json, json_now]}))
+print(json.dumps({"first": first, "shipped": shipped, "json": [had_json, json_now],
+                  "record": importer.owned_runtime() is not None}))
 """
 
 
-def _imported() -> dict:
+def _imported(tmp_path) -> dict:
+    from opbuilder.cache.shipped import record_copy
+    from opbuilder.importer import NATIVE_DIR
+
+    native = tmp_path / "_native"
+    native.mkdir()
+    record = json.loads((Path(NATIVE_DIR) / "native.json").read_text())
+    (native / "native.json").write_text(json.dumps(record))
+    (native / "native.rec").write_bytes(record_copy(record))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    res = subprocess.run([sys.executable, "-c", _CODE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", _CODE, str(native)], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout.splitlines()[-1])
 
 
-def test_import_opbuilder_and_a_shipped_load_import_none_of_the_build_pipeline():
-    got = _imported()
+def test_import_opbuilder_and_a_shipped_load_import_none_of_the_build_pipeline(tmp_path):
+    got = _imported(tmp_path)
     assert got["shipped"] == SHIPPED_PATH_MODULES
     assert set(got["first"]) <= set(SHIPPED_PATH_MODULES) and "opbuilder.custom_op" in got["first"]
-    assert got["json"] == [False, False]  # records are read with _json's scanner (shipped.loads)
+    assert got["json"] == [False, False]  # records are read from their marshal copies, else with _json's scanner
 
 
 @pytest.mark.parametrize("text", ['{"a": [1, 2.5, "x\\u00e9", null, true, false, {"b": {}}], "c": -0.0}', " [1] \n",

@@ -65,6 +65,8 @@ def build_native(dest: Path, verbose: bool = False) -> Dict[str, object]:
         if pch_record is not None:
             record["pch"] = pch_record
     (dest / MANIFEST).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    from ..cache.shipped import record_copy  # its marshal copy, which a shipped load() reads (no _json)
+    (dest / "native.rec").write_bytes(record_copy(record))
     return record
 
 

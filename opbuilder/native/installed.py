@@ -73,8 +73,8 @@ def installed(directory: Optional[Path] = None, state_dir: Optional[Path] = None
     found = None
     owned = False
     try:
-        from ..importer import HASH, _read_text, files_intact, inside, loads  # a shipped load() has it
-        record = loads(_read_text(f"{d}/{MANIFEST}"))
+        from ..importer import HASH, files_intact, inside, read_record  # a shipped load() has it
+        record = read_record(f"{d}/{MANIFEST}")  # its marshal copy native.rec when there (importer.read_record)
         files = record.get("files") if isinstance(record, dict) and record.get("hash") == HASH else None
         if isinstance(files, dict) and all(inside(f) for f in files):
             if by_owner and _owned(d, files, record.get("sizes")):
