@@ -1,51 +1,59 @@
-// to_jax's generic XLA FFI handlers: one forward and one backward custom-call target that run any
-// Function<T> through the FfiEntry its module already has (detail/ffi_entry.h), named by the call's
-// `entry` attribute. Built once per JAX version by opbuilder/bridges/interop_jax_ffi.py (XLA's headers
-// from jax.ffi.include_dir()), through the builder like any operator, so no operator needs XLA's
-// headers or an OB_XLA_FFI line. The backward target takes a second attribute, `needs` (which inputs
-// JAX differentiates). The module holds the capsules `forward` and `backward`
-// (what jax.ffi.register_ffi_target takes), and `host`: the target of a call the Function route cannot
-// take (a plain kernel, several ops, static arguments), whose body is to_jax's callback code in Python.
+// to_jax's generic XLA FFI handlers: one forward and one backward custom-call target that run any C++
+// module function of tensors (OB_MODULE's m.def) whole, through the FfiBoundEntry its module already has
+// (detail/ffi_bound.h), named by the call's `entry` attribute; each Function<T>::Apply it makes runs
+// through the handlers' runner (xla_ffi_handlers.h BoundHandlers). Built once per JAX version by
+// opbuilder/bridges/interop_jax_ffi.py (XLA's headers from jax.ffi.include_dir()), through the builder
+// like any operator, so no operator needs XLA's headers or an OB_XLA_FFI line. Attributes: `needs`
+// (which inputs JAX differentiates), and on the forward `record` (1: a tape for the backward, named by
+// a token result). The module holds the capsules `bound_forward` and `bound_backward` (what
+// jax.ffi.register_ffi_target takes), and `host`: the target of a call the C++ route cannot take (a
+// Python function, static arguments), whose body is to_jax's callback code in Python.
 #include "opbuilder/extension.h"
 #include "opbuilder/detail/xla_ffi_handlers.h"
 
 namespace {
 
 namespace ffi = ::xla::ffi;
-using opbuilder::detail::xla_ffi::EntryAt;
-using opbuilder::detail::xla_ffi::Handlers;
+using opbuilder::detail::xla_ffi::BoundEntryAt;
+using opbuilder::detail::xla_ffi::BoundHandlers;
 
-ffi::Error Forward(std::int64_t entry, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+// A bound function run whole (xla_ffi_handlers.h BoundHandlers): `record` 1 adds the token result.
+ffi::Error BoundForward(std::int64_t entry, std::int64_t needs, std::int64_t record, ffi::RemainingArgs args,
+                        ffi::RemainingRets rets) {
   try {
-    return Handlers(EntryAt(entry)).Forward(args, rets);
+    return BoundHandlers(BoundEntryAt(entry)).Forward(args, rets, static_cast<std::uint64_t>(needs), record != 0);
   } catch (const std::exception &e) {
     return ffi::Error::Internal(std::string("to_jax (XLA FFI forward): ") + e.what());
   }
 }
 
-// `needs`: bit i set where JAX differentiates input i; only those gradients are results (the handlers'
-// Backward says how the rest is skipped).
-ffi::Error Backward(std::int64_t entry, std::int64_t needs, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+ffi::Error BoundBackward(std::int64_t entry, std::int64_t needs, ffi::RemainingArgs args, ffi::RemainingRets rets) {
   try {
-    return Handlers(EntryAt(entry)).Backward(args, rets, static_cast<std::uint64_t>(needs));
+    return BoundHandlers(BoundEntryAt(entry)).Backward(args, rets, static_cast<std::uint64_t>(needs));
   } catch (const std::exception &e) {
     return ffi::Error::Internal(std::string("to_jax (XLA FFI backward): ") + e.what());
   }
 }
 
-XLA_FFI_Error *ForwardTarget(XLA_FFI_CallFrame *frame) {
-  static auto *h =
-      ffi::Ffi::Bind().Attr<std::int64_t>("entry").RemainingArgs().RemainingRets().To(Forward).release();
+XLA_FFI_Error *BoundForwardTarget(XLA_FFI_CallFrame *frame) {
+  static auto *h = ffi::Ffi::Bind()
+                       .Attr<std::int64_t>("entry")
+                       .Attr<std::int64_t>("needs")
+                       .Attr<std::int64_t>("record")
+                       .RemainingArgs()
+                       .RemainingRets()
+                       .To(BoundForward)
+                       .release();
   return h->Call(frame);
 }
 
-XLA_FFI_Error *BackwardTarget(XLA_FFI_CallFrame *frame) {
+XLA_FFI_Error *BoundBackwardTarget(XLA_FFI_CallFrame *frame) {
   static auto *h = ffi::Ffi::Bind()
                        .Attr<std::int64_t>("entry")
                        .Attr<std::int64_t>("needs")
                        .RemainingArgs()
                        .RemainingRets()
-                       .To(Backward)
+                       .To(BoundBackward)
                        .release();
   return h->Call(frame);
 }
@@ -122,7 +130,9 @@ XLA_FFI_Error *HostTarget(XLA_FFI_CallFrame *frame) {
 }  // namespace
 
 OB_MODULE(m) {
-  opbuilder::detail::xla_ffi::AddCapsule(m.ptr(), "forward", &ForwardTarget);
-  opbuilder::detail::xla_ffi::AddCapsule(m.ptr(), "backward", &BackwardTarget);
   opbuilder::detail::xla_ffi::AddCapsule(m.ptr(), "host", &HostTarget);
+  opbuilder::detail::xla_ffi::AddCapsule(m.ptr(), "bound_forward", &BoundForwardTarget);
+  opbuilder::detail::xla_ffi::AddCapsule(m.ptr(), "bound_backward", &BoundBackwardTarget);
+  // how many tapes wait for their backward (tests: the table is bounded and emptied by backward calls)
+  m.def("pending_tapes", []() { return opbuilder::detail::xla_ffi::TapeTable::Get().size(); });
 }

@@ -362,8 +362,8 @@ def test_saved_data_on_the_generic_route(xla_ffi_ops):
     ruled = opbuilder.to_jax(_callback_twin(xla_ffi_ops))
     assert ruled.saved_data.route(x) == "xla_ffi"
     with pytest.raises(jax.errors.JaxRuntimeError,
-                       match=r"SavedData \(XLA FFI forward\): ctx->saved_data holds Python objects, and this "
-                             r"Forward or Backward runs in an XLA FFI handler \(to_jax's generic handlers\), "
+                       match=r"to_jax \(XLA FFI forward\): SavedData: ctx->saved_data holds Python objects, and "
+                             r"this Forward or Backward runs in an XLA FFI handler \(to_jax's generic handlers\), "
                              r"without Python; keep tensors with SaveForBackward \(numbers as 0-d tensors\), or "
                              r"call the function without XLA FFI handlers \(to_jax\(\.\.\., ffi=False\), or "
                              r"drop OB_XLA_FFI: to_jax then uses a host callback\)"):

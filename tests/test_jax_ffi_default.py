@@ -31,9 +31,9 @@ def test_a_function_op_runs_as_the_generic_custom_call(my_ops):
     x, y = _data()
     assert j.mul.route(x, y) == "xla_ffi"
     text = jax.jit(j.mul).lower(x, y).as_text()
-    assert "opbuilder.ffi.forward" in text and "callback" not in text
+    assert "opbuilder.ffi.bound_forward" in text and "callback" not in text
     grad_text = jax.jit(jax.grad(lambda a, b: j.mul(a, b).sum())).lower(x, y).as_text()
-    assert "opbuilder.ffi.backward" in grad_text and "callback" not in grad_text
+    assert "opbuilder.ffi.bound_backward" in grad_text and "callback" not in grad_text
 
 
 def test_ffi_false_is_the_callback_and_says_so(my_ops):
@@ -70,17 +70,21 @@ def test_vmap_and_float32(my_ops):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.vmap(cb.mul)(x, y)))
 
 
-def test_a_plain_bound_function_runs_as_the_host_custom_call_and_names_why(api_ops):
-    """tests/cpp/tensor_api_ops.cpp's contiguous is a plain kernel, not a Function: no entry to run in
-    C++, so the custom call runs to_jax's callback code (host Python), not jax.pure_callback."""
+def test_a_plain_bound_function_runs_as_the_generic_custom_call(api_ops):
+    """tests/cpp/tensor_api_ops.cpp's contiguous is a plain kernel, not a Function: the generic custom
+    call runs it whole, in C++, as any C++ module function of tensors; an output that is its input
+    unchanged passes the gradient through, as in eager and on the callback."""
     j = opbuilder.to_jax(types.SimpleNamespace(contiguous=api_ops.contiguous))
     x, _ = _data((2, 3))
-    assert j.contiguous.route(x) == "xla_ffi (host Python): it is not one C++ Function's Apply (it ran no op)"
+    assert j.contiguous.route(x) == "xla_ffi"
     text = jax.jit(j.contiguous).lower(x).as_text()
-    assert "opbuilder.ffi.host" in text and "callback" not in text
+    assert "opbuilder.ffi.bound_forward" in text and "callback" not in text
     np.testing.assert_array_equal(np.asarray(jax.jit(j.contiguous)(x)), np.asarray(x))
     np.testing.assert_array_equal(np.asarray(jax.vmap(j.contiguous)(jnp.stack([x, 2 * x]))),
                                   np.stack([np.asarray(x), 2 * np.asarray(x)]))
+    cb = opbuilder.to_jax(types.SimpleNamespace(contiguous=api_ops.contiguous), ffi=False)
+    for f in (jax.grad(lambda a: j.contiguous(a).sum()), jax.jit(jax.grad(lambda a: j.contiguous(a).sum()))):
+        np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(jax.grad(lambda a: cb.contiguous(a).sum())(x)))
 
 
 def test_several_ops_and_static_arguments_run_as_the_host_custom_call(my_ops):
@@ -94,8 +98,8 @@ def test_several_ops_and_static_arguments_run_as_the_host_custom_call(my_ops):
     ns = types.SimpleNamespace(twice=twice, scaled=scaled)
     j, cb = opbuilder.to_jax(ns), opbuilder.to_jax(ns, ffi=False)
     x, y = _data()
-    assert j.twice.route(x, y) == ("xla_ffi (host Python): it is not one C++ Function's Apply (it ran cpp "
-                                   "CustomMul, cpp CustomMul)")
+    assert j.twice.route(x, y) == ("xla_ffi (host Python): it is not one C++ module function (it ran bound mul, "
+                                   "bound mul)")
     assert j.scaled.route(x, 2.0) == ("xla_ffi (host Python): the call has non-array arguments (XLA passes "
                                       "buffers only)")
     for name, args in (("twice", (x, y)), ("scaled", (x,))):
@@ -108,21 +112,29 @@ def test_several_ops_and_static_arguments_run_as_the_host_custom_call(my_ops):
     assert "opbuilder.ffi.host" in jax.jit(jax.grad(lambda a: j.scaled(a, 2.0).sum())).lower(x).as_text()
 
 
-def test_an_error_in_the_host_custom_call_reaches_the_caller(api_ops):
-    """A lying shape rule: the host custom call refuses to write a result of another shape."""
-    j = opbuilder.to_jax(types.SimpleNamespace(contiguous=api_ops.contiguous),
-                         shape_fn={"contiguous": lambda a: opbuilder.Spec((7,), a.dtype)})
+def test_an_error_in_the_custom_call_reaches_the_caller(api_ops):
+    """A lying shape rule: the custom call refuses to write a result of another shape, on the host route
+    (a Python function over the C++ one) and on the C++ one, naming the function."""
+    rule = {"contiguous": lambda a: opbuilder.Spec((7,), a.dtype)}
+    j = opbuilder.to_jax(types.SimpleNamespace(contiguous=lambda a: api_ops.contiguous(a)), shape_fn=rule)
     x, _ = _data((2, 3))
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"RuntimeError: result 0 has shape \(2, 3\) and dtype "
                                                          r"float64, but XLA expects shape \(7,\) and dtype float64"):
         jax.jit(j.contiguous)(x).block_until_ready()
+    j = opbuilder.to_jax(types.SimpleNamespace(contiguous=api_ops.contiguous), shape_fn=rule)
+    assert j.contiguous.route(x) == "xla_ffi"
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"^INTERNAL: to_jax \(XLA FFI forward\): contiguous: output "
+                                                         r"0 has shape \[2, 3\] and dtype float64, but XLA expects "
+                                                         r"shape \[7\] and dtype float64 \(from InferShape or "
+                                                         r"to_jax's shape_fn\)"):
+        jax.jit(j.contiguous)(x).block_until_ready()
 
 
 def test_the_function_runs_once_per_signature_at_trace_time_and_never_from_python_after(my_ops):
-    """The probe: three calls of the module function per signature, on positive values, negative values
-    and zeros (a Python wrapper over the C++ function is seen through: the probe finds the Apply
-    inside), shape rule or not; every later call, eager or jitted, forward or backward, runs the custom
-    call without calling Python."""
+    """The probe: one call of the module function per signature, on zeros, shape rule or not (as a
+    tracer, which sees the C++ function's call); every later call, eager or jitted, forward or
+    backward, runs the custom call without calling Python. A Python function over the C++ one could
+    pick what it runs by a value where no handler sees it: it runs as itself (the host route)."""
     calls = []
 
     def mul(*a):
@@ -130,16 +142,19 @@ def test_the_function_runs_once_per_signature_at_trace_time_and_never_from_pytho
         return my_ops.mul(*a)
     for rule in (None, {"mul": lambda a, b: opbuilder.Spec(a.shape, a.dtype)}):
         calls.clear()
-        j = opbuilder.to_jax(types.SimpleNamespace(mul=mul), shape_fn=rule)
+        j = opbuilder.to_jax(types.SimpleNamespace(mul=mul, cmul=my_ops.mul),
+                             shape_fn=rule and {"mul": rule["mul"], "cmul": rule["mul"]})
         x, y = _data()
-        np.testing.assert_array_equal(np.asarray(j.mul(x, y)), np.asarray(x) * np.asarray(y))
-        assert len(calls) == 3
-        values = [np.concatenate([np.asarray(a.asnumpy()).ravel() for a in c]) for c in calls]
-        assert (values[0] > 0).all() and (values[1] < 0).all() and (values[2] == 0).all()
-        assert j.mul.route(x, y) == "xla_ffi"
-        jax.jit(jax.grad(lambda a, b: j.mul(a, b).sum()))(y, x).block_until_ready()
-        j.mul(y, x).block_until_ready()
-        assert len(calls) == 3
+        np.testing.assert_array_equal(np.asarray(j.cmul(x, y)), np.asarray(x) * np.asarray(y))
+        assert j.cmul.route(x, y) == "xla_ffi"
+        assert j.mul.route(x, y) == ("xla_ffi (host Python): it is a Python function over the C++ function mul, "
+                                     "which could pick what it runs by a value; pass the module's function itself")
+        n = len(calls)
+        jax.jit(jax.grad(lambda a, b: j.cmul(a, b).sum()))(y, x).block_until_ready()
+        j.cmul(y, x).block_until_ready()
+        assert len(calls) == n
+        jax.jit(j.mul)(y, x).block_until_ready()
+        assert len(calls) == n + 1
 
 
 def test_ffi_must_be_a_bool(my_ops):
@@ -147,30 +162,144 @@ def test_ffi_must_be_a_bool(my_ops):
         opbuilder.to_jax(my_ops, ffi="no")
 
 
-# ---- the probe keeps a function that is more than one Apply off the C++ route (attack on 7d7ce5e) ----
+# ---- a bound function that does more than one Apply runs whole in C++ (attack on 7d7ce5e) -----------
 @pytest.fixture(scope="module")
 def probe_ops(cache_dir):
     from op_util import CPP, load_op
     return load_op("jax_probe_ops", [CPP / "jax_probe_ops.cpp"])
 
 
-@pytest.mark.parametrize("name, args, why", [
-    ("pick", ([1.0, -2.0], [0.0]), "it runs another C++ Function for other values of its arguments"),
-    ("pick", ([1.0, -2.0], [1.0]), "it runs another C++ Function for other values of its arguments"),
-    ("post", ([1.0, -2.0], [1.0, 1.0]), "it does not return the outputs of the C++ Function ScaleBy<1> as it "
-                                        "left them"),
-    ("pre", ([1.0, -2.0], [1.0, 1.0]), "it changes its arrays before the C++ Function ScaleBy<1> reads them"),
+@pytest.mark.parametrize("name, args", [
+    ("pick", ([1.0, -2.0], [0.0])),
+    ("pick", ([1.0, -2.0], [1.0])),
+    ("post", ([1.0, -2.0], [1.0, 1.0])),
+    ("pre", ([1.0, -2.0], [1.0, 1.0])),
 ])
-def test_work_outside_apply_keeps_the_function_off_the_cpp_route(probe_ops, name, args, why):
-    """The C++ custom call runs the Function alone; a bound function that picks it by a value, or does
-    work before or after Apply, must run as itself (the host route) with the callback's values and
-    gradients. (Probed on zeros only, these gave [2, -4] for pick(x, [0]), x for post, and a clamp lost.)"""
+def test_work_outside_apply_runs_with_the_function(probe_ops, name, args):
+    """The C++ custom call runs the whole bound function: one that picks its Function by a value, or
+    does work before or after Apply, has the callback's values and gradients. (Had the custom call run
+    the Function alone, these gave [2, -4] for pick(x, [0]), x for post, and a clamp lost; 7d7ce5e kept
+    them on the host route.)"""
     j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
     xs = [jnp.asarray(np.array(a, np.float64)) for a in args]
-    assert getattr(j, name).route(*xs) == f"xla_ffi (host Python): {why}"
+    assert getattr(j, name).route(*xs) == "xla_ffi"
     for f in (getattr(j, name), jax.jit(getattr(j, name))):
         np.testing.assert_array_equal(np.asarray(f(*xs)), np.asarray(getattr(cb, name)(*xs)))
     g = jax.grad(lambda a: getattr(j, name)(a, xs[1]).sum())(xs[0])
     gc = jax.grad(lambda a: getattr(cb, name)(a, xs[1]).sum())(xs[0])
     np.testing.assert_array_equal(np.asarray(g), np.asarray(gc))
-    assert probe_ops.plain is not None and j.plain.route(*xs) == "xla_ffi"  # one Apply: the C++ route
+    assert probe_ops.plain is not None and j.plain.route(*xs) == "xla_ffi"
+
+
+# ---- a Function picked by the call's values: the generic custom call runs the whole function ----------
+def _sq(x):
+    return x * x
+
+
+_PICKS = {
+    # name: (arguments, value, gradient of sum(value) for each argument)
+    "over_100": ([[200.0, 1.0, -2.0]], lambda x: x * x, lambda x: [2 * x]),
+    "over_100 low": ([[3.0, 1.0, -2.0]], lambda x: 3 * x, lambda x: [3 + 0 * x]),
+    "by_product_sign": ([[2.0, 1.0, -2.0], [-1.0, 4.0, 0.5]], lambda x, y: x * y, lambda x, y: [y, x]),
+    "by_product_sign same": ([[2.0, 1.0, -2.0], [1.0, 4.0, 0.5]], lambda x, y: x + y,
+                             lambda x, y: [1 + 0 * x, 1 + 0 * y]),
+    "by_mean": ([[5.0, 1.0, -2.0]], lambda x: x * x, lambda x: [2 * x]),
+    "by_mean low": ([[-5.0, 1.0, -2.0]], lambda x: 3 * x, lambda x: [3 + 0 * x]),
+    "chain_pick": ([[200.0, 1.0, -2.0]], lambda x: 3 * x * x, lambda x: [6 * x]),
+    "inplace_pick": ([[200.0, 1.0, -2.0]], lambda x: 4 * x * x, lambda x: [8 * x]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_PICKS))
+def test_a_function_picked_by_a_value_gives_eagers_values_and_gradients(probe_ops, case):
+    """A bound function that picks its Function by the call's values (one no probe value reaches, the
+    sign of a product, a threshold on the mean; one Apply or two; an in-place one) has the value and
+    gradient eager and the callback give, eager and under jax.jit, and the caller's arrays are never
+    written. (On 90b029d the custom call ran the Function the probe's values picked: over_100 gave 3x
+    for x[0] = 200, by_product_sign x + y for a negative product.)"""
+    name = case.split()[0]
+    args, value, grads = _PICKS[case]
+    j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
+    xs = [jnp.asarray(np.array(a, np.float64)) for a in args]
+    keep = [np.array(x) for x in xs]
+    want = value(*[np.array(a, np.float64) for a in args])
+    want_g = grads(*[np.array(a, np.float64) for a in args])
+    f, fc = getattr(j, name), getattr(cb, name)
+    argnums = tuple(range(len(xs)))
+    for wrap in (lambda g: g, jax.jit):
+        np.testing.assert_array_equal(np.asarray(wrap(f)(*xs)), want)
+        np.testing.assert_array_equal(np.asarray(wrap(fc)(*xs)), want)
+        g = wrap(jax.grad(lambda *a: f(*a).sum(), argnums=argnums))(*xs)
+        gc = wrap(jax.grad(lambda *a: fc(*a).sum(), argnums=argnums))(*xs)
+        for a, b, w in zip(g, gc, want_g):
+            np.testing.assert_array_equal(np.asarray(a), w)
+            np.testing.assert_array_equal(np.asarray(b), w)
+    for x, k in zip(xs, keep):
+        np.testing.assert_array_equal(np.asarray(x), k)
+    assert f.route(*xs) == "xla_ffi"
+
+
+def test_the_backward_uses_the_forwards_tape_and_the_table_stays_bounded(probe_ops):
+    """The forward JAX differentiates keeps its Applies' contexts (a tape) for the backward, named by a
+    token result; each backward takes its tape, so a gradient step leaves none. A pullback never
+    called leaves its tape until the table's bound (1024) drops the oldest; a pullback whose tape is
+    gone, or that runs twice, runs the function again, with the same gradient."""
+    from opbuilder.bridges import interop_jax_ffi
+    j = opbuilder.to_jax(probe_ops)
+    x = jnp.asarray(np.array([200.0, 1.0, -2.0]))
+    pending = interop_jax_ffi._generic["module"].pending_tapes
+    before = pending()
+    for f in (jax.grad(lambda a: j.chain_pick(a).sum()), jax.jit(jax.grad(lambda a: j.chain_pick(a).sum()))):
+        np.testing.assert_array_equal(np.asarray(f(x)), 6 * np.asarray(x))
+    assert pending() == before
+    for _ in range(1100):
+        _, pull = jax.vjp(j.chain_pick, x)
+    assert pending() == 1024
+    for _ in range(2):  # the tape, then a run of the function again
+        np.testing.assert_array_equal(np.asarray(pull(jnp.ones(3))[0]), 6 * np.asarray(x))
+    assert pending() == 1023
+    np.testing.assert_array_equal(np.asarray(jax.jacrev(j.chain_pick)(x)), np.diag(6 * np.asarray(x)))
+
+
+def test_vmap_of_grad_and_remat_pick_per_element(probe_ops):
+    """vmap runs the custom calls once per element (each with its own token), so each element picks its
+    own Function; jax.checkpoint runs the forward again for its tape."""
+    j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
+    x = jnp.asarray(np.array([200.0, 1.0, -2.0]))
+    xs = jnp.stack([x, -x, 2 * x])
+    for name in ("over_100", "chain_pick", "inplace_pick"):
+        loss = {k: (lambda a, f=getattr(v, name): f(a).sum()) for k, v in (("ffi", j), ("cb", cb))}
+        want = jax.vmap(jax.grad(loss["cb"]))(xs)
+        np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(jax.grad(loss["ffi"])))(xs)), np.asarray(want))
+        np.testing.assert_array_equal(np.asarray(jax.jit(jax.grad(jax.checkpoint(loss["ffi"])))(x)),
+                                      np.asarray(want[0]))
+
+
+def test_complex_gradients_follow_jaxs_convention_on_the_whole_function_route(probe_ops):
+    """MulC's Backward is torch's (g * conj(y)); the handlers conjugate the cotangent in and the
+    gradients out, so jax.grad equals jnp's."""
+    j = opbuilder.to_jax(probe_ops)
+    r = np.random.default_rng(0)
+    z, w = (jnp.asarray(r.standard_normal(3) + 1j * r.standard_normal(3)) for _ in range(2))
+    assert j.cmul.route(z, w) == "xla_ffi"
+    got = jax.jit(jax.grad(lambda a, b: jnp.abs(j.cmul(a, b) * (1 + 2j)).sum(), argnums=(0, 1)))(z, w)
+    want = jax.grad(lambda a, b: jnp.abs(a * b * (1 + 2j)).sum(), argnums=(0, 1))(z, w)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13)
+
+
+def test_an_error_in_the_function_is_the_callers_error(probe_ops):
+    """The function throws inside the handler (no Python): the call fails with its message, forward and
+    backward, eager and jitted; nothing is left in the tape table."""
+    from opbuilder.bridges import interop_jax_ffi
+    j = opbuilder.to_jax(probe_ops)
+    x = -jnp.asarray(np.array([200.0, 1.0, -2.0]))
+    pending = interop_jax_ffi._generic["module"].pending_tapes
+    before = pending()
+    msg = r"^INTERNAL: to_jax \(XLA FFI forward\): raises: x\[0\] must not be negative"
+    for f in (j.raises, jax.jit(j.raises), jax.grad(lambda a: j.raises(a).sum()),
+              jax.jit(jax.grad(lambda a: j.raises(a).sum()))):
+        with pytest.raises(jax.errors.JaxRuntimeError, match=msg):
+            jax.block_until_ready(f(x))
+    assert pending() == before
+    np.testing.assert_array_equal(np.asarray(jax.jit(j.raises)(-x)), -3 * np.asarray(x))

@@ -47,6 +47,7 @@
 #include "opbuilder/detail/call_rules.h"
 #include "opbuilder/detail/context_state.h"
 #include "opbuilder/detail/errors.h"
+#include "opbuilder/detail/ffi_bound.h"
 #include "opbuilder/detail/fingerprint.h"
 #include "opbuilder/detail/function_checks.h"
 #include "opbuilder/detail/function_node.h"
@@ -127,7 +128,8 @@ class Function {
   template <typename... Args>
   static auto Apply(Args &&...args) {
     const detail::Runtime &rt = detail::Runtime::Get();
-    if (*rt.trace_flag != 0) return Traced(std::forward<Args>(args)...);
+    // (an XLA FFI handler's run of a bound function is never traced: detail/ffi_bound.h)
+    if (*rt.trace_flag != 0 && detail::InFfiRun() == nullptr) return Traced(std::forward<Args>(args)...);
     return Prepare(rt, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
   }
 
@@ -215,8 +217,9 @@ class Function {
     using R = decltype(Derived::Forward(std::declval<AutogradContext *>(), std::forward<Args>(args)...));
     constexpr std::size_t kN = sizeof...(Args);
     const std::array<Tensor *, kN + 1> in{{detail::TensorArg(args)..., nullptr}};
+    const detail::FfiApplyRunner *ffi = detail::InFfiRun();  // an XLA FFI handler's runner (ffi_bound.h)
     if constexpr ((std::is_same_v<std::decay_t<Args>, TensorPtrList> || ...)) {
-      if (detail::GradEnabled(rt)) {
+      if (ffi == nullptr && detail::GradEnabled(rt)) {
         std::size_t index = 0;
         (detail::CheckListArg(args, index++, detail::FunctionName<Derived>()), ...);
       }
@@ -233,7 +236,13 @@ class Function {
                                  &detail::FunctionNamePy<Derived>,
                                  Writes()};
     R out;
-    if constexpr (std::is_same_v<R, TensorPtr>) {
+    if (ffi != nullptr) {
+      if constexpr (std::is_same_v<R, TensorPtr>) {
+        ffi->run(ffi->state, f, &out, nullptr);
+      } else {
+        ffi->run(ffi->state, f, nullptr, &out);
+      }
+    } else if constexpr (std::is_same_v<R, TensorPtr>) {
       detail::RunFunction(rt, f, &out, nullptr);
     } else {
       detail::RunFunction(rt, f, nullptr, &out);

@@ -1,8 +1,8 @@
-// XLA FFI handlers compiled into an operator module. Not needed: to_jax runs every Function as an
-// XLA custom call by default, through generic handlers built once per JAX version (src/jax_ffi.cpp)
-// that reach the Function through the entry Apply already carries (detail/ffi_entry.h), so no
-// operator needs XLA's headers. This header is the older opt-in form, kept for modules that use it
-// (the same handler code, compiled per module): include it only in sources that use it, and build
+// XLA FFI handlers compiled into an operator module. Not needed: to_jax runs every C++ module
+// function of tensors as an XLA custom call by default, whole, through generic handlers built once per
+// JAX version (src/jax_ffi.cpp, detail/ffi_bound.h), so no operator needs XLA's headers. This header is
+// the older opt-in form, kept for modules that use it: its handlers run one Function through its
+// entry (detail/ffi_entry.h), compiled per module. Include it only in sources that use it, and build
 // them with extra_include_paths=[jax.ffi.include_dir()] (XLA's headers).
 //
 //   OB_MODULE(m) {
@@ -11,7 +11,7 @@
 //     OB_XLA_FFI(m, "mul", Mul);  // adds the PyCapsules mul_xla_fwd and mul_xla_bwd
 //   }
 //
-// The rules below hold for both forms.
+// The rules below are this form's (docs/reference/interop.md has the generic handlers').
 // JAX arrays are immutable, so XLA's input buffers are never written. A Function gets them as
 // private writable copies (so an in-place op, MarkDirty or not, runs on a copy, its result is copied
 // to the output, and the caller's array is unchanged: under JAX an in-place op is functional, as on

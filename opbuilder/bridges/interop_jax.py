@@ -6,10 +6,10 @@ operator's tensors; every other argument (ints, floats, bools, strings, lists; a
 Python value it holds) is static.
 
 Routes (``f.route(*args)`` names a call's, and why). By default every call is an XLA custom call
-(opbuilder/bridges/interop_jax_ffi.py). A function that is one C++ Function's ``Apply`` on its arrays
-runs in C++ through to_jax's generic handlers (src/jax_ffi.cpp, built once per JAX version), or its
-module's own ``OB_XLA_FFI`` handlers: no GIL, no Python per call ("xla_ffi"). Any other call -- a plain
-kernel, several ops, static arguments, a 64-bit output with x64 off, a Function seen using
+(opbuilder/bridges/interop_jax_ffi.py). A C++ module function of tensors runs whole, in C++, on every
+call through to_jax's generic handlers (src/jax_ffi.cpp, built once per JAX version), or a module's own
+``OB_XLA_FFI`` handlers run its Function: no GIL, no Python per call ("xla_ffi"). Any other call -- a
+Python function, static arguments, a 64-bit output with x64 off, a Function seen using
 ``ctx->saved_data`` -- runs the callback code below as the generic module's host custom call, with the
 GIL ("xla_ffi (host Python): <why>"). ``jax.pure_callback`` runs the same code; it is the named
 fallback: ``to_jax(..., ffi=False)``, or handlers that cannot be built ("callback: <why>"). The route
@@ -17,8 +17,8 @@ is chosen once per signature, at trace time.
 
 Output shapes: from ``shape_fn`` when given; otherwise the operator runs once on zeros of the
 arguments' shapes per distinct signature (shapes, dtypes, static values) -- one extra forward, cached.
-The XLA FFI route calls the function once on zeros too, to find its Function (with a shape rule the
-Function itself does not run there; without one, that run is the one above). Static values are keyed
+The XLA FFI route calls the function once on zeros too, to find its entry (with a shape rule its
+Functions do not run there; without one, that run is the one above). Static values are keyed
 by type and exact value (runtime.jit's ``exact_key``): ``0.0`` and ``-0.0``, ``True``, ``1`` and
 ``1.0`` are different signatures. With ``jax_enable_x64`` off (JAX's default) a 64-bit output is
 returned as its 32-bit twin, as ``jnp`` does.
@@ -27,11 +27,9 @@ JAX arrays are immutable: the operator gets private copies of them, so an in-pla
 or one that writes an input runs on a copy and the caller's array is unchanged; under ``jax.grad``
 such an op is differentiated like any other (its inputs are copies, never leaves that require grad).
 
-Backward recomputes: the backward runs the forward again with grad recording and then the C++
-``Backward``. JAX's residuals must be arrays and a jitted function runs many times, so keeping the
-runtime graph per call would need a handle threaded through XLA and a rule for freeing graphs whose
-pullback is never called; recomputing has neither problem, at the cost of a second forward in a
-gradient step. Only the inputs JAX differentiates (custom_vjp's ``perturbed``) get gradients: for the
+The callback's backward recomputes: it runs the forward again with grad recording and then the C++
+``Backward`` (JAX's residuals must be arrays). The XLA FFI route's forward keeps its contexts in the
+handlers' bounded table instead, named by a token residual, and its backward runs them. Only the inputs JAX differentiates (custom_vjp's ``perturbed``) get gradients: for the
 others NeedsInputGrad is false in Forward and Backward, as in the runtime. Complex gradients: the runtime's are torch's, so the cotangents in and the gradients
 out are conjugated (JAX's convention). bfloat16 arrays are ml_dtypes' on the host. See docs/interop.md.
 Importing this module imports jax; nothing else in opbuilder does.
@@ -200,7 +198,7 @@ class _JaxOp:
                 # with a shape rule the Function need not run (as on the callback path); without one, the
                 # run gives the output specs too
                 fake = self.specs(positions, statics, arrays) if self.shape_fn is not None else None
-                entry, why = probe_entry(lambda k: self._run_zeros(positions, statics, arrays, k), fake)
+                entry, why = probe_entry(self.fn, lambda k: self._run_zeros(positions, statics, arrays, k), fake)
             if why is None:
                 specs, _ = self.specs(positions, statics, arrays)
                 if not all(jax_dtype(s.dtype) == s.dtype for s in specs):
@@ -221,7 +219,8 @@ class _JaxOp:
             targets, entry = how
             attrs = {"entry": np.int64(entry)} if entry is not None else None
             masked = entry is not None or self.masked  # the generic backward takes `needs`; OB_XLA_FFI's may
-            g = self.ffi_fns[(positions, how)] = ffi_function(self, positions, targets, self.writes, attrs, masked)
+            g = self.ffi_fns[(positions, how)] = ffi_function(self, positions, targets, self.writes, attrs, masked,
+                                                              bound=entry is not None)
         return g
 
     def function(self, positions: Tuple[int, ...], statics: Tuple[Any, ...]) -> Callable:

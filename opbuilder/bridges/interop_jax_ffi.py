@@ -1,30 +1,34 @@
 """``to_jax``'s XLA FFI path: a module function runs as an XLA custom call (``jax.ffi.ffi_call``)
 instead of a host callback: no GIL, no Python per call.
 
-Two kinds of handlers, one code (include/opbuilder/detail/xla_ffi_handlers.h):
+Two kinds of handlers:
 - generic (the default): ``generic_targets`` builds src/jax_ffi.cpp once per JAX version through the
-  builder (cached like any operator) and registers its forward and backward targets once. A call
-  names the C++ Function it runs by the custom call's ``entry`` attribute: the address of the
-  Function's FfiEntry (include/opbuilder/detail/ffi_entry.h). ``probe_entry`` finds it by running the
-  module function with a probe as runtime.jit's trace hook, three times, on values of the call's shapes
-  (``probe_values``: positive, negative, zeros): a function that is one Function's ``Apply``
-  on its arrays, in order, returning Apply's outputs as Apply left them, the same Function both times,
-  hands its replay target, which carries the entry (detail/replay.h). So no operator needs XLA's
-  headers or a line of its own. Work the function does outside Apply (a check or a clamp before it,
-  a scaling after it) shows on those values and keeps it off this route; so does a Function chosen
-  by the values. The route is chosen once per signature, as a trace is: a function whose choice
-  depends on a setting read at call time needs ``ffi=False``.
+  builder (cached like any operator) and registers its forward and backward targets once. They run the
+  module function itself, whole, in C++, on every call (include/opbuilder/detail/xla_ffi_handlers.h
+  BoundHandlers): a C++ function of tensors bound in opbuilder's module (detail/bound_call.h) has an
+  FfiBoundEntry (detail/ffi_bound.h), which a call names by its ``entry`` attribute. So the Function a
+  function picks by the call's values, and work it does around Apply, is what eager runs. While it
+  runs, each Function<T>::Apply hands its call to the handler, which runs Forward with a context it
+  owns. ``probe_entry`` finds the entry once per signature: it calls the function on zeros with a
+  probe as runtime.jit's trace hook, which the function's call reaches with its entry
+  (runtime/jit/tracing.py bound_hook). A Python function around it takes the host route (it could pick
+  by a value where no handler sees it). So no operator needs XLA's headers or a line of its own.
 - per module: a Function bound with ``OB_XLA_FFI`` (the PyCapsules ``<name>_xla_fwd`` /
-  ``<name>_xla_bwd``, include/opbuilder/xla_ffi.h) uses its module's (``ffi_targets``).
-- host: a call neither can take (a plain kernel, several ops, static arguments) runs to_jax's callback
-  code as the generic module's ``host`` target (``host_call``), with the GIL, instead of through
-  jax.pure_callback.
+  ``<name>_xla_bwd``, include/opbuilder/xla_ffi.h) uses its module's (``ffi_targets``): that Function
+  alone.
+- host: a call neither can take (a Python function, static arguments, a Function using saved_data) runs
+  to_jax's callback code as the generic module's ``host`` target (``host_call``), with the GIL,
+  instead of through jax.pure_callback.
 
-XLA's buffers are never written: a Function gets writable private copies of its inputs (an in-place
-op, MarkDirty or not, runs on a copy whose values are the output, as on the callback path), or with
-``kAcceptsViews`` and a type known to write nothing (a call completed without a write) XLA's memory
-itself, read-only (no copy); a MarkDirty on that reruns Forward on copies, which the type gets from
-then on. Result shapes come from the shape rule (``<name>_infer_shape`` or ``shape_fn``) or, on the
+The generic backward does not run the function again: the forward JAX differentiates records a tape
+(each Apply's context and Backward, and which values its arguments and outputs are), keeps it in the
+handlers' bounded table and returns a token naming it (one more result); the backward takes the token
+and runs the tape (``ffi_function``'s ``bound``). A backward whose tape is gone runs the function again.
+
+XLA's buffers are never written: the generic handlers give the function writable private copies of
+its inputs (an in-place op, MarkDirty or not, or a write before Apply, lands in a copy, as on the
+callback path); OB_XLA_FFI's give a ``kAcceptsViews`` type known to write nothing XLA's memory itself,
+read-only. Result shapes come from the shape rule (``<name>_infer_shape`` or ``shape_fn``) or, on the
 generic path, from the probe run. Complex gradients follow JAX's convention on both paths: the
 handlers compute the runtime's (torch's), and the cotangents in and the gradients out are conjugated
 (``runtime_cotangent``, ``jax_gradient``). The backward asks for the gradients of the inputs JAX
@@ -109,8 +113,8 @@ def generic_targets() -> Tuple[Optional[Tuple[str, str, str]], Optional[str]]:
                 tag = "".join(c if c.isalnum() else "_" for c in jax.__version__)
                 mod = CustomOpBuilder(f"_opbuilder_jax_ffi_{tag}", [str(source_dir() / "jax_ffi.cpp")],
                                       include_paths=[jax.ffi.include_dir()]).load()
-                names = ("opbuilder.ffi.forward", "opbuilder.ffi.backward", "opbuilder.ffi.host")
-                for name, cap in zip(names, (mod.forward, mod.backward, mod.host)):
+                names = ("opbuilder.ffi.bound_forward", "opbuilder.ffi.bound_backward", "opbuilder.ffi.host")
+                for name, cap in zip(names, (mod.bound_forward, mod.bound_backward, mod.host)):
                     jax.ffi.register_ffi_target(name, cap, platform="cpu")
                 _generic["module"] = mod  # keeps the handlers' library loaded
                 _generic["targets"] = names
@@ -138,6 +142,7 @@ class _Probe:
         self.calls: List[Tuple[str, str, Any, Tuple[Any, ...], Any]] = []
         self.fake = fake
         self.needs_python: Optional[str] = None
+        self.needs_python_name = ""  # the Function that needs it
         self.seen: List[List[Any]] = []  # per op: the values of its arguments as it was called
 
     def stop(self, what: str) -> None:
@@ -149,6 +154,8 @@ class _Probe:
         _tracing.flag.value -= 1
         try:
             out = self._run(kind, target, args, attrs)
+            if self.needs_python is not None and not self.needs_python_name:
+                self.needs_python_name = name
         finally:
             _tracing.flag.value += 1
             _tracing.hook.tracer = self
@@ -181,6 +188,26 @@ class _Probe:
 
 # FfiEntry's no_python field: after abi, nargs, views (padded to 8), name, 3 write states, forward, backward
 _NO_PYTHON_OFFSET = 9 * 8
+
+
+class _BoundProbe(_Probe):
+    """A _Probe that also sees C++ module functions (OB_MODULE's m.def, detail/bound_call.h): each call
+    runs itself, its Applies seen by a _Probe of their own (``needs_python``), and is noted with its
+    XLA FFI entry (a capsule, or None for a signature that has one argument that is not a tensor)."""
+
+    def call_bound_ffi(self, name: str, call: Callable, args: Tuple[Any, ...], ffi: Any) -> Any:
+        inner = _Probe(self.fake)
+        prev = _tracing.hook.tracer
+        _tracing.hook.tracer = inner
+        try:
+            out = call(*args)
+        finally:
+            _tracing.hook.tracer = prev
+        if self.needs_python is None and inner.needs_python is not None:
+            self.needs_python, self.needs_python_name = inner.needs_python, inner.needs_python_name
+        self.seen.append([np.array(np.asarray(a._data)) if hasattr(a, "_data") else None for a in args])
+        self.calls.append(("bound", name, (call, ffi), tuple(args), out))
+        return out
 
 
 def _pointer(a: Any) -> Tuple[int, Tuple[int, ...]]:
@@ -234,64 +261,56 @@ def probe_values(shape: Tuple[int, ...], dtype: np.dtype, pattern: int) -> np.nd
     return np.asarray(v).astype(dtype).reshape(shape)
 
 
-def probe_entry(run: Callable[[int], Tuple[Sequence[Any], Sequence[Any]]],
+def probe_entry(fn: Callable, run: Callable[[int], Tuple[Sequence[Any], Sequence[Any]]],
                 fake: Optional[Tuple[Sequence[Any], bool]] = None) -> Tuple[Optional[int], Optional[str]]:
-    """The FfiEntry of the one C++ Function a module function call is, or (None, why). ``run(k)`` calls
-    the function once (at trace time) on ``probe_values(..., k)`` of the arguments' shapes and returns
-    (its runtime Tensor arguments, its outputs); it is called for patterns 0, 1 and 3 (positive,
-    negative, zeros). The call is that Function's when each run is exactly one op, a C++ Function's
-    ``Apply``, on exactly its arguments in order (the same memory, the values given), returning exactly
-    Apply's outputs (the same memory, the values Apply left), and every run is the same Function: then
-    the handlers may run its Forward and Backward alone.
-    ``fake``: the shape rule's output specs and single flag, so the Function need not run (_Probe)."""
-    entries = []
-    for pattern in (0, 1, 3):
-        entry, why = _probe_once(lambda: run(pattern), fake, pattern)
-        if why is not None:
-            return None, why
-        entries.append(entry)
-    if len(set(entries)) != 1:
-        return None, "it runs another C++ Function for other values of its arguments"
-    return entries[0], None
-
-
-def _probe_once(run: Callable[[], Tuple[Sequence[Any], Sequence[Any]]],
-                fake: Optional[Tuple[Sequence[Any], bool]], pattern: int) -> Tuple[Optional[int], Optional[str]]:
-    """``probe_entry`` for one run, on ``probe_values(..., pattern)``."""
-    probe = _Probe(fake)
+    """The FfiBoundEntry (include/opbuilder/detail/ffi_bound.h) of the C++ module function ``fn`` is,
+    or (None, why). ``run(k)`` calls ``fn`` once (at trace time) on ``probe_values(..., k)`` of the
+    arguments' shapes and returns (its runtime Tensor arguments, its outputs); it is called once, on
+    zeros. The generic handlers run that function whole, in C++, on every call: a Function it picks
+    by a value is picked by the call's values. So ``fn`` must be the module's C++ function itself (a
+    Python function around it could pick by a value where no handler sees it), every argument a tensor.
+    ``fake``: the shape rule's output specs and single flag, so its Functions need not run (_Probe)."""
+    probe = _BoundProbe(fake)
     prev = _tracing.hook.tracer
     _tracing.hook.tracer = probe
     _tracing.flag.value += 1
     try:
-        args, outs = run()
+        args, outs = run(3)
     except Exception as e:
-        return None, f"its call on probe values of the arguments' shapes raised {type(e).__name__}: {e}"
+        return None, f"its call on zeros of the arguments' shapes raised {type(e).__name__}: {e}"
     finally:
         _tracing.flag.value -= 1
         _tracing.hook.tracer = prev
-    if len(probe.calls) != 1 or probe.calls[0][0] != "cpp":
+    if len(probe.calls) != 1 or probe.calls[0][0] != "bound":
         kinds = ", ".join(f"{k} {n}" for k, n, *_ in probe.calls) or "no op"
-        return None, f"it is not one C++ Function's Apply (it ran {kinds})"
-    _, name, replay, cargs, (cout, values) = probe.calls[0]
-    couts = list(cout) if isinstance(cout, (list, tuple)) else [cout]
+        return None, f"it is not one C++ module function (it ran {kinds})"
+    _, name, (call, ffi), cargs, _ = probe.calls[0]
+    if call is not fn:
+        return None, (f"it is a Python function over the C++ function {name}, which could pick what it runs "
+                      f"by a value; pass the module's function itself")
+    if ffi is None:
+        return None, f"the C++ function {name} takes or returns values that are not tensors (XLA passes buffers only)"
     try:
         same_in = len(cargs) == len(args) and all(_pointer(a) == _pointer(b) for a, b in zip(cargs, args))
-        same_out = (len(couts) == len(outs) and all(_pointer(a) == _pointer(b) for a, b in zip(couts, outs))
-                    and all(v is not None and np.array_equal(v, np.asarray(o._data), equal_nan=v.dtype.kind in "fc")
-                            for v, o in zip(values, outs)))
     except Exception:  # not tensors
-        same_in = same_out = False
-    if not same_in or any(_pointer(a)[0] == 0 for a in args):
-        return None, f"it does not pass its arrays, in order, to the C++ Function {name}"
-    if not all(v is not None and np.array_equal(v, probe_values(v.shape, v.dtype, pattern))
-               for v in probe.seen[0]):
-        return None, f"it changes its arrays before the C++ Function {name} reads them"
-    if not same_out:
-        return None, f"it does not return the outputs of the C++ Function {name} as it left them"
+        same_in = False
+    if not same_in:
+        return None, f"it does not pass its arrays, in order, to the C++ function {name}"
     if probe.needs_python is not None:
-        return None, (f"its C++ Function {name} uses ctx->saved_data, which holds Python objects; the custom "
-                      f"call runs without Python")
-    return _entry_of(replay, len(args))
+        return None, (f"its C++ Function {probe.needs_python_name} uses ctx->saved_data, which holds Python "
+                      f"objects; the custom call runs without Python")
+    try:
+        entry = _capsule_pointer(ffi, b"opbuilder.ffi_bound")
+    except ValueError:
+        return None, f"the C++ function {name} has no XLA FFI entry of this opbuilder version; rebuild it"
+    if (ctypes.c_uint64.from_address(entry).value != _BOUND_ABI
+            or ctypes.c_size_t.from_address(entry + 8).value != len(args)):
+        return None, f"the C++ function {name} was built by another opbuilder version (no XLA FFI entry); rebuild it"
+    return entry, None
+
+
+# detail/ffi_bound.h's kFfiBoundAbi: the bound entry layout this module reads
+_BOUND_ABI = 0x0b0ffb0000000002
 
 
 def host_call(target: str, keep: Dict[Any, Callable]) -> Callable:
@@ -394,7 +413,7 @@ def dense_cotangent(ct: Any, shape: Any, dtype: Any) -> Any:
 
 def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
                  writes: Tuple[int, ...] = (), attrs: Optional[Dict[str, Any]] = None,
-                 masked: bool = False) -> Callable:
+                 masked: bool = False, bound: bool = False) -> Callable:
     """A ``custom_vjp`` over the XLA custom calls ``targets`` (forward, backward) for an all-array call
     of ``op`` (to_jax's ``_JaxOp``: its ``specs`` gives the result shapes). The arguments at positions
     ``writes`` are declared to XLA as aliased to an output: XLA copies each into that result buffer (or
@@ -402,7 +421,12 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
     calls' attributes (the generic handlers' ``entry``). The backward computes gradients only for the
     inputs JAX differentiates (``Needs``): with ``masked`` (the generic backward handler, which takes
     the ``needs`` attribute) it returns only those; an OB_XLA_FFI module's handler returns all, and the
-    others are dropped."""
+    others are dropped.
+
+    ``bound``: the targets are the generic handlers of a whole module function (``entry``: its
+    FfiBoundEntry). The forward JAX differentiates returns one more result, a token naming the tape of
+    its Applies (what each Forward saved) that the handler keeps; the backward takes it and runs those
+    Backwards without running the function again (it does, for a tape no longer kept)."""
     fwd_target, bwd_target = targets
     attrs = attrs or {}
 
@@ -410,20 +434,36 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
         specs, single = op.specs(positions, (), arrays)
         return tuple(_struct(s.shape, s.dtype, arrays) for s in specs), single
 
-    @jax.custom_vjp
-    def f(*arrays):
+    def forward(arrays, needs=None):
         structs, single = out_structs(arrays)
         aliases = _aliases(op.name, positions, writes, arrays, structs) if writes else {}
+        extra = {}
+        if bound:
+            extra = {"needs": needs.mask() if needs is not None else np.int64(0),
+                     "record": np.int64(needs is not None)}
+        if needs is not None:  # the token: 8 bytes, as 2 uint32 (int64 needs x64)
+            structs = structs + (_struct((2,), np.uint32, arrays),)
         outs = jax.ffi.ffi_call(fwd_target, structs, vmap_method="sequential",
-                                input_output_aliases=aliases or None)(*arrays, **attrs)
-        return outs[0] if single else tuple(outs)
+                                input_output_aliases=aliases or None)(*arrays, **attrs, **extra)
+        token = outs[-1] if needs is not None else None
+        outs = outs[:-1] if needs is not None else outs
+        return (outs[0] if single else tuple(outs)), token
+
+    @jax.custom_vjp
+    def f(*arrays):
+        return forward(arrays)[0]
 
     def f_fwd(*args):
         arrays, needs = primal_values(args)
-        return f(*arrays), (arrays, needs)
+        if not bound or not any(needs.flags):
+            return f(*arrays), (arrays, needs, None)
+        out, token = forward(arrays, needs)
+        return out, (arrays, needs, token)
 
     def f_bwd(res, ct):
-        arrays, needs = res
+        arrays, needs, token = res
+        if bound:
+            return _bound_backward(arrays, needs, token, ct)
         structs, _ = out_structs(arrays)
         cts = (ct,) if not isinstance(ct, tuple) else ct
         cts = tuple(runtime_cotangent(dense_cotangent(c, s.shape, s.dtype)) for c, s in zip(cts, structs))
@@ -439,6 +479,24 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
                                                  for i in wanted) + scratch, vmap_method="sequential",
                                input_output_aliases={i: len(wanted) + m for m, i in enumerate(written)} or None)(
                                    *arrays, *cts, **attrs, **extra)[:len(wanted)]
+        grads: List[Any] = [None] * len(arrays)
+        for i, g in zip(wanted, got):
+            if needs.flags[i] and jnp.issubdtype(arrays[i].dtype, jnp.inexact):
+                grads[i] = jax_gradient(g)
+        return tuple(grads)
+
+    def _bound_backward(arrays, needs, token, ct):
+        structs, _ = out_structs(arrays)
+        cts = (ct,) if not isinstance(ct, tuple) else ct
+        cts = tuple(runtime_cotangent(dense_cotangent(c, s.shape, s.dtype)) for c, s in zip(cts, structs))
+        wanted = [i for i in range(len(arrays)) if needs.flags[i] or i >= 64]
+        if not wanted:
+            return (None,) * len(arrays)
+        if token is None:  # none recorded: the handler runs the function again
+            token = jnp.zeros((2,), np.uint32)
+        got = jax.ffi.ffi_call(bwd_target, tuple(_struct(np.shape(arrays[i]), arrays[i].dtype, arrays)
+                                                 for i in wanted), vmap_method="sequential")(
+                                   *arrays, *cts, token, **attrs, needs=needs.mask())
         grads: List[Any] = [None] * len(arrays)
         for i, g in zip(wanted, got):
             if needs.flags[i] and jnp.issubdtype(arrays[i].dtype, jnp.inexact):

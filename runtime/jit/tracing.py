@@ -63,14 +63,19 @@ def cpp_hook(name: str, replay: Callable[..., Any], args: Tuple[Any, ...]) -> An
     return tracer.call_op("cpp", name, replay, args, {})
 
 
-def bound_hook(name: str, call: Optional[Callable[..., Any]], args: Union[Tuple[Any, ...], str, None]) -> Any:
+def bound_hook(name: str, call: Optional[Callable[..., Any]], args: Union[Tuple[Any, ...], str, None],
+               ffi: Any = None) -> Any:
     """Called by a C++ module function (OB_MODULE's ``m.def``, include/opbuilder/detail/bound_call.h) while
     ``flag`` is set. With this thread's trace recording, the whole call is one node whose target is ``call``
     (the module's function object: replayed with no trace recording, it runs itself), so a replay runs what the function does besides its Functions' Applies (an
     epilogue, a prologue, a Function picked by a value); ``call`` None (a signature the graph cannot hold)
     stops the trace. ``NotImplemented``: the function runs itself (no trace on this thread, or a tracer
-    that records Applies, as to_jax's probe)."""
+    that records Applies, as to_jax's probe). ``ffi``: the function's XLA FFI entry (a capsule, or None;
+    include/opbuilder/detail/ffi_bound.h), for a tracer that takes it (``call_bound_ffi``: to_jax's probe)."""
     tracer = hook.tracer
+    probe = getattr(tracer, "call_bound_ffi", None)
+    if probe is not None and call is not None:
+        return probe(name, call, args, ffi)
     record = getattr(tracer, "call_bound", None)
     if record is None:
         return NotImplemented

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "opbuilder/detail/ffi_bound.h"
 #include "opbuilder/detail/pyref.h"
 #include "opbuilder/detail/replay.h"
 #include "opbuilder/detail/runtime_bridge.h"
@@ -131,6 +132,7 @@ struct BoundCall {
   std::shared_ptr<PyObject *> target;
   PyObject *name;  // the function's name, for the node
   PyObject *stop;  // a str saying why no call of it is recorded (keyword-only arguments), or nullptr
+  PyObject *ffi;   // a capsule of its FfiBoundEntry (detail/ffi_bound.h; to_jax's probe reads it), or None
 
   R operator()(A... a) const {
     if (*Runtime::Get().trace_flag != 0) {
@@ -142,7 +144,7 @@ struct BoundCall {
         Py_ssize_t k = 0;
         (PyTuple_SET_ITEM(args.get(), k++, ReplayToPython<Dep>(static_cast<const std::decay_t<A> &>(a))), ...);
         PyRef out =
-            PyRef::Steal(Check(PyObject_CallFunctionObjArgs(BoundHook(), name, *target, args.get(), nullptr)));
+            PyRef::Steal(Check(PyObject_CallFunctionObjArgs(BoundHook(), name, *target, args.get(), ffi, nullptr)));
         if (out.get() != Py_NotImplemented) return ReplayFromPython<Dep, std::decay_t<R>>(out.get());
       } else {
         StopTrace(name, Py_None);
@@ -155,7 +157,15 @@ struct BoundCall {
 template <typename Dep, typename F, typename R, typename... A>
 auto MakeBoundCall(std::shared_ptr<F> f, const char *name, std::shared_ptr<PyObject *> target, PyObject *stop,
                    FnSig<R, A...> *) {
-  BoundCall<Dep, F, R, A...> call{std::move(f), std::move(target), Check(PyUnicode_FromString(name)), stop};
+  PyObject *ffi = Py_None;  // kept for the process, as the name
+  const FfiBoundEntry *e = nullptr;
+  if constexpr (FnSig<R, A...>::kRecorded) e = MakeFfiBoundEntry<F, R, A...>(f.get(), name);
+  if (e != nullptr) {
+    ffi = Check(PyCapsule_New(const_cast<FfiBoundEntry *>(e), "opbuilder.ffi_bound", nullptr));
+  } else {
+    Py_INCREF(ffi);
+  }
+  BoundCall<Dep, F, R, A...> call{std::move(f), std::move(target), Check(PyUnicode_FromString(name)), stop, ffi};
   return [call](A... a) -> R { return call(static_cast<A &&>(a)...); };
 }
 

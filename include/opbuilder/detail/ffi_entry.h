@@ -1,11 +1,11 @@
-// A Function<T>'s Forward and Backward on tensor lists, as plain function pointers, for callers that
-// are compiled once and not per Function: to_jax's generic XLA FFI handlers (src/jax_ffi.cpp, built
-// once per JAX version) run every Function through its FfiEntry, so an operator needs neither XLA's
-// headers nor an OB_XLA_FFI line. Not for operator authors.
+// A Function<T>'s Forward and Backward on tensor lists, as plain function pointers, for handler code
+// compiled once and not per Function: OB_XLA_FFI's handlers (xla_ffi_handlers.h Handlers) run a
+// Function through its FfiEntry. (to_jax's generic handlers run the whole module function instead:
+// detail/ffi_bound.h.) Not for operator authors.
 //
 // A Function has an entry for each argument list Apply met whose every argument is a TensorPtr (XLA
-// passes buffers only); runtime.jit's replay target carries its address (detail/replay.h), which is
-// how to_jax finds it: it runs the module function once with a probe as the trace hook.
+// passes buffers only); runtime.jit's replay target carries its address (detail/replay.h); to_jax's
+// probe reads its no_python field to learn whether a Function uses ctx->saved_data.
 #pragma once
 
 #include "opbuilder/detail/visibility.h"

@@ -12,7 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <exception>
 #include <string>
 #include <type_traits>
@@ -587,6 +589,512 @@ class Handlers {
   std::size_t n_;
   const char *where_;
 };
+
+// ---- a bound function run whole (detail/ffi_bound.h) ------------------------------------------------
+// The generic route runs the module function itself in C++ on every call, so a Function it picks by
+// the call's values is the one eager picks. Each Apply it makes comes to BoundRun::Run (the runner
+// autograd.h hands it to): Forward runs with a context the handler owns; with a gradient wanted, the
+// call is one node of a tape (the context and Backward, and which values its arguments and outputs
+// are), which the backward handler runs in reverse as the runtime's engine would run those nodes.
+// Work the function does outside Apply is not on the tape, as it is in no graph in eager.
+
+// One Apply on the tape: its context (what Forward saved) and Backward; per argument the value its
+// gradient goes to (-1: none), per output its value.
+struct TapeNode {
+  std::unique_ptr<AutogradContext> ctx;
+  BackwardFn backward = nullptr;
+  std::vector<int> in, out;
+};
+
+// What a recorded run keeps for its backward: the nodes in call order and, per value (the function's
+// inputs first, then each node's outputs), its dtype, shape and whether it gets a gradient.
+struct Tape {
+  std::vector<TapeNode> nodes;
+  std::vector<DataType> dtype;
+  std::vector<ShapeVector> shape;
+  std::vector<bool> wants;
+  std::vector<int> results;  // per output of the function: its value, or -1 (no gradient flows back)
+  std::size_t nbytes = 0;    // what the contexts hold (saved tensors), for the table's bound
+};
+
+template <typename E>
+void AddElems(const Tensor &a, const Tensor &b, Tensor &out) {
+  const E *x = static_cast<const E *>(a.data_ptr()), *y = static_cast<const E *>(b.data_ptr());
+  E *o = static_cast<E *>(out.data_ptr());
+  for (std::int64_t i = 0; i < out.numel(); ++i) {
+    if constexpr (std::is_same_v<E, Half> || std::is_same_v<E, bfloat16>) {
+      o[i] = E(static_cast<float>(x[i]) + static_cast<float>(y[i]));
+    } else {
+      o[i] = x[i] + y[i];
+    }
+  }
+}
+
+// a + b (same dtype and shape), a new tensor: two gradients of one value, summed as the engine does.
+inline TensorPtr AddGradients(const TensorPtr &a, const TensorPtr &b) {
+  const TensorPtr x = a->is_contiguous() ? a : a->contiguous_copy();
+  const TensorPtr y = b->is_contiguous() ? b : b->contiguous_copy();
+  auto out = std::make_shared<Tensor>(a->dtype(), a->shape());
+  switch (a->dtype()) {
+    case kFloat32: AddElems<float>(*x, *y, *out); break;
+    case kFloat64: AddElems<double>(*x, *y, *out); break;
+    case kComplex64: AddElems<std::complex<float>>(*x, *y, *out); break;
+    case kComplex128: AddElems<std::complex<double>>(*x, *y, *out); break;
+    case kFloat16: AddElems<Half>(*x, *y, *out); break;
+    case kBFloat16: AddElems<bfloat16>(*x, *y, *out); break;
+    default: throw std::runtime_error(std::string("a gradient of dtype ") + DataTypeName(a->dtype()));
+  }
+  return out;
+}
+
+// The runner of one run of a bound function (FfiApplyRunner's state): each Apply's Forward, and with
+// `record` its node on the tape. Tensors are told apart by identity, as the runtime's graph does.
+class BoundRun {
+ public:
+  // `inputs`: the function's arguments; `wants` (record only): per argument, whether it gets a gradient.
+  // `depth` 1: a runner for Applies inside Backward calls, which run recording nothing.
+  BoundRun(const TensorPtrList &inputs, const std::vector<bool> &wants, bool record, int depth = 0)
+      : record_(record), depth_(depth), tape_(new Tape) {
+    for (std::size_t i = 0; i < inputs.size(); ++i) NewValue(inputs[i], record && wants[i]);
+  }
+  BoundRun(const BoundRun &) = delete;
+  BoundRun &operator=(const BoundRun &) = delete;
+  const FfiApplyRunner &runner() const { return runner_; }
+
+  // After the function returned `outs`: the tape (which values they are); the run's tensors go.
+  std::unique_ptr<Tape> Finish(const TensorPtrList &outs) {
+    for (const auto &o : outs) {
+      const int v = o ? ValueOf(o.get()) : -1;
+      tape_->results.push_back(v >= 0 && tape_->wants[v] ? v : -1);
+    }
+    live_.clear();
+    return std::move(tape_);
+  }
+
+ private:
+  static void Run(void *state, const FunctionCall &f, TensorPtr *single, TensorPtrList *list) {
+    static_cast<BoundRun *>(state)->Apply(f, single, list);
+  }
+
+  int ValueOf(const Tensor *t) const {
+    for (std::size_t k = live_.size(); k-- > 0;) {
+      if (live_[k].first.get() == t) return live_[k].second;
+    }
+    return -1;
+  }
+  int NewValue(const TensorPtr &t, bool wants) {
+    const int v = static_cast<int>(tape_->dtype.size());
+    tape_->dtype.push_back(t->dtype());
+    tape_->shape.push_back(t->shape());
+    tape_->wants.push_back(wants);
+    live_.emplace_back(t, v);  // kept alive while the run lasts: no address is reused
+    return v;
+  }
+
+  void Apply(const FunctionCall &f, TensorPtr *single, TensorPtrList *list) {
+    if (depth_ > 0) {  // inside a Forward (or a Backward): run, recording nothing, as the runtime does
+      AutogradContext ctx;
+      ContextState &st = State(ctx);
+      st.name = f.name;
+      st.args = f.args;
+      st.originals = f.originals;
+      st.nargs = f.nargs;
+      st.writes = f.writes;
+      f.forward(&ctx, f.call, single, list);
+      return;
+    }
+    auto ctx = std::make_unique<AutogradContext>();
+    ContextState &st = State(*ctx);
+    st.name = f.name;
+    st.args = f.args;
+    st.originals = f.originals;
+    st.nargs = f.nargs;
+    st.writes = f.writes;
+    std::vector<int> in(f.nargs, -1);
+    bool recorded = false;
+    if (record_) {
+      st.needs.assign(f.nargs, false);
+      for (std::size_t i = 0; i < f.nargs; ++i) {
+        const Tensor *a = f.originals[i] != nullptr ? f.originals[i] : f.args[i];
+        const int v = a != nullptr ? ValueOf(a) : -1;
+        if (v < 0 || !tape_->wants[v] || !::opbuilder::IsDifferentiable(a->dtype())) continue;
+        st.needs[i] = true;
+        in[i] = v;
+        recorded = true;
+      }
+    }
+    std::vector<std::uint64_t> prints;
+    double phase = 0;
+    if (recorded) {  // the runtime checks writes when it records, and so does this
+      phase = NextFingerprintPhase();
+      prints.assign(f.nargs, 0);
+      for (std::size_t i = 0; i < f.nargs; ++i) {
+        if (f.args[i] != nullptr) prints[i] = Fingerprint(*f.args[i], phase);
+      }
+    }
+    ++depth_;
+    try {
+      f.forward(ctx.get(), f.call, single, list);
+    } catch (const std::exception &e) {  // the handler's error names the Function
+      --depth_;
+      throw std::runtime_error(*f.name + ": " + e.what());
+    } catch (...) {
+      --depth_;
+      throw;
+    }
+    --depth_;
+    const TensorPtrList outs = single != nullptr ? TensorPtrList{*single} : *list;
+    const std::string &name = *f.name;
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+      if (!outs[j]) throw std::runtime_error(name + "::Forward returned a null tensor as output " + std::to_string(j));
+    }
+    for (const auto &d : st.dirty) {
+      const int i = st.ArgIndex(d.get());
+      if (i < 0) throw std::runtime_error(name + ": MarkDirty was given a tensor that is not an argument of Forward");
+      if (IndexOf(outs, d.get()) < 0) {
+        throw std::runtime_error(name + ": argument " + std::to_string(i) + " was given to MarkDirty but not returned "
+                                 "by Forward; an argument modified in place must be returned as an output");
+      }
+      Tensor *orig = f.originals[i];
+      if (orig != nullptr && orig->is_writable()) orig->copy_from(*d);  // Apply's private copy, as eager
+    }
+    if (recorded) {
+      for (std::size_t i = 0; i < f.nargs; ++i) {
+        if (f.args[i] == nullptr || st.IsDirty(f.args[i]) || Fingerprint(*f.args[i], phase) == prints[i]) continue;
+        NoteWrites(f.writes);
+        throw std::runtime_error(name + "::Forward modified argument " + std::to_string(i) +
+                                 " in place without MarkDirty; mark it (ctx->MarkDirty({tensor})) and return it, "
+                                 "or write the result to a new tensor");
+      }
+    } else if (st.dirty.empty()) {
+      NoteReadOnlyCall(f.writes);
+    }
+    st.args = nullptr;
+    st.originals = nullptr;
+    if (!recorded) return;
+    TapeNode node;
+    node.in = std::move(in);
+    for (const auto &o : outs) {
+      node.out.push_back(NewValue(o, ::opbuilder::IsDifferentiable(o->dtype()) && !st.IsNonDifferentiable(o.get())));
+    }
+    for (const auto &t : st.saved_raw) tape_->nbytes += t ? t->nbytes() : 0;
+    node.backward = f.backward;
+    node.ctx = std::move(ctx);
+    tape_->nodes.push_back(std::move(node));
+  }
+
+  bool record_;
+  int depth_ = 0;  // > 0 while a Forward runs: an Apply inside it records nothing
+  std::unique_ptr<Tape> tape_;
+  std::vector<std::pair<TensorPtr, int>> live_;
+  FfiApplyRunner runner_{this, &BoundRun::Run};
+};
+
+// The gradients of the function's inputs (the first `n` values; null: none) from one cotangent per
+// output: the tape's nodes in reverse, each Backward given its outputs' gradients (zeros, or null
+// without materialize, for one that got none), each gradient summed down to its value's shape where
+// it broadcasts, and summed with the value's other gradients. Each context goes when its node ran.
+// `call(node, grads)` runs node.backward (the handler runs it inside its entry's scope).
+template <typename Call>
+TensorPtrList RunTape(Tape &tape, const TensorPtrList &cts, std::size_t n, Call &&call) {
+  std::vector<TensorPtr> g(tape.dtype.size());
+  auto add = [&](int v, TensorPtr t) { g[v] = g[v] ? AddGradients(g[v], t) : std::move(t); };
+  for (std::size_t j = 0; j < cts.size() && j < tape.results.size(); ++j) {
+    if (tape.results[j] >= 0 && cts[j]) add(tape.results[j], cts[j]);
+  }
+  for (std::size_t k = tape.nodes.size(); k-- > 0;) {
+    TapeNode &node = tape.nodes[k];
+    bool reached = false;
+    for (int o : node.out) reached = reached || g[o] != nullptr;
+    if (!reached) {
+      node.ctx.reset();
+      continue;
+    }
+    const bool materialize = State(*node.ctx).materialize_grads;
+    TensorPtrList grads;
+    for (int o : node.out) {
+      grads.push_back(g[o] ? std::move(g[o]) : materialize ? Tensor::zeros(tape.dtype[o], tape.shape[o]) : nullptr);
+    }
+    const std::string name = node.ctx->function_name();
+    TensorPtrList r = call(node, std::move(grads));
+    node.ctx.reset();
+    if (r.size() != node.in.size()) {
+      throw std::runtime_error(name + "::Backward returned " + std::to_string(r.size()) + " gradients for " +
+                               std::to_string(node.in.size()) + " arguments");
+    }
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const int v = node.in[i];
+      if (v < 0 || !r[i]) continue;
+      TensorPtr t = std::move(r[i]);
+      if (t->dtype() == tape.dtype[v] && t->shape() != tape.shape[v] && BroadcastsTo(tape.shape[v], t->shape())) {
+        auto summed = std::make_shared<Tensor>(tape.dtype[v], tape.shape[v]);
+        SumDownTo(*t, *summed);
+        t = summed;
+      }
+      if (t->dtype() != tape.dtype[v] || t->shape() != tape.shape[v]) {
+        throw std::runtime_error(name + "::Backward returned a gradient of shape " + ShapeString(t->shape()) +
+                                 " and dtype " + DataTypeName(t->dtype()) + " for argument " + std::to_string(i) +
+                                 ", which has shape " + ShapeString(tape.shape[v]) + " and dtype " +
+                                 DataTypeName(tape.dtype[v]));
+      }
+      add(v, std::move(t));
+    }
+  }
+  return TensorPtrList(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+// The tapes recorded forward handlers hand to backward handlers, by token (a residual output of the
+// forward custom call). Bounded: at most kMaxTapes, kMaxBytes of saved tensors; the oldest go first. A
+// backward whose tape is gone (evicted, taken by an earlier backward of the same forward: XLA may
+// merge equal calls, a pullback may run twice) runs the forward again for one.
+class TapeTable {
+ public:
+  static constexpr std::size_t kMaxTapes = 1024;
+  static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
+
+  static TapeTable &Get() {
+    static TapeTable *table = new TapeTable;  // never destroyed: handlers may run while the process exits
+    return *table;
+  }
+  // The tape's token (never 0), or 0 when it is not kept (too big).
+  std::uint64_t Put(std::unique_ptr<Tape> tape) {
+    if (tape->nbytes > kMaxBytes) return 0;
+    std::vector<std::unique_ptr<Tape>> gone;  // destroyed after the lock
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!tapes_.empty() && (tapes_.size() >= kMaxTapes || bytes_ + tape->nbytes > kMaxBytes)) {
+      bytes_ -= tapes_.front().second->nbytes;
+      gone.push_back(std::move(tapes_.front().second));
+      tapes_.pop_front();
+    }
+    const std::uint64_t token = next_++;
+    bytes_ += tape->nbytes;
+    tapes_.emplace_back(token, std::move(tape));
+    return token;
+  }
+  // The tape of `token`, taken out of the table, or null.
+  std::unique_ptr<Tape> Take(std::uint64_t token) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = tapes_.begin(); it != tapes_.end(); ++it) {
+      if (it->first != token) continue;
+      std::unique_ptr<Tape> t = std::move(it->second);
+      bytes_ -= t->nbytes;
+      tapes_.erase(it);
+      return t;
+    }
+    return nullptr;
+  }
+  std::size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tapes_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::uint64_t next_ = 1;
+  std::size_t bytes_ = 0;
+  std::deque<std::pair<std::uint64_t, std::unique_ptr<Tape>>> tapes_;
+};
+
+// The forward and backward handlers of a bound function, through its FfiBoundEntry.
+class BoundHandlers {
+ public:
+  explicit BoundHandlers(const FfiBoundEntry &e, const char *where = "an XLA FFI handler (to_jax's generic handlers)")
+      : e_(e), n_(e.nargs), where_(where) {}
+
+  // Arguments: the function's. Results: its outputs; with `record`, then the token (2 uint32) of the tape
+  // recorded for the inputs `needs` marks (bit i: JAX differentiates input i). XLA's buffers are never
+  // written: the function gets private copies, except an input XLA aliased to a result (to_jax's
+  // mutates), which is that result buffer (without `record`: with it, a copy, as the tape outlives it).
+  ffi::Error Forward(ffi::RemainingArgs args, ffi::RemainingRets rets, std::uint64_t needs, bool record) const {
+    try {
+      if (args.size() != n_) throw std::runtime_error("expects " + std::to_string(n_) + " arguments, got " +
+                                                      std::to_string(args.size()));
+      TensorPtrList dst = ResultTensors(rets);
+      TensorPtr token;
+      if (record) {
+        if (dst.empty() || dst.back()->nbytes() != 8) throw std::runtime_error("no token result");
+        token = dst.back();
+        dst.pop_back();
+      }
+      std::vector<bool> aliased(dst.size(), false), wants(n_, false);
+      TensorPtrList in(n_);
+      for (std::size_t i = 0; i < n_; ++i) {
+        auto b = args.get<ffi::AnyBuffer>(i);
+        if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
+        const TensorPtr x = Wrap(*b, false, "argument", i);
+        const std::size_t j = AliasOf(*b, dst);
+        if (j != kNone && !record) {
+          in[i] = Wrap(*b, true, "argument", i);
+          aliased[j] = true;
+        } else {
+          in[i] = ScratchCopy(*x);  // a tape holds its block until the backward, which is then not reused
+        }
+        wants[i] = record && NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(x->dtype());
+      }
+      TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
+      for (std::size_t j = 0; j < dst.size(); ++j) {
+        if (!aliased[j]) offered.push_back(dst[j]);
+      }
+      TensorPtrList outs;
+      std::unique_ptr<Tape> tape = Run(in, wants, record, &offered, &outs);
+      CheckCount(outs, dst.size());
+      if (record) KeepOffXla(*tape, dst);
+      CopyOut(std::move(outs), dst, *e_.name);
+      if (record) {
+        const std::uint64_t t = TapeTable::Get().Put(std::move(tape));  // no node: the backward gives zeros
+        std::memcpy(token->data_ptr(), &t, 8);
+      }
+      return ffi::Error::Success();
+    } catch (const std::exception &ex) {
+      return Fail("forward", ex.what());
+    } catch (...) {
+      return Fail("forward", "an exception that is not a std::exception");
+    }
+  }
+
+  // Arguments: the function's, one cotangent per output, the forward's token. Results: one gradient per
+  // input `needs` marks (then any scratch results to_jax adds for declared writes, left as they are).
+  // The tape is the forward's, or, when it is gone, one recorded now by running the function again.
+  ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets, std::uint64_t needs) const {
+    try {
+      if (args.size() < n_ + 1) throw std::runtime_error("expects the function's arguments and a token");
+      const std::size_t k = args.size() - n_ - 1;
+      auto tb = args.get<ffi::AnyBuffer>(args.size() - 1);
+      if (!tb.has_value() || tb->size_bytes() != 8) throw std::runtime_error("no token argument");
+      std::uint64_t token = 0;
+      std::memcpy(&token, tb->untyped_data(), 8);
+      std::unique_ptr<Tape> tape = token != 0 ? TapeTable::Get().Take(token) : nullptr;
+      if (!tape) {
+        TensorPtrList in(n_), outs;
+        std::vector<bool> wants(n_, false);
+        for (std::size_t i = 0; i < n_; ++i) {
+          auto b = args.get<ffi::AnyBuffer>(i);
+          if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
+          in[i] = Input(*b, InputMode::kCopy, "argument", i);
+          wants[i] = NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
+        }
+        tape = Run(in, wants, true, nullptr, &outs);
+        CheckCount(outs, k);
+      }
+      TensorPtrList cts;
+      for (std::size_t j = 0; j < k; ++j) {
+        auto b = args.get<ffi::AnyBuffer>(n_ + j);
+        if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
+        cts.push_back(Input(*b, InputMode::kCopy, "cotangent", j));
+      }
+      const TensorPtrList all = ResultTensors(rets);
+      TensorPtrList g_dst;
+      std::vector<std::size_t> which;
+      for (std::size_t i = 0; i < n_ && g_dst.size() < all.size(); ++i) {
+        if (!NeedsBit(needs, i)) continue;
+        which.push_back(i);
+        g_dst.push_back(all[g_dst.size()]);
+      }
+      TensorPtrList g;
+      {
+        // each Backward runs in its module's scope: the gradient buffers offered, an Apply run here
+        const OfferResults offer(g_dst);
+        BoundRun inner(TensorPtrList{}, std::vector<bool>{}, false, 1);
+        g = RunTape(*tape, cts, n_, [&](TapeNode &node, TensorPtrList grads) {
+          struct Call {
+            TapeNode *node;
+            TensorPtrList grads, out;
+            std::exception_ptr error;
+          } c{&node, std::move(grads), {}, nullptr};
+          e_.scoped(
+              [](void *p) {
+                auto &c = *static_cast<Call *>(p);
+                try {
+                  c.out = c.node->backward(c.node->ctx.get(), std::move(c.grads));
+                } catch (...) {
+                  c.error = std::current_exception();
+                }
+              },
+              &c, &inner.runner(), &offer.buffers(), where_);
+          if (c.error) std::rethrow_exception(c.error);
+          return std::move(c.out);
+        });
+      }
+      TensorPtrList g_out;
+      for (std::size_t i : which) g_out.push_back(g[i]);
+      CopyOut(std::move(g_out), g_dst, *e_.name, true);
+      return ffi::Error::Success();
+    } catch (const std::exception &ex) {
+      return Fail("backward", ex.what());
+    } catch (...) {
+      return Fail("backward", "an exception that is not a std::exception");
+    }
+  }
+
+ private:
+  static ffi::Error Fail(const char *stage, const char *what) {
+    return ffi::Error::Internal(std::string("to_jax (XLA FFI ") + stage + "): " + what);
+  }
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  static bool NeedsBit(std::uint64_t needs, std::size_t i) { return i >= 64 || ((needs >> i) & 1U) != 0; }
+
+  static std::size_t AliasOf(const ffi::AnyBuffer &b, const TensorPtrList &dst) {
+    if (b.size_bytes() == 0) return kNone;
+    for (std::size_t j = 0; j < dst.size(); ++j) {
+      if (dst[j]->data_ptr() == b.untyped_data()) return j;
+    }
+    return kNone;
+  }
+
+  void CheckCount(const TensorPtrList &outs, std::size_t n) const {
+    if (outs.size() != n) {
+      throw std::runtime_error(*e_.name + " returned " + std::to_string(outs.size()) + " tensors, but XLA expects " +
+                               std::to_string(n));
+    }
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+      if (!outs[j]) throw std::runtime_error(*e_.name + " returned a null tensor as output " + std::to_string(j));
+    }
+  }
+
+  // A tensor a context saved in XLA's memory (a result buffer offered to new tensors) is copied out of
+  // it before the results are written: the tape outlives the call, XLA's buffers do not.
+  static void KeepOffXla(Tape &tape, const TensorPtrList &dst) {
+    for (auto &node : tape.nodes) {
+      for (auto &t : State(*node.ctx).saved_raw) {
+        if (!t || t->nbytes() == 0) continue;
+        for (const auto &d : dst) {
+          if (d->nbytes() != 0 && Within(*t, *d)) {
+            t = t->contiguous_copy();
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  // The function on `in`, its Applies run (and with `record` taped) here; `offer`: result buffers
+  // offered to its new tensors, or null.
+  std::unique_ptr<Tape> Run(const TensorPtrList &in, const std::vector<bool> &wants, bool record,
+                            const TensorPtrList *offer, TensorPtrList *outs) const {
+    BoundRun run(in, wants, record);
+    if (offer != nullptr) {
+      OfferResults o(*offer);
+      e_.run(e_.fn, in.data(), outs, &run.runner(), &o.buffers(), where_);
+    } else {
+      e_.run(e_.fn, in.data(), outs, &run.runner(), nullptr, where_);
+    }
+    return run.Finish(*outs);
+  }
+
+  const FfiBoundEntry &e_;
+  std::size_t n_;
+  const char *where_;
+};
+
+// The bound entry a custom call names (its `entry` attribute: the FfiBoundEntry's address, read by
+// to_jax from the probe's run), checked for its ABI number.
+inline const FfiBoundEntry &BoundEntryAt(std::int64_t address) {
+  const auto *e = reinterpret_cast<const FfiBoundEntry *>(static_cast<std::uintptr_t>(address));
+  if (e == nullptr || e->abi != kFfiBoundAbi) {
+    throw std::runtime_error("the custom call's entry attribute is not an opbuilder FfiBoundEntry of this version");
+  }
+  return *e;
+}
 
 // The entry a module function's XLA custom call names (its `entry` attribute: the FfiEntry's address,
 // read by to_jax from runtime.jit's replay target), checked for its ABI number.
