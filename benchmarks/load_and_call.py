@@ -144,7 +144,7 @@ def warm_rows(cache: str, work: Path, rounds: int, use_torch: bool, report: Repo
     first = _json(["-c", CHILD, "builder", str(SOURCE)], env, "the cold load()")
     cold = time.perf_counter() - t0
     inline_first = _json(["-c", CHILD, "inline", INLINE], env, "the cold load_inline")
-    time.sleep(0.3)  # the new files settle before the warm records are written (cache/warm.py)
+    time.sleep(0.3)  # the new files settle before the warm records are written (warm.py)
     for kind, code in (("builder", str(SOURCE)), ("inline", INLINE)):  # unmeasured: records and bytecode
         _json(["-c", CHILD, kind, code], env, f"the warm {kind}")
     from opbuilder import CustomOpBuilder

@@ -43,7 +43,7 @@ from .native.headers import copy_read, headers_digest, include_dir, shadowing_co
 from .import_errors import loader_error
 from .importer import RUNTIME_NAME, import_extension, loaded_runtime, module_name_for, preload
 from .importer import recorded as recorded_deps
-# (op dir, key) -> module and the module names used, in this process: shared with cache/warm.py's load
+# (op dir, key) -> module and the module names used, in this process: shared with warm.py's load
 from .importer import loaded_lock as _loaded_lock, loaded_modules as _loaded, names_used as _names_used
 from .retry import Reason, Retry, retrying
 from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec, verbose_requested
@@ -733,7 +733,7 @@ def build_module(spec: BuildSpec) -> str:
 
 def load_module(spec: BuildSpec) -> ModuleType:
     """``CustomOpBuilder.load()`` when no shipped binary serves ``spec`` (cache/shipped.py) and its warm
-    record does not fit (cache/warm.py): the module for the sources as they are now, built if needed (the
+    record does not fit (warm.py): the module for the sources as they are now, built if needed (the
     same object if unchanged); a warm record is written for the next load()."""
     with warm_notes.collecting():
         return retrying(spec.name, lambda: _load_once(spec))
@@ -777,7 +777,7 @@ def _load_once(spec: BuildSpec) -> ModuleType:
 
 
 def _remember_warm(asked: BuildSpec, built: Built, preload_libs: List[Path]) -> None:
-    """The warm record of ``asked`` (cache/warm.py) for its build ``built``, loaded after ``preload_libs``
+    """The warm record of ``asked`` (warm.py) for its build ``built``, loaded after ``preload_libs``
     (with nanobind's runtime, which a process that has one leaves out of them)."""
     libs = list(preload_libs)
     if built.spec.binding == NANOBIND and loaded_runtime() is not None and loaded_runtime() not in libs:

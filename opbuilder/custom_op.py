@@ -2,7 +2,7 @@
 
 This module imports spec.py only (``import opbuilder`` is these two modules and the package): what
 looks for a build is imported by ``load()`` when it runs, a shipped binary's check (importer.py)
-when a wheel's record is beside the sources, the warm record's (cache/warm.py) otherwise, and the build
+when a wheel's record is beside the sources, the warm record's (warm.py) otherwise, and the build
 pipeline (builder.py) when something must be looked up in full or built.
 """
 from __future__ import annotations
@@ -113,7 +113,7 @@ class CustomOpBuilder:
     def load(self) -> ModuleType:
         """The module for the sources as they are now (the same object if unchanged): the binary a wheel
         ships for them when it fits (importer.shipped_module: no compiler, no process, no cache write), else the
-        cache's build (its warm record: cache/warm.py), else built (builder.py, imported only then)."""
+        cache's build (its warm record: warm.py), else built (builder.py, imported only then)."""
         record = find_record(self.spec.sources)
         if record is not None or no_build():
             from .importer import shipped_module  # the check and the load: no other module (issue 35)
@@ -125,7 +125,7 @@ class CustomOpBuilder:
         return self._built()
 
     def _built(self) -> ModuleType:
-        from .cache.warm import module
+        from .warm import module
         mod = module(self.spec)  # its warm record, if nothing it depends on changed (a few dozen stats)
         if mod is not None:
             return mod

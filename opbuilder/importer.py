@@ -3,7 +3,7 @@ failures; and a binary a wheel ships, checked against its record before it is lo
 
 A nanobind operator needs nanobind's runtime and (usually) the core library loaded with RTLD_GLOBAL
 before it is imported: ``preload`` loads them and ``import_extension`` the module (``import_build``, a
-cached build once per process). A warm load() (cache/warm.py) knows them from its record; a full lookup
+cached build once per process). A warm load() (warm.py) knows them from its record; a full lookup
 from build.json's ``needs`` (recorded_deps.py). A shipped load() runs ``shipped_module``: the check of
 the binary a wheel ships against the wheel's record (cache/shipped.py says what it checks), then the
 load; records are read from their marshal copies (``read_record``).
@@ -133,7 +133,7 @@ def module_name_for(name: str, key: str) -> str:
 def import_build(name: str, op_dir: str, key: str, lib: Path, libs: Sequence[Path]) -> Optional[ModuleType]:
     """The module of the cache's build ``key`` of operator ``name`` (in ``op_dir``): the one this process
     imported already, else ``libs`` loaded first and ``lib`` imported. None when that fails in any way
-    (cache/warm.py: the full lookup then runs, and says why)."""
+    (warm.py: the full lookup then runs, and says why)."""
     memo = (op_dir, key)
     with loaded_lock:
         mod = loaded_modules.get(memo)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Union
 
 from .custom_op import CustomOpBuilder
 from .spec import cache_root
-from .cache.warm import trusted_as_given
+from .warm import trusted_as_given
 
 try:  # as cache/file_hash.py takes it, without importing that module for this one name (a warm load_inline)
     from _blake2 import blake2b

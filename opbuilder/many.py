@@ -56,7 +56,7 @@ def _dependencies_first(builder: CustomOpBuilder) -> Optional[ModuleType]:
     from .cache.shipped_record import find_record, no_build
 
     if find_record(builder.spec.sources) is None and not no_build():
-        from .cache.warm import module
+        from .warm import module
         mod = module(builder.spec)
         if mod is not None:
             return mod
@@ -135,7 +135,7 @@ def load_many(items: Iterable[Item], jobs: Optional[int] = None, timeout: Option
     for i, item in enumerate(items):
         first.setdefault(_identity(item), i)
     distinct = sorted(set(first.values()))
-    from .cache.warm import batch
+    from .warm import batch
     with batch():  # cached items: each file their warm records name is stat'ed once for all of them
         done = _run(items, distinct, jobs, timeout)
     return [done[first[_identity(item)]] for item in items]

@@ -148,8 +148,8 @@ def test_a_warm_load_reads_the_binding_recorded_at_build_instead_of_scanning(nb_
 
 
 def _without_warm_record(cache_dir) -> None:
-    """The next load() runs the full lookup (cache/warm.py's stamps would serve it without reading)."""
-    from opbuilder.cache.warm import RECORDS
+    """The next load() runs the full lookup (warm.py's stamps would serve it without reading)."""
+    from opbuilder.warm import RECORDS
     (Path(cache_dir) / "my_ops" / RECORDS).unlink(missing_ok=True)
 
 

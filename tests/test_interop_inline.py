@@ -94,7 +94,7 @@ def test_bad_arguments(cache_dir):
 
 
 def test_a_warm_load_inline_in_a_new_process_imports_no_hashlib_json_or_builder(inl, cache_dir):
-    """A cached load_inline reads its strings' directory and the warm record (cache/warm.py): hashlib
+    """A cached load_inline reads its strings' directory and the warm record (warm.py): hashlib
     (OpenSSL), json and the binding scanner (re) were ~12 ms of it in a new process (issue 38)."""
     import json
     import subprocess

@@ -87,7 +87,7 @@ def test_a_warm_load_imports_nothing_only_a_build_runs(my_ops, cache_dir):
             "m = CustomOpBuilder('my_ops', ['custom_src/function_ops.cpp']).load()\n"
             "assert m.mul(runtime.Tensor(2.0), runtime.Tensor(3.0)).item() == 6.0\n"
             "print(repr(sorted(m for m in set(sys.modules) - before if m.split('.')[0] == 'opbuilder')))\n")
-    from opbuilder.cache.warm import RECORDS
+    from opbuilder.warm import RECORDS
     (Path(cache_dir) / "my_ops" / RECORDS).unlink(missing_ok=True)  # no warm record: the full lookup runs
     imported = _child_value(code, str(cache_dir))
     assert "opbuilder.builder" in imported  # the lookup ran (the test would pass vacuously otherwise)

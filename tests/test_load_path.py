@@ -28,6 +28,21 @@ def test_import_opbuilder_imports_the_package_custom_op_and_spec_only():
     assert res.stdout.strip() == "['opbuilder', 'opbuilder.custom_op', 'opbuilder.spec']"
 
 
+def test_a_warm_load_imports_no_package_of_opbuilder_but_opbuilder():
+    """The warm record's check is opbuilder.warm (not in the cache package: a package is one more module to
+    import, issue 38), and it imports importer.py only; opbuilder.cache.warm is the same module."""
+    code = ("import sys, opbuilder\nfrom opbuilder.warm import module\n"
+            "print(sorted(m for m in sys.modules if m.startswith('opbuilder')))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "['opbuilder', 'opbuilder.custom_op', 'opbuilder.importer', 'opbuilder.spec', " \
+                                 "'opbuilder.warm']"
+    from opbuilder import warm
+    from opbuilder.cache import warm as old
+    assert old is warm and warm._PKG_DIR == str(ROOT / "opbuilder")
+
+
 def test_the_old_homes_of_moved_names_still_give_them():
     from opbuilder import importer, spec
     from opbuilder.cache import cache_dir, file_hash, json_record, relocate, shipped_record
@@ -37,6 +52,8 @@ def test_the_old_homes_of_moved_names_still_give_them():
     assert shipped_record.find_record is spec.find_record and shipped_record.no_build is spec.no_build
     assert file_hash.file_hash is shipped.file_hash and json_record.loads is shipped.loads
     assert abi.python_api is importer.python_api and core_lib.preload is importer.preload_core
+    from opbuilder import recorded_deps
+    assert importer.recorded is recorded_deps.recorded and importer.loads is json_record.loads
     assert core_lib.CORE_FILE == importer.CORE_FILE == "libobcore.so"
 
 

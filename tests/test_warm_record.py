@@ -1,4 +1,4 @@
-"""The warm record (opbuilder/cache/warm.py): a load() in a new process whose build is in the cache checks
+"""The warm record (opbuilder/warm.py): a load() in a new process whose build is in the cache checks
 stat stamps, imports none of the build pipeline, and still sees every edit (a source, a header, one
 that keeps the size and puts the mtime back), a changed environment and a tampered library."""
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from builder_util import run_python, tiny_module
-from opbuilder.cache import warm, warm_notes
+from opbuilder import warm
+from opbuilder.cache import warm_notes
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
@@ -111,7 +112,7 @@ def test_every_variable_opbuilder_reads_is_in_the_identity_or_changes_no_lookup(
     from opbuilder.tools.toolchain import COMPILER_ENV
     assert set(COMPILER_ENV) <= set(warm.ENV_NAMES)
     no_lookup = {"TMPDIR", "MAX_JOBS", "PYTEST_XDIST_WORKER"}  # temporary files, build jobs
-    root = Path(warm.__file__).resolve().parents[1]
+    root = Path(warm.__file__).resolve().parent  # opbuilder/
     names = set()
     for path in root.rglob("*.py"):
         text = path.read_text()

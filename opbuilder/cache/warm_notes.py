@@ -1,8 +1,8 @@
-"""What a full warm lookup depended on, noted as it runs (cache/warm.py writes it down after).
+"""What a full warm lookup depended on, noted as it runs (warm.py writes it down after).
 
 Its own module, importing nothing of opbuilder when imported: the toolchain's fact cache
 (tools/probe_cache.py) and the builder note into it, and ``remember`` writes the record that
-cache/warm.py reads (a warm load() imports that module only).
+warm.py reads (a warm load() imports that module only).
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def remember(spec, trusted_spec, key: str, lib: Path, preload_libs: Sequence[Pat
     library is ``lib`` and loads ``preload_libs`` first; nothing when that lookup built it, or used a
     fact no stamp vouches for, or a file it read changed too recently (see the module's docstring).
     Best effort: a cache that cannot be written is looked up in full next time."""
-    from .warm import _eligible
+    from ..warm import _eligible
 
     seen = seen_now()
     if seen is None or seen.unstamped or key not in seen.lookups or not _eligible(spec):
@@ -90,7 +90,7 @@ def _remember(seen, spec, trusted_spec, key: str, lib: Path, preload_libs: Seque
     import sys
 
     from .trust import check_file, stamp_of, write_file
-    from .warm import FORMAT, MAX_RECORDS, _PKG_DIR, _identity, _read_records, _records_path, _stamp
+    from ..warm import FORMAT, MAX_RECORDS, _PKG_DIR, _identity, _read_records, _records_path, _stamp
 
     root = trusted_spec.root
     limit = seen.start_ns - SETTLE_NS

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UnsafeCacheDirError, warn_broken
 from ..cache.trust import read_file, stamp_of, write_file
-from ..cache.warm import stamps_unchanged
+from ..warm import stamps_unchanged
 from ..cache.warm_notes import note_stamps
 
 __all__ = ["remembered", "stamp", "share", "stored_records", "add_bundled_compilers", "compiler_facts_problem",
