@@ -155,6 +155,24 @@ def test_a_records_copy_not_as_written_is_not_read_and_the_json_is(tmp_path, cop
                                              f"one recorded): it is never loaded")
 
 
+def test_a_truncated_record_and_copy_are_a_no_build_error_in_a_new_process(tmp_path):
+    """A record cut short (and its copy) is not read: under OPBUILDER_NO_BUILD=1 a NoBuildError naming it, in a
+    process that has not imported json (it was a SystemError from _json's scanner there)."""
+    spec, record, lib = _package(tmp_path, b"\x7fELF not loaded here" * 50)
+    for f in (record, record.parent / "opbuilder_ops.rec"):
+        data = f.read_bytes()
+        f.write_bytes(data[:len(data) // 2])
+    code = ("import sys\nfrom opbuilder import CustomOpBuilder\nfrom opbuilder.errors import NoBuildError\n"
+            "try:\n    CustomOpBuilder('op', [sys.argv[1]], binding='pybind11', build_dir=sys.argv[2]).load()\n"
+            "except NoBuildError as e:\n    print(e.reason)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPBUILDER_")}
+    env.update(PYTHONPATH=str(ROOT), OPBUILDER_NO_BUILD="1")
+    res = subprocess.run([sys.executable, "-c", code, str(spec.sources[0]), str(tmp_path / "no-cache")], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"its record {record} cannot be read (") and "(char " in res.stdout, res.stdout
+
+
 def test_a_record_of_another_hash_is_never_loaded(tmp_path, monkeypatch):
     """A record (and its copy) from an opbuilder that hashed otherwise: not read as this one's, so the
     binary is not loaded; under OPBUILDER_NO_BUILD=1 a NoBuildError says why."""

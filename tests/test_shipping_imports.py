@@ -74,6 +74,21 @@ def test_what_is_not_one_json_document_is_refused_as_json_loads_refuses_it(text)
     assert str(e.value) == str(want.value)
 
 
+def test_a_record_broken_inside_is_a_json_error_in_a_process_without_json():
+    """_json's scanner raises JSONDecodeError through json.decoder, and a SystemError where that module is not
+    imported (a shipped load's process): a truncated record was a SystemError out of load(), not the error
+    json.loads gives (found by this session's attack)."""
+    code = ("import sys\nfrom opbuilder.cache.json_record import loads\nassert 'json.decoder' not in sys.modules\n"
+            "for text in ('{\"a\": [1, 2', '{\"ops\": {\"x\": tru', '[1,]'):\n"
+            "    try:\n        loads(text)\n    except ValueError as e:\n        print(type(e).__name__, e)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["JSONDecodeError Expecting ',' delimiter: line 1 column 12 (char 11)",
+                                       "JSONDecodeError Expecting value: line 1 column 15 (char 14)",
+                                       "JSONDecodeError Expecting value: line 1 column 4 (char 3)"]
+
+
 def test_the_public_names_are_still_there_when_asked_for():
     import opbuilder
     from opbuilder import builder, errors

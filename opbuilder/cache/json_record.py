@@ -42,6 +42,8 @@ def loads(text: str) -> Any:
         value, end = _scan(doc, 0)
     except StopIteration:  # nothing that starts a JSON value
         end = -1
+    except Exception:  # an error inside the document: _json raises it as json.decoder's JSONDecodeError, and
+        end = -1  # a SystemError where json.decoder is not imported (as here): the json package says which
     if end != len(doc):
         import json
         return json.loads(text)  # raises its JSONDecodeError, with the position
