@@ -30,6 +30,7 @@
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
@@ -61,11 +62,19 @@ constexpr c10::ScalarType kTypes[] = {
     c10::ScalarType::UInt16,   c10::ScalarType::UInt32,       c10::ScalarType::UInt64};
 constexpr int kNumTypes = sizeof(kTypes) / sizeof(kTypes[0]);
 
-int DataTypeOf(c10::ScalarType s) {
-  for (int i = 0; i < kNumTypes; ++i) {
-    if (kTypes[i] == s) return i;
+// kTypes inverted once: a table lookup per tensor, not a search
+struct TypeIndex {
+  std::int8_t of[256];
+  TypeIndex() {
+    for (auto &v : of) v = -1;
+    for (int i = 0; i < kNumTypes; ++i) of[static_cast<std::uint8_t>(kTypes[i])] = static_cast<std::int8_t>(i);
   }
-  return -1;
+};
+const TypeIndex kTypeIndex;
+
+int DataTypeOf(c10::ScalarType s) {
+  const auto k = static_cast<std::size_t>(s);
+  return k < sizeof(kTypeIndex.of) ? kTypeIndex.of[k] : -1;
 }
 
 // ---- which bridge call is active: one per thread, tied to the Python frame it came from ----
@@ -107,11 +116,30 @@ c10::Device DeviceOf(std::int32_t device) {
   return device < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device));
 }
 
-// A handle (ForeignTensor::handle) is a reference to the tensor's TensorImpl, as an at::Tensor holds
-// one, without an at::Tensor on the heap to allocate and free per argument.
+struct Gil {
+  PyGILState_STATE s = PyGILState_Ensure();
+  ~Gil() { PyGILState_Release(s); }
+};
+
+// A handle (ForeignTensor::handle) is one of two references, told apart by its low bit: a reference to
+// the tensor's TensorImpl, as an at::Tensor holds one (without an at::Tensor on the heap to allocate and
+// free), or, bit set, a reference to the tensor's Python object (an argument unpacked from Python). A
+// second C++ reference to a TensorImpl that has a Python object costs torch an incref of that object
+// under a GIL guard, and a decref likewise when it goes (~500 instructions per argument); a Python
+// reference costs a few. Both keep the same tensor, and so its memory, alive.
 using ImplPtr = c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+constexpr std::uintptr_t kPyHandle = 1;
 void *HandleOf(const at::Tensor &t) { return ImplPtr(t.getIntrusivePtr()).release(); }
-at::Tensor TensorOf(void *handle) { return at::Tensor(ImplPtr::reclaim_copy(static_cast<c10::TensorImpl *>(handle))); }
+void *PyHandleOf(PyObject *o) {
+  Py_INCREF(o);
+  return reinterpret_cast<void *>(reinterpret_cast<std::uintptr_t>(o) | kPyHandle);
+}
+bool IsPyHandle(void *handle) { return (reinterpret_cast<std::uintptr_t>(handle) & kPyHandle) != 0; }
+PyObject *PyOf(void *handle) { return reinterpret_cast<PyObject *>(reinterpret_cast<std::uintptr_t>(handle) & ~kPyHandle); }
+at::Tensor TensorOf(void *handle) {
+  if (IsPyHandle(handle)) return THPVariable_Unpack(PyOf(handle));
+  return at::Tensor(ImplPtr::reclaim_copy(static_cast<c10::TensorImpl *>(handle)));
+}
 
 // `t`'s memory, shape, strides, dtype and device into `out`; its handle null (the caller's to set).
 void Fields(const at::Tensor &t, ForeignTensor *out) {
@@ -134,7 +162,8 @@ int Unpack(PyObject *o, ForeignTensor *out) {
   if (!THPVariable_CheckExact(o)) return 0;
   const at::Tensor &t = THPVariable_Unpack(o);
   if (!Plain(t)) return 0;
-  Describe(t, out);
+  Fields(t, out);
+  out->handle = PyHandleOf(o);  // `o` keeps its tensor
   return 1;
 }
 
@@ -150,15 +179,48 @@ int Peek(PyObject *o, ForeignTensor *out) {
   }
 }
 
-void Release(void *handle) { ImplPtr dropped = ImplPtr::reclaim(static_cast<c10::TensorImpl *>(handle)); }
+void Release(void *handle) {
+  if (!IsPyHandle(handle)) {
+    ImplPtr dropped = ImplPtr::reclaim(static_cast<c10::TensorImpl *>(handle));
+    return;
+  }
+  if (!Py_IsInitialized()) return;  // at exit: the interpreter is gone, and its objects with it
+  if (PyGILState_Check()) {
+    Py_DECREF(PyOf(handle));
+    return;
+  }
+  Gil gil;  // a runtime Tensor freed on a thread without the GIL (torch's autograd workers)
+  Py_DECREF(PyOf(handle));
+}
 
 void Kept(void *) {}  // the context deleter while the tensor is made: a failure leaves `keep` to the caller
 
 // A torch tensor over `t`'s memory; `drop(keep)` runs when torch frees it. `drop` is torch's context
 // deleter itself (no std::function to allocate and call), set once the tensor exists, so a failure
-// leaves `keep` to the caller. A C-contiguous tensor gets torch's own strides (no vector).
+// leaves `keep` to the caller. A C-contiguous tensor gets torch's own strides (no vector). Host memory
+// skips for_blob's option handling (a third of the tensor's cost); device memory takes for_blob.
 at::Tensor FromForeign(const ForeignTensor &t, void *keep, void (*drop)(void *)) {
   c10::IntArrayRef sizes(t.shape, static_cast<std::size_t>(t.ndim));
+  if (t.device < 0) {  // host memory: its storage and TensorImpl made as for_blob makes them, minus its options
+    const caffe2::TypeMeta meta = caffe2::TypeMeta::fromScalarType(kTypes[t.dtype]);
+    const std::size_t nbytes =
+        t.strides == nullptr
+            ? at::detail::computeStorageNbytesContiguous(sizes, meta.itemsize())
+            : at::detail::computeStorageNbytes(sizes, c10::IntArrayRef(t.strides, sizes.size()), meta.itemsize());
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(t.data, keep, &Kept, c10::kCPU),
+                         nullptr, false);
+    at::Tensor made =
+        at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), meta);
+    if (t.strides == nullptr) {
+      made.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+    } else {
+      made.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, c10::IntArrayRef(t.strides, sizes.size()));
+    }
+    if (!made.storage().mutable_data_ptr().compare_exchange_deleter(&Kept, drop)) {
+      throw std::logic_error("opbuilder's torch bridge: torch replaced the deleter of a tensor it was making");
+    }
+    return made;
+  }
   auto maker = at::for_blob(t.data, sizes);
   if (t.strides != nullptr) maker.strides(c10::IntArrayRef(t.strides, static_cast<std::size_t>(t.ndim)));
   at::Tensor made = maker.context(keep, &Kept)
@@ -189,7 +251,13 @@ int SetGradEnabled(int on) {
 
 void BumpVersion(void *handle) { torch::autograd::impl::bump_version(TensorOf(handle)); }
 
-PyObject *ObjectOf(void *handle) { return THPVariable_Wrap(TensorOf(handle)); }
+PyObject *ObjectOf(void *handle) {
+  if (IsPyHandle(handle)) {
+    Py_INCREF(PyOf(handle));
+    return PyOf(handle);
+  }
+  return THPVariable_Wrap(TensorOf(handle));
+}
 
 PyObject *Alias(void *handle) {
   try {
@@ -201,11 +269,6 @@ PyObject *Alias(void *handle) {
     return nullptr;
   }
 }
-
-struct Gil {
-  PyGILState_STATE s = PyGILState_Ensure();
-  ~Gil() { PyGILState_Release(s); }
-};
 
 void *Watch(PyObject *o) {
   try {
