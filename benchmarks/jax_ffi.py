@@ -11,17 +11,17 @@ forward + backward is ``jit(grad(lambda a, b: f(a, b).sum(), argnums=(0, 1)))``.
 on one thread, like the operator. Goals: within 1.3x of jnp at 1 element, forward and forward +
 backward within 1.2x at 1M elements (2**20 float32). A last row, with no goal, takes the gradient of
 ``(f(a, b) * w).sum()``: there XLA cannot reduce jnp's backward to two copies of the inputs, as it
-does for ``f(a, b).sum()`` (an opaque custom call always runs the C++ Backward, after its Forward again).
-Another, with no goal, times a function of two C++ calls: not one Function's Apply, it runs as the
-host custom call (to_jax's callback code with the GIL), against ``ffi=False`` and jnp ``a * b * b``.
+does for ``f(a, b).sum()`` (an opaque custom call always runs the C++ Forward and Backward).
+Another, with no goal, times a Python function of two C++ calls: it runs as the host custom call
+(to_jax's callback code with the GIL), against ``ffi=False`` and jnp ``a * b * b``.
 One more takes the gradient with respect to ``a`` only: the backward computes that gradient alone.
-The last 1M row's loss reads the output, ``(f(a, b) ** 2).sum()``: the forward custom call runs, and
-the backward runs Forward again (a jitted program keeps no context between the two calls).
+The last 1M row's loss reads the output, ``(f(a, b) ** 2).sum()``: the forward custom call keeps its
+context (a tape, named by a token result) and the backward runs Backward on it, without Forward again.
 
 Why forward + backward at 1M is not within 1.2x of jnp: XLA folds jnp's gradient of ``(a * b).sum()``
-into two copies (d/da = b, d/db = a; the forward is dead), while the custom calls must run the C++
-Forward again (the backward's context) and then Backward's two multiplies, on a cotangent of ones XLA
-writes out. The floor line under the table times that same work in jnp (``a * b``, ``ct * b``,
+into two copies (d/da = b, d/db = a; the forward is dead), while the custom calls run the C++ Forward
+(its context, which the token keeps alive) and then Backward's two multiplies, on a cotangent of ones
+XLA writes out. The floor line under the table times that same work in jnp (``a * b``, ``ct * b``,
 ``ct * a``, the ones given), so FFI / floor says what the handlers add over the kernels they run.
 """
 from __future__ import annotations
@@ -76,9 +76,9 @@ def main() -> int:
         for g in got[1:]:
             np.testing.assert_allclose(g, got[0], rtol=1e-6)
     grad_a = {k: jax.jit(jax.grad(lambda a, b, f=f: f(a, b).sum())) for k, f in sides.items()}
-    # a loss that reads the output: the forward custom call runs, and the backward runs Forward again
+    # a loss that reads the output: the backward runs Backward on the forward's context (no Forward again)
     grad_sq = {k: jax.jit(jax.grad(lambda a, b, f=f: (f(a, b) ** 2).sum(), argnums=(0, 1))) for k, f in sides.items()}
-    # a function of two C++ calls is not one Function's Apply: the host custom call (Python, with the GIL)
+    # a Python function of two C++ calls: the host custom call (Python, with the GIL)
     two = types.SimpleNamespace(mul2=lambda a, b: ob.mul(ob.mul(a, b), b))
     host, host_cb = opbuilder.to_jax(two).mul2, opbuilder.to_jax(two, ffi=False).mul2
     print(f"route of a two-op function: {host.route(x1, y1)!r}")

@@ -303,3 +303,21 @@ def test_an_error_in_the_function_is_the_callers_error(probe_ops):
             jax.block_until_ready(f(x))
     assert pending() == before
     np.testing.assert_array_equal(np.asarray(jax.jit(j.raises)(-x)), -3 * np.asarray(x))
+
+
+def test_a_write_after_calls_that_wrote_nothing_runs_on_copies(probe_ops):
+    """A function whose calls wrote nothing gets XLA's buffers read-only (no copy); when a later call's
+    Function marks its argument dirty (here one whose result is not used: the function reads the
+    argument itself after), the handler runs it again on private copies: eager's value, and the
+    caller's array unchanged."""
+    j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
+    low, high = (jnp.asarray(np.array(a, np.float64)) for a in ([3.0, 1.0, -2.0], [200.0, 1.0, -2.0]))
+    f = jax.jit(j.inplace_late)
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(f(low)), 3 * np.asarray(low))
+    for g in (f, j.inplace_late, cb.inplace_late):
+        np.testing.assert_array_equal(np.asarray(g(high)), 4 * np.asarray(high) ** 2)
+    np.testing.assert_array_equal(np.asarray(high), [200.0, 1.0, -2.0])
+    gj = jax.jit(jax.grad(lambda a: j.inplace_late(a).sum()))
+    np.testing.assert_array_equal(np.asarray(gj(high)), 8 * np.asarray(high))
+    np.testing.assert_array_equal(np.asarray(gj(low)), np.full(3, 3.0))

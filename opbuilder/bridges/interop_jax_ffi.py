@@ -310,7 +310,7 @@ def probe_entry(fn: Callable, run: Callable[[int], Tuple[Sequence[Any], Sequence
 
 
 # detail/ffi_bound.h's kFfiBoundAbi: the bound entry layout this module reads
-_BOUND_ABI = 0x0b0ffb0000000002
+_BOUND_ABI = 0x0b0ffb0000000003
 
 
 def host_call(target: str, keep: Dict[Any, Callable]) -> Callable:

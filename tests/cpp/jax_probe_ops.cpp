@@ -140,6 +140,14 @@ OB_MODULE(m) {
     if (First(x) < 0) throw std::invalid_argument("raises: x[0] must not be negative");
     return Triple::Apply(x);
   });
+  // x[0] > 100: x doubled in place (its result not used: x itself is), then squared; else 3 * x
+  m.def("inplace_late", [](const TensorPtr &x) {
+    if (First(x) > 100.0) {
+      DoubleInPlace::Apply(x);
+      return Square::Apply(x);
+    }
+    return Triple::Apply(x);
+  });
   m.def("cmul", [](const TensorPtr &x, const TensorPtr &y) { return MulC::Apply(x, y); });
   // two Applies when x[0] > 100 (3 * (x * x)), else one (3 * x)
   m.def("chain_pick", [](const TensorPtr &x) { return Triple::Apply(First(x) > 100.0 ? Square::Apply(x) : x); });

@@ -26,7 +26,7 @@ namespace detail OB_HIDDEN {
 struct FunctionCall;  // detail/function_details.h
 
 // Bumped whenever FfiBoundEntry or FfiApplyRunner changes: a caller refuses an entry of another number.
-constexpr std::uint64_t kFfiBoundAbi = 0x0b0ffb0000000002ull;
+constexpr std::uint64_t kFfiBoundAbi = 0x0b0ffb0000000003ull;
 
 // What Apply hands its call to while a handler runs a bound function on this thread.
 struct FfiApplyRunner {
@@ -60,7 +60,13 @@ struct FfiBoundEntry {
   // body(arg) on the same terms (the handler's Backward calls: an Apply inside a Backward goes to `runner`).
   void (*scoped)(void (*body)(void *), void *arg, const FfiApplyRunner *runner, const OfferedBuffers *offer,
                  const char *where);
+  // What the handlers' calls showed of writes into the function's arguments: kFfiWritesUnknown (they
+  // get private copies, compared after the call), kFfiWritesNone (a call wrote none: XLA's memory,
+  // read-only), kFfiWritesSome (copies from then on).
+  std::atomic<int> *writes;
 };
+
+constexpr int kFfiWritesUnknown = 0, kFfiWritesNone = 1, kFfiWritesSome = 2;
 
 // While alive: this thread's Applies in this module go to `runner`, its Offered() is `offer` (if any)
 // and its saved_data refuses Python.
@@ -125,7 +131,8 @@ template <typename F, typename R, typename... A>
 const FfiBoundEntry *MakeFfiBoundEntry(const F *f, const char *name) {
   if constexpr (sizeof...(A) > 0 && (std::is_same_v<std::decay_t<A>, TensorPtr> && ...)) {
     return new FfiBoundEntry{kFfiBoundAbi, sizeof...(A), f, new std::string(name),
-                             &FfiBoundOf<F, std::index_sequence_for<A...>, R, A...>::Run, &FfiScoped};
+                             &FfiBoundOf<F, std::index_sequence_for<A...>, R, A...>::Run, &FfiScoped,
+                             new std::atomic<int>(kFfiWritesUnknown)};
   } else {
     (void)f;
     (void)name;

@@ -615,7 +615,14 @@ struct Tape {
   std::vector<bool> wants;
   std::vector<int> results;  // per output of the function: its value, or -1 (no gradient flows back)
   std::size_t nbytes = 0;    // what the contexts hold (saved tensors), for the table's bound
+  // With the function given XLA's input buffers (read-only): their addresses. A context may hold them;
+  // the backward's inputs are the same values, and at the same addresses the memory still holds them.
+  std::vector<const void *> xla_inputs;
 };
+
+// Thrown when a Function marked dirty XLA's read-only input buffer: the handler runs the function again
+// on private copies, which its entry gets from then on.
+struct RetryWithCopiesBound {};
 
 template <typename E>
 void AddElems(const Tensor &a, const Tensor &b, Tensor &out) {
@@ -653,16 +660,21 @@ class BoundRun {
  public:
   // `inputs`: the function's arguments; `wants` (record only): per argument, whether it gets a gradient.
   // `depth` 1: a runner for Applies inside Backward calls, which run recording nothing.
-  BoundRun(const TensorPtrList &inputs, const std::vector<bool> &wants, bool record, int depth = 0)
-      : record_(record), depth_(depth), tape_(new Tape) {
-    for (std::size_t i = 0; i < inputs.size(); ++i) NewValue(inputs[i], record && wants[i]);
+  // `retry`: the inputs are XLA's read-only buffers, and a Function marking one dirty throws
+  // RetryWithCopiesBound (the function runs again on copies).
+  BoundRun(const TensorPtrList &inputs, const std::vector<bool> &wants, bool record, int depth = 0,
+           bool retry = false)
+      : record_(record), retry_(retry), depth_(depth), tape_(record ? new Tape : nullptr) {
+    for (std::size_t i = 0; record && i < inputs.size(); ++i) NewValue(inputs[i], wants[i]);
   }
   BoundRun(const BoundRun &) = delete;
   BoundRun &operator=(const BoundRun &) = delete;
   const FfiApplyRunner &runner() const { return runner_; }
 
-  // After the function returned `outs`: the tape (which values they are); the run's tensors go.
+  // After the function returned `outs`: the tape (which values they are; null without `record`); the
+  // run's tensors go.
   std::unique_ptr<Tape> Finish(const TensorPtrList &outs) {
+    if (!record_) return nullptr;
     for (const auto &o : outs) {
       const int v = o ? ValueOf(o.get()) : -1;
       tape_->results.push_back(v >= 0 && tape_->wants[v] ? v : -1);
@@ -683,6 +695,7 @@ class BoundRun {
     return -1;
   }
   int NewValue(const TensorPtr &t, bool wants) {
+    if (live_.empty()) live_.reserve(8);
     const int v = static_cast<int>(tape_->dtype.size());
     tape_->dtype.push_back(t->dtype());
     tape_->shape.push_back(t->shape());
@@ -691,37 +704,76 @@ class BoundRun {
     return v;
   }
 
-  void Apply(const FunctionCall &f, TensorPtr *single, TensorPtrList *list) {
-    if (depth_ > 0) {  // inside a Forward (or a Backward): run, recording nothing, as the runtime does
-      AutogradContext ctx;
-      ContextState &st = State(ctx);
-      st.name = f.name;
-      st.args = f.args;
-      st.originals = f.originals;
-      st.nargs = f.nargs;
-      st.writes = f.writes;
-      f.forward(&ctx, f.call, single, list);
-      return;
-    }
-    auto ctx = std::make_unique<AutogradContext>();
-    ContextState &st = State(*ctx);
+  static void Begin(ContextState &st, const FunctionCall &f) {
     st.name = f.name;
     st.args = f.args;
     st.originals = f.originals;
     st.nargs = f.nargs;
     st.writes = f.writes;
+  }
+
+  // Forward's outputs: none null; each tensor marked dirty an argument and returned. A private copy Apply
+  // made is written back to the caller's tensor, as eager does; XLA's read-only buffer is never written.
+  void CheckOutputs(const FunctionCall &f, const ContextState &st, const TensorPtr *outs, std::size_t n) const {
+    const std::string &name = *f.name;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (!outs[j]) throw std::runtime_error(name + "::Forward returned a null tensor as output " + std::to_string(j));
+    }
+    for (const auto &d : st.dirty) {
+      const int i = st.ArgIndex(d.get());
+      if (i < 0) throw std::runtime_error(name + ": MarkDirty was given a tensor that is not an argument of Forward");
+      bool returned = false;
+      for (std::size_t j = 0; j < n; ++j) returned = returned || outs[j].get() == d.get();
+      if (!returned) {
+        throw std::runtime_error(name + ": argument " + std::to_string(i) + " was given to MarkDirty but not returned "
+                                 "by Forward; an argument modified in place must be returned as an output");
+      }
+      Tensor *caller = f.originals[i] != nullptr ? f.originals[i] : d.get();
+      if (!caller->is_writable()) {
+        // XLA's buffer, given read-only: the function runs again on private copies (it writes its arguments)
+        if (retry_) throw RetryWithCopiesBound{};
+        throw ValueError(name + ": argument " + std::to_string(i) + " is read-only memory, but Forward marked it "
+                         "dirty (an in-place write)");
+      }
+      if (f.originals[i] != nullptr) f.originals[i]->copy_from(*d);  // Apply's private copy, as eager
+    }
+  }
+
+  void Apply(const FunctionCall &f, TensorPtr *single, TensorPtrList *list) {
+    if (depth_ > 0 || !record_) {  // nothing to record (inside a Forward or a Backward, as the runtime)
+      AutogradContext ctx;
+      ContextState &st = State(ctx);
+      Begin(st, f);
+      ++depth_;
+      try {
+        f.forward(&ctx, f.call, single, list);
+      } catch (const std::exception &e) {
+        --depth_;
+        throw std::runtime_error(*f.name + ": " + e.what());
+      } catch (...) {
+        --depth_;
+        throw;
+      }
+      --depth_;
+      CheckOutputs(f, st, single != nullptr ? single : list->data(), single != nullptr ? 1 : list->size());
+      if (st.dirty.empty()) NoteReadOnlyCall(f.writes);
+      st.args = nullptr;
+      st.originals = nullptr;
+      return;
+    }
+    auto ctx = std::make_unique<AutogradContext>();
+    ContextState &st = State(*ctx);
+    Begin(st, f);
     std::vector<int> in(f.nargs, -1);
     bool recorded = false;
-    if (record_) {
-      st.needs.assign(f.nargs, false);
-      for (std::size_t i = 0; i < f.nargs; ++i) {
-        const Tensor *a = f.originals[i] != nullptr ? f.originals[i] : f.args[i];
-        const int v = a != nullptr ? ValueOf(a) : -1;
-        if (v < 0 || !tape_->wants[v] || !::opbuilder::IsDifferentiable(a->dtype())) continue;
-        st.needs[i] = true;
-        in[i] = v;
-        recorded = true;
-      }
+    st.needs.assign(f.nargs, false);
+    for (std::size_t i = 0; i < f.nargs; ++i) {
+      const Tensor *a = f.originals[i] != nullptr ? f.originals[i] : f.args[i];
+      const int v = a != nullptr ? ValueOf(a) : -1;
+      if (v < 0 || !tape_->wants[v] || !::opbuilder::IsDifferentiable(a->dtype())) continue;
+      st.needs[i] = true;
+      in[i] = v;
+      recorded = true;
     }
     std::vector<std::uint64_t> prints;
     double phase = 0;
@@ -745,19 +797,7 @@ class BoundRun {
     --depth_;
     const TensorPtrList outs = single != nullptr ? TensorPtrList{*single} : *list;
     const std::string &name = *f.name;
-    for (std::size_t j = 0; j < outs.size(); ++j) {
-      if (!outs[j]) throw std::runtime_error(name + "::Forward returned a null tensor as output " + std::to_string(j));
-    }
-    for (const auto &d : st.dirty) {
-      const int i = st.ArgIndex(d.get());
-      if (i < 0) throw std::runtime_error(name + ": MarkDirty was given a tensor that is not an argument of Forward");
-      if (IndexOf(outs, d.get()) < 0) {
-        throw std::runtime_error(name + ": argument " + std::to_string(i) + " was given to MarkDirty but not returned "
-                                 "by Forward; an argument modified in place must be returned as an output");
-      }
-      Tensor *orig = f.originals[i];
-      if (orig != nullptr && orig->is_writable()) orig->copy_from(*d);  // Apply's private copy, as eager
-    }
+    CheckOutputs(f, st, outs.data(), outs.size());
     if (recorded) {
       for (std::size_t i = 0; i < f.nargs; ++i) {
         if (f.args[i] == nullptr || st.IsDirty(f.args[i]) || Fingerprint(*f.args[i], phase) == prints[i]) continue;
@@ -784,6 +824,7 @@ class BoundRun {
   }
 
   bool record_;
+  bool retry_;
   int depth_ = 0;  // > 0 while a Forward runs: an Apply inside it records nothing
   std::unique_ptr<Tape> tape_;
   std::vector<std::pair<TensorPtr, int>> live_;
@@ -916,27 +957,44 @@ class BoundHandlers {
         token = dst.back();
         dst.pop_back();
       }
-      std::vector<bool> aliased(dst.size(), false), wants(n_, false);
-      TensorPtrList in(n_);
-      for (std::size_t i = 0; i < n_; ++i) {
-        auto b = args.get<ffi::AnyBuffer>(i);
-        if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
-        const TensorPtr x = Wrap(*b, false, "argument", i);
-        const std::size_t j = AliasOf(*b, dst);
-        if (j != kNone && !record) {
-          in[i] = Wrap(*b, true, "argument", i);
-          aliased[j] = true;
-        } else {
-          in[i] = ScratchCopy(*x);  // a tape holds its block until the backward, which is then not reused
-        }
-        wants[i] = record && NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(x->dtype());
-      }
-      TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
-      for (std::size_t j = 0; j < dst.size(); ++j) {
-        if (!aliased[j]) offered.push_back(dst[j]);
-      }
       TensorPtrList outs;
-      std::unique_ptr<Tape> tape = Run(in, wants, record, &offered, &outs);
+      std::unique_ptr<Tape> tape;
+      for (int attempt = 0;; ++attempt) {  // a second run only after RetryWithCopiesBound
+        const bool views = e_.writes->load(std::memory_order_relaxed) == kFfiWritesNone;
+        std::vector<bool> aliased(dst.size(), false), wants(n_, false);
+        TensorPtrList in(n_);
+        std::vector<const void *> kept(n_, nullptr), xla(n_, nullptr);
+        for (std::size_t i = 0; i < n_; ++i) {
+          auto b = args.get<ffi::AnyBuffer>(i);
+          if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
+          const std::size_t j = AliasOf(*b, dst);
+          if (j != kNone && !record) {  // declared written (mutates): the result buffer XLA copied it to
+            in[i] = Wrap(*b, true, "argument", i);
+            aliased[j] = true;
+          } else if (j != kNone) {  // the same, for a tape that outlives the buffer: a private copy
+            in[i] = Input(*b, InputMode::kCopy, "argument", i);
+          } else {
+            in[i] = Input(*b, views ? InputMode::kView : InputMode::kCopy, "argument", i);
+            (views ? xla : kept)[i] = b->untyped_data();
+          }
+          wants[i] = record && NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
+        }
+        TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
+        for (std::size_t j = 0; j < dst.size(); ++j) {
+          if (!aliased[j]) offered.push_back(dst[j]);
+        }
+        try {
+          tape = Run(in, wants, record, &offered, &outs, views);
+        } catch (const RetryWithCopiesBound &) {
+          e_.writes->store(kFfiWritesSome, std::memory_order_relaxed);
+          if (attempt > 0) throw std::runtime_error(*e_.name + ": a retry on copies was refused");
+          outs.clear();
+          continue;
+        }
+        if (!views) LearnWrites(in, kept);
+        if (views && record) tape->xla_inputs = xla;
+        break;
+      }
       CheckCount(outs, dst.size());
       if (record) KeepOffXla(*tape, dst);
       CopyOut(std::move(outs), dst, *e_.name);
@@ -964,23 +1022,43 @@ class BoundHandlers {
       std::uint64_t token = 0;
       std::memcpy(&token, tb->untyped_data(), 8);
       std::unique_ptr<Tape> tape = token != 0 ? TapeTable::Get().Take(token) : nullptr;
-      if (!tape) {
-        TensorPtrList in(n_), outs;
-        std::vector<bool> wants(n_, false);
-        for (std::size_t i = 0; i < n_; ++i) {
+      if (tape && !tape->xla_inputs.empty()) {  // a context may hold XLA's input memory: still there?
+        for (std::size_t i = 0; i < n_ && tape; ++i) {
           auto b = args.get<ffi::AnyBuffer>(i);
-          if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
-          in[i] = Input(*b, InputMode::kCopy, "argument", i);
-          wants[i] = NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
+          if (tape->xla_inputs[i] != nullptr && (!b.has_value() || b->untyped_data() != tape->xla_inputs[i])) {
+            tape.reset();
+          }
         }
-        tape = Run(in, wants, true, nullptr, &outs);
+      }
+      TensorPtrList in(n_);  // kept alive while the tape of a run here lives
+      if (!tape) {
+        TensorPtrList outs;
+        for (int attempt = 0;; ++attempt) {
+          const bool views = e_.writes->load(std::memory_order_relaxed) == kFfiWritesNone;
+          std::vector<bool> wants(n_, false);
+          for (std::size_t i = 0; i < n_; ++i) {
+            auto b = args.get<ffi::AnyBuffer>(i);
+            if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
+            in[i] = Input(*b, views ? InputMode::kView : InputMode::kCopy, "argument", i);
+            wants[i] = NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
+          }
+          try {
+            tape = Run(in, wants, true, nullptr, &outs, views);
+          } catch (const RetryWithCopiesBound &) {
+            e_.writes->store(kFfiWritesSome, std::memory_order_relaxed);
+            if (attempt > 0) throw std::runtime_error(*e_.name + ": a retry on copies was refused");
+            outs.clear();
+            continue;
+          }
+          break;
+        }
         CheckCount(outs, k);
       }
-      TensorPtrList cts;
+      TensorPtrList cts;  // XLA's memory, read-only: a Backward that is not kAcceptsViews gets copies
       for (std::size_t j = 0; j < k; ++j) {
         auto b = args.get<ffi::AnyBuffer>(n_ + j);
         if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
-        cts.push_back(Input(*b, InputMode::kCopy, "cotangent", j));
+        cts.push_back(Input(*b, InputMode::kView, "cotangent", j));
       }
       const TensorPtrList all = ResultTensors(rets);
       TensorPtrList g_dst;
@@ -1051,6 +1129,22 @@ class BoundHandlers {
     }
   }
 
+  // After a call on private copies: whether the function wrote one (compared with XLA's memory). A call
+  // that wrote none lets later calls take XLA's memory read-only; one that wrote keeps copies.
+  void LearnWrites(const TensorPtrList &in, const std::vector<const void *> &kept) const {
+    bool any = false;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (kept[i] == nullptr || in[i]->nbytes() == 0) continue;
+      if (std::memcmp(in[i]->data_ptr(), kept[i], in[i]->nbytes()) != 0) {
+        e_.writes->store(kFfiWritesSome, std::memory_order_relaxed);
+        return;
+      }
+      any = true;
+    }
+    int unknown = kFfiWritesUnknown;
+    if (any) e_.writes->compare_exchange_strong(unknown, kFfiWritesNone, std::memory_order_relaxed);
+  }
+
   // A tensor a context saved in XLA's memory (a result buffer offered to new tensors) is copied out of
   // it before the results are written: the tape outlives the call, XLA's buffers do not.
   static void KeepOffXla(Tape &tape, const TensorPtrList &dst) {
@@ -1070,8 +1164,8 @@ class BoundHandlers {
   // The function on `in`, its Applies run (and with `record` taped) here; `offer`: result buffers
   // offered to its new tensors, or null.
   std::unique_ptr<Tape> Run(const TensorPtrList &in, const std::vector<bool> &wants, bool record,
-                            const TensorPtrList *offer, TensorPtrList *outs) const {
-    BoundRun run(in, wants, record);
+                            const TensorPtrList *offer, TensorPtrList *outs, bool views) const {
+    BoundRun run(in, wants, record, 0, views);
     if (offer != nullptr) {
       OfferResults o(*offer);
       e_.run(e_.fn, in.data(), outs, &run.runner(), &o.buffers(), where_);
