@@ -148,6 +148,19 @@ def test_an_undeclared_write_into_any_dtype_counts(out_ops, torch_route, dtype):
         assert o.tolist() == torch.ones(3, dtype=dtype).tolist()
 
 
+@pytest.mark.parametrize("view", ("conj", "neg"))
+def test_an_undeclared_write_into_a_conjugate_or_negative_view_is_a_named_error(out_ops, torch_route, view):
+    fn = opbuilder.to_torch(out_ops).copy_out
+    base = torch.tensor([1 + 1j, 2 + 2j, 3 + 3j], dtype=torch.complex128)
+    o = base.conj() if view == "conj" else torch._neg_view(base)
+    kind = "conjugate" if view == "conj" else "negative"
+    for k in range(3):  # the op writes the resolved copy it gets: refused on every call, never lost silently
+        with pytest.raises(RuntimeError, match=rf"^copy_out modifies argument 1 in place \(an undeclared write\), "
+                                               rf"but it is a {kind} view .* the argument is unchanged$"):
+            fn(torch.full((3,), 5 + k * 1j, dtype=torch.complex128), o)
+        assert base.tolist() == [1 + 1j, 2 + 2j, 3 + 3j]
+
+
 def test_a_function_writing_nothing_keeps_the_bridges_fast_path(out_ops, torch_bridge, monkeypatch):
     monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
     ns = opbuilder.to_torch(out_ops)

@@ -344,13 +344,17 @@ def _bytes_of(t: torch.Tensor) -> np.ndarray:
     return (t.view(torch.uint16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
-def _watch(vc: Optional[_TorchVersion], phase: float) -> Optional[Tuple[_TorchVersion, bytes]]:
-    """An argument's counter and fingerprint before a watched call; None where no write can be seen (an
-    inference tensor, another device, a conjugate or negative view: the op gets a resolved copy)."""
-    if vc is None or not vc.t.is_cpu or vc.t.is_conj() or vc.t.is_neg() or (
-            vc.t.dtype not in _PLAIN and vc.t.dtype != torch.bfloat16):
+def _watch(vc: Optional[_TorchVersion], r: Any, phase: float) -> Optional[Tuple[_TorchVersion, bytes, np.ndarray]]:
+    """An argument's counter, fingerprint and the memory fingerprinted, before a watched call: the torch
+    tensor's, or for a conjugate or negative view the resolved copy the op gets (``r``, its runtime
+    tensor), whose write would not reach the caller. None where no write can be seen (an inference
+    tensor inside InferenceMode has no counter; memory off the CPU)."""
+    if vc is None or not vc.t.is_cpu or (vc.t.dtype not in _PLAIN and vc.t.dtype != torch.bfloat16):
         return None
-    return vc, _fingerprint(_bytes_of(vc.t), phase)
+    arr = r._data if vc.t.is_conj() or vc.t.is_neg() else _bytes_of(vc.t)
+    if not isinstance(arr, np.ndarray):
+        return None
+    return vc, _fingerprint(arr, phase), arr
 
 
 class _Op:
@@ -457,7 +461,8 @@ class _Op:
         watch = None
         if not self.writes and (sig in self.watched or sig not in self.checked):
             phase = random.random()
-            watch = [_watch(vc, phase) for vc in vcs]
+            flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
+            watch = [_watch(vc, r, phase) for vc, r in zip(vcs, flat_rt)]
         try:
             hooks = _saved_hooks(self, need)  # torch's saved_tensors_hooks, for what the op saves
             if hooks is None:
@@ -516,7 +521,7 @@ class _Op:
     def _wrote(watch: Sequence[Any], phase: float) -> bool:
         """Whether the call wrote a watched argument without the runtime counting it (MarkDirty)."""
         for w in watch:
-            if w is not None and not w[0].written and _fingerprint(_bytes_of(w[0].t), phase) != w[1]:
+            if w is not None and not w[0].written and _fingerprint(w[2], phase) != w[1]:
                 return True
         return False
 
@@ -526,8 +531,10 @@ class _Op:
         (torch refuses out= into it before the call; undeclared, the write is only seen after)."""
         flat = [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
         for k, (t, w) in enumerate(zip(flat, watch)):
-            if w is None or w[0].written or _fingerprint(_bytes_of(w[0].t), phase) == w[1]:
+            if w is None or w[0].written or _fingerprint(w[2], phase) == w[1]:
                 continue
+            if w[0].t.is_neg() or w[0].t.is_conj():  # the op wrote the resolved copy it got
+                raise RuntimeError(_resolved_view_write_message(self.name, k, w[0].t, "an undeclared write"))
             if t.is_inference() and not w[0].t.is_inference():  # the op wrote the copy it got
                 raise RuntimeError(_inference_write_message(self.name, k, "an undeclared write"))
             _increment_version((w[0].t,))
