@@ -210,8 +210,17 @@ _PICKS = {
 }
 
 
+@pytest.fixture(params=["tape", "rerun"])
+def tape_mode(request, monkeypatch):
+    """The backward with the forward's tape (inputs from _TAPE_FROM bytes on; 0 here), or, for smaller
+    inputs, running the function again."""
+    from opbuilder.bridges import interop_jax_ffi
+    monkeypatch.setattr(interop_jax_ffi, "_TAPE_FROM", 0 if request.param == "tape" else 1 << 40)
+    return request.param
+
+
 @pytest.mark.parametrize("case", sorted(_PICKS))
-def test_a_function_picked_by_a_value_gives_eagers_values_and_gradients(probe_ops, case):
+def test_a_function_picked_by_a_value_gives_eagers_values_and_gradients(probe_ops, case, tape_mode):
     """A bound function that picks its Function by the call's values (one no probe value reaches, the
     sign of a product, a threshold on the mean; one Apply or two; an in-place one) has the value and
     gradient eager and the callback give, eager and under jax.jit, and the caller's arrays are never
@@ -239,12 +248,13 @@ def test_a_function_picked_by_a_value_gives_eagers_values_and_gradients(probe_op
     assert f.route(*xs) == "xla_ffi"
 
 
-def test_the_backward_uses_the_forwards_tape_and_the_table_stays_bounded(probe_ops):
+def test_the_backward_uses_the_forwards_tape_and_the_table_stays_bounded(probe_ops, monkeypatch):
     """The forward JAX differentiates keeps its Applies' contexts (a tape) for the backward, named by a
     token result; each backward takes its tape, so a gradient step leaves none. A pullback never
     called leaves its tape until the table's bound (1024) drops the oldest; a pullback whose tape is
     gone, or that runs twice, runs the function again, with the same gradient."""
     from opbuilder.bridges import interop_jax_ffi
+    monkeypatch.setattr(interop_jax_ffi, "_TAPE_FROM", 0)  # a tape for 3 elements too
     j = opbuilder.to_jax(probe_ops)
     x = jnp.asarray(np.array([200.0, 1.0, -2.0]))
     pending = interop_jax_ffi._generic["module"].pending_tapes
@@ -261,7 +271,7 @@ def test_the_backward_uses_the_forwards_tape_and_the_table_stays_bounded(probe_o
     np.testing.assert_array_equal(np.asarray(jax.jacrev(j.chain_pick)(x)), np.diag(6 * np.asarray(x)))
 
 
-def test_vmap_of_grad_and_remat_pick_per_element(probe_ops):
+def test_vmap_of_grad_and_remat_pick_per_element(probe_ops, tape_mode):
     """vmap runs the custom calls once per element (each with its own token), so each element picks its
     own Function; jax.checkpoint runs the forward again for its tape."""
     j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
@@ -296,7 +306,8 @@ def test_an_error_in_the_function_is_the_callers_error(probe_ops):
     x = -jnp.asarray(np.array([200.0, 1.0, -2.0]))
     pending = interop_jax_ffi._generic["module"].pending_tapes
     before = pending()
-    msg = r"^INTERNAL: to_jax \(XLA FFI forward\): raises: x\[0\] must not be negative"
+    # (the backward's, where XLA dropped the forward custom call: the loss does not read its output)
+    msg = r"^INTERNAL: to_jax \(XLA FFI (forward|backward)\): raises: x\[0\] must not be negative"
     for f in (j.raises, jax.jit(j.raises), jax.grad(lambda a: j.raises(a).sum()),
               jax.jit(jax.grad(lambda a: j.raises(a).sum()))):
         with pytest.raises(jax.errors.JaxRuntimeError, match=msg):
@@ -305,7 +316,7 @@ def test_an_error_in_the_function_is_the_callers_error(probe_ops):
     np.testing.assert_array_equal(np.asarray(jax.jit(j.raises)(-x)), -3 * np.asarray(x))
 
 
-def test_a_write_after_calls_that_wrote_nothing_runs_on_copies(probe_ops):
+def test_a_write_after_calls_that_wrote_nothing_runs_on_copies(probe_ops, tape_mode):
     """A function whose calls wrote nothing gets XLA's buffers read-only (no copy); when a later call's
     Function marks its argument dirty (here one whose result is not used: the function reads the
     argument itself after), the handler runs it again on private copies: eager's value, and the
@@ -321,3 +332,15 @@ def test_a_write_after_calls_that_wrote_nothing_runs_on_copies(probe_ops):
     gj = jax.jit(jax.grad(lambda a: j.inplace_late(a).sum()))
     np.testing.assert_array_equal(np.asarray(gj(high)), 8 * np.asarray(high))
     np.testing.assert_array_equal(np.asarray(gj(low)), np.full(3, 3.0))
+
+
+def test_inputs_from_64_kib_get_a_tape_and_smaller_ones_run_again(probe_ops):
+    """The forward JAX differentiates returns a token (one more result) from _TAPE_FROM bytes of inputs;
+    below, it is the plain forward (XLA may drop it) and the backward runs the function again."""
+    j = opbuilder.to_jax(probe_ops)
+    for n, token in ((3, False), (1 << 13, True)):
+        x = jnp.asarray(np.linspace(1.0, 2.0, n))
+        text = jax.jit(jax.grad(lambda a: (j.chain_pick(a) ** 2).sum())).lower(x).as_text()
+        assert ("record = 1" in text) == token
+        np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(lambda a: (j.chain_pick(a) ** 2).sum()))(x)),
+                                   18 * np.asarray(x), rtol=1e-14)
