@@ -493,6 +493,19 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
                            attach.data(),   dirty.data(),     materialize, &ForeignBackward, &DropForeignKeep,
                            &ForeignRelease, &ForeignDestroy};
     if (api.record(&node) != 0) throw PythonError();
+    // an output the node is attached to is that framework tensor from now on, as an argument unpacked
+    // from the caller is: a later Apply in the same bound function (Mul::Apply(Mul::Apply(x, y), y))
+    // then takes it with its history (ForeignWantsGrad, its handle as the input edge)
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+      if (attach[j] == nullptr || dirty[j] != 0) continue;  // a dirty output is the caller's own tensor
+      ForeignTensor ft;
+      const int got = api.unpack(attach[j], &ft);
+      if (got < 0) throw PythonError();
+      if (got == 0) continue;
+      TensorPtr over = TensorFromForeign(api, ft, true);
+      TensorAccess::BindPython(*over, PyRef::Borrow(attach[j]));
+      result[j] = std::move(over);
+    }
     NoteReadOnlyCall(f.writes);  // a recorded call completed: unless MarkDirty said otherwise, it wrote none
   }
   if (single != nullptr) {
