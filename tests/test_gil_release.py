@@ -6,6 +6,7 @@ its call; the function's own code runs without it. Before, any such call crashed
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -71,3 +72,45 @@ def test_a_jit_trace_and_replays_of_a_call_without_the_gil_are_eagers(ops):
         np.testing.assert_allclose(x.grad.asnumpy(), want, rtol=1e-7)
         np.testing.assert_allclose(rt.grad(f)(Tensor(np.array([1.0, -2.0]))).asnumpy(), want, rtol=1e-7)
     assert j.traces == 1
+
+
+def test_a_trace_meeting_a_class_methods_apply_without_the_gil_stops_with_a_warning(ops):
+    s = ops.Scaler()
+    j = jit(lambda x: s.apply(x).sum())
+    x = Parameter(np.array([1.0, -2.0]), name="x")
+    with pytest.warns(RuntimeWarning, match="the C\\+\\+ Function Twice was applied by a function jit cannot record"):
+        j(x).backward()
+    assert x.grad.asnumpy().tolist() == [2.0, 2.0]
+    x = Parameter(np.array([1.0, -2.0]), name="x")
+    j(x).backward()  # that signature now runs eagerly, without a new warning
+    assert x.grad.asnumpy().tolist() == [2.0, 2.0]
+
+
+def test_calls_without_the_gil_while_another_thread_traces(ops):
+    """The trace flag is the process's: a call on another thread sees it set while a trace runs."""
+    done, calls, errors = [], [0], []
+
+    def chain(x):
+        for _ in range(300):
+            x = x * 1.0
+        return x
+
+    def trace():
+        for _ in range(3):
+            jit(chain)(Tensor(np.ones(2)))  # a new jit: traced each time
+        done.append(True)
+
+    def call():
+        try:
+            while not done:
+                assert ops.twice(Tensor(np.ones(2))).asnumpy().tolist() == [2.0, 2.0]
+                calls[0] += 1
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=call), threading.Thread(target=trace)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and calls[0] > 0

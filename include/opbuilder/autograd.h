@@ -128,8 +128,11 @@ class Function {
   template <typename... Args>
   static auto Apply(Args &&...args) {
     const detail::Runtime &rt = detail::Runtime::Get();
-    // (an XLA FFI handler's run of a bound function is never traced: detail/ffi_bound.h)
-    if (*rt.trace_flag != 0 && detail::InFfiRun() == nullptr) return Traced(std::forward<Args>(args)...);
+    // an XLA FFI handler's run of a bound function: no Python, never traced (detail/ffi_bound.h)
+    if (detail::InFfiRun() != nullptr) return Prepare(rt, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
+    // the rest reads and records Python state; a bound function may have released the GIL (call_guard)
+    detail::GilForRefcount gil;
+    if (*rt.trace_flag != 0) return Traced(std::forward<Args>(args)...);
     return Prepare(rt, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
   }
 

@@ -553,9 +553,6 @@ static void FinishNoGradCall(const Runtime &rt, ContextState &st, TensorPtr *sin
 
 OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr *single,
                             TensorPtrList *list) {
-  // a bound function may run with the GIL released (call_guard<gil_scoped_release>): an Apply reads and
-  // records Python state, so it holds the GIL for the whole call (the caller's state is back after it)
-  GilForRefcount gil;
   if (const ForeignApi *api = ActiveBridge(rt)) return RunFunctionForeign(rt, *api, f, single, list);
   bool wants = false;
   bool strided = false;             // an argument that is not contiguous (it may overlap itself)

@@ -36,6 +36,11 @@ struct Mul : Function<Mul> {
   }
 };
 
+// a bound class's method: jit cannot record it whole, so a trace meeting its Apply stops (with a warning)
+struct Scaler {
+  TensorPtr apply(const TensorPtr &x) const { return Twice::Apply(x); }
+};
+
 #if defined(OB_BINDING_NANOBIND)
 namespace bind = nanobind;
 #else
@@ -49,4 +54,7 @@ OB_MODULE(m) {
   // two Applies and a plain tensor made between them, all without the GIL
   m.def("mul_twice", [](const TensorPtr &x, const TensorPtr &y) { return Mul::Apply(Twice::Apply(x), y); },
         bind::call_guard<bind::gil_scoped_release>());
+  bind::class_<Scaler>(m, "Scaler")
+      .def(bind::init<>())
+      .def("apply", &Scaler::apply, bind::call_guard<bind::gil_scoped_release>());
 }
