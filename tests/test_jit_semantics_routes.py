@@ -186,8 +186,11 @@ def test_a_parameter_handed_back_by_two_calls_takes_both_gradients(bound):
         np.testing.assert_allclose(w.grad.asnumpy(), want, rtol=1e-7)
 
 
-@pytest.mark.parametrize("call", [lambda op, x, fl: op(x, fl), lambda op, x, fl: op(x * 1.0, fl) * 1.0,
-                                  lambda op, x, fl: op(x, fl) + op(x, fl)], ids=["alone", "between", "twice"])
+@pytest.mark.parametrize("call", [
+    lambda op, x, fl: op(x, fl), lambda op, x, fl: op(x * 1.0, fl) * 1.0, lambda op, x, fl: op(x, fl) + op(x, fl),
+    lambda op, x, fl: op(x, fl * 1.0), lambda op, x, fl: op(x, fl[0:1]), lambda op, x, fl: op(x, fl.reshape((1,))),
+    lambda op, x, fl: op(x, fl * 1.0) + op(x, fl + 0.0),
+], ids=["alone", "between", "twice", "through_mul", "through_view", "through_reshape", "two_paths"])
 def test_an_input_a_call_does_not_differentiate_keeps_no_grad_on_replays(bound, call):
     """pick's flag only picks the Function (its gradient is None): ``.grad`` stays None on every call, as
     eagerly; the backward graph's zeros for it are not handed on as a gradient."""
@@ -197,9 +200,21 @@ def test_an_input_a_call_does_not_differentiate_keeps_no_grad_on_replays(bound, 
         fl = Parameter(np.array([1.0]), name="fl")
         f(x, fl).backward()
         assert fl.grad is None
-        want = central(lambda v: float(np.sum(call(lambda a, b: 2.0 * a, v, None))), np.array([1.0, 2.0]))
+        want = central(lambda v: float(np.sum(call(lambda a, b: 2.0 * a, v, np.array([1.0])))), np.array([1.0, 2.0]))
         np.testing.assert_allclose(x.grad.asnumpy(), want, rtol=1e-7)
     assert j.traces == 1
+
+
+def test_an_input_a_call_does_not_differentiate_takes_its_other_uses_gradient_on_replays(bound):
+    """The flag also feeds a differentiable op: its gradient is that op's alone, on every call."""
+    call = lambda x, fl: (bound.pick(x, fl * 1.0).sum() + (fl * 3.0).sum())
+    j = jit(call)
+    for f in (call, j, j, j):
+        x = Parameter(np.array([1.0, 2.0]), name="x")
+        fl = Parameter(np.array([1.0]), name="fl")
+        f(x, fl).backward()
+        assert fl.grad.asnumpy().tolist() == [3.0]
+        assert x.grad.asnumpy().tolist() == [2.0, 2.0]
 
 
 def test_overloads_of_one_name_are_recorded_whole(bound):

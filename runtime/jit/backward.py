@@ -32,7 +32,7 @@ from ..autograd.grad_mode import enable_grad, no_grad
 from ..device import array_module
 from ..graph.graph import Const, Graph, Input, Node, Output, Ref
 from ..tensor import Tensor
-from .kept import kept_backward
+from .kept import active, kept_backward
 from .capture import Tracer
 
 __all__ = ["BackwardGraph", "build_backward", "forward_values", "grad_sources"]
@@ -65,6 +65,9 @@ class BackwardGraph:
     # eager's error for a value a primitive on a gradient's path read that a later op of the forward wrote in
     # place (Graph.stale_reads): every backward through this graph fails with it, as eagerly
     stale: Optional[str] = None
+    # per output of ``graph``: the opaque results (node id, position) it is None with when all of them are at
+    # run time (eager's None gradient; JitGradNode hands it on as None), or None for one always computed
+    unused_with: Tuple[Optional[frozenset], ...] = ()
 
 
 def _is_float(t: Any) -> bool:
@@ -112,42 +115,36 @@ def forward_values(graph: Graph, inputs: Sequence[Tensor]) -> Dict[Tuple[int, in
     return env
 
 
-def unused_gradient(like: Tensor) -> Tensor:
-    """Zeros standing for an opaque op's ``None`` gradient (a graph's value must be a tensor). Marked: when
-    it reaches the backward graph's output unchanged, JitGradNode hands ``None`` on, so ``.grad`` stays
-    ``None`` as eagerly; added to another gradient, it is zeros."""
-    from ..ops.math import zeros_like
-    g = zeros_like(like)
-    g.__dict__["_jit_unused"] = True
-    return g
-
-
-def is_unused_gradient(g: Any) -> bool:
-    """``g`` is an ``unused_gradient`` that reached an output of the backward graph as it was made."""
-    return type(g) is Tensor and g.__dict__.get("_jit_unused", False)
-
-
-def _accumulate(a: Tensor, b: Tensor) -> Tensor:
-    """Two gradients of one value summed, an ``unused_gradient`` counting as nothing (as eager's None)."""
-    if is_unused_gradient(a):
-        return b
-    if is_unused_gradient(b):
-        return a
-    from ..ops.math import add
-    return add(a, b)
-
-
-def _opaque_backward(node: Node, diff: List[int], owner: object) -> Callable[..., Tuple[Any, ...]]:
+def _opaque_backward(node: Node, diff: List[int], owner: object,
+                     dout_unused: Sequence[Optional[frozenset]]) -> Callable[..., Tuple[Any, ...]]:
     """A target computing ``node``'s input gradients (args ``diff``) by its own backward: the node the
-    op recorded in this call's forward, or (none kept) the op run again and differentiated."""
+    op recorded in this call's forward, or (none kept) the op run again and differentiated.
+
+    Eagerly, a gradient that is None is not computed and does not count. Here the graph carries zeros in
+    its place; each run notes in ``active.unused`` which of its results were None, and runs no backward
+    when every incoming gradient is (``dout_unused``: per output, the opaque results it is None with, or
+    None for one always computed), as eagerly. JitGradNode hands a gradient on as None by the same notes."""
     nin = len(node.inputs)
     key = node.id
 
     def backward(*vals: Any) -> Tuple[Any, ...]:
+        from ..ops.math import zeros_like
+        state = active.unused
+        if state is not None and all(p is not None and all(state.get(s, False) for s in p) for p in dout_unused):
+            for j in range(len(diff)):
+                state[(key, j)] = True
+            return tuple(zeros_like(vals[i]) for i in diff)
+        res = run_backward(vals)
+        if state is not None:
+            for j, r in enumerate(res):
+                state[(key, j)] = r is None
+        return tuple(zeros_like(vals[i]) if r is None else r for i, r in zip(diff, res))
+
+    def run_backward(vals: Sequence[Any]) -> Sequence[Any]:
         ins, gs = list(vals[:nin]), vals[nin:]
         res = kept_backward(owner, key, diff, gs)
         if res is not None:
-            return tuple(unused_gradient(vals[i]) if r is None else r for i, r in zip(diff, res))
+            return res
         with enable_grad():
             for i in diff:
                 ins[i] = Tensor._from_array(ins[i]._data)
@@ -155,10 +152,9 @@ def _opaque_backward(node: Node, diff: List[int], owner: object) -> Callable[...
             out = node.target(*ins, **node.attrs)
             outs = list(out) if node.multi else [out]
             pairs = [(o, g) for o, g in zip(outs, gs) if g is not None and o.requires_grad]
-            res = _autograd_grad([o for o, _ in pairs], [ins[i] for i in diff],
-                                 grad_outputs=[g for _, g in pairs], allow_unused=True) if pairs else \
+            return _autograd_grad([o for o, _ in pairs], [ins[i] for i in diff],
+                                  grad_outputs=[g for _, g in pairs], allow_unused=True) if pairs else \
                 [None] * len(diff)
-        return tuple(unused_gradient(vals[i]) if r is None else r for i, r in zip(diff, res))
 
     backward.__qualname__ = f"{node.op}.backward"
     return backward
@@ -190,8 +186,9 @@ class _Builder:
         self.tracer = Tracer(stand, f"{graph.name}.backward")
         self.grads: Dict[Key, Tensor] = {}
         self.opaque: Dict[int, List[int]] = {}
-        # stand-ins of gradients that may be an opaque op's None (unused_gradient) when the graph runs
-        self.maybe_unused: set = set()
+        # id of a gradient stand-in -> the opaque results (node id, position) it is None with when they all
+        # are at run time; a stand-in not here is always computed
+        self.unused_with: Dict[int, frozenset] = {}
         self.readers: Dict[Tuple[int, int], Tuple[int, str]] = {}
         self.arg_reads: List[Tuple[Key, int, str, int]] = []
         self.view_layouts: Dict[int, Tuple[Any, Tuple[int, int], bool]] = {}
@@ -224,22 +221,24 @@ class _Builder:
     def add_grad(self, key: Key, g: Tensor, like: Any) -> None:
         from ..dtypes import from_numpy_dtype
         from ..ops import math
+        unused = self.unused_with.get(id(g))
         if g._data.shape != like._data.shape:
-            g = math.sum_to(g, like._data.shape)
+            g = self._same_unused(math.sum_to(g, like._data.shape), unused)
         if g._data.dtype != like._data.dtype:
-            g = math.cast(g, from_numpy_dtype(like._data.dtype))
+            g = self._same_unused(math.cast(g, from_numpy_dtype(like._data.dtype)), unused)
         prev = self.grads.get(key)
         if prev is None:
             self.grads[key] = g
-        elif id(prev) in self.maybe_unused or id(g) in self.maybe_unused:
-            # eager's accumulation: a None gradient adds nothing, two stay None
-            out = math.zeros_like(prev)
-            self.tracer.record("backward", "accumulate_grad", _accumulate, [prev, g], {}, out)
-            if id(prev) in self.maybe_unused and id(g) in self.maybe_unused:
-                self.maybe_unused.add(id(out))
-            self.grads[key] = out
-        else:
-            self.grads[key] = math.add(prev, g)
+            return
+        before = self.unused_with.get(id(prev))
+        # eager's accumulation: None adds nothing, and two are None
+        self.grads[key] = self._same_unused(math.add(prev, g), None if unused is None or before is None
+                                            else unused | before)
+
+    def _same_unused(self, g: Tensor, unused: Optional[frozenset]) -> Tensor:
+        if unused is not None:
+            self.unused_with[id(g)] = unused
+        return g
 
     def node(self, n: Node) -> None:
         douts = [self.grads.get(("out", n.id, k)) for k in range(len(n.out_shapes))]
@@ -286,6 +285,7 @@ class _Builder:
                     before = len(self.tracer.graph.nodes)
                     g = rule(douts[0], ans, *args, **n.attrs)
                     self._check_consts(n, before)
+                    self._same_unused(g, self.unused_with.get(id(douts[0])))  # None with its incoming one
                     self.add_grad(self.key(n.inputs[i]), g, args[i])
             return
         from ..ops import math
@@ -293,10 +293,12 @@ class _Builder:
         # recorded, not run: the op's forward and backward need not run to build the graph (an op writing its
         # input in place would write the stand-in); its gradients have the shapes and dtypes of its inputs
         res = tuple(math.zeros_like(args[i]) for i in diff)
-        self.tracer.record("backward", f"{n.op}.backward", _opaque_backward(n, diff, self.owner), [*args, *gs], {},
-                           res)
+        dout_unused = [frozenset() if g is None else self.unused_with.get(id(g)) for g in douts]
+        self.tracer.record("backward", f"{n.op}.backward", _opaque_backward(n, diff, self.owner, dout_unused),
+                           [*args, *gs], {}, res)
         self.opaque[n.id] = diff
-        self.maybe_unused.update(id(g) for g in res)
+        for j, g in enumerate(res):
+            self.unused_with[id(g)] = frozenset({(n.id, j)})
         for i, g in zip(diff, res):
             self.add_grad(self.key(n.inputs[i]), g, args[i])
 
@@ -326,12 +328,13 @@ def build_backward(graph: Graph, inputs: Sequence[Tensor], sources: List[Key]) -
             if b.tracer.stopped is not None:  # a rule read a value, wrote in place...: no graph can hold it
                 raise RuntimeError(f"jit: the derivative rule of {n.op} cannot be built into a backward graph: "
                                    f"{b.tracer.stopped}; compute this gradient without jit")
-    outs, which = [], []
+    outs, which, unused = [], [], []
     for s, key in enumerate(sources):
         g = b.grads.get(key if key[0] == "in" else ("const", id(key[1])))
         if g is not None:
             outs.append(g)
             which.append(s)
+            unused.append(b.unused_with.get(id(g)))
     bgraph = b.tracer.finish(outs)
     keys, bgraph = _prune_inputs(bgraph, b.keys)
     saved = [(k[1], k[2]) for k in keys if k[0] == "val"]
@@ -341,7 +344,7 @@ def build_backward(graph: Graph, inputs: Sequence[Tensor], sources: List[Key]) -
     pos = {nk: j for j, nk in enumerate(saved)}
     layouts = {i: (strides, pos.get(nk), seen) for i, (strides, nk, seen) in b.view_layouts.items()}
     return BackwardGraph(bgraph, keys, saved, sources, which, b.opaque, b.owner, b.readers, prim_read,
-                         tuple(b.arg_reads), view_layouts=layouts, stale=b.stale)
+                         tuple(b.arg_reads), view_layouts=layouts, stale=b.stale, unused_with=tuple(unused))
 
 
 def _prune_inputs(graph: Graph, keys: List[Key]) -> Tuple[List[Key], Graph]:

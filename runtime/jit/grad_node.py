@@ -19,7 +19,7 @@ from ..autograd.node import Node, edge_of
 from ..graph.graph import Graph
 from ..graph.registry import Runner
 from ..tensor import Tensor
-from .backward import BackwardGraph, is_unused_gradient
+from .backward import BackwardGraph
 from .kept import CallContexts, active
 
 __all__ = ["JitGradNode"]
@@ -84,18 +84,17 @@ class JitGradNode(Node):
                 args.append(grads[k[1]])
             else:
                 args.append(vals[k])
-        if self.kept is None:
+        prev, prev_unused = active.backward, active.unused
+        active.backward = self.kept if self.kept is not None else prev
+        active.unused = unused = {}  # which opaque results were None (backward.py _opaque_backward)
+        try:
             outs = self.run(args)
-        else:
-            prev = active.backward
-            active.backward = self.kept
-            try:
-                outs = self.run(args)
-            finally:
-                active.backward = prev
+        finally:
+            active.backward, active.unused = prev, prev_unused
         res: List[Any] = [None] * len(self.plan.sources)
-        for s, g in zip(self.plan.outputs, outs):
-            res[s] = None if is_unused_gradient(g) else g  # an opaque op's None, as eagerly
+        for s, g, none_with in zip(self.plan.outputs, outs, self.plan.unused_with or [None] * len(outs)):
+            # eager's None: every opaque result this gradient comes from was None in this run
+            res[s] = None if none_with is not None and all(unused.get(k, False) for k in none_with) else g
         return res
 
     def _check_versions(self) -> None:

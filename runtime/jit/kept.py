@@ -53,6 +53,8 @@ class CallContexts:
 class _Active(threading.local):
     forward: Optional[CallContexts] = None  # filled by the forward run in progress on this thread
     backward: Optional[CallContexts] = None  # read by the backward run in progress on this thread
+    # the backward run in progress: (opaque node id, position) -> whether that gradient was None (backward.py)
+    unused: Optional[dict] = None
 
 
 active = _Active()
