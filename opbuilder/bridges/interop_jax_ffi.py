@@ -494,7 +494,7 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
         if not wanted:
             return (None,) * len(arrays)
         if token is None:  # none recorded: the handler runs the function again
-            token = jnp.zeros((2,), np.uint32)
+            token = _vary_alike(tuple(arrays) + (jnp.zeros((2,), np.uint32),))[-1]  # (shard_map: typed alike)
         got = jax.ffi.ffi_call(bwd_target, tuple(_struct(np.shape(arrays[i]), arrays[i].dtype, arrays)
                                                  for i in wanted), vmap_method="sequential")(
                                    *arrays, *cts, token, **attrs, needs=needs.mask())
