@@ -317,10 +317,9 @@ def test_an_error_in_the_function_is_the_callers_error(probe_ops):
 
 
 def test_a_write_after_calls_that_wrote_nothing_runs_on_copies(probe_ops, tape_mode):
-    """A function whose calls wrote nothing gets XLA's buffers read-only (no copy); when a later call's
-    Function marks its argument dirty (here one whose result is not used: the function reads the
-    argument itself after), the handler runs it again on private copies: eager's value, and the
-    caller's array unchanged."""
+    """After calls that wrote nothing, a call whose Function marks its argument dirty (here one whose
+    result is not used: the function reads the argument itself after) still writes a private copy:
+    eager's value, and the caller's array unchanged."""
     j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
     low, high = (jnp.asarray(np.array(a, np.float64)) for a in ([3.0, 1.0, -2.0], [200.0, 1.0, -2.0]))
     f = jax.jit(j.inplace_late)
@@ -332,6 +331,24 @@ def test_a_write_after_calls_that_wrote_nothing_runs_on_copies(probe_ops, tape_m
     gj = jax.jit(jax.grad(lambda a: j.inplace_late(a).sum()))
     np.testing.assert_array_equal(np.asarray(gj(high)), 8 * np.asarray(high))
     np.testing.assert_array_equal(np.asarray(gj(low)), np.full(3, 3.0))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_prologue_writing_on_some_values_never_writes_the_callers_array(probe_ops, jit):
+    """pre clamps negatives in place before its Apply. Calls on positives write nothing; a later call on
+    a negative still writes a private copy: the caller's jax.Array is immutable (attack on 2d2eec9,
+    which handed XLA's memory to a function once its calls had written nothing)."""
+    j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
+    f = jax.jit(j.pre) if jit else j.pre
+    y = jnp.asarray(np.ones(2))
+    for k in range(3):
+        x = jnp.asarray(np.array([1.0 + k, 2.0]))
+        np.testing.assert_array_equal(np.asarray(f(x, y)), [1.0 + k, 2.0])
+    x = jnp.asarray(np.array([-1.0, 2.0]))
+    np.testing.assert_array_equal(np.asarray(f(x, y)), np.asarray(cb.pre(x, y)))
+    np.testing.assert_array_equal(np.asarray(f(x, y)), [0.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(x), [-1.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(x * 10.0), [-10.0, 20.0])
 
 
 def test_inputs_from_64_kib_get_a_tape_and_smaller_ones_run_again(probe_ops):

@@ -1129,20 +1129,20 @@ class BoundHandlers {
     }
   }
 
-  // After a call on private copies: whether the function wrote one (compared with XLA's memory). A call
-  // that wrote none lets later calls take XLA's memory read-only; one that wrote keeps copies.
+  // After a call on private copies: whether the function wrote one (compared with XLA's memory); one that
+  // wrote is kFfiWritesSome. A call that wrote none does not make later calls safe: a module function's
+  // body may write its arguments on some values only (a prologue clamping negatives), through pointers no
+  // check sees, and JAX's arrays are immutable. So a module function always gets private copies
+  // (kFfiWritesNone is never set for it); only a Function's own entry, whose writes are MarkDirty's,
+  // reads XLA's memory (FfiEntry's kAcceptsViews rule).
   void LearnWrites(const TensorPtrList &in, const std::vector<const void *> &kept) const {
-    bool any = false;
     for (std::size_t i = 0; i < in.size(); ++i) {
       if (kept[i] == nullptr || in[i]->nbytes() == 0) continue;
       if (std::memcmp(in[i]->data_ptr(), kept[i], in[i]->nbytes()) != 0) {
         e_.writes->store(kFfiWritesSome, std::memory_order_relaxed);
         return;
       }
-      any = true;
     }
-    int unknown = kFfiWritesUnknown;
-    if (any) e_.writes->compare_exchange_strong(unknown, kFfiWritesNone, std::memory_order_relaxed);
   }
 
   // A tensor a context saved in XLA's memory (a result buffer offered to new tensors) is copied out of
