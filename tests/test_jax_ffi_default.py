@@ -12,6 +12,7 @@ jax = pytest.importorskip("jax", reason="jax is not installed (pip install 'opbu
 jnp = pytest.importorskip("jax.numpy")
 
 import opbuilder  # noqa: E402
+import runtime as rt  # noqa: E402
 
 from jax_util import x64  # noqa: E402,F401  (module-wide 64-bit arrays)
 from numeric_util import central  # noqa: E402
@@ -349,6 +350,22 @@ def test_a_prologue_writing_on_some_values_never_writes_the_callers_array(probe_
     np.testing.assert_array_equal(np.asarray(f(x, y)), [0.0, 2.0])
     np.testing.assert_array_equal(np.asarray(x), [-1.0, 2.0])
     np.testing.assert_array_equal(np.asarray(x * 10.0), [-10.0, 20.0])
+
+
+@pytest.mark.parametrize("ffi", [True, False])
+def test_an_output_shape_that_depends_on_the_values_is_a_named_error(probe_ops, ffi):
+    """positives keeps x's positive elements: no shape JAX could be given. A run on zeros gave an empty
+    output, which XLA skips, so the call returned [] (attack on 4ffff53, both routes); now each call
+    is a named error, under jax.jit too."""
+    f = getattr(opbuilder.to_jax(probe_ops, ffi=ffi), "positives")
+    x = jnp.asarray(np.array([1.0, -2.0, 3.0]))
+    want = (r"to_jax: positives's output shapes depend on its inputs' values \(\[[03]\] on one run, \[[03]\] on "
+            r"another, for inputs of shapes \[3\]\); JAX needs them fixed by the input shapes: give to_jax a "
+            r"shape_fn for 'positives', or call it outside jax")
+    for g in (f, jax.jit(f), f):
+        with pytest.raises(ValueError, match=want):
+            g(x)
+    np.testing.assert_array_equal(np.asarray(probe_ops.positives(rt.Tensor(np.asarray(x))).asnumpy()), [3.0, 9.0])
 
 
 def test_inputs_from_64_kib_get_a_tape_and_smaller_ones_run_again(probe_ops):

@@ -93,6 +93,10 @@ def _to_runtime(who: str, k: int, arr: np.ndarray, private: bool = True) -> Any:
     return _Tensor._from_array(arr if arr.flags.writeable or not private else arr.copy())
 
 
+def _shapes(specs: Any) -> str:
+    return ", ".join(str(list(s.shape)) for s in specs)
+
+
 class _JaxOp:
     """One module function as JAX functions, one ``custom_vjp`` per static signature."""
 
@@ -105,6 +109,7 @@ class _JaxOp:
         self.masked = masked  # whether those targets' backward takes the `needs` attribute
         self.by_sig: Dict[Any, Callable] = {}
         self.out_specs: Dict[Any, Tuple[List[Spec], bool]] = {}
+        self.empty_checked: set = set()  # signatures whose empty outputs a run on other values confirmed
         self.routes: Dict[Any, Tuple[Any, str]] = {}
         self.ffi_fns: Dict[Any, Callable] = {}
         self.writes_leaves = False  # seen writing a differentiable input: it gets recorded copies
@@ -159,8 +164,15 @@ class _JaxOp:
                  else probe_values(tuple(a.shape), np.dtype(a.dtype), pattern) for a in arrays]
         rt, _, outs, single = self._host_forward(positions, statics, zeros, grad=False)
         if self.shape_fn is None:
-            self.out_specs.setdefault(self._key(positions, statics, arrays),
-                                      ([Spec(tuple(o.shape), np.dtype(o._data.dtype)) for o in outs], single))
+            got = ([Spec(tuple(o.shape), np.dtype(o._data.dtype)) for o in outs], single)
+            seen = self.out_specs.setdefault(self._key(positions, statics, arrays), got)
+            if seen[0] != got[0]:  # an earlier run on other values gave other outputs
+                self.out_specs.pop(self._key(positions, statics, arrays), None)  # every call says so
+                raise ValueError(
+                    f"to_jax: {self.name}'s output shapes depend on its inputs' values ({_shapes(seen[0])} on "
+                    f"one run, {_shapes(got[0])} on another, for inputs of shapes "
+                    f"{_shapes(Spec(tuple(a.shape), None) for a in arrays)}); JAX needs them fixed by the "
+                    f"input shapes: give to_jax a shape_fn for {self.name!r}, or call it outside jax")
         return rt, outs
 
     def specs(self, positions, statics, arrays) -> Tuple[List[Spec], bool]:
@@ -175,6 +187,12 @@ class _JaxOp:
                 self._run_zeros(positions, statics, arrays)
                 got = self.out_specs[key]
             self.out_specs[key] = got
+        if (self.shape_fn is None and key not in self.empty_checked and any(0 in s.shape for s in got[0])
+                and not any(0 in np.shape(a) for a in arrays)):
+            # an empty output from non-empty inputs (the run on zeros): XLA skips a call whose results are
+            # all empty, so a shape that depends on the values would go unseen; one run on others says
+            self._run_zeros(positions, statics, arrays, 0)
+            self.empty_checked.add(key)
         return got
 
     def route(self, positions, statics, arrays) -> Tuple[Any, str]:

@@ -173,4 +173,15 @@ OB_MODULE(m) {
     return ScaleBy<1>::Apply(x, y);
   });
   m.def("plain", [](const TensorPtr &x, const TensorPtr &y) { return ScaleBy<2>::Apply(x, y); });
+  // an output whose shape depends on the values: 3 * (the positive elements of x)
+  m.def("positives", [](const TensorPtr &x) {
+    TensorPtr xc = x->contiguous();
+    std::int64_t n = 0;
+    for (std::int64_t i = 0; i < xc->numel(); ++i) n += xc->data<double>()[i] > 0 ? 1 : 0;
+    TensorPtr kept = Tensor::empty(kFloat64, {n});
+    for (std::int64_t i = 0, k = 0; i < xc->numel(); ++i) {
+      if (xc->data<double>()[i] > 0) kept->data<double>()[k++] = xc->data<double>()[i];
+    }
+    return Triple::Apply(kept);
+  });
 }
