@@ -66,3 +66,25 @@ def test_two_chained_applies_under_no_grad_record_nothing(bound, torch_route):
             out = ops.mul_twice(x, y)
         np.testing.assert_allclose(out.numpy(), X * Y * Y, err_msg=f"call {call}")
         assert not out.requires_grad and out.grad_fn is None, f"call {call}"
+
+
+@pytest.fixture(scope="module")
+def threaded(cache_dir):
+    """tests/cpp/thread_apply_ops.cpp: an Apply on a std::thread the bound function starts."""
+    return load_op("thread_apply_ops", [CPP / "thread_apply_ops.cpp"], cflags=["-Wall", "-Wextra", "-Werror"])
+
+
+@pytest.mark.parametrize("needs_grad", [True, False])
+def test_an_apply_on_a_thread_of_the_bound_function_records_on_every_call(threaded, torch_route, needs_grad):
+    ops = opbuilder.to_torch(threaded)
+    want = central(lambda v: float(np.sum(3.0 * v * v)), X)  # d/dx sum(triple(x) * x)
+    for call in range(1, 4):
+        x = torch.tensor(X, requires_grad=needs_grad)
+        out = ops.triple_on_thread(x)
+        np.testing.assert_allclose(out.detach().numpy(), 3.0 * X, err_msg=f"call {call}")
+        assert out.requires_grad == needs_grad, f"call {call}"
+        if needs_grad:  # the op's node and torch's own use of x both reach x.grad
+            (g,) = torch.autograd.grad((out * x).sum(), [x])
+            np.testing.assert_allclose(g.numpy(), want, rtol=1e-6, atol=1e-6, err_msg=f"call {call}")
+    if torch_route == "bridge":
+        assert _fast(ops.triple_on_thread) == 2

@@ -566,6 +566,15 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
     }
     strided = strided || !CallerArg(f, i)->is_contiguous();
     wants = wants || WantsGrad(t);
+    const Tensor *c = CallerArg(f, i);
+    if (c->requires_grad() && c->py_object() == nullptr) {
+      // a torch tensor a to_torch call unpacked, on a thread its bridge's call marker does not reach (a
+      // std::thread in the bound function): the call is that bridge's, recorded in torch's graph as
+      // torch records its own ops on any thread (with that thread's grad mode, as torch's)
+      if (const auto *o = std::get_deleter<ForeignOwner>(c->storage())) {
+        return RunFunctionForeign(rt, *o->api, f, single, list);
+      }
+    }
   }
   auto no_grad_view = [&](std::size_t i) { return i < 64 && ((no_grad_views >> i) & 1U) != 0; };
   // a torch tensor taken straight (DLPack) that torch would not let the op write now (call_rules.h)
