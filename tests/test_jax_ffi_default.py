@@ -337,7 +337,7 @@ def test_a_write_after_calls_that_wrote_nothing_runs_on_copies(probe_ops, tape_m
 @pytest.mark.parametrize("jit", [False, True])
 def test_a_prologue_writing_on_some_values_never_writes_the_callers_array(probe_ops, jit):
     """pre clamps negatives in place before its Apply. Calls on positives write nothing; a later call on
-    a negative still writes a private copy: the caller's jax.Array is immutable (attack on 2d2eec9,
+    a negative still writes a private copy: the caller's jax.Array is immutable (attack on 4ab5842,
     which handed XLA's memory to a function once its calls had written nothing)."""
     j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
     f = jax.jit(j.pre) if jit else j.pre
@@ -355,7 +355,7 @@ def test_a_prologue_writing_on_some_values_never_writes_the_callers_array(probe_
 @pytest.mark.parametrize("ffi", [True, False])
 def test_an_output_shape_that_depends_on_the_values_is_a_named_error(probe_ops, ffi):
     """positives keeps x's positive elements: no shape JAX could be given. A run on zeros gave an empty
-    output, which XLA skips, so the call returned [] (attack on 4ffff53, both routes); now each call
+    output, which XLA skips, so the call returned [] (attack on c9aaa0f, both routes); now each call
     is a named error, under jax.jit too."""
     f = getattr(opbuilder.to_jax(probe_ops, ffi=ffi), "positives")
     x = jnp.asarray(np.array([1.0, -2.0, 3.0]))
