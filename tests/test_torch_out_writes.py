@@ -3,7 +3,7 @@ the registered path (OPBUILDER_TORCH_BRIDGE=0) give one answer, torch's out= rul
 counts one write on the argument's version counter (so what another op saved sees it), and a write into a tensor
 that requires grad is a named error, on its first call and on every later one.
 
-The write is found by fingerprinting the arguments around the call (interop_torch.py ``_Op.record``): on a
+The write is found by a checksum of every argument's bytes around the call (interop_torch.py ``_Op.record``): on a
 signature's first call on any route, and on every call of a signature seen returning nothing or writing an
 argument unseen. The bridge takes only signatures whose first call wrote nothing (``_Op.checked``).
 """
@@ -54,6 +54,22 @@ def test_each_call_of_an_undeclared_writer_bumps_the_version(out_ops, torch_rout
         fn(_t(1.0, float(k)), _t(2.0, 2.0), o)
         assert o.tolist() == [3.0, 2.0 + k]
         assert o._version == v + 1, f"call {k}"  # torch.add(a, b, out=o) counts one write
+
+
+@pytest.mark.parametrize("name", WRITERS)
+@pytest.mark.parametrize("where", (0, 1234, 8191))
+def test_a_sparse_undeclared_write_into_a_large_tensor_bumps_the_version(out_ops, torch_route, name, where):
+    """Only one element of 8192 doubles changes: a checksum of every byte sees it, where a sample of 256
+    elements mostly did not (attack on 4961d16)."""
+    fn = getattr(opbuilder.to_torch(out_ops), name)
+    x, y = torch.ones(8192, dtype=DOUBLE), torch.ones(8192, dtype=DOUBLE)
+    o = torch.full((8192,), 2.0, dtype=DOUBLE)
+    for k in range(3):
+        o[where] = 0.0  # the one element the call writes
+        v = o._version
+        fn(x, y, o)
+        assert o[where].item() == 2.0
+        assert o._version == v + 1, f"call {k}"
 
 
 @pytest.mark.parametrize("name", WRITERS)

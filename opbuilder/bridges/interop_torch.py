@@ -28,10 +28,10 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import itertools
-import random
 import sys
 import threading
 import types
+import zlib
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -42,7 +42,6 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 import runtime as _rt
 from runtime import dtypes as _dtypes
 from runtime import call_rules as _rules
-from runtime.autograd.function import _fingerprint
 from runtime.autograd.grad_mode import _state as _rt_grad
 from runtime.autograd.node import Node as _Node
 from runtime.autograd.saved_hooks import saved_tensors_hooks as _rt_saved_hooks
@@ -344,8 +343,14 @@ def _bytes_of(t: torch.Tensor) -> np.ndarray:
     return (t.view(torch.uint16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
-def _watch(vc: Optional[_TorchVersion], r: Any, phase: float) -> Optional[Tuple[_TorchVersion, bytes, np.ndarray]]:
-    """An argument's counter, fingerprint and the memory fingerprinted, before a watched call: the torch
+def _digest(arr: np.ndarray) -> int:
+    """A checksum of every byte of ``arr``: a write anywhere in it changes it (but for a 2**-32 chance),
+    where a sample of its elements would miss a sparse write. Watched calls only (first calls, out=)."""
+    return zlib.crc32(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
+
+
+def _watch(vc: Optional[_TorchVersion], r: Any) -> Optional[Tuple[_TorchVersion, int, np.ndarray]]:
+    """An argument's counter, checksum and the memory checksummed, before a watched call: the torch
     tensor's, or for a conjugate or negative view the resolved copy the op gets (``r``, its runtime
     tensor), whose write would not reach the caller. None where no write can be seen (an inference
     tensor inside InferenceMode has no counter; memory off the CPU)."""
@@ -354,7 +359,7 @@ def _watch(vc: Optional[_TorchVersion], r: Any, phase: float) -> Optional[Tuple[
     arr = r._data if vc.t.is_conj() or vc.t.is_neg() else _bytes_of(vc.t)
     if not isinstance(arr, np.ndarray):
         return None
-    return vc, _fingerprint(arr, phase), arr
+    return vc, _digest(arr), arr
 
 
 class _Op:
@@ -455,14 +460,13 @@ class _Op:
         rt_args, need, index, vcs = self._runtime_args(
             args, sig, (lambda t, c: c == "t") if every else (lambda t, c: record and t.requires_grad), every)
         # a signature's first call on any route, and every call of one seen returning nothing or writing an
-        # argument it does not declare (an out= function): each tensor argument fingerprinted, a write the
+        # argument it does not declare (an out= function): each tensor argument checksummed, a write the
         # runtime did not count found after the call (_unannounced). The C++ bridge takes only `checked`
         # signatures, so every watched call comes here: one rule for both routes
         watch = None
         if not self.writes and (sig in self.watched or sig not in self.checked):
-            phase = random.random()
             flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
-            watch = [_watch(vc, r, phase) for vc, r in zip(vcs, flat_rt)]
+            watch = [_watch(vc, r) for vc, r in zip(vcs, flat_rt)]
         try:
             hooks = _saved_hooks(self, need)  # torch's saved_tensors_hooks, for what the op saves
             if hooks is None:
@@ -472,14 +476,14 @@ class _Op:
                     outs, single = self._run_recording(rt_args, need)
         except _Plain as p:
             if watch is not None:
-                self._after_watch(sig, args, watch, phase, p.value is None)
+                self._after_watch(sig, args, watch, p.value is None)
             raise
         except RuntimeError as e:
             if _rules.is_leaf_write_refusal(e):  # torch's words for its own tensors, as the bridge gives them
                 raise _torch_write_refusal(e, args) from None
             raise
         if watch is not None:
-            self._after_watch(sig, args, watch, phase, False)
+            self._after_watch(sig, args, watch, False)
         alias = []
         for o in outs:  # an argument returned unchanged (or written and returned) counts on its counter
             vc = o._vc
@@ -506,32 +510,32 @@ class _Op:
             self.returns_args[0] = True
         return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs)
 
-    def _after_watch(self, sig: str, args: Sequence[Any], watch: Sequence[Any], phase: float, void: bool) -> None:
+    def _after_watch(self, sig: str, args: Sequence[Any], watch: Sequence[Any], void: bool) -> None:
         """After a fingerprinted call: its undeclared writes counted (``_unannounced``), and the signature
         watched from now on (it returned nothing, or wrote an argument unseen) or else checked (later calls,
         the C++ bridge's included, skip the fingerprints)."""
-        if void or self._wrote(watch, phase):
+        if void or self._wrote(watch):
             self.watched.add(sig)
             self.checked.pop(sig, None)
-            self._unannounced(sig, args, watch, phase)
+            self._unannounced(sig, args, watch)
         elif sig not in self.watched:
             self.checked[sig] = True
 
     @staticmethod
-    def _wrote(watch: Sequence[Any], phase: float) -> bool:
+    def _wrote(watch: Sequence[Any]) -> bool:
         """Whether the call wrote a watched argument without the runtime counting it (MarkDirty)."""
         for w in watch:
-            if w is not None and not w[0].written and _fingerprint(w[2], phase) != w[1]:
+            if w is not None and not w[0].written and _digest(w[2]) != w[1]:
                 return True
         return False
 
-    def _unannounced(self, sig: str, args: Sequence[Any], watch: Sequence[Any], phase: float) -> None:
+    def _unannounced(self, sig: str, args: Sequence[Any], watch: Sequence[Any]) -> None:
         """After a watched call: each tensor argument it wrote (not declared in ``mutates``, not marked dirty)
         counts one write on its version counter, as torch's out= does; one that requires grad is an error
         (torch refuses out= into it before the call; undeclared, the write is only seen after)."""
         flat = [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
         for k, (t, w) in enumerate(zip(flat, watch)):
-            if w is None or w[0].written or _fingerprint(w[2], phase) == w[1]:
+            if w is None or w[0].written or _digest(w[2]) == w[1]:
                 continue
             if w[0].t.is_neg() or w[0].t.is_conj():  # the op wrote the resolved copy it got
                 raise RuntimeError(_resolved_view_write_message(self.name, k, w[0].t, "an undeclared write"))
