@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, 
 
 from .cache import fingerprint as fp
 from .cache import warm_notes
-from .cache.warm_notes import remember as remember_warm
+from .cache.warm_write import remember as remember_warm
 from .cache.cache_dir import cache_root, root_origin
 from .cache.published import verified_library
 from .cache.relocate import portable, prefix_map_flags, project_root, resolve

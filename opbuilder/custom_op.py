@@ -117,7 +117,7 @@ class CustomOpBuilder:
         record = find_record(self.spec.sources)
         if record is not None or no_build():
             from .importer import shipped_module  # the check and the load: no other module (issue 35)
-            mod = shipped_module(self.spec, record)
+            mod = shipped_module(self.spec, record, _native)
             if mod is None:
                 from .cache.shipped import built_instead  # says why, or builds
                 mod = built_instead(self.spec, self._built)
@@ -131,3 +131,10 @@ class CustomOpBuilder:
             return mod
         from .builder import load_module
         return load_module(self.spec)
+
+
+def _native() -> ModuleType:
+    """opbuilder.native.installed, imported only when a shipped load needs it (the installed runtime's
+    owned record does not do): importer.py cannot import it, which imports importer.py."""
+    from .native import installed
+    return installed

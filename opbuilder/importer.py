@@ -66,13 +66,18 @@ def limited_api() -> bool:
     return sys.version_info >= (3, 12) and os.environ.get("OPBUILDER_LIMITED_API", "1") != "0"
 
 
+def interpreter_abi() -> str:
+    """This interpreter's ABI as keys and records name it: its bytecode tag and extension suffix
+    (``cpython-311 .cpython-311-x86_64-linux-gnu.so``; tools.toolchain.python_abi)."""
+    return f"{sys.implementation.cache_tag} {importlib.machinery.EXTENSION_SUFFIXES[0]}"
+
+
 def python_api() -> str:
     """The Python ABI a nanobind library built here needs, as keys and records name it:
-    ``abi3-cp312`` under the limited API, else this interpreter's (``cpython-311 .cpython-311-...so``;
-    tools.toolchain.python_abi(), written out: a shipped load() asks for this and nothing of the toolchain)."""
+    ``abi3-cp312`` under the limited API, else this interpreter's (``interpreter_abi``)."""
     if limited_api():
         return "abi3-cp312"
-    return f"{sys.implementation.cache_tag} {importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    return interpreter_abi()
 
 
 def dlopen_global(path: str) -> int:
@@ -420,9 +425,11 @@ def header_digests(spec, top: str) -> Optional[Dict[str, str]]:
     return digests([f"{top}/{rel}" for rel in header_names(scope, top)], top)
 
 
-def shipped_fit(spec, record_path: Union[str, Path]) -> Tuple[Optional[str], Optional[Dict[str, Any]], str]:
+def shipped_fit(spec, record_path: Union[str, Path], native: Callable[[], ModuleType]
+                ) -> Tuple[Optional[str], Optional[Dict[str, Any]], str]:
     """(binary, its record entry, "") when the binary a wheel ships for ``spec`` fits (cache/shipped.py);
-    else (None, None, why)."""
+    else (None, None, why). ``native()``: the module opbuilder.native.installed, imported by the caller
+    only when the owned runtime's record does not do (that module imports this one, not the reverse)."""
     record_path = str(record_path)
     try:
         record = read_record(record_path)
@@ -456,8 +463,7 @@ def shipped_fit(spec, record_path: Union[str, Path]) -> Tuple[Optional[str], Opt
         return None, None, f"{record_path} records no ABI for '{spec.name}'"
     pybind11 = abi.get("binding") == "pybind11"  # its binding's runtime is in the binary
     if pybind11:
-        from .tools.toolchain import python_abi
-        need = python_abi()
+        need = interpreter_abi()
     else:
         need = python_api()
     if abi.get("python") != need:
@@ -468,8 +474,7 @@ def shipped_fit(spec, record_path: Union[str, Path]) -> Tuple[Optional[str], Opt
         owned = owned_runtime()
         have_abi = owned.get("abi") if owned is not None else None
         if not isinstance(have_abi, dict) or any(have_abi.get(p) != abi.get(p) for p in _ABI_PARTS):
-            from .native import installed as native  # hashes what is not the owner's; says why it does not fit
-            why = native.why_not(native.installed(by_owner=True), abi)
+            why = native().why_not_installed(abi)  # hashes what is not the owner's; says why it does not fit
             if why is not None:
                 return None, None, why
     rel = entry.get("file")
@@ -486,16 +491,18 @@ def shipped_fit(spec, record_path: Union[str, Path]) -> Tuple[Optional[str], Opt
     return binary, entry, ""
 
 
-def shipped_module(spec, record_path: Optional[Union[str, Path]]) -> Optional[ModuleType]:
+def shipped_module(spec, record_path: Optional[Union[str, Path]],
+                   native: Callable[[], ModuleType]) -> Optional[ModuleType]:
     """The module of the binary a wheel ships for ``spec`` when it fits (``shipped_fit``); else None, with
     the reason kept (``shipped_why``: cache/shipped.py's NoBuildError says it) and a warning when the
-    binary was modified. ``record_path``: ``spec.find_record(spec.sources)``."""
+    binary was modified. ``record_path``: ``spec.find_record(spec.sources)``; ``native``: as
+    ``shipped_fit`` takes it."""
     if spec.kind != "module":
         return None
     if record_path is None:
         shipped_why[spec.name] = f"no wheel ships a binary of '{spec.name}' (no opbuilder_ops.json beside its sources)"
         return None
-    binary, entry, why = shipped_fit(spec, record_path)
+    binary, entry, why = shipped_fit(spec, record_path, native)
     if binary is None or entry is None:
         shipped_why[spec.name] = why
         from .spec import no_build  # imported by ``import opbuilder``
@@ -517,8 +524,7 @@ def shipped_module(spec, record_path: Optional[Union[str, Path]]) -> Optional[Mo
         elif owned_runtime() is not None:
             native_dir = NATIVE_DIR
         else:
-            from .native import installed as native
-            nat = native.installed(by_owner=True)
+            nat = native().installed(by_owner=True)
             native_dir = None if nat is None else str(nat.dir)
         deps: List[str] = []
         if native_dir is not None:

@@ -89,6 +89,12 @@ class BuildSpec(tuple):
         """Per-operator directory: objects, dependency manifests, published builds."""
         return self.root / (self.name if self.kind == "module" else f"{self.name}.lib")
 
+    def warm_record_fits(self) -> bool:
+        """Whether a warm record (opbuilder/warm.py) may serve this build: a CPU module, no prebuilt store
+        (its lookups are its own), no ``-march=native`` (the CPU is a fact no file stamps)."""
+        return (self.kind == "module" and self.backend == "CPU" and not os.environ.get("OPBUILDER_PREBUILT_DIR")
+                and not any("native" in f for f in (*self.cflags, *self.cuda_cflags)))
+
 
 def _as_list(value: Optional[Union[str, Iterable[str]]], what: str) -> Tuple[str, ...]:
     if value is None:

@@ -50,7 +50,7 @@ from .importer import DEP_FILES, NATIVE_DIR, import_build, is_key
 
 __all__ = ["module", "batch", "trusted_as_given", "ENV_NAMES", "RECORDS"]
 
-# a full lookup's ``remember`` writes the record (warm_notes.py, imported by the builder: not on this path)
+# a full lookup's ``remember`` writes the record (cache/warm_write.py, imported by the builder: not on this path)
 
 RECORDS = "warm.rec"  # in the op dir: marshal data, (FORMAT, {identity: marshal data of its record})
 FORMAT = "warm-2"  # each record stays bytes until its identity is asked for: one is decoded per load()
@@ -335,17 +335,10 @@ def _record(path: str, identity: str) -> Optional[tuple]:
     return rec if isinstance(rec, tuple) and len(rec) == 5 else None
 
 
-def _eligible(spec) -> bool:
-    """Operators the record serves: a CPU module, no prebuilt store (its lookups are its own), no
-    ``-march=native`` (the CPU is a fact no file stamps)."""
-    return (spec.kind == "module" and spec.backend == "CPU" and not os.environ.get("OPBUILDER_PREBUILT_DIR")
-            and not any("native" in f for f in (*spec.cflags, *spec.cuda_cflags)))
-
-
 def module(spec) -> Optional[ModuleType]:
     """The module of ``spec``'s build when its warm record says nothing it depended on changed; else None
     (the caller runs the full lookup). Never raises for a record that does not fit."""
-    if not _eligible(spec):
+    if not spec.warm_record_fits():
         return None
     identity = _identity(spec)
     rec = _record(f"{spec.root}/{spec.name}/{RECORDS}", identity)

@@ -38,6 +38,7 @@ from ..importer import SHIPPED_DIR as BIN_DIR
 from ..importer import owned_runtime as _owned_runtime  # noqa: F401
 from ..importer import shipped_used as _used, shipped_why as _why
 from ..spec import RECORD, find_record, no_build  # noqa: F401  (public here too)
+from ..native import installed as _installed
 from .json_record import loads  # noqa: F401
 
 __all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "shipped_module", "shipped_or_built", "built_instead",
@@ -82,12 +83,12 @@ def shipped_module(spec, record_path: Optional[Path] = None) -> Optional[ModuleT
     looked for when ``record_path`` (``find_record(spec.sources)``) is not given."""
     if record_path is None and spec.kind == "module":
         record_path = find_record(spec.sources)
-    return importer.shipped_module(spec, record_path)
+    return importer.shipped_module(spec, record_path, lambda: _installed)
 
 
 def _fit(spec, record_path: Path) -> Tuple[Optional[Path], Optional[Dict[str, Any]], str]:
     """(binary, its record entry, "") when the shipped binary of ``spec`` fits; else (None, None, why)."""
-    binary, entry, why = importer.shipped_fit(spec, record_path)
+    binary, entry, why = importer.shipped_fit(spec, record_path, lambda: _installed)
     return (None if binary is None else Path(binary)), entry, why
 
 

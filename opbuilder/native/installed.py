@@ -115,6 +115,12 @@ def current_abi(cxx_abi: str, root: Optional[Path] = None) -> Dict[str, str]:
             "cxx": cxx_abi}
 
 
+def why_not_installed(want: Dict[str, str]) -> Optional[str]:
+    """``why_not`` for the installed runtime as its owner left it (importer.shipped_fit asks, through its
+    caller, when the owned record does not match: importer.py does not import this module)."""
+    return why_not(installed(by_owner=True), want)
+
+
 def why_not(native: Optional[Native], want: Dict[str, str]) -> Optional[str]:
     """Why the installed runtime does not serve an operator built for ABI ``want``; None when it does."""
     if native is None:

@@ -405,7 +405,8 @@ def python_info(state_dir: Optional[Path]) -> PythonInfo:
 
 def python_abi() -> str:
     """This interpreter's ABI as keys name it: its bytecode tag and extension suffix."""
-    return f"{sys.implementation.cache_tag} {ext_suffix()}"
+    from ..importer import interpreter_abi
+    return interpreter_abi()
 
 
 def python_headers(state_dir: Optional[Path]) -> Tuple[str, str]:
