@@ -1,24 +1,22 @@
-"""Loading a built extension module: the shared libraries it loads first, then the module, with readable
-failures; and a binary a wheel ships, checked against its record before it is loaded.
+"""A binary a wheel ships, checked against its record before it is loaded; and the names of loading a
+built extension module, handed on from spec.py.
 
 A nanobind operator needs nanobind's runtime and (usually) the core library loaded with RTLD_GLOBAL
 before it is imported: ``preload`` loads them and ``import_extension`` the module (``import_build``, a
-cached build once per process). A warm load() (warm.py) knows them from its record; a full lookup
-from build.json's ``needs`` (recorded_deps.py). A shipped load() runs ``shipped_module``: the check of
-the binary a wheel ships against the wheel's record (cache/shipped.py says what it checks), then the
-load; records are read from their marshal copies (``read_record``).
+cached build once per process). They are defined in spec.py, which ``import opbuilder`` imports anyway,
+so that a warm load() (warm.py) imports no module besides warm.py (each module is ~0.3 M instructions
+of a new process, plus ~1 M per 20 KB of its code: issues 35 and 38); they are given here under their
+old names. A full lookup knows the libraries from build.json's ``needs`` (recorded_deps.py).
 
-It imports nothing of opbuilder on these paths: the names of the core library's files (``CORE_NAME``,
-``CORE_FILE``), its ``dlopen`` (native/core_lib.py) and the Python API a module built here needs
-(native/abi.py) are defined here and handed on by those modules, so a warm or shipped load() imports
-neither, and a shipped load() imports no module of opbuilder but this one after ``import opbuilder``
-(each module is ~0.3 M instructions of a new process, plus ~1 M per 20 KB of its code: issues 35 and 38).
+A shipped load() runs ``shipped_module``: the check of the binary a wheel ships against the wheel's
+record (cache/shipped.py says what it checks), then the load; records are read from their marshal
+copies (``read_record``). It imports no module of opbuilder but this one after ``import opbuilder``: the
+Python API a module built here needs (native/abi.py) is defined here and handed on by that module.
 What neither path runs is elsewhere and given here by name when asked for (``__getattr__``).
 """
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.util
 import marshal
 import os
 import sys
@@ -26,7 +24,12 @@ import threading
 from pathlib import Path
 from types import ModuleType
 from stat import S_ISDIR, S_ISREG, S_IWGRP, S_IWOTH
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from .spec import (CORE_FILE, CORE_NAME, DEP_FILES, INSTALLED_KEY, RUNTIME_FILE, RUNTIME_NAME,  # noqa: F401
+                   dlopen_global, import_build, import_extension, is_key, loaded_lock, loaded_modules,
+                   loaded_runtime, module_name_for, names_used, preload, preload_core, preload_runtime)
+from .spec import NATIVE_DIR as _NATIVE_DIR
 
 __all__ = ["import_extension", "RUNTIME_NAME", "DEP_FILES", "is_key", "preload", "preload_runtime", "preload_core",
            "dlopen_global", "loaded_runtime", "import_build", "loaded_modules", "names_used", "loaded_lock",
@@ -34,31 +37,9 @@ __all__ = ["import_extension", "RUNTIME_NAME", "DEP_FILES", "is_key", "preload",
            "LIMITED_API_HEX", "limited_api", "python_api", "HASH", "file_hash", "files_intact", "inside",
            "owned_by_code_owner", "read_record", "RECORD_COPY", "shipped_module", "shipped_fit", "owned_runtime"]
 
-# nanobind's runtime (built by nanobind_runtime.py) and the core library (native/core_lib.py) are loaded
-# here, with the process's record of them, so that a warm load() imports nothing that builds them
-RUNTIME_NAME = "_nanobind"  # its cache directory: _nanobind.lib
-RUNTIME_FILE = "libnanobind.so"
-CORE_NAME = "_obcore"  # the core library's cache directory: _obcore.lib
-CORE_FILE = "libobcore.so"
 LIMITED_API_HEX = "0x030C0000"  # Python 3.12: the first the stable ABI of nanobind serves (native/abi.py)
-DEP_FILES = {f"{RUNTIME_NAME}.lib": RUNTIME_FILE, f"{CORE_NAME}.lib": CORE_FILE}  # the only ones recorded
-# opbuilder's installed runtime (native/installed.py): a record names it by this key, never by a path
-NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
-INSTALLED_KEY = "installed"
-_runtime: Optional[str] = None  # the runtime this process loaded
-_lock = threading.Lock()
-_cores: Dict[str, int] = {}  # path -> dlopen handle, the core libraries this process loaded
-# the cache's builds this process imported: (op dir, key) -> module, so an unchanged load() returns the
-# same object; and the module names used (a later build of one operator gets a name of its own)
-loaded_modules: Dict[Tuple[str, str], ModuleType] = {}
-names_used: Set[str] = set()
-loaded_lock = threading.Lock()
-_HEX = frozenset("0123456789abcdef")
-
-
-def is_key(key: object) -> bool:
-    """A build key as the builder writes them (hex): never a path (no ``/``, no ``..``)."""
-    return isinstance(key, str) and 8 <= len(key) <= 64 and _HEX.issuperset(key)
+# opbuilder's installed runtime (native/installed.py), as spec.py finds it; tests point it elsewhere
+NATIVE_DIR = _NATIVE_DIR
 
 
 def limited_api() -> bool:
@@ -80,80 +61,6 @@ def python_api() -> str:
     return interpreter_abi()
 
 
-def dlopen_global(path: str) -> int:
-    """dlopen ``path`` with RTLD_NOW | RTLD_GLOBAL (never closed); its handle. ``_ctypes.dlopen``, not
-    ``ctypes.CDLL``: a CDLL object makes a class per library (~0.1 ms of a 2 ms warm load)."""
-    try:
-        import _ctypes
-    except ImportError:  # an interpreter built without ctypes: then nothing here can load a library
-        raise OSError(f"cannot load {path}: this Python has no _ctypes module") from None
-    return _ctypes.dlopen(path, os.RTLD_NOW | os.RTLD_GLOBAL)
-
-
-def preload_core(library: Path) -> None:
-    """Load the core library at ``library`` into the process's global symbol scope, once per file.
-    Libraries of other tags may be loaded beside it: their symbols have other names."""
-    path = str(library)
-    if path in _cores:
-        return
-    with _lock:
-        if path not in _cores:
-            _cores[path] = dlopen_global(path)
-
-
-def loaded_runtime() -> Optional[Path]:
-    """nanobind's runtime as this process loaded it, if it did."""
-    return None if _runtime is None else Path(_runtime)
-
-
-def preload_runtime(library: Path) -> None:
-    """Load nanobind's runtime at ``library`` into the process's global symbol scope, once per
-    process (a later call with another build keeps the first: nanobind's state lives in the one loaded)."""
-    global _runtime
-    if _runtime is not None:
-        return
-    with _lock:
-        if _runtime is None:
-            dlopen_global(str(library))
-            _runtime = str(library)
-
-
-def preload(libs: Sequence[Path]) -> None:
-    """Load each of ``libs`` into the process's global symbol scope (nanobind's runtime: the first
-    one only; core libraries: each file once)."""
-    for lib in libs:
-        if os.path.basename(os.path.dirname(os.path.dirname(lib))) == f"{RUNTIME_NAME}.lib":
-            preload_runtime(lib)
-        else:
-            preload_core(lib)
-
-
-def module_name_for(name: str, key: str) -> str:
-    """The name a build of operator ``name`` is imported under: ``name`` the first time in this process, a
-    name of its own later (``_opbuilder_<key>.<name>``), or pybind11 would return the module it made first.
-    Call with ``loaded_lock`` held."""
-    return name if name not in names_used else f"_opbuilder_{key}.{name}"
-
-
-def import_build(name: str, op_dir: str, key: str, lib: Path, libs: Sequence[Path]) -> Optional[ModuleType]:
-    """The module of the cache's build ``key`` of operator ``name`` (in ``op_dir``): the one this process
-    imported already, else ``libs`` loaded first and ``lib`` imported. None when that fails in any way
-    (warm.py: the full lookup then runs, and says why)."""
-    memo = (op_dir, key)
-    with loaded_lock:
-        mod = loaded_modules.get(memo)
-        if mod is not None:
-            return mod
-        try:
-            preload(libs)
-            mod = import_extension(name, lib, module_name_for(name, key))
-        except Exception:
-            return None
-        names_used.add(name)
-        loaded_modules[memo] = mod
-        return mod
-
-
 # names defined elsewhere, given here under their old names (PEP 562) and imported when first asked for: what
 # explains a failed import (import_errors.py, when one fails), the check of a cached build's recorded
 # libraries (recorded_deps.py: a full lookup's) and the JSON reader (cache/json_record.py: a record with no
@@ -168,32 +75,6 @@ def __getattr__(name: str):
         import importlib
         return getattr(importlib.import_module(f".{_MOVED[name]}", __package__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def import_extension(name: str, path: Path, module_name: Optional[str] = None) -> ModuleType:
-    """Load the extension at ``path`` (operator ``name``) as module ``module_name`` (default ``name``).
-
-    The module is not put in ``sys.modules``. Its init function is
-    ``PyInit_<last part of module_name>``, so a dotted ``module_name`` ending
-    in ``.name`` imports the same library under a name of its own: pybind11
-    (3.x) hands back a module it already created under the same name instead
-    of running the new library's code.
-    """
-    module_name = module_name or name
-    loader = importlib.machinery.ExtensionFileLoader(module_name, str(path))
-    # what spec_from_file_location makes of an extension file (not a package), without its path checks
-    spec = importlib.machinery.ModuleSpec(module_name, loader, origin=str(path))
-    spec.has_location = True
-    try:
-        module = importlib.util.module_from_spec(spec)
-        loader.exec_module(module)
-    except ImportError as e:
-        from .errors import BuildError
-        from .import_errors import _explain
-        why = _explain(e, path) or str(e)
-        raise BuildError(f"operator '{name}' was built but cannot be imported: {why}\nlibrary: {path}",
-                         name=name, log=str(e)) from e
-    return module
 
 
 # ---- a binary checked against its record, before it is imported --------------------------------------
@@ -529,8 +410,9 @@ def shipped_module(spec, record_path: Optional[Union[str, Path]],
         deps: List[str] = []
         if native_dir is not None:
             runtime = f"{native_dir}/{RUNTIME_FILE}"
-            if _runtime is not None and _runtime != runtime:
-                shipped_why[spec.name] = (f"this process already loaded another nanobind runtime ({_runtime}), "
+            loaded = loaded_runtime()
+            if loaded is not None and str(loaded) != runtime:
+                shipped_why[spec.name] = (f"this process already loaded another nanobind runtime ({loaded}), "
                                           f"built by opbuilder in its cache")
                 return None
             deps = [runtime] + ([f"{native_dir}/{CORE_FILE}"] if entry.get("core") else [])

@@ -1,28 +1,39 @@
 """What to build: the validated description of one operator build, and what every ``load()`` reads
-before it looks for a build (the cache's root, a wheel's record of shipped operators, the environment).
+before it looks for a build (the cache's root, a wheel's record of shipped operators, the environment);
+and how a build found is loaded (its libraries, then the module: ``import_build``).
 
 This module imports nothing of opbuilder, and ``import opbuilder`` imports it and custom_op.py only: each
 module a new process imports costs ~0.3 M instructions (~0.15 ms), a tenth of a shipped load's budget
 (issue 35). So ``cache_root`` (cache/cache_dir.py), ``clean_path`` (cache/relocate.py) and ``find_record``
-(cache/shipped_record.py) are defined here, and those modules hand them on under their old names.
+(cache/shipped_record.py) are defined here, and those modules hand them on under their old names; and
+so is the loading both a warm load() (warm.py) and a shipped one (importer.py) end with, so that a warm
+load() imports warm.py and no other module (importer.py hands these names on).
 """
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import keyword
 import os
+import threading
 from operator import itemgetter
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Tuple, Union
+from types import ModuleType
+from typing import TYPE_CHECKING, Dict, Iterable, Optional, Sequence, Set, Tuple, Union
 
 __all__ = ["BuildSpec", "make_spec", "verbose_requested", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME",
-           "PATH_FLAGS", "joined_path_flag", "cache_root", "clean_path", "RECORD", "find_record", "no_build"]
+           "PATH_FLAGS", "joined_path_flag", "cache_root", "clean_path", "RECORD", "find_record", "no_build",
+           "RUNTIME_NAME", "RUNTIME_FILE", "CORE_NAME", "CORE_FILE", "DEP_FILES", "NATIVE_DIR", "is_key",
+           "dlopen_global", "preload", "preload_core", "preload_runtime", "loaded_runtime", "import_build",
+           "import_extension", "module_name_for", "loaded_modules", "names_used", "loaded_lock"]
 
 BACKENDS = ("CPU", "GPU")
 BINDINGS = ("nanobind", "pybind11")
 CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C")
 CUDA_SUFFIXES = (".cu",)
 MAX_NAME = 100  # characters in an operator name: with suffixes and temporary-file parts, well under 255
-PathLike = Union[str, Path]
+if TYPE_CHECKING:  # a typing alias made at import costs every new process ~0.1 M instructions
+    PathLike = Union[str, Path]
 # flags whose argument is a path (``-Idir`` or ``-I dir``): relative ones are made absolute at once
 PATH_FLAGS = ("-I", "-iquote", "-isystem", "-idirafter", "-include", "-imacros", "-L")
 _LINKED = (".a", ".o", ".so")  # libraries and objects named in ldflags
@@ -252,3 +263,130 @@ def find_record(sources: Sequence[Union[str, os.PathLike]]) -> Optional[Path]:
 def no_build() -> bool:
     """``OPBUILDER_NO_BUILD=1``: a build that would be needed is a NoBuildError."""
     return os.environ.get("OPBUILDER_NO_BUILD", "") not in ("", "0")
+
+
+# ---- a build, found, loaded: its libraries first, then the module (importer.py hands these on) -----------
+# nanobind's runtime (built by nanobind_runtime.py) and the core library (native/core_lib.py) are loaded
+# here, with the process's record of them, so that a warm load() imports nothing that builds them
+RUNTIME_NAME = "_nanobind"  # its cache directory: _nanobind.lib
+RUNTIME_FILE = "libnanobind.so"
+CORE_NAME = "_obcore"  # the core library's cache directory: _obcore.lib
+CORE_FILE = "libobcore.so"
+DEP_FILES = {f"{RUNTIME_NAME}.lib": RUNTIME_FILE, f"{CORE_NAME}.lib": CORE_FILE}  # the only ones recorded
+# opbuilder's installed runtime (native/installed.py): a record names it by this key, never by a path
+NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
+INSTALLED_KEY = "installed"
+_runtime: Optional[str] = None  # the runtime this process loaded
+_lock = threading.Lock()
+_cores: Dict[str, int] = {}  # path -> dlopen handle, the core libraries this process loaded
+# the cache's builds this process imported: (op dir, key) -> module, so an unchanged load() returns the
+# same object; and the module names used (a later build of one operator gets a name of its own)
+loaded_modules: Dict[Tuple[str, str], ModuleType] = {}
+names_used: Set[str] = set()
+loaded_lock = threading.Lock()
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_key(key: object) -> bool:
+    """A build key as the builder writes them (hex): never a path (no ``/``, no ``..``)."""
+    return isinstance(key, str) and 8 <= len(key) <= 64 and _HEX.issuperset(key)
+
+
+def dlopen_global(path: str) -> int:
+    """dlopen ``path`` with RTLD_NOW | RTLD_GLOBAL (never closed); its handle. ``_ctypes.dlopen``, not
+    ``ctypes.CDLL``: a CDLL object makes a class per library (~0.1 ms of a 2 ms warm load)."""
+    try:
+        import _ctypes
+    except ImportError:  # an interpreter built without ctypes: then nothing here can load a library
+        raise OSError(f"cannot load {path}: this Python has no _ctypes module") from None
+    return _ctypes.dlopen(path, os.RTLD_NOW | os.RTLD_GLOBAL)
+
+
+def preload_core(library: Path) -> None:
+    """Load the core library at ``library`` into the process's global symbol scope, once per file.
+    Libraries of other tags may be loaded beside it: their symbols have other names."""
+    path = str(library)
+    if path in _cores:
+        return
+    with _lock:
+        if path not in _cores:
+            _cores[path] = dlopen_global(path)
+
+
+def loaded_runtime() -> Optional[Path]:
+    """nanobind's runtime as this process loaded it, if it did."""
+    return None if _runtime is None else Path(_runtime)
+
+
+def preload_runtime(library: Path) -> None:
+    """Load nanobind's runtime at ``library`` into the process's global symbol scope, once per
+    process (a later call with another build keeps the first: nanobind's state lives in the one loaded)."""
+    global _runtime
+    if _runtime is not None:
+        return
+    with _lock:
+        if _runtime is None:
+            dlopen_global(str(library))
+            _runtime = str(library)
+
+
+def preload(libs: Sequence[Path]) -> None:
+    """Load each of ``libs`` into the process's global symbol scope (nanobind's runtime: the first
+    one only; core libraries: each file once)."""
+    for lib in libs:
+        if os.path.basename(os.path.dirname(os.path.dirname(lib))) == f"{RUNTIME_NAME}.lib":
+            preload_runtime(lib)
+        else:
+            preload_core(lib)
+
+
+def module_name_for(name: str, key: str) -> str:
+    """The name a build of operator ``name`` is imported under: ``name`` the first time in this process, a
+    name of its own later (``_opbuilder_<key>.<name>``), or pybind11 would return the module it made first.
+    Call with ``loaded_lock`` held."""
+    return name if name not in names_used else f"_opbuilder_{key}.{name}"
+
+
+def import_build(name: str, op_dir: str, key: str, lib: Path, libs: Sequence[Path]) -> Optional[ModuleType]:
+    """The module of the cache's build ``key`` of operator ``name`` (in ``op_dir``): the one this process
+    imported already, else ``libs`` loaded first and ``lib`` imported. None when that fails in any way
+    (warm.py: the full lookup then runs, and says why)."""
+    memo = (op_dir, key)
+    with loaded_lock:
+        mod = loaded_modules.get(memo)
+        if mod is not None:
+            return mod
+        try:
+            preload(libs)
+            mod = import_extension(name, lib, module_name_for(name, key))
+        except Exception:
+            return None
+        names_used.add(name)
+        loaded_modules[memo] = mod
+        return mod
+
+
+def import_extension(name: str, path: Path, module_name: Optional[str] = None) -> ModuleType:
+    """Load the extension at ``path`` (operator ``name``) as module ``module_name`` (default ``name``).
+
+    The module is not put in ``sys.modules``. Its init function is
+    ``PyInit_<last part of module_name>``, so a dotted ``module_name`` ending
+    in ``.name`` imports the same library under a name of its own: pybind11
+    (3.x) hands back a module it already created under the same name instead
+    of running the new library's code.
+    """
+    module_name = module_name or name
+    loader = importlib.machinery.ExtensionFileLoader(module_name, str(path))
+    # what spec_from_file_location makes of an extension file (not a package), without its path checks
+    spec = importlib.machinery.ModuleSpec(module_name, loader, origin=str(path))
+    spec.has_location = True
+    try:
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+    except ImportError as e:
+        from .errors import BuildError
+        from .import_errors import _explain
+        why = _explain(e, path) or str(e)
+        raise BuildError(f"operator '{name}' was built but cannot be imported: {why}\nlibrary: {path}",
+                         name=name, log=str(e)) from e
+    return module

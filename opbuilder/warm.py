@@ -32,7 +32,8 @@ through to the full lookup, which checks with trust.py and says what is wrong.
 
 This module is ``opbuilder.warm``, outside the cache package, so that a warm load() imports no package of
 opbuilder's but opbuilder itself (a package is a module to import: ~0.3 M instructions of a new process,
-issue 38); ``opbuilder.cache.warm`` is this module under its old name.
+issue 38); ``opbuilder.cache.warm`` is this module under its old name. The load itself (``import_build``)
+is spec.py's, imported with ``import opbuilder``: a warm load() imports this module and no other.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from .importer import DEP_FILES, NATIVE_DIR, import_build, is_key
+from .spec import DEP_FILES, NATIVE_DIR, import_build, is_key
 
 __all__ = ["module", "batch", "trusted_as_given", "ENV_NAMES", "RECORDS"]
 
