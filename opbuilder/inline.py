@@ -19,10 +19,16 @@ from .custom_op import CustomOpBuilder
 from .spec import cache_root
 from .warm import trusted_as_given
 
-try:  # as cache/file_hash.py takes it, without importing that module for this one name (a warm load_inline)
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - an interpreter without the builtin module
-    from hashlib import blake2b
+# SHA-512 for the strings' key, from the module ``random`` takes it from: numpy and the runtime import it
+# already, so a warm load_inline imports no hash module (_blake2 is ~0.45 M instructions of a new process;
+# hashlib loads OpenSSL: ~5 ms). The same digest on every Python: _sha2 (3.12+) or _sha512 (3.11)
+try:
+    from _sha2 import sha512
+except ImportError:
+    try:
+        from _sha512 import sha512
+    except ImportError:  # pragma: no cover - an interpreter without the builtin module
+        from hashlib import sha512
 
 if TYPE_CHECKING:  # a typing alias made at import costs a new process tens of microseconds
     Sources = Union[str, Sequence[str]]
@@ -77,14 +83,14 @@ def _binding_of(cpp: str) -> Optional[str]:
 
 
 def _key(name: str, cpp: str, cuda: str, funcs: Dict[str, str]) -> str:
-    """The strings' directory name: BLAKE2b of every part, each with its length (no two part lists give
-    the same bytes), from ``_blake2`` (hashlib's import loads OpenSSL: ~5 ms of a warm load_inline)."""
-    h = blake2b(digest_size=12)
+    """The strings' directory name: SHA-512 of every part, each with its length (no two part lists give
+    the same bytes), its first 96 bits in hex."""
+    h = sha512()
     for part in (name, cpp, cuda, *(x for kv in funcs.items() for x in kv)):
         data = part.encode("utf-8", "surrogatepass")
         h.update(b"%d:" % len(data))
         h.update(data)
-    return h.hexdigest()
+    return h.hexdigest()[:24]
 
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -120,10 +126,13 @@ def _write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` (UTF-8: what the compilers read, whatever the locale says) unless it is
     already there, atomically (concurrent callers agree). Compared as bytes: no text decoder is made."""
     data = text.encode("utf-8")
-    try:
-        with open(path, "rb") as f:
-            if f.read() == data:
+    try:  # os.read, not open(): no buffered reader is made (a warm load_inline reads two files)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if os.read(fd, len(data) + 1) == data:
                 return
+        finally:
+            os.close(fd)
     except OSError:
         pass
     import tempfile  # only when writing: a warm load imports nothing it does not need
