@@ -631,6 +631,7 @@ struct OpObject {
   // with a shape rule: the exact argument keys (shapes, dtypes, scalar values) whose outputs the Python
   // path has compared with the rule; any other call goes there first (a wrong rule is a named error there)
   std::unordered_set<std::string> *checked;
+  PyObject *dict;  // attributes the namespace's function had (__name__, __doc__, torch_op, bridged)
 };
 
 // The call's key for the shape rule: each tensor's dtype and shape, each scalar's exact value (the
@@ -789,6 +790,7 @@ PyObject *OpNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   self->fast_calls = 0;
   self->last[0] = '\x01';  // no signature
   self->checked = rule ? new std::unordered_set<std::string>() : nullptr;
+  self->dict = nullptr;
   self->vectorcall = &OpCall;
   return reinterpret_cast<PyObject *>(self);
 }
@@ -799,6 +801,7 @@ int OpTraverse(PyObject *o, visitproc visit, void *arg) {
   Py_VISIT(self->fallback);
   Py_VISIT(self->defined);
   Py_VISIT(self->name);
+  Py_VISIT(self->dict);
   return 0;
 }
 
@@ -808,6 +811,7 @@ int OpClear(PyObject *o) {
   Py_CLEAR(self->fallback);
   Py_CLEAR(self->defined);
   Py_CLEAR(self->name);
+  Py_CLEAR(self->dict);
   return 0;
 }
 
@@ -829,10 +833,42 @@ PyMemberDef kOpMembers[] = {
     {"defined", T_OBJECT, offsetof(OpObject, defined), READONLY, "the signatures the fallback has checked"},
     {nullptr, 0, 0, 0, nullptr}};
 
+// copy.copy and copy.deepcopy give the Op itself, as they give the function it replaces: it holds no
+// state of a model's (a deepcopy of a model holding the namespace's function works as before).
+PyObject *OpSelf(PyObject *self, PyObject *) {
+  Py_INCREF(self);
+  return self;
+}
+
+PyMethodDef kOpMethods[] = {{"__copy__", &OpSelf, METH_NOARGS, "the Op itself"},
+                            {"__deepcopy__", &OpSelf, METH_O, "the Op itself"},
+                            {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef kOpGetSet[] = {{"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+                           {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
 PyTypeObject OpType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+// `traced_call(fn)`: fn becomes Op's `__call__` as Python sees it in the type's dict, while calls keep
+// the C call (OpCall: the type's slots stay). torch.compile's dynamo cannot trace a C call; it traces
+// the `__call__` it finds in the type instead (to_torch's Python path), so an Op can be the
+// namespace's function itself: an eager call then runs no Python before the operator.
+PyObject *TracedCall(PyObject *, PyObject *fn) {
+  if (!PyFunction_Check(fn)) {
+    PyErr_SetString(PyExc_TypeError, "traced_call: expected a Python function");
+    return nullptr;
+  }
+  if (PyDict_SetItemString(OpType.tp_dict, "__call__", fn) < 0) return nullptr;
+  PyType_Modified(&OpType);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kMethods[] = {
+    {"traced_call", &TracedCall, METH_O, "traced_call(fn): Op.__call__ as torch.compile traces it (calls stay C)"},
+    {nullptr, nullptr, 0, nullptr}};
+
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_opbuilder_torch_bridge",
-                       "opbuilder's C++ bridge to PyTorch (src/torch_bridge.cpp)", -1, nullptr};
+                       "opbuilder's C++ bridge to PyTorch (src/torch_bridge.cpp)", -1, kMethods};
 
 }  // namespace
 
@@ -848,6 +884,9 @@ PyMODINIT_FUNC PyInit__opbuilder_torch_bridge() {
   OpType.tp_clear = OpClear;
   OpType.tp_repr = OpRepr;
   OpType.tp_members = kOpMembers;
+  OpType.tp_dictoffset = offsetof(OpObject, dict);
+  OpType.tp_getset = kOpGetSet;
+  OpType.tp_methods = kOpMethods;
   OpType.tp_doc = "Op(fn, fallback, defined, cuda=False, rule=False): fn for plain torch tensors (CPU; CUDA too "
                   "if cuda) in a signature `defined` has, fallback for every other call; with rule (a shape rule), "
                   "fallback also for each new shape, dtype and scalar value, which it checks";

@@ -1089,8 +1089,22 @@ def _compiler_disable(fn: Callable, reason: str) -> Callable:
         return torch.compiler.disable(fn)
 
 
-def _wrapper(op: _Op) -> Callable:
-    """The user-facing function: picks (or defines) the operator for the call's signature."""
+def _traced_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """The bridge's Op called as torch.compile traces it: to_torch's Python path (``Op.fallback``).
+    Eager calls never run this: they take the Op's C call (src/torch_bridge.cpp ``traced_call``)."""
+    return self.fallback(*args, **kwargs)
+
+
+def _traced_calls(bridge: types.ModuleType) -> None:
+    """Makes ``_traced_call`` the bridge Op's ``__call__`` as dynamo sees it (once per bridge module)."""
+    if getattr(bridge, "_opbuilder_traced", None) is not _traced_call:
+        bridge.traced_call(_traced_call)
+        bridge._opbuilder_traced = _traced_call
+
+
+def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
+    """The user-facing function: picks (or defines) the operator for the call's signature. Once the
+    C++ bridge is loaded, its Op (same attributes) replaces the function in ``owner``'s namespace."""
     def define(sig: str, specs: Optional[Tuple[Any, ...]]) -> Tuple[Any, List[Optional[bool]]]:
         with _define_lock:  # two threads' first calls define the operator once
             entry = op.by_sig.get(sig)
@@ -1220,6 +1234,21 @@ def _wrapper(op: _Op) -> Callable:
     if native and _torch_bridge.enabled():
         bridged: List[Any] = [None]  # the C++ bridge's Op, once the bridge is loaded
 
+        def bridge_op(bridge: types.ModuleType) -> Any:
+            # the Op, made once; it takes `entry`'s place in the namespace (an eager call then runs no
+            # Python before the operator; torch.compile traces _traced_call, which calls `call`)
+            if bridged[0] is None:
+                with _define_lock:
+                    if bridged[0] is None:
+                        fast = bridge.Op(op.fn, call, op.checked, "cuda" in op.devices, op.shape_fn is not None)
+                        _traced_calls(bridge)
+                        fast.__dict__.update(bridged=bridged, torch_op=torch_op, __name__=op.name,
+                                             __qualname__=op.name, __doc__=op.fn.__doc__)
+                        bridged[0] = fast
+                        if owner is not None and owner.__dict__.get(op.name) is entry:
+                            setattr(owner, op.name, fast)
+            return bridged[0]
+
         def entry(*args: Any) -> Any:
             # eager calls go to the C++ bridge (src/torch_bridge.cpp), which calls the operator itself
             # for plain CPU tensors and `call` for everything else: under a torch function or dispatch
@@ -1232,12 +1261,11 @@ def _wrapper(op: _Op) -> Callable:
                     bridge = _torch_bridge.ready()  # starts its build; None until it is loaded
                     if bridge is None:
                         return call(*args)
-                    fast = bridged[0] = bridge.Op(op.fn, call, op.checked, "cuda" in op.devices,
-                                                  op.shape_fn is not None)
-                    return fast(*args)
+                    return bridge_op(bridge)(*args)
             return call(*args)
 
         entry.bridged = bridged  # type: ignore[attr-defined]  # tests read the Op's fast_calls
+        entry.bridge_op = bridge_op  # type: ignore[attr-defined]  # to_torch: the Op at once, bridge loaded
     def torch_op(*args: Any) -> Any:
         """The registered torch operator for a call with ``args`` (``op_handle``)."""
         args = tuple(plain_static(a) for a in args)
@@ -1394,8 +1422,12 @@ def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backen
     if isinstance(path, str) and isinstance(getattr(module, "__name__", None), str):
         _by_file.setdefault(path, module)
         out._source = (path, module.__name__, shape_fn, backend, mutates)
+    bridge = _torch_bridge.loaded()
     for name, fn in funcs.items():
-        setattr(out, name, _wrapper(_Op(ns, lib, name, fn, shape_fns.get(name), devices, writes.get(name, ()))))
+        entry = _wrapper(_Op(ns, lib, name, fn, shape_fns.get(name), devices, writes.get(name, ())), out)
+        setattr(out, name, entry)
+        if bridge is not None and hasattr(entry, "bridge_op"):  # the bridge is loaded: its Op at once
+            entry.bridge_op(bridge)
     return out
 
 

@@ -4,7 +4,9 @@ A Python ``torch.autograd.Function`` costs more than a small C++ operator itself
 floor row). So to_torch's eager calls go through ``_opbuilder_torch_bridge`` (src/torch_bridge.cpp),
 a module compiled against libtorch: torch tensors reach the operator as views of their memory, results
 come back as torch tensors over the memory the kernel wrote, and a C++ ``Function``'s node is a C++
-``torch::autograd::Node`` whose backward calls ``Backward`` without Python in between.
+``torch::autograd::Node`` whose backward calls ``Backward`` without Python in between. Once it is
+loaded, a to_torch namespace's function is the bridge's ``Op`` itself: an eager call runs no Python
+before the operator (torch.compile traces the Op's Python ``__call__``, to_torch's Python path).
 
 Compiling against torch's headers takes ~15 s (30-60 s on a busy machine), once per torch build, compiler
 and opbuilder version. It is built through the pipeline every operator takes (``bridge_spec``): the
@@ -28,7 +30,7 @@ from ..cache.cache_dir import cache_root
 from ..errors import BuildError
 from ..native.torch_bridge_build import KIND, MODULE, bridge_spec
 
-__all__ = ["ready", "status", "enabled", "bridge_spec", "ENV", "MODULE", "KIND"]
+__all__ = ["ready", "loaded", "status", "enabled", "bridge_spec", "ENV", "MODULE", "KIND"]
 
 ENV = "OPBUILDER_TORCH_BRIDGE"  # "0": to_torch stays on its Python path
 _lock = threading.Lock()
@@ -62,6 +64,11 @@ def ready(wait: bool = False, until_started: bool = False) -> Optional[ModuleTyp
     elif until_started:
         _started.wait()
     return _module
+
+
+def loaded() -> Optional[ModuleType]:
+    """The bridge if it is loaded now, else None; starts nothing (``ready`` starts the build)."""
+    return _module if enabled() else None
 
 
 def status() -> str:
