@@ -112,7 +112,7 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
     wheel -> bytes) and the wheel tag they need."""
     from . import builder as B
     from .cache.file_hash import HASH
-    from .cache.shipped import BIN_DIR, RECORD, record_copy, record_entry
+    from .cache.shipped import BIN_DIR, RECORD, record_copy, record_entry, shipped_binary
     from .compile.binding import NANOBIND
     from .custom_op import CustomOpBuilder
     from .native.abi import cxx_abi, wheel_tag
@@ -132,7 +132,7 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
         if "include_paths" in kwargs:
             kwargs["include_paths"] = [str(project / p) for p in kwargs["include_paths"]]
         b = CustomOpBuilder(op["name"], [str(project / s) for s in op["sources"]], build_dir=str(cache), **kwargs)
-        lib = Path(b.build())
+        lib = shipped_binary(Path(b.build()), out, b.spec.debug)  # without its symbol table: less to hash
         spec = B._bound(b.spec).spec
         nanobind = spec.binding == NANOBIND
         if nanobind:

@@ -212,6 +212,14 @@ def test_no_build_names_the_operator_why_the_shipped_binary_did_not_fit_and_the_
     assert not (tmp_path / "cache").exists()
 
 
+def test_the_shipped_binary_carries_no_symbol_table(shipped, tmp_path):
+    """build_meta ships the operator stripped (``strip --strip-unneeded``): a third less for every shipped
+    load() to hash (issue 35); its dynamic symbols, which Python's import uses, stay."""
+    data = (_copy_installed(shipped, tmp_path) / "_opbuilder" / "shipped_ops.abi3.so").read_bytes()
+    assert b"PyInit_shipped_ops" in data
+    assert b".symtab" not in data
+
+
 def test_a_tampered_shipped_binary_is_refused_under_no_build(shipped, tmp_path):
     pkg = _copy_installed(shipped, tmp_path)
     binary = pkg / "_opbuilder" / "shipped_ops.abi3.so"

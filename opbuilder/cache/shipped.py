@@ -43,7 +43,7 @@ from .json_record import loads  # noqa: F401
 
 __all__ = ["RECORD", "BIN_DIR", "HEADER_SUFFIXES", "shipped_module", "shipped_or_built", "built_instead",
            "refuse_build", "no_build", "record_entry", "record_copy", "header_files", "options_of", "find_record",
-           "status", "HASH", "file_hash", "files_intact", "inside", "loads"]
+           "status", "HASH", "file_hash", "files_intact", "inside", "loads", "shipped_binary"]
 
 
 def record_copy(record: Dict[str, Any]) -> bytes:
@@ -64,6 +64,27 @@ def header_files(dirs: Sequence[Path], top: Path) -> List[Path]:
 def options_of(spec, top: Path) -> Dict[str, object]:
     """What of a spec, besides its sources and headers, decides the binary, as the record writes it."""
     return importer.shipped_options(spec, str(top))
+
+
+def shipped_binary(lib: Path, out: Path, debug: bool) -> Path:
+    """The file a wheel ships for the built library ``lib``: a copy under ``out`` without the symbols no
+    loader needs (``strip --strip-unneeded``; its dynamic symbols stay), a third smaller, so each shipped
+    load() hashes a third less (~0.3 M instructions of ~6.5 M, issue 35). ``lib`` itself for a debug build
+    (its symbols are for the debugger) or where no ``strip`` runs."""
+    import shutil
+    import subprocess
+
+    strip = shutil.which("strip")
+    if debug or strip is None:
+        return lib
+    dst = out / "stripped" / lib.parent.name / lib.name
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        res = subprocess.run([strip, "--strip-unneeded", "-o", str(dst), str(lib)], capture_output=True,
+                             timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return lib
+    return dst if res.returncode == 0 and dst.is_file() else lib
 
 
 def record_entry(spec, top: Path, file: str, binary: Path, abi: Dict[str, str], uses_core: bool) -> Dict[str, object]:
