@@ -20,6 +20,7 @@ no process; the cold path's modules are imported when it first runs.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -46,7 +47,7 @@ from .importer import recorded as recorded_deps
 # (op dir, key) -> module and the module names used, in this process: shared with warm.py's load
 from .importer import loaded_lock as _loaded_lock, loaded_modules as _loaded, names_used as _names_used
 from .retry import Reason, Retry, retrying
-from .spec import CUDA_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec, verbose_requested
+from .spec import CUDA_SUFFIXES, CXX_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec, verbose_requested
 from .tools.launcher import launcher_is_sccache, launcher_requested
 from .tools.toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc,
                               links_with_lto, nanobind_info, native_cpu, python_headers, python_info,
@@ -177,12 +178,21 @@ def _core_defines(hdr: str, cxx_lib: str, abi: str) -> Tuple[str, ...]:
     return (f"-DOB_CORE_TAG={core_tag(hdr, cxx_lib, abi)}",) + ((f"-DOB_CORE_CXX11_ABI={cxx11}",) if cxx11 else ())
 
 
+# A module's calls to CPython's GIL release and check go to include/opbuilder/detail/gil_wrap.h's
+# wrappers: a release inside an XLA FFI run (to_jax runs a module function on XLA's thread, without the
+# GIL) does nothing, where CPython aborts the process.
+_GIL_WRAP = "-Wl,--wrap=PyEval_SaveThread,--wrap=PyEval_RestoreThread,--wrap=PyGILState_Check"
+
+
 def _module_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
     """A Python module, bound with nanobind (its runtime is a shared library built once per toolchain,
     nanobind_runtime.py, and the core's non-template functions come from the core library,
     core_lib.py) or with pybind11."""
     names = (f"-DOB_EXTENSION_NAME={spec.name}", f"-DMS_EXTENSION_NAME={spec.name}")
     output = spec.name + ext_suffix()
+    # a C++ source gets the wrappers' definitions (_compile_steps); a module of CUDA sources only lacks them
+    link = (_GIL_WRAP,) if sys.platform.startswith("linux") and any(
+        s.suffix in CXX_SUFFIXES for s in spec.sources) else ()
     if _binding(spec, recorded=True) == NANOBIND:
         nb = nanobind_info(spec.root)
         python_include, _ = python_headers(spec.root)  # nothing of pybind11 (python_info) is looked up
@@ -195,12 +205,12 @@ def _module_target(spec: BuildSpec, hdr: str, cxx: Compiler) -> _Target:
         return _Target(output, NANOBIND, ("-isystem", nb.include, "-isystem", python_include),
                        ((nb.include, "<nanobind include>"), (python_include, "<python include>")),
                        names + binding_defines, binding_defines, ("-fvisibility=hidden",),
-                       ("binding=nanobind", *keys), pch_identity=keys)
+                       ("binding=nanobind", *keys), pch_identity=keys, link=link)
     py = python_info(spec.root)
     keys = (f"pybind11={py.pybind11_version}", f"python={py.abi}")
     return _Target(output, PYBIND11, ("-isystem", py.pybind11_include, "-isystem", py.python_include),
                    ((py.pybind11_include, "<pybind11 include>"), (py.python_include, "<python include>")),
-                   names, (), ("-fvisibility=hidden",), keys, pch_identity=keys)
+                   names, (), ("-fvisibility=hidden",), keys, pch_identity=keys, link=link)
 
 
 def _runtime_target(spec: BuildSpec) -> _Target:
@@ -334,7 +344,7 @@ def _plan(spec: BuildSpec, cxx: Compiler) -> _Plan:
                  if target.pch_identity else ())
     includes = tuple(f"-I{p}" for p in spec.include_paths)
     nvcc, cuda_flags, cuda_link, cuda_identity = _cuda(spec, opt, target, system, includes)
-    link = (*spec.ldflags, *cuda_link)
+    link = (*target.link, *spec.ldflags, *cuda_link)
     # -flto is not in the key: here it is a way to build one source (code generation in parallel at link
     # time), like the job count, not another program; with and without it (OPBUILDER_LTO, a launcher)
     # the same sources share one cache entry and one store entry
@@ -410,9 +420,11 @@ def _compile_steps(spec: BuildSpec, plan: _Plan, build_dir: Path):
     pch = None
     name_h = build_dir / "opbuilder_name.h"
     if spec.kind == "module":
+        # and, in every C++ source, the GIL-release wrappers the module is linked with (gil_wrap.h)
         text = (f"// written by opbuilder: the module name for PYBIND11_MODULE(OB_EXTENSION_NAME, m)\n"
                 f"#undef OB_EXTENSION_NAME\n#define OB_EXTENSION_NAME {spec.name}\n"
-                f"#undef MS_EXTENSION_NAME\n#define MS_EXTENSION_NAME {spec.name}\n")
+                f"#undef MS_EXTENSION_NAME\n#define MS_EXTENSION_NAME {spec.name}\n"
+                + ('#include "opbuilder/detail/gil_wrap.h"\n' if _GIL_WRAP in plan.link_flags else ""))
         try:
             current: Optional[bytes] = read_file(name_h)
         except FileNotFoundError:

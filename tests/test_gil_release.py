@@ -114,3 +114,57 @@ def test_calls_without_the_gil_while_another_thread_traces(ops):
     for t in threads:
         t.join()
     assert errors == [] and calls[0] > 0
+
+
+# ---- bodies, Forwards and Backwards that release the GIL themselves (detail/gil_wrap.h) ----
+
+_X0, _Y0 = np.array([1.0, -2.0, 0.5]), np.array([3.0, 0.5, -1.5])
+# each function: (its values, its loss's gradient with respect to each argument, by central differences)
+_RELEASING = {
+    "thrice": ((_X0,), lambda x: 3 * x),
+    "released_twice": ((_X0,), lambda x: 2 * x),
+    "c_api_mul_twice": ((_X0, _Y0), lambda x, y: 3 * x * y),
+    "twice": ((_X0,), lambda x: 2 * x),  # call_guard: the FFI route calls the body, not the binding
+    "mul_twice": ((_X0, _Y0), lambda x, y: 2 * x * y),
+}
+
+
+def _expected_grads(args, f):
+    loss = lambda *a: float(np.sum(f(*a) ** 2))
+    return [central(lambda v, i=i: loss(*args[:i], v, *args[i + 1:]), a) for i, a in enumerate(args)]
+
+
+@pytest.mark.parametrize("name", sorted(_RELEASING))
+def test_a_body_that_releases_the_gil_itself_runs_eagerly(ops, name):
+    args, f = _RELEASING[name]
+    params = [Parameter(a.copy(), name=f"a{i}") for i, a in enumerate(args)]
+    out = getattr(ops, name)(*params)
+    np.testing.assert_allclose(out.asnumpy(), f(*args), rtol=1e-15)
+    (out * out).sum().backward()
+    for p, want in zip(params, _expected_grads(args, f)):
+        np.testing.assert_allclose(p.grad.asnumpy(), want, rtol=1e-7)
+
+
+@pytest.mark.parametrize("name", sorted(_RELEASING))
+def test_a_body_that_releases_the_gil_runs_on_the_xla_ffi_route(ops, name):
+    """The FFI route runs the function on XLA's thread, which holds no GIL: there a release does nothing.
+    Before, CPython aborted the process (Fatal Python error: PyEval_SaveThread)."""
+    jax = pytest.importorskip("jax", reason="jax is not installed (pip install 'opbuilder[jax]')")
+    import jax.numpy as jnp
+    import opbuilder
+
+    args, f = _RELEASING[name]
+    fn = getattr(opbuilder.to_jax(ops), name)
+    x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        jargs = [jnp.asarray(a) for a in args]
+        assert fn.route(*jargs) == "xla_ffi"
+        np.testing.assert_allclose(np.asarray(jax.jit(fn)(*jargs)), f(*args), rtol=1e-15)
+        loss = lambda *a: (fn(*a) ** 2).sum()
+        grads = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))(*jargs)
+        for g, want in zip(grads, _expected_grads(args, f)):
+            np.testing.assert_allclose(np.asarray(g), want, rtol=1e-7)
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+

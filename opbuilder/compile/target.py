@@ -22,3 +22,4 @@ class Target(NamedTuple):
     identity: Tuple[str, ...] = ()  # key parts after the common ones
     reads_headers: bool = True  # False: opbuilder's headers are not read, so not keyed
     pch_identity: Tuple[str, ...] = ()  # a pybind11 module's PCH key parts besides the compiler's
+    link: Tuple[str, ...] = ()  # link flags before the user's ldflags

@@ -1,5 +1,7 @@
 // Bound functions that release the GIL around their body (call_guard<gil_scoped_release>), as a user does
-// for a long kernel: Apply takes the GIL back for what it records (tests/test_gil_release.py).
+// for a long kernel: Apply takes the GIL back for what it records (tests/test_gil_release.py). And
+// bodies, Forwards and Backwards that release it themselves, which to_jax's XLA FFI route runs on a
+// thread without the GIL (detail/gil_wrap.h).
 #include <cstdint>
 
 #include "opbuilder/extension.h"
@@ -7,6 +9,12 @@
 using namespace opbuilder;
 
 namespace {
+
+#if defined(OB_BINDING_NANOBIND)
+namespace bind = nanobind;
+#else
+namespace bind = pybind11;
+#endif
 
 TensorPtr Scaled(const TensorPtr &x, double k) {
   auto xc = x->contiguous();
@@ -36,16 +44,22 @@ struct Mul : Function<Mul> {
   }
 };
 
+// 3 * x, its Forward and Backward releasing the GIL around their loops
+struct Thrice : Function<Thrice> {
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    bind::gil_scoped_release unlocked;
+    return Scaled(x, 3.0);
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    bind::gil_scoped_release unlocked;
+    return {Scaled(g[0], 3.0)};
+  }
+};
+
 // a bound class's method: jit cannot record it whole, so a trace meeting its Apply stops (with a warning)
 struct Scaler {
   TensorPtr apply(const TensorPtr &x) const { return Twice::Apply(x); }
 };
-
-#if defined(OB_BINDING_NANOBIND)
-namespace bind = nanobind;
-#else
-namespace bind = pybind11;
-#endif
 
 }  // namespace
 
@@ -54,6 +68,19 @@ OB_MODULE(m) {
   // two Applies and a plain tensor made between them, all without the GIL
   m.def("mul_twice", [](const TensorPtr &x, const TensorPtr &y) { return Mul::Apply(Twice::Apply(x), y); },
         bind::call_guard<bind::gil_scoped_release>());
+  m.def("thrice", [](const TensorPtr &x) { return Thrice::Apply(x); });
+  // the body releases the GIL itself and calls Apply without it; then with CPython's own macros
+  m.def("released_twice", [](const TensorPtr &x) {
+    bind::gil_scoped_release unlocked;
+    return Twice::Apply(x);
+  });
+  m.def("c_api_mul_twice", [](const TensorPtr &x, const TensorPtr &y) {
+    TensorPtr out;
+    Py_BEGIN_ALLOW_THREADS
+    out = Mul::Apply(Thrice::Apply(x), y);
+    Py_END_ALLOW_THREADS
+    return out;
+  });
   bind::class_<Scaler>(m, "Scaler")
       .def(bind::init<>())
       .def("apply", &Scaler::apply, bind::call_guard<bind::gil_scoped_release>());

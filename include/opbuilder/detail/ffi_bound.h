@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/gil_free_run.h"
 #include "opbuilder/detail/visibility.h"
 #include "opbuilder/tensor.h"  // with detail/tensor_details.h (OfferedBuffers)
 
@@ -78,8 +79,10 @@ class FfiBoundScope {
     FfiRunner() = runner;
     Offered() = offer != nullptr ? *offer : OfferedBuffers{};
     NoPythonHandler() = where;
+    ++GilFreeRun();  // a GIL release in here does nothing (gil_wrap.h)
   }
   ~FfiBoundScope() {
+    --GilFreeRun();
     FfiRunner() = runner_;
     Offered() = offered_;
     NoPythonHandler() = where_;
