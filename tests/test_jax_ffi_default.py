@@ -378,3 +378,22 @@ def test_inputs_from_64_kib_get_a_tape_and_smaller_ones_run_again(probe_ops):
         assert ("record = 1" in text) == token
         np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(lambda a: (j.chain_pick(a) ** 2).sum()))(x)),
                                    18 * np.asarray(x), rtol=1e-14)
+
+
+DOUBLE = ("mul: double backward through an opbuilder operator is not supported: its Backward is "
+          "once-differentiable (create_graph=True, then a gradient of the gradient)")
+
+
+@pytest.mark.parametrize("ffi", [True, False], ids=["xla_ffi", "callback"])
+@pytest.mark.parametrize("shape", [(3, 4), (96, 96)], ids=["rerun", "taped"])  # 96*96*8 B: over _TAPE_FROM
+def test_a_gradient_of_a_gradient_is_the_runtimes_named_error_on_every_jax_route(my_ops, ffi, shape):
+    """As eager and to_torch raise it (its Backward records no graph); JAX's own errors differed by route."""
+    j = opbuilder.to_jax(my_ops, ffi=ffi)
+    x, y = _data(shape)
+    first = lambda a: jax.grad(lambda b: (j.mul(b, y) ** 2).sum())(a)
+    np.testing.assert_allclose(np.asarray(first(x)), 2 * np.asarray(x) * np.asarray(y) ** 2, rtol=1e-13)
+    for second in (jax.grad(lambda a: first(a).sum()), jax.jit(jax.grad(lambda a: first(a).sum())),
+                   jax.jacrev(jax.grad(lambda a: (j.mul(a, y) ** 2).sum()))):
+        with pytest.raises(RuntimeError) as e:
+            second(x)
+        assert str(e.value).splitlines()[0] == DOUBLE  # (JAX adds a note on its filtered traceback below)

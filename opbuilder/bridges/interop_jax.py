@@ -52,8 +52,8 @@ from runtime.tensor import Tensor as _Tensor
 
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
 from .interop_jax_ffi import (dense_cotangent, ffi_function, ffi_targets, generic_targets, host_call, jax_dtype,
-                              jax_gradient, masked_targets, primal_values, probe_entry, probe_values,
-                              runtime_cotangent)
+                              jax_gradient, masked_targets, once_differentiable, primal_values, probe_entry,
+                              probe_values, runtime_cotangent)
 
 __all__ = ["to_jax"]
 
@@ -324,8 +324,9 @@ class _JaxOp:
             cts = (ct,) if not isinstance(ct, tuple) else ct
             cts = tuple(dense_cotangent(c, s.shape, s.dtype) for c, s in zip(cts, out_structs))
             structs = tuple(jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in arrays)
-            grads = run(("backward", len(cts), needs.flags),
-                        lambda *xs: backward_cb(len(cts), needs.flags, *xs), structs, *arrays, *cts)
+            grads = once_differentiable(op.name, lambda *xs: run(
+                ("backward", len(cts), needs.flags), lambda *ys: backward_cb(len(cts), needs.flags, *ys),
+                structs, *xs))(*arrays, *cts)
             return tuple(g if n and jnp.issubdtype(a.dtype, jnp.inexact) else None
                          for a, g, n in zip(arrays, grads, needs.flags))
 

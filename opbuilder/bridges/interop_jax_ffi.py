@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from runtime.call_rules import double_backward_message as _double_backward_message
 from runtime.call_rules import to_framework_cotangent as _to_framework_cotangent
 from runtime.jit import tracing as _tracing
 
@@ -398,6 +399,20 @@ class Needs:
 jax.tree_util.register_pytree_node(Needs, lambda n: ((), n.flags), lambda flags, _: Needs(flags))
 
 
+def once_differentiable(name: str, backward: Callable) -> Callable:
+    """``backward`` (arrays in, arrays out: a backward rule's custom call or callback) with the runtime's
+    one error for a gradient of a gradient, raised when JAX differentiates it (``jax.grad`` of
+    ``jax.grad``, ``jax.jacrev`` of it), as eager and torch raise it; JAX's own errors differed by route.
+    (Forward mode over the op, as in ``jax.hessian``, is JAX's custom_vjp error.)"""
+    g = jax.custom_jvp(backward)
+
+    def refuse(primals, tangents):
+        raise RuntimeError(_double_backward_message(name))
+
+    g.defjvp(refuse)
+    return g
+
+
 def primal_values(args: Sequence[Any]) -> Tuple[Tuple[Any, ...], Needs]:
     """A ``symbolic_zeros`` forward rule's arguments (CustomVJPPrimal) as (values, which are perturbed)."""
     return tuple(a.value for a in args), Needs(a.perturbed for a in args)
@@ -458,7 +473,7 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
         small = sum(np.prod(np.shape(a), dtype=np.int64) * np.dtype(a.dtype).itemsize for a in arrays) < _TAPE_FROM
         if not bound or not any(needs.flags) or small:  # (small: running the function again costs less)
             return f(*arrays), (arrays, needs, None)
-        out, token = forward(arrays, needs)
+        out, token = once_differentiable(op.name, lambda *a: forward(a, needs))(*arrays)  # (the tape's forward)
         return out, (arrays, needs, token)
 
     def f_bwd(res, ct):
@@ -476,10 +491,10 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
         written = [positions.index(k) for k in writes]
         scratch = tuple(_struct(np.shape(arrays[i]), arrays[i].dtype, arrays) for i in written)
         extra = {"needs": needs.mask()} if masked else {}
-        got = jax.ffi.ffi_call(bwd_target, tuple(_struct(np.shape(arrays[i]), arrays[i].dtype, arrays)
-                                                 for i in wanted) + scratch, vmap_method="sequential",
-                               input_output_aliases={i: len(wanted) + m for m, i in enumerate(written)} or None)(
-                                   *arrays, *cts, **attrs, **extra)[:len(wanted)]
+        call = jax.ffi.ffi_call(bwd_target, tuple(_struct(np.shape(arrays[i]), arrays[i].dtype, arrays)
+                                                  for i in wanted) + scratch, vmap_method="sequential",
+                                input_output_aliases={i: len(wanted) + m for m, i in enumerate(written)} or None)
+        got = once_differentiable(op.name, lambda *xs: call(*xs, **attrs, **extra))(*arrays, *cts)[:len(wanted)]
         grads: List[Any] = [None] * len(arrays)
         for i, g in zip(wanted, got):
             if needs.flags[i] and jnp.issubdtype(arrays[i].dtype, jnp.inexact):
@@ -495,9 +510,9 @@ def ffi_function(op: Any, positions: Tuple[int, ...], targets: Tuple[str, str],
             return (None,) * len(arrays)
         if token is None:  # none recorded: the handler runs the function again
             token = _vary_alike(tuple(arrays) + (jnp.zeros((2,), np.uint32),))[-1]  # (shard_map: typed alike)
-        got = jax.ffi.ffi_call(bwd_target, tuple(_struct(np.shape(arrays[i]), arrays[i].dtype, arrays)
-                                                 for i in wanted), vmap_method="sequential")(
-                                   *arrays, *cts, token, **attrs, needs=needs.mask())
+        call = jax.ffi.ffi_call(bwd_target, tuple(_struct(np.shape(arrays[i]), arrays[i].dtype, arrays)
+                                                  for i in wanted), vmap_method="sequential")
+        got = once_differentiable(op.name, lambda *xs: call(*xs, **attrs, needs=needs.mask()))(*arrays, *cts, token)
         grads: List[Any] = [None] * len(arrays)
         for i, g in zip(wanted, got):
             if needs.flags[i] and jnp.issubdtype(arrays[i].dtype, jnp.inexact):
