@@ -124,6 +124,7 @@ _RELEASING = {
     "thrice": ((_X0,), lambda x: 3 * x),
     "released_twice": ((_X0,), lambda x: 2 * x),
     "c_api_mul_twice": ((_X0, _Y0), lambda x, y: 3 * x * y),
+    "checked_twice": ((_X0,), lambda x: 2 * x),  # a GIL check, then Python
     "twice": ((_X0,), lambda x: 2 * x),  # call_guard: the FFI route calls the body, not the binding
     "mul_twice": ((_X0, _Y0), lambda x, y: 2 * x * y),
 }

@@ -3,6 +3,7 @@
 // bodies, Forwards and Backwards that release it themselves, which to_jax's XLA FFI route runs on a
 // thread without the GIL (detail/gil_wrap.h).
 #include <cstdint>
+#include <stdexcept>
 
 #include "opbuilder/extension.h"
 
@@ -80,6 +81,18 @@ OB_MODULE(m) {
     out = Mul::Apply(Thrice::Apply(x), y);
     Py_END_ALLOW_THREADS
     return out;
+  });
+  // the idiom "take the GIL if this thread lacks it, then touch Python": on the FFI route the check takes it
+  m.def("checked_twice", [](const TensorPtr &x) {
+    double k;
+    if (PyGILState_Check()) {
+      k = bind::cast<double>(bind::float_(2.0));
+    } else {
+      bind::gil_scoped_acquire held;
+      k = bind::cast<double>(bind::float_(2.0));
+    }
+    if (k != 2.0) throw std::runtime_error("checked_twice: Python's float(2.0) was not 2.0");
+    return Twice::Apply(x);
   });
   bind::class_<Scaler>(m, "Scaler")
       .def(bind::init<>())

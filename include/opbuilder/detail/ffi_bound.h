@@ -79,10 +79,14 @@ class FfiBoundScope {
     FfiRunner() = runner;
     Offered() = offer != nullptr ? *offer : OfferedBuffers{};
     NoPythonHandler() = where;
-    ++GilFreeRun();  // a GIL release in here does nothing (gil_wrap.h)
+    ++GilFreeRun().depth;  // a GIL release in here does nothing, a check takes it (gil_wrap.h)
   }
   ~FfiBoundScope() {
-    --GilFreeRun();
+    GilFreeRunState &run = GilFreeRun();
+    if (--run.depth == 0 && run.taken) {  // a check took the GIL: given back as the run ends
+      run.taken = false;
+      PyGILState_Release(static_cast<PyGILState_STATE>(run.gil));
+    }
     FfiRunner() = runner_;
     Offered() = offered_;
     NoPythonHandler() = where_;

@@ -1,5 +1,5 @@
-// Whether this thread runs a module function for XLA without the GIL (detail/gil_wrap.h says why it
-// matters). Not for operator authors.
+// Whether this thread runs a module function for XLA without the GIL, and whether the run took the GIL
+// since (detail/gil_wrap.h says why it matters). Not for operator authors.
 #pragma once
 
 #include "opbuilder/detail/visibility.h"
@@ -7,11 +7,16 @@
 namespace opbuilder {
 namespace detail OB_HIDDEN {
 
-// How many XLA FFI runs of a module function this thread is inside (ffi_bound.h's FfiBoundScope).
-// Hidden, so each module counts its own.
-inline int &GilFreeRun() {
-  static thread_local int depth = 0;
-  return depth;
+struct GilFreeRunState {
+  int depth = 0;       // how many XLA FFI runs of a module function this thread is inside (FfiBoundScope)
+  bool taken = false;  // a GIL check in the run took the GIL (PyGILState_Ensure); the outermost run gives it back
+  int gil = 0;         // what that PyGILState_Ensure returned (a PyGILState_STATE)
+};
+
+// This thread's state. Hidden, so each module keeps its own.
+inline GilFreeRunState &GilFreeRun() {
+  static thread_local GilFreeRunState state;
+  return state;
 }
 
 }  // namespace detail
