@@ -403,7 +403,8 @@ def once_differentiable(name: str, backward: Callable) -> Callable:
     """``backward`` (arrays in, arrays out: a backward rule's custom call or callback) with the runtime's
     one error for a gradient of a gradient, raised when JAX differentiates it (``jax.grad`` of
     ``jax.grad``, ``jax.jacrev`` of it), as eager and torch raise it; JAX's own errors differed by route.
-    (Forward mode over the op, as in ``jax.hessian``, is JAX's custom_vjp error.)"""
+    (Forward mode over the op, as in ``jax.hessian``, is JAX's custom_vjp error, or this one where the
+    taped forward is met first.)"""
     g = jax.custom_jvp(backward)
 
     def refuse(primals, tangents):
