@@ -1,11 +1,13 @@
 // Whether this thread runs a module function for XLA without the GIL, and whether the run took the GIL
 // since (detail/gil_wrap.h says why it matters). Not for operator authors.
+//
+// It includes nothing: gil_wrap.h, which the builder force-includes ahead of a source's own lines,
+// includes it, and a source may set the C++ library's configuration (`#define _GLIBCXX_DEBUG`,
+// `_GLIBCXX_USE_CXX11_ABI`, `#pragma pack`) before its first include.
 #pragma once
 
-#include "opbuilder/detail/visibility.h"
-
 namespace opbuilder {
-namespace detail OB_HIDDEN {
+namespace detail __attribute__((visibility("hidden"))) {
 
 struct GilFreeRunState {
   int depth = 0;       // how many XLA FFI runs of a module function this thread is inside (FfiBoundScope)

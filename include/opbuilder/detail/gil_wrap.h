@@ -22,31 +22,33 @@
 // API; every CPython since 3.4 exports it. Not for operator authors.
 #pragma once
 
-#include <Python.h>
-
-#include "opbuilder/detail/gil_free_run.h"
+#include "opbuilder/detail/gil_free_run.h"  // (which includes nothing)
 
 #if defined(__GNUC__) || defined(__clang__)
 extern "C" {
+struct _ts;  // PyThreadState. No <Python.h> here, nor any header: see gil_free_run.h
 __attribute__((weak)) int __real_PyGILState_Check(void);
-__attribute__((weak)) PyThreadState *__real_PyEval_SaveThread(void);
-__attribute__((weak)) void __real_PyEval_RestoreThread(PyThreadState *);
+__attribute__((weak)) struct _ts *__real_PyEval_SaveThread(void);
+__attribute__((weak)) void __real_PyEval_RestoreThread(struct _ts *);
+// PyGILState_Ensure under a name of its own (its PyGILState_STATE is an int-sized enum), so that
+// <Python.h>'s declaration, later in the source, does not clash
+__attribute__((visibility("default"))) int ob_detail_gil_ensure(void) __asm__("PyGILState_Ensure");
 
 __attribute__((weak, visibility("hidden"))) int __wrap_PyGILState_Check(void) {
   if (__real_PyGILState_Check() != 0) return 1;
   opbuilder::detail::GilFreeRunState &run = opbuilder::detail::GilFreeRun();
   if (run.depth == 0 || run.taken) return 0;  // (taken, and released since: the truth)
-  run.gil = static_cast<int>(PyGILState_Ensure());  // an FFI run asks: held from now to the run's end
+  run.gil = ob_detail_gil_ensure();  // an FFI run asks: held from now to the run's end
   run.taken = true;
   return 1;
 }
 
-__attribute__((weak, visibility("hidden"))) PyThreadState *__wrap_PyEval_SaveThread(void) {
+__attribute__((weak, visibility("hidden"))) struct _ts *__wrap_PyEval_SaveThread(void) {
   if (opbuilder::detail::GilFreeRun().depth != 0 && __real_PyGILState_Check() == 0) return nullptr;  // not held
   return __real_PyEval_SaveThread();
 }
 
-__attribute__((weak, visibility("hidden"))) void __wrap_PyEval_RestoreThread(PyThreadState *state) {
+__attribute__((weak, visibility("hidden"))) void __wrap_PyEval_RestoreThread(struct _ts *state) {
   if (state == nullptr && opbuilder::detail::GilFreeRun().depth != 0) return;  // the release above did nothing
   __real_PyEval_RestoreThread(state);
 }
