@@ -6,23 +6,12 @@
 #include <stdexcept>
 
 #include "opbuilder/extension.h"
+#include "scaled_kernel.h"  // Scaled, bind
 
 using namespace opbuilder;
+using namespace test_fixtures;
 
 namespace {
-
-#if defined(OB_BINDING_NANOBIND)
-namespace bind = nanobind;
-#else
-namespace bind = pybind11;
-#endif
-
-TensorPtr Scaled(const TensorPtr &x, double k) {
-  auto xc = x->contiguous();
-  auto out = Tensor::empty(kFloat64, x->shape());
-  for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = k * xc->data<double>()[i];
-  return out;
-}
 
 // 2 * x
 struct Twice : Function<Twice> {

@@ -8,17 +8,12 @@
 #include <vector>
 
 #include "opbuilder/extension.h"
+#include "scaled_kernel.h"  // Scaled, bind
 
 using namespace opbuilder;
+using namespace test_fixtures;
 
 namespace {
-
-TensorPtr Scaled(const TensorPtr &x, double k) {
-  auto xc = x->contiguous();
-  auto out = Tensor::empty(kFloat64, x->shape());
-  for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = k * xc->data<double>()[i];
-  return out;
-}
 
 // K * x; `y` only rides along (its gradient is none).
 template <int K>
@@ -82,9 +77,6 @@ struct Scale3 : Function<Scale3> {
 }  // namespace
 #include <nanobind/stl/tuple.h>
 namespace {
-namespace bind = nanobind;
-#else
-namespace bind = pybind11;
 #endif
 
 TensorPtr Post(const TensorPtr &x, const TensorPtr &y) {

@@ -5,29 +5,18 @@
 #include <thread>
 
 #include "opbuilder/extension.h"
+#include "scaled_kernel.h"  // Scaled, bind
 
 using namespace opbuilder;
+using namespace test_fixtures;
 
 namespace {
-
-TensorPtr Scaled(const TensorPtr &x, double k) {
-  auto xc = x->contiguous();
-  auto out = Tensor::empty(kFloat64, x->shape());
-  for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = k * xc->data<double>()[i];
-  return out;
-}
 
 // 3 * x
 struct Triple : Function<Triple> {
   static TensorPtr Forward(AutogradContext *, const TensorPtr &x) { return Scaled(x, 3.0); }
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Scaled(g[0], 3.0)}; }
 };
-
-#if defined(OB_BINDING_NANOBIND)
-namespace bind = nanobind;
-#else
-namespace bind = pybind11;
-#endif
 
 }  // namespace
 
