@@ -13,7 +13,9 @@ Cases (benchmarks/interop.py's operators, the same kernel everywhere): ``to_torc
 to_torch's C++ bridge), ``torch_plain`` (torch's plain C++ op, pybind11), ``direct_torch`` and
 ``direct_numpy`` (the op itself, nanobind build, on torch tensors and on numpy arrays), and
 ``direct_torch_bridge`` (``direct_torch`` in a process where to_torch's C++ bridge is loaded: torch
-tensors are then read by the bridge's C++, dlpack_exchange.h). Ratios printed: issue 38 goal 3
+tensors are then read by the bridge's C++, dlpack_exchange.h), ``runtime_eager`` and ``runtime_record``
+(the op on runtime.Tensors: no grad, and one requiring grad, so each call records a node; issue 33's
+per-call rows of the runtime's own route). Ratios printed: issue 38 goal 3
 (to_torch / torch_plain, goal 1.15x) and goal 2 (direct_torch / direct_numpy, goal 1.3x; and with
 the bridge loaded). Needs valgrind and torch.
 """
@@ -29,7 +31,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CASES = ("noop", "to_torch", "torch_plain", "direct_torch", "direct_numpy", "direct_torch_bridge")
+CASES = ("noop", "to_torch", "torch_plain", "direct_torch", "direct_numpy", "direct_torch_bridge", "runtime_eager",
+         "runtime_record")
 
 CHILD = r"""
 import os, subprocess, sys
@@ -60,6 +63,10 @@ elif case == "direct_torch_bridge":  # the same, in a process where to_torch's C
     f = lambda: obn.mul(tx, ty)
 elif case == "direct_numpy":
     f = lambda: obn.mul(na, nb)
+elif case in ("runtime_eager", "runtime_record"):  # runtime.Tensors: no grad, and recording a node
+    import runtime as rt
+    rx, ry = rt.Tensor(na.copy(), requires_grad=case == "runtime_record"), rt.Tensor(nb.copy())
+    f = lambda: obn.mul(rx, ry)
 else:
     f = lambda: None
 for _ in range(300):
