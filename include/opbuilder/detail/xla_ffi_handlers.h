@@ -665,6 +665,14 @@ class BoundRun {
   BoundRun(const TensorPtrList &inputs, const std::vector<bool> &wants, bool record, int depth = 0,
            bool retry = false)
       : record_(record), retry_(retry), depth_(depth), tape_(record ? new Tape : nullptr) {
+    if (record) {  // room for the usual call (its inputs, a few nodes' outputs): no regrowth per value
+      const std::size_t values = inputs.size() + 6;
+      tape_->dtype.reserve(values);
+      tape_->shape.reserve(values);
+      tape_->wants.reserve(values);
+      tape_->nodes.reserve(4);
+      live_.reserve(values);
+    }
     for (std::size_t i = 0; record && i < inputs.size(); ++i) NewValue(inputs[i], wants[i]);
   }
   BoundRun(const BoundRun &) = delete;
@@ -695,7 +703,6 @@ class BoundRun {
     return -1;
   }
   int NewValue(const TensorPtr &t, bool wants) {
-    if (live_.empty()) live_.reserve(8);
     const int v = static_cast<int>(tape_->dtype.size());
     tape_->dtype.push_back(t->dtype());
     tape_->shape.push_back(t->shape());
@@ -775,11 +782,18 @@ class BoundRun {
       in[i] = v;
       recorded = true;
     }
-    std::vector<std::uint64_t> prints;
+    // the arguments' fingerprints: in the object for up to kInlinePrints arguments (no allocation)
+    constexpr std::size_t kInlinePrints = 8;
+    std::uint64_t inline_prints[kInlinePrints] = {};
+    std::vector<std::uint64_t> more_prints;
+    std::uint64_t *prints = inline_prints;
     double phase = 0;
     if (recorded) {  // the runtime checks writes when it records, and so does this
       phase = NextFingerprintPhase();
-      prints.assign(f.nargs, 0);
+      if (f.nargs > kInlinePrints) {
+        more_prints.assign(f.nargs, 0);
+        prints = more_prints.data();
+      }
       for (std::size_t i = 0; i < f.nargs; ++i) {
         if (f.args[i] != nullptr) prints[i] = Fingerprint(*f.args[i], phase);
       }
@@ -795,9 +809,10 @@ class BoundRun {
       throw;
     }
     --depth_;
-    const TensorPtrList outs = single != nullptr ? TensorPtrList{*single} : *list;
+    const TensorPtr *outs = single != nullptr ? single : list->data();
+    const std::size_t n_outs = single != nullptr ? 1 : list->size();
     const std::string &name = *f.name;
-    CheckOutputs(f, st, outs.data(), outs.size());
+    CheckOutputs(f, st, outs, n_outs);
     if (recorded) {
       for (std::size_t i = 0; i < f.nargs; ++i) {
         if (f.args[i] == nullptr || st.IsDirty(f.args[i]) || Fingerprint(*f.args[i], phase) == prints[i]) continue;
@@ -814,7 +829,9 @@ class BoundRun {
     if (!recorded) return;
     TapeNode node;
     node.in = std::move(in);
-    for (const auto &o : outs) {
+    node.out.reserve(n_outs);
+    for (std::size_t j = 0; j < n_outs; ++j) {
+      const TensorPtr &o = outs[j];
       node.out.push_back(NewValue(o, ::opbuilder::IsDifferentiable(o->dtype()) && !st.IsNonDifferentiable(o.get())));
     }
     for (const auto &t : st.saved_raw) tape_->nbytes += t ? t->nbytes() : 0;
@@ -853,6 +870,7 @@ TensorPtrList RunTape(Tape &tape, const TensorPtrList &cts, std::size_t n, Call 
     }
     const bool materialize = State(*node.ctx).materialize_grads;
     TensorPtrList grads;
+    grads.reserve(node.out.size());
     for (int o : node.out) {
       grads.push_back(g[o] ? std::move(g[o]) : materialize ? Tensor::zeros(tape.dtype[o], tape.shape[o]) : nullptr);
     }
@@ -980,6 +998,7 @@ class BoundHandlers {
           wants[i] = record && NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
         }
         TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
+        offered.reserve(dst.size());
         for (std::size_t j = 0; j < dst.size(); ++j) {
           if (!aliased[j]) offered.push_back(dst[j]);
         }
@@ -1055,6 +1074,7 @@ class BoundHandlers {
         CheckCount(outs, k);
       }
       TensorPtrList cts;  // XLA's memory, read-only: a Backward that is not kAcceptsViews gets copies
+      cts.reserve(k);
       for (std::size_t j = 0; j < k; ++j) {
         auto b = args.get<ffi::AnyBuffer>(n_ + j);
         if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
@@ -1063,6 +1083,8 @@ class BoundHandlers {
       const TensorPtrList all = ResultTensors(rets);
       TensorPtrList g_dst;
       std::vector<std::size_t> which;
+      g_dst.reserve(n_);
+      which.reserve(n_);
       for (std::size_t i = 0; i < n_ && g_dst.size() < all.size(); ++i) {
         if (!NeedsBit(needs, i)) continue;
         which.push_back(i);
@@ -1094,6 +1116,7 @@ class BoundHandlers {
         });
       }
       TensorPtrList g_out;
+      g_out.reserve(which.size());
       for (std::size_t i : which) g_out.push_back(g[i]);
       CopyOut(std::move(g_out), g_dst, *e_.name, true);
       return ffi::Error::Success();
