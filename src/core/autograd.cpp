@@ -196,6 +196,7 @@ OB_CORE_FN TensorPtr PrivateCopy(const Tensor &t) {
 OB_CORE_FN AutogradContext::~AutogradContext() = default;
 
 OB_CORE_FN void AutogradContext::SaveForBackward(const TensorPtrList &tensors) { st_.saved_raw = tensors; }
+OB_CORE_FN void AutogradContext::SaveForBackward(TensorPtrList &&tensors) { st_.saved_raw = std::move(tensors); }
 
 OB_CORE_FN void AutogradContext::MarkNonDifferentiable(const TensorPtrList &outputs) {
   st_.non_differentiable.insert(st_.non_differentiable.end(), outputs.begin(), outputs.end());
@@ -326,12 +327,43 @@ OB_CORE_FN void ForeignDestroy(void *state) noexcept {
   delete static_cast<ForeignNodeState *>(state);
 }
 
+// Output `out` of a call through a bridge, bound to the framework tensor it is returned as: a dirty
+// argument's own object (`*own` set to 1), a view of an argument returned unchanged, or a new framework
+// tensor over its memory. `attach` (recording): the object the node attaches to, if `differentiable`.
+static TensorPtr ForeignOutput(const ForeignApi &api, const ContextState &st, const FunctionCall &f, TensorPtr out,
+                               bool differentiable, PyObject **attach, int *own) {
+  const int ai = st.ArgIndex(out.get());
+  const std::size_t a = static_cast<std::size_t>(ai);
+  void *dirty = ai >= 0 && st.IsDirty(out.get()) ? ForeignHandle(*CallerArg(f, a)) : nullptr;
+  // an argument returned unchanged (the caller's own, not a private copy): a view of the caller's
+  // tensor, as torch's Functions return it, so that the two share a version counter
+  void *same = ai >= 0 && dirty == nullptr && f.originals[a] == nullptr ? ForeignHandle(*CallerArg(f, a)) : nullptr;
+  // bound to its object below: never a tensor Forward (or ctx) holds. One that nothing else holds (a new
+  // output) and that is bound to no object is bound itself: no other owner can see the difference.
+  TensorPtr o = out.use_count() == 1 && out->py_object() == nullptr ? std::move(out) : Alias(out);
+  PyRef obj;
+  if (dirty != nullptr) {
+    if (own != nullptr) *own = 1;
+    obj = PyRef::Steal(Check(api.object_of(dirty)));
+  } else if (same != nullptr) {
+    obj = PyRef::Steal(Check(api.alias(same)));
+  } else {
+    obj = PyRef::Steal(WrapForeign(api, *o));
+  }
+  if (attach != nullptr && differentiable && IsDifferentiable(o->dtype())) *attach = obj.get();
+  TensorAccess::BindPython(*o, std::move(obj));
+  return o;
+}
+
 OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, const FunctionCall &f,
                                    TensorPtr *single, TensorPtrList *list) {
   bool wants = false;
   for (std::size_t i = 0; i < f.nargs; ++i) wants = wants || ForeignWantsGrad(CallerArg(f, i));
   const bool record = wants && api.grad_enabled() != 0;
-  std::unique_ptr<AutogradContext, ContextDeleter> ctx(new AutogradContext);
+  // a recorded call's context goes to its node (heap); a no-grad call's ends with the call (stack)
+  std::unique_ptr<AutogradContext, ContextDeleter> heap_ctx(record ? new AutogradContext : nullptr);
+  std::optional<AutogradContext> local_ctx;
+  AutogradContext *const ctx = record ? heap_ctx.get() : &local_ctx.emplace();
   ContextState &st = State(*ctx);
   BeginContext(st, f);
   std::vector<void *> inputs;  // filled only while recording (as attach and dirty below): no allocation otherwise
@@ -369,14 +401,14 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     }
     const int prev = api.set_grad_enabled(0);
     try {
-      f.forward(ctx.get(), f.call, single, list);
+      f.forward(ctx, f.call, single, list);
     } catch (...) {
       api.set_grad_enabled(prev);
       throw;
     }
     api.set_grad_enabled(prev);
   } else {
-    f.forward(ctx.get(), f.call, single, list);
+    f.forward(ctx, f.call, single, list);
   }
   for (const auto &d : st.dirty) {  // torch's refusal, in its words, with what Forward wrote undone
     const int i = st.ArgIndex(d.get());
@@ -394,6 +426,11 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
       return why == nullptr ? std::string() : *f.name + ": " + why;
     });
   }
+  if (!record && single != nullptr && st.dirty.empty()) {  // the common call: one output, nothing written
+    if (!*single) throw std::runtime_error(*f.name + "::Forward returned a null tensor as output 0");
+    *single = ForeignOutput(api, st, f, std::move(*single), false, nullptr, nullptr);
+    return;
+  }
   const TensorPtrList outs = single != nullptr ? AsList(std::move(*single)) : std::move(*list);
   CheckOutputs(outs, *f.name);
   if (record) {
@@ -410,28 +447,10 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     dirty.assign(outs.size(), 0);
   }
   for (std::size_t j = 0; j < outs.size(); ++j) {
-    const int ai = st.ArgIndex(outs[j].get());
-    void *own = ai >= 0 && st.IsDirty(outs[j].get()) ? ForeignHandle(*CallerArg(f, static_cast<std::size_t>(ai)))
-                                                     : nullptr;
-    TensorPtr o = Alias(outs[j]);  // bound to its object below: never the tensor Forward (or ctx) holds
-    // an argument returned unchanged (the caller's own, not a private copy): a view of the caller's
-    // tensor, as torch's Functions return it, so that the two share a version counter
-    void *same = ai >= 0 && own == nullptr && f.originals[static_cast<std::size_t>(ai)] == nullptr ? ForeignHandle(*CallerArg(f, static_cast<std::size_t>(ai)))
-                                                                         : nullptr;
-    PyRef obj;
-    if (own != nullptr) {
-      if (record) dirty[j] = 1;
-      obj = PyRef::Steal(Check(api.object_of(own)));
-    } else if (same != nullptr) {
-      obj = PyRef::Steal(Check(api.alias(same)));
-    } else {
-      obj = PyRef::Steal(WrapForeign(api, *o));
-    }
-    if (record && !st.IsNonDifferentiable(outs[j].get()) && IsDifferentiable(o->dtype())) {
-      attach[j] = obj.get();
-    }
-    TensorAccess::BindPython(*o, std::move(obj));
-    result[j] = std::move(o);
+    int own = 0;
+    result[j] = ForeignOutput(api, st, f, outs[j], record && !st.IsNonDifferentiable(outs[j].get()),
+                              record ? &attach[j] : nullptr, &own);
+    if (record) dirty[j] = own;
   }
 
   if (record) {
@@ -488,7 +507,7 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     TensorPtrList().swap(st.dirty);
     TensorPtrList().swap(st.non_differentiable);
     const int materialize = st.materialize_grads ? 1 : 0;
-    state->ctx = std::move(ctx);
+    state->ctx = std::move(heap_ctx);
     const ForeignNode node{state.release(), f.name->c_str(), f.nargs,     inputs.data(),   outs.size(),
                            attach.data(),   dirty.data(),     materialize, &ForeignBackward, &DropForeignKeep,
                            &ForeignRelease, &ForeignDestroy};

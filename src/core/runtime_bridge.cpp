@@ -118,14 +118,17 @@ OB_CORE_FN TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o) {
 
 OB_CORE_FN TensorPtr TensorFromObject(PyObject *o) {
   const Runtime &rt = Runtime::Get();
-  if (PyObject_TypeCheck(o, rt.tensor_type)) return TensorFromPy(rt, o);
-  if (rt.api->IsArray(o)) return TensorFromArray(rt, o, nullptr, false);
-  if (const ForeignApi *api = ActiveBridge(rt)) {  // a torch tensor, called through to_torch
+  // a torch tensor, called through to_torch (asked first: unpack takes only the framework's exact tensor
+  // type, which is neither a runtime.Tensor nor a numpy array)
+  const ForeignApi *api = ActiveBridge(rt);
+  if (api != nullptr) {
     ForeignTensor f;
     const int got = api->unpack(o, &f);
     if (got < 0) throw PythonError();
     if (got > 0) return TensorFromForeign(*api, f, true);
   }
+  if (PyObject_TypeCheck(o, rt.tensor_type)) return TensorFromPy(rt, o);
+  if (rt.api->IsArray(o)) return TensorFromArray(rt, o, nullptr, false);
   if (TensorPtr t = TensorFromExchange(o)) return t;  // a CPU torch tensor, through DLPack's C table
   return TensorFromDlpack(rt, o);
 }

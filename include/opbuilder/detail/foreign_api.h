@@ -63,7 +63,8 @@ struct ForeignApi {
   // 1: `o` filled `*out` (a CPU tensor of a dtype operators take); 0: not one; -1: a Python error is set.
   int (*unpack)(PyObject *o, ForeignTensor *out);
   void (*release)(void *handle);
-  // A new framework tensor over `t`'s memory; `drop(keep)` runs when the framework frees it.
+  // A new framework tensor over `t`'s memory; `drop(keep)` runs when the framework frees it. `t` (its
+  // shape and strides) is read during the call only.
   PyObject *(*wrap)(const ForeignTensor *t, void *keep, void (*drop)(void *));
   int (*grad_enabled)(void);
   int (*set_grad_enabled)(int on);  // returns the previous mode

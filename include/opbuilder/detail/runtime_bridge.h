@@ -282,20 +282,29 @@ inline ForeignTensor ForeignOf(const Tensor &t) {
   return f;
 }
 
+// What a framework tensor made by WrapForeign keeps of a Tensor: its storage (the framework copies the
+// shape and strides while it makes the tensor, ForeignApi::wrap).
+inline void DropStorageKeep(void *keep) { delete static_cast<std::shared_ptr<void> *>(keep); }
+
 // A new framework tensor over `t`'s memory (new reference); a host view with negative strides,
 // which torch cannot describe, goes out as a contiguous copy.
 inline PyObject *WrapForeign(const ForeignApi &api, const Tensor &t) {
-  if (!t.is_cuda() && !t.is_contiguous()) {
-    for (std::int64_t st : t.strides()) {
-      if (st < 0) return WrapForeign(api, *t.contiguous_copy());
+  ShapeVector strides;
+  if (!t.is_contiguous()) {
+    strides = t.strides();
+    if (!t.is_cuda()) {
+      for (std::int64_t st : strides) {
+        if (st < 0) return WrapForeign(api, *t.contiguous_copy());
+      }
     }
   }
-  ForeignTensor f = ForeignOf(t);
-  PyObject *o = api.wrap(&f, f.handle, DropForeignKeep);
-  if (o == nullptr) {
-    DropForeignKeep(f.handle);
-    throw PythonError();
-  }
+  auto keep = std::make_unique<std::shared_ptr<void>>(t.storage());
+  const ForeignTensor f{t.data_ptr(), t.shape().data(), strides.empty() ? nullptr : strides.data(),
+                        static_cast<std::int32_t>(t.ndim()), static_cast<std::int32_t>(t.dtype()), 0, nullptr,
+                        t.device_index()};
+  PyObject *o = api.wrap(&f, keep.get(), DropStorageKeep);
+  if (o == nullptr) throw PythonError();  // `keep` is still ours
+  keep.release();  // the framework tensor's now
   return o;
 }
 
