@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Union
 
-from .custom_op import CustomOpBuilder
+from . import CustomOpBuilder
 from .spec import cache_root
 from .warm import trusted_as_given
 

@@ -2,7 +2,7 @@
 before it looks for a build (the cache's root, a wheel's record of shipped operators, the environment);
 and how a build found is loaded (its libraries, then the module: ``import_build``).
 
-This module imports nothing of opbuilder, and ``import opbuilder`` imports it and custom_op.py only: each
+This module imports nothing of opbuilder, and ``import opbuilder`` imports it and the package only: each
 module a new process imports costs ~0.3 M instructions (~0.15 ms), a tenth of a shipped load's budget
 (issue 35). So ``cache_root`` (cache/cache_dir.py), ``clean_path`` (cache/relocate.py) and ``find_record``
 (cache/shipped_record.py) are defined here, and those modules hand them on under their old names; and
@@ -162,6 +162,18 @@ def _absolute_paths(flags: Tuple[str, ...], link: bool = False) -> Tuple[str, ..
     return tuple(out)
 
 
+def _absolute_path(path: PathLike) -> str:
+    """``clean_path(str(Path(path).expanduser().absolute()))`` with one Path made, not three (a new process's
+    load() makes a spec before anything else, issue 35): what pathlib drops (``.`` parts, doubled ``/``, a
+    trailing ``/``) is dropped by clean_path's normpath too, a file being the same file without them."""
+    p = Path(path)
+    if not p.is_absolute():
+        p = p.expanduser()
+        if not p.is_absolute():
+            return clean_path(os.path.join(os.getcwd(), str(p)))
+    return clean_path(str(p))
+
+
 def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str, kind: str,
               include_paths: Optional[Sequence[PathLike]], cflags, cuda_cflags, ldflags,
               debug: bool, verbose: bool, root: Path, binding: Optional[str] = None) -> BuildSpec:
@@ -186,9 +198,10 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
         sources = [sources]
     srcs = []
     for s in sources:
-        p = Path(clean_path(str(Path(s).expanduser().absolute())))
-        if not p.is_file():
+        path = _absolute_path(s)
+        if not os.path.isfile(path):
             raise FileNotFoundError(f"source file of operator '{name}' not found: {s}")
+        p = Path(path)
         suffixes = CXX_SUFFIXES + (CUDA_SUFFIXES if backend == "GPU" else ())
         if p.suffix not in suffixes:
             hint = " (.cu sources need backend='GPU')" if p.suffix in CUDA_SUFFIXES else ""
@@ -201,7 +214,7 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
         raise ValueError(f"operator '{name}' lists a source twice")
     incs = []
     for inc in include_paths or ():
-        p = Path(clean_path(str(Path(inc).expanduser().absolute())))
+        p = Path(_absolute_path(inc))
         if not p.is_dir():
             raise FileNotFoundError(f"include path of operator '{name}' is not a directory: {inc}")
         incs.append(p)
