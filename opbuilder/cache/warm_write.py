@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..warm import FORMAT, MAX_RECORDS, _PKG_DIR, _identity, _read_records, _records_path, _stamp
+from ..warm import FORMAT, MAX_RECORDS, _PKG_DIR, _identity, _read_records, _records_path, _stamp, stamps_data
 from .trust import check_file, stamp_of, write_file
 from .warm_notes import SETTLE_NS, seen_now
 
@@ -62,7 +62,8 @@ def _remember(seen, spec, trusted_spec, key: str, lib: Path, preload_libs: Seque
     path = _records_path(root, spec)
     if str(lib.parent.parent) != os.path.dirname(path):
         return  # not this spec's op dir (a prebuilt store's build)
-    record = marshal.dumps((key, lib.name, lib_stamp, [[p, s] for p, s in inputs.items()], pre))
+    # the inputs: their paths joined by NULs (no path holds one) and their stamps as one string (warm.py)
+    record = marshal.dumps((key, lib.name, lib_stamp, ("\0".join(inputs), stamps_data(list(inputs.values()))), pre))
     records = _read_records(path)
     if records.get(identity) == record:
         return
