@@ -93,6 +93,18 @@ def _to_runtime(who: str, k: int, arr: np.ndarray, private: bool = True) -> Any:
     return _Tensor._from_array(arr if arr.flags.writeable or not private else arr.copy())
 
 
+def _settled(outs: Sequence[Any]) -> Sequence[Any]:
+    """``outs`` of an eager call (no tracers: nothing is being traced) once the program that runs the
+    callback code has finished. An eager call is an XLA program of its own, dispatched asynchronously,
+    and JAX can drop its result unread: ``jax.jacfwd`` runs a ``custom_vjp``'s forward eagerly, then
+    raises. jaxlib's CPU client may not have started that program yet; it would then run the Python
+    callback when the client is destroyed at interpreter exit, on XLA's thread, where taking the GIL
+    ends the thread and aborts the process. Waiting here leaves no callback in flight (issue 33)."""
+    if not any(isinstance(o, jax.core.Tracer) for o in outs):
+        jax.block_until_ready(outs)
+    return outs
+
+
 def _shapes(specs: Any) -> str:
     return ", ".join(str(list(s.shape)) for s in specs)
 
@@ -279,8 +291,8 @@ class _JaxOp:
 
         def run(key: Any, cb: Callable, structs: Sequence[Any], *arrays: Any) -> Any:
             if host is not None:
-                return host(key, cb, structs, *arrays)
-            return jax.pure_callback(cb, tuple(structs), *arrays, vmap_method="sequential")
+                return _settled(host(key, cb, structs, *arrays))
+            return _settled(jax.pure_callback(cb, tuple(structs), *arrays, vmap_method="sequential"))
 
         def forward_cb(*arrays):
             _, _, outs, _ = op._host_forward(positions, statics, arrays, grad=False)
