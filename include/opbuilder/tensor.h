@@ -185,6 +185,12 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
 
 
 namespace detail OB_HIDDEN {
+// A Tensor made by the core (a view of an argument, an alias), from the per-thread block lists (PoolTake).
+template <typename... A>
+TensorPtr NewTensor(A &&...args) {
+  return std::allocate_shared<Tensor>(PoolAllocator<Tensor>(), std::forward<A>(args)...);
+}
+
 // What only the bridge and Function<T> change on a Tensor.
 struct TensorAccess {
   static void BindPython(Tensor &t, PyRef obj) { t.py_ = std::move(obj); }

@@ -59,8 +59,8 @@ OB_CORE_FN TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObjec
     strides.clear();
   }
   Py_INCREF(src);
-  std::shared_ptr<void> storage(a->data, PyOwnerDeleter{src});
-  auto t = std::make_shared<Tensor>(dt, std::move(shape), std::move(strides), a->data, std::move(storage), writable);
+  std::shared_ptr<void> storage(a->data, PyOwnerDeleter{src}, PoolAllocator<void>());
+  auto t = NewTensor(dt, std::move(shape), std::move(strides), a->data, std::move(storage), writable);
   if (owner != nullptr) TensorAccess::BindPython(*t, PyRef::Borrow(owner));
   TensorAccess::SetRequiresGrad(*t, requires_grad);
   return t;

@@ -49,6 +49,83 @@ OB_CORE_FN void CopyStrided(char *dst, const ShapeVector &dst_strides, const cha
   }
 }
 
+#if OB_CORE_SHARED
+namespace {
+constexpr std::size_t kPoolClasses = 4;      // blocks of 64, 128, 192 and 256 bytes
+constexpr std::uint32_t kPoolKeep = 64;      // kept per class and thread
+// Zero-initialised and trivially destructible: read without a guard, still readable while the thread's
+// other thread_local objects are destroyed. `state`: 0 no block kept yet, 1 kept (the reaper is set), 2 the
+// thread is ending (its blocks freed; later ones go back to free()).
+struct PoolLists {
+  void *head[kPoolClasses];
+  std::uint32_t count[kPoolClasses];
+  std::uint32_t state;
+};
+thread_local PoolLists pool_lists;
+struct PoolReaper {
+  ~PoolReaper() {
+    PoolLists &l = pool_lists;
+    l.state = 2;
+    for (std::size_t c = 0; c < kPoolClasses; ++c) {
+      while (void *p = l.head[c]) {
+        l.head[c] = *static_cast<void **>(p);
+        std::free(p);
+      }
+      l.count[c] = 0;
+    }
+  }
+};
+
+// The thread's first kept block: its reaper is set, which frees the blocks when the thread ends.
+[[gnu::noinline]] bool PoolStart(PoolLists &l) {
+  static thread_local PoolReaper reaper;
+  (void)reaper;
+  l.state = 1;
+  return true;
+}
+}  // namespace
+
+OB_CORE_FN void *PoolTake(std::size_t nbytes) {
+  const std::size_t c = nbytes == 0 ? 0 : (nbytes - 1) / 64;
+  if (c < kPoolClasses) {
+    PoolLists &l = pool_lists;
+    if (void *p = l.head[c]) {
+      l.head[c] = *static_cast<void **>(p);
+      --l.count[c];
+      return p;
+    }
+    nbytes = (c + 1) * 64;  // the class's size: any block of the class serves any request of it
+  }
+  void *p = std::malloc(nbytes);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+
+OB_CORE_FN void PoolGive(void *p, std::size_t nbytes) noexcept {
+  const std::size_t c = nbytes == 0 ? 0 : (nbytes - 1) / 64;
+  PoolLists *l = &pool_lists;
+#if defined(__GNUC__)
+  asm("" : "+r"(l));  // the thread's address, looked up once (not again after PoolStart)
+#endif
+  if (c < kPoolClasses && l->count[c] < kPoolKeep && (l->state == 1 || (l->state == 0 && PoolStart(*l)))) {
+    *static_cast<void **>(p) = l->head[c];
+    l->head[c] = p;
+    ++l->count[c];
+    return;
+  }
+  std::free(p);
+}
+#else
+OB_CORE_FN void *PoolTake(std::size_t nbytes) {
+  void *p = std::malloc(nbytes == 0 ? 1 : nbytes);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+OB_CORE_FN void PoolGive(void *p, std::size_t) noexcept { std::free(p); }
+#endif
+
 OB_CORE_FN OfferedBuffers &Offered() {
   static thread_local OfferedBuffers offered;
   return offered;

@@ -211,8 +211,8 @@ inline TensorPtr TensorOverTorch(PyObject *o, char *data, DataType dt, const std
   ShapeVector strides_v;
   if (strides != nullptr) strides_v.assign(strides, strides + ndim);
   Py_INCREF(o);
-  std::shared_ptr<void> storage(data, PyOwnerDeleter{o});
-  return std::make_shared<Tensor>(dt, std::move(shape_v), std::move(strides_v), data, std::move(storage), true);
+  std::shared_ptr<void> storage(data, PyOwnerDeleter{o}, PoolAllocator<void>());
+  return NewTensor(dt, std::move(shape_v), std::move(strides_v), data, std::move(storage), true);
 }
 
 // `o` as a Tensor over its memory if it is a CPU torch tensor this path takes as it is; else nullptr,

@@ -60,7 +60,7 @@ inline bool SameTensor(const Tensor *a, const Tensor *b) {
 }
 
 // A tensor sharing `t`'s memory but bound to no Python object.
-inline TensorPtr Alias(const TensorPtr &t) { return std::make_shared<Tensor>(*t); }
+inline TensorPtr Alias(const TensorPtr &t) { return NewTensor(*t); }
 
 inline void CheckOutputs(const TensorPtrList &outs, const std::string &name) {
   for (std::size_t j = 0; j < outs.size(); ++j) {

@@ -248,11 +248,11 @@ inline const ForeignApi *ActiveBridge(const Runtime &rt) { return IfActive(*rt.b
 
 // A Tensor over a framework tensor's memory (it takes the reference in `f.handle`).
 inline TensorPtr TensorFromForeign(const ForeignApi &api, const ForeignTensor &f, bool requires_grad) {
-  std::shared_ptr<void> storage(f.data, ForeignOwner{&api, f.handle});
+  std::shared_ptr<void> storage(f.data, ForeignOwner{&api, f.handle}, PoolAllocator<void>());
   ShapeVector shape(f.shape, f.shape + f.ndim);
   ShapeVector strides;
   if (f.strides != nullptr) strides.assign(f.strides, f.strides + f.ndim);
-  auto t = std::make_shared<Tensor>(static_cast<DataType>(f.dtype), std::move(shape), std::move(strides), f.data,
+  auto t = NewTensor(static_cast<DataType>(f.dtype), std::move(shape), std::move(strides), f.data,
                                     std::move(storage), true, f.device);
   TensorAccess::SetRequiresGrad(*t, requires_grad && f.requires_grad != 0);
   return t;
@@ -284,7 +284,11 @@ inline ForeignTensor ForeignOf(const Tensor &t) {
 
 // What a framework tensor made by WrapForeign keeps of a Tensor: its storage (the framework copies the
 // shape and strides while it makes the tensor, ForeignApi::wrap).
-inline void DropStorageKeep(void *keep) { delete static_cast<std::shared_ptr<void> *>(keep); }
+inline void DropStorageKeep(void *keep) {
+  auto *k = static_cast<std::shared_ptr<void> *>(keep);
+  k->~shared_ptr();
+  PoolGive(k, sizeof(*k));
+}
 
 // A new framework tensor over `t`'s memory (new reference); a host view with negative strides,
 // which torch cannot describe, goes out as a contiguous copy.
@@ -298,14 +302,16 @@ inline PyObject *WrapForeign(const ForeignApi &api, const Tensor &t) {
       }
     }
   }
-  auto keep = std::make_unique<std::shared_ptr<void>>(t.storage());
+  void *keep = new (PoolTake(sizeof(std::shared_ptr<void>))) std::shared_ptr<void>(t.storage());
   const ForeignTensor f{t.data_ptr(), t.shape().data(), strides.empty() ? nullptr : strides.data(),
                         static_cast<std::int32_t>(t.ndim()), static_cast<std::int32_t>(t.dtype()), 0, nullptr,
                         t.device_index()};
-  PyObject *o = api.wrap(&f, keep.get(), DropStorageKeep);
-  if (o == nullptr) throw PythonError();  // `keep` is still ours
-  keep.release();  // the framework tensor's now
-  return o;
+  PyObject *o = api.wrap(&f, keep, DropStorageKeep);
+  if (o == nullptr) {  // `keep` is still ours
+    DropStorageKeep(keep);
+    throw PythonError();
+  }
+  return o;  // `keep` is the framework tensor's now
 }
 
 // A runtime.Tensor, a numpy array or any object with `__dlpack__` as a Tensor, sharing its
