@@ -315,7 +315,7 @@ def dlopen_global(path: str) -> int:
     return _ctypes.dlopen(path, os.RTLD_NOW | os.RTLD_GLOBAL)
 
 
-def preload_core(library: Path) -> None:
+def preload_core(library: PathLike) -> None:
     """Load the core library at ``library`` into the process's global symbol scope, once per file.
     Libraries of other tags may be loaded beside it: their symbols have other names."""
     path = str(library)
@@ -331,7 +331,7 @@ def loaded_runtime() -> Optional[Path]:
     return None if _runtime is None else Path(_runtime)
 
 
-def preload_runtime(library: Path) -> None:
+def preload_runtime(library: PathLike) -> None:
     """Load nanobind's runtime at ``library`` into the process's global symbol scope, once per
     process (a later call with another build keeps the first: nanobind's state lives in the one loaded)."""
     global _runtime
@@ -343,7 +343,7 @@ def preload_runtime(library: Path) -> None:
             _runtime = str(library)
 
 
-def preload(libs: Sequence[Path]) -> None:
+def preload(libs: Sequence[PathLike]) -> None:
     """Load each of ``libs`` into the process's global symbol scope (nanobind's runtime: the first
     one only; core libraries: each file once)."""
     for lib in libs:
@@ -360,7 +360,7 @@ def module_name_for(name: str, key: str) -> str:
     return name if name not in names_used else f"_opbuilder_{key}.{name}"
 
 
-def import_build(name: str, op_dir: str, key: str, lib: Path, libs: Sequence[Path]) -> Optional[ModuleType]:
+def import_build(name: str, op_dir: str, key: str, lib: PathLike, libs: Sequence[PathLike]) -> Optional[ModuleType]:
     """The module of the cache's build ``key`` of operator ``name`` (in ``op_dir``): the one this process
     imported already, else ``libs`` loaded first and ``lib`` imported. None when that fails in any way
     (warm.py: the full lookup then runs, and says why)."""
@@ -379,7 +379,7 @@ def import_build(name: str, op_dir: str, key: str, lib: Path, libs: Sequence[Pat
         return mod
 
 
-def import_extension(name: str, path: Path, module_name: Optional[str] = None) -> ModuleType:
+def import_extension(name: str, path: PathLike, module_name: Optional[str] = None) -> ModuleType:
     """Load the extension at ``path`` (operator ``name``) as module ``module_name`` (default ``name``).
 
     The module is not put in ``sys.modules``. Its init function is
