@@ -94,10 +94,21 @@ struct Frame {
   const void *py;
   Frame *prev;
   PyObject *op = nullptr;  // the called operator's name (a str, borrowed), or null (a Backward)
+  PyThreadState *ts = nullptr;  // the thread's state when the call began with the GIL held (Op's calls), or null
 };
 thread_local Frame *tls_frame = nullptr;
 
 int Active() { return tls_frame != nullptr && tls_frame->py == CurrentFrame() ? 1 : 0; }
+
+// Whether this thread holds the GIL. Inside an Op call, the thread state that holds the GIL being the
+// call's own says so in a load (PyGILState_Check looks the thread's state up in thread-specific data).
+bool HoldsGil() {
+#if !defined(Py_LIMITED_API) && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+  const Frame *f = tls_frame;
+  if (f != nullptr && f->ts != nullptr && _PyThreadState_UncheckedGet() == f->ts) return true;
+#endif
+  return PyGILState_Check() != 0;
+}
 
 // A tensor the fast path takes as it is: strided memory of its own (not a ZeroTensor or a functorch
 // wrapper) on the CPU or a CUDA device, no lazy conjugate or negation, a dtype operators take.
@@ -185,7 +196,7 @@ void Release(void *handle) {
     return;
   }
   if (!Py_IsInitialized()) return;  // at exit: the interpreter is gone, and its objects with it
-  if (PyGILState_Check()) {
+  if (HoldsGil()) {
     Py_DECREF(PyOf(handle));
     return;
   }
@@ -755,7 +766,7 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
     }
   }
   ++op->fast_calls;
-  Frame f{CurrentFrame(), tls_frame, op->name};
+  Frame f{CurrentFrame(), tls_frame, op->name, PyThreadState_GET()};
   tls_frame = &f;
   PyObject *r = PyObject_Vectorcall(op->fn, args, n, nullptr);
   tls_frame = f.prev;

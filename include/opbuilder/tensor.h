@@ -195,6 +195,7 @@ TensorPtr NewTensor(A &&...args) {
 struct TensorAccess {
   static void BindPython(Tensor &t, PyRef obj) { t.py_ = std::move(obj); }
   static void SetRequiresGrad(Tensor &t, bool r) { t.requires_grad_ = r; }
+  static ShapeVector &Shape(Tensor &t) { return t.shape_; }
 };
 }  // namespace detail
 

@@ -41,7 +41,8 @@ OB_CORE_FN TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObjec
   const int nd = a->nd;
   bool usable = (a->flags & kNpyAligned) != 0;
   const bool writable = (a->flags & kNpyWriteable) != 0;  // the copy below, if any, stands for it
-  ShapeVector shape(a->dimensions, a->dimensions + nd);
+  ShapeVector shape = TakeShape();
+  shape.assign(a->dimensions, a->dimensions + nd);
   ShapeVector strides;
   if (!(a->flags & kNpyCContiguous)) {
     strides.resize(static_cast<std::size_t>(nd));

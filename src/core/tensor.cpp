@@ -56,10 +56,14 @@ constexpr std::uint32_t kPoolKeep = 64;      // kept per class and thread
 // Zero-initialised and trivially destructible: read without a guard, still readable while the thread's
 // other thread_local objects are destroyed. `state`: 0 no block kept yet, 1 kept (the reaper is set), 2 the
 // thread is ending (its blocks freed; later ones go back to free()).
+constexpr std::uint32_t kShapeKeep = 16;     // shape buffers kept per thread (RecycleTensor)
+constexpr std::size_t kShapeMaxRank = 8;      // ... of at most this many dimensions
 struct PoolLists {
   void *head[kPoolClasses];
   std::uint32_t count[kPoolClasses];
   std::uint32_t state;
+  std::uint32_t nshapes;
+  alignas(ShapeVector) unsigned char shapes[kShapeKeep][sizeof(ShapeVector)];  // live vectors: [0, nshapes)
 };
 thread_local PoolLists pool_lists;
 struct PoolReaper {
@@ -72,6 +76,10 @@ struct PoolReaper {
         std::free(p);
       }
       l.count[c] = 0;
+    }
+    while (l.nshapes > 0) {
+      --l.nshapes;
+      std::launder(reinterpret_cast<ShapeVector *>(l.shapes[l.nshapes]))->~ShapeVector();
     }
   }
 };
@@ -116,6 +124,31 @@ OB_CORE_FN void PoolGive(void *p, std::size_t nbytes) noexcept {
   }
   std::free(p);
 }
+
+OB_CORE_FN void RecycleTensor(Tensor *t) noexcept {
+  ShapeVector &shape = TensorAccess::Shape(*t);
+  PoolLists *l = &pool_lists;
+#if defined(__GNUC__)
+  asm("" : "+r"(l));
+#endif
+  if (shape.capacity() != 0 && shape.capacity() <= kShapeMaxRank && l->nshapes < kShapeKeep &&
+      (l->state == 1 || (l->state == 0 && PoolStart(*l)))) {
+    new (l->shapes[l->nshapes]) ShapeVector(std::move(shape));
+    ++l->nshapes;
+  }
+  t->~Tensor();
+}
+
+OB_CORE_FN ShapeVector TakeShape() noexcept {
+  PoolLists &l = pool_lists;
+  if (l.nshapes == 0) return ShapeVector();
+  --l.nshapes;
+  ShapeVector *kept = std::launder(reinterpret_cast<ShapeVector *>(l.shapes[l.nshapes]));
+  ShapeVector out(std::move(*kept));
+  kept->~ShapeVector();
+  out.clear();
+  return out;
+}
 #else
 OB_CORE_FN void *PoolTake(std::size_t nbytes) {
   void *p = std::malloc(nbytes == 0 ? 1 : nbytes);
@@ -124,6 +157,10 @@ OB_CORE_FN void *PoolTake(std::size_t nbytes) {
 }
 
 OB_CORE_FN void PoolGive(void *p, std::size_t) noexcept { std::free(p); }
+
+OB_CORE_FN void RecycleTensor(Tensor *t) noexcept { t->~Tensor(); }
+
+OB_CORE_FN ShapeVector TakeShape() noexcept { return ShapeVector(); }
 #endif
 
 OB_CORE_FN OfferedBuffers &Offered() {

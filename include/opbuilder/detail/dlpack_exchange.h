@@ -207,7 +207,8 @@ inline TensorPtr TensorOverTorch(PyObject *o, char *data, DataType dt, const std
   const std::size_t es = ElementSize(dt);
   const std::size_t align = (dt == kComplex64 || dt == kComplex128) ? es / 2 : es;  // numpy's alignment
   if (reinterpret_cast<std::uintptr_t>(data) % align != 0) return nullptr;  // the Python path copies it
-  ShapeVector shape_v(shape, shape + ndim);
+  ShapeVector shape_v = TakeShape();
+  shape_v.assign(shape, shape + ndim);
   ShapeVector strides_v;
   if (strides != nullptr) strides_v.assign(strides, strides + ndim);
   Py_INCREF(o);

@@ -249,7 +249,8 @@ inline const ForeignApi *ActiveBridge(const Runtime &rt) { return IfActive(*rt.b
 // A Tensor over a framework tensor's memory (it takes the reference in `f.handle`).
 inline TensorPtr TensorFromForeign(const ForeignApi &api, const ForeignTensor &f, bool requires_grad) {
   std::shared_ptr<void> storage(f.data, ForeignOwner{&api, f.handle}, PoolAllocator<void>());
-  ShapeVector shape(f.shape, f.shape + f.ndim);
+  ShapeVector shape = TakeShape();
+  shape.assign(f.shape, f.shape + f.ndim);
   ShapeVector strides;
   if (f.strides != nullptr) strides.assign(f.strides, f.strides + f.ndim);
   auto t = NewTensor(static_cast<DataType>(f.dtype), std::move(shape), std::move(strides), f.data,

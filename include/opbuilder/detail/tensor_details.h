@@ -15,6 +15,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -95,6 +96,11 @@ inline bool IsContiguousLayout(const ShapeVector &shape, const ShapeVector &stri
 // use malloc and free, so a sanitizer sees every block.
 OB_CORE_FN void *PoolTake(std::size_t nbytes);
 OB_CORE_FN void PoolGive(void *p, std::size_t nbytes) noexcept;
+// Likewise the shape vectors of the Tensors made from those blocks: RecycleTensor destroys `t` and keeps
+// its shape's buffer (a few per thread); TakeShape hands out an empty vector with one such buffer if
+// kept, else an empty vector. A Tensor over an argument then allocates nothing for its shape.
+OB_CORE_FN void RecycleTensor(Tensor *t) noexcept;
+OB_CORE_FN ShapeVector TakeShape() noexcept;
 
 template <typename T>
 struct PoolAllocator {
@@ -104,6 +110,15 @@ struct PoolAllocator {
   PoolAllocator(const PoolAllocator<U> &) {}
   T *allocate(std::size_t n) { return static_cast<T *>(PoolTake(n * sizeof(T))); }
   void deallocate(T *p, std::size_t n) noexcept { PoolGive(p, n * sizeof(T)); }
+  // A Tensor's shape buffer outlives it, for the next Tensor made here (RecycleTensor, TakeShape).
+  template <typename U>
+  void destroy(U *p) noexcept {
+    if constexpr (std::is_same_v<U, Tensor>) {
+      RecycleTensor(p);
+    } else {
+      p->~U();
+    }
+  }
   template <typename U>
   bool operator==(const PoolAllocator<U> &) const { return true; }
   template <typename U>
