@@ -238,7 +238,10 @@ def cache_root(override: Optional[Union[str, os.PathLike]] = None) -> Path:
     env = os.environ.get("OPBUILDER_CACHE_DIR")
     if env:
         return Path(env).expanduser().absolute()
-    return Path.home() / ".cache" / "opbuilder"
+    home = os.path.expanduser("~")  # Path.home(), with one Path made, not three (every load() makes a spec)
+    if home[:1] == "~":
+        raise RuntimeError("Could not determine home directory.")  # as Path.home() says it
+    return Path(os.path.join(home, ".cache", "opbuilder"))
 
 
 def clean_path(path: str) -> str:
