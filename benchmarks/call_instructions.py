@@ -81,9 +81,11 @@ subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], capture_out
 def count(case: str, calls: int, out: Path) -> int:
     """Instructions callgrind counted for ``calls`` calls of ``case`` (toggling included)."""
     f = out / f"callgrind.{case}"
+    # one string hash seed for every case and run: dict lookups (an attribute, a method) probe alike each time
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
     res = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={f}",
                           sys.executable, "-c", CHILD.format(here=str(HERE)), case, str(calls)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=env)
     m = re.search(r"Collected : (\d+)", res.stderr)
     if res.returncode != 0 or m is None:
         raise RuntimeError(f"{case}: valgrind exited {res.returncode}: {res.stderr.strip().splitlines()[-1:]}")
