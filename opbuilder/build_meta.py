@@ -114,7 +114,7 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
     from .cache.file_hash import HASH
     from .cache.shipped import BIN_DIR, RECORD, record_copy, record_entry, shipped_binary
     from .compile.binding import NANOBIND
-    from .custom_op import CustomOpBuilder
+    from . import CustomOpBuilder
     from .native.abi import cxx_abi, wheel_tag
     from .native.core_lib import uses_core
     from .native.installed import current_abi

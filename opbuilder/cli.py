@@ -40,7 +40,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from .builder import build_library
-    from .custom_op import CustomOpBuilder
+    from . import CustomOpBuilder
 
     kw = dict(backend=args.backend, include_paths=args.include or None, cflags=args.cflags,
               ldflags=args.ldflags, build_dir=args.cache_dir, debug_mode=args.debug, verbose=args.verbose)

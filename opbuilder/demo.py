@@ -21,7 +21,7 @@ def run_demo(source: str = "function_ops.cpp", name: str = "my_ops", echo: Calla
     import runtime as rt
     from runtime import Parameter, Tensor, nn
 
-    from .custom_op import CustomOpBuilder
+    from . import CustomOpBuilder
 
     src = str(example_source(source))
 

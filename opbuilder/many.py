@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Dict, Iterable, List, NamedTuple, Optional, Set, Union
 
-from .custom_op import CustomOpBuilder
+from . import CustomOpBuilder
 from .errors import BuildError
 from .inline import Inline, load_built
 

@@ -109,7 +109,7 @@ def generic_targets() -> Tuple[Optional[Tuple[str, str, str]], Optional[str]]:
     with _generic_lock:
         if "targets" not in _generic and "error" not in _generic:
             try:
-                from ..custom_op import CustomOpBuilder
+                from .. import CustomOpBuilder
                 from ..native.headers import source_dir
                 tag = "".join(c if c.isalnum() else "_" for c in jax.__version__)
                 mod = CustomOpBuilder(f"_opbuilder_jax_ffi_{tag}", [str(source_dir() / "jax_ffi.cpp")],

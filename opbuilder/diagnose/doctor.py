@@ -327,7 +327,7 @@ def _shipped() -> List[Check]:
     which operators were built on first use (JIT) into the cache."""
     import json
 
-    from ..custom_op import CustomOpBuilder
+    from .. import CustomOpBuilder
     from ..cache.cache_dir import cache_root
     from ..cache.shipped import _fit
 
