@@ -871,7 +871,12 @@ PyMethodDef kOpMethods[] = {{"__copy__", &OpSelf, METH_NOARGS, "the Op itself"},
 PyGetSetDef kOpGetSet[] = {{"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
                            {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
+// The fields after the header are set in PyInit (CPython's own idiom for a static type); the
+// header macro leaves them zero, as -Wmissing-field-initializers would otherwise point out.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 PyTypeObject OpType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+#pragma GCC diagnostic pop
 
 // `traced_call(fn)`: fn becomes Op's `__call__` as Python sees it in the type's dict, while calls keep
 // the C call (OpCall: the type's slots stay). torch.compile's dynamo cannot trace a C call; it traces
@@ -892,7 +897,8 @@ PyMethodDef kMethods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_opbuilder_torch_bridge",
-                       "opbuilder's C++ bridge to PyTorch (src/torch_bridge.cpp)", -1, kMethods};
+                       "opbuilder's C++ bridge to PyTorch (src/torch_bridge.cpp)", -1, kMethods,
+                       nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 

@@ -176,6 +176,14 @@ def test_saved_output_gradients_match_numerical(autograd_ops):
     assert rt.gradcheck(autograd_ops.exp_saves_output, [T(2, 3)])
 
 
+def test_save_for_backward_through_a_member_pointer(autograd_ops):
+    # the source takes &AutogradContext::SaveForBackward (its build failed while two overloads existed)
+    x = T(2, 3, requires_grad=True)
+    autograd_ops.square_saved_by_pointer(x).sum().backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), 2 * x.asnumpy())
+    assert rt.gradcheck(autograd_ops.square_saved_by_pointer, [T(2, 3)])
+
+
 def test_backward_twice_needs_retain_graph(autograd_ops):
     x, y = T(2, requires_grad=True), T(2)
     z = autograd_ops.mul_saved(x, y)

@@ -73,9 +73,9 @@ class OB_HIDDEN AutogradContext {
 
   // Keep tensors for Backward (replaces what was saved before; nullptr allowed).
   // Save inputs and outputs here, not in saved_data: their versions are checked.
-  OB_CORE_FN void SaveForBackward(const TensorPtrList &tensors);
-  // The same for a list made for the call (`SaveForBackward({x, y})`): kept without a copy.
-  OB_CORE_FN void SaveForBackward(TensorPtrList &&tensors);
+  // Taken by value: a list made for the call (`SaveForBackward({x, y})`) is kept without a copy, and
+  // the one signature keeps `&AutogradContext::SaveForBackward` a plain member pointer.
+  OB_CORE_FN void SaveForBackward(TensorPtrList tensors);
 
   // The saved tensors, by position; an error naming the Function and the slot
   // if one was modified in place since it was saved.

@@ -195,8 +195,7 @@ OB_CORE_FN TensorPtr PrivateCopy(const Tensor &t) {
 
 OB_CORE_FN AutogradContext::~AutogradContext() = default;
 
-OB_CORE_FN void AutogradContext::SaveForBackward(const TensorPtrList &tensors) { st_.saved_raw = tensors; }
-OB_CORE_FN void AutogradContext::SaveForBackward(TensorPtrList &&tensors) { st_.saved_raw = std::move(tensors); }
+OB_CORE_FN void AutogradContext::SaveForBackward(TensorPtrList tensors) { st_.saved_raw = std::move(tensors); }
 
 OB_CORE_FN void AutogradContext::MarkNonDifferentiable(const TensorPtrList &outputs) {
   st_.non_differentiable.insert(st_.non_differentiable.end(), outputs.begin(), outputs.end());

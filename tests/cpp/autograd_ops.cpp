@@ -162,6 +162,19 @@ struct ExpSavesOutput : Function<ExpSavesOutput> {
   static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) { return {Mul(g[0], ctx->GetSavedTensors()[0])}; }
 };
 
+// SaveForBackward reached through a member pointer, as code that passes it around takes it: the one
+// signature keeps `&AutogradContext::SaveForBackward` a plain pointer (two overloads made it ambiguous).
+struct SquareSavedByPointer : Function<SquareSavedByPointer> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    const auto save = &AutogradContext::SaveForBackward;
+    (ctx->*save)({x});
+    return Mul(x, x);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return {Scale(Mul(g[0], ctx->GetSavedTensors()[0]), 2.0)};
+  }
+};
+
 // ---- plain values among the arguments, before and between tensors -------------------
 // alpha * w[0] * x + w[1] * y. NeedsInputGrad(i) indexes Forward's arguments (alpha is 0,
 // x is 1, w is 2, y is 3); what Forward and Backward saw is kept for the test to read.
@@ -335,6 +348,7 @@ OB_MODULE(m) {
   m.def("mixed_needs", []() { return g_mixed_needs; });
   m.def("mul_saved", [](const TensorPtr &x, const TensorPtr &y) { return MulSaved::Apply(x, y); });
   m.def("exp_saves_output", [](const TensorPtr &x) { return ExpSavesOutput::Apply(x); });
+  m.def("square_saved_by_pointer", [](const TensorPtr &x) { return SquareSavedByPointer::Apply(x); });
   m.def("misbehave", [](const TensorPtr &x, const TensorPtr &y, const std::string &mode) {
     return Misbehave::Apply(x, y, mode);
   });
