@@ -117,6 +117,19 @@ def torch_bridge(cache_dir):
     return module
 
 
+@pytest.fixture
+def bridged_mul(my_ops, torch_bridge, monkeypatch):
+    """custom_src/function_ops.cpp's mul (saves both inputs) through to_torch with the C++ bridge on, its
+    signature warmed: later calls take the bridge."""
+    import torch
+
+    import opbuilder
+    monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
+    ns = opbuilder.to_torch(my_ops)
+    ns.mul(torch.ones(3), torch.ones(3))
+    return ns
+
+
 @pytest.fixture(params=["registered", "bridge"])
 def torch_route(request, monkeypatch):
     """to_torch's two eager routes: the registered operator (OPBUILDER_TORCH_BRIDGE=0) and the C++ bridge."""
