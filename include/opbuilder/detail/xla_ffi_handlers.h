@@ -52,7 +52,12 @@ inline DataType FromXla(ffi::DataType t) {
   }
 }
 
-inline ShapeVector ShapeOf(ffi::Span<const std::int64_t> dims) { return ShapeVector(dims.begin(), dims.end()); }
+// In a shape buffer the core kept from a Tensor this thread dropped (TakeShape), when there is one.
+inline ShapeVector ShapeOf(ffi::Span<const std::int64_t> dims) {
+  ShapeVector shape = TakeShape();
+  shape.assign(dims.begin(), dims.end());
+  return shape;
+}
 
 // An XLA buffer as a contiguous Tensor over its memory (XLA owns the memory and outlives the call).
 inline TensorPtr Wrap(const ffi::AnyBuffer &b, bool writable, const char *what, std::size_t k) {
@@ -61,8 +66,7 @@ inline TensorPtr Wrap(const ffi::AnyBuffer &b, bool writable, const char *what, 
     throw detail::TypeError(std::string(what) + " " + std::to_string(k) + " has an XLA element type opbuilder has no "
                             "tensor of (code " + std::to_string(static_cast<int>(b.element_type())) + ")");
   }
-  return std::make_shared<Tensor>(dt, ShapeOf(b.dimensions()), ShapeVector{}, b.untyped_data(),
-                                  std::shared_ptr<void>(), writable);
+  return NewTensor(dt, ShapeOf(b.dimensions()), ShapeVector{}, b.untyped_data(), std::shared_ptr<void>(), writable);
 }
 
 // A block of at least `n` bytes this thread reuses from call to call: a fresh block each call faults in
@@ -100,7 +104,9 @@ inline std::shared_ptr<void> ScratchBlock(std::size_t n) {
 inline TensorPtr ScratchCopy(const Tensor &src, bool writable = true) {
   const std::size_t n = src.nbytes();
   std::shared_ptr<void> data = ScratchBlock(n);
-  auto t = std::make_shared<Tensor>(src.dtype(), src.shape(), ShapeVector{}, data.get(), data, writable);
+  ShapeVector shape = TakeShape();
+  shape = src.shape();
+  auto t = NewTensor(src.dtype(), std::move(shape), ShapeVector{}, data.get(), data, writable);
   if (n != 0) std::memcpy(t->data_ptr(), src.data_ptr(), n);
   return t;
 }
@@ -353,7 +359,7 @@ class Handlers {
         const DataType dt = b.has_value() ? FromXla(b->element_type()) : kTypeUnknown;
         if (dt == kTypeUnknown || b->size_bytes() == 0) continue;
         std::shared_ptr<void> block = ScratchBlock(b->size_bytes());
-        rerun.push_back(std::make_shared<Tensor>(dt, ShapeOf(b->dimensions()), ShapeVector{}, block.get(), block,
+        rerun.push_back(NewTensor(dt, ShapeOf(b->dimensions()), ShapeVector{}, block.get(), block,
                                                  true));
       }
       const OfferResults rerun_offer(rerun);
