@@ -15,9 +15,12 @@ to_torch's C++ bridge), ``torch_plain`` (torch's plain C++ op, pybind11), ``dire
 ``direct_torch_bridge`` (``direct_torch`` in a process where to_torch's C++ bridge is loaded: torch
 tensors are then read by the bridge's C++, dlpack_exchange.h), ``runtime_eager`` and ``runtime_record``
 (the op on runtime.Tensors: no grad, and one requiring grad, so each call records a node; issue 33's
-per-call rows of the runtime's own route). Ratios printed: issue 38 goal 3
-(to_torch / torch_plain, goal 1.15x) and goal 2 (direct_torch / direct_numpy, goal 1.3x; and with
-the bridge loaded). Needs valgrind and torch.
+per-call rows of the runtime's own route), and with JAX installed ``jax_ffi`` and ``jax_ffi_grad``
+(the op through to_jax's default route, XLA FFI, under ``jax.jit``: forward, and the gradient of
+``mul(a, b).sum()``) against ``jnp`` and ``jnp_grad`` (``a * b`` the same ways; XLA on one thread).
+Ratios printed: issue 38 goal 3 (to_torch / torch_plain, goal 1.15x), goal 2 (direct_torch /
+direct_numpy, goal 1.3x; and with the bridge loaded) and goal 1's 1-element rows (jax_ffi / jnp,
+goal 1.3x; the gradient's too). Needs valgrind and torch.
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CASES = ("noop", "to_torch", "torch_plain", "direct_torch", "direct_numpy", "direct_torch_bridge", "runtime_eager",
-         "runtime_record")
+         "runtime_record", "jax_ffi", "jnp", "jax_ffi_grad", "jnp_grad")
+JAX_CASES = ("jax_ffi", "jnp", "jax_ffi_grad", "jnp_grad")
 
 CHILD = r"""
 import os, subprocess, sys
@@ -67,6 +71,14 @@ elif case in ("runtime_eager", "runtime_record"):  # runtime.Tensors: no grad, a
     import runtime as rt
     rx, ry = rt.Tensor(na.copy(), requires_grad=case == "runtime_record"), rt.Tensor(nb.copy())
     f = lambda: obn.mul(rx, ry)
+elif case in ("jax_ffi", "jnp", "jax_ffi_grad", "jnp_grad"):  # under jax.jit, XLA on one thread
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    import jax
+    import jax.numpy as jnp
+    mul = (lambda a, b: a * b) if case.startswith("jnp") else opbuilder.to_jax(obn).mul
+    jit = jax.jit(jax.grad(lambda a, b: mul(a, b).sum(), argnums=(0, 1)) if case.endswith("_grad") else mul)
+    ja, jb = jnp.full((1,), 2.0, jnp.float32), jnp.full((1,), 3.0, jnp.float32)
+    f = lambda: jax.block_until_ready(jit(ja, jb))
 else:
     f = lambda: None
 for _ in range(300):
@@ -100,6 +112,12 @@ def main(argv=None) -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed: nothing counted")
         return 1
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        if any(c in JAX_CASES for c in args.cases):
+            print(f"jax is not installed: {', '.join(c for c in args.cases if c in JAX_CASES)} not counted")
+        args.cases = [c for c in args.cases if c not in JAX_CASES]
     out = Path(tempfile.mkdtemp(prefix="opbuilder-callgrind-"))
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=len(args.cases) + 1) as pool:  # counts do not depend on load
@@ -113,7 +131,10 @@ def main(argv=None) -> int:
                              ("issue 38 goal 2: the op on torch tensors / on numpy arrays", "direct_torch",
                               "direct_numpy", 1.3),
                             ("issue 38 goal 2, to_torch's bridge loaded: the op on torch tensors / on numpy arrays",
-                             "direct_torch_bridge", "direct_numpy", 1.3)):
+                             "direct_torch_bridge", "direct_numpy", 1.3),
+                            ("issue 38 goal 1: to_jax's default route / jnp, under jax.jit", "jax_ffi", "jnp", 1.3),
+                            ("issue 38 goal 1, the gradient: to_jax's default route / jnp", "jax_ffi_grad", "jnp_grad",
+                             1.3)):
         if a in per and b in per:
             q = per[a] / per[b]
             print(f"goal: {name} <= {goal}x (instructions; load average "
