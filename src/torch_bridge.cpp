@@ -95,8 +95,6 @@ struct Frame {
   Frame *prev;
   PyObject *op = nullptr;  // the called operator's name (a str, borrowed), or null (a Backward)
   PyThreadState *ts = nullptr;  // the thread's state when the call began with the GIL held (Op's calls), or null
-  PyObject *const *args = nullptr;  // an Op call's arguments, each checked (FastArgs) before the call
-  Py_ssize_t nargs = 0;
 };
 thread_local Frame *tls_frame = nullptr;
 
@@ -171,21 +169,10 @@ void Describe(const at::Tensor &t, ForeignTensor *out) {
   out->handle = HandleOf(t);
 }
 
-// `o` is an argument of the Op call this thread runs, found plain by FastArgs as the call began (its
-// operator's arguments are unpacked before any of its code runs).
-bool CheckedArg(PyObject *o) {
-  const Frame *f = tls_frame;
-  if (f == nullptr) return false;
-  for (Py_ssize_t i = 0; i < f->nargs; ++i) {
-    if (f->args[i] == o) return true;
-  }
-  return false;
-}
-
 int Unpack(PyObject *o, ForeignTensor *out) {
   if (!THPVariable_CheckExact(o)) return 0;
   const at::Tensor &t = THPVariable_Unpack(o);
-  if (!CheckedArg(o) && !Plain(t)) return 0;
+  if (!Plain(t)) return 0;
   Fields(t, out);
   out->handle = PyHandleOf(o);  // `o` keeps its tensor
   return 1;
@@ -779,7 +766,7 @@ PyObject *OpCall(PyObject *self, PyObject *const *args, std::size_t nargsf, PyOb
     }
   }
   ++op->fast_calls;
-  Frame f{CurrentFrame(), tls_frame, op->name, PyThreadState_GET(), args, n};
+  Frame f{CurrentFrame(), tls_frame, op->name, PyThreadState_GET()};
   tls_frame = &f;
   PyObject *r = PyObject_Vectorcall(op->fn, args, n, nullptr);
   tls_frame = f.prev;

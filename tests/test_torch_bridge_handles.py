@@ -47,6 +47,55 @@ def strided_ops(cache_dir):
     return opbuilder.load_inline("torch_bridge_strided_ops", TRANSPOSED)
 
 
+# x * y, with y unpacked only after the module's `hook()` ran: Python code the function runs between the
+# Op call's check of its arguments and its own unpacking of y
+AFTER_PYTHON = r"""
+#include "opbuilder/extension.h"
+namespace nb = nanobind;
+using namespace opbuilder;
+OB_MODULE(mod) {
+  mod.attr("hook") = nb::none();
+  const nb::handle self = mod;  // the module lives for the process (sys.modules)
+  mod.def("mul_after_python", [self](const TensorPtr &x, nb::object y) {
+    nb::object hook = self.attr("hook");
+    if (!hook.is_none()) hook();
+    const TensorPtr yt = nb::cast<TensorPtr>(y);
+    auto out = Tensor::empty(x->dtype(), x->shape());
+    const double *a = x->data<double>(), *b = yt->data<double>();
+    double *o = out->data<double>();
+    for (std::int64_t i = 0; i < out->numel(); ++i) o[i] = a[i] * b[i];
+    return out;
+  });
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def after_python_ops(cache_dir):
+    return opbuilder.load_inline("torch_bridge_after_python_ops", AFTER_PYTHON)
+
+
+def test_an_argument_unpacked_after_python_ran_is_read_as_it_is_then(after_python_ops, torch_bridge, monkeypatch):
+    """The Op call checks its arguments when it begins; the function unpacks ``y`` only after Python code
+    made it a negative view (``y.data = ...``). Its values must arrive negated, as torch reads them (on
+    1e1eee8 the bridge trusted its earlier check: the op read the raw memory, without the sign)."""
+    monkeypatch.setenv("OPBUILDER_TORCH_BRIDGE", "1")
+    fn = opbuilder.to_torch(after_python_ops).mul_after_python
+    x, y = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    for _ in range(3):
+        fn(x, y)
+    before = _fast(fn)
+
+    def make_negative():
+        y.data = torch.randn(3, dtype=torch.complex128).conj().imag
+
+    monkeypatch.setattr(after_python_ops, "hook", make_negative)
+    z = fn(x, y)
+    assert _fast(fn) == before + 1
+    assert y.is_neg()
+    torch.testing.assert_close(z, x * y, rtol=0, atol=0)
+
+
 def test_fast_calls_hold_no_argument_after_they_return(ops):
     x, y = torch.randn(3), torch.randn(3)
     counts = sys.getrefcount(x), sys.getrefcount(y)
