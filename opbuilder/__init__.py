@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 
 from .spec import cache_root, find_record, make_spec, no_build, verbose_requested
 
+from types import ModuleType  # (imported by site already: load()'s hints resolve, typing.get_type_hints)
+
 if TYPE_CHECKING:  # typing names and aliases made at import cost every new process tens of microseconds
     import os
-    from types import ModuleType
     from typing import Any, List, Optional, Sequence, Union
 
     PathLike = Union[str, os.PathLike]
@@ -191,6 +192,12 @@ class CustomOpBuilder:
             return mod
         from .builder import load_module
         return load_module(self.spec)
+
+
+# importlib.reload(opbuilder) keeps the class of the first import: builders made before a reload stay
+# instances of opbuilder.CustomOpBuilder, and modules that took the class (many.py) keep accepting them
+CustomOpBuilder = globals().get("_first_class") or CustomOpBuilder
+_first_class = CustomOpBuilder
 
 
 def _installed() -> ModuleType:

@@ -155,3 +155,19 @@ def test_importing_the_builder_runs_no_module_of_a_higher_layer():
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["[]", "['opbuilder.bridges', 'opbuilder.bridges.interop_common']"]
+
+
+def test_reloading_opbuilder_keeps_its_builder_class_and_load_has_resolvable_hints():
+    """``CustomOpBuilder`` is defined in the package (0163d0a): ``importlib.reload(opbuilder)`` made a new
+    class, so builders made before, and many.py's check of load_many's items, no longer matched it; and
+    ``load``'s return hint named a type imported only for type checkers (both fail on f2d235d)."""
+    code = ("import importlib, typing, opbuilder\n"
+            "from opbuilder import many\n"
+            "first = opbuilder.CustomOpBuilder\n"
+            "importlib.reload(opbuilder)\n"
+            "print(opbuilder.CustomOpBuilder is first, many.CustomOpBuilder is opbuilder.CustomOpBuilder)\n"
+            "print(typing.get_type_hints(opbuilder.CustomOpBuilder.load))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["True True", "{'return': <class 'module'>}"]
