@@ -418,6 +418,9 @@ def shipped_module(spec, record_path: Optional[Union[str, Path]],
             deps = [runtime] + ([f"{native_dir}/{CORE_FILE}"] if entry.get("core") else [])
         preload(deps)  # type: ignore[arg-type]
         mod = import_extension(spec.name, binary, spec.name)  # type: ignore[arg-type]
+        # its plain name is taken: a later build of this operator imports under a name of its own (pybind11
+        # would otherwise hand back this module, module_name_for)
+        names_used.add(spec.name)
         _shipped[memo] = mod
         shipped_used[spec.name] = binary
         shipped_why.pop(spec.name, None)
