@@ -313,6 +313,7 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool,
         proc.wait()
         raise
     finally:
+        proc.stdout.close()  # read to its end (or ninja stopped): closed here, not left to the collector
         if watchdog is not None:
             watchdog.cancel()
             watchdog.join()
