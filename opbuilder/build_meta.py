@@ -112,6 +112,7 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
     wheel -> bytes) and the wheel tag they need."""
     from . import builder as B
     from .cache.file_hash import HASH
+    from .cache.publish import load_record, recorded_inputs
     from .cache.shipped import BIN_DIR, RECORD, record_copy, record_entry, shipped_binary
     from .compile.binding import NANOBIND
     from . import CustomOpBuilder
@@ -142,7 +143,10 @@ def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
             py = f"cp{sys.version_info[0]}{sys.version_info[1]}"
             tag = f"{py}-{py}-" + tag.split("-", 2)[2]
         # b.spec: as load() sees it at run time (the binding as given, not as read from the sources)
-        entry = record_entry(b.spec, top, f"{BIN_DIR}/{lib.name}", lib, abi, nanobind and uses_core(spec))
+        # what the compiler read (the build's record of its objects' inputs): in the key whatever the names
+        build_dir = Path(spec.op_dir) / "build"
+        read = recorded_inputs(build_dir, list(load_record(build_dir)), spec.sources)
+        entry = record_entry(b.spec, top, f"{BIN_DIR}/{lib.name}", lib, abi, nanobind and uses_core(spec), read)
         files[f"{top.name}/{BIN_DIR}/{lib.name}"] = lib.read_bytes()
         records.setdefault(top, {"format": 1, "hash": HASH, "ops": {}})["ops"][op["name"]] = entry
         for s in op["sources"]:

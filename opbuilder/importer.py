@@ -299,11 +299,19 @@ def digests(paths: Sequence[Union[str, Path]], top: str) -> Optional[Dict[str, s
     return out
 
 
-def header_digests(spec, top: str) -> Optional[Dict[str, str]]:
+def header_digests(spec, top: str, read: Sequence[str] = ()) -> Optional[Dict[str, str]]:
     """The digests of the headers a shipped operator's key covers: those in its package and in its include
-    paths inside it (a source may include "../x.h" anywhere in the package)."""
+    paths inside it (a source may include "../x.h" anywhere in the package), and ``read``: more files of
+    the package, relative to ``top``, whatever their names (what the compiler read besides headers by
+    name, a ``.tcc`` or a ``.def``: the wheel's build lists them, and load() takes the list from the record).
+    A name that leaves the package makes the key not match."""
     scope = sorted({top} | {str(p) for p in spec.include_paths})
-    return digests([f"{top}/{rel}" for rel in header_names(scope, top)], top)
+    names = set(header_names(scope, top))
+    for rel in read:
+        if not isinstance(rel, str) or rel.startswith("/") or os.path.normpath(rel) != rel or rel.startswith(".."):
+            return None
+        names.add(rel)
+    return digests([f"{top}/{rel}" for rel in sorted(names)], top)
 
 
 def shipped_fit(spec, record_path: Union[str, Path], native: Callable[[], ModuleType]
@@ -332,7 +340,8 @@ def shipped_fit(spec, record_path: Union[str, Path], native: Callable[[], Module
     if have != want_sources:
         changed = sorted(set(have) ^ set(want_sources)) or sorted(k for k in have if have[k] != want_sources[k])
         return None, None, f"its sources differ from those the binary was built from ({', '.join(changed)})"
-    if header_digests(spec, top) != entry.get("headers"):
+    want_headers = entry.get("headers")
+    if not isinstance(want_headers, dict) or header_digests(spec, top, list(want_headers)) != want_headers:
         return None, None, "a header in its package differs from those the binary was built from"
     options = shipped_options(spec, top)
     if options != entry.get("options"):

@@ -97,3 +97,46 @@ def test_a_header_anywhere_in_the_package_is_in_the_shipped_key(tmp_path):
     defs.write_text("#define K 3\n")
     assert shipped._fit(spec, record) == (None, None, "a header in its package differs from those the "
                                                       "binary was built from")
+
+
+def test_a_file_the_compiler_read_is_in_the_shipped_key_whatever_its_name(tmp_path):
+    """A source that includes "coef.tcc" and "ops.def": the key covered only files named as headers,
+    so an edit to either in an installed package still loaded the old binary, even under
+    OPBUILDER_NO_BUILD (found by this session's attack; fails on 98912d6). The wheel's build lists the
+    files the compiler read (``read``); the record keeps them, and load() checks them."""
+    import json
+    from opbuilder import CustomOpBuilder
+    from opbuilder.cache import shipped
+    top = tmp_path / "pkg"
+    (top / "csrc").mkdir(parents=True)
+    tcc, defs = top / "csrc" / "coef.tcc", top / "csrc" / "ops.def"
+    tcc.write_text("constexpr int K = 2;\n")
+    defs.write_text("OP(mul)\n")
+    src = top / "csrc" / "op.cpp"
+    src.write_text('#include "coef.tcc"\n#include "ops.def"\n')
+    binary = top / shipped.BIN_DIR / "op.so"
+    binary.parent.mkdir()
+    binary.write_bytes(b"not loaded here")
+    spec = CustomOpBuilder("tcc_op", [str(src)]).spec
+    outside = tmp_path / "elsewhere.h"  # read from outside the package: not in the key (the wheel cannot carry it)
+    outside.write_text("\n")
+    entry = shipped.record_entry(spec, top, f"{shipped.BIN_DIR}/op.so", binary, {"binding": "nanobind"}, False,
+                                 read=[str(tcc), str(defs), str(src), str(outside)])
+    assert list(entry["headers"]) == ["csrc/coef.tcc", "csrc/ops.def"]
+    record = top / shipped.RECORD
+    record.write_text(json.dumps({"hash": shipped.HASH, "ops": {"tcc_op": entry}}))
+    _, _, why = shipped._fit(spec, record)
+    assert "header" not in why  # it gets past the key (and stops later, at the ABI of this test's record)
+    for f, text in ((tcc, "constexpr int K = 3;\n"), (defs, "OP(add)\n")):
+        old = f.read_text()
+        f.write_text(text)
+        assert shipped._fit(spec, record) == (None, None, "a header in its package differs from those the "
+                                                          "binary was built from")
+        f.write_text(old)
+    tcc.unlink()
+    assert shipped._fit(spec, record)[2] == "a header in its package differs from those the binary was built from"
+    tcc.write_text("constexpr int K = 2;\n")
+    assert "header" not in shipped._fit(spec, record)[2]
+    entry["headers"]["../escape.h"] = entry["headers"].pop("csrc/ops.def")  # a record naming a file outside
+    record.write_text(json.dumps({"hash": shipped.HASH, "ops": {"tcc_op": entry}}))
+    assert shipped._fit(spec, record)[2] == "a header in its package differs from those the binary was built from"

@@ -87,15 +87,20 @@ def shipped_binary(lib: Path, out: Path, debug: bool) -> Path:
     return dst if res.returncode == 0 and dst.is_file() else lib
 
 
-def record_entry(spec, top: Path, file: str, binary: Path, abi: Dict[str, str], uses_core: bool) -> Dict[str, object]:
+def record_entry(spec, top: Path, file: str, binary: Path, abi: Dict[str, str], uses_core: bool,
+                 read: Sequence[str] = ()) -> Dict[str, object]:
     """The record of operator ``spec`` built into ``binary``, shipped as ``file`` (relative to ``top``,
-    the package directory)."""
+    the package directory). ``read``: the files the compiler read (absolute paths, as the build's record
+    has them); those inside the package are in the key whatever their names."""
     sources = importer.digests(list(spec.sources), str(top))
     if sources is None:
         raise ValueError(f"operator '{spec.name}': every source must be inside the package {top}")
+    prefix = str(top).rstrip("/") + "/"
+    inside_top = {os.path.normpath(p)[len(prefix):] for p in read if os.path.normpath(p).startswith(prefix)}
+    extra = sorted(rel for rel in inside_top if rel not in sources)
     return {"file": file, "hash": file_hash(binary), "sources": sources,
-            "headers": importer.header_digests(spec, str(top)), "options": options_of(spec, top), "abi": abi,
-            "core": uses_core}
+            "headers": importer.header_digests(spec, str(top), extra), "options": options_of(spec, top),
+            "abi": abi, "core": uses_core}
 
 
 def shipped_module(spec, record_path: Optional[Path] = None) -> Optional[ModuleType]:
