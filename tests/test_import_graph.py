@@ -137,6 +137,14 @@ def test_the_layer_check_sees_a_function_level_import_and_skips_only_getattr(tmp
     assert upward_imports(import_graph(tmp_path, PACKAGES)) == [("opbuilder.spec", "runtime", 2)]
 
 
+def _fresh_python(code: str) -> list:
+    """The lines ``code`` prints in a new interpreter that imports this checkout's opbuilder."""
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
 def test_importing_the_builder_runs_no_module_of_a_higher_layer():
     """What the graph says, in a fresh interpreter: ``import opbuilder`` imports neither the runtime nor a
     bridge, nor torch or jax; ``from opbuilder import *`` adds only ``Spec``'s module (the bridges' shape
@@ -151,10 +159,7 @@ def test_importing_the_builder_runs_no_module_of_a_higher_layer():
             "from opbuilder.bridges import interop_jax, interop_torch\n"
             "assert opbuilder.to_torch is interop_torch.to_torch and opbuilder.to_jax is interop_jax.to_jax\n"
             "assert {'to_torch', 'to_jax', 'Spec', 'load_inline'} <= set(dir(opbuilder))\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["[]", "['opbuilder.bridges', 'opbuilder.bridges.interop_common']"]
+    assert _fresh_python(code) == ["[]", "['opbuilder.bridges', 'opbuilder.bridges.interop_common']"]
 
 
 def test_reloading_opbuilder_keeps_its_builder_class_and_load_has_resolvable_hints():
@@ -167,7 +172,4 @@ def test_reloading_opbuilder_keeps_its_builder_class_and_load_has_resolvable_hin
             "importlib.reload(opbuilder)\n"
             "print(opbuilder.CustomOpBuilder is first, many.CustomOpBuilder is opbuilder.CustomOpBuilder)\n"
             "print(typing.get_type_hints(opbuilder.CustomOpBuilder.load))\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["True True", "{'return': <class 'module'>}"]
+    assert _fresh_python(code) == ["True True", "{'return': <class 'module'>}"]

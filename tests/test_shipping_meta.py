@@ -70,12 +70,24 @@ def test_the_wheel_command_needs_a_pyproject(tmp_path, capsys):
                                        f"(docs/shipping.md)\n")
 
 
+def _recorded(top, name, src, read=()):
+    """The spec of operator ``name`` (source ``src``, in package ``top``) and its shipped record's entry,
+    over a stand-in binary that nothing loads."""
+    from opbuilder import CustomOpBuilder
+    from opbuilder.cache import shipped
+    binary = top / shipped.BIN_DIR / "op.so"
+    binary.parent.mkdir()
+    binary.write_bytes(b"not loaded here")
+    spec = CustomOpBuilder(name, [str(src)]).spec
+    return spec, shipped.record_entry(spec, top, f"{shipped.BIN_DIR}/op.so", binary, {"binding": "nanobind"},
+                                      False, read=read)
+
+
 def test_a_header_anywhere_in_the_package_is_in_the_shipped_key(tmp_path):
     """A source in src/ that includes "../include/defs.h": the record covered only the sources'
     directories and include_paths, so editing defs.h in an installed package still loaded the old
     binary (found by this session's attack). Every header of the package is in the key now."""
     import json
-    from opbuilder import CustomOpBuilder
     from opbuilder.cache import shipped
     top = tmp_path / "pkg"
     (top / "src").mkdir(parents=True)
@@ -84,11 +96,7 @@ def test_a_header_anywhere_in_the_package_is_in_the_shipped_key(tmp_path):
     defs.write_text("#define K 2\n")
     src = top / "src" / "op.cpp"
     src.write_text('#include "../include/defs.h"\n')
-    binary = top / shipped.BIN_DIR / "op.so"
-    binary.parent.mkdir()
-    binary.write_bytes(b"not loaded here")
-    spec = CustomOpBuilder("rel_op", [str(src)]).spec
-    entry = shipped.record_entry(spec, top, f"{shipped.BIN_DIR}/op.so", binary, {"binding": "nanobind"}, False)
+    spec, entry = _recorded(top, "rel_op", src)
     assert list(entry["headers"]) == ["include/defs.h"]
     record = top / shipped.RECORD
     record.write_text(json.dumps({"hash": shipped.HASH, "ops": {"rel_op": entry}}))
@@ -105,7 +113,6 @@ def test_a_file_the_compiler_read_is_in_the_shipped_key_whatever_its_name(tmp_pa
     OPBUILDER_NO_BUILD (found by this session's attack; fails on 98912d6). The wheel's build lists the
     files the compiler read (``read``); the record keeps them, and load() checks them."""
     import json
-    from opbuilder import CustomOpBuilder
     from opbuilder.cache import shipped
     top = tmp_path / "pkg"
     (top / "csrc").mkdir(parents=True)
@@ -114,14 +121,9 @@ def test_a_file_the_compiler_read_is_in_the_shipped_key_whatever_its_name(tmp_pa
     defs.write_text("OP(mul)\n")
     src = top / "csrc" / "op.cpp"
     src.write_text('#include "coef.tcc"\n#include "ops.def"\n')
-    binary = top / shipped.BIN_DIR / "op.so"
-    binary.parent.mkdir()
-    binary.write_bytes(b"not loaded here")
-    spec = CustomOpBuilder("tcc_op", [str(src)]).spec
     outside = tmp_path / "elsewhere.h"  # read from outside the package: not in the key (the wheel cannot carry it)
     outside.write_text("\n")
-    entry = shipped.record_entry(spec, top, f"{shipped.BIN_DIR}/op.so", binary, {"binding": "nanobind"}, False,
-                                 read=[str(tcc), str(defs), str(src), str(outside)])
+    spec, entry = _recorded(top, "tcc_op", src, read=[str(tcc), str(defs), str(src), str(outside)])
     assert list(entry["headers"]) == ["csrc/coef.tcc", "csrc/ops.def"]
     record = top / shipped.RECORD
     record.write_text(json.dumps({"hash": shipped.HASH, "ops": {"tcc_op": entry}}))
