@@ -15,7 +15,7 @@ import pytest
 
 import opbuilder
 
-pytest.importorskip("jax")
+pytest.importorskip("jax", reason="jax is not installed (pip install 'opbuilder[jax]')")
 
 from op_util import CUSTOM_SRC  # noqa: E402
 
