@@ -25,6 +25,7 @@ class BenchMul : public Function<BenchMul> {
   // Mul handles any strides (contiguous() where needed) and never writes its inputs: tensors come as
   // they are, so the XLA FFI handler hands it XLA's buffers read-only, without a copy.
   static constexpr bool kAcceptsViews = true;
+  static constexpr bool kConstArgs = true;  // and writes none: to_jax lends it JAX's buffers
   static ShapeVector InferShape(const TensorPtr &x, const TensorPtr &) { return x->shape(); }
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
     ctx->SaveForBackward({x, y});

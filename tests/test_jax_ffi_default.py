@@ -397,3 +397,122 @@ def test_a_gradient_of_a_gradient_is_the_runtimes_named_error_on_every_jax_route
         with pytest.raises(RuntimeError) as e:
             second(x)
         assert str(e.value).splitlines()[0] == DOUBLE  # (JAX adds a note on its filtered traceback below)
+
+
+# ---- the generic custom call lends the function XLA's input memory (tensor_details.h LentScope) ------
+def test_a_function_that_declares_it_writes_no_argument_reads_the_callers_array_in_place(probe_ops):
+    """A kConstArgs Function's Forward gets the jax.Array's own memory, read-only: no copy, from the
+    first call. A body that reads x itself first gets its own private copy, which Forward then gets."""
+    j = opbuilder.to_jax(probe_ops)
+    x = jnp.asarray(np.arange(4.0))
+    f = jax.jit(j.address)
+    for _ in range(3):
+        assert np.asarray(f(x)).tolist() == [x.unsafe_buffer_pointer(), 0]
+    after_read = np.asarray(jax.jit(j.address_after_read)(x)).tolist()
+    assert after_read[0] != x.unsafe_buffer_pointer() and after_read[1] == 1
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("name, expect", [
+    ("write_through_alias", lambda x: 3 * np.concatenate([[7.0], x[1:]])),
+    ("write_on_thread", lambda x: 3 * np.concatenate([[5.0], x[1:]])),
+    ("triple_overwrites", lambda x: 3 * x),
+    ("sum_on_threads", lambda x: np.full(4, x.sum())),
+])
+def test_writes_and_reads_of_lent_memory_outside_a_function_land_in_a_private_copy(probe_ops, name, expect, jit):
+    """The body writes x through another Tensor object over its memory, or on another thread; a
+    kAcceptsViews Forward overwrites x without asking is_writable(); a Forward reads x on 4 threads at
+    once. Each gives the callback's values, on every call, and the caller's array keeps its own."""
+    j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
+    x0 = np.arange(1.0, 6.0)
+    x = jnp.asarray(x0)
+    f = jax.jit(getattr(j, name)) if jit else getattr(j, name)
+    assert getattr(j, name).route(x) == "xla_ffi"
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x)), expect(x0))
+        np.testing.assert_array_equal(np.asarray(x), x0)
+    np.testing.assert_array_equal(np.asarray(getattr(cb, name)(x)), expect(x0))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_copy_from_into_a_lent_argument_writes_a_private_copy(probe_ops, jit):
+    j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
+    x0, y0 = np.arange(1.0, 4.0), np.array([-1.0, -2.0, -3.0])
+    x, y = jnp.asarray(x0), jnp.asarray(y0)
+    f = jax.jit(j.copy_into) if jit else j.copy_into
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(f(x, y)), 3 * y0)
+    np.testing.assert_array_equal(np.asarray(cb.copy_into(x, y)), 3 * y0)
+    np.testing.assert_array_equal(np.asarray(x), x0)
+    g = jax.grad(lambda b: f(x, b).sum())(y)
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(jax.grad(lambda b: cb.copy_into(x, b).sum())(y)))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("name, expect", [
+    ("nine_then_triple", lambda x: 3 * np.concatenate([[9.0], x[1:]])),
+    ("nine_list_then_triple", lambda x: 3 * np.concatenate([[9.0], x[1:]])),
+    ("view_write", lambda x: 3 * np.concatenate([[42.0], x[1:]])),
+    ("list_view_write", lambda x: 3 * np.concatenate([[42.0], x[1:]])),
+    ("const_view_write", lambda x: 3 * np.concatenate([[42.0], x[1:]])),
+    ("zero_if_writable_then_double", lambda x: 2 * np.maximum(x, 0)),
+    ("clamp_view_then_double", lambda x: 2 * np.maximum(x, 0)),
+])
+def test_a_functions_write_into_a_lent_argument_is_the_functions_to_see(probe_ops, name, expect, jit):
+    """A Function writes x without MarkDirty (no gradient recorded: eager allows it), directly or in a
+    list; a kConstArgs Forward returns a view of x (or of a list holding x) that the body writes through;
+    a kAcceptsViews Forward
+    writes x only when it is writable, or clamps it through a view in a nested Apply. The body then
+    reads x: it sees the write, as eagerly and on the callback, on the first call and after (attacks on
+    the lent-memory change: the write was lost, the view reached the caller's array, or a read-only
+    view made the nested in-place Apply an error)."""
+    j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
+    x0 = np.array([1.0, -2.0, 3.0, -4.0])
+    x = jnp.asarray(x0)
+    f = jax.jit(getattr(j, name)) if jit else getattr(j, name)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x)), expect(x0))
+        np.testing.assert_array_equal(np.asarray(x), x0)
+    np.testing.assert_array_equal(np.asarray(getattr(cb, name)(x)), expect(x0))
+    np.testing.assert_array_equal(getattr(probe_ops, name)(rt.Tensor(x0.copy())).asnumpy(), expect(x0))
+
+
+def test_a_lent_argument_the_function_keeps_past_the_call_is_its_own_copy(probe_ops):
+    """keep stores x in a static, untouched; XLA frees the temporary a * 2 after the call. kept() reads
+    the values it had (a use after free gave garbage)."""
+    j = opbuilder.to_jax(probe_ops)
+    x0 = np.arange(1.0, 5.0)
+    f = jax.jit(lambda a: j.keep(a * 2))
+    for k in range(3):
+        np.testing.assert_array_equal(np.asarray(f(jnp.asarray(x0 + k))), 6 * (x0 + k))
+        junk = jax.jit(lambda a: a * 7 + 1)(jnp.asarray(np.full(4, -5.0)))  # reuses the freed memory
+        jax.block_until_ready(junk)
+        np.testing.assert_array_equal(probe_ops.kept(rt.Tensor(np.zeros(1))).asnumpy(), 2 * (x0 + k))
+
+
+def test_an_in_place_apply_on_a_lent_argument_runs_the_function_once(probe_ops):
+    """After calls on positives (the kAcceptsViews type then reads lent memory in place), a negative x
+    makes it mark x dirty: Forward runs again on x's private copy, not the whole function, so the
+    function's own work (a counter) happens once per call, and a catch-all in it changes nothing
+    (attack on the lent-memory change: the function ran twice, or its write was skipped forever)."""
+    j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
+    pos, neg = (jnp.asarray(np.array(a)) for a in ([1.0, 2.0], [-1.0, 2.0]))
+    f = jax.jit(j.counted)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(pos)), [2.0, 3.0])
+    for _ in range(2):
+        before = probe_ops.runs()
+        np.testing.assert_array_equal(np.asarray(f(neg)), [-2.0, 7.0])
+        assert probe_ops.runs() == before + 1
+    np.testing.assert_array_equal(np.asarray(neg), [-1.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(cb.counted(neg)), [-2.0, 7.0])
+
+
+def test_read_only_memory_reaches_a_const_function_that_takes_no_views_as_a_copy(probe_ops):
+    """kConstArgs changes only what to_jax lends: eagerly a type that takes no views still gets a private
+    copy of read-only memory, so a view it returns is of the copy (attack on kConstArgs: the body wrote
+    an immutable bytes object through it)."""
+    x0 = np.array([1.0, -2.0, 3.0, -4.0])
+    read_only = np.frombuffer(x0.tobytes())
+    np.testing.assert_array_equal(probe_ops.const_view_write(read_only).asnumpy(), 3 * x0)
+    np.testing.assert_array_equal(read_only, x0)

@@ -130,8 +130,12 @@ class Function {
   template <typename... Args>
   static auto Apply(Args &&...args) {
     const detail::Runtime &rt = detail::Runtime::Get();
-    // an XLA FFI handler's run of a bound function: no Python, never traced (detail/ffi_bound.h)
-    if (detail::InFfiRun() != nullptr) return Prepare(rt, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
+    // an XLA FFI handler's run of a bound function: no Python, never traced (detail/ffi_bound.h); Apply,
+    // Forward and Backward are trusted with the memory the handler lends (tensor_details.h LentScope)
+    if (detail::InFfiRun() != nullptr) {
+      detail::LentScope trusted(true);
+      return Prepare(rt, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
+    }
     // the rest reads and records Python state; a bound function may have released the GIL (call_guard)
     detail::GilForRefcount gil;
     if (*rt.trace_flag != 0) return Traced(std::forward<Args>(args)...);
@@ -186,6 +190,7 @@ class Function {
   };
 
   static constexpr bool kViews = detail::AcceptsViews<Derived>::value;
+  static constexpr bool kConst = detail::ConstArgs<Derived>::value;
 
  public:
   // What Derived's calls showed of writes into its arguments, one per type (call_rules.h WriteKnowledge):
@@ -202,7 +207,7 @@ class Function {
     std::array<Tensor *, sizeof...(Args) + 1> originals{};
     std::array<TensorPtr, sizeof...(Args) + 1> copies;
     return Run(rt, originals.data(),
-               detail::ForwardArg<kViews>(std::forward<Args>(args), &originals[I], &copies[I])...);
+               detail::ForwardArg<kViews, kConst>(std::forward<Args>(args), &originals[I], &copies[I])...);
   }
 
   // Forward and Backward are called only when FunctionChecks (detail/function_checks.h) found them

@@ -10,6 +10,7 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -71,12 +72,9 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
     }
   }
 
-  // Copies share the storage but not the binding to a Python object.
-  Tensor(const Tensor &other)
-      : std::enable_shared_from_this<Tensor>(),
-        storage_(other.storage_), data_(other.data_), dtype_(other.dtype_), shape_(other.shape_),
-        strides_(other.strides_), numel_(other.numel_), writable_(other.writable_), device_(other.device_),
-        requires_grad_(other.requires_grad_) {}
+  // Copies share the storage but not the binding to a Python object. (Lent memory first becomes the
+  // tensor's private copy: the copy may outlive the call that lent it.)
+  Tensor(const Tensor &other) : Tensor(other, other.UnlentData()) {}
   Tensor &operator=(const Tensor &) = delete;
 
   static TensorPtr empty(DataType dtype, ShapeVector shape) {
@@ -103,7 +101,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   bool is_contiguous() const { return strides_.empty(); }
   // False for a view of read-only memory (numpy writeable=False, a bytes
   // buffer, a read-only memory map): never write through data_ptr() then.
-  bool is_writable() const { return writable_; }
+  bool is_writable() const { return lent_.load(std::memory_order_acquire) == 0 ? writable_ : LentWritable(); }
   // "cpu", or "cuda:N" for a tensor in the memory of CUDA device N (then data_ptr() is a device pointer).
   std::string device() const { return device_ < 0 ? std::string("cpu") : "cuda:" + std::to_string(device_); }
   int device_index() const { return device_; }  // -1 on the host
@@ -111,7 +109,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   bool requires_grad() const { return requires_grad_; }
 
   // The first element's address, whatever the layout (index it with strides()).
-  void *data_ptr() const { return data_; }
+  void *data_ptr() const { return lent_.load(std::memory_order_acquire) == 0 ? data_ : LentData(); }
 
   // Typed pointer to the data of a C-contiguous tensor, for flat loops over
   // numel() elements. TypeError if T is not the dtype; ValueError if the
@@ -120,7 +118,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   T *data() const {
     if (DataTypeOf<T>::value != dtype_) ThrowDtypeMismatch(DataTypeOf<T>::value);
     CheckContiguous("data<T>()");
-    return static_cast<T *>(data_);
+    return static_cast<T *>(data_ptr());
   }
 
   // This tensor if already C-contiguous, else a contiguous copy.
@@ -139,13 +137,16 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   // as data<T>(): the data of a C-contiguous tensor (ValueError for a strided view)
   void *data_c() const {
     CheckContiguous("data_c()");
-    return data_;
+    return data_ptr();
   }
   std::int64_t DataSize() const { return numel_; }
   std::size_t Size() const { return nbytes(); }
 
   // ---- read by the Python bridge ----
-  const std::shared_ptr<void> &storage() const { return storage_; }
+  const std::shared_ptr<void> &storage() const {
+    if (lent_.load(std::memory_order_acquire) != 0) (void)LentData();  // a private copy, where data_ptr() takes one
+    return storage_;
+  }
   PyObject *py_object() const { return py_.get(); }  // the runtime.Tensor this tensor is, if any
 
  private:
@@ -157,6 +158,28 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   }
   // Device allocation: storage from the runtime's allocator.
   OB_CORE_FN Tensor(DataType dtype, ShapeVector shape, int device, bool zero);
+  // The copy constructor's work, `data` being other's address once it is not lent.
+  // Lent memory made this tensor's private copy (whoever runs this); the address.
+  void *UnlentData() const {
+    if (lent_.load(std::memory_order_acquire) != 0) {
+      detail::LentScope untrusted(false);
+      return LentData();
+    }
+    return data_;
+  }
+  Tensor(const Tensor &other, void *data)
+      : std::enable_shared_from_this<Tensor>(),
+        storage_(other.storage_), data_(data), dtype_(other.dtype_), shape_(other.shape_),
+        strides_(other.strides_), numel_(other.numel_), writable_(other.writable_), device_(other.device_),
+        requires_grad_(other.requires_grad_) {}
+  // Lent memory (detail/tensor_details.h LentScope): the address, after taking a private copy when this
+  // thread does not run code trusted with it; whether it may be written, as this thread sees it.
+  OB_CORE_FN void *LentData() const;
+  OB_CORE_FN bool LentWritable() const;
+  // The address for reading (never takes a copy).
+  const void *ReadPtr() const {
+    return lent_.load(std::memory_order_acquire) == 0 ? data_ : __atomic_load_n(&data_, __ATOMIC_ACQUIRE);
+  }
   void CheckHost(const char *what) const {
     if (device_ >= 0) ThrowNotHost(what);
   }
@@ -180,6 +203,10 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   bool writable_ = true;
   int device_ = -1;  // -1: host memory; else the CUDA device
   bool requires_grad_ = false;
+  // 1: memory lent by an XLA FFI handler to a module function (JAX's immutable input buffer), read in
+  // place by code trusted with it and copied to a private buffer on any other access (then 0); 2 while
+  // that copy is made.
+  mutable std::atomic<std::uint8_t> lent_{0};
   detail::PyRef py_;  // the runtime.Tensor this tensor is, if any
 };
 
@@ -196,6 +223,13 @@ struct TensorAccess {
   static void BindPython(Tensor &t, PyRef obj) { t.py_ = std::move(obj); }
   static void SetRequiresGrad(Tensor &t, bool r) { t.requires_grad_ = r; }
   static ShapeVector &Shape(Tensor &t) { return t.shape_; }
+  // Marks `t` (read-only, contiguous, host memory the caller does not own) as lent (LentScope).
+  static void Lend(Tensor &t) { t.lent_.store(1, std::memory_order_release); }
+  static bool IsLent(const Tensor &t) { return t.lent_.load(std::memory_order_acquire) != 0; }
+  // The address for reading only: never a copy, and no question of trust (the handlers' own reads).
+  static const void *Read(const Tensor &t) { return t.ReadPtr(); }
+  // Makes a lent `t` its private copy, whoever runs this (as an access from untrusted code does).
+  static void Unlend(const Tensor &t) { (void)t.UnlentData(); }
 };
 }  // namespace detail
 

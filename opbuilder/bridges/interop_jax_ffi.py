@@ -25,10 +25,10 @@ The generic backward does not run the function again: the forward JAX differenti
 handlers' bounded table and returns a token naming it (one more result); the backward takes the token
 and runs the tape (``ffi_function``'s ``bound``). A backward whose tape is gone runs the function again.
 
-XLA's buffers are never written: the generic handlers give the function writable private copies of
-its inputs (an in-place op, MarkDirty or not, or a write before Apply, lands in a copy, as on the
-callback path); OB_XLA_FFI's give a ``kAcceptsViews`` type known to write nothing XLA's memory itself,
-read-only. Result shapes come from the shape rule (``<name>_infer_shape`` or ``shape_fn``) or, on the
+XLA's buffers are never written: the generic handlers lend the function its inputs, and code that
+touches one gets a writable private copy first (an in-place op, MarkDirty or not, or a write before
+Apply, lands in a copy, as on the callback path); a ``kConstArgs`` Function reads XLA's memory itself,
+read-only. OB_XLA_FFI's give a ``kAcceptsViews`` type known to write nothing XLA's memory itself. Result shapes come from the shape rule (``<name>_infer_shape`` or ``shape_fn``) or, on the
 generic path, from the probe run. Complex gradients follow JAX's convention on both paths: the
 handlers compute the runtime's (torch's), and the cotangents in and the gradients out are conjugated
 (``runtime_cotangent``, ``jax_gradient``). The backward asks for the gradients of the inputs JAX
@@ -311,7 +311,7 @@ def probe_entry(fn: Callable, run: Callable[[int], Tuple[Sequence[Any], Sequence
 
 
 # detail/ffi_bound.h's kFfiBoundAbi: the bound entry layout this module reads
-_BOUND_ABI = 0x0b0ffb0000000003
+_BOUND_ABI = 0x0b0ffb0000000004
 
 
 def host_call(target: str, keep: Dict[Any, Callable]) -> Callable:

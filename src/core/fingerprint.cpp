@@ -9,7 +9,7 @@ namespace detail OB_HIDDEN {
 
 OB_CORE_FN std::uint64_t Fingerprint(const Tensor &t, double phase) {
   if (t.is_cuda()) return 0;  // device memory is not readable here: writes to device inputs are not detected
-  const char *base = static_cast<const char *>(t.data_ptr());
+  const char *base = static_cast<const char *>(TensorAccess::Read(t));  // (a read: lent memory stays lent)
   const std::size_t nbytes = t.nbytes();
   const std::int64_t n = t.numel();
   const auto es = t.element_size();

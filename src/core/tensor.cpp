@@ -3,6 +3,8 @@
 // inline in each operator: opbuilder/tensor.h includes this file at its end (detail/core_lib.h).
 #include "opbuilder/tensor.h"
 
+#include <sched.h>
+
 namespace opbuilder {
 
 namespace detail OB_HIDDEN {
@@ -168,6 +170,11 @@ OB_CORE_FN OfferedBuffers &Offered() {
   return offered;
 }
 
+OB_CORE_FN bool &TrustsLent() noexcept {
+  static thread_local bool trusted = false;
+  return trusted;
+}
+
 }  // namespace detail
 
 OB_CORE_FN void Tensor::ThrowDtypeMismatch(DataType want) const {
@@ -183,6 +190,35 @@ OB_CORE_FN void Tensor::ThrowNotContiguous(const char *what) const {
   throw detail::ValueError(std::string("opbuilder::Tensor::") + what + ": the tensor is not contiguous (shape " +
                            detail::ShapeString(shape_) + ", strides " + detail::ShapeString(strides_) +
                            "); call contiguous() first, or index data_ptr() with strides()");
+}
+OB_CORE_FN void *Tensor::LentData() const {
+  for (;;) {
+    std::uint8_t state = lent_.load(std::memory_order_acquire);
+    if (state == 0 || detail::TrustsLent()) return __atomic_load_n(&data_, __ATOMIC_ACQUIRE);
+    if (state == 1 && lent_.compare_exchange_strong(state, 2, std::memory_order_acq_rel)) {
+      // this thread copies the lent memory; others wait for it (state 2), then read the copy
+      auto *self = const_cast<Tensor *>(this);  // every Tensor is made non-const (make_shared)
+      std::shared_ptr<void> copy;
+      try {
+        copy = detail::AllocateStorage(nbytes());
+      } catch (...) {
+        lent_.store(1, std::memory_order_release);
+        throw;
+      }
+      const void *from = __atomic_load_n(&data_, __ATOMIC_ACQUIRE);
+      if (nbytes() != 0) std::memcpy(copy.get(), from, nbytes());  // a lent tensor is contiguous
+      self->storage_ = copy;
+      self->writable_ = true;
+      __atomic_store_n(&self->data_, copy.get(), __ATOMIC_RELEASE);
+      lent_.store(0, std::memory_order_release);
+      return copy.get();
+    }
+    sched_yield();
+  }
+}
+OB_CORE_FN bool Tensor::LentWritable() const {
+  if (detail::TrustsLent()) return false;
+  return lent_.load(std::memory_order_acquire) == 0 ? writable_ : true;  // a private copy once asked for
 }
 OB_CORE_FN Tensor::Tensor(DataType dtype, ShapeVector shape)
     : dtype_(dtype), shape_(std::move(shape)) {
@@ -222,18 +258,18 @@ OB_CORE_FN TensorPtr Tensor::contiguous_copy() const {
   CheckHost("contiguous_copy()");
   auto out = std::make_shared<Tensor>(dtype_, shape_);
   detail::CopyStrided(static_cast<char *>(out->data_), detail::ContiguousStrides(shape_),
-                      static_cast<const char *>(data_), strides(), shape_, element_size());
+                      static_cast<const char *>(ReadPtr()), strides(), shape_, element_size());
   return out;
 }
 OB_CORE_FN void Tensor::copy_from(const Tensor &src) {
   if (src.dtype_ != dtype_ || src.shape_ != shape_) {
     throw std::invalid_argument("opbuilder::Tensor::copy_from: dtype or shape differs");
   }
-  if (!writable_) throw detail::ValueError("opbuilder::Tensor::copy_from: the tensor is read-only");
+  if (!is_writable()) throw detail::ValueError("opbuilder::Tensor::copy_from: the tensor is read-only");
   CheckHost("copy_from()");
   src.CheckHost("copy_from()");
-  detail::CopyStrided(static_cast<char *>(data_), strides(), static_cast<const char *>(src.data_), src.strides(),
-                      shape_, element_size());
+  detail::CopyStrided(static_cast<char *>(data_ptr()), strides(), static_cast<const char *>(src.ReadPtr()),
+                      src.strides(), shape_, element_size());
 }
 OB_CORE_FN TensorPtr Tensor::empty_like(const TensorPtr &t) {
   if (t->device_ >= 0) return std::shared_ptr<Tensor>(new Tensor(t->dtype(), t->shape(), t->device_, false));

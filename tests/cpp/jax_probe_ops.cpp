@@ -1,8 +1,12 @@
 // Bound functions that do more than call one Function's Apply: a Function picked by a value, work before
 // or after Apply, two Applies. to_jax's generic custom call runs each whole, in C++, on every call, so
 // each gives eager's values and gradients (interop_jax_ffi.py probe_entry, xla_ffi_handlers.h).
+#include <algorithm>
 #include <complex>
+#include <cstdint>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "opbuilder/extension.h"
 using namespace opbuilder;
@@ -121,6 +125,159 @@ struct MulC : Function<MulC> {
 
 double First(const TensorPtr &t) { return t->contiguous()->data<double>()[0]; }
 
+// ---- memory the generic custom call lends a function (tensor_details.h LentScope) ----------------------
+// [the address Forward reads x at, 1 if it may write there else 0]; takes views, writes none
+struct AddressOf : Function<AddressOf> {
+  static constexpr bool kAcceptsViews = true;
+  static constexpr bool kConstArgs = true;
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    TensorPtr out = Tensor::empty(kInt64, {2});
+    out->data<std::int64_t>()[0] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(x->data_ptr()));
+    out->data<std::int64_t>()[1] = x->is_writable() ? 1 : 0;
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
+};
+
+// 3 x, after overwriting x with 3 x through data<T>() without MarkDirty and without asking
+// is_writable(): a kernel that breaks kAcceptsViews' promise. Takes views.
+struct TripleOverwrites : Function<TripleOverwrites> {
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    double *p = x->data<double>();
+    for (std::int64_t i = 0; i < x->numel(); ++i) p[i] *= 3;
+    TensorPtr out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = p[i];
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    TensorPtr out = Tensor::empty(kFloat64, g[0]->shape());
+    for (std::int64_t i = 0; i < out->numel(); ++i) out->data<double>()[i] = 3 * g[0]->contiguous()->data<double>()[i];
+    return {out};
+  }
+};
+
+// x[0] = 9 written in place without MarkDirty (no gradient is recorded, so eager allows it); 2 x
+struct NineNoDirty : Function<NineNoDirty> {
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    x->data<double>()[0] = 9;
+    TensorPtr out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = 2 * x->data<double>()[i];
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
+};
+struct NineNoDirtyList : Function<NineNoDirtyList> {
+  static TensorPtr Forward(AutogradContext *, const TensorPtrList &xs) {
+    xs[0]->data<double>()[0] = 9;
+    return Tensor::zeros(kFloat64, xs[0]->shape());
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
+};
+
+// a view of x (a new Tensor over its memory); takes views, writes none
+struct ViewOf : Function<ViewOf> {
+  static constexpr bool kAcceptsViews = true;
+  static constexpr bool kConstArgs = true;
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    return std::make_shared<Tensor>(x->dtype(), x->shape(), ShapeVector{}, x->data_ptr(), x->storage());
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+
+// x *= 3 in place and marked dirty when x[0] < 0, writing only writable memory (as a kAcceptsViews
+// Function must); else 3 x as a new tensor
+struct TripleIfNegative : Function<TripleIfNegative> {
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (x->data<double>()[0] >= 0) return Triple::Forward(ctx, x);
+    if (x->is_writable()) {
+      for (std::int64_t i = 0; i < x->numel(); ++i) x->data<double>()[i] *= 3;
+    }
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) { return Triple::Backward(ctx, g); }
+};
+
+// a view of x, by a type that does not take views and writes none
+struct ConstViewOf : Function<ConstViewOf> {
+  static constexpr bool kConstArgs = true;
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    return std::make_shared<Tensor>(x->dtype(), x->shape(), ShapeVector{}, x->data_ptr(), x->storage());
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+
+// a view of xs[0] (a new Tensor over its memory); takes views, writes none
+struct ListViewOf : Function<ListViewOf> {
+  static constexpr bool kAcceptsViews = true;
+  static constexpr bool kConstArgs = true;
+  static TensorPtr Forward(AutogradContext *, const TensorPtrList &xs) {
+    const TensorPtr &x = xs[0];
+    return std::make_shared<Tensor>(x->dtype(), x->shape(), ShapeVector{}, x->data_ptr(), x->storage());
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+
+// x's negatives set to 0 in place, without MarkDirty, when x is writable (no gradient is recorded); then 0
+struct ZeroNegativesIfWritable : Function<ZeroNegativesIfWritable> {
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    if (x->is_writable()) {
+      for (std::int64_t i = 0; i < x->numel(); ++i) x->data<double>()[i] = std::max(x->data<double>()[i], 0.0);
+    }
+    return Tensor::zeros(kFloat64, {});
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
+};
+
+// negatives clamped to 0 in place (MarkDirty)
+struct ClampInPlace : Function<ClampInPlace> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    for (std::int64_t i = 0; i < x->numel(); ++i) x->data<double>()[i] = std::max(x->data<double>()[i], 0.0);
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+
+// ClampInPlace on a view of x (as writable as x is), then 0; takes views
+struct ClampThroughView : Function<ClampThroughView> {
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    auto v = std::make_shared<Tensor>(x->dtype(), x->shape(), ShapeVector{}, x->data_ptr(), x->storage(),
+                                      x->is_writable());
+    ClampInPlace::Apply(v);
+    return Tensor::zeros(kFloat64, {});
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
+};
+
+TensorPtr g_kept;  // a tensor a function keeps past its call
+long g_runs = 0;   // runs of counted
+
+// per worker thread (4), the sum of x, each read on its own thread; takes views, writes none
+struct SumOnThreads : Function<SumOnThreads> {
+  static constexpr bool kAcceptsViews = true;
+  static constexpr bool kConstArgs = true;
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    TensorPtr out = Tensor::empty(kFloat64, {4});
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 4; ++w) {
+      workers.emplace_back([&x, &out, w] {
+        double s = 0;
+        const double *p = x->data<double>();
+        for (std::int64_t i = 0; i < x->numel(); ++i) s += p[i];
+        out->data<double>()[w] = s;
+      });
+    }
+    for (auto &t : workers) t.join();
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
+};
+
 OB_MODULE(m) {
   // picked by a value no probe value reaches (x[0] > 100): x * x, else 3 * x
   m.def("over_100", [](const TensorPtr &x) { return First(x) > 100.0 ? Square::Apply(x) : Triple::Apply(x); });
@@ -173,6 +330,84 @@ OB_MODULE(m) {
     return ScaleBy<1>::Apply(x, y);
   });
   m.def("plain", [](const TensorPtr &x, const TensorPtr &y) { return ScaleBy<2>::Apply(x, y); });
+  m.def("address", [](const TensorPtr &x) { return AddressOf::Apply(x); });
+  // the body reads x before its Apply
+  m.def("address_after_read", [](const TensorPtr &x) {
+    (void)First(x);
+    return AddressOf::Apply(x);
+  });
+  // x[0] = 7 written through a copy of the Tensor object (its memory shared), then 3 * x
+  m.def("write_through_alias", [](const TensorPtr &x) {
+    Tensor alias(*x);
+    alias.data<double>()[0] = 7;
+    return Triple::Apply(x);
+  });
+  // x[0] = 5 written on another thread, then 3 * x
+  m.def("write_on_thread", [](const TensorPtr &x) {
+    std::thread([&x] { x->data<double>()[0] = 5; }).join();
+    return Triple::Apply(x);
+  });
+  // x overwritten with y (copy_from), then 3 * x
+  m.def("copy_into", [](const TensorPtr &x, const TensorPtr &y) {
+    x->copy_from(*y);
+    return Triple::Apply(x);
+  });
+  m.def("triple_overwrites", [](const TensorPtr &x) { return TripleOverwrites::Apply(x); });
+  // a Function writes x[0] = 9 without MarkDirty, then 3 * x (as a list argument too)
+  m.def("nine_then_triple", [](const TensorPtr &x) {
+    NineNoDirty::Apply(x);
+    return Triple::Apply(x);
+  });
+  m.def("nine_list_then_triple", [](const TensorPtr &x) {
+    NineNoDirtyList::Apply(TensorPtrList{x});
+    return Triple::Apply(x);
+  });
+  // a Function zeroes x's negatives when x is writable (no MarkDirty), then 2 * x
+  m.def("zero_if_writable_then_double", [](const TensorPtr &x) {
+    ZeroNegativesIfWritable::Apply(x);
+    return ScaleBy<2>::Apply(x, x);
+  });
+  // a Function clamps x through a view of it, then 2 * x
+  m.def("clamp_view_then_double", [](const TensorPtr &x) {
+    ClampThroughView::Apply(x);
+    return ScaleBy<2>::Apply(x, x);
+  });
+  // x[0] = 42 through a view a Function returned, then 3 * x
+  m.def("view_write", [](const TensorPtr &x) {
+    TensorPtr v = ViewOf::Apply(x);
+    v->data<double>()[0] = 42;
+    return Triple::Apply(x);
+  });
+  m.def("const_view_write", [](const TensorPtr &x) {
+    TensorPtr v = ConstViewOf::Apply(x);
+    v->data<double>()[0] = 42;
+    return Triple::Apply(x);
+  });
+  // x[0] = 42 through a view a Function returned of a list holding x, then 3 * x
+  m.def("list_view_write", [](const TensorPtr &x) {
+    TensorPtr v = ListViewOf::Apply(TensorPtrList{x});
+    v->data<double>()[0] = 42;
+    return Triple::Apply(x);
+  });
+  // keeps x (untouched) past the call; kept() reads it later
+  m.def("keep", [](const TensorPtr &x) {
+    g_kept = x;
+    return Triple::Apply(x);
+  });
+  m.def("kept", [](const TensorPtr &) { return g_kept->contiguous_copy(); });
+  // counts its runs; an in-place Apply for a negative x[0] (any error it raised is swallowed); then x + 1
+  m.def("counted", [](const TensorPtr &x) {
+    ++g_runs;
+    try {
+      TripleIfNegative::Apply(x);
+    } catch (...) {
+    }
+    TensorPtr out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = x->data<double>()[i] + 1;
+    return out;
+  });
+  m.def("runs", []() { return g_runs; });
+  m.def("sum_on_threads", [](const TensorPtr &x) { return SumOnThreads::Apply(x); });
   // an output whose shape depends on the values: 3 * (the positive elements of x)
   m.def("positives", [](const TensorPtr &x) {
     TensorPtr xc = x->contiguous();

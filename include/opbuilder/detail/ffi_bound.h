@@ -27,7 +27,7 @@ namespace detail OB_HIDDEN {
 struct FunctionCall;  // detail/function_details.h
 
 // Bumped whenever FfiBoundEntry or FfiApplyRunner changes: a caller refuses an entry of another number.
-constexpr std::uint64_t kFfiBoundAbi = 0x0b0ffb0000000003ull;
+constexpr std::uint64_t kFfiBoundAbi = 0x0b0ffb0000000004ull;
 
 // What Apply hands its call to while a handler runs a bound function on this thread.
 struct FfiApplyRunner {
@@ -61,20 +61,15 @@ struct FfiBoundEntry {
   // body(arg) on the same terms (the handler's Backward calls: an Apply inside a Backward goes to `runner`).
   void (*scoped)(void (*body)(void *), void *arg, const FfiApplyRunner *runner, const OfferedBuffers *offer,
                  const char *where);
-  // What the handlers' calls showed of writes into the function's arguments: kFfiWritesUnknown (they
-  // get private copies, compared after the call), kFfiWritesNone (a call wrote none: XLA's memory,
-  // read-only), kFfiWritesSome (copies from then on).
-  std::atomic<int> *writes;
 };
 
-constexpr int kFfiWritesUnknown = 0, kFfiWritesNone = 1, kFfiWritesSome = 2;
-
 // While alive: this thread's Applies in this module go to `runner`, its Offered() is `offer` (if any)
-// and its saved_data refuses Python.
+// and its saved_data refuses Python. `trusted`: the code run is trusted with lent memory (a Backward),
+// or not (the function's own body: a lent tensor it reads becomes a private copy).
 class FfiBoundScope {
  public:
-  FfiBoundScope(const FfiApplyRunner *runner, const OfferedBuffers *offer, const char *where)
-      : runner_(FfiRunner()), offered_(Offered()), where_(NoPythonHandler()) {
+  FfiBoundScope(const FfiApplyRunner *runner, const OfferedBuffers *offer, const char *where, bool trusted)
+      : lent_(trusted), runner_(FfiRunner()), offered_(Offered()), where_(NoPythonHandler()) {
     FfiBoundRuns().fetch_add(1, std::memory_order_relaxed);
     FfiRunner() = runner;
     Offered() = offer != nullptr ? *offer : OfferedBuffers{};
@@ -96,6 +91,7 @@ class FfiBoundScope {
   FfiBoundScope &operator=(const FfiBoundScope &) = delete;
 
  private:
+  LentScope lent_;
   const FfiApplyRunner *runner_;
   OfferedBuffers offered_;
   const char *where_;
@@ -120,7 +116,7 @@ template <typename F, std::size_t... I, typename R, typename... A>
 struct FfiBoundOf<F, std::index_sequence<I...>, R, A...> {
   static void Run(const void *fn, const TensorPtr *in, TensorPtrList *out, const FfiApplyRunner *runner,
                   const OfferedBuffers *offer, const char *where) {
-    FfiBoundScope scope(runner, offer, where);
+    FfiBoundScope scope(runner, offer, where, false);
     (void)in;
     *out = FfiResultList((*const_cast<F *>(static_cast<const F *>(fn)))(in[I]...));
   }
@@ -128,7 +124,7 @@ struct FfiBoundOf<F, std::index_sequence<I...>, R, A...> {
 
 inline void FfiScoped(void (*body)(void *), void *arg, const FfiApplyRunner *runner, const OfferedBuffers *offer,
                       const char *where) {
-  FfiBoundScope scope(runner, offer, where);
+  FfiBoundScope scope(runner, offer, where, true);
   body(arg);
 }
 
@@ -138,8 +134,7 @@ template <typename F, typename R, typename... A>
 const FfiBoundEntry *MakeFfiBoundEntry(const F *f, const char *name) {
   if constexpr (sizeof...(A) > 0 && (std::is_same_v<std::decay_t<A>, TensorPtr> && ...)) {
     return new FfiBoundEntry{kFfiBoundAbi, sizeof...(A), f, new std::string(name),
-                             &FfiBoundOf<F, std::index_sequence_for<A...>, R, A...>::Run, &FfiScoped,
-                             new std::atomic<int>(kFfiWritesUnknown)};
+                             &FfiBoundOf<F, std::index_sequence_for<A...>, R, A...>::Run, &FfiScoped};
   } else {
     (void)f;
     (void)name;

@@ -128,37 +128,72 @@ struct AcceptsViews : std::false_type {};
 template <typename T>
 struct AcceptsViews<T, std::void_t<decltype(T::kAcceptsViews)>> : std::bool_constant<T::kAcceptsViews> {};
 
+// A Function that declares
+//   static constexpr bool kConstArgs = true;
+// promises its Forward never writes a tensor argument (no MarkDirty, no write through a pointer, no
+// in-place Apply on it, no writable view of it handed on): to_jax's handler lends it JAX's own buffers
+// (tensor_details.h LentScope), read-only. Any other type gets lent memory as its private copy.
+template <typename T, typename = void>
+struct ConstArgs : std::false_type {};
+template <typename T>
+struct ConstArgs<T, std::void_t<decltype(T::kConstArgs)>> : std::bool_constant<T::kConstArgs> {};
+
 inline bool NeedsPrivateCopy(const Tensor &t) { return !t.is_contiguous() || !t.is_writable(); }
 
 // A private contiguous copy standing for `t`: same requires_grad, bound to the
 // same runtime.Tensor (so grad edges, versions and MarkDirty refer to the caller's).
 OB_CORE_FN TensorPtr PrivateCopy(const Tensor &t);
 
+// Whether Forward gets a private copy of `t`. Lent memory first becomes the tensor's own private copy
+// unless the type declares kConstArgs: Forward may then write it, as it would the caller's writable
+// tensor, and the function sees the write. (A kConstArgs type reads lent memory, always contiguous, in
+// place; any other read-only memory it gets as any type does.)
+template <bool kViews, bool kConst>
+bool NeedsCopy(const Tensor &t) {
+  if constexpr (kConst) {
+    if (TensorAccess::IsLent(t)) return false;
+  } else {
+    TensorAccess::Unlend(t);
+  }
+  if constexpr (kViews) {
+    return false;
+  } else {
+    return NeedsPrivateCopy(t);
+  }
+}
+
 // What Forward gets for an argument: tensors (TensorPtr, std::optional<TensorPtr>,
 // the elements of a TensorPtrList) made contiguous where needed (the copy kept in
 // `*copy`, `*orig` set to the caller's tensor), everything else as it came. A
 // tensor passes by reference: no reference count is touched on the common path.
-template <bool kViews, typename A>
+// A list's lent elements become private copies whatever the type: the handler follows an argument,
+// not the elements of a list (xla_ffi_handlers.h LentArgs).
+template <bool kViews, bool kConst, typename A>
 decltype(auto) ForwardArg(A &&arg, Tensor **orig, TensorPtr *copy) {
   using D = std::decay_t<A>;
-  if constexpr (!kViews && std::is_same_v<D, TensorPtr>) {
-    if (arg && NeedsPrivateCopy(*arg)) {
+  if constexpr (std::is_same_v<D, TensorPtr>) {
+    if (arg && NeedsCopy<kViews, kConst>(*arg)) {
       *orig = arg.get();
       *copy = PrivateCopy(*arg);
       return static_cast<const TensorPtr &>(*copy);
     }
     return static_cast<const TensorPtr &>(arg);
-  } else if constexpr (!kViews && std::is_same_v<D, std::optional<TensorPtr>>) {
-    if (arg && *arg && NeedsPrivateCopy(**arg)) {
+  } else if constexpr (std::is_same_v<D, std::optional<TensorPtr>>) {
+    if (arg && *arg && NeedsCopy<kViews, kConst>(**arg)) {
       *orig = arg->get();
       *copy = PrivateCopy(**arg);
       return std::optional<TensorPtr>(*copy);
     }
     return std::optional<TensorPtr>(std::forward<A>(arg));
-  } else if constexpr (!kViews && std::is_same_v<D, TensorPtrList>) {
+  } else if constexpr (std::is_same_v<D, TensorPtrList> && kViews) {
+    for (const auto &t : arg) {
+      if (t) TensorAccess::Unlend(*t);
+    }
+    return std::forward<A>(arg);
+  } else if constexpr (std::is_same_v<D, TensorPtrList>) {
     TensorPtrList list(std::forward<A>(arg));
     for (auto &t : list) {
-      if (t && NeedsPrivateCopy(*t)) t = PrivateCopy(*t);
+      if (t && NeedsCopy<kViews, false>(*t)) t = PrivateCopy(*t);
     }
     return list;
   } else {

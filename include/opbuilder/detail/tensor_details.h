@@ -217,6 +217,25 @@ struct OfferedBuffers {
 // One per thread in the process: in the core library when the operator uses it (xla_ffi.h offers in the
 // operator, the Tensor constructor takes in the core library).
 OB_CORE_FN OfferedBuffers &Offered();
+
+// Lent memory. to_jax's handlers lend a module function JAX's input buffers (immutable) rather than
+// copy them (Tensor's lent_). Code trusted with lent memory reads it in place and sees it read-only:
+// the handler itself, and Function<T>'s Apply, Forward and Backward (which honour is_writable(), or get
+// private copies of read-only arguments). Any other code that asks a lent tensor for its address (the
+// function's own body, a thread it starts) gets a private writable copy first, which the tensor is
+// from then on: a write never reaches JAX's memory, and a body that touches no data copies nothing.
+// Per thread; not trusted unless a LentScope says so.
+OB_CORE_FN bool &TrustsLent() noexcept;
+class LentScope {
+ public:
+  explicit LentScope(bool trusted) noexcept : saved_(TrustsLent()) { TrustsLent() = trusted; }
+  ~LentScope() { TrustsLent() = saved_; }
+  LentScope(const LentScope &) = delete;
+  LentScope &operator=(const LentScope &) = delete;
+
+ private:
+  bool saved_;
+};
 inline void *TakeOffered(std::size_t nbytes) {
   OfferedBuffers &o = Offered();
   for (std::size_t i = 0; i < o.n; ++i) {

@@ -107,20 +107,25 @@ inline TensorPtr ScratchCopy(const Tensor &src, bool writable = true) {
   ShapeVector shape = TakeShape();
   shape = src.shape();
   auto t = NewTensor(src.dtype(), std::move(shape), ShapeVector{}, data.get(), data, writable);
-  if (n != 0) std::memcpy(t->data_ptr(), src.data_ptr(), n);
+  if (n != 0) std::memcpy(t->data_ptr(), TensorAccess::Read(src), n);
   return t;
 }
 
 // How Forward (or Backward) gets XLA's buffer: a private writable copy (Forward's inputs, unless a
 // kAcceptsViews type is known to write nothing), a read-only Tensor over XLA's memory (kAcceptsViews, a
-// type known to write nothing), or a private copy marked read-only (the cotangents Backward takes as
-// views, while it may write them: the write lands in the copy).
-enum class InputMode { kCopy, kView, kReadOnlyCopy };
+// type known to write nothing), a private copy marked read-only (the cotangents Backward takes as
+// views, while it may write them: the write lands in the copy), or XLA's memory lent to a bound
+// function (tensor_details.h LentScope: its body's first access makes it a private copy).
+enum class InputMode { kCopy, kView, kReadOnlyCopy, kLend };
 
 // What Forward (or Backward) gets for XLA's input buffer `b`, as `mode` says. Never XLA's memory writable.
 inline TensorPtr Input(const ffi::AnyBuffer &b, InputMode mode, const char *what, std::size_t k) {
   TensorPtr t = Wrap(b, false, what, k);
   if (mode == InputMode::kView) return t;
+  if (mode == InputMode::kLend) {
+    TensorAccess::Lend(*t);
+    return t;
+  }
   return ScratchCopy(*t, mode == InputMode::kCopy);
 }
 
@@ -175,7 +180,8 @@ class OfferResults {
 };
 
 inline bool Within(const Tensor &t, const Tensor &buffer) {
-  const char *p = static_cast<const char *>(t.data_ptr()), *b = static_cast<const char *>(buffer.data_ptr());
+  const char *p = static_cast<const char *>(TensorAccess::Read(t));
+  const char *b = static_cast<const char *>(TensorAccess::Read(buffer));
   return p >= b && p < b + buffer.nbytes();
 }
 
@@ -203,7 +209,7 @@ void SumDown(const Tensor &g, Tensor &dst) {
     step *= d;
   }
   std::vector<Acc> acc(static_cast<std::size_t>(dst.numel()), Acc(0));
-  const Elem *src = static_cast<const Elem *>(g.data_ptr());
+  const Elem *src = static_cast<const Elem *>(TensorAccess::Read(g));
   ShapeVector idx(nd, 0);
   for (std::int64_t n = 0; n < g.numel(); ++n) {
     std::int64_t so = 0, doff = 0;
@@ -257,7 +263,7 @@ inline void CopyOut(TensorPtrList outs, const TensorPtrList &dst, const std::str
   for (std::size_t j = 0; j < outs.size(); ++j) {
     if (!outs[j] || outs[j]->nbytes() == 0) continue;
     for (std::size_t k = 0; k < dst.size(); ++k) {
-      const bool in_place = k == j && outs[j]->data_ptr() == dst[j]->data_ptr() && outs[j]->is_contiguous();
+      const bool in_place = k == j && TensorAccess::Read(*outs[j]) == dst[j]->data_ptr() && outs[j]->is_contiguous();
       if (!in_place && dst[k]->nbytes() != 0 && Within(*outs[j], *dst[k])) {
         outs[j] = outs[j]->contiguous_copy();
         break;
@@ -268,10 +274,10 @@ inline void CopyOut(TensorPtrList outs, const TensorPtrList &dst, const std::str
     const TensorPtr &t = outs[j];
     if (!t) {
       std::memset(dst[j]->data_ptr(), 0, dst[j]->nbytes());
-    } else if (t->data_ptr() == dst[j]->data_ptr() || t->nbytes() == 0) {
+    } else if (TensorAccess::Read(*t) == dst[j]->data_ptr() || t->nbytes() == 0) {
       continue;  // built in place
     } else if (t->is_contiguous()) {
-      std::memcpy(dst[j]->data_ptr(), t->data_ptr(), dst[j]->nbytes());
+      std::memcpy(dst[j]->data_ptr(), TensorAccess::Read(*t), dst[j]->nbytes());
     } else {
       dst[j]->copy_from(*t);
     }
@@ -617,7 +623,7 @@ struct TapeNode {
 struct Tape {
   std::vector<TapeNode> nodes;
   std::vector<DataType> dtype;
-  std::vector<ShapeVector> shape;
+  std::vector<ShapeVector> shape;  // per value (dtype's size); a reused tape may hold more, unused
   std::vector<bool> wants;
   std::vector<int> results;  // per output of the function: its value, or -1 (no gradient flows back)
   std::size_t nbytes = 0;    // what the contexts hold (saved tensors), for the table's bound
@@ -626,9 +632,77 @@ struct Tape {
   std::vector<const void *> xla_inputs;
 };
 
-// Thrown when a Function marked dirty XLA's read-only input buffer: the handler runs the function again
-// on private copies, which its entry gets from then on.
-struct RetryWithCopiesBound {};
+// A finished tape, kept per thread for the next recording (cleared; its lists, and its shapes' buffers,
+// keep their room): a 1-element gradient step otherwise spends ~2,000 instructions allocating them.
+inline std::unique_ptr<Tape> &SpareTape() {
+  static thread_local std::unique_ptr<Tape> spare;
+  return spare;
+}
+inline std::unique_ptr<Tape> TakeTape() {
+  std::unique_ptr<Tape> &spare = SpareTape();
+  return spare ? std::move(spare) : std::make_unique<Tape>();
+}
+inline void KeepTape(std::unique_ptr<Tape> tape) {
+  if (!tape || SpareTape()) return;
+  tape->nodes.clear();
+  tape->dtype.clear();
+  tape->wants.clear();
+  tape->results.clear();
+  tape->nbytes = 0;
+  tape->xla_inputs.clear();
+  SpareTape() = std::move(tape);
+}
+
+// A Function's arguments that are memory the handler lent (tensor_details.h LentScope). ForwardArg
+// makes them private copies, except for a type that declares kConstArgs: its Forward reads them in
+// place, read-only. If it marks one dirty all the same, or returns a view of one (an output inside its
+// memory), that argument becomes its private copy and Forward runs again (Escaped), as it would on the
+// caller's own writable tensor: the function sees one answer, and XLA's memory is not handed on.
+class LentArgs {
+ public:
+  explicit LentArgs(const FunctionCall &f) : n_(f.nargs) {
+    for (std::size_t i = 0; i < n_; ++i) {
+      Tensor *t = f.args[i];
+      if (t == nullptr || !TensorAccess::IsLent(*t)) continue;
+      if (n_ > kInline && more_.empty()) more_.assign(n_, nullptr);
+      at(i) = t;
+      any_ = true;
+    }
+  }
+  LentArgs(const LentArgs &) = delete;
+  LentArgs &operator=(const LentArgs &) = delete;
+
+  // After Forward: true when an argument read in place escaped (see above) and Forward must run again.
+  bool Escaped(const ContextState &st, const TensorPtr *outs, std::size_t n) {
+    if (!any_) return false;
+    bool again = false;
+    for (std::size_t i = 0; i < n_; ++i) {
+      Tensor *t = at(i);
+      if (t == nullptr) continue;
+      if (!TensorAccess::IsLent(*t)) {  // made a private copy through another argument (f(x, x))
+        at(i) = nullptr;
+        continue;
+      }
+      bool escaped = st.IsDirty(t);
+      for (std::size_t j = 0; j < n && !escaped; ++j) {
+        escaped = outs[j] && outs[j].get() != t && t->nbytes() != 0 && Within(*outs[j], *t);
+      }
+      if (!escaped) continue;
+      TensorAccess::Unlend(*t);
+      at(i) = nullptr;
+      again = true;
+    }
+    return again;
+  }
+
+ private:
+  static constexpr std::size_t kInline = 4;
+  Tensor *&at(std::size_t i) { return n_ > kInline ? more_[i] : inline_[i]; }
+  std::size_t n_;
+  bool any_ = false;
+  Tensor *inline_[kInline] = {};
+  std::vector<Tensor *> more_;
+};
 
 template <typename E>
 void AddElems(const Tensor &a, const Tensor &b, Tensor &out) {
@@ -666,11 +740,8 @@ class BoundRun {
  public:
   // `inputs`: the function's arguments; `wants` (record only): per argument, whether it gets a gradient.
   // `depth` 1: a runner for Applies inside Backward calls, which run recording nothing.
-  // `retry`: the inputs are XLA's read-only buffers, and a Function marking one dirty throws
-  // RetryWithCopiesBound (the function runs again on copies).
-  BoundRun(const TensorPtrList &inputs, const std::vector<bool> &wants, bool record, int depth = 0,
-           bool retry = false)
-      : record_(record), retry_(retry), depth_(depth), tape_(record ? new Tape : nullptr) {
+  BoundRun(const TensorPtrList &inputs, const std::vector<bool> &wants, bool record, int depth = 0)
+      : record_(record), depth_(depth), tape_(record ? TakeTape() : nullptr) {
     if (record) {  // room for the usual call (its inputs, a few nodes' outputs): no regrowth per value
       const std::size_t values = inputs.size() + 6;
       tape_->dtype.reserve(values);
@@ -711,7 +782,11 @@ class BoundRun {
   int NewValue(const TensorPtr &t, bool wants) {
     const int v = static_cast<int>(tape_->dtype.size());
     tape_->dtype.push_back(t->dtype());
-    tape_->shape.push_back(t->shape());
+    if (tape_->shape.size() > static_cast<std::size_t>(v)) {
+      tape_->shape[static_cast<std::size_t>(v)] = t->shape();  // a reused tape: the buffer kept
+    } else {
+      tape_->shape.push_back(t->shape());
+    }
     tape_->wants.push_back(wants);
     live_.emplace_back(t, v);  // kept alive while the run lasts: no address is reused
     return v;
@@ -726,7 +801,7 @@ class BoundRun {
   }
 
   // Forward's outputs: none null; each tensor marked dirty an argument and returned. A private copy Apply
-  // made is written back to the caller's tensor, as eager does; XLA's read-only buffer is never written.
+  // made is written back to the caller's tensor, as eager does; read-only memory is never written.
   void CheckOutputs(const FunctionCall &f, const ContextState &st, const TensorPtr *outs, std::size_t n) const {
     const std::string &name = *f.name;
     for (std::size_t j = 0; j < n; ++j) {
@@ -743,8 +818,6 @@ class BoundRun {
       }
       Tensor *caller = f.originals[i] != nullptr ? f.originals[i] : d.get();
       if (!caller->is_writable()) {
-        // XLA's buffer, given read-only: the function runs again on private copies (it writes its arguments)
-        if (retry_) throw RetryWithCopiesBound{};
         throw ValueError(name + ": argument " + std::to_string(i) + " is read-only memory, but Forward marked it "
                          "dirty (an in-place write)");
       }
@@ -752,39 +825,53 @@ class BoundRun {
     }
   }
 
-  void Apply(const FunctionCall &f, TensorPtr *single, TensorPtrList *list) {
-    if (depth_ > 0 || !record_) {  // nothing to record (inside a Forward or a Backward, as the runtime)
-      AutogradContext ctx;
-      ContextState &st = State(ctx);
-      Begin(st, f);
-      ++depth_;
-      try {
-        f.forward(&ctx, f.call, single, list);
-      } catch (const std::exception &e) {
-        --depth_;
-        throw std::runtime_error(*f.name + ": " + e.what());
-      } catch (...) {
-        --depth_;
-        throw;
-      }
-      --depth_;
-      CheckOutputs(f, st, single != nullptr ? single : list->data(), single != nullptr ? 1 : list->size());
-      if (st.dirty.empty()) NoteReadOnlyCall(f.writes);
-      st.args = nullptr;
-      st.originals = nullptr;
-      return;
+  // f.forward into *single or *list with the run's depth; an error names the Function.
+  void CallForward(const FunctionCall &f, AutogradContext *ctx, TensorPtr *single, TensorPtrList *list) {
+    if (single != nullptr) {
+      single->reset();
+    } else {
+      list->clear();
     }
-    auto ctx = std::make_unique<AutogradContext>();
-    ContextState &st = State(*ctx);
-    Begin(st, f);
+    ++depth_;
+    try {
+      f.forward(ctx, f.call, single, list);
+    } catch (const std::exception &e) {
+      --depth_;
+      throw std::runtime_error(*f.name + ": " + e.what());
+    } catch (...) {
+      --depth_;
+      throw;
+    }
+    --depth_;
+  }
+
+  void Apply(const FunctionCall &f, TensorPtr *single, TensorPtrList *list) {
+    LentArgs lent(f);
+    if (depth_ > 0 || !record_) {  // nothing to record (inside a Forward or a Backward, as the runtime)
+      for (;;) {
+        AutogradContext ctx;
+        ContextState &st = State(ctx);
+        Begin(st, f);
+        CallForward(f, &ctx, single, list);
+        const TensorPtr *outs = single != nullptr ? single : list->data();
+        const std::size_t n_outs = single != nullptr ? 1 : list->size();
+        if (lent.Escaped(st, outs, n_outs)) continue;  // (ctx, and what it saved, go)
+        CheckOutputs(f, st, outs, n_outs);
+        if (st.dirty.empty()) NoteReadOnlyCall(f.writes);
+        st.args = nullptr;
+        st.originals = nullptr;
+        return;
+      }
+    }
+    std::unique_ptr<AutogradContext> ctx;
     std::vector<int> in(f.nargs, -1);
     bool recorded = false;
-    st.needs.assign(f.nargs, false);
+    std::vector<bool> needs(f.nargs, false);
     for (std::size_t i = 0; i < f.nargs; ++i) {
       const Tensor *a = f.originals[i] != nullptr ? f.originals[i] : f.args[i];
       const int v = a != nullptr ? ValueOf(a) : -1;
       if (v < 0 || !tape_->wants[v] || !::opbuilder::IsDifferentiable(a->dtype())) continue;
-      st.needs[i] = true;
+      needs[i] = true;
       in[i] = v;
       recorded = true;
     }
@@ -794,29 +881,29 @@ class BoundRun {
     std::vector<std::uint64_t> more_prints;
     std::uint64_t *prints = inline_prints;
     double phase = 0;
-    if (recorded) {  // the runtime checks writes when it records, and so does this
-      phase = NextFingerprintPhase();
-      if (f.nargs > kInlinePrints) {
-        more_prints.assign(f.nargs, 0);
-        prints = more_prints.data();
-      }
-      for (std::size_t i = 0; i < f.nargs; ++i) {
-        if (f.args[i] != nullptr) prints[i] = Fingerprint(*f.args[i], phase);
-      }
+    if (recorded && f.nargs > kInlinePrints) {
+      more_prints.assign(f.nargs, 0);
+      prints = more_prints.data();
     }
-    ++depth_;
-    try {
-      f.forward(ctx.get(), f.call, single, list);
-    } catch (const std::exception &e) {  // the handler's error names the Function
-      --depth_;
-      throw std::runtime_error(*f.name + ": " + e.what());
-    } catch (...) {
-      --depth_;
-      throw;
+    const TensorPtr *outs = nullptr;
+    std::size_t n_outs = 0;
+    for (;;) {
+      auto fresh = std::make_unique<AutogradContext>();
+      Begin(State(*fresh), f);
+      State(*fresh).needs = ctx ? std::move(State(*ctx).needs) : std::move(needs);
+      ctx = std::move(fresh);
+      if (recorded) {  // the runtime checks writes when it records, and so does this
+        phase = NextFingerprintPhase();
+        for (std::size_t i = 0; i < f.nargs; ++i) {
+          if (f.args[i] != nullptr) prints[i] = Fingerprint(*f.args[i], phase);
+        }
+      }
+      CallForward(f, ctx.get(), single, list);
+      outs = single != nullptr ? single : list->data();
+      n_outs = single != nullptr ? 1 : list->size();
+      if (!lent.Escaped(State(*ctx), outs, n_outs)) break;
     }
-    --depth_;
-    const TensorPtr *outs = single != nullptr ? single : list->data();
-    const std::size_t n_outs = single != nullptr ? 1 : list->size();
+    ContextState &st = State(*ctx);
     const std::string &name = *f.name;
     CheckOutputs(f, st, outs, n_outs);
     if (recorded) {
@@ -847,7 +934,6 @@ class BoundRun {
   }
 
   bool record_;
-  bool retry_;
   int depth_ = 0;  // > 0 while a Forward runs: an Apply inside it records nothing
   std::unique_ptr<Tape> tape_;
   std::vector<std::pair<TensorPtr, int>> live_;
@@ -880,7 +966,7 @@ TensorPtrList RunTape(Tape &tape, const TensorPtrList &cts, std::size_t n, Call 
     for (int o : node.out) {
       grads.push_back(g[o] ? std::move(g[o]) : materialize ? Tensor::zeros(tape.dtype[o], tape.shape[o]) : nullptr);
     }
-    const std::string name = node.ctx->function_name();
+    const std::string &name = node.ctx->function_name();  // (the Function's, for the process)
     TensorPtrList r = call(node, std::move(grads));
     node.ctx.reset();
     if (r.size() != node.in.size()) {
@@ -905,7 +991,8 @@ TensorPtrList RunTape(Tape &tape, const TensorPtrList &cts, std::size_t n, Call 
       add(v, std::move(t));
     }
   }
-  return TensorPtrList(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(n));
+  g.resize(n);
+  return g;
 }
 
 // The tapes recorded forward handlers hand to backward handlers, by token (a residual output of the
@@ -968,9 +1055,11 @@ class BoundHandlers {
 
   // Arguments: the function's. Results: its outputs; with `record`, then the token (2 uint32) of the tape
   // recorded for the inputs `needs` marks (bit i: JAX differentiates input i). XLA's buffers are never
-  // written: the function gets private copies, except an input XLA aliased to a result (to_jax's
-  // mutates), which is that result buffer (without `record`: with it, a copy, as the tape outlives it).
+  // written: the function is lent them (code that touches one gets a private copy first; a kConstArgs
+  // Function reads them in place, read-only: LentArgs); an input XLA aliased to a result (to_jax's
+  // mutates) is that result buffer (without `record`: with it, a copy, as the tape outlives it).
   ffi::Error Forward(ffi::RemainingArgs args, ffi::RemainingRets rets, std::uint64_t needs, bool record) const {
+    LentScope trusted(true);  // the handler's own reads of lent memory take no copy
     try {
       if (args.size() != n_) throw std::runtime_error("expects " + std::to_string(n_) + " arguments, got " +
                                                       std::to_string(args.size()));
@@ -982,47 +1071,35 @@ class BoundHandlers {
         dst.pop_back();
       }
       TensorPtrList outs;
-      std::unique_ptr<Tape> tape;
-      for (int attempt = 0;; ++attempt) {  // a second run only after RetryWithCopiesBound
-        const bool views = e_.writes->load(std::memory_order_relaxed) == kFfiWritesNone;
-        std::vector<bool> aliased(dst.size(), false), wants(n_, false);
-        TensorPtrList in(n_);
-        std::vector<const void *> kept(n_, nullptr), xla(n_, nullptr);
-        for (std::size_t i = 0; i < n_; ++i) {
-          auto b = args.get<ffi::AnyBuffer>(i);
-          if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
-          const std::size_t j = AliasOf(*b, dst);
-          if (j != kNone && !record) {  // declared written (mutates): the result buffer XLA copied it to
-            in[i] = Wrap(*b, true, "argument", i);
-            aliased[j] = true;
-          } else if (j != kNone) {  // the same, for a tape that outlives the buffer: a private copy
-            in[i] = Input(*b, InputMode::kCopy, "argument", i);
-          } else {
-            in[i] = Input(*b, views ? InputMode::kView : InputMode::kCopy, "argument", i);
-            (views ? xla : kept)[i] = b->untyped_data();
-          }
-          wants[i] = record && NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
+      std::vector<bool> aliased(dst.size(), false), wants(n_, false);
+      TensorPtrList in(n_);
+      std::vector<const void *> xla(record ? n_ : 0, nullptr);
+      for (std::size_t i = 0; i < n_; ++i) {
+        auto b = args.get<ffi::AnyBuffer>(i);
+        if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
+        const std::size_t j = AliasOf(*b, dst);
+        if (j != kNone && !record) {  // declared written (mutates): the result buffer XLA copied it to
+          in[i] = Wrap(*b, true, "argument", i);
+          aliased[j] = true;
+        } else if (j != kNone) {  // the same, for a tape that outlives the buffer: a private copy
+          in[i] = Input(*b, InputMode::kCopy, "argument", i);
+        } else {
+          in[i] = Input(*b, InputMode::kLend, "argument", i);
+          if (record) xla[i] = b->untyped_data();
         }
-        TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
-        offered.reserve(dst.size());
-        for (std::size_t j = 0; j < dst.size(); ++j) {
-          if (!aliased[j]) offered.push_back(dst[j]);
-        }
-        try {
-          tape = Run(in, wants, record, &offered, &outs, views);
-        } catch (const RetryWithCopiesBound &) {
-          e_.writes->store(kFfiWritesSome, std::memory_order_relaxed);
-          if (attempt > 0) throw std::runtime_error(*e_.name + ": a retry on copies was refused");
-          outs.clear();
-          continue;
-        }
-        if (!views) LearnWrites(in, kept);
-        if (views && record) tape->xla_inputs = xla;
-        break;
+        wants[i] = record && NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
       }
+      TensorPtrList offered;  // a result buffer holding an input is not free for new tensors
+      offered.reserve(dst.size());
+      for (std::size_t j = 0; j < dst.size(); ++j) {
+        if (!aliased[j]) offered.push_back(dst[j]);
+      }
+      std::unique_ptr<Tape> tape = Run(in, wants, record, &offered, &outs);
+      if (record) tape->xla_inputs = std::move(xla);
       CheckCount(outs, dst.size());
       if (record) KeepOffXla(*tape, dst);
       CopyOut(std::move(outs), dst, *e_.name);
+      UnlendKept(in, tape.get());
       if (record) {
         const std::uint64_t t = TapeTable::Get().Put(std::move(tape));  // no node: the backward gives zeros
         std::memcpy(token->data_ptr(), &t, 8);
@@ -1039,6 +1116,7 @@ class BoundHandlers {
   // input `needs` marks (then any scratch results to_jax adds for declared writes, left as they are).
   // The tape is the forward's, or, when it is gone, one recorded now by running the function again.
   ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets, std::uint64_t needs) const {
+    LentScope trusted(true);
     try {
       if (args.size() < n_ + 1) throw std::runtime_error("expects the function's arguments and a token");
       const std::size_t k = args.size() - n_ - 1;
@@ -1058,25 +1136,14 @@ class BoundHandlers {
       TensorPtrList in(n_);  // kept alive while the tape of a run here lives
       if (!tape) {
         TensorPtrList outs;
-        for (int attempt = 0;; ++attempt) {
-          const bool views = e_.writes->load(std::memory_order_relaxed) == kFfiWritesNone;
-          std::vector<bool> wants(n_, false);
-          for (std::size_t i = 0; i < n_; ++i) {
-            auto b = args.get<ffi::AnyBuffer>(i);
-            if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
-            in[i] = Input(*b, views ? InputMode::kView : InputMode::kCopy, "argument", i);
-            wants[i] = NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
-          }
-          try {
-            tape = Run(in, wants, true, nullptr, &outs, views);
-          } catch (const RetryWithCopiesBound &) {
-            e_.writes->store(kFfiWritesSome, std::memory_order_relaxed);
-            if (attempt > 0) throw std::runtime_error(*e_.name + ": a retry on copies was refused");
-            outs.clear();
-            continue;
-          }
-          break;
+        std::vector<bool> wants(n_, false);
+        for (std::size_t i = 0; i < n_; ++i) {
+          auto b = args.get<ffi::AnyBuffer>(i);
+          if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
+          in[i] = Input(*b, InputMode::kLend, "argument", i);
+          wants[i] = NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
         }
+        tape = Run(in, wants, true, nullptr, &outs);
         CheckCount(outs, k);
       }
       TensorPtrList cts;  // XLA's memory, read-only: a Backward that is not kAcceptsViews gets copies
@@ -1086,16 +1153,10 @@ class BoundHandlers {
         if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
         cts.push_back(Input(*b, InputMode::kView, "cotangent", j));
       }
-      const TensorPtrList all = ResultTensors(rets);
-      TensorPtrList g_dst;
-      std::vector<std::size_t> which;
-      g_dst.reserve(n_);
-      which.reserve(n_);
-      for (std::size_t i = 0; i < n_ && g_dst.size() < all.size(); ++i) {
-        if (!NeedsBit(needs, i)) continue;
-        which.push_back(i);
-        g_dst.push_back(all[g_dst.size()]);
-      }
+      TensorPtrList g_dst = ResultTensors(rets);  // one gradient per input `needs` marks, in order
+      std::size_t wanted = 0;
+      for (std::size_t i = 0; i < n_; ++i) wanted += NeedsBit(needs, i) ? 1 : 0;
+      if (g_dst.size() > wanted) g_dst.resize(wanted);  // (scratch results for declared writes stay as they are)
       TensorPtrList g;
       {
         // each Backward runs in its module's scope: the gradient buffers offered, an Apply run here
@@ -1121,10 +1182,16 @@ class BoundHandlers {
           return std::move(c.out);
         });
       }
-      TensorPtrList g_out;
-      g_out.reserve(which.size());
-      for (std::size_t i : which) g_out.push_back(g[i]);
-      CopyOut(std::move(g_out), g_dst, *e_.name, true);
+      std::size_t kept = 0;  // the gradients XLA asked for, in its result order
+      for (std::size_t i = 0; i < n_ && kept < g_dst.size(); ++i) {
+        if (!NeedsBit(needs, i)) continue;
+        if (kept != i) g[kept] = std::move(g[i]);
+        ++kept;
+      }
+      g.resize(kept);
+      CopyOut(std::move(g), g_dst, *e_.name, true);
+      KeepTape(std::move(tape));
+      UnlendKept(in, nullptr);
       return ffi::Error::Success();
     } catch (const std::exception &ex) {
       return Fail("backward", ex.what());
@@ -1158,19 +1225,19 @@ class BoundHandlers {
     }
   }
 
-  // After a call on private copies: whether the function wrote one (compared with XLA's memory); one that
-  // wrote is kFfiWritesSome. A call that wrote none does not make later calls safe: a module function's
-  // body may write its arguments on some values only (a prologue clamping negatives), through pointers no
-  // check sees, and JAX's arrays are immutable. So a module function always gets private copies
-  // (kFfiWritesNone is never set for it); only a Function's own entry, whose writes are MarkDirty's,
-  // reads XLA's memory (FfiEntry's kAcceptsViews rule).
-  void LearnWrites(const TensorPtrList &in, const std::vector<const void *> &kept) const {
-    for (std::size_t i = 0; i < in.size(); ++i) {
-      if (kept[i] == nullptr || in[i]->nbytes() == 0) continue;
-      if (std::memcmp(in[i]->data_ptr(), kept[i], in[i]->nbytes()) != 0) {
-        e_.writes->store(kFfiWritesSome, std::memory_order_relaxed);
-        return;
+  // Lent inputs something still holds after the call (a static the function keeps, a thread it left
+  // running) besides `in` and the contexts `tape` keeps (which the backward reads while XLA keeps the
+  // inputs, checking their addresses): each becomes its private copy now, while XLA's memory is there.
+  static void UnlendKept(const TensorPtrList &in, const Tape *tape) {
+    for (const auto &t : in) {
+      if (!t || !TensorAccess::IsLent(*t)) continue;
+      long expected = 1;
+      if (tape != nullptr) {
+        for (const auto &node : tape->nodes) {
+          for (const auto &s : State(*node.ctx).saved_raw) expected += s.get() == t.get() ? 1 : 0;
+        }
       }
+      if (t.use_count() > expected) TensorAccess::Unlend(*t);
     }
   }
 
@@ -1193,8 +1260,8 @@ class BoundHandlers {
   // The function on `in`, its Applies run (and with `record` taped) here; `offer`: result buffers
   // offered to its new tensors, or null.
   std::unique_ptr<Tape> Run(const TensorPtrList &in, const std::vector<bool> &wants, bool record,
-                            const TensorPtrList *offer, TensorPtrList *outs, bool views) const {
-    BoundRun run(in, wants, record, 0, views);
+                            const TensorPtrList *offer, TensorPtrList *outs) const {
+    BoundRun run(in, wants, record, 0);
     if (offer != nullptr) {
       OfferResults o(*offer);
       e_.run(e_.fn, in.data(), outs, &run.runner(), &o.buffers(), where_);
