@@ -110,9 +110,10 @@ class NoBuildError(BuildError):
     fits and none is in the cache. The message names the operator, why the shipped binary did not fit
     (``reason``), and the fix (docs/shipping.md)."""
 
-    def __init__(self, name: str, reason: str) -> None:
+    WHEEL_FIX = ("install a wheel of the package built for this Python and opbuilder (python -m opbuilder wheel "
+                 "PKGDIR), or unset OPBUILDER_NO_BUILD to build it here")
+
+    def __init__(self, name: str, reason: str, fix: str = WHEEL_FIX) -> None:
         super().__init__(f"operator '{name}' would have to be built, and OPBUILDER_NO_BUILD=1 forbids building: "
-                         f"{reason}. Fix: install a wheel of the package built for this Python and opbuilder "
-                         f"(python -m opbuilder wheel PKGDIR), or unset OPBUILDER_NO_BUILD to build it here",
-                         name=name)
+                         f"{reason}. Fix: {fix}", name=name)
         self.reason = reason

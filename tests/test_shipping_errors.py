@@ -34,3 +34,22 @@ def test_a_missing_source_without_no_build_is_still_file_not_found(tmp_path, mon
         CustomOpBuilder("gone_ops", [str(source)])
     assert not isinstance(info.value, NoBuildError)
     assert str(info.value) == f"source file of operator 'gone_ops' not found: {source}"
+
+
+@pytest.mark.build  # (the compiler is asked for its identity, to key the cache)
+def test_load_inline_under_no_build_names_the_cache_not_a_wheel(tmp_path, monkeypatch):
+    """No wheel carries load_inline's sources, so its NoBuildError says how to fill the cache instead
+    (it told the user to install a wheel of the package built with `opbuilder wheel`)."""
+    from opbuilder import load_inline
+    from opbuilder.errors import NoBuildError
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(cache))
+    monkeypatch.setenv("OPBUILDER_NO_BUILD", "1")
+    with pytest.raises(NoBuildError) as e:
+        load_inline("never_built", "int answer() { return 42; }", functions=["answer"])
+    assert str(e.value) == (
+        "operator 'never_built' would have to be built, and OPBUILDER_NO_BUILD=1 forbids building: "
+        f"load_inline's sources of 'never_built' are not built in this cache ({cache}). Fix: run the same "
+        "load_inline once where a compiler is, with this OPBUILDER_CACHE_DIR, or move the sources into a "
+        "package that ships a wheel (docs/shipping.md), or unset OPBUILDER_NO_BUILD to build it here")

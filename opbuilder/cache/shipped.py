@@ -154,6 +154,13 @@ def refuse_build(spec, cause: Optional[BaseException] = None) -> None:
         return
     from ..errors import NoBuildError
 
+    if spec.kind == "module" and _is_inline(spec):  # no wheel carries load_inline's sources
+        why = f"load_inline's sources of '{spec.name}' are not built in this cache ({spec.root})"
+        if cause is not None:
+            why += f"; and no compiler can build them here ({cause})"
+        raise NoBuildError(spec.name, why, fix="run the same load_inline once where a compiler is, with this "
+                           "OPBUILDER_CACHE_DIR, or move the sources into a package that ships a wheel "
+                           "(docs/shipping.md), or unset OPBUILDER_NO_BUILD to build it here")
     if spec.kind == "module":
         why = _why.get(spec.name) or f"no wheel ships a binary of '{spec.name}'"
     elif spec.kind in ("runtime", "core"):
@@ -164,6 +171,12 @@ def refuse_build(spec, cause: Optional[BaseException] = None) -> None:
     if cause is not None:
         why += f"; and no compiler can build it here ({cause})"
     raise NoBuildError(spec.name, why)
+
+
+def _is_inline(spec) -> bool:
+    """Whether ``spec`` is a load_inline build: its sources are written under the cache's inline/."""
+    inline = Path(spec.root) / "inline"
+    return bool(spec.sources) and all(inline in Path(s).parents for s in spec.sources)
 
 
 def status(name: str) -> Tuple[Optional[str], Optional[str]]:
