@@ -174,6 +174,14 @@ def _absolute_path(path: PathLike) -> str:
     return clean_path(str(p))
 
 
+def _check_utf8(path: str, what: str, fix: str = "rename it") -> None:
+    """A path with bytes that are not UTF-8 (held as surrogates) cannot go into the build's files."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not a UTF-8 path: its name has bytes no build file can hold; {fix}") from None
+
+
 def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str, kind: str,
               include_paths: Optional[Sequence[PathLike]], cflags, cuda_cflags, ldflags,
               debug: bool, verbose: bool, root: Path, binding: Optional[str] = None) -> BuildSpec:
@@ -207,6 +215,7 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
             hint = " (.cu sources need backend='GPU')" if p.suffix in CUDA_SUFFIXES else ""
             raise ValueError(f"source {s} of operator '{name}' has an unsupported suffix{hint}; "
                              f"accepted: {', '.join(suffixes)}")
+        _check_utf8(path, f"source {s!r} of operator '{name}'")
         srcs.append(p)
     if not srcs:
         raise ValueError(f"operator '{name}' has no sources")
@@ -217,7 +226,9 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
         p = Path(_absolute_path(inc))
         if not p.is_dir():
             raise FileNotFoundError(f"include path of operator '{name}' is not a directory: {inc}")
+        _check_utf8(str(p), f"include path {inc!r} of operator '{name}'")
         incs.append(p)
+    _check_utf8(str(root), f"the cache directory {str(root)!r} of operator '{name}'", "set OPBUILDER_CACHE_DIR to one")
     return BuildSpec(name=name, sources=tuple(srcs), backend=backend, kind=kind, include_paths=tuple(incs),
                      cflags=_absolute_paths(_as_list(cflags, "cflags")),
                      cuda_cflags=_absolute_paths(_as_list(cuda_cflags, "cuda_cflags")),

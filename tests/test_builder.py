@@ -158,3 +158,22 @@ def test_a_bad_lock_timeout_is_a_value_error(tmp_path, monkeypatch, value):
     src.write_text('extern "C" int timed() { return 1; }\n')
     with pytest.raises(ValueError, match=f"OPBUILDER_LOCK_TIMEOUT must be a positive number of seconds.*{value!r}"):
         build_library("timed", [str(src)], build_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("where", ["source", "include", "cache"])
+def test_a_path_that_is_not_utf8_is_a_named_error(where, tmp_path, monkeypatch):
+    """A name with bytes that are not UTF-8 (Python holds them as surrogates) cannot go into the
+    build's files: a ValueError naming the path, before anything is built (it was a raw
+    UnicodeEncodeError from deep in the build)."""
+    bad = os.fsdecode(os.fsencode(str(tmp_path)) + b"/dir\xff")
+    os.makedirs(bad)
+    src = Path(bad if where == "source" else tmp_path) / "op.cpp"
+    src.write_text('#include "opbuilder/extension.h"\nOB_MODULE(m) { m.def("f", []() { return 1; }); }\n')
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", bad if where == "cache" else str(tmp_path / "cache"))
+    what = {"source": f"source {str(src)!r}", "include": f"include path {bad!r}",
+            "cache": f"the cache directory {bad!r}"}[where]
+    fix = "set OPBUILDER_CACHE_DIR to one" if where == "cache" else "rename it"
+    with pytest.raises(ValueError) as e:
+        CustomOpBuilder("not_utf8", [str(src)], include_paths=[bad] if where == "include" else None).load()
+    assert str(e.value) == (f"{what} of operator 'not_utf8' is not a UTF-8 path: its name has bytes no build "
+                            f"file can hold; {fix}")
