@@ -484,7 +484,7 @@ def test_a_lent_argument_the_function_keeps_past_the_call_is_its_own_copy(probe_
     x0 = np.arange(1.0, 5.0)
     f = jax.jit(lambda a: j.keep(a * 2))
     for k in range(3):
-        np.testing.assert_array_equal(np.asarray(f(jnp.asarray(x0 + k))), 6 * (x0 + k))
+        np.testing.assert_array_equal(np.asarray(f(jnp.asarray(x0 + k))), np.zeros(4))
         junk = jax.jit(lambda a: a * 7 + 1)(jnp.asarray(np.full(4, -5.0)))  # reuses the freed memory
         jax.block_until_ready(junk)
         np.testing.assert_array_equal(probe_ops.kept(rt.Tensor(np.zeros(1))).asnumpy(), 2 * (x0 + k))
