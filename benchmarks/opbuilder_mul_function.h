@@ -22,10 +22,10 @@ inline TensorPtr Mul(const TensorPtr &x, const TensorPtr &y) {
 
 class BenchMul : public Function<BenchMul> {
  public:
-  // Mul handles any strides (contiguous() where needed) and never writes its inputs: tensors come as
-  // they are, so the XLA FFI handler hands it XLA's buffers read-only, without a copy.
+  // Mul handles any strides (contiguous() where needed): tensors come as they are. It never writes its
+  // inputs, so to_jax's handler lends it JAX's buffers, read-only, without a copy.
   static constexpr bool kAcceptsViews = true;
-  static constexpr bool kConstArgs = true;  // and writes none: to_jax lends it JAX's buffers
+  static constexpr bool kConstArgs = true;
   static ShapeVector InferShape(const TensorPtr &x, const TensorPtr &) { return x->shape(); }
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
     ctx->SaveForBackward({x, y});

@@ -94,7 +94,7 @@ TensorPtr Mul(const TensorPtr &x, const TensorPtr &y) {
 class CustomMul : public Function<CustomMul> {
  public:
   static constexpr bool kAcceptsViews = true;  // Mul handles any strides
-  static constexpr bool kConstArgs = true;     // and writes neither input: no copy of read-only memory
+  static constexpr bool kConstArgs = true;     // and writes neither input: to_jax lends it JAX's buffers
 
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
     auto out = Mul(x, y);

@@ -488,13 +488,22 @@ def test_a_lent_argument_the_function_keeps_past_the_call_is_its_own_copy(probe_
         junk = jax.jit(lambda a: a * 7 + 1)(jnp.asarray(np.full(4, -5.0)))  # reuses the freed memory
         jax.block_until_ready(junk)
         np.testing.assert_array_equal(probe_ops.kept(rt.Tensor(np.zeros(1))).asnumpy(), 2 * (x0 + k))
+    g = jax.jit(lambda a: j.keep_then_raise(a * 3)).lower(jnp.asarray(x0)).compile()
+    probe_ops.arm(True)  # kept, then an error: still its own copy
+    try:
+        with pytest.raises(Exception, match="keep_then_raise: refused"):
+            jax.block_until_ready(g(jnp.asarray(x0)))
+    finally:
+        probe_ops.arm(False)
+    jax.block_until_ready(jax.jit(lambda a: a * 7 + 1)(jnp.asarray(np.full(4, -5.0))))
+    np.testing.assert_array_equal(probe_ops.kept(rt.Tensor(np.zeros(1))).asnumpy(), 3 * x0)
 
 
 def test_an_in_place_apply_on_a_lent_argument_runs_the_function_once(probe_ops):
-    """After calls on positives (the kAcceptsViews type then reads lent memory in place), a negative x
-    makes it mark x dirty: Forward runs again on x's private copy, not the whole function, so the
-    function's own work (a counter) happens once per call, and a catch-all in it changes nothing
-    (attack on the lent-memory change: the function ran twice, or its write was skipped forever)."""
+    """A kConstArgs type reads x in place; on a negative x it marks x dirty all the same: its Forward
+    runs again on x's private copy, not the whole function, so the function's own work (a counter)
+    happens once per call, and a catch-all in it changes nothing (attack on the lent-memory change: the
+    function ran twice, or its write was skipped forever)."""
     j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
     pos, neg = (jnp.asarray(np.array(a)) for a in ([1.0, 2.0], [-1.0, 2.0]))
     f = jax.jit(j.counted)

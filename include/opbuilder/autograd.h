@@ -126,7 +126,9 @@ class Function {
  public:
   // Runs Forward (and records a node for Backward when an input needs grad).
   // Tensor arguments that are strided views or read-only memory reach Forward
-  // as private contiguous copies, unless Derived declares kAcceptsViews.
+  // as private contiguous copies, unless Derived declares kAcceptsViews. With
+  // kConstArgs (Forward and Backward write no argument or saved tensor), to_jax
+  // lends Forward JAX's buffers in place, read-only.
   template <typename... Args>
   static auto Apply(Args &&...args) {
     const detail::Runtime &rt = detail::Runtime::Get();

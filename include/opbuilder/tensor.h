@@ -101,6 +101,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   bool is_contiguous() const { return strides_.empty(); }
   // False for a view of read-only memory (numpy writeable=False, a bytes
   // buffer, a read-only memory map): never write through data_ptr() then.
+  // (Memory to_jax lends is read-only to a kConstArgs Function, writable elsewhere.)
   bool is_writable() const { return lent_.load(std::memory_order_acquire) == 0 ? writable_ : LentWritable(); }
   // "cpu", or "cuda:N" for a tensor in the memory of CUDA device N (then data_ptr() is a device pointer).
   std::string device() const { return device_ < 0 ? std::string("cpu") : "cuda:" + std::to_string(device_); }
@@ -108,7 +109,8 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   bool is_cuda() const { return device_ >= 0; }
   bool requires_grad() const { return requires_grad_; }
 
-  // The first element's address, whatever the layout (index it with strides()).
+  // The first element's address, whatever the layout (index it with strides()). On memory to_jax lends,
+  // outside a kConstArgs Function, the first call makes the tensor a private copy (it allocates).
   void *data_ptr() const { return lent_.load(std::memory_order_acquire) == 0 ? data_ : LentData(); }
 
   // Typed pointer to the data of a C-contiguous tensor, for flat loops over
@@ -158,7 +160,6 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   }
   // Device allocation: storage from the runtime's allocator.
   OB_CORE_FN Tensor(DataType dtype, ShapeVector shape, int device, bool zero);
-  // The copy constructor's work, `data` being other's address once it is not lent.
   // Lent memory made this tensor's private copy (whoever runs this); the address.
   void *UnlentData() const {
     if (lent_.load(std::memory_order_acquire) != 0) {
@@ -167,6 +168,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
     }
     return data_;
   }
+  // The copy constructor's work, `data` being other's address once it is not lent.
   Tensor(const Tensor &other, void *data)
       : std::enable_shared_from_this<Tensor>(),
         storage_(other.storage_), data_(data), dtype_(other.dtype_), shape_(other.shape_),

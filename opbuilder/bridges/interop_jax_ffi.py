@@ -28,7 +28,8 @@ and runs the tape (``ffi_function``'s ``bound``). A backward whose tape is gone 
 XLA's buffers are never written: the generic handlers lend the function its inputs, and code that
 touches one gets a writable private copy first (an in-place op, MarkDirty or not, or a write before
 Apply, lands in a copy, as on the callback path); a ``kConstArgs`` Function reads XLA's memory itself,
-read-only. OB_XLA_FFI's give a ``kAcceptsViews`` type known to write nothing XLA's memory itself. Result shapes come from the shape rule (``<name>_infer_shape`` or ``shape_fn``) or, on the
+read-only. OB_XLA_FFI's handlers give a ``kAcceptsViews`` type known to write nothing XLA's memory
+itself, read-only. Result shapes come from the shape rule (``<name>_infer_shape`` or ``shape_fn``) or, on the
 generic path, from the probe run. Complex gradients follow JAX's convention on both paths: the
 handlers compute the runtime's (torch's), and the cotangents in and the gradients out are conjugated
 (``runtime_cotangent``, ``jax_gradient``). The backward asks for the gradients of the inputs JAX

@@ -201,9 +201,10 @@ OB_CORE_FN void *Tensor::LentData() const {
       std::shared_ptr<void> copy;
       try {
         copy = detail::AllocateStorage(nbytes());
-      } catch (...) {
+      } catch (const std::bad_alloc &) {
         lent_.store(1, std::memory_order_release);
-        throw;
+        throw detail::AllocationError("opbuilder::Tensor: out of memory making a private copy (" +
+                                      std::to_string(nbytes()) + " bytes) of memory to_jax lent");
       }
       const void *from = __atomic_load_n(&data_, __ATOMIC_ACQUIRE);
       if (nbytes() != 0) std::memcpy(copy.get(), from, nbytes());  // a lent tensor is contiguous

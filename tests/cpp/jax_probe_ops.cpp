@@ -186,9 +186,11 @@ struct ViewOf : Function<ViewOf> {
 };
 
 // x *= 3 in place and marked dirty when x[0] < 0, writing only writable memory (as a kAcceptsViews
-// Function must); else 3 x as a new tensor
+// Function must); else 3 x as a new tensor. It declares kConstArgs all the same (a broken promise the
+// handler survives: lent memory marked dirty makes Forward run again on the argument's copy).
 struct TripleIfNegative : Function<TripleIfNegative> {
   static constexpr bool kAcceptsViews = true;
+  static constexpr bool kConstArgs = true;
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
     if (x->data<double>()[0] >= 0) return Triple::Forward(ctx, x);
     if (x->is_writable()) {
@@ -256,6 +258,7 @@ struct ClampThroughView : Function<ClampThroughView> {
 
 TensorPtr g_kept;  // a tensor a function keeps past its call
 long g_runs = 0;   // runs of counted
+bool g_armed = false;  // keep_then_raise raises
 
 // per worker thread (4), the sum of x, each read on its own thread; takes views, writes none
 struct SumOnThreads : Function<SumOnThreads> {
@@ -395,6 +398,13 @@ OB_MODULE(m) {
     return Tensor::zeros(kFloat64, x->shape());
   });
   m.def("kept", [](const TensorPtr &) { return g_kept->contiguous_copy(); });
+  // keeps x (untouched), then fails once armed (to_jax's run on zeros for the output shape succeeds)
+  m.def("keep_then_raise", [](const TensorPtr &x) -> TensorPtr {
+    g_kept = x;
+    if (g_armed) throw std::invalid_argument("keep_then_raise: refused");
+    return Tensor::zeros(kFloat64, x->shape());
+  });
+  m.def("arm", [](bool on) { g_armed = on; });
   // counts its runs; an in-place Apply for a negative x[0] (any error it raised is swallowed); then x + 1
   m.def("counted", [](const TensorPtr &x) {
     ++g_runs;

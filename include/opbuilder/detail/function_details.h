@@ -130,9 +130,10 @@ struct AcceptsViews<T, std::void_t<decltype(T::kAcceptsViews)>> : std::bool_cons
 
 // A Function that declares
 //   static constexpr bool kConstArgs = true;
-// promises its Forward never writes a tensor argument (no MarkDirty, no write through a pointer, no
-// in-place Apply on it, no writable view of it handed on): to_jax's handler lends it JAX's own buffers
-// (tensor_details.h LentScope), read-only. Any other type gets lent memory as its private copy.
+// promises its Forward and Backward never write a tensor argument or a saved one (no MarkDirty, no write
+// through a pointer, no in-place Apply on it, no writable view of it handed on, none kept past the call):
+// to_jax's handler lends it JAX's own buffers (tensor_details.h LentScope), read-only. Any other type
+// gets lent memory as its private copy.
 template <typename T, typename = void>
 struct ConstArgs : std::false_type {};
 template <typename T>

@@ -220,11 +220,11 @@ OB_CORE_FN OfferedBuffers &Offered();
 
 // Lent memory. to_jax's handlers lend a module function JAX's input buffers (immutable) rather than
 // copy them (Tensor's lent_). Code trusted with lent memory reads it in place and sees it read-only:
-// the handler itself, and Function<T>'s Apply, Forward and Backward (which honour is_writable(), or get
-// private copies of read-only arguments). Any other code that asks a lent tensor for its address (the
-// function's own body, a thread it starts) gets a private writable copy first, which the tensor is
-// from then on: a write never reaches JAX's memory, and a body that touches no data copies nothing.
-// Per thread; not trusted unless a LentScope says so.
+// the handler itself, Function<T>'s Apply, and the Forward and Backward of a kConstArgs type (any other
+// type gets a lent argument as its private copy before Forward: function_details.h NeedsCopy). Any other
+// code that asks a lent tensor for its address (the function's own body, a thread it starts) gets a
+// private writable copy first, which the tensor is from then on: a write never reaches JAX's memory,
+// and a body that touches no data copies nothing. Per thread; not trusted unless a LentScope says so.
 OB_CORE_FN bool &TrustsLent() noexcept;
 class LentScope {
  public:

@@ -627,8 +627,8 @@ struct Tape {
   std::vector<bool> wants;
   std::vector<int> results;  // per output of the function: its value, or -1 (no gradient flows back)
   std::size_t nbytes = 0;    // what the contexts hold (saved tensors), for the table's bound
-  // With the function given XLA's input buffers (read-only): their addresses. A context may hold them;
-  // the backward's inputs are the same values, and at the same addresses the memory still holds them.
+  // The lent inputs' XLA addresses (record; null for an input aliased to a result). A context may hold
+  // them; the backward's inputs are the same values, and at the same addresses the memory still holds them.
   std::vector<const void *> xla_inputs;
 };
 
@@ -1060,6 +1060,7 @@ class BoundHandlers {
   // mutates) is that result buffer (without `record`: with it, a copy, as the tape outlives it).
   ffi::Error Forward(ffi::RemainingArgs args, ffi::RemainingRets rets, std::uint64_t needs, bool record) const {
     LentScope trusted(true);  // the handler's own reads of lent memory take no copy
+    TensorPtrList in(n_);
     try {
       if (args.size() != n_) throw std::runtime_error("expects " + std::to_string(n_) + " arguments, got " +
                                                       std::to_string(args.size()));
@@ -1072,7 +1073,6 @@ class BoundHandlers {
       }
       TensorPtrList outs;
       std::vector<bool> aliased(dst.size(), false), wants(n_, false);
-      TensorPtrList in(n_);
       std::vector<const void *> xla(record ? n_ : 0, nullptr);
       for (std::size_t i = 0; i < n_; ++i) {
         auto b = args.get<ffi::AnyBuffer>(i);
@@ -1106,8 +1106,10 @@ class BoundHandlers {
       }
       return ffi::Error::Success();
     } catch (const std::exception &ex) {
+      UnlendKept(in, nullptr);
       return Fail("forward", ex.what());
     } catch (...) {
+      UnlendKept(in, nullptr);
       return Fail("forward", "an exception that is not a std::exception");
     }
   }
@@ -1117,6 +1119,7 @@ class BoundHandlers {
   // The tape is the forward's, or, when it is gone, one recorded now by running the function again.
   ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets, std::uint64_t needs) const {
     LentScope trusted(true);
+    TensorPtrList in(n_);  // the inputs of a run here (no tape of the forward's): kept alive while its tape lives
     try {
       if (args.size() < n_ + 1) throw std::runtime_error("expects the function's arguments and a token");
       const std::size_t k = args.size() - n_ - 1;
@@ -1133,7 +1136,6 @@ class BoundHandlers {
           }
         }
       }
-      TensorPtrList in(n_);  // kept alive while the tape of a run here lives
       if (!tape) {
         TensorPtrList outs;
         std::vector<bool> wants(n_, false);
@@ -1194,8 +1196,10 @@ class BoundHandlers {
       UnlendKept(in, nullptr);
       return ffi::Error::Success();
     } catch (const std::exception &ex) {
+      UnlendKept(in, nullptr);
       return Fail("backward", ex.what());
     } catch (...) {
+      UnlendKept(in, nullptr);
       return Fail("backward", "an exception that is not a std::exception");
     }
   }
@@ -1228,7 +1232,8 @@ class BoundHandlers {
   // Lent inputs something still holds after the call (a static the function keeps, a thread it left
   // running) besides `in` and the contexts `tape` keeps (which the backward reads while XLA keeps the
   // inputs, checking their addresses): each becomes its private copy now, while XLA's memory is there.
-  static void UnlendKept(const TensorPtrList &in, const Tape *tape) {
+  // (Never throws: it runs on the way out of an error too; a copy that cannot be allocated is not made.)
+  static void UnlendKept(const TensorPtrList &in, const Tape *tape) noexcept {
     for (const auto &t : in) {
       if (!t || !TensorAccess::IsLent(*t)) continue;
       long expected = 1;
@@ -1237,7 +1242,11 @@ class BoundHandlers {
           for (const auto &s : State(*node.ctx).saved_raw) expected += s.get() == t.get() ? 1 : 0;
         }
       }
-      if (t.use_count() > expected) TensorAccess::Unlend(*t);
+      if (t.use_count() <= expected) continue;
+      try {
+        TensorAccess::Unlend(*t);
+      } catch (...) {
+      }
     }
   }
 
@@ -1261,7 +1270,7 @@ class BoundHandlers {
   // offered to its new tensors, or null.
   std::unique_ptr<Tape> Run(const TensorPtrList &in, const std::vector<bool> &wants, bool record,
                             const TensorPtrList *offer, TensorPtrList *outs) const {
-    BoundRun run(in, wants, record, 0);
+    BoundRun run(in, wants, record);
     if (offer != nullptr) {
       OfferResults o(*offer);
       e_.run(e_.fn, in.data(), outs, &run.runner(), &o.buffers(), where_);
