@@ -236,9 +236,10 @@ def main(argv=None) -> int:
         one = ratio(r["wrapped"], r["tf"])
         report.goal(f"1 element, {label}: to_torch op <= {ONE_ELEMENT_GOAL}x torch's C++ Function (issue 23; {la})",
                     one.median <= ONE_ELEMENT_GOAL, one.fmt("x"))
-    plain = ratio(r1["wrapped"], r1["plain"])
-    report.goal(f"1 element, forward, no grad: to_torch op <= {PLAIN_GOAL}x torch's plain C++ op (issue 38; "
-                f"{load_r1})", plain.median <= PLAIN_GOAL, plain.fmt("x"))
+    for build, key in (("pybind11 build", "wrapped"), ("nanobind build, opbuilder's default", "wrapped_nb")):
+        plain = ratio(r1[key], r1["plain"])
+        report.goal(f"1 element, forward, no grad: to_torch op ({build}) <= {PLAIN_GOAL}x torch's plain C++ op "
+                    f"(issue 38; {load_r1})", plain.median <= PLAIN_GOAL, plain.fmt("x"))
     for when, r, la in (("no bridge loaded", rd0, load_rd0), ("to_torch's bridge loaded", rd, load_rd)):
         if r is None:
             continue
