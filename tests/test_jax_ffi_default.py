@@ -455,6 +455,8 @@ def test_copy_from_into_a_lent_argument_writes_a_private_copy(probe_ops, jit):
     ("view_write", lambda x: 3 * np.concatenate([[42.0], x[1:]])),
     ("list_view_write", lambda x: 3 * np.concatenate([[42.0], x[1:]])),
     ("const_view_write", lambda x: 3 * np.concatenate([[42.0], x[1:]])),
+    ("copy_from_in_place", lambda x: 3 * x + 1),
+    ("fail_after_write", lambda x: (3 * x) ** 2),
     ("zero_if_writable_then_double", lambda x: 2 * np.maximum(x, 0)),
     ("clamp_view_then_double", lambda x: 2 * np.maximum(x, 0)),
 ])
@@ -525,3 +527,20 @@ def test_read_only_memory_reaches_a_const_function_that_takes_no_views_as_a_copy
     read_only = np.frombuffer(x0.tobytes())
     np.testing.assert_array_equal(probe_ops.const_view_write(read_only).asnumpy(), 3 * x0)
     np.testing.assert_array_equal(read_only, x0)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_const_forward_that_fails_after_marking_a_lent_argument_dirty_runs_again_on_its_copy(probe_ops, jit):
+    """TripleThenFail declares kConstArgs, yet marks x dirty, writes it when writable and then fails:
+    the run on XLA's read-only memory wrote nothing, so its Forward runs again on x's private copy,
+    which it writes before the error the function catches, as eagerly (attack on fa1fd81: only a
+    Forward that returned ran again, so the function saw x unwritten)."""
+    j, cb = opbuilder.to_jax(probe_ops), opbuilder.to_jax(probe_ops, ffi=False)
+    x0 = np.array([200.0, 1.0, 2.0, 3.0])
+    x = jnp.asarray(x0)
+    f = jax.jit(j.fail_after_write) if jit else j.fail_after_write
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(f(x)), (3 * x0) ** 2)
+    np.testing.assert_array_equal(np.asarray(cb.fail_after_write(x)), (3 * x0) ** 2)
+    np.testing.assert_array_equal(probe_ops.fail_after_write(rt.Tensor(x0.copy())).asnumpy(), (3 * x0) ** 2)
+    np.testing.assert_array_equal(np.asarray(x), x0)

@@ -256,6 +256,34 @@ struct ClampThroughView : Function<ClampThroughView> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
 };
 
+// x = 3 x in place: marked dirty, then written with copy_from, by a type that declares kConstArgs all the
+// same (the in-place run fails on read-only memory, after MarkDirty)
+struct TripleByCopyFrom : Function<TripleByCopyFrom> {
+  static constexpr bool kConstArgs = true;
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    TensorPtr t = Triple::Forward(ctx, x);
+    ctx->MarkDirty({x});
+    x->copy_from(*t);
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) { return Triple::Backward(ctx, g); }
+};
+
+// x *= 3 when x is writable, marked dirty, then an error when x[0] > 100; kConstArgs all the same
+struct TripleThenFail : Function<TripleThenFail> {
+  static constexpr bool kAcceptsViews = true;
+  static constexpr bool kConstArgs = true;
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (x->is_writable()) {
+      for (std::int64_t i = 0; i < x->numel(); ++i) x->data<double>()[i] *= 3;
+    }
+    ctx->MarkDirty({x});
+    if (x->data<double>()[0] > 100) throw std::invalid_argument("triple_then_fail: too big");
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) { return Triple::Backward(ctx, g); }
+};
+
 TensorPtr g_kept;  // a tensor a function keeps past its call
 long g_runs = 0;   // runs of counted
 bool g_armed = false;  // keep_then_raise raises
@@ -391,6 +419,21 @@ OB_MODULE(m) {
     TensorPtr v = ListViewOf::Apply(TensorPtrList{x});
     v->data<double>()[0] = 42;
     return Triple::Apply(x);
+  });
+  // 3 * x through an in-place Apply that writes with copy_from, then x + 1
+  m.def("copy_from_in_place", [](const TensorPtr &x) {
+    TripleByCopyFrom::Apply(x);
+    TensorPtr out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = x->data<double>()[i] + 1;
+    return out;
+  });
+  // an in-place Apply that fails after its write (the error swallowed), then x * x
+  m.def("fail_after_write", [](const TensorPtr &x) {
+    try {
+      TripleThenFail::Apply(x);
+    } catch (...) {
+    }
+    return Square::Apply(x);
   });
   // keeps x (untouched) past the call; kept() reads it later
   m.def("keep", [](const TensorPtr &x) {

@@ -672,6 +672,13 @@ class LentArgs {
   LentArgs(const LentArgs &) = delete;
   LentArgs &operator=(const LentArgs &) = delete;
 
+  // After Forward threw: true when it had marked an argument read in place dirty (that argument is
+  // then its private copy, and Forward runs again, as on the caller's writable tensor it would have
+  // written it instead of failing on read-only memory).
+  bool DirtyBeforeError(const ContextState &st) {
+    return any_ && Escaped(st, nullptr, 0);
+  }
+
   // After Forward: true when an argument read in place escaped (see above) and Forward must run again.
   bool Escaped(const ContextState &st, const TensorPtr *outs, std::size_t n) {
     if (!any_) return false;
@@ -852,7 +859,12 @@ class BoundRun {
         AutogradContext ctx;
         ContextState &st = State(ctx);
         Begin(st, f);
-        CallForward(f, &ctx, single, list);
+        try {
+          CallForward(f, &ctx, single, list);
+        } catch (...) {
+          if (lent.DirtyBeforeError(st)) continue;
+          throw;
+        }
         const TensorPtr *outs = single != nullptr ? single : list->data();
         const std::size_t n_outs = single != nullptr ? 1 : list->size();
         if (lent.Escaped(st, outs, n_outs)) continue;  // (ctx, and what it saved, go)
@@ -898,7 +910,12 @@ class BoundRun {
           if (f.args[i] != nullptr) prints[i] = Fingerprint(*f.args[i], phase);
         }
       }
-      CallForward(f, ctx.get(), single, list);
+      try {
+        CallForward(f, ctx.get(), single, list);
+      } catch (...) {
+        if (lent.DirtyBeforeError(State(*ctx))) continue;
+        throw;
+      }
       outs = single != nullptr ? single : list->data();
       n_outs = single != nullptr ? 1 : list->size();
       if (!lent.Escaped(State(*ctx), outs, n_outs)) break;
