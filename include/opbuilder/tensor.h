@@ -178,10 +178,8 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   // thread does not run code trusted with it; whether it may be written, as this thread sees it.
   OB_CORE_FN void *LentData() const;
   OB_CORE_FN bool LentWritable() const;
-  // The address for reading (never takes a copy).
-  const void *ReadPtr() const {
-    return lent_.load(std::memory_order_acquire) == 0 ? data_ : __atomic_load_n(&data_, __ATOMIC_ACQUIRE);
-  }
+  // The address for reading (never takes a copy; LentData may swap it on another thread).
+  const void *ReadPtr() const { return __atomic_load_n(&data_, __ATOMIC_ACQUIRE); }
   void CheckHost(const char *what) const {
     if (device_ >= 0) ThrowNotHost(what);
   }

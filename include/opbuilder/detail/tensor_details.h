@@ -218,6 +218,17 @@ struct OfferedBuffers {
 // operator, the Tensor constructor takes in the core library).
 OB_CORE_FN OfferedBuffers &Offered();
 
+inline void *TakeOffered(std::size_t nbytes) {
+  OfferedBuffers &o = Offered();
+  for (std::size_t i = 0; i < o.n; ++i) {
+    if (!o.taken[i] && o.nbytes[i] == nbytes) {
+      o.taken[i] = true;
+      return o.data[i];
+    }
+  }
+  return nullptr;
+}
+
 // Lent memory. to_jax's handlers lend a module function JAX's input buffers (immutable) rather than
 // copy them (Tensor's lent_). Code trusted with lent memory reads it in place and sees it read-only:
 // the handler itself, Function<T>'s Apply, and the Forward and Backward of a kConstArgs type (any other
@@ -236,16 +247,6 @@ class LentScope {
  private:
   bool saved_;
 };
-inline void *TakeOffered(std::size_t nbytes) {
-  OfferedBuffers &o = Offered();
-  for (std::size_t i = 0; i < o.n; ++i) {
-    if (!o.taken[i] && o.nbytes[i] == nbytes) {
-      o.taken[i] = true;
-      return o.data[i];
-    }
-  }
-  return nullptr;
-}
 
 // "cpu" -> -1; "cuda", "cuda:N", "GPU", "GPU:N" (any case) -> the CUDA device index.
 inline int ParseDevice(const std::string &device) {

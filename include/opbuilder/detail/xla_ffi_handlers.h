@@ -832,8 +832,14 @@ class BoundRun {
     }
   }
 
-  // f.forward into *single or *list with the run's depth; an error names the Function.
-  void CallForward(const FunctionCall &f, AutogradContext *ctx, TensorPtr *single, TensorPtrList *list) {
+  static const TensorPtr *Outs(TensorPtr *single, TensorPtrList *list) { return single != nullptr ? single : list->data(); }
+  static std::size_t NumOuts(TensorPtr *single, TensorPtrList *list) { return single != nullptr ? 1 : list->size(); }
+
+  // f.forward into *single or *list with the run's depth (an error names the Function). True when
+  // Forward must run again: it marked an argument read in place dirty (then failed, or not), or returned
+  // a view of one; LentArgs made those arguments private copies.
+  bool ForwardRun(const FunctionCall &f, AutogradContext *ctx, TensorPtr *single, TensorPtrList *list,
+                  LentArgs &lent) {
     if (single != nullptr) {
       single->reset();
     } else {
@@ -844,12 +850,15 @@ class BoundRun {
       f.forward(ctx, f.call, single, list);
     } catch (const std::exception &e) {
       --depth_;
+      if (lent.DirtyBeforeError(State(*ctx))) return true;
       throw std::runtime_error(*f.name + ": " + e.what());
     } catch (...) {
       --depth_;
+      if (lent.DirtyBeforeError(State(*ctx))) return true;
       throw;
     }
     --depth_;
+    return lent.Escaped(State(*ctx), Outs(single, list), NumOuts(single, list));
   }
 
   void Apply(const FunctionCall &f, TensorPtr *single, TensorPtrList *list) {
@@ -859,16 +868,8 @@ class BoundRun {
         AutogradContext ctx;
         ContextState &st = State(ctx);
         Begin(st, f);
-        try {
-          CallForward(f, &ctx, single, list);
-        } catch (...) {
-          if (lent.DirtyBeforeError(st)) continue;
-          throw;
-        }
-        const TensorPtr *outs = single != nullptr ? single : list->data();
-        const std::size_t n_outs = single != nullptr ? 1 : list->size();
-        if (lent.Escaped(st, outs, n_outs)) continue;  // (ctx, and what it saved, go)
-        CheckOutputs(f, st, outs, n_outs);
+        if (ForwardRun(f, &ctx, single, list, lent)) continue;  // (ctx, and what it saved, go)
+        CheckOutputs(f, st, Outs(single, list), NumOuts(single, list));
         if (st.dirty.empty()) NoteReadOnlyCall(f.writes);
         st.args = nullptr;
         st.originals = nullptr;
@@ -897,9 +898,7 @@ class BoundRun {
       more_prints.assign(f.nargs, 0);
       prints = more_prints.data();
     }
-    const TensorPtr *outs = nullptr;
-    std::size_t n_outs = 0;
-    for (;;) {
+    do {
       auto fresh = std::make_unique<AutogradContext>();
       Begin(State(*fresh), f);
       State(*fresh).needs = ctx ? std::move(State(*ctx).needs) : std::move(needs);
@@ -910,16 +909,9 @@ class BoundRun {
           if (f.args[i] != nullptr) prints[i] = Fingerprint(*f.args[i], phase);
         }
       }
-      try {
-        CallForward(f, ctx.get(), single, list);
-      } catch (...) {
-        if (lent.DirtyBeforeError(State(*ctx))) continue;
-        throw;
-      }
-      outs = single != nullptr ? single : list->data();
-      n_outs = single != nullptr ? 1 : list->size();
-      if (!lent.Escaped(State(*ctx), outs, n_outs)) break;
-    }
+    } while (ForwardRun(f, ctx.get(), single, list, lent));
+    const TensorPtr *outs = Outs(single, list);
+    const std::size_t n_outs = NumOuts(single, list);
     ContextState &st = State(*ctx);
     const std::string &name = *f.name;
     CheckOutputs(f, st, outs, n_outs);
