@@ -10,6 +10,7 @@
 
 #include "opbuilder/autograd.h"
 #include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/bound_call.h"
 #include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/fingerprint.h"
 #include "opbuilder/detail/function_node.h"
@@ -21,6 +22,7 @@
 // the bodies, one file per header that declares them
 #include "autograd.cpp"
 #include "binding.cpp"
+#include "bound_call.cpp"
 #include "dtype.cpp"
 #include "errors.cpp"
 #include "fingerprint.cpp"

@@ -104,17 +104,48 @@ struct OperatorSig<R (C::*)(A...) const noexcept> : FnSig<R, A...> {};
 template <typename T>
 struct CallSig<T, std::void_t<decltype(&T::operator())>> : OperatorSig<decltype(&T::operator())> {};
 
-// runtime._native.bound_hook (runtime/jit/tracing.py), looked up once per module, kept for the process.
-inline PyObject *BoundHook() {
-  static PyObject *hook = nullptr;  // with the GIL held: no other thread runs this between check and store
-  if (hook == nullptr) hook = ImportAttr("runtime._native", "bound_hook");
-  return hook;
-}
+// What a bound function keeps besides its callable: one per m.def, made by the core library and kept for the
+// process (a module is never unloaded). Only the few lines that depend on the function's type are compiled
+// per operator (BoundFn, TracedBoundCall below); the rest is the core's, compiled once.
+struct BoundSite {
+  PyObject *name;  // the function's name (str), for the node
+  // the module's function object (set once def() made it): what a replay runs. Its own check finds no trace
+  // recording on the replaying thread, so it calls the function; no second function object is compiled
+  std::shared_ptr<PyObject *> target;
+  PyObject *stop;  // a str saying why no call of it is recorded (keyword-only arguments), or nullptr
+  PyObject *ffi;   // a capsule of its FfiBoundEntry (detail/ffi_bound.h; to_jax's probe reads it), or None
+};
 
-// While a trace records: stop it (signatures the trace cannot record; `why`, a str, or None: the signature's
-// values), then the caller runs the call.
-inline void StopTrace(PyObject *name, PyObject *why) {
-  PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(BoundHook(), name, Py_None, why, nullptr)));
+// def()'s part before the binding layer's def: the site of `name` in `module` (one target cell per name: each
+// overload def()'d under it points at the cell, which holds the newest function object, since nanobind empties
+// an earlier one when an overload is added). Module init only, with the GIL held.
+OB_CORE_FN const BoundSite *NewBoundSite(PyObject *module, const char *name, bool keyword_only,
+                                         const FfiBoundEntry *ffi);
+// ... and after it: the module's function object of that name becomes the site's replay target.
+OB_CORE_FN void BoundSiteDefined(const BoundSite &site, PyObject *module, const char *name);
+// While a trace records, with the GIL held: stops it for a call of `site` it cannot record.
+OB_CORE_FN void StopBoundTrace(const BoundSite &site);
+// While a trace records, with the GIL held: hands the call (its arguments, a tuple) to runtime/jit/tracing.py
+// `bound_hook`; its result, a new reference (Py_NotImplemented: the trace did not take the call).
+OB_CORE_FN PyObject *RecordBoundCall(const BoundSite &site, PyObject *args);
+
+// A recorded signature's call while a trace records: true with the result in *out when the trace took it.
+// Out of line and cold: the bound function's own code stays a check and a call.
+template <typename R, typename... A>
+__attribute__((noinline, cold)) bool TracedBoundCall(const BoundSite &site, R *out, const A &...a) {
+  GilForRefcount gil;  // under call_guard<gil_scoped_release>: the trace is Python's
+  if (site.stop != nullptr) {
+    StopBoundTrace(site);
+    return false;
+  }
+  PyRef args = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(sizeof...(A)))));
+  Py_ssize_t k = 0;
+  (PyTuple_SET_ITEM(args.get(), k++, ReplayToPython<R>(a)), ...);
+  (void)k;
+  PyRef res = PyRef::Steal(RecordBoundCall(site, args.get()));
+  if (res.get() == Py_NotImplemented) return false;
+  *out = ReplayFromPython<R, R>(res.get());
+  return true;
 }
 
 // An extra of def() that a replay, which passes every argument by position, could not honour: a keyword-only
@@ -122,63 +153,43 @@ inline void StopTrace(PyObject *name, PyObject *why) {
 template <typename T>
 struct IsKeywordOnly : std::false_type {};
 
-// The wrapper m.def binds for a function `F` of signature R(A...): the check, then `f` or the hook.
-template <typename Dep, typename F, typename R, typename... A>
-struct BoundCall {
-  std::shared_ptr<F> f;
-  // the module's function object (set once def() made it; a new reference kept for the process): what a
-  // replay runs. Its own check finds no trace recording on the replaying thread, so it calls `f`; no
-  // second function object is compiled per module function
-  std::shared_ptr<PyObject *> target;
-  PyObject *name;  // the function's name, for the node
-  PyObject *stop;  // a str saying why no call of it is recorded (keyword-only arguments), or nullptr
-  PyObject *ffi;   // a capsule of its FfiBoundEntry (detail/ffi_bound.h; to_jax's probe reads it), or None
+// The wrapper m.def binds for a function `F` of signature R(A...): the check, then `f` or the trace. Two
+// pointers, so the binding layer keeps it inside its function record (no allocation, no destructor).
+template <typename F, typename R, typename... A>
+struct BoundFn {
+  F *f;
+  const BoundSite *site;
 
   R operator()(A... a) const {
     if (*Runtime::Get().trace_flag != 0) {
-      GilForRefcount gil;  // under call_guard<gil_scoped_release>: the trace is Python's
-      if (stop != nullptr) {
-        StopTrace(name, stop);
-      } else if constexpr (FnSig<R, A...>::kRecorded) {
-        PyRef args = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(sizeof...(A)))));
-        Py_ssize_t k = 0;
-        (PyTuple_SET_ITEM(args.get(), k++, ReplayToPython<Dep>(static_cast<const std::decay_t<A> &>(a))), ...);
-        PyRef out =
-            PyRef::Steal(Check(PyObject_CallFunctionObjArgs(BoundHook(), name, *target, args.get(), ffi, nullptr)));
-        if (out.get() != Py_NotImplemented) return ReplayFromPython<Dep, std::decay_t<R>>(out.get());
+      if constexpr (FnSig<R, A...>::kRecorded) {
+        R out;
+        if (TracedBoundCall<R, std::decay_t<A>...>(*site, &out, a...)) return out;
       } else {
-        StopTrace(name, Py_None);
+        GilForRefcount gil;
+        StopBoundTrace(*site);
       }
     }
     return (*f)(static_cast<A &&>(a)...);
   }
 };
 
-template <typename Dep, typename F, typename R, typename... A>
-auto MakeBoundCall(std::shared_ptr<F> f, const char *name, std::shared_ptr<PyObject *> target, PyObject *stop,
-                   FnSig<R, A...> *) {
-  PyObject *ffi = Py_None;  // kept for the process, as the name
-  const FfiBoundEntry *e = nullptr;
-  if constexpr (FnSig<R, A...>::kRecorded) e = MakeFfiBoundEntry<F, R, A...>(f.get(), name);
-  if (e != nullptr) {
-    ffi = Check(PyCapsule_New(const_cast<FfiBoundEntry *>(e), "opbuilder.ffi_bound", nullptr));
-  } else {
-    Py_INCREF(ffi);
-  }
-  BoundCall<Dep, F, R, A...> call{std::move(f), std::move(target), Check(PyUnicode_FromString(name)), stop, ffi};
+template <typename F, typename R, typename... A>
+auto MakeBoundFn(F *f, const BoundSite *site, FnSig<R, A...> *) {
+  const BoundFn<F, R, A...> call{f, site};
   return [call](A... a) -> R { return call(static_cast<A &&>(a)...); };
 }
 
-// The module function object a replay of `name` in `module` runs, one per name: each overload def()'d under
-// it points at the same cell, which holds the newest function object (nanobind empties an earlier one when
-// an overload is added; pybind11 keeps one). Module init only, with the GIL held.
-inline std::shared_ptr<PyObject *> TargetCell(PyObject *module, const char *name) {
-  static std::vector<std::tuple<PyObject *, std::string, std::shared_ptr<PyObject *>>> cells;
-  for (auto &[m, n, cell] : cells) {
-    if (m == module && n == name) return cell;
+// to_jax's entry of `f` (detail/ffi_bound.h) for a recorded signature, else nullptr.
+template <typename F, typename R, typename... A>
+const FfiBoundEntry *BoundFfiEntry(const F *f, const char *name, FnSig<R, A...> *) {
+  if constexpr (FnSig<R, A...>::kRecorded) {
+    return MakeFfiBoundEntry<F, R, A...>(f, name);
+  } else {
+    (void)f;
+    (void)name;
+    return nullptr;
   }
-  cells.emplace_back(module, name, std::make_shared<PyObject *>(nullptr));
-  return std::get<2>(cells.back());
 }
 
 // The module of OB_MODULE, NB_MODULE and PYBIND11_MODULE (opbuilder::ObModule): `Module`
@@ -194,18 +205,11 @@ class TracedModule : public Module {
     using F = std::decay_t<Func>;
     using Sig = CallSig<F>;
     if constexpr (Bound<Sig>()) {  // (the other branch is not instantiated: a mutable lambda fits only here)
-      auto target = TargetCell(this->ptr(), name);
-      PyObject *stop = nullptr;
-      if constexpr ((IsKeywordOnly<Extra>::value || ...)) {
-        stop = Check(PyUnicode_FromString("takes keyword-only arguments, which a replay cannot pass"));
-      }
-      Module::def(name,
-                  MakeBoundCall<F>(std::make_shared<F>(std::forward<Func>(f)), name, target, stop,
-                                   static_cast<Sig *>(nullptr)),
-                  extra...);
-      PyObject *now = Check(PyObject_GetAttrString(this->ptr(), name));  // kept for the process, as the module's
-      Py_XDECREF(*target);
-      *target = now;
+      F *fp = new F(std::forward<Func>(f));  // kept for the process, as its site
+      const BoundSite *site = NewBoundSite(this->ptr(), name, (IsKeywordOnly<Extra>::value || ...),
+                                           BoundFfiEntry(fp, name, static_cast<Sig *>(nullptr)));
+      Module::def(name, MakeBoundFn(fp, site, static_cast<Sig *>(nullptr)), extra...);
+      BoundSiteDefined(*site, this->ptr(), name);
     } else {
       Module::def(name, std::forward<Func>(f), extra...);
     }
@@ -229,3 +233,11 @@ class TracedModule : public Module {
 
 }  // namespace detail
 }  // namespace opbuilder
+
+#if !OB_CORE_SHARED  // no core library: its bodies compile here, inline (detail/core_lib.h)
+#if __has_include("../../../src/core/bound_call.cpp")
+#include "../../../src/core/bound_call.cpp"
+#else  // a copy of these headers (vendored): the installed ones' sources, found from the include path
+#include "../src/core/bound_call.cpp"
+#endif
+#endif
