@@ -50,7 +50,6 @@
 #include "opbuilder/detail/ffi_bound.h"
 #include "opbuilder/detail/fingerprint.h"
 #include "opbuilder/detail/function_checks.h"
-#include "opbuilder/detail/function_node.h"
 #include "opbuilder/detail/infer_shape.h"
 #include "opbuilder/detail/replay.h"
 #include "opbuilder/detail/runtime_bridge.h"

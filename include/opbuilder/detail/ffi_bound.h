@@ -110,22 +110,38 @@ TensorPtrList FfiResultList(R &&r) {
   }
 }
 
+// body(arg) in an FfiBoundScope (`trusted`: see there). One copy per module, out of line: each bound
+// function's Run and the handler's Backward calls share it.
+__attribute__((noinline)) inline void FfiScopedAs(bool trusted, void (*body)(void *), void *arg,
+                                                  const FfiApplyRunner *runner, const OfferedBuffers *offer,
+                                                  const char *where) {
+  FfiBoundScope scope(runner, offer, where, trusted);
+  body(arg);
+}
+
 template <typename F, typename Seq, typename R, typename... A>
 struct FfiBoundOf;
 template <typename F, std::size_t... I, typename R, typename... A>
 struct FfiBoundOf<F, std::index_sequence<I...>, R, A...> {
+  struct Call {
+    const void *fn;
+    const TensorPtr *in;
+    TensorPtrList *out;
+  };
+  static void Body(void *p) {
+    const Call &c = *static_cast<const Call *>(p);
+    *c.out = FfiResultList((*const_cast<F *>(static_cast<const F *>(c.fn)))(c.in[I]...));
+  }
   static void Run(const void *fn, const TensorPtr *in, TensorPtrList *out, const FfiApplyRunner *runner,
                   const OfferedBuffers *offer, const char *where) {
-    FfiBoundScope scope(runner, offer, where, false);
-    (void)in;
-    *out = FfiResultList((*const_cast<F *>(static_cast<const F *>(fn)))(in[I]...));
+    Call c{fn, in, out};
+    FfiScopedAs(false, &Body, &c, runner, offer, where);
   }
 };
 
 inline void FfiScoped(void (*body)(void *), void *arg, const FfiApplyRunner *runner, const OfferedBuffers *offer,
                       const char *where) {
-  FfiBoundScope scope(runner, offer, where, true);
-  body(arg);
+  FfiScopedAs(true, body, arg, runner, offer, where);
 }
 
 // The entry of a bound callable `f` of R(A...) (kept for the process), or nullptr when an argument is

@@ -20,7 +20,6 @@
 #include "opbuilder/detail/call_rules.h"
 #include "opbuilder/detail/context_state.h"
 #include "opbuilder/detail/function_checks.h"
-#include "opbuilder/detail/function_node.h"
 #include "opbuilder/detail/infer_shape.h"
 #include "opbuilder/tensor.h"
 
@@ -30,19 +29,6 @@ namespace detail OB_HIDDEN {
 
 inline ContextState &State(AutogradContext &ctx) { return ctx.st_; }
 inline const ContextState &State(const AutogradContext &ctx) { return ctx.st_; }
-
-// ---- what the node (function_node.h) needs of a context -------------------
-inline bool ContextMaterializeGrads(const AutogradContext &ctx) { return State(ctx).materialize_grads; }
-inline void ContextRelease(AutogradContext &ctx) {
-  State(ctx).released = true;
-  State(ctx).saved.clear();
-  ctx.saved_data.clear();
-}
-inline int ContextVisit(AutogradContext &ctx, visitproc visit, void *arg) {
-  for (auto &kv : ctx.saved_data) Py_VISIT(kv.second.ptr());
-  return 0;
-}
-inline void ContextClear(AutogradContext &ctx) { ctx.saved_data.clear(); }
 
 OB_CORE_FN std::string Demangle(const char *name);
 
@@ -229,6 +215,8 @@ struct InferShapeBinder<Derived, R (*)(AutogradContext *, A...)> {
 // One Apply call's Forward, type-erased: T::Forward(ctx, the arguments `call` points to), its
 // result stored in *single (Forward returns TensorPtr) or *list (TensorPtrList).
 using ForwardFn = void (*)(AutogradContext *ctx, void *call, TensorPtr *single, TensorPtrList *list);
+// Its Backward (the node keeps it: detail/function_node.h, which declares the same alias).
+using BackwardFn = TensorPtrList (*)(AutogradContext *, TensorPtrList);
 
 // What Function<T>::Apply hands the runner: all that depends on T and the arguments.
 struct FunctionCall {

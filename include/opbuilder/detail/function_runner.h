@@ -29,6 +29,7 @@
 #include "opbuilder/detail/function_node.h"
 #include "opbuilder/detail/pyref.h"
 #include "opbuilder/detail/runtime_bridge.h"
+#include "opbuilder/detail/foreign_tensor.h"
 #include "opbuilder/tensor.h"
 
 namespace opbuilder {
@@ -52,6 +53,20 @@ inline void AutogradContext::VersionError(std::size_t slot, std::int64_t now, st
 }
 
 namespace detail OB_HIDDEN {
+
+// ---- what the node (function_node.h) needs of a context (here: only the core calls it) ----
+inline bool ContextMaterializeGrads(const AutogradContext &ctx) { return State(ctx).materialize_grads; }
+inline void ContextRelease(AutogradContext &ctx) {
+  State(ctx).released = true;
+  State(ctx).saved.clear();
+  ctx.saved_data.clear();
+}
+inline int ContextVisit(AutogradContext &ctx, visitproc visit, void *arg) {
+  for (auto &kv : ctx.saved_data) Py_VISIT(kv.second.ptr());
+  return 0;
+}
+inline void ContextClear(AutogradContext &ctx) { ctx.saved_data.clear(); }
+
 
 // The same tensor for the purpose of "was it modified": one object, or two
 // C++ views of one runtime.Tensor (an argument passed twice).

@@ -23,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "opbuilder/detail/dlpack_exchange.h"
 #include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/foreign_api.h"
 #include "opbuilder/detail/numpy_api.h"
@@ -76,44 +75,6 @@ inline PyObject *CallSteal(PyObject *fn, PyObject *args) {
   return Check(PyObject_Call(fn, a.get(), nullptr));
 }
 
-inline Runtime LoadRuntime() {
-  Runtime r;
-  r.tensor_type = reinterpret_cast<PyTypeObject *>(ImportAttr("runtime._native", "Tensor"));
-  r.grad_state = ImportAttr("runtime._native", "_state");
-  r.empty_tuple = Check(PyTuple_New(0));
-  r.s_data = Check(PyUnicode_InternFromString("_data"));
-  r.s_requires_grad = Check(PyUnicode_InternFromString("requires_grad"));
-  r.s_node = Check(PyUnicode_InternFromString("_node"));
-  r.s_out_index = Check(PyUnicode_InternFromString("_out_index"));
-  r.s_version = Check(PyUnicode_InternFromString("_version"));
-  r.s_enabled = Check(PyUnicode_InternFromString("enabled"));
-  r.np = NumpyApi::Load();
-  PyRef flag_address = PyRef::Steal(ImportAttr("runtime._native", "flag_address"));
-  PyRef addr = PyRef::Steal(Check(PyObject_CallNoArgs(flag_address.get())));
-  const auto a = static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(addr.get()));
-  if (PyErr_Occurred()) throw PythonError();
-  r.trace_flag = reinterpret_cast<const volatile int *>(a);
-  PyRef hooks_address = PyRef::Steal(ImportAttr("runtime._native", "hooks_flag_address"));
-  PyRef hooks_addr = PyRef::Steal(Check(PyObject_CallNoArgs(hooks_address.get())));
-  r.hooks_flag = static_cast<const volatile int *>(PyLong_AsVoidPtr(hooks_addr.get()));
-  if (PyErr_Occurred()) throw PythonError();
-  r.trace_hook = ImportAttr("runtime._native", "cpp_hook");
-  PyRef slot_address = PyRef::Steal(ImportAttr("runtime._native", "bridge_slot_address"));
-  PyRef slot = PyRef::Steal(Check(PyObject_CallNoArgs(slot_address.get())));
-  r.bridge_slot = static_cast<const ForeignApi *const volatile *>(PyLong_AsVoidPtr(slot.get()));
-  if (PyErr_Occurred()) throw PythonError();
-  const int int64 = sizeof(long) == 8 ? kNpyLong : kNpyLongLong;
-  const int uint64 = sizeof(long) == 8 ? kNpyULong : kNpyULongLong;
-  const int nums[kNumDataTypes] = {kNpyBool,  kNpyByte,   kNpyShort,   kNpyInt,   int64,   kNpyUByte, kNpyHalf,
-                                   kNpyFloat, kNpyDouble, -1,          kNpyCFloat, kNpyCDouble, kNpyUShort,
-                                   kNpyUInt,  uint64};  // -1: bfloat16, from ml_dtypes (BFloat16Descr)
-  static_assert(kNumDataTypes == 15 && kBFloat16 == 9, "one numpy type per DataType, in enum order");
-  for (int i = 0; i < kNumDataTypes; ++i) {
-    if (nums[i] >= 0) r.descr[i] = Check(r.np.DescrFromType(nums[i]));
-  }
-  return r;
-}
-
 // numpy's dtype of bfloat16 (ml_dtypes', through runtime._native.bfloat16, imported on first use): borrowed, kept for the
 // life of the process. Callers hold the GIL.
 inline PyObject *BFloat16Descr() {
@@ -143,7 +104,6 @@ inline Runtime &Runtime::Get() {
   return r != nullptr ? *r : Load();
 }
 #endif
-
 
 // ---- grad mode ----------------------------------------------------------
 OB_CORE_FN bool GradEnabled(const Runtime &rt);
@@ -208,33 +168,6 @@ OB_CORE_FN TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObjec
 // ---- GPU tensors (CuPy arrays): runtime/device_memory.py does the Python side ----
 inline PyObject *DeviceMemoryAttr(const char *name) { return ImportAttr("runtime._native", name); }
 
-// A Tensor over a GPU array's memory (made C-contiguous on its device first).
-inline TensorPtr TensorFromDeviceArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad) {
-  PyRef describe = PyRef::Steal(DeviceMemoryAttr("describe"));
-  PyRef d = PyRef::Steal(Check(PyObject_CallOneArg(describe.get(), array)));
-  if (!PyTuple_Check(d.get()) || PyTuple_GET_SIZE(d.get()) != 5) {
-    throw TypeError("opbuilder: runtime.device_memory.describe returned something other than a 5-tuple");
-  }
-  PyObject *arr = PyTuple_GET_ITEM(d.get(), 0);
-  void *ptr = PyLong_AsVoidPtr(PyTuple_GET_ITEM(d.get(), 1));
-  if (PyErr_Occurred()) throw PythonError();
-  PyRef seq = PyRef::Steal(Check(PySequence_Fast(PyTuple_GET_ITEM(d.get(), 2), "shape must be a sequence")));
-  ShapeVector shape;
-  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
-    shape.push_back(PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq.get(), i)));
-  }
-  if (PyErr_Occurred()) throw PythonError();
-  DataType dt = DataTypeOfDescr(rt, PyTuple_GET_ITEM(d.get(), 3));
-  const int device = static_cast<int>(PyLong_AsLong(PyTuple_GET_ITEM(d.get(), 4)));
-  if (PyErr_Occurred()) throw PythonError();
-  Py_INCREF(arr);
-  std::shared_ptr<void> storage(ptr, PyOwnerDeleter{arr});
-  auto t = std::make_shared<Tensor>(dt, std::move(shape), ShapeVector{}, ptr, std::move(storage), true, device);
-  if (owner != nullptr) TensorAccess::BindPython(*t, PyRef::Borrow(owner));
-  TensorAccess::SetRequiresGrad(*t, requires_grad);
-  return t;
-}
-
 OB_CORE_FN TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj);
 
 // Any other framework's tensor (an object with `__dlpack__`: torch, JAX, CuPy, ...) as a Tensor
@@ -246,75 +179,6 @@ OB_CORE_FN TensorPtr TensorFromDlpack(const Runtime &rt, PyObject *o);
 // The bridge whose call is active on this thread from the current Python frame, else nullptr.
 inline const ForeignApi *ActiveBridge(const Runtime &rt) { return IfActive(*rt.bridge_slot); }
 
-// A Tensor over a framework tensor's memory (it takes the reference in `f.handle`).
-inline TensorPtr TensorFromForeign(const ForeignApi &api, const ForeignTensor &f, bool requires_grad) {
-  std::shared_ptr<void> storage(f.data, ForeignOwner{&api, f.handle}, PoolAllocator<void>());
-  ShapeVector shape = TakeShape();
-  shape.assign(f.shape, f.shape + f.ndim);
-  ShapeVector strides;
-  if (f.strides != nullptr) strides.assign(f.strides, f.strides + f.ndim);
-  auto t = NewTensor(static_cast<DataType>(f.dtype), std::move(shape), std::move(strides), f.data,
-                                    std::move(storage), true, f.device);
-  TensorAccess::SetRequiresGrad(*t, requires_grad && f.requires_grad != 0);
-  return t;
-}
-
-// The framework's handle of a Tensor over its memory, else nullptr.
-inline void *ForeignHandle(const Tensor &t) {
-  auto *o = std::get_deleter<ForeignOwner>(t.storage());
-  return o != nullptr ? o->handle : nullptr;
-}
-
-// What a bridge's tensor keeps alive of a Tensor: its storage, shape and strides.
-struct ForeignKeep {
-  std::shared_ptr<void> storage;
-  ShapeVector shape, strides;
-};
-inline void DropForeignKeep(void *keep) { delete static_cast<ForeignKeep *>(keep); }
-
-// `t` as a ForeignTensor whose `handle` is a new ForeignKeep (DropForeignKeep frees it).
-inline ForeignTensor ForeignOf(const Tensor &t) {
-  auto keep = std::make_unique<ForeignKeep>(ForeignKeep{t.storage(), t.shape(), {}});
-  if (!t.is_contiguous()) keep->strides = t.strides();
-  ForeignTensor f{t.data_ptr(), keep->shape.data(), keep->strides.empty() ? nullptr : keep->strides.data(),
-                  static_cast<std::int32_t>(keep->shape.size()), static_cast<std::int32_t>(t.dtype()), 0, nullptr,
-                  t.device_index()};
-  f.handle = keep.release();
-  return f;
-}
-
-// What a framework tensor made by WrapForeign keeps of a Tensor: its storage (the framework copies the
-// shape and strides while it makes the tensor, ForeignApi::wrap).
-inline void DropStorageKeep(void *keep) {
-  auto *k = static_cast<std::shared_ptr<void> *>(keep);
-  k->~shared_ptr();
-  PoolGive(k, sizeof(*k));
-}
-
-// A new framework tensor over `t`'s memory (new reference); a host view with negative strides,
-// which torch cannot describe, goes out as a contiguous copy.
-inline PyObject *WrapForeign(const ForeignApi &api, const Tensor &t) {
-  ShapeVector strides;
-  if (!t.is_contiguous()) {
-    strides = t.strides();
-    if (!t.is_cuda()) {
-      for (std::int64_t st : strides) {
-        if (st < 0) return WrapForeign(api, *t.contiguous_copy());
-      }
-    }
-  }
-  void *keep = new (PoolTake(sizeof(std::shared_ptr<void>))) std::shared_ptr<void>(t.storage());
-  const ForeignTensor f{t.data_ptr(), t.shape().data(), strides.empty() ? nullptr : strides.data(),
-                        static_cast<std::int32_t>(t.ndim()), static_cast<std::int32_t>(t.dtype()), 0, nullptr,
-                        t.device_index()};
-  PyObject *o = api.wrap(&f, keep, DropStorageKeep);
-  if (o == nullptr) {  // `keep` is still ours
-    DropStorageKeep(keep);
-    throw PythonError();
-  }
-  return o;  // `keep` is the framework tensor's now
-}
-
 // A runtime.Tensor, a numpy array or any object with `__dlpack__` as a Tensor, sharing its
 // memory; nullptr for anything else (the casters' load()).
 OB_CORE_FN TensorPtr TensorFromObject(PyObject *o);
@@ -322,84 +186,6 @@ OB_CORE_FN TensorPtr TensorFromObject(PyObject *o);
 // A binding layer's conversion of `o` into `out`: false if `o` is no tensor. An exception the
 // conversion throws is kept in `error` (and true returned), to be raised when the value is used.
 OB_CORE_FN bool LoadTensor(PyObject *o, TensorPtr &out, std::exception_ptr &error) noexcept;
-
-// ---- Tensor -> numpy / runtime.Tensor ------------------------------------
-inline void DeleteStorageCapsule(PyObject *capsule) {
-  delete static_cast<std::shared_ptr<void> *>(PyCapsule_GetPointer(capsule, "opbuilder.storage"));
-}
-
-// The Python object that keeps `t`'s storage alive: its numpy/CuPy owner, or a new capsule (new reference).
-inline PyObject *StorageOwner(const Tensor &t) {
-  if (auto *del = std::get_deleter<PyOwnerDeleter>(t.storage())) {
-    Py_INCREF(del->owner);
-    return del->owner;
-  }
-  auto held = std::make_unique<std::shared_ptr<void>>(t.storage());
-  PyObject *cap = Check(PyCapsule_New(held.get(), "opbuilder.storage", DeleteStorageCapsule));
-  held.release();  // the capsule owns it now
-  return cap;
-}
-
-// A new CuPy array over a GPU tensor's memory (new reference).
-inline PyObject *DeviceArrayFromTensor(const Runtime &rt, const Tensor &t) {
-  if (!t.is_contiguous()) throw ValueError("opbuilder: a strided GPU tensor cannot be returned to Python");
-  PyRef owner = PyRef::Steal(StorageOwner(t));
-  PyRef shape = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(t.ndim()))));
-  for (std::size_t i = 0; i < t.shape().size(); ++i) {
-    PyTuple_SET_ITEM(shape.get(), static_cast<Py_ssize_t>(i), Check(PyLong_FromLongLong(t.shape()[i])));
-  }
-  PyRef wrap = PyRef::Steal(DeviceMemoryAttr("wrap"));
-  return CallSteal(wrap.get(), Py_BuildValue("(NnOOiO)", Check(PyLong_FromVoidPtr(t.data_ptr())),
-                                             static_cast<Py_ssize_t>(t.nbytes()), shape.get(), DescrOf(rt, t.dtype()),
-                                             t.device_index(), owner.get()));
-}
-
-// A new numpy array over the tensor's memory (new reference); a CuPy array for a GPU tensor.
-inline PyObject *ArrayFromTensor(const Runtime &rt, const Tensor &t) {
-  if (t.is_cuda()) return DeviceArrayFromTensor(rt, t);
-  const auto nd = static_cast<std::size_t>(t.ndim());
-  const auto es = static_cast<Py_intptr_t>(t.element_size());
-  Py_intptr_t small[2][8];
-  std::vector<Py_intptr_t> big;
-  Py_intptr_t *dims = small[0], *strides = small[1];
-  if (nd > 8) {
-    big.resize(2 * nd);
-    dims = big.data();
-    strides = big.data() + nd;
-  }
-  const ShapeVector &shape = t.shape();
-  if (t.is_contiguous()) {
-    Py_intptr_t acc = es;
-    for (std::size_t i = nd; i-- > 0;) {
-      dims[i] = static_cast<Py_intptr_t>(shape[i]);
-      strides[i] = acc;
-      acc *= shape[i] > 0 ? static_cast<Py_intptr_t>(shape[i]) : 1;
-    }
-  } else {
-    const ShapeVector st = t.strides();
-    for (std::size_t i = 0; i < nd; ++i) {
-      dims[i] = static_cast<Py_intptr_t>(shape[i]);
-      strides[i] = static_cast<Py_intptr_t>(st[i]) * es;
-    }
-  }
-
-  int flags = kNpyWriteable;
-  if (auto *del = std::get_deleter<PyOwnerDeleter>(t.storage())) {
-    if (rt.api->IsArray(del->owner)) flags = ArrayFields(del->owner)->flags & kNpyWriteable;
-  }
-  PyObject *base = StorageOwner(t);
-  if (!PyCapsule_CheckExact(base)) base = PinnedBase(base, *rt.api);  // a torch tensor's storage: pinned
-  PyObject *descr = DescrOf(rt, t.dtype());
-  Py_INCREF(descr);
-  PyObject *arr = rt.api->NewFromDescr(rt.api->array_type, descr, static_cast<int>(nd), dims, strides, t.data_ptr(),
-                                       flags, nullptr);
-  if (arr == nullptr) {
-    Py_DECREF(base);
-    throw PythonError();
-  }
-  ArrayFields(arr)->base = base;  // steals our reference
-  return arr;
-}
 
 // The byte offset of runtime.Tensor's slot `name` (runtime/tensor.py; its member descriptor's), found
 // once into `stored` (-1 until then); 0 if it is no slot. Native code reads and sets it there.

@@ -159,28 +159,7 @@ struct StorageBlockAllocator {
 };
 struct StorageBlock {};
 
-inline std::shared_ptr<void> AllocateStorage(std::size_t nbytes) {
-  if (nbytes > std::numeric_limits<std::size_t>::max() - 64) throw std::bad_alloc();
-  constexpr std::size_t kOneBlockBelow = std::size_t{4} << 20;  // the huge-page threshold below
-  if (nbytes < kOneBlockBelow) {
-    void *data = nullptr;
-    const std::shared_ptr<StorageBlock> block =
-        std::allocate_shared<StorageBlock>(StorageBlockAllocator<StorageBlock>(nbytes + 64, &data));
-    return std::shared_ptr<void>(block, data);
-  }
-  void *base = std::malloc(nbytes + 64);
-  if (base == nullptr) throw std::bad_alloc();
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr std::size_t kHugeFrom = std::size_t{4} << 20;
-  if (nbytes >= kHugeFrom) {
-    const std::uintptr_t b = reinterpret_cast<std::uintptr_t>(base);
-    const std::uintptr_t page = (b + 4095) & ~std::uintptr_t{4095};
-    (void)madvise(reinterpret_cast<void *>(page), nbytes + 64 - (page - b), MADV_HUGEPAGE);  // a hint only
-  }
-#endif
-  auto *p = reinterpret_cast<void *>((reinterpret_cast<std::uintptr_t>(base) + 63) & ~std::uintptr_t{63});
-  return std::shared_ptr<void>(p, [base](void *) { std::free(base); });
-}
+OB_CORE_FN std::shared_ptr<void> AllocateStorage(std::size_t nbytes);
 
 // A 16-byte element (complex128), copied as its bytes.
 struct Element16 {
@@ -249,42 +228,12 @@ class LentScope {
 };
 
 // "cpu" -> -1; "cuda", "cuda:N", "GPU", "GPU:N" (any case) -> the CUDA device index.
-inline int ParseDevice(const std::string &device) {
-  std::string d;
-  for (char c : device) d += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  if (d == "cpu") return -1;
-  for (const char *kind : {"cuda", "gpu"}) {
-    const std::string k(kind);
-    if (d == k) return 0;
-    if (d.size() > k.size() + 1 && d.compare(0, k.size() + 1, k + ":") == 0 &&
-        d.find_first_not_of("0123456789", k.size() + 1) == std::string::npos && d.size() - k.size() - 1 <= 6) {
-      return std::stoi(d.substr(k.size() + 1));
-    }
-  }
-  throw ValueError("opbuilder::Tensor: device '" + device +
-                   "' is not a device name; accepted: 'cpu', 'cuda', 'cuda:N', 'GPU', 'GPU:N'");
-}
+OB_CORE_FN int ParseDevice(const std::string &device);
 
 // Device memory from the runtime's allocator (CuPy's pool, ordered on the current
 // stream): the Python owner of the block goes into the storage's deleter.
 // Inside a framework bridge's call (to_torch), the framework's allocator and stream instead.
-inline std::shared_ptr<void> AllocateDeviceStorage(std::size_t nbytes, int device, bool zero) {
-  GilForRefcount gil;
-  if (const ForeignApi *api = ActiveForeign()) {
-    void *handle = nullptr;
-    void *p = api->allocate(static_cast<std::int64_t>(nbytes), device, zero ? 1 : 0, &handle);
-    if (handle == nullptr) throw PythonError();
-    return std::shared_ptr<void>(p, ForeignOwner{api, handle});
-  }
-  PyRef m = PyRef::Steal(Check(PyImport_ImportModule("runtime._native")));
-  PyRef block = PyRef::Steal(Check(PyObject_CallMethod(m.get(), "allocate", "nii", static_cast<Py_ssize_t>(nbytes),
-                                                       device, zero ? 1 : 0)));
-  PyRef data = PyRef::Steal(Check(PyObject_GetAttrString(block.get(), "data")));
-  PyRef ptr = PyRef::Steal(Check(PyObject_GetAttrString(data.get(), "ptr")));
-  void *p = PyLong_AsVoidPtr(ptr.get());
-  if (PyErr_Occurred()) throw PythonError();
-  return std::shared_ptr<void>(p, PyOwnerDeleter{block.release()});
-}
+OB_CORE_FN std::shared_ptr<void> AllocateDeviceStorage(std::size_t nbytes, int device, bool zero);
 
 struct TensorAccess;
 
