@@ -57,7 +57,9 @@ operator (benchmarks/tvm_mul_op.cpp, fresh build directory), and the floors: a b
 nanobind module compiled and linked against the prebuilt libnanobind with exactly the README
 operator's compile flags and link command (read from its build.ninja; no PCH), and a bare pybind11
 module (-O2). Its goal (issue 38 goal 6): the new operator's compiler CPU at most 1.3x the bare
-nanobind module's, round by round. After the table, ``-ftime-report`` of the operator's compile and of
+nanobind module's, round by round. A third floor says what the goal leaves out: the operator's own
+kernel (its source without Function<T> and its binding, one trivial function bound instead), compiled
+with the operator's command and PCH; the operator over it is opbuilder's glue. After the table, ``-ftime-report`` of the operator's compile and of
 the bare module's, phase by phase, says where the difference goes.
 """
 from __future__ import annotations
@@ -450,6 +452,19 @@ def _bare_nanobind(work: Path, compile_cmd: List[str], link_cmd: List[str], cwd:
     return _timed([cmd + ["-c", str(src), "-o", str(obj)], link_cmd + ["-o", str(lib), str(obj)]], cwd)
 
 
+def _kernel_floor(work: Path, compile_cmd: List[str], link_cmd: List[str], cwd: Path) -> Dict[str, float]:
+    """The README operator's own code without opbuilder's glue: its source up to `class CustomMul` (the
+    kernel: Mul and its helpers, kept by one exported function) and a module binding one trivial function,
+    compiled with the operator's own command (its PCH included) and linked the same way."""
+    text = DEMO_SOURCE.read_text()
+    src = work / "kernel_floor.cpp"
+    src.write_text(text[:text.index("class CustomMul")] +
+                   "TensorPtr ExportedMul(const TensorPtr &x, const TensorPtr &y) { return Mul(x, y); }\n"
+                   "OB_MODULE(m) { m.def(\"f\", [](int a) { return a + 1; }); }\n")
+    obj, lib = work / "kernel_floor.o", work / "kernel_floor.so"
+    return _timed([compile_cmd + ["-c", str(src), "-o", str(obj)], link_cmd + ["-o", str(lib), str(obj)]], cwd)
+
+
 def _time_report(cmd: List[str], cwd: Path) -> str:
     res = subprocess.run(cmd + ["-ftime-report"], cwd=cwd, capture_output=True, text=True)
     return res.stderr
@@ -530,6 +545,7 @@ def bindings(work: Path, rounds: int, use_tvm: bool = False) -> int:
         add("nb_new", _run(OB_CHILD, ["bench_nb", op_source("nb_new", r)],
                            _env(OPBUILDER_CACHE_DIR=str(fresh("nb_new", True)))))
         add("bare_nanobind", _bare_nanobind(work, op_cmd, link_cmd, op_dir))
+        add("kernel_floor", _kernel_floor(work, op_cmd, link_cmd, op_dir))
         add("bare_pybind11", _bare_pybind11(work))
         add("nb_first", _run(OB_CHILD, ["bench_nb", op_source("nb_first", r)],
                              _env(OPBUILDER_CACHE_DIR=str(fresh("nb_first", False)))))
@@ -558,7 +574,9 @@ def bindings(work: Path, rounds: int, use_tvm: bool = False) -> int:
     rows = [("nb_new", "nanobind README op, runtime built"), ("nb_first", "nanobind, first op (runtime too)"),
             ("nb_nolto", "nanobind, runtime built, -flto off"), ("nb_edit", "nanobind, binding source edited"),
             ("pb_first", "pybind11 README op, no PCH"), ("tvm_new", "tvm-ffi new op (forward only), -O2 + same"),
-            ("bare_nanobind", "bare nanobind module, the op's flags"), ("bare_pybind11", "bare pybind11 module, -O2")]
+            ("bare_nanobind", "bare nanobind module, the op's flags"),
+            ("kernel_floor", "the op's kernel alone, the op's command + PCH"),
+            ("bare_pybind11", "bare pybind11 module, -O2")]
     timing.table(["", "wall", "CPU (process + compiler)", "compiler CPU", "background CPU after load()"],
                  [[label, stat(tag, "seconds"), stat(tag, "cpu"), stat(tag, "compiler_cpu"), stat(tag, "bg_cpu")]
                   for tag, label in rows if tag in samples])
@@ -581,6 +599,10 @@ def bindings(work: Path, rounds: int, use_tvm: bool = False) -> int:
     r = ratio(col("nb_new", "compiler_cpu"), col("bare_nanobind", "cpu"))
     report.goal(f"new nanobind operator's compile <= 1.3x a bare nanobind module's, same flags, compiler CPU "
                 f"(issue 38){_load()}", r.median <= 1.3, r.fmt("x"))
+    k = ratio(col("nb_new", "compiler_cpu"), col("kernel_floor", "cpu"))
+    glue = Stat([a["compiler_cpu"] - b["cpu"] for a, b in zip(samples["nb_new"], samples["kernel_floor"])])
+    print(f"the same operator over its own kernel (its source without Function<T> and its binding, one trivial "
+          f"function bound instead, same command and PCH): {k.fmt('x')}; opbuilder's glue {glue.fmt('s')} CPU")
     first_bg = col("nb_first", "bg_cpu")
     print(f"a newcomer's first operator also starts the PCH compile in the background: {first_bg.fmt('s')} CPU "
           f"after its load() returned (not in its CPU columns)")
