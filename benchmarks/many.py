@@ -66,8 +66,7 @@ bad = [str(r.error) for r in results if r.error is not None]
 assert not bad, bad[0]
 assert getattr(results[-1].module, f"scale_{n - 1}")(2.0) == (n - 1 + 0.5) * 2 + rnd
 from opbuilder import importer
-from opbuilder.native import core_lib
-pre = [str(p) for p in [importer.loaded_runtime(), *core_lib._loaded] if p]
+pre = [str(p) for p in [importer.loaded_runtime(), *importer.loaded_cores()] if p]
 print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0, "libs": [[r.module.__name__, r.module.__file__] for r in results],
                   "preload": pre}))
 """ % CPP

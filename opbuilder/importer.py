@@ -28,11 +28,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .spec import (CORE_FILE, CORE_NAME, DEP_FILES, INSTALLED_KEY, RUNTIME_FILE, RUNTIME_NAME,  # noqa: F401
                    dlopen_global, import_build, import_extension, is_key, loaded_lock, loaded_modules,
-                   loaded_runtime, module_name_for, names_used, preload, preload_core, preload_runtime)
+                   loaded_cores, loaded_runtime, module_name_for, names_used, preload, preload_core, preload_runtime)
 from .spec import NATIVE_DIR as _NATIVE_DIR
 
 __all__ = ["import_extension", "RUNTIME_NAME", "DEP_FILES", "is_key", "preload", "preload_runtime", "preload_core",
-           "dlopen_global", "loaded_runtime", "import_build", "loaded_modules", "names_used", "loaded_lock",
+           "dlopen_global", "loaded_runtime", "loaded_cores", "import_build", "loaded_modules", "names_used", "loaded_lock",
            "RUNTIME_FILE", "CORE_NAME", "CORE_FILE",
            "LIMITED_API_HEX", "limited_api", "python_api", "HASH", "file_hash", "files_intact", "inside",
            "owned_by_code_owner", "read_record", "RECORD_COPY", "shipped_module", "shipped_fit", "owned_runtime"]

@@ -19,7 +19,7 @@ import threading
 from operator import itemgetter
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Dict, Iterable, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 __all__ = ["BuildSpec", "make_spec", "verbose_requested", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME",
            "PATH_FLAGS", "joined_path_flag", "cache_root", "clean_path", "RECORD", "find_record", "no_build",
@@ -343,6 +343,11 @@ def preload_core(library: PathLike) -> None:
 def loaded_runtime() -> Optional[Path]:
     """nanobind's runtime as this process loaded it, if it did."""
     return None if _runtime is None else Path(_runtime)
+
+
+def loaded_cores() -> List[Path]:
+    """The core libraries this process loaded (one per tag its operators were built with), in order."""
+    return [Path(p) for p in list(_cores)]
 
 
 def preload_runtime(library: PathLike) -> None:

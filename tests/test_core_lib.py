@@ -20,6 +20,7 @@ from op_util import CUSTOM_SRC, ROOT, load_op
 from opbuilder import CustomOpBuilder
 from opbuilder import builder as B
 from opbuilder import needs
+from opbuilder import importer
 from opbuilder.importer import recorded
 from opbuilder.native.abi import cxx_abi, python_api
 from opbuilder.native.core_lib import CORE_FILE, core_spec, core_tag
@@ -98,6 +99,8 @@ def test_a_nanobind_operator_takes_the_core_from_the_core_library_of_its_tag(nb_
     assert needed, "the operator compiled the core itself"
     assert all(f"B{len(tag)}{tag}" in s for s in needed)  # every one names this core's tag
     assert needed <= _dynamic_symbols(core, defined=True)
+    # the process says which core libraries it loaded (benchmarks/many.py's floor loads them first)
+    assert core in importer.loaded_cores()
     # the operator defines none of the core's functions
     assert not any("RecordOutputs" in s or "TensorFromPy" in s for s in _dynamic_symbols(Path(nb_ops.__file__), True))
 
