@@ -100,6 +100,13 @@ def test_a_function_pointer_with_a_number_argument_is_recorded(bound):
     assert j(f64(5.0), 1.0).asnumpy().tolist() == [10.0]
 
 
+def test_a_const_tensor_result_is_recorded(bound):
+    j = jit(lambda x: bound.scale_const(x))
+    assert [j(f64(1.0, 2.0)).asnumpy().tolist() for _ in range(2)] == [[2.0, 4.0]] * 2
+    assert j.traces == 1
+    assert [(n.kind, n.op) for n in j.graph(f64(1.0, 2.0)).nodes] == [("cpp", "scale_const")]
+
+
 def test_an_optional_number_argument_is_recorded(bound):
     j = jit(lambda x, k: bound.scale_opt(x, k))
     for k, want in [(None, 3.0), (1.5, 2.0), (None, 3.0)]:

@@ -144,6 +144,8 @@ OB_MODULE(m) {
   m.def("scale_k", +[](const TensorPtr &x, double k) -> TensorPtr {
     return k > 0 ? ScaleBy<2>::Apply(x, x) : ScaleBy<3>::Apply(x, x);
   });
+  // a result declared `const TensorPtr` (by value): recorded as a TensorPtr one
+  m.def("scale_const", [](const TensorPtr &x) -> const TensorPtr { return ScaleBy<2>::Apply(x, x); });
   // an optional number: 2x with one, 3x without
   m.def("scale_opt", [](const TensorPtr &x, std::optional<double> k) {
     return k ? ScaleBy<2>::Apply(x, x) : ScaleBy<3>::Apply(x, x);

@@ -163,8 +163,8 @@ struct BoundFn {
   R operator()(A... a) const {
     if (*Runtime::Get().trace_flag != 0) {
       if constexpr (FnSig<R, A...>::kRecorded) {
-        R out;
-        if (TracedBoundCall<R, std::decay_t<A>...>(*site, &out, a...)) return out;
+        std::remove_cv_t<R> out;  // (a function may return `const TensorPtr`)
+        if (TracedBoundCall<std::remove_cv_t<R>, std::decay_t<A>...>(*site, &out, a...)) return out;
       } else {
         GilForRefcount gil;
         StopBoundTrace(*site);
