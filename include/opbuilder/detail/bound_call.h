@@ -194,7 +194,7 @@ const FfiBoundEntry *BoundFfiEntry(const F *f, const char *name, FnSig<R, A...> 
 
 // The module of OB_MODULE, NB_MODULE and PYBIND11_MODULE (opbuilder::ObModule): `Module`
 // (nanobind::module_ or pybind11::module_) whose def() binds each function with a signature that mentions a
-// tensor behind the trace check (BoundCall); everything else is Module's. A submodule is one too.
+// tensor behind the trace check (BoundFn); everything else is Module's. A submodule is one too.
 template <typename Module>
 class TracedModule : public Module {
  public:

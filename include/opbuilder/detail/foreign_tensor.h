@@ -11,7 +11,6 @@
 
 #include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/foreign_api.h"
-#include "opbuilder/detail/runtime_bridge.h"
 #include "opbuilder/detail/visibility.h"
 #include "opbuilder/tensor.h"
 
