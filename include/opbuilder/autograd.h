@@ -116,7 +116,6 @@ class OB_HIDDEN AutogradContext {
 }  // namespace opbuilder
 
 #include "opbuilder/detail/function_details.h"  // needs AutogradContext; Function<T> needs it
-#include "opbuilder/detail/ffi_entry.h"         // to_jax's XLA FFI entry of a Function (replay.h carries it)
 
 namespace opbuilder {
 
@@ -186,8 +185,7 @@ class Function {
       }
     }
     static constexpr detail::ReplayTarget kTarget{&Call, static_cast<Py_ssize_t>(sizeof...(Args)),
-                                                  detail::kFfiEntryAbi,
-                                                  detail::FfiEntryFor<Derived, std::decay_t<Args>...>()};
+                                                  detail::kReplayAbi, &detail::SwapNoPython};
   };
 
   static constexpr bool kViews = detail::AcceptsViews<Derived>::value;

@@ -97,8 +97,8 @@ def masked_targets(module: Any, name: str) -> bool:
 
 # ---- the generic handlers: one pair for every Function (src/jax_ffi.cpp) ----------------------------
 
-# detail/ffi_entry.h's kFfiEntryAbi: the entry layout this module reads
-_ENTRY_ABI = 0x0b0ff1e000000002
+# detail/replay.h's kReplayAbi: the replay target layout this module reads
+_REPLAY_ABI = 0x0b0ffe9100000003
 _generic_lock = threading.Lock()
 _generic: Dict[str, Any] = {}  # "targets": (forward, backward) names, or "error": why they are missing
 
@@ -167,15 +167,15 @@ class _Probe:
         return out
 
     def _run(self, kind: str, target: Any, args: Sequence[Any], attrs: Dict[str, Any]) -> Any:
-        entry = _entry_of(target, len(args))[0] if kind == "cpp" else None
-        if entry is None:
+        swap = _no_python_of(target, len(args)) if kind == "cpp" else None
+        if swap is None:
             return target(*args, **attrs)
         if self.fake is not None:
             from runtime.tensor import Tensor
             specs, single = self.fake
             outs = [Tensor._from_array(probe_values(tuple(s.shape), np.dtype(s.dtype), 2)) for s in specs]
             return outs[0] if single else outs
-        no_python = _NO_PYTHON(ctypes.c_void_p.from_address(entry + _NO_PYTHON_OFFSET).value)
+        no_python = _NO_PYTHON(swap)
         old = no_python(ctypes.cast(_PROBE_WHERE, ctypes.c_void_p))
         try:
             return target(*args, **attrs)
@@ -188,8 +188,6 @@ class _Probe:
         return target(*args, **attrs)
 
 
-# FfiEntry's no_python field: after abi, nargs, views (padded to 8), name, 3 write states, forward, backward
-_NO_PYTHON_OFFSET = 9 * 8
 
 
 class _BoundProbe(_Probe):
@@ -222,26 +220,20 @@ _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
-def _entry_of(replay: Any, nargs: int) -> Tuple[Optional[int], Optional[str]]:
-    """The FfiEntry address runtime.jit's replay target of a C++ Function carries (detail/replay.h,
-    detail/ffi_entry.h), or (None, why)."""
+def _no_python_of(replay: Any, nargs: int) -> Optional[int]:
+    """The address of the module's SwapNoPython that runtime.jit's replay target of a C++ Function
+    carries (detail/replay.h), or None for a replay that is not opbuilder's or of another version."""
     cap = getattr(replay, "__self__", None)
     if type(cap).__name__ != "PyCapsule":
-        return None, "its C++ Function's replay is not opbuilder's"
+        return None
     try:
         target = _capsule_pointer(cap, b"opbuilder.replay")
     except ValueError:
-        return None, "its C++ Function's replay is not opbuilder's"
-    abi = ctypes.c_uint64.from_address(target + 16).value
-    entry = ctypes.c_void_p.from_address(target + 24).value
-    if abi != _ENTRY_ABI:
-        return None, "its module was built by another opbuilder version (no XLA FFI entry); rebuild it"
-    if not entry:
-        return None, "its C++ Function takes arguments that are not tensors (XLA passes buffers only)"
-    if (ctypes.c_uint64.from_address(entry).value != _ENTRY_ABI
-            or ctypes.c_size_t.from_address(entry + 8).value != nargs):
-        return None, "its C++ Function's XLA FFI entry does not match the call"
-    return entry, None
+        return None
+    if (ctypes.c_uint64.from_address(target + 16).value != _REPLAY_ABI
+            or ctypes.c_ssize_t.from_address(target + 8).value != nargs):
+        return None
+    return ctypes.c_void_p.from_address(target + 24).value or None
 
 
 def probe_values(shape: Tuple[int, ...], dtype: np.dtype, pattern: int) -> np.ndarray:

@@ -3,9 +3,9 @@
 // Function through its FfiEntry. (to_jax's generic handlers run the whole module function instead:
 // detail/ffi_bound.h.) Not for operator authors.
 //
-// A Function has an entry for each argument list Apply met whose every argument is a TensorPtr (XLA
-// passes buffers only); runtime.jit's replay target carries its address (detail/replay.h); to_jax's
-// probe reads its no_python field to learn whether a Function uses ctx->saved_data.
+// A Function has an entry for each argument list whose every argument is a TensorPtr (XLA passes
+// buffers only). Only a module that includes opbuilder/xla_ffi.h compiles one (OB_XLA_FFI's
+// EntryOfForward): every other operator pays nothing for it.
 #pragma once
 
 #include "opbuilder/detail/visibility.h"
@@ -27,7 +27,7 @@ namespace opbuilder {
 namespace detail OB_HIDDEN {
 
 // Bumped whenever a field of FfiEntry changes: a caller refuses an entry of another number.
-constexpr std::uint64_t kFfiEntryAbi = 0x0b0ff1e000000002ull;
+constexpr std::uint64_t kFfiEntryAbi = 0x0b0ff1e000000003ull;
 
 struct FfiEntry {
   std::uint64_t abi;  // kFfiEntryAbi
@@ -45,10 +45,6 @@ struct FfiEntry {
   // T::Backward(ctx, *grads) into *out, on the same terms.
   void (*backward)(AutogradContext *ctx, TensorPtrList *grads, TensorPtrList *out, const OfferedBuffers *offer,
                    const char *where);
-  // Sets this module's no-Python mark (binding.h's NoPythonHandler: ctx->saved_data then refuses,
-  // naming `where`; nullptr clears it) on this thread and returns the previous one: to_jax's probe runs
-  // the Function once so, to learn whether it needs Python.
-  const char *(*no_python)(const char *where);
 };
 
 // While alive: this module's Offered() is `offer` and its saved_data refuses Python (`where`).
@@ -128,11 +124,6 @@ struct FfiEntryOf<T, std::index_sequence<I...>> {
     FfiCallScope scope(offer, where);
     *out = T::Backward(ctx, std::move(*grads));
   }
-  static const char *NoPython(const char *where) {
-    const char *old = NoPythonHandler();
-    NoPythonHandler() = where;
-    return old;
-  }
   static constexpr FfiEntry kEntry{kFfiEntryAbi,
                                    sizeof...(I),
                                    AcceptsViews<T>::value,
@@ -141,8 +132,7 @@ struct FfiEntryOf<T, std::index_sequence<I...>> {
                                    &FfiForwardWrites<T>,
                                    &FfiCotangentWrites<T>,
                                    &Forward,
-                                   &Backward,
-                                   &NoPython};
+                                   &Backward};
 };
 
 // The entry of T for Apply's argument types `Args` (decayed), or nullptr when one is not a TensorPtr.

@@ -21,17 +21,27 @@
 namespace opbuilder {
 namespace detail OB_HIDDEN {
 
-struct FfiEntry;  // detail/ffi_entry.h
+// Bumped whenever ReplayTarget's fields change: to_jax's probe reads them (opbuilder/bridges/
+// interop_jax_ffi.py's _REPLAY_ABI) and refuses a target of another number.
+constexpr std::uint64_t kReplayAbi = 0x0b0ffe9100000003ull;
+
+// Sets this module's no-Python mark (binding.h's NoPythonHandler: ctx->saved_data then refuses, naming
+// `where`; nullptr clears it) on this thread and returns the previous one. One per module: to_jax's probe
+// runs a Function once so, to learn whether it needs Python (which no XLA FFI handler can give it).
+inline const char *SwapNoPython(const char *where) {
+  const char *old = NoPythonHandler();
+  NoPythonHandler() = where;
+  return old;
+}
 
 // One replay target: `fn(args, nargs)` gets exactly `nargs` arguments and returns a new
-// reference, or nullptr with the Python error set. `ffi` (after `ffi_abi`, kFfiEntryAbi): the
-// Function's Forward and Backward on these arguments as plain function pointers, or nullptr when one
-// is not a tensor (to_jax's XLA FFI handlers call it; opbuilder/bridges/interop_jax_ffi.py reads it).
+// reference, or nullptr with the Python error set. `no_python` (after `abi`, kReplayAbi): the
+// module's SwapNoPython (opbuilder/bridges/interop_jax_ffi.py calls it).
 struct ReplayTarget {
   PyObject *(*fn)(PyObject *const *args, Py_ssize_t nargs);
   Py_ssize_t nargs;
-  std::uint64_t ffi_abi;
-  const FfiEntry *ffi;
+  std::uint64_t abi;
+  const char *(*no_python)(const char *where);
 };
 
 // The replay callable's body: `self` is a capsule holding the ReplayTarget.

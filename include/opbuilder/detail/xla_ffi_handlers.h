@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "opbuilder/autograd.h"
+#include "opbuilder/detail/ffi_entry.h"  // OB_XLA_FFI's handlers run a Function through its FfiEntry
 #include "xla/ffi/api/ffi.h"
 
 namespace opbuilder {
@@ -1300,16 +1301,6 @@ inline const FfiBoundEntry &BoundEntryAt(std::int64_t address) {
   const auto *e = reinterpret_cast<const FfiBoundEntry *>(static_cast<std::uintptr_t>(address));
   if (e == nullptr || e->abi != kFfiBoundAbi) {
     throw std::runtime_error("the custom call's entry attribute is not an opbuilder FfiBoundEntry of this version");
-  }
-  return *e;
-}
-
-// The entry a module function's XLA custom call names (its `entry` attribute: the FfiEntry's address,
-// read by to_jax from runtime.jit's replay target), checked for its ABI number.
-inline const FfiEntry &EntryAt(std::int64_t address) {
-  const auto *e = reinterpret_cast<const FfiEntry *>(static_cast<std::uintptr_t>(address));
-  if (e == nullptr || e->abi != kFfiEntryAbi) {
-    throw std::runtime_error("the custom call's entry attribute is not an opbuilder FfiEntry of this version");
   }
   return *e;
 }
