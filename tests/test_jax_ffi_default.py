@@ -501,6 +501,24 @@ def test_a_lent_argument_the_function_keeps_past_the_call_is_its_own_copy(probe_
     np.testing.assert_array_equal(probe_ops.kept(rt.Tensor(np.zeros(1))).asnumpy(), 3 * x0)
 
 
+def test_a_forward_error_under_a_gradient_is_named_the_forwards(probe_ops):
+    """jit(grad(f)) runs no forward custom call (JAX needs no primal): the backward runs the function
+    again for its tape. An error there is the function's own, and the message says forward, as the
+    forward custom call's does (it said backward)."""
+    j = opbuilder.to_jax(probe_ops)
+    x0 = np.arange(1.0, 5.0)
+    g = jax.jit(jax.grad(lambda a: j.keep_then_raise(a * 3).sum()))
+    np.testing.assert_array_equal(np.asarray(g(jnp.asarray(x0))), np.zeros(4))  # traced and compiled unarmed
+    probe_ops.arm(True)
+    try:
+        # (a ValueError, as the same error is without the gradient)
+        with pytest.raises(ValueError, match=r"^INTERNAL: to_jax \(XLA FFI forward\): keep_then_raise: refused$"):
+            jax.block_until_ready(g(jnp.asarray(x0)))
+    finally:
+        probe_ops.arm(False)
+    np.testing.assert_array_equal(np.asarray(g(jnp.asarray(x0))), np.zeros(4))
+
+
 def test_an_in_place_apply_on_a_lent_argument_runs_the_function_once(probe_ops):
     """A kConstArgs type reads x in place; on a negative x it marks x dirty all the same: its Forward
     runs again on x's private copy, not the whole function, so the function's own work (a counter)

@@ -1130,6 +1130,7 @@ class BoundHandlers {
   ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets, std::uint64_t needs) const {
     LentScope trusted(true);
     TensorPtrList in(n_);  // the inputs of a run here (no tape of the forward's): kept alive while its tape lives
+    const char *stage = "backward";  // "forward" while the function runs again for its tape: its error is Forward's
     try {
       if (args.size() < n_ + 1) throw std::runtime_error("expects the function's arguments and a token");
       const std::size_t k = args.size() - n_ - 1;
@@ -1155,8 +1156,10 @@ class BoundHandlers {
           in[i] = Input(*b, InputMode::kLend, "argument", i);
           wants[i] = NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
         }
+        stage = "forward";
         tape = Run(in, wants, true, nullptr, &outs);
         CheckCount(outs, k);
+        stage = "backward";
       }
       TensorPtrList cts;  // XLA's memory, read-only: a Backward that is not kAcceptsViews gets copies
       cts.reserve(k);
@@ -1207,10 +1210,10 @@ class BoundHandlers {
       return ffi::Error::Success();
     } catch (const std::exception &ex) {
       UnlendKept(in, nullptr);
-      return Fail("backward", ex.what());
+      return Fail(stage, ex.what());
     } catch (...) {
       UnlendKept(in, nullptr);
-      return Fail("backward", "an exception that is not a std::exception");
+      return Fail(stage, "an exception that is not a std::exception");
     }
   }
 
