@@ -348,6 +348,21 @@ def test_a_read_only_complex128_argument_is_copied_whole(xla_ffi_ops):
                                strided * np.conj(strided) + strided * strided, rtol=1e-14)
 
 
+def test_saved_data_kept_only_for_a_gradient_takes_the_host_route(xla_ffi_ops):
+    """A Function that keeps ctx->saved_data only when NeedGrad says so: the probe runs it as a
+    gradient's run does (differentiable inputs require grad), so it sees the use and the call takes the
+    host custom call. (The probe ran without grad: the route was xla_ffi, and every gradient raised.)"""
+    x = jnp.arange(3.0)
+    j = opbuilder.to_jax(types.SimpleNamespace(f=xla_ffi_ops.saved_data_if_grad))
+    assert j.f.route(x) == ("xla_ffi (host Python): its C++ Function SavedDataIfGrad uses ctx->saved_data, "
+                            "which holds Python objects; the custom call runs without Python")
+    np.testing.assert_array_equal(np.asarray(jax.jit(j.f)(x)), 3 * np.arange(3.0))
+    np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: j.f(a).sum())(x)), np.full(3, 3.0))
+    g = jax.jit(jax.grad(lambda a: j.f(a).sum()))(x)
+    np.testing.assert_allclose(np.asarray(g), central(lambda a: float(np.sum(np.asarray(j.f(jnp.asarray(a))))),
+                                                      np.arange(3.0)), rtol=1e-6, atol=1e-6)
+
+
 def test_saved_data_on_the_generic_route(xla_ffi_ops):
     """Without its capsules (to_jax's generic handlers): a Function that uses ctx->saved_data is found in
     the probe's run (no shape rule: the run is made anyway) and takes the host custom call (the

@@ -169,12 +169,14 @@ class _JaxOp:
     def _key(positions, statics, arrays) -> Any:
         return (positions, _static_key(list(statics)), tuple((tuple(a.shape), str(a.dtype)) for a in arrays))
 
-    def _run_zeros(self, positions, statics, arrays, pattern: int = -1) -> Tuple[list, list]:
+    def _run_zeros(self, positions, statics, arrays, pattern: int = -1, grad: bool = False) -> Tuple[list, list]:
         """One run on zeros of the arrays' shapes (at trace time), or on ``probe_values(pattern)`` when
-        ``pattern >= 0``: its specs are cached; returns the runtime Tensors it was given and its outputs."""
+        ``pattern >= 0``: its specs are cached; returns the runtime Tensors it was given and its outputs.
+        ``grad``: the differentiable arrays require grad, as a gradient's run has them (the probe's run,
+        so that a Function that keeps saved_data only when NeedGrad says so is seen keeping it)."""
         zeros = [np.zeros(tuple(a.shape), np.dtype(a.dtype)) if pattern < 0
                  else probe_values(tuple(a.shape), np.dtype(a.dtype), pattern) for a in arrays]
-        rt, _, outs, single = self._host_forward(positions, statics, zeros, grad=False)
+        rt, _, outs, single = self._host_forward(positions, statics, zeros, grad=grad)
         if self.shape_fn is None:
             got = ([Spec(tuple(o.shape), np.dtype(o._data.dtype)) for o in outs], single)
             seen = self.out_specs.setdefault(self._key(positions, statics, arrays), got)
@@ -228,7 +230,8 @@ class _JaxOp:
                 # with a shape rule the Function need not run (as on the callback path); without one, the
                 # run gives the output specs too
                 fake = self.specs(positions, statics, arrays) if self.shape_fn is not None else None
-                entry, why = probe_entry(self.fn, lambda k: self._run_zeros(positions, statics, arrays, k), fake)
+                entry, why = probe_entry(self.fn, lambda k: self._run_zeros(positions, statics, arrays, k, grad=True),
+                                         fake)
             if why is None:
                 specs, _ = self.specs(positions, statics, arrays)
                 if not all(jax_dtype(s.dtype) == s.dtype for s in specs):

@@ -346,6 +346,27 @@ class SavedData : public Function<SavedData> {
   }
 };
 
+// 3x, keeping its factor in ctx->saved_data only when a gradient is needed (the NeedGrad idiom); no
+// shape rule, so to_jax's probe runs it.
+class SavedDataIfGrad : public Function<SavedDataIfGrad> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (ctx->NeedGrad(x)) ctx->saved_data["factor"] = 3.0;
+    return Times(x, 3.0);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return {Times(g[0], ctx->saved_data["factor"].cast<double>())};
+  }
+
+ private:
+  static TensorPtr Times(const TensorPtr &x, double f) {
+    auto xc = x->contiguous();
+    auto out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = f * xc->data<double>()[i];
+    return out;
+  }
+};
+
 // The positions 0..n-1 of x's elements as int64 (x's shape); no gradient.
 class Positions : public Function<Positions> {
  public:
@@ -391,6 +412,7 @@ OB_MODULE(m) {
   m.def("conj_mul_infer_shape", ConjMul::InferShapeFunction());
   OB_XLA_FFI(m, "conj_mul", ConjMul);
   m.def("saved_data", [](const TensorPtr &x) { return SavedData::Apply(x); });
+  m.def("saved_data_if_grad", [](const TensorPtr &x) { return SavedDataIfGrad::Apply(x); });
   m.def("saved_data_infer_shape", SavedData::InferShapeFunction());
   OB_XLA_FFI(m, "saved_data", SavedData);
   m.def("scale_views", [](const TensorPtr &x) { return ScaleViews::Apply(x); });
