@@ -305,16 +305,32 @@ def test_an_error_in_the_function_is_the_callers_error(probe_ops):
     from opbuilder.bridges import interop_jax_ffi
     j = opbuilder.to_jax(probe_ops)
     x = -jnp.asarray(np.array([200.0, 1.0, -2.0]))
+    assert interop_jax_ffi.generic_targets()[0] is not None  # built (a test run alone had not built it yet)
     pending = interop_jax_ffi._generic["module"].pending_tapes
     before = pending()
-    # (the backward's, where XLA dropped the forward custom call: the loss does not read its output)
-    msg = r"^INTERNAL: to_jax \(XLA FFI (forward|backward)\): raises: x\[0\] must not be negative"
+    # (the backward's run of the function where XLA dropped the forward custom call, the loss not reading
+    # its output: named forward, as the error is Forward's)
+    msg = r"^INTERNAL: to_jax \(XLA FFI forward\): raises: x\[0\] must not be negative"
     for f in (j.raises, jax.jit(j.raises), jax.grad(lambda a: j.raises(a).sum()),
               jax.jit(jax.grad(lambda a: j.raises(a).sum()))):
         with pytest.raises(jax.errors.JaxRuntimeError, match=msg):
             jax.block_until_ready(f(x))
     assert pending() == before
     np.testing.assert_array_equal(np.asarray(jax.jit(j.raises)(-x)), -3 * np.asarray(x))
+
+
+def test_an_error_in_backward_names_the_function(probe_ops):
+    """A Backward that throws inside the backward handler: the message names its Function, as a Forward's
+    error does (it gave the bare message)."""
+    j = opbuilder.to_jax(probe_ops)
+    x = jnp.asarray(np.array([1.0, 2.0]))
+    for g in (jax.grad(lambda a: (j.refusing_big(a) * 1000.0).sum()),
+              jax.jit(jax.grad(lambda a: (j.refusing_big(a) * 1000.0).sum()))):
+        with pytest.raises(jax.errors.JaxRuntimeError, match=r"^INTERNAL: to_jax \(XLA FFI backward\): "
+                                                             r"TripleRefusingBig: the cotangent is over 100"):
+            jax.block_until_ready(g(x))
+    g = jax.jit(jax.grad(lambda a: j.refusing_big(a).sum()))
+    np.testing.assert_array_equal(np.asarray(g(x)), np.full(2, 3.0))
 
 
 def test_a_write_after_calls_that_wrote_nothing_runs_on_copies(probe_ops, tape_mode):

@@ -59,6 +59,15 @@ struct Triple : Function<Triple> {
   }
 };
 
+// 3 * x, whose Backward refuses a cotangent over 100 (an error inside the backward handler)
+struct TripleRefusingBig : Function<TripleRefusingBig> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) { return Triple::Forward(ctx, x); }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    if (g[0]->contiguous()->data<double>()[0] > 100) throw std::invalid_argument("the cotangent is over 100");
+    return Triple::Backward(ctx, std::move(g));
+  }
+};
+
 // x * y (saves both) and x + y
 struct MulXY : Function<MulXY> {
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
@@ -336,6 +345,7 @@ OB_MODULE(m) {
     }
     return Triple::Apply(x);
   });
+  m.def("refusing_big", [](const TensorPtr &x) { return TripleRefusingBig::Apply(x); });
   m.def("cmul", [](const TensorPtr &x, const TensorPtr &y) { return MulC::Apply(x, y); });
   // two Applies when x[0] > 100 (3 * (x * x)), else one (3 * x)
   m.def("chain_pick", [](const TensorPtr &x) { return Triple::Apply(First(x) > 100.0 ? Square::Apply(x) : x); });

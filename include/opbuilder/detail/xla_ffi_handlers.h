@@ -1193,7 +1193,13 @@ class BoundHandlers {
                 }
               },
               &c, &inner.runner(), &offer.buffers(), where_);
-          if (c.error) std::rethrow_exception(c.error);
+          if (c.error) {
+            try {
+              std::rethrow_exception(c.error);
+            } catch (const std::exception &e) {  // named as a Forward's error is (and as eager's engine does)
+              throw std::runtime_error(node.ctx->function_name() + ": " + e.what());
+            }
+          }
           return std::move(c.out);
         });
       }
