@@ -348,16 +348,24 @@ def test_a_read_only_complex128_argument_is_copied_whole(xla_ffi_ops):
                                strided * np.conj(strided) + strided * strided, rtol=1e-14)
 
 
+def _takes_the_host_route(fn, function: str, factor: float):
+    """to_jax of ``fn`` (factor * x, by a Function that uses ctx->saved_data) says it takes the host custom
+    call, naming ``function``, and gives its values and gradient under jit and grad."""
+    x = jnp.arange(3.0)
+    j = opbuilder.to_jax(types.SimpleNamespace(f=fn))
+    assert j.f.route(x) == (f"xla_ffi (host Python): its C++ Function {function} uses ctx->saved_data, "
+                            "which holds Python objects; the custom call runs without Python")
+    np.testing.assert_array_equal(np.asarray(jax.jit(j.f)(x)), factor * np.arange(3.0))
+    np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: j.f(a).sum())(x)), np.full(3, factor))
+    return j
+
+
 def test_saved_data_kept_only_for_a_gradient_takes_the_host_route(xla_ffi_ops):
     """A Function that keeps ctx->saved_data only when NeedGrad says so: the probe runs it as a
     gradient's run does (differentiable inputs require grad), so it sees the use and the call takes the
     host custom call. (The probe ran without grad: the route was xla_ffi, and every gradient raised.)"""
     x = jnp.arange(3.0)
-    j = opbuilder.to_jax(types.SimpleNamespace(f=xla_ffi_ops.saved_data_if_grad))
-    assert j.f.route(x) == ("xla_ffi (host Python): its C++ Function SavedDataIfGrad uses ctx->saved_data, "
-                            "which holds Python objects; the custom call runs without Python")
-    np.testing.assert_array_equal(np.asarray(jax.jit(j.f)(x)), 3 * np.arange(3.0))
-    np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: j.f(a).sum())(x)), np.full(3, 3.0))
+    j = _takes_the_host_route(xla_ffi_ops.saved_data_if_grad, "SavedDataIfGrad", 3.0)
     g = jax.jit(jax.grad(lambda a: j.f(a).sum()))(x)
     np.testing.assert_allclose(np.asarray(g), central(lambda a: float(np.sum(np.asarray(j.f(jnp.asarray(a))))),
                                                       np.arange(3.0)), rtol=1e-6, atol=1e-6)
@@ -369,11 +377,7 @@ def test_saved_data_on_the_generic_route(xla_ffi_ops):
     callback's code, with Python), saying why. With a shape rule the probe does not run it: the custom
     call refuses, naming ffi=False."""
     x = jnp.arange(3.0)
-    j = opbuilder.to_jax(types.SimpleNamespace(saved_data=xla_ffi_ops.saved_data))
-    assert j.saved_data.route(x) == ("xla_ffi (host Python): its C++ Function SavedData uses ctx->saved_data, "
-                                     "which holds Python objects; the custom call runs without Python")
-    np.testing.assert_array_equal(np.asarray(jax.jit(j.saved_data)(x)), 2 * np.arange(3.0))
-    np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: j.saved_data(a).sum())(x)), np.full(3, 2.0))
+    _takes_the_host_route(xla_ffi_ops.saved_data, "SavedData", 2.0)
     ruled = opbuilder.to_jax(_callback_twin(xla_ffi_ops))
     assert ruled.saved_data.route(x) == "xla_ffi"
     with pytest.raises(jax.errors.JaxRuntimeError,
