@@ -42,14 +42,16 @@ _LAZY = {"BuildError": ".errors", "BuildTimeout": ".errors", "ToolchainError": "
          "UnsafeCacheDirError": ".errors", "NoBuildError": ".errors", "build_library": ".builder",
          "include_dir": ".native.headers", "load_inline": ".inline", "Spec": ".bridges.interop_common",
          "to_torch": ".bridges.interop_torch", "to_jax": ".bridges.interop_jax", "Inline": ".inline",
-         "load_many": ".many", "LoadResult": ".many", "Diagnostic": ".compile.diagnostics"}
+         "load_many": ".many", "LoadResult": ".many", "Diagnostic": ".compile.diagnostics",
+         "_torch_tensor_seen": ".bridges.torch_bridge"}  # called by the core library (dlpack_exchange.h)
 _EXTRAS = {"to_torch": "torch", "to_jax": "jax"}  # the optional package (and pip extra) each one needs
 
 
 def __getattr__(name: str) -> Any:
     """The error classes, ``build_library`` (the build pipeline), ``include_dir``, ``load_inline``
     (hashlib's OpenSSL), ``Spec`` (the bridges' shape records), ``to_torch`` (torch and the runtime) and
-    ``to_jax`` (jax and the runtime) import their modules on first use: a process that only loads
+    ``to_jax`` (jax and the runtime), and ``_torch_tensor_seen`` (what the core library calls to ask for
+    to_torch's C++ bridge: bridges/torch_bridge.py) import their modules on first use: a process that only loads
     shipped operators never needs them, and one that loads built ones imports the pipeline in its first
     ``load()`` (PEP 562)."""
     if name in _LAZY:

@@ -16,6 +16,12 @@ or a directory others can write is refused; a damaged library is built again), l
 line on stderr as an operator's. ``to_torch`` never waits for it: the first call
 starts the build on a thread, and calls take the Python path (same results) until the bridge is loaded.
 ``OPBUILDER_TORCH_BRIDGE=0`` keeps every call on the Python path; ``ready(wait=True)`` waits for it.
+
+An operator called straight on torch tensors (no to_torch) uses the bridge too once it is loaded: its
+C++ reads a torch tensor for the core in a few field reads, where torch's Python API needs an
+``is_neg`` call per argument. The first such call in a process asks for it (``request``): the bridge
+is loaded on a thread if the cache has it; if not, its build starts in a detached process at a lower
+priority (as the PCH's does), for the processes after this one, and this one compiles nothing.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import os
 import sys
 import threading
 import warnings
+from pathlib import Path
 from types import ModuleType
 from typing import Optional
 
@@ -30,7 +37,7 @@ from ..cache.cache_dir import cache_root
 from ..errors import BuildError
 from ..native.torch_bridge_build import KIND, MODULE, bridge_spec
 
-__all__ = ["ready", "loaded", "status", "enabled", "bridge_spec", "ENV", "MODULE", "KIND"]
+__all__ = ["ready", "request", "loaded", "status", "enabled", "bridge_spec", "ENV", "MODULE", "KIND"]
 
 ENV = "OPBUILDER_TORCH_BRIDGE"  # "0": to_torch stays on its Python path
 _lock = threading.Lock()
@@ -38,6 +45,8 @@ _module: Optional[ModuleType] = None
 _error: Optional[str] = None
 _thread: Optional[threading.Thread] = None
 _started = threading.Event()  # the build's compiler is running, or there is nothing to compile
+_lookup: Optional[threading.Thread] = None  # request()'s look-up in the cache, once per process
+_detached: Optional[int] = None  # the pid of the build request() started in a detached process
 
 
 def enabled() -> bool:
@@ -54,6 +63,11 @@ def ready(wait: bool = False, until_started: bool = False) -> Optional[ModuleTyp
         return _module
     if not enabled():
         return None
+    lookup = _lookup
+    if lookup is not None and lookup.is_alive():  # request()'s look-up (milliseconds): its answer first
+        lookup.join()
+        if _module is not None:
+            return _module
     with _lock:
         if _thread is None:
             _thread = threading.Thread(target=_build_and_load, name="opbuilder-torch-bridge", daemon=True)
@@ -64,6 +78,75 @@ def ready(wait: bool = False, until_started: bool = False) -> Optional[ModuleTyp
     elif until_started:
         _started.wait()
     return _module
+
+
+def request() -> None:
+    """Ask for the bridge without waiting and without compiling in this process (an operator got a
+    torch tensor straight: opbuilder._torch_tensor_seen). Once per process: on a thread, the bridge is
+    loaded if the cache has it; else its build starts in a detached process (``python -m
+    opbuilder.bridges.torch_bridge --detached``) for later processes, unless no build may run here
+    (``OPBUILDER_NO_BUILD``, no compiler). Nothing is raised or warned: the caller's path works either
+    way, and ``ready()`` (to_torch) still builds and loads the bridge itself, as before."""
+    global _lookup
+    if not enabled() or _module is not None or _error is not None:
+        return
+    with _lock:
+        if _lookup is not None or _thread is not None:
+            return
+        _lookup = threading.Thread(target=_look_up, name="opbuilder-torch-bridge-lookup", daemon=True)
+        _lookup.start()
+
+
+def _look_up() -> None:
+    """request()'s thread: load the bridge from the cache, or start its detached build."""
+    global _module, _detached
+    import logging
+
+    from ..cache.shipped import lookups_only
+    from ..errors import NoBuildError
+    from ..spec import no_build
+
+    try:
+        with lookups_only():
+            _module = _load()
+    except NoBuildError as e:  # not in the cache; raised while looking for a compiler: none here
+        if no_build() or isinstance(e.__context__, FileNotFoundError) or _being_built():
+            return
+        try:
+            _detached = _start_detached()
+            logging.getLogger("opbuilder").info("building to_torch's C++ bridge in the background (pid %d)",
+                                                _detached)
+        except OSError as err:
+            logging.getLogger("opbuilder").info("not building to_torch's C++ bridge in the background: %s", err)
+    except Exception as e:  # ready() tries again, and says why if it fails there too
+        logging.getLogger("opbuilder").info("to_torch's C++ bridge is not loaded: %s: %s", type(e).__name__, e)
+
+
+def _being_built() -> bool:
+    """Whether another process (or thread) holds the bridge's build lock now: a detached build started
+    then would only wait for it, holding torch in memory (many short processes would stack up)."""
+    from ..builder import _trusted
+    from ..cache.lock import try_lock
+
+    op_dir = _trusted(bridge_spec(cache_root())).op_dir
+    if not op_dir.is_dir():
+        return False
+    with try_lock(op_dir) as free:
+        return not free
+
+
+def _start_detached() -> int:
+    """Start ``python -m opbuilder.bridges.torch_bridge --detached``, in its own session, with no
+    terminal: it outlives this process. Returns its pid."""
+    import subprocess
+
+    root = str(Path(__file__).resolve().parents[2])  # the directory that holds the opbuilder package
+    env = dict(os.environ, **{ENV: "1"})
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen([sys.executable, "-m", __name__, "--detached"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            close_fds=True)
+    return proc.pid
 
 
 def loaded() -> Optional[ModuleType]:
@@ -79,7 +162,11 @@ def status() -> str:
         return f"failed: {_error}"
     if os.environ.get(ENV, "1") == "0":
         return f"off ({ENV}=0)"
-    return "building" if _thread is not None else "not started"
+    if _thread is not None:
+        return "building"
+    if _detached is not None:
+        return f"building in a detached process (pid {_detached}), for the next processes"
+    return "looking in the cache" if _lookup is not None and _lookup.is_alive() else "not started"
 
 
 def _build_and_load() -> None:
@@ -118,7 +205,20 @@ def _load() -> ModuleType:
     raise AssertionError("unreachable")
 
 
+# What the core library calls, once per process, when a torch tensor first reaches an operator straight
+# while the bridge is not loaded (include/opbuilder/detail/dlpack_exchange.h, AskForTorchBridge): it
+# finds it through opbuilder's lazy names (``opbuilder._torch_tensor_seen``), as to_torch is found.
+_torch_tensor_seen = request
+
+
 if __name__ == "__main__":  # python -m opbuilder.bridges.torch_bridge: build it now and say where it is
+    if "--detached" in sys.argv[1:]:  # request()'s build: after the work in the foreground, and only one
+        if _being_built():
+            sys.exit(0)
+        try:
+            os.nice(10)
+        except OSError:
+            pass
     ready(wait=True)
     print(status())
     sys.exit(0 if _module is not None else 1)

@@ -24,9 +24,11 @@ and records read (``loads``, with ``_json``'s scanner) are defined in importer.p
 from __future__ import annotations
 
 import os
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .. import importer
 from ..importer import (CORE_FILE, NATIVE_DIR, RUNTIME_FILE, import_extension, loaded_runtime,  # noqa: F401
@@ -148,9 +150,26 @@ def built_instead(spec, build: Callable[[], ModuleType]) -> ModuleType:
                                       f"cache ({e})") from e
 
 
+_lookups = threading.local()  # .only: this thread takes builds from the cache and compiles none
+
+
+@contextmanager
+def lookups_only() -> Iterator[None]:
+    """In this thread, a build that would be needed is a NoBuildError, as under ``OPBUILDER_NO_BUILD=1``
+    (torch_bridge.request: load to_torch's bridge if the cache has it; never compile in a process that
+    did not ask for it)."""
+    before = getattr(_lookups, "only", False)
+    _lookups.only = True
+    try:
+        yield
+    finally:
+        _lookups.only = before
+
+
 def refuse_build(spec, cause: Optional[BaseException] = None) -> None:
-    """Under ``OPBUILDER_NO_BUILD=1``, the NoBuildError for a build of ``spec`` that would be needed now."""
-    if not no_build():
+    """Under ``OPBUILDER_NO_BUILD=1`` (or ``lookups_only``), the NoBuildError for a build of ``spec`` that
+    would be needed now."""
+    if not no_build() and not getattr(_lookups, "only", False):
         return
     from ..errors import NoBuildError
 

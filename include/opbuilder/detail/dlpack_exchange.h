@@ -21,6 +21,7 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -216,10 +217,24 @@ inline TensorPtr TensorOverTorch(PyObject *o, char *data, DataType dt, const std
   return NewTensor(dt, std::move(shape_v), std::move(strides_v), data, std::move(storage), true);
 }
 
+// Once per process (per core library): a torch tensor reached an operator straight while no bridge is
+// loaded. opbuilder's `_torch_tensor_seen` (torch_bridge.request, a lazy name of the package) then loads to_torch's C++ bridge on a thread if the cache
+// has it (else starts its build in a detached process, for later processes), so that the next
+// tensors are read by peek, without torch's Python is_neg. It never fails the call: errors are cleared.
+inline void AskForTorchBridge() {
+  static std::atomic<bool> asked{false};
+  if (asked.exchange(true, std::memory_order_relaxed)) return;
+  PyRef pkg = PyRef::Steal(PyImport_ImportModule("opbuilder"));
+  PyRef r = PyRef::Steal(pkg.get() != nullptr ? PyObject_CallMethod(pkg.get(), "_torch_tensor_seen", nullptr)
+                                              : nullptr);
+  if (r.get() == nullptr) PyErr_Clear();
+}
+
 // `o` as a Tensor over its memory if it is a CPU torch tensor this path takes as it is; else nullptr,
 // and the caller goes the Python way. Called with the GIL held. Once to_torch's C++ bridge is loaded,
 // torch's own C++ reads the tensor (ForeignApi::peek: a few field reads); before, the exchange table
-// does, after torch's is_neg (a method call that releases and takes back the GIL: most of the cost).
+// does, after torch's is_neg (a method call that releases and takes back the GIL: most of the cost),
+// and the first such call asks for the bridge (AskForTorchBridge).
 inline TensorPtr TensorFromExchange(PyObject *o) {
   const dlpack::KnownType *k = dlpack::FindType(Py_TYPE(o));
   if (k == nullptr) return nullptr;
@@ -229,6 +244,7 @@ inline TensorPtr TensorFromExchange(PyObject *o) {
     return TensorOverTorch(o, static_cast<char *>(f.data), static_cast<DataType>(f.dtype), f.shape, f.ndim,
                            f.strides);
   }
+  AskForTorchBridge();
   if (k->api == nullptr) return nullptr;
   if (dlpack::Says(k->is_neg, o, k->is_neg_fn)) return nullptr;  // a lazily negated view: DLPack cannot say so
   dlpack::DLTensor dl;
