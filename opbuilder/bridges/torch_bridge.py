@@ -37,7 +37,7 @@ from ..cache.cache_dir import cache_root
 from ..errors import BuildError
 from ..native.torch_bridge_build import KIND, MODULE, bridge_spec
 
-__all__ = ["ready", "request", "loaded", "status", "enabled", "bridge_spec", "ENV", "MODULE", "KIND"]
+__all__ = ["ready", "request", "build_detached", "loaded", "status", "enabled", "bridge_spec", "ENV", "MODULE", "KIND"]
 
 ENV = "OPBUILDER_TORCH_BRIDGE"  # "0": to_torch stays on its Python path
 _lock = threading.Lock()
@@ -47,6 +47,8 @@ _thread: Optional[threading.Thread] = None
 _started = threading.Event()  # the build's compiler is running, or there is nothing to compile
 _lookup: Optional[threading.Thread] = None  # request()'s look-up in the cache, once per process
 _detached: Optional[int] = None  # the pid of the build request() started in a detached process
+_note: Optional[str] = None  # why request() found no bridge and started no build (status())
+_FAILED = ".detached-build.failed"  # in the bridge's cache directory: what a detached build's failure said
 
 
 def enabled() -> bool:
@@ -83,10 +85,9 @@ def ready(wait: bool = False, until_started: bool = False) -> Optional[ModuleTyp
 def request() -> None:
     """Ask for the bridge without waiting and without compiling in this process (an operator got a
     torch tensor straight: opbuilder._torch_tensor_seen). Once per process: on a thread, the bridge is
-    loaded if the cache has it; else its build starts in a detached process (``python -m
-    opbuilder.bridges.torch_bridge --detached``) for later processes, unless no build may run here
-    (``OPBUILDER_NO_BUILD``, no compiler). Nothing is raised or warned: the caller's path works either
-    way, and ``ready()`` (to_torch) still builds and loads the bridge itself, as before."""
+    loaded if the cache has it; else its build starts in a detached process, for later processes,
+    unless no build may or should run (``status()`` then says why). Nothing is raised or printed: the
+    caller's path works either way, and ``ready()`` (to_torch) still builds and loads it itself."""
     global _lookup
     if not enabled() or _module is not None or _error is not None:
         return
@@ -94,59 +95,127 @@ def request() -> None:
         if _lookup is not None or _thread is not None:
             return
         _lookup = threading.Thread(target=_look_up, name="opbuilder-torch-bridge-lookup", daemon=True)
+        os.register_at_fork(before=_finish_lookup)  # once: this block runs once per process
         _lookup.start()
+
+
+def _finish_lookup() -> None:
+    """Before a fork: let request()'s look-up end (milliseconds), so that the child inherits no
+    half-imported module, or a lock, held by a thread it does not have."""
+    lookup = _lookup
+    if lookup is not None and lookup.is_alive() and lookup is not threading.current_thread():
+        lookup.join(timeout=10)
 
 
 def _look_up() -> None:
     """request()'s thread: load the bridge from the cache, or start its detached build."""
-    global _module, _detached
+    global _module, _detached, _note
     import logging
 
     from ..cache.shipped import lookups_only
     from ..errors import NoBuildError
-    from ..spec import no_build
 
+    log = logging.getLogger("opbuilder")
     try:
         with lookups_only():
             _module = _load()
-    except NoBuildError as e:  # not in the cache; raised while looking for a compiler: none here
-        if no_build() or isinstance(e.__context__, FileNotFoundError) or _being_built():
+        return
+    except NoBuildError as e:  # not in the cache; raised while looking for a compiler: there is none
+        if isinstance(e.__context__, FileNotFoundError):
+            _note = "not in the cache, and no C++ compiler here to build it"
             return
-        try:
-            _detached = _start_detached()
-            logging.getLogger("opbuilder").info("building to_torch's C++ bridge in the background (pid %d)",
-                                                _detached)
-        except OSError as err:
-            logging.getLogger("opbuilder").info("not building to_torch's C++ bridge in the background: %s", err)
     except Exception as e:  # ready() tries again, and says why if it fails there too
-        logging.getLogger("opbuilder").info("to_torch's C++ bridge is not loaded: %s: %s", type(e).__name__, e)
+        _note = f"not loaded from the cache: {type(e).__name__}: {e}"
+        log.info("opbuilder: to_torch's C++ bridge %s", _note)
+        return
+    try:
+        _note = _why_not_detached()
+        if _note is None:
+            _detached = _start_detached()
+            log.info("opbuilder: building to_torch's C++ bridge in the background (pid %d)", _detached)
+    except Exception as e:  # a cache that cannot be written, ...
+        _note = f"not in the cache, and not built in the background: {type(e).__name__}: {e}"
+        log.info("opbuilder: to_torch's C++ bridge is %s", _note)
 
 
-def _being_built() -> bool:
-    """Whether another process (or thread) holds the bridge's build lock now: a detached build started
-    then would only wait for it, holding torch in memory (many short processes would stack up)."""
+def _op_dir() -> Path:
+    """The bridge's directory in the cache (checked as every build's is)."""
     from ..builder import _trusted
-    from ..cache.lock import try_lock
 
-    op_dir = _trusted(bridge_spec(cache_root())).op_dir
-    if not op_dir.is_dir():
-        return False
-    with try_lock(op_dir) as free:
-        return not free
+    return _trusted(bridge_spec(cache_root())).op_dir
+
+
+def _build_inputs() -> str:
+    """What a detached build's failure is remembered for: the compiler and torch (their versions)."""
+    from ..tools.toolchain import find_compiler
+
+    import torch
+    cxx = find_compiler(cache_root())
+    return f"{' '.join(cxx.argv)}\n{cxx.identity}\ntorch {torch.__version__}\n"
+
+
+def _why_not_detached() -> Optional[str]:
+    """Why request() starts no detached build, or None: it may and should."""
+    from ..cache.lock import try_lock
+    from ..compile import detached
+    from ..spec import no_build
+
+    if no_build():
+        return "not in the cache, and OPBUILDER_NO_BUILD=1 forbids building it"
+    why = detached.can_start()
+    if why is not None:
+        return f"not in the cache, and not built in the background: {why}"
+    op_dir = _op_dir()
+    if not os.access(op_dir if op_dir.is_dir() else op_dir.parent, os.W_OK):
+        return f"not in the cache, which this process cannot write ({op_dir})"
+    if op_dir.is_dir():
+        with try_lock(op_dir) as free:
+            if not free:
+                return "not in the cache; another process is building it"
+        failed = op_dir / _FAILED
+        try:
+            said = failed.read_text()
+        except OSError:
+            said = ""
+        if said.startswith(_build_inputs()):  # the same compiler and torch: it would fail again
+            return (f"not in the cache; its background build failed before ({failed}); to_torch builds it "
+                    f"in the foreground and says why it fails")
+    return None
 
 
 def _start_detached() -> int:
-    """Start ``python -m opbuilder.bridges.torch_bridge --detached``, in its own session, with no
-    terminal: it outlives this process. Returns its pid."""
-    import subprocess
+    """Start _build_detached in a process that outlives this one (compile/detached.py); its pid."""
+    from ..compile import detached
 
     root = str(Path(__file__).resolve().parents[2])  # the directory that holds the opbuilder package
-    env = dict(os.environ, **{ENV: "1"})
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.Popen([sys.executable, "-m", __name__, "--detached"], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            close_fds=True)
-    return proc.pid
+    return detached.start(_DETACHED, [root], os.environ)
+
+
+_DETACHED = ("import sys; sys.path.insert(0, sys.argv[1]); from opbuilder.bridges.torch_bridge import "
+             "build_detached; sys.exit(build_detached())")
+
+
+def build_detached() -> int:
+    """In the detached process request() starts: build the bridge at a lower priority, unless another
+    process is at it. A failure is written beside its builds (``.detached-build.failed``, with the
+    compiler and torch it was for), so later processes start no build that would fail the same way."""
+    from ..cache.lock import try_lock
+    from ..cache.trust import make_dir, write_file
+
+    op_dir = make_dir(_op_dir())
+    with try_lock(op_dir) as free:
+        if not free:
+            return 0
+    try:
+        os.nice(10)  # the work in the foreground comes first
+    except OSError:
+        pass
+    os.environ[ENV] = "1"
+    if ready(wait=True) is not None:
+        (op_dir / _FAILED).unlink(missing_ok=True)
+        return 0
+    write_file(op_dir / _FAILED, (_build_inputs() + (_error or "") + "\n").encode())
+    return 1
 
 
 def loaded() -> Optional[ModuleType]:
@@ -166,7 +235,9 @@ def status() -> str:
         return "building"
     if _detached is not None:
         return f"building in a detached process (pid {_detached}), for the next processes"
-    return "looking in the cache" if _lookup is not None and _lookup.is_alive() else "not started"
+    if _lookup is not None and _lookup.is_alive():
+        return "looking in the cache"
+    return _note or "not started"
 
 
 def _build_and_load() -> None:
@@ -212,13 +283,6 @@ _torch_tensor_seen = request
 
 
 if __name__ == "__main__":  # python -m opbuilder.bridges.torch_bridge: build it now and say where it is
-    if "--detached" in sys.argv[1:]:  # request()'s build: after the work in the foreground, and only one
-        if _being_built():
-            sys.exit(0)
-        try:
-            os.nice(10)
-        except OSError:
-            pass
     ready(wait=True)
     print(status())
     sys.exit(0 if _module is not None else 1)

@@ -67,7 +67,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -231,10 +230,12 @@ def start_build(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> bool:
             logging.getLogger("opbuilder").info("removed what a killed precompile left in %s", pch.dir)
         if pch.built:
             return False
+    from ..compile import detached
+
+    if detached.can_start() is not None:
+        return False
     env = {k: v for k, v in os.environ.items() if k != "OPBUILDER_BUILD_DIR"}
-    argv = [sys.executable, "-c", _WORKER, str(Path(__file__).resolve().parents[2]), str(pch.dir), *cxx, *flags]
-    subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, umask=0o077)
+    detached.start(_WORKER, [str(Path(__file__).resolve().parents[2]), str(pch.dir), *cxx, *flags], env)
     return True
 
 
