@@ -150,7 +150,7 @@ def built_instead(spec, build: Callable[[], ModuleType]) -> ModuleType:
                                       f"cache ({e})") from e
 
 
-_lookups = threading.local()  # .only: this thread takes builds from the cache and compiles none
+_lookups = threading.local()  # .depth: > 0 while this thread takes builds from the cache and compiles none
 
 
 @contextmanager
@@ -158,18 +158,17 @@ def lookups_only() -> Iterator[None]:
     """In this thread, a build that would be needed is a NoBuildError, as under ``OPBUILDER_NO_BUILD=1``
     (torch_bridge.request: load to_torch's bridge if the cache has it; never compile in a process that
     did not ask for it)."""
-    before = getattr(_lookups, "only", False)
-    _lookups.only = True
+    _lookups.depth = getattr(_lookups, "depth", 0) + 1
     try:
         yield
     finally:
-        _lookups.only = before
+        _lookups.depth -= 1
 
 
 def refuse_build(spec, cause: Optional[BaseException] = None) -> None:
     """Under ``OPBUILDER_NO_BUILD=1`` (or ``lookups_only``), the NoBuildError for a build of ``spec`` that
     would be needed now."""
-    if not no_build() and not getattr(_lookups, "only", False):
+    if not no_build() and not getattr(_lookups, "depth", 0):
         return
     from ..errors import NoBuildError
 
