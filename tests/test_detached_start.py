@@ -40,3 +40,20 @@ def test_a_frozen_application_or_an_embedded_interpreter_starts_nothing(monkeypa
     assert detached.can_start() == "this process's executable (/usr/bin/uwsgi) is not a Python interpreter"
     monkeypatch.setattr(sys, "executable", "")
     assert detached.can_start() == "this process's executable (none) is not a Python interpreter"
+
+
+def test_a_shell_that_cannot_start_it_is_an_os_error(monkeypatch):
+    """What the PCH's start catches (OSError): a process limit makes sh fail, as this does."""
+    monkeypatch.setattr(detached, "_SPAWN", "exit 2")
+    with pytest.raises(OSError, match=r"^could not start a detached Python process through /bin/sh: Command "):
+        detached.start("pass", [], dict(os.environ))
+
+
+def test_without_a_shell_it_is_started_directly(tmp_path, monkeypatch):
+    done = tmp_path / "done"
+    monkeypatch.setattr(detached, "_SH", str(tmp_path / "no-sh"))
+    pid = detached.start("import os, sys; os.replace(sys.argv[1] + '.x', sys.argv[1]) if "
+                         "open(sys.argv[1] + '.x', 'w').write(str(os.getsid(0))) else None", [str(done)],
+                         dict(os.environ))
+    assert _wait_for(done), "the detached process did not run"
+    assert int(done.read_text()) == pid != os.getsid(0)  # a session of its own, led by it

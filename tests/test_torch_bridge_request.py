@@ -178,8 +178,9 @@ def test_a_failed_detached_build_is_remembered_and_not_started_again(my_ops, cac
     then = f"import os; os.environ['CXX'] = {FAILING_CXX!r}"
     got = _run(cache_dir, empty, then=then, OPBUILDER_TORCH_BRIDGE="1")
     assert got["detached"] is None and not got["loaded"], got
-    assert got["after"] == (f"not in the cache; its background build failed before ({failed}); to_torch builds "
-                            f"it in the foreground and says why it fails")
+    assert got["after"] == (f"not in the cache; its background build failed today ({failed}); to_torch builds "
+                            f"it in the foreground and says why it fails; `python -m opbuilder cache clean "
+                            f"_opbuilder_torch_bridge` forgets the failure")
     assert got["first"] == got["later"] == [2.0, -10.0, -3.0]
 
 
@@ -197,22 +198,57 @@ def test_an_error_while_deciding_on_a_detached_build_is_kept_for_status_not_prin
     assert got["first"] == got["later"] == [2.0, -10.0, -3.0]
 
 
-def test_a_fork_right_after_the_first_straight_call_leaves_a_working_child(my_ops, torch_bridge, cache_dir):
-    """request()'s thread imports the build pipeline; a fork in the middle would leave the child modules
-    half imported, locked by a thread it does not have (every later import of them hangs)."""
+def _fork_after_first_call(ops_cache: Path, in_child: str, **env: str) -> subprocess.CompletedProcess:
+    """A new process (-X dev) whose first straight torch call is followed at once by a fork; the child
+    runs ``in_child`` (indented lines) and exits; the parent prints the child's exit code."""
     code = (f"import faulthandler, os, torch\n"
             f"from opbuilder import CustomOpBuilder\n"
             f"ops = CustomOpBuilder('my_ops', [{str(CUSTOM_SRC / 'function_ops.cpp')!r}], "
-            f"build_dir={str(cache_dir)!r}).load()\n"
+            f"build_dir={str(ops_cache)!r}).load()\n"
             f"ops.mul(torch.ones(2), torch.ones(2))\n"
             f"pid = os.fork()\n"
             f"if pid == 0:\n"
             f"    faulthandler.dump_traceback_later(60, exit=True)\n"
-            f"    import opbuilder.builder, opbuilder.cache.shipped, opbuilder.compile.ninja_run\n"
-            f"    from opbuilder.bridges import torch_bridge\n"
-            f"    print('child', ops.mul(torch.ones(2), torch.full((2,), 3.0)).asnumpy().tolist(), flush=True)\n"
+            f"{in_child}"
             f"    os._exit(0)\n"
             f"print('parent', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       env=child_env(OPBUILDER_CACHE_DIR=str(cache_dir), OPBUILDER_TORCH_BRIDGE="1"))
+    return subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, timeout=300,
+                          env=child_env(OPBUILDER_TORCH_BRIDGE="1", **env))
+
+
+def test_a_fork_right_after_the_first_straight_call_leaves_a_working_child(my_ops, torch_bridge, cache_dir):
+    """request()'s thread imports the build pipeline; a fork in the middle would leave the child modules
+    half imported, locked by a thread it does not have (every later import of them hangs)."""
+    child = ("    import opbuilder.builder, opbuilder.cache.shipped, opbuilder.compile.ninja_run\n"
+             "    from opbuilder.bridges import torch_bridge\n"
+             "    print('child', ops.mul(torch.ones(2), torch.full((2,), 3.0)).asnumpy().tolist(), flush=True)\n")
+    r = _fork_after_first_call(cache_dir, child, OPBUILDER_CACHE_DIR=str(cache_dir))
     assert r.stdout == "child [3.0, 3.0]\nparent 0\n", r.stdout + r.stderr
+
+
+def test_a_failure_from_another_day_does_not_stop_a_new_background_build(my_ops, cache_dir, tmp_path):
+    """A failure may have passed (a full disk, a killed compiler): after a day, one more build is tried."""
+    from opbuilder.bridges.torch_bridge import _build_inputs
+
+    empty = tmp_path / "bridge-cache"
+    op_dir = empty / "_opbuilder_torch_bridge.lib"
+    op_dir.mkdir(parents=True, mode=0o700)
+    empty.chmod(0o700)
+    failed = op_dir / ".detached-build.failed"
+    failed.write_text(_build_inputs() + "BuildError: a full disk\n")
+    old = failed.stat().st_mtime - 25 * 3600
+    os.utime(failed, (old, old))
+    got = _run(cache_dir, empty, OPBUILDER_TORCH_BRIDGE="1")
+    pid = got["detached"]
+    try:
+        assert isinstance(pid, int), got
+    finally:
+        if isinstance(pid, int):
+            _killed(pid)
+
+
+def test_a_fork_right_after_a_first_straight_call_that_misses_the_cache_prints_nothing(my_ops, cache_dir, tmp_path):
+    """On a miss the look-up takes the bridge's build lock (filelock, which registers fork hooks when first
+    imported): a fork waiting for the look-up must not see those hooks half registered."""
+    r = _fork_after_first_call(cache_dir, "", OPBUILDER_CACHE_DIR=str(tmp_path / "empty"), OPBUILDER_NO_BUILD="1")
+    assert (r.stdout, r.stderr) == ("parent 0\n", "")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -49,6 +50,7 @@ _lookup: Optional[threading.Thread] = None  # request()'s look-up in the cache, 
 _detached: Optional[int] = None  # the pid of the build request() started in a detached process
 _note: Optional[str] = None  # why request() found no bridge and started no build (status())
 _FAILED = ".detached-build.failed"  # in the bridge's cache directory: what a detached build's failure said
+_FAILED_FOR_S = 24 * 3600  # how long it stops others: a failure may be passing (a full disk, a killed compiler)
 
 
 def enabled() -> bool:
@@ -91,6 +93,10 @@ def request() -> None:
     global _lookup
     if not enabled() or _module is not None or _error is not None:
         return
+    # filelock registers fork hooks of its own when first imported: here, not in the look-up while a
+    # fork waits for it in _finish_lookup (its "after" hook would then run without its "before")
+    from ..cache import lock  # noqa: F401
+
     with _lock:
         if _lookup is not None or _thread is not None:
             return
@@ -99,12 +105,18 @@ def request() -> None:
         _lookup.start()
 
 
+_fork_waited_out = False  # a fork waited for the look-up in vain (a hung file system): later ones do not
+
+
 def _finish_lookup() -> None:
     """Before a fork: let request()'s look-up end (milliseconds), so that the child inherits no
     half-imported module, or a lock, held by a thread it does not have."""
+    global _fork_waited_out
     lookup = _lookup
-    if lookup is not None and lookup.is_alive() and lookup is not threading.current_thread():
-        lookup.join(timeout=10)
+    if _fork_waited_out or lookup is None or not lookup.is_alive() or lookup is threading.current_thread():
+        return
+    lookup.join(timeout=10)
+    _fork_waited_out = lookup.is_alive()
 
 
 def _look_up() -> None:
@@ -174,12 +186,13 @@ def _why_not_detached() -> Optional[str]:
                 return "not in the cache; another process is building it"
         failed = op_dir / _FAILED
         try:
-            said = failed.read_text()
+            said = failed.read_text() if time.time() - failed.stat().st_mtime < _FAILED_FOR_S else ""
         except OSError:
             said = ""
-        if said.startswith(_build_inputs()):  # the same compiler and torch: it would fail again
-            return (f"not in the cache; its background build failed before ({failed}); to_torch builds it "
-                    f"in the foreground and says why it fails")
+        if said.startswith(_build_inputs()):  # the same compiler and torch, today: it would fail again
+            return (f"not in the cache; its background build failed today ({failed}); to_torch builds it "
+                    f"in the foreground and says why it fails; `python -m opbuilder cache clean {MODULE}` "
+                    f"forgets the failure")
     return None
 
 
@@ -234,10 +247,23 @@ def status() -> str:
     if _thread is not None:
         return "building"
     if _detached is not None:
-        return f"building in a detached process (pid {_detached}), for the next processes"
+        if _alive(_detached):
+            return f"building in a detached process (pid {_detached}), for the next processes"
+        return f"not loaded; a detached process (pid {_detached}) built it for the next processes, or failed"
     if _lookup is not None and _lookup.is_alive():
         return "looking in the cache"
     return _note or "not started"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (not ours to reap: detached.py)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _build_and_load() -> None:

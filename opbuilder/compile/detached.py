@@ -6,14 +6,16 @@ it keeps running after the caller exits and never writes to the caller's termina
 caller's current directory off ``sys.path``: a ``torch/`` or ``json.py`` there is never imported.
 It is started through ``sh``, which exits at once: the process is then the init process's child, and
 the caller has no zombie to reap and no ``Popen`` left running (a ResourceWarning under ``-X dev``).
+Without /bin/sh (a minimal image) it is started directly, and stays the caller's child.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from typing import Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
+_SH = "/bin/sh"
 # sh starts the command in the background and prints its pid; the command's streams are /dev/null
 _SPAWN = '"$@" </dev/null >/dev/null 2>&1 & echo $!'
 
@@ -27,11 +29,22 @@ def can_start() -> Optional[str]:
     return None
 
 
+_kept: List[subprocess.Popen] = []  # started without sh: kept, so no Popen is collected while it runs
+
+
 def start(code: str, args: Sequence[str], env: Mapping[str, str]) -> int:
     """Start ``python -P -c code *args`` detached, with ``env`` and umask 077; returns its pid.
-    Raises OSError (or CalledProcessError) if it cannot be started."""
+    Raises OSError if it cannot be started (sh failing, a process limit, ...)."""
     argv = [sys.executable, "-P", "-c", code, *args]
-    done = subprocess.run(["/bin/sh", "-c", _SPAWN, "sh", *argv], env=dict(env), stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
-                          close_fds=True, umask=0o077, check=True, timeout=60)
-    return int(done.stdout.split()[0])
+    options = dict(env=dict(env), stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                   close_fds=True, umask=0o077)
+    if not os.path.exists(_SH):  # a minimal image: our child then, until it ends or we exit
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, **options)
+        _kept.append(proc)
+        return proc.pid
+    try:
+        done = subprocess.run([_SH, "-c", _SPAWN, "sh", *argv], stdout=subprocess.PIPE, check=True, timeout=60,
+                              **options)
+        return int(done.stdout.split()[0])
+    except (subprocess.SubprocessError, ValueError, IndexError) as e:
+        raise OSError(f"could not start a detached Python process through {_SH}: {e}") from e
