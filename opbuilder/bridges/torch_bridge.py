@@ -204,8 +204,8 @@ def _start_detached() -> int:
     return detached.start(_DETACHED, [root], os.environ)
 
 
-_DETACHED = ("import sys; sys.path.insert(0, sys.argv[1]); from opbuilder.bridges.torch_bridge import "
-             "build_detached; sys.exit(build_detached())")
+_DETACHED = ("import sys; sys.argv[1] in sys.path or sys.path.insert(0, sys.argv[1]); "  # as pch.py's _WORKER
+             "from opbuilder.bridges.torch_bridge import build_detached; sys.exit(build_detached())")
 
 
 def build_detached() -> int:

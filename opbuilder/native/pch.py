@@ -214,8 +214,10 @@ def clear_leftovers(pch: Pch) -> int:
 
 
 _TMPDIR = ".tmp"  # the precompile's TMPDIR, inside its directory, so that what it leaves is found
-_WORKER = ("import sys; sys.path.insert(0, sys.argv[1]); from opbuilder.native.pch import build_now; "
-           "sys.exit(build_now(sys.argv[2], sys.argv[3:]))")
+# the package's directory goes first only if it is not on the path already: site-packages put ahead of
+# the standard library would let a stale backport there (enum34, typing) shadow it
+_WORKER = ("import sys; sys.argv[1] in sys.path or sys.path.insert(0, sys.argv[1]); "
+           "from opbuilder.native.pch import build_now; sys.exit(build_now(sys.argv[2], sys.argv[3:]))")
 
 
 def start_build(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> bool:
