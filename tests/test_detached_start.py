@@ -3,7 +3,9 @@ bridge build asked for by an operator's first torch tensor)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import sysconfig
 import time
 
 import pytest
@@ -57,3 +59,20 @@ def test_without_a_shell_it_is_started_directly(tmp_path, monkeypatch):
                          dict(os.environ))
     assert _wait_for(done), "the detached process did not run"
     assert int(done.read_text()) == pid != os.getsid(0)  # a session of its own, led by it
+
+
+def _path_in_worker(directory: str) -> list:
+    code = detached.ON_PATH + "print(repr(sys.path))"
+    return eval(subprocess.run([sys.executable, "-P", "-c", code, directory], capture_output=True, text=True,
+                               check=True).stdout)
+
+
+def test_a_worker_puts_the_packages_directory_first_only_when_it_is_missing(tmp_path):
+    """site-packages (an installed opbuilder) put ahead of the standard library would let a stale backport
+    there shadow it; a checkout run from its own directory is not on the path, and goes first."""
+    plain = eval(subprocess.run([sys.executable, "-P", "-c", "import sys; print(repr(sys.path))"],
+                                capture_output=True, text=True, check=True).stdout)
+    site = sysconfig.get_paths()["purelib"]
+    assert site in plain
+    assert _path_in_worker(site) == plain
+    assert _path_in_worker(str(tmp_path)) == [str(tmp_path), *plain]

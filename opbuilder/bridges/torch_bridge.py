@@ -201,11 +201,10 @@ def _start_detached() -> int:
     from ..compile import detached
 
     root = str(Path(__file__).resolve().parents[2])  # the directory that holds the opbuilder package
-    return detached.start(_DETACHED, [root], os.environ)
+    return detached.start(detached.ON_PATH + _DETACHED, [root], os.environ)
 
 
-_DETACHED = ("import sys; sys.argv[1] in sys.path or sys.path.insert(0, sys.argv[1]); "  # as pch.py's _WORKER
-             "from opbuilder.bridges.torch_bridge import build_detached; sys.exit(build_detached())")
+_DETACHED = "from opbuilder.bridges.torch_bridge import build_detached; sys.exit(build_detached())"
 
 
 def build_detached() -> int:

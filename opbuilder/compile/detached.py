@@ -29,6 +29,11 @@ def can_start() -> Optional[str]:
     return None
 
 
+# The first statement of a worker's code, its argv[1] the directory that holds the opbuilder package: put
+# first only if it is not on the path already. site-packages put ahead of the standard library would let
+# a stale backport there (enum34, typing) shadow it; a checkout run from its directory needs it.
+ON_PATH = "import sys; sys.argv[1] in sys.path or sys.path.insert(0, sys.argv[1]); "
+
 _kept: List[subprocess.Popen] = []  # started without sh: kept, so no Popen is collected while it runs
 
 

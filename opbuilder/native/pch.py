@@ -214,10 +214,7 @@ def clear_leftovers(pch: Pch) -> int:
 
 
 _TMPDIR = ".tmp"  # the precompile's TMPDIR, inside its directory, so that what it leaves is found
-# the package's directory goes first only if it is not on the path already: site-packages put ahead of
-# the standard library would let a stale backport there (enum34, typing) shadow it
-_WORKER = ("import sys; sys.argv[1] in sys.path or sys.path.insert(0, sys.argv[1]); "
-           "from opbuilder.native.pch import build_now; sys.exit(build_now(sys.argv[2], sys.argv[3:]))")
+_WORKER = "from opbuilder.native.pch import build_now; sys.exit(build_now(sys.argv[2], sys.argv[3:]))"
 
 
 def start_build(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> bool:
@@ -237,7 +234,8 @@ def start_build(pch: Pch, cxx: Sequence[str], flags: Sequence[str]) -> bool:
     if detached.can_start() is not None:
         return False
     env = {k: v for k, v in os.environ.items() if k != "OPBUILDER_BUILD_DIR"}
-    detached.start(_WORKER, [str(Path(__file__).resolve().parents[2]), str(pch.dir), *cxx, *flags], env)
+    detached.start(detached.ON_PATH + _WORKER, [str(Path(__file__).resolve().parents[2]), str(pch.dir), *cxx, *flags],
+                   env)
     return True
 
 
