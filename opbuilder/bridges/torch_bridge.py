@@ -197,7 +197,7 @@ def _why_not_detached() -> Optional[str]:
 
 
 def _start_detached() -> int:
-    """Start _build_detached in a process that outlives this one (compile/detached.py); its pid."""
+    """Start build_detached in a process that outlives this one (compile/detached.py); its pid."""
     from ..compile import detached
 
     root = str(Path(__file__).resolve().parents[2])  # the directory that holds the opbuilder package
