@@ -223,7 +223,8 @@ inline TensorPtr TensorOverTorch(PyObject *o, char *data, DataType dt, const std
 // tensors are read by peek, without torch's Python is_neg. It never fails the call: errors are cleared.
 inline void AskForTorchBridge() {
   static std::atomic<bool> asked{false};
-  if (asked.exchange(true, std::memory_order_relaxed)) return;
+  // a plain load on every later call (this path's per-call cost), the exchange once
+  if (asked.load(std::memory_order_relaxed) || asked.exchange(true, std::memory_order_relaxed)) return;
   PyRef pkg = PyRef::Steal(PyImport_ImportModule("opbuilder"));
   PyRef r = PyRef::Steal(pkg.get() != nullptr ? PyObject_CallMethod(pkg.get(), "_torch_tensor_seen", nullptr)
                                               : nullptr);
