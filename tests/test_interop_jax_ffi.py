@@ -371,39 +371,99 @@ def test_saved_data_kept_only_for_a_gradient_takes_the_host_route(xla_ffi_ops):
                                                       np.arange(3.0)), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("name, factor", [("saved_data_if_nonzero", 4.0), ("saved_data_in_backward", 5.0)])
+def test_saved_data_the_probe_does_not_see_takes_the_gil(xla_ffi_ops, name, factor):
+    """A Function that uses ctx->saved_data where to_jax's probe does not look (for non-zero values only:
+    the probe runs on zeros; or in Backward only: the probe runs Forward) takes the XLA FFI route. There
+    saved_data takes the GIL for each value it converts: jit, grad, value_and_grad and a vjp run twice
+    give eager's values, and the gradient matches central differences. (Every such call raised.)"""
+    fn = getattr(xla_ffi_ops, name)
+    x = jnp.asarray(np.random.default_rng(3).standard_normal((2, 3)))
+    w = jnp.asarray(np.random.default_rng(4).standard_normal((2, 3)))
+    j = opbuilder.to_jax(types.SimpleNamespace(f=fn))
+    assert j.f.route(x) == "xla_ffi"
+    eager = np.asarray(fn(np.asarray(x)).asnumpy())
+    np.testing.assert_allclose(eager, factor * np.asarray(x), rtol=1e-15)
+    np.testing.assert_array_equal(np.asarray(jax.jit(j.f)(x)), eager)
+    np.testing.assert_array_equal(np.asarray(j.f(x)), eager)
+
+    def loss(a):
+        return (j.f(a) * w).sum()
+
+    want = central(lambda a: float(np.sum(np.asarray(j.f(jnp.asarray(a))) * np.asarray(w))), np.asarray(x))
+    for how, g in (("grad", jax.grad(loss)(x)), ("jit(grad)", jax.jit(jax.grad(loss))(x)),
+                   ("value_and_grad", jax.jit(jax.value_and_grad(loss))(x)[1])):
+        np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6, atol=1e-8, err_msg=how)
+    out, vjp = jax.vjp(j.f, x)
+    np.testing.assert_array_equal(np.asarray(out), eager)
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(vjp(w)[0]), factor * np.asarray(w), rtol=1e-15)
+
+
+def test_saved_data_on_the_ffi_route_from_threads(xla_ffi_ops):
+    """saved_data taking the GIL on XLA's thread while other Python threads run the same jitted gradient:
+    every thread gets the right gradient, and none waits for ever."""
+    import threading
+    j = opbuilder.to_jax(types.SimpleNamespace(f=xla_ffi_ops.saved_data_if_nonzero))
+    step = jax.jit(jax.grad(lambda a: (j.f(a) * a).sum()))
+    x = jnp.asarray(np.random.default_rng(5).standard_normal(7))
+    want = 8.0 * np.asarray(x)
+    results, errors = [], []
+
+    def run():
+        try:
+            for _ in range(25):
+                results.append(np.asarray(step(x)))
+        except Exception as e:  # reported below, with the thread's error
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread is still waiting"
+    assert errors == []
+    assert len(results) == 100
+    for r in results:
+        np.testing.assert_allclose(r, want, rtol=1e-14)
+
+
+def _saved_data_gives_its_values(f, factor: float) -> None:
+    """``f`` (factor * x, by a Function that uses ctx->saved_data), under jit, grad and jit(grad): its
+    values, and a gradient that matches central differences."""
+    x = jnp.asarray(np.random.default_rng(6).standard_normal(4))
+    w = jnp.asarray(np.random.default_rng(7).standard_normal(4))
+    np.testing.assert_allclose(np.asarray(jax.jit(f)(x)), factor * np.asarray(x), rtol=1e-15)
+
+    def loss(a):
+        return (f(a) * w).sum()
+
+    want = central(lambda a: float(np.sum(np.asarray(f(jnp.asarray(a))) * np.asarray(w))), np.asarray(x))
+    np.testing.assert_allclose(want, factor * np.asarray(w), rtol=1e-6)
+    for g in (jax.grad(loss)(x), jax.jit(jax.grad(loss))(x)):
+        np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6, atol=1e-8)
+
+
 def test_saved_data_on_the_generic_route(xla_ffi_ops):
     """Without its capsules (to_jax's generic handlers): a Function that uses ctx->saved_data is found in
     the probe's run (no shape rule: the run is made anyway) and takes the host custom call (the
-    callback's code, with Python), saying why. With a shape rule the probe does not run it: the custom
-    call refuses, naming ffi=False."""
+    callback's code, with Python), saying why. With a shape rule the probe does not run it: the call
+    takes the XLA FFI route, where saved_data takes the GIL, with the same values. (It raised there.)"""
     x = jnp.arange(3.0)
     _takes_the_host_route(xla_ffi_ops.saved_data, "SavedData", 2.0)
     ruled = opbuilder.to_jax(_callback_twin(xla_ffi_ops))
     assert ruled.saved_data.route(x) == "xla_ffi"
-    with pytest.raises(jax.errors.JaxRuntimeError,
-                       match=r"to_jax \(XLA FFI forward\): SavedData: ctx->saved_data holds Python objects, and "
-                             r"this Forward or Backward runs in an XLA FFI handler \(to_jax's generic handlers\), "
-                             r"without Python; keep tensors with SaveForBackward \(numbers as 0-d tensors\), or "
-                             r"call the function without XLA FFI handlers \(to_jax\(\.\.\., ffi=False\), or "
-                             r"drop OB_XLA_FFI: to_jax then uses a host callback\)"):
-        jax.jit(ruled.saved_data)(x).block_until_ready()
+    _saved_data_gives_its_values(ruled.saved_data, 2.0)
 
 
-def test_saved_data_in_an_xla_handler_is_a_named_error(xla_ffi_ops):
-    """ctx->saved_data holds Python objects; the handlers run without Python: an error, not a crash.
-    The callback path runs the same Function with Python, so there it works."""
+def test_saved_data_in_an_xla_handler_takes_the_gil(xla_ffi_ops):
+    """ctx->saved_data holds Python objects; an OB_XLA_FFI handler runs without the GIL, so saved_data takes
+    it for each value: the same values as the callback path. (It was a named error.)"""
     j = _both(xla_ffi_ops)
-    x = jnp.arange(3.0)
-    with pytest.raises(jax.errors.JaxRuntimeError,
-                       match=r"SavedData \(XLA FFI forward\): ctx->saved_data holds Python objects, and this "
-                             r"Forward or Backward runs in an XLA FFI handler \(opbuilder/xla_ffi.h\), without "
-                             r"Python; keep tensors with SaveForBackward \(numbers as 0-d tensors\), or call the "
-                             r"function without XLA FFI handlers \(to_jax\(\.\.\., ffi=False\), or drop OB_XLA_FFI: "
-                             r"to_jax then uses a host callback\)"):
-        jax.jit(j["ffi"].saved_data)(x).block_until_ready()
-    np.testing.assert_array_equal(np.asarray(j["callback"].saved_data(x)), 2 * np.arange(3.0))
-    np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: j["callback"].saved_data(a).sum())(x)),
-                                  np.full(3, 2.0))
+    assert j["ffi"].saved_data.route(jnp.arange(3.0)) == "xla_ffi: the module's OB_XLA_FFI handlers"
+    _saved_data_gives_its_values(j["ffi"].saved_data, 2.0)
+    _saved_data_gives_its_values(j["callback"].saved_data, 2.0)
 
 
 def test_int64_outputs_with_x64_off_are_int32_as_jnp_gives(xla_ffi_ops):

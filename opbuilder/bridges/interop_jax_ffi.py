@@ -134,8 +134,8 @@ _NEEDS_PYTHON = "ctx->saved_data holds Python objects"
 class _Probe:
     """runtime.jit's tracer protocol (runtime/jit/tracing.py ``hook.tracer``), recording the ops one
     module function call runs: each runs as it would untraced, with the trace paused. A C++ Function
-    runs with its module's no-Python mark set, as in the handlers: a Forward that uses ctx->saved_data
-    is noted (``needs_python``) and run again without it. With ``fake`` (the shape rule's specs and
+    runs with its module's probe mark set (its ctx->saved_data refuses): a Forward that uses saved_data
+    is noted (``needs_python``, for the host route) and run again without the mark. With ``fake`` (the shape rule's specs and
     whether the op returns one tensor) a Function does not run: it returns zeros of those specs."""
 
     stopped: Optional[str] = None

@@ -367,6 +367,41 @@ class SavedDataIfGrad : public Function<SavedDataIfGrad> {
   }
 };
 
+// factor * x (float64), as a new tensor.
+TensorPtr Times64(const TensorPtr &x, double factor) {
+  auto xc = x->contiguous();
+  auto out = Tensor::empty(kFloat64, x->shape());
+  for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = factor * xc->data<double>()[i];
+  return out;
+}
+
+// 4x, keeping its factor in ctx->saved_data only for an input with a non-zero element: to_jax's probe
+// runs on zeros and does not see the use, so the call takes the XLA FFI route.
+class SavedDataIfNonzero : public Function<SavedDataIfNonzero> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    auto xc = x->contiguous();
+    bool nonzero = false;
+    for (std::int64_t i = 0; i < xc->numel(); ++i) nonzero = nonzero || xc->data<double>()[i] != 0.0;
+    if (nonzero) ctx->saved_data["factor"] = 4.0;
+    return Times64(x, 4.0);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    const double f = ctx->saved_data.count("factor") != 0 ? ctx->saved_data["factor"].cast<double>() : 4.0;
+    return {Times64(g[0], f)};
+  }
+};
+
+// 5x; only its Backward uses ctx->saved_data (the probe runs Forward alone).
+class SavedDataInBackward : public Function<SavedDataInBackward> {
+ public:
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) { return Times64(x, 5.0); }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    ctx->saved_data["factor"] = 5.0;
+    return {Times64(g[0], ctx->saved_data["factor"].cast<double>())};
+  }
+};
+
 // The positions 0..n-1 of x's elements as int64 (x's shape); no gradient.
 class Positions : public Function<Positions> {
  public:
@@ -413,6 +448,8 @@ OB_MODULE(m) {
   OB_XLA_FFI(m, "conj_mul", ConjMul);
   m.def("saved_data", [](const TensorPtr &x) { return SavedData::Apply(x); });
   m.def("saved_data_if_grad", [](const TensorPtr &x) { return SavedDataIfGrad::Apply(x); });
+  m.def("saved_data_if_nonzero", [](const TensorPtr &x) { return SavedDataIfNonzero::Apply(x); });
+  m.def("saved_data_in_backward", [](const TensorPtr &x) { return SavedDataInBackward::Apply(x); });
   m.def("saved_data_infer_shape", SavedData::InferShapeFunction());
   OB_XLA_FFI(m, "saved_data", SavedData);
   m.def("scale_views", [](const TensorPtr &x) { return ScaleViews::Apply(x); });

@@ -29,41 +29,53 @@ struct Binding;
 // Sets the Python error for the exception being handled (the node's error path).
 using ErrorFn = void (*)();
 
-// Non-null while this thread runs code that must not touch Python (an XLA FFI handler, without the
-// GIL): what that code is, for saved_data's error.
+// Non-null while this thread runs code for an XLA FFI handler, without the GIL: what that code is, for
+// saved_data's messages.
 inline const char *&NoPythonHandler() {
+  static thread_local const char *where = nullptr;
+  return where;
+}
+
+// Non-null while to_jax's probe runs a Function on this thread to learn whether it uses saved_data
+// (replay.h SwapNoPython): saved_data then refuses, and the probe reads the refusal.
+inline const char *&ProbeRefusesPython() {
   static thread_local const char *where = nullptr;
   return where;
 }
 
 // One value of AutogradContext::saved_data: held as a Python object, converted
 // by the operator's binding layer on the way in (operator=) and out (cast<T>()).
+// Each conversion takes the GIL if this thread does not hold it (an XLA FFI
+// handler's run, a body under gil_scoped_release), as each reference count does.
 class SavedValue {
  public:
   SavedValue() = default;
   template <typename V, typename = std::enable_if_t<!std::is_same_v<std::decay_t<V>, SavedValue>>>
   SavedValue &operator=(V &&v) {
-    RefuseWithoutPython();
+    CheckPython();
+    GilForRefcount gil;
     obj_ = PyRef::Steal(Binding<std::decay_t<V>>::ToPython(std::forward<V>(v)));
     return *this;
   }
   template <typename T>
   T cast() const {
-    RefuseWithoutPython();
+    CheckPython();
     if (!obj_) throw std::runtime_error("saved_data: no value was stored under this key");
+    GilForRefcount gil;
     return Binding<T>::template FromPython<T>(obj_.get());
   }
   PyObject *ptr() const { return obj_.get(); }
   explicit operator bool() const { return static_cast<bool>(obj_); }
 
  private:
-  static void RefuseWithoutPython() {
-    if (const char *where = NoPythonHandler()) {
-      throw std::runtime_error(std::string("ctx->saved_data holds Python objects, and this Forward or Backward runs "
-                                           "in ") + where + ", without Python; keep tensors with "
-                               "SaveForBackward (numbers as 0-d tensors), or call the function without XLA FFI "
-                               "handlers (to_jax(..., ffi=False), or drop OB_XLA_FFI: to_jax then uses a host "
-                               "callback)");
+  static void CheckPython() {
+    if (const char *probe = ProbeRefusesPython()) {
+      throw std::runtime_error(std::string("ctx->saved_data holds Python objects (seen by ") + probe + ")");
+    }
+    if (!Py_IsInitialized()) {
+      const char *where = NoPythonHandler();
+      throw std::runtime_error(std::string("ctx->saved_data holds Python objects, and Python has ended") +
+                               (where != nullptr ? std::string(" (in ") + where + ")" : std::string()));
     }
   }
   PyRef obj_;

@@ -55,7 +55,7 @@ struct FfiBoundEntry {
   const void *fn;     // the bound callable
   const std::string *name;  // its name in the module, for messages
   // fn(in[0], ..., in[nargs - 1]) into *out, each Apply handed to `runner`, new host tensors of an offered
-  // size built in `offer` (or null), ctx->saved_data refusing Python (`where`). Throws what fn throws.
+  // size built in `offer` (or null); `where` names the handler in messages. Throws what fn throws.
   void (*run)(const void *fn, const TensorPtr *in, TensorPtrList *out, const FfiApplyRunner *runner,
               const OfferedBuffers *offer, const char *where);
   // body(arg) on the same terms (the handler's Backward calls: an Apply inside a Backward goes to `runner`).
@@ -64,7 +64,7 @@ struct FfiBoundEntry {
 };
 
 // While alive: this thread's Applies in this module go to `runner`, its Offered() is `offer` (if any)
-// and its saved_data refuses Python. `trusted`: the code run is trusted with lent memory (a Backward),
+// and NoPythonHandler() is `where`. `trusted`: the code run is trusted with lent memory (a Backward),
 // or not (the function's own body: a lent tensor it reads becomes a private copy).
 class FfiBoundScope {
  public:

@@ -38,7 +38,7 @@ struct FfiEntry {
   WriteState *(*forward_writes)();    // the same for the FFI forward handler's calls (they record nothing)
   WriteState *(*cotangent_writes)();  // what T::Backward showed of writes into the cotangents it got
   // T::Forward(ctx, in[0], ..., in[nargs - 1]) into *out. While it runs, new host tensors of an offered
-  // size are built in that buffer (OfferedBuffers) and ctx->saved_data refuses (no Python: `where`
+  // size are built in that buffer (OfferedBuffers) and NoPythonHandler() is `where` (which
   // names the caller). Throws what Forward throws.
   void (*forward)(AutogradContext *ctx, const TensorPtr *in, TensorPtrList *out, const OfferedBuffers *offer,
                   const char *where);
@@ -47,7 +47,7 @@ struct FfiEntry {
                    const char *where);
 };
 
-// While alive: this module's Offered() is `offer` and its saved_data refuses Python (`where`).
+// While alive: this module's Offered() is `offer` and its NoPythonHandler() is `where`.
 class FfiCallScope {
  public:
   FfiCallScope(const OfferedBuffers *offer, const char *where) : offered_(Offered()), where_(NoPythonHandler()) {

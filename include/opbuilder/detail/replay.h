@@ -25,12 +25,12 @@ namespace detail OB_HIDDEN {
 // interop_jax_ffi.py's _REPLAY_ABI) and refuses a target of another number.
 constexpr std::uint64_t kReplayAbi = 0x0b0ffe9100000003ull;
 
-// Sets this module's no-Python mark (binding.h's NoPythonHandler: ctx->saved_data then refuses, naming
+// Sets this module's probe mark (binding.h's ProbeRefusesPython: ctx->saved_data then refuses, naming
 // `where`; nullptr clears it) on this thread and returns the previous one. One per module: to_jax's probe
-// runs a Function once so, to learn whether it needs Python (which no XLA FFI handler can give it).
+// runs a Function once so, to learn whether it uses saved_data (such a call takes the host route).
 inline const char *SwapNoPython(const char *where) {
-  const char *old = NoPythonHandler();
-  NoPythonHandler() = where;
+  const char *old = ProbeRefusesPython();
+  ProbeRefusesPython() = where;
   return old;
 }
 

@@ -290,7 +290,7 @@ inline void CopyOut(TensorPtrList outs, const TensorPtrList &dst, const std::str
 // OB_XLA_FFI of a module).
 class Handlers {
  public:
-  // `where`: what the handlers are, in saved_data's error (binding.h).
+  // `where`: what the handlers are, in messages (binding.h NoPythonHandler).
   explicit Handlers(const FfiEntry &e, const char *where = "an XLA FFI handler (to_jax's generic handlers)")
       : e_(e), n_(e.nargs), where_(where) {}
 
