@@ -204,6 +204,32 @@ def test_torch_eager_routes(parity_ops, torch_route, name):
         _same(SCENARIOS[name](_TorchSide(ops)), _expected(name))
 
 
+TORCH_SECOND_TIME = (r"^Trying to backward through the graph a second time \(or directly access saved tensors after "
+                     r"they have already been freed\)\. Saved intermediate values of the graph are freed when you call "
+                     r"\.backward\(\) or autograd\.grad\(\)\. Specify retain_graph=True if you need to backward through "
+                     r"the graph a second time or if you need to access saved tensors after calling backward\.$")
+
+
+def test_torch_second_backward_without_retain_graph(parity_ops, torch_route):
+    """torch's rule on every call of a signature (the registered operator, then the eager Function, then
+    the bridge): a second backward through a graph without retain_graph raises torch's error, and the
+    gradient is the first backward's alone. (The second and later calls accepted it and added the
+    gradient twice.)"""
+    ops = opbuilder.to_torch(parity_ops)
+    for call in range(4):
+        a = torch.tensor(X, requires_grad=True)
+        out = ops.mul(a, torch.tensor(Y)).sum()
+        out.backward()
+        with pytest.raises(RuntimeError, match=TORCH_SECOND_TIME):
+            out.backward()
+        np.testing.assert_allclose(a.grad.numpy(), Y, rtol=1e-15, err_msg=f"call {call}")
+        b = torch.tensor(X, requires_grad=True)
+        kept = ops.mul(b, torch.tensor(Y)).sum()
+        kept.backward(retain_graph=True)
+        kept.backward()
+        np.testing.assert_allclose(b.grad.numpy(), 2 * Y, rtol=1e-15, err_msg=f"call {call}, retained")
+
+
 @pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain"])
 def test_torch_compile(parity_ops, name):
     """Compiled after one eager call of each op: an op that writes or returns its argument is then

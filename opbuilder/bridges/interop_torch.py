@@ -991,10 +991,12 @@ class _Eager(torch.autograd.Function):
             _marked(call)
         ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's node
         ctx.once_in = _undirtied(args, sig, call.dirty)
+        ctx.save_for_backward(_second_time_mark())  # torch's rule for a second backward (setup_context's)
         return tuple(outs)
 
     @staticmethod
     def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> Tuple[Any, ...]:
+        ctx.saved_tensors  # raises torch's error on a second backward without retain_graph
         flat = ctx.op.backward_impl(ctx.sig, list(grads), None, ctx.call)
         it = iter(_once(ctx.op.name, flat, grads, any(ctx.needs_input_grad[2:]), ctx.once_in))
         return (None, None) + tuple(next(it) if c == "t" else None for c in ctx.sig)

@@ -271,6 +271,13 @@ OB_CORE_FN int ForeignBackward(void *state, const ForeignTensor *grads, std::siz
     }
     const ContextState &st = State(*s->ctx);
     const std::string &name = *st.name;
+    if (st.released) {  // the framework freed the node's saved state (no retain_graph): its rule and words
+      throw std::runtime_error(
+          "Trying to backward through the graph a second time (or directly access saved tensors after they have "
+          "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
+          "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
+          "if you need to access saved tensors after calling backward.");
+    }
     TensorPtrList res = s->backward(s->ctx.get(), std::move(gl));
     const std::size_t n = res.size();
     for (std::size_t i = n; i < nargs; ++i) {
