@@ -497,17 +497,19 @@ class _Op:
         if self.writes:  # a declared write (out=) counts on the argument's version counter, as torch's out= does
             self._bump_declared(sig, args, vcs)
         dirty = [i for i, v in enumerate(vcs) if v is not None and v.written]
+        # what the call showed, noted before a refusal below: a signature seen writing or returning an
+        # argument never takes forward_direct, which hands the op the caller's memory unchecked
+        info = self.by_sig[sig][1]
+        info[0] = single
+        info[1] = bool(dirty) or any(k >= 0 for k in alias)
+        if info[1]:
+            self.returns_args[0] = True
         for i in dirty:  # a conjugate or negative view, or an inference tensor outside InferenceMode, reached
             t = vcs[i].t  # the op as a copy: its write is refused, the caller's tensor untouched
             if t.is_neg() or t.is_conj():
                 raise RuntimeError(_resolved_view_write_message(self.name, i, t))
             if not t.is_inference() and _flat(args, sig)[i].is_inference():
                 raise RuntimeError(_inference_write_message(self.name, i))
-        info = self.by_sig[sig][1]
-        info[0] = single
-        info[1] = bool(dirty) or any(k >= 0 for k in alias)
-        if info[1]:
-            self.returns_args[0] = True
         return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs)
 
     def _after_watch(self, sig: str, args: Sequence[Any], watch: Sequence[Any], void: bool) -> None:
