@@ -257,3 +257,45 @@ def test_a_write_into_a_conjugate_view_is_one_named_refusal_on_every_route(conj_
     z = torch.tensor([1 + 2j], dtype=torch.complex128)
     r = op(z.conj().resolve_conj())  # the fix the message names works: torch's value
     assert (r.tolist() if isinstance(r, torch.Tensor) else r.asnumpy().tolist()) == [(1 - 2j) * 1j]
+
+
+# ---- one tensor passed twice to a MarkDirty op; an undeclared write on every call --------------------------
+def test_markdirty_of_a_tensor_passed_twice_is_torchs_x_add_x(autograd_ops, torch_route):
+    """add_(x, x) (MarkDirty of argument 0, which argument 1 is too) is torch's x.add_(x): x doubles, and the
+    gradient through it is torch's. It was refused as "modified argument 1 in place without MarkDirty"
+    after the write, with x's version and history left as before the write."""
+    t = opbuilder.to_torch(autograd_ops)
+    a = _f64(1.0, 2.0, 3.0, requires_grad=True)
+    ref = a * 1
+    ref.add_(ref)
+    (ref * ref).sum().backward()
+    want_value, want_grad = ref.detach().clone(), a.grad.clone()
+    for call in range(4):  # the registered operator, the eager Function, then the bridge's calls
+        a.grad = None
+        x = a * 1
+        v = x._version
+        assert t.add_(x, x) is x
+        assert x._version > v, call  # (+1 as torch's, but +2 on a signature's first, registered call)
+        (x * x).sum().backward()
+        torch.testing.assert_close(x.detach(), want_value, rtol=0, atol=0)
+        torch.testing.assert_close(a.grad, want_grad, rtol=0, atol=0)
+
+
+def test_an_undeclared_write_bumps_the_version_on_every_call(autograd_ops, torch_route):
+    """sneaky_scale writes its argument without MarkDirty: every call is the named error, the data has
+    changed, and so does the version, so a tensor torch saved from it fails its check at backward. From
+    the second call on, the version stayed (the eager Function had deferred the count to a mark_dirty
+    that never came), and the backward gave a silently wrong gradient."""
+    t = opbuilder.to_torch(autograd_ops)
+    a = _f64(1.0, 2.0, 3.0, requires_grad=True)
+    for call in range(4):
+        x = a * 1
+        saved = x.sin()  # torch saves x
+        v = x._version
+        with pytest.raises(RuntimeError, match=r"^SneakyScale::Forward modified argument 0 in place without "
+                                               r"MarkDirty"):
+            t.sneaky_scale(x, "all")
+        assert x.tolist() == [2.0, 4.0, 6.0]
+        assert x._version == v + 1, call
+        with pytest.raises(RuntimeError, match=r"modified by an inplace operation"):
+            saved.sum().backward()

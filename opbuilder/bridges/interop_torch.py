@@ -362,6 +362,32 @@ def _watch(vc: Optional[_TorchVersion], r: Any) -> Optional[Tuple[_TorchVersion,
     return vc, _digest(arr), arr
 
 
+def _explained(watch: Sequence[Any], k: int) -> bool:
+    """Whether a counted write explains a change of watched argument ``k``: another argument the op marked
+    dirty shares its memory (one torch tensor passed twice, as in torch's ``x.add_(x)``)."""
+    t = watch[k][0].t
+    for j, w in enumerate(watch):
+        if j != k and w is not None and w[0].written and _overlap(w[0].t, t):
+            return True
+    return False
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two CPU tensors' elements share any bytes (their spans over one storage meet)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def span(t: torch.Tensor) -> Tuple[int, int]:
+        lo = hi = 0
+        for n, s in zip(t.shape, t.stride()):
+            (lo, hi) = (lo + (n - 1) * s, hi) if s < 0 else (lo, hi + (n - 1) * s)
+        start = t.storage_offset()
+        return (start + lo) * t.element_size(), (start + hi + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
 class _Op:
     """The torch operators of one module function, one per call signature."""
 
@@ -478,9 +504,10 @@ class _Op:
             if watch is not None:
                 self._after_watch(sig, args, watch, p.value is None)
             raise
-        except RuntimeError as e:
-            if _rules.is_leaf_write_refusal(e):  # torch's words for its own tensors, as the bridge gives them
-                raise _torch_write_refusal(e, args) from None
+        except BaseException as e:
+            _flush_pending(vcs)  # no ctx.mark_dirty will follow: writes the runtime counted go to torch now
+            if isinstance(e, RuntimeError) and _rules.is_leaf_write_refusal(e):  # torch's words for its own
+                raise _torch_write_refusal(e, args) from None  # tensors, as the bridge gives them
             raise
         if watch is not None:
             self._after_watch(sig, args, watch, False)
@@ -526,8 +553,8 @@ class _Op:
     @staticmethod
     def _wrote(watch: Sequence[Any]) -> bool:
         """Whether the call wrote a watched argument without the runtime counting it (MarkDirty)."""
-        for w in watch:
-            if w is not None and not w[0].written and _digest(w[2]) != w[1]:
+        for k, w in enumerate(watch):
+            if w is not None and not w[0].written and _digest(w[2]) != w[1] and not _explained(watch, k):
                 return True
         return False
 
@@ -537,7 +564,7 @@ class _Op:
         (torch refuses out= into it before the call; undeclared, the write is only seen after)."""
         flat = [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
         for k, (t, w) in enumerate(zip(flat, watch)):
-            if w is None or w[0].written or _digest(w[2]) == w[1]:
+            if w is None or w[0].written or _digest(w[2]) == w[1] or _explained(watch, k):
                 continue
             if w[0].t.is_neg() or w[0].t.is_conj():  # the op wrote the resolved copy it got
                 raise RuntimeError(_resolved_view_write_message(self.name, k, w[0].t, "an undeclared write"))
@@ -879,6 +906,18 @@ class _Op:
 _TORCH_DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
     "uint32", "uint64", "bool", "complex64", "complex128")}
+
+
+def _flush_pending(vcs: Sequence[Any]) -> None:
+    """Writes counted only in ``_TorchVersion.pending`` (``_Eager``'s forward defers them to
+    ``ctx.mark_dirty``) go to torch's counters: a call that raised marks nothing, but what it wrote
+    (an undeclared write the runtime found after Forward) changed the tensor."""
+    for vc in vcs:
+        if type(vc) is _TorchVersion and vc.pending:
+            vc.off -= vc.pending
+            for _ in range(vc.pending):
+                _increment_version((vc.t,))
+            vc.pending = 0
 
 
 def _marked(call: _Call) -> None:

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "opbuilder/autograd.h"
@@ -72,6 +73,28 @@ inline void ContextClear(AutogradContext &ctx) { ctx.saved_data.clear(); }
 // C++ views of one runtime.Tensor (an argument passed twice).
 inline bool SameTensor(const Tensor *a, const Tensor *b) {
   return a == b || (a->py_object() != nullptr && a->py_object() == b->py_object());
+}
+
+// The bytes `t` spans on the host, [first, last): empty for no elements. Read without the lent copy.
+inline std::pair<std::uintptr_t, std::uintptr_t> ByteSpan(const Tensor &t) {
+  if (t.numel() == 0 || t.is_cuda()) return {0, 0};
+  const auto base = reinterpret_cast<std::uintptr_t>(TensorAccess::Read(t));
+  const ShapeVector st = t.strides();
+  std::int64_t lo = 0, hi = 0;
+  for (std::size_t d = 0; d < st.size(); ++d) {
+    const std::int64_t reach = (t.shape()[d] - 1) * st[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const auto esize = static_cast<std::int64_t>(t.element_size());
+  return {base + static_cast<std::uintptr_t>(lo * esize), base + static_cast<std::uintptr_t>(hi * esize + esize)};
+}
+
+// A write into `d` can change `a`: the same tensor, or memory the two share (`f(x, x)` from a framework
+// whose one tensor reaches Forward as two, torch's x.add_(x)).
+inline bool WriteReaches(const Tensor *d, const Tensor *a) {
+  if (SameTensor(a, d)) return true;
+  const auto sa = ByteSpan(*a), sd = ByteSpan(*d);
+  return sa.first < sa.second && sd.first < sd.second && sa.first < sd.second && sd.first < sa.second;
 }
 
 // A tensor sharing `t`'s memory but bound to no Python object.
@@ -158,7 +181,7 @@ inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const T
     const Tensor *a = c.args[i];
     if (a == nullptr) continue;
     bool dirty = false;
-    for (const auto &d : c.dirty) dirty = dirty || SameTensor(a, d.get());
+    for (const auto &d : c.dirty) dirty = dirty || WriteReaches(d.get(), a);  // the write explains the change
     if (dirty || Fingerprint(*a, phase) == fingerprints[i]) continue;
     const bool own = c.originals[i] == nullptr;  // else the write went to a private copy
     if (own && a->py_object() != nullptr) BumpVersion(rt, a->py_object());  // it did change
