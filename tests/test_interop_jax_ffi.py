@@ -12,6 +12,7 @@ jax = pytest.importorskip("jax", reason="jax is not installed (pip install 'opbu
 jnp = pytest.importorskip("jax.numpy")
 
 import opbuilder  # noqa: E402
+from runtime import Tensor  # noqa: E402
 from opbuilder import Spec  # noqa: E402
 
 from op_util import BINDINGS, CPP, load_op  # noqa: E402
@@ -398,6 +399,36 @@ def test_saved_data_the_probe_does_not_see_takes_the_gil(xla_ffi_ops, name, fact
     np.testing.assert_array_equal(np.asarray(out), eager)
     for _ in range(2):
         np.testing.assert_allclose(np.asarray(vjp(w)[0]), factor * np.asarray(w), rtol=1e-15)
+
+
+@pytest.mark.parametrize("use", [(1.0, 0.0), (0.0, 1.0), (1.0, 1.0)])
+def test_one_tensor_returned_as_two_outputs_gets_two_cotangents(xla_ffi_ops, use):
+    """A Forward returning one tensor as two outputs: its Backward gets each output's cotangent in its own
+    slot on every route, as in the runtime and torch. (The XLA FFI tape told values apart by object, gave
+    both cotangents to the second slot, and Backward's g0 + 10 g1 was silently 10x too large.)"""
+    x = jnp.asarray(np.random.default_rng(8).standard_normal(5))
+    w = np.random.default_rng(9).standard_normal(5)
+    c0, c1 = use
+    want = c0 * w + 10 * c1 * w
+
+    def loss(f):
+        return lambda a: (c0 * (f(a)[0] * w) + c1 * (f(a)[1] * w)).sum()
+
+    ffi = opbuilder.to_jax(types.SimpleNamespace(f=xla_ffi_ops.dup_out))
+    assert ffi.f.route(x) == "xla_ffi"
+    cb = opbuilder.to_jax(types.SimpleNamespace(f=xla_ffi_ops.dup_out), ffi=False)
+    big = jnp.asarray(np.random.default_rng(10).standard_normal(20000))  # a tape kept by the forward
+    wb = np.random.default_rng(11).standard_normal(20000)
+    for name, f in (("ffi", ffi.f), ("callback", cb.f)):
+        for how, g in (("grad", jax.grad(loss(f))(x)), ("jit(grad)", jax.jit(jax.grad(loss(f)))(x))):
+            np.testing.assert_allclose(np.asarray(g), want, rtol=1e-14, err_msg=f"{name} {how}")
+        gb = jax.jit(jax.grad(lambda a: (c0 * (f(a)[0] * wb) + c1 * (f(a)[1] * wb) + f(a)[0] ** 2).sum()))(big)
+        np.testing.assert_allclose(np.asarray(gb), c0 * wb + 10 * c1 * wb + 2 * np.asarray(big), rtol=1e-12,
+                                   err_msg=f"{name} tape")
+    t = Tensor(np.asarray(x), requires_grad=True)
+    outs = xla_ffi_ops.dup_out(t)
+    (outs[0] * Tensor(c0 * w) + outs[1] * Tensor(c1 * w)).sum().backward()
+    np.testing.assert_allclose(t.grad.asnumpy(), want, rtol=1e-14, err_msg="runtime")
 
 
 def test_saved_data_on_the_ffi_route_from_threads(xla_ffi_ops):

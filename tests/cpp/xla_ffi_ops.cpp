@@ -402,6 +402,21 @@ class SavedDataInBackward : public Function<SavedDataInBackward> {
   }
 };
 
+// One new tensor (a copy of x, float64) returned as both outputs; Backward weighs their gradients apart
+// (g0 + 10 g1), so each output must get its own cotangent.
+class DupOut : public Function<DupOut> {
+ public:
+  static TensorPtrList Forward(AutogradContext *, const TensorPtr &x) {
+    auto o = Times64(x, 1.0);
+    return {o, o};
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto a = Times64(g[0], 1.0), b = Times64(g[1], 10.0);
+    for (std::int64_t i = 0; i < a->numel(); ++i) a->data<double>()[i] += b->data<double>()[i];
+    return {a};
+  }
+};
+
 // The positions 0..n-1 of x's elements as int64 (x's shape); no gradient.
 class Positions : public Function<Positions> {
  public:
@@ -449,6 +464,7 @@ OB_MODULE(m) {
   m.def("saved_data", [](const TensorPtr &x) { return SavedData::Apply(x); });
   m.def("saved_data_if_grad", [](const TensorPtr &x) { return SavedDataIfGrad::Apply(x); });
   m.def("saved_data_if_nonzero", [](const TensorPtr &x) { return SavedDataIfNonzero::Apply(x); });
+  m.def("dup_out", [](const TensorPtr &x) { return DupOut::Apply(x); });
   m.def("saved_data_in_backward", [](const TensorPtr &x) { return SavedDataInBackward::Apply(x); });
   m.def("saved_data_infer_shape", SavedData::InferShapeFunction());
   OB_XLA_FFI(m, "saved_data", SavedData);

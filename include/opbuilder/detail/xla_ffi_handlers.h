@@ -934,8 +934,14 @@ class BoundRun {
     node.in = std::move(in);
     node.out.reserve(n_outs);
     for (std::size_t j = 0; j < n_outs; ++j) {
-      const TensorPtr &o = outs[j];
-      node.out.push_back(NewValue(o, ::opbuilder::IsDifferentiable(o->dtype()) && !st.IsNonDifferentiable(o.get())));
+      const Tensor *raw = outs[j].get();
+      const bool wants = ::opbuilder::IsDifferentiable(raw->dtype()) && !st.IsNonDifferentiable(raw);
+      // one tensor returned as two outputs: each its own value, as the runtime's; the later one is an
+      // alias over the same memory (a first occurrence keeps its object, so it is what is compared)
+      bool again = false;
+      for (std::size_t k = 0; k < j; ++k) again = again || outs[k].get() == raw;
+      if (again) (*list)[j] = NewTensor(*(*list)[j]);
+      node.out.push_back(NewValue(outs[j], wants));
     }
     for (const auto &t : st.saved_raw) tape_->nbytes += t ? t->nbytes() : 0;
     node.backward = f.backward;
