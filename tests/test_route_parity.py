@@ -243,6 +243,40 @@ def test_torch_compile(parity_ops, name):
     _same(SCENARIOS[name](_TorchSide(compiled)), _expected(name))
 
 
+@pytest.mark.parametrize("case", ["x.t()", "x.t().sin()", "y.t()"])
+def test_torch_compile_inductor_with_a_transposed_argument(parity_ops, case):
+    """inductor checks each output's strides against the fake kernel's. The backward operator's fake gave
+    an argument's gradient the argument's strides (empty_like: a transposed argument's transposed), its
+    kernel returned contiguous memory, and every backward with a transposed argument failed with an
+    AssertionError. Values and gradients now match torch's own multiply. (Caches off: a graph compiled
+    before would come back from inductor's cache with the old fake's strides.)"""
+    import torch._inductor.config as inductor_config
+    ops = opbuilder.to_torch(parity_ops)
+    rng = np.random.default_rng(38)
+
+    def f(mul):
+        return {"x.t()": lambda x, y: mul(x.t(), y.t().contiguous()),
+                "x.t().sin()": lambda x, y: mul(x.t().sin(), y.t().contiguous()),
+                "y.t()": lambda x, y: mul(x.sin().t().contiguous(), y.t())}[case]
+
+    x0, y0 = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    want = []
+    for mul in (lambda a, b: a * b, None):
+        x, y = torch.tensor(x0, requires_grad=True), torch.tensor(y0, requires_grad=True)
+        if mul is None:
+            with inductor_config.patch(force_disable_caches=True):
+                out = torch.compile(f(ops.mul), backend="inductor")(x, y)
+                (out * torch.tensor(np.arange(12.0).reshape(3, 4))).sum().backward()
+        else:
+            out = f(mul)(x, y)
+            (out * torch.tensor(np.arange(12.0).reshape(3, 4))).sum().backward()
+        got = (out.detach().numpy(), x.grad.numpy(), y.grad.numpy())
+        if mul is not None:
+            want = got
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-14)
+
+
 def test_torch_compile_of_an_in_place_op_never_seen_eagerly_is_a_named_error(parity_ops):
     """Compiled on its very first call, a MarkDirty op's gradient cannot be right: the documented
     refusal, never a silently wrong gradient."""

@@ -800,14 +800,16 @@ class _Op:
             flat = _flat(a, sig)
             call, _mode.bwd_call = getattr(_mode, "bwd_call", None), None  # torch.func's backward hands it
             res = self.backward_impl(sig, list(grads), a, call)
-            return [torch.zeros_like(t) if r is None else r for t, r in zip(flat, res)]
+            # contiguous, as the fake below says (a transposed argument's gradient too: inductor checks)
+            return [torch.zeros(t.shape, dtype=t.dtype, device=t.device) if r is None else r.contiguous()
+                    for t, r in zip(flat, res)]
         self.lib.impl(f"{opname}_backward", backward_kernel, key)
         qual = f"{self.ns}::{opname}"
         if self.shape_fn is not None:
             torch.library.register_fake(qual, self._fake(sig, void), lib=self.lib)
             torch.library.register_fake(f"{qual}_backward", lambda outputs, grads, *a: [
-                torch.empty_like(t) for x, c in zip(a, sig) if c in "tL" for t in ([x] if c == "t" else x)],
-                lib=self.lib)
+                torch.empty(t.shape, dtype=t.dtype, device=t.device)
+                for x, c in zip(a, sig) if c in "tL" for t in ([x] if c == "t" else x)], lib=self.lib)
         bwd = getattr(getattr(torch.ops, self.ns), f"{opname}_backward").default
         if not self.writes:  # kept in graphs even when its result is unused: until it has run, whether it
             # writes an argument (MarkDirty) is unknown, and dead-code elimination would drop the write
