@@ -275,7 +275,7 @@ def test_markdirty_of_a_tensor_passed_twice_is_torchs_x_add_x(autograd_ops, torc
         x = a * 1
         v = x._version
         assert t.add_(x, x) is x
-        assert x._version > v, call  # (+1 as torch's, but +2 on a signature's first, registered call)
+        assert x._version == v + 1, call
         (x * x).sum().backward()
         torch.testing.assert_close(x.detach(), want_value, rtol=0, atol=0)
         torch.testing.assert_close(a.grad, want_grad, rtol=0, atol=0)
@@ -299,3 +299,27 @@ def test_an_undeclared_write_bumps_the_version_on_every_call(autograd_ops, torch
         assert x._version == v + 1, call
         with pytest.raises(RuntimeError, match=r"modified by an inplace operation"):
             saved.sum().backward()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_markdirty_bumps_the_version_once_from_the_first_call(parity_ops, torch_route, grad):
+    """torch's x.mul_(3) bumps x's version once. A signature's first call (the registered operator) bumped
+    it twice with grad (the runtime's count, then ctx.mark_dirty's); with no argument needing grad there is
+    no mark_dirty, and the runtime's count alone still bumps it. Zero-size tensors included: such a call
+    returned a new tensor, not x, with torch's "mark_dirty() received a tensor that was not an input"
+    warning, and later calls left the version where it was."""
+    import warnings
+    ops = opbuilder.to_torch(parity_ops)
+    for shape in [(4,), (0, 3), (2, 0)]:
+        for call in range(4):
+            a = torch.ones(shape, dtype=torch.float64, requires_grad=grad)
+            x = a * 1 if grad else a
+            v = x._version
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                r = ops.scale_(x)
+            assert r is x, (shape, call)
+            assert x._version == v + 1, (shape, call)
+            assert torch.equal(x.detach(), torch.full(shape, 3.0, dtype=torch.float64))
+            if grad:
+                assert x.grad_fn is not None and "Mul" not in type(x.grad_fn).__name__, (shape, call)

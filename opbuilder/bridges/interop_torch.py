@@ -678,12 +678,16 @@ class _Op:
         """The registered operator's kernel (``kernel``: called by torch's dispatcher, from an eager call
         or from a compiled graph) and the eager path's without grad."""
         outs, call = self.record(sig, args)
-        if kernel and sig in self.traced and self.by_sig[sig][1][1] and not getattr(_mode, "eager", False):
-            if not call.dirty:
-                self._refuse_compiled()
-            if not self.writes:  # here, before torch's own alias check (an error under CI=1, else a warning)
-                self._refuse_dirty_compiled()
-        res = self.to_torch_outputs(sig, args, outs, call)
+        try:
+            if kernel and sig in self.traced and self.by_sig[sig][1][1] and not getattr(_mode, "eager", False):
+                if not call.dirty:
+                    self._refuse_compiled()
+                if not self.writes:  # here, before torch's own alias check (an error under CI=1, else a warning)
+                    self._refuse_dirty_compiled()
+            res = self.to_torch_outputs(sig, args, outs, call)
+        except BaseException:
+            _flush_pending(call.vcs)  # nothing will be marked dirty: counted writes go to torch's counters
+            raise
         _mode.last = (tuple(args), call)  # for setup_context, which torch calls right after on this thread
         return res
 
@@ -792,7 +796,14 @@ class _Op:
         # every device reaches the Python kernel, which names the devices it takes (a clear error)
         key = "CompositeExplicitAutograd"
         def kernel(*a: Any) -> Optional[List[torch.Tensor]]:
-            out = self.forward_impl(sig, a, True)
+            # an eager call (_run_registered): the writes the runtime counts wait for setup_context's
+            # ctx.mark_dirty, which bumps torch's counter once (else each was bumped twice)
+            eager = getattr(_mode, "eager", False)
+            _mode.defer = eager
+            try:
+                out = self.forward_impl(sig, a, True)
+            finally:
+                _mode.defer = False
             return None if void else out
         self.lib.impl(opname, kernel, key)
 
@@ -910,6 +921,20 @@ _TORCH_DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
     "uint32", "uint64", "bool", "complex64", "complex128")}
 
 
+def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
+    """An eager call of the registered operator (not a compiled graph's): its kernel defers the writes the
+    runtime counts to setup_context's ctx.mark_dirty; a call torch records no node for (no argument needs
+    grad) runs no setup_context, so they go to torch's counters here."""
+    _mode.eager = True
+    try:
+        return overload(*args)
+    finally:
+        _mode.eager = False
+        last, _mode.last = getattr(_mode, "last", None), None
+        if last is not None:
+            _flush_pending(last[1].vcs)
+
+
 def _flush_pending(vcs: Sequence[Any]) -> None:
     """Writes counted only in ``_TorchVersion.pending`` (``_Eager``'s forward defers them to
     ``ctx.mark_dirty``) go to torch's counters: a call that raised marks nothing, but what it wrote
@@ -1000,6 +1025,8 @@ def _strides_match(arr: Any, t: torch.Tensor) -> bool:
     """The array (a runtime output) has the torch tensor's element strides and first element."""
     if type(arr) is not np.ndarray:
         return True  # CUDA memory the op returned unchanged: one tensor, one layout
+    if arr.size == 0:
+        return True  # no element: any strides and address describe it (numpy's and torch's differ)
     item = arr.itemsize
     return (all(s == st * item for s, st, n in zip(arr.strides, t.stride(), arr.shape) if n > 1)
             and arr.__array_interface__["data"][0] == t.data_ptr())
@@ -1205,11 +1232,7 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
                     else:
                         out = op.forward_impl(sig, args)
                 else:
-                    _mode.eager = True  # an eager call of the registered operator, not a compiled graph's
-                    try:
-                        out = hit[0](*args)
-                    finally:
-                        _mode.eager = False
+                    out = _run_registered(hit[0], args)
                     if out is None:  # an out= function
                         return None
                 return out[0] if hit[1][0] else _many(out, op)
@@ -1227,11 +1250,7 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
             # drop what the op writes into it unseen: the call goes the way later calls of the signature go,
             # where a write into it is refused (record)
             return route(*args)
-        _mode.eager = True
-        try:
-            out = overload(*args)
-        finally:
-            _mode.eager = False
+        out = _run_registered(overload, args)
         if out is None:  # an out= function
             return None
         return out[0] if op.by_sig[sig][1][0] else _many(out, op)
