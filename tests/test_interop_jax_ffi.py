@@ -431,6 +431,86 @@ def test_one_tensor_returned_as_two_outputs_gets_two_cotangents(xla_ffi_ops, use
     np.testing.assert_allclose(t.grad.asnumpy(), want, rtol=1e-14, err_msg="runtime")
 
 
+@pytest.mark.parametrize("n", [6, 20000])  # the function run again for the backward; a tape kept
+def test_a_tensor_kept_in_saved_data_outlives_xlas_buffers(xla_ffi_ops, n):
+    """A Forward keeping its output in ctx->saved_data (alone, and in a list) on the XLA FFI route: the
+    output is built in XLA's result buffer, which XLA reuses after the call, while the tape's context
+    lives on. saved_data keeps a private copy there. (The context read XLA's reused buffer: NaN or
+    another array's values, silently, in grad and jit(grad).)"""
+    rng = np.random.default_rng(12)
+    x = jnp.asarray(rng.standard_normal(n)) + 0.1
+    w = jnp.asarray(rng.standard_normal(n))
+    want = np.exp(np.asarray(x)) * np.asarray(w)
+    j = opbuilder.to_jax(types.SimpleNamespace(f=xla_ffi_ops.saved_data_output))
+    assert j.f.route(x) == "xla_ffi"
+
+    def loss(a):
+        return (j.f(a) * w).sum()
+
+    np.testing.assert_allclose(np.asarray(jax.grad(loss)(x)), want, rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(loss))(x)), want, rtol=1e-13)
+    out, vjp = jax.vjp(j.f, x)
+    other = (jnp.ones(n) * 3.0 + w).block_until_ready()  # XLA work between the forward and the backward
+    np.testing.assert_allclose(np.asarray(vjp(w)[0]), want, rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(out), np.exp(np.asarray(x)), rtol=1e-15)
+    assert other.shape == (n,)
+    if n == 6:
+        np.testing.assert_allclose(want, central(lambda a: float(np.sum(np.asarray(j.f(jnp.asarray(a))) *
+                                                                      np.asarray(w))), np.asarray(x)),
+                                   rtol=1e-6)
+
+
+GIL_THREADS = """
+import sys
+import numpy as np
+import jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+import opbuilder
+import types
+m = opbuilder.CustomOpBuilder("xla_ffi_ops", [sys.argv[1]], include_paths=[jax.ffi.include_dir()],
+                              cflags=["-Wall", "-Wextra", "-Werror"], binding=sys.argv[2]).load()
+x = jnp.asarray([0.5, -1.5, 2.0])
+j = opbuilder.to_jax(types.SimpleNamespace(f=m.saved_data_then_gil_threads))
+print(j.f.route(x))
+print(np.asarray(jax.jit(j.f)(x)).tolist(), np.asarray(jax.jit(jax.grad(lambda a: j.f(a).sum()))(x)).tolist())
+"""
+
+
+def test_saved_data_gives_the_gil_back_before_threads_apply(xla_ffi_ops, request):
+    """A bound function that releases the GIL, keeps a value in saved_data, then joins two threads that
+    take the GIL: on the XLA FFI route saved_data kept the GIL to the run's end, and the call waited for
+    ever. It takes it for each value now. (Run in a new process: a hang is a timeout, not a stuck test
+    session.)"""
+    import subprocess
+    import sys
+    binding = request.node.callspec.params["xla_ffi_ops"]
+    res = subprocess.run([sys.executable, "-c", GIL_THREADS, str(CPP / "xla_ffi_ops.cpp"), binding],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stdout.splitlines()
+    assert lines[0] == "xla_ffi"
+    x = np.array([0.5, -1.5, 2.0])
+    assert lines[1] == f"{(4 * x).tolist()} {[4.0, 4.0, 4.0]}"
+
+
+def test_applies_on_other_threads_take_the_host_route(xla_ffi_ops):
+    """A bound function whose Applies run on threads it starts: an XLA FFI handler runs and records only
+    its own thread's Applies, so the others' gradients were lost (zero, silently). to_jax's probe sees
+    Applies from other threads now, and the call takes the host route, whose gradient is eager's."""
+    x = jnp.asarray([0.5, -1.5, 2.0])
+    j = opbuilder.to_jax(types.SimpleNamespace(f=xla_ffi_ops.apply_on_threads))
+    assert j.f.route(x) == ("xla_ffi (host Python): its C++ function runs SavedDataInBackward on another "
+                            "thread, whose Applies no XLA FFI handler records")
+    xs = np.asarray(x)
+    np.testing.assert_allclose(np.asarray(jax.jit(j.f)(x)), 25 * xs * xs, rtol=1e-15)
+    want = central(lambda a: float(np.sum(np.asarray(j.f(jnp.asarray(a))))), xs)
+    np.testing.assert_allclose(want, 50 * xs, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(lambda a: j.f(a).sum()))(x)), 50 * xs, rtol=1e-14)
+    t = Tensor(xs, requires_grad=True)
+    xla_ffi_ops.apply_on_threads(t).sum().backward()
+    np.testing.assert_allclose(t.grad.asnumpy(), 50 * xs, rtol=1e-14)
+
+
 def test_saved_data_on_the_ffi_route_from_threads(xla_ffi_ops):
     """saved_data taking the GIL on XLA's thread while other Python threads run the same jitted gradient:
     every thread gets the right gradient, and none waits for ever."""

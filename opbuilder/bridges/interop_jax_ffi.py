@@ -146,6 +146,11 @@ class _Probe:
         self.needs_python: Optional[str] = None
         self.needs_python_name = ""  # the Function that needs it
         self.seen: List[List[Any]] = []  # per op: the values of its arguments as it was called
+        self.threads: List[str] = []  # Functions applied on other threads while the probe ran
+
+    def other_thread(self, name: str) -> None:
+        """runtime.jit.tracing's watchers protocol: a C++ Apply of ``name`` on a thread without a tracer."""
+        self.threads.append(name)
 
     def stop(self, what: str) -> None:
         self.calls.append(("stop", what, None, (), None))
@@ -267,6 +272,7 @@ def probe_entry(fn: Callable, run: Callable[[int], Tuple[Sequence[Any], Sequence
     probe = _BoundProbe(fake)
     prev = _tracing.hook.tracer
     _tracing.hook.tracer = probe
+    _tracing.watchers.add(probe)
     _tracing.flag.value += 1
     try:
         args, outs = run(3)
@@ -274,6 +280,7 @@ def probe_entry(fn: Callable, run: Callable[[int], Tuple[Sequence[Any], Sequence
         return None, f"its call on zeros of the arguments' shapes raised {type(e).__name__}: {e}"
     finally:
         _tracing.flag.value -= 1
+        _tracing.watchers.discard(probe)
         _tracing.hook.tracer = prev
     if len(probe.calls) != 1 or probe.calls[0][0] != "bound":
         kinds = ", ".join(f"{k} {n}" for k, n, *_ in probe.calls) or "no op"
@@ -290,6 +297,9 @@ def probe_entry(fn: Callable, run: Callable[[int], Tuple[Sequence[Any], Sequence
         same_in = False
     if not same_in:
         return None, f"it does not pass its arrays, in order, to the C++ function {name}"
+    if probe.threads:
+        return None, (f"its C++ function runs {probe.threads[0]} on another thread, whose Applies no XLA FFI "
+                      f"handler records")
     if probe.needs_python is not None:
         return None, (f"its C++ Function {probe.needs_python_name} uses ctx->saved_data, which holds Python "
                       f"objects; the custom call runs without Python")

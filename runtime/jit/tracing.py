@@ -15,7 +15,7 @@ import ctypes
 import threading
 from typing import Any, Callable, Optional, Tuple, Union
 
-__all__ = ["hook", "flag", "flag_address", "cpp_hook", "bound_hook", "TraceBreak", "no_trace"]
+__all__ = ["hook", "flag", "watchers", "flag_address", "cpp_hook", "bound_hook", "TraceBreak", "no_trace"]
 
 
 class _Hook(threading.local):
@@ -25,6 +25,9 @@ class _Hook(threading.local):
 hook = _Hook()
 # Non-zero while any thread traces; C++ ops then call cpp_hook, which checks the thread.
 flag = ctypes.c_int(0)
+# Tracers that want to hear of a C++ Apply made on a thread with no tracer while they run (to_jax's probe:
+# an XLA FFI handler runs and records its own thread's Applies only), by ``other_thread(name)``.
+watchers: set = set()
 
 
 class TraceBreak(BaseException):
@@ -56,6 +59,8 @@ def cpp_hook(name: str, replay: Callable[..., Any], args: Tuple[Any, ...]) -> An
     and stops (``call_apply``); a tracer that records Applies (to_jax's probe) records it."""
     tracer = hook.tracer
     if tracer is None:
+        for w in tuple(watchers):
+            w.other_thread(name)
         return replay(*args)
     record = getattr(tracer, "call_apply", None)
     if record is not None:

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "binding_compat.h"  // py:: is pybind11 or nanobind, as the test builds it
@@ -417,6 +418,40 @@ class DupOut : public Function<DupOut> {
   }
 };
 
+// exp(x), keeping its output in ctx->saved_data (alone, and in a list) for an input with a non-zero
+// element (the probe does not see it: the XLA FFI route). On that route the output is built in XLA's
+// result buffer, which does not outlive the call; the tape's context does.
+class SavedDataOutput : public Function<SavedDataOutput> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    auto xc = x->contiguous();
+    auto out = Tensor::empty(kFloat64, x->shape());
+    bool nonzero = false;
+    for (std::int64_t i = 0; i < x->numel(); ++i) {
+      out->data<double>()[i] = std::exp(xc->data<double>()[i]);
+      nonzero = nonzero || xc->data<double>()[i] != 0.0;
+    }
+    if (nonzero) {
+      ctx->saved_data["out"] = out;
+      ctx->saved_data["outs"] = TensorPtrList{out, out};
+    } else {
+      ctx->SaveForBackward({out});
+    }
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    const bool kept = ctx->saved_data.count("out") != 0;
+    auto a = kept ? ctx->saved_data["out"].cast<TensorPtr>() : ctx->GetSavedTensors()[0];
+    auto b = kept ? ctx->saved_data["outs"].cast<TensorPtrList>()[1] : a;
+    auto gc = g[0]->contiguous();
+    auto r = Tensor::empty(kFloat64, g[0]->shape());
+    for (std::int64_t i = 0; i < r->numel(); ++i) {
+      r->data<double>()[i] = gc->data<double>()[i] * 0.5 * (a->data<double>()[i] + b->data<double>()[i]);
+    }
+    return {r};
+  }
+};
+
 // The positions 0..n-1 of x's elements as int64 (x's shape); no gradient.
 class Positions : public Function<Positions> {
  public:
@@ -465,6 +500,31 @@ OB_MODULE(m) {
   m.def("saved_data_if_grad", [](const TensorPtr &x) { return SavedDataIfGrad::Apply(x); });
   m.def("saved_data_if_nonzero", [](const TensorPtr &x) { return SavedDataIfNonzero::Apply(x); });
   m.def("dup_out", [](const TensorPtr &x) { return DupOut::Apply(x); });
+  m.def("saved_data_output", [](const TensorPtr &x) { return SavedDataOutput::Apply(x); });
+  // the GIL released: saved_data, then two threads that take the GIL (a callback into Python), joined
+  m.def(
+      "saved_data_then_gil_threads",
+      [](const TensorPtr &x) {
+        auto y = SavedDataIfNonzero::Apply(x);
+        std::thread a([] { py::gil_scoped_acquire gil; });
+        std::thread b([] { py::gil_scoped_acquire gil; });
+        a.join();
+        b.join();
+        return y;
+      },
+      py::call_guard<py::gil_scoped_release>());
+  // the GIL released: two threads that each Apply, joined, then one more Apply: 25 x * x
+  m.def(
+      "apply_on_threads",
+      [](const TensorPtr &x) {
+        TensorPtr r[2];
+        std::thread a([&] { r[0] = SavedDataInBackward::Apply(x); });
+        std::thread b([&] { r[1] = SavedDataInBackward::Apply(x); });
+        a.join();
+        b.join();
+        return Mul::Apply(r[0], r[1]);
+      },
+      py::call_guard<py::gil_scoped_release>());
   m.def("saved_data_in_backward", [](const TensorPtr &x) { return SavedDataInBackward::Apply(x); });
   m.def("saved_data_infer_shape", SavedData::InferShapeFunction());
   OB_XLA_FFI(m, "saved_data", SavedData);

@@ -43,25 +43,55 @@ inline const char *&ProbeRefusesPython() {
   return where;
 }
 
+// The GIL for one conversion of a saved_data value: PyGILState_Ensure and Release nest, so a thread
+// that holds the GIL keeps it and one that did not (an XLA FFI handler's run, a body under
+// gil_scoped_release) gives it back at once. (PyGILState_Check, which GilForRefcount asks, is answered
+// in an XLA FFI run by gil_wrap.h, which keeps the GIL to the run's end: threads the run then joins,
+// whose Applies need the GIL, would wait for ever.)
+class GilForValue {
+ public:
+  GilForValue() : state_(PyGILState_Ensure()) {}
+  ~GilForValue() { PyGILState_Release(state_); }
+  GilForValue(const GilForValue &) = delete;
+  GilForValue &operator=(const GilForValue &) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
+// What saved_data keeps of a value stored: the value; a tensor stored in an XLA FFI run is kept as a
+// private copy (ffi_bound.h specializes this: XLA's buffers do not outlive the call, the context may).
+template <typename V>
+struct SavedForm {
+  template <typename U>
+  static U &&Of(U &&v) {
+    return std::forward<U>(v);
+  }
+};
+
 // One value of AutogradContext::saved_data: held as a Python object, converted
 // by the operator's binding layer on the way in (operator=) and out (cast<T>()).
-// Each conversion takes the GIL if this thread does not hold it (an XLA FFI
-// handler's run, a body under gil_scoped_release), as each reference count does.
+// Each conversion takes the GIL for itself if this thread does not hold it.
 class SavedValue {
  public:
   SavedValue() = default;
   template <typename V, typename = std::enable_if_t<!std::is_same_v<std::decay_t<V>, SavedValue>>>
   SavedValue &operator=(V &&v) {
     CheckPython();
-    GilForRefcount gil;
-    obj_ = PyRef::Steal(Binding<std::decay_t<V>>::ToPython(std::forward<V>(v)));
+    auto &&kept = SavedForm<std::decay_t<V>>::Of(std::forward<V>(v));
+    PyRef obj;
+    {
+      GilForValue gil;
+      obj = PyRef::Steal(Binding<std::decay_t<V>>::ToPython(std::forward<decltype(kept)>(kept)));
+    }
+    obj_ = std::move(obj);  // (the value it replaces is dropped outside the GIL taken here: PyRef takes it)
     return *this;
   }
   template <typename T>
   T cast() const {
     CheckPython();
     if (!obj_) throw std::runtime_error("saved_data: no value was stored under this key");
-    GilForRefcount gil;
+    GilForValue gil;
     return Binding<T>::template FromPython<T>(obj_.get());
   }
   PyObject *ptr() const { return obj_.get(); }
