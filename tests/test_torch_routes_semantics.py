@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'opbuilder[torch]')")
@@ -323,3 +324,119 @@ def test_markdirty_bumps_the_version_once_from_the_first_call(parity_ops, torch_
             assert torch.equal(x.detach(), torch.full(shape, 3.0, dtype=torch.float64))
             if grad:
                 assert x.grad_fn is not None and "Mul" not in type(x.grad_fn).__name__, (shape, call)
+
+
+# ---- writes a call could not see or that a refusal kept out: torch's counters, on every call -------------
+SAVED_CHANGED = r"modified by an inplace operation"
+
+
+def test_a_forward_that_raises_after_writing_counts_the_write(autograd_ops, torch_route):
+    """fail_after_write doubles x in place (MarkDirty), then raises. torch's own forward doing x.mul_(2)
+    then raising leaves x written at version + 1, so a tensor torch saved from x fails its check. The
+    write stayed, but the version did not move, and the backward gave a gradient of other values."""
+    t = opbuilder.to_torch(autograd_ops)
+    a = _f64(1.0, 2.0, 3.0, requires_grad=True)
+    for call in range(4):
+        for grad in (False, True):  # (a non-leaf that requires grad: the call records)
+            x = _f64(2.0, 2.0, 2.0, requires_grad=grad) * 1
+            saved = (a * x).sum()  # torch saves x
+            v = x._version
+            with pytest.raises(RuntimeError, match=r"failed after writing"):
+                t.fail_after_write(x)
+            assert x._version == v + 1, (call, grad)
+            with pytest.raises(RuntimeError, match=SAVED_CHANGED):
+                saved.backward()
+
+
+def test_a_forward_that_raises_after_writing_counts_the_write_in_the_runtime(autograd_ops):
+    from runtime import Tensor
+    x = Tensor(np.full(3, 2.0))
+    v = x._version
+    with pytest.raises(RuntimeError, match="failed after writing"):
+        autograd_ops.fail_after_write(x)
+    assert x.asnumpy().tolist() == [4.0, 4.0, 4.0] and x._version == v + 1
+
+
+@pytest.mark.parametrize("views", ["interleaved", "partial"])
+def test_a_write_into_memory_a_dirty_argument_only_partly_shares_is_undeclared(autograd_ops, torch_route, views):
+    """dirty_a_write_b marks a dirty and writes b without saying so. b sharing some of a's memory does not
+    explain b's change (x[::2] and x[1::2] share no element; x[:3] and x[2:5] share one): the write is the
+    named error on every call, as any undeclared write. (Spans that met were taken as the same memory,
+    and the gradient silently ignored the write into b.)"""
+    t = opbuilder.to_torch(autograd_ops)
+    base = _f64(1.0, 2.0, 3.0, 4.0, 5.0, 6.0, requires_grad=True)
+    for call in range(4):
+        x = base * 1
+        a, b = (x[::2], x[1::2]) if views == "interleaved" else (x[:3], x[2:5])
+        with pytest.raises(RuntimeError, match=r"(DirtyAWriteB::Forward modified argument 1 in place without "
+                                               r"MarkDirty|dirty_a_write_b\(\) wrote tensor argument 1 in place)"):
+            t.dirty_a_write_b(a, b)
+
+
+def test_a_refused_write_into_a_negative_view_bumps_nothing(parity_ops, torch_route):
+    """scale_ on torch._neg_view(x) is refused by name and x is unchanged; its version stays too, so a
+    tensor torch saved from x still passes its check. (It went up by one.)"""
+    ops = opbuilder.to_torch(parity_ops)
+    for call in range(4):
+        a = _f64(1.0, 1.0, requires_grad=True)
+        x = _f64(2.0, 3.0)
+        saved = (a * x).sum()
+        with pytest.raises(RuntimeError, match=r"^scale_ modifies argument 0 in place \(MarkDirty\), but it is a "
+                                               r"negative view"):
+            ops.scale_(torch._neg_view(x))
+        assert x.tolist() == [2.0, 3.0] and x._version == 0, call
+        saved.backward()
+        assert a.grad.tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("first", ["inference_mode", "zero-size"])
+def test_a_first_call_that_cannot_show_a_write_proves_nothing(autograd_ops, torch_route, first):
+    """sneaky_scale writes its argument without MarkDirty. A signature's first call is checksummed, and a
+    call that wrote nothing unseen lets later ones skip that. A first call on an inference tensor (no
+    version counter) or on an empty one could not show the write, yet counted as proof: every later
+    undeclared write went uncounted, and a tensor torch saved gave a gradient of other values."""
+    t = opbuilder.to_torch(autograd_ops)
+    if first == "inference_mode":
+        with torch.inference_mode():
+            w = _f64(1.0, 1.0, 1.0)
+            t.sneaky_scale(w, "all")
+        assert w.tolist() == [2.0, 2.0, 2.0]
+    else:
+        t.sneaky_scale(torch.ones(0, dtype=torch.float64), "all")
+    a = _f64(1.0, 2.0, 3.0, requires_grad=True)
+    for call in range(4):
+        x = _f64(2.0, 2.0, 2.0)
+        saved = (a * x).sum()
+        v = x._version
+        with torch.no_grad():
+            t.sneaky_scale(x, "all")
+        assert x._version == v + 1, call
+        with pytest.raises(RuntimeError, match=SAVED_CHANGED):
+            saved.backward()
+
+
+def test_writes_under_a_dispatch_mode_reach_the_callers_counter(autograd_ops, parity_ops, torch_route):
+    """Under a TorchDispatchMode (a profiler's or a debugger's; it sends calls to the registered operator)
+    the operator's kernel runs below torch's ADInplaceOrView, where a detached alias has a counter of its
+    own: a MarkDirty write, x passed twice, and an undeclared write left x's version as it was, and a
+    tensor torch saved from x gave a gradient of other values. They count on x's own counter now."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class PassThrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    t, p = opbuilder.to_torch(autograd_ops), opbuilder.to_torch(parity_ops)
+    calls = {"scale_": lambda x: p.scale_(x), "add_(x, x)": lambda x: t.add_(x, x),
+             "sneaky_scale": lambda x: t.sneaky_scale(x, "all")}
+    for name, call in calls.items():
+        for n in range(3):
+            a = _f64(1.0, 2.0, 3.0, requires_grad=True)
+            x = _f64(2.0, 2.0, 2.0)
+            saved = (a * x).sum()
+            v = x._version
+            with PassThrough():
+                call(x)
+            assert x._version == v + 1, (name, n)
+            with pytest.raises(RuntimeError, match=SAVED_CHANGED):
+                saved.backward()

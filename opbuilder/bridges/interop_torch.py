@@ -31,6 +31,7 @@ import itertools
 import sys
 import threading
 import types
+import weakref
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -150,31 +151,60 @@ class _TorchVersion:
     the torch tensor's ``_version``; a runtime write (MarkDirty, a write through a view) bumps it with
     ``torch.autograd.graph.increment_version``. So the runtime's checks of the tensors an op saved see
     torch's in-place writes, and torch's checks see the op's (torch's rule: one counter per memory)."""
-    __slots__ = ("t", "off", "written", "pending")
+    __slots__ = ("t", "off", "written", "pending", "copy", "owner")
 
-    def __init__(self, t: torch.Tensor, value: Optional[int] = None) -> None:
+    def __init__(self, t: torch.Tensor, value: Optional[int] = None, copy: bool = False,
+                 owner: Optional["weakref.ref[torch.Tensor]"] = None) -> None:
         self.t = t  # a detached alias: it shares the counter, not the autograd history
-        self.off = 0 if value is None else value - t._version
+        # the caller's tensor itself (weakly: no cycle through its history), whose counter this is, where the
+        # detached alias may have one of its own (made below torch's ADInplaceOrView, as under a dispatch
+        # mode: _run_registered); None: t's counter is the tensor's
+        self.owner = owner
+        self.off = 0 if value is None else value - self.counter()._version
         self.written = False
         self.pending = 0  # writes counted here only, while a torch Function will bump torch's (``_Eager``)
+        # the op got a resolved copy (a conjugate or negative view): its writes never reach the tensor, and
+        # are refused (record), so they are counted here only
+        self.copy = copy
+
+    def counter(self) -> torch.Tensor:
+        """The tensor whose version counter this is."""
+        if self.owner is not None:
+            o = self.owner()
+            if o is not None:
+                return o
+        return self.t
 
     @property
     def value(self) -> int:
-        return self.t._version + self.off
+        return self.counter()._version + self.off
 
     @value.setter
     def value(self, v: int) -> None:
-        n = v - self.t._version - self.off
+        n = v - self.counter()._version - self.off
         if n > 0:
             self.written = True
+            if self.copy:
+                self.off += n
+                return
             if getattr(_mode, "defer", False):  # ctx.mark_dirty will bump torch's counter: once, not twice
                 self.off += n
                 self.pending += n
                 return
             for _ in range(n):
-                _increment_version((self.t,))
+                _increment_version((self.counter(),))
         else:
             self.off += n
+
+
+class _Uncounted:
+    """An inference tensor's stand-in for a ``_TorchVersion`` in a watched call (``_watch``): its bytes are
+    checksummed, and no write is ever counted on it (it has no counter)."""
+    __slots__ = ("t",)
+    written = False
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
 
 
 class _TorchHistory(_Node):
@@ -349,11 +379,11 @@ def _digest(arr: np.ndarray) -> int:
     return zlib.crc32(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
 
 
-def _watch(vc: Optional[_TorchVersion], r: Any) -> Optional[Tuple[_TorchVersion, int, np.ndarray]]:
-    """An argument's counter, checksum and the memory checksummed, before a watched call: the torch
-    tensor's, or for a conjugate or negative view the resolved copy the op gets (``r``, its runtime
-    tensor), whose write would not reach the caller. None where no write can be seen (an inference
-    tensor inside InferenceMode has no counter; memory off the CPU)."""
+def _watch(vc: Any, r: Any) -> Optional[Tuple[Any, int, np.ndarray]]:
+    """An argument's counter (a ``_TorchVersion``, or an inference tensor's ``_Uncounted``), checksum and
+    the memory checksummed, before a watched call: the torch tensor's, or for a conjugate or negative view
+    the resolved copy the op gets (``r``, its runtime tensor), whose write would not reach the caller.
+    None where no write can be seen (memory off the CPU, a dtype numpy cannot view)."""
     if vc is None or not vc.t.is_cpu or (vc.t.dtype not in _PLAIN and vc.t.dtype != torch.bfloat16):
         return None
     arr = r._data if vc.t.is_conj() or vc.t.is_neg() else _bytes_of(vc.t)
@@ -364,28 +394,19 @@ def _watch(vc: Optional[_TorchVersion], r: Any) -> Optional[Tuple[_TorchVersion,
 
 def _explained(watch: Sequence[Any], k: int) -> bool:
     """Whether a counted write explains a change of watched argument ``k``: another argument the op marked
-    dirty shares its memory (one torch tensor passed twice, as in torch's ``x.add_(x)``)."""
+    dirty is the same elements of the same memory (one torch tensor passed twice, as in torch's
+    ``x.add_(x)``). Partly shared memory does not: ``k`` may have changed where the write does not reach."""
     t = watch[k][0].t
     for j, w in enumerate(watch):
-        if j != k and w is not None and w[0].written and _overlap(w[0].t, t):
+        if j != k and w is not None and w[0].written and _same_elements(w[0].t, t):
             return True
     return False
 
 
-def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two CPU tensors' elements share any bytes (their spans over one storage meet)."""
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or a.numel() == 0 or b.numel() == 0:
-        return False
-
-    def span(t: torch.Tensor) -> Tuple[int, int]:
-        lo = hi = 0
-        for n, s in zip(t.shape, t.stride()):
-            (lo, hi) = (lo + (n - 1) * s, hi) if s < 0 else (lo, hi + (n - 1) * s)
-        start = t.storage_offset()
-        return (start + lo) * t.element_size(), (start + hi + 1) * t.element_size()
-
-    (a0, a1), (b0, b1) = span(a), span(b)
-    return a0 < b1 and b0 < a1
+def _same_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are the same elements of the same memory (layout, offset and dtype)."""
+    return (a.data_ptr() == b.data_ptr() and a.dtype == b.dtype and a.shape == b.shape
+            and a.stride() == b.stride())
 
 
 class _Op:
@@ -424,7 +445,8 @@ class _Op:
             r = _to_runtime(self.name, k, a, self.devices)
         vc = None
         if not d.is_inference():  # inference tensors have no counter
-            vc = r._vc = _TorchVersion(d)
+            owner = weakref.ref(a) if getattr(_mode, "owners", False) and not a.is_inference() else None
+            vc = r._vc = _TorchVersion(d, copy=d.is_conj() or d.is_neg(), owner=owner)
         vcs.append(vc)
         if wants and r._data.dtype.kind in _GRAD_KINDS:
             r.requires_grad = True  # a fresh floating leaf: requires_grad_'s checks hold
@@ -492,7 +514,10 @@ class _Op:
         watch = None
         if not self.writes and (sig in self.watched or sig not in self.checked):
             flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
-            watch = [_watch(vc, r) for vc, r in zip(vcs, flat_rt)]
+            flat_t = _flat(args, sig)
+            # an inference tensor has no counter, but its bytes show a write as well as any tensor's
+            watch = [_watch(vc if vc is not None or not t.is_inference() else _Uncounted(t.detach()), r)
+                     for vc, r, t in zip(vcs, flat_rt, flat_t)]
         try:
             hooks = _saved_hooks(self, need)  # torch's saved_tensors_hooks, for what the op saves
             if hooks is None:
@@ -547,8 +572,8 @@ class _Op:
             self.watched.add(sig)
             self.checked.pop(sig, None)
             self._unannounced(sig, args, watch)
-        elif sig not in self.watched:
-            self.checked[sig] = True
+        elif sig not in self.watched and not _unseen(args, sig):
+            self.checked[sig] = True  # (a call whose writes could not be seen proves nothing: the next is watched)
 
     @staticmethod
     def _wrote(watch: Sequence[Any]) -> bool:
@@ -570,7 +595,8 @@ class _Op:
                 raise RuntimeError(_resolved_view_write_message(self.name, k, w[0].t, "an undeclared write"))
             if t.is_inference() and not w[0].t.is_inference():  # the op wrote the copy it got
                 raise RuntimeError(_inference_write_message(self.name, k, "an undeclared write"))
-            _increment_version((w[0].t,))
+            if not w[0].t.is_inference():  # (which has no counter)
+                _increment_version((w[0].counter(),))
             if t.requires_grad and getattr(_mode, "grad", True):
                 raise RuntimeError(
                     f"{self.name}() wrote tensor argument {k} in place, which requires grad; functions with "
@@ -624,7 +650,7 @@ class _Op:
             if c == "t":
                 vc = vcs[flat]
                 if k in self.writes and vc is not None and not vc.written:
-                    _increment_version((vc.t,))
+                    _increment_version((vc.counter(),))
                 flat += 1
             elif c == "L":
                 flat += len(a)
@@ -921,15 +947,26 @@ _TORCH_DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
     "uint32", "uint64", "bool", "complex64", "complex128")}
 
 
+def _unseen(args: Sequence[Any], sig: str) -> bool:
+    """Whether a write into some CPU tensor argument of this call cannot be seen by its checksum: one with
+    no element. A later call of the signature may show what this one could not."""
+    for t in _flat(args, sig):
+        if t.is_cpu and t.numel() == 0:
+            return True
+    return False
+
+
 def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
     """An eager call of the registered operator (not a compiled graph's): its kernel defers the writes the
     runtime counts to setup_context's ctx.mark_dirty; a call torch records no node for (no argument needs
     grad) runs no setup_context, so they go to torch's counters here."""
     _mode.eager = True
+    owners, _mode.owners = getattr(_mode, "owners", False), True  # (the kernel may run below ADInplaceOrView)
     try:
         return overload(*args)
     finally:
         _mode.eager = False
+        _mode.owners = owners
         last, _mode.last = getattr(_mode, "last", None), None
         if last is not None:
             _flush_pending(last[1].vcs)
@@ -943,7 +980,7 @@ def _flush_pending(vcs: Sequence[Any]) -> None:
         if type(vc) is _TorchVersion and vc.pending:
             vc.off -= vc.pending
             for _ in range(vc.pending):
-                _increment_version((vc.t,))
+                _increment_version((vc.counter(),))
             vc.pending = 0
 
 
@@ -961,7 +998,7 @@ def _marked(call: _Call) -> None:
         elif vc.pending:
             vc.off -= vc.pending
             for _ in range(vc.pending):
-                _increment_version((vc.t,))
+                _increment_version((vc.counter(),))
             vc.pending = 0
 
 

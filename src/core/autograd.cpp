@@ -336,6 +336,43 @@ OB_CORE_FN void ForeignDestroy(void *state) noexcept {
 // Output `out` of a call through a bridge, bound to the framework tensor it is returned as: a dirty
 // argument's own object (`*own` set to 1), a view of an argument returned unchanged, or a new framework
 // tensor over its memory. `attach` (recording): the object the node attaches to, if `differentiable`.
+// Forward raised. What it wrote stays written, as after a framework's own in-place op that fails midway,
+// but a refusal writes nothing: refused arguments get their values back. Each other argument of the
+// caller's memory that Forward changed counts one write, so a tensor saved from it fails its version
+// check instead of giving a gradient of other values: a recording call tells a change by the
+// arguments' `fingerprints`; a call that took none counts the arguments Forward marked dirty (it said
+// it wrote them). Never throws (the Forward's error is the one raised).
+[[gnu::cold]] static void AfterForwardError(const Runtime &rt, const ContextState &st, const FunctionCall &f,
+                                            const ProtectedArgs *guard, const std::uint64_t *fingerprints,
+                                            double phase) noexcept {
+  try {
+    if (guard != nullptr) guard->Restore();
+    for (std::size_t i = 0; i < f.nargs; ++i) {
+      Tensor *a = f.args[i];
+      if (a == nullptr || f.originals[i] != nullptr) continue;  // (a private copy: the caller's is as it was)
+      if (guard != nullptr && guard->RefusalOf(i) != Refusal::kNone) continue;  // put back
+      const bool wrote = fingerprints != nullptr ? Fingerprint(*a, phase) != fingerprints[i] : st.IsDirty(a);
+      if (!wrote) continue;
+      if (a->py_object() != nullptr) BumpVersion(rt, a->py_object());
+      if (void *h = ForeignHandle(*a)) (*rt.bridge_slot)->bump_version(h);
+      BumpProducerVersion(*a, *rt.api);
+    }
+  } catch (...) {
+  }
+}
+
+// f.forward, with AfterForwardError if it raises.
+static void ForwardCounted(const Runtime &rt, const FunctionCall &f, AutogradContext *ctx, TensorPtr *single,
+                           TensorPtrList *list, const ProtectedArgs *guard = nullptr,
+                           const std::uint64_t *fingerprints = nullptr, double phase = 0) {
+  try {
+    f.forward(ctx, f.call, single, list);
+  } catch (...) {
+    AfterForwardError(rt, State(*ctx), f, guard, fingerprints, phase);
+    throw;
+  }
+}
+
 static TensorPtr ForeignOutput(const ForeignApi &api, const ContextState &st, const FunctionCall &f, TensorPtr out,
                                bool differentiable, PyObject **attach, int *own) {
   const int ai = st.ArgIndex(out.get());
@@ -407,14 +444,14 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     }
     const int prev = api.set_grad_enabled(0);
     try {
-      f.forward(ctx, f.call, single, list);
+      ForwardCounted(rt, f, ctx, single, list, guard ? &*guard : nullptr, fingerprints.data(), phase);
     } catch (...) {
       api.set_grad_enabled(prev);
       throw;
     }
     api.set_grad_enabled(prev);
   } else {
-    f.forward(ctx, f.call, single, list);
+    ForwardCounted(rt, f, ctx, single, list, guard ? &*guard : nullptr);
   }
   for (const auto &d : st.dirty) {  // torch's refusal, in its words, with what Forward wrote undone
     const int i = st.ArgIndex(d.get());
@@ -570,7 +607,7 @@ static void FinishNoGradCall(const Runtime &rt, ContextState &st, TensorPtr *sin
   AutogradContext ctx;
   ContextState &st = State(ctx);
   BeginContext(st, f);
-  f.forward(&ctx, f.call, single, list);
+  ForwardCounted(rt, f, &ctx, single, list, &guard);
   CheckRefusals(st, guard);
   if (st.dirty.empty()) NoteNoDirtyCall(f.writes);
   FinishNoGradCall(rt, st, single, list);
@@ -613,7 +650,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
     AutogradContext ctx;
     ContextState &st = State(ctx);
     BeginContext(st, f);
-    f.forward(&ctx, f.call, single, list);
+    ForwardCounted(rt, f, &ctx, single, list);
     if (st.dirty.empty()) NoteNoDirtyCall(f.writes);
     if (!keeps && !st.dirty.empty()) {  // the same rule, decided now: nothing was kept
       LateRefusal(rt, st, f, true, [&](std::size_t i) {
@@ -663,7 +700,7 @@ OB_CORE_FN void RunFunction(const Runtime &rt, const FunctionCall &f, TensorPtr 
   }
   {
     GradModeGuard off(rt, false, true);  // recording: grad mode was on
-    f.forward(ctx.get(), f.call, single, list);
+    ForwardCounted(rt, f, ctx.get(), single, list, guard ? &*guard : nullptr, fingerprints.data(), phase);
   }
   if (guard) {
     CheckRefusals(st, *guard);

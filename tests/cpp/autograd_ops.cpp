@@ -118,6 +118,45 @@ struct BadDirty : Function<BadDirty> {
 
 // Writes into x (float64, any strides) without MarkDirty: doubles every element
 // ("all") or flips one bit of the first ("one"); returns 2 * x (computed first).
+// f(element) for each element of float64 `x`, through its strides (a view is written where it is).
+template <typename F>
+void EachStrided(const TensorPtr &x, F f) {
+  double *p = static_cast<double *>(x->data_ptr());
+  const ShapeVector shape = x->shape(), strides = x->strides();
+  for (std::int64_t i = 0; i < x->numel(); ++i) {
+    std::int64_t off = 0;
+    for (std::size_t d = shape.size(), rest = static_cast<std::size_t>(i); d-- > 0;) {
+      off += static_cast<std::int64_t>(rest % static_cast<std::size_t>(shape[d])) * strides[d];
+      rest /= static_cast<std::size_t>(shape[d]);
+    }
+    f(p[off]);
+  }
+}
+
+// x *= 2 in place, MarkDirty, then an error: the write stays, as after torch's x.mul_(2) in a forward
+// that raises.
+struct FailAfterWrite : Function<FailAfterWrite> {
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    EachStrided(x, [](double &v) { v *= 2; });
+    ctx->MarkDirty({x});
+    throw std::runtime_error("failed after writing");
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+
+// a += 1 in place (MarkDirty), and b *= 2 in place without MarkDirty (a misuse).
+struct DirtyAWriteB : Function<DirtyAWriteB> {
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &a, const TensorPtr &b) {
+    EachStrided(a, [](double &v) { v += 1; });
+    EachStrided(b, [](double &v) { v *= 2; });
+    ctx->MarkDirty({a});
+    return a;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], nullptr}; }
+};
+
 struct SneakyScale : Function<SneakyScale> {
   static TensorPtr Forward(AutogradContext *, const TensorPtr &x, const std::string &mode) {
     TensorPtr out = Scale(x, 2);
@@ -342,6 +381,8 @@ OB_MODULE(m) {
   m.def("add_", [](const TensorPtr &x, const TensorPtr &y) { return AddInplace::Apply(x, y); });
   m.def("bad_dirty", [](const TensorPtr &x, const std::string &mode) { return BadDirty::Apply(x, mode); });
   m.def("sneaky_scale", [](const TensorPtr &x, const std::string &mode) { return SneakyScale::Apply(x, mode); });
+  m.def("fail_after_write", [](const TensorPtr &x) { return FailAfterWrite::Apply(x); });
+  m.def("dirty_a_write_b", [](const TensorPtr &a, const TensorPtr &b) { return DirtyAWriteB::Apply(a, b); });
   m.def("mixed_args", [](double alpha, const TensorPtr &x, const std::vector<int64_t> &w, const TensorPtr &y) {
     return MixedArgs::Apply(alpha, x, w, y);
   });

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "opbuilder/autograd.h"
@@ -75,26 +74,13 @@ inline bool SameTensor(const Tensor *a, const Tensor *b) {
   return a == b || (a->py_object() != nullptr && a->py_object() == b->py_object());
 }
 
-// The bytes `t` spans on the host, [first, last): empty for no elements. Read without the lent copy.
-inline std::pair<std::uintptr_t, std::uintptr_t> ByteSpan(const Tensor &t) {
-  if (t.numel() == 0 || t.is_cuda()) return {0, 0};
-  const auto base = reinterpret_cast<std::uintptr_t>(TensorAccess::Read(t));
-  const ShapeVector st = t.strides();
-  std::int64_t lo = 0, hi = 0;
-  for (std::size_t d = 0; d < st.size(); ++d) {
-    const std::int64_t reach = (t.shape()[d] - 1) * st[d];
-    (reach < 0 ? lo : hi) += reach;
-  }
-  const auto esize = static_cast<std::int64_t>(t.element_size());
-  return {base + static_cast<std::uintptr_t>(lo * esize), base + static_cast<std::uintptr_t>(hi * esize + esize)};
-}
-
-// A write into `d` can change `a`: the same tensor, or memory the two share (`f(x, x)` from a framework
-// whose one tensor reaches Forward as two, torch's x.add_(x)).
+// A write into `d` explains a change of `a`: the same tensor, or the same elements of the same memory
+// (one framework tensor that reaches Forward as two, torch's x.add_(x)). Partly shared memory does not:
+// `a` may have changed where `d` does not reach (torch refuses such partial overlap of an in-place op).
 inline bool WriteReaches(const Tensor *d, const Tensor *a) {
   if (SameTensor(a, d)) return true;
-  const auto sa = ByteSpan(*a), sd = ByteSpan(*d);
-  return sa.first < sa.second && sd.first < sd.second && sa.first < sd.second && sd.first < sa.second;
+  return TensorAccess::Read(*a) == TensorAccess::Read(*d) && a->dtype() == d->dtype() && a->shape() == d->shape() &&
+         a->strides() == d->strides();
 }
 
 // A tensor sharing `t`'s memory but bound to no Python object.
