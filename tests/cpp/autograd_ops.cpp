@@ -116,8 +116,6 @@ struct BadDirty : Function<BadDirty> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], nullptr}; }
 };
 
-// Writes into x (float64, any strides) without MarkDirty: doubles every element
-// ("all") or flips one bit of the first ("one"); returns 2 * x (computed first).
 // f(element) for each element of float64 `x`, through its strides (a view is written where it is).
 template <typename F>
 void EachStrided(const TensorPtr &x, F f) {
@@ -157,6 +155,8 @@ struct DirtyAWriteB : Function<DirtyAWriteB> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], nullptr}; }
 };
 
+// Writes into x (float64, any strides) without MarkDirty: doubles every element
+// ("all") or flips one bit of the first ("one"); returns 2 * x (computed first).
 struct SneakyScale : Function<SneakyScale> {
   static TensorPtr Forward(AutogradContext *, const TensorPtr &x, const std::string &mode) {
     TensorPtr out = Scale(x, 2);
@@ -166,15 +166,7 @@ struct SneakyScale : Function<SneakyScale> {
       c[0] = static_cast<char>(c[0] ^ 1);
       return out;
     }
-    const ShapeVector shape = x->shape(), strides = x->strides();
-    for (std::int64_t i = 0; i < x->numel(); ++i) {
-      std::int64_t off = 0;
-      for (std::size_t d = shape.size(), rest = static_cast<std::size_t>(i); d-- > 0;) {
-        off += static_cast<std::int64_t>(rest % static_cast<std::size_t>(shape[d])) * strides[d];
-        rest /= static_cast<std::size_t>(shape[d]);
-      }
-      p[off] *= 2;
-    }
+    EachStrided(x, [](double &v) { v *= 2; });
     return out;
   }
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {Scale(g[0], 2), nullptr}; }
