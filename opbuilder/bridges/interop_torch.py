@@ -824,12 +824,11 @@ class _Op:
         def kernel(*a: Any) -> Optional[List[torch.Tensor]]:
             # an eager call (_run_registered): the writes the runtime counts wait for setup_context's
             # ctx.mark_dirty, which bumps torch's counter once (else each was bumped twice)
-            eager = getattr(_mode, "eager", False)
-            _mode.defer = eager
+            defer, _mode.defer = getattr(_mode, "defer", False), getattr(_mode, "eager", False)
             try:
                 out = self.forward_impl(sig, a, True)
             finally:
-                _mode.defer = False
+                _mode.defer = defer
             return None if void else out
         self.lib.impl(opname, kernel, key)
 

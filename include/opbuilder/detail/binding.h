@@ -79,12 +79,8 @@ class SavedValue {
   SavedValue &operator=(V &&v) {
     CheckPython();
     auto &&kept = SavedForm<std::decay_t<V>>::Of(std::forward<V>(v));
-    PyRef obj;
-    {
-      GilForValue gil;
-      obj = PyRef::Steal(Binding<std::decay_t<V>>::ToPython(std::forward<decltype(kept)>(kept)));
-    }
-    obj_ = std::move(obj);  // (the value it replaces is dropped outside the GIL taken here: PyRef takes it)
+    GilForValue gil;  // (the value replaced is dropped under it too)
+    obj_ = PyRef::Steal(Binding<std::decay_t<V>>::ToPython(std::forward<decltype(kept)>(kept)));
     return *this;
   }
   template <typename T>
