@@ -433,10 +433,11 @@ def test_one_tensor_returned_as_two_outputs_gets_two_cotangents(xla_ffi_ops, use
 
 @pytest.mark.parametrize("n", [6, 20000])  # the function run again for the backward; a tape kept
 def test_a_tensor_kept_in_saved_data_outlives_xlas_buffers(xla_ffi_ops, n):
-    """A Forward keeping its output in ctx->saved_data (alone, and in a list) on the XLA FFI route: the
-    output is built in XLA's result buffer, which XLA reuses after the call, while the tape's context
-    lives on. saved_data keeps a private copy there. (The context read XLA's reused buffer: NaN or
-    another array's values, silently, in grad and jit(grad).)"""
+    """A Forward keeping its output in ctx->saved_data (alone, in a list, as an optional; stored before it
+    is filled) on the XLA FFI route: the output is built in XLA's result buffer, which XLA reuses after
+    the call, while the tape's context lives on. saved_data holds the tensors there, and the handler
+    copies them out after the run. (The context read XLA's reused buffer: NaN or another array's values,
+    silently; then a copy taken when stored missed what Forward wrote after.)"""
     rng = np.random.default_rng(12)
     x = jnp.asarray(rng.standard_normal(n)) + 0.1
     w = jnp.asarray(rng.standard_normal(n))

@@ -440,3 +440,47 @@ def test_writes_under_a_dispatch_mode_reach_the_callers_counter(autograd_ops, pa
             assert x._version == v + 1, (name, n)
             with pytest.raises(RuntimeError, match=SAVED_CHANGED):
                 saved.backward()
+
+
+def test_an_unmarked_write_before_an_error_counts_on_a_watched_call(autograd_ops, torch_route):
+    """fail_unmarked doubles x without MarkDirty, then raises, in a call that records nothing. A
+    signature's first call is checksummed: the write counts one on x's counter (the error stays the
+    call's), and the signature's later calls are checksummed too. (Its write was left uncounted.)"""
+    t = opbuilder.to_torch(autograd_ops)
+    a = _f64(1.0, 2.0, 3.0, requires_grad=True)
+    for call in range(4):
+        x = _f64(1.0, 1.0, 1.0)
+        saved = (a * x).sum()
+        v = x._version
+        with pytest.raises(RuntimeError, match="failed after writing unmarked"):
+            t.fail_unmarked(x)
+        assert x.tolist() == [2.0, 2.0, 2.0] and x._version == v + 1, call
+        with pytest.raises(RuntimeError, match=SAVED_CHANGED):
+            saved.backward()
+
+
+def test_a_dispatch_mode_that_calls_an_op_first_keeps_the_calls_gradient(autograd_ops, parity_ops, torch_route):
+    """A TorchDispatchMode that calls another to_torch op before the one it was handed (a logger's
+    probe): that call set the eager path's thread state for itself, and the MarkDirty op's node was lost
+    (x kept its old history; w's gradient missed the write's factor, silently)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    t, p = opbuilder.to_torch(autograd_ops), opbuilder.to_torch(parity_ops)
+
+    class CallsFirst(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            p.mul(_f64(1.0), _f64(2.0))
+            return func(*args, **(kwargs or {}))
+
+    ref_w = _f64(1.0, 2.0, 3.0, requires_grad=True)
+    ref = ref_w * 1
+    ref.mul_(3)
+    ((ref * ref).sum() + ref_w.sum()).backward()
+    for call in range(3):
+        w = _f64(1.0, 2.0, 3.0, requires_grad=True)
+        x = w * 1
+        v = x._version
+        with CallsFirst():
+            p.scale_(x)
+        assert x._version == v + 1, call
+        ((x * x).sum() + w.sum()).backward()
+        torch.testing.assert_close(w.grad, ref_w.grad, rtol=0, atol=0)

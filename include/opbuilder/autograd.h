@@ -53,6 +53,7 @@
 #include "opbuilder/detail/infer_shape.h"
 #include "opbuilder/detail/replay.h"
 #include "opbuilder/detail/runtime_bridge.h"
+#include "opbuilder/detail/saved_value.h"
 #include "opbuilder/tensor.h"
 
 namespace opbuilder {

@@ -531,6 +531,8 @@ class _Op:
             raise
         except BaseException as e:
             _flush_pending(vcs)  # no ctx.mark_dirty will follow: writes the runtime counted go to torch now
+            if watch is not None:
+                self._count_unannounced(sig, watch)
             if isinstance(e, RuntimeError) and _rules.is_leaf_write_refusal(e):  # torch's words for its own
                 raise _torch_write_refusal(e, args) from None  # tensors, as the bridge gives them
             raise
@@ -582,6 +584,18 @@ class _Op:
             if w is not None and not w[0].written and _digest(w[2]) != w[1] and not _explained(watch, k):
                 return True
         return False
+
+    def _count_unannounced(self, sig: str, watch: Sequence[Any]) -> None:
+        """After a watched call that raised: each argument it wrote unseen (no MarkDirty) counts one write
+        on its version counter, as torch's own in-place op that fails midway leaves it, and the signature is
+        watched from now on. (The call's own error is the one raised.)"""
+        for k, w in enumerate(watch):
+            if w is None or w[0].written or _digest(w[2]) == w[1] or _explained(watch, k):
+                continue
+            self.watched.add(sig)
+            self.checked.pop(sig, None)
+            if not w[0].t.is_inference() and not getattr(w[0], "copy", False):  # (a copy: not the caller's)
+                _increment_version((w[0].counter(),))
 
     def _unannounced(self, sig: str, args: Sequence[Any], watch: Sequence[Any]) -> None:
         """After a watched call: each tensor argument it wrote (not declared in ``mutates``, not marked dirty)
@@ -825,6 +839,9 @@ class _Op:
             # an eager call (_run_registered): the writes the runtime counts wait for setup_context's
             # ctx.mark_dirty, which bumps torch's counter once (else each was bumped twice)
             defer, _mode.defer = getattr(_mode, "defer", False), getattr(_mode, "eager", False)
+            kernel_grad = getattr(_mode, "kernel_grad", None)
+            if kernel_grad is not None and _mode.defer:  # (an eager call's: _run_registered)
+                _mode.grad = kernel_grad
             try:
                 out = self.forward_impl(sig, a, True)
             finally:
@@ -959,15 +976,20 @@ def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
     """An eager call of the registered operator (not a compiled graph's): its kernel defers the writes the
     runtime counts to setup_context's ctx.mark_dirty; a call torch records no node for (no argument needs
     grad) runs no setup_context, so they go to torch's counters here."""
-    _mode.eager = True
+    # what an outer call on this thread set is put back after: a dispatch mode may call another op (a
+    # logger's) inside this one, before its kernel runs
+    eager, _mode.eager = getattr(_mode, "eager", False), True
     owners, _mode.owners = getattr(_mode, "owners", False), True  # (the kernel may run below ADInplaceOrView)
+    # the grad mode route() saw for this call, which the kernel (where torch's is off) records by; an op
+    # the mode calls first sets _mode.grad for itself
+    kernel_grad, _mode.kernel_grad = getattr(_mode, "kernel_grad", None), getattr(_mode, "grad", True)
+    grad, before = getattr(_mode, "grad", True), getattr(_mode, "last", None)
     try:
         return overload(*args)
     finally:
-        _mode.eager = False
-        _mode.owners = owners
-        last, _mode.last = getattr(_mode, "last", None), None
-        if last is not None:
+        _mode.eager, _mode.owners, _mode.grad, _mode.kernel_grad = eager, owners, grad, kernel_grad
+        last, _mode.last = getattr(_mode, "last", None), before
+        if last is not None and last is not before:
             _flush_pending(last[1].vcs)
 
 

@@ -143,6 +143,16 @@ struct FailAfterWrite : Function<FailAfterWrite> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
 };
 
+// x *= 2 in place without MarkDirty (a misuse), then an error.
+struct FailUnmarked : Function<FailUnmarked> {
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    EachStrided(x, [](double &v) { v *= 2; });
+    throw std::runtime_error("failed after writing unmarked");
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
+};
+
 // a += 1 in place (MarkDirty), and b *= 2 in place without MarkDirty (a misuse).
 struct DirtyAWriteB : Function<DirtyAWriteB> {
   static constexpr bool kAcceptsViews = true;
@@ -374,6 +384,7 @@ OB_MODULE(m) {
   m.def("bad_dirty", [](const TensorPtr &x, const std::string &mode) { return BadDirty::Apply(x, mode); });
   m.def("sneaky_scale", [](const TensorPtr &x, const std::string &mode) { return SneakyScale::Apply(x, mode); });
   m.def("fail_after_write", [](const TensorPtr &x) { return FailAfterWrite::Apply(x); });
+  m.def("fail_unmarked", [](const TensorPtr &x) { return FailUnmarked::Apply(x); });
   m.def("dirty_a_write_b", [](const TensorPtr &a, const TensorPtr &b) { return DirtyAWriteB::Apply(a, b); });
   m.def("mixed_args", [](double alpha, const TensorPtr &x, const std::vector<int64_t> &w, const TensorPtr &y) {
     return MixedArgs::Apply(alpha, x, w, y);

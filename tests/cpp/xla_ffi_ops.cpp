@@ -418,35 +418,37 @@ class DupOut : public Function<DupOut> {
   }
 };
 
-// exp(x), keeping its output in ctx->saved_data (alone, and in a list) for an input with a non-zero
-// element (the probe does not see it: the XLA FFI route). On that route the output is built in XLA's
-// result buffer, which does not outlive the call; the tape's context does.
+// exp(x), keeping its output in ctx->saved_data (alone, in a list, as an optional) for an input with a
+// non-zero element (the probe does not see it: the XLA FFI route), stored before it is filled. On that
+// route the output is built in XLA's result buffer, which does not outlive the call; the tape's context
+// does.
 class SavedDataOutput : public Function<SavedDataOutput> {
  public:
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
     auto xc = x->contiguous();
     auto out = Tensor::empty(kFloat64, x->shape());
     bool nonzero = false;
-    for (std::int64_t i = 0; i < x->numel(); ++i) {
-      out->data<double>()[i] = std::exp(xc->data<double>()[i]);
-      nonzero = nonzero || xc->data<double>()[i] != 0.0;
-    }
+    for (std::int64_t i = 0; i < x->numel(); ++i) nonzero = nonzero || xc->data<double>()[i] != 0.0;
     if (nonzero) {
       ctx->saved_data["out"] = out;
       ctx->saved_data["outs"] = TensorPtrList{out, out};
+      ctx->saved_data["maybe"] = std::optional<TensorPtr>(out);
     } else {
       ctx->SaveForBackward({out});
     }
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = std::exp(xc->data<double>()[i]);
     return out;
   }
   static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
     const bool kept = ctx->saved_data.count("out") != 0;
     auto a = kept ? ctx->saved_data["out"].cast<TensorPtr>() : ctx->GetSavedTensors()[0];
     auto b = kept ? ctx->saved_data["outs"].cast<TensorPtrList>()[1] : a;
+    auto c = kept ? *ctx->saved_data["maybe"].cast<std::optional<TensorPtr>>() : a;
     auto gc = g[0]->contiguous();
     auto r = Tensor::empty(kFloat64, g[0]->shape());
     for (std::int64_t i = 0; i < r->numel(); ++i) {
-      r->data<double>()[i] = gc->data<double>()[i] * 0.5 * (a->data<double>()[i] + b->data<double>()[i]);
+      r->data<double>()[i] =
+          gc->data<double>()[i] * (a->data<double>()[i] + b->data<double>()[i] + c->data<double>()[i]) / 3.0;
     }
     return {r};
   }

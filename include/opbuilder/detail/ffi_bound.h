@@ -97,38 +97,6 @@ class FfiBoundScope {
   const char *where_;
 };
 
-// saved_data's form of a tensor stored in an XLA FFI run (binding.h SavedForm): a contiguous copy in
-// memory of its own. The tensor may be in a result buffer XLA offered (or XLA's lent input), which do not
-// outlive the call; the context, kept on the tape for the backward, does. (SaveForBackward's tensors are
-// copied out of the result buffers after the run: KeepOffXla.)
-inline TensorPtr SavedOffXla(const TensorPtr &t) {
-  if (!t || NoPythonHandler() == nullptr || t->is_cuda()) return t;
-  const OfferedBuffers offered = Offered();
-  Offered() = OfferedBuffers{};  // the copy takes no offered buffer
-  TensorPtr copy;
-  try {
-    copy = t->contiguous_copy();
-  } catch (...) {
-    Offered() = offered;
-    throw;
-  }
-  Offered() = offered;
-  return copy;
-}
-template <>
-struct SavedForm<TensorPtr> {
-  static TensorPtr Of(const TensorPtr &t) { return SavedOffXla(t); }
-};
-template <>
-struct SavedForm<TensorPtrList> {
-  static TensorPtrList Of(const TensorPtrList &ts) {
-    TensorPtrList out;
-    out.reserve(ts.size());
-    for (const auto &t : ts) out.push_back(SavedOffXla(t));
-    return out;
-  }
-};
-
 template <typename R>
 TensorPtrList FfiResultList(R &&r) {
   using D = std::decay_t<R>;

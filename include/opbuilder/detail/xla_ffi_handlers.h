@@ -1276,17 +1276,22 @@ class BoundHandlers {
   }
 
   // A tensor a context saved in XLA's memory (a result buffer offered to new tensors) is copied out of
-  // it before the results are written: the tape outlives the call, XLA's buffers do not.
+  // it before the results are written: the tape outlives the call, XLA's buffers do not. So are the
+  // tensors its saved_data holds (saved_value.h: held as C++ tensors in a run).
   static void KeepOffXla(Tape &tape, const TensorPtrList &dst) {
-    for (auto &node : tape.nodes) {
-      for (auto &t : State(*node.ctx).saved_raw) {
-        if (!t || t->nbytes() == 0) continue;
-        for (const auto &d : dst) {
-          if (d->nbytes() != 0 && Within(*t, *d)) {
-            t = t->contiguous_copy();
-            break;
-          }
+    auto keep = [&dst](TensorPtr &t) {
+      if (!t || t->nbytes() == 0) return;
+      for (const auto &d : dst) {
+        if (d->nbytes() != 0 && Within(*t, *d)) {
+          t = t->contiguous_copy();
+          return;
         }
+      }
+    };
+    for (auto &node : tape.nodes) {
+      for (auto &t : State(*node.ctx).saved_raw) keep(t);
+      for (auto &kv : node.ctx->saved_data) {
+        for (auto &t : kv.second.HeldTensors()) keep(t);
       }
     }
   }

@@ -1,0 +1,139 @@
+// One value of AutogradContext::saved_data (autograd.h). Not for operator authors.
+//
+// A value is held as a Python object, converted by the operator's binding layer (binding.h Binding) on
+// the way in (operator=) and out (cast<T>()); each conversion takes the GIL for itself.
+//
+// In an XLA FFI handler's run (binding.h NoPythonHandler) a tensor, a list of tensors or an optional
+// tensor is held as C++ tensors instead, with reference semantics (Forward may fill a tensor after
+// storing it) and no GIL. The handler's forward keeps the context past the call (its tape), so it copies
+// the held tensors that lie in XLA's result buffers out of them after the run
+// (xla_ffi_handlers.h KeepOffXla, through HeldTensors()), as it does SaveForBackward's.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/pyref.h"
+#include "opbuilder/detail/visibility.h"
+#include "opbuilder/tensor.h"
+
+namespace opbuilder {
+namespace detail OB_HIDDEN {
+
+// The GIL for one conversion of a saved_data value: PyGILState_Ensure and Release nest, so a thread
+// that holds the GIL keeps it and one that did not (an XLA FFI handler's run, a body under
+// gil_scoped_release) gives it back at once. (PyGILState_Check, which GilForRefcount asks, is answered
+// in an XLA FFI run by gil_wrap.h, which keeps the GIL to the run's end: threads the run then joins,
+// whose Applies need the GIL, would wait for ever.)
+class GilForValue {
+ public:
+  GilForValue() : state_(PyGILState_Ensure()) {}
+  ~GilForValue() { PyGILState_Release(state_); }
+  GilForValue(const GilForValue &) = delete;
+  GilForValue &operator=(const GilForValue &) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
+class SavedValue {
+ public:
+  SavedValue() = default;
+
+  template <typename V, typename = std::enable_if_t<!std::is_same_v<std::decay_t<V>, SavedValue>>>
+  SavedValue &operator=(V &&v) {
+    CheckPython();
+    using D = std::decay_t<V>;
+    if constexpr (kHeldKind<D> != Held::kNone) {
+      if (NoPythonHandler() != nullptr) {  // an XLA FFI run: held as C++ tensors (see the top)
+        TensorPtrList held;
+        if constexpr (std::is_same_v<D, TensorPtr>) {
+          held.push_back(std::forward<V>(v));
+        } else if constexpr (std::is_same_v<D, TensorPtrList>) {
+          held = std::forward<V>(v);
+        } else {
+          if (v) held.push_back(*std::forward<V>(v));
+        }
+        GilForValue gil;  // (a Python value it replaces is dropped under it)
+        obj_ = PyRef();
+        held_ = std::move(held);
+        kind_ = kHeldKind<D>;
+        return *this;
+      }
+    }
+    GilForValue gil;  // (the value replaced is dropped under it too)
+    obj_ = PyRef::Steal(Binding<D>::ToPython(std::forward<V>(v)));
+    held_.clear();
+    kind_ = Held::kNone;
+    return *this;
+  }
+
+  template <typename T>
+  T cast() const {
+    CheckPython();
+    if (kind_ != Held::kNone) {
+      if constexpr (kHeldKind<T> != Held::kNone) {
+        if (kind_ == kHeldKind<T>) return HeldAs<T>();
+      }
+      if (!obj_) {  // asked for another type: the held tensors as the Python value they stand for
+        GilForValue gil;  // (Binding<T>: any dependent type defers the binding layer's lookup)
+        if (kind_ == Held::kTensor) obj_ = PyRef::Steal(Binding<T>::ToPython(held_[0]));
+        if (kind_ == Held::kList) obj_ = PyRef::Steal(Binding<T>::ToPython(held_));
+        if (kind_ == Held::kOptional) obj_ = PyRef::Steal(Binding<T>::ToPython(HeldAs<std::optional<TensorPtr>>()));
+      }
+    }
+    if (!obj_) throw std::runtime_error("saved_data: no value was stored under this key");
+    GilForValue gil;
+    return Binding<T>::template FromPython<T>(obj_.get());
+  }
+
+  PyObject *ptr() const { return obj_.get(); }
+  explicit operator bool() const { return static_cast<bool>(obj_) || kind_ != Held::kNone; }
+
+  // The tensors held as C++ tensors (an XLA FFI run's; see the top), for the handler to copy out of XLA.
+  TensorPtrList &HeldTensors() { return held_; }
+
+ private:
+  enum class Held : std::uint8_t { kNone, kTensor, kList, kOptional };
+  template <typename T>
+  static constexpr Held kHeldKind = std::is_same_v<T, TensorPtr>                    ? Held::kTensor
+                                    : std::is_same_v<T, TensorPtrList>              ? Held::kList
+                                    : std::is_same_v<T, std::optional<TensorPtr>> ? Held::kOptional
+                                                                                    : Held::kNone;
+
+  template <typename T>
+  T HeldAs() const {
+    if constexpr (std::is_same_v<T, TensorPtr>) {
+      return held_[0];
+    } else if constexpr (std::is_same_v<T, TensorPtrList>) {
+      return held_;
+    } else {
+      return held_.empty() ? std::optional<TensorPtr>() : std::optional<TensorPtr>(held_[0]);
+    }
+  }
+
+  static void CheckPython() {
+    if (const char *probe = ProbeRefusesPython()) {
+      throw std::runtime_error(std::string("ctx->saved_data holds Python objects (seen by ") + probe + ")");
+    }
+    if (!Py_IsInitialized()) {
+      const char *where = NoPythonHandler();
+      throw std::runtime_error(std::string("ctx->saved_data holds Python objects, and Python has ended") +
+                               (where != nullptr ? std::string(" (in ") + where + ")" : std::string()));
+    }
+  }
+
+  mutable PyRef obj_;  // (made from the held tensors when cast() asks for another type)
+  TensorPtrList held_;
+  Held kind_ = Held::kNone;
+};
+
+}  // namespace detail
+}  // namespace opbuilder
