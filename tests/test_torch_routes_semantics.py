@@ -459,17 +459,24 @@ def test_an_unmarked_write_before_an_error_counts_on_a_watched_call(autograd_ops
             saved.backward()
 
 
-def test_a_dispatch_mode_that_calls_an_op_first_keeps_the_calls_gradient(autograd_ops, parity_ops, torch_route):
-    """A TorchDispatchMode that calls another to_torch op before the one it was handed (a logger's
-    probe): that call set the eager path's thread state for itself, and the MarkDirty op's node was lost
-    (x kept its old history; w's gradient missed the write's factor, silently)."""
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("other", ["mul", "scale_"])
+def test_a_dispatch_mode_that_calls_an_op_keeps_the_calls_gradient(parity_ops, torch_route, when, other):
+    """A TorchDispatchMode that calls another to_torch op before or after the one it was handed (a
+    logger's probe): that call set the eager path's thread state for itself, and the MarkDirty op's node
+    was lost (x kept its old history; w's gradient missed the write's factor, silently)."""
     from torch.utils._python_dispatch import TorchDispatchMode
-    t, p = opbuilder.to_torch(autograd_ops), opbuilder.to_torch(parity_ops)
+    p = opbuilder.to_torch(parity_ops)
+    probe = {"mul": lambda: p.mul(_f64(1.0), _f64(2.0)), "scale_": lambda: p.scale_(_f64(5.0))}[other]
 
     class CallsFirst(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            p.mul(_f64(1.0), _f64(2.0))
-            return func(*args, **(kwargs or {}))
+            if when == "before":
+                probe()
+            out = func(*args, **(kwargs or {}))
+            if when == "after":
+                probe()
+            return out
 
     ref_w = _f64(1.0, 2.0, 3.0, requires_grad=True)
     ref = ref_w * 1

@@ -728,7 +728,8 @@ class _Op:
         except BaseException:
             _flush_pending(call.vcs)  # nothing will be marked dirty: counted writes go to torch's counters
             raise
-        _mode.last = (tuple(args), call)  # for setup_context, which torch calls right after on this thread
+        if kernel:  # for setup_context, which torch calls right after on this thread (an op a dispatch mode
+            _mode.last = (tuple(args), call)  # calls after the kernel, off the registered path, keeps it)
         return res
 
     def forward_direct(self, sig: str, tpos: Tuple[int, ...], args: Sequence[Any]) -> List[torch.Tensor]:

@@ -437,11 +437,14 @@ class SavedDataOutput : public Function<SavedDataOutput> {
       ctx->SaveForBackward({out});
     }
     for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = std::exp(xc->data<double>()[i]);
+    if (nonzero && !ctx->saved_data["out"].cast<std::optional<TensorPtr>>()) {  // read as another type
+      throw std::logic_error("saved_data_output: the output kept is missing");
+    }
     return out;
   }
   static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
     const bool kept = ctx->saved_data.count("out") != 0;
-    auto a = kept ? ctx->saved_data["out"].cast<TensorPtr>() : ctx->GetSavedTensors()[0];
+    auto a = kept ? *ctx->saved_data["out"].cast<std::optional<TensorPtr>>() : ctx->GetSavedTensors()[0];
     auto b = kept ? ctx->saved_data["outs"].cast<TensorPtrList>()[1] : a;
     auto c = kept ? *ctx->saved_data["maybe"].cast<std::optional<TensorPtr>>() : a;
     auto gc = g[0]->contiguous();

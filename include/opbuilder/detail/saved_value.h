@@ -82,12 +82,14 @@ class SavedValue {
       if constexpr (kHeldKind<T> != Held::kNone) {
         if (kind_ == kHeldKind<T>) return HeldAs<T>();
       }
-      if (!obj_) {  // asked for another type: the held tensors as the Python value they stand for
-        GilForValue gil;  // (Binding<T>: any dependent type defers the binding layer's lookup)
-        if (kind_ == Held::kTensor) obj_ = PyRef::Steal(Binding<T>::ToPython(held_[0]));
-        if (kind_ == Held::kList) obj_ = PyRef::Steal(Binding<T>::ToPython(held_));
-        if (kind_ == Held::kOptional) obj_ = PyRef::Steal(Binding<T>::ToPython(HeldAs<std::optional<TensorPtr>>()));
-      }
+      // asked for another type: the held tensors as the Python value they stand for, made for this read
+      // only (the handler may replace a held tensor by its copy later: a kept object would not follow)
+      GilForValue gil;  // (Binding<T>: any dependent type defers the binding layer's lookup)
+      PyRef value;
+      if (kind_ == Held::kTensor) value = PyRef::Steal(Binding<T>::ToPython(held_[0]));
+      if (kind_ == Held::kList) value = PyRef::Steal(Binding<T>::ToPython(held_));
+      if (kind_ == Held::kOptional) value = PyRef::Steal(Binding<T>::ToPython(HeldAs<std::optional<TensorPtr>>()));
+      return Binding<T>::template FromPython<T>(value.get());
     }
     if (!obj_) throw std::runtime_error("saved_data: no value was stored under this key");
     GilForValue gil;
@@ -130,7 +132,7 @@ class SavedValue {
     }
   }
 
-  mutable PyRef obj_;  // (made from the held tensors when cast() asks for another type)
+  PyRef obj_;
   TensorPtrList held_;
   Held kind_ = Held::kNone;
 };
