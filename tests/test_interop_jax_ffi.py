@@ -431,6 +431,31 @@ def test_one_tensor_returned_as_two_outputs_gets_two_cotangents(xla_ffi_ops, use
     np.testing.assert_allclose(t.grad.asnumpy(), want, rtol=1e-14, err_msg="runtime")
 
 
+@pytest.mark.parametrize("n", [6, 20000])
+@pytest.mark.parametrize("name", ["saved_data_object_in_backward", "saved_data_handle_in_forward",
+                                  "saved_data_object_kept"])
+def test_a_saved_tensor_read_as_a_python_object_on_the_ffi_route(xla_ffi_ops, name, n):
+    """A tensor kept in saved_data, read back as a Python object (py::object, a borrowed py::handle, or
+    stored again as an object) on the XLA FFI route: the object stands for a copy of the tensor (XLA's
+    result buffer does not outlive the call), the GIL is kept while the run may still use it, and a
+    handle stays valid. (A NaN or garbage gradient at 64 KiB, or a crash.)"""
+    rng = np.random.default_rng(13)
+    x = jnp.asarray(rng.standard_normal(n)) * 0.5
+    w = jnp.asarray(rng.standard_normal(n))
+    want = np.exp(np.asarray(x)) * np.asarray(w)
+    j = opbuilder.to_jax(types.SimpleNamespace(f=getattr(xla_ffi_ops, name)))
+    assert j.f.route(x) == "xla_ffi"
+
+    def loss(a):
+        return (j.f(a) * w).sum()
+
+    np.testing.assert_allclose(np.asarray(jax.grad(loss)(x)), want, rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(loss))(x)), want, rtol=1e-13)
+    out, vjp = jax.vjp(j.f, x)
+    (jnp.ones(n) * 3.0 + w).block_until_ready()  # XLA work between the forward and the backward
+    np.testing.assert_allclose(np.asarray(vjp(w)[0]), want, rtol=1e-13)
+
+
 @pytest.mark.parametrize("n", [6, 20000])  # the function run again for the backward; a tape kept
 def test_a_tensor_kept_in_saved_data_outlives_xlas_buffers(xla_ffi_ops, n):
     """A Forward keeping its output in ctx->saved_data (alone, in a list, as an optional; stored before it

@@ -1519,6 +1519,12 @@ def op_handle(fn: Callable, *args: Any) -> Any:
     return get(*args)
 
 
+# In the operators' namespace: bumped when their kernels or fake kernels change what they give (strides,
+# outputs), so a graph inductor compiled and keeps in its on-disk cache under the old names is never
+# reused with the new kernels (its key holds the operators' names, not their code).
+_KERNELS = 2
+
+
 def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backend: str = "CPU",
              mutates: Optional[Dict[str, Sequence[int]]] = None) -> TorchOps:
     """``module``'s functions as PyTorch operators (torch tensors in and out, differentiable).
@@ -1537,7 +1543,7 @@ def to_torch(module: Any, shape_fn: Optional[Dict[str, Callable]] = None, backen
     shape_fns = companion_shape_fns(module, funcs, check_shape_fns("to_torch", funcs, shape_fn))
     writes = _check_mutates(funcs, mutates)
     base = "".join(c if c.isalnum() else "_" for c in getattr(module, "__name__", "module").split(".")[-1])
-    ns = f"opbuilder_{base}_{next(_namespaces)}"
+    ns = f"opbuilder{_KERNELS}_{base}_{next(_namespaces)}"
     lib = torch.library.Library(ns, "FRAGMENT")
     devices = ("cpu",) if backend == "CPU" else ("cuda", "cpu")
     out = TorchOps(_library=lib, _namespace=ns)

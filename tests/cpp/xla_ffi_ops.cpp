@@ -457,6 +457,48 @@ class SavedDataOutput : public Function<SavedDataOutput> {
   }
 };
 
+// exp(x), its output kept in ctx->saved_data and read back as a Python object (for a non-zero input:
+// the XLA FFI route). M 0: Backward reads it as py::object, then as a tensor; 1: Forward reads it as a
+// borrowed py::handle and uses the handle after; 2: Forward stores it again as a py::object under
+// another key, which Backward reads.
+template <int M>
+class SavedDataAsObject : public Function<SavedDataAsObject<M>> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    auto xc = x->contiguous();
+    auto out = Tensor::empty(kFloat64, x->shape());
+    bool nonzero = false;
+    for (std::int64_t i = 0; i < x->numel(); ++i) nonzero = nonzero || xc->data<double>()[i] != 0.0;
+    auto &sd = ctx->saved_data;
+    if (nonzero) sd["out"] = out; else ctx->SaveForBackward({out});
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = std::exp(xc->data<double>()[i]);
+    if (nonzero && M == 1) {
+      py::handle h = sd["out"].template cast<py::handle>();
+      if (py::cast<TensorPtr>(h)->numel() != x->numel()) throw std::logic_error("the handle's tensor");
+    }
+    if (nonzero && M == 2) sd["object"] = sd["out"].template cast<py::object>();
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    auto &sd = ctx->saved_data;
+    TensorPtr e;
+    if (sd.empty()) {
+      e = ctx->GetSavedTensors()[0];
+    } else if (M == 0) {
+      py::object o = sd["out"].template cast<py::object>();
+      e = py::cast<TensorPtr>(o);
+    } else if (M == 2) {
+      e = sd["object"].template cast<TensorPtr>();
+    } else {
+      e = sd["out"].template cast<TensorPtr>();
+    }
+    auto gc = g[0]->contiguous(), ec = e->contiguous();
+    auto r = Tensor::empty(kFloat64, g[0]->shape());
+    for (std::int64_t i = 0; i < r->numel(); ++i) r->data<double>()[i] = gc->data<double>()[i] * ec->data<double>()[i];
+    return {r};
+  }
+};
+
 // The positions 0..n-1 of x's elements as int64 (x's shape); no gradient.
 class Positions : public Function<Positions> {
  public:
@@ -506,6 +548,9 @@ OB_MODULE(m) {
   m.def("saved_data_if_nonzero", [](const TensorPtr &x) { return SavedDataIfNonzero::Apply(x); });
   m.def("dup_out", [](const TensorPtr &x) { return DupOut::Apply(x); });
   m.def("saved_data_output", [](const TensorPtr &x) { return SavedDataOutput::Apply(x); });
+  m.def("saved_data_object_in_backward", [](const TensorPtr &x) { return SavedDataAsObject<0>::Apply(x); });
+  m.def("saved_data_handle_in_forward", [](const TensorPtr &x) { return SavedDataAsObject<1>::Apply(x); });
+  m.def("saved_data_object_kept", [](const TensorPtr &x) { return SavedDataAsObject<2>::Apply(x); });
   // the GIL released: saved_data, then two threads that take the GIL (a callback into Python), joined
   m.def(
       "saved_data_then_gil_threads",

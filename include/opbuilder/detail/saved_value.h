@@ -18,8 +18,10 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "opbuilder/detail/binding.h"
+#include "opbuilder/detail/gil_free_run.h"
 #include "opbuilder/detail/pyref.h"
 #include "opbuilder/detail/visibility.h"
 #include "opbuilder/tensor.h"
@@ -43,6 +45,16 @@ class GilForValue {
   PyGILState_STATE state_;
 };
 
+// A value cast<T>() gives that holds no Python object: numbers, strings, tensors, lists and optionals
+// of them. Any other T (pybind11::object, nanobind::handle, ...) is Python's.
+template <typename T>
+struct PlainSaved : std::bool_constant<std::is_arithmetic_v<T> || std::is_same_v<T, std::string> ||
+                                       std::is_same_v<T, TensorPtr>> {};
+template <typename T>
+struct PlainSaved<std::vector<T>> : PlainSaved<T> {};
+template <typename T>
+struct PlainSaved<std::optional<T>> : PlainSaved<T> {};
+
 class SavedValue {
  public:
   SavedValue() = default;
@@ -63,6 +75,7 @@ class SavedValue {
         }
         GilForValue gil;  // (a Python value it replaces is dropped under it)
         obj_ = PyRef();
+        made_.clear();
         held_ = std::move(held);
         kind_ = kHeldKind<D>;
         return *this;
@@ -70,6 +83,7 @@ class SavedValue {
     }
     GilForValue gil;  // (the value replaced is dropped under it too)
     obj_ = PyRef::Steal(Binding<D>::ToPython(std::forward<V>(v)));
+    made_.clear();
     held_.clear();
     kind_ = Held::kNone;
     return *this;
@@ -78,17 +92,24 @@ class SavedValue {
   template <typename T>
   T cast() const {
     CheckPython();
+    if constexpr (!PlainSaved<T>::value) KeepGilForRun();
     if (kind_ != Held::kNone) {
       if constexpr (kHeldKind<T> != Held::kNone) {
         if (kind_ == kHeldKind<T>) return HeldAs<T>();
       }
-      // asked for another type: the held tensors as the Python value they stand for, made for this read
-      // only (the handler may replace a held tensor by its copy later: a kept object would not follow)
+      // asked for another type: the held tensors as the Python value they stand for, over copies of
+      // them (the run's result buffers are XLA's; a handle into what it gives stays valid while this
+      // value lives: the object is kept)
+      TensorPtrList copies = CopiesOffXla(held_);
       GilForValue gil;  // (Binding<T>: any dependent type defers the binding layer's lookup)
       PyRef value;
-      if (kind_ == Held::kTensor) value = PyRef::Steal(Binding<T>::ToPython(held_[0]));
-      if (kind_ == Held::kList) value = PyRef::Steal(Binding<T>::ToPython(held_));
-      if (kind_ == Held::kOptional) value = PyRef::Steal(Binding<T>::ToPython(HeldAs<std::optional<TensorPtr>>()));
+      if (kind_ == Held::kTensor) value = PyRef::Steal(Binding<T>::ToPython(copies[0]));
+      if (kind_ == Held::kList) value = PyRef::Steal(Binding<T>::ToPython(copies));
+      if (kind_ == Held::kOptional) {
+        value = PyRef::Steal(Binding<T>::ToPython(
+            copies.empty() ? std::optional<TensorPtr>() : std::optional<TensorPtr>(copies[0])));
+      }
+      made_.push_back(value);
       return Binding<T>::template FromPython<T>(value.get());
     }
     if (!obj_) throw std::runtime_error("saved_data: no value was stored under this key");
@@ -121,6 +142,30 @@ class SavedValue {
     }
   }
 
+  // Copies of held tensors, in memory of their own (no result buffer XLA offered is taken for them).
+  static TensorPtrList CopiesOffXla(const TensorPtrList &ts) {
+    const OfferedBuffers offered = Offered();
+    Offered() = OfferedBuffers{};
+    TensorPtrList out;
+    try {
+      for (const auto &t : ts) out.push_back(t ? t->contiguous_copy() : t);
+    } catch (...) {
+      Offered() = offered;
+      throw;
+    }
+    Offered() = offered;
+    return out;
+  }
+
+  // A Python object cast() gives may be used and dropped after it returns: in an XLA FFI run of a module
+  // function the GIL is then kept to the run's end, as a GIL check there keeps it (gil_wrap.h).
+  static void KeepGilForRun() {
+    GilFreeRunState &run = GilFreeRun();
+    if (run.depth == 0 || run.taken) return;
+    run.gil = PyGILState_Ensure();  // (nests if this thread holds it already; the run's end gives it back)
+    run.taken = true;
+  }
+
   static void CheckPython() {
     if (const char *probe = ProbeRefusesPython()) {
       throw std::runtime_error(std::string("ctx->saved_data holds Python objects (seen by ") + probe + ")");
@@ -133,6 +178,7 @@ class SavedValue {
   }
 
   PyRef obj_;
+  mutable std::vector<PyRef> made_;  // the objects reads as another type made (see cast)
   TensorPtrList held_;
   Held kind_ = Held::kNone;
 };
