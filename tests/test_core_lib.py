@@ -204,9 +204,18 @@ NEW_PROCESS = textwrap.dedent("""
 
 def _copied_cache(cache_dir: Path, tmp_path: Path) -> Path:
     """A copy of the session's cache (runtime, core and my_ops built): its files are new, so their
-    stamps are not the recorded ones."""
+    stamps are not the recorded ones. Only those builds are copied, with the cache's own files: other
+    tests' builds may be running in the session's cache (a file ninja holds for a moment, gone before
+    it is copied, failed the copy)."""
     cache = tmp_path / "cache"
-    shutil.copytree(cache_dir, cache, symlinks=True, ignore=shutil.ignore_patterns(".pch", "*.lock"))
+    keep = {"_nanobind.lib", "_obcore.lib", "my_ops"}
+
+    def ignore(directory: str, names: list) -> set:
+        if Path(directory) == cache_dir:
+            return {n for n in names if n not in keep and (n.startswith(".") or (cache_dir / n).is_dir())}
+        return {n for n in names if n == ".pch" or n.endswith(".lock") or n == ".ninja_lock"}
+
+    shutil.copytree(cache_dir, cache, symlinks=True, ignore=ignore)
     os.chmod(cache, 0o700)
     return cache
 

@@ -440,10 +440,16 @@ def test_a_saved_tensor_read_as_a_python_object_on_the_ffi_route(xla_ffi_ops, na
     result buffer does not outlive the call), the GIL is kept while the run may still use it, and a
     handle stays valid. (A NaN or garbage gradient at 64 KiB, or a crash.)"""
     rng = np.random.default_rng(13)
-    x = jnp.asarray(rng.standard_normal(n)) * 0.5
-    w = jnp.asarray(rng.standard_normal(n))
+    _exp_gives_its_gradient(getattr(xla_ffi_ops, name), jnp.asarray(rng.standard_normal(n)) * 0.5,
+                            jnp.asarray(rng.standard_normal(n)))
+
+
+def _exp_gives_its_gradient(fn, x, w):
+    """``fn`` (exp, by a Function keeping its output in saved_data) takes the XLA FFI route, and grad,
+    jit(grad) and a vjp run after other XLA work (which reuses XLA's buffers) give exp(x) * w. Returns
+    the function as to_jax gives it, the vjp's output and the gradient."""
     want = np.exp(np.asarray(x)) * np.asarray(w)
-    j = opbuilder.to_jax(types.SimpleNamespace(f=getattr(xla_ffi_ops, name)))
+    j = opbuilder.to_jax(types.SimpleNamespace(f=fn))
     assert j.f.route(x) == "xla_ffi"
 
     def loss(a):
@@ -452,8 +458,10 @@ def test_a_saved_tensor_read_as_a_python_object_on_the_ffi_route(xla_ffi_ops, na
     np.testing.assert_allclose(np.asarray(jax.grad(loss)(x)), want, rtol=1e-13)
     np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(loss))(x)), want, rtol=1e-13)
     out, vjp = jax.vjp(j.f, x)
-    (jnp.ones(n) * 3.0 + w).block_until_ready()  # XLA work between the forward and the backward
+    other = (jnp.ones(x.shape) * 3.0 + w).block_until_ready()  # XLA work between the forward and the backward
     np.testing.assert_allclose(np.asarray(vjp(w)[0]), want, rtol=1e-13)
+    assert other.shape == x.shape
+    return j, out, want
 
 
 @pytest.mark.parametrize("n", [6, 20000])  # the function run again for the backward; a tape kept
@@ -466,20 +474,8 @@ def test_a_tensor_kept_in_saved_data_outlives_xlas_buffers(xla_ffi_ops, n):
     rng = np.random.default_rng(12)
     x = jnp.asarray(rng.standard_normal(n)) + 0.1
     w = jnp.asarray(rng.standard_normal(n))
-    want = np.exp(np.asarray(x)) * np.asarray(w)
-    j = opbuilder.to_jax(types.SimpleNamespace(f=xla_ffi_ops.saved_data_output))
-    assert j.f.route(x) == "xla_ffi"
-
-    def loss(a):
-        return (j.f(a) * w).sum()
-
-    np.testing.assert_allclose(np.asarray(jax.grad(loss)(x)), want, rtol=1e-13)
-    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(loss))(x)), want, rtol=1e-13)
-    out, vjp = jax.vjp(j.f, x)
-    other = (jnp.ones(n) * 3.0 + w).block_until_ready()  # XLA work between the forward and the backward
-    np.testing.assert_allclose(np.asarray(vjp(w)[0]), want, rtol=1e-13)
+    j, out, want = _exp_gives_its_gradient(xla_ffi_ops.saved_data_output, x, w)
     np.testing.assert_allclose(np.asarray(out), np.exp(np.asarray(x)), rtol=1e-15)
-    assert other.shape == (n,)
     if n == 6:
         np.testing.assert_allclose(want, central(lambda a: float(np.sum(np.asarray(j.f(jnp.asarray(a))) *
                                                                       np.asarray(w))), np.asarray(x)),

@@ -326,47 +326,20 @@ class ConjMul : public Function<ConjMul> {
   }
 };
 
-// 2 x (float64), keeping the factor in ctx->saved_data (Python objects: refused by the XLA FFI handlers).
-class SavedData : public Function<SavedData> {
- public:
-  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
-  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
-    if (x->dtype() != kFloat64) throw std::invalid_argument("saved_data: expected float64");
-    ctx->saved_data["factor"] = 2.0;
-    return Scaled(x, 2.0);
+// Whether float64 `x` holds a non-zero element (to_jax's probe runs a function on zeros).
+bool HasNonzero(const TensorPtr &x) {
+  auto xc = x->contiguous();
+  for (std::int64_t i = 0; i < xc->numel(); ++i) {
+    if (xc->data<double>()[i] != 0.0) return true;
   }
-  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
-    return {Scaled(g[0], ctx->saved_data["factor"].cast<double>())};
-  }
+  return false;
+}
 
- private:
-  static TensorPtr Scaled(const TensorPtr &x, double f) {
-    auto out = Tensor::empty(kFloat64, x->shape());
-    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = f * x->data<double>()[i];
-    return out;
-  }
-};
-
-// 3x, keeping its factor in ctx->saved_data only when a gradient is needed (the NeedGrad idiom); no
-// shape rule, so to_jax's probe runs it.
-class SavedDataIfGrad : public Function<SavedDataIfGrad> {
- public:
-  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
-    if (ctx->NeedGrad(x)) ctx->saved_data["factor"] = 3.0;
-    return Times(x, 3.0);
-  }
-  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
-    return {Times(g[0], ctx->saved_data["factor"].cast<double>())};
-  }
-
- private:
-  static TensorPtr Times(const TensorPtr &x, double f) {
-    auto xc = x->contiguous();
-    auto out = Tensor::empty(kFloat64, x->shape());
-    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = f * xc->data<double>()[i];
-    return out;
-  }
-};
+// exp(x) into `out` (float64, contiguous, x's shape).
+void ExpInto(const TensorPtr &x, const TensorPtr &out) {
+  auto xc = x->contiguous();
+  for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = std::exp(xc->data<double>()[i]);
+}
 
 // factor * x (float64), as a new tensor.
 TensorPtr Times64(const TensorPtr &x, double factor) {
@@ -376,15 +349,39 @@ TensorPtr Times64(const TensorPtr &x, double factor) {
   return out;
 }
 
+// 2 x (float64), keeping the factor in ctx->saved_data (Python objects: the probe sends it to the host route).
+class SavedData : public Function<SavedData> {
+ public:
+  static ShapeVector InferShape(const TensorPtr &x) { return x->shape(); }
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (x->dtype() != kFloat64) throw std::invalid_argument("saved_data: expected float64");
+    ctx->saved_data["factor"] = 2.0;
+    return Times64(x, 2.0);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return {Times64(g[0], ctx->saved_data["factor"].cast<double>())};
+  }
+};
+
+// 3x, keeping its factor in ctx->saved_data only when a gradient is needed (the NeedGrad idiom); no
+// shape rule, so to_jax's probe runs it.
+class SavedDataIfGrad : public Function<SavedDataIfGrad> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (ctx->NeedGrad(x)) ctx->saved_data["factor"] = 3.0;
+    return Times64(x, 3.0);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return {Times64(g[0], ctx->saved_data["factor"].cast<double>())};
+  }
+};
+
 // 4x, keeping its factor in ctx->saved_data only for an input with a non-zero element: to_jax's probe
 // runs on zeros and does not see the use, so the call takes the XLA FFI route.
 class SavedDataIfNonzero : public Function<SavedDataIfNonzero> {
  public:
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
-    auto xc = x->contiguous();
-    bool nonzero = false;
-    for (std::int64_t i = 0; i < xc->numel(); ++i) nonzero = nonzero || xc->data<double>()[i] != 0.0;
-    if (nonzero) ctx->saved_data["factor"] = 4.0;
+    if (HasNonzero(x)) ctx->saved_data["factor"] = 4.0;
     return Times64(x, 4.0);
   }
   static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
@@ -425,10 +422,8 @@ class DupOut : public Function<DupOut> {
 class SavedDataOutput : public Function<SavedDataOutput> {
  public:
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
-    auto xc = x->contiguous();
     auto out = Tensor::empty(kFloat64, x->shape());
-    bool nonzero = false;
-    for (std::int64_t i = 0; i < x->numel(); ++i) nonzero = nonzero || xc->data<double>()[i] != 0.0;
+    const bool nonzero = HasNonzero(x);
     if (nonzero) {
       ctx->saved_data["out"] = out;
       ctx->saved_data["outs"] = TensorPtrList{out, out};
@@ -436,7 +431,7 @@ class SavedDataOutput : public Function<SavedDataOutput> {
     } else {
       ctx->SaveForBackward({out});
     }
-    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = std::exp(xc->data<double>()[i]);
+    ExpInto(x, out);
     if (nonzero && !ctx->saved_data["out"].cast<std::optional<TensorPtr>>()) {  // read as another type
       throw std::logic_error("saved_data_output: the output kept is missing");
     }
@@ -465,13 +460,11 @@ template <int M>
 class SavedDataAsObject : public Function<SavedDataAsObject<M>> {
  public:
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
-    auto xc = x->contiguous();
     auto out = Tensor::empty(kFloat64, x->shape());
-    bool nonzero = false;
-    for (std::int64_t i = 0; i < x->numel(); ++i) nonzero = nonzero || xc->data<double>()[i] != 0.0;
+    const bool nonzero = HasNonzero(x);
     auto &sd = ctx->saved_data;
     if (nonzero) sd["out"] = out; else ctx->SaveForBackward({out});
-    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = std::exp(xc->data<double>()[i]);
+    ExpInto(x, out);
     if (nonzero && M == 1) {
       py::handle h = sd["out"].template cast<py::handle>();
       if (py::cast<TensorPtr>(h)->numel() != x->numel()) throw std::logic_error("the handle's tensor");
