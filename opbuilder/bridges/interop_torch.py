@@ -532,7 +532,7 @@ class _Op:
         except BaseException as e:
             _flush_pending(vcs)  # no ctx.mark_dirty will follow: writes the runtime counted go to torch now
             if watch is not None:
-                self._count_unannounced(sig, watch)
+                self._unannounced(sig, args, watch, raised=True)
             if isinstance(e, RuntimeError) and _rules.is_leaf_write_refusal(e):  # torch's words for its own
                 raise _torch_write_refusal(e, args) from None  # tensors, as the bridge gives them
             raise
@@ -585,33 +585,30 @@ class _Op:
                 return True
         return False
 
-    def _count_unannounced(self, sig: str, watch: Sequence[Any]) -> None:
-        """After a watched call that raised: each argument it wrote unseen (no MarkDirty) counts one write
-        on its version counter, as torch's own in-place op that fails midway leaves it, and the signature is
-        watched from now on. (The call's own error is the one raised.)"""
-        for k, w in enumerate(watch):
-            if w is None or w[0].written or _digest(w[2]) == w[1] or _explained(watch, k):
-                continue
-            self.watched.add(sig)
-            self.checked.pop(sig, None)
-            if not w[0].t.is_inference() and not getattr(w[0], "copy", False):  # (a copy: not the caller's)
-                _increment_version((w[0].counter(),))
-
-    def _unannounced(self, sig: str, args: Sequence[Any], watch: Sequence[Any]) -> None:
+    def _unannounced(self, sig: str, args: Sequence[Any], watch: Sequence[Any], raised: bool = False) -> None:
         """After a watched call: each tensor argument it wrote (not declared in ``mutates``, not marked dirty)
         counts one write on its version counter, as torch's out= does; one that requires grad is an error
-        (torch refuses out= into it before the call; undeclared, the write is only seen after)."""
+        (torch refuses out= into it before the call; undeclared, the write is only seen after). ``raised``:
+        the call raised (its error is the one raised, and a write into a copy it got is nothing): the writes
+        count, as after torch's own in-place op that fails midway, and the signature is watched from now."""
         flat = [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
         for k, (t, w) in enumerate(zip(flat, watch)):
             if w is None or w[0].written or _digest(w[2]) == w[1] or _explained(watch, k):
                 continue
+            if raised:
+                self.watched.add(sig)
+                self.checked.pop(sig, None)
             if w[0].t.is_neg() or w[0].t.is_conj():  # the op wrote the resolved copy it got
+                if raised:
+                    continue
                 raise RuntimeError(_resolved_view_write_message(self.name, k, w[0].t, "an undeclared write"))
             if t.is_inference() and not w[0].t.is_inference():  # the op wrote the copy it got
+                if raised:
+                    continue
                 raise RuntimeError(_inference_write_message(self.name, k, "an undeclared write"))
             if not w[0].t.is_inference():  # (which has no counter)
                 _increment_version((w[0].counter(),))
-            if t.requires_grad and getattr(_mode, "grad", True):
+            if not raised and t.requires_grad and getattr(_mode, "grad", True):
                 raise RuntimeError(
                     f"{self.name}() wrote tensor argument {k} in place, which requires grad; functions with "
                     f"out=... arguments don't support automatic differentiation. Its data has already changed: "
@@ -1017,11 +1014,8 @@ def _marked(call: _Call) -> None:
         if k in call.alias:
             vc.off -= 1
             vc.pending = 0
-        elif vc.pending:
-            vc.off -= vc.pending
-            for _ in range(vc.pending):
-                _increment_version((vc.counter(),))
-            vc.pending = 0
+        else:
+            _flush_pending((vc,))
 
 
 _MARK: List[torch.Tensor] = []
