@@ -177,6 +177,15 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def wheel_command(pkgdir: str, wheel_dir: str) -> List[str]:
+    """The pip command that builds the package in directory ``pkgdir`` into ``wheel_dir``. Both are given to
+    pip as absolute paths: a bare relative name (``pkg``) would be read by pip as a project to download from
+    the index, not as this directory."""
+    from pathlib import Path
+    return [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w",
+            str(Path(wheel_dir).resolve()), str(Path(pkgdir).resolve())]
+
+
 def _cmd_wheel(args: argparse.Namespace) -> int:
     """``pip wheel --no-build-isolation --no-deps PKGDIR -w DIR``: the package's build-backend
     (opbuilder.build_meta) compiles its operators into the wheel with this Python and this opbuilder."""
@@ -187,16 +196,16 @@ def _cmd_wheel(args: argparse.Namespace) -> int:
     if not (pkg / "pyproject.toml").is_file():
         raise FileNotFoundError(f"{pkg} has no pyproject.toml: give the directory of a package whose "
                                 f"pyproject.toml names build-backend = \"opbuilder.build_meta\" (docs/shipping.md)")
-    out = Path(args.wheel_dir)
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out), str(pkg)]
+    out = Path(args.wheel_dir).resolve()
+    before = {p: p.stat().st_mtime_ns for p in out.glob("*.whl")} if out.is_dir() else {}
+    cmd = wheel_command(args.pkgdir, args.wheel_dir)
     res = subprocess.run(cmd, stdout=None if args.verbose else subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if res.returncode != 0:
         print(res.stdout or "", end="", file=sys.stderr)
         print(f"opbuilder: error: {' '.join(cmd)} exited with status {res.returncode}", file=sys.stderr)
         return 1
-    for line in (res.stdout or "").splitlines():
-        if "Stored in directory" in line or "Saved " in line:
-            print(line.strip())
+    for wheel in sorted(p for p in out.glob("*.whl") if before.get(p) != p.stat().st_mtime_ns):
+        print(f"opbuilder: wrote {wheel}")
     return 0
 
 

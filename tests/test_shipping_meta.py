@@ -2,11 +2,15 @@
 errors: no compiler (tests/test_shipping.py builds and runs the wheels)."""
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import sysconfig
 
 import pytest
 
+from builder_util import copied_session_cache
+from op_util import ROOT
 from opbuilder import NoBuildError, build_meta, cli
 from opbuilder.native.abi import python_api, wheel_tag
 
@@ -68,6 +72,30 @@ def test_the_wheel_command_needs_a_pyproject(tmp_path, capsys):
     assert capsys.readouterr().err == (f"opbuilder: error: {tmp_path} has no pyproject.toml: give the directory of a "
                                        f"package whose pyproject.toml names build-backend = \"opbuilder.build_meta\" "
                                        f"(docs/shipping.md)\n")
+
+
+def test_the_wheel_command_gives_pip_the_directory_not_a_project_name(tmp_path, monkeypatch):
+    # `wheel pkg` from the package's parent: pip read a bare "pkg" as a project to download from the index
+    monkeypatch.chdir(tmp_path)
+    assert cli.wheel_command("pkg", "dist") == [sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
+                                                 "--no-deps", "-w", str(tmp_path / "dist"), str(tmp_path / "pkg")]
+    assert cli.wheel_command("./pkg/", "../w")[-3:] == ["-w", str(tmp_path.parent / "w"), str(tmp_path / "pkg")]
+
+
+def test_a_wheels_operators_build_with_no_background_precompile(my_ops, cache_dir, tmp_path):
+    # build_wheel builds them in a temporary cache, deleted with the wheel's work: the detached precompile of
+    # the header that a cache's first build starts, still writing there, failed the deletion ("Directory not
+    # empty") or left the directory behind
+    work = tmp_path / "work"
+    work.mkdir()
+    copied_session_cache(cache_dir, work / "cache", keep=("_nanobind.lib", "_obcore.lib"))
+    project = tmp_path / "pkg"
+    shutil.copytree(ROOT / "examples" / "shipped_pkg", project)
+    before = os.environ.get("OPBUILDER_PCH")
+    files, _ = build_meta.build_ops(project, work)
+    assert [f for f in files if f.startswith("shipped_pkg/_opbuilder/shipped_ops.")]
+    assert not (work / "cache" / ".pch").exists()
+    assert os.environ.get("OPBUILDER_PCH") == before
 
 
 def _recorded(top, name, src, read=()):
