@@ -25,6 +25,7 @@ editable installs are hatchling's own (a development install builds on first use
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -33,7 +34,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from hatchling import build as _backend
 
@@ -110,6 +111,27 @@ def _package_dir(project: Path, op: Dict[str, Any]) -> Path:
 def build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
     """Compile the operators of ``project`` (read_ops); the files to add to the wheel (path in the
     wheel -> bytes) and the wheel tag they need."""
+    with _no_background_pch():
+        return _build_ops(project, out)
+
+
+@contextlib.contextmanager
+def _no_background_pch() -> Iterator[None]:
+    """OPBUILDER_PCH=0 while the operators build: a cache's first build starts a detached process that
+    precompiles the header for later builds, and this cache is a temporary directory deleted with the
+    wheel's work (the process still writing there failed the deletion, or left the directory behind)."""
+    prior = os.environ.get("OPBUILDER_PCH")
+    os.environ["OPBUILDER_PCH"] = "0"
+    try:
+        yield
+    finally:
+        if prior is None:
+            os.environ.pop("OPBUILDER_PCH", None)
+        else:
+            os.environ["OPBUILDER_PCH"] = prior
+
+
+def _build_ops(project: Path, out: Path) -> Tuple[Dict[str, bytes], str]:
     from . import builder as B
     from .cache.file_hash import HASH
     from .cache.publish import load_record, recorded_inputs

@@ -131,6 +131,23 @@ def copy_cache(cache: Path, dst: Path) -> Path:
     return dst
 
 
+def copied_session_cache(cache_dir: Path, cache: Path, keep=("_nanobind.lib", "_obcore.lib", "my_ops")) -> Path:
+    """A copy at ``cache`` of the session's cache with only the builds named in ``keep`` (by default the
+    runtime, the core library and my_ops), with the cache's own files: its files are new, so their stamps
+    are not the recorded ones. Other tests' builds may be running in the session's cache (a file ninja
+    holds for a moment, gone before it is copied, failed the copy), so nothing else is copied."""
+    keep = set(keep)
+
+    def ignore(directory: str, names: list) -> set:
+        if Path(directory) == cache_dir:
+            return {n for n in names if n not in keep and (n.startswith(".") or (cache_dir / n).is_dir())}
+        return {n for n in names if n == ".pch" or n.endswith(".lock") or n == ".ninja_lock"}
+
+    shutil.copytree(cache_dir, cache, symlinks=True, ignore=ignore)
+    os.chmod(cache, 0o700)
+    return cache
+
+
 def key_dir(cache: Path, name: str) -> Path:
     """The one published build of operator ``name`` in ``cache``."""
     dirs = [d for d in (cache / name).iterdir() if d.name not in ("build", "deps") and not d.name.startswith(".")]

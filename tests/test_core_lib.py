@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import opbuilder.native.headers as headers
-from builder_util import PYTHON, child_env
+from builder_util import PYTHON, child_env, copied_session_cache
 from op_util import CUSTOM_SRC, ROOT, load_op
 from opbuilder import CustomOpBuilder
 from opbuilder import builder as B
@@ -202,26 +202,8 @@ NEW_PROCESS = textwrap.dedent("""
 """)
 
 
-def _copied_cache(cache_dir: Path, tmp_path: Path) -> Path:
-    """A copy of the session's cache (runtime, core and my_ops built): its files are new, so their
-    stamps are not the recorded ones. Only those builds are copied, with the cache's own files: other
-    tests' builds may be running in the session's cache (a file ninja holds for a moment, gone before
-    it is copied, failed the copy)."""
-    cache = tmp_path / "cache"
-    keep = {"_nanobind.lib", "_obcore.lib", "my_ops"}
-
-    def ignore(directory: str, names: list) -> set:
-        if Path(directory) == cache_dir:
-            return {n for n in names if n not in keep and (n.startswith(".") or (cache_dir / n).is_dir())}
-        return {n for n in names if n == ".pch" or n.endswith(".lock") or n == ".ninja_lock"}
-
-    shutil.copytree(cache_dir, cache, symlinks=True, ignore=ignore)
-    os.chmod(cache, 0o700)
-    return cache
-
-
 def test_a_damaged_core_library_is_built_again(nb_ops, cache_dir, tmp_path):
-    cache = _copied_cache(cache_dir, tmp_path)
+    cache = copied_session_cache(cache_dir, tmp_path / "cache")
     core = next(p for p in cache.glob(f"_obcore.lib/*/{CORE_FILE}") if p.parent.name != "build")
     data = bytearray(core.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, other bytes
@@ -251,7 +233,7 @@ WARM_NO_LOOKUP = textwrap.dedent("""
 
 
 def test_a_warm_load_takes_the_runtime_and_core_from_the_operators_record(nb_ops, cache_dir, tmp_path):
-    cache = _copied_cache(cache_dir, tmp_path)
+    cache = copied_session_cache(cache_dir, tmp_path / "cache")
     src = str(CUSTOM_SRC / "function_ops.cpp")
     env = child_env(OPBUILDER_CACHE_DIR=str(cache))
     first = subprocess.run([PYTHON, "-c", NEW_PROCESS, src], capture_output=True, text=True, timeout=600, env=env)
@@ -344,7 +326,7 @@ TWO_VERSIONS = textwrap.dedent("""
 def test_operators_built_from_other_headers_each_use_their_own_core_in_one_process(nb_ops, cache_dir, tmp_path):
     """Both core libraries are loaded with RTLD_GLOBAL; each operator must bind to the one built from
     its headers (the tag in the symbol names), never to the first one loaded."""
-    cache = _copied_cache(cache_dir, tmp_path)  # its runtime and core library; the session's cache keeps one
+    cache = copied_session_cache(cache_dir, tmp_path / "cache")  # its runtime and core library; the session's cache keeps one
     include = tmp_path / "include"
     shutil.copytree(ROOT / "include", include)
     bridge = include / "opbuilder" / "detail" / "runtime_bridge.h"
