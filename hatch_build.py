@@ -11,6 +11,7 @@ the first load() then builds the runtime (the JIT fallback), as before.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -29,8 +30,9 @@ class NativeRuntimeHook(BuildHookInterface):
         if self.target_name != "wheel" or os.environ.get("OPBUILDER_SKIP_NATIVE", "") not in ("", "0"):
             return
         editable = version == "editable"
-        dest = Path(self.root, "opbuilder", "_native") if editable else \
-            Path(tempfile.mkdtemp(prefix="opbuilder-wheel-")) / "_native"
+        if not editable:  # the files go into the wheel from a directory removed once it is written (finalize)
+            self._scratch = tempfile.mkdtemp(prefix="opbuilder-wheel-")
+        dest = Path(self.root, "opbuilder", "_native") if editable else Path(self._scratch) / "_native"
         sys.path.insert(0, self.root)  # the opbuilder being installed, not one already installed
         start = time.perf_counter()
         try:
@@ -50,3 +52,9 @@ class NativeRuntimeHook(BuildHookInterface):
         if not editable:
             for f in sorted(dest.iterdir()):
                 build_data["force_include"][str(f)] = f"opbuilder/_native/{f.name}"
+
+    def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:
+        scratch = getattr(self, "_scratch", None)
+        if scratch is not None:  # the wheel holds its copies now (~80 MB, left in /tmp on every build before)
+            shutil.rmtree(scratch, ignore_errors=True)
+            self._scratch = None

@@ -52,14 +52,19 @@ def shipped_site(shared: Path) -> Path:
         dist.mkdir(parents=True)
         py = sys.executable
         pip = [py, "-m", "pip", "-q", "--disable-pip-version-check"]
+        tmp = work / "tmp"  # the builds' temporary directories: each removes its own
+        tmp.mkdir()
         # its compiles reuse those of tests/test_shipping_pch.py's build (the same files and Python), if first
         _run([*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", dist, ROOT],
-             wheel_env(None, launcher_env(shared)), work)
+             wheel_env(None, {**launcher_env(shared), "TMPDIR": str(tmp)}), work)
         (opbuilder_wheel,) = dist.glob("opbuilder-*.whl")
         _run([*pip, "install", "--no-deps", "--target", site, opbuilder_wheel], wheel_env(None), work)
         src = work / "shipped_pkg"  # a copy: the build writes nothing into the checkout
         shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("__pycache__", "build", "dist", "*.egg-info"))
-        _run([*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", dist, src], wheel_env(site), work)
+        _run([*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", dist, src], wheel_env(site, {"TMPDIR": str(tmp)}),
+             work)
+        left = sorted(p.name for p in tmp.glob("opbuilder-wheel-*"))
+        assert not left, f"the wheel builds left their temporary directories: {left}"  # (hatch_build.py leaked ~80 MB)
         (pkg_wheel,) = dist.glob("shipped_pkg-*.whl")
         _run([*pip, "install", "--no-deps", "--target", site, pkg_wheel], wheel_env(None), work)
         (work / "done").touch()
