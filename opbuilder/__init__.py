@@ -82,6 +82,11 @@ def load(name, sources, **kwargs):
 __all__.append("NoBuildError")  # shipping: docs/shipping.md
 
 
+# CustomOpBuilder's arguments after name and sources, in its order (load_inline and Inline pass them on)
+BUILDER_KEYWORDS = ("backend", "include_paths", "cflags", "ldflags", "cuda_cflags", "cuda_arch", "build_dir",
+                    "debug_mode", "verbose", "binding")
+
+
 class CustomOpBuilder:
     """Build C++ (or CUDA) sources into a Python extension module, on first use, and load it.
 
@@ -135,8 +140,7 @@ class CustomOpBuilder:
             cuda_cflags = option_flags(kwargs.pop("cuda_arch"), cuda_cflags)
         if kwargs:
             raise TypeError(f"CustomOpBuilder got unexpected keyword argument(s) {', '.join(sorted(kwargs))}; "
-                            f"accepted: name, sources, backend, include_paths, cflags, ldflags, cuda_cflags, "
-                            f"cuda_arch, build_dir, debug_mode, verbose, binding")
+                            f"accepted: name, sources, {', '.join(BUILDER_KEYWORDS)}")
         try:
             self.spec = make_spec(name, sources, backend, "module", include_paths, cflags, cuda_cflags, ldflags,
                                   debug_mode, verbose_requested(verbose), cache_root(build_dir), binding)

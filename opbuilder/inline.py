@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Union
 
-from . import CustomOpBuilder
+from . import BUILDER_KEYWORDS, CustomOpBuilder
 from .spec import cache_root
 from .warm import trusted_as_given
 
@@ -155,6 +155,15 @@ def _described(who: str, name: object, cpp_sources: Sources, functions: Union[No
     return cpp, cuda, _functions(name, functions)
 
 
+def _check_options(who: str, options: Dict[str, Any]) -> None:
+    """TypeError for a keyword CustomOpBuilder does not take (torch's ``extra_cflags``), before anything is
+    written: ``Inline`` would only have failed later, inside load_many, naming CustomOpBuilder."""
+    unknown = sorted(set(options) - set(BUILDER_KEYWORDS))
+    if unknown:
+        raise TypeError(f"{who} got unexpected keyword argument(s) {', '.join(unknown)}; accepted: name, "
+                        f"cpp_sources, functions, cuda_sources, and CustomOpBuilder's {', '.join(BUILDER_KEYWORDS)}")
+
+
 def _builder(name: str, cpp: str, cuda: str, funcs: Dict[str, str], builder_options: Dict[str, Any]
              ) -> CustomOpBuilder:
     """The ``CustomOpBuilder`` of checked inline sources, with their files written into the cache."""
@@ -208,6 +217,7 @@ def load_inline(name: str, cpp_sources: Sources, functions: Union[None, Sequence
     ``cuda_sources.cu``; a list of strings is joined with newlines).
     """
     cpp, cuda, funcs = _described("load_inline", name, cpp_sources, functions, cuda_sources)
+    _check_options("load_inline", builder_options)
     return load_built(_builder(name, cpp, cuda, funcs, builder_options))
 
 
@@ -223,6 +233,7 @@ class Inline:
     def __init__(self, name: str, cpp_sources: Sources, functions: Union[None, Sequence[str], Dict[str, str]] = None,
                  cuda_sources: Optional[Sources] = None, **options: Any) -> None:
         cpp, cuda, funcs = _described("Inline", name, cpp_sources, functions, cuda_sources)
+        _check_options("Inline", options)
         self.name, self.cpp_sources, self.cuda_sources, self.functions = name, cpp, cuda, funcs
         self.options = dict(options)
         self._key = (name, cpp, cuda, tuple(funcs.items()), repr(sorted(self.options.items())))

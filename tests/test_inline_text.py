@@ -58,3 +58,16 @@ def test_an_emoji_in_a_docstring_builds_and_reads_back(cache_dir):
     doc = "smile \U0001f642, caf\u00e9"
     m = opbuilder.load_inline("inline_doc_emoji", "int a() { return 1; }\n", functions={"a": doc})
     assert m.a() == 1 and m.a.__doc__.endswith(doc)
+
+
+@pytest.mark.parametrize("who", ["Inline", "load_inline"])
+def test_a_keyword_customopbuilder_does_not_take_is_refused_before_anything_is_written(who, tmp_path, monkeypatch):
+    # Inline took torch's extra_cflags silently: load_many failed the item later, naming CustomOpBuilder
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(tmp_path / "cache"))
+    make = getattr(inline, who)
+    with pytest.raises(TypeError) as e:
+        make("kw", "double f(double x) { return x; }", functions=["f"], extra_cflags=["-O2"], verbos=True)
+    assert str(e.value) == (f"{who} got unexpected keyword argument(s) extra_cflags, verbos; accepted: name, "
+                            "cpp_sources, functions, cuda_sources, and CustomOpBuilder's backend, include_paths, "
+                            "cflags, ldflags, cuda_cflags, cuda_arch, build_dir, debug_mode, verbose, binding")
+    assert not (tmp_path / "cache").exists()
