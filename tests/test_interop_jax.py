@@ -138,6 +138,13 @@ def test_unsupported_argument(my_ops):
         j.mul(jnp.ones(2), {})
     with pytest.raises(TypeError, match=r"^mul: a JAX operator needs at least one array argument$"):
         j.mul(1.0, 2.0)
+    # a list of arrays was read as "no array argument"
+    for box in (list, tuple):
+        with pytest.raises(TypeError) as e:
+            j.mul(box([jnp.ones(2), jnp.ones(2)]), 2.0)
+        assert str(e.value) == (f"mul: argument 0 is a {box.__name__} of arrays; to_jax passes arrays one by one (a "
+                                f"list of tensors, TensorPtrList, is not supported): bind a function that takes each "
+                                f"tensor as its own argument")
 
 
 def test_op_errors_reach_the_caller(my_ops):

@@ -371,6 +371,11 @@ def _check_mutates(funcs: Dict[str, Callable], mutates: Any) -> Dict[str, Tuple[
 
 def _wrapper(op: _JaxOp) -> Callable:
     def call(*args: Any) -> Any:
+        for k, a in enumerate(args):
+            if isinstance(a, (list, tuple)) and any(_is_array(x) for x in a):
+                raise TypeError(f"{op.name}: argument {k} is a {type(a).__name__} of arrays; to_jax passes arrays "
+                                f"one by one (a list of tensors, TensorPtrList, is not supported): bind a function "
+                                f"that takes each tensor as its own argument")
         args = tuple(a if _is_array(a) else plain_static(a) for a in args)
         positions = tuple(k for k, a in enumerate(args) if _is_array(a))
         statics = tuple(a for a in args if not _is_array(a))
