@@ -47,6 +47,8 @@ def __getattr__(name: str) -> Any:
         from .interop import dlpack_input as value
     elif name == "share_version":  # an argument returned unchanged: a view of it (call_rules.h ShareVersion)
         from .call_rules import share_alias as value
+    elif name == "share_counter":  # one tensor an op returned twice: one counter (call_rules.h ShareCounter)
+        from .versions import share_version as value
     elif name == "rebase_view":  # MarkDirty on a view (include/opbuilder/detail/call_rules.h)
         from .call_rules import rebase_view as value
     elif name == "refresh_view_arg":  # a view argument read after its base was written (call_rules.h)

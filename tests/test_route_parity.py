@@ -46,6 +46,8 @@ class _TorchNative:
     mul = staticmethod(lambda x, y: x * y)
     scale_ = staticmethod(lambda x: x.mul_(3.0))
     ident = staticmethod(lambda x: x.view_as(x))
+    dup = staticmethod(lambda x: (lambda y: (y, y))(x * 2.0))
+    head = staticmethod(lambda x: x[:2])
 
 
 # ---- the scenarios, written once against a framework adapter ------------------------------------
@@ -68,6 +70,9 @@ class _TorchSide:
     def mul_inplace(self, t, k):
         t.mul_(k)
 
+    def no_grad(self):
+        return torch.no_grad()
+
 
 class _RuntimeSide:
     def __init__(self, ops):
@@ -88,6 +93,9 @@ class _RuntimeSide:
 
     def mul_inplace(self, t, k):
         t *= k
+
+    def no_grad(self):
+        return rt.no_grad()
 
 
 def s_mul(side):
@@ -146,7 +154,48 @@ def s_saved_input_changed(side):
     return None, []
 
 
-SCENARIOS = {"mul": s_mul, "scale_nonleaf": s_scale_nonleaf, "ident_after_mul": s_ident_after_mul,
+def s_dup(side):
+    """One new tensor returned as two outputs: its gradient is whole, from either (torch: one object)."""
+    x = side.leaf(X)
+    a, b = side.ops.dup(x)
+    return side.value(a), side.grads((a * side.const(W)).sum() + (b * side.const(W2)).sum(), [x])
+
+
+def s_dup_written(side):
+    """A write through one of the two outputs is a write of the other: a saved one is stale at backward."""
+    x = side.leaf(X)
+    a, b = side.ops.dup(x)
+    loss = (b * b).sum()
+    with side.no_grad():  # (the runtime writes no recorded output with grad on)
+        side.mul_inplace(a, 10.0)
+    with pytest.raises(RuntimeError, match=STALE):
+        side.grads(loss, [x])
+    return side.value(b), []
+
+
+def s_head(side):
+    """An output Forward builds over its argument's memory is a view of it: values and gradients."""
+    x = side.leaf(X)
+    v = side.ops.head(x * 1)
+    return side.value(v), side.grads((v * side.const(W[:2])).sum(), [x])
+
+
+def s_head_written(side):
+    """A write into the argument after the call is seen by what saved the view (torch: x[:2] shares x's counter)."""
+    x = side.leaf(X)
+    h = x * 1
+    v = side.ops.head(h)
+    loss = (v * v).sum()
+    with side.no_grad():
+        side.mul_inplace(h, 10.0)
+    # torch's words for its own Function's view output (the torch routes), or for its x[:2] (the reference)
+    with pytest.raises(RuntimeError, match=STALE + r"|is a view and its base or another view of its base has been "
+                                                   r"modified inplace\. This view was created inside a custom Function"):
+        side.grads(loss, [x])
+    return side.value(v), []
+
+
+SCENARIOS = {"mul": s_mul, "dup": s_dup, "dup_written": s_dup_written, "head": s_head, "head_written": s_head_written, "scale_nonleaf": s_scale_nonleaf, "ident_after_mul": s_ident_after_mul,
              "ident_chain": s_ident_chain, "leaf_write_refused": s_leaf_write_refused,
              "saved_input_changed": s_saved_input_changed,
              **{f"scale_view_{k}": _s_scale_view(v) for k, v in VIEWS.items()}}
@@ -174,14 +223,15 @@ def test_runtime_eager(parity_ops, name):
     _same(SCENARIOS[name](_RuntimeSide(parity_ops)), _expected(name))
 
 
-@pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain"]
-                         + [f"scale_view_{k}" for k in VIEWS])
+@pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain", "dup", "dup_written",
+                                  "head", "head_written"] + [f"scale_view_{k}" for k in VIEWS])
 def test_runtime_jit_first_call_and_replay(parity_ops, name):
     """The op calls under runtime.jit: the first call (which traces) and a replay each run every op once."""
     side = _RuntimeSide(parity_ops)
     scenario = SCENARIOS[name]
     want = _expected(name)
-    jitted = types.SimpleNamespace(**{n: rt.jit(getattr(parity_ops, n)) for n in ("mul", "scale_", "ident")})
+    jitted = types.SimpleNamespace(**{n: rt.jit(getattr(parity_ops, n)) for n in ("mul", "scale_", "ident", "dup",
+                                                                                  "head")})
     side.ops = jitted
     for _ in range(2):  # trace, then replay
         _same(scenario(side), want)
@@ -202,6 +252,20 @@ def test_torch_eager_routes(parity_ops, torch_route, name):
     ops = opbuilder.to_torch(parity_ops)
     for _ in range(2):
         _same(SCENARIOS[name](_TorchSide(ops)), _expected(name))
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_one_tensor_returned_twice_is_one_object(parity_ops, torch_route, grad):
+    """As torch's own Function returns it, on both torch routes (recording a node, or not). The runtime's
+    recording call returns two objects, each output its own gradient slot as on JAX, over one version
+    counter. (A recording call returned two objects over one memory, each with its own counter: a write
+    through one left a saved other stale, and the gradient silently wrong: s_dup_written.)"""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(2):
+        a, b = ops.dup(torch.tensor(X, requires_grad=grad))
+        assert a is b
+        a, b = parity_ops.dup(Tensor(np.array(X), requires_grad=grad))
+        assert a._vc is b._vc and a._vc is not rt.versions.UNWRITTEN if grad else a is b
 
 
 TORCH_SECOND_TIME = (r"^Trying to backward through the graph a second time \(or directly access saved tensors after "
@@ -230,7 +294,8 @@ def test_torch_second_backward_without_retain_graph(parity_ops, torch_route):
         np.testing.assert_allclose(b.grad.numpy(), 2 * Y, rtol=1e-15, err_msg=f"call {call}, retained")
 
 
-@pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain"])
+@pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain", "dup", "dup_written",
+                                  "head", "head_written"])
 def test_torch_compile(parity_ops, name):
     """Compiled after one eager call of each op: an op that writes or returns its argument is then
     run outside the graph (torch's custom ops may not alias their inputs), the rest in it."""
@@ -238,8 +303,10 @@ def test_torch_compile(parity_ops, name):
     ops.mul(torch.ones(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64))
     ops.scale_(torch.ones(4, dtype=torch.float64))
     ops.ident(torch.ones(4, dtype=torch.float64))
+    ops.dup(torch.ones(4, dtype=torch.float64))
+    ops.head(torch.ones(4, dtype=torch.float64))
     compiled = types.SimpleNamespace(**{n: torch.compile(getattr(ops, n), backend="aot_eager")
-                                        for n in ("mul", "scale_", "ident")})
+                                        for n in ("mul", "scale_", "ident", "dup", "head")})
     _same(SCENARIOS[name](_TorchSide(compiled)), _expected(name))
 
 
@@ -286,6 +353,26 @@ def test_torch_compile_of_an_in_place_op_never_seen_eagerly_is_a_named_error(par
     with pytest.raises(RuntimeError, match=r"scale_ writes its argument in place \(MarkDirty\), which a compiled "
                                            r"graph cannot express, and its first call was compiled"):
         f(x * 1).sum().backward()
+
+
+def test_torch_compile_of_an_op_returning_one_tensor_twice_first_is_a_named_error(parity_ops):
+    """The attack's case: a graph traced before any eager call took the two outputs for two tensors, and a
+    write through one was not seen through the other (eager: one object). Now the documented refusal, then
+    the op runs outside the graph, as eagerly."""
+    ops = opbuilder.to_torch(parity_ops, shape_fn={"dup": lambda x: [opbuilder.Spec(x.shape, x.dtype)] * 2})
+
+    def f(x):
+        a, b = ops.dup(x)
+        a.add_(1)
+        return b * 1
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match=r"^dup returns one tensor as two of its outputs, which a compiled graph "
+                                           r"cannot express .*its first call was compiled: torch.compile now leaves "
+                                           r"it out of the graph"):
+        torch.compile(f, backend="aot_eager")(torch.tensor(X))
+    torch._dynamo.reset()
+    np.testing.assert_allclose(torch.compile(f, backend="aot_eager")(torch.tensor(X)).numpy(), 2 * X + 1)
+    np.testing.assert_allclose(f(torch.tensor(X)).numpy(), 2 * X + 1)
 
 
 def test_torch_compile_keeps_an_in_place_call_whose_result_is_unused(parity_ops):

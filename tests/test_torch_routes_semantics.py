@@ -326,6 +326,25 @@ def test_markdirty_bumps_the_version_once_from_the_first_call(parity_ops, torch_
                 assert x.grad_fn is not None and "Mul" not in type(x.grad_fn).__name__, (shape, call)
 
 
+@pytest.mark.parametrize("grad", [True, False])
+def test_markdirty_of_an_argument_returned_twice_bumps_the_version_once(parity_ops, torch_route, grad):
+    """scale_twice_ writes x once (MarkDirty) and returns it as both outputs: one write, one bump, and the
+    outputs are x itself. The registered operator's first call bumped it twice (ctx.mark_dirty(x, x)); the
+    bridge once."""
+    ops = opbuilder.to_torch(parity_ops)
+    for call in range(3):
+        a = torch.ones(4, dtype=torch.float64, requires_grad=grad)
+        x = a * 1 if grad else a
+        v = x._version
+        r0, r1 = ops.scale_twice_(x)
+        assert r0 is x and r1 is x, call
+        assert x._version == v + 1, call
+        assert torch.equal(x.detach(), torch.full((4,), 3.0, dtype=torch.float64)), call
+        if grad:
+            (g,) = torch.autograd.grad(x.sum(), a)
+            assert torch.equal(g, torch.full((4,), 3.0, dtype=torch.float64)), call
+
+
 # ---- writes a call could not see or that a refusal kept out: torch's counters, on every call -------------
 SAVED_CHANGED = r"modified by an inplace operation"
 

@@ -230,6 +230,10 @@ struct TensorAccess {
   static const void *Read(const Tensor &t) { return t.ReadPtr(); }
   // Makes a lent `t` its private copy, whoever runs this (as an access from untrusted code does).
   static void Unlend(const Tensor &t) { (void)t.UnlentData(); }
+  // One storage under both (a view made on the other's storage()): its owner, not its address.
+  static bool SameStorage(const Tensor &a, const Tensor &b) {
+    return a.storage_ && !a.storage_.owner_before(b.storage_) && !b.storage_.owner_before(a.storage_);
+  }
 };
 }  // namespace detail
 

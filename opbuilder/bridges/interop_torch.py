@@ -33,7 +33,7 @@ import threading
 import types
 import weakref
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -51,6 +51,7 @@ from runtime.dlpack_host import resolved_view_write_message as _resolved_view_wr
 from runtime.dlpack_host import torch_array as _torch_array
 from runtime.jit.signature import exact_key as _exact_key
 from runtime.tensor import Tensor as _Tensor
+from runtime.versions import UNWRITTEN as _UNWRITTEN
 
 from . import torch_bridge as _torch_bridge
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
@@ -555,7 +556,7 @@ class _Op:
         # argument never takes forward_direct, which hands the op the caller's memory unchecked
         info = self.by_sig[sig][1]
         info[0] = single
-        info[1] = bool(dirty) or any(k >= 0 for k in alias)
+        info[1] = bool(dirty) or any(k >= 0 for k in alias) or _repeats(outs)
         if info[1]:
             self.returns_args[0] = True
         for i in dirty:  # a conjugate or negative view, or an inference tensor outside InferenceMode, reached
@@ -616,16 +617,16 @@ class _Op:
                     f"refused before it runs, and call it under torch.no_grad() or on tensors that do not "
                     f"require grad")
 
-    def _refuse_compiled(self) -> None:
-        """A call from a compiled graph traced before the op was seen returning its argument unchanged:
-        the graph takes the result for new memory (no alias of the argument), so the call is an error,
+    def _refuse_compiled(self, repeats: bool = False) -> None:
+        """A call from a compiled graph traced before the op was seen returning its argument unchanged (or
+        one tensor twice): the graph takes each result for new memory of its own, so the call is an error,
         never a wrong value; later traces leave the op out of the graph. (A MarkDirty write is refused
         where torch's autograd sees the output: setup_context and the backward op.)"""
+        what = "one tensor as two of its outputs" if repeats else "its argument unchanged"
         raise RuntimeError(
-            f"{self.name} returns its argument unchanged, which a compiled graph cannot express (a torch "
-            f"operator's output is new memory), and its first call was compiled: torch.compile now leaves it "
-            f"out of the graph, so compile again (torch._dynamo.reset(), or call it once eagerly before "
-            f"compiling)")
+            f"{self.name} returns {what}, which a compiled graph cannot express (a torch operator's output is "
+            f"new memory of its own), and its first call was compiled: torch.compile now leaves it out of the "
+            f"graph, so compile again (torch._dynamo.reset(), or call it once eagerly before compiling)")
 
     def _refuse_dirty_compiled(self) -> None:
         """A MarkDirty write from a compiled graph traced before the op was seen writing: the graph took
@@ -673,7 +674,13 @@ class _Op:
         whose counter the runtime output counts on from now (an op may have saved it)."""
         flat = None
         res = []
-        for o, k in zip(outs, call.alias):
+        made: Dict[int, Tuple[torch.Tensor, Any]] = {}  # a new output's key -> its torch tensor, its runtime one
+        for o, k, key in zip(outs, call.alias, _output_keys(outs)):
+            if k < 0 and key in made:  # one tensor returned twice: the same torch tensor, as torch's Function
+                t, first = made[key]   # returns it (one version counter; the later output's gradient)
+                o._vc = first._vc
+                res.append(t)
+                continue
             if k >= 0:
                 if flat is None:
                     flat = _flat(args, sig)
@@ -681,9 +688,18 @@ class _Op:
                 if o._data.shape == tuple(a.shape) and _strides_match(o._data, a):
                     res.append(a if k in call.dirty else a.view_as(a))
                     continue
+                view = _view_over(a, o._data)
+                if view is not None:  # a view Forward built over the argument's memory: torch's view of it, as
+                    # torch's Function's x[:1] is (its counter, its base). The C++ bridge makes no such view, so
+                    # this signature stays on this path (watched: the bridge takes checked ones only)
+                    self.watched.add(sig)
+                    self.checked.pop(sig, None)
+                    res.append(view)
+                    continue
             t = _to_torch(o, None)
             if call.recorded:
                 o._vc = _TorchVersion(t.detach(), o._version)
+            made[key] = (t, o)
             res.append(t)
         if self.shape_fn is not None:
             self.check_rule(sig, args, res)
@@ -718,7 +734,7 @@ class _Op:
         try:
             if kernel and sig in self.traced and self.by_sig[sig][1][1] and not getattr(_mode, "eager", False):
                 if not call.dirty:
-                    self._refuse_compiled()
+                    self._refuse_compiled(_repeats(outs))
                 if not self.writes:  # here, before torch's own alias check (an error under CI=1, else a warning)
                     self._refuse_dirty_compiled()
             res = self.to_torch_outputs(sig, args, outs, call)
@@ -890,7 +906,7 @@ class _Op:
             no_grad = [o for o, r in zip(output, call.outputs) if not (call.recorded and r.requires_grad)]
             if no_grad:
                 ctx.mark_non_differentiable(*no_grad)
-            dirty = [o for o, k in zip(output, call.alias) if k in call.dirty and k >= 0]
+            dirty = _once_each(o for o, k in zip(output, call.alias) if k in call.dirty and k >= 0)
             if dirty:
                 ctx.mark_dirty(*dirty)
                 _marked(call)
@@ -1074,6 +1090,21 @@ def _flat(args: Sequence[Any], sig: str) -> List[torch.Tensor]:
     return [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
 
 
+def _view_over(t: torch.Tensor, arr: Any) -> Optional[torch.Tensor]:
+    """``t.as_strided(...)`` over exactly the elements of ``arr`` (a runtime output over ``t``'s memory), or
+    None where ``arr`` is no host array of ``t``'s dtype on its element grid."""
+    if type(arr) is not np.ndarray or arr.size == 0 or _TORCH_DT.get(arr.dtype) != t.dtype:
+        return None
+    item = arr.itemsize
+    off = arr.__array_interface__["data"][0] - t.data_ptr()
+    if off % item or any(st % item for st in arr.strides):
+        return None
+    try:
+        return t.as_strided(arr.shape, [st // item for st in arr.strides], t.storage_offset() + off // item)
+    except RuntimeError:  # outside t's storage: not a view of it
+        return None
+
+
 def _strides_match(arr: Any, t: torch.Tensor) -> bool:
     """The array (a runtime output) has the torch tensor's element strides and first element."""
     if type(arr) is not np.ndarray:
@@ -1107,7 +1138,7 @@ class _Eager(torch.autograd.Function):
         no_grad = [t for t, o in zip(outs, rt_outs) if not (call.recorded and o.requires_grad)]
         if no_grad:
             ctx.mark_non_differentiable(*no_grad)
-        dirty = [t for t, k in zip(outs, call.alias) if k >= 0 and k in call.dirty]
+        dirty = _once_each(t for t, k in zip(outs, call.alias) if k >= 0 and k in call.dirty)
         if dirty:
             ctx.mark_dirty(*dirty)
         if call.dirty:
@@ -1176,6 +1207,28 @@ class _Func(torch.autograd.Function):
                for b in range(info.batch_size)]
         outs = tuple(torch.stack([p[j] for p in per]) for j in range(len(per[0]) - 1))
         return (*outs, per[-1][-1]), (*(0 for _ in outs), None)
+
+
+def _once_each(tensors: Iterable[torch.Tensor]) -> List[torch.Tensor]:
+    """Each tensor once, in order: torch's mark_dirty bumps a counter once per tensor it is given, and an op
+    that returns its dirty argument twice wrote it once (the C++ bridge counts one; this path counted two)."""
+    out: List[torch.Tensor] = []
+    for t in tensors:
+        if not any(t is u for u in out):
+            out.append(t)
+    return out
+
+
+def _output_keys(outs: Sequence[Any]) -> List[int]:
+    """Per runtime output, what tells one tensor the op returned twice: the runtime makes the later an alias
+    counting on the first's version counter (call_rules.h ShareCounter), so a shared counter, else itself."""
+    return [id(o._vc) if o._vc is not _UNWRITTEN and type(o._vc) is not _TorchVersion else id(o) for o in outs]
+
+
+def _repeats(outs: Sequence[Any]) -> bool:
+    """Whether the op returned one runtime tensor as two of its outputs."""
+    keys = _output_keys(outs)
+    return len(set(keys)) < len(keys)
 
 
 def _func_returns_arg(name: str) -> str:
@@ -1316,7 +1369,8 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
     def wrap() -> None:
         # the reasons are what fullgraph=True reports for the graph break
         outside[0] = _compiler_disable(general, f"{op.name} returns its argument (unchanged, or written in place "
-                                       f"with MarkDirty), which a compiled graph cannot express: it runs eagerly")
+                                       f"with MarkDirty) or one tensor twice, which a compiled graph cannot "
+                                       f"express: it runs eagerly")
         if op.shape_fn is None:
             compiled[0] = _compiler_disable(general, f"{op.name} has no shape rule (to_torch's shape_fn or a C++ "
                                             f"InferShape), so torch.compile cannot trace it: it runs eagerly")

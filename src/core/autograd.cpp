@@ -46,6 +46,12 @@ OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, Tensor
   if (!c.dirty.empty()) FinishDirty(rt, c, outs);
   for (auto &o : outs) {
     const int i = c.ArgIndex(o.get());
+    const int viewed = i < 0 && o->py_object() == nullptr ? ViewedArg(c, o.get()) : -1;
+    if (viewed >= 0 && c.args[viewed]->py_object() != nullptr) {  // a view Forward built (RecordOutputs)
+      PyRef obj = PyRef::Steal(ToPython(rt, o));
+      ShareVersion(obj.get(), c.args[viewed]->py_object());
+      continue;
+    }
     if (i >= 0 && !c.IsDirty(o.get())) {
       // an argument returned unchanged: a new tensor over the caller's memory that shares its version
       // counter (call_rules.h), so a later write through either is seen by every check
@@ -91,6 +97,12 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
     TensorPtr o = outs[j];
     const int ai = c.ArgIndex(o.get());
     const bool is_arg = ai >= 0;
+    // a new tensor returned again: an alias of the same memory (each output its own gradient slot, as on JAX)
+    // that counts writes on the first one's counter, so a write through either is seen by every check
+    const int first = is_arg ? -1 : RepeatOf(outs, j);
+    // a new tensor Forward built over an argument's memory: a view of it, as torch's Function's x[:1] is
+    // (the argument's counter and base), so a later write into the argument is seen by what saved the view
+    const int viewed = is_arg || first >= 0 ? -1 : ViewedArg(c, o.get());
     PyObject *unchanged_arg = nullptr;  // the caller's object of an argument returned unchanged
     if (is_arg && !c.IsDirty(o.get())) {
       Tensor *caller = c.originals != nullptr && c.originals[ai] != nullptr ? c.originals[ai] : o.get();
@@ -101,6 +113,8 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
     }
     PyRef obj = PyRef::Steal(ToPython(rt, o));
     if (unchanged_arg != nullptr) ShareVersion(obj.get(), unchanged_arg);
+    if (first >= 0) ShareCounter(obj.get(), out_objs[first]);
+    if (viewed >= 0) ShareVersion(obj.get(), c.args[viewed]->py_object());
     if (!c.IsNonDifferentiable(outs[j].get()) && IsDifferentiable(o->dtype())) {  // integer outputs: no gradient
       Check(PyObject_SetAttr(obj.get(), rt.s_node, node.get()));
       if (j != 0) {  // 0 is the class default
@@ -490,6 +504,16 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     dirty.assign(outs.size(), 0);
   }
   for (std::size_t j = 0; j < outs.size(); ++j) {
+    const int first = st.ArgIndex(outs[j].get()) < 0 ? RepeatOf(outs, j) : -1;
+    if (first >= 0) {  // a new tensor returned again: the same framework tensor, as torch's Function returns it
+      const std::size_t k = static_cast<std::size_t>(first);
+      result[j] = result[k];
+      if (record) {  // the node's later output (torch gives its gradient to the last)
+        attach[j] = attach[k];
+        dirty[j] = dirty[k];
+      }
+      continue;
+    }
     int own = 0;
     result[j] = ForeignOutput(api, st, f, outs[j], record && !st.IsNonDifferentiable(outs[j].get()),
                               record ? &attach[j] : nullptr, &own);
@@ -577,12 +601,13 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   }
 }
 
-// A no-grad call's result: a written argument, an argument returned, or a null result is finished by
-// the rules of FinishNoGrad; any other single output is returned as Forward made it.
+// A no-grad call's result: a written argument, an argument returned, a view Forward built of one, or a
+// null result is finished by the rules of FinishNoGrad; any other single output is returned as Forward made it.
 static void FinishNoGradCall(const Runtime &rt, ContextState &st, TensorPtr *single, TensorPtrList *list) {
   if (single == nullptr) {
     *list = FinishNoGrad(rt, st, std::move(*list));
-  } else if (!st.dirty.empty() || !*single || st.ArgIndex(single->get()) >= 0) {
+  } else if (!st.dirty.empty() || !*single || st.ArgIndex(single->get()) >= 0 ||
+             ((*single)->py_object() == nullptr && ViewedArg(st, single->get()) >= 0)) {
     *single = std::move(FinishNoGrad(rt, st, AsList(std::move(*single)))[0]);
   }
 }

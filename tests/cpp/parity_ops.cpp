@@ -3,6 +3,9 @@
 //   mul(x, y)       a plain Function that saves its inputs (version checks of saved tensors)
 //   scale_(x)       MarkDirty: x *= 3 in place, returns x (writable inputs, views, refusals)
 //   ident(x)        returns its input unchanged (an output aliasing an input)
+//   dup(x)          returns one new tensor, 2x, as both of its outputs (torch: one object, one counter)
+//   scale_twice_(x) MarkDirty: x *= 3 in place, returns x as both of its outputs
+//   head(x)         x[:2] of a 1-d x, a view Forward builds on x's storage (torch: a view of x)
 // Built with PARITY_FFI (and XLA's FFI headers on the include path), the Functions also get XLA FFI
 // handlers for to_jax's custom-call route.
 #include <cstdint>
@@ -99,6 +102,54 @@ class ParityIdent : public Function<ParityIdent> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0]}; }
 };
 
+class ParityDup : public Function<ParityDup> {
+ public:
+  static TensorPtrList Forward(AutogradContext *, const TensorPtr &x) {
+    auto y = Scaled(x, 2.0);
+    return {y, y};
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto a = Scaled(g[0], 2.0), b = Scaled(g[1], 2.0);
+    double *pa = a->data<double>();
+    const double *pb = b->data<double>();
+    for (std::int64_t i = 0; i < a->numel(); ++i) pa[i] += pb[i];
+    return {a};
+  }
+};
+
+class ParityScaleTwice : public Function<ParityScaleTwice> {
+ public:
+  static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x) {
+    ScaleInPlace(x, 3.0);
+    ctx->MarkDirty({x});
+    return {x, x};
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto a = Scaled(g[0], 3.0), b = Scaled(g[1], 3.0);
+    double *pa = a->data<double>();
+    const double *pb = b->data<double>();
+    for (std::int64_t i = 0; i < a->numel(); ++i) pa[i] += pb[i];
+    return {a};
+  }
+};
+
+class ParityHead : public Function<ParityHead> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    if (x->ndim() != 1 || x->numel() < 2) throw std::invalid_argument("head: expected a 1-d x of 2 or more");
+    ctx->saved_data["n"] = x->numel();
+    return std::make_shared<Tensor>(x->dtype(), ShapeVector{2}, ShapeVector{x->strides()[0]}, x->data_ptr(),
+                                    x->storage(), x->is_writable());
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    auto gx = Tensor::zeros(kFloat64, {ctx->saved_data["n"].cast<std::int64_t>()});
+    auto gc = g[0]->contiguous();
+    for (int i = 0; i < 2; ++i) gx->data<double>()[i] = gc->data<double>()[i];
+    return {gx};
+  }
+};
+
 OB_MODULE(m) {
   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return ParityMul::Apply(x, y); });
   m.def("mul_infer_shape", ParityMul::InferShapeFunction());
@@ -106,6 +157,9 @@ OB_MODULE(m) {
   m.def("scale__infer_shape", ParityScale::InferShapeFunction());
   m.def("ident", [](const TensorPtr &x) { return ParityIdent::Apply(x); });
   m.def("ident_infer_shape", ParityIdent::InferShapeFunction());
+  m.def("dup", [](const TensorPtr &x) { return ParityDup::Apply(x); });
+  m.def("scale_twice_", [](const TensorPtr &x) { return ParityScaleTwice::Apply(x); });
+  m.def("head", [](const TensorPtr &x) { return ParityHead::Apply(x); });
 #ifdef PARITY_FFI
   OB_XLA_FFI(m, "mul", ParityMul);
   OB_XLA_FFI(m, "scale_", ParityScale);

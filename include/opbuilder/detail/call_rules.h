@@ -106,6 +106,10 @@ inline PyObject *ShareVersionRule() {
   static std::atomic<PyObject *> slot{nullptr};
   return CachedRule(slot, [] { return ImportAttr("runtime._native", "share_version"); });
 }
+inline PyObject *ShareCounterRule() {
+  static std::atomic<PyObject *> slot{nullptr};
+  return CachedRule(slot, [] { return ImportAttr("runtime._native", "share_counter"); });
+}
 inline PyObject *RebaseViewRule() {
   static std::atomic<PyObject *> slot{nullptr};
   return CachedRule(slot, [] { return ImportAttr("runtime._native", "rebase_view"); });
@@ -267,6 +271,12 @@ inline void NoteReadOnlyCall(WriteState *w) {
 inline void ShareVersion(PyObject *out, PyObject *arg) {
   if (out == nullptr || arg == nullptr || out == arg) return;
   PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(ShareVersionRule(), out, arg, nullptr)));
+}
+
+// `out` (a new runtime.Tensor over the memory of `first`, one tensor Forward returned again) counts writes on
+// `first`'s version counter from now on; it is no view of it (each is an output of the node).
+inline void ShareCounter(PyObject *out, PyObject *first) {
+  PyRef r = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(ShareCounterRule(), out, first, nullptr)));
 }
 
 // `view` (a runtime.Tensor) was written in place as argument `index` of the node now its history:

@@ -83,6 +83,25 @@ inline bool WriteReaches(const Tensor *d, const Tensor *a) {
          a->strides() == d->strides();
 }
 
+// The first output before `j` that is the tensor outs[j] (Forward returned one tensor twice), or -1.
+inline int RepeatOf(const TensorPtrList &outs, std::size_t j) {
+  for (std::size_t k = 0; k < j; ++k) {
+    if (outs[k] && outs[k].get() == outs[j].get()) return static_cast<int>(k);
+  }
+  return -1;
+}
+
+// The argument whose storage a new output `t` is over (Forward built a view of it: a Tensor on its
+// storage()), or -1. An argument Forward got as a private copy does not count: that memory is new.
+inline int ViewedArg(const ContextState &c, const Tensor *t) {
+  for (std::size_t i = 0; i < c.nargs; ++i) {
+    const Tensor *a = c.args[i];
+    if (a == nullptr || a == t || (c.originals != nullptr && c.originals[i] != nullptr)) continue;
+    if (TensorAccess::SameStorage(*a, *t)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 // A tensor sharing `t`'s memory but bound to no Python object.
 inline TensorPtr Alias(const TensorPtr &t) { return NewTensor(*t); }
 
