@@ -64,6 +64,15 @@ TensorPtr Scaled(const TensorPtr &g, double a) {
   return out;
 }
 
+// (g[0] + g[1]) * a: the gradient of an op whose two outputs are a * x
+TensorPtr ScaledSum(const TensorPtrList &g, double a) {
+  auto out = Scaled(g[0], a), b = Scaled(g[1], a);
+  double *po = out->data<double>();
+  const double *pb = b->data<double>();
+  for (std::int64_t i = 0; i < out->numel(); ++i) po[i] += pb[i];
+  return out;
+}
+
 }  // namespace
 
 class ParityMul : public Function<ParityMul> {
@@ -108,13 +117,7 @@ class ParityDup : public Function<ParityDup> {
     auto y = Scaled(x, 2.0);
     return {y, y};
   }
-  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
-    auto a = Scaled(g[0], 2.0), b = Scaled(g[1], 2.0);
-    double *pa = a->data<double>();
-    const double *pb = b->data<double>();
-    for (std::int64_t i = 0; i < a->numel(); ++i) pa[i] += pb[i];
-    return {a};
-  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {ScaledSum(g, 2.0)}; }
 };
 
 class ParityScaleTwice : public Function<ParityScaleTwice> {
@@ -124,13 +127,7 @@ class ParityScaleTwice : public Function<ParityScaleTwice> {
     ctx->MarkDirty({x});
     return {x, x};
   }
-  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
-    auto a = Scaled(g[0], 3.0), b = Scaled(g[1], 3.0);
-    double *pa = a->data<double>();
-    const double *pb = b->data<double>();
-    for (std::int64_t i = 0; i < a->numel(); ++i) pa[i] += pb[i];
-    return {a};
-  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {ScaledSum(g, 3.0)}; }
 };
 
 class ParityHead : public Function<ParityHead> {
