@@ -110,3 +110,20 @@ def test_a_record_without_sizes_is_hashed_by_owner(native):
     assert installed.installed(native, by_owner=True) is not None
     _flip_last_byte(native / "libobcore.so")
     assert installed.installed(native, by_owner=True) is None
+
+
+@pytest.mark.build  # (doctor probes the compiler's C++ library ABI, as load() does)
+def test_doctor_says_when_the_installed_runtime_does_not_serve_a_build_here(native, monkeypatch):
+    # it said "ok installed runtime" for one built for other headers (a checkout edited since its install),
+    # which load() does not use
+    from opbuilder.diagnose import doctor
+    from opbuilder.native.abi import python_api
+    monkeypatch.setattr(installed, "NATIVE_DIR", native)
+    monkeypatch.setattr(installed, "_memo", {})
+    monkeypatch.setenv("OPBUILDER_INSTALLED_RUNTIME", "1")
+    check = doctor._installed_runtime()
+    assert check.status == "note"
+    assert check.detail == (f"{native} does not serve operators built here: opbuilder's installed runtime was built "
+                            f"for python 'p', this build needs {python_api()!r}; the first load() builds nanobind's "
+                            f"runtime and the core library in the cache")
+    assert check.fix == "reinstall opbuilder (pip install -e . in a checkout) to rebuild it"

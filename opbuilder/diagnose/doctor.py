@@ -302,8 +302,28 @@ def _installed_runtime() -> Check:
         return Check(what, "note", f"none at {native.NATIVE_DIR} (or modified): the first load() builds nanobind's "
                                    f"runtime and the core library", "reinstall opbuilder with a C++ compiler present")
     abi = nat.record.get("abi") or {}
+    why = _installed_misfit(nat)
+    if why is not None:  # (edited headers in a checkout, another compiler or nanobind): load() builds instead
+        return Check(what, "note", f"{nat.dir} does not serve operators built here: {why}; the first load() builds "
+                                   f"nanobind's runtime and the core library in the cache",
+                     "reinstall opbuilder (pip install -e . in a checkout) to rebuild it")
     return Check(what, "ok", f"{nat.dir} (Python {abi.get('python')}, nanobind {abi.get('nanobind')}, "
                              f"{abi.get('cxx')})")
+
+
+def _installed_misfit(nat: object) -> Optional[str]:
+    """Why the installed runtime ``nat`` does not serve an operator built now (load()'s own question,
+    native/installed.py why_not), or None; None too when there is no compiler to ask."""
+    from ..cache.cache_dir import cache_root
+    from ..native import installed as native
+    from ..native.abi import cxx_abi
+    from ..tools.toolchain import find_compiler
+
+    try:
+        root = cache_root()
+        return native.why_not(nat, native.current_abi(cxx_abi(find_compiler(root), root), root))  # type: ignore
+    except (OSError, RuntimeError, ValueError):
+        return None
 
 
 def shipped_records() -> List[Path]:
