@@ -59,7 +59,9 @@ operator's compile flags and link command (read from its build.ninja; no PCH), a
 module (-O2). Its goal (issue 38 goal 6): the new operator's compiler CPU at most 1.3x the bare
 nanobind module's, round by round. A third floor says what the goal leaves out: the operator's own
 kernel (its source without Function<T> and its binding, one trivial function bound instead), compiled
-with the operator's command and PCH; the operator over it is opbuilder's glue. After the table, ``-ftime-report`` of the operator's compile and of
+with the operator's command and PCH; the operator over it is opbuilder's glue. A fourth adds its Forward and
+Backward as plain functions (all the code the operator's author wrote, no Function<T>, no binding of them):
+over the bare module it is the least any glue could reach. After the table, ``-ftime-report`` of the operator's compile and of
 the bare module's, phase by phase, says where the difference goes.
 """
 from __future__ import annotations
@@ -465,6 +467,25 @@ def _kernel_floor(work: Path, compile_cmd: List[str], link_cmd: List[str], cwd: 
     return _timed([compile_cmd + ["-c", str(src), "-o", str(obj)], link_cmd + ["-o", str(lib), str(obj)]], cwd)
 
 
+def _own_code_floor(work: Path, compile_cmd: List[str], link_cmd: List[str], cwd: Path) -> Dict[str, float]:
+    """The README operator's own code, all of it, without opbuilder's glue: its kernel and its Forward and
+    Backward as plain static functions (the class without ``: public Function<CustomMul>``, each kept by an
+    exported function), one trivial function bound; the operator's command and PCH, linked the same way.
+    The operator over this is what Function<T> and the binding of ``mul`` add."""
+    text = DEMO_SOURCE.read_text()
+    cls = text[text.index("class CustomMul"):text.index("// nanobind (the builder")]
+    src = work / "own_code_floor.cpp"
+    src.write_text(text[:text.index("class CustomMul")] +
+                   cls.replace("class CustomMul : public Function<CustomMul> {", "class CustomMul {") +
+                   "TensorPtr ExportedForward(AutogradContext *c, const TensorPtr &x, const TensorPtr &y) "
+                   "{ return CustomMul::Forward(c, x, y); }\n"
+                   "TensorPtrList ExportedBackward(AutogradContext *c, TensorPtrList g) "
+                   "{ return CustomMul::Backward(c, std::move(g)); }\n"
+                   "OB_MODULE(m) { m.def(\"f\", [](int a) { return a + 1; }); }\n")
+    obj, lib = work / "own_code_floor.o", work / "own_code_floor.so"
+    return _timed([compile_cmd + ["-c", str(src), "-o", str(obj)], link_cmd + ["-o", str(lib), str(obj)]], cwd)
+
+
 def _time_report(cmd: List[str], cwd: Path) -> str:
     res = subprocess.run(cmd + ["-ftime-report"], cwd=cwd, capture_output=True, text=True)
     return res.stderr
@@ -546,6 +567,7 @@ def bindings(work: Path, rounds: int, use_tvm: bool = False) -> int:
                            _env(OPBUILDER_CACHE_DIR=str(fresh("nb_new", True)))))
         add("bare_nanobind", _bare_nanobind(work, op_cmd, link_cmd, op_dir))
         add("kernel_floor", _kernel_floor(work, op_cmd, link_cmd, op_dir))
+        add("own_code_floor", _own_code_floor(work, op_cmd, link_cmd, op_dir))
         add("bare_pybind11", _bare_pybind11(work))
         add("nb_first", _run(OB_CHILD, ["bench_nb", op_source("nb_first", r)],
                              _env(OPBUILDER_CACHE_DIR=str(fresh("nb_first", False)))))
@@ -576,6 +598,7 @@ def bindings(work: Path, rounds: int, use_tvm: bool = False) -> int:
             ("pb_first", "pybind11 README op, no PCH"), ("tvm_new", "tvm-ffi new op (forward only), -O2 + same"),
             ("bare_nanobind", "bare nanobind module, the op's flags"),
             ("kernel_floor", "the op's kernel alone, the op's command + PCH"),
+            ("own_code_floor", "the op's kernel, Forward, Backward, no glue; same"),
             ("bare_pybind11", "bare pybind11 module, -O2")]
     timing.table(["", "wall", "CPU (process + compiler)", "compiler CPU", "background CPU after load()"],
                  [[label, stat(tag, "seconds"), stat(tag, "cpu"), stat(tag, "compiler_cpu"), stat(tag, "bg_cpu")]
@@ -603,6 +626,10 @@ def bindings(work: Path, rounds: int, use_tvm: bool = False) -> int:
     glue = Stat([a["compiler_cpu"] - b["cpu"] for a, b in zip(samples["nb_new"], samples["kernel_floor"])])
     print(f"the same operator over its own kernel (its source without Function<T> and its binding, one trivial "
           f"function bound instead, same command and PCH): {k.fmt('x')}; opbuilder's glue {glue.fmt('s')} CPU")
+    own = ratio(col("own_code_floor", "cpu"), col("bare_nanobind", "cpu"))
+    print(f"the operator's own code (kernel, Forward and Backward as plain functions; no Function<T>, no binding "
+          f"of them), same command and PCH, over the bare module: {own.fmt('x')}: a goal below this ratio is below "
+          f"what the operator's author wrote, whatever the glue costs")
     first_bg = col("nb_first", "bg_cpu")
     print(f"a newcomer's first operator also starts the PCH compile in the background: {first_bg.fmt('s')} CPU "
           f"after its load() returned (not in its CPU columns)")
