@@ -18,7 +18,8 @@ from .dtypes import bfloat16  # a DType: its `.np` imports ml_dtypes on first us
 from .tensor import Tensor
 
 __all__ = ["Tensor", "_state", "flag_address", "hooks_flag_address", "cpp_hook", "bound_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
-           "current_stream_ptr", "bridge_slot_address", "share_version", "rebase_view", "refresh_view_arg",
+           "current_stream_ptr", "bridge_slot_address", "share_version", "share_counter", "rebase_view",
+           "refresh_view_arg",
            "torch_array", "foreign_write_refusal", "TENSOR_ATTRS",
            "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
 
