@@ -281,6 +281,31 @@ PyObject *Alias(void *handle) {
   }
 }
 
+PyObject *View(PyObject *base, const ForeignTensor *like) {
+  try {
+    const at::Tensor &t = THPVariable_Unpack(base);
+    const std::int64_t item = static_cast<std::int64_t>(t.element_size());
+    const std::int64_t off = static_cast<const char *>(like->data) - static_cast<const char *>(t.data_ptr());
+    if (item == 0 || off % item != 0) throw std::runtime_error("a view off the base's element grid");
+    std::vector<std::int64_t> strides(like->ndim);
+    if (like->strides != nullptr) {
+      strides.assign(like->strides, like->strides + like->ndim);
+    } else {  // C-contiguous
+      std::int64_t s = 1;
+      for (std::int32_t d = like->ndim; d-- > 0;) {
+        strides[d] = s;
+        s *= like->shape[d];
+      }
+    }
+    at::AutoGradMode off_grad(false);  // a plain view; the node becomes its history
+    return THPVariable_Wrap(t.as_strided(at::IntArrayRef(like->shape, like->ndim), strides,
+                                         t.storage_offset() + off / item));
+  } catch (const std::exception &e) {
+    SetError(PyExc_RuntimeError, e);
+    return nullptr;
+  }
+}
+
 void *Watch(PyObject *o) {
   try {
     return new c10::VariableVersion(THPVariable_Unpack(o).unsafeGetTensorImpl()->version_counter());
@@ -626,7 +651,8 @@ const ForeignApi kApi = {opbuilder::detail::kForeignAbi,
                          &UnpackSaved,
                          &DropSaved,
                          &WriteRefusal,
-                         &Peek};
+                         &Peek,
+                         &View};
 
 // ---- Op: the namespace's callable ------------------------------------------------------
 struct OpObject {

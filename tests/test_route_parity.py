@@ -33,6 +33,9 @@ VIEWS = {  # a view of a 4-element base, in each framework (names say which)
 }
 LEAF_WRITE = r"leaf (Variable )?that requires grad"
 STALE = r"modified by an in-?place operation"
+# torch's refusal for a custom Function's view output (created inside it, or one of several views it returns)
+VIEW_WRITTEN = (r"is a view and its base or another view of its base has been modified inplace\. This view "
+                r"(was created inside a custom Function|is the output of a function that returns multiple views)")
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +51,8 @@ class _TorchNative:
     ident = staticmethod(lambda x: x.view_as(x))
     dup = staticmethod(lambda x: (lambda y: (y, y))(x * 2.0))
     head = staticmethod(lambda x: x[:2])
+    y_and_head = staticmethod(lambda x: (lambda y: (y, y[:2]))(x * 2.0))
+    scale_head_ = staticmethod(lambda x: (lambda r: (r, r[:2]))(x.mul_(3.0)))
 
 
 # ---- the scenarios, written once against a framework adapter ------------------------------------
@@ -189,13 +194,33 @@ def s_head_written(side):
     with side.no_grad():
         side.mul_inplace(h, 10.0)
     # torch's words for its own Function's view output (the torch routes), or for its x[:2] (the reference)
-    with pytest.raises(RuntimeError, match=STALE + r"|is a view and its base or another view of its base has been "
-                                                   r"modified inplace\. This view was created inside a custom Function"):
+    with pytest.raises(RuntimeError, match=STALE + "|" + VIEW_WRITTEN):
         side.grads(loss, [x])
     return side.value(v), []
 
 
-SCENARIOS = {"mul": s_mul, "dup": s_dup, "dup_written": s_dup_written, "head": s_head, "head_written": s_head_written, "scale_nonleaf": s_scale_nonleaf, "ident_after_mul": s_ident_after_mul,
+def s_y_and_head_written(side):
+    """An output Forward builds over its other output ({y, y[:2]}) is a view of it: a write into y is seen."""
+    x = side.leaf(X)
+    y, v = side.ops.y_and_head(x)
+    loss = (v * v).sum()
+    with side.no_grad():
+        side.mul_inplace(y, 10.0)
+    with pytest.raises(RuntimeError, match=STALE + "|" + VIEW_WRITTEN):
+        side.grads(loss, [x])
+    return side.value(v), []
+
+
+def s_scale_head(side):
+    """MarkDirty and a view of the written argument as a second output: torch's gradient, the write done once."""
+    x = side.leaf(X)
+    b = x * 1
+    r, v = side.ops.scale_head_(b)
+    return side.value(b), side.grads((r * side.const(W)).sum() + (v * side.const(W2[:2])).sum(), [x])
+
+
+SCENARIOS = {"mul": s_mul, "dup": s_dup, "dup_written": s_dup_written, "head": s_head, "head_written": s_head_written,
+             "y_and_head_written": s_y_and_head_written, "scale_head": s_scale_head, "scale_nonleaf": s_scale_nonleaf, "ident_after_mul": s_ident_after_mul,
              "ident_chain": s_ident_chain, "leaf_write_refused": s_leaf_write_refused,
              "saved_input_changed": s_saved_input_changed,
              **{f"scale_view_{k}": _s_scale_view(v) for k, v in VIEWS.items()}}
@@ -224,14 +249,15 @@ def test_runtime_eager(parity_ops, name):
 
 
 @pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain", "dup", "dup_written",
-                                  "head", "head_written"] + [f"scale_view_{k}" for k in VIEWS])
+                                  "head", "head_written", "y_and_head_written", "scale_head"]
+                         + [f"scale_view_{k}" for k in VIEWS])
 def test_runtime_jit_first_call_and_replay(parity_ops, name):
     """The op calls under runtime.jit: the first call (which traces) and a replay each run every op once."""
     side = _RuntimeSide(parity_ops)
     scenario = SCENARIOS[name]
     want = _expected(name)
     jitted = types.SimpleNamespace(**{n: rt.jit(getattr(parity_ops, n)) for n in ("mul", "scale_", "ident", "dup",
-                                                                                  "head")})
+                                                                                  "head", "y_and_head", "scale_head_")})
     side.ops = jitted
     for _ in range(2):  # trace, then replay
         _same(scenario(side), want)
@@ -268,6 +294,39 @@ def test_one_tensor_returned_twice_is_one_object(parity_ops, torch_route, grad):
         assert a._vc is b._vc and a._vc is not rt.versions.UNWRITTEN if grad else a is b
 
 
+@pytest.mark.parametrize("first", ["negative view", "inference"])
+def test_a_view_output_after_a_first_call_that_copied_is_a_view_on_the_bridge(parity_ops, torch_route, first):
+    """head's first call got a resolved copy (a negative view, an inference tensor), so its output was new
+    memory and the signature went to the C++ bridge; later calls' outputs over the caller's memory came
+    back as tensors of their own there: a write into the argument left a saved output stale, no error."""
+    ops = opbuilder.to_torch(parity_ops)
+    if first == "inference":
+        with torch.inference_mode():
+            arg = torch.tensor(X)
+    else:
+        arg = torch.tensor(X)._neg_view()
+    ops.head(arg)
+    for _ in range(3):
+        x = torch.tensor(X, requires_grad=True)
+        h = x * 1
+        v = ops.head(h)
+        assert v._is_view() and v._base is h and v.data_ptr() == h.data_ptr()
+        loss = (v * v).sum()
+        with torch.no_grad():
+            h.mul_(10.0)
+        assert v._version == h._version
+        with pytest.raises(RuntimeError, match=VIEW_WRITTEN):
+            loss.backward()
+
+
+def test_torch_func_takes_an_op_returning_one_tensor_twice_every_time(parity_ops):
+    """Its first torch.func.grad was right; every later one was refused as "returns its argument"."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        g = torch.func.grad(lambda x: sum(o.sum() for o in ops.dup(x)))(torch.tensor(X))
+        np.testing.assert_allclose(g.numpy(), np.full(4, 4.0), rtol=1e-15)
+
+
 TORCH_SECOND_TIME = (r"^Trying to backward through the graph a second time \(or directly access saved tensors after "
                      r"they have already been freed\)\. Saved intermediate values of the graph are freed when you call "
                      r"\.backward\(\) or autograd\.grad\(\)\. Specify retain_graph=True if you need to backward through "
@@ -295,7 +354,7 @@ def test_torch_second_backward_without_retain_graph(parity_ops, torch_route):
 
 
 @pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain", "dup", "dup_written",
-                                  "head", "head_written"])
+                                  "head", "head_written", "y_and_head_written", "scale_head"])
 def test_torch_compile(parity_ops, name):
     """Compiled after one eager call of each op: an op that writes or returns its argument is then
     run outside the graph (torch's custom ops may not alias their inputs), the rest in it."""
@@ -305,8 +364,11 @@ def test_torch_compile(parity_ops, name):
     ops.ident(torch.ones(4, dtype=torch.float64))
     ops.dup(torch.ones(4, dtype=torch.float64))
     ops.head(torch.ones(4, dtype=torch.float64))
+    ops.y_and_head(torch.ones(4, dtype=torch.float64))
+    ops.scale_head_(torch.ones(4, dtype=torch.float64))
     compiled = types.SimpleNamespace(**{n: torch.compile(getattr(ops, n), backend="aot_eager")
-                                        for n in ("mul", "scale_", "ident", "dup", "head")})
+                                        for n in ("mul", "scale_", "ident", "dup", "head", "y_and_head",
+                                                  "scale_head_")})
     _same(SCENARIOS[name](_TorchSide(compiled)), _expected(name))
 
 

@@ -556,8 +556,9 @@ class _Op:
         # argument never takes forward_direct, which hands the op the caller's memory unchecked
         info = self.by_sig[sig][1]
         info[0] = single
-        info[1] = bool(dirty) or any(k >= 0 for k in alias) or _repeats(outs)
-        if info[1]:
+        info[1] = bool(dirty) or any(k >= 0 for k in alias)
+        info[2] = _repeats(outs)  # (torch.func takes that: its refusal is for arguments returned or written)
+        if info[1] or info[2]:
             self.returns_args[0] = True
         for i in dirty:  # a conjugate or negative view, or an inference tensor outside InferenceMode, reached
             t = vcs[i].t  # the op as a copy: its write is refused, the caller's tensor untouched
@@ -674,32 +675,40 @@ class _Op:
         whose counter the runtime output counts on from now (an op may have saved it)."""
         flat = None
         res = []
-        made: Dict[int, Tuple[torch.Tensor, Any]] = {}  # a new output's key -> its torch tensor, its runtime one
-        for o, k, key in zip(outs, call.alias, _output_keys(outs)):
-            if k < 0 and key in made:  # one tensor returned twice: the same torch tensor, as torch's Function
-                t, first = made[key]   # returns it (one version counter; the later output's gradient)
+        made: Dict[Any, Tuple[torch.Tensor, Any]] = {}  # a new output's (counter, layout) -> its torch tensor, its runtime one
+        on_vc: Dict[int, Tuple[torch.Tensor, Any]] = {}  # a shared counter -> the first such output
+        for o, k, (vc, layout) in zip(outs, call.alias, _output_keys(outs)):
+            if k < 0 and (vc, layout) in made:  # one tensor returned twice: the same torch tensor, as torch's
+                t, first = made[(vc, layout)]   # Function returns it (one counter; the later output's gradient)
                 o._vc = first._vc
                 res.append(t)
                 continue
+            if k < 0 and vc in on_vc:  # a view Forward built over an earlier output ({y, y[:2]}): torch's view
+                t, first = on_vc[vc]
+                view = _view_over(t, o._data)
+                if view is not None:
+                    o._vc = first._vc
+                    made[(vc, layout)] = (view, o)
+                    res.append(view)
+                    continue
             if k >= 0:
                 if flat is None:
                     flat = _flat(args, sig)
                 a = flat[k]
-                if o._data.shape == tuple(a.shape) and _strides_match(o._data, a):
+                if (o._data.shape == tuple(a.shape) and _TORCH_DT.get(o._data.dtype, a.dtype) == a.dtype
+                        and _strides_match(o._data, a)):
                     res.append(a if k in call.dirty else a.view_as(a))
                     continue
                 view = _view_over(a, o._data)
                 if view is not None:  # a view Forward built over the argument's memory: torch's view of it, as
-                    # torch's Function's x[:1] is (its counter, its base). The C++ bridge makes no such view, so
-                    # this signature stays on this path (watched: the bridge takes checked ones only)
-                    self.watched.add(sig)
-                    self.checked.pop(sig, None)
-                    res.append(view)
+                    res.append(view)  # torch's Function's x[:1] is (its counter, its base)
                     continue
             t = _to_torch(o, None)
             if call.recorded:
                 o._vc = _TorchVersion(t.detach(), o._version)
-            made[key] = (t, o)
+            made[(vc, layout)] = (t, o)
+            if vc is not None:
+                on_vc.setdefault(vc, (t, o))
             res.append(t)
         if self.shape_fn is not None:
             self.check_rule(sig, args, res)
@@ -732,7 +741,8 @@ class _Op:
         or from a compiled graph) and the eager path's without grad."""
         outs, call = self.record(sig, args)
         try:
-            if kernel and sig in self.traced and self.by_sig[sig][1][1] and not getattr(_mode, "eager", False):
+            seen = self.by_sig[sig][1]
+            if kernel and sig in self.traced and (seen[1] or seen[2]) and not getattr(_mode, "eager", False):
                 if not call.dirty:
                     self._refuse_compiled(_repeats(outs))
                 if not self.writes:  # here, before torch's own alias check (an error under CI=1, else a warning)
@@ -837,7 +847,7 @@ class _Op:
         tags = iter("abcdefghijklmnopqrstuvwxyz")
         params = ", ".join(f"Tensor({next(tags)}!) a{k}" if k in self.writes else f"{_SCHEMA[c]} a{k}"
                            for k, c in enumerate(sig))
-        info: List[Optional[bool]] = [None, False]
+        info: List[Optional[bool]] = [None, False, False]  # one output; returns/writes an argument; repeats one
         if self.shape_fn is not None and args is not None:  # first: a rule that fails leaves nothing half-defined
             info[0] = as_specs(self.name, self.shape_fn(*_specs(args, sig)))[1]
         # an out= function (it writes declared arguments, its rule gives no outputs) returns nothing
@@ -1219,15 +1229,24 @@ def _once_each(tensors: Iterable[torch.Tensor]) -> List[torch.Tensor]:
     return out
 
 
-def _output_keys(outs: Sequence[Any]) -> List[int]:
-    """Per runtime output, what tells one tensor the op returned twice: the runtime makes the later an alias
-    counting on the first's version counter (call_rules.h ShareCounter), so a shared counter, else itself."""
-    return [id(o._vc) if o._vc is not _UNWRITTEN and type(o._vc) is not _TorchVersion else id(o) for o in outs]
+def _output_keys(outs: Sequence[Any]) -> List[Tuple[Optional[int], Any]]:
+    """Per runtime output, what tells one tensor the op returned twice, or a view it built over an earlier
+    output: the runtime has the later count writes on the first's version counter (call_rules.h
+    ShareCounter). (The counter shared with another output, or None; the memory's address and layout.)"""
+    keys = []
+    for o in outs:
+        vc = o._vc
+        d = o._data
+        layout = (d.__array_interface__["data"][0], d.shape, d.strides, d.dtype.str) \
+            if type(d) is np.ndarray and d.size else id(o)  # (empty arrays may share an address)
+        keys.append((id(vc) if vc is not _UNWRITTEN and type(vc) is not _TorchVersion else None, layout))
+    return keys
 
 
 def _repeats(outs: Sequence[Any]) -> bool:
-    """Whether the op returned one runtime tensor as two of its outputs."""
-    keys = _output_keys(outs)
+    """Whether the op returned one runtime tensor as two of its outputs (its memory and layout again, on one
+    counter), or the same runtime tensor twice."""
+    keys = [(vc, layout) if vc is not None else id(o) for o, (vc, layout) in zip(outs, _output_keys(outs))]
     return len(set(keys)) < len(keys)
 
 
@@ -1329,7 +1348,8 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
                 # nothing to record and no mode or subclass that must see the operator: the kernel
                 # the dispatcher would pick, called directly (torch's Python op dispatch is ~10 us)
                 plain = all(type(a) is torch.Tensor for a, c in zip(args, sig) if c == "t")
-                if (native and plain and hit[1][0] is not None and not hit[1][1] and sig in op.checked
+                if (native and plain and hit[1][0] is not None and not hit[1][1] and not hit[1][2]
+                        and sig in op.checked
                         and not any(c in "LIF" for c in sig)):  # a Python function would get numpy arrays
                     direct[tuple(map(type, args))] = (sig, tuple(k for k, c in enumerate(sig) if c == "t"), hit[1])
                 if "L" not in sig and _current_mode() is None and not _function_mode() and plain and not _transforms_active():
@@ -1386,7 +1406,7 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
         try:
             # an eager call seen before, with nothing that must see the operator: the fewest steps
             hit = direct.get(tuple(map(type, args)))
-            if (hit is not None and not hit[2][1] and _current_mode() is None and not _function_mode()
+            if (hit is not None and not hit[2][1] and not hit[2][2] and _current_mode() is None and not _function_mode()
                     and not _transforms_active()):
                 sig, tpos, single = hit
                 if _grad_enabled() and _any_requires_grad(args, tpos):

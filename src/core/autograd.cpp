@@ -103,6 +103,10 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
     // a new tensor Forward built over an argument's memory: a view of it, as torch's Function's x[:1] is
     // (the argument's counter and base), so a later write into the argument is seen by what saved the view
     const int viewed = is_arg || first >= 0 ? -1 : ViewedArg(c, o.get());
+    int viewed_out = -1;  // ... or over an earlier new output's ({y, y[:2]}): a view of that output
+    for (std::size_t k = 0; k < j && !is_arg && first < 0 && viewed < 0 && viewed_out < 0; ++k) {
+      if (c.ArgIndex(outs[k].get()) < 0 && TensorAccess::SameStorage(*outs[k], *o)) viewed_out = static_cast<int>(k);
+    }
     PyObject *unchanged_arg = nullptr;  // the caller's object of an argument returned unchanged
     if (is_arg && !c.IsDirty(o.get())) {
       Tensor *caller = c.originals != nullptr && c.originals[ai] != nullptr ? c.originals[ai] : o.get();
@@ -115,6 +119,7 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
     if (unchanged_arg != nullptr) ShareVersion(obj.get(), unchanged_arg);
     if (first >= 0) ShareCounter(obj.get(), out_objs[first]);
     if (viewed >= 0) ShareVersion(obj.get(), c.args[viewed]->py_object());
+    if (viewed_out >= 0) ShareCounter(obj.get(), out_objs[viewed_out]);  // (its counter; each output its own history)
     if (!c.IsNonDifferentiable(outs[j].get()) && IsDifferentiable(o->dtype())) {  // integer outputs: no gradient
       Check(PyObject_SetAttr(obj.get(), rt.s_node, node.get()));
       if (j != 0) {  // 0 is the class default
@@ -387,14 +392,40 @@ OB_CORE_FN void ForeignDestroy(void *state) noexcept {
   }
 }
 
+// The framework tensor of an earlier new output whose storage a new output `j` is over ({y, y[:2]}): what
+// output j is a view of; else nullptr.
+static PyObject *ViewedOutput(const ContextState &st, const TensorPtrList &outs, const TensorPtrList &result,
+                              std::size_t j) {
+  if (st.ArgIndex(outs[j].get()) >= 0) return nullptr;
+  for (std::size_t k = 0; k < j; ++k) {
+    if (outs[k].get() == outs[j].get() || st.ArgIndex(outs[k].get()) >= 0 || !result[k]) continue;
+    if (outs[k]->dtype() == outs[j]->dtype() && TensorAccess::SameStorage(*outs[k], *outs[j])) {
+      return result[k]->py_object();
+    }
+  }
+  return nullptr;
+}
+
 static TensorPtr ForeignOutput(const ForeignApi &api, const ContextState &st, const FunctionCall &f, TensorPtr out,
-                               bool differentiable, PyObject **attach, int *own) {
+                               bool differentiable, PyObject **attach, int *own, PyObject *view_of = nullptr) {
   const int ai = st.ArgIndex(out.get());
   const std::size_t a = static_cast<std::size_t>(ai);
   void *dirty = ai >= 0 && st.IsDirty(out.get()) ? ForeignHandle(*CallerArg(f, a)) : nullptr;
   // an argument returned unchanged (the caller's own, not a private copy): a view of the caller's
   // tensor, as torch's Functions return it, so that the two share a version counter
   void *same = ai >= 0 && dirty == nullptr && f.originals[a] == nullptr ? ForeignHandle(*CallerArg(f, a)) : nullptr;
+  // a new tensor Forward built on an argument's storage (ViewedArg; or, given, an earlier output's): a
+  // view of the caller's tensor, as torch's Function's x[:1] is (its counter, its base)
+  PyRef base;
+  if (ai < 0 && view_of == nullptr) {
+    const int vi = ViewedArg(st, out.get());
+    void *h = vi >= 0 && st.args[vi]->dtype() == out->dtype() ? ForeignHandle(*CallerArg(f, static_cast<std::size_t>(vi)))
+                                                               : nullptr;
+    if (h != nullptr) {
+      base = PyRef::Steal(Check(api.object_of(h)));
+      view_of = base.get();
+    }
+  }
   // bound to its object below: never a tensor Forward (or ctx) holds. One that nothing else holds (a new
   // output) and that is bound to no object is bound itself: no other owner can see the difference.
   TensorPtr o = out.use_count() == 1 && out->py_object() == nullptr ? std::move(out) : Alias(out);
@@ -404,6 +435,11 @@ static TensorPtr ForeignOutput(const ForeignApi &api, const ContextState &st, co
     obj = PyRef::Steal(Check(api.object_of(dirty)));
   } else if (same != nullptr) {
     obj = PyRef::Steal(Check(api.alias(same)));
+  } else if (view_of != nullptr) {
+    const ForeignTensor like = ForeignOf(*o);  // (its handle, a ForeignKeep, is dropped below)
+    obj = PyRef::Steal(api.view(view_of, &like));
+    DropForeignKeep(like.handle);
+    Check(obj.get());
   } else {
     obj = PyRef::Steal(WrapForeign(api, *o));
   }
@@ -516,7 +552,7 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     }
     int own = 0;
     result[j] = ForeignOutput(api, st, f, outs[j], record && !st.IsNonDifferentiable(outs[j].get()),
-                              record ? &attach[j] : nullptr, &own);
+                              record ? &attach[j] : nullptr, &own, ViewedOutput(st, outs, result, j));
     if (record) dirty[j] = own;
   }
 

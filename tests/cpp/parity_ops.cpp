@@ -6,6 +6,8 @@
 //   dup(x)          returns one new tensor, 2x, as both of its outputs (torch: one object, one counter)
 //   scale_twice_(x) MarkDirty: x *= 3 in place, returns x as both of its outputs
 //   head(x)         x[:2] of a 1-d x, a view Forward builds on x's storage (torch: a view of x)
+//   y_and_head(x)   y = 2x and y[:2], a view of its first output (torch: a view of y)
+//   scale_head_(x)  MarkDirty: x *= 3 in place, returns x and a view of x[:2]
 // Built with PARITY_FFI (and XLA's FFI headers on the include path), the Functions also get XLA FFI
 // handlers for to_jax's custom-call route.
 #include <cstdint>
@@ -130,19 +132,57 @@ class ParityScaleTwice : public Function<ParityScaleTwice> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {ScaledSum(g, 3.0)}; }
 };
 
+// t[:2] of a 1-d t: a Tensor built on t's storage
+TensorPtr HeadOf(const TensorPtr &t) {
+  if (t->ndim() != 1 || t->numel() < 2) throw std::invalid_argument("head: expected a 1-d tensor of 2 or more");
+  return std::make_shared<Tensor>(t->dtype(), ShapeVector{2}, ShapeVector{t->strides()[0]}, t->data_ptr(),
+                                  t->storage(), t->is_writable());
+}
+
+// g (2 elements) into the first two of n zeros
+TensorPtr PadHead(const TensorPtr &g, std::int64_t n) {
+  auto gx = Tensor::zeros(kFloat64, {n});
+  auto gc = g->contiguous();
+  for (int i = 0; i < 2; ++i) gx->data<double>()[i] = gc->data<double>()[i];
+  return gx;
+}
+
 class ParityHead : public Function<ParityHead> {
  public:
   static constexpr bool kAcceptsViews = true;
   static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
-    if (x->ndim() != 1 || x->numel() < 2) throw std::invalid_argument("head: expected a 1-d x of 2 or more");
     ctx->saved_data["n"] = x->numel();
-    return std::make_shared<Tensor>(x->dtype(), ShapeVector{2}, ShapeVector{x->strides()[0]}, x->data_ptr(),
-                                    x->storage(), x->is_writable());
+    return HeadOf(x);
   }
   static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
-    auto gx = Tensor::zeros(kFloat64, {ctx->saved_data["n"].cast<std::int64_t>()});
-    auto gc = g[0]->contiguous();
-    for (int i = 0; i < 2; ++i) gx->data<double>()[i] = gc->data<double>()[i];
+    return {PadHead(g[0], ctx->saved_data["n"].cast<std::int64_t>())};
+  }
+};
+
+class ParityYAndHead : public Function<ParityYAndHead> {
+ public:
+  static TensorPtrList Forward(AutogradContext *, const TensorPtr &x) {
+    auto y = Scaled(x, 2.0);
+    return {y, HeadOf(y)};
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto gx = Scaled(g[0], 2.0), gh = Scaled(PadHead(g[1], g[0]->numel()), 2.0);
+    for (std::int64_t i = 0; i < gx->numel(); ++i) gx->data<double>()[i] += gh->data<double>()[i];
+    return {gx};
+  }
+};
+
+class ParityScaleHead : public Function<ParityScaleHead> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x) {
+    ScaleInPlace(x, 3.0);
+    ctx->MarkDirty({x});
+    return {x, HeadOf(x)};
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto gx = Scaled(g[0], 3.0), gh = Scaled(PadHead(g[1], g[0]->numel()), 3.0);
+    for (std::int64_t i = 0; i < gx->numel(); ++i) gx->data<double>()[i] += gh->data<double>()[i];
     return {gx};
   }
 };
@@ -157,6 +197,8 @@ OB_MODULE(m) {
   m.def("dup", [](const TensorPtr &x) { return ParityDup::Apply(x); });
   m.def("scale_twice_", [](const TensorPtr &x) { return ParityScaleTwice::Apply(x); });
   m.def("head", [](const TensorPtr &x) { return ParityHead::Apply(x); });
+  m.def("y_and_head", [](const TensorPtr &x) { return ParityYAndHead::Apply(x); });
+  m.def("scale_head_", [](const TensorPtr &x) { return ParityScaleHead::Apply(x); });
 #ifdef PARITY_FFI
   OB_XLA_FFI(m, "mul", ParityMul);
   OB_XLA_FFI(m, "scale_", ParityScale);

@@ -22,7 +22,7 @@ namespace opbuilder {
 namespace detail OB_HIDDEN {
 
 // Bumped whenever a field below changes; an operator ignores a bridge with another number.
-constexpr std::uint32_t kForeignAbi = 7;
+constexpr std::uint32_t kForeignAbi = 8;
 
 // A framework tensor's memory as the operator sees it (strides in elements); ndim == -1: no tensor.
 struct ForeignTensor {
@@ -105,6 +105,10 @@ struct ForeignApi {
   // it (its handle null: `o` keeps the memory; shape and strides are `o`'s own, valid while it lives and
   // is not resized); 0 for any other object. Runs no Python code and sets no error.
   int (*peek)(PyObject *o, ForeignTensor *out);
+  // A new framework tensor that is a view of framework tensor `base` over the elements `like` describes
+  // (memory inside `base`'s, its dtype): an output Forward built on an argument's or an earlier output's
+  // storage. It shares `base`'s version counter. New reference, or nullptr with a Python error set.
+  PyObject *(*view)(PyObject *base, const ForeignTensor *like);
 };
 
 // `api` if it is a bridge of this ABI whose call is active on this thread from the current Python

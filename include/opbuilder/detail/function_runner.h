@@ -92,11 +92,12 @@ inline int RepeatOf(const TensorPtrList &outs, std::size_t j) {
 }
 
 // The argument whose storage a new output `t` is over (Forward built a view of it: a Tensor on its
-// storage()), or -1. An argument Forward got as a private copy does not count: that memory is new.
+// storage()), or -1. An argument Forward got as a private copy does not count (that memory is new), nor
+// one it wrote (MarkDirty: that argument is an output itself, and torch takes its view as new memory).
 inline int ViewedArg(const ContextState &c, const Tensor *t) {
   for (std::size_t i = 0; i < c.nargs; ++i) {
     const Tensor *a = c.args[i];
-    if (a == nullptr || a == t || (c.originals != nullptr && c.originals[i] != nullptr)) continue;
+    if (a == nullptr || a == t || (c.originals != nullptr && c.originals[i] != nullptr) || c.IsDirty(a)) continue;
     if (TensorAccess::SameStorage(*a, *t)) return static_cast<int>(i);
   }
   return -1;
