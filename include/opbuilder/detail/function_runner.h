@@ -95,10 +95,11 @@ inline int RepeatOf(const TensorPtrList &outs, std::size_t j) {
 // storage()), or -1. An argument Forward got as a private copy does not count (that memory is new), nor
 // one it wrote (MarkDirty: that argument is an output itself, and torch takes its view as new memory).
 inline int ViewedArg(const ContextState &c, const Tensor *t) {
-  for (std::size_t i = 0; i < c.nargs; ++i) {
+  for (std::size_t i = 0; i < c.nargs; ++i) {  // (every no-grad call on the bridge asks: the cheap test first)
     const Tensor *a = c.args[i];
-    if (a == nullptr || a == t || (c.originals != nullptr && c.originals[i] != nullptr) || c.IsDirty(a)) continue;
-    if (TensorAccess::SameStorage(*a, *t)) return static_cast<int>(i);
+    if (a == nullptr || !TensorAccess::SameStorage(*a, *t) || a == t) continue;
+    if ((c.originals != nullptr && c.originals[i] != nullptr) || c.IsDirty(a)) continue;
+    return static_cast<int>(i);
   }
   return -1;
 }
