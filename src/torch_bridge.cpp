@@ -43,6 +43,7 @@
 #include <string>
 #include <type_traits>
 #include <unordered_set>
+#include <optional>
 #include <vector>
 
 #include "opbuilder/detail/foreign_api.h"
@@ -286,7 +287,6 @@ PyObject *View(PyObject *base, const ForeignTensor *like) {
     const at::Tensor &t = THPVariable_Unpack(base);
     const std::int64_t item = static_cast<std::int64_t>(t.element_size());
     const std::int64_t off = static_cast<const char *>(like->data) - static_cast<const char *>(t.data_ptr());
-    if (item == 0 || off % item != 0) throw std::runtime_error("a view off the base's element grid");
     std::vector<std::int64_t> strides(like->ndim);
     if (like->strides != nullptr) {
       strides.assign(like->strides, like->strides + like->ndim);
@@ -297,9 +297,17 @@ PyObject *View(PyObject *base, const ForeignTensor *like) {
         s *= like->shape[d];
       }
     }
-    at::AutoGradMode off_grad(false);  // a plain view; the node becomes its history
-    return THPVariable_Wrap(t.as_strided(at::IntArrayRef(like->shape, like->ndim), strides,
-                                         t.storage_offset() + off / item));
+    const std::int64_t offset = item != 0 && off % item == 0 ? t.storage_offset() + off / item : -1;
+    bool torch_has_it = offset >= 0;  // torch has no negative strides, nor views off its element grid
+    for (std::int64_t s : strides) torch_has_it = torch_has_it && s >= 0;
+    if (!torch_has_it) return nullptr;  // (no error: the caller makes a tensor of its own)
+    // a base that records no history gets a view made in the caller's grad mode (as torch's own x[:2]: a
+    // later write into it with grad on is allowed); else a plain view, whose history the node becomes
+    std::optional<at::AutoGradMode> off_grad;
+    if (t.requires_grad()) off_grad.emplace(false);
+    return THPVariable_Wrap(t.as_strided(at::IntArrayRef(like->shape, like->ndim), strides, offset));
+  } catch (const c10::Error &) {  // outside the base's storage: no view of it
+    return nullptr;
   } catch (const std::exception &e) {
     SetError(PyExc_RuntimeError, e);
     return nullptr;

@@ -53,6 +53,8 @@ class _TorchNative:
     head = staticmethod(lambda x: x[:2])
     y_and_head = staticmethod(lambda x: (lambda y: (y, y[:2]))(x * 2.0))
     scale_head_ = staticmethod(lambda x: (lambda r: (r, r[:2]))(x.mul_(3.0)))
+    tail_and_y = staticmethod(lambda x: (lambda y: (y[2:], y))(x * 2.0))
+    reversed = staticmethod(lambda x: x.flip(0))
 
 
 # ---- the scenarios, written once against a framework adapter ------------------------------------
@@ -79,6 +81,7 @@ class _TorchSide:
         return torch.no_grad()
 
 
+
 class _RuntimeSide:
     def __init__(self, ops):
         self.ops = ops
@@ -101,6 +104,7 @@ class _RuntimeSide:
 
     def no_grad(self):
         return rt.no_grad()
+
 
 
 def s_mul(side):
@@ -211,6 +215,25 @@ def s_y_and_head_written(side):
     return side.value(v), []
 
 
+def s_tail_and_y_written(side):
+    """An output that is a view of a LATER output ({y[2:], y}): the later one is its base."""
+    x = side.leaf(X)
+    t, y = side.ops.tail_and_y(x)
+    loss = (t * t).sum()
+    with side.no_grad():
+        side.mul_inplace(y, 10.0)
+    with pytest.raises(RuntimeError, match=STALE + "|" + VIEW_WRITTEN):
+        side.grads(loss, [x])
+    return side.value(t), []
+
+
+def s_reversed(side):
+    """A view with a negative stride: its values and gradient (torch has no such view: a copy there)."""
+    x = side.leaf(X)
+    r = side.ops.reversed(x * 1)
+    return side.value(r), side.grads((r * side.const(W)).sum(), [x])
+
+
 def s_scale_head(side):
     """MarkDirty and a view of the written argument as a second output: torch's gradient, the write done once."""
     x = side.leaf(X)
@@ -220,7 +243,8 @@ def s_scale_head(side):
 
 
 SCENARIOS = {"mul": s_mul, "dup": s_dup, "dup_written": s_dup_written, "head": s_head, "head_written": s_head_written,
-             "y_and_head_written": s_y_and_head_written, "scale_head": s_scale_head, "scale_nonleaf": s_scale_nonleaf, "ident_after_mul": s_ident_after_mul,
+             "y_and_head_written": s_y_and_head_written, "scale_head": s_scale_head,
+             "tail_and_y_written": s_tail_and_y_written, "reversed": s_reversed, "scale_nonleaf": s_scale_nonleaf, "ident_after_mul": s_ident_after_mul,
              "ident_chain": s_ident_chain, "leaf_write_refused": s_leaf_write_refused,
              "saved_input_changed": s_saved_input_changed,
              **{f"scale_view_{k}": _s_scale_view(v) for k, v in VIEWS.items()}}
@@ -249,15 +273,16 @@ def test_runtime_eager(parity_ops, name):
 
 
 @pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain", "dup", "dup_written",
-                                  "head", "head_written", "y_and_head_written", "scale_head"]
-                         + [f"scale_view_{k}" for k in VIEWS])
+                                  "head", "head_written", "y_and_head_written", "scale_head", "tail_and_y_written",
+                                  "reversed"] + [f"scale_view_{k}" for k in VIEWS])
 def test_runtime_jit_first_call_and_replay(parity_ops, name):
     """The op calls under runtime.jit: the first call (which traces) and a replay each run every op once."""
     side = _RuntimeSide(parity_ops)
     scenario = SCENARIOS[name]
     want = _expected(name)
     jitted = types.SimpleNamespace(**{n: rt.jit(getattr(parity_ops, n)) for n in ("mul", "scale_", "ident", "dup",
-                                                                                  "head", "y_and_head", "scale_head_")})
+                                                                                  "head", "y_and_head", "scale_head_",
+                                                                                  "tail_and_y", "reversed")})
     side.ops = jitted
     for _ in range(2):  # trace, then replay
         _same(scenario(side), want)
@@ -319,6 +344,20 @@ def test_a_view_output_after_a_first_call_that_copied_is_a_view_on_the_bridge(pa
             loss.backward()
 
 
+def test_a_view_from_a_call_that_records_nothing_is_written_with_grad_as_torchs(parity_ops, torch_route):
+    """x[:2] of a tensor that needs no gradient, written in place by one that does: torch's own view allows
+    it. The first call did; on the bridge, later calls' views were made under no_grad and refused."""
+    ops = opbuilder.to_torch(parity_ops)
+    for call in range(3):
+        x = torch.tensor(X)
+        w = torch.tensor(W[:2], requires_grad=True)
+        v = ops.head(x)
+        v.mul_(w)
+        (g,) = torch.autograd.grad((v * torch.tensor(W2[:2])).sum(), w)
+        np.testing.assert_allclose(x.detach().numpy()[:2], X[:2] * W[:2], rtol=1e-15, err_msg=str(call))
+        np.testing.assert_allclose(g.numpy(), X[:2] * W2[:2], rtol=1e-15, err_msg=str(call))
+
+
 def test_torch_func_takes_an_op_returning_one_tensor_twice_every_time(parity_ops):
     """Its first torch.func.grad was right; every later one was refused as "returns its argument"."""
     ops = opbuilder.to_torch(parity_ops)
@@ -354,7 +393,8 @@ def test_torch_second_backward_without_retain_graph(parity_ops, torch_route):
 
 
 @pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain", "dup", "dup_written",
-                                  "head", "head_written", "y_and_head_written", "scale_head"])
+                                  "head", "head_written", "y_and_head_written", "scale_head", "tail_and_y_written",
+                                  "reversed"])
 def test_torch_compile(parity_ops, name):
     """Compiled after one eager call of each op: an op that writes or returns its argument is then
     run outside the graph (torch's custom ops may not alias their inputs), the rest in it."""
@@ -366,9 +406,11 @@ def test_torch_compile(parity_ops, name):
     ops.head(torch.ones(4, dtype=torch.float64))
     ops.y_and_head(torch.ones(4, dtype=torch.float64))
     ops.scale_head_(torch.ones(4, dtype=torch.float64))
+    ops.tail_and_y(torch.ones(4, dtype=torch.float64))
+    ops.reversed(torch.ones(4, dtype=torch.float64))
     compiled = types.SimpleNamespace(**{n: torch.compile(getattr(ops, n), backend="aot_eager")
                                         for n in ("mul", "scale_", "ident", "dup", "head", "y_and_head",
-                                                  "scale_head_")})
+                                                  "scale_head_", "tail_and_y", "reversed")})
     _same(SCENARIOS[name](_TorchSide(compiled)), _expected(name))
 
 
@@ -435,6 +477,16 @@ def test_torch_compile_of_an_op_returning_one_tensor_twice_first_is_a_named_erro
     torch._dynamo.reset()
     np.testing.assert_allclose(torch.compile(f, backend="aot_eager")(torch.tensor(X)).numpy(), 2 * X + 1)
     np.testing.assert_allclose(f(torch.tensor(X)).numpy(), 2 * X + 1)
+
+
+def test_torch_compile_of_a_view_returning_op_first_names_the_view(parity_ops):
+    """Its error said "returns its argument unchanged" for an op that returns a view of it."""
+    ops = opbuilder.to_torch(parity_ops, shape_fn={"head": lambda x: opbuilder.Spec((2,), x.dtype)})
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match=r"^head returns a view of its argument, which a compiled graph cannot "
+                                           r"express"):
+        torch.compile(lambda x: ops.head(x) * 1, backend="aot_eager")(torch.tensor(X))
+    torch._dynamo.reset()
 
 
 def test_torch_compile_keeps_an_in_place_call_whose_result_is_unused(parity_ops):

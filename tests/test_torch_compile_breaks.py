@@ -25,6 +25,7 @@ def test_fullgraph_names_an_operator_returning_its_argument(inplace_view_ops):
     x = torch.randn(3, dtype=torch.float64)
     torch.testing.assert_close(t.identity(x), x)  # an eager call: the op is seen returning its argument
     with pytest.raises(torch._dynamo.exc.Unsupported,
-                       match=r"\(reason: identity returns its argument \(unchanged, or written in place with "
-                             r"MarkDirty\) or one tensor twice, which a compiled graph cannot express: it runs eagerly\)"):
+                       match=r"\(reason: identity returns its argument \(unchanged, a view of it, or written in "
+                             r"place with MarkDirty\) or one tensor twice, which a compiled graph cannot express: it "
+                             r"runs eagerly\)"):
         torch.compile(lambda a: t.identity(a) * 2, fullgraph=True, backend="eager")(x)

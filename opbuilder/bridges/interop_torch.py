@@ -618,12 +618,11 @@ class _Op:
                     f"refused before it runs, and call it under torch.no_grad() or on tensors that do not "
                     f"require grad")
 
-    def _refuse_compiled(self, repeats: bool = False) -> None:
-        """A call from a compiled graph traced before the op was seen returning its argument unchanged (or
-        one tensor twice): the graph takes each result for new memory of its own, so the call is an error,
-        never a wrong value; later traces leave the op out of the graph. (A MarkDirty write is refused
-        where torch's autograd sees the output: setup_context and the backward op.)"""
-        what = "one tensor as two of its outputs" if repeats else "its argument unchanged"
+    def _refuse_compiled(self, what: str = "its argument unchanged") -> None:
+        """A call from a compiled graph traced before the op was seen returning its argument unchanged (a
+        view of it, one tensor twice: ``what``): the graph takes each result for new memory of its own, so
+        the call is an error, never a wrong value; later traces leave the op out of the graph. (A MarkDirty
+        write is refused where torch's autograd sees the output: setup_context and the backward op.)"""
         raise RuntimeError(
             f"{self.name} returns {what}, which a compiled graph cannot express (a torch operator's output is "
             f"new memory of its own), and its first call was compiled: torch.compile now leaves it out of the "
@@ -674,22 +673,26 @@ class _Op:
         (MarkDirty) as the argument itself, whose counter the write bumped; new memory as a new tensor,
         whose counter the runtime output counts on from now (an op may have saved it)."""
         flat = None
-        res = []
+        res: List[Any] = [None] * len(outs)
         made: Dict[Any, Tuple[torch.Tensor, Any]] = {}  # a new output's (counter, layout) -> its torch tensor, its runtime one
-        on_vc: Dict[int, Tuple[torch.Tensor, Any]] = {}  # a shared counter -> the first such output
-        for o, k, (vc, layout) in zip(outs, call.alias, _output_keys(outs)):
+        on_vc: Dict[int, Tuple[torch.Tensor, Any]] = {}  # a shared counter -> the output the others are views of
+        keys = _output_keys(outs)
+        roots = _view_roots(outs, keys)
+        # the outputs others are views of first ({y[2:], y}: y), then the rest
+        for j in sorted(range(len(outs)), key=lambda j: keys[j][0] is not None and roots.get(keys[j][0]) != j):
+            o, k, (vc, layout) = outs[j], call.alias[j], keys[j]
             if k < 0 and (vc, layout) in made:  # one tensor returned twice: the same torch tensor, as torch's
                 t, first = made[(vc, layout)]   # Function returns it (one counter; the later output's gradient)
                 o._vc = first._vc
-                res.append(t)
+                res[j] = t
                 continue
-            if k < 0 and vc in on_vc:  # a view Forward built over an earlier output ({y, y[:2]}): torch's view
+            if k < 0 and vc in on_vc:  # a view Forward built over another output ({y, y[:2]}): torch's view
                 t, first = on_vc[vc]
                 view = _view_over(t, o._data)
                 if view is not None:
                     o._vc = first._vc
                     made[(vc, layout)] = (view, o)
-                    res.append(view)
+                    res[j] = view
                     continue
             if k >= 0:
                 if flat is None:
@@ -697,11 +700,11 @@ class _Op:
                 a = flat[k]
                 if (o._data.shape == tuple(a.shape) and _TORCH_DT.get(o._data.dtype, a.dtype) == a.dtype
                         and _strides_match(o._data, a)):
-                    res.append(a if k in call.dirty else a.view_as(a))
+                    res[j] = a if k in call.dirty else a.view_as(a)
                     continue
                 view = _view_over(a, o._data)
                 if view is not None:  # a view Forward built over the argument's memory: torch's view of it, as
-                    res.append(view)  # torch's Function's x[:1] is (its counter, its base)
+                    res[j] = view     # torch's Function's x[:1] is (its counter, its base)
                     continue
             t = _to_torch(o, None)
             if call.recorded:
@@ -709,7 +712,7 @@ class _Op:
             made[(vc, layout)] = (t, o)
             if vc is not None:
                 on_vc.setdefault(vc, (t, o))
-            res.append(t)
+            res[j] = t
         if self.shape_fn is not None:
             self.check_rule(sig, args, res)
         return res
@@ -744,7 +747,7 @@ class _Op:
             seen = self.by_sig[sig][1]
             if kernel and sig in self.traced and (seen[1] or seen[2]) and not getattr(_mode, "eager", False):
                 if not call.dirty:
-                    self._refuse_compiled(_repeats(outs))
+                    self._refuse_compiled(_returned(outs, call, args, sig))
                 if not self.writes:  # here, before torch's own alias check (an error under CI=1, else a warning)
                     self._refuse_dirty_compiled()
             res = self.to_torch_outputs(sig, args, outs, call)
@@ -1243,6 +1246,32 @@ def _output_keys(outs: Sequence[Any]) -> List[Tuple[Optional[int], Any]]:
     return keys
 
 
+def _returned(outs: Sequence[Any], call: "_Call", args: Sequence[Any], sig: str) -> str:
+    """What a call returned that a compiled graph cannot express, in words for its error."""
+    if _repeats(outs):
+        return "one tensor as two of its outputs"
+    flat = _flat(args, sig)
+    for o, k in zip(outs, call.alias):
+        if k >= 0 and not (o._data.shape == tuple(flat[k].shape) and _strides_match(o._data, flat[k])):
+            return "a view of its argument"
+    return "its argument unchanged"
+
+
+def _view_roots(outs: Sequence[Any], keys: Sequence[Tuple[Optional[int], Any]]) -> Dict[int, int]:
+    """Per counter new outputs share (the runtime's ShareCounter: one tensor twice, or views it built of
+    each other), the output spanning the most bytes (the first, of equal spans): the others are its views."""
+    roots: Dict[int, int] = {}
+    span: Dict[int, int] = {}
+    for j, (o, (vc, _)) in enumerate(zip(outs, keys)):
+        if vc is None or type(o._data) is not np.ndarray:
+            continue
+        d = o._data
+        n = d.nbytes and (sum(abs(st) * (m - 1) for st, m in zip(d.strides, d.shape)) + d.itemsize)
+        if vc not in roots or n > span[vc]:
+            roots[vc], span[vc] = j, n
+    return roots
+
+
 def _repeats(outs: Sequence[Any]) -> bool:
     """Whether the op returned one runtime tensor as two of its outputs (its memory and layout again, on one
     counter), or the same runtime tensor twice."""
@@ -1251,8 +1280,8 @@ def _repeats(outs: Sequence[Any]) -> bool:
 
 
 def _func_returns_arg(name: str) -> str:
-    return (f"{name}: under torch.func an operator may not return its argument (unchanged or written in place, "
-            f"MarkDirty); call it outside the transform")
+    return (f"{name}: under torch.func an operator may not return its argument (unchanged, a view of it, or written "
+            f"in place, MarkDirty); call it outside the transform")
 
 
 def _refuse_batched(name: str, g: Optional[torch.Tensor]) -> None:
@@ -1388,9 +1417,9 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
 
     def wrap() -> None:
         # the reasons are what fullgraph=True reports for the graph break
-        outside[0] = _compiler_disable(general, f"{op.name} returns its argument (unchanged, or written in place "
-                                       f"with MarkDirty) or one tensor twice, which a compiled graph cannot "
-                                       f"express: it runs eagerly")
+        outside[0] = _compiler_disable(general, f"{op.name} returns its argument (unchanged, a view of it, or "
+                                       f"written in place with MarkDirty) or one tensor twice, which a compiled "
+                                       f"graph cannot express: it runs eagerly")
         if op.shape_fn is None:
             compiled[0] = _compiler_disable(general, f"{op.name} has no shape rule (to_torch's shape_fn or a C++ "
                                             f"InferShape), so torch.compile cannot trace it: it runs eagerly")

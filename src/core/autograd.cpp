@@ -105,7 +105,9 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
     const int viewed = is_arg || first >= 0 ? -1 : ViewedArg(c, o.get());
     int viewed_out = -1;  // ... or over an earlier new output's ({y, y[:2]}): a view of that output
     for (std::size_t k = 0; k < j && !is_arg && first < 0 && viewed < 0 && viewed_out < 0; ++k) {
-      if (c.ArgIndex(outs[k].get()) < 0 && TensorAccess::SameStorage(*outs[k], *o)) viewed_out = static_cast<int>(k);
+      if (c.ArgIndex(outs[k].get()) < 0 && outs[k]->dtype() == o->dtype() && TensorAccess::SameStorage(*outs[k], *o)) {
+        viewed_out = static_cast<int>(k);
+      }
     }
     PyObject *unchanged_arg = nullptr;  // the caller's object of an argument returned unchanged
     if (is_arg && !c.IsDirty(o.get())) {
@@ -392,20 +394,6 @@ OB_CORE_FN void ForeignDestroy(void *state) noexcept {
   }
 }
 
-// The framework tensor of an earlier new output whose storage a new output `j` is over ({y, y[:2]}): what
-// output j is a view of; else nullptr.
-static PyObject *ViewedOutput(const ContextState &st, const TensorPtrList &outs, const TensorPtrList &result,
-                              std::size_t j) {
-  if (st.ArgIndex(outs[j].get()) >= 0) return nullptr;
-  for (std::size_t k = 0; k < j; ++k) {
-    if (outs[k].get() == outs[j].get() || st.ArgIndex(outs[k].get()) >= 0 || !result[k]) continue;
-    if (outs[k]->dtype() == outs[j]->dtype() && TensorAccess::SameStorage(*outs[k], *outs[j])) {
-      return result[k]->py_object();
-    }
-  }
-  return nullptr;
-}
-
 static TensorPtr ForeignOutput(const ForeignApi &api, const ContextState &st, const FunctionCall &f, TensorPtr out,
                                bool differentiable, PyObject **attach, int *own, PyObject *view_of = nullptr) {
   const int ai = st.ArgIndex(out.get());
@@ -439,8 +427,9 @@ static TensorPtr ForeignOutput(const ForeignApi &api, const ContextState &st, co
     const ForeignTensor like = ForeignOf(*o);  // (its handle, a ForeignKeep, is dropped below)
     obj = PyRef::Steal(api.view(view_of, &like));
     DropForeignKeep(like.handle);
-    Check(obj.get());
-  } else {
+    if (obj.get() == nullptr && PyErr_Occurred() != nullptr) throw PythonError();
+  }
+  if (obj.get() == nullptr) {  // new memory, or a view the framework has no form of (negative strides)
     obj = PyRef::Steal(WrapForeign(api, *o));
   }
   if (attach != nullptr && differentiable && IsDifferentiable(o->dtype())) *attach = obj.get();
@@ -539,21 +528,28 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     attach.assign(outs.size(), nullptr);
     dirty.assign(outs.size(), 0);
   }
-  for (std::size_t j = 0; j < outs.size(); ++j) {
-    const int first = st.ArgIndex(outs[j].get()) < 0 ? RepeatOf(outs, j) : -1;
-    if (first >= 0) {  // a new tensor returned again: the same framework tensor, as torch's Function returns it
-      const std::size_t k = static_cast<std::size_t>(first);
-      result[j] = result[k];
-      if (record) {  // the node's later output (torch gives its gradient to the last)
-        attach[j] = attach[k];
-        dirty[j] = dirty[k];
+  // views of other outputs after their bases ({y[2:], y}: y first), repeats after what they repeat
+  std::vector<int> base(outs.size(), -1);
+  for (std::size_t j = 0; j < outs.size(); ++j) base[j] = RepeatOf(outs, j) < 0 ? ViewBase(st, outs, j) : -1;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+      const int first = st.ArgIndex(outs[j].get()) < 0 ? RepeatOf(outs, j) : -1;
+      if ((base[j] >= 0 || first >= 0) != (pass == 1)) continue;
+      if (first >= 0) {  // a new tensor returned again: the same framework tensor, as torch's Function returns it
+        const std::size_t k = static_cast<std::size_t>(first);
+        result[j] = result[k];
+        if (record) {  // the node's later output (torch gives its gradient to the last)
+          attach[j] = attach[k];
+          dirty[j] = dirty[k];
+        }
+        continue;
       }
-      continue;
+      int own = 0;
+      PyObject *view_of = base[j] >= 0 ? result[static_cast<std::size_t>(base[j])]->py_object() : nullptr;
+      result[j] = ForeignOutput(api, st, f, outs[j], record && !st.IsNonDifferentiable(outs[j].get()),
+                                record ? &attach[j] : nullptr, &own, view_of);
+      if (record) dirty[j] = own;
     }
-    int own = 0;
-    result[j] = ForeignOutput(api, st, f, outs[j], record && !st.IsNonDifferentiable(outs[j].get()),
-                              record ? &attach[j] : nullptr, &own, ViewedOutput(st, outs, result, j));
-    if (record) dirty[j] = own;
   }
 
   if (record) {

@@ -8,6 +8,8 @@
 //   head(x)         x[:2] of a 1-d x, a view Forward builds on x's storage (torch: a view of x)
 //   y_and_head(x)   y = 2x and y[:2], a view of its first output (torch: a view of y)
 //   scale_head_(x)  MarkDirty: x *= 3 in place, returns x and a view of x[:2]
+//   tail_and_y(x)   y[2:] and y = 2x: its first output a view of its second (torch: a view of y)
+//   reversed(x)     x[::-1] of a 1-d x, a view with a negative stride (torch has none: a copy there)
 // Built with PARITY_FFI (and XLA's FFI headers on the include path), the Functions also get XLA FFI
 // handlers for to_jax's custom-call route.
 #include <cstdint>
@@ -172,6 +174,39 @@ class ParityYAndHead : public Function<ParityYAndHead> {
   }
 };
 
+class ParityTailAndY : public Function<ParityTailAndY> {
+ public:
+  static TensorPtrList Forward(AutogradContext *, const TensorPtr &x) {
+    auto y = Scaled(x, 2.0);
+    if (y->numel() < 2) throw std::invalid_argument("tail_and_y: expected 2 or more elements");
+    auto tail = std::make_shared<Tensor>(kFloat64, ShapeVector{y->numel() - 2}, ShapeVector{},
+                                         y->data<double>() + 2, y->storage());
+    return {tail, y};
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto gx = Scaled(g[1], 2.0), gt = g[0]->contiguous();
+    for (std::int64_t i = 0; i < gt->numel(); ++i) gx->data<double>()[i + 2] += 2.0 * gt->data<double>()[i];
+    return {gx};
+  }
+};
+
+class ParityReversed : public Function<ParityReversed> {
+ public:
+  static TensorPtr Forward(AutogradContext *, const TensorPtr &x) {
+    auto c = x->contiguous();  // (a strided x reaches Forward as a private copy: no kAcceptsViews)
+    if (c->ndim() != 1 || c->numel() == 0) throw std::invalid_argument("reversed: expected a non-empty 1-d x");
+    return std::make_shared<Tensor>(kFloat64, ShapeVector{c->numel()}, ShapeVector{-1},
+                                    c->data<double>() + (c->numel() - 1), c->storage(), c->is_writable());
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) {
+    auto gc = g[0]->contiguous();
+    auto gx = Tensor::empty(kFloat64, gc->shape());
+    const std::int64_t n = gc->numel();
+    for (std::int64_t i = 0; i < n; ++i) gx->data<double>()[i] = gc->data<double>()[n - 1 - i];
+    return {gx};
+  }
+};
+
 class ParityScaleHead : public Function<ParityScaleHead> {
  public:
   static constexpr bool kAcceptsViews = true;
@@ -199,6 +234,8 @@ OB_MODULE(m) {
   m.def("head", [](const TensorPtr &x) { return ParityHead::Apply(x); });
   m.def("y_and_head", [](const TensorPtr &x) { return ParityYAndHead::Apply(x); });
   m.def("scale_head_", [](const TensorPtr &x) { return ParityScaleHead::Apply(x); });
+  m.def("tail_and_y", [](const TensorPtr &x) { return ParityTailAndY::Apply(x); });
+  m.def("reversed", [](const TensorPtr &x) { return ParityReversed::Apply(x); });
 #ifdef PARITY_FFI
   OB_XLA_FFI(m, "mul", ParityMul);
   OB_XLA_FFI(m, "scale_", ParityScale);

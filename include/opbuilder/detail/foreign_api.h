@@ -106,8 +106,10 @@ struct ForeignApi {
   // is not resized); 0 for any other object. Runs no Python code and sets no error.
   int (*peek)(PyObject *o, ForeignTensor *out);
   // A new framework tensor that is a view of framework tensor `base` over the elements `like` describes
-  // (memory inside `base`'s, its dtype): an output Forward built on an argument's or an earlier output's
-  // storage. It shares `base`'s version counter. New reference, or nullptr with a Python error set.
+  // (memory inside `base`'s, its dtype): an output Forward built on an argument's or another output's
+  // storage. It shares `base`'s version counter. New reference; nullptr with no error where the framework
+  // has no such view (negative strides, off its element grid, outside its storage); nullptr with a Python
+  // error set on failure.
   PyObject *(*view)(PyObject *base, const ForeignTensor *like);
 };
 

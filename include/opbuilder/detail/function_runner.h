@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "opbuilder/autograd.h"
@@ -98,10 +99,48 @@ inline int ViewedArg(const ContextState &c, const Tensor *t) {
   for (std::size_t i = 0; i < c.nargs; ++i) {  // (every no-grad call on the bridge asks: the cheap test first)
     const Tensor *a = c.args[i];
     if (a == nullptr || !TensorAccess::SameStorage(*a, *t) || a == t) continue;
-    if ((c.originals != nullptr && c.originals[i] != nullptr) || c.IsDirty(a)) continue;
+    if ((c.originals != nullptr && c.originals[i] != nullptr) || c.IsDirty(a) || a->dtype() != t->dtype()) continue;
     return static_cast<int>(i);
   }
   return -1;
+}
+
+// The bytes [first, last) `t`'s elements span (strides of either sign); empty for no element.
+inline std::pair<std::uintptr_t, std::uintptr_t> Extent(const Tensor &t) {
+  std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(TensorAccess::Read(t)), hi = lo;
+  const ShapeVector &shape = t.shape();
+  const ShapeVector strides = t.strides();
+  const auto item = static_cast<std::intptr_t>(t.element_size());
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return {lo, lo};
+    const std::intptr_t off = static_cast<std::intptr_t>((shape[d] - 1) * strides[d]) * item;
+    (off < 0 ? lo : hi) += static_cast<std::uintptr_t>(off);
+  }
+  return {lo, hi + static_cast<std::uintptr_t>(item)};
+}
+
+// The new output that new output `j` is a view of, or -1: of the outputs over j's storage (same dtype, not
+// j's tensor), the one spanning the most bytes (the first, of equal spans), if it spans all of j's and is
+// not j. Each such group of outputs has one base; its other members are views of it ({y[2:], y}: y).
+inline int ViewBase(const ContextState &c, const TensorPtrList &outs, std::size_t j) {
+  const Tensor *t = outs[j].get();
+  if (c.ArgIndex(t) >= 0) return -1;
+  int best = -1;
+  std::uintptr_t best_span = 0;
+  for (std::size_t k = 0; k < outs.size(); ++k) {
+    const Tensor *o = outs[k].get();
+    if (!(k == j || (o != t && c.ArgIndex(o) < 0 && o->dtype() == t->dtype() && TensorAccess::SameStorage(*o, *t)))) {
+      continue;
+    }
+    const auto e = Extent(*o);
+    if (best < 0 || e.second - e.first > best_span) {
+      best = static_cast<int>(k);
+      best_span = e.second - e.first;
+    }
+  }
+  if (best < 0 || static_cast<std::size_t>(best) == j) return -1;
+  const auto b = Extent(*outs[static_cast<std::size_t>(best)]), e = Extent(*t);
+  return b.first <= e.first && e.second <= b.second ? best : -1;
 }
 
 // A tensor sharing `t`'s memory but bound to no Python object.
