@@ -55,9 +55,8 @@ OB_CORE_FN void CopyStrided(char *dst, const ShapeVector &dst_strides, const cha
 namespace {
 constexpr std::size_t kPoolClasses = 4;      // blocks of 64, 128, 192 and 256 bytes
 constexpr std::uint32_t kPoolKeep = 64;      // kept per class and thread
-// Zero-initialised and trivially destructible: read without a guard, still readable while the thread's
-// other thread_local objects are destroyed. `state`: 0 no block kept yet, 1 kept (the reaper is set), 2 the
-// thread is ending (its blocks freed; later ones go back to free()).
+// A thread's kept blocks and shape buffers. `state`: 1 keeping (the reaper is set), 2 the thread is ending
+// (pool_ended: its blocks freed; later ones go back to free()).
 constexpr std::uint32_t kShapeKeep = 16;     // shape buffers kept per thread (RecycleTensor)
 constexpr std::size_t kShapeMaxRank = 8;      // ... of at most this many dimensions
 struct PoolLists {
@@ -67,42 +66,53 @@ struct PoolLists {
   std::uint32_t nshapes;
   alignas(ShapeVector) unsigned char shapes[kShapeKeep][sizeof(ShapeVector)];  // live vectors: [0, nshapes)
 };
-thread_local PoolLists pool_lists;
+PoolLists pool_ended = {{}, {}, 2, 0, {}};  // an ended thread's: nothing kept, blocks go back to free()
+// The thread's lists (null until it keeps its first block: PoolStart). A pointer of initial-exec TLS: 8 bytes
+// of the static TLS surplus, read with one instruction; in the default model of a shared library each read
+// calls __tls_get_addr (~15 instructions), about 17 times per op call.
+thread_local PoolLists *pool_lists __attribute__((tls_model("initial-exec"))) = nullptr;
 struct PoolReaper {
   ~PoolReaper() {
-    PoolLists &l = pool_lists;
-    l.state = 2;
+    PoolLists *l = pool_lists;
+    if (l == nullptr || l == &pool_ended) return;
+    pool_lists = &pool_ended;
     for (std::size_t c = 0; c < kPoolClasses; ++c) {
-      while (void *p = l.head[c]) {
-        l.head[c] = *static_cast<void **>(p);
+      while (void *p = l->head[c]) {
+        l->head[c] = *static_cast<void **>(p);
         std::free(p);
       }
-      l.count[c] = 0;
     }
-    while (l.nshapes > 0) {
-      --l.nshapes;
-      std::launder(reinterpret_cast<ShapeVector *>(l.shapes[l.nshapes]))->~ShapeVector();
+    while (l->nshapes > 0) {
+      --l->nshapes;
+      std::launder(reinterpret_cast<ShapeVector *>(l->shapes[l->nshapes]))->~ShapeVector();
     }
+    std::free(l);
   }
 };
 
-// The thread's first kept block: its reaper is set, which frees the blocks when the thread ends.
-[[gnu::noinline]] bool PoolStart(PoolLists &l) {
+// The thread's lists, made for its first kept block, with the reaper that frees them when the thread ends;
+// null if they cannot be allocated (then nothing is kept).
+[[gnu::noinline]] PoolLists *PoolStart() {
   static thread_local PoolReaper reaper;
   (void)reaper;
-  l.state = 1;
-  return true;
+  auto *l = static_cast<PoolLists *>(std::calloc(1, sizeof(PoolLists)));
+  if (l != nullptr) {
+    l->state = 1;
+    pool_lists = l;
+  }
+  return l;
 }
 }  // namespace
 
 OB_CORE_FN void *PoolTake(std::size_t nbytes) {
   const std::size_t c = nbytes == 0 ? 0 : (nbytes - 1) / 64;
   if (c < kPoolClasses) {
-    PoolLists &l = pool_lists;
-    if (void *p = l.head[c]) {
-      l.head[c] = *static_cast<void **>(p);
-      --l.count[c];
-      return p;
+    if (PoolLists *l = pool_lists) {
+      if (void *p = l->head[c]) {
+        l->head[c] = *static_cast<void **>(p);
+        --l->count[c];
+        return p;
+      }
     }
     nbytes = (c + 1) * 64;  // the class's size: any block of the class serves any request of it
   }
@@ -114,11 +124,8 @@ OB_CORE_FN void *PoolTake(std::size_t nbytes) {
 
 OB_CORE_FN void PoolGive(void *p, std::size_t nbytes) noexcept {
   const std::size_t c = nbytes == 0 ? 0 : (nbytes - 1) / 64;
-  PoolLists *l = &pool_lists;
-#if defined(__GNUC__)
-  asm("" : "+r"(l));  // the thread's address, looked up once (not again after PoolStart)
-#endif
-  if (c < kPoolClasses && l->count[c] < kPoolKeep && (l->state == 1 || (l->state == 0 && PoolStart(*l)))) {
+  PoolLists *l = pool_lists;
+  if (c < kPoolClasses && (l != nullptr || (l = PoolStart()) != nullptr) && l->state == 1 && l->count[c] < kPoolKeep) {
     *static_cast<void **>(p) = l->head[c];
     l->head[c] = p;
     ++l->count[c];
@@ -129,12 +136,9 @@ OB_CORE_FN void PoolGive(void *p, std::size_t nbytes) noexcept {
 
 OB_CORE_FN void RecycleTensor(Tensor *t) noexcept {
   ShapeVector &shape = TensorAccess::Shape(*t);
-  PoolLists *l = &pool_lists;
-#if defined(__GNUC__)
-  asm("" : "+r"(l));
-#endif
-  if (shape.capacity() != 0 && shape.capacity() <= kShapeMaxRank && l->nshapes < kShapeKeep &&
-      (l->state == 1 || (l->state == 0 && PoolStart(*l)))) {
+  PoolLists *l = pool_lists;
+  if (shape.capacity() != 0 && shape.capacity() <= kShapeMaxRank && (l != nullptr || (l = PoolStart()) != nullptr) &&
+      l->state == 1 && l->nshapes < kShapeKeep) {
     new (l->shapes[l->nshapes]) ShapeVector(std::move(shape));
     ++l->nshapes;
   }
@@ -142,10 +146,10 @@ OB_CORE_FN void RecycleTensor(Tensor *t) noexcept {
 }
 
 OB_CORE_FN ShapeVector TakeShape() noexcept {
-  PoolLists &l = pool_lists;
-  if (l.nshapes == 0) return ShapeVector();
-  --l.nshapes;
-  ShapeVector *kept = std::launder(reinterpret_cast<ShapeVector *>(l.shapes[l.nshapes]));
+  PoolLists *l = pool_lists;
+  if (l == nullptr || l->nshapes == 0) return ShapeVector();
+  --l->nshapes;
+  ShapeVector *kept = std::launder(reinterpret_cast<ShapeVector *>(l->shapes[l->nshapes]));
   ShapeVector out(std::move(*kept));
   kept->~ShapeVector();
   out.clear();
