@@ -67,9 +67,12 @@ struct PoolLists {
   alignas(ShapeVector) unsigned char shapes[kShapeKeep][sizeof(ShapeVector)];  // live vectors: [0, nshapes)
 };
 PoolLists pool_ended = {{}, {}, 2, 0, {}};  // an ended thread's: nothing kept, blocks go back to free()
-// The thread's lists (null until it keeps its first block: PoolStart). A pointer of initial-exec TLS: 8 bytes
-// of the static TLS surplus, read with one instruction; in the default model of a shared library each read
-// calls __tls_get_addr (~15 instructions), about 17 times per op call.
+// The thread's lists: zero-initialised and trivially destructible, so a thread that first frees a block
+// after its thread_local destructors ran (a pthread key's destructor) leaks no lists, only that block.
+thread_local PoolLists pool_storage;
+// &pool_storage once the thread keeps its first block (PoolStart), else null. A pointer of initial-exec TLS:
+// 8 bytes of the static TLS surplus, read with one instruction; in the default model of a shared library
+// each read calls __tls_get_addr (~15 instructions), about 17 times per op call.
 thread_local PoolLists *pool_lists __attribute__((tls_model("initial-exec"))) = nullptr;
 struct PoolReaper {
   ~PoolReaper() {
@@ -86,20 +89,16 @@ struct PoolReaper {
       --l->nshapes;
       std::launder(reinterpret_cast<ShapeVector *>(l->shapes[l->nshapes]))->~ShapeVector();
     }
-    std::free(l);
   }
 };
 
-// The thread's lists, made for its first kept block, with the reaper that frees them when the thread ends;
-// null if they cannot be allocated (then nothing is kept).
+// The thread's lists, for its first kept block, with the reaper that frees their blocks when the thread ends.
 [[gnu::noinline]] PoolLists *PoolStart() {
   static thread_local PoolReaper reaper;
   (void)reaper;
-  auto *l = static_cast<PoolLists *>(std::calloc(1, sizeof(PoolLists)));
-  if (l != nullptr) {
-    l->state = 1;
-    pool_lists = l;
-  }
+  PoolLists *l = &pool_storage;
+  l->state = 1;
+  pool_lists = l;
   return l;
 }
 }  // namespace
