@@ -189,42 +189,32 @@ def s_head(side):
     return side.value(v), side.grads((v * side.const(W[:2])).sum(), [x])
 
 
-def s_head_written(side):
-    """A write into the argument after the call is seen by what saved the view (torch: x[:2] shares x's counter)."""
+def _view_written(side, call):
+    """``call(side, x)`` gives (the base, its view); the view saved, then the base written: the write is seen
+    at backward (torch's words for its own Function's view output on the torch routes, or for x[:2])."""
     x = side.leaf(X)
-    h = x * 1
-    v = side.ops.head(h)
-    loss = (v * v).sum()
+    base, view = call(side, x)
+    loss = (view * view).sum()
     with side.no_grad():
-        side.mul_inplace(h, 10.0)
-    # torch's words for its own Function's view output (the torch routes), or for its x[:2] (the reference)
+        side.mul_inplace(base, 10.0)
     with pytest.raises(RuntimeError, match=STALE + "|" + VIEW_WRITTEN):
         side.grads(loss, [x])
-    return side.value(v), []
+    return side.value(view), []
+
+
+def s_head_written(side):
+    """A write into the argument after the call is seen by what saved the view (torch: x[:2] shares x's counter)."""
+    return _view_written(side, lambda side, x: (lambda h: (h, side.ops.head(h)))(x * 1))
 
 
 def s_y_and_head_written(side):
     """An output Forward builds over its other output ({y, y[:2]}) is a view of it: a write into y is seen."""
-    x = side.leaf(X)
-    y, v = side.ops.y_and_head(x)
-    loss = (v * v).sum()
-    with side.no_grad():
-        side.mul_inplace(y, 10.0)
-    with pytest.raises(RuntimeError, match=STALE + "|" + VIEW_WRITTEN):
-        side.grads(loss, [x])
-    return side.value(v), []
+    return _view_written(side, lambda side, x: side.ops.y_and_head(x))
 
 
 def s_tail_and_y_written(side):
     """An output that is a view of a LATER output ({y[2:], y}): the later one is its base."""
-    x = side.leaf(X)
-    t, y = side.ops.tail_and_y(x)
-    loss = (t * t).sum()
-    with side.no_grad():
-        side.mul_inplace(y, 10.0)
-    with pytest.raises(RuntimeError, match=STALE + "|" + VIEW_WRITTEN):
-        side.grads(loss, [x])
-    return side.value(t), []
+    return _view_written(side, lambda side, x: side.ops.tail_and_y(x)[::-1])
 
 
 def s_reversed(side):
