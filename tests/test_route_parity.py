@@ -542,6 +542,28 @@ def test_jax_ffi_undeclared_write_runs_on_a_copy(parity_ffi_ops):
         jax.config.update("jax_enable_x64", old)
 
 
+@pytest.mark.parametrize("name", ["scale_twice_", "scale_head_"])
+def test_jax_a_markdirty_op_without_a_shape_rule_takes_the_cpp_route(parity_ffi_ops, name):
+    """The probe took to_jax's own copy of a leaf the op writes (a runtime mul) for the function's work, and
+    sent such an op to the host-Python route, naming a mul it never runs. Now XLA FFI, with jnp's values."""
+    import jax
+    import jax.numpy as jnp
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        j = opbuilder.to_jax(types.SimpleNamespace(**{name: getattr(parity_ffi_ops, name)}))
+        x, w = jnp.asarray(X), jnp.asarray(W)
+        f = getattr(j, name)
+        assert f.route(x) == "xla_ffi"
+        ref = (lambda a: (3 * a, 3 * a)) if name == "scale_twice_" else (lambda a: (3 * a, 3 * a[:2]))
+        loss = (lambda g: lambda a: (g(a)[0] * w).sum() + (g(a)[1] * w[:g(a)[1].shape[0]]).sum())
+        np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(loss(f)))(x)), np.asarray(jax.grad(loss(ref))(x)),
+                                   rtol=1e-12)
+        np.testing.assert_array_equal(np.asarray(x), X)
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
 def test_jax_mul(jax_ops):
     import jax
     import jax.numpy as jnp

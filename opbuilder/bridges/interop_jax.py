@@ -36,8 +36,9 @@ Importing this module imports jax; nothing else in opbuilder does.
 """
 from __future__ import annotations
 
+import contextlib
 import types
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +46,7 @@ import numpy as np
 
 import runtime as _rt
 from runtime import dtypes as _dtypes
+from runtime.jit import tracing as _tracing
 from runtime.jit.signature import exact_key as _exact_key
 from runtime.call_rules import is_leaf_write_refusal
 from runtime.ops import math as _math
@@ -137,7 +139,9 @@ class _JaxOp:
         differentiable input JAX differentiates (``needs``, default all) is a leaf over the caller's
         (read-only) memory; the others do not require grad, as in the runtime. An op refused for writing
         such a leaf (MarkDirty; the refusal wrote nothing) runs again, and from then on, on a recorded
-        copy of each leaf, so it writes a non-leaf, as in torch: an op that writes nothing pays no copy."""
+        copy of each leaf, so it writes a non-leaf, as in torch: an op that writes nothing pays no copy.
+        Returns the runtime Tensors made of the arrays, those of them that need grad, the outputs, whether
+        it returned one tensor, and the tensors the operator got (the copies, where it writes leaves)."""
         rt, need = [], []
         for k, (p, a) in enumerate(zip(positions, arrays)):
             leaf = grad and np.asarray(a).dtype.kind in _dtypes.GRAD_KINDS and (needs is None or needs[k])
@@ -146,7 +150,7 @@ class _JaxOp:
                 need.append(rt[-1].requires_grad_(True))
         args = rt
         if need and self.writes_leaves:
-            with _rt.enable_grad():
+            with _rt.enable_grad(), _unwatched():
                 args = [_math.mul(r, 1) if r.requires_grad else r for r in rt]
         try:
             with _rt.enable_grad() if grad else _rt.no_grad():
@@ -163,7 +167,7 @@ class _JaxOp:
                 raise TypeError(f"to_jax: {self.name} returned {type(o).__name__}, not tensors; a function "
                                 f"to_jax wraps must return tensors (call the module's function directly for "
                                 f"other values)")
-        return rt, need, outs, single
+        return rt, need, outs, single, args
 
     @staticmethod
     def _key(positions, statics, arrays) -> Any:
@@ -171,12 +175,12 @@ class _JaxOp:
 
     def _run_zeros(self, positions, statics, arrays, pattern: int = -1, grad: bool = False) -> Tuple[list, list]:
         """One run on zeros of the arrays' shapes (at trace time), or on ``probe_values(pattern)`` when
-        ``pattern >= 0``: its specs are cached; returns the runtime Tensors it was given and its outputs.
+        ``pattern >= 0``: its specs are cached; returns the runtime Tensors the operator got and its outputs.
         ``grad``: the differentiable arrays require grad, as a gradient's run has them (the probe's run,
         so that a Function that keeps saved_data only when NeedGrad says so is seen keeping it)."""
         zeros = [np.zeros(tuple(a.shape), np.dtype(a.dtype)) if pattern < 0
                  else probe_values(tuple(a.shape), np.dtype(a.dtype), pattern) for a in arrays]
-        rt, _, outs, single = self._host_forward(positions, statics, zeros, grad=grad)
+        _, _, outs, single, got_args = self._host_forward(positions, statics, zeros, grad=grad)
         if self.shape_fn is None:
             got = ([Spec(tuple(o.shape), np.dtype(o._data.dtype)) for o in outs], single)
             seen = self.out_specs.setdefault(self._key(positions, statics, arrays), got)
@@ -187,7 +191,7 @@ class _JaxOp:
                     f"one run, {_shapes(got[0])} on another, for inputs of shapes "
                     f"{_shapes(Spec(tuple(a.shape), None) for a in arrays)}); JAX needs them fixed by the "
                     f"input shapes: give to_jax a shape_fn for {self.name!r}, or call it outside jax")
-        return rt, outs
+        return got_args, outs
 
     def specs(self, positions, statics, arrays) -> Tuple[List[Spec], bool]:
         """The outputs' shapes and dtypes: the shape rule's, or one run on zeros (cached)."""
@@ -298,13 +302,13 @@ class _JaxOp:
             return _settled(jax.pure_callback(cb, tuple(structs), *arrays, vmap_method="sequential"))
 
         def forward_cb(*arrays):
-            _, _, outs, _ = op._host_forward(positions, statics, arrays, grad=False)
+            _, _, outs, _, _ = op._host_forward(positions, statics, arrays, grad=False)
             # with x64 off, a 64-bit output is declared (out_struct) and returned as its 32-bit twin
             return tuple(np.asarray(o._data).astype(jax_dtype(o._data.dtype), copy=False) for o in outs)
 
         def backward_cb(n_out, needs, *arrays_and_cts):
             arrays, cts = arrays_and_cts[:-n_out], arrays_and_cts[-n_out:]
-            rt, need, outs, _ = op._host_forward(positions, statics, arrays, grad=True, needs=needs)
+            rt, need, outs, _, _ = op._host_forward(positions, statics, arrays, grad=True, needs=needs)
             # a cotangent in the output's own dtype (it came as the 32-bit twin with x64 off), the runtime's convention
             pairs = [(o, _to_runtime(op.name, i, runtime_cotangent(np.asarray(g, dtype=o._data.dtype))))
                      for i, (o, g) in enumerate(zip(outs, cts)) if o.requires_grad]
@@ -347,6 +351,19 @@ class _JaxOp:
 
         f.defvjp(f_fwd, f_bwd, symbolic_zeros=True)
         return f
+
+
+@contextlib.contextmanager
+def _unwatched() -> Iterator[None]:
+    """This thread's tracer off: what runs here is to_jax's own plumbing (a copy of a leaf an op writes), not
+    the function's work, which to_jax's probe watches (it took the copy's mul for the function's and sent a
+    MarkDirty op to the host route)."""
+    prev = _tracing.hook.tracer
+    _tracing.hook.tracer = None
+    try:
+        yield
+    finally:
+        _tracing.hook.tracer = prev
 
 
 def _check_mutates(funcs: Dict[str, Callable], mutates: Any) -> Dict[str, Tuple[int, ...]]:
