@@ -3,6 +3,7 @@
 // inline in each operator: opbuilder/tensor.h includes this file at its end (detail/core_lib.h).
 #include "opbuilder/tensor.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 namespace opbuilder {
@@ -67,37 +68,42 @@ struct PoolLists {
   alignas(ShapeVector) unsigned char shapes[kShapeKeep][sizeof(ShapeVector)];  // live vectors: [0, nshapes)
 };
 PoolLists pool_ended = {{}, {}, 2, 0, {}};  // an ended thread's: nothing kept, blocks go back to free()
-// The thread's lists: zero-initialised and trivially destructible, so a thread that first frees a block
-// after its thread_local destructors ran (a pthread key's destructor) leaks no lists, only that block.
+// The thread's lists: zero-initialised and trivially destructible (TLS, freed with the thread).
 thread_local PoolLists pool_storage;
 // &pool_storage once the thread keeps its first block (PoolStart), else null. A pointer of initial-exec TLS:
 // 8 bytes of the static TLS surplus, read with one instruction; in the default model of a shared library
 // each read calls __tls_get_addr (~15 instructions), about 17 times per op call.
 thread_local PoolLists *pool_lists __attribute__((tls_model("initial-exec"))) = nullptr;
-struct PoolReaper {
-  ~PoolReaper() {
-    PoolLists *l = pool_lists;
-    if (l == nullptr || l == &pool_ended) return;
-    pool_lists = &pool_ended;
-    for (std::size_t c = 0; c < kPoolClasses; ++c) {
-      while (void *p = l->head[c]) {
-        l->head[c] = *static_cast<void **>(p);
-        std::free(p);
-      }
-    }
-    while (l->nshapes > 0) {
-      --l->nshapes;
-      std::launder(reinterpret_cast<ShapeVector *>(l->shapes[l->nshapes]))->~ShapeVector();
+// Frees the thread's kept blocks as it ends: the destructor of a pthread key, which runs after the thread's
+// thread_local destructors and again for a key set while such destructors run (a thread that first keeps a
+// block in another key's destructor frees it too; a thread_local reaper made then never ran). Later blocks
+// go back to free() (pool_ended).
+void PoolReap(void *lists) {
+  auto *l = static_cast<PoolLists *>(lists);
+  pool_lists = &pool_ended;
+  for (std::size_t c = 0; c < kPoolClasses; ++c) {
+    while (void *p = l->head[c]) {
+      l->head[c] = *static_cast<void **>(p);
+      std::free(p);
     }
   }
-};
+  while (l->nshapes > 0) {
+    --l->nshapes;
+    std::launder(reinterpret_cast<ShapeVector *>(l->shapes[l->nshapes]))->~ShapeVector();
+  }
+}
 
-// The thread's lists, for its first kept block, with the reaper that frees their blocks when the thread ends.
+// The thread's lists, for its first kept block, with PoolReap set to free them when the thread ends;
+// pool_ended (nothing kept) if no pthread key can be had.
 [[gnu::noinline]] PoolLists *PoolStart() {
-  static thread_local PoolReaper reaper;
-  (void)reaper;
+  static pthread_key_t key;
+  static const bool have_key = pthread_key_create(&key, &PoolReap) == 0;
   PoolLists *l = &pool_storage;
-  l->state = 1;
+  if (have_key && pthread_setspecific(key, l) == 0) {
+    l->state = 1;
+  } else {
+    l = &pool_ended;
+  }
   pool_lists = l;
   return l;
 }
