@@ -676,8 +676,9 @@ class _Op:
         res: List[Any] = [None] * len(outs)
         made: Dict[Any, Tuple[torch.Tensor, Any]] = {}  # a new output's (counter, layout) -> its torch tensor, its runtime one
         on_vc: Dict[int, Tuple[torch.Tensor, Any]] = {}  # a shared counter -> the output the others are views of
-        keys = _output_keys(outs)
-        roots = _view_roots(outs, keys)
+        # (one output can repeat or view no other: the common call reads no layouts)
+        keys = _output_keys(outs) if len(outs) > 1 else [(None, id(o)) for o in outs]
+        roots = _view_roots(outs, keys) if len(outs) > 1 else {}
         # the outputs others are views of first ({y[2:], y}: y), then the rest
         for j in sorted(range(len(outs)), key=lambda j: keys[j][0] is not None and roots.get(keys[j][0]) != j):
             o, k, (vc, layout) = outs[j], call.alias[j], keys[j]
@@ -1275,6 +1276,8 @@ def _view_roots(outs: Sequence[Any], keys: Sequence[Tuple[Optional[int], Any]]) 
 def _repeats(outs: Sequence[Any]) -> bool:
     """Whether the op returned one runtime tensor as two of its outputs (its memory and layout again, on one
     counter), or the same runtime tensor twice."""
+    if len(outs) < 2:
+        return False
     keys = [(vc, layout) if vc is not None else id(o) for o, (vc, layout) in zip(outs, _output_keys(outs))]
     return len(set(keys)) < len(keys)
 
