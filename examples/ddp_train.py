@@ -27,6 +27,7 @@ writes the figures to DIR/ddp_result.json (tests/test_distributed.py reads them)
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -123,6 +124,13 @@ def _rank(rank: int, world: int, port: int, steps: int, name: str, out: str) -> 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    try:
+        _train_rank(rank, world, steps, name, out)
+    finally:  # gloo's threads end here, while the interpreter is whole (left to exit, one may abort it)
+        dist.destroy_process_group()
+
+
+def _train_rank(rank: int, world: int, steps: int, name: str, out: str) -> None:
     builds = _Builds()
     logger = logging.getLogger("opbuilder")
     logger.addHandler(builds)
@@ -140,7 +148,11 @@ def _rank(rank: int, world: int, port: int, steps: int, name: str, out: str) -> 
     if rank == 0:
         result["ranks"] = everyone
         Path(out).write_text(json.dumps(result))
-    dist.destroy_process_group()
+    # DDP's reducer holds the group and its pending work: free it, then let every rank get here, so that
+    # no rank tears its gloo pairs down while another still uses them
+    del model
+    gc.collect()
+    dist.barrier()
 
 
 def _op_name(name: str) -> str:

@@ -21,6 +21,7 @@ from ship_util import NO_CXX, shipped_site, wheel_env
 pytestmark = pytest.mark.build  # each example builds its operator (in the session's cache)
 
 EXAMPLES = ROOT / "examples"
+FAULTS = {"PYTHONFAULTHANDLER": "1"}  # a rank that aborts prints each thread's Python stack (the ranks inherit it)
 
 
 def _run(args, timeout=600, **env):
@@ -35,7 +36,7 @@ def test_ddp_gradients_equal_one_process_and_the_ranks_compile_once(tmp_path, ca
     name = "ddp_cold_ops"  # a name no other test builds: a cold build in the session's cache
     assert not (cache_dir / name).exists()
     res = _run([EXAMPLES / "ddp_train.py", "--steps", "4", "--name", name, "--out", tmp_path], CI="1",
-               OPBUILDER_TORCH_BRIDGE="0", OPBUILDER_CACHE_DIR=str(cache_dir))
+               OPBUILDER_TORCH_BRIDGE="0", OPBUILDER_CACHE_DIR=str(cache_dir), **FAULTS)
     out = json.loads((tmp_path / "ddp_result.json").read_text())
     ddp, single = out["ddp"], out["single"]
     assert len(ddp["grads"]) == len(single["grads"]) == 4
@@ -64,7 +65,7 @@ def test_ddp_with_the_shipped_operator_builds_nothing(tmp_path, cache_dir):
     res = subprocess.run([sys.executable, str(EXAMPLES / "ddp_train.py"), "--shipped", "--steps", "3", "--out",
                           str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
                          env=wheel_env(site, {**NO_CXX, "CI": "1", "OPBUILDER_NO_BUILD": "1",
-                                              "OPBUILDER_TORCH_BRIDGE": "0", "OPBUILDER_CACHE_DIR": str(empty)}))
+                                              "OPBUILDER_TORCH_BRIDGE": "0", "OPBUILDER_CACHE_DIR": str(empty), **FAULTS}))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = json.loads((tmp_path / "ddp_result.json").read_text())
     for dg, sg in zip(out["ddp"]["grads"], out["single"]["grads"]):
