@@ -35,6 +35,7 @@ from .custom_spec import Spec, is_spec_fn as _is_fn
 from .inplace import InplaceWrites
 from .op_info import OpInfo, parse_reg_info
 from .op_entry import op_entry
+from ..versions import share_version
 
 __all__ = ["Custom"]
 
@@ -201,6 +202,8 @@ class Custom:
                         return self._record(inputs, outs, [res])[0]
             return res
         many = [Tensor._from_array(o) for o in outs]
+        if self._kernel is None and self._hybrid is None:  # a pyfunc may return one array twice, or a view of one
+            _share_counters(outs, many)
         if _state.enabled:
             for x in inputs:
                 if isinstance(x, Tensor) and x.requires_grad:
@@ -513,6 +516,16 @@ class _Workspaces:
 def _release(release: Callable[[int], None], block: ExtraBlock) -> None:
     """Delete what an Init kept with SetKernelData (``block`` stays alive until then)."""
     release(block.address)
+
+
+def _share_counters(outs: Sequence[np.ndarray], tensors: Sequence[Tensor]) -> None:
+    """Outputs over one memory (``return y, y`` or ``y, y[:2]``) count writes on one counter, as a C++
+    Function's ``{y, y}`` does: a write through one is seen by a node that saved the other."""
+    for j in range(1, len(outs)):
+        for k in range(j):
+            if np.may_share_memory(outs[j], outs[k]):
+                share_version(tensors[j], tensors[k])
+                break
 
 
 _RETURNS = "a pyfunc must return its outputs as Tensors, numpy arrays or numbers (a tuple or list of them for several)"
