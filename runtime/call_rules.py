@@ -57,7 +57,7 @@ from .versions import share_version
 from .autograd.views import (NO_GRAD_VIEW_STALE, ViewOfBase, grad_tensor, refresh_view,  # noqa: F401
                              take, view_indices)  # (named here: call_rules decides, views.py is below it)
 
-__all__ = ["OVERLAP_MESSAGE", "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
+__all__ = ["OVERLAP_MESSAGE", "PARTIAL_OVERLAP_MESSAGE", "has_partial_overlap", "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
            "Protected", "protect", "WRITES_ATTR", "note_writes", "note_read_only_call", "share_alias",
            "rebase_view", "refresh_view", "refresh_view_arg", "NO_GRAD_VIEW_WRITE", "double_backward_message",
            "to_framework_cotangent"]
@@ -69,6 +69,10 @@ NO_GRAD_VIEW_WRITE = ("a view was created in no_grad mode and is being modified 
 # torch's words for a write into memory that several elements share (at::assert_no_internal_overlap)
 OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a single "
                    "memory location. Please clone() the tensor before performing the operation.")
+# torch's words for a write whose target part-overlaps another argument (at::assert_no_partial_overlap)
+PARTIAL_OVERLAP_MESSAGE = ("unsupported operation: some elements of the input tensor and the written-to tensor "
+                           "refer to a single memory location. Please clone() the tensor before performing the "
+                           "operation.")
 
 # Per framework: does its gradient of a real loss with respect to z = x + iy read dL/dx + i dL/dy
 # ("conjugate", torch's and the runtime's), or its conjugate ("plain", JAX's cotangents)?
@@ -88,6 +92,31 @@ def has_internal_overlap(arr: Any) -> bool:
     (an expanded or broadcast tensor). torch's rule: other overlaps are too costly to prove and pass."""
     strides = arr.strides
     return 0 in strides and any(st == 0 and n > 1 for n, st in zip(arr.shape, strides))
+
+
+def _dense_span(arr: Any) -> Optional[Tuple[int, int]]:
+    """The bytes [start, end) a host array covers when its elements fill them with no gap or overlap
+    (torch's "non-overlapping and dense", any order of dimensions); None otherwise."""
+    if not isinstance(arr, np.ndarray) or arr.size == 0:
+        return None
+    dims = sorted((abs(st), n) for n, st in zip(arr.shape, arr.strides) if n > 1)
+    step = arr.itemsize
+    for st, n in dims:
+        if st != step:
+            return None
+        step *= n
+    start = arr.__array_interface__["data"][0] + sum(st * (n - 1) for n, st in zip(arr.shape, arr.strides) if st < 0)
+    return start, start + arr.nbytes
+
+
+def has_partial_overlap(written: Any, other: Any) -> bool:
+    """``written`` and ``other`` share some memory but are not the same elements in the same layout (torch's
+    PARTIAL overlap: ``t[1:].add_(t[:-1])`` is refused, ``t.add_(t)`` is not). As torch, only arrays whose
+    elements fill their bytes densely are compared; others are too costly to prove and pass."""
+    a, b = _dense_span(written), _dense_span(other)
+    if a is None or b is None or a[1] <= b[0] or b[1] <= a[0]:
+        return False
+    return not (a == b and written.strides == other.strides and written.shape == other.shape)
 
 
 def write_refusal(t: Any, who: str, index: int, recording: bool, how: str = "MarkDirty") -> Optional[BaseException]:

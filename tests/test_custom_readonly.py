@@ -5,6 +5,7 @@ a read-only map does not fault); an input declared ``inplace`` in the op-info mu
 ValueError before the kernel runs. Anything that could fault runs in a child process, so a segfault is a
 failed test, not a dead pytest.
 """
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ import pytest
 import runtime as rt
 from builder_util import child_env
 from runtime import Tensor, ops
+from runtime.call_rules import PARTIAL_OVERLAP_MESSAGE
 from runtime.ops import CustomRegOp, DataType
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
@@ -120,6 +122,26 @@ def test_a_declared_write_into_a_strided_view_is_written_back():
     view = base[:, ::2]
     op(view, np.ones((3, 2), np.float32))
     assert base.tolist() == [[1.0, 0.0, 1.0, 0.0]] * 3
+
+
+def test_a_declared_write_partly_over_another_input_is_refused_before_the_kernel(assign_add):
+    """torch refuses ``t[1:].add_(t[:-1])`` before writing. Before, the kernel read elements it had already
+    written: b = [1, 2, 3, 4], a running sum, where element-wise reads give [1, 2, 2, 2]."""
+    b = Tensor(np.ones(4, np.float32))
+    with pytest.raises(RuntimeError, match=r"^Custom 'AssignAdd' writes its input 0 in place \(its reg_info says "
+                                           r"inplace\), and another input shares part of its memory: "
+                                           + re.escape(PARTIAL_OVERLAP_MESSAGE) + "$"):
+        assign_add(b[1:4], b[0:3])
+    assert b.tolist() == [1.0] * 4 and b._version == 0
+    a = np.ones(4, np.float32)
+    with pytest.raises(RuntimeError, match=re.escape(PARTIAL_OVERLAP_MESSAGE)):
+        assign_add(a[::-1][:3], a[:3])  # a reversed view (numpy's negative strides): its bytes overlap too
+    t = np.ones(4, np.float32)
+    assign_add(t, t)  # the same elements in the same layout: torch's x.add_(x), allowed
+    assert t.tolist() == [2.0] * 4
+    c = Tensor(np.ones(4, np.float32))
+    assign_add(c[0:2], c[2:4])  # no shared memory: allowed
+    assert c.tolist() == [2.0, 2.0, 1.0, 1.0]
 
 
 def test_a_saved_tensor_written_in_place_is_reported_at_backward(assign_add):

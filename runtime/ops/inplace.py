@@ -4,9 +4,12 @@ Before the call each declared input is checked: it must be a Tensor or numpy
 array (not a number), writable (``writeable=False`` memory, such as a
 ``bytes`` buffer or a read-only memory map, is refused with a ``ValueError``
 rather than written), without internal overlap (a stride-0 view: torch's
-refusal, runtime/call_rules.py), and, while gradients are recorded, must not
-require grad, nor be a view made under no_grad of a tensor that does (torch's refusal too). One that is not C-contiguous is handed to the kernel as a contiguous
-copy and written back afterwards. After the call a written Tensor's version
+refusal, runtime/call_rules.py), not partly over another input (``b[1:]``
+written while ``b[:-1]`` is read: torch's refusal too; the same elements in
+the same layout, ``add_(x, x)``, pass), and, while gradients are recorded,
+must not require grad, nor be a view made under no_grad of a tensor that
+does (torch's refusal too). One that is not C-contiguous is handed to the
+kernel as a contiguous copy and written back afterwards. After the call a written Tensor's version
 goes up, so a graph node that saved it reports the change at backward.
 
 Inputs not declared here are never written through: the call path gives the
@@ -58,6 +61,10 @@ class InplaceWrites:
             if call_rules.has_internal_overlap(a):  # torch's rule: never into memory elements share
                 raise RuntimeError(f"Custom '{self.op}' writes its input {i} in place (its reg_info says inplace): "
                                    f"{call_rules.OVERLAP_MESSAGE}")
+            if any(j != i and call_rules.has_partial_overlap(a, b) for j, b in enumerate(arrays)):
+                raise RuntimeError(f"Custom '{self.op}' writes its input {i} in place (its reg_info says inplace), "
+                                   f"and another input shares part of its memory: "
+                                   f"{call_rules.PARTIAL_OVERLAP_MESSAGE}")
             if _state.enabled and isinstance(x, Tensor) and call_rules.no_grad_view_refused(x):
                 raise RuntimeError(f"Custom '{self.op}' writes its input {i} in place (its reg_info says inplace): "
                                    f"{call_rules.NO_GRAD_VIEW_WRITE}")
