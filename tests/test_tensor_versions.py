@@ -3,12 +3,15 @@
 tensor (the backward raises eager's version error instead of using the written values)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import runtime as rt
 from numeric_util import central as _central
 from runtime import Parameter, Tensor, jit, ops
+from runtime.call_rules import OVERLAP_MESSAGE
 
 OUT_OF_EXP = r"output 0 of exp is at version 1; expected version 0"
 
@@ -81,16 +84,32 @@ def test_a_write_to_a_tensor_that_only_looks_like_a_view_leaves_the_gradient_rig
     np.testing.assert_allclose(x.grad.asnumpy(), _central(lambda v: np.exp(v).sum(), a), rtol=1e-6)
 
 
-def test_writing_a_read_only_broadcast_view_copies_it_and_leaves_its_base_alone():
+def test_writing_a_broadcast_view_is_refused_as_torch_refuses_it():
+    """torch refuses ``y.expand(2, 3).add_(100)`` (its elements share memory), and allows ``e[1, 0] = v`` into
+    the base. Before, the runtime wrote a private copy: ``b`` silently stopped being a view of ``y``."""
     a = np.array([0.5, -1.0, 2.0])
     x = Tensor(a, requires_grad=True)
     y = x.exp()
     with rt.no_grad():
-        b = y.broadcast_to((2, 3))  # read-only: the write takes a private copy, y's memory is unchanged
-        b += 100
-    assert y._version == 0 and b._version == 1 and b.asnumpy()[0, 0] == pytest.approx(np.exp(0.5) + 100)
+        b = y.broadcast_to((2, 3))
+        with pytest.raises(RuntimeError, match=r"^'\+=': " + re.escape(OVERLAP_MESSAGE) + "$"):
+            b += 100
+        with pytest.raises(RuntimeError, match=r"^Tensor\.__setitem__: " + re.escape(OVERLAP_MESSAGE) + "$"):
+            b[:, 0] = 7.0  # a column: two elements over one
+        with pytest.raises(RuntimeError, match=r"^Tensor\.__setitem__: the tensor written is a broadcast "
+                                               r"\(ops\.broadcast_to\), read-only, whose elements share memory; "
+                                               r"write the tensor it broadcasts, or a new tensor \(t \* 1\)$"):
+            b[1, 0] = 7.0  # one element: torch writes y; this view cannot, and a copy would leave y behind
+    assert y._version == 0 and b._version == 0 and b.asnumpy()[0, 0] == pytest.approx(np.exp(0.5))
+    with rt.no_grad():
+        c = b * 1  # a new tensor: its own memory, writable
+        c += 100
+    assert c.asnumpy()[1, 2] == pytest.approx(np.exp(2.0) + 100) and y._version == 0
     y.sum().backward()
     np.testing.assert_allclose(x.grad.asnumpy(), _central(lambda v: np.exp(v).sum(), a), rtol=1e-6)
+    t = Tensor(np.zeros(1)).broadcast_to((3,))
+    with pytest.raises(RuntimeError, match=r"^assign: " + re.escape(OVERLAP_MESSAGE) + "$"):
+        rt.ops.assign(t, 1.0)
 
 
 def test_tensors_from_numpy_on_one_array_share_its_counter():
@@ -161,3 +180,16 @@ def test_a_write_into_an_argument_no_rule_reads_leaves_the_gradient_right():
     y.sum().backward()
     np.testing.assert_allclose(a.grad.asnumpy(), _central(lambda v: ((v.T + b0) * b0).sum(), a0), rtol=1e-6)
     np.testing.assert_allclose(b.grad.asnumpy(), _central(lambda v: ((a0.T + v) * v).sum(), b0), rtol=1e-6)
+
+
+def test_writable_memory_elements_share_takes_one_element_writes_only():
+    """A writable tensor whose elements share memory (a C++ op's expand, numpy's as_strided): as torch, a
+    write into several elements over one is refused; one element is written where it lives. Before, ``*=``
+    wrote the shared element as numpy's ufunc happened to, with no error."""
+    base = np.array([2.0])
+    e = rt.from_numpy(np.lib.stride_tricks.as_strided(base, (4,), (0,)))
+    with pytest.raises(RuntimeError, match=r"^'\*=': " + re.escape(OVERLAP_MESSAGE) + "$"):
+        e *= 2
+    assert base.tolist() == [2.0] and e._version == 0
+    e[1] = 7.0  # torch: e = x.expand(4); e[1] = 7 writes x
+    assert base.tolist() == [7.0] and e.tolist() == [7.0] * 4 and e._version == 1

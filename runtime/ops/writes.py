@@ -18,6 +18,7 @@ import numpy as np
 from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..tensor import Tensor
+from ..call_rules import OVERLAP_MESSAGE, has_internal_overlap
 from .op_entry import breaks_trace
 from ..versions import rebind
 
@@ -32,9 +33,13 @@ def _value(value: Any, target: Tensor, what: str) -> Any:
     return _device.like(v, target._data, f"{what}: the value")
 
 
-@breaks_trace(lambda target, value, what: f"{what} writes a tensor in place outside an op, which a graph does "
+@breaks_trace(lambda target, value, what, region=None: f"{what} writes a tensor in place outside an op, which a graph does "
                                          f"not hold")
-def _check_writable(target: Tensor, value: Any, what: str) -> None:
+def _check_writable(target: Tensor, value: Any, what: str, region: Any = None) -> None:
+    """Refuse a write that would lose a gradient or write memory several elements share (``region``: the
+    elements written, all of ``target`` by default); give a read-only ``target`` a private copy."""
+    if has_internal_overlap(target._data if region is None else region):  # torch's rule, before anything
+        raise RuntimeError(f"{what}: {OVERLAP_MESSAGE}")
     if _state.enabled:
         if target._node is not None:
             raise RuntimeError(f"{what}: the tensor written is the output of a recorded op, and an in-place "
@@ -44,7 +49,10 @@ def _check_writable(target: Tensor, value: Any, what: str) -> None:
             raise RuntimeError(f"{what}: the value written requires grad, and an in-place write does not "
                                f"record a gradient for it; write value.detach(), or build a new tensor "
                                f"(ops.where, ops.concat)")
-    if not _device.writeable(target._data):  # a read-only source (broadcast view, bytes): take a private copy
+    if not _device.writeable(target._data):  # a read-only source (bytes, a memory map): take a private copy
+        if has_internal_overlap(target._data):  # torch writes such an element into the base: a copy would not
+            raise RuntimeError(f"{what}: the tensor written is a broadcast (ops.broadcast_to), read-only, whose "
+                               f"elements share memory; write the tensor it broadcasts, or a new tensor (t * 1)")
         rebind(target, target._data.copy())
 
 
@@ -52,13 +60,22 @@ def _written(target: Tensor) -> None:
     target._version += 1
 
 
+def _basic(index: Any) -> bool:
+    """Whether ``index`` is numpy basic indexing (ints, slices, None, Ellipsis): it selects a view."""
+    items = index if isinstance(index, tuple) else (index,)
+    return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) and not isinstance(i, bool)
+               for i in items)
+
+
 def setitem(target: Tensor, index: Any, value: Any) -> None:
     """``target[index] = value`` in place (numpy's indexing and broadcasting rules)."""
-    _check_writable(target, value, "Tensor.__setitem__")
     if isinstance(index, Tensor):
         index = index._data
     elif isinstance(index, tuple):
         index = tuple(i._data if isinstance(i, Tensor) else i for i in index)
+    # the elements a basic index selects must not share memory (torch's copy_ into the view); with an
+    # advanced index, no element of the tensor may (torch's index_put_ deprecates it)
+    _check_writable(target, value, "Tensor.__setitem__", target._data[index] if _basic(index) else None)
     v = _value(value, target, "Tensor.__setitem__")
     arr = np.asarray(v) if isinstance(v, (bool, int, float)) else v
     if arr.dtype.kind == "f" and target._data.dtype.kind in "biu":
