@@ -125,6 +125,40 @@ def test_a_node_without_a_compiler_loads_what_the_store_holds(filled):
     assert compiled_sources(log) == []
 
 
+NO_BUILD_LOAD = textwrap.dedent("""
+    import sys
+    from opbuilder import CustomOpBuilder, NoBuildError
+    try:
+        print(CustomOpBuilder(sys.argv[2], [sys.argv[1]]).load().value())
+    except NoBuildError as e:
+        print("NoBuildError:", e)
+""")
+
+
+def test_production_loads_from_the_store_on_a_node_whose_cache_does_not_exist_yet(filled):
+    """OPBUILDER_NO_BUILD=1 on a new node (docs/fleet.md's cluster: OPBUILDER_CACHE_DIR=/local/$USER/...,
+    not made yet). Before, load() raised at once for the missing cache directory, never asking the store,
+    and blamed a missing wheel."""
+    tmp_path, store, lib, log = filled
+    cache = tmp_path / "node" / "cache"
+    env = child_env(OPBUILDER_CACHE_DIR=str(cache), OPBUILDER_PREBUILT_DIR=str(store), OPBUILDER_NO_BUILD="1")
+    src = _clone(tmp_path, "node/checkout")
+    res = subprocess.run([PYTHON, "-c", NO_BUILD_LOAD, str(src), NAME], capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert res.returncode == 0 and res.stdout.strip() == "31", res.stdout + res.stderr
+    other = tiny_module(tmp_path / "node" / "checkout" / "new.cpp", "2")  # sources the store has no build of
+    res = subprocess.run([PYTHON, "-c", NO_BUILD_LOAD, str(other), "unstored"], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.stdout.strip() == (
+        "NoBuildError: operator 'unstored' would have to be built, and OPBUILDER_NO_BUILD=1 forbids building: no "
+        "wheel ships a binary of 'unstored' (no opbuilder_ops.json beside its sources). Fix: build these sources "
+        "into the prebuilt store where a compiler is (python -m opbuilder build NAME SOURCES... --into STORE, "
+        "docs/fleet.md; no store in OPBUILDER_PREBUILT_DIR holds a build of them as they are now), or install a "
+        "wheel of the package built for this Python and opbuilder (python -m opbuilder wheel PKGDIR), or unset "
+        "OPBUILDER_NO_BUILD to build it here"), res.stderr
+    assert compiled_sources(log) == []
+
+
 @pytest.mark.build  # the CLI child compiles the library (tests/build_guard.py)
 def test_a_library_build_is_served_from_the_store(tmp_path, monkeypatch):
     src = tmp_path / "aot.cpp"

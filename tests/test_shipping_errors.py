@@ -53,3 +53,25 @@ def test_load_inline_under_no_build_names_the_cache_not_a_wheel(tmp_path, monkey
         f"load_inline's sources of 'never_built' are not built in this cache ({cache}). Fix: run the same "
         "load_inline once where a compiler is, with this OPBUILDER_CACHE_DIR, or move the sources into a "
         "package that ships a wheel (docs/shipping.md), or unset OPBUILDER_NO_BUILD to build it here")
+
+
+def test_a_stale_installed_runtime_says_to_reinstall_opbuilder_not_to_rebuild_the_wheel(tmp_path, monkeypatch):
+    """The shipped binary did not fit because opbuilder's own installed runtime does not (an editable install
+    after its headers changed): a wheel rebuilt for this opbuilder would be refused the same way. Before, the
+    fix said to install such a wheel; doctor already said to reinstall opbuilder."""
+    from opbuilder.cache import shipped
+
+    monkeypatch.setenv("OPBUILDER_NO_BUILD", "1")
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(tmp_path / "no-cache-yet"))
+    monkeypatch.delenv("OPBUILDER_PREBUILT_DIR", raising=False)
+    source = tmp_path / "op.cpp"
+    source.write_text("// an operator\n")
+    spec = CustomOpBuilder("stale_rt_ops", [str(source)]).spec
+    why = "opbuilder's installed runtime was built for headers 'aaa', this build needs 'bbb'"
+    monkeypatch.setitem(shipped._why, "stale_rt_ops", why)
+    with pytest.raises(NoBuildError) as info:
+        shipped.built_instead(spec, lambda: pytest.fail("nothing is built under OPBUILDER_NO_BUILD=1"))
+    assert str(info.value) == (
+        f"operator 'stale_rt_ops' would have to be built, and OPBUILDER_NO_BUILD=1 forbids building: {why}. Fix: "
+        f"reinstall opbuilder (pip install -e . in a checkout) with a C++ compiler present, so that its installed "
+        f"runtime is built for its headers and this Python, or unset OPBUILDER_NO_BUILD to build it here")

@@ -134,20 +134,42 @@ def shipped_or_built(spec, build: Callable[[], ModuleType], record_path: Optiona
 def built_instead(spec, build: Callable[[], ModuleType]) -> ModuleType:
     """``build()`` (the cache, or a build) for ``spec``, whose shipped binary did not fit (``shipped_module``
     returned None). Under ``OPBUILDER_NO_BUILD=1`` a failure of it is a NoBuildError saying why the
-    shipped binary did not fit, and with no cache directory at all it is raised at once."""
+    shipped binary did not fit, and with neither a cache directory nor a prebuilt store it is raised at once
+    (a new node's cache directory may not exist yet: the store's build needs none)."""
     if not no_build():
         return build()
     from ..errors import NoBuildError
 
-    if not os.path.isdir(spec.root):
-        raise NoBuildError(spec.name, _why.get(spec.name, f"no wheel ships a binary of '{spec.name}'"))
+    if not os.path.isdir(spec.root) and not os.environ.get("OPBUILDER_PREBUILT_DIR"):
+        why = _why.get(spec.name, f"no wheel ships a binary of '{spec.name}'")
+        raise NoBuildError(spec.name, why, fix=_fix(why))
     try:
         return build()
     except NoBuildError:
         raise
     except (OSError, RuntimeError) as e:
-        raise NoBuildError(spec.name, f"{_why.get(spec.name, 'nothing is shipped for it')}; and it is not in the "
-                                      f"cache ({e})") from e
+        why = f"{_why.get(spec.name, 'nothing is shipped for it')}; and it is not in the cache ({e})"
+        raise NoBuildError(spec.name, why, fix=_fix(why)) from e
+
+
+RUNTIME_FIX = ("reinstall opbuilder (pip install -e . in a checkout) with a C++ compiler present, so that its "
+               "installed runtime is built for its headers and this Python, or unset OPBUILDER_NO_BUILD to build "
+               "it here")
+
+
+def _fix(why: str) -> str:
+    """The fix a NoBuildError gives for ``why``: reinstall opbuilder when its own installed runtime is what
+    does not fit (a wheel built for this opbuilder cannot help); fill the prebuilt store when one is set;
+    else install a wheel of the package."""
+    from ..errors import NoBuildError
+
+    if why.startswith("opbuilder's installed runtime"):
+        return RUNTIME_FIX
+    if os.environ.get("OPBUILDER_PREBUILT_DIR"):
+        return ("build these sources into the prebuilt store where a compiler is (python -m opbuilder build NAME "
+                "SOURCES... --into STORE, docs/fleet.md; no store in OPBUILDER_PREBUILT_DIR holds a build of them "
+                "as they are now), or " + NoBuildError.WHEEL_FIX)
+    return NoBuildError.WHEEL_FIX
 
 
 _lookups = threading.local()  # .depth: > 0 while this thread takes builds from the cache and compiles none
@@ -188,7 +210,7 @@ def refuse_build(spec, cause: Optional[BaseException] = None) -> None:
         why = f"'{spec.name}' is built on first use and is not in the cache"
     if cause is not None:
         why += f"; and no compiler can build it here ({cause})"
-    raise NoBuildError(spec.name, why)
+    raise NoBuildError(spec.name, why, fix=_fix(why))
 
 
 def _is_inline(spec) -> bool:
