@@ -369,18 +369,18 @@ def _lookup(spec: BuildSpec, plan: _Plan, base: str, op_dir: Optional[Path] = No
         check_dir(op_dir / "deps", store_owner)
     except FileNotFoundError:
         return None
-    headers = fp.read_manifest(op_dir, base, store_owner)
-    if headers is None:
-        return None
-    digests = fp.current_digests(headers, plan.project)
-    if digests is None:
-        return None
-    key = fp.full_key(base, digests)
-    key_dir = op_dir / key
-    if not verified_library(key_dir, plan.output, store_owner):
-        return None
-    warm_notes.note_lookup(key, [(resolve(h, plan.project), d == fp.ABSENT) for h, d in digests.items()])
-    return key, key_dir / plan.output
+    layouts = fp.read_manifest(op_dir, base, store_owner)
+    for headers in layouts or ():
+        digests = fp.current_digests(headers, plan.project)
+        if digests is None:
+            continue
+        key = fp.full_key(base, digests)
+        key_dir = op_dir / key
+        if not verified_library(key_dir, plan.output, store_owner):
+            continue
+        warm_notes.note_lookup(key, [(resolve(h, plan.project), d == fp.ABSENT) for h, d in digests.items()])
+        return key, key_dir / plan.output
+    return None
 
 
 def _prebuilt(spec: BuildSpec, plan: _Plan, base: str) -> Optional[Tuple[str, Path]]:
@@ -573,7 +573,8 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     key_dir = make_dir(spec.op_dir / key)
     record = publish.publish_library(build_dir / plan.output, key_dir, plan.output)
     make_dir(spec.op_dir / "deps")
-    fp.write_json_atomic(fp.manifest_path(spec.op_dir, base), {"headers": sorted(headers)}, durable=True)
+    manifest = fp.manifest_path(spec.op_dir, base)
+    fp.write_json_atomic(manifest, fp.manifest_with([list(headers)], fp.kept_layouts(manifest)), durable=True)
     publish.write_build_info(key_dir, spec, base, record, plan.cxx, _binding_label(spec, plan.binding))
     lib = key_dir / plan.output
     publish.prune_old_builds(spec.op_dir, keep=publish.KEEP_BUILDS, current=key)

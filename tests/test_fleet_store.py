@@ -159,6 +159,58 @@ def test_production_loads_from_the_store_on_a_node_whose_cache_does_not_exist_ye
     assert compiled_sources(log) == []
 
 
+@pytest.mark.build  # the CLI children compile both releases (tests/build_guard.py)
+def test_builds_of_two_header_layouts_stay_findable_in_any_order_of_imports(tmp_path, monkeypatch):
+    """Release 1's a.h defines the value; release 2's a.h includes b.h: the same op.cpp, two layouts of
+    headers. A store that got release 2's bundle, then release 1's (a rollback artifact), holds both builds;
+    before, the later import's manifest (one header list per source) hid the other, and production
+    (OPBUILDER_NO_BUILD=1) refused the operator, naming a missing wheel."""
+    log = tmp_path / "cxx.log"
+    cxx = wrapper_cxx(tmp_path, log)
+    monkeypatch.setenv("CXX", cxx)
+    ci = tmp_path / "ci"
+    (ci / "src").mkdir(parents=True)
+    src = tiny_module(ci / "src" / "op.cpp", "VALUE", includes='#include "a.h"')
+    bundles = {}
+    for release, headers in (("r1", {"a.h": "#define VALUE 1\n"}),
+                             ("r2", {"a.h": '#include "b.h"\n', "b.h": "#define VALUE 2\n"})):
+        for name, text in headers.items():
+            (ci / "src" / name).write_text(text)
+        cache = str(ci / "cache")
+        assert _cli("build", NAME, str(src), "--cache-dir", cache, CXX=cxx).returncode == 0
+        bundles[release] = tmp_path / f"{release}.tar"
+        assert _cli("export", NAME, "-o", str(bundles[release]), "--cache-dir", cache).returncode == 0
+    (ci / "src" / "b.h").unlink()  # the CI cache itself: release 2's build, then release 1's sources
+    (ci / "src" / "a.h").write_text("#define VALUE 1\n")
+    store = tmp_path / "store"
+    for release in ("r2", "r1"):
+        res = _cli("import", str(bundles[release]), "--into", str(store))
+        assert res.returncode == 0, res.stderr
+    log.write_text("")
+    checkouts = {"1": {"a.h": "#define VALUE 1\n"}, "2": {"a.h": '#include "b.h"\n', "b.h": "#define VALUE 2\n"}}
+    for want, headers in checkouts.items():
+        node = tmp_path / f"node{want}"
+        (node / "src").mkdir(parents=True)
+        op = tiny_module(node / "src" / "op.cpp", "VALUE", includes='#include "a.h"')
+        for name, text in headers.items():
+            (node / "src" / name).write_text(text)
+        env = child_env(OPBUILDER_CACHE_DIR=str(node / "cache"), OPBUILDER_PREBUILT_DIR=str(store),
+                        OPBUILDER_NO_BUILD="1")
+        res = subprocess.run([PYTHON, "-c", NO_BUILD_LOAD, str(op), NAME], capture_output=True, text=True,
+                             timeout=300, env=env)
+        assert res.returncode == 0 and res.stdout.strip() == want, res.stdout + res.stderr
+    assert compiled_sources(log) == []
+    # a build in one cache keeps the other layout's build findable too: no compile for either
+    for want, headers in (("1", checkouts["1"]), ("2", checkouts["2"]), ("1", checkouts["1"])):
+        for name in ("a.h", "b.h"):
+            (ci / "src" / name).unlink(missing_ok=True)
+        for name, text in headers.items():
+            (ci / "src" / name).write_text(text)
+        res = _cli("build", NAME, str(src), "--cache-dir", str(ci / "cache"), CXX=cxx)
+        assert res.returncode == 0, res.stderr
+    assert compiled_sources(log) == []
+
+
 @pytest.mark.build  # the CLI child compiles the library (tests/build_guard.py)
 def test_a_library_build_is_served_from_the_store(tmp_path, monkeypatch):
     src = tmp_path / "aot.cpp"

@@ -5,7 +5,9 @@ flags, backend, kind, compiler identity, Python ABI, pybind11 version and
 opbuilder's own headers. The headers a build included are learned from the
 compiler's depfiles and kept in a manifest per base key, with the files that
 must still be missing (search_path.py); the *full key* adds their contents, or
-``ABSENT`` for those not there. A warm load computes both from files alone.
+``ABSENT`` for those not there. A manifest keeps a few such header lists (an
+``a.h`` that starts including ``b.h`` is a second one), so the builds of each
+stay findable in one cache or store. A warm load computes both from files alone.
 
 Files are named in keys and manifests as relocate.py says: relative to the
 operator's project root when under it, so a checkout elsewhere has the same keys.
@@ -27,7 +29,8 @@ except ImportError:  # pragma: no cover - other Pythons
     from hashlib import blake2b
 
 __all__ = ["blake2b", "file_digest", "file_state", "bytes_digest", "ABSENT", "digest_of", "source_digests", "base_key", "full_key", "current_digests",
-           "manifest_path", "read_manifest", "write_text_atomic", "write_json_atomic"]
+           "manifest_path", "read_manifest", "manifest_layouts", "manifest_with", "kept_layouts", "MAX_LAYOUTS", "write_text_atomic",
+           "write_json_atomic"]
 
 
 ABSENT = "-"  # the state of a file that is not there (search_path.py: files whose creation changes a build)
@@ -106,9 +109,11 @@ def manifest_path(op_dir: Path, base: str) -> Path:
     return op_dir / "deps" / f"{base}.json"
 
 
-def read_manifest(op_dir: Path, base: str, owner: Optional[int] = None) -> Optional[List[str]]:
-    """The headers recorded for ``base``; None if there is no manifest, or (with a warning) if it is
-    not one opbuilder wrote: then the operator is built again and the manifest rewritten."""
+def read_manifest(op_dir: Path, base: str, owner: Optional[int] = None) -> Optional[List[List[str]]]:
+    """The header lists recorded for ``base``, the latest first: one per layout of headers its builds
+    included (``a.h`` that later includes ``b.h`` is a second layout of the same sources; a store or cache
+    may hold builds of both). None if there is no manifest, or (with a warning) if it is not one opbuilder
+    wrote: then the operator is built again and the manifest rewritten."""
     path = manifest_path(op_dir, base)
     try:
         data = json.loads(read_file(path, owner))
@@ -117,12 +122,46 @@ def read_manifest(op_dir: Path, base: str, owner: Optional[int] = None) -> Optio
     except ValueError as e:
         warn_broken(path, f"not JSON: {e}", "building the operator again")
         return None
-    headers = data.get("headers") if isinstance(data, dict) else None
-    if not isinstance(headers, list) or not all(isinstance(h, str) and _well_named(h) for h in headers):
-        warn_broken(path, 'not {"headers": [paths, absolute or relative to the project]}',
-                    "building the operator again")
+    layouts = manifest_layouts(data)
+    if layouts is None:
+        warn_broken(path, 'not {"headers": [paths, absolute or relative to the project], "more": [lists of '
+                          'them]}', "building the operator again")
+    return layouts
+
+
+MAX_LAYOUTS = 8  # header layouts one manifest keeps (the oldest go first)
+
+
+def manifest_layouts(data: object) -> Optional[List[List[str]]]:
+    """The header lists of a parsed manifest (``{"headers": [...]}``, with ``"more": [[...], ...]`` when
+    builds of other layouts are kept), or None when it is not one."""
+    if not isinstance(data, dict):
         return None
-    return headers
+    lists = [data.get("headers"), *(data.get("more") or [] if isinstance(data.get("more", []), list) else [None])]
+    if not all(isinstance(h, list) and all(isinstance(n, str) and _well_named(n) for n in h) for h in lists):
+        return None
+    return lists  # type: ignore[return-value]
+
+
+def manifest_with(layouts: Sequence[Sequence[str]], kept: Optional[Sequence[Sequence[str]]]) -> Dict:
+    """The manifest that records ``layouts`` first, then those of ``kept`` (an existing manifest's, or None)
+    that differ, at most MAX_LAYOUTS: a build of one layout never hides the builds of another."""
+    out: List[List[str]] = []
+    for h in [*layouts, *(kept or [])]:
+        h = sorted(h)
+        if h not in out:
+            out.append(h)
+    out = out[:MAX_LAYOUTS]
+    return {"headers": out[0], **({"more": out[1:]} if len(out) > 1 else {})}
+
+
+def kept_layouts(path: Path, owner: Optional[int] = None) -> Optional[List[List[str]]]:
+    """The layouts of the manifest at ``path`` to keep beside a new one: None, quietly, when there is none
+    or it is not one opbuilder wrote (it is replaced)."""
+    try:
+        return manifest_layouts(json.loads(read_file(path, owner)))
+    except (OSError, ValueError):
+        return None
 
 
 def _well_named(name: str) -> bool:

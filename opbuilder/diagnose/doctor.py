@@ -220,6 +220,7 @@ def _store_entries(store: Path, owner: int) -> Tuple[int, int, List[Tuple[Path, 
 
     from ..errors import UnsafeCacheDirError
     from ..fleet.store import KEY_RE, LIB_RE, OP_RE
+    from ..cache.fingerprint import manifest_layouts
     from ..cache.trust import check_dir, check_file, read_file
 
     unsafe: List[Tuple[Path, str]] = []
@@ -259,10 +260,10 @@ def _store_entries(store: Path, owner: int) -> Tuple[int, int, List[Tuple[Path, 
             for m in sorted(deps.iterdir()):
                 if m.suffix == ".json" and KEY_RE.fullmatch(m.stem) and safe(m, False) is not None:
                     data = parsed(m)
-                    if isinstance(data, dict) and isinstance(data.get("headers"), list):
+                    if manifest_layouts(data) is not None:
                         manifests.add(m.stem)
                     elif data is not None:
-                        broken.append((m, 'is not {"headers": [...]}'))
+                        broken.append((m, 'is not {"headers": [...], "more": [[...], ...]}'))
         for key_dir in sorted(op.iterdir()):
             if not KEY_RE.fullmatch(key_dir.name) or safe(key_dir, True) is None:
                 continue

@@ -88,7 +88,7 @@ def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None
     Its SHA-256 is computed while copying and must be the one ``build.json`` records (else ValueError
     naming it, and nothing of it is left in the store); the copy's stamp is recorded anew. ``private``:
     into our cache, with its modes (directories and library 0700, records 0600)."""
-    from ..cache.fingerprint import manifest_path
+    from ..cache.fingerprint import kept_layouts, manifest_path, manifest_with
     from ..cache.publish import publish_library
     from ..cache.published import INFO, _library_record
     from ..cache.trust import read_file, write_file
@@ -99,8 +99,10 @@ def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None
     if data is None or lib is None or not isinstance(data.get("base"), str) or not KEY_RE.fullmatch(data["base"]):
         raise ValueError(f"{key_dir} is not a build opbuilder published (no library, or no build.json recording "
                          f"its base key, size and SHA-256); nothing of it was stored")
-    manifest = read_file(manifest_path(src_op, data["base"]), src_owner)
-    json.loads(manifest)  # a manifest that is not JSON is not stored (a lookup would warn about it)
+    layouts = kept_layouts(manifest_path(src_op, data["base"]), src_owner)
+    if layouts is None:  # a manifest opbuilder did not write is not stored (a lookup would warn about it)
+        raise ValueError(f"{manifest_path(src_op, data['base'])} is not a manifest opbuilder wrote; nothing of "
+                         f"{key_dir} was stored")
     if sha256_of(lib) != data["library"]["sha256"]:  # before anything is written: a good copy stays
         raise ValueError(f"{lib}: its SHA-256 is not the one its build.json records (changed since it was built); "
                          f"it was not stored")
@@ -117,5 +119,7 @@ def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None
     data["library"] = record
     write_file(dst_key / INFO, json.dumps(data, indent=1, sort_keys=True).encode(), mode=fmode, durable=True)
     make_dir(dst_op / "deps", dmode)
-    write_file(manifest_path(dst_op, data["base"]), manifest, mode=fmode, durable=True)
+    dst_manifest = manifest_path(dst_op, data["base"])  # the store's other layouts stay findable
+    merged = manifest_with(layouts, kept_layouts(dst_manifest))
+    write_file(dst_manifest, json.dumps(merged, indent=1, sort_keys=True).encode(), mode=fmode, durable=True)
     return dst_key / lib.name
