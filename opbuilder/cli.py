@@ -39,17 +39,22 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    kw = dict(backend=args.backend, include_paths=args.include or None, cflags=args.cflags,
+              ldflags=args.ldflags, build_dir=args.cache_dir, debug_mode=args.debug, verbose=args.verbose)
+    if args.into is None:
+        return _build(args, kw, None)
+    from pathlib import Path
+
+    from .fleet.store import filling
+    with filling(Path(args.into)) as into:  # refused before compiling, if it is not ours or others can write it
+        return _build(args, kw, into)
+
+
+def _build(args: argparse.Namespace, kw: dict, into) -> int:
+    """``build``'s work: the operator (or ``--library``) built, and installed into the store ``into``."""
     from .builder import build_library
     from . import CustomOpBuilder
 
-    kw = dict(backend=args.backend, include_paths=args.include or None, cflags=args.cflags,
-              ldflags=args.ldflags, build_dir=args.cache_dir, debug_mode=args.debug, verbose=args.verbose)
-    into = None
-    if args.into is not None:
-        from pathlib import Path
-
-        from .fleet.store import open_store
-        into = open_store(Path(args.into))  # refused before compiling, if it is not ours or others can write it
     deps = []
     if args.library:
         path = build_library(args.name, args.sources, **kw)
@@ -98,11 +103,15 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     from .fleet.bundle import import_bundle
     from .cache.cache_dir import cache_root
-    from .fleet.store import open_store
+    from .fleet.store import filling
     from .cache.trust import trusted_root
 
-    store = open_store(Path(args.into)) if args.into else trusted_root(cache_root(args.cache_dir))
-    for lib in import_bundle(Path(args.bundle), store, cache=not args.into):
+    if args.into:
+        with filling(Path(args.into)) as store:
+            libs = import_bundle(Path(args.bundle), store)
+    else:
+        libs = import_bundle(Path(args.bundle), trusted_root(cache_root(args.cache_dir)), cache=True)
+    for lib in libs:
         print(lib)
     return 0
 

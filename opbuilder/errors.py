@@ -73,9 +73,17 @@ class UnsafeCacheDirError(PermissionError):
     """The cache directory could be written by another user, so nothing in it is trusted."""
 
 
+_warned_broken: set = set()  # (path, why, then) said already in this process
+
+
 def warn_broken(path: object, why: str, then: str) -> None:
     """Say (as a warning on the "opbuilder" logger) that a bookkeeping file is not what opbuilder
-    writes there, and what is done instead: it is treated as absent, never trusted."""
+    writes there, and what is done instead: it is treated as absent, never trusted. Once per process for
+    one path, cause and remedy (a load() may look an entry up twice: the store, then again to build)."""
+    said = (str(path), why, then)
+    if said in _warned_broken:
+        return
+    _warned_broken.add(said)
     import logging  # not on the warm path unless something is broken
 
     logging.getLogger("opbuilder").warning("opbuilder: %s is broken (%s); %s", path, why, then)

@@ -253,6 +253,34 @@ def test_a_tampered_stored_library_is_never_imported(filled, monkeypatch, caplog
     assert lib.read_bytes() == bytes(data)  # the store is left as it is
 
 
+def test_a_broken_entry_is_warned_about_once_per_process(tmp_path, caplog):
+    """A nanobind operator's load looks a store entry up twice (before its build lock, then under it): the
+    broken library was named twice per load()."""
+    from opbuilder.errors import warn_broken
+
+    path = tmp_path / "store" / "op" / "key" / "op.so"
+    with caplog.at_level(logging.WARNING, logger="opbuilder"):
+        for _ in range(2):
+            warn_broken(path, "100 bytes where 19064 were published", "it is never loaded")
+        warn_broken(path, "its SHA-256 is not the one published", "it is never loaded")  # another cause: said
+    assert caplog.text.count(f"{path} is broken (100 bytes") == 1 and caplog.text.count(f"{path} is broken") == 2
+
+
+@pytest.mark.build
+def test_a_stored_build_json_that_is_broken_is_ignored_not_built_again_in_the_store(filled, monkeypatch, caplog):
+    tmp_path, store, lib, log = filled
+    info = lib.parent / "build.json"
+    info.write_text("{")
+    monkeypatch.setenv("OPBUILDER_PREBUILT_DIR", str(store))
+    cache = tmp_path / "user" / "cache"
+    with caplog.at_level(logging.WARNING, logger="opbuilder"):
+        mod = CustomOpBuilder(NAME, [_clone(tmp_path, "user/checkout")], build_dir=cache).load()
+    assert mod.value() == 31 and cache in Path(mod.__file__).parents
+    assert f"{info} is broken (not JSON: " in caplog.text
+    assert "; ignoring the prebuilt store's copy and building into the cache" in caplog.text
+    assert "building the library again" not in caplog.text and info.read_text() == "{"
+
+
 def test_a_store_others_can_write_is_refused_naming_it(filled, monkeypatch):
     tmp_path, store, lib, log = filled
     monkeypatch.setenv("OPBUILDER_PREBUILT_DIR", str(store))
@@ -351,7 +379,7 @@ def test_a_crafted_bundle_is_refused_and_nothing_is_written(tmp_path, case):
     res = _cli("import", str(bundle), "--into", str(target))
     assert res.returncode == 1
     assert f"bundle {bundle} refused, nothing was imported: {member.name!r} {why}" in res.stderr, res.stderr
-    assert list(target.iterdir()) == []
+    assert not target.exists()  # the store the import made is gone again: it was left empty
     assert not (tmp_path / "deep" / "escaped.json").exists() and not Path("/tmp/opbuilder-escaped.json").exists()
 
 
@@ -456,6 +484,18 @@ def test_a_file_that_is_not_a_tar_is_an_error_not_a_traceback(tmp_path):
     res = _cli("import", str(junk), "--into", str(tmp_path / "cluster"))
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert f"bundle {junk} is not a tar file opbuilder can read" in res.stderr and "nothing was imported" in res.stderr
+    assert not (tmp_path / "cluster").exists()  # the store it made for the import is gone again (it was left empty)
+    (tmp_path / "kept").mkdir()
+    assert _cli("import", str(junk), "--into", str(tmp_path / "kept")).returncode == 1
+    assert (tmp_path / "kept").is_dir()  # a store that was there stays
+
+
+@pytest.mark.build
+def test_a_build_into_a_new_store_that_fails_leaves_no_store(tmp_path):
+    src = tiny_module(tmp_path / "bad.cpp", "not C++ at all")
+    res = _cli("build", "bad_op", str(src), "--cache-dir", str(tmp_path / "cache"), "--into", str(tmp_path / "new"))
+    assert res.returncode == 1 and "not C++ at all" in res.stderr
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_changed_library_under_a_key_the_store_has_leaves_the_good_copy(filled):

@@ -45,20 +45,21 @@ def _sha256_of(fd: int) -> str:
         h.update(chunk)
 
 
-def _library_record(info: Path, owner: Optional[int] = None) -> Optional[dict]:
+def _library_record(info: Path, owner: Optional[int] = None,
+                    then: str = "building the library again") -> Optional[dict]:
     """``build.json``'s parsed contents if it records a library (size, SHA-256, stamp); else None
-    (with a warning if it exists but is not what opbuilder writes)."""
+    (with a warning if it exists but is not what opbuilder writes, saying ``then``: what is done instead)."""
     try:
         data = json.loads(read_file(info, owner))
     except FileNotFoundError:
         return None  # a publish that was killed before its record: built again
     except ValueError as e:
-        warn_broken(info, f"not JSON: {e}", "building the library again")
+        warn_broken(info, f"not JSON: {e}", then)
         return None
     rec = data.get("library") if isinstance(data, dict) else None
     if not (isinstance(rec, dict) and isinstance(rec.get("size"), int) and isinstance(rec.get("sha256"), str)
             and isinstance(rec.get("stamp"), list)):
-        warn_broken(info, "it does not record the library's size and SHA-256", "building the library again")
+        warn_broken(info, "it does not record the library's size and SHA-256", then)
         return None
     return data
 
@@ -77,12 +78,12 @@ def verified_library(key_dir: Path, filename: str, store_owner: Optional[int] = 
     except FileNotFoundError:
         return False
     info = key_dir / INFO
-    data = _library_record(info, store_owner)
+    stored = "ignoring the prebuilt store's copy and building into the cache"
+    data = _library_record(info, store_owner, "building the library again" if store_owner is None else stored)
     if data is None:
         return False
     rec = data["library"]
-    then = ("building it again (the new file replaces it)" if store_owner is None else
-            "it is never loaded: ignoring the prebuilt store's copy and building into the cache")
+    then = "building it again (the new file replaces it)" if store_owner is None else f"it is never loaded: {stored}"
     if st.st_size != rec["size"]:
         warn_broken(lib, f"{st.st_size} bytes where {rec['size']} were published", then)
         return False

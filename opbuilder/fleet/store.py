@@ -22,11 +22,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import List, Optional, Tuple
+from contextlib import contextmanager
+from typing import Iterator, List, Optional, Tuple
 
 from ..cache.trust import trusted_store
 
-__all__ = ["prebuilt_stores", "ENV", "open_store", "install", "library_in", "KEY_RE", "OP_RE", "LIB_RE"]
+__all__ = ["prebuilt_stores", "ENV", "open_store", "filling", "install", "library_in", "KEY_RE", "OP_RE", "LIB_RE"]
 
 ENV = "OPBUILDER_PREBUILT_DIR"
 OP_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.lib)?")  # an operator's directory: NAME or NAME.lib
@@ -63,6 +64,23 @@ def open_store(directory: Path) -> Path:
         raise UnsafeCacheDirError(f"prebuilt store {store[0]} belongs to uid {store[1]}; only its owner may fill it "
                                   f"(run this command as that user)")
     return store[0]
+
+
+@contextmanager
+def filling(directory: Path) -> Iterator[Path]:
+    """``open_store(directory)`` for one command that fills it: a store this made is removed again, if
+    still empty, when the command fails (an import that imported nothing leaves nothing behind)."""
+    made = not directory.expanduser().absolute().exists()
+    store = open_store(directory)
+    try:
+        yield store
+    except BaseException:
+        if made:
+            try:
+                os.rmdir(store)  # only an empty directory: whatever was written stays
+            except OSError:
+                pass
+        raise
 
 
 def library_in(key_dir: Path) -> Optional[Path]:
