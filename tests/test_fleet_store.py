@@ -91,11 +91,14 @@ def test_a_store_filled_by_the_cli_serves_a_new_cache_and_another_checkout_witho
     assert _tree(store) == before  # load() never writes to a store
 
 
+# load() in a child: the value, or the error (FileNotFoundError: no compiler; NoBuildError: production) it names
 NO_COMPILER = textwrap.dedent("""
     import sys
-    from opbuilder import CustomOpBuilder
+    from opbuilder import CustomOpBuilder, NoBuildError
     try:
         print(CustomOpBuilder(sys.argv[2], [sys.argv[1]]).load().value())
+    except NoBuildError as e:
+        print("NoBuildError:", e)
     except FileNotFoundError as e:
         print("FileNotFoundError:", e)
 """)
@@ -125,16 +128,6 @@ def test_a_node_without_a_compiler_loads_what_the_store_holds(filled):
     assert compiled_sources(log) == []
 
 
-NO_BUILD_LOAD = textwrap.dedent("""
-    import sys
-    from opbuilder import CustomOpBuilder, NoBuildError
-    try:
-        print(CustomOpBuilder(sys.argv[2], [sys.argv[1]]).load().value())
-    except NoBuildError as e:
-        print("NoBuildError:", e)
-""")
-
-
 def test_production_loads_from_the_store_on_a_node_whose_cache_does_not_exist_yet(filled):
     """OPBUILDER_NO_BUILD=1 on a new node (docs/fleet.md's cluster: OPBUILDER_CACHE_DIR=/local/$USER/...,
     not made yet). Before, load() raised at once for the missing cache directory, never asking the store,
@@ -143,11 +136,11 @@ def test_production_loads_from_the_store_on_a_node_whose_cache_does_not_exist_ye
     cache = tmp_path / "node" / "cache"
     env = child_env(OPBUILDER_CACHE_DIR=str(cache), OPBUILDER_PREBUILT_DIR=str(store), OPBUILDER_NO_BUILD="1")
     src = _clone(tmp_path, "node/checkout")
-    res = subprocess.run([PYTHON, "-c", NO_BUILD_LOAD, str(src), NAME], capture_output=True, text=True, timeout=300,
+    res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(src), NAME], capture_output=True, text=True, timeout=300,
                          env=env)
     assert res.returncode == 0 and res.stdout.strip() == "31", res.stdout + res.stderr
     other = tiny_module(tmp_path / "node" / "checkout" / "new.cpp", "2")  # sources the store has no build of
-    res = subprocess.run([PYTHON, "-c", NO_BUILD_LOAD, str(other), "unstored"], capture_output=True, text=True,
+    res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(other), "unstored"], capture_output=True, text=True,
                          timeout=300, env=env)
     assert res.stdout.strip() == (
         "NoBuildError: operator 'unstored' would have to be built, and OPBUILDER_NO_BUILD=1 forbids building: no "
@@ -196,7 +189,7 @@ def test_builds_of_two_header_layouts_stay_findable_in_any_order_of_imports(tmp_
             (node / "src" / name).write_text(text)
         env = child_env(OPBUILDER_CACHE_DIR=str(node / "cache"), OPBUILDER_PREBUILT_DIR=str(store),
                         OPBUILDER_NO_BUILD="1")
-        res = subprocess.run([PYTHON, "-c", NO_BUILD_LOAD, str(op), NAME], capture_output=True, text=True,
+        res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(op), NAME], capture_output=True, text=True,
                              timeout=300, env=env)
         assert res.returncode == 0 and res.stdout.strip() == want, res.stdout + res.stderr
     assert compiled_sources(log) == []
