@@ -89,9 +89,10 @@ def to_framework_cotangent(g: Any, framework: str) -> Any:
 
 def has_internal_overlap(arr: Any) -> bool:
     """Two elements of ``arr`` share one memory location: a stride of 0 over a dimension of size > 1
-    (an expanded or broadcast tensor). torch's rule: other overlaps are too costly to prove and pass."""
+    (an expanded or broadcast tensor), and it has elements. torch's rule: other overlaps are too costly to
+    prove and pass."""
     strides = arr.strides
-    return 0 in strides and any(st == 0 and n > 1 for n, st in zip(arr.shape, strides))
+    return 0 in strides and any(st == 0 and n > 1 for n, st in zip(arr.shape, strides)) and 0 not in arr.shape
 
 
 def _dense_span(arr: Any) -> Optional[Tuple[int, int]]:

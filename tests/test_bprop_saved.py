@@ -193,3 +193,24 @@ def test_pyfunc_outputs_over_other_memory_keep_their_own_counters():
     a, b = op(Tensor(np.arange(3.0)))
     b *= 10.0
     assert (a._version, b._version) == (0, 1)
+
+
+def test_pyfunc_views_of_one_array_that_do_not_overlap_share_its_counter():
+    """``y[:2], y[2:], y``: the two halves share no byte, but both are views of y, as in torch (one counter
+    per memory). Before, ``y[2:]`` kept a counter of its own and a write through y gave w.grad [40, 60]."""
+    op = ops.Custom(lambda x: ((x * 2.0)[:2], (x * 2.0)[2:], x * 2.0), func_type="pyfunc")  # three arrays
+    head, tail, whole = op(Tensor(np.arange(4.0)))
+    whole *= 10.0
+    assert (head._version, tail._version, whole._version) == (0, 0, 1)  # three memories: three counters
+
+    def halves(x):
+        y = x * 2.0
+        return y[:2], y[2:], y
+
+    head, tail, whole = ops.Custom(halves, func_type="pyfunc")(Tensor(np.arange(4.0)))
+    w = Tensor(np.ones(2), requires_grad=True)
+    loss = (tail * w).sum()  # saves tail
+    whole *= 10.0
+    assert head._version == tail._version == whole._version == 1
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        loss.backward()

@@ -11,7 +11,7 @@ import pytest
 import runtime as rt
 from numeric_util import central as _central
 from runtime import Parameter, Tensor, jit, ops
-from runtime.call_rules import OVERLAP_MESSAGE
+from runtime.call_rules import OVERLAP_MESSAGE, PARTIAL_OVERLAP_MESSAGE
 
 OUT_OF_EXP = r"output 0 of exp is at version 1; expected version 0"
 
@@ -84,32 +84,48 @@ def test_a_write_to_a_tensor_that_only_looks_like_a_view_leaves_the_gradient_rig
     np.testing.assert_allclose(x.grad.asnumpy(), _central(lambda v: np.exp(v).sum(), a), rtol=1e-6)
 
 
-def test_writing_a_broadcast_view_is_refused_as_torch_refuses_it():
-    """torch refuses ``y.expand(2, 3).add_(100)`` (its elements share memory), and allows ``e[1, 0] = v`` into
-    the base. Before, the runtime wrote a private copy: ``b`` silently stopped being a view of ``y``."""
+def test_writing_a_broadcast_view_follows_torchs_expand():
+    """torch refuses ``y.expand(2, 3).add_(100)`` (its elements share memory) and writes ``e[1, 0] = v`` or
+    ``e[0] += v`` into ``y``. Before, the runtime gave the read-only broadcast a private copy: ``b`` silently
+    stopped being a view of ``y``, and ``y`` kept its values."""
     a = np.array([0.5, -1.0, 2.0])
     x = Tensor(a, requires_grad=True)
     y = x.exp()
+    ey = np.exp(a)
     with rt.no_grad():
         b = y.broadcast_to((2, 3))
         with pytest.raises(RuntimeError, match=r"^'\+=': " + re.escape(OVERLAP_MESSAGE) + "$"):
             b += 100
         with pytest.raises(RuntimeError, match=r"^Tensor\.__setitem__: " + re.escape(OVERLAP_MESSAGE) + "$"):
             b[:, 0] = 7.0  # a column: two elements over one
-        with pytest.raises(RuntimeError, match=r"^Tensor\.__setitem__: the tensor written is a broadcast "
-                                               r"\(ops\.broadcast_to\), read-only, whose elements share memory; "
-                                               r"write the tensor it broadcasts, or a new tensor \(t \* 1\)$"):
-            b[1, 0] = 7.0  # one element: torch writes y; this view cannot, and a copy would leave y behind
-    assert y._version == 0 and b._version == 0 and b.asnumpy()[0, 0] == pytest.approx(np.exp(0.5))
-    with rt.no_grad():
-        c = b * 1  # a new tensor: its own memory, writable
-        c += 100
-    assert c.asnumpy()[1, 2] == pytest.approx(np.exp(2.0) + 100) and y._version == 0
-    y.sum().backward()
-    np.testing.assert_allclose(x.grad.asnumpy(), _central(lambda v: np.exp(v).sum(), a), rtol=1e-6)
+        assert y._version == 0 and b.asnumpy().tolist() == [ey.tolist()] * 2
+        b[1, 0] = 7.0  # one element: written into y
+        row = b[0]  # a view without shared elements: written into y too
+        row += 100
+    want = [7.0 + 100, ey[1] + 100, ey[2] + 100]
+    np.testing.assert_allclose(y.asnumpy(), want)
+    np.testing.assert_allclose(b.asnumpy(), [want, want])
+    assert y._version == b._version == row._version == 2
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.sum().backward()  # exp saved y, which the writes changed
     t = Tensor(np.zeros(1)).broadcast_to((3,))
     with pytest.raises(RuntimeError, match=r"^assign: " + re.escape(OVERLAP_MESSAGE) + "$"):
         rt.ops.assign(t, 1.0)
+    e = Tensor(np.zeros(0)).broadcast_to((3, 0))  # no elements: nothing shares memory (torch allows it)
+    e += 1
+    assert e.shape == (3, 0)
+
+
+def test_a_write_from_a_value_over_part_of_its_memory_is_refused_as_torch_does():
+    x = Tensor(np.arange(5.0))
+    with pytest.raises(RuntimeError, match=r"^'\+=': " + re.escape(PARTIAL_OVERLAP_MESSAGE) + "$"):
+        x[1:] += x[:-1]
+    with pytest.raises(RuntimeError, match=r"^Tensor\.__setitem__: " + re.escape(PARTIAL_OVERLAP_MESSAGE) + "$"):
+        x[1:] = x[:-1]
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0] and x._version == 0
+    x += x  # the same elements: torch's x.add_(x)
+    x[0:2] = x[3:5]  # no shared memory
+    assert x.tolist() == [6.0, 8.0, 4.0, 6.0, 8.0]
 
 
 def test_tensors_from_numpy_on_one_array_share_its_counter():
@@ -193,3 +209,6 @@ def test_writable_memory_elements_share_takes_one_element_writes_only():
     assert base.tolist() == [2.0] and e._version == 0
     e[1] = 7.0  # torch: e = x.expand(4); e[1] = 7 writes x
     assert base.tolist() == [7.0] and e.tolist() == [7.0] * 4 and e._version == 1
+    rows = rt.from_numpy(np.lib.stride_tricks.as_strided(np.zeros((1, 2)), (3, 2), (0, 8)))
+    rows[np.array(1)] = np.array([5.0, 6.0])  # a 0-d integer index is an int (torch writes one row)
+    assert rows.tolist() == [[5.0, 6.0]] * 3

@@ -35,7 +35,7 @@ from .custom_spec import Spec, is_spec_fn as _is_fn
 from .inplace import InplaceWrites
 from .op_info import OpInfo, parse_reg_info
 from .op_entry import op_entry
-from ..versions import share_version
+from ..versions import memory_owner, share_version
 
 __all__ = ["Custom"]
 
@@ -519,13 +519,15 @@ def _release(release: Callable[[int], None], block: ExtraBlock) -> None:
 
 
 def _share_counters(outs: Sequence[np.ndarray], tensors: Sequence[Tensor]) -> None:
-    """Outputs over one memory (``return y, y`` or ``y, y[:2]``) count writes on one counter, as a C++
-    Function's ``{y, y}`` does: a write through one is seen by a node that saved the other."""
-    for j in range(1, len(outs)):
-        for k in range(j):
-            if np.may_share_memory(outs[j], outs[k]):
-                share_version(tensors[j], tensors[k])
-                break
+    """Outputs over one memory (``return y, y``, or views of one array: ``y, y[:2]``, ``y[:2], y[2:]``)
+    count writes on one counter, as views of one torch tensor do and a C++ Function's ``{y, y}`` does: a
+    write through one is seen by a node that saved another."""
+    first: Dict[int, Tensor] = {}  # id of the array that owns the memory -> the first output over it
+    for o, t in zip(outs, tensors):
+        owner = memory_owner(o)
+        seen = first.setdefault(id(owner), t)
+        if seen is not t:
+            share_version(t, seen)
 
 
 _RETURNS = "a pyfunc must return its outputs as Tensors, numpy arrays or numbers (a tuple or list of them for several)"

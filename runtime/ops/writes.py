@@ -18,9 +18,9 @@ import numpy as np
 from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..tensor import Tensor
-from ..call_rules import OVERLAP_MESSAGE, has_internal_overlap
+from ..call_rules import OVERLAP_MESSAGE, PARTIAL_OVERLAP_MESSAGE, has_internal_overlap, has_partial_overlap
 from .op_entry import breaks_trace
-from ..versions import rebind
+from ..versions import memory_owner, rebind
 
 __all__ = ["setitem", "inplace_binary", "assign"]
 
@@ -33,13 +33,19 @@ def _value(value: Any, target: Tensor, what: str) -> Any:
     return _device.like(v, target._data, f"{what}: the value")
 
 
-@breaks_trace(lambda target, value, what, region=None: f"{what} writes a tensor in place outside an op, which a graph does "
-                                         f"not hold")
+@breaks_trace(lambda target, value, what, region=None: f"{what} writes a tensor in place outside an op, which a "
+                                                      f"graph does not hold")
 def _check_writable(target: Tensor, value: Any, what: str, region: Any = None) -> None:
-    """Refuse a write that would lose a gradient or write memory several elements share (``region``: the
-    elements written, all of ``target`` by default); give a read-only ``target`` a private copy."""
-    if has_internal_overlap(target._data if region is None else region):  # torch's rule, before anything
+    """Refuse a write torch refuses, or one that would lose a gradient: into elements that share memory
+    (``region``: the elements written, all of ``target`` by default), from a value that shares part of
+    their memory. A read-only view of writable memory (a broadcast) is then written where it lives, as
+    torch writes its expand; other read-only memory (bytes, a memory map) gets a private copy."""
+    written = target._data if region is None else region
+    if has_internal_overlap(written):  # torch's rule, before anything
         raise RuntimeError(f"{what}: {OVERLAP_MESSAGE}")
+    v = value._data if isinstance(value, Tensor) else value
+    if isinstance(v, np.ndarray) and isinstance(written, np.ndarray) and has_partial_overlap(written, v):
+        raise RuntimeError(f"{what}: {PARTIAL_OVERLAP_MESSAGE}")
     if _state.enabled:
         if target._node is not None:
             raise RuntimeError(f"{what}: the tensor written is the output of a recorded op, and an in-place "
@@ -49,22 +55,45 @@ def _check_writable(target: Tensor, value: Any, what: str, region: Any = None) -
             raise RuntimeError(f"{what}: the value written requires grad, and an in-place write does not "
                                f"record a gradient for it; write value.detach(), or build a new tensor "
                                f"(ops.where, ops.concat)")
-    if not _device.writeable(target._data):  # a read-only source (bytes, a memory map): take a private copy
-        if has_internal_overlap(target._data):  # torch writes such an element into the base: a copy would not
-            raise RuntimeError(f"{what}: the tensor written is a broadcast (ops.broadcast_to), read-only, whose "
-                               f"elements share memory; write the tensor it broadcasts, or a new tensor (t * 1)")
-        rebind(target, target._data.copy())
+    if not _device.writeable(target._data):
+        alias = _writable_alias(target._data)
+        if alias is not None:  # the same elements, writable: the tensor stays a view of its base
+            target._data = alias
+        elif has_internal_overlap(target._data):  # a copy would leave the memory its elements share behind
+            raise RuntimeError(f"{what}: the tensor written is read-only memory whose elements share memory; "
+                               f"write a new tensor (t * 1)")
+        else:
+            rebind(target, target._data.copy())
+
+
+def _writable_alias(arr: Any) -> Any:
+    """``arr`` (a read-only numpy view, such as numpy's broadcast) as a writable array over the same
+    elements, when the array that owns its memory is writable; else None."""
+    owner = memory_owner(arr)
+    if not (isinstance(arr, np.ndarray) and isinstance(owner, np.ndarray) and owner.flags.writeable
+            and owner.flags.c_contiguous):
+        return None
+    return np.ndarray(arr.shape, arr.dtype, buffer=owner, offset=arr.ctypes.data - owner.ctypes.data,
+                      strides=arr.strides)
 
 
 def _written(target: Tensor) -> None:
     target._version += 1
 
 
-def _basic(index: Any) -> bool:
-    """Whether ``index`` is numpy basic indexing (ints, slices, None, Ellipsis): it selects a view."""
+def _region(arr: Any, index: Any) -> Any:
+    """The elements ``arr[index] = v`` writes, as a view, for a basic index (ints, 0-d integer arrays,
+    slices, None, Ellipsis: torch's copy_ into the view); None for an advanced one (all of ``arr`` is
+    checked then, as torch's index_put_ deprecates writing an expanded tensor)."""
     items = index if isinstance(index, tuple) else (index,)
-    return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) and not isinstance(i, bool)
-               for i in items)
+    basic = []
+    for i in items:
+        if isinstance(i, np.ndarray) and i.ndim == 0 and i.dtype.kind in "iu":
+            i = int(i)
+        if not (i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) and not isinstance(i, bool)):
+            return None
+        basic.append(i)
+    return arr[tuple(basic)] if isinstance(index, tuple) else arr[basic[0]]
 
 
 def setitem(target: Tensor, index: Any, value: Any) -> None:
@@ -75,7 +104,7 @@ def setitem(target: Tensor, index: Any, value: Any) -> None:
         index = tuple(i._data if isinstance(i, Tensor) else i for i in index)
     # the elements a basic index selects must not share memory (torch's copy_ into the view); with an
     # advanced index, no element of the tensor may (torch's index_put_ deprecates it)
-    _check_writable(target, value, "Tensor.__setitem__", target._data[index] if _basic(index) else None)
+    _check_writable(target, value, "Tensor.__setitem__", _region(target._data, index))
     v = _value(value, target, "Tensor.__setitem__")
     arr = np.asarray(v) if isinstance(v, (bool, int, float)) else v
     if arr.dtype.kind == "f" and target._data.dtype.kind in "biu":
