@@ -575,7 +575,7 @@ def _compile(spec: BuildSpec, plan: _Plan, base: str, sources: Dict[str, str]) -
     make_dir(spec.op_dir / "deps")
     manifest = fp.manifest_path(spec.op_dir, base)
     fp.write_json_atomic(manifest, fp.manifest_with([list(headers)], fp.kept_layouts(manifest)), durable=True)
-    publish.write_build_info(key_dir, spec, base, record, plan.cxx, _binding_label(spec, plan.binding))
+    publish.write_build_info(key_dir, spec, base, record, plan.cxx, _binding_label(spec, plan.binding), headers)
     lib = key_dir / plan.output
     publish.prune_old_builds(spec.op_dir, keep=publish.KEEP_BUILDS, current=key)
     _report_warnings(spec, plan, build_dir)
@@ -665,7 +665,9 @@ def _root_error(spec: BuildSpec, err: OSError) -> BaseException:
     why = str(known) if known is not None else (
         f"building operator '{spec.name}' failed: cannot create the opbuilder cache directory {spec.root} "
         f"({err.strerror}: {err.filename}); set OPBUILDER_CACHE_DIR to a directory you can create and write to")
-    return BuildError(f"{why} (the cache directory is {root_origin(spec.root)})", name=spec.name)
+    error = BuildError(f"{why} (the cache directory is {root_origin(spec.root)})", name=spec.name)
+    error.cache_problem = True  # (cache_os_error)
+    return error
 
 
 def _build(spec: BuildSpec) -> Tuple[str, Path]:

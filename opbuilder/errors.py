@@ -110,7 +110,9 @@ def cache_os_error(name: str, err: OSError, root: object) -> Optional[BuildError
                f"to a directory you can write to")
     else:
         return None
-    return BuildError(f"building operator '{name}' failed: {why}", name=name)
+    error = BuildError(f"building operator '{name}' failed: {why}", name=name)
+    error.cache_problem = True  # its fix is the cache's, whatever else failed (cache/shipped.py built_instead)
+    return error
 
 
 class NoBuildError(BuildError):

@@ -149,6 +149,23 @@ def test_production_loads_from_the_store_on_a_node_whose_cache_does_not_exist_ye
         "docs/fleet.md; no store in OPBUILDER_PREBUILT_DIR holds a build of them as they are now), or install a "
         "wheel of the package built for this Python and opbuilder (python -m opbuilder wheel PKGDIR), or unset "
         "OPBUILDER_NO_BUILD to build it here"), res.stderr
+    # a misspelled store is named; a store others can write and a cache that cannot be made say their own fix
+    res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(src), NAME], capture_output=True, text=True, timeout=300,
+                         env={**env, "OPBUILDER_PREBUILT_DIR": f"{store}-typo"})
+    assert f"as they are now; {store}-typo does not exist), or install a wheel" in res.stdout, res.stdout + res.stderr
+    (tmp_path / "a-file").write_text("")
+    res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(src), NAME], capture_output=True, text=True, timeout=300,
+                         env={**env, "OPBUILDER_CACHE_DIR": str(tmp_path / "a-file" / "cache")})
+    assert res.returncode == 1 and "BuildError: building operator 'stored_op' failed: cannot create " in res.stderr
+    assert "NoBuildError" not in res.stderr and "--into STORE" not in res.stderr, res.stderr
+    store.chmod(0o777)
+    try:
+        res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(src), NAME], capture_output=True, text=True,
+                             timeout=300, env=env)
+    finally:
+        store.chmod(0o755)
+    assert res.returncode == 1 and "UnsafeCacheDirError: opbuilder prebuilt store" in res.stderr
+    assert "Fix: chmod go-w" in res.stderr and res.stderr.count("Fix:") == 1, res.stderr
     assert compiled_sources(log) == []
 
 
@@ -202,6 +219,37 @@ def test_builds_of_two_header_layouts_stay_findable_in_any_order_of_imports(tmp_
         res = _cli("build", NAME, str(src), "--cache-dir", str(ci / "cache"), CXX=cxx)
         assert res.returncode == 0, res.stderr
     assert compiled_sources(log) == []
+
+
+@pytest.mark.build  # the CLI children compile ten layouts (tests/build_guard.py)
+def test_a_build_installed_into_a_store_adds_its_own_layout_not_its_caches_others(tmp_path, monkeypatch):
+    """Release 1 ([a.h]) is in the store; CI's cache then saw 9 other layouts of the same op.cpp and installs
+    the last. Before, the install put all of its cache's manifest first (at most 8 kept), pushing release 1's
+    layout out of the store's manifest: a release-1 node got a NoBuildError for a build the store held."""
+    cxx = wrapper_cxx(tmp_path, tmp_path / "cxx.log")
+    monkeypatch.setenv("CXX", cxx)
+    src_dir = tmp_path / "ci"
+    src_dir.mkdir()
+    src = tiny_module(src_dir / "op.cpp", "VALUE", includes='#include "a.h"')
+    store = tmp_path / "store"
+    cache = str(tmp_path / "ci-cache")
+    (src_dir / "a.h").write_text("#define VALUE 100\n")
+    assert _cli("build", NAME, str(src), "--cache-dir", cache, "--into", str(store), CXX=cxx).returncode == 0
+    for k in range(9):  # a.h includes h<k>.h: a layout per k
+        (src_dir / "a.h").write_text(f'#include "h{k}.h"\n')
+        (src_dir / f"h{k}.h").write_text(f"#define VALUE {k}\n")
+        into = ["--into", str(store)] if k == 8 else []
+        assert _cli("build", NAME, str(src), "--cache-dir", cache, *into, CXX=cxx).returncode == 0
+    node = tmp_path / "node"
+    node.mkdir()
+    op = tiny_module(node / "op.cpp", "VALUE", includes='#include "a.h"')
+    env = child_env(OPBUILDER_CACHE_DIR=str(node / "cache"), OPBUILDER_PREBUILT_DIR=str(store), OPBUILDER_NO_BUILD="1")
+    for text, want in (("#define VALUE 100\n", "100"), ('#include "h8.h"\n', "8")):
+        (node / "a.h").write_text(text)
+        (node / "h8.h").write_text("#define VALUE 8\n")
+        res = subprocess.run([PYTHON, "-c", NO_COMPILER, str(op), NAME], capture_output=True, text=True, timeout=300,
+                             env=env)
+        assert res.returncode == 0 and res.stdout.strip() == want, res.stdout + res.stderr
 
 
 @pytest.mark.build  # the CLI child compiles the library (tests/build_guard.py)
@@ -431,8 +479,22 @@ def test_a_bundle_with_one_incomplete_build_installs_nothing_and_an_empty_one_is
     res = _cli("import", str(partial), "--into", str(tmp_path / "cluster"))
     assert res.returncode == 1
     assert re.search(rf"bundle {re.escape(str(partial))} refused, nothing was imported: zzz_{NAME}/[0-9a-f]+: its "
-                     rf"manifest deps/[0-9a-f]+\.json is missing or not JSON", res.stderr), res.stderr
+                     rf"manifest deps/[0-9a-f]+\.json is missing, not JSON, or not a manifest opbuilder wrote",
+                     res.stderr), res.stderr
     assert not (tmp_path / "cluster").exists() or not list((tmp_path / "cluster").rglob("*"))  # not even the good one
+
+    def and_a_copy_with_another_manifest(m, data):  # JSON, but not a manifest: refused before any install too
+        if not m.isfile():
+            return [(m, data)]
+        copy = tarfile.TarInfo("zzz_" + m.name)
+        other = b'{"headers": [], "more": "not a list"}' if "/deps/" in m.name else data
+        copy.size, copy.mode = len(other), m.mode
+        return [(m, data), (copy, other)]
+
+    odd = _exported_and_rewritten(tmp_path, "odd.tar", and_a_copy_with_another_manifest)
+    res = _cli("import", str(odd), "--into", str(tmp_path / "cluster"))
+    assert res.returncode == 1 and "not a manifest opbuilder wrote" in res.stderr, res.stderr
+    assert not (tmp_path / "cluster").exists()  # before: the first operator was installed, then the import failed
     empty = tmp_path / "empty.tar"
     tarfile.open(empty, "w").close()
     res = _cli("import", str(empty), "--into", str(tmp_path / "cluster"))
@@ -486,9 +548,10 @@ def test_a_file_that_is_not_a_tar_is_an_error_not_a_traceback(tmp_path):
 @pytest.mark.build
 def test_a_build_into_a_new_store_that_fails_leaves_no_store(tmp_path):
     src = tiny_module(tmp_path / "bad.cpp", "not C++ at all")
-    res = _cli("build", "bad_op", str(src), "--cache-dir", str(tmp_path / "cache"), "--into", str(tmp_path / "new"))
+    res = _cli("build", "bad_op", str(src), "--cache-dir", str(tmp_path / "cache"), "--into",
+               str(tmp_path / "new" / "deep" / "store"))
     assert res.returncode == 1 and "not C++ at all" in res.stderr
-    assert not (tmp_path / "new").exists()
+    assert not (tmp_path / "new").exists()  # nor the directories made for it
 
 
 def test_a_changed_library_under_a_key_the_store_has_leaves_the_good_copy(filled):

@@ -32,7 +32,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..errors import warn_broken
 from .fingerprint import ABSENT, bytes_digest, file_state, write_json_atomic
@@ -107,12 +107,15 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def write_build_info(key_dir: Path, spec, base: str, library: Dict[str, object], compiler=None,
-                     binding: Optional[str] = None) -> None:
+                     binding: Optional[str] = None, headers: Optional[Iterable[str]] = None) -> None:
     """``build.json``: what was built, from what, the library's record, the binding library of a module
-    (``cache list`` shows it), and the C++ compiler's facts (the identity in its key: a node without a
-    compiler looks a bundle's builds up with it, bundle.py)."""
+    (``cache list`` shows it), the C++ compiler's facts (the identity in its key: a node without a
+    compiler looks a bundle's builds up with it, bundle.py), and the headers its key covers (the layout
+    a store's manifest keeps for it when it is installed there, fleet/store.py)."""
     info = {"name": spec.name, "kind": spec.kind, "backend": spec.backend, "base": base,
             "sources": [str(s) for s in spec.sources], "built_at": time.time(), "library": library}
+    if headers is not None:
+        info["headers"] = sorted(headers)
     if binding is not None:
         info["binding"] = binding
     if compiler is not None:

@@ -143,11 +143,15 @@ def built_instead(spec, build: Callable[[], ModuleType]) -> ModuleType:
     if not os.path.isdir(spec.root) and not os.environ.get("OPBUILDER_PREBUILT_DIR"):
         why = _why.get(spec.name, f"no wheel ships a binary of '{spec.name}'")
         raise NoBuildError(spec.name, why, fix=_fix(why))
+    from ..errors import UnsafeCacheDirError
+
     try:
         return build()
-    except NoBuildError:
+    except (NoBuildError, UnsafeCacheDirError):  # each says its own fix (a store others can write: chmod)
         raise
     except (OSError, RuntimeError) as e:
+        if getattr(e, "cache_problem", False):  # a cache that cannot be made or written: its own fix
+            raise
         why = f"{_why.get(spec.name, 'nothing is shipped for it')}; and it is not in the cache ({e})"
         raise NoBuildError(spec.name, why, fix=_fix(why)) from e
 
@@ -165,10 +169,13 @@ def _fix(why: str) -> str:
 
     if why.startswith("opbuilder's installed runtime"):
         return RUNTIME_FIX
-    if os.environ.get("OPBUILDER_PREBUILT_DIR"):
+    stores = os.environ.get("OPBUILDER_PREBUILT_DIR")
+    if stores:
+        missing = [d for d in stores.split(os.pathsep) if d and not os.path.isdir(d)]
+        gone = f"; {', '.join(missing)} {'does' if len(missing) == 1 else 'do'} not exist" if missing else ""
         return ("build these sources into the prebuilt store where a compiler is (python -m opbuilder build NAME "
                 "SOURCES... --into STORE, docs/fleet.md; no store in OPBUILDER_PREBUILT_DIR holds a build of them "
-                "as they are now), or " + NoBuildError.WHEEL_FIX)
+                f"as they are now{gone}), or " + NoBuildError.WHEEL_FIX)
     return NoBuildError.WHEEL_FIX
 
 

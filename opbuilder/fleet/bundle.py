@@ -208,10 +208,8 @@ def _install(op_dir: Path, key: str, target: Path, cache: bool) -> Path:
 def _incomplete(op_dir: Path, key: str) -> str:
     """Why the unpacked build ``op_dir/key`` cannot be installed (no library, no build.json recording its
     SHA-256, no manifest, or a library that is not the one recorded), or "" if it can."""
-    import json
-
-    from ..cache.fingerprint import manifest_path
     from ..cache.published import INFO, _library_record
+    from .store import build_layouts
 
     key_dir = op_dir / key
     data = _library_record(key_dir / INFO) if (key_dir / INFO).is_file() else None
@@ -227,11 +225,8 @@ def _incomplete(op_dir: Path, key: str) -> str:
         why = compiler_facts_problem(data["compiler"])
         if why:
             return f"its build.json: {why}"
-    manifest = manifest_path(op_dir, base)
-    try:
-        json.loads(manifest.read_bytes())
-    except (OSError, ValueError):
-        return f"its manifest deps/{base}.json is missing or not JSON"
+    if build_layouts(op_dir, key, data) is None:  # as install reads it, before any build is installed
+        return f"its manifest deps/{base}.json is missing, not JSON, or not a manifest opbuilder wrote"
     if sha256_of(lib) != data["library"]["sha256"]:
         return f"{lib.name}: its SHA-256 is not the one its build.json records (changed since it was built)"
     return ""

@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
 from ..cache.trust import trusted_store
@@ -68,19 +68,35 @@ def open_store(directory: Path) -> Path:
 
 @contextmanager
 def filling(directory: Path) -> Iterator[Path]:
-    """``open_store(directory)`` for one command that fills it: a store this made is removed again, if
-    still empty, when the command fails (an import that imported nothing leaves nothing behind)."""
-    made = not directory.expanduser().absolute().exists()
+    """``open_store(directory)`` for one command that fills it: a store this made (and the directories made
+    for it) is removed again, if still empty, when the command fails (an import that imported nothing
+    leaves nothing behind)."""
+    path = directory.expanduser().absolute()
+    made = [d for d in (path, *path.parents) if not d.exists()]  # what open_store creates, deepest first
     store = open_store(directory)
     try:
         yield store
     except BaseException:
-        if made:
+        for d in made:
             try:
-                os.rmdir(store)  # only an empty directory: whatever was written stays
+                os.rmdir(d)  # only an empty directory: whatever was written stays
             except OSError:
-                pass
+                break
         raise
+
+
+MERGE_LOCK = ".manifest.lock"  # in a store's <op>/deps: held while a fill merges a manifest
+
+
+def build_layouts(op_dir: Path, key: str, data: dict, owner: Optional[int] = None) -> Optional[List[List[str]]]:
+    """The header layouts to record for the build ``op_dir/key`` (``data``: its build.json) where it is
+    installed: its own, when build.json records it; else every layout of its manifest (an older build).
+    None when that manifest is missing or not one opbuilder wrote."""
+    from ..cache.fingerprint import kept_layouts, manifest_layouts, manifest_path
+
+    layouts = kept_layouts(manifest_path(op_dir, data["base"]), owner)
+    own = manifest_layouts({"headers": data.get("headers")})
+    return layouts if layouts is None or own is None else own
 
 
 def library_in(key_dir: Path) -> Optional[Path]:
@@ -117,7 +133,7 @@ def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None
     if data is None or lib is None or not isinstance(data.get("base"), str) or not KEY_RE.fullmatch(data["base"]):
         raise ValueError(f"{key_dir} is not a build opbuilder published (no library, or no build.json recording "
                          f"its base key, size and SHA-256); nothing of it was stored")
-    layouts = kept_layouts(manifest_path(src_op, data["base"]), src_owner)
+    layouts = build_layouts(src_op, key, data, src_owner)
     if layouts is None:  # a manifest opbuilder did not write is not stored (a lookup would warn about it)
         raise ValueError(f"{manifest_path(src_op, data['base'])} is not a manifest opbuilder wrote; nothing of "
                          f"{key_dir} was stored")
@@ -137,7 +153,12 @@ def install(src_op: Path, key: str, store: Path, src_owner: Optional[int] = None
     data["library"] = record
     write_file(dst_key / INFO, json.dumps(data, indent=1, sort_keys=True).encode(), mode=fmode, durable=True)
     make_dir(dst_op / "deps", dmode)
-    dst_manifest = manifest_path(dst_op, data["base"])  # the store's other layouts stay findable
-    merged = manifest_with(layouts, kept_layouts(dst_manifest))
-    write_file(dst_manifest, json.dumps(merged, indent=1, sort_keys=True).encode(), mode=fmode, durable=True)
+    dst_manifest = manifest_path(dst_op, data["base"])
+    # the build's own layout first, then the store's (its other builds stay findable), read and written
+    # under a lock: two fills of one store at once keep both (a cache's caller holds its build lock)
+    import filelock
+
+    with nullcontext() if private else filelock.FileLock(str(dst_op / "deps" / MERGE_LOCK)):
+        merged = manifest_with(layouts, kept_layouts(dst_manifest))
+        write_file(dst_manifest, json.dumps(merged, indent=1, sort_keys=True).encode(), mode=fmode, durable=True)
     return dst_key / lib.name
