@@ -212,3 +212,17 @@ def test_writable_memory_elements_share_takes_one_element_writes_only():
     rows = rt.from_numpy(np.lib.stride_tricks.as_strided(np.zeros((1, 2)), (3, 2), (0, 8)))
     rows[np.array(1)] = np.array([5.0, 6.0])  # a 0-d integer index is an int (torch writes one row)
     assert rows.tolist() == [[5.0, 6.0]] * 3
+
+
+def test_memory_a_user_made_read_only_is_never_written_through_a_view():
+    """Only views the runtime made read-only (a broadcast of a writable tensor) are written in place; an
+    array its owner marked read-only keeps getting a private copy, whatever memory lies under it."""
+    a = np.arange(3.0)
+    v = a.view()
+    v.flags.writeable = False  # the user's choice
+    t = rt.from_numpy(v)
+    b = t.broadcast_to((2, 3))[0]
+    b += 100  # b's base t is read-only too: b gets its own copy
+    t2 = rt.from_numpy(v)[1:]
+    t2 += 1
+    assert a.tolist() == [0.0, 1.0, 2.0] and b.tolist() == [100.0, 101.0, 102.0] and t2.tolist() == [2.0, 3.0]

@@ -56,7 +56,7 @@ def _check_writable(target: Tensor, value: Any, what: str, region: Any = None) -
                                f"record a gradient for it; write value.detach(), or build a new tensor "
                                f"(ops.where, ops.concat)")
     if not _device.writeable(target._data):
-        alias = _writable_alias(target._data)
+        alias = _writable_alias(target)
         if alias is not None:  # the same elements, writable: the tensor stays a view of its base
             target._data = alias
         elif has_internal_overlap(target._data):  # a copy would leave the memory its elements share behind
@@ -66,12 +66,20 @@ def _check_writable(target: Tensor, value: Any, what: str, region: Any = None) -
             rebind(target, target._data.copy())
 
 
-def _writable_alias(arr: Any) -> Any:
-    """``arr`` (a read-only numpy view, such as numpy's broadcast) as a writable array over the same
-    elements, when the array that owns its memory is writable; else None."""
+def _writable_alias(target: Tensor) -> Any:
+    """``target``'s elements as a writable array, when ``target`` is a runtime view (a broadcast, or a
+    view of one) of a tensor whose memory is writable; else None. Only views the runtime made read-only
+    qualify: an array a user or another framework made read-only (``rt.from_numpy`` of a read-only array,
+    a JAX buffer) has no writable base tensor, and keeps its private copy on write."""
+    arr = target._data
+    base = target._base
+    while base is not None and not (isinstance(base._data, np.ndarray) and base._data.flags.writeable):
+        base = base._base
+    if base is None or not isinstance(arr, np.ndarray):
+        return None
     owner = memory_owner(arr)
-    if not (isinstance(arr, np.ndarray) and isinstance(owner, np.ndarray) and owner.flags.writeable
-            and owner.flags.c_contiguous):
+    if owner is not memory_owner(base._data) or not (isinstance(owner, np.ndarray) and owner.flags.writeable
+                                                      and owner.flags.c_contiguous):
         return None
     return np.ndarray(arr.shape, arr.dtype, buffer=owner, offset=arr.ctypes.data - owner.ctypes.data,
                       strides=arr.strides)
