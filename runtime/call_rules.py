@@ -57,7 +57,7 @@ from .versions import share_version
 from .autograd.views import (NO_GRAD_VIEW_STALE, ViewOfBase, grad_tensor, refresh_view,  # noqa: F401
                              take, view_indices)  # (named here: call_rules decides, views.py is below it)
 
-__all__ = ["OVERLAP_MESSAGE", "PARTIAL_OVERLAP_MESSAGE", "has_partial_overlap", "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
+__all__ = ["OVERLAP_MESSAGE", "PARTIAL_OVERLAP_MESSAGE", "has_partial_overlap", "no_grad_view_refused", "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
            "Protected", "protect", "WRITES_ATTR", "note_writes", "note_read_only_call", "share_alias",
            "rebase_view", "refresh_view", "refresh_view_arg", "NO_GRAD_VIEW_WRITE", "double_backward_message",
            "to_framework_cotangent"]

@@ -226,3 +226,43 @@ def test_memory_a_user_made_read_only_is_never_written_through_a_view():
     t2 = rt.from_numpy(v)[1:]
     t2 += 1
     assert a.tolist() == [0.0, 1.0, 2.0] and b.tolist() == [100.0, 101.0, 102.0] and t2.tolist() == [2.0, 3.0]
+
+
+def test_a_broadcast_is_written_where_its_memory_lives_whoever_owns_it():
+    """A broadcast of writable memory is writable, as torch's expand: a write into one of its rows reaches
+    the memory whether the tensor it came from is gone, or the memory is Fortran-ordered or a bytearray's.
+    Before, such a row got a silent private copy: the base kept its values and its version."""
+    a = np.arange(3.0)
+    row = rt.from_numpy(a).broadcast_to((2, 3))[0]  # the from_numpy Tensor is a temporary
+    row += 10
+    assert a.tolist() == [10.0, 11.0, 12.0]
+    y = Tensor(np.arange(3.0))
+    v = y[:]
+    c = y.broadcast_to((2, 3))[0]
+    del y
+    c += 1
+    assert v.tolist() == [1.0, 2.0, 3.0] and v._version == 1
+    f = np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    cf = rt.from_numpy(f).broadcast_to((4, 2, 3))[1]
+    cf += 10
+    assert f.tolist() == [[10.0, 11.0, 12.0], [13.0, 14.0, 15.0]]
+    buf = np.frombuffer(bytearray(24), np.float64)
+    cb = rt.from_numpy(buf).broadcast_to((2, 3))[0]
+    cb += 10
+    assert buf.tolist() == [10.0] * 3
+
+
+def test_a_view_made_under_no_grad_is_not_written_with_grad_on():
+    """torch refuses writing, with grad mode on, a view made under no_grad of a tensor that requires grad;
+    the runtime's C++ and Custom writes did, its own ``+=``, ``x[i] = v`` and ``ops.assign`` did not."""
+    p = Tensor(np.ones(3), requires_grad=True)
+    with rt.no_grad():
+        v = p[0:2]
+        b = p.broadcast_to((2, 3))[0]
+    for write in (lambda: v.__iadd__(1.0), lambda: v.__setitem__(0, 5.0), lambda: rt.ops.assign(b, 2.0)):
+        with pytest.raises(RuntimeError, match="a view was created in no_grad mode and is being modified in place"):
+            write()
+    assert p.tolist() == [1.0, 1.0, 1.0]
+    with rt.no_grad():
+        v += 1  # under no_grad: a plain data update
+    assert p.tolist() == [2.0, 2.0, 1.0]

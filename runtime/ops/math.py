@@ -468,7 +468,16 @@ def _sum_to_array(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
     return np.reshape(out, shape)
 
 
-_broadcast_to = Primitive("broadcast_to", lambda x, shape: np.broadcast_to(x, shape))
+def _expanded(x: Any, shape: Tuple[int, ...]) -> Any:
+    """numpy's broadcast of ``x``, writable when ``x`` is, as torch's ``expand``: a write into elements that
+    share memory is refused (writes.py, call_rules.has_internal_overlap), one element's reaches ``x``."""
+    out = np.broadcast_to(x, shape)
+    if type(out) is np.ndarray and type(x) is np.ndarray and x.flags.writeable:
+        out.flags.writeable = True
+    return out
+
+
+_broadcast_to = Primitive("broadcast_to", _expanded)
 defvjp(_broadcast_to, lambda g, ans, x, shape: sum_to(g, x.shape), reads_output=False, reads_inputs=())
 _sum_to = Primitive("sum_to", _sum_to_array)
 defvjp(_sum_to, lambda g, ans, x, shape: broadcast_to(g, x.shape), reads_output=False, reads_inputs=())

@@ -18,9 +18,10 @@ import numpy as np
 from .. import device as _device
 from ..autograd.grad_mode import _state
 from ..tensor import Tensor
-from ..call_rules import OVERLAP_MESSAGE, PARTIAL_OVERLAP_MESSAGE, has_internal_overlap, has_partial_overlap
+from ..call_rules import (NO_GRAD_VIEW_WRITE, OVERLAP_MESSAGE, PARTIAL_OVERLAP_MESSAGE, has_internal_overlap,
+                          has_partial_overlap, no_grad_view_refused)
 from .op_entry import breaks_trace
-from ..versions import memory_owner, rebind
+from ..versions import rebind
 
 __all__ = ["setitem", "inplace_binary", "assign"]
 
@@ -38,8 +39,8 @@ def _value(value: Any, target: Tensor, what: str) -> Any:
 def _check_writable(target: Tensor, value: Any, what: str, region: Any = None) -> None:
     """Refuse a write torch refuses, or one that would lose a gradient: into elements that share memory
     (``region``: the elements written, all of ``target`` by default), from a value that shares part of
-    their memory. A read-only view of writable memory (a broadcast) is then written where it lives, as
-    torch writes its expand; other read-only memory (bytes, a memory map) gets a private copy."""
+    their memory, into a view made under no_grad of a tensor that requires grad. Read-only memory
+    (bytes, a memory map, an array its owner marked read-only) gets a private copy."""
     written = target._data if region is None else region
     if has_internal_overlap(written):  # torch's rule, before anything
         raise RuntimeError(f"{what}: {OVERLAP_MESSAGE}")
@@ -47,6 +48,8 @@ def _check_writable(target: Tensor, value: Any, what: str, region: Any = None) -
     if isinstance(v, np.ndarray) and isinstance(written, np.ndarray) and has_partial_overlap(written, v):
         raise RuntimeError(f"{what}: {PARTIAL_OVERLAP_MESSAGE}")
     if _state.enabled:
+        if target._view_no_grad and no_grad_view_refused(target):  # torch's rule, as for a C++ op's write
+            raise RuntimeError(f"{what}: {NO_GRAD_VIEW_WRITE}")
         if target._node is not None:
             raise RuntimeError(f"{what}: the tensor written is the output of a recorded op, and an in-place "
                                f"write would not be differentiated; build a new tensor (ops.where, "
@@ -55,34 +58,11 @@ def _check_writable(target: Tensor, value: Any, what: str, region: Any = None) -
             raise RuntimeError(f"{what}: the value written requires grad, and an in-place write does not "
                                f"record a gradient for it; write value.detach(), or build a new tensor "
                                f"(ops.where, ops.concat)")
-    if not _device.writeable(target._data):
-        alias = _writable_alias(target)
-        if alias is not None:  # the same elements, writable: the tensor stays a view of its base
-            target._data = alias
-        elif has_internal_overlap(target._data):  # a copy would leave the memory its elements share behind
+    if not _device.writeable(target._data):  # read-only memory (bytes, a memory map, a user's flag): a copy
+        if has_internal_overlap(target._data):  # a copy would leave the memory its elements share behind
             raise RuntimeError(f"{what}: the tensor written is read-only memory whose elements share memory; "
                                f"write a new tensor (t * 1)")
-        else:
-            rebind(target, target._data.copy())
-
-
-def _writable_alias(target: Tensor) -> Any:
-    """``target``'s elements as a writable array, when ``target`` is a runtime view (a broadcast, or a
-    view of one) of a tensor whose memory is writable; else None. Only views the runtime made read-only
-    qualify: an array a user or another framework made read-only (``rt.from_numpy`` of a read-only array,
-    a JAX buffer) has no writable base tensor, and keeps its private copy on write."""
-    arr = target._data
-    base = target._base
-    while base is not None and not (isinstance(base._data, np.ndarray) and base._data.flags.writeable):
-        base = base._base
-    if base is None or not isinstance(arr, np.ndarray):
-        return None
-    owner = memory_owner(arr)
-    if owner is not memory_owner(base._data) or not (isinstance(owner, np.ndarray) and owner.flags.writeable
-                                                      and owner.flags.c_contiguous):
-        return None
-    return np.ndarray(arr.shape, arr.dtype, buffer=owner, offset=arr.ctypes.data - owner.ctypes.data,
-                      strides=arr.strides)
+        rebind(target, target._data.copy())
 
 
 def _written(target: Tensor) -> None:
