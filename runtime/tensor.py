@@ -114,10 +114,9 @@ def _device_array(data: Any, dtype: Optional[_dt.DType], device: Optional[str], 
 
 def _format_value(arr: np.ndarray) -> str:
     if arr.ndim == 0:
-        v = arr.item()
-        if isinstance(v, float):
-            return np.format_float_positional(v, trim="-")
-        return str(v)
+        if arr.dtype.kind == "f" and arr.dtype.itemsize <= 8:  # in its own precision: 0.1, not 0.10000000149...
+            return np.format_float_positional(arr[()], trim="-")
+        return str(arr.item())
     return np.array2string(arr, separator=", ")
 
 

@@ -6,6 +6,7 @@ import pytest
 
 import runtime as rt
 from runtime import Tensor, ops
+from runtime.ops import CustomRegOp
 
 pytestmark = pytest.mark.build  # every test here compiles (tests/build_guard.py)
 
@@ -88,3 +89,18 @@ def test_a_pyfunc_output_that_is_none_or_not_an_array_is_named():
                      func_type="pyfunc")
     with pytest.raises(TypeError, match=r"^pyfunc '<lambda>' output 1 is a dict \(\{'a': 1\}\)" + _RETURNS):
         odd(Tensor([1.0]))
+
+
+def test_a_call_with_the_wrong_number_of_inputs_names_the_op_not_its_shape_function():
+    """Before, the out_shape callable ran first and its own TypeError spoke: "<lambda>() missing 1 required
+    positional argument: 'y'" (and, with a reg_info declaring the inputs, "takes 1 positional argument")."""
+    add = ops.Custom(lambda x, y: x + y, out_shape=lambda x, y: x, out_dtype=lambda x, y: x, func_type="pyfunc")
+    with pytest.raises(TypeError, match=r"^Custom '<lambda>' was called with 1 input\(s\), which its out_shape "
+                                        r"function <lambda>\(x, y\) does not take: pass one tensor per input of the "
+                                        r"op$"):
+        add(Tensor([1.0]))
+    info = CustomRegOp("neg").input(0, "x").output(0, "y").get_op_info()
+    neg = ops.Custom(lambda x: -x, out_shape=lambda x: x, out_dtype=lambda x: x, func_type="pyfunc", reg_info=info)
+    with pytest.raises(TypeError, match=r"^Custom '<lambda>' takes 1 inputs \(its reg_info\), got 2$"):
+        neg(Tensor([1.0]), Tensor([2.0]))
+    assert add(Tensor([1.0]), Tensor([2.0])).tolist() == [3.0]

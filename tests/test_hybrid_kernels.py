@@ -342,3 +342,19 @@ def test_float16_floor_division_modulo_and_power_compile_and_match(op):
     got = ops.Custom(kernel(BINARY[op]))(Tensor(a), Tensor(b)).asnumpy()
     assert got.dtype == np.float16
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-3)
+
+
+def test_an_input_of_a_dtype_the_dsl_lacks_is_a_type_error_naming_it():
+    """bfloat16 is a runtime dtype but not a DSL one: the compiled target raised a bare KeyError('bfloat16')
+    while generating C++, where the Python target says what is wrong."""
+    def square(x):
+        y = output_tensor(x.shape, x.dtype)  # noqa: F821 (a DSL intrinsic)
+        for i0 in range(x.shape[0]):
+            y[i0] = x[i0] * x[i0]
+        return y
+
+    op = ops.Custom(square, lambda x: x, lambda x: x, func_type="akg")
+    with pytest.raises(TypeError, match=r"^hybrid kernel 'square': input 0 is bfloat16, which is not a dtype of the "
+                                        r"hybrid DSL \(it takes float16, float32, float64, int8, int16, int32, int64, "
+                                        r"uint8, bool\); cast it first$"):
+        op(Tensor([1.0, 4.0], rt.bfloat16))

@@ -137,3 +137,10 @@ def test_a_shape_mismatch_names_the_op_and_the_shapes():
     with pytest.raises(ValueError, match=r"^op 'add': the shapes of its inputs \[\[3\], \[4\]\] do not broadcast "
                                          r"together$"):
         Tensor(np.ones(3)) + Tensor(np.ones(4))
+
+
+def test_repr_of_a_0d_float_keeps_its_own_precision():
+    """numpy's shortest form of the float32 value, as print_ shows it; before: the float64 widening."""
+    assert repr(Tensor(0.1)) == "Tensor(shape=[], dtype=Float32, value= 0.1)"
+    assert repr(Tensor(np.float16(0.1))) == "Tensor(shape=[], dtype=Float16, value= 0.1)"
+    assert repr(Tensor(np.float64(0.1))) == "Tensor(shape=[], dtype=Float64, value= 0.1)"

@@ -28,6 +28,7 @@ import numpy as np
 from ..ops.aot_library import AotKernel
 from .callee import DslKernel
 from .cxx import RAISE_BASE, generate, generate_kernel, tensor_types
+from .dsl import DTYPES
 from .pytarget import run_python
 from .shapes import declared_specs
 from .inline import Expanded, expand
@@ -200,8 +201,16 @@ class HybridKernel(DslKernel):
     def output_types(self, sig: Signature) -> List[Tuple[str, int]]:
         """(dtype name, rank) of each output for inputs of these (dtype, rank): fixed by the code."""
         info = self.check()
+        self._check_dtypes(sig)
         types = tensor_types(self.parsed, info, sig)
         return [types[n] for n in info.outputs]
+
+    def _check_dtypes(self, sig: Signature) -> None:
+        """A TypeError naming the first input whose dtype the DSL has no type for (bfloat16, complex)."""
+        for i, (dt, _) in enumerate(sig):
+            if dt not in DTYPES:
+                raise TypeError(f"hybrid kernel '{self.func.__name__}': input {i} is {dt}, which is not a dtype "
+                                f"of the hybrid DSL (it takes {', '.join(DTYPES)}); cast it first")
 
     # ---- the two targets ------------------------------------------------
     def __call__(self, *inputs: Any) -> Any:
@@ -232,6 +241,7 @@ class HybridKernel(DslKernel):
         key = (sig, self.debug)
         k = self._built.get(key)
         if k is None:
+            self._check_dtypes(sig)
             with self._lock:
                 k = self._built.get(key)
                 if k is None:

@@ -283,8 +283,21 @@ class Custom:
         return self._normalize(shapes, dtypes)
 
     def _declared(self, fn: Callable[..., Any], what: str, args: List[Any], want: str) -> Any:
-        """``fn(*args)``, the out_shape/out_dtype function's answer; None is an error naming the op."""
-        out = fn(*args)
+        """``fn(*args)``, the out_shape/out_dtype function's answer; None is an error naming the op, and so is
+        a call with a number of inputs the function does not take."""
+        try:
+            out = fn(*args)
+        except TypeError:
+            import inspect
+            try:
+                inspect.signature(fn).bind(*args)
+            except TypeError:
+                raise TypeError(f"Custom '{self.name}' was called with {len(args)} input(s), which its out_{what} "
+                                f"function {getattr(fn, '__name__', fn)}{inspect.signature(fn)} does not take: "
+                                f"pass one tensor per input of the op") from None
+            except ValueError:  # no signature to read (a builtin): its own error
+                pass
+            raise
         if out is None:
             raise ValueError(f"Custom '{self.name}': its out_{what} function returned None for input {what}s "
                              f"{args}; it must return {want}, one per output")
@@ -318,16 +331,15 @@ class Custom:
 
     def _prepare(self, arrays: Sequence[np.ndarray], sig: tuple) -> Optional[Tuple[Spec, ...]]:
         """Output specs for inputs like ``arrays``, checked against the op-info; remembered by ``sig``."""
+        info = self._info
+        if info is not None and info.n_inputs and len(arrays) != info.n_inputs:  # before the shape rules run
+            raise TypeError(f"Custom '{self.name}' takes {info.n_inputs} inputs (its reg_info), got {len(arrays)}")
         if self._hybrid is not None:
             from .custom_hybrid import hybrid_specs
             specs = hybrid_specs(self, arrays)
         else:
             specs = self._fixed if self._fixed is not None else self._specs(arrays)
-        info = self._info
         if info is not None:
-            if info.n_inputs and len(arrays) != info.n_inputs:
-                raise TypeError(f"Custom '{self.name}' takes {info.n_inputs} inputs (its reg_info), "
-                                f"got {len(arrays)}")
             if specs is not None:
                 if info.n_outputs and len(specs) != info.n_outputs:
                     raise ValueError(f"Custom '{self.name}': reg_info declares {info.n_outputs} outputs, "
