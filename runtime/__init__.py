@@ -32,6 +32,7 @@ LAZY_NAMES: Dict[str, str] = {
     "from_dlpack": "interop",
     "set_seed": "seed", "get_seed": "seed",
     "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint", "load_param_into_net": "checkpoint",
+    "ParameterTuple": "nn.wrap",
 }
 
 
@@ -58,4 +59,5 @@ __all__ = [
     "set_grad_enabled", "is_grad_enabled", "gradcheck", "GradcheckError",
     "context", "cuda", "from_dlpack", "from_numpy", "set_context", "get_context", "GRAPH_MODE", "PYNATIVE_MODE",
     "mint", "graph", "jit", "set_seed", "get_seed", "save_checkpoint", "load_checkpoint", "load_param_into_net",
+    "ParameterTuple",
 ]

@@ -160,6 +160,12 @@ class Cell:
     def name_cells(self) -> "OrderedDict[str, Cell]":
         return OrderedDict(self._cells)
 
+    def set_grad(self, requires_grad: bool = True) -> "Cell":
+        """MindSpore's mark of a cell whose gradient is taken; here every call can be differentiated
+        (value_and_grad), so it only records the flag and returns the cell."""
+        object.__setattr__(self, "requires_grad", bool(requires_grad))
+        return self
+
     def set_train(self, mode: bool = True) -> "Cell":
         for _, c in self._walk(""):
             object.__setattr__(c, "training", mode)

@@ -15,13 +15,14 @@ from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and op 
 # Names whose modules a first op call does not need (ops.Custom's machinery pulls in json, hashlib,
 # ctypes ...): imported on first use by __getattr__ below.
 LAZY_NAMES = {"Custom": "custom", "CustomRegOp": "op_info", "DataType": "op_info",
-              "custom_info_register": "op_info", "Print": "printing", "print_": "printing"}
+              "custom_info_register": "op_info", "Print": "printing", "print_": "printing",
+              "GradOperation": "..autograd.grad_operation", "stop_gradient": "..autograd.grad_operation"}
 
 __all__ = list(_math_all) + ["maximum", "minimum", "softmax", "argmax", "argmin", "max", "min", "clip", "clamp",
                              "gelu", "log_softmax", "logsumexp", "cat", "concat", "expand_dims", "gather",
                              "one_hot", "split", "squeeze", "stack", "dense", "assign", "Primitive", "defvjp", "Custom", "CustomRegOp",
                              "DataType", "custom_info_register", "print_", "Print", "CustomOpBuilder", "kernel",
-                             "ms_kernel"]
+                             "ms_kernel", "GradOperation", "stop_gradient"]
 
 
 def __getattr__(name: str) -> Any:
@@ -30,7 +31,9 @@ def __getattr__(name: str) -> Any:
     other LAZY_NAMES import their module on first use and are kept as plain attributes."""
     if name in LAZY_NAMES:
         from importlib import import_module
-        value = getattr(import_module(f"{__name__}.{LAZY_NAMES[name]}"), name)
+        where = LAZY_NAMES[name]
+        value = getattr(import_module(where, __name__) if where.startswith("..") else
+                        import_module(f"{__name__}.{where}"), name)
         globals()[name] = value
         return value
     if name == "CustomOpBuilder":

@@ -1,0 +1,90 @@
+"""MindSpore's autodiff and training spellings a ported script uses: ops.GradOperation (get_all,
+get_by_list, sens_param), ops.stop_gradient, ParameterTuple, Cell.set_grad, nn.WithLossCell and
+nn.TrainOneStepCell. Gradients against central differences in float64. Pure Python: nothing compiles."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import runtime as rt
+from runtime import Parameter, Tensor, nn, ops
+
+from numeric_util import central
+
+X0 = np.array([0.5, -1.0, 2.0])
+Y0 = np.array([1.5, 0.25, -0.75])
+
+
+def _f(x, y):
+    return (x * y * y).sum()
+
+
+def test_grad_operation_takes_the_first_input_all_inputs_or_the_weights():
+    x, y = Tensor(X0), Tensor(Y0)
+    gx = ops.GradOperation()(_f)(x, y)
+    np.testing.assert_allclose(gx.asnumpy(), central(lambda v: float(np.sum(v * Y0 * Y0)), X0), rtol=1e-7)
+    gx2, gy = ops.GradOperation(get_all=True)(_f)(x, y)
+    np.testing.assert_allclose(gx2.asnumpy(), gx.asnumpy())
+    np.testing.assert_allclose(gy.asnumpy(), central(lambda v: float(np.sum(X0 * v * v)), Y0), rtol=1e-7)
+
+    net = nn.Dense(3, 2)
+    weights = rt.ParameterTuple(net.trainable_params())
+    loss = lambda t: (net(t) ** 2).sum()  # noqa: E731
+    wg = ops.GradOperation(get_by_list=True)(loss, weights)(Tensor(X0.reshape(1, 3).astype(np.float32)))
+    want = rt.grad(loss, None, list(weights))(Tensor(X0.reshape(1, 3).astype(np.float32)))
+    assert isinstance(wg, tuple) and len(wg) == len(weights) == 2
+    for a, b in zip(wg, want):
+        np.testing.assert_allclose(a.asnumpy(), b.asnumpy())
+    both = ops.GradOperation(get_all=True, get_by_list=True)(loss, weights)(Tensor(X0.reshape(1, 3).astype(np.float32)))
+    assert len(both) == 2 and len(both[0]) == 1 and len(both[1]) == 2
+
+
+def test_sens_param_takes_the_last_input_as_the_outputs_gradient():
+    s0 = np.array([2.0, -3.0, 0.5])
+    x, y, sens = Tensor(X0), Tensor(Y0), Tensor(s0)
+    gx = ops.GradOperation(sens_param=True)(lambda a, b: a * b)(x, y, sens)  # the vector-Jacobian product
+    np.testing.assert_allclose(gx.asnumpy(), central(lambda v: float(np.sum(v * Y0 * s0)), X0), rtol=1e-7)
+    with pytest.raises(ValueError, match=r"^GradOperation\(sens_param=True\): sens of shape \[2\] for an output "
+                                         r"of shape \[3\]$"):
+        ops.GradOperation(sens_param=True)(lambda a, b: a * b)(x, y, Tensor([1.0, 2.0]))
+
+
+def test_stop_gradient_cuts_the_history():
+    x = Tensor(X0)
+    g = rt.grad(lambda t: (t * ops.stop_gradient(t)).sum())(x)
+    np.testing.assert_allclose(g.asnumpy(), X0)  # d/dt (t * c) with c = t held constant
+    with pytest.raises(TypeError, match="^stop_gradient takes a Tensor"):
+        ops.stop_gradient(3.0)
+
+
+def test_train_one_step_cell_is_value_and_grad_then_the_optimizer():
+    rt.set_seed(0)
+    net = nn.Dense(3, 1)
+    data = Tensor(np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -0.5]], np.float32))
+    label = Tensor(np.array([[1.0], [-1.0]], np.float32))
+    loss_fn = nn.MSELoss()
+    before = [p.asnumpy().copy() for p in net.trainable_params()]
+    want_loss, want_grads = rt.value_and_grad(lambda d, l: loss_fn(net(d), l), None,
+                                              net.trainable_params())(data, label)
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), nn.SGD(net.trainable_params(), learning_rate=0.1))
+    assert step.set_grad() is step and step.set_train() is step
+    loss = step(data, label)
+    np.testing.assert_allclose(loss.asnumpy(), want_loss.asnumpy())
+    for p, b, g in zip(net.trainable_params(), before, want_grads):
+        np.testing.assert_allclose(p.asnumpy(), b - 0.1 * g.asnumpy(), rtol=1e-6)
+    assert [p.name for p in step.trainable_params()] == ["weight", "bias"]  # the wrappers add no prefix
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match=r"^GradOperation\(get_by_list=True\) needs the weights"):
+        ops.GradOperation(get_by_list=True)(_f)
+    with pytest.raises(TypeError, match="^GradOperation: get_all must be a bool, got int$"):
+        ops.GradOperation(get_all=1)
+    with pytest.raises(TypeError, match="^ParameterTuple holds Parameters, got Tensor$"):
+        rt.ParameterTuple([Tensor([1.0])])
+    p = Parameter(Tensor([1.0]), name="p")
+    with pytest.raises(ValueError, match="^ParameterTuple: a parameter is listed twice$"):
+        rt.ParameterTuple([p, p])
+    with pytest.raises(TypeError, match=r"^TrainOneStepCell\(network, optimizer\): optimizer must be an "
+                                        r"nn.Optimizer, got list$"):
+        nn.TrainOneStepCell(nn.Dense(1, 1), [p])
