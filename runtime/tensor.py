@@ -116,6 +116,8 @@ def _format_value(arr: np.ndarray) -> str:
     if arr.ndim == 0:
         if arr.dtype.kind == "f" and arr.dtype.itemsize <= 8:  # in its own precision: 0.1, not 0.10000000149...
             return np.format_float_positional(arr[()], trim="-")
+        if arr.dtype.kind in "cV":  # complex, bfloat16: numpy's own form of the scalar, in its precision
+            return str(arr[()])
         return str(arr.item())
     return np.array2string(arr, separator=", ")
 

@@ -214,3 +214,18 @@ def test_pyfunc_views_of_one_array_that_do_not_overlap_share_its_counter():
     assert head._version == tail._version == whole._version == 1
     with pytest.raises(RuntimeError, match="modified by an in-place operation"):
         loss.backward()
+
+
+def test_a_pyfunc_gets_inputs_it_does_not_declare_read_only():
+    """Before, ``a += 1`` inside the pyfunc wrote the caller's tensor (or a broadcast's base) with no version
+    counted: a node that had saved it took the new values for its gradient."""
+    def bump(a):
+        a += 1.0
+        return a * 2.0
+
+    x = Tensor(np.arange(3.0))
+    with pytest.raises(ValueError, match="read-only"):
+        ops.Custom(bump, func_type="pyfunc")(x.broadcast_to((2, 3)))
+    with pytest.raises(ValueError, match="read-only"):
+        ops.Custom(bump, func_type="pyfunc")(x)
+    assert x.tolist() == [0.0, 1.0, 2.0] and x._version == 0

@@ -104,3 +104,23 @@ def test_a_call_with_the_wrong_number_of_inputs_names_the_op_not_its_shape_funct
     with pytest.raises(TypeError, match=r"^Custom '<lambda>' takes 1 inputs \(its reg_info\), got 2$"):
         neg(Tensor([1.0]), Tensor([2.0]))
     assert add(Tensor([1.0]), Tensor([2.0])).tolist() == [3.0]
+
+
+def test_a_decorated_shape_function_keeps_its_own_type_error():
+    """The arity check reads the function's own signature: a functools.wraps decorator's (*args) takes any
+    count, so a TypeError raised inside the rule is the rule's, not "called with 2 input(s)"."""
+    import functools
+
+    def with_rank(fn):  # passes one more argument than the op's inputs: its signature is not fn's
+        @functools.wraps(fn)
+        def rule(*shapes):
+            return fn(*shapes, len(shapes[0]))
+        return rule
+
+    @with_rank
+    def rule(x, y, rank):
+        return x + rank  # a list plus an int: the rule's own bug
+
+    add = ops.Custom(lambda x, y: x + y, out_shape=rule, out_dtype=lambda x, y: x, func_type="pyfunc")
+    with pytest.raises(TypeError, match=r'^can only concatenate list \(not "int"\) to list$'):
+        add(Tensor([1.0]), Tensor([2.0]))

@@ -53,8 +53,10 @@ def test_stop_gradient_cuts_the_history():
     x = Tensor(X0)
     g = rt.grad(lambda t: (t * ops.stop_gradient(t)).sum())(x)
     np.testing.assert_allclose(g.asnumpy(), X0)  # d/dt (t * c) with c = t held constant
-    with pytest.raises(TypeError, match="^stop_gradient takes a Tensor"):
-        ops.stop_gradient(3.0)
+    xr = Tensor(X0, requires_grad=True)
+    assert (xr * 1.0)._node is not None
+    a, b = ops.stop_gradient((xr * 1.0, xr * 2.0))
+    assert a._node is None and b._node is None and not a.requires_grad
 
 
 def test_train_one_step_cell_is_value_and_grad_then_the_optimizer():
@@ -83,8 +85,44 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="^ParameterTuple holds Parameters, got Tensor$"):
         rt.ParameterTuple([Tensor([1.0])])
     p = Parameter(Tensor([1.0]), name="p")
-    with pytest.raises(ValueError, match="^ParameterTuple: a parameter is listed twice$"):
+    with pytest.raises(ValueError, match=r"^ParameterTuple: a parameter, or a parameter's name, is listed twice "
+                                         r"\(names must be unique, as MindSpore's\)$"):
         rt.ParameterTuple([p, p])
     with pytest.raises(TypeError, match=r"^TrainOneStepCell\(network, optimizer\): optimizer must be an "
                                         r"nn.Optimizer, got list$"):
         nn.TrainOneStepCell(nn.Dense(1, 1), [p])
+
+
+def test_what_mindspore_code_reads_from_grad_operation():
+    """get_all gives a tuple even for one input (MindSpore code reads grads[0]; grad unwrapped it, so
+    grads[0] was the gradient's first row); a single Parameter as weights works (list() of it iterated its
+    rows: zero gradients); keyword arguments pass through."""
+    w = Parameter(Tensor(np.array([[1.0, 2.0], [3.0, 4.0]])), name="w")
+    f = lambda x: (x * x).sum()  # noqa: E731
+    x = Tensor(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    (gx,) = ops.GradOperation(get_all=True)(f)(x)
+    np.testing.assert_allclose(gx.asnumpy(), 2 * x.asnumpy())
+    (gx,) = ops.GradOperation(get_all=True, sens_param=True)(lambda t: t * 3.0)(x, Tensor(np.ones((2, 2))))
+    np.testing.assert_allclose(gx.asnumpy(), np.full((2, 2), 3.0))
+    gw = ops.GradOperation(get_by_list=True)(lambda t: (t * w).sum(), w)(x)
+    np.testing.assert_allclose(gw.asnumpy(), x.asnumpy())
+    g = ops.GradOperation()(lambda a, scale=1.0: (a * scale).sum())(x, scale=Tensor(2.0, rt.float64))
+    np.testing.assert_allclose(g.asnumpy(), np.full((2, 2), 2.0))
+    assert ops.stop_gradient(2.0) == 2.0  # MindSpore takes any input
+    with pytest.raises(ValueError, match="names must be unique"):
+        rt.ParameterTuple([Parameter(Tensor([1.0]), name="p"), Parameter(Tensor([2.0]), name="p")])
+
+
+def test_train_one_step_returns_the_loss_as_a_value():
+    net = nn.Dense(2, 1)
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1))
+    loss = step(Tensor(np.ones((2, 2), np.float32)), Tensor(np.zeros((2, 1), np.float32)))
+    assert not loss.requires_grad and loss._node is None
+
+
+def test_broadcast_to_keeps_a_dimension_given_as_minus_one():
+    x = Tensor(np.arange(3.0))
+    assert ops.broadcast_to(x, (2, -1)).shape == (2, 3) and x.broadcast_to((2, -1)).shape == (2, 3)
+    with pytest.raises(ValueError, match=r"^broadcast_to: -1 at dimension 0 of \[-1, 3\], which \[3\] does not "
+                                         r"have \(-1 keeps the size of an existing dimension\)$"):
+        ops.broadcast_to(x, (-1, 3))

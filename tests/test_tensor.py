@@ -144,3 +144,8 @@ def test_repr_of_a_0d_float_keeps_its_own_precision():
     assert repr(Tensor(0.1)) == "Tensor(shape=[], dtype=Float32, value= 0.1)"
     assert repr(Tensor(np.float16(0.1))) == "Tensor(shape=[], dtype=Float16, value= 0.1)"
     assert repr(Tensor(np.float64(0.1))) == "Tensor(shape=[], dtype=Float64, value= 0.1)"
+
+
+def test_repr_of_0d_complex_and_bfloat16_keeps_their_precision():
+    assert repr(Tensor(np.array(0.1 + 0.2j, np.complex64))) == "Tensor(shape=[], dtype=Complex64, value= (0.1+0.2j))"
+    assert repr(Tensor(0.1, rt.bfloat16)) == "Tensor(shape=[], dtype=BFloat16, value= 0.100098)"

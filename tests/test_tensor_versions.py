@@ -266,3 +266,19 @@ def test_a_view_made_under_no_grad_is_not_written_with_grad_on():
     with rt.no_grad():
         v += 1  # under no_grad: a plain data update
     assert p.tolist() == [2.0, 2.0, 1.0]
+
+
+def test_a_view_of_a_view_made_under_no_grad_is_not_written_with_grad_on():
+    """torch: "a view of a view which was created in no_grad mode". Before, w = v[0:1] (made with grad on)
+    was written, and x.grad came out [20, 16, 24] where element 0 gets none."""
+    x = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    y = x * 2.0
+    with rt.no_grad():
+        v = y[0:2]
+    w = v[0:1]
+    with pytest.raises(RuntimeError, match="a view was created in no_grad mode and is being modified in place"):
+        w += 3.0
+    with pytest.raises(RuntimeError, match="a view was created in no_grad mode and is being modified in place"):
+        v.broadcast_to((2, 2))[0, 0] = 5.0
+    (y * y).sum().backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), [8.0, 16.0, 24.0])

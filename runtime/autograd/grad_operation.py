@@ -31,7 +31,7 @@ class GradOperation:
                             "weights), weights a ParameterTuple or a list of Parameters (net.trainable_params())")
         from .functional import grad
 
-        def gradients(*args: Any) -> Any:
+        def gradients(*args: Any, **kwargs: Any) -> Any:
             target: Callable[..., Any] = fn
             if self.sens_param:
                 if not args:
@@ -39,13 +39,15 @@ class GradOperation:
                                     "(sens), and none was given")
                 *args, sens = args  # type: ignore[assignment]
                 target = _weighted(fn, sens)
-            position: Any = tuple(range(len(args))) if self.get_all else 0
-            if self.get_by_list and not self.get_all:
-                position = None
-            if position == () or (position == 0 and not args):
+            if not args and not (self.get_by_list and not self.get_all):
                 raise TypeError(f"GradOperation: {getattr(fn, '__name__', 'the function')} was called with no "
                                 f"input to differentiate")
-            return grad(target, position, list(weights) if self.get_by_list else None)(*args)
+            position: Any = tuple(range(len(args))) if self.get_all else None if self.get_by_list else 0
+            ws = (weights if isinstance(weights, _tensor.Tensor) else list(weights)) if self.get_by_list else None
+            out = grad(target, position, ws)(*args, **kwargs)
+            if self.get_all and len(args) == 1:  # all inputs' gradients: a tuple, even of one (grad unwraps it)
+                out = ((out[0],), out[1]) if self.get_by_list else (out,)
+            return out
 
         return gradients
 
@@ -74,9 +76,7 @@ def _weighted(fn: Callable[..., Any], sens: Any) -> Callable[..., Any]:
 
 def stop_gradient(x: Any) -> Any:
     """``x`` with no history (``Tensor.detach``), as MindSpore's ``ops.stop_gradient``; tuples and lists
-    item by item."""
+    item by item; anything else (a number) as it is."""
     if isinstance(x, (tuple, list)):
         return type(x)(stop_gradient(v) for v in x)
-    if not isinstance(x, _tensor.Tensor):
-        raise TypeError(f"stop_gradient takes a Tensor (or a tuple of them), got {type(x).__name__}")
-    return x.detach()
+    return x.detach() if isinstance(x, _tensor.Tensor) else x

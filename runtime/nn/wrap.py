@@ -23,8 +23,10 @@ class ParameterTuple(tuple):
         for p in items:
             if not isinstance(p, Parameter):
                 raise TypeError(f"ParameterTuple holds Parameters, got {type(p).__name__}")
-        if len({id(p) for p in items}) != len(items):
-            raise ValueError("ParameterTuple: a parameter is listed twice")
+        names = [p.name for p in items if p.name]
+        if len({id(p) for p in items}) != len(items) or len(set(names)) != len(names):
+            raise ValueError("ParameterTuple: a parameter, or a parameter's name, is listed twice (names must be "
+                             "unique, as MindSpore's)")
         return super().__new__(cls, items)
 
 
@@ -70,4 +72,4 @@ class TrainOneStepCell(Cell):
         if self.sens != 1.0:
             grads = tuple(g * self.sens for g in grads)
         self.optimizer(grads)
-        return loss
+        return loss.detach()  # the loss before the update, as a value (its graph is spent)

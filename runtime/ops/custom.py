@@ -289,11 +289,12 @@ class Custom:
             out = fn(*args)
         except TypeError:
             import inspect
-            try:
-                inspect.signature(fn).bind(*args)
+            try:  # its own signature (a decorator's *args takes anything: then its own error stands)
+                sig = inspect.signature(fn, follow_wrapped=False)
+                sig.bind(*args)
             except TypeError:
                 raise TypeError(f"Custom '{self.name}' was called with {len(args)} input(s), which its out_{what} "
-                                f"function {getattr(fn, '__name__', fn)}{inspect.signature(fn)} does not take: "
+                                f"function {getattr(fn, '__name__', fn)}{sig} does not take: "
                                 f"pass one tensor per input of the op") from None
             except ValueError:  # no signature to read (a builtin): its own error
                 pass
@@ -476,7 +477,11 @@ class Custom:
             raise TypeError(f"Custom '{self.name}': out_dtype: {e}") from None
 
     def _call_py(self, arrays: Tuple[np.ndarray, ...], specs: Optional[Tuple[Spec, ...]]) -> List[np.ndarray]:
-        res = self.func(*arrays)  # type: ignore[operator]
+        # an input not declared inplace is read-only to the function: a write raises numpy's error, where
+        # it would change the caller's tensor (or the base of a broadcast) with no version counted
+        written = self._writes.indices if self._writes is not None else ()
+        res = self.func(*[a if i in written or type(a) is not np.ndarray else _read_only(a)  # type: ignore[operator]
+                          for i, a in enumerate(arrays)])
         if res is None:  # a missing return: said before any count is compared
             raise TypeError(f"pyfunc '{self.name}' returned None; {_RETURNS}")
         items = list(res) if isinstance(res, (tuple, list)) else [res]
@@ -528,6 +533,13 @@ class _Workspaces:
 def _release(release: Callable[[int], None], block: ExtraBlock) -> None:
     """Delete what an Init kept with SetKernelData (``block`` stays alive until then)."""
     release(block.address)
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``'s elements."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 def _share_counters(outs: Sequence[np.ndarray], tensors: Sequence[Tensor]) -> None:

@@ -484,7 +484,17 @@ defvjp(_sum_to, lambda g, ans, x, shape: broadcast_to(g, x.shape), reads_output=
 
 
 def broadcast_to(x: Any, shape: Sequence[int]) -> Tensor:
-    return _broadcast_to(_one(x), shape=tuple(int(s) for s in shape))
+    """``x`` broadcast to ``shape``; -1 keeps the size of ``x``'s dimension there (MindSpore's rule)."""
+    t = _one(x)
+    dims = [int(s) for s in shape]
+    lead = len(dims) - t.ndim
+    for i, s in enumerate(dims):
+        if s == -1:
+            if i < lead:
+                raise ValueError(f"broadcast_to: -1 at dimension {i} of {list(dims)}, which {list(t.shape)} does "
+                                 f"not have (-1 keeps the size of an existing dimension)")
+            dims[i] = t.shape[i - lead]
+    return _broadcast_to(t, shape=tuple(dims))
 
 
 def sum_to(x: Any, shape: Sequence[int]) -> Tensor:

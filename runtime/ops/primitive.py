@@ -136,7 +136,8 @@ def _share_input_version(res: Any, out: Any, args: Sequence[Any]) -> None:
                 ref = _weakref(a)
             res._base_ref = ref  # (call_rules.py)
             res._view_version = res._vc.value  # its history (set next) is current at this version
-            if not _state.enabled and ref().requires_grad:  # torch refuses a recorded write into it later
+            # torch refuses a recorded write into it later, and into any view of such a view
+            if (not _state.enabled and ref().requires_grad) or a._view_no_grad:
                 res._view_no_grad = True
             return
 
