@@ -126,3 +126,19 @@ def test_broadcast_to_keeps_a_dimension_given_as_minus_one():
     with pytest.raises(ValueError, match=r"^broadcast_to: -1 at dimension 0 of \[-1, 3\], which \[3\] does not "
                                          r"have \(-1 keeps the size of an existing dimension\)$"):
         ops.broadcast_to(x, (-1, 3))
+
+
+def test_weights_from_a_generator_serve_every_call_and_sens_takes_keywords():
+    """net.get_parameters() is a generator: it was drained by the first call, and later calls returned ()
+    with no error. sens_param with a keyword argument raised an unexpected-keyword TypeError."""
+    net = nn.Dense(2, 1)
+    loss = lambda t: (net(t) ** 2).sum()  # noqa: E731
+    grads = ops.GradOperation(get_by_list=True)(loss, net.get_parameters())
+    x = Tensor(np.ones((1, 2), np.float32))
+    first, second = grads(x), grads(x)
+    assert len(first) == len(second) == 2
+    for a, b in zip(first, second):
+        np.testing.assert_allclose(a.asnumpy(), b.asnumpy())
+    g = ops.GradOperation(sens_param=True)(lambda a, scale=1.0: a * scale)(Tensor(X0), Tensor(np.ones(3)),
+                                                                          scale=Tensor(2.0, rt.float64))
+    np.testing.assert_allclose(g.asnumpy(), np.full(3, 2.0))

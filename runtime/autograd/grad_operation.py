@@ -31,6 +31,9 @@ class GradOperation:
                             "weights), weights a ParameterTuple or a list of Parameters (net.trainable_params())")
         from .functional import grad
 
+        if self.get_by_list:  # once: a generator (net.get_parameters()) is drained by its first pass
+            weights = weights if isinstance(weights, _tensor.Tensor) else list(weights)
+
         def gradients(*args: Any, **kwargs: Any) -> Any:
             target: Callable[..., Any] = fn
             if self.sens_param:
@@ -43,8 +46,7 @@ class GradOperation:
                 raise TypeError(f"GradOperation: {getattr(fn, '__name__', 'the function')} was called with no "
                                 f"input to differentiate")
             position: Any = tuple(range(len(args))) if self.get_all else None if self.get_by_list else 0
-            ws = (weights if isinstance(weights, _tensor.Tensor) else list(weights)) if self.get_by_list else None
-            out = grad(target, position, ws)(*args, **kwargs)
+            out = grad(target, position, weights if self.get_by_list else None)(*args, **kwargs)
             if self.get_all and len(args) == 1:  # all inputs' gradients: a tuple, even of one (grad unwraps it)
                 out = ((out[0],), out[1]) if self.get_by_list else (out,)
             return out
@@ -55,8 +57,8 @@ class GradOperation:
 def _weighted(fn: Callable[..., Any], sens: Any) -> Callable[..., Any]:
     """``fn`` whose output (a Tensor, or a tuple of them) is reduced to ``sum(out * sens)``: its gradient is
     the vector-Jacobian product with ``sens`` (one Tensor per output)."""
-    def reduced(*args: Any) -> Any:
-        out = fn(*args)
+    def reduced(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         senses = sens if isinstance(sens, (tuple, list)) else (sens,)
         if len(senses) != len(outs):
