@@ -117,7 +117,13 @@ def has_partial_overlap(written: Any, other: Any) -> bool:
     a, b = _dense_span(written), _dense_span(other)
     if a is None or b is None or a[1] <= b[0] or b[1] <= a[0]:
         return False
-    return not (a == b and written.strides == other.strides and written.shape == other.shape)
+    return not (a == b and _layout(written) == _layout(other))
+
+
+def _layout(arr: Any) -> Tuple[Tuple[int, int], ...]:
+    """Size and stride of each dimension of more than one element: ``x`` and ``x[None]`` lay the same
+    elements out alike."""
+    return tuple((n, st) for n, st in zip(arr.shape, arr.strides) if n > 1)
 
 
 def write_refusal(t: Any, who: str, index: int, recording: bool, how: str = "MarkDirty") -> Optional[BaseException]:
@@ -328,7 +334,8 @@ def rebase_view(view: Any, arg_index: int) -> None:
         base_edge = base if base._node is None else (base._node, base._out_index)
     node = _CopySlices(fn, view._out_index, arg_index, idx, base_edge, base_meta)
     base._node, base._out_index, base.requires_grad = node, 0, True
-    view._node = ViewOfBase((node, 0), idx, base_meta, (view._data.shape, view._data.dtype))
+    view._node = ViewOfBase((node, 0), idx, base_meta, (view._data.shape, view._data.dtype),
+                            has_internal_overlap(view._data))
     view._out_index = 0
     view._view_version = view._vc.value  # its history is now current (refresh_view)
 

@@ -628,3 +628,21 @@ def test_a_cpp_view_made_under_no_grad_is_not_written_with_grad_on(parity_ops, h
         tv = ty[:2]
     with pytest.raises(RuntimeError, match="created in no_grad mode"):
         tv += 3.0
+
+
+def test_a_broadcast_of_a_base_a_cpp_op_wrote_gets_every_rows_gradient(parity_ops):
+    """scale_ (MarkDirty) writes one row of a broadcast, which writes its base: the broadcast, read after,
+    is a part of the rewritten base, and its rows' gradients add up (torch's own ops: [33, 66, 99])."""
+    w = np.array([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])
+    x = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    h = x * 1.0
+    b = h.broadcast_to((2, 3))
+    parity_ops.scale_(b[0])
+    (b * Tensor(w)).sum().backward()
+    tx = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    th = tx * 1.0
+    tb = th.expand(2, 3)
+    tb[0].mul_(3.0)
+    (tb * torch.from_numpy(w)).sum().backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), tx.grad.numpy())
+    np.testing.assert_allclose(x.grad.asnumpy(), 3.0 * w.sum(0))

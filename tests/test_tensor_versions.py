@@ -126,6 +126,9 @@ def test_a_write_from_a_value_over_part_of_its_memory_is_refused_as_torch_does()
     x += x  # the same elements: torch's x.add_(x)
     x[0:2] = x[3:5]  # no shared memory
     assert x.tolist() == [6.0, 8.0, 4.0, 6.0, 8.0]
+    x[None] = x  # the same elements in another shape: allowed, as torch's
+    x.reshape(1, 5)[...] = x
+    assert x.tolist() == [6.0, 8.0, 4.0, 6.0, 8.0] and x._version == 4
 
 
 def test_tensors_from_numpy_on_one_array_share_its_counter():
@@ -282,3 +285,17 @@ def test_a_view_of_a_view_made_under_no_grad_is_not_written_with_grad_on():
         v.broadcast_to((2, 2))[0, 0] = 5.0
     (y * y).sum().backward()
     np.testing.assert_allclose(x.grad.asnumpy(), [8.0, 16.0, 24.0])
+
+
+def test_a_broadcast_read_after_its_base_was_written_gets_every_rows_gradient():
+    """The broadcast's history becomes "a part of its base" after the base is written; its rows are one
+    memory, so their gradients add up. Before, the scatter kept the last row's: [10, 20, 30] for torch's
+    [11, 22, 33]."""
+    w = np.array([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])
+    x = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    h = x * 1.0
+    b = h.broadcast_to((2, 3))
+    with rt.no_grad():
+        h *= 3.0
+    (b * Tensor(w)).sum().backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), w.sum(0))

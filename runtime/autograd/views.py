@@ -73,11 +73,13 @@ class ViewOfBase(Node):
     """The view's node after the write: the view is a part of its (rebased) base, so its gradient goes
     to the base's node, placed where the view sits (torch's AsStridedBackward over CopySlices)."""
 
-    __slots__ = ("idx",)
+    __slots__ = ("idx", "repeats")
     differentiable = False
 
-    def __init__(self, base_edge: Any, idx: np.ndarray, base_meta: Any, view_meta: Any) -> None:
+    def __init__(self, base_edge: Any, idx: np.ndarray, base_meta: Any, view_meta: Any,
+                 repeats: bool = False) -> None:
         self.idx = idx
+        self.repeats = repeats  # the view's elements share memory (a broadcast): their gradients add up
         self.next_edges = (base_edge,)  # the base's history: (node, index)
         self.input_meta = (base_meta,)
         self.out_meta = (view_meta,)
@@ -90,7 +92,11 @@ class ViewOfBase(Node):
         shape, dtype = self.input_meta[0]
         xp = np if type(g) is np.ndarray else _device.array_module(g)
         z = xp.zeros(shape, dtype=dtype)
-        z.reshape(-1)[self.idx if xp is np else xp.asarray(self.idx)] = g
+        where = self.idx if xp is np else xp.asarray(self.idx)
+        if self.repeats:  # an element read by several of the view's places gets the sum of their gradients
+            xp.add.at(z.reshape(-1), where, g)
+        else:
+            z.reshape(-1)[where] = g
         return [grad_tensor(z)]
 
     def release(self) -> None:
@@ -113,7 +119,9 @@ def refresh_view(view: Any) -> None:
         raise RuntimeError(NO_GRAD_VIEW_STALE)
     idx = view_indices(view._data, base._data)
     base_meta = (base._data.shape, base._data.dtype)
-    view._node = ViewOfBase((base._node, base._out_index), idx, base_meta, (view._data.shape, view._data.dtype))
+    arr = view._data  # its elements share memory (a broadcast): call_rules.has_internal_overlap
+    repeats = 0 not in arr.shape and any(st == 0 and n > 1 for n, st in zip(arr.shape, arr.strides))
+    view._node = ViewOfBase((base._node, base._out_index), idx, base_meta, (arr.shape, arr.dtype), repeats)
     view._out_index = 0
     view.requires_grad = True
     view._view_version = version
