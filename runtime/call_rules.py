@@ -110,19 +110,22 @@ def _dense_span(arr: Any) -> Optional[Tuple[int, int]]:
     return start, start + arr.nbytes
 
 
-def has_partial_overlap(written: Any, other: Any) -> bool:
+def has_partial_overlap(written: Any, other: Any, expanded: bool = False) -> bool:
     """``written`` and ``other`` share some memory but are not the same elements in the same layout (torch's
     PARTIAL overlap: ``t[1:].add_(t[:-1])`` is refused, ``t.add_(t)`` is not). As torch, only arrays whose
-    elements fill their bytes densely are compared; others are too costly to prove and pass."""
+    elements fill their bytes densely are compared; others are too costly to prove and pass. ``expanded``:
+    ``other`` is a value broadcast to ``written``'s shape, as torch's setitem expands it first."""
     a, b = _dense_span(written), _dense_span(other)
     if a is None or b is None or a[1] <= b[0] or b[1] <= a[0]:
         return False
-    return not (a == b and _layout(written) == _layout(other))
+    if expanded:  # ``other`` broadcast to ``written``'s shape (setitem): dimensions of one element aside
+        return not (a == b and _layout(written) == _layout(other))
+    return not (a == b and written.strides == other.strides and written.shape == other.shape)
 
 
 def _layout(arr: Any) -> Tuple[Tuple[int, int], ...]:
-    """Size and stride of each dimension of more than one element: ``x`` and ``x[None]`` lay the same
-    elements out alike."""
+    """Size and stride of each dimension of more than one element: ``x[None] = x`` writes the same
+    elements laid out alike (torch allows it; ``x.unsqueeze(0).add_(x)`` it refuses)."""
     return tuple((n, st) for n, st in zip(arr.shape, arr.strides) if n > 1)
 
 

@@ -126,9 +126,19 @@ def test_a_write_from_a_value_over_part_of_its_memory_is_refused_as_torch_does()
     x += x  # the same elements: torch's x.add_(x)
     x[0:2] = x[3:5]  # no shared memory
     assert x.tolist() == [6.0, 8.0, 4.0, 6.0, 8.0]
-    x[None] = x  # the same elements in another shape: allowed, as torch's
+    x[None] = x  # the same elements in another shape: allowed, as torch's (its setitem expands the value)
     x.reshape(1, 5)[...] = x
     assert x.tolist() == [6.0, 8.0, 4.0, 6.0, 8.0] and x._version == 4
+    with pytest.raises(RuntimeError, match=re.escape(PARTIAL_OVERLAP_MESSAGE)):
+        x[None] += x  # torch: x.unsqueeze(0).add_(x) is refused (its strides differ)
+    m = Tensor(np.arange(8.0).reshape(2, 4))
+    m[...] = m[0]  # torch: the value is expanded first, then nothing can be proved: allowed
+    m[...] = m[0:1]
+    with pytest.raises(RuntimeError, match=re.escape(PARTIAL_OVERLAP_MESSAGE)):
+        m += m[0]  # torch's add_ checks the operand as given
+    with pytest.raises(RuntimeError, match=re.escape(PARTIAL_OVERLAP_MESSAGE)):
+        rt.ops.assign(m, m[0])  # torch's copy_ too
+    assert m.tolist() == [[0.0, 1.0, 2.0, 3.0]] * 2
 
 
 def test_tensors_from_numpy_on_one_array_share_its_counter():

@@ -34,9 +34,9 @@ def _value(value: Any, target: Tensor, what: str) -> Any:
     return _device.like(v, target._data, f"{what}: the value")
 
 
-@breaks_trace(lambda target, value, what, region=None: f"{what} writes a tensor in place outside an op, which a "
-                                                      f"graph does not hold")
-def _check_writable(target: Tensor, value: Any, what: str, region: Any = None) -> None:
+@breaks_trace(lambda target, value, what, region=None, expand=False: f"{what} writes a tensor in place outside an "
+                                                                    f"op, which a graph does not hold")
+def _check_writable(target: Tensor, value: Any, what: str, region: Any = None, expand: bool = False) -> None:
     """Refuse a write torch refuses, or one that would lose a gradient: into elements that share memory
     (``region``: the elements written, all of ``target`` by default), from a value that shares part of
     their memory, into a view made under no_grad of a tensor that requires grad. Read-only memory
@@ -45,7 +45,12 @@ def _check_writable(target: Tensor, value: Any, what: str, region: Any = None) -
     if has_internal_overlap(written):  # torch's rule, before anything
         raise RuntimeError(f"{what}: {OVERLAP_MESSAGE}")
     v = value._data if isinstance(value, Tensor) else value
-    if isinstance(v, np.ndarray) and isinstance(written, np.ndarray) and has_partial_overlap(written, v):
+    if expand and isinstance(v, np.ndarray) and isinstance(written, np.ndarray):  # setitem: torch expands it first
+        try:
+            v = np.broadcast_to(v, written.shape)
+        except ValueError:
+            pass  # the write itself says why
+    if isinstance(v, np.ndarray) and isinstance(written, np.ndarray) and has_partial_overlap(written, v, expand):
         raise RuntimeError(f"{what}: {PARTIAL_OVERLAP_MESSAGE}")
     if _state.enabled:
         if target._view_no_grad and no_grad_view_refused(target):  # torch's rule, as for a C++ op's write
@@ -92,7 +97,7 @@ def setitem(target: Tensor, index: Any, value: Any) -> None:
         index = tuple(i._data if isinstance(i, Tensor) else i for i in index)
     # the elements a basic index selects must not share memory (torch's copy_ into the view); with an
     # advanced index, no element of the tensor may (torch's index_put_ deprecates it)
-    _check_writable(target, value, "Tensor.__setitem__", _region(target._data, index))
+    _check_writable(target, value, "Tensor.__setitem__", _region(target._data, index), expand=True)
     v = _value(value, target, "Tensor.__setitem__")
     arr = np.asarray(v) if isinstance(v, (bool, int, float)) else v
     if arr.dtype.kind == "f" and target._data.dtype.kind in "biu":
