@@ -257,19 +257,15 @@ def share_alias(out: Any, arg: Any) -> None:
     They count writes on one version counter, and ``out``'s ``_base_ref`` is ``arg``'s base (or ``arg``),
     so ``write_refusal``'s view rules apply to it: a write into an alias of a leaf that requires grad is
     refused before Forward runs, and a write into an alias of a non-leaf rebases that tensor's history.
-    Made under no_grad, it is a plain alias there; with grad on, a write into it is refused as torch's
-    into a view made under no_grad of a tensor that requires grad (or into a view of such a view). Call it
-    before ``out``'s history is set."""
+    Under no_grad it is a plain alias (a write through it is not refused, even with grad on later), as
+    torch's custom Function's output is: torch marks no view there (unlike its own view ops, whose view of
+    a view made under no_grad is refused: primitive.py). Call it before ``out``'s history is set."""
     share_version(out, arg)
+    if not _state.enabled:
+        return
     ref = arg._base_ref  # a view of a view: the first tensor of the chain, while it lives
     if ref is None or ref() is None:
         ref = weakref.ref(arg)
-    if not _state.enabled:
-        if ref().requires_grad or arg._view_no_grad:
-            out._base_ref = ref
-            out._view_version = out._vc.value
-            out._view_no_grad = True
-        return
     out._base_ref = ref
     out._view_version = out._vc.value  # its history (set next) is current at this version
     out._view_no_grad = arg._view_no_grad  # an alias of a no_grad view is one too
