@@ -54,10 +54,11 @@ import numpy as np
 from .autograd.grad_mode import _state
 from .autograd.node import Node, double_backward_message  # noqa: F401  (decided there, named here)
 from .versions import share_version
-from .autograd.views import (NO_GRAD_VIEW_STALE, ViewOfBase, grad_tensor, refresh_view,  # noqa: F401
-                             take, view_indices)  # (named here: call_rules decides, views.py is below it)
+from .autograd.views import (NO_GRAD_VIEW_STALE, ViewOfBase, grad_tensor, has_internal_overlap,  # noqa: F401
+                             refresh_view, take, view_indices)  # (named here: call_rules decides, views.py is below it)
 
-__all__ = ["OVERLAP_MESSAGE", "PARTIAL_OVERLAP_MESSAGE", "has_partial_overlap", "no_grad_view_refused", "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
+__all__ = ["OVERLAP_MESSAGE", "PARTIAL_OVERLAP_MESSAGE", "has_partial_overlap", "no_grad_view_refused",
+           "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
            "Protected", "protect", "WRITES_ATTR", "note_writes", "note_read_only_call", "share_alias",
            "rebase_view", "refresh_view", "refresh_view_arg", "NO_GRAD_VIEW_WRITE", "double_backward_message",
            "to_framework_cotangent"]
@@ -85,14 +86,6 @@ def to_framework_cotangent(g: Any, framework: str) -> Any:
     if COMPLEX_GRADIENT[framework] == "plain" and np.iscomplexobj(g):
         return g.conj()
     return g
-
-
-def has_internal_overlap(arr: Any) -> bool:
-    """Two elements of ``arr`` share one memory location: a stride of 0 over a dimension of size > 1
-    (an expanded or broadcast tensor), and it has elements. torch's rule: other overlaps are too costly to
-    prove and pass."""
-    strides = arr.strides
-    return 0 in strides and any(st == 0 and n > 1 for n, st in zip(arr.shape, strides)) and 0 not in arr.shape
 
 
 def _dense_span(arr: Any) -> Optional[Tuple[int, int]]:

@@ -28,9 +28,9 @@ try:  # the same blake2b that hashlib hands out, without hashlib's OpenSSL impor
 except ImportError:  # pragma: no cover - other Pythons
     from hashlib import blake2b
 
-__all__ = ["blake2b", "file_digest", "file_state", "bytes_digest", "ABSENT", "digest_of", "source_digests", "base_key", "full_key", "current_digests",
-           "manifest_path", "read_manifest", "manifest_layouts", "manifest_with", "kept_layouts", "MAX_LAYOUTS", "write_text_atomic",
-           "write_json_atomic"]
+__all__ = ["blake2b", "file_digest", "file_state", "bytes_digest", "ABSENT", "digest_of", "source_digests", "base_key",
+           "full_key", "current_digests", "manifest_path", "read_manifest", "manifest_layouts", "manifest_with",
+           "kept_layouts", "MAX_LAYOUTS", "write_text_atomic", "write_json_atomic"]
 
 
 ABSENT = "-"  # the state of a file that is not there (search_path.py: files whose creation changes a build)

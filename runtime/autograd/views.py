@@ -12,7 +12,8 @@ import numpy as np
 
 from .node import Node
 
-__all__ = ["NO_GRAD_VIEW_STALE", "view_indices", "ViewOfBase", "refresh_view", "grad_tensor", "take"]
+__all__ = ["NO_GRAD_VIEW_STALE", "view_indices", "ViewOfBase", "refresh_view", "grad_tensor", "take",
+           "has_internal_overlap"]
 
 # ... and for such a view read after a recorded write into its base (or another view of it)
 NO_GRAD_VIEW_STALE = ("a view was created in no_grad mode and its base (or another view of its base) was then "
@@ -57,6 +58,14 @@ def view_indices(view: Any, base: Any) -> np.ndarray:
         raise RuntimeError("an in-place write into a view whose elements are not elements of its base cannot be "
                            "differentiated; write into a copy")
     return idx
+
+
+def has_internal_overlap(arr: Any) -> bool:
+    """Two elements of ``arr`` share one memory location: a stride of 0 over a dimension of size > 1
+    (an expanded or broadcast tensor), and it has elements. torch's rule: other overlaps are too costly to
+    prove and pass. (Named by call_rules, which decides with it; here for ViewOfBase's gradient.)"""
+    strides = arr.strides
+    return 0 in strides and any(st == 0 and n > 1 for n, st in zip(arr.shape, strides)) and 0 not in arr.shape
 
 
 def grad_tensor(arr: Any) -> Any:
@@ -119,9 +128,8 @@ def refresh_view(view: Any) -> None:
         raise RuntimeError(NO_GRAD_VIEW_STALE)
     idx = view_indices(view._data, base._data)
     base_meta = (base._data.shape, base._data.dtype)
-    arr = view._data  # its elements share memory (a broadcast): call_rules.has_internal_overlap
-    repeats = 0 not in arr.shape and any(st == 0 and n > 1 for n, st in zip(arr.shape, arr.strides))
-    view._node = ViewOfBase((base._node, base._out_index), idx, base_meta, (arr.shape, arr.dtype), repeats)
+    view._node = ViewOfBase((base._node, base._out_index), idx, base_meta, (view._data.shape, view._data.dtype),
+                            has_internal_overlap(view._data))
     view._out_index = 0
     view.requires_grad = True
     view._view_version = version
