@@ -121,7 +121,8 @@ class ViewNet(nn.Cell):
 
 
 class ViewOutNet(nn.Cell):
-    """Hands out the view of its Parameter it reads: (v * x, v), v = p[1:]."""
+    """Hands out the view of its Parameter it reads: (v * v * x, v), v = p[1:] (v * x alone would not save v,
+    whose gradient reads only x, as torch's mul)."""
 
     def __init__(self):
         super().__init__()
@@ -129,7 +130,7 @@ class ViewOutNet(nn.Cell):
 
     def construct(self, x):
         v = self.p[1:]
-        return v * x, v
+        return v * v * x, v
 
 
 def _param_call(net, fn, returns_view, copies=False):
@@ -188,7 +189,7 @@ def test_a_write_through_the_handed_out_view_of_a_parameter_fails_as_eagerly(rou
 def test_without_the_write_the_gradient_of_a_parameters_view_is_eagers(cls, route, request):
     def ref(p):
         v = p[1:]
-        return np.sum(v * X * v) if cls is ViewNet else np.sum(v * X)
+        return np.sum(v * X * v) if cls is ViewNet else np.sum(v * v * X)
 
     def loss_of(out):
         return out if cls is ViewNet else out[0].sum()

@@ -252,7 +252,9 @@ class _Builder:
         if n.kind == "primitive":
             if vjps is None:
                 return  # not differentiable (comparisons, argmax...)
-            reads = getattr(n.target, "reads_args", ())  # as eagerly: only an input whose values a rule reads
+            # as eagerly: only an input whose values a rule that runs reads (those of the inputs needing a gradient)
+            live = [i in diff and i < len(vjps) and vjps[i] is not None for i in range(len(n.inputs))]
+            reads, reads_ans = n.target.live_reads(live)
             for j, r in enumerate(n.inputs):
                 if isinstance(r, (Output, Input)) and (j >= len(reads) or reads[j]):
                     key = (r.node, r.index) if isinstance(r, Output) else ("in", r.index)
@@ -275,7 +277,7 @@ class _Builder:
                     self.stale = (f"argument {j} of {getattr(n.target, 'name', n.op)} is at version {st[1]}; "
                                   f"expected version {st[0]}")
             st = self.fwd.stale_outs.get((n.id, 0))
-            if st is not None and getattr(n.target, "unread", 0) is None and self.stale is None:  # rules read it
+            if st is not None and reads_ans and self.stale is None:  # rules that run read it
                 self.stale = (f"output 0 of {getattr(n.target, 'name', n.op)} is at version {st[1]}; expected "
                               f"version {st[0]}")
             ans = self.val[("val", n.id, 0)]

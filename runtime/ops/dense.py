@@ -39,9 +39,9 @@ def _grad_b(g: Tensor, ans: Tensor, x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 
 
 _dense = Primitive("dense", _dense_np)
-defvjp(_dense, _grad_x, _grad_w, reads_output=False, reads_inputs=(0, 1))
+defvjp(_dense, _grad_x, _grad_w, reads_output=False, reads_inputs={0: (1,), 1: (0,)})
 _dense_bias = Primitive("dense", _dense_np)
-defvjp(_dense_bias, _grad_x, _grad_w, _grad_b, reads_output=False, reads_inputs=(0, 1))
+defvjp(_dense_bias, _grad_x, _grad_w, _grad_b, reads_output=False, reads_inputs={0: (1,), 1: (0,)})
 
 
 def dense(input: Any, weight: Any, bias: Any = None) -> Tensor:  # noqa: A002  (MindSpore's names)

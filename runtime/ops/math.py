@@ -92,7 +92,8 @@ _sub = Primitive("sub", np.subtract)
 defvjp(_sub, lambda g, ans, x, y: g, lambda g, ans, x, y: neg(g), reads_output=False, reads_inputs=())
 
 _mul = Primitive("mul", np.multiply)
-defvjp(_mul, lambda g, ans, x, y: mul(g, _c(y)), lambda g, ans, x, y: mul(g, _c(x)), reads_output=False, reads_inputs=(0, 1))
+defvjp(_mul, lambda g, ans, x, y: mul(g, _c(y)), lambda g, ans, x, y: mul(g, _c(x)), reads_output=False,
+       reads_inputs={0: (1,), 1: (0,)})  # per rule, as torch saves y only for x's gradient
 
 
 def _true_divide(x, y):
@@ -111,12 +112,14 @@ def _in_float32(fn):
 
 
 _div = Primitive("div", _true_divide)
-defvjp(_div, lambda g, ans, x, y: div(g, _c(y)), lambda g, ans, x, y: neg(mul(g, _c(div(ans, y)))), reads_output=True, reads_inputs=(1,))
+defvjp(_div, lambda g, ans, x, y: div(g, _c(y)), lambda g, ans, x, y: neg(mul(g, _c(div(ans, y)))), reads_output=(1,),
+       reads_inputs={0: (1,), 1: (1,)})
 
 _pow = Primitive("pow", np.power)
 defvjp(_pow,
        lambda g, ans, x, y: mul(g, _c(mul(y, pow(x, sub(y, 1))))),
-       lambda g, ans, x, y: mul(g, _c(mul(ans, log(_pow_base(x))))), reads_output=True, reads_inputs=(0, 1))
+       lambda g, ans, x, y: mul(g, _c(mul(ans, log(_pow_base(x))))), reads_output=(1,),
+       reads_inputs={0: (0, 1), 1: (0,)})
 
 
 def _pow_base(x: Tensor) -> Tensor:
@@ -344,9 +347,9 @@ def _swap_last(t: Tensor) -> Tensor:
 
 
 _matmul = Primitive("matmul", np.matmul)
-defvjp(_matmul, _matmul_vjp_x, _matmul_vjp_y, reads_output=False, reads_inputs=(0, 1))
+defvjp(_matmul, _matmul_vjp_x, _matmul_vjp_y, reads_output=False, reads_inputs={0: (1,), 1: (0,)})
 _matmul_bf16 = Primitive("matmul", _in_float32(np.matmul))
-defvjp(_matmul_bf16, _matmul_vjp_x, _matmul_vjp_y, reads_output=False, reads_inputs=(0, 1))
+defvjp(_matmul_bf16, _matmul_vjp_x, _matmul_vjp_y, reads_output=False, reads_inputs={0: (1,), 1: (0,)})
 
 
 def matmul(x: Any, y: Any) -> Tensor:

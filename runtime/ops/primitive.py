@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 from types import MappingProxyType
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -41,7 +41,7 @@ NO_KWARGS: Mapping[str, Any] = MappingProxyType({})  # the keywords of a call wi
 class Primitive:
     """A named numpy function; differentiable once ``defvjp`` gives it rules."""
 
-    __slots__ = ("name", "fn", "vjps", "reads_ans", "reads_args", "unread")
+    __slots__ = ("name", "fn", "vjps", "reads_ans", "reads_args", "unread", "rule_reads", "ans_rules", "standin")
 
     def __init__(self, name: str, fn: Callable[..., Any]) -> None:
         self.name = name
@@ -50,6 +50,11 @@ class Primitive:
         self.reads_ans = True  # a rule reads the op's output: its node keeps it and checks its version
         self.reads_args: Tuple[bool, ...] = ()  # per argument: a rule reads its values (its version is checked)
         self.unread: Optional[_Unread] = None  # what the rules get as ans when they do not read it
+        # declared per rule (else None): which arguments each rule reads, and which rules read ans; a node
+        # then checks (and packs) only what the rules of the inputs that need a gradient read, as torch saves
+        self.rule_reads: Optional[Tuple[Tuple[bool, ...], ...]] = None
+        self.ans_rules: Optional[Tuple[bool, ...]] = None
+        self.standin: Optional[_Unread] = None
 
     def __call__(self, *args: Any, **kwargs: Any):
         """Apply to Tensors (already converted); record a node if needed (see ``call``)."""
@@ -98,6 +103,17 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+    def live_reads(self, live: Sequence[bool]) -> Tuple[Tuple[bool, ...], bool]:
+        """What the rules of the arguments marked in ``live`` (those that need a gradient) read: per
+        argument whether its values are read, and whether ans is."""
+        per = self.rule_reads
+        if per is None:
+            return self.reads_args, self.reads_ans
+        n = len(per[0]) if per else 0
+        args = tuple(any(live[r] and per[r][i] for r in range(len(per)) if r < len(live)) for i in range(n))
+        ans = any(live[r] and self.ans_rules[r] for r in range(len(per)) if r < len(live))
+        return args, ans
 
 
 def _value_error(name: str, args: Sequence[Any], e: ValueError) -> BaseException:
@@ -151,8 +167,8 @@ def _result(out: Any, args: Sequence[Any], name: str) -> Any:
     return np.asarray(out)
 
 
-def defvjp(prim: Primitive, *rules: Rule, reads_output: bool = True,
-           reads_inputs: Optional[Iterable[int]] = None) -> None:
+def defvjp(prim: Primitive, *rules: Rule, reads_output: Union[bool, Iterable[int]] = True,
+           reads_inputs: Union[None, Iterable[int], Mapping[int, Iterable[int]]] = None) -> None:
     """Register derivative rules, one per positional argument (None: not differentiable), and
     declare what they read, so that backward checks exactly those against in-place writes.
 
@@ -160,25 +176,50 @@ def defvjp(prim: Primitive, *rules: Rule, reads_output: bool = True,
     checked; with False the rules are given a stand-in that raises when used, so an undeclared
     read fails loudly. ``reads_inputs``: the positions of the arguments whose values some rule
     reads (None, the default: all); an argument left out may be written in place before
-    backward (its shape, dtype and device are all a rule may use)."""
+    backward (its shape, dtype and device are all a rule may use).
+
+    Per rule, as torch saves only what the gradients it computes need: ``reads_inputs`` a mapping
+    from a rule's position to the positions it reads (a rule not in it reads none), and
+    ``reads_output`` the positions of the rules that read ``ans``. Then a write into a value only
+    the rules of inputs that need no gradient read is allowed (mul's ``x`` when only ``x`` needs one)."""
     if not isinstance(prim, Primitive):
         raise TypeError(f"defvjp: the first argument must be a Primitive, got {type(prim).__name__}")
-    if type(reads_output) is not bool:
-        raise TypeError(f"defvjp({prim.name}): reads_output must be True or False, got {reads_output!r}")
     n = len(rules)
-    if reads_inputs is None:
-        reads = (True,) * n
+    per_rule = isinstance(reads_inputs, Mapping)
+    if type(reads_output) is bool:
+        ans_rules = (reads_output,) * n
     else:
-        given = tuple(reads_inputs)
-        bad = [i for i in given if type(i) is not int or not 0 <= i < n]
-        if bad:
-            raise ValueError(f"defvjp({prim.name}): reads_inputs {list(given)} must be positions of its "
-                             f"{n} argument(s), 0 to {n - 1}")
-        reads = tuple(i in given for i in range(n))
+        ans_rules = _positions(prim, "reads_output", reads_output, n, "rules")
+        per_rule = True
+    if reads_inputs is None:
+        by_rule = ((True,) * n,) * n
+    elif isinstance(reads_inputs, Mapping):
+        rows = _positions(prim, "reads_inputs' rules", reads_inputs.keys(), n, "rules")
+        by_rule = tuple(_positions(prim, f"reads_inputs[{r}]", reads_inputs[r], n, "argument(s)")
+                        if rows[r] else (False,) * n for r in range(n))
+    else:
+        row = _positions(prim, "reads_inputs", reads_inputs, n, "argument(s)")
+        by_rule = (row,) * n
     prim.vjps = tuple(rules)
-    prim.reads_ans = reads_output
-    prim.reads_args = reads
-    prim.unread = None if reads_output else _Unread(prim.name)
+    prim.reads_ans = any(ans_rules)
+    prim.reads_args = tuple(any(by_rule[r][i] for r in range(n)) for i in range(n))
+    prim.unread = None if prim.reads_ans else _Unread(prim.name)
+    prim.standin = prim.unread or _Unread(prim.name)
+    prim.rule_reads = by_rule if per_rule else None
+    prim.ans_rules = ans_rules if per_rule else None
+
+
+def _positions(prim: Primitive, what: str, given: Any, n: int, of: str) -> Tuple[bool, ...]:
+    """``given`` (positions among ``n``) as a row of flags; a ValueError names a bad one."""
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+        raise TypeError(f"defvjp({prim.name}): {what} must be {'True, False or ' if what == 'reads_output' else ''}"
+                        f"a collection of positions, got {given!r}")
+    given = tuple(given)
+    bad = [i for i in given if type(i) is not int or not 0 <= i < n]
+    if bad:
+        raise ValueError(f"defvjp({prim.name}): {what} {list(given)} must be positions of its "
+                         f"{n} {of}, 0 to {n - 1}")
+    return tuple(i in given for i in range(n))
 
 
 class _Unread:
@@ -235,6 +276,8 @@ class PrimitiveNode(Node):
             self._stale()
         prim = self.prim
         ans = prim.unread
+        if ans is None and prim.ans_rules is not None and not prim.live_reads(self._live())[1]:
+            ans = prim.standin  # declared per rule: only the rules of inputs that need no gradient read it
         if ans is None:  # the rules read the output
             ref = self.out_ref  # the output must be as the op made it
             t = None if ref is None else ref()
@@ -260,9 +303,13 @@ class PrimitiveNode(Node):
         return [None if (e is None or rule is None) else rule(g, ans, *args, **kw)
                 for rule, e in zip(vjps, edges)]
 
+    def _live(self) -> Tuple[bool, ...]:
+        """Per argument: its gradient is computed (an edge, and a rule for it)."""
+        return tuple([e is not None and r is not None for e, r in zip(self.next_edges, self.prim.vjps)])
+
     def _stale(self) -> None:
-        """Raise for the first changed argument whose values a rule reads (the others may change)."""
-        reads = self.prim.reads_args
+        """Raise for the first changed argument whose values a rule that runs reads (the others may change)."""
+        reads = self.prim.live_reads(self._live())[0]
         for i, (a, v) in enumerate(zip(self.args, self.versions)):
             if a._version != v and (i >= len(reads) or reads[i]):
                 raise RuntimeError(f"one of the tensors needed for gradient computation has been modified "
@@ -298,8 +345,9 @@ class HookedPrimitiveNode(PrimitiveNode):
             if p is not _NOT_SAVED:  # its values are read: the hook's tensor, over the argument's history
                 vals[i] = _unpacked(self.unpack_hook, p, self.name, f"argument {i}",
                                     edges[i] if create_graph else None, self.input_meta[i])
-        ans = prim.unread
-        if ans is None:  # the rules read the output
+        if packed_out is _NOT_SAVED:  # the rules that run do not read the output
+            ans = prim.standin
+        else:
             ans = _unpacked(self.unpack_hook, packed_out, self.name, "its output")
             if create_graph:
                 ans._node, ans._out_index, ans.requires_grad = self, 0, True
@@ -310,7 +358,7 @@ class HookedPrimitiveNode(PrimitiveNode):
 
     def release(self) -> None:
         super().release()
-        self.packed = ((), None)
+        self.packed = ((), _NOT_SAVED)
 
 
 _NOT_SAVED = object()  # an argument whose values no rule reads: not packed (its shape and dtype are kept)
@@ -321,11 +369,11 @@ def _pack(node: HookedPrimitiveNode, hooks: Any, args: Sequence[Any], out: Any, 
     output if they read it, each as a tensor over its memory outside the graph (torch's rule)."""
     pack = hooks[0]
     prim = node.prim
-    reads = prim.reads_args
+    reads, reads_ans = prim.live_reads(node._live())  # what the rules that will run read, as torch saves
     packed_args = tuple([pack(_detached(a)) if (i >= len(reads) or reads[i]) else _NOT_SAVED
                          for i, a in enumerate(args)])
-    packed_out = None
-    if prim.reads_ans:
+    packed_out = _NOT_SAVED
+    if reads_ans:
         packed_out = pack(_detached(res) if res is not None else _Tensor._from_array(out))
     node.packed = (packed_args, packed_out)
     node._input_meta = tuple([(a._data.shape, a._data.dtype) for a in args])
