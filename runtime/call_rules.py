@@ -55,7 +55,7 @@ from .autograd.grad_mode import _state
 from .autograd.node import Node, double_backward_message  # noqa: F401  (decided there, named here)
 from .versions import share_version
 from .autograd.views import (NO_GRAD_VIEW_STALE, ViewOfBase, grad_tensor, has_internal_overlap,  # noqa: F401
-                             refresh_view, take, view_indices)  # (named here: call_rules decides, views.py is below it)
+                             refresh_view, take, view_indices, pairs)  # (named here: call_rules decides, views.py is below it)
 
 __all__ = ["OVERLAP_MESSAGE", "PARTIAL_OVERLAP_MESSAGE", "has_partial_overlap", "no_grad_view_refused",
            "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
@@ -272,12 +272,13 @@ class _CopySlices(Node):
     earlier values and the op's other inputs. Edges: the base's earlier history, then the op's own
     edges (the written argument's left out: its gradient went into the view's place)."""
 
-    __slots__ = ("fn", "out_index", "arg_index", "idx")
+    __slots__ = ("fn", "out_index", "arg_index", "idx", "idx_pairs")
     differentiable = False  # numpy inside: a higher-order gradient through it is a named error
 
     def __init__(self, fn: Any, out_index: int, arg_index: int, idx: np.ndarray, base_edge: Any,
                  base_meta: Any) -> None:
         self.fn, self.out_index, self.arg_index, self.idx = fn, out_index, arg_index, idx
+        self.idx_pairs = base_meta[1].kind == "c" and fn.out_meta[out_index][1].kind != "c"
         edges = list(fn.next_edges)
         edges[arg_index] = None
         self.next_edges = (base_edge, *edges)
@@ -295,6 +296,8 @@ class _CopySlices(Node):
         xp = np if type(g) is np.ndarray else _device.array_module(g)
         result = xp.array(g, copy=True, order="C")
         flat = result.reshape(-1)
+        if self.idx_pairs:  # a real view of a complex base: its elements are the base's real pairs
+            flat = pairs(flat)
         fn = self.fn
         buf: List[Any] = [None] * len(fn.out_meta)
         buf[self.out_index] = grad_tensor(take(xp, flat, self.idx))

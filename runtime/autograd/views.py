@@ -12,7 +12,7 @@ import numpy as np
 
 from .node import Node
 
-__all__ = ["NO_GRAD_VIEW_STALE", "view_indices", "ViewOfBase", "refresh_view", "grad_tensor", "take",
+__all__ = ["NO_GRAD_VIEW_STALE", "view_indices", "is_pairs", "pairs", "ViewOfBase", "refresh_view", "grad_tensor", "take",
            "has_internal_overlap"]
 
 # ... and for such a view read after a recorded write into its base (or another view of it)
@@ -40,13 +40,19 @@ def _address(arr: Any) -> int:
 
 def view_indices(view: Any, base: Any) -> np.ndarray:
     """For every element of the array ``view``, the flat (C-order) index of the element of ``base`` it
-    is: how a view made by slicing, reshaping or transposing ``base`` sits in it."""
-    if view.dtype != base.dtype:
+    is: how a view made by slicing, reshaping or transposing ``base`` sits in it. A real view of a
+    complex base (``real``, ``imag``: a bit cast) indexes the base's real pairs instead (``pairs``):
+    element k's real part is 2k, its imaginary part 2k + 1."""
+    item = base.itemsize
+    split = is_pairs(view, base)
+    if view.dtype != base.dtype and not split:
         raise RuntimeError(f"an in-place write into a view of dtype {view.dtype} of a base of dtype {base.dtype} "
                            f"(a bit cast) cannot be differentiated; write into a copy")
     origin = _address(base)
-    item = base.itemsize
     b = _byte_offsets(base, origin).ravel()
+    if split:  # each complex element is two real ones
+        item //= 2
+        b = (b[:, None] + np.array([0, item], dtype=np.int64)).ravel()
     lo = int(b.min()) if b.size else 0
     table = np.full(((int(b.max()) - lo) // item + 1) if b.size else 1, -1, dtype=np.int64)
     table[(b - lo) // item] = np.arange(b.size, dtype=np.int64)
@@ -58,6 +64,17 @@ def view_indices(view: Any, base: Any) -> np.ndarray:
         raise RuntimeError("an in-place write into a view whose elements are not elements of its base cannot be "
                            "differentiated; write into a copy")
     return idx
+
+
+def is_pairs(view: Any, base: Any) -> bool:
+    """``view`` is a real view of the complex ``base`` (its real or imaginary parts): ``view_indices``
+    then indexes the base's real pairs."""
+    return base.dtype.kind == "c" and view.dtype.kind == "f" and view.itemsize * 2 == base.itemsize
+
+
+def pairs(flat: Any) -> Any:
+    """The 1-D ``flat`` itself, or, complex, its real pairs (a view: writes reach ``flat``)."""
+    return flat.view(flat.real.dtype) if flat.dtype.kind == "c" else flat
 
 
 def has_internal_overlap(arr: Any) -> bool:
@@ -82,13 +99,14 @@ class ViewOfBase(Node):
     """The view's node after the write: the view is a part of its (rebased) base, so its gradient goes
     to the base's node, placed where the view sits (torch's AsStridedBackward over CopySlices)."""
 
-    __slots__ = ("idx", "repeats")
+    __slots__ = ("idx", "repeats", "split")
     differentiable = False
 
     def __init__(self, base_edge: Any, idx: np.ndarray, base_meta: Any, view_meta: Any,
                  repeats: bool = False) -> None:
         self.idx = idx
         self.repeats = repeats  # the view's elements share memory (a broadcast): their gradients add up
+        self.split = base_meta[1].kind == "c" and view_meta[1].kind != "c"  # idx indexes the base's real pairs
         self.next_edges = (base_edge,)  # the base's history: (node, index)
         self.input_meta = (base_meta,)
         self.out_meta = (view_meta,)
@@ -102,10 +120,11 @@ class ViewOfBase(Node):
         xp = np if type(g) is np.ndarray else _device.array_module(g)
         z = xp.zeros(shape, dtype=dtype)
         where = self.idx if xp is np else xp.asarray(self.idx)
+        flat = pairs(z.reshape(-1)) if self.split else z.reshape(-1)
         if self.repeats:  # an element read by several of the view's places gets the sum of their gradients
-            xp.add.at(z.reshape(-1), where, g)
+            xp.add.at(flat, where, g)
         else:
-            z.reshape(-1)[where] = g
+            flat[where] = g
         return [grad_tensor(z)]
 
     def release(self) -> None:
