@@ -621,3 +621,57 @@ def test_a_broadcast_of_a_base_a_cpp_op_wrote_gets_every_rows_gradient(parity_op
     (tb * torch.from_numpy(w)).sum().backward()
     np.testing.assert_allclose(x.grad.asnumpy(), tx.grad.numpy())
     np.testing.assert_allclose(x.grad.asnumpy(), 3.0 * w.sum(0))
+
+
+DIRTY_VIEW_MANY = (r"^{}: {} wrote argument 0 in place \({}\), a view of another tensor, and returned more than "
+                   r"one tensor; as in torch, a Function that writes a view returns one tensor\. Pass a copy \(x \* "
+                   r"1\), or split it into a Function that writes and returns only that tensor and one that computes "
+                   r"the rest$")
+
+
+class _PyScaleHead(rt.autograd.Function):
+    """scale_head_ as a Python Function: x *= 3 in place, returns x and x[:2]."""
+
+    @staticmethod
+    def forward(ctx, x):
+        a = x.asnumpy()
+        a *= 3.0
+        ctx.mark_dirty(x)
+        return x, x[:2]
+
+    @staticmethod
+    def backward(ctx, g, gh):
+        return g * 3.0
+
+
+@pytest.mark.parametrize("kind", ["cpp", "python"])
+def test_a_function_writing_a_view_and_returning_two_tensors_is_refused_as_torch(parity_ops, kind):
+    """Before, the view's base was rebased through output 0 while output 1 kept the node too: backward
+    ran the node twice and failed with "a second time". torch refuses the call itself, after forward."""
+    x = Tensor(np.arange(1.0, 7.0), requires_grad=True)
+    c = x * 1.0
+    b = c[1:5]
+    before = c._version
+    message = (DIRTY_VIEW_MANY.format("ParityScaleHead", "Forward", "MarkDirty") if kind == "cpp"
+               else DIRTY_VIEW_MANY.format("_PyScaleHead", "forward", "mark_dirty"))
+    with pytest.raises(RuntimeError, match=message):
+        parity_ops.scale_head_(b) if kind == "cpp" else _PyScaleHead.apply(b)
+    # as torch's: the write is done and counted, the base's history untouched (its gradient is mul's)
+    np.testing.assert_array_equal(c.asnumpy(), [1.0, 6.0, 9.0, 12.0, 15.0, 6.0])
+    assert c._version == before + 1
+    c.sum().backward()
+    np.testing.assert_array_equal(x.grad.asnumpy(), np.ones(6))
+    # not a view, or with no gradient recorded: allowed
+    r, v = parity_ops.scale_head_(x * 1.0) if kind == "cpp" else _PyScaleHead.apply(x * 1.0)
+    np.testing.assert_array_equal(v.asnumpy(), [3.0, 6.0])
+    with rt.no_grad():
+        r, v = parity_ops.scale_head_(c[1:5]) if kind == "cpp" else _PyScaleHead.apply(c[1:5])
+    np.testing.assert_array_equal(v.asnumpy(), [18.0, 27.0])
+
+
+def test_torch_refuses_a_function_writing_a_view_and_returning_two_tensors(parity_ops, torch_route):
+    ops = opbuilder.to_torch(parity_ops)
+    x = torch.arange(1.0, 7.0, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^If your Function modifies inplace an input that is a view of another "
+                                           r"Tensor, your Function cannot return more than one Tensor"):
+        ops.scale_head_((x * 1.0)[1:5])

@@ -306,6 +306,8 @@ class Function:
         _finish_dirty(name, ctx, args, outs)
         if record:
             _check_forward_writes(cls, ctx, args, before, phase)
+            if len(outs) > 1:
+                _check_dirty_view_outputs(name, ctx, args)
             outs = _record(cls, ctx, args, outs)
             for i, a in enumerate(args if ctx._dirty else ()):  # a view written in place: its base's
                 if isinstance(a, Tensor) and a._base is not None and _contains(ctx._dirty, a):  # history is rebased
@@ -316,6 +318,19 @@ class Function:
             outs = [_alias(o) if _contains(args, o) and not _contains(ctx._dirty, o) else o
                     for o in outs]
         return outs[0] if single else tuple(outs)
+
+
+def _check_dirty_view_outputs(name: str, ctx: FunctionCtx, args: Tuple[Any, ...]) -> None:
+    """torch's rule (and C++ Function<T>'s, src/core/autograd.cpp): a Function that wrote a view in place
+    returns one tensor, since the view's base is rebased through one output only. Raised after forward,
+    as torch raises it: the write stays done and counted."""
+    for i, a in enumerate(args):
+        if isinstance(a, _tensor.Tensor) and _contains(ctx._dirty, a) and a._base is not None \
+                and a._data.dtype.kind in "fcV":
+            raise RuntimeError(f"{name}: forward wrote argument {i} in place (mark_dirty), a view of another tensor, "
+                               f"and returned more than one tensor; as in torch, a Function that writes a view "
+                               f"returns one tensor. Pass a copy (x * 1), or split it into a Function that writes "
+                               f"and returns only that tensor and one that computes the rest")
 
 
 def _alias(arg: Any) -> Any:

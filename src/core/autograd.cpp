@@ -70,6 +70,25 @@ OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, Tensor
   return outs;
 }
 
+// torch's rule: a Function that writes a view in place (MarkDirty) and returns more than one tensor is
+// refused, since the view's base is rebased through one output only (each other output would run Backward
+// again). Raised after Forward, as torch raises it; the write stays done and counted (FinishDirty).
+static void CheckDirtyViewOutputs(const ContextState &c) {
+  for (const auto &d : c.dirty) {
+    PyObject *obj = d->py_object();
+    if (obj == nullptr || c.IsNonDifferentiable(d.get()) || !IsDifferentiable(d->dtype())) continue;
+    PyRef ref = BaseRefOf(obj);
+    if (ref.get() == Py_None) continue;
+    PyRef base = PyRef::Steal(Check(PyObject_CallObject(ref.get(), nullptr)));
+    if (base.get() == Py_None) continue;  // its base is gone: nothing to rebase
+    throw std::runtime_error(*c.name + ": Forward wrote argument " + std::to_string(c.ArgIndex(d.get())) +
+                             " in place (MarkDirty), a view of another tensor, and returned more than one "
+                             "tensor; as in torch, a Function that writes a view returns one tensor. Pass a "
+                             "copy (x * 1), or split it into a Function that writes and returns only that "
+                             "tensor and one that computes the rest");
+  }
+}
+
 OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<AutogradContext, ContextDeleter> ctx,
                                    const TensorPtrList &outs, PyObject *edges,
                                    const std::uint64_t *fingerprints, double phase, BackwardFn backward,
@@ -77,6 +96,7 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
   ContextState &c = State(*ctx);
   CheckOutputs(outs, *c.name);
   CheckForwardWrites(rt, c, outs, fingerprints, phase);
+  if (outs.size() > 1) CheckDirtyViewOutputs(c);
 
   auto state = std::make_unique<NodeState>();
   state->backward = backward;
