@@ -199,6 +199,21 @@ def test_a_markdirty_write_into_an_inference_tensor_is_refused_on_to_torch(parit
     assert t.tolist() == [3.0, 6.0]
 
 
+def test_an_inference_mode_call_between_does_not_open_the_direct_path(parity_ops, torch_route):
+    """A call inside inference_mode counts no write (an inference tensor has no counter), and reset what an
+    earlier call showed: the next call outside took the direct path and wrote the inference tensor."""
+    ops = opbuilder.to_torch(parity_ops)
+    ops.scale_(_f64(1.0, 2.0))  # an ordinary call: the signature is seen writing
+    for _ in range(3):
+        with torch.inference_mode():
+            t = _f64(1.0, 2.0)
+            ops.scale_(t)
+        assert t.tolist() == [3.0, 6.0]
+        with pytest.raises(RuntimeError, match=_inference_refusal("scale_")):
+            ops.scale_(t)
+        assert t.tolist() == [3.0, 6.0]
+
+
 def test_a_direct_write_into_an_inference_tensor_is_refused(parity_ops):
     for _ in range(2):
         t = _inference(1.0, 2.0)

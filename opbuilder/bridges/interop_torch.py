@@ -556,7 +556,8 @@ class _Op:
         # argument never takes forward_direct, which hands the op the caller's memory unchecked
         info = self.by_sig[sig][1]
         info[0] = single
-        info[1] = bool(dirty) or any(k >= 0 for k in alias)
+        # (kept once seen: a call on an inference tensor in inference mode counts no write, it has no counter)
+        info[1] = bool(info[1]) or bool(dirty) or any(k >= 0 for k in alias)
         info[2] = _repeats(outs)  # (torch.func takes that: its refusal is for arguments returned or written)
         if info[1] or info[2]:
             self.returns_args[0] = True
