@@ -1,5 +1,6 @@
 """CustomOpBuilder: warm path, errors, cache-directory safety."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -104,6 +105,34 @@ def test_group_or_other_writable_cache_dir_is_refused(tmp_path, monkeypatch, mod
     with pytest.raises(UnsafeCacheDirError, match=f"{root}.*writable by group or others"):
         CustomOpBuilder("my_ops", [FUNCTION_OPS]).load()
     assert os.listdir(root) == []  # nothing built there
+
+
+def test_a_shared_sticky_cache_dir_is_refused_with_a_private_directory_as_the_fix(tmp_path, monkeypatch):
+    """Before, the fix said "chmod 700 /tmp" for OPBUILDER_CACHE_DIR=/tmp: closing a shared directory to
+    its other users. A sticky directory's fix is a private directory inside it."""
+    root = tmp_path / "tmp-like"
+    root.mkdir()
+    os.chmod(root, 0o1777)
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(root))
+    with pytest.raises(UnsafeCacheDirError) as e:
+        CustomOpBuilder("my_ops", [FUNCTION_OPS]).load()
+    assert str(e.value) == (
+        f"opbuilder cache directory {root} is writable by group or others (mode 1777); nothing is built or loaded "
+        f"from it. Fix: {root} is a shared directory (sticky bit): set OPBUILDER_CACHE_DIR to a private directory "
+        f"of your own, e.g. {root / 'opbuilder-cache'} (opbuilder creates it with mode 700)")
+    assert "chmod" not in str(e.value) and os.listdir(root) == []
+
+
+def test_load_inline_under_a_cache_path_that_is_a_file_names_it(tmp_path, monkeypatch):
+    """Before: a raw NotADirectoryError for <file>/inline/<name>/<key>; now load()'s words."""
+    import opbuilder
+    file = tmp_path / "file.txt"
+    file.write_text("")
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(file))
+    with pytest.raises(UnsafeCacheDirError, match=rf"^opbuilder cache path {re.escape(str(file))} is not a "
+                                                  rf"directory; set OPBUILDER_CACHE_DIR to a directory$"):
+        opbuilder.load_inline("li_file", "int f() { return 1; }", functions=["f"])
+    assert file.read_text() == ""
 
 
 def test_link_error_names_the_missing_library(tmp_path):

@@ -114,7 +114,7 @@ def test_doctor_names_each_problem_with_a_fix(tmp_path):
     lines = res.stdout.splitlines()
 
     assert _fix_after(lines, f"error cache directory: opbuilder cache directory {shared} is writable") == \
-        f"fix: chmod 700 {shared}"
+        f"fix: chmod 700 {shared} (if only you use it), or set OPBUILDER_CACHE_DIR to a private directory"
     assert _fix_after(lines, "error C++ compiler: CXX compiler '/no/such/g++' was not found") \
         .startswith("fix: install g++")
     assert _fix_after(lines, "error parallel jobs: MAX_JOBS must be a positive integer") == \

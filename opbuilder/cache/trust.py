@@ -248,6 +248,10 @@ def trusted_root(root: Path, create: bool = True) -> Path:
         st = os.lstat(root)
     except FileNotFoundError:
         st = None
+    except NotADirectoryError:  # a path above it is a file: named as a root that is one is
+        file = next(p for p in Path(root).parents if os.path.exists(p) and not os.path.isdir(p))
+        raise _unsafe(f"opbuilder cache path {file} is not a directory; set OPBUILDER_CACHE_DIR to a "
+                      f"directory") from None
     if st is not None and stat.S_ISLNK(st.st_mode):
         target = os.path.realpath(root)
         raise _unsafe(
@@ -307,8 +311,17 @@ def _checked_root(real: Path, st: os.stat_result) -> Path:
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise _unsafe(
             f"opbuilder cache directory {real} is writable by group or others (mode "
-            f"{stat.S_IMODE(st.st_mode):o}); nothing is built or loaded from it. Fix: chmod 700 {real}")
+            f"{stat.S_IMODE(st.st_mode):o}); nothing is built or loaded from it. Fix: {shared_dir_fix(real, st)}")
     return real
+
+
+def shared_dir_fix(real: Path, st: os.stat_result) -> str:
+    """How to fix a cache root others may write: a shared directory (the sticky bit, as /tmp has) is never
+    to be closed to its other users, so the fix is a private directory inside it; else closing it."""
+    if st.st_mode & stat.S_ISVTX:
+        return (f"{real} is a shared directory (sticky bit): set OPBUILDER_CACHE_DIR to a private directory "
+                f"of your own, e.g. {real / 'opbuilder-cache'} (opbuilder creates it with mode 700)")
+    return f"chmod 700 {real} (if only you use it), or set OPBUILDER_CACHE_DIR to a private directory"
 
 
 def trusted_store(root: Path) -> Optional[Tuple[Path, int]]:

@@ -35,7 +35,7 @@ def _cache_dir() -> Check:
     try:
         trusted_root(root, create=False)
     except UnsafeCacheDirError as e:
-        fix = (f"chmod 700 {root}" if "writable by group" in str(e)
+        fix = (str(e).split("Fix: ", 1)[1] if "writable by group" in str(e) and "Fix: " in str(e)
                else "set OPBUILDER_CACHE_DIR to a directory of your own")
         return Check("cache directory", "error", str(e).split(";")[0], fix)
     if not os.access(root, os.W_OK):
