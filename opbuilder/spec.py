@@ -110,8 +110,14 @@ class BuildSpec(tuple):
 def _as_list(value: Optional[Union[str, Iterable[str]]], what: str) -> Tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, str):
-        return tuple(value.split())
+    if isinstance(value, str):  # one string: split as a shell splits it, so "-DMSG='a b'" stays one flag
+        if not any(c in value for c in "'\"\\"):
+            return tuple(value.split())
+        import shlex
+        try:
+            return tuple(shlex.split(value))
+        except ValueError as e:  # an unbalanced quote
+            raise ValueError(f"{what}: cannot split {value!r} into flags: {e}") from None
     out = tuple(value)
     for v in out:
         if not isinstance(v, str):

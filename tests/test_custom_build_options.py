@@ -70,6 +70,19 @@ def test_flags_given_as_one_string(tmp_path):
     assert op(Tensor([1.0]), Tensor([2.0])).item() == 3.0
 
 
+def test_a_quoted_flag_in_one_string_stays_one_flag(tmp_path):
+    """One string is split as a shell splits it: '-DMSG="a b"' was two flags ('-DMSG="a' and 'b"'), and the
+    compile failed (the command line has no other way to pass a flag with a space)."""
+    src = tmp_path / "msg.cpp"
+    src.write_text('#include <cstdint>\n#define S(x) #x\n#define XS(x) S(x)\n'
+                   'extern "C" int Len(int, void **params, int *, int64_t **, const char **, void *, void *) {\n'
+                   '  static_cast<float *>(params[1])[0] = sizeof(XS(MSG)) - 1;\n  return 0;\n}\n')
+    op = ops.Custom(f"{src}:Len", out_shape=[1], out_dtype=np.float32, cflags='-O1 -DMSG="a b"')
+    assert op(Tensor([0.0])).item() == 3.0  # "a b"
+    with pytest.raises(ValueError, match=r"^cflags: cannot split '-DMSG=\"a' into flags: No closing quotation$"):
+        ops.Custom(f"{src}:Len", out_shape=[1], out_dtype=np.float32, cflags='-DMSG="a')
+
+
 def test_without_its_include_path_the_source_does_not_compile(project):
     from opbuilder import BuildError
     d, link = project
