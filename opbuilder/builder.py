@@ -772,7 +772,12 @@ def _load_once(spec: BuildSpec) -> ModuleType:
         try:
             stamp = stamp_of(os.lstat(lib))
             if preload_libs:
-                preload(preload_libs)
+                try:
+                    preload(preload_libs)
+                except OSError as e:  # the runtime or core library pruned (cache clean) since the lookup
+                    if all(os.path.exists(p) for p in preload_libs):
+                        raise
+                    raise Retry(Reason.PRUNED, e) from e
             mod = import_extension(spec.name, lib, module_name)
         except FileNotFoundError as e:
             raise Retry(Reason.PRUNED, e) from e  # pruned by another process between lookup and import

@@ -146,9 +146,15 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             print(f"total: {_size(dir_size(root)) if root.exists() else '0 B'}")
         return 0
     # clean
-    freed, busy = 0, []
+    freed, busy, kept = 0, [], []
     import shutil
+    # opbuilder's own libraries (nanobind's runtime, the core library, the bridges: "_" names), which every
+    # operator's build links and its load preloads, go last, and only when no build is running
+    ops = sorted(ops, key=lambda o: o.name.startswith("_"))
     for op in ops:
+        if op.name.startswith("_") and busy and args.name is None:
+            kept.append(op.name)
+            continue
         size = op.size
         if remove_operator(op):
             freed += size
@@ -160,7 +166,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
                 print(f"removed {sources}")
         else:
             busy.append(op.name)
-    if args.name is None and root.exists():
+    if args.name is None and root.exists() and not busy:  # a running build reads them (its PCH, its sources)
         for extra in (root / ".pch", root / "toolchains.json", root / "inline"):
             if extra.exists():
                 freed += dir_size(extra) if extra.is_dir() else extra.stat().st_size
@@ -168,8 +174,10 @@ def _cmd_cache(args: argparse.Namespace) -> int:
                 print(f"removed {extra}")
     print(f"freed {_size(freed)}")
     if busy:
-        print(f"opbuilder: skipped {', '.join(busy)}: being built by another process right now; "
-              f"run the command again when it is done", file=sys.stderr)
+        shared = ", ".join(kept + [".pch", "toolchains.json", "inline"]) if args.name is None else ""
+        print(f"opbuilder: skipped {', '.join(busy)}: being built by another process right now"
+              + (f"; kept {shared}, which that build uses" if shared else "")
+              + "; run the command again when it is done", file=sys.stderr)
         return 1
     return 0
 

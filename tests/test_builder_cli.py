@@ -156,6 +156,33 @@ def test_clean_skips_an_operator_that_is_being_built(tmp_path, cache):
 
 
 @pytest.mark.build  # the CLI child compiles (tests/build_guard.py)
+def test_clean_keeps_what_a_running_build_uses(tmp_path, cache):
+    """Before, `cache clean` skipped the operator being built but removed nanobind's runtime and the core
+    library ("_" libraries), the PCH and load_inline's sources, which that build links, preloads or
+    compiles: the build failed ("libnanobind.so: cannot open shared object file")."""
+    from opbuilder.cache.lock import build_lock
+
+    src = tmp_path / "busy.cpp"
+    src.write_text('extern "C" int busy() { return 1; }\n')
+    for name in ("busy", "_shared"):  # "_shared" stands for opbuilder's own libraries
+        assert _cli("build", name, str(src), "--library", OPBUILDER_CACHE_DIR=str(cache)).returncode == 0
+    for d in (".pch", "inline"):
+        (cache / d).mkdir(exist_ok=True)
+    with build_lock(cache / "busy.lib", "busy"):  # as a running build holds it
+        res = _cli("cache", "clean", OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 1
+    assert res.stderr.strip() == ("opbuilder: skipped busy: being built by another process right now; kept _shared, "
+                                  ".pch, toolchains.json, inline, which that build uses; run the command again when "
+                                  "it is done")
+    assert (cache / "_shared.lib").is_dir() and _names(cache / "_shared.lib") != [".lock"]
+    assert (cache / ".pch").is_dir() and (cache / "inline").is_dir()
+    res = _cli("cache", "clean", OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 0, res.stderr
+    assert _names(cache / "_shared.lib") == [".lock"] and not (cache / ".pch").exists()
+    assert not (cache / "inline").exists()
+
+
+@pytest.mark.build  # the CLI child compiles (tests/build_guard.py)
 def test_clean_keeps_the_lock_file_that_waiting_builds_have_open(tmp_path, cache):
     # a build waiting for the lock has .lock open: removing it would let a later build lock a new
     # file while the waiting one, once it holds the old one, builds in the same directory
