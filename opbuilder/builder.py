@@ -657,15 +657,19 @@ def _os_error(spec: BuildSpec, err: OSError) -> BaseException:
 
 
 def _root_error(spec: BuildSpec, err: OSError) -> BaseException:
+    return root_error(spec.name, spec.root, err)
+
+
+def root_error(name: str, root: Path, err: OSError) -> BaseException:
     """What to raise when the cache root cannot be created or used: an unsafe one as it is; else a
     BuildError naming where the root came from (``OPBUILDER_CACHE_DIR='/proc/self/x'``) and why."""
     if isinstance(err, UnsafeCacheDirError) or err.errno is None:
         return err
-    known = cache_os_error(spec.name, err, spec.root)
+    known = cache_os_error(name, err, root)
     why = str(known) if known is not None else (
-        f"building operator '{spec.name}' failed: cannot create the opbuilder cache directory {spec.root} "
+        f"building operator '{name}' failed: cannot create the opbuilder cache directory {root} "
         f"({err.strerror}: {err.filename}); set OPBUILDER_CACHE_DIR to a directory you can create and write to")
-    error = BuildError(f"{why} (the cache directory is {root_origin(spec.root)})", name=spec.name)
+    error = BuildError(f"{why} (the cache directory is {root_origin(root)})", name=name)
     error.cache_problem = True  # (cache_os_error)
     return error
 

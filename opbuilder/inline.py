@@ -172,7 +172,10 @@ def _builder(name: str, cpp: str, cuda: str, funcs: Dict[str, str], builder_opti
     directory = cache_root(builder_options.get("build_dir")) / "inline" / name / key
     if not trusted_as_given(directory):  # there and trusted as it is (a warm load): trust.py not imported
         from .cache.trust import trusted_root
-        directory = trusted_root(directory)  # created, or its real path behind links, or refused
+        try:
+            directory = trusted_root(directory)  # created, or its real path behind links, or refused
+        except OSError as e:
+            raise _root_problem(name, cache_root(builder_options.get("build_dir")), e) from e
     _write(directory / _USER_CPP, cpp)
     sources = [directory / f"{name}.cpp"]
     # the user's code is #included, so the builder cannot read its binding: say it. nanobind (fast
@@ -184,6 +187,23 @@ def _builder(name: str, cpp: str, cuda: str, funcs: Dict[str, str], builder_opti
         sources.append(directory / _USER_CUDA)
         builder_options.setdefault("backend", "GPU")
     return CustomOpBuilder(name, [str(s) for s in sources], **builder_options)
+
+
+def _root_problem(name: str, root: Path, err: OSError) -> BaseException:
+    """The error load() gives for the cache ``root`` (a file, a directory others can write, one that
+    cannot be created) when the inline sources' directory under it cannot be made (``err``)."""
+    from .builder import root_error
+    from .cache.trust import trusted_root
+    from .errors import UnsafeCacheDirError
+
+    if not isinstance(err, UnsafeCacheDirError):
+        try:
+            trusted_root(root)  # the root's own refusal first, in load()'s words
+        except UnsafeCacheDirError as e:
+            return e
+        except OSError as e:
+            err = e
+    return root_error(name, root, err)
 
 
 def load_built(builder: CustomOpBuilder) -> ModuleType:

@@ -124,13 +124,18 @@ def test_a_shared_sticky_cache_dir_is_refused_with_a_private_directory_as_the_fi
 
 
 def test_load_inline_under_a_cache_path_that_is_a_file_names_it(tmp_path, monkeypatch):
-    """Before: a raw NotADirectoryError for <file>/inline/<name>/<key>; now load()'s words."""
+    """Before: a raw NotADirectoryError for <file>/inline/<name>/<key>; now load()'s words for each."""
     import opbuilder
     file = tmp_path / "file.txt"
     file.write_text("")
     monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(file))
     with pytest.raises(UnsafeCacheDirError, match=rf"^opbuilder cache path {re.escape(str(file))} is not a "
                                                   rf"directory; set OPBUILDER_CACHE_DIR to a directory$"):
+        opbuilder.load_inline("li_file", "int f() { return 1; }", functions=["f"])
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(file / "cache"))
+    with pytest.raises(BuildError, match=rf"^building operator 'li_file' failed: cannot create "
+                                         rf"{re.escape(str(file / 'cache'))} \(Not a directory: a part of that path "
+                                         rf"is a file\); set OPBUILDER_CACHE_DIR to a directory you can write to"):
         opbuilder.load_inline("li_file", "int f() { return 1; }", functions=["f"])
     assert file.read_text() == ""
 

@@ -248,10 +248,6 @@ def trusted_root(root: Path, create: bool = True) -> Path:
         st = os.lstat(root)
     except FileNotFoundError:
         st = None
-    except NotADirectoryError:  # a path above it is a file: named as a root that is one is
-        file = next(p for p in Path(root).parents if os.path.exists(p) and not os.path.isdir(p))
-        raise _unsafe(f"opbuilder cache path {file} is not a directory; set OPBUILDER_CACHE_DIR to a "
-                      f"directory") from None
     if st is not None and stat.S_ISLNK(st.st_mode):
         target = os.path.realpath(root)
         raise _unsafe(
