@@ -997,8 +997,11 @@ def _beside_dependencies(deps: List[BuildSpec], build_module: Callable[[], Built
     from .native.pch import after_builds
 
     libs: Dict[int, Path] = {}
+    from .compile.build_limits import stop_event, stopping
+
     errors: List[BaseException] = []
     workers = []
+    stop = stop_event()  # an interrupted load_many stops these too
     with after_builds():
         for i, dep in enumerate(deps):
             lib = _cached(dep)
@@ -1008,7 +1011,8 @@ def _beside_dependencies(deps: List[BuildSpec], build_module: Callable[[], Built
 
             def build_dep(i: int = i, dep: BuildSpec = dep) -> None:
                 try:
-                    libs[i] = _build_checked(dep).library
+                    with stopping(stop):
+                        libs[i] = _build_checked(dep).library
                 except BaseException as e:  # raised in the caller's thread below
                     errors.append(e)
 

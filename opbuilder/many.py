@@ -68,15 +68,17 @@ def _dependencies_first(builder: CustomOpBuilder) -> Optional[ModuleType]:
     return None
 
 
-def _load_one(item: Item, timeout: Optional[float]) -> LoadResult:
-    from .compile.build_limits import time_limit
+def _load_one(item: Item, timeout: Optional[float], stop: Optional[threading.Event] = None) -> LoadResult:
+    """One item's result; ``stop``: set when load_many is interrupted (its builds start no compiler)."""
+    from .compile.build_limits import stopping, time_limit
 
     t0 = time.perf_counter()
     try:
         builder = item.builder() if isinstance(item, Inline) else item
-        module = _dependencies_first(builder) if timeout is not None else None
+        with stopping(stop):
+            module = _dependencies_first(builder) if timeout is not None else None
         if module is None:
-            with time_limit(timeout, quiet=True):
+            with time_limit(timeout, quiet=True), stopping(stop):
                 try:
                     module = load_built(builder) if isinstance(item, Inline) else builder.load()
                 except BuildError as e:
@@ -198,6 +200,7 @@ def _run(items: List[Item], distinct: List[int], jobs: int, timeout: Optional[fl
     cond = threading.Condition()
     busy: Dict[int, float] = {}  # worker number -> when it took its current item
     crashed: List[BaseException] = []  # what _load_one does not turn into a result (an interrupt)
+    stop = threading.Event()  # set on an interrupt: the workers' builds (and their dependencies') start nothing
 
     def work(me: int) -> None:
         while True:
@@ -209,7 +212,7 @@ def _run(items: List[Item], distinct: List[int], jobs: int, timeout: Optional[fl
                 i = todo.pop()
                 busy[me] = time.monotonic()
             try:
-                done[i] = _load_one(items[i], timeout)
+                done[i] = _load_one(items[i], timeout, stop)
             except BaseException as e:  # raised in the caller's thread below
                 with cond:
                     crashed.append(e)
@@ -236,10 +239,16 @@ def _run(items: List[Item], distinct: List[int], jobs: int, timeout: Optional[fl
     except BaseException as e:  # interrupted (KeyboardInterrupt comes to this thread): no build goes on
         with cond:
             crashed.append(e)  # no worker takes another item
-        _stop_builds()
-        until = time.monotonic() + _STOP_WAIT_S  # one wait in all: a worker blocked on another process's
-        for w in workers:                          # lock (not ours to kill) holds the interrupt back no longer
-            w.join(max(0.0, until - time.monotonic()))
+        stop.set()  # no build of a worker starts a compiler from now on, nor waits for a lock any longer
+        # each sweep kills what was started before the stop; a worker blocked in another process's lock
+        # (not ours to kill) sees the stop within a poll, and holds the interrupt back no longer than this
+        until = time.monotonic() + _STOP_WAIT_S
+        while True:
+            _stop_builds()
+            alive = [w for w in workers if w.is_alive()]
+            if not alive or time.monotonic() >= until:
+                break
+            alive[0].join(0.05)
         raise
     for w in workers:
         w.join()

@@ -393,3 +393,38 @@ def test_no_more_than_jobs_compiles_run_at_once(cache_dir, tmp_path, monkeypatch
         starts = [int(n) for n in log.read_text().split()]
         log.unlink()
         assert len(starts) == 3 and max(starts) <= jobs, (jobs, starts)
+
+
+INTERRUPTED = textwrap.dedent("""\
+    import os, signal, sys, threading, time
+    from pathlib import Path
+    from opbuilder import CustomOpBuilder, load_many
+    from opbuilder.cache.lock import build_lock
+    builder = CustomOpBuilder("many_stopped", [sys.argv[1]])
+    op_dir = builder.spec.op_dir
+    op_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    t0 = time.monotonic()
+    with build_lock(op_dir, "many_stopped"):  # as another process's build holds it: the worker waits
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            load_many([builder], jobs=1)
+            print("finished")
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - t0 < 8)
+    time.sleep(4)  # the lock is free: a worker that went on would build now
+    kids = [p for p in os.listdir("/proc") if p.isdigit() and
+            open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+    print("children", len(kids), "built", any(op_dir.rglob("*.so")))
+""")
+
+
+@pytest.mark.build
+def test_an_interrupted_load_many_starts_no_compiler_afterwards(tmp_path):
+    """A worker waiting for another build's lock was abandoned after the interrupt (10 s later): once the
+    lock came free it started ninja and its compilers, which outlived the call and the process. The stop
+    now reaches every build of the call: the wait ends within a poll and no compiler starts."""
+    src = tmp_path / "stopped.cpp"
+    src.write_text('#include "opbuilder/extension.h"\nint value() { return 1; }\nOB_MODULE(m) { m.def("value", &value); }\n')
+    res = subprocess.run([sys.executable, "-c", INTERRUPTED, str(src)], capture_output=True, text=True, timeout=120)
+    assert res.stdout.split() == ["interrupted", "True", "children", "0", "built", "False"], res.stdout + res.stderr

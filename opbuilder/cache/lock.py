@@ -144,12 +144,14 @@ def _wait(lock: filelock.BaseFileLock, op_dir: Path, name: str) -> None:
     if told:
         sys.stderr.write(_stopped_note(name, holder[0]))  # type: ignore[index]
     deadline = time.monotonic() + timeout
+    from ..compile.build_limits import check_stop
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             break
         if _attempt(lock, op_dir, name, min(_POLL_S, left)):
             return
+        check_stop(f"waiting for the build lock of '{name}'")  # an interrupted load_many waits no longer
         holder = _own(lock_holder(path))
         stopped = holder is not None and holder[1]
         if stopped and not told:

@@ -33,7 +33,7 @@ from typing import Callable, Iterator, List, Optional, Set
 
 from ..errors import BuildError, BuildTimeout
 from ..cache.trust import read_file, write_file
-from .build_limits import deadline as _deadline, quiet as _quiet
+from .build_limits import check_stop as _check_stop, deadline as _deadline, quiet as _quiet
 from .build_limits import time_limit  # noqa: F401  (re-exported: where run_ninja's limits are set)
 
 __all__ = ["run_ninja", "first_errors", "stop_leftovers", "when_started", "time_limit", "MARKER", "ENV_MARK"]
@@ -282,8 +282,15 @@ def run_ninja(ninja: str, build_dir: Path, jobs: int, name: str, verbose: bool,
     log.info("building %s in %s (%d jobs)", name, build_dir, jobs)
     # umask 077: what ninja and the compilers create (objects, depfiles, the library) is ours alone,
     # as everything else in the cache (trust.py refuses group- or other-writable files)
+    _check_stop(f"building operator '{name}'")  # an interrupted load_many starts no compiler
     proc = subprocess.Popen(argv, cwd=build_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, errors="replace", umask=0o077)
+    try:  # stopped while it started: the interrupt's sweep (many.py) may have looked before it was there
+        _check_stop(f"building operator '{name}'")
+    except BaseException:
+        _stop_build(proc, build_dir)
+        proc.stdout.close()  # type: ignore[union-attr]
+        raise
     watchdog = None
     stopped: List[int] = []
     if deadline is not None:
