@@ -155,13 +155,19 @@ def _described(who: str, name: object, cpp_sources: Sources, functions: Union[No
     return cpp, cuda, _functions(name, functions)
 
 
-def _check_options(who: str, options: Dict[str, Any]) -> None:
-    """TypeError for a keyword CustomOpBuilder does not take (torch's ``extra_cflags``), before anything is
-    written: ``Inline`` would only have failed later, inside load_many, naming CustomOpBuilder."""
+def _check_options(who: str, options: Dict[str, Any], name: str = "", cuda: str = "") -> None:
+    """Errors for a keyword CustomOpBuilder does not take (torch's ``extra_cflags``), a name it would refuse
+    (a keyword, non-ASCII, too long), an unknown backend or binding, flags that are not strings: before
+    anything is written. ``Inline`` would only have failed later, inside load_many, naming CustomOpBuilder."""
+    from .spec import check_backend, check_flags, check_name
+
     unknown = sorted(set(options) - set(BUILDER_KEYWORDS))
     if unknown:
         raise TypeError(f"{who} got unexpected keyword argument(s) {', '.join(unknown)}; accepted: name, "
                         f"cpp_sources, functions, cuda_sources, and CustomOpBuilder's {', '.join(BUILDER_KEYWORDS)}")
+    check_name(name)
+    check_backend(options.get("backend", "GPU" if cuda else "CPU"), options.get("binding"))
+    check_flags(options)
 
 
 def _builder(name: str, cpp: str, cuda: str, funcs: Dict[str, str], builder_options: Dict[str, Any]
@@ -237,7 +243,7 @@ def load_inline(name: str, cpp_sources: Sources, functions: Union[None, Sequence
     ``cuda_sources.cu``; a list of strings is joined with newlines).
     """
     cpp, cuda, funcs = _described("load_inline", name, cpp_sources, functions, cuda_sources)
-    _check_options("load_inline", builder_options)
+    _check_options("load_inline", builder_options, name, cuda)
     return load_built(_builder(name, cpp, cuda, funcs, builder_options))
 
 
@@ -253,7 +259,7 @@ class Inline:
     def __init__(self, name: str, cpp_sources: Sources, functions: Union[None, Sequence[str], Dict[str, str]] = None,
                  cuda_sources: Optional[Sources] = None, **options: Any) -> None:
         cpp, cuda, funcs = _described("Inline", name, cpp_sources, functions, cuda_sources)
-        _check_options("Inline", options)
+        _check_options("Inline", options, name, cuda)
         self.name, self.cpp_sources, self.cuda_sources, self.functions = name, cpp, cuda, funcs
         self.options = dict(options)
         self._key = (name, cpp, cuda, tuple(funcs.items()), repr(sorted(self.options.items())))

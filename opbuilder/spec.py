@@ -19,7 +19,7 @@ import threading
 from operator import itemgetter
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 __all__ = ["BuildSpec", "make_spec", "verbose_requested", "BACKENDS", "CXX_SUFFIXES", "CUDA_SUFFIXES", "MAX_NAME",
            "PATH_FLAGS", "joined_path_flag", "cache_root", "clean_path", "RECORD", "find_record", "no_build",
@@ -188,10 +188,9 @@ def _check_utf8(path: str, what: str, fix: str = "rename it") -> None:
         raise ValueError(f"{what} is not a UTF-8 path: its name has bytes no build file can hold; {fix}") from None
 
 
-def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str, kind: str,
-              include_paths: Optional[Sequence[PathLike]], cflags, cuda_cflags, ldflags,
-              debug: bool, verbose: bool, root: Path, binding: Optional[str] = None) -> BuildSpec:
-    """Check the user's arguments and resolve paths; errors say what to change."""
+def check_name(name: object) -> None:
+    """ValueError unless ``name`` can name an operator: an ASCII Python identifier, not a keyword, short
+    enough to name files in the cache."""
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError(f"operator name {name!r} must be a valid Python identifier (it becomes the module name)")
     if not name.isascii():
@@ -201,13 +200,31 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
     if len(name) > MAX_NAME:
         raise ValueError(f"operator name {name[:20]}... is {len(name)} characters long; at most {MAX_NAME} are "
                          f"accepted (it names files in the cache, whose names the file system limits)")
+
+
+def check_backend(backend: object, binding: Optional[str] = None) -> str:
+    """The backend, upper-cased; ValueError for an unknown backend or binding."""
     if not isinstance(backend, str) or backend.upper() not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; accepted values: {', '.join(map(repr, BACKENDS))} (the "
                          f"{backend} backend is not available: opbuilder builds for these backends only)")
-    backend = backend.upper()
     if binding is not None and binding not in BINDINGS:
         raise ValueError(f"unknown binding {binding!r}; accepted values: None (read from the sources), "
                          f"{', '.join(map(repr, BINDINGS))}")
+    return backend.upper()
+
+
+def check_flags(options: Dict[str, Any]) -> None:
+    """TypeError or ValueError for flags (``cflags``, ``cuda_cflags``, ``ldflags``) that cannot be used."""
+    for what in ("cflags", "cuda_cflags", "ldflags"):
+        _as_list(options.get(what), what)
+
+
+def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str, kind: str,
+              include_paths: Optional[Sequence[PathLike]], cflags, cuda_cflags, ldflags,
+              debug: bool, verbose: bool, root: Path, binding: Optional[str] = None) -> BuildSpec:
+    """Check the user's arguments and resolve paths; errors say what to change."""
+    check_name(name)
+    backend = check_backend(backend, binding)
     if isinstance(sources, (str, Path)):
         sources = [sources]
     srcs = []

@@ -254,6 +254,32 @@ def test_inline_checks_its_arguments_when_made():
     assert str(info.value) == "load_inline('x'): functions must name C++ functions, got 'not a name'"
 
 
+@pytest.mark.parametrize("make, exc, message", [
+    (lambda: Inline("café", ""), ValueError, "operator name 'café' must be ASCII (letters, digits, _): Python cannot "
+                                             "import an extension module with a non-ASCII name"),
+    (lambda: Inline("class", ""), ValueError, "operator name 'class' must be a valid Python identifier (it becomes "
+                                              "the module name)"),
+    (lambda: Inline("a" * 150, ""), ValueError, f"operator name {'a' * 20}... is 150 characters long; at most 100 are "
+                                                f"accepted (it names files in the cache, whose names the file system "
+                                                f"limits)"),
+    (lambda: Inline("x", "", backend="TPU"), ValueError, "unknown backend 'TPU'; accepted values: 'CPU', 'GPU' (the "
+                                                         "TPU backend is not available: opbuilder builds for these "
+                                                         "backends only)"),
+    (lambda: Inline("x", "", binding="swig"), ValueError, "unknown binding 'swig'; accepted values: None (read from "
+                                                          "the sources), 'nanobind', 'pybind11'"),
+    (lambda: Inline("x", "", cflags=[3]), TypeError, "cflags must be strings, got int: 3"),
+    (lambda: opbuilder.load_inline("class", ""), ValueError, "operator name 'class' must be a valid Python identifier "
+                                                             "(it becomes the module name)"),
+])
+def test_inline_checks_the_builders_name_and_options_when_made(make, exc, message, tmp_path, monkeypatch):
+    """Before, these were accepted and failed only inside load_many, after the sources were written."""
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(exc) as info:
+        make()
+    assert str(info.value) == message
+    assert not (tmp_path / "cache").exists()  # nothing written
+
+
 def test_equal_inline_items_are_one_build():
     assert _op("many_eq", 1) == _op("many_eq", 1) and hash(_op("many_eq", 1)) == hash(_op("many_eq", 1))
     assert _op("many_eq", 1) != _op("many_eq", 2)
@@ -297,11 +323,11 @@ def test_the_many_variants_example_reports_each_status(cache_dir):
 
 def test_an_item_that_cannot_even_start_is_its_own_build_error():
     # (an unknown keyword is refused when the Inline is made: test_inline_text.py)
-    bad = Inline("many_opt", "int value() { return 1; }", functions=["value"], backend="TPU")
+    bad = Inline("many_opt", "int value() { return 1; }", functions=["value"], include_paths=["/no/such/dir"])
     [r] = load_many([bad])
-    assert r.module is None and type(r.error) is BuildError and isinstance(r.error.__cause__, ValueError)
-    assert str(r.error).startswith("building operator 'many_opt' failed: ValueError: ")
-    assert "TPU" in str(r.error) and r.error.diagnostics == []
+    assert r.module is None and type(r.error) is BuildError and isinstance(r.error.__cause__, FileNotFoundError)
+    assert str(r.error).startswith("building operator 'many_opt' failed: FileNotFoundError: ")
+    assert "/no/such/dir" in str(r.error) and r.error.diagnostics == []
 
 
 RUNTIME_FIRST = textwrap.dedent("""\
