@@ -152,6 +152,38 @@ def test_containers():
     assert [c.out_channels for c in cl] == [3, 2]
 
 
+def test_holding_a_cell_again_elsewhere_keeps_its_parameters_names():
+    """Each assignment of a cell put the attribute name in front of its Parameters' names again: slicing a
+    network's SequentialCell renamed the network's own Parameters ('0.body.0.weight'), so an optimizer's
+    checkpoint (keyed by names) no longer loaded into a fresh network; CellList.insert gave '1.0.weight'."""
+    import copy
+    import pickle
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.SequentialCell([nn.Dense(2, 3), nn.ReLU(), nn.Dense(3, 1)])
+
+        def construct(self, x):
+            return self.body(x)
+
+    net = Net()
+    names = ["body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias"]
+    assert [p.name for p in net.get_parameters()] == names
+    feat = net.body[:2]
+    wrapped = nn.WithLossCell(net, nn.MSELoss())
+    assert [p.name for p in net.get_parameters()] == names  # the network's names, whoever holds it too
+    assert [p.name for p in feat.get_parameters()] == names[:2]
+    assert [p.name for p in wrapped.get_parameters()] == names
+    cl = nn.CellList([nn.Dense(1, 1), nn.Dense(1, 1)])
+    cl.insert(1, nn.Dense(2, 2))
+    want = ["0.weight", "0.bias", "1.weight", "1.bias", "2.weight", "2.bias"]
+    assert [p.name for p in cl.get_parameters()] == want == [n for n, _ in cl.parameters_and_names()]
+    for other in (copy.deepcopy(cl), pickle.loads(pickle.dumps(cl))):  # the copies name theirs anew the same way
+        other.insert(0, nn.Dense(1, 1))
+        assert [p.name for p in other.get_parameters()] == want + ["3.weight", "3.bias"]
+
+
 def test_bad_layer_arguments():
     with pytest.raises(ValueError, match="in_channels must be a positive int, got 0"):
         nn.Dense(0, 2)

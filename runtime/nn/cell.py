@@ -33,6 +33,11 @@ def _eager(cell: "Cell") -> Any:
     return cell._eager_call
 
 
+class _NameToken:
+    """Stands for a cell in its sub-cells' ``_named_by`` (which cell named their Parameters)."""
+    __slots__ = ()
+
+
 class Cell:
     """Base class of networks. Subclasses define ``construct``."""
 
@@ -42,6 +47,10 @@ class Cell:
         object.__setattr__(self, "_auto_prefix", bool(auto_prefix))
         object.__setattr__(self, "_params", OrderedDict())
         object.__setattr__(self, "_cells", OrderedDict())
+        # (the token of the cell that put its name in front of our Parameters', that name): a token, not the
+        # cell, so no reference cycle and no weakref (copy.deepcopy and pickle keep the pair as it is)
+        object.__setattr__(self, "_named_by", None)
+        object.__setattr__(self, "_name_token", _NameToken())
         object.__setattr__(self, "training", False)
         object.__setattr__(self, "_graph_jit", None)  # GRAPH_MODE's jitted construct, made on first use
 
@@ -55,22 +64,45 @@ class Cell:
                 return
             cells = self.__dict__["_cells"]
             params.pop(name, None)
-            cells.pop(name, None)
+            self._detach(name)
             if isinstance(value, Parameter):
                 if value.name is None:
                     value.name = name
                 params[name] = value
             elif isinstance(value, Cell):
                 cells[name] = value
-                if self.__dict__.get("_auto_prefix", True):
+                # named once, by the cell that holds it first: the same cell held again elsewhere (a slice of a
+                # SequentialCell, a wrapper) keeps its Parameters' names, so its owner's stay as they were
+                if self.__dict__.get("_auto_prefix", True) and value.__dict__.get("_named_by") is None:
                     for p in value.get_parameters():
                         p.name = f"{name}.{p.name}" if p.name else name
+                    token = self.__dict__.get("_name_token")
+                    if token is None:  # (a cell unpickled from before tokens)
+                        token = _NameToken()
+                        object.__setattr__(self, "_name_token", token)
+                    object.__setattr__(value, "_named_by", (token, name))
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
         self.__dict__["_params"].pop(name, None)
-        self.__dict__["_cells"].pop(name, None)
+        self._detach(name)
         object.__delattr__(self, name)
+
+    def _detach(self, name: str) -> None:
+        """Sub-cell ``name`` leaves this cell: if this cell named its Parameters, they lose the ``name.``
+        it put in front (so re-registering it, as CellList.insert does under a new index, names it anew)."""
+        old = self.__dict__["_cells"].pop(name, None)
+        if old is None:
+            return
+        by = old.__dict__.get("_named_by")
+        if by is None or by[0] is not self.__dict__.get("_name_token") or by[1] != name:
+            return
+        object.__setattr__(old, "_named_by", None)
+        for p in old.get_parameters():
+            if p.name == name:
+                p.name = None
+            elif p.name is not None and p.name.startswith(f"{name}."):
+                p.name = p.name[len(name) + 1:]
 
     def construct(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define construct()")
