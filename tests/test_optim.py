@@ -239,6 +239,37 @@ def test_sgd_takes_mindspores_loss_scale():
             nn.SGD([w], loss_scale=bad)
 
 
+@pytest.mark.parametrize("g", [300.0, -300.0, 1e-4])
+def test_adam_weight_decay_on_float16_parameters_keeps_float32_moments(g):
+    """g * g overflowed float16 from |g| = 256: the second moment became inf and that element never moved
+    again (m / inf is 0, b2 * inf stays inf), silently. Now its moments are float32, as Adam's; a checkpoint
+    round trip keeps them float32."""
+    w16 = Parameter(np.ones(3, np.float16), name="w16")
+    w64 = Parameter(np.ones(3), name="w64")
+    o16 = nn.AdamWeightDecay([w16], learning_rate=0.01, weight_decay=0.01)
+    o64 = nn.AdamWeightDecay([w64], learning_rate=0.01, weight_decay=0.01)
+    for _ in range(20):
+        o16((Tensor(np.full(3, g, np.float16)),))
+        o64((Tensor(np.full(3, np.float16(g), np.float64)),))
+    assert w16.dtype == rt.float16 and o16.moments2[0].dtype == np.float32
+    assert np.all(np.isfinite(o16.moments2[0]))
+    np.testing.assert_allclose(w16.asnumpy().astype(np.float64), w64.asnumpy(), atol=0.01)
+    assert abs(w16.asnumpy()[0] - 1.0) > 0.1  # it moved
+
+
+
+def test_adam_weight_decay_float16_moments_resume_from_a_checkpoint_as_float32(tmp_path):
+    w = Parameter(np.ones(3, np.float16), name="w")
+    opt = nn.AdamWeightDecay([w], learning_rate=0.01)
+    opt((Tensor(np.full(3, 300.0, np.float16)),))
+    rt.save_checkpoint(opt, tmp_path / "opt.safetensors")
+    w2 = Parameter(np.ones(3, np.float16), name="w")
+    opt2 = nn.AdamWeightDecay([w2], learning_rate=0.01)
+    assert rt.load_param_into_net(opt2, rt.load_checkpoint(tmp_path / "opt.safetensors")) == ([], [])
+    assert opt2.moments2[0].dtype == np.float32
+    np.testing.assert_array_equal(opt2.moments2[0], opt.moments2[0])
+
+
 @pytest.mark.parametrize("g", [20.0, 1e-4])
 def test_adam_on_float16_parameters_keeps_float32_moments(g):
     """The second moment is kept scaled by 1/(1-beta2) (1000x): in float16 it overflowed to inf after

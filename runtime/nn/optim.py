@@ -334,7 +334,7 @@ class Adam(Optimizer):
 class AdamWeightDecay(Optimizer):
     """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; u = m / (sqrt(v) + eps) + weight_decay * w; w -= lr * u
     (no bias correction, as MindSpore's; the decay only on parameters without 'beta' or 'gamma' in
-    their names)."""
+    their names). A float16 parameter's moments are float32 (as Adam's)."""
 
     def __init__(self, params: Any, learning_rate: LearningRate = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-6, weight_decay: float = 0.0) -> None:
@@ -344,12 +344,15 @@ class AdamWeightDecay(Optimizer):
         self.eps = _nonneg(eps, "eps", "AdamWeightDecay")
         if self.eps == 0:
             raise ValueError("AdamWeightDecay: eps must be positive")
-        self.moments1 = [np.zeros_like(p._data) for p in self._params]
-        self.moments2 = [np.zeros_like(p._data) for p in self._params]
+        # float32 for a float16 parameter, as Adam's (_state_dtype): g * g overflows float16 from |g| = 256,
+        # and an inf second moment stops that element for good (m / inf is 0, b2 * inf stays inf)
+        self.moments1 = [np.zeros_like(p._data, dtype=_state_dtype(p)) for p in self._params]
+        self.moments2 = [np.zeros_like(p._data, dtype=_state_dtype(p)) for p in self._params]
 
     def _update(self, i, w, g, lr):
         b1, b2 = self.beta1, self.beta2
         m, v = self.moments1[i], self.moments2[i]
+        g = g.astype(m.dtype, copy=False)
         m *= b1
         m += (1 - b1) * g
         v *= b2
@@ -357,12 +360,12 @@ class AdamWeightDecay(Optimizer):
         u = m / (np.sqrt(v) + self.eps)
         if self.weight_decay and self.decay_flags[i]:
             u += self.weight_decay * w
-        w -= lr * u
+        w -= (lr * u).astype(w.dtype, copy=False)
 
     def _buffers(self):
         return [("adam_m", [m.copy() for m in self.moments1]), ("adam_v", [v.copy() for v in self.moments2])]
 
     def _set_buffers(self, values, step):
         super()._set_buffers(values, step)
-        self.moments1 = [_restored(a, p._data, p._data.dtype) for a, p in zip(values["adam_m"], self._params)]
-        self.moments2 = [_restored(a, p._data, p._data.dtype) for a, p in zip(values["adam_v"], self._params)]
+        self.moments1 = [_restored(a, p._data, _state_dtype(p)) for a, p in zip(values["adam_m"], self._params)]
+        self.moments2 = [_restored(a, p._data, _state_dtype(p)) for a, p in zip(values["adam_v"], self._params)]
