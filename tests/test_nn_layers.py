@@ -184,6 +184,22 @@ def test_holding_a_cell_again_elsewhere_keeps_its_parameters_names():
         assert [p.name for p in other.get_parameters()] == want + ["3.weight", "3.bias"]
 
 
+def test_a_bfloat16_dense_gives_bfloat16_rounded_once_from_float32():
+    """numpy's bfloat16 matmul returns float32: Dense gave float32, and a second bfloat16 layer raised
+    "dense: input is Float32 but weight is BFloat16". Now bfloat16, the float32 result rounded once."""
+    import ml_dtypes
+    rng = np.random.default_rng(5)
+    x = Tensor(rng.standard_normal((4, 3)), rt.bfloat16)
+    fc1, fc2 = nn.Dense(3, 5, dtype=rt.bfloat16), nn.Dense(5, 2, dtype=rt.bfloat16)
+    h = fc1(x)
+    assert h.dtype == rt.bfloat16 and fc2(h).dtype == rt.bfloat16
+    f32 = [a.asnumpy().astype(np.float32) for a in (x, fc1.weight, fc1.bias)]
+    want = (f32[0] @ f32[1].T + f32[2]).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(h.asnumpy(), want)
+    g = rt.grad(lambda a: fc2(fc1(a)).sum())(x)
+    assert g.dtype == rt.bfloat16 and g.shape == (4, 3)
+
+
 def test_bad_layer_arguments():
     with pytest.raises(ValueError, match="in_channels must be a positive int, got 0"):
         nn.Dense(0, 2)

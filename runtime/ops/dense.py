@@ -18,6 +18,9 @@ __all__ = ["dense"]
 
 
 def _dense_np(x: np.ndarray, w: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
+    if x.dtype.kind == "V":  # bfloat16: numpy's matmul of it returns float32; computed so, rounded back once
+        f32 = np.float32
+        return _dense_np(x.astype(f32), w.astype(f32), None if b is None else b.astype(f32)).astype(x.dtype)
     out = np.matmul(x, w.T)
     if b is not None:
         out += b  # out is fresh: add the bias in place
