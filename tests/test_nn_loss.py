@@ -87,6 +87,22 @@ def test_loss_gradients_against_central_differences(name):
         assert gradcheck(lambda a: loss(a, y), [x])
 
 
+@pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:invalid value encountered")  # numpy's, empty
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("labels", [[-100, -100, -100], []], ids=["all_ignored", "empty"])
+def test_a_mean_over_no_counted_label_is_nan_with_zero_gradients(labels, smoothing):
+    """torch's 0/0: NaN, and zero gradients. It was 0.0 (the total weight was clamped to 1e-38), while
+    SoftmaxCrossEntropyWithLogits(sparse=True) gave NaN on an empty batch: the two disagreed."""
+    x = Tensor(RNG.standard_normal((len(labels), 4)), requires_grad=True)
+    y = Tensor(np.array(labels, np.int64))
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=smoothing)
+    assert np.isnan(loss_fn(x, y).item())
+    g = rt.grad(lambda a: loss_fn(a, y))(x)
+    assert g.shape == x.shape and np.array_equal(g.asnumpy(), np.zeros(x.shape))
+    if not labels:
+        assert np.isnan(nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")(x, y).item())
+
+
 def test_cross_entropy_second_order():
     y = Tensor(np.array([1, 0]))
     x = Tensor(RNG.standard_normal((2, 3)))

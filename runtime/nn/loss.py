@@ -151,8 +151,7 @@ class CrossEntropyLoss(LossBase):
             w = self._class_weight(x, c)
             per = _nll(x, labels=lab, weight=w, valid=valid)
             if self.reduction == "mean":
-                return _m.div(_m.sum(per), max(float(np.sum(np.where(valid, w[np.where(valid, lab, 0)], 0))),
-                                                 1e-38))
+                return _weighted_mean(per, float(np.sum(np.where(valid, w[np.where(valid, lab, 0)], 0))))
             if self.reduction == "sum":
                 return _m.sum(per)
             return per if logits.ndim == 2 else _m.reshape(per, ())
@@ -201,8 +200,15 @@ class CrossEntropyLoss(LossBase):
         per = _m.neg(_m.sum(terms, 1))
         if self.reduction == "mean":
             wl = xp.ones(c) if self.weight is None else xp.asarray(self.weight)
-            return _m.div(_m.sum(per), max(float(np.sum(wl[lab[valid]])), 1e-38))
+            return _weighted_mean(per, float(np.sum(wl[lab[valid]])))
         return _m.sum(per) if self.reduction == "sum" else per
+
+
+def _weighted_mean(per: Tensor, total: float) -> Tensor:
+    """sum(per) / total, the labels' total weight. With none counted (every label ignored, an empty batch)
+    NaN, as torch's 0/0, while the gradient stays 0 (per is 0 there): the NaN is added, not divided by."""
+    out = _m.div(_m.sum(per), max(total, 1e-38))
+    return _m.add(out, float("nan")) if total == 0 else out
 
 
 class SoftmaxCrossEntropyWithLogits(LossBase):
