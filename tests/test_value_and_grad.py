@@ -62,6 +62,24 @@ def test_has_aux_differentiates_first_output_only():
     assert gx2.item() == 6.0 and auxs[0].item() == 300.0
 
 
+def test_the_value_and_aux_come_back_without_history_at_the_top_level():
+    """MindSpore stops the gradient of aux; the runtime returned the value and aux with their graph, which a
+    list of each step's logits kept alive. At the top level they are values now (namedtuples kept); inside
+    an outer differentiation they keep their history (the outer one differentiates through them)."""
+    import collections
+    Pair = collections.namedtuple("Pair", "loss logits")
+
+    def g(x):
+        logits = x * 100
+        return x * x, Pair(x * 3, logits)
+    (out, aux), gx = rt.value_and_grad(g, has_aux=True)(Tensor(3.0))
+    assert type(aux) is Pair and aux.logits.item() == 300.0 and gx.item() == 6.0
+    assert not out.requires_grad and out._node is None
+    assert all(not t.requires_grad and t._node is None for t in aux)
+    outer = rt.grad(lambda x: rt.value_and_grad(g, has_aux=True)(x)[0][1].logits)(Tensor(3.0))
+    assert outer.item() == 100.0  # the inner aux keeps its history for the outer gradient
+
+
 def test_multiple_outputs_are_summed():
     _, g = rt.value_and_grad(lambda x: (x * 2, x * 3))(Tensor(1.0))
     assert g.item() == 5.0

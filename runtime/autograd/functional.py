@@ -140,7 +140,21 @@ def _run(fn: Callable, positions, weights, has_aux: bool, args: tuple, kwargs: d
             t = all_targets[i]._data
             grads[i] = Tensor._from_array(_device.array_module(t).zeros(t.shape, dtype=t.dtype))
     n = len(targets)
+    if not nested:  # the value and aux come back as values (MindSpore's stop_gradient on aux): kept, as in a
+        out = _values(out)  # list of a step's logits, they would keep that step's graph alive
     return out, grads[:n], grads[n:]
+
+
+def _values(out: Any) -> Any:
+    """``out`` (a Tensor, or a tuple or list of them) without history; Parameters as they are."""
+    if isinstance(out, (tuple, list)):
+        items = [_values(o) for o in out]
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)  # (a namedtuple's fields)
+    Tensor = _tensor.Tensor
+    if isinstance(out, Tensor) and not isinstance(out, _tensor.Parameter) and (out.requires_grad or
+                                                                                out._node is not None):
+        return _tensor.detached(out)
+    return out
 
 
 def _shape_result(positions, single_pos, weights, single_w, in_grads, w_grads):
