@@ -131,3 +131,8 @@ def test_bad_loss_inputs():
         nn.SoftmaxCrossEntropyWithLogits(sparse=True)(x, x)
     with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\]"):
         nn.CrossEntropyLoss(label_smoothing=1.5)
+    with pytest.raises(TypeError) as info:  # it said: "logits have shape [2, 3] but labels [2]; they must match"
+        nn.CrossEntropyLoss()(x, Tensor(np.array([0.0, 2.0])))
+    assert str(info.value) == ("CrossEntropyLoss: labels of shape [2] are class indices, which must be integers, got "
+                               "Float64; cast them (labels.astype(runtime.int32)), or give probabilities of the "
+                               "logits' shape [2, 3]")

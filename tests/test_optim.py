@@ -173,6 +173,11 @@ def test_bad_optimizer_inputs():
     opt = nn.SGD([p])
     with pytest.raises(ValueError, match="got 2 gradients for 1 parameters"):
         opt((Tensor(np.zeros((2, 2))), Tensor(np.zeros((2, 2)))))
+    with pytest.raises(TypeError) as info:  # it said: "has shape [], the parameter [2, 2]"
+        opt([None])
+    assert str(info.value) == ("SGD: the gradient for parameter 'w' is None; pass a gradient for every parameter "
+                               "(value_and_grad gives zeros for one the loss does not use)")
+    assert p.asnumpy().tolist() == [[0.0, 0.0], [0.0, 0.0]]
     with pytest.raises(ValueError, match=r"the gradient for parameter 'w' has shape \[3\], the parameter \[2, 2\]"):
         opt((Tensor(np.zeros(3)),))
     assert p.tolist() == [[0, 0], [0, 0]] and opt.global_step == 0

@@ -171,6 +171,10 @@ class CrossEntropyLoss(LossBase):
                             f"got {y.dtype}")
         if ndim == 1:
             y = _m.reshape(y, (1,) + y.shape)
+        if y.ndim == x.ndim - 1 and y.shape == x.shape[:1] + x.shape[2:]:  # class indices, given as floats
+            raise TypeError(f"CrossEntropyLoss: labels of shape {list(y.shape)} are class indices, which must be "
+                            f"integers, got {y.dtype}; cast them (labels.astype(runtime.int32)), or give "
+                            f"probabilities of the logits' shape {list(x.shape)}")
         _same_shape("CrossEntropyLoss", x, y)
         c = x.shape[1]
         if self.label_smoothing:

@@ -96,6 +96,9 @@ class Optimizer:
                              f"per parameter, in optimizer.parameters order")
         out = []
         for p, g in zip(self._params, grads):
+            if g is None:  # (torch's optimizers skip such a parameter; MindSpore's gradients are never None)
+                raise TypeError(f"{name}: the gradient for parameter {p.name!r} is None; pass a gradient for every "
+                                f"parameter (value_and_grad gives zeros for one the loss does not use)")
             if isinstance(g, Tensor):
                 a = g._data
                 if (type(a) is not np.ndarray or type(p._data) is not np.ndarray) and \
