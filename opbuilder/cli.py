@@ -148,11 +148,17 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     # clean
     freed, busy, kept = 0, [], []
     import shutil
+
+    from .cache.lock import try_lock
     # opbuilder's own libraries (nanobind's runtime, the core library, the bridges: "_" names), which every
-    # operator's build links and its load preloads, go last, and only when no build is running
-    ops = sorted(ops, key=lambda o: o.name.startswith("_"))
+    # operator's build links and its load preloads, and the shared files go only when no build is running:
+    # each lock is looked at first, before anything is removed
+    running = False
     for op in ops:
-        if op.name.startswith("_") and busy and args.name is None:
+        with try_lock(op.path) as free:
+            running = running or not free
+    for op in ops:
+        if op.name.startswith("_") and running and args.name is None:
             kept.append(op.name)
             continue
         size = op.size
@@ -166,14 +172,15 @@ def _cmd_cache(args: argparse.Namespace) -> int:
                 print(f"removed {sources}")
         else:
             busy.append(op.name)
-    if args.name is None and root.exists() and not busy:  # a running build reads them (its PCH, its sources)
+    if args.name is None and root.exists() and not running and not busy:  # a running build reads them
         for extra in (root / ".pch", root / "toolchains.json", root / "inline"):
             if extra.exists():
                 freed += dir_size(extra) if extra.is_dir() else extra.stat().st_size
                 shutil.rmtree(extra, ignore_errors=True) if extra.is_dir() else extra.unlink(missing_ok=True)
                 print(f"removed {extra}")
     print(f"freed {_size(freed)}")
-    if busy:
+    if busy or kept:
+        busy = busy or ["an operator"]
         shared = ", ".join(kept + [".pch", "toolchains.json", "inline"]) if args.name is None else ""
         print(f"opbuilder: skipped {', '.join(busy)}: being built by another process right now"
               + (f"; kept {shared}, which that build uses" if shared else "")

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import BUILDER_KEYWORDS, CustomOpBuilder
 from .spec import cache_root
@@ -220,6 +220,25 @@ def _root_problem(name: str, root: Path, err: OSError) -> BaseException:
     return root_error(name, root, err)
 
 
+def load_written(make: Callable[[], CustomOpBuilder], builder: Optional[CustomOpBuilder] = None) -> ModuleType:
+    """``load_built`` of ``make()`` (or of ``builder``, made by it already); if the sources it wrote into the
+    cache are gone when it builds (``cache clean`` removed ``inline/`` between writing and building), they
+    are written again and it loads once more."""
+    builder = make() if builder is None else builder
+    try:
+        return load_built(builder)
+    except (OSError, RuntimeError):  # FileNotFoundError, or a BuildError (a missing #include of them)
+        if all(os.path.exists(s) for s in _written(builder)):
+            raise
+    return load_built(make())
+
+
+def _written(builder: CustomOpBuilder) -> List[str]:
+    """The files ``_builder`` wrote for ``builder``: its sources and the user's C++ file they include."""
+    sources = [str(s) for s in builder.spec.sources]
+    return sources + [os.path.join(os.path.dirname(sources[0]), _USER_CPP)]
+
+
 def load_built(builder: CustomOpBuilder) -> ModuleType:
     """``builder.load()``, with the diagnostics of a failed build moved out of the generated main file:
     its lines are the binding of ``functions`` (no line of the user's), so they name the user's C++
@@ -262,7 +281,7 @@ def load_inline(name: str, cpp_sources: Sources, functions: Union[None, Sequence
     """
     cpp, cuda, funcs = _described("load_inline", name, cpp_sources, functions, cuda_sources)
     _check_options("load_inline", builder_options, name, cuda)
-    return load_built(_builder(name, cpp, cuda, funcs, builder_options))
+    return load_written(lambda: _builder(name, cpp, cuda, funcs, builder_options))
 
 
 class Inline:
@@ -288,7 +307,7 @@ class Inline:
 
     def load(self) -> ModuleType:
         """``load_inline`` with these arguments: build if needed, and import."""
-        return load_built(self.builder())
+        return load_written(self.builder)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Inline) and other._key == self._key

@@ -26,7 +26,7 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Set, Union
 
 from . import CustomOpBuilder
 from .errors import BuildError
-from .inline import Inline, load_built
+from .inline import Inline, load_written
 
 __all__ = ["load_many", "LoadResult"]
 
@@ -80,7 +80,7 @@ def _load_one(item: Item, timeout: Optional[float], stop: Optional[threading.Eve
         if module is None:
             with time_limit(timeout, quiet=True), stopping(stop):
                 try:
-                    module = load_built(builder) if isinstance(item, Inline) else builder.load()
+                    module = load_written(item.builder, builder) if isinstance(item, Inline) else builder.load()
                 except BuildError as e:
                     _ = e.diagnostics  # worked out here, in parallel and within the item's time (else when read)
                     raise

@@ -183,6 +183,22 @@ def test_clean_keeps_what_a_running_build_uses(tmp_path, cache):
 
 
 @pytest.mark.build  # the CLI child compiles (tests/build_guard.py)
+def test_clean_keeps_every_shared_library_while_one_of_them_is_built(tmp_path, cache):
+    """The locks were looked at as the operators were removed: "_a" went before "_b" was found busy (as
+    nanobind's runtime went while the core library was being built)."""
+    from opbuilder.cache.lock import build_lock
+
+    src = tmp_path / "lib.cpp"
+    src.write_text('extern "C" int one() { return 1; }\n')
+    for name in ("_a", "_b"):
+        assert _cli("build", name, str(src), "--library", OPBUILDER_CACHE_DIR=str(cache)).returncode == 0
+    with build_lock(cache / "_b.lib", "_b"):
+        res = _cli("cache", "clean", OPBUILDER_CACHE_DIR=str(cache))
+    assert res.returncode == 1 and "kept _a, _b, .pch" in res.stderr, res.stderr
+    assert _names(cache / "_a.lib") != [".lock"] and _names(cache / "_b.lib") != [".lock"]
+
+
+@pytest.mark.build  # the CLI child compiles (tests/build_guard.py)
 def test_clean_keeps_the_lock_file_that_waiting_builds_have_open(tmp_path, cache):
     # a build waiting for the lock has .lock open: removing it would let a later build lock a new
     # file while the waiting one, once it holds the old one, builds in the same directory

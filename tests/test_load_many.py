@@ -454,3 +454,19 @@ def test_an_interrupted_load_many_starts_no_compiler_afterwards(tmp_path):
     src.write_text('#include "opbuilder/extension.h"\nint value() { return 1; }\nOB_MODULE(m) { m.def("value", &value); }\n')
     res = subprocess.run([sys.executable, "-c", INTERRUPTED, str(src)], capture_output=True, text=True, timeout=120)
     assert res.stdout.split() == ["interrupted", "True", "children", "0", "built", "False"], res.stdout + res.stderr
+
+
+@pytest.mark.build
+def test_an_inline_item_whose_written_sources_were_cleaned_writes_them_again(tmp_path, monkeypatch):
+    """`cache clean` between an item's writing its sources and its build (no lock held then) removed
+    inline/: the build failed with FileNotFoundError for <name>.cpp. They are written again, once."""
+    from opbuilder.inline import load_written
+    monkeypatch.setenv("OPBUILDER_CACHE_DIR", str(tmp_path / "cache"))
+    item = Inline("cleaned_between", "int value() { return 4; }\n", functions=["value"])
+    builder = item.builder()  # what load_many does first: the sources are in the cache now
+    shutil.rmtree(tmp_path / "cache" / "inline")
+    assert load_written(item.builder, builder).value() == 4
+    builder = item.builder()
+    shutil.rmtree(tmp_path / "cache" / "inline")
+    [r] = load_many([item])  # (cached now: no build reads them)
+    assert r.error is None and r.module.value() == 4
