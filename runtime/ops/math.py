@@ -192,8 +192,9 @@ defvjp(_abs, lambda g, ans, x: mul(g, _sign(x)), reads_output=False, reads_input
 _real = Primitive("real", lambda x: np.real(x) if x.dtype.kind == "c" else x.view())
 _imag = Primitive("imag", np.imag)
 _conj = Primitive("conj", lambda x: np.conj(x) if x.dtype.kind == "c" else x.view())
-defvjp(_real, lambda g, ans, x: _as_complex(g, x), reads_output=False, reads_inputs=(0,))
-defvjp(_imag, lambda g, ans, x: mul(_as_complex(g, x), 1j), reads_output=False, reads_inputs=(0,))
+# (their rules read x's dtype only: a write into x before backward changes nothing they compute)
+defvjp(_real, lambda g, ans, x: _as_complex(g, x), reads_output=False, reads_inputs=())
+defvjp(_imag, lambda g, ans, x: mul(_as_complex(g, x), 1j), reads_output=False, reads_inputs=())
 defvjp(_conj, lambda g, ans, x: _conj(g), reads_output=False, reads_inputs=())
 
 
