@@ -669,6 +669,30 @@ def test_a_function_writing_a_view_and_returning_two_tensors_is_refused_as_torch
     np.testing.assert_array_equal(v.asnumpy(), [18.0, 27.0])
 
 
+def test_a_written_view_marked_non_differentiable_may_come_with_another_output():
+    """As torch allows it (and C++ Function<T> did): a view marked non-differentiable is not rebased, so the
+    refusal of 71e1bd1 does not apply. torch gives [0, 6, 6, 0, 0, 0] here."""
+    class WriteAndDouble(rt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            a = x.asnumpy()
+            a *= 3.0
+            ctx.mark_dirty(x)
+            ctx.mark_non_differentiable(x)
+            return x, Tensor(a[:2] * 2.0)
+
+        @staticmethod
+        def backward(ctx, g, gd):
+            pad = np.zeros(4)
+            pad[:2] = gd.asnumpy() * 6.0
+            return Tensor(pad)
+
+    x = Tensor(np.arange(1.0, 7.0), requires_grad=True)
+    _, doubled = WriteAndDouble.apply((x * 1.0)[1:5])
+    doubled.sum().backward()
+    np.testing.assert_array_equal(x.grad.asnumpy(), [0.0, 6.0, 6.0, 0.0, 0.0, 0.0])
+
+
 def test_torch_refuses_a_function_writing_a_view_and_returning_two_tensors(parity_ops, torch_route):
     ops = opbuilder.to_torch(parity_ops)
     x = torch.arange(1.0, 7.0, dtype=torch.float64, requires_grad=True)

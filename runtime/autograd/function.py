@@ -322,11 +322,12 @@ class Function:
 
 def _check_dirty_view_outputs(name: str, ctx: FunctionCtx, args: Tuple[Any, ...]) -> None:
     """torch's rule (and C++ Function<T>'s, src/core/autograd.cpp): a Function that wrote a view in place
-    returns one tensor, since the view's base is rebased through one output only. Raised after forward,
-    as torch raises it: the write stays done and counted."""
+    returns one tensor, since the view's base is rebased through one output only (a view marked
+    non-differentiable is not rebased). Raised after forward, as torch raises it: the write stays done
+    and counted."""
     for i, a in enumerate(args):
         if isinstance(a, _tensor.Tensor) and _contains(ctx._dirty, a) and a._base is not None \
-                and a._data.dtype.kind in "fcV":
+                and a._data.dtype.kind in "fcV" and not _contains(ctx._non_differentiable, a):
             raise RuntimeError(f"{name}: forward wrote argument {i} in place (mark_dirty), a view of another tensor, "
                                f"and returned more than one tensor; as in torch, a Function that writes a view "
                                f"returns one tensor. Pass a copy (x * 1), or split it into a Function that writes "
