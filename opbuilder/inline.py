@@ -11,6 +11,7 @@ string. ``functions`` generates the binding block for plain functions.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -176,6 +177,9 @@ def _check_options(who: str, options: Dict[str, Any], name: str = "", cuda: str 
     check_name(name)
     check_backend(options.get("backend", "GPU" if cuda else "CPU"), options.get("binding"))
     check_flags(options)
+    if "cuda_arch" in options:  # an architecture nvcc cannot take
+        from .tools.cuda_arch import option_flags
+        option_flags(options["cuda_arch"], None)
 
 
 def _builder(name: str, cpp: str, cuda: str, funcs: Dict[str, str], builder_options: Dict[str, Any]
@@ -254,13 +258,15 @@ def load_built(builder: CustomOpBuilder) -> ModuleType:
         def mapped(d):
             if os.path.realpath(d.file) != main:
                 return d
-            if d.line == _END_LINE:
+            if d.line == _END_LINE or "at end of input" in d.message:  # (a namespace left open: its end)
                 return d._replace(file=user, line=None, column=None, message=_UNCLOSED)
             return d._replace(file=user, line=None, column=None)
 
         e._map_diagnostics(mapped)
         text = e.args[0] if e.args and isinstance(e.args[0], str) else ""
-        if f"{os.path.basename(main)}:{_END_LINE}:" in text:  # said first, before the compiler's own words
+        base = os.path.basename(main)
+        if f"{base}:{_END_LINE}:" in text or re.search(rf"{re.escape(base)}:\d+:\d+: error: expected .}}. at end of "
+                                                      rf"input", text):  # said first, before the compiler's words
             head, sep, rest = text.partition("\n")
             e.args = (f"{head} {_UNCLOSED}{sep}{rest}",) + e.args[1:]
         raise

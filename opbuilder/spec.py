@@ -110,6 +110,8 @@ class BuildSpec(tuple):
 def _as_list(value: Optional[Union[str, Iterable[str]]], what: str) -> Tuple[str, ...]:
     if value is None:
         return ()
+    if isinstance(value, (bytes, bytearray)):
+        raise TypeError(f"{what} must be a string or a list of strings, got {type(value).__name__}")
     if isinstance(value, str):  # one string: split as a shell splits it, so "-DMSG='a b'" stays one flag
         if not any(c in value for c in "'\"\\"):
             return tuple(value.split())
@@ -191,8 +193,11 @@ def _check_utf8(path: str, what: str, fix: str = "rename it") -> None:
 def check_name(name: object) -> None:
     """ValueError unless ``name`` can name an operator: an ASCII Python identifier, not a keyword, short
     enough to name files in the cache."""
-    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+    if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"operator name {name!r} must be a valid Python identifier (it becomes the module name)")
+    if keyword.iskeyword(name):
+        raise ValueError(f"operator name {name!r} is a Python keyword, which cannot name a module (import {name} "
+                         f"is a syntax error); choose another name")
     if not name.isascii():
         # Python looks for PyInitU_<punycode> in a module with a non-ASCII name, which PYBIND11_MODULE never defines
         raise ValueError(f"operator name {name!r} must be ASCII (letters, digits, _): Python cannot import an "
@@ -214,9 +219,17 @@ def check_backend(backend: object, binding: Optional[str] = None) -> str:
 
 
 def check_flags(options: Dict[str, Any]) -> None:
-    """TypeError or ValueError for flags (``cflags``, ``cuda_cflags``, ``ldflags``) that cannot be used."""
+    """TypeError or ValueError for options of a builder that cannot be used: flags (``cflags``,
+    ``cuda_cflags``, ``ldflags``), ``include_paths`` that are not paths, a ``build_dir`` that is not one."""
     for what in ("cflags", "cuda_cflags", "ldflags"):
         _as_list(options.get(what), what)
+    paths = options.get("include_paths")
+    if paths is not None and not isinstance(paths, (str, os.PathLike)):
+        for p in paths:
+            if not isinstance(p, (str, os.PathLike)):
+                raise TypeError(f"include_paths must be paths (str or os.PathLike), got {type(p).__name__}: {p!r}")
+    if options.get("build_dir") is not None:
+        cache_root(options["build_dir"])
 
 
 def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: str, kind: str,
@@ -245,6 +258,8 @@ def make_spec(name: str, sources: Union[PathLike, Sequence[PathLike]], backend: 
     if len(set(srcs)) != len(srcs):
         raise ValueError(f"operator '{name}' lists a source twice")
     incs = []
+    if isinstance(include_paths, (str, os.PathLike)):  # one path, not its characters
+        include_paths = [include_paths]
     for inc in include_paths or ():
         p = Path(_absolute_path(inc))
         if not p.is_dir():
@@ -268,6 +283,8 @@ def cache_root(override: Optional[Union[str, os.PathLike]] = None) -> Path:
     """The cache directory: ``override`` (``build_dir``), else ``OPBUILDER_CACHE_DIR``, else
     ``~/.cache/opbuilder`` (cache/cache_dir.py says what is in it)."""
     if override is not None:
+        if not isinstance(override, (str, os.PathLike)):
+            raise TypeError(f"build_dir must be a path (a str or os.PathLike), got {type(override).__name__}")
         return Path(override).expanduser().absolute()
     env = os.environ.get("OPBUILDER_CACHE_DIR")
     if env:

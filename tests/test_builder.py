@@ -69,10 +69,23 @@ def test_missing_source_is_named():
         CustomOpBuilder("x", ["nope.cpp"])
 
 
-@pytest.mark.parametrize("name", ["my-ops", "1ops", "class", ""])
+@pytest.mark.parametrize("name", ["my-ops", "1ops", ""])
 def test_name_must_be_an_identifier(name):
     with pytest.raises(ValueError, match="valid Python identifier"):
         CustomOpBuilder(name, [FUNCTION_OPS])
+
+
+def test_a_keyword_name_is_named_so():
+    """'class' is an identifier, so "must be a valid Python identifier" misled; it is a keyword."""
+    with pytest.raises(ValueError, match=r"^operator name 'class' is a Python keyword, which cannot name a module "
+                                         r"\(import class is a syntax error\); choose another name$"):
+        CustomOpBuilder("class", [FUNCTION_OPS])
+
+
+def test_include_paths_given_as_one_path_is_that_path(tmp_path):
+    """include_paths="/dir" was taken as its characters ("include path ... is not a directory: /")."""
+    b = CustomOpBuilder("inc_one", [FUNCTION_OPS], include_paths=str(tmp_path))
+    assert b.spec.include_paths == (tmp_path,)
 
 
 def test_unexpected_keyword_is_a_type_error():

@@ -79,13 +79,14 @@ def test_an_inline_string_that_leaves_a_block_open_says_so_first(cache_dir):
     """Before, every diagnostic was about the generated OB_MODULE ("cannot declare static function inside
     another function"), none at the user's code; now the first says the string leaves a '{' open. (A string
     with its own OB_MODULE gets the compiler's errors at that line of its own.)"""
-    cpp = "double f(double x) {\n  return x;\n"
-    err = _error(lambda: opbuilder.load_inline("diag_open", cpp, functions=["f"]))
     said = ("cpp_sources ends inside a block: a '{' it opens is not closed, so what follows it is inside that block")
-    assert str(err).splitlines()[0] == f"building operator 'diag_open' failed: {said}"
-    d = err.diagnostics[0]
-    assert Path(d.file).name == "cpp_sources.cpp" and (d.line, d.column, d.severity, d.message) == (
-        None, None, "error", said)
+    for name, cpp in (("diag_open", "double f(double x) {\n  return x;\n"),
+                      ("diag_open_ns", "namespace a {\ndouble f(double x) { return x; }\n")):  # a namespace: at the end
+        err = _error(lambda: opbuilder.load_inline(name, cpp, functions=["f"]))
+        assert str(err).splitlines()[0] == f"building operator '{name}' failed: {said}"
+        d = err.diagnostics[0]
+        assert Path(d.file).name == "cpp_sources.cpp" and (d.line, d.column, d.severity, d.message) == (
+            None, None, "error", said)
 
 
 @pytest.mark.build

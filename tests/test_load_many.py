@@ -257,8 +257,8 @@ def test_inline_checks_its_arguments_when_made():
 @pytest.mark.parametrize("make, exc, message", [
     (lambda: Inline("café", ""), ValueError, "operator name 'café' must be ASCII (letters, digits, _): Python cannot "
                                              "import an extension module with a non-ASCII name"),
-    (lambda: Inline("class", ""), ValueError, "operator name 'class' must be a valid Python identifier (it becomes "
-                                              "the module name)"),
+    (lambda: Inline("class", ""), ValueError, "operator name 'class' is a Python keyword, which cannot name a module "
+                                              "(import class is a syntax error); choose another name"),
     (lambda: Inline("a" * 150, ""), ValueError, f"operator name {'a' * 20}... is 150 characters long; at most 100 are "
                                                 f"accepted (it names files in the cache, whose names the file system "
                                                 f"limits)"),
@@ -268,8 +268,13 @@ def test_inline_checks_its_arguments_when_made():
     (lambda: Inline("x", "", binding="swig"), ValueError, "unknown binding 'swig'; accepted values: None (read from "
                                                           "the sources), 'nanobind', 'pybind11'"),
     (lambda: Inline("x", "", cflags=[3]), TypeError, "cflags must be strings, got int: 3"),
-    (lambda: opbuilder.load_inline("class", ""), ValueError, "operator name 'class' must be a valid Python identifier "
-                                                             "(it becomes the module name)"),
+    (lambda: opbuilder.load_inline("class", ""), ValueError, "operator name 'class' is a Python keyword, which "
+                                                             "cannot name a module (import class is a syntax error); "
+                                                             "choose another name"),
+    (lambda: Inline("x", "", include_paths=[3]), TypeError, "include_paths must be paths (str or os.PathLike), got "
+                                                            "int: 3"),
+    (lambda: Inline("x", "", build_dir=5), TypeError, "build_dir must be a path (a str or os.PathLike), got int"),
+    (lambda: Inline("x", "", cflags=b"-O2"), TypeError, "cflags must be a string or a list of strings, got bytes"),
 ])
 def test_inline_checks_the_builders_name_and_options_when_made(make, exc, message, tmp_path, monkeypatch):
     """Before, these were accepted and failed only inside load_many, after the sources were written."""
