@@ -233,6 +233,30 @@ def test_a_write_into_an_output_only_the_other_rule_reads_is_allowed():
         loss.backward()
 
 
+def test_a_write_into_the_quotient_never_fails_its_backward():
+    """div's y rule read the output (-g ans / y); torch's reads x (-g x / y^2), so a write into the quotient
+    with only y needing a gradient was refused where torch gives the forward-time gradient. Now as torch's;
+    and a write into x, which y's rule reads now, is refused as torch refuses it."""
+    x0, y0 = np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0])
+    for jitted in (False, True):
+        def f(a, b):
+            return a / b
+        fn = rt.jit(f) if jitted else f
+        x, y = Tensor(x0.copy()), Tensor(y0.copy(), requires_grad=True)
+        out = fn(x, y)
+        loss = out.sum()
+        with rt.no_grad():
+            out += 1.0
+        loss.backward()
+        np.testing.assert_allclose(y.grad.asnumpy(), central(lambda v: np.sum(x0 / v), y0), rtol=1e-6)
+        x, y = Tensor(x0.copy()), Tensor(y0.copy(), requires_grad=True)
+        loss = fn(x, y).sum()
+        with rt.no_grad():
+            x += 1.0
+        with pytest.raises(RuntimeError, match=r"argument 0 of div is at version 1; expected version 0$"):
+            loss.backward()
+
+
 def test_jit_checks_the_reads_of_the_rules_that_run_as_eagerly():
     def f(a, b):
         return (a * b).sum()

@@ -112,8 +112,9 @@ def _in_float32(fn):
 
 
 _div = Primitive("div", _true_divide)
-defvjp(_div, lambda g, ans, x, y: div(g, _c(y)), lambda g, ans, x, y: neg(mul(g, _c(div(ans, y)))), reads_output=(1,),
-       reads_inputs={0: (1,), 1: (1,)})
+# y's rule reads x, not the output (as torch's: -g x / y^2), so a write into the output is never refused
+defvjp(_div, lambda g, ans, x, y: div(g, _c(y)), lambda g, ans, x, y: neg(mul(g, _c(div(div(x, y), y)))),
+       reads_output=False, reads_inputs={0: (1,), 1: (0, 1)})
 
 _pow = Primitive("pow", np.power)
 defvjp(_pow,
