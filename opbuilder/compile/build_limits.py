@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator, Optional, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 __all__ = ["time_limit", "deadline", "quiet", "stopping", "stop_event", "check_stop", "BuildStopped"]
 
@@ -51,12 +51,19 @@ def stopping(event: Optional[threading.Event]) -> Iterator[None]:
     """Within the block, this thread's builds stop once ``event`` is set (None: never): ``check_stop``
     raises ``BuildStopped``. A thread a build starts (a dependency's build) passes its ``stop_event``
     on, so an interrupted load_many starts no compiler anywhere."""
-    before = getattr(_state, "stop", None)
-    _state.stop = event
+    with thread_setting(_state, "stop", event):
+        yield
+
+
+@contextmanager
+def thread_setting(local: threading.local, name: str, value: Any) -> Iterator[None]:
+    """``local.<name>`` is ``value`` within the block (this thread only), then what it was."""
+    before = getattr(local, name, None)
+    setattr(local, name, value)
     try:
         yield
     finally:
-        _state.stop = before
+        setattr(local, name, before)
 
 
 def stop_event() -> Optional[threading.Event]:

@@ -33,7 +33,7 @@ from typing import Callable, Iterator, List, Optional, Set
 
 from ..errors import BuildError, BuildTimeout
 from ..cache.trust import read_file, write_file
-from .build_limits import check_stop as _check_stop, deadline as _deadline, quiet as _quiet
+from .build_limits import check_stop as _check_stop, deadline as _deadline, quiet as _quiet, thread_setting
 from .build_limits import time_limit  # noqa: F401  (re-exported: where run_ninja's limits are set)
 
 __all__ = ["run_ninja", "first_errors", "stop_leftovers", "when_started", "time_limit", "MARKER", "ENV_MARK"]
@@ -191,12 +191,8 @@ def stop_leftovers(build_dir: Path) -> int:
 def when_started(callback: Callable[[], None]) -> Iterator[None]:
     """Within the block, ``callback()`` runs in this thread once each ``run_ninja`` has started ninja
     (torch_bridge.py: a test session waits until the bridge's compiler runs, not until it is done)."""
-    before = getattr(_hooks, "on_start", None)
-    _hooks.on_start = callback
-    try:
+    with thread_setting(_hooks, "on_start", callback):
         yield
-    finally:
-        _hooks.on_start = before
 
 
 def _stop_build(proc: subprocess.Popen, build_dir: Path) -> int:
