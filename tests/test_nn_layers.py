@@ -152,10 +152,16 @@ def test_containers():
     assert [c.out_channels for c in cl] == [3, 2]
 
 
-def test_holding_a_cell_again_elsewhere_keeps_its_parameters_names():
-    """Each assignment of a cell put the attribute name in front of its Parameters' names again: slicing a
-    network's SequentialCell renamed the network's own Parameters ('0.body.0.weight'), so an optimizer's
-    checkpoint (keyed by names) no longer loaded into a fresh network; CellList.insert gave '1.0.weight'."""
+def _names_are_paths(cell):
+    return all(p.name == path for path, p in cell.parameters_and_names())
+
+
+def test_parameter_names_are_paths_however_the_network_was_put_together():
+    """MindSpore's auto_prefix names each Parameter by its path from the cell it is assigned to (after that
+    cell's own place). The runtime put the attribute name in front of the old name instead, every time:
+    slicing net.body renamed net's Parameters ('0.body.0.weight'), CellList.insert gave '1.0.weight', a
+    deepcopied layer kept the original's names (a ParameterTuple refused the duplicates), and an append to a
+    nested container collided with the outer one's ('1.weight' twice)."""
     import copy
     import pickle
 
@@ -163,25 +169,51 @@ def test_holding_a_cell_again_elsewhere_keeps_its_parameters_names():
         def __init__(self):
             super().__init__()
             self.body = nn.SequentialCell([nn.Dense(2, 3), nn.ReLU(), nn.Dense(3, 1)])
+            self.fc = nn.Dense(1, 1)
+            self.fc2 = copy.deepcopy(self.fc)  # a clone: its own names
+
+        def construct(self, x):
+            return self.fc2(self.fc(self.body(x)))
+
+    net = Net()
+    assert _names_are_paths(net) and [p.name for p in net.get_parameters()][-2:] == ["fc2.weight", "fc2.bias"]
+    feat = net.body[:2]  # a view of net's cells: net's names stay
+    wrapped = nn.WithLossCell(net, nn.MSELoss())
+    assert _names_are_paths(net) and [p.name for p in feat.get_parameters()] == ["body.0.weight", "body.0.bias"]
+    assert [p.name for p in wrapped.get_parameters()] == [p.name for p in net.get_parameters()]
+    net.body.append(nn.Dense(1, 1))  # nested: after the container's own place
+    net.body.insert(0, nn.Dense(2, 2))
+    assert _names_are_paths(net)
+    model = nn.SequentialCell([nn.SequentialCell([nn.Dense(2, 2)]), nn.Dense(2, 2)])
+    model[0].append(nn.Dense(2, 2))
+    assert _names_are_paths(model) and len({p.name for p in model.get_parameters()}) == 6
+    for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        other[0].insert(0, nn.Dense(2, 2))
+        assert _names_are_paths(other)
+
+
+def test_a_reordered_network_resumes_its_optimizer_by_path(tmp_path):
+    """Names are paths, so an optimizer checkpoint of a network whose layers were reordered loads into a
+    fresh network place by place (e08e469 named by first holder instead: the load put body.1's trained
+    weights into body.0 and said nothing)."""
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.SequentialCell([nn.Dense(2, 2), nn.Dense(2, 2)])
 
         def construct(self, x):
             return self.body(x)
 
     net = Net()
-    names = ["body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias"]
-    assert [p.name for p in net.get_parameters()] == names
-    feat = net.body[:2]
-    wrapped = nn.WithLossCell(net, nn.MSELoss())
-    assert [p.name for p in net.get_parameters()] == names  # the network's names, whoever holds it too
-    assert [p.name for p in feat.get_parameters()] == names[:2]
-    assert [p.name for p in wrapped.get_parameters()] == names
-    cl = nn.CellList([nn.Dense(1, 1), nn.Dense(1, 1)])
-    cl.insert(1, nn.Dense(2, 2))
-    want = ["0.weight", "0.bias", "1.weight", "1.bias", "2.weight", "2.bias"]
-    assert [p.name for p in cl.get_parameters()] == want == [n for n, _ in cl.parameters_and_names()]
-    for other in (copy.deepcopy(cl), pickle.loads(pickle.dumps(cl))):  # the copies name theirs anew the same way
-        other.insert(0, nn.Dense(1, 1))
-        assert [p.name for p in other.get_parameters()] == want + ["3.weight", "3.bias"]
+    net.body = net.body[::-1]
+    assert _names_are_paths(net)
+    opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
+    rt.save_checkpoint(opt, tmp_path / "opt.safetensors")
+    fresh = Net()
+    fopt = nn.Momentum(fresh.trainable_params(), 0.1, 0.9)
+    assert rt.load_param_into_net(fopt, rt.load_checkpoint(tmp_path / "opt.safetensors")) == ([], [])
+    for (path, p), (fpath, fp) in zip(net.parameters_and_names(), fresh.parameters_and_names()):
+        assert path == fpath and np.array_equal(p.asnumpy(), fp.asnumpy())
 
 
 def test_a_bfloat16_dense_gives_bfloat16_rounded_once_from_float32():

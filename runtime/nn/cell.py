@@ -8,8 +8,10 @@ the input gradients.
 """
 from __future__ import annotations
 
+import threading
 import warnings
 from collections import OrderedDict
+from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..autograd.callback import BpropBackward, needs_grad, record_callback
@@ -33,9 +35,19 @@ def _eager(cell: "Cell") -> Any:
     return cell._eager_call
 
 
-class _NameToken:
-    """Stands for a cell in its sub-cells' ``_named_by`` (which cell named their Parameters)."""
-    __slots__ = ()
+_naming = threading.local()  # keep: sub-cells registered now keep their Parameters' names (nn.container's slices)
+
+
+@contextmanager
+def keeping_names() -> Iterator[None]:
+    """Within the block, cells assigned to cells keep their Parameters' names: a slice of a SequentialCell
+    is a view of cells another network named, whose names must not change."""
+    before = getattr(_naming, "keep", False)
+    _naming.keep = True
+    try:
+        yield
+    finally:
+        _naming.keep = before
 
 
 class Cell:
@@ -47,10 +59,6 @@ class Cell:
         object.__setattr__(self, "_auto_prefix", bool(auto_prefix))
         object.__setattr__(self, "_params", OrderedDict())
         object.__setattr__(self, "_cells", OrderedDict())
-        # (the token of the cell that put its name in front of our Parameters', that name): a token, not the
-        # cell, so no reference cycle and no weakref (copy.deepcopy and pickle keep the pair as it is)
-        object.__setattr__(self, "_named_by", None)
-        object.__setattr__(self, "_name_token", _NameToken())
         object.__setattr__(self, "training", False)
         object.__setattr__(self, "_graph_jit", None)  # GRAPH_MODE's jitted construct, made on first use
 
@@ -64,45 +72,39 @@ class Cell:
                 return
             cells = self.__dict__["_cells"]
             params.pop(name, None)
-            self._detach(name)
+            cells.pop(name, None)
             if isinstance(value, Parameter):
                 if value.name is None:
-                    value.name = name
+                    value.name = self._own_prefix() + name
                 params[name] = value
             elif isinstance(value, Cell):
+                # MindSpore's auto_prefix: each Parameter of the sub-cell is named by its path from here, after
+                # this cell's own place in the network it was named in (read from a Parameter it has), so
+                # names are paths whatever the cell was named before (a clone, a reordered container)
+                rename = self.__dict__.get("_auto_prefix", True) and not getattr(_naming, "keep", False)
+                prefix = self._own_prefix() if rename else ""
                 cells[name] = value
-                # named once, by the cell that holds it first: the same cell held again elsewhere (a slice of a
-                # SequentialCell, a wrapper) keeps its Parameters' names, so its owner's stay as they were
-                if self.__dict__.get("_auto_prefix", True) and value.__dict__.get("_named_by") is None:
-                    for p in value.get_parameters():
-                        p.name = f"{name}.{p.name}" if p.name else name
-                    token = self.__dict__.get("_name_token")
-                    if token is None:  # (a cell unpickled from before tokens)
-                        token = _NameToken()
-                        object.__setattr__(self, "_name_token", token)
-                    object.__setattr__(value, "_named_by", (token, name))
+                if rename:
+                    value._name_parameters(f"{prefix}{name}.")
         object.__setattr__(self, name, value)
+
+    def _name_parameters(self, prefix: str) -> None:
+        """Name each Parameter of this cell ``prefix`` + its path here (MindSpore's update_parameters_name),
+        and remember each sub-cell's place (``_own_prefix``)."""
+        for path, p in self.parameters_and_names():
+            p.name = prefix + path
+        for path, c in self.cells_and_names():
+            object.__setattr__(c, "_prefix", f"{prefix}{path}." if path else prefix)
+
+    def _own_prefix(self) -> str:
+        """What comes before this cell's paths in its Parameters' names: "" for a cell named at the top,
+        "body." for one named as ``net.body``."""
+        return self.__dict__.get("_prefix", "")
 
     def __delattr__(self, name: str) -> None:
         self.__dict__["_params"].pop(name, None)
-        self._detach(name)
+        self.__dict__["_cells"].pop(name, None)
         object.__delattr__(self, name)
-
-    def _detach(self, name: str) -> None:
-        """Sub-cell ``name`` leaves this cell: if this cell named its Parameters, they lose the ``name.``
-        it put in front (so re-registering it, as CellList.insert does under a new index, names it anew)."""
-        old = self.__dict__["_cells"].pop(name, None)
-        if old is None:
-            return
-        by = old.__dict__.get("_named_by")
-        if by is None or by[0] is not self.__dict__.get("_name_token") or by[1] != name:
-            return
-        object.__setattr__(old, "_named_by", None)
-        for p in old.get_parameters():
-            if p.name == name:
-                p.name = None
-            elif p.name is not None and p.name.startswith(f"{name}."):
-                p.name = p.name[len(name) + 1:]
 
     def construct(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define construct()")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Iterable, Iterator, Union
 
-from .cell import Cell
+from .cell import Cell, keeping_names
 
 __all__ = ["SequentialCell", "CellList"]
 
@@ -23,10 +23,16 @@ class _Indexed(Cell):
     """Cells kept under "0", "1", ... in order."""
 
     def _reset(self, cells: Iterable[Cell]) -> None:
+        """Hold ``cells`` under "0", "1", ... anew, each named by its new path (after this cell's own place)."""
+        prefix = self._own_prefix()
         for name in list(self._cells):
             delattr(self, name)
-        for i, c in enumerate(cells):
-            setattr(self, str(i), c)
+        with keeping_names():
+            for i, c in enumerate(cells):
+                setattr(self, str(i), c)
+        if self._auto_prefix:
+            for i, c in enumerate(self._cells.values()):
+                c._name_parameters(f"{prefix}{i}.")
 
     def __len__(self) -> int:
         return len(self._cells)
@@ -36,8 +42,9 @@ class _Indexed(Cell):
 
     def __getitem__(self, index: Union[int, slice]) -> Any:
         cells = list(self._cells.values())
-        if isinstance(index, slice):
-            return type(self)(cells[index])
+        if isinstance(index, slice):  # a view of cells this one holds: their names stay
+            with keeping_names():
+                return type(self)(cells[index])
         if isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"{type(self).__name__} indices must be ints or slices, got {type(index).__name__}")
         if not -len(cells) <= index < len(cells):
