@@ -76,6 +76,8 @@ def test_the_value_and_aux_come_back_without_history_at_the_top_level():
     assert type(aux) is Pair and aux.logits.item() == 300.0 and gx.item() == 6.0
     assert not out.requires_grad and out._node is None
     assert all(not t.requires_grad and t._node is None for t in aux)
+    (_, aux), _ = rt.value_and_grad(lambda x: (x * x, {"y": x * 2}), has_aux=True)(Tensor(3.0))
+    assert not aux["y"].requires_grad and aux["y"]._node is None and aux["y"].item() == 6.0
     outer = rt.grad(lambda x: rt.value_and_grad(g, has_aux=True)(x)[0][1].logits)(Tensor(3.0))
     assert outer.item() == 100.0  # the inner aux keeps its history for the outer gradient
 

@@ -146,7 +146,9 @@ def _run(fn: Callable, positions, weights, has_aux: bool, args: tuple, kwargs: d
 
 
 def _values(out: Any) -> Any:
-    """``out`` (a Tensor, or a tuple or list of them) without history; Parameters as they are."""
+    """``out`` (a Tensor, or a tuple, list or dict of them) without history; Parameters as they are."""
+    if isinstance(out, dict):
+        return type(out)((k, _values(v)) for k, v in out.items())
     if isinstance(out, (tuple, list)):
         items = [_values(o) for o in out]
         return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)  # (a namedtuple's fields)
