@@ -230,6 +230,11 @@ def test_a_bfloat16_dense_gives_bfloat16_rounded_once_from_float32():
     np.testing.assert_array_equal(h.asnumpy(), want)
     g = rt.grad(lambda a: fc2(fc1(a)).sum())(x)
     assert g.dtype == rt.bfloat16 and g.shape == (4, 3)
+    # the bias' gradient sums the rows in float32, rounded once (bfloat16 sums were one step off torch's)
+    gy = Tensor(rng.standard_normal((64, 5)) * 0.1, rt.bfloat16)
+    gb = rt.grad(lambda b: (rt.ops.dense(Tensor(np.ones((64, 3)), rt.bfloat16), fc1.weight, b) * gy).sum())(fc1.bias)
+    want_b = gy.asnumpy().astype(np.float32).sum(0).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(gb.asnumpy(), want_b)
 
 
 def test_bad_layer_arguments():

@@ -469,8 +469,11 @@ def transpose(x: Any, axes: Optional[Sequence[int]] = None) -> Tensor:
 def _sum_to_array(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and x.shape[lead + i] != 1)
-    out = np.sum(x, axis=axes, keepdims=True) if axes else x
-    return np.reshape(out, shape)
+    if not axes:
+        return np.reshape(x, shape)
+    if x.dtype.kind == "V":  # bfloat16: summed in float32 and rounded once, as sum's twin and torch do
+        return np.reshape(np.sum(x.astype(np.float32), axis=axes, keepdims=True).astype(x.dtype), shape)
+    return np.reshape(np.sum(x, axis=axes, keepdims=True), shape)
 
 
 def _expanded(x: Any, shape: Tuple[int, ...]) -> Any:
