@@ -10,7 +10,7 @@ in place, outside any graph.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -52,6 +52,10 @@ class Optimizer:
         if len({id(p) for p in params}) != len(params):
             raise ValueError(f"{name}: a parameter is listed twice")
         self._params: Tuple[Parameter, ...] = tuple(params)
+        # the names its state is saved under: the parameters' names when the optimizer was made, so that a
+        # network later put in other containers (which names its Parameters anew) still saves and resumes
+        # its state under the names a freshly built network and optimizer have
+        self._names: Tuple[Optional[str], ...] = tuple(p.name for p in params)
         self._lr = self._schedule(learning_rate)
         self.weight_decay = _nonneg(weight_decay, "weight_decay", name)
         if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float, np.floating, np.integer)) \
@@ -144,10 +148,11 @@ class Optimizer:
         name = type(self).__name__
         names = []
         for k, p in enumerate(self._params):
-            if not p.name:
+            n = self._names[k] or p.name  # (named after the optimizer was made: its name now)
+            if not n:
                 raise ValueError(f"{name}: parameter {k} has no name, so its state cannot be saved by name; "
                                  f"give it one (Parameter(..., name=...)) or register it in a Cell")
-            names.append(p.name)
+            names.append(n)
         return names
 
     def _state(self) -> Dict[str, np.ndarray]:
@@ -275,9 +280,8 @@ class Adam(Optimizer):
     g is (gradient + weight_decay * loss_scale * w) / loss_scale, as in MindSpore, the decay only on
     parameters without 'beta' or 'gamma' in their names.
 
-    The moments are kept divided by (1-b1) and (1-b2) (``M = b1 M + g``, ``V = b2 V + g^2``), and
-    the constants move into the update; ``moment1``/``moment2`` give m and v themselves (copies;
-    float32 for float16 parameters, whose moments are kept in float32).
+    ``moment1``/``moment2`` give copies of m and v (float32 for float16 parameters, whose moments are
+    kept in float32).
     """
 
     def __init__(self, params: Any, learning_rate: LearningRate = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
@@ -292,35 +296,36 @@ class Adam(Optimizer):
         if use_amsgrad:
             raise NotImplementedError("Adam: use_amsgrad is not supported")
         self.use_nesterov = bool(use_nesterov)
-        self._m = [np.zeros_like(p._data, dtype=_state_dtype(p)) for p in self._params]  # m / (1 - beta1)
-        self._v = [np.zeros_like(p._data, dtype=_state_dtype(p)) for p in self._params]  # v / (1 - beta2)
+        self._m = [np.zeros_like(p._data, dtype=_state_dtype(p)) for p in self._params]
+        self._v = [np.zeros_like(p._data, dtype=_state_dtype(p)) for p in self._params]
         self._scratch = [np.empty_like(p._data, dtype=_state_dtype(p)) for p in self._params]
 
     @property
     def moment1(self) -> List[np.ndarray]:
-        return [(1 - self.beta1) * m for m in self._m]
+        return [m.copy() for m in self._m]
 
     @property
     def moment2(self) -> List[np.ndarray]:
-        return [(1 - self.beta2) * v for v in self._v]
+        return [v.copy() for v in self._v]
 
     def _update(self, i, w, g, lr):
         m, v, s = self._m[i], self._v[i], self._scratch[i]
         g = self._decayed(i, w, g.astype(m.dtype, copy=False))
         b1, b2, t = self.beta1, self.beta2, self.global_step + 1
-        # ten passes over memory, each in place (no temporaries): the moments' scale factors
-        # (1-b1), (1-b2) fold into the scalars below instead of costing two passes per step
+        # twelve passes over memory, each in place (no temporaries), on m and v themselves: a checkpoint
+        # holds them as they are, so a resumed run is the very same run (kept scaled by 1/(1-b), they were
+        # not: the division back on load rounds)
         m *= b1
-        m += g
+        np.multiply(g, 1 - b1, out=s)
+        m += s
         v *= b2
         np.multiply(g, g, out=s)
+        s *= 1 - b2
         v += s
-        root = math.sqrt(1 - b2)
-        # lr sqrt(1-b2^t)/(1-b1^t) * (1-b1) M / (sqrt(1-b2) sqrt(V) + eps)
-        scale = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t) * (1 - b1) / root
-        num = m * b1 + g if self.use_nesterov else m  # (b1 m + (1-b1) g) / (1-b1)
+        scale = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        num = m * b1 + (1 - b1) * g if self.use_nesterov else m
         np.sqrt(v, out=s)
-        s += self.eps / root
+        s += self.eps
         np.divide(num, s, out=s)
         s *= scale
         w -= s
@@ -330,8 +335,8 @@ class Adam(Optimizer):
 
     def _set_buffers(self, values, step):
         super()._set_buffers(values, step)
-        self._m = [_restored(a, m, m.dtype) / (1 - self.beta1) for a, m in zip(values["moment1"], self._m)]
-        self._v = [_restored(a, v, v.dtype) / (1 - self.beta2) for a, v in zip(values["moment2"], self._v)]
+        self._m = [_restored(a, m, m.dtype) for a, m in zip(values["moment1"], self._m)]
+        self._v = [_restored(a, v, v.dtype) for a, v in zip(values["moment2"], self._v)]
 
 
 class AdamWeightDecay(Optimizer):
