@@ -63,10 +63,29 @@ def _load_arrays(data: bytes) -> Dict[str, np.ndarray]:
     return out
 
 
+def _cell_entries(cell: Any, who: str) -> List[Tuple[str, Any]]:
+    """A cell's checkpoint entries: each Parameter under its name, as MindSpore keys them (its path when it
+    has none). Names are paths in the network that named them, so a train wrapper's checkpoint
+    (TrainOneStepCell, WithLossCell: they name nothing) loads into the bare network, as in MindSpore. Two
+    Parameters of one name are an error: a load could not tell which is which."""
+    out, seen = [], {}
+    for path, p in cell.parameters_and_names():
+        name = p.name or path
+        if name in seen:
+            raise ValueError(f"{who}: parameters {seen[name]!r} and {path!r} are both named {name!r}; give one "
+                             f"another name (Parameter(..., name=...)), or assign their cells to the network so "
+                             f"that they are named by their paths")
+        seen[name] = path
+        out.append((name, p))
+    return out
+
+
 def _named(save_obj: Any) -> Dict[str, np.ndarray]:
     from .nn.cell import Cell
     from .nn.optim import Optimizer
-    if isinstance(save_obj, (Cell, Optimizer)):
+    if isinstance(save_obj, Cell):
+        items = _cell_entries(save_obj, "save_checkpoint")
+    elif isinstance(save_obj, Optimizer):
         items = list(save_obj.parameters_and_names())
     elif isinstance(save_obj, dict):
         items = list(save_obj.items())
@@ -192,7 +211,7 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         named = [(n, p) for n, p in zip(net._param_names(), net.parameters)]
         state = net._state()
     else:
-        named = list(net.parameters_and_names())
+        named = _cell_entries(net, "load_param_into_net")
     updates = []
     for name, p in named:
         if name not in parameter_dict:

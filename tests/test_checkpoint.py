@@ -302,3 +302,44 @@ def test_a_resume_is_the_very_same_run_even_after_the_cells_were_put_in_another_
         _sgd_step(fresh, fopt, i)
     for p, q in zip(ref.get_parameters(), fresh.get_parameters()):
         np.testing.assert_array_equal(p.asnumpy(), q.asnumpy())
+
+
+def test_a_train_wrappers_checkpoint_loads_into_the_bare_network(tmp_path):
+    """Cells' checkpoints were keyed by path: TrainOneStepCell(WithLossCell(net)) saved
+    'network._backbone.body.0.weight', which a fresh network did not take (nothing loaded, nothing said
+    but the returned lists). Keyed by name now, as MindSpore's: the wrappers name nothing."""
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.SequentialCell([nn.Dense(3, 3), nn.ReLU(), nn.Dense(3, 2)])
+
+        def construct(self, x):
+            return self.body(x)
+
+    net = Net()
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+    train(Tensor(np.ones((4, 3), np.float32)), Tensor(np.ones((4, 2), np.float32)))
+    rt.save_checkpoint(train, tmp_path / "train.safetensors")
+    assert set(rt.load_checkpoint(tmp_path / "train.safetensors")) == {p.name for p in net.get_parameters()}
+    fresh = Net()
+    assert rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "train.safetensors")) == ([], [])
+    for a, b in zip(net.get_parameters(), fresh.get_parameters()):
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_two_parameters_of_one_name_cannot_be_saved_or_loaded_by_name(tmp_path):
+    class Two(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)  # names nothing: both Dense keep "weight" and "bias"
+            self.a, self.b = nn.Dense(2, 2), nn.Dense(2, 2)
+
+        def construct(self, x):
+            return self.b(self.a(x))
+
+    with pytest.raises(ValueError, match=r"^save_checkpoint: parameters 'a.weight' and 'b.weight' are both named "
+                                         r"'weight'; give one another name"):
+        rt.save_checkpoint(Two(), tmp_path / "two.safetensors")
+    with pytest.raises(ValueError, match=r"^load_param_into_net: parameters 'a.weight' and 'b.weight' are both "
+                                         r"named 'weight'"):
+        rt.load_param_into_net(Two(), {})
+    assert not (tmp_path / "two.safetensors").exists()
