@@ -192,6 +192,23 @@ def test_parameter_names_are_paths_however_the_network_was_put_together():
         assert _names_are_paths(other)
 
 
+def test_an_attribute_assigned_again_keeps_its_place_in_the_order():
+    """It was popped and put back last: parameters_and_names (so trainable_params and the gradients' order)
+    differed from MindSpore's and torch's."""
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Dense(2, 2)
+            self.fc2 = nn.Dense(2, 2)
+            self.fc1 = nn.Dense(2, 2)
+            self.fc2.weight = self.fc1.weight
+
+        def construct(self, x):
+            return self.fc2(self.fc1(x))
+
+    assert [n for n, _ in Net().parameters_and_names()] == ["fc1.weight", "fc1.bias", "fc2.bias"]
+
+
 def test_a_reordered_network_resumes_its_optimizer_by_path(tmp_path):
     """Names are paths, so an optimizer checkpoint of a network whose layers were reordered loads into a
     fresh network place by place (e08e469 named by first holder instead: the load put body.1's trained

@@ -71,16 +71,19 @@ class Cell:
             if value is not None and params.get(name) is value:  # `self.w -= x` rebinds the same Parameter
                 return
             cells = self.__dict__["_cells"]
-            params.pop(name, None)
-            cells.pop(name, None)
+            # one replacing another of its kind keeps its place in the order (as MindSpore's and torch's)
+            if not isinstance(value, Parameter):
+                params.pop(name, None)
+            if not isinstance(value, Cell):
+                cells.pop(name, None)
             if isinstance(value, Parameter):
                 if value.name is None:
                     value.name = self._own_prefix() + name
                 params[name] = value
             elif isinstance(value, Cell):
                 # MindSpore's auto_prefix: each Parameter of the sub-cell is named by its path from here, after
-                # this cell's own place in the network it was named in (read from a Parameter it has), so
-                # names are paths whatever the cell was named before (a clone, a reordered container)
+                # this cell's own place in the network that named it (_own_prefix), so names are paths
+                # whatever the cell was named before (a clone, a reordered container)
                 rename = self.__dict__.get("_auto_prefix", True) and not getattr(_naming, "keep", False)
                 prefix = self._own_prefix() if rename else ""
                 cells[name] = value
