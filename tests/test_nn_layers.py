@@ -192,6 +192,14 @@ def test_parameter_names_are_paths_however_the_network_was_put_together():
         assert _names_are_paths(other)
 
 
+def test_append_to_a_sequential_cell_of_numbered_names_replaces_none():
+    from collections import OrderedDict
+    seq = nn.SequentialCell(OrderedDict([("1", nn.Dense(2, 2)), ("2", nn.Dense(2, 3))]))
+    seq.append(nn.Dense(3, 3))  # "2" was replaced: two layers, the second 3 -> 3
+    assert len(seq) == 3 and [c.out_channels for c in seq] == [2, 3, 3]
+    assert seq(Tensor(np.ones((1, 2), np.float32))).shape == (1, 3)
+
+
 def test_an_attribute_assigned_again_keeps_its_place_in_the_order():
     """It was popped and put back last: parameters_and_names (so trainable_params and the gradients' order)
     differed from MindSpore's and torch's."""

@@ -52,7 +52,10 @@ class _Indexed(Cell):
         return cells[index]
 
     def append(self, cell: Cell) -> "_Indexed":
-        setattr(self, str(len(self._cells)), _cell(cell, f"{type(self).__name__}.append"))
+        key = len(self._cells)
+        while str(key) in self._cells:  # an OrderedDict's own names ("1", "2"): never replace one
+            key += 1
+        setattr(self, str(key), _cell(cell, f"{type(self).__name__}.append"))
         return self
 
     def extend(self, cells: Iterable[Cell]) -> "_Indexed":
