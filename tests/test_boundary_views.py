@@ -325,6 +325,17 @@ def test_overflowing_shape_is_a_memory_error(seed_ops, my_ops):
         my_ops.mul(x, y)
 
 
+@pytest.mark.parametrize("side", [2 ** 31, 2 ** 33])
+def test_a_result_too_big_for_numpy_is_a_memory_error_naming_the_op(side):
+    """At 2^33 a side numpy says "iterator is too large" (its element count), not "array is too big": that
+    ValueError came out bare, without the op's name the docs promise."""
+    x = ops.broadcast_to(Tensor(np.ones(1, np.float32)), (side, 1))
+    y = ops.broadcast_to(Tensor(np.ones(1, np.float32)), (1, side))
+    with pytest.raises(MemoryError, match=rf"^op 'mul': cannot allocate its result for inputs of shapes "
+                                          rf"\[\[{side}, 1\], \[1, {side}\]\] and dtypes Float32, Float32"):
+        x * y
+
+
 def test_a_huge_broadcast_argument_costs_its_memory_not_its_size(my_ops, cache_dir):
     """The first call of an op keeps what a refused write would put back: the memory an argument spans, one
     element for a [2^31] broadcast, not a copy of its 2^31 elements (8 GB each, minutes, or out of memory).

@@ -287,3 +287,4 @@ def test_bad_per_rule_declarations_are_refused(kwargs, exc, message):
     with pytest.raises(exc, match=message):
         defvjp(p, None, None, **kwargs)
     assert p.vjps is None
+

@@ -118,11 +118,12 @@ class Primitive:
 
 def _value_error(name: str, args: Sequence[Any], e: ValueError) -> BaseException:
     """What a ValueError of the function means for the op's caller: shapes that do not broadcast,
-    or (numpy's "array is too big") a result whose size in bytes overflows; else ``e`` itself."""
+    or (numpy's "array is too big", "iterator is too large") a result whose size overflows; else ``e``
+    itself."""
     if "could not be broadcast" in str(e):
         return ValueError(f"op '{name}': the shapes of its inputs "
                           f"{[list(a.shape) for a in args]} do not broadcast together")
-    if "too big" not in str(e):
+    if "too big" not in str(e) and "iterator is too large" not in str(e):  # (its bytes; its element count)
         return e
     return MemoryError(f"op '{name}': cannot allocate its result for inputs of shapes "
                        f"{[list(a.shape) for a in args]} and dtypes {', '.join(str(a.dtype) for a in args)}: "
