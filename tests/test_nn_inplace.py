@@ -98,8 +98,12 @@ def test_writes_that_would_lose_a_gradient_are_refused():
 
 def test_bad_inplace_inputs():
     i = Tensor(np.array([1, 2], np.int32))
-    with pytest.raises(TypeError, match=r"cannot write the result into a Int32 tensor in place"):
-        i += 0.5
+    for other in (0.5, Tensor(np.array([1.5, 2.0], np.float32))):  # it quoted numpy's "from dtype('float64')"
+        with pytest.raises(TypeError) as info:
+            i += other
+        assert str(info.value) == ("'+=': a floating-point result cannot be written into a Int32 tensor in place "
+                                   "(as torch refuses it); use x = x + y to get a new tensor")
+    assert i.tolist() == [1, 2]
     with pytest.raises(TypeError, match=r"'/=' on a Int32 tensor would need a floating-point result"):
         i /= 2
     f = Tensor(np.zeros(2, np.float32))

@@ -121,9 +121,11 @@ def inplace_binary(target: Tensor, other: Any, ufunc: Callable[..., Any], symbol
                         f"use x = x / y, or cast the tensor first")
     try:
         ufunc(target._data, o, out=target._data, casting="same_kind")
-    except TypeError as e:  # numpy's UFuncTypeError: e.g. a float into an int tensor
-        raise TypeError(f"{what}: cannot write the result into a {target.dtype} tensor in place ({e}); "
-                        f"use x = x {symbol} y to get a new tensor") from None
+    except TypeError:  # numpy's UFuncTypeError: e.g. a float into an int tensor
+        kind = "floating-point" if isinstance(other, float) or np.asarray(o).dtype.kind in "fV" else \
+            "complex" if isinstance(other, complex) or np.asarray(o).dtype.kind == "c" else "other-typed"
+        raise TypeError(f"{what}: a {kind} result cannot be written into a {target.dtype} tensor in place (as "
+                        f"torch refuses it); use x = x {symbol} y to get a new tensor") from None
     except ValueError as e:
         oshape = list(np.shape(o))
         raise ValueError(f"{what}: a tensor of shape {list(target.shape)} cannot be updated in place with a "
