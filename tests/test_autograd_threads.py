@@ -127,3 +127,85 @@ def test_the_drops_wait_for_a_late_allocating_thread(autograd_ops):
         _drop_last_references_while_allocating(autograd_ops)
     finally:
         sys.setprofile(None)
+
+
+def test_one_no_grad_object_used_by_two_threads_restores_each_threads_own_mode():
+    """The object kept one stack for every thread: a decorator's no_grad entered by two threads restored
+    the other thread's mode, and a training thread was left with recording off for good."""
+    import threading
+    import runtime as rt
+    in_a, b_entered, a_left = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    @rt.no_grad()
+    def predict(wait_for=None, then=None):
+        if then is not None:
+            then.set()
+        if wait_for is not None:
+            wait_for.wait(10)
+        return rt.is_grad_enabled()
+
+    def a():
+        seen["a inside"] = predict(b_entered, in_a)  # enters first, leaves while b is inside
+        seen["a after"] = rt.is_grad_enabled()
+        a_left.set()
+
+    def b():
+        in_a.wait(10)
+        with rt.no_grad():
+            seen["b inside"] = predict(a_left, b_entered)
+            seen["b after its predict"] = rt.is_grad_enabled()
+
+    ta, tb = threading.Thread(target=a), threading.Thread(target=b)
+    ta.start(), tb.start()
+    ta.join(20), tb.join(20)
+    assert seen == {"a inside": False, "a after": True, "b inside": False, "b after its predict": False}
+
+
+def test_one_saved_tensors_hooks_object_used_by_two_threads_restores_each_threads_own():
+    import threading
+    import runtime as rt
+    shared = rt.autograd.saved_tensors_hooks(lambda t: t, lambda t: t)
+    mine = rt.autograd.saved_tensors_hooks(lambda t: t, lambda t: t)
+    from runtime.autograd.saved_hooks import current_saved_hooks
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with shared:
+            a_in.set()
+            b_in.wait(10)
+        seen["a after"] = current_saved_hooks()
+        a_out.set()
+
+    def b():
+        a_in.wait(10)
+        with mine:
+            with shared:
+                b_in.set()
+                a_out.wait(10)
+            seen["b in its own"] = current_saved_hooks()
+
+    ta, tb = threading.Thread(target=a), threading.Thread(target=b)
+    ta.start(), tb.start()
+    ta.join(20), tb.join(20)
+    assert seen == {"a after": None, "b in its own": mine.hooks}
+
+
+def test_set_grad_enabled_called_as_a_function_sets_the_mode():
+    """As torch's: the function form switched nothing (it only worked as a context manager)."""
+    import runtime as rt
+    try:
+        rt.set_grad_enabled(False)
+        assert not rt.is_grad_enabled()
+        with rt.set_grad_enabled(True):
+            assert rt.is_grad_enabled()
+        assert not rt.is_grad_enabled()  # the `with` restores the mode before it
+    finally:
+        rt.set_grad_enabled(True)
+    assert rt.is_grad_enabled()
+
+    @rt.set_grad_enabled(False)  # a decorator changes nothing until the function runs
+    def f():
+        return rt.is_grad_enabled()
+    assert rt.is_grad_enabled() and f() is False and rt.is_grad_enabled()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import threading
-from typing import Callable, TypeVar
+from typing import Callable, Optional, Tuple, TypeVar
 
 __all__ = ["is_grad_enabled", "set_grad_enabled", "no_grad", "enable_grad"]
 
@@ -39,25 +39,51 @@ def is_grad_enabled() -> bool:
     return _state.enabled
 
 
-class set_grad_enabled(contextlib.ContextDecorator):
-    """Context manager (and decorator) that turns recording on or off."""
+class _GradMode(contextlib.ContextDecorator):
+    """Context manager (and decorator) that turns recording on or off in this thread. What each entry
+    restores is kept per thread, so one object (a decorator's) used by several threads at once restores
+    each thread's own mode, never another's."""
 
     def __init__(self, mode: bool) -> None:
         self._mode = bool(mode)
-        self._prev: list = []
+        self._local = threading.local()
 
     def __enter__(self) -> None:
-        self._prev.append(_state.enabled)
+        self._push(_state.enabled)
+
+    def _push(self, prev: bool) -> None:
+        self._local.__dict__.setdefault("prev", []).append(prev)
         _state.enabled = self._mode
 
     def __exit__(self, *exc) -> None:
-        _state.enabled = self._prev.pop()
+        _state.enabled = self._local.prev.pop()
 
 
-def no_grad() -> set_grad_enabled:
+class set_grad_enabled(_GradMode):
+    """``set_grad_enabled(mode)`` sets recording on or off in this thread at once, as torch's function
+    form does; ``with set_grad_enabled(mode):`` restores the mode before it on exit; as a decorator it
+    changes nothing until the function runs."""
+
+    def __init__(self, mode: bool) -> None:
+        super().__init__(mode)
+        self._before: Optional[Tuple[int, bool]] = (threading.get_ident(), _state.enabled)  # for a `with` next
+        _state.enabled = self._mode
+
+    def __enter__(self) -> None:
+        before, self._before = self._before, None
+        self._push(before[1] if before is not None and before[0] == threading.get_ident() else _state.enabled)
+
+    def __call__(self, fn: F) -> F:  # a decorator: the mode was not meant to change when it was made
+        before, self._before = self._before, None
+        if before is not None and before[0] == threading.get_ident():
+            _state.enabled = before[1]
+        return super().__call__(fn)
+
+
+def no_grad() -> _GradMode:
     """``with runtime.no_grad():`` runs ops without recording them."""
-    return set_grad_enabled(False)
+    return _GradMode(False)
 
 
-def enable_grad() -> set_grad_enabled:
-    return set_grad_enabled(True)
+def enable_grad() -> _GradMode:
+    return _GradMode(True)

@@ -39,16 +39,16 @@ class saved_tensors_hooks:
             raise TypeError(f"saved_tensors_hooks takes two callables (pack, unpack), got "
                             f"{type(pack_hook).__name__} and {type(unpack_hook).__name__}")
         self.hooks: Hooks = (pack_hook, unpack_hook)
-        self._prev: List[Optional[Hooks]] = []
+        self._local = threading.local()  # what each entry restores, per thread: one object, several threads
 
     def __enter__(self) -> "saved_tensors_hooks":
-        self._prev.append(_state.saved_hooks)
+        self._local.__dict__.setdefault("prev", []).append(_state.saved_hooks)
         _count(1)  # before the pair is in force: a reader that sees the pair sees the count
         _state.saved_hooks = self.hooks
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _state.saved_hooks = self._prev.pop()
+        _state.saved_hooks = self._local.prev.pop()
         _count(-1)
 
 
