@@ -64,19 +64,33 @@ def _load_arrays(data: bytes) -> Dict[str, np.ndarray]:
 
 
 def _cell_entries(cell: Any, who: str) -> List[Tuple[str, Any]]:
-    """A cell's checkpoint entries: each Parameter under its name, as MindSpore keys them (its path when it
-    has none). Names are paths in the network that named them, so a train wrapper's checkpoint
-    (TrainOneStepCell, WithLossCell: they name nothing) loads into the bare network, as in MindSpore. Two
-    Parameters of one name are an error: a load could not tell which is which."""
-    out, seen = [], {}
-    for path, p in cell.parameters_and_names():
-        name = p.name or path
-        if name in seen:
-            raise ValueError(f"{who}: parameters {seen[name]!r} and {path!r} are both named {name!r}; give one "
-                             f"another name (Parameter(..., name=...)), or assign their cells to the network so "
-                             f"that they are named by their paths")
-        seen[name] = path
-        out.append((name, p))
+    """A cell's checkpoint entries: each Parameter under the name MindSpore's naming gives it from this
+    cell, worked out from the cell's structure now (not read from ``Parameter.name``, which another
+    container built from these cells may have changed since): its path, without the attribute names of
+    cells that name nothing (``auto_prefix=False``: TrainOneStepCell, WithLossCell). So a train
+    wrapper's checkpoint loads into the bare network, as in MindSpore, and a network's own into a fresh
+    one built the same way. Two Parameters under one name are an error: a load could not tell them apart."""
+    out, seen, done = [], {}, set()
+    stack = [("", "", cell)]  # (path, name prefix, cell), depth-first, a cell before its children
+    walked = set()
+    while stack:
+        path, prefix, c = stack.pop()
+        if id(c) in walked:
+            continue
+        walked.add(id(c))
+        for n, p in c._params.items():
+            if id(p) in done:
+                continue
+            done.add(id(p))
+            name, where = prefix + n, f"{path}.{n}" if path else n
+            if name in seen:
+                raise ValueError(f"{who}: parameters {seen[name]!r} and {where!r} are both named {name!r}; give one "
+                                 f"another name, or hold their cells in a cell that names them (auto_prefix=True)")
+            seen[name] = where
+            out.append((name, p))
+        named = c.__dict__.get("_auto_prefix", True)
+        stack.extend((f"{path}.{k}" if path else k, f"{prefix}{k}." if named else prefix, child)
+                     for k, child in reversed(list(c._cells.items())))
     return out
 
 

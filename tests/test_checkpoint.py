@@ -343,3 +343,39 @@ def test_two_parameters_of_one_name_cannot_be_saved_or_loaded_by_name(tmp_path):
                                          r"named 'weight'"):
         rt.load_param_into_net(Two(), {})
     assert not (tmp_path / "two.safetensors").exists()
+
+
+def test_a_networks_checkpoint_ignores_names_another_container_gave_its_parameters(tmp_path):
+    """c70471a keyed a cell's checkpoint by Parameter.name, which a container built from the network's
+    cells (a reversed look at the stack) changes: layers 0 and 2 loaded into each other, strict_load
+    saying nothing. Keys are worked out from the cell's structure now; the optimizer's, made before the
+    look, agree with them."""
+    def build():
+        rt.set_seed(0)
+        net = nn.SequentialCell([nn.Dense(4, 4), nn.Dense(4, 4), nn.Dense(4, 4)])
+        return net, nn.SGD(net.trainable_params(), 0.1)
+
+    net, opt = build()
+    rng = np.random.default_rng(1)
+    for p in net.get_parameters():  # each layer its own values
+        p.set_data(Tensor(rng.random(p.shape).astype(np.float32)))
+    nn.SequentialCell(list(net)[::-1])  # names net's Parameters anew
+    rt.save_checkpoint(net, tmp_path / "net.safetensors")
+    rt.save_checkpoint(opt, tmp_path / "opt.safetensors")
+    for file, target in (("net", 0), ("opt", 0), ("net", 1), ("opt", 1)):
+        fresh, fopt = build()
+        rt.load_param_into_net((fresh, fopt)[target], rt.load_checkpoint(tmp_path / f"{file}.safetensors"))
+        for p, q in zip(net.get_parameters(), fresh.get_parameters()):
+            np.testing.assert_array_equal(p.asnumpy(), q.asnumpy(), err_msg=f"{file} file into {target}")
+
+
+def test_an_optimizer_made_before_its_layers_were_assembled_saves_under_their_names_then(tmp_path):
+    """Its parameters were all named 'weight' and 'bias' when it was made: 1713c50 saved its state under
+    those and the save failed ("the name 'weight' appears twice"). Names that do not tell each parameter
+    apart give way to the names they have when saved."""
+    enc, dec = nn.Dense(4, 4), nn.Dense(4, 4)
+    opt = nn.Momentum(enc.trainable_params() + dec.trainable_params(), 0.1, 0.9)
+    nn.SequentialCell([enc, dec])
+    rt.save_checkpoint(opt, tmp_path / "opt.safetensors")
+    assert {"0.weight", "1.weight", "moments.0.weight", "moments.1.bias"} <= set(rt.load_checkpoint(
+        tmp_path / "opt.safetensors"))

@@ -290,3 +290,16 @@ def test_adam_on_float16_parameters_keeps_float32_moments(g):
     assert np.all(np.isfinite(o16.moment2[0]))
     # float16 weights round each step of 0.01 (their spacing near 2 is 0.002): close, not equal
     np.testing.assert_allclose(w16.asnumpy().astype(np.float64), w64.asnumpy(), atol=0.1)
+
+
+def test_sgd_momentum_on_bfloat16_resumes_from_a_checkpoint(tmp_path):
+    """With weight decay or a loss scale, bfloat16 arithmetic made the first step's buffer float32, and a
+    fresh optimizer's (bfloat16) refused it on load: "'accum.w' is float32 in the checkpoint"."""
+    bf = rt.bfloat16.np
+    opt = nn.SGD([Parameter(np.ones(3, bf), name="w")], 0.1, momentum=0.9, weight_decay=0.01)
+    opt([Tensor(np.full(3, 0.5, bf))])
+    assert opt.accum[0].dtype == bf
+    rt.save_checkpoint(opt, tmp_path / "o.safetensors")
+    fresh = nn.SGD([Parameter(np.ones(3, bf), name="w")], 0.1, momentum=0.9, weight_decay=0.01)
+    assert rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "o.safetensors")) == ([], [])
+    np.testing.assert_array_equal(fresh.accum[0], opt.accum[0])

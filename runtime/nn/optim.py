@@ -147,8 +147,10 @@ class Optimizer:
     def _param_names(self) -> List[str]:
         name = type(self).__name__
         names = []
+        made = self._names  # as they were when it was made; or as they are now, if those did not name each one
+        use_made = all(made) and len(set(made)) == len(made)
         for k, p in enumerate(self._params):
-            n = self._names[k] or p.name  # (named after the optimizer was made: its name now)
+            n = made[k] if use_made else p.name
             if not n:
                 raise ValueError(f"{name}: parameter {k} has no name, so its state cannot be saved by name; "
                                  f"give it one (Parameter(..., name=...)) or register it in a Cell")
@@ -220,8 +222,8 @@ class SGD(Optimizer):
             g = g + self.weight_decay * w
         if self.momentum:
             v = self.accum[i]
-            if v is None:
-                v = self.accum[i] = g.copy()
+            if v is None:  # in the parameter's dtype (bfloat16 arithmetic gives float32): as saved and restored
+                v = self.accum[i] = g.astype(w.dtype)
             else:
                 v *= self.momentum
                 v += (1 - self.dampening) * g
