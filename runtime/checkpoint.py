@@ -70,27 +70,15 @@ def _cell_entries(cell: Any, who: str) -> List[Tuple[str, Any]]:
     cells that name nothing (``auto_prefix=False``: TrainOneStepCell, WithLossCell). So a train
     wrapper's checkpoint loads into the bare network, as in MindSpore, and a network's own into a fresh
     one built the same way. Two Parameters under one name are an error: a load could not tell them apart."""
-    out, seen, done = [], {}, set()
-    stack = [("", "", cell)]  # (path, name prefix, cell), depth-first, a cell before its children
-    walked = set()
-    while stack:
-        path, prefix, c = stack.pop()
-        if id(c) in walked:
+    out, seen = [], {}
+    for kind, name, where, p in cell.named_from_here():
+        if kind != "param":
             continue
-        walked.add(id(c))
-        for n, p in c._params.items():
-            if id(p) in done:
-                continue
-            done.add(id(p))
-            name, where = prefix + n, f"{path}.{n}" if path else n
-            if name in seen:
-                raise ValueError(f"{who}: parameters {seen[name]!r} and {where!r} are both named {name!r}; give one "
-                                 f"another name, or hold their cells in a cell that names them (auto_prefix=True)")
-            seen[name] = where
-            out.append((name, p))
-        named = c.__dict__.get("_auto_prefix", True)
-        stack.extend((f"{path}.{k}" if path else k, f"{prefix}{k}." if named else prefix, child)
-                     for k, child in reversed(list(c._cells.items())))
+        if name in seen:
+            raise ValueError(f"{who}: parameters {seen[name]!r} and {where!r} are both named {name!r}; give one "
+                             f"another name, or hold their cells in a cell that names them (auto_prefix=True)")
+        seen[name] = where
+        out.append((name, p))
     return out
 
 

@@ -379,3 +379,42 @@ def test_an_optimizer_made_before_its_layers_were_assembled_saves_under_their_na
     rt.save_checkpoint(opt, tmp_path / "opt.safetensors")
     assert {"0.weight", "1.weight", "moments.0.weight", "moments.1.bias"} <= set(rt.load_checkpoint(
         tmp_path / "opt.safetensors"))
+
+
+class _Names(nn.Cell):
+    """Holds the cells given (auto_prefix as given)."""
+
+    def __init__(self, auto_prefix=True, **cells):
+        super().__init__(auto_prefix=auto_prefix)
+        for k, v in cells.items():
+            setattr(self, k, v)
+
+
+def _shared():
+    shared = nn.Dense(2, 2)
+    return _Names(shared=shared, body=nn.SequentialCell([shared, nn.ReLU(), shared])), shared
+
+
+def _nested():
+    x, y = nn.Dense(2, 2, has_bias=False), nn.Dense(2, 2, has_bias=False)
+    return _Names(a=_Names(auto_prefix=False, x=x, y=_Names(x=y))), x
+
+
+@pytest.mark.parametrize("build", [_shared, _nested], ids=["shared_sub_cell", "nested_wrapper"])
+def test_parameter_names_and_checkpoint_keys_agree(tmp_path, build):
+    """Parameters were named by their full path from the cell assigned (a nested auto_prefix=False cell's
+    name included; a shared layer by its last place), while a cell's checkpoint keys skip such names and
+    take a shared layer's first place: an optimizer's file (keyed by names) loaded a layer's weights into
+    another ('a.x.weight' named y's weight) or nothing. They are one walk now."""
+    net, _ = build()
+    keys = [name for name, _ in rt.checkpoint._cell_entries(net, "test")]
+    assert [p.name for p in net.get_parameters()] == keys
+    rng = np.random.default_rng(2)
+    for p in net.get_parameters():
+        p.set_data(Tensor(rng.random(p.shape).astype(np.float32)))
+    opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
+    rt.save_checkpoint(opt, tmp_path / "opt.safetensors")
+    fresh, _ = build()
+    assert rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "opt.safetensors"))[0] == []
+    for p, q in zip(net.get_parameters(), fresh.get_parameters()):
+        np.testing.assert_array_equal(p.asnumpy(), q.asnumpy())

@@ -87,17 +87,39 @@ class Cell:
                 rename = self.__dict__.get("_auto_prefix", True) and not getattr(_naming, "keep", False)
                 prefix = self._own_prefix() if rename else ""
                 cells[name] = value
-                if rename:
-                    value._name_parameters(f"{prefix}{name}.")
+                if rename:  # named from this cell: a Parameter it reaches twice (a shared layer, a tied weight)
+                    self._name_parameters(prefix)  # by its first place, where its checkpoint's walk meets it
         object.__setattr__(self, name, value)
 
     def _name_parameters(self, prefix: str) -> None:
-        """Name each Parameter of this cell ``prefix`` + its path here (MindSpore's update_parameters_name),
-        and remember each sub-cell's place (``_own_prefix``)."""
-        for path, p in self.parameters_and_names():
-            p.name = prefix + path
-        for path, c in self.cells_and_names():
-            object.__setattr__(c, "_prefix", f"{prefix}{path}." if path else prefix)
+        """Name each Parameter of this cell ``prefix`` + its name from here (MindSpore's
+        update_parameters_name; see ``named_from_here``), and remember each sub-cell's place."""
+        for kind, key, _path, obj in self.named_from_here(prefix):
+            if kind == "cell":
+                object.__setattr__(obj, "_prefix", key)
+            else:
+                obj.name = key
+
+    def named_from_here(self, prefix: str = "") -> Iterator[Tuple[str, str, str, Any]]:
+        """("cell", name prefix, path, cell) and ("param", name, path, Parameter), depth-first, a cell before
+        its children, each object once: the names this cell gives (its path, without the attribute names
+        of cells that name nothing, ``auto_prefix=False``). Parameters are named so, and checkpoints keyed
+        so (checkpoint.py), so the two always agree."""
+        stack: List[Tuple[str, str, Cell]] = [("", prefix, self)]
+        walked, done = set(), set()
+        while stack:
+            path, key, c = stack.pop()
+            if id(c) in walked:
+                continue
+            walked.add(id(c))
+            yield "cell", key, path, c
+            for n, p in c._params.items():
+                if id(p) not in done:
+                    done.add(id(p))
+                    yield "param", key + n, f"{path}.{n}" if path else n, p
+            names = c.__dict__.get("_auto_prefix", True)
+            stack.extend((f"{path}.{k}" if path else k, f"{key}{k}." if names else key, child)
+                         for k, child in reversed(list(c._cells.items())))
 
     def _own_prefix(self) -> str:
         """What comes before this cell's paths in its Parameters' names: "" for a cell named at the top,

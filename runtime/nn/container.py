@@ -31,8 +31,7 @@ class _Indexed(Cell):
             for i, c in enumerate(cells):
                 setattr(self, str(i), c)
         if self._auto_prefix:
-            for i, c in enumerate(self._cells.values()):
-                c._name_parameters(f"{prefix}{i}.")
+            self._name_parameters(prefix)
 
     def __len__(self) -> int:
         return len(self._cells)
