@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..autograd.grad_mode import _state as _grad_state
 from ..graph.graph import Const, Graph, Input, Node, Output, Ref
 from ..tensor import Tensor, detached
 from ..versions import UNWRITTEN
@@ -43,10 +44,12 @@ class Tracer:
         # may view it instead (a reshape of a transposed tensor)
         self._maybe_src: Dict[int, Ref] = {}
         self._prev: Any = None
+        self._grad = True
         self.stopped: Optional[str] = None  # why the recording stopped ("at file:line, what"), or None
         self._on = False
 
     def __enter__(self) -> "Tracer":
+        self._grad = _grad_state.enabled  # a graph has one grad mode: the one its trace began in
         self._prev = hook.tracer
         hook.tracer = self
         flag.value += 1
@@ -117,6 +120,10 @@ class Tracer:
 
     def call_op(self, kind: str, name: str, target: Any, args: Sequence[Any], attrs: Dict[str, Any]) -> Any:
         """Run ``target(*args, **attrs)`` with tracing paused, then record it as one node."""
+        if _grad_state.enabled != self._grad:  # no_grad / enable_grad inside the traced function: each op
+            self.stop("a change of grad mode (no_grad, enable_grad, set_grad_enabled) inside a traced "
+                      "function")  # of the graph would be differentiated alike; it goes on eagerly
+            return target(*args, **attrs)
         if kind == "cpp" and any(type(a) in (list, tuple) and any(isinstance(v, Tensor) for v in a) for a in args):
             # a C++ call (a module function, or an Apply bound some other way) taking a list of tensors:
             # each its own input, or the replay would read the traced tensors' values as a constant
