@@ -3,6 +3,7 @@ import sys
 import threading
 
 import numpy as np
+import pytest
 
 import runtime as rt
 from runtime import Tensor
@@ -209,3 +210,28 @@ def test_set_grad_enabled_called_as_a_function_sets_the_mode():
     def f():
         return rt.is_grad_enabled()
     assert rt.is_grad_enabled() and f() is False and rt.is_grad_enabled()
+
+
+def test_a_no_grad_generator_function_runs_its_body_without_recording():
+    """The decorator covered only the creation of the generator: each step recorded (torch's does not),
+    and a C++ op inside it too. Also ``@no_grad`` without parentheses, as torch accepts it."""
+    import runtime as rt
+    x = rt.Parameter(np.ones(2, np.float32), name="x")
+
+    @rt.no_grad()
+    def batches():
+        got = yield (x * 2).requires_grad
+        yield got, rt.is_grad_enabled()
+        return "done"
+
+    gen = batches()
+    assert next(gen) is False and rt.is_grad_enabled()
+    assert gen.send(7) == (7, False) and rt.is_grad_enabled()
+    with pytest.raises(StopIteration) as end:
+        next(gen)
+    assert end.value.value == "done"
+
+    @rt.no_grad
+    def bare():
+        return (x * 2).requires_grad
+    assert bare() is False and rt.is_grad_enabled()

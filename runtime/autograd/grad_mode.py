@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
+import inspect
 import threading
-from typing import Callable, Optional, Tuple, TypeVar
+from typing import Any, Callable, Optional, Tuple, TypeVar
 
 __all__ = ["is_grad_enabled", "set_grad_enabled", "no_grad", "enable_grad"]
 
@@ -58,6 +60,34 @@ class _GradMode(contextlib.ContextDecorator):
     def __exit__(self, *exc) -> None:
         _state.enabled = self._local.prev.pop()
 
+    def __call__(self, fn: F) -> F:
+        """A decorator; a generator function's body runs in the mode at each step, as torch's."""
+        if not inspect.isgeneratorfunction(fn):
+            return super().__call__(fn)
+
+        @functools.wraps(fn)
+        def steps(*args: Any, **kwargs: Any) -> Any:
+            try:
+                with self:
+                    gen = fn(*args, **kwargs)
+                    item = next(gen)
+                while True:
+                    try:
+                        sent = yield item
+                    except GeneratorExit:
+                        with self:
+                            gen.close()
+                        raise
+                    except BaseException as e:  # thrown in: into the body, in the mode
+                        with self:
+                            item = gen.throw(e)
+                    else:
+                        with self:
+                            item = gen.send(sent)
+            except StopIteration as done:  # the body returned: this generator returns the same
+                return done.value
+        return steps  # type: ignore[return-value]
+
 
 class set_grad_enabled(_GradMode):
     """``set_grad_enabled(mode)`` sets recording on or off in this thread at once, as torch's function
@@ -80,9 +110,10 @@ class set_grad_enabled(_GradMode):
         return super().__call__(fn)
 
 
-def no_grad() -> _GradMode:
-    """``with runtime.no_grad():`` runs ops without recording them."""
-    return _GradMode(False)
+def no_grad(fn: Optional[F] = None) -> Any:
+    """``with runtime.no_grad():`` runs ops without recording them; ``@no_grad()`` (or ``@no_grad``) a
+    function."""
+    return _GradMode(False) if fn is None else _GradMode(False)(fn)
 
 
 def enable_grad() -> _GradMode:
