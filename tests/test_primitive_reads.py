@@ -288,3 +288,23 @@ def test_bad_per_rule_declarations_are_refused(kwargs, exc, message):
         defvjp(p, None, None, **kwargs)
     assert p.vjps is None
 
+
+
+def test_a_write_while_the_function_runs_fails_the_backward():
+    """numpy releases the GIL: another thread's write into an input while the op's function ran was
+    counted by the node as if before the op (the versions were read after it), and backward read the new
+    values, unseen (2 in 300 in a tight loop of two threads). The versions are read before the function."""
+    x = Tensor(np.array([1.0, 2.0]))
+    w = _leaf([3.0, 4.0])
+
+    def mul_while_written(a, b):
+        out = a * b
+        with rt.no_grad():
+            x.__iadd__(10.0)  # as another thread would, while the function runs
+        return out
+
+    racy = Primitive("racy_mul", mul_while_written)
+    defvjp(racy, lambda g, ans, a, b: mul(g, b), lambda g, ans, a, b: mul(g, a), reads_output=False)
+    loss = racy(w, x).sum()
+    with pytest.raises(RuntimeError, match=r"argument 1 of racy_mul is at version 1; expected version 0$"):
+        loss.backward()

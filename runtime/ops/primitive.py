@@ -66,16 +66,25 @@ class Primitive:
         repacking) by the binary ops, whose operands come as a tuple already."""
         if _flag.value and _trace.tracer is not None:  # a trace records this thread's ops
             return _trace.tracer.call_op("primitive", self.name, self, args, kwargs)
+        # the inputs' versions as the function reads them: numpy may release the GIL, and a write from
+        # another thread meanwhile must fail this node's backward, not be read by it (torch's order too)
+        versions = None
         try:
             if len(args) == 2 and not kwargs:  # most ops: no list built, no **{}
                 x, y = args
                 if x._base_ref is not None or y._base_ref is not None:  # a view: its history may be stale
                     _refresh_views(args)
+                if x.requires_grad or y.requires_grad:
+                    versions = (x._vc.value, y._vc.value)
                 out = self.fn(x._data, y._data)
             else:
                 for a in args:
                     if a._base_ref is not None:
                         _refresh_views(args)
+                        break
+                for a in args:
+                    if a.requires_grad:
+                        versions = tuple(map(_version_of, args))
                         break
                 out = self.fn(*[a._data for a in args], **kwargs)
         except TypeError:  # numpy and CuPy arrays in one call: say so, naming both devices
@@ -96,7 +105,7 @@ class Primitive:
         for a in args:
             if a.requires_grad:  # first (a slot read): most calls end here, without reading the grad mode
                 if _state.enabled and self.vjps is not None and out.dtype.kind in "fcV":  # integers: no gradient (dtypes.GRAD_KINDS)
-                    res._node = _record(self, args, kwargs, out, res)
+                    res._node = _record(self, args, kwargs, out, res, versions=versions)
                     res.requires_grad = True
                 break
         return res
@@ -389,14 +398,14 @@ _weakref = weakref.ref
 
 
 def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray, res: Any,
-            node: Optional[PrimitiveNode] = None) -> PrimitiveNode:
+            node: Optional[PrimitiveNode] = None, versions: Optional[Tuple[int, ...]] = None) -> PrimitiveNode:
     """A node (or ``node``) for ``res = prim(*args, **kwargs)`` with its fields set in one pass
     (the recording hot path); the output is kept, and referenced weakly for its version check, only
     when the rules read it."""
     if node is None:
         # saved_tensors_hooks in force: the node packs what its rules read (none open anywhere: no lookup)
         if _hooks_open[0] and _state.saved_hooks is not None:
-            return _record_hooked(prim, args, kwargs, out, res)
+            return _record_hooked(prim, args, kwargs, out, res, versions)
         node = _new(PrimitiveNode)
     node.prim = prim
     node.args = args
@@ -410,11 +419,12 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
     node._input_meta = None
     if len(args) == 2:  # most recorded ops: no comprehension for two arguments
         x, y = args
-        node.versions = (x._vc.value, y._vc.value)  # _version without its property's call
+        # as the function read them (call); _version without its property's call
+        node.versions = versions if versions is not None else (x._vc.value, y._vc.value)
         node.next_edges = ((x if x._node is None else (x._node, x._out_index)) if x.requires_grad else None,
                            (y if y._node is None else (y._node, y._out_index)) if y.requires_grad else None)
     else:
-        node.versions = tuple(map(_version_of, args))
+        node.versions = versions if versions is not None else tuple(map(_version_of, args))
         node.next_edges = tuple([(a if a._node is None else (a._node, a._out_index)) if a.requires_grad else None
                                  for a in args])
     node.out_meta = ((out.shape, out.dtype),)
@@ -422,9 +432,9 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
 
 
 def _record_hooked(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray,
-                   res: Any) -> PrimitiveNode:
+                   res: Any, versions: Optional[Tuple[int, ...]] = None) -> PrimitiveNode:
     """``_record`` inside saved_tensors_hooks: the node's saved values go through the pack hook."""
-    node = _record(prim, args, kwargs, out, res, _new(HookedPrimitiveNode))
+    node = _record(prim, args, kwargs, out, res, _new(HookedPrimitiveNode), versions)
     _pack(node, _state.saved_hooks, args, out, res)
     return node
 
