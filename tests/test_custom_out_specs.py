@@ -124,3 +124,24 @@ def test_a_decorated_shape_function_keeps_its_own_type_error():
     add = ops.Custom(lambda x, y: x + y, out_shape=rule, out_dtype=lambda x, y: x, func_type="pyfunc")
     with pytest.raises(TypeError, match=r'^can only concatenate list \(not "int"\) to list$'):
         add(Tensor([1.0]), Tensor([2.0]))
+
+
+@pytest.mark.parametrize("fn, dtype, src, dst", [
+    (lambda x: x * 1.7, rt.int32, "Float64", "Int32"),                 # 1.7 truncated to 1
+    (lambda x: np.array([300, -1]), rt.uint8, "Int64", "UInt8"),        # wrapped to [44, 255]
+    (lambda x: x * (1 + 1j), rt.float64, "Complex128", "Float64"),     # the imaginary part dropped
+])
+def test_a_pyfunc_output_whose_cast_would_change_its_values_is_refused(fn, dtype, src, dst):
+    """A wrong shape was a ValueError, but a wrong dtype was cast silently, truncating or wrapping."""
+    op = rt.ops.Custom(fn, [2], dtype, func_type="pyfunc")
+    with pytest.raises(TypeError) as info:
+        op(np.ones(2))
+    assert str(info.value) == (f"pyfunc '<lambda>' output 0 is {src}, out_dtype declares {dst}: the cast would change "
+                               f"its values (truncate, wrap or drop the imaginary part); return that dtype "
+                               f"(result.astype(...)) or declare the result's")
+
+
+def test_a_pyfunc_output_cast_that_keeps_its_kind_is_made():
+    np.testing.assert_array_equal(rt.ops.Custom(lambda x: x + 1e-10, [2], rt.float32, func_type="pyfunc")(
+        np.ones(2)).asnumpy(), np.ones(2, np.float32))
+    assert rt.ops.Custom(lambda x: np.array([3, 1]), [2], rt.uint8, func_type="pyfunc")(np.ones(2)).tolist() == [3, 1]

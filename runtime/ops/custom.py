@@ -460,6 +460,21 @@ class Custom:
         return RuntimeError(f"{where}: {err}")
 
     # ---- pyfunc ------------------------------------------------------------
+    def _declared_dtype(self, o: np.ndarray, dt: Any, k: int) -> np.ndarray:
+        """A pyfunc's output ``k`` in the dtype declared for it. A cast that would change its values
+        silently (a float into an integer, an integer out of the declared type's range, complex into
+        real) is a TypeError, as a wrong shape is a ValueError."""
+        dt = np.dtype(dt)
+        ok = _lossless_kind(o.dtype, dt)
+        if ok and dt.kind in "iu" and o.dtype.kind in "iu" and o.size:
+            info = np.iinfo(dt)
+            ok = bool(o.min() >= info.min and o.max() <= info.max)
+        if not ok:
+            raise TypeError(f"pyfunc '{self.name}' output {k} is {from_numpy_dtype(o.dtype)}, out_dtype declares "
+                            f"{from_numpy_dtype(dt)}: the cast would change its values (truncate, wrap or drop "
+                            f"the imaginary part); return that dtype (result.astype(...)) or declare the result's")
+        return o.astype(dt)
+
     def _result_dtypes(self, arrays: Sequence[np.ndarray], n: int) -> Optional[List[np.dtype]]:
         """The numpy dtypes out_dtype declares for a pyfunc without out_shape (None: none declared)."""
         dtypes = self.out_dtype
@@ -503,13 +518,23 @@ class Custom:
                     raise ValueError(f"pyfunc '{self.name}' output {k} has shape {list(o.shape)}, out_shape "
                                      f"declares {list(shape)}")
                 if o.dtype != dt:
-                    o = o.astype(dt)
+                    o = self._declared_dtype(o, dt, k)
             elif dtypes_only is not None and o.dtype != dtypes_only[k]:
-                o = o.astype(dtypes_only[k])
+                o = self._declared_dtype(o, dtypes_only[k], k)
             if any(np.may_share_memory(o, a) for a in arrays):
                 o = o.copy()  # an output never aliases an input
             outs.append(o)
         return outs
+
+
+def _lossless_kind(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether casting ``src`` to ``dst`` keeps the kind of value: within floats (bfloat16 too), from
+    integers or bools to floats, within integers (ranges are checked apart), not floats into integers."""
+    if "V" in (src.kind, dst.kind):  # bfloat16 (numpy has no cast rules for it)
+        return src.kind in "biufV" and dst.kind in "fV"
+    if src.kind in "iu" and dst.kind in "iu":  # signed and unsigned: the values' range decides
+        return True
+    return bool(np.can_cast(src, dst, casting="same_kind"))
 
 
 class _Workspaces:
