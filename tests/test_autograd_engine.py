@@ -217,3 +217,34 @@ def test_an_output_no_rule_reads_may_be_written_in_place_before_backward():
     np.testing.assert_allclose(x.grad.asnumpy(), [1.0, 1.0])
     y.backward(Tensor(np.ones(2)))
     np.testing.assert_allclose(x.grad.asnumpy(), [4.0, 4.0])
+
+
+def test_a_given_gradient_of_another_shape_is_refused():
+    """It was summed down or broadcast to fit: backward(ones((2, 3))) for a (3,) output gave twice the
+    gradient, unseen. torch refuses it; so does the runtime now, naming both shapes."""
+    import runtime as rt
+    x = rt.Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^backward\(\): the gradient given for output 0 has shape \[2, 3\], "
+                                           r"the output \[3\]; they must match$"):
+        (x * 2).backward(rt.Tensor(np.ones((2, 3))))
+    with pytest.raises(RuntimeError, match=r"^autograd.grad: the gradient given for output 0 has shape \[1\], "
+                                           r"the output \[\]; they must match$"):
+        rt.autograd.grad((x * 2).sum(), x, rt.Tensor(np.array([2.0])))
+    assert x.grad is None
+
+
+def test_pow_gradient_at_base_zero_and_exponent_zero_is_zero():
+    """y x^(y-1) is 0 * 0^-1 = NaN there; x^0 is 1 for every x, so its slope is 0 (torch's 0 too), and the
+    higher derivatives of x and x^2 at 0 are 0, not NaN."""
+    import warnings
+    import runtime as rt
+    from runtime.autograd import grad
+    x = rt.Tensor(np.array(0.0), requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no numpy warning from a discarded 0^-1
+        assert grad((x ** rt.Tensor(np.array([0.0, 1.0, 2.0, 3.0]))).sum(), x)[0].item() == 1.0
+        for e, order in ((0.0, 1), (1.0, 2), (2.0, 3)):
+            g = x ** e
+            for _ in range(order):
+                g = grad(g, x, create_graph=True)[0]
+            assert g.item() == 0.0, (e, order)

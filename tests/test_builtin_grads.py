@@ -253,6 +253,8 @@ MORE = {  # op name(s) covered -> (function, input shapes)
     ("softmax",): (lambda x: F.softmax(x, 1), [(3, 4)]), ("log_softmax",): (F.log_softmax, [(3, 4)]),
     ("logsumexp",): (lambda x: F.logsumexp(x, 1), [(3, 4)]), ("clip",): (lambda x: F.clip(x, -0.5, 0.5), [(3, 4)]),
     ("gelu",): (F.gelu, [(3, 4)]), ("dense",): (F.dense, [(3, 4), (2, 4)]),
+    # gelu's (exact) second derivative: its rule was numpy, so a gradient of its gradient was 0
+    ("normal_cdf",): (_second(F.gelu), [(3, 4)]),
     ("dense'",): (F.dense, [(3, 4), (2, 4), (2,)]),
     ("concat", "slice_axis"): (lambda x, y: F.concat([x, y], 1), [(3, 4), (3, 2)]),
     ("stack",): (lambda x, y: F.stack([x, y], 0), [(3, 4), (3, 4)]),

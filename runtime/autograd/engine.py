@@ -383,12 +383,17 @@ def _own(g, claimed: Dict[int, List[Any]], create_graph: bool):
     return g if create_graph else Tensor._from_array(g._data)
 
 
-def _as_grad(g, like):
+def _as_grad(g, like, who: str = "backward()", k: int = 0):
+    """The gradient given for output ``k`` (``like``), as a Tensor; ones for None. One of another shape
+    is refused, as torch refuses it (summed down or broadcast, it gave a wrong gradient silently)."""
     if g is None:
         return _ones(like._data.shape, like._data.dtype, like._data)
-    if isinstance(g, Tensor):
-        return g
-    return Tensor(g, _dt.from_numpy_dtype(like._data.dtype), like.device)
+    if not isinstance(g, Tensor):
+        g = Tensor(g, _dt.from_numpy_dtype(like._data.dtype), like.device)
+    if g._data.shape != like._data.shape:
+        raise RuntimeError(f"{who}: the gradient given for output {k} has shape {list(g._data.shape)}, the output "
+                           f"{list(like._data.shape)}; they must match")
+    return g
 
 
 def _grads_for(outputs: Sequence[Any], grads: Any, who: str, what: str) -> List[Any]:
@@ -421,7 +426,7 @@ def backward(tensors: Sequence[Any], grad_tensors: Optional[Sequence[Any]] = Non
         if g is None and t._data.size != 1:
             raise RuntimeError(f"backward() without a gradient needs a one-element output, got shape "
                                f"{list(t._data.shape)}; pass gradient=")
-    gs = [_as_grad(g, t) for t, g in zip(tensors, grad_tensors)]
+    gs = [_as_grad(g, t, "backward()", k) for k, (t, g) in enumerate(zip(tensors, grad_tensors))]
     run_backward(tensors, gs, None, retain_graph, create_graph)
 
 
@@ -443,7 +448,7 @@ def grad(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Optional[S
         if g is None and t._data.size != 1:
             raise RuntimeError(f"autograd.grad: output {k} has shape {list(t._data.shape)}; without grad_outputs "
                                f"each output must have one element")
-    gs = [_as_grad(g, t) for t, g in zip(outputs, grad_outputs)]
+    gs = [_as_grad(g, t, "autograd.grad", k) for k, (t, g) in enumerate(zip(outputs, grad_outputs))]
     if retain_graph is None:
         retain_graph = create_graph
     res = run_backward(outputs, gs, list(inputs), retain_graph, create_graph)

@@ -118,9 +118,16 @@ defvjp(_div, lambda g, ans, x, y: div(g, _c(y)), lambda g, ans, x, y: neg(mul(g,
 
 _pow = Primitive("pow", np.power)
 defvjp(_pow,
-       lambda g, ans, x, y: mul(g, _c(mul(y, pow(x, sub(y, 1))))),
+       lambda g, ans, x, y: mul(g, _c(_pow_slope(x, y))),
        lambda g, ans, x, y: mul(g, _c(mul(ans, log(_pow_base(x))))), reads_output=(1,),
        reads_inputs={0: (0, 1), 1: (0,)})
+
+
+def _pow_slope(x: Tensor, y: Tensor) -> Tensor:
+    """d(x^y)/dx = y x^(y-1), and 0 where y is 0 (x^0 is 1 for every x: at x = 0, 0 * 0^-1 would be NaN;
+    torch's 0 too)."""
+    safe = where(equal(y, 0), 1, x)  # x^(y-1) is not used where y is 0: computed at 1 there, no 0^-1
+    return mul(y, pow(safe, sub(y, 1)))
 
 
 def _pow_base(x: Tensor) -> Tensor:
