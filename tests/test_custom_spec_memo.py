@@ -68,7 +68,9 @@ def test_mixed_dtypes_are_separate_signatures():
 
 def test_numbers_of_equal_value_but_other_types_are_other_signatures():
     dtype = Counted(lambda x, y: y)
-    op = ops.Custom(lambda x, y: x + y, out_shape=lambda x, y: x, out_dtype=dtype, func_type="pyfunc")
+    # (a result in y's dtype: a pyfunc's float64 sum cast to bool would change its values, a TypeError)
+    op = ops.Custom(lambda x, y: np.zeros(x.shape, np.asarray(y).dtype), out_shape=lambda x, y: x, out_dtype=dtype,
+                    func_type="pyfunc")
     x = Tensor(np.zeros(2, np.float64))
     got = [op(x, v).asnumpy().dtype for v in (True, 1, 1.0, True, 1, 1.0)]
     assert got[:3] == got[3:] and len(set(got[:3])) == 3
