@@ -217,6 +217,18 @@ def test_an_attribute_assigned_again_keeps_its_place_in_the_order():
     assert [n for n, _ in Net().parameters_and_names()] == ["fc1.weight", "fc1.bias", "fc2.bias"]
 
 
+def test_appending_a_new_layer_names_its_parameters_only():
+    """Naming the whole container on each append made building N layers O(N^2) (1000 appends to one
+    CellList: 0.78 s, 0.02 s now); a layer held nowhere else names only its own part. Seen here: a name
+    set by hand on another layer is not walked over; a shared layer still names the container anew."""
+    cl = nn.CellList([nn.Dense(2, 2) for _ in range(3)])
+    cl[0].weight.name = "kept"
+    cl.append(nn.Dense(2, 2))
+    assert cl[0].weight.name == "kept" and cl[3].weight.name == "3.weight"
+    cl.append(cl[1])  # held twice now: the walk from the list names it by its first place
+    assert cl[0].weight.name == "0.weight" and cl[4].weight.name == "1.weight"
+
+
 def test_a_reordered_network_resumes_its_optimizer_by_path(tmp_path):
     """Names are paths, so an optimizer checkpoint of a network whose layers were reordered loads into a
     fresh network place by place (e08e469 named by first holder instead: the load put body.1's trained

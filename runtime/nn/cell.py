@@ -35,6 +35,26 @@ def _eager(cell: "Cell") -> Any:
     return cell._eager_call
 
 
+def _hold(obj: Any) -> None:
+    """``obj`` (a Parameter or a Cell) is held by one more cell attribute."""
+    obj.__dict__["_holders"] = obj.__dict__.get("_holders", 0) + 1
+
+
+def _release(obj: Any) -> None:
+    if obj is not None and obj.__dict__.get("_holders", 0) > 0:
+        obj.__dict__["_holders"] -= 1
+
+
+def _held_once(cell: "Cell") -> bool:
+    """Each cell and Parameter of ``cell``'s part (itself included) is held by one cell attribute only: none
+    of them can be anywhere else in the cell it was just assigned to, so only that part needs naming (a
+    layer appended to a long list names its own Parameters, not the list's)."""
+    for kind, _key, _path, obj in cell.named_from_here():
+        if obj.__dict__.get("_holders", 0) != 1:
+            return False
+    return True
+
+
 _naming = threading.local()  # keep: sub-cells registered now keep their Parameters' names (nn.container's slices)
 
 
@@ -72,6 +92,10 @@ class Cell:
                 return
             cells = self.__dict__["_cells"]
             # one replacing another of its kind keeps its place in the order (as MindSpore's and torch's)
+            _release(params.get(name) if not isinstance(value, Parameter) or params.get(name) is not value
+                     else None)
+            again = cells.get(name) is value  # the same cell assigned again: held once still
+            _release(None if again else cells.get(name))
             if not isinstance(value, Parameter):
                 params.pop(name, None)
             if not isinstance(value, Cell):
@@ -80,6 +104,7 @@ class Cell:
                 if value.name is None:
                     value.name = self._own_prefix() + name
                 params[name] = value
+                _hold(value)
             elif isinstance(value, Cell):
                 # MindSpore's auto_prefix: each Parameter of the sub-cell is named by its path from here, after
                 # this cell's own place in the network that named it (_own_prefix), so names are paths
@@ -87,8 +112,12 @@ class Cell:
                 rename = self.__dict__.get("_auto_prefix", True) and not getattr(_naming, "keep", False)
                 prefix = self._own_prefix() if rename else ""
                 cells[name] = value
-                if rename:  # named from this cell: a Parameter it reaches twice (a shared layer, a tied weight)
-                    self._name_parameters(prefix)  # by its first place, where its checkpoint's walk meets it
+                if not again:
+                    _hold(value)
+                if rename and _held_once(value):  # nothing of it is anywhere else: only its part needs names
+                    value._name_parameters(f"{prefix}{name}.")
+                elif rename:  # named from this cell: a Parameter it reaches twice (a shared layer, a tied
+                    self._name_parameters(prefix)  # weight) by its first place, where a checkpoint's walk meets it
         object.__setattr__(self, name, value)
 
     def _name_parameters(self, prefix: str) -> None:
@@ -127,8 +156,8 @@ class Cell:
         return self.__dict__.get("_prefix", "")
 
     def __delattr__(self, name: str) -> None:
-        self.__dict__["_params"].pop(name, None)
-        self.__dict__["_cells"].pop(name, None)
+        _release(self.__dict__["_params"].pop(name, None))
+        _release(self.__dict__["_cells"].pop(name, None))
         object.__delattr__(self, name)
 
     def construct(self, *args: Any, **kwargs: Any) -> Any:
