@@ -44,6 +44,25 @@ def torch_reference(torch):
                 extra_include_paths=[str(HERE.parent / "tests" / "cuda")], verbose=False)
 
 
+def breakdown(mod, x, sync) -> None:
+    """Where a no-grad Function op call on a runtime tensor spends its time: the Python steps its C++
+    side calls (runtime/device_memory.py), each timed alone beside the whole call. Not goals."""
+    from runtime import device_memory as dm
+    block, ptr = dm.allocate(8, 0, False)  # device 0: where main() puts x
+    arr = x._data
+    steps = {"the whole call": lambda: mod.square_plus(x, 1.0),
+             "allocate (CuPy's pool)": lambda: dm.allocate(8, 0, False),
+             "describe (an input)": lambda: dm.describe(arr),
+             "wrap (an output)": lambda: dm.wrap(ptr, 8, (1,), arr.dtype, 0, block),
+             "current_stream_ptr": dm.current_stream_ptr,
+             "runtime.Tensor over a CuPy array": lambda: Tensor(arr)}
+    with rt.no_grad():
+        t = interleaved(steps, 2000, ROUNDS, sync=sync)
+    print("where a no-grad call's time goes (each step alone; not goals):")
+    for name, stat in t.items():
+        print(f"  {name}: {stat.fmt('us')}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-torch-only", action="store_true", help="build the torch reference, then exit")
@@ -102,6 +121,7 @@ def main(argv=None) -> int:
                         w.median <= 1.5, f"{w.median:.2f}x")
         else:
             print(line)
+    breakdown(mod, x1.detach(), sync)
 
     n = 64 << 20
     a, b = cp.ones(n, cp.float32), cp.ones(n, cp.float32)

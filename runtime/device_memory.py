@@ -26,13 +26,15 @@ def _cp() -> Any:
     return cp
 
 
-def allocate(nbytes: int, device: int, zero: bool) -> Any:
-    """A CuPy uint8 array of ``nbytes`` on ``device`` (its ``data.ptr`` is the block; it owns it)."""
+def allocate(nbytes: int, device: int, zero: bool) -> Tuple[Any, int]:
+    """(owner, device pointer): a CuPy uint8 array of ``nbytes`` on ``device`` that owns the block."""
     cp = _cp()
     if device != cp.cuda.runtime.getDevice():  # entering a Device costs about as much as the allocation
         with cp.cuda.Device(device):
-            return cp.zeros(nbytes, cp.uint8) if zero else cp.empty(nbytes, cp.uint8)
-    return cp.zeros(nbytes, cp.uint8) if zero else cp.empty(nbytes, cp.uint8)
+            arr = cp.zeros(nbytes, cp.uint8) if zero else cp.empty(nbytes, cp.uint8)
+    else:
+        arr = cp.zeros(nbytes, cp.uint8) if zero else cp.empty(nbytes, cp.uint8)
+    return arr, arr.data.ptr
 
 
 def describe(arr: Any) -> Tuple[Any, int, Tuple[int, ...], np.dtype, int]:

@@ -2,9 +2,9 @@
 
 The C++ sources (include/, src/, and C++ under runtime/) are read as text for what they use of the
 runtime: the modules they import (``PyImport_ImportModule("...")``, ``ImportAttr("...", ...)``),
-the names they look up on such a module (``ImportAttr``'s second argument; a one-argument wrapper
-around ``ImportAttr`` such as ``DeviceMemoryAttr("...")``; ``PyObject_CallMethod`` /
-``PyObject_GetAttrString`` on the imported module object), and the attribute names they intern to
+the names they look up on such a module (``ImportAttr``'s second argument; ``NativeFn(slot, "...")``,
+which loads a runtime._native function once; ``PyObject_CallMethod`` / ``PyObject_GetAttrString`` on
+the imported module object), and the attribute names they intern to
 read and set on tensors and on the grad state (``PyUnicode_InternFromString("...")``). Each must be
 declared by runtime._native and exist there, so a rename on the Python side fails here, not in every
 built operator at run time.
@@ -24,8 +24,7 @@ NATIVE = "runtime._native"
 
 _IMPORT = re.compile(r'(?:(\w+)\s*=[^;]*?)?PyImport_ImportModule\(\s*"([\w.]+)"\s*\)')
 _IMPORT_ATTR = re.compile(r'\bImportAttr\(\s*"([\w.]+)"\s*,\s*"(\w+)"\s*\)')
-_WRAPPER = re.compile(r'PyObject\s*\*\s*(\w+)\(\s*const\s+char\s*\*\s*(\w+)\s*\)\s*\{\s*'
-                      r'return\s+ImportAttr\(\s*"([\w.]+)"\s*,\s*\2\s*\)')
+_NATIVE_FN = re.compile(r'\bNativeFn\(\s*\w+\s*,\s*"(\w+)"\s*\)')
 _INTERN = re.compile(r'PyUnicode_InternFromString\(\s*"(\w+)"\s*\)')
 
 
@@ -41,7 +40,6 @@ def runtime_uses(sources: Dict[str, str]) -> Tuple[Set[str], Set[Tuple[str, str]
     modules: Set[str] = set()
     names: Set[Tuple[str, str]] = set()
     interned: Set[str] = set()
-    wrappers = {m.group(1): m.group(3) for text in sources.values() for m in _WRAPPER.finditer(text)}
     for text in sources.values():
         for m in _IMPORT.finditer(text):
             modules.add(m.group(2))
@@ -53,8 +51,9 @@ def runtime_uses(sources: Dict[str, str]) -> Tuple[Set[str], Set[Tuple[str, str]
         for mod, name in _IMPORT_ATTR.findall(text):
             modules.add(mod)
             names.add((mod, name))
-        for wrapper, mod in wrappers.items():
-            names |= {(mod, n) for n in re.findall(r'\b' + wrapper + r'\(\s*"(\w+)"\s*\)', text)}
+        if _NATIVE_FN.search(text):
+            modules.add(NATIVE)
+            names |= {(NATIVE, n) for n in _NATIVE_FN.findall(text)}
         # dunder names (__dlpack__, ...) are Python protocols other frameworks' objects implement, not runtime names
         interned |= {a for a in _INTERN.findall(text) if not (a.startswith("__") and a.endswith("__"))}
     runtime = {m for m in modules if m == "runtime" or m.startswith("runtime.")}
@@ -88,7 +87,7 @@ def test_the_scan_sees_each_kind_of_use():
     modules, names, interned = runtime_uses(cxx_sources())
     assert modules == {NATIVE}
     assert {(NATIVE, "Tensor"), (NATIVE, "_state"), (NATIVE, "describe"), (NATIVE, "allocate"),
-            (NATIVE, "current_stream_ptr")} <= names  # ImportAttr, the wrapper, CallMethod on the module
+            (NATIVE, "current_stream_ptr"), (NATIVE, "torch_array")} <= names  # ImportAttr, NativeFn, GetAttr
     assert {"_data", "_node", "_version", "enabled"} <= interned
 
 

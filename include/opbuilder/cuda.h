@@ -18,9 +18,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "opbuilder/detail/errors.h"
-#include "opbuilder/detail/foreign_api.h"
-#include "opbuilder/detail/pyref.h"
+#include "opbuilder/detail/tensor_details.h"
 
 namespace opbuilder {
 namespace cuda {
@@ -41,19 +39,7 @@ class CudaError : public std::runtime_error {
 // The runtime's current stream (runtime.cuda.current_stream(); set with runtime.cuda.stream(s));
 // inside a call through to_torch's bridge, torch's (torch.cuda.current_stream()). Launch on it so a
 // Function op is ordered with the ops before and after it.
-inline cudaStream_t CurrentStream() {
-  detail::GilForRefcount gil;
-  if (const detail::ForeignApi *api = detail::ActiveForeign()) {
-    void *s = api->stream(-1);
-    if (s == nullptr && PyErr_Occurred()) throw detail::PythonError();
-    return reinterpret_cast<cudaStream_t>(s);
-  }
-  detail::PyRef m = detail::PyRef::Steal(detail::Check(PyImport_ImportModule("runtime._native")));
-  detail::PyRef ptr = detail::PyRef::Steal(detail::Check(PyObject_CallMethod(m.get(), "current_stream_ptr", nullptr)));
-  void *p = PyLong_AsVoidPtr(ptr.get());
-  if (PyErr_Occurred()) throw detail::PythonError();
-  return reinterpret_cast<cudaStream_t>(p);
-}
+inline cudaStream_t CurrentStream() { return reinterpret_cast<cudaStream_t>(detail::CurrentDeviceStream()); }
 
 }  // namespace cuda
 }  // namespace opbuilder

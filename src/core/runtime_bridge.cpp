@@ -51,8 +51,8 @@ Runtime LoadRuntime() {
 
 // A Tensor over a GPU array's memory (made C-contiguous on its device first).
 TensorPtr TensorFromDeviceArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad) {
-  PyRef describe = PyRef::Steal(DeviceMemoryAttr("describe"));
-  PyRef d = PyRef::Steal(Check(PyObject_CallOneArg(describe.get(), array)));
+  static std::atomic<PyObject *> describe{nullptr};
+  PyRef d = PyRef::Steal(Check(PyObject_CallOneArg(NativeFn(describe, "describe"), array)));
   if (!PyTuple_Check(d.get()) || PyTuple_GET_SIZE(d.get()) != 5) {
     throw TypeError("opbuilder: runtime.device_memory.describe returned something other than a 5-tuple");
   }
@@ -101,8 +101,8 @@ PyObject *DeviceArrayFromTensor(const Runtime &rt, const Tensor &t) {
   for (std::size_t i = 0; i < t.shape().size(); ++i) {
     PyTuple_SET_ITEM(shape.get(), static_cast<Py_ssize_t>(i), Check(PyLong_FromLongLong(t.shape()[i])));
   }
-  PyRef wrap = PyRef::Steal(DeviceMemoryAttr("wrap"));
-  return CallSteal(wrap.get(), Py_BuildValue("(NnOOiO)", Check(PyLong_FromVoidPtr(t.data_ptr())),
+  static std::atomic<PyObject *> wrap{nullptr};
+  return CallSteal(NativeFn(wrap, "wrap"), Py_BuildValue("(NnOOiO)", Check(PyLong_FromVoidPtr(t.data_ptr())),
                                              static_cast<Py_ssize_t>(t.nbytes()), shape.get(), DescrOf(rt, t.dtype()),
                                              t.device_index(), owner.get()));
 }

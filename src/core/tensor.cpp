@@ -2,6 +2,7 @@
 // Compiled once into libobcore (core_lib.cpp), or, in a build without the core library,
 // inline in each operator: opbuilder/tensor.h includes this file at its end (detail/core_lib.h).
 #include "opbuilder/tensor.h"
+#include "opbuilder/detail/native_fn.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -231,14 +232,31 @@ OB_CORE_FN std::shared_ptr<void> AllocateDeviceStorage(std::size_t nbytes, int d
     if (handle == nullptr) throw PythonError();
     return std::shared_ptr<void>(p, ForeignOwner{api, handle});
   }
-  PyRef m = PyRef::Steal(Check(PyImport_ImportModule("runtime._native")));
-  PyRef block = PyRef::Steal(Check(PyObject_CallMethod(m.get(), "allocate", "nii", static_cast<Py_ssize_t>(nbytes),
-                                                       device, zero ? 1 : 0)));
-  PyRef data = PyRef::Steal(Check(PyObject_GetAttrString(block.get(), "data")));
-  PyRef ptr = PyRef::Steal(Check(PyObject_GetAttrString(data.get(), "ptr")));
+  static std::atomic<PyObject *> allocate{nullptr};
+  PyRef r = PyRef::Steal(Check(PyObject_CallFunction(NativeFn(allocate, "allocate"), "nii",
+                                                      static_cast<Py_ssize_t>(nbytes), device, zero ? 1 : 0)));
+  if (!PyTuple_Check(r.get()) || PyTuple_GET_SIZE(r.get()) != 2) {
+    throw TypeError("opbuilder: runtime.device_memory.allocate returned something other than a 2-tuple");
+  }
+  void *p = PyLong_AsVoidPtr(PyTuple_GET_ITEM(r.get(), 1));
+  if (PyErr_Occurred()) throw PythonError();
+  PyObject *block = PyTuple_GET_ITEM(r.get(), 0);
+  Py_INCREF(block);
+  return std::shared_ptr<void>(p, PyOwnerDeleter{block});
+}
+
+OB_CORE_FN void *CurrentDeviceStream() {
+  GilForRefcount gil;
+  if (const ForeignApi *api = ActiveForeign()) {
+    void *s = api->stream(-1);
+    if (s == nullptr && PyErr_Occurred()) throw PythonError();
+    return s;
+  }
+  static std::atomic<PyObject *> current{nullptr};
+  PyRef ptr = PyRef::Steal(Check(PyObject_CallNoArgs(NativeFn(current, "current_stream_ptr"))));
   void *p = PyLong_AsVoidPtr(ptr.get());
   if (PyErr_Occurred()) throw PythonError();
-  return std::shared_ptr<void>(p, PyOwnerDeleter{block.release()});
+  return p;
 }
 
 }  // namespace detail

@@ -92,27 +92,17 @@ inline PyObject *BaseRefAttr() {
   return expected;
 }
 
-// A function of runtime._native that native code calls off the common path, loaded once into `slot`.
-inline PyObject *CachedRule(std::atomic<PyObject *> &slot, PyObject *(*load)()) {
-  PyObject *f = slot.load(std::memory_order_acquire);
-  if (f != nullptr) return f;
-  f = load();
-  PyObject *expected = nullptr;
-  if (slot.compare_exchange_strong(expected, f, std::memory_order_acq_rel)) return f;
-  Py_DECREF(f);
-  return expected;
-}
 inline PyObject *ShareVersionRule() {
   static std::atomic<PyObject *> slot{nullptr};
-  return CachedRule(slot, [] { return ImportAttr("runtime._native", "share_version"); });
+  return NativeFn(slot, "share_version");
 }
 inline PyObject *ShareCounterRule() {
   static std::atomic<PyObject *> slot{nullptr};
-  return CachedRule(slot, [] { return ImportAttr("runtime._native", "share_counter"); });
+  return NativeFn(slot, "share_counter");
 }
 inline PyObject *RebaseViewRule() {
   static std::atomic<PyObject *> slot{nullptr};
-  return CachedRule(slot, [] { return ImportAttr("runtime._native", "rebase_view"); });
+  return NativeFn(slot, "rebase_view");
 }
 
 // runtime.Tensor's `_base_ref` is a slot of the class (runtime/tensor.py), read here at its offset
@@ -139,7 +129,7 @@ inline PyRef BaseRefOf(PyObject *obj) {
 // written now, or None.
 inline PyObject *ForeignWriteRule() {
   static std::atomic<PyObject *> slot{nullptr};
-  return CachedRule(slot, [] { return ImportAttr("runtime._native", "foreign_write_refusal"); });
+  return NativeFn(slot, "foreign_write_refusal");
 }
 
 // The torch tensor (borrowed) whose memory `t` is, taken straight through DLPack's C exchange table (the
@@ -165,7 +155,7 @@ inline std::string ForeignRefusal(PyObject *obj, const std::string &who, std::si
 
 inline PyObject *RefreshViewRule() {
   static std::atomic<PyObject *> slot{nullptr};
-  return CachedRule(slot, [] { return ImportAttr("runtime._native", "refresh_view_arg"); });
+  return NativeFn(slot, "refresh_view_arg");
 }
 
 // Whether `obj` (an argument's runtime.Tensor, or null) is a view: its `_base_ref` is set. One slot

@@ -14,6 +14,7 @@
 #include <Python.h>
 
 #include "opbuilder/detail/limited_api.h"
+#include "opbuilder/detail/native_fn.h"
 #include <structmember.h>  // T_OBJECT_EX: the type of a __slots__ member
 
 #include <atomic>
@@ -62,12 +63,6 @@ struct Runtime {
   OB_CORE_FN static Runtime &Get();
 #endif
 };
-
-// A module's attribute (new reference).
-inline PyObject *ImportAttr(const char *module, const char *name) {
-  PyRef m = PyRef::Steal(Check(PyImport_ImportModule(module)));
-  return Check(PyObject_GetAttrString(m.get(), name));
-}
 
 // Calls `fn(args...)` (a tuple it builds from new references it steals); new reference.
 inline PyObject *CallSteal(PyObject *fn, PyObject *args) {
@@ -166,7 +161,6 @@ inline DataType DataTypeOfDescr(const Runtime &rt, PyObject *descr) {
 OB_CORE_FN TensorPtr TensorFromArray(const Runtime &rt, PyObject *array, PyObject *owner, bool requires_grad);
 
 // ---- GPU tensors (CuPy arrays): runtime/device_memory.py does the Python side ----
-inline PyObject *DeviceMemoryAttr(const char *name) { return ImportAttr("runtime._native", name); }
 
 OB_CORE_FN TensorPtr TensorFromPy(const Runtime &rt, PyObject *obj);
 

@@ -235,6 +235,10 @@ OB_CORE_FN int ParseDevice(const std::string &device);
 // Inside a framework bridge's call (to_torch), the framework's allocator and stream instead.
 OB_CORE_FN std::shared_ptr<void> AllocateDeviceStorage(std::size_t nbytes, int device, bool zero);
 
+// The stream a GPU op launches on now (a cudaStream_t): the runtime's current one, or the framework's
+// inside a bridge's call. opbuilder::cuda::CurrentStream() (cuda.h) returns it.
+OB_CORE_FN void *CurrentDeviceStream();
+
 struct TensorAccess;
 
 }  // namespace detail
