@@ -135,6 +135,58 @@ def test_autograd_grad_of_an_unused_input_is_an_error_unless_allowed():
         rt.autograd.grad([(x * 2).sum()], [x, w])
 
 
+@pytest.mark.parametrize("allow_unused", [False, True])
+def test_autograd_grad_of_an_input_that_does_not_require_grad_is_an_error(allow_unused):
+    """torch: "One of the differentiated Tensors does not require grad", with allow_unused or without
+    (before, allow_unused=True gave None for it, silently)."""
+    w, x = Tensor(np.ones(3), requires_grad=True), Tensor(np.ones(3))
+    y = (w * 2).sum()
+    with pytest.raises(RuntimeError, match=r"^autograd.grad: input 1 does not require grad \(one of the "
+                                           r"differentiated tensors does not require grad\); call requires_grad_"):
+        rt.autograd.grad([y], [w, x], allow_unused=allow_unused)
+    with pytest.raises(TypeError, match=r"^autograd.grad: input 1 is a float, not a Tensor$"):
+        rt.autograd.grad([y], [w, 3.0], allow_unused=allow_unused)
+
+
+def test_autograd_grad_of_an_output_that_does_not_require_grad_is_an_error():
+    """torch: "element 0 of tensors does not require grad and does not have a grad_fn" (before: the
+    input was said to be unused)."""
+    w, x = Tensor(np.ones(3), requires_grad=True), Tensor(np.ones(3))
+    with pytest.raises(RuntimeError, match=r"^autograd.grad: output 1 does not require grad and has no history"):
+        rt.autograd.grad([(w * 2).sum(), (x * 2).sum()], [w])
+
+
+def test_backward_adds_into_the_same_grad_tensor_as_torch():
+    """torch's AccumulateGrad adds a later gradient into the tensor already in ``.grad``: a reference
+    taken before sees the sum, and the tensor's write count goes up. With create_graph, a new tensor."""
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (w * 2).sum().backward()
+    g = w.grad
+    v = g._version
+    (w * w).sum().backward()
+    assert w.grad is g and g._version == v + 1
+    np.testing.assert_allclose(g.asnumpy(), [2 + 2 * 1.0, 2 + 2 * 2.0])
+    (w * 3).sum().backward(create_graph=True)
+    assert w.grad is not g
+    np.testing.assert_allclose(w.grad.asnumpy(), [7.0, 9.0])
+    np.testing.assert_allclose(g.asnumpy(), [4.0, 6.0])
+
+
+def test_a_grad_that_cannot_take_the_sum_in_place_is_replaced():
+    """A read-only gradient (a broadcast numpy array put in ``.grad``) or one of another dtype gets a new
+    tensor holding the sum; nothing is written into the caller's memory."""
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    ro = np.broadcast_to(np.array(1.0), (2,))
+    w.grad = Tensor._from_array(ro)
+    (w * 2).sum().backward()
+    np.testing.assert_allclose(w.grad.asnumpy(), [3.0, 3.0])
+    assert ro.tolist() == [1.0, 1.0]
+    f32 = Tensor(np.array([1.0, 1.0], np.float32))
+    w.grad = f32
+    (w * 2).sum().backward()
+    assert w.grad is not f32 and f32.asnumpy().tolist() == [1.0, 1.0]
+
+
 @pytest.mark.parametrize("wrap", [lambda z: z, lambda z: z.sum()], ids=["one_node", "graph"])
 def test_a_leaf_used_twice_by_one_node_gets_both_gradients(my_ops, wrap):
     x = Tensor(np.array([1.5, -2.0]))

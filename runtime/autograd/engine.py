@@ -370,10 +370,28 @@ def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Opt
         for key, g in leaf_grads.items():
             leaf = leaves[key]
             g = _own(g, claimed, create_graph)
-            leaf.grad = g if leaf.grad is None else _accumulate(leaf.grad, g)
+            _accumulate_grad(leaf, g, create_graph)
         return None
     return [leaf_grads.get(id(t)) if t._node is None else captured.get((t._node, t._out_index))
             for t in targets]
+
+
+def _accumulate_grad(leaf, g, create_graph: bool) -> None:
+    """Add ``g`` to ``leaf.grad`` as torch's AccumulateGrad does: the first gradient is stored; later ones
+    are added into the same tensor (a reference to ``leaf.grad`` taken before sees the sum, and its
+    write count goes up), except with ``create_graph`` or where the old one cannot take the sum in
+    place (it requires grad, is read-only, or has another shape or dtype): then a new tensor."""
+    old = leaf.grad
+    if old is None:
+        leaf.grad = g
+        return
+    a, b = old._data, g._data
+    if (create_graph or old.requires_grad or a.shape != b.shape or a.dtype != b.dtype
+            or type(a) is not type(b) or not getattr(getattr(a, "flags", None), "writeable", True)):
+        leaf.grad = _accumulate(old, g)
+        return
+    a += b
+    old._version += 1
 
 
 def _own(g, claimed: Dict[int, List[Any]], create_graph: bool):
@@ -437,7 +455,7 @@ def grad(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Optional[S
     one Tensor or a sequence of them; an output with more than one element needs its ``grad_outputs``.
 
     An input that no output depends on is an error, unless ``allow_unused=True``,
-    which gives ``None`` for it.
+    which gives ``None`` for it. An input or output that does not require grad is an error either way.
     """
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
@@ -445,9 +463,18 @@ def grad(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Optional[S
     for k, (t, g) in enumerate(zip(outputs, grad_outputs)):
         if not isinstance(t, Tensor):
             raise TypeError(f"autograd.grad: output {k} is a {type(t).__name__}, not a Tensor")
+        if not t.requires_grad:  # torch: "element k of tensors does not require grad and does not have a grad_fn"
+            raise RuntimeError(f"autograd.grad: output {k} does not require grad and has no history; mark an "
+                               f"input with requires_grad_() before computing it")
         if g is None and t._data.size != 1:
             raise RuntimeError(f"autograd.grad: output {k} has shape {list(t._data.shape)}; without grad_outputs "
                                f"each output must have one element")
+    for k, x in enumerate(inputs):  # as torch, allow_unused or not: there is no gradient to give for these
+        if not isinstance(x, Tensor):
+            raise TypeError(f"autograd.grad: input {k} is a {type(x).__name__}, not a Tensor")
+        if not x.requires_grad:
+            raise RuntimeError(f"autograd.grad: input {k} does not require grad (one of the differentiated "
+                               f"tensors does not require grad); call requires_grad_() on it first")
     gs = [_as_grad(g, t, "autograd.grad", k) for k, (t, g) in enumerate(zip(outputs, grad_outputs))]
     if retain_graph is None:
         retain_graph = create_graph
