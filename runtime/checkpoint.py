@@ -82,11 +82,25 @@ def _cell_entries(cell: Any, who: str) -> List[Tuple[str, Any]]:
     return out
 
 
+def _optimizers_in(cell: Any) -> List[Any]:
+    """The optimizers that a cell or the cells under it hold (TrainOneStepCell's), each once: their state
+    goes into the cell's checkpoint and comes back from it, as in MindSpore, where an optimizer is a
+    Cell of the training cell."""
+    from .nn.optim import Optimizer
+    out: List[Any] = []
+    for _, c in cell.cells_and_names():
+        for v in vars(c).values():
+            if isinstance(v, Optimizer) and all(v is not o for o in out):
+                out.append(v)
+    return out
+
+
 def _named(save_obj: Any) -> Dict[str, np.ndarray]:
     from .nn.cell import Cell
     from .nn.optim import Optimizer
     if isinstance(save_obj, Cell):
         items = _cell_entries(save_obj, "save_checkpoint")
+        items += [entry for opt in _optimizers_in(save_obj) for entry in opt._state().items()]
     elif isinstance(save_obj, Optimizer):
         items = list(save_obj.parameters_and_names())
     elif isinstance(save_obj, dict):
@@ -208,29 +222,34 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         raise TypeError(f"load_param_into_net: net must be a Cell or an optimizer, got {type(net).__name__}")
     if not isinstance(parameter_dict, dict):
         raise TypeError(f"load_param_into_net: parameter_dict must be a dict, got {type(parameter_dict).__name__}")
-    state: Dict[str, np.ndarray] = {}
     if isinstance(net, Optimizer):
         named = [(n, p) for n, p in zip(net._param_names(), net.parameters)]
-        state = net._state()
+        optimizers = [net]
     else:
         named = _cell_entries(net, "load_param_into_net")
+        optimizers = _optimizers_in(net)  # a training cell's: their state loads with it
     updates = []
     for name, p in named:
         if name not in parameter_dict:
             continue
         updates.append((p, _checked(name, parameter_dict[name], p._data)))
-    state_in = {}
-    for name, current in state.items():
-        if name in parameter_dict:
-            if name == "global_step":
-                state_in[name] = _step(parameter_dict[name])
-            else:
-                state_in[name] = _checked(name, parameter_dict[name], current)
-    if state_in and len(state_in) != len(state):
-        missing = [n for n in state if n not in state_in]
-        raise ValueError(f"load_param_into_net: the checkpoint holds part of the optimizer's state; missing: "
-                         f"{missing}. Nothing was loaded")
-    net_names = [n for n, _ in named] + list(state)
+    states = [(opt, opt._state()) for opt in optimizers]
+    loads = []
+    for opt, state in states:
+        state_in = {}
+        for name, current in state.items():
+            if name in parameter_dict:
+                if name == "global_step":
+                    state_in[name] = _step(parameter_dict[name])
+                else:
+                    state_in[name] = _checked(name, parameter_dict[name], current)
+        if state_in and len(state_in) != len(state):
+            missing = [n for n in state if n not in state_in]
+            raise ValueError(f"load_param_into_net: the checkpoint holds part of the optimizer's state; missing: "
+                             f"{missing}. Nothing was loaded")
+        if state_in:
+            loads.append((opt, state_in))
+    net_names = [n for n, _ in named] + [n for _, state in states for n in state]
     not_loaded = [n for n in net_names if n not in parameter_dict]
     known = set(net_names)
     unused = [n for n in parameter_dict if n not in known]
@@ -244,8 +263,8 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         else:
             rebind(p, arr.copy())  # memory of its own now: its old views keep their counter
         p._version += 1
-    if state_in:
-        net._load_state(state_in)
+    for opt, state_in in loads:
+        opt._load_state(state_in)
     return not_loaded, unused
 
 

@@ -320,11 +320,44 @@ def test_a_train_wrappers_checkpoint_loads_into_the_bare_network(tmp_path):
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
     train(Tensor(np.ones((4, 3), np.float32)), Tensor(np.ones((4, 2), np.float32)))
     rt.save_checkpoint(train, tmp_path / "train.safetensors")
-    assert set(rt.load_checkpoint(tmp_path / "train.safetensors")) == {p.name for p in net.get_parameters()}
+    state = {"global_step"} | {f"moments.{p.name}" for p in net.get_parameters()}  # the optimizer's (MindSpore's too)
+    assert set(rt.load_checkpoint(tmp_path / "train.safetensors")) == {p.name for p in net.get_parameters()} | state
     fresh = Net()
-    assert rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "train.safetensors")) == ([], [])
+    not_loaded, unused = rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "train.safetensors"))
+    assert not_loaded == [] and set(unused) == state
     for a, b in zip(net.get_parameters(), fresh.get_parameters()):
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: nn.Adam(ps, 0.05),
+    lambda ps: nn.Momentum(ps, 0.1, 0.9),
+], ids=["Adam", "Momentum"])
+def test_a_train_cells_checkpoint_holds_its_optimizers_state_and_resumes_exactly(tmp_path, make_opt):
+    """MindSpore's TrainOneStepCell holds its optimizer as a Cell, so its checkpoint holds global_step and
+    the moments too, and loading it resumes the same run. Here the optimizer was left out: a resumed
+    Adam restarted its moments and bias correction (the losses below differed)."""
+    x, y = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)), Tensor(np.ones((4, 2), np.float32))
+
+    def make(seed):
+        rt.set_seed(seed)
+        net = _mlp()
+        return nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), make_opt(net.trainable_params()))
+
+    train = make(0)
+    for _ in range(3):
+        train(x, y)
+    rt.save_checkpoint(train, tmp_path / "train.safetensors")
+    expected = [float(train(x, y).asnumpy()) for _ in range(3)]
+    fresh = make(1)
+    assert rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "train.safetensors"),
+                                  strict_load=True) == ([], [])
+    assert fresh.optimizer.global_step == 3
+    np.testing.assert_allclose([float(fresh(x, y).asnumpy()) for _ in range(3)], expected, rtol=1e-6)
+    # a network's own checkpoint (no optimizer state) loads the weights and names the state not loaded
+    rt.save_checkpoint(train.network, tmp_path / "net.safetensors")
+    not_loaded, unused = rt.load_param_into_net(make(2), rt.load_checkpoint(tmp_path / "net.safetensors"))
+    assert "global_step" in not_loaded and unused == []
 
 
 def test_two_parameters_of_one_name_cannot_be_saved_or_loaded_by_name(tmp_path):
