@@ -82,16 +82,21 @@ def _cell_entries(cell: Any, who: str) -> List[Tuple[str, Any]]:
     return out
 
 
-def _optimizers_in(cell: Any) -> List[Any]:
-    """The optimizers that a cell or the cells under it hold (TrainOneStepCell's), each once: their state
-    goes into the cell's checkpoint and comes back from it, as in MindSpore, where an optimizer is a
-    Cell of the training cell."""
+def _optimizers_in(cell: Any) -> List[Tuple[str, Any]]:
+    """(name prefix, optimizer) for each optimizer a cell or the cells under it hold as an attribute
+    (TrainOneStepCell's), each once: their state goes into the cell's checkpoint and comes back from it,
+    as in MindSpore, where an optimizer is a Cell of the training cell. The prefix is the holding cell's,
+    as its Parameters get (``named_from_here``): "" for a training cell saved itself, so its entries are
+    ``global_step``, ``moment1.<name>``; "g." for one held as ``self.g`` of a cell that names its parts
+    (two training cells in one model: each its own ``global_step``)."""
     from .nn.optim import Optimizer
-    out: List[Any] = []
-    for _, c in cell.cells_and_names():
+    out: List[Tuple[str, Any]] = []
+    for kind, key, _path, c in cell.named_from_here():
+        if kind != "cell":
+            continue
         for v in vars(c).values():
-            if isinstance(v, Optimizer) and all(v is not o for o in out):
-                out.append(v)
+            if isinstance(v, Optimizer) and all(v is not o for _, o in out):
+                out.append((key, v))
     return out
 
 
@@ -100,7 +105,7 @@ def _named(save_obj: Any) -> Dict[str, np.ndarray]:
     from .nn.optim import Optimizer
     if isinstance(save_obj, Cell):
         items = _cell_entries(save_obj, "save_checkpoint")
-        items += [entry for opt in _optimizers_in(save_obj) for entry in opt._state().items()]
+        items += [(key + n, a) for key, opt in _optimizers_in(save_obj) for n, a in opt._state().items()]
     elif isinstance(save_obj, Optimizer):
         items = list(save_obj.parameters_and_names())
     elif isinstance(save_obj, dict):
@@ -224,7 +229,7 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         raise TypeError(f"load_param_into_net: parameter_dict must be a dict, got {type(parameter_dict).__name__}")
     if isinstance(net, Optimizer):
         named = [(n, p) for n, p in zip(net._param_names(), net.parameters)]
-        optimizers = [net]
+        optimizers = [("", net)]
     else:
         named = _cell_entries(net, "load_param_into_net")
         optimizers = _optimizers_in(net)  # a training cell's: their state loads with it
@@ -233,26 +238,28 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         if name not in parameter_dict:
             continue
         updates.append((p, _checked(name, parameter_dict[name], p._data)))
-    states = [(opt, opt._state()) for opt in optimizers]
-    loads = []
-    for opt, state in states:
+    states = [(key, opt, opt._state()) for key, opt in optimizers]
+    loads, skipped = [], set()
+    for key, opt, state in states:
         state_in = {}
         for name, current in state.items():
-            if name in parameter_dict:
-                if name == "global_step":
-                    state_in[name] = _step(parameter_dict[name])
-                else:
-                    state_in[name] = _checked(name, parameter_dict[name], current)
+            if key + name in parameter_dict:
+                value = parameter_dict[key + name]
+                state_in[name] = _step(value) if name == "global_step" else _checked(key + name, value, current)
         if state_in and len(state_in) != len(state):
-            missing = [n for n in state if n not in state_in]
-            raise ValueError(f"load_param_into_net: the checkpoint holds part of the optimizer's state; missing: "
-                             f"{missing}. Nothing was loaded")
-        if state_in:
+            missing = [key + n for n in state if n not in state_in]
+            if net is opt:  # an optimizer's own checkpoint: part of its state would resume another run
+                raise ValueError(f"load_param_into_net: the checkpoint holds part of the optimizer's state; "
+                                 f"missing: {missing}. Nothing was loaded")
+            # a cell's: another optimizer's state (Adam's into Momentum's shares only global_step), or
+            # none of it: that optimizer starts afresh, and all of its state is listed as not loaded
+            skipped |= {key + n for n in state}
+        elif state_in:
             loads.append((opt, state_in))
-    net_names = [n for n, _ in named] + [n for _, state in states for n in state]
-    not_loaded = [n for n in net_names if n not in parameter_dict]
+    net_names = [n for n, _ in named] + [key + n for key, _, state in states for n in state]
+    not_loaded = [n for n in net_names if n not in parameter_dict or n in skipped]
     known = set(net_names)
-    unused = [n for n in parameter_dict if n not in known]
+    unused = [n for n in parameter_dict if n not in known or n in skipped]
     if strict_load and (not_loaded or unused):
         raise ValueError(f"load_param_into_net(strict_load=True): the net's parameters not in the checkpoint: "
                          f"{not_loaded}; the checkpoint's entries not in the net: {unused}")

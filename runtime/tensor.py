@@ -206,7 +206,9 @@ class Tensor:
         new._base_ref = None
         new._data = self._data
         share_version(new, self)
-        new.__dict__.update((k, v) for k, v in self.__dict__.items() if k not in _GRAPH_STATE)
+        # as torch, the copy has no .grad of its own yet (backward adds into .grad in place: sharing it
+        # would let a backward through the copy change the original's)
+        new.__dict__.update((k, v) for k, v in self.__dict__.items() if k not in _GRAPH_STATE and k != "grad")
         return new
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "Tensor":

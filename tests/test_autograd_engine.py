@@ -187,6 +187,63 @@ def test_a_grad_that_cannot_take_the_sum_in_place_is_replaced():
     assert w.grad is not f32 and f32.asnumpy().tolist() == [1.0, 1.0]
 
 
+def test_a_grad_whose_elements_share_memory_is_replaced_not_written():
+    """A stride-0 view put in ``.grad``: adding into it in place would add every element into one memory
+    location (wrong gradient, and the viewed tensor written)."""
+    w, z = Tensor(np.array([1.0, 2.0]), requires_grad=True), Tensor(np.zeros(1))
+    w.grad = z.broadcast_to((2,))
+    (w * Tensor(np.array([2.0, 3.0]))).sum().backward()
+    np.testing.assert_allclose(w.grad.asnumpy(), [2.0, 3.0])
+    assert z.asnumpy().tolist() == [0.0]
+
+
+def test_a_shallow_copy_has_no_grad_of_its_own_yet():
+    """torch's copy.copy: the memory is shared, .grad is not; sharing it let a backward through the
+    copy add into the original's gradient."""
+    import copy
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (w * 2).sum().backward()
+    w2 = copy.copy(w)
+    assert w2.grad is None and w2.requires_grad
+    (w2 * 5).sum().backward()
+    np.testing.assert_allclose(w.grad.asnumpy(), [2.0, 2.0])
+    np.testing.assert_allclose(w2.grad.asnumpy(), [5.0, 5.0])
+
+
+def test_backward_on_threads_into_one_leaf_adds_every_gradient_whole():
+    """Accumulation into a shared .grad is one step at a time (torch locks AccumulateGrad): no element
+    loses an addition, none is torn."""
+    import threading
+    w = Tensor(np.ones(200_000, np.float32), requires_grad=True)
+    (w * 1).sum().backward()
+
+    def work():
+        for _ in range(10):
+            (w * 1).sum().backward()
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    g = w.grad.asnumpy()
+    assert g.min() == g.max() == 41.0
+
+
+def test_a_grad_set_to_an_array_is_replaced_by_the_sum():
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    w.grad = np.ones(2)
+    (w * 2).sum().backward()
+    assert isinstance(w.grad, Tensor)
+    np.testing.assert_allclose(w.grad.asnumpy(), [3.0, 3.0])
+
+
+def test_autograd_grad_with_no_inputs_is_an_error():
+    w = Tensor(np.ones(2), requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^autograd.grad: inputs is empty"):
+        rt.autograd.grad([(w * 2).sum()], [])
+
+
 @pytest.mark.parametrize("wrap", [lambda z: z, lambda z: z.sum()], ids=["one_node", "graph"])
 def test_a_leaf_used_twice_by_one_node_gets_both_gradients(my_ops, wrap):
     x = Tensor(np.array([1.5, -2.0]))

@@ -360,6 +360,60 @@ def test_a_train_cells_checkpoint_holds_its_optimizers_state_and_resumes_exactly
     assert "global_step" in not_loaded and unused == []
 
 
+def test_two_training_cells_in_one_model_save_their_optimizers_apart_and_resume(tmp_path):
+    """A GAN holds two TrainOneStepCells: each optimizer's state is named under its cell (tg.global_step,
+    td.global_step), as MindSpore's prefix names them; both resume. Before, the two global_steps
+    clashed and the model could not be saved."""
+    x, y = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)), Tensor(np.ones((4, 2), np.float32))
+
+    class GAN(nn.Cell):
+        def __init__(self, seed):
+            super().__init__()
+            rt.set_seed(seed)
+            self.g, self.d = nn.Dense(3, 2), nn.Dense(3, 2)
+            self.tg = nn.TrainOneStepCell(nn.WithLossCell(self.g, nn.MSELoss()), nn.Adam(self.g.trainable_params(), 0.05))
+            self.td = nn.TrainOneStepCell(nn.WithLossCell(self.d, nn.MSELoss()),
+                                          nn.Momentum(self.d.trainable_params(), 0.05, 0.9))
+
+        def construct(self, a, b):
+            return self.tg(a, b) + self.td(a, b)
+
+    gan = GAN(0)
+    gan(x, y)
+    gan(x, y)
+    rt.save_checkpoint(gan, tmp_path / "gan.safetensors")
+    names = set(rt.load_checkpoint(tmp_path / "gan.safetensors"))
+    assert {"tg.global_step", "td.global_step", "tg.moment1.g.weight", "td.moments.d.weight"} <= names
+    expected = [float(gan(x, y).asnumpy()) for _ in range(3)]
+    fresh = GAN(1)
+    assert rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "gan.safetensors"), strict_load=True) == ([], [])
+    assert fresh.tg.optimizer.global_step == fresh.td.optimizer.global_step == 2
+    np.testing.assert_allclose([float(fresh(x, y).asnumpy()) for _ in range(3)], expected, rtol=1e-6)
+
+
+def test_another_optimizers_state_loads_the_weights_and_lists_the_state():
+    """An Adam training cell's checkpoint into a Momentum one: they share only the name global_step. The
+    weights load; Momentum's state is not loaded (listed), Adam's entries and its step are unused. Before,
+    the shared global_step made it look like part of Momentum's state: an error, nothing loaded."""
+    x, y = Tensor(np.ones((4, 3), np.float32)), Tensor(np.ones((4, 2), np.float32))
+    net = nn.Dense(3, 2)
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params(), 0.01))
+    train(x, y)
+    other = nn.Dense(3, 2)
+    momentum = nn.TrainOneStepCell(nn.WithLossCell(other, nn.MSELoss()), nn.Momentum(other.trainable_params(), 0.1, 0.9))
+    saved = {k: Tensor(v) for k, v in {"weight": net.weight.asnumpy(), "bias": net.bias.asnumpy(),
+                                       "global_step": np.array([1], np.int32),
+                                       "moment1.weight": np.zeros((2, 3), np.float32)}.items()}
+    not_loaded, unused = rt.load_param_into_net(momentum, saved)
+    assert set(not_loaded) == {"global_step", "moments.weight", "moments.bias"}
+    assert set(unused) == {"global_step", "moment1.weight"}
+    np.testing.assert_array_equal(other.weight.asnumpy(), net.weight.asnumpy())
+    assert momentum.optimizer.global_step == 0
+    with pytest.raises(ValueError, match=r"^load_param_into_net: the checkpoint holds part of the optimizer's "
+                                         r"state; missing: \['moments.weight', 'moments.bias'\]"):
+        rt.load_param_into_net(momentum.optimizer, saved)  # the optimizer's own load stays all or nothing
+
+
 def test_two_parameters_of_one_name_cannot_be_saved_or_loaded_by_name(tmp_path):
     class Two(nn.Cell):
         def __init__(self):

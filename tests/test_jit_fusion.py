@@ -77,6 +77,21 @@ def test_o1_gradients_match_central_differences(seed):
     gradcheck(jit(fn, jit_level="O1"), xs)
 
 
+def test_a_fused_group_whose_output_needs_no_grad_differentiates_the_others():
+    """A fused group run with recording on (``jitted.graph(...).run``): one output depends only on an input
+    that needs no grad. The group's backward passed every output to autograd.grad, which refuses one that
+    does not require grad (a RuntimeError where eager gives the gradient)."""
+    def f(w, x):
+        a = x * x + 1.0
+        return a * 2.0 + 1.0, (a * w + 2.0) * 3.0
+
+    w, x = Tensor(np.array([1.0, 2.0]), requires_grad=True), Tensor(np.array([3.0, 4.0]))
+    j = jit(f, jit_level="O1")
+    a, b = j.graph(w, x).run([w, x])
+    (a.sum() + b.sum()).backward()
+    np.testing.assert_allclose(w.grad.asnumpy(), 3.0 * (x.asnumpy() ** 2 + 1.0))
+
+
 def test_o1_second_order_gradient():
     j = jit(lambda x: mint.sin(x) * x, jit_level="O1")
     x = Tensor(np.linspace(-1, 1, 5))

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
+import threading
+
 import numpy as np
 
 from . import grad_mode as _gm
@@ -22,7 +24,7 @@ from .ownership import claim, private_copy
 from .. import device as _device
 from .. import dtypes as _dt
 from ..ops import math as _math
-from .views import refresh_view as _refresh_view
+from .views import has_internal_overlap, refresh_view as _refresh_view
 from ..tensor import Tensor
 
 __all__ = ["backward", "grad", "run_backward"]
@@ -376,22 +378,29 @@ def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Opt
             for t in targets]
 
 
+_GRAD_LOCK = threading.Lock()  # one accumulation into a .grad at a time (torch locks AccumulateGrad)
+
+
 def _accumulate_grad(leaf, g, create_graph: bool) -> None:
     """Add ``g`` to ``leaf.grad`` as torch's AccumulateGrad does: the first gradient is stored; later ones
     are added into the same tensor (a reference to ``leaf.grad`` taken before sees the sum, and its
     write count goes up), except with ``create_graph`` or where the old one cannot take the sum in
-    place (it requires grad, is read-only, or has another shape or dtype): then a new tensor."""
-    old = leaf.grad
-    if old is None:
-        leaf.grad = g
-        return
-    a, b = old._data, g._data
-    if (create_graph or old.requires_grad or a.shape != b.shape or a.dtype != b.dtype
-            or type(a) is not type(b) or not getattr(getattr(a, "flags", None), "writeable", True)):
-        leaf.grad = _accumulate(old, g)
-        return
-    a += b
-    old._version += 1
+    place (no Tensor, requires grad, read-only, elements sharing memory, another shape or dtype): then
+    a new tensor. Backwards on several threads into one leaf add whole gradients, one at a time."""
+    with _GRAD_LOCK:
+        old = leaf.grad
+        if old is None:
+            leaf.grad = g
+            return
+        a = old._data if isinstance(old, Tensor) else None
+        b = g._data
+        if (a is None or create_graph or old.requires_grad or a.shape != b.shape or a.dtype != b.dtype
+                or type(a) is not type(b) or not getattr(getattr(a, "flags", None), "writeable", True)
+                or has_internal_overlap(a)):
+            leaf.grad = _accumulate(old, g)
+            return
+        a += b
+        old._version += 1
 
 
 def _own(g, claimed: Dict[int, List[Any]], create_graph: bool):
@@ -459,6 +468,8 @@ def grad(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Optional[S
     """
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    if not inputs:  # torch: "grad requires non-empty inputs"
+        raise RuntimeError("autograd.grad: inputs is empty; give the tensors to differentiate with respect to")
     grad_outputs = _grads_for(outputs, grad_outputs, "autograd.grad", "grad_outputs")
     for k, (t, g) in enumerate(zip(outputs, grad_outputs)):
         if not isinstance(t, Tensor):

@@ -67,8 +67,9 @@ def _bprop(sub: Graph) -> Callable[..., Tuple[Any, ...]]:
                     xs[i] = Tensor._from_array(inputs[i]._data)
                     xs[i].requires_grad = True
             outs = sub.run(xs)
-            gs = _autograd_grad(outs, [xs[i] for i in want], grad_outputs=douts, create_graph=create,
-                                allow_unused=True)
+            pairs = [(o, g) for o, g in zip(outs, douts) if isinstance(o, Tensor) and o.requires_grad]
+            gs = _autograd_grad([o for o, _ in pairs], [xs[i] for i in want], grad_outputs=[g for _, g in pairs],
+                                create_graph=create, allow_unused=True) if pairs and want else []
         res: List[Any] = [None] * nin
         for i, g in zip(want, gs):
             res[i] = g
