@@ -342,6 +342,33 @@ def test_a_gpu_network_saves_and_loads_its_checkpoint(tmp_path, gpu_context):
         np.testing.assert_array_equal(q.asnumpy(), p.asnumpy())
 
 
+def test_backward_adds_into_a_gpu_grad_in_place_and_a_training_cell_resumes(tmp_path, gpu_context, cuda_ops):
+    """.grad on the device takes a later gradient in place (CuPy's arrays have no writeable flag); a
+    training cell's checkpoint holds its optimizer's state and resumes on the device."""
+    w = Tensor(np.array([1.0, 2.0]), rt.float64, "GPU", requires_grad=True)
+    cuda_ops.square_plus(w, 0.5).sum().backward()
+    g = w.grad
+    (w * 3.0).sum().backward()
+    assert w.grad is g and g.device == "GPU:0"
+    np.testing.assert_allclose(g.asnumpy(), 2 * w.asnumpy() + 0.5 + 3.0)
+    x, y = Tensor(np.ones((4, 3), np.float32)), Tensor(np.zeros((4, 2), np.float32))
+
+    def train(seed):
+        rt.set_seed(seed)
+        net = nn.Dense(3, 2)
+        return nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params(), 0.05))
+
+    cell = train(0)
+    cell(x, y)
+    rt.save_checkpoint(cell, tmp_path / "train.safetensors")
+    expected = [float(cell(x, y).asnumpy()) for _ in range(2)]
+    fresh = train(1)
+    assert rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "train.safetensors"),
+                                  strict_load=True) == ([], [])
+    assert fresh.network._backbone.weight.device == "GPU:0"
+    np.testing.assert_allclose([float(fresh(x, y).asnumpy()) for _ in range(2)], expected, rtol=1e-5)
+
+
 def test_gradcheck_takes_gpu_inputs():
     x = Tensor(_X, rt.float64, "GPU", requires_grad=True)
     assert rt.gradcheck(lambda a: ops.tanh(a) * ops.gelu(a, "none"), (x,))
