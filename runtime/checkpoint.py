@@ -82,21 +82,45 @@ def _cell_entries(cell: Any, who: str) -> List[Tuple[str, Any]]:
     return out
 
 
-def _optimizers_in(cell: Any) -> List[Tuple[str, Any]]:
-    """(name prefix, optimizer) for each optimizer a cell or the cells under it hold as an attribute
-    (TrainOneStepCell's), each once: their state goes into the cell's checkpoint and comes back from it,
-    as in MindSpore, where an optimizer is a Cell of the training cell. The prefix is the holding cell's,
-    as its Parameters get (``named_from_here``): "" for a training cell saved itself, so its entries are
-    ``global_step``, ``moment1.<name>``; "g." for one held as ``self.g`` of a cell that names its parts
-    (two training cells in one model: each its own ``global_step``)."""
+def _optimizer_states(cell: Any, entries: List[Tuple[str, Any]], who: str) -> List[Tuple[str, Any, List[str],
+                                                                                      Dict[str, Any]]]:
+    """(name prefix, optimizer, its parameters' names, its state by name) for each optimizer a cell or the
+    cells under it hold as an attribute (TrainOneStepCell's), each once: their state goes into the cell's
+    checkpoint and comes back from it, as in MindSpore, where an optimizer is a Cell of the training cell.
+
+    Named as MindSpore names a sub-cell's Parameters: the prefix is the holding cell's (``named_from_here``),
+    plus the attribute's name where that cell names its parts. So a TrainOneStepCell (which names nothing)
+    saved itself gives ``global_step``, ``moment1.<name>``; held as ``self.tg`` of a model, ``tg.global_step``;
+    a cell holding ``self.opt_g`` and ``self.opt_d`` gives ``opt_g.global_step`` and ``opt_d.global_step``.
+    Each buffer is named after its parameter's name in ``entries`` (the cell's checkpoint names), so the
+    names agree with the weights' whatever containers renamed the Parameters since. A state name that is
+    also a parameter's is an error: a load could not tell them apart."""
     from .nn.optim import Optimizer
-    out: List[Tuple[str, Any]] = []
+    by_id = {id(p): n for n, p in entries}
+    taken = set(by_id.values())
+    out: List[Tuple[str, Any, List[str], Dict[str, Any]]] = []
     for kind, key, _path, c in cell.named_from_here():
         if kind != "cell":
             continue
-        for v in vars(c).values():
-            if isinstance(v, Optimizer) and all(v is not o for _, o in out):
-                out.append((key, v))
+        parts = c.__dict__.get("_auto_prefix", True)
+        for attr, v in vars(c).items():
+            if not isinstance(v, Optimizer) or any(v is o for _, o, _, _ in out):
+                continue
+            prefix = key + (attr + "." if parts else "")
+            own: List[str] = []
+            names = []
+            for k, p in enumerate(v._params):
+                n = by_id.get(id(p))
+                if n is None:  # a parameter the cell does not hold: the optimizer's own name for it
+                    own = own or v._param_names()
+                    n = own[k]
+                names.append(n)
+            state = v._state(names)
+            clash = [prefix + n for n in state if prefix + n in taken]
+            if clash:
+                raise ValueError(f"{who}: {clash[0]!r} names both a parameter of the cell and the state of its "
+                                 f"optimizer {type(v).__name__} (held as {attr!r}); rename the parameter")
+            out.append((prefix, v, names, state))
     return out
 
 
@@ -105,7 +129,8 @@ def _named(save_obj: Any) -> Dict[str, np.ndarray]:
     from .nn.optim import Optimizer
     if isinstance(save_obj, Cell):
         items = _cell_entries(save_obj, "save_checkpoint")
-        items += [(key + n, a) for key, opt in _optimizers_in(save_obj) for n, a in opt._state().items()]
+        items += [(key + n, a) for key, _, _, state in _optimizer_states(save_obj, items, "save_checkpoint")
+                  for n, a in state.items()]
     elif isinstance(save_obj, Optimizer):
         items = list(save_obj.parameters_and_names())
     elif isinstance(save_obj, dict):
@@ -229,18 +254,17 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         raise TypeError(f"load_param_into_net: parameter_dict must be a dict, got {type(parameter_dict).__name__}")
     if isinstance(net, Optimizer):
         named = [(n, p) for n, p in zip(net._param_names(), net.parameters)]
-        optimizers = [("", net)]
+        states = [("", net, None, net._state())]
     else:
         named = _cell_entries(net, "load_param_into_net")
-        optimizers = _optimizers_in(net)  # a training cell's: their state loads with it
+        states = _optimizer_states(net, named, "load_param_into_net")  # a training cell's: loaded with it
     updates = []
     for name, p in named:
         if name not in parameter_dict:
             continue
         updates.append((p, _checked(name, parameter_dict[name], p._data)))
-    states = [(key, opt, opt._state()) for key, opt in optimizers]
     loads, skipped = [], set()
-    for key, opt, state in states:
+    for key, opt, names, state in states:
         state_in = {}
         for name, current in state.items():
             if key + name in parameter_dict:
@@ -251,12 +275,12 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
             if net is opt:  # an optimizer's own checkpoint: part of its state would resume another run
                 raise ValueError(f"load_param_into_net: the checkpoint holds part of the optimizer's state; "
                                  f"missing: {missing}. Nothing was loaded")
-            # a cell's: another optimizer's state (Adam's into Momentum's shares only global_step), or
-            # none of it: that optimizer starts afresh, and all of its state is listed as not loaded
+            # a cell's: another optimizer's state (Adam's into Momentum's shares only global_step): that
+            # optimizer keeps its state, all of which is listed as not loaded (MindSpore loads what matches)
             skipped |= {key + n for n in state}
         elif state_in:
-            loads.append((opt, state_in))
-    net_names = [n for n, _ in named] + [key + n for key, _, state in states for n in state]
+            loads.append((opt, state_in, names))
+    net_names = [n for n, _ in named] + [key + n for key, _, _, state in states for n in state]
     not_loaded = [n for n in net_names if n not in parameter_dict or n in skipped]
     known = set(net_names)
     unused = [n for n in parameter_dict if n not in known or n in skipped]
@@ -270,8 +294,8 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         else:
             rebind(p, arr.copy())  # memory of its own now: its old views keep their counter
         p._version += 1
-    for opt, state_in in loads:
-        opt._load_state(state_in)
+    for opt, state_in, names in loads:
+        opt._load_state(state_in, names)
     return not_loaded, unused
 
 

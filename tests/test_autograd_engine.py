@@ -238,6 +238,22 @@ def test_a_grad_set_to_an_array_is_replaced_by_the_sum():
     np.testing.assert_allclose(w.grad.asnumpy(), [3.0, 3.0])
 
 
+def test_a_grad_of_another_shape_is_an_error_and_nothing_changes():
+    """A .grad left from before a Parameter's shape changed was broadcast into the new gradient (torch:
+    "output with shape [3] doesn't match the broadcast shape [2, 3]"). Checked for every leaf first."""
+    p = rt.Parameter(np.ones(3, np.float32), name="p")
+    q = rt.Parameter(np.ones(2, np.float32), name="q")
+    (p * 2).sum().backward()
+    q.grad = Tensor(np.ones(3, np.float32))
+    with pytest.raises(RuntimeError, match=r"^backward\(\): a gradient of shape \[2\] cannot be added to .grad of "
+                                           r"shape \[3\] .*No .grad was changed$"):
+        ((p * 1).sum() + q.sum()).backward()
+    np.testing.assert_array_equal(p.grad.asnumpy(), [2.0, 2.0, 2.0])
+    p.set_data(Tensor(np.ones((2, 3), np.float32)), slice_shape=True)
+    with pytest.raises(RuntimeError, match=r"cannot be added to .grad of shape \[3\]"):
+        (p * 1).sum().backward()
+
+
 def test_autograd_grad_with_no_inputs_is_an_error():
     w = Tensor(np.ones(2), requires_grad=True)
     with pytest.raises(RuntimeError, match=r"^autograd.grad: inputs is empty"):

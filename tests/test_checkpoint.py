@@ -414,6 +414,103 @@ def test_another_optimizers_state_loads_the_weights_and_lists_the_state():
         rt.load_param_into_net(momentum.optimizer, saved)  # the optimizer's own load stays all or nothing
 
 
+def test_a_cell_holding_two_optimizers_names_each_by_its_attribute(tmp_path):
+    """A custom training cell holding ``self.opt_g`` and ``self.opt_d`` (a GAN's): MindSpore names a
+    sub-cell's Parameters by the attribute, so opt_g.global_step and opt_d.global_step. Both were named
+    global_step here, and the cell could not be saved."""
+    class Part(nn.Cell):
+        def __init__(self, out):
+            super().__init__()
+            self.fc = nn.Dense(2, out)
+
+        def construct(self, x):
+            return self.fc(x)
+
+    class Trainer(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.g, self.d = Part(2), Part(1)
+            self.opt_g = nn.Adam(self.g.trainable_params(), 0.1)
+            self.opt_d = nn.Momentum(self.d.trainable_params(), 0.1, 0.9)
+
+    t = Trainer()
+    grads_g = [Tensor(np.full(p.shape, 0.5, np.float32)) for p in t.opt_g.parameters]
+    grads_d = [Tensor(np.full(p.shape, -0.25, np.float32)) for p in t.opt_d.parameters]
+    t.opt_g(grads_g)
+    t.opt_d(grads_d)
+    rt.save_checkpoint(t, tmp_path / "t.safetensors")
+    names = set(rt.load_checkpoint(tmp_path / "t.safetensors"))
+    assert {"opt_g.global_step", "opt_g.moment1.g.fc.weight", "opt_d.global_step", "opt_d.moments.d.fc.bias"} <= names
+    fresh = Trainer()
+    assert rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "t.safetensors"), strict_load=True) == ([], [])
+    for a, b in ((t.opt_g, fresh.opt_g), (t.opt_d, fresh.opt_d)):
+        assert b.global_step == 1
+        a(grads_g if a is t.opt_g else grads_d)
+        b(grads_g if b is fresh.opt_g else grads_d)
+        for p, q in zip(a.parameters, b.parameters):
+            np.testing.assert_array_equal(p.asnumpy(), q.asnumpy())
+
+
+def test_a_training_cells_optimizer_state_is_named_as_its_weights_are(tmp_path):
+    """An optimizer made before its layers were combined names its parameters by their names when they
+    were not unique (fc.weight twice): the current names, which a later container changes. A training
+    cell's checkpoint now names the state after the weights' names from the cell's structure, so the
+    moments come back; before, every one was listed as not loaded and the run resumed with fresh ones."""
+    class Part(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(3, 3)
+
+        def construct(self, x):
+            return self.fc(x)
+
+    class AE(nn.Cell):
+        def __init__(self, e, d):
+            super().__init__()
+            self.enc, self.dec = e, d
+
+        def construct(self, x):
+            return self.dec(self.enc(x))
+
+    x = Tensor(np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32))
+    enc, dec = Part(), Part()
+    opt = nn.Adam(enc.trainable_params() + dec.trainable_params(), 0.01)
+    model = AE(enc, dec)
+    train = nn.TrainOneStepCell(nn.WithLossCell(model, nn.MSELoss()), opt)
+    for _ in range(3):
+        train(x, x)
+    rt.save_checkpoint(train, tmp_path / "ae.safetensors")
+    assert "moment1.enc.fc.weight" in rt.load_checkpoint(tmp_path / "ae.safetensors")
+    nn.SequentialCell([model, nn.Dense(3, 1)])  # another container renames the model's Parameters
+    saved = [m.copy() for m in opt.moment1]
+    opt._m = [np.zeros_like(m) for m in opt._m]  # as a new process would have them
+    assert rt.load_param_into_net(train, rt.load_checkpoint(tmp_path / "ae.safetensors")) == ([], [])
+    for a, b in zip(opt.moment1, saved):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_parameter_named_as_the_optimizers_state_is_a_named_error(tmp_path):
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(3, 1)
+            self.global_step = rt.Parameter(np.zeros(1, np.float32), name="global_step", requires_grad=False)
+
+        def construct(self, x):
+            return self.fc(x)
+
+    net = Net()
+    rt.save_checkpoint(net, tmp_path / "net.safetensors")  # the network alone has no optimizer: fine
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+    message = (r"'global_step' names both a parameter of the cell and the state of its optimizer Momentum "
+               r"\(held as 'optimizer'\); rename the parameter")
+    with pytest.raises(ValueError, match=r"^save_checkpoint: " + message):
+        rt.save_checkpoint(train, tmp_path / "train.safetensors")
+    with pytest.raises(ValueError, match=r"^load_param_into_net: " + message):
+        rt.load_param_into_net(train, rt.load_checkpoint(tmp_path / "net.safetensors"))
+    assert not (tmp_path / "train.safetensors").exists()
+
+
 def test_two_parameters_of_one_name_cannot_be_saved_or_loaded_by_name(tmp_path):
     class Two(nn.Cell):
         def __init__(self):

@@ -369,13 +369,25 @@ def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Opt
         claimed: Dict[int, List[Any]] = {}
         for g in grad_outputs:
             claim(claimed, g._data)
+        for key, g in leaf_grads.items():  # every .grad checked first: an error leaves all of them as they were
+            _check_grad_shape(leaves[key], g)
         for key, g in leaf_grads.items():
-            leaf = leaves[key]
-            g = _own(g, claimed, create_graph)
-            _accumulate_grad(leaf, g, create_graph)
+            _accumulate_grad(leaves[key], _own(g, claimed, create_graph), create_graph)
         return None
     return [leaf_grads.get(id(t)) if t._node is None else captured.get((t._node, t._out_index))
             for t in targets]
+
+
+def _check_grad_shape(leaf, g) -> None:
+    """A .grad of another shape than the gradient is an error, as torch's (never a broadcast sum)."""
+    old = leaf.grad
+    if old is None:
+        return
+    shape = old._data.shape if isinstance(old, Tensor) else np.shape(old)
+    if shape != g._data.shape:  # torch: "output with shape [3] doesn't match the broadcast shape [2, 3]"
+        raise RuntimeError(f"backward(): a gradient of shape {list(g._data.shape)} cannot be added to .grad of "
+                           f"shape {list(shape)} (a .grad left from before the tensor's shape changed, or set by "
+                           f"hand); set .grad = None first. No .grad was changed")
 
 
 _GRAD_LOCK = threading.Lock()  # one accumulation into a .grad at a time (torch locks AccumulateGrad)
@@ -385,8 +397,9 @@ def _accumulate_grad(leaf, g, create_graph: bool) -> None:
     """Add ``g`` to ``leaf.grad`` as torch's AccumulateGrad does: the first gradient is stored; later ones
     are added into the same tensor (a reference to ``leaf.grad`` taken before sees the sum, and its
     write count goes up), except with ``create_graph`` or where the old one cannot take the sum in
-    place (no Tensor, requires grad, read-only, elements sharing memory, another shape or dtype): then
-    a new tensor. Backwards on several threads into one leaf add whole gradients, one at a time."""
+    place (no Tensor, requires grad, read-only, elements sharing memory, another dtype): then a new
+    tensor (a .grad of another shape was refused before: ``_check_grad_shape``). Backwards on several
+    threads into one leaf add whole gradients, one at a time."""
     with _GRAD_LOCK:
         old = leaf.grad
         if old is None:

@@ -157,13 +157,15 @@ class Optimizer:
             names.append(n)
         return names
 
-    def _state(self) -> Dict[str, np.ndarray]:
+    def _state(self, names: Optional[List[str]] = None) -> Dict[str, np.ndarray]:
         """Name -> array of what the next updates depend on, besides the parameters: ``global_step``
-        (int32, shape [1], as MindSpore's) and the per-parameter buffers under MindSpore's prefixes."""
+        (int32, shape [1], as MindSpore's) and the per-parameter buffers under MindSpore's prefixes,
+        each named after its parameter: ``names`` (a cell's checkpoint gives its own), else
+        ``_param_names()``."""
         step = np.array([self.global_step], np.int32)
         out = {"global_step": _device.to_device(step, _device.device_of(self._params[0]._data))}  # the params
         for prefix, arrays in self._buffers():
-            for n, a in zip(self._param_names(), arrays):
+            for n, a in zip(names or self._param_names(), arrays):
                 out[f"{prefix}.{n}"] = a
         return out
 
@@ -184,10 +186,10 @@ class Optimizer:
         for n, a in self._state().items():
             yield n, Tensor._from_array(_device.array_module(a).array(a))  # a copy, on the parameters' device
 
-    def _load_state(self, entries: Dict[str, np.ndarray]) -> None:
-        """Replace the state from ``entries`` (every name of ``_state()``, checked by the caller)."""
+    def _load_state(self, entries: Dict[str, np.ndarray], names: Optional[List[str]] = None) -> None:
+        """Replace the state from ``entries`` (every name of ``_state(names)``, checked by the caller)."""
         step = int(entries["global_step"].reshape(-1)[0])  # an array (checked by the caller), maybe a GPU one
-        names = self._param_names()
+        names = names or self._param_names()
         self._set_buffers({prefix: [entries[f"{prefix}.{n}"] for n in names] for prefix, _ in self._buffers()},
                           step)
 
