@@ -14,6 +14,7 @@ no parameter may be named so: such a save is refused before anything is written.
 """
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from typing import Any, Dict, List, Tuple, Union
@@ -63,76 +64,86 @@ def _load_arrays(data: bytes) -> Dict[str, np.ndarray]:
     return out
 
 
-def _cell_entries(cell: Any, who: str) -> List[Tuple[str, Any]]:
-    """A cell's checkpoint entries: each Parameter under the name MindSpore's naming gives it from this
-    cell, worked out from the cell's structure now (not read from ``Parameter.name``, which another
-    container built from these cells may have changed since): its path, without the attribute names of
-    cells that name nothing (``auto_prefix=False``: TrainOneStepCell, WithLossCell). So a train
-    wrapper's checkpoint loads into the bare network, as in MindSpore, and a network's own into a fresh
-    one built the same way. Two Parameters under one name are an error: a load could not tell them apart."""
-    out, seen = [], {}
-    for kind, name, where, p in cell.named_from_here():
-        if kind != "param":
-            continue
-        if name in seen:
-            raise ValueError(f"{who}: parameters {seen[name]!r} and {where!r} are both named {name!r}; give one "
-                             f"another name, or hold their cells in a cell that names them (auto_prefix=True)")
-        seen[name] = where
-        out.append((name, p))
-    return out
+State = Tuple[str, Any, List[str], Dict[str, Any]]  # (name prefix, optimizer, its parameters' names, state)
 
 
-def _optimizer_states(cell: Any, entries: List[Tuple[str, Any]], who: str) -> List[Tuple[str, Any, List[str],
-                                                                                      Dict[str, Any]]]:
-    """(name prefix, optimizer, its parameters' names, its state by name) for each optimizer a cell or the
-    cells under it hold as an attribute (TrainOneStepCell's), each once: their state goes into the cell's
-    checkpoint and comes back from it, as in MindSpore, where an optimizer is a Cell of the training cell.
+def _cell_checkpoint(cell: Any, who: str) -> Tuple[List[Tuple[str, Any]], List[State]]:
+    """A cell's checkpoint entries and the state of the optimizers it holds, each name checked unique.
 
-    Named as MindSpore names a sub-cell's Parameters: the prefix is the holding cell's (``named_from_here``),
-    plus the attribute's name where that cell names its parts. So a TrainOneStepCell (which names nothing)
-    saved itself gives ``global_step``, ``moment1.<name>``; held as ``self.tg`` of a model, ``tg.global_step``;
-    a cell holding ``self.opt_g`` and ``self.opt_d`` gives ``opt_g.global_step`` and ``opt_d.global_step``.
-    Each buffer is named after its parameter's name in ``entries`` (the cell's checkpoint names), so the
-    names agree with the weights' whatever containers renamed the Parameters since. A state name that is
-    also a parameter's is an error: a load could not tell them apart."""
+    Parameters: each under the name MindSpore's naming gives it from this cell, worked out from the cell's
+    structure now (not read from ``Parameter.name``, which another container built from these cells may
+    have changed since): its path, without the attribute names of cells that name nothing
+    (``auto_prefix=False``: TrainOneStepCell, WithLossCell). So a train wrapper's checkpoint loads into
+    the bare network, as in MindSpore, and a network's own into a fresh one built the same way.
+
+    Optimizers: each one a cell or a cell under it holds as an attribute (TrainOneStepCell's), or in a
+    list or tuple attribute, once. As in MindSpore, where an optimizer is a Cell of the training cell, its
+    parameters are the cell's too (one the cell does not hold otherwise, a learnt loss weight, is saved
+    under the optimizer's name for it), and its state is named as MindSpore names a sub-cell's
+    Parameters: the holding cell's prefix, plus the attribute's name (and list index) where that cell
+    names its parts. A TrainOneStepCell saved itself gives ``global_step``, ``moment1.<name>``; held as
+    ``self.tg`` of a model, ``tg.global_step``; ``self.opt_g`` of a cell, ``opt_g.global_step``. Each
+    buffer is named after its parameter's checkpoint name, so state and weights agree whatever
+    containers renamed the Parameters since. Two entries under one name are an error: a load could not
+    tell them apart."""
     from .nn.optim import Optimizer
-    by_id = {id(p): n for n, p in entries}
-    taken = set(by_id.values())
-    out: List[Tuple[str, Any, List[str], Dict[str, Any]]] = []
-    for kind, key, _path, c in cell.named_from_here():
-        if kind != "cell":
+    entries: List[Tuple[str, Any]] = []
+    owner: Dict[str, str] = {}  # name -> what has it (a parameter's path, or a description), for a clash
+
+    def claim(name: str, what: str) -> None:
+        if name in owner:
+            first = owner[name]
+            if " " in first or " " in what:  # a description, not only a parameter's path
+                both = " and ".join(w if " " in w else f"parameter {w!r}" for w in (first, what))
+            else:
+                both = f"parameters {first!r} and {what!r}"
+            raise ValueError(f"{who}: {both} are both named {name!r}; give one another name, or hold their cells in "
+                             f"a cell that names them (auto_prefix=True)")
+        owner[name] = what
+
+    held: List[Tuple[str, Any, str]] = []  # (prefix, optimizer, how it is held)
+    for kind, name, where, obj in cell.named_from_here():
+        if kind == "param":
+            claim(name, where)
+            entries.append((name, obj))
             continue
-        parts = c.__dict__.get("_auto_prefix", True)
-        for attr, v in vars(c).items():
-            if not isinstance(v, Optimizer) or any(v is o for _, o, _, _ in out):
-                continue
-            prefix = key + (attr + "." if parts else "")
-            own: List[str] = []
-            names = []
-            for k, p in enumerate(v._params):
-                n = by_id.get(id(p))
-                if n is None:  # a parameter the cell does not hold: the optimizer's own name for it
-                    own = own or v._param_names()
-                    n = own[k]
-                names.append(n)
-            state = v._state(names)
-            clash = [prefix + n for n in state if prefix + n in taken]
-            if clash:
-                raise ValueError(f"{who}: {clash[0]!r} names both a parameter of the cell and the state of its "
-                                 f"optimizer {type(v).__name__} (held as {attr!r}); rename the parameter")
-            out.append((prefix, v, names, state))
-    return out
+        parts = obj.__dict__.get("_auto_prefix", True)
+        for attr, v in vars(obj).items():
+            opts = [(attr, v)] if isinstance(v, Optimizer) else \
+                [(f"{attr}.{k}", o) for k, o in enumerate(v) if isinstance(o, Optimizer)] \
+                if isinstance(v, (list, tuple)) else []
+            for at, o in opts:
+                if all(o is not h for _, h, _ in held):
+                    path = f"{where}.{at}" if where else at
+                    held.append((name + (at + "." if parts else ""), o, f"{type(o).__name__} {path!r}"))
+    by_id = {id(p): n for n, p in entries}
+    for prefix, opt, what in held:  # parameters only an optimizer holds are the cell's too
+        own: List[str] = []
+        for k, p in enumerate(opt._params):
+            if id(p) not in by_id:
+                own = own or opt._param_names()
+                claim(own[k], f"parameter {k} of optimizer {what}")
+                entries.append((own[k], p))
+                by_id[id(p)] = own[k]
+    states: List[State] = []
+    for prefix, opt, what in held:
+        names = [by_id[id(p)] for p in opt._params]
+        state = opt._state(names)
+        for n in state:
+            claim(prefix + n, f"the state of optimizer {what}")
+        states.append((prefix, opt, names, state))
+    return entries, states
 
 
 def _named(save_obj: Any) -> Dict[str, np.ndarray]:
     from .nn.cell import Cell
     from .nn.optim import Optimizer
     if isinstance(save_obj, Cell):
-        items = _cell_entries(save_obj, "save_checkpoint")
-        items += [(key + n, a) for key, _, _, state in _optimizer_states(save_obj, items, "save_checkpoint")
-                  for n, a in state.items()]
+        items, states = _cell_checkpoint(save_obj, "save_checkpoint")
+        items += [(key + n, a) for key, _, _, state in states for n, a in state.items()]
     elif isinstance(save_obj, Optimizer):
         items = list(save_obj.parameters_and_names())
+        _check_state_names(save_obj, save_obj._state(), "save_checkpoint")
     elif isinstance(save_obj, dict):
         items = list(save_obj.items())
     elif isinstance(save_obj, (list, tuple)):
@@ -255,9 +266,9 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
     if isinstance(net, Optimizer):
         named = [(n, p) for n, p in zip(net._param_names(), net.parameters)]
         states = [("", net, None, net._state())]
+        _check_state_names(net, states[0][3], "load_param_into_net")
     else:
-        named = _cell_entries(net, "load_param_into_net")
-        states = _optimizer_states(net, named, "load_param_into_net")  # a training cell's: loaded with it
+        named, states = _cell_checkpoint(net, "load_param_into_net")  # a training cell's optimizers too
     updates = []
     for name, p in named:
         if name not in parameter_dict:
@@ -269,7 +280,8 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
         for name, current in state.items():
             if key + name in parameter_dict:
                 value = parameter_dict[key + name]
-                state_in[name] = _step(value) if name == "global_step" else _checked(key + name, value, current)
+                state_in[name] = _step(key + name, value) if name == "global_step" else \
+                    _checked(key + name, value, current)
         if state_in and len(state_in) != len(state):
             missing = [key + n for n in state if n not in state_in]
             if net is opt:  # an optimizer's own checkpoint: part of its state would resume another run
@@ -287,6 +299,11 @@ def load_param_into_net(net: Any, parameter_dict: Dict[str, Any],
     if strict_load and (not_loaded or unused):
         raise ValueError(f"load_param_into_net(strict_load=True): the net's parameters not in the checkpoint: "
                          f"{not_loaded}; the checkpoint's entries not in the net: {unused}")
+    if not_loaded:  # as MindSpore's, which logs them: a half-resume is easy to miss in the returned lists
+        logging.getLogger("runtime").warning(
+            "load_param_into_net: %d of the net's parameters and optimizer state are not loaded, because they "
+            "are not in the checkpoint (check that the network was built as when it was saved): %s",
+            len(not_loaded), not_loaded)
     for p, arr in updates:  # checked first, then written: a mismatch leaves the net unchanged
         arr = _device.to_device(arr, _device.device_of(p._data))  # a host checkpoint into GPU parameters too
         if _device.writeable(p._data):
@@ -311,9 +328,20 @@ def _checked(name: str, value: Any, current: np.ndarray) -> np.ndarray:
     return arr
 
 
-def _step(value: Any) -> np.ndarray:
+def _check_state_names(opt: Any, state: Dict[str, Any], who: str) -> None:
+    """An optimizer's own checkpoint: a parameter named as its state (``global_step``) is an error."""
+    clash = [n for n in opt._param_names() if n in state]
+    if clash:
+        raise ValueError(f"{who}: {clash[0]!r} names both a parameter of optimizer {type(opt).__name__} and its "
+                         f"state; rename the parameter")
+
+
+def _step(name: str, value: Any) -> np.ndarray:
     arr = value._data if isinstance(value, Tensor) else np.asarray(value)
-    if arr.dtype.kind not in "iu" or arr.size != 1 or int(arr.reshape(-1)[0]) < 0:
-        raise ValueError(f"load_param_into_net: 'global_step' must be one non-negative integer, got "
+    if arr.dtype.kind not in "iu" or arr.size != 1:
+        raise ValueError(f"load_param_into_net: {name!r} must be one non-negative integer, got "
                          f"{arr.dtype} of shape {list(arr.shape)}")
+    if int(arr.reshape(-1)[0]) < 0:
+        raise ValueError(f"load_param_into_net: {name!r} must be one non-negative integer, got "
+                         f"{int(arr.reshape(-1)[0])}")
     return arr

@@ -502,13 +502,127 @@ def test_a_parameter_named_as_the_optimizers_state_is_a_named_error(tmp_path):
     net = Net()
     rt.save_checkpoint(net, tmp_path / "net.safetensors")  # the network alone has no optimizer: fine
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
-    message = (r"'global_step' names both a parameter of the cell and the state of its optimizer Momentum "
-               r"\(held as 'optimizer'\); rename the parameter")
+    message = (r"parameter 'network._backbone.global_step' and the state of optimizer Momentum 'optimizer' are "
+               r"both named 'global_step'; give one another name")
     with pytest.raises(ValueError, match=r"^save_checkpoint: " + message):
         rt.save_checkpoint(train, tmp_path / "train.safetensors")
     with pytest.raises(ValueError, match=r"^load_param_into_net: " + message):
         rt.load_param_into_net(train, rt.load_checkpoint(tmp_path / "net.safetensors"))
     assert not (tmp_path / "train.safetensors").exists()
+
+
+def test_a_parameter_only_the_optimizer_holds_is_saved_with_the_training_cell(tmp_path):
+    """A learnt loss weight (uncertainty weighting) is trained by the optimizer but held by no cell. MindSpore's
+    TrainOneStepCell holds the optimizer's parameters, so its checkpoint has the weight; here only its
+    moments were saved, and a strict resume diverged silently."""
+    x, y = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)), Tensor(np.ones((4, 2), np.float32))
+
+    def make(seed):
+        rt.set_seed(seed)
+        net, log_var = nn.Dense(3, 2), rt.Parameter(np.zeros(1, np.float32), name="log_var")
+        mse = nn.MSELoss()
+        loss = nn.WithLossCell(net, lambda out, t: mse(out, t) * (-log_var).exp() + log_var)
+        return nn.TrainOneStepCell(loss, nn.Adam(net.trainable_params() + [log_var], 0.1)), log_var
+
+    train, log_var = make(0)
+    for _ in range(3):
+        train(x, y)
+    rt.save_checkpoint(train, tmp_path / "t.safetensors")
+    assert {"log_var", "moment1.log_var"} <= set(rt.load_checkpoint(tmp_path / "t.safetensors"))
+    expected = [train(x, y).asnumpy().item() for _ in range(3)]
+    fresh, fresh_log_var = make(1)
+    assert rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "t.safetensors"), strict_load=True) == ([], [])
+    np.testing.assert_array_equal(fresh_log_var.asnumpy(), np.asarray(rt.load_checkpoint(tmp_path / "t.safetensors")
+                                                                      ["log_var"].asnumpy()))
+    np.testing.assert_allclose([fresh(x, y).asnumpy().item() for _ in range(3)], expected, rtol=1e-6)
+
+
+def test_names_that_would_hold_two_things_are_named_errors(tmp_path):
+    """One name for two entries would load one into both (two moments collapsed into one, two optimizers
+    given one global_step): refused, naming both, on save and on load."""
+    class Holder(nn.Cell):
+        def __init__(self, net, extra, opt):
+            super().__init__(auto_prefix=False)
+            self.net, self.extra, self.opt = net, extra, opt
+
+    net, extra = nn.Dense(3, 3), [nn.Dense(3, 3)]  # a head in a plain list: the cell does not hold it
+    holder = Holder(net, extra, nn.Adam(net.trainable_params() + extra[0].trainable_params(), 0.1))
+    with pytest.raises(ValueError, match=r"^save_checkpoint: parameter 'net.weight' and parameter 2 of optimizer Adam "
+                                         r"'opt' are both named 'weight'; give one another name"):
+        rt.save_checkpoint(holder, tmp_path / "h.safetensors")
+    with pytest.raises(ValueError, match=r"^load_param_into_net: parameter 'net.weight' and parameter 2 of optimizer"):
+        rt.load_param_into_net(holder, {})
+
+    class Trainer(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(2, 2)
+            self.opt = nn.Momentum(self.fc.trainable_params(), 0.1, 0.9)
+
+    class Two(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.a, self.b = Trainer(), Trainer()
+
+    with pytest.raises(ValueError, match=r"^save_checkpoint: parameters 'a.fc.weight' and 'b.fc.weight' are both "
+                                         r"named 'fc.weight'"):
+        rt.save_checkpoint(Two(), tmp_path / "two.safetensors")
+    assert not list(tmp_path.iterdir())
+
+
+def test_optimizers_in_a_list_attribute_are_saved_under_their_index(tmp_path):
+    class Trainer(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.g, self.d = nn.Dense(2, 2), nn.Dense(2, 1)
+            self.opts = [nn.Adam(self.g.trainable_params(), 0.1), nn.Adam(self.d.trainable_params(), 0.1)]
+
+    t = Trainer()
+    t.opts[0]([Tensor(np.ones(p.shape, np.float32)) for p in t.opts[0].parameters])
+    rt.save_checkpoint(t, tmp_path / "t.safetensors")
+    names = set(rt.load_checkpoint(tmp_path / "t.safetensors"))
+    assert {"opts.0.global_step", "opts.1.global_step", "opts.0.moment1.g.weight", "opts.1.moment2.d.bias"} <= names
+    fresh = Trainer()
+    assert rt.load_param_into_net(fresh, rt.load_checkpoint(tmp_path / "t.safetensors"), strict_load=True) == ([], [])
+    assert [o.global_step for o in fresh.opts] == [1, 0]
+
+
+def test_an_optimizers_own_checkpoint_names_a_parameter_named_as_its_state(tmp_path):
+    w = rt.Parameter(np.zeros(2, np.float32), name="global_step")
+    opt = nn.SGD([w], 0.1)
+    message = r"'global_step' names both a parameter of optimizer SGD and its state; rename the parameter"
+    with pytest.raises(ValueError, match=r"^save_checkpoint: " + message):
+        rt.save_checkpoint(opt, tmp_path / "o.safetensors")
+    with pytest.raises(ValueError, match=r"^load_param_into_net: " + message):
+        rt.load_param_into_net(opt, {"global_step": Tensor(np.zeros(2, np.float32))})
+
+
+def test_a_bad_step_count_names_its_optimizer_and_what_is_wrong():
+    class Trainer(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(2, 2)
+            self.opt_d = nn.Momentum(self.fc.trainable_params(), 0.1, 0.9)
+
+    t = Trainer()
+    entries = {"fc.weight": t.fc.weight, "fc.bias": t.fc.bias, "opt_d.moments.fc.weight": np.zeros((2, 2), np.float32),
+               "opt_d.moments.fc.bias": np.zeros(2, np.float32)}
+    with pytest.raises(ValueError, match=r"^load_param_into_net: 'opt_d.global_step' must be one non-negative "
+                                         r"integer, got -3$"):
+        rt.load_param_into_net(t, {**entries, "opt_d.global_step": np.array([-3], np.int32)})
+
+
+def test_what_is_not_loaded_is_logged_as_mindspore_logs_it(caplog):
+    net = nn.Dense(2, 2)
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params(), 0.1))
+    with caplog.at_level("WARNING", logger="runtime"):
+        not_loaded, _ = rt.load_param_into_net(train, {"weight": net.weight, "bias": net.bias})
+    assert not_loaded and caplog.records[-1].getMessage().startswith(
+        f"load_param_into_net: {len(not_loaded)} of the net's parameters and optimizer state are not loaded")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="runtime"):
+        rt.load_param_into_net(net, {"weight": net.weight, "bias": net.bias})
+    assert not caplog.records
 
 
 def test_two_parameters_of_one_name_cannot_be_saved_or_loaded_by_name(tmp_path):
@@ -591,7 +705,7 @@ def test_parameter_names_and_checkpoint_keys_agree(tmp_path, build):
     take a shared layer's first place: an optimizer's file (keyed by names) loaded a layer's weights into
     another ('a.x.weight' named y's weight) or nothing. They are one walk now."""
     net, _ = build()
-    keys = [name for name, _ in rt.checkpoint._cell_entries(net, "test")]
+    keys = [name for name, _ in rt.checkpoint._cell_checkpoint(net, "test")[0]]
     assert [p.name for p in net.get_parameters()] == keys
     rng = np.random.default_rng(2)
     for p in net.get_parameters():
