@@ -2,7 +2,7 @@
 
 A tensor is a thin object over one numpy array (``_data``). Everything the
 autograd engine needs lives in a few instance attributes whose class-level
-defaults keep a fresh tensor cheap: ``requires_grad``, ``grad``, ``_node``
+defaults keep a fresh tensor cheap: ``requires_grad``, ``_grad`` (``grad``), ``_node``
 (the node that produced it, ``None`` for leaves), ``_out_index`` (which output
 of that node) and ``_version`` (bumped by in-place changes). The C++ side
 (include/opbuilder/detail/runtime_bridge.h) reads and writes the same names
@@ -51,6 +51,24 @@ __all__ = ["Tensor", "Parameter", "as_tensor", "from_numpy"]
 _new = object.__new__
 # a tensor's history, view relation and write counter: this process's, never copied or pickled
 _GRAPH_STATE = frozenset({"_node", "_out_index", "_vc", "_view_version", "_view_no_grad"})
+
+
+def _check_grad_assignment(t: "Tensor", value: Any) -> None:
+    """torch's checks of ``t.grad = value``: a gradient of another shape, dtype or device would be wrong
+    for every later backward and optimizer step, so it is refused here, where it is set."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}")
+    if value is t:
+        raise RuntimeError("can't assign a tensor as its own grad")
+    if value._data.shape != t._data.shape:
+        raise RuntimeError(f"attempting to assign a gradient of shape {list(value._data.shape)} to a tensor of shape "
+                           f"{list(t._data.shape)}; they must be the same")
+    if value._data.dtype != t._data.dtype:
+        raise RuntimeError(f"attempting to assign a gradient of dtype {value.dtype} to a tensor of dtype {t.dtype}; "
+                           f"they must be the same")
+    if value.device != t.device:
+        raise RuntimeError(f"attempting to assign a gradient on {value.device} to a tensor on {t.device}; they must "
+                           f"be on the same device")
 
 
 def _deepcopy_array(arr: Any, memo: Dict[int, Any]) -> Any:
@@ -142,7 +160,7 @@ class Tensor:
     __slots__ = ("_base_ref", "_data", "__dict__", "__weakref__")
 
     requires_grad: bool = False
-    grad: Optional["Tensor"] = None
+    _grad: Optional["Tensor"] = None  # .grad's value: the engine sets it here, past the assignment's checks
     _node = None
     _out_index: int = 0
     _vc: Version = UNWRITTEN
@@ -179,12 +197,30 @@ class Tensor:
         t._data = arr
         return t
 
+    @property
+    def grad(self) -> Optional["Tensor"]:
+        """The gradient ``backward()`` accumulated into this leaf (None until then)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Optional["Tensor"]) -> None:
+        """As torch: None, or a Tensor of this tensor's shape, dtype and device, not this tensor itself."""
+        if value is not None:
+            _check_grad_assignment(self, value)
+        self._grad = value
+
+    @grad.deleter
+    def grad(self) -> None:
+        self._grad = None
+
     def __setstate__(self, state: Any) -> None:
         """Restore from pickle or copy: ``state`` is (instance dict, slots). A pickle made while ``_data``
         or ``_base_ref`` was no slot holds it in the dict part: it goes into its slot (an instance dict
         entry would be hidden by the slot, and every use would raise AttributeError)."""
         d, slots = state if isinstance(state, tuple) else (state, None)
         d = dict(d or {})
+        if "grad" in d:  # pickled before .grad was a property: its value is kept in _grad now
+            d["_grad"] = d.pop("grad")
         self._base_ref = d.pop("_base_ref", None)
         if "_data" in d:
             self._data = d.pop("_data")
@@ -208,7 +244,7 @@ class Tensor:
         share_version(new, self)
         # as torch, the copy has no .grad of its own yet (backward adds into .grad in place: sharing it
         # would let a backward through the copy change the original's)
-        new.__dict__.update((k, v) for k, v in self.__dict__.items() if k not in _GRAPH_STATE and k != "grad")
+        new.__dict__.update((k, v) for k, v in self.__dict__.items() if k not in _GRAPH_STATE and k != "_grad")
         return new
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "Tensor":

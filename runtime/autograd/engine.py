@@ -380,7 +380,7 @@ def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Opt
 
 def _check_grad_shape(leaf, g) -> None:
     """A .grad of another shape than the gradient is an error, as torch's (never a broadcast sum)."""
-    old = leaf.grad
+    old = leaf._grad
     if old is None:
         return
     shape = old._data.shape if isinstance(old, Tensor) else np.shape(old)
@@ -401,16 +401,16 @@ def _accumulate_grad(leaf, g, create_graph: bool) -> None:
     tensor (a .grad of another shape was refused before: ``_check_grad_shape``). Backwards on several
     threads into one leaf add whole gradients, one at a time."""
     with _GRAD_LOCK:
-        old = leaf.grad
+        old = leaf._grad  # set past the assignment's checks: g is made for this leaf
         if old is None:
-            leaf.grad = g
+            leaf._grad = g
             return
         a = old._data if isinstance(old, Tensor) else None
         b = g._data
         if (a is None or create_graph or old.requires_grad or a.shape != b.shape or a.dtype != b.dtype
                 or type(a) is not type(b) or not getattr(getattr(a, "flags", None), "writeable", True)
                 or has_internal_overlap(a)):
-            leaf.grad = _accumulate(old, g)
+            leaf._grad = _accumulate(old, g)
             return
         a += b
         old._version += 1
