@@ -425,6 +425,8 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
             t._base_ref = None
             t._data = np.asarray(value, d.dtype)
             return t
+    if like is not None and isinstance(value, np.generic) and value.dtype.kind in "biufc":
+        value = value.item()  # a numpy scalar next to a tensor is a number like Python's (ops/math.py _number)
     if like is not None and isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic):
         dt = like._data.dtype
         if isinstance(value, complex) and dt.kind != "c":  # complex64 unless like is float64

@@ -8,6 +8,7 @@ changed. Gradients come from the same rules as ``runtime.ops``.
 from __future__ import annotations
 
 import builtins
+import numbers
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -52,7 +53,11 @@ def square(input: Any) -> Tensor:  # noqa: A002  (MindSpore's parameter names)
 
 
 def _scaled(other: Any, alpha: Any) -> Any:
-    return other if not isinstance(alpha, Tensor) and alpha == 1 else _m.mul(other, alpha)
+    if not isinstance(alpha, Tensor) and alpha == 1:
+        return other
+    if isinstance(other, numbers.Number) and isinstance(alpha, numbers.Number):
+        return other * alpha  # still a number: it takes input's dtype (a multiply of two would make float64)
+    return _m.mul(other, alpha)
 
 
 def add(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:  # noqa: A002

@@ -12,9 +12,8 @@ import numpy as np
 
 from .. import device as _device
 from ..tensor import Tensor
-from .math import _one, add, exp, mul, tanh
+from .math import _one, add, cast, exp, greater, less, mul, tanh, where
 from .primitive import Primitive, defvjp
-from .minmax import maximum, minimum
 
 __all__ = ["clip", "clamp", "gelu"]
 
@@ -58,18 +57,24 @@ def _bound(v: Any, what: str) -> Optional[float]:
 def clip(input: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A001,A002
     """``input`` limited to [min, max]; the gradient passes where min <= input <= max.
 
-    Number bounds are constants; Tensor bounds broadcast and are differentiable
-    (through ``maximum``/``minimum``, which split the gradient evenly on a tie).
+    Number bounds are constants; Tensor bounds broadcast and are differentiable: a bound gets the
+    gradient where it is the result (input below min, above max), the input where it lies between
+    them, ties included, as torch's clamp. min > max gives max everywhere (MindSpore's and torch's
+    rule). An integer input with a float bound is clipped as float32, as torch does.
     """
     x = _one(input)
     lo, hi = _bound(min, "min"), _bound(max, "max")
     if lo is None and hi is None:
         raise ValueError("clip: at least one of min and max must be given")
+    if x._data.dtype.kind in "biu" and any(isinstance(b, (float, np.floating)) for b in (lo, hi)):
+        x = cast(x, "float32")
     if isinstance(lo, Tensor) or isinstance(hi, Tensor):
-        out = x if lo is None else maximum(x, lo)
-        return out if hi is None else minimum(out, hi)
-    if lo is not None and hi is not None and lo > hi:
-        raise ValueError(f"clip: min ({lo}) is greater than max ({hi})")
+        out = x
+        if lo is not None:
+            out = where(less(out, lo), lo, out) if isinstance(lo, Tensor) else _clip(out, lo=lo, hi=None)
+        if hi is not None:
+            out = where(greater(out, hi), hi, out) if isinstance(hi, Tensor) else _clip(out, lo=None, hi=hi)
+        return out
     return _clip(x, lo=lo, hi=hi)
 
 

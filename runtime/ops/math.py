@@ -44,17 +44,30 @@ def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
                 t._base_ref = None
                 t._data = np.asarray(y, d.dtype)
                 return x, t
+        if isinstance(y, np.generic):
+            y = _number(y)
         if isinstance(y, float) and x._data.dtype.kind in "biu":
             x = cast(x, _dt.float32)
-        return x, as_tensor(y, like=x)
+        t = as_tensor(y, like=x)
+        return (x, t) if t._data.dtype is x._data.dtype else _float_wins(x, t)
     if isinstance(y, Tensor):
+        if isinstance(x, np.generic):
+            x = _number(x)
         if isinstance(x, float) and y._data.dtype.kind in "biu":
             y = cast(y, _dt.float32)
-        return as_tensor(x, like=y), y
-    return as_tensor(x), as_tensor(y)
+        t = as_tensor(x, like=y)
+        return (t, y) if t._data.dtype is y._data.dtype else _float_wins(t, y)
+    return _float_wins(as_tensor(x), as_tensor(y))  # two numbers: 1.0 + 2 is float32, as a float alone
 
 
 _new = object.__new__
+
+
+def _number(v: np.generic) -> Any:
+    """A numpy scalar (``np.sqrt(2.0)``, ``np.float32(2)``) next to a tensor is a number like Python's: it
+    takes the tensor's dtype, as in torch, rather than numpy's promotion (a float32 model would compute
+    in float64 after any ``* np.sqrt(...)``)."""
+    return v.item() if v.dtype.kind in "biufc" else v
 
 
 def _float_wins(x: Tensor, y: Tensor) -> Tuple[Tensor, Tensor]:
@@ -230,28 +243,36 @@ def neg(x: Any) -> Tensor:
     return _neg(_one(x))
 
 
+def _real_valued(x: Any) -> Tensor:
+    """The input of an op whose values are fractions (exp, sin, sigmoid ...): an integer or bool tensor
+    is taken as float32, as torch and mint take it (numpy would pick float64, or float16 for 8-bit
+    integers, and sigmoid cast its result back to the integers: zeros)."""
+    x = _one(x)
+    return cast(x, _dt.float32) if x._data.dtype.kind in "biu" else x
+
+
 def exp(x: Any) -> Tensor:
-    return _exp(_one(x))
+    return _exp(_real_valued(x))
 
 
 def log(x: Any) -> Tensor:
-    return _log(_one(x))
+    return _log(_real_valued(x))
 
 
 def sin(x: Any) -> Tensor:
-    return _sin(_one(x))
+    return _sin(_real_valued(x))
 
 
 def cos(x: Any) -> Tensor:
-    return _cos(_one(x))
+    return _cos(_real_valued(x))
 
 
 def tanh(x: Any) -> Tensor:
-    return _tanh(_one(x))
+    return _tanh(_real_valued(x))
 
 
 def sigmoid(x: Any) -> Tensor:
-    return _sigmoid_p(_one(x))
+    return _sigmoid_p(_real_valued(x))
 
 
 def relu(x: Any) -> Tensor:
@@ -262,7 +283,7 @@ def relu(x: Any) -> Tensor:
 
 
 def sqrt(x: Any) -> Tensor:
-    return _sqrt(_one(x))
+    return _sqrt(_real_valued(x))
 
 
 def abs(x: Any) -> Tensor:  # noqa: A001
@@ -373,7 +394,9 @@ def matmul(x: Any, y: Any) -> Tensor:
 
 # ---- reductions -----------------------------------------------------------
 def _norm_axis(axis: Axis, ndim: int) -> Optional[Tuple[int, ...]]:
-    if axis is None:
+    """The axes as a tuple of non-negative ints; None (every axis) for None or an empty tuple or list, as
+    MindSpore's ``axis=()`` and torch's ``dim=()`` (numpy's ``axis=()`` would reduce none)."""
+    if axis is None or (isinstance(axis, (tuple, list, range)) and len(axis) == 0):
         return None
     if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool):
         axes: Tuple[Any, ...] = (axis,)

@@ -35,7 +35,10 @@ def _not_empty(x: Tensor, what: str) -> None:
 # ---- the extreme of a whole tensor ------------------------------------------
 def _tie_share(x: Tensor, ans: Tensor) -> Tensor:
     """1/k at the k elements equal to the result, 0 elsewhere."""
-    hit = (x._data == ans._data).astype(x._data.dtype)
+    hit = x._data == ans._data
+    if not hit.any():  # the result is NaN (never equal to itself): the NaN elements share it, as in torch
+        hit = x._data != x._data
+    hit = hit.astype(x._data.dtype)
     return _const(hit / hit.sum())
 
 
