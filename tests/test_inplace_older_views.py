@@ -315,3 +315,19 @@ def test_under_jit_an_older_view_gives_torchs_gradient_on_every_call(ops, route,
             x = _x()
             g, = grad(jf(x), x)
             np.testing.assert_allclose(g.asnumpy(), tg.numpy(), rtol=1e-12, err_msg=f"call {call}")
+
+
+def test_a_no_grad_view_of_a_leaf_read_after_an_optimizer_step_is_refused():
+    """torch refuses it for a leaf base too (the view's history would be ambiguous); the runtime read the
+    view as a constant, silently giving no gradient to the leaf through it."""
+    w = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    with rt.no_grad():
+        v = w[0:2]
+        w -= 0.5  # an optimizer's step
+    with pytest.raises(RuntimeError, match="a view was created in no_grad mode and its base"):
+        v * 3.0
+    with rt.no_grad():
+        assert (v * 3.0).tolist() == [1.5, 4.5]
+    u = w[0:2]  # a view made with grad on is regenerated from the leaf as before
+    (u * 3.0).sum().backward()
+    assert w.grad.tolist() == [3.0, 3.0, 0.0]

@@ -280,3 +280,18 @@ def test_a_views_function_that_writes_read_only_memory_says_it_wrote(ops):
     with pytest.raises(ValueError, match=r"ScaleInplace: argument 0 is read-only memory .* e\.g\. x \* 1$"):
         ops.scale_(rt.from_numpy(b), 3.0)
     np.testing.assert_array_equal(b, [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("second", ["same view", "another view of the same elements"])
+def test_a_function_given_one_view_twice_writes_and_differentiates_as_torch(second):
+    """PyAdd(v, v) with v a view of y = x * 1: the base was rebased once per argument, and the second
+    rebase found the first one's node (an IndexError after the write). Two views of the same elements:
+    the one not marked dirty was called written without mark_dirty, where the marked write explains it.
+    torch: y = [2, 4, 3], x.grad = [2, 20, 100] for both."""
+    x = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    y = x * 1
+    v = y[0:2]
+    PyAdd.apply(v, v if second == "same view" else y[0:2])
+    assert y.asnumpy().tolist() == [2.0, 4.0, 3.0]
+    (y * Tensor(np.array([1.0, 10.0, 100.0]))).sum().backward()
+    assert x.grad.asnumpy().tolist() == [2.0, 20.0, 100.0]

@@ -42,6 +42,7 @@ from .saved_hooks import hooks_in_force
 from .node import Node, edge_of, meta_of
 from .ownership import own_results
 from .. import call_rules as _call_rules
+from .. import device as _device
 from .. import tensor as _tensor
 from ..ops.op_entry import op_entry
 
@@ -309,8 +310,11 @@ class Function:
             if len(outs) > 1:
                 _check_dirty_view_outputs(name, ctx, args)
             outs = _record(cls, ctx, args, outs)
-            for i, a in enumerate(args if ctx._dirty else ()):  # a view written in place: its base's
-                if isinstance(a, Tensor) and a._base is not None and _contains(ctx._dirty, a):  # history is rebased
+            rebased: List[Any] = []  # a view written in place: its base's history is rebased, once per
+            for i, a in enumerate(args if ctx._dirty else ()):  # view (one passed twice is one write)
+                if isinstance(a, Tensor) and a._base is not None and _contains(ctx._dirty, a) \
+                        and not _contains(rebased, a):
+                    rebased.append(a)
                     _call_rules.rebase_view(a, i)
             if writes is None and not ctx._dirty:  # a recorded call completed without writing
                 _call_rules.note_read_only_call(cls)
@@ -403,8 +407,8 @@ def _check_forward_writes(cls: type, ctx: FunctionCtx, args: Sequence[Any], befo
     """Arguments changed without mark_dirty, and dirty leaves that require grad, are errors."""
     name = cls.__name__
     for i, (a, b) in enumerate(zip(args, before)):
-        if b is None or _contains(ctx._dirty, a):
-            continue
+        if b is None or _contains(ctx._dirty, a) or any(_write_reaches(d, a) for d in ctx._dirty):
+            continue  # (another argument over the same memory, marked dirty: that write explains the change)
         data, fp = b
         if a._data is not data or _fingerprint(data, phase) != fp:
             _call_rules.note_writes(cls)
@@ -417,6 +421,17 @@ def _check_forward_writes(cls: type, ctx: FunctionCtx, args: Sequence[Any], befo
             raise RuntimeError(f"{name} modifies argument {i} in place (mark_dirty), but it is a leaf that "
                                f"requires grad; in-place changes of such leaves are not allowed "
                                f"(use a copy, e.g. x * 1)")
+
+
+def _write_reaches(d: Any, a: Any) -> bool:
+    """A write into ``d`` may have changed ``a``: their memory overlaps (C++'s WriteReaches)."""
+    x, y = d._data, a._data
+    if type(x) is not type(y):
+        return False
+    try:
+        return bool(_device.array_module(x).may_share_memory(x, y))
+    except (AttributeError, TypeError):
+        return False
 
 
 def _record(cls: type, ctx: FunctionCtx, args: Sequence[Any], outs: List[Any]) -> List[Any]:

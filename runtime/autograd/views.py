@@ -140,11 +140,14 @@ def refresh_view(view: Any) -> None:
     ``view._vc.value != view._view_version`` first (the rare case); the common call pays nothing."""
     version = view._vc.value
     base = view._base_ref()
-    if base is None or base._node is None or not base.requires_grad:
-        view._view_version = version  # no base, or a leaf base: the view's own history is still right
+    if base is None or not base.requires_grad:
+        view._view_version = version  # no base, or one without gradients: nothing to regenerate
         return
-    if view._view_no_grad:
+    if view._view_no_grad:  # torch's rule, for a leaf base too (an optimizer step between the view and its use)
         raise RuntimeError(NO_GRAD_VIEW_STALE)
+    if base._node is None:
+        view._view_version = version  # a leaf base: the view's own history is still right
+        return
     idx = view_indices(view._data, base._data)
     base_meta = (base._data.shape, base._data.dtype)
     view._node = ViewOfBase((base._node, base._out_index), idx, base_meta, (view._data.shape, view._data.dtype),
