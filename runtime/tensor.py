@@ -425,8 +425,6 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
             t._base_ref = None
             t._data = np.asarray(value, d.dtype)
             return t
-    if like is not None and isinstance(value, np.generic) and value.dtype.kind in "biufc":
-        value = value.item()  # a numpy scalar next to a tensor is a number like Python's (ops/math.py _number)
     if like is not None and isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic):
         dt = like._data.dtype
         if isinstance(value, complex) and dt.kind != "c":  # complex64 unless like is float64
@@ -439,6 +437,8 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
         if type(like._data) is not np.ndarray:  # a number next to a GPU tensor goes to its device
             arr = _device.to_device(arr, like.device)
         return Tensor._from_array(arr)
+    if like is not None and isinstance(value, np.generic) and value.dtype.kind in "biufc":
+        return as_tensor(value.item(), like)  # a numpy scalar next to a tensor is a number like Python's
     if like is not None and isinstance(value, np.generic) and type(like._data) is not np.ndarray:
         return _shared(value, device=like.device)  # a numpy scalar is a number too: on the GPU tensor's device
     return _shared(value)

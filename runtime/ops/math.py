@@ -44,19 +44,19 @@ def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
                 t._base_ref = None
                 t._data = np.asarray(y, d.dtype)
                 return x, t
-        if isinstance(y, np.generic):
+        if type(y) is not int and isinstance(y, np.generic):
             y = _number(y)
         if isinstance(y, float) and x._data.dtype.kind in "biu":
             x = cast(x, _dt.float32)
         t = as_tensor(y, like=x)
-        return (x, t) if t._data.dtype is x._data.dtype else _float_wins(x, t)
+        return _float_wins(x, t) if isinstance(y, complex) else (x, t)  # (int32 * 1j: complex64)
     if isinstance(y, Tensor):
-        if isinstance(x, np.generic):
+        if type(x) is not int and isinstance(x, np.generic):
             x = _number(x)
         if isinstance(x, float) and y._data.dtype.kind in "biu":
             y = cast(y, _dt.float32)
         t = as_tensor(x, like=y)
-        return (t, y) if t._data.dtype is y._data.dtype else _float_wins(t, y)
+        return _float_wins(t, y) if isinstance(x, complex) else (t, y)
     return _float_wins(as_tensor(x), as_tensor(y))  # two numbers: 1.0 + 2 is float32, as a float alone
 
 
@@ -243,36 +243,41 @@ def neg(x: Any) -> Tensor:
     return _neg(_one(x))
 
 
-def _real_valued(x: Any) -> Tensor:
-    """The input of an op whose values are fractions (exp, sin, sigmoid ...): an integer or bool tensor
-    is taken as float32, as torch and mint take it (numpy would pick float64, or float16 for 8-bit
-    integers, and sigmoid cast its result back to the integers: zeros)."""
-    x = _one(x)
-    return cast(x, _dt.float32) if x._data.dtype.kind in "biu" else x
+def _real_valued(x: Tensor) -> Tensor:
+    """An integer or bool input of an op whose values are fractions (exp, sin, sigmoid ...), as float32,
+    as torch and mint take it (numpy would pick float64, or float16 for 8-bit integers, and sigmoid cast
+    its result back to the integers: zeros)."""
+    return cast(x, _dt.float32)
 
 
 def exp(x: Any) -> Tensor:
-    return _exp(_real_valued(x))
+    x = _one(x)
+    return _exp(x if x._data.dtype.kind not in "biu" else _real_valued(x))
 
 
 def log(x: Any) -> Tensor:
-    return _log(_real_valued(x))
+    x = _one(x)
+    return _log(x if x._data.dtype.kind not in "biu" else _real_valued(x))
 
 
 def sin(x: Any) -> Tensor:
-    return _sin(_real_valued(x))
+    x = _one(x)
+    return _sin(x if x._data.dtype.kind not in "biu" else _real_valued(x))
 
 
 def cos(x: Any) -> Tensor:
-    return _cos(_real_valued(x))
+    x = _one(x)
+    return _cos(x if x._data.dtype.kind not in "biu" else _real_valued(x))
 
 
 def tanh(x: Any) -> Tensor:
-    return _tanh(_real_valued(x))
+    x = _one(x)
+    return _tanh(x if x._data.dtype.kind not in "biu" else _real_valued(x))
 
 
 def sigmoid(x: Any) -> Tensor:
-    return _sigmoid_p(_real_valued(x))
+    x = _one(x)
+    return _sigmoid_p(x if x._data.dtype.kind not in "biu" else _real_valued(x))
 
 
 def relu(x: Any) -> Tensor:
@@ -283,7 +288,8 @@ def relu(x: Any) -> Tensor:
 
 
 def sqrt(x: Any) -> Tensor:
-    return _sqrt(_real_valued(x))
+    x = _one(x)
+    return _sqrt(x if x._data.dtype.kind not in "biu" else _real_valued(x))
 
 
 def abs(x: Any) -> Tensor:  # noqa: A001
