@@ -77,3 +77,12 @@ def test_clip_follows_torchs_clamp():
     rng = np.random.default_rng(0)
     assert gradcheck(lambda a, b, c: ops.clip(a, b, c),
                      tuple(Tensor(rng.uniform(-1, 1, 5) + off, requires_grad=True) for off in (0.0, -0.5, 0.5)))
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint8, np.int32])
+def test_mint_sum_of_integers_is_int64(dtype):
+    """numpy summed uint8 to uint64; torch and MindSpore's mint.sum give int64."""
+    x = Tensor(np.array([1, 0, 1], dtype))
+    got = mint.sum(x)
+    assert got.dtype == rt.int64 and int(got.asnumpy()) == 2
+    assert mint.sum(x, dtype=rt.int32).dtype == rt.int32

@@ -136,8 +136,13 @@ def _keep(keepdim: Any) -> bool:
 
 
 def sum(input: Any, dim: Dim = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # noqa: A001,A002
-    """Sum over ``dim`` (an int, a tuple of ints, or None for all elements)."""
-    return _m.sum(_cast(input, dtype), _dims(dim), _keep(keepdim))
+    """Sum over ``dim`` (an int, a tuple of ints, or None for all elements). Bools and integers of
+    fewer than 64 bits sum as int64, as torch's and MindSpore's mint.sum (numpy: uint64 for uint8)."""
+    x = _cast(input, dtype)
+    if dtype is None and x._data.dtype.kind in "biu" and x._data.dtype.itemsize < 8:
+        x = _m.cast(x, _dt.int64)
+    out = _m.sum(x, _dims(dim), _keep(keepdim))
+    return out if dtype is None or out._data.dtype == x._data.dtype else _m.cast(out, x.dtype)  # (numpy: int64)
 
 
 def mean(input: Any, dim: Dim = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # noqa: A002
