@@ -100,3 +100,22 @@ def test_a_second_backward_without_retain_graph_raises_on_the_registered_path(pa
     torch.autograd.grad(z, x)
     with pytest.raises(RuntimeError, match="a second time"):
         torch.autograd.grad(z, x)
+
+
+def test_a_read_only_input_a_function_wrote_anyway_counts_the_write(parity_ops):
+    """scale_ accepts views and so gets read-only memory itself; it writes without checking is_writable().
+    The call is refused, but the memory did change: the write is counted, so a gradient that saved that
+    memory refuses to read it (before: the refused call was invisible, and the gradient read the new
+    values silently)."""
+    a = np.arange(1.0, 5.0)
+    a.flags.writeable = False
+    t = rt.from_numpy(a)
+    x = Tensor(np.ones(4), requires_grad=True)
+    z = parity_ops.mul(x, t)
+    before = t._version
+    with pytest.raises(ValueError, match=r"is read-only memory .* its values have changed"):
+        parity_ops.scale_(t)
+    assert t._version == before + 1
+    with pytest.raises(RuntimeError, match=r"saved for backward by ParityMul \(saved slot 1\) has been modified by an "
+                                           r"in-place operation: it is at version 1, but was saved at version 0"):
+        z.sum().backward()

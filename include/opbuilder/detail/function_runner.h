@@ -179,7 +179,9 @@ inline void FinishDirty(const Runtime &rt, const ContextState &c, const TensorPt
       if (!why.empty()) throw std::runtime_error(why);
     }
     if (!(orig != nullptr ? orig : d)->is_writable()) {
-      // a private copy was written; the caller's own memory only by a Function that ignored is_writable()
+      // a private copy was written; the caller's own memory only by a Function that ignored is_writable():
+      // that write happened, so it is counted (a gradient that saved this memory must not read it unseen)
+      if (orig == nullptr && d->py_object() != nullptr) BumpVersion(rt, d->py_object());
       throw ValueError(name + ": argument " + std::to_string(i) +
                        " is read-only memory (a numpy array with writeable=False, a bytes buffer or a "
                        "read-only memory map), but Forward marked it dirty (an in-place write); pass a "
