@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import device as _device
 from ..tensor import Tensor
-from .math import _one, add, cast, exp, greater, less, mul, tanh, where
+from .math import _one, add, cast, exp, greater, greater_equal, less, less_equal, mul, tanh, where
 from .primitive import Primitive, defvjp
 
 __all__ = ["clip", "clamp", "gelu"]
@@ -34,12 +34,13 @@ def _clip_np(x: np.ndarray, lo: Optional[float], hi: Optional[float]) -> np.ndar
 
 
 def _clip_vjp(g: Tensor, ans: Tensor, x: Tensor, lo: Optional[float], hi: Optional[float]) -> Tensor:
-    inside = _device.array_module(x._data).ones(x.shape, dtype=bool)
+    """g where lo <= x <= hi, else 0 (NaN: 0). With runtime ops, not a numpy mask: under jit the rule is
+    traced once and replayed, and a mask of this call's values would be replayed as a constant."""
     if lo is not None:
-        inside &= x._data >= lo
+        g = where(greater_equal(x, lo), g, 0)
     if hi is not None:
-        inside &= x._data <= hi
-    return mul(g, Tensor._from_array(inside.astype(g._data.dtype)))
+        g = where(less_equal(x, hi), g, 0)
+    return g
 
 
 _clip = Primitive("clip", _clip_np)

@@ -15,7 +15,8 @@ import numpy as np
 
 from .. import device as _device
 from ..tensor import Tensor
-from .math import _norm_axis, _one, _pair, _real_only, mul, reshape
+from .math import _norm_axis, _one, _pair, _real_only, cast, div, equal, greater, less, mul, not_equal, reshape
+from .math import sum as _sum, where
 from .primitive import Primitive, defvjp
 
 __all__ = ["amax", "amin", "max_dim", "min_dim", "argmax", "argmin", "maximum", "minimum", "max", "min"]
@@ -33,13 +34,13 @@ def _not_empty(x: Tensor, what: str) -> None:
 
 
 # ---- the extreme of a whole tensor ------------------------------------------
+# The rules below compute their masks with runtime ops, not numpy: under jit a rule is traced once and
+# replayed, and a mask made of this call's values outside the ops would be replayed as a constant.
 def _tie_share(x: Tensor, ans: Tensor) -> Tensor:
-    """1/k at the k elements equal to the result, 0 elsewhere."""
-    hit = x._data == ans._data
-    if not hit.any():  # the result is NaN (never equal to itself): the NaN elements share it, as in torch
-        hit = x._data != x._data
-    hit = hit.astype(x._data.dtype)
-    return _const(hit / hit.sum())
+    """1/k at the k elements equal to the result, 0 elsewhere; a NaN result (never equal to itself) is
+    shared by the NaN elements, as in torch."""
+    hit = cast(where(not_equal(ans, ans), not_equal(x, x), equal(x, ans)), x.dtype)
+    return div(hit, _sum(hit))
 
 
 _amax = Primitive("amax", np.max)
@@ -70,20 +71,38 @@ def _along(pick: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     return fn
 
 
-def _picked_vjp(pick: Callable[..., np.ndarray]) -> Callable[..., Tensor]:
+def _pick_np(pick: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """The int64 index ``pick`` (argmax, argmin) gives along ``axis``, or into the flattened tensor (None)."""
+    def fn(x: np.ndarray, axis: Optional[int], keepdims: bool) -> np.ndarray:
+        xp = _device.array_module(x)
+        if axis is None:
+            idx = xp.asarray(pick(x.reshape(-1)), np.int64)  # CuPy's is a 0-d array
+            return idx.reshape((1,) * x.ndim if keepdims else ())
+        return xp.asarray(pick(x, axis=axis, keepdims=keepdims), np.int64)
+    return fn
+
+
+# the indices are ops too (recorded, traced by jit), with no gradient
+_argmax_p = Primitive("argmax", _pick_np(np.argmax))
+_argmin_p = Primitive("argmin", _pick_np(np.argmin))
+
+
+def _picked_vjp(index: Primitive) -> Callable[..., Tensor]:
     def rule(g: Tensor, ans: Tensor, x: Tensor, axis: int, keepdims: bool) -> Tensor:
-        hit = _device.array_module(x._data).zeros(x.shape, x._data.dtype)
-        np.put_along_axis(hit, pick(x._data, axis=axis, keepdims=True), 1, axis)
+        at = index(x, axis=axis, keepdims=True)
+        n = x.shape[axis]  # each position along the axis (a shape-only constant), compared with the index
+        positions = _const(_device.array_module(x._data).arange(n).reshape(
+            tuple(n if i == axis else 1 for i in range(x.ndim))))
         if not keepdims:
             g = reshape(g, tuple(1 if i == axis else s for i, s in enumerate(x.shape)))
-        return mul(g, _const(hit))
+        return where(equal(positions, at), g, 0)
     return rule
 
 
 _max_dim = Primitive("max_dim", _along(np.argmax))
-defvjp(_max_dim, _picked_vjp(np.argmax), reads_output=False, reads_inputs=(0,))
+defvjp(_max_dim, _picked_vjp(_argmax_p), reads_output=False, reads_inputs=(0,))
 _min_dim = Primitive("min_dim", _along(np.argmin))
-defvjp(_min_dim, _picked_vjp(np.argmin), reads_output=False, reads_inputs=(0,))
+defvjp(_min_dim, _picked_vjp(_argmin_p), reads_output=False, reads_inputs=(0,))
 
 
 def _dim_op(x: Any, dim: Any, keepdim: Any, what: str) -> Tuple[Tensor, int, bool]:
@@ -101,61 +120,59 @@ def _dim_op(x: Any, dim: Any, keepdim: Any, what: str) -> Tuple[Tensor, int, boo
     return x, axis[0], bool(keepdim)
 
 
-def _with_index(prim: Primitive, pick: Callable[..., np.ndarray], x: Any, dim: int, keepdim: bool,
+def _with_index(prim: Primitive, index: Primitive, x: Any, dim: int, keepdim: bool,
                 what: str) -> Tuple[Tensor, Tensor]:
     x, axis, keep = _dim_op(x, dim, keepdim, what)
     if x.ndim == 0:  # a scalar is its own extreme, at index 0
         return reshape(x, ()), _const(_device.array_module(x._data).zeros((), np.int64))
-    return prim(x, axis=axis, keepdims=keep), _const(pick(x._data, axis=axis, keepdims=keep).astype(np.int64))
+    return prim(x, axis=axis, keepdims=keep), index(x, axis=axis, keepdims=keep)
 
 
 def max_dim(x: Any, dim: int, keepdim: bool = False) -> Tuple[Tensor, Tensor]:
     """(values, indices) of the largest elements along ``dim``; indices are int64."""
-    return _with_index(_max_dim, np.argmax, x, dim, keepdim, "max")
+    return _with_index(_max_dim, _argmax_p, x, dim, keepdim, "max")
 
 
 def min_dim(x: Any, dim: int, keepdim: bool = False) -> Tuple[Tensor, Tensor]:
     """(values, indices) of the smallest elements along ``dim``; indices are int64."""
-    return _with_index(_min_dim, np.argmin, x, dim, keepdim, "min")
+    return _with_index(_min_dim, _argmin_p, x, dim, keepdim, "min")
 
 
-def _arg(pick: Callable[..., np.ndarray], x: Any, dim: Any, keepdim: bool, what: str) -> Tensor:
+def _arg(index: Primitive, x: Any, dim: Any, keepdim: bool, what: str) -> Tensor:
     if dim is None:
         x = _one(x)
         _not_empty(x, what)
-        idx = _device.array_module(x._data).asarray(pick(x._data.reshape(-1)), np.int64)  # CuPy's is a 0-d array
-        return _const(idx.reshape((1,) * x.ndim if keepdim else ()))
+        return index(x, axis=None, keepdims=bool(keepdim))
     x, axis, keep = _dim_op(x, dim, keepdim, what)
     if x.ndim == 0:
         return _const(_device.array_module(x._data).zeros((), np.int64))
-    return _const(pick(x._data, axis=axis, keepdims=keep).astype(np.int64))
+    return index(x, axis=axis, keepdims=keep)
 
 
 def argmax(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A002 (MindSpore's name)
     """Index of the largest element (of the flattened tensor when ``dim`` is None); int64, not differentiable."""
-    return _arg(np.argmax, input, dim, keepdim, "argmax")
+    return _arg(_argmax_p, input, dim, keepdim, "argmax")
 
 
 def argmin(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A002 (MindSpore's name)
     """Index of the smallest element (of the flattened tensor when ``dim`` is None); int64, not differentiable."""
-    return _arg(np.argmin, input, dim, keepdim, "argmin")
+    return _arg(_argmin_p, input, dim, keepdim, "argmin")
 
 
 # ---- elementwise maximum / minimum --------------------------------------------
-def _share(wins: Callable[[np.ndarray, np.ndarray], np.ndarray], a: Tensor, b: Tensor, g: Tensor) -> Tensor:
-    """The part of the gradient that goes to ``a``: 1 where it wins, 1/2 on a tie, else 0."""
-    pa, pb = a._data, b._data
-    return _const(np.where(wins(pa, pb), 1.0, np.where(pa == pb, 0.5, 0.0)).astype(g._data.dtype))
+def _share(wins: Callable[[Any, Any], Tensor], a: Tensor, b: Tensor, g: Tensor) -> Tensor:
+    """The part of the gradient ``g`` that goes to ``a``: all where it wins, half on a tie, else 0."""
+    return where(wins(a, b), g, where(equal(a, b), mul(g, 0.5), 0))
 
 
 _maximum = Primitive("maximum", np.maximum)
 defvjp(_maximum,
-       lambda g, ans, x, y: mul(g, _share(np.greater, x, y, g)),
-       lambda g, ans, x, y: mul(g, _share(np.greater, y, x, g)), reads_output=False, reads_inputs=(0, 1))
+       lambda g, ans, x, y: _share(greater, x, y, g),
+       lambda g, ans, x, y: _share(greater, y, x, g), reads_output=False, reads_inputs=(0, 1))
 _minimum = Primitive("minimum", np.minimum)
 defvjp(_minimum,
-       lambda g, ans, x, y: mul(g, _share(np.less, x, y, g)),
-       lambda g, ans, x, y: mul(g, _share(np.less, y, x, g)), reads_output=False, reads_inputs=(0, 1))
+       lambda g, ans, x, y: _share(less, x, y, g),
+       lambda g, ans, x, y: _share(less, y, x, g), reads_output=False, reads_inputs=(0, 1))
 
 
 def maximum(x: Any, y: Any) -> Tensor:
