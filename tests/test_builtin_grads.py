@@ -252,6 +252,9 @@ MORE = {  # op name(s) covered -> (function, input shapes)
     ("maximum",): (F.maximum, [(3, 4), (4,)]), ("minimum",): (F.minimum, [(3, 4), (3, 1)]),
     ("softmax",): (lambda x: F.softmax(x, 1), [(3, 4)]), ("log_softmax",): (F.log_softmax, [(3, 4)]),
     ("logsumexp",): (lambda x: F.logsumexp(x, 1), [(3, 4)]), ("clip",): (lambda x: F.clip(x, -0.5, 0.5), [(3, 4)]),
+    ("clamp",): (lambda x, lo, hi: F.clip(x, lo - 1.0, hi + 1.0), [(3, 4), (4,), (3, 1)]),
+    ("clamp_min",): (lambda x, lo: F.clip(x, lo, None), [(3, 4), (4,)]),
+    ("clamp_max",): (lambda x, hi: F.clip(x, None, hi), [(3, 4), (3, 1)]),
     ("gelu",): (F.gelu, [(3, 4)]), ("dense",): (F.dense, [(3, 4), (2, 4)]),
     # gelu's (exact) second derivative: its rule was numpy, so a gradient of its gradient was 0
     ("normal_cdf",): (_second(F.gelu), [(3, 4)]),

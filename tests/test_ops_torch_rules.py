@@ -86,3 +86,18 @@ def test_mint_sum_of_integers_is_int64(dtype):
     got = mint.sum(x)
     assert got.dtype == rt.int64 and int(got.asnumpy()) == 2
     assert mint.sum(x, dtype=rt.int32).dtype == rt.int32
+
+
+def test_clip_with_tensor_bounds_keeps_nan_as_torch():
+    """Through where() a NaN bound was dropped (x came back) and a NaN input got the gradient; torch's clamp
+    gives NaN, and no gradient to a NaN input."""
+    x = Tensor(np.float32([0.5, 0.5]))
+    got = ops.clip(x, Tensor(np.float32([np.nan, 0.0])), Tensor(np.float32([1.0, np.nan])))
+    assert np.isnan(got.asnumpy()).all()
+    x = Tensor(np.array([0.0, 1.0, -1.0, 3.0, np.nan]), requires_grad=True)
+    lo = Tensor(np.zeros(5), requires_grad=True)
+    hi = Tensor(np.array([2.0, 1.0, 2.0, 2.0, 2.0]), requires_grad=True)
+    gx, glo, ghi = rt.grad(lambda a, b, c: ops.sum(ops.clip(a, b, c)), (0, 1, 2))(x, lo, hi)
+    assert gx.asnumpy().tolist() == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert glo.asnumpy().tolist() == [0.0, 0.0, 1.0, 0.0, 0.0] and ghi.asnumpy().tolist() == [0.0, 0.0, 0.0, 1.0, 0.0]
+    assert ops.clip(Tensor(np.ones(2)), Tensor(np.ones(2) * 0.5), None).asnumpy().tolist() == [1.0, 1.0]

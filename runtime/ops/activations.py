@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import device as _device
 from ..tensor import Tensor
-from .math import _one, add, cast, exp, greater, greater_equal, less, less_equal, mul, tanh, where
+from .math import _one, _pair, add, cast, exp, greater, greater_equal, less, less_equal, mul, tanh, where
 from .primitive import Primitive, defvjp
 
 __all__ = ["clip", "clamp", "gelu"]
@@ -46,6 +46,21 @@ def _clip_vjp(g: Tensor, ans: Tensor, x: Tensor, lo: Optional[float], hi: Option
 _clip = Primitive("clip", _clip_np)
 defvjp(_clip, _clip_vjp, reads_output=False, reads_inputs=(0,))
 
+# Tensor bounds, torch's clamp rules: the input gets the gradient where min <= x <= max (NaN: none), min where
+# x < min (and min < max), max where x > max or max < min (max wins). A NaN bound makes the result NaN.
+_clamp_min = Primitive("clamp_min", lambda x, lo: np.maximum(x, lo))
+defvjp(_clamp_min, lambda g, ans, x, lo: where(greater_equal(x, lo), g, 0),
+       lambda g, ans, x, lo: where(less(x, lo), g, 0), reads_output=False, reads_inputs=(0, 1))
+_clamp_max = Primitive("clamp_max", lambda x, hi: np.minimum(x, hi))
+defvjp(_clamp_max, lambda g, ans, x, hi: where(less_equal(x, hi), g, 0),
+       lambda g, ans, x, hi: where(greater(x, hi), g, 0), reads_output=False, reads_inputs=(0, 1))
+_clamp = Primitive("clamp", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi))
+defvjp(_clamp,
+       lambda g, ans, x, lo, hi: where(greater_equal(x, lo), where(less_equal(x, hi), g, 0), 0),
+       lambda g, ans, x, lo, hi: where(less(x, lo), where(less(lo, hi), g, 0), 0),
+       lambda g, ans, x, lo, hi: where(greater(x, hi), g, where(less(hi, lo), g, 0)),
+       reads_output=False, reads_inputs=(0, 1, 2))
+
 
 def _bound(v: Any, what: str) -> Optional[float]:
     if v is None or isinstance(v, Tensor):
@@ -70,12 +85,14 @@ def clip(input: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A001,
     if x._data.dtype.kind in "biu" and any(isinstance(b, (float, np.floating)) for b in (lo, hi)):
         x = cast(x, "float32")
     if isinstance(lo, Tensor) or isinstance(hi, Tensor):
-        out = x
-        if lo is not None:
-            out = where(less(out, lo), lo, out) if isinstance(lo, Tensor) else _clip(out, lo=lo, hi=None)
-        if hi is not None:
-            out = where(greater(out, hi), hi, out) if isinstance(hi, Tensor) else _clip(out, lo=None, hi=hi)
-        return out
+        if lo is None:
+            return _clamp_max(*_pair(x, hi))
+        if hi is None:
+            return _clamp_min(*_pair(x, lo))
+        x, lo = _pair(x, lo)
+        x, hi = _pair(x, hi)
+        lo, hi = _pair(lo, hi)
+        return _clamp(x, lo, hi)
     return _clip(x, lo=lo, hi=hi)
 
 
