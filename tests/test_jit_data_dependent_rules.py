@@ -64,3 +64,17 @@ def test_graph_mode_training_through_clip_gets_each_steps_gradient():
     for w, g in zip(want, got):
         for a, b in zip(w, g):
             np.testing.assert_allclose(b.asnumpy(), a.asnumpy(), rtol=1e-6)
+
+
+def test_a_replayed_output_requires_grad_only_where_a_gradient_flows():
+    """Replays marked every float output requires_grad (eager: only those that depend on an input that
+    requires grad), so backward() through one succeeded with no gradient instead of raising."""
+    f = rt.jit(lambda x, y: (x * 2, y * 3, ops.argmax(y) + 0, (y * 1).detach() * 2, y), jit_level="O0")
+    x, y = Tensor(np.float32([1, 2])), Tensor(np.float32([3, 4]), requires_grad=True)
+    for _ in range(3):  # the first call runs eagerly and records; the others replay
+        outs = f(x, y)
+        assert [o.requires_grad for o in outs] == [False, True, False, False, True]
+    (outs[1].sum() + outs[4].sum()).backward()
+    assert y.grad.asnumpy().tolist() == [4.0, 4.0]
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        outs[0].sum().backward()

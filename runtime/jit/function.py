@@ -367,7 +367,10 @@ class JitFunction:
                    for k, msg, kept in g.watch]
         node = JitGradNode(getattr(self.fn, "__qualname__", "graph"), entry.traced, g.plan, g.backward, tensors,
                            saved, outs, calls, watched, edges, reads)
-        attach_outputs(node, outs)
+        # as eagerly, only outputs a gradient flows from to an input (or captured tensor) requiring grad
+        # require grad: those whose gradient the backward graph takes
+        flows = {k[1] for k in g.plan.keys if k[0] == "grad"}
+        attach_outputs(node, [o if k in flows else None for k, o in enumerate(outs)])
         return outs
 
     def _grad(self, entry: _Entry, tensors: List[Tensor], wanted: Tuple[bool, ...]) -> _Grad:
