@@ -101,3 +101,15 @@ def test_clip_with_tensor_bounds_keeps_nan_as_torch():
     assert gx.asnumpy().tolist() == [1.0, 1.0, 0.0, 0.0, 0.0]
     assert glo.asnumpy().tolist() == [0.0, 0.0, 1.0, 0.0, 0.0] and ghi.asnumpy().tolist() == [0.0, 0.0, 0.0, 1.0, 0.0]
     assert ops.clip(Tensor(np.ones(2)), Tensor(np.ones(2) * 0.5), None).asnumpy().tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("op", [ops.maximum, ops.minimum])
+def test_maximum_and_minimum_give_a_nan_pair_the_gradient_on_both_sides(op):
+    """torch: where either input is NaN, neither loses, so both get the gradient (the runtime gave 0 to both,
+    which a second derivative showed); a tie still splits it in half."""
+    x = Tensor(np.float32([np.nan, 2.0, 1.0]), requires_grad=True)
+    y = Tensor(np.float32([1.0, 1.0, 1.0]), requires_grad=True)
+    gx, gy = rt.grad(lambda a, b: ops.sum(op(a, b)), grad_position=(0, 1))(x, y)
+    wins_x = 1.0 if op is ops.maximum else 0.0
+    assert gx.asnumpy().tolist() == [1.0, wins_x, 0.5]
+    assert gy.asnumpy().tolist() == [1.0, 1.0 - wins_x, 0.5]

@@ -160,19 +160,20 @@ def argmin(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:  # noq
 
 
 # ---- elementwise maximum / minimum --------------------------------------------
-def _share(wins: Callable[[Any, Any], Tensor], a: Tensor, b: Tensor, g: Tensor) -> Tensor:
-    """The part of the gradient ``g`` that goes to ``a``: all where it wins, half on a tie, else 0."""
-    return where(wins(a, b), g, where(equal(a, b), mul(g, 0.5), 0))
+def _share(loses: Callable[[Any, Any], Tensor], a: Tensor, b: Tensor, g: Tensor) -> Tensor:
+    """The part of the gradient ``g`` that goes to ``a``: half on a tie, none where it loses, else all
+    (torch's rule: where either is NaN, neither loses, and both get it)."""
+    return where(equal(a, b), mul(g, 0.5), where(loses(a, b), 0, g))
 
 
 _maximum = Primitive("maximum", np.maximum)
 defvjp(_maximum,
-       lambda g, ans, x, y: _share(greater, x, y, g),
-       lambda g, ans, x, y: _share(greater, y, x, g), reads_output=False, reads_inputs=(0, 1))
-_minimum = Primitive("minimum", np.minimum)
-defvjp(_minimum,
        lambda g, ans, x, y: _share(less, x, y, g),
        lambda g, ans, x, y: _share(less, y, x, g), reads_output=False, reads_inputs=(0, 1))
+_minimum = Primitive("minimum", np.minimum)
+defvjp(_minimum,
+       lambda g, ans, x, y: _share(greater, x, y, g),
+       lambda g, ans, x, y: _share(greater, y, x, g), reads_output=False, reads_inputs=(0, 1))
 
 
 def maximum(x: Any, y: Any) -> Tensor:
