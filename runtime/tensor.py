@@ -438,10 +438,17 @@ def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:
             arr = _device.to_device(arr, like.device)
         return Tensor._from_array(arr)
     if like is not None and isinstance(value, np.generic) and value.dtype.kind in "biufc":
-        return as_tensor(value.item(), like)  # a numpy scalar next to a tensor is a number like Python's
+        return as_tensor(as_number(value), like)
     if like is not None and isinstance(value, np.generic) and type(like._data) is not np.ndarray:
         return _shared(value, device=like.device)  # a numpy scalar is a number too: on the GPU tensor's device
     return _shared(value)
+
+
+def as_number(v: np.generic) -> Any:
+    """A numpy scalar (``np.sqrt(2.0)``, ``np.float32(2)``) next to a tensor is a number like Python's: it
+    takes the tensor's dtype, as in torch, rather than numpy's promotion (a float32 model would compute
+    in float64 after any ``* np.sqrt(...)``). Other numpy scalars (bfloat16's) stay as they are."""
+    return v.item() if v.dtype.kind in "biufc" else v
 
 
 def _shared(data: Any, dtype: Any = None, device: Optional[str] = None) -> Tensor:

@@ -380,10 +380,10 @@ def _run_graph(outputs: Sequence[Any], grad_outputs: Sequence[Any], targets: Opt
 
 def _check_grad_shape(leaf, g) -> None:
     """A .grad of another shape than the gradient is an error, as torch's (never a broadcast sum)."""
-    old = leaf._grad
+    old = leaf._grad  # a Tensor of the leaf's shape when set (Tensor.grad's setter): the leaf's changed since
     if old is None:
         return
-    shape = old._data.shape if isinstance(old, Tensor) else np.shape(old)
+    shape = old._data.shape
     if shape != g._data.shape:  # torch: "output with shape [3] doesn't match the broadcast shape [2, 3]"
         raise RuntimeError(f"backward(): a gradient of shape {list(g._data.shape)} cannot be added to .grad of "
                            f"shape {list(shape)} (a .grad left from before the tensor's shape changed, or set by "
@@ -397,19 +397,17 @@ def _accumulate_grad(leaf, g, create_graph: bool) -> None:
     """Add ``g`` to ``leaf.grad`` as torch's AccumulateGrad does: the first gradient is stored; later ones
     are added into the same tensor (a reference to ``leaf.grad`` taken before sees the sum, and its
     write count goes up), except with ``create_graph`` or where the old one cannot take the sum in
-    place (no Tensor, requires grad, read-only, elements sharing memory, another dtype): then a new
-    tensor (a .grad of another shape was refused before: ``_check_grad_shape``). Backwards on several
-    threads into one leaf add whole gradients, one at a time."""
+    place (requires grad, read-only, elements sharing memory, another dtype or device after set_data):
+    then a new tensor (a .grad of another shape was refused before: ``_check_grad_shape``). Backwards on
+    several threads into one leaf add whole gradients, one at a time."""
     with _GRAD_LOCK:
         old = leaf._grad  # set past the assignment's checks: g is made for this leaf
         if old is None:
             leaf._grad = g
             return
-        a = old._data if isinstance(old, Tensor) else None
-        b = g._data
-        if (a is None or create_graph or old.requires_grad or a.shape != b.shape or a.dtype != b.dtype
-                or type(a) is not type(b) or not getattr(getattr(a, "flags", None), "writeable", True)
-                or has_internal_overlap(a)):
+        a, b = old._data, g._data
+        if (create_graph or old.requires_grad or a.dtype != b.dtype or type(a) is not type(b)
+                or not getattr(getattr(a, "flags", None), "writeable", True) or has_internal_overlap(a)):
             leaf._grad = _accumulate(old, g)
             return
         a += b

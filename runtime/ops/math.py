@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import device as _device
 from .. import dtypes as _dt
-from ..tensor import Tensor, as_tensor
+from ..tensor import Tensor, as_number, as_tensor
 from .op_entry import breaks_trace
 from .primitive import Primitive, defvjp
 
@@ -45,14 +45,14 @@ def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
                 t._data = np.asarray(y, d.dtype)
                 return x, t
         if type(y) is not int and isinstance(y, np.generic):
-            y = _number(y)
+            y = as_number(y)
         if isinstance(y, float) and x._data.dtype.kind in "biu":
             x = cast(x, _dt.float32)
         t = as_tensor(y, like=x)
         return _float_wins(x, t) if isinstance(y, complex) else (x, t)  # (int32 * 1j: complex64)
     if isinstance(y, Tensor):
         if type(x) is not int and isinstance(x, np.generic):
-            x = _number(x)
+            x = as_number(x)
         if isinstance(x, float) and y._data.dtype.kind in "biu":
             y = cast(y, _dt.float32)
         t = as_tensor(x, like=y)
@@ -61,13 +61,6 @@ def _pair(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
 
 
 _new = object.__new__
-
-
-def _number(v: np.generic) -> Any:
-    """A numpy scalar (``np.sqrt(2.0)``, ``np.float32(2)``) next to a tensor is a number like Python's: it
-    takes the tensor's dtype, as in torch, rather than numpy's promotion (a float32 model would compute
-    in float64 after any ``* np.sqrt(...)``)."""
-    return v.item() if v.dtype.kind in "biufc" else v
 
 
 def _float_wins(x: Tensor, y: Tensor) -> Tuple[Tensor, Tensor]:
@@ -243,41 +236,36 @@ def neg(x: Any) -> Tensor:
     return _neg(_one(x))
 
 
-def _real_valued(x: Tensor) -> Tensor:
-    """An integer or bool input of an op whose values are fractions (exp, sin, sigmoid ...), as float32,
-    as torch and mint take it (numpy would pick float64, or float16 for 8-bit integers, and sigmoid cast
-    its result back to the integers: zeros)."""
-    return cast(x, _dt.float32)
+def _real_valued(x: Any) -> Tensor:
+    """The input of an op whose values are fractions (exp, sin, sigmoid ...): an integer or bool tensor
+    is taken as float32, as torch and mint take it (numpy would pick float64, or float16 for 8-bit
+    integers, and sigmoid cast its result back to the integers: zeros)."""
+    x = _one(x)
+    return cast(x, _dt.float32) if x._data.dtype.kind in "biu" else x
 
 
 def exp(x: Any) -> Tensor:
-    x = _one(x)
-    return _exp(x if x._data.dtype.kind not in "biu" else _real_valued(x))
+    return _exp(_real_valued(x))
 
 
 def log(x: Any) -> Tensor:
-    x = _one(x)
-    return _log(x if x._data.dtype.kind not in "biu" else _real_valued(x))
+    return _log(_real_valued(x))
 
 
 def sin(x: Any) -> Tensor:
-    x = _one(x)
-    return _sin(x if x._data.dtype.kind not in "biu" else _real_valued(x))
+    return _sin(_real_valued(x))
 
 
 def cos(x: Any) -> Tensor:
-    x = _one(x)
-    return _cos(x if x._data.dtype.kind not in "biu" else _real_valued(x))
+    return _cos(_real_valued(x))
 
 
 def tanh(x: Any) -> Tensor:
-    x = _one(x)
-    return _tanh(x if x._data.dtype.kind not in "biu" else _real_valued(x))
+    return _tanh(_real_valued(x))
 
 
 def sigmoid(x: Any) -> Tensor:
-    x = _one(x)
-    return _sigmoid_p(x if x._data.dtype.kind not in "biu" else _real_valued(x))
+    return _sigmoid_p(_real_valued(x))
 
 
 def relu(x: Any) -> Tensor:
@@ -288,8 +276,7 @@ def relu(x: Any) -> Tensor:
 
 
 def sqrt(x: Any) -> Tensor:
-    x = _one(x)
-    return _sqrt(x if x._data.dtype.kind not in "biu" else _real_valued(x))
+    return _sqrt(_real_valued(x))
 
 
 def abs(x: Any) -> Tensor:  # noqa: A001
