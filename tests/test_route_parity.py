@@ -498,6 +498,62 @@ def test_torch_compile_keeps_an_in_place_call_whose_result_is_unused(parity_ops)
     torch.testing.assert_close(x, torch.tensor(X * 9))
 
 
+class _TorchAddSq(torch.autograd.Function):
+    """parity_ops' add_sq_ as torch's own Function: x += y * y in place (mark_dirty), y saved."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        sq = y * y
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(y)
+        return x.add_(sq)
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g, 2.0 * g * y
+
+
+def _add_sq_one_tensor_twice(side, add_sq, written_after):
+    """add_sq_(h, h): the saved argument is the written one. torch saves the tensor as the write left it
+    (one object: the Function's output), so the gradient reads the new values, with no error; a write
+    into it after the call is refused at backward."""
+    x = side.leaf(X)
+    h = x * 1
+    out = add_sq(h, h)
+    loss = (out * side.const(W)).sum()
+    if not written_after:
+        return side.value(out), side.grads(loss, [x])
+    with side.no_grad():
+        side.mul_inplace(h, 10.0)
+    with pytest.raises(RuntimeError, match=STALE):
+        side.grads(loss, [x])
+    return side.value(out), []
+
+
+@pytest.mark.parametrize("written_after", [False, True])
+def test_in_place_op_given_one_tensor_twice_runtime_routes(parity_ops, written_after):
+    """Eagerly and under runtime.jit (its tracing call, then a replay): torch's Function's values and
+    gradient, or its refusal of a later write."""
+    want = _add_sq_one_tensor_twice(_TorchSide(None), _TorchAddSq.apply, written_after)
+    side = _RuntimeSide(parity_ops)
+    _same(_add_sq_one_tensor_twice(side, parity_ops.add_sq_, written_after), want)
+    jitted = rt.jit(parity_ops.add_sq_)
+    for _ in range(2):
+        _same(_add_sq_one_tensor_twice(side, jitted, written_after), want)
+
+
+@pytest.mark.parametrize("written_after", [False, True])
+def test_in_place_op_given_one_tensor_twice_torch_routes(parity_ops, torch_route, written_after):
+    """Every call of the signature (the registered operator, the eager Function, the bridge where on):
+    torch's Function's values and gradient. The Python path gave each position a runtime tensor of its
+    own, so the saved one was not the written one, and it raised a version error where torch raises none."""
+    want = _add_sq_one_tensor_twice(_TorchSide(None), _TorchAddSq.apply, written_after)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        _same(_add_sq_one_tensor_twice(_TorchSide(ops), ops.add_sq_, written_after), want)
+
+
 # ---- JAX routes ---------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def parity_ffi_ops(cache_dir):

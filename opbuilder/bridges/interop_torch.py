@@ -469,11 +469,25 @@ class _Op:
         need: list = []
         index: list = []
         vcs: list = []
+        seen: Dict[int, Tuple[Any, Any]] = {}  # id of a torch tensor -> its runtime tensor and counter
+
+        def arg(k: int, a: torch.Tensor, c: str) -> Any:
+            # one torch tensor at several positions is one runtime tensor, as one runtime.Tensor is on the
+            # runtime's own route (torch's Function gets one object twice): a tensor an op saves from one
+            # position and writes (MarkDirty) through the other is the written one (its gradient a whole
+            # one, at the first position)
+            if id(a) in seen:
+                r, vc = seen[id(a)]
+                vcs.append(vc)
+                return r
+            r = self._arg(k, a, len(vcs), grad(a, c), need, index, vcs, nonleaf)
+            seen[id(a)] = (r, vcs[-1])
+            return r
         for k, (a, c) in enumerate(zip(args, sig)):
             if c == "t":
-                out.append(self._arg(k, a, len(vcs), grad(a, c), need, index, vcs, nonleaf))
+                out.append(arg(k, a, c))
             elif c == "L":
-                out.append([self._arg(k, t, len(vcs), grad(t, c), need, index, vcs, nonleaf) for t in a])
+                out.append([arg(k, t, c) for t in a])
             else:
                 out.append(list(a) if c in "IF" else a)
         return out, need, index, vcs
@@ -1038,10 +1052,12 @@ def _marked(call: _Call) -> None:
     """torch bumps the version of what ``ctx.mark_dirty`` names once (after the forward), for the write the
     runtime counted already: the runtime's view of those counters stays one write (what the op saved still
     checks). A write counted only here (``_TorchVersion.pending``) and not marked goes to torch's counter."""
-    for k in call.dirty:
+    done: set = set()  # (one tensor at two positions: one counter, one write)
+    for k in sorted(call.dirty):
         vc = call.vcs[k]
-        if vc is None:
+        if vc is None or id(vc) in done:
             continue
+        done.add(id(vc))
         if k in call.alias:
             vc.off -= 1
             vc.pending = 0

@@ -10,6 +10,8 @@
 //   scale_head_(x)  MarkDirty: x *= 3 in place, returns x and a view of x[:2]
 //   tail_and_y(x)   y[2:] and y = 2x: its first output a view of its second (torch: a view of y)
 //   reversed(x)     x[::-1] of a 1-d x, a view with a negative stride (torch has none: a copy there)
+//   add_sq_(x, y)   MarkDirty: x += y * y in place, returns x, saves y (add_sq_(x, x): the saved argument is
+//                   the written one)
 // Built with PARITY_FFI (and XLA's FFI headers on the include path), the Functions also get XLA FFI
 // handlers for to_jax's custom-call route.
 #include <cstdint>
@@ -222,6 +224,24 @@ class ParityScaleHead : public Function<ParityScaleHead> {
   }
 };
 
+// x += y * y in place (MarkDirty), y saved: its gradient 2 g y reads the saved y
+class ParityAddSq : public Function<ParityAddSq> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
+    auto sq = MulInto(y, y);  // y read before x is written (they may be one tensor)
+    if (!x->is_contiguous() || sq->shape() != x->shape()) throw std::invalid_argument("add_sq_: x dense, y's shape");
+    for (std::int64_t i = 0; i < x->numel(); ++i) x->data<double>()[i] += sq->data<double>()[i];
+    ctx->MarkDirty({x});
+    ctx->SaveForBackward({y});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    auto y = ctx->GetSavedTensors()[0];
+    return {g[0], ctx->NeedsInputGrad(1) ? Scaled(MulInto(g[0], y), 2.0) : nullptr};
+  }
+};
+
 OB_MODULE(m) {
   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return ParityMul::Apply(x, y); });
   m.def("mul_infer_shape", ParityMul::InferShapeFunction());
@@ -236,6 +256,7 @@ OB_MODULE(m) {
   m.def("scale_head_", [](const TensorPtr &x) { return ParityScaleHead::Apply(x); });
   m.def("tail_and_y", [](const TensorPtr &x) { return ParityTailAndY::Apply(x); });
   m.def("reversed", [](const TensorPtr &x) { return ParityReversed::Apply(x); });
+  m.def("add_sq_", [](const TensorPtr &x, const TensorPtr &y) { return ParityAddSq::Apply(x, y); });
 #ifdef PARITY_FFI
   OB_XLA_FFI(m, "mul", ParityMul);
   OB_XLA_FFI(m, "scale_", ParityScale);
