@@ -384,7 +384,7 @@ def test_torch_second_backward_without_retain_graph(parity_ops, torch_route):
 
 @pytest.mark.parametrize("name", ["mul", "scale_nonleaf", "ident_after_mul", "ident_chain", "dup", "dup_written",
                                   "head", "head_written", "y_and_head_written", "scale_head", "tail_and_y_written",
-                                  "reversed"])
+                                  "reversed", "saved_input_changed"])
 def test_torch_compile(parity_ops, name):
     """Compiled after one eager call of each op: an op that writes or returns its argument is then
     run outside the graph (torch's custom ops may not alias their inputs), the rest in it."""
@@ -552,6 +552,35 @@ def test_in_place_op_given_one_tensor_twice_torch_routes(parity_ops, torch_route
     ops = opbuilder.to_torch(parity_ops)
     for _ in range(3):
         _same(_add_sq_one_tensor_twice(_TorchSide(ops), ops.add_sq_, written_after), want)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_refuses_a_saved_argument_written_in_the_graph_after_the_call(parity_ops, backend):
+    """mul saves y; the compiled function then writes y in place: torch's own multiply is refused (torch's
+    version error, raised while the graph compiles), and so is the op. Its compiled node kept its arguments
+    out of save_for_backward, unchecked, and the gradient silently read the new y. (torch.compile of a
+    plain torch.autograd.Function gives that silent gradient too; torch eager refuses.) Caches off: a graph
+    compiled before would come back from inductor's cache with the old node."""
+    import torch._inductor.config as inductor_config
+    ops = opbuilder.to_torch(parity_ops)
+    ops.mul(torch.ones(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64))
+
+    def f(mul):
+        def g(x, y):
+            z = mul(x, y)
+            y.mul_(10.0)
+            return z
+        return g
+    raised = []
+    for mul in (lambda a, b: a * b, ops.mul):
+        torch._dynamo.reset()
+        x = torch.tensor(X, requires_grad=True)
+        with inductor_config.patch(force_disable_caches=True), pytest.raises(RuntimeError, match=STALE) as e:
+            (torch.compile(f(mul), backend=backend)(x, torch.tensor(Y)) * torch.tensor(W)).sum().backward()
+        raised.append(type(e.value))
+        assert x.grad is None
+    assert raised[0] is raised[1]
+    torch._dynamo.reset()
 
 
 # ---- JAX routes ---------------------------------------------------------------------------------

@@ -920,11 +920,11 @@ class _Op:
             if last is not None and not _is_compiling() and _same_call(last[0], inputs, sig):
                 call = last[1]  # the call the kernel just ran for these very arguments
             ctx.call = call
-            if call is None:  # a compiled graph: the backward op records the forward again
-                ctx.save_for_backward(*output)
-                ctx.tensors = [a for a, c in zip(inputs, sig) if c in "tL"]
+            if call is None:  # a compiled graph: the backward op records the forward again, from the
+                # arguments, saved as torch saves them: one written after the call fails its version check
+                ctx.save_for_backward(*output, *_flat(inputs, sig))
+                ctx.nout = len(output)
                 return
-            ctx.tensors = None
             # torch frees what a node saved after a backward without retain_graph, and a second backward
             # then raises its "a second time" error: a saved empty tensor gives this node that rule
             ctx.save_for_backward(_second_time_mark())
@@ -949,10 +949,12 @@ class _Op:
                 flat = self.backward_impl(sig, gs, None, call)
                 it = iter(_once(self.name, flat, grads, any(ctx.needs_input_grad), ctx.once_in))
             else:
-                outputs = list(ctx.saved_tensors)
+                saved = ctx.saved_tensors
+                outputs = list(saved[:ctx.nout])
                 gs = [torch.zeros_like(o) if g is None else g for o, g in zip(outputs, grads)]
-                it0 = iter(ctx.tensors)
-                args = [next(it0) if c in "tL" else a for a, c in zip(ctx.args, sig)]
+                it0 = iter(saved[ctx.nout:])
+                args = [next(it0) if c == "t" else [next(it0) for _ in range(n)] if c == "L" else a
+                        for a, c, n in zip(ctx.args, sig, ctx.lens)]
                 it = iter(bwd(outputs, gs, *args))
             res = []
             for n, c in zip(ctx.lens, sig):
