@@ -554,6 +554,30 @@ def test_in_place_op_given_one_tensor_twice_torch_routes(parity_ops, torch_route
         _same(_add_sq_one_tensor_twice(_TorchSide(ops), ops.add_sq_, written_after), want)
 
 
+def _add_sq_strided_view_twice(side, add_sq):
+    """add_sq_(v, v) with v a strided view (every other element of a non-leaf): an op without kAcceptsViews
+    gets a private contiguous copy of v; one copy for both positions, so what it saves is what it wrote."""
+    x = side.leaf(np.concatenate([X, Y]))
+    v = (x * 1)[::2]
+    out = add_sq(v, v)
+    return side.value(out), side.grads((out * side.const(W)).sum(), [x])
+
+
+def test_in_place_op_given_one_strided_view_twice(parity_ops, torch_route):
+    """Runtime eager, runtime.jit and both torch routes give torch's Function's value and gradient. On
+    4949359 each position got its own private copy: the saved one held the old values, and every route
+    gave the gradient of those, silently."""
+    want = _add_sq_strided_view_twice(_TorchSide(None), _TorchAddSq.apply)
+    side = _RuntimeSide(parity_ops)
+    _same(_add_sq_strided_view_twice(side, parity_ops.add_sq_dense_), want)
+    jitted = rt.jit(parity_ops.add_sq_dense_)
+    for _ in range(2):
+        _same(_add_sq_strided_view_twice(side, jitted), want)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        _same(_add_sq_strided_view_twice(_TorchSide(ops), ops.add_sq_dense_), want)
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_torch_compile_refuses_a_saved_argument_written_in_the_graph_after_the_call(parity_ops, backend):
     """mul saves y; the compiled function then writes y in place: torch's own multiply is refused (torch's

@@ -207,7 +207,8 @@ class Function {
     std::array<Tensor *, sizeof...(Args) + 1> originals{};
     std::array<TensorPtr, sizeof...(Args) + 1> copies;
     return Run(rt, originals.data(),
-               detail::ForwardArg<kViews, kConst>(std::forward<Args>(args), &originals[I], &copies[I])...);
+               detail::ForwardArg<kViews, kConst>(std::forward<Args>(args), originals.data(), copies.data(),
+                                                  sizeof...(Args), I)...);
   }
 
   // Forward and Backward are called only when FunctionChecks (detail/function_checks.h) found them

@@ -242,6 +242,17 @@ class ParityAddSq : public Function<ParityAddSq> {
   }
 };
 
+// add_sq_ without kAcceptsViews: a strided argument reaches Forward as a private contiguous copy
+class ParityAddSqDense : public Function<ParityAddSqDense> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
+    return ParityAddSq::Forward(ctx, x, y);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return ParityAddSq::Backward(ctx, std::move(g));
+  }
+};
+
 OB_MODULE(m) {
   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return ParityMul::Apply(x, y); });
   m.def("mul_infer_shape", ParityMul::InferShapeFunction());
@@ -257,6 +268,7 @@ OB_MODULE(m) {
   m.def("tail_and_y", [](const TensorPtr &x) { return ParityTailAndY::Apply(x); });
   m.def("reversed", [](const TensorPtr &x) { return ParityReversed::Apply(x); });
   m.def("add_sq_", [](const TensorPtr &x, const TensorPtr &y) { return ParityAddSq::Apply(x, y); });
+  m.def("add_sq_dense_", [](const TensorPtr &x, const TensorPtr &y) { return ParityAddSqDense::Apply(x, y); });
 #ifdef PARITY_FFI
   OB_XLA_FFI(m, "mul", ParityMul);
   OB_XLA_FFI(m, "scale_", ParityScale);

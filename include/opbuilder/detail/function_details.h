@@ -149,27 +149,38 @@ bool NeedsCopy(const Tensor &t) {
   }
 }
 
-// What Forward gets for an argument: tensors (TensorPtr, std::optional<TensorPtr>,
+// What Forward gets for argument `i` of `n`: tensors (TensorPtr, std::optional<TensorPtr>,
 // the elements of a TensorPtrList) made contiguous where needed (the copy kept in
-// `*copy`, `*orig` set to the caller's tensor), everything else as it came. A
+// `copies[i]`, `origs[i]` set to the caller's tensor: CopyFor), everything else as it came. A
 // tensor passes by reference: no reference count is touched on the common path.
 // A list's lent elements become private copies whatever the type: the handler follows an argument,
 // not the elements of a list (xla_ffi_handlers.h LentArgs).
+// Argument i's private copy of `caller`, kept in copies[i] (origs, copies: n slots, one per argument). The
+// same elements at two positions (one tensor, or two over the same memory and layout) get one copy, as
+// Forward would get them without copies: a write through one (MarkDirty) is what the other reads and
+// saves, as in torch, where both are that memory.
+inline const TensorPtr &CopyFor(Tensor *caller, Tensor **origs, TensorPtr *copies, std::size_t n, std::size_t i) {
+  origs[i] = caller;
+  for (std::size_t j = 0; j < n; ++j) {
+    const Tensor *o = origs[j];
+    if (j == i || o == nullptr || !copies[j]) continue;
+    if (o == caller || (o->data_ptr() == caller->data_ptr() && o->dtype() == caller->dtype() &&
+                        o->shape() == caller->shape() && o->strides() == caller->strides())) {
+      return copies[i] = copies[j];
+    }
+  }
+  return copies[i] = PrivateCopy(*caller);
+}
+
 template <bool kViews, bool kConst, typename A>
-decltype(auto) ForwardArg(A &&arg, Tensor **orig, TensorPtr *copy) {
+decltype(auto) ForwardArg(A &&arg, Tensor **origs, TensorPtr *copies, std::size_t n, std::size_t i) {
   using D = std::decay_t<A>;
   if constexpr (std::is_same_v<D, TensorPtr>) {
-    if (arg && NeedsCopy<kViews, kConst>(*arg)) {
-      *orig = arg.get();
-      *copy = PrivateCopy(*arg);
-      return static_cast<const TensorPtr &>(*copy);
-    }
+    if (arg && NeedsCopy<kViews, kConst>(*arg)) return CopyFor(arg.get(), origs, copies, n, i);
     return static_cast<const TensorPtr &>(arg);
   } else if constexpr (std::is_same_v<D, std::optional<TensorPtr>>) {
     if (arg && *arg && NeedsCopy<kViews, kConst>(**arg)) {
-      *orig = arg->get();
-      *copy = PrivateCopy(**arg);
-      return std::optional<TensorPtr>(*copy);
+      return std::optional<TensorPtr>(CopyFor(arg->get(), origs, copies, n, i));
     }
     return std::optional<TensorPtr>(std::forward<A>(arg));
   } else if constexpr (std::is_same_v<D, TensorPtrList> && kViews) {
