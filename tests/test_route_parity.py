@@ -607,6 +607,81 @@ def test_torch_compile_refuses_a_saved_argument_written_in_the_graph_after_the_c
     torch._dynamo.reset()
 
 
+def _inner_write(side, fn, name, later_write):
+    """A bound function whose inner Function writes an argument in place (MarkDirty) and does not return
+    it (scale_then_mul: x *= 3, then x * y), or writes and returns an intermediate (mul_then_scale). torch's
+    rule for the in-place write: the argument's history is the write's (a use after the call differentiates
+    through it) and its version goes up once (what saved it before is refused at backward)."""
+    x, y = side.leaf(X), side.leaf(Y)
+    c = x * 1
+    if later_write:  # c saved before the call, by a multiply
+        s = c * c
+        fn(c, y)
+        with pytest.raises(RuntimeError, match=STALE):
+            side.grads(s.sum(), [x])
+        return None, []
+    out = fn(c, y)
+    used = out + c * side.const(W2) if name == "scale_then_mul" else out
+    return side.value(used), side.grads((used * side.const(W)).sum(), [x, y])
+
+
+_INNER_WRITE_TORCH = {"scale_then_mul": lambda x, y: x.mul_(3.0) * y,
+                      "mul_then_scale": lambda x, y: (x * y).mul_(3.0)}
+
+
+@pytest.mark.parametrize("name, later_write", [("scale_then_mul", False), ("scale_then_mul", True),
+                                               ("mul_then_scale", False)])
+def test_inner_in_place_write_torch_routes(parity_ops, torch_route, name, later_write):
+    """Each call of the signature (the registered operator, then the eager Function or the bridge): torch's
+    values, gradients (central differences agree: test_inner_in_place_write_numeric) and version error. On
+    4949359 the Python path lost the argument's new history (a gradient without the write's factor), the
+    registered path also its version bump (the stale saved tensor read silently), and the bridge raised
+    AttributeError writing torch's `_version` for mul_then_scale."""
+    want = _inner_write(_TorchSide(None), _INNER_WRITE_TORCH[name], name, later_write)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        _same(_inner_write(_TorchSide(ops), getattr(ops, name), name, later_write), want)
+
+
+@pytest.mark.parametrize("name", ["scale_then_mul", "mul_then_scale"])
+def test_inner_in_place_write_runtime_and_version(parity_ops, torch_route, name):
+    """The runtime's own route gives the same, and the written argument's torch version is torch's (one write)."""
+    want = _inner_write(_TorchSide(None), _INNER_WRITE_TORCH[name], name, False)
+    _same(_inner_write(_RuntimeSide(parity_ops), getattr(parity_ops, name), name, False), want)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        c, ref = torch.tensor(X, requires_grad=True) * 1, torch.tensor(X, requires_grad=True) * 1
+        getattr(ops, name)(c, torch.tensor(Y))
+        _INNER_WRITE_TORCH[name](ref, torch.tensor(Y))
+        assert c._version == ref._version
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_inner_in_place_write_under_torch_func(parity_ops, torch_route, warm):
+    """torch.func cannot take an operator that writes its argument: refused with a named error on its first
+    call under the transform as on later ones (on 4949359 the first vmap call ran and later ones raised)."""
+    ops = opbuilder.to_torch(parity_ops)
+    if warm:
+        ops.scale_then_mul(torch.tensor(X), torch.tensor(Y))
+    msg = r"^scale_then_mul: under torch.func an operator may not return its argument .* nor write one"
+    for _ in range(2):
+        with pytest.raises(NotImplementedError, match=msg):
+            torch.func.vmap(lambda r: ops.scale_then_mul(r, torch.tensor(Y)))(torch.ones(3, 4, dtype=torch.float64))
+        with pytest.raises(NotImplementedError, match=msg):
+            torch.func.grad(lambda a: ops.scale_then_mul(a * 1, torch.tensor(Y)).sum())(torch.tensor(X))
+
+
+def test_inner_in_place_write_numeric(parity_ops):
+    """The torch reference's gradient is the function's: central differences of x -> 3x * y + 3x * w2."""
+    def f(xv):
+        c = xv * 1.0
+        return float(((c * 3.0 * Y + c * 3.0 * W2) * W).sum())
+    eps = 1e-6
+    num = np.array([(f(X + eps * e) - f(X - eps * e)) / (2 * eps) for e in np.eye(4)])
+    _, (gx, _) = _inner_write(_TorchSide(None), _INNER_WRITE_TORCH["scale_then_mul"], "scale_then_mul", False)
+    np.testing.assert_allclose(gx, num, rtol=1e-6, atol=1e-8)
+
+
 # ---- JAX routes ---------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def parity_ffi_ops(cache_dir):

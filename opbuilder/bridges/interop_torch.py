@@ -128,13 +128,17 @@ class _Call:
     runtime outputs, and how they relate to the torch arguments: ``alias[j]``, the flat position of the
     argument output ``j`` is (returned unchanged) or -1; ``dirty``, the flat positions of arguments the op
     wrote (MarkDirty); ``recorded``, whether a runtime graph was recorded; ``nflat``, the tensor count."""
-    __slots__ = ("inputs", "index", "outputs", "alias", "dirty", "recorded", "nflat", "vcs", "__weakref__")
+    __slots__ = ("inputs", "index", "outputs", "alias", "dirty", "recorded", "nflat", "vcs", "written", "__weakref__")
 
     def __init__(self, inputs: List[Any], index: List[int], outputs: List[Any], alias: Optional[List[int]] = None,
-                 dirty: Sequence[int] = (), recorded: bool = True, nflat: int = 0, vcs: Sequence[Any] = ()) -> None:
+                 dirty: Sequence[int] = (), recorded: bool = True, nflat: int = 0, vcs: Sequence[Any] = (),
+                 written: Optional[Dict[int, Any]] = None) -> None:
         self.inputs, self.index, self.outputs, self.vcs = inputs, index, outputs, vcs
         self.alias = [-1] * len(outputs) if alias is None else alias
         self.dirty, self.recorded, self.nflat = frozenset(dirty), recorded, nflat
+        # flat position -> the runtime tensor of an argument the op wrote and did not return, whose history
+        # the write made (an inner Function's MarkDirty): torch's history of it becomes the call's (_Rebase)
+        self.written = written or {}
 
 
 class _Keep:
@@ -581,7 +585,13 @@ class _Op:
                 raise RuntimeError(_resolved_view_write_message(self.name, i, t))
             if not t.is_inference() and _flat(args, sig)[i].is_inference():
                 raise RuntimeError(_inference_write_message(self.name, i))
-        return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs)
+        written = None
+        if need and any(i not in alias for i in dirty):
+            flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
+            returned = [flat_rt[k] for k in alias if k >= 0]  # (one tensor at two positions: returned at one)
+            written = {i: flat_rt[i] for i in dirty if i not in alias and flat_rt[i].requires_grad
+                       and not any(flat_rt[i] is r for r in returned)}
+        return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written)
 
     def _after_watch(self, sig: str, args: Sequence[Any], watch: Sequence[Any], void: bool) -> None:
         """After a fingerprinted call: its undeclared writes counted (``_unannounced``), and the signature
@@ -938,7 +948,10 @@ class _Op:
             dirty = _once_each(o for o, k in zip(output, call.alias) if k in call.dirty and k >= 0)
             if dirty:
                 ctx.mark_dirty(*dirty)
-                _marked(call)
+            if call.dirty:  # (an argument written and not returned too: its write goes to torch's counter,
+                _marked(call)  # or to _Rebase's mark_dirty, which _run_registered applies after the call)
+                if call.written:
+                    _mode.written = (self, sig, inputs, call)
 
         def backward(ctx: Any, grads: List[Optional[torch.Tensor]]) -> Tuple[Any, ...]:
             call = ctx.call
@@ -1029,8 +1042,13 @@ def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
     # the mode calls first sets _mode.grad for itself
     kernel_grad, _mode.kernel_grad = getattr(_mode, "kernel_grad", None), getattr(_mode, "grad", True)
     grad, before = getattr(_mode, "grad", True), getattr(_mode, "last", None)
+    _mode.written = None
     try:
-        return overload(*args)
+        out = overload(*args)
+        written, _mode.written = _mode.written, None
+        if written is not None:
+            _rebase(*written)
+        return out
     finally:
         _mode.eager, _mode.owners, _mode.grad, _mode.kernel_grad = eager, owners, grad, kernel_grad
         last, _mode.last = getattr(_mode, "last", None), before
@@ -1060,7 +1078,7 @@ def _marked(call: _Call) -> None:
         if vc is None or id(vc) in done:
             continue
         done.add(id(vc))
-        if k in call.alias:
+        if k in call.alias or k in call.written:  # (torch's mark_dirty bumps it: the node's, or _Rebase's)
             vc.off -= 1
             vc.pending = 0
         else:
@@ -1176,6 +1194,8 @@ class _Eager(torch.autograd.Function):
             ctx.mark_dirty(*dirty)
         if call.dirty:
             _marked(call)
+        if call.written:
+            _mode.written = (op, sig, args, call)
         ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's node
         ctx.once_in = _undirtied(args, sig, call.dirty)
         ctx.save_for_backward(_second_time_mark())  # torch's rule for a second backward (setup_context's)
@@ -1189,6 +1209,59 @@ class _Eager(torch.autograd.Function):
         return (None, None) + tuple(next(it) if c == "t" else None for c in ctx.sig)
 
 
+def _eager(op: "_Op", sig: str, args: Sequence[Any]) -> Tuple[torch.Tensor, ...]:
+    """``_Eager.apply``, then ``_rebase`` for the arguments the call wrote and did not return."""
+    _mode.written = None
+    out = _Eager.apply(op, sig, *args)
+    written, _mode.written = _mode.written, None
+    if written is not None:
+        _rebase(*written)
+    return out
+
+
+def _rebase(op: "_Op", sig: str, args: Sequence[Any], call: _Call) -> None:
+    """torch's rule for an in-place write, for arguments the call wrote (an inner Function's MarkDirty) and
+    did not return: their history becomes the write's (``_Rebase``), so a use after the call differentiates
+    through it. The C++ bridge gets this with a torch node per Function; this path has one node per call."""
+    flat = _flat(args, sig)
+    ks = []
+    for k in sorted(call.written):  # one tensor at two positions: marked once
+        if not any(flat[k] is flat[j] for j in ks):
+            ks.append(k)
+    with torch.enable_grad():
+        _Rebase.apply(op, call, tuple(ks), *flat)
+
+
+class _Rebase(torch.autograd.Function):
+    """The written arguments (positions ``ks`` of the flat tensors) as the outputs of one node, marked
+    dirty: its backward takes their gradients through the call's runtime graph (from the runtime tensors
+    the write made) to every tensor input of the call."""
+
+    @staticmethod
+    def forward(ctx: Any, op: "_Op", call: _Call, ks: Tuple[int, ...], *flat: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        written = [flat[k] for k in ks]
+        ctx.mark_dirty(*written)
+        ctx.op, ctx.call, ctx.ks = op, call, ks
+        ctx.save_for_backward(_second_time_mark())  # torch's rule for a second backward
+        return tuple(written)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> Tuple[Any, ...]:
+        ctx.saved_tensors  # raises torch's error on a second backward without retain_graph
+        call, op = ctx.call, ctx.op
+        pairs = [(call.written[k], _to_runtime(op.name, k, g, op.devices)) for k, g in zip(ctx.ks, grads)
+                 if g is not None]
+        res: List[Optional[torch.Tensor]] = [None] * call.nflat
+        if pairs and call.inputs:
+            gs = _rt.autograd.grad([o for o, _ in pairs], call.inputs, [g for _, g in pairs], retain_graph=True,
+                                   allow_unused=True)
+            for i, g in zip(call.index, gs):
+                if g is not None:
+                    res[i] = torch.from_dlpack(g) if not isinstance(g._data, np.ndarray) else \
+                        _from_numpy(_c_order(g._data))
+        return (None, None, None) + tuple(res)
+
+
 class _Func(torch.autograd.Function):
     """``_Eager`` in torch.func's form (forward without ctx, then ``setup_context``): the call's autograd
     under torch.func.grad, vjp, jacrev and vmap (functorch unwraps the arguments before ``forward``, and
@@ -1199,7 +1272,7 @@ class _Func(torch.autograd.Function):
     def forward(op: "_Op", sig: str, *args: Any) -> Tuple[Any, ...]:
         rt_outs, call = op.record(sig, args, every=True)
         outs = op.to_torch_outputs(sig, args, rt_outs, call)
-        if any(k >= 0 for k in call.alias):
+        if call.dirty or any(k >= 0 for k in call.alias):  # (as later calls are refused before they run)
             raise NotImplementedError(_func_returns_arg(op.name))
         return (*outs, call)
 
@@ -1303,7 +1376,7 @@ def _repeats(outs: Sequence[Any]) -> bool:
 
 def _func_returns_arg(name: str) -> str:
     return (f"{name}: under torch.func an operator may not return its argument (unchanged, a view of it, or written "
-            f"in place, MarkDirty); call it outside the transform")
+            f"in place, MarkDirty), nor write one it does not return; call it outside the transform")
 
 
 def _refuse_batched(name: str, g: Optional[torch.Tensor]) -> None:
@@ -1405,7 +1478,7 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
                     direct[tuple(map(type, args))] = (sig, tuple(k for k, c in enumerate(sig) if c == "t"), hit[1])
                 if "L" not in sig and _current_mode() is None and not _function_mode() and plain and not _transforms_active():
                     if grad and any(a.requires_grad for a, c in zip(args, sig) if c == "t"):
-                        out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
+                        out = _eager(op, sig, args)  # the op's own autograd, minus its Python layers
                     else:
                         out = op.forward_impl(sig, args)
                 else:
@@ -1462,7 +1535,7 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
                 sig, tpos, single = hit
                 if _grad_enabled() and _any_requires_grad(args, tpos):
                     _mode.grad = True
-                    out = _Eager.apply(op, sig, *args)  # the op's own autograd, minus its Python layers
+                    out = _eager(op, sig, args)  # the op's own autograd, minus its Python layers
                 else:
                     out = op.forward_direct(sig, tpos, args)
                 return out[0] if single[0] else _many(out, op)

@@ -269,6 +269,14 @@ OB_MODULE(m) {
   m.def("reversed", [](const TensorPtr &x) { return ParityReversed::Apply(x); });
   m.def("add_sq_", [](const TensorPtr &x, const TensorPtr &y) { return ParityAddSq::Apply(x, y); });
   m.def("add_sq_dense_", [](const TensorPtr &x, const TensorPtr &y) { return ParityAddSqDense::Apply(x, y); });
+  // two Functions in one bound function: x written in place (not returned), then x * y; and y = x * w
+  // written in place and returned (an intermediate the first Apply made)
+  m.def("scale_then_mul", [](const TensorPtr &x, const TensorPtr &y) {
+    return ParityMul::Apply(ParityScale::Apply(x), y);
+  });
+  m.def("mul_then_scale", [](const TensorPtr &x, const TensorPtr &w) {
+    return ParityScale::Apply(ParityMul::Apply(x, w));
+  });
 #ifdef PARITY_FFI
   OB_XLA_FFI(m, "mul", ParityMul);
   OB_XLA_FFI(m, "scale_", ParityScale);

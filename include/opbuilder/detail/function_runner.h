@@ -241,7 +241,8 @@ inline void CheckForwardWrites(const Runtime &rt, const ContextState &c, const T
   }
   for (const auto &d : c.dirty) {
     PyObject *p = d->py_object();
-    if (p == nullptr || !d->requires_grad()) continue;
+    // (a framework's tensor, inside a bridge call: the bridge asked its own rules before Forward)
+    if (p == nullptr || !d->requires_grad() || !PyObject_TypeCheck(p, rt.tensor_type)) continue;
     PyRef node = PyRef::Steal(Check(PyObject_GetAttr(p, rt.s_node)));
     if (node.get() == Py_None) {
       throw std::runtime_error(name + " modifies argument " + std::to_string(c.ArgIndex(d.get())) +

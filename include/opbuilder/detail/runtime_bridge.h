@@ -246,7 +246,11 @@ inline std::int64_t PyVersion(const Runtime &rt, PyObject *obj) {
   return n;
 }
 
+// One write on `obj`'s version, when it is a runtime.Tensor. Inside a bridge call a tensor's object may be
+// the framework's own (TensorToObject), whose counter is the framework's: the bridge counts those writes
+// (ForeignHandle's bump_version, the framework node's mark_dirty), and torch's `_version` is read-only.
 inline void BumpVersion(const Runtime &rt, PyObject *obj) {
+  if (!PyObject_TypeCheck(obj, rt.tensor_type)) return;
   PyRef v = PyRef::Steal(Check(PyLong_FromLongLong(PyVersion(rt, obj) + 1)));
   Check(PyObject_SetAttr(obj, rt.s_version, v.get()));
 }
