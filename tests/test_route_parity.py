@@ -671,6 +671,62 @@ def test_inner_in_place_write_under_torch_func(parity_ops, torch_route, warm):
             torch.func.grad(lambda a: ops.scale_then_mul(a * 1, torch.tensor(Y)).sum())(torch.tensor(X))
 
 
+_PLAIN_RESULT_TORCH = {"scale_void": lambda x: (x.mul_(3.0), None)[1], "scale_num": lambda x: (x.mul_(3.0), 1.5)[1]}
+
+
+def _plain_result_write(fn, torch_side, later_write):
+    """A function with a plain result (None, a number) whose inner Function writes its argument: the write's
+    version, history and stale-saved error, as torch's x.mul_(3)."""
+    a = torch.tensor(X, requires_grad=True)
+    x = a * 1
+    s = x * x
+    got = fn(x)
+    if later_write:
+        with pytest.raises(RuntimeError, match=STALE):
+            s.sum().backward()
+        return got, x._version, None
+    ((x * torch.tensor(W)).sum()).backward()
+    return got, x._version, a.grad.numpy()
+
+
+@pytest.mark.parametrize("later_write", [False, True])
+@pytest.mark.parametrize("name", ["scale_void", "scale_num"])
+def test_inner_write_with_a_plain_result(parity_ops, torch_route, name, later_write):
+    """On 4949359 the plain result left record() before the writes were settled: the version stayed, the
+    history was the old one (a.grad without the factor 3) and the stale saved tensor was read silently,
+    on every call of both routes."""
+    want = _plain_result_write(_PLAIN_RESULT_TORCH[name], True, later_write)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        got = _plain_result_write(getattr(ops, name), False, later_write)
+        assert got[:2] == want[:2]
+        if not later_write:
+            np.testing.assert_allclose(got[2], want[2], rtol=1e-12)
+
+
+def test_inner_writes_count_each(parity_ops, torch_route):
+    """scale_twice_then_mul writes x twice: torch counts two versions (3d56469 counted one)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        x, ref = torch.tensor(X, requires_grad=True) * 1, torch.tensor(X, requires_grad=True) * 1
+        ops.scale_twice_then_mul(x, torch.tensor(Y))
+        ref.mul_(3.0).mul_(3.0)
+        assert x._version == ref._version == 2
+
+
+def test_inner_write_makes_the_argument_require_grad(parity_ops, torch_route):
+    """add_sq_then_mul on an x that does not require grad: x.add_(y * y) makes it depend on y, and the
+    later multiply takes it so. From its second call the bridge lost that edge (y's gradient without it)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        grads = []
+        for fn in (lambda x, y: (x.add_(y * y), x * y)[1], ops.add_sq_then_mul):
+            y = torch.tensor(Y, requires_grad=True)
+            (fn(torch.tensor(X), y) * torch.tensor(W)).sum().backward()
+            grads.append(y.grad.numpy())
+        np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12)
+
+
 def test_inner_in_place_write_numeric(parity_ops):
     """The torch reference's gradient is the function's: central differences of x -> 3x * y + 3x * w2."""
     def f(xv):

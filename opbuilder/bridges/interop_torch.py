@@ -547,6 +547,7 @@ class _Op:
         except _Plain as p:
             if watch is not None:
                 self._after_watch(sig, args, watch, p.value is None)
+            p.rebase = self._settle_plain(sig, rt_args, args, need, index, vcs)
             raise
         except BaseException as e:
             _flush_pending(vcs)  # no ctx.mark_dirty will follow: writes the runtime counted go to torch now
@@ -592,6 +593,22 @@ class _Op:
             written = {i: flat_rt[i] for i in dirty if i not in alias and flat_rt[i].requires_grad
                        and not any(flat_rt[i] is r for r in returned)}
         return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written)
+
+    def _settle_plain(self, sig: str, rt_args: list, args: Sequence[Any], need: list, index: list,
+                      vcs: list) -> Optional[Tuple[Any, ...]]:
+        """A call with a plain result (None, a number) has no output to mark dirty: the writes its inner
+        Functions counted go to torch's counters now, or, for an argument whose history a recorded write
+        made, to ``_rebase``'s mark_dirty. ``_rebase``'s arguments for the caller, or None."""
+        dirty = [i for i, v in enumerate(vcs) if v is not None and v.written]
+        if not dirty:
+            return None
+        written = None
+        if need:
+            flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
+            written = {i: flat_rt[i] for i in dirty if flat_rt[i].requires_grad}
+        call = _Call(need, index, [], [], dirty, bool(need), len(vcs), vcs, written)
+        _marked(call)
+        return (self, sig, args, call) if call.written else None
 
     def _after_watch(self, sig: str, args: Sequence[Any], watch: Sequence[Any], void: bool) -> None:
         """After a fingerprinted call: its undeclared writes counted (``_unannounced``), and the signature
@@ -1078,8 +1095,11 @@ def _marked(call: _Call) -> None:
         if vc is None or id(vc) in done:
             continue
         done.add(id(vc))
-        if k in call.alias or k in call.written:  # (torch's mark_dirty bumps it: the node's, or _Rebase's)
-            vc.off -= 1
+        if k in call.alias or k in call.written:  # torch's mark_dirty bumps it once (the node's, or _Rebase's):
+            n = max(vc.pending, 1)                 # the writes before the last go to torch's counter here,
+            for _ in range(n - 1):                 # so it counts each, as torch's own in-place ops do
+                _increment_version((vc.counter(),))
+            vc.off -= n
             vc.pending = 0
         else:
             _flush_pending((vc,))
@@ -1454,6 +1474,8 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
         try:
             return route(*args)
         except _Plain as p:  # a function returning None, a number or a string: its value as it is
+            if getattr(p, "rebase", None) is not None:  # (the arguments it wrote: their history)
+                _rebase(*p.rebase)
             return _plain_value(p.value)
 
     def route(*args: Any) -> Any:
@@ -1543,6 +1565,8 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
                 args = tuple(plain_static(a) for a in args)
             return compiled[0](*args)
         except _Plain as p:  # a function returning None, a number or a string: its value as it is
+            if getattr(p, "rebase", None) is not None:  # (the arguments it wrote: their history)
+                _rebase(*p.rebase)
             return _plain_value(p.value)
 
     entry = call

@@ -620,6 +620,14 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     }
     st.saved_raw.clear();
     st.saved_final = true;
+    // the arguments written in place whose framework tensor the node is attached to: they require grad
+    // from now on (torch's x.add_(y) makes x require grad when y does), so a later Apply in the same
+    // bound function takes them with their new history (ForeignWantsGrad)
+    std::vector<Tensor *> rebased;
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+      const int ai = dirty[j] != 0 && attach[j] != nullptr ? st.ArgIndex(outs[j].get()) : -1;
+      if (ai >= 0) rebased.push_back(CallerArg(f, static_cast<std::size_t>(ai)));
+    }
     st.args = nullptr;
     st.originals = nullptr;
     st.nargs = 0;
@@ -644,6 +652,7 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
       TensorAccess::BindPython(*over, PyRef::Borrow(attach[j]));
       result[j] = std::move(over);
     }
+    for (Tensor *t : rebased) TensorAccess::SetRequiresGrad(*t, true);
     NoteReadOnlyCall(f.writes);  // a recorded call completed: unless MarkDirty said otherwise, it wrote none
   }
   if (single != nullptr) {

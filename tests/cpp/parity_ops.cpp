@@ -277,6 +277,21 @@ OB_MODULE(m) {
   m.def("mul_then_scale", [](const TensorPtr &x, const TensorPtr &w) {
     return ParityScale::Apply(ParityMul::Apply(x, w));
   });
+  // the write alone, with a plain result; the same argument written twice; a write that makes x depend on y
+  m.def("scale_void", [](const TensorPtr &x) { ParityScale::Apply(x); });
+  m.def("scale_num", [](const TensorPtr &x) {
+    ParityScale::Apply(x);
+    return 1.5;
+  });
+  m.def("scale_twice_then_mul", [](const TensorPtr &x, const TensorPtr &y) {
+    ParityScale::Apply(x);
+    ParityScale::Apply(x);
+    return ParityMul::Apply(x, y);
+  });
+  m.def("add_sq_then_mul", [](const TensorPtr &x, const TensorPtr &y) {
+    ParityAddSq::Apply(x, y);
+    return ParityMul::Apply(x, y);
+  });
 #ifdef PARITY_FFI
   OB_XLA_FFI(m, "mul", ParityMul);
   OB_XLA_FFI(m, "scale_", ParityScale);
