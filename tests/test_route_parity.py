@@ -727,6 +727,60 @@ def test_inner_write_makes_the_argument_require_grad(parity_ops, torch_route):
         np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12)
 
 
+def test_inner_write_then_an_error(parity_ops, torch_route):
+    """The write done, then the function raises: as torch's x.mul_(3) before an error, x keeps the write,
+    one version, and the write's history (on 505e3e8 the old one: a.grad without the factor 3)."""
+    ops = opbuilder.to_torch(parity_ops)
+    got = []
+    for fn in [lambda x: (x.mul_(3.0), (_ for _ in ()).throw(ValueError("scale_then_throw: after the write")))]\
+            + [ops.scale_then_throw] * 3:
+        a = torch.tensor(X, requires_grad=True)
+        x = a * 1
+        with pytest.raises(ValueError, match="^scale_then_throw: after the write$"):
+            fn(x)
+        (x * torch.tensor(W)).sum().backward()
+        got.append((x.detach().numpy().copy(), x._version, a.grad.numpy()))
+    for value, version, grad in got[1:]:
+        np.testing.assert_allclose(value, got[0][0], rtol=1e-12)
+        assert version == got[0][1] == 1
+        np.testing.assert_allclose(grad, got[0][2], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["scale_void", "scale_num"])
+def test_inner_write_into_an_inference_tensor_with_a_plain_result(parity_ops, torch_route, name):
+    """torch refuses x.mul_(3) on an inference tensor outside InferenceMode; the op got a copy, and with a
+    plain result its write was dropped silently (505e3e8). Now refused by name, the tensor unchanged."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        with torch.inference_mode():
+            x = torch.tensor(X)
+        with pytest.raises(RuntimeError, match=f"^{name} modifies argument 0 in place \\(MarkDirty\\), but it is an "
+                                               f"inference tensor"):
+            getattr(ops, name)(x)
+        np.testing.assert_array_equal(x.numpy(), X)
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_inner_write_into_a_view_passed_beside_its_base(parity_ops, torch_route, view):
+    """scale_second_void(base, view) writes the view: torch allows it (base's change is that write). It was
+    refused as an undeclared write into argument 0 after the data changed, and without grad counted
+    base's version twice (505e3e8)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        got = []
+        for fn in (lambda a, b: b.mul_(3.0), ops.scale_second_void):
+            leaf = torch.tensor(X, requires_grad=True)
+            base = leaf * 1
+            fn(base, VIEWS[view](base))
+            (base * torch.tensor(W)).sum().backward()
+            plain = torch.tensor(X)
+            fn(plain, VIEWS[view](plain))
+            got.append((base.detach().numpy().copy(), leaf.grad.numpy(), plain._version))
+        np.testing.assert_allclose(got[1][0], got[0][0], rtol=1e-12)
+        np.testing.assert_allclose(got[1][1], got[0][1], rtol=1e-12)
+        assert got[1][2] == got[0][2] == 1
+
+
 def test_inner_in_place_write_numeric(parity_ops):
     """The torch reference's gradient is the function's: central differences of x -> 3x * y + 3x * w2."""
     def f(xv):

@@ -399,13 +399,36 @@ def _watch(vc: Any, r: Any) -> Optional[Tuple[Any, int, np.ndarray]]:
 
 def _explained(watch: Sequence[Any], k: int) -> bool:
     """Whether a counted write explains a change of watched argument ``k``: another argument the op marked
-    dirty is the same elements of the same memory (one torch tensor passed twice, as in torch's
-    ``x.add_(x)``). Partly shared memory does not: ``k`` may have changed where the write does not reach."""
+    dirty is ``k``'s memory, a view inside it, or a span ``k`` lies in (one torch tensor passed twice, as in
+    torch's ``x.add_(x)``; ``f(base, base[1:])`` writing the view, which torch allows). Memory the two only
+    partly share does not: ``k`` may have changed where the write does not reach."""
     t = watch[k][0].t
     for j, w in enumerate(watch):
-        if j != k and w is not None and w[0].written and _same_elements(w[0].t, t):
+        if j != k and w is not None and w[0].written and (_inside(w[0].t, t) or _inside(t, w[0].t)):
             return True
     return False
+
+
+def _span(t: torch.Tensor) -> Tuple[int, int]:
+    """The bytes [first, last + 1) a CPU tensor's elements lie in."""
+    lo = hi = 0
+    for n, st in zip(t.shape, t.stride()):
+        if n == 0:
+            return t.data_ptr(), t.data_ptr()
+        lo += min(0, st * (n - 1))
+        hi += max(0, st * (n - 1))
+    item = t.element_size()
+    return t.data_ptr() + lo * item, t.data_ptr() + (hi + 1) * item
+
+
+def _inside(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a``'s elements lie within ``b``'s span of one storage (``a`` is ``b`` or a view inside it)."""
+    if _same_elements(a, b):
+        return True
+    if a.dtype != b.dtype or a.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    (alo, ahi), (blo, bhi) = _span(a), _span(b)
+    return blo <= alo and ahi <= bhi
 
 
 def _same_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -547,14 +570,19 @@ class _Op:
         except _Plain as p:
             if watch is not None:
                 self._after_watch(sig, args, watch, p.value is None)
-            p.rebase = self._settle_plain(sig, rt_args, args, need, index, vcs)
+            p._ob_rebase = self._settle(sig, rt_args, args, need, index, vcs, True)
             raise
         except BaseException as e:
-            _flush_pending(vcs)  # no ctx.mark_dirty will follow: writes the runtime counted go to torch now
+            # no ctx.mark_dirty will follow: writes the runtime counted go to torch's counters now, or, for an
+            # argument an inner Function wrote before a later one raised, to _rebase's (as torch's x.mul_(3)
+            # before an error leaves x written, its history the write's)
+            rebase = self._settle(sig, rt_args, args, need, index, vcs, False, hasattr(e, "__dict__"))
             if watch is not None:
                 self._unannounced(sig, args, watch, raised=True)
             if isinstance(e, RuntimeError) and _rules.is_leaf_write_refusal(e):  # torch's words for its own
                 raise _torch_write_refusal(e, args) from None  # tensors, as the bridge gives them
+            if rebase is not None:
+                e._ob_rebase = rebase  # type: ignore[attr-defined]
             raise
         if watch is not None:
             self._after_watch(sig, args, watch, False)
@@ -580,12 +608,7 @@ class _Op:
         info[2] = _repeats(outs)  # (torch.func takes that: its refusal is for arguments returned or written)
         if info[1] or info[2]:
             self.returns_args[0] = True
-        for i in dirty:  # a conjugate or negative view, or an inference tensor outside InferenceMode, reached
-            t = vcs[i].t  # the op as a copy: its write is refused, the caller's tensor untouched
-            if t.is_neg() or t.is_conj():
-                raise RuntimeError(_resolved_view_write_message(self.name, i, t))
-            if not t.is_inference() and _flat(args, sig)[i].is_inference():
-                raise RuntimeError(_inference_write_message(self.name, i))
+        self._refuse_copy_writes(sig, args, dirty, vcs)
         written = None
         if need and any(i not in alias for i in dirty):
             flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
@@ -594,21 +617,35 @@ class _Op:
                        and not any(flat_rt[i] is r for r in returned)}
         return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written)
 
-    def _settle_plain(self, sig: str, rt_args: list, args: Sequence[Any], need: list, index: list,
-                      vcs: list) -> Optional[Tuple[Any, ...]]:
-        """A call with a plain result (None, a number) has no output to mark dirty: the writes its inner
-        Functions counted go to torch's counters now, or, for an argument whose history a recorded write
-        made, to ``_rebase``'s mark_dirty. ``_rebase``'s arguments for the caller, or None."""
+    def _settle(self, sig: str, rt_args: list, args: Sequence[Any], need: list, index: list, vcs: list,
+                plain: bool, rebase: bool = True) -> Optional[Tuple[Any, ...]]:
+        """A call with no output to mark dirty (a ``plain`` result: None, a number; or one that raised): the
+        writes its inner Functions counted go to torch's counters now, or, for an argument whose history a
+        recorded write made (``rebase``), to ``_rebase``'s mark_dirty. ``_rebase``'s arguments for the
+        caller (``_eager``, ``_run_registered``), or None. A plain call that wrote a copy it got (of a
+        conjugate or negative view, of an inference tensor) is refused, as one with a tensor result is."""
         dirty = [i for i, v in enumerate(vcs) if v is not None and v.written]
         if not dirty:
             return None
         written = None
-        if need:
+        if need and rebase:
             flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
             written = {i: flat_rt[i] for i in dirty if flat_rt[i].requires_grad}
         call = _Call(need, index, [], [], dirty, bool(need), len(vcs), vcs, written)
         _marked(call)
+        if plain:
+            self._refuse_copy_writes(sig, args, dirty, vcs)
         return (self, sig, args, call) if call.written else None
+
+    def _refuse_copy_writes(self, sig: str, args: Sequence[Any], dirty: Sequence[int], vcs: Sequence[Any]) -> None:
+        """A conjugate or negative view, or an inference tensor outside InferenceMode, reached the op as a
+        copy: its write is refused, the caller's tensor untouched."""
+        for i in dirty:
+            t = vcs[i].t
+            if t.is_neg() or t.is_conj():
+                raise RuntimeError(_resolved_view_write_message(self.name, i, t))
+            if not t.is_inference() and _flat(args, sig)[i].is_inference():
+                raise RuntimeError(_inference_write_message(self.name, i))
 
     def _after_watch(self, sig: str, args: Sequence[Any], watch: Sequence[Any], void: bool) -> None:
         """After a fingerprinted call: its undeclared writes counted (``_unannounced``), and the signature
@@ -1061,7 +1098,11 @@ def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
     grad, before = getattr(_mode, "grad", True), getattr(_mode, "last", None)
     _mode.written = None
     try:
-        out = overload(*args)
+        try:
+            out = overload(*args)
+        except BaseException as e:
+            _rebase_raised(e)
+            raise
         written, _mode.written = _mode.written, None
         if written is not None:
             _rebase(*written)
@@ -1230,13 +1271,26 @@ class _Eager(torch.autograd.Function):
 
 
 def _eager(op: "_Op", sig: str, args: Sequence[Any]) -> Tuple[torch.Tensor, ...]:
-    """``_Eager.apply``, then ``_rebase`` for the arguments the call wrote and did not return."""
+    """``_Eager.apply``, then ``_rebase`` for the arguments the call wrote and did not return (also when
+    it raised, or returned a plain value: ``_rebase_raised``)."""
     _mode.written = None
-    out = _Eager.apply(op, sig, *args)
+    try:
+        out = _Eager.apply(op, sig, *args)
+    except BaseException as e:
+        _rebase_raised(e)
+        raise
     written, _mode.written = _mode.written, None
     if written is not None:
         _rebase(*written)
     return out
+
+
+def _rebase_raised(e: BaseException) -> None:
+    """The ``_rebase`` a call that raised (``record``: ``_settle``) left on its exception, done once."""
+    rebase = getattr(e, "_ob_rebase", None)
+    if rebase is not None:
+        del e._ob_rebase  # type: ignore[attr-defined]
+        _rebase(*rebase)
 
 
 def _rebase(op: "_Op", sig: str, args: Sequence[Any], call: _Call) -> None:
@@ -1244,32 +1298,36 @@ def _rebase(op: "_Op", sig: str, args: Sequence[Any], call: _Call) -> None:
     did not return: their history becomes the write's (``_Rebase``), so a use after the call differentiates
     through it. The C++ bridge gets this with a torch node per Function; this path has one node per call."""
     flat = _flat(args, sig)
-    ks = []
+    ks: List[int] = []
     for k in sorted(call.written):  # one tensor at two positions: marked once
         if not any(flat[k] is flat[j] for j in ks):
             ks.append(k)
+    # a written view first: torch's CopySlices takes the node's first input for the view's old value
+    ks.sort(key=lambda k: not flat[k]._is_view())
+    order = ks + [i for i in range(len(flat)) if i not in ks]
     with torch.enable_grad():
-        _Rebase.apply(op, call, tuple(ks), *flat)
+        _Rebase.apply(op, call, tuple(order), len(ks), *[flat[i] for i in order])
 
 
 class _Rebase(torch.autograd.Function):
-    """The written arguments (positions ``ks`` of the flat tensors) as the outputs of one node, marked
-    dirty: its backward takes their gradients through the call's runtime graph (from the runtime tensors
-    the write made) to every tensor input of the call."""
+    """The written arguments as the outputs of one node, marked dirty (its inputs: the call's flat tensors
+    in ``order``, the ``n`` written ones first): its backward takes their gradients through the call's
+    runtime graph (from the runtime tensors the writes made) to every tensor input of the call."""
 
     @staticmethod
-    def forward(ctx: Any, op: "_Op", call: _Call, ks: Tuple[int, ...], *flat: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        written = [flat[k] for k in ks]
+    def forward(ctx: Any, op: "_Op", call: _Call, order: Tuple[int, ...], n: int,
+                *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        written = tensors[:n]
         ctx.mark_dirty(*written)
-        ctx.op, ctx.call, ctx.ks = op, call, ks
+        ctx.op, ctx.call, ctx.order, ctx.n = op, call, order, n
         ctx.save_for_backward(_second_time_mark())  # torch's rule for a second backward
         return tuple(written)
 
     @staticmethod
     def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> Tuple[Any, ...]:
         ctx.saved_tensors  # raises torch's error on a second backward without retain_graph
-        call, op = ctx.call, ctx.op
-        pairs = [(call.written[k], _to_runtime(op.name, k, g, op.devices)) for k, g in zip(ctx.ks, grads)
+        call, op, order = ctx.call, ctx.op, ctx.order
+        pairs = [(call.written[k], _to_runtime(op.name, k, g, op.devices)) for k, g in zip(order, grads)
                  if g is not None]
         res: List[Optional[torch.Tensor]] = [None] * call.nflat
         if pairs and call.inputs:
@@ -1279,7 +1337,7 @@ class _Rebase(torch.autograd.Function):
                 if g is not None:
                     res[i] = torch.from_dlpack(g) if not isinstance(g._data, np.ndarray) else \
                         _from_numpy(_c_order(g._data))
-        return (None, None, None) + tuple(res)
+        return (None, None, None, None) + tuple(res[i] for i in order)
 
 
 class _Func(torch.autograd.Function):
@@ -1474,8 +1532,6 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
         try:
             return route(*args)
         except _Plain as p:  # a function returning None, a number or a string: its value as it is
-            if getattr(p, "rebase", None) is not None:  # (the arguments it wrote: their history)
-                _rebase(*p.rebase)
             return _plain_value(p.value)
 
     def route(*args: Any) -> Any:
@@ -1565,8 +1621,6 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
                 args = tuple(plain_static(a) for a in args)
             return compiled[0](*args)
         except _Plain as p:  # a function returning None, a number or a string: its value as it is
-            if getattr(p, "rebase", None) is not None:  # (the arguments it wrote: their history)
-                _rebase(*p.rebase)
             return _plain_value(p.value)
 
     entry = call

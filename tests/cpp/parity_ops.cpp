@@ -288,6 +288,11 @@ OB_MODULE(m) {
     ParityScale::Apply(x);
     return ParityMul::Apply(x, y);
   });
+  m.def("scale_then_throw", [](const TensorPtr &x) -> TensorPtr {
+    ParityScale::Apply(x);
+    throw std::invalid_argument("scale_then_throw: after the write");
+  });
+  m.def("scale_second_void", [](const TensorPtr &, const TensorPtr &b) { ParityScale::Apply(b); });
   m.def("add_sq_then_mul", [](const TensorPtr &x, const TensorPtr &y) {
     ParityAddSq::Apply(x, y);
     return ParityMul::Apply(x, y);
