@@ -397,38 +397,49 @@ def _watch(vc: Any, r: Any) -> Optional[Tuple[Any, int, np.ndarray]]:
     return vc, _digest(arr), arr
 
 
+def _snapshot_shared(watch: List[Any]) -> List[Any]:
+    """Each watched argument that shares memory with another (and is not the same elements) with a copy of
+    its values before the call, so that ``_explained`` can tell which of its elements changed."""
+    keys = [w[0].t.untyped_storage().data_ptr() if w is not None and not (w[0].t.is_conj() or w[0].t.is_neg())
+            else None for w in watch]
+    for k, w in enumerate(watch):
+        if keys[k] is not None and any(j != k and keys[j] == keys[k] and not _same_elements(watch[j][0].t, w[0].t)
+                                       for j in range(len(watch))):
+            watch[k] = (*w, w[2].copy())
+    return watch
+
+
 def _explained(watch: Sequence[Any], k: int) -> bool:
     """Whether a counted write explains a change of watched argument ``k``: another argument the op marked
-    dirty is ``k``'s memory, a view inside it, or a span ``k`` lies in (one torch tensor passed twice, as in
-    torch's ``x.add_(x)``; ``f(base, base[1:])`` writing the view, which torch allows). Memory the two only
-    partly share does not: ``k`` may have changed where the write does not reach."""
+    dirty is the same elements of the same memory (one torch tensor passed twice, as in torch's
+    ``x.add_(x)``), or every element of ``k`` that changed is an element of an argument the op marked dirty
+    (``f(base, base[1:])`` writing the view, which torch allows). Any other change is not the write's."""
     t = watch[k][0].t
-    for j, w in enumerate(watch):
-        if j != k and w is not None and w[0].written and (_inside(w[0].t, t) or _inside(t, w[0].t)):
-            return True
-    return False
-
-
-def _span(t: torch.Tensor) -> Tuple[int, int]:
-    """The bytes [first, last + 1) a CPU tensor's elements lie in."""
-    lo = hi = 0
-    for n, st in zip(t.shape, t.stride()):
-        if n == 0:
-            return t.data_ptr(), t.data_ptr()
-        lo += min(0, st * (n - 1))
-        hi += max(0, st * (n - 1))
-    item = t.element_size()
-    return t.data_ptr() + lo * item, t.data_ptr() + (hi + 1) * item
-
-
-def _inside(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a``'s elements lie within ``b``'s span of one storage (``a`` is ``b`` or a view inside it)."""
-    if _same_elements(a, b):
+    written = [w[0].t for j, w in enumerate(watch) if j != k and w is not None and w[0].written]
+    if any(_same_elements(x, t) for x in written):
         return True
-    if a.dtype != b.dtype or a.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+    if len(watch[k]) < 4:  # (no copy: it shares no memory with another argument)
         return False
-    (alo, ahi), (blo, bhi) = _span(a), _span(b)
-    return blo <= alo and ahi <= bhi
+    written = [x for x in written if x.dtype == t.dtype and x.untyped_storage().data_ptr() ==
+               t.untyped_storage().data_ptr()]
+    if not written:
+        return False
+    old, new = watch[k][3], watch[k][2]
+    item = old.dtype.itemsize
+    changed = (np.ascontiguousarray(old).view(np.uint8).reshape(old.shape + (item,)) !=
+               np.ascontiguousarray(new).view(np.uint8).reshape(new.shape + (item,))).any(-1)
+    cover = np.concatenate([_addresses(x).ravel() for x in written])
+    return bool(np.isin(_addresses(t)[changed], cover).all())
+
+
+def _addresses(t: torch.Tensor) -> np.ndarray:
+    """The address of each element of a CPU tensor, in its shape."""
+    out = np.full(tuple(t.shape), t.data_ptr(), dtype=np.int64)
+    for d, (n, st) in enumerate(zip(t.shape, t.stride())):
+        shape = [1] * t.dim()
+        shape[d] = n
+        out = out + (np.arange(n, dtype=np.int64) * st * t.element_size()).reshape(shape)
+    return out
 
 
 def _same_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -558,8 +569,8 @@ class _Op:
             flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
             flat_t = _flat(args, sig)
             # an inference tensor has no counter, but its bytes show a write as well as any tensor's
-            watch = [_watch(vc if vc is not None or not t.is_inference() else _Uncounted(t.detach()), r)
-                     for vc, r, t in zip(vcs, flat_rt, flat_t)]
+            watch = _snapshot_shared([_watch(vc if vc is not None or not t.is_inference() else
+                                             _Uncounted(t.detach()), r) for vc, r, t in zip(vcs, flat_rt, flat_t)])
         try:
             hooks = _saved_hooks(self, need)  # torch's saved_tensors_hooks, for what the op saves
             if hooks is None:
@@ -570,6 +581,10 @@ class _Op:
         except _Plain as p:
             if watch is not None:
                 self._after_watch(sig, args, watch, p.value is None)
+            if any(v is not None and v.written for v in vcs):  # seen writing its argument (torch.func refuses
+                self.by_sig[sig][1][1] = True                 # it from now on, before it runs)
+                self.returns_args[0] = True
+                p._ob_dirty = True
             p._ob_rebase = self._settle(sig, rt_args, args, need, index, vcs, True)
             raise
         except BaseException as e:
@@ -1285,12 +1300,25 @@ def _eager(op: "_Op", sig: str, args: Sequence[Any]) -> Tuple[torch.Tensor, ...]
     return out
 
 
+def _once_counted(call: _Call) -> None:
+    """The one write per argument ``_marked`` left to a mark_dirty that will not come: on torch's counter."""
+    done: set = set()
+    for k in call.written:
+        vc = call.vcs[k]
+        if vc is not None and id(vc) not in done:
+            done.add(id(vc))
+            _increment_version((vc.counter(),))
+
+
 def _rebase_raised(e: BaseException) -> None:
     """The ``_rebase`` a call that raised (``record``: ``_settle``) left on its exception, done once."""
     rebase = getattr(e, "_ob_rebase", None)
     if rebase is not None:
         del e._ob_rebase  # type: ignore[attr-defined]
-        _rebase(*rebase)
+        try:
+            _rebase(*rebase)
+        except Exception as err:  # the call's own error is the one raised
+            e.add_note(f"(to_torch could not give the arguments it wrote their new history: {err})")
 
 
 def _rebase(op: "_Op", sig: str, args: Sequence[Any], call: _Call) -> None:
@@ -1302,11 +1330,32 @@ def _rebase(op: "_Op", sig: str, args: Sequence[Any], call: _Call) -> None:
     for k in sorted(call.written):  # one tensor at two positions: marked once
         if not any(flat[k] is flat[j] for j in ks):
             ks.append(k)
-    # a written view first: torch's CopySlices takes the node's first input for the view's old value
-    ks.sort(key=lambda k: not flat[k]._is_view())
-    order = ks + [i for i in range(len(flat)) if i not in ks]
     with torch.enable_grad():
+        if len(ks) > 1 and any(flat[k]._is_view() for k in ks):
+            # torch lets a node that writes a view return nothing else: a node per written argument, each
+            # given the others as they were before any write (aliases made first keep that history)
+            olds = [_Alias.apply(t) if t.requires_grad else t for t in flat]
+            for k in ks:
+                order = [k] + [i for i in range(len(flat)) if i != k]
+                _Rebase.apply(op, call, tuple(order), 1, flat[k], *[olds[i] for i in order[1:]])
+            return
+        # a written view first: torch's CopySlices takes the node's first input for the view's old value
+        ks.sort(key=lambda k: not flat[k]._is_view())
+        order = ks + [i for i in range(len(flat)) if i not in ks]
         _Rebase.apply(op, call, tuple(order), len(ks), *[flat[i] for i in order])
+
+
+class _Alias(torch.autograd.Function):
+    """A tensor over ``t``'s memory whose history is ``t``'s as it is now: a later in-place write into
+    ``t`` (another _Rebase) leaves it as it was."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        return t.detach()
+
+    @staticmethod
+    def backward(ctx: Any, g: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        return g
 
 
 class _Rebase(torch.autograd.Function):
@@ -1348,7 +1397,15 @@ class _Func(torch.autograd.Function):
 
     @staticmethod
     def forward(op: "_Op", sig: str, *args: Any) -> Tuple[Any, ...]:
-        rt_outs, call = op.record(sig, args, every=True)
+        try:
+            rt_outs, call = op.record(sig, args, every=True)
+        except _Plain as p:  # a plain result: a write is refused as for a tensor result (no node marks it)
+            if getattr(p, "_ob_dirty", False):
+                rebase = getattr(p, "_ob_rebase", None)
+                if rebase is not None:  # the bump the dropped mark_dirty would have made
+                    _once_counted(rebase[3])
+                raise NotImplementedError(_func_returns_arg(op.name)) from None
+            raise
         outs = op.to_torch_outputs(sig, args, rt_outs, call)
         if call.dirty or any(k >= 0 for k in call.alias):  # (as later calls are refused before they run)
             raise NotImplementedError(_func_returns_arg(op.name))

@@ -253,6 +253,19 @@ class ParityAddSqDense : public Function<ParityAddSqDense> {
   }
 };
 
+// writes v (MarkDirty) and, undeclared, b's first element: a write the view does not explain
+class ParitySneaky : public Function<ParitySneaky> {
+ public:
+  static constexpr bool kAcceptsViews = true;
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &b, const TensorPtr &v) {
+    ScaleInPlace(v, 3.0);
+    static_cast<double *>(b->data_ptr())[0] += 100.0;
+    ctx->MarkDirty({v});
+    return v;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {nullptr, Scaled(g[0], 3.0)}; }
+};
+
 OB_MODULE(m) {
   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return ParityMul::Apply(x, y); });
   m.def("mul_infer_shape", ParityMul::InferShapeFunction());
@@ -293,6 +306,15 @@ OB_MODULE(m) {
     throw std::invalid_argument("scale_then_throw: after the write");
   });
   m.def("scale_second_void", [](const TensorPtr &, const TensorPtr &b) { ParityScale::Apply(b); });
+  m.def("scale_both_void", [](const TensorPtr &a, const TensorPtr &b) {
+    ParityScale::Apply(a);
+    ParityScale::Apply(b);
+  });
+  m.def("scale_then_add_sq_void", [](const TensorPtr &x, const TensorPtr &y) {
+    ParityScale::Apply(x);
+    ParityAddSq::Apply(y, x);
+  });
+  m.def("sneaky_", [](const TensorPtr &b, const TensorPtr &v) { return ParitySneaky::Apply(b, v); });
   m.def("add_sq_then_mul", [](const TensorPtr &x, const TensorPtr &y) {
     ParityAddSq::Apply(x, y);
     return ParityMul::Apply(x, y);
