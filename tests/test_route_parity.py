@@ -847,6 +847,48 @@ def test_an_undeclared_write_beside_a_written_view_is_not_the_view_s(parity_ops,
             y.backward()
 
 
+def test_inner_write_then_a_refused_write(parity_ops, torch_route):
+    """scale_both_void(x, leaf): x written, then the write into a leaf that requires grad refused (torch's
+    words, the leaf unchanged): x keeps its write, one version and the write's history, as torch's
+    x.mul_(3) before the refused leaf.mul_(3). On dcb69fc the refusal dropped x's: version 0 and the old
+    history, a.grad without the factor 3, silently."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        a = torch.tensor(X, requires_grad=True)
+        x, leaf = a * 1, torch.tensor(Y, requires_grad=True)
+        with pytest.raises(RuntimeError, match=LEAF_WRITE):
+            ops.scale_both_void(x, leaf)
+        np.testing.assert_array_equal(leaf.detach().numpy(), Y)
+        assert x._version == 1
+        (x * torch.tensor(W)).sum().backward()
+        np.testing.assert_allclose(a.grad.numpy(), 3.0 * W, rtol=1e-12)
+
+
+def test_double_backward_through_an_inner_write_is_the_named_error(parity_ops, torch_route):
+    """A gradient of a gradient through _Rebase: torch's once-differentiable rule, as through any opbuilder
+    operator (dcb69fc gave a second derivative without the write's share, silently)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        leaf = torch.tensor(X, requires_grad=True)
+        b = leaf * leaf
+        ops.scale_void(b)
+        g, = torch.autograd.grad((b * b * torch.tensor(W)).sum(), leaf, create_graph=True)
+        with pytest.raises(RuntimeError, match=r"^scale_void: double backward through an opbuilder operator is "
+                                               r"not supported"):
+            torch.autograd.grad(g.sum(), leaf)
+
+
+def test_inner_write_into_a_view_beside_a_reinterpreted_base(parity_ops, torch_route):
+    """scale_second_void(b.view(int64), b[1:3]): the float64 write is every change of the int64 view's
+    bytes, as torch allows; it was refused as an undeclared write (no grad: one more version)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        b = torch.tensor(X)
+        ops.scale_second_void(b.view(torch.int64), b[1:3])
+        assert b._version == 1
+        np.testing.assert_allclose(b.numpy(), np.concatenate([X[:1], X[1:3] * 3.0, X[3:]]), rtol=1e-12)
+
+
 def test_inner_in_place_write_numeric(parity_ops):
     """The torch reference's gradient is the function's: central differences of x -> 3x * y + 3x * w2."""
     def f(xv):

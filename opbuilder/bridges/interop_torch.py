@@ -412,34 +412,58 @@ def _snapshot_shared(watch: List[Any]) -> List[Any]:
 def _explained(watch: Sequence[Any], k: int) -> bool:
     """Whether a counted write explains a change of watched argument ``k``: another argument the op marked
     dirty is the same elements of the same memory (one torch tensor passed twice, as in torch's
-    ``x.add_(x)``), or every element of ``k`` that changed is an element of an argument the op marked dirty
-    (``f(base, base[1:])`` writing the view, which torch allows). Any other change is not the write's."""
+    ``x.add_(x)``), or every byte of ``k`` that changed is a byte of an argument the op marked dirty
+    (``f(base, base[1:])`` writing the view, of any dtype, which torch allows). No other change is."""
     t = watch[k][0].t
     written = [w[0].t for j, w in enumerate(watch) if j != k and w is not None and w[0].written]
     if any(_same_elements(x, t) for x in written):
         return True
     if len(watch[k]) < 4:  # (no copy: it shares no memory with another argument)
         return False
-    written = [x for x in written if x.dtype == t.dtype and x.untyped_storage().data_ptr() ==
-               t.untyped_storage().data_ptr()]
+    key = t.untyped_storage().data_ptr()
+    written = [x for x in written if x.untyped_storage().data_ptr() == key]
     if not written:
         return False
     old, new = watch[k][3], watch[k][2]
     item = old.dtype.itemsize
     changed = (np.ascontiguousarray(old).view(np.uint8).reshape(old.shape + (item,)) !=
-               np.ascontiguousarray(new).view(np.uint8).reshape(new.shape + (item,))).any(-1)
-    cover = np.concatenate([_addresses(x).ravel() for x in written])
-    return bool(np.isin(_addresses(t)[changed], cover).all())
+               np.ascontiguousarray(new).view(np.uint8).reshape(new.shape + (item,)))
+    # a mask of the storage's bytes from k's first to its last: those of the written arguments set
+    lo, hi = _byte_span(t)
+    mask = np.zeros(hi - lo, dtype=np.bool_)
+    for x in written:
+        if x.numel() == 0:
+            continue
+        xlo, xhi = _byte_span(x)
+        a, b = max(xlo, lo), min(xhi, hi)
+        if a >= b:
+            continue
+        if xlo >= lo and xhi <= hi:
+            _byte_grid(mask, x, xlo - lo)[...] = True
+        else:  # (sticks out of k's span: set it in a mask of its own, then take the overlap)
+            own = np.zeros(xhi - xlo, dtype=np.bool_)
+            _byte_grid(own, x, 0)[...] = True
+            mask[a - lo:b - lo] |= own[a - xlo:b - xlo]
+    return not bool((changed & ~_byte_grid(mask, t, 0)).any())
 
 
-def _addresses(t: torch.Tensor) -> np.ndarray:
-    """The address of each element of a CPU tensor, in its shape."""
-    out = np.full(tuple(t.shape), t.data_ptr(), dtype=np.int64)
-    for d, (n, st) in enumerate(zip(t.shape, t.stride())):
-        shape = [1] * t.dim()
-        shape[d] = n
-        out = out + (np.arange(n, dtype=np.int64) * st * t.element_size()).reshape(shape)
-    return out
+def _byte_span(t: torch.Tensor) -> Tuple[int, int]:
+    """The addresses [first, last + 1) of a CPU tensor's bytes (its elements' first to its last's end)."""
+    lo = hi = 0
+    for n, st in zip(t.shape, t.stride()):
+        lo += min(0, st * (n - 1))
+        hi += max(0, st * (n - 1))
+    item = t.element_size()
+    return t.data_ptr() + lo * item, t.data_ptr() + (hi + 1) * item
+
+
+def _byte_grid(mask: np.ndarray, t: torch.Tensor, at: int) -> np.ndarray:
+    """A view of ``mask`` (one entry per byte, ``t``'s lowest byte at ``at``) in ``t``'s shape and
+    element size: entry [i..., b] is byte b of element [i...]."""
+    item = t.element_size()
+    lo = sum(min(0, st * (n - 1)) for n, st in zip(t.shape, t.stride())) * item
+    return np.lib.stride_tricks.as_strided(mask[at - lo:], tuple(t.shape) + (item,),
+                                           tuple(st * item for st in t.stride()) + (1,))
 
 
 def _same_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -585,19 +609,24 @@ class _Op:
                 self.by_sig[sig][1][1] = True                 # it from now on, before it runs)
                 self.returns_args[0] = True
                 p._ob_dirty = True
-            p._ob_rebase = self._settle(sig, rt_args, args, need, index, vcs, True)
+            p._ob_rebase = self._settle(sig, rt_args, args, need, index, vcs, True)  # (None under torch.func)
             raise
         except BaseException as e:
             # no ctx.mark_dirty will follow: writes the runtime counted go to torch's counters now, or, for an
             # argument an inner Function wrote before a later one raised, to _rebase's (as torch's x.mul_(3)
             # before an error leaves x written, its history the write's)
-            rebase = self._settle(sig, rt_args, args, need, index, vcs, False, hasattr(e, "__dict__"))
+            rebase = self._settle(sig, rt_args, args, need, index, vcs, False)
             if watch is not None:
                 self._unannounced(sig, args, watch, raised=True)
             if isinstance(e, RuntimeError) and _rules.is_leaf_write_refusal(e):  # torch's words for its own
-                raise _torch_write_refusal(e, args) from None  # tensors, as the bridge gives them
+                err = _torch_write_refusal(e, args)  # tensors, as the bridge gives them
+                err._ob_rebase = rebase  # (what an earlier Apply of the call wrote)
+                raise err from None
             if rebase is not None:
-                e._ob_rebase = rebase  # type: ignore[attr-defined]
+                try:
+                    e._ob_rebase = rebase  # type: ignore[attr-defined]
+                except AttributeError:  # (an exception without a __dict__: the history stays as it was)
+                    pass
             raise
         if watch is not None:
             self._after_watch(sig, args, watch, False)
@@ -623,7 +652,8 @@ class _Op:
         info[2] = _repeats(outs)  # (torch.func takes that: its refusal is for arguments returned or written)
         if info[1] or info[2]:
             self.returns_args[0] = True
-        self._refuse_copy_writes(sig, args, dirty, vcs)
+        if any(vcs[i].copy for i in dirty):  # refused; the writes into other arguments settled first
+            self._refuse_copy_writes(sig, args, dirty, vcs, self._settle(sig, rt_args, args, need, index, vcs, False))
         written = None
         if need and any(i not in alias for i in dirty):
             flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
@@ -633,34 +663,43 @@ class _Op:
         return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written)
 
     def _settle(self, sig: str, rt_args: list, args: Sequence[Any], need: list, index: list, vcs: list,
-                plain: bool, rebase: bool = True) -> Optional[Tuple[Any, ...]]:
+                plain: bool) -> Optional[Tuple[Any, ...]]:
         """A call with no output to mark dirty (a ``plain`` result: None, a number; or one that raised): the
         writes its inner Functions counted go to torch's counters now, or, for an argument whose history a
-        recorded write made (``rebase``), to ``_rebase``'s mark_dirty. ``_rebase``'s arguments for the
-        caller (``_eager``, ``_run_registered``), or None. A plain call that wrote a copy it got (of a
-        conjugate or negative view, of an inference tensor) is refused, as one with a tensor result is."""
-        dirty = [i for i, v in enumerate(vcs) if v is not None and v.written]
-        if not dirty:
+        recorded write made (counts deferred to a mark_dirty: ``_Eager``, the registered kernel), to
+        ``_rebase``'s. ``_rebase``'s arguments for the caller (``_eager``, ``_run_registered``, carried on
+        the exception), or None. A plain call that wrote a copy it got (of a conjugate or negative view, of
+        an inference tensor) is refused, as one with a tensor result is, the other writes settled first."""
+        dirty = [i for i, v in enumerate(vcs) if v is not None and v.written and not v.copy]
+        copies = [i for i, v in enumerate(vcs) if v is not None and v.written and v.copy]
+        if not dirty and not copies:
             return None
         written = None
-        if need and rebase:
+        if need and dirty and getattr(_mode, "defer", False):
             flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
             written = {i: flat_rt[i] for i in dirty if flat_rt[i].requires_grad}
         call = _Call(need, index, [], [], dirty, bool(need), len(vcs), vcs, written)
         _marked(call)
+        rebase = (self, sig, args, call) if call.written else None
         if plain:
-            self._refuse_copy_writes(sig, args, dirty, vcs)
-        return (self, sig, args, call) if call.written else None
+            self._refuse_copy_writes(sig, args, copies, vcs, rebase)
+        return rebase
 
-    def _refuse_copy_writes(self, sig: str, args: Sequence[Any], dirty: Sequence[int], vcs: Sequence[Any]) -> None:
+    def _refuse_copy_writes(self, sig: str, args: Sequence[Any], dirty: Sequence[int], vcs: Sequence[Any],
+                            rebase: Optional[Tuple[Any, ...]] = None) -> None:
         """A conjugate or negative view, or an inference tensor outside InferenceMode, reached the op as a
-        copy: its write is refused, the caller's tensor untouched."""
+        copy: its write is refused, the caller's tensor untouched (the error carries ``rebase``: what the
+        call wrote into other arguments)."""
         for i in dirty:
             t = vcs[i].t
             if t.is_neg() or t.is_conj():
-                raise RuntimeError(_resolved_view_write_message(self.name, i, t))
-            if not t.is_inference() and _flat(args, sig)[i].is_inference():
-                raise RuntimeError(_inference_write_message(self.name, i))
+                err = RuntimeError(_resolved_view_write_message(self.name, i, t))
+            elif not t.is_inference() and _flat(args, sig)[i].is_inference():
+                err = RuntimeError(_inference_write_message(self.name, i))
+            else:
+                continue
+            err._ob_rebase = rebase  # type: ignore[attr-defined]
+            raise err
 
     def _after_watch(self, sig: str, args: Sequence[Any], watch: Sequence[Any], void: bool) -> None:
         """After a fingerprinted call: its undeclared writes counted (``_unannounced``), and the signature
@@ -1300,16 +1339,6 @@ def _eager(op: "_Op", sig: str, args: Sequence[Any]) -> Tuple[torch.Tensor, ...]
     return out
 
 
-def _once_counted(call: _Call) -> None:
-    """The one write per argument ``_marked`` left to a mark_dirty that will not come: on torch's counter."""
-    done: set = set()
-    for k in call.written:
-        vc = call.vcs[k]
-        if vc is not None and id(vc) not in done:
-            done.add(id(vc))
-            _increment_version((vc.counter(),))
-
-
 def _rebase_raised(e: BaseException) -> None:
     """The ``_rebase`` a call that raised (``record``: ``_settle``) left on its exception, done once."""
     rebase = getattr(e, "_ob_rebase", None)
@@ -1386,7 +1415,8 @@ class _Rebase(torch.autograd.Function):
                 if g is not None:
                     res[i] = torch.from_dlpack(g) if not isinstance(g._data, np.ndarray) else \
                         _from_numpy(_c_order(g._data))
-        return (None, None, None, None) + tuple(res[i] for i in order)
+        out = _once(op.name, [res[i] for i in order], grads, any(ctx.needs_input_grad[4:]))
+        return (None, None, None, None) + tuple(out)
 
 
 class _Func(torch.autograd.Function):
@@ -1400,10 +1430,7 @@ class _Func(torch.autograd.Function):
         try:
             rt_outs, call = op.record(sig, args, every=True)
         except _Plain as p:  # a plain result: a write is refused as for a tensor result (no node marks it)
-            if getattr(p, "_ob_dirty", False):
-                rebase = getattr(p, "_ob_rebase", None)
-                if rebase is not None:  # the bump the dropped mark_dirty would have made
-                    _once_counted(rebase[3])
+            if getattr(p, "_ob_dirty", False):  # (its writes went to torch's counters: nothing deferred)
                 raise NotImplementedError(_func_returns_arg(op.name)) from None
             raise
         outs = op.to_torch_outputs(sig, args, rt_outs, call)
