@@ -889,6 +889,19 @@ def test_inner_write_into_a_view_beside_a_reinterpreted_base(parity_ops, torch_r
         np.testing.assert_allclose(b.numpy(), np.concatenate([X[:1], X[1:3] * 3.0, X[3:]]), rtol=1e-12)
 
 
+def test_inner_write_into_memory_another_tensor_shares_without_a_view(parity_ops, torch_route):
+    """Two torch tensors over one numpy array (storages of their own): writing the one (b.mul_(3)) is not
+    a write of the other, which torch leaves at version 0. b3cc361 grouped arguments by storage, so a's
+    change was an undeclared write: refused after the data changed, and a's version bumped."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        arr = X.copy()
+        a, b = torch.from_numpy(arr).requires_grad_(), torch.from_numpy(arr[1:])
+        ops.scale_second_void(a, b)
+        assert a._version == 0 and b._version == 1
+        np.testing.assert_allclose(arr, np.concatenate([X[:1], X[1:] * 3.0]), rtol=1e-12)
+
+
 def test_inner_in_place_write_numeric(parity_ops):
     """The torch reference's gradient is the function's: central differences of x -> 3x * y + 3x * w2."""
     def f(xv):

@@ -350,6 +350,23 @@ def _saved_hooks(op: "_Op", recording: bool) -> Any:
     return _rt_saved_hooks(lambda t: pack(_to_torch(t, None)), unpacked)
 
 
+def _copy_args(args: Sequence[Any], sig: str, vcs: Sequence[Any]) -> set:
+    """The flat positions whose tensor reached the op as a copy (a conjugate or negative view resolved,
+    an inference tensor outside InferenceMode cloned): a write there never reaches the caller's tensor."""
+    out = set()
+    flat = None
+    for i, v in enumerate(vcs):
+        if v is None or not v.written:
+            continue
+        if v.copy:
+            out.add(i)
+            continue
+        flat = _flat(args, sig) if flat is None else flat
+        if not v.t.is_inference() and flat[i].is_inference():
+            out.add(i)
+    return out
+
+
 def _once(name: str, res: List[Optional[torch.Tensor]], grads: Sequence[Any], inputs_need_grad: bool,
           inputs: Sequence[Any] = ()) -> List[Optional[torch.Tensor]]:
     """Input gradients ``res`` of a backward run with create_graph=True: a gradient of them is one named
@@ -398,13 +415,15 @@ def _watch(vc: Any, r: Any) -> Optional[Tuple[Any, int, np.ndarray]]:
 
 
 def _snapshot_shared(watch: List[Any]) -> List[Any]:
-    """Each watched argument that shares memory with another (and is not the same elements) with a copy of
-    its values before the call, so that ``_explained`` can tell which of its elements changed."""
-    keys = [w[0].t.untyped_storage().data_ptr() if w is not None and not (w[0].t.is_conj() or w[0].t.is_neg())
-            else None for w in watch]
+    """Each watched argument whose bytes meet another's (and is not the same elements) with a copy of its
+    values before the call, so that ``_explained`` can tell which of its bytes changed. (Bytes, not
+    storages: two torch tensors from_numpy over one array have storages of their own.)"""
+    spans = [_byte_span(w[0].t) if w is not None and w[0].t.numel() and not (w[0].t.is_conj() or w[0].t.is_neg())
+             else None for w in watch]
     for k, w in enumerate(watch):
-        if keys[k] is not None and any(j != k and keys[j] == keys[k] and not _same_elements(watch[j][0].t, w[0].t)
-                                       for j in range(len(watch))):
+        if spans[k] is not None and any(j != k and spans[j] is not None and spans[j][0] < spans[k][1]
+                                        and spans[k][0] < spans[j][1] and not _same_elements(watch[j][0].t, w[0].t)
+                                        for j in range(len(watch))):
             watch[k] = (*w, w[2].copy())
     return watch
 
@@ -419,10 +438,6 @@ def _explained(watch: Sequence[Any], k: int) -> bool:
     if any(_same_elements(x, t) for x in written):
         return True
     if len(watch[k]) < 4:  # (no copy: it shares no memory with another argument)
-        return False
-    key = t.untyped_storage().data_ptr()
-    written = [x for x in written if x.untyped_storage().data_ptr() == key]
-    if not written:
         return False
     old, new = watch[k][3], watch[k][2]
     item = old.dtype.itemsize
@@ -652,7 +667,7 @@ class _Op:
         info[2] = _repeats(outs)  # (torch.func takes that: its refusal is for arguments returned or written)
         if info[1] or info[2]:
             self.returns_args[0] = True
-        if any(vcs[i].copy for i in dirty):  # refused; the writes into other arguments settled first
+        if _copy_args(args, sig, vcs).intersection(dirty):  # refused; the writes into others settled first
             self._refuse_copy_writes(sig, args, dirty, vcs, self._settle(sig, rt_args, args, need, index, vcs, False))
         written = None
         if need and any(i not in alias for i in dirty):
@@ -670,8 +685,9 @@ class _Op:
         ``_rebase``'s. ``_rebase``'s arguments for the caller (``_eager``, ``_run_registered``, carried on
         the exception), or None. A plain call that wrote a copy it got (of a conjugate or negative view, of
         an inference tensor) is refused, as one with a tensor result is, the other writes settled first."""
-        dirty = [i for i, v in enumerate(vcs) if v is not None and v.written and not v.copy]
-        copies = [i for i, v in enumerate(vcs) if v is not None and v.written and v.copy]
+        got_copy = _copy_args(args, sig, vcs)
+        dirty = [i for i, v in enumerate(vcs) if v is not None and v.written and i not in got_copy]
+        copies = [i for i, v in enumerate(vcs) if v is not None and v.written and i in got_copy]
         if not dirty and not copies:
             return None
         written = None
