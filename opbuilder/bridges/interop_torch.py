@@ -1166,17 +1166,8 @@ def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
     # the mode calls first sets _mode.grad for itself
     kernel_grad, _mode.kernel_grad = getattr(_mode, "kernel_grad", None), getattr(_mode, "grad", True)
     grad, before = getattr(_mode, "grad", True), getattr(_mode, "last", None)
-    _mode.written = None
     try:
-        try:
-            out = overload(*args)
-        except BaseException as e:
-            _rebase_raised(e)
-            raise
-        written, _mode.written = _mode.written, None
-        if written is not None:
-            _rebase(*written)
-        return out
+        return _rebasing(overload, *args)
     finally:
         _mode.eager, _mode.owners, _mode.grad, _mode.kernel_grad = eager, owners, grad, kernel_grad
         last, _mode.last = getattr(_mode, "last", None), before
@@ -1341,11 +1332,17 @@ class _Eager(torch.autograd.Function):
 
 
 def _eager(op: "_Op", sig: str, args: Sequence[Any]) -> Tuple[torch.Tensor, ...]:
-    """``_Eager.apply``, then ``_rebase`` for the arguments the call wrote and did not return (also when
-    it raised, or returned a plain value: ``_rebase_raised``)."""
+    """``_Eager.apply``, then ``_rebase`` for the arguments the call wrote and did not return."""
+    return _rebasing(_Eager.apply, op, sig, *args)
+
+
+def _rebasing(call: Callable[..., Any], *a: Any) -> Any:
+    """``call(*a)`` (a node's apply, the registered operator), then ``_rebase`` for the arguments it wrote
+    and did not return: left in ``_mode.written``, or on its exception (``_rebase_raised``: it raised, or
+    returned a plain value)."""
     _mode.written = None
     try:
-        out = _Eager.apply(op, sig, *args)
+        out = call(*a)
     except BaseException as e:
         _rebase_raised(e)
         raise
