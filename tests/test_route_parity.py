@@ -902,6 +902,55 @@ def test_inner_write_into_memory_another_tensor_shares_without_a_view(parity_ops
         np.testing.assert_allclose(arr, np.concatenate([X[:1], X[1:] * 3.0]), rtol=1e-12)
 
 
+def _jit_then_use(ops, x, y):
+    c = x * 1
+    out = ops.scale_then_mul(c, y)
+    return out + c
+
+
+def _jit_write_then_raise(ops, x, y):
+    c = x * 1
+    try:
+        ops.scale_then_throw(c)
+    except ValueError:
+        pass
+    return c * y
+
+
+@pytest.mark.parametrize("body, why", [
+    (_jit_then_use, r"the C\+\+ function scale_then_mul wrote its argument 0, a tensor of the trace, in place "
+                    r"without returning it"),
+    (_jit_write_then_raise, r"the C\+\+ function scale_then_throw raised after writing its argument 0 in place"),
+])
+def test_jit_of_an_inner_write_into_an_intermediate(parity_ops, body, why):
+    """runtime.jit of a function whose C++ call writes an intermediate it does not return, then uses it: on
+    b3a8690 replays differentiated the later use through the history before the write (x.grad 3y + 1 where
+    eager and torch give 3y + 3), and a call that raised after its write lost the write on every call,
+    the first included. Such a signature now runs eagerly (not captured), with eager's values and grads."""
+    def run(fn):
+        x, y = Tensor(X.copy(), requires_grad=True), Tensor(Y.copy(), requires_grad=True)
+        out = fn(x, y)
+        (out * Tensor(W)).sum().backward()
+        return out.asnumpy(), x.grad.asnumpy(), y.grad.asnumpy()
+    want = run(lambda x, y: body(parity_ops, x, y))
+    tx, ty = torch.tensor(X, requires_grad=True), torch.tensor(Y, requires_grad=True)
+    tc = tx * 1
+    if body is _jit_then_use:
+        tout = tc.mul_(3.0) * ty + tc
+    else:
+        tout = tc.mul_(3.0) * ty
+    (tout * torch.tensor(W)).sum().backward()
+    for a, b in zip(want, (tout.detach().numpy(), tx.grad.numpy(), ty.grad.numpy())):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    jitted = rt.jit(lambda x, y: body(parity_ops, x, y))
+    with pytest.warns(RuntimeWarning, match=r"not captured: .*" + why):
+        got = run(jitted)
+    for _ in range(3):
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+        got = run(jitted)
+
+
 def test_inner_in_place_write_numeric(parity_ops):
     """The torch reference's gradient is the function's: central differences of x -> 3x * y + 3x * w2."""
     def f(xv):

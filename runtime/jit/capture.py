@@ -157,10 +157,17 @@ class Tracer:
         hook.tracer = None
         flag.value -= 1
         try:
-            out = target(*args, **attrs)
-        finally:
-            flag.value += 1
-            hook.tracer = self
+            try:
+                out = target(*args, **attrs)
+            finally:
+                flag.value += 1
+                hook.tracer = self
+        except BaseException:
+            wrote = [k for k, a, v in held if a._version != v]
+            if wrote:  # the write stays (as eagerly), but no node holds it: the call goes on eagerly
+                self.stop(f"the C++ function {name} raised after writing its argument {wrote[0]} in place")
+            raise
+        outs = out if isinstance(out, (tuple, list)) else (out,)
         for k, a, v in held:
             if a._version == v:
                 continue
@@ -168,6 +175,12 @@ class Tracer:
             if not isinstance(ref, Output):
                 what = "an input" if isinstance(ref, Input) else "a captured tensor"
                 self.graph.writes.append(f"{name} wrote {what} (its argument {k}) in place")
+            elif kind == "cpp" and not any(a is o for o in outs):
+                # an intermediate written (an inner Function's MarkDirty) and not returned: its later uses
+                # read the write's history eagerly, which a replay of this node would not give them
+                self.stop(f"the C++ function {name} wrote its argument {k}, a tensor of the trace, in place "
+                          f"without returning it")
+                return out
             shared = self._shares_memory(a)
             if shared is not None:
                 self.graph.view_writes.append(f"{name} wrote its argument {k} in place, {shared}")
