@@ -605,7 +605,7 @@ class _Op:
         # signatures, so every watched call comes here: one rule for both routes
         watch = None
         if not self.writes and (sig in self.watched or sig not in self.checked):
-            flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
+            flat_rt = _flat(rt_args, sig)
             flat_t = _flat(args, sig)
             # an inference tensor has no counter, but its bytes show a write as well as any tensor's
             watch = _snapshot_shared([_watch(vc if vc is not None or not t.is_inference() else
@@ -667,11 +667,11 @@ class _Op:
         info[2] = _repeats(outs)  # (torch.func takes that: its refusal is for arguments returned or written)
         if info[1] or info[2]:
             self.returns_args[0] = True
-        if _copy_args(args, sig, vcs).intersection(dirty):  # refused; the writes into others settled first
+        if dirty and _copy_args(args, sig, vcs).intersection(dirty):  # refused; the others' writes settled first
             self._refuse_copy_writes(sig, args, dirty, vcs, self._settle(sig, rt_args, args, need, index, vcs, False))
         written = None
         if need and any(i not in alias for i in dirty):
-            flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
+            flat_rt = _flat(rt_args, sig)
             returned = [flat_rt[k] for k in alias if k >= 0]  # (one tensor at two positions: returned at one)
             written = {i: flat_rt[i] for i in dirty if i not in alias and flat_rt[i].requires_grad
                        and not any(flat_rt[i] is r for r in returned)}
@@ -692,7 +692,7 @@ class _Op:
             return None
         written = None
         if need and dirty and getattr(_mode, "defer", False):
-            flat_rt = [t for a, c in zip(rt_args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
+            flat_rt = _flat(rt_args, sig)
             written = {i: flat_rt[i] for i in dirty if flat_rt[i].requires_grad}
         call = _Call(need, index, [], [], dirty, bool(need), len(vcs), vcs, written)
         _marked(call)
@@ -976,15 +976,7 @@ class _Op:
             retain = True  # torch may call backward again on its graph (gradcheck does)
         pairs = [(o, _to_runtime(self.name, i, g, self.devices))
                  for i, (o, g) in enumerate(zip(call.outputs, grads)) if o.requires_grad and g is not None]
-        res: List[Optional[torch.Tensor]] = [None] * call.nflat
-        if pairs and call.inputs:
-            gs = _rt.autograd.grad([o for o, _ in pairs], call.inputs, [g for _, g in pairs],
-                                   retain_graph=retain, allow_unused=True)
-            for i, g in zip(call.index, gs):
-                if g is not None:
-                    res[i] = torch.from_dlpack(g) if not isinstance(g._data, np.ndarray) else \
-                        _from_numpy(_c_order(g._data))
-        return res
+        return _input_grads(call, pairs, retain)
 
     # ---- the torch side ----
     def define(self, sig: str, args: Optional[Sequence[Any]]) -> Tuple[str, List[Optional[bool]]]:
@@ -1258,8 +1250,22 @@ def _same_call(ran: Sequence[Any], inputs: Sequence[Any], sig: str) -> bool:
     return True
 
 
-def _flat(args: Sequence[Any], sig: str) -> List[torch.Tensor]:
-    """The tensor arguments, lists flattened: the order of ``_Call``'s flat positions."""
+def _input_grads(call: _Call, pairs: Sequence[Tuple[Any, Any]], retain: bool) -> List[Optional[torch.Tensor]]:
+    """The gradients of the call's flat tensor arguments (None for none) from runtime (tensor, gradient)
+    ``pairs`` of its graph (outputs, or arguments it wrote), as torch tensors."""
+    res: List[Optional[torch.Tensor]] = [None] * call.nflat
+    if pairs and call.inputs:
+        gs = _rt.autograd.grad([o for o, _ in pairs], call.inputs, [g for _, g in pairs], retain_graph=retain,
+                               allow_unused=True)
+        for i, g in zip(call.index, gs):
+            if g is not None:
+                res[i] = torch.from_dlpack(g) if not isinstance(g._data, np.ndarray) else _from_numpy(_c_order(g._data))
+    return res
+
+
+def _flat(args: Sequence[Any], sig: str) -> List[Any]:
+    """The tensor arguments (torch's, or the runtime's made of them), lists flattened: the order of
+    ``_Call``'s flat positions."""
     return [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
 
 
@@ -1420,14 +1426,7 @@ class _Rebase(torch.autograd.Function):
         call, op, order = ctx.call, ctx.op, ctx.order
         pairs = [(call.written[k], _to_runtime(op.name, k, g, op.devices)) for k, g in zip(order, grads)
                  if g is not None]
-        res: List[Optional[torch.Tensor]] = [None] * call.nflat
-        if pairs and call.inputs:
-            gs = _rt.autograd.grad([o for o, _ in pairs], call.inputs, [g for _, g in pairs], retain_graph=True,
-                                   allow_unused=True)
-            for i, g in zip(call.index, gs):
-                if g is not None:
-                    res[i] = torch.from_dlpack(g) if not isinstance(g._data, np.ndarray) else \
-                        _from_numpy(_c_order(g._data))
+        res = _input_grads(call, pairs, True)
         out = _once(op.name, [res[i] for i in order], grads, any(ctx.needs_input_grad[4:]))
         return (None, None, None, None) + tuple(out)
 
