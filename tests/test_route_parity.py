@@ -578,6 +578,44 @@ def test_in_place_op_given_one_strided_view_twice(parity_ops, torch_route):
         _same(_add_sq_strided_view_twice(_TorchSide(ops), ops.add_sq_dense_), want)
 
 
+def _bump_add_strided_view_in_a_list(side, bump_add, lists):
+    """bump_add_(v, [v]) and bump_add_(v, [w, v, v]) with v, w strided views of a buffer: x += 1, then x += y
+    for each listed y. An op without kAcceptsViews gets private copies; the same elements positional and
+    listed are one copy, so each y read after the first write sees it (torch's order: one memory)."""
+    buf = side.leaf(np.arange(12.0), grad=False)
+    v, w = buf[::2], buf[1::2]
+    got = []
+    for ys in lists(v, w):
+        out = bump_add(v, ys)
+        got.append(side.value(out))
+    return got + [side.value(buf)]
+
+
+def _torch_bump_add(x, ys):
+    x.add_(1.0)
+    for y in ys:
+        x.add_(y)
+    return x
+
+
+def test_in_place_op_given_one_strided_view_positional_and_in_a_list(parity_ops, torch_route):
+    """Runtime eager, runtime.jit and both torch routes give torch's values. On 1ff5453 the list's element
+    was a second private copy holding the old values: bump_add_(v, [v]) gave 2v + 1 where torch gives
+    2v + 2, silently."""
+    def lists(v, w):
+        return [[v], [w, v, v]]
+
+    want = (None, _bump_add_strided_view_in_a_list(_TorchSide(None), _torch_bump_add, lists))
+    side = _RuntimeSide(parity_ops)
+    _same((None, _bump_add_strided_view_in_a_list(side, parity_ops.bump_add_dense_, lists)), want)
+    jitted = rt.jit(parity_ops.bump_add_dense_)
+    for _ in range(2):
+        _same((None, _bump_add_strided_view_in_a_list(side, jitted, lists)), want)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        _same((None, _bump_add_strided_view_in_a_list(_TorchSide(ops), ops.bump_add_dense_, lists)), want)
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_torch_compile_refuses_a_saved_argument_written_in_the_graph_after_the_call(parity_ops, backend):
     """mul saves y; the compiled function then writes y in place: torch's own multiply is refused (torch's

@@ -206,9 +206,8 @@ class Function {
   static auto Prepare(const detail::Runtime &rt, std::index_sequence<I...>, Args &&...args) {
     std::array<Tensor *, sizeof...(Args) + 1> originals{};
     std::array<TensorPtr, sizeof...(Args) + 1> copies;
-    return Run(rt, originals.data(),
-               detail::ForwardArg<kViews, kConst>(std::forward<Args>(args), originals.data(), copies.data(),
-                                                  sizeof...(Args), I)...);
+    detail::ArgCopies made(originals.data(), copies.data(), sizeof...(Args));
+    return Run(rt, originals.data(), detail::ForwardArg<kViews, kConst>(std::forward<Args>(args), made, I)...);
   }
 
   // Forward and Backward are called only when FunctionChecks (detail/function_checks.h) found them

@@ -232,6 +232,49 @@ OB_CORE_FN TensorPtr PrivateCopy(const Tensor &t) {
   return c;
 }
 
+struct ArgCopies::Listed {
+  std::vector<std::pair<TensorPtr, TensorPtr>> copies;
+};
+
+namespace {
+
+bool SameElements(const Tensor &a, const Tensor &b) {
+  return &a == &b || (a.data_ptr() == b.data_ptr() && a.dtype() == b.dtype() && a.shape() == b.shape() &&
+                      a.strides() == b.strides());
+}
+
+// The copy `made` holds of `caller` already (`skip`: the argument asking), or null.
+const TensorPtr *CopyMade(const ArgCopies &made, const Tensor &caller, std::size_t skip) {
+  for (std::size_t j = 0; j < made.n; ++j) {
+    if (j != skip && made.origs[j] != nullptr && made.copies[j] && SameElements(*made.origs[j], caller)) {
+      return &made.copies[j];
+    }
+  }
+  if (made.listed != nullptr) {
+    for (const auto &e : made.listed->copies) {
+      if (SameElements(*e.first, caller)) return &e.second;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+OB_CORE_FN const TensorPtr &ArgCopies::For(Tensor *caller, std::size_t i) {
+  origs[i] = caller;
+  const TensorPtr *got = CopyMade(*this, *caller, i);
+  return copies[i] = got != nullptr ? *got : PrivateCopy(*caller);
+}
+
+OB_CORE_FN TensorPtr ArgCopies::ForListed(const TensorPtr &caller) {
+  if (const TensorPtr *got = CopyMade(*this, *caller, n)) return *got;
+  if (listed == nullptr) listed = new Listed();
+  listed->copies.emplace_back(caller, PrivateCopy(*caller));
+  return listed->copies.back().second;
+}
+
+OB_CORE_FN void ArgCopies::FreeListed(Listed *listed) { delete listed; }
+
 }  // namespace detail
 
 OB_CORE_FN AutogradContext::~AutogradContext() = default;

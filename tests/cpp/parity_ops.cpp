@@ -266,6 +266,25 @@ class ParitySneaky : public Function<ParitySneaky> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {nullptr, Scaled(g[0], 3.0)}; }
 };
 
+// x += 1, then x += y for each y of ys, in place (MarkDirty), without kAcceptsViews: a strided x and a
+// strided list element reach Forward as private contiguous copies; the same memory in both is one copy,
+// so the list sees x's first write, as torch's x.add_(1); x.add_(y) does when y is x
+class ParityBumpAddDense : public Function<ParityBumpAddDense> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtrList &ys) {
+    double *px = x->data<double>();
+    for (std::int64_t i = 0; i < x->numel(); ++i) px[i] += 1.0;
+    for (const auto &y : ys) {
+      if (y->shape() != x->shape() || !y->is_contiguous()) throw std::invalid_argument("bump_add_: y's shape");
+      const double *py = y->data<double>();
+      for (std::int64_t i = 0; i < x->numel(); ++i) px[i] += py[i];
+    }
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], nullptr}; }
+};
+
 OB_MODULE(m) {
   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return ParityMul::Apply(x, y); });
   m.def("mul_infer_shape", ParityMul::InferShapeFunction());
@@ -282,6 +301,7 @@ OB_MODULE(m) {
   m.def("reversed", [](const TensorPtr &x) { return ParityReversed::Apply(x); });
   m.def("add_sq_", [](const TensorPtr &x, const TensorPtr &y) { return ParityAddSq::Apply(x, y); });
   m.def("add_sq_dense_", [](const TensorPtr &x, const TensorPtr &y) { return ParityAddSqDense::Apply(x, y); });
+  m.def("bump_add_dense_", [](const TensorPtr &x, const TensorPtrList &ys) { return ParityBumpAddDense::Apply(x, ys); });
   // two Functions in one bound function: x written in place (not returned), then x * y; and y = x * w
   // written in place and returned (an intermediate the first Apply made)
   m.def("scale_then_mul", [](const TensorPtr &x, const TensorPtr &y) {

@@ -149,38 +149,47 @@ bool NeedsCopy(const Tensor &t) {
   }
 }
 
+// The private copies one Apply makes: per argument (`origs[i]` the caller's tensor, `copies[i]` its copy;
+// n slots) and for the elements of list arguments (`listed`). The same elements in two places (one tensor,
+// or two over the same memory and layout; positional or inside a list) get one copy, as Forward would get
+// them without copies: a write through one (MarkDirty) is what the other reads and saves, as in torch,
+// where both are that memory.
+struct ArgCopies {
+  struct Listed;  // the list elements copied, each with its copy (the core's; made by the first)
+  Tensor **origs;
+  TensorPtr *copies;
+  std::size_t n;
+  Listed *listed = nullptr;
+
+  ArgCopies(Tensor **o, TensorPtr *c, std::size_t count) : origs(o), copies(c), n(count) {}
+  ~ArgCopies() {
+    if (listed != nullptr) FreeListed(listed);
+  }
+  ArgCopies(const ArgCopies &) = delete;
+  ArgCopies &operator=(const ArgCopies &) = delete;
+
+  // Argument i's private copy of `caller`.
+  OB_CORE_FN const TensorPtr &For(Tensor *caller, std::size_t i);
+  // A list element's private copy of `caller`.
+  OB_CORE_FN TensorPtr ForListed(const TensorPtr &caller);
+  OB_CORE_FN static void FreeListed(Listed *listed);
+};
+
 // What Forward gets for argument `i` of `n`: tensors (TensorPtr, std::optional<TensorPtr>,
 // the elements of a TensorPtrList) made contiguous where needed (the copy kept in
-// `copies[i]`, `origs[i]` set to the caller's tensor: CopyFor), everything else as it came. A
+// `copies[i]`, `origs[i]` set to the caller's tensor: ArgCopies), everything else as it came. A
 // tensor passes by reference: no reference count is touched on the common path.
 // A list's lent elements become private copies whatever the type: the handler follows an argument,
 // not the elements of a list (xla_ffi_handlers.h LentArgs).
-// Argument i's private copy of `caller`, kept in copies[i] (origs, copies: n slots, one per argument). The
-// same elements at two positions (one tensor, or two over the same memory and layout) get one copy, as
-// Forward would get them without copies: a write through one (MarkDirty) is what the other reads and
-// saves, as in torch, where both are that memory.
-inline const TensorPtr &CopyFor(Tensor *caller, Tensor **origs, TensorPtr *copies, std::size_t n, std::size_t i) {
-  origs[i] = caller;
-  for (std::size_t j = 0; j < n; ++j) {
-    const Tensor *o = origs[j];
-    if (j == i || o == nullptr || !copies[j]) continue;
-    if (o == caller || (o->data_ptr() == caller->data_ptr() && o->dtype() == caller->dtype() &&
-                        o->shape() == caller->shape() && o->strides() == caller->strides())) {
-      return copies[i] = copies[j];
-    }
-  }
-  return copies[i] = PrivateCopy(*caller);
-}
-
 template <bool kViews, bool kConst, typename A>
-decltype(auto) ForwardArg(A &&arg, Tensor **origs, TensorPtr *copies, std::size_t n, std::size_t i) {
+decltype(auto) ForwardArg(A &&arg, ArgCopies &made, std::size_t i) {
   using D = std::decay_t<A>;
   if constexpr (std::is_same_v<D, TensorPtr>) {
-    if (arg && NeedsCopy<kViews, kConst>(*arg)) return CopyFor(arg.get(), origs, copies, n, i);
+    if (arg && NeedsCopy<kViews, kConst>(*arg)) return made.For(arg.get(), i);
     return static_cast<const TensorPtr &>(arg);
   } else if constexpr (std::is_same_v<D, std::optional<TensorPtr>>) {
     if (arg && *arg && NeedsCopy<kViews, kConst>(**arg)) {
-      return std::optional<TensorPtr>(CopyFor(arg->get(), origs, copies, n, i));
+      return std::optional<TensorPtr>(made.For(arg->get(), i));
     }
     return std::optional<TensorPtr>(std::forward<A>(arg));
   } else if constexpr (std::is_same_v<D, TensorPtrList> && kViews) {
@@ -191,7 +200,7 @@ decltype(auto) ForwardArg(A &&arg, Tensor **origs, TensorPtr *copies, std::size_
   } else if constexpr (std::is_same_v<D, TensorPtrList>) {
     TensorPtrList list(std::forward<A>(arg));
     for (auto &t : list) {
-      if (t && NeedsCopy<kViews, false>(*t)) t = PrivateCopy(*t);
+      if (t && NeedsCopy<kViews, false>(*t)) t = made.ForListed(t);
     }
     return list;
   } else {
