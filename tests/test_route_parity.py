@@ -616,6 +616,34 @@ def test_in_place_op_given_one_strided_view_positional_and_in_a_list(parity_ops,
         _same((None, _bump_add_strided_view_in_a_list(_TorchSide(ops), ops.bump_add_dense_, lists)), want)
 
 
+def test_argument_returned_as_it_came_keeps_its_history_torch_routes(parity_ops, torch_route):
+    """A module function returning its argument itself (no Function around it) gives a view of the caller's
+    tensor on every call: its history (the gradient through it), its version counter (a write through it is
+    torch's write into the argument). On 1ff5453 the bridge (calls 2+) gave a new tensor over the memory:
+    the gradient through it was dropped silently (x0.grad 2x W where torch gives 2x W + V), and a write
+    through it went unseen by a tensor torch saved from the argument."""
+    ops = opbuilder.to_torch(parity_ops)
+    w, v = torch.tensor(W), torch.tensor(X[::-1].copy())
+    for _ in range(3):
+        x0 = torch.tensor(X, requires_grad=True)
+        x = x0 * 1
+        y, xr = ops.sq_and_x(x)
+        assert xr._is_view() and xr.data_ptr() == x.data_ptr() and xr._version == x._version
+        (g,) = torch.autograd.grad((y * w).sum() + (xr * v).sum(), x0, retain_graph=True)
+        np.testing.assert_allclose(g.numpy(), 2 * X * W + X[::-1], rtol=1e-12)
+        (g,) = torch.autograd.grad((ops.just_x(x) * w).sum(), x0)
+        np.testing.assert_allclose(g.numpy(), W, rtol=1e-12)
+    for _ in range(3):  # a write through the returned tensor is a write into the argument: torch refuses
+        x = torch.tensor(X)  # the gradient of a product that saved it
+        wg = torch.tensor(W, requires_grad=True)
+        z = x * wg
+        with torch.no_grad():
+            ops.just_x(x).mul_(10.0)
+        assert x._version == 1
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            z.sum().backward()
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_torch_compile_refuses_a_saved_argument_written_in_the_graph_after_the_call(parity_ops, backend):
     """mul saves y; the compiled function then writes y in place: torch's own multiply is refused (torch's

@@ -292,6 +292,25 @@ OB_CORE_FN bool LoadTensor(PyObject *o, TensorPtr &out, std::exception_ptr &erro
   }
 }
 
+// A framework argument the function returns as it came (not through a Function, which binds its outputs):
+// a view of the caller's tensor in the caller's grad mode, as to_torch's Python path returns it (its history,
+// its version counter, its base), not new tensor over its memory; nullptr when `t` is not the whole argument.
+static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
+  void *h = ForeignHandle(t);
+  if (h == nullptr) return nullptr;
+  PyRef arg = PyRef::Steal(Check(api.object_of(h)));
+  ForeignTensor f;
+  if (api.peek(arg.get(), &f) <= 0 || f.data != t.data_ptr() || f.dtype != static_cast<std::int32_t>(t.dtype()) ||
+      f.ndim != static_cast<std::int32_t>(t.ndim())) {
+    return nullptr;
+  }
+  for (std::int32_t d = 0; d < f.ndim; ++d) {
+    if (f.shape[d] != t.shape()[d] || (f.strides != nullptr && f.strides[d] != t.strides()[d])) return nullptr;
+  }
+  if (f.strides == nullptr && !t.is_contiguous()) return nullptr;
+  return Check(PyObject_CallMethod(arg.get(), "view_as", "O", arg.get()));
+}
+
 OB_CORE_FN PyObject *TensorToObject(const TensorPtr &t) {
   if (!t) {
     Py_INCREF(Py_None);
@@ -300,7 +319,11 @@ OB_CORE_FN PyObject *TensorToObject(const TensorPtr &t) {
   const Runtime &rt = Runtime::Get();
   if (const ForeignApi *api = ActiveBridge(rt)) {  // a runtime.Tensor is no answer for a torch caller
     PyObject *o = t->py_object();
-    if (o == nullptr || PyObject_TypeCheck(o, rt.tensor_type)) return WrapForeign(*api, *t);
+    if (o == nullptr) {
+      if (PyObject *view = ReturnedArgument(*api, *t)) return view;
+      return WrapForeign(*api, *t);
+    }
+    if (PyObject_TypeCheck(o, rt.tensor_type)) return WrapForeign(*api, *t);
   }
   return ToPython(rt, t);
 }
