@@ -17,7 +17,7 @@ jnp = pytest.importorskip("jax.numpy")
 
 import opbuilder  # noqa: E402
 import runtime as rt  # noqa: E402
-from opbuilder.bridges import interop_torch  # noqa: E402
+from opbuilder.bridges import torch_call  # noqa: E402
 from runtime import Tensor  # noqa: E402
 from runtime.interop import dlpack_input  # noqa: E402
 
@@ -114,14 +114,14 @@ def test_a_cpp_op_refuses_an_unknown_producers_bfloat16_by_name(dtype_ops):
 
 def test_a_torch_bfloat16_argument_reaches_the_runtime_over_its_memory():
     t = torch.tensor([1.5, -2.0], dtype=torch.bfloat16, requires_grad=True)
-    r = interop_torch._to_runtime("f", 0, t, ("cpu",))
+    r = torch_call._to_runtime("f", 0, t, ("cpu",))
     assert r.dtype is rt.bfloat16 and r._data.ctypes.data == t.data_ptr()
 
 
 def test_runtime_bfloat16_reaches_torch_over_the_same_memory():
     r = Tensor(np.array([1.0, 2.5], BF16))
-    for call in (None, interop_torch._Call([], [], [])):  # plain, and kept with a recorded call
-        t = interop_torch._to_torch(r, call)
+    for call in (None, torch_call._Call([], [], [])):  # plain, and kept with a recorded call
+        t = torch_call._to_torch(r, call)
         assert t.dtype == torch.bfloat16
         assert t.data_ptr() == r._data.ctypes.data
         assert t.tolist() == [1.0, 2.5]

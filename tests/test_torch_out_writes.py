@@ -3,9 +3,9 @@ the registered path (OPBUILDER_TORCH_BRIDGE=0) give one answer, torch's out= rul
 counts one write on the argument's version counter (so what another op saved sees it), and a write into a tensor
 that requires grad is a named error, on its first call and on every later one.
 
-The write is found by a checksum of every argument's bytes around the call (interop_torch.py ``_Op.record``): on a
-signature's first call on any route, and on every call of a signature seen returning nothing or writing an
-argument unseen. The bridge takes only signatures whose first call wrote nothing (``_Op.checked``).
+The write is found by a checksum of every argument's bytes around the call (torch_writes.py, from interop_torch.py's
+``_Op.record``): on a signature's first call on any route, and on every call of a signature seen returning nothing or
+writing an argument unseen. The bridge takes only signatures whose first call wrote nothing (``_Op.checked``).
 """
 from __future__ import annotations
 

@@ -22,6 +22,10 @@ torch's in-place writes, and MarkDirty bumps the counter torch sees; an output
 that is an argument returned unchanged comes back as that argument (a view of
 it, or the argument itself when written: torch's in-place rule); a gradient of
 a gradient is one named error; several outputs come back as a tuple.
+
+This module is the operators and their routes. The writes a call makes into its torch arguments
+(counted, found, refused, given their history) are torch_writes.py's; what both use (a call's record,
+the thread's state of the call in progress, tensors crossing both ways) is torch_call.py's.
 """
 from __future__ import annotations
 
@@ -32,8 +36,7 @@ import sys
 import threading
 import types
 import weakref
-import zlib
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -46,33 +49,28 @@ from runtime import call_rules as _rules
 from runtime.autograd.grad_mode import _state as _rt_grad
 from runtime.autograd.node import Node as _Node
 from runtime.autograd.saved_hooks import saved_tensors_hooks as _rt_saved_hooks
-from runtime.dlpack_host import inference_write_message as _inference_write_message
-from runtime.dlpack_host import resolved_view_write_message as _resolved_view_write_message
-from runtime.dlpack_host import torch_array as _torch_array
 from runtime.jit.signature import exact_key as _exact_key
 from runtime.tensor import Tensor as _Tensor
 from runtime.versions import UNWRITTEN as _UNWRITTEN
 
 from . import torch_bridge as _torch_bridge
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
+from .torch_call import (_PLAIN, _Call, _flat, _from_numpy, _input_grads, _is_compiling, _mode, _once,
+                         _second_time_mark, _to_runtime, _to_torch, _transforms_active)
+from .torch_writes import (_TorchVersion, _Uncounted, _after_watch, _bump_declared, _copy_args, _flush_pending,
+                           _marked, _once_each, _rebasing, _refuse_copy_writes, _refuse_out_grad,
+                           _refuse_out_inference, _settle, _snapshot_shared, _torch_write_refusal, _unannounced,
+                           _undirtied, _watch)
 
 __all__ = ["to_torch", "op_handle", "TorchOps"]
 
 _SCHEMA = {"t": "Tensor", "b": "bool", "i": "int", "f": "float", "s": "str", "I": "int[]", "F": "float[]",
            "L": "Tensor[]"}
 _namespaces = itertools.count()
-# torch's grad mode at the user's call (the kernel itself runs with grad off, below autograd), and the
-# registered kernel's last call for its setup_context (same thread, right after it: torch.library's order)
-_mode = threading.local()
-_increment_version = torch._C._increment_version
 _function_mode = torch._C._is_torch_function_mode_enabled
 _grad_enabled = torch.is_grad_enabled
-# a torch.func transform (grad, vjp, vmap) in force: its tensors are wrappers; the registered operator sees them
-# (reads the thread's dispatch keys; peek_interpreter_stack would copy functorch's whole thread state)
-_transforms_active = torch._C._are_functorch_transforms_active
 _functorch = torch._C._functorch
 _is_wrapped = _functorch.is_functorch_wrapped_tensor
-_is_compiling = torch.compiler.is_compiling
 _dynamo_compiling = torch.compiler.is_dynamo_compiling  # one frame less; dynamo reads it as True
 _define_lock = threading.RLock()
 
@@ -86,34 +84,6 @@ def _any_requires_grad(args: Sequence[Any], tpos: Tuple[int, ...]) -> bool:
     return False
 
 
-_K = torch._C.DispatchKey
-
-
-def _torch_write_refusal(err: RuntimeError, args: Sequence[Any]) -> RuntimeError:
-    """The runtime refused a write (MarkDirty) into a leaf that requires grad, or a view of one: torch's
-    own refusal of that torch argument, in torch's words, as the C++ bridge gives it (``Op: <torch's
-    check_inplace message>``). torch's check runs in an in-place copy whose source cannot broadcast, so
-    it writes nothing whether or not torch refuses; the runtime's error stays when torch would not."""
-    msg = str(err)
-    who, _, rest = msg.partition(" modifies argument ")
-    index = rest.split(" ", 1)[0]
-    flat = [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,)) if isinstance(t, torch.Tensor)]
-    if index.isdigit() and int(index) < len(args) and isinstance(args[int(index)], torch.Tensor):
-        flat.insert(0, args[int(index)])  # the argument it names, first
-    for t in flat:
-        if not (t.requires_grad or t._is_view()):
-            continue
-        try:  # with autograd's dispatch back on: inside a registered kernel torch excludes it
-            with torch.enable_grad(), torch._C._SetExcludeDispatchKeyGuard(_K.AutogradFunctionality, False), \
-                    torch._C._SetExcludeDispatchKeyGuard(_K.AutogradOther, False):
-                t.copy_(torch.empty((2,) * (t.dim() + 1), dtype=t.dtype, device=t.device))
-        except RuntimeError as e:
-            words = str(e)
-            if "in-place" in words or "inplace" in words:
-                return RuntimeError(f"{who}: {words}")
-    return err
-
-
 def _fresh(base: np.ndarray, conv: List[Any], tpos: Tuple[int, ...]) -> bool:
     """Whether ``base`` is none of the argument arrays ``conv[i]`` (a helper, not a generator inside
     ``forward_direct``: a generator there would make its locals cells on every call)."""
@@ -121,95 +91,6 @@ def _fresh(base: np.ndarray, conv: List[Any], tpos: Tuple[int, ...]) -> bool:
         if base is conv[i]:
             return False
     return True
-
-
-class _Call:
-    """One runtime call: the runtime inputs needing grad (``index``: their flat tensor positions), its
-    runtime outputs, and how they relate to the torch arguments: ``alias[j]``, the flat position of the
-    argument output ``j`` is (returned unchanged) or -1; ``dirty``, the flat positions of arguments the op
-    wrote (MarkDirty); ``recorded``, whether a runtime graph was recorded; ``nflat``, the tensor count."""
-    __slots__ = ("inputs", "index", "outputs", "alias", "dirty", "recorded", "nflat", "vcs", "written", "__weakref__")
-
-    def __init__(self, inputs: List[Any], index: List[int], outputs: List[Any], alias: Optional[List[int]] = None,
-                 dirty: Sequence[int] = (), recorded: bool = True, nflat: int = 0, vcs: Sequence[Any] = (),
-                 written: Optional[Dict[int, Any]] = None) -> None:
-        self.inputs, self.index, self.outputs, self.vcs = inputs, index, outputs, vcs
-        self.alias = [-1] * len(outputs) if alias is None else alias
-        self.dirty, self.recorded, self.nflat = frozenset(dirty), recorded, nflat
-        # flat position -> the runtime tensor of an argument the op wrote and did not return, whose history
-        # the write made (an inner Function's MarkDirty): torch's history of it becomes the call's (_Rebase)
-        self.written = written or {}
-
-
-class _Keep:
-    """An array's interface plus the call it came from: the base of the array torch gets, so the
-    runtime graph lives exactly as long as the output's memory."""
-    __slots__ = ("__array_interface__", "arr", "call", "__weakref__")
-
-    def __init__(self, arr: np.ndarray, call: _Call) -> None:
-        self.__array_interface__ = arr.__array_interface__
-        self.arr, self.call = arr, call
-
-
-class _TorchVersion:
-    """The version counter of a runtime tensor over a torch tensor's memory: torch's own. Reads give
-    the torch tensor's ``_version``; a runtime write (MarkDirty, a write through a view) bumps it with
-    ``torch.autograd.graph.increment_version``. So the runtime's checks of the tensors an op saved see
-    torch's in-place writes, and torch's checks see the op's (torch's rule: one counter per memory)."""
-    __slots__ = ("t", "off", "written", "pending", "copy", "owner")
-
-    def __init__(self, t: torch.Tensor, value: Optional[int] = None, copy: bool = False,
-                 owner: Optional["weakref.ref[torch.Tensor]"] = None) -> None:
-        self.t = t  # a detached alias: it shares the counter, not the autograd history
-        # the caller's tensor itself (weakly: no cycle through its history), whose counter this is, where the
-        # detached alias may have one of its own (made below torch's ADInplaceOrView, as under a dispatch
-        # mode: _run_registered); None: t's counter is the tensor's
-        self.owner = owner
-        self.off = 0 if value is None else value - self.counter()._version
-        self.written = False
-        self.pending = 0  # writes counted here only, while a torch Function will bump torch's (``_Eager``)
-        # the op got a resolved copy (a conjugate or negative view): its writes never reach the tensor, and
-        # are refused (record), so they are counted here only
-        self.copy = copy
-
-    def counter(self) -> torch.Tensor:
-        """The tensor whose version counter this is."""
-        if self.owner is not None:
-            o = self.owner()
-            if o is not None:
-                return o
-        return self.t
-
-    @property
-    def value(self) -> int:
-        return self.counter()._version + self.off
-
-    @value.setter
-    def value(self, v: int) -> None:
-        n = v - self.counter()._version - self.off
-        if n > 0:
-            self.written = True
-            if self.copy:
-                self.off += n
-                return
-            if getattr(_mode, "defer", False):  # ctx.mark_dirty will bump torch's counter: once, not twice
-                self.off += n
-                self.pending += n
-                return
-            for _ in range(n):
-                _increment_version((self.counter(),))
-        else:
-            self.off += n
-
-
-class _Uncounted:
-    """An inference tensor's stand-in for a ``_TorchVersion`` in a watched call (``_watch``): its bytes are
-    checksummed, and no write is ever counted on it (it has no counter)."""
-    __slots__ = ("t",)
-    written = False
-
-    def __init__(self, t: torch.Tensor) -> None:
-        self.t = t
 
 
 class _TorchHistory(_Node):
@@ -267,65 +148,7 @@ def _code(who: str, k: int, a: Any) -> str:
                     f"floats, bools, strings and non-empty lists of tensors, ints or floats")
 
 
-# torch dtypes whose numpy view the runtime takes as it is (the fast path of _to_runtime)
-_PLAIN = frozenset(getattr(torch, n) for n in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                                              "uint8", "uint16", "uint32", "uint64", "bool", "complex64",
-                                              "complex128"))
 _GRAD_KINDS = _dtypes.GRAD_KINDS
-
-
-def _to_runtime(who: str, k: int, t: torch.Tensor, devices: Tuple[str, ...]) -> Any:
-    if t.is_cpu and t.dtype in _PLAIN:
-        try:
-            return _Tensor._from_array(t.detach().numpy())
-        except RuntimeError:  # a conjugate or negative view: numpy has none, torch resolves it (a copy)
-            return _Tensor._from_array(t.detach().resolve_conj().resolve_neg().numpy())
-    dev = t.device.type
-    if dev not in devices:
-        raise ValueError(f"{who}: argument {k} is a {dev} tensor; this operator runs on "
-                         f"{' and '.join(devices)} tensors (move it with .to('{devices[0]}'))")
-    try:
-        if dev == "cpu":  # Tensor.numpy() shares memory and is several times cheaper than DLPack
-            arr = _torch_array(t.detach())  # bfloat16 too
-            _dtypes.from_numpy_dtype(arr.dtype)
-            return _Tensor._from_array(arr)
-        return _rt.from_dlpack(t.detach())
-    except (TypeError, BufferError, RuntimeError) as e:
-        raise TypeError(f"{who}: argument {k} has dtype {t.dtype}, which opbuilder's runtime does not support "
-                        f"({e})") from None
-
-
-def _c_order(arr: np.ndarray) -> np.ndarray:
-    """``arr`` in C order, copied only if it is not; a 0-d array stays 0-d (``np.ascontiguousarray``
-    makes it 1-d: a 0-d view's gradient of shape [1] fails torch's backward)."""
-    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
-
-
-def _from_numpy(arr: np.ndarray) -> torch.Tensor:
-    """``torch.from_numpy``, bfloat16 included (through a uint16 view of the same memory); a view
-    with negative strides, which torch cannot describe, as a contiguous copy."""
-    try:
-        return torch.from_numpy(arr)
-    except TypeError:
-        if arr.dtype != _dtypes.bfloat16.np:
-            raise
-        return torch.from_numpy(arr.view(np.uint16)).view(torch.bfloat16)
-    except ValueError:
-        if not any(s < 0 for s in arr.strides):
-            raise
-        return _from_numpy(np.ascontiguousarray(arr))
-
-
-def _to_torch(out: Any, call: Optional[_Call]) -> torch.Tensor:
-    arr = out._data
-    if not isinstance(arr, np.ndarray):  # a CUDA array (CuPy): DLPack shares it
-        return torch.from_dlpack(arr)
-    if call is not None:
-        bf16 = arr.dtype.kind == "V"  # the interface keeps bfloat16 only as raw bytes: keep uint16
-        arr = np.asarray(_Keep(arr.view(np.uint16) if bf16 else arr, call))
-        if bf16:
-            return torch.from_numpy(arr).view(torch.bfloat16)
-    return _from_numpy(arr)
 
 
 _top_hooks = torch._C._autograd._top_saved_tensors_default_hooks
@@ -348,143 +171,6 @@ def _saved_hooks(op: "_Op", recording: bool) -> Any:
         return _to_runtime(op.name, 0, t, op.devices)
 
     return _rt_saved_hooks(lambda t: pack(_to_torch(t, None)), unpacked)
-
-
-def _copy_args(args: Sequence[Any], sig: str, vcs: Sequence[Any]) -> set:
-    """The flat positions whose tensor reached the op as a copy (a conjugate or negative view resolved,
-    an inference tensor outside InferenceMode cloned): a write there never reaches the caller's tensor."""
-    out = set()
-    flat = None
-    for i, v in enumerate(vcs):
-        if v is None or not v.written:
-            continue
-        if v.copy:
-            out.add(i)
-            continue
-        flat = _flat(args, sig) if flat is None else flat
-        if not v.t.is_inference() and flat[i].is_inference():
-            out.add(i)
-    return out
-
-
-def _once(name: str, res: List[Optional[torch.Tensor]], grads: Sequence[Any], inputs_need_grad: bool,
-          inputs: Sequence[Any] = ()) -> List[Optional[torch.Tensor]]:
-    """Input gradients ``res`` of a backward run with create_graph=True: a gradient of them is one named
-    error (torch's once-differentiable rule, runtime/call_rules.py's message), never a silent zero. The
-    error's node leads to the op's ``inputs`` that require grad and to the incoming ``grads`` that do, so
-    differentiating the result with respect to any of them reaches it (and raises)."""
-    if not torch.is_grad_enabled() or _is_compiling() or _transforms_active():  # torch.func: _Func's
-        return res
-    if not inputs_need_grad and not any(isinstance(g, torch.Tensor) and g.requires_grad for g in grads):
-        return res
-    pos = [i for i, r in enumerate(res) if r is not None]
-    if not pos:
-        return res
-    flat = itertools.chain.from_iterable(a if isinstance(a, (list, tuple)) else (a,) for a in inputs)
-    links = [t for t in itertools.chain(flat, grads) if isinstance(t, torch.Tensor) and t.requires_grad]
-    err = torch._C._functions.DelayedError(_rules.double_backward_message(name), len(pos) + len(links))
-    wrapped = err(*[res[i].detach().requires_grad_() for i in pos], *links)
-    out = list(res)
-    for i, w in zip(pos, wrapped if isinstance(wrapped, (list, tuple)) else (wrapped,)):
-        out[i] = w
-    return out
-
-
-def _bytes_of(t: torch.Tensor) -> np.ndarray:
-    """The memory of a CPU tensor as numpy sees it (bfloat16 as uint16), for a fingerprint."""
-    return (t.view(torch.uint16) if t.dtype == torch.bfloat16 else t).numpy()
-
-
-def _digest(arr: np.ndarray) -> int:
-    """A checksum of every byte of ``arr``: a write anywhere in it changes it (but for a 2**-32 chance),
-    where a sample of its elements would miss a sparse write. Watched calls only (first calls, out=)."""
-    return zlib.crc32(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
-
-
-def _watch(vc: Any, r: Any) -> Optional[Tuple[Any, int, np.ndarray]]:
-    """An argument's counter (a ``_TorchVersion``, or an inference tensor's ``_Uncounted``), checksum and
-    the memory checksummed, before a watched call: the torch tensor's, or for a conjugate or negative view
-    the resolved copy the op gets (``r``, its runtime tensor), whose write would not reach the caller.
-    None where no write can be seen (memory off the CPU, a dtype numpy cannot view)."""
-    if vc is None or not vc.t.is_cpu or (vc.t.dtype not in _PLAIN and vc.t.dtype != torch.bfloat16):
-        return None
-    arr = r._data if vc.t.is_conj() or vc.t.is_neg() else _bytes_of(vc.t)
-    if not isinstance(arr, np.ndarray):
-        return None
-    return vc, _digest(arr), arr
-
-
-def _snapshot_shared(watch: List[Any]) -> List[Any]:
-    """Each watched argument whose bytes meet another's (and is not the same elements) with a copy of its
-    values before the call, so that ``_explained`` can tell which of its bytes changed. (Bytes, not
-    storages: two torch tensors from_numpy over one array have storages of their own.)"""
-    spans = [_byte_span(w[0].t) if w is not None and w[0].t.numel() and not (w[0].t.is_conj() or w[0].t.is_neg())
-             else None for w in watch]
-    for k, w in enumerate(watch):
-        if spans[k] is not None and any(j != k and spans[j] is not None and spans[j][0] < spans[k][1]
-                                        and spans[k][0] < spans[j][1] and not _same_elements(watch[j][0].t, w[0].t)
-                                        for j in range(len(watch))):
-            watch[k] = (*w, w[2].copy())
-    return watch
-
-
-def _explained(watch: Sequence[Any], k: int) -> bool:
-    """Whether a counted write explains a change of watched argument ``k``: another argument the op marked
-    dirty is the same elements of the same memory (one torch tensor passed twice, as in torch's
-    ``x.add_(x)``), or every byte of ``k`` that changed is a byte of an argument the op marked dirty
-    (``f(base, base[1:])`` writing the view, of any dtype, which torch allows). No other change is."""
-    t = watch[k][0].t
-    written = [w[0].t for j, w in enumerate(watch) if j != k and w is not None and w[0].written]
-    if any(_same_elements(x, t) for x in written):
-        return True
-    if len(watch[k]) < 4:  # (no copy: it shares no memory with another argument)
-        return False
-    old, new = watch[k][3], watch[k][2]
-    item = old.dtype.itemsize
-    changed = (np.ascontiguousarray(old).view(np.uint8).reshape(old.shape + (item,)) !=
-               np.ascontiguousarray(new).view(np.uint8).reshape(new.shape + (item,)))
-    # a mask of the storage's bytes from k's first to its last: those of the written arguments set
-    lo, hi = _byte_span(t)
-    mask = np.zeros(hi - lo, dtype=np.bool_)
-    for x in written:
-        if x.numel() == 0:
-            continue
-        xlo, xhi = _byte_span(x)
-        a, b = max(xlo, lo), min(xhi, hi)
-        if a >= b:
-            continue
-        if xlo >= lo and xhi <= hi:
-            _byte_grid(mask, x, xlo - lo)[...] = True
-        else:  # (sticks out of k's span: set it in a mask of its own, then take the overlap)
-            own = np.zeros(xhi - xlo, dtype=np.bool_)
-            _byte_grid(own, x, 0)[...] = True
-            mask[a - lo:b - lo] |= own[a - xlo:b - xlo]
-    return not bool((changed & ~_byte_grid(mask, t, 0)).any())
-
-
-def _byte_span(t: torch.Tensor) -> Tuple[int, int]:
-    """The addresses [first, last + 1) of a CPU tensor's bytes (its elements' first to its last's end)."""
-    lo = hi = 0
-    for n, st in zip(t.shape, t.stride()):
-        lo += min(0, st * (n - 1))
-        hi += max(0, st * (n - 1))
-    item = t.element_size()
-    return t.data_ptr() + lo * item, t.data_ptr() + (hi + 1) * item
-
-
-def _byte_grid(mask: np.ndarray, t: torch.Tensor, at: int) -> np.ndarray:
-    """A view of ``mask`` (one entry per byte, ``t``'s lowest byte at ``at``) in ``t``'s shape and
-    element size: entry [i..., b] is byte b of element [i...]."""
-    item = t.element_size()
-    lo = sum(min(0, st * (n - 1)) for n, st in zip(t.shape, t.stride())) * item
-    return np.lib.stride_tricks.as_strided(mask[at - lo:], tuple(t.shape) + (item,),
-                                           tuple(st * item for st in t.stride()) + (1,))
-
-
-def _same_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors are the same elements of the same memory (layout, offset and dtype)."""
-    return (a.data_ptr() == b.data_ptr() and a.dtype == b.dtype and a.shape == b.shape
-            and a.stride() == b.stride())
 
 
 class _Op:
@@ -592,9 +278,9 @@ class _Op:
         (what it recorded, which outputs are arguments, which arguments it wrote)."""
         record = getattr(_mode, "grad", True)
         if self.writes:  # decided before the call: a refusal leaves the data untouched
-            self._refuse_out_inference(sig, args)
+            _refuse_out_inference(self, sig, args)
             if record:
-                self._refuse_out_grad(sig, args)
+                _refuse_out_grad(self, sig, args)
         # torch.func (``every``): each argument a non-leaf to the runtime, so an op writing one (MarkDirty) is
         # not refused as a leaf that requires grad, but by _Func's named NotImplementedError
         rt_args, need, index, vcs = self._runtime_args(
@@ -619,20 +305,20 @@ class _Op:
                     outs, single = self._run_recording(rt_args, need)
         except _Plain as p:
             if watch is not None:
-                self._after_watch(sig, args, watch, p.value is None)
+                _after_watch(self, sig, args, watch, p.value is None)
             if any(v is not None and v.written for v in vcs):  # seen writing its argument (torch.func refuses
                 self.by_sig[sig][1][1] = True                 # it from now on, before it runs)
                 self.returns_args[0] = True
                 p._ob_dirty = True
-            p._ob_rebase = self._settle(sig, rt_args, args, need, index, vcs, True)  # (None under torch.func)
+            p._ob_rebase = _settle(self, sig, rt_args, args, need, index, vcs, True)  # (None under torch.func)
             raise
         except BaseException as e:
             # no ctx.mark_dirty will follow: writes the runtime counted go to torch's counters now, or, for an
             # argument an inner Function wrote before a later one raised, to _rebase's (as torch's x.mul_(3)
             # before an error leaves x written, its history the write's)
-            rebase = self._settle(sig, rt_args, args, need, index, vcs, False)
+            rebase = _settle(self, sig, rt_args, args, need, index, vcs, False)
             if watch is not None:
-                self._unannounced(sig, args, watch, raised=True)
+                _unannounced(self, sig, args, watch, raised=True)
             if isinstance(e, RuntimeError) and _rules.is_leaf_write_refusal(e):  # torch's words for its own
                 err = _torch_write_refusal(e, args)  # tensors, as the bridge gives them
                 err._ob_rebase = rebase  # (what an earlier Apply of the call wrote)
@@ -644,7 +330,7 @@ class _Op:
                     pass
             raise
         if watch is not None:
-            self._after_watch(sig, args, watch, False)
+            _after_watch(self, sig, args, watch, False)
         alias = []
         for o in outs:  # an argument returned unchanged (or written and returned) counts on its counter
             vc = o._vc
@@ -656,7 +342,7 @@ class _Op:
                         break
             alias.append(k)
         if self.writes:  # a declared write (out=) counts on the argument's version counter, as torch's out= does
-            self._bump_declared(sig, args, vcs)
+            _bump_declared(self, sig, args, vcs)
         dirty = [i for i, v in enumerate(vcs) if v is not None and v.written]
         # what the call showed, noted before a refusal below: a signature seen writing or returning an
         # argument never takes forward_direct, which hands the op the caller's memory unchecked
@@ -668,7 +354,8 @@ class _Op:
         if info[1] or info[2]:
             self.returns_args[0] = True
         if dirty and _copy_args(args, sig, vcs).intersection(dirty):  # refused; the others' writes settled first
-            self._refuse_copy_writes(sig, args, dirty, vcs, self._settle(sig, rt_args, args, need, index, vcs, False))
+            _refuse_copy_writes(self, sig, args, dirty, vcs,
+                                _settle(self, sig, rt_args, args, need, index, vcs, False))
         written = None
         if need and any(i not in alias for i in dirty):
             flat_rt = _flat(rt_args, sig)
@@ -676,96 +363,6 @@ class _Op:
             written = {i: flat_rt[i] for i in dirty if i not in alias and flat_rt[i].requires_grad
                        and not any(flat_rt[i] is r for r in returned)}
         return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written)
-
-    def _settle(self, sig: str, rt_args: list, args: Sequence[Any], need: list, index: list, vcs: list,
-                plain: bool) -> Optional[Tuple[Any, ...]]:
-        """A call with no output to mark dirty (a ``plain`` result: None, a number; or one that raised): the
-        writes its inner Functions counted go to torch's counters now, or, for an argument whose history a
-        recorded write made (counts deferred to a mark_dirty: ``_Eager``, the registered kernel), to
-        ``_rebase``'s. ``_rebase``'s arguments for the caller (``_eager``, ``_run_registered``, carried on
-        the exception), or None. A plain call that wrote a copy it got (of a conjugate or negative view, of
-        an inference tensor) is refused, as one with a tensor result is, the other writes settled first."""
-        got_copy = _copy_args(args, sig, vcs)
-        dirty = [i for i, v in enumerate(vcs) if v is not None and v.written and i not in got_copy]
-        copies = [i for i, v in enumerate(vcs) if v is not None and v.written and i in got_copy]
-        if not dirty and not copies:
-            return None
-        written = None
-        if need and dirty and getattr(_mode, "defer", False):
-            flat_rt = _flat(rt_args, sig)
-            written = {i: flat_rt[i] for i in dirty if flat_rt[i].requires_grad}
-        call = _Call(need, index, [], [], dirty, bool(need), len(vcs), vcs, written)
-        _marked(call)
-        rebase = (self, sig, args, call) if call.written else None
-        if plain:
-            self._refuse_copy_writes(sig, args, copies, vcs, rebase)
-        return rebase
-
-    def _refuse_copy_writes(self, sig: str, args: Sequence[Any], dirty: Sequence[int], vcs: Sequence[Any],
-                            rebase: Optional[Tuple[Any, ...]] = None) -> None:
-        """A conjugate or negative view, or an inference tensor outside InferenceMode, reached the op as a
-        copy: its write is refused, the caller's tensor untouched (the error carries ``rebase``: what the
-        call wrote into other arguments)."""
-        for i in dirty:
-            t = vcs[i].t
-            if t.is_neg() or t.is_conj():
-                err = RuntimeError(_resolved_view_write_message(self.name, i, t))
-            elif not t.is_inference() and _flat(args, sig)[i].is_inference():
-                err = RuntimeError(_inference_write_message(self.name, i))
-            else:
-                continue
-            err._ob_rebase = rebase  # type: ignore[attr-defined]
-            raise err
-
-    def _after_watch(self, sig: str, args: Sequence[Any], watch: Sequence[Any], void: bool) -> None:
-        """After a fingerprinted call: its undeclared writes counted (``_unannounced``), and the signature
-        watched from now on (it returned nothing, or wrote an argument unseen) or else checked (later calls,
-        the C++ bridge's included, skip the fingerprints)."""
-        if void or self._wrote(watch):
-            self.watched.add(sig)
-            self.checked.pop(sig, None)
-            self._unannounced(sig, args, watch)
-        elif sig not in self.watched and not _unseen(args, sig):
-            self.checked[sig] = True  # (a call whose writes could not be seen proves nothing: the next is watched)
-
-    @staticmethod
-    def _wrote(watch: Sequence[Any]) -> bool:
-        """Whether the call wrote a watched argument without the runtime counting it (MarkDirty)."""
-        for k, w in enumerate(watch):
-            if w is not None and not w[0].written and _digest(w[2]) != w[1] and not _explained(watch, k):
-                return True
-        return False
-
-    def _unannounced(self, sig: str, args: Sequence[Any], watch: Sequence[Any], raised: bool = False) -> None:
-        """After a watched call: each tensor argument it wrote (not declared in ``mutates``, not marked dirty)
-        counts one write on its version counter, as torch's out= does; one that requires grad is an error
-        (torch refuses out= into it before the call; undeclared, the write is only seen after). ``raised``:
-        the call raised (its error is the one raised, and a write into a copy it got is nothing): the writes
-        count, as after torch's own in-place op that fails midway, and the signature is watched from now."""
-        flat = [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
-        for k, (t, w) in enumerate(zip(flat, watch)):
-            if w is None or w[0].written or _digest(w[2]) == w[1] or _explained(watch, k):
-                continue
-            if raised:
-                self.watched.add(sig)
-                self.checked.pop(sig, None)
-            if w[0].t.is_neg() or w[0].t.is_conj():  # the op wrote the resolved copy it got
-                if raised:
-                    continue
-                raise RuntimeError(_resolved_view_write_message(self.name, k, w[0].t, "an undeclared write"))
-            if t.is_inference() and not w[0].t.is_inference():  # the op wrote the copy it got
-                if raised:
-                    continue
-                raise RuntimeError(_inference_write_message(self.name, k, "an undeclared write"))
-            if not w[0].t.is_inference():  # (which has no counter)
-                _increment_version((w[0].counter(),))
-            if not raised and t.requires_grad and getattr(_mode, "grad", True):
-                raise RuntimeError(
-                    f"{self.name}() wrote tensor argument {k} in place, which requires grad; functions with "
-                    f"out=... arguments don't support automatic differentiation. Its data has already changed: "
-                    f"declare the write (to_torch(..., mutates={{{self.name!r}: [positions]}})) so such a call is "
-                    f"refused before it runs, and call it under torch.no_grad() or on tensors that do not "
-                    f"require grad")
 
     def _refuse_compiled(self, what: str = "its argument unchanged") -> None:
         """A call from a compiled graph traced before the op was seen returning its argument unchanged (a
@@ -785,36 +382,6 @@ class _Op:
             f"{self.name} writes its argument in place (MarkDirty), which a compiled graph cannot express, "
             f"and its first call was compiled: torch.compile now leaves it out of the graph, so compile "
             f"again (or call it once eagerly before compiling); this call's write has been done")
-
-    def _refuse_out_inference(self, sig: str, args: Sequence[Any]) -> None:
-        """torch's rule for an inference tensor: no in-place update outside InferenceMode (a declared write)."""
-        if torch.is_inference_mode_enabled():
-            return
-        for k in self.writes:
-            if k < len(sig) and sig[k] == "t" and args[k].is_inference():
-                raise RuntimeError(_inference_write_message(self.name, k, "declared in mutates"))
-
-    def _refuse_out_grad(self, sig: str, args: Sequence[Any]) -> None:
-        """torch's rule for out= functions: none while an argument requires grad (grad mode on)."""
-        for a, c in zip(args, sig):
-            if any(t.requires_grad for t in ([a] if c == "t" else a if c == "L" else ())):
-                raise RuntimeError(
-                    f"{self.name}(): functions with out=... arguments don't support automatic differentiation, "
-                    f"but one of the arguments requires grad (it writes argument(s) {list(self.writes)}, declared in "
-                    f"mutates); call it under torch.no_grad() or on tensors that do not require grad")
-
-    def _bump_declared(self, sig: str, args: Sequence[Any], vcs: Sequence[Any]) -> None:
-        """One write on the version counter of each declared written argument the op did not mark dirty
-        (torch's out= bumps it): what saved it sees the write."""
-        flat = 0
-        for k, (a, c) in enumerate(zip(args, sig)):
-            if c == "t":
-                vc = vcs[flat]
-                if k in self.writes and vc is not None and not vc.written:
-                    _increment_version((vc.counter(),))
-                flat += 1
-            elif c == "L":
-                flat += len(a)
 
     def to_torch_outputs(self, sig: str, args: Sequence[Any], outs: List[Any], call: _Call) -> List[torch.Tensor]:
         """The runtime outputs as torch tensors: an argument returned unchanged as a view of the torch
@@ -913,7 +480,7 @@ class _Op:
         the C++ op takes each CPU tensor's numpy view as it is (no runtime.Tensor in between), and its
         results go back through ``torch.from_numpy``. Anything numpy cannot view takes ``forward_impl``."""
         if self.writes:
-            self._refuse_out_inference(sig, args)
+            _refuse_out_inference(self, sig, args)
         conv = list(args)
         try:
             for i in tpos:
@@ -1137,15 +704,6 @@ _TORCH_DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
     "uint32", "uint64", "bool", "complex64", "complex128")}
 
 
-def _unseen(args: Sequence[Any], sig: str) -> bool:
-    """Whether a write into some CPU tensor argument of this call cannot be seen by its checksum: one with
-    no element. A later call of the signature may show what this one could not."""
-    for t in _flat(args, sig):
-        if t.is_cpu and t.numel() == 0:
-            return True
-    return False
-
-
 def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
     """An eager call of the registered operator (not a compiled graph's): its kernel defers the writes the
     runtime counts to setup_context's ctx.mark_dirty; a call torch records no node for (no argument needs
@@ -1167,68 +725,6 @@ def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
             _flush_pending(last[1].vcs)
 
 
-def _flush_pending(vcs: Sequence[Any]) -> None:
-    """Writes counted only in ``_TorchVersion.pending`` (``_Eager``'s forward defers them to
-    ``ctx.mark_dirty``) go to torch's counters: a call that raised marks nothing, but what it wrote
-    (an undeclared write the runtime found after Forward) changed the tensor."""
-    for vc in vcs:
-        if type(vc) is _TorchVersion and vc.pending:
-            vc.off -= vc.pending
-            for _ in range(vc.pending):
-                _increment_version((vc.counter(),))
-            vc.pending = 0
-
-
-def _marked(call: _Call) -> None:
-    """torch bumps the version of what ``ctx.mark_dirty`` names once (after the forward), for the write the
-    runtime counted already: the runtime's view of those counters stays one write (what the op saved still
-    checks). A write counted only here (``_TorchVersion.pending``) and not marked goes to torch's counter."""
-    done: set = set()  # (one tensor at two positions: one counter, one write)
-    for k in sorted(call.dirty):
-        vc = call.vcs[k]
-        if vc is None or id(vc) in done:
-            continue
-        done.add(id(vc))
-        if k in call.alias or k in call.written:  # torch's mark_dirty bumps it once (the node's, or _Rebase's):
-            n = max(vc.pending, 1)                 # the writes before the last go to torch's counter here,
-            for _ in range(n - 1):                 # so it counts each, as torch's own in-place ops do
-                _increment_version((vc.counter(),))
-            vc.off -= n
-            vc.pending = 0
-        else:
-            _flush_pending((vc,))
-
-
-_MARK: List[torch.Tensor] = []
-
-
-def _second_time_mark() -> torch.Tensor:
-    """An empty tensor a registered-path node saves, so that torch's own rule for a second backward holds."""
-    if not _MARK:
-        _MARK.append(torch.empty(0))
-    return _MARK[0]
-
-
-def _undirtied(args: Sequence[Any], sig: str, dirty: frozenset) -> Sequence[Any]:
-    """The arguments a call's torch node keeps for ``_once`` (the edges of its double-backward error):
-    all of them, or, when the op wrote some in place (their history is now this node: keeping them would
-    be a reference cycle), the others."""
-    if not dirty:
-        return args
-    out: list = []
-    k = 0
-    for a, c in zip(args, sig):
-        if c == "t":
-            out.append(None if k in dirty else a)
-            k += 1
-        elif c == "L":
-            out.append([t for j, t in enumerate(a, k) if j not in dirty])
-            k += len(a)
-        else:
-            out.append(a)
-    return out
-
-
 def _same_call(ran: Sequence[Any], inputs: Sequence[Any], sig: str) -> bool:
     """Whether the kernel's last call (``ran``) had these very ``inputs``: tensors by identity, everything
     else by type and exact value (the dispatcher hands each side its own Python float, or int above 256,
@@ -1248,25 +744,6 @@ def _same_call(ran: Sequence[Any], inputs: Sequence[Any], sig: str) -> bool:
         elif _exact_key(x) != _exact_key(y):
             return False
     return True
-
-
-def _input_grads(call: _Call, pairs: Sequence[Tuple[Any, Any]], retain: bool) -> List[Optional[torch.Tensor]]:
-    """The gradients of the call's flat tensor arguments (None for none) from runtime (tensor, gradient)
-    ``pairs`` of its graph (outputs, or arguments it wrote), as torch tensors."""
-    res: List[Optional[torch.Tensor]] = [None] * call.nflat
-    if pairs and call.inputs:
-        gs = _rt.autograd.grad([o for o, _ in pairs], call.inputs, [g for _, g in pairs], retain_graph=retain,
-                               allow_unused=True)
-        for i, g in zip(call.index, gs):
-            if g is not None:
-                res[i] = torch.from_dlpack(g) if not isinstance(g._data, np.ndarray) else _from_numpy(_c_order(g._data))
-    return res
-
-
-def _flat(args: Sequence[Any], sig: str) -> List[Any]:
-    """The tensor arguments (torch's, or the runtime's made of them), lists flattened: the order of
-    ``_Call``'s flat positions."""
-    return [t for a, c in zip(args, sig) if c in "tL" for t in ([a] if c == "t" else a)]
 
 
 def _view_over(t: torch.Tensor, arr: Any) -> Optional[torch.Tensor]:
@@ -1342,95 +819,6 @@ def _eager(op: "_Op", sig: str, args: Sequence[Any]) -> Tuple[torch.Tensor, ...]
     return _rebasing(_Eager.apply, op, sig, *args)
 
 
-def _rebasing(call: Callable[..., Any], *a: Any) -> Any:
-    """``call(*a)`` (a node's apply, the registered operator), then ``_rebase`` for the arguments it wrote
-    and did not return: left in ``_mode.written``, or on its exception (``_rebase_raised``: it raised, or
-    returned a plain value)."""
-    _mode.written = None
-    try:
-        out = call(*a)
-    except BaseException as e:
-        _rebase_raised(e)
-        raise
-    written, _mode.written = _mode.written, None
-    if written is not None:
-        _rebase(*written)
-    return out
-
-
-def _rebase_raised(e: BaseException) -> None:
-    """The ``_rebase`` a call that raised (``record``: ``_settle``) left on its exception, done once."""
-    rebase = getattr(e, "_ob_rebase", None)
-    if rebase is not None:
-        del e._ob_rebase  # type: ignore[attr-defined]
-        try:
-            _rebase(*rebase)
-        except Exception as err:  # the call's own error is the one raised
-            e.add_note(f"(to_torch could not give the arguments it wrote their new history: {err})")
-
-
-def _rebase(op: "_Op", sig: str, args: Sequence[Any], call: _Call) -> None:
-    """torch's rule for an in-place write, for arguments the call wrote (an inner Function's MarkDirty) and
-    did not return: their history becomes the write's (``_Rebase``), so a use after the call differentiates
-    through it. The C++ bridge gets this with a torch node per Function; this path has one node per call."""
-    flat = _flat(args, sig)
-    ks: List[int] = []
-    for k in sorted(call.written):  # one tensor at two positions: marked once
-        if not any(flat[k] is flat[j] for j in ks):
-            ks.append(k)
-    with torch.enable_grad():
-        if len(ks) > 1 and any(flat[k]._is_view() for k in ks):
-            # torch lets a node that writes a view return nothing else: a node per written argument, each
-            # given the others as they were before any write (aliases made first keep that history)
-            olds = [_Alias.apply(t) if t.requires_grad else t for t in flat]
-            for k in ks:
-                order = [k] + [i for i in range(len(flat)) if i != k]
-                _Rebase.apply(op, call, tuple(order), 1, flat[k], *[olds[i] for i in order[1:]])
-            return
-        # a written view first: torch's CopySlices takes the node's first input for the view's old value
-        ks.sort(key=lambda k: not flat[k]._is_view())
-        order = ks + [i for i in range(len(flat)) if i not in ks]
-        _Rebase.apply(op, call, tuple(order), len(ks), *[flat[i] for i in order])
-
-
-class _Alias(torch.autograd.Function):
-    """A tensor over ``t``'s memory whose history is ``t``'s as it is now: a later in-place write into
-    ``t`` (another _Rebase) leaves it as it was."""
-
-    @staticmethod
-    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
-        return t.detach()
-
-    @staticmethod
-    def backward(ctx: Any, g: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        return g
-
-
-class _Rebase(torch.autograd.Function):
-    """The written arguments as the outputs of one node, marked dirty (its inputs: the call's flat tensors
-    in ``order``, the ``n`` written ones first): its backward takes their gradients through the call's
-    runtime graph (from the runtime tensors the writes made) to every tensor input of the call."""
-
-    @staticmethod
-    def forward(ctx: Any, op: "_Op", call: _Call, order: Tuple[int, ...], n: int,
-                *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        written = tensors[:n]
-        ctx.mark_dirty(*written)
-        ctx.op, ctx.call, ctx.order, ctx.n = op, call, order, n
-        ctx.save_for_backward(_second_time_mark())  # torch's rule for a second backward
-        return tuple(written)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> Tuple[Any, ...]:
-        ctx.saved_tensors  # raises torch's error on a second backward without retain_graph
-        call, op, order = ctx.call, ctx.op, ctx.order
-        pairs = [(call.written[k], _to_runtime(op.name, k, g, op.devices)) for k, g in zip(order, grads)
-                 if g is not None]
-        res = _input_grads(call, pairs, True)
-        out = _once(op.name, [res[i] for i in order], grads, any(ctx.needs_input_grad[4:]))
-        return (None, None, None, None) + tuple(out)
-
-
 class _Func(torch.autograd.Function):
     """``_Eager`` in torch.func's form (forward without ctx, then ``setup_context``): the call's autograd
     under torch.func.grad, vjp, jacrev and vmap (functorch unwraps the arguments before ``forward``, and
@@ -1487,16 +875,6 @@ class _Func(torch.autograd.Function):
                for b in range(info.batch_size)]
         outs = tuple(torch.stack([p[j] for p in per]) for j in range(len(per[0]) - 1))
         return (*outs, per[-1][-1]), (*(0 for _ in outs), None)
-
-
-def _once_each(tensors: Iterable[torch.Tensor]) -> List[torch.Tensor]:
-    """Each tensor once, in order: torch's mark_dirty bumps a counter once per tensor it is given, and an op
-    that returns its dirty argument twice wrote it once (the C++ bridge counts one; this path counted two)."""
-    out: List[torch.Tensor] = []
-    for t in tensors:
-        if not any(t is u for u in out):
-            out.append(t)
-    return out
 
 
 def _output_keys(outs: Sequence[Any]) -> List[Tuple[Optional[int], Any]]:
