@@ -30,6 +30,6 @@ def test_to_torch_takes_numpy_scalars_as_python_values():
     x = torch.zeros(2, dtype=torch.float64)
     for s, want in _CASES + _CASES[::-1]:
         np.testing.assert_array_equal(np.asarray(t.tag(x, s)), np.full(2, want), err_msg=repr(s))
-    with pytest.raises(TypeError, match=r"^tag: argument 1 is a complex128; a torch operator takes tensors, ints, "
-                                        r"floats, bools, strings and non-empty lists of tensors, ints or floats$"):
+    with pytest.raises(TypeError, match=r"^tag: argument 1 is a complex128; a torch operator takes tensors, "
+                                        r"None, ints, floats, bools, strings and lists of tensors, ints or floats$"):
         t.tag(x, np.complex128(1))

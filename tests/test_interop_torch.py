@@ -188,9 +188,28 @@ def test_non_cpu_tensor(tmul):
 
 
 def test_unsupported_argument(tmul):
-    with pytest.raises(TypeError, match=r"^mul: argument 1 is a dict; a torch operator takes tensors, ints, floats, "
-                                        r"bools, strings and non-empty lists of tensors, ints or floats$"):
+    with pytest.raises(TypeError, match=r"^mul: argument 1 is a dict; a torch operator takes tensors, None, ints, "
+                                        r"floats, bools, strings and lists of tensors, ints or floats$"):
         tmul.mul(torch.ones(2), {})
+
+
+def test_none_for_an_optional_tensor_and_an_empty_list(autograd_ops):
+    """None for a std::optional<TensorPtr> argument (schema Tensor?) and an empty list (the function gets [])
+    work on every call, as on the runtime, with torch's values and gradients; on 991a33e both were a
+    TypeError on every call."""
+    t = opbuilder.to_torch(autograd_ops)
+    xa, ya, ba = np.random.default_rng(3).standard_normal((3, 4))
+    for _ in range(3):
+        x, y, b = (torch.tensor(a, requires_grad=True) for a in (xa, ya, ba))
+        for got, want in ((t.mul_opt_bias(x, y, None), x * y), (t.mul_opt_bias(x, y, b), x * y + b),
+                          (t.sum_list(x, []), x * 1)):
+            np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+            w = torch.tensor(np.arange(4.0))
+            for g, h in zip(torch.autograd.grad((got * w).sum(), [x, y, b], allow_unused=True),
+                            torch.autograd.grad((want * w).sum(), [x, y, b], allow_unused=True)):
+                assert (g is None) == (h is None)
+                if g is not None:
+                    np.testing.assert_allclose(g.numpy(), h.numpy(), rtol=1e-12)
 
 
 def test_op_errors_reach_the_caller(tmul):

@@ -64,8 +64,10 @@ from .torch_writes import (_TorchVersion, _Uncounted, _after_watch, _bump_declar
 
 __all__ = ["to_torch", "op_handle", "TorchOps"]
 
+# one letter per argument kind: "n" is None (an optional tensor left out: std::optional<TensorPtr>), "e" an
+# empty list (its element type unknown: int[] takes [], and the function gets [] whatever it declares)
 _SCHEMA = {"t": "Tensor", "b": "bool", "i": "int", "f": "float", "s": "str", "I": "int[]", "F": "float[]",
-           "L": "Tensor[]"}
+           "L": "Tensor[]", "n": "Tensor?", "e": "int[]"}
 _namespaces = itertools.count()
 _function_mode = torch._C._is_torch_function_mode_enabled
 _grad_enabled = torch.is_grad_enabled
@@ -137,15 +139,19 @@ def _code(who: str, k: int, a: Any) -> str:
         return "f"
     if isinstance(a, str):
         return "s"
-    if isinstance(a, (list, tuple)) and a:
+    if a is None:
+        return "n"
+    if isinstance(a, (list, tuple)) and not a:
+        return "e"
+    if isinstance(a, (list, tuple)):
         if all(isinstance(e, torch.Tensor) for e in a):
             return "L"
         if all(isinstance(e, int) and not isinstance(e, bool) for e in a):
             return "I"
         if all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in a):
             return "F"
-    raise TypeError(f"{who}: argument {k} is a {type(a).__name__}; a torch operator takes tensors, ints, "
-                    f"floats, bools, strings and non-empty lists of tensors, ints or floats")
+    raise TypeError(f"{who}: argument {k} is a {type(a).__name__}; a torch operator takes tensors, None, ints, "
+                    f"floats, bools, strings and lists of tensors, ints or floats")
 
 
 _GRAD_KINDS = _dtypes.GRAD_KINDS
@@ -252,7 +258,7 @@ class _Op:
             elif c == "L":
                 out.append([arg(k, t, c) for t in a])
             else:
-                out.append(list(a) if c in "IF" else a)
+                out.append(list(a) if c in "IFe" else a)
         return out, need, index, vcs
 
     def _run(self, rt_args: list) -> Tuple[list, bool]:
@@ -557,8 +563,8 @@ class _Op:
                                 f"{'missing' if k >= len(sig) else 'no tensor'}; declare the positions of tensors "
                                 f"the function writes")
         tags = iter("abcdefghijklmnopqrstuvwxyz")
-        params = ", ".join(f"Tensor({next(tags)}!) a{k}" if k in self.writes else f"{_SCHEMA[c]} a{k}"
-                           for k, c in enumerate(sig))
+        params = ", ".join(f"Tensor({next(tags)}!){'?' if c == 'n' else ''} a{k}" if k in self.writes
+                           else f"{_SCHEMA[c]} a{k}" for k, c in enumerate(sig))
         info: List[Optional[bool]] = [None, False, False]  # one output; returns/writes an argument; repeats one
         if self.shape_fn is not None and args is not None:  # first: a rule that fails leaves nothing half-defined
             info[0] = as_specs(self.name, self.shape_fn(*_specs(args, sig)))[1]
@@ -658,8 +664,8 @@ class _Op:
                     res.append(next(it))
                 elif c == "L":
                     res.append([next(it) for _ in range(n)])
-                else:
-                    res.append(None)
+                else:  # (torch.library reads an empty list as one of tensors: its gradient is [])
+                    res.append([] if c == "e" else None)
             return tuple(res)
 
         if ntensor and not self.writes:
@@ -738,7 +744,7 @@ def _same_call(ran: Sequence[Any], inputs: Sequence[Any], sig: str) -> bool:
         elif c == "L":
             if len(x) != len(y) or any(a is not b for a, b in zip(x, y)):
                 return False
-        elif c in "IF":
+        elif c in "IFe":
             if len(x) != len(y) or any(_exact_key(a) != _exact_key(b) for a, b in zip(x, y)):
                 return False
         elif _exact_key(x) != _exact_key(y):
@@ -1204,7 +1210,7 @@ def _spec_key(a: Any, c: str) -> Any:
         return (tuple(a.shape), str(a.dtype)[6:])
     if c == "L":
         return tuple((tuple(t.shape), str(t.dtype)[6:]) for t in a)
-    return tuple(a) if c in "IF" else a
+    return tuple(a) if c in "IFe" else a
 
 
 class TorchOps(types.SimpleNamespace):
