@@ -606,14 +606,34 @@ def test_in_place_op_given_one_strided_view_positional_and_in_a_list(parity_ops,
         return [[v], [w, v, v]]
 
     want = (None, _bump_add_strided_view_in_a_list(_TorchSide(None), _torch_bump_add, lists))
+    _bump_add_runs(parity_ops, lists, want)
+
+
+def test_in_place_op_given_one_strided_column_two_ways(parity_ops, torch_route):
+    """v[:, None] and v.reshape(6, 1) are the same elements in the same order; only the stride of their
+    size-1 dimension differs (numpy: 0 against 16 bytes). On 58793ef they got two private copies, and
+    bump_add_(v[:, None], [v.reshape(6, 1)]) gave 2v + 1 where torch gives 2v + 2, silently."""
+    def lists(v, w):
+        return [[v.reshape(6, 1)]]
+
+    def column(add):
+        return lambda v, ys: add(v[:, None], ys)
+
+    want = (None, _bump_add_strided_view_in_a_list(_TorchSide(None), column(_torch_bump_add), lists))
+    _bump_add_runs(parity_ops, lists, want, column)
+
+
+def _bump_add_runs(parity_ops, lists, want, wrap=lambda add: add):
+    """bump_add_dense_ (through ``wrap``) on runtime eager, runtime.jit (trace, replay) and to_torch (three
+    calls) against ``want``."""
     side = _RuntimeSide(parity_ops)
-    _same((None, _bump_add_strided_view_in_a_list(side, parity_ops.bump_add_dense_, lists)), want)
-    jitted = rt.jit(parity_ops.bump_add_dense_)
+    _same((None, _bump_add_strided_view_in_a_list(side, wrap(parity_ops.bump_add_dense_), lists)), want)
+    jitted = wrap(rt.jit(parity_ops.bump_add_dense_))
     for _ in range(2):
         _same((None, _bump_add_strided_view_in_a_list(side, jitted, lists)), want)
     ops = opbuilder.to_torch(parity_ops)
     for _ in range(3):
-        _same((None, _bump_add_strided_view_in_a_list(_TorchSide(ops), ops.bump_add_dense_, lists)), want)
+        _same((None, _bump_add_strided_view_in_a_list(_TorchSide(ops), wrap(ops.bump_add_dense_), lists)), want)
 
 
 def test_argument_returned_as_it_came_keeps_its_history_torch_routes(parity_ops, torch_route):
@@ -642,6 +662,37 @@ def test_argument_returned_as_it_came_keeps_its_history_torch_routes(parity_ops,
         assert x._version == 1
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             z.sum().backward()
+
+
+def _scale_then_x(side_grad, scale_then_x):
+    """x written in place by scale_ (x *= 3) inside the function, which returns x itself: under no_grad,
+    then written again with grad on (allowed for x; refused for a view made in no_grad), and with grad on."""
+    w = torch.tensor(W)
+    x0 = torch.tensor(X, requires_grad=True)
+    x = x0 * 1
+    with torch.no_grad():
+        out = scale_then_x(x)
+    assert out is x
+    out.mul_(2.0)
+    (g1,) = torch.autograd.grad((out * w).sum(), x0)
+    x = x0 * 1
+    out = scale_then_x(x)
+    (g2,) = torch.autograd.grad((out * w).sum(), x0)
+    return out.detach().numpy(), [g1.numpy(), g2.numpy()]
+
+
+def test_argument_written_then_returned_is_the_argument_torch_routes(parity_ops, torch_route):
+    """A function whose Function writes its argument (MarkDirty) and that then returns that argument gives
+    the caller's tensor itself on every call, as torch's x.mul_(3); return x does. On 991a33e the bridge
+    (calls 2+) gave a view of it: one made under no_grad, so a later write with grad on was refused where
+    torch (and the first call) allow it."""
+    def torch_scale_then_x(x):
+        return x.mul_(3.0)
+
+    want = _scale_then_x(None, torch_scale_then_x)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        _same(_scale_then_x(None, ops.scale_then_x), want)
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

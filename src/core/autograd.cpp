@@ -239,8 +239,7 @@ struct ArgCopies::Listed {
 namespace {
 
 bool SameElements(const Tensor &a, const Tensor &b) {
-  return &a == &b || (a.data_ptr() == b.data_ptr() && a.dtype() == b.dtype() && a.shape() == b.shape() &&
-                      a.strides() == b.strides());
+  return &a == &b || (a.data_ptr() == b.data_ptr() && a.dtype() == b.dtype() && SameLayout(a, b));
 }
 
 // The copy `made` holds of `caller` already (`skip`: the argument asking), or null.
@@ -582,6 +581,13 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
     CheckForwardWrites(rt, st, outs, fingerprints.data(), phase);
   } else if (!st.dirty.empty()) {
     FinishDirty(rt, st, outs);
+  }
+  for (const auto &d : st.dirty) {  // the caller's tensor, if the module function returns it (TensorToObject)
+    const int i = st.ArgIndex(d.get());
+    if (i < 0) continue;
+    if (auto *owner = std::get_deleter<ForeignOwner>(CallerArg(f, static_cast<std::size_t>(i))->storage())) {
+      owner->written = true;
+    }
   }
 
   TensorPtrList result(outs.size());

@@ -292,22 +292,26 @@ OB_CORE_FN bool LoadTensor(PyObject *o, TensorPtr &out, std::exception_ptr &erro
   }
 }
 
-// A framework argument the function returns as it came (not through a Function, which binds its outputs):
-// a view of the caller's tensor in the caller's grad mode, as to_torch's Python path returns it (its history,
-// its version counter, its base), not new tensor over its memory; nullptr when `t` is not the whole argument.
+// A framework argument the function returns as it came (not through a Function, which binds its outputs), as
+// to_torch's Python path returns it: the caller's tensor itself once a Function wrote it in place (MarkDirty:
+// torch's x.mul_(3); return x), else a view of it in the caller's grad mode (its history, its version counter,
+// its base), not a new tensor over its memory; nullptr when `t` is not the whole argument.
 static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
-  void *h = ForeignHandle(t);
-  if (h == nullptr) return nullptr;
-  PyRef arg = PyRef::Steal(Check(api.object_of(h)));
+  auto *owner = std::get_deleter<ForeignOwner>(t.storage());
+  if (owner == nullptr) return nullptr;
+  PyRef arg = PyRef::Steal(Check(api.object_of(owner->handle)));
   ForeignTensor f;
   if (api.peek(arg.get(), &f) <= 0 || f.data != t.data_ptr() || f.dtype != static_cast<std::int32_t>(t.dtype()) ||
       f.ndim != static_cast<std::int32_t>(t.ndim())) {
     return nullptr;
   }
-  for (std::int32_t d = 0; d < f.ndim; ++d) {
-    if (f.shape[d] != t.shape()[d] || (f.strides != nullptr && f.strides[d] != t.strides()[d])) return nullptr;
+  const ShapeVector strides = t.strides();
+  for (std::int32_t d = 0; d < f.ndim; ++d) {  // (a size-1 dimension's stride says nothing)
+    const std::int64_t fs = f.strides != nullptr ? f.strides[d] : strides[d];
+    if (f.shape[d] != t.shape()[d] || (f.shape[d] != 1 && fs != strides[d])) return nullptr;
   }
   if (f.strides == nullptr && !t.is_contiguous()) return nullptr;
+  if (owner->written) return arg.release();
   return Check(PyObject_CallMethod(arg.get(), "view_as", "O", arg.get()));
 }
 

@@ -294,6 +294,10 @@ OB_MODULE(m) {
   // an argument returned as it came, beside a Function's output or alone (no Function around it)
   m.def("sq_and_x", [](const TensorPtr &x) { return TensorPtrList{ParityMul::Apply(x, x), x}; });
   m.def("just_x", [](const TensorPtr &x) { return x; });
+  m.def("scale_then_x", [](const TensorPtr &x) {  // x written in place by a Function, then returned itself
+    ParityScale::Apply(x);
+    return x;
+  });
   m.def("ident_infer_shape", ParityIdent::InferShapeFunction());
   m.def("dup", [](const TensorPtr &x) { return ParityDup::Apply(x); });
   m.def("scale_twice_", [](const TensorPtr &x) { return ParityScaleTwice::Apply(x); });

@@ -159,6 +159,7 @@ inline const ForeignApi *LoadedForeign() {
 struct ForeignOwner {
   const ForeignApi *api;
   void *handle;
+  bool written = false;  // a Function marked this argument dirty (RunFunctionForeign): returned, it is itself
   void operator()(void *) const { api->release(handle); }
 };
 

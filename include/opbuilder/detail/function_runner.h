@@ -75,13 +75,24 @@ inline bool SameTensor(const Tensor *a, const Tensor *b) {
   return a == b || (a->py_object() != nullptr && a->py_object() == b->py_object());
 }
 
+// One shape and, but for size-1 dimensions (whose stride reaches no other element), one set of strides:
+// over the same address, the same elements in the same order (v[:, None] and v.reshape(n, 1)).
+inline bool SameLayout(const Tensor &a, const Tensor &b) {
+  if (a.shape() != b.shape()) return false;
+  if (a.is_contiguous() && b.is_contiguous()) return true;
+  const ShapeVector sa = a.strides(), sb = b.strides();
+  for (std::size_t d = 0; d < sa.size(); ++d) {
+    if (a.shape()[d] != 1 && sa[d] != sb[d]) return false;
+  }
+  return true;
+}
+
 // A write into `d` explains a change of `a`: the same tensor, or the same elements of the same memory
 // (one framework tensor that reaches Forward as two, torch's x.add_(x)). Partly shared memory does not:
 // `a` may have changed where `d` does not reach (torch refuses such partial overlap of an in-place op).
 inline bool WriteReaches(const Tensor *d, const Tensor *a) {
   if (SameTensor(a, d)) return true;
-  return TensorAccess::Read(*a) == TensorAccess::Read(*d) && a->dtype() == d->dtype() && a->shape() == d->shape() &&
-         a->strides() == d->strides();
+  return TensorAccess::Read(*a) == TensorAccess::Read(*d) && a->dtype() == d->dtype() && SameLayout(*a, *d);
 }
 
 // The first output before `j` that is the tensor outs[j] (Forward returned one tensor twice), or -1.
