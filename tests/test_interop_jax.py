@@ -131,10 +131,28 @@ def test_unsupported_dtype(my_ops):
         j.mul(a, a)
 
 
+@pytest.mark.parametrize("ffi", [True, False])
+def test_none_for_an_optional_tensor(autograd_ops, ffi):
+    """None for a std::optional<TensorPtr> argument is a static argument, as on the runtime: values and
+    gradients (jit, grad) are the ones without it. On 9658ffc it was a TypeError on both routes."""
+    j = opbuilder.to_jax(autograd_ops, ffi=ffi)
+    xa, ya = np.random.default_rng(5).standard_normal((2, 3))
+    x, y = jnp.asarray(xa), jnp.asarray(ya)
+    np.testing.assert_allclose(np.asarray(j.mul_opt_bias(x, y, None)), xa * ya, rtol=1e-12)
+    loss = jax.jit(jax.grad(lambda a, b: (j.mul_opt_bias(a, b, None) * jnp.arange(3.0)).sum(), argnums=(0, 1)))
+    for _ in range(2):
+        gx, gy = loss(x, y)
+        np.testing.assert_allclose(np.asarray(gx), ya * np.arange(3.0), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(gy), xa * np.arange(3.0), rtol=1e-12)
+        f = lambda a: (j.mul_opt_bias(a, y, None) * jnp.arange(3.0)).sum()  # noqa: E731
+        np.testing.assert_allclose(np.asarray(gx), _central(f, [x], 0), rtol=1e-6, atol=1e-8)
+
+
 def test_unsupported_argument(my_ops):
     j = opbuilder.to_jax(my_ops)
-    with pytest.raises(TypeError, match=r"^mul: argument 1 is a dict; a JAX operator takes arrays, ints, floats, "
-                                        r"bools, strings and lists of them$"):
+    with pytest.raises(TypeError, match=r"^mul: argument 1 is a dict; a JAX operator takes arrays, None \(an "
+                                        r"optional tensor left out\), ints, floats, bools, strings and lists of "
+                                        r"them$"):
         j.mul(jnp.ones(2), {})
     with pytest.raises(TypeError, match=r"^mul: a JAX operator needs at least one array argument$"):
         j.mul(1.0, 2.0)
@@ -250,6 +268,7 @@ def test_numpy_scalars_are_static_arguments_as_their_python_values():
         np.testing.assert_array_equal(np.asarray(j.tag(x, s)), np.full(2, want), err_msg=repr(s))
         np.testing.assert_array_equal(np.asarray(jax.jit(lambda a, s=s: j.tag(a, s))(x)), np.full(2, want),
                                       err_msg=repr(s))
-    with pytest.raises(TypeError, match=r"^tag: argument 1 is a complex128; a JAX operator takes arrays, ints, "
-                                        r"floats, bools, strings and lists of them$"):
+    with pytest.raises(TypeError, match=r"^tag: argument 1 is a complex128; a JAX operator takes arrays, None "
+                                        r"\(an optional tensor left out\), ints, floats, bools, strings and lists "
+                                        r"of them$"):
         j.tag(x, np.complex128(1))

@@ -397,9 +397,9 @@ def _wrapper(op: _JaxOp) -> Callable:
         positions = tuple(k for k, a in enumerate(args) if _is_array(a))
         statics = tuple(a for a in args if not _is_array(a))
         for k, a in enumerate(args):
-            if not _is_array(a) and not isinstance(a, (bool, int, float, str, list, tuple)):
+            if not _is_array(a) and a is not None and not isinstance(a, (bool, int, float, str, list, tuple)):
                 raise TypeError(f"{op.name}: argument {k} is a {type(a).__name__}; a JAX operator takes arrays, "
-                                f"ints, floats, bools, strings and lists of them")
+                                f"None (an optional tensor left out), ints, floats, bools, strings and lists of them")
         if not positions:
             raise TypeError(f"{op.name}: a JAX operator needs at least one array argument")
         return op.function(positions, statics)(*[args[p] for p in positions])
