@@ -58,8 +58,8 @@ def _module_name_hint(err: ImportError, path: Path) -> Optional[str]:
 
     want = m.group(1)
     declared = sorted(f[len("PyInit_"):] for f in exported_functions(path, "PyInit_"))
-    fix = (f"declare the module as PYBIND11_MODULE(OB_EXTENSION_NAME, m) (MS_EXTENSION_NAME also works): "
-           f"opbuilder defines both as the operator's name, '{want}'")
+    fix = (f"declare the module with OB_MODULE(m) (nanobind), or PYBIND11_MODULE(OB_EXTENSION_NAME, m) "
+           f"(MS_EXTENSION_NAME also works): opbuilder names it '{want}', the operator's name")
     if declared:
         names = ", ".join(f"'{d}'" for d in declared)
         return f"the library declares the Python module {names}, not '{want}' (PyInit_{want} is missing); {fix}"

@@ -71,8 +71,8 @@ def test_a_cache_dir_below_a_file_says_so(tmp_path, plain, monkeypatch):
 
 # ---- the module name ----------------------------------------------------------------------------
 
-_FIX = (r"declare the module as PYBIND11_MODULE\(OB_EXTENSION_NAME, m\) \(MS_EXTENSION_NAME also works\): "
-        r"opbuilder defines both as the operator's name, '{name}'\nlibrary: \S+\.so$")
+_FIX = (r"declare the module with OB_MODULE\(m\) \(nanobind\), or PYBIND11_MODULE\(OB_EXTENSION_NAME, m\) "
+        r"\(MS_EXTENSION_NAME also works\): opbuilder names it '{name}', the operator's name\nlibrary: \S+\.so$")
 
 
 def test_a_module_declared_under_another_name_says_to_use_the_macro(tmp_path):
