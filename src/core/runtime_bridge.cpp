@@ -301,8 +301,12 @@ static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
   if (owner == nullptr) return nullptr;
   PyRef arg = PyRef::Steal(Check(api.object_of(owner->handle)));
   ForeignTensor f;
-  if (api.peek(arg.get(), &f) <= 0 || f.data != t.data_ptr() || f.dtype != static_cast<std::int32_t>(t.dtype()) ||
-      f.ndim != static_cast<std::int32_t>(t.ndim())) {
+  const int got = api.unpack(arg.get(), &f);  // (host or device memory; its handle released right away)
+  if (got < 0) throw PythonError();
+  if (got == 0) return nullptr;
+  api.release(f.handle);  // `arg` keeps the tensor, and so f's shape and strides
+  if (f.data != t.data_ptr() || f.dtype != static_cast<std::int32_t>(t.dtype()) ||
+      f.ndim != static_cast<std::int32_t>(t.ndim()) || f.device != t.device_index()) {
     return nullptr;
   }
   const ShapeVector strides = t.strides();
