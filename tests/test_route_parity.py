@@ -554,6 +554,112 @@ def test_in_place_op_given_one_tensor_twice_torch_routes(parity_ops, torch_route
         _same(_add_sq_one_tensor_twice(_TorchSide(ops), ops.add_sq_, written_after), want)
 
 
+def _torch_mean_sq_positives(xa):
+    x = torch.tensor(xa, requires_grad=True)
+    v = (x[x > 0] ** 2).mean()
+    v.backward()
+    return v.item(), x.grad.numpy()
+
+
+def test_jit_replay_of_an_op_whose_output_shape_depends_on_its_values(parity_ops):
+    """positives(x) keeps x's positive elements: traced with one, a replay with three returned three, and the
+    graph (its mean, its backward) was built for one: the gradient 3x where torch gives 2x / 3 (or a C++
+    Backward given a gradient of the traced shape read past it), silently, on 7afd772. Each replay now
+    checks an opaque op's shapes: the signature runs eagerly from then on, this call too."""
+    jf = rt.jit(lambda x: rt.ops.mean(parity_ops.positives(x) ** 2))
+    for xa in ([1.0, -2.0, -3.0], [1.0, -2.0, -3.0], [1.0, 2.0, 3.0], [-1.0, 2.0, -3.0], [4.0, 2.0, 3.0]):
+        want_v, want_g = _torch_mean_sq_positives(np.array(xa))
+        if xa == [1.0, 2.0, 3.0]:
+            with pytest.warns(RuntimeWarning, match=r"positives returned shapes \[\(3,\)\] where its trace "
+                                                    r"returned \[\(1,\)\]: its output shapes depend on its "
+                                                    r"values, which a traced graph cannot follow; this "
+                                                    r"signature runs eagerly from now on \(this call too\)"):
+                v, g = rt.value_and_grad(jf)(Tensor(np.array(xa)))
+        else:
+            v, g = rt.value_and_grad(jf)(Tensor(np.array(xa)))
+        np.testing.assert_allclose(float(v.asnumpy()), want_v, rtol=1e-12)
+        np.testing.assert_allclose(g.asnumpy(), want_g, rtol=1e-12)
+    plain = rt.jit(lambda x: parity_ops.positives(x) * 2)  # no gradient recorded: the same check
+    np.testing.assert_allclose(plain(Tensor(np.array([1.0, -2.0]))).asnumpy(), [2.0])
+    with pytest.warns(RuntimeWarning, match="runs eagerly from now on"):
+        np.testing.assert_allclose(plain(Tensor(np.array([1.0, 2.0]))).asnumpy(), [2.0, 4.0])
+
+
+def test_jit_replay_of_a_writing_trace_whose_op_changes_shape_is_refused_once(parity_ops):
+    """A trace that writes its input in place cannot run the call again eagerly (the write would be done
+    twice): the replay whose shapes changed is a named error, its ops up to that op having run once; the
+    next call runs eagerly."""
+    def f(x):
+        parity_ops.scale_(x)
+        return parity_ops.positives(x)
+
+    jf = rt.jit(f)
+    x = Tensor(np.array([1.0, -2.0]))
+    np.testing.assert_allclose(jf(x).asnumpy(), [3.0])
+    x = Tensor(np.array([1.0, 2.0]))
+    with pytest.raises(RuntimeError, match=r"^jit\(.*\): positives returned shapes \[\(2,\)\] where its trace "
+                                           r"returned \[\(1,\)\]: .*; its trace writes in place \(scale_ wrote "
+                                           r"an input \(its argument 0\) in place\), so this call, whose ops up "
+                                           r"to positives ran once, is not run again: this signature runs eagerly "
+                                           r"from its next call$"):
+        jf(x)
+    np.testing.assert_allclose(x.asnumpy(), [3.0, 6.0])  # scale_ ran once
+    x = Tensor(np.array([1.0, 2.0]))
+    np.testing.assert_allclose(jf(x).asnumpy(), [3.0, 6.0])
+
+
+class _PyExpSaved(rt.autograd.Function):
+    """exp(x) as a Python Function that saves its output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = Tensor(np.exp(x.asnumpy()))
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * out
+
+
+def _no_grad_double(h):
+    with rt.no_grad():
+        h *= 2
+
+
+@pytest.mark.parametrize("exp", ["builtin", "cpp", "python"])
+@pytest.mark.parametrize("write", ["cpp_mark_dirty", "no_grad"])
+def test_a_saved_output_written_after_its_tensor_is_gone_fails_its_version_check(parity_ops, exp, write):
+    """exp saves its output; the loss writes it in place (a MarkDirty op, or *= under no_grad) and drops it
+    (a local): torch refuses the backward ("modified by an inplace operation"). On 7afd772 the runtime
+    checked the output's version through a weak reference only, so once the tensor object was gone the
+    backward read the written values: 4 exp(x) where the write was x 2, silently, for every kind of node."""
+    fn = {"builtin": rt.ops.exp, "cpp": parity_ops.exp_saved, "python": _PyExpSaved.apply}[exp]
+    wr = {"cpp_mark_dirty": parity_ops.scale_, "no_grad": _no_grad_double}[write]
+
+    def loss(x):
+        h = fn(x)
+        wr(h)
+        return rt.ops.sum(h)
+
+    def torch_loss(x):
+        h = torch.exp(x)
+        with torch.no_grad():
+            h.mul_(2)
+        return h.sum()
+
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch_loss(torch.tensor(X, requires_grad=True)).backward()
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        rt.grad(loss)(Tensor(X))
+    x = Tensor(X, requires_grad=True)  # the same with the output alive at backward (refused before too)
+    h = fn(x)
+    wr(h)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        rt.ops.sum(h).backward()
+
+
 def _add_sq_strided_view_twice(side, add_sq):
     """add_sq_(v, v) with v a strided view (every other element of a non-leaf): an op without kAcceptsViews
     gets a private contiguous copy of v; one copy for both positions, so what it saves is what it wrote."""

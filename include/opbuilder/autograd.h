@@ -106,7 +106,7 @@ class OB_HIDDEN AutogradContext {
  private:
   // An error naming the slot if `src` (a runtime.Tensor, or a weak reference to one) moved from `version`.
   void CheckSavedVersion(const detail::Runtime &rt, std::size_t slot, PyObject *src, bool weak,
-                         std::int64_t version) const;
+                         std::int64_t version, PyObject *counter) const;
   void VersionError(std::size_t slot, std::int64_t now, std::int64_t version) const;
 
   friend detail::ContextState &detail::State(AutogradContext &ctx);

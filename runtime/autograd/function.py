@@ -45,6 +45,7 @@ from .. import call_rules as _call_rules
 from .. import device as _device
 from .. import tensor as _tensor
 from ..ops.op_entry import op_entry
+from ..versions import counter as _counter
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -83,11 +84,12 @@ class _Hooked:
 class _SavedOutput:
     """An output kept for backward without keeping its Python object (no cycle through the node)."""
 
-    __slots__ = ("data", "ref", "index", "version")
+    __slots__ = ("data", "ref", "vc", "index", "version")
 
     def __init__(self, out: Any, index: int) -> None:
         self.data = out._data
         self.ref = weakref.ref(out)
+        self.vc = _counter(out)  # its memory's counter: a write after the output itself is gone still shows
         self.index = index
         self.version = out._version
 
@@ -144,7 +146,7 @@ class FunctionCtx:
             if isinstance(s, _SavedOutput):
                 live = s.ref()
                 t, version = s.unpack(self._backward_node), s.version
-                now = live._version if live is not None else version
+                now = live._version if live is not None else s.vc.value
             else:
                 t, version, aliases = s
                 now = t._version

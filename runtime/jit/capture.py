@@ -23,7 +23,7 @@ from ..tensor import Tensor, detached
 from ..versions import UNWRITTEN
 from .tracing import flag, hook
 
-__all__ = ["Tracer"]
+__all__ = ["Tracer", "OutputShapeChanged"]
 
 
 class Tracer:
@@ -239,9 +239,12 @@ class Tracer:
                 raise TypeError(f"jit: op {name} returned a {type(o).__name__}; a traced op must return "
                                 f"Tensors")
         self._note_views(kind, args, outs)
+        shapes = [tuple(o._data.shape) for o in outs]
+        if kind != "primitive":  # an op whose output shapes may depend on its values: each replay checks them
+            target = _ShapeChecked(target, name, shapes, multi)
         node = Node(id=len(self.graph.nodes), op=name, kind=kind, target=target,
                     inputs=[self.ref(a) for a in args], attrs=dict(attrs),
-                    out_shapes=[tuple(o._data.shape) for o in outs], out_dtypes=[o._data.dtype for o in outs],
+                    out_shapes=shapes, out_dtypes=[o._data.dtype for o in outs],
                     multi=multi)
         self.graph.nodes.append(node)
         for k, o in enumerate(outs):
@@ -288,6 +291,43 @@ class Tracer:
 
 
 _RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class OutputShapeChanged(RuntimeError):
+    """A replayed op (a C++ function, a Function, an aot op) returned other shapes than when traced: they
+    depend on its input values, which a graph cannot follow (its later ops and its backward were built for
+    the traced shapes). ``runtime.jit`` then runs the signature eagerly (jit/function.py)."""
+
+    def __init__(self, op: str, traced: List[Any], got: List[Any]) -> None:
+        super().__init__(f"{op} returned shapes {got} where its trace returned {traced}: its output shapes "
+                         f"depend on its values, which a traced graph cannot follow")
+        self.op = op
+
+
+class _ShapeChecked:
+    """A traced op's target that checks its results' shapes against the trace on every replay (an
+    opaque op's shapes are not a function of its input shapes alone: C++ x[x > 0])."""
+
+    __slots__ = ("target", "name", "shapes", "multi")
+
+    def __init__(self, target: Any, name: str, shapes: List[Any], multi: bool) -> None:
+        self.target, self.name, self.shapes, self.multi = target, name, shapes, multi
+
+    def __call__(self, *args: Any, **attrs: Any) -> Any:
+        out = self.target(*args, **attrs)
+        shapes = self.shapes
+        if not self.multi:  # one tensor (a Parameter, say)
+            if isinstance(out, Tensor) and out._data.shape == shapes[0]:
+                return out
+            got = [tuple(out._data.shape) if isinstance(out, Tensor) else None]
+        else:
+            got = [tuple(o._data.shape) if isinstance(o, Tensor) else None for o in out]
+            if got == shapes:
+                return out
+        raise OutputShapeChanged(self.name, shapes, got)
+
+    def __getattr__(self, attr: str) -> Any:  # what the graph's passes read of the target (name, ...)
+        return getattr(self.target, attr)
 
 
 def _user_site() -> str:

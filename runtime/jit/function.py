@@ -35,7 +35,7 @@ from .signature import flatten_result, signature, unflatten_result
 from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
 from .kept import CallContexts, active, keeping
-from .capture import Tracer
+from .capture import OutputShapeChanged, Tracer
 from .guards import Guards, collect, too_many
 from .tracing import hook
 
@@ -228,14 +228,17 @@ class JitFunction:
         entry.calls += 1
         if type(entry) is _Eager:  # its trace stopped: op by op, as without jit
             return self.fn(*args, **kwargs)
-        if _state.enabled and (entry.grad_consts or any(t.requires_grad for t in tensors)):
-            if entry.eager_grad is not None:  # eager's gradient through a write (see _eager_grad)
-                return self._eager_grad(entry, args, kwargs)
-            outs = self._run_with_grad(entry, tensors)
-        else:
-            outs = entry.run(tensors)
-            if entry.traced.out_alias:
-                outs = _link_aliases(entry.traced, tensors, outs)
+        try:
+            if _state.enabled and (entry.grad_consts or any(t.requires_grad for t in tensors)):
+                if entry.eager_grad is not None:  # eager's gradient through a write (see _eager_grad)
+                    return self._eager_grad(entry, args, kwargs)
+                outs = self._run_with_grad(entry, tensors)
+            else:
+                outs = entry.run(tensors)
+                if entry.traced.out_alias:
+                    outs = _link_aliases(entry.traced, tensors, outs)
+        except OutputShapeChanged as e:
+            return self._shape_changed(key, entry, e, args, kwargs)
         spec = entry.out_spec
         if type(spec) is int:
             return outs[spec]
@@ -259,6 +262,26 @@ class JitFunction:
             warnings.warn(f"jit({getattr(self.fn, '__qualname__', 'graph')}): {entry.eager_grad}; a "
                           f"call of this signature that records a gradient runs eagerly, op by op, with the same "
                           f"results and gradients as without jit", RuntimeWarning, stacklevel=3)
+        return self.fn(*args, **kwargs)
+
+    def _shape_changed(self, key: Tuple[Any, ...], entry: _Entry, err: OutputShapeChanged,
+                       args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """A replay whose opaque op returned other shapes than traced (``OutputShapeChanged``), raised before
+        any later op of the graph ran: the signature runs eagerly from now on. A trace that writes no input or
+        captured tensor in place runs this call again eagerly (its ops are functions of their inputs, so the
+        second run of those that already ran gives the same values); one that writes is refused for this
+        call, whose ops up to that op have run once."""
+        name = getattr(self.fn, "__qualname__", "graph")
+        with self._lock:
+            self._cache[key] = _Eager(str(err))
+        graph = entry.traced
+        if graph.writes or graph.view_writes:
+            wrote = (graph.writes or graph.view_writes)[0]
+            raise RuntimeError(f"jit({name}): {err}; its trace writes in place ({wrote}), so this call, whose ops "
+                               f"up to {err.op} ran once, is not run again: this signature runs eagerly from its "
+                               f"next call") from None
+        warnings.warn(f"jit({name}): {err}; this signature runs eagerly from now on (this call too), op by op, "
+                      f"with the same results and gradients as without jit", RuntimeWarning, stacklevel=3)
         return self.fn(*args, **kwargs)
 
     def _lookup(self, key: Tuple[Any, ...]) -> Any:

@@ -29,7 +29,7 @@ from ..jit.tracing import flag as _flag
 from ..jit.tracing import hook as _trace
 from ..tensor import Tensor as _Tensor
 from ..tensor import detached as _detached
-from ..versions import memory_owner as _root, share_version, version_of as _version_of
+from ..versions import counter as _counter, memory_owner as _root, share_version, version_of as _version_of
 from ..autograd.views import refresh_view as _refresh_view
 
 __all__ = ["Primitive", "defvjp", "PrimitiveNode", "NO_KWARGS"]
@@ -255,7 +255,7 @@ class PrimitiveNode(Node):
     are unchanged), and kept when ``release`` frees them. The output is kept (and checked) only
     when the rules read it."""
 
-    __slots__ = ("prim", "args", "kwargs", "versions", "out", "out_ref", "out_version", "_input_meta")
+    __slots__ = ("prim", "args", "kwargs", "versions", "out", "out_ref", "out_vc", "out_version", "_input_meta")
 
     def __init__(self, prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: np.ndarray,
                  res: Any = None) -> None:
@@ -289,11 +289,12 @@ class PrimitiveNode(Node):
         if ans is None and prim.ans_rules is not None and not prim.live_reads(self._live())[1]:
             ans = prim.standin  # declared per rule: only the rules of inputs that need no gradient read it
         if ans is None:  # the rules read the output
-            ref = self.out_ref  # the output must be as the op made it
-            t = None if ref is None else ref()
-            if t is not None and t._vc.value != self.out_version:
+            ref = self.out_ref  # the output must be as the op made it (its counter, once it is gone: a
+            t = None if ref is None else ref()  # local of the caller's loss function written in place)
+            vc = t._vc if t is not None else self.out_vc
+            if vc is not None and vc.value != self.out_version:
                 raise RuntimeError(f"one of the tensors needed for gradient computation has been modified by an "
-                                   f"in-place operation: output 0 of {self.name} is at version {t._version}; "
+                                   f"in-place operation: output 0 of {self.name} is at version {vc.value}; "
                                    f"expected version {self.out_version}")
             ans = _new(_Tensor)
             ans._base_ref = None
@@ -390,7 +391,7 @@ def _pack(node: HookedPrimitiveNode, hooks: Any, args: Sequence[Any], out: Any, 
     node.args = tuple([a if p is _NOT_SAVED else None for a, p in zip(args, packed_args)])  # not kept alive
     node.unpack_hook = hooks[1]
     node.out = None  # backward reads the unpack hook's output, never the live one
-    node.out_ref = None
+    node.out_ref = node.out_vc = None
 
 
 _new = object.__new__
@@ -413,9 +414,10 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
     if prim.reads_ans:
         node.out = out
         node.out_ref = None if res is None else _weakref(res)
+        node.out_vc = None if res is None else _counter(res)  # its memory's counter, held apart from it
         node.out_version = 0 if res is None else res._vc.value  # not 0 for a view of a written input
     else:
-        node.out = node.out_ref = None
+        node.out = node.out_ref = node.out_vc = None
     node._input_meta = None
     if len(args) == 2:  # most recorded ops: no comprehension for two arguments
         x, y = args

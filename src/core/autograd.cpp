@@ -73,6 +73,15 @@ OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, Tensor
 // torch's rule: a Function that writes a view in place (MarkDirty) and returns more than one tensor is
 // refused, since the view's base is rebased through one output only (each other output would run Backward
 // again). Raised after Forward, as torch raises it; the write stays done and counted (FinishDirty).
+// runtime.Tensor `obj`'s own version counter (runtime.versions.counter: one is made now if it reads the
+// shared unwritten one), kept beside a weak reference to `obj`: once `obj` is gone (a local of the caller's
+// loss function), a write into its memory still shows at backward. Null for another framework's tensor.
+static PyRef OwnCounter(const Runtime &rt, PyObject *obj) {
+  if (!PyObject_TypeCheck(obj, rt.tensor_type)) return PyRef();
+  static PyObject *counter = ImportAttr("runtime.versions", "counter");  // (kept for the process; GIL held)
+  return PyRef::Steal(Check(PyObject_CallOneArg(counter, obj)));
+}
+
 static void CheckDirtyViewOutputs(const ContextState &c) {
   for (const auto &d : c.dirty) {
     PyObject *obj = d->py_object();
@@ -176,6 +185,7 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
           w.source = WeakRef(out_objs[j]);
           w.weak = true;
           w.version = PyVersion(rt, out_objs[j]);
+          w.counter = OwnCounter(rt, out_objs[j]);
           slot.aliases.push_back(std::move(w));
         }
       } else if (oj >= 0) {
@@ -184,6 +194,7 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
         slot.version_source = WeakRef(obj);
         slot.weak = true;
         slot.version = PyVersion(rt, obj);
+        slot.counter = OwnCounter(rt, obj);
       } else {
         slot.tensor = s;
         if (PyObject *p = s->py_object()) {
@@ -330,8 +341,8 @@ OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
       const std::int64_t now = (*rt.bridge_slot)->watched(s.watch.get());
       if (now != s.version) VersionError(i, now, s.version);
     }
-    CheckSavedVersion(rt, i, s.version_source.get(), s.weak, s.version);
-    for (const auto &w : s.aliases) CheckSavedVersion(rt, i, w.source.get(), w.weak, w.version);
+    CheckSavedVersion(rt, i, s.version_source.get(), s.weak, s.version, s.counter.get());
+    for (const auto &w : s.aliases) CheckSavedVersion(rt, i, w.source.get(), w.weak, w.version, w.counter.get());
     out.push_back(s.tensor);
   }
   return out;

@@ -14,6 +14,7 @@
 //                   the written one)
 // Built with PARITY_FFI (and XLA's FFI headers on the include path), the Functions also get XLA FFI
 // handlers for to_jax's custom-call route.
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -266,6 +267,48 @@ class ParitySneaky : public Function<ParitySneaky> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {nullptr, Scaled(g[0], 3.0)}; }
 };
 
+// The elements of a 1-d x that are > 0, in order: the output's shape depends on x's values
+class ParityPositives : public Function<ParityPositives> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    CheckFloat64(x, "positives");
+    auto xc = x->contiguous();
+    const double *px = xc->data<double>();
+    std::int64_t n = 0;
+    for (std::int64_t i = 0; i < xc->numel(); ++i) n += px[i] > 0 ? 1 : 0;
+    auto out = Tensor::empty(kFloat64, {n});
+    for (std::int64_t i = 0, k = 0; i < xc->numel(); ++i) {
+      if (px[i] > 0) out->data<double>()[k++] = px[i];
+    }
+    ctx->SaveForBackward({x});
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    auto xc = ctx->GetSavedTensors()[0]->contiguous();
+    auto gc = g[0]->contiguous();
+    if (gc->numel() > xc->numel()) throw std::invalid_argument("positives: a gradient larger than x");
+    auto gx = Tensor::zeros(kFloat64, xc->shape());
+    for (std::int64_t i = 0, k = 0; i < xc->numel(); ++i) {
+      if (xc->data<double>()[i] > 0) gx->data<double>()[i] = gc->data<double>()[k++];
+    }
+    return {gx};
+  }
+};
+
+// exp(x), its output saved: Backward reads the output as Forward made it
+class ParityExpSaved : public Function<ParityExpSaved> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    auto out = Tensor::empty(kFloat64, x->shape());
+    for (std::int64_t i = 0; i < x->numel(); ++i) out->data<double>()[i] = std::exp(x->data<double>()[i]);
+    ctx->SaveForBackward({out});
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return {MulInto(g[0], ctx->GetSavedTensors()[0])};
+  }
+};
+
 // x += 1, then x += y for each y of ys, in place (MarkDirty), without kAcceptsViews: a strided x and a
 // strided list element reach Forward as private contiguous copies; the same memory in both is one copy,
 // so the list sees x's first write, as torch's x.add_(1); x.add_(y) does when y is x
@@ -294,6 +337,8 @@ OB_MODULE(m) {
   // an argument returned as it came, beside a Function's output or alone (no Function around it)
   m.def("sq_and_x", [](const TensorPtr &x) { return TensorPtrList{ParityMul::Apply(x, x), x}; });
   m.def("just_x", [](const TensorPtr &x) { return x; });
+  m.def("exp_saved", [](const TensorPtr &x) { return ParityExpSaved::Apply(x); });
+  m.def("positives", [](const TensorPtr &x) { return ParityPositives::Apply(x); });
   m.def("scale_then_x", [](const TensorPtr &x) {  // x written in place by a Function, then returned itself
     ParityScale::Apply(x);
     return x;

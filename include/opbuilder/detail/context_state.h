@@ -26,6 +26,7 @@ struct VersionWatch {
   PyRef source;
   bool weak = false;
   std::int64_t version = 0;
+  PyRef counter;  // with `weak`: the tensor's version counter, read once the tensor itself is gone
 };
 
 // A tensor kept for Backward and the version it had when kept. An argument Forward returns
@@ -36,6 +37,7 @@ struct SavedSlot {
   PyRef version_source;  // the runtime.Tensor (for outputs: a weak reference to it)
   bool weak = false;
   std::int64_t version = 0;
+  PyRef counter;  // with `weak`: the output's version counter, read once the output itself is gone
   std::vector<VersionWatch> aliases;  // outputs over a saved argument's memory
   std::shared_ptr<void> watch;  // the framework tensor's version counter (a bridge call's), else null
   std::shared_ptr<void> packed;  // kept by the framework's saved-tensor hooks instead (a bridge call's), else null

@@ -36,13 +36,20 @@
 namespace opbuilder {
 
 inline void AutogradContext::CheckSavedVersion(const detail::Runtime &rt, std::size_t slot, PyObject *src, bool weak,
-                                               std::int64_t version) const {
+                                               std::int64_t version, PyObject *counter) const {
   detail::PyRef target;
   if (src != nullptr && weak) {
     target = detail::WeakTarget(src);
     src = target.get();
+    if ((src == nullptr || src == Py_None) && counter != nullptr) {  // the output is gone: its memory's counter
+      detail::PyRef v = detail::PyRef::Steal(detail::Check(PyObject_GetAttrString(counter, "value")));
+      const std::int64_t now = PyLong_AsLongLong(v.get());
+      if (now == -1 && PyErr_Occurred()) throw detail::PythonError();
+      if (now != version) VersionError(slot, now, version);
+      return;
+    }
   }
-  if (src == nullptr || src == Py_None) return;  // no Python object, or one that is gone
+  if (src == nullptr || src == Py_None) return;  // no Python object
   const std::int64_t now = detail::PyVersion(rt, src);
   if (now != version) VersionError(slot, now, version);
 }
