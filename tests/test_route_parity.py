@@ -608,6 +608,29 @@ def test_jit_replay_of_a_writing_trace_whose_op_changes_shape_is_refused_once(pa
     np.testing.assert_allclose(jf(x).asnumpy(), [3.0, 6.0])
 
 
+def test_to_jax_without_a_shape_rule_takes_an_op_that_refuses_zeros(parity_ops):
+    """recip refuses a zero element. Without a shape rule to_jax learns its output shapes from one run on
+    zeros, which raised: on c22806d every call, on valid values too, raised recip's own error, with nothing
+    saying it came from that run. A run on zeros that raises is tried again on positive stand-ins."""
+    jax = pytest.importorskip("jax", reason="jax is not installed (pip install 'opbuilder[jax]')")
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        xa = np.array([1.0, 2.0, 4.0])
+        x = jax.numpy.asarray(xa)
+        for ffi in (True, False):
+            j = opbuilder.to_jax(parity_ops, ffi=ffi)
+            np.testing.assert_allclose(np.asarray(j.recip(x)), 1.0 / xa, rtol=1e-12)
+            np.testing.assert_allclose(np.asarray(jax.jit(j.recip)(x)), 1.0 / xa, rtol=1e-12)
+            g = jax.jit(jax.grad(lambda a: j.recip(a).sum()))(x)
+            np.testing.assert_allclose(np.asarray(g), -1.0 / xa ** 2, rtol=1e-12)
+            # a zero of the caller's: recip's error (through XLA's runtime error on a custom call)
+            with pytest.raises((ValueError, jax.errors.JaxRuntimeError), match="recip: a zero element"):
+                j.recip(jax.numpy.asarray(np.array([1.0, 0.0])))
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
 class _PyExpSaved(rt.autograd.Function):
     """exp(x) as a Python Function that saves its output."""
 

@@ -202,16 +202,30 @@ class _JaxOp:
             if self.shape_fn is not None:
                 got = as_specs(self.name, self.shape_fn(*self._call_args(positions, statics, in_specs)))
             else:
-                self._run_zeros(positions, statics, arrays)
+                self._probe(positions, statics, arrays)
                 got = self.out_specs[key]
             self.out_specs[key] = got
         if (self.shape_fn is None and key not in self.empty_checked and any(0 in s.shape for s in got[0])
                 and not any(0 in np.shape(a) for a in arrays)):
             # an empty output from non-empty inputs (the run on zeros): XLA skips a call whose results are
             # all empty, so a shape that depends on the values would go unseen; one run on others says
-            self._run_zeros(positions, statics, arrays, 0)
+            self._probe(positions, statics, arrays, 0)
             self.empty_checked.add(key)
         return got
+
+    def _probe(self, positions, statics, arrays, pattern: int = -1) -> None:
+        """``_run_zeros`` for the output specs. A run on zeros that raises (an op refusing a zero, as a log
+        does) is tried once more on positive stand-ins (``probe_values``), whose outputs then give the specs;
+        an error on both is the op's own for any values of these shapes, and raised as it came."""
+        try:
+            self._run_zeros(positions, statics, arrays, pattern)
+        except Exception as first:  # noqa: BLE001  (any error of the operator's run)
+            if pattern >= 0 or (isinstance(first, (TypeError, ValueError)) and str(first).startswith("to_jax: ")):
+                raise
+            try:
+                self._run_zeros(positions, statics, arrays, 0)
+            except Exception:  # noqa: BLE001
+                raise first from None
 
     def route(self, positions, statics, arrays) -> Tuple[Any, str]:
         """How a call of this signature runs (cached): ((targets, entry), "xla_ffi...") for the C++

@@ -295,6 +295,27 @@ class ParityPositives : public Function<ParityPositives> {
   }
 };
 
+// 1 / x, refusing a zero element (as a log refuses one): a run on zeros raises
+class ParityRecip : public Function<ParityRecip> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x) {
+    CheckFloat64(x, "recip");
+    auto xc = x->contiguous();
+    auto out = Tensor::empty(kFloat64, xc->shape());
+    for (std::int64_t i = 0; i < xc->numel(); ++i) {
+      if (xc->data<double>()[i] == 0) throw std::domain_error("recip: a zero element");
+      out->data<double>()[i] = 1.0 / xc->data<double>()[i];
+    }
+    ctx->SaveForBackward({out});
+    return out;
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    auto r = ctx->GetSavedTensors()[0];
+    auto gx = Scaled(MulInto(MulInto(g[0], r), r), -1.0);
+    return {gx};
+  }
+};
+
 // exp(x), its output saved: Backward reads the output as Forward made it
 class ParityExpSaved : public Function<ParityExpSaved> {
  public:
@@ -339,6 +360,7 @@ OB_MODULE(m) {
   m.def("just_x", [](const TensorPtr &x) { return x; });
   m.def("exp_saved", [](const TensorPtr &x) { return ParityExpSaved::Apply(x); });
   m.def("positives", [](const TensorPtr &x) { return ParityPositives::Apply(x); });
+  m.def("recip", [](const TensorPtr &x) { return ParityRecip::Apply(x); });
   m.def("scale_then_x", [](const TensorPtr &x) {  // x written in place by a Function, then returned itself
     ParityScale::Apply(x);
     return x;
