@@ -18,7 +18,7 @@ from .dtypes import bfloat16  # a DType: its `.np` imports ml_dtypes on first us
 from .tensor import Tensor
 
 __all__ = ["Tensor", "_state", "flag_address", "hooks_flag_address", "cpp_hook", "bound_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
-           "current_stream_ptr", "bridge_slot_address", "share_version", "share_counter", "rebase_view",
+           "current_stream_ptr", "bridge_slot_address", "share_version", "share_counter", "own_counter", "rebase_view",
            "refresh_view_arg",
            "torch_array", "foreign_write_refusal", "TENSOR_ATTRS",
            "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
@@ -50,6 +50,8 @@ def __getattr__(name: str) -> Any:
         from .call_rules import share_alias as value
     elif name == "share_counter":  # one tensor an op returned twice: one counter (call_rules.h ShareCounter)
         from .versions import share_version as value
+    elif name == "own_counter":  # a saved output's counter, held apart from it (src/core/autograd.cpp OwnCounter)
+        from .versions import counter as value
     elif name == "rebase_view":  # MarkDirty on a view (include/opbuilder/detail/call_rules.h)
         from .call_rules import rebase_view as value
     elif name == "refresh_view_arg":  # a view argument read after its base was written (call_rules.h)

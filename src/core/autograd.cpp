@@ -78,7 +78,7 @@ OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, Tensor
 // loss function), a write into its memory still shows at backward. Null for another framework's tensor.
 static PyRef OwnCounter(const Runtime &rt, PyObject *obj) {
   if (!PyObject_TypeCheck(obj, rt.tensor_type)) return PyRef();
-  static PyObject *counter = ImportAttr("runtime.versions", "counter");  // (kept for the process; GIL held)
+  static PyObject *counter = ImportAttr("runtime._native", "own_counter");  // (kept for the process; GIL held)
   return PyRef::Steal(Check(PyObject_CallOneArg(counter, obj)));
 }
 
