@@ -1,6 +1,7 @@
 """Errors the builder raises."""
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Union
 
 if TYPE_CHECKING:
@@ -124,6 +125,7 @@ class NoBuildError(BuildError):
                  "PKGDIR), or unset OPBUILDER_NO_BUILD to build it here")
 
     def __init__(self, name: str, reason: str, fix: str = WHEEL_FIX) -> None:
-        super().__init__(f"operator '{name}' would have to be built, and OPBUILDER_NO_BUILD=1 forbids building: "
-                         f"{reason}. Fix: {fix}", name=name)
+        setting = os.environ.get("OPBUILDER_NO_BUILD", "1")  # (as set: =yes says yes)
+        super().__init__(f"operator '{name}' would have to be built, and OPBUILDER_NO_BUILD={setting} forbids "
+                         f"building: {reason}. Fix: {fix}", name=name)
         self.reason = reason

@@ -328,8 +328,9 @@ def find_record(sources: Sequence[Union[str, os.PathLike]]) -> Optional[Path]:
 
 
 def no_build() -> bool:
-    """``OPBUILDER_NO_BUILD=1``: a build that would be needed is a NoBuildError."""
-    return os.environ.get("OPBUILDER_NO_BUILD", "") not in ("", "0")
+    """``OPBUILDER_NO_BUILD=1`` (any value but ``0``, ``false``, ``no``, ``off`` or empty, as opbuilder's
+    other switches): a build that would be needed is a NoBuildError."""
+    return os.environ.get("OPBUILDER_NO_BUILD", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 # ---- a build, found, loaded: its libraries first, then the module (importer.py hands these on) -----------

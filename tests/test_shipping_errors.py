@@ -27,6 +27,25 @@ def test_deleted_sources_under_no_build_are_a_no_build_error(tmp_path, monkeypat
     assert info.value.name == "shipped_ops"
 
 
+@pytest.mark.parametrize("value, forbids", [("yes", True), ("true", True), ("false", False), ("no", False),
+                                             ("off", False), ("0", False), ("", False)])
+def test_no_build_reads_its_value_as_opbuilders_other_switches_do(tmp_path, monkeypatch, value, forbids):
+    """OPBUILDER_NO_BUILD=false forbade building (any value but "" and "0" did), and the error said
+    OPBUILDER_NO_BUILD=1; fails on d3cc14d. Its value reads as OPBUILDER_PCH's and OPBUILDER_LTO's, and the
+    error says the value set."""
+    monkeypatch.setenv("OPBUILDER_NO_BUILD", value)
+    source = tmp_path / "gone.cpp"
+    if not forbids:
+        with pytest.raises(FileNotFoundError) as info:
+            CustomOpBuilder("gone_ops", [str(source)])
+        assert not isinstance(info.value, NoBuildError)
+        return
+    with pytest.raises(NoBuildError, match=rf"^operator 'gone_ops' would have to be built, and "
+                                           rf"OPBUILDER_NO_BUILD={value} forbids building: source file of operator "
+                                           rf"'gone_ops' not found: "):
+        CustomOpBuilder("gone_ops", [str(source)])
+
+
 def test_a_missing_source_without_no_build_is_still_file_not_found(tmp_path, monkeypatch):
     monkeypatch.delenv("OPBUILDER_NO_BUILD", raising=False)
     source = tmp_path / "gone.cpp"
