@@ -651,14 +651,18 @@ def _no_grad_double(h):
         h *= 2
 
 
+@pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("exp", ["builtin", "cpp", "python"])
 @pytest.mark.parametrize("write", ["cpp_mark_dirty", "no_grad"])
-def test_a_saved_output_written_after_its_tensor_is_gone_fails_its_version_check(parity_ops, exp, write):
+def test_a_saved_output_written_after_its_tensor_is_gone_fails_its_version_check(parity_ops, exp, write, jit):
     """exp saves its output; the loss writes it in place (a MarkDirty op, or *= under no_grad) and drops it
     (a local): torch refuses the backward ("modified by an inplace operation"). On 7afd772 the runtime
     checked the output's version through a weak reference only, so once the tensor object was gone the
-    backward read the written values: 4 exp(x) where the write was x 2, silently, for every kind of node."""
+    backward read the written values: 4 exp(x) where the write was x 2, silently, for every kind of node;
+    through runtime.jit (its call's node watches the outputs it hands out) until 60da065."""
     fn = {"builtin": rt.ops.exp, "cpp": parity_ops.exp_saved, "python": _PyExpSaved.apply}[exp]
+    if jit:
+        fn = rt.jit(fn)
     wr = {"cpp_mark_dirty": parity_ops.scale_, "no_grad": _no_grad_double}[write]
 
     def loss(x):

@@ -30,7 +30,7 @@ from ..graph.graph import Const, Graph, Input, Output
 from ..graph.registry import Backend, Runner, get_backend
 from ..call_rules import share_alias
 from ..tensor import Tensor
-from ..versions import memory_owner, share_version
+from ..versions import counter, memory_owner, share_version
 from .signature import flatten_result, signature, unflatten_result
 from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
@@ -385,7 +385,8 @@ class JitFunction:
             _link_aliases(entry.traced, tensors, outs)
         # the version each output whose memory the backward reads had when handed out, with the op's own
         # tensor (when the output handed out is another over its memory) for a kept node to see a write in
-        watched = [(weakref.ref(outs[k]), outs[k]._version, msg,
+        # (its counter too, held apart from it: a write after the output itself is gone still shows)
+        watched = [(weakref.ref(outs[k]), counter(outs[k]), outs[k]._version, msg,
                     res[k] if kept and res[k] is not outs[k] else None)
                    for k, msg, kept in g.watch]
         node = JitGradNode(getattr(self.fn, "__qualname__", "graph"), entry.traced, g.plan, g.backward, tensors,

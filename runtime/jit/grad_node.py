@@ -30,7 +30,7 @@ class JitGradNode(Node):
 
     def __init__(self, name: str, forward: Graph, plan: BackwardGraph, run: Runner, inputs: Sequence[Tensor],
                  saved: List[Any], outs: Sequence[Any], kept: Optional[CallContexts] = None,
-                 watched: Sequence[Tuple[Any, int, Optional[str], Optional[Tensor]]] = (),
+                 watched: Sequence[Tuple[Any, Any, int, Optional[str], Optional[Tensor]]] = (),
                  edges: Optional[Tuple[Any, ...]] = None,
                  reads: Sequence[Tuple[Tensor, int, str]] = ()) -> None:
         self._name = name
@@ -102,14 +102,17 @@ class JitGradNode(Node):
         since: the op's own tensor over that memory takes the write (its kept node checks it, with the
         error eager gives), and a value a primitive reads fails here, naming it as eager's check does."""
         stale = None
-        for ref, version, msg, own in self.watched:
+        for ref, vc, version, msg, own in self.watched:
             out = ref()
-            if out is None or out._version == version:
+            if out is not None:  # (its counter now: another may have taken over since)
+                vc = out._vc
+            now = vc.value
+            if now == version:
                 continue
-            if own is not None and own._vc is not out._vc:  # (one counter: the write is already on it)
-                own._version += out._version - version
+            if own is not None and own._vc is not vc:  # (one counter: the write is already on it)
+                own._version += now - version
             if msg is not None and stale is None:
-                stale = (msg, out._version, version)
+                stale = (msg, now, version)
         if stale is not None:
             raise RuntimeError(f"one of the tensors needed for gradient computation has been modified by an "
                                f"in-place operation: {stale[0]} is at version {stale[1]}; expected version "
