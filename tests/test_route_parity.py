@@ -627,6 +627,13 @@ def test_to_jax_without_a_shape_rule_takes_an_op_that_refuses_zeros(parity_ops):
             # a zero of the caller's: recip's error (through XLA's runtime error on a custom call)
             with pytest.raises((ValueError, jax.errors.JaxRuntimeError), match="recip: a zero element"):
                 j.recip(jax.numpy.asarray(np.array([1.0, 0.0])))
+            # refused on every stand-in (float32: recip takes float64): its error, saying those runs made it
+            with pytest.raises(ValueError, match=r"^recip: expected float64 \(to_jax ran recip on zeros and on "
+                                                 r"other stand-in values of its input shapes to learn its output "
+                                                 r"shapes, as it has no shape rule, and every run raised this; if "
+                                                 r"the values you pass are valid, give to_jax a shape_fn for "
+                                                 r"'recip'\)"):
+                j.recip(jax.numpy.asarray(np.array([1.0, 2.0], np.float32)))
     finally:
         jax.config.update("jax_enable_x64", old)
 

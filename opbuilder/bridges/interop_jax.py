@@ -215,17 +215,31 @@ class _JaxOp:
 
     def _probe(self, positions, statics, arrays, pattern: int = -1) -> None:
         """``_run_zeros`` for the output specs. A run on zeros that raises (an op refusing a zero, as a log
-        does) is tried once more on positive stand-ins (``probe_values``), whose outputs then give the specs;
-        an error on both is the op's own for any values of these shapes, and raised as it came."""
+        does) is tried again on other stand-ins (``probe_values``: positive, negative, halves, identities),
+        the first whose run succeeds giving the specs. An error on all of them is the op's own, raised as
+        it came with a note that these runs made it (not the caller's values) and that a shape rule saves
+        them."""
         try:
             self._run_zeros(positions, statics, arrays, pattern)
-        except Exception as first:  # noqa: BLE001  (any error of the operator's run)
-            if pattern >= 0 or (isinstance(first, (TypeError, ValueError)) and str(first).startswith("to_jax: ")):
+            return
+        except Exception as e:  # noqa: BLE001  (any error of the operator's run)
+            if pattern >= 0 or (isinstance(e, (TypeError, ValueError)) and str(e).startswith("to_jax: ")):
                 raise
+            first = e
+        for stand_in in (0, 1, 4, 5):
             try:
-                self._run_zeros(positions, statics, arrays, 0)
+                self._run_zeros(positions, statics, arrays, stand_in)
+                return
             except Exception:  # noqa: BLE001
-                raise first from None
+                continue
+        note = (f" (to_jax ran {self.name} on zeros and on other stand-in values of its input shapes to learn "
+                f"its output shapes, as it has no shape rule, and every run raised this; if the values you pass "
+                f"are valid, give to_jax a shape_fn for {self.name!r})")
+        try:
+            err = type(first)(f"{first}{note}")
+        except Exception:  # noqa: BLE001  (an exception type that takes other arguments)
+            err = RuntimeError(f"{type(first).__name__}: {first}{note}")
+        raise err from first
 
     def route(self, positions, statics, arrays) -> Tuple[Any, str]:
         """How a call of this signature runs (cached): ((targets, entry), "xla_ffi...") for the C++

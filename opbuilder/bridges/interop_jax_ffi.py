@@ -244,9 +244,16 @@ def _no_python_of(replay: Any, nargs: int) -> Optional[int]:
 def probe_values(shape: Tuple[int, ...], dtype: np.dtype, pattern: int) -> np.ndarray:
     """Values of ``shape`` and ``dtype`` for a probe run (``probe_entry``): non-zero and varied, so work
     done outside a Function's Apply changes what it returns; pattern 0 positive, 1 negative (for
-    unsigned and bool types, other values), 2 for a shape rule's stand-in outputs; 3 zeros."""
+    unsigned and bool types, other values), 2 for a shape rule's stand-in outputs; 3 zeros. For output
+    shapes when a run on zeros raises (interop_jax ``_probe``): 4 halves (ones for integers), 5 the identity
+    over the last two dimensions (halves unless they are square)."""
     if pattern == 3:
         return np.zeros(shape, dtype)
+    if pattern in (4, 5):
+        v = np.full(shape, 0.5 if dtype.kind in "fc" else 1, dtype)
+        if pattern == 5 and len(shape) >= 2 and shape[-1] == shape[-2]:
+            v = np.broadcast_to(np.eye(shape[-1], dtype=dtype), shape).copy()
+        return v
     n = int(np.prod(shape, dtype=np.int64))
     k = np.arange(n, dtype=np.int64)
     if dtype.kind == "b":
