@@ -58,3 +58,46 @@ def test_compile_without_shape_fn_graph_breaks(tmul):
     torch.testing.assert_close(f(x, y), (x * y).sin())
     with pytest.raises(Exception, match="disable"):
         torch.compile(lambda a, b: tmul.mul(a, b), fullgraph=True, backend="aot_eager")(x, y)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_an_output_of_a_compiled_op_may_be_written_afterwards(tmul_shaped, backend):
+    """torch's x * y saves x and y, not its output: a write into the output afterwards (outside the graph,
+    or inside it: nn.ReLU(inplace=True) after the op) is allowed. On 991a33e a compiled op's node saved its
+    outputs too, and the backward refused either write (a version error; at compile time, inside)."""
+    xa, ya = np.random.default_rng(7).standard_normal((2, 4, 3))
+    for inside in (False, True):
+        got = []
+        for mul in (torch.mul, tmul_shaped.mul):
+            x, y = (torch.tensor(a, requires_grad=True) for a in (xa, ya))
+            if inside:
+                f = torch.compile(lambda a, b: torch.nn.functional.relu(mul(a, b), inplace=True) * 2,
+                                  backend=backend, fullgraph=True)
+                f(x, y).sum().backward()
+            else:
+                z = torch.compile(lambda a, b: mul(a, b), backend=backend, fullgraph=True)(x, y)
+                z.add_(1.0)
+                z.sum().backward()
+            got.append((x.grad.numpy(), y.grad.numpy()))
+        for a, b in zip(*got):
+            np.testing.assert_allclose(b, a, rtol=1e-12)
+
+
+def test_a_mutates_function_returning_tensors_is_refused_in_a_compiled_graph(autograd_ops):
+    """add_ (x += y, MarkDirty, returns x) declared in mutates, with a shape rule, compiled on its first call:
+    on 991a33e the graph returned None for it (the write done); now a named error, and later compiles run
+    it eagerly (a graph break) with eager's result."""
+    t = opbuilder.to_torch(autograd_ops, shape_fn={"add_": lambda x, y: Spec(x.shape, x.dtype)},
+                           mutates={"add_": [0]})
+    torch._dynamo.reset()
+    msg = (r"add_ is declared in mutates and returns tensors, which its compiled form cannot give \(a torch "
+           r"operator's outputs are new memory of its own, and one defined while torch.compile traced it is "
+           r"taken for an out= function, returning nothing\): return nothing from it \(the out= pattern, its shape "
+           r"rule giving no outputs\), or drop mutates= \(torch.compile then runs it eagerly\); this call's write "
+           r"has been done")
+    one = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match=msg):
+        torch.compile(lambda a, b: t.add_(a * 1, b), backend="aot_eager")(one, one)
+    got = torch.compile(lambda a, b: t.add_(a * 1, b), backend="aot_eager")(one, one)
+    np.testing.assert_allclose(got.numpy(), [2.0, 2.0, 2.0])
+    torch._dynamo.reset()

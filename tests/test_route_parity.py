@@ -821,6 +821,28 @@ def _scale_then_x(side_grad, scale_then_x):
     return out.detach().numpy(), [g1.numpy(), g2.numpy()]
 
 
+def test_non_reentrant_checkpoint_around_ops_torch_routes(parity_ops, torch_route):
+    """torch.utils.checkpoint (use_reentrant=False) counts the tensors the forward and its recomputation
+    save. On 991a33e, with the bridge loaded, a forward on the Python path (a signature's first call) and a
+    recomputation on the bridge saved different counts: CheckpointError at backward, for every new
+    signature. Under saved-tensor hooks every call now takes the Python path."""
+    from torch.utils.checkpoint import checkpoint
+    ops = opbuilder.to_torch(parity_ops)
+
+    def block(mul, exp, a, b):
+        return exp(mul(a, b)) * b
+
+    for n in (3, 3, 5, 5, 7, 3):
+        xa, ya = np.random.default_rng(n).standard_normal((2, n))
+        grads = []
+        for mul, exp in ((torch.mul, torch.exp), (ops.mul, ops.exp_saved)):
+            x, y = (torch.tensor(a, requires_grad=True) for a in (xa, ya))
+            checkpoint(block, mul, exp, x, y, use_reentrant=False).sum().backward()
+            grads.append((x.grad.numpy(), y.grad.numpy()))
+        for a, b in zip(*grads):
+            np.testing.assert_allclose(b, a, rtol=1e-12)
+
+
 def test_argument_written_then_returned_is_the_argument_torch_routes(parity_ops, torch_route):
     """A function whose Function writes its argument (MarkDirty) and that then returns that argument gives
     the caller's tensor itself on every call, as torch's x.mul_(3); return x does. On 991a33e the bridge

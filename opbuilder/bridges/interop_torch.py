@@ -56,7 +56,7 @@ from runtime.versions import UNWRITTEN as _UNWRITTEN
 from . import torch_bridge as _torch_bridge
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
 from .torch_call import (_PLAIN, _Call, _flat, _from_numpy, _input_grads, _is_compiling, _mode, _once,
-                         _second_time_mark, _to_runtime, _to_torch, _transforms_active)
+                         _save_mark, _to_runtime, _to_torch, _top_hooks, _transforms_active)
 from .torch_writes import (_TorchVersion, _Uncounted, _after_watch, _bump_declared, _copy_args, _flush_pending,
                            _marked, _once_each, _rebasing, _refuse_copy_writes, _refuse_out_grad,
                            _refuse_out_inference, _settle, _snapshot_shared, _torch_write_refusal, _unannounced,
@@ -157,7 +157,6 @@ def _code(who: str, k: int, a: Any) -> str:
 _GRAD_KINDS = _dtypes.GRAD_KINDS
 
 
-_top_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
 
 def _saved_hooks(op: "_Op", recording: bool) -> Any:
@@ -469,6 +468,9 @@ class _Op:
         try:
             seen = self.by_sig[sig][1]
             if kernel and sig in self.traced and (seen[1] or seen[2]) and not getattr(_mode, "eager", False):
+                if self.writes and any(k >= 0 for k in call.alias):
+                    self.returns_args[0] = True  # later traces leave it out of the graph
+                    raise RuntimeError(_mutates_returns(self.name))
                 if not call.dirty:
                     self._refuse_compiled(_returned(outs, call, args, sig))
                 if not self.writes:  # here, before torch's own alias check (an error under CI=1, else a warning)
@@ -563,8 +565,8 @@ class _Op:
                                 f"{'missing' if k >= len(sig) else 'no tensor'}; declare the positions of tensors "
                                 f"the function writes")
         tags = iter("abcdefghijklmnopqrstuvwxyz")
-        params = ", ".join(f"Tensor({next(tags)}!){'?' if c == 'n' else ''} a{k}" if k in self.writes
-                           else f"{_SCHEMA[c]} a{k}" for k, c in enumerate(sig))
+        params = ", ".join(f"Tensor({next(tags)}!) a{k}" if k in self.writes else f"{_SCHEMA[c]} a{k}"
+                           for k, c in enumerate(sig))
         info: List[Optional[bool]] = [None, False, False]  # one output; returns/writes an argument; repeats one
         if self.shape_fn is not None and args is not None:  # first: a rule that fails leaves nothing half-defined
             info[0] = as_specs(self.name, self.shape_fn(*_specs(args, sig)))[1]
@@ -588,6 +590,8 @@ class _Op:
                 out = self.forward_impl(sig, a, True)
             finally:
                 _mode.defer = defer
+            if void and out:  # defined while torch.compile traced, as an out= function: no output to give
+                raise RuntimeError(_mutates_returns(self.name))
             return None if void else out
         self.lib.impl(opname, kernel, key)
 
@@ -619,16 +623,17 @@ class _Op:
             if last is not None and not _is_compiling() and _same_call(last[0], inputs, sig):
                 call = last[1]  # the call the kernel just ran for these very arguments
             ctx.call = call
+            ctx.out_meta = [(o.shape, o.dtype, o.device) for o in output]
             if call is None:  # a compiled graph: the backward op records the forward again, from the
-                # arguments, saved as torch saves them: one written after the call fails its version check
-                ctx.save_for_backward(*output, *_flat(inputs, sig))
-                ctx.nout = len(output)
+                # arguments, saved as torch saves them: one written after the call fails its version check.
+                # The outputs are not saved (the backward does not read them): a write into one afterwards
+                # is allowed, as after torch's own x * y (nn.ReLU(inplace=True) after the op)
+                ctx.save_for_backward(*_flat(inputs, sig))
                 return
             # torch frees what a node saved after a backward without retain_graph, and a second backward
             # then raises its "a second time" error: a saved empty tensor gives this node that rule
-            ctx.save_for_backward(_second_time_mark())
+            _save_mark(ctx)
             ctx.once_in = _undirtied(inputs, sig, call.dirty)
-            ctx.out_meta = [(o.shape, o.dtype, o.device) for o in output]
             # what the runtime recorded no gradient for (MarkNonDifferentiable, integers, a plain C++
             # function) does not require grad in torch either: no silent zero gradients
             no_grad = [o for o, r in zip(output, call.outputs) if not (call.recorded and r.requires_grad)]
@@ -644,20 +649,17 @@ class _Op:
 
         def backward(ctx: Any, grads: List[Optional[torch.Tensor]]) -> Tuple[Any, ...]:
             call = ctx.call
+            saved = ctx.saved_tensors  # raises torch's error on a second backward without retain_graph
+            gs = [torch.zeros(s, dtype=d, device=dev) if g is None else g
+                  for g, (s, d, dev) in zip(grads, ctx.out_meta)]
             if call is not None:
-                ctx.saved_tensors  # raises torch's error on a second backward without retain_graph
-                gs = [torch.zeros(s, dtype=d, device=dev) if g is None else g
-                      for g, (s, d, dev) in zip(grads, ctx.out_meta)]
                 flat = self.backward_impl(sig, gs, None, call)
                 it = iter(_once(self.name, flat, grads, any(ctx.needs_input_grad), ctx.once_in))
             else:
-                saved = ctx.saved_tensors
-                outputs = list(saved[:ctx.nout])
-                gs = [torch.zeros_like(o) if g is None else g for o, g in zip(outputs, grads)]
-                it0 = iter(saved[ctx.nout:])
+                it0 = iter(saved)
                 args = [next(it0) if c == "t" else [next(it0) for _ in range(n)] if c == "L" else a
                         for a, c, n in zip(ctx.args, sig, ctx.lens)]
-                it = iter(bwd(outputs, gs, *args))
+                it = iter(bwd(gs, gs, *args))  # (its `outputs`: the kernel reads the arguments only)
             res = []
             for n, c in zip(ctx.lens, sig):
                 if c == "t":
@@ -708,6 +710,15 @@ class _Op:
 _TORCH_DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
     "uint32", "uint64", "bool", "complex64", "complex128")}
+
+
+def _mutates_returns(name: str) -> str:
+    """Why a function declared in ``mutates`` that returns tensors cannot run in a compiled graph."""
+    return (f"{name} is declared in mutates and returns tensors, which its compiled form cannot give (a torch "
+            f"operator's outputs are new memory of its own, and one defined while torch.compile traced it is "
+            f"taken for an out= function, returning nothing): return nothing from it (the out= pattern, its "
+            f"shape rule giving no outputs), or drop mutates= (torch.compile then runs it eagerly); this call's "
+            f"write has been done")
 
 
 def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
@@ -809,7 +820,7 @@ class _Eager(torch.autograd.Function):
             _mode.written = (op, sig, args, call)
         ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's node
         ctx.once_in = _undirtied(args, sig, call.dirty)
-        ctx.save_for_backward(_second_time_mark())  # torch's rule for a second backward (setup_context's)
+        _save_mark(ctx)  # torch's rule for a second backward (setup_context's)
         return tuple(outs)
 
     @staticmethod
@@ -1048,6 +1059,9 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
             overload = getattr(packet, ensure(sig)).default
             out = overload(*args)  # its fake kernel says whether the rule gives one output
             if out is None:  # an out= function
+                if op.writes and op.shape_fn is not None and as_specs(op.name, op.shape_fn(*_specs(
+                        tuple(_spec_key(a, c) for a, c in zip(args, sig)), sig)))[0]:
+                    raise RuntimeError(_mutates_returns(op.name))  # (its outputs would be None here)
                 return None
             return out[0] if op.by_sig[sig][1][0] else _many(out, op)
         overload = getattr(packet, define(sig, tuple(_spec_key(a, c) for a, c in zip(args, sig)))[0]).default

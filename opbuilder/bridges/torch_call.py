@@ -5,8 +5,8 @@ What interop_torch.py (the operators, their routes through torch, their autograd
 (torch -> runtime: ``_to_runtime``; runtime -> torch: ``_to_torch``, ``_from_numpy``), the call's record
 (``_Call``, its tensors in ``_flat`` order), the thread's state of the call in progress (``_mode``), and
 the input gradients the call gives torch (``_input_grads``) under torch's rules for a second backward
-(``_once``, ``_second_time_mark``). It imports neither module, and torch_writes.py does not import
-interop_torch.py: the dependencies point one way.
+(``_once``, ``_second_time_mark``, ``_save_mark``). It imports neither module, and torch_writes.py does
+not import interop_torch.py: the dependencies point one way.
 """
 from __future__ import annotations
 
@@ -170,3 +170,16 @@ def _second_time_mark() -> torch.Tensor:
     if not _MARK:
         _MARK.append(torch.empty(0))
     return _MARK[0]
+
+
+_top_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+
+
+def _save_mark(ctx: Any) -> None:
+    """``ctx`` saves the second-backward mark, unless saved-tensor hooks are in force: they would see it
+    (pack it, count it), and the C++ bridge's node saves no such tensor, so a non-reentrant checkpoint whose
+    forward took this path and whose recomputation took the bridge (or the other way) counted two numbers
+    of saved tensors and failed. Under hooks a second backward is then not refused here (the runtime's
+    graph is kept for it)."""
+    if _top_hooks(False) is None:
+        ctx.save_for_backward(_second_time_mark())

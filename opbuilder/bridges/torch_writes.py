@@ -34,7 +34,7 @@ import torch
 from runtime.dlpack_host import inference_write_message as _inference_write_message
 from runtime.dlpack_host import resolved_view_write_message as _resolved_view_write_message
 
-from .torch_call import _PLAIN, _Call, _flat, _input_grads, _mode, _once, _second_time_mark, _to_runtime
+from .torch_call import _PLAIN, _Call, _flat, _input_grads, _mode, _once, _save_mark, _to_runtime
 
 _increment_version = torch._C._increment_version
 _K = torch._C.DispatchKey
@@ -521,7 +521,7 @@ class _Rebase(torch.autograd.Function):
         written = tensors[:n]
         ctx.mark_dirty(*written)
         ctx.op, ctx.call, ctx.order, ctx.n = op, call, order, n
-        ctx.save_for_backward(_second_time_mark())  # torch's rule for a second backward
+        _save_mark(ctx)  # torch's rule for a second backward
         return tuple(written)
 
     @staticmethod
