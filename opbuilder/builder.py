@@ -47,7 +47,8 @@ from .importer import recorded as recorded_deps
 # (op dir, key) -> module and the module names used, in this process: shared with warm.py's load
 from .importer import loaded_lock as _loaded_lock, loaded_modules as _loaded, names_used as _names_used
 from .retry import Reason, Retry, retrying
-from .spec import CUDA_SUFFIXES, CXX_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec, verbose_requested
+from .spec import (CUDA_SUFFIXES, CXX_SUFFIXES, PATH_FLAGS, BuildSpec, joined_path_flag, make_spec, switch_on,
+                   verbose_requested)
 from .tools.launcher import launcher_is_sccache, launcher_requested
 from .tools.toolchain import (INCLUDE_ENV, Compiler, compiler_env, ext_suffix, find_compiler, find_nvcc,
                               links_with_lto, nanobind_info, native_cpu, python_headers, python_info,
@@ -152,7 +153,7 @@ _PATH_ENV = frozenset((*INCLUDE_ENV, "COMPILER_PATH", "LIBRARY_PATH", "LD_RUN_PA
 
 
 def _lto_enabled() -> bool:
-    return os.environ.get("OPBUILDER_LTO", "1").lower() not in ("0", "", "off", "false", "no")
+    return switch_on("OPBUILDER_LTO", "1")
 
 
 def _optimization(spec: BuildSpec, cxx: Compiler) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:

@@ -327,10 +327,15 @@ def find_record(sources: Sequence[Union[str, os.PathLike]]) -> Optional[Path]:
     return None
 
 
+def switch_on(name: str, default: str) -> bool:
+    """An on/off environment variable of opbuilder's (``OPBUILDER_NO_BUILD``, ``OPBUILDER_PCH``,
+    ``OPBUILDER_LTO``): off for ``0``, ``false``, ``no``, ``off`` (any case, spaces around) or empty."""
+    return os.environ.get(name, default).strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def no_build() -> bool:
-    """``OPBUILDER_NO_BUILD=1`` (any value but ``0``, ``false``, ``no``, ``off`` or empty, as opbuilder's
-    other switches): a build that would be needed is a NoBuildError."""
-    return os.environ.get("OPBUILDER_NO_BUILD", "").strip().lower() not in ("", "0", "false", "no", "off")
+    """``OPBUILDER_NO_BUILD=1``: a build that would be needed is a NoBuildError."""
+    return switch_on("OPBUILDER_NO_BUILD", "")
 
 
 # ---- a build, found, loaded: its libraries first, then the module (importer.py hands these on) -----------

@@ -217,8 +217,8 @@ class _JaxOp:
         """``_run_zeros`` for the output specs. A run on zeros that raises (an op refusing a zero, as a log
         does) is tried again on other stand-ins (``probe_values``: positive, negative, halves, identities),
         the first whose run succeeds giving the specs. An error on all of them is the op's own, raised as
-        it came with a note that these runs made it (not the caller's values) and that a shape rule saves
-        them."""
+        it came with a note (``add_note``) that these runs made it (not the caller's values) and that a
+        shape rule saves them."""
         try:
             self._run_zeros(positions, statics, arrays, pattern)
             return
@@ -232,14 +232,11 @@ class _JaxOp:
                 return
             except Exception:  # noqa: BLE001
                 continue
-        note = (f" (to_jax ran {self.name} on zeros and on other stand-in values of its input shapes to learn "
-                f"its output shapes, as it has no shape rule, and every run raised this; if the values you pass "
-                f"are valid, give to_jax a shape_fn for {self.name!r})")
-        try:
-            err = type(first)(f"{first}{note}")
-        except Exception:  # noqa: BLE001  (an exception type that takes other arguments)
-            err = RuntimeError(f"{type(first).__name__}: {first}{note}")
-        raise err from first
+        first.add_note(f"to_jax ran {self.name} on zeros and on other stand-in values of its input shapes to "
+                       f"learn its output shapes (it has no shape rule), and each run raised; this is the run on "
+                       f"zeros' error. If the values you pass are valid for it, a shape_fn for {self.name!r} "
+                       f"saves these runs")
+        raise first
 
     def route(self, positions, statics, arrays) -> Tuple[Any, str]:
         """How a call of this signature runs (cached): ((targets, entry), "xla_ffi...") for the C++

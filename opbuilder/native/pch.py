@@ -75,6 +75,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from ..cache.fingerprint import write_text_atomic
 from ..cache.trust import check_dir, check_file, make_dir, read_file
+from ..spec import switch_on
 
 __all__ = ["Pch", "HEADER", "HEADER_TEXT", "installed", "enabled", "eligible", "prepare", "prune", "start_build",
            "start_when_idle", "after_builds", "clear_leftovers"]
@@ -103,7 +104,7 @@ class Pch:
 
 
 def enabled() -> bool:
-    return os.environ.get("OPBUILDER_PCH", "1") not in ("0", "", "off", "false", "no")
+    return switch_on("OPBUILDER_PCH", "1")
 
 
 def eligible(source: Path) -> bool:

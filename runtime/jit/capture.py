@@ -240,8 +240,8 @@ class Tracer:
                                 f"Tensors")
         self._note_views(kind, args, outs)
         shapes = [tuple(o._data.shape) for o in outs]
-        if kind != "primitive":  # an op whose output shapes may depend on its values: each replay checks them
-            target = _ShapeChecked(target, name, shapes, multi)
+        if kind not in ("primitive", "backward"):  # a custom op, whose shapes may depend on its values: each
+            target = _shape_checked(target, name, shapes, multi)  # replay checks them (a Backward's are checked)
         node = Node(id=len(self.graph.nodes), op=name, kind=kind, target=target,
                     inputs=[self.ref(a) for a in args], attrs=dict(attrs),
                     out_shapes=shapes, out_dtypes=[o._data.dtype for o in outs],
@@ -304,30 +304,37 @@ class OutputShapeChanged(RuntimeError):
         self.op = op
 
 
-class _ShapeChecked:
-    """A traced op's target that checks its results' shapes against the trace on every replay (an
-    opaque op's shapes are not a function of its input shapes alone: C++ x[x > 0])."""
+def _shape_checked(target: Any, name: str, shapes: List[Any], multi: bool) -> Any:
+    """``target`` checking its results' shapes against the trace on every replay: a custom op's shapes
+    are not a function of its input shapes alone (C++ x[x > 0]). A closure, as cheap as a Python frame
+    can be; what the graph's passes read of a target (``name``, ``stops_gradient``) is copied onto it."""
+    if not multi:
+        shape = shapes[0]
 
-    __slots__ = ("target", "name", "shapes", "multi")
+        def run(*args: Any, **attrs: Any) -> Any:
+            out = target(*args, **attrs)
+            try:
+                if out._data.shape == shape:
+                    return out
+            except AttributeError:  # (no tensor)
+                pass
+            raise OutputShapeChanged(name, shapes, _shapes_of([out]))
+    else:
+        def run(*args: Any, **attrs: Any) -> Any:
+            out = target(*args, **attrs)
+            got = _shapes_of(out)
+            if got != shapes:
+                raise OutputShapeChanged(name, shapes, got)
+            return out
+    for attr in ("name", "stops_gradient"):
+        value = getattr(target, attr, None)
+        if value is not None:
+            setattr(run, attr, value)
+    return run
 
-    def __init__(self, target: Any, name: str, shapes: List[Any], multi: bool) -> None:
-        self.target, self.name, self.shapes, self.multi = target, name, shapes, multi
 
-    def __call__(self, *args: Any, **attrs: Any) -> Any:
-        out = self.target(*args, **attrs)
-        shapes = self.shapes
-        if not self.multi:  # one tensor (a Parameter, say)
-            if isinstance(out, Tensor) and out._data.shape == shapes[0]:
-                return out
-            got = [tuple(out._data.shape) if isinstance(out, Tensor) else None]
-        else:
-            got = [tuple(o._data.shape) if isinstance(o, Tensor) else None for o in out]
-            if got == shapes:
-                return out
-        raise OutputShapeChanged(self.name, shapes, got)
-
-    def __getattr__(self, attr: str) -> Any:  # what the graph's passes read of the target (name, ...)
-        return getattr(self.target, attr)
+def _shapes_of(outs: Any) -> List[Any]:
+    return [tuple(o._data.shape) if isinstance(o, Tensor) else None for o in outs]
 
 
 def _user_site() -> str:

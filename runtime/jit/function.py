@@ -269,8 +269,9 @@ class JitFunction:
         """A replay whose opaque op returned other shapes than traced (``OutputShapeChanged``), raised before
         any later op of the graph ran: the signature runs eagerly from now on. A trace that writes no input or
         captured tensor in place runs this call again eagerly (its ops are functions of their inputs, so the
-        second run of those that already ran gives the same values); one that writes is refused for this
-        call, whose ops up to that op have run once."""
+        second run of those that already ran gives the same values; the warning says they ran twice); one
+        that writes (an input, a captured tensor, memory a view shares) is refused for this call, whose ops up
+        to that op have run once."""
         name = getattr(self.fn, "__qualname__", "graph")
         with self._lock:
             self._cache[key] = _Eager(str(err))
@@ -280,8 +281,10 @@ class JitFunction:
             raise RuntimeError(f"jit({name}): {err}; its trace writes in place ({wrote}), so this call, whose ops "
                                f"up to {err.op} ran once, is not run again: this signature runs eagerly from its "
                                f"next call") from None
-        warnings.warn(f"jit({name}): {err}; this signature runs eagerly from now on (this call too), op by op, "
-                      f"with the same results and gradients as without jit", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"jit({name}): {err}; this signature runs eagerly from now on, op by op, with the same "
+                      f"results and gradients as without jit; this call runs again eagerly, so its ops up to "
+                      f"{err.op} run twice (one that draws random numbers or keeps state sees both runs)",
+                      RuntimeWarning, stacklevel=3)
         return self.fn(*args, **kwargs)
 
     def _lookup(self, key: Tuple[Any, ...]) -> Any:

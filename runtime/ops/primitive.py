@@ -29,7 +29,8 @@ from ..jit.tracing import flag as _flag
 from ..jit.tracing import hook as _trace
 from ..tensor import Tensor as _Tensor
 from ..tensor import detached as _detached
-from ..versions import counter as _counter, memory_owner as _root, share_version, version_of as _version_of
+from ..versions import UNWRITTEN as _UNWRITTEN, Version as _Version, memory_owner as _root, share_version, \
+    version_of as _version_of
 from ..autograd.views import refresh_view as _refresh_view
 
 __all__ = ["Primitive", "defvjp", "PrimitiveNode", "NO_KWARGS"]
@@ -413,9 +414,16 @@ def _record(prim: Primitive, args: Sequence[Any], kwargs: Dict[str, Any], out: n
     node.kwargs = kwargs
     if prim.reads_ans:
         node.out = out
-        node.out_ref = None if res is None else _weakref(res)
-        node.out_vc = None if res is None else _counter(res)  # its memory's counter, held apart from it
-        node.out_version = 0 if res is None else res._vc.value  # not 0 for a view of a written input
+        if res is None:
+            node.out_ref = node.out_vc = None
+            node.out_version = 0
+        else:
+            node.out_ref = _weakref(res)
+            vc = res._vc  # its memory's counter, held apart from it (versions.counter, inlined: a hot path)
+            if vc is _UNWRITTEN:
+                res._vc = vc = _Version()
+            node.out_vc = vc
+            node.out_version = vc.value  # not 0 for a view of a written input
     else:
         node.out = node.out_ref = node.out_vc = None
     node._input_meta = None

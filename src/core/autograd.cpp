@@ -70,18 +70,19 @@ OB_CORE_FN TensorPtrList FinishNoGrad(const Runtime &rt, ContextState &c, Tensor
   return outs;
 }
 
-// torch's rule: a Function that writes a view in place (MarkDirty) and returns more than one tensor is
-// refused, since the view's base is rebased through one output only (each other output would run Backward
-// again). Raised after Forward, as torch raises it; the write stays done and counted (FinishDirty).
 // runtime.Tensor `obj`'s own version counter (runtime.versions.counter: one is made now if it reads the
 // shared unwritten one), kept beside a weak reference to `obj`: once `obj` is gone (a local of the caller's
 // loss function), a write into its memory still shows at backward. Null for another framework's tensor.
 static PyRef OwnCounter(const Runtime &rt, PyObject *obj) {
   if (!PyObject_TypeCheck(obj, rt.tensor_type)) return PyRef();
-  static PyObject *counter = ImportAttr("runtime._native", "own_counter");  // (kept for the process; GIL held)
-  return PyRef::Steal(Check(PyObject_CallOneArg(counter, obj)));
+  // constant-initialized (no static-init guard: the import may hand the GIL to a thread that comes here too)
+  static std::atomic<PyObject *> counter{nullptr};
+  return PyRef::Steal(Check(PyObject_CallOneArg(NativeFn(counter, "own_counter"), obj)));
 }
 
+// torch's rule: a Function that writes a view in place (MarkDirty) and returns more than one tensor is
+// refused, since the view's base is rebased through one output only (each other output would run Backward
+// again). Raised after Forward, as torch raises it; the write stays done and counted (FinishDirty).
 static void CheckDirtyViewOutputs(const ContextState &c) {
   for (const auto &d : c.dirty) {
     PyObject *obj = d->py_object();
@@ -184,8 +185,7 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
           VersionWatch w;
           w.source = WeakRef(out_objs[j]);
           w.weak = true;
-          w.version = PyVersion(rt, out_objs[j]);
-          w.counter = OwnCounter(rt, out_objs[j]);
+          w.version = PyVersion(rt, out_objs[j]);  // (once it is gone, the argument held above shares its counter)
           slot.aliases.push_back(std::move(w));
         }
       } else if (oj >= 0) {
@@ -342,7 +342,7 @@ OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
       if (now != s.version) VersionError(i, now, s.version);
     }
     CheckSavedVersion(rt, i, s.version_source.get(), s.weak, s.version, s.counter.get());
-    for (const auto &w : s.aliases) CheckSavedVersion(rt, i, w.source.get(), w.weak, w.version, w.counter.get());
+    for (const auto &w : s.aliases) CheckSavedVersion(rt, i, w.source.get(), w.weak, w.version, nullptr);
     out.push_back(s.tensor);
   }
   return out;

@@ -274,7 +274,11 @@ OB_CORE_FN TensorPtr TensorFromObject(PyObject *o) {
     ForeignTensor f;
     const int got = api->unpack(o, &f);
     if (got < 0) throw PythonError();
-    if (got > 0) return TensorFromForeign(*api, f, true);
+    if (got > 0) {
+      TensorPtr t = TensorFromForeign(*api, f, true);
+      std::get_deleter<ForeignOwner>(t->storage())->argument = true;  // (ReturnedArgument)
+      return t;
+    }
   }
   if (PyObject_TypeCheck(o, rt.tensor_type)) return TensorFromPy(rt, o);
   if (rt.api->IsArray(o)) return TensorFromArray(rt, o, nullptr, false);
@@ -298,7 +302,7 @@ OB_CORE_FN bool LoadTensor(PyObject *o, TensorPtr &out, std::exception_ptr &erro
 // its base), not a new tensor over its memory; nullptr when `t` is not the whole argument.
 static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
   auto *owner = std::get_deleter<ForeignOwner>(t.storage());
-  if (owner == nullptr) return nullptr;
+  if (owner == nullptr || !owner->argument) return nullptr;  // (new memory: device outputs are foreign too)
   PyRef arg = PyRef::Steal(Check(api.object_of(owner->handle)));
   ForeignTensor f;
   const int got = api.unpack(arg.get(), &f);  // (host or device memory; its handle released right away)

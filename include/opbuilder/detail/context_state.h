@@ -26,7 +26,6 @@ struct VersionWatch {
   PyRef source;
   bool weak = false;
   std::int64_t version = 0;
-  PyRef counter;  // with `weak`: the tensor's version counter, read once the tensor itself is gone
 };
 
 // A tensor kept for Backward and the version it had when kept. An argument Forward returns

@@ -60,7 +60,8 @@ struct ForeignApi {
   std::uint32_t abi;
   // 1 while this thread runs a bridge call from the current Python frame.
   int (*active)(void);
-  // 1: `o` filled `*out` (a CPU tensor of a dtype operators take); 0: not one; -1: a Python error is set.
+  // 1: `o` filled `*out` (a tensor of a dtype operators take, on the host or, with a CUDA bridge, a device);
+  // 0: not one; -1: a Python error is set.
   int (*unpack)(PyObject *o, ForeignTensor *out);
   void (*release)(void *handle);
   // A new framework tensor over `t`'s memory; `drop(keep)` runs when the framework frees it. `t` (its
@@ -159,7 +160,8 @@ inline const ForeignApi *LoadedForeign() {
 struct ForeignOwner {
   const ForeignApi *api;
   void *handle;
-  bool written = false;  // a Function marked this argument dirty (RunFunctionForeign): returned, it is itself
+  bool argument = false;  // the caller's argument, unpacked (TensorFromObject): returned, a view of it
+  bool written = false;   // a Function marked this argument dirty (RunFunctionForeign): returned, it is itself
   void operator()(void *) const { api->release(handle); }
 };
 
