@@ -47,6 +47,18 @@ def _wait_for_gch(directory, timeout=600):
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize("value, on", [("False", False), (" off ", False), ("NO", False), ("0", False),
+                                       ("", False), ("1", True), ("yes", True)])
+def test_opbuilder_pch_reads_as_the_other_switches(monkeypatch, value, on):
+    """OPBUILDER_PCH=False left the PCH on (its check took "false" in lower case only); it reads through
+    spec.switch_on, as OPBUILDER_NO_BUILD and OPBUILDER_LTO do. Fails on 60da065 for "False", " off ", "NO"."""
+    from opbuilder.builder import _lto_enabled
+    monkeypatch.setenv("OPBUILDER_PCH", value)
+    monkeypatch.setenv("OPBUILDER_LTO", value)
+    assert pch.enabled() is on
+    assert _lto_enabled() is on
+
+
 def test_one_pch_serves_every_operator_and_the_compiler_accepts_it(cache_dir, my_ops, ms_ops, api_ops, tmp_path):
     from opbuilder.tools.toolchain import default_jobs
 
