@@ -639,21 +639,6 @@ def test_to_jax_without_a_shape_rule_takes_an_op_that_refuses_zeros(parity_ops):
         jax.config.update("jax_enable_x64", old)
 
 
-class _PyExpSaved(rt.autograd.Function):
-    """exp(x) as a Python Function that saves its output."""
-
-    @staticmethod
-    def forward(ctx, x):
-        out = Tensor(np.exp(x.asnumpy()))
-        ctx.save_for_backward(out)
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        (out,) = ctx.saved_tensors
-        return g * out
-
-
 def _no_grad_double(h):
     with rt.no_grad():
         h *= 2
@@ -668,7 +653,9 @@ def test_a_saved_output_written_after_its_tensor_is_gone_fails_its_version_check
     checked the output's version through a weak reference only, so once the tensor object was gone the
     backward read the written values: 4 exp(x) where the write was x 2, silently, for every kind of node;
     through runtime.jit (its call's node watches the outputs it hands out) until 60da065."""
-    fn = {"builtin": rt.ops.exp, "cpp": parity_ops.exp_saved, "python": _PyExpSaved.apply}[exp]
+    from test_autograd_py_function import Exp  # exp(x) as a Python Function that saves its output
+
+    fn = {"builtin": rt.ops.exp, "cpp": parity_ops.exp_saved, "python": Exp.apply}[exp]
     if jit:
         fn = rt.jit(fn)
     wr = {"cpp_mark_dirty": parity_ops.scale_, "no_grad": _no_grad_double}[write]
