@@ -93,8 +93,9 @@ def test_a_mutates_function_returning_tensors_is_refused_in_a_compiled_graph(aut
     msg = (r"add_ is declared in mutates and returns tensors, which its compiled form cannot give \(a torch "
            r"operator's outputs are new memory of its own, and one defined while torch.compile traced it is "
            r"taken for an out= function, returning nothing\): return nothing from it \(the out= pattern, its shape "
-           r"rule giving no outputs\), or drop mutates= \(torch.compile then runs it eagerly\); this call's write "
-           r"has been done")
+           r"rule giving no outputs\), or drop mutates= \(torch.compile then runs it eagerly\); this call ran it, "
+           r"and whether its write reached the caller's tensors depends on the backend \(aot_eager writes a "
+           r"functional copy\)")
     one = torch.ones(3, dtype=torch.float64)
     with pytest.raises(RuntimeError, match=msg):
         torch.compile(lambda a, b: t.add_(a * 1, b), backend="aot_eager")(one, one)

@@ -554,6 +554,24 @@ def test_in_place_op_given_one_tensor_twice_torch_routes(parity_ops, torch_route
         _same(_add_sq_one_tensor_twice(_TorchSide(ops), ops.add_sq_, written_after), want)
 
 
+def test_a_returned_argument_written_after_it_is_gone_fails_the_saved_argument_check(parity_ops):
+    """mul_ret_x saves x and returns it as it came; given as a numpy array, x has no runtime.Tensor of its
+    own, so the returned alias's counter is the only record of a write into it. af45905 dropped that
+    counter once the alias was gone: the write (an optimizer-like step under no_grad) went unseen and the
+    gradient of w read the new x ([11, 12, 13] where x was [1, 2, 3]), silently."""
+    import gc
+    x = np.array([1.0, 2.0, 3.0])
+    w = Tensor(np.array([0.5, -1.0, 2.0]), requires_grad=True)
+    y, xo = parity_ops.mul_ret_x(x, w)
+    with rt.no_grad():
+        xo += 10.0
+    del xo
+    gc.collect()
+    with pytest.raises(RuntimeError, match=r"^one of the tensors saved for backward by ParityMulRetX \(saved "
+                                           r"slot 0\) has been modified by an in-place operation"):
+        rt.autograd.grad([y], [w], [Tensor(np.ones(3))])
+
+
 def _torch_mean_sq_positives(xa):
     x = torch.tensor(xa, requires_grad=True)
     v = (x[x > 0] ** 2).mean()

@@ -717,8 +717,9 @@ def _mutates_returns(name: str) -> str:
     return (f"{name} is declared in mutates and returns tensors, which its compiled form cannot give (a torch "
             f"operator's outputs are new memory of its own, and one defined while torch.compile traced it is "
             f"taken for an out= function, returning nothing): return nothing from it (the out= pattern, its "
-            f"shape rule giving no outputs), or drop mutates= (torch.compile then runs it eagerly); this call's "
-            f"write has been done")
+            f"shape rule giving no outputs), or drop mutates= (torch.compile then runs it eagerly); this call "
+            f"ran it, and whether its write reached the caller's tensors depends on the backend (aot_eager "
+            f"writes a functional copy)")
 
 
 def _run_registered(overload: Any, args: Sequence[Any]) -> Any:

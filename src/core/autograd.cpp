@@ -185,7 +185,10 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
           VersionWatch w;
           w.source = WeakRef(out_objs[j]);
           w.weak = true;
-          w.version = PyVersion(rt, out_objs[j]);  // (once it is gone, the argument held above shares its counter)
+          w.version = PyVersion(rt, out_objs[j]);
+          // once it is gone: a runtime.Tensor argument, held above, shares its counter; an argument of
+          // another kind (a numpy array, a torch tensor) has none, and the output's is the only record
+          if (slot.version_source.get() == nullptr) w.counter = OwnCounter(rt, out_objs[j]);
           slot.aliases.push_back(std::move(w));
         }
       } else if (oj >= 0) {
@@ -342,7 +345,7 @@ OB_CORE_FN TensorPtrList AutogradContext::GetSavedTensors() const {
       if (now != s.version) VersionError(i, now, s.version);
     }
     CheckSavedVersion(rt, i, s.version_source.get(), s.weak, s.version, s.counter.get());
-    for (const auto &w : s.aliases) CheckSavedVersion(rt, i, w.source.get(), w.weak, w.version, nullptr);
+    for (const auto &w : s.aliases) CheckSavedVersion(rt, i, w.source.get(), w.weak, w.version, w.counter.get());
     out.push_back(s.tensor);
   }
   return out;

@@ -316,6 +316,19 @@ class ParityRecip : public Function<ParityRecip> {
   }
 };
 
+// (x * w, x): x saved and returned as it came (an alias of the caller's x)
+class ParityMulRetX : public Function<ParityMulRetX> {
+ public:
+  static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &w) {
+    ctx->SaveForBackward({x, w});
+    return {MulInto(x, w), x};
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    auto s = ctx->GetSavedTensors();
+    return {ctx->NeedsInputGrad(0) ? MulInto(g[0], s[1]) : nullptr, MulInto(g[0], s[0])};
+  }
+};
+
 // exp(x), its output saved: Backward reads the output as Forward made it
 class ParityExpSaved : public Function<ParityExpSaved> {
  public:
@@ -359,6 +372,7 @@ OB_MODULE(m) {
   m.def("sq_and_x", [](const TensorPtr &x) { return TensorPtrList{ParityMul::Apply(x, x), x}; });
   m.def("just_x", [](const TensorPtr &x) { return x; });
   m.def("exp_saved", [](const TensorPtr &x) { return ParityExpSaved::Apply(x); });
+  m.def("mul_ret_x", [](const TensorPtr &x, const TensorPtr &w) { return ParityMulRetX::Apply(x, w); });
   m.def("positives", [](const TensorPtr &x) { return ParityPositives::Apply(x); });
   m.def("recip", [](const TensorPtr &x) { return ParityRecip::Apply(x); });
   m.def("scale_then_x", [](const TensorPtr &x) {  // x written in place by a Function, then returned itself

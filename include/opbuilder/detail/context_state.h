@@ -26,6 +26,7 @@ struct VersionWatch {
   PyRef source;
   bool weak = false;
   std::int64_t version = 0;
+  PyRef counter;  // with `weak`, where nothing else keeps its memory's counter: read once it is gone
 };
 
 // A tensor kept for Backward and the version it had when kept. An argument Forward returns
