@@ -560,16 +560,30 @@ def test_a_returned_argument_written_after_it_is_gone_fails_the_saved_argument_c
     counter once the alias was gone: the write (an optimizer-like step under no_grad) went unseen and the
     gradient of w read the new x ([11, 12, 13] where x was [1, 2, 3]), silently."""
     import gc
-    x = np.array([1.0, 2.0, 3.0])
-    w = Tensor(np.array([0.5, -1.0, 2.0]), requires_grad=True)
-    y, xo = parity_ops.mul_ret_x(x, w)
-    with rt.no_grad():
-        xo += 10.0
-    del xo
-    gc.collect()
-    with pytest.raises(RuntimeError, match=r"^one of the tensors saved for backward by ParityMulRetX \(saved "
-                                           r"slot 0\) has been modified by an in-place operation"):
-        rt.autograd.grad([y], [w], [Tensor(np.ones(3))])
+    for op, name in ((parity_ops.mul_ret_x, "ParityMulRetX"), (parity_ops.mul_ret_head, "ParityMulRetHead")):
+        x = np.array([1.0, 2.0, 3.0])  # mul_ret_head returns x[:2], a view Forward built: until fa82e3f
+        w = Tensor(np.array([0.5, -1.0, 2.0]), requires_grad=True)  # unseen, kept or dropped
+        y, xo = op(x, w)
+        with rt.no_grad():
+            xo += 10.0
+        del xo
+        gc.collect()
+        with pytest.raises(RuntimeError, match=rf"^one of the tensors saved for backward by {name} \(saved "
+                                               r"slot 0\) has been modified by an in-place operation"):
+            rt.autograd.grad([y], [w], [Tensor(np.ones(3))])
+
+
+def test_two_leaves_over_one_read_only_buffer_keep_a_gradient_each(parity_ops):
+    """mul_dense (no kAcceptsViews) given two leaves over one read-only array gets a private copy of each.
+    2f55c59 (and b0a0c90 for two positions) gave the same elements one copy, bound to the first leaf: the
+    second leaf got both gradients, the first none, silently. Copies are shared only by one caller's tensor,
+    or by tensors that do not require grad."""
+    buf = np.array([1.0, 2.0, 3.0])
+    buf.flags.writeable = False
+    a, b = rt.from_numpy(buf).requires_grad_(True), rt.from_numpy(buf).requires_grad_(True)
+    ga, gb = rt.autograd.grad([parity_ops.mul_dense(a, b)], [a, b], [Tensor(np.ones(3))])
+    np.testing.assert_allclose(ga.asnumpy(), buf)
+    np.testing.assert_allclose(gb.asnumpy(), buf)
 
 
 def _torch_mean_sq_positives(xa):

@@ -80,6 +80,25 @@ static PyRef OwnCounter(const Runtime &rt, PyObject *obj) {
   return PyRef::Steal(Check(PyObject_CallOneArg(NativeFn(counter, "own_counter"), obj)));
 }
 
+// Saved argument `s`: each output over its memory (`s` itself returned, or a view Forward built on its
+// storage) is watched, weakly, for a write a later check must see. A runtime.Tensor argument's own
+// counter is shared by such outputs and checked through the slot; one of no runtime.Tensor (a numpy
+// array, a torch tensor) has none, so each output's counter is held too, for when the output is gone.
+static void WatchOutputsOver(const Runtime &rt, const Tensor &s, const TensorPtrList &outs,
+                             PyObject *const *out_objs, SavedSlot &slot) {
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    if (outs[j].get() != &s && (slot.version_source.get() != nullptr || !TensorAccess::SameStorage(*outs[j], s))) {
+      continue;
+    }
+    VersionWatch w;
+    w.source = WeakRef(out_objs[j]);
+    w.weak = true;
+    w.version = PyVersion(rt, out_objs[j]);
+    if (slot.version_source.get() == nullptr) w.counter = OwnCounter(rt, out_objs[j]);
+    slot.aliases.push_back(std::move(w));
+  }
+}
+
 // torch's rule: a Function that writes a view in place (MarkDirty) and returns more than one tensor is
 // refused, since the view's base is rebased through one output only (each other output would run Backward
 // again). Raised after Forward, as torch raises it; the write stays done and counted (FinishDirty).
@@ -180,17 +199,7 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
           slot.version_source = PyRef::Borrow(p);
           slot.version = PyVersion(rt, p);
         }
-        for (std::size_t j = 0; j < outs.size(); ++j) {
-          if (outs[j].get() != s.get()) continue;
-          VersionWatch w;
-          w.source = WeakRef(out_objs[j]);
-          w.weak = true;
-          w.version = PyVersion(rt, out_objs[j]);
-          // once it is gone: a runtime.Tensor argument, held above, shares its counter; an argument of
-          // another kind (a numpy array, a torch tensor) has none, and the output's is the only record
-          if (slot.version_source.get() == nullptr) w.counter = OwnCounter(rt, out_objs[j]);
-          slot.aliases.push_back(std::move(w));
-        }
+        WatchOutputsOver(rt, *s, outs, out_objs, slot);
       } else if (oj >= 0) {
         PyObject *obj = out_objs[oj];
         slot.tensor = Alias(s);
@@ -203,6 +212,8 @@ OB_CORE_FN TensorPtrList RecordOutputs(const Runtime &rt, std::unique_ptr<Autogr
         if (PyObject *p = s->py_object()) {
           slot.version_source = PyRef::Borrow(p);
           slot.version = PyVersion(rt, p);
+        } else if (c.ArgIndex(s.get()) >= 0) {  // an argument of no runtime.Tensor: views Forward returned
+          WatchOutputsOver(rt, *s, outs, out_objs, slot);
         }
       }
     }
@@ -252,8 +263,21 @@ struct ArgCopies::Listed {
 
 namespace {
 
+// One caller's tensor at two places: one C++ Tensor, two of one runtime.Tensor, or of one framework tensor.
+bool SameCaller(const Tensor &a, const Tensor &b) {
+  if (&a == &b || (a.py_object() != nullptr && a.py_object() == b.py_object())) return true;
+  void *h = ForeignHandle(a);
+  return h != nullptr && h == ForeignHandle(b);
+}
+
+// Whether `a` and `b` get one private copy: one caller's tensor, or the same elements (memory, dtype,
+// layout) where neither requires grad. Two tensors that require grad keep a copy each: a copy is bound to
+// its caller's tensor (its gradient edge), and one copy for two leaves over one buffer gave the second
+// leaf both gradients and the first none.
 bool SameElements(const Tensor &a, const Tensor &b) {
-  return &a == &b || (a.data_ptr() == b.data_ptr() && a.dtype() == b.dtype() && SameLayout(a, b));
+  if (SameCaller(a, b)) return true;
+  return !a.requires_grad() && !b.requires_grad() && a.data_ptr() == b.data_ptr() && a.dtype() == b.dtype() &&
+         SameLayout(a, b);
 }
 
 // The copy `made` holds of `caller` already (`skip`: the argument asking), or null.

@@ -329,6 +329,27 @@ class ParityMulRetX : public Function<ParityMulRetX> {
   }
 };
 
+// mul without kAcceptsViews: read-only or strided arguments reach Forward as private copies
+class ParityMulDense : public Function<ParityMulDense> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &y) {
+    return ParityMul::Forward(ctx, x, y);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) { return ParityMul::Backward(ctx, g); }
+};
+
+// (x * w, x[:2]): x saved, a view of it Forward built on its storage returned
+class ParityMulRetHead : public Function<ParityMulRetHead> {
+ public:
+  static TensorPtrList Forward(AutogradContext *ctx, const TensorPtr &x, const TensorPtr &w) {
+    ctx->SaveForBackward({x, w});
+    return {MulInto(x, w), HeadOf(x)};
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    return ParityMulRetX::Backward(ctx, {g[0]});
+  }
+};
+
 // exp(x), its output saved: Backward reads the output as Forward made it
 class ParityExpSaved : public Function<ParityExpSaved> {
  public:
@@ -372,7 +393,9 @@ OB_MODULE(m) {
   m.def("sq_and_x", [](const TensorPtr &x) { return TensorPtrList{ParityMul::Apply(x, x), x}; });
   m.def("just_x", [](const TensorPtr &x) { return x; });
   m.def("exp_saved", [](const TensorPtr &x) { return ParityExpSaved::Apply(x); });
+  m.def("mul_dense", [](const TensorPtr &x, const TensorPtr &y) { return ParityMulDense::Apply(x, y); });
   m.def("mul_ret_x", [](const TensorPtr &x, const TensorPtr &w) { return ParityMulRetX::Apply(x, w); });
+  m.def("mul_ret_head", [](const TensorPtr &x, const TensorPtr &w) { return ParityMulRetHead::Apply(x, w); });
   m.def("positives", [](const TensorPtr &x) { return ParityPositives::Apply(x); });
   m.def("recip", [](const TensorPtr &x) { return ParityRecip::Apply(x); });
   m.def("scale_then_x", [](const TensorPtr &x) {  // x written in place by a Function, then returned itself
