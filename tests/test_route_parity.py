@@ -573,6 +573,28 @@ def test_a_returned_argument_written_after_it_is_gone_fails_the_saved_argument_c
             rt.autograd.grad([y], [w], [Tensor(np.ones(3))])
 
 
+def _add_sq_two_views(side, add_sq):
+    """add_sq_(v1, v2) with v1, v2 two view objects of the same strided elements of a non-leaf."""
+    x = side.leaf(np.concatenate([X, Y]))
+    h = x * 1
+    v1, v2 = h[::2], h[::2]
+    out = add_sq(v1, v2)
+    return side.value(out), side.grads((out * side.const(W)).sum(), [x])
+
+
+def test_in_place_op_given_two_views_of_the_same_elements(parity_ops):
+    """Two view objects of one strided memory, both requiring grad: the write through the first is what the
+    second reads and saves, as in torch. d1c1740 gave each its own private copy (to split two leaves'
+    gradients), so the saved copy held the old values: a gradient of those, silently (runtime eager, jit).
+    Such positions get Tensors of their own over one copy's memory."""
+    want = _add_sq_two_views(_TorchSide(None), _TorchAddSq.apply)
+    side = _RuntimeSide(parity_ops)
+    _same(_add_sq_two_views(side, parity_ops.add_sq_dense_), want)
+    jitted = rt.jit(parity_ops.add_sq_dense_)
+    for _ in range(2):
+        _same(_add_sq_two_views(side, jitted), want)
+
+
 def test_two_leaves_over_one_read_only_buffer_keep_a_gradient_each(parity_ops):
     """mul_dense (no kAcceptsViews) given two leaves over one read-only array gets a private copy of each.
     2f55c59 (and b0a0c90 for two positions) gave the same elements one copy, bound to the first leaf: the

@@ -270,41 +270,55 @@ bool SameCaller(const Tensor &a, const Tensor &b) {
   return h != nullptr && h == ForeignHandle(b);
 }
 
-// Whether `a` and `b` get one private copy: one caller's tensor, or the same elements (memory, dtype,
-// layout) where neither requires grad. Two tensors that require grad keep a copy each: a copy is bound to
-// its caller's tensor (its gradient edge), and one copy for two leaves over one buffer gave the second
-// leaf both gradients and the first none.
 bool SameElements(const Tensor &a, const Tensor &b) {
-  if (SameCaller(a, b)) return true;
-  return !a.requires_grad() && !b.requires_grad() && a.data_ptr() == b.data_ptr() && a.dtype() == b.dtype() &&
-         SameLayout(a, b);
+  return SameCaller(a, b) || (a.data_ptr() == b.data_ptr() && a.dtype() == b.dtype() && SameLayout(a, b));
 }
 
-// The copy `made` holds of `caller` already (`skip`: the argument asking), or null.
-const TensorPtr *CopyMade(const ArgCopies &made, const Tensor &caller, std::size_t skip) {
+// The copy `made` holds of the same elements as `caller` already (`skip`: the argument asking), or null;
+// *of: the caller's tensor it was made for.
+const TensorPtr *CopyMade(const ArgCopies &made, const Tensor &caller, std::size_t skip, const Tensor **of) {
   for (std::size_t j = 0; j < made.n; ++j) {
     if (j != skip && made.origs[j] != nullptr && made.copies[j] && SameElements(*made.origs[j], caller)) {
+      *of = made.origs[j];
       return &made.copies[j];
     }
   }
   if (made.listed != nullptr) {
     for (const auto &e : made.listed->copies) {
-      if (SameElements(*e.first, caller)) return &e.second;
+      if (SameElements(*e.first, caller)) {
+        *of = e.first.get();
+        return &e.second;
+      }
     }
   }
   return nullptr;
+}
+
+// What `caller` gets where a copy of its elements was made for `of`: that copy for the same caller; for
+// another (two views of the same elements, two leaves over one buffer) a Tensor of its own over the copy's
+// memory, bound to `caller` as PrivateCopy binds: a write through one is what the other reads, and each
+// keeps its own gradient edge.
+TensorPtr Shared(const TensorPtr &copy, const Tensor &of, const Tensor &caller) {
+  if (SameCaller(of, caller)) return copy;
+  TensorPtr c = NewTensor(*copy);
+  TensorAccess::SetRequiresGrad(*c, caller.requires_grad());
+  PyObject *o = caller.py_object();
+  TensorAccess::BindPython(*c, o != nullptr ? PyRef::Borrow(o) : PyRef());
+  return c;
 }
 
 }  // namespace
 
 OB_CORE_FN const TensorPtr &ArgCopies::For(Tensor *caller, std::size_t i) {
   origs[i] = caller;
-  const TensorPtr *got = CopyMade(*this, *caller, i);
-  return copies[i] = got != nullptr ? *got : PrivateCopy(*caller);
+  const Tensor *of = nullptr;
+  const TensorPtr *got = CopyMade(*this, *caller, i, &of);
+  return copies[i] = got != nullptr ? Shared(*got, *of, *caller) : PrivateCopy(*caller);
 }
 
 OB_CORE_FN TensorPtr ArgCopies::ForListed(const TensorPtr &caller) {
-  if (const TensorPtr *got = CopyMade(*this, *caller, n)) return *got;
+  const Tensor *of = nullptr;
+  if (const TensorPtr *got = CopyMade(*this, *caller, n, &of)) return Shared(*got, *of, *caller);
   if (listed == nullptr) listed = new Listed();
   listed->copies.emplace_back(caller, PrivateCopy(*caller));
   return listed->copies.back().second;
