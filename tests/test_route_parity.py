@@ -587,12 +587,16 @@ def test_in_place_op_given_two_views_of_the_same_elements(parity_ops):
     second reads and saves, as in torch. d1c1740 gave each its own private copy (to split two leaves'
     gradients), so the saved copy held the old values: a gradient of those, silently (runtime eager, jit).
     Such positions get Tensors of their own over one copy's memory."""
-    want = _add_sq_two_views(_TorchSide(None), _TorchAddSq.apply)
+    _add_sq_dense_runs(parity_ops, _add_sq_two_views, _add_sq_two_views(_TorchSide(None), _TorchAddSq.apply))
+
+
+def _add_sq_dense_runs(parity_ops, case, want):
+    """``case`` with add_sq_dense_ on runtime eager and runtime.jit (trace, replay) against ``want``."""
     side = _RuntimeSide(parity_ops)
-    _same(_add_sq_two_views(side, parity_ops.add_sq_dense_), want)
+    _same(case(side, parity_ops.add_sq_dense_), want)
     jitted = rt.jit(parity_ops.add_sq_dense_)
     for _ in range(2):
-        _same(_add_sq_two_views(side, jitted), want)
+        _same(case(side, jitted), want)
 
 
 def test_two_leaves_over_one_read_only_buffer_keep_a_gradient_each(parity_ops):
@@ -750,11 +754,7 @@ def test_in_place_op_given_one_strided_view_twice(parity_ops, torch_route):
     4949359 each position got its own private copy: the saved one held the old values, and every route
     gave the gradient of those, silently."""
     want = _add_sq_strided_view_twice(_TorchSide(None), _TorchAddSq.apply)
-    side = _RuntimeSide(parity_ops)
-    _same(_add_sq_strided_view_twice(side, parity_ops.add_sq_dense_), want)
-    jitted = rt.jit(parity_ops.add_sq_dense_)
-    for _ in range(2):
-        _same(_add_sq_strided_view_twice(side, jitted), want)
+    _add_sq_dense_runs(parity_ops, _add_sq_strided_view_twice, want)
     ops = opbuilder.to_torch(parity_ops)
     for _ in range(3):
         _same(_add_sq_strided_view_twice(_TorchSide(ops), ops.add_sq_dense_), want)
