@@ -274,11 +274,7 @@ OB_CORE_FN TensorPtr TensorFromObject(PyObject *o) {
     ForeignTensor f;
     const int got = api->unpack(o, &f);
     if (got < 0) throw PythonError();
-    if (got > 0) {
-      TensorPtr t = TensorFromForeign(*api, f, true);
-      std::get_deleter<ForeignOwner>(t->storage())->argument = true;  // (ReturnedArgument)
-      return t;
-    }
+    if (got > 0) return TensorFromForeign(*api, f, true, true);  // (an argument: ReturnedArgument)
   }
   if (PyObject_TypeCheck(o, rt.tensor_type)) return TensorFromPy(rt, o);
   if (rt.api->IsArray(o)) return TensorFromArray(rt, o, nullptr, false);

@@ -17,9 +17,11 @@
 namespace opbuilder {
 namespace detail OB_HIDDEN {
 
-// A Tensor over a framework tensor's memory (it takes the reference in `f.handle`).
-inline TensorPtr TensorFromForeign(const ForeignApi &api, const ForeignTensor &f, bool requires_grad) {
-  std::shared_ptr<void> storage(f.data, ForeignOwner{&api, f.handle}, PoolAllocator<void>());
+// A Tensor over a framework tensor's memory (it takes the reference in `f.handle`); `argument`: the caller's
+// argument, unpacked (ForeignOwner::argument).
+inline TensorPtr TensorFromForeign(const ForeignApi &api, const ForeignTensor &f, bool requires_grad,
+                                   bool argument = false) {
+  std::shared_ptr<void> storage(f.data, ForeignOwner{&api, f.handle, argument}, PoolAllocator<void>());
   ShapeVector shape = TakeShape();
   shape.assign(f.shape, f.shape + f.ndim);
   ShapeVector strides;
