@@ -468,9 +468,6 @@ class _Op:
         try:
             seen = self.by_sig[sig][1]
             if kernel and sig in self.traced and (seen[1] or seen[2]) and not getattr(_mode, "eager", False):
-                if self.writes and any(k >= 0 for k in call.alias):
-                    self.returns_args[0] = True  # later traces leave it out of the graph
-                    raise RuntimeError(_mutates_returns(self.name))
                 if not call.dirty:
                     self._refuse_compiled(_returned(outs, call, args, sig))
                 if not self.writes:  # here, before torch's own alias check (an error under CI=1, else a warning)
@@ -591,6 +588,7 @@ class _Op:
             finally:
                 _mode.defer = defer
             if void and out:  # defined while torch.compile traced, as an out= function: no output to give
+                self.returns_args[0] = True  # later traces leave it out of the graph
                 raise RuntimeError(_mutates_returns(self.name))
             return None if void else out
         self.lib.impl(opname, kernel, key)
@@ -1062,6 +1060,7 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
             if out is None:  # an out= function
                 if op.writes and op.shape_fn is not None and as_specs(op.name, op.shape_fn(*_specs(
                         tuple(_spec_key(a, c) for a, c in zip(args, sig)), sig)))[0]:
+                    op.returns_args[0] = True  # later traces leave it out of the graph
                     raise RuntimeError(_mutates_returns(op.name))  # (its outputs would be None here)
                 return None
             return out[0] if op.by_sig[sig][1][0] else _many(out, op)
