@@ -36,6 +36,7 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -562,6 +563,35 @@ void MarkViewOutputs(const ForeignNode *node) {
   }
 }
 
+// The base whose version counter `t` shares, as torch's views do (the tensor itself if it is no view).
+const c10::TensorImpl *CounterBase(const at::Tensor &t) {
+  auto *view = torch::autograd::impl::get_view_autograd_meta(t);
+  return view != nullptr && view->has_bw_view() ? view->get_backward_view().base_.unsafeGetTensorImpl()
+                                                 : t.unsafeGetTensorImpl();
+}
+
+// An argument that is a view of memory the node wrote through another tensor (two view objects of one
+// base, a view beside its base): taking its edge above rebuilt its grad_fn from the base's history
+// before the write (the write had moved the version) and marked it current. torch rebuilds it after,
+// from the write's node: do so now.
+void RefreshViewsOfWritten(const ForeignNode *node) {
+  std::vector<const c10::TensorImpl *> written;
+  for (std::size_t j = 0; j < node->nout; ++j) {
+    if (node->outputs[j] == nullptr || !node->dirty[j]) continue;
+    written.push_back(CounterBase(THPVariable_Unpack(node->outputs[j])));
+  }
+  if (written.empty()) return;
+  for (std::size_t i = 0; i < node->nargs; ++i) {
+    if (node->inputs[i] == nullptr) continue;
+    const at::Tensor &t = TensorOf(node->inputs[i]);
+    auto *view = torch::autograd::impl::get_view_autograd_meta(t);
+    if (view == nullptr || !view->has_bw_view() || !view->get_backward_view().base_.requires_grad()) continue;
+    if (std::find(written.begin(), written.end(), CounterBase(t)) == written.end()) continue;
+    view->set_attr_version(static_cast<std::uint32_t>(t._version()) + 1);
+    (void)t.grad_fn();  // rebuilt from the base's grad_fn now, and current again
+  }
+}
+
 int Record(const ForeignNode *node) {
   NodePtr fn;
   OpNode *raw = nullptr;
@@ -627,6 +657,7 @@ int Record(const ForeignNode *node) {
         torch::autograd::impl::set_gradient_edge(o, torch::autograd::Edge(fn, nr));
       }
     }
+    RefreshViewsOfWritten(node);
     MarkViewOutputs(node);
     return 0;
   } catch (python_error &e) {

@@ -599,6 +599,44 @@ def _add_sq_dense_runs(parity_ops, case, want):
         _same(case(side, jitted), want)
 
 
+_ALIAS_PAIRS = {  # two arguments over the same elements: the op writes the first, a later read goes through the second
+    "two strided views": lambda h: (h[::2], h[::2]),
+    "base and a view of it": lambda h: (h, h[:]),
+    "a view and its base": lambda h: (h[:], h),
+}
+_WRITERS = {  # name: (how to_torch's op is called with (written, other), torch's own op)
+    "add_sq_dense_": (lambda ops: ops.add_sq_dense_, _TorchAddSq.apply),  # returns the written one, saves the other
+    "scale_second_void": (lambda ops: lambda a, b: ops.scale_second_void(b, a), lambda a, b: a.mul_(3.0)),
+}
+
+
+def _written_read_through_the_other(call, pair):
+    x = torch.tensor(np.concatenate([X, Y]), requires_grad=True)
+    h = x * 1
+    first, second = _ALIAS_PAIRS[pair](h)
+    call(first, second)
+    loss = (second * torch.tensor(np.concatenate([W, W2])[: second.numel()])).sum()
+    return second.detach().numpy().copy(), torch.autograd.grad(loss, [x])[0].numpy(), h._version
+
+
+@pytest.mark.parametrize("writer", sorted(_WRITERS))
+@pytest.mark.parametrize("pair", sorted(_ALIAS_PAIRS))
+def test_a_write_through_one_argument_is_in_the_history_of_another_over_it(parity_ops, torch_route, pair, writer):
+    """op(a, b), a and b over the same elements, a written, then a loss through b: b's gradient goes
+    through the write, as torch's (it rebuilds b's grad_fn from the base's new history). The bridge took
+    b's edge after the write had moved the version, which rebuilt b's grad_fn from the history before the
+    write and marked it current: the write's share was dropped, silently (1x W where torch gives 3x). The
+    Python path saved b at the version before torch's mark_dirty counted a's write, and refused the
+    backward. One write counts once (torch's reference writes with add_, then mark_dirty: two)."""
+    ours, theirs = _WRITERS[writer]
+    want = _written_read_through_the_other(theirs, pair)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        value, grad, version = _written_read_through_the_other(ours(ops), pair)
+        np.testing.assert_allclose(value, want[0], rtol=1e-12)
+        np.testing.assert_allclose(grad, want[1], rtol=1e-12)
+        assert version == 1
+
 def test_two_leaves_over_one_read_only_buffer_keep_a_gradient_each(parity_ops):
     """mul_dense (no kAcceptsViews) given two leaves over one read-only array gets a private copy of each.
     2f55c59 (and b0a0c90 for two positions) gave the same elements one copy, bound to the first leaf: the

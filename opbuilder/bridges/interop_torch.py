@@ -58,7 +58,7 @@ from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns
 from .torch_call import (_PLAIN, _Call, _flat, _from_numpy, _input_grads, _is_compiling, _mode, _once,
                          _save_mark, _to_runtime, _to_torch, _top_hooks, _transforms_active)
 from .torch_writes import (_TorchVersion, _Uncounted, _after_watch, _bump_declared, _copy_args, _flush_pending,
-                           _marked, _once_each, _rebasing, _refuse_copy_writes, _refuse_out_grad,
+                           _link_peers, _marked, _once_each, _rebasing, _refuse_copy_writes, _refuse_out_grad,
                            _refuse_out_inference, _settle, _snapshot_shared, _torch_write_refusal, _unannounced,
                            _undirtied, _watch)
 
@@ -258,6 +258,8 @@ class _Op:
                 out.append([arg(k, t, c) for t in a])
             else:
                 out.append(list(a) if c in "IFe" else a)
+        if len(seen) > 1:
+            _link_peers(_flat(args, sig), vcs)
         return out, need, index, vcs
 
     def _run(self, rt_args: list) -> Tuple[list, bool]:
