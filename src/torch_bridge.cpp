@@ -477,6 +477,9 @@ struct OpNode : torch::autograd::Node {
   std::vector<bool> attached;  // per output: differentiable (has input metadata here)
 
   std::string op;              // the operator called, for messages: its to_torch name (the Function's otherwise)
+  // the argument each next edge is for, when not in order: a view written in place has its edge first,
+  // as torch's CopySlices takes the node's first input for the view (empty: in order)
+  std::vector<std::size_t> order;
 
   explicit OpNode(const ForeignNode &node) : n(node), label(std::string(node.name) + "Backward"), op(node.name) {}
 
@@ -535,6 +538,11 @@ struct OpNode : torch::autograd::Node {
         continue;
       }
       res[i] = FromForeign(out[i], keep[i], n.drop);
+    }
+    if (!order.empty()) {
+      torch::autograd::variable_list by_edge(res.size());
+      for (std::size_t e = 0; e < order.size(); ++e) by_edge[e] = std::move(res[order[e]]);
+      res = std::move(by_edge);
     }
     if (at::GradMode::is_enabled()) OnceDifferentiable(op, next_edges(), res);  // create_graph=True
     return res;
@@ -634,6 +642,22 @@ int Record(const ForeignNode *node) {
       if (node->inputs[i] != nullptr) {
         edges[i] = torch::autograd::impl::gradient_edge(TensorOf(node->inputs[i]));
       }
+    }
+    for (std::size_t j = 0; j < node->nout; ++j) {
+      // a view written in place: torch's CopySlices calls the node for the view's gradient and takes its
+      // first one as the view's, its first edge as the base's; an argument after the first goes first
+      if (node->outputs[j] == nullptr || node->dirty[j] <= 1) continue;
+      const auto k = static_cast<std::size_t>(node->dirty[j] - 1);
+      auto *view = torch::autograd::impl::get_view_autograd_meta(THPVariable_Unpack(node->outputs[j]));
+      if (view == nullptr || !view->has_bw_view() || k >= node->nargs) continue;
+      raw->order.push_back(k);
+      for (std::size_t i = 0; i < node->nargs; ++i) {
+        if (i != k) raw->order.push_back(i);
+      }
+      torch::autograd::edge_list by_edge(node->nargs);
+      for (std::size_t e = 0; e < node->nargs; ++e) by_edge[e] = std::move(edges[raw->order[e]]);
+      edges = std::move(by_edge);
+      break;  // (a node writing a view returns nothing else: checked above)
     }
     fn->set_next_edges(std::move(edges));
     raw->attached.assign(node->nout, false);

@@ -637,6 +637,36 @@ def test_a_write_through_one_argument_is_in_the_history_of_another_over_it(parit
         np.testing.assert_allclose(grad, want[1], rtol=1e-12)
         assert version == 1
 
+
+def _add_into_a_view(add_into, view):
+    w, v = torch.tensor(np.concatenate([X, Y]), requires_grad=True), torch.tensor(Y, requires_grad=True)
+    h = w * 1
+    x = VIEWS8[view](h)
+    out = add_into(v * 1, x)
+    assert out is x
+    loss = (h * torch.tensor(np.concatenate([W, W2]))).sum() + (out * torch.tensor(W2)).sum()
+    return (h.detach().numpy().copy(), *(g.numpy() for g in torch.autograd.grad(loss, [w, v])), h._version)
+
+
+VIEWS8 = {"slice": lambda h: h[2:6], "step": lambda h: h[::2]}  # 4-element views of an 8-element base
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS8))
+def test_a_view_written_at_its_second_argument_and_returned(parity_ops, torch_route, view):
+    """add_into_(y, x), x a view, written in place and returned: torch's CopySlices takes the node's first
+    input for the view's gradient and its first edge for the base's, but x is the second. Both to_torch
+    routes gave y's gradient to the view and none to y, silently (w: 2x W2 where torch's x.add_(y) gives
+    1x; y: None). The bridge puts a written view's edge first; the Python path gives it its history
+    through _Rebase (the view first). torch's own Function gets it wrong the same way: the reference is
+    torch's in-place op."""
+    want = _add_into_a_view(lambda y, x: x.add_(y), view)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        got = _add_into_a_view(ops.add_into_, view)
+        for a, b in zip(got[:3], want[:3]):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+        assert got[3] == want[3] == 1
+
 def test_two_leaves_over_one_read_only_buffer_keep_a_gradient_each(parity_ops):
     """mul_dense (no kAcceptsViews) given two leaves over one read-only array gets a private copy of each.
     2f55c59 (and b0a0c90 for two positions) gave the same elements one copy, bound to the first leaf: the

@@ -364,12 +364,19 @@ class _Op:
             _refuse_copy_writes(self, sig, args, dirty, vcs,
                                 _settle(self, sig, rt_args, args, need, index, vcs, False))
         written = None
-        if need and any(i not in alias for i in dirty):
+        late: Tuple[int, ...] = ()
+        if need and len(alias) == 1 and alias[0] in dirty and _flat(args, sig)[alias[0]]._is_view():
+            # a view written in place and returned: torch's CopySlices takes the node's first input for the
+            # view's, which the call's node may not have first (add_into(y, x)). _Rebase gives it its
+            # history (the view first), and the call returns the argument after it
+            late = (alias[0],)
+        if need and any(i not in alias or i in late for i in dirty):
             flat_rt = _flat(rt_args, sig)
-            returned = [flat_rt[k] for k in alias if k >= 0]  # (one tensor at two positions: returned at one)
-            written = {i: flat_rt[i] for i in dirty if i not in alias and flat_rt[i].requires_grad
+            # (one tensor at two positions: returned at one)
+            returned = [flat_rt[k] for k in alias if k >= 0 and k not in late]
+            written = {i: flat_rt[i] for i in dirty if (i not in alias or i in late) and flat_rt[i].requires_grad
                        and not any(flat_rt[i] is r for r in returned)}
-        return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written)
+        return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written, late)
 
     def _refuse_compiled(self, what: str = "its argument unchanged") -> None:
         """A call from a compiled graph traced before the op was seen returning its argument unchanged (a
@@ -424,7 +431,7 @@ class _Op:
                 a = flat[k]
                 if (o._data.shape == tuple(a.shape) and _TORCH_DT.get(o._data.dtype, a.dtype) == a.dtype
                         and _strides_match(o._data, a)):
-                    res[j] = a if k in call.dirty else a.view_as(a)
+                    res[j] = a if k in call.dirty and k not in call.late else a.view_as(a)
                     continue
                 view = _view_over(a, o._data)
                 if view is not None:  # a view Forward built over the argument's memory: torch's view of it, as
@@ -639,7 +646,8 @@ class _Op:
             no_grad = [o for o, r in zip(output, call.outputs) if not (call.recorded and r.requires_grad)]
             if no_grad:
                 ctx.mark_non_differentiable(*no_grad)
-            dirty = _once_each(o for o, k in zip(output, call.alias) if k in call.dirty and k >= 0)
+            dirty = _once_each(o for o, k in zip(output, call.alias) if k in call.dirty and k >= 0
+                               and k not in call.late)
             if dirty:
                 ctx.mark_dirty(*dirty)
             if call.dirty:  # (an argument written and not returned too: its write goes to torch's counter,
@@ -812,7 +820,7 @@ class _Eager(torch.autograd.Function):
         no_grad = [t for t, o in zip(outs, rt_outs) if not (call.recorded and o.requires_grad)]
         if no_grad:
             ctx.mark_non_differentiable(*no_grad)
-        dirty = _once_each(t for t, k in zip(outs, call.alias) if k >= 0 and k in call.dirty)
+        dirty = _once_each(t for t, k in zip(outs, call.alias) if k >= 0 and k in call.dirty and k not in call.late)
         if dirty:
             ctx.mark_dirty(*dirty)
         if call.dirty:

@@ -37,17 +37,21 @@ class _Call:
     runtime outputs, and how they relate to the torch arguments: ``alias[j]``, the flat position of the
     argument output ``j`` is (returned unchanged) or -1; ``dirty``, the flat positions of arguments the op
     wrote (MarkDirty); ``recorded``, whether a runtime graph was recorded; ``nflat``, the tensor count."""
-    __slots__ = ("inputs", "index", "outputs", "alias", "dirty", "recorded", "nflat", "vcs", "written", "__weakref__")
+    __slots__ = ("inputs", "index", "outputs", "alias", "dirty", "recorded", "nflat", "vcs", "written", "late",
+                 "__weakref__")
 
     def __init__(self, inputs: List[Any], index: List[int], outputs: List[Any], alias: Optional[List[int]] = None,
                  dirty: Sequence[int] = (), recorded: bool = True, nflat: int = 0, vcs: Sequence[Any] = (),
-                 written: Optional[Dict[int, Any]] = None) -> None:
+                 written: Optional[Dict[int, Any]] = None, late: Tuple[int, ...] = ()) -> None:
         self.inputs, self.index, self.outputs, self.vcs = inputs, index, outputs, vcs
         self.alias = [-1] * len(outputs) if alias is None else alias
         self.dirty, self.recorded, self.nflat = frozenset(dirty), recorded, nflat
         # flat position -> the runtime tensor of an argument the op wrote and did not return, whose history
         # the write made (an inner Function's MarkDirty): torch's history of it becomes the call's (_Rebase)
         self.written = written or {}
+        # the flat position of a view the op wrote and returned, whose history _Rebase gives (in ``written``)
+        # instead of the call's node marking it dirty: the call returns that argument after (_rebasing)
+        self.late = late
 
 
 class _Keep:

@@ -485,6 +485,11 @@ def _rebasing(call: Callable[..., Any], *a: Any) -> Any:
     written, _mode.written = _mode.written, None
     if written is not None:
         _rebase(*written)
+        op, sig, args, call = written
+        if call.late:  # the written view it returned: the argument itself, its history the write's now
+            flat = _flat(args, sig)
+            got = [flat[k] if k in call.late else o for o, k in zip(out, call.alias)]
+            out = tuple(got) if isinstance(out, tuple) else got
     return out
 
 

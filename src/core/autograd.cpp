@@ -669,7 +669,10 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
       PyObject *view_of = base[j] >= 0 ? result[static_cast<std::size_t>(base[j])]->py_object() : nullptr;
       result[j] = ForeignOutput(api, st, f, outs[j], record && !st.IsNonDifferentiable(outs[j].get()),
                                 record ? &attach[j] : nullptr, &own, view_of);
-      if (record) dirty[j] = own;
+      if (record && own != 0) {  // 1 + the argument's index (the bridge puts a written view's edge first)
+        const int ai = st.ArgIndex(outs[j].get());
+        dirty[j] = ai >= 0 ? 1 + ai : 1;
+      }
     }
   }
 

@@ -383,6 +383,22 @@ class ParityBumpAddDense : public Function<ParityBumpAddDense> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], nullptr}; }
 };
 
+// x += y in place with x the second argument (MarkDirty): a view written at a position after the first
+class ParityAddInto : public Function<ParityAddInto> {
+ public:
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &y, const TensorPtr &x) {
+    CheckFloat64(x, "add_into_");
+    CheckFloat64(y, "add_into_");
+    if (x->shape() != y->shape()) throw std::invalid_argument("add_into_: x and y must have one shape");
+    const double *py = y->data<double>();
+    double *px = x->data<double>();
+    for (std::int64_t i = 0; i < x->numel(); ++i) px[i] += py[i];
+    ctx->MarkDirty({x});
+    return x;
+  }
+  static TensorPtrList Backward(AutogradContext *, TensorPtrList g) { return {g[0], g[0]}; }
+};
+
 OB_MODULE(m) {
   m.def("mul", [](const TensorPtr &x, const TensorPtr &y) { return ParityMul::Apply(x, y); });
   m.def("mul_infer_shape", ParityMul::InferShapeFunction());
@@ -445,6 +461,7 @@ OB_MODULE(m) {
     ParityScale::Apply(x);
     ParityAddSq::Apply(y, x);
   });
+  m.def("add_into_", [](const TensorPtr &y, const TensorPtr &x) { return ParityAddInto::Apply(y, x); });
   m.def("sneaky_", [](const TensorPtr &b, const TensorPtr &v) { return ParitySneaky::Apply(b, v); });
   m.def("add_sq_then_mul", [](const TensorPtr &x, const TensorPtr &y) {
     ParityAddSq::Apply(x, y);

@@ -44,7 +44,7 @@ struct ForeignNode {
   void *const *inputs;        // per Forward argument: the handle of a tensor that needs a gradient, or null
   std::size_t nout;
   PyObject *const *outputs;   // per output: the framework tensor to attach, or null (no gradient)
-  const int *dirty;           // per output: 1 if it is an input modified in place
+  const int *dirty;           // per output: 1 + its argument's index if it is an input modified in place, else 0
   int materialize;            // 1: gradients the framework leaves undefined arrive as zeros
   // One gradient per Forward argument into out[0..nargs) (out[i].ndim == -1: none), each with a `keep`
   // for drop(); grads[j].ndim == -1 for a gradient that did not arrive (the callee releases the
