@@ -638,6 +638,30 @@ def test_a_write_through_one_argument_is_in_the_history_of_another_over_it(parit
         assert version == 1
 
 
+
+def _scale_then_mul_over_one_memory(scale_then_mul, pair):
+    x = torch.tensor(np.concatenate([X, Y]), requires_grad=True)
+    h = x * 1
+    first, second = _ALIAS_PAIRS[pair](h)
+    out = scale_then_mul(first, second)
+    loss = (out * torch.tensor(np.concatenate([W, W2])[: out.numel()])).sum()
+    return out.detach().numpy().copy(), torch.autograd.grad(loss, [x])[0].numpy()
+
+
+@pytest.mark.parametrize("pair", sorted(_ALIAS_PAIRS))
+def test_a_write_by_one_function_is_in_what_a_later_one_reads_over_the_same_elements(parity_ops, torch_route,
+                                                                                      pair):
+    """scale_then_mul(a, b) (Mul(Scale(a), b)), a and b over the same elements: Mul reads b as the write
+    left it, and b's gradient goes through the write, as torch's. 09bb863 made the Python path's version
+    check pass for such a b without giving it the write's history: 2x where torch gives 6x, silently
+    (before, a version error). Two torch tensors over the same elements are one runtime tensor there."""
+    want = _scale_then_mul_over_one_memory(lambda a, b: a.mul_(3.0) * b, pair)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        got = _scale_then_mul_over_one_memory(ops.scale_then_mul, pair)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
 def _add_into_a_view(add_into, view):
     w, v = torch.tensor(np.concatenate([X, Y]), requires_grad=True), torch.tensor(Y, requires_grad=True)
     h = w * 1

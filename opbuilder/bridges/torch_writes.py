@@ -47,7 +47,7 @@ class _TorchVersion:
     the torch tensor's ``_version``; a runtime write (MarkDirty, a write through a view) bumps it with
     ``torch.autograd.graph.increment_version``. So the runtime's checks of the tensors an op saved see
     torch's in-place writes, and torch's checks see the op's (torch's rule: one counter per memory)."""
-    __slots__ = ("t", "off", "written", "pending", "copy", "owner", "peers")
+    __slots__ = ("t", "off", "written", "pending", "copy", "owner")
 
     def __init__(self, t: torch.Tensor, value: Optional[int] = None, copy: bool = False,
                  owner: Optional["weakref.ref[torch.Tensor]"] = None) -> None:
@@ -62,16 +62,6 @@ class _TorchVersion:
         # the op got a resolved copy (a conjugate or negative view): its writes never reach the tensor, and
         # are refused (record), so they are counted here only
         self.copy = copy
-        # the call's other counters over torch's same one (two view objects of one base, a base and its
-        # view): a write counted here only (deferred) is theirs too, as torch's counter is shared
-        self.peers: Tuple["_TorchVersion", ...] = ()
-
-    def shift(self, n: int) -> None:
-        """Move this counter's offset, and its peers', by ``n``: a write counted here and not yet on
-        torch's counter (``n`` > 0), or torch's counter catching up with one (``n`` < 0)."""
-        self.off += n
-        for p in self.peers:
-            p.off += n
 
     def counter(self) -> torch.Tensor:
         """The tensor whose version counter this is."""
@@ -94,7 +84,7 @@ class _TorchVersion:
                 self.off += n
                 return
             if getattr(_mode, "defer", False):  # ctx.mark_dirty will bump torch's counter: once, not twice
-                self.shift(n)
+                self.off += n
                 self.pending += n
                 return
             for _ in range(n):
@@ -103,29 +93,13 @@ class _TorchVersion:
             self.off += n
 
 
-def _link_peers(flat: Sequence[torch.Tensor], vcs: Sequence[Any]) -> None:
-    """Make peers of the counters of a call's distinct tensors over one torch counter (views of one base,
-    the base among them): a write one of them defers to ``ctx.mark_dirty`` moves what the others read, so
-    what the op saves from one after a write through another checks as torch's would."""
-    groups: dict = {}
-    for t, vc in zip(flat, vcs):
-        if type(vc) is _TorchVersion and not vc.copy:
-            group = groups.setdefault(id(t._base if t._is_view() else t), [])
-            if not any(v is vc for v in group):
-                group.append(vc)
-    for group in groups.values():
-        if len(group) > 1:
-            for vc in group:
-                vc.peers = tuple(p for p in group if p is not vc)
-
-
 def _flush_pending(vcs: Sequence[Any]) -> None:
     """Writes counted only in ``_TorchVersion.pending`` (``_Eager``'s forward defers them to
     ``ctx.mark_dirty``) go to torch's counters: a call that raised marks nothing, but what it wrote
     (an undeclared write the runtime found after Forward) changed the tensor."""
     for vc in vcs:
         if type(vc) is _TorchVersion and vc.pending:
-            vc.shift(-vc.pending)
+            vc.off -= vc.pending
             for _ in range(vc.pending):
                 _increment_version((vc.counter(),))
             vc.pending = 0
@@ -145,7 +119,7 @@ def _marked(call: _Call) -> None:
             n = max(vc.pending, 1)                 # the writes before the last go to torch's counter here,
             for _ in range(n - 1):                 # so it counts each, as torch's own in-place ops do
                 _increment_version((vc.counter(),))
-            vc.shift(-n)
+            vc.off -= n
             vc.pending = 0
         else:
             _flush_pending((vc,))
@@ -510,8 +484,10 @@ def _rebase(op: Any, sig: str, args: Sequence[Any], call: _Call) -> None:
     through it. The C++ bridge gets this with a torch node per Function; this path has one node per call."""
     flat = _flat(args, sig)
     ks: List[int] = []
-    for k in sorted(call.written):  # one tensor at two positions: marked once
-        if not any(flat[k] is flat[j] for j in ks):
+    # one tensor at two positions, or two over the same elements (one runtime tensor): marked once, a late
+    # one (returned) at its own position
+    for k in sorted(call.written, key=lambda k: (k not in call.late, k)):
+        if not any(flat[k] is flat[j] or call.written[k] is call.written[j] for j in ks):
             ks.append(k)
     with torch.enable_grad():
         if len(ks) > 1 and any(flat[k]._is_view() for k in ks):
