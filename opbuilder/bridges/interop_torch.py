@@ -400,7 +400,11 @@ class _Op:
             returned = [flat_rt[k] for k in alias if k >= 0 and k not in late]
             written = {i: flat_rt[i] for i in dirty if (i not in alias or i in late) and flat_rt[i].requires_grad
                        and not any(flat_rt[i] is r for r in returned)}
-        return outs, _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written, late)
+        call = _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written, late)
+        if any(k >= 0 and k not in dirty for k in alias):
+            flat_rt = _flat(rt_args, sig)
+            call.asis = tuple(j for j, k in enumerate(alias) if k >= 0 and k not in dirty and outs[j] is flat_rt[k])
+        return outs, call
 
     def _refuse_compiled(self, what: str = "its argument unchanged") -> None:
         """A call from a compiled graph traced before the op was seen returning its argument unchanged (a
@@ -676,8 +680,8 @@ class _Op:
                 ctx.mark_dirty(*dirty)
             if call.dirty:  # (an argument written and not returned too: its write goes to torch's counter,
                 _marked(call)  # or to _Rebase's mark_dirty, which _run_registered applies after the call)
-                if call.written:
-                    _mode.written = (self, sig, inputs, call)
+            if call.written or call.asis:
+                _mode.written = (self, sig, inputs, call)
 
         def backward(ctx: Any, grads: List[Optional[torch.Tensor]]) -> Tuple[Any, ...]:
             call = ctx.call
@@ -849,7 +853,7 @@ class _Eager(torch.autograd.Function):
             ctx.mark_dirty(*dirty)
         if call.dirty:
             _marked(call)
-        if call.written:
+        if call.written or call.asis:
             _mode.written = (op, sig, args, call)
         ctx.op, ctx.sig, ctx.call = op, sig, call  # the runtime graph lives as long as torch's node
         ctx.once_in = _undirtied(args, sig, call.dirty)

@@ -38,7 +38,7 @@ class _Call:
     argument output ``j`` is (returned unchanged) or -1; ``dirty``, the flat positions of arguments the op
     wrote (MarkDirty); ``recorded``, whether a runtime graph was recorded; ``nflat``, the tensor count."""
     __slots__ = ("inputs", "index", "outputs", "alias", "dirty", "recorded", "nflat", "vcs", "written", "late",
-                 "__weakref__")
+                 "asis", "__weakref__")
 
     def __init__(self, inputs: List[Any], index: List[int], outputs: List[Any], alias: Optional[List[int]] = None,
                  dirty: Sequence[int] = (), recorded: bool = True, nflat: int = 0, vcs: Sequence[Any] = (),
@@ -52,6 +52,9 @@ class _Call:
         # the flat position of a view the op wrote and returned, whose history _Rebase gives (in ``written``)
         # instead of the call's node marking it dirty: the call returns that argument after (_rebasing)
         self.late = late
+        # the outputs that are an argument returned as it came (the runtime tensor the call was given, no
+        # Function around it): the caller gets a view of its tensor made after the call (_rebasing)
+        self.asis: Tuple[int, ...] = ()
 
 
 class _Keep:

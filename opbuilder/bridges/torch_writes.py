@@ -458,13 +458,30 @@ def _rebasing(call: Callable[..., Any], *a: Any) -> Any:
         raise
     written, _mode.written = _mode.written, None
     if written is not None:
-        _rebase(*written)
         op, sig, args, call = written
-        if call.late:  # the written view it returned: the argument itself, its history the write's now
-            flat = _flat(args, sig)
-            got = [flat[k] if k in call.late else o for o, k in zip(out, call.alias)]
-            out = tuple(got) if isinstance(out, tuple) else got
+        if call.written:
+            _rebase(*written)
+        if call.late or call.asis:
+            out = _returned_arguments(out, _flat(args, sig), call)
     return out
+
+
+def _returned_arguments(out: Sequence[Any], flat: Sequence[torch.Tensor], call: _Call) -> Any:
+    """The call's outputs with each argument it returned as the caller has it now: the argument itself for
+    a view it wrote (``late``; its history the write's), a view of it made here, in the caller's grad mode,
+    for one returned as it came (its history, its base, as the bridge's ``ReturnedArgument``: a view made
+    inside the call's torch Function would be one torch refuses to use once its base is written)."""
+    views: dict = {}
+    got = []
+    for j, (o, k) in enumerate(zip(out, call.alias)):
+        if k in call.late:
+            o = flat[k]
+        elif j in call.asis:
+            if k not in views:
+                views[k] = flat[k].view_as(flat[k])
+            o = views[k]
+        got.append(o)
+    return tuple(got) if isinstance(out, tuple) else got
 
 
 def _rebase_raised(e: BaseException) -> None:

@@ -461,6 +461,10 @@ OB_MODULE(m) {
     ParityScale::Apply(x);
     ParityAddSq::Apply(y, x);
   });
+  m.def("scale_then_other", [](const TensorPtr &a, const TensorPtr &b) {  // b returned as it came
+    ParityScale::Apply(a);
+    return b;
+  });
   m.def("add_into_", [](const TensorPtr &y, const TensorPtr &x) { return ParityAddInto::Apply(y, x); });
   m.def("sneaky_", [](const TensorPtr &b, const TensorPtr &v) { return ParitySneaky::Apply(b, v); });
   m.def("add_sq_then_mul", [](const TensorPtr &x, const TensorPtr &y) {
