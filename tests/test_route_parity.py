@@ -626,16 +626,32 @@ def test_a_write_through_one_argument_is_in_the_history_of_another_over_it(parit
     through the write, as torch's (it rebuilds b's grad_fn from the base's new history). The bridge took
     b's edge after the write had moved the version, which rebuilt b's grad_fn from the history before the
     write and marked it current: the write's share was dropped, silently (1x W where torch gives 3x). The
-    Python path saved b at the version before torch's mark_dirty counted a's write, and refused the
-    backward. One write counts once (torch's reference writes with add_, then mark_dirty: two)."""
+    Python path refuses an op that saved b (its version check), as it does for a later Function reading
+    b (test below), where it cannot give b the write's history. One write counts once (torch's reference
+    writes with add_, then mark_dirty: two)."""
     ours, theirs = _WRITERS[writer]
     want = _written_read_through_the_other(theirs, pair)
     ops = opbuilder.to_torch(parity_ops)
-    for _ in range(3):
-        value, grad, version = _written_read_through_the_other(ours(ops), pair)
-        np.testing.assert_allclose(value, want[0], rtol=1e-12)
-        np.testing.assert_allclose(grad, want[1], rtol=1e-12)
-        assert version == 1
+
+    def check(got):
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+        assert got[2] == 1
+    _python_path_refuses_saving_the_other(torch_route, writer == "add_sq_dense_",
+                                          lambda: _written_read_through_the_other(ours(ops), pair), check)
+
+
+def _python_path_refuses_saving_the_other(torch_route, refused, run, check):
+    """``run()`` three times: the bridge's calls (2+) give torch's results; the Python path (every call with
+    the bridge off, the first with it on) refuses at backward when ``refused`` (a Function saved the other
+    tensor over the written memory: the runtime's version check sees it saved before torch counted the
+    write; routes.md, Left), else gives them too."""
+    for call in range(3):
+        if refused and (call == 0 or torch_route == "registered"):
+            with pytest.raises(RuntimeError, match=STALE):
+                run()
+        else:
+            check(run())
 
 
 
@@ -651,16 +667,20 @@ def _scale_then_mul_over_one_memory(scale_then_mul, pair):
 @pytest.mark.parametrize("pair", sorted(_ALIAS_PAIRS))
 def test_a_write_by_one_function_is_in_what_a_later_one_reads_over_the_same_elements(parity_ops, torch_route,
                                                                                       pair):
-    """scale_then_mul(a, b) (Mul(Scale(a), b)), a and b over the same elements: Mul reads b as the write
-    left it, and b's gradient goes through the write, as torch's. 09bb863 made the Python path's version
-    check pass for such a b without giving it the write's history: 2x where torch gives 6x, silently
-    (before, a version error). Two torch tensors over the same elements are one runtime tensor there."""
+    """scale_then_mul(a, b) (Mul(Scale(a), b)), a and b over the same elements: on the bridge Mul reads b
+    as the write left it, and b's gradient goes through the write, as torch's. The Python path has one
+    runtime leaf per torch tensor, so b there has no history through the write: it must refuse at
+    backward (its version check), never give a gradient. 09bb863 made that check pass: 2x where torch
+    gives 6x, silently; 71bd8c2 merged such tensors, which merged distinct histories (two leaves over one
+    memory: one gradient for both)."""
     want = _scale_then_mul_over_one_memory(lambda a, b: a.mul_(3.0) * b, pair)
     ops = opbuilder.to_torch(parity_ops)
-    for _ in range(3):
-        got = _scale_then_mul_over_one_memory(ops.scale_then_mul, pair)
+
+    def check(got):
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    _python_path_refuses_saving_the_other(torch_route, True,
+                                          lambda: _scale_then_mul_over_one_memory(ops.scale_then_mul, pair), check)
 
 
 _OVER_PAIRS = {  # a written first argument, a second one over (some of) its memory
@@ -669,6 +689,21 @@ _OVER_PAIRS = {  # a written first argument, a second one over (some of) its mem
     "a base and its head": lambda h: (h, h[:4]),
 }
 
+
+
+@pytest.mark.parametrize("second", ["detach().requires_grad_()", "a leaf over the same array"])
+def test_two_leaves_over_one_memory_keep_a_gradient_each_torch_routes(parity_ops, torch_route, second):
+    """mul(p, q), q a second leaf over p's memory: each gets its own gradient (q and p), as torch's p * q.
+    71bd8c2 made one runtime tensor of two torch tensors over the same elements, whatever their histories:
+    p got 2x, q none, silently with .backward() (an attack on it)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        arr = X.copy()
+        p = torch.from_numpy(arr).requires_grad_()
+        q = p.detach().requires_grad_() if second.startswith("detach") else torch.from_numpy(arr).requires_grad_()
+        gp, gq = torch.autograd.grad((ops.mul(p, q) * torch.tensor(W)).sum(), [p, q])
+        np.testing.assert_allclose(gp.numpy(), X * W, rtol=1e-12)
+        np.testing.assert_allclose(gq.numpy(), X * W, rtol=1e-12)
 
 def _argument_returned_after_a_write_over_it(scale_then_other, pair):
     x = torch.tensor(np.concatenate([X, Y]), requires_grad=True)

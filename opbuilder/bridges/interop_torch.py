@@ -86,18 +86,6 @@ def _any_requires_grad(args: Sequence[Any], tpos: Tuple[int, ...]) -> bool:
     return False
 
 
-def _same_elements(t: torch.Tensor, wants: bool) -> Optional[Tuple[Any, ...]]:
-    """What tells two torch tensors over the same elements of one memory (a base and a view of all of it,
-    two views alike: one version counter), with one dtype, grad requirement and conjugate/negative bits:
-    strides of size-1 dimensions aside, as torch's views of them differ only there. None for an empty
-    tensor (its address says nothing)."""
-    if t.numel() == 0:
-        return None
-    strides = tuple(0 if n == 1 else st for n, st in zip(t.shape, t.stride()))
-    return (t.data_ptr(), t.device, t.dtype, tuple(t.shape), strides, wants, t.is_conj(), t.is_neg(),
-            t.is_inference())
-
-
 def _fresh(base: np.ndarray, conv: List[Any], tpos: Tuple[int, ...]) -> bool:
     """Whether ``base`` is none of the argument arrays ``conv[i]`` (a helper, not a generator inside
     ``forward_direct``: a generator there would make its locals cells on every call)."""
@@ -249,7 +237,7 @@ class _Op:
         need: list = []
         index: list = []
         vcs: list = []
-        seen: Dict[Any, Tuple[Any, Any]] = {}  # id of a torch tensor, or its elements -> runtime tensor, counter
+        seen: Dict[int, Tuple[Any, Any]] = {}  # id of a torch tensor -> its runtime tensor and counter
 
         def arg(k: int, a: torch.Tensor, c: str) -> Any:
             # one torch tensor at several positions is one runtime tensor, as one runtime.Tensor is on the
@@ -260,23 +248,9 @@ class _Op:
                 r, vc = seen[id(a)]
                 vcs.append(vc)
                 return r
-            wants = grad(a, c)
-            # so are two torch tensors over the same elements (two views of one base, a base and a view of
-            # all of it): a write through one is in the history of what the call does with the other later,
-            # as torch rebuilds a view's history from its base. Their histories before the call are one
-            # (the base's), so the gradient at the first position is theirs
-            same = _same_elements(a, wants) if several else None
-            if same is not None and same in seen:
-                r, vc = seen[same]
-                seen[id(a)] = (r, vc)
-                vcs.append(vc)
-                return r
-            r = self._arg(k, a, len(vcs), wants, need, index, vcs, nonleaf)
+            r = self._arg(k, a, len(vcs), grad(a, c), need, index, vcs, nonleaf)
             seen[id(a)] = (r, vcs[-1])
-            if same is not None:
-                seen[same] = (r, vcs[-1])
             return r
-        several = sum(1 if c == "t" else len(a) if c == "L" else 0 for a, c in zip(args, sig)) > 1
         for k, (a, c) in enumerate(zip(args, sig)):
             if c == "t":
                 out.append(arg(k, a, c))
