@@ -501,10 +501,9 @@ def _rebase(op: Any, sig: str, args: Sequence[Any], call: _Call) -> None:
     through it. The C++ bridge gets this with a torch node per Function; this path has one node per call."""
     flat = _flat(args, sig)
     ks: List[int] = []
-    # one tensor at two positions, or two over the same elements (one runtime tensor): marked once, a late
-    # one (returned) at its own position
+    # one tensor at two positions: marked once, a late one (returned) at its own position
     for k in sorted(call.written, key=lambda k: (k not in call.late, k)):
-        if not any(flat[k] is flat[j] or call.written[k] is call.written[j] for j in ks):
+        if not any(flat[k] is flat[j] for j in ks):
             ks.append(k)
     with torch.enable_grad():
         if len(ks) > 1 and any(flat[k]._is_view() for k in ks):
