@@ -654,12 +654,12 @@ def _python_path_refuses_saving_the_other(torch_route, refused, run, check):
             check(run())
 
 
-
-def _scale_then_mul_over_one_memory(scale_then_mul, pair):
+def _over_one_memory(fn, pairs, pair):
+    """fn(a, b), (a, b) = pairs[pair](h) for h = x * 1: the result's values, x's gradient of a weighted sum."""
     x = torch.tensor(np.concatenate([X, Y]), requires_grad=True)
     h = x * 1
-    first, second = _ALIAS_PAIRS[pair](h)
-    out = scale_then_mul(first, second)
+    first, second = pairs[pair](h)
+    out = fn(first, second)
     loss = (out * torch.tensor(np.concatenate([W, W2])[: out.numel()])).sum()
     return out.detach().numpy().copy(), torch.autograd.grad(loss, [x])[0].numpy()
 
@@ -673,14 +673,14 @@ def test_a_write_by_one_function_is_in_what_a_later_one_reads_over_the_same_elem
     backward (its version check), never give a gradient. 09bb863 made that check pass: 2x where torch
     gives 6x, silently; 71bd8c2 merged such tensors, which merged distinct histories (two leaves over one
     memory: one gradient for both)."""
-    want = _scale_then_mul_over_one_memory(lambda a, b: a.mul_(3.0) * b, pair)
+    want = _over_one_memory(lambda a, b: a.mul_(3.0) * b, _ALIAS_PAIRS, pair)
     ops = opbuilder.to_torch(parity_ops)
 
     def check(got):
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
     _python_path_refuses_saving_the_other(torch_route, True,
-                                          lambda: _scale_then_mul_over_one_memory(ops.scale_then_mul, pair), check)
+                                          lambda: _over_one_memory(ops.scale_then_mul, _ALIAS_PAIRS, pair), check)
 
 
 _OVER_PAIRS = {  # a written first argument, a second one over (some of) its memory
@@ -690,30 +690,6 @@ _OVER_PAIRS = {  # a written first argument, a second one over (some of) its mem
 }
 
 
-
-@pytest.mark.parametrize("second", ["detach().requires_grad_()", "a leaf over the same array"])
-def test_two_leaves_over_one_memory_keep_a_gradient_each_torch_routes(parity_ops, torch_route, second):
-    """mul(p, q), q a second leaf over p's memory: each gets its own gradient (q and p), as torch's p * q.
-    71bd8c2 made one runtime tensor of two torch tensors over the same elements, whatever their histories:
-    p got 2x, q none, silently with .backward() (an attack on it)."""
-    ops = opbuilder.to_torch(parity_ops)
-    for _ in range(3):
-        arr = X.copy()
-        p = torch.from_numpy(arr).requires_grad_()
-        q = p.detach().requires_grad_() if second.startswith("detach") else torch.from_numpy(arr).requires_grad_()
-        gp, gq = torch.autograd.grad((ops.mul(p, q) * torch.tensor(W)).sum(), [p, q])
-        np.testing.assert_allclose(gp.numpy(), X * W, rtol=1e-12)
-        np.testing.assert_allclose(gq.numpy(), X * W, rtol=1e-12)
-
-def _argument_returned_after_a_write_over_it(scale_then_other, pair):
-    x = torch.tensor(np.concatenate([X, Y]), requires_grad=True)
-    h = x * 1
-    first, second = _OVER_PAIRS[pair](h)
-    out = scale_then_other(first, second)
-    loss = (out * torch.tensor(np.concatenate([W, W2])[: out.numel()])).sum()
-    return out.detach().numpy().copy(), torch.autograd.grad(loss, [x])[0].numpy()
-
-
 @pytest.mark.parametrize("pair", sorted(_OVER_PAIRS))
 def test_an_argument_returned_as_it_came_after_a_write_over_its_memory(parity_ops, torch_route, pair):
     """scale_then_other(a, b): Scale writes a, the function returns b as it came, b over a's memory. The
@@ -721,10 +697,10 @@ def test_an_argument_returned_as_it_came_after_a_write_over_its_memory(parity_op
     is written ("Output 0 of _Eager is a view and its base ... has been modified inplace"), where torch's
     own `TScale.apply(a); return b` and the bridge give the gradient. It is made after the call now, in the
     caller's grad mode, as the bridge's."""
-    want = _argument_returned_after_a_write_over_it(lambda a, b: (a.mul_(3.0), b)[1], pair)
+    want = _over_one_memory(lambda a, b: (a.mul_(3.0), b)[1], _OVER_PAIRS, pair)
     ops = opbuilder.to_torch(parity_ops)
     for _ in range(3):
-        got = _argument_returned_after_a_write_over_it(ops.scale_then_other, pair)
+        got = _over_one_memory(ops.scale_then_other, _OVER_PAIRS, pair)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
 
@@ -743,6 +719,22 @@ def test_an_argument_returned_as_it_came_written_under_no_grad(parity_ops, torch
         (g,) = torch.autograd.grad((r * torch.tensor(W)).sum(), x0)
         np.testing.assert_allclose(g.numpy(), W, rtol=1e-12)
         assert x._version == 1
+
+
+@pytest.mark.parametrize("second", ["detach().requires_grad_()", "a leaf over the same array"])
+def test_two_leaves_over_one_memory_keep_a_gradient_each_torch_routes(parity_ops, torch_route, second):
+    """mul(p, q), q a second leaf over p's memory: each gets its own gradient (q and p), as torch's p * q.
+    71bd8c2 made one runtime tensor of two torch tensors over the same elements, whatever their histories:
+    p got 2x, q none, silently with .backward() (an attack on it)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        arr = X.copy()
+        p = torch.from_numpy(arr).requires_grad_()
+        q = p.detach().requires_grad_() if second.startswith("detach") else torch.from_numpy(arr).requires_grad_()
+        gp, gq = torch.autograd.grad((ops.mul(p, q) * torch.tensor(W)).sum(), [p, q])
+        np.testing.assert_allclose(gp.numpy(), X * W, rtol=1e-12)
+        np.testing.assert_allclose(gq.numpy(), X * W, rtol=1e-12)
+
 
 def _add_into_a_view(add_into, view):
     w, v = torch.tensor(np.concatenate([X, Y]), requires_grad=True), torch.tensor(Y, requires_grad=True)
