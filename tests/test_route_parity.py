@@ -81,7 +81,6 @@ class _TorchSide:
         return torch.no_grad()
 
 
-
 class _RuntimeSide:
     def __init__(self, ops):
         self.ops = ops
@@ -104,7 +103,6 @@ class _RuntimeSide:
 
     def no_grad(self):
         return rt.no_grad()
-
 
 
 def s_mul(side):
