@@ -161,3 +161,31 @@ def test_to_torch_python_path_honours_torch_hooks(bridge_ops, monkeypatch, calls
         z = t.exp_saves_output(x)
     z.sum().backward()
     assert x.grad.tolist() == [5.0, 5.0]
+
+
+@pytest.mark.parametrize("with_cpp_op", [False, True])
+def test_runtime_jit_under_hooks_runs_eagerly(bridge_ops, with_cpp_op):
+    """runtime.jit under saved_tensors_hooks: every call (its trace, its replays) gives eager's gradient,
+    its saves through the hooks. A graph of built-in ops ran on the backend even on the call that traced,
+    and a replay saved only C++ Functions' tensors through the hooks: an unpack hook that changes values
+    was ignored, silently (an attack). jit runs such a call op by op, and traces it only without hooks."""
+    def f(x):
+        y = rt.mint.sin(x) * x
+        return rt.mint.sum(bridge_ops.mul_saved(y, x) if with_cpp_op else y)
+    jitted = rt.jit(f)
+    a = np.array([0.5, -1.0, 2.0])
+
+    def grad(fn):
+        x = rt.Tensor(a.copy(), requires_grad=True)
+        with rt.autograd.saved_tensors_hooks(lambda t: t, lambda t: t * 2.0):
+            out = fn(x)
+        out.backward()
+        return x.grad.numpy()
+    want = grad(f)
+    for _ in range(3):
+        np.testing.assert_allclose(grad(jitted), want, rtol=1e-12)
+    x = rt.Tensor(a.copy(), requires_grad=True)  # without hooks, the same function's own gradient
+    jitted(x).backward()
+    x2 = rt.Tensor(a.copy(), requires_grad=True)
+    f(x2).backward()
+    np.testing.assert_allclose(x.grad.numpy(), x2.grad.numpy(), rtol=1e-12)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 
 import numpy as np
 
-from ..autograd.grad_mode import _state, no_grad
+from ..autograd.grad_mode import _state, hooks_open, no_grad
 from ..autograd.node import attach_outputs, edge_of
 from ..graph.graph import Const, Graph, Input, Output
 from ..graph.registry import Backend, Runner, get_backend
@@ -208,6 +208,11 @@ class JitFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if hook.tracer is not None:  # inside another trace: inline
+            return self.fn(*args, **kwargs)
+        if hooks_open[0] and _state.saved_hooks is not None and _state.enabled:
+            # saved_tensors_hooks in force while a gradient is recorded: what each op saves goes through
+            # them (pack as it is saved, unpack in backward), which a graph's saved values cannot do; the
+            # call runs eagerly, op by op, and traces nothing (a later call without them replays)
             return self.fn(*args, **kwargs)
         key, tensors = signature(args, kwargs)
         entry = self._cache.get(key)
