@@ -983,9 +983,10 @@ def _bump_add_runs(parity_ops, lists, want, wrap=lambda add: add):
 
 
 def test_argument_returned_as_it_came_keeps_its_history_torch_routes(parity_ops, torch_route):
-    """A module function returning its argument itself (no Function around it) gives a view of the caller's
-    tensor on every call: its history (the gradient through it), its version counter (a write through it is
-    torch's write into the argument). On 1ff5453 the bridge (calls 2+) gave a new tensor over the memory:
+    """A module function returning its argument itself (no Function around it) gives the caller's tensor
+    itself on every call, as torch's `return x`: its history (the gradient through it), its version counter
+    (a write through it is torch's write into the argument). On 1ff5453 the bridge (calls 2+) gave a new
+    tensor over the memory:
     the gradient through it was dropped silently (x0.grad 2x W where torch gives 2x W + V), and a write
     through it went unseen by a tensor torch saved from the argument."""
     ops = opbuilder.to_torch(parity_ops)
@@ -994,7 +995,7 @@ def test_argument_returned_as_it_came_keeps_its_history_torch_routes(parity_ops,
         x0 = torch.tensor(X, requires_grad=True)
         x = x0 * 1
         y, xr = ops.sq_and_x(x)
-        assert xr._is_view() and xr.data_ptr() == x.data_ptr() and xr._version == x._version
+        assert xr is x  # as torch's `return x`
         (g,) = torch.autograd.grad((y * w).sum() + (xr * v).sum(), x0, retain_graph=True)
         np.testing.assert_allclose(g.numpy(), 2 * X * W + X[::-1], rtol=1e-12)
         (g,) = torch.autograd.grad((ops.just_x(x) * w).sum(), x0)
@@ -1009,6 +1010,62 @@ def test_argument_returned_as_it_came_keeps_its_history_torch_routes(parity_ops,
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             z.sum().backward()
 
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_an_argument_returned_under_no_grad_is_the_argument(parity_ops, torch_route, mode):
+    """just_x(x) under no_grad or inference_mode gives x itself, as torch's `return x`: its history, so a
+    loss through it reaches x0. Both routes gave a view made in that mode, which has none: x0.grad stayed
+    None, silently (an attack on 63af991)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        x0 = torch.tensor(X, requires_grad=True)
+        x = x0 * 1
+        with getattr(torch, mode)():
+            r = ops.just_x(x)
+        assert r is x
+        (r * torch.tensor(W)).sum().backward()
+        np.testing.assert_allclose(x0.grad.numpy(), W, rtol=1e-12)
+
+
+def test_an_argument_returned_under_a_dispatch_mode_is_the_argument(parity_ops, torch_route):
+    """Under a TorchDispatchMode, a call recording no torch node returned the view the registered op's kernel
+    made below autograd: x's memory with a counter of its own, so a write through it went unseen by a
+    product that saved x (a wrong gradient where torch raises). It is x itself now, and x_twice gives one
+    object twice."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Forwarding(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        x = torch.tensor(X)
+        w = torch.ones(4, dtype=torch.float64, requires_grad=True)
+        z = x * w
+        with Forwarding():
+            r = ops.just_x(x)
+            a, b = ops.x_twice(x)
+        assert r is x and a is x and b is x
+        r.mul_(10.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            z.sum().backward()
+
+
+@pytest.mark.parametrize("kind", ["inference", "conjugate"])
+def test_an_argument_given_as_a_copy_is_returned_itself(parity_ops, torch_route, kind):
+    """An inference tensor outside inference mode and a conjugate view reach the op as private copies; the
+    function returning the argument gave a new tensor over that copy, which a write changed unseen (torch's
+    `return x` refuses the inference tensor's write, and writes through the conjugate view)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        if kind == "inference":
+            with torch.inference_mode():
+                x = torch.tensor(X)
+        else:
+            x = torch.tensor(X + 1j * Y).conj()
+        r = ops.just_x(x)
+        assert r is x
 
 def _scale_then_x(side_grad, scale_then_x):
     """x written in place by scale_ (x *= 3) inside the function, which returns x itself: under no_grad,

@@ -58,7 +58,7 @@ from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns
 from .torch_call import (_PLAIN, _Call, _flat, _from_numpy, _input_grads, _is_compiling, _mode, _once,
                          _save_mark, _to_runtime, _to_torch, _top_hooks, _transforms_active)
 from .torch_writes import (_TorchVersion, _Uncounted, _after_watch, _bump_declared, _copy_args, _flush_pending,
-                           _marked, _once_each, _rebasing, _refuse_copy_writes, _refuse_out_grad,
+                           _marked, _once_each, _rebasing, _returned_arguments, _refuse_copy_writes, _refuse_out_grad,
                            _refuse_out_inference, _settle, _snapshot_shared, _torch_write_refusal, _unannounced,
                            _undirtied, _watch)
 
@@ -375,9 +375,14 @@ class _Op:
             written = {i: flat_rt[i] for i in dirty if (i not in alias or i in late) and flat_rt[i].requires_grad
                        and not any(flat_rt[i] is r for r in returned)}
         call = _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written, late)
-        if any(k >= 0 and k not in dirty for k in alias):
-            flat_rt = _flat(rt_args, sig)
-            call.asis = tuple(j for j, k in enumerate(alias) if k >= 0 and k not in dirty and outs[j] is flat_rt[k])
+        flat_rt = None
+        for j, o in enumerate(outs):  # (an argument a Function wrote is its own output: marked dirty)
+            if o._node is None or type(o._node) is _TorchHistory:  # (what a Function made has a node of its own)
+                flat_rt = _flat(rt_args, sig) if flat_rt is None else flat_rt
+                for k, r in enumerate(flat_rt):
+                    if o is r and k not in dirty:
+                        call.asis += ((j, k),)
+                        break
         return outs, call
 
     def _refuse_compiled(self, what: str = "its argument unchanged") -> None:
@@ -489,6 +494,8 @@ class _Op:
             raise
         if kernel:  # for setup_context, which torch calls right after on this thread (an op a dispatch mode
             _mode.last = (tuple(args), call)  # calls after the kernel, off the registered path, keeps it)
+        elif call.asis:  # (the eager path without grad: no torch node, the arguments handed back here)
+            res = _returned_arguments(res, _flat(args, sig), call)
         return res
 
     def forward_direct(self, sig: str, tpos: Tuple[int, ...], args: Sequence[Any]) -> List[torch.Tensor]:
@@ -537,7 +544,7 @@ class _Op:
             for i in tpos:  # an argument returned (first seen here): a view of it, and no direct path again
                 if base is conv[i] and o._data.shape == conv[i].shape and o._data.strides == conv[i].strides:
                     self.by_sig[sig][1][1] = True
-                    return args[i].view_as(args[i])
+                    return args[i]  # as torch's `return x`
         return _to_torch(o, None)
 
     def backward_impl(self, sig: str, grads: List[Optional[torch.Tensor]], args: Optional[Sequence[Any]],
@@ -732,6 +739,12 @@ def _mutates_returns(name: str) -> str:
             f"writes a functional copy)")
 
 
+def _flat_tensors(args: Sequence[Any]) -> List[torch.Tensor]:
+    """``_flat(args, sig)`` without the signature: the tensor arguments, those in lists too."""
+    return [t for a in args for t in ([a] if isinstance(a, torch.Tensor) else a if isinstance(a, (list, tuple))
+                                      and a and all(isinstance(x, torch.Tensor) for x in a) else [])]
+
+
 def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
     """An eager call of the registered operator (not a compiled graph's): its kernel defers the writes the
     runtime counts to setup_context's ctx.mark_dirty; a call torch records no node for (no argument needs
@@ -745,7 +758,12 @@ def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
     kernel_grad, _mode.kernel_grad = getattr(_mode, "kernel_grad", None), getattr(_mode, "grad", True)
     grad, before = getattr(_mode, "grad", True), getattr(_mode, "last", None)
     try:
-        return _rebasing(overload, *args)
+        out = _rebasing(overload, *args)
+        last = getattr(_mode, "last", None)
+        if last is not None and last is not before and last[1].asis and out is not None:
+            # a call torch records no node for (setup_context, where _rebasing hands them back, did not run)
+            out = _returned_arguments(out, _flat_tensors(args), last[1])
+        return out
     finally:
         _mode.eager, _mode.owners, _mode.grad, _mode.kernel_grad = eager, owners, grad, kernel_grad
         last, _mode.last = getattr(_mode, "last", None), before

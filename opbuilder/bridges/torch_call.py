@@ -52,9 +52,10 @@ class _Call:
         # the flat position of a view the op wrote and returned, whose history _Rebase gives (in ``written``)
         # instead of the call's node marking it dirty: the call returns that argument after (_rebasing)
         self.late = late
-        # the outputs that are an argument returned as it came (the runtime tensor the call was given, no
-        # Function around it): the caller gets a view of its tensor made after the call (_rebasing)
-        self.asis: Tuple[int, ...] = ()
+        # (output, flat position) of each argument returned as it came (the runtime tensor the call was
+        # given, no Function around it): the caller gets its own tensor back after the call, as torch's
+        # `return x` (_returned_arguments)
+        self.asis: Tuple[Tuple[int, int], ...] = ()
 
 
 class _Keep:

@@ -467,20 +467,16 @@ def _rebasing(call: Callable[..., Any], *a: Any) -> Any:
 
 
 def _returned_arguments(out: Sequence[Any], flat: Sequence[torch.Tensor], call: _Call) -> Any:
-    """The call's outputs with each argument it returned as the caller has it now: the argument itself for
-    a view it wrote (``late``; its history the write's), a view of it made here, in the caller's grad mode,
-    for one returned as it came (its history, its base, as the bridge's ``ReturnedArgument``: a view made
-    inside the call's torch Function would be one torch refuses to use once its base is written)."""
-    views: dict = {}
-    got = []
-    for j, (o, k) in enumerate(zip(out, call.alias)):
+    """The call's outputs with each argument it returned as the caller's tensor itself, as torch's
+    ``return x``: a view it wrote (``late``; its history the write's now), or one returned as it came
+    (``asis``; a view made inside the call's torch Function would lose the argument's history under
+    no_grad, its counter under a dispatch mode, and torch refuses it once its base is written)."""
+    got = list(out)
+    for j, k in enumerate(call.alias):
         if k in call.late:
-            o = flat[k]
-        elif j in call.asis:
-            if k not in views:
-                views[k] = flat[k].view_as(flat[k])
-            o = views[k]
-        got.append(o)
+            got[j] = flat[k]
+    for j, k in call.asis:
+        got[j] = flat[k]
     return tuple(got) if isinstance(out, tuple) else got
 
 

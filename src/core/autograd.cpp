@@ -634,14 +634,6 @@ OB_CORE_FN void RunFunctionForeign(const Runtime &rt, const ForeignApi &api, con
   } else if (!st.dirty.empty()) {
     FinishDirty(rt, st, outs);
   }
-  for (const auto &d : st.dirty) {  // the caller's tensor, if the module function returns it (TensorToObject)
-    const int i = st.ArgIndex(d.get());
-    if (i < 0) continue;
-    if (auto *owner = std::get_deleter<ForeignOwner>(CallerArg(f, static_cast<std::size_t>(i))->storage())) {
-      owner->written = true;
-    }
-  }
-
   TensorPtrList result(outs.size());
   std::vector<PyObject *> attach;
   std::vector<int> dirty;

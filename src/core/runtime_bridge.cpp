@@ -293,9 +293,8 @@ OB_CORE_FN bool LoadTensor(PyObject *o, TensorPtr &out, std::exception_ptr &erro
 }
 
 // A framework argument the function returns as it came (not through a Function, which binds its outputs), as
-// to_torch's Python path returns it: the caller's tensor itself once a Function wrote it in place (MarkDirty:
-// torch's x.mul_(3); return x), else a view of it in the caller's grad mode (its history, its version counter,
-// its base), not a new tensor over its memory; nullptr when `t` is not the whole argument.
+// to_torch's Python path returns it: the caller's tensor itself, as torch's `return x` (or `x.mul_(3); return
+// x` after a Function wrote it), not a new tensor over its memory; nullptr when `t` is not the whole argument.
 static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
   auto *owner = std::get_deleter<ForeignOwner>(t.storage());
   if (owner == nullptr || !owner->argument) return nullptr;  // (new memory: device outputs are foreign too)
@@ -315,8 +314,7 @@ static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
     if (f.shape[d] != t.shape()[d] || (f.shape[d] != 1 && fs != strides[d])) return nullptr;
   }
   if (f.strides == nullptr && !t.is_contiguous()) return nullptr;
-  if (owner->written) return arg.release();
-  return Check(PyObject_CallMethod(arg.get(), "view_as", "O", arg.get()));
+  return arg.release();
 }
 
 OB_CORE_FN PyObject *TensorToObject(const TensorPtr &t) {

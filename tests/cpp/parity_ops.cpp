@@ -408,6 +408,7 @@ OB_MODULE(m) {
   // an argument returned as it came, beside a Function's output or alone (no Function around it)
   m.def("sq_and_x", [](const TensorPtr &x) { return TensorPtrList{ParityMul::Apply(x, x), x}; });
   m.def("just_x", [](const TensorPtr &x) { return x; });
+  m.def("x_twice", [](const TensorPtr &x) { return TensorPtrList{x, x}; });
   m.def("exp_saved", [](const TensorPtr &x) { return ParityExpSaved::Apply(x); });
   m.def("mul_dense", [](const TensorPtr &x, const TensorPtr &y) { return ParityMulDense::Apply(x, y); });
   m.def("mul_ret_x", [](const TensorPtr &x, const TensorPtr &w) { return ParityMulRetX::Apply(x, w); });

@@ -160,8 +160,7 @@ inline const ForeignApi *LoadedForeign() {
 struct ForeignOwner {
   const ForeignApi *api;
   void *handle;
-  bool argument = false;  // the caller's argument, unpacked (TensorFromObject): returned, a view of it
-  bool written = false;   // a Function marked this argument dirty (RunFunctionForeign): returned, it is itself
+  bool argument = false;  // the caller's argument, unpacked (TensorFromObject): returned, it is itself
   void operator()(void *) const { api->release(handle); }
 };
 
