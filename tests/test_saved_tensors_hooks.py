@@ -5,6 +5,8 @@ Functions, and torch's on to_torch's Python path (tests/test_torch_bridge_semant
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -163,27 +165,37 @@ def test_to_torch_python_path_honours_torch_hooks(bridge_ops, monkeypatch, calls
     assert x.grad.tolist() == [5.0, 5.0]
 
 
+@pytest.mark.parametrize("where", ["around the call", "inside the function"])
 @pytest.mark.parametrize("with_cpp_op", [False, True])
-def test_runtime_jit_under_hooks_runs_eagerly(bridge_ops, with_cpp_op):
+def test_runtime_jit_under_hooks_runs_eagerly(bridge_ops, with_cpp_op, where):
     """runtime.jit under saved_tensors_hooks: every call (its trace, its replays) gives eager's gradient,
     its saves through the hooks. A graph of built-in ops ran on the backend even on the call that traced,
     and a replay saved only C++ Functions' tensors through the hooks: an unpack hook that changes values
-    was ignored, silently (an attack). jit runs such a call op by op, and traces it only without hooks."""
+    was ignored, silently (an attack). jit runs such a call op by op, and traces it only without hooks;
+    hooks opened inside the traced function stop its trace (the signature runs eagerly)."""
+    inside = where == "inside the function"
+
+    def hooks():
+        return rt.autograd.saved_tensors_hooks(lambda t: t, lambda t: t * 2.0)
+
     def f(x):
-        y = rt.mint.sin(x) * x
-        return rt.mint.sum(bridge_ops.mul_saved(y, x) if with_cpp_op else y)
+        with hooks() if inside else contextlib.nullcontext():
+            y = rt.mint.sin(x) * x
+            return rt.mint.sum(bridge_ops.mul_saved(y, x) if with_cpp_op else y)
     jitted = rt.jit(f)
     a = np.array([0.5, -1.0, 2.0])
 
     def grad(fn):
         x = rt.Tensor(a.copy(), requires_grad=True)
-        with rt.autograd.saved_tensors_hooks(lambda t: t, lambda t: t * 2.0):
+        with contextlib.nullcontext() if inside else hooks():
             out = fn(x)
         out.backward()
         return x.grad.numpy()
     want = grad(f)
     for _ in range(3):
         np.testing.assert_allclose(grad(jitted), want, rtol=1e-12)
+    if inside:
+        return
     x = rt.Tensor(a.copy(), requires_grad=True)  # without hooks, the same function's own gradient
     jitted(x).backward()
     x2 = rt.Tensor(a.copy(), requires_grad=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, List, Optional, Tuple
 
+from ..ops.op_entry import breaks_trace
 from .grad_mode import _state, hooks_flag, hooks_open
 from .node import Node
 
@@ -41,6 +42,9 @@ class saved_tensors_hooks:
         self.hooks: Hooks = (pack_hook, unpack_hook)
         self._local = threading.local()  # what each entry restores, per thread: one object, several threads
 
+    # inside a function runtime.jit traces: a graph's saved values cannot go through the hooks, so the call
+    # (and its signature) runs eagerly
+    @breaks_trace("saved_tensors_hooks opened: what each op saves goes through the hooks")
     def __enter__(self) -> "saved_tensors_hooks":
         self._local.__dict__.setdefault("prev", []).append(_state.saved_hooks)
         _count(1)  # before the pair is in force: a reader that sees the pair sees the count
