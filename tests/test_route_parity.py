@@ -1067,6 +1067,42 @@ def test_an_argument_given_as_a_copy_is_returned_itself(parity_ops, torch_route,
         r = ops.just_x(x)
         assert r is x
 
+
+def _head_of(fn, grad_mode):
+    """fn(x) under ``grad_mode``, then a loss through it and a write through it after a product saved x:
+    what torch's x[:2] gives (its base, counter, grad requirement, gradient, the product's version error)."""
+    x0 = torch.tensor(X, requires_grad=True)
+    x = x0 * 1
+    with getattr(torch, grad_mode)():
+        r = fn(x)
+    got = [r._base is x, r._version == x._version, r.requires_grad]
+    try:  # (under no_grad torch's view requires grad, with no history to x0: its "not used" error)
+        got.append(torch.autograd.grad((r * torch.tensor(W[:2])).sum(), x0)[0].numpy().tolist())
+    except RuntimeError as e:
+        got.append(str(e))
+    p = x * x
+    with torch.no_grad():
+        r.mul_(10.0)
+    got.append(x._version)
+    try:
+        p.sum().backward()
+    except RuntimeError as e:
+        got.append("modified by an inplace operation" in str(e))
+    return got
+
+
+@pytest.mark.parametrize("grad_mode", ["enable_grad", "no_grad"])
+def test_a_tensor_the_function_built_over_its_argument_is_a_view_of_it(parity_ops, torch_route, grad_mode):
+    """head_alias(x) returns a Tensor it built on x->storage() (no Function): torch's view of x, as its x[:2]
+    (its counter, its base, its history). Both routes gave a tensor with a counter and history of its own:
+    a write through it went unseen by a product that saved x (a wrong gradient where torch raises), and a
+    loss through it did not reach x0 (an attack on e5ef7e3)."""
+    want = _head_of(lambda x: x[:2], grad_mode)
+    assert want[0] and want[-1] is True  # (a view; the write through it refused the product's backward)
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        assert _head_of(ops.head_alias, grad_mode) == want
+
 def _scale_then_x(side_grad, scale_then_x):
     """x written in place by scale_ (x *= 3) inside the function, which returns x itself: under no_grad,
     then written again with grad on (allowed for x; refused for a view made in no_grad), and with grad on."""

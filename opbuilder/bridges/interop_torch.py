@@ -381,8 +381,15 @@ class _Op:
                 flat_rt = _flat(rt_args, sig) if flat_rt is None else flat_rt
                 for k, r in enumerate(flat_rt):
                     if o is r and k not in dirty:
-                        call.asis += ((j, k),)
+                        call.asis += ((j, k, None),)
                         break
+                else:
+                    if alias[j] < 0 and o._node is None:  # a Tensor over an argument's memory: a view of it
+                        k = _over_argument(o._data, _flat(args, sig))
+                        if k >= 0 and k not in dirty:
+                            call.asis += ((j, k, o._data),)
+        if call.asis and not info[1]:  # (an output over an argument: no direct path, no compiled graph)
+            info[1] = self.returns_args[0] = True
         return outs, call
 
     def _refuse_compiled(self, what: str = "its argument unchanged") -> None:
@@ -790,6 +797,20 @@ def _same_call(ran: Sequence[Any], inputs: Sequence[Any], sig: str) -> bool:
         elif _exact_key(x) != _exact_key(y):
             return False
     return True
+
+
+def _over_argument(arr: Any, flat: Sequence[torch.Tensor]) -> int:
+    """The flat position of the first CPU argument of ``arr``'s dtype whose storage holds ``arr``'s first
+    element (a Tensor a module function built on x->storage()), or -1."""
+    if type(arr) is not np.ndarray or not arr.size:
+        return -1
+    p = arr.__array_interface__["data"][0]
+    for k, a in enumerate(flat):
+        if a.is_cpu and a.numel() and _TORCH_DT.get(arr.dtype) == a.dtype:
+            lo = a.data_ptr() - a.storage_offset() * a.element_size()
+            if lo <= p < lo + a.untyped_storage().nbytes():
+                return k
+    return -1
 
 
 def _view_over(t: torch.Tensor, arr: Any) -> Optional[torch.Tensor]:

@@ -52,10 +52,11 @@ class _Call:
         # the flat position of a view the op wrote and returned, whose history _Rebase gives (in ``written``)
         # instead of the call's node marking it dirty: the call returns that argument after (_rebasing)
         self.late = late
-        # (output, flat position) of each argument returned as it came (the runtime tensor the call was
+        # (output, flat position, None) of each argument returned as it came (the runtime tensor the call was
         # given, no Function around it): the caller gets its own tensor back after the call, as torch's
-        # `return x` (_returned_arguments)
-        self.asis: Tuple[Tuple[int, int], ...] = ()
+        # `return x`; (output, flat position, array) of a Tensor the function built over an argument's
+        # memory: a view of that argument made after the call (_returned_arguments)
+        self.asis: Tuple[Tuple[int, int, Any], ...] = ()
 
 
 class _Keep:

@@ -470,14 +470,28 @@ def _returned_arguments(out: Sequence[Any], flat: Sequence[torch.Tensor], call: 
     """The call's outputs with each argument it returned as the caller's tensor itself, as torch's
     ``return x``: a view it wrote (``late``; its history the write's now), or one returned as it came
     (``asis``; a view made inside the call's torch Function would lose the argument's history under
-    no_grad, its counter under a dispatch mode, and torch refuses it once its base is written)."""
+    no_grad, its counter under a dispatch mode, and torch refuses it once its base is written); a Tensor
+    the function built over an argument's memory as torch's view of it, made here likewise."""
     got = list(out)
     for j, k in enumerate(call.alias):
         if k in call.late:
             got[j] = flat[k]
-    for j, k in call.asis:
-        got[j] = flat[k]
+    for j, k, arr in call.asis:
+        got[j] = flat[k] if arr is None else _argument_view(flat[k], arr)
     return tuple(got) if isinstance(out, tuple) else got
+
+
+def _argument_view(t: torch.Tensor, arr: np.ndarray) -> torch.Tensor:
+    """A module function's Tensor over ``t``'s memory (built on x->storage()) as torch's view of ``t``: ``t``
+    itself over exactly its elements (as the bridge gives it: the C++ side cannot tell the two apart), else
+    ``t.as_strided`` over the array's (torch's x[:2], its counter and base)."""
+    item = arr.itemsize
+    off = arr.__array_interface__["data"][0] - t.data_ptr()
+    steps = [st // item for st in arr.strides]
+    if off == 0 and arr.shape == tuple(t.shape) and all(n == 1 or a == b for n, a, b in
+                                                         zip(arr.shape, steps, t.stride())):
+        return t
+    return t.as_strided(arr.shape, steps, t.storage_offset() + off // item)
 
 
 def _rebase_raised(e: BaseException) -> None:

@@ -294,7 +294,9 @@ OB_CORE_FN bool LoadTensor(PyObject *o, TensorPtr &out, std::exception_ptr &erro
 
 // A framework argument the function returns as it came (not through a Function, which binds its outputs), as
 // to_torch's Python path returns it: the caller's tensor itself, as torch's `return x` (or `x.mul_(3); return
-// x` after a Function wrote it), not a new tensor over its memory; nullptr when `t` is not the whole argument.
+// x` after a Function wrote it); a Tensor the function built over the argument's memory (a slice, a
+// reshape on x->storage()) is the framework's view of the argument over those elements (torch's x[:2]),
+// not a new tensor with a version counter and history of its own; nullptr when `t` is neither.
 static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
   auto *owner = std::get_deleter<ForeignOwner>(t.storage());
   if (owner == nullptr || !owner->argument) return nullptr;  // (new memory: device outputs are foreign too)
@@ -304,17 +306,33 @@ static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
   if (got < 0) throw PythonError();
   if (got == 0) return nullptr;
   api.release(f.handle);  // `arg` keeps the tensor, and so f's shape and strides
-  if (f.data != t.data_ptr() || f.dtype != static_cast<std::int32_t>(t.dtype()) ||
-      f.ndim != static_cast<std::int32_t>(t.ndim()) || f.device != t.device_index()) {
+  if (f.dtype != static_cast<std::int32_t>(t.dtype()) || f.device != t.device_index()) return nullptr;
+  const ShapeVector strides = t.strides();
+  bool same = f.data == t.data_ptr() && f.ndim == static_cast<std::int32_t>(t.ndim()) &&
+              (f.strides != nullptr || t.is_contiguous());
+  for (std::int32_t d = 0; same && d < f.ndim; ++d) {  // (a size-1 dimension's stride says nothing)
+    const std::int64_t fs = f.strides != nullptr ? f.strides[d] : strides[d];
+    same = f.shape[d] == t.shape()[d] && (f.shape[d] == 1 || fs == strides[d]);
+  }
+  if (same) return arg.release();
+  const auto item = static_cast<std::ptrdiff_t>(t.element_size());
+  const std::ptrdiff_t bytes = static_cast<const char *>(t.data_ptr()) - static_cast<const char *>(f.data);
+  if (item == 0 || bytes % item != 0) return nullptr;
+  PyRef first = PyRef::Steal(Check(PyObject_CallMethod(arg.get(), "storage_offset", nullptr)));
+  const long long offset = PyLong_AsLongLong(first.get()) + bytes / item;
+  if (offset < 0 || PyErr_Occurred()) {
+    PyErr_Clear();
     return nullptr;
   }
-  const ShapeVector strides = t.strides();
-  for (std::int32_t d = 0; d < f.ndim; ++d) {  // (a size-1 dimension's stride says nothing)
-    const std::int64_t fs = f.strides != nullptr ? f.strides[d] : strides[d];
-    if (f.shape[d] != t.shape()[d] || (f.shape[d] != 1 && fs != strides[d])) return nullptr;
+  PyRef shape = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(t.ndim()))));
+  PyRef steps = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(t.ndim()))));
+  for (std::int64_t d = 0; d < t.ndim(); ++d) {
+    PyTuple_SET_ITEM(shape.get(), d, Check(PyLong_FromLongLong(t.shape()[static_cast<std::size_t>(d)])));
+    PyTuple_SET_ITEM(steps.get(), d, Check(PyLong_FromLongLong(strides[static_cast<std::size_t>(d)])));
   }
-  if (f.strides == nullptr && !t.is_contiguous()) return nullptr;
-  return arg.release();
+  PyObject *view = PyObject_CallMethod(arg.get(), "as_strided", "OOL", shape.get(), steps.get(), offset);
+  if (view == nullptr) PyErr_Clear();  // (elements outside the argument's storage: a tensor of its own)
+  return view;
 }
 
 OB_CORE_FN PyObject *TensorToObject(const TensorPtr &t) {

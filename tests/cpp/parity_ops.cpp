@@ -409,6 +409,10 @@ OB_MODULE(m) {
   m.def("sq_and_x", [](const TensorPtr &x) { return TensorPtrList{ParityMul::Apply(x, x), x}; });
   m.def("just_x", [](const TensorPtr &x) { return x; });
   m.def("x_twice", [](const TensorPtr &x) { return TensorPtrList{x, x}; });
+  m.def("head_alias", [](const TensorPtr &x) {  // a Tensor of its own over x's first two elements
+    return std::make_shared<Tensor>(x->dtype(), ShapeVector{2}, ShapeVector{x->strides()[0]}, x->data_ptr(),
+                                    x->storage());
+  });
   m.def("exp_saved", [](const TensorPtr &x) { return ParityExpSaved::Apply(x); });
   m.def("mul_dense", [](const TensorPtr &x, const TensorPtr &y) { return ParityMulDense::Apply(x, y); });
   m.def("mul_ret_x", [](const TensorPtr &x, const TensorPtr &w) { return ParityMulRetX::Apply(x, w); });
