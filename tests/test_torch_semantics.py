@@ -534,6 +534,23 @@ def test_torch_func_what_an_operator_cannot_do_is_a_named_error(my_ops):
         torch.func.grad(lambda a: torch.func.grad(lambda b: ns.mul(b, b).sum())(a).sum())(x)
 
 
+def test_torch_func_over_a_list_of_tensors_is_a_named_error(autograd_ops):
+    """torch.func.grad over a function taking a list of tensors: the named error on every call, with the
+    gradient through the list or beside it (before: torch's raw "must override the setup_context
+    staticmethod"). vmap over its other arguments still runs."""
+    ns = opbuilder.to_torch(autograd_ops)
+    x, y = torch.randn(3, dtype=DOUBLE), torch.randn(3, dtype=DOUBLE)
+    want = (r"^sum_list: torch\.func transforms \(grad, vjp, jacrev\) over a function taking a list of tensors "
+            r"are not supported; pass the tensors as arguments of their own, or use torch\.autograd$")
+    for _ in range(2):
+        with pytest.raises(NotImplementedError, match=want):
+            torch.func.grad(lambda a: ns.sum_list(a, [y]).sum())(x)
+        with pytest.raises(NotImplementedError, match=want):
+            torch.func.grad(lambda b: ns.sum_list(x, [b]).sum())(y)
+    xs = torch.randn(4, 3, dtype=DOUBLE)
+    torch.testing.assert_close(torch.func.vmap(lambda a: ns.sum_list(a, [y]))(xs), xs + y)
+
+
 # ---- #12: a C++ InferShape names each output's dtype --------------------------------------------------------------
 
 ARGMAX_SRC = r'''

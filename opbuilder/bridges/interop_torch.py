@@ -1077,6 +1077,13 @@ def _wrapper(op: _Op, owner: Optional["TorchOps"] = None) -> Callable:
 
     def route(*args: Any) -> Any:
         sig = "".join([_code(op.name, k, a) for k, a in enumerate(args)])
+        if not torch.compiler.is_compiling() and _transforms_active() and "L" in sig and any(
+                _functorch.is_gradtrackingtensor(t) for a, c in zip(args, sig) if c in "tL"
+                for t in ([a] if c == "t" else a)):
+            # (torch's own words would be about autograd.Function's setup_context)
+            raise NotImplementedError(f"{op.name}: torch.func transforms (grad, vjp, jacrev) over a function "
+                                      f"taking a list of tensors are not supported; pass the tensors as "
+                                      f"arguments of their own, or use torch.autograd")
         if not torch.compiler.is_compiling() and _transforms_active() and "L" not in sig:
             if any(a.requires_grad or _is_wrapped(a) for a, c in zip(args, sig) if c == "t"):
                 define(sig, tuple(_spec_key(a, c) for a, c in zip(args, sig)))
