@@ -1103,6 +1103,49 @@ def test_a_tensor_the_function_built_over_its_argument_is_a_view_of_it(parity_op
     for _ in range(3):
         assert _head_of(ops.head_alias, grad_mode) == want
 
+
+def _over_memory(fn):
+    """fn(x, y) with x = a.detach() and y = a * 1 (one storage, only y with a history to a): its values,
+    whether it requires grad, a's gradient of a weighted sum, y's version."""
+    a = torch.tensor(X, requires_grad=True)
+    y = a * 1
+    x = y.detach()
+    r = fn(x, y)
+    g = torch.autograd.grad((r * torch.tensor(W[: r.numel()])).sum() + y.sum(), a)[0]
+    return r.detach().numpy().tolist(), r.requires_grad, g.numpy().tolist(), y._version
+
+
+_OVER_MEMORY = {  # to_torch's op (x, y) -> torch's equivalent
+    "second_mid": (lambda x, y: y[1:3]),  # over y's storage, which x shares: a view of y, not of x
+    "reversed_alias": (lambda x, y: y.flip(0)),  # negative strides: torch's flip (a copy, its gradient to y)
+    "scale_then_head": (lambda x, y: y.mul_(3.0)[:2]),  # over an argument the call wrote: its view after
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OVER_MEMORY))
+def test_a_tensor_built_over_an_argument_follows_that_argument(parity_ops, torch_route, name):
+    """Tensors a module function builds over an argument's memory (no Function), against torch's
+    equivalents. An attack on 2b9920c: the Python path viewed the first argument over the storage (x, a
+    detached alias) instead of y, whose memory it is; a negative-stride one raised as_strided's error there
+    and had no history on the bridge; one over an argument the call wrote was a detached tensor."""
+    ops = opbuilder.to_torch(parity_ops)
+    fn = getattr(ops, name)
+    theirs = _OVER_MEMORY[name]
+    want = _over_memory(theirs if name == "second_mid" else lambda x, y: theirs(x, y))
+    for _ in range(3):
+        got = _over_memory(fn if name == "second_mid" else lambda x, y: fn(y))
+        assert got[:3] == want[:3] and got[3] == (1 if name == "scale_then_head" else 0)
+
+
+def test_torch_func_refuses_a_tensor_built_over_an_argument_on_every_call(parity_ops):
+    """torch.func.grad over head_alias (a view of its argument): the named refusal on the signature's first
+    call too, which gave a zero gradient silently (an attack on 2b9920c)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(2):
+        with pytest.raises(NotImplementedError, match=r"^head_alias: under torch\.func an operator may not "
+                                                      r"return its argument"):
+            torch.func.grad(lambda y: (ops.head_alias(y) * torch.tensor(W[:2])).sum())(torch.tensor(X))
+
 def _scale_then_x(side_grad, scale_then_x):
     """x written in place by scale_ (x *= 3) inside the function, which returns x itself: under no_grad,
     then written again with grad on (allowed for x; refused for a view made in no_grad), and with grad on."""

@@ -385,8 +385,8 @@ class _Op:
                         break
                 else:
                     if alias[j] < 0 and o._node is None:  # a Tensor over an argument's memory: a view of it
-                        k = _over_argument(o._data, _flat(args, sig))
-                        if k >= 0 and k not in dirty:
+                        k = _over_argument(o._data, _flat(args, sig), flat_rt)
+                        if k >= 0:  # (of one the call wrote too: its history is the write's by then)
                             call.asis += ((j, k, o._data),)
         if call.asis and not info[1]:  # (an output over an argument: no direct path, no compiled graph)
             info[1] = self.returns_args[0] = True
@@ -799,16 +799,25 @@ def _same_call(ran: Sequence[Any], inputs: Sequence[Any], sig: str) -> bool:
     return True
 
 
-def _over_argument(arr: Any, flat: Sequence[torch.Tensor]) -> int:
-    """The flat position of the first CPU argument of ``arr``'s dtype whose storage holds ``arr``'s first
-    element (a Tensor a module function built on x->storage()), or -1."""
-    if type(arr) is not np.ndarray or not arr.size:
+def _over_argument(arr: Any, flat: Sequence[torch.Tensor], flat_rt: Sequence[Any]) -> int:
+    """The flat position of the argument whose memory ``arr`` is over (a Tensor a module function built on
+    x->storage()), or -1: the one whose runtime array ``arr`` is made from (its ``base`` chain: two
+    arguments may share a storage, ``a`` and ``a.detach()``), else the first CPU argument of its dtype
+    whose storage holds its first element. -1 for one off its element grid (a reinterpretation)."""
+    if type(arr) is not np.ndarray or not arr.size or any(st % arr.itemsize for st in arr.strides):
         return -1
+    base = arr.base
+    while base is not None:
+        for k, r in enumerate(flat_rt):
+            if r._data is base:
+                ok = _TORCH_DT.get(arr.dtype) == flat[k].dtype and flat[k].is_cpu
+                return k if ok and not (arr.__array_interface__["data"][0] - flat[k].data_ptr()) % arr.itemsize else -1
+        base = getattr(base, "base", None)
     p = arr.__array_interface__["data"][0]
     for k, a in enumerate(flat):
         if a.is_cpu and a.numel() and _TORCH_DT.get(arr.dtype) == a.dtype:
             lo = a.data_ptr() - a.storage_offset() * a.element_size()
-            if lo <= p < lo + a.untyped_storage().nbytes():
+            if lo <= p < lo + a.untyped_storage().nbytes() and not (p - lo) % a.element_size():
                 return k
     return -1
 
@@ -901,8 +910,8 @@ class _Func(torch.autograd.Function):
                 raise NotImplementedError(_func_returns_arg(op.name)) from None
             raise
         outs = op.to_torch_outputs(sig, args, rt_outs, call)
-        if call.dirty or any(k >= 0 for k in call.alias):  # (as later calls are refused before they run)
-            raise NotImplementedError(_func_returns_arg(op.name))
+        if call.dirty or call.asis or any(k >= 0 for k in call.alias):  # (as later calls are refused before
+            raise NotImplementedError(_func_returns_arg(op.name))                  # they run)
         return (*outs, call)
 
     @staticmethod

@@ -319,20 +319,32 @@ static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
   const std::ptrdiff_t bytes = static_cast<const char *>(t.data_ptr()) - static_cast<const char *>(f.data);
   if (item == 0 || bytes % item != 0) return nullptr;
   PyRef first = PyRef::Steal(Check(PyObject_CallMethod(arg.get(), "storage_offset", nullptr)));
-  const long long offset = PyLong_AsLongLong(first.get()) + bytes / item;
+  long long offset = PyLong_AsLongLong(first.get()) + bytes / item;
+  // negative strides, which torch has no view for: the flip of the view with them turned (x.flip(0))
+  PyRef back = PyRef::Steal(Check(PyList_New(0)));
+  PyRef shape = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(t.ndim()))));
+  PyRef steps = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(t.ndim()))));
+  for (std::int64_t d = 0; d < t.ndim(); ++d) {
+    const std::int64_t n = t.shape()[static_cast<std::size_t>(d)], st = strides[static_cast<std::size_t>(d)];
+    if (st < 0 && n > 1) {
+      offset += (n - 1) * st;
+      PyRef dim = PyRef::Steal(Check(PyLong_FromLongLong(d)));
+      if (PyList_Append(back.get(), dim.get()) != 0) throw PythonError();
+    }
+    PyTuple_SET_ITEM(shape.get(), d, Check(PyLong_FromLongLong(n)));
+    PyTuple_SET_ITEM(steps.get(), d, Check(PyLong_FromLongLong(st < 0 ? -st : st)));
+  }
   if (offset < 0 || PyErr_Occurred()) {
     PyErr_Clear();
     return nullptr;
   }
-  PyRef shape = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(t.ndim()))));
-  PyRef steps = PyRef::Steal(Check(PyTuple_New(static_cast<Py_ssize_t>(t.ndim()))));
-  for (std::int64_t d = 0; d < t.ndim(); ++d) {
-    PyTuple_SET_ITEM(shape.get(), d, Check(PyLong_FromLongLong(t.shape()[static_cast<std::size_t>(d)])));
-    PyTuple_SET_ITEM(steps.get(), d, Check(PyLong_FromLongLong(strides[static_cast<std::size_t>(d)])));
+  PyRef view = PyRef::Steal(PyObject_CallMethod(arg.get(), "as_strided", "OOL", shape.get(), steps.get(), offset));
+  if (!view) {  // (elements outside the argument's storage: a tensor of its own)
+    PyErr_Clear();
+    return nullptr;
   }
-  PyObject *view = PyObject_CallMethod(arg.get(), "as_strided", "OOL", shape.get(), steps.get(), offset);
-  if (view == nullptr) PyErr_Clear();  // (elements outside the argument's storage: a tensor of its own)
-  return view;
+  if (PyList_GET_SIZE(back.get()) == 0) return view.release();
+  return Check(PyObject_CallMethod(view.get(), "flip", "O", back.get()));
 }
 
 OB_CORE_FN PyObject *TensorToObject(const TensorPtr &t) {

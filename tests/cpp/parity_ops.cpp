@@ -413,6 +413,19 @@ OB_MODULE(m) {
     return std::make_shared<Tensor>(x->dtype(), ShapeVector{2}, ShapeVector{x->strides()[0]}, x->data_ptr(),
                                     x->storage());
   });
+  m.def("second_mid", [](const TensorPtr &, const TensorPtr &y) {  // y's elements 1 and 2 (y contiguous)
+    return std::make_shared<Tensor>(y->dtype(), ShapeVector{2}, ShapeVector{1},
+                                    static_cast<double *>(y->data_ptr()) + 1, y->storage());
+  });
+  m.def("reversed_alias", [](const TensorPtr &x) {  // x's elements last to first (x contiguous, 1-d)
+    return std::make_shared<Tensor>(x->dtype(), x->shape(), ShapeVector{-1},
+                                    static_cast<double *>(x->data_ptr()) + x->numel() - 1, x->storage());
+  });
+  m.def("scale_then_head", [](const TensorPtr &x) {  // x written (MarkDirty), then its first two elements
+    ParityScale::Apply(x);
+    return std::make_shared<Tensor>(x->dtype(), ShapeVector{2}, ShapeVector{x->strides()[0]}, x->data_ptr(),
+                                    x->storage());
+  });
   m.def("exp_saved", [](const TensorPtr &x) { return ParityExpSaved::Apply(x); });
   m.def("mul_dense", [](const TensorPtr &x, const TensorPtr &y) { return ParityMulDense::Apply(x, y); });
   m.def("mul_ret_x", [](const TensorPtr &x, const TensorPtr &w) { return ParityMulRetX::Apply(x, w); });
