@@ -810,8 +810,9 @@ def _over_argument(arr: Any, flat: Sequence[torch.Tensor], flat_rt: Sequence[Any
     while base is not None:
         for k, r in enumerate(flat_rt):
             if r._data is base:
-                ok = _TORCH_DT.get(arr.dtype) == flat[k].dtype and flat[k].is_cpu
-                return k if ok and not (arr.__array_interface__["data"][0] - flat[k].data_ptr()) % arr.itemsize else -1
+                a = flat[k]
+                on_grid = not (arr.__array_interface__["data"][0] - a.data_ptr()) % arr.itemsize
+                return k if _TORCH_DT.get(arr.dtype) == a.dtype and a.is_cpu and on_grid else -1
         base = getattr(base, "base", None)
     p = arr.__array_interface__["data"][0]
     for k, a in enumerate(flat):
