@@ -583,15 +583,18 @@ const c10::TensorImpl *CounterBase(const at::Tensor &t) {
 // before the write (the write had moved the version) and marked it current. torch rebuilds it after,
 // from the write's node: do so now.
 void RefreshViewsOfWritten(const ForeignNode *node) {
-  std::vector<const c10::TensorImpl *> written;
+  std::vector<const c10::TensorImpl *> written, outs;  // their bases; the written tensors (rebased already)
   for (std::size_t j = 0; j < node->nout; ++j) {
     if (node->outputs[j] == nullptr || !node->dirty[j]) continue;
-    written.push_back(CounterBase(THPVariable_Unpack(node->outputs[j])));
+    const at::Tensor &o = THPVariable_Unpack(node->outputs[j]);
+    written.push_back(CounterBase(o));
+    outs.push_back(o.unsafeGetTensorImpl());
   }
   if (written.empty()) return;
   for (std::size_t i = 0; i < node->nargs; ++i) {
     if (node->inputs[i] == nullptr) continue;
     const at::Tensor &t = TensorOf(node->inputs[i]);
+    if (std::find(outs.begin(), outs.end(), t.unsafeGetTensorImpl()) != outs.end()) continue;
     auto *view = torch::autograd::impl::get_view_autograd_meta(t);
     if (view == nullptr || !view->has_bw_view() || !view->get_backward_view().base_.requires_grad()) continue;
     if (std::find(written.begin(), written.end(), CounterBase(t)) == written.end()) continue;

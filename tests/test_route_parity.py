@@ -1137,6 +1137,40 @@ def test_a_tensor_built_over_an_argument_follows_that_argument(parity_ops, torch
         assert got[:3] == want[:3] and got[3] == (1 if name == "scale_then_head" else 0)
 
 
+
+@pytest.mark.parametrize("kind", ["inference", "conjugate"])
+def test_a_tensor_built_over_an_argument_the_op_got_as_a_copy(parity_ops, torch_route, kind):
+    """head_alias(x), x an inference tensor outside inference mode or a conjugate view: the op gets a private
+    copy, and its Tensor over the copy is a tensor of its own with the copy's values. 801bf2c took the copy
+    for the argument and raised torch's "invalid storage offset" on every call (a review)."""
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        if kind == "inference":
+            with torch.inference_mode():
+                x = torch.tensor(X)
+        else:
+            x = torch.tensor(X + 1j * Y).conj()
+        np.testing.assert_array_equal(ops.head_alias(x).numpy(), x[:2].resolve_conj().numpy())
+
+
+def test_a_dispatch_mode_calling_the_op_on_other_tensors_gets_its_own_result(parity_ops, torch_route):
+    """A dispatch mode that calls just_x on a clone: the call returns what the mode returned (the clone), not
+    the caller's tensor; 801bf2c handed back the caller's for any registered call that returned an argument
+    (a review)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Cloning(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+            return func(*args, **(kwargs or {}))
+    ops = opbuilder.to_torch(parity_ops)
+    for _ in range(3):
+        x = torch.tensor(X)
+        with Cloning():
+            r = ops.just_x(x)
+        assert r is not x and r.data_ptr() != x.data_ptr()
+        np.testing.assert_array_equal(r.numpy(), X)
+
 def test_torch_func_refuses_a_tensor_built_over_an_argument_on_every_call(parity_ops):
     """torch.func.grad over head_alias (a view of its argument): the named refusal on the signature's first
     call too, which gave a zero gradient silently (an attack on 2b9920c)."""

@@ -375,17 +375,19 @@ class _Op:
             written = {i: flat_rt[i] for i in dirty if (i not in alias or i in late) and flat_rt[i].requires_grad
                        and not any(flat_rt[i] is r for r in returned)}
         call = _Call(need, index, outs, alias, dirty, bool(need), len(vcs), vcs, written, late)
-        flat_rt = None
+        flat_rt = flat_t = None
+        ranges: Dict[int, Any] = {}
         for j, o in enumerate(outs):  # (an argument a Function wrote is its own output: marked dirty)
             if o._node is None or type(o._node) is _TorchHistory:  # (what a Function made has a node of its own)
-                flat_rt = _flat(rt_args, sig) if flat_rt is None else flat_rt
+                if flat_rt is None:
+                    flat_rt, flat_t = _flat(rt_args, sig), _flat(args, sig)
                 for k, r in enumerate(flat_rt):
                     if o is r and k not in dirty:
                         call.asis += ((j, k, None),)
                         break
                 else:
                     if alias[j] < 0 and o._node is None:  # a Tensor over an argument's memory: a view of it
-                        k = _over_argument(o._data, _flat(args, sig), flat_rt)
+                        k = _over_argument(o._data, flat_t, flat_rt, ranges)
                         if k >= 0:  # (of one the call wrote too: its history is the write's by then)
                             call.asis += ((j, k, o._data),)
         if call.asis and not info[1]:  # (an output over an argument: no direct path, no compiled graph)
@@ -768,8 +770,11 @@ def _run_registered(overload: Any, args: Sequence[Any]) -> Any:
         out = _rebasing(overload, *args)
         last = getattr(_mode, "last", None)
         if last is not None and last is not before and last[1].asis and out is not None:
-            # a call torch records no node for (setup_context, where _rebasing hands them back, did not run)
-            out = _returned_arguments(out, _flat_tensors(args), last[1])
+            # a call torch records no node for (setup_context, where _rebasing hands them back, did not run),
+            # if the kernel ran on these very tensors (a dispatch mode may have called it on others)
+            mine, ran = _flat_tensors(args), _flat_tensors(last[0])
+            if len(mine) == len(ran) and all(a is b for a, b in zip(mine, ran)):
+                out = _returned_arguments(out, mine, last[1])
         return out
     finally:
         _mode.eager, _mode.owners, _mode.grad, _mode.kernel_grad = eager, owners, grad, kernel_grad
@@ -799,27 +804,34 @@ def _same_call(ran: Sequence[Any], inputs: Sequence[Any], sig: str) -> bool:
     return True
 
 
-def _over_argument(arr: Any, flat: Sequence[torch.Tensor], flat_rt: Sequence[Any]) -> int:
+def _over_argument(arr: Any, flat: Sequence[torch.Tensor], flat_rt: Sequence[Any], ranges: Dict[int, Any]) -> int:
     """The flat position of the argument whose memory ``arr`` is over (a Tensor a module function built on
     x->storage()), or -1: the one whose runtime array ``arr`` is made from (its ``base`` chain: two
     arguments may share a storage, ``a`` and ``a.detach()``), else the first CPU argument of its dtype
-    whose storage holds its first element. -1 for one off its element grid (a reinterpretation)."""
+    whose storage holds its first element; either on that storage's element grid (not the private copy an
+    inference tensor or a conjugate view gets). ``ranges`` caches each argument's storage range."""
     if type(arr) is not np.ndarray or not arr.size or any(st % arr.itemsize for st in arr.strides):
         return -1
+    p = arr.__array_interface__["data"][0]
+
+    def holds(k: int) -> bool:
+        a = flat[k]
+        if not a.is_cpu or not a.numel() or _TORCH_DT.get(arr.dtype) != a.dtype:
+            return False
+        if k not in ranges:
+            lo = a.data_ptr() - a.storage_offset() * a.element_size()
+            ranges[k] = (lo, lo + a.untyped_storage().nbytes())
+        lo, hi = ranges[k]
+        return lo <= p < hi and not (p - lo) % a.element_size()
     base = arr.base
     while base is not None:
         for k, r in enumerate(flat_rt):
             if r._data is base:
-                a = flat[k]
-                on_grid = not (arr.__array_interface__["data"][0] - a.data_ptr()) % arr.itemsize
-                return k if _TORCH_DT.get(arr.dtype) == a.dtype and a.is_cpu and on_grid else -1
+                return k if holds(k) else -1
         base = getattr(base, "base", None)
-    p = arr.__array_interface__["data"][0]
-    for k, a in enumerate(flat):
-        if a.is_cpu and a.numel() and _TORCH_DT.get(arr.dtype) == a.dtype:
-            lo = a.data_ptr() - a.storage_offset() * a.element_size()
-            if lo <= p < lo + a.untyped_storage().nbytes() and not (p - lo) % a.element_size():
-                return k
+    for k in range(len(flat)):
+        if holds(k):
+            return k
     return -1
 
 

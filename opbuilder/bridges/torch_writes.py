@@ -458,11 +458,11 @@ def _rebasing(call: Callable[..., Any], *a: Any) -> Any:
         raise
     written, _mode.written = _mode.written, None
     if written is not None:
-        op, sig, args, call = written
-        if call.written:
+        _, sig, args, done = written
+        if done.written:
             _rebase(*written)
-        if call.late or call.asis:
-            out = _returned_arguments(out, _flat(args, sig), call)
+        if done.late or done.asis:
+            out = _returned_arguments(out, _flat(args, sig), done)
     return out
 
 

@@ -339,7 +339,8 @@ static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
     return nullptr;
   }
   PyRef view = PyRef::Steal(PyObject_CallMethod(arg.get(), "as_strided", "OOL", shape.get(), steps.get(), offset));
-  if (!view) {  // (elements outside the argument's storage: a tensor of its own)
+  if (!view) {  // elements outside the argument's storage (torch's RuntimeError): a tensor of its own
+    if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) throw PythonError();
     PyErr_Clear();
     return nullptr;
   }
