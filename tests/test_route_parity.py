@@ -1059,13 +1059,16 @@ def test_an_argument_given_as_a_copy_is_returned_itself(parity_ops, torch_route,
     `return x` refuses the inference tensor's write, and writes through the conjugate view)."""
     ops = opbuilder.to_torch(parity_ops)
     for _ in range(3):
-        if kind == "inference":
-            with torch.inference_mode():
-                x = torch.tensor(X)
-        else:
-            x = torch.tensor(X + 1j * Y).conj()
-        r = ops.just_x(x)
-        assert r is x
+        x = _copied_argument(kind)
+        assert ops.just_x(x) is x
+
+
+def _copied_argument(kind):
+    """A tensor an op gets as a private copy: an inference tensor outside inference mode, a conjugate view."""
+    if kind == "inference":
+        with torch.inference_mode():
+            return torch.tensor(X)
+    return torch.tensor(X + 1j * Y).conj()
 
 
 def _head_of(fn, grad_mode):
@@ -1145,11 +1148,7 @@ def test_a_tensor_built_over_an_argument_the_op_got_as_a_copy(parity_ops, torch_
     for the argument and raised torch's "invalid storage offset" on every call (a review)."""
     ops = opbuilder.to_torch(parity_ops)
     for _ in range(3):
-        if kind == "inference":
-            with torch.inference_mode():
-                x = torch.tensor(X)
-        else:
-            x = torch.tensor(X + 1j * Y).conj()
+        x = _copied_argument(kind)
         np.testing.assert_array_equal(ops.head_alias(x).numpy(), x[:2].resolve_conj().numpy())
 
 
