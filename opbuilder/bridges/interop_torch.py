@@ -55,8 +55,8 @@ from runtime.versions import UNWRITTEN as _UNWRITTEN
 
 from . import torch_bridge as _torch_bridge
 from .interop_common import Spec, as_specs, check_shape_fns, companion_shape_fns, module_functions, plain_static
-from .torch_call import (_PLAIN, _Call, _flat, _from_numpy, _input_grads, _is_compiling, _mode, _once,
-                         _save_mark, _to_runtime, _to_torch, _top_hooks, _transforms_active)
+from .torch_call import (_PLAIN, _TORCH_DT, _Call, _flat, _from_numpy, _input_grads, _is_compiling, _mode, _once,
+                         _save_mark, _to_runtime, _to_torch, _top_hooks, _transforms_active, _view_over)
 from .torch_writes import (_TorchVersion, _Uncounted, _after_watch, _bump_declared, _copy_args, _flush_pending,
                            _marked, _once_each, _rebasing, _returned_arguments, _refuse_copy_writes, _refuse_out_grad,
                            _refuse_out_inference, _settle, _snapshot_shared, _torch_write_refusal, _unannounced,
@@ -733,11 +733,6 @@ class _Op:
         return fake
 
 
-_TORCH_DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
-    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
-    "uint32", "uint64", "bool", "complex64", "complex128")}
-
-
 def _mutates_returns(name: str) -> str:
     """Why a function declared in ``mutates`` that returns tensors cannot run in a compiled graph."""
     return (f"{name} is declared in mutates and returns tensors, which its compiled form cannot give (a torch "
@@ -833,21 +828,6 @@ def _over_argument(arr: Any, flat: Sequence[torch.Tensor], flat_rt: Sequence[Any
         if holds(k):
             return k
     return -1
-
-
-def _view_over(t: torch.Tensor, arr: Any) -> Optional[torch.Tensor]:
-    """``t.as_strided(...)`` over exactly the elements of ``arr`` (a runtime output over ``t``'s memory), or
-    None where ``arr`` is no host array of ``t``'s dtype on its element grid."""
-    if type(arr) is not np.ndarray or arr.size == 0 or _TORCH_DT.get(arr.dtype) != t.dtype:
-        return None
-    item = arr.itemsize
-    off = arr.__array_interface__["data"][0] - t.data_ptr()
-    if off % item or any(st % item for st in arr.strides):
-        return None
-    try:
-        return t.as_strided(arr.shape, [st // item for st in arr.strides], t.storage_offset() + off // item)
-    except RuntimeError:  # outside t's storage: not a view of it
-        return None
 
 
 def _strides_match(arr: Any, t: torch.Tensor) -> bool:

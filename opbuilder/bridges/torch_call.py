@@ -32,6 +32,33 @@ _transforms_active = torch._C._are_functorch_transforms_active
 _is_compiling = torch.compiler.is_compiling
 
 
+# numpy's dtype of a runtime array -> the torch dtype of the same elements
+_TORCH_DT = {_dtypes.to_dtype(n).np: getattr(torch, n) for n in (
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+    "uint32", "uint64", "bool", "complex64", "complex128")}
+
+
+def _view_over(t: torch.Tensor, arr: Any) -> Optional[torch.Tensor]:
+    """torch's view of ``t`` over exactly the elements of ``arr`` (a runtime array over ``t``'s memory):
+    ``t.as_strided(...)``; with negative strides, which torch has no view for, the flip of such a view
+    (torch's x.flip(0): a copy, its gradient to ``t``). None where ``arr`` is no host array of ``t``'s
+    dtype on its element grid, or reaches outside ``t``'s storage."""
+    if type(arr) is not np.ndarray or arr.size == 0 or _TORCH_DT.get(arr.dtype) != t.dtype:
+        return None
+    item = arr.itemsize
+    off = arr.__array_interface__["data"][0] - t.data_ptr()
+    if off % item or any(st % item for st in arr.strides):
+        return None
+    steps = [st // item for st in arr.strides]
+    back = [d for d, (n, st) in enumerate(zip(arr.shape, steps)) if st < 0 and n > 1]
+    first = t.storage_offset() + off // item + sum((arr.shape[d] - 1) * steps[d] for d in back)
+    try:
+        view = t.as_strided(arr.shape, [abs(st) for st in steps], first)
+    except RuntimeError:  # outside t's storage: not a view of it
+        return None
+    return view.flip(back) if back else view
+
+
 class _Call:
     """One runtime call: the runtime inputs needing grad (``index``: their flat tensor positions), its
     runtime outputs, and how they relate to the torch arguments: ``alias[j]``, the flat position of the

@@ -34,7 +34,8 @@ import torch
 from runtime.dlpack_host import inference_write_message as _inference_write_message
 from runtime.dlpack_host import resolved_view_write_message as _resolved_view_write_message
 
-from .torch_call import _PLAIN, _Call, _flat, _input_grads, _mode, _once, _save_mark, _to_runtime
+from .torch_call import (_PLAIN, _Call, _flat, _from_numpy, _input_grads, _mode, _once, _save_mark,
+                         _to_runtime, _view_over)
 
 _increment_version = torch._C._increment_version
 _K = torch._C.DispatchKey
@@ -484,18 +485,14 @@ def _returned_arguments(out: Sequence[Any], flat: Sequence[torch.Tensor], call: 
 def _argument_view(t: torch.Tensor, arr: np.ndarray) -> torch.Tensor:
     """A module function's Tensor over ``t``'s memory (built on x->storage()) as torch's view of ``t``: ``t``
     itself over exactly its elements (as the bridge gives it: the C++ side cannot tell the two apart), else
-    ``t.as_strided`` over the array's (torch's x[:2], its counter and base); one with negative strides, which
-    torch has no view for, is the flip of such a view (torch's x.flip(0): a copy, its gradient to ``t``)."""
+    ``_view_over`` (torch's x[:2], its counter and base), or the runtime array as a tensor of its own where
+    there is none."""
     item = arr.itemsize
-    off = (arr.__array_interface__["data"][0] - t.data_ptr()) // item
-    steps = [st // item for st in arr.strides]
-    if off == 0 and arr.shape == tuple(t.shape) and all(n == 1 or a == b for n, a, b in
-                                                        zip(arr.shape, steps, t.stride())):
+    if (arr.__array_interface__["data"][0] == t.data_ptr() and arr.shape == tuple(t.shape)
+            and all(n == 1 or a == b * item for n, a, b in zip(arr.shape, arr.strides, t.stride()))):
         return t
-    back = [d for d, (n, st) in enumerate(zip(arr.shape, steps)) if st < 0 and n > 1]
-    first = t.storage_offset() + off + sum((arr.shape[d] - 1) * steps[d] for d in back)
-    view = t.as_strided(arr.shape, [abs(st) for st in steps], first)
-    return view.flip(back) if back else view
+    view = _view_over(t, arr)
+    return view if view is not None else _from_numpy(arr)
 
 
 def _rebase_raised(e: BaseException) -> None:
