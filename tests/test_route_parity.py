@@ -1179,6 +1179,68 @@ def test_torch_func_refuses_a_tensor_built_over_an_argument_on_every_call(parity
                                                       r"return its argument"):
             torch.func.grad(lambda y: (ops.head_alias(y) * torch.tensor(W[:2])).sum())(torch.tensor(X))
 
+
+def test_a_view_written_at_its_second_argument_on_the_other_routes(parity_ops):
+    """add_into_(y, x), x a view of a non-leaf, on runtime eager, runtime.jit (trace and replay) and
+    torch.compile (aot_eager): the same values and gradients as torch's x.add_(y)."""
+    wa, wb = np.concatenate([W, W2]), np.concatenate([W2, W])
+
+    def run_torch(fn):
+        w, v = torch.tensor(np.concatenate([X, Y]), requires_grad=True), torch.tensor(Y, requires_grad=True)
+        out = fn(w, v)
+        return [out.detach().numpy()] + [g.numpy() for g in torch.autograd.grad(out, [w, v])]
+
+    def body(add_into):
+        def f(w, v):
+            h = w * 1
+            add_into(v * 1, h[::2])
+            return (h * torch.tensor(wa)).sum() + (h[::2] * torch.tensor(wb[:4])).sum()
+        return f
+    want = run_torch(body(lambda y, x: x.add_(y)))
+    ops = opbuilder.to_torch(parity_ops)
+    compiled = torch.compile(body(ops.add_into_), backend="aot_eager")
+    for _ in range(2):
+        for a, b in zip(run_torch(compiled), want):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+
+    def f_rt(w, v):
+        h = w * 1
+        parity_ops.add_into_(v * 1, h[::2])
+        return (h * Tensor(wa)).sum() + (h[::2] * Tensor(wb[:4])).sum()
+    for fn in [f_rt, rt.jit(f_rt), None]:
+        fn = fn or jitted
+        jitted = fn
+        w, v = Tensor(np.concatenate([X, Y]), requires_grad=True), Tensor(Y.copy(), requires_grad=True)
+        out = fn(w, v)
+        out.backward()
+        for a, b in zip([out.asnumpy(), w.grad.asnumpy(), v.grad.asnumpy()], want):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["just_x", "head_alias"])
+def test_an_argument_or_a_view_of_it_returned_under_torch_compile(parity_ops, name):
+    """just_x (the argument itself) and head_alias (a Tensor built on its memory) inside torch.compile
+    (aot_eager; the call is left out of the graph): torch's `return x` and x[:2], values and gradients."""
+    ops = opbuilder.to_torch(parity_ops)
+    ref = {"just_x": lambda x: x, "head_alias": lambda x: x[:2]}[name]
+
+    def body(fn):
+        def f(x0):
+            x = x0 * 1
+            r = fn(x)
+            return (r * torch.tensor(W[: r.numel()])).sum() + (x * x).sum()
+        return f
+
+    def run(f):
+        x0 = torch.tensor(X, requires_grad=True)
+        out = f(x0)
+        return out.detach().numpy(), torch.autograd.grad(out, x0)[0].numpy()
+    want = run(body(ref))
+    compiled = torch.compile(body(getattr(ops, name)), backend="aot_eager")
+    for _ in range(2):
+        for a, b in zip(run(compiled), want):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+
 def _scale_then_x(side_grad, scale_then_x):
     """x written in place by scale_ (x *= 3) inside the function, which returns x itself: under no_grad,
     then written again with grad on (allowed for x; refused for a view made in no_grad), and with grad on."""
