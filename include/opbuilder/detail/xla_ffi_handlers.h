@@ -130,15 +130,57 @@ inline TensorPtr Input(const ffi::AnyBuffer &b, InputMode mode, const char *what
   return ScratchCopy(*t, mode == InputMode::kCopy);
 }
 
-// XLA's result buffers as Tensors, in order.
-inline TensorPtrList ResultTensors(ffi::RemainingRets &rets) {
-  TensorPtrList out;
+// A list lent to one handler call from this thread's spares, cleared, its room kept: a 1-element
+// gradient step otherwise allocates and frees about a dozen small lists (~200 instructions each in
+// malloc and free). Nested calls take other spares; at most kKeep are kept per type and thread.
+template <typename V>
+class Lease {
+ public:
+  Lease() {
+    std::vector<V> &s = Spares();
+    if (!s.empty()) {
+      v_ = std::move(s.back());
+      s.pop_back();
+    }
+  }
+  ~Lease() {
+    v_.clear();
+    std::vector<V> &s = Spares();
+    if (s.size() < kKeep && v_.capacity() != 0) s.push_back(std::move(v_));
+  }
+  Lease(const Lease &) = delete;
+  Lease &operator=(const Lease &) = delete;
+  V &operator*() { return v_; }
+  V *operator->() { return &v_; }
+  const V &operator*() const { return v_; }
+  const V *operator->() const { return &v_; }
+
+ private:
+  static constexpr std::size_t kKeep = 8;
+  static std::vector<V> &Spares() {
+    thread_local std::vector<V> spares = [] {
+      std::vector<V> s;
+      s.reserve(kKeep);  // (a push_back in the destructor never allocates)
+      return s;
+    }();
+    return spares;
+  }
+  V v_;
+};
+
+// XLA's result buffers as Tensors, in order, into `out` (emptied first).
+inline void ResultTensors(ffi::RemainingRets &rets, TensorPtrList &out) {
+  out.clear();
   out.reserve(rets.size());
   for (std::size_t j = 0; j < rets.size(); ++j) {
     auto r = rets.get<ffi::AnyBuffer>(j);
     if (!r.has_value()) throw std::runtime_error("result " + std::to_string(j) + ": " + r.error().message());
     out.push_back(Wrap(**r, true, "result", j));
   }
+}
+inline TensorPtrList ResultTensors(ffi::RemainingRets &rets) {
+  TensorPtrList out;
+  ResultTensors(rets, out);
   return out;
 }
 
@@ -245,7 +287,8 @@ inline void SumDownTo(const Tensor &g, Tensor &dst) {
 // `sum_down` (gradients) an output in a shape its buffer's broadcasts to is summed down to it first. An output
 // already in its own buffer stays; one inside another result buffer is copied aside first, so no
 // write clobbers an output not yet copied.
-inline void CopyOut(TensorPtrList outs, const TensorPtrList &dst, const std::string &name, bool sum_down = false) {
+// `outs` is emptied (its room kept).
+inline void CopyOut(TensorPtrList &outs, const TensorPtrList &dst, const std::string &name, bool sum_down = false) {
   for (std::size_t j = 0; j < outs.size(); ++j) {
     TensorPtr &t = outs[j];
     if (sum_down && t && t->dtype() == dst[j]->dtype() && t->shape() != dst[j]->shape() &&
@@ -283,6 +326,7 @@ inline void CopyOut(TensorPtrList outs, const TensorPtrList &dst, const std::str
       dst[j]->copy_from(*t);
     }
   }
+  outs.clear();
 }
 
 // The forward and backward handlers of any Function, through its FfiEntry (detail/ffi_entry.h): one
@@ -329,7 +373,7 @@ class Handlers {
       for (std::size_t j = 0; j < outs.size(); ++j) {
         if (!outs[j]) throw std::runtime_error("Forward returned a null tensor as output " + std::to_string(j));
       }
-      CopyOut(std::move(outs), dst, e_.name());
+      CopyOut(outs, dst, e_.name());
       return ffi::Error::Success();
     } catch (const std::exception &ex) {
       return Fail("forward", ex.what());
@@ -462,7 +506,7 @@ class Handlers {
         g_out.push_back(st.needs[i] ? g[i] : nullptr);
         g_dst.push_back(dst[i]);
       }
-      CopyOut(std::move(g_out), g_dst, e_.name(), true);
+      CopyOut(g_out, g_dst, e_.name(), true);
       return ffi::Error::Success();
     } catch (const std::exception &ex) {
       return Fail("backward", ex.what());
@@ -631,6 +675,17 @@ struct Tape {
   // The lent inputs' XLA addresses (record; null for an input aliased to a result). A context may hold
   // them; the backward's inputs are the same values, and at the same addresses the memory still holds them.
   std::vector<const void *> xla_inputs;
+  // The nodes' lists of an earlier recording on this thread (KeepTape), emptied, kept for their room.
+  std::vector<std::vector<int>> spare_lists;
+  std::vector<int> List(std::size_t n, int fill) {
+    std::vector<int> v;
+    if (!spare_lists.empty()) {
+      v = std::move(spare_lists.back());
+      spare_lists.pop_back();
+    }
+    v.assign(n, fill);
+    return v;
+  }
 };
 
 // A finished tape, kept per thread for the next recording (cleared; its lists, and its shapes' buffers,
@@ -645,6 +700,12 @@ inline std::unique_ptr<Tape> TakeTape() {
 }
 inline void KeepTape(std::unique_ptr<Tape> tape) {
   if (!tape || SpareTape()) return;
+  constexpr std::size_t kKeepLists = 16;
+  for (auto &node : tape->nodes) {
+    for (std::vector<int> *v : {&node.in, &node.out}) {
+      if (v->capacity() != 0 && tape->spare_lists.size() < kKeepLists) tape->spare_lists.push_back(std::move(*v));
+    }
+  }
   tape->nodes.clear();
   tape->dtype.clear();
   tape->wants.clear();
@@ -756,7 +817,7 @@ class BoundRun {
       tape_->shape.reserve(values);
       tape_->wants.reserve(values);
       tape_->nodes.reserve(4);
-      live_.reserve(values);
+      live_->reserve(values);
     }
     for (std::size_t i = 0; record && i < inputs.size(); ++i) NewValue(inputs[i], wants[i]);
   }
@@ -772,7 +833,7 @@ class BoundRun {
       const int v = o ? ValueOf(o.get()) : -1;
       tape_->results.push_back(v >= 0 && tape_->wants[v] ? v : -1);
     }
-    live_.clear();
+    live_->clear();
     return std::move(tape_);
   }
 
@@ -782,8 +843,8 @@ class BoundRun {
   }
 
   int ValueOf(const Tensor *t) const {
-    for (std::size_t k = live_.size(); k-- > 0;) {
-      if (live_[k].first.get() == t) return live_[k].second;
+    for (std::size_t k = live_->size(); k-- > 0;) {
+      if ((*live_)[k].first.get() == t) return (*live_)[k].second;
     }
     return -1;
   }
@@ -796,7 +857,7 @@ class BoundRun {
       tape_->shape.push_back(t->shape());
     }
     tape_->wants.push_back(wants);
-    live_.emplace_back(t, v);  // kept alive while the run lasts: no address is reused
+    live_->emplace_back(t, v);  // kept alive while the run lasts: no address is reused
     return v;
   }
 
@@ -878,7 +939,7 @@ class BoundRun {
       }
     }
     std::unique_ptr<AutogradContext> ctx;
-    std::vector<int> in(f.nargs, -1);
+    std::vector<int> in = tape_->List(f.nargs, -1);
     bool recorded = false;
     std::vector<bool> needs(f.nargs, false);
     for (std::size_t i = 0; i < f.nargs; ++i) {
@@ -932,6 +993,7 @@ class BoundRun {
     if (!recorded) return;
     TapeNode node;
     node.in = std::move(in);
+    node.out = tape_->List(0, -1);
     node.out.reserve(n_outs);
     for (std::size_t j = 0; j < n_outs; ++j) {
       const Tensor *raw = outs[j].get();
@@ -952,7 +1014,7 @@ class BoundRun {
   bool record_;
   int depth_ = 0;  // > 0 while a Forward runs: an Apply inside it records nothing
   std::unique_ptr<Tape> tape_;
-  std::vector<std::pair<TensorPtr, int>> live_;
+  Lease<std::vector<std::pair<TensorPtr, int>>> live_;
   FfiApplyRunner runner_{this, &BoundRun::Run};
 };
 
@@ -961,9 +1023,10 @@ class BoundRun {
 // without materialize, for one that got none), each gradient summed down to its value's shape where
 // it broadcasts, and summed with the value's other gradients. Each context goes when its node ran.
 // `call(node, grads)` runs node.backward (the handler runs it inside its entry's scope).
+// The gradients go to `g` (its room reused).
 template <typename Call>
-TensorPtrList RunTape(Tape &tape, const TensorPtrList &cts, std::size_t n, Call &&call) {
-  std::vector<TensorPtr> g(tape.dtype.size());
+void RunTape(Tape &tape, const TensorPtrList &cts, std::size_t n, TensorPtrList &g, Call &&call) {
+  g.assign(tape.dtype.size(), nullptr);
   auto add = [&](int v, TensorPtr t) { g[v] = g[v] ? AddGradients(g[v], t) : std::move(t); };
   for (std::size_t j = 0; j < cts.size() && j < tape.results.size(); ++j) {
     if (tape.results[j] >= 0 && cts[j]) add(tape.results[j], cts[j]);
@@ -1008,7 +1071,6 @@ TensorPtrList RunTape(Tape &tape, const TensorPtrList &cts, std::size_t n, Call 
     }
   }
   g.resize(n);
-  return g;
 }
 
 // The tapes recorded forward handlers hand to backward handlers, by token (a residual output of the
@@ -1114,7 +1176,7 @@ class BoundHandlers {
       if (record) tape->xla_inputs = std::move(xla);
       CheckCount(outs, dst.size());
       if (record) KeepOffXla(*tape, dst);
-      CopyOut(std::move(outs), dst, *e_.name);
+      CopyOut(outs, dst, *e_.name);
       UnlendKept(in, tape.get());
       if (record) {
         const std::uint64_t t = TapeTable::Get().Put(std::move(tape));  // no node: the backward gives zeros
@@ -1135,7 +1197,9 @@ class BoundHandlers {
   // The tape is the forward's, or, when it is gone, one recorded now by running the function again.
   ffi::Error Backward(ffi::RemainingArgs args, ffi::RemainingRets rets, std::uint64_t needs) const {
     LentScope trusted(true);
-    TensorPtrList in(n_);  // the inputs of a run here (no tape of the forward's): kept alive while its tape lives
+    Lease<TensorPtrList> in_list;  // the inputs of a run here (no tape of the forward's): kept alive while its tape lives
+    TensorPtrList &in = *in_list;
+    in.assign(n_, nullptr);
     const char *stage = "backward";  // "forward" while the function runs again for its tape: its error is Forward's
     try {
       if (args.size() < n_ + 1) throw std::runtime_error("expects the function's arguments and a token");
@@ -1155,35 +1219,40 @@ class BoundHandlers {
       }
       if (!tape) {
         TensorPtrList outs;
-        std::vector<bool> wants(n_, false);
+        Lease<std::vector<bool>> wants;
+        wants->assign(n_, false);
         for (std::size_t i = 0; i < n_; ++i) {
           auto b = args.get<ffi::AnyBuffer>(i);
           if (!b.has_value()) throw std::runtime_error("argument " + std::to_string(i) + ": " + b.error().message());
           in[i] = Input(*b, InputMode::kLend, "argument", i);
-          wants[i] = NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
+          (*wants)[i] = NeedsBit(needs, i) && ::opbuilder::IsDifferentiable(in[i]->dtype());
         }
         stage = "forward";
-        tape = Run(in, wants, true, nullptr, &outs);
+        tape = Run(in, *wants, true, nullptr, &outs);
         CheckCount(outs, k);
         stage = "backward";
       }
-      TensorPtrList cts;  // XLA's memory, read-only: a Backward that is not kAcceptsViews gets copies
+      Lease<TensorPtrList> ct_list;  // XLA's memory, read-only: a Backward that is not kAcceptsViews gets copies
+      TensorPtrList &cts = *ct_list;
       cts.reserve(k);
       for (std::size_t j = 0; j < k; ++j) {
         auto b = args.get<ffi::AnyBuffer>(n_ + j);
         if (!b.has_value()) throw std::runtime_error("cotangent " + std::to_string(j) + ": " + b.error().message());
         cts.push_back(Input(*b, InputMode::kView, "cotangent", j));
       }
-      TensorPtrList g_dst = ResultTensors(rets);  // one gradient per input `needs` marks, in order
+      Lease<TensorPtrList> g_list;  // one gradient per input `needs` marks, in order
+      TensorPtrList &g_dst = *g_list;
+      ResultTensors(rets, g_dst);
       std::size_t wanted = 0;
       for (std::size_t i = 0; i < n_; ++i) wanted += NeedsBit(needs, i) ? 1 : 0;
       if (g_dst.size() > wanted) g_dst.resize(wanted);  // (scratch results for declared writes stay as they are)
-      TensorPtrList g;
+      Lease<TensorPtrList> grad_list;
+      TensorPtrList &g = *grad_list;
       {
         // each Backward runs in its module's scope: the gradient buffers offered, an Apply run here
         const OfferResults offer(g_dst);
         BoundRun inner(TensorPtrList{}, std::vector<bool>{}, false, 1);
-        g = RunTape(*tape, cts, n_, [&](TapeNode &node, TensorPtrList grads) {
+        RunTape(*tape, cts, n_, g, [&](TapeNode &node, TensorPtrList grads) {
           struct Call {
             TapeNode *node;
             TensorPtrList grads, out;
@@ -1216,7 +1285,7 @@ class BoundHandlers {
         ++kept;
       }
       g.resize(kept);
-      CopyOut(std::move(g), g_dst, *e_.name, true);
+      CopyOut(g, g_dst, *e_.name, true);
       KeepTape(std::move(tape));
       UnlendKept(in, nullptr);
       return ffi::Error::Success();
