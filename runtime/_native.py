@@ -19,7 +19,7 @@ from .tensor import Tensor
 
 __all__ = ["Tensor", "_state", "flag_address", "hooks_flag_address", "cpp_hook", "bound_hook", "bfloat16", "dlpack_input", "allocate", "describe", "wrap",
            "current_stream_ptr", "bridge_slot_address", "share_version", "share_counter", "own_counter", "rebase_view",
-           "refresh_view_arg",
+           "refresh_view_arg", "returned_view",
            "torch_array", "foreign_write_refusal", "TENSOR_ATTRS",
            "GRAD_STATE_ATTRS", "DEVICE_NAMES"]
 
@@ -56,6 +56,8 @@ def __getattr__(name: str) -> Any:
         from .call_rules import rebase_view as value
     elif name == "refresh_view_arg":  # a view argument read after its base was written (call_rules.h)
         from .call_rules import refresh_view_arg as value
+    elif name == "returned_view":  # a module function's result over its argument's memory (runtime_bridge.cpp)
+        from .call_rules import returned_view as value
     elif name == "foreign_write_refusal":  # a torch tensor an op may not write now (call_rules.h ForeignRefusal)
         from .dlpack_host import foreign_write_refusal as value
     elif name == "torch_array":  # torch's own numpy view of a torch tensor an op hands back (dlpack_exchange.h)

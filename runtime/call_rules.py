@@ -264,6 +264,42 @@ def share_alias(out: Any, arg: Any) -> None:
     out._view_no_grad = arg._view_no_grad  # an alias of a no_grad view is one too
 
 
+class _ArgumentView(ViewOfBase):
+    """The node of a view of an argument a module function returned (``returned_view``)."""
+
+    __slots__ = ()
+    name = "a view of its argument a module function returned"
+
+
+def returned_view(arg: Any, arr: Any) -> Any:
+    """A module function returned a Tensor it built over its argument ``arg``'s memory (a slice on
+    ``x->storage()``, no Function around it): the runtime Tensor over ``arr`` (that Tensor's memory) as a
+    view of ``arg``, as torch's ``x[:2]`` in a Python function is. It shares ``arg``'s counter and base
+    (``share_alias``); with grad mode on and ``arg`` requiring grad, its gradient goes to ``arg``, placed
+    where its elements sit in ``arg``. None where it is no view of ``arg``: its elements are not ``arg``'s
+    (outside them, or another dtype: a bit cast), or another framework keeps ``arg``'s counter (to_torch's
+    Python path makes its own view of the caller's tensor)."""
+    from .tensor import Tensor
+    from .versions import Version
+    if type(arg._vc) is not Version or arr.dtype != arg._data.dtype:
+        return None
+    try:
+        idx = view_indices(arr, arg._data)
+    except RuntimeError:  # (elements outside arg's: over the rest of its base's memory)
+        return None
+    out = Tensor._from_array(arr)
+    share_alias(out, arg)
+    if _state.enabled and arg.requires_grad:
+        if arg._base_ref is not None and arg._vc.value != arg._view_version:
+            refresh_view(arg)  # (its base written since its history was set)
+        edge = arg if arg._node is None else (arg._node, arg._out_index)
+        out._node = _ArgumentView(edge, idx, (arg._data.shape, arg._data.dtype), (arr.shape, arr.dtype),
+                                   has_internal_overlap(arr))
+        out._out_index = 0
+        out.requires_grad = True
+    return out
+
+
 # ---- in-place writes into a view: the base's history is rebased (torch's CopySlices) ------------------------
 
 class _CopySlices(Node):

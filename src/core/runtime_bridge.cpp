@@ -348,6 +348,27 @@ static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
   return Check(PyObject_CallMethod(view.get(), "flip", "O", back.get()));
 }
 
+OB_CORE_FN void BindReturnedView(const TensorPtr &r, const Tensor *const *args, std::size_t n) {
+  const auto *del = std::get_deleter<PyOwnerDeleter>(r->storage());
+  if (del == nullptr) return;
+  GilForRefcount gil;
+  const Runtime &rt = Runtime::Get();
+  for (std::size_t i = 0; i < n; ++i) {
+    const Tensor *a = args[i];
+    if (a == nullptr || a == r.get() || a->py_object() == nullptr || !PyObject_TypeCheck(a->py_object(), rt.tensor_type)) {
+      continue;
+    }
+    const auto *own = std::get_deleter<PyOwnerDeleter>(a->storage());
+    if (own == nullptr || own->owner != del->owner || a->is_cuda() != r->is_cuda()) continue;
+    PyRef arr = PyRef::Steal(Check(ArrayFromTensor(rt, *r)));
+    static std::atomic<PyObject *> slot{nullptr};
+    PyRef view = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(NativeFn(slot, "returned_view"), a->py_object(),
+                                                                 arr.get(), nullptr)));
+    if (view.get() != Py_None) TensorAccess::BindPython(*r, std::move(view));
+    return;
+  }
+}
+
 OB_CORE_FN PyObject *TensorToObject(const TensorPtr &t) {
   if (!t) {
     Py_INCREF(Py_None);

@@ -671,6 +671,15 @@ struct Tape {
   std::vector<ShapeVector> shape;  // per value (dtype's size); a reused tape may hold more, unused
   std::vector<bool> wants;
   std::vector<int> results;  // per output of the function: its value, or -1 (no gradient flows back)
+  // Outputs that are views of an input (a Tensor the function built on x->storage(), no Function around
+  // it): per such output, the input value and where its elements sit in that input (BoundRun::NoteView).
+  struct View {
+    std::size_t result;
+    int value;
+    std::int64_t offset;
+    ShapeVector strides;
+  };
+  std::vector<View> views;
   std::size_t nbytes = 0;    // what the contexts hold (saved tensors), for the table's bound
   // The lent inputs' XLA addresses (record; null for an input aliased to a result). A context may hold
   // them; the backward's inputs are the same values, and at the same addresses the memory still holds them.
@@ -710,6 +719,7 @@ inline void KeepTape(std::unique_ptr<Tape> tape) {
   tape->dtype.clear();
   tape->wants.clear();
   tape->results.clear();
+  tape->views.clear();
   tape->nbytes = 0;
   tape->xla_inputs.clear();
   SpareTape() = std::move(tape);
@@ -820,6 +830,7 @@ class BoundRun {
       live_->reserve(values);
     }
     for (std::size_t i = 0; record && i < inputs.size(); ++i) NewValue(inputs[i], wants[i]);
+    inputs_ = record ? inputs.size() : 0;
   }
   BoundRun(const BoundRun &) = delete;
   BoundRun &operator=(const BoundRun &) = delete;
@@ -829,9 +840,10 @@ class BoundRun {
   // run's tensors go.
   std::unique_ptr<Tape> Finish(const TensorPtrList &outs) {
     if (!record_) return nullptr;
-    for (const auto &o : outs) {
-      const int v = o ? ValueOf(o.get()) : -1;
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+      const int v = outs[j] ? ValueOf(outs[j].get()) : -1;
       tape_->results.push_back(v >= 0 && tape_->wants[v] ? v : -1);
+      if (v < 0 && outs[j]) NoteView(j, *outs[j]);
     }
     live_->clear();
     return std::move(tape_);
@@ -859,6 +871,32 @@ class BoundRun {
     tape_->wants.push_back(wants);
     live_->emplace_back(t, v);  // kept alive while the run lasts: no address is reused
     return v;
+  }
+
+  // Output `j`, no value of the run, over the elements of an input that gets a gradient (a Tensor the
+  // function built on x->storage()): a view of that input, as the runtime (runtime/call_rules.py
+  // returned_view) and to_torch make it, so its cotangent reaches the input where its elements sit. Not a
+  // view: one of another dtype (a bit cast), or with an element outside the input's.
+  void NoteView(std::size_t j, const Tensor &o) {
+    if (o.numel() == 0) return;
+    for (std::size_t k = 0; k < inputs_; ++k) {
+      const Tensor &x = *(*live_)[k].first;
+      const int v = ValueOf(&x);  // the input's latest value: a Function that wrote it in place made a new one
+      if (!tape_->wants[v] || x.dtype() != o.dtype() || !x.is_contiguous() || x.is_cuda() != o.is_cuda()) continue;
+      const auto item = static_cast<std::ptrdiff_t>(x.element_size());
+      const std::ptrdiff_t bytes =
+          static_cast<const char *>(TensorAccess::Read(o)) - static_cast<const char *>(TensorAccess::Read(x));
+      if (item == 0 || bytes % item != 0) continue;
+      const ShapeVector strides = o.strides();
+      std::int64_t lo = bytes / item, hi = lo;
+      for (std::size_t d = 0; d < strides.size(); ++d) {
+        const std::int64_t reach = (o.shape()[d] - 1) * strides[d];
+        (reach < 0 ? lo : hi) += reach;
+      }
+      if (lo < 0 || hi >= x.numel()) continue;
+      tape_->views.push_back(Tape::View{j, v, bytes / item, strides});
+      return;
+    }
   }
 
   static void Begin(ContextState &st, const FunctionCall &f) {
@@ -1012,11 +1050,47 @@ class BoundRun {
   }
 
   bool record_;
+  std::size_t inputs_ = 0;  // the function's inputs: the run's first values
   int depth_ = 0;  // > 0 while a Forward runs: an Apply inside it records nothing
   std::unique_ptr<Tape> tape_;
   Lease<std::vector<std::pair<TensorPtr, int>>> live_;
   FfiApplyRunner runner_{this, &BoundRun::Run};
 };
+
+// dst[offset + sum(index * strides)] += g[index] for each element of `g` (contiguous, the view's shape):
+// a view's gradient placed where its elements sit in its input (summed where they repeat).
+template <typename E>
+void PlaceElems(const Tensor &g, std::int64_t offset, const ShapeVector &strides, Tensor &dst) {
+  const E *src = static_cast<const E *>(TensorAccess::Read(g));
+  E *out = static_cast<E *>(dst.data_ptr());
+  const ShapeVector &shape = g.shape();
+  ShapeVector idx(shape.size(), 0);
+  std::int64_t pos = offset;
+  for (std::int64_t k = 0; k < g.numel(); ++k) {
+    if constexpr (std::is_same_v<E, Half> || std::is_same_v<E, bfloat16>) {
+      out[pos] = E(static_cast<float>(out[pos]) + static_cast<float>(src[k]));
+    } else {
+      out[pos] += src[k];
+    }
+    for (std::size_t d = shape.size(); d-- > 0;) {  // the next element: odometer over the view's shape
+      pos += strides[d];
+      if (++idx[d] < shape[d]) break;
+      pos -= strides[d] * shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+inline void PlaceView(const Tensor &g, std::int64_t offset, const ShapeVector &strides, Tensor &dst) {
+  switch (g.dtype()) {
+    case kFloat32: PlaceElems<float>(g, offset, strides, dst); break;
+    case kFloat64: PlaceElems<double>(g, offset, strides, dst); break;
+    case kComplex64: PlaceElems<std::complex<float>>(g, offset, strides, dst); break;
+    case kComplex128: PlaceElems<std::complex<double>>(g, offset, strides, dst); break;
+    case kFloat16: PlaceElems<Half>(g, offset, strides, dst); break;
+    case kBFloat16: PlaceElems<bfloat16>(g, offset, strides, dst); break;
+    default: throw std::runtime_error(std::string("a gradient of dtype ") + DataTypeName(g.dtype()));
+  }
+}
 
 // The gradients of the function's inputs (the first `n` values; null: none) from one cotangent per
 // output: the tape's nodes in reverse, each Backward given its outputs' gradients (zeros, or null
@@ -1030,6 +1104,13 @@ void RunTape(Tape &tape, const TensorPtrList &cts, std::size_t n, TensorPtrList 
   auto add = [&](int v, TensorPtr t) { g[v] = g[v] ? AddGradients(g[v], t) : std::move(t); };
   for (std::size_t j = 0; j < cts.size() && j < tape.results.size(); ++j) {
     if (tape.results[j] >= 0 && cts[j]) add(tape.results[j], cts[j]);
+  }
+  for (const Tape::View &view : tape.views) {  // an output over an input's elements: its cotangent, placed there
+    if (view.result >= cts.size() || !cts[view.result]) continue;
+    const TensorPtr ct = cts[view.result]->is_contiguous() ? cts[view.result] : cts[view.result]->contiguous_copy();
+    auto placed = Tensor::zeros(tape.dtype[view.value], tape.shape[view.value]);
+    PlaceView(*ct, view.offset, view.strides, *placed);
+    add(view.value, std::move(placed));
   }
   for (std::size_t k = tape.nodes.size(); k-- > 0;) {
     TapeNode &node = tape.nodes[k];
