@@ -71,6 +71,9 @@ def main() -> int:
              for k, f in sides.items()}
     x1, y1 = jnp.full((1,), 2.0, jnp.float32), jnp.full((1,), 3.0, jnp.float32)
     print(f"route of mul: {ffi.mul.route(x1, y1)!r}; with ffi=False: {cb.mul.route(x1, y1)!r}")
+    if ffi.mul.route(x1, y1) != "xla_ffi":  # (a failed handler build falls back: its figures would be the callback's)
+        report.fail("every row", f"to_jax's default route is {ffi.mul.route(x1, y1)!r}, not its XLA FFI custom call")
+        return report.finish()
     for fns, a, b in ((fwd, xa, ya), (grad, xa, ya)):  # same values on every side
         got = [np.asarray(fns[k](a, b)[0] if fns is grad else fns[k](a, b)) for k in sides]
         for g in got[1:]:
