@@ -274,9 +274,10 @@ class _ArgumentView(ViewOfBase):
 def returned_view(arg: Any, arr: Any) -> Any:
     """A module function returned a Tensor it built over its argument ``arg``'s memory (a slice on
     ``x->storage()``, no Function around it): the runtime Tensor over ``arr`` (that Tensor's memory) as a
-    view of ``arg``, as torch's ``x[:2]`` in a Python function is. It shares ``arg``'s counter and base
-    (``share_alias``); with grad mode on and ``arg`` requiring grad, its gradient goes to ``arg``, placed
-    where its elements sit in ``arg``. None where it is no view of ``arg``: its elements are not ``arg``'s
+    view of ``arg``, as torch's ``x[:2]`` in a Python function is, and as the runtime's own view ops make
+    one: it shares ``arg``'s counter and base (made under no_grad of a base that requires grad, a later
+    recorded write into it is refused); with grad mode on and ``arg`` requiring grad, its gradient goes
+    to ``arg``, placed where its elements sit in ``arg``. None where it is no view of ``arg``: its elements are not ``arg``'s
     (outside them, or another dtype: a bit cast), or another framework keeps ``arg``'s counter (to_torch's
     Python path makes its own view of the caller's tensor)."""
     from .tensor import Tensor
@@ -288,13 +289,21 @@ def returned_view(arg: Any, arr: Any) -> Any:
     except RuntimeError:  # (elements outside arg's: over the rest of its base's memory)
         return None
     out = Tensor._from_array(arr)
-    share_alias(out, arg)
+    share_version(out, arg)  # (as the runtime's own view ops make one: runtime/ops/primitive.py)
+    ref = arg._base_ref  # a view of a view: the first tensor of the chain, while it lives
+    if ref is None or ref() is None:
+        ref = weakref.ref(arg)
+    out._base_ref = ref
+    out._view_version = out._vc.value
+    if (not _state.enabled and ref().requires_grad) or arg._view_no_grad:
+        out._view_no_grad = True  # torch refuses a recorded write into it later
     if _state.enabled and arg.requires_grad:
         if arg._base_ref is not None and arg._vc.value != arg._view_version:
             refresh_view(arg)  # (its base written since its history was set)
         edge = arg if arg._node is None else (arg._node, arg._out_index)
-        out._node = _ArgumentView(edge, idx, (arg._data.shape, arg._data.dtype), (arr.shape, arr.dtype),
-                                   has_internal_overlap(arr))
+        # (elements read at several places, a broadcast or overlapping windows: their gradients add up)
+        repeats = bool(idx.size) and np.unique(idx).size != idx.size
+        out._node = _ArgumentView(edge, idx, (arg._data.shape, arg._data.dtype), (arr.shape, arr.dtype), repeats)
         out._out_index = 0
         out.requires_grad = True
     return out

@@ -26,6 +26,8 @@ REFS = {
     "reversed_alias": (1, lambda x: x[::-1]),  # negative strides
     "second_mid": (2, lambda x, y: y[1:3]),  # over the second argument
     "scale_then_head": (1, lambda x: (3 * x)[:2]),  # over x after a Function wrote it (MarkDirty)
+    # overlapping pairs (strides (1, 1)): an element read at two places gets both gradients
+    "windows": (1, lambda x: np.lib.stride_tricks.sliding_window_view(x, 2)),
 }
 
 
@@ -39,8 +41,8 @@ def _args(name, x):
 
 
 def _weights(name, x):
-    n = np.shape(REFS[name][1](*_args(name, x)))[0]
-    return np.linspace(0.5, 2.0, n)
+    shape = np.shape(REFS[name][1](*_args(name, x)))
+    return np.linspace(0.5, 2.0, int(np.prod(shape))).reshape(shape)
 
 
 def _runtime_loss_grads(fn, name, x):
@@ -141,7 +143,8 @@ def test_jax_gradient_reaches_the_argument(parity_ops, jax_route, name, n):
     args = [jnp.asarray(a) for a in _args(name, x)]
     assert fn.route(*args) == "xla_ffi" if route == "ffi" else fn.route(*args).startswith("callback")
     argnums = tuple(range(len(args)))
-    want = jax.grad(lambda *a: (REFS[name][1](*a) * w).sum(), argnums)(*args)
+    ref = (lambda a: jnp.stack([a[:-1], a[1:]], axis=1)) if name == "windows" else REFS[name][1]
+    want = jax.grad(lambda *a: (ref(*a) * w).sum(), argnums)(*args)
     if n == 6:  # the reference itself, against central differences of the op
         for w_k, n_k in zip(want, _numerical(parity_ops, name, x)):
             np.testing.assert_allclose(np.asarray(w_k), n_k, rtol=1e-6, atol=1e-8)
@@ -153,3 +156,47 @@ def test_jax_gradient_reaches_the_argument(parity_ops, jax_route, name, n):
             np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-12, atol=1e-12)
     for a, b in zip(args, _args(name, x)):
         np.testing.assert_array_equal(np.asarray(a), b)  # (the caller's arrays keep their values)
+
+
+def test_the_argument_whose_storage_it_is_not_another_over_the_same_array(parity_ops):
+    """second_mid(x, y) returns y[1:3]; with x = b.detach() and y = b (one array, two arguments) the result
+    is b's view and takes b's gradient, and with them the other way it is the detached tensor's view, with
+    no gradient. The first fix took the first argument over the result's array (an attack on 04fb84c)."""
+    w = Tensor(np.array([1.0, 3.0]))
+    a = Tensor(X.copy(), requires_grad=True)
+    b = a * 1.0
+    r = parity_ops.second_mid(b.detach(), b)
+    assert r._base is b
+    (r * w).sum().backward()
+    np.testing.assert_array_equal(a.grad.asnumpy(), [0.0, 1.0, 3.0, 0.0, 0.0, 0.0])
+    b = Tensor(X.copy(), requires_grad=True) * 1.0
+    d = b.detach()
+    r = parity_ops.second_mid(b, d)
+    assert not r.requires_grad and r._node is None and r._base is d
+
+
+def test_a_view_of_a_list_arguments_tensor(parity_ops):
+    """head_of_first([b]) returns b[:2]: b's view, with b's gradient (an attack on 04fb84c: a list
+    argument's tensors were not looked at)."""
+    a = Tensor(X[:4].copy(), requires_grad=True)
+    b = a * 2.0
+    r = parity_ops.head_of_first([b])
+    assert r._base is b and r._version == b._version
+    (r * Tensor(np.array([1.0, 3.0]))).sum().backward()
+    np.testing.assert_array_equal(a.grad.asnumpy(), [2.0, 6.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("base", ["leaf", "non-leaf"])
+def test_a_view_made_under_no_grad_is_refused_a_write_with_grad_on(parity_ops, base):
+    """As the runtime's own x[:2] made under no_grad: a recorded write into it later is refused, for a
+    leaf base and a non-leaf one (an attack on 04fb84c: the write went through, unrecorded)."""
+    own = lambda x: x[:2]  # noqa: E731
+    for head in (parity_ops.head_alias, own):
+        a = Tensor(X.copy(), requires_grad=True)
+        b = a if base == "leaf" else a * 2.0
+        with rt.no_grad():
+            v = head(b)
+        with pytest.raises(RuntimeError, match=r"^ParityScale modifies argument 0 in place \(MarkDirty\): a view "
+                                               r"was created in no_grad mode and is being modified in place"):
+            parity_ops.scale_(v)
+        np.testing.assert_array_equal(b.asnumpy(), X * (1.0 if base == "leaf" else 2.0))

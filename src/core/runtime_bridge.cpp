@@ -348,25 +348,34 @@ static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
   return Check(PyObject_CallMethod(view.get(), "flip", "O", back.get()));
 }
 
-OB_CORE_FN void BindReturnedView(const TensorPtr &r, const Tensor *const *args, std::size_t n) {
-  const auto *del = std::get_deleter<PyOwnerDeleter>(r->storage());
-  if (del == nullptr) return;
+// The argument whose storage `r` shares (its storage, not only its memory's Python owner: `x` and
+// `x.detach()` are two arguments over one array, and a slice on `y->storage()` is y's), or null.
+static const Tensor *StorageArgument(const Tensor &r, const ReturnedArgs &args) {
+  auto same = [&r](const Tensor *a) {
+    return a != nullptr && a != &r && !r.storage().owner_before(a->storage()) && !a->storage().owner_before(r.storage());
+  };
+  for (std::size_t i = 0; i < args.n; ++i) {
+    if (same(args.tensors[i])) return args.tensors[i];
+    if (args.lists[i] == nullptr) continue;
+    for (const TensorPtr &t : *args.lists[i]) {
+      if (same(t.get())) return t.get();
+    }
+  }
+  return nullptr;
+}
+
+OB_CORE_FN void BindReturnedView(const TensorPtr &r, const ReturnedArgs &args) {
+  if (std::get_deleter<PyOwnerDeleter>(r->storage()) == nullptr) return;  // (new memory: the core's own)
+  const Tensor *a = StorageArgument(*r, args);
+  if (a == nullptr || a->py_object() == nullptr || a->is_cuda() != r->is_cuda()) return;
   GilForRefcount gil;
   const Runtime &rt = Runtime::Get();
-  for (std::size_t i = 0; i < n; ++i) {
-    const Tensor *a = args[i];
-    if (a == nullptr || a == r.get() || a->py_object() == nullptr || !PyObject_TypeCheck(a->py_object(), rt.tensor_type)) {
-      continue;
-    }
-    const auto *own = std::get_deleter<PyOwnerDeleter>(a->storage());
-    if (own == nullptr || own->owner != del->owner || a->is_cuda() != r->is_cuda()) continue;
-    PyRef arr = PyRef::Steal(Check(ArrayFromTensor(rt, *r)));
-    static std::atomic<PyObject *> slot{nullptr};
-    PyRef view = PyRef::Steal(Check(PyObject_CallFunctionObjArgs(NativeFn(slot, "returned_view"), a->py_object(),
-                                                                 arr.get(), nullptr)));
-    if (view.get() != Py_None) TensorAccess::BindPython(*r, std::move(view));
-    return;
-  }
+  if (!PyObject_TypeCheck(a->py_object(), rt.tensor_type)) return;
+  PyRef arr = PyRef::Steal(Check(ArrayFromTensor(rt, *r)));
+  static std::atomic<PyObject *> slot{nullptr};
+  PyRef view = PyRef::Steal(
+      Check(PyObject_CallFunctionObjArgs(NativeFn(slot, "returned_view"), a->py_object(), arr.get(), nullptr)));
+  if (view.get() != Py_None) TensorAccess::BindPython(*r, std::move(view));
 }
 
 OB_CORE_FN PyObject *TensorToObject(const TensorPtr &t) {

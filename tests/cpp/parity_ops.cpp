@@ -421,6 +421,14 @@ OB_MODULE(m) {
     return std::make_shared<Tensor>(x->dtype(), x->shape(), ShapeVector{-1},
                                     static_cast<double *>(x->data_ptr()) + x->numel() - 1, x->storage());
   });
+  m.def("windows", [](const TensorPtr &x) {  // x's overlapping pairs, (n - 1, 2), strides (1, 1) (x contiguous, 1-d)
+    return std::make_shared<Tensor>(x->dtype(), ShapeVector{x->numel() - 1, 2}, ShapeVector{1, 1}, x->data_ptr(),
+                                    x->storage());
+  });
+  m.def("head_of_first", [](const TensorPtrList &xs) {  // xs[0]'s first two elements
+    return std::make_shared<Tensor>(xs[0]->dtype(), ShapeVector{2}, ShapeVector{xs[0]->strides()[0]},
+                                    xs[0]->data_ptr(), xs[0]->storage());
+  });
   m.def("scale_then_head", [](const TensorPtr &x) {  // x written (MarkDirty), then its first two elements
     ParityScale::Apply(x);
     return std::make_shared<Tensor>(x->dtype(), ShapeVector{2}, ShapeVector{x->strides()[0]}, x->data_ptr(),

@@ -155,37 +155,40 @@ struct IsKeywordOnly : std::false_type {};
 
 // ---- a result over an argument's memory ----------------------------------------------------------
 // A Tensor a function builds on its argument's storage (x[:2] in C++, no Function around it) and returns
-// is a view of that argument, as torch's x[:2] in a Python function is (BindReturnedView). These find such a
-// result cheaply: one bound to no Python object, over memory a Python object owns (new memory is the core's).
+// is a view of that argument, as torch's x[:2] in a Python function is (BindReturnedView, which looks at each
+// result bound to no Python object: one over memory a Python object owns; new memory is the core's).
 inline const Tensor *ArgTensor(const TensorPtr &a) { return a.get(); }
 inline const Tensor *ArgTensor(const std::optional<TensorPtr> &a) { return a ? a->get() : nullptr; }
 template <typename T>
 const Tensor *ArgTensor(const T &) {
   return nullptr;
 }
-inline void CheckReturned(const TensorPtr &r, const Tensor *const *args, std::size_t n) {
-  if (r && r->py_object() == nullptr && std::get_deleter<PyOwnerDeleter>(r->storage()) != nullptr) {
-    BindReturnedView(r, args, n);
-  }
+inline const TensorPtrList *ArgList(const TensorPtrList &a) { return &a; }
+template <typename T>
+const TensorPtrList *ArgList(const T &) {
+  return nullptr;
 }
-inline void CheckReturned(const TensorPtrList &r, const Tensor *const *args, std::size_t n) {
-  for (const auto &t : r) CheckReturned(t, args, n);
+inline void CheckReturned(const TensorPtr &r, const ReturnedArgs &args) {
+  if (r && r->py_object() == nullptr) BindReturnedView(r, args);
+}
+inline void CheckReturned(const TensorPtrList &r, const ReturnedArgs &args) {
+  for (const auto &t : r) CheckReturned(t, args);
 }
 template <typename... T>
-void CheckReturned(const std::tuple<T...> &r, const Tensor *const *args, std::size_t n) {
-  std::apply([&](const auto &...t) { (CheckReturned(t, args, n), ...); }, r);
+void CheckReturned(const std::tuple<T...> &r, const ReturnedArgs &args) {
+  std::apply([&](const auto &...t) { (CheckReturned(t, args), ...); }, r);
 }
 template <typename T, typename U>
-void CheckReturned(const std::pair<T, U> &r, const Tensor *const *args, std::size_t n) {
-  CheckReturned(r.first, args, n);
-  CheckReturned(r.second, args, n);
+void CheckReturned(const std::pair<T, U> &r, const ReturnedArgs &args) {
+  CheckReturned(r.first, args);
+  CheckReturned(r.second, args);
 }
-// An argument as the function takes it; a TensorPtr by value as a copy, so the check after the call still
-// sees it.
+// An argument as the function takes it; a tensor (or list, or optional) by value as a copy, so the check
+// after the call still sees it.
 template <typename A>
 decltype(auto) PassArg(std::remove_reference_t<A> &a) {
-  if constexpr (std::is_same_v<A, TensorPtr>) {
-    return static_cast<const TensorPtr &>(a);
+  if constexpr (IsTensorish<A>::value) {
+    return static_cast<const A &>(a);
   } else {
     return static_cast<A &&>(a);
   }
@@ -210,8 +213,9 @@ struct BoundFn {
     }
     if constexpr (FnSig<R, A...>::kRecorded) {
       std::remove_cv_t<R> out = (*f)(PassArg<A>(a)...);
-      const Tensor *const args[sizeof...(A) + 1] = {ArgTensor(a)..., nullptr};
-      CheckReturned(out, args, sizeof...(A));
+      const Tensor *const tensors[sizeof...(A) + 1] = {ArgTensor(a)..., nullptr};
+      const TensorPtrList *const lists[sizeof...(A) + 1] = {ArgList(a)..., nullptr};
+      CheckReturned(out, ReturnedArgs{tensors, lists, sizeof...(A)});
       return out;
     } else {
       return (*f)(static_cast<A &&>(a)...);
