@@ -200,3 +200,43 @@ def test_a_view_made_under_no_grad_is_refused_a_write_with_grad_on(parity_ops, b
                                                r"was created in no_grad mode and is being modified in place"):
             parity_ops.scale_(v)
         np.testing.assert_array_equal(b.asnumpy(), X * (1.0 if base == "leaf" else 2.0))
+
+
+def test_runtime_jit_replays_which_results_have_a_history(parity_ops):
+    """second_mid(x, y) is y's view: with only x requiring grad it has no history, on a replay as eagerly
+    (a replay made every float result of a C++ function require grad when any argument did, with no
+    gradient behind it); traced so, then called with y requiring grad, it takes y's gradient. With y =
+    x.detach() its base is y, on a replay too (it was the first argument on y's counter)."""
+    f = rt.jit(parity_ops.second_mid)
+    w = Tensor(np.array([1.0, 3.0]))
+    for _ in range(3):  # trace, replay, replay
+        x = Tensor(X.copy(), requires_grad=True)
+        r = f(x, Tensor(X.copy()))
+        assert not r.requires_grad and r._node is None
+    y = Tensor(X.copy(), requires_grad=True)
+    r = f(Tensor(X.copy()), y * 1.0)
+    (r * w).sum().backward()
+    np.testing.assert_array_equal(y.grad.asnumpy(), [0.0, 1.0, 3.0, 0.0, 0.0, 0.0])
+    for _ in range(3):
+        a = Tensor(X.copy(), requires_grad=True)
+        b = a * 1.0
+        d = b.detach()
+        r = f(b, d)
+        assert not r.requires_grad and r._base is d
+        r = f(d, b)
+        assert r.requires_grad and r._base is b
+
+
+@pytest.mark.parametrize("first", ["positive", "negative"])
+def test_runtime_jit_replays_a_history_a_value_picks(parity_ops, first):
+    """square_if_positive gives x * x (a Function's history) or new zeros (none) by x's first element:
+    each replay's result has the history that call's run gave, whichever the trace saw first."""
+    f = rt.jit(parity_ops.square_if_positive)
+    signs = [1.0, -1.0, 1.0, -1.0] if first == "positive" else [-1.0, 1.0, -1.0, 1.0]
+    for sign in signs:
+        x = Tensor(np.abs(X) * sign, requires_grad=True)
+        r = f(x)
+        assert r.requires_grad == (sign > 0)
+        if sign > 0:
+            (r * Tensor(np.ones(6))).sum().backward()
+            np.testing.assert_allclose(x.grad.asnumpy(), 2 * np.abs(X), rtol=1e-12)

@@ -268,10 +268,15 @@ class Tracer:
         for k, o in enumerate(outputs):  # an output over an input's memory (the input, a view of it)
             if not isinstance(o, Tensor):
                 continue
-            for i, t in enumerate(self._inputs):
-                if outs[k] == Input(i) or (o._vc is t._vc and o._vc is not UNWRITTEN):
-                    self.graph.out_alias.append((k, Input(i), o is t or o._base_ref is not None))
-                    break
+            # (of inputs on one counter, x and x.detach(): the one it is, else the one whose view it is)
+            base = o._base_ref() if o._base_ref is not None else None
+            over = [i for i, t in enumerate(self._inputs)
+                    if outs[k] == Input(i) or (o._vc is t._vc and o._vc is not UNWRITTEN)]
+            viewed = [i for i in over if base is not None and base is (
+                self._inputs[i]._base_ref() if self._inputs[i]._base_ref is not None else self._inputs[i])]
+            if over:
+                i = ([i for i in over if outs[k] == Input(i)] or viewed or over)[0]
+                self.graph.out_alias.append((k, Input(i), o is self._inputs[i] or o._base_ref is not None))
             else:  # or over a captured tensor's (a view of a Parameter)
                 src = self._view_src.get(id(o))
                 if isinstance(src, Const) and src.value._vc is o._vc and isinstance(outs[k], Output):

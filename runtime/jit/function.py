@@ -34,7 +34,7 @@ from ..versions import counter, memory_owner, share_version
 from .signature import flatten_result, signature, unflatten_result
 from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
-from .kept import CallContexts, active, keeping
+from .kept import CallContexts, active, keeping, no_history
 from .capture import OutputShapeChanged, Tracer
 from .guards import Guards, collect, too_many
 from .tracing import hook
@@ -402,6 +402,8 @@ class JitFunction:
         # as eagerly, only outputs a gradient flows from to an input (or captured tensor) requiring grad
         # require grad: those whose gradient the backward graph takes
         flows = {k[1] for k in g.plan.keys if k[0] == "grad"}
+        if calls is not None:  # (and not those this call's C++ functions gave no history, as eagerly)
+            flows.difference_update(no_history(entry.traced.outputs, calls))
         attach_outputs(node, [o if k in flows else None for k, o in enumerate(outs)])
         return outs
 

@@ -25,10 +25,10 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 from ..autograd.engine import _node_backward
 from ..autograd.grad_mode import _state
 from ..autograd.node import Node as AutogradNode, edge_of
-from ..graph.graph import Node
+from ..graph.graph import Node, Output
 from ..tensor import Tensor
 
-__all__ = ["CallContexts", "active", "keeping", "kept_backward"]
+__all__ = ["CallContexts", "active", "keeping", "kept_backward", "no_history"]
 
 
 class CallContexts:
@@ -137,6 +137,22 @@ def keeping(node: Node, diff: Sequence[int], owner: object) -> Callable[..., Any
 
     run.__qualname__ = f"{node.op}.keeping"
     return run
+
+
+def no_history(outputs: Sequence[Any], calls: CallContexts) -> List[int]:
+    """The positions of a jitted call's outputs (the graph's ``outputs``) that an opaque op gave no history
+    in this call, as eagerly: a C++ function's result that does not depend on the arguments requiring grad
+    (a view of another argument), or one it picked by a value. The backward plan cannot know which of an
+    opaque op's outputs depend on which inputs; the op's own run this call does."""
+    quiet = []
+    for k, r in enumerate(outputs):
+        kept = calls.nodes.get(r.node) if isinstance(r, Output) else None
+        if kept is None:
+            continue
+        node, attached = kept
+        if node is None or (node.heads[r.index] is None if type(node) is _Through else attached[r.index] < 0):
+            quiet.append(k)
+    return quiet
 
 
 def _direct(node: Any, diff: Sequence[int], before: Sequence[Any], outs: Sequence[Any]) -> bool:

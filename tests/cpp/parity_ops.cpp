@@ -425,6 +425,10 @@ OB_MODULE(m) {
     return std::make_shared<Tensor>(x->dtype(), ShapeVector{x->numel() - 1, 2}, ShapeVector{1, 1}, x->data_ptr(),
                                     x->storage());
   });
+  m.def("square_if_positive", [](const TensorPtr &x) {  // x * x when x's first element is positive, else zeros
+    if (static_cast<const double *>(x->data_ptr())[0] > 0) return ParityMul::Apply(x, x);
+    return Tensor::zeros(x->dtype(), x->shape());
+  });
   m.def("head_of_first", [](const TensorPtrList &xs) {  // xs[0]'s first two elements
     return std::make_shared<Tensor>(xs[0]->dtype(), ShapeVector{2}, ShapeVector{xs[0]->strides()[0]},
                                     xs[0]->data_ptr(), xs[0]->storage());
