@@ -106,6 +106,9 @@ class Graph:
     # input (the input itself, or a view of it) or of a captured tensor (a view of it): eagerly it shares that
     # tensor's version counter, and is a view of it unless `view` is False (what detach() returns)
     out_alias: List[Tuple[int, "Ref", bool]] = field(default_factory=list)
+    # (output position, the earlier position of the same value) of a value returned at two positions
+    # (`return y, y`): eagerly one tensor, so the replay's two share one version counter
+    out_repeats: List[Tuple[int, int]] = field(default_factory=list)
     # (node id, argument position) -> (Input or Const, writes to it before the read, its strides, whether a
     # view) of an op's value that was, when the node read it, a view of an input's or a captured tensor's
     # memory (one version counter): eagerly a node saving the view sees a later write to that tensor; a

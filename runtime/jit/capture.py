@@ -17,7 +17,10 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+import numpy as np
+
 from ..autograd.grad_mode import _state as _grad_state
+from ..autograd.views import ViewOfBase
 from ..graph.graph import Const, Graph, Input, Node, Output, Ref
 from ..tensor import Tensor, detached
 from ..versions import UNWRITTEN
@@ -265,13 +268,14 @@ class Tracer:
             if r is not None and r != Input(i) and r not in outs:
                 outs.append(r)
         self.graph.outputs = outs
+        self.graph.out_repeats = [(k, outs.index(r)) for k, r in enumerate(outs) if outs.index(r) != k]
         for k, o in enumerate(outputs):  # an output over an input's memory (the input, a view of it)
             if not isinstance(o, Tensor):
                 continue
             # (of inputs on one counter, x and x.detach(): the one it is, else the one whose view it is)
             base = o._base_ref() if o._base_ref is not None else None
-            over = [i for i, t in enumerate(self._inputs)
-                    if outs[k] == Input(i) or (o._vc is t._vc and o._vc is not UNWRITTEN)]
+            over = [i for i, t in enumerate(self._inputs)  # (an op's output that is the input: one object)
+                    if outs[k] == Input(i) or o is t or (o._vc is t._vc and o._vc is not UNWRITTEN)]
             viewed = [i for i in over if base is not None and base is (
                 self._inputs[i]._base_ref() if self._inputs[i]._base_ref is not None else self._inputs[i])]
             if over:
@@ -392,6 +396,10 @@ def _distinct(outs: Any) -> Any:
             d = detached(o)  # reaches the node output the one tensor was (eagerly, one object: both reach it)
             if o._node is not None:
                 d._node, d._out_index, d.requires_grad = o._node, o._out_index, o.requires_grad
+            elif o.requires_grad:  # a leaf (an argument handed back twice): its gradient goes to the leaf
+                d._node = ViewOfBase(o, np.arange(o._data.size).reshape(o._data.shape), (o._data.shape, o._data.dtype),
+                                     (o._data.shape, o._data.dtype))
+                d._out_index, d.requires_grad = 0, True
             o = d
         fresh.append(o)
     if all(o is p for o, p in zip(outs, fresh)):

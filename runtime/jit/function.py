@@ -30,7 +30,7 @@ from ..graph.graph import Const, Graph, Input, Output
 from ..graph.registry import Backend, Runner, get_backend
 from ..call_rules import share_alias
 from ..tensor import Tensor
-from ..versions import counter, memory_owner, share_version
+from ..versions import UNWRITTEN, counter, memory_owner, share_version
 from .signature import flatten_result, signature, unflatten_result
 from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
@@ -160,9 +160,9 @@ def _link_aliases(graph: Graph, tensors: Sequence[Tensor], outs: List[Any]) -> L
         if o._node is None and o._base_ref is None:
             o = outs[k] = Tensor._from_array(o._data)
         if not view:
-            if o._vc is not t._vc:
+            if o._vc is not t._vc or o._vc is UNWRITTEN:  # (both may read the shared UNWRITTEN: one of their own)
                 share_version(o, t)
-        elif o._vc is not t._vc or o._base_ref is None:
+        elif o._vc is not t._vc or o._vc is UNWRITTEN or o._base_ref is None:
             share_alias(o, t)
     return outs
 
@@ -244,6 +244,8 @@ class JitFunction:
                     outs = _link_aliases(entry.traced, tensors, outs)
         except OutputShapeChanged as e:
             return self._shape_changed(key, entry, e, args, kwargs)
+        for k, first in entry.traced.out_repeats:  # one value at two positions: eagerly one tensor, one counter
+            share_version(outs[k], outs[first])  # (both may still read the shared UNWRITTEN: one of their own)
         spec = entry.out_spec
         if type(spec) is int:
             return outs[spec]
@@ -403,7 +405,7 @@ class JitFunction:
         # require grad: those whose gradient the backward graph takes
         flows = {k[1] for k in g.plan.keys if k[0] == "grad"}
         if calls is not None:  # (and not those this call's C++ functions gave no history, as eagerly)
-            flows.difference_update(no_history(entry.traced.outputs, calls))
+            flows.difference_update(no_history(entry.traced, tensors, calls))
         attach_outputs(node, [o if k in flows else None for k, o in enumerate(outs)])
         return outs
 

@@ -22,10 +22,12 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from ..autograd.engine import _node_backward
 from ..autograd.grad_mode import _state
 from ..autograd.node import Node as AutogradNode, edge_of
-from ..graph.graph import Node, Output
+from ..graph.graph import Input, Node, Output
 from ..tensor import Tensor
 
 __all__ = ["CallContexts", "active", "keeping", "kept_backward", "no_history"]
@@ -139,20 +141,42 @@ def keeping(node: Node, diff: Sequence[int], owner: object) -> Callable[..., Any
     return run
 
 
-def no_history(outputs: Sequence[Any], calls: CallContexts) -> List[int]:
-    """The positions of a jitted call's outputs (the graph's ``outputs``) that an opaque op gave no history
-    in this call, as eagerly: a C++ function's result that does not depend on the arguments requiring grad
-    (a view of another argument), or one it picked by a value. The backward plan cannot know which of an
-    opaque op's outputs depend on which inputs; the op's own run this call does."""
-    quiet = []
-    for k, r in enumerate(outputs):
-        kept = calls.nodes.get(r.node) if isinstance(r, Output) else None
-        if kept is None:
+def no_history(graph: Any, inputs: Sequence[Any], calls: CallContexts) -> List[int]:
+    """The positions of a jitted call's outputs that have no history in this call, as eagerly: those an
+    opaque op of ``graph`` gave none (a C++ function's result that does not depend on the arguments requiring
+    grad, such as a view of another argument; one it picked by a value; a Function's non-differentiable
+    output), and any value computed from such results alone. The backward plan cannot know which of an opaque
+    op's outputs depend on which inputs; the op's own run this call does. Nothing to do (the common case)
+    when every opaque op gave each of its outputs a history."""
+    quiet: Dict[int, Any] = {}  # node id -> its outputs without history (None: all of them)
+    for key, (node, attached) in calls.nodes.items():
+        if node is None:
+            quiet[key] = None
+        else:
+            none = {k for k, h in enumerate(node.heads) if h is None} if type(node) is _Through else \
+                {k for k, a in enumerate(attached) if a < 0}
+            if none:
+                quiet[key] = none
+    if not quiet:
+        return []
+    history: Dict[Tuple[int, int], bool] = {}
+
+    def has(r: Any) -> bool:
+        if isinstance(r, Output):
+            return history[(r.node, r.index)]
+        v = inputs[r.index] if isinstance(r, Input) else getattr(r, "value", None)
+        return isinstance(v, Tensor) and v.requires_grad
+
+    for n in graph.nodes:
+        if n.id in calls.nodes:  # an opaque op: what its run gave (its own parameters may give a history)
+            none = quiet.get(n.id, ())
+            for k in range(len(n.out_dtypes)):
+                history[(n.id, k)] = none is not None and k not in none
             continue
-        node, attached = kept
-        if node is None or (node.heads[r.index] is None if type(node) is _Through else attached[r.index] < 0):
-            quiet.append(k)
-    return quiet
+        reached = not getattr(n.target, "stops_gradient", False) and any(has(r) for r in n.inputs)
+        for k, dt in enumerate(n.out_dtypes):
+            history[(n.id, k)] = reached and np.dtype(dt).kind in "fc"
+    return [k for k, r in enumerate(graph.outputs) if isinstance(r, Output) and not history[(r.node, r.index)]]
 
 
 def _direct(node: Any, diff: Sequence[int], before: Sequence[Any], outs: Sequence[Any]) -> bool:
