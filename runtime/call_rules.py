@@ -55,7 +55,7 @@ from .autograd.grad_mode import _state
 from .autograd.node import Node, double_backward_message  # noqa: F401  (decided there, named here)
 from .versions import share_version
 from .autograd.views import (NO_GRAD_VIEW_STALE, ViewOfBase, grad_tensor, has_internal_overlap,  # noqa: F401
-                             refresh_view, take, view_indices, pairs)  # (named here: call_rules decides, views.py is below it)
+                             refresh_view, take, take_view, view_indices, pairs)  # (named here: call_rules decides, views.py is below it)
 
 __all__ = ["OVERLAP_MESSAGE", "PARTIAL_OVERLAP_MESSAGE", "has_partial_overlap", "no_grad_view_refused",
            "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
@@ -264,46 +264,126 @@ def share_alias(out: Any, arg: Any) -> None:
     out._view_no_grad = arg._view_no_grad  # an alias of a no_grad view is one too
 
 
-class _ArgumentView(ViewOfBase):
-    """The node of a view of an argument a module function returned (``returned_view``)."""
+class _ArgumentView(Node):
+    """The node of a view of an argument a module function returned (``returned_view``): the argument's
+    gradient is the view's, placed where its elements sit in the argument, summed where they repeat. Where
+    they sit is kept as an offset and strides (the view's element k at ``offset + k . strides`` of the
+    argument's C-order elements) or, for an argument of another layout, as their indices; the positions are
+    made when the backward runs, in the view's size."""
 
-    __slots__ = ()
+    __slots__ = ("where", "repeats")
+    differentiable = False  # numpy inside: a gradient of this gradient is a named error
     name = "a view of its argument a module function returned"
+
+    def __init__(self, edge: Any, where: Any, arg_meta: Any, view_meta: Any, repeats: bool) -> None:
+        self.where = where
+        self.repeats = repeats
+        self.next_edges = (edge,)
+        self.input_meta = (arg_meta,)
+        self.out_meta = (view_meta,)
+
+    def apply(self, grads: Sequence[Any], create_graph: bool) -> List[Any]:
+        from . import device as _device
+        g = grads[0]._data
+        xp = np if type(g) is np.ndarray else _device.array_module(g)
+        shape, dtype = self.input_meta[0]
+        if type(self.where) is tuple:
+            offset, strides = self.where
+            pos = np.full(g.shape, offset, dtype=np.int64)
+            for d, (n, st) in enumerate(zip(g.shape, strides)):
+                pos = pos + (np.arange(n, dtype=np.int64) * st).reshape([n if e == d else 1 for e in range(g.ndim)])
+        else:
+            pos = self.where
+        z = xp.zeros(int(np.prod(shape)), dtype=dtype)
+        where = pos if xp is np else xp.asarray(pos)
+        if self.repeats:
+            xp.add.at(z, where, g)
+        else:
+            z[where] = g
+        return [grad_tensor(z.reshape(shape))]
+
+    def release(self) -> None:
+        pass
+
+
+def _placement(arr: Any, base: Any) -> Any:
+    """Where the elements of ``arr`` sit in ``base``, a C-contiguous array of its dtype: (offset, strides)
+    in ``base``'s elements, or None when one is outside ``base`` or off its element grid. In ``arr``'s
+    number of dimensions, not its size."""
+    item = base.itemsize
+    start = _addr(arr) - _addr(base)
+    if start % item or any(st % item for st in arr.strides):
+        return None
+    strides = tuple(st // item for st in arr.strides)
+    lo = hi = start // item
+    for n, st in zip(arr.shape, strides):
+        if n == 0:
+            return None
+        lo, hi = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
+    return (start // item, strides) if 0 <= lo and hi < base.size else None
+
+
+def _inside(arr: Any, base: Any) -> bool:
+    """Every byte of ``arr``'s elements is within the extent of ``base``'s (both non-empty)."""
+    def extent(a: Any) -> Tuple[int, int]:
+        lo = hi = _addr(a)
+        for n, st in zip(a.shape, a.strides):
+            lo, hi = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
+        return lo, hi + a.itemsize
+    (alo, ahi), (blo, bhi) = extent(arr), extent(base)
+    return blo <= alo and ahi <= bhi
+
+
+def _addr(arr: Any) -> int:
+    return arr.__array_interface__["data"][0] if type(arr) is np.ndarray else arr.data.ptr
+
+
+def _may_repeat(arr: Any) -> bool:
+    """Two places of ``arr`` may be one element: unless its strides, smallest first, each step past the
+    whole extent of the ones before (a broadcast, overlapping windows: True)."""
+    dims = sorted((abs(st), n) for n, st in zip(arr.shape, arr.strides) if n > 1)
+    reach = 0
+    for st, n in dims:
+        if st <= reach:
+            return True
+        reach = st * (n - 1) + reach
+    return False
 
 
 def returned_view(arg: Any, arr: Any) -> Any:
     """A module function returned a Tensor it built over its argument ``arg``'s memory (a slice on
     ``x->storage()``, no Function around it): the runtime Tensor over ``arr`` (that Tensor's memory) as a
     view of ``arg``, as torch's ``x[:2]`` in a Python function is, and as the runtime's own view ops make
-    one: it shares ``arg``'s counter and base (made under no_grad of a base that requires grad, a later
-    recorded write into it is refused); with grad mode on and ``arg`` requiring grad, its gradient goes
-    to ``arg``, placed where its elements sit in ``arg``. None where it is no view of ``arg``: its elements are not ``arg``'s
-    (outside them, or another dtype: a bit cast), or another framework keeps ``arg``'s counter (to_torch's
-    Python path makes its own view of the caller's tensor)."""
+    one (``take_view``: its counter, base and write rules). With grad mode on and ``arg`` requiring grad,
+    its gradient goes to ``arg``, placed where its elements sit in ``arg``. None where it is no view of
+    ``arg``: an element outside ``arg``'s, another dtype (a bit cast), or another framework keeping
+    ``arg``'s counter (to_torch's Python path makes its own view of the caller's tensor). Its cost is in
+    ``arr``'s dimensions for a C-contiguous ``arg``, not in either's size."""
     from .tensor import Tensor
     from .versions import Version
-    if type(arg._vc) is not Version or arr.dtype != arg._data.dtype:
+    base = arg._data
+    if type(arg._vc) is not Version or arr.dtype != base.dtype or not arr.size:
         return None
-    try:
-        idx = view_indices(arr, arg._data)
-    except RuntimeError:  # (elements outside arg's: over the rest of its base's memory)
+    grad = _state.enabled and arg.requires_grad
+    where: Any = None
+    if base.flags.c_contiguous:
+        where = _placement(arr, base)
+        if where is None:
+            return None
+    elif grad:  # another layout: the indices, in the size of arg
+        try:
+            where = view_indices(arr, base)
+        except RuntimeError:
+            return None
+    elif not _inside(arr, base):  # (no gradient to place: its memory is arg's, or it is no view)
         return None
     out = Tensor._from_array(arr)
-    share_version(out, arg)  # (as the runtime's own view ops make one: runtime/ops/primitive.py)
-    ref = arg._base_ref  # a view of a view: the first tensor of the chain, while it lives
-    if ref is None or ref() is None:
-        ref = weakref.ref(arg)
-    out._base_ref = ref
-    out._view_version = out._vc.value
-    if (not _state.enabled and ref().requires_grad) or arg._view_no_grad:
-        out._view_no_grad = True  # torch refuses a recorded write into it later
-    if _state.enabled and arg.requires_grad:
+    take_view(out, arg)
+    if grad:
         if arg._base_ref is not None and arg._vc.value != arg._view_version:
             refresh_view(arg)  # (its base written since its history was set)
         edge = arg if arg._node is None else (arg._node, arg._out_index)
-        # (elements read at several places, a broadcast or overlapping windows: their gradients add up)
-        repeats = bool(idx.size) and np.unique(idx).size != idx.size
-        out._node = _ArgumentView(edge, idx, (arg._data.shape, arg._data.dtype), (arr.shape, arr.dtype), repeats)
+        out._node = _ArgumentView(edge, where, (base.shape, base.dtype), (arr.shape, arr.dtype), _may_repeat(arr))
         out._out_index = 0
         out.requires_grad = True
     return out

@@ -240,3 +240,17 @@ def test_runtime_jit_replays_a_history_a_value_picks(parity_ops, first):
         if sign > 0:
             (r * Tensor(np.ones(6))).sum().backward()
             np.testing.assert_allclose(x.grad.asnumpy(), 2 * np.abs(X), rtol=1e-12)
+
+
+def test_a_view_of_an_argument_that_is_itself_strided(parity_ops):
+    """head_alias of x[::2] (an argument that is not C-contiguous): its two elements are x's 0 and 2, so
+    the gradient lands there (the placement by indices, not the offset and strides of a C-contiguous one)."""
+    x = Tensor(np.arange(8.0), requires_grad=True)
+    r = parity_ops.head_alias(x[::2])
+    np.testing.assert_array_equal(r.asnumpy(), [0.0, 2.0])
+    (r * Tensor(np.array([1.0, 3.0]))).sum().backward()
+    np.testing.assert_array_equal(x.grad.asnumpy(), [1.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    with rt.no_grad():
+        v = x[::2]
+        r = parity_ops.head_alias(v)
+    assert r._base is x and r._version == x._version  # (x[::2]'s base is x: a view of a view)

@@ -6,14 +6,17 @@ runtime/call_rules.py (which decides the rules and names these) so the engine, w
 at the start of a backward, never imports the layer above it."""
 from __future__ import annotations
 
+import weakref
 from typing import Any, List, Sequence
 
 import numpy as np
 
+from ..versions import share_version
+from .grad_mode import _state
 from .node import Node
 
 __all__ = ["NO_GRAD_VIEW_STALE", "view_indices", "is_pairs", "pairs", "ViewOfBase", "refresh_view", "grad_tensor", "take",
-           "has_internal_overlap"]
+           "has_internal_overlap", "take_view"]
 
 # ... and for such a view read after a recorded write into its base (or another view of it)
 NO_GRAD_VIEW_STALE = ("a view was created in no_grad mode and its base (or another view of its base) was then "
@@ -36,6 +39,21 @@ def _address(arr: Any) -> int:
     if type(arr) is np.ndarray:
         return arr.__array_interface__["data"][0]
     return arr.data.ptr  # CuPy
+
+
+def take_view(out: Any, arg: Any) -> None:
+    """``out`` is over ``arg``'s memory: a view of it, as the runtime's view ops make one. One version
+    counter; its base is ``arg``'s (a view of a view: the first tensor of the chain, while it lives), so an
+    in-place write into it follows the view rules; made under no_grad from a base that requires grad (or
+    from such a view), a recorded write into it later is refused (torch's rule)."""
+    share_version(out, arg)
+    ref = arg._base_ref
+    if ref is None or ref() is None:
+        ref = weakref.ref(arg)
+    out._base_ref = ref
+    out._view_version = out._vc.value  # its history (set next) is current at this version
+    if (not _state.enabled and ref().requires_grad) or arg._view_no_grad:
+        out._view_no_grad = True
 
 
 def view_indices(view: Any, base: Any) -> np.ndarray:

@@ -29,9 +29,9 @@ from ..jit.tracing import flag as _flag
 from ..jit.tracing import hook as _trace
 from ..tensor import Tensor as _Tensor
 from ..tensor import detached as _detached
-from ..versions import UNWRITTEN as _UNWRITTEN, Version as _Version, memory_owner as _root, share_version, \
+from ..versions import UNWRITTEN as _UNWRITTEN, Version as _Version, memory_owner as _root, \
     version_of as _version_of
-from ..autograd.views import refresh_view as _refresh_view
+from ..autograd.views import refresh_view as _refresh_view, take_view as _take_view
 
 __all__ = ["Primitive", "defvjp", "PrimitiveNode", "NO_KWARGS"]
 
@@ -157,15 +157,7 @@ def _share_input_version(res: Any, out: Any, args: Sequence[Any]) -> None:
     root = _root(out)
     for a in args:
         if _root(a._data) is root:
-            share_version(res, a)
-            ref = a._base_ref  # a view of a view: the first tensor of the chain, while it lives
-            if ref is None or ref() is None:
-                ref = _weakref(a)
-            res._base_ref = ref  # (call_rules.py)
-            res._view_version = res._vc.value  # its history (set next) is current at this version
-            # torch refuses a recorded write into it later, and into any view of such a view
-            if (not _state.enabled and ref().requires_grad) or a._view_no_grad:
-                res._view_no_grad = True
+            _take_view(res, a)
             return
 
 

@@ -348,33 +348,16 @@ static PyObject *ReturnedArgument(const ForeignApi &api, const Tensor &t) {
   return Check(PyObject_CallMethod(view.get(), "flip", "O", back.get()));
 }
 
-// The argument whose storage `r` shares (its storage, not only its memory's Python owner: `x` and
-// `x.detach()` are two arguments over one array, and a slice on `y->storage()` is y's), or null.
-static const Tensor *StorageArgument(const Tensor &r, const ReturnedArgs &args) {
-  auto same = [&r](const Tensor *a) {
-    return a != nullptr && a != &r && !r.storage().owner_before(a->storage()) && !a->storage().owner_before(r.storage());
-  };
-  for (std::size_t i = 0; i < args.n; ++i) {
-    if (same(args.tensors[i])) return args.tensors[i];
-    if (args.lists[i] == nullptr) continue;
-    for (const TensorPtr &t : *args.lists[i]) {
-      if (same(t.get())) return t.get();
-    }
-  }
-  return nullptr;
-}
-
-OB_CORE_FN void BindReturnedView(const TensorPtr &r, const ReturnedArgs &args) {
-  if (std::get_deleter<PyOwnerDeleter>(r->storage()) == nullptr) return;  // (new memory: the core's own)
-  const Tensor *a = StorageArgument(*r, args);
-  if (a == nullptr || a->py_object() == nullptr || a->is_cuda() != r->is_cuda()) return;
+OB_CORE_FN void BindReturnedView(const TensorPtr &r, const Tensor &arg) {
+  if (std::get_deleter<PyOwnerDeleter>(r->storage()) == nullptr) return;  // (another framework's memory)
+  if (arg.py_object() == nullptr || arg.is_cuda() != r->is_cuda()) return;
   GilForRefcount gil;
   const Runtime &rt = Runtime::Get();
-  if (!PyObject_TypeCheck(a->py_object(), rt.tensor_type)) return;
+  if (!PyObject_TypeCheck(arg.py_object(), rt.tensor_type)) return;
   PyRef arr = PyRef::Steal(Check(ArrayFromTensor(rt, *r)));
   static std::atomic<PyObject *> slot{nullptr};
   PyRef view = PyRef::Steal(
-      Check(PyObject_CallFunctionObjArgs(NativeFn(slot, "returned_view"), a->py_object(), arr.get(), nullptr)));
+      Check(PyObject_CallFunctionObjArgs(NativeFn(slot, "returned_view"), arg.py_object(), arr.get(), nullptr)));
   if (view.get() != Py_None) TensorAccess::BindPython(*r, std::move(view));
 }
 

@@ -155,8 +155,8 @@ struct IsKeywordOnly : std::false_type {};
 
 // ---- a result over an argument's memory ----------------------------------------------------------
 // A Tensor a function builds on its argument's storage (x[:2] in C++, no Function around it) and returns
-// is a view of that argument, as torch's x[:2] in a Python function is (BindReturnedView, which looks at each
-// result bound to no Python object: one over memory a Python object owns; new memory is the core's).
+// is a view of that argument, as torch's x[:2] in a Python function is (BindReturnedView, for each result
+// bound to no Python object that shares an argument's storage).
 inline const Tensor *ArgTensor(const TensorPtr &a) { return a.get(); }
 inline const Tensor *ArgTensor(const std::optional<TensorPtr> &a) { return a ? a->get() : nullptr; }
 template <typename T>
@@ -168,8 +168,31 @@ template <typename T>
 const TensorPtrList *ArgList(const T &) {
   return nullptr;
 }
+// A module function's arguments, for the check of its results.
+struct ReturnedArgs {
+  const Tensor *const *tensors;       // per argument, the tensor it is, or null
+  const TensorPtrList *const *lists;  // per argument, the list of tensors it is, or null
+  std::size_t n;
+};
+// The tensor argument whose storage `r` shares (its control block, not only its memory: `x` and `x.detach()`
+// are two arguments over one array, and a slice on `y->storage()` is y's), or null: a few pointer compares
+// per argument, so a new result (the core's memory) never leaves the operator.
+inline const Tensor *StorageArgument(const Tensor &r, const ReturnedArgs &args) {
+  auto same = [&r](const Tensor *a) {
+    return a != nullptr && a != &r && !r.storage().owner_before(a->storage()) && !a->storage().owner_before(r.storage());
+  };
+  for (std::size_t i = 0; i < args.n; ++i) {
+    if (same(args.tensors[i])) return args.tensors[i];
+    if (args.lists[i] == nullptr) continue;
+    for (const TensorPtr &t : *args.lists[i]) {
+      if (same(t.get())) return t.get();
+    }
+  }
+  return nullptr;
+}
 inline void CheckReturned(const TensorPtr &r, const ReturnedArgs &args) {
-  if (r && r->py_object() == nullptr) BindReturnedView(r, args);
+  if (!r || r->py_object() != nullptr) return;
+  if (const Tensor *a = StorageArgument(*r, args)) BindReturnedView(r, *a);
 }
 inline void CheckReturned(const TensorPtrList &r, const ReturnedArgs &args) {
   for (const auto &t : r) CheckReturned(t, args);

@@ -235,17 +235,11 @@ inline PyObject *NewPyTensor(const Runtime &rt, PyObject *array) {
 // new one sharing its memory, to which `t` is then bound.
 OB_CORE_FN PyObject *ToPython(const Runtime &rt, const TensorPtr &t);
 
-// A module function's result `r`, bound to no Python object: when it is over the memory of one of its
-// runtime.Tensor arguments (or an element of a list argument), a Tensor it built on x->storage() with no
-// Function around it, `r` is bound to the runtime's view of that argument (runtime/call_rules.py
-// returned_view), so its gradient reaches the argument, as torch's `x[:2]` in a Python function does. Out
-// of line, so each bound function compiles a call, not the check; takes the GIL only for such a result.
-struct ReturnedArgs {
-  const Tensor *const *tensors;        // per argument, the tensor it is, or null
-  const TensorPtrList *const *lists;   // per argument, the list of tensors it is, or null
-  std::size_t n;
-};
-OB_CORE_FN void BindReturnedView(const TensorPtr &r, const ReturnedArgs &args);
+// A module function's result `r`, bound to no Python object, that shares the storage of its argument `arg`
+// (a Tensor it built on x->storage(), no Function around it): when `arg` is a runtime.Tensor over memory
+// Python owns, `r` is bound to the runtime's view of it (runtime/call_rules.py returned_view), so its
+// gradient reaches `arg`, as torch's `x[:2]` in a Python function does. Takes the GIL.
+OB_CORE_FN void BindReturnedView(const TensorPtr &r, const Tensor &arg);
 
 // The casters' cast(): None for a null TensorPtr (new reference). Inside a bridge call, a tensor
 // bound to no Python object becomes the framework's tensor over its memory.
