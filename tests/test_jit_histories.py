@@ -95,7 +95,8 @@ class _SignOut(rt.autograd.Function):
         return g * 0.0
 
 
-@pytest.mark.parametrize("case", ["view of another argument", "zeros a value picked", "non-differentiable"])
+@pytest.mark.parametrize("case", ["view of another argument", "zeros a value picked", "non-differentiable",
+                                  "an opaque op of it", "an opaque op saving it"])
 def test_a_result_of_results_without_history_has_none(parity_ops, case):
     fn, args = {
         "view of another argument": (lambda x, y: parity_ops.second_mid(x, y) * 2.0,
@@ -103,6 +104,11 @@ def test_a_result_of_results_without_history_has_none(parity_ops, case):
         "zeros a value picked": (lambda x: parity_ops.square_if_positive(x).sum(),
                                  lambda: (Tensor(-X, requires_grad=True),)),
         "non-differentiable": (lambda x: _SignOut.apply(x) + 1.0, lambda: (Tensor(X.copy(), requires_grad=True),)),
+        # (the opaque op after it records a node over the stand-in history its argument gets: a review of 463eb7a)
+        "an opaque op of it": (lambda x, y: parity_ops.mul(parity_ops.second_mid(x, y), y[:2]),
+                               lambda: (Tensor(X.copy(), requires_grad=True), Tensor(X + 1.0))),
+        "an opaque op saving it": (lambda x, y: parity_ops.exp_saved(parity_ops.second_mid(x, y)),
+                                   lambda: (Tensor(X.copy(), requires_grad=True), Tensor(X + 1.0))),
     }[case]
     for what, g in _each_call(fn):
         a = args()

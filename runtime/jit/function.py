@@ -389,6 +389,12 @@ class JitFunction:
                     o = Tensor._from_array(o._data)
                 outs.append(o)
             saved = [Tensor._from_array(v._data) if j in g.alias else v for j, v in enumerate(res[n:])]
+            # outputs this call's opaque ops gave no history, as eagerly (one handed out as the op's own tensor
+            # carries the node it recorded over a stand-in history: a new tensor over its memory instead)
+            quiet = no_history(entry.traced, tensors, calls)
+            for k in quiet:
+                if k < len(outs) and outs[k]._node is not None:
+                    outs[k] = Tensor._from_array(outs[k]._data)
         if recheck:
             reads = _view_reads(reads, recheck, saved)
         if entry.traced.out_alias:
@@ -404,8 +410,8 @@ class JitFunction:
         # as eagerly, only outputs a gradient flows from to an input (or captured tensor) requiring grad
         # require grad: those whose gradient the backward graph takes
         flows = {k[1] for k in g.plan.keys if k[0] == "grad"}
-        if calls is not None:  # (and not those this call's C++ functions gave no history, as eagerly)
-            flows.difference_update(no_history(entry.traced, tensors, calls))
+        if calls is not None:  # (and not those this call's opaque ops gave no history)
+            flows.difference_update(quiet)
         attach_outputs(node, [o if k in flows else None for k, o in enumerate(outs)])
         return outs
 

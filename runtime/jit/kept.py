@@ -168,12 +168,12 @@ def no_history(graph: Any, inputs: Sequence[Any], calls: CallContexts) -> List[i
         return isinstance(v, Tensor) and v.requires_grad
 
     for n in graph.nodes:
-        if n.id in calls.nodes:  # an opaque op: what its run gave (its own parameters may give a history)
-            none = quiet.get(n.id, ())
-            for k in range(len(n.out_dtypes)):
-                history[(n.id, k)] = none is not None and k not in none
-            continue
         reached = not getattr(n.target, "stops_gradient", False) and any(has(r) for r in n.inputs)
+        if n.id in calls.nodes:  # an opaque op: what its run gave, of what reached it (``keeping`` marked
+            none = quiet.get(n.id, ())  # each differentiated argument: one without history too)
+            for k in range(len(n.out_dtypes)):
+                history[(n.id, k)] = reached and none is not None and k not in none
+            continue
         for k, dt in enumerate(n.out_dtypes):
             history[(n.id, k)] = reached and np.dtype(dt).kind in "fc"
     return [k for k, r in enumerate(graph.outputs) if isinstance(r, Output) and not history[(r.node, r.index)]]
