@@ -132,7 +132,9 @@ inline TensorPtr Input(const ffi::AnyBuffer &b, InputMode mode, const char *what
 
 // A list lent to one handler call from this thread's spares, cleared, its room kept: a 1-element
 // gradient step otherwise allocates and frees about a dozen small lists (~200 instructions each in
-// malloc and free). Nested calls take other spares; at most kKeep are kept per type and thread.
+// malloc and free). Nested calls take other spares; at most kKeep are kept per type and thread, each of
+// at most kRoom elements (a call with a long list does not pin its room on the thread). A Lease lives
+// on a handler's stack: none outlives the thread's spares.
 template <typename V>
 class Lease {
  public:
@@ -146,7 +148,7 @@ class Lease {
   ~Lease() {
     v_.clear();
     std::vector<V> &s = Spares();
-    if (s.size() < kKeep && v_.capacity() != 0) s.push_back(std::move(v_));
+    if (s.size() < kKeep && v_.capacity() != 0 && v_.capacity() <= kRoom) s.push_back(std::move(v_));
   }
   Lease(const Lease &) = delete;
   Lease &operator=(const Lease &) = delete;
@@ -157,6 +159,7 @@ class Lease {
 
  private:
   static constexpr std::size_t kKeep = 8;
+  static constexpr std::size_t kRoom = 64;
   static std::vector<V> &Spares() {
     thread_local std::vector<V> spares = [] {
       std::vector<V> s;
@@ -712,7 +715,9 @@ inline void KeepTape(std::unique_ptr<Tape> tape) {
   constexpr std::size_t kKeepLists = 16;
   for (auto &node : tape->nodes) {
     for (std::vector<int> *v : {&node.in, &node.out}) {
-      if (v->capacity() != 0 && tape->spare_lists.size() < kKeepLists) tape->spare_lists.push_back(std::move(*v));
+      if (v->capacity() != 0 && v->capacity() <= 64 && tape->spare_lists.size() < kKeepLists) {
+        tape->spare_lists.push_back(std::move(*v));
+      }
     }
   }
   tape->nodes.clear();
