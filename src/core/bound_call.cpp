@@ -16,6 +16,20 @@ PyObject *BoundHook() {
 }
 }  // namespace
 
+OB_CORE_FN const Tensor *StorageArgument(const Tensor &r, const ReturnedArgs &args) {
+  auto same = [&r](const Tensor *a) {
+    return a != nullptr && a != &r && !r.storage().owner_before(a->storage()) && !a->storage().owner_before(r.storage());
+  };
+  for (std::size_t i = 0; i < args.n; ++i) {
+    if (same(args.tensors[i])) return args.tensors[i];
+    if (args.lists[i] == nullptr) continue;
+    for (const TensorPtr &t : *args.lists[i]) {
+      if (same(t.get())) return t.get();
+    }
+  }
+  return nullptr;
+}
+
 OB_CORE_FN const BoundSite *NewBoundSite(PyObject *module, const char *name, bool keyword_only,
                                          const FfiBoundEntry *ffi) {
   // the target cells, one per (module, name): modules live for the process, so their addresses stay theirs

@@ -175,21 +175,9 @@ struct ReturnedArgs {
   std::size_t n;
 };
 // The tensor argument whose storage `r` shares (its control block, not only its memory: `x` and `x.detach()`
-// are two arguments over one array, and a slice on `y->storage()` is y's), or null: a few pointer compares
-// per argument, so a new result (the core's memory) never leaves the operator.
-inline const Tensor *StorageArgument(const Tensor &r, const ReturnedArgs &args) {
-  auto same = [&r](const Tensor *a) {
-    return a != nullptr && a != &r && !r.storage().owner_before(a->storage()) && !a->storage().owner_before(r.storage());
-  };
-  for (std::size_t i = 0; i < args.n; ++i) {
-    if (same(args.tensors[i])) return args.tensors[i];
-    if (args.lists[i] == nullptr) continue;
-    for (const TensorPtr &t : *args.lists[i]) {
-      if (same(t.get())) return t.get();
-    }
-  }
-  return nullptr;
-}
+// are two arguments over one array, and a slice on `y->storage()` is y's), or null: pointer compares, out of
+// line so that each bound function compiles a call, not the loop.
+OB_CORE_FN const Tensor *StorageArgument(const Tensor &r, const ReturnedArgs &args);
 inline void CheckReturned(const TensorPtr &r, const ReturnedArgs &args) {
   if (!r || r->py_object() != nullptr) return;
   if (const Tensor *a = StorageArgument(*r, args)) BindReturnedView(r, *a);
