@@ -54,8 +54,8 @@ import numpy as np
 from .autograd.grad_mode import _state
 from .autograd.node import Node, double_backward_message  # noqa: F401  (decided there, named here)
 from .versions import share_version
-from .autograd.views import (NO_GRAD_VIEW_STALE, ViewOfBase, grad_tensor, has_internal_overlap,  # noqa: F401
-                             refresh_view, take, take_view, view_indices, pairs)  # (named here: call_rules decides, views.py is below it)
+from .autograd.views import (NO_GRAD_VIEW_STALE, ViewOfBase, address, grad_tensor, grid,  # noqa: F401
+                             has_internal_overlap, refresh_view, take, take_view, view_indices, pairs)  # (named here: call_rules decides, views.py is below it)
 
 __all__ = ["OVERLAP_MESSAGE", "PARTIAL_OVERLAP_MESSAGE", "has_partial_overlap", "no_grad_view_refused",
            "COMPLEX_GRADIENT", "has_internal_overlap", "write_refusal", "check_writable",
@@ -264,46 +264,32 @@ def share_alias(out: Any, arg: Any) -> None:
     out._view_no_grad = arg._view_no_grad  # an alias of a no_grad view is one too
 
 
-class _ArgumentView(Node):
+class _ArgumentView(ViewOfBase):
     """The node of a view of an argument a module function returned (``returned_view``): the argument's
-    gradient is the view's, placed where its elements sit in the argument, summed where they repeat. Where
-    they sit is kept as an offset and strides (the view's element k at ``offset + k . strides`` of the
-    argument's C-order elements) or, for an argument of another layout, as their indices; the positions are
-    made when the backward runs, in the view's size."""
+    gradient is the view's, placed where its elements sit in it (ViewOfBase), summed where they repeat.
+    Where they sit is kept as an offset and strides in the argument's C-order elements, the positions made
+    when the backward runs, in the view's size; or, for an argument of another layout, as their indices."""
 
-    __slots__ = ("where", "repeats")
-    differentiable = False  # numpy inside: a gradient of this gradient is a named error
+    __slots__ = ("where",)
     name = "a view of its argument a module function returned"
 
     def __init__(self, edge: Any, where: Any, arg_meta: Any, view_meta: Any, repeats: bool) -> None:
+        super().__init__(edge, None, arg_meta, view_meta, repeats)
         self.where = where
-        self.repeats = repeats
-        self.next_edges = (edge,)
-        self.input_meta = (arg_meta,)
-        self.out_meta = (view_meta,)
 
-    def apply(self, grads: Sequence[Any], create_graph: bool) -> List[Any]:
-        from . import device as _device
-        g = grads[0]._data
-        xp = np if type(g) is np.ndarray else _device.array_module(g)
-        shape, dtype = self.input_meta[0]
+    def positions(self) -> np.ndarray:
         if type(self.where) is tuple:
             offset, strides = self.where
-            pos = np.full(g.shape, offset, dtype=np.int64)
-            for d, (n, st) in enumerate(zip(g.shape, strides)):
-                pos = pos + (np.arange(n, dtype=np.int64) * st).reshape([n if e == d else 1 for e in range(g.ndim)])
-        else:
-            pos = self.where
-        z = xp.zeros(int(np.prod(shape)), dtype=dtype)
-        where = pos if xp is np else xp.asarray(pos)
-        if self.repeats:
-            xp.add.at(z, where, g)
-        else:
-            z[where] = g
-        return [grad_tensor(z.reshape(shape))]
+            return grid(self.out_meta[0][0], strides, offset)
+        return self.where
 
-    def release(self) -> None:
-        pass
+
+def _span(arr: Any) -> Tuple[int, int]:
+    """The addresses of the first and last bytes of ``arr``'s elements (non-empty)."""
+    lo = hi = address(arr)
+    for n, st in zip(arr.shape, arr.strides):
+        lo, hi = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
+    return lo, hi + arr.itemsize - 1
 
 
 def _placement(arr: Any, base: Any) -> Any:
@@ -311,31 +297,16 @@ def _placement(arr: Any, base: Any) -> Any:
     in ``base``'s elements, or None when one is outside ``base`` or off its element grid. In ``arr``'s
     number of dimensions, not its size."""
     item = base.itemsize
-    start = _addr(arr) - _addr(base)
-    if start % item or any(st % item for st in arr.strides):
+    start = address(arr) - address(base)
+    if start % item or any(st % item for st in arr.strides) or not _inside(arr, base):
         return None
-    strides = tuple(st // item for st in arr.strides)
-    lo = hi = start // item
-    for n, st in zip(arr.shape, strides):
-        if n == 0:
-            return None
-        lo, hi = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
-    return (start // item, strides) if 0 <= lo and hi < base.size else None
+    return start // item, tuple(st // item for st in arr.strides)
 
 
 def _inside(arr: Any, base: Any) -> bool:
     """Every byte of ``arr``'s elements is within the extent of ``base``'s (both non-empty)."""
-    def extent(a: Any) -> Tuple[int, int]:
-        lo = hi = _addr(a)
-        for n, st in zip(a.shape, a.strides):
-            lo, hi = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
-        return lo, hi + a.itemsize
-    (alo, ahi), (blo, bhi) = extent(arr), extent(base)
+    (alo, ahi), (blo, bhi) = _span(arr), _span(base)
     return blo <= alo and ahi <= bhi
-
-
-def _addr(arr: Any) -> int:
-    return arr.__array_interface__["data"][0] if type(arr) is np.ndarray else arr.data.ptr
 
 
 def _may_repeat(arr: Any) -> bool:

@@ -16,7 +16,7 @@ from .grad_mode import _state
 from .node import Node
 
 __all__ = ["NO_GRAD_VIEW_STALE", "view_indices", "is_pairs", "pairs", "ViewOfBase", "refresh_view", "grad_tensor", "take",
-           "has_internal_overlap", "take_view"]
+           "has_internal_overlap", "take_view", "grid", "address"]
 
 # ... and for such a view read after a recorded write into its base (or another view of it)
 NO_GRAD_VIEW_STALE = ("a view was created in no_grad mode and its base (or another view of its base) was then "
@@ -27,12 +27,22 @@ NO_GRAD_VIEW_STALE = ("a view was created in no_grad mode and its base (or anoth
 
 def _byte_offsets(arr: Any, origin: int) -> np.ndarray:
     """The byte offset, from ``origin``, of every element of ``arr`` (an array of ``arr``'s shape)."""
-    off = np.full(arr.shape, _address(arr) - origin, dtype=np.int64)
-    for d, (n, st) in enumerate(zip(arr.shape, arr.strides)):
-        shape = [1] * arr.ndim
-        shape[d] = n
-        off = off + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    return grid(arr.shape, arr.strides, _address(arr) - origin)
+
+
+def grid(shape: Sequence[int], strides: Sequence[int], start: int) -> np.ndarray:
+    """``start + index . strides`` for every index of ``shape`` (an int64 array of that shape)."""
+    off = np.full(tuple(shape), start, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(shape, strides)):
+        dims = [1] * len(shape)
+        dims[d] = n
+        off = off + (np.arange(n, dtype=np.int64) * st).reshape(dims)
     return off
+
+
+def address(arr: Any) -> int:
+    """The address of ``arr``'s first element (numpy or CuPy)."""
+    return _address(arr)
 
 
 def _address(arr: Any) -> int:
@@ -137,13 +147,18 @@ class ViewOfBase(Node):
         shape, dtype = self.input_meta[0]
         xp = np if type(g) is np.ndarray else _device.array_module(g)
         z = xp.zeros(shape, dtype=dtype)
-        where = self.idx if xp is np else xp.asarray(self.idx)
+        idx = self.positions()
+        where = idx if xp is np else xp.asarray(idx)
         flat = pairs(z.reshape(-1)) if self.split else z.reshape(-1)
         if self.repeats:  # an element read by several of the view's places gets the sum of their gradients
             xp.add.at(flat, where, g)
         else:
             flat[where] = g
         return [grad_tensor(z)]
+
+    def positions(self) -> np.ndarray:
+        """For every element of the view, the flat index of the base's element it is."""
+        return self.idx
 
     def release(self) -> None:
         pass

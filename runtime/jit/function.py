@@ -348,6 +348,7 @@ class JitFunction:
         g = entry.grad.get(wanted) or self._grad(entry, tensors, wanted)
         n = len(entry.traced.outputs)
         calls = None
+        quiet: List[int] = []  # outputs this call's opaque ops gave no history (kept.no_history)
         edges = None
         # the versions the forward's readers will see: as eagerly, a later write to what they read fails
         reads = [(tensors[src[1]] if src[0] == "in" else src[1], off, f"argument {j} of {name}")
@@ -410,8 +411,7 @@ class JitFunction:
         # as eagerly, only outputs a gradient flows from to an input (or captured tensor) requiring grad
         # require grad: those whose gradient the backward graph takes
         flows = {k[1] for k in g.plan.keys if k[0] == "grad"}
-        if calls is not None:  # (and not those this call's opaque ops gave no history)
-            flows.difference_update(quiet)
+        flows.difference_update(quiet)  # (and not those this call's opaque ops gave no history)
         attach_outputs(node, [o if k in flows else None for k, o in enumerate(outs)])
         return outs
 
