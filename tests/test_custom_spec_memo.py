@@ -142,3 +142,57 @@ def test_run_tensors_takes_fixed_specs_or_a_memo_only():
     with pytest.raises(TypeError, match=r"^run_tensors\(fn, extra, tensors, out_specs, Tensor, grad\[, with_shapes\]\): "
                                         r"out_specs must be a tuple or a dict$"):
         trampoline().run_tensors(0, 0, (), [], Tensor, False)
+
+
+COPY_BYTES = r"""
+#include <cstdint>
+#include <cstring>
+// out = x, any dtype of 8 bytes (int64 and uint64 here)
+extern "C" int Copy8(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
+  if (nparam != 2) return 1;
+  int64_t n = 1;
+  for (int d = 0; d < ndims[0]; ++d) n *= shapes[0][d];
+  std::memcpy(params[1], params[0], static_cast<size_t>(n) * 8);
+  return 0;
+}
+"""
+
+
+def test_both_numbers_numpy_gives_int64_share_one_warm_entry(tmp_path):
+    # numpy spells int64 'l' and 'q' (two type numbers, equal dtypes): whichever came first, the other
+    # takes the one C call too (it fell back to the Python path on every call, about twice as slow)
+    src = tmp_path / "copy8.cpp"
+    src.write_text(COPY_BYTES)
+    for first, second in (("q", "l"), ("l", "q"), ("Q", "L")):
+        asked = Counted(lambda x: x)
+        op = ops.Custom(f"{src}:Copy8", out_shape=asked, out_dtype=lambda x: x, func_type="aot")
+        a = rt.from_numpy(np.arange(3, dtype=first))
+        b = rt.from_numpy(np.arange(3, dtype=second) + 5)
+        np.testing.assert_array_equal(op(a).asnumpy(), [0, 1, 2])
+        fast = op._fast
+        out = fast[0](fast[1], fast[2], (b,), fast[3], Tensor, False, fast[5])
+        assert out is not None, f"{second} after {first}: not a warm call"
+        np.testing.assert_array_equal(out.asnumpy(), [5, 6, 7])
+        assert out.dtype == rt.from_numpy(np.arange(1, dtype=first)).dtype
+        assert len(asked.asked) == 1 and len(op._cmemo) == 1
+
+
+def test_the_c_key_gives_one_number_to_equal_integer_dtypes():
+    from runtime.ops.aot_trampoline import trampoline
+    key = trampoline().memo_key
+    for a, b in (("q", "l"), ("Q", "L")):
+        assert np.dtype(a) == np.dtype(b) and np.dtype(a).num != np.dtype(b).num
+        assert key((np.dtype(a),), False) == key((np.dtype(b),), False)
+        assert key((((2,), np.dtype(a)),), True) == key((((2,), np.dtype(b)),), True)
+    assert key((np.dtype("q"),), False) != key((np.dtype("Q"),), False)
+    assert key((np.dtype("q"),), False) != key((np.dtype("i"),), False)
+
+
+def test_an_out_shape_with_a_zero_and_overflowing_dims_is_a_memory_error():
+    # numpy refuses such dims although the array is empty: the same MemoryError as other overflows
+    op = ops.Custom(f"{OPS}:Square", out_shape=lambda x: [0, 2 ** 62, 2 ** 62], out_dtype=rt.float32,
+                    func_type="aot")
+    with pytest.raises(MemoryError, match=r"^Custom 'Square': cannot allocate output 0 of shape "
+                                          r"\[0, 4611686018427387904, 4611686018427387904\] and dtype Float32: its "
+                                          r"size in bytes overflows$"):
+        op(_t((3,), np.float32))

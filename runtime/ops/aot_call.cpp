@@ -395,7 +395,19 @@ PyObject *Wrap(PyTypeObject *type, PyObject *array) {
   return t;
 }
 
-// Builds a memo key: int64s, the number of inputs first, then per input its dtype number and, with
+// The dtype in a memo key: numpy gives one integer type two numbers where two C types have its size (int64 is
+// 'l' and 'q' on Linux), and the two dtypes compare equal, as they do in custom.py's memo: one number for both.
+int64_t DtypeKey(const PyArray_Descr *d) {
+  int t = d->type_num;
+  if (sizeof(long long) == sizeof(long) && (t == NPY_LONGLONG || t == NPY_ULONGLONG)) {
+    t = t == NPY_LONGLONG ? NPY_LONG : NPY_ULONG;
+  } else if (sizeof(int) == sizeof(long) && (t == NPY_INT || t == NPY_UINT)) {
+    t = t == NPY_INT ? NPY_LONG : NPY_ULONG;
+  }
+  return t;
+}
+
+// Builds a memo key: int64s, the number of inputs first, then per input its dtype (DtypeKey) and, with
 // shapes, its ndim and dims. memo_key and run_tensors both build it this way, so they agree.
 class MemoKey {
  public:
@@ -430,7 +442,7 @@ PyObject *ArraysKey(Refs &arrays, size_t nin, bool with_shapes) {
     if (!PyArray_Check(arrays[i])) return nullptr;
     PyArrayObject *x = reinterpret_cast<PyArrayObject *>(arrays[i]);
     if (DtypeName(x) == nullptr) return nullptr;  // a byte-swapped array, say: never looked up
-    key.Put(PyArray_DESCR(x)->type_num);
+    key.Put(DtypeKey(PyArray_DESCR(x)));
     if (with_shapes) {
       key.Put(PyArray_NDIM(x));
       for (int d = 0; d < PyArray_NDIM(x); ++d) key.Put(PyArray_DIMS(x)[d]);
@@ -464,7 +476,7 @@ PyObject *MemoKeyOf(PyObject *, PyObject *const *a, Py_ssize_t n) {
       PyErr_SetString(PyExc_TypeError, "memo_key: dtypes must be numpy dtypes");
       return nullptr;
     }
-    key.Put(reinterpret_cast<PyArray_Descr *>(dtype)->type_num);
+    key.Put(DtypeKey(reinterpret_cast<PyArray_Descr *>(dtype)));
     if (shape != nullptr) {
       key.Put(PyTuple_GET_SIZE(shape));
       for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(shape); ++d) {

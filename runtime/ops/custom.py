@@ -324,7 +324,8 @@ class Custom:
             except TypeError as e:
                 raise TypeError(f"Custom '{self.name}': output {k} dtype: {e}") from None
             shape = tuple(int(n) for n in s)
-            if math.prod(shape) * dt.itemsize > sys.maxsize:
+            # (zeros left out: numpy refuses dims whose other product overflows, even with a zero among them)
+            if math.prod(n for n in shape if n) * dt.itemsize > sys.maxsize:
                 raise MemoryError(f"Custom '{self.name}': cannot allocate output {k} of shape {list(shape)} and "
                                   f"dtype {from_numpy_dtype(dt)}: its size in bytes overflows")
             specs.append((shape, dt))
