@@ -98,6 +98,45 @@ def test_a_wheels_operators_build_with_no_background_precompile(my_ops, cache_di
     assert os.environ.get("OPBUILDER_PCH") == before
 
 
+@pytest.mark.build
+def test_a_header_found_through_include_paths_is_keyed_and_the_binary_fits(my_ops, cache_dir, tmp_path):
+    """A source including "k.h" from the package's include_paths: the build's record also lists k.h beside
+    the source, probed and absent ('-'), and the wheel's record tried to hash it: "headers": null, a binary
+    that never fits (always built; under OPBUILDER_NO_BUILD "a header in its package differs", nothing
+    edited). Found by this session's attack; fails on 9ae988e."""
+    import json
+    from opbuilder.cache import shipped
+    work = tmp_path / "work"
+    work.mkdir()
+    copied_session_cache(cache_dir, work / "cache", keep=("_nanobind.lib", "_obcore.lib"))
+    project = tmp_path / "proj"
+    (project / "mypk" / "csrc").mkdir(parents=True)
+    (project / "mypk" / "include").mkdir()
+    (project / "mypk" / "__init__.py").write_text("")
+    (project / "mypk" / "include" / "k.h").write_text("#define K 10\n")
+    (project / "mypk" / "csrc" / "op.cpp").write_text(
+        '#include "opbuilder/extension.h"\n#include "k.h"\n'
+        'int64_t f(int64_t v) { return K + v; }\nOB_MODULE(m) { m.def("f", &f); }\n')
+    _project(project, '[[tool.opbuilder.ops]]\nname = "inc_op"\nsources = ["mypk/csrc/op.cpp"]\n'
+                      'include_paths = ["mypk/include"]\n')
+    files, _ = build_meta.build_ops(project, work)
+    record = json.loads(files["mypk/" + shipped.RECORD])
+    assert record["ops"]["inc_op"]["headers"] == {"include/k.h": shipped.file_hash(project / "mypk" / "include" / "k.h")}
+    # installed: the package's files as the wheel has them
+    site = tmp_path / "site"
+    for name, data in files.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_bytes(data)
+    from opbuilder import CustomOpBuilder
+    spec = CustomOpBuilder("inc_op", [str(site / "mypk" / "csrc" / "op.cpp")],
+                           include_paths=[str(site / "mypk" / "include")]).spec
+    _, _, why = shipped._fit(spec, site / "mypk" / shipped.RECORD)
+    assert "header" not in why  # it gets past the key (and stops later: this suite turns the installed runtime off)
+    (site / "mypk" / "include" / "k.h").write_text("#define K 11\n")
+    assert shipped._fit(spec, site / "mypk" / shipped.RECORD)[2] == ("a header in its package differs from those "
+                                                                     "the binary was built from")
+
+
 def _recorded(top, name, src, read=()):
     """The spec of operator ``name`` (source ``src``, in package ``top``) and its shipped record's entry,
     over a stand-in binary that nothing loads."""
@@ -170,3 +209,22 @@ def test_a_file_the_compiler_read_is_in_the_shipped_key_whatever_its_name(tmp_pa
     entry["headers"]["../escape.h"] = entry["headers"].pop("csrc/ops.def")  # a record naming a file outside
     record.write_text(json.dumps({"hash": shipped.HASH, "ops": {"tcc_op": entry}}))
     assert shipped._fit(spec, record)[2] == "a header in its package differs from those the binary was built from"
+
+
+def test_a_record_whose_files_cannot_be_read_is_an_error_not_a_binary_that_never_fits(tmp_path):
+    # the wheel's build used to ship "headers": null, which no load() fits: now it says which file
+    top = tmp_path / "pkg"
+    (top / "csrc").mkdir(parents=True)
+    src = top / "csrc" / "op.cpp"
+    src.write_text("\n")
+    with pytest.raises(ValueError) as e:
+        _recorded(top, "gone_op", src, read={str(top / "csrc" / "gone.tcc"): "0" * 64})
+    assert str(e.value) == (f"operator 'gone_op': the files it was built from cannot all be read in its package "
+                            f"{top}: csrc/gone.tcc")
+    # a file the build probed and did not find ('-') is no file to key
+    from opbuilder.cache.fingerprint import ABSENT
+    other = tmp_path / "pkg2"
+    (other / "csrc").mkdir(parents=True)
+    (other / "csrc" / "op.cpp").write_text("\n")
+    _, entry = _recorded(other, "probe_op", other / "csrc" / "op.cpp", read={str(other / "csrc" / "k.h"): ABSENT})
+    assert entry["headers"] == {}

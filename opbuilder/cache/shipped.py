@@ -28,7 +28,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .. import importer
 from ..importer import (CORE_FILE, NATIVE_DIR, RUNTIME_FILE, import_extension, loaded_runtime,  # noqa: F401
@@ -90,18 +90,26 @@ def shipped_binary(lib: Path, out: Path, debug: bool) -> Path:
 
 
 def record_entry(spec, top: Path, file: str, binary: Path, abi: Dict[str, str], uses_core: bool,
-                 read: Sequence[str] = ()) -> Dict[str, object]:
+                 read: Union[Sequence[str], Mapping[str, str]] = ()) -> Dict[str, object]:
     """The record of operator ``spec`` built into ``binary``, shipped as ``file`` (relative to ``top``,
-    the package directory). ``read``: the files the compiler read (absolute paths, as the build's record
-    has them); those inside the package are in the key whatever their names."""
+    the package directory). ``read``: the files the compiler read (absolute paths; or the build's record,
+    path to digest, whose ABSENT entries are files the search probed and did not find); those inside the
+    package are in the key whatever their names. A ValueError when one cannot be read."""
     sources = importer.digests(list(spec.sources), str(top))
     if sources is None:
         raise ValueError(f"operator '{spec.name}': every source must be inside the package {top}")
+    from .fingerprint import ABSENT
+    if isinstance(read, Mapping):  # the build's record: a file it probed and did not find is no file to key
+        read = [p for p, digest in read.items() if digest != ABSENT]
     prefix = str(top).rstrip("/") + "/"
     inside_top = {os.path.normpath(p)[len(prefix):] for p in read if os.path.normpath(p).startswith(prefix)}
     extra = sorted(rel for rel in inside_top if rel not in sources)
+    headers = importer.header_digests(spec, str(top), extra)
+    if headers is None:  # (a record no load() would ever fit: a wheel that always builds)
+        raise ValueError(f"operator '{spec.name}': the files it was built from cannot all be read in its package "
+                         f"{top}: {', '.join(extra) or 'its headers'}")
     return {"file": file, "hash": file_hash(binary), "sources": sources,
-            "headers": importer.header_digests(spec, str(top), extra), "options": options_of(spec, top),
+            "headers": headers, "options": options_of(spec, top),
             "abi": abi, "core": uses_core}
 
 
