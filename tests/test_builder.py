@@ -163,6 +163,24 @@ def test_link_error_names_the_missing_library(tmp_path):
     assert "cannot find -lopbuilder_no_such_library" in msg and "full log: " in msg
 
 
+def test_every_line_of_the_linkers_error_is_kept(tmp_path):
+    # only the known phrasings were kept: a user saw "collect2: error: ld returned 1 exit status" alone,
+    # without the linker's line naming the cause (an attack's find; fails on 297829d)
+    src = tmp_path / "l.cpp"
+    src.write_text('extern "C" int foo_val();\nextern "C" int l() { return foo_val(); }\n')
+    missing = tmp_path / "nowhere" / "libq.a"
+    with pytest.raises(BuildError) as info:
+        build_library("linkpath", [str(src)], ldflags=[f"-Wl,{missing}"])
+    assert f"cannot find {missing}: No such file or directory" in str(info.value)
+    junk = tmp_path / "libjunk.a"
+    junk.write_text("not an archive\n")
+    with pytest.raises(BuildError) as info:
+        build_library("linkjunk", [str(src)], ldflags=[str(junk)])
+    msg = str(info.value)
+    assert f"{junk}: file format not recognized" in msg and "ld returned 1 exit status" in msg
+    assert "warning" not in msg
+
+
 def test_duplicate_definition_is_a_readable_link_error(tmp_path):
     for name in ("one", "two"):
         (tmp_path / f"{name}.cpp").write_text("int twice(int x) { return x; }\n")

@@ -46,7 +46,10 @@ _hooks = threading.local()  # on_start: called in this thread once a run_ninja h
 _STATUS = "@@opbuilder "
 _STATUS_RE = re.compile(re.escape(_STATUS) + r"\[(\d+)/(\d+)\] (.*)")
 _ERROR_RE = re.compile(r"^(?P<loc>[^\s:][^:]*:\d+(?::\d+)?):\s*(?:fatal )?error[:\s]")
-_LINK_RE = re.compile(r"undefined reference to|multiple definition of|cannot find -l|ld returned|ld: error")
+# the linker's errors: the known phrasings, and any line the linker itself prefixes ("/usr/bin/ld: ...",
+# "ld.lld: ...": a relocation without -fPIC, a file it cannot find or read), its warnings left out
+_LINK_RE = re.compile(r"undefined reference to|multiple definition of|cannot find -l|ld returned|ld: error|"
+                      r"linker command failed|^\S*\bld(?:\.\w+)?: ?(?!warning)\S")
 
 
 class _Status:
