@@ -322,3 +322,83 @@ def test_an_attribute_read_by_getattr_with_a_string_is_seen():
     np.testing.assert_array_equal(j(x).asnumpy(), [3.0, 6.0])
     cfg.scale = -1.0
     np.testing.assert_array_equal(j(x).asnumpy(), [-1.0, -2.0])
+
+
+# ---- reads a replay would get wrong (an attack's finds; each fails on b5d0fc0) ----------------------------
+
+def test_a_gradient_read_inside_is_the_one_of_the_call():
+    # a jitted optimizer step reading p.grad: every replay subtracted the first step's gradient
+    def step(p, lr):
+        return p - lr * p.grad
+
+    def train(update):
+        p = Parameter(Tensor(np.array([1.0, -2.0])))
+        got = []
+        for _ in range(3):
+            p.grad = None
+            mint.sum(p * p * p).backward()  # 3 p^2: a new tensor each step
+            with rt.no_grad():
+                p.set_data(update(p, 0.1))
+            got.append(p.asnumpy().copy())
+        return got
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        jitted = train(jit(step))
+    np.testing.assert_allclose(jitted, train(step), rtol=1e-12)
+
+
+class RunningMean(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.running = Tensor(np.zeros(2))
+
+    def construct(self, x):
+        self.running = self.running * 0.5 + x * 0.5
+        return self.running * 1.0
+
+
+STATE = Tensor(np.zeros(1))
+
+
+def _accumulate(x):
+    global STATE
+    STATE = STATE + x
+    return STATE * 1.0
+
+
+def test_a_function_rebinding_what_it_reads_runs_eagerly_with_a_warning():
+    # running statistics and a global accumulator: replays read the tensor from before the trace and
+    # never rebound it (the state stayed at the trace's value)
+    eager, cell = RunningMean(), RunningMean()
+    j = jit(cell.construct)
+    xs = [Tensor(np.array([float(i), 1.0])) for i in range(4)]
+    with pytest.warns(RuntimeWarning, match=r"^jit\(RunningMean\.construct\): not cached: it changes what it reads "
+                                            r"\(attribute 'running' of a RunningMean\) on each call, which a replay "
+                                            r"of its graph would not; this signature runs eagerly"):
+        got = [j(x).asnumpy() for x in xs]
+    np.testing.assert_allclose(got, [eager(x).asnumpy() for x in xs], rtol=1e-12)
+    np.testing.assert_allclose(cell.running.asnumpy(), eager.running.asnumpy(), rtol=1e-12)
+    ja = jit(_accumulate)
+    with pytest.warns(RuntimeWarning, match=r"it changes what it reads \(global 'STATE' of _accumulate\)"):
+        got = [ja(Tensor(np.ones(1))).asnumpy()[0] for _ in range(4)]
+    assert got == [1.0, 2.0, 3.0, 4.0] and STATE.asnumpy()[0] == 4.0
+
+
+def test_a_branch_on_the_grad_mode_is_guarded():
+    def f(x):
+        return x * 2.0 if rt.is_grad_enabled() else x * 3.0
+
+    j = jit(f)
+    x = Tensor(np.array([1.0]), requires_grad=True)
+    assert j(x).asnumpy()[0] == 2.0
+    with rt.no_grad():
+        assert j(x).asnumpy()[0] == 3.0  # the trace's 2.0 before
+        assert j(x).asnumpy()[0] == 3.0
+    assert j(x).asnumpy()[0] == 2.0 and j.traces == 2
+    # a function that does not ask keeps one trace for both modes
+    k = jit(lambda x: x * 2.0)
+    k(x)
+    with rt.no_grad():
+        k(x)
+    assert k.traces == 1

@@ -19,6 +19,7 @@ F = TypeVar("F", bound=Callable)
 
 class _GradState(threading.local):
     enabled = True
+    watch = None  # a jit trace recording in this thread: is_grad_enabled() tells it the mode was read
     saved_hooks = None  # (pack, unpack) of saved_hooks.saved_tensors_hooks in force, read by C++ too
 
 
@@ -38,7 +39,10 @@ def hooks_flag_address() -> int:
 
 
 def is_grad_enabled() -> bool:
-    return _state.enabled
+    s = _state
+    if s.watch is not None:  # a function jit traces branches on the mode: its graph holds for this mode only
+        s.watch.read_grad_mode = True
+    return s.enabled
 
 
 class _GradMode(contextlib.ContextDecorator):

@@ -49,12 +49,16 @@ class Tracer:
         self._prev: Any = None
         self._grad = True
         self.stopped: Optional[str] = None  # why the recording stopped ("at file:line, what"), or None
+        self.read_grad_mode = False  # the function called is_grad_enabled() (guarded: function.py)
+        self._prev_watch: Any = None
         self._on = False
 
     def __enter__(self) -> "Tracer":
         self._grad = _grad_state.enabled  # a graph has one grad mode: the one its trace began in
         self._prev = hook.tracer
         hook.tracer = self
+        self._prev_watch = _grad_state.watch
+        _grad_state.watch = self
         flag.value += 1
         self._on = True
         return self
@@ -64,6 +68,7 @@ class Tracer:
             self._on = False
             flag.value -= 1
             hook.tracer = self._prev
+            _grad_state.watch = self._prev_watch
 
     def stop(self, what: str) -> None:
         """Stop recording because of ``what`` (a value read, a write outside an op): the call goes on

@@ -36,7 +36,7 @@ from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
 from .kept import CallContexts, active, keeping, no_history
 from .capture import OutputShapeChanged, Tracer
-from .guards import Guards, collect, too_many
+from .guards import Guards, collect, too_many, with_grad_mode
 from .tracing import hook
 
 __all__ = ["JitFunction"]
@@ -199,6 +199,9 @@ class JitFunction:
         self.traces = 0  # how many times the function was traced (one per new signature or read value)
         self._missed: Optional[str] = None  # the last read (guards.py) that no longer held
         self.backward_traces = 0  # how many backward graphs were built (one per signature differentiated)
+        # the state it rebinds is in its key (GRAPH_MODE's cell, its attributes as an argument): a trace
+        # that rebinds what it read then needs no eager fallback here (nn/cell.py has its own rule)
+        self.state_in_key = False
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -479,6 +482,10 @@ class JitFunction:
                 if not call:
                     return eager, False, None
                 return eager, True, self.fn(*args, **kwargs)
+            try:  # what it reads before it runs: a function that rebinds one (self.running = ...) is seen
+                before = None if self.state_in_key else collect(self.fn, args, kwargs)
+            except Exception:  # noqa: BLE001  (said after the trace, where it is read again)
+                before = None
             tracer = Tracer(tensors, name)
             with (nullcontext() if call else no_grad()), tracer:
                 out = self.fn(*args, **kwargs)
@@ -489,6 +496,12 @@ class JitFunction:
                               f"op, with the same results and gradients as without jit", RuntimeWarning,
                               stacklevel=4)
                 return eager, True, out
+            rebound = before.rebound() if before is not None and not self.state_in_key else None
+            if rebound is not None:
+                # it rebinds what it reads (running statistics, a counter, a global): a replay would read
+                # the value from before the trace and never rebind it (as GRAPH_MODE's Cells, run eagerly)
+                return self._uncached(key, name, f"it changes what it reads ({rebound}) on each call, which "
+                                                 f"a replay of its graph would not"), True, out
             # what the trace read besides its arguments, as the trace left it (a statement of the function
             # runs at trace time only: a list it appends to is not read as changed by the next call)
             try:
@@ -496,6 +509,8 @@ class JitFunction:
             except Exception as e:  # noqa: BLE001  (an object that cannot be read plainly, too deep...)
                 return self._uncached(key, name, f"what it reads could not be listed ({type(e).__name__}: "
                                                  f"{e})"), True, out
+            if tracer.read_grad_mode:  # it asked for the grad mode: its graph holds for this mode only
+                guards = with_grad_mode(guards, tracer._grad)
             if too_many(guards):
                 return self._uncached(key, name, f"it reads more than {len(guards) - 1} globals, closure "
                                                  f"variables and attributes"), True, out

@@ -37,7 +37,7 @@ import numpy as np
 from ..tensor import Tensor
 from .signature import exact_key
 
-__all__ = ["Guards", "collect"]
+__all__ = ["Guards", "collect", "with_grad_mode"]
 
 _MISSING = object()
 _RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,6 +74,22 @@ class Guards:
                 self.where = what
                 return False
         return True
+
+    def rebound(self) -> Optional[str]:
+        """The first read that now gives another object, with another key (what the trace rebound:
+        ``self.running = ...``, a global), or None. A list or array changed in place is not one: the
+        statement that changed it runs at trace time only, as the guards taken after the trace expect."""
+        for d, name, read, obj, mutable, key, what in self.checks:
+            v = d.get(name, _MISSING) if read is None else read()
+            if v is obj:
+                continue
+            try:
+                same = _key(v) == key
+            except Exception:  # noqa: BLE001
+                same = False
+            if not same:
+                return what
+        return None
 
     def __len__(self) -> int:
         return len(self.checks)
@@ -235,7 +251,13 @@ class _Walk:
 
     def value(self, v: Any) -> None:
         t = type(v)
-        if t in (int, float, str, bool, bytes, complex, type(None)) or isinstance(v, (Tensor, np.ndarray)):
+        if t in (int, float, str, bool, bytes, complex, type(None)) or isinstance(v, np.ndarray):
+            return
+        if isinstance(v, Tensor):  # an argument or a held tensor; its gradient, where the code reads one, a
+            if "grad" in self.names and id(v) not in self.seen:  # constant: which tensor it is is guarded
+                self.seen.add(id(v))
+                self.keep.append(v)
+                self._guard(lambda t=v: t.grad, f"the .grad of a {type(v).__name__} of shape {v.shape}")
             return
         if id(v) in self.seen:
             return
@@ -331,6 +353,13 @@ def collect(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
     for a in roots:
         w.value(a)
     return Guards(checks) if checks else None
+
+
+def with_grad_mode(guards: Optional[Guards], enabled: bool) -> Guards:
+    """``guards`` and the grad mode: a function that read it (``is_grad_enabled()``) may branch on it."""
+    from ..autograd.grad_mode import _state
+    check = (None, "", lambda s=_state: s.enabled, enabled, False, _key(enabled), "the grad mode (is_grad_enabled())")
+    return Guards(list(guards.checks if guards is not None else ()) + [check])
 
 
 def too_many(guards: Optional[Guards]) -> bool:

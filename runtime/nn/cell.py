@@ -279,6 +279,7 @@ def _graph_call(cell: Cell, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> An
         run.__qualname__ = f"{type(cell).__name__}.construct"
         jitted = jit(run)
         jitted.state_writes = 0  # new signatures in a row whose call changed the cell's attributes
+        jitted.state_in_key = True  # (its attributes are: `state`)
         object.__setattr__(cell, "_graph_jit", jitted)
     if jitted.state_writes >= _STATE_WRITES:
         return cell._call(*args, **kwargs)
