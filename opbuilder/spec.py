@@ -190,9 +190,12 @@ def _check_utf8(path: str, what: str, fix: str = "rename it") -> None:
         raise ValueError(f"{what} is not a UTF-8 path: its name has bytes no build file can hold; {fix}") from None
 
 
+RESERVED_NAME = "inline"  # the cache's directory of load_inline's sources (inline.py), beside operators'
+
+
 def check_name(name: object) -> None:
-    """ValueError unless ``name`` can name an operator: an ASCII Python identifier, not a keyword, short
-    enough to name files in the cache."""
+    """ValueError unless ``name`` can name an operator: an ASCII Python identifier, not a keyword, not the
+    cache's own ``inline``, short enough to name files in the cache."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"operator name {name!r} must be a valid Python identifier (it becomes the module name)")
     if keyword.iskeyword(name):
@@ -202,6 +205,9 @@ def check_name(name: object) -> None:
         # Python looks for PyInitU_<punycode> in a module with a non-ASCII name, which PYBIND11_MODULE never defines
         raise ValueError(f"operator name {name!r} must be ASCII (letters, digits, _): Python cannot import an "
                          f"extension module with a non-ASCII name")
+    if name == RESERVED_NAME:
+        raise ValueError(f"operator name {name!r} is reserved: the cache keeps load_inline's sources in its "
+                         f"directory {name}/ (and `opbuilder cache clean {name}` would remove them); choose another name")
     if len(name) > MAX_NAME:
         raise ValueError(f"operator name {name[:20]}... is {len(name)} characters long; at most {MAX_NAME} are "
                          f"accepted (it names files in the cache, whose names the file system limits)")

@@ -82,6 +82,18 @@ def test_a_keyword_name_is_named_so():
         CustomOpBuilder("class", [FUNCTION_OPS])
 
 
+def test_the_caches_own_inline_directory_is_no_operator_name():
+    import opbuilder
+    # an operator named "inline" shared <cache>/inline/ with load_inline's sources, and `opbuilder cache clean
+    # inline` deleted every load_inline operator's sources (an attack's find; fails on fdce2ab)
+    for make in (lambda: CustomOpBuilder("inline", [FUNCTION_OPS]),
+                 lambda: opbuilder.load_inline("inline", "int f() { return 1; }", functions=["f"])):
+        with pytest.raises(ValueError, match=r"^operator name 'inline' is reserved: the cache keeps load_inline's "
+                                             r"sources in its directory inline/ \(and `opbuilder cache clean inline` "
+                                             r"would remove them\); choose another name$"):
+            make()
+
+
 def test_include_paths_given_as_one_path_is_that_path(tmp_path):
     """include_paths="/dir" was taken as its characters ("include path ... is not a directory: /")."""
     b = CustomOpBuilder("inc_one", [FUNCTION_OPS], include_paths=str(tmp_path))
