@@ -2,6 +2,7 @@
 a module name that is not the operator's, a Function<T> without Forward/Backward, compiler warnings."""
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,22 @@ def test_a_compiler_that_does_not_answer_version_is_named_with_its_variable(tmp_
                     str(info.value)), str(info.value)
     err = info.value
     assert isinstance(err, BuildError) and isinstance(err, FileNotFoundError) and err.name == "falsecxx"
+
+
+@pytest.mark.parametrize("cxx, fix", [("gcc", "g++"), ("cc", "c++")])
+def test_a_c_driver_as_cxx_is_named_before_it_publishes_a_library_that_cannot_load(tmp_path, plain, monkeypatch,
+                                                                                   cxx, fix):
+    # CXX=gcc compiled, linked without libstdc++ and published a nanobind runtime whose every load() was a
+    # raw OSError (undefined symbol _ZTVN10__cxxabiv120__si_class_type_infoE): an attack's find; fails on
+    # 093ecc5)
+    if shutil.which(cxx) is None:
+        pytest.skip(f"no {cxx} on PATH")
+    monkeypatch.setenv("CXX", cxx)
+    with pytest.raises(ToolchainError) as info:
+        build_library("cdriver", [plain], build_dir=tmp_path / "cache")
+    assert str(info.value) == (f"CXX={cxx!r} is a C compiler driver: it compiles C++ but links without the C++ runtime "
+                               f"(libstdc++), so what it builds cannot be imported; set CXX to its C++ driver ({fix})")
+    assert not (tmp_path / "cache" / "cdriver.lib").exists() or not any((tmp_path / "cache" / "cdriver.lib").glob("*/*.so"))
 
 
 def test_a_compiler_that_writes_nothing_is_named(tmp_path, plain, monkeypatch):

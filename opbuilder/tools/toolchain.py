@@ -92,6 +92,11 @@ def _family(version_text: str) -> str:
 _COMPILER_FACTS = {"identity": str, "family": str, "version": str, "path": str}
 
 
+# gcc, cc, clang (gcc-12, x86_64-linux-gnu-gcc-12, clang-17): the C drivers, named as given (clang++ links
+# to clang, so the name is what tells them apart, not the file)
+_C_DRIVER = r"^(?:.*-)?(?:gcc|cc|clang)(?:-\d+(?:\.\d+)*)?$"  # (re is imported by a probe only)
+
+
 def _probe(argv: Tuple[str, ...], state_dir: Optional[Path], chosen_by: str = "") -> Compiler:
     """The compiler ``argv`` (its first item a found executable), probed at most once per binary.
 
@@ -119,6 +124,13 @@ def _probe(argv: Tuple[str, ...], state_dir: Optional[Path], chosen_by: str = ""
             said = f"; its first line: {first!r}" if first else ", printing nothing"
             raise ToolchainError(f"{origin} is not a working compiler: '{' '.join(argv)} --version' exited with "
                                  f"status {out.returncode}{said}. Set it to a C++ compiler (g++, clang++)")
+        import re
+        c_driver = next((a for a in argv if re.match(_C_DRIVER, os.path.basename(a))), None)
+        if c_driver is not None:  # compiles .cpp as C++, but links no C++ runtime: a library that cannot load
+            cxx = os.path.basename(c_driver).replace("clang", "clang++").replace("gcc", "g++").replace("cc", "c++")
+            raise ToolchainError(f"{origin} is a C compiler driver: it compiles C++ but links without the C++ "
+                                 f"runtime (libstdc++), so what it builds cannot be imported; set CXX to its C++ "
+                                 f"driver ({cxx})")
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         version = next((ln for ln in lines if " release " in ln), lines[0])  # nvcc says it on a later line
         identity = " ".join(argv[1:] + (real,) + tuple(ln for ln in lines if "copyright" not in ln.lower()))
