@@ -402,3 +402,24 @@ def test_a_branch_on_the_grad_mode_is_guarded():
     with rt.no_grad():
         k(x)
     assert k.traces == 1
+
+
+def test_a_first_call_that_sets_up_state_is_traced_again_and_then_replayed():
+    # lazy set-up (self.scale = ... when None) rebinds on the first call only: not sent to eager for it
+    class Lazy(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.scale = None
+
+        def construct(self, x):
+            if self.scale is None:
+                self.scale = Tensor(np.array([2.0, 3.0]))
+            return x * self.scale
+
+    cell = Lazy()
+    j = jit(cell.construct)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = [j(Tensor(np.array([float(i), 1.0]))).asnumpy() for i in range(4)]
+    np.testing.assert_allclose(got, [[0.0, 3.0], [2.0, 3.0], [4.0, 3.0], [6.0, 3.0]])
+    assert j.traces == 1  # the first call's trace is not kept; the second's is, and replayed

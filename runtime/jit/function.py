@@ -202,6 +202,7 @@ class JitFunction:
         # the state it rebinds is in its key (GRAPH_MODE's cell, its attributes as an argument): a trace
         # that rebinds what it read then needs no eager fallback here (nn/cell.py has its own rule)
         self.state_in_key = False
+        self._rebinds: Dict[Tuple[Any, ...], str] = {}  # signatures whose last trace rebound what it read
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -499,9 +500,15 @@ class JitFunction:
             rebound = before.rebound() if before is not None and not self.state_in_key else None
             if rebound is not None:
                 # it rebinds what it reads (running statistics, a counter, a global): a replay would read
-                # the value from before the trace and never rebind it (as GRAPH_MODE's Cells, run eagerly)
+                # the value from before the trace and never rebind it. Once may be a first call's set-up
+                # (self.cache = ... when None): not cached, the next call traces again; twice in a row, the
+                # signature runs eagerly (as GRAPH_MODE's cells do)
+                if self._rebinds.pop(key, None) is None:
+                    self._rebinds[key] = rebound
+                    return _Eager(f"it rebound {rebound}"), True, out
                 return self._uncached(key, name, f"it changes what it reads ({rebound}) on each call, which "
                                                  f"a replay of its graph would not"), True, out
+            self._rebinds.pop(key, None)
             # what the trace read besides its arguments, as the trace left it (a statement of the function
             # runs at trace time only: a list it appends to is not read as changed by the next call)
             try:
