@@ -46,6 +46,18 @@ from . import device as _device
 from . import dtypes as _dt
 from .versions import UNWRITTEN, Version, owner_counter, rebind, set_version, share_version, version_of
 
+# How many jit traces record, in all threads (capture.py's Tracer keeps it): while 0, a read of ``.grad``
+# costs one list read more.
+_TRACING = [0]
+
+
+def _note_grad_read(t: "Tensor") -> None:
+    """Tell this thread's recording trace, if any, that ``t.grad`` was read (runtime/jit/function.py)."""
+    from .autograd.grad_mode import _state
+    w = _state.watch
+    if w is not None:
+        w.grad_reads.append(t)
+
 __all__ = ["Tensor", "Parameter", "as_tensor", "from_numpy"]
 
 _new = object.__new__
@@ -200,6 +212,8 @@ class Tensor:
     @property
     def grad(self) -> Optional["Tensor"]:
         """The gradient ``backward()`` accumulated into this leaf (None until then)."""
+        if _TRACING[0]:  # a jit trace records somewhere: it is told the read (the graph would hold the value)
+            _note_grad_read(self)
         return self._grad
 
     @grad.setter

@@ -423,3 +423,92 @@ def test_a_first_call_that_sets_up_state_is_traced_again_and_then_replayed():
         got = [j(Tensor(np.array([float(i), 1.0]))).asnumpy() for i in range(4)]
     np.testing.assert_allclose(got, [[0.0, 3.0], [2.0, 3.0], [4.0, 3.0], [6.0, 3.0]])
     assert j.traces == 1  # the first call's trace is not kept; the second's is, and replayed
+
+
+def test_the_grad_of_a_new_argument_each_call_is_read_eagerly_with_a_warning():
+    # the guard read the trace's own argument's .grad, which never changed: a new Parameter per call (or in
+    # a list) got the first call's gradient (an attack on fdce2ab's guard)
+    def f(ps):
+        return [q - 0.1 * q.grad for q in ps]
+
+    j = jit(f)
+    for i in range(3):
+        p = Parameter(Tensor(np.array([1.0, 2.0]) * (i + 1)))
+        mint.sum(p * p).backward()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = j([p])[0].asnumpy()
+        np.testing.assert_allclose(got, p.asnumpy() * 0.8, rtol=1e-12)
+        if i == 0:
+            assert [str(x.message) for x in w] == [
+                "jit(test_the_grad_of_a_new_argument_each_call_is_read_eagerly_with_a_warning.<locals>.f): not cached: "
+                "it reads the .grad of an argument, which a graph would hold as the first call's; this signature "
+                "runs eagerly, op by op, with the same results and gradients as without jit"]
+
+
+def test_the_grad_of_a_held_parameter_is_guarded_wherever_it_is_read_from():
+    # through a runtime Dense in a user Cell (trainable_params(), an optimizer's list): step 1's gradient was
+    # replayed on every later step
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.dense = nn.Dense(2, 1)
+
+        def construct(self, x):
+            return self.dense(x)
+
+    def run(update):
+        rt.set_seed(3)
+        net = Net()
+        x = Tensor(np.array([[1.0, 2.0], [3.0, -1.0]], dtype=np.float32))
+        got = []
+        for _ in range(3):
+            for p in net.trainable_params():
+                p.grad = None
+            mint.sum(net(x) ** 2).backward()
+            news = update(net)
+            with rt.no_grad():
+                for p, v in zip(net.trainable_params(), news):
+                    p.set_data(v)
+            got.append([p.asnumpy().copy() for p in net.trainable_params()])
+        return got
+
+    def step(net):
+        return [p - 0.05 * p.grad for p in net.trainable_params()]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        jitted = run(jit(step))
+    for a, b in zip(jitted, run(step)):
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(x, y, rtol=1e-6)
+
+
+def test_state_the_trace_creates_or_changes_inside_a_container_is_kept_as_eager_would():
+    # an attribute that did not exist before the first call, and a dict of tensors updated in place: a
+    # replay never wrote them
+    class Logger(nn.Cell):
+        def construct(self, x):
+            y = x * 3.0
+            self.last = y
+            return y
+
+    class DictState(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.state = {"m": Tensor(np.zeros(2))}
+
+        def construct(self, x):
+            self.state["m"] = self.state["m"] * 0.5 + x * 0.5
+            return self.state["m"] * 1.0
+
+    xs = [Tensor(np.array([float(i), 1.0])) for i in range(4)]
+    for make in (Logger, DictState):
+        eager, cell = make(), make()
+        j = jit(cell.construct)
+        with pytest.warns(RuntimeWarning, match=r"it changes what it reads \(attribute '(last|state)' of a"):
+            got = [j(x).asnumpy() for x in xs]
+        np.testing.assert_allclose(got, [eager(x).asnumpy() for x in xs], rtol=1e-12)
+        state = cell.last if make is Logger else cell.state["m"]
+        want = eager.last if make is Logger else eager.state["m"]
+        np.testing.assert_allclose(state.asnumpy(), want.asnumpy(), rtol=1e-12)

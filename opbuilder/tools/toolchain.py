@@ -124,13 +124,6 @@ def _probe(argv: Tuple[str, ...], state_dir: Optional[Path], chosen_by: str = ""
             said = f"; its first line: {first!r}" if first else ", printing nothing"
             raise ToolchainError(f"{origin} is not a working compiler: '{' '.join(argv)} --version' exited with "
                                  f"status {out.returncode}{said}. Set it to a C++ compiler (g++, clang++)")
-        import re
-        c_driver = next((a for a in argv if re.match(_C_DRIVER, os.path.basename(a))), None)
-        if c_driver is not None:  # compiles .cpp as C++, but links no C++ runtime: a library that cannot load
-            cxx = os.path.basename(c_driver).replace("clang", "clang++").replace("gcc", "g++").replace("cc", "c++")
-            raise ToolchainError(f"{origin} is a C compiler driver: it compiles C++ but links without the C++ "
-                                 f"runtime (libstdc++), so what it builds cannot be imported; set CXX to its C++ "
-                                 f"driver ({cxx})")
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         version = next((ln for ln in lines if " release " in ln), lines[0])  # nvcc says it on a later line
         identity = " ".join(argv[1:] + (real,) + tuple(ln for ln in lines if "copyright" not in ln.lower()))
@@ -197,7 +190,23 @@ def find_compiler(state_dir: Optional[Path]) -> Compiler:
                 return _probe((exe,), state_dir)
         raise ToolchainError("no C++ compiler found (tried c++, g++, clang++ on PATH); "
                              "install g++ (e.g. apt-get install g++) or set CXX")
-    return _probe(_resolve(env, "CXX"), state_dir, f"CXX={env!r}")
+    argv = _resolve(env, "CXX")
+    _refuse_c_driver(argv, f"CXX={env!r}")
+    return _probe(argv, state_dir, f"CXX={env!r}")
+
+
+def _refuse_c_driver(argv: Tuple[str, ...], origin: str) -> None:
+    """A ToolchainError when the C++ compiler ``argv`` is a C driver (gcc, cc, clang): it compiles .cpp as
+    C++ but links without the C++ runtime, so what it builds cannot be imported. Checked on each lookup,
+    not only when probed (a probe remembered before this check). Not for nvcc's host compiler, which
+    compiles host code only."""
+    import re
+    c_driver = next((a for a in argv if re.match(_C_DRIVER, os.path.basename(a))), None)
+    if c_driver is not None and not any(a.startswith("--driver-mode=g++") for a in argv):  # (clang told C++)
+        cxx = os.path.basename(c_driver).replace("clang", "clang++").replace("gcc", "g++").replace("cc", "c++")
+        raise ToolchainError(f"{origin} is a C compiler driver: it compiles C++ but links without the C++ "
+                             f"runtime (libstdc++), so what it builds cannot be imported; set CXX to its C++ "
+                             f"driver ({cxx})")
 
 
 def stored_compilers(cache: Optional[Path] = None) -> List[Compiler]:

@@ -22,7 +22,7 @@ import numpy as np
 from ..autograd.grad_mode import _state as _grad_state
 from ..autograd.views import ViewOfBase
 from ..graph.graph import Const, Graph, Input, Node, Output, Ref
-from ..tensor import Tensor, detached
+from ..tensor import _TRACING, Tensor, detached
 from ..versions import UNWRITTEN
 from .tracing import flag, hook
 
@@ -50,6 +50,7 @@ class Tracer:
         self._grad = True
         self.stopped: Optional[str] = None  # why the recording stopped ("at file:line, what"), or None
         self.read_grad_mode = False  # the function called is_grad_enabled() (guarded: function.py)
+        self.grad_reads: List[Tensor] = []  # the tensors whose .grad it read (tensor.py), in order
         self._prev_watch: Any = None
         self._on = False
 
@@ -59,6 +60,7 @@ class Tracer:
         hook.tracer = self
         self._prev_watch = _grad_state.watch
         _grad_state.watch = self
+        _TRACING[0] += 1
         flag.value += 1
         self._on = True
         return self
@@ -67,6 +69,7 @@ class Tracer:
         if self._on:
             self._on = False
             flag.value -= 1
+            _TRACING[0] -= 1
             hook.tracer = self._prev
             _grad_state.watch = self._prev_watch
 

@@ -36,7 +36,7 @@ from .backward import BackwardGraph, build_backward, grad_sources
 from .grad_node import JitGradNode
 from .kept import CallContexts, active, keeping, no_history
 from .capture import OutputShapeChanged, Tracer
-from .guards import Guards, collect, too_many, with_grad_mode
+from .guards import Guards, collect, too_many, with_grad_mode, with_grad_reads
 from .tracing import hook
 
 __all__ = ["JitFunction"]
@@ -484,7 +484,7 @@ class JitFunction:
                     return eager, False, None
                 return eager, True, self.fn(*args, **kwargs)
             try:  # what it reads before it runs: a function that rebinds one (self.running = ...) is seen
-                before = None if self.state_in_key else collect(self.fn, args, kwargs)
+                before = None if self.state_in_key else collect(self.fn, args, kwargs, missing=True)
             except Exception:  # noqa: BLE001  (said after the trace, where it is read again)
                 before = None
             tracer = Tracer(tensors, name)
@@ -518,6 +518,12 @@ class JitFunction:
                                                  f"{e})"), True, out
             if tracer.read_grad_mode:  # it asked for the grad mode: its graph holds for this mode only
                 guards = with_grad_mode(guards, tracer._grad)
+            if tracer.grad_reads:  # a .grad read is a constant of the graph: which tensor it is is guarded
+                args_ids = {id(t) for t in tensors}
+                if any(id(t) in args_ids for t in tracer.grad_reads):  # (an argument's: another each call)
+                    return self._uncached(key, name, "it reads the .grad of an argument, which a graph would "
+                                                     "hold as the first call's"), True, out
+                guards = with_grad_reads(guards, tracer.grad_reads)
             if too_many(guards):
                 return self._uncached(key, name, f"it reads more than {len(guards) - 1} globals, closure "
                                                  f"variables and attributes"), True, out

@@ -37,7 +37,7 @@ import numpy as np
 from ..tensor import Tensor
 from .signature import exact_key
 
-__all__ = ["Guards", "collect", "with_grad_mode"]
+__all__ = ["Guards", "collect", "with_grad_mode", "with_grad_reads"]
 
 _MISSING = object()
 _RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,11 +77,12 @@ class Guards:
 
     def rebound(self) -> Optional[str]:
         """The first read that now gives another object, with another key (what the trace rebound:
-        ``self.running = ...``, a global), or None. A list or array changed in place is not one: the
-        statement that changed it runs at trace time only, as the guards taken after the trace expect."""
+        ``self.running = ...``, a global, one it created), or None; or a numpy array, or a list or dict
+        holding tensors or arrays, changed in place (``self.state["m"] = ...``). A list of plain values
+        changed in place is not one: Python's side effects run at trace time only."""
         for d, name, read, obj, mutable, key, what in self.checks:
             v = d.get(name, _MISSING) if read is None else read()
-            if v is obj:
+            if v is obj and not (mutable and _holds_state(v)):
                 continue
             try:
                 same = _key(v) == key
@@ -191,9 +192,10 @@ def _code_names(code: types.CodeType) -> Set[str]:
 class _Walk:
     """One pass over what the code can reach; ``names`` grows as user code is found."""
 
-    def __init__(self, names: Set[str], checks: Optional[List[Any]]) -> None:
+    def __init__(self, names: Set[str], checks: Optional[List[Any]], missing: bool = False) -> None:
         self.names = names
         self.checks = checks  # None: only discover names
+        self.missing = missing  # note the names not there yet too (a trace that creates one rebinds it)
         self.seen: Set[int] = set()
         self.keep: List[Any] = []  # what ``seen`` holds ids of, alive for the walk
 
@@ -245,6 +247,8 @@ class _Walk:
             if n in g:
                 v = self._guard(lambda g=g, n=n: g.get(n, _MISSING), f"global {n!r} of {f.__qualname__}", g, n)
                 self.value(v)
+            elif self.missing and n in code.co_names:
+                self._guard(lambda g=g, n=n: g.get(n, _MISSING), f"global {n!r} of {f.__qualname__}", g, n)
         for name, cell in zip(code.co_freevars, f.__closure__ or ()):
             v = self._guard(lambda c=cell: _cell_contents(c), f"closure variable {name!r} of {f.__qualname__}")
             self.value(v)
@@ -253,11 +257,7 @@ class _Walk:
         t = type(v)
         if t in (int, float, str, bool, bytes, complex, type(None)) or isinstance(v, np.ndarray):
             return
-        if isinstance(v, Tensor):  # an argument or a held tensor; its gradient, where the code reads one, a
-            if "grad" in self.names and id(v) not in self.seen:  # constant: which tensor it is is guarded
-                self.seen.add(id(v))
-                self.keep.append(v)
-                self._guard(lambda t=v: t.grad, f"the .grad of a {type(v).__name__} of shape {v.shape}")
+        if isinstance(v, Tensor):  # (a .grad it reads is told by the trace itself: function.py)
             return
         if id(v) in self.seen:
             return
@@ -333,11 +333,15 @@ class _Walk:
         for n in sorted(self.names):
             if (d is not None and n in d) or _class_attr(cls, n) is not _MISSING:
                 self.value(self._guard(lambda o=v, n=n: _attr(o, n), f"attribute {n!r} of a {cls.__qualname__}"))
+            elif self.missing and d is not None:
+                self._guard(lambda o=v, n=n: _attr(o, n), f"attribute {n!r} of a {cls.__qualname__}")
 
 
-def collect(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Guards]:
+def collect(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any],
+            missing: bool = False) -> Optional[Guards]:
     """The reads of a trace of ``fn(*args, **kwargs)`` to guard (None when there is nothing to guard),
-    taken before the trace runs: the values it will read."""
+    taken before the trace runs: the values it will read. With ``missing`` (before a trace, to see what
+    it rebinds) the globals and fields its code names that are not there yet too."""
     names: Set[str] = set()
     roots = list(args) + list(kwargs.values())
     size = -1
@@ -348,11 +352,29 @@ def collect(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
         for a in roots:
             w.value(a)
     checks: List[Any] = []
-    w = _Walk(names, checks)
+    w = _Walk(names, checks, missing)
     w.function(fn)
     for a in roots:
         w.value(a)
     return Guards(checks) if checks else None
+
+
+def _holds_state(v: Any) -> bool:
+    """A numpy array, or a list, tuple or dict with a tensor or an array among its values."""
+    if isinstance(v, np.ndarray):
+        return True
+    items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else ()
+    return any(isinstance(x, (Tensor, np.ndarray)) for x in items)
+
+
+def with_grad_reads(guards: Optional[Guards], tensors: List[Tensor]) -> Guards:
+    """``guards`` and which tensor each ``.grad`` the trace read of ``tensors`` (held, not arguments) is."""
+    checks = list(guards.checks if guards is not None else ())
+    for t in {id(t): t for t in tensors}.values():
+        g = t.grad
+        checks.append((None, "", lambda t=t: t.grad, g, False, _key(g), f"the .grad of a {type(t).__name__} "
+                                                                         f"of shape {t.shape}"))
+    return Guards(checks)
 
 
 def with_grad_mode(guards: Optional[Guards], enabled: bool) -> Guards:
