@@ -49,6 +49,17 @@ def test_a_c_driver_as_cxx_is_named_before_it_publishes_a_library_that_cannot_lo
     assert not (tmp_path / "cache" / "cdriver.lib").exists() or not any((tmp_path / "cache" / "cdriver.lib").glob("*/*.so"))
 
 
+def test_gcc_as_nvccs_host_compiler_is_still_taken(tmp_path, monkeypatch):
+    # nvcc's host compiler compiles host code only: CUDAHOSTCXX=gcc works, and b7d4c0d refused it
+    from opbuilder.tools import toolchain
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc on PATH")
+    monkeypatch.setenv("CUDAHOSTCXX", "gcc")
+    nvcc = toolchain.Compiler(("nvcc",), "/nowhere/nvcc", "nvcc", "nvcc", "nvcc")
+    flags, identity = toolchain.nvcc_host(nvcc, [], tmp_path)
+    assert flags == ("-ccbin", shutil.which("gcc")) and "gcc" in identity
+
+
 def test_a_compiler_that_writes_nothing_is_named(tmp_path, plain, monkeypatch):
     script = tmp_path / "silent-cxx.sh"  # answers --version as a compiler does, then compiles nothing
     script.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'silent 1.0' \nexit 0\n")
