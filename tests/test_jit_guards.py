@@ -512,3 +512,35 @@ def test_state_the_trace_creates_or_changes_inside_a_container_is_kept_as_eager_
         state = cell.last if make is Logger else cell.state["m"]
         want = eager.last if make is Logger else eager.state["m"]
         np.testing.assert_allclose(state.asnumpy(), want.asnumpy(), rtol=1e-12)
+
+
+def test_a_layer_whose_training_calls_rebind_state_still_gets_a_graph_in_eval():
+    # training calls rebind the running mean (so they run eagerly); eval reads it: once sent to eager, the
+    # whole signature stayed eager, eval too (an attack's find; fails on 15a07a7)
+    class BN(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.mean = Tensor(np.zeros(2))
+
+        def construct(self, x):
+            if self.training:
+                m = mint.mean(x, dim=0)
+                self.mean = self.mean * 0.9 + m * 0.1
+                return x - m
+            return x - self.mean
+
+    def run(call, cell):
+        got = []
+        for train, n in ((True, 3), (False, 3), (True, 2), (False, 2)):
+            cell.set_train(train)
+            got += [call(Tensor(np.array([[1.0, 1.0], [2.0, 3.0 + i]]))).asnumpy() for i in range(n)]
+        return got
+
+    eager, cell = BN(), BN()
+    j = jit(cell.construct)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = run(j, cell)
+    np.testing.assert_allclose(got, run(eager, eager), rtol=1e-12)
+    np.testing.assert_allclose(cell.mean.asnumpy(), eager.mean.asnumpy(), rtol=1e-12)
+    assert j.traces == 2  # eval gets a graph (again after training rebound the mean it reads); training runs eagerly

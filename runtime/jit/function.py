@@ -94,7 +94,8 @@ class _Eager:
     """A signature whose trace stopped (tracing.no_trace): the function runs eagerly for it."""
     reason: str
     calls: int = field(default=0)
-    guards: Any = None  # it reads the current values: nothing to check
+    guards: Any = None  # it reads the current values: nothing to check (or, a variant: what must hold)
+    next: Any = None  # (a variant: the signature's other traces)
 
 
 def _keep_plan(graph: Graph, plan: BackwardGraph) -> Dict[str, FrozenSet[int]]:
@@ -506,8 +507,21 @@ class JitFunction:
                 if self._rebinds.pop(key, None) is None:
                     self._rebinds[key] = rebound
                     return _Eager(f"it rebound {rebound}"), True, out
-                return self._uncached(key, name, f"it changes what it reads ({rebound}) on each call, which "
-                                                 f"a replay of its graph would not"), True, out
+                chain = self._cache.get(key)
+                eager = self._uncached(key, name, f"it changes what it reads ({rebound}) on each call, which "
+                                                  f"a replay of its graph would not")
+                # a variant while the reads it did not rebind hold (a BatchNorm's training flag): another
+                # value of those (eval) traces again
+                try:
+                    after = collect(self.fn, args, kwargs)
+                except Exception:  # noqa: BLE001
+                    after = None
+                moved = set(before.rebound(every=True))
+                kept = [c for c in (after.checks if after is not None else ()) if c[6] not in moved]
+                if kept and not too_many(after):
+                    eager.guards, eager.next = Guards(kept), chain
+                    self._cache[key] = eager
+                return eager, True, out
             self._rebinds.pop(key, None)
             # what the trace read besides its arguments, as the trace left it (a statement of the function
             # runs at trace time only: a list it appends to is not read as changed by the next call)

@@ -75,11 +75,13 @@ class Guards:
                 return False
         return True
 
-    def rebound(self) -> Optional[str]:
+    def rebound(self, every: bool = False) -> Any:
         """The first read that now gives another object, with another key (what the trace rebound:
         ``self.running = ...``, a global, one it created), or None; or a numpy array, or a list or dict
         holding tensors or arrays, changed in place (``self.state["m"] = ...``). A list of plain values
-        changed in place is not one: Python's side effects run at trace time only."""
+        changed in place is not one: Python's side effects run at trace time only. With ``every``: the
+        list of all of them."""
+        found = []
         for d, name, read, obj, mutable, key, what in self.checks:
             v = d.get(name, _MISSING) if read is None else read()
             if v is obj and not (mutable and _holds_state(v)):
@@ -89,8 +91,10 @@ class Guards:
             except Exception:  # noqa: BLE001
                 same = False
             if not same:
-                return what
-        return None
+                if not every:
+                    return what
+                found.append(what)
+        return found if every else None
 
     def __len__(self) -> int:
         return len(self.checks)
