@@ -51,12 +51,19 @@ from .versions import UNWRITTEN, Version, owner_counter, rebind, set_version, sh
 _TRACING = [0]
 
 
+_watch: Any = []  # (grad_mode's per-thread state, jit.tracing's hook), once the first trace has run
+
+
 def _note_grad_read(t: "Tensor") -> None:
-    """Tell this thread's recording trace, if any, that ``t.grad`` was read (runtime/jit/function.py)."""
-    from .autograd.grad_mode import _state
-    w = _state.watch
-    if w is not None:
-        w.grad_reads.append(t)
+    """Tell this thread's recording trace, if any, that ``t.grad`` was read, and its value then
+    (runtime/jit/function.py). Not an op's own body (``hook.tracer`` off while it runs: replayed whole)."""
+    if not _watch:
+        from .autograd.grad_mode import _state
+        from .jit.tracing import hook
+        _watch[:] = (_state, hook)
+    w = _watch[0].watch
+    if w is not None and _watch[1].tracer is w:
+        w.grad_reads.append((t, t._grad))
 
 __all__ = ["Tensor", "Parameter", "as_tensor", "from_numpy"]
 

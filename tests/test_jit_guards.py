@@ -544,3 +544,95 @@ def test_a_layer_whose_training_calls_rebind_state_still_gets_a_graph_in_eval():
     np.testing.assert_allclose(got, run(eager, eager), rtol=1e-12)
     np.testing.assert_allclose(cell.mean.asnumpy(), eager.mean.asnumpy(), rtol=1e-12)
     assert j.traces == 2  # eval gets a graph (again after training rebound the mean it reads); training runs eagerly
+
+
+# ---- a review of the above (each fails on b17ecee) ------------------------------------------------------------
+
+class _Block(nn.Cell):
+    def __init__(self, i):
+        super().__init__()
+        self.scale = float(i % 3 + 1) * 0.1
+        self.bias = 0.01 * i
+
+    def construct(self, x):
+        y = mint.relu(x * self.scale + self.bias)
+        return mint.add(y.reshape(x.shape).astype(x.dtype), x)
+
+
+class _Deep(nn.Cell):
+    """Many user blocks, then a running mean: the reads before the trace were cut at the guard limit."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.blocks = [_Block(i) for i in range(n)]
+        self.norm = RunningMean()
+
+    def construct(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.norm(x)
+
+
+class _Nested(nn.Cell):
+    """Optimizer-like state: a tensor two containers down, updated in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.state = {"w": {"m": Tensor(np.zeros(2))}}
+
+    def construct(self, x):
+        s = self.state["w"]
+        s["m"] = s["m"] * 0.9 + x * 0.1
+        return x + s["m"]
+
+
+@pytest.mark.parametrize("make", [lambda: _Deep(60), _Nested], ids=["60 blocks", "nested dict"])
+def test_rebound_state_deep_in_a_model_or_a_container_is_seen(make):
+    eager, cell = make(), make()
+    j = jit(cell.construct)
+    xs = [Tensor(np.array([float(i), 1.0])) for i in range(5)]
+    with pytest.warns(RuntimeWarning, match=r"it changes what it reads"):
+        got = [j(x).asnumpy() for x in xs]
+    np.testing.assert_allclose(got, [eager(x).asnumpy() for x in xs], rtol=1e-12)
+
+
+P_SET = Parameter(Tensor(np.array([1.0, -2.0])))
+
+
+def test_a_grad_the_function_reads_and_sets_is_not_replayed_from_the_trace():
+    # p.grad = p.grad * 0.5, then used: the guard checked the .grad after the trace (the new one), the graph
+    # held the one read during it
+    def step(lr):
+        P_SET.grad = P_SET.grad * 0.5
+        return P_SET - lr * P_SET.grad
+
+    def train(update):
+        P_SET.set_data(Tensor(np.array([1.0, -2.0])))
+        P_SET.grad = None
+        got = []
+        for _ in range(4):
+            mint.sum(P_SET * P_SET).backward()
+            with rt.no_grad():
+                got.append((update(0.1).asnumpy().copy(), P_SET.grad.asnumpy().copy()))
+        return got
+
+    with pytest.warns(RuntimeWarning, match=r"it changes what it reads \(the \.grad of a Parameter of shape \(2,\)\)"):
+        jitted = train(jit(step))
+    for (x, gx), (y, gy) in zip(jitted, train(step)):
+        np.testing.assert_allclose(x, y, rtol=1e-12)
+        np.testing.assert_allclose(gx, gy, rtol=1e-12)
+
+
+def test_graph_of_a_function_whose_first_call_sets_up_state_is_given():
+    class Lazy(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.scale = None
+
+        def construct(self, x):
+            if self.scale is None:
+                self.scale = Tensor(np.array([2.0, 3.0]))
+            return x * self.scale
+
+    j = jit(Lazy().construct)
+    assert [n.op for n in j.graph(Tensor(np.array([1.0, 1.0]))).nodes] == ["mul"]  # a RuntimeError before

@@ -41,7 +41,7 @@ def hooks_flag_address() -> int:
 def is_grad_enabled() -> bool:
     s = _state
     if s.watch is not None:  # a function jit traces branches on the mode: its graph holds for this mode only
-        s.watch.read_grad_mode = True
+        s.watch.note_grad_mode()
     return s.enabled
 
 

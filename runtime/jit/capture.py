@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from ..versions import UNWRITTEN
 from .tracing import flag, hook
 
 __all__ = ["Tracer", "OutputShapeChanged"]
+
+
+_COUNT_LOCK = threading.Lock()  # the counters every thread's traces share (_TRACING, flag)
 
 
 class Tracer:
@@ -50,26 +54,33 @@ class Tracer:
         self._grad = True
         self.stopped: Optional[str] = None  # why the recording stopped ("at file:line, what"), or None
         self.read_grad_mode = False  # the function called is_grad_enabled() (guarded: function.py)
-        self.grad_reads: List[Tensor] = []  # the tensors whose .grad it read (tensor.py), in order
+        self.grad_reads: List[Tuple[Tensor, Any]] = []  # (tensor, its .grad then) of each .grad read (tensor.py)
         self._prev_watch: Any = None
         self._on = False
+
+    def note_grad_mode(self) -> None:
+        """is_grad_enabled() was called: by the traced code (an op's own body runs with ``hook.tracer`` off)."""
+        if hook.tracer is self:
+            self.read_grad_mode = True
 
     def __enter__(self) -> "Tracer":
         self._grad = _grad_state.enabled  # a graph has one grad mode: the one its trace began in
         self._prev = hook.tracer
         hook.tracer = self
         self._prev_watch = _grad_state.watch
-        _grad_state.watch = self
-        _TRACING[0] += 1
-        flag.value += 1
         self._on = True
+        with _COUNT_LOCK:  # (read-modify-writes that threads tracing at once must not lose)
+            _TRACING[0] += 1
+            flag.value += 1
+        _grad_state.watch = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._on:
             self._on = False
-            flag.value -= 1
-            _TRACING[0] -= 1
+            with _COUNT_LOCK:
+                flag.value -= 1
+                _TRACING[0] -= 1
             hook.tracer = self._prev
             _grad_state.watch = self._prev_watch
 

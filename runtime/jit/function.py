@@ -310,10 +310,18 @@ class JitFunction:
     def graph(self, *args: Any, **kwargs: Any) -> Graph:
         """The graph for this signature as its backend runs it (traced and built now if it was not)."""
         key, tensors = signature(args, kwargs)
+        return self._captured(self._entry_for(key, tensors, args, kwargs)).graph
+
+    def _entry_for(self, key: Tuple[Any, ...], tensors: List[Tensor], args: Tuple[Any, ...],
+                   kwargs: Dict[str, Any]) -> Any:
+        """The entry for ``key``, traced now if there is none (twice when the first trace did a first call's
+        set-up, which is not kept)."""
         entry = self._lookup(key)
-        if entry is None:
+        for _ in range(2):
+            if entry is not None and (type(entry) is not _Eager or key not in self._rebinds):
+                break
             entry = self._build(key, tensors, args, kwargs)[0]
-        return self._captured(entry).graph
+        return entry
 
     def backward_graph(self, *args: Any, **kwargs: Any) -> Graph:
         """The backward graph for this signature as its backend runs it (built now if it was not).
@@ -323,9 +331,7 @@ class JitFunction:
         (then of captured tensors that require grad) that some gradient reaches.
         """
         key, tensors = signature(args, kwargs)
-        entry = self._lookup(key)
-        if entry is None:
-            entry = self._build(key, tensors, args, kwargs)[0]
+        entry = self._entry_for(key, tensors, args, kwargs)
         wanted = tuple(t.requires_grad for t in tensors)
         if not any(wanted):  # plain tensors: the graph that differentiates every float input
             wanted = (True,) * len(tensors)
@@ -499,6 +505,9 @@ class JitFunction:
                               stacklevel=4)
                 return eager, True, out
             rebound = before.rebound() if before is not None and not self.state_in_key else None
+            if rebound is None:  # a .grad it read and then set (p.grad = p.grad * 0.5): the graph holds the first
+                rebound = next((f"the .grad of a {type(t).__name__} of shape {t.shape}"
+                                for t, g in tracer.grad_reads if t._grad is not g), None)
             if rebound is not None:
                 # it rebinds what it reads (running statistics, a counter, a global): a replay would read
                 # the value from before the trace and never rebind it. Once may be a first call's set-up
@@ -516,7 +525,8 @@ class JitFunction:
                     after = collect(self.fn, args, kwargs)
                 except Exception:  # noqa: BLE001
                     after = None
-                moved = set(before.rebound(every=True))
+                moved = set(before.rebound(every=True)) if before is not None else set()
+                moved.add(rebound)
                 kept = [c for c in (after.checks if after is not None else ()) if c[6] not in moved]
                 if kept and not too_many(after):
                     eager.guards, eager.next = Guards(kept), chain
@@ -534,7 +544,7 @@ class JitFunction:
                 guards = with_grad_mode(guards, tracer._grad)
             if tracer.grad_reads:  # a .grad read is a constant of the graph: which tensor it is is guarded
                 args_ids = {id(t) for t in tensors}
-                if any(id(t) in args_ids for t in tracer.grad_reads):  # (an argument's: another each call)
+                if any(id(t) in args_ids for t, _ in tracer.grad_reads):  # (an argument's: another each call)
                     return self._uncached(key, name, "it reads the .grad of an argument, which a graph would "
                                                      "hold as the first call's"), True, out
                 guards = with_grad_reads(guards, tracer.grad_reads)

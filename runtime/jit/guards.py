@@ -206,7 +206,7 @@ class _Walk:
     def _guard(self, read: Callable[[], Any], what: str, d: Any = None, name: str = "") -> Any:
         """Note a read: ``d.get(name)`` when ``d`` (a globals or module dict) is given, else ``read()``."""
         v = read()
-        if self.checks is not None and len(self.checks) <= _LIMIT:
+        if self.checks is not None and (self.missing or len(self.checks) <= _LIMIT):  # (before a trace: all)
             self.checks.append((d, name, None if d is not None else read, v, isinstance(v, _MUTABLE), _key(v),
                                 what))
         return v
@@ -363,19 +363,22 @@ def collect(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
     return Guards(checks) if checks else None
 
 
-def _holds_state(v: Any) -> bool:
-    """A numpy array, or a list, tuple or dict with a tensor or an array among its values."""
-    if isinstance(v, np.ndarray):
+def _holds_state(v: Any, depth: int = 0) -> bool:
+    """A numpy array, or a list, tuple or dict with a tensor or an array among its values, at any depth
+    (an optimizer's {"w": {"m": t}})."""
+    if isinstance(v, (np.ndarray, Tensor)):
         return True
+    if depth > 8:
+        return False
     items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else ()
-    return any(isinstance(x, (Tensor, np.ndarray)) for x in items)
+    return any(_holds_state(x, depth + 1) for x in items)
 
 
-def with_grad_reads(guards: Optional[Guards], tensors: List[Tensor]) -> Guards:
-    """``guards`` and which tensor each ``.grad`` the trace read of ``tensors`` (held, not arguments) is."""
+def with_grad_reads(guards: Optional[Guards], reads: List[Tuple[Tensor, Any]]) -> Guards:
+    """``guards`` and which tensor each ``.grad`` the trace read (``(tensor, its .grad then)``, held tensors,
+    not arguments) is."""
     checks = list(guards.checks if guards is not None else ())
-    for t in {id(t): t for t in tensors}.values():
-        g = t.grad
+    for t, g in {id(t): (t, g) for t, g in reads}.values():
         checks.append((None, "", lambda t=t: t.grad, g, False, _key(g), f"the .grad of a {type(t).__name__} "
                                                                          f"of shape {t.shape}"))
     return Guards(checks)
