@@ -51,19 +51,18 @@ from .versions import UNWRITTEN, Version, owner_counter, rebind, set_version, sh
 _TRACING = [0]
 
 
-_watch: Any = []  # (grad_mode's per-thread state, jit.tracing's hook), once the first trace has run
+_WRITTEN = object()  # what a .grad set while tracing is noted with
 
 
-def _note_grad_read(t: "Tensor") -> None:
-    """Tell this thread's recording trace, if any, that ``t.grad`` was read, and its value then
-    (runtime/jit/function.py). Not an op's own body (``hook.tracer`` off while it runs: replayed whole)."""
-    if not _watch:
-        from .autograd.grad_mode import _state
-        from .jit.tracing import hook
-        _watch[:] = (_state, hook)
-    w = _watch[0].watch
-    if w is not None and _watch[1].tracer is w:
-        w.grad_reads.append((t, t._grad))
+def _note_grad_read(t: "Tensor", wrote: bool = False) -> None:
+    """Tell this thread's recording trace, if any, that ``t.grad`` was read (or, ``wrote``, is about to be
+    set), and its value then (runtime/jit/function.py: a value that changed by the trace's end is a
+    rebind; a write never is that value)."""
+    from .autograd.grad_mode import _state
+    w = _state.watch
+    if w is not None:
+        w.note_grad(t, _WRITTEN if wrote else t._grad)
+
 
 __all__ = ["Tensor", "Parameter", "as_tensor", "from_numpy"]
 
@@ -228,10 +227,14 @@ class Tensor:
         """As torch: None, or a Tensor of this tensor's shape, dtype and device, not this tensor itself."""
         if value is not None:
             _check_grad_assignment(self, value)
+        if _TRACING[0]:  # a write a replay would not do: the trace is told (runtime/jit/function.py)
+            _note_grad_read(self, wrote=True)
         self._grad = value
 
     @grad.deleter
     def grad(self) -> None:
+        if _TRACING[0]:
+            _note_grad_read(self, wrote=True)
         self._grad = None
 
     def __setstate__(self, state: Any) -> None:

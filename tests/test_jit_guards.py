@@ -636,3 +636,81 @@ def test_graph_of_a_function_whose_first_call_sets_up_state_is_given():
 
     j = jit(Lazy().construct)
     assert [n.op for n in j.graph(Tensor(np.array([1.0, 1.0]))).nodes] == ["mul"]  # a RuntimeError before
+
+
+# ---- the last attack (each fails on 886c545; wrong at b578f51 too) -----------------------------------------
+
+class _Holder:
+    pass
+
+
+class _Ema(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.h = _Holder()
+        self.h.v = Tensor(np.zeros(2))
+
+    def construct(self, x):
+        self.h.v = self.h.v * 0.5 + x
+        return self.h.v * 1.0
+
+
+class _Smooth:
+    """The mean of the last three sums, kept in a deque."""
+
+    def __init__(self):
+        import collections
+        self.hist = collections.deque(maxlen=3)
+
+    def __call__(self, x):
+        self.hist.append(mint.sum(x * x))
+        tot = self.hist[0]
+        for h in list(self.hist)[1:]:
+            tot = tot + h
+        return tot / len(self.hist)
+
+
+class _Boxed:
+    """A dict holding an object holding the state, the object replaced each call."""
+
+    def __init__(self):
+        self.cache = {"s": _Holder()}
+        self.cache["s"].v = Tensor(np.zeros(2))
+
+    def __call__(self, x):
+        box = _Holder()
+        box.v = self.cache["s"].v * 0.5 + x
+        self.cache["s"] = box
+        return box.v * 1.0
+
+
+@pytest.mark.parametrize("make", [lambda: nn.SequentialCell([_Ema()]), _Smooth, _Boxed],
+                         ids=["a user cell in a SequentialCell", "a deque", "an object in a dict"])
+def test_state_in_runtime_containers_deques_and_boxes_is_seen(make):
+    eager, held = make(), make()
+    j = jit(lambda x: held(x))
+    xs = [Tensor(np.array([float(i), 1.0])) for i in range(5)]
+    with pytest.warns(RuntimeWarning, match=r"it changes what it reads"):
+        got = [j(x).asnumpy() for x in xs]
+    np.testing.assert_allclose(got, [eager(x).asnumpy() for x in xs], rtol=1e-12)
+
+
+P_ASSIGNED = Parameter(Tensor(np.array([1.0, 2.0])))
+
+
+def test_a_grad_set_without_being_read_is_a_write_a_replay_would_not_do():
+    def assign(g, scale):
+        P_ASSIGNED.grad = g / scale
+        return mint.sum(g)
+
+    def run(f):
+        P_ASSIGNED.grad = None
+        got = []
+        for i in range(4):
+            f(Tensor(np.array([i + 1.0, 1.0])), 2.0)
+            got.append(P_ASSIGNED.grad.asnumpy().copy())
+        return got
+
+    with pytest.warns(RuntimeWarning, match=r"it changes what it reads \(the \.grad of a Parameter of shape \(2,\)\)"):
+        jitted = run(jit(assign))
+    np.testing.assert_allclose(jitted, run(assign), rtol=1e-12)

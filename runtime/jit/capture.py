@@ -58,6 +58,12 @@ class Tracer:
         self._prev_watch: Any = None
         self._on = False
 
+    def note_grad(self, t: Tensor, value: Any) -> None:
+        """``t.grad`` was read, its value then ``value`` (or set): by the traced code, not an op's own body
+        (which runs with ``hook.tracer`` off, replayed whole)."""
+        if hook.tracer is self:
+            self.grad_reads.append((t, value))
+
     def note_grad_mode(self) -> None:
         """is_grad_enabled() was called: by the traced code (an op's own body runs with ``hook.tracer`` off)."""
         if hook.tracer is self:

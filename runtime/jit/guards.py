@@ -25,6 +25,7 @@ them).
 """
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import sys
@@ -46,7 +47,7 @@ _LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) + os.sep for p in (
     sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"],
     sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]) if p}))
 # values whose key cannot change while the object stays the same (identity is enough on the fast path)
-_MUTABLE = (np.ndarray, list, dict, set, tuple, bytearray)
+_MUTABLE = (np.ndarray, list, dict, set, tuple, bytearray, collections.deque)
 _LIMIT = 512  # guards at most per trace: more and the trace is not cached (it runs eagerly)
 
 
@@ -103,6 +104,8 @@ class Guards:
 def _key(v: Any) -> Any:
     if v is _MISSING:
         return ("missing",)
+    if isinstance(v, collections.deque):  # (unhashable: by its contents, as a list's)
+        return ("deque", v.maxlen, _key(list(v)))
     try:
         return exact_key(v)
     except Exception:  # noqa: BLE001  (an object whose hash or contents cannot be read: by identity)
@@ -314,6 +317,8 @@ class _Walk:
                 self.seen.add(id(v))
                 self.keep.append(v)
                 self._guard(lambda c=v: _cell_state(c), f"the attributes of a {cls.__qualname__}")
+                for sub in (v.__dict__.get("_cells") or {}).values():  # user cells it holds (SequentialCell):
+                    self.value(sub)  # their code and fields, as if held directly
             elif isinstance(getattr(v, "__dict__", None), dict) and id(v) not in self.seen:
                 # an instance of a library class that holds fields (types.SimpleNamespace, argparse's
                 # Namespace...): its code is not walked, but the fields user code names are guarded
@@ -363,14 +368,18 @@ def collect(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
     return Guards(checks) if checks else None
 
 
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
 def _holds_state(v: Any, depth: int = 0) -> bool:
-    """A numpy array, or a list, tuple or dict with a tensor or an array among its values, at any depth
-    (an optimizer's {"w": {"m": t}})."""
-    if isinstance(v, (np.ndarray, Tensor)):
-        return True
-    if depth > 8:
+    """Whether ``v`` changed in place is state a replay would not update: a numpy array, or a container
+    holding anything but plain Python values (tensors, arrays, objects; an optimizer's {"w": {"m": t}}).
+    A list of plain values (``calls.append(1)``) is not: Python's side effects run at trace time only."""
+    if isinstance(v, _PLAIN):
         return False
-    items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else ()
+    if depth > 8 or not isinstance(v, (list, tuple, dict, set, frozenset, collections.deque)):
+        return True
+    items = v.values() if isinstance(v, dict) else v
     return any(_holds_state(x, depth + 1) for x in items)
 
 
