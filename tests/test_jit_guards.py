@@ -404,19 +404,22 @@ def test_a_branch_on_the_grad_mode_is_guarded():
     assert k.traces == 1
 
 
+class _Lazy(nn.Cell):
+    """Set-up on the first call: self.scale made when None."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = None
+
+    def construct(self, x):
+        if self.scale is None:
+            self.scale = Tensor(np.array([2.0, 3.0]))
+        return x * self.scale
+
+
 def test_a_first_call_that_sets_up_state_is_traced_again_and_then_replayed():
     # lazy set-up (self.scale = ... when None) rebinds on the first call only: not sent to eager for it
-    class Lazy(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.scale = None
-
-        def construct(self, x):
-            if self.scale is None:
-                self.scale = Tensor(np.array([2.0, 3.0]))
-            return x * self.scale
-
-    cell = Lazy()
+    cell = _Lazy()
     j = jit(cell.construct)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
@@ -624,17 +627,7 @@ def test_a_grad_the_function_reads_and_sets_is_not_replayed_from_the_trace():
 
 
 def test_graph_of_a_function_whose_first_call_sets_up_state_is_given():
-    class Lazy(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.scale = None
-
-        def construct(self, x):
-            if self.scale is None:
-                self.scale = Tensor(np.array([2.0, 3.0]))
-            return x * self.scale
-
-    j = jit(Lazy().construct)
+    j = jit(_Lazy().construct)
     assert [n.op for n in j.graph(Tensor(np.array([1.0, 1.0]))).nodes] == ["mul"]  # a RuntimeError before
 
 
