@@ -126,8 +126,8 @@ def test_an_error_in_the_custom_call_reaches_the_caller(api_ops):
     assert j.contiguous.route(x) == "xla_ffi"
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"^INTERNAL: to_jax \(XLA FFI forward\): contiguous: output "
                                                          r"0 has shape \[2, 3\] and dtype float64, but XLA expects "
-                                                         r"shape \[7\] and dtype float64 \(from InferShape or "
-                                                         r"to_jax's shape_fn\)"):
+                                                         r"shape \[7\] and dtype float64 \(from its shape rule, "
+                                                         r"InferShape or to_jax's shape_fn;"):
         jax.jit(j.contiguous)(x).block_until_ready()
 
 
@@ -382,6 +382,40 @@ def test_an_output_shape_that_depends_on_the_values_is_a_named_error(probe_ops, 
         with pytest.raises(ValueError, match=want):
             g(x)
     np.testing.assert_array_equal(np.asarray(probe_ops.positives(rt.Tensor(np.asarray(x))).asnumpy()), [3.0, 9.0])
+
+
+@pytest.mark.parametrize("ffi", [True, False])
+def test_only_empty_outputs_from_non_empty_inputs_are_refused_without_a_shape_rule(probe_ops, ffi):
+    """above_ten keeps x's elements over 10: every stand-in value to_jax runs it on is below, so each run
+    gave [0], and XLA skips a call whose results are all empty: [60, 90] came back [] on both routes,
+    eager and jitted (attack on 30a3d5f). Now a named error; with a shape rule its shapes are trusted."""
+    x = jnp.asarray(np.array([1.0, 20.0, 30.0, 2.0]))
+    f = opbuilder.to_jax(probe_ops, ffi=ffi).above_ten
+    want = (r"^to_jax: above_ten returned only empty outputs \(\[0\]\) for non-empty inputs of shapes \[4\] on "
+            r"every run on stand-in values; XLA skips a call whose results are all empty, so an output shape "
+            r"that depends on the values would come back empty: give to_jax a shape_fn for 'above_ten' \(its "
+            r"shapes are trusted\)")
+    for g in (f, jax.jit(f), f):
+        with pytest.raises(ValueError, match=want):
+            g(x)
+    np.testing.assert_array_equal(np.asarray(probe_ops.above_ten(rt.Tensor(np.asarray(x))).asnumpy()), [60.0, 90.0])
+    two = opbuilder.to_jax(probe_ops, ffi=ffi, shape_fn={"above_ten": lambda a: opbuilder.Spec((2,), a.dtype)})
+    np.testing.assert_array_equal(np.asarray(jax.jit(two.above_ten)(x)), [60.0, 90.0])
+
+
+def test_an_output_shape_the_run_on_zeros_gave_is_not_blamed_on_a_shape_rule(probe_ops):
+    """distinct has one element on zeros and three on these values, and no shape rule: the custom call
+    refused to write it, blaming "InferShape or to_jax's shape_fn", neither of which was given (attack on
+    30a3d5f); the message names the run on zeros and what to give."""
+    x = jnp.asarray(np.array([1.0, 2.0, 2.0, 3.0]))
+    f = opbuilder.to_jax(probe_ops).distinct
+    assert f.route(x) == "xla_ffi"
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"distinct: output 0 has shape \[3\] and dtype float64, but "
+                                                         r"XLA expects shape \[1\] and dtype float64 \(from its shape "
+                                                         r"rule, InferShape or to_jax's shape_fn; without one, from its "
+                                                         r"run on zeros of these input shapes: an output shape that "
+                                                         r"depends on the input values needs a shape rule\)"):
+        jax.jit(f)(x).block_until_ready()
 
 
 def test_inputs_from_64_kib_get_a_tape_and_smaller_ones_run_again(probe_ops):

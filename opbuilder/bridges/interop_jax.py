@@ -207,11 +207,34 @@ class _JaxOp:
             self.out_specs[key] = got
         if (self.shape_fn is None and key not in self.empty_checked and any(0 in s.shape for s in got[0])
                 and not any(0 in np.shape(a) for a in arrays)):
-            # an empty output from non-empty inputs (the run on zeros): XLA skips a call whose results are
-            # all empty, so a shape that depends on the values would go unseen; one run on others says
+            # an empty output from non-empty inputs (the run on zeros): a run on other values says whether
+            # its shape depends on them (a named ValueError)
             self._probe(positions, statics, arrays, 0)
+            if all(0 in s.shape for s in got[0]):
+                self._refuse_all_empty(positions, statics, arrays, got[0])
             self.empty_checked.add(key)
         return got
+
+    def _refuse_all_empty(self, positions, statics, arrays, specs: List[Spec]) -> None:
+        """Every output empty for non-empty inputs, with no shape rule: XLA skips a call whose results are
+        all empty (the custom call's and the callback's), so no shape check would ever run and a shape that
+        depends on the values would come back empty, silently. The other stand-ins may show that it does
+        (the ValueError of ``_run_zeros``); else the signature is refused: a shape rule's empty shapes are
+        trusted."""
+        for stand_in in (1, 4, 5):
+            try:
+                self._run_zeros(positions, statics, arrays, stand_in)
+            except (TypeError, ValueError) as e:
+                if str(e).startswith("to_jax: "):
+                    raise
+            except Exception:  # noqa: BLE001  (the op refusing these values: they say nothing)
+                pass
+        self.out_specs.pop(self._key(positions, statics, arrays), None)  # every call says so
+        raise ValueError(
+            f"to_jax: {self.name} returned only empty outputs ({_shapes(specs)}) for non-empty inputs of "
+            f"shapes {_shapes(Spec(tuple(a.shape), None) for a in arrays)} on every run on stand-in values; "
+            f"XLA skips a call whose results are all empty, so an output shape that depends on the values "
+            f"would come back empty: give to_jax a shape_fn for {self.name!r} (its shapes are trusted)")
 
     def _probe(self, positions, statics, arrays, pattern: int = -1) -> None:
         """``_run_zeros`` for the output specs. A run on zeros that raises (an op refusing a zero, as a log

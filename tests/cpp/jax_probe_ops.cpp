@@ -318,6 +318,18 @@ struct SumOnThreads : Function<SumOnThreads> {
   static TensorPtrList Backward(AutogradContext *, TensorPtrList) { return {nullptr}; }
 };
 
+// 3 * (the elements of x over `floor`): an output shape that depends on the values
+static TensorPtr TripleAbove(const TensorPtr &x, double floor) {
+  TensorPtr xc = x->contiguous();
+  std::int64_t n = 0;
+  for (std::int64_t i = 0; i < xc->numel(); ++i) n += xc->data<double>()[i] > floor ? 1 : 0;
+  TensorPtr kept = Tensor::empty(kFloat64, {n});
+  for (std::int64_t i = 0, k = 0; i < xc->numel(); ++i) {
+    if (xc->data<double>()[i] > floor) kept->data<double>()[k++] = xc->data<double>()[i];
+  }
+  return Triple::Apply(kept);
+}
+
 OB_MODULE(m) {
   // picked by a value no probe value reaches (x[0] > 100): x * x, else 3 * x
   m.def("over_100", [](const TensorPtr &x) { return First(x) > 100.0 ? Square::Apply(x) : Triple::Apply(x); });
@@ -472,14 +484,17 @@ OB_MODULE(m) {
   m.def("runs", []() { return g_runs; });
   m.def("sum_on_threads", [](const TensorPtr &x) { return SumOnThreads::Apply(x); });
   // an output whose shape depends on the values: 3 * (the positive elements of x)
-  m.def("positives", [](const TensorPtr &x) {
+  m.def("positives", [](const TensorPtr &x) { return TripleAbove(x, 0.0); });
+  // the same over 10: no stand-in value to_jax runs it on reaches 10, every run's output is empty
+  m.def("above_ten", [](const TensorPtr &x) { return TripleAbove(x, 10.0); });
+  // x's distinct elements, in order: one on zeros, more on other values
+  m.def("distinct", [](const TensorPtr &x) {
     TensorPtr xc = x->contiguous();
-    std::int64_t n = 0;
-    for (std::int64_t i = 0; i < xc->numel(); ++i) n += xc->data<double>()[i] > 0 ? 1 : 0;
-    TensorPtr kept = Tensor::empty(kFloat64, {n});
-    for (std::int64_t i = 0, k = 0; i < xc->numel(); ++i) {
-      if (xc->data<double>()[i] > 0) kept->data<double>()[k++] = xc->data<double>()[i];
-    }
-    return Triple::Apply(kept);
+    std::vector<double> v(xc->data<double>(), xc->data<double>() + xc->numel());
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    TensorPtr out = Tensor::empty(kFloat64, {static_cast<std::int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), out->data<double>());
+    return out;
   });
 }

@@ -301,10 +301,15 @@ inline void CopyOut(TensorPtrList &outs, const TensorPtrList &dst, const std::st
       t = summed;
     }
     if (t && (t->dtype() != dst[j]->dtype() || t->shape() != dst[j]->shape())) {
-      throw std::runtime_error(name + ": output " + std::to_string(j) + " has shape " + ShapeString(t->shape()) +
-                               " and dtype " + DataTypeName(t->dtype()) + ", but XLA expects shape " +
-                               ShapeString(dst[j]->shape()) + " and dtype " + DataTypeName(dst[j]->dtype()) +
-                               " (from InferShape or to_jax's shape_fn)");
+      // where XLA's shape came from: the input's (a gradient), else the shape rule or the run on zeros
+      throw std::runtime_error(name + (sum_down ? ": gradient " : ": output ") + std::to_string(j) + " has shape " +
+                               ShapeString(t->shape()) + " and dtype " + DataTypeName(t->dtype()) +
+                               ", but XLA expects shape " + ShapeString(dst[j]->shape()) + " and dtype " +
+                               DataTypeName(dst[j]->dtype()) +
+                               (sum_down ? " (its input's)"
+                                         : " (from its shape rule, InferShape or to_jax's shape_fn; without one, "
+                                           "from its run on zeros of these input shapes: an output shape that "
+                                           "depends on the input values needs a shape rule)"));
     }
   }
   for (std::size_t j = 0; j < outs.size(); ++j) {
