@@ -389,6 +389,53 @@ def test_double_and_int_vector_arguments_and_needs_input_grad_by_forward_positio
         autograd_ops.mixed_args(0.5, x, [3], y)
 
 
+@pytest.mark.parametrize("flag", [None, 5, 0, np.float64(0.5), 1.0, np.bool_(True)])
+def test_a_bool_argument_takes_true_or_false_only_on_both_layers(autograd_ops, flag):
+    """pybind11's caster took any object by its truth (None as False, 5 or numpy.float64(0.5) as True:
+    another result, silently); nanobind's, like torch's, takes True or False (attack on 30a3d5f)."""
+    x = T(3)
+    with pytest.raises(TypeError, match=r"^two_scales\(\): incompatible function arguments"):
+        autograd_ops.two_scales(x, flag)
+    for materialize in (True, False):
+        a, b = autograd_ops.two_scales(x, materialize)
+        assert a.shape == b.shape == (3,)
+
+
+@pytest.mark.parametrize("stored, read, k", [("double", "double", 2.5), ("int", "int", 3.0), ("int", "double", 3.0),
+                                           ("bool", "bool", 100.0), ("string", "string", 3.0)])
+def test_saved_data_reads_back_what_was_stored(autograd_ops, stored, read, k):
+    g = rt.grad(lambda a: autograd_ops.saved_read_as(a, stored, read).sum())(T(3))
+    np.testing.assert_array_equal(g.asnumpy(), np.full(3, k))
+
+
+@pytest.mark.parametrize("stored, read, as_", [
+    ("double", "bool", "bool"), ("int", "bool", "bool"), ("double", "int", "an integer type"),
+    ("bool", "int", "an integer type"), ("bool", "double", "a floating type"), ("string", "int", "an integer type"),
+    ("double", "string", "std::string")])
+def test_saved_data_read_as_another_type_is_a_type_error_on_both_layers(autograd_ops, stored, read, as_):
+    """pybind11 read a stored 2.5 as bool by its truth (a gradient 100x, silently) and nanobind refused
+    with a bare "std::bad_cast" (attack on 30a3d5f): now one TypeError on both layers, naming both types."""
+    py_type = {"double": "float", "int": "int", "bool": "bool", "string": "str"}[stored]
+    with pytest.raises(TypeError, match=rf"^saved_data: a stored {py_type} cannot be read as {as_} \(a bool reads "
+                                        r"back as bool, an int as an integer or floating type, a float as a "
+                                        r"floating type, a str as std::string\)"):
+        rt.grad(lambda a: autograd_ops.saved_read_as(a, stored, read).sum())(T(3))
+
+
+def test_a_dimension_out_of_range_is_an_index_error_naming_it(autograd_ops):
+    """Tensor::shape(dim) with dim out of range: vector::_M_range_check's message with the dim as a huge
+    unsigned number (attack on 30a3d5f); now an IndexError naming the dim and the range, as torch's."""
+    x = T(4)
+    assert (autograd_ops.dim_size(x, 0), autograd_ops.dim_size(x, -1)) == (4, 4)
+    assert autograd_ops.dim_size(T(2, 5), -1) == 5 and autograd_ops.dim_size(T(2, 5), -2) == 2
+    for d in (-2, 1, -3):
+        with pytest.raises(IndexError, match=rf"^opbuilder::Tensor::shape\({d}\): dimension out of range for a 1-d "
+                                             r"tensor \(expected -1 to 0\)$"):
+            autograd_ops.dim_size(x, d)
+    with pytest.raises(IndexError, match=r"shape\(0\): dimension out of range for a 0-d tensor \(expected none\)$"):
+        autograd_ops.dim_size(Tensor(np.float64(1.0)), 0)
+
+
 # ---- std::optional<TensorPtr> and TensorPtrList arguments ------------------------------
 def test_an_optional_tensor_argument_needs_and_gets_a_gradient(autograd_ops):
     x, y, b = T(2, 3), T(2, 3), T(2, 3)

@@ -96,5 +96,21 @@ struct type_caster<opbuilder::TensorPtr> {
   }
 };
 
+template <>
+struct type_caster<opbuilder::detail::StrictBool> {
+ public:
+  PYBIND11_TYPE_CASTER(opbuilder::detail::StrictBool, const_name("bool"));
+
+  bool load(handle src, bool /*convert*/) {  // True or False only (detail/bound_call.h)
+    if (src.ptr() != Py_True && src.ptr() != Py_False) return false;
+    value.value = src.ptr() == Py_True;
+    return true;
+  }
+
+  static handle cast(opbuilder::detail::StrictBool b, return_value_policy /*policy*/, handle /*parent*/) {
+    return pybind11::bool_(b.value).release();
+  }
+};
+
 }  // namespace detail
 }  // namespace pybind11

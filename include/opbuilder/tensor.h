@@ -90,7 +90,7 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   OB_CORE_FN static TensorPtr zeros_like(const TensorPtr &t);
 
   const ShapeVector &shape() const { return shape_; }
-  std::int64_t shape(std::int64_t dim) const { return shape_.at(NormDim(dim)); }
+  std::int64_t shape(std::int64_t dim) const { return shape_[NormDim(dim)]; }
   ShapeVector strides() const { return strides_.empty() ? detail::ContiguousStrides(shape_) : strides_; }
   DataType dtype() const { return dtype_; }
   DataType data_type() const { return dtype_; }
@@ -190,7 +190,9 @@ class Tensor : public std::enable_shared_from_this<Tensor> {
   [[noreturn]] OB_CORE_FN void ThrowDtypeMismatch(DataType want) const;
   [[noreturn]] OB_CORE_FN void ThrowNotHost(const char *what) const;
   [[noreturn]] OB_CORE_FN void ThrowNotContiguous(const char *what) const;
-  std::size_t NormDim(std::int64_t d) const {
+  [[noreturn]] OB_CORE_FN void ThrowDimOutOfRange(std::int64_t dim) const;
+  std::size_t NormDim(std::int64_t d) const {  // an index into shape_; out of range: IndexError, as torch's
+    if (d < -ndim() || d >= ndim()) ThrowDimOutOfRange(d);
     return static_cast<std::size_t>(d < 0 ? d + ndim() : d);
   }
 

@@ -3,9 +3,28 @@
 // inline in each operator: opbuilder/detail/binding.h includes this file at its end (detail/core_lib.h).
 #include "opbuilder/detail/binding.h"
 
+#include <string>
+
 namespace opbuilder {
 
 namespace detail OB_HIDDEN {
+
+OB_CORE_FN void CheckReadAs(PyObject *o, ReadKind want, const char *what) {
+  const bool is_bool = PyBool_Check(o);
+  const bool is_int = !is_bool && (PyLong_Check(o) || (PyIndex_Check(o) && !PyFloat_Check(o)));  // numpy's too
+  bool fits = false;
+  const char *as = "";
+  switch (want) {
+    case ReadKind::kBool: fits = is_bool, as = "bool"; break;
+    case ReadKind::kInteger: fits = is_int, as = "an integer type"; break;
+    case ReadKind::kFloating: fits = is_int || PyFloat_Check(o), as = "a floating type"; break;
+    case ReadKind::kString: fits = PyUnicode_Check(o), as = "std::string"; break;
+  }
+  if (fits) return;
+  throw TypeError(std::string(what) + ": a stored " + TypeNameOf(o) + " cannot be read as " + as +
+                  " (a bool reads back as bool, an int as an integer or floating type, a float as a floating "
+                  "type, a str as std::string)");
+}
 
 OB_CORE_FN void SetStdError() {
   try {

@@ -265,6 +265,13 @@ OB_CORE_FN void Tensor::ThrowDtypeMismatch(DataType want) const {
   throw detail::TypeError(std::string("opbuilder::Tensor::data<T>(): tensor has dtype ") + DataTypeName(dtype_) +
                           ", but T is " + DataTypeName(want));
 }
+OB_CORE_FN void Tensor::ThrowDimOutOfRange(std::int64_t dim) const {
+  throw std::out_of_range("opbuilder::Tensor::shape(" + std::to_string(dim) + "): dimension out of range for a " +
+                          std::to_string(ndim()) + "-d tensor (expected " +
+                          (ndim() == 0 ? std::string("none") : std::to_string(-ndim()) + " to " +
+                                                                   std::to_string(ndim() - 1)) + ")");
+}
+
 OB_CORE_FN void Tensor::ThrowNotHost(const char *what) const {
   throw detail::ValueError(std::string("opbuilder::Tensor::") + what + " runs on host memory, and this tensor is on " +
                            device() + "; do it in your CUDA code (the runtime hands Function ops contiguous "

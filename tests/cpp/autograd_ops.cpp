@@ -240,6 +240,29 @@ struct MixedArgs : Function<MixedArgs> {
   }
 };
 
+// saved_data read back as another type than it was stored as: `stored` picks what Forward keeps (a double
+// 2.5, an int 3, a bool, a string), `read` what Backward asks for; the gradient is scaled by what it read.
+struct SavedReadAs : Function<SavedReadAs> {
+  static TensorPtr Forward(AutogradContext *ctx, const TensorPtr &x, const std::string &stored,
+                           const std::string &read) {
+    if (stored == "double") ctx->saved_data["v"] = 2.5;
+    if (stored == "int") ctx->saved_data["v"] = std::int64_t{3};
+    if (stored == "bool") ctx->saved_data["v"] = true;
+    if (stored == "string") ctx->saved_data["v"] = std::string("two");
+    ctx->saved_data["read"] = read;
+    return Scale(x, 1.0);
+  }
+  static TensorPtrList Backward(AutogradContext *ctx, TensorPtrList g) {
+    const std::string read = ctx->saved_data["read"].cast<std::string>();
+    double k = 0;
+    if (read == "bool") k = ctx->saved_data["v"].cast<bool>() ? 100.0 : -100.0;
+    if (read == "int") k = static_cast<double>(ctx->saved_data["v"].cast<std::int64_t>());
+    if (read == "double") k = ctx->saved_data["v"].cast<double>();
+    if (read == "string") k = static_cast<double>(ctx->saved_data["v"].cast<std::string>().size());
+    return {Scale(g[0], k), nullptr, nullptr};
+  }
+};
+
 // The other exception kinds, with the binding's mapping (the same in Forward and Backward).
 inline void ThrowOther(const std::string &kind, const std::string &who, const std::string &where) {
   if (kind == "domain_error") throw std::domain_error(who + "outside the domain" + where);
@@ -390,6 +413,10 @@ OB_MODULE(m) {
     return MixedArgs::Apply(alpha, x, w, y);
   });
   m.def("mixed_needs", []() { return g_mixed_needs; });
+  m.def("saved_read_as", [](const TensorPtr &x, const std::string &stored, const std::string &read) {
+    return SavedReadAs::Apply(x, stored, read);
+  });
+  m.def("dim_size", [](const TensorPtr &x, std::int64_t d) { return x->shape(d); });
   m.def("mul_saved", [](const TensorPtr &x, const TensorPtr &y) { return MulSaved::Apply(x, y); });
   m.def("exp_saves_output", [](const TensorPtr &x) { return ExpSavesOutput::Apply(x); });
   m.def("square_saved_by_pointer", [](const TensorPtr &x) { return SquareSavedByPointer::Apply(x); });

@@ -29,6 +29,13 @@ struct Binding;
 // Sets the Python error for the exception being handled (the node's error path).
 using ErrorFn = void (*)();
 
+// A bool argument of a bound function on the pybind11 layer: True or False only (casters.h's caster), as
+// nanobind's bool and torch's (detail/bound_call.h's ArgIn).
+struct StrictBool {
+  bool value;
+  operator bool() const { return value; }  // NOLINT: implicit, into the function's own bool
+};
+
 // Non-null while this thread runs code for an XLA FFI handler, without the GIL: what that code is, for
 // saved_data's messages.
 inline const char *&NoPythonHandler() {
@@ -48,6 +55,25 @@ OB_CORE_FN void SetStdError();
 
 // The neutral exceptions (errors.h), else the std mapping (call inside a catch).
 OB_CORE_FN void SetNeutralOrStdError();
+
+// What a stored value may be read back as, the same on both binding layers (pybind11 would read a float
+// as a bool by its truth, nanobind refuses with a bare std::bad_cast): a bool as bool only, an int as an
+// integer or floating type, a float as a floating type; else a TypeError naming both (`what`: the reader).
+enum class ReadKind : int { kBool, kInteger, kFloating, kString };
+OB_CORE_FN void CheckReadAs(PyObject *o, ReadKind want, const char *what);
+
+template <typename T>
+inline void CheckReadAs(PyObject *o, const char *what) {
+  if constexpr (std::is_same_v<T, bool>) {
+    CheckReadAs(o, ReadKind::kBool, what);
+  } else if constexpr (std::is_integral_v<T>) {
+    CheckReadAs(o, ReadKind::kInteger, what);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    CheckReadAs(o, ReadKind::kFloating, what);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    CheckReadAs(o, ReadKind::kString, what);
+  }
+}
 
 }  // namespace detail
 }  // namespace opbuilder

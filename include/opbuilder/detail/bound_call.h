@@ -234,10 +234,27 @@ struct BoundFn {
   }
 };
 
+// A bool argument takes True or False only, on both layers, as torch's: pybind11's own caster takes any
+// object by its truth (None, 5, numpy.float64(0.5)); nanobind's is this strict (StrictBool: binding.h).
+template <typename A>
+struct ArgIn {
+  using type = A;
+};
+#if !defined(OB_BINDING_NANOBIND)
+template <>
+struct ArgIn<bool> {
+  using type = StrictBool;
+};
+template <>
+struct ArgIn<const bool &> {
+  using type = StrictBool;
+};
+#endif
+
 template <typename F, typename R, typename... A>
 auto MakeBoundFn(F *f, const BoundSite *site, FnSig<R, A...> *) {
   const BoundFn<F, R, A...> call{f, site};
-  return [call](A... a) -> R { return call(static_cast<A &&>(a)...); };
+  return [call](typename ArgIn<A>::type... a) -> R { return call(static_cast<A &&>(a)...); };
 }
 
 // to_jax's entry of `f` (detail/ffi_bound.h) for a recorded signature, else nullptr.

@@ -110,10 +110,12 @@ class SavedValue {
             copies.empty() ? std::optional<TensorPtr>() : std::optional<TensorPtr>(copies[0])));
       }
       made_.push_back(value);
+      CheckReadAs<T>(value.get(), "saved_data");
       return Binding<T>::template FromPython<T>(value.get());
     }
     if (!obj_) throw std::runtime_error("saved_data: no value was stored under this key");
     GilForValue gil;
+    CheckReadAs<T>(obj_.get(), "saved_data");
     return Binding<T>::template FromPython<T>(obj_.get());
   }
 
