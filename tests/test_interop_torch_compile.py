@@ -83,6 +83,31 @@ def test_an_output_of_a_compiled_op_may_be_written_afterwards(tmul_shaped, backe
             np.testing.assert_allclose(b, a, rtol=1e-12)
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_new_output_with_other_strides_in_a_compiled_graph(api_ops, backend):
+    """transposed_copy returns a new tensor in transposed order. Its fake (from the shape rule: a Spec has
+    no strides) is contiguous; inductor checked the real strides against it: "expected ... stride 1==2"
+    blaming the fake kernel (attack on 30a3d5f). In a graph the kernel gives it contiguous."""
+    t = opbuilder.to_torch(api_ops, shape_fn={"transposed_copy": lambda a: Spec(a.shape[::-1], a.dtype)})
+    x = torch.arange(6.0, dtype=torch.float64).view(2, 3)
+    assert t.transposed_copy(x).stride() == (1, 3)  # eagerly as the operator made it
+    got = torch.compile(lambda a: t.transposed_copy(a) + 1, fullgraph=True, backend=backend)(x)
+    torch.testing.assert_close(got, x.t() + 1)
+
+
+def test_fake_tensors_without_a_shape_rule_name_the_rule(tmul):
+    """Under torch's FakeTensorMode (export, AOT tracing) an operator without a shape rule said its argument
+    was "a meta tensor", to be moved with .to('cpu'), of a tensor whose device is cpu (attack on 30a3d5f)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        x = torch.empty(3, dtype=torch.float64)
+        with pytest.raises(ValueError, match=r"^mul: argument 0 is a fake tensor \(torch's FakeTensorMode: export, "
+                                             r"AOT tracing, shape propagation\), which has no data to run it on; a "
+                                             r"shape rule gives its outputs without a run: to_torch's shape_fn for "
+                                             r"'mul', or a C\+\+ InferShape"):
+            tmul.mul(x, x)
+
+
 def test_a_mutates_function_returning_tensors_is_refused_in_a_compiled_graph(autograd_ops):
     """add_ (x += y, MarkDirty, returns x) declared in mutates, with a shape rule, compiled on its first call:
     on 991a33e the graph returned None for it (the write done); now a named error, and later compiles run

@@ -523,6 +523,24 @@ def test_torch_func_grad_vjp_and_vmap(my_ops, path):
     torch.testing.assert_close(torch.func.vmap(lambda a: ns.mul(a, y))(xs), xs * y)
 
 
+@pytest.mark.parametrize("rule", (False, True))
+@pytest.mark.parametrize("path", ("first", "eager"))
+def test_torch_func_vmap_over_an_empty_batch(my_ops, path, rule):
+    """torch.vmap(torch.mul) of no elements gives (0, 3); the operator's vmap rule read its first element's
+    results: a bare IndexError (attack on 30a3d5f). Its shapes now come from one run on zeros, as torch's."""
+    bcast = {"mul": lambda a, b: Spec(np.broadcast_shapes(a.shape, b.shape), a.dtype)}
+    ns = opbuilder.to_torch(my_ops, shape_fn=bcast if rule else None)
+    y = torch.randn(3, dtype=DOUBLE)
+    if path == "eager":
+        ns.mul(y, y)
+    for xs, dim in ((torch.randn(0, 3, dtype=DOUBLE), 0), (torch.randn(3, 0, dtype=DOUBLE), 1)):
+        got = torch.func.vmap(lambda a: ns.mul(a, y), in_dims=dim)(xs)
+        assert got.shape == torch.func.vmap(lambda a: a * y, in_dims=dim)(xs).shape == (0, 3)
+        assert got.dtype == DOUBLE
+    xs = torch.randn(2, 3, dtype=DOUBLE)
+    torch.testing.assert_close(torch.func.vmap(lambda a: ns.mul(a, y))(xs), xs * y)
+
+
 def test_torch_func_what_an_operator_cannot_do_is_a_named_error(my_ops):
     ns = opbuilder.to_torch(my_ops)
     x, y = torch.randn(3, dtype=DOUBLE), torch.randn(3, dtype=DOUBLE)

@@ -606,7 +606,8 @@ class _Op:
         def kernel(*a: Any) -> Optional[List[torch.Tensor]]:
             # an eager call (_run_registered): the writes the runtime counts wait for setup_context's
             # ctx.mark_dirty, which bumps torch's counter once (else each was bumped twice)
-            defer, _mode.defer = getattr(_mode, "defer", False), getattr(_mode, "eager", False)
+            eager = getattr(_mode, "eager", False)
+            defer, _mode.defer = getattr(_mode, "defer", False), eager
             kernel_grad = getattr(_mode, "kernel_grad", None)
             if kernel_grad is not None and _mode.defer:  # (an eager call's: _run_registered)
                 _mode.grad = kernel_grad
@@ -617,6 +618,9 @@ class _Op:
             if void and out:  # defined while torch.compile traced, as an out= function: no output to give
                 self.returns_args[0] = True  # later traces leave it out of the graph
                 raise RuntimeError(_mutates_returns(self.name))
+            if not eager and out:  # a graph's call: contiguous new outputs, as the fake below says (inductor
+                # checks strides; a Spec has none), arguments returned as they are
+                out = [o if o is None or o.is_contiguous() or any(o is x for x in a) else o.contiguous() for o in out]
             return None if void else out
         self.lib.impl(opname, kernel, key)
 
@@ -713,9 +717,8 @@ class _Op:
                 raise NotImplementedError(f"{self.name}: torch.vmap over a list of tensors is not supported; "
                                           f"vmap over tensor arguments")
             op = getattr(getattr(torch.ops, ns), name).default
-            per = [op(*[a.select(d, b) if isinstance(d, int) else a for a, d in zip(args, in_dims)])
-                   for b in range(info.batch_size)]
-            out = [torch.stack([p[j] for p in per]) for j in range(len(per[0]))] if per else []
+            per = [op(*_batch_element(args, in_dims, b)) for b in range(max(info.batch_size, 1))]
+            out = [_stacked([p[j] for p in per], info.batch_size) for j in range(len(per[0]))]
             return out, [0] * len(out)
         return rule
 
@@ -940,10 +943,24 @@ class _Func(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: Tuple[Any, ...], op: "_Op", sig: str, *args: Any) -> Tuple[Any, Any]:
-        per = [_Func.apply(op, sig, *[a.select(d, b) if isinstance(d, int) else a for a, d in zip(args, in_dims[2:])])
-               for b in range(info.batch_size)]
-        outs = tuple(torch.stack([p[j] for p in per]) for j in range(len(per[0]) - 1))
+        per = [_Func.apply(op, sig, *_batch_element(args, in_dims[2:], b)) for b in range(max(info.batch_size, 1))]
+        outs = tuple(_stacked([p[j] for p in per], info.batch_size) for j in range(len(per[0]) - 1))
         return (*outs, per[-1][-1]), (*(0 for _ in outs), None)
+
+
+def _batch_element(args: Sequence[Any], in_dims: Sequence[Any], b: int) -> List[Any]:
+    """The arguments of batch element ``b`` of a torch.vmap call; of an empty batch, zeros of an element's
+    shape (one run says the outputs' shapes, as torch.vmap's own ops give them for no elements)."""
+    return [a if not isinstance(d, int) else a.select(d, b) if a.shape[d] else
+            a.new_zeros(a.shape[:d] + a.shape[d + 1:]) for a, d in zip(args, in_dims)]
+
+
+def _stacked(per: List[torch.Tensor], batch_size: int) -> torch.Tensor:
+    """The elements' outputs stacked along dimension 0; none (an empty batch, ``per`` the run on zeros): an
+    empty tensor of their shape."""
+    if batch_size:
+        return torch.stack(per)
+    return per[0].new_empty((0, *per[0].shape))
 
 
 def _output_keys(outs: Sequence[Any]) -> List[Tuple[Optional[int], Any]]:

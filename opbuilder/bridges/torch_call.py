@@ -116,6 +116,10 @@ def _to_runtime(who: str, k: int, t: torch.Tensor, devices: Tuple[str, ...]) -> 
             return _Tensor._from_array(t.detach().resolve_conj().resolve_neg().numpy())
     dev = t.device.type
     if dev not in devices:
+        if _is_fake(t):
+            raise ValueError(f"{who}: argument {k} is a fake tensor (torch's FakeTensorMode: export, AOT tracing, "
+                             f"shape propagation), which has no data to run it on; a shape rule gives its outputs "
+                             f"without a run: to_torch's shape_fn for {who!r}, or a C++ InferShape")
         raise ValueError(f"{who}: argument {k} is a {dev} tensor; this operator runs on "
                          f"{' and '.join(devices)} tensors (move it with .to('{devices[0]}'))")
     try:
@@ -127,6 +131,12 @@ def _to_runtime(who: str, k: int, t: torch.Tensor, devices: Tuple[str, ...]) -> 
     except (TypeError, BufferError, RuntimeError) as e:
         raise TypeError(f"{who}: argument {k} has dtype {t.dtype}, which opbuilder's runtime does not support "
                         f"({e})") from None
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    """Is ``t`` a FakeTensor (imported here only: an error's path)?"""
+    from torch._subclasses.fake_tensor import is_fake
+    return bool(is_fake(t))
 
 
 def _c_order(arr: np.ndarray) -> np.ndarray:

@@ -48,6 +48,12 @@ PYBIND11_MODULE(OB_EXTENSION_NAME, m) {
     for (std::int64_t i = 0; i < t->numel(); ++i) p[i] = v;
   });
   m.def("contiguous", [](const TensorPtr &t) { return t->contiguous(); });
+  // x (2-d) transposed, over a copy of its memory: a new tensor with other than contiguous strides
+  m.def("transposed_copy", [](const TensorPtr &x) {
+    TensorPtr c = x->contiguous_copy();
+    const std::int64_t n = x->shape()[0], k = x->shape()[1];
+    return std::make_shared<Tensor>(x->dtype(), ShapeVector{k, n}, ShapeVector{1, k}, c->data_ptr(), c->storage());
+  });
   m.def("zeros", [](const ShapeVector &shape, int dtype) { return Tensor::zeros(static_cast<DataType>(dtype), shape); });
   m.def("empty_like", [](const TensorPtr &t) { return Tensor::empty_like(t); });
   m.def("read_double", [](const TensorPtr &t) { return t->data<double>()[0]; });
