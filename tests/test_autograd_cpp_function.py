@@ -401,8 +401,26 @@ def test_a_bool_argument_takes_true_or_false_only_on_both_layers(autograd_ops, f
         assert a.shape == b.shape == (3,)
 
 
+@pytest.mark.parametrize("flag", [5, np.float64(0.5), 1.0, np.bool_(True)])
+def test_a_bool_in_an_optional_or_a_list_takes_true_or_false_only(autograd_ops, flag):
+    """std::optional<bool> and std::vector<bool> parameters took their values by truth on pybind11 (attack on
+    efab221); nanobind's casters refuse them."""
+    x = T(3)
+    with pytest.raises(TypeError, match=r"^scale_if_optional\(\): incompatible function arguments"):
+        autograd_ops.scale_if_optional(x, flag)
+    with pytest.raises(TypeError, match=r"^scale_if_any\(\): incompatible function arguments"):
+        autograd_ops.scale_if_any(x, [False, flag])
+    np.testing.assert_array_equal(autograd_ops.scale_if_optional(x, None).asnumpy(), x.asnumpy())
+    np.testing.assert_array_equal(autograd_ops.scale_if_optional(x, True).asnumpy(), 2 * x.asnumpy())
+    np.testing.assert_array_equal(autograd_ops.scale_if_any(x, [False, True]).asnumpy(), 2 * x.asnumpy())
+    np.testing.assert_array_equal(autograd_ops.scale_if_any(x, []).asnumpy(), x.asnumpy())
+
+
 @pytest.mark.parametrize("stored, read, k", [("double", "double", 2.5), ("int", "int", 3.0), ("int", "double", 3.0),
-                                           ("bool", "bool", 100.0), ("string", "string", 3.0)])
+                                           ("bool", "bool", 100.0), ("string", "string", 3.0),
+                                           ("np_float32", "float", 2.5), ("np_float32", "double", 2.5),
+                                           ("np_bool", "bool", 100.0), ("bool", "optional_bool", 100.0),
+                                           ("int", "uint8", 3.0)])
 def test_saved_data_reads_back_what_was_stored(autograd_ops, stored, read, k):
     g = rt.grad(lambda a: autograd_ops.saved_read_as(a, stored, read).sum())(T(3))
     np.testing.assert_array_equal(g.asnumpy(), np.full(3, k))
@@ -411,15 +429,22 @@ def test_saved_data_reads_back_what_was_stored(autograd_ops, stored, read, k):
 @pytest.mark.parametrize("stored, read, as_", [
     ("double", "bool", "bool"), ("int", "bool", "bool"), ("double", "int", "an integer type"),
     ("bool", "int", "an integer type"), ("bool", "double", "a floating type"), ("string", "int", "an integer type"),
-    ("double", "string", "std::string")])
+    ("double", "string", "std::string"), ("double", "optional_bool", "bool"), ("doubles", "bools", "bool")])
 def test_saved_data_read_as_another_type_is_a_type_error_on_both_layers(autograd_ops, stored, read, as_):
     """pybind11 read a stored 2.5 as bool by its truth (a gradient 100x, silently) and nanobind refused
     with a bare "std::bad_cast" (attack on 30a3d5f): now one TypeError on both layers, naming both types."""
-    py_type = {"double": "float", "int": "int", "bool": "bool", "string": "str"}[stored]
+    py_type = {"double": "float", "int": "int", "bool": "bool", "string": "str", "doubles": "float"}[stored]
     with pytest.raises(TypeError, match=rf"^saved_data: a stored {py_type} cannot be read as {as_} \(a bool reads "
                                         r"back as bool, an int as an integer or floating type, a float as a "
                                         r"floating type, a str as std::string\)"):
         rt.grad(lambda a: autograd_ops.saved_read_as(a, stored, read).sum())(T(3))
+
+
+def test_saved_data_an_int_read_as_a_type_it_does_not_fit_is_a_type_error(autograd_ops):
+    """300 read as uint8: nanobind's bare "std::bad_cast", pybind11's "Unable to cast" (attack on efab221)."""
+    with pytest.raises(TypeError, match=r"^saved_data: a stored int, 300, does not fit the unsigned integer type of "
+                                        r"8 bits read$"):
+        rt.grad(lambda a: autograd_ops.saved_read_as(a, "int300", "uint8").sum())(T(3))
 
 
 def test_a_dimension_out_of_range_is_an_index_error_naming_it(autograd_ops):

@@ -56,6 +56,7 @@ struct Binding {
   static T FromPython(PyObject *o) {
     return pybind11::reinterpret_borrow<pybind11::object>(o).cast<T>();
   }
+  static bool IsCastError(const std::exception &e) { return dynamic_cast<const pybind11::cast_error *>(&e) != nullptr; }
   static void SetErrorFromCurrentException() {
     if (SetNeutralError(std::current_exception())) return;
 #ifdef OB_HAVE_PYBIND11_TRANSLATE

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <exception>
 #include <optional>
+#include <typeinfo>
 #include <utility>
 
 #include "opbuilder/detail/binding.h"
@@ -50,6 +51,7 @@ struct Binding {
   static T FromPython(PyObject *o) {
     return nanobind::cast<T>(nanobind::handle(o));
   }
+  static bool IsCastError(const std::exception &e) { return dynamic_cast<const std::bad_cast *>(&e) != nullptr; }
   static void SetErrorFromCurrentException() {
     try {
       throw;

@@ -249,6 +249,16 @@ struct SavedReadAs : Function<SavedReadAs> {
     if (stored == "int") ctx->saved_data["v"] = std::int64_t{3};
     if (stored == "bool") ctx->saved_data["v"] = true;
     if (stored == "string") ctx->saved_data["v"] = std::string("two");
+    if (stored == "int300") ctx->saved_data["v"] = std::int64_t{300};
+    if (stored == "doubles") ctx->saved_data["v"] = std::vector<double>{2.5};
+    if (stored == "np_float32" || stored == "np_bool") {  // numpy's scalars, as a Python object
+#if defined(OB_BINDING_NANOBIND)
+      py::object np = py::module_::import_("numpy");
+#else
+      py::object np = py::module_::import("numpy");
+#endif
+      ctx->saved_data["v"] = stored == "np_bool" ? np.attr("bool_")(true) : np.attr("float32")(2.5);
+    }
     ctx->saved_data["read"] = read;
     return Scale(x, 1.0);
   }
@@ -259,6 +269,10 @@ struct SavedReadAs : Function<SavedReadAs> {
     if (read == "int") k = static_cast<double>(ctx->saved_data["v"].cast<std::int64_t>());
     if (read == "double") k = ctx->saved_data["v"].cast<double>();
     if (read == "string") k = static_cast<double>(ctx->saved_data["v"].cast<std::string>().size());
+    if (read == "float") k = static_cast<double>(ctx->saved_data["v"].cast<float>());
+    if (read == "uint8") k = static_cast<double>(ctx->saved_data["v"].cast<std::uint8_t>());
+    if (read == "optional_bool") k = ctx->saved_data["v"].cast<std::optional<bool>>().value_or(false) ? 100.0 : -100.0;
+    if (read == "bools") k = ctx->saved_data["v"].cast<std::vector<bool>>().at(0) ? 100.0 : -100.0;
     return {Scale(g[0], k), nullptr, nullptr};
   }
 };
@@ -417,6 +431,15 @@ OB_MODULE(m) {
     return SavedReadAs::Apply(x, stored, read);
   });
   m.def("dim_size", [](const TensorPtr &x, std::int64_t d) { return x->shape(d); });
+  // x scaled by 2 where the flag is set (a bool in an optional, in a list): bools taken as they are
+  m.def("scale_if_optional", [](const TensorPtr &x, const std::optional<bool> &flag) {
+    return Scale(x, flag.value_or(false) ? 2.0 : 1.0);
+  });
+  m.def("scale_if_any", [](const TensorPtr &x, std::vector<bool> flags) {
+    bool any = false;
+    for (bool f : flags) any = any || f;
+    return Scale(x, any ? 2.0 : 1.0);
+  });
   m.def("mul_saved", [](const TensorPtr &x, const TensorPtr &y) { return MulSaved::Apply(x, y); });
   m.def("exp_saves_output", [](const TensorPtr &x) { return ExpSavesOutput::Apply(x); });
   m.def("square_saved_by_pointer", [](const TensorPtr &x) { return SquareSavedByPointer::Apply(x); });

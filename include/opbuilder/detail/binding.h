@@ -12,9 +12,11 @@
 
 #include <Python.h>
 
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "opbuilder/detail/errors.h"
 #include "opbuilder/detail/pyref.h"
@@ -57,24 +59,44 @@ OB_CORE_FN void SetStdError();
 OB_CORE_FN void SetNeutralOrStdError();
 
 // What a stored value may be read back as, the same on both binding layers (pybind11 would read a float
-// as a bool by its truth, nanobind refuses with a bare std::bad_cast): a bool as bool only, an int as an
-// integer or floating type, a float as a floating type; else a TypeError naming both (`what`: the reader).
+// as a bool by its truth, nanobind refuses with a bare std::bad_cast): a bool (numpy's too) as bool only, an
+// int as an integer type it fits or a floating type, a float (numpy's too) as a floating type, a str as
+// std::string or char; an optional and a list by their values. Else a TypeError naming both (`what`: the
+// reader). `bits`, `is_signed`: an integer type's.
 enum class ReadKind : int { kBool, kInteger, kFloating, kString };
-OB_CORE_FN void CheckReadAs(PyObject *o, ReadKind want, const char *what);
+OB_CORE_FN void CheckReadAs(PyObject *o, ReadKind want, const char *what, int bits, bool is_signed);
+// What a read the binding layer refused (its cast error) raises: that TypeError.
+[[noreturn]] OB_CORE_FN void ThrowReadAs(PyObject *o, const char *what);
+
+template <typename T>
+struct ReadElements : std::false_type {};
+template <typename T>
+struct ReadElements<std::vector<T>> : std::true_type {};
+template <typename T>
+struct ReadOptional : std::false_type {};
+template <typename T>
+struct ReadOptional<std::optional<T>> : std::true_type {};
 
 template <typename T>
 inline void CheckReadAs(PyObject *o, const char *what) {
   if constexpr (std::is_same_v<T, bool>) {
-    CheckReadAs(o, ReadKind::kBool, what);
+    CheckReadAs(o, ReadKind::kBool, what, 0, false);
+  } else if constexpr (std::is_same_v<T, char> || std::is_same_v<T, std::string>) {
+    CheckReadAs(o, ReadKind::kString, what, 0, false);
   } else if constexpr (std::is_integral_v<T>) {
-    CheckReadAs(o, ReadKind::kInteger, what);
+    CheckReadAs(o, ReadKind::kInteger, what, static_cast<int>(sizeof(T) * 8), std::is_signed_v<T>);
   } else if constexpr (std::is_floating_point_v<T>) {
-    CheckReadAs(o, ReadKind::kFloating, what);
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    CheckReadAs(o, ReadKind::kString, what);
+    CheckReadAs(o, ReadKind::kFloating, what, 0, false);
+  } else if constexpr (ReadOptional<T>::value) {
+    if (o != Py_None) CheckReadAs<typename T::value_type>(o, what);
+  } else if constexpr (ReadElements<T>::value) {
+    if (PyList_Check(o)) {
+      for (Py_ssize_t i = 0; i < PyList_Size(o); ++i) CheckReadAs<typename T::value_type>(PyList_GetItem(o, i), what);
+    } else if (PyTuple_Check(o)) {
+      for (Py_ssize_t i = 0; i < PyTuple_Size(o); ++i) CheckReadAs<typename T::value_type>(PyTuple_GetItem(o, i), what);
+    }
   }
 }
-
 }  // namespace detail
 }  // namespace opbuilder
 

@@ -246,15 +246,36 @@ struct ArgIn<bool> {
   using type = StrictBool;
 };
 template <>
-struct ArgIn<const bool &> {
-  using type = StrictBool;
+struct ArgIn<std::optional<bool>> {
+  using type = std::optional<StrictBool>;
+};
+template <>
+struct ArgIn<std::vector<bool>> {
+  using type = std::vector<StrictBool>;
+};
+template <typename A>
+struct ArgIn<const A &> {  // const bool&, const std::optional<bool>&, ...: the same, by value
+  using type = std::conditional_t<std::is_same_v<typename ArgIn<A>::type, A>, const A &, typename ArgIn<A>::type>;
 };
 #endif
+
+// The function's own argument from what the binding converted: itself, or a bool made of StrictBool's.
+template <typename A, typename In>
+decltype(auto) ArgOut(In &x) {
+  using D = std::decay_t<A>;
+  if constexpr (std::is_same_v<D, std::decay_t<In>>) {
+    return static_cast<A &&>(x);
+  } else if constexpr (std::is_same_v<D, std::vector<bool>>) {
+    return D(x.begin(), x.end());
+  } else {
+    return D(x);
+  }
+}
 
 template <typename F, typename R, typename... A>
 auto MakeBoundFn(F *f, const BoundSite *site, FnSig<R, A...> *) {
   const BoundFn<F, R, A...> call{f, site};
-  return [call](typename ArgIn<A>::type... a) -> R { return call(static_cast<A &&>(a)...); };
+  return [call](typename ArgIn<A>::type... a) -> R { return call(ArgOut<A>(a)...); };
 }
 
 // to_jax's entry of `f` (detail/ffi_bound.h) for a recorded signature, else nullptr.

@@ -110,13 +110,11 @@ class SavedValue {
             copies.empty() ? std::optional<TensorPtr>() : std::optional<TensorPtr>(copies[0])));
       }
       made_.push_back(value);
-      CheckReadAs<T>(value.get(), "saved_data");
-      return Binding<T>::template FromPython<T>(value.get());
+      return Read<T>(value.get());
     }
     if (!obj_) throw std::runtime_error("saved_data: no value was stored under this key");
     GilForValue gil;
-    CheckReadAs<T>(obj_.get(), "saved_data");
-    return Binding<T>::template FromPython<T>(obj_.get());
+    return Read<T>(obj_.get());
   }
 
   PyObject *ptr() const { return obj_.get(); }
@@ -132,6 +130,21 @@ class SavedValue {
                                     : std::is_same_v<T, TensorPtrList>              ? Held::kList
                                     : std::is_same_v<T, std::optional<TensorPtr>> ? Held::kOptional
                                                                                     : Held::kNone;
+
+  // `o` as T, by the rules of CheckReadAs (binding.h), on both layers alike (their own cast errors too)
+  template <typename T>
+  static T Read(PyObject *o) {
+    CheckReadAs<T>(o, "saved_data");
+    if constexpr (std::is_same_v<T, bool>) {
+      return PyObject_IsTrue(o) == 1;  // Python's or numpy's bool (nanobind's caster takes Python's only)
+    }
+    try {
+      return Binding<T>::template FromPython<T>(o);
+    } catch (const std::exception &e) {
+      if (Binding<T>::IsCastError(e)) ThrowReadAs(o, "saved_data");
+      throw;
+    }
+  }
 
   template <typename T>
   T HeldAs() const {
