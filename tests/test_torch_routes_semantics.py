@@ -525,3 +525,15 @@ def test_a_dispatch_mode_that_calls_an_op_keeps_the_calls_gradient(parity_ops, t
         assert x._version == v + 1, call
         ((x * x).sum() + w.sum()).backward()
         torch.testing.assert_close(w.grad, ref_w.grad, rtol=0, atol=0)
+
+
+def test_vmap_over_an_empty_batch_of_an_op_refusing_zeros(parity_ops):
+    """recip refuses a zero element. torch.vmap over no elements learns the outputs' shapes from one run on
+    an element's stand-in: a run on zeros raised recip's error about values never passed (attack on
+    07d2521); ones serve. An op refusing every stand-in raises the run on zeros' error, with a note."""
+    ns = opbuilder.to_torch(parity_ops)
+    got = torch.func.vmap(ns.recip)(torch.ones(0, 3, dtype=torch.float64))
+    assert got.shape == torch.func.vmap(torch.reciprocal)(torch.ones(0, 3, dtype=torch.float64)).shape == (0, 3)
+    with pytest.raises(ValueError, match="^recip: expected float64") as info:
+        torch.func.vmap(ns.recip)(torch.ones(0, 3, dtype=torch.float32))  # float64 only: every run refused
+    assert "torch.vmap over an empty batch ran recip on zeros, ones and halves" in "".join(info.value.__notes__)

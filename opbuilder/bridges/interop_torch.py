@@ -717,7 +717,7 @@ class _Op:
                 raise NotImplementedError(f"{self.name}: torch.vmap over a list of tensors is not supported; "
                                           f"vmap over tensor arguments")
             op = getattr(getattr(torch.ops, ns), name).default
-            per = [op(*_batch_element(args, in_dims, b)) for b in range(max(info.batch_size, 1))]
+            per = _per_element(self.name, lambda *e: op(*e), args, in_dims, info.batch_size)
             out = [_stacked([p[j] for p in per], info.batch_size) for j in range(len(per[0]))]
             return out, [0] * len(out)
         return rule
@@ -943,16 +943,30 @@ class _Func(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: Tuple[Any, ...], op: "_Op", sig: str, *args: Any) -> Tuple[Any, Any]:
-        per = [_Func.apply(op, sig, *_batch_element(args, in_dims[2:], b)) for b in range(max(info.batch_size, 1))]
+        per = _per_element(op.name, lambda *e: _Func.apply(op, sig, *e), args, in_dims[2:], info.batch_size)
         outs = tuple(_stacked([p[j] for p in per], info.batch_size) for j in range(len(per[0]) - 1))
         return (*outs, per[-1][-1]), (*(0 for _ in outs), None)
 
 
-def _batch_element(args: Sequence[Any], in_dims: Sequence[Any], b: int) -> List[Any]:
-    """The arguments of batch element ``b`` of a torch.vmap call; of an empty batch, zeros of an element's
-    shape (one run says the outputs' shapes, as torch.vmap's own ops give them for no elements)."""
-    return [a if not isinstance(d, int) else a.select(d, b) if a.shape[d] else
-            a.new_zeros(a.shape[:d] + a.shape[d + 1:]) for a, d in zip(args, in_dims)]
+def _per_element(name: str, run: Callable[..., Any], args: Sequence[Any], in_dims: Sequence[Any],
+                 batch_size: int) -> List[Any]:
+    """``run`` on each batch element of a torch.vmap call. An empty batch has none: one run on stand-ins
+    of an element's shape (zeros, else ones, else halves, for an op refusing zeros) gives the outputs'
+    shapes, as torch.vmap's own ops give them for no elements."""
+    if batch_size:
+        return [run(*[a.select(d, b) if isinstance(d, int) else a for a, d in zip(args, in_dims)])
+                for b in range(batch_size)]
+    first = None
+    for fill in (0.0, 1.0, 0.5):
+        try:
+            return [run(*[a.new_full(a.shape[:d] + a.shape[d + 1:], fill) if isinstance(d, int) else a
+                          for a, d in zip(args, in_dims)])]
+        except Exception as e:  # noqa: BLE001  (the op refusing these values)
+            first = first or e
+    assert first is not None
+    first.add_note(f"torch.vmap over an empty batch ran {name} on zeros, ones and halves of an element's shape to "
+                   f"learn its outputs' shapes, and each run raised; this is the run on zeros' error")
+    raise first
 
 
 def _stacked(per: List[torch.Tensor], batch_size: int) -> torch.Tensor:
