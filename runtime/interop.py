@@ -14,10 +14,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import numpy as np
+
 from . import dtypes as _dt
 from .dlpack_host import RefusedWrite, TorchVersion, host_array, torch_array, torch_write_refusal
 from .tensor import Tensor
-from .versions import share_version
+from .versions import owner_counter, share_version
 
 __all__ = ["from_dlpack", "dlpack_input"]
 
@@ -48,7 +50,25 @@ def from_dlpack(obj: Any) -> Tensor:
     t = Tensor._from_array(arr)
     if isinstance(obj, Tensor):  # one memory: one version counter
         share_version(t, obj)
+    elif isinstance(obj, np.ndarray):  # as from_numpy: one counter for the tensors over one array's memory
+        t._vc = owner_counter(obj, t._vc)
+    else:
+        _share_torch_version(t, obj)
     return t
+
+
+def _share_torch_version(t: Tensor, obj: Any) -> None:
+    """``t`` is over the memory of ``obj``: a torch tensor's version counter becomes ``t``'s (a runtime write
+    bumps torch's, so torch's autograd refuses a saved tensor it changed); an inference tensor, which torch
+    lets nothing write outside InferenceMode, gives a read-only ``t``."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor) or not isinstance(t._data, np.ndarray):
+        return
+    if obj.is_inference():  # (which has no version counter)
+        if not torch.is_inference_mode_enabled():
+            t._data.flags.writeable = False
+        return
+    t._vc = TorchVersion(obj)
 
 
 def dlpack_input(obj: Any) -> Tensor:

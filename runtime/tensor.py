@@ -335,8 +335,15 @@ class Tensor:
         own ``__dlpack__`` (numpy's, or CuPy's given only the arguments the consumer set); a host
         bfloat16 tensor, which numpy cannot export, through runtime/dlpack_export.py. A host tensor
         has no streams: ``stream`` other than None is a ValueError."""
+        if self.requires_grad:  # torch's rule: a consumer's write would bypass autograd's checks
+            raise BufferError("__dlpack__: a tensor that requires grad cannot be exported (another library's "
+                              "writes to it would go unseen by autograd); export t.detach()")
         d = self._data
         if isinstance(d, np.ndarray):
+            if any(s < 0 for s in d.strides):  # torch aborts the process on such a capsule; JAX refuses it
+                raise BufferError(f"__dlpack__: a view with negative strides {d.strides} (x[::-1]) cannot be "
+                                  f"exported: consumers (torch) mishandle them; export a copy "
+                                  f"(Tensor(t.asnumpy().copy()))")
             if stream is not None:  # said here: numpy's own error changed type (RuntimeError, ValueError in 2.5)
                 raise ValueError(f"__dlpack__: a CPU tensor has no streams: stream must be None, got {stream!r}")
             if d.dtype.kind == "V":  # ml_dtypes' bfloat16 is numpy's "V" kind
@@ -425,6 +432,7 @@ class Parameter(Tensor):
             raise TypeError(f"set_data: {who} is {self.dtype}, and data of dtype {src_dtype} would lose its values "
                             f"when converted; convert it yourself (astype) if that is meant")
         arr = _infer_array(data, self.dtype, self.device, copy=True)  # never the caller's buffer
+        _check_narrowed(f"{who} is {self.dtype}", src, src_dtype, arr)
         if arr.shape != self._data.shape and not slice_shape:
             raise ValueError(f"set_data: {who} has shape {tuple(self._data.shape)}, the new data {tuple(arr.shape)}; "
                              f"pass slice_shape=True to change the shape")
@@ -435,6 +443,28 @@ class Parameter(Tensor):
     def __repr__(self) -> str:
         return (f"Parameter (name={self.name}, shape={tuple(self._data.shape)}, dtype={self.dtype}, "
                 f"requires_grad={self.requires_grad})")
+
+
+def _check_narrowed(who: str, src: Any, src_dtype: Any, arr: Any) -> None:
+    """set_data's conversion within a kind kept the values: an integer out of the smaller type's range
+    (300 into int8 wrapped to 44) or a finite float out of the smaller one's (1e300 into float32 became inf)
+    is a ValueError; rounding is not."""
+    if not isinstance(arr, np.ndarray) or np.dtype(src_dtype) == arr.dtype or arr.dtype.kind not in "iuf":
+        return
+    s = np.asarray(src)
+    if s.dtype.kind not in "biuf" or s.dtype == arr.dtype:
+        return
+    with np.errstate(all="ignore"):
+        if arr.dtype.kind in "iu":
+            bad = s.astype(np.float64) if s.dtype.kind == "f" else s
+            info = np.iinfo(arr.dtype)
+            lost = (bad < info.min) | (bad > info.max)
+        else:
+            lost = np.isinf(arr) & np.isfinite(s)
+    if np.any(lost):
+        first = np.asarray(s)[lost].flat[0]
+        raise ValueError(f"set_data: {who}, and the data of dtype {s.dtype} holds values it cannot hold ({first!r} "
+                         f"among them); convert it yourself (astype) if that is meant")
 
 
 def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:

@@ -67,6 +67,25 @@ def test_reassigning_an_attribute_unregisters():
     assert [n for n, _ in net.parameters_and_names()] == ["frozen"]
 
 
+def test_a_tensor_assigned_to_a_parameters_name_sets_its_data():
+    """net.weight = Tensor(...) replaced the Parameter: trainable_params lost it, an optimizer made before
+    trained the orphan while forward used the Tensor (attack on 07d2521). As MindSpore's Cell, it sets the
+    Parameter's data; the Parameter, its name and its place stay."""
+    net = nn.Dense(2, 1)
+    w = net.weight
+    opt = nn.SGD(net.trainable_params(), 0.1)
+    net.weight = Tensor(np.full((1, 2), 0.5, np.float32))
+    assert net.weight is w and [p.name for p in net.trainable_params()] == ["weight", "bias"]
+    np.testing.assert_array_equal(w.asnumpy(), [[0.5, 0.5]])
+    net.weight = net.weight * 2.0  # a Tensor with history: its values
+    assert net.weight is w and w.requires_grad and w.asnumpy().tolist() == [[1.0, 1.0]]
+    x = Tensor(np.ones((1, 2), np.float32))
+    for _ in range(2):
+        _, g = rt.value_and_grad(lambda a: net(a).sum(), None, opt.parameters)(x)
+        opt(g)
+    np.testing.assert_allclose(w.asnumpy(), [[0.8, 0.8]], rtol=1e-6)
+
+
 def test_parameter_before_init_is_an_error():
     class Bad(nn.Cell):
         def __init__(self):

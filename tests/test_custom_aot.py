@@ -244,6 +244,12 @@ def test_inputs_must_be_tensors_arrays_or_numbers():
         op(Tensor([1.0]), "2")
     with pytest.raises(TypeError, match="unsupported tensor dtype float128"):  # (complex128 is a dtype now)
         op(Tensor([1.0]), np.array([1.0], np.longdouble))
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    # "input 1 is a Tensor; pass Tensors, ..." named torch's class by its bare name (attack on 07d2521)
+    with pytest.raises(TypeError, match=r"^Custom 'CustomAdd': input 1 is a torch.Tensor; pass Tensors, numpy arrays "
+                                        r"or numbers \(runtime.from_dlpack\(x\) makes a Tensor of another library's "
+                                        r"array\)$"):
+        op(Tensor([1.0]), torch.ones(1))
 
 
 def test_the_compiled_call_path_rejects_what_custom_never_passes():

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+import runtime as rt
 from runtime import Tensor
 from runtime.cuda import unavailable_reason
 
@@ -140,3 +141,54 @@ def test_runtime_tensors_and_numpy_arrays_are_unchanged(dlpack_ops):
     assert dlpack_ops.address(arr) == arr.ctypes.data
     with pytest.raises(TypeError):  # no tensor at all: the binding's argument error, as before
         dlpack_ops.address("not a tensor")
+
+
+# ---- runtime.from_dlpack and Tensor.__dlpack__: one version counter per memory, torch's export rules -----------
+
+def test_from_dlpack_of_a_torch_tensor_shares_torchs_version_counter():
+    """rt.from_dlpack(b.detach()) then a runtime write: torch's _version stayed 0, so b's backward used the
+    changed values (attack on 07d2521). The write now bumps torch's counter, and torch refuses."""
+    a = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    b = a.exp()  # exp saves its result
+    r = rt.from_dlpack(b.detach())
+    r += 1.0
+    assert b._version == 1 and r._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        b.sum().backward()
+    with torch.inference_mode():
+        frozen = torch.ones(3)
+    f = rt.from_dlpack(frozen)  # torch lets nothing write an inference tensor outside InferenceMode
+    f += 1.0
+    assert frozen.tolist() == [1.0, 1.0, 1.0] and f.asnumpy().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_tensors_over_one_numpy_array_share_a_counter_whichever_way_made():
+    """from_dlpack(arr) twice, or beside from_numpy(arr), made separate counters: a write through one was
+    unseen by a backward that saved the other (attack on 07d2521)."""
+    for make in (lambda arr: rt.from_dlpack(arr), rt.from_numpy):
+        arr = np.ones(3, np.float32)
+        x = Tensor(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
+        saved, other = rt.from_dlpack(arr), make(arr)
+        y = x * saved
+        other += 1.0
+        with pytest.raises(RuntimeError, match=r"^one of the tensors needed for gradient computation has been "
+                                               r"modified by an in-place operation: argument 1 of mul is at version 1; "
+                                               r"expected version 0"):
+            y.sum().backward()
+
+
+def test_dlpack_export_refuses_what_torch_refuses():
+    """A tensor that requires grad was exported, and torch's writes to it went unseen by the backward that
+    saved it; a view with negative strides was exported, and torch.from_dlpack aborted the process
+    (attack on 07d2521). Both are BufferErrors now; detached and copied ones export."""
+    x = Tensor(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
+    y = rt.ops.exp(x)
+    with pytest.raises(BufferError, match=r"^__dlpack__: a tensor that requires grad cannot be exported \(another "
+                                          r"library's writes to it would go unseen by autograd\); export t.detach\(\)$"):
+        torch.from_dlpack(y)
+    assert torch.from_dlpack(y.detach()).tolist() == pytest.approx(np.exp([1.0, 2.0, 3.0]).tolist())
+    rev = Tensor(np.arange(4.0))[::-1]
+    with pytest.raises(BufferError, match=r"^__dlpack__: a view with negative strides \(-8,\) \(x\[::-1\]\) cannot "
+                                          r"be exported: consumers \(torch\) mishandle them; export a copy"):
+        torch.from_dlpack(rev)
+    assert torch.from_dlpack(Tensor(rev.asnumpy().copy())).tolist() == [3.0, 2.0, 1.0, 0.0]

@@ -114,6 +114,25 @@ def test_big_endian_arrays_become_native_tensors():
     np.testing.assert_array_equal(t.asnumpy(), [0.0, 1.0, 2.0])
 
 
+def test_set_data_refuses_values_the_parameters_dtype_cannot_hold():
+    """int64 300 into int8 was stored as 44, float64 1e300 into float32 as inf, with a numpy warning at most
+    (attack on 07d2521): the docs promise a set_data that loses values raises. Rounding is no loss."""
+    i = Parameter(Tensor(np.zeros(2, np.int8)), name="q", requires_grad=False)
+    with pytest.raises(ValueError, match=r"^set_data: Parameter 'q' is Int8, and the data of dtype int64 holds "
+                                         r"values it cannot hold \(np.int64\(300\) among them\); convert it yourself "
+                                         r"\(astype\) if that is meant$"):
+        i.set_data(np.array([1, 300]))
+    assert i.asnumpy().tolist() == [0, 0]
+    f = Parameter(Tensor(np.zeros(2, np.float32)), name="w")
+    with pytest.raises(ValueError, match=r"^set_data: Parameter 'w' is Float32, and the data of dtype float64 holds "
+                                         r"values it cannot hold \(np.float64\(1e\+300\) among them\)"):
+        f.set_data(np.array([1.0, 1e300]))
+    f.set_data(np.array([0.1, -np.inf]))  # rounded, and an infinity stays one
+    assert f.asnumpy().tolist() == [np.float32(0.1), -np.inf]
+    i.set_data(np.array([-128, 127]))
+    assert i.asnumpy().tolist() == [-128, 127]
+
+
 def test_set_data_keeps_the_shape_and_refuses_lossy_conversions():
     p = Parameter(Tensor(np.zeros(3, np.float32)), name="w")
     p.set_data(np.ones(3))  # float64 -> float32: same kind

@@ -90,6 +90,11 @@ class Cell:
         if params is not None:
             if value is not None and params.get(name) is value:  # `self.w -= x` rebinds the same Parameter
                 return
+            if isinstance(value, Tensor) and not isinstance(value, Parameter) and params.get(name) is not None:
+                # a Tensor for a Parameter's name: new values for it (MindSpore's set_data), not a Tensor in
+                # its place, which trainable_params, the optimizer made before and checkpoints would not see
+                params[name].set_data(value)
+                return
             cells = self.__dict__["_cells"]
             # one replacing another of its kind keeps its place in the order (as MindSpore's and torch's)
             _release(params.get(name) if not isinstance(value, Parameter) or params.get(name) is not value

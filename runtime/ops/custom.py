@@ -600,4 +600,6 @@ def _array(op: str, i: int, x: Any) -> np.ndarray:
         return x
     if isinstance(x, (bool, int, float, np.generic)):
         return Tensor(x)._data
-    raise TypeError(f"Custom '{op}': input {i} is a {type(x).__name__}; pass Tensors, numpy arrays or numbers")
+    kind = f"{type(x).__module__}.{type(x).__qualname__}" if type(x).__module__ != "builtins" else type(x).__name__
+    hint = " (runtime.from_dlpack(x) makes a Tensor of another library's array)" if hasattr(x, "__dlpack__") else ""
+    raise TypeError(f"Custom '{op}': input {i} is a {kind}; pass Tensors, numpy arrays or numbers{hint}")
