@@ -412,6 +412,9 @@ def test_a_bool_in_an_optional_or_a_list_takes_true_or_false_only(autograd_ops, 
         autograd_ops.scale_if_any(x, [False, flag])
     np.testing.assert_array_equal(autograd_ops.scale_if_optional(x, None).asnumpy(), x.asnumpy())
     np.testing.assert_array_equal(autograd_ops.scale_if_optional(x, True).asnumpy(), 2 * x.asnumpy())
+    # (pybind11 got False as an engaged true: the optional's has_value, attack on 98bd310)
+    np.testing.assert_array_equal(autograd_ops.scale_if_optional(x, False).asnumpy(), 3 * x.asnumpy())
+    np.testing.assert_array_equal(autograd_ops.scale_if_any(x, [False, False]).asnumpy(), x.asnumpy())
     np.testing.assert_array_equal(autograd_ops.scale_if_any(x, [False, True]).asnumpy(), 2 * x.asnumpy())
     np.testing.assert_array_equal(autograd_ops.scale_if_any(x, []).asnumpy(), x.asnumpy())
 
@@ -420,7 +423,7 @@ def test_a_bool_in_an_optional_or_a_list_takes_true_or_false_only(autograd_ops, 
                                            ("bool", "bool", 100.0), ("string", "string", 3.0),
                                            ("np_float32", "float", 2.5), ("np_float32", "double", 2.5),
                                            ("np_bool", "bool", 100.0), ("bool", "optional_bool", 100.0),
-                                           ("int", "uint8", 3.0)])
+                                           ("np_bool", "optional_bool", 100.0), ("int", "uint8", 3.0)])
 def test_saved_data_reads_back_what_was_stored(autograd_ops, stored, read, k):
     g = rt.grad(lambda a: autograd_ops.saved_read_as(a, stored, read).sum())(T(3))
     np.testing.assert_array_equal(g.asnumpy(), np.full(3, k))
@@ -429,14 +432,25 @@ def test_saved_data_reads_back_what_was_stored(autograd_ops, stored, read, k):
 @pytest.mark.parametrize("stored, read, as_", [
     ("double", "bool", "bool"), ("int", "bool", "bool"), ("double", "int", "an integer type"),
     ("bool", "int", "an integer type"), ("bool", "double", "a floating type"), ("string", "int", "an integer type"),
-    ("double", "string", "std::string"), ("double", "optional_bool", "bool"), ("doubles", "bools", "bool")])
+    ("double", "string", "std::string"), ("double", "optional_bool", "bool"), ("doubles", "bools", "bool"),
+    ("np_array_true", "double", "a floating type"), ("np_array_true", "int", "an integer type")])
 def test_saved_data_read_as_another_type_is_a_type_error_on_both_layers(autograd_ops, stored, read, as_):
     """pybind11 read a stored 2.5 as bool by its truth (a gradient 100x, silently) and nanobind refused
     with a bare "std::bad_cast" (attack on 30a3d5f): now one TypeError on both layers, naming both types."""
-    py_type = {"double": "float", "int": "int", "bool": "bool", "string": "str", "doubles": "float"}[stored]
+    py_type = {"double": "float", "int": "int", "bool": "bool", "string": "str", "doubles": "float",
+               "np_array_true": "numpy.ndarray"}[stored]
     with pytest.raises(TypeError, match=rf"^saved_data: a stored {py_type} cannot be read as {as_} \(a bool reads "
                                         r"back as bool, an int as an integer or floating type, a float as a "
                                         r"floating type, a str as std::string\)"):
+        rt.grad(lambda a: autograd_ops.saved_read_as(a, stored, read).sum())(T(3))
+
+
+@pytest.mark.parametrize("stored, read, py_type", [("tensor", "tensors", "Tensor"), ("string", "char", "str")])
+def test_saved_data_what_neither_layer_reads_is_one_type_error(autograd_ops, stored, read, py_type):
+    """A stored tensor read as a list of tensors gave its rows on pybind11 (it takes any sequence); "two" read
+    as char, pybind11's ValueError (attack on 98bd310): one TypeError on both layers."""
+    with pytest.raises(TypeError, match=rf"^saved_data: a stored {py_type} cannot be read as the type asked for "
+                                        r"\(a bool reads back as bool"):
         rt.grad(lambda a: autograd_ops.saved_read_as(a, stored, read).sum())(T(3))
 
 

@@ -56,7 +56,10 @@ struct Binding {
   static T FromPython(PyObject *o) {
     return pybind11::reinterpret_borrow<pybind11::object>(o).cast<T>();
   }
-  static bool IsCastError(const std::exception &e) { return dynamic_cast<const pybind11::cast_error *>(&e) != nullptr; }
+  static bool IsCastError(const std::exception &e) {  // (its char caster's refusal is a value_error)
+    return dynamic_cast<const pybind11::cast_error *>(&e) != nullptr ||
+           dynamic_cast<const pybind11::value_error *>(&e) != nullptr;
+  }
   static void SetErrorFromCurrentException() {
     if (SetNeutralError(std::current_exception())) return;
 #ifdef OB_HAVE_PYBIND11_TRANSLATE

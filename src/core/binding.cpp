@@ -58,14 +58,17 @@ bool FitsInteger(PyObject *o, int bits, bool is_signed) {
 
 OB_CORE_FN void CheckReadAs(PyObject *o, ReadKind want, const char *what, int bits, bool is_signed) {
   const bool is_bool = IsBoolish(o);
-  const bool is_int = !is_bool && (PyLong_Check(o) || (PyIndex_Check(o) && !PyFloat_Check(o)));  // numpy's too
+  // a number, not an array or a tensor of one (those have a length, even 0-d ones, and may be bools)
+  const bool scalar = PyLong_Check(o) || PyFloat_Check(o) || !PyObject_HasAttrString(o, "__len__");
+  const bool is_int = !is_bool && (PyLong_Check(o) || (scalar && PyIndex_Check(o) && !PyFloat_Check(o)));
   bool fits = false;
   const char *as = "";
   switch (want) {
     case ReadKind::kBool: fits = is_bool, as = "bool"; break;
     case ReadKind::kInteger: fits = is_int, as = "an integer type"; break;
     case ReadKind::kFloating:  // numpy's floats too (float32 is no Python float)
-      fits = !is_bool && (is_int || PyFloat_Check(o) || (!PyUnicode_Check(o) && PyObject_HasAttrString(o, "__float__")));
+      fits = !is_bool && (is_int || PyFloat_Check(o) ||
+                          (scalar && !PyUnicode_Check(o) && PyObject_HasAttrString(o, "__float__")));
       as = "a floating type";
       break;
     case ReadKind::kString: fits = PyUnicode_Check(o), as = "std::string"; break;

@@ -251,13 +251,16 @@ struct SavedReadAs : Function<SavedReadAs> {
     if (stored == "string") ctx->saved_data["v"] = std::string("two");
     if (stored == "int300") ctx->saved_data["v"] = std::int64_t{300};
     if (stored == "doubles") ctx->saved_data["v"] = std::vector<double>{2.5};
-    if (stored == "np_float32" || stored == "np_bool") {  // numpy's scalars, as a Python object
+    if (stored == "tensor") ctx->saved_data["v"] = x;
+    if (stored == "np_float32" || stored == "np_bool" || stored == "np_array_true") {  // numpy's, as Python objects
 #if defined(OB_BINDING_NANOBIND)
       py::object np = py::module_::import_("numpy");
 #else
       py::object np = py::module_::import("numpy");
 #endif
-      ctx->saved_data["v"] = stored == "np_bool" ? np.attr("bool_")(true) : np.attr("float32")(2.5);
+      ctx->saved_data["v"] = stored == "np_bool"         ? np.attr("bool_")(true)
+                             : stored == "np_array_true" ? np.attr("array")(true)
+                                                         : np.attr("float32")(2.5);
     }
     ctx->saved_data["read"] = read;
     return Scale(x, 1.0);
@@ -273,6 +276,8 @@ struct SavedReadAs : Function<SavedReadAs> {
     if (read == "uint8") k = static_cast<double>(ctx->saved_data["v"].cast<std::uint8_t>());
     if (read == "optional_bool") k = ctx->saved_data["v"].cast<std::optional<bool>>().value_or(false) ? 100.0 : -100.0;
     if (read == "bools") k = ctx->saved_data["v"].cast<std::vector<bool>>().at(0) ? 100.0 : -100.0;
+    if (read == "tensors") k = static_cast<double>(ctx->saved_data["v"].cast<TensorPtrList>().size());
+    if (read == "char") k = static_cast<double>(ctx->saved_data["v"].cast<char>());
     return {Scale(g[0], k), nullptr, nullptr};
   }
 };
@@ -431,9 +436,10 @@ OB_MODULE(m) {
     return SavedReadAs::Apply(x, stored, read);
   });
   m.def("dim_size", [](const TensorPtr &x, std::int64_t d) { return x->shape(d); });
-  // x scaled by 2 where the flag is set (a bool in an optional, in a list): bools taken as they are
+  // x scaled by 2 where the flag is set, 3 where it is false, 1 where none (a bool in an optional, in a
+  // list): bools taken as they are
   m.def("scale_if_optional", [](const TensorPtr &x, const std::optional<bool> &flag) {
-    return Scale(x, flag.value_or(false) ? 2.0 : 1.0);
+    return Scale(x, !flag ? 1.0 : *flag ? 2.0 : 3.0);
   });
   m.def("scale_if_any", [](const TensorPtr &x, std::vector<bool> flags) {
     bool any = false;

@@ -61,8 +61,8 @@ OB_CORE_FN void SetNeutralOrStdError();
 // What a stored value may be read back as, the same on both binding layers (pybind11 would read a float
 // as a bool by its truth, nanobind refuses with a bare std::bad_cast): a bool (numpy's too) as bool only, an
 // int as an integer type it fits or a floating type, a float (numpy's too) as a floating type, a str as
-// std::string or char; an optional and a list by their values. Else a TypeError naming both (`what`: the
-// reader). `bits`, `is_signed`: an integer type's.
+// std::string or char; no array or tensor as a number. Else a TypeError naming both (`what`: the reader).
+// `bits`, `is_signed`: an integer type's. (An optional and a list are read by their values: SavedValue.)
 enum class ReadKind : int { kBool, kInteger, kFloating, kString };
 OB_CORE_FN void CheckReadAs(PyObject *o, ReadKind want, const char *what, int bits, bool is_signed);
 // What a read the binding layer refused (its cast error) raises: that TypeError.
@@ -87,14 +87,6 @@ inline void CheckReadAs(PyObject *o, const char *what) {
     CheckReadAs(o, ReadKind::kInteger, what, static_cast<int>(sizeof(T) * 8), std::is_signed_v<T>);
   } else if constexpr (std::is_floating_point_v<T>) {
     CheckReadAs(o, ReadKind::kFloating, what, 0, false);
-  } else if constexpr (ReadOptional<T>::value) {
-    if (o != Py_None) CheckReadAs<typename T::value_type>(o, what);
-  } else if constexpr (ReadElements<T>::value) {
-    if (PyList_Check(o)) {
-      for (Py_ssize_t i = 0; i < PyList_Size(o); ++i) CheckReadAs<typename T::value_type>(PyList_GetItem(o, i), what);
-    } else if (PyTuple_Check(o)) {
-      for (Py_ssize_t i = 0; i < PyTuple_Size(o); ++i) CheckReadAs<typename T::value_type>(PyTuple_GetItem(o, i), what);
-    }
   }
 }
 }  // namespace detail

@@ -267,6 +267,8 @@ decltype(auto) ArgOut(In &x) {
     return static_cast<A &&>(x);
   } else if constexpr (std::is_same_v<D, std::vector<bool>>) {
     return D(x.begin(), x.end());
+  } else if constexpr (std::is_same_v<D, std::optional<bool>>) {  // not D(x): that is x.has_value()
+    return x ? D(static_cast<bool>(*x)) : D();
   } else {
     return D(x);
   }

@@ -134,10 +134,29 @@ class SavedValue {
   // `o` as T, by the rules of CheckReadAs (binding.h), on both layers alike (their own cast errors too)
   template <typename T>
   static T Read(PyObject *o) {
-    CheckReadAs<T>(o, "saved_data");
-    if constexpr (std::is_same_v<T, bool>) {
-      return PyObject_IsTrue(o) == 1;  // Python's or numpy's bool (nanobind's caster takes Python's only)
+    if constexpr (ReadOptional<T>::value) {  // element by element, so both layers read each alike
+      return o == Py_None ? T() : T(Read<typename T::value_type>(o));
+    } else if constexpr (ReadElements<T>::value) {
+      if (!PyList_Check(o) && !PyTuple_Check(o)) ThrowReadAs(o, "saved_data");  // (pybind11 takes any sequence)
+      const bool list = PyList_Check(o);
+      const Py_ssize_t n = list ? PyList_Size(o) : PyTuple_Size(o);
+      T out;
+      out.reserve(static_cast<std::size_t>(n));
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        out.push_back(Read<typename T::value_type>(list ? PyList_GetItem(o, i) : PyTuple_GetItem(o, i)));
+      }
+      return out;
+    } else {
+      CheckReadAs<T>(o, "saved_data");
+      if constexpr (std::is_same_v<T, bool>) {
+        return PyObject_IsTrue(o) == 1;  // Python's or numpy's bool (nanobind's caster takes Python's only)
+      } else {
+        return ReadLeaf<T>(o);
+      }
     }
+  }
+  template <typename T>
+  static T ReadLeaf(PyObject *o) {
     try {
       return Binding<T>::template FromPython<T>(o);
     } catch (const std::exception &e) {
