@@ -60,13 +60,12 @@ def from_dlpack(obj: Any) -> Tensor:
 def _share_torch_version(t: Tensor, obj: Any) -> None:
     """``t`` is over the memory of ``obj``: a torch tensor's version counter becomes ``t``'s (a runtime write
     bumps torch's, so torch's autograd refuses a saved tensor it changed); an inference tensor, which torch
-    lets nothing write outside InferenceMode, gives a read-only ``t``."""
+    lets nothing write outside InferenceMode, gives a read-only ``t`` (a write takes a private copy)."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(obj, torch.Tensor) or not isinstance(t._data, np.ndarray):
         return
-    if obj.is_inference():  # (which has no version counter)
-        if not torch.is_inference_mode_enabled():
-            t._data.flags.writeable = False
+    if obj.is_inference():  # no version counter, and no write outside InferenceMode, whenever the write comes
+        t._data.flags.writeable = False
         return
     t._vc = TorchVersion(obj)
 

@@ -426,13 +426,14 @@ class Parameter(Tensor):
         who = f"Parameter {self.name!r}" if self.name else "Parameter"
         src = data._data if isinstance(data, Tensor) else data
         src_dtype = getattr(src, "dtype", None)
-        if src_dtype is None:
+        if not isinstance(src_dtype, np.dtype):  # a list, a number, another library's tensor (torch.float32)
             src_dtype = np.asarray(src).dtype
-        if not np.can_cast(src_dtype, self._data.dtype, casting="same_kind") and src_dtype != np.bool_:
+        ints = src_dtype.kind in "iu" and self._data.dtype.kind in "iu"  # any, if the values fit (_check_narrowed)
+        if not np.can_cast(src_dtype, self._data.dtype, casting="same_kind") and src_dtype != np.bool_ and not ints:
             raise TypeError(f"set_data: {who} is {self.dtype}, and data of dtype {src_dtype} would lose its values "
                             f"when converted; convert it yourself (astype) if that is meant")
+        _check_narrowed(f"{who} is {self.dtype}", src, np.dtype(self._data.dtype))
         arr = _infer_array(data, self.dtype, self.device, copy=True)  # never the caller's buffer
-        _check_narrowed(f"{who} is {self.dtype}", src, src_dtype, arr)
         if arr.shape != self._data.shape and not slice_shape:
             raise ValueError(f"set_data: {who} has shape {tuple(self._data.shape)}, the new data {tuple(arr.shape)}; "
                              f"pass slice_shape=True to change the shape")
@@ -445,26 +446,35 @@ class Parameter(Tensor):
                 f"requires_grad={self.requires_grad})")
 
 
-def _check_narrowed(who: str, src: Any, src_dtype: Any, arr: Any) -> None:
-    """set_data's conversion within a kind kept the values: an integer out of the smaller type's range
-    (300 into int8 wrapped to 44) or a finite float out of the smaller one's (1e300 into float32 became inf)
-    is a ValueError; rounding is not."""
-    if not isinstance(arr, np.ndarray) or np.dtype(src_dtype) == arr.dtype or arr.dtype.kind not in "iuf":
+def type_label(value: Any) -> str:
+    """``value``'s type for a message: ``float``, ``numpy.ndarray``, ``torch.Tensor`` (a builtin by its name,
+    another by its module, so torch's Tensor is not read as the runtime's)."""
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _check_narrowed(who: str, src: Any, dtype: np.dtype) -> None:
+    """set_data's conversion to ``dtype`` keeps the values: an integer out of its range (300 into int8 wrapped
+    to 44, -1 into uint8) or a finite float out of its range (1e300 into float32 became inf) is a ValueError;
+    rounding is not. (Data numpy cannot read here, device memory, is left to the conversion.)"""
+    if dtype.kind not in "iuf":
         return
-    s = np.asarray(src)
-    if s.dtype.kind not in "biuf" or s.dtype == arr.dtype:
+    try:
+        s = np.asarray(src)
+    except Exception:  # noqa: BLE001
+        return
+    if s.dtype.kind not in "biuf" or s.dtype == dtype:
         return
     with np.errstate(all="ignore"):
-        if arr.dtype.kind in "iu":
-            bad = s.astype(np.float64) if s.dtype.kind == "f" else s
-            info = np.iinfo(arr.dtype)
-            lost = (bad < info.min) | (bad > info.max)
+        if dtype.kind in "iu":
+            v = s.astype(np.float64) if s.dtype.kind == "f" else s
+            info = np.iinfo(dtype)
+            lost = (v < info.min) | (v > info.max)
         else:
-            lost = np.isinf(arr) & np.isfinite(s)
+            lost = np.isinf(s.astype(dtype)) & np.isfinite(s)
     if np.any(lost):
-        first = np.asarray(s)[lost].flat[0]
-        raise ValueError(f"set_data: {who}, and the data of dtype {s.dtype} holds values it cannot hold ({first!r} "
-                         f"among them); convert it yourself (astype) if that is meant")
+        raise ValueError(f"set_data: {who}, and the data of dtype {s.dtype} holds values it cannot hold "
+                         f"({s[lost].flat[0]!r} among them); convert it yourself (astype) if that is meant")
 
 
 def as_tensor(value: Any, like: Optional[Tensor] = None) -> Tensor:

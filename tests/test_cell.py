@@ -61,10 +61,20 @@ def test_parameters_are_listed_depth_first_like_mindspore():
     assert [n for n, _ in top.cells_and_names()] == ["", "a", "a.leaf", "b"]
 
 
-def test_reassigning_an_attribute_unregisters():
+def test_reassigning_a_parameters_name_keeps_it_unless_none():
+    """None unregisters a Parameter (as torch's). A number in its place dropped it silently, an optimizer
+    made before then training an orphan (attack on 13161c5): a TypeError now, as MindSpore's and torch's."""
     net = Inner()
-    net.w = 3
+    with pytest.raises(TypeError, match=r"^cannot assign a value of type int to Parameter 'w' of Inner: assign a "
+                                        r"Parameter, a Tensor \(its new data\), or None \(which removes it\)$"):
+        net.w = 3
+    with pytest.raises(TypeError, match=r"^cannot assign a value of type numpy.ndarray to Parameter 'w'"):
+        net.w = np.ones(2, np.float32)
+    assert [n for n, _ in net.parameters_and_names()] == ["w", "frozen"]
+    net.w = None
     assert [n for n, _ in net.parameters_and_names()] == ["frozen"]
+    net.w = 3  # no Parameter of that name now: a plain attribute
+    assert net.w == 3
 
 
 def test_a_tensor_assigned_to_a_parameters_name_sets_its_data():

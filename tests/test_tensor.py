@@ -131,6 +131,17 @@ def test_set_data_refuses_values_the_parameters_dtype_cannot_hold():
     assert f.asnumpy().tolist() == [np.float32(0.1), -np.inf]
     i.set_data(np.array([-128, 127]))
     assert i.asnumpy().tolist() == [-128, 127]
+    # any integers into an unsigned Parameter when they fit; torch's tensors too (attack on 13161c5: uint8
+    # refused [5, 6, 7] as "would lose its values", torch input gave numpy's "'None' not accepted")
+    u = Parameter(Tensor(np.zeros(3, np.uint8)), name="u", requires_grad=False)
+    u.set_data([5, 6, 7])
+    assert u.asnumpy().tolist() == [5, 6, 7]
+    with pytest.raises(ValueError, match=r"^set_data: Parameter 'u' is UInt8, and the data of dtype int64 holds values "
+                                         r"it cannot hold \(np.int64\(-1\) among them\)"):
+        u.set_data([1, -1, 2])
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    f.set_data(torch.ones(2))
+    assert f.asnumpy().tolist() == [1.0, 1.0]
 
 
 def test_set_data_keeps_the_shape_and_refuses_lossy_conversions():

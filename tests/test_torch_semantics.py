@@ -539,6 +539,12 @@ def test_torch_func_vmap_over_an_empty_batch(my_ops, path, rule):
         assert got.dtype == DOUBLE
     xs = torch.randn(2, 3, dtype=DOUBLE)
     torch.testing.assert_close(torch.func.vmap(lambda a: ns.mul(a, y))(xs), xs * y)
+    # in the graph as torch's own (attack on 581e460: it did not require grad, and backward raised)
+    xs = torch.randn(0, 3, dtype=DOUBLE, requires_grad=True)
+    got = torch.func.vmap(lambda a: ns.mul(a, y))(xs)
+    assert got.requires_grad
+    (g,) = torch.autograd.grad(got.sum(), xs)
+    assert g.shape == (0, 3)
 
 
 def test_torch_func_what_an_operator_cannot_do_is_a_named_error(my_ops):

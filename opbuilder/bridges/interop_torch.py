@@ -956,11 +956,16 @@ def _per_element(name: str, run: Callable[..., Any], args: Sequence[Any], in_dim
     if batch_size:
         return [run(*[a.select(d, b) if isinstance(d, int) else a for a, d in zip(args, in_dims)])
                 for b in range(batch_size)]
+    def stand_in(a: Any, d: Any, fill: float) -> Any:
+        if not isinstance(d, int):
+            return a
+        s = a.new_full(a.shape[:d] + a.shape[d + 1:], fill)
+        return s + a.sum(d) * 0 if a.requires_grad else s  # (in a's graph: the empty result's gradient reaches a)
+
     first = None
     for fill in (0.0, 1.0, 0.5):
         try:
-            return [run(*[a.new_full(a.shape[:d] + a.shape[d + 1:], fill) if isinstance(d, int) else a
-                          for a, d in zip(args, in_dims)])]
+            return [run(*[stand_in(a, d, fill) for a, d in zip(args, in_dims)])]
         except Exception as e:  # noqa: BLE001  (the op refusing these values)
             first = first or e
     assert first is not None
@@ -974,7 +979,7 @@ def _stacked(per: List[torch.Tensor], batch_size: int) -> torch.Tensor:
     empty tensor of their shape."""
     if batch_size:
         return torch.stack(per)
-    return per[0].new_empty((0, *per[0].shape))
+    return per[0].unsqueeze(0)[:0]  # (a view: in the run's graph, as torch.vmap's own ops' results are)
 
 
 def _output_keys(outs: Sequence[Any]) -> List[Tuple[Optional[int], Any]]:

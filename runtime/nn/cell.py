@@ -19,7 +19,7 @@ from ..autograd.grad_mode import _state as _grad_state
 from ..autograd.grad_mode import no_grad
 from ..context import GRAPH_MODE, _settings
 from ..ops.op_entry import op_entry
-from ..tensor import Parameter, Tensor
+from ..tensor import Parameter, Tensor, type_label
 from .graph_state import CellState
 
 __all__ = ["Cell"]
@@ -90,9 +90,13 @@ class Cell:
         if params is not None:
             if value is not None and params.get(name) is value:  # `self.w -= x` rebinds the same Parameter
                 return
-            if isinstance(value, Tensor) and not isinstance(value, Parameter) and params.get(name) is not None:
+            if params.get(name) is not None and not isinstance(value, (Parameter, Cell)) and value is not None:
                 # a Tensor for a Parameter's name: new values for it (MindSpore's set_data), not a Tensor in
                 # its place, which trainable_params, the optimizer made before and checkpoints would not see
+                if not isinstance(value, Tensor):  # (an array, a number: MindSpore's and torch's TypeError)
+                    raise TypeError(f"cannot assign a value of type {type_label(value)} to Parameter '{name}' of "
+                                    f"{type(self).__name__}: assign a Parameter, a Tensor (its new data), or None "
+                                    f"(which removes it)")
                 params[name].set_data(value)
                 return
             cells = self.__dict__["_cells"]

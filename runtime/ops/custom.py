@@ -27,7 +27,7 @@ from ..autograd.callback import BpropBackward, record_callback
 from ..device import device_of, is_device_array
 from ..autograd.grad_mode import _state
 from ..dtypes import float32, from_numpy_dtype, to_dtype
-from ..tensor import Tensor, _new
+from ..tensor import Tensor, _new, type_label
 from .aot_extra import ExtraBlock
 from .aot_library import AotKernel, BuildOptions, resolve_aot
 from .aot_trampoline import trampoline
@@ -600,6 +600,6 @@ def _array(op: str, i: int, x: Any) -> np.ndarray:
         return x
     if isinstance(x, (bool, int, float, np.generic)):
         return Tensor(x)._data
-    kind = f"{type(x).__module__}.{type(x).__qualname__}" if type(x).__module__ != "builtins" else type(x).__name__
+    kind = type_label(x)
     hint = " (runtime.from_dlpack(x) makes a Tensor of another library's array)" if hasattr(x, "__dlpack__") else ""
     raise TypeError(f"Custom '{op}': input {i} is a {kind}; pass Tensors, numpy arrays or numbers{hint}")
